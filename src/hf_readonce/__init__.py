@@ -1,0 +1,46 @@
+"""hf-readonce: read a document once, reuse it everywhere.
+
+Importing the package registers every model of `hf_readonce.models` with transformers' Auto classes
+(`AutoConfig`, `AutoModel`, `AutoModelFor...`), so `AutoModelForQuestionAnswering.from_pretrained(path)` works on
+a saved checkpoint without `trust_remote_code`. Saved checkpoints also carry `auto_map` and the modeling files, so
+they load with `trust_remote_code=True` where hf-readonce is not installed.
+"""
+
+from transformers import AutoConfig, AutoModel, AutoModelForQuestionAnswering
+
+from .models.configuration_deformer_bert import DeformerBertConfig
+from .models.modeling_deformer_bert import (
+    DeformerBertForQuestionAnswering,
+    DeformerBertModel,
+    DeformerBertModelOutput,
+    DeformerPassageOutput,
+)
+
+
+__version__ = "0.1.0"
+
+
+def _register(config_class, model_type, auto_models):
+    """Register `config_class` under `model_type` and each `(auto_class, model_class)` pair (idempotent)."""
+    AutoConfig.register(model_type, config_class, exist_ok=True)
+    for auto_class, model_class in auto_models:
+        auto_class.register(config_class, model_class, exist_ok=True)
+
+
+_register(
+    DeformerBertConfig,
+    "deformer_bert",
+    [(AutoModel, DeformerBertModel), (AutoModelForQuestionAnswering, DeformerBertForQuestionAnswering)],
+)
+
+from .training import DeformerDistillationTrainer  # noqa: E402
+
+__all__ = [
+    "DeformerBertConfig",
+    "DeformerBertForQuestionAnswering",
+    "DeformerBertModel",
+    "DeformerBertModelOutput",
+    "DeformerDistillationTrainer",
+    "DeformerPassageOutput",
+    "__version__",
+]

@@ -1,0 +1,53 @@
+"""Training glue: a `transformers.Trainer` that feeds a teacher's outputs to DeFormer's auxiliary losses."""
+
+import torch
+from transformers import Trainer
+
+
+class DeformerDistillationTrainer(Trainer):
+    r"""
+    `Trainer` for [`DeformerBertForQuestionAnswering`] with the DeFormer paper's auxiliary supervision: before
+    each training step the frozen `teacher_model` (usually the fully fine-tuned BERT QA model the DeFormer was
+    initialized from) reads the same pair-encoded batch, and its start/end logits (for L_kd) and hidden states
+    (for L_lrs) are passed to the student's `forward`. Loss weights and temperature come from the student's config
+    (`kd_loss_weight`, `lrs_loss_weight`, `distillation_temperature`; paper defaults 1, 1, 2).
+
+    Args:
+        teacher_model (`PreTrainedModel`): any QA model returning `start_logits`, `end_logits` and, with
+            `output_hidden_states=True`, `hidden_states` of the student's depth and width (e.g.
+            `BertForQuestionAnswering`). It is put in eval mode, moved to the training device and never updated.
+        *args, **kwargs: as for `transformers.Trainer`.
+
+    Raises:
+        TypeError: if `teacher_model` is None.
+    """
+
+    def __init__(self, *args, teacher_model=None, **kwargs):
+        if teacher_model is None:
+            raise TypeError("DeformerDistillationTrainer needs `teacher_model`; use transformers.Trainer without it.")
+        super().__init__(*args, **kwargs)
+        self.teacher_model = teacher_model.to(self.args.device).eval()
+        for parameter in self.teacher_model.parameters():
+            parameter.requires_grad_(False)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """Run the teacher on `inputs` (no gradient), then the student with the teacher's outputs (loss first)."""
+        if model.training:
+            student_config = self.accelerator.unwrap_model(model).config
+            with torch.no_grad():
+                teacher_out = self.teacher_model(
+                    input_ids=inputs["input_ids"],
+                    attention_mask=inputs.get("attention_mask"),
+                    token_type_ids=inputs.get("token_type_ids"),
+                    output_hidden_states=student_config.lrs_loss_weight > 0,
+                )
+            inputs = dict(inputs)
+            if student_config.kd_loss_weight > 0:
+                inputs["teacher_start_logits"] = teacher_out.start_logits
+                inputs["teacher_end_logits"] = teacher_out.end_logits
+            if student_config.lrs_loss_weight > 0:
+                inputs["teacher_hidden_states"] = teacher_out.hidden_states
+        return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
+
+
+__all__ = ["DeformerDistillationTrainer"]
