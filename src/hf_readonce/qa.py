@@ -1,0 +1,358 @@
+"""Extractive-QA glue for cached-passage models: question-independent passage windows, pair features, span
+labels, batched prediction with and without a passage cache, n-best post-processing, and SQuAD EM/F1.
+
+Passage windows are cut from the passage alone (never from a question+passage pair), so the same windows, and the
+same cached states, serve every question about a passage. A pair feature is `[CLS] question [SEP]` followed by one
+window `passage tokens [SEP]`, exactly BERT's pair encoding.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+@dataclass
+class PassageWindow:
+    """One window of a tokenized passage.
+
+    Attributes:
+        passage_index (`int`): index of the passage in the list given to [`split_passages`].
+        input_ids (`list[int]`): window tokens followed by `[SEP]` (no `[CLS]`); at most `max_passage_length` ids.
+        offsets (`list[tuple[int, int] | None]`): character span of each token in the passage text; `None` for the
+            final `[SEP]`.
+    """
+
+    passage_index: int
+    input_ids: list[int]
+    offsets: list[tuple[int, int] | None] = field(repr=False)
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """Read a SQuAD-style JSONL file (`id, context, question, answers{text[], answer_start[]}`) into a list of dicts.
+
+    Raises:
+        FileNotFoundError: if `path` does not exist.
+        ValueError: naming the line number of the first line that is not a JSON object.
+    """
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{path}: line {number} is not valid JSON ({error.msg}).") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}: line {number} is not a JSON object.")
+            rows.append(row)
+    return rows
+
+
+def tokenize_questions(tokenizer, questions: Sequence[str], max_question_length: int = 64) -> list[list[int]]:
+    """Tokenize questions as BERT's first segment, `[CLS] question [SEP]`, truncated to `max_question_length` ids.
+
+    Raises:
+        ValueError: if `max_question_length < 3` or a question is empty.
+    """
+    if max_question_length < 3:
+        raise ValueError(f"`max_question_length` must be >= 3, got {max_question_length}.")
+    for i, question in enumerate(questions):
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError(f"question {i} is empty or not a string.")
+    encoded = tokenizer(list(questions), truncation=True, max_length=max_question_length)
+    return [list(ids) for ids in encoded["input_ids"]]
+
+
+def split_passages(
+    tokenizer, passages: Sequence[str], max_passage_length: int = 320, doc_stride: int = 128
+) -> list[list[PassageWindow]]:
+    """Split each passage into overlapping windows of at most `max_passage_length` ids (tokens + `[SEP]`).
+
+    Consecutive windows share `doc_stride` tokens (HF's `stride` convention), so an answer cut by one window boundary
+    is whole in the next. Windows depend only on the passage text and these two numbers.
+
+    Args:
+        tokenizer: a fast tokenizer (offsets are needed).
+        passages (`Sequence[str]`): passage texts.
+        max_passage_length (`int`, defaults to 320): window length in ids, `[SEP]` included.
+        doc_stride (`int`, defaults to 128): tokens shared by consecutive windows.
+
+    Returns:
+        `list[list[PassageWindow]]`: the windows of each passage, in order.
+
+    Raises:
+        ValueError: if `max_passage_length < 2`, `doc_stride` is not in `[0, max_passage_length - 1)`, or a passage
+            is empty.
+    """
+    if max_passage_length < 2:
+        raise ValueError(f"`max_passage_length` must be >= 2, got {max_passage_length}.")
+    body = max_passage_length - 1
+    if not 0 <= doc_stride < body:
+        raise ValueError(f"`doc_stride` must be in [0, {body}) for max_passage_length={max_passage_length}.")
+    for i, passage in enumerate(passages):
+        if not isinstance(passage, str) or not passage.strip():
+            raise ValueError(f"passage {i} is empty or not a string.")
+    encoded = tokenizer(list(passages), add_special_tokens=False, return_offsets_mapping=True)
+    sep = tokenizer.sep_token_id
+    result = []
+    for index, (ids, offsets) in enumerate(zip(encoded["input_ids"], encoded["offset_mapping"])):
+        windows, start = [], 0
+        while True:
+            end = min(start + body, len(ids))
+            windows.append(
+                PassageWindow(index, list(ids[start:end]) + [sep], [tuple(o) for o in offsets[start:end]] + [None])
+            )
+            if end >= len(ids):
+                break
+            start = end - doc_stride
+        result.append(windows)
+    return result
+
+
+def span_in_window(window: PassageWindow, answer_start: int, answer_text: str) -> tuple[int, int] | None:
+    """Token span `(start, end)` (inclusive, window coordinates) covering the answer's characters, or `None` if the
+    answer is not entirely inside the window."""
+    answer_end = answer_start + len(answer_text)
+    start = end = None
+    for i, offset in enumerate(window.offsets):
+        if offset is None:
+            continue
+        if start is None and offset[0] <= answer_start < max(offset[1], offset[0] + 1):
+            start = i
+        if offset[0] < answer_end <= offset[1]:
+            end = i
+    if start is None or end is None or end < start:
+        return None
+    return start, end
+
+
+def build_features(
+    examples: Sequence[dict], tokenizer, max_question_length: int = 64, max_passage_length: int = 320,
+    doc_stride: int = 128, with_labels: bool = False,
+) -> tuple[list[dict], list[list[PassageWindow]], list[str]]:
+    """Pair features for every (question, window) of SQuAD-style `examples`.
+
+    Returns:
+        `(features, windows, passages)`: `features[i]` has `example_index`, `passage_index`, `window_index`,
+        `question_ids`, and (with `with_labels`) `start_positions`/`end_positions` in pair coordinates (0, the
+        `[CLS]`, when the answer is not in the window or the question is unanswerable); `windows[p]` are the windows
+        of unique passage `p`; `passages` the unique passage texts.
+
+    Raises:
+        ValueError: from [`tokenize_questions`] / [`split_passages`], or an example missing `context`/`question`.
+    """
+    passages, passage_ids = [], {}
+    for i, example in enumerate(examples):
+        if "context" not in example or "question" not in example:
+            raise ValueError(f"example {i} needs 'context' and 'question' fields.")
+        passage_ids.setdefault(example["context"], len(passages))
+        if passage_ids[example["context"]] == len(passages):
+            passages.append(example["context"])
+    windows = split_passages(tokenizer, passages, max_passage_length, doc_stride)
+    questions = tokenize_questions(tokenizer, [e["question"] for e in examples], max_question_length)
+    features = []
+    for i, example in enumerate(examples):
+        p = passage_ids[example["context"]]
+        for w, window in enumerate(windows[p]):
+            feature = {"example_index": i, "passage_index": p, "window_index": w, "question_ids": questions[i]}
+            if with_labels:
+                start = end = 0
+                answers = example.get("answers") or {}
+                if answers.get("text"):
+                    span = span_in_window(window, answers["answer_start"][0], answers["text"][0])
+                    if span is not None:
+                        start, end = (len(questions[i]) + span[0], len(questions[i]) + span[1])
+                feature["start_positions"], feature["end_positions"] = start, end
+            features.append(feature)
+    return features, windows, passages
+
+
+def pair_inputs(question_ids: list[int], window: PassageWindow) -> dict[str, list[int]]:
+    """BERT pair encoding of one feature: `input_ids`, `token_type_ids` (0 question, 1 passage), `attention_mask`."""
+    ids = question_ids + window.input_ids
+    return {
+        "input_ids": ids,
+        "token_type_ids": [0] * len(question_ids) + [1] * len(window.input_ids),
+        "attention_mask": [1] * len(ids),
+    }
+
+
+def pad_batch(rows: Sequence[Sequence[int]], pad_value: int = 0) -> torch.Tensor:
+    """Right-pad lists of ints into a `(len(rows), max_len)` LongTensor."""
+    width = max(len(r) for r in rows)
+    out = torch.full((len(rows), width), pad_value, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return out
+
+
+def _batches(n: int, size: int) -> Iterable[range]:
+    for start in range(0, n, size):
+        yield range(start, min(start + size, n))
+
+
+@torch.no_grad()
+def predict_pairs(model, features, windows, batch_size: int = 32, pad_token_id: int = 0):
+    """Start/end logits over each feature's window, reading the full pair (no cache): the baseline path, valid for
+    any QA model taking `input_ids, attention_mask, token_type_ids`.
+
+    Returns:
+        `list[tuple[np.ndarray, np.ndarray, float]]`: per feature, start and end logits over the window's tokens
+        (shape `(window_length,)`) and the no-answer score `start[CLS] + end[CLS]`.
+    """
+    model.eval()
+    device = next(model.parameters()).device
+    out = []
+    for batch in _batches(len(features), batch_size):
+        pairs = [pair_inputs(features[i]["question_ids"], windows[features[i]["passage_index"]][features[i]["window_index"]]) for i in batch]
+        inputs = {key: pad_batch([p[key] for p in pairs], pad_token_id if key == "input_ids" else 0).to(device)
+                  for key in ("input_ids", "token_type_ids", "attention_mask")}
+        result = model(**inputs)
+        start, end = result.start_logits.float().cpu().numpy(), result.end_logits.float().cpu().numpy()
+        for row, i in enumerate(batch):
+            q = len(features[i]["question_ids"])
+            n = len(windows[features[i]["passage_index"]][features[i]["window_index"]].input_ids)
+            out.append((start[row, q : q + n], end[row, q : q + n], float(start[row, 0] + end[row, 0])))
+    return out
+
+
+@torch.no_grad()
+def encode_windows(model, windows, batch_size: int = 32, pad_token_id: int = 0):
+    """Encode every window once with `model.encode_passages`.
+
+    Returns:
+        `dict[(passage_index, window_index), torch.Tensor]`: unpadded states `(window_length, hidden_size)`.
+    """
+    model.eval()
+    device = next(model.parameters()).device
+    flat = [(p, w, window) for p, ws in enumerate(windows) for w, window in enumerate(ws)]
+    flat.sort(key=lambda item: len(item[2].input_ids))
+    cache = {}
+    for batch in _batches(len(flat), batch_size):
+        items = [flat[i] for i in batch]
+        ids = pad_batch([item[2].input_ids for item in items], pad_token_id).to(device)
+        mask = pad_batch([[1] * len(item[2].input_ids) for item in items]).to(device)
+        states = model.encode_passages(ids, attention_mask=mask)
+        for row, (p, w, window) in enumerate(items):
+            cache[(p, w)] = states.last_hidden_state[row, : len(window.input_ids)]
+        fingerprint, k = states.model_fingerprint, states.num_decomposed_layers
+    cache["__meta__"] = {"model_fingerprint": fingerprint, "num_decomposed_layers": k}
+    return cache
+
+
+@torch.no_grad()
+def predict_cached(model, features, cache, batch_size: int = 32, pad_token_id: int = 0):
+    """Start/end logits over each feature's window, reading only the question and taking the passage's lower-layer
+    states from `cache` (from [`encode_windows`] or a store). Same layout as [`predict_pairs`]."""
+    from .models.modeling_deformer_bert import DeformerPassageOutput
+
+    model.eval()
+    device = next(model.parameters()).device
+    meta = cache["__meta__"]
+    out = []
+    for batch in _batches(len(features), batch_size):
+        questions = [features[i]["question_ids"] for i in batch]
+        states = [cache[(features[i]["passage_index"], features[i]["window_index"])] for i in batch]
+        width = max(s.shape[0] for s in states)
+        hidden = states[0].new_zeros((len(states), width, states[0].shape[-1]))
+        mask = torch.zeros((len(states), width), dtype=torch.long, device=device)
+        for row, s in enumerate(states):
+            hidden[row, : s.shape[0]] = s
+            mask[row, : s.shape[0]] = 1
+        q_ids = pad_batch(questions, pad_token_id).to(device)
+        q_mask = pad_batch([[1] * len(q) for q in questions]).to(device)
+        passage_states = DeformerPassageOutput(last_hidden_state=hidden.to(device), attention_mask=mask, **meta)
+        result = model(input_ids=q_ids, attention_mask=q_mask, passage_states=passage_states)
+        start, end = result.start_logits.float().cpu().numpy(), result.end_logits.float().cpu().numpy()
+        offset = q_ids.shape[1]
+        for row, s in enumerate(states):
+            n = s.shape[0]
+            out.append((start[row, offset : offset + n], end[row, offset : offset + n],
+                        float(start[row, 0] + end[row, 0])))
+    return out
+
+
+def postprocess(examples, features, windows, logits, n_best: int = 20, max_answer_length: int = 30,
+                allow_no_answer: bool = False) -> dict[str, str]:
+    """n-best span decoding: for each example, the highest `start + end` logit span over all its windows with
+    `start <= end < start + max_answer_length`, mapped back to passage characters through the offsets.
+
+    With `allow_no_answer` (SQuAD 2.0 style), the empty answer wins when the smallest no-answer score
+    `start[CLS] + end[CLS]` over the example's windows exceeds the best span score.
+
+    Args:
+        logits: per feature `(start, end, null_score)` as returned by [`predict_pairs`] / [`predict_cached`].
+
+    Returns:
+        `dict[str, str]`: example id (or index as str) -> predicted answer text.
+    """
+    best: dict[int, tuple[float, str]] = {}
+    null: dict[int, float] = {}
+    for feature, (start_logits, end_logits, null_score) in zip(features, logits):
+        window = windows[feature["passage_index"]][feature["window_index"]]
+        i = feature["example_index"]
+        context = examples[i]["context"]
+        null[i] = min(null.get(i, math.inf), null_score)
+        starts = np.argsort(start_logits)[::-1][:n_best]
+        ends = np.argsort(end_logits)[::-1][:n_best]
+        for s in starts:
+            for e in ends:
+                if window.offsets[s] is None or window.offsets[e] is None or e < s or e - s + 1 > max_answer_length:
+                    continue
+                score = float(start_logits[s] + end_logits[e])
+                if i not in best or score > best[i][0]:
+                    best[i] = (score, context[window.offsets[s][0] : window.offsets[e][1]])
+    predictions = {}
+    for i, example in enumerate(examples):
+        key = str(example.get("id", i))
+        score, text = best.get(i, (-math.inf, ""))
+        if allow_no_answer and null.get(i, -math.inf) > score:
+            text = ""
+        predictions[key] = text
+    return predictions
+
+
+def squad_em_f1(predictions: dict[str, str], examples: Sequence[dict]) -> dict[str, float]:
+    """SQuAD exact match and F1 (percent) with torchmetrics' `SQuAD` (the official normalization). Unanswerable
+    gold (empty `answers.text`) counts as the single gold answer "".
+
+    Raises:
+        KeyError: if an example id has no prediction.
+    """
+    from torchmetrics.text import SQuAD
+
+    preds, target = [], []
+    for i, example in enumerate(examples):
+        key = str(example.get("id", i))
+        answers = example.get("answers") or {}
+        texts = list(answers.get("text") or [""])
+        starts = list(answers.get("answer_start") or [0] * len(texts))
+        preds.append({"prediction_text": predictions[key], "id": key})
+        target.append({"answers": {"answer_start": starts, "text": texts}, "id": key})
+    scores = SQuAD()(preds, target)
+    return {"exact_match": float(scores["exact_match"]), "f1": float(scores["f1"])}
+
+
+__all__ = [
+    "PassageWindow",
+    "build_features",
+    "encode_windows",
+    "pad_batch",
+    "pair_inputs",
+    "postprocess",
+    "predict_cached",
+    "predict_pairs",
+    "read_jsonl",
+    "span_in_window",
+    "split_passages",
+    "squad_em_f1",
+    "tokenize_questions",
+]

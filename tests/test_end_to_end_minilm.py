@@ -1,0 +1,46 @@
+"""End to end on the real packaged MiniLM weights and real QA data (small budget)."""
+
+import pytest
+import torch
+from transformers import AutoTokenizer, BertForQuestionAnswering, TrainingArguments
+
+from hf_readonce import DeformerBertForQuestionAnswering
+from hf_readonce.deformer_qa import DataArguments, ModelArguments, run
+from hf_readonce.qa import build_features, pair_inputs, read_jsonl
+from hf_readonce.weights import minilm_path
+
+
+def test_minilm_k0_equals_bert_on_real_text(data_dir):
+    path = minilm_path()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    examples = read_jsonl(data_dir / "quoref" / "validation.jsonl")[:2]
+    features, windows, _ = build_features(examples, tokenizer, max_question_length=32, max_passage_length=96,
+                                          doc_stride=32)
+    pair = pair_inputs(features[0]["question_ids"], windows[features[0]["passage_index"]][0])
+    inputs = {key: torch.tensor([value]) for key, value in pair.items()}
+    torch.manual_seed(0)
+    bert = BertForQuestionAnswering.from_pretrained(path).eval()
+    deformer = DeformerBertForQuestionAnswering.from_pretrained(path, num_decomposed_layers=0).eval()
+    deformer.qa_outputs.load_state_dict(bert.qa_outputs.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(deformer(**inputs).start_logits, bert(**inputs).start_logits, atol=1e-5, rtol=0)
+
+
+def test_fine_tune_and_answer_from_cache(data_dir, tmp_path):
+    metrics = run(
+        ModelArguments(num_decomposed_layers=4),
+        DataArguments(train_file=str(data_dir / "quoref" / "train.jsonl"),
+                      validation_file=str(data_dir / "quoref" / "validation.jsonl"), max_seq_length=160,
+                      max_question_length=32, doc_stride=32, max_train_samples=16, max_eval_samples=12),
+        TrainingArguments(output_dir=str(tmp_path), do_train=True, do_eval=True, max_steps=3,
+                          per_device_train_batch_size=4, learning_rate=1e-4, use_cpu=True, report_to="none",
+                          save_strategy="no"),
+    )
+    assert metrics["num_decomposed_layers"] == 4 and metrics["train_features"] >= 16
+    assert 0.0 <= metrics["cached_f1"] <= 100.0
+    # the cache changes the cost, never the answers
+    assert metrics["cached_f1"] == pytest.approx(metrics["eval_f1"], abs=1e-6)
+    assert metrics["cached_exact_match"] == pytest.approx(metrics["eval_exact_match"], abs=1e-6)
+    assert metrics["speedup_precomputed"] > 0
+    saved = DeformerBertForQuestionAnswering.from_pretrained(tmp_path)
+    assert saved.config.num_decomposed_layers == 4
