@@ -152,7 +152,7 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
         for name, p in params:
             digest.update(name.encode())
             digest.update(str(p.dtype).encode())
-            digest.update(p.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+            digest.update(p.detach().to("cpu", torch.float32).contiguous().numpy().data)  # no copy for fp32
         self._fingerprint_cache = (state, digest.hexdigest())
         return self._fingerprint_cache[1]
 
