@@ -27,7 +27,6 @@ from transformers import BertConfig, BertForQuestionAnswering
 
 from hf_readonce import DeformerBertConfig, DeformerBertForQuestionAnswering, DeformerPassageOutput
 
-
 CONFIGS = {
     "bert-base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072, k=9),
     "minilm": dict(hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536, k=4),

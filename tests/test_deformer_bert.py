@@ -6,12 +6,22 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoConfig, AutoModelForQuestionAnswering, BertConfig, BertForQuestionAnswering, Trainer
-from transformers import TrainingArguments
+from transformers import (
+    AutoConfig,
+    AutoModelForQuestionAnswering,
+    BertConfig,
+    BertForQuestionAnswering,
+    Trainer,
+    TrainingArguments,
+)
 
 import hf_readonce
-from hf_readonce import DeformerBertConfig, DeformerBertForQuestionAnswering, DeformerDistillationTrainer
-from hf_readonce import DeformerPassageOutput
+from hf_readonce import (
+    DeformerBertConfig,
+    DeformerBertForQuestionAnswering,
+    DeformerDistillationTrainer,
+    DeformerPassageOutput,
+)
 
 from .conftest import REPO_ROOT, run_without_hf_readonce
 

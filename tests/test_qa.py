@@ -5,7 +5,13 @@ import pytest
 from transformers import AutoTokenizer
 
 from hf_readonce.qa import (
-    build_features, pair_inputs, postprocess, read_jsonl, span_in_window, split_passages, squad_em_f1,
+    build_features,
+    pair_inputs,
+    postprocess,
+    read_jsonl,
+    span_in_window,
+    split_passages,
+    squad_em_f1,
     tokenize_questions,
 )
 from hf_readonce.weights import minilm_path

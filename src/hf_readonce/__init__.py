@@ -16,7 +16,6 @@ from .models.modeling_deformer_bert import (
     DeformerPassageOutput,
 )
 
-
 __version__ = "0.1.0"
 
 

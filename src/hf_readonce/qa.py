@@ -293,7 +293,12 @@ def postprocess(examples, features, windows, logits, n_best: int = 20, max_answe
 
     Returns:
         `dict[str, str]`: example id (or index as str) -> predicted answer text.
+
+    Raises:
+        ValueError: if `logits` and `features` differ in length.
     """
+    if len(features) != len(logits):
+        raise ValueError(f"`logits` has {len(logits)} entries for {len(features)} features.")
     best: dict[int, tuple[float, str]] = {}
     null: dict[int, float] = {}
     for feature, (start_logits, end_logits, null_score) in zip(features, logits):

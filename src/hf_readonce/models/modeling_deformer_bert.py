@@ -23,7 +23,6 @@ from transformers.utils import ModelOutput, logging
 
 from .configuration_deformer_bert import DeformerBertConfig
 
-
 logger = logging.get_logger(__name__)
 
 
