@@ -44,3 +44,14 @@ def test_fine_tune_and_answer_from_cache(data_dir, tmp_path):
     assert metrics["speedup_precomputed"] > 0
     saved = DeformerBertForQuestionAnswering.from_pretrained(tmp_path)
     assert saved.config.num_decomposed_layers == 4
+
+
+def test_demo_command(data_dir, tmp_path, capsys):
+    from hf_readonce.cli import main
+
+    status = main(["demo", "--data_dir", str(data_dir), "--max_steps", "2", "--batch_size", "4",
+                   "--max_eval_samples", "10", "--output_dir", str(tmp_path), "--no_bf16"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "EM/F1 from cached passage states" in out and "Speed-up over the same model without the cache" in out
+    assert (tmp_path / "eval_results.json").is_file()
