@@ -178,7 +178,7 @@ def main(argv=None):
         print(f"DeFormer, cached passages    {r['deformer_cached_seconds']:.3f} s   forward memory "
               f"{r['deformer_forward_extra_mib']:.0f} MiB")
         print(f"speed-up {r['speedup_measured']:.2f}x measured, {r['speedup_theoretical_flops']:.2f}x FLOP ratio; "
-              f"forward memory -{r['forward_memory_reduction_pct']:.1f}%; passage encoding (once) "
+              f"forward memory reduced {r['forward_memory_reduction_pct']:.1f}%; passage encoding (once) "
               f"{r['deformer_passage_encode_seconds']:.3f} s; cached-vs-uncached max |diff| "
               f"{r['cached_vs_uncached_max_abs_diff']:.1e}")
     print(json.dumps(results, indent=2))

@@ -98,3 +98,17 @@ def test_read_jsonl_reports_line(tmp_path):
         read_jsonl(path)
     with pytest.raises(ValueError, match="question 0"):
         tokenize_questions(None, [""])
+
+
+def test_load_qa_examples_sets_aside_empty_rows(tmp_path):
+    from hf_readonce.qa import load_qa_examples
+
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"id": "a", "question": "Q?", "context": "C."}\n{"id": "b", "question": " ", "context": "C."}\n'
+                    '{"question": "Q?"}\n')
+    examples, skipped = load_qa_examples(path)
+    assert [e["id"] for e in examples] == ["a"] and skipped == ["b", "line 3"]
+    assert load_qa_examples(path, limit=1) == (examples, [])
+    path.write_text('{"id": "b", "question": "", "context": "C."}\n')
+    with pytest.raises(ValueError, match="no row"):
+        load_qa_examples(path)

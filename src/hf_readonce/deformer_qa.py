@@ -31,7 +31,7 @@ from .qa import (
     postprocess,
     predict_cached,
     predict_pairs,
-    read_jsonl,
+    load_qa_examples,
     squad_em_f1,
 )
 from .training import DeformerDistillationTrainer
@@ -112,12 +112,27 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
     )
     metrics = {"num_decomposed_layers": k, "model": path}
 
+    # Read and check both files before any training, so bad data fails (or is set aside) in seconds, not after.
+    if training_args.do_train and not data_args.train_file:
+        raise ValueError("--do_train needs --train_file.")
+    if training_args.do_eval and not data_args.validation_file:
+        raise ValueError("--do_eval needs --validation_file.")
+    for name, file, limit in (("train", data_args.train_file if training_args.do_train else None,
+                                data_args.max_train_samples),
+                              ("eval", data_args.validation_file if training_args.do_eval else None,
+                               data_args.max_eval_samples)):
+        if file:
+            loaded, skipped = load_qa_examples(file, limit)
+            if skipped:
+                logger.warning("%s: set aside %d rows with an empty question or context: %s", file, len(skipped),
+                               ", ".join(skipped[:10]))
+            metrics[f"{name}_skipped_rows"] = len(skipped)
+            if name == "train":
+                train_examples = loaded
+            else:
+                examples = loaded
+
     if training_args.do_train:
-        if not data_args.train_file:
-            raise ValueError("--do_train needs --train_file.")
-        train_examples = read_jsonl(data_args.train_file)
-        if data_args.max_train_samples:
-            train_examples = train_examples[: data_args.max_train_samples]
         features, windows, _ = build_features(train_examples, tokenizer, with_labels=True, **feature_kwargs)
         rows = []
         for f in features:
@@ -147,11 +162,6 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
         tokenizer.save_pretrained(training_args.output_dir)
 
     if training_args.do_eval:
-        if not data_args.validation_file:
-            raise ValueError("--do_eval needs --validation_file.")
-        examples = read_jsonl(data_args.validation_file)
-        if data_args.max_eval_samples:
-            examples = examples[: data_args.max_eval_samples]
         features, windows, passages = build_features(examples, tokenizer, **feature_kwargs)
         model.to(training_args.device).eval()
         bs = data_args.eval_batch_size

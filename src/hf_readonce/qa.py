@@ -56,6 +56,34 @@ def read_jsonl(path: str | Path) -> list[dict]:
     return rows
 
 
+def load_qa_examples(path: str | Path, limit: int | None = None) -> tuple[list[dict], list[str]]:
+    """Read SQuAD-style JSONL and set aside unusable rows instead of failing a long run on them.
+
+    A row is unusable when its `question` or `context` is missing, not a string, or blank. Real data has such rows
+    (Disfl-QA validation has one empty question).
+
+    Args:
+        path: JSONL file (see [`read_jsonl`]).
+        limit (`int`, *optional*): keep only the first `limit` rows (before filtering).
+
+    Returns:
+        `(examples, skipped_ids)`: the usable rows, and the ids (or `line N`) of the rows set aside.
+
+    Raises:
+        ValueError: from [`read_jsonl`] on malformed JSON, or if no usable row remains.
+    """
+    rows = read_jsonl(path)
+    if limit:
+        rows = rows[:limit]
+    examples, skipped = [], []
+    for number, row in enumerate(rows, start=1):
+        usable = all(isinstance(row.get(key), str) and row[key].strip() for key in ("question", "context"))
+        (examples if usable else skipped).append(row if usable else str(row.get("id", f"line {number}")))
+    if not examples:
+        raise ValueError(f"{path}: no row has both a non-empty 'question' and 'context'.")
+    return examples, skipped
+
+
 def tokenize_questions(tokenizer, questions: Sequence[str], max_question_length: int = 64) -> list[list[int]]:
     """Tokenize questions as BERT's first segment, `[CLS] question [SEP]`, truncated to `max_question_length` ids.
 
@@ -350,6 +378,7 @@ __all__ = [
     "PassageWindow",
     "build_features",
     "encode_windows",
+    "load_qa_examples",
     "pad_batch",
     "pair_inputs",
     "postprocess",
