@@ -240,7 +240,9 @@ def test_distillation_trainer_step(tmp_path):
     assert all(not p.requires_grad for p in teacher.parameters())
     with pytest.raises(TypeError, match="teacher_model"):
         DeformerDistillationTrainer(model=student, args=args, train_dataset=rows)
-    assert Trainer(model=student, args=args).label_names == ["start_positions", "end_positions"]
+    plain = Trainer(model=student, args=args)
+    assert plain.label_names == ["start_positions", "end_positions"]
+    assert plain.model_accepts_loss_kwargs is False  # batch-mean loss: Trainer scales for gradient accumulation
 
 
 def test_gradient_checkpointing_same_gradients():

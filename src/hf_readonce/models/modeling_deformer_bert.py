@@ -432,6 +432,9 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
     are passed (see [`hf_readonce.DeformerDistillationTrainer`], which runs the teacher).
     """
 
+    # The loss is a batch mean (span + auxiliary terms): Trainer must scale it for gradient accumulation itself.
+    accepts_loss_kwargs = False
+
     def __init__(self, config: DeformerBertConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
