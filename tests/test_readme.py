@@ -7,10 +7,11 @@ from .conftest import REPO_ROOT
 README = (REPO_ROOT / "README.md").read_text()
 
 
-def test_quick_start_runs():
+def test_python_examples_run():
     blocks = re.findall(r"```python\n(.*?)```", README, re.S)
-    assert blocks, "README has no python quick start"
-    exec(compile(blocks[0], "README.md quick start", "exec"), {})
+    assert len(blocks) >= 2, "README lost its quick start or its store example"
+    for number, block in enumerate(blocks):
+        exec(compile(block, f"README.md python block {number}", "exec"), {})
 
 
 def test_ci_runs_readme_commands():

@@ -1,29 +1,399 @@
-"""`hf-readonce` command line: `hf-readonce demo` runs the package's main job (see `hf_readonce.demo`)."""
+"""`hf-readonce` command line (also `python -m hf_readonce.cli`).
+
+Subcommands:
+
+- `encode MODEL --documents FILE.jsonl --store DIR`: store the representation of every document not stored yet
+  (re-running does no model work for stored documents; `--repair` first drops what `verify` finds corrupted, then
+  recomputes it). Under `accelerate launch --num_processes N -m hf_readonce.cli encode ...` each process encodes
+  its share of the documents (by content hash) into the same store.
+- `answer MODEL --store DIR --questions FILE.jsonl --output preds.jsonl`: answer from stored passage states; prints
+  EM/F1 when the questions carry gold answers.
+- `info --store DIR`: documents, size on disk, fingerprints and settings.
+- `verify --store DIR`: check every checksum; exits 1 naming each corrupted shard and document.
+- `demo`: the package's end-to-end demo (see `hf_readonce.demo`).
+
+Exit status: 0 success; 1 corruption found (`verify`), documents left unrepaired, or bad input lines with
+`--strict`; 2 usage errors and errors that stop a command (the message says why).
+"""
+
+from __future__ import annotations
 
 import argparse
+import json
+import os
 import sys
+import time
+from pathlib import Path
+
+EXIT_OK, EXIT_PROBLEMS, EXIT_ERROR = 0, 1, 2
+
+
+class CommandError(Exception):
+    """An error that stops a command; printed as `hf-readonce <command>: error: <message>` with exit status 2."""
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _report_bad_lines(problems, path, stream=None, limit: int = 20) -> None:
+    if not problems:
+        return
+    stream = stream or sys.stderr
+    print(f"hf-readonce: {path}: set aside {len(problems)} line(s):", file=stream)
+    for problem in problems[:limit]:
+        print(f"  {problem}", file=stream)
+    if len(problems) > limit:
+        print(f"  ... and {len(problems) - limit} more", file=stream)
+
+
+def _device(name: str):
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(name)
+    except RuntimeError as error:
+        raise CommandError(f"--device {name!r} is not a torch device ({error}).") from None
+
+
+def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, device="cpu", seed: int = 0):
+    """Load a DeFormer QA model and its fast tokenizer. A plain BERT checkpoint is loaded as a DeFormer (its QA
+    head, if absent, is initialized with `seed`, so answers are reproducible).
+
+    Raises:
+        CommandError: if the checkpoint cannot be loaded or is neither `deformer_bert` nor `bert`.
+    """
+    from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoTokenizer, set_seed
+
+    import hf_readonce  # noqa: F401  (registers deformer_bert with the Auto classes)
+    from hf_readonce.models.modeling_deformer_bert import DeformerBertForQuestionAnswering
+
+    try:
+        config = AutoConfig.from_pretrained(name_or_path)
+    except (OSError, ValueError) as error:
+        raise CommandError(f"cannot load model {name_or_path!r}: {error}") from None
+    extra = {} if num_decomposed_layers is None else {"num_decomposed_layers": num_decomposed_layers}
+    set_seed(seed)
+    if config.model_type == "deformer_bert":
+        model = AutoModelForQuestionAnswering.from_pretrained(name_or_path, **extra)
+    elif config.model_type == "bert":
+        model = DeformerBertForQuestionAnswering.from_pretrained(name_or_path, **extra)
+    else:
+        raise CommandError(f"model {name_or_path!r} has model_type {config.model_type!r}; the store supports "
+                           "deformer_bert (and bert checkpoints loaded as DeFormer).")
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    if not getattr(tokenizer, "is_fast", False):
+        raise CommandError(f"model {name_or_path!r} has no fast tokenizer (offsets are needed).")
+    return model.to(device).eval(), tokenizer
+
+
+def _open_store(path: str, readonly: bool = False, create: bool = True):
+    from .store import RepresentationStore
+
+    try:
+        return RepresentationStore(path, readonly=readonly, create=create)
+    except (ValueError, TypeError, PermissionError) as error:
+        raise CommandError(str(error)) from None
+
+
+def _distributed_state(device: str = "auto"):
+    """accelerate's PartialState when launched with several processes (`accelerate launch --multi_gpu
+    --num_processes N`, or `torchrun --nproc_per_node N`), else None (no process group needed).
+
+    On a machine without CUDA, or with `--device cpu`, the processes form a gloo (multi-CPU) group: accelerate only
+    does that when asked for the CPU explicitly, otherwise each process would believe it is alone."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    import torch
+    from accelerate import PartialState
+
+    return PartialState(cpu=device == "cpu" or not torch.cuda.is_available())
+
+
+# ---------------------------------------------------------------------------------------------------------- encode
+def cmd_encode(args) -> int:
+    from .store import (
+        ReadOnlyStoreError,
+        RepresentationStore,
+        encode_documents,
+        get_adapter,
+        iter_documents,
+    )
+
+    documents = Path(args.documents)
+    if not documents.exists():
+        raise CommandError(f"--documents {documents} does not exist.")
+    if documents.is_dir():
+        raise CommandError(f"--documents {documents} is a directory, expected a JSONL file.")
+    if args.shard_size_mb <= 0:
+        raise CommandError(f"--shard-size-mb must be > 0, got {args.shard_size_mb}.")
+    state = _distributed_state(args.device)
+    rank, world = (state.process_index, state.num_processes) if state else (0, 1)
+    main_process = rank == 0
+    store = _open_store(args.store) if main_process else None
+    if state is not None:
+        state.wait_for_everyone()  # the main process creates the store
+    store = store or _open_store(args.store)
+    try:
+        store.check_writable()  # before loading the model: a read-only store fails in seconds
+    except ReadOnlyStoreError as error:
+        raise CommandError(str(error)) from None
+    device = state.device if state is not None else _device(args.device)
+    model, tokenizer = load_qa_model(args.model, args.num_decomposed_layers, device)
+    try:
+        adapter = get_adapter(model, tokenizer, max_passage_length=args.max_passage_length,
+                              doc_stride=args.doc_stride, batch_size=args.batch_size)
+    except (ValueError, TypeError) as error:
+        raise CommandError(str(error)) from None
+
+    dropped = []
+    if args.repair:
+        if main_process:
+            report = store.verify(progress=not args.no_progress)
+            if report.corruptions or report.orphans:
+                result = store.repair(report)
+                dropped = result["dropped"]
+                for corruption in report.corruptions:
+                    print(f"repair: {corruption.describe()}", file=sys.stderr)
+                print(f"repair: {len(result['salvaged'])} intact document(s) rewritten, {len(dropped)} dropped and "
+                      f"to be recomputed, {len(result['quarantined'])} file(s) moved to quarantine/", file=sys.stderr)
+            else:
+                print("repair: verify found nothing to repair", file=sys.stderr)
+        if state is not None:
+            state.wait_for_everyone()
+            store = RepresentationStore(args.store)  # reload the index the main process repaired
+
+    problems = []
+    total = None
+    if documents.is_file() and not args.no_progress:
+        with open(documents, "rb") as handle:
+            total = sum(1 for line in handle if line.strip())
+    doc_iter = iter_documents(documents, text_field=args.text_field, id_field=args.id_field, problems=problems)
+    dtype = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}[args.dtype]
+    try:
+        stats = encode_documents(adapter, store, doc_iter, dtype=dtype,
+                                 shard_size_bytes=int(args.shard_size_mb * 1024 * 1024),
+                                 rank=rank, num_processes=world, progress=main_process and not args.no_progress,
+                                 total=total)
+    except (ValueError, TypeError, ReadOnlyStoreError) as error:
+        raise CommandError(str(error)) from None
+    if state is not None:
+        state.wait_for_everyone()
+    prefix = f"[rank {rank}/{world}] " if world > 1 else ""
+    rate = stats.encoded / stats.seconds if stats.seconds > 0 else 0.0
+    print(f"{prefix}encoded {stats.encoded} document(s) ({stats.tokens} tokens) in {stats.seconds:.1f} s "
+          f"({rate:.2f} docs/s); already stored {stats.already_stored}, duplicates {stats.duplicates}, "
+          f"other processes {stats.other_rank}", flush=True)
+    status = EXIT_OK
+    if main_process:
+        _report_bad_lines(problems, documents)
+        store.refresh()
+        info = store.info()
+        print(f"store {store.path}: {info['documents']} document(s), {info['shards']} shard(s), "
+              f"{_human_bytes(info['bytes_on_disk'])}", flush=True)
+        if problems and args.strict:
+            status = EXIT_PROBLEMS
+        still_missing = store.missing(adapter.fingerprint(), adapter.settings(), dropped)
+        if still_missing:
+            print(f"repair: {len(still_missing)} dropped document(s) are not in {documents} and stay missing: "
+                  + ", ".join(h[:16] for h in still_missing[:20]), file=sys.stderr)
+            status = EXIT_PROBLEMS
+    return status
+
+
+# ---------------------------------------------------------------------------------------------------------- answer
+def cmd_answer(args) -> int:
+    from .qa import squad_em_f1
+    from .store import MissingRepresentationError, RepresentationMismatchError, answer_from_store, iter_jsonl
+
+    questions = Path(args.questions)
+    if not questions.is_file():
+        raise CommandError(f"--questions {questions} is not a file.")
+    store = _open_store(args.store, readonly=not args.encode_missing, create=args.encode_missing)
+    problems, examples = [], []
+    for number, row in iter_jsonl(questions, problems):
+        bad = [key for key in ("question", "context") if not isinstance(row.get(key), str) or not row[key].strip()]
+        if bad:
+            from .store import BadLine
+
+            problems.append(BadLine(number, f"missing or empty {', '.join(bad)}"))
+            continue
+        row.setdefault("id", f"line {number}")
+        row["id"] = str(row["id"])
+        examples.append(row)
+    _report_bad_lines(problems, questions)
+    if not examples:
+        raise CommandError(f"{questions}: no usable question (each line needs 'question' and 'context').")
+    model, tokenizer = load_qa_model(args.model, args.num_decomposed_layers, _device(args.device))
+    start = time.perf_counter()
+    try:
+        predictions = answer_from_store(
+            model, tokenizer, store, examples, max_passage_length=args.max_passage_length, doc_stride=args.doc_stride,
+            max_question_length=args.max_question_length, batch_size=args.batch_size, n_best=args.n_best,
+            max_answer_length=args.max_answer_length, allow_no_answer=args.allow_no_answer,
+            encode_missing=args.encode_missing)
+    except (MissingRepresentationError, RepresentationMismatchError, ValueError) as error:
+        raise CommandError(str(error)) from None
+    seconds = time.perf_counter() - start
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_name(f".{output.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        for example in examples:
+            handle.write(json.dumps({"id": example["id"], "prediction_text": predictions[example["id"]]},
+                                    ensure_ascii=False) + "\n")
+    os.replace(tmp, output)
+    passages = len({e["context"] for e in examples})
+    print(f"answered {len(examples)} question(s) over {passages} stored passage(s) in {seconds:.2f} s "
+          f"({len(examples) / max(seconds, 1e-9):.1f} questions/s); predictions written to {output}", flush=True)
+    gold = [e for e in examples if isinstance(e.get("answers"), dict) and "text" in e["answers"]]
+    if gold and len(gold) == len(examples):
+        scores = squad_em_f1(predictions, examples)
+        print(f"EM {scores['exact_match']:.2f} F1 {scores['f1']:.2f} ({len(examples)} questions)", flush=True)
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------------------------------------------------- info/verify
+def cmd_info(args) -> int:
+    store = _open_store(args.store, readonly=True, create=False)
+    info = store.info()
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return EXIT_OK
+    print(f"store {info['path']} (format version {info['format_version']})")
+    print(f"documents: {info['documents']}  shards: {info['shards']}  size on disk: "
+          f"{_human_bytes(info['bytes_on_disk'])}")
+    for key, space in info["spaces"].items():
+        print(f"- space {key[:16]}: model_type {space['model_type']}, fingerprint {space['fingerprint']}")
+        print(f"    settings {json.dumps(space['settings'], sort_keys=True)}")
+        print(f"    documents {space['documents']}, shards {space['shards']}, {_human_bytes(space['bytes'])}, "
+              f"dtype {', '.join(space['dtypes'])}")
+    if info["orphans"]:
+        print(f"orphan shard files (from interrupted writes; `encode --repair` removes them): {len(info['orphans'])}")
+    if info["bad_manifests"]:
+        print(f"unreadable index files: {', '.join(info['bad_manifests'])} (run verify)")
+    return EXIT_OK
+
+
+def cmd_verify(args) -> int:
+    store = _open_store(args.store, readonly=True, create=False)
+    report = store.verify(progress=not args.no_progress)
+    if args.json:
+        print(json.dumps({
+            "ok": report.ok, "shards_checked": report.shards_checked, "documents_checked": report.documents_checked,
+            "corruptions": [{"shard": c.shard, "reason": c.reason,
+                             "documents": [{"content_hash": e.content_hash, "id": e.meta.get("id")}
+                                           for e in c.documents]} for c in report.corruptions],
+            "orphans": report.orphans}, indent=2))
+    else:
+        for corruption in report.corruptions:
+            print(corruption.describe())
+        for orphan in report.orphans:
+            print(f"orphan shard (no index entry, ignored): {orphan}")
+        if report.ok:
+            print(f"OK: {report.shards_checked} shard(s), {report.documents_checked} document(s) verified")
+        else:
+            print(f"FAILED: {len(report.corruptions)} corrupted shard(s) or index file(s), "
+                  f"{len(report.corrupted_documents)} corrupted document(s) out of {report.documents_checked}; "
+                  f"recompute them with `hf-readonce encode MODEL --documents FILE --store {store.path} --repair`")
+    return EXIT_OK if report.ok else EXIT_PROBLEMS
+
+
+# ---------------------------------------------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of every subcommand except `demo` (which parses its own arguments)."""
+    parser = argparse.ArgumentParser(prog="hf-readonce", description="Read a document once, reuse it everywhere.",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("demo", help="MiniLM -> DeFormer, fine-tune, answer from cached passages, print EM/F1 and "
+                                "speed-up (see `hf-readonce demo --help`)", add_help=False)
+
+    def model_options(p):
+        p.add_argument("model", help="DeFormer (or BERT) checkpoint folder or Hub id")
+        p.add_argument("--store", required=True, help="store directory")
+        p.add_argument("--num-decomposed-layers", type=int, default=None,
+                       help="override k (default: the checkpoint's)")
+        p.add_argument("--max-passage-length", type=int, default=None, help="window length in tokens, [SEP] included")
+        p.add_argument("--doc-stride", type=int, default=None, help="tokens shared by consecutive windows")
+        p.add_argument("--batch-size", type=int, default=32, help="windows (encode) or features (answer) per batch")
+        p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
+        p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    encode = sub.add_parser("encode", help="store the representations of a JSONL file's documents")
+    model_options(encode)
+    encode.add_argument("--documents", required=True, help="JSONL file, one document per line")
+    encode.add_argument("--text-field", default="context", help="field holding the text (default: context)")
+    encode.add_argument("--id-field", default="id", help="field naming the document in reports (default: id)")
+    encode.add_argument("--dtype", choices=("fp32", "fp16", "bf16"), default="fp16",
+                        help="storage dtype of the states (default fp16)")
+    encode.add_argument("--shard-size-mb", type=float, default=64.0, help="shard size in MiB (default 64)")
+    encode.add_argument("--repair", action="store_true",
+                        help="verify first; drop corrupted documents (quarantining their shards) and recompute them")
+    encode.add_argument("--strict", action="store_true", help="exit 1 if any input line was set aside")
+    encode.set_defaults(func=cmd_encode, max_passage_length_default=256, doc_stride_default=64)
+
+    answer = sub.add_parser("answer", help="answer SQuAD-style questions from stored passage states")
+    model_options(answer)
+    answer.add_argument("--questions", required=True, help="JSONL with id, question, context (answers optional)")
+    answer.add_argument("--output", required=True, help="predictions JSONL (id, prediction_text)")
+    answer.add_argument("--max-question-length", type=int, default=64)
+    answer.add_argument("--n-best", type=int, default=20)
+    answer.add_argument("--max-answer-length", type=int, default=30)
+    answer.add_argument("--allow-no-answer", action="store_true", help="SQuAD 2.0: predict '' when [CLS] wins")
+    answer.add_argument("--encode-missing", action="store_true",
+                        help="encode and store passages that are not stored (otherwise an error)")
+    answer.set_defaults(func=cmd_answer)
+
+    info = sub.add_parser("info", help="documents, size on disk, fingerprints")
+    info.add_argument("--store", required=True)
+    info.add_argument("--json", action="store_true", help="machine-readable output")
+    info.set_defaults(func=cmd_info)
+
+    verify = sub.add_parser("verify", help="check every checksum; exit 1 naming corrupted shards and documents")
+    verify.add_argument("--store", required=True)
+    verify.add_argument("--json", action="store_true", help="machine-readable output")
+    verify.add_argument("--no-progress", action="store_true")
+    verify.set_defaults(func=cmd_verify)
+    return parser
 
 
 def main(argv=None) -> int:
-    """Entry point of the `hf-readonce` console script.
+    """Entry point of the `hf-readonce` console script and of `python -m hf_readonce.cli`.
 
     Args:
         argv (`list[str]`, *optional*): arguments after the program name; defaults to `sys.argv[1:]`.
 
     Returns:
-        `int`: the process exit status (0 on success).
+        `int`: the exit status (0 success, 1 problems found, 2 errors; see the module docstring).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = argparse.ArgumentParser(prog="hf-readonce", description="Read a document once, reuse it everywhere.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="MiniLM -> DeFormer, fine-tune, answer from cached passages, print EM/F1 and speed-up",
-                   add_help=False)
-    args, rest = parser.parse_known_args(argv)
-    if args.command == "demo":
+    if argv and argv[0] == "demo":
         from .demo import main as demo_main
 
-        demo_main(rest)
-    return 0
+        demo_main(argv[1:])
+        return EXIT_OK
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "encode":
+        if args.max_passage_length is None:
+            args.max_passage_length = args.max_passage_length_default
+        if args.doc_stride is None:
+            args.doc_stride = args.doc_stride_default
+    try:
+        return args.func(args)
+    except CommandError as error:
+        print(f"hf-readonce {args.command}: error: {error}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print(f"hf-readonce {args.command}: interrupted; committed shards are kept, re-run to finish.",
+              file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

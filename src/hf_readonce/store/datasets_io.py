@@ -1,0 +1,156 @@
+"""Export a [`RepresentationStore`] as a `datasets.Dataset` (Arrow; `to_parquet` / `push_to_hub` to share it next to
+the model) and import such a dataset back into a store. Tensors travel as raw bytes with their dtype and shape
+(bf16 has no Arrow type), each row with the document checksum, which the import re-checks."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+
+import torch
+
+from .core import (
+    DEFAULT_SHARD_SIZE_BYTES,
+    FORMAT_VERSION,
+    CorruptedShardError,
+    RepresentationStore,
+    resolve_dtype,
+    tensors_checksum,
+)
+
+COLUMNS = ("format_version", "space", "fingerprint", "settings", "model_type", "content_hash", "sha256", "meta",
+           "tensor_names", "tensor_dtypes", "tensor_shapes", "tensor_bytes")
+
+
+def _features():
+    from datasets import Features, Sequence, Value
+
+    return Features({
+        "format_version": Value("int32"), "space": Value("string"), "fingerprint": Value("string"),
+        "settings": Value("string"), "model_type": Value("string"), "content_hash": Value("string"),
+        "sha256": Value("string"), "meta": Value("string"), "tensor_names": Sequence(Value("string")),
+        "tensor_dtypes": Sequence(Value("string")), "tensor_shapes": Sequence(Sequence(Value("int64"))),
+        "tensor_bytes": Sequence(Value("binary")),
+    })
+
+
+def iter_store_rows(path: str, fingerprint: str | None = None, settings_json: str | None = None) -> Iterator[dict]:
+    """Rows of the export (one per document; see [`export_to_dataset`]); reads and checks every document."""
+    store = RepresentationStore(path, create=False, readonly=True)
+    settings = json.loads(settings_json) if settings_json is not None else None
+    spaces = {s.key: s for s in store.spaces()}
+    for entry in store.entries(fingerprint, settings):
+        space = spaces[entry.space]
+        tensors = store._read(entry, verify=True)
+        names = sorted(tensors)
+        yield {
+            "format_version": FORMAT_VERSION, "space": space.key, "fingerprint": space.fingerprint,
+            "settings": json.dumps(space.settings, sort_keys=True), "model_type": space.model_type or "",
+            "content_hash": entry.content_hash, "sha256": entry.sha256, "meta": json.dumps(entry.meta),
+            "tensor_names": names, "tensor_dtypes": [str(tensors[n].dtype).removeprefix("torch.") for n in names],
+            "tensor_shapes": [list(tensors[n].shape) for n in names],
+            "tensor_bytes": [_to_bytes(tensors[n]) for n in names],
+        }
+
+
+def _to_bytes(tensor: torch.Tensor) -> bytes:
+    flat = tensor.contiguous().reshape(-1)
+    if flat.dtype == torch.bool:
+        flat = flat.to(torch.uint8)
+    return flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+
+
+def _from_bytes(data: bytes, dtype: str, shape: list[int]) -> torch.Tensor:
+    torch_dtype = getattr(torch, dtype, None)
+    if not isinstance(torch_dtype, torch.dtype):
+        raise ValueError(f"unknown tensor dtype {dtype!r}.")
+    storage_dtype = torch.uint8 if torch_dtype == torch.bool else torch_dtype
+    if not data:
+        return torch.empty(shape, dtype=torch_dtype)
+    tensor = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(storage_dtype).reshape(shape)
+    return tensor.to(torch.bool) if torch_dtype == torch.bool else tensor
+
+
+def export_to_dataset(store: RepresentationStore, fingerprint: str | None = None, settings: Mapping | None = None,
+                      *, cache_dir=None):
+    """Export the documents of `store` (all spaces, or the one of `fingerprint`+`settings`) as a
+    `datasets.Dataset`, one row per document, columns:
+
+    `format_version`, `space`, `fingerprint`, `settings` (JSON), `model_type`, `content_hash`, `sha256`, `meta`
+    (JSON), and per tensor (parallel lists) `tensor_names`, `tensor_dtypes`, `tensor_shapes`, `tensor_bytes`
+    (raw little-endian bytes). Save with `dataset.to_parquet(...)` or share with `dataset.push_to_hub(...)`.
+
+    Args:
+        cache_dir (`str`, *optional*): where `datasets` writes the Arrow file (its default cache otherwise).
+
+    Raises:
+        CorruptedShardError: if a document fails its checksum (a corrupted store is never exported).
+        ValueError: if `settings` is given without `fingerprint`.
+    """
+    from datasets import Dataset
+
+    if settings is not None and fingerprint is None:
+        raise ValueError("`settings` needs `fingerprint`.")
+    from .core import canonical_settings
+
+    gen_kwargs = {"path": str(store.path), "fingerprint": fingerprint,
+                  "settings_json": canonical_settings(settings) if fingerprint is not None else None}
+    # the index state is part of the cache key, so a changed store is exported again
+    store.refresh()
+    gen_kwargs["state"] = sorted(store._manifests_loaded)
+    return Dataset.from_generator(_generate, gen_kwargs=gen_kwargs, features=_features(), cache_dir=cache_dir)
+
+
+def _generate(path, fingerprint, settings_json, state):
+    del state
+    yield from iter_store_rows(path, fingerprint, settings_json)
+
+
+def import_from_dataset(store: RepresentationStore, dataset, *,
+                        shard_size_bytes: int = DEFAULT_SHARD_SIZE_BYTES) -> int:
+    """Write the rows of an exported dataset (see [`export_to_dataset`]) into `store`, checking each row's checksum.
+    Documents already stored are skipped.
+
+    Args:
+        dataset (`datasets.Dataset` or an iterable of row dicts).
+
+    Returns:
+        `int`: documents written.
+
+    Raises:
+        ValueError: a missing column, an unknown format version or dtype. CorruptedShardError: a row whose bytes do
+            not match its `sha256` (naming the document); rows before it are kept.
+    """
+    column_names = getattr(dataset, "column_names", None)
+    if column_names is not None:
+        absent = [c for c in COLUMNS if c not in column_names]
+        if absent:
+            raise ValueError(f"`dataset` lacks the columns {absent}; was it made by export_to_dataset?")
+    writers = {}
+    written = 0
+    try:
+        for number, row in enumerate(dataset):
+            if row["format_version"] != FORMAT_VERSION:
+                raise ValueError(f"row {number}: format_version {row['format_version']}, expected {FORMAT_VERSION}.")
+            tensors = {name: _from_bytes(data, dtype, shape) for name, dtype, shape, data in zip(
+                row["tensor_names"], row["tensor_dtypes"], row["tensor_shapes"], row["tensor_bytes"])}
+            if tensors_checksum(tensors) != row["sha256"]:
+                raise CorruptedShardError(
+                    f"row {number} (document {row['content_hash'][:16]}): bytes do not match the row's sha256.",
+                    "<dataset>", [row["content_hash"]])
+            key = row["space"]
+            if key not in writers:
+                floats = [d for d in row["tensor_dtypes"] if d in ("float32", "float16", "bfloat16")]
+                writers[key] = store.writer(row["fingerprint"], json.loads(row["settings"]),
+                                            dtype=resolve_dtype(floats[0] if floats else "float32"),
+                                            shard_size_bytes=shard_size_bytes, model_type=row["model_type"] or None)
+                if writers[key].space.key != key:
+                    raise ValueError(f"row {number}: space key does not match its fingerprint and settings.")
+            written += writers[key].add(row["content_hash"], tensors, meta=json.loads(row["meta"] or "{}"))
+    finally:
+        for writer in writers.values():
+            writer.flush()
+    return written
+
+
+__all__ = ["export_to_dataset", "import_from_dataset", "iter_store_rows"]
