@@ -33,6 +33,7 @@ _register(
 )
 
 from .training import DeformerDistillationTrainer  # noqa: E402
+from .store import RepresentationStore  # noqa: E402
 
 __all__ = [
     "DeformerBertConfig",
@@ -41,5 +42,6 @@ __all__ = [
     "DeformerBertModelOutput",
     "DeformerDistillationTrainer",
     "DeformerPassageOutput",
+    "RepresentationStore",
     "__version__",
 ]
