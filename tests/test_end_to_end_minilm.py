@@ -26,7 +26,14 @@ def test_minilm_k0_equals_bert_on_real_text(data_dir):
         torch.testing.assert_close(deformer(**inputs).start_logits, bert(**inputs).start_logits, atol=1e-5, rtol=0)
 
 
-def test_fine_tune_and_answer_from_cache(data_dir, tmp_path):
+def test_fine_tune_and_answer_from_cache(data_dir, tmp_path, monkeypatch):
+    import hf_readonce.deformer_qa as pipeline
+
+    bf16 = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    evaluated = []
+    original = pipeline.predict_pairs
+    monkeypatch.setattr(pipeline, "predict_pairs", lambda model, *a, **k: evaluated.append(model) or original(
+        model, *a, **k))
     metrics = run(
         ModelArguments(num_decomposed_layers=4),
         DataArguments(train_file=str(data_dir / "quoref" / "train.jsonl"),
@@ -34,8 +41,11 @@ def test_fine_tune_and_answer_from_cache(data_dir, tmp_path):
                       max_question_length=32, doc_stride=32, max_train_samples=16, max_eval_samples=12),
         TrainingArguments(output_dir=str(tmp_path), do_train=True, do_eval=True, max_steps=3,
                           per_device_train_batch_size=4, learning_rate=1e-4, use_cpu=True, report_to="none",
-                          save_strategy="no"),
+                          save_strategy="no", bf16=bf16),
     )
+    # bf16 training must not leave accelerate's autocast wrapper on `forward`: evaluation runs in one precision
+    (model,) = evaluated
+    assert getattr(model.forward, "__func__", None) is DeformerBertForQuestionAnswering.forward
     assert metrics["num_decomposed_layers"] == 4 and metrics["train_features"] >= 16
     assert 0.0 <= metrics["cached_f1"] <= 100.0
     # the cache changes the cost, never the answers
