@@ -6,15 +6,20 @@ a saved checkpoint without `trust_remote_code`. Saved checkpoints also carry `au
 they load with `trust_remote_code=True` where hf-readonce is not installed.
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForQuestionAnswering
+from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForQuestionAnswering
 
 from .models.configuration_deformer_bert import DeformerBertConfig
+from .models.configuration_recurrent_gpt2 import RecurrentGPT2Config
+from .models.configuration_recurrent_llama import RecurrentLlamaConfig
 from .models.modeling_deformer_bert import (
     DeformerBertForQuestionAnswering,
     DeformerBertModel,
     DeformerBertModelOutput,
     DeformerPassageOutput,
 )
+from .models.modeling_recurrence import RecurrentCache, RecurrentCausalLMOutputWithPast
+from .models.modeling_recurrent_gpt2 import RecurrentGPT2LMHeadModel
+from .models.modeling_recurrent_llama import RecurrentLlamaForCausalLM
 
 __version__ = "0.1.0"
 
@@ -32,8 +37,11 @@ _register(
     [(AutoModel, DeformerBertModel), (AutoModelForQuestionAnswering, DeformerBertForQuestionAnswering)],
 )
 
-from .training import DeformerDistillationTrainer  # noqa: E402
+_register(RecurrentGPT2Config, "recurrent_gpt2", [(AutoModelForCausalLM, RecurrentGPT2LMHeadModel)])
+_register(RecurrentLlamaConfig, "recurrent_llama", [(AutoModelForCausalLM, RecurrentLlamaForCausalLM)])
+
 from .store import RepresentationStore  # noqa: E402
+from .training import DeformerDistillationTrainer  # noqa: E402
 
 __all__ = [
     "DeformerBertConfig",
@@ -42,6 +50,12 @@ __all__ = [
     "DeformerBertModelOutput",
     "DeformerDistillationTrainer",
     "DeformerPassageOutput",
+    "RecurrentCache",
+    "RecurrentCausalLMOutputWithPast",
+    "RecurrentGPT2Config",
+    "RecurrentGPT2LMHeadModel",
+    "RecurrentLlamaConfig",
+    "RecurrentLlamaForCausalLM",
     "RepresentationStore",
     "__version__",
 ]
