@@ -6,9 +6,17 @@ a saved checkpoint without `trust_remote_code`. Saved checkpoints also carry `au
 they load with `trust_remote_code=True` where hf-readonce is not installed.
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForQuestionAnswering
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForCausalLM,
+    AutoModelForQuestionAnswering,
+    AutoModelForSeq2SeqLM,
+)
 
 from .models.configuration_deformer_bert import DeformerBertConfig
+from .models.configuration_readonce_bart import ReadOnceBartConfig
+from .models.modeling_readonce_bart import ReadOnceBartForConditionalGeneration, ReadOnceRepresentations
 from .models.configuration_recurrent_gpt2 import RecurrentGPT2Config
 from .models.configuration_recurrent_llama import RecurrentLlamaConfig
 from .models.modeling_deformer_bert import (
@@ -37,6 +45,7 @@ _register(
     [(AutoModel, DeformerBertModel), (AutoModelForQuestionAnswering, DeformerBertForQuestionAnswering)],
 )
 
+_register(ReadOnceBartConfig, "readonce_bart", [(AutoModelForSeq2SeqLM, ReadOnceBartForConditionalGeneration)])
 _register(RecurrentGPT2Config, "recurrent_gpt2", [(AutoModelForCausalLM, RecurrentGPT2LMHeadModel)])
 _register(RecurrentLlamaConfig, "recurrent_llama", [(AutoModelForCausalLM, RecurrentLlamaForCausalLM)])
 
@@ -50,6 +59,9 @@ __all__ = [
     "DeformerBertModelOutput",
     "DeformerDistillationTrainer",
     "DeformerPassageOutput",
+    "ReadOnceBartConfig",
+    "ReadOnceBartForConditionalGeneration",
+    "ReadOnceRepresentations",
     "RecurrentCache",
     "RecurrentCausalLMOutputWithPast",
     "RecurrentGPT2Config",

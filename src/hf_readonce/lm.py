@@ -65,10 +65,20 @@ def load_smollm2(dtype: torch.dtype = torch.float32):
     """
     from transformers import AutoTokenizer
 
+    from transformers import LlamaConfig
+
     path = smollm2_gguf_path()
     tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    model = LlamaForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
-    return model, tokenizer
+    loaded = LlamaForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
+    # the GGUF loader dequantizes to `dtype` but leaves the model marked as quantized (Trainer then refuses to
+    # fine-tune it): rebuild a plain model from the same config and the dequantized weights
+    settings = loaded.config.to_dict()
+    for key in ("quantization_config", "model_type", "architectures", "transformers_version"):
+        settings.pop(key, None)
+    model = LlamaForCausalLM(LlamaConfig(**settings)).to(dtype)
+    model.load_state_dict(loaded.state_dict())
+    model.generation_config = loaded.generation_config
+    return model.eval(), tokenizer
 
 
 def read_books(data_dir, names) -> dict[str, str]:

@@ -1,0 +1,230 @@
+"""ReadOnceBartForConditionalGeneration (Lin et al. 2021) on tiny random BART configs."""
+
+import math
+
+import pytest
+import torch
+from transformers import BartConfig, BartForConditionalGeneration
+
+from hf_readonce import ReadOnceBartConfig, ReadOnceBartForConditionalGeneration, ReadOnceRepresentations
+
+from .conftest import run_without_hf_readonce
+
+TINY = dict(vocab_size=99, d_model=32, encoder_layers=4, decoder_layers=2, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=64,
+            dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, pad_token_id=1, bos_token_id=0,
+            eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=None)
+
+
+def tiny(seed=0, **overrides):
+    torch.manual_seed(seed)
+    model = ReadOnceBartForConditionalGeneration(ReadOnceBartConfig(**{**TINY, "compression_ratio": 4, **overrides}))
+    with torch.no_grad():  # a non-uniform aggregation so that "linear" differs from "mean" in the tests
+        if model.document_encoder.aggregation.score is not None:
+            model.document_encoder.aggregation.score.weight.normal_()
+    return model.eval()
+
+
+def tokens(batch, length, seed=1):
+    return torch.randint(3, 99, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def test_config_validation_and_defaults():
+    config = ReadOnceBartConfig(**TINY)
+    assert (config.compression_ratio, config.window_size, config.aggregation, config.append_layer, config.fusion) == (
+        8, 8, "linear", 2, "append")
+    assert config.document_chunk_length == 64
+    for bad, match in [(dict(compression_ratio=0), "compression_ratio"), (dict(window_size=2), "window_size"),
+                       (dict(aggregation="sum"), "aggregation"), (dict(append_layer=5), "append_layer"),
+                       (dict(append_layer=0), "append_layer"), (dict(fusion="cross"), "fusion"),
+                       (dict(document_chunk_length=65), "document_chunk_length"),
+                       (dict(document_chunk_length=32, document_chunk_overlap=32), "document_chunk_overlap"),
+                       (dict(document_chunk_length=32, document_chunk_overlap=3), "multiple")]:
+        with pytest.raises(ValueError, match=match):
+            ReadOnceBartConfig(**{**TINY, "compression_ratio": 8, **bad})
+
+
+@pytest.mark.parametrize("aggregation", ["linear", "mean", "max"])
+@pytest.mark.parametrize("length,k", [(3, 4), (17, 4), (16, 4), (30, 8), (9, 1)])
+def test_representation_shapes_masks_and_values(aggregation, length, k):
+    model = tiny(aggregation=aggregation, compression_ratio=k)
+    ids = tokens(2, length)
+    mask = torch.ones_like(ids)
+    mask[1, max(1, length // 2):] = 0
+    with torch.no_grad():
+        reps = model.encode_documents(ids, mask)
+        states = model.document_encoder.encoder(input_ids=ids[:1]).last_hidden_state[0]
+    count = math.ceil(length / k)
+    assert reps.representations.shape == (2, count, 32) and reps.compression_ratio == k
+    assert reps.attention_mask[0].tolist() == [1] * count
+    assert reps.attention_mask[1].tolist() == [int(j * k < max(1, length // 2)) for j in range(count)]
+    window = states[:k]  # first window of the unpadded document
+    expected = {"mean": window.mean(0), "max": window.max(0).values}.get(aggregation)
+    if aggregation == "linear":
+        scores = model.document_encoder.aggregation.score(window).squeeze(-1)
+        expected = (torch.softmax(scores, 0)[:, None] * window).sum(0)
+    torch.testing.assert_close(reps.representations[0, 0], expected, atol=1e-5, rtol=1e-5)
+    assert torch.all(reps.representations[1][reps.attention_mask[1] == 0] == 0)
+
+
+def test_overlapping_windows_and_k_at_inference():
+    model = tiny(compression_ratio=4, window_size=6, aggregation="mean")
+    ids = tokens(1, 20)
+    with torch.no_grad():
+        states = model.document_encoder.encoder(input_ids=ids).last_hidden_state[0]
+        reps = model.encode_documents(ids)
+        torch.testing.assert_close(reps.representations[0, 1], states[4:10].mean(0), atol=1e-5, rtol=0)
+        other = model.encode_documents(ids, compression_ratio=2)  # §5.2: train at one k, use another
+    assert other.representations.shape == (1, 10, 32) and other.compression_ratio == 2
+    torch.testing.assert_close(other.representations[0, 1], states[2:6].mean(0), atol=1e-5, rtol=0)  # w - k kept
+
+
+def test_long_documents_are_chunked():
+    model = tiny(compression_ratio=4, document_chunk_length=16, document_chunk_overlap=4, aggregation="mean")
+    ids = tokens(1, 40)  # beyond 16 tokens: chunks [0,16), [12,28), [24,40)
+    with torch.no_grad():
+        reps = model.encode_documents(ids)
+        second = model.document_encoder.encoder(input_ids=ids[:, 12:28]).last_hidden_state[0]
+    assert reps.representations.shape == (1, 4 + 3 + 3, 32)
+    torch.testing.assert_close(reps.representations[0, 4], second[4:8].mean(0), atol=1e-5, rtol=0)
+    long_ids = tokens(1, 200)  # far beyond the 64 positions
+    assert model.encode_documents(long_ids).representations.shape[1] == 200 // 4  # each token in one window
+
+
+def test_without_representations_equals_bart_and_from_pretrained(tmp_path):
+    torch.manual_seed(0)
+    bart = BartForConditionalGeneration(BartConfig(**TINY)).eval()
+    bart.save_pretrained(tmp_path / "bart")
+    model, info = ReadOnceBartForConditionalGeneration.from_pretrained(tmp_path / "bart", output_loading_info=True,
+                                                                       compression_ratio=4)
+    model.eval()
+    assert all(k.startswith("document_encoder.aggregation") for k in info["missing_keys"]), info
+    q, dec = tokens(2, 7), tokens(2, 5, seed=2)
+    with torch.no_grad():
+        torch.testing.assert_close(model(q, decoder_input_ids=dec).logits, bart(q, decoder_input_ids=dec).logits,
+                                   atol=1e-5, rtol=0)
+        # the document encoder starts as a copy of BART's encoder (separate weights)
+        torch.testing.assert_close(model.document_encoder.encoder(input_ids=q).last_hidden_state,
+                                   bart.model.encoder(input_ids=q).last_hidden_state, atol=1e-5, rtol=0)
+    assert model.document_encoder.encoder.embed_tokens.weight.data_ptr() != model.model.shared.weight.data_ptr()
+
+
+def test_representations_appended_at_layer_L():
+    model = tiny()
+    q, doc = tokens(2, 6), tokens(2, 24, seed=5)
+    with torch.no_grad():
+        reps = model.encode_documents(doc)
+        out = model.get_encoder()(input_ids=q, document_representations=reps)
+        plain = model.get_encoder()(input_ids=q)
+    assert out.last_hidden_state.shape == (2, 6 + 6, 32) and out.attention_mask.shape == (2, 12)
+    # layers 1..L-1 read the question alone: with L = N (last layer) the question states before it are unchanged
+    late = tiny(append_layer=4)
+    with torch.no_grad():
+        seen = {}
+        for name, m in (("plain", None), ("reps", reps)):
+            hook = late.model.encoder.layers[3].register_forward_pre_hook(
+                lambda mod, args, name=name: seen.__setitem__(name, args[0]))
+            late.get_encoder()(input_ids=q, document_representations=m)
+            hook.remove()
+    torch.testing.assert_close(seen["reps"][:, :6], seen["plain"], atol=1e-6, rtol=0)
+    assert seen["reps"].shape[1] == 12
+    assert not torch.allclose(out.last_hidden_state[:, :6], plain.last_hidden_state, atol=1e-4)
+
+
+def test_generate_cached_equals_recomputed_greedy_beam_batch():
+    model = tiny()
+    q, doc = tokens(3, 6), tokens(3, 20, seed=4)
+    doc_mask = torch.ones_like(doc)
+    doc_mask[2, 9:] = 0
+    q_mask = torch.ones_like(q)
+    q_mask[1, 4:] = 0
+    with torch.no_grad():
+        reps = model.encode_documents(doc, doc_mask)
+        kwargs = dict(max_new_tokens=5, min_new_tokens=5, do_sample=False)
+        for beams in (1, 3):
+            cached = model.generate(q, attention_mask=q_mask, document_representations=reps.representations,
+                                    document_attention_mask=reps.attention_mask, num_beams=beams, **kwargs)
+            recomputed = model.generate(q, attention_mask=q_mask, document_representations=model.encode_documents(
+                doc, doc_mask), num_beams=beams, **kwargs)
+            assert torch.equal(cached, recomputed)
+            for row in range(3):  # batched == one by one
+                single = model.generate(q[row : row + 1, : int(q_mask[row].sum())],
+                                        document_representations=reps.representations[row : row + 1, : int(
+                                            reps.attention_mask[row].sum())], num_beams=beams, **kwargs)
+                assert torch.equal(single[0], cached[row]), (beams, row)
+        blind = model.generate(q, attention_mask=q_mask, **kwargs)
+    assert not torch.equal(blind, cached)  # the representations reached the encoder
+
+
+def test_errors():
+    model = tiny()
+    q = tokens(2, 5)
+    with pytest.raises(ValueError, match="hidden size"):
+        model(q, document_representations=torch.zeros(2, 3, 16), decoder_input_ids=q)
+    with pytest.raises(ValueError, match="documents for a batch"):
+        model(q, document_representations=torch.zeros(3, 3, 32), decoder_input_ids=q)
+    with pytest.raises(ValueError, match="document_attention_mask"):
+        model(q, document_attention_mask=torch.ones(2, 3), decoder_input_ids=q)
+    with pytest.raises(ValueError, match="empty"):
+        model.encode_documents(tokens(2, 5), torch.tensor([[1] * 5, [0] * 5]))
+    with pytest.raises(ValueError, match="non-empty"):
+        model.encode_documents(torch.zeros(1, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match="compression_ratio"):
+        model.encode_documents(tokens(1, 5), compression_ratio=0)
+    other = tiny(seed=1).encode_documents(tokens(2, 8))
+    with pytest.raises(ValueError, match="re-encode"):
+        model(q, document_representations=other, decoder_input_ids=q)
+
+
+def test_training_step_joint_and_frozen_lora_and_groups(tmp_path):
+    from datasets import Dataset
+    from peft import LoraConfig, get_peft_model
+    from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+    model = tiny().train()
+    rows = [{"input_ids": tokens(1, 6, seed=s)[0].tolist(), "document_input_ids": tokens(1, 16, seed=s + 50)[0].tolist(),
+             "labels": tokens(1, 4, seed=s + 99)[0].tolist()} for s in range(8)]
+    before = model.document_encoder.aggregation.score.weight.detach().clone()
+    args = Seq2SeqTrainingArguments(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=4,
+                                    use_cpu=True, report_to="none", save_strategy="no", learning_rate=1e-2,
+                                    remove_unused_columns=False)
+    result = Seq2SeqTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows)).train()
+    assert result.training_loss > 0
+    assert not torch.equal(before, model.document_encoder.aggregation.score.weight)  # joint training reaches it
+    groups = model.optimizer_parameter_groups()
+    assert [g["lr"] for g in groups] == [1e-5, 1e-4] and len(groups[1]["params"]) == 2
+    model.freeze_document_encoder()
+    assert not any(p.requires_grad for p in model.document_encoder.parameters())
+    model.gradient_checkpointing_enable()
+    reps = model.encode_documents(tokens(2, 16))
+    model(tokens(2, 6), document_representations=reps, labels=tokens(2, 4)).loss.backward()
+    lora = get_peft_model(tiny(), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    lora(input_ids=tokens(2, 6), document_representations=lora.encode_documents(tokens(2, 16)),
+         labels=tokens(2, 4)).loss.backward()
+
+
+def test_save_and_remote_code_round_trip(tmp_path):
+    model = tiny()
+    model.save_pretrained(tmp_path / "ckpt")
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("*.py")) == [
+        "configuration_readonce_bart.py", "modeling_readonce_bart.py"]
+    q, doc = tokens(2, 6), tokens(2, 20, seed=4)
+    with torch.no_grad():
+        expected = model.generate(q, document_representations=model.encode_documents(doc), max_new_tokens=4,
+                                  min_new_tokens=4, do_sample=False)
+    torch.save({"q": q, "doc": doc, "expected": expected}, tmp_path / "inputs.pt")
+    result = run_without_hf_readonce(f"""
+        import torch
+        from transformers import AutoModelForSeq2SeqLM
+        model = AutoModelForSeq2SeqLM.from_pretrained({str(tmp_path / 'ckpt')!r}, trust_remote_code=True).eval()
+        assert "hf_readonce" not in type(model).__module__
+        d = torch.load({str(tmp_path / 'inputs.pt')!r})
+        with torch.no_grad():
+            got = model.generate(d["q"], document_representations=model.encode_documents(d["doc"]), max_new_tokens=4,
+                                 min_new_tokens=4, do_sample=False)
+        assert torch.equal(got, d["expected"]), (got, d["expected"])
+        print("OK", type(model).__name__)
+    """, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "OK ReadOnceBartForConditionalGeneration" in result.stdout
+    assert isinstance(model.encode_documents(doc), ReadOnceRepresentations)
