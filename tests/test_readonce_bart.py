@@ -228,3 +228,35 @@ def test_save_and_remote_code_round_trip(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "OK ReadOnceBartForConditionalGeneration" in result.stdout
     assert isinstance(model.encode_documents(doc), ReadOnceRepresentations)
+
+
+def test_bert_to_bart_converter_is_exact_on_minilm(tmp_path):
+    from transformers import AutoTokenizer, BertModel
+
+    from hf_readonce.bert_to_bart import readonce_bart_from_bert
+    from hf_readonce.weights import minilm_path
+
+    bert = BertModel.from_pretrained(minilm_path(), add_pooling_layer=False).eval()
+    model = readonce_bart_from_bert(bert, compression_ratio=8).eval()
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    batch = tokenizer(["Jane Austen wrote Emma in 1815.", "Persuasion was her last novel, published in 1817."],
+                      padding=True, return_tensors="pt")
+    real = batch.attention_mask.bool()
+    with torch.no_grad():
+        expected = bert(**batch).last_hidden_state
+        for encoder in (model.model.encoder, model.document_encoder.encoder):
+            got = encoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+            torch.testing.assert_close(got[real], expected[real], atol=1e-5, rtol=0)
+    assert model.config.decoder_start_token_id == tokenizer.cls_token_id
+    assert model.config.eos_token_id == tokenizer.sep_token_id and model.config.layer_norm_eps == 1e-12
+    model.save_pretrained(tmp_path / "converted")
+    reloaded = ReadOnceBartForConditionalGeneration.from_pretrained(tmp_path / "converted").eval()
+    with torch.no_grad():
+        got = reloaded.model.encoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+    torch.testing.assert_close(got[real], expected[real], atol=1e-5, rtol=0)
+    with torch.no_grad():  # the warm-started model generates (new cross-attention: content is not yet meaningful)
+        out = reloaded.generate(batch.input_ids, attention_mask=batch.attention_mask,
+                                document_representations=reloaded.encode_documents(batch.input_ids,
+                                                                                   batch.attention_mask),
+                                max_new_tokens=3)
+    assert out.shape[0] == 2

@@ -46,6 +46,9 @@ class ReadOnceBartConfig(BartConfig):
         document_chunk_overlap (`int`, *optional*, defaults to 0):
             o, tokens shared by consecutive chunks (context only: their representations come from the earlier
             chunk).
+        layer_norm_eps (`float`, *optional*, defaults to 1e-5):
+            Epsilon of every LayerNorm (BART's built-in value is 1e-5; a model converted from BERT keeps BERT's
+            1e-12 so that its encoder computes BERT's hidden states exactly).
 
     Raises:
         ValueError: if k or w is not a positive int, `w < k`, the aggregation or fusion is unknown, L is not in
@@ -73,9 +76,13 @@ class ReadOnceBartConfig(BartConfig):
         fusion: str = "append",
         document_chunk_length: int | None = None,
         document_chunk_overlap: int = 0,
+        layer_norm_eps: float = 1e-5,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if isinstance(layer_norm_eps, bool) or not isinstance(layer_norm_eps, (int, float)) or layer_norm_eps <= 0:
+            raise ValueError(f"`layer_norm_eps` must be a positive number, got {layer_norm_eps!r}.")
+        self.layer_norm_eps = float(layer_norm_eps)
         if not _is_int(compression_ratio) or compression_ratio < 1:
             raise ValueError(f"`compression_ratio` must be a positive int, got {compression_ratio!r}.")
         window_size = compression_ratio if window_size is None else window_size

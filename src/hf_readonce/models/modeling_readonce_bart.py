@@ -356,6 +356,9 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         self.document_encoder = ReadOnceBartDocumentEncoder(config)
         self.final_logits_bias = nn.Buffer(torch.zeros((1, self.model.shared.num_embeddings)))
         self.lm_head = nn.Linear(config.d_model, self.model.shared.num_embeddings, bias=False)
+        for module in self.modules():  # BART hard-codes nn.LayerNorm's default epsilon; honour the config's
+            if isinstance(module, nn.LayerNorm):
+                module.eps = config.layer_norm_eps
         self.post_init()
 
     @classmethod
