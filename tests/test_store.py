@@ -448,3 +448,29 @@ def test_two_processes_equal_one_process(tmp_path, checkpoint):
         assert x.keys() == y.keys()
         for name in x:
             torch.testing.assert_close(x[name], y[name], rtol=1e-4, atol=1e-5)
+
+
+def test_cli_encode_readonce_representations(tmp_path, tokenizer, qa_rows):
+    from hf_readonce import ReadOnceBartConfig, ReadOnceBartForConditionalGeneration
+    from hf_readonce.store import ReadOnceStoreAdapter
+
+    torch.manual_seed(0)
+    model = ReadOnceBartForConditionalGeneration(ReadOnceBartConfig(
+        vocab_size=30522, d_model=32, encoder_layers=2, decoder_layers=1, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=128,
+        compression_ratio=4, pad_token_id=0)).eval()
+    model.save_pretrained(tmp_path / "ro")
+    tokenizer.save_pretrained(tmp_path / "ro")
+    docs = write_jsonl(tmp_path / "docs.jsonl", qa_rows[:10])
+    assert cli_main(["encode", str(tmp_path / "ro"), "--documents", str(docs), "--store", str(tmp_path / "s"),
+                     "--no-progress", "--max-passage-length", "64"]) == 0
+    store = RepresentationStore(tmp_path / "s")
+    adapter = ReadOnceStoreAdapter(model, tokenizer, max_document_length=64)
+    text = qa_rows[0]["context"]
+    stored = store.get(adapter.fingerprint(), adapter.settings(), content_hash(text))
+    (expected,) = adapter.encode([text])
+    assert stored["representations"].shape == expected["representations"].shape == (16, 32)  # 64 tokens / k=4
+    torch.testing.assert_close(stored["representations"].float(), expected["representations"], atol=1e-2, rtol=0)
+    with pytest.raises(RepresentationMismatchError):  # another k is another representation
+        store.get(adapter.fingerprint(), ReadOnceStoreAdapter(model, tokenizer, 64, compression_ratio=8).settings(),
+                  content_hash(text))

@@ -62,9 +62,11 @@ def _device(name: str):
         raise CommandError(f"--device {name!r} is not a torch device ({error}).") from None
 
 
-def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, device="cpu", seed: int = 0):
+def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, device="cpu", seed: int = 0,
+                  allow_readonce: bool = False):
     """Load a DeFormer QA model and its fast tokenizer. A plain BERT checkpoint is loaded as a DeFormer (its QA
-    head, if absent, is initialized with `seed`, so answers are reproducible).
+    head, if absent, is initialized with `seed`, so answers are reproducible). With `allow_readonce` (what `encode`
+    passes), a `readonce_bart` checkpoint is loaded too: its documents are stored as ReadOnce representations.
 
     Raises:
         CommandError: if the checkpoint cannot be loaded or is neither `deformer_bert` nor `bert`.
@@ -82,11 +84,16 @@ def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, d
     set_seed(seed)
     if config.model_type == "deformer_bert":
         model = AutoModelForQuestionAnswering.from_pretrained(name_or_path, **extra)
+    elif config.model_type == "readonce_bart" and allow_readonce:
+        from hf_readonce.models.modeling_readonce_bart import ReadOnceBartForConditionalGeneration
+
+        model = ReadOnceBartForConditionalGeneration.from_pretrained(name_or_path)
     elif config.model_type == "bert":
         model = DeformerBertForQuestionAnswering.from_pretrained(name_or_path, **extra)
     else:
-        raise CommandError(f"model {name_or_path!r} has model_type {config.model_type!r}; the store supports "
-                           "deformer_bert (and bert checkpoints loaded as DeFormer).")
+        raise CommandError(f"model {name_or_path!r} has model_type {config.model_type!r}; this command supports "
+                           "deformer_bert (and bert checkpoints loaded as DeFormer)"
+                           + (" and readonce_bart." if allow_readonce else "."))
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     if not getattr(tokenizer, "is_fast", False):
         raise CommandError(f"model {name_or_path!r} has no fast tokenizer (offsets are needed).")
@@ -145,10 +152,14 @@ def cmd_encode(args) -> int:
     except ReadOnlyStoreError as error:
         raise CommandError(str(error)) from None
     device = state.device if state is not None else _device(args.device)
-    model, tokenizer = load_qa_model(args.model, args.num_decomposed_layers, device)
+    model, tokenizer = load_qa_model(args.model, args.num_decomposed_layers, device, allow_readonce=True)
     try:
-        adapter = get_adapter(model, tokenizer, max_passage_length=args.max_passage_length,
-                              doc_stride=args.doc_stride, batch_size=args.batch_size)
+        if model.config.model_type == "readonce_bart":  # whole documents, chunked by the model itself
+            adapter = get_adapter(model, tokenizer, max_document_length=args.max_passage_length,
+                                  batch_size=args.batch_size)
+        else:
+            adapter = get_adapter(model, tokenizer, max_passage_length=args.max_passage_length,
+                                  doc_stride=args.doc_stride, batch_size=args.batch_size)
     except (ValueError, TypeError) as error:
         raise CommandError(str(error)) from None
 
@@ -319,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--store", required=True, help="store directory")
         p.add_argument("--num-decomposed-layers", type=int, default=None,
                        help="override k (default: the checkpoint's)")
-        p.add_argument("--max-passage-length", type=int, default=None, help="window length in tokens, [SEP] included")
+        p.add_argument("--max-passage-length", type=int, default=None, help="window length in tokens, [SEP] included (ReadOnce models: tokens read per document)")
         p.add_argument("--doc-stride", type=int, default=None, help="tokens shared by consecutive windows")
         p.add_argument("--batch-size", type=int, default=32, help="windows (encode) or features (answer) per batch")
         p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")

@@ -8,7 +8,7 @@ atomic commits, file locking), keyed by `(model fingerprint, settings, content h
 `hf-readonce encode | answer | info | verify`.
 """
 
-from .adapters import DeformerStoreAdapter, get_adapter, register_adapter, tokenizer_fingerprint
+from .adapters import DeformerStoreAdapter, ReadOnceStoreAdapter, get_adapter, register_adapter, tokenizer_fingerprint
 from .core import (
     FORMAT_VERSION,
     CorruptedShardError,
@@ -54,6 +54,7 @@ __all__ = [
     "EncodeStats",
     "MissingRepresentationError",
     "ReadOnlyStoreError",
+    "ReadOnceStoreAdapter",
     "RepresentationMismatchError",
     "RepresentationSpace",
     "RepresentationStore",
