@@ -1,0 +1,33 @@
+#!/usr/bin/env python
+"""ReadOnce BART on summarization (the task text "summary", the article as ReadOnce representations).
+
+HF examples conventions (`HfArgumentParser`, `Seq2SeqTrainingArguments`). Two stages, as in the paper (§3.3, §3.4):
+stage 1 trains the document encoder and the representation+text model jointly; with `--stage2_steps N` the document
+encoder is then frozen, every document's representations are computed once into a `RepresentationStore`
+(`--store_dir`), and the representation+text model is fine-tuned and evaluated on the stored representations.
+`--variant baseline` trains the same warm start as plain BART on question + document text.
+
+    python examples/readonce/run_readonce_summarization.py --train_file ../shared/data/xsum/train.jsonl \\
+      --validation_file ../shared/data/xsum/validation.jsonl --max_target_length 48 --compression_ratio 8 \\
+      --do_train --do_eval --max_steps 150 --per_device_train_batch_size 16 --learning_rate 1e-4 --use_cpu \\
+      --report_to none --save_strategy no --output_dir runs/readonce_summarization_k8
+
+Without `--model_name_or_path` the packaged all-MiniLM-L6-v2 BERT is converted to BART (`hf_readonce.bert_to_bart`).
+"""
+
+import sys
+
+from transformers import HfArgumentParser, Seq2SeqTrainingArguments
+
+from hf_readonce.readonce_tasks import ReadOnceArguments, run
+
+
+def main(argv=None):
+    parser = HfArgumentParser((ReadOnceArguments, Seq2SeqTrainingArguments))
+    args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    args.task = "summarization"
+    return run(args, training_args)
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)

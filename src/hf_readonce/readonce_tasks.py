@@ -1,0 +1,269 @@
+"""Training and evaluation pipeline of ReadOnce BART on QA-as-generation and summarization, shared by
+`examples/readonce/run_readonce_qa.py` and `run_readonce_summarization.py`.
+
+Variants, all from the same warm start (a BART built from a BERT checkpoint, [`hf_readonce.bert_to_bart`]):
+
+- `baseline`: plain BART reading `[CLS] question [SEP] document [SEP]` as text (the representation+text model with no
+  representations is exactly BART);
+- `readonce`: the question as text and the document as ReadOnce representations (k = `compression_ratio`).
+  Stage 1 trains both parts jointly (the document encoder reads the tokens, §3.3). With `stage2_steps > 0`, stage 2
+  freezes the document encoder, stores every training and validation document's representations once in a
+  [`RepresentationStore`], and fine-tunes the representation+text model on them (§3.4); evaluation then reads the
+  validation representations from the store.
+
+Metrics: SQuAD EM/F1 for QA, ROUGE-L (F-measure, percent) for summarization, both from torchmetrics, and the
+teacher-forced loss of the gold targets before and after training; the training time per batch is recorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+
+import torch
+from transformers import AutoTokenizer, Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+from .bert_to_bart import readonce_bart_from_bert
+from .models.modeling_readonce_bart import ReadOnceBartForConditionalGeneration
+from .qa import load_qa_examples, read_jsonl
+from .store import RepresentationStore, content_hash, encode_documents
+from .store.adapters import ReadOnceStoreAdapter
+from .weights import minilm_path
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ReadOnceArguments:
+    """Model, data and evaluation arguments of the ReadOnce examples (the training ones are
+    `Seq2SeqTrainingArguments`)."""
+
+    task: str = field(default="qa", metadata={"help": "qa or summarization"})
+    variant: str = field(default="readonce", metadata={"help": "readonce or baseline"})
+    model_name_or_path: str = field(default=None, metadata={"help": "BERT (converted) or ReadOnce checkpoint; "
+                                                                    "default: the packaged MiniLM"})
+    train_file: str = field(default=None, metadata={"help": "JSONL; several files separated by commas"})
+    validation_file: str = field(default=None)
+    compression_ratio: int = field(default=8)
+    append_layer: int = field(default=None)
+    max_document_length: int = field(default=256)
+    max_question_length: int = field(default=32)
+    max_target_length: int = field(default=32)
+    max_train_samples: int = field(default=None)
+    max_eval_samples: int = field(default=None)
+    stage2_steps: int = field(default=0, metadata={"help": "steps on stored representations, document encoder "
+                                                           "frozen (0: no stage 2)"})
+    store_dir: str = field(default=None, metadata={"help": "representation store (default: output_dir/store)"})
+    generation_max_tokens: int = field(default=32)
+    num_beams: int = field(default=1)
+    eval_compression_ratios: str = field(default=None, metadata={"help": "also evaluate at these k (comma list)"})
+
+
+
+
+def load_rows(task: str, path: str, limit: int | None = None) -> list[dict]:
+    """Rows `{id, question, document, targets}`: QA rows from SQuAD-style JSONL (unanswerable and empty rows set
+    aside; several files separated by commas), summarization rows from XSum JSONL (question "summary")."""
+    rows = []
+    for file in path.split(","):
+        if task == "qa":
+            examples, _ = load_qa_examples(file)
+            for e in examples:
+                texts = [t for t in (e.get("answers") or {}).get("text", []) if t.strip()]
+                if texts:
+                    rows.append({"id": e["id"], "question": e["question"], "document": e["context"], "targets": texts})
+        elif task == "summarization":
+            for e in read_jsonl(file):
+                if e.get("document", "").strip() and e.get("summary", "").strip():
+                    rows.append({"id": e["id"], "question": "summary", "document": e["document"],
+                                 "targets": [e["summary"]]})
+        else:
+            raise ValueError(f"`task` must be qa or summarization, got {task!r}.")
+    return rows[:limit] if limit else rows
+
+
+class ReadOnceCollator:
+    """Pads a batch of rows for the chosen variant: question + document tokens (readonce, stage 1), question +
+    stored representations (stage 2), or question + document as one text (baseline)."""
+
+    def __init__(self, tokenizer, args: ReadOnceArguments, store_lookup=None):
+        self.tokenizer, self.args, self.store_lookup = tokenizer, args, store_lookup
+
+    def __call__(self, rows):
+        args, tok = self.args, self.tokenizer
+        questions = [r["question"] for r in rows]
+        if args.variant == "baseline":
+            batch = tok(questions, [r["document"] for r in rows], truncation="only_second", padding=True,
+                        max_length=args.max_question_length + args.max_document_length, return_tensors="pt")
+            features = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
+        else:
+            q = tok(questions, truncation=True, max_length=args.max_question_length, padding=True, return_tensors="pt")
+            features = {"input_ids": q.input_ids, "attention_mask": q.attention_mask}
+            if self.store_lookup is not None:
+                features.update(self.store_lookup([r["document"] for r in rows]))
+            else:
+                d = tok([r["document"] for r in rows], truncation=True, max_length=args.max_document_length,
+                        padding=True, return_tensors="pt")
+                features.update(document_input_ids=d.input_ids, document_input_attention_mask=d.attention_mask)
+        if "targets" in rows[0] and rows[0].get("train", True):
+            target = tok([r["targets"][0] for r in rows], add_special_tokens=False, truncation=True,
+                         max_length=args.max_target_length - 1)["input_ids"]
+            width = max(len(t) for t in target) + 1
+            labels = torch.full((len(rows), width), -100)
+            for i, t in enumerate(target):
+                labels[i, : len(t) + 1] = torch.tensor(t + [tok.sep_token_id])
+            features["labels"] = labels
+        return features
+
+
+def store_lookup_fn(store: RepresentationStore, adapter):
+    """`texts -> {document_representations, document_attention_mask}` padded from the store."""
+    fingerprint, settings = adapter.fingerprint(), adapter.settings()
+
+    def lookup(texts):
+        tensors = store.get_many(fingerprint, settings, [content_hash(t) for t in texts])
+        reps = [t["representations"].float() for t in tensors]
+        width = max(r.shape[0] for r in reps)
+        padded = torch.zeros(len(reps), width, reps[0].shape[1])
+        mask = torch.zeros(len(reps), width, dtype=torch.long)
+        for i, r in enumerate(reps):
+            padded[i, : r.shape[0]], mask[i, : r.shape[0]] = r, 1
+        return {"document_representations": padded, "document_attention_mask": mask}
+
+    return lookup
+
+
+class _TimedTrainer(Seq2SeqTrainer):
+    """Seq2SeqTrainer that records the wall time of each training step (seconds per batch)."""
+
+    def training_step(self, *args, **kwargs):
+        start = time.perf_counter()
+        loss = super().training_step(*args, **kwargs)
+        self.step_times = getattr(self, "step_times", []) + [time.perf_counter() - start]
+        return loss
+
+
+def _train(model, rows, collator, training_args, steps: int):
+    from datasets import Dataset
+
+    args = dataclasses.replace(training_args, max_steps=steps, remove_unused_columns=False)
+    trainer = _TimedTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), data_collator=collator)
+    result = trainer.train()
+    times = sorted(trainer.step_times)
+    return trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False), {
+        "train_loss": round(result.training_loss, 4), "seconds_per_batch": round(times[len(times) // 2], 3)}
+
+
+@torch.no_grad()
+def evaluation_loss(model, tokenizer, rows, args: ReadOnceArguments, store_lookup=None) -> float:
+    """Teacher-forced cross-entropy (nats per target token, `[SEP]` included) of the gold targets: a learning
+    signal that does not depend on decoding."""
+    model.eval()
+    collator = ReadOnceCollator(tokenizer, args, store_lookup)
+    total, count = 0.0, 0
+    for i in range(0, len(rows), 32):
+        features = collator(rows[i : i + 32])
+        n = int((features["labels"] != -100).sum())
+        total += float(model(**features).loss) * n
+        count += n
+    return total / count
+
+
+@torch.no_grad()
+def evaluate(model, tokenizer, rows, args: ReadOnceArguments, store_lookup=None, compression_ratio=None) -> dict:
+    """Generate for every row and score (EM/F1 or ROUGE-L). Returns metrics and the seconds spent."""
+    from torchmetrics.text import ROUGEScore, SQuAD
+
+    model.eval()
+    collator = ReadOnceCollator(tokenizer, args, store_lookup)
+    predictions, start = [], time.perf_counter()
+    for i in range(0, len(rows), 32):
+        chunk = [{**r, "train": False} for r in rows[i : i + 32]]
+        features = collator(chunk)
+        if compression_ratio is not None and "document_input_ids" in features:
+            reps = model.encode_documents(features.pop("document_input_ids"),
+                                          features.pop("document_input_attention_mask"), compression_ratio)
+            features["document_representations"] = reps
+        elif "document_input_ids" in features:
+            reps = model.encode_documents(features.pop("document_input_ids"),
+                                          features.pop("document_input_attention_mask"))
+            features["document_representations"] = reps
+        out = model.generate(**features, max_new_tokens=args.generation_max_tokens, num_beams=args.num_beams,
+                             do_sample=False)
+        predictions += tokenizer.batch_decode(out, skip_special_tokens=True)
+    seconds = time.perf_counter() - start
+    if args.task == "qa":
+        scores = SQuAD()([{"prediction_text": p, "id": r["id"]} for p, r in zip(predictions, rows)],
+                         [{"answers": {"text": r["targets"], "answer_start": [0] * len(r["targets"])}, "id": r["id"]}
+                          for r in rows])
+        metrics = {"exact_match": round(float(scores["exact_match"]), 2), "f1": round(float(scores["f1"]), 2)}
+    else:
+        scores = ROUGEScore(rouge_keys=("rougeL",))(predictions, [r["targets"][0] for r in rows])
+        metrics = {"rougeL": round(100 * float(scores["rougeL_fmeasure"]), 2)}
+    return {**metrics, "eval_seconds": round(seconds, 1), "examples": len(rows), "sample_prediction": predictions[0]}
+
+
+def run(args: ReadOnceArguments, training_args: Seq2SeqTrainingArguments) -> dict:
+    """Train (stage 1, optional stage 2) and evaluate one variant; writes `output_dir/readonce_results.json`.
+
+    Raises:
+        ValueError: unknown task/variant, missing files.
+    """
+    if args.variant not in ("readonce", "baseline"):
+        raise ValueError(f"`variant` must be readonce or baseline, got {args.variant!r}.")
+    path = args.model_name_or_path or str(minilm_path())
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    config_file = os.path.join(path, "config.json")
+    if os.path.isfile(config_file) and json.load(open(config_file)).get("model_type") == "readonce_bart":
+        model = ReadOnceBartForConditionalGeneration.from_pretrained(path)
+    else:
+        kwargs = {"compression_ratio": args.compression_ratio}
+        if args.append_layer:
+            kwargs["append_layer"] = args.append_layer
+        model = readonce_bart_from_bert(path, seed=training_args.seed, **kwargs)
+    metrics = {"task": args.task, "variant": args.variant, "compression_ratio": args.compression_ratio,
+               "model": path}
+    train_rows = load_rows(args.task, args.train_file, args.max_train_samples) if training_args.do_train else []
+    eval_rows = load_rows(args.task, args.validation_file, args.max_eval_samples) if training_args.do_eval else []
+    if training_args.do_train:
+        if eval_rows:
+            metrics["eval_loss_before_training"] = round(evaluation_loss(model, tokenizer, eval_rows, args), 4)
+        model, stats = _train(model, train_rows, ReadOnceCollator(tokenizer, args), training_args,
+                              training_args.max_steps)
+        metrics.update({f"stage1_{k}": v for k, v in stats.items()})
+    lookup = None
+    if args.variant == "readonce" and args.stage2_steps > 0:
+        model.freeze_document_encoder()
+        store = RepresentationStore(args.store_dir or os.path.join(training_args.output_dir, "store"))
+        adapter = ReadOnceStoreAdapter(model, tokenizer, args.max_document_length)
+        documents = list(dict.fromkeys(r["document"] for r in train_rows + eval_rows))
+        start = time.perf_counter()
+        encoded = encode_documents(adapter, store, documents, dtype="float16")
+        metrics["store_encode_seconds"] = round(time.perf_counter() - start, 1)
+        metrics["store_documents"] = encoded.encoded + encoded.already_stored
+        lookup = store_lookup_fn(store, adapter)
+        if training_args.do_train:
+            model, stats = _train(model, train_rows, ReadOnceCollator(tokenizer, args, lookup), training_args,
+                                  args.stage2_steps)
+            metrics.update({f"stage2_{k}": v for k, v in stats.items()})
+    if training_args.do_eval:
+        metrics["eval_loss"] = round(evaluation_loss(model, tokenizer, eval_rows, args, lookup), 4)
+        metrics.update({f"eval_{k}": v for k, v in evaluate(model, tokenizer, eval_rows, args, lookup).items()})
+        if args.variant == "readonce" and args.eval_compression_ratios:
+            for k in (int(x) for x in args.eval_compression_ratios.split(",")):
+                scores = evaluate(model, tokenizer, eval_rows, args, None, compression_ratio=k)
+                metrics[f"eval_k{k}"] = {key: v for key, v in scores.items() if key != "sample_prediction"}
+    os.makedirs(training_args.output_dir, exist_ok=True)
+    model.save_pretrained(training_args.output_dir)
+    tokenizer.save_pretrained(training_args.output_dir)
+    with open(os.path.join(training_args.output_dir, "readonce_results.json"), "w") as handle:
+        json.dump(metrics, handle, indent=2)
+    print(json.dumps(metrics, indent=2))
+    return metrics
+
+
+__all__ = ["ReadOnceArguments", "ReadOnceCollator", "ReadOnceStoreAdapter", "evaluate", "evaluation_loss", "load_rows", "run"]
