@@ -33,6 +33,7 @@ def test_config_validation_and_defaults():
     config = ReadOnceBartConfig(**TINY)
     assert (config.compression_ratio, config.window_size, config.aggregation, config.append_layer, config.fusion) == (
         8, 8, "linear", 2, "append")
+    assert ReadOnceBartConfig(**TINY, fusion="attention").fusion == "attention"
     assert config.document_chunk_length == 64
     for bad, match in [(dict(compression_ratio=0), "compression_ratio"), (dict(window_size=2), "window_size"),
                        (dict(aggregation="sum"), "aggregation"), (dict(append_layer=5), "append_layer"),
@@ -156,6 +157,118 @@ def test_generate_cached_equals_recomputed_greedy_beam_batch():
     assert not torch.equal(blind, cached)  # the representations reached the encoder
 
 
+def _strengthen_representation_attention(model, seed=3):
+    """Random `Attn'` weights, so that the representations change the tiny model's outputs visibly."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if ".representation_attn." in name and name.endswith("weight"):
+                parameter.copy_(torch.randn(parameter.shape, generator=generator))
+    return model
+
+
+def test_attention_fusion_is_eq4_and_bart_without_representations(tmp_path):
+    torch.manual_seed(0)
+    bart = BartForConditionalGeneration(BartConfig(**TINY)).eval()
+    bart.save_pretrained(tmp_path / "bart")
+    model, info = ReadOnceBartForConditionalGeneration.from_pretrained(
+        tmp_path / "bart", output_loading_info=True, compression_ratio=4, fusion="attention", append_layer=3)
+    model.eval()
+    assert all(k.startswith("document_encoder.aggregation") for k in info["missing_keys"]), info
+    fused = [name for name, m in model.named_modules() if type(m).__name__ == "ReadOnceBartFusedAttention"]
+    assert fused == ["model.encoder.layers.2.self_attn", "model.encoder.layers.3.self_attn",
+                     "model.decoder.layers.0.self_attn", "model.decoder.layers.1.self_attn"]  # layers L..N, decoder
+    for name in fused:  # App. A.1: Attn' starts as a copy of Attn
+        module = model.get_submodule(name)
+        torch.testing.assert_close(module.representation_attn.q_proj.weight, module.q_proj.weight, atol=0, rtol=0)
+        torch.testing.assert_close(module.representation_attn.out_proj.bias, module.out_proj.bias, atol=0, rtol=0)
+    q, dec, doc = tokens(2, 7), tokens(2, 5, seed=2), tokens(2, 20, seed=4)
+    with torch.no_grad():
+        torch.testing.assert_close(model(q, decoder_input_ids=dec).logits, bart(q, decoder_input_ids=dec).logits,
+                                   atol=1e-5, rtol=0)
+    _strengthen_representation_attention(model)
+    doc_mask = torch.ones_like(doc)
+    doc_mask[1, 10:] = 0
+    with torch.no_grad():
+        reps = model.encode_documents(doc, doc_mask)
+        out = model.get_encoder()(input_ids=q, document_representations=reps)
+        assert out.last_hidden_state.shape == (2, 7, 32) and out.attention_mask.shape == (2, 7)  # never appended
+        # eq. 4 on the first fused encoder layer: (Attn(H, H, H) + Attn'(H, R, R)) / 2, padded R masked out
+        seen = {}
+        layer = model.model.encoder.layers[2]
+        hook = layer.register_forward_pre_hook(lambda mod, args: seen.__setitem__("h", args[0]))
+        model.get_encoder()(input_ids=q, document_representations=reps)
+        hook.remove()
+        attention = layer.self_attn
+        h, r = seen["h"], reps.representations
+        for row in range(2):
+            m = int(reps.attention_mask[row].sum())
+            own = BartAttentionForward(attention, h[row : row + 1])
+            other = BartAttentionForward(attention.representation_attn, h[row : row + 1], r[row : row + 1, :m])
+            got = attention(h[row : row + 1], document_representations=r[row : row + 1],
+                            document_attention_mask=reps.attention_mask[row : row + 1])[0]
+            torch.testing.assert_close(got, (own + other) / 2, atol=1e-4, rtol=1e-4)
+        # layers 1..L-1 read the text alone: their output ignores the representations
+        early = {}
+        for key, value in (("plain", None), ("reps", reps)):
+            hook = model.model.encoder.layers[1].register_forward_hook(
+                lambda mod, args, output, key=key: early.__setitem__(key, output))
+            model.get_encoder()(input_ids=q, document_representations=value)
+            hook.remove()
+        torch.testing.assert_close(early["reps"], early["plain"], atol=0, rtol=0)
+        with_reps = model(q, decoder_input_ids=dec, document_representations=reps).logits
+        assert not torch.allclose(with_reps, model(q, decoder_input_ids=dec).logits, atol=1e-3)
+        # the decoder attends to R too: same encoder states, decoder with and without R differ
+        calls = []
+        hook = model.model.decoder.layers[1].self_attn.representation_attn.register_forward_hook(
+            lambda *args: calls.append(1))
+        model(q, decoder_input_ids=dec, document_representations=reps)
+        hook.remove()
+        assert calls == [1]
+
+
+def BartAttentionForward(module, hidden, key_value=None):
+    from transformers.models.bart.modeling_bart import BartAttention
+
+    return BartAttention.forward(module, hidden, key_value_states=key_value)[0]
+
+
+def test_attention_fusion_generate_cached_beam_batch_and_training():
+    model = _strengthen_representation_attention(tiny(fusion="attention"))
+    q, doc = tokens(3, 6), tokens(3, 20, seed=4)
+    doc_mask = torch.ones_like(doc)
+    doc_mask[2, 9:] = 0
+    kwargs = dict(max_new_tokens=5, min_new_tokens=5, do_sample=False)
+    with torch.no_grad():
+        reps = model.encode_documents(doc, doc_mask)
+        for beams in (1, 3):
+            cached = model.generate(q, document_representations=reps.representations,
+                                    document_attention_mask=reps.attention_mask, num_beams=beams, **kwargs)
+            recomputed = model.generate(q, document_representations=model.encode_documents(doc, doc_mask),
+                                        num_beams=beams, **kwargs)
+            assert torch.equal(cached, recomputed)
+            for row in range(3):
+                m = int(reps.attention_mask[row].sum())
+                single = model.generate(q[row : row + 1], document_representations=reps.representations[
+                    row : row + 1, :m], num_beams=beams, **kwargs)
+                assert torch.equal(single[0], cached[row]), (beams, row)
+            # the KV-cached decoding equals teacher forcing over the generated tokens
+            logits = model(q, document_representations=reps, decoder_input_ids=cached[:, :-1]).logits
+            if beams == 1:
+                assert torch.equal(logits.argmax(-1), cached[:, 1:])
+        assert not torch.equal(model.generate(q, **kwargs), model.generate(q, document_representations=reps,
+                                                                               **kwargs))
+    model.train()
+    model.gradient_checkpointing_enable()
+    loss = model(tokens(2, 6), document_input_ids=tokens(2, 16), labels=tokens(2, 4)).loss
+    loss.backward()
+    for name in ("model.encoder.layers.3.self_attn.representation_attn.q_proj.weight",
+                 "model.decoder.layers.0.self_attn.representation_attn.v_proj.weight",
+                 "document_encoder.encoder.layers.0.fc1.weight", "document_encoder.aggregation.score.weight"):
+        grad = model.get_parameter(name).grad
+        assert grad is not None and grad.abs().sum() > 0, name
+
+
 def test_errors():
     model = tiny()
     q = tokens(2, 5)
@@ -203,8 +316,9 @@ def test_training_step_joint_and_frozen_lora_and_groups(tmp_path):
          labels=tokens(2, 4)).loss.backward()
 
 
-def test_save_and_remote_code_round_trip(tmp_path):
-    model = tiny()
+@pytest.mark.parametrize("fusion", ["append", "attention"])
+def test_save_and_remote_code_round_trip(tmp_path, fusion):
+    model = tiny(fusion=fusion)
     model.save_pretrained(tmp_path / "ckpt")
     assert sorted(p.name for p in (tmp_path / "ckpt").glob("*.py")) == [
         "configuration_readonce_bart.py", "modeling_readonce_bart.py"]

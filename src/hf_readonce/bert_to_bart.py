@@ -108,7 +108,8 @@ def readonce_bart_from_bert(bert_name_or_path, seed: int = 0, **readonce_kwargs)
     unexpected = [k for k in result.unexpected_keys]
     if unexpected:
         raise ValueError(f"unexpected keys while converting BERT: {unexpected[:5]}")
-    model.document_encoder.encoder.load_state_dict(model.model.encoder.state_dict())
+    model.initialize_document_encoder()
+    model.initialize_representation_attention()  # fusion="attention": Attn' starts as the converted Attn
     model.tie_weights()
     return model
 

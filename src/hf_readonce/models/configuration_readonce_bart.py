@@ -6,7 +6,7 @@ Transformers", ACL 2021)."""
 from transformers import BartConfig
 
 AGGREGATIONS = ("linear", "mean", "max")
-FUSIONS = ("append",)
+FUSIONS = ("append", "attention")
 
 
 def _is_int(value) -> bool:
@@ -37,8 +37,11 @@ class ReadOnceBartConfig(BartConfig):
             concatenated to it for layers `L..N` (Fig. 3). Defaults to `encoder_layers // 2` (6 for bart-large);
             `L = 1` appends them before the first layer.
         fusion (`str`, *optional*, defaults to `"append"`):
-            How the representations enter the representation+text model: `"append"` (Fig. 3, the paper's choice).
-            The modified-attention variant of App. A.1 is not implemented yet.
+            How the representations enter the representation+text model. `"append"` (Fig. 3, the paper's choice):
+            they are concatenated to the text's hidden states before encoder layer L. `"attention"` (App. A.1,
+            eq. 4): the text is never lengthened; instead the self-attention of encoder layers `L..N` and of every
+            decoder layer becomes `(Attn(H, H, H) + Attn'(H, R, R)) / 2`, where `Attn'` is a separate attention
+            module over the representations R, initialized from `Attn`.
         document_chunk_length (`int`, *optional*):
             T, tokens per chunk when a document is longer than the encoder's positions (§5.5, App. C.1): each chunk
             is compressed separately and the representations are concatenated (capacity `T * k` tokens per
@@ -94,10 +97,7 @@ class ReadOnceBartConfig(BartConfig):
         if aggregation not in AGGREGATIONS:
             raise ValueError(f"`aggregation` must be one of {AGGREGATIONS}, got {aggregation!r}.")
         if fusion not in FUSIONS:
-            raise ValueError(
-                f"`fusion` must be one of {FUSIONS}, got {fusion!r} (the modified attention of App. A.1 is not "
-                "implemented yet)."
-            )
+            raise ValueError(f"`fusion` must be one of {FUSIONS}, got {fusion!r}.")
         append_layer = max(1, self.encoder_layers // 2) if append_layer is None else append_layer
         if not _is_int(append_layer) or not 1 <= append_layer <= self.encoder_layers:
             raise ValueError(

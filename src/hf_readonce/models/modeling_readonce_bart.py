@@ -6,7 +6,9 @@
 - A *document encoder* (a BART encoder with its own weights + sliding-window aggregation, §3.1, eq. 1/2, Fig. 2)
   reads a document once and compresses its n tokens into `ceil(n / k)` vectors, the ReadOnce representations.
 - A *representation+text model* (a full BART, §3.2, Fig. 3) runs the task text (a question, or "summary") alone
-  through encoder layers `1..L-1`, appends the representations to it for layers `L..N`, and decodes as usual.
+  through encoder layers `1..L-1`, appends the representations to it for layers `L..N`, and decodes as usual
+  (`fusion="append"`). With `fusion="attention"` (App. A.1, eq. 4) the representations are never appended; the
+  self-attention of encoder layers `L..N` and of every decoder layer is averaged with a separate attention over them.
 
 Both parts start from the same BART weights and are trained jointly on QA (§3.3); downstream, the document encoder
 may be frozen and its representations precomputed once per document (§3.4).
@@ -24,6 +26,9 @@ from torch import nn
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 from transformers.models.bart.modeling_bart import (
+    BartAttention,
+    BartDecoder,
+    BartDecoderLayer,
     BartEncoder,
     BartForConditionalGeneration,
     BartModel,
@@ -62,12 +67,20 @@ class ReadOnceEncoderOutput(BaseModelOutput):
 
     Args:
         last_hidden_state (`torch.FloatTensor` of shape `(batch_size, text_length + num_representations, d_model)`):
-            the text's states followed by the representations' states after layer N.
+            with `fusion="append"`, the text's states followed by the representations' states after layer N; with
+            `fusion="attention"`, the text's states alone, `(batch_size, text_length, d_model)`.
         attention_mask (`torch.LongTensor` of shape `(batch_size, text_length + num_representations)`): the mask the
-            decoder's cross-attention uses (text mask, then representation mask).
+            decoder's cross-attention uses (text mask, then representation mask; the text mask alone with
+            `fusion="attention"`).
+        document_representations (`torch.FloatTensor` of shape `(batch_size, num_representations, d_model)`):
+            with `fusion="attention"` only: the representations R, which every decoder layer also attends to
+            (App. A.1). They travel here so that `generate()` expands them with the encoder output for beam search.
+        document_attention_mask (`torch.LongTensor` of shape `(batch_size, num_representations)`): their mask.
     """
 
     attention_mask: torch.LongTensor | None = None
+    document_representations: torch.FloatTensor | None = None
+    document_attention_mask: torch.LongTensor | None = None
 
 
 class ReadOnceAggregation(nn.Module):
@@ -116,6 +129,112 @@ class ReadOnceAggregation(nn.Module):
         present = valid[:, :, 0]
         representations = representations * present[..., None].to(representations.dtype)
         return representations, present.long()
+
+
+class ReadOnceBartFusedAttention(BartAttention):
+    r"""A BART self-attention fused with attention over ReadOnce representations (App. A.1, eq. 4):
+
+    `H^l = (Attn(H^{l-1}, H^{l-1}, H^{l-1}) + Attn'(H^{l-1}, R, R)) / 2`
+
+    `Attn` is this module itself (BART's parameter names `q_proj`, `k_proj`, `v_proj`, `out_proj`, so BART checkpoints
+    load unchanged); `Attn'` is `representation_attn`, a separate [`~transformers.models.bart.modeling_bart.BartAttention`]
+    (never causal, no KV cache: R is short, its keys and values are recomputed) whose weights start as a copy of
+    `Attn`'s (`copy_self_attention_weights`). Without representations the module is exactly `Attn`.
+
+    Args:
+        config ([`ReadOnceBartConfig`]): dimensions, dropout and attention implementation.
+        num_heads (`int`): attention heads of both modules.
+        is_decoder, is_causal (`bool`, defaults to `False`): as for `BartAttention` (the decoder's self-attention is
+            causal; `Attn'` never is).
+        layer_idx (`int`, *optional*): the layer's index, for the KV cache of `Attn`.
+    """
+
+    def __init__(self, config: ReadOnceBartConfig, num_heads: int, is_decoder: bool = False, is_causal: bool = False,
+                 layer_idx: int | None = None):
+        super().__init__(config.d_model, num_heads, dropout=config.attention_dropout, is_decoder=is_decoder,
+                         is_causal=is_causal, config=config, layer_idx=layer_idx)
+        self.representation_attn = BartAttention(config.d_model, num_heads, dropout=config.attention_dropout,
+                                                 config=config)
+
+    @torch.no_grad()
+    def copy_self_attention_weights(self) -> None:
+        """Initialize `Attn'` from `Attn` (App. A.1: "initialized by the corresponding weights in attn")."""
+        for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            getattr(self.representation_attn, name).load_state_dict(getattr(self, name).state_dict())
+
+    def forward(self, hidden_states: torch.Tensor, key_value_states: torch.Tensor | None = None,
+                past_key_values=None, attention_mask: torch.Tensor | None = None,
+                document_representations: torch.Tensor | None = None,
+                document_attention_mask: torch.Tensor | None = None, **kwargs):
+        r"""
+        Args:
+            hidden_states (`torch.FloatTensor` of shape `(batch_size, length, d_model)`): H^{l-1}.
+            key_value_states, past_key_values, attention_mask: as for `BartAttention` (used by `Attn` only).
+            document_representations (`torch.FloatTensor` of shape `(batch_size, m, d_model)`, *optional*): R.
+            document_attention_mask (`torch.Tensor` of shape `(batch_size, m)`, *optional*): 1 for real
+                representations.
+
+        Returns:
+            `(attn_output (batch_size, length, d_model), attn_weights of Attn or None)`.
+        """
+        output, weights = super().forward(hidden_states, key_value_states=key_value_states,
+                                          past_key_values=past_key_values, attention_mask=attention_mask, **kwargs)
+        if document_representations is None:
+            return output, weights
+        representations = document_representations.to(hidden_states.dtype)
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states,
+                                         attention_mask=document_attention_mask,
+                                         encoder_hidden_states=representations)
+        extra, _ = self.representation_attn(hidden_states, key_value_states=representations, attention_mask=mask,
+                                            **kwargs)
+        return (output + extra) / 2, weights
+
+
+class ReadOnceBartDecoderLayer(BartDecoderLayer):
+    r"""A BART decoder layer whose self-attention is [`ReadOnceBartFusedAttention`] (`fusion="attention"`, App. A.1:
+    "for the decoder ... we also compute the hidden states of each layer as per eqn. 4"). The representations go to
+    the self-attention only; cross-attention and feed-forward blocks are BART's. Without representations the layer
+    is exactly `BartDecoderLayer`."""
+
+    def __init__(self, config: ReadOnceBartConfig, layer_idx: int | None = None):
+        super().__init__(config, layer_idx=layer_idx)
+        self.self_attn = ReadOnceBartFusedAttention(config, config.decoder_attention_heads, is_decoder=True,
+                                                    is_causal=True, layer_idx=layer_idx)
+
+    def _residual(self, block_output: torch.Tensor, residual: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
+        block_output = nn.functional.dropout(block_output, p=self.dropout, training=self.training)
+        return norm(residual + block_output)  # post-LN, as BART
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                encoder_hidden_states: torch.Tensor | None = None, encoder_attention_mask: torch.Tensor | None = None,
+                past_key_values=None, use_cache: bool | None = True,
+                document_representations: torch.Tensor | None = None,
+                document_attention_mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
+        r"""As `BartDecoderLayer.forward`, plus `document_representations` `(batch_size, m, d_model)` and
+        `document_attention_mask` `(batch_size, m)` for the fused self-attention. Returns
+        `(batch_size, target_length, d_model)`."""
+        attended, _ = self.self_attn(hidden_states, past_key_values=past_key_values, attention_mask=attention_mask,
+                                     document_representations=document_representations,
+                                     document_attention_mask=document_attention_mask, **kwargs)
+        hidden_states = self._residual(attended, hidden_states, self.self_attn_layer_norm)
+        if encoder_hidden_states is not None:
+            attended, _ = self.encoder_attn(hidden_states, key_value_states=encoder_hidden_states,
+                                            attention_mask=encoder_attention_mask, past_key_values=past_key_values,
+                                            **kwargs)
+            hidden_states = self._residual(attended, hidden_states, self.encoder_attn_layer_norm)
+        inner = nn.functional.dropout(self.activation_fn(self.fc1(hidden_states)), p=self.activation_dropout,
+                                      training=self.training)
+        return self._residual(self.fc2(inner), hidden_states, self.final_layer_norm)
+
+
+class ReadOnceBartDecoder(BartDecoder):
+    r"""BART's decoder with [`ReadOnceBartDecoderLayer`]s (`fusion="attention"` only). `forward` takes BART's
+    arguments plus `document_representations` / `document_attention_mask`, which reach every layer."""
+
+    def __init__(self, config: ReadOnceBartConfig):
+        super().__init__(config)
+        self.layers = nn.ModuleList(ReadOnceBartDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers))
+        self.post_init()
 
 
 class ReadOnceBartPreTrainedModel(BartPreTrainedModel):
@@ -221,8 +340,18 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
 
 class ReadOnceBartEncoder(BartEncoder):
     r"""The representation+text model's encoder (Fig. 3): BART's encoder, with the document representations
-    appended to the text's hidden states before layer L (`config.append_layer`). Representations carry no position
-    embedding. Without representations it is exactly BART's encoder."""
+    appended to the text's hidden states before layer L (`config.append_layer`; `fusion="append"`). Representations
+    carry no position embedding. With `fusion="attention"` (App. A.1) the self-attention of layers `L..N` is a
+    [`ReadOnceBartFusedAttention`] over the text and the representations instead, and the output keeps the text's
+    length. Without representations it is exactly BART's encoder."""
+
+    def __init__(self, config: ReadOnceBartConfig):
+        super().__init__(config)
+        if config.fusion == "attention":
+            for index in range(config.append_layer - 1, config.encoder_layers):
+                self.layers[index].self_attn = ReadOnceBartFusedAttention(
+                    config, config.encoder_attention_heads, layer_idx=index)
+            self.post_init()
 
     def forward(
         self,
@@ -267,15 +396,22 @@ class ReadOnceBartEncoder(BartEncoder):
         mask = attention_mask
         layer_mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=mask)
         append_at = self.config.append_layer - 1
+        fused = self.config.fusion == "attention" and representations is not None
         for index, layer in enumerate(self.layers):
-            if index == append_at and representations is not None:
+            extra = {}
+            if fused and index >= append_at:  # eq. 4: attend to R beside the text, keep the text's length
+                extra = {"document_representations": representations, "document_attention_mask": rep_mask}
+            elif index == append_at and representations is not None:  # Fig. 3: append R to the text
                 hidden_states = torch.cat([hidden_states, representations.to(hidden_states.dtype)], dim=1)
                 mask = torch.cat([attention_mask, rep_mask.to(attention_mask.dtype)], dim=1)
                 layer_mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states,
                                                        attention_mask=mask)
             if self.training and self.layerdrop > 0.0 and torch.rand([]) < self.layerdrop:
                 continue
-            hidden_states = layer(hidden_states, layer_mask, **kwargs)
+            hidden_states = layer(hidden_states, layer_mask, **extra, **kwargs)
+        if fused:
+            return ReadOnceEncoderOutput(last_hidden_state=hidden_states, attention_mask=mask,
+                                         document_representations=representations, document_attention_mask=rep_mask)
         return ReadOnceEncoderOutput(last_hidden_state=hidden_states, attention_mask=mask)
 
 
@@ -313,6 +449,9 @@ class ReadOnceBartModel(BartModel):
         super().__init__(config)
         self.encoder = ReadOnceBartEncoder(config)
         self.encoder.embed_tokens = self.shared
+        if config.fusion == "attention":
+            self.decoder = ReadOnceBartDecoder(config)
+            self.decoder.embed_tokens = self.shared
         self.post_init()
 
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
@@ -327,6 +466,10 @@ class ReadOnceBartModel(BartModel):
         cross_mask = getattr(encoder_outputs, "attention_mask", None)
         if cross_mask is None:
             cross_mask = attention_mask
+        representations = getattr(encoder_outputs, "document_representations", None)
+        if representations is not None:  # fusion="attention": every decoder layer attends to R too (App. A.1)
+            kwargs["document_representations"] = representations
+            kwargs["document_attention_mask"] = encoder_outputs.document_attention_mask
         decoder_outputs = self.decoder(
             input_ids=decoder_input_ids, attention_mask=decoder_attention_mask,
             encoder_hidden_states=encoder_outputs[0], encoder_attention_mask=cross_mask,
@@ -360,6 +503,7 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
             if isinstance(module, nn.LayerNorm):
                 module.eps = config.layer_norm_eps
         self.post_init()
+        self.initialize_representation_attention()
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
@@ -369,9 +513,30 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
         missing = [key for key in info["missing_keys"] if key.startswith("document_encoder.encoder.")]
         if missing:
-            model.document_encoder.encoder.load_state_dict(model.model.encoder.state_dict())
-            info["missing_keys"] = [key for key in info["missing_keys"] if key not in set(missing)]
+            model.initialize_document_encoder()
+        fusion_missing = [key for key in info["missing_keys"] if ".representation_attn." in key]
+        if fusion_missing:  # a checkpoint without App. A.1 weights: Attn' starts as a copy of Attn
+            model.initialize_representation_attention()
+        done = set(missing) | set(fusion_missing)
+        info["missing_keys"] = [key for key in info["missing_keys"] if key not in done]
         return (model, info) if want_info else model
+
+    def initialize_document_encoder(self) -> None:
+        r"""Copy the representation+text model's encoder (BART's weights; not App. A.1's `representation_attn`) into
+        the document encoder, the paper's initialization (§3: both parts start from the same BART, separate
+        weights). Called by `from_pretrained` for checkpoints without a document encoder and by the BERT->BART
+        converter."""
+        state = {name: tensor for name, tensor in self.model.encoder.state_dict().items()
+                 if ".representation_attn." not in name}
+        self.document_encoder.encoder.load_state_dict(state)
+
+    def initialize_representation_attention(self) -> None:
+        r"""With `fusion="attention"`, copy every fused layer's self-attention weights into its `representation_attn`
+        (App. A.1). Called at construction, by `from_pretrained` when a checkpoint lacks those weights, and by
+        the BERT->BART converter; a no-op with `fusion="append"`."""
+        for module in self.modules():
+            if isinstance(module, ReadOnceBartFusedAttention):
+                module.copy_self_attention_weights()
 
     def get_encoder(self):
         return self.model.encoder
@@ -484,9 +649,12 @@ ReadOnceBartForConditionalGeneration.register_for_auto_class("AutoModelForSeq2Se
 
 __all__ = [
     "ReadOnceAggregation",
+    "ReadOnceBartDecoder",
+    "ReadOnceBartDecoderLayer",
     "ReadOnceBartDocumentEncoder",
     "ReadOnceBartEncoder",
     "ReadOnceBartForConditionalGeneration",
+    "ReadOnceBartFusedAttention",
     "ReadOnceBartModel",
     "ReadOnceBartPreTrainedModel",
     "ReadOnceEncoderOutput",
