@@ -636,8 +636,8 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         logits = self.lm_head(decoder_outputs[0]) + self.final_logits_bias.to(decoder_outputs[0].device)
         loss = None
         if labels is not None:
-            loss = nn.functional.cross_entropy(logits.float().view(-1, logits.shape[-1]),
-                                               labels.to(logits.device).view(-1), ignore_index=-100)
+            loss = nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
+                                               labels.to(logits.device).reshape(-1), ignore_index=-100)
         return Seq2SeqLMOutput(
             loss=loss, logits=logits, past_key_values=decoder_outputs.past_key_values,
             encoder_last_hidden_state=encoder_outputs[0],
