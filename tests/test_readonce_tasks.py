@@ -42,3 +42,18 @@ def test_readonce_two_stages_with_store_and_baseline(data_dir, tmp_path):
                                      max_eval_samples=2, max_document_length=64, generation_max_tokens=4),
                    _args(tmp_path / "base", max_steps=1))
     assert 0 <= baseline["eval_rougeL"] <= 100
+    # downstream from the QA-trained checkpoint (§3.4): no stage 1, document encoder frozen, stored representations;
+    # two validation files are scored separately
+    import torch
+
+    from hf_readonce import ReadOnceBartForConditionalGeneration
+
+    downstream = run(ReadOnceArguments(task="qa", model_name_or_path=str(tmp_path / "ro"), stage1_steps=0,
+                                       stage2_steps=1, **{**common, "validation_file": common["validation_file"] + ","
+                                                          + str(data_dir / "quoref" / "validation.jsonl")}),
+                     _args(tmp_path / "down"))
+    assert "stage1_train_loss" not in downstream and downstream["stage2_seconds_per_batch"] > 0
+    assert downstream["eval_disfl_qa_examples"] == downstream["eval_quoref_examples"] == 4
+    before = ReadOnceBartForConditionalGeneration.from_pretrained(tmp_path / "ro").document_encoder.state_dict()
+    after = ReadOnceBartForConditionalGeneration.from_pretrained(tmp_path / "down").document_encoder.state_dict()
+    assert all(torch.equal(before[key], after[key]) for key in before)  # frozen: the stored representations hold

@@ -47,7 +47,8 @@ class ReadOnceArguments:
     model_name_or_path: str = field(default=None, metadata={"help": "BERT (converted) or ReadOnce checkpoint; "
                                                                     "default: the packaged MiniLM"})
     train_file: str = field(default=None, metadata={"help": "JSONL; several files separated by commas"})
-    validation_file: str = field(default=None)
+    validation_file: str = field(default=None, metadata={"help": "JSONL; several files separated by commas are "
+                                                                 "scored separately (eval_<folder name>_...)"})
     compression_ratio: int = field(default=8)
     append_layer: int = field(default=None)
     max_document_length: int = field(default=256)
@@ -55,6 +56,9 @@ class ReadOnceArguments:
     max_target_length: int = field(default=32)
     max_train_samples: int = field(default=None)
     max_eval_samples: int = field(default=None)
+    stage1_steps: int = field(default=None, metadata={"help": "steps of stage 1 (joint training; the baseline's "
+                                                              "only stage); default max_steps; 0 skips it, e.g. "
+                                                              "to fine-tune a QA-trained checkpoint downstream"})
     stage2_steps: int = field(default=0, metadata={"help": "steps on stored representations, document encoder "
                                                            "frozen (0: no stage 2)"})
     store_dir: str = field(default=None, metadata={"help": "representation store (default: output_dir/store)"})
@@ -138,35 +142,42 @@ def store_lookup_fn(store: RepresentationStore, adapter):
 
 
 class _TimedTrainer(Seq2SeqTrainer):
-    """Seq2SeqTrainer that records the wall time of each training step (seconds per batch)."""
+    """Seq2SeqTrainer that records the wall time of each training step's forward and backward (seconds per batch;
+    on a GPU the queued work is waited for, so the time is the device's, not the launch time)."""
 
     def training_step(self, *args, **kwargs):
+        synchronize = torch.cuda.synchronize if self.args.device.type == "cuda" else (lambda: None)
+        synchronize()
         start = time.perf_counter()
         loss = super().training_step(*args, **kwargs)
+        synchronize()
         self.step_times = getattr(self, "step_times", []) + [time.perf_counter() - start]
         return loss
 
 
 def _train(model, rows, collator, training_args, steps: int):
-    from datasets import Dataset
-
     args = dataclasses.replace(training_args, max_steps=steps, remove_unused_columns=False)
-    trainer = _TimedTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), data_collator=collator)
+    # rows are plain dicts batched by the collator, so a list is the dataset
+    trainer = _TimedTrainer(model=model, args=args, train_dataset=rows, data_collator=collator)
     result = trainer.train()
     times = sorted(trainer.step_times)
     return trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False), {
         "train_loss": round(result.training_loss, 4), "seconds_per_batch": round(times[len(times) // 2], 3)}
 
 
+def _to_device(features: dict, device) -> dict:
+    return {key: value.to(device) if torch.is_tensor(value) else value for key, value in features.items()}
+
+
 @torch.no_grad()
-def evaluation_loss(model, tokenizer, rows, args: ReadOnceArguments, store_lookup=None) -> float:
+def evaluation_loss(model, tokenizer, rows, args: ReadOnceArguments, store_lookup=None, batch_size: int = 32) -> float:
     """Teacher-forced cross-entropy (nats per target token, `[SEP]` included) of the gold targets: a learning
     signal that does not depend on decoding."""
     model.eval()
     collator = ReadOnceCollator(tokenizer, args, store_lookup)
     total, count = 0.0, 0
-    for i in range(0, len(rows), 32):
-        features = collator(rows[i : i + 32])
+    for i in range(0, len(rows), batch_size):
+        features = _to_device(collator(rows[i : i + batch_size]), model.device)
         n = int((features["labels"] != -100).sum())
         total += float(model(**features).loss) * n
         count += n
@@ -174,16 +185,17 @@ def evaluation_loss(model, tokenizer, rows, args: ReadOnceArguments, store_looku
 
 
 @torch.no_grad()
-def evaluate(model, tokenizer, rows, args: ReadOnceArguments, store_lookup=None, compression_ratio=None) -> dict:
+def evaluate(model, tokenizer, rows, args: ReadOnceArguments, store_lookup=None, compression_ratio=None,
+             batch_size: int = 32) -> dict:
     """Generate for every row and score (EM/F1 or ROUGE-L). Returns metrics and the seconds spent."""
     from torchmetrics.text import ROUGEScore, SQuAD
 
     model.eval()
     collator = ReadOnceCollator(tokenizer, args, store_lookup)
     predictions, start = [], time.perf_counter()
-    for i in range(0, len(rows), 32):
-        chunk = [{**r, "train": False} for r in rows[i : i + 32]]
-        features = collator(chunk)
+    for i in range(0, len(rows), batch_size):
+        chunk = [{**r, "train": False} for r in rows[i : i + batch_size]]
+        features = _to_device(collator(chunk), model.device)
         if compression_ratio is not None and "document_input_ids" in features:
             reps = model.encode_documents(features.pop("document_input_ids"),
                                           features.pop("document_input_attention_mask"), compression_ratio)
@@ -210,6 +222,9 @@ def evaluate(model, tokenizer, rows, args: ReadOnceArguments, store_lookup=None,
 def run(args: ReadOnceArguments, training_args: Seq2SeqTrainingArguments) -> dict:
     """Train (stage 1, optional stage 2) and evaluate one variant; writes `output_dir/readonce_results.json`.
 
+    Evaluation runs on `model.device` (the Trainer's device after training) in float32, with
+    `per_device_eval_batch_size` rows per batch; each validation file is scored separately.
+
     Raises:
         ValueError: unknown task/variant, missing files.
     """
@@ -225,21 +240,34 @@ def run(args: ReadOnceArguments, training_args: Seq2SeqTrainingArguments) -> dic
         if args.append_layer:
             kwargs["append_layer"] = args.append_layer
         model = readonce_bart_from_bert(path, seed=training_args.seed, **kwargs)
-    metrics = {"task": args.task, "variant": args.variant, "compression_ratio": args.compression_ratio,
+    model.to(training_args.device)
+    metrics = {"task": args.task, "variant": args.variant, "compression_ratio": model.config.compression_ratio,
                "model": path}
     train_rows = load_rows(args.task, args.train_file, args.max_train_samples) if training_args.do_train else []
-    eval_rows = load_rows(args.task, args.validation_file, args.max_eval_samples) if training_args.do_eval else []
-    if training_args.do_train:
-        if eval_rows:
-            metrics["eval_loss_before_training"] = round(evaluation_loss(model, tokenizer, eval_rows, args), 4)
-        model, stats = _train(model, train_rows, ReadOnceCollator(tokenizer, args), training_args,
-                              training_args.max_steps)
+    eval_sets = {}
+    if training_args.do_eval:
+        files = args.validation_file.split(",")
+        folders = [os.path.basename(os.path.dirname(os.path.abspath(file))) for file in files]
+        for index, file in enumerate(files):  # several files: keyed by their folder (the data set's name)
+            name = "eval" if len(files) == 1 else f"eval_{folders[index]}"
+            if len(set(folders)) < len(folders):
+                name = f"eval{index}"
+            eval_sets[name] = load_rows(args.task, file, args.max_eval_samples)
+    batch = training_args.per_device_eval_batch_size
+    stage1_steps = training_args.max_steps if args.stage1_steps is None else args.stage1_steps
+    if training_args.do_train and stage1_steps > 0:
+        for name, rows in eval_sets.items():
+            metrics[f"{name}_loss_before_training"] = round(evaluation_loss(model, tokenizer, rows, args,
+                                                                            batch_size=batch), 4)
+        model, stats = _train(model, train_rows, ReadOnceCollator(tokenizer, args), training_args, stage1_steps)
         metrics.update({f"stage1_{k}": v for k, v in stats.items()})
     lookup = None
     if args.variant == "readonce" and args.stage2_steps > 0:
         model.freeze_document_encoder()
+        model.document_encoder.eval()  # representations are read once, without dropout
         store = RepresentationStore(args.store_dir or os.path.join(training_args.output_dir, "store"))
         adapter = ReadOnceStoreAdapter(model, tokenizer, args.max_document_length)
+        eval_rows = [row for rows in eval_sets.values() for row in rows]
         documents = list(dict.fromkeys(r["document"] for r in train_rows + eval_rows))
         start = time.perf_counter()
         encoded = encode_documents(adapter, store, documents, dtype="float16")
@@ -250,13 +278,15 @@ def run(args: ReadOnceArguments, training_args: Seq2SeqTrainingArguments) -> dic
             model, stats = _train(model, train_rows, ReadOnceCollator(tokenizer, args, lookup), training_args,
                                   args.stage2_steps)
             metrics.update({f"stage2_{k}": v for k, v in stats.items()})
-    if training_args.do_eval:
-        metrics["eval_loss"] = round(evaluation_loss(model, tokenizer, eval_rows, args, lookup), 4)
-        metrics.update({f"eval_{k}": v for k, v in evaluate(model, tokenizer, eval_rows, args, lookup).items()})
+    model.float()
+    for name, rows in eval_sets.items():
+        metrics[f"{name}_loss"] = round(evaluation_loss(model, tokenizer, rows, args, lookup, batch_size=batch), 4)
+        scores = evaluate(model, tokenizer, rows, args, lookup, batch_size=batch)
+        metrics.update({f"{name}_{k}": v for k, v in scores.items()})
         if args.variant == "readonce" and args.eval_compression_ratios:
             for k in (int(x) for x in args.eval_compression_ratios.split(",")):
-                scores = evaluate(model, tokenizer, eval_rows, args, None, compression_ratio=k)
-                metrics[f"eval_k{k}"] = {key: v for key, v in scores.items() if key != "sample_prediction"}
+                scores = evaluate(model, tokenizer, rows, args, None, compression_ratio=k, batch_size=batch)
+                metrics[f"{name}_k{k}"] = {key: v for key, v in scores.items() if key != "sample_prediction"}
     os.makedirs(training_args.output_dir, exist_ok=True)
     model.save_pretrained(training_args.output_dir)
     tokenizer.save_pretrained(training_args.output_dir)
