@@ -185,6 +185,33 @@ def test_checkpointed_and_plain_training_same_gradients(family):
         torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-5, rtol=1e-4, msg=name)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_checkpointing_keeps_only_recurrent_vectors_between_windows(family):
+    """§3.2: with checkpointing, what autograd saves for backward does not grow with the windows (only the window
+    inputs and recurrent vectors); without it, every window's activations are kept."""
+
+    def saved_bytes(model, length):
+        total = [0]
+
+        def pack(tensor):
+            total[0] += tensor.numel() * tensor.element_size()
+            return tensor
+
+        x = ids(2, length)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            model(x, labels=x, logits_to_keep=1)
+        return total[0]
+
+    plain, checkpointed = tiny(family).train(), tiny(family).train()
+    getattr(checkpointed, "activation_checkpointing_enable", checkpointed.gradient_checkpointing_enable)()
+    short, long = 12 + 1 * 12, 12 + 10 * 12  # 2 and 11 windows (window 16, overlap 4)
+    grown_plain = saved_bytes(plain, long) - saved_bytes(plain, short)
+    grown_checkpointed = saved_bytes(checkpointed, long) - saved_bytes(checkpointed, short)
+    one_window_logits = 2 * 12 * 99 * 4
+    assert grown_plain > 9 * one_window_logits  # activations and logits of 9 more windows
+    assert grown_checkpointed < one_window_logits  # 9 more windows: a few small tensors each
+
+
 def test_trainer_step_and_lora(tmp_path):
     from datasets import Dataset
     from peft import LoraConfig, get_peft_model

@@ -499,14 +499,21 @@ class RecurrentCausalLMMixin:
             kept = lm_head(hidden if bool(keep.all()) else hidden[:, keep])
         return loss_sum, kept
 
-    def _window_step(self, input_ids, attention_mask, memory, targets, keep, new_from: int):
-        """One window without KV cache (the unit checkpointed in §3.2): returns `(loss_sum, next_memory, logits)`."""
+    def _window_states(self, input_ids, attention_mask, memory, new_from: int):
+        """One window without KV cache: `(hidden states of its new positions (batch, w - new_from, hidden),
+        next recurrent vector (batch, hidden))`."""
         hidden, layer_sums, token_counts = self._window_hidden_states(input_ids, attention_mask, memory, None, False)
         next_memory = self.recurrence(layer_sums, token_counts)
         if memory is not None and attention_mask is not None:
             # a row with no real token in this window (padding only) keeps its state
             next_memory = torch.where((token_counts > 0)[:, None], next_memory, memory.to(next_memory.dtype))
-        loss_sum, logits = self._head(hidden[:, new_from:], targets, keep)
+        return hidden[:, new_from:], next_memory
+
+    def _window_step(self, input_ids, attention_mask, memory, targets, keep, new_from: int):
+        """One window and its LM head (the unit checkpointed in §3.2, so no `(w, vocab)` tensor outlives it):
+        returns `(loss_sum, next_memory, logits)`."""
+        hidden, next_memory = self._window_states(input_ids, attention_mask, memory, new_from)
+        loss_sum, logits = self._head(hidden, targets, keep)
         return loss_sum, next_memory, logits
 
     # ------------------------------------------------------------------ main entry
@@ -566,26 +573,30 @@ class RecurrentCausalLMMixin:
             raise ValueError(
                 f"`attention_mask` has {attention_mask.shape[1]} columns for {input_ids.shape[1]} tokens."
             )
+        if not use_checkpoint:
+            # the new positions of consecutive windows tile the stream exactly once: one LM head over all of them
+            # (as the plain model) instead of concatenating per-window `(w, vocab)` logits
+            hiddens = []
+            for start, end, new_from in spans:
+                window_mask = attention_mask[:, start:end] if attention_mask is not None else None
+                hidden, memory = self._window_states(input_ids[:, start:end], window_mask, memory, new_from)
+                hiddens.append(hidden)
+            loss_sum, logits = self._head(torch.cat(hiddens, dim=1) if len(hiddens) > 1 else hiddens[0], targets,
+                                          keep)
+            return loss_sum, logits, memory, len(spans)
         loss_sum = torch.zeros((), dtype=torch.float32, device=input_ids.device)
         pieces = []
         for start, end, new_from in spans:
-            window_ids = input_ids[:, start:end]
             window_mask = attention_mask[:, start:end] if attention_mask is not None else None
             window_targets = targets[:, start + new_from : end] if targets is not None else None
-            window_keep = keep[start + new_from : end]
-            if use_checkpoint:
-                step_loss, memory, logits = checkpoint(
-                    self._window_step, window_ids, window_mask, memory, window_targets, window_keep, new_from,
-                    use_reentrant=False,
-                )
-            else:
-                step_loss, memory, logits = self._window_step(
-                    window_ids, window_mask, memory, window_targets, window_keep, new_from
-                )
+            step_loss, memory, logits = checkpoint(
+                self._window_step, input_ids[:, start:end], window_mask, memory, window_targets,
+                keep[start + new_from : end], new_from, use_reentrant=False,
+            )
             loss_sum = loss_sum + step_loss
             if logits is not None:
                 pieces.append(logits)
-        logits = torch.cat(pieces, dim=1) if pieces else None
+        logits = torch.cat(pieces, dim=1) if len(pieces) > 1 else (pieces[0] if pieces else None)
         return loss_sum, logits, memory, len(spans)
 
     def _cached_stream(self, input_ids, attention_mask, targets, keep, cache, recurrent_state):
