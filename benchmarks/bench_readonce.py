@@ -143,7 +143,7 @@ def measure(name: str, k: int, args, readonce_cache: dict) -> dict:
     return row
 
 
-def plot(rows, accuracy: dict | None, path: str) -> None:
+def plot(rows, accuracy: dict | None, path: str, accuracy_label: str = "F1") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -154,11 +154,11 @@ def plot(rows, accuracy: dict | None, path: str) -> None:
         points = sorted((r for r in rows if r["config"] == name), key=lambda r: r["k"])
         xs = [p["speedup_amortized"] for p in points]
         ys = [accuracy[str(p["k"])] for p in points] if accuracy else [p["speedup_precomputed"] for p in points]
-        ax.plot(xs, ys, "o-", label=name)
+        ax.plot(xs, ys, "o-", label=f"speed: {name} config")
         for p, x, y in zip(points, xs, ys):
             ax.annotate(f"k={p['k']}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax.set_xlabel("inference speed-up over BART (encoding amortized)")
-    ax.set_ylabel("F1" if accuracy else "speed-up, representations precomputed")
+    ax.set_ylabel(accuracy_label if accuracy else "speed-up, representations precomputed")
     ax.set_title("ReadOnce: speed vs " + ("accuracy" if accuracy else "k") + " over k")
     ax.grid(alpha=0.3)
     ax.legend()
@@ -182,8 +182,15 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--plot", default=None)
     parser.add_argument("--accuracy_json", default=None)
+    parser.add_argument("--accuracy_label", default="F1", help="y-axis label for --accuracy_json")
     parser.add_argument("--output", default=None)
+    parser.add_argument("--from_json", default=None, help="plot rows saved by an earlier --output (no measuring)")
     args = parser.parse_args(argv)
+    if args.from_json:
+        rows = json.loads(Path(args.from_json).read_text())
+        accuracy = json.loads(Path(args.accuracy_json).read_text()) if args.accuracy_json else None
+        plot(rows, accuracy, args.plot or "readonce_k.png", args.accuracy_label)
+        return rows
     print(f"{args.passages} passages x {args.questions_per_passage} questions, {args.passage_tokens}/"
           f"{args.question_tokens} tokens, {args.answer_tokens}-token answers, {torch.get_num_threads()} threads",
           flush=True)
@@ -194,7 +201,7 @@ def main(argv=None):
         cache.pop(name, None)
     if args.plot:
         accuracy = json.loads(Path(args.accuracy_json).read_text()) if args.accuracy_json else None
-        plot(rows, accuracy, args.plot)
+        plot(rows, accuracy, args.plot, args.accuracy_label)
     if args.output:
         Path(args.output).write_text(json.dumps(rows, indent=2))
     return rows

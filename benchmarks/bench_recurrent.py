@@ -3,12 +3,16 @@
 
 1. Training peak memory vs the number of windows (1, 5, 20 windows of 300 tokens), gradient checkpointing on, loss
    computed window by window, `logits_to_keep=1`: the recurrence keeps only one vector per window between windows
-   (§3.2), so memory should not grow with the stream. Goal: 20 windows within 1.3x of 1 window. Each point runs in a
-   fresh subprocess whose peak-RSS counter (Linux VmHWM) is reset after the model and inputs are built, so the figure
-   is the memory the training step itself needs.
-2. Tokens/s of the recurrent model vs `GPT2LMHeadModel` at the same window and overlap, windows read in sequence
-   (a batch of 4 streams of 5 windows): inference and a training step without checkpointing. Goal: the recurrence
-   costs under 5%.
+   (§3.2), so memory should not grow with the stream. Goal: 20 windows within 1.3x of 1 window. Each point is one
+   training step in a fresh subprocess: the model is built and its gradient buffers allocated, the peak-RSS counter
+   (Linux VmHWM) is reset, then one forward+backward runs. Reported: the peak resident memory of the process (model,
+   gradients and the step) and the step's own increment over the loaded model. Each point runs twice: with glibc's
+   default allocator settings, which keep freed blocks cached (RSS then counts the cache), and with
+   `MALLOC_MMAP_THRESHOLD_=131072 MALLOC_TRIM_THRESHOLD_=0`, which hand freed blocks back at once, so RSS follows
+   the memory the step actually holds.
+2. Tokens/s of the recurrent model vs `GPT2LMHeadModel` at the same window and overlap (4 streams of 5 windows):
+   inference and a training step without checkpointing, the baseline reading the windows one after another and
+   all at once as a batch (see `throughput`). Goal: the recurrence costs under 5%.
 
     python benchmarks/bench_recurrent.py
     python benchmarks/bench_recurrent.py --windows 1 5 --repeats 2
@@ -16,6 +20,7 @@
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -37,26 +42,38 @@ def _rss_kib(field: str) -> int:
     raise RuntimeError(field)
 
 
+ALLOCATORS = {
+    "glibc defaults": {},
+    "freed blocks returned": {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "0"},
+}
+
+
 def memory_point(windows: int, window_size: int) -> dict:
-    """One training step of the recurrent model on `windows` windows, checkpointing on; extra peak RSS in MiB."""
+    """One training step of the recurrent model on `windows` windows, checkpointing on (see the module docstring).
+    Returns the peak resident MiB and the step's increment over the loaded model and its gradients."""
     torch.manual_seed(0)
     model = to_recurrent(GPT2LMHeadModel(GPT2Config(**SMALL)), window_size=window_size).train()
     model.gradient_checkpointing_enable()
+    for parameter in model.parameters():
+        parameter.grad = torch.zeros_like(parameter)
     x = torch.randint(0, 50257, (1, windows * window_size))
-    out = model(x, labels=x, logits_to_keep=1)  # warm-up step (allocator pools, gradient buffers)
-    out.loss.backward()
-    model.zero_grad(set_to_none=False)
-    baseline = _rss_kib("VmRSS")
+    loaded = _rss_kib("VmRSS")
     Path("/proc/self/clear_refs").write_text("5")  # reset VmHWM to the current RSS
     start = time.perf_counter()
     out = model(x, labels=x, logits_to_keep=1)
     out.loss.backward()
     seconds = time.perf_counter() - start
-    return {"windows": windows, "tokens": windows * window_size, "extra_peak_mib": (_rss_kib("VmHWM") - baseline) / 1024,
-            "resident_mib": _rss_kib("VmHWM") / 1024, "step_seconds": seconds}
+    peak = _rss_kib("VmHWM")
+    return {"windows": windows, "tokens": windows * window_size, "peak_resident_mib": peak / 1024,
+            "step_increment_mib": (peak - loaded) / 1024, "loaded_mib": loaded / 1024, "step_seconds": seconds}
 
 
 def throughput(window_size: int, overlap: int, repeats: int) -> dict:
+    """Tokens/s of the recurrent model (4 streams of 5 windows, read in sequence with the recurrent vector carried;
+    training with backpropagation through time, no checkpointing) against `GPT2LMHeadModel` on the same windows,
+    read two ways: one window after another (a forward, and in training a backward, per window), and all 20
+    windows as one batch (how the baseline is trained on independent windows: one step over the same tokens,
+    holding the same activations as backpropagation through time)."""
     torch.manual_seed(0)
     plain = GPT2LMHeadModel(GPT2Config(**SMALL))
     recurrent = to_recurrent(plain, window_size=window_size, window_overlap=overlap)
@@ -67,42 +84,54 @@ def throughput(window_size: int, overlap: int, repeats: int) -> dict:
     while spans[-1][1] < length:
         start = spans[-1][1] - overlap
         spans.append((start, start + window_size, overlap))
+    stacked = torch.cat([x[:, start:end] for start, end, _ in spans], dim=0)  # (batch * windows, window_size)
 
-    def plain_pass(train: bool):
+    def plain_sequential(train: bool):
         for start, end, _ in spans:
             chunk = x[:, start:end]
             out = plain(chunk, labels=chunk if train else None)
             if train:
                 out.loss.backward()
 
+    def plain_batched(train: bool):
+        out = plain(stacked, labels=stacked if train else None)
+        if train:
+            out.loss.backward()
+
     def recurrent_pass(train: bool):
         out = recurrent(x, labels=x if train else None, use_cache=False)
         if train:
             out.loss.backward()
 
+    runs = {"plain_sequential": plain_sequential, "plain_batched": plain_batched, "recurrent": recurrent_pass}
     results = {}
     for mode in ("inference", "training"):
         train = mode == "training"
         for model in (plain, recurrent):
             model.train(train)
-        times = {"plain": [], "recurrent": []}
+        times = {name: [] for name in runs}
         with torch.set_grad_enabled(train):
-            plain_pass(train), recurrent_pass(train)  # warm-up
+            for fn in runs.values():  # warm-up
+                fn(train)
+                plain.zero_grad(set_to_none=True)
             for _ in range(repeats):  # interleaved
-                for name, fn in (("plain", plain_pass), ("recurrent", recurrent_pass)):
+                for name, fn in runs.items():
                     start = time.perf_counter()
                     fn(train)
                     times[name].append(time.perf_counter() - start)
+                    plain.zero_grad(set_to_none=True)
         new_tokens = batch * length
-        p, r = statistics.median(times["plain"]), statistics.median(times["recurrent"])
-        results[mode] = {"plain_tokens_per_s": new_tokens / p, "recurrent_tokens_per_s": new_tokens / r,
-                         "recurrence_cost": r / p - 1}
+        median = {name: statistics.median(t) for name, t in times.items()}
+        results[mode] = {**{f"{name}_tokens_per_s": new_tokens / t for name, t in median.items()},
+                         "cost_vs_sequential": median["recurrent"] / median["plain_sequential"] - 1,
+                         "cost_vs_batched": median["recurrent"] / median["plain_batched"] - 1}
     return results
 
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--windows", type=int, nargs="+", default=[1, 5, 20])
+    parser.add_argument("--windows", type=int, nargs="*", default=[1, 5, 20], help="memory points (none: skip)")
+    parser.add_argument("--skip_throughput", action="store_true")
     parser.add_argument("--window_size", type=int, default=300)
     parser.add_argument("--overlap", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=3)
@@ -112,22 +141,29 @@ def main(argv=None) -> dict:
     if args._memory_point is not None:
         print(json.dumps(memory_point(args._memory_point, args.window_size)))
         return {}
-    results = {"threads": torch.get_num_threads(), "memory": []}
+    results = {"threads": torch.get_num_threads(), "memory": {}}
     print(f"GPT-2 small, random weights, window {args.window_size}, {results['threads']} threads", flush=True)
-    for windows in args.windows:
-        run = subprocess.run([sys.executable, __file__, "--_memory_point", str(windows), "--window_size",
-                              str(args.window_size)], capture_output=True, text=True, check=True)
-        point = json.loads(run.stdout.strip().splitlines()[-1])
-        results["memory"].append(point)
-        ratio = point["extra_peak_mib"] / results["memory"][0]["extra_peak_mib"]
-        print(f"[1] {windows:3d} windows ({point['tokens']:5d} tokens): training step peak +{point['extra_peak_mib']:.0f}"
-              f" MiB over the loaded model ({point['resident_mib']:.0f} MiB resident), {ratio:.2f}x of 1 window, "
-              f"{point['step_seconds']:.1f} s", flush=True)
-    results["throughput"] = throughput(args.window_size, args.overlap, args.repeats)
-    for mode, row in results["throughput"].items():
-        print(f"[2] {mode:9s}: GPT2LMHeadModel {row['plain_tokens_per_s']:.0f} tokens/s, recurrent "
-              f"{row['recurrent_tokens_per_s']:.0f} tokens/s -> recurrence costs {row['recurrence_cost']:+.1%}",
-              flush=True)
+    for allocator, env in ALLOCATORS.items() if args.windows else ():
+        points = results["memory"][allocator] = []
+        for windows in args.windows:
+            run = subprocess.run([sys.executable, __file__, "--_memory_point", str(windows), "--window_size",
+                                  str(args.window_size)], capture_output=True, text=True, check=True,
+                                 env={**os.environ, **env})
+            point = json.loads(run.stdout.strip().splitlines()[-1])
+            points.append(point)
+            first = points[0]
+            print(f"[1] {allocator:22s} {windows:3d} windows ({point['tokens']:5d} tokens): peak resident "
+                  f"{point['peak_resident_mib']:.0f} MiB ({point['peak_resident_mib'] / first['peak_resident_mib']:.2f}x"
+                  f" of {first['windows']} window), step +{point['step_increment_mib']:.0f} MiB over the loaded model "
+                  f"({point['loaded_mib']:.0f} MiB; {point['step_increment_mib'] / first['step_increment_mib']:.2f}x),"
+                  f" {point['step_seconds']:.1f} s", flush=True)
+    if not args.skip_throughput:
+        results["throughput"] = throughput(args.window_size, args.overlap, args.repeats)
+        for mode, row in results["throughput"].items():
+            print(f"[2] {mode:9s}: GPT2LMHeadModel {row['plain_sequential_tokens_per_s']:.0f} tokens/s window by "
+                  f"window, {row['plain_batched_tokens_per_s']:.0f} tokens/s windows batched; recurrent "
+                  f"{row['recurrent_tokens_per_s']:.0f} tokens/s -> recurrence costs "
+                  f"{row['cost_vs_sequential']:+.1%} / {row['cost_vs_batched']:+.1%}", flush=True)
     if args.output:
         Path(args.output).write_text(json.dumps(results, indent=2))
     return results
