@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -33,8 +32,6 @@ from .qa import load_qa_examples, read_jsonl
 from .store import RepresentationStore, content_hash, encode_documents
 from .store.adapters import ReadOnceStoreAdapter
 from .weights import minilm_path
-
-logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -65,8 +62,6 @@ class ReadOnceArguments:
     generation_max_tokens: int = field(default=32)
     num_beams: int = field(default=1)
     eval_compression_ratios: str = field(default=None, metadata={"help": "also evaluate at these k (comma list)"})
-
-
 
 
 def load_rows(task: str, path: str, limit: int | None = None) -> list[dict]:
@@ -196,14 +191,9 @@ def evaluate(model, tokenizer, rows, args: ReadOnceArguments, store_lookup=None,
     for i in range(0, len(rows), batch_size):
         chunk = [{**r, "train": False} for r in rows[i : i + batch_size]]
         features = _to_device(collator(chunk), model.device)
-        if compression_ratio is not None and "document_input_ids" in features:
-            reps = model.encode_documents(features.pop("document_input_ids"),
-                                          features.pop("document_input_attention_mask"), compression_ratio)
-            features["document_representations"] = reps
-        elif "document_input_ids" in features:
-            reps = model.encode_documents(features.pop("document_input_ids"),
-                                          features.pop("document_input_attention_mask"))
-            features["document_representations"] = reps
+        if "document_input_ids" in features:  # k=None: the model's own compression ratio
+            features["document_representations"] = model.encode_documents(
+                features.pop("document_input_ids"), features.pop("document_input_attention_mask"), compression_ratio)
         out = model.generate(**features, max_new_tokens=args.generation_max_tokens, num_beams=args.num_beams,
                              do_sample=False)
         predictions += tokenizer.batch_decode(out, skip_special_tokens=True)
@@ -248,11 +238,13 @@ def run(args: ReadOnceArguments, training_args: Seq2SeqTrainingArguments) -> dic
     if training_args.do_eval:
         files = args.validation_file.split(",")
         folders = [os.path.basename(os.path.dirname(os.path.abspath(file))) for file in files]
-        for index, file in enumerate(files):  # several files: keyed by their folder (the data set's name)
-            name = "eval" if len(files) == 1 else f"eval_{folders[index]}"
-            if len(set(folders)) < len(folders):
-                name = f"eval{index}"
-            eval_sets[name] = load_rows(args.task, file, args.max_eval_samples)
+        if len(files) == 1:
+            names = ["eval"]
+        elif len(set(folders)) == len(folders):  # several files: keyed by their folder (the data set's name)
+            names = [f"eval_{folder}" for folder in folders]
+        else:
+            names = [f"eval{index}" for index in range(len(files))]
+        eval_sets = {name: load_rows(args.task, file, args.max_eval_samples) for name, file in zip(names, files)}
     batch = training_args.per_device_eval_batch_size
     stage1_steps = training_args.max_steps if args.stage1_steps is None else args.stage1_steps
     if training_args.do_train and stage1_steps > 0:
@@ -296,4 +288,4 @@ def run(args: ReadOnceArguments, training_args: Seq2SeqTrainingArguments) -> dic
     return metrics
 
 
-__all__ = ["ReadOnceArguments", "ReadOnceCollator", "ReadOnceStoreAdapter", "evaluate", "evaluation_loss", "load_rows", "run"]
+__all__ = ["ReadOnceArguments", "ReadOnceCollator", "evaluate", "evaluation_loss", "load_rows", "run"]
