@@ -124,7 +124,8 @@ def train(args) -> dict:
 def evaluate(args) -> dict:
     """Score a full (k = 0) QA checkpoint on each dataset's validation file, from the pairs path, beside the trivial
     baselines; on datasets with unanswerable questions the no-answer threshold is tuned on the held-out calibration
-    passages of that dataset's *train* file. Writes `metrics.json` into the checkpoint folder.
+    passages of that dataset's *train* file. Writes `metrics.json` into the checkpoint folder (and refreshes its
+    `checksums.json` if it has one, i.e. for an exported checkpoint).
 
     Raises:
         FileNotFoundError: if a data file is missing.
@@ -162,6 +163,10 @@ def evaluate(args) -> dict:
                "command": "python -m hf_readonce.reference_qa evaluate " + " ".join(args.argv)}
     with open(Path(args.model_dir) / "metrics.json", "w") as handle:
         json.dump(summary, handle, indent=2)
+    from .weights import CHECKSUMS_FILE, write_checksums
+
+    if (Path(args.model_dir) / CHECKSUMS_FILE).is_file():  # an exported checkpoint: its listing covers the metrics
+        write_checksums(Path(args.model_dir))
     return summary
 
 
@@ -173,18 +178,17 @@ def export(args) -> Path:
     import torch
     from transformers import AutoTokenizer, BertForQuestionAnswering
 
-    from .weights import CHECKSUMS_FILE, sha256_file
+    from .weights import write_checksums
 
     target = Path(args.export_dir)
     target.mkdir(parents=True, exist_ok=True)
     model = BertForQuestionAnswering.from_pretrained(args.model_dir, dtype=torch.float32)
     model.to(torch.float16).save_pretrained(target)
     AutoTokenizer.from_pretrained(args.model_dir).save_pretrained(target)
-    for extra in ("metrics.json",):
+    for extra in ("train_results.json", "metrics.json"):
         if (Path(args.model_dir) / extra).is_file():
             shutil.copyfile(Path(args.model_dir) / extra, target / extra)
-    files = {p.name: sha256_file(p) for p in sorted(target.iterdir()) if p.is_file() and p.name != CHECKSUMS_FILE}
-    (target / CHECKSUMS_FILE).write_text(json.dumps({"algorithm": "sha256", "files": files}, indent=2) + "\n")
+    write_checksums(target)
     return target
 
 

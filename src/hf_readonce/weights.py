@@ -95,6 +95,16 @@ def verify_checksums(folder: Path) -> None:
                              "or was replaced (a git checkout without LFS smudging, a partial copy); reinstall it.")
 
 
+def write_checksums(folder: Path) -> Path:
+    """Write `folder/checksums.json`: the SHA-256 of every file directly in `folder` (itself excluded), the listing
+    [`verify_checksums`] checks. Returns its path."""
+    folder = Path(folder)
+    files = {p.name: sha256_file(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != CHECKSUMS_FILE}
+    listing = folder / CHECKSUMS_FILE
+    listing.write_text(json.dumps({"algorithm": "sha256", "files": files}, indent=2) + "\n", encoding="utf-8")
+    return listing
+
+
 def reference_qa_path(verify: bool = True) -> Path:
     """Folder of the reference extractive-QA checkpoint shipped with hf-readonce: all-MiniLM-L6-v2 fine-tuned as a
     plain `BertForQuestionAnswering` on Quoref + Disfl-QA train (fp16 safetensors, about 45 MB; its training command,
@@ -130,4 +140,5 @@ __all__ = [
     "sha256_file",
     "smollm2_gguf_path",
     "verify_checksums",
+    "write_checksums",
 ]
