@@ -15,7 +15,7 @@ Disfl-QA, into k = 4 of 6 and distil it with KD + LRS; tune the no-answer thresh
         --train_file ../shared/data/disfl_qa/train.jsonl --validation_file ../shared/data/disfl_qa/validation.jsonl \
         --allow_no_answer --calibration_fraction 0.1 --max_seq_length 256 --max_question_length 48 \
         --doc_stride 64 --do_train --do_eval --max_steps 300 --per_device_train_batch_size 16 \
-        --learning_rate 5e-5 --use_cpu --output_dir runs/deformer_kd
+        --learning_rate 1e-4 --use_cpu --output_dir runs/deformer_kd
 
 The metrics (`output_dir/eval_results.json`) hold the model's EM/F1 with SQuAD 2.0's HasAns / NoAns breakdown and,
 under `baselines`, the always-empty / first-span / first-sentence scores of the same questions.

@@ -74,7 +74,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--num_decomposed_layers", type=int, default=4)
     parser.add_argument("--max_steps", type=int, default=60, help="training steps of --batch_size examples")
     parser.add_argument("--batch_size", type=int, default=16)
-    parser.add_argument("--learning_rate", type=float, default=5e-5)
+    parser.add_argument("--learning_rate", type=float, default=1e-4)
     parser.add_argument("--no_distillation", action="store_true",
                         help="train on the span loss only (no KD+LRS from the teacher)")
     parser.add_argument("--max_train_samples", type=int, default=None,

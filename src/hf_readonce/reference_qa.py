@@ -158,9 +158,12 @@ def evaluate(args) -> dict:
         metrics["eval_seconds"] = round(time.perf_counter() - start, 1)
         results[name] = metrics
     train_info = Path(args.model_dir) / "train_results.json"
+    metrics_file = Path(args.model_dir) / "metrics.json"
+    previous = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
+    command = "python -m hf_readonce.reference_qa evaluate " + " ".join(args.argv)
     summary = {"train": json.loads(train_info.read_text()) if train_info.is_file() else None,
-               "validation": results,
-               "command": "python -m hf_readonce.reference_qa evaluate " + " ".join(args.argv)}
+               "validation": {**previous.get("validation", {}), **results},  # datasets scored earlier are kept
+               "commands": {**previous.get("commands", {}), **{name: command for name in results}}}
     with open(Path(args.model_dir) / "metrics.json", "w") as handle:
         json.dump(summary, handle, indent=2)
     from .weights import CHECKSUMS_FILE, write_checksums
