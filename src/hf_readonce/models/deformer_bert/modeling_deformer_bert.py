@@ -11,6 +11,7 @@ configuration file next to it.
 """
 
 import hashlib
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -42,7 +43,7 @@ class DeformerPassageOutput(ModelOutput):
             The k the states were computed with.
         model_fingerprint (`str`):
             Hex digest identifying the weights and configuration that produced the states (see
-            [`DeformerBertModel.passage_encoder_fingerprint`]).
+            [`DeformerBertModel.representation_fingerprint`]).
     """
 
     last_hidden_state: torch.FloatTensor | None = None
@@ -127,8 +128,8 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
         self.embeddings.word_embeddings = value
 
     # ------------------------------------------------------------------ helpers
-    def passage_encoder_fingerprint(self) -> str:
-        """SHA-256 hex digest of everything that determines passage states: the weights of the embeddings and of
+    def representation_fingerprint(self) -> str:
+        """SHA-256 hex digest of everything that determines passage states (the cached representation): the weights of the embeddings and of
         layers 1..k, and the config fields k, `passage_position_offset`, `hidden_size`.
 
         The digest is cached and recomputed only when a parameter is replaced or modified in place (torch's
@@ -154,6 +155,12 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
             digest.update(p.detach().to("cpu", torch.float32).contiguous().numpy().data)  # no copy for fp32
         self._fingerprint_cache = (state, digest.hexdigest())
         return self._fingerprint_cache[1]
+
+    def passage_encoder_fingerprint(self) -> str:
+        """Deprecated 0.1.0 name of [`representation_fingerprint`] (the one fingerprint name of every model)."""
+        warnings.warn("`passage_encoder_fingerprint()` is deprecated; use `representation_fingerprint()`.",
+                      DeprecationWarning, stacklevel=2)
+        return self.representation_fingerprint()
 
     def _bidirectional_mask(self, hidden_states, attention_mask, segment_ids=None):
         return create_bidirectional_mask(
@@ -212,10 +219,10 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
                 f"num_decomposed_layers={self.config.num_decomposed_layers}."
             )
         fingerprint = passage_states.get("model_fingerprint")
-        if fingerprint is not None and fingerprint != self.passage_encoder_fingerprint():
+        if fingerprint is not None and fingerprint != self.representation_fingerprint():
             raise ValueError(
                 f"`passage_states` were computed by another model (fingerprint {fingerprint[:12]}...) than this one "
-                f"({self.passage_encoder_fingerprint()[:12]}...): re-encode the passages with this model."
+                f"({self.representation_fingerprint()[:12]}...): re-encode the passages with this model."
             )
 
     # ------------------------------------------------------------------ passage cache
@@ -269,7 +276,7 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
             last_hidden_state=hidden_states,
             attention_mask=attention_mask,
             num_decomposed_layers=self.config.num_decomposed_layers,
-            model_fingerprint=self.passage_encoder_fingerprint(),
+            model_fingerprint=self.representation_fingerprint(),
         )
 
     # ------------------------------------------------------------------ forward
@@ -441,6 +448,11 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
         self.bert = DeformerBertModel(config)
         self.qa_outputs = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
+
+    def representation_fingerprint(self) -> str:
+        """The fingerprint of the passage states this model computes; see
+        [`DeformerBertModel.representation_fingerprint`]."""
+        return self.bert.representation_fingerprint()
 
     def encode_passages(self, input_ids, attention_mask=None, token_type_ids=None) -> DeformerPassageOutput:
         """Cache passage states; see [`DeformerBertModel.encode_passages`] (shapes, errors)."""

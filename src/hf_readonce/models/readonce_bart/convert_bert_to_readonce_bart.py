@@ -17,8 +17,8 @@ from __future__ import annotations
 import torch
 from transformers import BartConfig, BertModel
 
-from .models.configuration_readonce_bart import ReadOnceBartConfig
-from .models.modeling_readonce_bart import ReadOnceBartForConditionalGeneration
+from .configuration_readonce_bart import ReadOnceBartConfig
+from .modeling_readonce_bart import ReadOnceBartForConditionalGeneration
 
 
 def bart_config_from_bert(bert_config, config_class=BartConfig, **overrides):

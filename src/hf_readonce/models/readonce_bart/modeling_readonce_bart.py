@@ -19,6 +19,7 @@ files next to it.
 
 import hashlib
 import math
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -261,7 +262,7 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
         self._fingerprint_cache = None
         self.post_init()
 
-    def fingerprint(self) -> str:
+    def representation_fingerprint(self) -> str:
         """SHA-256 hex of the weights and config fields that determine representations (aggregation, window,
         chunking); cached until a parameter changes."""
         params = list(self.named_parameters())
@@ -278,6 +279,12 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
             digest.update(p.detach().to("cpu", torch.float32).contiguous().numpy().data)
         self._fingerprint_cache = (state, digest.hexdigest())
         return self._fingerprint_cache[1]
+
+    def fingerprint(self) -> str:
+        """Deprecated 0.1.0 name of [`representation_fingerprint`] (the one fingerprint name of every model)."""
+        warnings.warn("`fingerprint()` is deprecated; use `representation_fingerprint()`.", DeprecationWarning,
+                      stacklevel=2)
+        return self.representation_fingerprint()
 
     def forward(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
                 compression_ratio: int | None = None) -> ReadOnceRepresentations:
@@ -334,7 +341,7 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
             masks.append(rep_mask)
         return ReadOnceRepresentations(
             representations=torch.cat(pieces, 1), attention_mask=torch.cat(masks, 1), compression_ratio=k,
-            model_fingerprint=self.fingerprint(),
+            model_fingerprint=self.representation_fingerprint(),
         )
 
 
@@ -547,6 +554,11 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         for parameter in self.document_encoder.parameters():
             parameter.requires_grad_(not freeze)
 
+    def representation_fingerprint(self) -> str:
+        """The fingerprint of the representations this model's document encoder computes; see
+        [`ReadOnceBartDocumentEncoder.representation_fingerprint`]."""
+        return self.document_encoder.representation_fingerprint()
+
     def encode_documents(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
                          compression_ratio: int | None = None) -> ReadOnceRepresentations:
         r"""Read documents once: `(batch, n)` token ids -> [`ReadOnceRepresentations`] with
@@ -571,7 +583,7 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
     def _check_fingerprint(self, document_representations):
         if isinstance(document_representations, ReadOnceRepresentations) and \
                 document_representations.model_fingerprint is not None:
-            mine = self.document_encoder.fingerprint()
+            mine = self.representation_fingerprint()
             if document_representations.model_fingerprint != mine:
                 raise ValueError(
                     f"`document_representations` were made by document encoder "

@@ -5,10 +5,10 @@ Improved Efficiency and Context Size")."""
 
 from transformers import GPT2Config
 
-from .modeling_recurrence import set_recurrence_config
+from .configuration_recurrence import RecurrenceConfigMixin
 
 
-class RecurrentGPT2Config(GPT2Config):
+class RecurrentGPT2Config(RecurrenceConfigMixin, GPT2Config):
     r"""
     Configuration of [`RecurrentGPT2LMHeadModel`]: GPT-2 run over windows of `window_size` tokens, each window
     receiving at layer L one extra key/value computed from the previous window (§3.1).
@@ -48,28 +48,8 @@ class RecurrentGPT2Config(GPT2Config):
     """
 
     model_type = "recurrent_gpt2"
-    keys_to_ignore_at_inference = ["past_key_values", "recurrent_state", "num_windows"]
-
-    def __init__(
-        self,
-        window_size: int | None = None,
-        window_overlap: int = 0,
-        recurrence_layer: int = 2,
-        recurrence_hidden_sizes: list[int] | None = None,
-        recurrence_activation: str = "relu",
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        set_recurrence_config(
-            self,
-            max_positions=self.n_positions,
-            num_layers=self.n_layer,
-            window_size=window_size,
-            window_overlap=window_overlap,
-            recurrence_layer=recurrence_layer,
-            recurrence_hidden_sizes=recurrence_hidden_sizes,
-            recurrence_activation=recurrence_activation,
-        )
+    max_positions_attribute = "n_positions"
+    num_layers_attribute = "n_layer"
 
 
 __all__ = ["RecurrentGPT2Config"]

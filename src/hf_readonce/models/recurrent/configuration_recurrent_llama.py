@@ -6,10 +6,10 @@ GPT-2 specific)."""
 
 from transformers import LlamaConfig
 
-from .modeling_recurrence import set_recurrence_config
+from .configuration_recurrence import RecurrenceConfigMixin
 
 
-class RecurrentLlamaConfig(LlamaConfig):
+class RecurrentLlamaConfig(RecurrenceConfigMixin, LlamaConfig):
     r"""
     Configuration of [`RecurrentLlamaForCausalLM`]: a Llama-family causal LM (Llama, SmolLM2, ...) run over windows
     of `window_size` tokens, each window receiving at layer L one extra key/value computed from the previous window
@@ -48,28 +48,8 @@ class RecurrentLlamaConfig(LlamaConfig):
     """
 
     model_type = "recurrent_llama"
-    keys_to_ignore_at_inference = ["past_key_values", "recurrent_state", "num_windows"]
-
-    def __init__(
-        self,
-        window_size: int | None = None,
-        window_overlap: int = 0,
-        recurrence_layer: int = 2,
-        recurrence_hidden_sizes: list[int] | None = None,
-        recurrence_activation: str = "relu",
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        set_recurrence_config(
-            self,
-            max_positions=self.max_position_embeddings,
-            num_layers=self.num_hidden_layers,
-            window_size=window_size,
-            window_overlap=window_overlap,
-            recurrence_layer=recurrence_layer,
-            recurrence_hidden_sizes=recurrence_hidden_sizes,
-            recurrence_activation=recurrence_activation,
-        )
+    max_positions_attribute = "max_position_embeddings"
+    num_layers_attribute = "num_hidden_layers"
 
 
 __all__ = ["RecurrentLlamaConfig"]

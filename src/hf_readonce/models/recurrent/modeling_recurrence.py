@@ -33,80 +33,9 @@ from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-DEFAULT_WINDOW_SIZE = 300
-DEFAULT_RECURRENCE_HIDDEN_SIZES = (200, 200, 200)
+from .configuration_recurrence import _is_int, set_recurrence_config  # noqa: F401  (set_recurrence_config: 0.1.0 import path)
+
 IGNORE_INDEX = -100
-
-
-# ----------------------------------------------------------------------------------------------------- config
-def _is_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def set_recurrence_config(
-    config,
-    *,
-    max_positions: int,
-    num_layers: int,
-    window_size: int | None,
-    window_overlap: int,
-    recurrence_layer: int,
-    recurrence_hidden_sizes,
-    recurrence_activation: str,
-) -> None:
-    r"""Validate the recurrence arguments and set them on `config` (used by every recurrent config class).
-
-    Args:
-        config: the configuration object to set `window_size`, `window_overlap`, `recurrence_layer`,
-            `recurrence_hidden_sizes` and `recurrence_activation` on.
-        max_positions (`int`): the model's position table size (`n_positions` / `max_position_embeddings`).
-        num_layers (`int`): N, the number of transformer layers.
-        window_size (`int` or `None`): k, tokens per window; `None` means `min(300, max_positions)`.
-        window_overlap (`int`): tokens of each window repeated from the previous one (§4.2).
-        recurrence_layer (`int`): L, 1-based layer that receives the extra key/value (§3.1).
-        recurrence_hidden_sizes (sequence of `int`): hidden widths of the feed-forward network.
-        recurrence_activation (`str`): a key of `transformers.activations.ACT2FN`.
-
-    Raises:
-        ValueError: if `window_size` is not an int in `[1, max_positions]`, `window_overlap` not an int in
-            `[0, window_size)`, `recurrence_layer` not an int in `[1, num_layers]`, a hidden size not a positive int,
-            or the activation unknown.
-    """
-    if window_size is None:
-        window_size = min(DEFAULT_WINDOW_SIZE, max_positions)
-    if not _is_int(window_size) or window_size < 1:
-        raise ValueError(f"`window_size` must be a positive int, got {window_size!r}.")
-    if window_size > max_positions:
-        raise ValueError(
-            f"`window_size`={window_size} exceeds the model's {max_positions} position embeddings "
-            "(positions restart in every window, so a window must fit in the position table)."
-        )
-    if not _is_int(window_overlap) or not 0 <= window_overlap < window_size:
-        raise ValueError(
-            f"`window_overlap` must be an int in [0, window_size={window_size}), got {window_overlap!r} "
-            "(a window must bring at least one new token)."
-        )
-    if not _is_int(recurrence_layer) or not 1 <= recurrence_layer <= num_layers:
-        raise ValueError(
-            f"`recurrence_layer` (L, 1-based) must be an int in [1, num_layers={num_layers}], got {recurrence_layer!r}."
-        )
-    if recurrence_hidden_sizes is None:
-        recurrence_hidden_sizes = list(DEFAULT_RECURRENCE_HIDDEN_SIZES)
-    if isinstance(recurrence_hidden_sizes, (str, bytes)) or not hasattr(recurrence_hidden_sizes, "__iter__"):
-        raise ValueError(f"`recurrence_hidden_sizes` must be a list of ints, got {recurrence_hidden_sizes!r}.")
-    recurrence_hidden_sizes = list(recurrence_hidden_sizes)
-    if not all(_is_int(size) and size > 0 for size in recurrence_hidden_sizes):
-        raise ValueError(f"`recurrence_hidden_sizes` must hold positive ints, got {recurrence_hidden_sizes!r}.")
-    if recurrence_activation not in ACT2FN:
-        raise ValueError(
-            f"`recurrence_activation`={recurrence_activation!r} is not a transformers activation "
-            f"(one of {sorted(ACT2FN)})."
-        )
-    config.window_size = window_size
-    config.window_overlap = window_overlap
-    config.recurrence_layer = recurrence_layer
-    config.recurrence_hidden_sizes = recurrence_hidden_sizes
-    config.recurrence_activation = recurrence_activation
 
 
 # ----------------------------------------------------------------------------------------------------- modules
