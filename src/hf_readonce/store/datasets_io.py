@@ -9,14 +9,10 @@ from collections.abc import Iterator, Mapping
 
 import torch
 
-from .core import (
-    DEFAULT_SHARD_SIZE_BYTES,
-    FORMAT_VERSION,
-    CorruptedShardError,
-    RepresentationStore,
-    resolve_dtype,
-    tensors_checksum,
-)
+from .errors import CorruptedShardError
+from .keys import canonical_settings
+from .shards import DEFAULT_SHARD_SIZE_BYTES, FORMAT_VERSION, resolve_dtype, tensors_checksum
+from .store import RepresentationStore
 
 COLUMNS = ("format_version", "space", "fingerprint", "settings", "model_type", "content_hash", "sha256", "meta",
            "tensor_names", "tensor_dtypes", "tensor_shapes", "tensor_bytes")
@@ -91,8 +87,6 @@ def export_to_dataset(store: RepresentationStore, fingerprint: str | None = None
 
     if settings is not None and fingerprint is None:
         raise ValueError("`settings` needs `fingerprint`.")
-    from .core import canonical_settings
-
     gen_kwargs = {"path": str(store.path), "fingerprint": fingerprint,
                   "settings_json": canonical_settings(settings) if fingerprint is not None else None}
     # the index state is part of the cache key, so a changed store is exported again

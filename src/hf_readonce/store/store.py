@@ -24,17 +24,13 @@ of the whole file; reads check the document checksum (unless `verify_reads=False
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import math
 import os
-import tempfile
 import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,302 +39,25 @@ from filelock import FileLock
 from safetensors import safe_open
 from safetensors.torch import save as safetensors_save
 
-FORMAT_NAME = "hf-readonce-representation-store"
-FORMAT_VERSION = 1
-DEFAULT_SHARD_SIZE_BYTES = 64 * 1024 * 1024
-
-_DTYPES = {
-    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
-    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
-    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-}
-_STORABLE = {
-    torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32, torch.int16, torch.int8,
-    torch.uint8, torch.bool,
-}
-
-
-class StoreError(Exception):
-    """Base class of the store's own errors."""
-
-
-class RepresentationMismatchError(StoreError, ValueError):
-    """A document is stored, but only for another model fingerprint or other settings than the ones asked for."""
-
-
-class MissingRepresentationError(StoreError, KeyError):
-    """A document is not stored at all (for any model)."""
-
-    def __str__(self) -> str:  # KeyError would print the repr of the message
-        return str(self.args[0]) if self.args else ""
-
-
-class CorruptedShardError(StoreError, ValueError):
-    """A shard (or one document in it) failed its checksum, or could not be parsed.
-
-    Attributes:
-        shard (`str`): the shard's path relative to the store.
-        documents (`list[str]`): content hashes of the affected documents.
-    """
-
-    def __init__(self, message: str, shard: str, documents: Sequence[str]):
-        super().__init__(message)
-        self.shard = shard
-        self.documents = list(documents)
-
-
-class ReadOnlyStoreError(StoreError, PermissionError):
-    """A write was attempted on a store opened read-only or on a directory that cannot be written."""
-
-
-# ---------------------------------------------------------------------------------------------------------- keys
-def content_hash(text: str) -> str:
-    """Key of a document: SHA-256 hex digest (64 characters) of its UTF-8 text. Only the content counts: the same
-    text from two files, or under two ids, is one document.
-
-    Raises:
-        TypeError: if `text` is not a `str`.
-    """
-    if not isinstance(text, str):
-        raise TypeError(f"`text` must be a str, got {type(text).__name__}.")
-    return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
-
-
-def canonical_settings(settings: Mapping[str, Any]) -> str:
-    """Canonical JSON of a settings mapping (sorted keys, no whitespace, no NaN): the form hashed into space keys.
-
-    Raises:
-        TypeError: if `settings` is not a mapping with `str` keys, or holds values JSON cannot represent.
-        ValueError: if a value is NaN or infinite.
-    """
-    if not isinstance(settings, Mapping):
-        raise TypeError(f"`settings` must be a mapping (dict), got {type(settings).__name__}.")
-    for key in settings:
-        if not isinstance(key, str):
-            raise TypeError(f"`settings` keys must be str, got {key!r}.")
-    try:
-        return json.dumps(dict(settings), sort_keys=True, separators=(",", ":"), allow_nan=False)
-    except TypeError as error:
-        raise TypeError(f"`settings` must hold only JSON values (str, int, float, bool, None, lists, dicts): {error}") from None
-    except ValueError as error:
-        raise ValueError(f"`settings` must not hold NaN or infinite numbers: {error}") from None
-
-
-def _check_fingerprint(fingerprint: str) -> str:
-    if not isinstance(fingerprint, str) or not fingerprint:
-        raise TypeError(f"`fingerprint` must be a non-empty str, got {fingerprint!r}.")
-    return fingerprint
-
-
-def space_key(fingerprint: str, settings: Mapping[str, Any]) -> str:
-    """Key of a representation space: SHA-256 hex of the model fingerprint and the canonical settings. Any change to
-    either gives another key.
-
-    Args:
-        fingerprint (`str`): identifies the weights and the config fields that change the representation (e.g.
-            `model.bert.passage_encoder_fingerprint()`).
-        settings (`Mapping[str, Any]`): representation settings (e.g. `num_decomposed_layers`, window length).
-
-    Raises:
-        TypeError / ValueError: as [`canonical_settings`]; a fingerprint that is not a non-empty `str`.
-    """
-    _check_fingerprint(fingerprint)
-    payload = json.dumps({"fingerprint": fingerprint, "settings": json.loads(canonical_settings(settings))},
-                         sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(payload.encode()).hexdigest()
-
-
-def representation_key(fingerprint: str, settings: Mapping[str, Any], text_or_hash: str, *,
-                       is_hash: bool = False) -> tuple[str, str]:
-    """The full key `(space_key, content_hash)` under which a document's representation is stored.
-
-    Args:
-        text_or_hash (`str`): the document text, or (with `is_hash=True`) its [`content_hash`].
-    """
-    return space_key(fingerprint, settings), text_or_hash if is_hash else content_hash(text_or_hash)
-
-
-def rank_of(document_hash: str, num_processes: int) -> int:
-    """Process (rank) that encodes a document when `num_processes` processes share a corpus: the content hash,
-    read as an integer, modulo `num_processes`. Deterministic, independent of file order, and identical texts go to
-    the same rank.
-
-    Raises:
-        ValueError: if `num_processes < 1` or `document_hash` is not hexadecimal.
-    """
-    if isinstance(num_processes, bool) or not isinstance(num_processes, int) or num_processes < 1:
-        raise ValueError(f"`num_processes` must be an int >= 1, got {num_processes!r}.")
-    try:
-        return int(document_hash[:16], 16) % num_processes
-    except (TypeError, ValueError):
-        raise ValueError(f"`document_hash` must be a hex digest, got {document_hash!r}.") from None
-
-
-def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
-    """Storage dtype of floating tensors from `"fp32"/"float32"`, `"fp16"/"float16"`, `"bf16"/"bfloat16"` or a
-    `torch.dtype` among those three.
-
-    Raises:
-        ValueError: for any other value.
-    """
-    if isinstance(dtype, torch.dtype):
-        if dtype in (torch.float32, torch.float16, torch.bfloat16):
-            return dtype
-    elif isinstance(dtype, str) and dtype.lower() in _DTYPES:
-        return _DTYPES[dtype.lower()]
-    raise ValueError(f"`dtype` must be one of fp32, fp16, bf16 (or float32/float16/bfloat16), got {dtype!r}.")
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def tensors_checksum(tensors: Mapping[str, torch.Tensor]) -> str:
-    """SHA-256 hex over every tensor's name, dtype, shape and raw bytes, in name order: the checksum recorded for
-    each stored document (also recomputable from an exported dataset row)."""
-    digest = hashlib.sha256()
-    for name in sorted(tensors):
-        tensor = tensors[name]
-        digest.update(f"{name}|{_dtype_name(tensor.dtype)}|{list(tensor.shape)}|".encode())
-        digest.update(_tensor_bytes(tensor))
-    return digest.hexdigest()
-
-
-def _tensor_bytes(tensor: torch.Tensor) -> memoryview:
-    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
-    if flat.numel() == 0:
-        return memoryview(b"")
-    if flat.dtype == torch.bool:
-        flat = flat.to(torch.uint8)
-    return memoryview(flat.view(torch.uint8).numpy())
-
-
-# ---------------------------------------------------------------------------------------------------------- files
-def _fsync_dir(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _make_temp(directory: Path, suffix: str) -> tuple[int, str]:
-    """Create a temporary file in `directory` (same file system as the destination, so the rename is atomic)."""
-    return tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=suffix)
-
-
-def _atomic_write(path: Path, data: bytes, tmp_dir: Path) -> None:
-    """Write `data` to `path` atomically: temporary file, fsync, rename, fsync of the folder."""
-    fd, tmp = _make_temp(tmp_dir, path.suffix)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-# ---------------------------------------------------------------------------------------------------------- records
-@dataclass(frozen=True)
-class RepresentationSpace:
-    """One (model fingerprint, settings) pair, as recorded in the store.
-
-    Attributes:
-        key (`str`): [`space_key`] of the pair.
-        fingerprint (`str`): model fingerprint.
-        settings (`dict`): representation settings.
-        model_type (`str` or `None`): the model family that wrote it (e.g. `"deformer_bert"`), informative only.
-    """
-
-    key: str
-    fingerprint: str
-    settings: dict = field(hash=False, compare=False)
-    model_type: str | None = field(default=None, compare=False)
-
-    def describe(self) -> str:
-        """One line naming the fingerprint (first 16 hex digits) and the settings."""
-        return f"fingerprint {self.fingerprint[:16]}... settings {canonical_settings(self.settings)}"
-
-
-@dataclass(frozen=True)
-class DocumentEntry:
-    """Where one stored document lives.
-
-    Attributes:
-        space (`str`): space key. content_hash (`str`): document key. shard (`str`): shard path relative to the
-        store. tensors (`dict[str, dict]`): per tensor name, its `key` in the shard, `dtype` and `shape`.
-        sha256 (`str`): [`tensors_checksum`] of the document. meta (`dict`): small JSON metadata (e.g. `id`).
-    """
-
-    space: str
-    content_hash: str
-    shard: str
-    tensors: dict = field(hash=False, compare=False)
-    sha256: str = ""
-    meta: dict = field(default_factory=dict, hash=False, compare=False)
-
-    @property
-    def name(self) -> str:
-        """Human name: the document's `id` from its metadata if any, else the first 16 hex digits of its hash."""
-        doc_id = self.meta.get("id") if isinstance(self.meta, dict) else None
-        return f"{doc_id} ({self.content_hash[:16]})" if doc_id is not None else self.content_hash[:16]
-
-
-@dataclass
-class Corruption:
-    """One problem found by [`RepresentationStore.verify`].
-
-    Attributes:
-        shard (`str`): shard (or manifest) path relative to the store. reason (`str`): what failed.
-        documents (`list[DocumentEntry]`): the documents that cannot be trusted (all of the shard's when its header
-        is unreadable), empty for an unreadable manifest.
-    """
-
-    shard: str
-    reason: str
-    documents: list = field(default_factory=list)
-
-    def describe(self) -> str:
-        """One line naming the shard, the reason and the affected documents."""
-        names = ", ".join(entry.name for entry in self.documents) or "-"
-        return f"CORRUPTED {self.shard}: {self.reason}; documents: {names}"
-
-
-@dataclass
-class VerifyReport:
-    """Result of [`RepresentationStore.verify`]: `ok` is True when nothing is corrupted.
-
-    Attributes:
-        shards_checked, documents_checked (`int`), corruptions (`list[Corruption]`), orphans (`list[str]`): shard
-        files that no manifest references (left by a crash before commit; harmless, removed by `repair`).
-    """
-
-    shards_checked: int = 0
-    documents_checked: int = 0
-    corruptions: list = field(default_factory=list)
-    orphans: list = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.corruptions
-
-    @property
-    def corrupted_documents(self) -> list:
-        return [entry for c in self.corruptions for entry in c.documents]
+from .errors import (
+    CorruptedShardError,
+    MissingRepresentationError,
+    ReadOnlyStoreError,
+    RepresentationMismatchError,
+)
+from .keys import DocumentEntry, RepresentationSpace, _check_fingerprint, canonical_settings, space_key
+from .maintenance import VerifyReport, repair_store, store_info, verify_store
+from .shards import (
+    _STORABLE,
+    DEFAULT_SHARD_SIZE_BYTES,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    _atomic_write,
+    _dtype_name,
+    _make_temp,
+    resolve_dtype,
+    tensors_checksum,
+)
 
 
 # ---------------------------------------------------------------------------------------------------------- store
@@ -658,9 +377,27 @@ class RepresentationStore:
             writer.add(document_hash, tensors, meta=meta)
         return bool(writer.committed)
 
-    def _commit(self, space: RepresentationSpace, dtype: torch.dtype, documents: list[tuple[str, dict, dict]]
-                ) -> list[str]:
-        """Write one shard + manifest under the lock; skips documents already stored. Returns committed hashes."""
+    def has(self, space: str, document_hash: str) -> bool:
+        """Whether `document_hash` is in the loaded index for the space key `space` (no refresh; see [`contains`]
+        for a lookup by fingerprint and settings that refreshes)."""
+        return (space, document_hash) in self._entries
+
+    def commit_shard(self, space: RepresentationSpace, dtype: torch.dtype,
+                     documents: list[tuple[str, dict, dict]]) -> list[str]:
+        """Write one shard + manifest under the lock, skipping documents already stored: the commit point of
+        [`StoreWriter.flush`] and of `repair`. Prefer [`writer`] or [`put`].
+
+        Args:
+            space ([`RepresentationSpace`]): the space written into.
+            dtype (`torch.dtype`): the storage dtype recorded for the shard (tensors are already cast).
+            documents (`list[tuple[str, dict, dict]]`): `(content_hash, tensors, meta)` per document.
+
+        Returns:
+            `list[str]`: the committed content hashes.
+
+        Raises:
+            ReadOnlyStoreError: if the store cannot be written.
+        """
         self.check_writable()
         with self.lock():
             self.refresh()
@@ -698,170 +435,36 @@ class RepresentationStore:
 
     # ----------------------------------------------------------------- maintenance
     def info(self) -> dict:
-        """Summary: documents, shards, bytes on disk, and per space its fingerprint, settings, model type, dtypes,
-        documents and bytes; `duplicates` (entries shadowed by an identical key, harmless), `orphans` (shard files
-        without a manifest) and `bad_manifests`."""
-        self.refresh()
-        per_space = {}
-        for key, space in self._spaces.items():
-            per_space[key] = {"fingerprint": space.fingerprint, "settings": space.settings,
-                              "model_type": space.model_type, "documents": 0, "shards": 0, "bytes": 0, "dtypes": []}
-        for manifest in self._shards.values():
-            s = per_space[manifest["space"]]
-            s["shards"] += 1
-            s["bytes"] += int(manifest.get("file_size", 0))
-            if manifest.get("dtype") not in s["dtypes"]:
-                s["dtypes"].append(manifest.get("dtype"))
-        for space, _ in self._entries:
-            per_space[space]["documents"] += 1
-        total = sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
-        return {"path": str(self.path), "format_version": FORMAT_VERSION, "documents": len(self._entries),
-                "shards": len(self._shards), "bytes_on_disk": total, "spaces": per_space,
-                "duplicates": self._duplicates, "orphans": self._orphans(),
-                "bad_manifests": sorted(self._bad_manifests)}
-
-    def _orphans(self) -> list[str]:
-        known = set(self._shards)
-        shard_dir = self.path / "shards"
-        if not shard_dir.is_dir():
-            return []
-        return sorted(str(p.relative_to(self.path)) for p in shard_dir.rglob("*.safetensors")
-                      if str(p.relative_to(self.path)) not in known)
+        """Summary of the store; see [`hf_readonce.store.maintenance.store_info`]."""
+        return store_info(self)
 
     def verify(self, progress: bool = False) -> VerifyReport:
-        """Check every shard: file checksum, then (when it differs or the file is unreadable) every document's
-        checksum, so that each corrupted shard and document is named. Never modifies the store.
-
-        Args:
-            progress (`bool`, defaults to `False`): show a tqdm bar over shards.
+        """Check every checksum, never modifying the store; see [`hf_readonce.store.maintenance.verify_store`].
 
         Returns:
             [`VerifyReport`].
         """
-        from tqdm.auto import tqdm
-
-        self.refresh()
-        report = VerifyReport()
-        for name, reason in sorted(self._bad_manifests.items()):
-            report.corruptions.append(Corruption(f"index/{name}", reason, []))
-        for shard, manifest in tqdm(sorted(self._shards.items()), desc="verify", unit="shard", disable=not progress):
-            report.shards_checked += 1
-            entries = [self._entries[(manifest["space"], h)] for h in manifest["documents"]
-                       if self._entries.get((manifest["space"], h)) is not None
-                       and self._entries[(manifest["space"], h)].shard == shard]
-            report.documents_checked += len(entries)
-            corruption = self._check_shard(shard, manifest, entries)
-            if corruption is not None:
-                report.corruptions.append(corruption)
-        report.orphans = self._orphans()
-        return report
-
-    def _check_shard(self, shard: str, manifest: dict, entries: list[DocumentEntry]) -> Corruption | None:
-        path = self.path / shard
-        if not path.is_file():
-            return Corruption(shard, "shard file is missing", entries)
-        size = path.stat().st_size
-        if size == manifest.get("file_size") and _file_sha256(path) == manifest.get("file_sha256"):
-            return None
-        reason = "file checksum mismatch" if size == manifest.get("file_size") else (
-            f"file size {size} bytes, expected {manifest.get('file_size')} (truncated or extended)")
-        self._handles.pop(shard, None)
-        bad = []
-        for entry in entries:
-            try:
-                self._read(entry, verify=True)
-            except CorruptedShardError:
-                bad.append(entry)
-        self._handles.pop(shard, None)
-        if not bad:  # the data of every document is intact: the header/metadata bytes changed
-            reason += " (header or metadata bytes; tensor data intact)"
-            bad = entries
-        return Corruption(shard, reason, bad)
+        return verify_store(self, progress=progress)
 
     def repair(self, report: VerifyReport | None = None) -> dict:
-        """Make the store consistent again after `verify` found problems; nothing is deleted, only moved.
-
-        For each corrupted shard, the documents whose checksums still pass are copied into a new shard; the
-        corrupted shard and its manifest are then moved to `quarantine/`. The lost documents are simply no longer
-        stored, so the next `encode` of the same documents recomputes exactly them (`hf-readonce encode --repair`
-        does both). Unreadable manifests and orphan shard files are quarantined too; stale temporary files are
-        deleted.
-
-        Args:
-            report ([`VerifyReport`], *optional*): from [`verify`]; computed when omitted.
-
-        Returns:
-            `dict` with `salvaged` and `dropped` (content hashes) and `quarantined` (paths moved).
+        """Salvage intact documents and quarantine corrupted shards; see
+        [`hf_readonce.store.maintenance.repair_store`].
 
         Raises:
             ReadOnlyStoreError: if the store cannot be written.
         """
-        self.check_writable()
-        with self.lock():
-            report = report if report is not None else self.verify()
-            quarantine = self.path / "quarantine" / time.strftime("%Y%m%d-%H%M%S")
-            salvaged, dropped, moved = [], [], []
-
-            def retire(rel: str) -> None:
-                source = self.path / rel
-                if source.exists():
-                    target = quarantine / rel
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(source, target)
-                    moved.append(rel)
-
-            for corruption in report.corruptions:
-                if corruption.shard.startswith("index/"):
-                    retire(corruption.shard)
-                    self._bad_manifests.pop(corruption.shard.removeprefix("index/"), None)
-                    continue
-                manifest = self._shards.get(corruption.shard)
-                if manifest is None:
-                    continue
-                bad = {e.content_hash for e in corruption.documents}
-                space = self._spaces[manifest["space"]]
-                keep = []
-                for doc_hash in manifest["documents"]:
-                    entry = self._entries.get((space.key, doc_hash))
-                    if entry is None or entry.shard != corruption.shard:
-                        continue
-                    if doc_hash in bad:
-                        dropped.append(doc_hash)
-                        continue
-                    try:
-                        keep.append((doc_hash, self._read(entry, verify=True), dict(entry.meta)))
-                    except CorruptedShardError:
-                        dropped.append(doc_hash)
-                shard_id = Path(corruption.shard).stem
-                self._forget_shard(corruption.shard)
-                if keep:
-                    dtype = resolve_dtype(manifest.get("dtype") or "float32")
-                    salvaged += self._commit(space, dtype, keep)
-                retire(f"index/{shard_id}.json")
-                retire(corruption.shard)
-            for orphan in self._orphans():
-                retire(orphan)
-            tmp = self.path / "tmp"
-            if tmp.is_dir():
-                for stale in tmp.iterdir():
-                    with contextlib.suppress(OSError):
-                        stale.unlink()
-            for shard_dir in (self.path / "shards").iterdir():
-                if shard_dir.is_dir() and not any(shard_dir.iterdir()):
-                    with contextlib.suppress(OSError):
-                        shard_dir.rmdir()
-            return {"salvaged": salvaged, "dropped": dropped, "quarantined": moved}
+        return repair_store(self, report)
 
     # ----------------------------------------------------------------- datasets
     def to_dataset(self, fingerprint: str | None = None, settings: Mapping | None = None, *, cache_dir=None):
         """Export the store (or one space) as a `datasets.Dataset`; see [`hf_readonce.store.export_to_dataset`]."""
-        from .datasets_io import export_to_dataset
+        from .datasets_io import export_to_dataset  # lazy: `datasets` is imported only when exporting
 
         return export_to_dataset(self, fingerprint, settings, cache_dir=cache_dir)
 
     def import_dataset(self, dataset, *, shard_size_bytes: int = DEFAULT_SHARD_SIZE_BYTES) -> int:
         """Import rows exported by [`to_dataset`]; see [`hf_readonce.store.import_from_dataset`]."""
-        from .datasets_io import import_from_dataset
+        from .datasets_io import import_from_dataset  # lazy: `datasets` is imported only when importing
 
         return import_from_dataset(self, dataset, shard_size_bytes=shard_size_bytes)
 
@@ -952,7 +555,7 @@ class StoreWriter:
             json.dumps(meta, allow_nan=False)
         except (TypeError, ValueError) as error:
             raise TypeError(f"`meta` must be JSON-serializable: {error}") from None
-        if document_hash in self._buffered_hashes or (self.space.key, document_hash) in self.store._entries:
+        if document_hash in self._buffered_hashes or self.store.has(self.space.key, document_hash):
             self.skipped.append(document_hash)
             return False
         prepared = self._prepare(tensors)
@@ -970,7 +573,7 @@ class StoreWriter:
             return []
         buffer, self._buffer = self._buffer, []
         self._buffered_hashes, self._buffered_bytes = set(), 0
-        committed = self.store._commit(self.space, self.dtype, buffer)
+        committed = self.store.commit_shard(self.space, self.dtype, buffer)
         self.committed += committed
         done = set(committed)
         self.skipped += [h for h, _, _ in buffer if h not in done]
@@ -990,36 +593,4 @@ class StoreWriter:
             self.discard()
 
 
-def bytes_per_1000_tokens(store: RepresentationStore, fingerprint: str, settings: Mapping,
-                          tokens_tensor: str = "input_ids") -> float:
-    """Shard bytes on disk per 1,000 stored tokens of one space (tokens counted as the first dimension of
-    `tokens_tensor`). Returns NaN when nothing is stored."""
-    shards = {e.shard for e in store.entries(fingerprint, settings)}
-    tokens = sum(e.tensors[tokens_tensor]["shape"][0] for e in store.entries(fingerprint, settings)
-                 if tokens_tensor in e.tensors)
-    size = sum((store.path / s).stat().st_size for s in shards)
-    return size / tokens * 1000 if tokens else math.nan
-
-
-__all__ = [
-    "CorruptedShardError",
-    "Corruption",
-    "DocumentEntry",
-    "FORMAT_VERSION",
-    "MissingRepresentationError",
-    "ReadOnlyStoreError",
-    "RepresentationMismatchError",
-    "RepresentationSpace",
-    "RepresentationStore",
-    "StoreError",
-    "StoreWriter",
-    "VerifyReport",
-    "bytes_per_1000_tokens",
-    "canonical_settings",
-    "content_hash",
-    "rank_of",
-    "representation_key",
-    "resolve_dtype",
-    "space_key",
-    "tensors_checksum",
-]
+__all__ = ["RepresentationStore", "StoreWriter"]
