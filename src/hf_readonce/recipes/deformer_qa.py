@@ -23,8 +23,8 @@ from transformers import (
     set_seed,
 )
 
-from .models.modeling_deformer_bert import DeformerBertForQuestionAnswering
-from .qa import (
+from ..models.deformer_bert.modeling_deformer_bert import DeformerBertForQuestionAnswering
+from ..tasks.question_answering import (
     build_features,
     encode_windows,
     load_qa_examples,
@@ -34,8 +34,8 @@ from .qa import (
     predict_pairs,
     squad_em_f1,
 )
-from .training import DeformerDistillationTrainer
-from .weights import minilm_path
+from ..tasks.trainers import DeformerDistillationTrainer
+from ..weights import minilm_path
 
 logger = logging.getLogger(__name__)
 

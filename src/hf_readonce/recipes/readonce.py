@@ -26,12 +26,13 @@ from dataclasses import dataclass, field
 import torch
 from transformers import AutoTokenizer, Seq2SeqTrainer, Seq2SeqTrainingArguments
 
-from .bert_to_bart import readonce_bart_from_bert
-from .models.modeling_readonce_bart import ReadOnceBartForConditionalGeneration
-from .qa import load_qa_examples, read_jsonl
-from .store import RepresentationStore, content_hash, encode_documents
-from .store.adapters import ReadOnceStoreAdapter
-from .weights import minilm_path
+from ..models.readonce_bart.convert_bert_to_readonce_bart import readonce_bart_from_bert
+from ..models.readonce_bart.modeling_readonce_bart import ReadOnceBartForConditionalGeneration
+from ..representations.fill import fill_store
+from ..representations.readonce_bart import ReadOnceBartAdapter
+from ..store import RepresentationStore, content_hash
+from ..tasks.question_answering import load_qa_examples, read_jsonl
+from ..weights import minilm_path
 
 
 @dataclass
@@ -120,18 +121,14 @@ class ReadOnceCollator:
 
 
 def store_lookup_fn(store: RepresentationStore, adapter):
-    """`texts -> {document_representations, document_attention_mask}` padded from the store."""
+    """`texts -> {document_representations, document_attention_mask}` padded from the store (the adapter's read
+    side)."""
     fingerprint, settings = adapter.fingerprint(), adapter.settings()
 
     def lookup(texts):
-        tensors = store.get_many(fingerprint, settings, [content_hash(t) for t in texts])
-        reps = [t["representations"].float() for t in tensors]
-        width = max(r.shape[0] for r in reps)
-        padded = torch.zeros(len(reps), width, reps[0].shape[1])
-        mask = torch.zeros(len(reps), width, dtype=torch.long)
-        for i, r in enumerate(reps):
-            padded[i, : r.shape[0]], mask[i, : r.shape[0]] = r, 1
-        return {"document_representations": padded, "document_attention_mask": mask}
+        reps = adapter.read(store.get_many(fingerprint, settings, [content_hash(t) for t in texts]),
+                            dtype=torch.float32)
+        return {"document_representations": reps.representations, "document_attention_mask": reps.attention_mask}
 
     return lookup
 
@@ -258,11 +255,11 @@ def run(args: ReadOnceArguments, training_args: Seq2SeqTrainingArguments) -> dic
         model.freeze_document_encoder()
         model.document_encoder.eval()  # representations are read once, without dropout
         store = RepresentationStore(args.store_dir or os.path.join(training_args.output_dir, "store"))
-        adapter = ReadOnceStoreAdapter(model, tokenizer, args.max_document_length)
+        adapter = ReadOnceBartAdapter(model, tokenizer, args.max_document_length)
         eval_rows = [row for rows in eval_sets.values() for row in rows]
         documents = list(dict.fromkeys(r["document"] for r in train_rows + eval_rows))
         start = time.perf_counter()
-        encoded = encode_documents(adapter, store, documents, dtype="float16")
+        encoded = fill_store(adapter, store, documents, dtype="float16")
         metrics["store_encode_seconds"] = round(time.perf_counter() - start, 1)
         metrics["store_documents"] = encoded.encoded + encoded.already_stored
         lookup = store_lookup_fn(store, adapter)

@@ -1,57 +1,23 @@
-"""Language-modeling glue for the recurrent models: converting a pretrained causal LM, loading the packaged SmolLM2,
-and cutting long books into training streams. The training/evaluation script is
-`examples/language-modeling/run_recurrent_lm.py`; the perplexity evaluator is [`hf_readonce.perplexity`]."""
+"""Language-modeling glue for the recurrent models: loading the packaged SmolLM2 and cutting long books into
+training streams. [`to_recurrent`] (re-exported here) lives in `models/recurrent/convert_to_recurrent.py`. The
+training/evaluation script is `examples/language-modeling/run_recurrent_lm.py`; the perplexity evaluator is
+[`hf_readonce.tasks.perplexity`]."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import torch
-from transformers import GPT2LMHeadModel, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
-from .models.configuration_recurrent_gpt2 import RecurrentGPT2Config
-from .models.configuration_recurrent_llama import RecurrentLlamaConfig
-from .models.modeling_recurrent_gpt2 import RecurrentGPT2LMHeadModel
-from .models.modeling_recurrent_llama import RecurrentLlamaForCausalLM
-from .weights import smollm2_gguf_path
+from ..models.recurrent.convert_to_recurrent import to_recurrent
+from ..weights import smollm2_gguf_path
 
 AUSTEN_SPLITS = {
     "train": ["emma", "mansfieldpark", "prideprejudice", "sensesensibility"],
     "validation": ["northangerabbey"],
     "test": ["persuasion"],
 }
-
-
-def to_recurrent(model, **recurrence):
-    r"""The recurrent version of a pretrained causal LM, with its weights unchanged and the recurrence (eq. 1 pooling
-    weights, feed-forward network) newly initialized (§3.1).
-
-    Args:
-        model (`GPT2LMHeadModel` or `LlamaForCausalLM`): the pretrained model (any Llama-family checkpoint).
-        **recurrence: `window_size`, `window_overlap`, `recurrence_layer`, `recurrence_hidden_sizes`,
-            `recurrence_activation` (see the recurrent configs).
-
-    Returns:
-        [`RecurrentGPT2LMHeadModel`] or [`RecurrentLlamaForCausalLM`] in the model's dtype, on its device.
-
-    Raises:
-        TypeError: for another model class. ValueError: invalid recurrence settings (from the config).
-    """
-    if isinstance(model, GPT2LMHeadModel):
-        config_class, model_class = RecurrentGPT2Config, RecurrentGPT2LMHeadModel
-    elif isinstance(model, LlamaForCausalLM):
-        config_class, model_class = RecurrentLlamaConfig, RecurrentLlamaForCausalLM
-    else:
-        raise TypeError(f"`model` must be a GPT2LMHeadModel or LlamaForCausalLM, got {type(model).__name__}.")
-    settings = model.config.to_dict()
-    for key in ("model_type", "architectures", "auto_map", "transformers_version"):
-        settings.pop(key, None)
-    config = config_class(**settings, **recurrence)
-    recurrent = model_class(config).to(dtype=model.dtype, device=model.device)
-    result = recurrent.load_state_dict(model.state_dict(), strict=False)
-    if result.unexpected_keys or any(not k.startswith("recurrence.") for k in result.missing_keys):
-        raise ValueError(f"weights did not map onto {model_class.__name__}: {result}")
-    return recurrent
 
 
 def load_smollm2(dtype: torch.dtype = torch.float32):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .models.modeling_recurrence import RecurrentCausalLMMixin, window_spans
+from ..models.recurrent.modeling_recurrence import RecurrentCausalLMMixin, window_spans
 
 
 @dataclass

@@ -280,7 +280,7 @@ def encode_windows(model, windows, batch_size: int = 32, pad_token_id: int = 0):
 def predict_cached(model, features, cache, batch_size: int = 32, pad_token_id: int = 0):
     """Start/end logits over each feature's window, reading only the question and taking the passage's lower-layer
     states from `cache` (from [`encode_windows`] or a store). Same layout as [`predict_pairs`]."""
-    from .models.modeling_deformer_bert import DeformerPassageOutput
+    from ..models.deformer_bert.modeling_deformer_bert import DeformerPassageOutput
 
     model.eval()
     device = next(model.parameters()).device
