@@ -64,40 +64,65 @@ def _device(name: str):
 
 def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, device="cpu", seed: int = 0,
                   allow_readonce: bool = False):
-    """Load a DeFormer QA model and its fast tokenizer. A plain BERT checkpoint is loaded as a DeFormer (its QA
-    head, if absent, is initialized with `seed`, so answers are reproducible). With `allow_readonce` (what `encode`
-    passes), a `readonce_bart` checkpoint is loaded too: its documents are stored as ReadOnce representations.
+    """Load a model and its fast tokenizer through the representation registry: the adapter registered for the
+    checkpoint's `model_type` loads it (a plain BERT checkpoint is loaded as a DeFormer; its QA head, if absent, is
+    initialized with `seed`, so answers are reproducible). Without `allow_readonce` (what `answer` passes) only
+    DeFormer models are accepted; `encode` accepts every registered family.
 
     Raises:
-        CommandError: if the checkpoint cannot be loaded or is neither `deformer_bert` nor `bert`.
+        CommandError: if the checkpoint cannot be loaded or no adapter is registered for its model type.
     """
-    from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoTokenizer, set_seed
+    from transformers import AutoConfig, AutoTokenizer, set_seed
 
-    import hf_readonce  # noqa: F401  (registers deformer_bert with the Auto classes)
-    from hf_readonce.models.modeling_deformer_bert import DeformerBertForQuestionAnswering
+    from .representations import get_adapter_class, registered_adapters
 
     try:
         config = AutoConfig.from_pretrained(name_or_path)
     except (OSError, ValueError) as error:
         raise CommandError(f"cannot load model {name_or_path!r}: {error}") from None
+    try:
+        adapter_class = get_adapter_class(config.model_type)
+    except ValueError:
+        adapter_class = None
+    if adapter_class is None or (not allow_readonce and adapter_class.model_type != "deformer_bert"):
+        supported = "deformer_bert (and bert checkpoints loaded as DeFormer)" + (
+            f" and {', '.join(sorted(set(registered_adapters()) - {'deformer_bert'}))}." if allow_readonce else ".")
+        raise CommandError(f"model {name_or_path!r} has model_type {config.model_type!r}; this command supports "
+                           + supported)
     extra = {} if num_decomposed_layers is None else {"num_decomposed_layers": num_decomposed_layers}
     set_seed(seed)
-    if config.model_type == "deformer_bert":
-        model = AutoModelForQuestionAnswering.from_pretrained(name_or_path, **extra)
-    elif config.model_type == "readonce_bart" and allow_readonce:
-        from hf_readonce.models.modeling_readonce_bart import ReadOnceBartForConditionalGeneration
-
-        model = ReadOnceBartForConditionalGeneration.from_pretrained(name_or_path)
-    elif config.model_type == "bert":
-        model = DeformerBertForQuestionAnswering.from_pretrained(name_or_path, **extra)
-    else:
-        raise CommandError(f"model {name_or_path!r} has model_type {config.model_type!r}; this command supports "
-                           "deformer_bert (and bert checkpoints loaded as DeFormer)"
-                           + (" and readonce_bart." if allow_readonce else "."))
+    model = adapter_class.load_model(name_or_path, **extra)
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     if not getattr(tokenizer, "is_fast", False):
         raise CommandError(f"model {name_or_path!r} has no fast tokenizer (offsets are needed).")
     return model.to(device).eval(), tokenizer
+
+
+# every representation setting the CLI has an option for (each family's adapter says which apply to it)
+_SETTING_OPTIONS = ("max_passage_length", "doc_stride", "max_document_length")
+
+
+def _adapter_settings(args, adapter_class) -> dict:
+    """The adapter settings of `encode` for one family: its options' values (or the adapter's defaults).
+
+    Raises:
+        CommandError: if an option that does not apply to this family was given.
+    """
+    given = {name: getattr(args, name, None) for name in _SETTING_OPTIONS}
+    own = adapter_class.cli_settings
+    if "max_document_length" in own and "max_passage_length" not in own and given["max_passage_length"] is not None:
+        if given["max_document_length"] is None:  # 0.1.0 spelling: --max-passage-length meant document length here
+            print("hf-readonce encode: --max-passage-length is read as --max-document-length for "
+                  f"{adapter_class.model_type} models (the 0.1.0 spelling); use --max-document-length.",
+                  file=sys.stderr)
+            given["max_document_length"] = given["max_passage_length"]
+        given["max_passage_length"] = None
+    foreign = [own_option for name, own_option in (
+        (n, "--" + n.replace("_", "-")) for n in _SETTING_OPTIONS) if given[name] is not None and name not in own]
+    if foreign:
+        raise CommandError(f"{', '.join(foreign)} do(es) not apply to {adapter_class.model_type} models; their "
+                           f"options are {', '.join(option for option, _, _ in own.values()) or 'none'}.")
+    return {name: given[name] if given[name] is not None else default for name, (_, default, _) in own.items()}
 
 
 def _open_store(path: str, readonly: bool = False, create: bool = True):
@@ -125,13 +150,9 @@ def _distributed_state(device: str = "auto"):
 
 # ---------------------------------------------------------------------------------------------------------- encode
 def cmd_encode(args) -> int:
-    from .store import (
-        ReadOnlyStoreError,
-        RepresentationStore,
-        encode_documents,
-        get_adapter,
-        iter_documents,
-    )
+    from .representations import fill_store, get_adapter, get_adapter_class
+    from .store import ReadOnlyStoreError, RepresentationStore
+    from .tasks.jsonl import iter_documents
 
     documents = Path(args.documents)
     if not documents.exists():
@@ -154,12 +175,8 @@ def cmd_encode(args) -> int:
     device = state.device if state is not None else _device(args.device)
     model, tokenizer = load_qa_model(args.model, args.num_decomposed_layers, device, allow_readonce=True)
     try:
-        if model.config.model_type == "readonce_bart":  # whole documents, chunked by the model itself
-            adapter = get_adapter(model, tokenizer, max_document_length=args.max_passage_length,
-                                  batch_size=args.batch_size)
-        else:
-            adapter = get_adapter(model, tokenizer, max_passage_length=args.max_passage_length,
-                                  doc_stride=args.doc_stride, batch_size=args.batch_size)
+        settings = _adapter_settings(args, get_adapter_class(model.config.model_type))
+        adapter = get_adapter(model, tokenizer, **settings, batch_size=args.batch_size)
     except (ValueError, TypeError) as error:
         raise CommandError(str(error)) from None
 
@@ -188,7 +205,7 @@ def cmd_encode(args) -> int:
     doc_iter = iter_documents(documents, text_field=args.text_field, id_field=args.id_field, problems=problems)
     dtype = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}[args.dtype]
     try:
-        stats = encode_documents(adapter, store, doc_iter, dtype=dtype,
+        stats = fill_store(adapter, store, doc_iter, dtype=dtype,
                                  shard_size_bytes=int(args.shard_size_mb * 1024 * 1024),
                                  rank=rank, num_processes=world, progress=main_process and not args.no_progress,
                                  total=total)
@@ -220,8 +237,10 @@ def cmd_encode(args) -> int:
 
 # ---------------------------------------------------------------------------------------------------------- answer
 def cmd_answer(args) -> int:
-    from .qa import squad_em_f1
-    from .store import MissingRepresentationError, RepresentationMismatchError, answer_from_store, iter_jsonl
+    from .store import MissingRepresentationError, RepresentationMismatchError
+    from .tasks.jsonl import BadLine, iter_jsonl
+    from .tasks.question_answering import squad_em_f1
+    from .tasks.question_answering_store import answer_from_store
 
     questions = Path(args.questions)
     if not questions.is_file():
@@ -231,8 +250,6 @@ def cmd_answer(args) -> int:
     for number, row in iter_jsonl(questions, problems):
         bad = [key for key in ("question", "context") if not isinstance(row.get(key), str) or not row[key].strip()]
         if bad:
-            from .store import BadLine
-
             problems.append(BadLine(number, f"missing or empty {', '.join(bad)}"))
             continue
         row.setdefault("id", f"line {number}")
@@ -246,7 +263,7 @@ def cmd_answer(args) -> int:
     try:
         predictions = answer_from_store(
             model, tokenizer, store, examples, max_passage_length=args.max_passage_length, doc_stride=args.doc_stride,
-            max_question_length=args.max_question_length, batch_size=args.batch_size, n_best=args.n_best,
+            max_question_length=args.max_question_length, batch_size=args.batch_size, n_best_size=args.n_best_size,
             max_answer_length=args.max_answer_length, allow_no_answer=args.allow_no_answer,
             encode_missing=args.encode_missing)
     except (MissingRepresentationError, RepresentationMismatchError, ValueError) as error:
@@ -326,12 +343,14 @@ def build_parser() -> argparse.ArgumentParser:
                                 "speed-up (see `hf-readonce demo --help`)", add_help=False)
 
     def model_options(p):
-        p.add_argument("model", help="DeFormer (or BERT) checkpoint folder or Hub id")
+        p.add_argument("model", help="checkpoint folder or Hub id: DeFormer (or BERT); for encode also ReadOnce BART")
         p.add_argument("--store", required=True, help="store directory")
         p.add_argument("--num-decomposed-layers", type=int, default=None,
                        help="override k (default: the checkpoint's)")
-        p.add_argument("--max-passage-length", type=int, default=None, help="window length in tokens, [SEP] included (ReadOnce models: tokens read per document)")
-        p.add_argument("--doc-stride", type=int, default=None, help="tokens shared by consecutive windows")
+        p.add_argument("--max-passage-length", type=int, default=None,
+                       help="DeFormer: window length in tokens, [SEP] included (encode default 256)")
+        p.add_argument("--doc-stride", type=int, default=None,
+                       help="DeFormer: tokens shared by consecutive windows (encode default 64)")
         p.add_argument("--batch-size", type=int, default=32, help="windows (encode) or features (answer) per batch")
         p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -339,6 +358,8 @@ def build_parser() -> argparse.ArgumentParser:
     encode = sub.add_parser("encode", help="store the representations of a JSONL file's documents")
     model_options(encode)
     encode.add_argument("--documents", required=True, help="JSONL file, one document per line")
+    encode.add_argument("--max-document-length", type=int, default=None,
+                        help="ReadOnce BART: tokens read per document (default 256)")
     encode.add_argument("--text-field", default="context", help="field holding the text (default: context)")
     encode.add_argument("--id-field", default="id", help="field naming the document in reports (default: id)")
     encode.add_argument("--dtype", choices=("fp32", "fp16", "bf16"), default="fp16",
@@ -347,14 +368,15 @@ def build_parser() -> argparse.ArgumentParser:
     encode.add_argument("--repair", action="store_true",
                         help="verify first; drop corrupted documents (quarantining their shards) and recompute them")
     encode.add_argument("--strict", action="store_true", help="exit 1 if any input line was set aside")
-    encode.set_defaults(func=cmd_encode, max_passage_length_default=256, doc_stride_default=64)
+    encode.set_defaults(func=cmd_encode)
 
     answer = sub.add_parser("answer", help="answer SQuAD-style questions from stored passage states")
     model_options(answer)
     answer.add_argument("--questions", required=True, help="JSONL with id, question, context (answers optional)")
     answer.add_argument("--output", required=True, help="predictions JSONL (id, prediction_text)")
     answer.add_argument("--max-question-length", type=int, default=64)
-    answer.add_argument("--n-best", type=int, default=20)
+    answer.add_argument("--n-best-size", type=int, default=20, help="start and end candidates per window (default 20)")
+    answer.add_argument("--n-best", dest="n_best_size", type=int, help=argparse.SUPPRESS)  # 0.1.0 spelling
     answer.add_argument("--max-answer-length", type=int, default=30)
     answer.add_argument("--allow-no-answer", action="store_true", help="SQuAD 2.0: predict '' when [CLS] wins")
     answer.add_argument("--encode-missing", action="store_true",
@@ -385,17 +407,12 @@ def main(argv=None) -> int:
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "demo":
-        from .demo import main as demo_main
+        from .recipes.demo import main as demo_main
 
         demo_main(argv[1:])
         return EXIT_OK
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "encode":
-        if args.max_passage_length is None:
-            args.max_passage_length = args.max_passage_length_default
-        if args.doc_stride is None:
-            args.doc_stride = args.doc_stride_default
     try:
         return args.func(args)
     except CommandError as error:
