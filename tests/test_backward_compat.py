@@ -11,9 +11,9 @@ import torch
 from safetensors.torch import load_file
 
 import hf_readonce  # noqa: F401  (registers the Auto classes)
+from tests.conftest import REPO_ROOT, run_without_hf_readonce
 
 from .compat_check import check
-from .conftest import REPO_ROOT, run_without_hf_readonce
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "v0_1_0"
 EXPECTED = load_file(FIXTURES / "expected.safetensors")

@@ -5,8 +5,8 @@ import torch
 from transformers import AutoTokenizer, BertForQuestionAnswering, TrainingArguments
 
 from hf_readonce import DeformerBertForQuestionAnswering
-from hf_readonce.deformer_qa import DataArguments, ModelArguments, run
-from hf_readonce.qa import build_features, pair_inputs, read_jsonl
+from hf_readonce.recipes.deformer_qa import DataArguments, ModelArguments, run
+from hf_readonce.tasks.question_answering import build_features, pair_inputs, read_jsonl
 from hf_readonce.weights import minilm_path
 
 
@@ -27,7 +27,7 @@ def test_minilm_k0_equals_bert_on_real_text(data_dir):
 
 
 def test_fine_tune_and_answer_from_cache(data_dir, tmp_path, monkeypatch):
-    import hf_readonce.deformer_qa as pipeline
+    import hf_readonce.recipes.deformer_qa as pipeline
 
     bf16 = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     evaluated = []

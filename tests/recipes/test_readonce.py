@@ -5,7 +5,7 @@ import json
 import pytest
 from transformers import Seq2SeqTrainingArguments
 
-from hf_readonce.readonce_tasks import ReadOnceArguments, load_rows, run
+from hf_readonce.recipes.readonce import ReadOnceArguments, load_rows, run
 from hf_readonce.store import RepresentationStore
 
 

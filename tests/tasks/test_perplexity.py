@@ -8,8 +8,9 @@ import torch.nn.functional as F
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from hf_readonce import RecurrentGPT2Config
-from hf_readonce.lm import stream_samples, to_recurrent
-from hf_readonce.perplexity import evaluate_perplexity, flops_per_token
+from hf_readonce.models.recurrent.convert_to_recurrent import to_recurrent
+from hf_readonce.tasks.language_modeling import stream_samples
+from hf_readonce.tasks.perplexity import evaluate_perplexity, flops_per_token
 
 TINY = dict(vocab_size=99, n_positions=32, n_embd=32, n_layer=3, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0,
             attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)

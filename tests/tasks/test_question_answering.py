@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from hf_readonce.qa import (
+from hf_readonce.tasks.question_answering import (
     build_features,
     pair_inputs,
     postprocess,
@@ -101,7 +101,7 @@ def test_read_jsonl_reports_line(tmp_path):
 
 
 def test_load_qa_examples_sets_aside_empty_rows(tmp_path):
-    from hf_readonce.qa import load_qa_examples
+    from hf_readonce.tasks.question_answering import load_qa_examples
 
     path = tmp_path / "d.jsonl"
     path.write_text('{"id": "a", "question": "Q?", "context": "C."}\n{"id": "b", "question": " ", "context": "C."}\n'

@@ -1,6 +1,5 @@
 """DeFormer-BERT: equivalence with BERT, passage cache, losses, Trainer, LoRA, checkpointing, save/load, remote code."""
 
-import ast
 import json
 from pathlib import Path
 
@@ -22,8 +21,7 @@ from hf_readonce import (
     DeformerDistillationTrainer,
     DeformerPassageOutput,
 )
-
-from .conftest import REPO_ROOT, run_without_hf_readonce
+from tests.conftest import run_without_hf_readonce
 
 TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=4, num_attention_heads=4, intermediate_size=37,
             max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -320,26 +318,6 @@ def test_remote_code_without_hf_readonce(tmp_path):
     """, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "OK" in result.stdout
-
-
-def test_models_folder_imports_only_torch_transformers_and_siblings():
-    models = REPO_ROOT / "src" / "hf_readonce" / "models"
-    assert not (models / "__init__.py").exists()
-    stdlib = {"hashlib", "dataclasses", "math", "typing", "collections", "functools", "itertools", "warnings", "copy"}
-    for path in models.glob("*.py"):
-        assert path.name.startswith(("configuration_", "modeling_")), path.name
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom):
-                if node.level:
-                    assert node.level == 1, f"{path.name}: only single-dot relative imports"
-                    continue
-                roots = [node.module.split(".")[0]]
-            elif isinstance(node, ast.Import):
-                roots = [alias.name.split(".")[0] for alias in node.names]
-            else:
-                continue
-            for root in roots:
-                assert root in {"torch", "transformers"} | stdlib, f"{path.name} imports {root}"
 
 
 def test_package_version_and_exports():

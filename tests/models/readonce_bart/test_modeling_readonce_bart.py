@@ -7,8 +7,7 @@ import torch
 from transformers import BartConfig, BartForConditionalGeneration
 
 from hf_readonce import ReadOnceBartConfig, ReadOnceBartForConditionalGeneration, ReadOnceRepresentations
-
-from .conftest import run_without_hf_readonce
+from tests.conftest import run_without_hf_readonce
 
 TINY = dict(vocab_size=99, d_model=32, encoder_layers=4, decoder_layers=2, encoder_attention_heads=4,
             decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=64,
@@ -347,7 +346,7 @@ def test_save_and_remote_code_round_trip(tmp_path, fusion):
 def test_bert_to_bart_converter_is_exact_on_minilm(tmp_path):
     from transformers import AutoTokenizer, BertModel
 
-    from hf_readonce.bert_to_bart import readonce_bart_from_bert
+    from hf_readonce.models.readonce_bart.convert_bert_to_readonce_bart import readonce_bart_from_bert
     from hf_readonce.weights import minilm_path
 
     bert = BertModel.from_pretrained(minilm_path(), add_pooling_layer=False).eval()

@@ -12,8 +12,7 @@ from hf_readonce import (
     RecurrentLlamaConfig,
     RecurrentLlamaForCausalLM,
 )
-
-from .conftest import run_without_hf_readonce
+from tests.conftest import run_without_hf_readonce
 
 GPT2_TINY = dict(vocab_size=99, n_positions=32, n_embd=32, n_layer=3, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0,
                  attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
@@ -259,7 +258,8 @@ def test_save_and_remote_code_round_trip(family, tmp_path):
     model.save_pretrained(tmp_path / "ckpt")
     saved = sorted(p.name for p in (tmp_path / "ckpt").glob("*.py"))
     name = "recurrent_gpt2" if family == "gpt2" else "recurrent_llama"
-    assert saved == sorted([f"configuration_{name}.py", f"modeling_{name}.py", "modeling_recurrence.py"])
+    assert saved == sorted([f"configuration_{name}.py", f"modeling_{name}.py", "configuration_recurrence.py",
+                           "modeling_recurrence.py"])
     x = ids(1, 50)
     with torch.no_grad():
         expected = model(x, use_cache=False).logits
