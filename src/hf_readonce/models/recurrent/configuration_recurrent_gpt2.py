@@ -50,6 +50,9 @@ class RecurrentGPT2Config(RecurrenceConfigMixin, GPT2Config):
     model_type = "recurrent_gpt2"
     max_positions_attribute = "n_positions"
     num_layers_attribute = "n_layer"
+    # transformers turns config subclasses into dataclasses and would generate an `__init__` over the mixin's
+    # unless the class defines one itself
+    __init__ = RecurrenceConfigMixin.__init__
 
 
 __all__ = ["RecurrentGPT2Config"]

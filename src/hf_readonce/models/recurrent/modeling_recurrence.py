@@ -30,8 +30,11 @@ from torch.utils.checkpoint import checkpoint
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache
+from transformers.masking_utils import create_causal_mask
 from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, can_return_tuple
 
 from .configuration_recurrence import _is_int, set_recurrence_config  # noqa: F401  (set_recurrence_config: 0.1.0 import path)
 
@@ -121,9 +124,10 @@ class RecurrenceModule(nn.Module):
 
 # ----------------------------------------------------------------------------------------------------- attention
 def memory_attention_implementation(config) -> str:
-    """Attention implementation used at the memory layer: `"eager"` if the model runs eager, else `"sdpa"` (any
-    other backend, e.g. flash or flex, falls back to sdpa for this one layer, which needs an explicit 4-D mask)."""
-    return "eager" if config._attn_implementation == "eager" else "sdpa"
+    """Attention implementation used at the memory layer: the model's own (`config._attn_implementation`) when it
+    is `"eager"` or `"sdpa"`; any other backend (flash, flex, kernels) falls back to sdpa for this one layer, which
+    needs an explicit 4-D mask over `[memory; keys]`."""
+    return config._attn_implementation if config._attn_implementation in ("eager", "sdpa") else "sdpa"
 
 
 def memory_attention_mask(
@@ -181,7 +185,8 @@ def memory_attention_forward(
     outputs").
 
     Args:
-        module (`nn.Module`): the attention module (its `config._attn_implementation` picks eager or sdpa).
+        module (`nn.Module`): the attention module (its `config._attn_implementation` picks the attention function
+            through `ALL_ATTENTION_FUNCTIONS.get_interface`, see [`memory_attention_implementation`]).
         query (`torch.Tensor` of shape `(batch_size, num_heads, query_length, head_dim)`).
         key, value (`torch.Tensor` of shape `(batch_size, num_kv_heads, kv_length, head_dim)`): window keys/values
             (cached ones included).
@@ -189,7 +194,7 @@ def memory_attention_forward(
             vector projected by this layer's own key/value projections.
         attention_mask (`torch.Tensor`): from [`memory_attention_mask`], `(batch_size, 1, query_length,
             1 + kv_length)`.
-        eager_attention (`callable`): the family's eager attention function.
+        eager_attention (`callable`): the family's eager attention function (the interface's default).
         dropout (`float`), scaling (`float`): as in transformers' attention interface.
 
     Returns:
@@ -197,11 +202,11 @@ def memory_attention_forward(
     """
     key = torch.cat([memory_key.to(key.dtype), key], dim=2)
     value = torch.cat([memory_value.to(value.dtype), value], dim=2)
-    if memory_attention_implementation(module.config) == "eager":
-        attention = eager_attention
-    else:
-        attention = ALL_ATTENTION_FUNCTIONS["sdpa"]
-    return attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    # Adapted from transformers' LlamaAttention.forward: the attention function comes from the attention interface
+    attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
+        memory_attention_implementation(module.config), eager_attention
+    )
+    return attention_interface(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
 
 
 def masked_layer_sum(hidden_states: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
@@ -336,10 +341,19 @@ def window_spans(length: int, window_size: int, overlap: int) -> list[tuple[int,
 
 # ----------------------------------------------------------------------------------------------------- mixin
 class RecurrentCausalLMMixin:
-    r"""Windowed recurrent execution for a causal LM (§3). Mixed into a family's `PreTrainedModel` subclass, which
-    must define `self.recurrence` ([`RecurrenceModule`]), an LM head (`get_output_embeddings()`) and
-    `_window_hidden_states(input_ids, attention_mask, memory, past_key_values, use_cache)` returning
-    `(last_hidden_state (batch, w, hidden) after the final norm, layer_sums (batch, N, hidden), token_counts (batch,))`.
+    r"""The base every recurrent causal LM shares (§3): windowing, the window pass with the memory at layer L,
+    `forward`, loss (each target counted once), backpropagation through time, window-level gradient checkpointing
+    (§3.2), the cached streaming path and `generate()` support. Mixed into a family's `PreTrainedModel` subclass,
+    which defines `self.recurrence` ([`RecurrenceModule`]), an LM head (`get_output_embeddings()`), a memory-aware
+    attention at layer L, and these hooks over its transformers backbone:
+
+    - `_decoder_layers()`: the blocks, in order;
+    - `_embed(input_ids, position_ids)`: `(batch, w, hidden)` input states (token + absolute position embeddings);
+    - `_position_embeddings(hidden_states, position_ids)`: what each block needs for relative positions (RoPE
+      `(cos, sin)`), or `None`;
+    - `_memory_norm(layer)`: the block's pre-attention norm, applied to the recurrent vector;
+    - `_run_layer(layer, hidden_states, **layer_kwargs)`: one block call, returning its hidden states;
+    - `_final_norm(hidden_states)`.
 
     Gradient checkpointing (§3.2): `gradient_checkpointing_enable()` checkpoints whole windows (non-reentrant), so
     between windows only the recurrent vectors (and the window boundaries) are kept and each window is recomputed
@@ -361,6 +375,124 @@ class RecurrentCausalLMMixin:
                                     every_n_layers: int = 1):
         # Window-level checkpointing only (§3.2); the per-block flags of the wrapped transformer stay off.
         self.gradient_checkpointing = enable
+
+    # ------------------------------------------------------------------ one window
+    def _window_hidden_states(self, input_ids, attention_mask, memory, past_key_values, use_cache):
+        r"""Run the backbone on one window (or the next tokens of the current window when `past_key_values` is
+        given), with `memory` inserted at layer L as one extra key and value.
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, w)`).
+            attention_mask (`torch.Tensor` of shape `(batch_size, w)`, *optional*): 1 for tokens, 0 for padding
+                (only without cache).
+            memory (`torch.FloatTensor` of shape `(batch_size, hidden_size)`, *optional*): the recurrent vector.
+            past_key_values (`Cache`, *optional*): KV cache of the current window; positions continue after it.
+            use_cache (`bool`): write the new keys/values into `past_key_values`.
+
+        Returns:
+            `(last_hidden_state (batch_size, w, hidden_size) after the final norm, layer_sums (batch_size,
+            num_layers, hidden_size), token_counts (batch_size,))`: the sums are over the non-padding positions of
+            each block's output (eq. 1).
+        """
+        batch_size, width = input_ids.shape
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        position_ids = torch.arange(past_length, past_length + width, device=input_ids.device).unsqueeze(0)
+        hidden_states = self._embed(input_ids, position_ids)
+        causal_mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            position_ids=position_ids,
+        )
+        position_embeddings = self._position_embeddings(hidden_states, position_ids)
+        memory_layer = self.config.recurrence_layer - 1
+        memory_mask = None
+        if memory is not None:
+            memory_mask = memory_attention_mask(
+                attention_mask, batch_size, width, past_length, hidden_states.dtype, hidden_states.device,
+                memory_attention_implementation(self.config),
+            )
+        valid = attention_mask.to(hidden_states.dtype) if attention_mask is not None else None
+        layer_sums = []
+        for index, layer in enumerate(self._decoder_layers()):
+            layer_kwargs = dict(attention_mask=causal_mask, position_ids=position_ids,
+                                position_embeddings=position_embeddings, past_key_values=past_key_values,
+                                use_cache=use_cache)
+            if index == memory_layer and memory is not None:
+                layer_kwargs["attention_mask"] = memory_mask
+                layer_kwargs["memory_states"] = self._memory_norm(layer)(memory.to(hidden_states.dtype)[:, None, :])
+            hidden_states = self._run_layer(layer, hidden_states, **layer_kwargs)
+            layer_sums.append(masked_layer_sum(hidden_states, valid))
+        hidden_states = self._final_norm(hidden_states)
+        if valid is None:
+            token_counts = torch.full((batch_size,), width, device=input_ids.device, dtype=torch.long)
+        else:
+            token_counts = attention_mask.sum(dim=1)
+        return hidden_states, torch.stack(layer_sums, dim=1), token_counts
+
+    # ------------------------------------------------------------------ forward
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        use_cache: bool | None = None,
+        recurrent_state: torch.Tensor | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> RecurrentCausalLMOutputWithPast:
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, T)`): token ids, any `T >= 1` (may exceed the
+                position table). With `past_key_values`, only the tokens not consumed yet.
+            attention_mask (`torch.Tensor` of shape `(batch_size, T)`, *optional*): 1 for tokens, 0 for padding.
+                Padding is supported without cache (keys masked, padded positions left out of the eq. 1 mean); on
+                the cached path it must be all ones.
+            labels (`torch.LongTensor` of shape `(batch_size, T)`, *optional*): as in `GPT2LMHeadModel` /
+                `LlamaForCausalLM` (shifted inside: position t predicts `labels[:, t + 1]`; `-100` ignored). Each
+                target is counted once across windows: overlap tokens are context only (§4.2).
+            past_key_values ([`RecurrentCache`], *optional*): continue a stream (what `generate()` passes).
+            use_cache (`bool`, *optional*, defaults to `config.use_cache`): in eval mode, run the cached path and
+                return a [`RecurrentCache`]. Ignored in training mode (no cache is built) unless `past_key_values`
+                is given.
+            recurrent_state (`torch.FloatTensor` of shape `(batch_size, hidden_size)`, *optional*): the vector to
+                insert into the first window of this call (the `recurrent_state` returned by a previous call), to
+                continue a stream. Without it the first window is the plain pretrained model.
+            logits_to_keep (`int` or `torch.Tensor`, *optional*, defaults to 0): 0 keeps the logits of all T
+                positions, `k > 0` only the last k, a 1-D tensor the given positions. The loss never needs them:
+                with `k = 1` no `(T, vocab)` tensor is held.
+            inputs_embeds: not supported (raises); accepted for the `generate()` signature.
+            return_dict (`bool`, *optional*, keyword): return a tuple when False (`@can_return_tuple`).
+            num_items_in_batch (`int` or `torch.Tensor`, *optional*, keyword): loss denominator (from `Trainer`).
+
+        Returns:
+            [`RecurrentCausalLMOutputWithPast`]: `loss` (mean nats per counted target) first, `logits`
+            `(batch_size, kept, vocab_size)`, `past_key_values` (cached path), `recurrent_state`
+            `(batch_size, hidden_size)`, `num_windows`.
+
+        Raises:
+            ValueError: for missing/empty/non-2-D `input_ids`, `labels` or `attention_mask` of the wrong shape,
+                `inputs_embeds`, `position_ids`, `token_type_ids`, `output_attentions`/`output_hidden_states`, a
+                `recurrent_state` of the wrong shape, a foreign non-empty cache, or padding on the cached path.
+            TypeError: if `input_ids` is not an integer tensor or `logits_to_keep` not an int/tensor.
+        """
+        if input_ids is None and inputs_embeds is None:
+            raise ValueError("`input_ids` is required.")
+        return self._recurrent_forward(
+            input_ids,
+            attention_mask=attention_mask,
+            labels=labels,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            recurrent_state=recurrent_state,
+            logits_to_keep=logits_to_keep,
+            inputs_embeds=inputs_embeds,
+            **kwargs,
+        )
 
     # ------------------------------------------------------------------ validation
     def _check_stream_inputs(self, input_ids, labels, attention_mask, recurrent_state, inputs_embeds, kwargs):
@@ -455,13 +587,11 @@ class RecurrentCausalLMMixin:
         use_cache: bool | None = None,
         recurrent_state: torch.Tensor | None = None,
         logits_to_keep: int | torch.Tensor = 0,
-        return_dict: bool | None = None,
         inputs_embeds: torch.Tensor | None = None,
         **kwargs,
     ):
         self._check_stream_inputs(input_ids, labels, attention_mask, recurrent_state, inputs_embeds, kwargs)
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
         use_cache = use_cache if use_cache is not None else self.config.use_cache
         batch_size, length = input_ids.shape
         device = input_ids.device
@@ -487,10 +617,9 @@ class RecurrentCausalLMMixin:
             else:
                 denominator = (targets != IGNORE_INDEX).sum().clamp(min=1).to(loss_sum.device, torch.float32)
             loss = loss_sum / denominator
-        output = RecurrentCausalLMOutputWithPast(
+        return RecurrentCausalLMOutputWithPast(
             loss=loss, logits=logits, past_key_values=cache, recurrent_state=state, num_windows=num_windows
         )
-        return output if return_dict else output.to_tuple()
 
     def _windowed_stream(self, input_ids, attention_mask, targets, keep, memory):
         """No KV cache: windows in sequence, each run in full, the recurrent vector carried (training path)."""

@@ -16,23 +16,20 @@ import torch
 from torch import nn
 from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
-from transformers.masking_utils import create_causal_mask
 from transformers.models.gpt2.modeling_gpt2 import (
     GPT2Attention,
     GPT2Model,
     GPT2PreTrainedModel,
     eager_attention_forward,
 )
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs
 
 from .configuration_recurrent_gpt2 import RecurrentGPT2Config
 from .modeling_recurrence import (
     RecurrenceModule,
     RecurrentCausalLMMixin,
-    RecurrentCausalLMOutputWithPast,
-    masked_layer_sum,
     memory_attention_forward,
-    memory_attention_implementation,
-    memory_attention_mask,
 )
 
 
@@ -56,7 +53,7 @@ class RecurrentGPT2Attention(GPT2Attention):
         encoder_attention_mask: torch.Tensor | None = None,
         output_attentions: bool | None = False,
         memory_states: torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ):
         r"""
         Args:
@@ -82,6 +79,7 @@ class RecurrentGPT2Attention(GPT2Attention):
             )
         if encoder_hidden_states is not None:
             raise ValueError("RecurrentGPT2Attention does not support cross-attention.")
+        # Adapted from transformers' GPT2Attention.forward (self-attention branch), plus the memory's key/value
         query_states, key_states, value_states = self.c_attn(hidden_states).split(self.split_size, dim=2)
         shape = (*hidden_states.shape[:-1], -1, self.head_dim)
         query_states = query_states.view(shape).transpose(1, 2)
@@ -155,125 +153,28 @@ class RecurrentGPT2LMHeadModel(RecurrentCausalLMMixin, GPT2PreTrainedModel, Gene
     def set_input_embeddings(self, new_embeddings):
         self.transformer.wte = new_embeddings
 
-    def _window_hidden_states(self, input_ids, attention_mask, memory, past_key_values, use_cache):
-        r"""Run GPT-2 on one window (or the next tokens of the current window when `past_key_values` is given),
-        with `memory` inserted at layer L.
+    # ------------------------------------------------------------------ backbone hooks of RecurrentCausalLMMixin
+    def _decoder_layers(self):
+        return self.transformer.h
 
-        Args:
-            input_ids (`torch.LongTensor` of shape `(batch_size, w)`).
-            attention_mask (`torch.Tensor` of shape `(batch_size, w)`, *optional*): 1 for tokens, 0 for padding
-                (only without cache).
-            memory (`torch.FloatTensor` of shape `(batch_size, hidden_size)`, *optional*): the recurrent vector.
-            past_key_values (`Cache`, *optional*): KV cache of the current window; positions continue after it.
-            use_cache (`bool`): write the new keys/values into `past_key_values`.
-
-        Returns:
-            `(last_hidden_state (batch_size, w, hidden_size) after ln_f, layer_sums (batch_size, n_layer,
-            hidden_size), token_counts (batch_size,))` — the sums are over the non-padding positions of each block's
-            output (eq. 1).
-        """
+    def _embed(self, input_ids, position_ids):
         transformer = self.transformer
-        batch_size, width = input_ids.shape
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        position_ids = torch.arange(past_length, past_length + width, device=input_ids.device).unsqueeze(0)
         inputs_embeds = transformer.wte(input_ids)
-        hidden_states = transformer.drop(inputs_embeds + transformer.wpe(position_ids).to(inputs_embeds.device))
-        causal_mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
-            past_key_values=past_key_values,
-            position_ids=position_ids,
-        )
-        memory_layer = self.config.recurrence_layer - 1
-        memory_mask = None
-        if memory is not None:
-            memory_mask = memory_attention_mask(
-                attention_mask, batch_size, width, past_length, hidden_states.dtype, hidden_states.device,
-                memory_attention_implementation(self.config),
-            )
-        valid = attention_mask.to(hidden_states.dtype) if attention_mask is not None else None
-        layer_sums = []
-        for index, block in enumerate(transformer.h):
-            if index == memory_layer and memory is not None:
-                memory_states = block.ln_1(memory.to(hidden_states.dtype)[:, None, :])
-                hidden_states = block(
-                    hidden_states, past_key_values, memory_mask, None, use_cache=use_cache,
-                    position_ids=position_ids, memory_states=memory_states,
-                )
-            else:
-                hidden_states = block(
-                    hidden_states, past_key_values, causal_mask, None, use_cache=use_cache, position_ids=position_ids
-                )
-            layer_sums.append(masked_layer_sum(hidden_states, valid))
-        hidden_states = transformer.ln_f(hidden_states)
-        if valid is None:
-            token_counts = torch.full((batch_size,), width, device=input_ids.device, dtype=torch.long)
-        else:
-            token_counts = attention_mask.sum(dim=1)
-        return hidden_states, torch.stack(layer_sums, dim=1), token_counts
+        return transformer.drop(inputs_embeds + transformer.wpe(position_ids).to(inputs_embeds.device))
 
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
-        use_cache: bool | None = None,
-        recurrent_state: torch.Tensor | None = None,
-        logits_to_keep: int | torch.Tensor = 0,
-        return_dict: bool | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        **kwargs,
-    ) -> RecurrentCausalLMOutputWithPast | tuple:
-        r"""
-        Args:
-            input_ids (`torch.LongTensor` of shape `(batch_size, T)`): token ids, any `T >= 1` (may exceed
-                `n_positions`). With `past_key_values`, only the tokens not consumed yet.
-            attention_mask (`torch.Tensor` of shape `(batch_size, T)`, *optional*): 1 for tokens, 0 for padding.
-                Padding is supported without cache (keys masked, padded positions left out of the eq. 1 mean); on
-                the cached path it must be all ones.
-            labels (`torch.LongTensor` of shape `(batch_size, T)`, *optional*): as in `GPT2LMHeadModel` (shifted
-                inside: position t predicts `labels[:, t + 1]`; `-100` ignored). Each target is counted once across
-                windows: overlap tokens are context only (§4.2).
-            past_key_values ([`RecurrentCache`], *optional*): continue a stream (what `generate()` passes).
-            use_cache (`bool`, *optional*, defaults to `config.use_cache`): in eval mode, run the cached path and
-                return a [`RecurrentCache`]. Ignored in training mode (no cache is built) unless `past_key_values`
-                is given.
-            recurrent_state (`torch.FloatTensor` of shape `(batch_size, hidden_size)`, *optional*): the vector to
-                insert into the first window of this call (the `recurrent_state` returned by a previous call), to
-                continue a stream. Without it the first window is plain GPT-2.
-            logits_to_keep (`int` or `torch.Tensor`, *optional*, defaults to 0): as in `GPT2LMHeadModel`: 0 keeps
-                the logits of all T positions, `k > 0` only the last k, a 1-D tensor the given positions. The loss
-                never needs them: with `k = 1` no `(T, vocab)` tensor is held.
-            return_dict (`bool`, *optional*): return a tuple when False.
-            num_items_in_batch (`int` or `torch.Tensor`, *optional*, keyword): loss denominator (from `Trainer`).
+    def _position_embeddings(self, hidden_states, position_ids):
+        return None  # absolute positions, added in `_embed`
 
-        Returns:
-            [`RecurrentCausalLMOutputWithPast`]: `loss` (mean nats per counted target) first, `logits`
-            `(batch_size, kept, vocab_size)`, `past_key_values` (cached path), `recurrent_state`
-            `(batch_size, hidden_size)`, `num_windows`.
+    def _memory_norm(self, layer):
+        return layer.ln_1
 
-        Raises:
-            ValueError: for missing/empty/non-2-D `input_ids`, `labels` or `attention_mask` of the wrong shape,
-                `inputs_embeds`, `position_ids`, `token_type_ids`, `output_attentions`/`output_hidden_states`, a
-                `recurrent_state` of the wrong shape, a foreign non-empty cache, or padding on the cached path.
-            TypeError: if `input_ids` is not an integer tensor or `logits_to_keep` not an int/tensor.
-        """
-        if input_ids is None and inputs_embeds is None:
-            raise ValueError("`input_ids` is required.")
-        return self._recurrent_forward(
-            input_ids,
-            attention_mask=attention_mask,
-            labels=labels,
-            past_key_values=past_key_values,
-            use_cache=use_cache,
-            recurrent_state=recurrent_state,
-            logits_to_keep=logits_to_keep,
-            return_dict=return_dict,
-            inputs_embeds=inputs_embeds,
-            **kwargs,
-        )
+    def _run_layer(self, layer, hidden_states, *, attention_mask, past_key_values, use_cache, position_ids,
+                   position_embeddings=None, **memory):
+        return layer(hidden_states, past_key_values, attention_mask, None, use_cache=use_cache,
+                     position_ids=position_ids, **memory)
+
+    def _final_norm(self, hidden_states):
+        return self.transformer.ln_f(hidden_states)
 
 
 RecurrentGPT2Config.register_for_auto_class()

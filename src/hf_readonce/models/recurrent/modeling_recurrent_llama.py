@@ -16,7 +16,6 @@ import torch
 from torch import nn
 from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
-from transformers.masking_utils import create_causal_mask
 from transformers.models.llama.modeling_llama import (
     LlamaAttention,
     LlamaModel,
@@ -24,16 +23,14 @@ from transformers.models.llama.modeling_llama import (
     apply_rotary_pos_emb,
     eager_attention_forward,
 )
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs
 
 from .configuration_recurrent_llama import RecurrentLlamaConfig
 from .modeling_recurrence import (
     RecurrenceModule,
     RecurrentCausalLMMixin,
-    RecurrentCausalLMOutputWithPast,
-    masked_layer_sum,
     memory_attention_forward,
-    memory_attention_implementation,
-    memory_attention_mask,
 )
 
 
@@ -54,7 +51,7 @@ class RecurrentLlamaAttention(LlamaAttention):
         attention_mask: torch.Tensor | None = None,
         past_key_values: Cache | None = None,
         memory_states: torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ):
         r"""
         Args:
@@ -77,6 +74,7 @@ class RecurrentLlamaAttention(LlamaAttention):
                 past_key_values=past_key_values,
                 **kwargs,
             )
+        # Adapted from transformers' LlamaAttention.forward, plus the memory's key/value (unrotated)
         input_shape = hidden_states.shape[:-1]
         hidden_shape = (*input_shape, -1, self.head_dim)
         query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
@@ -140,113 +138,24 @@ class RecurrentLlamaForCausalLM(RecurrentCausalLMMixin, LlamaPreTrainedModel, Ge
     def set_input_embeddings(self, value):
         self.model.embed_tokens = value
 
-    def _window_hidden_states(self, input_ids, attention_mask, memory, past_key_values, use_cache):
-        r"""Run the decoder on one window (or the next tokens of the current window when `past_key_values` is
-        given), with `memory` inserted at layer L.
+    # ------------------------------------------------------------------ backbone hooks of RecurrentCausalLMMixin
+    def _decoder_layers(self):
+        return self.model.layers[: self.config.num_hidden_layers]
 
-        Args:
-            input_ids (`torch.LongTensor` of shape `(batch_size, w)`).
-            attention_mask (`torch.Tensor` of shape `(batch_size, w)`, *optional*): 1 for tokens, 0 for padding.
-            memory (`torch.FloatTensor` of shape `(batch_size, hidden_size)`, *optional*): the recurrent vector.
-            past_key_values (`Cache`, *optional*): KV cache of the current window; positions continue after it.
-            use_cache (`bool`): write the new keys/values into `past_key_values`.
+    def _embed(self, input_ids, position_ids):
+        return self.model.embed_tokens(input_ids)
 
-        Returns:
-            `(last_hidden_state (batch_size, w, hidden_size) after the final norm, layer_sums (batch_size,
-            num_hidden_layers, hidden_size), token_counts (batch_size,))`.
-        """
-        decoder = self.model
-        batch_size, width = input_ids.shape
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        position_ids = torch.arange(past_length, past_length + width, device=input_ids.device).unsqueeze(0)
-        hidden_states = decoder.embed_tokens(input_ids)
-        causal_mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=hidden_states,
-            attention_mask=attention_mask,
-            past_key_values=past_key_values,
-            position_ids=position_ids,
-        )
-        position_embeddings = decoder.rotary_emb(hidden_states, position_ids=position_ids)
-        memory_layer = self.config.recurrence_layer - 1
-        memory_mask = None
-        if memory is not None:
-            memory_mask = memory_attention_mask(
-                attention_mask, batch_size, width, past_length, hidden_states.dtype, hidden_states.device,
-                memory_attention_implementation(self.config),
-            )
-        valid = attention_mask.to(hidden_states.dtype) if attention_mask is not None else None
-        layer_sums = []
-        for index, layer in enumerate(decoder.layers[: self.config.num_hidden_layers]):
-            layer_kwargs = dict(
-                attention_mask=causal_mask,
-                position_embeddings=position_embeddings,
-                position_ids=position_ids,
-                past_key_values=past_key_values,
-                use_cache=use_cache,
-            )
-            if index == memory_layer and memory is not None:
-                layer_kwargs["attention_mask"] = memory_mask
-                layer_kwargs["memory_states"] = layer.input_layernorm(memory.to(hidden_states.dtype)[:, None, :])
-            hidden_states = layer(hidden_states, **layer_kwargs)
-            layer_sums.append(masked_layer_sum(hidden_states, valid))
-        hidden_states = decoder.norm(hidden_states)
-        if valid is None:
-            token_counts = torch.full((batch_size,), width, device=input_ids.device, dtype=torch.long)
-        else:
-            token_counts = attention_mask.sum(dim=1)
-        return hidden_states, torch.stack(layer_sums, dim=1), token_counts
+    def _position_embeddings(self, hidden_states, position_ids):
+        return self.model.rotary_emb(hidden_states, position_ids=position_ids)
 
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
-        use_cache: bool | None = None,
-        recurrent_state: torch.Tensor | None = None,
-        logits_to_keep: int | torch.Tensor = 0,
-        return_dict: bool | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        **kwargs,
-    ) -> RecurrentCausalLMOutputWithPast | tuple:
-        r"""
-        Same contract as [`RecurrentGPT2LMHeadModel.forward`]:
+    def _memory_norm(self, layer):
+        return layer.input_layernorm
 
-        Args:
-            input_ids (`torch.LongTensor` of shape `(batch_size, T)`): any `T >= 1`, may exceed
-                `max_position_embeddings`.
-            attention_mask (`torch.Tensor` of shape `(batch_size, T)`, *optional*): 1 for tokens, 0 for padding
-                (padding only without cache).
-            labels (`torch.LongTensor` of shape `(batch_size, T)`, *optional*): shifted inside, `-100` ignored, each
-                target counted once across windows (§4.2).
-            past_key_values ([`RecurrentCache`], *optional*), use_cache (`bool`, *optional*): the cached path.
-            recurrent_state (`torch.FloatTensor` of shape `(batch_size, hidden_size)`, *optional*): continue a
-                stream.
-            logits_to_keep (`int` or `torch.Tensor`, *optional*, defaults to 0): 0 = all positions, k = last k.
-            return_dict (`bool`, *optional*).
+    def _run_layer(self, layer, hidden_states, **layer_kwargs):
+        return layer(hidden_states, **layer_kwargs)
 
-        Returns:
-            [`RecurrentCausalLMOutputWithPast`] (`loss` first, `logits`, `past_key_values`, `recurrent_state`,
-            `num_windows`).
-
-        Raises:
-            ValueError / TypeError: as [`RecurrentGPT2LMHeadModel.forward`].
-        """
-        if input_ids is None and inputs_embeds is None:
-            raise ValueError("`input_ids` is required.")
-        return self._recurrent_forward(
-            input_ids,
-            attention_mask=attention_mask,
-            labels=labels,
-            past_key_values=past_key_values,
-            use_cache=use_cache,
-            recurrent_state=recurrent_state,
-            logits_to_keep=logits_to_keep,
-            return_dict=return_dict,
-            inputs_embeds=inputs_embeds,
-            **kwargs,
-        )
+    def _final_norm(self, hidden_states):
+        return self.model.norm(hidden_states)
 
 
 RecurrentLlamaConfig.register_for_auto_class()
