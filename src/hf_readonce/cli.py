@@ -10,7 +10,7 @@ Subcommands:
   EM/F1 when the questions carry gold answers.
 - `info --store DIR`: documents, size on disk, fingerprints and settings.
 - `verify --store DIR`: check every checksum; exits 1 naming each corrupted shard and document.
-- `demo`: the package's end-to-end demo (see `hf_readonce.demo`).
+- `demo`: the package's end-to-end demo (see `hf_readonce.recipes.demo`).
 
 Exit status: 0 success; 1 corruption found (`verify`), documents left unrepaired, or bad input lines with
 `--strict`; 2 usage errors and errors that stop a command (the message says why).

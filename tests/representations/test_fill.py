@@ -18,7 +18,12 @@ from hf_readonce.store import (
     export_to_dataset,
     import_from_dataset,
 )
-from hf_readonce.tasks.question_answering import build_features, encode_windows, postprocess, predict_cached
+from hf_readonce.tasks.question_answering import (
+    build_features,
+    encode_windows,
+    postprocess_qa_predictions,
+    predict_cached,
+)
 from hf_readonce.tasks.question_answering_store import answer_from_store
 from tests.conftest import tiny_model
 
@@ -62,7 +67,7 @@ def test_encode_skips_stored_and_answers_equal_in_memory(tmp_path, tokenizer, qa
                                           doc_stride=16)
     with torch.no_grad():
         logits = predict_cached(model, features, encode_windows(model, windows))
-    assert predictions == postprocess(qa_rows, features, windows, logits)
+    assert predictions == postprocess_qa_predictions(qa_rows, features, windows, logits)
     # another model's states are never used
     with pytest.raises(RepresentationMismatchError, match="fingerprint"):
         answer_from_store(tiny_model(seed=1), tokenizer, store, qa_rows)

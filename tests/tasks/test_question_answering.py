@@ -7,7 +7,7 @@ from transformers import AutoTokenizer
 from hf_readonce.tasks.question_answering import (
     build_features,
     pair_inputs,
-    postprocess,
+    postprocess_qa_predictions,
     read_jsonl,
     span_in_window,
     split_passages,
@@ -84,7 +84,7 @@ def test_postprocess_and_metrics(tokenizer):
         if span is not None and f["example_index"] == 0:
             s[span[0]], e[span[0]] = 5.0, 5.0
         logits.append((s, e, 20.0 if f["example_index"] == 1 else -20.0))
-    predictions = postprocess(examples, features, windows, logits, allow_no_answer=True)
+    predictions = postprocess_qa_predictions(examples, features, windows, logits, allow_no_answer=True)
     assert predictions == {"a": "Paris", "b": ""}
     assert squad_em_f1(predictions, examples) == {"exact_match": 100.0, "f1": 100.0}
     half = squad_em_f1({"a": "Paris France", "b": "x"}, examples)

@@ -29,7 +29,7 @@ from ..tasks.question_answering import (
     encode_windows,
     load_qa_examples,
     pair_inputs,
-    postprocess,
+    postprocess_qa_predictions,
     predict_cached,
     predict_pairs,
     squad_em_f1,
@@ -173,7 +173,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
         features, windows, passages = build_features(examples, tokenizer, **feature_kwargs)
         model.to(training_args.device).eval()
         bs = data_args.eval_batch_size
-        post = dict(n_best=data_args.n_best_size, max_answer_length=data_args.max_answer_length,
+        post = dict(n_best_size=data_args.n_best_size, max_answer_length=data_args.max_answer_length,
                     allow_no_answer=data_args.allow_no_answer)
 
         if data_args.eval_paths not in ("both", "pairs", "cached"):
@@ -188,7 +188,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
             with autocast:
                 logits = predict_pairs(model, features, windows, batch_size=bs)
             uncached_seconds = time.perf_counter() - start
-            scores = squad_em_f1(postprocess(examples, features, windows, logits, **post), examples)
+            scores = squad_em_f1(postprocess_qa_predictions(examples, features, windows, logits, **post), examples)
             metrics.update({"eval_exact_match": round(scores["exact_match"], 2), "eval_f1": round(scores["f1"], 2),
                             "uncached_seconds": round(uncached_seconds, 2)})
         if k > 0 and data_args.eval_paths in ("both", "cached"):
@@ -200,7 +200,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
             with autocast:
                 cached_logits = predict_cached(model, features, cache, batch_size=bs)
             cached_seconds = time.perf_counter() - start
-            cached_scores = squad_em_f1(postprocess(examples, features, windows, cached_logits, **post), examples)
+            cached_scores = squad_em_f1(postprocess_qa_predictions(examples, features, windows, cached_logits, **post), examples)
             metrics.update({
                 "cached_exact_match": round(cached_scores["exact_match"], 2),
                 "cached_f1": round(cached_scores["f1"], 2),

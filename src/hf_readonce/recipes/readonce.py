@@ -1,7 +1,7 @@
 """Training and evaluation pipeline of ReadOnce BART on QA-as-generation and summarization, shared by
 `examples/readonce/run_readonce_qa.py` and `run_readonce_summarization.py`.
 
-Variants, all from the same warm start (a BART built from a BERT checkpoint, [`hf_readonce.bert_to_bart`]):
+Variants, all from the same warm start (a BART built from a BERT checkpoint, [`hf_readonce.models.readonce_bart.convert_bert_to_readonce_bart`]):
 
 - `baseline`: plain BART reading `[CLS] question [SEP] document [SEP]` as text (the representation+text model with no
   representations is exactly BART);

@@ -17,7 +17,7 @@ class DeformerBertAdapter:
     r"""Stores DeFormer-BERT passage states (output of layers 1..k) for whole documents.
 
     A document is tokenized without special tokens (offsets kept) and cut into windows of `max_passage_length - 1`
-    tokens + `[SEP]`, consecutive windows sharing `doc_stride` tokens ([`hf_readonce.qa.split_passages`], the
+    tokens + `[SEP]`, consecutive windows sharing `doc_stride` tokens ([`hf_readonce.tasks.question_answering.split_passages`], the
     windowing of the model's own QA path), so documents longer than the model's positions are covered. Each window
     is encoded by `model.encode_passages`. The stored tensors of a document with `W` windows and `T` window tokens
     in all (`[SEP]`s included) are:

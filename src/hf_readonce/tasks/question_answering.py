@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -308,8 +309,8 @@ def predict_cached(model, features, cache, batch_size: int = 32, pad_token_id: i
     return out
 
 
-def postprocess(examples, features, windows, logits, n_best: int = 20, max_answer_length: int = 30,
-                allow_no_answer: bool = False) -> dict[str, str]:
+def postprocess_qa_predictions(examples, features, windows, logits, n_best_size: int = 20,
+                               max_answer_length: int = 30, allow_no_answer: bool = False) -> dict[str, str]:
     """n-best span decoding: for each example, the highest `start + end` logit span over all its windows with
     `start <= end < start + max_answer_length`, mapped back to passage characters through the offsets.
 
@@ -318,6 +319,8 @@ def postprocess(examples, features, windows, logits, n_best: int = 20, max_answe
 
     Args:
         logits: per feature `(start, end, null_score)` as returned by [`predict_pairs`] / [`predict_cached`].
+        n_best_size (`int`, defaults to 20): start and end candidates per window.
+        max_answer_length (`int`, defaults to 30): longest answer in tokens.
 
     Returns:
         `dict[str, str]`: example id (or index as str) -> predicted answer text.
@@ -334,8 +337,8 @@ def postprocess(examples, features, windows, logits, n_best: int = 20, max_answe
         i = feature["example_index"]
         context = examples[i]["context"]
         null[i] = min(null.get(i, math.inf), null_score)
-        starts = np.argsort(start_logits)[::-1][:n_best]
-        ends = np.argsort(end_logits)[::-1][:n_best]
+        starts = np.argsort(start_logits)[::-1][:n_best_size]
+        ends = np.argsort(end_logits)[::-1][:n_best_size]
         for s in starts:
             for e in ends:
                 if window.offsets[s] is None or window.offsets[e] is None or e < s or e - s + 1 > max_answer_length:
@@ -351,6 +354,15 @@ def postprocess(examples, features, windows, logits, n_best: int = 20, max_answe
             text = ""
         predictions[key] = text
     return predictions
+
+
+def postprocess(examples, features, windows, logits, n_best: int = 20, max_answer_length: int = 30,
+                allow_no_answer: bool = False) -> dict[str, str]:
+    """Deprecated 0.1.0 name of [`postprocess_qa_predictions`] (`n_best` is its `n_best_size`)."""
+    warnings.warn("`postprocess(..., n_best=)` is deprecated; use `postprocess_qa_predictions(..., n_best_size=)`.",
+                  DeprecationWarning, stacklevel=2)
+    return postprocess_qa_predictions(examples, features, windows, logits, n_best_size=n_best,
+                                      max_answer_length=max_answer_length, allow_no_answer=allow_no_answer)
 
 
 def squad_em_f1(predictions: dict[str, str], examples: Sequence[dict]) -> dict[str, float]:
@@ -382,6 +394,7 @@ __all__ = [
     "pad_batch",
     "pair_inputs",
     "postprocess",
+    "postprocess_qa_predictions",
     "predict_cached",
     "predict_pairs",
     "read_jsonl",

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from ..representations.deformer_bert import DeformerBertAdapter
 from ..representations.fill import fill_store
 from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore, content_hash
-from .question_answering import postprocess, predict_cached, tokenize_questions
+from .question_answering import postprocess_qa_predictions, predict_cached, tokenize_questions
 
 
 def find_deformer_space(store: RepresentationStore, model, tokenizer) -> dict:
@@ -40,7 +40,7 @@ def find_deformer_space(store: RepresentationStore, model, tokenizer) -> dict:
 
 def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Sequence[dict], *,
                       max_passage_length: int | None = None, doc_stride: int | None = None,
-                      max_question_length: int = 64, batch_size: int = 32, n_best: int = 20,
+                      max_question_length: int = 64, batch_size: int = 32, n_best_size: int = 20,
                       max_answer_length: int = 30, allow_no_answer: bool = False, passages_per_chunk: int = 64,
                       encode_missing: bool = False, dtype: str = "float16") -> dict[str, str]:
     """Answer extractive questions with a DeFormer model from passage states stored in `store`: only the questions
@@ -52,7 +52,8 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
         examples (`Sequence[dict]`): SQuAD-style rows with `id`, `question`, `context`.
         max_passage_length, doc_stride (`int`, *optional*): window settings used at encode time; looked up in the
             store when both are omitted ([`find_deformer_space`]).
-        max_question_length, batch_size, n_best, max_answer_length, allow_no_answer: as in [`hf_readonce.qa`].
+        max_question_length, batch_size, n_best_size, max_answer_length, allow_no_answer: as in
+            [`hf_readonce.tasks.question_answering`].
         passages_per_chunk (`int`, defaults to 64): passages whose states are held in memory at once.
         encode_missing (`bool`, defaults to `False`): encode and store passages that are missing instead of raising.
         dtype (`str`): storage dtype for `encode_missing`.
@@ -115,8 +116,9 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
                                      "window_index": w, "question_ids": questions[i]})
                 chunk_examples.append({**examples[i], "id": str(examples[i].get("id", i))})
         logits = predict_cached(model, features, cache, batch_size=batch_size, pad_token_id=pad)
-        predictions.update(postprocess(chunk_examples, features, windows, logits, n_best=n_best,
-                                       max_answer_length=max_answer_length, allow_no_answer=allow_no_answer))
+        predictions.update(postprocess_qa_predictions(chunk_examples, features, windows, logits,
+                                                      n_best_size=n_best_size, max_answer_length=max_answer_length,
+                                                      allow_no_answer=allow_no_answer))
     return {str(e.get("id", i)): predictions[str(e.get("id", i))] for i, e in enumerate(examples)}
 
 

@@ -284,3 +284,22 @@ def test_save_and_remote_code_round_trip(family, tmp_path):
     """, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "OK" in result.stdout and "(1, 45)" in result.stdout
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_memory_attention_follows_the_attention_interface(family):
+    """The memory layer uses the model's attention implementation (eager or sdpa) through
+    `ALL_ATTENTION_FUNCTIONS.get_interface`; both give the same logits over several windows."""
+    from hf_readonce.models.recurrent.modeling_recurrence import memory_attention_implementation
+
+    model = tiny(family)
+    x = ids(2, 50)
+    with torch.no_grad():
+        model.set_attn_implementation("sdpa")
+        assert memory_attention_implementation(model.config) == "sdpa"
+        sdpa = model(x, use_cache=False).logits
+        model.set_attn_implementation("eager")
+        assert memory_attention_implementation(model.config) == "eager"
+        eager = model(x, use_cache=False).logits
+    torch.testing.assert_close(eager, sdpa, atol=1e-5, rtol=0)
+    assert model(x, use_cache=False, return_dict=False)[0].shape == sdpa.shape  # @can_return_tuple
