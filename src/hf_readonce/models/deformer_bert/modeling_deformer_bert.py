@@ -344,9 +344,6 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
             hidden_states = self.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
             if all_hidden_states is not None:
                 all_hidden_states.append(hidden_states)
-            mask = self._bidirectional_mask(hidden_states, attention_mask)
-            hidden_states = self._run_layers(hidden_states, mask, 0, config.num_hidden_layers, all_hidden_states,
-                                             **layer_kwargs)
         else:
             if token_type_ids is None:
                 raise ValueError(
@@ -373,15 +370,7 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
                 all_hidden_states.append(hidden_states)
             lower_mask = self._bidirectional_mask(hidden_states, attention_mask, segment_ids)
             hidden_states = self._run_layers(hidden_states, lower_mask, 0, k, all_hidden_states, **layer_kwargs)
-            upper_mask = self._bidirectional_mask(hidden_states, attention_mask)
-            hidden_states = self._run_layers(
-                hidden_states, upper_mask, k, config.num_hidden_layers, all_hidden_states, **layer_kwargs
-            )
-        return DeformerBertModelOutput(
-            last_hidden_state=hidden_states,
-            attention_mask=attention_mask,
-            hidden_states=tuple(all_hidden_states) if all_hidden_states is not None else None,
-        )
+        return self._joint_layers(hidden_states, attention_mask, all_hidden_states, layer_kwargs)
 
     def _forward_with_passage_states(
         self, input_ids, attention_mask, token_type_ids, passage_states, all_hidden_states, layer_kwargs
@@ -412,13 +401,17 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
         joint_mask = torch.cat([attention_mask, passage_mask.to(attention_mask.dtype)], dim=1)
         if all_hidden_states is not None:
             all_hidden_states.append(hidden_states)
-        upper_mask = self._bidirectional_mask(hidden_states, joint_mask)
-        hidden_states = self._run_layers(
-            hidden_states, upper_mask, k, config.num_hidden_layers, all_hidden_states, **layer_kwargs
-        )
+        return self._joint_layers(hidden_states, joint_mask, all_hidden_states, layer_kwargs)
+
+    def _joint_layers(self, hidden_states, attention_mask, all_hidden_states, layer_kwargs) -> DeformerBertModelOutput:
+        """Layers k+1..n (all layers when k = 0) over the joint question+passage sequence `(batch, length,
+        hidden_size)` with its key mask `(batch, length)`, and the model output."""
+        mask = self._bidirectional_mask(hidden_states, attention_mask)
+        hidden_states = self._run_layers(hidden_states, mask, self.config.num_decomposed_layers,
+                                         self.config.num_hidden_layers, all_hidden_states, **layer_kwargs)
         return DeformerBertModelOutput(
             last_hidden_state=hidden_states,
-            attention_mask=joint_mask,
+            attention_mask=attention_mask,
             hidden_states=tuple(all_hidden_states) if all_hidden_states is not None else None,
         )
 

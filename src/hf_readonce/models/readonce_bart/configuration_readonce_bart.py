@@ -116,6 +116,8 @@ class ReadOnceBartConfig(BartConfig):
                 f"`document_chunk_overlap` ({document_chunk_overlap}) must be a multiple of compression_ratio "
                 f"({compression_ratio})."
             )
+        # Validated values set one by one, as in configuration_recurrence.set_recurrence_config: each family folder
+        # travels to the Hub on its own, so they share no helper.
         self.compression_ratio = compression_ratio
         self.window_size = window_size
         self.aggregation = aggregation

@@ -607,6 +607,8 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         document_input_attention_mask: torch.Tensor | None = None,
         **kwargs,
     ) -> Seq2SeqLMOutput:
+        # The first arguments and their docs repeat ReadOnceBartEncoder.forward's: this forward passes them through,
+        # and transformers documents each public forward in full.
         r"""
         Args:
             input_ids (`torch.LongTensor` of shape `(batch_size, text_length)`): the question / task text.

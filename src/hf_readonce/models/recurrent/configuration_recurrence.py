@@ -50,6 +50,8 @@ def set_recurrence_config(
     """
     if window_size is None:
         window_size = min(DEFAULT_WINDOW_SIZE, max_positions)
+    # The range checks below follow the idiom of ReadOnceBartConfig's: each family folder travels to the Hub on its
+    # own, so families do not share a validation helper.
     if not _is_int(window_size) or window_size < 1:
         raise ValueError(f"`window_size` must be a positive int, got {window_size!r}.")
     if window_size > max_positions:
@@ -91,20 +93,9 @@ class RecurrenceConfigMixin:
     position table size and depth in `max_positions_attribute` and `num_layers_attribute`.
 
     Args:
-        window_size (`int`, *optional*):
-            k, tokens per window. Defaults to 300 (the paper's setting), or the position table size if the model has
-            fewer positions. Positions restart at 0 in every window, so it must fit in the position table.
-        window_overlap (`int`, *optional*, defaults to 0):
-            Tokens of each window repeated from the end of the previous one (§4.2). They are context only: their
-            predictions are not counted again. The paper trains with the overlap it evaluates with (§5).
-        recurrence_layer (`int`, *optional*, defaults to 2):
-            L, the 1-based layer whose self-attention receives the recurrent vector as one extra key and value
-            (L - 1 blocks run before it). The paper fixes L = 2 (§5).
-        recurrence_hidden_sizes (`list[int]`, *optional*, defaults to `[200, 200, 200]`):
-            Hidden widths of the feed-forward network that maps the pooled window (eq. 1) to the recurrent vector
-            (3 hidden layers of 200 in §5).
-        recurrence_activation (`str`, *optional*, defaults to `"relu"`):
-            Activation between the feed-forward layers (any key of `transformers.activations.ACT2FN`).
+        window_size, window_overlap, recurrence_layer, recurrence_hidden_sizes, recurrence_activation: the
+            recurrence arguments, documented with their defaults in [`RecurrentGPT2Config`] and
+            [`RecurrentLlamaConfig`] (transformers documents each configuration's arguments on the class itself).
         **kwargs: the arguments of the transformers config class, unchanged.
 
     Raises:

@@ -482,16 +482,35 @@ class RecurrentCausalLMMixin:
         """
         if input_ids is None and inputs_embeds is None:
             raise ValueError("`input_ids` is required.")
-        return self._recurrent_forward(
-            input_ids,
-            attention_mask=attention_mask,
-            labels=labels,
-            past_key_values=past_key_values,
-            use_cache=use_cache,
-            recurrent_state=recurrent_state,
-            logits_to_keep=logits_to_keep,
-            inputs_embeds=inputs_embeds,
-            **kwargs,
+        self._check_stream_inputs(input_ids, labels, attention_mask, recurrent_state, inputs_embeds, kwargs)
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+        use_cache = use_cache if use_cache is not None else self.config.use_cache
+        batch_size, length = input_ids.shape
+        device = input_ids.device
+        targets = None
+        if labels is not None:
+            labels = labels.to(device)
+            targets = torch.cat([labels[:, 1:], labels.new_full((batch_size, 1), IGNORE_INDEX)], dim=1)
+        keep = self._keep_indices(length, logits_to_keep, device)
+        cached = past_key_values is not None or (use_cache and not self.training)
+        if cached:
+            loss_sum, logits, cache, state, num_windows = self._cached_stream(
+                input_ids, attention_mask, targets, keep, past_key_values, recurrent_state
+            )
+        else:
+            loss_sum, logits, state, num_windows = self._windowed_stream(
+                input_ids, attention_mask, targets, keep, recurrent_state
+            )
+            cache = None
+        loss = None
+        if labels is not None:
+            if num_items_in_batch is not None:
+                denominator = torch.as_tensor(num_items_in_batch, device=loss_sum.device, dtype=torch.float32)
+            else:
+                denominator = (targets != IGNORE_INDEX).sum().clamp(min=1).to(loss_sum.device, torch.float32)
+            loss = loss_sum / denominator
+        return RecurrentCausalLMOutputWithPast(
+            loss=loss, logits=logits, past_key_values=cache, recurrent_state=state, num_windows=num_windows
         )
 
     # ------------------------------------------------------------------ validation
@@ -576,50 +595,6 @@ class RecurrentCausalLMMixin:
         hidden, next_memory = self._window_states(input_ids, attention_mask, memory, new_from)
         loss_sum, logits = self._head(hidden, targets, keep)
         return loss_sum, next_memory, logits
-
-    # ------------------------------------------------------------------ main entry
-    def _recurrent_forward(
-        self,
-        input_ids: torch.LongTensor,
-        attention_mask: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        past_key_values: Cache | None = None,
-        use_cache: bool | None = None,
-        recurrent_state: torch.Tensor | None = None,
-        logits_to_keep: int | torch.Tensor = 0,
-        inputs_embeds: torch.Tensor | None = None,
-        **kwargs,
-    ):
-        self._check_stream_inputs(input_ids, labels, attention_mask, recurrent_state, inputs_embeds, kwargs)
-        num_items_in_batch = kwargs.pop("num_items_in_batch", None)
-        use_cache = use_cache if use_cache is not None else self.config.use_cache
-        batch_size, length = input_ids.shape
-        device = input_ids.device
-        targets = None
-        if labels is not None:
-            labels = labels.to(device)
-            targets = torch.cat([labels[:, 1:], labels.new_full((batch_size, 1), IGNORE_INDEX)], dim=1)
-        keep = self._keep_indices(length, logits_to_keep, device)
-        cached = past_key_values is not None or (use_cache and not self.training)
-        if cached:
-            loss_sum, logits, cache, state, num_windows = self._cached_stream(
-                input_ids, attention_mask, targets, keep, past_key_values, recurrent_state
-            )
-        else:
-            loss_sum, logits, state, num_windows = self._windowed_stream(
-                input_ids, attention_mask, targets, keep, recurrent_state
-            )
-            cache = None
-        loss = None
-        if labels is not None:
-            if num_items_in_batch is not None:
-                denominator = torch.as_tensor(num_items_in_batch, device=loss_sum.device, dtype=torch.float32)
-            else:
-                denominator = (targets != IGNORE_INDEX).sum().clamp(min=1).to(loss_sum.device, torch.float32)
-            loss = loss_sum / denominator
-        return RecurrentCausalLMOutputWithPast(
-            loss=loss, logits=logits, past_key_values=cache, recurrent_state=state, num_windows=num_windows
-        )
 
     def _windowed_stream(self, input_ids, attention_mask, targets, keep, memory):
         """No KV cache: windows in sequence, each run in full, the recurrent vector carried (training path)."""

@@ -67,6 +67,9 @@ class RecurrentGPT2Attention(GPT2Attention):
         Returns:
             `(attn_output (batch_size, w, hidden_size), attn_weights or None)`.
         """
+        # Arguments, docs and the memory_attention_forward call look like those of RecurrentLlamaAttention on purpose:
+        # each family projects the memory with its own weights (c_attn / k_proj, v_proj) and RoPE rules, and what
+        # they share (the attention over [memory; keys]) is memory_attention_forward.
         if memory_states is None:
             return super().forward(
                 hidden_states,
