@@ -325,3 +325,14 @@ def test_package_version_and_exports():
     for name in hf_readonce.__all__:
         assert getattr(hf_readonce, name) is not None
     assert Path(hf_readonce.__file__).parent.name == "hf_readonce"
+
+
+def test_return_dict_false_gives_bert_qa_tuple():
+    """`@can_return_tuple`, as `BertForQuestionAnswering`: (loss,) start, end, without the `None`s."""
+    model = tiny_deformer(k=2)
+    (ids, types, mask), _, _ = make_pairs([5, 6], [7, 8])
+    out = model(ids, mask, types, return_dict=False)
+    assert len(out) == 2 and torch.equal(out[0], model(ids, mask, types).start_logits)
+    positions = torch.tensor([1, 2])
+    loss, start, end = model(ids, mask, types, start_positions=positions, end_positions=positions, return_dict=False)
+    assert loss.dim() == 0 and start.shape == end.shape == ids.shape

@@ -373,3 +373,14 @@ def test_bert_to_bart_converter_is_exact_on_minilm(tmp_path):
                                                                                    batch.attention_mask),
                                 max_new_tokens=3)
     assert out.shape[0] == 2
+
+
+def test_return_dict_false_gives_a_tuple():
+    """`@can_return_tuple`, as `BartForConditionalGeneration`."""
+    model = tiny()
+    q, doc = tokens(2, 6), tokens(2, 20, seed=4)
+    reps = model.encode_documents(doc)
+    with torch.no_grad():
+        full = model(q, document_representations=reps, labels=tokens(2, 4))
+        loss, logits = model(q, document_representations=reps, labels=tokens(2, 4), return_dict=False)[:2]
+    assert torch.equal(loss, full.loss) and torch.equal(logits, full.logits)

@@ -20,7 +20,8 @@ from torch.nn import functional as F
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import QuestionAnsweringModelOutput
 from transformers.models.bert.modeling_bert import BertEmbeddings, BertEncoder, BertPreTrainedModel
-from transformers.utils import ModelOutput, logging
+from transformers.processing_utils import Unpack
+from transformers.utils import ModelOutput, TransformersKwargs, can_return_tuple, logging
 
 from .configuration_deformer_bert import DeformerBertConfig
 
@@ -451,6 +452,7 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
         """Cache passage states; see [`DeformerBertModel.encode_passages`] (shapes, errors)."""
         return self.bert.encode_passages(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -463,9 +465,8 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
         teacher_end_logits: torch.FloatTensor | None = None,
         teacher_hidden_states: tuple[torch.FloatTensor, ...] | None = None,
         output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs,
-    ) -> QuestionAnsweringModelOutput | tuple:
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> QuestionAnsweringModelOutput:
         r"""
         Args:
             input_ids, attention_mask, token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`):
@@ -483,7 +484,8 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
                 The teacher's `hidden_states` (embeddings + n layers, each `(batch_size, sequence_length, hidden)`),
                 for L_lrs; the teacher must have the same depth and hidden size.
             output_hidden_states (`bool`, *optional*): return every layer's states.
-            return_dict (`bool`, *optional*): return a tuple when False.
+            return_dict (`bool`, *optional*, keyword): return a tuple when False (`@can_return_tuple`, as
+                `BertForQuestionAnswering`).
 
         Returns:
             [`~transformers.modeling_outputs.QuestionAnsweringModelOutput`] with `loss` first when positions are
@@ -492,7 +494,6 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
         Raises:
             ValueError: as [`DeformerBertModel.forward`]; teacher tensors whose shapes do not match.
         """
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
         need_states = teacher_hidden_states is not None and self.config.lrs_loss_weight > 0
         outputs = self.bert(
             input_ids,
@@ -501,7 +502,7 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
             passage_states=passage_states,
             output_hidden_states=bool(output_hidden_states) or need_states,
             **kwargs,
-        )
+        )  # DeformerBertModel always returns its output dataclass
         sequence_output = outputs.last_hidden_state
         logits = self.qa_outputs(sequence_output)
         start_logits, end_logits = logits.split(1, dim=-1)
@@ -531,9 +532,6 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
                 total_loss = total_loss + self.config.lrs_loss_weight * lrs
 
         hidden_states = outputs.hidden_states if output_hidden_states else None
-        if not return_dict:
-            out = (start_logits, end_logits) + ((hidden_states,) if hidden_states is not None else ())
-            return ((total_loss,) + out) if total_loss is not None else out
         return QuestionAnsweringModelOutput(
             loss=total_loss, start_logits=start_logits, end_logits=end_logits, hidden_states=hidden_states
         )

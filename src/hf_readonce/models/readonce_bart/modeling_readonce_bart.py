@@ -36,7 +36,8 @@ from transformers.models.bart.modeling_bart import (
     BartPreTrainedModel,
     shift_tokens_right,
 )
-from transformers.utils import ModelOutput
+from transformers.processing_utils import Unpack
+from transformers.utils import ModelOutput, TransformersKwargs, can_return_tuple
 
 from .configuration_readonce_bart import ReadOnceBartConfig
 
@@ -591,6 +592,7 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
                     "re-encode the documents with this model."
                 )
 
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -605,7 +607,7 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         use_cache: bool | None = None,
         document_input_ids: torch.LongTensor | None = None,
         document_input_attention_mask: torch.Tensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         # The first arguments and their docs repeat ReadOnceBartEncoder.forward's: this forward passes them through,
         # and transformers documents each public forward in full.
@@ -622,6 +624,9 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
             labels (`torch.LongTensor` of shape `(batch_size, target_length)`, *optional*): target tokens (`-100`
                 ignored); decoder inputs are the labels shifted right, as in BART.
 
+            return_dict (`bool`, *optional*, keyword): return a tuple when False (`@can_return_tuple`, as
+                `BartForConditionalGeneration`).
+
         Returns:
             [`~transformers.modeling_outputs.Seq2SeqLMOutput`] with the loss first when `labels` are given.
 
@@ -629,7 +634,7 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
             ValueError: representations from another document encoder, of the wrong hidden size or batch; both
                 representations and document tokens given.
         """
-        for key in ("output_attentions", "output_hidden_states", "return_dict"):
+        for key in ("output_attentions", "output_hidden_states"):  # not returned: the fused layers do not record them
             kwargs.pop(key, None)
         if document_input_ids is not None:
             if document_representations is not None:
