@@ -56,7 +56,7 @@ def space_key(fingerprint: str, settings: Mapping[str, Any]) -> str:
 
     Args:
         fingerprint (`str`): identifies the weights and the config fields that change the representation (e.g.
-            `model.bert.passage_encoder_fingerprint()`).
+            `model.representation_fingerprint()`).
         settings (`Mapping[str, Any]`): representation settings (e.g. `num_decomposed_layers`, window length).
 
     Raises:

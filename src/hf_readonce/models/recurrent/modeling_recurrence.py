@@ -224,8 +224,9 @@ class RecurrentCache(DynamicCache):
     recurrent vector pooled from the full window, and starts with its last `window_overlap` tokens).
 
     Attributes:
-        memory (`torch.FloatTensor` of shape `(batch_size, hidden_size)` or `None`): vector inserted at layer L in
-            the current window (`None` in the first window).
+        recurrent_state (`torch.FloatTensor` of shape `(batch_size, hidden_size)` or `None`): vector inserted at
+            layer L in the current window (`None` in the first window); the `recurrent_state` of `forward`'s
+            arguments and outputs. (`memory` is its 0.1.0 name, kept as an alias.)
         window_ids (`torch.LongTensor` of shape `(batch_size, window_length)` or `None`): tokens of the current window.
         layer_sums (`torch.FloatTensor` of shape `(batch_size, N, hidden_size)` or `None`): per-layer sums of the
             current window's hidden states (eq. 1 numerator).
@@ -234,14 +235,23 @@ class RecurrentCache(DynamicCache):
         num_windows (`int`): windows started so far.
     """
 
-    def __init__(self, config=None, memory: torch.Tensor | None = None):
+    def __init__(self, config=None, recurrent_state: torch.Tensor | None = None, memory: torch.Tensor | None = None):
         super().__init__(config=config)
-        self.memory = memory
+        self.recurrent_state = recurrent_state if recurrent_state is not None else memory
         self.window_ids = None
         self.layer_sums = None
         self.token_counts = None
         self.tokens_seen = 0
         self.num_windows = 1
+
+    @property
+    def memory(self) -> torch.Tensor | None:
+        """The 0.1.0 name of [`recurrent_state`]."""
+        return self.recurrent_state
+
+    @memory.setter
+    def memory(self, value: torch.Tensor | None) -> None:
+        self.recurrent_state = value
 
     @property
     def window_length(self) -> int:
@@ -257,22 +267,23 @@ class RecurrentCache(DynamicCache):
             self.layer_sums = self.layer_sums + layer_sums
             self.token_counts = self.token_counts + token_counts
 
-    def roll(self, memory: torch.Tensor) -> None:
-        """Start a new window that receives `memory` `(batch, hidden)`: drop the KV entries and the pooling sums."""
+    def roll(self, recurrent_state: torch.Tensor) -> None:
+        """Start a new window that receives `recurrent_state` `(batch, hidden)`: drop the KV entries and the pooling
+        sums."""
         DynamicCache.reset(self)
-        self.memory = memory
+        self.recurrent_state = recurrent_state
         self.window_ids = self.layer_sums = self.token_counts = None
         self.num_windows += 1
 
     def reset(self) -> None:
         """Forget everything (KV entries and recurrent state): the next call starts a new stream."""
         super().reset()
-        self.memory = self.window_ids = self.layer_sums = self.token_counts = None
+        self.recurrent_state = self.window_ids = self.layer_sums = self.token_counts = None
         self.tokens_seen = 0
         self.num_windows = 1
 
     def _map_state(self, fn) -> None:
-        for name in ("memory", "window_ids", "layer_sums", "token_counts"):
+        for name in ("recurrent_state", "window_ids", "layer_sums", "token_counts"):
             value = getattr(self, name)
             if value is not None:
                 setattr(self, name, fn(value))
@@ -647,7 +658,7 @@ class RecurrentCausalLMMixin:
         if recurrent_state is not None:
             if cache.tokens_seen > 0:
                 raise ValueError("`recurrent_state` can only start a stream: the cache already holds one.")
-            cache.memory = recurrent_state
+            cache.recurrent_state = recurrent_state
         if attention_mask is not None and not bool(attention_mask.bool().all()):
             raise ValueError(
                 "Padding (`attention_mask` with zeros) is not supported on the cached/generation path: windows are "
@@ -671,7 +682,7 @@ class RecurrentCausalLMMixin:
             new_ids = input_ids[:, position : position + take]
             take = new_ids.shape[1]
             chunk = new_ids if context is None else torch.cat([context, new_ids], dim=1)
-            hidden, layer_sums, token_counts = self._window_hidden_states(chunk, None, cache.memory, cache, True)
+            hidden, layer_sums, token_counts = self._window_hidden_states(chunk, None, cache.recurrent_state, cache, True)
             cache.add_tokens(chunk, layer_sums, token_counts)
             n_context = 0 if context is None else context.shape[1]
             chunk_targets = targets[:, position : position + take] if targets is not None else None
