@@ -37,7 +37,7 @@ def iter_store_rows(path: str, fingerprint: str | None = None, settings_json: st
     spaces = {s.key: s for s in store.spaces()}
     for entry in store.entries(fingerprint, settings):
         space = spaces[entry.space]
-        tensors = store._read(entry, verify=True)
+        tensors = store.read_entry(entry, verify=True)
         names = sorted(tensors)
         yield {
             "format_version": FORMAT_VERSION, "space": space.key, "fingerprint": space.fingerprint,
@@ -91,7 +91,7 @@ def export_to_dataset(store: RepresentationStore, fingerprint: str | None = None
                   "settings_json": canonical_settings(settings) if fingerprint is not None else None}
     # the index state is part of the cache key, so a changed store is exported again
     store.refresh()
-    gen_kwargs["state"] = sorted(store._manifests_loaded)
+    gen_kwargs["state"] = store.loaded_manifests
     return Dataset.from_generator(_generate, gen_kwargs=gen_kwargs, features=_features(), cache_dir=cache_dir)
 
 

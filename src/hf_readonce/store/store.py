@@ -322,6 +322,20 @@ class RepresentationStore:
                 [entry.content_hash])
         return tensors
 
+    def read_entry(self, entry: DocumentEntry, verify: bool = True) -> dict[str, torch.Tensor]:
+        """Read the tensors of one [`DocumentEntry`] (as listed by [`entries`]), checking its checksum when
+        `verify`.
+
+        Raises:
+            CorruptedShardError: if the shard is unreadable or the document's checksum or shapes do not match.
+        """
+        return self._read(entry, verify)
+
+    @property
+    def loaded_manifests(self) -> list[str]:
+        """Names of the index files loaded so far, sorted (they change whenever a shard is committed)."""
+        return sorted(self._manifests_loaded)
+
     def get(self, fingerprint: str, settings: Mapping, document_hash: str, *, device=None,
             verify: bool | None = None) -> dict[str, torch.Tensor]:
         """Read one document's tensors (memory-mapped file, checksum checked unless disabled).
