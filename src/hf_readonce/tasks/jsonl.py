@@ -71,4 +71,20 @@ def iter_documents(path, text_field: str = "context", id_field: str | None = "id
             yield (str(doc_id) if doc_id is not None else f"line {number}"), text
 
 
-__all__ = ["BadLine", "iter_documents", "iter_jsonl"]
+def read_jsonl(path: str | Path) -> list[dict]:
+    """Read a whole JSONL file (e.g. SQuAD-style `id, context, question, answers{text[], answer_start[]}` rows) into
+    a list of dicts, strictly: unlike [`iter_jsonl`], a bad line fails the read.
+
+    Raises:
+        FileNotFoundError: if `path` does not exist.
+        ValueError: naming the line number of the first line that is not UTF-8, not JSON or not a JSON object.
+    """
+    problems: list[BadLine] = []
+    rows = [row for _, row in iter_jsonl(path, problems)]
+    if problems:
+        more = f" (and {len(problems) - 1} more bad line(s))" if len(problems) > 1 else ""
+        raise ValueError(f"{path}: {problems[0]}{more}.")
+    return rows
+
+
+__all__ = ["BadLine", "iter_documents", "iter_jsonl", "read_jsonl"]

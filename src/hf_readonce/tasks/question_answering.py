@@ -8,7 +8,6 @@ window `passage tokens [SEP]`, exactly BERT's pair encoding.
 
 from __future__ import annotations
 
-import json
 import math
 import warnings
 from collections.abc import Iterable, Sequence
@@ -17,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from .jsonl import read_jsonl  # re-exported: the one JSONL reader lives in tasks/jsonl.py
 
 
 @dataclass
@@ -33,28 +34,6 @@ class PassageWindow:
     passage_index: int
     input_ids: list[int]
     offsets: list[tuple[int, int] | None] = field(repr=False)
-
-
-def read_jsonl(path: str | Path) -> list[dict]:
-    """Read a SQuAD-style JSONL file (`id, context, question, answers{text[], answer_start[]}`) into a list of dicts.
-
-    Raises:
-        FileNotFoundError: if `path` does not exist.
-        ValueError: naming the line number of the first line that is not a JSON object.
-    """
-    rows = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}: line {number} is not valid JSON ({error.msg}).") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}: line {number} is not a JSON object.")
-            rows.append(row)
-    return rows
 
 
 def load_qa_examples(path: str | Path, limit: int | None = None) -> tuple[list[dict], list[str]]:
