@@ -25,6 +25,7 @@ from .errors import (
 )
 from .keys import (
     DocumentEntry,
+    RepresentationKey,
     RepresentationSpace,
     canonical_settings,
     content_hash,
@@ -72,6 +73,7 @@ __all__ = [
     "DocumentEntry",
     "MissingRepresentationError",
     "ReadOnlyStoreError",
+    "RepresentationKey",
     "RepresentationMismatchError",
     "RepresentationSpace",
     "RepresentationStore",

@@ -8,7 +8,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 
 # ---------------------------------------------------------------------------------------------------------- keys
@@ -68,14 +68,34 @@ def space_key(fingerprint: str, settings: Mapping[str, Any]) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+class RepresentationKey(NamedTuple):
+    """The one key of a stored representation: the [`space_key`] of (model fingerprint, settings) and the
+    [`content_hash`] of the document. A `NamedTuple`, so it equals, hashes and unpacks as the plain
+    `(space_key, content_hash)` tuple of 0.1.0 (the store's index is keyed by it).
+
+    Attributes:
+        space (`str`): 64 hex characters. content_hash (`str`): 64 hex characters.
+    """
+
+    space: str
+    content_hash: str
+
+
 def representation_key(fingerprint: str, settings: Mapping[str, Any], text_or_hash: str, *,
-                       is_hash: bool = False) -> tuple[str, str]:
-    """The full key `(space_key, content_hash)` under which a document's representation is stored.
+                       is_hash: bool = False) -> RepresentationKey:
+    """The full key under which a document's representation is stored.
 
     Args:
+        fingerprint (`str`), settings (`Mapping`): the representation space (see [`space_key`]).
         text_or_hash (`str`): the document text, or (with `is_hash=True`) its [`content_hash`].
+
+    Returns:
+        [`RepresentationKey`] `(space, content_hash)`.
+
+    Raises:
+        TypeError / ValueError: as [`space_key`] and [`content_hash`].
     """
-    return space_key(fingerprint, settings), text_or_hash if is_hash else content_hash(text_or_hash)
+    return RepresentationKey(space_key(fingerprint, settings), text_or_hash if is_hash else content_hash(text_or_hash))
 
 
 def rank_of(document_hash: str, num_processes: int) -> int:
@@ -140,5 +160,5 @@ class DocumentEntry:
         return f"{doc_id} ({self.content_hash[:16]})" if doc_id is not None else self.content_hash[:16]
 
 
-__all__ = ["DocumentEntry", "RepresentationSpace", "canonical_settings", "content_hash", "rank_of",
-           "representation_key", "space_key"]
+__all__ = ["DocumentEntry", "RepresentationKey", "RepresentationSpace", "canonical_settings", "content_hash",
+           "rank_of", "representation_key", "space_key"]

@@ -45,7 +45,14 @@ from .errors import (
     ReadOnlyStoreError,
     RepresentationMismatchError,
 )
-from .keys import DocumentEntry, RepresentationSpace, _check_fingerprint, canonical_settings, space_key
+from .keys import (
+    DocumentEntry,
+    RepresentationKey,
+    RepresentationSpace,
+    _check_fingerprint,
+    canonical_settings,
+    space_key,
+)
 from .maintenance import VerifyReport, repair_store, store_info, verify_store
 from .shards import (
     _STORABLE,
@@ -112,7 +119,7 @@ class RepresentationStore:
                 raise ValueError(f"no store at {self.path} (and `create=False` or `readonly=True`).")
             self._create()
         self._manifests_loaded: set[str] = set()
-        self._entries: dict[tuple[str, str], DocumentEntry] = {}
+        self._entries: dict[RepresentationKey, DocumentEntry] = {}  # plain (space, hash) tuples hash the same
         self._spaces: dict[str, RepresentationSpace] = {}
         self._by_hash: dict[str, set[str]] = {}
         self._shards: dict[str, dict] = {}
