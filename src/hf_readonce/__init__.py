@@ -30,7 +30,11 @@ from .models.deformer_bert.modeling_deformer_bert import (
     DeformerPassageOutput,
 )
 from .models.readonce_bart.configuration_readonce_bart import ReadOnceBartConfig
-from .models.readonce_bart.modeling_readonce_bart import ReadOnceBartForConditionalGeneration, ReadOnceRepresentations
+from .models.readonce_bart.modeling_readonce_bart import (
+    ReadOnceBartForConditionalGeneration,
+    ReadOnceDocumentEncoderOutput,
+    ReadOnceRepresentations,
+)
 from .models.recurrent.configuration_recurrent_gpt2 import RecurrentGPT2Config
 from .models.recurrent.configuration_recurrent_llama import RecurrentLlamaConfig
 from .models.recurrent.modeling_recurrence import RecurrentCache, RecurrentCausalLMOutputWithPast
@@ -86,6 +90,7 @@ __all__ = [
     "DeformerPassageOutput",
     "ReadOnceBartConfig",
     "ReadOnceBartForConditionalGeneration",
+    "ReadOnceDocumentEncoderOutput",
     "ReadOnceRepresentations",
     "RecurrentCache",
     "RecurrentCausalLMOutputWithPast",

@@ -55,7 +55,7 @@ class RepresentationAdapter(Protocol):
 
     def read(self, stored: Sequence[Mapping[str, torch.Tensor]], *, device=None, dtype=None) -> Any:
         """Stored tensors of several documents -> the model's own input dataclass (e.g.
-        [`DeformerPassageOutput`], [`ReadOnceRepresentations`]), carrying the fingerprint and settings."""
+        [`DeformerPassageOutput`], [`ReadOnceDocumentEncoderOutput`]), carrying the fingerprint and settings."""
 
 
 def tokenizer_fingerprint(tokenizer) -> str:

@@ -6,7 +6,10 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from ..models.readonce_bart.modeling_readonce_bart import ReadOnceBartForConditionalGeneration, ReadOnceRepresentations
+from ..models.readonce_bart.modeling_readonce_bart import (
+    ReadOnceBartForConditionalGeneration,
+    ReadOnceDocumentEncoderOutput,
+)
 from .base import pad_rows, tokenizer_fingerprint
 from .registry import register_adapter
 
@@ -78,20 +81,20 @@ class ReadOnceBartAdapter:
 
 
     def read(self, stored: Sequence[Mapping[str, torch.Tensor]], *, device=None,
-             dtype=None) -> ReadOnceRepresentations:
+             dtype=None) -> ReadOnceDocumentEncoderOutput:
         """The model's input again: the stored representations of several documents as
-        [`ReadOnceRepresentations`] (`document_representations=` of `forward` and `generate`).
+        [`ReadOnceDocumentEncoderOutput`] (`document_representations=` of `forward` and `generate`).
 
         Args:
             stored (`Sequence[dict]`): tensors of documents as written by [`encode`] (e.g. `store.get_many(...)`).
             device, dtype: where and in which floating dtype to put them (default: as stored, on CPU).
 
         Returns:
-            [`ReadOnceRepresentations`]: `representations` `(len(stored), max m, d_model)`, `attention_mask`
+            [`ReadOnceDocumentEncoderOutput`]: `representations` `(len(stored), max m, d_model)`, `attention_mask`
             `(len(stored), max m)`, this adapter's k and the model fingerprint.
         """
         representations, mask = pad_rows([t["representations"] for t in stored], device=device, dtype=dtype)
-        return ReadOnceRepresentations(representations=representations, attention_mask=mask,
+        return ReadOnceDocumentEncoderOutput(representations=representations, attention_mask=mask,
                                        compression_ratio=self.compression_ratio, model_fingerprint=self.fingerprint())
 
 

@@ -43,7 +43,7 @@ from .configuration_readonce_bart import ReadOnceBartConfig
 
 
 @dataclass
-class ReadOnceRepresentations(ModelOutput):
+class ReadOnceDocumentEncoderOutput(ModelOutput):
     r"""
     ReadOnce representations of a batch of documents (output of `encode_documents`).
 
@@ -60,6 +60,9 @@ class ReadOnceRepresentations(ModelOutput):
     attention_mask: torch.LongTensor | None = None
     compression_ratio: int | None = None
     model_fingerprint: str | None = None
+
+
+ReadOnceRepresentations = ReadOnceDocumentEncoderOutput  # 0.1.0 name, kept
 
 
 @dataclass
@@ -288,7 +291,7 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
         return self.representation_fingerprint()
 
     def forward(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
-                compression_ratio: int | None = None) -> ReadOnceRepresentations:
+                compression_ratio: int | None = None) -> ReadOnceDocumentEncoderOutput:
         r"""
         Args:
             input_ids (`torch.LongTensor` of shape `(batch_size, n)`): document tokens (any n).
@@ -297,7 +300,7 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
                 the window keeps the configured overlap `w - k`.
 
         Returns:
-            [`ReadOnceRepresentations`].
+            [`ReadOnceDocumentEncoderOutput`].
 
         Raises:
             ValueError: empty `input_ids` or a document with no real token; a bad k; a chunk overlap that is not a
@@ -340,7 +343,7 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
                 reps, rep_mask = reps[:, overlap // k :], rep_mask[:, overlap // k :]
             pieces.append(reps)
             masks.append(rep_mask)
-        return ReadOnceRepresentations(
+        return ReadOnceDocumentEncoderOutput(
             representations=torch.cat(pieces, 1), attention_mask=torch.cat(masks, 1), compression_ratio=k,
             model_fingerprint=self.representation_fingerprint(),
         )
@@ -365,7 +368,7 @@ class ReadOnceBartEncoder(BartEncoder):
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        document_representations: torch.Tensor | ReadOnceRepresentations | None = None,
+        document_representations: torch.Tensor | ReadOnceDocumentEncoderOutput | None = None,
         document_attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         **kwargs,
@@ -375,9 +378,9 @@ class ReadOnceBartEncoder(BartEncoder):
             input_ids (`torch.LongTensor` of shape `(batch_size, text_length)`): the question / task text.
             attention_mask (`torch.Tensor` of shape `(batch_size, text_length)`, *optional*).
             document_representations (`torch.FloatTensor` of shape `(batch_size, m, d_model)` or
-                [`ReadOnceRepresentations`], *optional*).
+                [`ReadOnceDocumentEncoderOutput`], *optional*).
             document_attention_mask (`torch.Tensor` of shape `(batch_size, m)`, *optional*): defaults to the mask
-                inside [`ReadOnceRepresentations`], or all ones.
+                inside [`ReadOnceDocumentEncoderOutput`], or all ones.
 
         Returns:
             [`ReadOnceEncoderOutput`] (`last_hidden_state` `(batch_size, text_length + m, d_model)` and the combined
@@ -428,11 +431,11 @@ def _unpack_representations(representations, mask, batch: int, d_model: int):
         if mask is not None:
             raise ValueError("`document_attention_mask` was given without `document_representations`.")
         return None, None
-    if isinstance(representations, ReadOnceRepresentations):
+    if isinstance(representations, ReadOnceDocumentEncoderOutput):
         mask = representations.attention_mask if mask is None else mask
         representations = representations.representations
     if not torch.is_tensor(representations) or representations.dim() != 3:
-        raise ValueError("`document_representations` must be a (batch, m, d_model) tensor or ReadOnceRepresentations.")
+        raise ValueError("`document_representations` must be a (batch, m, d_model) tensor or ReadOnceDocumentEncoderOutput.")
     if representations.shape[-1] != d_model:
         raise ValueError(f"`document_representations` have hidden size {representations.shape[-1]}, the model "
                          f"expects d_model={d_model}: were they made by another model?")
@@ -561,8 +564,8 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         return self.document_encoder.representation_fingerprint()
 
     def encode_documents(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
-                         compression_ratio: int | None = None) -> ReadOnceRepresentations:
-        r"""Read documents once: `(batch, n)` token ids -> [`ReadOnceRepresentations`] with
+                         compression_ratio: int | None = None) -> ReadOnceDocumentEncoderOutput:
+        r"""Read documents once: `(batch, n)` token ids -> [`ReadOnceDocumentEncoderOutput`] with
         `(batch, ceil(n / k), d_model)` vectors (Fig. 2). See [`ReadOnceBartDocumentEncoder.forward`]."""
         return self.document_encoder(input_ids, attention_mask=attention_mask, compression_ratio=compression_ratio)
 
@@ -582,7 +585,7 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
                 {"params": new, "lr": new_learning_rate, "weight_decay": weight_decay}]
 
     def _check_fingerprint(self, document_representations):
-        if isinstance(document_representations, ReadOnceRepresentations) and \
+        if isinstance(document_representations, ReadOnceDocumentEncoderOutput) and \
                 document_representations.model_fingerprint is not None:
             mine = self.representation_fingerprint()
             if document_representations.model_fingerprint != mine:
@@ -597,7 +600,7 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        document_representations: torch.Tensor | ReadOnceRepresentations | None = None,
+        document_representations: torch.Tensor | ReadOnceDocumentEncoderOutput | None = None,
         document_attention_mask: torch.Tensor | None = None,
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.LongTensor | None = None,
@@ -615,7 +618,7 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         Args:
             input_ids (`torch.LongTensor` of shape `(batch_size, text_length)`): the question / task text.
             attention_mask (`torch.Tensor` of shape `(batch_size, text_length)`, *optional*).
-            document_representations (`(batch_size, m, d_model)` tensor or [`ReadOnceRepresentations`], *optional*):
+            document_representations (`(batch_size, m, d_model)` tensor or [`ReadOnceDocumentEncoderOutput`], *optional*):
                 precomputed representations (from `encode_documents` or a store).
             document_attention_mask (`torch.Tensor` of shape `(batch_size, m)`, *optional*).
             document_input_ids (`torch.LongTensor` of shape `(batch_size, n)`, *optional*): raw document tokens,
@@ -676,6 +679,7 @@ __all__ = [
     "ReadOnceBartFusedAttention",
     "ReadOnceBartModel",
     "ReadOnceBartPreTrainedModel",
+    "ReadOnceDocumentEncoderOutput",
     "ReadOnceEncoderOutput",
-    "ReadOnceRepresentations",
+    "ReadOnceDocumentEncoderOutput",
 ]
