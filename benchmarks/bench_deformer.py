@@ -74,7 +74,7 @@ def child(args) -> None:
     if args.child == "deformer":
         saved = torch.load(args.states)
         states = DeformerPassageOutput(**saved)
-        deformer.bert.passage_encoder_fingerprint()  # computed once per model and cached; not part of a forward
+        deformer.representation_fingerprint()  # computed once per model and cached; not part of a forward
         del bert
     else:
         del deformer

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from hf_readonce.lm import to_recurrent
+from hf_readonce.models.recurrent.convert_to_recurrent import to_recurrent
 
 SMALL = dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12)
 

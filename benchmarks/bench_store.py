@@ -31,15 +31,15 @@ import torch
 from transformers import AutoTokenizer
 
 from hf_readonce import DeformerBertConfig, DeformerBertForQuestionAnswering
-from hf_readonce.qa import build_features, load_qa_examples, postprocess, predict_pairs
-from hf_readonce.store import (
-    DeformerStoreAdapter,
-    RepresentationStore,
-    answer_from_store,
-    bytes_per_1000_tokens,
-    content_hash,
-    encode_documents,
+from hf_readonce.representations import DeformerBertAdapter, fill_store
+from hf_readonce.store import RepresentationStore, bytes_per_1000_tokens, content_hash
+from hf_readonce.tasks.question_answering import (
+    build_features,
+    load_qa_examples,
+    postprocess_qa_predictions,
+    predict_pairs,
 )
+from hf_readonce.tasks.question_answering_store import answer_from_store
 from hf_readonce.weights import minilm_path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -78,10 +78,10 @@ def part_load_vs_recompute(tokenizer, batch_size: int, repeats: int, results: di
     hashes = [content_hash(t) for t in texts]
     for size in SIZES:
         model = random_deformer(size)
-        adapter = DeformerStoreAdapter(model, tokenizer, max_passage_length=320, doc_stride=128, batch_size=batch_size)
+        adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=320, doc_stride=128, batch_size=batch_size)
         with tempfile.TemporaryDirectory() as tmp:
             store = RepresentationStore(tmp)
-            encode_documents(adapter, store, texts, dtype="float16")
+            fill_store(adapter, store, texts, dtype="float16")
             fingerprint, settings = adapter.fingerprint(), adapter.settings()
             tokens = sum(adapter.num_tokens(t) for t in store.get_many(fingerprint, settings, hashes))
 
@@ -118,11 +118,11 @@ def part_bytes(tokenizer, results: dict) -> None:
     texts = passages(50)
     for size in SIZES:
         model = random_deformer(size)
-        adapter = DeformerStoreAdapter(model, tokenizer, max_passage_length=320, doc_stride=128)
+        adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=320, doc_stride=128)
         for dtype in ("float32", "float16", "bfloat16"):
             with tempfile.TemporaryDirectory() as tmp:
                 store = RepresentationStore(tmp)
-                encode_documents(adapter, store, texts, dtype=dtype)
+                fill_store(adapter, store, texts, dtype=dtype)
                 per_1000 = bytes_per_1000_tokens(store, adapter.fingerprint(), adapter.settings())
             results.setdefault("bytes_per_1000_tokens", {}).setdefault(size, {})[dtype] = per_1000
             print(f"[2] {size:9s} {dtype:8s}: {per_1000 / 1024:8.1f} KiB per 1,000 tokens (hidden "
@@ -172,16 +172,16 @@ def part_answer(tokenizer, results: dict, limit: int | None) -> None:
     examples, _ = load_qa_examples(DATA / "disfl_qa" / "validation.jsonl", limit=limit)
     model = DeformerBertForQuestionAnswering.from_pretrained(minilm_path(), num_decomposed_layers=4).eval()
     kwargs = dict(max_question_length=64, max_passage_length=320, doc_stride=128)
-    adapter = DeformerStoreAdapter(model, tokenizer, max_passage_length=320, doc_stride=128)
+    adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=320, doc_stride=128)
     with tempfile.TemporaryDirectory() as tmp:
         store = RepresentationStore(tmp)
         start = time.perf_counter()
-        stats = encode_documents(adapter, store, [e["context"] for e in examples], dtype="float16")
+        stats = fill_store(adapter, store, [e["context"] for e in examples], dtype="float16")
         encode_s = time.perf_counter() - start
         with torch.no_grad():
             start = time.perf_counter()
             features, windows, _ = build_features(examples, tokenizer, **kwargs)
-            plain = postprocess(examples, features, windows, predict_pairs(model, features, windows))
+            plain = postprocess_qa_predictions(examples, features, windows, predict_pairs(model, features, windows))
             plain_s = time.perf_counter() - start
             start = time.perf_counter()
             stored = answer_from_store(model, tokenizer, RepresentationStore(tmp, readonly=True), examples,

@@ -1,5 +1,6 @@
 """Shared test settings: offline, deterministic, small thread count, real data location."""
 
+import json
 import os
 import subprocess
 import sys
@@ -7,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -41,3 +43,48 @@ def data_dir() -> Path:
     if not (DATA_DIR / "quoref" / "validation.jsonl").is_file():
         pytest.skip(f"real data not found under {DATA_DIR}")
     return DATA_DIR
+
+
+# ----------------------------------------------------------------------------------- tiny DeFormer + MiniLM tokenizer
+# A tiny random DeFormer (hidden 32, 4 layers, k=2) with the real MiniLM WordPiece tokenizer keeps the model work of
+# the store, representation and CLI tests cheap.
+def tiny_model(seed=0, vocab_size=30522):
+    from hf_readonce import DeformerBertConfig, DeformerBertForQuestionAnswering
+
+    torch.manual_seed(seed)
+    config = DeformerBertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
+                                intermediate_size=37, max_position_embeddings=128, num_decomposed_layers=2,
+                                hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    return DeformerBertForQuestionAnswering(config).eval()
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from transformers import AutoTokenizer
+
+    from hf_readonce.weights import minilm_path
+
+    return AutoTokenizer.from_pretrained(minilm_path())
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory, tokenizer):
+    """A saved tiny DeFormer with the MiniLM tokenizer (what the CLI loads)."""
+    path = tmp_path_factory.mktemp("tiny_deformer")
+    tiny_model().save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def qa_rows():
+    path = DATA_DIR / "disfl_qa" / "validation.jsonl"
+    if not path.is_file():
+        pytest.skip(f"real data not found under {DATA_DIR}")
+    rows = [json.loads(line) for line in path.open()][:120]
+    return [r for r in rows if r["question"].strip() and r["context"].strip()]
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path

@@ -1,15 +1,199 @@
-"""The CLI as a newcomer meets it: defaults recorded in the checkpoint, errors in the CLI's own words, baselines
-printed beside scores, progress that counts what the summary counts."""
+"""The `hf-readonce` command line: encode (bad lines, repair, resume after a kill, two processes, ReadOnce), answer,
+info, verify; the CLI as a newcomer meets it (defaults recorded in the checkpoint, errors in the CLI's own
+words, baselines beside scores)."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
+import torch
 
 from hf_readonce.cli import main as cli_main
+from hf_readonce.store import RepresentationMismatchError, RepresentationStore, content_hash
+from tests.conftest import DATA_DIR, REPO_ROOT, tiny_model, write_jsonl
 
-from .test_store import tiny_model, write_jsonl  # noqa: F401  (fixtures below reuse the store tests' helpers)
+
+# ------------------------------------------------------------------------------------------------------ CLI
+def test_cli_encode_bad_lines_info_verify_repair_answer(tmp_path, checkpoint, qa_rows, capsys):
+    docs = tmp_path / "docs.jsonl"
+    lines = [json.dumps(r).encode() for r in qa_rows[:20]]
+    lines.insert(3, b"{not json")
+    lines.insert(7, b'{"id": "latin1", "context": "caf\xe9"}')
+    lines.insert(9, json.dumps({"id": "empty", "context": "  "}).encode())
+    docs.write_bytes(b"\n".join(lines) + b"\n")
+    store_dir = tmp_path / "store"
+    common = [str(checkpoint), "--store", str(store_dir), "--no-progress", "--max-passage-length", "64",
+              "--doc-stride", "16"]
+    assert cli_main(["encode", *common, "--documents", str(docs), "--shard-size-mb", "0.05"]) == 0
+    err = capsys.readouterr().err
+    assert "line 4: not valid JSON" in err and "line 8: not valid UTF-8" in err and "line 10: empty document" in err
+    unique = len({r["context"] for r in qa_rows[:20]})
+    assert len(RepresentationStore(store_dir)) == unique
+    assert cli_main(["encode", *common, "--documents", str(docs), "--strict"]) == 1  # bad lines -> exit 1
+    assert f"already stored {unique}" in capsys.readouterr().out
+    assert cli_main(["info", "--store", str(store_dir)]) == 0
+    assert f"documents: {unique}" in capsys.readouterr().out
+    assert cli_main(["verify", "--store", str(store_dir), "--no-progress"]) == 0
+    capsys.readouterr()
+    victim = sorted((store_dir / "shards").rglob("*.safetensors"))[-1]
+    data = bytearray(victim.read_bytes())
+    data[-4:] = b"\x00\xff\x00\xff"
+    victim.write_bytes(bytes(data))
+    assert cli_main(["verify", "--store", str(store_dir), "--no-progress"]) == 1
+    out = capsys.readouterr().out
+    assert "CORRUPTED shards/" in out and victim.name in out
+    assert cli_main(["encode", *common, "--documents", str(docs), "--repair"]) == 0
+    assert "repair:" in capsys.readouterr().err
+    assert cli_main(["verify", "--store", str(store_dir), "--no-progress"]) == 0
+    assert len(RepresentationStore(store_dir)) == unique
+    questions = write_jsonl(tmp_path / "q.jsonl", qa_rows[:20])
+    preds = tmp_path / "preds.jsonl"
+    assert cli_main(["answer", str(checkpoint), "--store", str(store_dir), "--questions", str(questions),
+                     "--output", str(preds), "--no-progress", "--max-question-length", "24"]) == 0
+    assert "EM " in capsys.readouterr().out
+    assert [json.loads(line)["id"] for line in preds.open()] == [r["id"] for r in qa_rows[:20]]
+    # bad input: a store path that is a file, a missing documents file, questions not stored
+    assert cli_main(["encode", *common[:1], "--store", str(docs), "--documents", str(docs)]) == 2
+    assert "is a file" in capsys.readouterr().err
+    assert cli_main(["encode", *common, "--documents", str(tmp_path / "absent.jsonl")]) == 2
+    other = write_jsonl(tmp_path / "other.jsonl", [{**qa_rows[0], "context": "A passage that was never encoded."}])
+    assert cli_main(["answer", str(checkpoint), "--store", str(store_dir), "--questions", str(other),
+                     "--output", str(tmp_path / "p2.jsonl"), "--no-progress"]) == 2
+    assert "not stored" in capsys.readouterr().err
+    assert not (tmp_path / "p2.jsonl").exists()
 
 
+def _cli(*args, **kwargs):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    return subprocess.Popen([sys.executable, "-m", "hf_readonce.cli", *args], env=env, cwd=REPO_ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def _enwiki_docs(tmp_path, n):
+    path = DATA_DIR / "enwiki" / "train.jsonl"
+    if not path.is_file():
+        pytest.skip("enwiki data not found")
+    rows = []
+    with path.open() as handle:
+        for line in handle:
+            row = json.loads(line)
+            text = row.get("text") or row.get("context") or ""
+            if text.strip():
+                rows.append({"id": str(len(rows)), "text": text[:3000]})
+            if len(rows) == n:
+                break
+    return write_jsonl(tmp_path / "docs.jsonl", rows), rows
+
+
+def test_killed_encode_resumes_without_loss_or_duplicates(tmp_path, checkpoint):
+    docs, rows = _enwiki_docs(tmp_path, 300)
+    store_dir = tmp_path / "store"
+    args = ["encode", str(checkpoint), "--documents", str(docs), "--text-field", "text", "--store", str(store_dir),
+            "--no-progress", "--batch-size", "2", "--shard-size-mb", "0.01", "--max-passage-length", "64",
+            "--doc-stride", "8"]
+    proc = _cli(*args)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        index = store_dir / "index"
+        if index.is_dir() and len(list(index.glob("*.json"))) >= 5:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "encode finished before it could be killed: make the corpus larger"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    partial = len(RepresentationStore(store_dir))
+    assert 0 < partial < len(rows)
+    proc = _cli(*args)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert f"already stored {partial}" in out
+    store = RepresentationStore(store_dir)
+    info = store.info()
+    assert len(store) == len({r["text"] for r in rows}) and info["duplicates"] == 0 and store.verify().ok
+
+
+def test_two_processes_equal_one_process(tmp_path, checkpoint):
+    docs, rows = _enwiki_docs(tmp_path, 40)
+    common = ["--documents", str(docs), "--text-field", "text", "--no-progress", "--max-passage-length", "64",
+              "--doc-stride", "8", "--dtype", "fp32"]
+    single = _cli("encode", str(checkpoint), "--store", str(tmp_path / "one"), *common)
+    out, err = single.communicate(timeout=300)
+    assert single.returncode == 0, err
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    launch = subprocess.run(
+        [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines",
+         "1", "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "hf_readonce.cli", "encode",
+         str(checkpoint), "--store", str(tmp_path / "two"), *common],
+        env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert launch.returncode == 0, launch.stderr[-3000:]
+    assert "[rank 0/2]" in launch.stdout and "[rank 1/2]" in launch.stdout
+    one, two = RepresentationStore(tmp_path / "one"), RepresentationStore(tmp_path / "two")
+    assert len(one) == len(two) == len({r["text"] for r in rows}) and two.verify().ok
+    a = {(e.space, e.content_hash) for e in one.entries()}
+    assert a == {(e.space, e.content_hash) for e in two.entries()}
+    for space, h in a:
+        (entry,) = [e for e in one.entries() if e.content_hash == h]
+        fingerprint = one._spaces[space].fingerprint
+        settings_ = one._spaces[space].settings
+        x, y = one.get(fingerprint, settings_, h), two.get(fingerprint, settings_, h)
+        assert x.keys() == y.keys()
+        for name in x:
+            torch.testing.assert_close(x[name], y[name], rtol=1e-4, atol=1e-5)
+
+
+def test_cli_encode_readonce_representations(tmp_path, tokenizer, qa_rows, capsys):
+    from hf_readonce import ReadOnceBartConfig, ReadOnceBartForConditionalGeneration
+    from hf_readonce.representations import ReadOnceBartAdapter
+
+    torch.manual_seed(0)
+    model = ReadOnceBartForConditionalGeneration(ReadOnceBartConfig(
+        vocab_size=30522, d_model=32, encoder_layers=2, decoder_layers=1, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=128,
+        compression_ratio=4, pad_token_id=0)).eval()
+    model.save_pretrained(tmp_path / "ro")
+    tokenizer.save_pretrained(tmp_path / "ro")
+    docs = write_jsonl(tmp_path / "docs.jsonl", qa_rows[:10])
+    assert cli_main(["encode", str(tmp_path / "ro"), "--documents", str(docs), "--store", str(tmp_path / "s"),
+                     "--no-progress", "--max-document-length", "64"]) == 0
+    # the 0.1.0 spelling still means the document length for ReadOnce (nothing new to encode: same settings) ...
+    assert cli_main(["encode", str(tmp_path / "ro"), "--documents", str(docs), "--store", str(tmp_path / "s"),
+                     "--no-progress", "--max-passage-length", "64"]) == 0
+    assert "read as --max-document-length" in capsys.readouterr().err
+    # ... and a DeFormer-only option is refused, naming the family's own options
+    assert cli_main(["encode", str(tmp_path / "ro"), "--documents", str(docs), "--store", str(tmp_path / "s"),
+                     "--no-progress", "--doc-stride", "8"]) == 2
+    assert "--doc-stride" in capsys.readouterr().err
+    store = RepresentationStore(tmp_path / "s")
+    adapter = ReadOnceBartAdapter(model, tokenizer, max_document_length=64)
+    text = qa_rows[0]["context"]
+    stored = store.get(adapter.fingerprint(), adapter.settings(), content_hash(text))
+    (expected,) = adapter.encode([text])
+    assert stored["representations"].shape == expected["representations"].shape == (16, 32)  # 64 tokens / k=4
+    torch.testing.assert_close(stored["representations"].float(), expected["representations"], atol=1e-2, rtol=0)
+    with pytest.raises(RepresentationMismatchError):  # another k is another representation
+        store.get(adapter.fingerprint(), ReadOnceBartAdapter(model, tokenizer, 64, compression_ratio=8).settings(),
+                  content_hash(text))
+
+
+def test_option_names_per_family_and_hidden_0_1_0_spellings():
+    from hf_readonce.cli import build_parser
+
+    parser = build_parser()
+    common = ["answer", "m", "--store", "s", "--questions", "q", "--output", "o"]
+    assert parser.parse_args(common + ["--n-best-size", "7"]).n_best_size == 7
+    assert parser.parse_args(common + ["--n-best", "5"]).n_best_size == 5  # 0.1.0 spelling, hidden
+    assert parser.parse_args(common).n_best_size == 20
+    answer_help = parser._subparsers._group_actions[0].choices["answer"].format_help()
+    assert "--n-best-size" in answer_help and "--n-best " not in answer_help
+    encode = parser.parse_args(["encode", "m", "--store", "s", "--documents", "d", "--max-document-length", "99"])
+    assert (encode.max_document_length, encode.max_passage_length, encode.doc_stride) == (99, None, None)
+
+
+# ------------------------------------------------------------------------------------------- newcomer's CLI
 @pytest.fixture(scope="module")
 def recorded_checkpoint(tmp_path_factory):
     """A tiny DeFormer whose config records its windowing and no-answer threshold, as the training pipeline does."""

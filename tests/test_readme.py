@@ -2,7 +2,7 @@
 
 import re
 
-from .conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT
 
 README = (REPO_ROOT / "README.md").read_text()
 

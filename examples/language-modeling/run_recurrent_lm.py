@@ -27,8 +27,9 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser, Trainer, TrainingArguments
 
-from hf_readonce.lm import AUSTEN_SPLITS, load_smollm2, read_books, stream_samples, to_recurrent
-from hf_readonce.perplexity import evaluate_perplexity, flops_per_token
+from hf_readonce.models.recurrent.convert_to_recurrent import to_recurrent
+from hf_readonce.tasks.language_modeling import AUSTEN_SPLITS, load_smollm2, read_books, stream_samples
+from hf_readonce.tasks.perplexity import evaluate_perplexity, flops_per_token
 
 
 @dataclass

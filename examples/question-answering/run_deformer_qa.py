@@ -27,7 +27,7 @@ import sys
 
 from transformers import HfArgumentParser, TrainingArguments
 
-from hf_readonce.deformer_qa import DataArguments, ModelArguments, run
+from hf_readonce.recipes.deformer_qa import DataArguments, ModelArguments, run
 
 
 def main(argv=None):

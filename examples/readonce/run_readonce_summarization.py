@@ -12,14 +12,14 @@ encoder is then frozen, every document's representations are computed once into 
       --do_train --do_eval --max_steps 150 --per_device_train_batch_size 16 --learning_rate 1e-4 --use_cpu \\
       --report_to none --save_strategy no --output_dir runs/readonce_summarization_k8
 
-Without `--model_name_or_path` the packaged all-MiniLM-L6-v2 BERT is converted to BART (`hf_readonce.bert_to_bart`).
+Without `--model_name_or_path` the packaged all-MiniLM-L6-v2 BERT is converted to BART (`hf_readonce.models.readonce_bart.convert_bert_to_readonce_bart`).
 """
 
 import sys
 
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 
-from hf_readonce.readonce_tasks import ReadOnceArguments, run
+from hf_readonce.recipes.readonce import ReadOnceArguments, run
 
 
 def main(argv=None):

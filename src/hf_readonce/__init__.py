@@ -4,7 +4,14 @@ Importing the package registers every model of `hf_readonce.models` with transfo
 (`AutoConfig`, `AutoModel`, `AutoModelFor...`), so `AutoModelForQuestionAnswering.from_pretrained(path)` works on
 a saved checkpoint without `trust_remote_code`. Saved checkpoints also carry `auto_map` and the modeling files, so
 they load with `trust_remote_code=True` where hf-readonce is not installed.
+
+Only the models are imported here. [`RepresentationStore`] and [`DeformerDistillationTrainer`] are re-exported
+lazily (on first access), so `import hf_readonce` pulls in no `Trainer`, store or `datasets`. The import paths of
+0.1.0 (`hf_readonce.qa`, `hf_readonce.models.modeling_deformer_bert`, ...) still import, as deprecated shims
+([`hf_readonce._compat`]).
 """
+
+import importlib
 
 from transformers import (
     AutoConfig,
@@ -14,22 +21,29 @@ from transformers import (
     AutoModelForSeq2SeqLM,
 )
 
-from .models.configuration_deformer_bert import DeformerBertConfig
-from .models.configuration_readonce_bart import ReadOnceBartConfig
-from .models.configuration_recurrent_gpt2 import RecurrentGPT2Config
-from .models.configuration_recurrent_llama import RecurrentLlamaConfig
-from .models.modeling_deformer_bert import (
+from . import _compat
+from .models.deformer_bert.configuration_deformer_bert import DeformerBertConfig
+from .models.deformer_bert.modeling_deformer_bert import (
     DeformerBertForQuestionAnswering,
     DeformerBertModel,
     DeformerBertModelOutput,
     DeformerPassageOutput,
 )
-from .models.modeling_readonce_bart import ReadOnceBartForConditionalGeneration, ReadOnceRepresentations
-from .models.modeling_recurrence import RecurrentCache, RecurrentCausalLMOutputWithPast
-from .models.modeling_recurrent_gpt2 import RecurrentGPT2LMHeadModel
-from .models.modeling_recurrent_llama import RecurrentLlamaForCausalLM
+from .models.readonce_bart.configuration_readonce_bart import ReadOnceBartConfig
+from .models.readonce_bart.modeling_readonce_bart import (
+    ReadOnceBartForConditionalGeneration,
+    ReadOnceDocumentEncoderOutput,
+    ReadOnceRepresentations,
+)
+from .models.recurrent.configuration_recurrent_gpt2 import RecurrentGPT2Config
+from .models.recurrent.configuration_recurrent_llama import RecurrentLlamaConfig
+from .models.recurrent.modeling_recurrence import RecurrentCache, RecurrentCausalLMOutputWithPast
+from .models.recurrent.modeling_recurrent_gpt2 import RecurrentGPT2LMHeadModel
+from .models.recurrent.modeling_recurrent_llama import RecurrentLlamaForCausalLM
 
 __version__ = "0.1.0"
+
+_compat.install()
 
 
 def _register(config_class, model_type, auto_models):
@@ -49,8 +63,23 @@ _register(ReadOnceBartConfig, "readonce_bart", [(AutoModelForSeq2SeqLM, ReadOnce
 _register(RecurrentGPT2Config, "recurrent_gpt2", [(AutoModelForCausalLM, RecurrentGPT2LMHeadModel)])
 _register(RecurrentLlamaConfig, "recurrent_llama", [(AutoModelForCausalLM, RecurrentLlamaForCausalLM)])
 
-from .store import RepresentationStore  # noqa: E402
-from .training import DeformerDistillationTrainer  # noqa: E402
+# name -> module, imported on first access (PEP 562): they pull in the store, `datasets` or `Trainer`
+_LAZY = {
+    "RepresentationStore": "hf_readonce.store",
+    "DeformerDistillationTrainer": "hf_readonce.tasks.trainers",
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
 
 __all__ = [
     "DeformerBertConfig",
@@ -61,6 +90,7 @@ __all__ = [
     "DeformerPassageOutput",
     "ReadOnceBartConfig",
     "ReadOnceBartForConditionalGeneration",
+    "ReadOnceDocumentEncoderOutput",
     "ReadOnceRepresentations",
     "RecurrentCache",
     "RecurrentCausalLMOutputWithPast",

@@ -10,7 +10,7 @@ Subcommands:
   EM/F1 when the questions carry gold answers.
 - `info --store DIR`: documents, size on disk, fingerprints and settings.
 - `verify --store DIR`: check every checksum; exits 1 naming each corrupted shard and document.
-- `demo`: the package's end-to-end demo (see `hf_readonce.demo`).
+- `demo`: the package's end-to-end demo (see `hf_readonce.recipes.demo`).
 
 Exit status: 0 success; 1 corruption found (`verify`), documents left unrepaired, or bad input lines with
 `--strict`; 2 usage errors and errors that stop a command (the message says why).
@@ -64,23 +64,32 @@ def _device(name: str):
 
 def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, device="cpu", seed: int = 0,
                   allow_readonce: bool = False):
-    """Load a DeFormer QA model and its fast tokenizer. A plain BERT checkpoint is loaded as a DeFormer (its QA
-    head, if absent, is initialized with `seed`, so answers are reproducible). With `allow_readonce` (what `encode`
-    passes), a `readonce_bart` checkpoint is loaded too: its documents are stored as ReadOnce representations.
+    """Load a model and its fast tokenizer through the representation registry: the adapter registered for the
+    checkpoint's `model_type` loads it (a plain BERT checkpoint is loaded as a DeFormer; its QA head, if absent, is
+    initialized with `seed`, so answers are reproducible). Without `allow_readonce` (what `answer` passes) only
+    DeFormer models are accepted; `encode` accepts every registered family.
 
     Raises:
-        CommandError: if the checkpoint cannot be loaded or is neither `deformer_bert` nor `bert`.
+        CommandError: if the checkpoint cannot be loaded or no adapter is registered for its model type.
     """
-    from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoTokenizer, set_seed
+    from transformers import AutoConfig, AutoTokenizer, set_seed
     from transformers.utils import logging as hf_logging
 
-    import hf_readonce  # noqa: F401  (registers deformer_bert with the Auto classes)
-    from hf_readonce.models.modeling_deformer_bert import DeformerBertForQuestionAnswering
+    from .representations import get_adapter_class, registered_adapters
 
     try:
         config = AutoConfig.from_pretrained(name_or_path)
     except (OSError, ValueError) as error:
         raise CommandError(f"cannot load model {name_or_path!r}: {error}") from None
+    try:
+        adapter_class = get_adapter_class(config.model_type)
+    except ValueError:
+        adapter_class = None
+    if adapter_class is None or (not allow_readonce and adapter_class.model_type != "deformer_bert"):
+        supported = "deformer_bert (and bert checkpoints loaded as DeFormer)" + (
+            f" and {', '.join(sorted(set(registered_adapters()) - {'deformer_bert'}))}." if allow_readonce else ".")
+        raise CommandError(f"model {name_or_path!r} has model_type {config.model_type!r}; this command supports "
+                           + supported)
     extra = {} if num_decomposed_layers is None else {"num_decomposed_layers": num_decomposed_layers}
     set_seed(seed)
     # transformers' load report would list BERT's unused `pooler` (expected: a QA model has none); what matters to
@@ -88,31 +97,46 @@ def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, d
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
-        if config.model_type == "deformer_bert":
-            model, info = AutoModelForQuestionAnswering.from_pretrained(name_or_path, output_loading_info=True,
-                                                                        **extra)
-        elif config.model_type == "readonce_bart" and allow_readonce:
-            from hf_readonce.models.modeling_readonce_bart import ReadOnceBartForConditionalGeneration
-
-            model, info = ReadOnceBartForConditionalGeneration.from_pretrained(name_or_path, output_loading_info=True)
-        elif config.model_type == "bert":
-            model, info = DeformerBertForQuestionAnswering.from_pretrained(name_or_path, output_loading_info=True,
-                                                                           **extra)
+        if adapter_class.model_type == "deformer_bert":
+            model, info = adapter_class.load_model(name_or_path, output_loading_info=True, **extra)
         else:
-            model = info = None
+            model, info = adapter_class.load_model(name_or_path, **extra), {}
     finally:
         hf_logging.set_verbosity(verbosity)
-    if model is not None and any(key.startswith("qa_outputs") for key in info.get("missing_keys", [])):
+    if any(key.startswith("qa_outputs") for key in info.get("missing_keys", [])):
         print(f"hf-readonce: note: {name_or_path} has no question-answering head; it was initialized at random "
               f"(seed {seed}), so answers are meaningless until the model is fine-tuned for QA.", file=sys.stderr)
-    if model is None:
-        raise CommandError(f"model {name_or_path!r} has model_type {config.model_type!r}; this command supports "
-                           "deformer_bert (and bert checkpoints loaded as DeFormer)"
-                           + (" and readonce_bart." if allow_readonce else "."))
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     if not getattr(tokenizer, "is_fast", False):
         raise CommandError(f"model {name_or_path!r} has no fast tokenizer (offsets are needed).")
     return model.to(device).eval(), tokenizer
+
+
+# every representation setting the CLI has an option for (each family's adapter says which apply to it)
+_SETTING_OPTIONS = ("max_passage_length", "doc_stride", "max_document_length")
+
+
+def _adapter_settings(args, adapter_class) -> dict:
+    """The adapter settings of `encode` for one family: its options' values (or the adapter's defaults).
+
+    Raises:
+        CommandError: if an option that does not apply to this family was given.
+    """
+    given = {name: getattr(args, name, None) for name in _SETTING_OPTIONS}
+    own = adapter_class.cli_settings
+    if "max_document_length" in own and "max_passage_length" not in own and given["max_passage_length"] is not None:
+        if given["max_document_length"] is None:  # 0.1.0 spelling: --max-passage-length meant document length here
+            print("hf-readonce encode: --max-passage-length is read as --max-document-length for "
+                  f"{adapter_class.model_type} models (the 0.1.0 spelling); use --max-document-length.",
+                  file=sys.stderr)
+            given["max_document_length"] = given["max_passage_length"]
+        given["max_passage_length"] = None
+    foreign = [own_option for name, own_option in (
+        (n, "--" + n.replace("_", "-")) for n in _SETTING_OPTIONS) if given[name] is not None and name not in own]
+    if foreign:
+        raise CommandError(f"{', '.join(foreign)} do(es) not apply to {adapter_class.model_type} models; their "
+                           f"options are {', '.join(option for option, _, _ in own.values()) or 'none'}.")
+    return {name: given[name] if given[name] is not None else default for name, (_, default, _) in own.items()}
 
 
 def _open_store(path: str, readonly: bool = False, create: bool = True, command: str = "answer"):
@@ -145,13 +169,9 @@ def _distributed_state(device: str = "auto"):
 
 # ---------------------------------------------------------------------------------------------------------- encode
 def cmd_encode(args) -> int:
-    from .store import (
-        ReadOnlyStoreError,
-        RepresentationStore,
-        encode_documents,
-        get_adapter,
-        iter_documents,
-    )
+    from .representations import fill_store, get_adapter, get_adapter_class
+    from .store import ReadOnlyStoreError, RepresentationStore
+    from .tasks.jsonl import iter_documents
 
     documents = Path(args.documents)
     if not documents.exists():
@@ -173,22 +193,14 @@ def cmd_encode(args) -> int:
         raise CommandError(str(error)) from None
     device = state.device if state is not None else _device(args.device)
     model, tokenizer = load_qa_model(args.model, args.num_decomposed_layers, device, allow_readonce=True)
-    if model.config.model_type != "readonce_bart":
-        # Window defaults: what the checkpoint was trained with (recorded in its config), else 256 / 64.
-        if args.max_passage_length is None:
-            args.max_passage_length = getattr(model.config, "max_passage_length", None) or 256
-        if args.doc_stride is None:
-            args.doc_stride = getattr(model.config, "doc_stride", None)
-            args.doc_stride = 64 if args.doc_stride is None else args.doc_stride
-    elif args.max_passage_length is None:
-        args.max_passage_length = 256
+    # Defaults the checkpoint recorded (a DeFormer's training windows) come before the adapter's own defaults.
+    own_settings = get_adapter_class(model.config.model_type).cli_settings
+    for name in _SETTING_OPTIONS:
+        if name in own_settings and getattr(args, name, None) is None and getattr(model.config, name, None):
+            setattr(args, name, getattr(model.config, name))
     try:
-        if model.config.model_type == "readonce_bart":  # whole documents, chunked by the model itself
-            adapter = get_adapter(model, tokenizer, max_document_length=args.max_passage_length,
-                                  batch_size=args.batch_size)
-        else:
-            adapter = get_adapter(model, tokenizer, max_passage_length=args.max_passage_length,
-                                  doc_stride=args.doc_stride, batch_size=args.batch_size)
+        settings = _adapter_settings(args, get_adapter_class(model.config.model_type))
+        adapter = get_adapter(model, tokenizer, **settings, batch_size=args.batch_size)
     except (ValueError, TypeError) as error:
         raise CommandError(str(error)) from None
 
@@ -219,7 +231,7 @@ def cmd_encode(args) -> int:
     doc_iter = iter_documents(documents, text_field=args.text_field, id_field=args.id_field, problems=problems)
     dtype = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}[args.dtype]
     try:
-        stats = encode_documents(adapter, store, doc_iter, dtype=dtype,
+        stats = fill_store(adapter, store, doc_iter, dtype=dtype,
                                  shard_size_bytes=int(args.shard_size_mb * 1024 * 1024),
                                  rank=rank, num_processes=world, progress=main_process and not args.no_progress,
                                  total=total)
@@ -251,7 +263,9 @@ def cmd_encode(args) -> int:
 
 # ---------------------------------------------------------------------------------------------------------- answer
 def cmd_answer(args) -> int:
-    from .store import MissingRepresentationError, RepresentationMismatchError, answer_from_store, iter_jsonl
+    from .store import MissingRepresentationError, RepresentationMismatchError
+    from .tasks.jsonl import BadLine, iter_jsonl
+    from .tasks.question_answering_store import answer_from_store
 
     questions = Path(args.questions)
     if not questions.is_file():
@@ -261,8 +275,6 @@ def cmd_answer(args) -> int:
     for number, row in iter_jsonl(questions, problems):
         bad = [key for key in ("question", "context") if not isinstance(row.get(key), str) or not row[key].strip()]
         if bad:
-            from .store import BadLine
-
             problems.append(BadLine(number, f"missing or empty {', '.join(bad)}"))
             continue
         row.setdefault("id", f"line {number}")
@@ -306,7 +318,7 @@ def cmd_answer(args) -> int:
           + (f", null_score_diff_threshold {threshold:.3f}" if allow_no_answer else ""), flush=True)
     gold = [e for e in examples if isinstance(e.get("answers"), dict) and "text" in e["answers"]]
     if gold and len(gold) == len(examples):
-        from .qa import format_scores, score_qa, trivial_baselines
+        from .tasks.question_answering import format_scores, score_qa, trivial_baselines
 
         print(format_scores("model", score_qa(predictions, examples)), flush=True)
         for name, scores in trivial_baselines(examples).items():
@@ -370,13 +382,16 @@ def build_parser() -> argparse.ArgumentParser:
                                 "speed-up (see `hf-readonce demo --help`)", add_help=False)
 
     def model_options(p):
-        p.add_argument("model", help="DeFormer (or BERT) checkpoint folder or Hub id")
+        p.add_argument("model", help="checkpoint folder or Hub id: DeFormer (or BERT); for encode also ReadOnce BART")
         p.add_argument("--store", required=True, help="store directory")
         p.add_argument("--num-decomposed-layers", type=int, default=None,
                        help="override k (default: the checkpoint's)")
-        p.add_argument("--max-passage-length", type=int, default=None, help="window length in tokens, [SEP] included (default: the checkpoint's recorded value, "
-                            "else 256; ReadOnce models: tokens read per document)")
-        p.add_argument("--doc-stride", type=int, default=None, help="tokens shared by consecutive windows (default: the checkpoint's, else 64)")
+        p.add_argument("--max-passage-length", type=int, default=None,
+                       help="DeFormer: window length in tokens, [SEP] included (encode default: the checkpoint's "
+                            "recorded value, else 256)")
+        p.add_argument("--doc-stride", type=int, default=None,
+                       help="DeFormer: tokens shared by consecutive windows (encode default: the checkpoint's, "
+                            "else 64)")
         p.add_argument("--batch-size", type=int, default=32, help="windows (encode) or features (answer) per batch")
         p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -384,6 +399,8 @@ def build_parser() -> argparse.ArgumentParser:
     encode = sub.add_parser("encode", help="store the representations of a JSONL file's documents")
     model_options(encode)
     encode.add_argument("--documents", required=True, help="JSONL file, one document per line")
+    encode.add_argument("--max-document-length", type=int, default=None,
+                        help="ReadOnce BART: tokens read per document (default 256)")
     encode.add_argument("--text-field", default="context", help="field holding the text (default: context)")
     encode.add_argument("--id-field", default="id", help="field naming the document in reports (default: id)")
     encode.add_argument("--dtype", choices=("fp32", "fp16", "bf16"), default="fp16",
@@ -400,8 +417,8 @@ def build_parser() -> argparse.ArgumentParser:
     answer.add_argument("--output", required=True, help="predictions JSONL (id, prediction_text)")
     answer.add_argument("--max-question-length", type=int, default=None,
                         help="question tokens, [CLS] and [SEP] included (default: the checkpoint's, else 64)")
-    answer.add_argument("--n-best-size", "--n-best", dest="n_best_size", type=int, default=20,
-                        help="start and end candidates per window (default 20)")
+    answer.add_argument("--n-best-size", type=int, default=20, help="start and end candidates per window (default 20)")
+    answer.add_argument("--n-best", dest="n_best_size", type=int, help=argparse.SUPPRESS)  # 0.1.0 spelling
     answer.add_argument("--max-answer-length", type=int, default=30, help="longest answer in tokens (default 30)")
     answer.add_argument("--allow-no-answer", action=argparse.BooleanOptionalAction, default=None,
                         help="SQuAD 2.0: answer '' when the no-answer score beats every span by the threshold. "
@@ -438,7 +455,7 @@ def main(argv=None) -> int:
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "demo":
-        from .demo import main as demo_main
+        from .recipes.demo import main as demo_main
 
         demo_main(argv[1:])
         return EXIT_OK

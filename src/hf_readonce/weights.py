@@ -120,13 +120,13 @@ def reference_qa_path(verify: bool = True) -> Path:
 
     Raises:
         FileNotFoundError: if the checkpoint is not installed (a source checkout without its `checkpoints/`
-            folder); retrain it with `python -m hf_readonce.reference_qa train` (see README).
+            folder); retrain it with `python -m hf_readonce.recipes.reference_qa train` (see README).
         ValueError: if a file's checksum differs (see [`verify_checksums`]).
     """
     if not (REFERENCE_QA_DIR / "model.safetensors").is_file():
         raise FileNotFoundError(
             f"the reference QA checkpoint is not installed at {REFERENCE_QA_DIR}; train it with `python -m "
-            "hf_readonce.reference_qa train --output_dir runs/reference_full` and export it (README, 'Reference "
+            "hf_readonce.recipes.reference_qa train --output_dir runs/reference_full` and export it (README, 'Reference "
             "checkpoints').")
     if verify:
         verify_checksums(REFERENCE_QA_DIR)

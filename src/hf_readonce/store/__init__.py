@@ -1,84 +1,93 @@
 """Read once, reuse everywhere: a persistent store of precomputed document representations.
 
 [`RepresentationStore`] keeps named tensors per document in safetensors shards (memory-mapped reads, checksums,
-atomic commits, file locking), keyed by `(model fingerprint, settings, content hash)`. Model adapters
-([`DeformerStoreAdapter`]) say how a model turns texts into those tensors; [`encode_documents`] fills a store,
-[`make_encode_function`] does it from `datasets.Dataset.map`, [`answer_from_store`] answers questions from it, and
-[`export_to_dataset`] / [`import_from_dataset`] move a store to and from the Hub as a dataset. The command line is
-`hf-readonce encode | answer | info | verify`.
+atomic commits, file locking), keyed by `(model fingerprint, settings, content hash)`. The store knows no model: it
+imports nothing from the rest of hf-readonce. Filling it from a model is [`hf_readonce.representations`]'s job
+([`fill_store`], one adapter per model family); answering questions from it is
+[`hf_readonce.tasks.question_answering_store.answer_from_store`]. [`export_to_dataset`] / [`import_from_dataset`]
+move a store to and from the Hub as a dataset. The command line is `hf-readonce encode | answer | info | verify`.
+
+Modules: `errors` (exceptions), `keys` (content hash, settings, space and representation keys), `shards` (the
+on-disk format, checksums, atomic writes), `store` ([`RepresentationStore`], [`StoreWriter`]), `maintenance`
+(info, verify, repair), `datasets_io` (`datasets` export and import).
 """
 
-from .adapters import DeformerStoreAdapter, ReadOnceStoreAdapter, get_adapter, register_adapter, tokenizer_fingerprint
-from .core import (
-    FORMAT_VERSION,
+import importlib
+import warnings
+
+from .datasets_io import export_to_dataset, import_from_dataset
+from .errors import (
     CorruptedShardError,
-    Corruption,
-    DocumentEntry,
     MissingRepresentationError,
     ReadOnlyStoreError,
     RepresentationMismatchError,
-    RepresentationSpace,
-    RepresentationStore,
     StoreError,
-    StoreWriter,
-    VerifyReport,
-    bytes_per_1000_tokens,
+)
+from .keys import (
+    DocumentEntry,
+    RepresentationKey,
+    RepresentationSpace,
     canonical_settings,
     content_hash,
     rank_of,
     representation_key,
-    resolve_dtype,
     space_key,
-    tensors_checksum,
 )
-from .datasets_io import export_to_dataset, import_from_dataset
-from .encode import (
-    BadLine,
-    EncodeStats,
-    StoreEncodeFunction,
-    answer_from_store,
-    encode_documents,
-    find_deformer_space,
-    iter_documents,
-    iter_jsonl,
-    make_encode_function,
-)
+from .maintenance import Corruption, VerifyReport, bytes_per_1000_tokens
+from .shards import FORMAT_VERSION, resolve_dtype, tensors_checksum
+from .store import RepresentationStore, StoreWriter
+
+# Names that 0.1.0 exported from `hf_readonce.store` and that now live above the store (the store itself imports
+# nothing from the rest of the package): resolved on first access, with a DeprecationWarning.
+_MOVED = {
+    "DeformerStoreAdapter": ("hf_readonce.representations.deformer_bert", "DeformerBertAdapter"),
+    "ReadOnceStoreAdapter": ("hf_readonce.representations.readonce_bart", "ReadOnceBartAdapter"),
+    "get_adapter": ("hf_readonce.representations.registry", "get_adapter"),
+    "register_adapter": ("hf_readonce.representations.registry", "register_adapter"),
+    "tokenizer_fingerprint": ("hf_readonce.representations.base", "tokenizer_fingerprint"),
+    "encode_documents": ("hf_readonce.representations.fill", "fill_store"),
+    "EncodeStats": ("hf_readonce.representations.fill", "EncodeStats"),
+    "StoreEncodeFunction": ("hf_readonce.representations.fill", "StoreEncodeFunction"),
+    "make_encode_function": ("hf_readonce.representations.fill", "make_encode_function"),
+    "BadLine": ("hf_readonce.tasks.jsonl", "BadLine"),
+    "iter_jsonl": ("hf_readonce.tasks.jsonl", "iter_jsonl"),
+    "iter_documents": ("hf_readonce.tasks.jsonl", "iter_documents"),
+    "answer_from_store": ("hf_readonce.tasks.question_answering_store", "answer_from_store"),
+    "find_deformer_space": ("hf_readonce.tasks.question_answering_store", "find_deformer_space"),
+}
+
+
+def __getattr__(name):
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, attribute = _MOVED[name]
+    warnings.warn(f"`hf_readonce.store.{name}` is deprecated (a 0.1.0 name); use `{module}.{attribute}`.",
+                  DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module(module), attribute)
+
 
 __all__ = [
     "FORMAT_VERSION",
-    "BadLine",
     "CorruptedShardError",
     "Corruption",
-    "DeformerStoreAdapter",
     "DocumentEntry",
-    "EncodeStats",
     "MissingRepresentationError",
     "ReadOnlyStoreError",
-    "ReadOnceStoreAdapter",
+    "RepresentationKey",
     "RepresentationMismatchError",
     "RepresentationSpace",
     "RepresentationStore",
-    "StoreEncodeFunction",
     "StoreError",
     "StoreWriter",
     "VerifyReport",
-    "answer_from_store",
     "bytes_per_1000_tokens",
     "canonical_settings",
     "content_hash",
-    "encode_documents",
     "export_to_dataset",
-    "find_deformer_space",
-    "get_adapter",
     "import_from_dataset",
-    "iter_documents",
-    "iter_jsonl",
-    "make_encode_function",
     "rank_of",
-    "register_adapter",
     "representation_key",
     "resolve_dtype",
     "space_key",
     "tensors_checksum",
-    "tokenizer_fingerprint",
 ]

@@ -9,14 +9,10 @@ from collections.abc import Iterator, Mapping
 
 import torch
 
-from .core import (
-    DEFAULT_SHARD_SIZE_BYTES,
-    FORMAT_VERSION,
-    CorruptedShardError,
-    RepresentationStore,
-    resolve_dtype,
-    tensors_checksum,
-)
+from .errors import CorruptedShardError
+from .keys import canonical_settings
+from .shards import DEFAULT_SHARD_SIZE_BYTES, FORMAT_VERSION, resolve_dtype, tensors_checksum
+from .store import RepresentationStore
 
 COLUMNS = ("format_version", "space", "fingerprint", "settings", "model_type", "content_hash", "sha256", "meta",
            "tensor_names", "tensor_dtypes", "tensor_shapes", "tensor_bytes")
@@ -41,7 +37,7 @@ def iter_store_rows(path: str, fingerprint: str | None = None, settings_json: st
     spaces = {s.key: s for s in store.spaces()}
     for entry in store.entries(fingerprint, settings):
         space = spaces[entry.space]
-        tensors = store._read(entry, verify=True)
+        tensors = store.read_entry(entry, verify=True)
         names = sorted(tensors)
         yield {
             "format_version": FORMAT_VERSION, "space": space.key, "fingerprint": space.fingerprint,
@@ -91,13 +87,11 @@ def export_to_dataset(store: RepresentationStore, fingerprint: str | None = None
 
     if settings is not None and fingerprint is None:
         raise ValueError("`settings` needs `fingerprint`.")
-    from .core import canonical_settings
-
     gen_kwargs = {"path": str(store.path), "fingerprint": fingerprint,
                   "settings_json": canonical_settings(settings) if fingerprint is not None else None}
     # the index state is part of the cache key, so a changed store is exported again
     store.refresh()
-    gen_kwargs["state"] = sorted(store._manifests_loaded)
+    gen_kwargs["state"] = store.loaded_manifests
     return Dataset.from_generator(_generate, gen_kwargs=gen_kwargs, features=_features(), cache_dir=cache_dir)
 
 

@@ -1,0 +1,685 @@
+# Copyright 2026 The hf-readonce developers.
+# Licensed under the Apache License, Version 2.0.
+"""PyTorch ReadOnce BART: Lin et al., "ReadOnce Transformers: Reusable Representations of Text for Transformers"
+(ACL 2021).
+
+- A *document encoder* (a BART encoder with its own weights + sliding-window aggregation, §3.1, eq. 1/2, Fig. 2)
+  reads a document once and compresses its n tokens into `ceil(n / k)` vectors, the ReadOnce representations.
+- A *representation+text model* (a full BART, §3.2, Fig. 3) runs the task text (a question, or "summary") alone
+  through encoder layers `1..L-1`, appends the representations to it for layers `L..N`, and decodes as usual
+  (`fusion="append"`). With `fusion="attention"` (App. A.1, eq. 4) the representations are never appended; the
+  self-attention of encoder layers `L..N` and of every decoder layer is averaged with a separate attention over them.
+
+Both parts start from the same BART weights and are trained jointly on QA (§3.3); downstream, the document encoder
+may be frozen and its representations precomputed once per document (§3.4).
+
+This file travels with saved checkpoints (`trust_remote_code=True`): it imports only torch, transformers and the
+files next to it.
+"""
+
+import hashlib
+import math
+import warnings
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers.masking_utils import create_bidirectional_mask
+from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
+from transformers.models.bart.modeling_bart import (
+    BartAttention,
+    BartDecoder,
+    BartDecoderLayer,
+    BartEncoder,
+    BartForConditionalGeneration,
+    BartModel,
+    BartPreTrainedModel,
+    shift_tokens_right,
+)
+from transformers.processing_utils import Unpack
+from transformers.utils import ModelOutput, TransformersKwargs, can_return_tuple
+
+from .configuration_readonce_bart import ReadOnceBartConfig
+
+
+@dataclass
+class ReadOnceDocumentEncoderOutput(ModelOutput):
+    r"""
+    ReadOnce representations of a batch of documents (output of `encode_documents`).
+
+    Args:
+        representations (`torch.FloatTensor` of shape `(batch_size, num_representations, d_model)`):
+            `num_representations = ceil(n / k)` for documents of n tokens (more with overlapping chunks).
+        attention_mask (`torch.LongTensor` of shape `(batch_size, num_representations)`):
+            1 for representations of real tokens, 0 for padding (shorter documents in the batch).
+        compression_ratio (`int`): the k used.
+        model_fingerprint (`str`): SHA-256 of the document encoder's weights and settings that made them.
+    """
+
+    representations: torch.FloatTensor | None = None
+    attention_mask: torch.LongTensor | None = None
+    compression_ratio: int | None = None
+    model_fingerprint: str | None = None
+
+
+ReadOnceRepresentations = ReadOnceDocumentEncoderOutput  # 0.1.0 name, kept
+
+
+@dataclass
+class ReadOnceEncoderOutput(BaseModelOutput):
+    r"""
+    Output of the representation+text encoder.
+
+    Args:
+        last_hidden_state (`torch.FloatTensor` of shape `(batch_size, text_length + num_representations, d_model)`):
+            with `fusion="append"`, the text's states followed by the representations' states after layer N; with
+            `fusion="attention"`, the text's states alone, `(batch_size, text_length, d_model)`.
+        attention_mask (`torch.LongTensor` of shape `(batch_size, text_length + num_representations)`): the mask the
+            decoder's cross-attention uses (text mask, then representation mask; the text mask alone with
+            `fusion="attention"`).
+        document_representations (`torch.FloatTensor` of shape `(batch_size, num_representations, d_model)`):
+            with `fusion="attention"` only: the representations R, which every decoder layer also attends to
+            (App. A.1). They travel here so that `generate()` expands them with the encoder output for beam search.
+        document_attention_mask (`torch.LongTensor` of shape `(batch_size, num_representations)`): their mask.
+    """
+
+    attention_mask: torch.LongTensor | None = None
+    document_representations: torch.FloatTensor | None = None
+    document_attention_mask: torch.LongTensor | None = None
+
+
+class ReadOnceAggregation(nn.Module):
+    r"""Sliding-window aggregation f of eq. 2: `r_j = f(h_{k*j}, ..., h_{k*j + w - 1})`.
+
+    `"linear"` is the learned weighted sum of eq. 1: a scalar score `u(h_i) = v^T h_i + b` per token, softmax over
+    the window's real tokens, `r_j = sum_i softmax(u)_i h_i`. `"mean"` and `"max"` pool the window's real tokens.
+    """
+
+    def __init__(self, config: ReadOnceBartConfig):
+        super().__init__()
+        self.aggregation = config.aggregation
+        self.score = nn.Linear(config.d_model, 1) if config.aggregation == "linear" else None
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor, stride: int, window: int):
+        r"""
+        Args:
+            hidden_states (`torch.FloatTensor` of shape `(batch_size, n, d_model)`): encoder output.
+            attention_mask (`torch.Tensor` of shape `(batch_size, n)`): 1 for real tokens.
+            stride (`int`): k. window (`int`): w >= k.
+
+        Returns:
+            `(representations (batch_size, ceil(n / k), d_model), mask (batch_size, ceil(n / k)))`: a window whose
+            first token is padding is masked out (its representation is zeros).
+        """
+        batch, length, dim = hidden_states.shape
+        count = math.ceil(length / stride)
+        padded = (count - 1) * stride + window
+        mask = attention_mask.to(hidden_states.dtype)
+        states = nn.functional.pad(hidden_states, (0, 0, 0, padded - length))
+        mask = nn.functional.pad(mask, (0, padded - length))
+        windows = states.unfold(1, window, stride)  # (batch, count, dim, window)
+        window_mask = mask.unfold(1, window, stride)  # (batch, count, window)
+        valid = window_mask.bool()
+        if self.aggregation == "linear":
+            scores = nn.functional.pad(self.score(hidden_states).squeeze(-1), (0, padded - length))
+            scores = scores.unfold(1, window, stride).masked_fill(~valid, torch.finfo(scores.dtype).min)
+            weights = torch.softmax(scores.float(), dim=-1).to(states.dtype) * window_mask
+            representations = torch.einsum("bcdw,bcw->bcd", windows, weights)
+        elif self.aggregation == "mean":
+            total = torch.einsum("bcdw,bcw->bcd", windows, window_mask)
+            representations = total / window_mask.sum(-1, keepdim=True).clamp(min=1)
+        else:
+            filled = windows.masked_fill(~valid[:, :, None, :], torch.finfo(states.dtype).min)
+            representations = filled.max(dim=-1).values
+        present = valid[:, :, 0]
+        representations = representations * present[..., None].to(representations.dtype)
+        return representations, present.long()
+
+
+class ReadOnceBartFusedAttention(BartAttention):
+    r"""A BART self-attention fused with attention over ReadOnce representations (App. A.1, eq. 4):
+
+    `H^l = (Attn(H^{l-1}, H^{l-1}, H^{l-1}) + Attn'(H^{l-1}, R, R)) / 2`
+
+    `Attn` is this module itself (BART's parameter names `q_proj`, `k_proj`, `v_proj`, `out_proj`, so BART checkpoints
+    load unchanged); `Attn'` is `representation_attn`, a separate [`~transformers.models.bart.modeling_bart.BartAttention`]
+    (never causal, no KV cache: R is short, its keys and values are recomputed) whose weights start as a copy of
+    `Attn`'s (`copy_self_attention_weights`). Without representations the module is exactly `Attn`.
+
+    Args:
+        config ([`ReadOnceBartConfig`]): dimensions, dropout and attention implementation.
+        num_heads (`int`): attention heads of both modules.
+        is_decoder, is_causal (`bool`, defaults to `False`): as for `BartAttention` (the decoder's self-attention is
+            causal; `Attn'` never is).
+        layer_idx (`int`, *optional*): the layer's index, for the KV cache of `Attn`.
+    """
+
+    def __init__(self, config: ReadOnceBartConfig, num_heads: int, is_decoder: bool = False, is_causal: bool = False,
+                 layer_idx: int | None = None):
+        super().__init__(config.d_model, num_heads, dropout=config.attention_dropout, is_decoder=is_decoder,
+                         is_causal=is_causal, config=config, layer_idx=layer_idx)
+        self.representation_attn = BartAttention(config.d_model, num_heads, dropout=config.attention_dropout,
+                                                 config=config)
+
+    @torch.no_grad()
+    def copy_self_attention_weights(self) -> None:
+        """Initialize `Attn'` from `Attn` (App. A.1: "initialized by the corresponding weights in attn")."""
+        for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            getattr(self.representation_attn, name).load_state_dict(getattr(self, name).state_dict())
+
+    def forward(self, hidden_states: torch.Tensor, key_value_states: torch.Tensor | None = None,
+                past_key_values=None, attention_mask: torch.Tensor | None = None,
+                document_representations: torch.Tensor | None = None,
+                document_attention_mask: torch.Tensor | None = None, **kwargs):
+        r"""
+        Args:
+            hidden_states (`torch.FloatTensor` of shape `(batch_size, length, d_model)`): H^{l-1}.
+            key_value_states, past_key_values, attention_mask: as for `BartAttention` (used by `Attn` only).
+            document_representations (`torch.FloatTensor` of shape `(batch_size, m, d_model)`, *optional*): R.
+            document_attention_mask (`torch.Tensor` of shape `(batch_size, m)`, *optional*): 1 for real
+                representations.
+
+        Returns:
+            `(attn_output (batch_size, length, d_model), attn_weights of Attn or None)`.
+        """
+        output, weights = super().forward(hidden_states, key_value_states=key_value_states,
+                                          past_key_values=past_key_values, attention_mask=attention_mask, **kwargs)
+        if document_representations is None:
+            return output, weights
+        representations = document_representations.to(hidden_states.dtype)
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states,
+                                         attention_mask=document_attention_mask,
+                                         encoder_hidden_states=representations)
+        extra, _ = self.representation_attn(hidden_states, key_value_states=representations, attention_mask=mask,
+                                            **kwargs)
+        return (output + extra) / 2, weights
+
+
+class ReadOnceBartDecoderLayer(BartDecoderLayer):
+    r"""A BART decoder layer whose self-attention is [`ReadOnceBartFusedAttention`] (`fusion="attention"`, App. A.1:
+    "for the decoder ... we also compute the hidden states of each layer as per eqn. 4"). The representations go to
+    the self-attention only; cross-attention and feed-forward blocks are BART's. Without representations the layer
+    is exactly `BartDecoderLayer`."""
+
+    def __init__(self, config: ReadOnceBartConfig, layer_idx: int | None = None):
+        super().__init__(config, layer_idx=layer_idx)
+        self.self_attn = ReadOnceBartFusedAttention(config, config.decoder_attention_heads, is_decoder=True,
+                                                    is_causal=True, layer_idx=layer_idx)
+
+    def _residual(self, block_output: torch.Tensor, residual: torch.Tensor, norm: nn.LayerNorm) -> torch.Tensor:
+        block_output = nn.functional.dropout(block_output, p=self.dropout, training=self.training)
+        return norm(residual + block_output)  # post-LN, as BART
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                encoder_hidden_states: torch.Tensor | None = None, encoder_attention_mask: torch.Tensor | None = None,
+                past_key_values=None, use_cache: bool | None = True,
+                document_representations: torch.Tensor | None = None,
+                document_attention_mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
+        r"""As `BartDecoderLayer.forward`, plus `document_representations` `(batch_size, m, d_model)` and
+        `document_attention_mask` `(batch_size, m)` for the fused self-attention. Returns
+        `(batch_size, target_length, d_model)`."""
+        attended, _ = self.self_attn(hidden_states, past_key_values=past_key_values, attention_mask=attention_mask,
+                                     document_representations=document_representations,
+                                     document_attention_mask=document_attention_mask, **kwargs)
+        hidden_states = self._residual(attended, hidden_states, self.self_attn_layer_norm)
+        if encoder_hidden_states is not None:
+            attended, _ = self.encoder_attn(hidden_states, key_value_states=encoder_hidden_states,
+                                            attention_mask=encoder_attention_mask, past_key_values=past_key_values,
+                                            **kwargs)
+            hidden_states = self._residual(attended, hidden_states, self.encoder_attn_layer_norm)
+        inner = nn.functional.dropout(self.activation_fn(self.fc1(hidden_states)), p=self.activation_dropout,
+                                      training=self.training)
+        return self._residual(self.fc2(inner), hidden_states, self.final_layer_norm)
+
+
+class ReadOnceBartDecoder(BartDecoder):
+    r"""BART's decoder with [`ReadOnceBartDecoderLayer`]s (`fusion="attention"` only). `forward` takes BART's
+    arguments plus `document_representations` / `document_attention_mask`, which reach every layer."""
+
+    def __init__(self, config: ReadOnceBartConfig):
+        super().__init__(config)
+        self.layers = nn.ModuleList(ReadOnceBartDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers))
+        self.post_init()
+
+
+class ReadOnceBartPreTrainedModel(BartPreTrainedModel):
+    config_class = ReadOnceBartConfig
+    config: ReadOnceBartConfig
+
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, ReadOnceAggregation) and module.score is not None:
+            nn.init.zeros_(module.score.weight)  # uniform weights at start: the linear sum begins as the mean
+            nn.init.zeros_(module.score.bias)
+
+
+class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
+    r"""The document encoder of Fig. 2: a BART encoder (its own weights) and [`ReadOnceAggregation`]. Documents
+    longer than `config.document_chunk_length` tokens are cut into chunks (overlap `document_chunk_overlap`), each
+    read separately with positions restarting at 0, and the chunks' representations are concatenated (§5.5,
+    App. C.1)."""
+
+    def __init__(self, config: ReadOnceBartConfig):
+        super().__init__(config)
+        self.encoder = BartEncoder(config)
+        self.aggregation = ReadOnceAggregation(config)
+        self._fingerprint_cache = None
+        self.post_init()
+
+    def representation_fingerprint(self) -> str:
+        """SHA-256 hex of the weights and config fields that determine representations (aggregation, window,
+        chunking); cached until a parameter changes."""
+        params = list(self.named_parameters())
+        state = tuple((name, p.data_ptr(), p._version, p.dtype) for name, p in params)
+        if self._fingerprint_cache is not None and self._fingerprint_cache[0] == state:
+            return self._fingerprint_cache[1]
+        c = self.config
+        digest = hashlib.sha256(
+            f"readonce_bart|agg={c.aggregation}|w-k={c.window_size - c.compression_ratio}|d={c.d_model}|"
+            f"chunk={c.document_chunk_length}/{c.document_chunk_overlap}".encode()
+        )
+        for name, p in params:
+            digest.update(name.encode())
+            digest.update(p.detach().to("cpu", torch.float32).contiguous().numpy().data)
+        self._fingerprint_cache = (state, digest.hexdigest())
+        return self._fingerprint_cache[1]
+
+    def fingerprint(self) -> str:
+        """Deprecated 0.1.0 name of [`representation_fingerprint`] (the one fingerprint name of every model)."""
+        warnings.warn("`fingerprint()` is deprecated; use `representation_fingerprint()`.", DeprecationWarning,
+                      stacklevel=2)
+        return self.representation_fingerprint()
+
+    def forward(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
+                compression_ratio: int | None = None) -> ReadOnceDocumentEncoderOutput:
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, n)`): document tokens (any n).
+            attention_mask (`torch.Tensor` of shape `(batch_size, n)`, *optional*): 1 for real tokens.
+            compression_ratio (`int`, *optional*): k for this call (defaults to `config.compression_ratio`, §5.2);
+                the window keeps the configured overlap `w - k`.
+
+        Returns:
+            [`ReadOnceDocumentEncoderOutput`].
+
+        Raises:
+            ValueError: empty `input_ids` or a document with no real token; a bad k; a chunk overlap that is not a
+                multiple of k.
+            TypeError: `input_ids` not an integer tensor.
+        """
+        config = self.config
+        if not torch.is_tensor(input_ids) or input_ids.dtype.is_floating_point:
+            raise TypeError("`input_ids` must be an integer tensor of token ids.")
+        if input_ids.dim() != 2 or input_ids.shape[1] == 0 or input_ids.shape[0] == 0:
+            raise ValueError(f"`input_ids` must be a non-empty (batch, length) tensor, got {tuple(input_ids.shape)}.")
+        k = config.compression_ratio if compression_ratio is None else compression_ratio
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"`compression_ratio` must be a positive int, got {compression_ratio!r}.")
+        window = k + config.window_size - config.compression_ratio
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        if attention_mask.shape != input_ids.shape:
+            raise ValueError(f"`attention_mask` {tuple(attention_mask.shape)} must match `input_ids` "
+                             f"{tuple(input_ids.shape)}.")
+        empty = (attention_mask.sum(-1) == 0).nonzero().flatten().tolist()
+        if empty:
+            raise ValueError(f"document(s) {empty} of the batch are empty: nothing to encode.")
+        chunk, overlap = config.document_chunk_length, config.document_chunk_overlap
+        if overlap % k:
+            raise ValueError(f"document_chunk_overlap {overlap} must be a multiple of compression_ratio {k}.")
+        length = input_ids.shape[1]
+        starts = [0]
+        while starts[-1] + chunk < length:
+            starts.append(starts[-1] + chunk - overlap)
+        pieces, masks = [], []
+        for index, start in enumerate(starts):
+            ids = input_ids[:, start : start + chunk]
+            mask = attention_mask[:, start : start + chunk]
+            run_mask = mask.clone()
+            run_mask[mask.sum(-1) == 0, 0] = 1  # rows already finished: compute something finite, masked below
+            states = self.encoder(input_ids=ids, attention_mask=run_mask).last_hidden_state
+            reps, rep_mask = self.aggregation(states, mask, k, window)
+            if index > 0 and overlap:
+                reps, rep_mask = reps[:, overlap // k :], rep_mask[:, overlap // k :]
+            pieces.append(reps)
+            masks.append(rep_mask)
+        return ReadOnceDocumentEncoderOutput(
+            representations=torch.cat(pieces, 1), attention_mask=torch.cat(masks, 1), compression_ratio=k,
+            model_fingerprint=self.representation_fingerprint(),
+        )
+
+
+class ReadOnceBartEncoder(BartEncoder):
+    r"""The representation+text model's encoder (Fig. 3): BART's encoder, with the document representations
+    appended to the text's hidden states before layer L (`config.append_layer`; `fusion="append"`). Representations
+    carry no position embedding. With `fusion="attention"` (App. A.1) the self-attention of layers `L..N` is a
+    [`ReadOnceBartFusedAttention`] over the text and the representations instead, and the output keeps the text's
+    length. Without representations it is exactly BART's encoder."""
+
+    def __init__(self, config: ReadOnceBartConfig):
+        super().__init__(config)
+        if config.fusion == "attention":
+            for index in range(config.append_layer - 1, config.encoder_layers):
+                self.layers[index].self_attn = ReadOnceBartFusedAttention(
+                    config, config.encoder_attention_heads, layer_idx=index)
+            self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        document_representations: torch.Tensor | ReadOnceDocumentEncoderOutput | None = None,
+        document_attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs,
+    ) -> ReadOnceEncoderOutput:
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, text_length)`): the question / task text.
+            attention_mask (`torch.Tensor` of shape `(batch_size, text_length)`, *optional*).
+            document_representations (`torch.FloatTensor` of shape `(batch_size, m, d_model)` or
+                [`ReadOnceDocumentEncoderOutput`], *optional*).
+            document_attention_mask (`torch.Tensor` of shape `(batch_size, m)`, *optional*): defaults to the mask
+                inside [`ReadOnceDocumentEncoderOutput`], or all ones.
+
+        Returns:
+            [`ReadOnceEncoderOutput`] (`last_hidden_state` `(batch_size, text_length + m, d_model)` and the combined
+            `attention_mask`).
+
+        Raises:
+            ValueError: representations of the wrong hidden size or batch, a mask of the wrong shape.
+        """
+        for key in ("output_attentions", "output_hidden_states", "return_dict"):
+            kwargs.pop(key, None)
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Pass exactly one of `input_ids` or `inputs_embeds`.")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        batch, text_length = inputs_embeds.shape[:2]
+        if attention_mask is None:
+            attention_mask = torch.ones(batch, text_length, dtype=torch.long, device=inputs_embeds.device)
+        representations, rep_mask = _unpack_representations(
+            document_representations, document_attention_mask, batch, self.config.d_model
+        )
+        hidden_states = inputs_embeds + self.embed_positions(inputs_embeds[:, :, -1]).to(inputs_embeds.device)
+        hidden_states = self.layernorm_embedding(hidden_states)
+        hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        mask = attention_mask
+        layer_mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=mask)
+        append_at = self.config.append_layer - 1
+        fused = self.config.fusion == "attention" and representations is not None
+        for index, layer in enumerate(self.layers):
+            extra = {}
+            if fused and index >= append_at:  # eq. 4: attend to R beside the text, keep the text's length
+                extra = {"document_representations": representations, "document_attention_mask": rep_mask}
+            elif index == append_at and representations is not None:  # Fig. 3: append R to the text
+                hidden_states = torch.cat([hidden_states, representations.to(hidden_states.dtype)], dim=1)
+                mask = torch.cat([attention_mask, rep_mask.to(attention_mask.dtype)], dim=1)
+                layer_mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states,
+                                                       attention_mask=mask)
+            if self.training and self.layerdrop > 0.0 and torch.rand([]) < self.layerdrop:
+                continue
+            hidden_states = layer(hidden_states, layer_mask, **extra, **kwargs)
+        if fused:
+            return ReadOnceEncoderOutput(last_hidden_state=hidden_states, attention_mask=mask,
+                                         document_representations=representations, document_attention_mask=rep_mask)
+        return ReadOnceEncoderOutput(last_hidden_state=hidden_states, attention_mask=mask)
+
+
+def _unpack_representations(representations, mask, batch: int, d_model: int):
+    if representations is None:
+        if mask is not None:
+            raise ValueError("`document_attention_mask` was given without `document_representations`.")
+        return None, None
+    if isinstance(representations, ReadOnceDocumentEncoderOutput):
+        mask = representations.attention_mask if mask is None else mask
+        representations = representations.representations
+    if not torch.is_tensor(representations) or representations.dim() != 3:
+        raise ValueError("`document_representations` must be a (batch, m, d_model) tensor or ReadOnceDocumentEncoderOutput.")
+    if representations.shape[-1] != d_model:
+        raise ValueError(f"`document_representations` have hidden size {representations.shape[-1]}, the model "
+                         f"expects d_model={d_model}: were they made by another model?")
+    if representations.shape[0] != batch:
+        raise ValueError(f"`document_representations` hold {representations.shape[0]} documents for a batch of "
+                         f"{batch} texts.")
+    if mask is None:
+        mask = torch.ones(representations.shape[:2], dtype=torch.long, device=representations.device)
+    if tuple(mask.shape) != tuple(representations.shape[:2]):
+        raise ValueError(f"`document_attention_mask` {tuple(mask.shape)} must be (batch, m) = "
+                         f"{tuple(representations.shape[:2])}.")
+    return representations, mask
+
+
+class ReadOnceBartModel(BartModel):
+    r"""[`~transformers.BartModel`] whose encoder is [`ReadOnceBartEncoder`]: the decoder cross-attends to the
+    question states and the representation states (the combined mask of [`ReadOnceEncoderOutput`])."""
+
+    config_class = ReadOnceBartConfig
+
+    def __init__(self, config: ReadOnceBartConfig):
+        super().__init__(config)
+        self.encoder = ReadOnceBartEncoder(config)
+        self.encoder.embed_tokens = self.shared
+        if config.fusion == "attention":
+            self.decoder = ReadOnceBartDecoder(config)
+            self.decoder.embed_tokens = self.shared
+        self.post_init()
+
+    def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
+                encoder_outputs=None, past_key_values=None, document_representations=None,
+                document_attention_mask=None, decoder_inputs_embeds=None, use_cache=None, **kwargs):
+        r"""As [`~transformers.BartModel.forward`], plus `document_representations` / `document_attention_mask`
+        (see [`ReadOnceBartEncoder`]). Returns `(decoder_outputs, encoder_outputs)`."""
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
+                                           document_representations=document_representations,
+                                           document_attention_mask=document_attention_mask)
+        cross_mask = getattr(encoder_outputs, "attention_mask", None)
+        if cross_mask is None:
+            cross_mask = attention_mask
+        representations = getattr(encoder_outputs, "document_representations", None)
+        if representations is not None:  # fusion="attention": every decoder layer attends to R too (App. A.1)
+            kwargs["document_representations"] = representations
+            kwargs["document_attention_mask"] = encoder_outputs.document_attention_mask
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids, attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_outputs[0], encoder_attention_mask=cross_mask,
+            past_key_values=past_key_values, inputs_embeds=decoder_inputs_embeds, use_cache=use_cache, **kwargs,
+        )
+        return decoder_outputs, encoder_outputs
+
+
+class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForConditionalGeneration):
+    r"""
+    ReadOnce Transformer on BART (Lin et al. 2021): `document_encoder` ([`ReadOnceBartDocumentEncoder`]) compresses
+    documents once; `model` (a BART with [`ReadOnceBartEncoder`]) answers or summarizes from the text input and the
+    representations; `lm_head` as in BART. Parameter names under `model.*` and `lm_head` are BART's, so
+    `from_pretrained(<any BART checkpoint>)` loads BART into the representation+text model and copies BART's encoder
+    into the document encoder (the paper's initialization); the aggregation starts as a uniform weighted sum.
+
+    `generate(input_ids=question_ids, attention_mask=..., document_representations=...,
+    document_attention_mask=...)` works with greedy and beam search and batches: the representations reach the
+    encoder through `get_encoder()` and the combined cross-attention mask travels inside `encoder_outputs`.
+    """
+
+    _tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
+
+    def __init__(self, config: ReadOnceBartConfig):
+        ReadOnceBartPreTrainedModel.__init__(self, config)
+        self.model = ReadOnceBartModel(config)
+        self.document_encoder = ReadOnceBartDocumentEncoder(config)
+        self.final_logits_bias = nn.Buffer(torch.zeros((1, self.model.shared.num_embeddings)))
+        self.lm_head = nn.Linear(config.d_model, self.model.shared.num_embeddings, bias=False)
+        for module in self.modules():  # BART hard-codes nn.LayerNorm's default epsilon; honour the config's
+            if isinstance(module, nn.LayerNorm):
+                module.eps = config.layer_norm_eps
+        self.post_init()
+        self.initialize_representation_attention()
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        r"""[`~transformers.PreTrainedModel.from_pretrained`]; from a plain BART checkpoint (no document encoder
+        weights), the document encoder is initialized as a copy of BART's encoder (§3)."""
+        want_info = kwargs.pop("output_loading_info", False)
+        model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
+        missing = [key for key in info["missing_keys"] if key.startswith("document_encoder.encoder.")]
+        if missing:
+            model.initialize_document_encoder()
+        fusion_missing = [key for key in info["missing_keys"] if ".representation_attn." in key]
+        if fusion_missing:  # a checkpoint without App. A.1 weights: Attn' starts as a copy of Attn
+            model.initialize_representation_attention()
+        done = set(missing) | set(fusion_missing)
+        info["missing_keys"] = [key for key in info["missing_keys"] if key not in done]
+        return (model, info) if want_info else model
+
+    def initialize_document_encoder(self) -> None:
+        r"""Copy the representation+text model's encoder (BART's weights; not App. A.1's `representation_attn`) into
+        the document encoder, the paper's initialization (§3: both parts start from the same BART, separate
+        weights). Called by `from_pretrained` for checkpoints without a document encoder and by the BERT->BART
+        converter."""
+        state = {name: tensor for name, tensor in self.model.encoder.state_dict().items()
+                 if ".representation_attn." not in name}
+        self.document_encoder.encoder.load_state_dict(state)
+
+    def initialize_representation_attention(self) -> None:
+        r"""With `fusion="attention"`, copy every fused layer's self-attention weights into its `representation_attn`
+        (App. A.1). Called at construction, by `from_pretrained` when a checkpoint lacks those weights, and by
+        the BERT->BART converter; a no-op with `fusion="append"`."""
+        for module in self.modules():
+            if isinstance(module, ReadOnceBartFusedAttention):
+                module.copy_self_attention_weights()
+
+    def get_encoder(self):
+        return self.model.encoder
+
+    def freeze_document_encoder(self, freeze: bool = True) -> None:
+        """Stop (or restart) training the document encoder, for downstream fine-tuning on precomputed
+        representations (§3.4)."""
+        for parameter in self.document_encoder.parameters():
+            parameter.requires_grad_(not freeze)
+
+    def representation_fingerprint(self) -> str:
+        """The fingerprint of the representations this model's document encoder computes; see
+        [`ReadOnceBartDocumentEncoder.representation_fingerprint`]."""
+        return self.document_encoder.representation_fingerprint()
+
+    def encode_documents(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
+                         compression_ratio: int | None = None) -> ReadOnceDocumentEncoderOutput:
+        r"""Read documents once: `(batch, n)` token ids -> [`ReadOnceDocumentEncoderOutput`] with
+        `(batch, ceil(n / k), d_model)` vectors (Fig. 2). See [`ReadOnceBartDocumentEncoder.forward`]."""
+        return self.document_encoder(input_ids, attention_mask=attention_mask, compression_ratio=compression_ratio)
+
+    def optimizer_parameter_groups(self, bart_learning_rate: float = 1e-5, new_learning_rate: float = 1e-4,
+                                   weight_decay: float = 0.0) -> list[dict]:
+        r"""Parameter groups with the paper's learning rates (§4.1): 1e-5 for weights that come from BART, 1e-4 for
+        the new ones (the aggregation). Frozen parameters are left out.
+
+        Returns:
+            `list[dict]` for `torch.optim.AdamW(groups)` (or `Trainer(optimizers=...)`).
+        """
+        new, old = [], []
+        for name, parameter in self.named_parameters():
+            if parameter.requires_grad:
+                (new if name.startswith("document_encoder.aggregation.") else old).append(parameter)
+        return [{"params": old, "lr": bart_learning_rate, "weight_decay": weight_decay},
+                {"params": new, "lr": new_learning_rate, "weight_decay": weight_decay}]
+
+    def _check_fingerprint(self, document_representations):
+        if isinstance(document_representations, ReadOnceDocumentEncoderOutput) and \
+                document_representations.model_fingerprint is not None:
+            mine = self.representation_fingerprint()
+            if document_representations.model_fingerprint != mine:
+                raise ValueError(
+                    f"`document_representations` were made by document encoder "
+                    f"{document_representations.model_fingerprint[:16]}..., this model's is {mine[:16]}...: "
+                    "re-encode the documents with this model."
+                )
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        document_representations: torch.Tensor | ReadOnceDocumentEncoderOutput | None = None,
+        document_attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.LongTensor | None = None,
+        encoder_outputs=None,
+        past_key_values=None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        document_input_ids: torch.LongTensor | None = None,
+        document_input_attention_mask: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqLMOutput:
+        # The first arguments and their docs repeat ReadOnceBartEncoder.forward's: this forward passes them through,
+        # and transformers documents each public forward in full.
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, text_length)`): the question / task text.
+            attention_mask (`torch.Tensor` of shape `(batch_size, text_length)`, *optional*).
+            document_representations (`(batch_size, m, d_model)` tensor or [`ReadOnceDocumentEncoderOutput`], *optional*):
+                precomputed representations (from `encode_documents` or a store).
+            document_attention_mask (`torch.Tensor` of shape `(batch_size, m)`, *optional*).
+            document_input_ids (`torch.LongTensor` of shape `(batch_size, n)`, *optional*): raw document tokens,
+                encoded here with gradients (joint training of both parts, §3.3) when no representations are given.
+            document_input_attention_mask (`torch.Tensor` of shape `(batch_size, n)`, *optional*).
+            labels (`torch.LongTensor` of shape `(batch_size, target_length)`, *optional*): target tokens (`-100`
+                ignored); decoder inputs are the labels shifted right, as in BART.
+
+            return_dict (`bool`, *optional*, keyword): return a tuple when False (`@can_return_tuple`, as
+                `BartForConditionalGeneration`).
+
+        Returns:
+            [`~transformers.modeling_outputs.Seq2SeqLMOutput`] with the loss first when `labels` are given.
+
+        Raises:
+            ValueError: representations from another document encoder, of the wrong hidden size or batch; both
+                representations and document tokens given.
+        """
+        for key in ("output_attentions", "output_hidden_states"):  # not returned: the fused layers do not record them
+            kwargs.pop(key, None)
+        if document_input_ids is not None:
+            if document_representations is not None:
+                raise ValueError("Pass `document_representations` or `document_input_ids`, not both.")
+            document_representations = self.encode_documents(document_input_ids, document_input_attention_mask)
+        self._check_fingerprint(document_representations)
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None:
+                decoder_input_ids = shift_tokens_right(labels, self.config.pad_token_id,
+                                                       self.config.decoder_start_token_id)
+        decoder_outputs, encoder_outputs = self.model(
+            input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values, document_representations=document_representations,
+            document_attention_mask=document_attention_mask, use_cache=use_cache, **kwargs,
+        )
+        logits = self.lm_head(decoder_outputs[0]) + self.final_logits_bias.to(decoder_outputs[0].device)
+        loss = None
+        if labels is not None:
+            loss = nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
+                                               labels.to(logits.device).reshape(-1), ignore_index=-100)
+        return Seq2SeqLMOutput(
+            loss=loss, logits=logits, past_key_values=decoder_outputs.past_key_values,
+            encoder_last_hidden_state=encoder_outputs[0],
+        )
+
+
+ReadOnceBartConfig.register_for_auto_class()
+ReadOnceBartForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
+
+__all__ = [
+    "ReadOnceAggregation",
+    "ReadOnceBartDecoder",
+    "ReadOnceBartDecoderLayer",
+    "ReadOnceBartDocumentEncoder",
+    "ReadOnceBartEncoder",
+    "ReadOnceBartForConditionalGeneration",
+    "ReadOnceBartFusedAttention",
+    "ReadOnceBartModel",
+    "ReadOnceBartPreTrainedModel",
+    "ReadOnceDocumentEncoderOutput",
+    "ReadOnceEncoderOutput",
+    "ReadOnceDocumentEncoderOutput",
+]

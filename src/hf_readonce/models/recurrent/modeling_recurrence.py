@@ -1,0 +1,751 @@
+# Copyright 2026 The hf-readonce developers.
+# Licensed under the Apache License, Version 2.0.
+"""The recurrence of Yoshida, Ettinger & Gimpel (2020), "Adding Recurrence to Pretrained Transformers for Improved
+Efficiency and Context Size", shared by every model family of hf-readonce (GPT-2, Llama, ...).
+
+A long input is cut into windows of `window_size` tokens (consecutive windows share `window_overlap` tokens,
+§4.2). Each window's hidden states are pooled (eq. 1), passed through a small feed-forward network, and the resulting
+vector is inserted at layer L of the *next* window as one extra key and value that every position may attend to,
+never as a query (§3.1, Figure 2). The first window has no extra entry, so it is exactly the pretrained model.
+
+What lives here (no family specifics):
+
+- [`RecurrencePooling`] (eq. 1), [`RecurrenceFeedForward`], [`RecurrenceModule`] (the `recurrence` submodule of every
+  recurrent model: all new parameters);
+- [`memory_attention_mask`] and [`memory_attention_forward`]: attention of one layer over `[memory; keys]`;
+- [`RecurrentCache`]: the KV cache of the current window plus the recurrent state, for `generate()`;
+- [`RecurrentCausalLMMixin`]: windowing, loss (each target counted once), backpropagation through time, window-level
+  gradient checkpointing (§3.2), the cached streaming path and `generate()` support. A family only provides
+  `_window_hidden_states` (run its blocks on one window with the memory at layer L) and an attention subclass.
+
+This file travels with saved checkpoints (`trust_remote_code=True`): it imports only torch and transformers.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.checkpoint import checkpoint
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, DynamicCache
+from transformers.masking_utils import create_causal_mask
+from transformers.modeling_outputs import CausalLMOutputWithPast
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, can_return_tuple
+
+from .configuration_recurrence import _is_int, set_recurrence_config  # noqa: F401  (set_recurrence_config: 0.1.0 import path)
+
+IGNORE_INDEX = -100
+
+
+# ----------------------------------------------------------------------------------------------------- modules
+class RecurrencePooling(nn.Module):
+    r"""Eq. 1: mean over the positions of a window, weighted sum over the layers.
+
+    `h = sum_{l=1..N} w_l * (1/k) * sum_{i=1..k} h_i^l`, with `w = softmax(alpha)` and `alpha` (`layer_logits`,
+    shape `(N,)`) learned, initialized to zeros (uniform weights). `h_i^l` is the output of layer l (1-based,
+    before any final norm) at position i of the window.
+    """
+
+    def __init__(self, num_layers: int):
+        super().__init__()
+        self.layer_logits = nn.Parameter(torch.zeros(num_layers))
+
+    def layer_weights(self) -> torch.Tensor:
+        """`w = softmax(alpha)`, shape `(N,)`, float32."""
+        return torch.softmax(self.layer_logits.float(), dim=0)
+
+    def forward(self, layer_sums: torch.Tensor, token_counts: torch.Tensor) -> torch.Tensor:
+        r"""
+        Args:
+            layer_sums (`torch.FloatTensor` of shape `(batch_size, N, hidden_size)`): per layer, the sum of the
+                hidden states over the window's (non-padding) positions.
+            token_counts (`torch.Tensor` of shape `(batch_size,)`): k, the number of positions summed (0 is treated
+                as 1, giving a zero vector).
+
+        Returns:
+            `torch.FloatTensor` of shape `(batch_size, hidden_size)`: the pooled window representation.
+        """
+        counts = token_counts.to(layer_sums.dtype).clamp(min=1)
+        means = layer_sums / counts[:, None, None]
+        return torch.einsum("l,blh->bh", self.layer_weights().to(means.dtype), means)
+
+
+class RecurrenceFeedForward(nn.Module):
+    r"""The feed-forward network of §3.1 (3 hidden layers of 200 in §5): `hidden_size -> sizes... -> hidden_size`,
+    with `activation` after every layer but the last. With no hidden sizes it is a single linear map."""
+
+    def __init__(self, hidden_size: int, hidden_sizes, activation: str):
+        super().__init__()
+        widths = [hidden_size, *hidden_sizes, hidden_size]
+        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
+        self.act = ACT2FN[activation]
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        """`(batch_size, hidden_size)` -> `(batch_size, hidden_size)`."""
+        x = pooled
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            if i < len(self.layers) - 1:
+                x = self.act(x)
+        return x
+
+
+class RecurrenceModule(nn.Module):
+    r"""All parameters the recurrence adds to a pretrained model (the `recurrence` submodule): pooling (eq. 1) and
+    the feed-forward network producing the vector inserted in the next window (§3.1).
+
+    Args:
+        config: a recurrent config (`hidden_size`, `num_hidden_layers`, `recurrence_hidden_sizes`,
+            `recurrence_activation`).
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        self.pooling = RecurrencePooling(config.num_hidden_layers)
+        self.ffn = RecurrenceFeedForward(
+            config.hidden_size, config.recurrence_hidden_sizes, config.recurrence_activation
+        )
+
+    def forward(self, layer_sums: torch.Tensor, token_counts: torch.Tensor) -> torch.Tensor:
+        r"""
+        Args:
+            layer_sums (`torch.FloatTensor` of shape `(batch_size, N, hidden_size)`): see [`RecurrencePooling`].
+            token_counts (`torch.Tensor` of shape `(batch_size,)`).
+
+        Returns:
+            `torch.FloatTensor` of shape `(batch_size, hidden_size)`: the recurrent vector for the next window.
+        """
+        return self.ffn(self.pooling(layer_sums, token_counts))
+
+
+# ----------------------------------------------------------------------------------------------------- attention
+def memory_attention_implementation(config) -> str:
+    """Attention implementation used at the memory layer: the model's own (`config._attn_implementation`) when it
+    is `"eager"` or `"sdpa"`; any other backend (flash, flex, kernels) falls back to sdpa for this one layer, which
+    needs an explicit 4-D mask over `[memory; keys]`."""
+    return config._attn_implementation if config._attn_implementation in ("eager", "sdpa") else "sdpa"
+
+
+def memory_attention_mask(
+    attention_mask: torch.Tensor | None,
+    batch_size: int,
+    query_length: int,
+    past_length: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    implementation: str,
+) -> torch.Tensor:
+    r"""4-D mask for layer L's attention over `[memory; past keys; new keys]` (§3.1, Figure 2).
+
+    Key 0 is the recurrent vector: every query may attend to it. The other keys follow the usual causal rule (query
+    at window position `past_length + i` sees window positions `<= past_length + i`) and the key padding mask.
+
+    Args:
+        attention_mask (`torch.Tensor` of shape `(batch_size, >= past_length + query_length)`, *optional*):
+            1 for tokens, 0 for padding; its last `past_length + query_length` columns are used.
+        batch_size, query_length, past_length (`int`): shapes of the current call (window positions).
+        dtype, device: dtype of the additive mask (eager) and device.
+        implementation (`str`): `"eager"` (additive float mask, 0 or dtype min) or `"sdpa"` (bool, True = attend).
+
+    Returns:
+        `torch.Tensor` of shape `(batch_size, 1, query_length, 1 + past_length + query_length)`.
+    """
+    kv_length = past_length + query_length
+    query_positions = torch.arange(past_length, kv_length, device=device)
+    allowed = torch.arange(kv_length, device=device)[None, :] <= query_positions[:, None]
+    allowed = allowed[None, None].expand(batch_size, 1, query_length, kv_length)
+    if attention_mask is not None:
+        allowed = allowed & attention_mask[:, None, None, -kv_length:].to(device=device, dtype=torch.bool)
+    memory_column = torch.ones(batch_size, 1, query_length, 1, dtype=torch.bool, device=device)
+    allowed = torch.cat([memory_column, allowed], dim=-1)
+    if implementation == "eager":
+        return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
+    return allowed
+
+
+def memory_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    memory_key: torch.Tensor,
+    memory_value: torch.Tensor,
+    attention_mask: torch.Tensor,
+    eager_attention: callable,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs,
+):
+    r"""Attention of the window's queries over `[memory; keys]`: the recurrent vector is one extra key and value,
+    never a query (§3.1: "for a window size of 300 tokens, there are 301 inputs to layer L, but still only 300
+    outputs").
+
+    Args:
+        module (`nn.Module`): the attention module (its `config._attn_implementation` picks the attention function
+            through `ALL_ATTENTION_FUNCTIONS.get_interface`, see [`memory_attention_implementation`]).
+        query (`torch.Tensor` of shape `(batch_size, num_heads, query_length, head_dim)`).
+        key, value (`torch.Tensor` of shape `(batch_size, num_kv_heads, kv_length, head_dim)`): window keys/values
+            (cached ones included).
+        memory_key, memory_value (`torch.Tensor` of shape `(batch_size, num_kv_heads, 1, head_dim)`): the recurrent
+            vector projected by this layer's own key/value projections.
+        attention_mask (`torch.Tensor`): from [`memory_attention_mask`], `(batch_size, 1, query_length,
+            1 + kv_length)`.
+        eager_attention (`callable`): the family's eager attention function (the interface's default).
+        dropout (`float`), scaling (`float`): as in transformers' attention interface.
+
+    Returns:
+        `(attn_output (batch_size, query_length, num_heads, head_dim), attn_weights or None)`.
+    """
+    key = torch.cat([memory_key.to(key.dtype), key], dim=2)
+    value = torch.cat([memory_value.to(value.dtype), value], dim=2)
+    # Adapted from transformers' LlamaAttention.forward: the attention function comes from the attention interface
+    attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
+        memory_attention_implementation(module.config), eager_attention
+    )
+    return attention_interface(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+
+
+def masked_layer_sum(hidden_states: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+    """Sum of `hidden_states` `(batch, length, hidden)` over the positions where `valid` `(batch, length)` is 1."""
+    if valid is None:
+        return hidden_states.sum(dim=1)
+    return (hidden_states * valid[:, :, None].to(hidden_states.dtype)).sum(dim=1)
+
+
+# ----------------------------------------------------------------------------------------------------- cache
+class RecurrentCache(DynamicCache):
+    r"""KV cache of the *current* window plus the recurrent state, so that `generate()` can run past the position
+    table: the prompt is consumed window by window, generation continues in the current window with this cache, and
+    when the window is full the model rolls into a new one (the KV entries are dropped, the new window receives the
+    recurrent vector pooled from the full window, and starts with its last `window_overlap` tokens).
+
+    Attributes:
+        recurrent_state (`torch.FloatTensor` of shape `(batch_size, hidden_size)` or `None`): vector inserted at
+            layer L in the current window (`None` in the first window); the `recurrent_state` of `forward`'s
+            arguments and outputs. (`memory` is its 0.1.0 name, kept as an alias.)
+        window_ids (`torch.LongTensor` of shape `(batch_size, window_length)` or `None`): tokens of the current window.
+        layer_sums (`torch.FloatTensor` of shape `(batch_size, N, hidden_size)` or `None`): per-layer sums of the
+            current window's hidden states (eq. 1 numerator).
+        token_counts (`torch.Tensor` of shape `(batch_size,)` or `None`): positions summed in `layer_sums`.
+        tokens_seen (`int`): tokens of the stream consumed so far (all windows).
+        num_windows (`int`): windows started so far.
+    """
+
+    def __init__(self, config=None, recurrent_state: torch.Tensor | None = None, memory: torch.Tensor | None = None):
+        super().__init__(config=config)
+        self.recurrent_state = recurrent_state if recurrent_state is not None else memory
+        self.window_ids = None
+        self.layer_sums = None
+        self.token_counts = None
+        self.tokens_seen = 0
+        self.num_windows = 1
+
+    @property
+    def memory(self) -> torch.Tensor | None:
+        """The 0.1.0 name of [`recurrent_state`]."""
+        return self.recurrent_state
+
+    @memory.setter
+    def memory(self, value: torch.Tensor | None) -> None:
+        self.recurrent_state = value
+
+    @property
+    def window_length(self) -> int:
+        """Tokens in the current window."""
+        return 0 if self.window_ids is None else self.window_ids.shape[1]
+
+    def add_tokens(self, input_ids: torch.Tensor, layer_sums: torch.Tensor, token_counts: torch.Tensor) -> None:
+        """Record `input_ids` `(batch, n)` as part of the current window, with their per-layer sums and counts."""
+        self.window_ids = input_ids if self.window_ids is None else torch.cat([self.window_ids, input_ids], dim=1)
+        if self.layer_sums is None:
+            self.layer_sums, self.token_counts = layer_sums, token_counts
+        else:
+            self.layer_sums = self.layer_sums + layer_sums
+            self.token_counts = self.token_counts + token_counts
+
+    def roll(self, recurrent_state: torch.Tensor) -> None:
+        """Start a new window that receives `recurrent_state` `(batch, hidden)`: drop the KV entries and the pooling
+        sums."""
+        DynamicCache.reset(self)
+        self.recurrent_state = recurrent_state
+        self.window_ids = self.layer_sums = self.token_counts = None
+        self.num_windows += 1
+
+    def reset(self) -> None:
+        """Forget everything (KV entries and recurrent state): the next call starts a new stream."""
+        super().reset()
+        self.recurrent_state = self.window_ids = self.layer_sums = self.token_counts = None
+        self.tokens_seen = 0
+        self.num_windows = 1
+
+    def _map_state(self, fn) -> None:
+        for name in ("recurrent_state", "window_ids", "layer_sums", "token_counts"):
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, fn(value))
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        super().reorder_cache(beam_idx)
+        self._map_state(lambda t: t.index_select(0, beam_idx.to(t.device)))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        super().batch_repeat_interleave(repeats)
+        self._map_state(lambda t: t.repeat_interleave(repeats, dim=0))
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        super().batch_select_indices(indices)
+        self._map_state(lambda t: t[indices])
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Not supported: the pooled state of the window cannot be un-added. Raises `NotImplementedError`."""
+        raise NotImplementedError("RecurrentCache cannot be cropped (assisted decoding is not supported).")
+
+
+# ----------------------------------------------------------------------------------------------------- outputs
+@dataclass
+class RecurrentCausalLMOutputWithPast(CausalLMOutputWithPast):
+    r"""
+    Output of the recurrent causal LMs: `CausalLMOutputWithPast` (loss first) plus the recurrent state.
+
+    Args:
+        loss (`torch.FloatTensor` of shape `()`, *optional*, returned when `labels` is provided):
+            Mean next-token cross-entropy (nats) over the stream; each target counted once (overlap tokens are
+            context only, §4.2).
+        logits (`torch.FloatTensor` of shape `(batch_size, kept_positions, vocab_size)`):
+            Logits of the kept positions (`logits_to_keep`), each from the window in which its token is new.
+        past_key_values ([`RecurrentCache`], *optional*): returned on the cached path (`use_cache=True`, eval).
+        recurrent_state (`torch.FloatTensor` of shape `(batch_size, hidden_size)`):
+            The vector the next window would receive (pooled from the last, possibly partial, window and passed
+            through the feed-forward network). Pass it as `recurrent_state=` to a later call to continue the stream.
+        num_windows (`int`): windows run in this call.
+    """
+
+    recurrent_state: torch.FloatTensor | None = None
+    num_windows: int | None = None
+
+
+def window_spans(length: int, window_size: int, overlap: int) -> list[tuple[int, int, int]]:
+    r"""Windows of a stream of `length` tokens (§4.2): window j covers `[start, end)`, `start_0 = 0`,
+    `start_j = end_{j-1} - overlap`, `end_j = min(start_j + window_size, length)`; `new_from` is the first
+    window position whose token is new (0 for the first window, `overlap` after). The last window may be short.
+
+    Returns:
+        `list[tuple[int, int, int]]`: `(start, end, new_from)` per window.
+
+    Raises:
+        ValueError: if `length < 1` or the window/overlap are invalid.
+    """
+    if length < 1:
+        raise ValueError(f"a stream needs at least one token, got length {length}.")
+    if window_size < 1 or not 0 <= overlap < window_size:
+        raise ValueError(f"invalid window_size={window_size} / overlap={overlap}.")
+    spans = [(0, min(window_size, length), 0)]
+    while spans[-1][1] < length:
+        start = spans[-1][1] - overlap
+        spans.append((start, min(start + window_size, length), overlap))
+    return spans
+
+
+# ----------------------------------------------------------------------------------------------------- mixin
+class RecurrentCausalLMMixin:
+    r"""The base every recurrent causal LM shares (§3): windowing, the window pass with the memory at layer L,
+    `forward`, loss (each target counted once), backpropagation through time, window-level gradient checkpointing
+    (§3.2), the cached streaming path and `generate()` support. Mixed into a family's `PreTrainedModel` subclass,
+    which defines `self.recurrence` ([`RecurrenceModule`]), an LM head (`get_output_embeddings()`), a memory-aware
+    attention at layer L, and these hooks over its transformers backbone:
+
+    - `_decoder_layers()`: the blocks, in order;
+    - `_embed(input_ids, position_ids)`: `(batch, w, hidden)` input states (token + absolute position embeddings);
+    - `_position_embeddings(hidden_states, position_ids)`: what each block needs for relative positions (RoPE
+      `(cos, sin)`), or `None`;
+    - `_memory_norm(layer)`: the block's pre-attention norm, applied to the recurrent vector;
+    - `_run_layer(layer, hidden_states, **layer_kwargs)`: one block call, returning its hidden states;
+    - `_final_norm(hidden_states)`.
+
+    Gradient checkpointing (§3.2): `gradient_checkpointing_enable()` checkpoints whole windows (non-reentrant), so
+    between windows only the recurrent vectors (and the window boundaries) are kept and each window is recomputed
+    during backward; the blocks inside a window are not checkpointed a second time.
+    """
+
+    supports_gradient_checkpointing = True
+    _can_compile_fullgraph = False
+    _supports_flash_attn = False
+    _supports_flex_attn = False
+    _supports_attention_backend = False
+
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, RecurrencePooling):
+            init.zeros_(module.layer_logits)
+
+    def _set_gradient_checkpointing(self, enable: bool = True, gradient_checkpointing_func=checkpoint,
+                                    every_n_layers: int = 1):
+        # Window-level checkpointing only (§3.2); the per-block flags of the wrapped transformer stay off.
+        self.gradient_checkpointing = enable
+
+    # ------------------------------------------------------------------ one window
+    def _window_hidden_states(self, input_ids, attention_mask, memory, past_key_values, use_cache):
+        r"""Run the backbone on one window (or the next tokens of the current window when `past_key_values` is
+        given), with `memory` inserted at layer L as one extra key and value.
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, w)`).
+            attention_mask (`torch.Tensor` of shape `(batch_size, w)`, *optional*): 1 for tokens, 0 for padding
+                (only without cache).
+            memory (`torch.FloatTensor` of shape `(batch_size, hidden_size)`, *optional*): the recurrent vector.
+            past_key_values (`Cache`, *optional*): KV cache of the current window; positions continue after it.
+            use_cache (`bool`): write the new keys/values into `past_key_values`.
+
+        Returns:
+            `(last_hidden_state (batch_size, w, hidden_size) after the final norm, layer_sums (batch_size,
+            num_layers, hidden_size), token_counts (batch_size,))`: the sums are over the non-padding positions of
+            each block's output (eq. 1).
+        """
+        batch_size, width = input_ids.shape
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        position_ids = torch.arange(past_length, past_length + width, device=input_ids.device).unsqueeze(0)
+        hidden_states = self._embed(input_ids, position_ids)
+        causal_mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            position_ids=position_ids,
+        )
+        position_embeddings = self._position_embeddings(hidden_states, position_ids)
+        memory_layer = self.config.recurrence_layer - 1
+        memory_mask = None
+        if memory is not None:
+            memory_mask = memory_attention_mask(
+                attention_mask, batch_size, width, past_length, hidden_states.dtype, hidden_states.device,
+                memory_attention_implementation(self.config),
+            )
+        valid = attention_mask.to(hidden_states.dtype) if attention_mask is not None else None
+        layer_sums = []
+        for index, layer in enumerate(self._decoder_layers()):
+            layer_kwargs = dict(attention_mask=causal_mask, position_ids=position_ids,
+                                position_embeddings=position_embeddings, past_key_values=past_key_values,
+                                use_cache=use_cache)
+            if index == memory_layer and memory is not None:
+                layer_kwargs["attention_mask"] = memory_mask
+                layer_kwargs["memory_states"] = self._memory_norm(layer)(memory.to(hidden_states.dtype)[:, None, :])
+            hidden_states = self._run_layer(layer, hidden_states, **layer_kwargs)
+            layer_sums.append(masked_layer_sum(hidden_states, valid))
+        hidden_states = self._final_norm(hidden_states)
+        if valid is None:
+            token_counts = torch.full((batch_size,), width, device=input_ids.device, dtype=torch.long)
+        else:
+            token_counts = attention_mask.sum(dim=1)
+        return hidden_states, torch.stack(layer_sums, dim=1), token_counts
+
+    # ------------------------------------------------------------------ forward
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        use_cache: bool | None = None,
+        recurrent_state: torch.Tensor | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> RecurrentCausalLMOutputWithPast:
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, T)`): token ids, any `T >= 1` (may exceed the
+                position table). With `past_key_values`, only the tokens not consumed yet.
+            attention_mask (`torch.Tensor` of shape `(batch_size, T)`, *optional*): 1 for tokens, 0 for padding.
+                Padding is supported without cache (keys masked, padded positions left out of the eq. 1 mean); on
+                the cached path it must be all ones.
+            labels (`torch.LongTensor` of shape `(batch_size, T)`, *optional*): as in `GPT2LMHeadModel` /
+                `LlamaForCausalLM` (shifted inside: position t predicts `labels[:, t + 1]`; `-100` ignored). Each
+                target is counted once across windows: overlap tokens are context only (§4.2).
+            past_key_values ([`RecurrentCache`], *optional*): continue a stream (what `generate()` passes).
+            use_cache (`bool`, *optional*, defaults to `config.use_cache`): in eval mode, run the cached path and
+                return a [`RecurrentCache`]. Ignored in training mode (no cache is built) unless `past_key_values`
+                is given.
+            recurrent_state (`torch.FloatTensor` of shape `(batch_size, hidden_size)`, *optional*): the vector to
+                insert into the first window of this call (the `recurrent_state` returned by a previous call), to
+                continue a stream. Without it the first window is the plain pretrained model.
+            logits_to_keep (`int` or `torch.Tensor`, *optional*, defaults to 0): 0 keeps the logits of all T
+                positions, `k > 0` only the last k, a 1-D tensor the given positions. The loss never needs them:
+                with `k = 1` no `(T, vocab)` tensor is held.
+            inputs_embeds: not supported (raises); accepted for the `generate()` signature.
+            return_dict (`bool`, *optional*, keyword): return a tuple when False (`@can_return_tuple`).
+            num_items_in_batch (`int` or `torch.Tensor`, *optional*, keyword): loss denominator (from `Trainer`).
+
+        Returns:
+            [`RecurrentCausalLMOutputWithPast`]: `loss` (mean nats per counted target) first, `logits`
+            `(batch_size, kept, vocab_size)`, `past_key_values` (cached path), `recurrent_state`
+            `(batch_size, hidden_size)`, `num_windows`.
+
+        Raises:
+            ValueError: for missing/empty/non-2-D `input_ids`, `labels` or `attention_mask` of the wrong shape,
+                `inputs_embeds`, `position_ids`, `token_type_ids`, `output_attentions`/`output_hidden_states`, a
+                `recurrent_state` of the wrong shape, a foreign non-empty cache, or padding on the cached path.
+            TypeError: if `input_ids` is not an integer tensor or `logits_to_keep` not an int/tensor.
+        """
+        if input_ids is None and inputs_embeds is None:
+            raise ValueError("`input_ids` is required.")
+        self._check_stream_inputs(input_ids, labels, attention_mask, recurrent_state, inputs_embeds, kwargs)
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+        use_cache = use_cache if use_cache is not None else self.config.use_cache
+        batch_size, length = input_ids.shape
+        device = input_ids.device
+        targets = None
+        if labels is not None:
+            labels = labels.to(device)
+            targets = torch.cat([labels[:, 1:], labels.new_full((batch_size, 1), IGNORE_INDEX)], dim=1)
+        keep = self._keep_indices(length, logits_to_keep, device)
+        cached = past_key_values is not None or (use_cache and not self.training)
+        if cached:
+            loss_sum, logits, cache, state, num_windows = self._cached_stream(
+                input_ids, attention_mask, targets, keep, past_key_values, recurrent_state
+            )
+        else:
+            loss_sum, logits, state, num_windows = self._windowed_stream(
+                input_ids, attention_mask, targets, keep, recurrent_state
+            )
+            cache = None
+        loss = None
+        if labels is not None:
+            if num_items_in_batch is not None:
+                denominator = torch.as_tensor(num_items_in_batch, device=loss_sum.device, dtype=torch.float32)
+            else:
+                denominator = (targets != IGNORE_INDEX).sum().clamp(min=1).to(loss_sum.device, torch.float32)
+            loss = loss_sum / denominator
+        return RecurrentCausalLMOutputWithPast(
+            loss=loss, logits=logits, past_key_values=cache, recurrent_state=state, num_windows=num_windows
+        )
+
+    # ------------------------------------------------------------------ validation
+    def _check_stream_inputs(self, input_ids, labels, attention_mask, recurrent_state, inputs_embeds, kwargs):
+        if inputs_embeds is not None:
+            raise ValueError("`inputs_embeds` is not supported by the recurrent models: pass `input_ids`.")
+        for name in ("position_ids", "token_type_ids"):
+            if kwargs.get(name) is not None:
+                raise ValueError(f"`{name}` is not supported: positions restart in every window (§3).")
+        if kwargs.get("output_attentions") or kwargs.get("output_hidden_states"):
+            raise ValueError("`output_attentions` / `output_hidden_states` are not supported by the windowed models.")
+        if not torch.is_tensor(input_ids):
+            raise TypeError(f"`input_ids` must be a torch.LongTensor, got {type(input_ids).__name__}.")
+        if input_ids.dim() != 2 or input_ids.shape[0] == 0 or input_ids.shape[1] == 0:
+            raise ValueError(f"`input_ids` must be a non-empty (batch, length) tensor, got shape {tuple(input_ids.shape)}.")
+        if input_ids.dtype not in (torch.long, torch.int, torch.int16, torch.int8, torch.uint8):
+            raise TypeError(f"`input_ids` must hold integer token ids, got dtype {input_ids.dtype}.")
+        if labels is not None:
+            if not torch.is_tensor(labels) or tuple(labels.shape) != tuple(input_ids.shape):
+                shape = tuple(labels.shape) if torch.is_tensor(labels) else type(labels).__name__
+                raise ValueError(f"`labels` must have the shape of `input_ids` {tuple(input_ids.shape)}, got {shape}.")
+        if attention_mask is not None and (not torch.is_tensor(attention_mask) or attention_mask.dim() != 2
+                                           or attention_mask.shape[0] != input_ids.shape[0]):
+            raise ValueError("`attention_mask` must be a 2-D (batch, length) tensor of 0/1.")
+        if recurrent_state is not None:
+            expected = (input_ids.shape[0], self.config.hidden_size)
+            if not torch.is_tensor(recurrent_state) or tuple(recurrent_state.shape) != expected:
+                shape = tuple(recurrent_state.shape) if torch.is_tensor(recurrent_state) else recurrent_state
+                raise ValueError(f"`recurrent_state` must have shape (batch, hidden_size) = {expected}, got {shape}.")
+
+    @staticmethod
+    def _keep_indices(length: int, logits_to_keep, device) -> torch.Tensor:
+        if isinstance(logits_to_keep, bool) or not (_is_int(logits_to_keep) or torch.is_tensor(logits_to_keep)):
+            raise TypeError(f"`logits_to_keep` must be an int or a 1-D tensor of positions, got {logits_to_keep!r}.")
+        if torch.is_tensor(logits_to_keep):
+            if logits_to_keep.dim() != 1:
+                raise ValueError("`logits_to_keep` as a tensor must be 1-D (sequence positions).")
+            keep = torch.zeros(length, dtype=torch.bool, device=device)
+            keep[logits_to_keep.to(device).long()] = True
+            return keep
+        if logits_to_keep < 0:
+            raise ValueError(f"`logits_to_keep` must be >= 0, got {logits_to_keep}.")
+        keep = torch.zeros(length, dtype=torch.bool, device=device)
+        keep[(length - logits_to_keep) if logits_to_keep else 0:] = True
+        return keep
+
+    # ------------------------------------------------------------------ per-chunk head
+    def _head(self, hidden: torch.Tensor, targets: torch.Tensor | None, keep: torch.Tensor):
+        """LM head on the new positions of a chunk: summed cross-entropy on `targets` (`-100` ignored) and the logits
+        of the positions flagged in `keep` (`(length,)` bool). Returns `(loss_sum float32 scalar, logits or None)`."""
+        lm_head = self.get_output_embeddings()
+        loss_sum = hidden.new_zeros((), dtype=torch.float32)
+        kept = None
+        has_targets = targets is not None and bool((targets != IGNORE_INDEX).any())
+        if has_targets:
+            logits = lm_head(hidden)
+            loss_sum = F.cross_entropy(
+                logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1).to(logits.device),
+                ignore_index=IGNORE_INDEX, reduction="sum",
+            )
+            if bool(keep.all()):
+                kept = logits
+            elif bool(keep.any()):
+                kept = logits[:, keep]
+        elif bool(keep.any()):
+            kept = lm_head(hidden if bool(keep.all()) else hidden[:, keep])
+        return loss_sum, kept
+
+    def _window_states(self, input_ids, attention_mask, memory, new_from: int):
+        """One window without KV cache: `(hidden states of its new positions (batch, w - new_from, hidden),
+        next recurrent vector (batch, hidden))`."""
+        hidden, layer_sums, token_counts = self._window_hidden_states(input_ids, attention_mask, memory, None, False)
+        next_memory = self.recurrence(layer_sums, token_counts)
+        if memory is not None and attention_mask is not None:
+            # a row with no real token in this window (padding only) keeps its state
+            next_memory = torch.where((token_counts > 0)[:, None], next_memory, memory.to(next_memory.dtype))
+        return hidden[:, new_from:], next_memory
+
+    def _window_step(self, input_ids, attention_mask, memory, targets, keep, new_from: int):
+        """One window and its LM head (the unit checkpointed in §3.2, so no `(w, vocab)` tensor outlives it):
+        returns `(loss_sum, next_memory, logits)`."""
+        hidden, next_memory = self._window_states(input_ids, attention_mask, memory, new_from)
+        loss_sum, logits = self._head(hidden, targets, keep)
+        return loss_sum, next_memory, logits
+
+    def _windowed_stream(self, input_ids, attention_mask, targets, keep, memory):
+        """No KV cache: windows in sequence, each run in full, the recurrent vector carried (training path)."""
+        config = self.config
+        spans = window_spans(input_ids.shape[1], config.window_size, config.window_overlap)
+        use_checkpoint = bool(getattr(self, "gradient_checkpointing", False)) and self.training \
+            and torch.is_grad_enabled()
+        if attention_mask is not None and attention_mask.shape[1] != input_ids.shape[1]:
+            raise ValueError(
+                f"`attention_mask` has {attention_mask.shape[1]} columns for {input_ids.shape[1]} tokens."
+            )
+        if not use_checkpoint:
+            # the new positions of consecutive windows tile the stream exactly once: one LM head over all of them
+            # (as the plain model) instead of concatenating per-window `(w, vocab)` logits
+            hiddens = []
+            for start, end, new_from in spans:
+                window_mask = attention_mask[:, start:end] if attention_mask is not None else None
+                hidden, memory = self._window_states(input_ids[:, start:end], window_mask, memory, new_from)
+                hiddens.append(hidden)
+            loss_sum, logits = self._head(torch.cat(hiddens, dim=1) if len(hiddens) > 1 else hiddens[0], targets,
+                                          keep)
+            return loss_sum, logits, memory, len(spans)
+        loss_sum = torch.zeros((), dtype=torch.float32, device=input_ids.device)
+        pieces = []
+        for start, end, new_from in spans:
+            window_mask = attention_mask[:, start:end] if attention_mask is not None else None
+            window_targets = targets[:, start + new_from : end] if targets is not None else None
+            step_loss, memory, logits = checkpoint(
+                self._window_step, input_ids[:, start:end], window_mask, memory, window_targets,
+                keep[start + new_from : end], new_from, use_reentrant=False,
+            )
+            loss_sum = loss_sum + step_loss
+            if logits is not None:
+                pieces.append(logits)
+        logits = torch.cat(pieces, dim=1) if len(pieces) > 1 else (pieces[0] if pieces else None)
+        return loss_sum, logits, memory, len(spans)
+
+    def _cached_stream(self, input_ids, attention_mask, targets, keep, cache, recurrent_state):
+        """With a [`RecurrentCache`]: continue the current window with the KV cache, roll into a new window (carrying
+        the recurrent vector, re-reading the last `window_overlap` tokens) whenever it is full (generation path)."""
+        config = self.config
+        window, overlap = config.window_size, config.window_overlap
+        if not isinstance(cache, RecurrentCache):
+            if cache is not None and (not isinstance(cache, Cache) or cache.get_seq_length() > 0):
+                raise ValueError(
+                    "`past_key_values` must be the RecurrentCache returned by a previous call (or an empty Cache), got "
+                    f"a non-empty {type(cache).__name__}."
+                )
+            cache = RecurrentCache(config=config)
+        if recurrent_state is not None:
+            if cache.tokens_seen > 0:
+                raise ValueError("`recurrent_state` can only start a stream: the cache already holds one.")
+            cache.recurrent_state = recurrent_state
+        if attention_mask is not None and not bool(attention_mask.bool().all()):
+            raise ValueError(
+                "Padding (`attention_mask` with zeros) is not supported on the cached/generation path: windows are "
+                "cut at the same token index in every row. Generate one prompt at a time or use equal-length prompts."
+            )
+        length = input_ids.shape[1]
+        loss_sum = torch.zeros((), dtype=torch.float32, device=input_ids.device)
+        pieces = []
+        position = 0
+        start_windows = cache.num_windows
+        while position < length:
+            context = None
+            if cache.window_length >= window:
+                next_memory = self.recurrence(cache.layer_sums, cache.token_counts)
+                if overlap:
+                    context = cache.window_ids[:, window - overlap :]
+                cache.roll(next_memory)
+                take = window - overlap
+            else:
+                take = window - cache.window_length
+            new_ids = input_ids[:, position : position + take]
+            take = new_ids.shape[1]
+            chunk = new_ids if context is None else torch.cat([context, new_ids], dim=1)
+            hidden, layer_sums, token_counts = self._window_hidden_states(chunk, None, cache.recurrent_state, cache, True)
+            cache.add_tokens(chunk, layer_sums, token_counts)
+            n_context = 0 if context is None else context.shape[1]
+            chunk_targets = targets[:, position : position + take] if targets is not None else None
+            step_loss, logits = self._head(hidden[:, n_context:], chunk_targets, keep[position : position + take])
+            loss_sum = loss_sum + step_loss
+            if logits is not None:
+                pieces.append(logits)
+            position += take
+        cache.tokens_seen += length
+        state = self.recurrence(cache.layer_sums, cache.token_counts)
+        logits = torch.cat(pieces, dim=1) if pieces else None
+        return loss_sum, logits, cache, state, cache.num_windows - start_windows + 1
+
+    # ------------------------------------------------------------------ generation
+    def prepare_inputs_for_generation(
+        self,
+        input_ids: torch.LongTensor,
+        next_sequence_length: int | None = None,
+        past_key_values: Cache | None = None,
+        attention_mask: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        is_first_iteration: bool | None = False,
+        **kwargs,
+    ):
+        r"""Inputs of one `generate()` step: only the tokens the [`RecurrentCache`] has not consumed yet (the whole
+        prompt at the first step, whatever its length), the cache, and `use_cache` / `logits_to_keep` /
+        `recurrent_state` (the latter only at the start of a stream).
+
+        Raises:
+            ValueError: for `inputs_embeds` or a padded `attention_mask` (see [`RecurrentCache`]).
+        """
+        if inputs_embeds is not None:
+            raise ValueError("`inputs_embeds` is not supported by the recurrent models: pass `input_ids`.")
+        if attention_mask is not None and not bool(attention_mask.bool().all()):
+            raise ValueError(
+                "Batched generation with padding is not supported by the recurrent models (windows are cut at the "
+                "same token index in every row): generate one prompt at a time or use equal-length prompts."
+            )
+        seen = past_key_values.tokens_seen if isinstance(past_key_values, RecurrentCache) else 0
+        if seen:
+            input_ids = input_ids[:, seen:]
+        elif next_sequence_length is not None:
+            input_ids = input_ids[:, -next_sequence_length:]
+        model_inputs = {"input_ids": input_ids.clone(memory_format=torch.contiguous_format)}
+        if past_key_values is not None:
+            model_inputs["past_key_values"] = past_key_values
+        for key in ("use_cache", "logits_to_keep"):
+            if key in kwargs:
+                model_inputs[key] = kwargs[key]
+        if kwargs.get("recurrent_state") is not None and not seen:
+            model_inputs["recurrent_state"] = kwargs["recurrent_state"]
+        return model_inputs
+
+
+__all__ = [
+    "RecurrenceFeedForward",
+    "RecurrenceModule",
+    "RecurrencePooling",
+    "RecurrentCache",
+    "RecurrentCausalLMMixin",
+    "RecurrentCausalLMOutputWithPast",
+    "memory_attention_forward",
+    "memory_attention_mask",
+    "set_recurrence_config",
+    "window_spans",
+]

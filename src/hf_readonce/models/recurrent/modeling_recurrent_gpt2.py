@@ -1,0 +1,186 @@
+# Copyright 2026 The hf-readonce developers.
+# Licensed under the Apache License, Version 2.0.
+"""PyTorch recurrent GPT-2: GPT-2 over windows of text with a recurrent vector carried from window to window, for
+unbounded context at the memory of one window.
+
+Implements Yoshida, Ettinger & Gimpel (2020), "Adding Recurrence to Pretrained Transformers for Improved Efficiency
+and Context Size": eq. 1 pooling, the feed-forward recurrence and its insertion at layer L as one extra key/value
+(§3.1), window-level gradient checkpointing (§3.2) and overlapped execution (§4.2). The mechanism itself is shared
+with the other families in `modeling_recurrence.py`.
+
+This file travels with saved checkpoints (`trust_remote_code=True`): it imports only torch, transformers and the
+files next to it.
+"""
+
+import torch
+from torch import nn
+from transformers.cache_utils import Cache
+from transformers.generation import GenerationMixin
+from transformers.models.gpt2.modeling_gpt2 import (
+    GPT2Attention,
+    GPT2Model,
+    GPT2PreTrainedModel,
+    eager_attention_forward,
+)
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs
+
+from .configuration_recurrent_gpt2 import RecurrentGPT2Config
+from .modeling_recurrence import (
+    RecurrenceModule,
+    RecurrentCausalLMMixin,
+    memory_attention_forward,
+)
+
+
+class RecurrentGPT2Attention(GPT2Attention):
+    r"""GPT-2 self-attention that can attend to one extra key/value: the recurrent vector (§3.1, Figure 2).
+
+    Same parameters as [`~transformers.models.gpt2.modeling_gpt2.GPT2Attention`] (`c_attn`, `c_proj`), so GPT-2
+    weights load unchanged. Without `memory_states` it is exactly GPT-2's attention. With `memory_states`
+    (`(batch_size, 1, hidden_size)`, already normalized by the block's `ln_1`), the memory is projected by this
+    layer's own `c_attn`; its key and value are prepended to the window's keys and values and its query is dropped:
+    the window's `w` queries attend over `1 + w` keys and the layer still has `w` outputs. The memory's key/value are
+    not written to the KV cache (they are recomputed at each call from the cached recurrent vector).
+    """
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        past_key_values: Cache | None = None,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        output_attentions: bool | None = False,
+        memory_states: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ):
+        r"""
+        Args:
+            hidden_states (`torch.FloatTensor` of shape `(batch_size, w, hidden_size)`): normalized window states.
+            past_key_values (`Cache`, *optional*): KV cache of the current window.
+            attention_mask (`torch.Tensor`): the usual causal mask, or with `memory_states` the mask of
+                `modeling_recurrence.memory_attention_mask` (`(batch_size, 1, w, 1 + past + w)`).
+            memory_states (`torch.FloatTensor` of shape `(batch_size, 1, hidden_size)`, *optional*): the recurrent
+                vector after `ln_1`.
+
+        Returns:
+            `(attn_output (batch_size, w, hidden_size), attn_weights or None)`.
+        """
+        # Arguments, docs and the memory_attention_forward call look like those of RecurrentLlamaAttention on purpose:
+        # each family projects the memory with its own weights (c_attn / k_proj, v_proj) and RoPE rules, and what
+        # they share (the attention over [memory; keys]) is memory_attention_forward.
+        if memory_states is None:
+            return super().forward(
+                hidden_states,
+                past_key_values=past_key_values,
+                attention_mask=attention_mask,
+                encoder_hidden_states=encoder_hidden_states,
+                encoder_attention_mask=encoder_attention_mask,
+                output_attentions=output_attentions,
+                **kwargs,
+            )
+        if encoder_hidden_states is not None:
+            raise ValueError("RecurrentGPT2Attention does not support cross-attention.")
+        # Adapted from transformers' GPT2Attention.forward (self-attention branch), plus the memory's key/value
+        query_states, key_states, value_states = self.c_attn(hidden_states).split(self.split_size, dim=2)
+        shape = (*hidden_states.shape[:-1], -1, self.head_dim)
+        query_states = query_states.view(shape).transpose(1, 2)
+        key_states = key_states.view(shape).transpose(1, 2)
+        value_states = value_states.view(shape).transpose(1, 2)
+        if past_key_values is not None:
+            key_states, value_states = past_key_values.update(key_states, value_states, self.layer_idx)
+        # the memory's query (first third of c_attn's output) is discarded: the memory is never a query
+        _, memory_key, memory_value = self.c_attn(memory_states).split(self.split_size, dim=2)
+        memory_shape = (*memory_states.shape[:-1], -1, self.head_dim)
+        memory_key = memory_key.view(memory_shape).transpose(1, 2)
+        memory_value = memory_value.view(memory_shape).transpose(1, 2)
+        attn_output, attn_weights = memory_attention_forward(
+            self,
+            query_states,
+            key_states,
+            value_states,
+            memory_key,
+            memory_value,
+            attention_mask,
+            eager_attention_forward,
+            dropout=self.attn_dropout.p if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        attn_output = attn_output.reshape(*attn_output.shape[:-2], -1).contiguous()
+        attn_output = self.resid_dropout(self.c_proj(attn_output))
+        return attn_output, attn_weights
+
+
+class RecurrentGPT2LMHeadModel(RecurrentCausalLMMixin, GPT2PreTrainedModel, GenerationMixin):
+    r"""
+    GPT-2 with a language-modeling head, run over windows of `config.window_size` tokens with a recurrent vector
+    carried between windows (Yoshida et al. 2020, §3).
+
+    Parameter names are those of [`~transformers.GPT2LMHeadModel`] (`transformer.*`, `lm_head`), plus the
+    `recurrence.*` submodule ([`RecurrenceModule`]: eq. 1 pooling weights and the feed-forward network), so
+    `RecurrentGPT2LMHeadModel.from_pretrained(<any GPT-2 checkpoint>)` loads GPT-2's weights and initializes only the
+    recurrence. The first window has no extra key/value: it is numerically GPT-2.
+
+    Execution (`forward(input_ids (batch, T))`, any T, also far beyond `n_positions`):
+
+    - training, or `use_cache=False`: windows `[start_j, end_j)` with `start_j = end_{j-1} - window_overlap`, run in
+      sequence; positions restart at 0 in every window; window j+1 receives at layer L the vector
+      `recurrence(window j)`; gradients flow through it (backpropagation through time). With gradient checkpointing
+      on, each window is checkpointed: only the recurrent vectors and the window boundaries are kept between windows
+      (§3.2), and the loss is computed window by window inside the checkpoint.
+    - eval with `use_cache=True` (default) or with `past_key_values`: the same windows, continued with a
+      [`RecurrentCache`] (KV cache of the current window + recurrent state); this is what `generate()` uses, so a
+      prompt longer than `n_positions` is consumed window by window and generation rolls into a new window when the
+      current one is full.
+    """
+
+    config_class = RecurrentGPT2Config
+    config: RecurrentGPT2Config
+    _tied_weights_keys = {"lm_head.weight": "transformer.wte.weight"}
+
+    def __init__(self, config: RecurrentGPT2Config):
+        super().__init__(config)
+        self.transformer = GPT2Model(config)
+        block = config.recurrence_layer - 1
+        self.transformer.h[block].attn = RecurrentGPT2Attention(config=config, layer_idx=block)
+        self.recurrence = RecurrenceModule(config)
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.transformer.wte
+
+    def set_input_embeddings(self, new_embeddings):
+        self.transformer.wte = new_embeddings
+
+    # ------------------------------------------------------------------ backbone hooks of RecurrentCausalLMMixin
+    def _decoder_layers(self):
+        return self.transformer.h
+
+    def _embed(self, input_ids, position_ids):
+        transformer = self.transformer
+        inputs_embeds = transformer.wte(input_ids)
+        return transformer.drop(inputs_embeds + transformer.wpe(position_ids).to(inputs_embeds.device))
+
+    def _position_embeddings(self, hidden_states, position_ids):
+        return None  # absolute positions, added in `_embed`
+
+    def _memory_norm(self, layer):
+        return layer.ln_1
+
+    def _run_layer(self, layer, hidden_states, *, attention_mask, past_key_values, use_cache, position_ids,
+                   position_embeddings=None, **memory):
+        return layer(hidden_states, past_key_values, attention_mask, None, use_cache=use_cache,
+                     position_ids=position_ids, **memory)
+
+    def _final_norm(self, hidden_states):
+        return self.transformer.ln_f(hidden_states)
+
+
+RecurrentGPT2Config.register_for_auto_class()
+RecurrentGPT2LMHeadModel.register_for_auto_class("AutoModelForCausalLM")
+
+__all__ = ["RecurrentGPT2Attention", "RecurrentGPT2LMHeadModel"]

@@ -1,0 +1,330 @@
+"""Training and evaluation pipeline of ReadOnce BART on QA-as-generation and summarization, shared by
+`examples/readonce/run_readonce_qa.py` and `run_readonce_summarization.py`.
+
+Variants, all from the same warm start (a BART built from a BERT checkpoint, [`hf_readonce.models.readonce_bart.convert_bert_to_readonce_bart`]):
+
+- `baseline`: plain BART reading `[CLS] question [SEP] document [SEP]` as text (the representation+text model with no
+  representations is exactly BART);
+- `readonce`: the question as text and the document as ReadOnce representations (k = `compression_ratio`).
+  Stage 1 trains both parts jointly (the document encoder reads the tokens, §3.3). With `stage2_steps > 0`, stage 2
+  freezes the document encoder, stores every training and validation document's representations once in a
+  [`RepresentationStore`], and fine-tunes the representation+text model on them (§3.4); evaluation then reads the
+  validation representations from the store.
+
+Metrics: SQuAD EM/F1 for QA, ROUGE-L (F-measure, percent) for summarization, both from torchmetrics, and the
+teacher-forced loss of the gold targets before and after training; the training time per batch is recorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field
+
+import torch
+from transformers import AutoTokenizer, Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+from ..models.readonce_bart.convert_bert_to_readonce_bart import readonce_bart_from_bert
+from ..models.readonce_bart.modeling_readonce_bart import ReadOnceBartForConditionalGeneration
+from ..representations.fill import fill_store
+from ..representations.readonce_bart import ReadOnceBartAdapter
+from ..store import RepresentationStore, content_hash
+from ..tasks.question_answering import (
+    first_sentence_predictions,
+    first_span_predictions,
+    load_qa_examples,
+    read_jsonl,
+)
+from ..weights import minilm_path
+
+
+@dataclass
+class ReadOnceArguments:
+    """Model, data and evaluation arguments of the ReadOnce examples (the training ones are
+    `Seq2SeqTrainingArguments`)."""
+
+    task: str = field(default="qa", metadata={"help": "qa or summarization"})
+    variant: str = field(default="readonce", metadata={"help": "readonce or baseline"})
+    model_name_or_path: str = field(default=None, metadata={"help": "BERT (converted) or ReadOnce checkpoint; "
+                                                                    "default: the packaged MiniLM"})
+    train_file: str = field(default=None, metadata={"help": "JSONL; several files separated by commas"})
+    validation_file: str = field(default=None, metadata={"help": "JSONL; several files separated by commas are "
+                                                                 "scored separately (eval_<folder name>_...)"})
+    compression_ratio: int = field(default=8)
+    append_layer: int = field(default=None)
+    max_document_length: int = field(default=256)
+    max_question_length: int = field(default=32)
+    max_target_length: int = field(default=32)
+    max_train_samples: int = field(default=None)
+    max_eval_samples: int = field(default=None)
+    stage1_steps: int = field(default=None, metadata={"help": "steps of stage 1 (joint training; the baseline's "
+                                                              "only stage); default max_steps; 0 skips it, e.g. "
+                                                              "to fine-tune a QA-trained checkpoint downstream"})
+    stage2_steps: int = field(default=0, metadata={"help": "steps on stored representations, document encoder "
+                                                           "frozen (0: no stage 2)"})
+    store_dir: str = field(default=None, metadata={"help": "representation store (default: output_dir/store)"})
+    generation_max_tokens: int = field(default=32)
+    num_beams: int = field(default=1)
+    eval_compression_ratios: str = field(default=None, metadata={"help": "also evaluate at these k (comma list)"})
+
+
+def load_rows(task: str, path: str, limit: int | None = None) -> list[dict]:
+    """Rows `{id, question, document, targets}`: QA rows from SQuAD-style JSONL (unanswerable and empty rows set
+    aside; several files separated by commas), summarization rows from XSum JSONL (question "summary")."""
+    rows = []
+    for file in path.split(","):
+        if task == "qa":
+            examples, _ = load_qa_examples(file)
+            for e in examples:
+                texts = [t for t in (e.get("answers") or {}).get("text", []) if t.strip()]
+                if texts:
+                    rows.append({"id": e["id"], "question": e["question"], "document": e["context"], "targets": texts})
+        elif task == "summarization":
+            for e in read_jsonl(file):
+                if e.get("document", "").strip() and e.get("summary", "").strip():
+                    rows.append({"id": e["id"], "question": "summary", "document": e["document"],
+                                 "targets": [e["summary"]]})
+        else:
+            raise ValueError(f"`task` must be qa or summarization, got {task!r}.")
+    return rows[:limit] if limit else rows
+
+
+class ReadOnceCollator:
+    """Pads a batch of rows for the chosen variant: question + document tokens (readonce, stage 1), question +
+    stored representations (stage 2), or question + document as one text (baseline)."""
+
+    def __init__(self, tokenizer, args: ReadOnceArguments, store_lookup=None):
+        self.tokenizer, self.args, self.store_lookup = tokenizer, args, store_lookup
+
+    def __call__(self, rows):
+        args, tok = self.args, self.tokenizer
+        questions = [r["question"] for r in rows]
+        if args.variant == "baseline":
+            batch = tok(questions, [r["document"] for r in rows], truncation="only_second", padding=True,
+                        max_length=args.max_question_length + args.max_document_length, return_tensors="pt")
+            features = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
+        else:
+            q = tok(questions, truncation=True, max_length=args.max_question_length, padding=True, return_tensors="pt")
+            features = {"input_ids": q.input_ids, "attention_mask": q.attention_mask}
+            if self.store_lookup is not None:
+                features.update(self.store_lookup([r["document"] for r in rows]))
+            else:
+                d = tok([r["document"] for r in rows], truncation=True, max_length=args.max_document_length,
+                        padding=True, return_tensors="pt")
+                features.update(document_input_ids=d.input_ids, document_input_attention_mask=d.attention_mask)
+        if "targets" in rows[0] and rows[0].get("train", True):
+            target = tok([r["targets"][0] for r in rows], add_special_tokens=False, truncation=True,
+                         max_length=args.max_target_length - 1)["input_ids"]
+            width = max(len(t) for t in target) + 1
+            labels = torch.full((len(rows), width), -100)
+            for i, t in enumerate(target):
+                labels[i, : len(t) + 1] = torch.tensor(t + [tok.sep_token_id])
+            features["labels"] = labels
+        return features
+
+
+def store_lookup_fn(store: RepresentationStore, adapter):
+    """`texts -> {document_representations, document_attention_mask}` padded from the store (the adapter's read
+    side)."""
+    fingerprint, settings = adapter.fingerprint(), adapter.settings()
+
+    def lookup(texts):
+        reps = adapter.read(store.get_many(fingerprint, settings, [content_hash(t) for t in texts]),
+                            dtype=torch.float32)
+        return {"document_representations": reps.representations, "document_attention_mask": reps.attention_mask}
+
+    return lookup
+
+
+class _TimedTrainer(Seq2SeqTrainer):
+    """Seq2SeqTrainer that records the wall time of each training step's forward and backward (seconds per batch;
+    on a GPU the queued work is waited for, so the time is the device's, not the launch time)."""
+
+    def training_step(self, *args, **kwargs):
+        synchronize = torch.cuda.synchronize if self.args.device.type == "cuda" else (lambda: None)
+        synchronize()
+        start = time.perf_counter()
+        loss = super().training_step(*args, **kwargs)
+        synchronize()
+        self.step_times = getattr(self, "step_times", []) + [time.perf_counter() - start]
+        return loss
+
+
+def _train(model, rows, collator, training_args, steps: int):
+    args = dataclasses.replace(training_args, max_steps=steps, remove_unused_columns=False)
+    # rows are plain dicts batched by the collator, so a list is the dataset
+    trainer = _TimedTrainer(model=model, args=args, train_dataset=rows, data_collator=collator)
+    result = trainer.train()
+    times = sorted(trainer.step_times)
+    return trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False), {
+        "train_loss": round(result.training_loss, 4), "seconds_per_batch": round(times[len(times) // 2], 3)}
+
+
+def _to_device(features: dict, device) -> dict:
+    return {key: value.to(device) if torch.is_tensor(value) else value for key, value in features.items()}
+
+
+@torch.no_grad()
+def evaluation_loss(model, tokenizer, rows, args: ReadOnceArguments, store_lookup=None, batch_size: int = 32) -> float:
+    """Teacher-forced cross-entropy (nats per target token, `[SEP]` included) of the gold targets: a learning
+    signal that does not depend on decoding."""
+    model.eval()
+    collator = ReadOnceCollator(tokenizer, args, store_lookup)
+    total, count = 0.0, 0
+    for i in range(0, len(rows), batch_size):
+        features = _to_device(collator(rows[i : i + batch_size]), model.device)
+        n = int((features["labels"] != -100).sum())
+        total += float(model(**features).loss) * n
+        count += n
+    return total / count
+
+
+@torch.no_grad()
+def evaluate(model, tokenizer, rows, args: ReadOnceArguments, store_lookup=None, compression_ratio=None,
+             batch_size: int = 32) -> dict:
+    """Generate for every row and score (EM/F1 or ROUGE-L). Returns metrics and the seconds spent."""
+    model.eval()
+    collator = ReadOnceCollator(tokenizer, args, store_lookup)
+    predictions, start = [], time.perf_counter()
+    for i in range(0, len(rows), batch_size):
+        chunk = [{**r, "train": False} for r in rows[i : i + batch_size]]
+        features = _to_device(collator(chunk), model.device)
+        if "document_input_ids" in features:  # k=None: the model's own compression ratio
+            features["document_representations"] = model.encode_documents(
+                features.pop("document_input_ids"), features.pop("document_input_attention_mask"), compression_ratio)
+        out = model.generate(**features, max_new_tokens=args.generation_max_tokens, num_beams=args.num_beams,
+                             do_sample=False)
+        predictions += tokenizer.batch_decode(out, skip_special_tokens=True)
+    seconds = time.perf_counter() - start
+    metrics = score_generations(args.task, predictions, rows)
+    metrics["baselines"] = trivial_generation_baselines(args.task, rows)
+    return {**metrics, "eval_seconds": round(seconds, 1), "examples": len(rows), "sample_prediction": predictions[0]}
+
+
+def score_generations(task: str, predictions: list[str], rows: list[dict]) -> dict:
+    """SQuAD EM/F1 (task "qa", against every target) or ROUGE-1/2/L F-measure (task "summarization", against the
+    first target), in percent, with torchmetrics."""
+    from torchmetrics.text import ROUGEScore, SQuAD
+
+    if task == "qa":
+        scores = SQuAD()([{"prediction_text": p, "id": r["id"]} for p, r in zip(predictions, rows)],
+                         [{"answers": {"text": r["targets"], "answer_start": [0] * len(r["targets"])}, "id": r["id"]}
+                          for r in rows])
+        return {"exact_match": round(float(scores["exact_match"]), 2), "f1": round(float(scores["f1"]), 2)}
+    scores = ROUGEScore(rouge_keys=("rouge1", "rouge2", "rougeL"))(predictions, [r["targets"][0] for r in rows])
+    return {key: round(100 * float(scores[f"{key}_fmeasure"]), 2) for key in ("rouge1", "rouge2", "rougeL")}
+
+
+def lead_sentences(document: str, n: int) -> str:
+    """The first `n` sentences of `document` (split after `.`, `?` or `!` followed by white space, or at line
+    breaks): the lead-n summarization baseline."""
+    sentences = [s.strip() for s in re.split(r"(?<=[.?!])\s+|\n+", document) if s.strip()]
+    return " ".join(sentences[:n])
+
+
+def trivial_generation_baselines(task: str, rows: list[dict]) -> dict:
+    """Scores of the trivial baselines on `rows`, to print beside every model score: for QA the document's first
+    span (3 words) and first sentence; for summarization lead-1 and lead-3. Same scorer as the model."""
+    if task == "qa":
+        examples = [{"id": r["id"], "context": r["document"]} for r in rows]
+        candidates = {"first_span": first_span_predictions(examples),
+                      "first_sentence": first_sentence_predictions(examples)}
+        return {name: score_generations(task, [preds[r["id"]] for r in rows], rows)
+                for name, preds in candidates.items()}
+    return {f"lead_{n}": score_generations(task, [lead_sentences(r["document"], n) for r in rows], rows)
+            for n in (1, 3)}
+
+
+def run(args: ReadOnceArguments, training_args: Seq2SeqTrainingArguments) -> dict:
+    """Train (stage 1, optional stage 2) and evaluate one variant; writes `output_dir/readonce_results.json`.
+
+    Evaluation runs on `model.device` (the Trainer's device after training) in float32, with
+    `per_device_eval_batch_size` rows per batch; each validation file is scored separately.
+
+    Raises:
+        ValueError: unknown task/variant, missing files.
+    """
+    if args.variant not in ("readonce", "baseline"):
+        raise ValueError(f"`variant` must be readonce or baseline, got {args.variant!r}.")
+    path = args.model_name_or_path or str(minilm_path())
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    config_file = os.path.join(path, "config.json")
+    if os.path.isfile(config_file) and json.load(open(config_file)).get("model_type") == "readonce_bart":
+        model = ReadOnceBartForConditionalGeneration.from_pretrained(path)
+    else:
+        kwargs = {"compression_ratio": args.compression_ratio}
+        if args.append_layer:
+            kwargs["append_layer"] = args.append_layer
+        model = readonce_bart_from_bert(path, seed=training_args.seed, **kwargs)
+    model.to(training_args.device)
+    metrics = {"task": args.task, "variant": args.variant, "compression_ratio": model.config.compression_ratio,
+               "model": path}
+    train_rows = load_rows(args.task, args.train_file, args.max_train_samples) if training_args.do_train else []
+    eval_sets = {}
+    if training_args.do_eval:
+        files = args.validation_file.split(",")
+        folders = [os.path.basename(os.path.dirname(os.path.abspath(file))) for file in files]
+        if len(files) == 1:
+            names = ["eval"]
+        elif len(set(folders)) == len(folders):  # several files: keyed by their folder (the data set's name)
+            names = [f"eval_{folder}" for folder in folders]
+        else:
+            names = [f"eval{index}" for index in range(len(files))]
+        eval_sets = {name: load_rows(args.task, file, args.max_eval_samples) for name, file in zip(names, files)}
+    batch = training_args.per_device_eval_batch_size
+    stage1_steps = training_args.max_steps if args.stage1_steps is None else args.stage1_steps
+    if training_args.do_train and stage1_steps > 0:
+        for name, rows in eval_sets.items():
+            metrics[f"{name}_loss_before_training"] = round(evaluation_loss(model, tokenizer, rows, args,
+                                                                            batch_size=batch), 4)
+        model, stats = _train(model, train_rows, ReadOnceCollator(tokenizer, args), training_args, stage1_steps)
+        metrics.update({f"stage1_{k}": v for k, v in stats.items()})
+    lookup = None
+    if args.variant == "readonce" and args.stage2_steps > 0:
+        model.freeze_document_encoder()
+        model.document_encoder.eval()  # representations are read once, without dropout
+        store = RepresentationStore(args.store_dir or os.path.join(training_args.output_dir, "store"))
+        adapter = ReadOnceBartAdapter(model, tokenizer, args.max_document_length)
+        eval_rows = [row for rows in eval_sets.values() for row in rows]
+        documents = list(dict.fromkeys(r["document"] for r in train_rows + eval_rows))
+        start = time.perf_counter()
+        encoded = fill_store(adapter, store, documents, dtype="float16")
+        metrics["store_encode_seconds"] = round(time.perf_counter() - start, 1)
+        metrics["store_documents"] = encoded.encoded + encoded.already_stored
+        lookup = store_lookup_fn(store, adapter)
+        if training_args.do_train:
+            model, stats = _train(model, train_rows, ReadOnceCollator(tokenizer, args, lookup), training_args,
+                                  args.stage2_steps)
+            metrics.update({f"stage2_{k}": v for k, v in stats.items()})
+    model.float()
+    for name, rows in eval_sets.items():
+        metrics[f"{name}_loss"] = round(evaluation_loss(model, tokenizer, rows, args, lookup, batch_size=batch), 4)
+        scores = evaluate(model, tokenizer, rows, args, lookup, batch_size=batch)
+        metrics.update({f"{name}_{k}": v for k, v in scores.items()})
+        if args.variant == "readonce" and args.eval_compression_ratios:
+            for k in (int(x) for x in args.eval_compression_ratios.split(",")):
+                scores = evaluate(model, tokenizer, rows, args, None, compression_ratio=k, batch_size=batch)
+                metrics[f"{name}_k{k}"] = {key: v for key, v in scores.items() if key != "sample_prediction"}
+    os.makedirs(training_args.output_dir, exist_ok=True)
+    model.save_pretrained(training_args.output_dir)
+    tokenizer.save_pretrained(training_args.output_dir)
+    with open(os.path.join(training_args.output_dir, "readonce_results.json"), "w") as handle:
+        json.dump(metrics, handle, indent=2)
+    print(json.dumps(metrics, indent=2))
+    return metrics
+
+
+__all__ = [
+    "ReadOnceArguments",
+    "ReadOnceCollator",
+    "evaluate",
+    "evaluation_loss",
+    "lead_sentences",
+    "load_rows",
+    "run",
+    "score_generations",
+    "trivial_generation_baselines",
+]

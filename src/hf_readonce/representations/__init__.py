@@ -1,0 +1,38 @@
+"""The bridge between models and the store: one adapter per model family says how the model turns documents into
+stored tensors, which fingerprint and settings key them, and how stored tensors become the model's input again.
+
+Adding a family means adding one file here that defines its adapter and calls
+`register_adapter(model_type, AdapterClass)` on its last line: every module of this folder other than `base`,
+`registry` and `fill` is imported below, so the registry always holds every family. [`fill_store`] fills a
+[`~hf_readonce.store.RepresentationStore`] through any registered adapter.
+"""
+
+import importlib
+import pkgutil
+
+from .base import RepresentationAdapter, pad_rows, tokenizer_fingerprint
+from .fill import EncodeStats, StoreEncodeFunction, fill_store, make_encode_function
+from .registry import get_adapter, get_adapter_class, register_adapter, registered_adapters
+
+for _module in pkgutil.iter_modules(__path__):
+    if _module.name not in {"base", "registry", "fill"}:
+        importlib.import_module(f"{__name__}.{_module.name}")  # the family file registers its adapter
+
+from .deformer_bert import DeformerBertAdapter  # noqa: E402
+from .readonce_bart import ReadOnceBartAdapter  # noqa: E402
+
+__all__ = [
+    "DeformerBertAdapter",
+    "EncodeStats",
+    "ReadOnceBartAdapter",
+    "RepresentationAdapter",
+    "StoreEncodeFunction",
+    "fill_store",
+    "get_adapter",
+    "get_adapter_class",
+    "make_encode_function",
+    "pad_rows",
+    "register_adapter",
+    "registered_adapters",
+    "tokenizer_fingerprint",
+]

@@ -1,0 +1,187 @@
+"""Representation adapter of DeFormer-BERT: passage states after the k decomposed layers, for whole documents cut
+into the windows of the model's own QA path."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from ..models.deformer_bert.modeling_deformer_bert import DeformerBertForQuestionAnswering, DeformerPassageOutput
+from ..tasks.question_answering import PassageWindow, encode_windows, split_passages
+from .base import pad_rows, tokenizer_fingerprint
+from .registry import register_adapter
+
+
+class DeformerBertAdapter:
+    r"""Stores DeFormer-BERT passage states (output of layers 1..k) for whole documents.
+
+    A document is tokenized without special tokens (offsets kept) and cut into windows of `max_passage_length - 1`
+    tokens + `[SEP]`, consecutive windows sharing `doc_stride` tokens ([`hf_readonce.tasks.question_answering.split_passages`], the
+    windowing of the model's own QA path), so documents longer than the model's positions are covered. Each window
+    is encoded by `model.encode_passages`. The stored tensors of a document with `W` windows and `T` window tokens
+    in all (`[SEP]`s included) are:
+
+    - `hidden_states`: `(T, hidden_size)` floating, the windows' states concatenated (no padding);
+    - `input_ids`: `(T,)` int32; `offsets`: `(T, 2)` int32 character spans in the text, `(-1, -1)` for `[SEP]`;
+    - `window_lengths`: `(W,)` int32, summing to `T`.
+
+    Args:
+        model ([`DeformerBertForQuestionAnswering`] or [`DeformerBertModel`]): with `num_decomposed_layers > 0`.
+        tokenizer: the model's fast tokenizer.
+        max_passage_length (`int`, defaults to 256): window length in tokens, `[SEP]` included.
+        doc_stride (`int`, defaults to 64): tokens shared by consecutive windows.
+        batch_size (`int`, defaults to 32): windows per `encode_passages` call.
+
+    Raises:
+        ValueError: if k = 0, if windows would exceed `max_position_embeddings - passage_position_offset`, or for
+            window settings [`split_passages`] rejects.
+        TypeError: if the tokenizer is not fast.
+    """
+
+    model_type = "deformer_bert"
+    representation = "deformer_passage_states/v1"
+    checkpoint_model_types = ("deformer_bert", "bert")
+    cli_settings = {
+        "max_passage_length": ("--max-passage-length", 256, "window length in tokens, [SEP] included"),
+        "doc_stride": ("--doc-stride", 64, "tokens shared by consecutive windows"),
+    }
+
+    def __init__(self, model, tokenizer, max_passage_length: int = 256, doc_stride: int = 64, batch_size: int = 32):
+        config = model.config
+        if getattr(config, "num_decomposed_layers", 0) <= 0:
+            raise ValueError("`model` must have num_decomposed_layers > 0 to cache passage states.")
+        for name, value in (("max_passage_length", max_passage_length), ("doc_stride", doc_stride),
+                            ("batch_size", batch_size)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"`{name}` must be an int, got {value!r}.")
+        room = config.max_position_embeddings - config.passage_position_offset
+        if not 2 <= max_passage_length <= room:
+            raise ValueError(
+                f"`max_passage_length` must be in [2, {room}] (max_position_embeddings="
+                f"{config.max_position_embeddings} - passage_position_offset={config.passage_position_offset}), "
+                f"got {max_passage_length}."
+            )
+        if not 0 <= doc_stride < max_passage_length - 1:
+            raise ValueError(f"`doc_stride` must be in [0, {max_passage_length - 1}), got {doc_stride}.")
+        if batch_size < 1:
+            raise ValueError(f"`batch_size` must be >= 1, got {batch_size}.")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_passage_length = max_passage_length
+        self.doc_stride = doc_stride
+        self.batch_size = batch_size
+        self._tokenizer_hash = tokenizer_fingerprint(tokenizer)
+
+    @classmethod
+    def load_model(cls, name_or_path: str, num_decomposed_layers: int | None = None, **kwargs):
+        """A [`DeformerBertForQuestionAnswering`] from a `deformer_bert` checkpoint or a plain `bert` one (its QA
+        head, if absent, newly initialized; seed beforehand for reproducible answers).
+
+        Args:
+            name_or_path (`str`): checkpoint folder or Hub id.
+            num_decomposed_layers (`int`, *optional*): override k (default: the checkpoint's).
+            **kwargs: passed to `from_pretrained`.
+        """
+        extra = {} if num_decomposed_layers is None else {"num_decomposed_layers": num_decomposed_layers}
+        return DeformerBertForQuestionAnswering.from_pretrained(name_or_path, **extra, **kwargs)
+
+    def fingerprint(self) -> str:
+        """The model's `representation_fingerprint()` (weights of the embeddings and layers 1..k, k, position
+        offset, hidden size)."""
+        return self.model.representation_fingerprint()
+
+    def settings(self) -> dict:
+        """Representation settings: format, k, window length, stride and the tokenizer's fingerprint."""
+        return {"representation": self.representation,
+                "num_decomposed_layers": int(self.model.config.num_decomposed_layers),
+                "max_passage_length": self.max_passage_length, "doc_stride": self.doc_stride,
+                "tokenizer": self._tokenizer_hash}
+
+    @classmethod
+    def settings_match(cls, settings: dict, tokenizer) -> bool:
+        """Whether stored `settings` were made by this adapter type with this tokenizer (used to find the space of
+        a store when the window settings are not given)."""
+        return settings.get("representation") == cls.representation and settings.get(
+            "tokenizer") == tokenizer_fingerprint(tokenizer)
+
+    def num_tokens(self, tensors: dict) -> int:
+        """Tokens stored for one document (window tokens, `[SEP]`s included)."""
+        return int(tensors["input_ids"].shape[0])
+
+    def windows(self, texts: Sequence[str]) -> list[list[PassageWindow]]:
+        """The windows of each text ([`split_passages`]).
+
+        Raises:
+            ValueError: naming the index of an empty or non-string text.
+        """
+        for i, text in enumerate(texts):
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"document {i} is empty or not a string: nothing to encode.")
+        return split_passages(self.tokenizer, list(texts), self.max_passage_length, self.doc_stride)
+
+    @torch.no_grad()
+    def encode(self, texts: Sequence[str]) -> list[dict[str, torch.Tensor]]:
+        """Encode documents; returns one tensor dict per text (see the class docstring for names and shapes).
+
+        Raises:
+            ValueError: naming an empty or non-string text; errors of `encode_passages`.
+        """
+        if isinstance(texts, str):
+            raise TypeError("`texts` must be a sequence of str, not a single str.")
+        windows = self.windows(texts)
+        pad = self.tokenizer.pad_token_id or 0
+        cache = encode_windows(self.model, windows, batch_size=self.batch_size, pad_token_id=pad)
+        out = []
+        for p, doc_windows in enumerate(windows):
+            states = torch.cat([cache[(p, w)].float().cpu() for w in range(len(doc_windows))])
+            ids = [i for window in doc_windows for i in window.input_ids]
+            offsets = [o if o is not None else (-1, -1) for window in doc_windows for o in window.offsets]
+            out.append({
+                "hidden_states": states,
+                "input_ids": torch.tensor(ids, dtype=torch.int32),
+                "offsets": torch.tensor(offsets, dtype=torch.int32).reshape(-1, 2),
+                "window_lengths": torch.tensor([len(w.input_ids) for w in doc_windows], dtype=torch.int32),
+            })
+        return out
+
+    @staticmethod
+    def unpack(tensors: dict, passage_index: int = 0) -> tuple[list[PassageWindow], list[torch.Tensor]]:
+        """Inverse of [`encode`] for one document: its windows (ids, offsets as [`PassageWindow`]) and each
+        window's states `(window_length, hidden_size)` (views into `hidden_states`)."""
+        ids = tensors["input_ids"].tolist()
+        offsets = tensors["offsets"].tolist()
+        windows, states, start = [], [], 0
+        for length in tensors["window_lengths"].tolist():
+            end = start + length
+            window_offsets = [tuple(o) if o[0] >= 0 else None for o in offsets[start:end]]
+            windows.append(PassageWindow(passage_index, ids[start:end], window_offsets))
+            states.append(tensors["hidden_states"][start:end])
+            start = end
+        return windows, states
+
+
+    def read(self, stored: Sequence[Mapping[str, torch.Tensor]], *, device=None, dtype=None) -> DeformerPassageOutput:
+        """The model's input again: the windows of every stored document, one row per window (documents in order,
+        then their windows), as a [`DeformerPassageOutput`] that `model(..., passage_states=...)` takes.
+
+        Args:
+            stored (`Sequence[dict]`): tensors of documents as written by [`encode`] (e.g. `store.get_many(...)`).
+            device, dtype: where and in which floating dtype to put the states (default: as stored, on CPU).
+
+        Returns:
+            [`DeformerPassageOutput`]: `last_hidden_state` `(total_windows, max_window_length, hidden_size)`,
+            `attention_mask` `(total_windows, max_window_length)`, the model fingerprint and k of this adapter.
+        """
+        states = [state for tensors in stored for state in self.unpack(tensors)[1]]
+        hidden, mask = pad_rows(states, device=device, dtype=dtype)
+        return DeformerPassageOutput(last_hidden_state=hidden, attention_mask=mask,
+                                     num_decomposed_layers=int(self.model.config.num_decomposed_layers),
+                                     model_fingerprint=self.fingerprint())
+
+
+DeformerStoreAdapter = DeformerBertAdapter  # 0.1.0 name
+
+__all__ = ["DeformerBertAdapter", "DeformerStoreAdapter"]
+
+register_adapter("deformer_bert", DeformerBertAdapter)

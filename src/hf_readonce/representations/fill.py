@@ -1,0 +1,191 @@
+"""Filling a [`RepresentationStore`] with a model's representations of documents (Python iterables, JSONL rows,
+`datasets.Dataset.map`). Model specifics stay in the adapters; [`fill_store`] is the only writer of model output
+into a store. (0.1.0 called it `hf_readonce.store.encode_documents`, a name it shared with ReadOnce BART's model
+method; that name remains as a deprecated alias in `hf_readonce.store`.)"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ..store import RepresentationStore, content_hash, rank_of
+from ..store.shards import DEFAULT_SHARD_SIZE_BYTES
+
+
+@dataclass
+class EncodeStats:
+    """Counts of a [`fill_store`] run (this process only).
+
+    Attributes: `seen` documents read; `encoded` computed with the model and written; `already_stored` skipped
+    because stored (no model work); `other_rank` left to other processes; `duplicates` repeated texts in the input;
+    `tokens` stored by this run; `seconds` wall time; `encoded_hashes` the content hashes written.
+    """
+
+    seen: int = 0
+    encoded: int = 0
+    already_stored: int = 0
+    other_rank: int = 0
+    duplicates: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    encoded_hashes: list = field(default_factory=list, repr=False)
+
+    def as_dict(self) -> dict:
+        """The counts as a JSON-ready dict (without the hash list)."""
+        return {k: v for k, v in self.__dict__.items() if k != "encoded_hashes"}
+
+
+def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtype: str = "float16",
+                     shard_size_bytes: int = DEFAULT_SHARD_SIZE_BYTES, documents_per_batch: int | None = None,
+                     rank: int = 0, num_processes: int = 1, progress: bool = False, total: int | None = None,
+                     on_batch: Callable[[EncodeStats], None] | None = None) -> EncodeStats:
+    """Encode the documents not yet stored and write them into `store`, in shards.
+
+    Documents already stored for the adapter's (fingerprint, settings) are skipped without model work, so re-running
+    an interrupted run finishes exactly the missing ones. With `num_processes > 1`, this process only encodes the
+    documents with `rank_of(hash, num_processes) == rank`; all processes may write into the same store.
+
+    Args:
+        adapter: a representation adapter (e.g. [`DeformerBertAdapter`], or [`get_adapter`]).
+        store ([`RepresentationStore`]): written into.
+        documents (`Iterable[str]` or `Iterable[tuple[str, str]]`): texts, or `(doc_id, text)` pairs (the id is
+            kept as metadata to name documents in reports).
+        dtype (`str`, defaults to `"float16"`): storage dtype of floating tensors (fp32, fp16, bf16).
+        shard_size_bytes (`int`, defaults to 64 MiB): bytes buffered before a shard is committed.
+        documents_per_batch (`int`, *optional*): documents per adapter call (defaults to the adapter's batch size).
+        rank, num_processes (`int`): this process's share of the corpus.
+        progress (`bool`): tqdm bar on stderr, counting distinct documents. total (`int`, *optional*): expected
+            number of distinct documents for it.
+        on_batch (`callable`, *optional*): called with the running stats after each committed batch.
+
+    Returns:
+        [`EncodeStats`].
+
+    Raises:
+        ReadOnlyStoreError: before any model work if the store cannot be written.
+        ValueError: an empty document (naming its id), bad rank/num_processes, bad dtype.
+    """
+    from tqdm.auto import tqdm
+
+    if not 0 <= rank < num_processes:
+        raise ValueError(f"`rank` must be in [0, num_processes={num_processes}), got {rank}.")
+    fingerprint, settings = adapter.fingerprint(), adapter.settings()
+    per_batch = documents_per_batch or getattr(adapter, "batch_size", 32)
+    stats = EncodeStats()
+    start = time.perf_counter()
+    writer = store.writer(fingerprint, settings, dtype=dtype, shard_size_bytes=shard_size_bytes,
+                          model_type=adapter.model_type)  # raises ReadOnlyStoreError before any model work
+    store.refresh()
+    space = writer.space.key
+    seen: set[str] = set()
+    pending: list[tuple[str, str, str]] = []
+    bar = tqdm(total=total, desc="encode", unit="doc", disable=not progress, dynamic_ncols=True)
+
+    def run_batch():
+        encoded = adapter.encode([text for _, _, text in pending])
+        for (doc_hash, doc_id, _), tensors in zip(pending, encoded):
+            tokens = adapter.num_tokens(tensors)
+            if writer.add(doc_hash, tensors, meta={"id": doc_id, "num_tokens": tokens}):
+                stats.tokens += tokens
+        pending.clear()
+
+    try:
+        for item in documents:
+            doc_id, text = item if isinstance(item, tuple) else (None, item)
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"document {doc_id if doc_id is not None else stats.seen} is empty or not a string.")
+            doc_hash = content_hash(text)
+            stats.seen += 1
+            if doc_hash in seen:
+                stats.duplicates += 1
+                continue
+            seen.add(doc_hash)
+            bar.update(1)  # distinct documents, as in the summary line
+            if num_processes > 1 and rank_of(doc_hash, num_processes) != rank:
+                stats.other_rank += 1
+                continue
+            if store.has(space, doc_hash):
+                stats.already_stored += 1
+                continue
+            pending.append((doc_hash, doc_id if doc_id is not None else doc_hash[:16], text))
+            if len(pending) >= per_batch:
+                run_batch()
+                if on_batch is not None:
+                    on_batch(stats)
+        if pending:
+            run_batch()
+        writer.flush()
+    except KeyboardInterrupt:
+        writer.flush()  # what was computed is complete and valid: keep it
+        raise
+    finally:
+        bar.close()
+        stats.encoded = len(writer.committed)
+        stats.already_stored += len(writer.skipped)  # stored meanwhile by another process
+        stats.encoded_hashes = list(writer.committed)
+        stats.seconds = time.perf_counter() - start
+    return stats
+
+
+class StoreEncodeFunction:
+    """Callable for `datasets.Dataset.map(fn, batched=True)`: stores the representation of every row's text that
+    is not stored yet, and returns, per row, its `content_hash`, `representation_space` (space key) and
+    `num_tokens` (tokens stored for it).
+
+    Each call commits its own shard, so choose `map`'s `batch_size` so that a batch holds enough documents (the
+    default 1000 is fine). Identical texts are encoded once.
+
+    Args:
+        adapter: a store adapter. store ([`RepresentationStore`]).
+        text_column (`str`, defaults to `"context"`): column holding the document text.
+        id_column (`str`, *optional*): column whose value names the document in reports.
+        dtype (`str`, defaults to `"float16"`): storage dtype.
+
+    Raises (on call):
+        ValueError: missing `text_column`, or an empty / non-string text (naming its row in the batch).
+        ReadOnlyStoreError: if the store cannot be written.
+    """
+
+    def __init__(self, adapter, store: RepresentationStore, text_column: str = "context", id_column: str | None = None,
+                 dtype: str = "float16"):
+        self.adapter = adapter
+        self.store = store
+        self.text_column = text_column
+        self.id_column = id_column
+        self.dtype = dtype
+
+    def __call__(self, batch: Mapping[str, Sequence]) -> dict[str, list]:
+        if self.text_column not in batch:
+            raise ValueError(f"text_column {self.text_column!r} not in the batch columns {sorted(batch)}.")
+        texts = list(batch[self.text_column])
+        ids = list(batch[self.id_column]) if self.id_column else [None] * len(texts)
+        for i, text in enumerate(texts):
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"row {i} of the batch: column {self.text_column!r} is empty or not a string.")
+        documents = [(str(doc_id) if doc_id is not None else None, text) for doc_id, text in zip(ids, texts)]
+        documents = [(d if d is not None else content_hash(t)[:16], t) for d, t in documents]
+        fill_store(self.adapter, self.store, documents, dtype=self.dtype)
+        fingerprint, settings = self.adapter.fingerprint(), self.adapter.settings()
+        hashes = [content_hash(text) for text in texts]
+        entries = [self.store.entry(fingerprint, settings, h) for h in hashes]
+        return {"content_hash": hashes, "representation_space": [e.space for e in entries],
+                "num_tokens": [int(e.meta.get("num_tokens", -1)) for e in entries]}
+
+
+def make_encode_function(adapter, store: RepresentationStore, text_column: str = "context",
+                         id_column: str | None = None, dtype: str = "float16") -> StoreEncodeFunction:
+    """A [`StoreEncodeFunction`] for `Dataset.map(..., batched=True)`.
+
+    Example:
+
+    ```python
+    >>> fn = make_encode_function(get_adapter(model, tokenizer), RepresentationStore("reps"))
+    >>> dataset = dataset.map(fn, batched=True, new_fingerprint="reps-v1")
+    ```
+    (`new_fingerprint` spares `datasets` from hashing the model to name its cache.)
+    """
+    return StoreEncodeFunction(adapter, store, text_column=text_column, id_column=id_column, dtype=dtype)
+
+
+__all__ = ["EncodeStats", "StoreEncodeFunction", "fill_store", "make_encode_function"]

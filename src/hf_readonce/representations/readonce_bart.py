@@ -1,0 +1,105 @@
+"""Representation adapter of ReadOnce BART: the document encoder's n/k vectors of whole documents."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from ..models.readonce_bart.modeling_readonce_bart import (
+    ReadOnceBartForConditionalGeneration,
+    ReadOnceDocumentEncoderOutput,
+)
+from .base import pad_rows, tokenizer_fingerprint
+from .registry import register_adapter
+
+
+class ReadOnceBartAdapter:
+    r"""Stores ReadOnce representations (Lin et al. 2021) of whole documents: `representations` `(m, d_model)`
+    (m = ceil(n / k)) and `num_tokens` `(1,)` int32 per document. Documents are truncated to
+    `max_document_length` tokens; longer ones are split into chunks by the model itself when
+    `config.document_chunk_length` is smaller.
+
+    Args:
+        model ([`ReadOnceBartForConditionalGeneration`]), tokenizer: the model and its tokenizer.
+        max_document_length (`int`, defaults to 256): tokens read per document.
+        compression_ratio (`int`, *optional*): k (defaults to the model's); part of the settings, so
+            representations of another k are never returned for this one.
+        batch_size (`int`, defaults to 32): documents per `encode_documents` call.
+    """
+
+    model_type = "readonce_bart"
+    representation = "readonce_representations/v1"
+    checkpoint_model_types = ("readonce_bart",)
+    cli_settings = {
+        "max_document_length": ("--max-document-length", 256, "tokens read per document"),
+    }
+
+    def __init__(self, model, tokenizer, max_document_length: int = 256, compression_ratio: int | None = None,
+                 batch_size: int = 32):
+        self.model, self.tokenizer = model, tokenizer
+        self.max_document_length, self.batch_size = max_document_length, batch_size
+        self.compression_ratio = compression_ratio or model.config.compression_ratio
+        self._tokenizer_hash = tokenizer_fingerprint(tokenizer)
+
+    @classmethod
+    def load_model(cls, name_or_path: str, **kwargs):
+        """A [`ReadOnceBartForConditionalGeneration`] from a `readonce_bart` checkpoint (`kwargs` go to
+        `from_pretrained`)."""
+        return ReadOnceBartForConditionalGeneration.from_pretrained(name_or_path, **kwargs)
+
+    def fingerprint(self) -> str:
+        """The model's `representation_fingerprint()` (document encoder weights, aggregation, window and chunk
+        settings)."""
+        return self.model.representation_fingerprint()
+
+    def settings(self) -> dict:
+        """Representation settings: format, k, document length and the tokenizer's fingerprint."""
+        return {"representation": self.representation, "compression_ratio": self.compression_ratio,
+                "max_document_length": self.max_document_length, "tokenizer": self._tokenizer_hash}
+
+    def num_tokens(self, tensors: dict) -> int:
+        """Document tokens read for one stored document."""
+        return int(tensors["num_tokens"][0])
+
+    @torch.no_grad()
+    def encode(self, texts):
+        """Encode documents (`Sequence[str]`) -> one tensor dict per text (see the class docstring).
+
+        Raises:
+            ValueError: an empty document (from the model).
+        """
+        batch = self.tokenizer(list(texts), truncation=True, max_length=self.max_document_length, padding=True,
+                               return_tensors="pt").to(self.model.device)
+        reps = self.model.encode_documents(batch.input_ids, batch.attention_mask, self.compression_ratio)
+        out = []
+        for row in range(len(texts)):
+            m = int(reps.attention_mask[row].sum())
+            out.append({"representations": reps.representations[row, :m].float().cpu(),
+                        "num_tokens": batch.attention_mask[row].sum().to(torch.int32).reshape(1).cpu()})
+        return out
+
+
+    def read(self, stored: Sequence[Mapping[str, torch.Tensor]], *, device=None,
+             dtype=None) -> ReadOnceDocumentEncoderOutput:
+        """The model's input again: the stored representations of several documents as
+        [`ReadOnceDocumentEncoderOutput`] (`document_representations=` of `forward` and `generate`).
+
+        Args:
+            stored (`Sequence[dict]`): tensors of documents as written by [`encode`] (e.g. `store.get_many(...)`).
+            device, dtype: where and in which floating dtype to put them (default: as stored, on CPU).
+
+        Returns:
+            [`ReadOnceDocumentEncoderOutput`]: `representations` `(len(stored), max m, d_model)`, `attention_mask`
+            `(len(stored), max m)`, this adapter's k and the model fingerprint.
+        """
+        representations, mask = pad_rows([t["representations"] for t in stored], device=device, dtype=dtype)
+        return ReadOnceDocumentEncoderOutput(representations=representations, attention_mask=mask,
+                                       compression_ratio=self.compression_ratio, model_fingerprint=self.fingerprint())
+
+
+ReadOnceStoreAdapter = ReadOnceBartAdapter  # 0.1.0 name
+
+__all__ = ["ReadOnceBartAdapter", "ReadOnceStoreAdapter"]
+
+register_adapter("readonce_bart", ReadOnceBartAdapter)

@@ -1,0 +1,43 @@
+"""The store's exceptions. Each is also a builtin exception type (`ValueError`, `KeyError`, `PermissionError`), so
+callers that caught those in 0.1.0 still catch them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class StoreError(Exception):
+    """Base class of the store's own errors."""
+
+
+class RepresentationMismatchError(StoreError, ValueError):
+    """A document is stored, but only for another model fingerprint or other settings than the ones asked for."""
+
+
+class MissingRepresentationError(StoreError, KeyError):
+    """A document is not stored at all (for any model)."""
+
+    def __str__(self) -> str:  # KeyError would print the repr of the message
+        return str(self.args[0]) if self.args else ""
+
+
+class CorruptedShardError(StoreError, ValueError):
+    """A shard (or one document in it) failed its checksum, or could not be parsed.
+
+    Attributes:
+        shard (`str`): the shard's path relative to the store.
+        documents (`list[str]`): content hashes of the affected documents.
+    """
+
+    def __init__(self, message: str, shard: str, documents: Sequence[str]):
+        super().__init__(message)
+        self.shard = shard
+        self.documents = list(documents)
+
+
+class ReadOnlyStoreError(StoreError, PermissionError):
+    """A write was attempted on a store opened read-only or on a directory that cannot be written."""
+
+
+__all__ = ["CorruptedShardError", "MissingRepresentationError", "ReadOnlyStoreError", "RepresentationMismatchError",
+           "StoreError"]

@@ -1,0 +1,108 @@
+"""The on-disk format of a store (format version 1, unchanged since 0.1.0): format constants, storable dtypes,
+tensor checksums, and atomic, fsync'ed file writes."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+FORMAT_NAME = "hf-readonce-representation-store"
+FORMAT_VERSION = 1
+DEFAULT_SHARD_SIZE_BYTES = 64 * 1024 * 1024
+
+_DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+}
+_STORABLE = {
+    torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32, torch.int16, torch.int8,
+    torch.uint8, torch.bool,
+}
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """Storage dtype of floating tensors from `"fp32"/"float32"`, `"fp16"/"float16"`, `"bf16"/"bfloat16"` or a
+    `torch.dtype` among those three.
+
+    Raises:
+        ValueError: for any other value.
+    """
+    if isinstance(dtype, torch.dtype):
+        if dtype in (torch.float32, torch.float16, torch.bfloat16):
+            return dtype
+    elif isinstance(dtype, str) and dtype.lower() in _DTYPES:
+        return _DTYPES[dtype.lower()]
+    raise ValueError(f"`dtype` must be one of fp32, fp16, bf16 (or float32/float16/bfloat16), got {dtype!r}.")
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def tensors_checksum(tensors: Mapping[str, torch.Tensor]) -> str:
+    """SHA-256 hex over every tensor's name, dtype, shape and raw bytes, in name order: the checksum recorded for
+    each stored document (also recomputable from an exported dataset row)."""
+    digest = hashlib.sha256()
+    for name in sorted(tensors):
+        tensor = tensors[name]
+        digest.update(f"{name}|{_dtype_name(tensor.dtype)}|{list(tensor.shape)}|".encode())
+        digest.update(_tensor_bytes(tensor))
+    return digest.hexdigest()
+
+
+def _tensor_bytes(tensor: torch.Tensor) -> memoryview:
+    flat = tensor.detach().to("cpu").contiguous().reshape(-1)
+    if flat.numel() == 0:
+        return memoryview(b"")
+    if flat.dtype == torch.bool:
+        flat = flat.to(torch.uint8)
+    return memoryview(flat.view(torch.uint8).numpy())
+
+
+# ---------------------------------------------------------------------------------------------------------- files
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _make_temp(directory: Path, suffix: str) -> tuple[int, str]:
+    """Create a temporary file in `directory` (same file system as the destination, so the rename is atomic)."""
+    return tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=suffix)
+
+
+def _atomic_write(path: Path, data: bytes, tmp_dir: Path) -> None:
+    """Write `data` to `path` atomically: temporary file, fsync, rename, fsync of the folder."""
+    fd, tmp = _make_temp(tmp_dir, path.suffix)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+__all__ = ["DEFAULT_SHARD_SIZE_BYTES", "FORMAT_NAME", "FORMAT_VERSION", "resolve_dtype", "tensors_checksum"]

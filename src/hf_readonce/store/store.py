@@ -1,0 +1,617 @@
+"""Persistent, model-independent store of precomputed document representations.
+
+Layout of a store directory (every file is written to a temporary name, fsync'ed, then renamed into place, so a
+reader or a crash never sees half a file):
+
+```
+STORE/
+  store.json                      # {"format": "hf-readonce-representation-store", "format_version": 1}
+  .lock                           # filelock, held only while a writer commits a shard or `repair` runs
+  shards/<space>/<shard>.safetensors   # the tensors of many documents (safetensors: no code is ever loaded)
+  index/<shard>.json              # manifest of one shard: the commit point; the index is the union of manifests
+  quarantine/<time>/...           # shards and manifests retired by `repair` (never deleted)
+  tmp/                            # temporary files of writes in progress
+```
+
+A *representation space* is one (model fingerprint, settings) pair; its key is the SHA-256 of both (canonical
+JSON). A document is keyed by the SHA-256 of its UTF-8 text. A stored representation is therefore keyed by
+`(space key, content hash)`: the same text under another model or other settings is another entry, and asking for
+a document that is only stored for another model raises [`RepresentationMismatchError`] naming both.
+
+Each document carries a SHA-256 checksum of its tensors (names, dtypes, shapes and bytes) and each shard the SHA-256
+of the whole file; reads check the document checksum (unless `verify_reads=False`), `verify` checks everything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from filelock import FileLock
+from safetensors import safe_open
+from safetensors.torch import save as safetensors_save
+
+from .errors import (
+    CorruptedShardError,
+    MissingRepresentationError,
+    ReadOnlyStoreError,
+    RepresentationMismatchError,
+)
+from .keys import (
+    DocumentEntry,
+    RepresentationKey,
+    RepresentationSpace,
+    _check_fingerprint,
+    canonical_settings,
+    space_key,
+)
+from .maintenance import VerifyReport, repair_store, store_info, verify_store
+from .shards import (
+    _STORABLE,
+    DEFAULT_SHARD_SIZE_BYTES,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    _atomic_write,
+    _dtype_name,
+    _make_temp,
+    resolve_dtype,
+    tensors_checksum,
+)
+
+
+# ---------------------------------------------------------------------------------------------------------- store
+class RepresentationStore:
+    r"""A directory of precomputed document representations (named tensors per document), shared by processes,
+    durable across restarts, keyed by `(model fingerprint, settings, content hash)`.
+
+    Args:
+        path (`str` or `os.PathLike`): store directory; created (with parents) when missing and `create=True`.
+        create (`bool`, defaults to `True`): create the store if the directory does not exist or is empty.
+        readonly (`bool`, defaults to `False`): refuse every write (also the default behaviour for a directory the
+            process cannot write to: writes then raise [`ReadOnlyStoreError`]).
+        verify_reads (`bool`, defaults to `True`): check each document's SHA-256 when it is read (about 1 ms per MB).
+        lock_timeout (`float`, defaults to 600): seconds to wait for the write lock before `TimeoutError`.
+
+    Raises:
+        ValueError: if `path` is a file, is a non-empty directory that is not a store, or holds a store of an
+            unknown format version; if the store does not exist and `create=False` or `readonly=True`.
+        ReadOnlyStoreError: if the store must be created but the directory cannot be written.
+
+    Example:
+
+    ```python
+    >>> store = RepresentationStore("reps")
+    >>> with store.writer(fingerprint, {"k": 4}, dtype="fp16") as writer:
+    ...     writer.add(content_hash(text), {"hidden_states": states})
+    >>> store.get(fingerprint, {"k": 4}, content_hash(text))["hidden_states"].shape
+    ```
+    """
+
+    def __init__(self, path, *, create: bool = True, readonly: bool = False, verify_reads: bool = True,
+                 lock_timeout: float = 600.0):
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"`path` must be a str or path, got {type(path).__name__}.")
+        self.path = Path(path).expanduser().absolute()
+        self.readonly = bool(readonly)
+        self.verify_reads = bool(verify_reads)
+        self.lock_timeout = float(lock_timeout)
+        self._lock = None
+        if self.path.exists() and not self.path.is_dir():
+            raise ValueError(f"store path {self.path} is a file, not a directory; pass a directory.")
+        marker = self.path / "store.json"
+        if marker.is_file():
+            self._check_marker(marker)
+        else:
+            if self.path.is_dir() and any(self.path.iterdir()):
+                raise ValueError(
+                    f"store path {self.path} is a non-empty directory that is not a hf-readonce store (no store.json); "
+                    "pass an empty or new directory."
+                )
+            if not create or readonly:
+                raise ValueError(f"no store at {self.path} (and `create=False` or `readonly=True`).")
+            self._create()
+        self._manifests_loaded: set[str] = set()
+        self._entries: dict[RepresentationKey, DocumentEntry] = {}  # plain (space, hash) tuples hash the same
+        self._spaces: dict[str, RepresentationSpace] = {}
+        self._by_hash: dict[str, set[str]] = {}
+        self._shards: dict[str, dict] = {}
+        self._duplicates = 0
+        self._bad_manifests: dict[str, str] = {}
+        self._handles: OrderedDict[str, Any] = OrderedDict()
+        self.refresh()
+
+    # ----------------------------------------------------------------- creation
+    def _check_marker(self, marker: Path) -> None:
+        try:
+            info = json.loads(marker.read_text())
+        except (OSError, ValueError) as error:
+            raise ValueError(f"{marker} is unreadable ({error}); is {self.path} a hf-readonce store?") from None
+        if not isinstance(info, dict) or info.get("format") != FORMAT_NAME:
+            raise ValueError(f"{marker} does not describe a hf-readonce store.")
+        if info.get("format_version") != FORMAT_VERSION:
+            raise ValueError(
+                f"store {self.path} has format_version {info.get('format_version')}, this hf-readonce reads "
+                f"version {FORMAT_VERSION}."
+            )
+
+    def _create(self) -> None:
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+            for sub in ("shards", "index", "tmp"):
+                (self.path / sub).mkdir(exist_ok=True)
+            data = json.dumps({"format": FORMAT_NAME, "format_version": FORMAT_VERSION,
+                               "created": time.strftime("%Y-%m-%dT%H:%M:%S")}, indent=2).encode()
+            _atomic_write(self.path / "store.json", data, self.path / "tmp")
+        except PermissionError as error:
+            raise ReadOnlyStoreError(f"cannot create a store at {self.path}: {error}") from None
+        except OSError as error:
+            raise ReadOnlyStoreError(f"cannot create a store at {self.path}: {error}") from None
+
+    def check_writable(self) -> None:
+        """Raise [`ReadOnlyStoreError`] unless this process can write to the store (opened read-only, or a probe
+        file cannot be created in it). Called before any model work so that a run fails before it starts."""
+        if self.readonly:
+            raise ReadOnlyStoreError(f"store {self.path} was opened read-only.")
+        try:
+            for sub in ("shards", "index", "tmp"):
+                (self.path / sub).mkdir(exist_ok=True)
+            fd, probe = _make_temp(self.path / "tmp", ".probe")
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as error:
+            raise ReadOnlyStoreError(f"store {self.path} is not writable: {error}") from None
+
+    def lock(self) -> FileLock:
+        """The store's write lock (`filelock.FileLock` on `STORE/.lock`, re-entrant within this object); writers
+        hold it only while committing a shard, `repair` while it runs."""
+        if self._lock is None:
+            self._lock = FileLock(str(self.path / ".lock"), timeout=self.lock_timeout)
+        return self._lock
+
+    # ----------------------------------------------------------------- index
+    def refresh(self) -> int:
+        """Load manifests committed since the last refresh (by this or any other process).
+
+        Returns:
+            `int`: number of newly loaded manifests.
+        """
+        index_dir = self.path / "index"
+        try:
+            names = sorted(p.name for p in index_dir.iterdir() if p.suffix == ".json" and not p.name.startswith("."))
+        except FileNotFoundError:
+            return 0
+        new = 0
+        for name in names:
+            if name in self._manifests_loaded:
+                continue
+            self._manifests_loaded.add(name)
+            try:
+                manifest = json.loads((index_dir / name).read_text())
+                self._load_manifest(manifest)
+                self._bad_manifests.pop(name, None)
+            except (OSError, ValueError, KeyError, TypeError) as error:
+                self._bad_manifests[name] = f"unreadable manifest ({error})"
+                continue
+            new += 1
+        return new
+
+    def _load_manifest(self, manifest: dict) -> None:
+        if manifest.get("format_version") != FORMAT_VERSION:
+            raise ValueError(f"format_version {manifest.get('format_version')}")
+        space = RepresentationSpace(manifest["space"], manifest["fingerprint"], manifest["settings"],
+                                    manifest.get("model_type"))
+        if space_key(space.fingerprint, space.settings) != space.key:
+            raise ValueError("space key does not match fingerprint and settings")
+        shard = manifest["shard"]
+        self._spaces.setdefault(space.key, space)
+        self._shards[shard] = manifest
+        for doc_hash, doc in manifest["documents"].items():
+            key = (space.key, doc_hash)
+            if key in self._entries:
+                self._duplicates += 1
+                continue
+            self._entries[key] = DocumentEntry(space.key, doc_hash, shard, doc["tensors"], doc["sha256"],
+                                               doc.get("meta") or {})
+            self._by_hash.setdefault(doc_hash, set()).add(space.key)
+
+    def _forget_shard(self, shard: str) -> None:
+        manifest = self._shards.pop(shard, None)
+        if manifest is None:
+            return
+        for doc_hash in manifest["documents"]:
+            key = (manifest["space"], doc_hash)
+            entry = self._entries.get(key)
+            if entry is not None and entry.shard == shard:
+                del self._entries[key]
+                spaces = self._by_hash.get(doc_hash, set())
+                spaces.discard(manifest["space"])
+        self._handles.pop(shard, None)
+
+    def spaces(self) -> list[RepresentationSpace]:
+        """Every representation space that has at least one committed shard."""
+        return list(self._spaces.values())
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def entries(self, fingerprint: str | None = None, settings: Mapping | None = None) -> Iterator[DocumentEntry]:
+        """Iterate over stored documents, all of them or those of one (fingerprint, settings) space."""
+        wanted = space_key(fingerprint, settings) if fingerprint is not None else None
+        for (space, _), entry in list(self._entries.items()):
+            if wanted is None or space == wanted:
+                yield entry
+
+    def contains(self, fingerprint: str, settings: Mapping, document_hash: str) -> bool:
+        """Whether `document_hash` is stored for this (fingerprint, settings); refreshes the index on a miss."""
+        key = (space_key(fingerprint, settings), document_hash)
+        if key in self._entries:
+            return True
+        self.refresh()
+        return key in self._entries
+
+    def missing(self, fingerprint: str, settings: Mapping, document_hashes: Iterable[str]) -> list[str]:
+        """The hashes among `document_hashes` (order kept, duplicates dropped) not stored for this space."""
+        self.refresh()
+        space = space_key(fingerprint, settings)
+        seen, out = set(), []
+        for doc_hash in document_hashes:
+            if doc_hash not in seen and (space, doc_hash) not in self._entries:
+                out.append(doc_hash)
+            seen.add(doc_hash)
+        return out
+
+    def entry(self, fingerprint: str, settings: Mapping, document_hash: str) -> DocumentEntry:
+        """The [`DocumentEntry`] of a stored document.
+
+        Raises:
+            RepresentationMismatchError: if the document is stored only for other fingerprints/settings (the
+                message names the requested and the stored ones).
+            MissingRepresentationError: if it is not stored at all.
+        """
+        space = space_key(fingerprint, settings)
+        key = (space, document_hash)
+        if key not in self._entries:
+            self.refresh()
+        if key in self._entries:
+            return self._entries[key]
+        others = [self._spaces[s] for s in sorted(self._by_hash.get(document_hash, ())) if s in self._spaces]
+        requested = f"fingerprint {fingerprint[:16]}... settings {canonical_settings(settings)}"
+        if others:
+            stored = "; ".join(s.describe() for s in others)
+            raise RepresentationMismatchError(
+                f"document {document_hash[:16]} is stored in {self.path} only for {stored}, not for the requested "
+                f"{requested}: representations of another model or setting are never returned; encode the "
+                "document with this model."
+            )
+        raise MissingRepresentationError(f"document {document_hash[:16]} is not in store {self.path} ({requested}).")
+
+    # ----------------------------------------------------------------- reads
+    def _handle(self, shard: str):
+        handle = self._handles.get(shard)
+        if handle is not None:
+            self._handles.move_to_end(shard)
+            return handle
+        handle = safe_open(str(self.path / shard), framework="pt")  # memory-mapped
+        self._handles[shard] = handle
+        while len(self._handles) > 64:
+            self._handles.popitem(last=False)
+        return handle
+
+    def _read(self, entry: DocumentEntry, verify: bool) -> dict[str, torch.Tensor]:
+        try:
+            handle = self._handle(entry.shard)
+            tensors = {name: handle.get_tensor(spec["key"]) for name, spec in entry.tensors.items()}
+        except Exception as error:  # safetensors raises its own error type for truncated/garbled files
+            self._handles.pop(entry.shard, None)
+            raise CorruptedShardError(
+                f"shard {entry.shard} of store {self.path} is unreadable ({error}) while reading document "
+                f"{entry.name}; run `hf-readonce verify --store {self.path}` and `encode --repair`.",
+                entry.shard, [entry.content_hash],
+            ) from None
+        for name, spec in entry.tensors.items():
+            if list(tensors[name].shape) != list(spec["shape"]) or _dtype_name(tensors[name].dtype) != spec["dtype"]:
+                raise CorruptedShardError(
+                    f"document {entry.name} in shard {entry.shard}: tensor {name!r} has shape/dtype "
+                    f"{list(tensors[name].shape)}/{_dtype_name(tensors[name].dtype)}, the index says "
+                    f"{spec['shape']}/{spec['dtype']}.", entry.shard, [entry.content_hash])
+        if verify and tensors_checksum(tensors) != entry.sha256:
+            raise CorruptedShardError(
+                f"checksum mismatch for document {entry.name} in shard {entry.shard} of store {self.path}: the "
+                "shard is corrupted; run `hf-readonce verify` and `encode --repair`.", entry.shard,
+                [entry.content_hash])
+        return tensors
+
+    def read_entry(self, entry: DocumentEntry, verify: bool = True) -> dict[str, torch.Tensor]:
+        """Read the tensors of one [`DocumentEntry`] (as listed by [`entries`]), checking its checksum when
+        `verify`.
+
+        Raises:
+            CorruptedShardError: if the shard is unreadable or the document's checksum or shapes do not match.
+        """
+        return self._read(entry, verify)
+
+    @property
+    def loaded_manifests(self) -> list[str]:
+        """Names of the index files loaded so far, sorted (they change whenever a shard is committed)."""
+        return sorted(self._manifests_loaded)
+
+    def get(self, fingerprint: str, settings: Mapping, document_hash: str, *, device=None,
+            verify: bool | None = None) -> dict[str, torch.Tensor]:
+        """Read one document's tensors (memory-mapped file, checksum checked unless disabled).
+
+        Args:
+            fingerprint, settings: the representation space asked for.
+            document_hash (`str`): [`content_hash`] of the document text.
+            device (`torch.device` or `str`, *optional*): move the tensors there.
+            verify (`bool`, *optional*): override `verify_reads`.
+
+        Returns:
+            `dict[str, torch.Tensor]`: the tensors as stored (floating tensors in the dtype chosen at write time).
+
+        Raises:
+            RepresentationMismatchError, MissingRepresentationError: see [`entry`].
+            CorruptedShardError: if the shard is unreadable or the document's checksum does not match.
+        """
+        entry = self.entry(fingerprint, settings, document_hash)
+        tensors = self._read(entry, self.verify_reads if verify is None else verify)
+        if device is not None:
+            tensors = {name: t.to(device) for name, t in tensors.items()}
+        return tensors
+
+    def get_many(self, fingerprint: str, settings: Mapping, document_hashes: Sequence[str], *, device=None,
+                 verify: bool | None = None) -> list[dict[str, torch.Tensor]]:
+        """[`get`] for several documents (same order). Raises as [`get`] on the first failing document."""
+        return [self.get(fingerprint, settings, h, device=device, verify=verify) for h in document_hashes]
+
+    def get_meta(self, fingerprint: str, settings: Mapping, document_hash: str) -> dict:
+        """The small JSON metadata stored with a document (e.g. its `id`). Raises as [`entry`]."""
+        return dict(self.entry(fingerprint, settings, document_hash).meta)
+
+    # ----------------------------------------------------------------- writes
+    def writer(self, fingerprint: str, settings: Mapping, *, dtype: str | torch.dtype = "float16",
+               shard_size_bytes: int = DEFAULT_SHARD_SIZE_BYTES, model_type: str | None = None) -> StoreWriter:
+        """A [`StoreWriter`] that buffers documents and commits them in shards of about `shard_size_bytes`.
+
+        Raises:
+            ReadOnlyStoreError: if the store cannot be written.
+            TypeError / ValueError: bad fingerprint, settings, dtype or shard size.
+        """
+        return StoreWriter(self, fingerprint, settings, dtype=dtype, shard_size_bytes=shard_size_bytes,
+                           model_type=model_type)
+
+    def put(self, fingerprint: str, settings: Mapping, document_hash: str, tensors: Mapping[str, torch.Tensor], *,
+            meta: Mapping | None = None, dtype: str | torch.dtype = "float32", model_type: str | None = None) -> bool:
+        """Store one document now (one shard). Prefer [`writer`] for many documents.
+
+        Returns:
+            `bool`: True if written, False if the document was already stored for this space (nothing changes).
+        """
+        with self.writer(fingerprint, settings, dtype=dtype, model_type=model_type) as writer:
+            writer.add(document_hash, tensors, meta=meta)
+        return bool(writer.committed)
+
+    def has(self, space: str, document_hash: str) -> bool:
+        """Whether `document_hash` is in the loaded index for the space key `space` (no refresh; see [`contains`]
+        for a lookup by fingerprint and settings that refreshes)."""
+        return (space, document_hash) in self._entries
+
+    def commit_shard(self, space: RepresentationSpace, dtype: torch.dtype,
+                     documents: list[tuple[str, dict, dict]]) -> list[str]:
+        """Write one shard + manifest under the lock, skipping documents already stored: the commit point of
+        [`StoreWriter.flush`] and of `repair`. Prefer [`writer`] or [`put`].
+
+        Args:
+            space ([`RepresentationSpace`]): the space written into.
+            dtype (`torch.dtype`): the storage dtype recorded for the shard (tensors are already cast).
+            documents (`list[tuple[str, dict, dict]]`): `(content_hash, tensors, meta)` per document.
+
+        Returns:
+            `list[str]`: the committed content hashes.
+
+        Raises:
+            ReadOnlyStoreError: if the store cannot be written.
+        """
+        self.check_writable()
+        with self.lock():
+            self.refresh()
+            todo = [(h, t, m) for h, t, m in documents if (space.key, h) not in self._entries]
+            if not todo:
+                return []
+            shard_id = f"{time.time_ns():020d}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            shard_rel = f"shards/{space.key[:24]}/{shard_id}.safetensors"
+            tensors, docs = {}, {}
+            for i, (doc_hash, doc_tensors, meta) in enumerate(todo):
+                specs = {}
+                for name, tensor in doc_tensors.items():
+                    key = f"{i}/{name}"
+                    tensors[key] = tensor
+                    specs[name] = {"key": key, "dtype": _dtype_name(tensor.dtype), "shape": list(tensor.shape)}
+                docs[doc_hash] = {"tensors": specs, "sha256": tensors_checksum(doc_tensors), "meta": meta}
+            header = {"format": FORMAT_NAME, "format_version": str(FORMAT_VERSION), "space": space.key,
+                      "fingerprint": space.fingerprint, "settings": canonical_settings(space.settings),
+                      "dtype": _dtype_name(dtype),
+                      "documents": json.dumps({h: {"sha256": d["sha256"], "meta": d["meta"]} for h, d in docs.items()})}
+            data = safetensors_save(tensors, metadata=header)
+            shard_path = self.path / shard_rel
+            shard_path.parent.mkdir(parents=True, exist_ok=True)
+            _atomic_write(shard_path, data, self.path / "tmp")
+            manifest = {"format_version": FORMAT_VERSION, "shard": shard_rel, "space": space.key,
+                        "fingerprint": space.fingerprint, "settings": space.settings, "model_type": space.model_type,
+                        "dtype": _dtype_name(dtype), "file_size": len(data),
+                        "file_sha256": hashlib.sha256(data).hexdigest(), "created": time.time(),
+                        "documents": docs}
+            _atomic_write(self.path / "index" / f"{shard_id}.json",
+                          json.dumps(manifest, separators=(",", ":")).encode(), self.path / "tmp")
+            self._manifests_loaded.add(f"{shard_id}.json")
+            self._load_manifest(manifest)
+            return [h for h, _, _ in todo]
+
+    # ----------------------------------------------------------------- maintenance
+    def info(self) -> dict:
+        """Summary of the store; see [`hf_readonce.store.maintenance.store_info`]."""
+        return store_info(self)
+
+    def verify(self, progress: bool = False) -> VerifyReport:
+        """Check every checksum, never modifying the store; see [`hf_readonce.store.maintenance.verify_store`].
+
+        Returns:
+            [`VerifyReport`].
+        """
+        return verify_store(self, progress=progress)
+
+    def repair(self, report: VerifyReport | None = None) -> dict:
+        """Salvage intact documents and quarantine corrupted shards; see
+        [`hf_readonce.store.maintenance.repair_store`].
+
+        Raises:
+            ReadOnlyStoreError: if the store cannot be written.
+        """
+        return repair_store(self, report)
+
+    # ----------------------------------------------------------------- datasets
+    def to_dataset(self, fingerprint: str | None = None, settings: Mapping | None = None, *, cache_dir=None):
+        """Export the store (or one space) as a `datasets.Dataset`; see [`hf_readonce.store.export_to_dataset`]."""
+        from .datasets_io import export_to_dataset  # lazy: `datasets` is imported only when exporting
+
+        return export_to_dataset(self, fingerprint, settings, cache_dir=cache_dir)
+
+    def import_dataset(self, dataset, *, shard_size_bytes: int = DEFAULT_SHARD_SIZE_BYTES) -> int:
+        """Import rows exported by [`to_dataset`]; see [`hf_readonce.store.import_from_dataset`]."""
+        from .datasets_io import import_from_dataset  # lazy: `datasets` is imported only when importing
+
+        return import_from_dataset(self, dataset, shard_size_bytes=shard_size_bytes)
+
+    def __repr__(self) -> str:
+        return f"RepresentationStore({str(self.path)!r}, documents={len(self._entries)}, spaces={len(self._spaces)})"
+
+
+class StoreWriter:
+    """Buffers documents of one representation space and commits them in shards (see
+    [`RepresentationStore.writer`]). Use as a context manager: leaving the block commits what is buffered; an
+    exception inside the block discards the buffer (committed shards stay).
+
+    Args:
+        store ([`RepresentationStore`]), fingerprint (`str`), settings (`Mapping`): the space written.
+        dtype (`str` or `torch.dtype`, defaults to `"float16"`): storage dtype of floating tensors (fp32, fp16,
+            bf16); integer and bool tensors keep their dtype.
+        shard_size_bytes (`int`, defaults to 64 MiB): commit a shard once this many tensor bytes are buffered.
+        model_type (`str`, *optional*): recorded in the index for `info`.
+
+    Attributes:
+        committed (`list[str]`): hashes written by this writer; skipped (`list[str]`): already stored, not rewritten.
+
+    Raises:
+        ReadOnlyStoreError: at creation, if the store cannot be written.
+        TypeError / ValueError: bad arguments (see each method).
+    """
+
+    def __init__(self, store: RepresentationStore, fingerprint: str, settings: Mapping, *,
+                 dtype: str | torch.dtype = "float16", shard_size_bytes: int = DEFAULT_SHARD_SIZE_BYTES,
+                 model_type: str | None = None):
+        _check_fingerprint(fingerprint)
+        settings = json.loads(canonical_settings(settings))
+        if isinstance(shard_size_bytes, bool) or not isinstance(shard_size_bytes, (int, float)) or shard_size_bytes <= 0:
+            raise ValueError(f"`shard_size_bytes` must be a positive number, got {shard_size_bytes!r}.")
+        self.store = store
+        self.dtype = resolve_dtype(dtype)
+        self.shard_size_bytes = shard_size_bytes
+        self.space = RepresentationSpace(space_key(fingerprint, settings), fingerprint, settings, model_type)
+        store.check_writable()
+        self._buffer: list[tuple[str, dict, dict]] = []
+        self._buffered_hashes: set[str] = set()
+        self._buffered_bytes = 0
+        self.committed: list[str] = []
+        self.skipped: list[str] = []
+
+    def _prepare(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if not isinstance(tensors, Mapping) or not tensors:
+            raise TypeError("`tensors` must be a non-empty dict of name -> torch.Tensor.")
+        out = {}
+        for name, tensor in tensors.items():
+            if not isinstance(name, str) or not name or "/" in name:
+                raise ValueError(f"tensor names must be non-empty str without '/', got {name!r}.")
+            if not torch.is_tensor(tensor):
+                raise TypeError(f"tensor {name!r} is a {type(tensor).__name__}, not a torch.Tensor.")
+            if tensor.dtype not in _STORABLE:
+                raise TypeError(f"tensor {name!r} has dtype {tensor.dtype}, which the store does not hold.")
+            tensor = tensor.detach().to("cpu")
+            if tensor.is_floating_point():
+                converted = tensor.to(self.dtype)
+                if bool(torch.isfinite(tensor).all()) and not bool(torch.isfinite(converted).all()):
+                    raise ValueError(
+                        f"tensor {name!r} overflows {_dtype_name(self.dtype)} (values up to "
+                        f"{float(tensor.abs().max()):.3g}); store it as bf16 or fp32.")
+                tensor = converted
+            out[name] = tensor.contiguous().clone()
+        return out
+
+    def add(self, document_hash: str, tensors: Mapping[str, torch.Tensor], meta: Mapping | None = None) -> bool:
+        """Buffer one document; commits a shard when the buffer reaches `shard_size_bytes`.
+
+        Args:
+            document_hash (`str`): [`content_hash`] of the document text (64 hex characters).
+            tensors (`dict[str, torch.Tensor]`): the representation; floating tensors are cast to `dtype`.
+            meta (`dict`, *optional*): small JSON-serializable metadata (e.g. `{"id": ...}`).
+
+        Returns:
+            `bool`: False if the document is already stored or buffered (it is not written twice).
+
+        Raises:
+            ValueError: bad hash or tensor names, fp16 overflow. TypeError: non-tensors, unsupported dtypes,
+            metadata that is not JSON.
+        """
+        if not isinstance(document_hash, str) or len(document_hash) != 64 or any(
+                c not in "0123456789abcdef" for c in document_hash):
+            raise ValueError(f"`document_hash` must be a 64-character lowercase hex SHA-256, got {document_hash!r}.")
+        meta = dict(meta or {})
+        try:
+            json.dumps(meta, allow_nan=False)
+        except (TypeError, ValueError) as error:
+            raise TypeError(f"`meta` must be JSON-serializable: {error}") from None
+        if document_hash in self._buffered_hashes or self.store.has(self.space.key, document_hash):
+            self.skipped.append(document_hash)
+            return False
+        prepared = self._prepare(tensors)
+        self._buffer.append((document_hash, prepared, meta))
+        self._buffered_hashes.add(document_hash)
+        self._buffered_bytes += sum(t.numel() * t.element_size() for t in prepared.values())
+        if self._buffered_bytes >= self.shard_size_bytes:
+            self.flush()
+        return True
+
+    def flush(self) -> list[str]:
+        """Commit the buffered documents as one shard (documents stored meanwhile by another process are dropped
+        from it). Returns the committed hashes."""
+        if not self._buffer:
+            return []
+        buffer, self._buffer = self._buffer, []
+        self._buffered_hashes, self._buffered_bytes = set(), 0
+        committed = self.store.commit_shard(self.space, self.dtype, buffer)
+        self.committed += committed
+        done = set(committed)
+        self.skipped += [h for h, _, _ in buffer if h not in done]
+        return committed
+
+    def discard(self) -> None:
+        """Drop what is buffered and not yet committed."""
+        self._buffer, self._buffered_hashes, self._buffered_bytes = [], set(), 0
+
+    def __enter__(self) -> StoreWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.flush()
+        else:
+            self.discard()
+
+
+__all__ = ["RepresentationStore", "StoreWriter"]

@@ -1,0 +1,90 @@
+"""The one JSONL reader of hf-readonce: line by line, with bad lines set aside and reported by number instead of
+failing a long run (used by the CLI, the QA helpers and the recipes)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class BadLine:
+    """A JSONL line that was set aside: `line` (1-based number) and `reason`."""
+
+    line: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.reason}"
+
+
+def iter_jsonl(path, problems: list | None = None) -> Iterator[tuple[int, dict]]:
+    """Yield `(line_number, row)` for every JSON-object line of a JSONL file, reading line by line (FIFOs and huge
+    files work). Lines that are not UTF-8, not JSON or not an object are appended to `problems` as [`BadLine`]
+    (with their line number) and skipped; blank lines are ignored.
+
+    Raises:
+        FileNotFoundError: if `path` does not exist. IsADirectoryError: if it is a directory.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise IsADirectoryError(f"{path} is a directory, expected a JSONL file.")
+    problems = problems if problems is not None else []
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                problems.append(BadLine(number, f"not valid UTF-8 ({error.reason} at byte {error.start})"))
+                continue
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                problems.append(BadLine(number, f"not valid JSON ({error.msg}, column {error.colno})"))
+                continue
+            if not isinstance(row, dict):
+                problems.append(BadLine(number, f"a JSON {type(row).__name__}, not an object"))
+                continue
+            yield number, row
+
+
+def iter_documents(path, text_field: str = "context", id_field: str | None = "id",
+                   problems: list | None = None) -> Iterator[tuple[str, str]]:
+    """Yield `(doc_id, text)` from a JSONL file; `doc_id` is the row's `id_field` (as str) or `line N`. Rows whose
+    `text_field` is missing, not a string or blank are reported in `problems` (with the line number) and skipped,
+    as are malformed lines (see [`iter_jsonl`])."""
+    problems = problems if problems is not None else []
+    for number, row in iter_jsonl(path, problems):
+        text = row.get(text_field)
+        if text is None:
+            problems.append(BadLine(number, f"no {text_field!r} field"))
+        elif not isinstance(text, str):
+            problems.append(BadLine(number, f"field {text_field!r} is a {type(text).__name__}, not a string"))
+        elif not text.strip():
+            problems.append(BadLine(number, f"empty document (field {text_field!r} is blank)"))
+        else:
+            doc_id = row.get(id_field) if id_field else None
+            yield (str(doc_id) if doc_id is not None else f"line {number}"), text
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """Read a whole JSONL file (e.g. SQuAD-style `id, context, question, answers{text[], answer_start[]}` rows) into
+    a list of dicts, strictly: unlike [`iter_jsonl`], a bad line fails the read.
+
+    Raises:
+        FileNotFoundError: if `path` does not exist.
+        ValueError: naming the line number of the first line that is not UTF-8, not JSON or not a JSON object.
+    """
+    problems: list[BadLine] = []
+    rows = [row for _, row in iter_jsonl(path, problems)]
+    if problems:
+        more = f" (and {len(problems) - 1} more bad line(s))" if len(problems) > 1 else ""
+        raise ValueError(f"{path}: {problems[0]}{more}.")
+    return rows
+
+
+__all__ = ["BadLine", "iter_documents", "iter_jsonl", "read_jsonl"]

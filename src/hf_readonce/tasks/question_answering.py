@@ -1,0 +1,535 @@
+"""Extractive-QA glue for cached-passage models: question-independent passage windows, pair features, span
+labels, batched prediction with and without a passage cache, n-best post-processing, and SQuAD EM/F1.
+
+Passage windows are cut from the passage alone (never from a question+passage pair), so the same windows, and the
+same cached states, serve every question about a passage. A pair feature is `[CLS] question [SEP]` followed by one
+window `passage tokens [SEP]`, exactly BERT's pair encoding.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import string
+import warnings
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .jsonl import read_jsonl  # re-exported: the one JSONL reader lives in tasks/jsonl.py
+
+_PUNCTUATION = set(string.punctuation)
+
+
+@dataclass
+class PassageWindow:
+    """One window of a tokenized passage.
+
+    Attributes:
+        passage_index (`int`): index of the passage in the list given to [`split_passages`].
+        input_ids (`list[int]`): window tokens followed by `[SEP]` (no `[CLS]`); at most `max_passage_length` ids.
+        offsets (`list[tuple[int, int] | None]`): character span of each token in the passage text; `None` for the
+            final `[SEP]`.
+    """
+
+    passage_index: int
+    input_ids: list[int]
+    offsets: list[tuple[int, int] | None] = field(repr=False)
+
+
+def load_qa_examples(path: str | Path, limit: int | None = None) -> tuple[list[dict], list[str]]:
+    """Read SQuAD-style JSONL and set aside unusable rows instead of failing a long run on them.
+
+    A row is unusable when its `question` or `context` is missing, not a string, or blank. Real data has such rows
+    (Disfl-QA validation has one empty question).
+
+    Args:
+        path: JSONL file (see [`read_jsonl`]).
+        limit (`int`, *optional*): keep only the first `limit` rows (before filtering).
+
+    Returns:
+        `(examples, skipped_ids)`: the usable rows, and the ids (or `line N`) of the rows set aside.
+
+    Raises:
+        ValueError: from [`read_jsonl`] on malformed JSON, or if no usable row remains.
+    """
+    rows = read_jsonl(path)
+    if limit:
+        rows = rows[:limit]
+    examples, skipped = [], []
+    for number, row in enumerate(rows, start=1):
+        usable = all(isinstance(row.get(key), str) and row[key].strip() for key in ("question", "context"))
+        (examples if usable else skipped).append(row if usable else str(row.get("id", f"line {number}")))
+    if not examples:
+        raise ValueError(f"{path}: no row has both a non-empty 'question' and 'context'.")
+    return examples, skipped
+
+
+def tokenize_questions(tokenizer, questions: Sequence[str], max_question_length: int = 64) -> list[list[int]]:
+    """Tokenize questions as BERT's first segment, `[CLS] question [SEP]`, truncated to `max_question_length` ids.
+
+    Raises:
+        ValueError: if `max_question_length < 3` or a question is empty.
+    """
+    if max_question_length < 3:
+        raise ValueError(f"`max_question_length` must be >= 3, got {max_question_length}.")
+    for i, question in enumerate(questions):
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError(f"question {i} is empty or not a string.")
+    encoded = tokenizer(list(questions), truncation=True, max_length=max_question_length)
+    return [list(ids) for ids in encoded["input_ids"]]
+
+
+def split_passages(
+    tokenizer, passages: Sequence[str], max_passage_length: int = 320, doc_stride: int = 128
+) -> list[list[PassageWindow]]:
+    """Split each passage into overlapping windows of at most `max_passage_length` ids (tokens + `[SEP]`).
+
+    Consecutive windows share `doc_stride` tokens (HF's `stride` convention), so an answer cut by one window boundary
+    is whole in the next. Windows depend only on the passage text and these two numbers.
+
+    Args:
+        tokenizer: a fast tokenizer (offsets are needed).
+        passages (`Sequence[str]`): passage texts.
+        max_passage_length (`int`, defaults to 320): window length in ids, `[SEP]` included.
+        doc_stride (`int`, defaults to 128): tokens shared by consecutive windows.
+
+    Returns:
+        `list[list[PassageWindow]]`: the windows of each passage, in order.
+
+    Raises:
+        ValueError: if `max_passage_length < 2`, `doc_stride` is not in `[0, max_passage_length - 1)`, or a passage
+            is empty.
+    """
+    if max_passage_length < 2:
+        raise ValueError(f"`max_passage_length` must be >= 2, got {max_passage_length}.")
+    body = max_passage_length - 1
+    if not 0 <= doc_stride < body:
+        raise ValueError(f"`doc_stride` must be in [0, {body}) for max_passage_length={max_passage_length}.")
+    for i, passage in enumerate(passages):
+        if not isinstance(passage, str) or not passage.strip():
+            raise ValueError(f"passage {i} is empty or not a string.")
+    # Whole passages are tokenized on purpose (they are windowed below), so the tokenizer's "longer than the
+    # specified maximum" warning does not apply: mark it as already shown (transformers' own switch for it).
+    if hasattr(tokenizer, "deprecation_warnings"):
+        tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
+    encoded = tokenizer(list(passages), add_special_tokens=False, return_offsets_mapping=True)
+    sep = tokenizer.sep_token_id
+    result = []
+    for index, (ids, offsets) in enumerate(zip(encoded["input_ids"], encoded["offset_mapping"])):
+        windows, start = [], 0
+        while True:
+            end = min(start + body, len(ids))
+            windows.append(
+                PassageWindow(index, list(ids[start:end]) + [sep], [tuple(o) for o in offsets[start:end]] + [None])
+            )
+            if end >= len(ids):
+                break
+            start = end - doc_stride
+        result.append(windows)
+    return result
+
+
+def span_in_window(window: PassageWindow, answer_start: int, answer_text: str) -> tuple[int, int] | None:
+    """Token span `(start, end)` (inclusive, window coordinates) covering the answer's characters, or `None` if the
+    answer is not entirely inside the window."""
+    answer_end = answer_start + len(answer_text)
+    start = end = None
+    for i, offset in enumerate(window.offsets):
+        if offset is None:
+            continue
+        if start is None and offset[0] <= answer_start < max(offset[1], offset[0] + 1):
+            start = i
+        if offset[0] < answer_end <= offset[1]:
+            end = i
+    if start is None or end is None or end < start:
+        return None
+    return start, end
+
+
+def build_features(
+    examples: Sequence[dict], tokenizer, max_question_length: int = 64, max_passage_length: int = 320,
+    doc_stride: int = 128, with_labels: bool = False,
+) -> tuple[list[dict], list[list[PassageWindow]], list[str]]:
+    """Pair features for every (question, window) of SQuAD-style `examples`.
+
+    Returns:
+        `(features, windows, passages)`: `features[i]` has `example_index`, `passage_index`, `window_index`,
+        `question_ids`, and (with `with_labels`) `start_positions`/`end_positions` in pair coordinates (0, the
+        `[CLS]`, when the answer is not in the window or the question is unanswerable); `windows[p]` are the windows
+        of unique passage `p`; `passages` the unique passage texts.
+
+    Raises:
+        ValueError: from [`tokenize_questions`] / [`split_passages`], or an example missing `context`/`question`.
+    """
+    passages, passage_ids = [], {}
+    for i, example in enumerate(examples):
+        if "context" not in example or "question" not in example:
+            raise ValueError(f"example {i} needs 'context' and 'question' fields.")
+        passage_ids.setdefault(example["context"], len(passages))
+        if passage_ids[example["context"]] == len(passages):
+            passages.append(example["context"])
+    windows = split_passages(tokenizer, passages, max_passage_length, doc_stride)
+    questions = tokenize_questions(tokenizer, [e["question"] for e in examples], max_question_length)
+    features = []
+    for i, example in enumerate(examples):
+        p = passage_ids[example["context"]]
+        for w, window in enumerate(windows[p]):
+            feature = {"example_index": i, "passage_index": p, "window_index": w, "question_ids": questions[i]}
+            if with_labels:
+                start = end = 0
+                answers = example.get("answers") or {}
+                if answers.get("text"):
+                    span = span_in_window(window, answers["answer_start"][0], answers["text"][0])
+                    if span is not None:
+                        start, end = (len(questions[i]) + span[0], len(questions[i]) + span[1])
+                feature["start_positions"], feature["end_positions"] = start, end
+            features.append(feature)
+    return features, windows, passages
+
+
+def pair_inputs(question_ids: list[int], window: PassageWindow) -> dict[str, list[int]]:
+    """BERT pair encoding of one feature: `input_ids`, `token_type_ids` (0 question, 1 passage), `attention_mask`."""
+    ids = question_ids + window.input_ids
+    return {
+        "input_ids": ids,
+        "token_type_ids": [0] * len(question_ids) + [1] * len(window.input_ids),
+        "attention_mask": [1] * len(ids),
+    }
+
+
+def pad_batch(rows: Sequence[Sequence[int]], pad_value: int = 0) -> torch.Tensor:
+    """Right-pad lists of ints into a `(len(rows), max_len)` LongTensor."""
+    width = max(len(r) for r in rows)
+    out = torch.full((len(rows), width), pad_value, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return out
+
+
+def _batches(n: int, size: int) -> Iterable[range]:
+    for start in range(0, n, size):
+        yield range(start, min(start + size, n))
+
+
+@torch.no_grad()
+def predict_pairs(model, features, windows, batch_size: int = 32, pad_token_id: int = 0):
+    """Start/end logits over each feature's window, reading the full pair (no cache): the baseline path, valid for
+    any QA model taking `input_ids, attention_mask, token_type_ids`.
+
+    Returns:
+        `list[tuple[np.ndarray, np.ndarray, float]]`: per feature, start and end logits over the window's tokens
+        (shape `(window_length,)`) and the no-answer score `start[CLS] + end[CLS]`.
+    """
+    model.eval()
+    device = next(model.parameters()).device
+    out = []
+    for batch in _batches(len(features), batch_size):
+        pairs = [pair_inputs(features[i]["question_ids"], windows[features[i]["passage_index"]][features[i]["window_index"]]) for i in batch]
+        inputs = {key: pad_batch([p[key] for p in pairs], pad_token_id if key == "input_ids" else 0).to(device)
+                  for key in ("input_ids", "token_type_ids", "attention_mask")}
+        result = model(**inputs)
+        start, end = result.start_logits.float().cpu().numpy(), result.end_logits.float().cpu().numpy()
+        for row, i in enumerate(batch):
+            q = len(features[i]["question_ids"])
+            n = len(windows[features[i]["passage_index"]][features[i]["window_index"]].input_ids)
+            out.append((start[row, q : q + n], end[row, q : q + n], float(start[row, 0] + end[row, 0])))
+    return out
+
+
+@torch.no_grad()
+def encode_windows(model, windows, batch_size: int = 32, pad_token_id: int = 0):
+    """Encode every window once with `model.encode_passages`.
+
+    Returns:
+        `dict[(passage_index, window_index), torch.Tensor]`: unpadded states `(window_length, hidden_size)`.
+    """
+    model.eval()
+    device = next(model.parameters()).device
+    flat = [(p, w, window) for p, ws in enumerate(windows) for w, window in enumerate(ws)]
+    flat.sort(key=lambda item: len(item[2].input_ids))
+    cache = {}
+    for batch in _batches(len(flat), batch_size):
+        items = [flat[i] for i in batch]
+        ids = pad_batch([item[2].input_ids for item in items], pad_token_id).to(device)
+        mask = pad_batch([[1] * len(item[2].input_ids) for item in items]).to(device)
+        states = model.encode_passages(ids, attention_mask=mask)
+        for row, (p, w, window) in enumerate(items):
+            cache[(p, w)] = states.last_hidden_state[row, : len(window.input_ids)]
+        fingerprint, k = states.model_fingerprint, states.num_decomposed_layers
+    cache["__meta__"] = {"model_fingerprint": fingerprint, "num_decomposed_layers": k}
+    return cache
+
+
+@torch.no_grad()
+def predict_cached(model, features, cache, batch_size: int = 32, pad_token_id: int = 0):
+    """Start/end logits over each feature's window, reading only the question and taking the passage's lower-layer
+    states from `cache` (from [`encode_windows`] or a store). Same layout as [`predict_pairs`]."""
+    from ..models.deformer_bert.modeling_deformer_bert import DeformerPassageOutput
+
+    model.eval()
+    device = next(model.parameters()).device
+    meta = cache["__meta__"]
+    out = []
+    for batch in _batches(len(features), batch_size):
+        questions = [features[i]["question_ids"] for i in batch]
+        states = [cache[(features[i]["passage_index"], features[i]["window_index"])] for i in batch]
+        width = max(s.shape[0] for s in states)
+        hidden = states[0].new_zeros((len(states), width, states[0].shape[-1]))
+        mask = torch.zeros((len(states), width), dtype=torch.long, device=device)
+        for row, s in enumerate(states):
+            hidden[row, : s.shape[0]] = s
+            mask[row, : s.shape[0]] = 1
+        q_ids = pad_batch(questions, pad_token_id).to(device)
+        q_mask = pad_batch([[1] * len(q) for q in questions]).to(device)
+        passage_states = DeformerPassageOutput(last_hidden_state=hidden.to(device), attention_mask=mask, **meta)
+        result = model(input_ids=q_ids, attention_mask=q_mask, passage_states=passage_states)
+        start, end = result.start_logits.float().cpu().numpy(), result.end_logits.float().cpu().numpy()
+        offset = q_ids.shape[1]
+        for row, s in enumerate(states):
+            n = s.shape[0]
+            out.append((start[row, offset : offset + n], end[row, offset : offset + n],
+                        float(start[row, 0] + end[row, 0])))
+    return out
+
+
+def postprocess_qa_predictions(examples, features, windows, logits, n_best_size: int = 20,
+                               max_answer_length: int = 30, allow_no_answer: bool = False,
+                               null_score_diff_threshold: float = 0.0, return_score_diffs: bool = False):
+    """n-best span decoding: for each example, the highest `start + end` logit span over all its windows with
+    `start <= end < start + max_answer_length`, mapped back to passage characters through the offsets.
+
+    With `allow_no_answer` (SQuAD 2.0 style, as in HF's `postprocess_qa_predictions`), the empty answer wins when
+    `score_diff = null_score - best_span_score > null_score_diff_threshold`, where `null_score` is the smallest
+    no-answer score `start[CLS] + end[CLS]` over the example's windows. Threshold 0 means "[CLS] beats every span";
+    tune it on held-out data with [`find_best_null_threshold`].
+
+    Args:
+        logits: per feature `(start, end, null_score)` as returned by [`predict_pairs`] / [`predict_cached`].
+        n_best_size (`int`, defaults to 20): start and end candidates tried per window.
+        max_answer_length (`int`, defaults to 30): longest answer, in tokens.
+        allow_no_answer (`bool`, defaults to `False`): allow the empty answer.
+        null_score_diff_threshold (`float`, defaults to 0.0): logit margin by which the no-answer score must beat
+            the best span.
+        return_score_diffs (`bool`, defaults to `False`): also return the best span of every example (even where
+            the empty answer won) and its `score_diff`, the inputs of [`find_best_null_threshold`].
+
+    Returns:
+        `dict[str, str]`: example id (or index as str) -> predicted answer text; with `return_score_diffs`,
+        `(predictions, best_spans, score_diffs)` with the same keys.
+
+    Raises:
+        ValueError: if `logits` and `features` differ in length.
+    """
+    if len(features) != len(logits):
+        raise ValueError(f"`logits` has {len(logits)} entries for {len(features)} features.")
+    best: dict[int, tuple[float, str]] = {}
+    null: dict[int, float] = {}
+    for feature, (start_logits, end_logits, null_score) in zip(features, logits):
+        window = windows[feature["passage_index"]][feature["window_index"]]
+        i = feature["example_index"]
+        context = examples[i]["context"]
+        null[i] = min(null.get(i, math.inf), null_score)
+        starts = np.argsort(start_logits)[::-1][:n_best_size]
+        ends = np.argsort(end_logits)[::-1][:n_best_size]
+        for s in starts:
+            for e in ends:
+                if window.offsets[s] is None or window.offsets[e] is None or e < s or e - s + 1 > max_answer_length:
+                    continue
+                score = float(start_logits[s] + end_logits[e])
+                if i not in best or score > best[i][0]:
+                    best[i] = (score, context[window.offsets[s][0] : window.offsets[e][1]])
+    predictions, spans, diffs = {}, {}, {}
+    for i, example in enumerate(examples):
+        key = str(example.get("id", i))
+        score, text = best.get(i, (-math.inf, ""))
+        diffs[key] = null.get(i, -math.inf) - score
+        spans[key] = text
+        if allow_no_answer and diffs[key] > null_score_diff_threshold:
+            text = ""
+        predictions[key] = text
+    if return_score_diffs:
+        return predictions, spans, diffs
+    return predictions
+
+
+def _normalize_answer(text: str) -> str:
+    """SQuAD's official answer normalization: lower case, no punctuation, no articles, single spaces."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def _f1(prediction: str, gold: str) -> float:
+    prediction_tokens, gold_tokens = _normalize_answer(prediction).split(), _normalize_answer(gold).split()
+    if not prediction_tokens or not gold_tokens:
+        return float(prediction_tokens == gold_tokens)
+    common = Counter(prediction_tokens) & Counter(gold_tokens)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(prediction_tokens), same / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _gold_texts(example: dict) -> list[str]:
+    return list((example.get("answers") or {}).get("text") or [""])
+
+
+def find_best_null_threshold(best_spans: dict[str, str], score_diffs: dict[str, float],
+                             examples: Sequence[dict]) -> tuple[float, float]:
+    """The `null_score_diff_threshold` that maximizes F1 on `examples` (SQuAD 2.0's `find_best_thresh`): the empty
+    answer is predicted where `score_diff > threshold`, the best span elsewhere. Tune it on held-out *training*
+    data, never on the evaluation set.
+
+    Args:
+        best_spans, score_diffs: from [`postprocess`] with `return_score_diffs=True`, keyed by example id.
+        examples: the SQuAD-style rows scored (`answers.text` empty for unanswerable questions).
+
+    Returns:
+        `(threshold, f1)`: the threshold (a logit margin; `+inf` = never answer empty) and the F1 (percent) it
+        reaches on `examples`.
+
+    Raises:
+        ValueError: if `examples` is empty or an example has no entry in `score_diffs`.
+    """
+    if not examples:
+        raise ValueError("`examples` is empty: nothing to calibrate the no-answer threshold on.")
+    keys = [str(e.get("id", i)) for i, e in enumerate(examples)]
+    missing = [k for k in keys if k not in score_diffs]
+    if missing:
+        raise ValueError(f"no score_diff for example id(s) {missing[:5]}.")
+    span_f1 = np.array([max(_f1(best_spans[k], g) for g in _gold_texts(e)) for k, e in zip(keys, examples)])
+    null_f1 = np.array([float(not (e.get("answers") or {}).get("text")) for e in examples])
+    diffs = np.array([score_diffs[k] for k in keys], dtype=np.float64)
+    order = np.argsort(-diffs)  # thresholds just below each diff: the first j examples become empty answers
+    gains = np.concatenate([[0.0], np.cumsum(null_f1[order] - span_f1[order])])
+    totals = span_f1.sum() + gains
+    j = int(np.argmax(totals))
+    if j == 0:
+        threshold = math.inf if not np.isfinite(diffs.max()) else float(diffs.max())
+    elif j == len(diffs):
+        threshold = float(diffs[order[-1]]) - 1.0
+    else:
+        threshold = float((diffs[order[j - 1]] + diffs[order[j]]) / 2)
+    return threshold, float(100 * totals[j] / len(diffs))
+
+
+def always_empty_predictions(examples: Sequence[dict]) -> dict[str, str]:
+    """Trivial baseline: answer "" to every question (the score of a model that collapsed to no-answer)."""
+    return {str(e.get("id", i)): "" for i, e in enumerate(examples)}
+
+
+def first_span_predictions(examples: Sequence[dict], num_words: int = 3) -> dict[str, str]:
+    """Trivial baseline: the first `num_words` (default 3) whitespace-separated words of each passage, a stand-in
+    for a model that learned position instead of reading (e.g. one that always answers the passage's start)."""
+    return {str(e.get("id", i)): " ".join(e["context"].split()[:num_words]) for i, e in enumerate(examples)}
+
+
+def first_sentence_predictions(examples: Sequence[dict]) -> dict[str, str]:
+    """Trivial baseline: each passage's first sentence (up to the first `.`, `?` or `!` followed by a space)."""
+    out = {}
+    for i, e in enumerate(examples):
+        match = re.search(r"[.?!](\s|$)", e["context"])
+        out[str(e.get("id", i))] = e["context"][: match.end()].strip() if match else e["context"]
+    return out
+
+
+def score_qa(predictions: dict[str, str], examples: Sequence[dict]) -> dict[str, float]:
+    """SQuAD 2.0-style scores (percent): overall `exact_match`/`f1`, and the same on answerable (`HasAns_*`) and
+    unanswerable (`NoAns_*`) questions with their counts (`HasAns_total`, `NoAns_total`; the subset keys are
+    absent when a subset is empty). Uses [`squad_em_f1`] on each subset.
+
+    Raises:
+        KeyError: if an example id has no prediction.
+    """
+    scores = squad_em_f1(predictions, examples)
+    has = [e for e in examples if (e.get("answers") or {}).get("text")]
+    no = [e for e in examples if not (e.get("answers") or {}).get("text")]
+    for name, subset in (("HasAns", has), ("NoAns", no)):
+        scores[f"{name}_total"] = len(subset)
+        if subset:
+            sub = squad_em_f1(predictions, subset)
+            scores[f"{name}_exact"], scores[f"{name}_f1"] = sub["exact_match"], sub["f1"]
+    return scores
+
+
+def trivial_baselines(examples: Sequence[dict]) -> dict[str, dict[str, float]]:
+    """[`score_qa`] of the trivial baselines on `examples`: `always_empty` (only when some question is
+    unanswerable), `first_span` (first 3 words) and `first_sentence`. Print them beside every model score."""
+    out = {}
+    if any(not (e.get("answers") or {}).get("text") for e in examples):
+        out["always_empty"] = score_qa(always_empty_predictions(examples), examples)
+    out["first_span"] = score_qa(first_span_predictions(examples), examples)
+    out["first_sentence"] = score_qa(first_sentence_predictions(examples), examples)
+    return out
+
+
+def format_scores(name: str, scores: dict[str, float]) -> str:
+    """One line: `name: EM x / F1 y (HasAns F1 h over n, NoAns EM z over m)`, for reports beside baselines."""
+    line = f"{name:<28} EM {scores['exact_match']:6.2f}  F1 {scores['f1']:6.2f}"
+    if scores.get("HasAns_total"):
+        line += f"  | HasAns EM {scores['HasAns_exact']:6.2f} F1 {scores['HasAns_f1']:6.2f} (n={scores['HasAns_total']})"
+    if scores.get("NoAns_total"):
+        line += f"  | NoAns EM {scores['NoAns_exact']:6.2f} (n={scores['NoAns_total']})"
+    return line
+
+
+def postprocess(examples, features, windows, logits, n_best: int = 20, max_answer_length: int = 30,
+                allow_no_answer: bool = False, **kwargs):
+    """Deprecated 0.1.0 name of [`postprocess_qa_predictions`] (`n_best` is its `n_best_size`)."""
+    warnings.warn("`postprocess(..., n_best=)` is deprecated; use `postprocess_qa_predictions(..., n_best_size=)`.",
+                  DeprecationWarning, stacklevel=2)
+    return postprocess_qa_predictions(examples, features, windows, logits, n_best_size=n_best,
+                                      max_answer_length=max_answer_length, allow_no_answer=allow_no_answer, **kwargs)
+
+
+def squad_em_f1(predictions: dict[str, str], examples: Sequence[dict]) -> dict[str, float]:
+    """SQuAD exact match and F1 (percent) with torchmetrics' `SQuAD` (the official normalization). Unanswerable
+    gold (empty `answers.text`) counts as the single gold answer "".
+
+    Raises:
+        KeyError: if an example id has no prediction.
+    """
+    from torchmetrics.text import SQuAD
+
+    preds, target = [], []
+    for i, example in enumerate(examples):
+        key = str(example.get("id", i))
+        answers = example.get("answers") or {}
+        texts = list(answers.get("text") or [""])
+        starts = list(answers.get("answer_start") or [0] * len(texts))
+        preds.append({"prediction_text": predictions[key], "id": key})
+        target.append({"answers": {"answer_start": starts, "text": texts}, "id": key})
+    scores = SQuAD()(preds, target)
+    return {"exact_match": float(scores["exact_match"]), "f1": float(scores["f1"])}
+
+
+__all__ = [
+    "PassageWindow",
+    "always_empty_predictions",
+    "build_features",
+    "find_best_null_threshold",
+    "first_sentence_predictions",
+    "first_span_predictions",
+    "format_scores",
+    "encode_windows",
+    "load_qa_examples",
+    "pad_batch",
+    "pair_inputs",
+    "postprocess",
+    "postprocess_qa_predictions",
+    "predict_cached",
+    "predict_pairs",
+    "read_jsonl",
+    "score_qa",
+    "span_in_window",
+    "split_passages",
+    "squad_em_f1",
+    "tokenize_questions",
+    "trivial_baselines",
+]

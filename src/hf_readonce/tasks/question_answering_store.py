@@ -1,0 +1,141 @@
+"""Extractive QA from a [`RepresentationStore`]: DeFormer-BERT answers questions from stored passage states, so only
+the questions and the upper layers run. (0.1.0: `hf_readonce.store.answer_from_store`.)"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..representations.deformer_bert import DeformerBertAdapter
+from ..representations.fill import fill_store
+from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore, content_hash
+from .question_answering import postprocess_qa_predictions, predict_cached, tokenize_questions
+
+
+def find_deformer_space(store: RepresentationStore, model, tokenizer) -> dict:
+    """The settings of the only DeFormer space in `store` made by this model (fingerprint) and tokenizer.
+
+    Raises:
+        RepresentationMismatchError: if the store holds DeFormer states only for other fingerprints (names both).
+        MissingRepresentationError: if the store holds no DeFormer states.
+        ValueError: if several window settings are stored for this model (pass them explicitly).
+    """
+    fingerprint = model.representation_fingerprint()
+    store.refresh()
+    ours = [s for s in store.spaces() if DeformerBertAdapter.settings_match(s.settings, tokenizer)]
+    matching = [s for s in ours if s.fingerprint == fingerprint]
+    if len(matching) == 1:
+        return dict(matching[0].settings)
+    if len(matching) > 1:
+        options = "; ".join(f"max_passage_length={s.settings['max_passage_length']} doc_stride="
+                            f"{s.settings['doc_stride']}" for s in matching)
+        raise ValueError(f"store {store.path} holds several window settings for this model ({options}); pass "
+                         "max_passage_length and doc_stride.")
+    if ours:
+        stored = ", ".join(sorted({s.fingerprint[:16] + "..." for s in ours}))
+        raise RepresentationMismatchError(
+            f"store {store.path} holds DeFormer passage states only for model fingerprint(s) {stored}, not for this "
+            f"model's {fingerprint[:16]}...: encode the documents with this model first.")
+    raise MissingRepresentationError(f"store {store.path} holds no DeFormer passage states for this tokenizer.")
+
+
+def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Sequence[dict], *,
+                      max_passage_length: int | None = None, doc_stride: int | None = None,
+                      max_question_length: int = 64, batch_size: int = 32, n_best_size: int = 20,
+                      max_answer_length: int = 30, allow_no_answer: bool = False,
+                      null_score_diff_threshold: float = 0.0, passages_per_chunk: int = 64,
+                      encode_missing: bool = False, dtype: str = "float16", progress: bool = False,
+                      n_best: int | None = None) -> dict[str, str]:
+    """Answer extractive questions with a DeFormer model from passage states stored in `store`: only the questions
+    and the upper layers run; the passage windows, offsets and lower-layer states come from the store.
+
+    Args:
+        model ([`DeformerBertForQuestionAnswering`]), tokenizer: the model that encoded the store (or a copy).
+        store ([`RepresentationStore`]).
+        examples (`Sequence[dict]`): SQuAD-style rows with `id`, `question`, `context`.
+        max_passage_length, doc_stride (`int`, *optional*): window settings used at encode time; looked up in the
+            store when both are omitted ([`find_deformer_space`]).
+        max_question_length, batch_size, n_best_size, max_answer_length, allow_no_answer,
+            null_score_diff_threshold: as in [`hf_readonce.tasks.question_answering.postprocess_qa_predictions`]
+            (`n_best` is the 0.1.0 name of `n_best_size`, still accepted).
+        passages_per_chunk (`int`, defaults to 64): passages whose states are held in memory at once.
+        encode_missing (`bool`, defaults to `False`): encode and store passages that are missing instead of raising.
+        dtype (`str`): storage dtype for `encode_missing`.
+        progress (`bool`, defaults to `False`): a tqdm bar on stderr counting answered questions.
+
+    Returns:
+        `dict[str, str]`: example id -> answer text, in example order.
+
+    Raises:
+        MissingRepresentationError / RepresentationMismatchError: passages not stored for this model and settings
+            (the message counts them and names the first, and the fingerprints involved).
+        ValueError: an example without a non-empty `question`/`context`.
+    """
+    for i, example in enumerate(examples):
+        for key in ("question", "context"):
+            if not isinstance(example.get(key), str) or not example[key].strip():
+                raise ValueError(f"example {example.get('id', i)}: {key!r} is missing or empty.")
+    if (max_passage_length is None) != (doc_stride is None):
+        raise ValueError("pass both `max_passage_length` and `doc_stride`, or neither (read from the store).")
+    if max_passage_length is None:
+        found = find_deformer_space(store, model, tokenizer)
+        max_passage_length, doc_stride = found["max_passage_length"], found["doc_stride"]
+    adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=max_passage_length, doc_stride=doc_stride,
+                                   batch_size=batch_size)
+    fingerprint, settings = adapter.fingerprint(), adapter.settings()
+    contexts: dict[str, int] = {}
+    for example in examples:
+        contexts.setdefault(example["context"], len(contexts))
+    texts = list(contexts)
+    hashes = [content_hash(t) for t in texts]
+    missing = store.missing(fingerprint, settings, hashes)
+    if missing and encode_missing:
+        by_hash = dict(zip(hashes, texts))
+        fill_store(adapter, store, [(h[:16], by_hash[h]) for h in missing], dtype=dtype)
+    elif missing:
+        first = next(e for e in examples if content_hash(e["context"]) == missing[0])
+        name = f"id {first.get('id')!r}" + (f", title {first['title']!r}" if first.get("title") else "")
+        try:
+            store.entry(fingerprint, settings, missing[0])
+        except (MissingRepresentationError, RepresentationMismatchError) as error:
+            raise type(error)(
+                f"{len(missing)} of {len(hashes)} passages are not stored in {store.path} for this model and window "
+                f"settings (first: the passage of question {name}); encode them first, or pass --encode-missing "
+                f"(`encode_missing=True`) to encode and store them now. Details: {error}") from None
+    questions = tokenize_questions(tokenizer, [e["question"] for e in examples], max_question_length)
+    by_passage: dict[int, list[int]] = {}
+    for i, example in enumerate(examples):
+        by_passage.setdefault(contexts[example["context"]], []).append(i)
+    meta = {"model_fingerprint": fingerprint, "num_decomposed_layers": settings["num_decomposed_layers"]}
+    pad = tokenizer.pad_token_id or 0
+    if n_best is not None:
+        n_best_size = n_best
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(examples), desc="answer", unit="question", disable=not progress, dynamic_ncols=True)
+    predictions: dict[str, str] = {}
+    for chunk_start in range(0, len(texts), passages_per_chunk):
+        chunk = range(chunk_start, min(chunk_start + passages_per_chunk, len(texts)))
+        stored = store.get_many(fingerprint, settings, [hashes[p] for p in chunk])
+        windows, cache = [], {"__meta__": meta}
+        chunk_examples, features = [], []
+        for local, (p, tensors) in enumerate(zip(chunk, stored)):
+            doc_windows, states = adapter.unpack(tensors, local)
+            windows.append(doc_windows)
+            for w, state in enumerate(states):
+                cache[(local, w)] = state
+            for i in by_passage[p]:
+                for w in range(len(doc_windows)):
+                    features.append({"example_index": len(chunk_examples), "passage_index": local,
+                                     "window_index": w, "question_ids": questions[i]})
+                chunk_examples.append({**examples[i], "id": str(examples[i].get("id", i))})
+        logits = predict_cached(model, features, cache, batch_size=batch_size, pad_token_id=pad)
+        predictions.update(postprocess_qa_predictions(chunk_examples, features, windows, logits,
+                                                      n_best_size=n_best_size, max_answer_length=max_answer_length,
+                                                      allow_no_answer=allow_no_answer,
+                                                      null_score_diff_threshold=null_score_diff_threshold))
+        bar.update(len(chunk_examples))
+    bar.close()
+    return {str(e.get("id", i)): predictions[str(e.get("id", i))] for i, e in enumerate(examples)}
+
+
+__all__ = ["answer_from_store", "find_deformer_space"]

@@ -1,0 +1,338 @@
+"""DeFormer-BERT: equivalence with BERT, passage cache, losses, Trainer, LoRA, checkpointing, save/load, remote code."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModelForQuestionAnswering,
+    BertConfig,
+    BertForQuestionAnswering,
+    Trainer,
+    TrainingArguments,
+)
+
+import hf_readonce
+from hf_readonce import (
+    DeformerBertConfig,
+    DeformerBertForQuestionAnswering,
+    DeformerDistillationTrainer,
+    DeformerPassageOutput,
+)
+from tests.conftest import run_without_hf_readonce
+
+TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=4, num_attention_heads=4, intermediate_size=37,
+            max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def tiny_deformer(k=2, seed=0, **overrides):
+    torch.manual_seed(seed)
+    return DeformerBertForQuestionAnswering(DeformerBertConfig(num_decomposed_layers=k, **{**TINY, **overrides})).eval()
+
+
+def make_pairs(q_lens, p_lens, seed=1):
+    """Pair encodings [CLS] q [SEP] p [SEP] (right padded) and their question/passage parts."""
+    g = torch.Generator().manual_seed(seed)
+    pairs, questions, passages = [], [], []
+    for q, p in zip(q_lens, p_lens):
+        question = [2] + torch.randint(5, 99, (q - 2,), generator=g).tolist() + [3]
+        passage = torch.randint(5, 99, (p - 1,), generator=g).tolist() + [3]
+        questions.append(question)
+        passages.append(passage)
+        pairs.append((question, passage))
+    width = max(len(a) + len(b) for a, b in pairs)
+    ids = torch.zeros(len(pairs), width, dtype=torch.long)
+    types, mask = torch.zeros_like(ids), torch.zeros_like(ids)
+    for i, (a, b) in enumerate(pairs):
+        ids[i, : len(a) + len(b)] = torch.tensor(a + b)
+        types[i, len(a) : len(a) + len(b)] = 1
+        mask[i, : len(a) + len(b)] = 1
+
+    def pad(rows):
+        out = torch.zeros(len(rows), max(map(len, rows)), dtype=torch.long)
+        m = torch.zeros_like(out)
+        for i, r in enumerate(rows):
+            out[i, : len(r)] = torch.tensor(r)
+            m[i, : len(r)] = 1
+        return out, m
+
+    return (ids, types, mask), pad(questions), pad(passages)
+
+
+# ----------------------------------------------------------------------------------------------- config
+def test_config_defaults_and_validation():
+    assert DeformerBertConfig().num_decomposed_layers == 9  # 3/4 of BERT-base, the paper's k=9
+    assert DeformerBertConfig(num_hidden_layers=6).num_decomposed_layers == 4
+    assert DeformerBertConfig(num_hidden_layers=6, num_decomposed_layers=0).num_decomposed_layers == 0
+    for bad in (-1, 7):
+        with pytest.raises(ValueError, match="num_decomposed_layers"):
+            DeformerBertConfig(num_hidden_layers=6, num_decomposed_layers=bad)
+    with pytest.raises(ValueError, match="num_decomposed_layers"):
+        DeformerBertConfig(num_hidden_layers=6, num_decomposed_layers=2.0)
+    with pytest.raises(ValueError, match="passage_position_offset"):
+        DeformerBertConfig(passage_position_offset=512)
+    with pytest.raises(ValueError, match="distillation_temperature"):
+        DeformerBertConfig(distillation_temperature=0)
+    with pytest.raises(ValueError, match="kd_loss_weight"):
+        DeformerBertConfig(kd_loss_weight=-1)
+
+
+def test_auto_classes_registered():
+    config = AutoConfig.for_model("deformer_bert", **TINY, num_decomposed_layers=1)
+    assert isinstance(config, DeformerBertConfig)
+    assert isinstance(AutoModelForQuestionAnswering.from_config(config), DeformerBertForQuestionAnswering)
+
+
+# ----------------------------------------------------------------------------------------------- equivalence
+def test_k0_equals_bert_for_question_answering():
+    torch.manual_seed(0)
+    bert = BertForQuestionAnswering(BertConfig(**TINY)).eval()
+    deformer = tiny_deformer(k=0)
+    deformer.load_state_dict(bert.state_dict())
+    (ids, types, mask), _, _ = make_pairs([5, 7, 4], [9, 6, 11])
+    expected = bert(ids, attention_mask=mask, token_type_ids=types)
+    got = deformer(ids, attention_mask=mask, token_type_ids=types)
+    torch.testing.assert_close(got.start_logits, expected.start_logits, atol=1e-5, rtol=0)
+    torch.testing.assert_close(got.end_logits, expected.end_logits, atol=1e-5, rtol=0)
+
+
+def test_k_positive_differs_from_bert():
+    """Guard against a decomposition that silently does nothing."""
+    torch.manual_seed(0)
+    bert = BertForQuestionAnswering(BertConfig(**TINY)).eval()
+    deformer = tiny_deformer(k=2)
+    deformer.load_state_dict(bert.state_dict())
+    (ids, types, mask), _, _ = make_pairs([5, 7], [9, 6])
+    assert not torch.allclose(deformer(ids, mask, types).start_logits, bert(ids, mask, types).start_logits, atol=1e-4)
+
+
+def test_from_pretrained_bert_checkpoint_keeps_weights(tmp_path):
+    torch.manual_seed(0)
+    bert = BertForQuestionAnswering(BertConfig(**TINY))
+    bert.save_pretrained(tmp_path)
+    deformer = DeformerBertForQuestionAnswering.from_pretrained(tmp_path, num_decomposed_layers=3)
+    assert deformer.config.num_decomposed_layers == 3
+    theirs, ours = bert.state_dict(), deformer.state_dict()
+    assert set(theirs) == set(ours)  # the decomposition adds no parameters
+    for name, tensor in theirs.items():
+        torch.testing.assert_close(ours[name], tensor, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_cached_equals_uncached(k):
+    model = tiny_deformer(k=k)
+    (ids, types, mask), (q_ids, q_mask), (p_ids, p_mask) = make_pairs([5, 8, 3], [12, 7, 10])
+    full = model(ids, attention_mask=mask, token_type_ids=types)
+    cache = model.encode_passages(p_ids, attention_mask=p_mask)
+    assert isinstance(cache, DeformerPassageOutput)
+    assert cache.last_hidden_state.shape == (3, 12, 32)
+    cached = model(input_ids=q_ids, attention_mask=q_mask, passage_states=cache)
+    q_width = q_ids.shape[1]
+    for i in range(3):
+        q, p = int(q_mask[i].sum()), int(p_mask[i].sum())
+        for name in ("start_logits", "end_logits"):
+            a, b = getattr(full, name)[i], getattr(cached, name)[i]
+            torch.testing.assert_close(b[:q], a[:q], atol=1e-5, rtol=0)
+            torch.testing.assert_close(b[q_width : q_width + p], a[q : q + p], atol=1e-5, rtol=0)
+
+
+def test_passage_states_do_not_depend_on_question():
+    model = tiny_deformer(k=2)
+    passage = torch.randint(5, 99, (1, 10))
+    states = []
+    for q_len in (3, 9):
+        question = torch.cat([torch.tensor([[2]]), torch.randint(5, 99, (1, q_len)), torch.tensor([[3]])], 1)
+        ids = torch.cat([question, passage], 1)
+        types = torch.cat([torch.zeros_like(question), torch.ones_like(passage)], 1)
+        out = model.bert(ids, token_type_ids=types, output_hidden_states=True)
+        states.append(out.hidden_states[2][:, question.shape[1] :])  # after layer k=2
+    torch.testing.assert_close(states[0], states[1], atol=1e-6, rtol=0)
+    torch.testing.assert_close(model.encode_passages(passage).last_hidden_state, states[0], atol=1e-5, rtol=0)
+
+
+# ----------------------------------------------------------------------------------------------- bad input
+def test_passage_state_mismatches_are_errors():
+    model = tiny_deformer(k=2)
+    _, (q_ids, q_mask), (p_ids, p_mask) = make_pairs([5, 6], [7, 8])
+    cache = model.encode_passages(p_ids, attention_mask=p_mask)
+    with pytest.raises(ValueError, match="num_decomposed_layers=1"):
+        model(q_ids, q_mask, passage_states=DeformerPassageOutput(
+            last_hidden_state=cache.last_hidden_state, attention_mask=p_mask, num_decomposed_layers=1))
+    with pytest.raises(ValueError, match="another model"):
+        tiny_deformer(k=2, seed=7)(q_ids, q_mask, passage_states=cache)
+    with pytest.raises(ValueError, match="hidden size"):
+        model(q_ids, q_mask, passage_states=DeformerPassageOutput(last_hidden_state=torch.zeros(2, 8, 16)))
+    with pytest.raises(TypeError, match="DeformerPassageOutput"):
+        model(q_ids, q_mask, passage_states=cache.last_hidden_state)
+    with pytest.raises(ValueError, match="2 passages for 1 questions"):
+        model(q_ids[:1], q_mask[:1], passage_states=cache)
+
+
+def test_other_bad_inputs():
+    model = tiny_deformer(k=2)
+    (ids, types, mask), _, _ = make_pairs([5], [7])
+    with pytest.raises(ValueError, match="token_type_ids"):
+        model(ids, attention_mask=mask)
+    with pytest.raises(ValueError, match="no question token"):
+        model(ids, attention_mask=mask, token_type_ids=torch.ones_like(ids))
+    with pytest.raises(ValueError, match="attention_mask"):
+        model(ids, attention_mask=mask[:, :-1], token_type_ids=types)
+    with pytest.raises(ValueError, match="empty"):
+        model.encode_passages(torch.zeros(1, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        model.encode_passages(torch.randint(5, 99, (1, 65)))
+    with pytest.raises(ValueError, match="num_decomposed_layers > 0"):
+        tiny_deformer(k=0).encode_passages(torch.randint(5, 99, (1, 5)))
+
+
+# ----------------------------------------------------------------------------------------------- losses
+def test_auxiliary_losses():
+    model = tiny_deformer(k=2)
+    (ids, types, mask), _, _ = make_pairs([5, 6], [7, 8])
+    starts, ends = torch.tensor([6, 7]), torch.tensor([8, 9])
+    plain = model(ids, mask, types, start_positions=starts, end_positions=ends, output_hidden_states=True)
+    same = model(ids, mask, types, start_positions=starts, end_positions=ends, teacher_start_logits=plain.start_logits,
+                 teacher_end_logits=plain.end_logits, teacher_hidden_states=plain.hidden_states)
+    torch.testing.assert_close(same.loss, plain.loss, atol=1e-5, rtol=0)  # KD and LRS vanish on itself
+    teacher = tiny_deformer(k=0, seed=3)
+    t = teacher(ids, mask, types, output_hidden_states=True)
+    kd_only = model(ids, mask, types, start_positions=starts, end_positions=ends,
+                    teacher_start_logits=t.start_logits, teacher_end_logits=t.end_logits)
+    both = model(ids, mask, types, start_positions=starts, end_positions=ends, teacher_start_logits=t.start_logits,
+                 teacher_end_logits=t.end_logits, teacher_hidden_states=t.hidden_states)
+    assert kd_only.loss > plain.loss and both.loss > kd_only.loss
+    expected_kd = (model.distillation_loss(plain.start_logits, t.start_logits, mask.bool())
+                   + model.distillation_loss(plain.end_logits, t.end_logits, mask.bool())) / 2
+    torch.testing.assert_close(kd_only.loss - plain.loss, expected_kd, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="teacher logits shape"):
+        model(ids, mask, types, start_positions=starts, end_positions=ends,
+              teacher_start_logits=t.start_logits[:, :-1], teacher_end_logits=t.end_logits)
+
+
+def test_distillation_trainer_step(tmp_path):
+    student = tiny_deformer(k=2).train()
+    teacher = tiny_deformer(k=0, seed=5)
+    (ids, types, mask), _, _ = make_pairs([5, 6, 4, 7], [7, 8, 9, 6])
+    rows = [{"input_ids": ids[i], "token_type_ids": types[i], "attention_mask": mask[i],
+             "start_positions": torch.tensor(6), "end_positions": torch.tensor(7)} for i in range(4)]
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=2, report_to="none",
+                             use_cpu=True, save_strategy="no", learning_rate=1e-2,
+                             remove_unused_columns=False)
+    before = {n: p.detach().clone() for n, p in student.named_parameters()}
+    trainer = DeformerDistillationTrainer(model=student, args=args, train_dataset=rows, teacher_model=teacher)
+    assert trainer.label_names == ["start_positions", "end_positions"]
+    seen = {}
+    original = student.forward
+
+    def spy(*a, **kw):
+        seen.update({key: kw.get(key) is not None for key in ("teacher_start_logits", "teacher_hidden_states")})
+        return original(*a, **kw)
+
+    student.forward = spy
+    result = trainer.train()
+    assert seen == {"teacher_start_logits": True, "teacher_hidden_states": True}
+    assert torch.isfinite(torch.tensor(result.training_loss))
+    assert any(not torch.equal(before[n], p) for n, p in student.named_parameters())
+    assert all(not p.requires_grad for p in teacher.parameters())
+    with pytest.raises(TypeError, match="teacher_model"):
+        DeformerDistillationTrainer(model=student, args=args, train_dataset=rows)
+    plain = Trainer(model=student, args=args)
+    assert plain.label_names == ["start_positions", "end_positions"]
+    assert plain.model_accepts_loss_kwargs is False  # batch-mean loss: Trainer scales for gradient accumulation
+
+
+def test_gradient_checkpointing_same_gradients():
+    (ids, types, mask), _, _ = make_pairs([5, 6], [7, 8])
+    grads = []
+    for checkpointing in (False, True):
+        model = tiny_deformer(k=2).train()
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+            assert all(layer.gradient_checkpointing for layer in model.bert.encoder.layer)
+        out = model(ids, mask, types, start_positions=torch.tensor([6, 7]), end_positions=torch.tensor([8, 9]))
+        out.loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys()
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-6, rtol=1e-5)
+
+
+def test_lora_query_value():
+    from peft import LoraConfig, get_peft_model
+
+    model = tiny_deformer(k=2)
+    peft_model = get_peft_model(model, LoraConfig(target_modules=["query", "value"], r=4, lora_alpha=8))
+    trainable = [n for n, p in peft_model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    (ids, types, mask), (q_ids, q_mask), (p_ids, p_mask) = make_pairs([5, 6], [7, 8])
+    out = peft_model(input_ids=ids, attention_mask=mask, token_type_ids=types,
+                     start_positions=torch.tensor([6, 7]), end_positions=torch.tensor([8, 9]))
+    out.loss.backward()
+    assert all(p.grad is not None for n, p in peft_model.named_parameters() if p.requires_grad)
+    cache = peft_model.base_model.model.encode_passages(p_ids, attention_mask=p_mask)
+    assert peft_model(input_ids=q_ids, attention_mask=q_mask, passage_states=cache).start_logits.shape[1] == 14
+
+
+# ----------------------------------------------------------------------------------------------- save / load
+def test_save_load_round_trip(tmp_path):
+    model = tiny_deformer(k=2)
+    model.save_pretrained(tmp_path)
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["config.json", "configuration_deformer_bert.py", "model.safetensors",
+                     "modeling_deformer_bert.py"]
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["model_type"] == "deformer_bert" and config["num_decomposed_layers"] == 2
+    assert config["auto_map"]["AutoModelForQuestionAnswering"].endswith("DeformerBertForQuestionAnswering")
+    loaded = AutoModelForQuestionAnswering.from_pretrained(tmp_path).eval()
+    assert isinstance(loaded, DeformerBertForQuestionAnswering)
+    (ids, types, mask), _, _ = make_pairs([5, 6], [7, 8])
+    torch.testing.assert_close(loaded(ids, mask, types).start_logits, model(ids, mask, types).start_logits,
+                               atol=0, rtol=0)
+
+
+def test_remote_code_without_hf_readonce(tmp_path):
+    model = tiny_deformer(k=2)
+    model.save_pretrained(tmp_path / "ckpt")
+    (ids, types, mask), (q_ids, q_mask), (p_ids, p_mask) = make_pairs([5, 6], [7, 8])
+    torch.save({"ids": ids, "types": types, "mask": mask, "q": q_ids, "qm": q_mask, "p": p_ids, "pm": p_mask,
+                "expected": model(ids, mask, types).start_logits}, tmp_path / "inputs.pt")
+    result = run_without_hf_readonce(f"""
+        import torch
+        try:
+            import hf_readonce
+            raise SystemExit("hf_readonce was importable")
+        except ImportError:
+            pass
+        from transformers import AutoModelForQuestionAnswering
+        model = AutoModelForQuestionAnswering.from_pretrained({str(tmp_path / 'ckpt')!r}, trust_remote_code=True).eval()
+        assert type(model).__name__ == "DeformerBertForQuestionAnswering", type(model)
+        assert "hf_readonce" not in type(model).__module__, type(model).__module__
+        d = torch.load({str(tmp_path / 'inputs.pt')!r})
+        got = model(d["ids"], d["mask"], d["types"]).start_logits
+        torch.testing.assert_close(got, d["expected"], atol=1e-6, rtol=0)
+        cache = model.encode_passages(d["p"], attention_mask=d["pm"])
+        cached = model(input_ids=d["q"], attention_mask=d["qm"], passage_states=cache)
+        print("OK", cached.start_logits.shape)
+    """, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "OK" in result.stdout
+
+
+def test_package_version_and_exports():
+    assert hf_readonce.__version__
+    for name in hf_readonce.__all__:
+        assert getattr(hf_readonce, name) is not None
+    assert Path(hf_readonce.__file__).parent.name == "hf_readonce"
+
+
+def test_return_dict_false_gives_bert_qa_tuple():
+    """`@can_return_tuple`, as `BertForQuestionAnswering`: (loss,) start, end, without the `None`s."""
+    model = tiny_deformer(k=2)
+    (ids, types, mask), _, _ = make_pairs([5, 6], [7, 8])
+    out = model(ids, mask, types, return_dict=False)
+    assert len(out) == 2 and torch.equal(out[0], model(ids, mask, types).start_logits)
+    positions = torch.tensor([1, 2])
+    loss, start, end = model(ids, mask, types, start_positions=positions, end_positions=positions, return_dict=False)
+    assert loss.dim() == 0 and start.shape == end.shape == ids.shape

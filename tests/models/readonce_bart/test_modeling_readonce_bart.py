@@ -1,0 +1,386 @@
+"""ReadOnceBartForConditionalGeneration (Lin et al. 2021) on tiny random BART configs."""
+
+import math
+
+import pytest
+import torch
+from transformers import BartConfig, BartForConditionalGeneration
+
+from hf_readonce import ReadOnceBartConfig, ReadOnceBartForConditionalGeneration, ReadOnceRepresentations
+from tests.conftest import run_without_hf_readonce
+
+TINY = dict(vocab_size=99, d_model=32, encoder_layers=4, decoder_layers=2, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=64,
+            dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, pad_token_id=1, bos_token_id=0,
+            eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=None)
+
+
+def tiny(seed=0, **overrides):
+    torch.manual_seed(seed)
+    model = ReadOnceBartForConditionalGeneration(ReadOnceBartConfig(**{**TINY, "compression_ratio": 4, **overrides}))
+    with torch.no_grad():  # a non-uniform aggregation so that "linear" differs from "mean" in the tests
+        if model.document_encoder.aggregation.score is not None:
+            model.document_encoder.aggregation.score.weight.normal_()
+    return model.eval()
+
+
+def tokens(batch, length, seed=1):
+    return torch.randint(3, 99, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def test_config_validation_and_defaults():
+    config = ReadOnceBartConfig(**TINY)
+    assert (config.compression_ratio, config.window_size, config.aggregation, config.append_layer, config.fusion) == (
+        8, 8, "linear", 2, "append")
+    assert ReadOnceBartConfig(**TINY, fusion="attention").fusion == "attention"
+    assert config.document_chunk_length == 64
+    for bad, match in [(dict(compression_ratio=0), "compression_ratio"), (dict(window_size=2), "window_size"),
+                       (dict(aggregation="sum"), "aggregation"), (dict(append_layer=5), "append_layer"),
+                       (dict(append_layer=0), "append_layer"), (dict(fusion="cross"), "fusion"),
+                       (dict(document_chunk_length=65), "document_chunk_length"),
+                       (dict(document_chunk_length=32, document_chunk_overlap=32), "document_chunk_overlap"),
+                       (dict(document_chunk_length=32, document_chunk_overlap=3), "multiple")]:
+        with pytest.raises(ValueError, match=match):
+            ReadOnceBartConfig(**{**TINY, "compression_ratio": 8, **bad})
+
+
+@pytest.mark.parametrize("aggregation", ["linear", "mean", "max"])
+@pytest.mark.parametrize("length,k", [(3, 4), (17, 4), (16, 4), (30, 8), (9, 1)])
+def test_representation_shapes_masks_and_values(aggregation, length, k):
+    model = tiny(aggregation=aggregation, compression_ratio=k)
+    ids = tokens(2, length)
+    mask = torch.ones_like(ids)
+    mask[1, max(1, length // 2):] = 0
+    with torch.no_grad():
+        reps = model.encode_documents(ids, mask)
+        states = model.document_encoder.encoder(input_ids=ids[:1]).last_hidden_state[0]
+    count = math.ceil(length / k)
+    assert reps.representations.shape == (2, count, 32) and reps.compression_ratio == k
+    assert reps.attention_mask[0].tolist() == [1] * count
+    assert reps.attention_mask[1].tolist() == [int(j * k < max(1, length // 2)) for j in range(count)]
+    window = states[:k]  # first window of the unpadded document
+    expected = {"mean": window.mean(0), "max": window.max(0).values}.get(aggregation)
+    if aggregation == "linear":
+        scores = model.document_encoder.aggregation.score(window).squeeze(-1)
+        expected = (torch.softmax(scores, 0)[:, None] * window).sum(0)
+    torch.testing.assert_close(reps.representations[0, 0], expected, atol=1e-5, rtol=1e-5)
+    assert torch.all(reps.representations[1][reps.attention_mask[1] == 0] == 0)
+
+
+def test_overlapping_windows_and_k_at_inference():
+    model = tiny(compression_ratio=4, window_size=6, aggregation="mean")
+    ids = tokens(1, 20)
+    with torch.no_grad():
+        states = model.document_encoder.encoder(input_ids=ids).last_hidden_state[0]
+        reps = model.encode_documents(ids)
+        torch.testing.assert_close(reps.representations[0, 1], states[4:10].mean(0), atol=1e-5, rtol=0)
+        other = model.encode_documents(ids, compression_ratio=2)  # §5.2: train at one k, use another
+    assert other.representations.shape == (1, 10, 32) and other.compression_ratio == 2
+    torch.testing.assert_close(other.representations[0, 1], states[2:6].mean(0), atol=1e-5, rtol=0)  # w - k kept
+
+
+def test_long_documents_are_chunked():
+    model = tiny(compression_ratio=4, document_chunk_length=16, document_chunk_overlap=4, aggregation="mean")
+    ids = tokens(1, 40)  # beyond 16 tokens: chunks [0,16), [12,28), [24,40)
+    with torch.no_grad():
+        reps = model.encode_documents(ids)
+        second = model.document_encoder.encoder(input_ids=ids[:, 12:28]).last_hidden_state[0]
+    assert reps.representations.shape == (1, 4 + 3 + 3, 32)
+    torch.testing.assert_close(reps.representations[0, 4], second[4:8].mean(0), atol=1e-5, rtol=0)
+    long_ids = tokens(1, 200)  # far beyond the 64 positions
+    assert model.encode_documents(long_ids).representations.shape[1] == 200 // 4  # each token in one window
+
+
+def test_without_representations_equals_bart_and_from_pretrained(tmp_path):
+    torch.manual_seed(0)
+    bart = BartForConditionalGeneration(BartConfig(**TINY)).eval()
+    bart.save_pretrained(tmp_path / "bart")
+    model, info = ReadOnceBartForConditionalGeneration.from_pretrained(tmp_path / "bart", output_loading_info=True,
+                                                                       compression_ratio=4)
+    model.eval()
+    assert all(k.startswith("document_encoder.aggregation") for k in info["missing_keys"]), info
+    q, dec = tokens(2, 7), tokens(2, 5, seed=2)
+    with torch.no_grad():
+        torch.testing.assert_close(model(q, decoder_input_ids=dec).logits, bart(q, decoder_input_ids=dec).logits,
+                                   atol=1e-5, rtol=0)
+        # the document encoder starts as a copy of BART's encoder (separate weights)
+        torch.testing.assert_close(model.document_encoder.encoder(input_ids=q).last_hidden_state,
+                                   bart.model.encoder(input_ids=q).last_hidden_state, atol=1e-5, rtol=0)
+    assert model.document_encoder.encoder.embed_tokens.weight.data_ptr() != model.model.shared.weight.data_ptr()
+
+
+def test_representations_appended_at_layer_L():
+    model = tiny()
+    q, doc = tokens(2, 6), tokens(2, 24, seed=5)
+    with torch.no_grad():
+        reps = model.encode_documents(doc)
+        out = model.get_encoder()(input_ids=q, document_representations=reps)
+        plain = model.get_encoder()(input_ids=q)
+    assert out.last_hidden_state.shape == (2, 6 + 6, 32) and out.attention_mask.shape == (2, 12)
+    # layers 1..L-1 read the question alone: with L = N (last layer) the question states before it are unchanged
+    late = tiny(append_layer=4)
+    with torch.no_grad():
+        seen = {}
+        for name, m in (("plain", None), ("reps", reps)):
+            hook = late.model.encoder.layers[3].register_forward_pre_hook(
+                lambda mod, args, name=name: seen.__setitem__(name, args[0]))
+            late.get_encoder()(input_ids=q, document_representations=m)
+            hook.remove()
+    torch.testing.assert_close(seen["reps"][:, :6], seen["plain"], atol=1e-6, rtol=0)
+    assert seen["reps"].shape[1] == 12
+    assert not torch.allclose(out.last_hidden_state[:, :6], plain.last_hidden_state, atol=1e-4)
+
+
+def test_generate_cached_equals_recomputed_greedy_beam_batch():
+    model = tiny()
+    q, doc = tokens(3, 6), tokens(3, 20, seed=4)
+    doc_mask = torch.ones_like(doc)
+    doc_mask[2, 9:] = 0
+    q_mask = torch.ones_like(q)
+    q_mask[1, 4:] = 0
+    with torch.no_grad():
+        reps = model.encode_documents(doc, doc_mask)
+        kwargs = dict(max_new_tokens=5, min_new_tokens=5, do_sample=False)
+        for beams in (1, 3):
+            cached = model.generate(q, attention_mask=q_mask, document_representations=reps.representations,
+                                    document_attention_mask=reps.attention_mask, num_beams=beams, **kwargs)
+            recomputed = model.generate(q, attention_mask=q_mask, document_representations=model.encode_documents(
+                doc, doc_mask), num_beams=beams, **kwargs)
+            assert torch.equal(cached, recomputed)
+            for row in range(3):  # batched == one by one
+                single = model.generate(q[row : row + 1, : int(q_mask[row].sum())],
+                                        document_representations=reps.representations[row : row + 1, : int(
+                                            reps.attention_mask[row].sum())], num_beams=beams, **kwargs)
+                assert torch.equal(single[0], cached[row]), (beams, row)
+        blind = model.generate(q, attention_mask=q_mask, **kwargs)
+    assert not torch.equal(blind, cached)  # the representations reached the encoder
+
+
+def _strengthen_representation_attention(model, seed=3):
+    """Random `Attn'` weights, so that the representations change the tiny model's outputs visibly."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if ".representation_attn." in name and name.endswith("weight"):
+                parameter.copy_(torch.randn(parameter.shape, generator=generator))
+    return model
+
+
+def test_attention_fusion_is_eq4_and_bart_without_representations(tmp_path):
+    torch.manual_seed(0)
+    bart = BartForConditionalGeneration(BartConfig(**TINY)).eval()
+    bart.save_pretrained(tmp_path / "bart")
+    model, info = ReadOnceBartForConditionalGeneration.from_pretrained(
+        tmp_path / "bart", output_loading_info=True, compression_ratio=4, fusion="attention", append_layer=3)
+    model.eval()
+    assert all(k.startswith("document_encoder.aggregation") for k in info["missing_keys"]), info
+    fused = [name for name, m in model.named_modules() if type(m).__name__ == "ReadOnceBartFusedAttention"]
+    assert fused == ["model.encoder.layers.2.self_attn", "model.encoder.layers.3.self_attn",
+                     "model.decoder.layers.0.self_attn", "model.decoder.layers.1.self_attn"]  # layers L..N, decoder
+    for name in fused:  # App. A.1: Attn' starts as a copy of Attn
+        module = model.get_submodule(name)
+        torch.testing.assert_close(module.representation_attn.q_proj.weight, module.q_proj.weight, atol=0, rtol=0)
+        torch.testing.assert_close(module.representation_attn.out_proj.bias, module.out_proj.bias, atol=0, rtol=0)
+    q, dec, doc = tokens(2, 7), tokens(2, 5, seed=2), tokens(2, 20, seed=4)
+    with torch.no_grad():
+        torch.testing.assert_close(model(q, decoder_input_ids=dec).logits, bart(q, decoder_input_ids=dec).logits,
+                                   atol=1e-5, rtol=0)
+    _strengthen_representation_attention(model)
+    doc_mask = torch.ones_like(doc)
+    doc_mask[1, 10:] = 0
+    with torch.no_grad():
+        reps = model.encode_documents(doc, doc_mask)
+        out = model.get_encoder()(input_ids=q, document_representations=reps)
+        assert out.last_hidden_state.shape == (2, 7, 32) and out.attention_mask.shape == (2, 7)  # never appended
+        # eq. 4 on the first fused encoder layer: (Attn(H, H, H) + Attn'(H, R, R)) / 2, padded R masked out
+        seen = {}
+        layer = model.model.encoder.layers[2]
+        hook = layer.register_forward_pre_hook(lambda mod, args: seen.__setitem__("h", args[0]))
+        model.get_encoder()(input_ids=q, document_representations=reps)
+        hook.remove()
+        attention = layer.self_attn
+        h, r = seen["h"], reps.representations
+        for row in range(2):
+            m = int(reps.attention_mask[row].sum())
+            own = BartAttentionForward(attention, h[row : row + 1])
+            other = BartAttentionForward(attention.representation_attn, h[row : row + 1], r[row : row + 1, :m])
+            got = attention(h[row : row + 1], document_representations=r[row : row + 1],
+                            document_attention_mask=reps.attention_mask[row : row + 1])[0]
+            torch.testing.assert_close(got, (own + other) / 2, atol=1e-4, rtol=1e-4)
+        # layers 1..L-1 read the text alone: their output ignores the representations
+        early = {}
+        for key, value in (("plain", None), ("reps", reps)):
+            hook = model.model.encoder.layers[1].register_forward_hook(
+                lambda mod, args, output, key=key: early.__setitem__(key, output))
+            model.get_encoder()(input_ids=q, document_representations=value)
+            hook.remove()
+        torch.testing.assert_close(early["reps"], early["plain"], atol=0, rtol=0)
+        with_reps = model(q, decoder_input_ids=dec, document_representations=reps).logits
+        assert not torch.allclose(with_reps, model(q, decoder_input_ids=dec).logits, atol=1e-3)
+        # the decoder attends to R too: same encoder states, decoder with and without R differ
+        calls = []
+        hook = model.model.decoder.layers[1].self_attn.representation_attn.register_forward_hook(
+            lambda *args: calls.append(1))
+        model(q, decoder_input_ids=dec, document_representations=reps)
+        hook.remove()
+        assert calls == [1]
+
+
+def BartAttentionForward(module, hidden, key_value=None):
+    from transformers.models.bart.modeling_bart import BartAttention
+
+    return BartAttention.forward(module, hidden, key_value_states=key_value)[0]
+
+
+def test_attention_fusion_generate_cached_beam_batch_and_training():
+    model = _strengthen_representation_attention(tiny(fusion="attention"))
+    q, doc = tokens(3, 6), tokens(3, 20, seed=4)
+    doc_mask = torch.ones_like(doc)
+    doc_mask[2, 9:] = 0
+    kwargs = dict(max_new_tokens=5, min_new_tokens=5, do_sample=False)
+    with torch.no_grad():
+        reps = model.encode_documents(doc, doc_mask)
+        for beams in (1, 3):
+            cached = model.generate(q, document_representations=reps.representations,
+                                    document_attention_mask=reps.attention_mask, num_beams=beams, **kwargs)
+            recomputed = model.generate(q, document_representations=model.encode_documents(doc, doc_mask),
+                                        num_beams=beams, **kwargs)
+            assert torch.equal(cached, recomputed)
+            for row in range(3):
+                m = int(reps.attention_mask[row].sum())
+                single = model.generate(q[row : row + 1], document_representations=reps.representations[
+                    row : row + 1, :m], num_beams=beams, **kwargs)
+                assert torch.equal(single[0], cached[row]), (beams, row)
+            # the KV-cached decoding equals teacher forcing over the generated tokens
+            logits = model(q, document_representations=reps, decoder_input_ids=cached[:, :-1]).logits
+            if beams == 1:
+                assert torch.equal(logits.argmax(-1), cached[:, 1:])
+        assert not torch.equal(model.generate(q, **kwargs), model.generate(q, document_representations=reps,
+                                                                               **kwargs))
+    model.train()
+    model.gradient_checkpointing_enable()
+    loss = model(tokens(2, 6), document_input_ids=tokens(2, 16), labels=tokens(2, 4)).loss
+    loss.backward()
+    for name in ("model.encoder.layers.3.self_attn.representation_attn.q_proj.weight",
+                 "model.decoder.layers.0.self_attn.representation_attn.v_proj.weight",
+                 "document_encoder.encoder.layers.0.fc1.weight", "document_encoder.aggregation.score.weight"):
+        grad = model.get_parameter(name).grad
+        assert grad is not None and grad.abs().sum() > 0, name
+
+
+def test_errors():
+    model = tiny()
+    q = tokens(2, 5)
+    with pytest.raises(ValueError, match="hidden size"):
+        model(q, document_representations=torch.zeros(2, 3, 16), decoder_input_ids=q)
+    with pytest.raises(ValueError, match="documents for a batch"):
+        model(q, document_representations=torch.zeros(3, 3, 32), decoder_input_ids=q)
+    with pytest.raises(ValueError, match="document_attention_mask"):
+        model(q, document_attention_mask=torch.ones(2, 3), decoder_input_ids=q)
+    with pytest.raises(ValueError, match="empty"):
+        model.encode_documents(tokens(2, 5), torch.tensor([[1] * 5, [0] * 5]))
+    with pytest.raises(ValueError, match="non-empty"):
+        model.encode_documents(torch.zeros(1, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match="compression_ratio"):
+        model.encode_documents(tokens(1, 5), compression_ratio=0)
+    other = tiny(seed=1).encode_documents(tokens(2, 8))
+    with pytest.raises(ValueError, match="re-encode"):
+        model(q, document_representations=other, decoder_input_ids=q)
+
+
+def test_training_step_joint_and_frozen_lora_and_groups(tmp_path):
+    from datasets import Dataset
+    from peft import LoraConfig, get_peft_model
+    from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+    model = tiny().train()
+    rows = [{"input_ids": tokens(1, 6, seed=s)[0].tolist(), "document_input_ids": tokens(1, 16, seed=s + 50)[0].tolist(),
+             "labels": tokens(1, 4, seed=s + 99)[0].tolist()} for s in range(8)]
+    before = model.document_encoder.aggregation.score.weight.detach().clone()
+    args = Seq2SeqTrainingArguments(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=4,
+                                    use_cpu=True, report_to="none", save_strategy="no", learning_rate=1e-2,
+                                    remove_unused_columns=False)
+    result = Seq2SeqTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows)).train()
+    assert result.training_loss > 0
+    assert not torch.equal(before, model.document_encoder.aggregation.score.weight)  # joint training reaches it
+    groups = model.optimizer_parameter_groups()
+    assert [g["lr"] for g in groups] == [1e-5, 1e-4] and len(groups[1]["params"]) == 2
+    model.freeze_document_encoder()
+    assert not any(p.requires_grad for p in model.document_encoder.parameters())
+    model.gradient_checkpointing_enable()
+    reps = model.encode_documents(tokens(2, 16))
+    model(tokens(2, 6), document_representations=reps, labels=tokens(2, 4)).loss.backward()
+    lora = get_peft_model(tiny(), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    lora(input_ids=tokens(2, 6), document_representations=lora.encode_documents(tokens(2, 16)),
+         labels=tokens(2, 4)).loss.backward()
+
+
+@pytest.mark.parametrize("fusion", ["append", "attention"])
+def test_save_and_remote_code_round_trip(tmp_path, fusion):
+    model = tiny(fusion=fusion)
+    model.save_pretrained(tmp_path / "ckpt")
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("*.py")) == [
+        "configuration_readonce_bart.py", "modeling_readonce_bart.py"]
+    q, doc = tokens(2, 6), tokens(2, 20, seed=4)
+    with torch.no_grad():
+        expected = model.generate(q, document_representations=model.encode_documents(doc), max_new_tokens=4,
+                                  min_new_tokens=4, do_sample=False)
+    torch.save({"q": q, "doc": doc, "expected": expected}, tmp_path / "inputs.pt")
+    result = run_without_hf_readonce(f"""
+        import torch
+        from transformers import AutoModelForSeq2SeqLM
+        model = AutoModelForSeq2SeqLM.from_pretrained({str(tmp_path / 'ckpt')!r}, trust_remote_code=True).eval()
+        assert "hf_readonce" not in type(model).__module__
+        d = torch.load({str(tmp_path / 'inputs.pt')!r})
+        with torch.no_grad():
+            got = model.generate(d["q"], document_representations=model.encode_documents(d["doc"]), max_new_tokens=4,
+                                 min_new_tokens=4, do_sample=False)
+        assert torch.equal(got, d["expected"]), (got, d["expected"])
+        print("OK", type(model).__name__)
+    """, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "OK ReadOnceBartForConditionalGeneration" in result.stdout
+    assert isinstance(model.encode_documents(doc), ReadOnceRepresentations)
+
+
+def test_bert_to_bart_converter_is_exact_on_minilm(tmp_path):
+    from transformers import AutoTokenizer, BertModel
+
+    from hf_readonce.models.readonce_bart.convert_bert_to_readonce_bart import readonce_bart_from_bert
+    from hf_readonce.weights import minilm_path
+
+    bert = BertModel.from_pretrained(minilm_path(), add_pooling_layer=False).eval()
+    model = readonce_bart_from_bert(bert, compression_ratio=8).eval()
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    batch = tokenizer(["Jane Austen wrote Emma in 1815.", "Persuasion was her last novel, published in 1817."],
+                      padding=True, return_tensors="pt")
+    real = batch.attention_mask.bool()
+    with torch.no_grad():
+        expected = bert(**batch).last_hidden_state
+        for encoder in (model.model.encoder, model.document_encoder.encoder):
+            got = encoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+            torch.testing.assert_close(got[real], expected[real], atol=1e-5, rtol=0)
+    assert model.config.decoder_start_token_id == tokenizer.cls_token_id
+    assert model.config.eos_token_id == tokenizer.sep_token_id and model.config.layer_norm_eps == 1e-12
+    model.save_pretrained(tmp_path / "converted")
+    reloaded = ReadOnceBartForConditionalGeneration.from_pretrained(tmp_path / "converted").eval()
+    with torch.no_grad():
+        got = reloaded.model.encoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+    torch.testing.assert_close(got[real], expected[real], atol=1e-5, rtol=0)
+    with torch.no_grad():  # the warm-started model generates (new cross-attention: content is not yet meaningful)
+        out = reloaded.generate(batch.input_ids, attention_mask=batch.attention_mask,
+                                document_representations=reloaded.encode_documents(batch.input_ids,
+                                                                                   batch.attention_mask),
+                                max_new_tokens=3)
+    assert out.shape[0] == 2
+
+
+def test_return_dict_false_gives_a_tuple():
+    """`@can_return_tuple`, as `BartForConditionalGeneration`."""
+    model = tiny()
+    q, doc = tokens(2, 6), tokens(2, 20, seed=4)
+    reps = model.encode_documents(doc)
+    with torch.no_grad():
+        full = model(q, document_representations=reps, labels=tokens(2, 4))
+        loss, logits = model(q, document_representations=reps, labels=tokens(2, 4), return_dict=False)[:2]
+    assert torch.equal(loss, full.loss) and torch.equal(logits, full.logits)

@@ -1,0 +1,305 @@
+"""RecurrentGPT2LMHeadModel / RecurrentLlamaForCausalLM (Yoshida et al. 2020) on tiny random configs."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+
+from hf_readonce import (
+    RecurrentCache,
+    RecurrentGPT2Config,
+    RecurrentGPT2LMHeadModel,
+    RecurrentLlamaConfig,
+    RecurrentLlamaForCausalLM,
+)
+from tests.conftest import run_without_hf_readonce
+
+GPT2_TINY = dict(vocab_size=99, n_positions=32, n_embd=32, n_layer=3, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0,
+                 attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+LLAMA_TINY = dict(vocab_size=99, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
+                  num_key_value_heads=2, max_position_embeddings=32, bos_token_id=0, eos_token_id=0, pad_token_id=0)
+RECURRENCE = dict(window_size=16, window_overlap=4, recurrence_layer=2, recurrence_hidden_sizes=[20, 20])
+
+
+def tiny(family="gpt2", seed=0, **overrides):
+    torch.manual_seed(seed)
+    if family == "gpt2":
+        model = RecurrentGPT2LMHeadModel(RecurrentGPT2Config(**{**GPT2_TINY, **RECURRENCE, **overrides}))
+    else:
+        model = RecurrentLlamaForCausalLM(RecurrentLlamaConfig(**{**LLAMA_TINY, **RECURRENCE, **overrides}))
+    # non-zero pooling weights and a non-trivial FFN so that the memory matters in every test
+    with torch.no_grad():
+        model.recurrence.pooling.layer_logits.normal_()
+    return model.eval()
+
+
+def vanilla(model):
+    """The plain HF model with the same weights (the recurrence parameters are the only extra ones)."""
+    if isinstance(model, RecurrentGPT2LMHeadModel):
+        plain = GPT2LMHeadModel(GPT2Config(**GPT2_TINY))
+    else:
+        plain = LlamaForCausalLM(LlamaConfig(**LLAMA_TINY))
+    result = plain.load_state_dict(model.state_dict(), strict=False)
+    assert not result.missing_keys and all(k.startswith("recurrence.") for k in result.unexpected_keys)
+    return plain.eval()
+
+
+def ids(batch, length, seed=1):
+    return torch.randint(1, 99, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+FAMILIES = ["gpt2", "llama"]
+
+
+# ------------------------------------------------------------------------------------------------ config
+def test_config_validation():
+    for bad, match in [(dict(window_overlap=16), "window_overlap"), (dict(window_size=33), "window_size"),
+                       (dict(recurrence_layer=0), "recurrence_layer"), (dict(recurrence_layer=4), "recurrence_layer"),
+                       (dict(window_overlap=-1), "window_overlap"), (dict(recurrence_hidden_sizes=[0]), "hidden")]:
+        with pytest.raises(ValueError, match=match):
+            RecurrentGPT2Config(**{**GPT2_TINY, **RECURRENCE, **bad})
+        with pytest.raises(ValueError, match=match):
+            RecurrentLlamaConfig(**{**LLAMA_TINY, **RECURRENCE, **bad})
+    config = RecurrentGPT2Config(n_positions=1024)
+    assert (config.window_size, config.window_overlap, config.recurrence_layer) == (300, 0, 2)
+    assert list(config.recurrence_hidden_sizes) == [200, 200, 200]
+
+
+# ------------------------------------------------------------------------------------------------ equivalence
+@pytest.mark.parametrize("family", FAMILIES)
+def test_first_window_equals_vanilla(family):
+    model = tiny(family)
+    plain = vanilla(model)
+    x = ids(2, 16)
+    with torch.no_grad():
+        expected = plain(x).logits
+        torch.testing.assert_close(model(x, use_cache=False).logits, expected, atol=1e-5, rtol=0)
+        torch.testing.assert_close(model(x, use_cache=True).logits, expected, atol=1e-5, rtol=0)
+        short = ids(2, 7)  # T < window: the whole input is one window, plain model exactly
+        torch.testing.assert_close(model(short, use_cache=False).logits, plain(short).logits, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_memory_is_one_key_value_never_a_query(family):
+    model = tiny(family)
+    plain = vanilla(model)
+    x = ids(2, 28)  # windows [0, 16) and [12, 28): 28 outputs, one per token
+    with torch.no_grad():
+        out = model(x, use_cache=False)
+        assert out.logits.shape == (2, 28, 99) and out.num_windows == 2
+        assert out.recurrent_state.shape == (2, 32)
+        second = plain(x[:, 12:28]).logits[:, 4:]  # the second window without memory
+        assert not torch.allclose(out.logits[:, 16:], second, atol=1e-4)  # the memory changes layer L onwards
+    block = model.transformer.h[1].attn if family == "gpt2" else model.model.layers[1].self_attn
+    seen = {}
+
+    def hook(module, args, kwargs, output):
+        seen["out"] = output[0].shape
+
+    handle = block.register_forward_hook(hook, with_kwargs=True)
+    with torch.no_grad():
+        model(x, use_cache=False)
+    handle.remove()
+    assert seen["out"][1] == 16  # the last window (16 tokens) had 16 outputs at layer L, not 17
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_loss_counts_each_token_once_with_overlap(family):
+    model = tiny(family)
+    for length in (28, 45, 16, 5):  # two windows, not divisible by the window, exactly one window, T < window
+        x = ids(2, length, seed=length)
+        with torch.no_grad():
+            out = model(x, labels=x, use_cache=False)
+        assert out.logits.shape[1] == length
+        reference = F.cross_entropy(out.logits[:, :-1].reshape(-1, 99), x[:, 1:].reshape(-1))
+        torch.testing.assert_close(out.loss, reference, atol=1e-5, rtol=0)
+    x = ids(1, 45)
+    labels = x.clone()
+    labels[:, :30] = -100
+    with torch.no_grad():
+        out = model(x, labels=labels, use_cache=False)
+    reference = F.cross_entropy(out.logits[0, 29:-1], x[0, 30:])
+    torch.testing.assert_close(out.loss, reference, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_cached_stream_equals_windowed_stream(family):
+    model = tiny(family)
+    x = ids(2, 61)
+    with torch.no_grad():
+        windowed = model(x, use_cache=False)
+        cached = model(x, use_cache=True)
+        torch.testing.assert_close(cached.logits, windowed.logits, atol=1e-5, rtol=0)
+        assert isinstance(cached.past_key_values, RecurrentCache)
+        # continuing a stream chunk by chunk gives the same logits as one call
+        first = model(x[:, :37], use_cache=True)
+        rest = model(x[:, 37:], past_key_values=first.past_key_values)
+        torch.testing.assert_close(torch.cat([first.logits, rest.logits], 1), windowed.logits, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_generate_past_n_positions_equals_stepwise_reference(family):
+    model = tiny(family)
+    prompt = ids(1, 40)  # longer than n_positions = 32
+    with torch.no_grad():
+        generated = model.generate(prompt, max_new_tokens=30, do_sample=False, pad_token_id=0, eos_token_id=None)
+        assert generated.shape == (1, 70)
+        sequence = prompt
+        for _ in range(30):
+            next_token = model(sequence, use_cache=False).logits[:, -1].argmax(-1, keepdim=True)
+            sequence = torch.cat([sequence, next_token], 1)
+    assert torch.equal(generated, sequence)
+
+
+# ------------------------------------------------------------------------------------------------ training
+@pytest.mark.parametrize("family", FAMILIES)
+def test_gradient_flows_across_windows(family):
+    model = tiny(family).train()
+    x = ids(1, 44)
+    marker = 98
+    x[0, :12] = marker  # only in the first window (the second starts at 12)
+    x[0, 12:] = torch.where(x[0, 12:] == marker, 97, x[0, 12:])
+    labels = x.clone()
+    labels[:, :20] = -100  # loss only on later windows
+    model(x, labels=labels).loss.backward()
+    embeddings = model.get_input_embeddings().weight.grad
+    assert embeddings[marker].abs().sum() > 0  # first-window tokens get gradient through the recurrent vector
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.recurrence.parameters())
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_checkpointed_and_plain_training_same_gradients(family):
+    grads = []
+    for checkpointing in (False, True):
+        model = tiny(family).train()
+        if checkpointing:
+            getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
+        x = ids(2, 50)
+        out = model(x, labels=x, logits_to_keep=1)
+        assert out.logits.shape == (2, 1, 99)  # no (T, vocab) tensor returned
+        out.loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys()
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_checkpointing_keeps_only_recurrent_vectors_between_windows(family):
+    """§3.2: with checkpointing, what autograd saves for backward does not grow with the windows (only the window
+    inputs and recurrent vectors); without it, every window's activations are kept."""
+
+    def saved_bytes(model, length):
+        total = [0]
+
+        def pack(tensor):
+            total[0] += tensor.numel() * tensor.element_size()
+            return tensor
+
+        x = ids(2, length)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            model(x, labels=x, logits_to_keep=1)
+        return total[0]
+
+    plain, checkpointed = tiny(family).train(), tiny(family).train()
+    getattr(checkpointed, "activation_checkpointing_enable", checkpointed.gradient_checkpointing_enable)()
+    short, long = 12 + 1 * 12, 12 + 10 * 12  # 2 and 11 windows (window 16, overlap 4)
+    grown_plain = saved_bytes(plain, long) - saved_bytes(plain, short)
+    grown_checkpointed = saved_bytes(checkpointed, long) - saved_bytes(checkpointed, short)
+    one_window_logits = 2 * 12 * 99 * 4
+    assert grown_plain > 9 * one_window_logits  # activations and logits of 9 more windows
+    assert grown_checkpointed < one_window_logits  # 9 more windows: a few small tensors each
+
+
+def test_trainer_step_and_lora(tmp_path):
+    from datasets import Dataset
+    from peft import LoraConfig, get_peft_model
+
+    model = tiny("gpt2").train()
+    rows = [{"input_ids": ids(1, 40, seed=s)[0].tolist()} for s in range(8)]
+    dataset = Dataset.from_list([{**r, "labels": r["input_ids"]} for r in rows])
+    before = model.recurrence.ffn.layers[0].weight.detach().clone()
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=4, use_cpu=True,
+                             report_to="none", save_strategy="no", learning_rate=1e-2)
+    result = Trainer(model=model, args=args, train_dataset=dataset).train()
+    assert result.training_loss > 0
+    assert not torch.equal(before, model.recurrence.ffn.layers[0].weight)
+    for family, targets in (("gpt2", ["c_attn"]), ("llama", ["q_proj", "v_proj"])):
+        lora = get_peft_model(tiny(family), LoraConfig(r=4, target_modules=targets, modules_to_save=["recurrence"]))
+        trainable = [n for n, p in lora.named_parameters() if p.requires_grad]
+        assert any("lora_" in n for n in trainable) and any("recurrence" in n for n in trainable)
+        x = ids(1, 30)
+        lora(input_ids=x, labels=x).loss.backward()
+
+
+# ------------------------------------------------------------------------------------------------ errors
+def test_bad_inputs_are_clear_errors():
+    model = tiny("gpt2")
+    with pytest.raises(ValueError, match="input_ids"):
+        model(torch.zeros(1, 0, dtype=torch.long))
+    with pytest.raises(TypeError, match="input_ids"):
+        model(torch.zeros(1, 5))
+    with pytest.raises(ValueError, match="labels"):
+        model(ids(1, 10), labels=ids(1, 9))
+    with pytest.raises(ValueError, match="recurrent_state"):
+        model(ids(1, 10), recurrent_state=torch.zeros(1, 7))
+    with pytest.raises(ValueError, match="position_ids"):
+        model(ids(1, 10), position_ids=torch.arange(10)[None])
+    padded = torch.ones(1, 10, dtype=torch.long)
+    padded[0, :3] = 0
+    with pytest.raises(ValueError, match="[Pp]adding"):
+        model(ids(1, 10), attention_mask=padded, use_cache=True)
+
+
+# ------------------------------------------------------------------------------------------------ hub
+@pytest.mark.parametrize("family", FAMILIES)
+def test_save_and_remote_code_round_trip(family, tmp_path):
+    model = tiny(family)
+    model.save_pretrained(tmp_path / "ckpt")
+    saved = sorted(p.name for p in (tmp_path / "ckpt").glob("*.py"))
+    name = "recurrent_gpt2" if family == "gpt2" else "recurrent_llama"
+    assert saved == sorted([f"configuration_{name}.py", f"modeling_{name}.py", "configuration_recurrence.py",
+                           "modeling_recurrence.py"])
+    x = ids(1, 50)
+    with torch.no_grad():
+        expected = model(x, use_cache=False).logits
+    torch.save({"x": x, "expected": expected}, tmp_path / "inputs.pt")
+    from transformers import AutoModelForCausalLM
+
+    import hf_readonce  # noqa: F401
+
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(x, use_cache=False).logits, expected, atol=1e-6, rtol=0)
+    result = run_without_hf_readonce(f"""
+        import torch
+        from transformers import AutoModelForCausalLM
+        model = AutoModelForCausalLM.from_pretrained({str(tmp_path / 'ckpt')!r}, trust_remote_code=True).eval()
+        assert "hf_readonce" not in type(model).__module__, type(model).__module__
+        d = torch.load({str(tmp_path / 'inputs.pt')!r})
+        with torch.no_grad():
+            torch.testing.assert_close(model(d["x"], use_cache=False).logits, d["expected"], atol=1e-6, rtol=0)
+            out = model.generate(d["x"][:, :40], max_new_tokens=5, do_sample=False, pad_token_id=0)
+        print("OK", type(model).__name__, tuple(out.shape))
+    """, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "OK" in result.stdout and "(1, 45)" in result.stdout
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_memory_attention_follows_the_attention_interface(family):
+    """The memory layer uses the model's attention implementation (eager or sdpa) through
+    `ALL_ATTENTION_FUNCTIONS.get_interface`; both give the same logits over several windows."""
+    from hf_readonce.models.recurrent.modeling_recurrence import memory_attention_implementation
+
+    model = tiny(family)
+    x = ids(2, 50)
+    with torch.no_grad():
+        model.set_attn_implementation("sdpa")
+        assert memory_attention_implementation(model.config) == "sdpa"
+        sdpa = model(x, use_cache=False).logits
+        model.set_attn_implementation("eager")
+        assert memory_attention_implementation(model.config) == "eager"
+        eager = model(x, use_cache=False).logits
+    torch.testing.assert_close(eager, sdpa, atol=1e-5, rtol=0)
+    assert model(x, use_cache=False, return_dict=False)[0].shape == sdpa.shape  # @can_return_tuple

@@ -1,0 +1,112 @@
+"""End to end on the real packaged MiniLM weights and real QA data (small budget)."""
+
+import pytest
+import torch
+from transformers import AutoTokenizer, BertForQuestionAnswering, TrainingArguments
+
+from hf_readonce import DeformerBertForQuestionAnswering
+from hf_readonce.recipes.deformer_qa import DataArguments, ModelArguments, run
+from hf_readonce.tasks.question_answering import build_features, pair_inputs, read_jsonl
+from hf_readonce.weights import minilm_path
+
+
+def test_minilm_k0_equals_bert_on_real_text(data_dir):
+    path = minilm_path()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    examples = read_jsonl(data_dir / "quoref" / "validation.jsonl")[:2]
+    features, windows, _ = build_features(examples, tokenizer, max_question_length=32, max_passage_length=96,
+                                          doc_stride=32)
+    pair = pair_inputs(features[0]["question_ids"], windows[features[0]["passage_index"]][0])
+    inputs = {key: torch.tensor([value]) for key, value in pair.items()}
+    torch.manual_seed(0)
+    bert = BertForQuestionAnswering.from_pretrained(path).eval()
+    deformer = DeformerBertForQuestionAnswering.from_pretrained(path, num_decomposed_layers=0).eval()
+    deformer.qa_outputs.load_state_dict(bert.qa_outputs.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(deformer(**inputs).start_logits, bert(**inputs).start_logits, atol=1e-5, rtol=0)
+
+
+def test_fine_tune_and_answer_from_cache(data_dir, tmp_path, monkeypatch):
+    import hf_readonce.recipes.deformer_qa as pipeline
+
+    bf16 = bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    evaluated = []
+    original = pipeline.predict_pairs
+    monkeypatch.setattr(pipeline, "predict_pairs", lambda model, *a, **k: evaluated.append(model) or original(
+        model, *a, **k))
+    metrics = run(
+        ModelArguments(num_decomposed_layers=4),
+        DataArguments(train_file=str(data_dir / "quoref" / "train.jsonl"),
+                      validation_file=str(data_dir / "quoref" / "validation.jsonl"), max_seq_length=160,
+                      max_question_length=32, doc_stride=32, max_train_samples=16, max_eval_samples=12),
+        TrainingArguments(output_dir=str(tmp_path), do_train=True, do_eval=True, max_steps=3,
+                          per_device_train_batch_size=4, learning_rate=1e-4, use_cpu=True, report_to="none",
+                          save_strategy="no", bf16=bf16),
+    )
+    # bf16 training must not leave accelerate's autocast wrapper on `forward`: evaluation runs in one precision
+    (model,) = evaluated
+    assert getattr(model.forward, "__func__", None) is DeformerBertForQuestionAnswering.forward
+    assert metrics["num_decomposed_layers"] == 4 and metrics["train_features"] >= 16
+    assert 0.0 <= metrics["cached_f1"] <= 100.0
+    # the cache changes the cost, never the answers
+    assert metrics["cached_f1"] == pytest.approx(metrics["eval_f1"], abs=1e-6)
+    assert metrics["cached_exact_match"] == pytest.approx(metrics["eval_exact_match"], abs=1e-6)
+    assert metrics["speedup_precomputed"] > 0
+    saved = DeformerBertForQuestionAnswering.from_pretrained(tmp_path)
+    assert saved.config.num_decomposed_layers == 4
+
+
+def test_demo_command(data_dir, tmp_path, capsys):
+    from hf_readonce.cli import main
+
+    status = main(["demo", "--data_dir", str(data_dir), "--max_steps", "2", "--batch_size", "4",
+                   "--max_train_samples", "300", "--max_eval_samples", "12", "--speed_eval_samples", "6",
+                   "--output_dir", str(tmp_path), "--no_bf16"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "answered from cached passage states" in out and "Speed-up over the same model" in out
+    assert "baseline: always-empty" in out and "baseline: first-span" in out and "HasAns" in out
+    assert "full MiniLM (teacher, recorded)" in out
+    assert (tmp_path / "eval_results.json").is_file()
+    # the checkpoint records what it was trained and evaluated with; the CLI's defaults come from there
+    saved = DeformerBertForQuestionAnswering.from_pretrained(tmp_path)
+    assert (saved.config.max_question_length, saved.config.max_passage_length, saved.config.doc_stride) == (48, 208, 64)
+    assert saved.config.allow_no_answer is True and isinstance(saved.config.null_score_diff_threshold, float)
+
+
+def test_reference_checkpoint_answers_far_above_trivial_baselines(data_dir):
+    """The shipped full MiniLM QA model extracts answers: on answerable Disfl-QA validation questions (a slice, for
+    time) its F1 is far above the first-span and first-sentence heuristics. Fails on a collapsed model."""
+    from hf_readonce.qa import postprocess, predict_pairs, score_qa, trivial_baselines
+
+    from hf_readonce.weights import reference_qa_path
+
+    path = reference_qa_path()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = BertForQuestionAnswering.from_pretrained(path, dtype=torch.float32).eval()
+    rows = [r for r in read_jsonl(data_dir / "disfl_qa" / "validation.jsonl") if r["answers"]["text"]][:120]
+    features, windows, _ = build_features(rows, tokenizer, max_question_length=48, max_passage_length=208,
+                                          doc_stride=64)
+    scores = score_qa(postprocess(rows, features, windows, predict_pairs(model, features, windows, batch_size=32)),
+                      rows)
+    baselines = trivial_baselines(rows)
+    best_baseline = max(b["f1"] for b in baselines.values())
+    assert scores["f1"] > 40.0 and scores["f1"] > best_baseline + 20.0, (scores, baselines)
+
+
+def test_reference_checkpoint_checksum_is_verified(tmp_path):
+    import shutil
+
+    from hf_readonce.weights import reference_qa_path, verify_checksums
+
+    source = reference_qa_path()
+    copy = tmp_path / "ref"
+    shutil.copytree(source, copy)
+    verify_checksums(copy)  # intact
+    config = copy / "config.json"
+    config.write_text(config.read_text().replace('"hidden_act"', '"hidden_act" ', 1))
+    with pytest.raises(ValueError, match="config.json has SHA-256"):
+        verify_checksums(copy)
+    (copy / "config.json").unlink()
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        verify_checksums(copy)

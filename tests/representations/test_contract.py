@@ -1,0 +1,107 @@
+"""The contract every representation adapter keeps: documents encoded into a store, read back with the adapter's
+read side and fed to the model give the same logits (and generated tokens) as the model reading the documents
+itself, to 1e-5 in fp32.
+
+The test runs over every registered adapter; a family registered without a harness here fails
+`test_every_registered_adapter_has_a_contract_harness`.
+"""
+
+import pytest
+import torch
+
+from hf_readonce import (
+    DeformerBertConfig,
+    DeformerBertForQuestionAnswering,
+    ReadOnceBartConfig,
+    ReadOnceBartForConditionalGeneration,
+)
+from hf_readonce.representations import fill_store, get_adapter, registered_adapters
+from hf_readonce.store import RepresentationStore, content_hash
+from hf_readonce.tasks.question_answering import pad_batch, pair_inputs
+
+DOCUMENTS = [
+    "Emma is a novel by Jane Austen, published in December 1815. It is about the perils of misconstrued romance.",
+    "Persuasion was Austen's last completed novel. It was published at the end of 1817, "
+    "six months after her death, and follows Anne Elliot. " * 3,
+    "Northanger Abbey is a coming-of-age novel.",
+]
+QUESTION = "Who wrote the novel and when was it published?"
+
+
+def deformer_bert_harness(tokenizer):
+    torch.manual_seed(0)
+    model = DeformerBertForQuestionAnswering(DeformerBertConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
+        intermediate_size=37, max_position_embeddings=128, num_decomposed_layers=2)).eval()
+    settings = {"max_passage_length": 32, "doc_stride": 8}  # the long document spans several windows
+
+    def check(adapter, read):
+        windows = [w for doc in adapter.windows(DOCUMENTS) for w in doc]
+        question = tokenizer(QUESTION)["input_ids"]
+        assert read.last_hidden_state.shape[0] == len(windows) > len(DOCUMENTS)
+        questions = torch.tensor([question] * len(windows))
+        cached = model(input_ids=questions, attention_mask=torch.ones_like(questions), passage_states=read)
+        pairs = [pair_inputs(question, window) for window in windows]
+        inputs = {key: pad_batch([p[key] for p in pairs], 0) for key in ("input_ids", "token_type_ids",
+                                                                          "attention_mask")}
+        full = model(**inputs)
+        for row, window in enumerate(windows):  # same positions: question, then the window's tokens
+            n = len(question) + len(window.input_ids)
+            for name in ("start_logits", "end_logits"):
+                torch.testing.assert_close(getattr(cached, name)[row, :n], getattr(full, name)[row, :n],
+                                           atol=1e-5, rtol=0)
+
+    return model, settings, check
+
+
+def readonce_bart_harness(tokenizer):
+    torch.manual_seed(0)
+    model = ReadOnceBartForConditionalGeneration(ReadOnceBartConfig(
+        vocab_size=tokenizer.vocab_size, d_model=32, encoder_layers=2, decoder_layers=1, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=128,
+        compression_ratio=4, pad_token_id=0, bos_token_id=101, eos_token_id=102, decoder_start_token_id=101,
+        forced_eos_token_id=None)).eval()
+    settings = {"max_document_length": 64}
+
+    def check(adapter, read):
+        documents = tokenizer(DOCUMENTS, truncation=True, max_length=64, padding=True, return_tensors="pt")
+        question = tokenizer([QUESTION] * len(DOCUMENTS), return_tensors="pt")
+        labels = torch.randint(1000, 2000, (len(DOCUMENTS), 5), generator=torch.Generator().manual_seed(0))
+        from_store = model(question.input_ids, attention_mask=question.attention_mask,
+                           document_representations=read, document_attention_mask=read.attention_mask, labels=labels)
+        itself = model(question.input_ids, attention_mask=question.attention_mask, labels=labels,
+                       document_input_ids=documents.input_ids,
+                       document_input_attention_mask=documents.attention_mask)
+        torch.testing.assert_close(from_store.logits, itself.logits, atol=1e-5, rtol=0)
+        generate = dict(attention_mask=question.attention_mask, max_new_tokens=4, min_new_tokens=4, do_sample=False)
+        stored_tokens = model.generate(question.input_ids, document_representations=read,
+                                       document_attention_mask=read.attention_mask, **generate)
+        own = model.encode_documents(documents.input_ids, documents.attention_mask)
+        own_tokens = model.generate(question.input_ids, document_representations=own,
+                                    document_attention_mask=own.attention_mask, **generate)
+        assert torch.equal(stored_tokens, own_tokens)
+
+    return model, settings, check
+
+
+HARNESSES = {"deformer_bert": deformer_bert_harness, "readonce_bart": readonce_bart_harness}
+
+
+def test_every_registered_adapter_has_a_contract_harness():
+    assert set(registered_adapters()) == set(HARNESSES)
+
+
+@pytest.mark.parametrize("model_type", sorted(registered_adapters()))
+def test_store_round_trip_gives_the_models_own_outputs(model_type, tokenizer, tmp_path):
+    model, settings, check = HARNESSES[model_type](tokenizer)
+    adapter = get_adapter(model, tokenizer, **settings)
+    assert type(adapter) is registered_adapters()[model_type]
+    store = RepresentationStore(tmp_path / "store")
+    stats = fill_store(adapter, store, DOCUMENTS, dtype="float32")
+    assert stats.encoded == len(DOCUMENTS)
+    reopened = RepresentationStore(tmp_path / "store", readonly=True)  # another process would see the same
+    stored = reopened.get_many(adapter.fingerprint(), adapter.settings(), [content_hash(d) for d in DOCUMENTS])
+    read = adapter.read(stored)
+    assert read.model_fingerprint == model.representation_fingerprint() == adapter.fingerprint()
+    with torch.no_grad():
+        check(adapter, read)

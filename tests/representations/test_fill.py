@@ -1,0 +1,96 @@
+"""Filling a store through the representation adapters (DeFormer; ReadOnce in `test_cli.py` and the contract
+test): long documents, re-runs, answers equal to the in-memory path, `datasets` map/export/import.
+
+A tiny random DeFormer (hidden 32, 4 layers, k=2) with the real MiniLM WordPiece tokenizer keeps the model work
+cheap; the documents are real Disfl-QA passages.
+"""
+
+import pytest
+import torch
+
+from hf_readonce import DeformerBertConfig, DeformerBertForQuestionAnswering
+from hf_readonce.representations import DeformerBertAdapter, fill_store, make_encode_function
+from hf_readonce.store import (
+    RepresentationMismatchError,
+    RepresentationStore,
+    bytes_per_1000_tokens,
+    content_hash,
+    export_to_dataset,
+    import_from_dataset,
+)
+from hf_readonce.tasks.question_answering import (
+    build_features,
+    encode_windows,
+    postprocess_qa_predictions,
+    predict_cached,
+)
+from hf_readonce.tasks.question_answering_store import answer_from_store
+from tests.conftest import tiny_model
+
+
+# ------------------------------------------------------------------------------------------------------ model
+def test_adapter_long_documents_and_errors(tokenizer):
+    model = tiny_model()
+    adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=32, doc_stride=8)
+    long_text = " ".join(f"token{i}" for i in range(300))  # far beyond 128 positions
+    (tensors,) = adapter.encode([long_text])
+    lengths = tensors["window_lengths"].tolist()
+    assert len(lengths) > 5 and max(lengths) <= 32 and sum(lengths) == tensors["hidden_states"].shape[0]
+    assert tensors["hidden_states"].shape[1] == 32
+    with pytest.raises(ValueError, match="document 1"):
+        adapter.encode(["fine", "   "])
+    with pytest.raises(ValueError, match="max_passage_length"):
+        DeformerBertAdapter(model, tokenizer, max_passage_length=500)
+    k0 = DeformerBertForQuestionAnswering(DeformerBertConfig(**{**model.config.to_dict(), "num_decomposed_layers": 0}))
+    with pytest.raises(ValueError, match="num_decomposed_layers"):
+        DeformerBertAdapter(k0, tokenizer)
+
+
+def test_encode_skips_stored_and_answers_equal_in_memory(tmp_path, tokenizer, qa_rows):
+    model = tiny_model()
+    adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=64, doc_stride=16)
+    calls = []
+    original = adapter.encode
+    adapter.encode = lambda texts: calls.append(len(texts)) or original(texts)
+    store = RepresentationStore(tmp_path / "s")
+    contexts = [r["context"] for r in qa_rows]
+    first = fill_store(adapter, store, contexts, dtype="fp32")
+    unique = len(set(contexts))
+    assert first.encoded == unique and first.duplicates == len(contexts) - unique and sum(calls) == unique
+    calls.clear()
+    again = fill_store(adapter, store, contexts, dtype="fp32")
+    assert again.encoded == 0 and again.already_stored == unique and calls == []  # no model work
+    # answers from the store equal the in-memory cached path
+    predictions = answer_from_store(model, tokenizer, RepresentationStore(tmp_path / "s"), qa_rows,
+                                    max_question_length=24)
+    features, windows, _ = build_features(qa_rows, tokenizer, max_question_length=24, max_passage_length=64,
+                                          doc_stride=16)
+    with torch.no_grad():
+        logits = predict_cached(model, features, encode_windows(model, windows))
+    assert predictions == postprocess_qa_predictions(qa_rows, features, windows, logits)
+    # another model's states are never used
+    with pytest.raises(RepresentationMismatchError, match="fingerprint"):
+        answer_from_store(tiny_model(seed=1), tokenizer, store, qa_rows)
+
+
+def test_datasets_map_export_import(tmp_path, tokenizer, qa_rows):
+    from datasets import Dataset
+
+    model = tiny_model()
+    adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=64, doc_stride=16)
+    store = RepresentationStore(tmp_path / "s")
+    dataset = Dataset.from_list(qa_rows[:30])
+    mapped = dataset.map(make_encode_function(adapter, store, id_column="id"), batched=True, batch_size=16,
+                         new_fingerprint="tiny-reps", load_from_cache_file=False)
+    assert mapped["content_hash"] == [content_hash(c) for c in dataset["context"]]
+    assert len(store) == len(set(dataset["context"])) and all(n > 0 for n in mapped["num_tokens"])
+    exported = export_to_dataset(store, cache_dir=str(tmp_path / "cache"))
+    exported.to_parquet(str(tmp_path / "reps.parquet"))
+    restored_rows = Dataset.from_parquet(str(tmp_path / "reps.parquet"), cache_dir=str(tmp_path / "cache2"))
+    target = RepresentationStore(tmp_path / "t")
+    assert import_from_dataset(target, restored_rows) == len(store)
+    for h in mapped["content_hash"]:
+        a, b = store.get(adapter.fingerprint(), adapter.settings(), h), target.get(adapter.fingerprint(),
+                                                                                   adapter.settings(), h)
+        assert a.keys() == b.keys() and all(torch.equal(a[n], b[n]) for n in a)
+    assert bytes_per_1000_tokens(store, adapter.fingerprint(), adapter.settings()) > 0

@@ -1,0 +1,198 @@
+"""RepresentationStore without any model: keying, shards, dtypes, durability, corruption and repair, concurrent
+writers."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hf_readonce.store import (
+    CorruptedShardError,
+    MissingRepresentationError,
+    ReadOnlyStoreError,
+    RepresentationMismatchError,
+    RepresentationStore,
+    content_hash,
+    rank_of,
+    representation_key,
+    space_key,
+)
+
+FP = "f" * 64
+SETTINGS = {"num_decomposed_layers": 2, "max_passage_length": 64}
+
+
+def rand_states(n, d=8, seed=0):
+    return {"hidden_states": torch.randn(n, d, generator=torch.Generator().manual_seed(seed))}
+
+
+# ------------------------------------------------------------------------------------------------------ keying
+@settings(max_examples=60, deadline=None)
+@given(text=st.text(min_size=1), fingerprint=st.text(alphabet="0123456789abcdef", min_size=1, max_size=64),
+       k=st.integers(0, 24), length=st.integers(2, 512))
+def test_keys_same_content_same_key_any_change_other_key(text, fingerprint, k, length):
+    settings_ = {"num_decomposed_layers": k, "max_passage_length": length}
+    key = representation_key(fingerprint, settings_, text)
+    assert key == representation_key(fingerprint, dict(reversed(list(settings_.items()))), text)  # order-free
+    assert key == representation_key(fingerprint, settings_, content_hash(text), is_hash=True)
+    assert representation_key(fingerprint + "0", settings_, text)[0] != key[0]
+    assert representation_key(fingerprint, {**settings_, "num_decomposed_layers": k + 1}, text)[0] != key[0]
+    assert representation_key(fingerprint, {**settings_, "max_passage_length": length + 1}, text)[0] != key[0]
+    assert representation_key(fingerprint, settings_, text + " ")[1] != key[1]
+    assert 0 <= rank_of(key[1], 3) < 3 and rank_of(key[1], 3) == rank_of(content_hash(text), 3)
+
+
+@settings(max_examples=30, deadline=None)
+@given(hashes=st.lists(st.binary(min_size=1, max_size=16), min_size=1, max_size=50, unique=True),
+       n=st.integers(1, 5))
+def test_rank_sharding_is_a_partition(hashes, n):
+    import hashlib
+
+    hashes = [hashlib.sha256(h).hexdigest() for h in hashes]
+    shares = [[h for h in hashes if rank_of(h, n) == r] for r in range(n)]
+    assert sorted(h for share in shares for h in share) == sorted(hashes)
+
+
+def test_key_argument_errors():
+    with pytest.raises(TypeError, match="text"):
+        content_hash(b"bytes")
+    with pytest.raises(TypeError, match="fingerprint"):
+        space_key("", {})
+    with pytest.raises(TypeError, match="settings"):
+        space_key(FP, [("k", 1)])
+    with pytest.raises(ValueError, match="NaN"):
+        space_key(FP, {"x": float("nan")})
+    with pytest.raises(ValueError, match="num_processes"):
+        rank_of(FP, 0)
+
+
+# ------------------------------------------------------------------------------------------------------ storage
+@pytest.mark.parametrize("dtype,torch_dtype", [("fp32", torch.float32), ("fp16", torch.float16),
+                                               ("bf16", torch.bfloat16)])
+def test_put_get_dtypes_and_restart(tmp_path, dtype, torch_dtype):
+    store = RepresentationStore(tmp_path / "s")
+    docs = {content_hash(f"doc {i}"): rand_states(5 + i, seed=i) for i in range(10)}
+    with store.writer(FP, SETTINGS, dtype=dtype) as writer:
+        for h, tensors in docs.items():
+            writer.add(h, {**tensors, "input_ids": torch.arange(5)})
+    reopened = RepresentationStore(tmp_path / "s")  # the index survives a restart
+    assert len(reopened) == 10 and len(list((tmp_path / "s" / "shards").rglob("*.safetensors"))) == 1
+    for h, tensors in docs.items():
+        got = reopened.get(FP, SETTINGS, h)
+        assert got["hidden_states"].dtype == torch_dtype and got["input_ids"].dtype == torch.int64
+        torch.testing.assert_close(got["hidden_states"], tensors["hidden_states"].to(torch_dtype), rtol=0, atol=0)
+    space = reopened.info()["spaces"][space_key(FP, SETTINGS)]
+    assert space["dtypes"] == [str(torch_dtype).removeprefix("torch.")] and space["documents"] == 10
+    # metadata of the shard: format version, fingerprint, dtype, checksums
+    from safetensors import safe_open
+
+    shard = next((tmp_path / "s" / "shards").rglob("*.safetensors"))
+    with safe_open(str(shard), framework="pt") as handle:
+        meta = handle.metadata()
+    assert meta["format_version"] == "1" and meta["fingerprint"] == FP and meta["dtype"] == space["dtypes"][0]
+    assert len(json.loads(meta["documents"])) == 10
+
+
+def test_shards_are_batched_by_size(tmp_path):
+    store = RepresentationStore(tmp_path / "s")
+    with store.writer(FP, SETTINGS, dtype="fp32", shard_size_bytes=4000) as writer:
+        for i in range(20):
+            writer.add(content_hash(str(i)), rand_states(25, seed=i))  # 800 bytes each
+    shards = list((tmp_path / "s" / "shards").rglob("*.safetensors"))
+    assert 3 <= len(shards) <= 6 and len(store) == 20
+
+
+def test_mismatch_names_both_and_missing(tmp_path):
+    store = RepresentationStore(tmp_path / "s")
+    h = content_hash("a document")
+    assert store.put(FP, SETTINGS, h, rand_states(3))
+    assert not store.put(FP, SETTINGS, h, rand_states(3, seed=1))  # already stored: nothing changes
+    torch.testing.assert_close(store.get(FP, SETTINGS, h)["hidden_states"], rand_states(3)["hidden_states"])
+    other = "e" * 64
+    with pytest.raises(RepresentationMismatchError) as error:
+        store.get(other, SETTINGS, h)
+    assert FP[:16] in str(error.value) and other[:16] in str(error.value)
+    with pytest.raises(RepresentationMismatchError, match='"num_decomposed_layers":3'):
+        store.get(FP, {**SETTINGS, "num_decomposed_layers": 3}, h)
+    with pytest.raises(MissingRepresentationError, match="not in store"):
+        store.get(FP, SETTINGS, content_hash("never stored"))
+
+
+def test_bad_paths_and_read_only(tmp_path):
+    file_path = tmp_path / "file"
+    file_path.write_text("x")
+    with pytest.raises(ValueError, match="is a file"):
+        RepresentationStore(file_path)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "mine.txt").write_text("user data")
+    with pytest.raises(ValueError, match="not a hf-readonce store"):
+        RepresentationStore(tmp_path / "other")
+    assert (tmp_path / "other" / "mine.txt").read_text() == "user data"
+    with pytest.raises(ValueError, match="no store"):
+        RepresentationStore(tmp_path / "absent", create=False)
+    RepresentationStore(tmp_path / "s").put(FP, SETTINGS, content_hash("x"), rand_states(2))
+    readonly = RepresentationStore(tmp_path / "s", readonly=True)
+    before = sorted(p.name for p in (tmp_path / "s" / "index").iterdir())
+    with pytest.raises(ReadOnlyStoreError):
+        readonly.put(FP, SETTINGS, content_hash("y"), rand_states(2))
+    assert sorted(p.name for p in (tmp_path / "s" / "index").iterdir()) == before
+    with pytest.raises(ValueError, match="dtype"):
+        RepresentationStore(tmp_path / "s").writer(FP, SETTINGS, dtype="int8")
+    with pytest.raises(ValueError, match="document_hash"):
+        RepresentationStore(tmp_path / "s").put(FP, SETTINGS, "not-a-hash", rand_states(2))
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_corruption_detected_named_and_repaired(tmp_path, damage):
+    store = RepresentationStore(tmp_path / "s")
+    hashes = [content_hash(f"document {i}") for i in range(6)]
+    with store.writer(FP, SETTINGS, dtype="fp32", shard_size_bytes=500) as writer:
+        for i, h in enumerate(hashes):
+            writer.add(h, rand_states(4, seed=i), meta={"id": f"doc-{i}"})
+    shards = sorted((tmp_path / "s" / "shards").rglob("*.safetensors"))
+    victim = shards[0]
+    data = bytearray(victim.read_bytes())
+    if damage == "flip":
+        data[-10:] = bytes(b ^ 0xFF for b in data[-10:])  # inside the last document's tensor bytes
+    else:
+        data = data[: len(data) // 2]
+    victim.write_bytes(bytes(data))
+    report = RepresentationStore(tmp_path / "s").verify()
+    assert not report.ok and len(report.corruptions) == 1
+    line = report.corruptions[0].describe()
+    assert victim.name in line and "doc-" in line
+    bad = {entry.content_hash for entry in report.corrupted_documents}
+    fresh = RepresentationStore(tmp_path / "s")
+    with pytest.raises(CorruptedShardError) as error:
+        for h in hashes:
+            fresh.get(FP, SETTINGS, h)
+    assert victim.name in str(error.value) and error.value.documents[0] in bad
+    result = fresh.repair(report)
+    assert set(result["dropped"]) <= bad and result["quarantined"]
+    assert fresh.verify().ok
+    for h in hashes:  # intact documents are kept, dropped ones are missing (to be recomputed)
+        if h in result["dropped"]:
+            assert not fresh.contains(FP, SETTINGS, h)
+        else:
+            torch.testing.assert_close(fresh.get(FP, SETTINGS, h)["hidden_states"],
+                                       rand_states(4, seed=hashes.index(h))["hidden_states"])
+    assert list((tmp_path / "s" / "quarantine").rglob("*"))  # never deleted
+
+
+def test_concurrent_writers_do_not_corrupt_the_index(tmp_path):
+    code = (
+        "import sys, torch\n"
+        "from hf_readonce.store import RepresentationStore, content_hash\n"
+        "store = RepresentationStore(sys.argv[1])\n"
+        "for i in range(40):\n"
+        "    store.put('f' * 64, {'k': 1}, content_hash(f'{sys.argv[2]} {i % 30}'), {'x': torch.ones(3) * i})\n"
+    )
+    RepresentationStore(tmp_path / "s")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "s"), name]) for name in ("a", "b", "a")]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
+    store = RepresentationStore(tmp_path / "s")
+    assert len(store) == 60 and store.verify().ok  # 30 + 30 unique documents, none twice

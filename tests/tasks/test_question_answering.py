@@ -1,0 +1,176 @@
+"""QA glue: question-independent windows, span labels, n-best decoding, EM/F1, JSONL errors."""
+
+import numpy as np
+import pytest
+from transformers import AutoTokenizer
+
+from hf_readonce.tasks.question_answering import (
+    build_features,
+    pair_inputs,
+    postprocess_qa_predictions,
+    read_jsonl,
+    span_in_window,
+    split_passages,
+    squad_em_f1,
+    tokenize_questions,
+)
+from hf_readonce.weights import minilm_path
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return AutoTokenizer.from_pretrained(minilm_path())
+
+
+PASSAGE = " ".join(f"word{i}" for i in range(60)) + " The answer is Paris France today ."
+
+
+def test_windows_cover_passage_with_overlap(tokenizer):
+    (windows,) = split_passages(tokenizer, [PASSAGE], max_passage_length=40, doc_stride=10)
+    assert len(windows) > 2
+    body = tokenizer(PASSAGE, add_special_tokens=False)["input_ids"]
+    assert all(len(w.input_ids) <= 40 and w.input_ids[-1] == tokenizer.sep_token_id for w in windows)
+    for a, b in zip(windows, windows[1:]):
+        assert a.input_ids[-11:-1] == b.input_ids[:10]  # consecutive windows share doc_stride tokens
+    rebuilt = windows[0].input_ids[:-1] + [t for w in windows[1:] for t in w.input_ids[10:-1]]
+    assert rebuilt == body
+    with pytest.raises(ValueError, match="doc_stride"):
+        split_passages(tokenizer, [PASSAGE], max_passage_length=40, doc_stride=39)
+    with pytest.raises(ValueError, match="passage 0"):
+        split_passages(tokenizer, ["  "])
+
+
+def test_windows_do_not_depend_on_question(tokenizer):
+    examples = [{"context": PASSAGE, "question": "Where?"}, {"context": PASSAGE, "question": "A much longer question " * 4}]
+    features, windows, passages = build_features(examples, tokenizer, max_question_length=32, max_passage_length=40,
+                                                 doc_stride=10)
+    assert len(passages) == 1
+    per_question = {}
+    for f in features:
+        per_question.setdefault(f["example_index"], []).append(f["window_index"])
+    assert per_question[0] == per_question[1]
+
+
+def test_span_labels_point_at_answer(tokenizer):
+    start = PASSAGE.index("Paris")
+    example = {"context": PASSAGE, "question": "Which city?",
+               "answers": {"text": ["Paris France"], "answer_start": [start]}}
+    features, windows, _ = build_features([example], tokenizer, max_question_length=16, max_passage_length=40,
+                                          doc_stride=10, with_labels=True)
+    positive = [f for f in features if f["start_positions"] > 0]
+    assert positive
+    for f in positive:
+        window = windows[0][f["window_index"]]
+        q = len(f["question_ids"])
+        s, e = window.offsets[f["start_positions"] - q][0], window.offsets[f["end_positions"] - q][1]
+        assert PASSAGE[s:e] == "Paris France"
+        assert pair_inputs(f["question_ids"], window)["token_type_ids"][q] == 1
+    assert any(f["start_positions"] == 0 for f in features)  # windows without the answer point at [CLS]
+    assert span_in_window(windows[0][0], start, "Paris France") is None
+
+
+def test_postprocess_and_metrics(tokenizer):
+    start = PASSAGE.index("Paris")
+    examples = [{"id": "a", "context": PASSAGE, "question": "Which city?",
+                 "answers": {"text": ["Paris"], "answer_start": [start]}},
+                {"id": "b", "context": PASSAGE, "question": "Unanswerable?", "answers": {"text": [], "answer_start": []}}]
+    features, windows, _ = build_features(examples, tokenizer, max_question_length=16, max_passage_length=40,
+                                          doc_stride=10)
+    logits = []
+    for f in features:
+        window = windows[0][f["window_index"]]
+        s, e = np.zeros(len(window.input_ids)), np.zeros(len(window.input_ids))
+        span = span_in_window(window, start, "Paris France")
+        if span is not None and f["example_index"] == 0:
+            s[span[0]], e[span[0]] = 5.0, 5.0
+        logits.append((s, e, 20.0 if f["example_index"] == 1 else -20.0))
+    predictions = postprocess_qa_predictions(examples, features, windows, logits, allow_no_answer=True)
+    assert predictions == {"a": "Paris", "b": ""}
+    assert squad_em_f1(predictions, examples) == {"exact_match": 100.0, "f1": 100.0}
+    half = squad_em_f1({"a": "Paris France", "b": "x"}, examples)
+    assert half["exact_match"] == 0.0 and half["f1"] == pytest.approx(100 * (2 / 3) / 2)
+
+
+def test_read_jsonl_reports_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"a": 1}\n\n{oops\n')
+    with pytest.raises(ValueError, match="line 3"):
+        read_jsonl(path)
+    with pytest.raises(ValueError, match="question 0"):
+        tokenize_questions(None, [""])
+
+
+def test_load_qa_examples_sets_aside_empty_rows(tmp_path):
+    from hf_readonce.tasks.question_answering import load_qa_examples
+
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"id": "a", "question": "Q?", "context": "C."}\n{"id": "b", "question": " ", "context": "C."}\n'
+                    '{"question": "Q?"}\n')
+    examples, skipped = load_qa_examples(path)
+    assert [e["id"] for e in examples] == ["a"] and skipped == ["b", "line 3"]
+    assert load_qa_examples(path, limit=1) == (examples, [])
+    path.write_text('{"id": "b", "question": "", "context": "C."}\n')
+    with pytest.raises(ValueError, match="no row"):
+        load_qa_examples(path)
+
+
+# ------------------------------------------------------------------------------------ no-answer threshold, baselines
+def _rows():
+    return [
+        {"id": "a", "context": "Paris is in France . It is big .", "answers": {"text": ["Paris"], "answer_start": [0]}},
+        {"id": "b", "context": "Paris is in France . It is big .", "answers": {"text": [], "answer_start": []}},
+        {"id": "c", "context": "The dog barked .", "answers": {"text": ["the dog"], "answer_start": [0]}},
+        {"id": "d", "context": "The dog barked .", "answers": {"text": [], "answer_start": []}},
+    ]
+
+
+def test_find_best_null_threshold_maximizes_f1():
+    from hf_readonce.qa import find_best_null_threshold
+
+    rows = _rows()
+    spans = {"a": "Paris", "b": "France", "c": "cat", "d": "dog"}
+    # b and d are unanswerable and have the largest no-answer margins: the best threshold empties exactly those
+    diffs = {"a": -5.0, "b": 3.0, "c": -1.0, "d": 1.0}
+    threshold, f1 = find_best_null_threshold(spans, diffs, rows)
+    assert -1.0 < threshold < 1.0 and f1 == pytest.approx(75.0)
+    # with every span right and no unanswerable question, never answering empty is best
+    answerable = [rows[0], rows[2]]
+    threshold, f1 = find_best_null_threshold({"a": "Paris", "c": "the dog"}, {"a": 2.0, "c": 1.0}, answerable)
+    assert threshold >= 2.0 and f1 == pytest.approx(100.0)
+    with pytest.raises(ValueError, match="empty"):
+        find_best_null_threshold({}, {}, [])
+    with pytest.raises(ValueError, match="score_diff"):
+        find_best_null_threshold(spans, {"a": 0.0}, rows)
+
+
+def test_postprocess_threshold_moves_the_no_answer_decision(tokenizer):
+    examples = [{"id": "q", "question": "Where?", "context": PASSAGE, "answers": {"text": ["Paris"],
+                                                                                  "answer_start": [0]}}]
+    features, windows, _ = build_features(examples, tokenizer, max_question_length=16, max_passage_length=200)
+    n = len(windows[0][0].input_ids)
+    start, end = np.zeros(n), np.zeros(n)
+    start[3], end[4] = 2.0, 2.0                       # best span score 4.0
+    logits = [(start, end, 5.0)]                      # no-answer score 5.0: score_diff = 1.0
+    assert postprocess_qa_predictions(examples, features, windows, logits, allow_no_answer=True) == {"q": ""}
+    kept = postprocess_qa_predictions(examples, features, windows, logits, allow_no_answer=True, null_score_diff_threshold=1.5)
+    assert kept["q"] != ""
+    preds, spans, diffs = postprocess_qa_predictions(examples, features, windows, logits, allow_no_answer=True,
+                                      return_score_diffs=True)
+    assert preds == {"q": ""} and spans["q"] == kept["q"] and diffs["q"] == pytest.approx(1.0)
+
+
+def test_scores_split_answerable_and_unanswerable_with_baselines():
+    from hf_readonce.qa import format_scores, score_qa, trivial_baselines
+
+    rows = _rows()
+    scores = score_qa({"a": "Paris", "b": "", "c": "a dog", "d": "dog"}, rows)
+    assert (scores["HasAns_total"], scores["NoAns_total"]) == (2, 2)
+    assert scores["HasAns_f1"] == pytest.approx(100.0) and scores["NoAns_exact"] == pytest.approx(50.0)
+    assert scores["f1"] == pytest.approx(75.0)
+    baselines = trivial_baselines(rows)
+    assert baselines["always_empty"]["exact_match"] == pytest.approx(50.0)
+    assert baselines["always_empty"]["HasAns_f1"] == 0.0
+    assert baselines["first_span"]["HasAns_exact"] == 0.0  # "Paris is in" / "The dog barked"
+    assert baselines["first_sentence"]["HasAns_f1"] > 0
+    assert "always_empty" not in trivial_baselines([rows[0], rows[2]])  # no unanswerable question
+    assert "NoAns" in format_scores("x", scores) and "HasAns" in format_scores("x", scores)
