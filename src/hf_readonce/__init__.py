@@ -10,6 +10,7 @@ from transformers import (
     AutoConfig,
     AutoModel,
     AutoModelForCausalLM,
+    AutoModelForMaskedLM,
     AutoModelForQuestionAnswering,
     AutoModelForSeq2SeqLM,
 )
@@ -49,6 +50,21 @@ _register(ReadOnceBartConfig, "readonce_bart", [(AutoModelForSeq2SeqLM, ReadOnce
 _register(RecurrentGPT2Config, "recurrent_gpt2", [(AutoModelForCausalLM, RecurrentGPT2LMHeadModel)])
 _register(RecurrentLlamaConfig, "recurrent_llama", [(AutoModelForCausalLM, RecurrentLlamaForCausalLM)])
 
+from .models.readtwice_bert import (  # noqa: E402
+    ReadTwiceBertConfig,
+    ReadTwiceBertForMaskedLM,
+    ReadTwiceBertForQuestionAnswering,
+    ReadTwiceBertModel,
+    ReadTwiceDocumentOutput,
+)
+
+_register(
+    ReadTwiceBertConfig,
+    "readtwice_bert",
+    [(AutoModel, ReadTwiceBertModel), (AutoModelForQuestionAnswering, ReadTwiceBertForQuestionAnswering),
+     (AutoModelForMaskedLM, ReadTwiceBertForMaskedLM)],
+)
+
 from .store import RepresentationStore  # noqa: E402
 from .training import DeformerDistillationTrainer  # noqa: E402
 
@@ -62,6 +78,11 @@ __all__ = [
     "ReadOnceBartConfig",
     "ReadOnceBartForConditionalGeneration",
     "ReadOnceRepresentations",
+    "ReadTwiceBertConfig",
+    "ReadTwiceBertForMaskedLM",
+    "ReadTwiceBertForQuestionAnswering",
+    "ReadTwiceBertModel",
+    "ReadTwiceDocumentOutput",
     "RecurrentCache",
     "RecurrentCausalLMOutputWithPast",
     "RecurrentGPT2Config",
