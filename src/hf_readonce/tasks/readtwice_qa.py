@@ -56,11 +56,12 @@ class ReadTwiceQAFeature:
         return len(self.input_ids)
 
 
-_CAPITALIZED = re.compile(r"[A-Z][\w-]*(?:['’][A-Za-z]+)?(?:[ \t]+(?:of|de|da|van|von|del|the)[ \t]+[A-Z][\w-]*|[ \t]+[A-Z][\w-]*)*")
+_CAPITALIZED = re.compile(r"[A-Z][\w-]*(?:['’][A-Za-z]+)?(?:(?:[ \t]+(?:of|de|da|van|von|del|the))*[ \t]+[A-Z][\w-]*)*")
 _SENTENCE_STARTERS = {
     "The", "A", "An", "In", "On", "At", "He", "She", "It", "They", "We", "I", "His", "Her", "Their", "This", "That",
     "When", "While", "After", "Before", "As", "But", "And", "However", "Although", "There", "Then", "What", "Who",
-    "Which", "Where", "How", "Why", "If", "For", "With", "By", "From", "To", "Of", "One", "Two", "Mr", "Mrs", "Ms",
+    "Which", "Where", "How", "Why", "If", "During", "Since", "Once", "Instead", "For", "With", "By", "From", "To",
+    "Of", "One", "Two",
 }
 
 
