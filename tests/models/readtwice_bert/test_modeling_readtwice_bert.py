@@ -525,3 +525,44 @@ def test_minilm_warm_start_on_real_quoref_segments(data_dir):
     baseline = GlobalNormBertForQuestionAnswering.from_pretrained(path).eval()
     with torch.no_grad():
         assert torch.isfinite(baseline(**batch).loss)
+
+
+# ----------------------------------------------------------------------------------------------- store adapter
+@pytest.mark.parametrize("memory_type", ["sts", "entity"])
+def test_store_adapter_round_trip_equals_reading_the_documents(tmp_path, memory_type):
+    from transformers import AutoTokenizer
+
+    from hf_readonce.representations.readtwice_bert import ReadTwiceStoreAdapter
+    from hf_readonce.store import RepresentationStore, content_hash, encode_documents, get_adapter
+    from hf_readonce.weights import minilm_path
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    model = tiny_qa(memory_type=memory_type, question_in_first_read=False, memory_top_k=5,
+                    vocab_size=tokenizer.vocab_size, segment_length=24, segment_overlap=6)
+    texts = ["Frodo Baggins left the Shire with Sam. Gandalf met Frodo Baggins in Bree, and Strider led them to "
+             "Rivendell where Elrond held a council about the Ring.", "Emma Woodhouse lived at Hartfield."]
+    examples = [{"question": "Who led Frodo Baggins to Rivendell?", "context": texts[0]},
+                {"question": "Where did Emma live?", "context": texts[1]}]
+    mention_fn = capitalized_mentions if memory_type == "entity" else None
+    with pytest.raises(ValueError, match="question_in_first_read"):
+        ReadTwiceStoreAdapter(tiny_qa(vocab_size=tokenizer.vocab_size), tokenizer)
+    adapter = get_adapter(model, tokenizer, mention_fn=mention_fn)
+    assert isinstance(adapter, ReadTwiceStoreAdapter)
+    store = RepresentationStore(tmp_path / "store")
+    encode_documents(adapter, store, texts, dtype="fp32")
+    stored = store.get_many(adapter.fingerprint(), adapter.settings(), [content_hash(t) for t in texts])
+    states = adapter.document_states(stored)
+    features = prepare_readtwice_qa_features(tokenizer, examples, 24, 6, question_in_first_read=False,
+                                             mention_fn=mention_fn)
+    assert features[0].num_segments >= 3
+    batch = ReadTwiceQACollator(tokenizer.pad_token_id, with_entities=memory_type == "entity",
+                                with_labels=False)(features)
+    expected = model(**batch).start_logits
+    questions = {k: v for k, v in batch.items() if k.startswith("question_")}
+    got = model(document_states=states, **questions).start_logits
+    q = batch["question_input_ids"].shape[1]
+    mask = torch.cat([batch["question_attention_mask"][batch["document_ids"]], batch["attention_mask"]], dim=1)
+    width = min(got.shape[1], expected.shape[1])
+    torch.testing.assert_close(got[:, :width][mask[:, :width].bool()], expected[:, :width][mask[:, :width].bool()],
+                               atol=1e-5, rtol=0)
+    assert q > 0 and adapter.num_tokens(stored[0]) == int(batch["attention_mask"][batch["document_ids"] == 0].sum())

@@ -255,7 +255,8 @@ class ReadTwiceMemoryExtractor(nn.Module):
     - `"entity"`: one memory per mention span of `entity_spans`, encoded like STS (same kind of projection).
 
     Memories of all segments are concatenated into one flat table (Gather); padding rows/spans give no memory.
-    Segments must be right-padded.
+    Segments must be right-padded. STS spans cover the whole segment, so in the paper's QA layout (question inside
+    every segment) the first span(s) include the question tokens.
     """
 
     def __init__(self, config: ReadTwiceBertConfig):
