@@ -179,8 +179,9 @@ def read_once(args, dims, device):
 
 
 # --------------------------------------------------------------------------------------------- Austen peak memory
-def austen_worker(path, limit, memory_type):
-    """Run MiniLM-ReadTwice over the sub-documents (<= 128 segments of 512, overlap 128) of a novel; print JSON."""
+def austen_worker(path, limit, memory_type, per_subdocument=128):
+    """Run MiniLM-ReadTwice over the sub-documents (<= `per_subdocument` segments of 512, overlap 128) of a novel;
+    print JSON."""
     from transformers import AutoTokenizer
 
     from hf_readonce.tasks.readtwice_qa import capitalized_mentions, entity_spans_for_segment
@@ -194,7 +195,7 @@ def austen_worker(path, limit, memory_type):
                     return_offsets_mapping=True)
     mentions = capitalized_mentions(text) if memory_type == "entity" else []
     segments = len(enc["input_ids"])
-    subdocs = [range(b, min(b + 128, segments)) for b in range(0, segments, 128)]
+    subdocs = [range(b, min(b + per_subdocument, segments)) for b in range(0, segments, per_subdocument)]
     if limit:
         subdocs = subdocs[:limit]
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -226,7 +227,8 @@ def austen(args):
     rows = {}
     for label, limit in (("one_subdocument", 1), ("whole_novel", 0)):
         out = subprocess.run([sys.executable, __file__, "--_austen_worker", args.austen, "--_limit", str(limit),
-                              "--memory_type", args.austen_memory_type], capture_output=True, text=True, check=True)
+                              "--memory_type", args.austen_memory_type, "--austen_subdocument_segments",
+                              str(args.austen_subdocument_segments)], capture_output=True, text=True, check=True)
         rows[label] = json.loads(out.stdout.strip().splitlines()[-1])
     rows["peak_ratio_whole_over_one"] = rows["whole_novel"]["peak_rss_mib"] / rows["one_subdocument"]["peak_rss_mib"]
     return rows
@@ -245,13 +247,15 @@ def main(argv=None):
     parser.add_argument("--mention_every", type=int, default=12, help="synthetic mention spacing in tokens")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--austen", default=None, help="a novel (plain text) for the peak-memory row")
+    parser.add_argument("--austen_only", action="store_true", help="only the novel peak-memory row")
     parser.add_argument("--austen_memory_type", default="entity", choices=["cls", "sts", "entity"])
+    parser.add_argument("--austen_subdocument_segments", type=int, default=128, help="paper: 128 (49k tokens)")
     parser.add_argument("--output", default=None)
     parser.add_argument("--_austen_worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--_limit", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args._austen_worker:
-        return austen_worker(args._austen_worker, args._limit, args.memory_type)
+        return austen_worker(args._austen_worker, args._limit, args.memory_type, args.austen_subdocument_segments)
     dims = BASE
     if args.quick:
         dims = QUICK
@@ -259,12 +263,14 @@ def main(argv=None):
     args.top_k = args.top_k or None
     device = torch.device(args.device)
     results = {"device": str(device), "dims": dims, "torch_threads": torch.get_num_threads()}
-    results["speed"] = speed(args, dims, device)
-    print(json.dumps(results["speed"], indent=2))
-    results["read_once"] = read_once(args, dims, device)
-    print(json.dumps(results["read_once"], indent=2))
+    if not args.austen_only:
+        results["speed"] = speed(args, dims, device)
+        print(json.dumps(results["speed"], indent=2))
+        results["read_once"] = read_once(args, dims, device)
+        print(json.dumps(results["read_once"], indent=2))
     if args.austen:
         results["austen"] = austen(args)
+        results["austen"]["subdocument_segments"] = args.austen_subdocument_segments
         print(json.dumps(results["austen"], indent=2))
     output = args.output or (None if args.quick else "benchmarks/results/bench_readtwice.json")
     if output:
