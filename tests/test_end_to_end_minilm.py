@@ -60,8 +60,52 @@ def test_demo_command(data_dir, tmp_path, capsys):
     from hf_readonce.cli import main
 
     status = main(["demo", "--data_dir", str(data_dir), "--max_steps", "2", "--batch_size", "4",
-                   "--max_eval_samples", "10", "--output_dir", str(tmp_path), "--no_bf16"])
+                   "--max_train_samples", "300", "--max_eval_samples", "12", "--speed_eval_samples", "6",
+                   "--output_dir", str(tmp_path), "--no_bf16"])
     out = capsys.readouterr().out
     assert status == 0
-    assert "EM/F1 from cached passage states" in out and "Speed-up over the same model without the cache" in out
+    assert "answered from cached passage states" in out and "Speed-up over the same model" in out
+    assert "baseline: always-empty" in out and "baseline: first-span" in out and "HasAns" in out
+    assert "full MiniLM (teacher, recorded)" in out
     assert (tmp_path / "eval_results.json").is_file()
+    # the checkpoint records what it was trained and evaluated with; the CLI's defaults come from there
+    saved = DeformerBertForQuestionAnswering.from_pretrained(tmp_path)
+    assert (saved.config.max_question_length, saved.config.max_passage_length, saved.config.doc_stride) == (48, 208, 64)
+    assert saved.config.allow_no_answer is True and isinstance(saved.config.null_score_diff_threshold, float)
+
+
+def test_reference_checkpoint_answers_far_above_trivial_baselines(data_dir):
+    """The shipped full MiniLM QA model extracts answers: on answerable Disfl-QA validation questions (a slice, for
+    time) its F1 is far above the first-span and first-sentence heuristics. Fails on a collapsed model."""
+    from hf_readonce.qa import postprocess, predict_pairs, score_qa, trivial_baselines
+    from hf_readonce.weights import reference_qa_path
+
+    path = reference_qa_path()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = BertForQuestionAnswering.from_pretrained(path, dtype=torch.float32).eval()
+    rows = [r for r in read_jsonl(data_dir / "disfl_qa" / "validation.jsonl") if r["answers"]["text"]][:120]
+    features, windows, _ = build_features(rows, tokenizer, max_question_length=48, max_passage_length=208,
+                                          doc_stride=64)
+    scores = score_qa(postprocess(rows, features, windows, predict_pairs(model, features, windows, batch_size=32)),
+                      rows)
+    baselines = trivial_baselines(rows)
+    best_baseline = max(b["f1"] for b in baselines.values())
+    assert scores["f1"] > 40.0 and scores["f1"] > best_baseline + 20.0, (scores, baselines)
+
+
+def test_reference_checkpoint_checksum_is_verified(tmp_path):
+    import shutil
+
+    from hf_readonce.weights import reference_qa_path, verify_checksums
+
+    source = reference_qa_path()
+    copy = tmp_path / "ref"
+    shutil.copytree(source, copy)
+    verify_checksums(copy)  # intact
+    config = copy / "config.json"
+    config.write_text(config.read_text().replace('"hidden_act"', '"hidden_act" ', 1))
+    with pytest.raises(ValueError, match="config.json has SHA-256"):
+        verify_checksums(copy)
+    (copy / "config.json").unlink()
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        verify_checksums(copy)

@@ -112,3 +112,65 @@ def test_load_qa_examples_sets_aside_empty_rows(tmp_path):
     path.write_text('{"id": "b", "question": "", "context": "C."}\n')
     with pytest.raises(ValueError, match="no row"):
         load_qa_examples(path)
+
+
+# ------------------------------------------------------------------------------------ no-answer threshold, baselines
+def _rows():
+    return [
+        {"id": "a", "context": "Paris is in France . It is big .", "answers": {"text": ["Paris"], "answer_start": [0]}},
+        {"id": "b", "context": "Paris is in France . It is big .", "answers": {"text": [], "answer_start": []}},
+        {"id": "c", "context": "The dog barked .", "answers": {"text": ["the dog"], "answer_start": [0]}},
+        {"id": "d", "context": "The dog barked .", "answers": {"text": [], "answer_start": []}},
+    ]
+
+
+def test_find_best_null_threshold_maximizes_f1():
+    from hf_readonce.qa import find_best_null_threshold
+
+    rows = _rows()
+    spans = {"a": "Paris", "b": "France", "c": "cat", "d": "dog"}
+    # b and d are unanswerable and have the largest no-answer margins: the best threshold empties exactly those
+    diffs = {"a": -5.0, "b": 3.0, "c": -1.0, "d": 1.0}
+    threshold, f1 = find_best_null_threshold(spans, diffs, rows)
+    assert -1.0 < threshold < 1.0 and f1 == pytest.approx(75.0)
+    # with every span right and no unanswerable question, never answering empty is best
+    answerable = [rows[0], rows[2]]
+    threshold, f1 = find_best_null_threshold({"a": "Paris", "c": "the dog"}, {"a": 2.0, "c": 1.0}, answerable)
+    assert threshold >= 2.0 and f1 == pytest.approx(100.0)
+    with pytest.raises(ValueError, match="empty"):
+        find_best_null_threshold({}, {}, [])
+    with pytest.raises(ValueError, match="score_diff"):
+        find_best_null_threshold(spans, {"a": 0.0}, rows)
+
+
+def test_postprocess_threshold_moves_the_no_answer_decision(tokenizer):
+    examples = [{"id": "q", "question": "Where?", "context": PASSAGE, "answers": {"text": ["Paris"],
+                                                                                  "answer_start": [0]}}]
+    features, windows, _ = build_features(examples, tokenizer, max_question_length=16, max_passage_length=200)
+    n = len(windows[0][0].input_ids)
+    start, end = np.zeros(n), np.zeros(n)
+    start[3], end[4] = 2.0, 2.0                       # best span score 4.0
+    logits = [(start, end, 5.0)]                      # no-answer score 5.0: score_diff = 1.0
+    assert postprocess(examples, features, windows, logits, allow_no_answer=True) == {"q": ""}
+    kept = postprocess(examples, features, windows, logits, allow_no_answer=True, null_score_diff_threshold=1.5)
+    assert kept["q"] != ""
+    preds, spans, diffs = postprocess(examples, features, windows, logits, allow_no_answer=True,
+                                      return_score_diffs=True)
+    assert preds == {"q": ""} and spans["q"] == kept["q"] and diffs["q"] == pytest.approx(1.0)
+
+
+def test_scores_split_answerable_and_unanswerable_with_baselines():
+    from hf_readonce.qa import format_scores, score_qa, trivial_baselines
+
+    rows = _rows()
+    scores = score_qa({"a": "Paris", "b": "", "c": "a dog", "d": "dog"}, rows)
+    assert (scores["HasAns_total"], scores["NoAns_total"]) == (2, 2)
+    assert scores["HasAns_f1"] == pytest.approx(100.0) and scores["NoAns_exact"] == pytest.approx(50.0)
+    assert scores["f1"] == pytest.approx(75.0)
+    baselines = trivial_baselines(rows)
+    assert baselines["always_empty"]["exact_match"] == pytest.approx(50.0)
+    assert baselines["always_empty"]["HasAns_f1"] == 0.0
+    assert baselines["first_span"]["HasAns_exact"] == 0.0  # "Paris is in" / "The dog barked"
+    assert baselines["first_sentence"]["HasAns_f1"] > 0
+    assert "always_empty" not in trivial_baselines([rows[0], rows[2]])  # no unanswerable question
+    assert "NoAns" in format_scores("x", scores) and "HasAns" in format_scores("x", scores)

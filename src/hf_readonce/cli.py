@@ -72,6 +72,7 @@ def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, d
         CommandError: if the checkpoint cannot be loaded or is neither `deformer_bert` nor `bert`.
     """
     from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoTokenizer, set_seed
+    from transformers.utils import logging as hf_logging
 
     import hf_readonce  # noqa: F401  (registers deformer_bert with the Auto classes)
     from hf_readonce.models.modeling_deformer_bert import DeformerBertForQuestionAnswering
@@ -82,15 +83,29 @@ def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, d
         raise CommandError(f"cannot load model {name_or_path!r}: {error}") from None
     extra = {} if num_decomposed_layers is None else {"num_decomposed_layers": num_decomposed_layers}
     set_seed(seed)
-    if config.model_type == "deformer_bert":
-        model = AutoModelForQuestionAnswering.from_pretrained(name_or_path, **extra)
-    elif config.model_type == "readonce_bart" and allow_readonce:
-        from hf_readonce.models.modeling_readonce_bart import ReadOnceBartForConditionalGeneration
+    # transformers' load report would list BERT's unused `pooler` (expected: a QA model has none); what matters to
+    # a user, a missing QA head, is said below in one line.
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        if config.model_type == "deformer_bert":
+            model, info = AutoModelForQuestionAnswering.from_pretrained(name_or_path, output_loading_info=True,
+                                                                        **extra)
+        elif config.model_type == "readonce_bart" and allow_readonce:
+            from hf_readonce.models.modeling_readonce_bart import ReadOnceBartForConditionalGeneration
 
-        model = ReadOnceBartForConditionalGeneration.from_pretrained(name_or_path)
-    elif config.model_type == "bert":
-        model = DeformerBertForQuestionAnswering.from_pretrained(name_or_path, **extra)
-    else:
+            model, info = ReadOnceBartForConditionalGeneration.from_pretrained(name_or_path, output_loading_info=True)
+        elif config.model_type == "bert":
+            model, info = DeformerBertForQuestionAnswering.from_pretrained(name_or_path, output_loading_info=True,
+                                                                           **extra)
+        else:
+            model = info = None
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    if model is not None and any(key.startswith("qa_outputs") for key in info.get("missing_keys", [])):
+        print(f"hf-readonce: note: {name_or_path} has no question-answering head; it was initialized at random "
+              f"(seed {seed}), so answers are meaningless until the model is fine-tuned for QA.", file=sys.stderr)
+    if model is None:
         raise CommandError(f"model {name_or_path!r} has model_type {config.model_type!r}; this command supports "
                            "deformer_bert (and bert checkpoints loaded as DeFormer)"
                            + (" and readonce_bart." if allow_readonce else "."))
@@ -100,9 +115,14 @@ def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, d
     return model.to(device).eval(), tokenizer
 
 
-def _open_store(path: str, readonly: bool = False, create: bool = True):
+def _open_store(path: str, readonly: bool = False, create: bool = True, command: str = "answer"):
     from .store import RepresentationStore
 
+    location = Path(path)
+    if not create and not (location / "store.json").is_file() and not (location.is_dir() and any(location.iterdir())):
+        hint = ("run `hf-readonce encode MODEL --documents FILE.jsonl --store {0}` first"
+                + (", or pass --encode-missing" if command == "answer" else "")).format(path)
+        raise CommandError(f"no store at {path} ({hint}).")
     try:
         return RepresentationStore(path, readonly=readonly, create=create)
     except (ValueError, TypeError, PermissionError) as error:
@@ -153,6 +173,15 @@ def cmd_encode(args) -> int:
         raise CommandError(str(error)) from None
     device = state.device if state is not None else _device(args.device)
     model, tokenizer = load_qa_model(args.model, args.num_decomposed_layers, device, allow_readonce=True)
+    if model.config.model_type != "readonce_bart":
+        # Window defaults: what the checkpoint was trained with (recorded in its config), else 256 / 64.
+        if args.max_passage_length is None:
+            args.max_passage_length = getattr(model.config, "max_passage_length", None) or 256
+        if args.doc_stride is None:
+            args.doc_stride = getattr(model.config, "doc_stride", None)
+            args.doc_stride = 64 if args.doc_stride is None else args.doc_stride
+    elif args.max_passage_length is None:
+        args.max_passage_length = 256
     try:
         if model.config.model_type == "readonce_bart":  # whole documents, chunked by the model itself
             adapter = get_adapter(model, tokenizer, max_document_length=args.max_passage_length,
@@ -182,9 +211,11 @@ def cmd_encode(args) -> int:
 
     problems = []
     total = None
-    if documents.is_file() and not args.no_progress:
-        with open(documents, "rb") as handle:
-            total = sum(1 for line in handle if line.strip())
+    if documents.is_file() and not args.no_progress:  # the bar counts distinct documents, as the summary does
+        from .store import content_hash
+
+        total = len({content_hash(text) for _, text in iter_documents(documents, text_field=args.text_field,
+                                                                      id_field=args.id_field, problems=[])})
     doc_iter = iter_documents(documents, text_field=args.text_field, id_field=args.id_field, problems=problems)
     dtype = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}[args.dtype]
     try:
@@ -220,13 +251,12 @@ def cmd_encode(args) -> int:
 
 # ---------------------------------------------------------------------------------------------------------- answer
 def cmd_answer(args) -> int:
-    from .qa import squad_em_f1
     from .store import MissingRepresentationError, RepresentationMismatchError, answer_from_store, iter_jsonl
 
     questions = Path(args.questions)
     if not questions.is_file():
         raise CommandError(f"--questions {questions} is not a file.")
-    store = _open_store(args.store, readonly=not args.encode_missing, create=args.encode_missing)
+    store = _open_store(args.store, readonly=not args.encode_missing, create=args.encode_missing, command="answer")
     problems, examples = [], []
     for number, row in iter_jsonl(questions, problems):
         bad = [key for key in ("question", "context") if not isinstance(row.get(key), str) or not row[key].strip()]
@@ -242,13 +272,22 @@ def cmd_answer(args) -> int:
     if not examples:
         raise CommandError(f"{questions}: no usable question (each line needs 'question' and 'context').")
     model, tokenizer = load_qa_model(args.model, args.num_decomposed_layers, _device(args.device))
+    config = model.config
+    # Defaults: what the checkpoint was trained and evaluated with (recorded in its config), else the old defaults.
+    max_question_length = args.max_question_length or getattr(config, "max_question_length", None) or 64
+    allow_no_answer = args.allow_no_answer
+    if allow_no_answer is None:
+        allow_no_answer = bool(getattr(config, "allow_no_answer", None))
+    threshold = args.null_score_diff_threshold
+    if threshold is None:
+        threshold = getattr(config, "null_score_diff_threshold", None) or 0.0
     start = time.perf_counter()
     try:
         predictions = answer_from_store(
             model, tokenizer, store, examples, max_passage_length=args.max_passage_length, doc_stride=args.doc_stride,
-            max_question_length=args.max_question_length, batch_size=args.batch_size, n_best=args.n_best,
-            max_answer_length=args.max_answer_length, allow_no_answer=args.allow_no_answer,
-            encode_missing=args.encode_missing)
+            max_question_length=max_question_length, batch_size=args.batch_size, n_best_size=args.n_best_size,
+            max_answer_length=args.max_answer_length, allow_no_answer=allow_no_answer,
+            null_score_diff_threshold=threshold, encode_missing=args.encode_missing, progress=not args.no_progress)
     except (MissingRepresentationError, RepresentationMismatchError, ValueError) as error:
         raise CommandError(str(error)) from None
     seconds = time.perf_counter() - start
@@ -263,16 +302,21 @@ def cmd_answer(args) -> int:
     passages = len({e["context"] for e in examples})
     print(f"answered {len(examples)} question(s) over {passages} stored passage(s) in {seconds:.2f} s "
           f"({len(examples) / max(seconds, 1e-9):.1f} questions/s); predictions written to {output}", flush=True)
+    print(f"settings: max_question_length {max_question_length}, allow_no_answer {allow_no_answer}"
+          + (f", null_score_diff_threshold {threshold:.3f}" if allow_no_answer else ""), flush=True)
     gold = [e for e in examples if isinstance(e.get("answers"), dict) and "text" in e["answers"]]
     if gold and len(gold) == len(examples):
-        scores = squad_em_f1(predictions, examples)
-        print(f"EM {scores['exact_match']:.2f} F1 {scores['f1']:.2f} ({len(examples)} questions)", flush=True)
+        from .qa import format_scores, score_qa, trivial_baselines
+
+        print(format_scores("model", score_qa(predictions, examples)), flush=True)
+        for name, scores in trivial_baselines(examples).items():
+            print(format_scores(f"baseline: {name.replace('_', '-')}", scores), flush=True)
     return EXIT_OK
 
 
 # ---------------------------------------------------------------------------------------------------------- info/verify
 def cmd_info(args) -> int:
-    store = _open_store(args.store, readonly=True, create=False)
+    store = _open_store(args.store, readonly=True, create=False, command="info")
     info = store.info()
     if args.json:
         print(json.dumps(info, indent=2))
@@ -293,7 +337,7 @@ def cmd_info(args) -> int:
 
 
 def cmd_verify(args) -> int:
-    store = _open_store(args.store, readonly=True, create=False)
+    store = _open_store(args.store, readonly=True, create=False, command="verify")
     report = store.verify(progress=not args.no_progress)
     if args.json:
         print(json.dumps({
@@ -330,8 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--store", required=True, help="store directory")
         p.add_argument("--num-decomposed-layers", type=int, default=None,
                        help="override k (default: the checkpoint's)")
-        p.add_argument("--max-passage-length", type=int, default=None, help="window length in tokens, [SEP] included (ReadOnce models: tokens read per document)")
-        p.add_argument("--doc-stride", type=int, default=None, help="tokens shared by consecutive windows")
+        p.add_argument("--max-passage-length", type=int, default=None, help="window length in tokens, [SEP] included (default: the checkpoint's recorded value, "
+                            "else 256; ReadOnce models: tokens read per document)")
+        p.add_argument("--doc-stride", type=int, default=None, help="tokens shared by consecutive windows (default: the checkpoint's, else 64)")
         p.add_argument("--batch-size", type=int, default=32, help="windows (encode) or features (answer) per batch")
         p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -347,16 +392,24 @@ def build_parser() -> argparse.ArgumentParser:
     encode.add_argument("--repair", action="store_true",
                         help="verify first; drop corrupted documents (quarantining their shards) and recompute them")
     encode.add_argument("--strict", action="store_true", help="exit 1 if any input line was set aside")
-    encode.set_defaults(func=cmd_encode, max_passage_length_default=256, doc_stride_default=64)
+    encode.set_defaults(func=cmd_encode)
 
     answer = sub.add_parser("answer", help="answer SQuAD-style questions from stored passage states")
     model_options(answer)
     answer.add_argument("--questions", required=True, help="JSONL with id, question, context (answers optional)")
     answer.add_argument("--output", required=True, help="predictions JSONL (id, prediction_text)")
-    answer.add_argument("--max-question-length", type=int, default=64)
-    answer.add_argument("--n-best", type=int, default=20)
-    answer.add_argument("--max-answer-length", type=int, default=30)
-    answer.add_argument("--allow-no-answer", action="store_true", help="SQuAD 2.0: predict '' when [CLS] wins")
+    answer.add_argument("--max-question-length", type=int, default=None,
+                        help="question tokens, [CLS] and [SEP] included (default: the checkpoint's, else 64)")
+    answer.add_argument("--n-best-size", "--n-best", dest="n_best_size", type=int, default=20,
+                        help="start and end candidates per window (default 20)")
+    answer.add_argument("--max-answer-length", type=int, default=30, help="longest answer in tokens (default 30)")
+    answer.add_argument("--allow-no-answer", action=argparse.BooleanOptionalAction, default=None,
+                        help="SQuAD 2.0: answer '' when the no-answer score beats every span by the threshold. "
+                             "Default: on for checkpoints trained with unanswerable questions (recorded in their "
+                             "config), off otherwise; pass it for SQuAD 2.0-style data, --no-allow-no-answer to "
+                             "always extract a span")
+    answer.add_argument("--null-score-diff-threshold", type=float, default=None,
+                        help="no-answer margin in logits (default: the checkpoint's tuned value, else 0)")
     answer.add_argument("--encode-missing", action="store_true",
                         help="encode and store passages that are not stored (otherwise an error)")
     answer.set_defaults(func=cmd_answer)
@@ -391,11 +444,6 @@ def main(argv=None) -> int:
         return EXIT_OK
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "encode":
-        if args.max_passage_length is None:
-            args.max_passage_length = args.max_passage_length_default
-        if args.doc_stride is None:
-            args.doc_stride = args.doc_stride_default
     try:
         return args.func(args)
     except CommandError as error:

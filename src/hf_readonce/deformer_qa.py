@@ -27,13 +27,16 @@ from .models.modeling_deformer_bert import DeformerBertForQuestionAnswering
 from .qa import (
     build_features,
     encode_windows,
+    find_best_null_threshold,
     load_qa_examples,
     pair_inputs,
     postprocess,
     predict_cached,
     predict_pairs,
-    squad_em_f1,
+    score_qa,
+    trivial_baselines,
 )
+from .reference_qa import split_calibration
 from .training import DeformerDistillationTrainer
 from .weights import minilm_path
 
@@ -83,17 +86,65 @@ class DataArguments:
         metadata={"help": "Evaluate under bf16 autocast on CPU (faster, but it moves the no-answer decision: on "
                           "Disfl-QA it cost about 8 EM points). Training precision is --bf16."},
     )
+    calibration_fraction: float = field(
+        default=0.0,
+        metadata={"help": "Hold out this fraction of the train passages (chosen by a hash of the passage text, the "
+                          "same split as the reference checkpoints) and tune null_score_diff_threshold on them "
+                          "(needs --allow_no_answer; without --do_train the train file is read for this only). "
+                          "Validation data is never used for it."},
+    )
+    null_score_diff_threshold: float = field(
+        default=None,
+        metadata={"help": "SQuAD 2.0 no-answer margin; default: tuned on the calibration split, else the "
+                          "checkpoint's recorded value, else 0."},
+    )
+    speed_eval_samples: int = field(
+        default=None,
+        metadata={"help": "Time the pairs path against the cache on the first N validation questions only (the "
+                          "accuracy is always measured on every question from the cache). Default: all."},
+    )
+
+
+def _record_qa_settings(config, data_args: DataArguments, threshold: float | None) -> None:
+    """Write the windowing and no-answer settings a checkpoint was trained/evaluated with into its config, so that
+    `hf-readonce encode/answer` default to them."""
+    config.max_question_length = data_args.max_question_length
+    config.max_passage_length = data_args.max_seq_length - data_args.max_question_length
+    config.doc_stride = data_args.doc_stride
+    config.allow_no_answer = bool(data_args.allow_no_answer)
+    if threshold is not None:
+        config.null_score_diff_threshold = float(threshold)
+
+
+def _load_quietly(loader, *args, **kwargs):
+    """Call a `from_pretrained` with transformers' load report silenced (a BERT checkpoint loaded as a DeFormer
+    reports its `pooler` as unused, which is expected here); real errors still raise."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        return loader(*args, **kwargs)
+    finally:
+        hf_logging.set_verbosity(verbosity)
 
 
 def run(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> dict:
     """Fine-tune (with `training_args.do_train`) and evaluate (with `do_eval`) a DeFormer QA model.
 
+    Evaluation reports, beside the model, the trivial baselines of the same questions (always-empty where some
+    questions are unanswerable, first span, first sentence) and SQuAD 2.0's HasAns / NoAns breakdown. With
+    `calibration_fraction > 0` and `allow_no_answer`, the no-answer threshold is tuned on the held-out train
+    passages and recorded in the saved checkpoint's config, with the windowing settings.
+
     Returns:
         `dict` of metrics (also written to `output_dir/eval_results.json`): `eval_exact_match`/`eval_f1` (pairs
-        path), `cached_exact_match`/`cached_f1` (passage cache), timings in seconds and speed-up ratios.
+        path), `cached_exact_match`/`cached_f1` (passage cache) and `cached_HasAns_f1`..., `baselines`,
+        `null_score_diff_threshold`, timings in seconds and speed-up ratios.
 
     Raises:
-        ValueError: missing train/validation files, an unknown `eval_paths`, or `cached` with k = 0.
+        ValueError: missing train/validation files, an unknown `eval_paths`, `cached` with k = 0, or
+            `calibration_fraction` outside [0, 1).
     """
     set_seed(training_args.seed)
     path = model_args.model_name_or_path or str(minilm_path())
@@ -101,11 +152,13 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
     extra = {}
     if model_args.num_decomposed_layers is not None:
         extra["num_decomposed_layers"] = model_args.num_decomposed_layers
-    model = DeformerBertForQuestionAnswering.from_pretrained(
+    model = _load_quietly(
+        DeformerBertForQuestionAnswering.from_pretrained,
         path,
         kd_loss_weight=model_args.kd_loss_weight,
         lrs_loss_weight=model_args.lrs_loss_weight,
         distillation_temperature=model_args.distillation_temperature,
+        dtype=torch.float32,
         **extra,
     )
     k = model.config.num_decomposed_layers
@@ -116,13 +169,17 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
         doc_stride=data_args.doc_stride,
     )
     metrics = {"num_decomposed_layers": k, "model": path}
+    if not 0.0 <= data_args.calibration_fraction < 1.0:
+        raise ValueError(f"--calibration_fraction must be in [0, 1), got {data_args.calibration_fraction}.")
 
     # Read and check both files before any training, so bad data fails (or is set aside) in seconds, not after.
     if training_args.do_train and not data_args.train_file:
         raise ValueError("--do_train needs --train_file.")
     if training_args.do_eval and not data_args.validation_file:
         raise ValueError("--do_eval needs --validation_file.")
-    for name, file, limit in (("train", data_args.train_file if training_args.do_train else None,
+    calibration = []
+    read_train = training_args.do_train or (data_args.calibration_fraction > 0 and training_args.do_eval)
+    for name, file, limit in (("train", data_args.train_file if read_train else None,
                                 data_args.max_train_samples),
                               ("eval", data_args.validation_file if training_args.do_eval else None,
                                data_args.max_eval_samples)):
@@ -134,6 +191,9 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
             metrics[f"{name}_skipped_rows"] = len(skipped)
             if name == "train":
                 train_examples = loaded
+                if data_args.calibration_fraction > 0:
+                    train_examples, calibration = split_calibration(loaded, data_args.calibration_fraction)
+                    metrics["calibration_questions"] = len(calibration)
             else:
                 examples = loaded
 
@@ -154,7 +214,8 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
             processing_class=tokenizer,
         )
         if model_args.teacher_model_name_or_path:
-            teacher = AutoModelForQuestionAnswering.from_pretrained(model_args.teacher_model_name_or_path)
+            teacher = _load_quietly(AutoModelForQuestionAnswering.from_pretrained,
+                                    model_args.teacher_model_name_or_path, dtype=torch.float32)
             trainer = DeformerDistillationTrainer(teacher_model=teacher, **trainer_kwargs)
         else:
             trainer = Trainer(**trainer_kwargs)
@@ -166,52 +227,91 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
         # Under --bf16, accelerate wraps `model.forward` in autocast; evaluation precision is --eval_bf16 instead,
         # and the same model object must run `forward` and `encode_passages` in one precision.
         model = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
+        _record_qa_settings(model.config, data_args, None)
         trainer.save_model(training_args.output_dir)
         tokenizer.save_pretrained(training_args.output_dir)
 
     if training_args.do_eval:
-        features, windows, passages = build_features(examples, tokenizer, **feature_kwargs)
         model.to(training_args.device).eval()
         bs = data_args.eval_batch_size
-        post = dict(n_best=data_args.n_best_size, max_answer_length=data_args.max_answer_length,
-                    allow_no_answer=data_args.allow_no_answer)
-
         if data_args.eval_paths not in ("both", "pairs", "cached"):
             raise ValueError(f"--eval_paths must be both, pairs or cached, got {data_args.eval_paths!r}.")
         if data_args.eval_paths == "cached" and k == 0:
             raise ValueError("--eval_paths cached needs --num_decomposed_layers > 0.")
-        metrics["eval_questions"], metrics["eval_passages"], metrics["eval_features"] = (
-            len(examples), len(passages), len(features))
-        autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=data_args.eval_bf16 and not torch.cuda.is_available())
+        autocast = torch.autocast("cpu", dtype=torch.bfloat16,
+                                  enabled=data_args.eval_bf16 and not torch.cuda.is_available())
+        use_cache = k > 0 and data_args.eval_paths in ("both", "cached")
+
+        def logits_of(subset, cached: bool):
+            feats, wins, passages = build_features(subset, tokenizer, **feature_kwargs)
+            timings = {}
+            with autocast:
+                if cached:
+                    start = time.perf_counter()
+                    cache = encode_windows(model, wins, batch_size=bs)
+                    timings["encode"] = time.perf_counter() - start
+                    start = time.perf_counter()
+                    out = predict_cached(model, feats, cache, batch_size=bs)
+                    timings["answer"] = time.perf_counter() - start
+                else:
+                    start = time.perf_counter()
+                    out = predict_pairs(model, feats, wins, batch_size=bs)
+                    timings["answer"] = time.perf_counter() - start
+            return feats, wins, passages, out, timings
+
+        # The no-answer threshold: explicit, else tuned on the held-out train passages, else the checkpoint's.
+        threshold = data_args.null_score_diff_threshold
+        if threshold is None and calibration and data_args.allow_no_answer:
+            feats, wins, _, out, _ = logits_of(calibration, use_cache)
+            _, spans, diffs = postprocess(calibration, feats, wins, out, n_best=data_args.n_best_size,
+                                          max_answer_length=data_args.max_answer_length, allow_no_answer=True,
+                                          return_score_diffs=True)
+            threshold, calibration_f1 = find_best_null_threshold(spans, diffs, calibration)
+            metrics["calibration_f1"] = round(calibration_f1, 2)
+        if threshold is None:
+            threshold = getattr(model.config, "null_score_diff_threshold", None)
+        threshold = 0.0 if threshold is None else float(threshold)
+        if data_args.allow_no_answer:
+            metrics["null_score_diff_threshold"] = round(threshold, 4)
+        post = dict(n_best=data_args.n_best_size, max_answer_length=data_args.max_answer_length,
+                    allow_no_answer=data_args.allow_no_answer, null_score_diff_threshold=threshold)
+
+        def scored(prefix, subset, feats, wins, out):
+            scores = score_qa(postprocess(subset, feats, wins, out, **post), subset)
+            return {f"{prefix}_{key}": round(value, 2) if isinstance(value, float) else value
+                    for key, value in scores.items()}
+
+        metrics["eval_questions"] = len(examples)
+        metrics["eval_passages"] = len({e["context"] for e in examples})
+        metrics["baselines"] = {name: {key: round(v, 2) if isinstance(v, float) else v for key, v in b.items()}
+                                for name, b in trivial_baselines(examples).items()}
+        speed_subset = examples
+        if data_args.speed_eval_samples and data_args.speed_eval_samples < len(examples):
+            speed_subset = examples[: data_args.speed_eval_samples]
+        metrics["speed_questions"] = len(speed_subset)
+
         if data_args.eval_paths in ("both", "pairs"):
-            start = time.perf_counter()
-            with autocast:
-                logits = predict_pairs(model, features, windows, batch_size=bs)
-            uncached_seconds = time.perf_counter() - start
-            scores = squad_em_f1(postprocess(examples, features, windows, logits, **post), examples)
-            metrics.update({"eval_exact_match": round(scores["exact_match"], 2), "eval_f1": round(scores["f1"], 2),
-                            "uncached_seconds": round(uncached_seconds, 2)})
-        if k > 0 and data_args.eval_paths in ("both", "cached"):
-            start = time.perf_counter()
-            with autocast:
-                cache = encode_windows(model, windows, batch_size=bs)
-            encode_seconds = time.perf_counter() - start
-            start = time.perf_counter()
-            with autocast:
-                cached_logits = predict_cached(model, features, cache, batch_size=bs)
-            cached_seconds = time.perf_counter() - start
-            cached_scores = squad_em_f1(postprocess(examples, features, windows, cached_logits, **post), examples)
-            metrics.update({
-                "cached_exact_match": round(cached_scores["exact_match"], 2),
-                "cached_f1": round(cached_scores["f1"], 2),
-                "passage_encode_seconds": round(encode_seconds, 2),
-                "cached_answer_seconds": round(cached_seconds, 2),
-            })
+            pair_set = examples if data_args.eval_paths == "pairs" or speed_subset is examples else speed_subset
+            feats, wins, _, out, timings = logits_of(pair_set, cached=False)
+            if pair_set is examples:
+                metrics.update(scored("eval", examples, feats, wins, out))
+            metrics["uncached_seconds"] = round(timings["answer"], 2)
+        if use_cache:
+            feats, wins, _, out, timings = logits_of(examples, cached=True)
+            metrics.update(scored("cached", examples, feats, wins, out))
+            metrics["eval_features"] = len(feats)
+            if speed_subset is not examples:
+                _, _, _, _, timings = logits_of(speed_subset, cached=True)
+            metrics["passage_encode_seconds"] = round(timings["encode"], 2)
+            metrics["cached_answer_seconds"] = round(timings["answer"], 2)
             if "uncached_seconds" in metrics:
-                metrics["speedup_precomputed"] = round(metrics["uncached_seconds"] / cached_seconds, 2)
+                metrics["speedup_precomputed"] = round(metrics["uncached_seconds"] / timings["answer"], 2)
                 metrics["speedup_including_encoding"] = round(
-                    metrics["uncached_seconds"] / (cached_seconds + encode_seconds), 2)
+                    metrics["uncached_seconds"] / (timings["answer"] + timings["encode"]), 2)
         os.makedirs(training_args.output_dir, exist_ok=True)
+        _record_qa_settings(model.config, data_args, threshold if data_args.allow_no_answer else None)
+        if training_args.do_train:
+            model.config.save_pretrained(training_args.output_dir)
         with open(os.path.join(training_args.output_dir, "eval_results.json"), "w") as handle:
             json.dump(metrics, handle, indent=2)
     return metrics

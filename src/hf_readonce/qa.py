@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import string
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
+
+_PUNCTUATION = set(string.punctuation)
 
 
 @dataclass
@@ -128,6 +133,10 @@ def split_passages(
     for i, passage in enumerate(passages):
         if not isinstance(passage, str) or not passage.strip():
             raise ValueError(f"passage {i} is empty or not a string.")
+    # Whole passages are tokenized on purpose (they are windowed below), so the tokenizer's "longer than the
+    # specified maximum" warning does not apply: mark it as already shown (transformers' own switch for it).
+    if hasattr(tokenizer, "deprecation_warnings"):
+        tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
     encoded = tokenizer(list(passages), add_special_tokens=False, return_offsets_mapping=True)
     sep = tokenizer.sep_token_id
     result = []
@@ -309,18 +318,29 @@ def predict_cached(model, features, cache, batch_size: int = 32, pad_token_id: i
 
 
 def postprocess(examples, features, windows, logits, n_best: int = 20, max_answer_length: int = 30,
-                allow_no_answer: bool = False) -> dict[str, str]:
+                allow_no_answer: bool = False, null_score_diff_threshold: float = 0.0,
+                return_score_diffs: bool = False):
     """n-best span decoding: for each example, the highest `start + end` logit span over all its windows with
     `start <= end < start + max_answer_length`, mapped back to passage characters through the offsets.
 
-    With `allow_no_answer` (SQuAD 2.0 style), the empty answer wins when the smallest no-answer score
-    `start[CLS] + end[CLS]` over the example's windows exceeds the best span score.
+    With `allow_no_answer` (SQuAD 2.0 style, as in HF's `postprocess_qa_predictions`), the empty answer wins when
+    `score_diff = null_score - best_span_score > null_score_diff_threshold`, where `null_score` is the smallest
+    no-answer score `start[CLS] + end[CLS]` over the example's windows. Threshold 0 means "[CLS] beats every span";
+    tune it on held-out data with [`find_best_null_threshold`].
 
     Args:
         logits: per feature `(start, end, null_score)` as returned by [`predict_pairs`] / [`predict_cached`].
+        n_best (`int`, defaults to 20): start and end candidates tried per window.
+        max_answer_length (`int`, defaults to 30): longest answer, in tokens.
+        allow_no_answer (`bool`, defaults to `False`): allow the empty answer.
+        null_score_diff_threshold (`float`, defaults to 0.0): logit margin by which the no-answer score must beat
+            the best span.
+        return_score_diffs (`bool`, defaults to `False`): also return the best span of every example (even where
+            the empty answer won) and its `score_diff`, the inputs of [`find_best_null_threshold`].
 
     Returns:
-        `dict[str, str]`: example id (or index as str) -> predicted answer text.
+        `dict[str, str]`: example id (or index as str) -> predicted answer text; with `return_score_diffs`,
+        `(predictions, best_spans, score_diffs)` with the same keys.
 
     Raises:
         ValueError: if `logits` and `features` differ in length.
@@ -343,14 +363,140 @@ def postprocess(examples, features, windows, logits, n_best: int = 20, max_answe
                 score = float(start_logits[s] + end_logits[e])
                 if i not in best or score > best[i][0]:
                     best[i] = (score, context[window.offsets[s][0] : window.offsets[e][1]])
-    predictions = {}
+    predictions, spans, diffs = {}, {}, {}
     for i, example in enumerate(examples):
         key = str(example.get("id", i))
         score, text = best.get(i, (-math.inf, ""))
-        if allow_no_answer and null.get(i, -math.inf) > score:
+        diffs[key] = null.get(i, -math.inf) - score
+        spans[key] = text
+        if allow_no_answer and diffs[key] > null_score_diff_threshold:
             text = ""
         predictions[key] = text
+    if return_score_diffs:
+        return predictions, spans, diffs
     return predictions
+
+
+def _normalize_answer(text: str) -> str:
+    """SQuAD's official answer normalization: lower case, no punctuation, no articles, single spaces."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def _f1(prediction: str, gold: str) -> float:
+    prediction_tokens, gold_tokens = _normalize_answer(prediction).split(), _normalize_answer(gold).split()
+    if not prediction_tokens or not gold_tokens:
+        return float(prediction_tokens == gold_tokens)
+    common = Counter(prediction_tokens) & Counter(gold_tokens)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(prediction_tokens), same / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _gold_texts(example: dict) -> list[str]:
+    return list((example.get("answers") or {}).get("text") or [""])
+
+
+def find_best_null_threshold(best_spans: dict[str, str], score_diffs: dict[str, float],
+                             examples: Sequence[dict]) -> tuple[float, float]:
+    """The `null_score_diff_threshold` that maximizes F1 on `examples` (SQuAD 2.0's `find_best_thresh`): the empty
+    answer is predicted where `score_diff > threshold`, the best span elsewhere. Tune it on held-out *training*
+    data, never on the evaluation set.
+
+    Args:
+        best_spans, score_diffs: from [`postprocess`] with `return_score_diffs=True`, keyed by example id.
+        examples: the SQuAD-style rows scored (`answers.text` empty for unanswerable questions).
+
+    Returns:
+        `(threshold, f1)`: the threshold (a logit margin; `+inf` = never answer empty) and the F1 (percent) it
+        reaches on `examples`.
+
+    Raises:
+        ValueError: if `examples` is empty or an example has no entry in `score_diffs`.
+    """
+    if not examples:
+        raise ValueError("`examples` is empty: nothing to calibrate the no-answer threshold on.")
+    keys = [str(e.get("id", i)) for i, e in enumerate(examples)]
+    missing = [k for k in keys if k not in score_diffs]
+    if missing:
+        raise ValueError(f"no score_diff for example id(s) {missing[:5]}.")
+    span_f1 = np.array([max(_f1(best_spans[k], g) for g in _gold_texts(e)) for k, e in zip(keys, examples)])
+    null_f1 = np.array([float(not (e.get("answers") or {}).get("text")) for e in examples])
+    diffs = np.array([score_diffs[k] for k in keys], dtype=np.float64)
+    order = np.argsort(-diffs)  # thresholds just below each diff: the first j examples become empty answers
+    gains = np.concatenate([[0.0], np.cumsum(null_f1[order] - span_f1[order])])
+    totals = span_f1.sum() + gains
+    j = int(np.argmax(totals))
+    if j == 0:
+        threshold = math.inf if not np.isfinite(diffs.max()) else float(diffs.max())
+    elif j == len(diffs):
+        threshold = float(diffs[order[-1]]) - 1.0
+    else:
+        threshold = float((diffs[order[j - 1]] + diffs[order[j]]) / 2)
+    return threshold, float(100 * totals[j] / len(diffs))
+
+
+def always_empty_predictions(examples: Sequence[dict]) -> dict[str, str]:
+    """Trivial baseline: answer "" to every question (the score of a model that collapsed to no-answer)."""
+    return {str(e.get("id", i)): "" for i, e in enumerate(examples)}
+
+
+def first_span_predictions(examples: Sequence[dict], num_words: int = 3) -> dict[str, str]:
+    """Trivial baseline: the first `num_words` (default 3) whitespace-separated words of each passage, a stand-in
+    for a model that learned position instead of reading (e.g. one that always answers the passage's start)."""
+    return {str(e.get("id", i)): " ".join(e["context"].split()[:num_words]) for i, e in enumerate(examples)}
+
+
+def first_sentence_predictions(examples: Sequence[dict]) -> dict[str, str]:
+    """Trivial baseline: each passage's first sentence (up to the first `.`, `?` or `!` followed by a space)."""
+    out = {}
+    for i, e in enumerate(examples):
+        match = re.search(r"[.?!](\s|$)", e["context"])
+        out[str(e.get("id", i))] = e["context"][: match.end()].strip() if match else e["context"]
+    return out
+
+
+def score_qa(predictions: dict[str, str], examples: Sequence[dict]) -> dict[str, float]:
+    """SQuAD 2.0-style scores (percent): overall `exact_match`/`f1`, and the same on answerable (`HasAns_*`) and
+    unanswerable (`NoAns_*`) questions with their counts (`HasAns_total`, `NoAns_total`; the subset keys are
+    absent when a subset is empty). Uses [`squad_em_f1`] on each subset.
+
+    Raises:
+        KeyError: if an example id has no prediction.
+    """
+    scores = squad_em_f1(predictions, examples)
+    has = [e for e in examples if (e.get("answers") or {}).get("text")]
+    no = [e for e in examples if not (e.get("answers") or {}).get("text")]
+    for name, subset in (("HasAns", has), ("NoAns", no)):
+        scores[f"{name}_total"] = len(subset)
+        if subset:
+            sub = squad_em_f1(predictions, subset)
+            scores[f"{name}_exact"], scores[f"{name}_f1"] = sub["exact_match"], sub["f1"]
+    return scores
+
+
+def trivial_baselines(examples: Sequence[dict]) -> dict[str, dict[str, float]]:
+    """[`score_qa`] of the trivial baselines on `examples`: `always_empty` (only when some question is
+    unanswerable), `first_span` (first 3 words) and `first_sentence`. Print them beside every model score."""
+    out = {}
+    if any(not (e.get("answers") or {}).get("text") for e in examples):
+        out["always_empty"] = score_qa(always_empty_predictions(examples), examples)
+    out["first_span"] = score_qa(first_span_predictions(examples), examples)
+    out["first_sentence"] = score_qa(first_sentence_predictions(examples), examples)
+    return out
+
+
+def format_scores(name: str, scores: dict[str, float]) -> str:
+    """One line: `name: EM x / F1 y (HasAns F1 h over n, NoAns EM z over m)`, for reports beside baselines."""
+    line = f"{name:<28} EM {scores['exact_match']:6.2f}  F1 {scores['f1']:6.2f}"
+    if scores.get("HasAns_total"):
+        line += f"  | HasAns EM {scores['HasAns_exact']:6.2f} F1 {scores['HasAns_f1']:6.2f} (n={scores['HasAns_total']})"
+    if scores.get("NoAns_total"):
+        line += f"  | NoAns EM {scores['NoAns_exact']:6.2f} (n={scores['NoAns_total']})"
+    return line
 
 
 def squad_em_f1(predictions: dict[str, str], examples: Sequence[dict]) -> dict[str, float]:
@@ -376,7 +522,12 @@ def squad_em_f1(predictions: dict[str, str], examples: Sequence[dict]) -> dict[s
 
 __all__ = [
     "PassageWindow",
+    "always_empty_predictions",
     "build_features",
+    "find_best_null_threshold",
+    "first_sentence_predictions",
+    "first_span_predictions",
+    "format_scores",
     "encode_windows",
     "load_qa_examples",
     "pad_batch",
@@ -385,8 +536,10 @@ __all__ = [
     "predict_cached",
     "predict_pairs",
     "read_jsonl",
+    "score_qa",
     "span_in_window",
     "split_passages",
     "squad_em_f1",
     "tokenize_questions",
+    "trivial_baselines",
 ]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -28,7 +29,7 @@ from transformers import AutoTokenizer, Seq2SeqTrainer, Seq2SeqTrainingArguments
 
 from .bert_to_bart import readonce_bart_from_bert
 from .models.modeling_readonce_bart import ReadOnceBartForConditionalGeneration
-from .qa import load_qa_examples, read_jsonl
+from .qa import first_sentence_predictions, first_span_predictions, load_qa_examples, read_jsonl
 from .store import RepresentationStore, content_hash, encode_documents
 from .store.adapters import ReadOnceStoreAdapter
 from .weights import minilm_path
@@ -183,8 +184,6 @@ def evaluation_loss(model, tokenizer, rows, args: ReadOnceArguments, store_looku
 def evaluate(model, tokenizer, rows, args: ReadOnceArguments, store_lookup=None, compression_ratio=None,
              batch_size: int = 32) -> dict:
     """Generate for every row and score (EM/F1 or ROUGE-L). Returns metrics and the seconds spent."""
-    from torchmetrics.text import ROUGEScore, SQuAD
-
     model.eval()
     collator = ReadOnceCollator(tokenizer, args, store_lookup)
     predictions, start = [], time.perf_counter()
@@ -198,15 +197,43 @@ def evaluate(model, tokenizer, rows, args: ReadOnceArguments, store_lookup=None,
                              do_sample=False)
         predictions += tokenizer.batch_decode(out, skip_special_tokens=True)
     seconds = time.perf_counter() - start
-    if args.task == "qa":
+    metrics = score_generations(args.task, predictions, rows)
+    metrics["baselines"] = trivial_generation_baselines(args.task, rows)
+    return {**metrics, "eval_seconds": round(seconds, 1), "examples": len(rows), "sample_prediction": predictions[0]}
+
+
+def score_generations(task: str, predictions: list[str], rows: list[dict]) -> dict:
+    """SQuAD EM/F1 (task "qa", against every target) or ROUGE-1/2/L F-measure (task "summarization", against the
+    first target), in percent, with torchmetrics."""
+    from torchmetrics.text import ROUGEScore, SQuAD
+
+    if task == "qa":
         scores = SQuAD()([{"prediction_text": p, "id": r["id"]} for p, r in zip(predictions, rows)],
                          [{"answers": {"text": r["targets"], "answer_start": [0] * len(r["targets"])}, "id": r["id"]}
                           for r in rows])
-        metrics = {"exact_match": round(float(scores["exact_match"]), 2), "f1": round(float(scores["f1"]), 2)}
-    else:
-        scores = ROUGEScore(rouge_keys=("rougeL",))(predictions, [r["targets"][0] for r in rows])
-        metrics = {"rougeL": round(100 * float(scores["rougeL_fmeasure"]), 2)}
-    return {**metrics, "eval_seconds": round(seconds, 1), "examples": len(rows), "sample_prediction": predictions[0]}
+        return {"exact_match": round(float(scores["exact_match"]), 2), "f1": round(float(scores["f1"]), 2)}
+    scores = ROUGEScore(rouge_keys=("rouge1", "rouge2", "rougeL"))(predictions, [r["targets"][0] for r in rows])
+    return {key: round(100 * float(scores[f"{key}_fmeasure"]), 2) for key in ("rouge1", "rouge2", "rougeL")}
+
+
+def lead_sentences(document: str, n: int) -> str:
+    """The first `n` sentences of `document` (split after `.`, `?` or `!` followed by white space, or at line
+    breaks): the lead-n summarization baseline."""
+    sentences = [s.strip() for s in re.split(r"(?<=[.?!])\s+|\n+", document) if s.strip()]
+    return " ".join(sentences[:n])
+
+
+def trivial_generation_baselines(task: str, rows: list[dict]) -> dict:
+    """Scores of the trivial baselines on `rows`, to print beside every model score: for QA the document's first
+    span (3 words) and first sentence; for summarization lead-1 and lead-3. Same scorer as the model."""
+    if task == "qa":
+        examples = [{"id": r["id"], "context": r["document"]} for r in rows]
+        candidates = {"first_span": first_span_predictions(examples),
+                      "first_sentence": first_sentence_predictions(examples)}
+        return {name: score_generations(task, [preds[r["id"]] for r in rows], rows)
+                for name, preds in candidates.items()}
+    return {f"lead_{n}": score_generations(task, [lead_sentences(r["document"], n) for r in rows], rows)
+            for n in (1, 3)}
 
 
 def run(args: ReadOnceArguments, training_args: Seq2SeqTrainingArguments) -> dict:
@@ -288,4 +315,14 @@ def run(args: ReadOnceArguments, training_args: Seq2SeqTrainingArguments) -> dic
     return metrics
 
 
-__all__ = ["ReadOnceArguments", "ReadOnceCollator", "evaluate", "evaluation_loss", "load_rows", "run"]
+__all__ = [
+    "ReadOnceArguments",
+    "ReadOnceCollator",
+    "evaluate",
+    "evaluation_loss",
+    "lead_sentences",
+    "load_rows",
+    "run",
+    "score_generations",
+    "trivial_generation_baselines",
+]

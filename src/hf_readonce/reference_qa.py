@@ -1,0 +1,239 @@
+"""The reference extractive-QA checkpoints: a full MiniLM QA model fine-tuned once on Quoref + Disfl-QA train, the
+teacher from which every DeFormer here is distilled (DeFormer §3: "initialized from a fine-tuned BERT").
+
+`python -m hf_readonce.reference_qa train --output_dir runs/reference_full` trains it (`transformers.Trainer`, plain
+`BertForQuestionAnswering`, so the checkpoint loads anywhere). The calibration split (10% of Disfl-QA *train*
+passages, chosen by a hash of the passage text) is held out of training; it is where the no-answer threshold
+(`null_score_diff_threshold`, SQuAD 2.0) is tuned, so validation files are never used for any choice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import random
+import time
+from pathlib import Path
+
+from .qa import build_features, load_qa_examples, pair_inputs
+
+logger = logging.getLogger(__name__)
+
+CALIBRATION_FRACTION = 0.1
+
+
+def is_calibration_passage(context: str, fraction: float = CALIBRATION_FRACTION) -> bool:
+    """True for the passages held out of training for threshold calibration: the first byte of the SHA-256 of the
+    passage text, scaled to [0, 1), is below `fraction` (deterministic, independent of row order)."""
+    return hashlib.sha256(context.encode("utf-8")).digest()[0] / 256 < fraction
+
+
+def split_calibration(examples: list[dict], fraction: float = CALIBRATION_FRACTION) -> tuple[list[dict], list[dict]]:
+    """Split train examples by passage into `(train, calibration)` with [`is_calibration_passage`]."""
+    train, calibration = [], []
+    for example in examples:
+        (calibration if is_calibration_passage(example["context"], fraction) else train).append(example)
+    return train, calibration
+
+
+def training_rows(examples, tokenizer, max_question_length=48, max_passage_length=208, doc_stride=64,
+                  negative_window_fraction=1.0, seed=42) -> list[dict]:
+    """Pair-encoded training rows with start/end labels (0 = `[CLS]`, no answer in this window).
+
+    `negative_window_fraction` keeps that fraction of the windows of *answerable* questions that do not contain the
+    answer (HF's QA examples keep them all; long Quoref passages make most windows such negatives, so sampling them
+    spends the budget on windows that teach spans). Windows of unanswerable questions are always kept.
+    """
+    features, windows, _ = build_features(examples, tokenizer, max_question_length=max_question_length,
+                                          max_passage_length=max_passage_length, doc_stride=doc_stride,
+                                          with_labels=True)
+    rng = random.Random(seed)
+    rows = []
+    for f in features:
+        answerable = bool((examples[f["example_index"]].get("answers") or {}).get("text"))
+        if answerable and f["start_positions"] == 0 and rng.random() >= negative_window_fraction:
+            continue
+        row = pair_inputs(f["question_ids"], windows[f["passage_index"]][f["window_index"]])
+        row["start_positions"], row["end_positions"] = f["start_positions"], f["end_positions"]
+        rows.append(row)
+    return rows
+
+
+def train(args) -> dict:
+    """Fine-tune plain `BertForQuestionAnswering` from the packaged MiniLM on the configured train files."""
+    import torch
+    from datasets import Dataset
+    from transformers import (
+        AutoTokenizer,
+        BertForQuestionAnswering,
+        DataCollatorWithPadding,
+        Trainer,
+        TrainingArguments,
+        set_seed,
+    )
+
+    from .weights import minilm_path
+
+    set_seed(args.seed)
+    path = args.model_name_or_path or str(minilm_path())
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = BertForQuestionAnswering.from_pretrained(path)
+    data_dir = Path(args.data_dir)
+    rows, counts = [], {}
+    for name in args.datasets:
+        examples, _ = load_qa_examples(data_dir / name / "train.jsonl")
+        examples, calibration = split_calibration(examples)
+        negatives = 1.0 if name == "disfl_qa" else args.negative_window_fraction
+        part = training_rows(examples, tokenizer, args.max_question_length,
+                             args.max_seq_length - args.max_question_length, args.doc_stride, negatives, args.seed)
+        counts[name] = {"questions": len(examples), "calibration_questions_held_out": len(calibration),
+                        "features": len(part)}
+        rows.extend(part)
+    logger.info("training features: %s", counts)
+    dataset = Dataset.from_list(rows).shuffle(seed=args.seed)
+    training_args = TrainingArguments(
+        output_dir=args.output_dir, max_steps=args.max_steps, num_train_epochs=args.num_train_epochs,
+        per_device_train_batch_size=args.batch_size, learning_rate=args.learning_rate, warmup_steps=args.warmup_steps,
+        weight_decay=0.01, lr_scheduler_type="linear", logging_steps=20, save_strategy="steps", save_steps=100,
+        save_total_limit=2, report_to="none", seed=args.seed, use_cpu=not torch.cuda.is_available(),
+        bf16=args.bf16, dataloader_num_workers=0, train_sampling_strategy="group_by_length",
+    )
+    trainer = Trainer(model=model, args=training_args, train_dataset=dataset,
+                      data_collator=DataCollatorWithPadding(tokenizer), processing_class=tokenizer)
+    start = time.perf_counter()
+    result = trainer.train()
+    seconds = time.perf_counter() - start
+    trainer.save_model(args.output_dir)
+    tokenizer.save_pretrained(args.output_dir)
+    info = {
+        "command": "python -m hf_readonce.reference_qa train " + " ".join(args.argv),
+        "train_seconds": round(seconds, 1), "train_loss": round(result.training_loss, 4),
+        "global_step": result.global_step, "features": counts, "max_seq_length": args.max_seq_length,
+        "max_question_length": args.max_question_length, "doc_stride": args.doc_stride,
+        "batch_size": args.batch_size, "learning_rate": args.learning_rate, "torch_threads": torch.get_num_threads(),
+        "hardware": f"{os.cpu_count()} CPU cores" if not torch.cuda.is_available() else torch.cuda.get_device_name(),
+    }
+    with open(Path(args.output_dir) / "train_results.json", "w") as handle:
+        json.dump(info, handle, indent=2)
+    return info
+
+
+def evaluate(args) -> dict:
+    """Score a full (k = 0) QA checkpoint on each dataset's validation file, from the pairs path, beside the trivial
+    baselines; on datasets with unanswerable questions the no-answer threshold is tuned on the held-out calibration
+    passages of that dataset's *train* file. Writes `metrics.json` into the checkpoint folder (and refreshes its
+    `checksums.json` if it has one, i.e. for an exported checkpoint).
+
+    Raises:
+        FileNotFoundError: if a data file is missing.
+    """
+    import torch
+    from transformers import TrainingArguments
+
+    from .deformer_qa import DataArguments, ModelArguments, run
+
+    results = {}
+    for name in args.datasets:
+        train_file = Path(args.data_dir) / name / "train.jsonl"
+        validation_file = Path(args.data_dir) / name / "validation.jsonl"
+        for file in (train_file, validation_file):
+            if not file.is_file():
+                raise FileNotFoundError(f"{file} not found; pass --data_dir.")
+        has_unanswerable = any(not (e.get("answers") or {}).get("text")
+                               for e in load_qa_examples(validation_file)[0])
+        data_args = DataArguments(train_file=str(train_file), validation_file=str(validation_file),
+                                  max_seq_length=args.max_seq_length, max_question_length=args.max_question_length,
+                                  doc_stride=args.doc_stride, allow_no_answer=has_unanswerable,
+                                  calibration_fraction=CALIBRATION_FRACTION if has_unanswerable else 0.0,
+                                  eval_paths="pairs")
+        out_dir = Path(args.model_dir) / "eval" / name
+        training_args = TrainingArguments(output_dir=str(out_dir), do_train=False, do_eval=True, report_to="none",
+                                          use_cpu=not torch.cuda.is_available())
+        start = time.perf_counter()
+        metrics = run(ModelArguments(model_name_or_path=args.model_dir, num_decomposed_layers=0), data_args,
+                      training_args)
+        metrics["eval_seconds"] = round(time.perf_counter() - start, 1)
+        results[name] = metrics
+    train_info = Path(args.model_dir) / "train_results.json"
+    summary = {"train": json.loads(train_info.read_text()) if train_info.is_file() else None,
+               "validation": results,
+               "command": "python -m hf_readonce.reference_qa evaluate " + " ".join(args.argv)}
+    with open(Path(args.model_dir) / "metrics.json", "w") as handle:
+        json.dump(summary, handle, indent=2)
+    from .weights import CHECKSUMS_FILE, write_checksums
+
+    if (Path(args.model_dir) / CHECKSUMS_FILE).is_file():  # an exported checkpoint: its listing covers the metrics
+        write_checksums(Path(args.model_dir))
+    return summary
+
+
+def export(args) -> Path:
+    """Write a trained checkpoint as fp16 safetensors with its tokenizer, `metrics.json` and a `checksums.json`
+    (SHA-256 of every file, verified by [`hf_readonce.weights.reference_qa_path`]) into `args.export_dir`."""
+    import shutil
+
+    import torch
+    from transformers import AutoTokenizer, BertForQuestionAnswering
+
+    from .weights import write_checksums
+
+    target = Path(args.export_dir)
+    target.mkdir(parents=True, exist_ok=True)
+    model = BertForQuestionAnswering.from_pretrained(args.model_dir, dtype=torch.float32)
+    model.to(torch.float16).save_pretrained(target)
+    AutoTokenizer.from_pretrained(args.model_dir).save_pretrained(target)
+    for extra in ("train_results.json", "metrics.json"):
+        if (Path(args.model_dir) / extra).is_file():
+            shutil.copyfile(Path(args.model_dir) / extra, target / extra)
+    write_checksums(target)
+    return target
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m hf_readonce.reference_qa", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("train", help="fine-tune the full MiniLM QA reference model")
+    t.add_argument("--output_dir", required=True)
+    t.add_argument("--data_dir", default=str(Path.cwd().parent / "shared" / "data"))
+    t.add_argument("--datasets", nargs="+", default=["disfl_qa", "quoref"])
+    t.add_argument("--model_name_or_path", default=None)
+    t.add_argument("--max_seq_length", type=int, default=256)
+    t.add_argument("--max_question_length", type=int, default=48)
+    t.add_argument("--doc_stride", type=int, default=64)
+    t.add_argument("--negative_window_fraction", type=float, default=0.3,
+                   help="share of answer-free windows of answerable questions kept (Quoref); Disfl-QA keeps all")
+    t.add_argument("--batch_size", type=int, default=32)
+    t.add_argument("--learning_rate", type=float, default=1e-4)
+    t.add_argument("--warmup_steps", type=int, default=30)
+    t.add_argument("--max_steps", type=int, default=-1)
+    t.add_argument("--num_train_epochs", type=float, default=2.0)
+    t.add_argument("--bf16", action="store_true")
+    t.add_argument("--seed", type=int, default=42)
+    e = sub.add_parser("evaluate", help="score a full QA checkpoint on each dataset's validation file")
+    e.add_argument("--model_dir", required=True)
+    e.add_argument("--data_dir", default=str(Path.cwd().parent / "shared" / "data"))
+    e.add_argument("--datasets", nargs="+", default=["disfl_qa", "quoref"])
+    e.add_argument("--max_seq_length", type=int, default=256)
+    e.add_argument("--max_question_length", type=int, default=48)
+    e.add_argument("--doc_stride", type=int, default=64)
+    x = sub.add_parser("export", help="fp16 safetensors + tokenizer + metrics + checksums, for shipping")
+    x.add_argument("--model_dir", required=True)
+    x.add_argument("--export_dir", required=True)
+    args = parser.parse_args(argv)
+    import sys
+
+    args.argv = list(sys.argv[1:] if argv is None else argv)[1:]
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "train":
+        print(json.dumps(train(args), indent=2))
+    elif args.command == "evaluate":
+        print(json.dumps(evaluate(args), indent=2))
+    else:
+        print(export(args))
+
+
+if __name__ == "__main__":
+    main()
