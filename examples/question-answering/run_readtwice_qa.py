@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Fine-tune ReadTwice-BERT (Zemlyanskiy et al., 2021) for extractive QA over long documents split into segments,
 or, with --baseline, the segment-independent BERT baseline trained with the same globally normalised OR-model loss
-(eq. 7) and decoded with the same cross-segment n-best; then report SQuAD EM/F1 on the validation file beside a
-no-learning first-mention baseline.
+(eq. 7) and decoded with the same cross-segment n-best; then report SQuAD EM/F1 on the validation file beside the
+no-learning baselines (first span = first 3 words, first sentence, and first capitalised mention).
 
 Documents are split into `--segment_length`-token segments sharing `--segment_overlap` tokens (HF's doc_stride
 preprocessing). With --question_in_first_read True (the paper's setup) every segment is `[CLS] question [SEP] part
@@ -34,7 +34,7 @@ import numpy as np
 from transformers import AutoTokenizer, HfArgumentParser, Trainer, TrainingArguments
 
 from hf_readonce import ReadTwiceBertForQuestionAnswering
-from hf_readonce.qa import load_qa_examples, squad_em_f1
+from hf_readonce.qa import format_scores, load_qa_examples, squad_em_f1, trivial_baselines
 from hf_readonce.tasks.readtwice_qa import (
     GlobalNormBertForQuestionAnswering,
     ReadTwiceQACollator,
@@ -161,11 +161,14 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
         metrics["eval_examples"] = len(examples)
         metrics["eval_segments_per_document"] = float(np.mean([f.num_segments for f in features]))
         metrics.update({f"eval_{k}": v for k, v in squad_em_f1(predictions, examples).items()})
-        metrics.update({f"first_mention_baseline_{k}": v
-                        for k, v in squad_em_f1(first_mention_baseline(examples), examples).items()})
-        print(f"{metrics['model']}: EM {metrics['eval_exact_match']:.2f} F1 {metrics['eval_f1']:.2f} | "
-              f"first-mention baseline: EM {metrics['first_mention_baseline_exact_match']:.2f} "
-              f"F1 {metrics['first_mention_baseline_f1']:.2f} ({len(examples)} questions)")
+        baselines = trivial_baselines(examples)
+        baselines["first_mention"] = squad_em_f1(first_mention_baseline(examples), examples)
+        for name, scores in baselines.items():
+            metrics.update({f"{name}_baseline_{k}": v for k, v in scores.items() if k in ("exact_match", "f1")})
+        print(format_scores(metrics["model"], {"exact_match": metrics["eval_exact_match"], "f1": metrics["eval_f1"]}))
+        for name, scores in baselines.items():
+            print(format_scores(f"{name} baseline", scores))
+        print(f"({len(examples)} questions)")
     os.makedirs(training_args.output_dir, exist_ok=True)
     with open(os.path.join(training_args.output_dir, "readtwice_results.json"), "w") as handle:
         json.dump(metrics, handle, indent=2)
