@@ -9,59 +9,46 @@ Only the models are imported here. [`RepresentationStore`] and [`DeformerDistill
 lazily (on first access), so `import hf_readonce` pulls in no `Trainer`, store or `datasets`. The import paths of
 0.1.0 (`hf_readonce.qa`, `hf_readonce.models.modeling_deformer_bert`, ...) still import, as deprecated shims
 ([`hf_readonce._compat`]).
+
+One exception: when the process is the `hf-readonce` console script, registration (which imports torch and
+transformers' modeling code, several seconds) is deferred to the first access of a model name or to
+[`register_models`], which the commands that load a model call. So `hf-readonce --help`, `info` and `verify`
+start without importing any model.
 """
 
 import importlib
-
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForCausalLM,
-    AutoModelForQuestionAnswering,
-    AutoModelForSeq2SeqLM,
-)
+import os
+import sys
 
 from . import _compat
-from .models.deformer_bert.configuration_deformer_bert import DeformerBertConfig
-from .models.deformer_bert.modeling_deformer_bert import (
-    DeformerBertForQuestionAnswering,
-    DeformerBertModel,
-    DeformerBertModelOutput,
-    DeformerPassageOutput,
-)
-from .models.readonce_bart.configuration_readonce_bart import ReadOnceBartConfig
-from .models.readonce_bart.modeling_readonce_bart import (
-    ReadOnceBartForConditionalGeneration,
-    ReadOnceDocumentEncoderOutput,
-    ReadOnceRepresentations,
-)
-from .models.recurrent.configuration_recurrent_gpt2 import RecurrentGPT2Config
-from .models.recurrent.configuration_recurrent_llama import RecurrentLlamaConfig
-from .models.recurrent.modeling_recurrence import RecurrentCache, RecurrentCausalLMOutputWithPast
-from .models.recurrent.modeling_recurrent_gpt2 import RecurrentGPT2LMHeadModel
-from .models.recurrent.modeling_recurrent_llama import RecurrentLlamaForCausalLM
 
 __version__ = "0.1.0"
 
 _compat.install()
 
-
-def _register(config_class, model_type, auto_models):
-    """Register `config_class` under `model_type` and each `(auto_class, model_class)` pair (idempotent)."""
-    AutoConfig.register(model_type, config_class, exist_ok=True)
-    for auto_class, model_class in auto_models:
-        auto_class.register(config_class, model_class, exist_ok=True)
-
-
-_register(
-    DeformerBertConfig,
-    "deformer_bert",
-    [(AutoModel, DeformerBertModel), (AutoModelForQuestionAnswering, DeformerBertForQuestionAnswering)],
-)
-
-_register(ReadOnceBartConfig, "readonce_bart", [(AutoModelForSeq2SeqLM, ReadOnceBartForConditionalGeneration)])
-_register(RecurrentGPT2Config, "recurrent_gpt2", [(AutoModelForCausalLM, RecurrentGPT2LMHeadModel)])
-_register(RecurrentLlamaConfig, "recurrent_llama", [(AutoModelForCausalLM, RecurrentLlamaForCausalLM)])
+# name -> module of every model-side name re-exported here (imported by `register_models`)
+_MODEL_NAMES = {
+    "DeformerBertConfig": "hf_readonce.models.deformer_bert.configuration_deformer_bert",
+    "DeformerBertForQuestionAnswering": "hf_readonce.models.deformer_bert.modeling_deformer_bert",
+    "DeformerBertModel": "hf_readonce.models.deformer_bert.modeling_deformer_bert",
+    "DeformerBertModelOutput": "hf_readonce.models.deformer_bert.modeling_deformer_bert",
+    "DeformerPassageOutput": "hf_readonce.models.deformer_bert.modeling_deformer_bert",
+    "ReadOnceBartConfig": "hf_readonce.models.readonce_bart.configuration_readonce_bart",
+    "ReadOnceBartForConditionalGeneration": "hf_readonce.models.readonce_bart.modeling_readonce_bart",
+    "ReadOnceDocumentEncoderOutput": "hf_readonce.models.readonce_bart.modeling_readonce_bart",
+    "ReadOnceRepresentations": "hf_readonce.models.readonce_bart.modeling_readonce_bart",
+    "ReadTwiceBertConfig": "hf_readonce.models.readtwice_bert.configuration_readtwice_bert",
+    "ReadTwiceBertForMaskedLM": "hf_readonce.models.readtwice_bert.modeling_readtwice_bert",
+    "ReadTwiceBertForQuestionAnswering": "hf_readonce.models.readtwice_bert.modeling_readtwice_bert",
+    "ReadTwiceBertModel": "hf_readonce.models.readtwice_bert.modeling_readtwice_bert",
+    "ReadTwiceDocumentOutput": "hf_readonce.models.readtwice_bert.modeling_readtwice_bert",
+    "RecurrentCache": "hf_readonce.models.recurrent.modeling_recurrence",
+    "RecurrentCausalLMOutputWithPast": "hf_readonce.models.recurrent.modeling_recurrence",
+    "RecurrentGPT2Config": "hf_readonce.models.recurrent.configuration_recurrent_gpt2",
+    "RecurrentGPT2LMHeadModel": "hf_readonce.models.recurrent.modeling_recurrent_gpt2",
+    "RecurrentLlamaConfig": "hf_readonce.models.recurrent.configuration_recurrent_llama",
+    "RecurrentLlamaForCausalLM": "hf_readonce.models.recurrent.modeling_recurrent_llama",
+}
 
 # name -> module, imported on first access (PEP 562): they pull in the store, `datasets` or `Trainer`
 _LAZY = {
@@ -69,8 +56,56 @@ _LAZY = {
     "DeformerDistillationTrainer": "hf_readonce.tasks.trainers",
 }
 
+_registered = False
+
+
+def register_models() -> None:
+    """Import every model family and register it with transformers' Auto classes (idempotent). Runs on
+    `import hf_readonce`, except in the `hf-readonce` console script, which calls it only for commands that load a
+    model."""
+    global _registered
+    if _registered:
+        return
+    from transformers import (
+        AutoConfig,
+        AutoModel,
+        AutoModelForCausalLM,
+        AutoModelForMaskedLM,
+        AutoModelForQuestionAnswering,
+        AutoModelForSeq2SeqLM,
+    )
+
+    names = {name: getattr(importlib.import_module(module), name) for name, module in _MODEL_NAMES.items()}
+    globals().update(names)
+    families = [
+        ("deformer_bert", "DeformerBertConfig",
+         [(AutoModel, "DeformerBertModel"), (AutoModelForQuestionAnswering, "DeformerBertForQuestionAnswering")]),
+        ("readonce_bart", "ReadOnceBartConfig", [(AutoModelForSeq2SeqLM, "ReadOnceBartForConditionalGeneration")]),
+        ("recurrent_gpt2", "RecurrentGPT2Config", [(AutoModelForCausalLM, "RecurrentGPT2LMHeadModel")]),
+        ("recurrent_llama", "RecurrentLlamaConfig", [(AutoModelForCausalLM, "RecurrentLlamaForCausalLM")]),
+        ("readtwice_bert", "ReadTwiceBertConfig",
+         [(AutoModel, "ReadTwiceBertModel"), (AutoModelForQuestionAnswering, "ReadTwiceBertForQuestionAnswering"),
+          (AutoModelForMaskedLM, "ReadTwiceBertForMaskedLM")]),
+    ]
+    for model_type, config_name, auto_models in families:
+        AutoConfig.register(model_type, names[config_name], exist_ok=True)
+        for auto_class, model_name in auto_models:
+            auto_class.register(names[config_name], names[model_name], exist_ok=True)
+    _registered = True
+
+
+def _is_console_script() -> bool:
+    return bool(sys.argv) and os.path.basename(sys.argv[0]) in ("hf-readonce", "hf-readonce.exe")
+
+
+if not _is_console_script():
+    register_models()
+
 
 def __getattr__(name):
+    if name in _MODEL_NAMES:
+        register_models()
+        return globals()[name]
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value
@@ -79,25 +114,7 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | set(_MODEL_NAMES))
 
-__all__ = [
-    "DeformerBertConfig",
-    "DeformerBertForQuestionAnswering",
-    "DeformerBertModel",
-    "DeformerBertModelOutput",
-    "DeformerDistillationTrainer",
-    "DeformerPassageOutput",
-    "ReadOnceBartConfig",
-    "ReadOnceBartForConditionalGeneration",
-    "ReadOnceDocumentEncoderOutput",
-    "ReadOnceRepresentations",
-    "RecurrentCache",
-    "RecurrentCausalLMOutputWithPast",
-    "RecurrentGPT2Config",
-    "RecurrentGPT2LMHeadModel",
-    "RecurrentLlamaConfig",
-    "RecurrentLlamaForCausalLM",
-    "RepresentationStore",
-    "__version__",
-]
+
+__all__ = sorted([*_MODEL_NAMES, *_LAZY, "__version__", "register_models"])

@@ -75,7 +75,10 @@ def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, d
     from transformers import AutoConfig, AutoTokenizer, set_seed
     from transformers.utils import logging as hf_logging
 
+    from . import register_models
     from .representations import get_adapter_class, registered_adapters
+
+    register_models()  # the console script defers it (fast --help/info/verify); loading a model needs it
 
     try:
         config = AutoConfig.from_pretrained(name_or_path)
@@ -455,7 +458,10 @@ def main(argv=None) -> int:
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "demo":
+        from . import register_models
         from .recipes.demo import main as demo_main
+
+        register_models()
 
         demo_main(argv[1:])
         return EXIT_OK

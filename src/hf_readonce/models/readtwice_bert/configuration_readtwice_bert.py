@@ -1,0 +1,148 @@
+# Copyright 2026 The hf-readonce developers.
+# Licensed under the Apache License, Version 2.0.
+"""ReadTwice-BERT configuration (Zemlyanskiy et al., 2021, "ReadTwice: Reading Very Large Documents with
+Memories")."""
+
+from transformers import BertConfig
+
+MEMORY_TYPES = ("cls", "sts", "entity")
+MEMORY_OUTPUT_INITS = ("identity", "zero")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class ReadTwiceBertConfig(BertConfig):
+    r"""
+    Configuration of the ReadTwice-BERT models: BERT₁ reads every segment of a long document independently, each
+    segment's memories are gathered into one table per document, a MemoryAttention layer merges every token with the
+    table, and a small BERT₂ reads the merged states (§2.1, Figure 1).
+
+    All [`~transformers.BertConfig`] arguments are accepted unchanged, so any BERT checkpoint's `config.json` loads
+    into it (BERT₁ is that checkpoint). The extra arguments are:
+
+    Args:
+        memory_type (`str`, *optional*, defaults to `"sts"`):
+            ExtractMemories variant (§2.1): `"cls"` (one memory per segment, its `[CLS]` state), `"sts"` (one memory
+            per `span_length`-token span: first and last token states concatenated and projected) or `"entity"`
+            (one memory per entity mention, encoded like STS; MemoryAttention is then applied only to mention tokens,
+            App. A). `"entity"` needs `entity_spans` at every forward.
+        span_length (`int`, *optional*, defaults to 32):
+            Tokens per STS span (§2.1: 32).
+        num_second_read_layers (`int`, *optional*, defaults to 2):
+            Layers of BERT₂ (§2.1: 2). Must be in `[1, num_hidden_layers]`: when a BERT checkpoint without BERT₂
+            weights is loaded, BERT₂ layer `j` is initialised as a copy of BERT₁ layer
+            `num_hidden_layers - num_second_read_layers + j` (the paper pretrains BERT₂ instead).
+        max_relative_segment_distance (`int`, *optional*, defaults to 10):
+            B of eq. 3: the relative segment distance `i - m_s` is clipped to `[-B, B]` before indexing the learned
+            scores ω (eq. 2); `2B + 1` scores.
+        memory_top_k (`int` or `None`, *optional*, defaults to 100):
+            Sparse MemoryAttention (App. C.4): each token attends only to the `memory_top_k` memories of its document
+            with the largest dot product with its state (plus the no-op memory M₀). `None` is dense attention.
+        single_segment (`bool`, *optional*, defaults to `False`):
+            The paper's SS ablation (§4.4): each segment sees only its own memories, so segments are read
+            independently (no information crosses segments).
+        segment_length (`int`, *optional*, defaults to `min(512, max_position_embeddings)`):
+            Tokens per segment (§4.2: 512), used by the data helpers; must not exceed `max_position_embeddings`.
+        segment_overlap (`int`, *optional*, defaults to `min(128, segment_length // 4)`):
+            Tokens shared by consecutive segments of a document (§4.2: 128); in `[0, segment_length)`.
+        question_in_first_read (`bool`, *optional*, defaults to `True`):
+            `True` is the paper's QA setup: every segment is `[CLS] question [SEP] document part [SEP]`, so BERT₁ and
+            the memory table depend on the question. `False` is the read-once variant: BERT₁ reads document segments
+            alone (`[CLS] document part [SEP]`) and the question alone; the first read and memory table can then be
+            computed once per document (`encode_documents`) and reused for every question, and BERT₂ reads
+            `[question states; merged segment states]`.
+        memory_output_init (`str`, *optional*, defaults to `"identity"`):
+            Initialisation of the linear map applied to the MemoryAttention output (eq. 4) before the residual sum.
+            `"identity"` reproduces eq. 4 exactly at initialisation; `"zero"` starts with MemoryAttention switched
+            off (`H³ = LayerNorm(H¹)`), a gentler warm start from a BERT checkpoint that was not pretrained with
+            memories.
+        coref_loss_weight (`float`, *optional*, defaults to 1.0):
+            Weight of the coreference auxiliary loss (App. B) in [`ReadTwiceBertForMaskedLM`]; used only when
+            `entity_ids` are passed. `0` disables it.
+
+    Raises:
+        ValueError: naming the field, if `memory_type` or `memory_output_init` is not one of the allowed strings, if an
+            integer field has the wrong type or range (`span_length >= 1`, `1 <= num_second_read_layers <=
+            num_hidden_layers`, `max_relative_segment_distance >= 0`, `memory_top_k >= 1` or `None`,
+            `2 <= segment_length <= max_position_embeddings`, `0 <= segment_overlap < segment_length`), if a boolean
+            field is not a `bool`, or if `coref_loss_weight` is negative.
+
+    Example:
+
+    ```python
+    >>> from hf_readonce import ReadTwiceBertConfig
+    >>> config = ReadTwiceBertConfig(num_hidden_layers=6, memory_type="cls", memory_top_k=None)
+    >>> config.num_second_read_layers
+    2
+    ```
+    """
+
+    model_type = "readtwice_bert"
+
+    def __init__(
+        self,
+        memory_type: str = "sts",
+        span_length: int = 32,
+        num_second_read_layers: int = 2,
+        max_relative_segment_distance: int = 10,
+        memory_top_k: int | None = 100,
+        single_segment: bool = False,
+        segment_length: int | None = None,
+        segment_overlap: int | None = None,
+        question_in_first_read: bool = True,
+        memory_output_init: str = "identity",
+        coref_loss_weight: float = 1.0,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if memory_type not in MEMORY_TYPES:
+            raise ValueError(f"`memory_type` must be one of {MEMORY_TYPES}, got {memory_type!r}.")
+        if memory_output_init not in MEMORY_OUTPUT_INITS:
+            raise ValueError(f"`memory_output_init` must be one of {MEMORY_OUTPUT_INITS}, got {memory_output_init!r}.")
+        for name, value, low in (("span_length", span_length, 1), ("max_relative_segment_distance",
+                                                                    max_relative_segment_distance, 0)):
+            if not _is_int(value) or value < low:
+                raise ValueError(f"`{name}` must be an int >= {low}, got {value!r}.")
+        if not _is_int(num_second_read_layers) or not 1 <= num_second_read_layers <= self.num_hidden_layers:
+            raise ValueError(
+                f"`num_second_read_layers` must be an int in [1, num_hidden_layers={self.num_hidden_layers}], got "
+                f"{num_second_read_layers!r}."
+            )
+        if memory_top_k is not None and (not _is_int(memory_top_k) or memory_top_k < 1):
+            raise ValueError(f"`memory_top_k` must be None (dense) or an int >= 1, got {memory_top_k!r}.")
+        if segment_length is None:
+            segment_length = min(512, self.max_position_embeddings)
+        if segment_overlap is None and _is_int(segment_length):
+            segment_overlap = min(128, segment_length // 4)
+        if not _is_int(segment_length) or not 2 <= segment_length <= self.max_position_embeddings:
+            raise ValueError(
+                f"`segment_length` must be an int in [2, max_position_embeddings={self.max_position_embeddings}], "
+                f"got {segment_length!r}."
+            )
+        if not _is_int(segment_overlap) or not 0 <= segment_overlap < segment_length:
+            raise ValueError(
+                f"`segment_overlap` must be an int in [0, segment_length={segment_length}), got {segment_overlap!r}."
+            )
+        for name, value in (("single_segment", single_segment), ("question_in_first_read", question_in_first_read)):
+            if not isinstance(value, bool):
+                raise ValueError(f"`{name}` must be a bool, got {value!r}.")
+        if isinstance(coref_loss_weight, bool) or not isinstance(coref_loss_weight, (int, float)) or not (
+            coref_loss_weight >= 0
+        ):
+            raise ValueError(f"`coref_loss_weight` must be a float >= 0, got {coref_loss_weight!r}.")
+        self.memory_type = memory_type
+        self.span_length = span_length
+        self.num_second_read_layers = num_second_read_layers
+        self.max_relative_segment_distance = max_relative_segment_distance
+        self.memory_top_k = memory_top_k
+        self.single_segment = single_segment
+        self.segment_length = segment_length
+        self.segment_overlap = segment_overlap
+        self.question_in_first_read = question_in_first_read
+        self.memory_output_init = memory_output_init
+        self.coref_loss_weight = float(coref_loss_weight)
+
+
+__all__ = ["ReadTwiceBertConfig"]

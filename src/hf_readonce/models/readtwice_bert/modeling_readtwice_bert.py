@@ -1,0 +1,1247 @@
+# Copyright 2026 The hf-readonce developers.
+# Licensed under the Apache License, Version 2.0.
+"""PyTorch ReadTwice-BERT: read the segments of a long document in parallel, gather their memories into one table
+per document, merge every token with that table, and read the segments again.
+
+Implements Zemlyanskiy et al., 2021, "ReadTwice: Reading Very Large Documents with Memories": §2.1 (BERT₁,
+ExtractMemories, Gather, MemoryAttention eqs. 1-4, BERT₂), App. A (entity-only sparse MemoryAttention), App. B
+(coreference auxiliary loss), App. C.1 (QA head eqs. 5-6, OR-model loss with global normalisation eq. 7), App. C.4
+(top-k sparse MemoryAttention) and §2.2 (MLM on BERT₂'s output with entity and span masking).
+
+Inputs are a flat batch of segments: `input_ids` `(num_segments, segment_length)` plus `document_ids`
+`(num_segments,)` (which document each segment belongs to) and `segment_positions` `(num_segments,)` (its index in
+that document). Several documents share a batch; memories never cross documents.
+
+This file travels with saved checkpoints (`trust_remote_code=True`): it imports only torch, transformers, the
+standard library and the configuration file next to it.
+"""
+
+import hashlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.masking_utils import create_bidirectional_mask
+from transformers.modeling_outputs import MaskedLMOutput
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.bert.modeling_bert import (
+    BertEmbeddings,
+    BertEncoder,
+    BertLayer,
+    BertOnlyMLMHead,
+    BertPreTrainedModel,
+)
+from transformers.processing_utils import Unpack
+from transformers.utils import ModelOutput, TransformersKwargs, logging
+from transformers.utils.generic import can_return_tuple
+
+from .configuration_readtwice_bert import ReadTwiceBertConfig
+
+logger = logging.get_logger(__name__)
+
+# MemoryAttention scores are computed for chunks of rows so that one chunk's `(rows, length, memories)` score tensor
+# holds at most this many elements; this bounds peak memory for documents of up to 128 segments (the paper's limit).
+_MEMORY_SCORE_BUDGET = 1 << 25
+
+
+# ------------------------------------------------------------------------------------------------ outputs
+@dataclass
+class ReadTwiceDocumentOutput(ModelOutput):
+    r"""
+    What the first read of a batch of segments produces, as returned by [`ReadTwiceBertModel.encode_documents`]:
+    BERT₁'s states (H¹ of §2.1) and the gathered memory table (M of §2.1). With `question_in_first_read=False` it
+    depends only on the documents, so it can be stored once and passed to `forward(document_states=...)` for every
+    question about them.
+
+    Args:
+        first_read_hidden_state (`torch.FloatTensor` of shape `(num_segments, segment_length, hidden_size)`):
+            H¹ = BERT₁(x_i) for every segment.
+        attention_mask (`torch.LongTensor` of shape `(num_segments, segment_length)`):
+            1 for real tokens, 0 for padding (right padding).
+        document_ids (`torch.LongTensor` of shape `(num_segments,)`): document of each segment.
+        segment_positions (`torch.LongTensor` of shape `(num_segments,)`): index of each segment in its document.
+        entity_token_mask (`torch.BoolTensor` of shape `(num_segments, segment_length)`, *optional*):
+            `memory_type="entity"` only: True for tokens inside an entity mention (the tokens MemoryAttention is
+            applied to, App. A).
+        memory_values (`torch.FloatTensor` of shape `(num_memories, hidden_size)`):
+            The flat memory table of the whole batch (every document's memories, in segment order).
+        memory_document_ids (`torch.LongTensor` of shape `(num_memories,)`): document of each memory.
+        memory_segment_positions (`torch.LongTensor` of shape `(num_memories,)`): m_s, segment position of each
+            memory's source segment (eq. 2).
+        memory_segment_index (`torch.LongTensor` of shape `(num_memories,)`): row (in this batch) of each memory's
+            source segment.
+        memory_mention_index (`torch.LongTensor` of shape `(num_memories,)`, *optional*):
+            `memory_type="entity"` only: flat index `segment * max_mentions + slot` of each memory's mention in
+            `entity_spans`, to align `entity_ids` with memories (coreference loss).
+        memory_type (`str`): the `memory_type` the table was built with.
+        model_fingerprint (`str`): SHA-256 of the weights and settings that produced these states (see
+            [`ReadTwiceBertModel.fingerprint`]).
+    """
+
+    first_read_hidden_state: torch.FloatTensor | None = None
+    attention_mask: torch.LongTensor | None = None
+    document_ids: torch.LongTensor | None = None
+    segment_positions: torch.LongTensor | None = None
+    entity_token_mask: torch.BoolTensor | None = None
+    memory_values: torch.FloatTensor | None = None
+    memory_document_ids: torch.LongTensor | None = None
+    memory_segment_positions: torch.LongTensor | None = None
+    memory_segment_index: torch.LongTensor | None = None
+    memory_mention_index: torch.LongTensor | None = None
+    memory_type: str | None = None
+    model_fingerprint: str | None = None
+
+
+@dataclass
+class ReadTwiceBertModelOutput(ModelOutput):
+    r"""
+    Output of [`ReadTwiceBertModel`]. A *row* is one segment (paper setup, `question_in_first_read=True`, or no
+    question), or one (question, segment) pair (read-once setup with questions: the question's states followed by the
+    segment's states, so `row_length = question_length + segment_length`).
+
+    Args:
+        last_hidden_state (`torch.FloatTensor` of shape `(num_rows, row_length, hidden_size)`):
+            H⁴ = BERT₂(H³), the second read.
+        merged_hidden_state (`torch.FloatTensor` of shape `(num_rows, row_length, hidden_size)`):
+            H³ = LayerNorm(H¹ + H²), the MemoryAttention output (identity on non-mention tokens for `"entity"`).
+        first_read_hidden_state (`torch.FloatTensor` of shape `(num_rows, row_length, hidden_size)`):
+            H¹ of each row.
+        attention_mask (`torch.LongTensor` of shape `(num_rows, row_length)`): 1 for real tokens.
+        group_ids (`torch.LongTensor` of shape `(num_rows,)`):
+            The unit the QA loss normalises over (eq. 7): the document id of each row, or the question index of each
+            pair in the read-once setup.
+        document_ids (`torch.LongTensor` of shape `(num_rows,)`): document of each row.
+        segment_index (`torch.LongTensor` of shape `(num_rows,)`): the segment (row of `input_ids`) of each row.
+        question_index (`torch.LongTensor` of shape `(num_rows,)`, *optional*): question of each pair (read-once
+            setup with questions only).
+        question_length (`int`): tokens of question states at the start of each row (0 without separate questions).
+        memory_values (`torch.FloatTensor` of shape `(num_memories, hidden_size)`): the memory table used.
+        memory_document_ids (`torch.LongTensor` of shape `(num_memories,)`).
+        memory_mention_index (`torch.LongTensor` of shape `(num_memories,)`, *optional*): see
+            [`ReadTwiceDocumentOutput`].
+        hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned when `output_hidden_states=True`):
+            Each `(num_rows, row_length, hidden_size)`: the embeddings and every BERT₁ layer (only when rows are
+            segments and the first read ran in this call), then H³, then every BERT₂ layer.
+        memory_attentions (`torch.FloatTensor` of shape `(num_rows, row_length, 1 + num_memories)`, *optional*):
+            α of eq. 1 (column 0 is the no-op memory M₀), returned when `output_attentions=True`.
+    """
+
+    last_hidden_state: torch.FloatTensor | None = None
+    merged_hidden_state: torch.FloatTensor | None = None
+    first_read_hidden_state: torch.FloatTensor | None = None
+    attention_mask: torch.LongTensor | None = None
+    group_ids: torch.LongTensor | None = None
+    document_ids: torch.LongTensor | None = None
+    segment_index: torch.LongTensor | None = None
+    question_index: torch.LongTensor | None = None
+    question_length: int | None = None
+    memory_values: torch.FloatTensor | None = None
+    memory_document_ids: torch.LongTensor | None = None
+    memory_mention_index: torch.LongTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    memory_attentions: torch.FloatTensor | None = None
+
+
+@dataclass
+class ReadTwiceQuestionAnsweringModelOutput(ModelOutput):
+    r"""
+    Output of [`ReadTwiceBertForQuestionAnswering`] (transformers' `QuestionAnsweringModelOutput` plus the row
+    bookkeeping needed to pick the best span across the segments of a document).
+
+    Args:
+        loss (`torch.FloatTensor` of shape `()`, *optional*, returned when `start_positions` and `end_positions` are
+            given): OR-model loss with global normalisation (eq. 7), `(L_b + L_e) / 2`, averaged over the groups that
+            have at least one gold position.
+        start_logits, end_logits (`torch.FloatTensor` of shape `(num_rows, row_length)`): Z⁽ᵇ⁾ and Z⁽ᵉ⁾ (eqs. 5-6).
+        attention_mask (`torch.LongTensor` of shape `(num_rows, row_length)`).
+        group_ids, segment_index, question_index, question_length: see [`ReadTwiceBertModelOutput`].
+        hidden_states (`tuple(torch.FloatTensor)`, *optional*): see [`ReadTwiceBertModelOutput`].
+    """
+
+    loss: torch.FloatTensor | None = None
+    start_logits: torch.FloatTensor | None = None
+    end_logits: torch.FloatTensor | None = None
+    attention_mask: torch.LongTensor | None = None
+    group_ids: torch.LongTensor | None = None
+    segment_index: torch.LongTensor | None = None
+    question_index: torch.LongTensor | None = None
+    question_length: int | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
+class ReadTwiceMaskedLMOutput(MaskedLMOutput):
+    r"""
+    Output of [`ReadTwiceBertForMaskedLM`].
+
+    Args:
+        loss (`torch.FloatTensor` of shape `()`, *optional*): `mlm_loss + coref_loss_weight * coref_loss`.
+        logits (`torch.FloatTensor` of shape `(num_segments, segment_length, vocab_size)`): MLM scores from BERT₂'s
+            output (§2.2).
+        mlm_loss (`torch.FloatTensor` of shape `()`, *optional*): cross-entropy over positions with `labels != -100`.
+        coref_loss (`torch.FloatTensor` of shape `()`, *optional*): App. B logistic loss (only with `entity_ids`).
+    """
+
+    mlm_loss: torch.FloatTensor | None = None
+    coref_loss: torch.FloatTensor | None = None
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+def default_segment_positions(document_ids: torch.LongTensor) -> torch.LongTensor:
+    """Index of every segment inside its document, by order of appearance in the batch.
+
+    Args:
+        document_ids (`torch.LongTensor` of shape `(num_segments,)`).
+
+    Returns:
+        `torch.LongTensor` of shape `(num_segments,)`: for row r, the number of earlier rows with the same document.
+    """
+    same = document_ids[:, None] == document_ids[None, :]
+    earlier = torch.ones_like(same).tril(diagonal=-1)
+    return (same & earlier).sum(dim=1)
+
+
+def _sdpa_or_eager_interface(config) -> Callable:
+    # MemoryAttention needs an additive float bias (ω of eq. 2, top-k and document masks), which flash kernels do not
+    # take: every other implementation falls back to SDPA for this one layer.
+    implementation = config._attn_implementation
+    if implementation not in ("eager", "sdpa"):
+        implementation = "sdpa"
+    return ALL_ATTENTION_FUNCTIONS.get_interface(implementation, memory_eager_attention_forward)
+
+
+def memory_eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float = 1.0,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eager attention with transformers' interface (adapted from transformers' BERT `eager_attention_forward`).
+
+    Args:
+        query (`(batch, heads, q_len, dim)`), key and value (`(batch, heads, kv_len, dim)`).
+        attention_mask (`(batch, heads or 1, q_len or 1, kv_len)`, *optional*): additive float mask.
+        scaling (`float`, defaults to 1.0): eq. 1 uses the plain dot product h·M.
+
+    Returns:
+        `(attn_output (batch, q_len, heads, dim), attn_weights (batch, heads, q_len, kv_len))`.
+    """
+    weights = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None:
+        weights = weights + attention_mask
+    weights = F.softmax(weights, dim=-1, dtype=torch.float32).to(query.dtype)
+    weights = F.dropout(weights, p=dropout, training=module.training)
+    output = torch.matmul(weights, value).transpose(1, 2).contiguous()
+    return output, weights
+
+
+# ------------------------------------------------------------------------------------------------ layers
+class ReadTwiceMemoryExtractor(nn.Module):
+    r"""
+    ExtractMemories + Gather (§2.1). From BERT₁'s states H¹ `(num_segments, segment_length, hidden_size)`:
+
+    - `"cls"`: one memory per segment, `H¹[i, 0]`.
+    - `"sts"`: one memory per consecutive `span_length`-token span (spans start at 0, L, 2L, ... and stop at the last
+      real token): `W [H¹[i, first]; H¹[i, last]]` with a learned `W` of shape `(hidden_size, 2 hidden_size)`.
+    - `"entity"`: one memory per mention span of `entity_spans`, encoded like STS (same kind of projection).
+
+    Memories of all segments are concatenated into one flat table (Gather); padding rows/spans give no memory.
+    Segments must be right-padded. STS spans cover the whole segment, so in the paper's QA layout (question inside
+    every segment) the first span(s) include the question tokens.
+    """
+
+    def __init__(self, config: ReadTwiceBertConfig):
+        super().__init__()
+        self.memory_type = config.memory_type
+        self.span_length = config.span_length
+        if self.memory_type != "cls":
+            self.projection = nn.Linear(2 * config.hidden_size, config.hidden_size)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor,
+        entity_spans: torch.LongTensor | None = None,
+    ) -> tuple[torch.Tensor, torch.LongTensor, torch.LongTensor | None]:
+        r"""
+        Args:
+            hidden_states (`torch.FloatTensor` of shape `(num_segments, segment_length, hidden_size)`): H¹.
+            attention_mask (`torch.LongTensor` of shape `(num_segments, segment_length)`): right-padded mask.
+            entity_spans (`torch.LongTensor` of shape `(num_segments, max_mentions, 2)`, *optional*):
+                Inclusive `(start, end)` token indices of each mention in its segment; `(-1, -1)` pads. Required for
+                `memory_type="entity"`.
+
+        Returns:
+            `(memory_values (num_memories, hidden_size), memory_segment_index (num_memories,),
+            memory_mention_index (num_memories,) or None)`.
+
+        Raises:
+            ValueError: `memory_type="entity"` without `entity_spans`, or spans that are malformed or out of range.
+        """
+        num_segments, length, _ = hidden_states.shape
+        device = hidden_states.device
+        if self.memory_type == "cls":
+            return hidden_states[:, 0], torch.arange(num_segments, device=device), None
+        if self.memory_type == "sts":
+            lengths = attention_mask.sum(dim=1)
+            starts = torch.arange(0, length, self.span_length, device=device)
+            valid = starts[None, :] < lengths[:, None]  # (S, K)
+            ends = torch.minimum(starts[None, :] + self.span_length - 1, (lengths - 1).clamp(min=0)[:, None])
+            starts = starts[None, :].expand_as(ends)
+            mention_index = None
+        else:
+            spans = check_entity_spans(entity_spans, num_segments, length)
+            starts, ends = spans[..., 0], spans[..., 1]
+            valid = starts >= 0
+            mention_index = valid.flatten().nonzero().squeeze(-1)
+        segment_index, slot = valid.nonzero(as_tuple=True)
+        first = hidden_states[segment_index, starts[segment_index, slot]]
+        last = hidden_states[segment_index, ends[segment_index, slot]]
+        values = self.projection(torch.cat([first, last], dim=-1))
+        return values, segment_index, mention_index
+
+
+def check_entity_spans(entity_spans, num_segments: int, segment_length: int) -> torch.LongTensor:
+    """Validate `entity_spans` (`(num_segments, max_mentions, 2)`, inclusive token indices, `-1` padding).
+
+    Returns:
+        The spans as a `torch.LongTensor`.
+
+    Raises:
+        ValueError: if `entity_spans` is missing (memory_type="entity" has no fallback), has the wrong shape, or a
+            non-padding span has `start > end`, a negative index, or an index `>= segment_length`.
+    """
+    if entity_spans is None:
+        raise ValueError(
+            "memory_type='entity' needs `entity_spans` (num_segments, max_mentions, 2): the entity mentions of every "
+            "segment, from an NER system or the caller (see hf_readonce.tasks.readtwice_qa.entity_spans_for_segment). "
+            "There is no silent fallback; use memory_type='sts' or 'cls' without mentions."
+        )
+    spans = torch.as_tensor(entity_spans, dtype=torch.long)
+    if spans.dim() != 3 or spans.shape[0] != num_segments or spans.shape[2] != 2:
+        raise ValueError(
+            f"`entity_spans` must have shape ({num_segments}, max_mentions, 2), got {tuple(spans.shape)}."
+        )
+    real = spans[..., 0] >= 0
+    bad = real & ((spans[..., 1] < spans[..., 0]) | (spans[..., 1] >= segment_length))
+    if bool(bad.any()):
+        raise ValueError(
+            f"`entity_spans` holds {int(bad.sum())} span(s) with end < start or end >= segment_length "
+            f"({segment_length}); pad with (-1, -1)."
+        )
+    return spans
+
+
+class ReadTwiceMemoryAttention(nn.Module):
+    r"""
+    MemoryAttention with its residual and LayerNorm (§2.1, eqs. 1-4; App. A; App. C.4). For token j of row i with
+    first-read state h = H¹[i, j], over the memories m of the row's document:
+
+        α_m = exp(hᵀM_m + ω[clip(i − m_s, −B, B)]) / (Σ_m' exp(hᵀM_m' + ω[clip(i − m_s', −B, B)]) + exp(hᵀM₀))   (1-3)
+        h² = W_o Σ_m α_m M_m + b_o                                                                          (4)
+        h³ = LayerNorm(h + h²)
+
+    M₀ (`no_op_memory`) is a learned memory that only enters the denominator; ω (`relative_segment_scores`, `2B + 1`
+    values, B = `max_relative_segment_distance`) is a learned score per clipped relative segment distance. `W_o`,
+    `b_o` (`output_weight`, `output_bias`) are a linear map not in the paper, initialised to the identity (eq. 4
+    exactly) or to zero (`memory_output_init`). With `memory_top_k`, only the k memories with the largest hᵀM_m
+    compete (App. C.4). With `single_segment`, a row sees only its own segment's memories (SS ablation). With
+    `memory_type="entity"` the layer is the identity (h³ = h) on tokens outside entity mentions (App. A).
+
+    The dot products use no 1/√d scaling, as eq. 1 writes them.
+    """
+
+    def __init__(self, config: ReadTwiceBertConfig):
+        super().__init__()
+        self.config = config
+        hidden = config.hidden_size
+        self.max_distance = config.max_relative_segment_distance
+        self.no_op_memory = nn.Parameter(torch.empty(hidden))
+        self.relative_segment_scores = nn.Parameter(torch.empty(2 * self.max_distance + 1))
+        self.output_weight = nn.Parameter(torch.empty(hidden, hidden))
+        self.output_bias = nn.Parameter(torch.empty(hidden))
+        self.LayerNorm = nn.LayerNorm(hidden, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+        self.attention_dropout = config.attention_probs_dropout_prob
+        # read by transformers' attention interfaces
+        self.is_causal = False
+        self.num_key_value_groups = 1
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        row_document_ids: torch.LongTensor,
+        row_segment_positions: torch.LongTensor,
+        row_segment_index: torch.LongTensor,
+        memory_values: torch.Tensor,
+        memory_document_ids: torch.LongTensor,
+        memory_segment_positions: torch.LongTensor,
+        memory_segment_index: torch.LongTensor,
+        query_mask: torch.BoolTensor | None = None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        r"""
+        Args:
+            hidden_states (`torch.FloatTensor` of shape `(num_rows, row_length, hidden_size)`): H¹ of each row.
+            row_document_ids, row_segment_positions, row_segment_index (`torch.LongTensor` of shape `(num_rows,)`):
+                document, position i in the document, and batch segment of each row.
+            memory_values (`torch.FloatTensor` of shape `(num_memories, hidden_size)`): the flat table M.
+            memory_document_ids, memory_segment_positions, memory_segment_index (`torch.LongTensor` of shape
+                `(num_memories,)`): document, m_s and batch segment of each memory.
+            query_mask (`torch.BoolTensor` of shape `(num_rows, row_length)`, *optional*): tokens the layer applies
+                to; the others pass through unchanged (entity memories, App. A).
+            output_attentions (`bool`): also return α.
+
+        Returns:
+            `(merged (num_rows, row_length, hidden_size), attentions (num_rows, row_length, 1 + num_memories) or
+            None)`.
+        """
+        num_rows, length, hidden = hidden_states.shape
+        num_memories = memory_values.shape[0]
+        dtype = hidden_states.dtype
+        floor = torch.finfo(dtype).min
+        allowed = row_document_ids[:, None] == memory_document_ids[None, :]  # (R, M)
+        if self.config.single_segment:
+            allowed = allowed & (row_segment_index[:, None] == memory_segment_index[None, :])
+        distance = (row_segment_positions[:, None] - memory_segment_positions[None, :]).clamp(
+            -self.max_distance, self.max_distance
+        )
+        bias = self.relative_segment_scores.to(dtype)[distance + self.max_distance]  # (R, M), eq. 2
+        memory_values = memory_values.to(dtype)
+        keys = torch.cat([self.no_op_memory.to(dtype)[None], memory_values], dim=0)
+        values = torch.cat([memory_values.new_zeros(1, hidden), memory_values], dim=0)  # M₀ has no value (eq. 4)
+        top_k = self.config.memory_top_k
+        sparse = top_k is not None and top_k < num_memories
+        interface = _sdpa_or_eager_interface(self.config)
+        if output_attentions:
+            interface = memory_eager_attention_forward
+        chunk = max(1, _MEMORY_SCORE_BUDGET // max(1, length * (num_memories + 1)))
+        outputs, attentions = [], []
+        for begin in range(0, num_rows, chunk):
+            rows = slice(begin, begin + chunk)
+            query = hidden_states[rows]
+            rows_n = query.shape[0]
+            if sparse:
+                dots = torch.matmul(query, memory_values.t())  # (C, L, M): the top-k criterion of App. C.4
+                dots = dots.masked_fill(~allowed[rows, None, :], floor)
+                keep = torch.zeros_like(dots, dtype=torch.bool)
+                keep.scatter_(-1, dots.topk(top_k, dim=-1).indices, True)
+                keep = keep & allowed[rows, None, :]
+                memory_mask = torch.where(keep, bias[rows, None, :], floor)  # (C, L, M)
+            else:
+                memory_mask = torch.where(allowed[rows], bias[rows], floor)[:, None, :]  # (C, 1, M)
+            no_op = memory_mask.new_zeros(memory_mask.shape[:-1] + (1,))
+            mask = torch.cat([no_op, memory_mask], dim=-1)[:, None]  # (C, 1, L or 1, 1 + M)
+            out, weights = interface(
+                self,
+                query[:, None],
+                keys[None, None].expand(rows_n, 1, -1, -1),
+                values[None, None].expand(rows_n, 1, -1, -1),
+                mask,
+                scaling=1.0,
+                dropout=self.attention_dropout if self.training else 0.0,
+            )
+            outputs.append(out.reshape(rows_n, length, hidden))
+            if output_attentions:
+                attentions.append(weights[:, 0])
+        memory_output = torch.cat(outputs, dim=0)
+        memory_output = F.linear(memory_output, self.output_weight.to(dtype), self.output_bias.to(dtype))
+        merged = self.LayerNorm(hidden_states + self.dropout(memory_output))
+        if query_mask is not None:
+            merged = torch.where(query_mask[..., None], merged, hidden_states)
+        return merged, (torch.cat(attentions, dim=0) if output_attentions else None)
+
+
+class ReadTwiceSecondReadEncoder(nn.Module):
+    """BERT₂ (§2.1): `num_second_read_layers` BERT layers over the merged states H³. Layer j is initialised from
+    BERT₁ layer `num_hidden_layers - num_second_read_layers + j` when loading a checkpoint without BERT₂ weights
+    (see [`ReadTwiceBertPreTrainedModel.from_pretrained`])."""
+
+    def __init__(self, config: ReadTwiceBertConfig):
+        super().__init__()
+        self.layer = nn.ModuleList(
+            [BertLayer(config, layer_idx=config.num_hidden_layers + j) for j in range(config.num_second_read_layers)]
+        )
+
+
+# ------------------------------------------------------------------------------------------------ models
+class ReadTwiceBertPreTrainedModel(BertPreTrainedModel):
+    """Base class of the ReadTwice-BERT models: BERT's weight initialisation and loading, ReadTwice's config, and the
+    warm start of BERT₂ from BERT₁'s last layers when a plain BERT checkpoint is loaded."""
+
+    config_class = ReadTwiceBertConfig
+    config: ReadTwiceBertConfig
+    base_model_prefix = "bert"
+    supports_gradient_checkpointing = True
+    _supports_flash_attn = False
+    _supports_flex_attn = False
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, ReadTwiceMemoryAttention):
+            init.normal_(module.no_op_memory, mean=0.0, std=self.config.initializer_range)
+            init.zeros_(module.relative_segment_scores)
+            if self.config.memory_output_init == "identity":
+                init.eye_(module.output_weight)
+            else:
+                init.zeros_(module.output_weight)
+            init.zeros_(module.output_bias)
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        r"""`PreTrainedModel.from_pretrained`, plus: when the checkpoint has no BERT₂ weights (a plain BERT
+        checkpoint), BERT₂ layer j is copied from BERT₁ layer `num_hidden_layers - num_second_read_layers + j`
+        (the paper pretrains BERT₂ instead; §2.1 motivates it as a short continuation of BERT₁). ExtractMemories,
+        MemoryAttention and task heads keep their fresh initialisation."""
+        want_info = kwargs.pop("output_loading_info", False)
+        model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
+        missing = set(info.get("missing_keys", ()))
+        base = model if isinstance(model, ReadTwiceBertModel) else getattr(model, cls.base_model_prefix)
+        second_keys = [name for name, _ in base.second_read_encoder.named_parameters(prefix="second_read_encoder")]
+        prefixed = [k if base is model else f"{cls.base_model_prefix}.{k}" for k in second_keys]
+        if second_keys and all(k in missing for k in prefixed):
+            base.init_second_read_from_first_read()
+            logger.info("BERT₂ initialised from BERT₁'s last %d layers.", model.config.num_second_read_layers)
+        return (model, info) if want_info else model
+
+
+class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
+    r"""
+    The ReadTwice encoder (§2.1, Figure 1): BERT₁ (`embeddings`, `encoder`, named as in `BertModel` so BERT
+    checkpoints load unchanged), ExtractMemories (`memory_extractor`), MemoryAttention (`memory_attention`) and BERT₂
+    (`second_read_encoder`). No pooler.
+
+        H¹_i = BERT₁(x_i);  M = Gather([ExtractMemories(H¹_1), ..., ExtractMemories(H¹_N)]) per document;
+        H³_i = LayerNorm(H¹_i + MemoryAttention(H¹_i, M));  H⁴_i = BERT₂(H³_i)
+
+    Ways to run it:
+
+    1. `forward(input_ids, attention_mask, token_type_ids, document_ids, segment_positions[, entity_spans])`: every
+       row is a segment. In the paper's QA setup each segment is `[CLS] question [SEP] document part [SEP]`.
+    2. `encode_documents(...)` once, then `forward(document_states=...)` (the first read is not recomputed).
+    3. Read-once (`question_in_first_read=False`): segments are `[CLS] document part [SEP]` (document only); pass
+       `question_input_ids` `(num_questions, question_length)` and `question_document_ids` `(num_questions,)`, with
+       `input_ids` or stored `document_states`. BERT₁ reads each question alone; every (question, segment of its
+       document) pair becomes a row `[question states; segment states]` for MemoryAttention and BERT₂.
+    """
+
+    def __init__(self, config: ReadTwiceBertConfig):
+        super().__init__(config)
+        self.config = config
+        self.embeddings = BertEmbeddings(config)
+        self.encoder = BertEncoder(config)
+        self.memory_extractor = ReadTwiceMemoryExtractor(config)
+        self.memory_attention = ReadTwiceMemoryAttention(config)
+        self.second_read_encoder = ReadTwiceSecondReadEncoder(config)
+        self._fingerprint_cache = None
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.embeddings.word_embeddings = value
+
+    @torch.no_grad()
+    def init_second_read_from_first_read(self) -> None:
+        """Copy BERT₁'s last `num_second_read_layers` layers into BERT₂ (layer j <- BERT₁ layer
+        `num_hidden_layers - num_second_read_layers + j`)."""
+        offset = self.config.num_hidden_layers - self.config.num_second_read_layers
+        for j, layer in enumerate(self.second_read_encoder.layer):
+            layer.load_state_dict(self.encoder.layer[offset + j].state_dict())
+
+    # ------------------------------------------------------------------ fingerprint
+    def fingerprint(self) -> str:
+        """SHA-256 hex digest of everything that determines [`ReadTwiceDocumentOutput`]: the weights of the
+        embeddings, BERT₁ and ExtractMemories, and the config fields `memory_type`, `span_length`, `hidden_size`,
+        `question_in_first_read`. Cached until a parameter is replaced or modified in place.
+
+        Returns:
+            `str`: 64 hex characters.
+        """
+        params = []
+        for prefix in ("embeddings", "encoder", "memory_extractor"):
+            params += list(getattr(self, prefix).named_parameters(prefix=prefix))
+        state = tuple((name, p.data_ptr(), p._version, p.dtype) for name, p in params)
+        if self._fingerprint_cache is not None and self._fingerprint_cache[0] == state:
+            return self._fingerprint_cache[1]
+        c = self.config
+        digest = hashlib.sha256(
+            f"readtwice_bert|{c.memory_type}|{c.span_length}|{c.hidden_size}|{c.question_in_first_read}".encode()
+        )
+        for name, p in params:
+            digest.update(name.encode())
+            digest.update(str(p.dtype).encode())
+            digest.update(p.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+        self._fingerprint_cache = (state, digest.hexdigest())
+        return self._fingerprint_cache[1]
+
+    def check_document_states(self, document_states: ReadTwiceDocumentOutput) -> None:
+        """Raise unless `document_states` came from this model's first read.
+
+        Raises:
+            TypeError: if it is not a [`ReadTwiceDocumentOutput`].
+            ValueError: if its memory type, hidden size or fingerprint differ from this model's.
+        """
+        if not isinstance(document_states, ReadTwiceDocumentOutput):
+            raise TypeError(
+                "`document_states` must be the ReadTwiceDocumentOutput returned by `encode_documents`, got "
+                f"{type(document_states).__name__}."
+            )
+        states = document_states.first_read_hidden_state
+        if not torch.is_tensor(states) or states.dim() != 3 or states.shape[-1] != self.config.hidden_size:
+            raise ValueError(
+                "`document_states.first_read_hidden_state` must be (num_segments, segment_length, "
+                f"{self.config.hidden_size})."
+            )
+        if document_states.memory_type not in (None, self.config.memory_type):
+            raise ValueError(
+                f"`document_states` hold {document_states.memory_type!r} memories, this model uses "
+                f"memory_type={self.config.memory_type!r}."
+            )
+        fingerprint = document_states.model_fingerprint
+        if fingerprint is not None and fingerprint != self.fingerprint():
+            raise ValueError(
+                f"`document_states` were computed by another model (fingerprint {fingerprint[:12]}...) than this one "
+                f"({self.fingerprint()[:12]}...): re-encode the documents with this model."
+            )
+
+    # ------------------------------------------------------------------ first read
+    def _bert1(self, input_ids, attention_mask, token_type_ids, all_hidden_states=None, **kwargs):
+        hidden = self.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
+        if all_hidden_states is not None:
+            all_hidden_states.append(hidden)
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden, attention_mask=attention_mask)
+        for layer in self.encoder.layer:
+            hidden = layer(hidden, mask, **kwargs)
+            if all_hidden_states is not None:
+                all_hidden_states.append(hidden)
+        return hidden
+
+    def encode_documents(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        document_ids: torch.LongTensor | None = None,
+        segment_positions: torch.LongTensor | None = None,
+        entity_spans: torch.LongTensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> ReadTwiceDocumentOutput:
+        r"""
+        The first read (BERT₁ over every segment independently) and the memory table (ExtractMemories + Gather),
+        §2.1. With `question_in_first_read=False` the result depends only on the documents and can be stored.
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(num_segments, segment_length)`): right-padded segments.
+            attention_mask (`torch.LongTensor` of shape `(num_segments, segment_length)`, *optional*): defaults to
+                `input_ids != pad_token_id`.
+            token_type_ids (`torch.LongTensor` of shape `(num_segments, segment_length)`, *optional*): defaults to 0.
+            document_ids (`torch.LongTensor` of shape `(num_segments,)`, *optional*): defaults to one document.
+            segment_positions (`torch.LongTensor` of shape `(num_segments,)`, *optional*): defaults to the order of
+                appearance within each document ([`default_segment_positions`]).
+            entity_spans (`torch.LongTensor` of shape `(num_segments, max_mentions, 2)`, *optional*): inclusive token
+                spans of entity mentions, `(-1, -1)` padding; required for `memory_type="entity"`.
+
+        Returns:
+            [`ReadTwiceDocumentOutput`].
+
+        Raises:
+            ValueError: on missing or mis-shaped inputs, or `memory_type="entity"` without `entity_spans`.
+        """
+        input_ids, attention_mask, token_type_ids, document_ids, segment_positions = self._check_segments(
+            input_ids, attention_mask, token_type_ids, document_ids, segment_positions
+        )
+        hidden = self._bert1(input_ids, attention_mask, token_type_ids, **kwargs)
+        return self._gather(hidden, attention_mask, document_ids, segment_positions, entity_spans, True)
+
+    def _gather(self, hidden, attention_mask, document_ids, segment_positions, entity_spans, with_fingerprint=False):
+        values, segment_index, mention_index = self.memory_extractor(hidden, attention_mask, entity_spans)
+        entity_token_mask = None
+        if self.config.memory_type == "entity":
+            spans = check_entity_spans(entity_spans, hidden.shape[0], hidden.shape[1]).to(hidden.device)
+            positions = torch.arange(hidden.shape[1], device=hidden.device)
+            inside = (positions[None, None, :] >= spans[..., 0:1]) & (positions[None, None, :] <= spans[..., 1:2])
+            entity_token_mask = (inside & (spans[..., 0:1] >= 0)).any(dim=1) & attention_mask.bool()
+        return ReadTwiceDocumentOutput(
+            first_read_hidden_state=hidden,
+            attention_mask=attention_mask,
+            document_ids=document_ids,
+            segment_positions=segment_positions,
+            entity_token_mask=entity_token_mask,
+            memory_values=values,
+            memory_document_ids=document_ids[segment_index],
+            memory_segment_positions=segment_positions[segment_index],
+            memory_segment_index=segment_index,
+            memory_mention_index=mention_index,
+            memory_type=self.config.memory_type,
+            model_fingerprint=self.fingerprint() if with_fingerprint else None,
+        )
+
+    def _check_segments(self, input_ids, attention_mask, token_type_ids, document_ids, segment_positions):
+        if not torch.is_tensor(input_ids) or input_ids.dim() != 2 or input_ids.numel() == 0:
+            raise ValueError("`input_ids` must be a non-empty (num_segments, segment_length) tensor.")
+        num_segments, length = input_ids.shape
+        if length > self.config.max_position_embeddings:
+            raise ValueError(
+                f"Segments of {length} tokens exceed max_position_embeddings={self.config.max_position_embeddings}."
+            )
+        if attention_mask is None:
+            pad = self.config.pad_token_id
+            attention_mask = (input_ids != pad).long() if pad is not None else torch.ones_like(input_ids)
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        for name, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+            if tuple(tensor.shape) != (num_segments, length):
+                raise ValueError(f"`{name}` has shape {tuple(tensor.shape)}, expected {(num_segments, length)}.")
+        if document_ids is None:
+            document_ids = torch.zeros(num_segments, dtype=torch.long, device=input_ids.device)
+        if segment_positions is None:
+            segment_positions = default_segment_positions(document_ids)
+        for name, tensor in (("document_ids", document_ids), ("segment_positions", segment_positions)):
+            if tuple(tensor.shape) != (num_segments,):
+                raise ValueError(f"`{name}` has shape {tuple(tensor.shape)}, expected ({num_segments},).")
+        return input_ids, attention_mask, token_type_ids, document_ids.long(), segment_positions.long()
+
+    # ------------------------------------------------------------------ forward
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        document_ids: torch.LongTensor | None = None,
+        segment_positions: torch.LongTensor | None = None,
+        entity_spans: torch.LongTensor | None = None,
+        question_input_ids: torch.LongTensor | None = None,
+        question_attention_mask: torch.LongTensor | None = None,
+        question_token_type_ids: torch.LongTensor | None = None,
+        question_document_ids: torch.LongTensor | None = None,
+        document_states: ReadTwiceDocumentOutput | None = None,
+        output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> ReadTwiceBertModelOutput:
+        r"""
+        Args:
+            input_ids, attention_mask, token_type_ids (`torch.LongTensor` of shape `(num_segments, segment_length)`),
+            document_ids, segment_positions (`torch.LongTensor` of shape `(num_segments,)`), entity_spans
+                (`(num_segments, max_mentions, 2)`): the segments, as in [`encode_documents`]. Omit them when
+                `document_states` is given.
+            question_input_ids, question_attention_mask, question_token_type_ids (`torch.LongTensor` of shape
+                `(num_questions, question_length)`, *optional*): read-once setup only (`question_in_first_read=False`):
+                `[CLS] question [SEP]`, read alone by BERT₁.
+            question_document_ids (`torch.LongTensor` of shape `(num_questions,)`, *optional*): the document id of
+                each question; defaults to 0 for every question when all segments belong to one document.
+            document_states ([`ReadTwiceDocumentOutput`], *optional*): a stored first read (skips BERT₁ on the
+                segments).
+            output_hidden_states (`bool`, *optional*), output_attentions (`bool`, *optional*): return the hidden
+                states / MemoryAttention weights α.
+
+        Returns:
+            [`ReadTwiceBertModelOutput`].
+
+        Raises:
+            ValueError: if both or neither of `input_ids` and `document_states` are given, if questions are passed
+                with `question_in_first_read=True`, if a question's document has no segment, on bad shapes, or for
+                `memory_type="entity"` without `entity_spans`.
+            TypeError: if `document_states` is not a [`ReadTwiceDocumentOutput`].
+        """
+        config = self.config
+        output_hidden_states = bool(
+            output_hidden_states if output_hidden_states is not None else config.output_hidden_states
+        )
+        output_attentions = bool(output_attentions if output_attentions is not None else config.output_attentions)
+        kwargs.pop("output_attentions", None)
+        kwargs.pop("output_hidden_states", None)
+        if (input_ids is None) == (document_states is None):
+            raise ValueError("Pass exactly one of `input_ids` (segments) and `document_states` (a stored first read).")
+        if question_input_ids is not None and config.question_in_first_read:
+            raise ValueError(
+                "`question_input_ids` are for the read-once setup (question_in_first_read=False); with "
+                "question_in_first_read=True put the question in every segment."
+            )
+        all_hidden = [] if output_hidden_states and document_states is None and question_input_ids is None else None
+        if document_states is None:
+            input_ids, attention_mask, token_type_ids, document_ids, segment_positions = self._check_segments(
+                input_ids, attention_mask, token_type_ids, document_ids, segment_positions
+            )
+            hidden = self._bert1(input_ids, attention_mask, token_type_ids, all_hidden, **kwargs)
+            document_states = self._gather(hidden, attention_mask, document_ids, segment_positions, entity_spans)
+        else:
+            self.check_document_states(document_states)
+        doc = document_states
+        num_segments = doc.first_read_hidden_state.shape[0]
+        device = doc.first_read_hidden_state.device
+
+        question_index = None
+        question_length = 0
+        if question_input_ids is None:
+            rows = doc.first_read_hidden_state
+            row_mask = doc.attention_mask
+            segment_index = torch.arange(num_segments, device=device)
+            group_ids = doc.document_ids
+            query_mask = doc.entity_token_mask
+        else:
+            if question_attention_mask is None:
+                question_attention_mask = torch.ones_like(question_input_ids)
+            if question_token_type_ids is None:
+                question_token_type_ids = torch.zeros_like(question_input_ids)
+            if question_document_ids is None:
+                if bool((doc.document_ids != doc.document_ids[0]).any()):
+                    raise ValueError("`question_document_ids` is required when the segments span several documents.")
+                question_document_ids = doc.document_ids[:1].expand(question_input_ids.shape[0])
+            if tuple(question_document_ids.shape) != (question_input_ids.shape[0],):
+                raise ValueError("`question_document_ids` must have shape (num_questions,).")
+            questions = self._bert1(question_input_ids, question_attention_mask, question_token_type_ids, **kwargs)
+            match = question_document_ids.to(device)[:, None] == doc.document_ids[None, :]
+            orphan = ~match.any(dim=1)
+            if bool(orphan.any()):
+                raise ValueError(f"Question(s) {orphan.nonzero().flatten().tolist()} have no segment of their document.")
+            question_index, segment_index = match.nonzero(as_tuple=True)
+            question_length = question_input_ids.shape[1]
+            rows = torch.cat([questions[question_index], doc.first_read_hidden_state[segment_index]], dim=1)
+            row_mask = torch.cat(
+                [question_attention_mask[question_index], doc.attention_mask[segment_index].to(question_attention_mask)],
+                dim=1,
+            )
+            group_ids = question_index
+            query_mask = None
+            if doc.entity_token_mask is not None:
+                query_mask = torch.cat(
+                    [torch.zeros_like(row_mask[:, :question_length], dtype=torch.bool),
+                     doc.entity_token_mask[segment_index]], dim=1
+                )
+        row_document_ids = doc.document_ids[segment_index]
+        merged, memory_attentions = self.memory_attention(
+            rows,
+            row_document_ids,
+            doc.segment_positions[segment_index],
+            segment_index,
+            doc.memory_values,
+            doc.memory_document_ids,
+            doc.memory_segment_positions,
+            doc.memory_segment_index,
+            query_mask=query_mask,
+            output_attentions=output_attentions,
+        )
+        if output_hidden_states:
+            all_hidden = (all_hidden or []) + [merged]
+        hidden = merged
+        mask = create_bidirectional_mask(config=config, inputs_embeds=hidden, attention_mask=row_mask)
+        for layer in self.second_read_encoder.layer:
+            hidden = layer(hidden, mask, **kwargs)
+            if output_hidden_states:
+                all_hidden.append(hidden)
+        return ReadTwiceBertModelOutput(
+            last_hidden_state=hidden,
+            merged_hidden_state=merged,
+            first_read_hidden_state=rows,
+            attention_mask=row_mask,
+            group_ids=group_ids,
+            document_ids=row_document_ids,
+            segment_index=segment_index,
+            question_index=question_index,
+            question_length=question_length,
+            memory_values=doc.memory_values,
+            memory_document_ids=doc.memory_document_ids,
+            memory_mention_index=doc.memory_mention_index,
+            hidden_states=tuple(all_hidden) if output_hidden_states else None,
+            memory_attentions=memory_attentions,
+        )
+
+
+def readtwice_span_loss(
+    start_logits: torch.Tensor,
+    end_logits: torch.Tensor,
+    start_positions: torch.LongTensor,
+    end_positions: torch.LongTensor,
+    group_ids: torch.LongTensor,
+    attention_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    r"""
+    OR-model loss with global normalisation (App. C.1, eq. 7; Clark & Gardner 2018): for each group g (a document's
+    segments, or a question's pairs) and each boundary,
+
+        L⁽ᵇ⁾_g = −log( Σ_{(i,j)∈B_g} exp Z⁽ᵇ⁾_{i,j} / Σ_{i∈g, j} exp Z⁽ᵇ⁾_{i,j} )
+
+    where B_g holds every gold (row, token) start in the group (any segment that contains the answer, and every
+    annotated occurrence); the same for ends. Padding tokens (`attention_mask == 0`) are left out of the denominator.
+    Returns `mean_g (L⁽ᵇ⁾_g + L⁽ᵉ⁾_g) / 2` over the groups with at least one gold start and one gold end (a group
+    without any, e.g. an answer cut off by segmentation, contributes nothing).
+
+    Args:
+        start_logits, end_logits (`torch.FloatTensor` of shape `(num_rows, row_length)`).
+        start_positions, end_positions (`torch.LongTensor` of shape `(num_rows,)` or `(num_rows, max_answers)`):
+            gold token indices in each row; negative values (or values `>= row_length`) mean "no gold here".
+        group_ids (`torch.LongTensor` of shape `(num_rows,)`).
+        attention_mask (`torch.Tensor` of shape `(num_rows, row_length)`, *optional*).
+
+    Returns:
+        Scalar `torch.Tensor` (0 connected to the graph when no group has gold positions).
+
+    Raises:
+        ValueError: if shapes disagree.
+    """
+    num_rows, length = start_logits.shape
+    if end_logits.shape != start_logits.shape or group_ids.shape != (num_rows,):
+        raise ValueError("start/end logits must be (num_rows, row_length) and group_ids (num_rows,).")
+    floor = torch.finfo(start_logits.dtype).min
+    valid = attention_mask.bool() if attention_mask is not None else torch.ones_like(start_logits, dtype=torch.bool)
+    groups, inverse = torch.unique(group_ids, return_inverse=True)
+    member = inverse[None, :] == torch.arange(len(groups), device=group_ids.device)[:, None]  # (G, R)
+
+    def boundary(logits, positions):
+        if positions.dim() == 1:
+            positions = positions[:, None]
+        if positions.shape[0] != num_rows:
+            raise ValueError(f"positions have {positions.shape[0]} rows, logits {num_rows}.")
+        positions = positions.to(logits.device).long()
+        ok = (positions >= 0) & (positions < length)
+        gold = torch.zeros_like(valid)
+        rows = torch.arange(num_rows, device=logits.device)[:, None].expand_as(positions)
+        gold[rows[ok], positions[ok]] = True
+        gold = gold & valid
+        logits = logits.float()
+        per_group_all = torch.where(member[:, :, None] & valid[None], logits[None], floor).flatten(1)
+        per_group_gold = torch.where(member[:, :, None] & gold[None], logits[None], floor).flatten(1)
+        has_gold = (member[:, :, None] & gold[None]).flatten(1).any(dim=1)
+        return torch.logsumexp(per_group_all, dim=1) - torch.logsumexp(per_group_gold, dim=1), has_gold
+
+    start_loss, start_ok = boundary(start_logits, start_positions)
+    end_loss, end_ok = boundary(end_logits, end_positions)
+    ok = start_ok & end_ok
+    if not bool(ok.any()):
+        return (start_logits.sum() + end_logits.sum()) * 0.0
+    return ((start_loss[ok] + end_loss[ok]) / 2).mean()
+
+
+class ReadTwiceBertForQuestionAnswering(ReadTwiceBertPreTrainedModel):
+    r"""
+    ReadTwice with the extractive QA head of App. C.1: `Z⁽ᵇ⁾ = W_b · FFN(H⁴)`, `Z⁽ᵉ⁾ = W_e · FFN(H⁴)` (eqs. 5-6, FFN =
+    `qa_ffn` + the config's activation, shared; `qa_outputs` holds `[W_b; W_e]`), trained with the OR-model loss with
+    global normalisation over all segments of a document (eq. 7, [`readtwice_span_loss`]). At inference the best
+    span is picked across all segments of a document (see `hf_readonce.tasks.readtwice_qa.postprocess_readtwice_qa`).
+    """
+
+    # The loss is a mean over documents: Trainer must scale it for gradient accumulation itself.
+    accepts_loss_kwargs = False
+
+    def __init__(self, config: ReadTwiceBertConfig):
+        super().__init__(config)
+        self.bert = ReadTwiceBertModel(config)
+        self.qa_ffn = nn.Linear(config.hidden_size, config.hidden_size)
+        self.qa_activation = ACT2FN[config.hidden_act]
+        self.qa_outputs = nn.Linear(config.hidden_size, 2)
+        self.post_init()
+
+    def encode_documents(self, *args, **kwargs) -> ReadTwiceDocumentOutput:
+        """The stored first read; see [`ReadTwiceBertModel.encode_documents`] (shapes, errors)."""
+        return self.bert.encode_documents(*args, **kwargs)
+
+    def fingerprint(self) -> str:
+        """See [`ReadTwiceBertModel.fingerprint`]."""
+        return self.bert.fingerprint()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        document_ids: torch.LongTensor | None = None,
+        segment_positions: torch.LongTensor | None = None,
+        entity_spans: torch.LongTensor | None = None,
+        question_input_ids: torch.LongTensor | None = None,
+        question_attention_mask: torch.LongTensor | None = None,
+        question_token_type_ids: torch.LongTensor | None = None,
+        question_document_ids: torch.LongTensor | None = None,
+        document_states: ReadTwiceDocumentOutput | None = None,
+        start_positions: torch.LongTensor | None = None,
+        end_positions: torch.LongTensor | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> ReadTwiceQuestionAnsweringModelOutput:
+        r"""
+        Args:
+            input_ids ... document_states: see [`ReadTwiceBertModel.forward`]. With `question_in_first_read=False`
+                questions are required.
+            start_positions, end_positions (`torch.LongTensor` of shape `(num_rows,)` or `(num_rows, max_answers)`,
+                *optional*): gold token indices per row (row coordinates, so in the read-once setup offset by
+                `question_length`), `-1` where the row holds no answer; see [`readtwice_span_loss`].
+
+        Returns:
+            [`ReadTwiceQuestionAnsweringModelOutput`]; logits `(num_rows, row_length)`.
+
+        Raises:
+            ValueError: as [`ReadTwiceBertModel.forward`]; no questions with `question_in_first_read=False`.
+        """
+        if not self.config.question_in_first_read and question_input_ids is None:
+            raise ValueError("question_in_first_read=False: pass the questions as `question_input_ids`.")
+        outputs = self.bert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            document_ids=document_ids,
+            segment_positions=segment_positions,
+            entity_spans=entity_spans,
+            question_input_ids=question_input_ids,
+            question_attention_mask=question_attention_mask,
+            question_token_type_ids=question_token_type_ids,
+            question_document_ids=question_document_ids,
+            document_states=document_states,
+            output_hidden_states=output_hidden_states,
+            **kwargs,
+        )
+        logits = self.qa_outputs(self.qa_activation(self.qa_ffn(outputs.last_hidden_state)))
+        start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            loss = readtwice_span_loss(
+                start_logits, end_logits, start_positions, end_positions, outputs.group_ids, outputs.attention_mask
+            )
+        return ReadTwiceQuestionAnsweringModelOutput(
+            loss=loss,
+            start_logits=start_logits,
+            end_logits=end_logits,
+            attention_mask=outputs.attention_mask,
+            group_ids=outputs.group_ids,
+            segment_index=outputs.segment_index,
+            question_index=outputs.question_index,
+            question_length=outputs.question_length,
+            hidden_states=outputs.hidden_states,
+        )
+
+
+class ReadTwiceBertForMaskedLM(ReadTwiceBertPreTrainedModel):
+    r"""
+    ReadTwice pretraining (§2.2, App. B): masked-language-model scores from BERT₂'s output (BERT's MLM head `cls`,
+    tied to the word embeddings), trained on inputs masked by [`readtwice_mlm_masking`] (whole entity mentions at 25%,
+    contiguous spans at 15% elsewhere), plus, for `memory_type="entity"` with `entity_ids`, the coreference auxiliary
+    loss of App. B: for memories m ≠ m' of the same document whose mentions are linked (`entity_ids >= 0`),
+    `y = σ(M_mᵀ M_m' + b₀)` with target 1 iff both link to the same entity, averaged logistic loss, weighted by
+    `coref_loss_weight`.
+    """
+
+    _tied_weights_keys = {
+        "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+        "cls.predictions.decoder.bias": "cls.predictions.bias",
+    }
+
+    def __init__(self, config: ReadTwiceBertConfig):
+        super().__init__(config)
+        self.bert = ReadTwiceBertModel(config)
+        self.cls = BertOnlyMLMHead(config)
+        self.coref_bias = nn.Parameter(torch.zeros(1))
+        self.post_init()
+
+    def get_output_embeddings(self):
+        return self.cls.predictions.decoder
+
+    def set_output_embeddings(self, new_embeddings):
+        self.cls.predictions.decoder = new_embeddings
+        self.cls.predictions.bias = new_embeddings.bias
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if module is self:
+            init.zeros_(self.coref_bias)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        document_ids: torch.LongTensor | None = None,
+        segment_positions: torch.LongTensor | None = None,
+        entity_spans: torch.LongTensor | None = None,
+        entity_ids: torch.LongTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> ReadTwiceMaskedLMOutput:
+        r"""
+        Args:
+            input_ids ... entity_spans: the (masked) segments, see [`ReadTwiceBertModel.encode_documents`].
+            entity_ids (`torch.LongTensor` of shape `(num_segments, max_mentions)`, *optional*): entity id of each
+                mention in `entity_spans` (`-1`: not linked, ignored by the coreference loss).
+            labels (`torch.LongTensor` of shape `(num_segments, segment_length)`, *optional*): original token ids at
+                masked positions, `-100` elsewhere.
+
+        Returns:
+            [`ReadTwiceMaskedLMOutput`] with logits `(num_segments, segment_length, vocab_size)`.
+
+        Raises:
+            ValueError: as [`ReadTwiceBertModel.forward`]; `entity_ids` whose shape differs from
+                `entity_spans.shape[:2]`, or `entity_ids` with a memory type other than `"entity"`.
+        """
+        outputs = self.bert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            document_ids=document_ids,
+            segment_positions=segment_positions,
+            entity_spans=entity_spans,
+            output_hidden_states=output_hidden_states,
+            **kwargs,
+        )
+        logits = self.cls(outputs.last_hidden_state)
+        mlm_loss = coref_loss = loss = None
+        if labels is not None:
+            mlm_loss = F.cross_entropy(logits.view(-1, logits.shape[-1]).float(), labels.view(-1), ignore_index=-100)
+            loss = mlm_loss
+        if entity_ids is not None and self.config.coref_loss_weight > 0:
+            if self.config.memory_type != "entity":
+                raise ValueError("`entity_ids` (coreference loss, App. B) need memory_type='entity'.")
+            if entity_spans is None or tuple(entity_ids.shape) != tuple(torch.as_tensor(entity_spans).shape[:2]):
+                raise ValueError("`entity_ids` must have shape (num_segments, max_mentions), like `entity_spans`.")
+            coref_loss = self.coreference_loss(
+                outputs.memory_values, outputs.memory_document_ids, entity_ids.flatten()[outputs.memory_mention_index]
+            )
+            if coref_loss is not None:
+                weighted = self.config.coref_loss_weight * coref_loss
+                loss = weighted if loss is None else loss + weighted
+        return ReadTwiceMaskedLMOutput(
+            loss=loss, logits=logits, mlm_loss=mlm_loss, coref_loss=coref_loss, hidden_states=outputs.hidden_states
+        )
+
+    def coreference_loss(
+        self, memory_values: torch.Tensor, memory_document_ids: torch.LongTensor, memory_entity_ids: torch.LongTensor
+    ) -> torch.Tensor | None:
+        r"""App. B: mean of `BCE(σ(M_mᵀ M_m' + b₀), [id_m == id_m'])` over ordered pairs m ≠ m' of memories of the
+        same document that both carry an entity id (`>= 0`).
+
+        Args:
+            memory_values (`(num_memories, hidden_size)`), memory_document_ids (`(num_memories,)`),
+            memory_entity_ids (`(num_memories,)`).
+
+        Returns:
+            Scalar `torch.Tensor`, or `None` when no pair qualifies.
+        """
+        linked = memory_entity_ids >= 0
+        pairs = (memory_document_ids[:, None] == memory_document_ids[None, :]) & linked[:, None] & linked[None, :]
+        pairs.fill_diagonal_(False)
+        if not bool(pairs.any()):
+            return None
+        scores = memory_values.float() @ memory_values.float().t() + self.coref_bias.float()
+        targets = (memory_entity_ids[:, None] == memory_entity_ids[None, :]).float()
+        return F.binary_cross_entropy_with_logits(scores[pairs], targets[pairs])
+
+
+def readtwice_mlm_masking(
+    input_ids: torch.LongTensor,
+    attention_mask: torch.LongTensor,
+    mask_token_id: int,
+    vocab_size: int,
+    entity_spans: torch.LongTensor | None = None,
+    special_tokens_mask: torch.BoolTensor | None = None,
+    entity_mask_probability: float = 0.25,
+    span_mask_probability: float = 0.15,
+    max_span_length: int = 10,
+    geometric_p: float = 0.2,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.LongTensor, torch.LongTensor]:
+    r"""
+    ReadTwice's masking for pretraining (§2.2): every entity mention is chosen with probability
+    `entity_mask_probability` (25%) and then all its tokens are masked together; outside mentions, contiguous spans
+    (lengths ~ Geometric(`geometric_p`) clipped to `max_span_length`, as in SpanBERT) are masked until
+    `span_mask_probability` (15%) of each segment's maskable non-entity tokens are masked. A chosen token becomes
+    `[MASK]` 80% of the time, a random token 10%, and stays 10% (BERT).
+
+    Args:
+        input_ids, attention_mask (`torch.LongTensor` of shape `(num_segments, segment_length)`).
+        mask_token_id (`int`), vocab_size (`int`).
+        entity_spans (`torch.LongTensor` of shape `(num_segments, max_mentions, 2)`, *optional*): inclusive spans,
+            `(-1, -1)` padding.
+        special_tokens_mask (`torch.BoolTensor` of shape `(num_segments, segment_length)`, *optional*): never masked
+            (`[CLS]`, `[SEP]`); padding is never masked either.
+        generator (`torch.Generator`, *optional*): for reproducible masks.
+
+    Returns:
+        `(masked_input_ids, labels)`, both `(num_segments, segment_length)`; labels are `-100` at unmasked positions.
+
+    Raises:
+        ValueError: if a probability is outside [0, 1], `max_span_length < 1` or `geometric_p` not in (0, 1].
+    """
+    for name, value in (("entity_mask_probability", entity_mask_probability),
+                        ("span_mask_probability", span_mask_probability)):
+        if not 0 <= value <= 1:
+            raise ValueError(f"`{name}` must be in [0, 1], got {value}.")
+    if max_span_length < 1 or not 0 < geometric_p <= 1:
+        raise ValueError("`max_span_length` must be >= 1 and `geometric_p` in (0, 1].")
+    num_segments, length = input_ids.shape
+    maskable = attention_mask.bool().clone()
+    if special_tokens_mask is not None:
+        maskable &= ~special_tokens_mask.bool()
+    chosen = torch.zeros_like(maskable)
+    in_entity = torch.zeros_like(maskable)
+    if entity_spans is not None:
+        spans = check_entity_spans(entity_spans, num_segments, length)
+        for s in range(num_segments):
+            for start, end in spans[s].tolist():
+                if start < 0:
+                    continue
+                in_entity[s, start : end + 1] = True
+                if torch.rand((), generator=generator).item() < entity_mask_probability:
+                    chosen[s, start : end + 1] = True
+    chosen &= maskable
+    other = maskable & ~in_entity
+    for s in range(num_segments):
+        candidates = other[s].nonzero().flatten().tolist()
+        budget = round(span_mask_probability * len(candidates))
+        done, attempts = 0, 0
+        while done < budget and attempts < 10 * max(1, budget):
+            attempts += 1
+            u = float(torch.rand((), generator=generator))
+            span = 1 if geometric_p >= 1 else 1 + int(math.log(max(u, 1e-12)) / math.log(1 - geometric_p))
+            span = min(max_span_length, span)
+            start = candidates[int(torch.randint(len(candidates), (), generator=generator))]
+            for j in range(start, min(length, start + span)):
+                if done >= budget:
+                    break
+                if other[s, j] and not chosen[s, j]:
+                    chosen[s, j] = True
+                    done += 1
+    labels = torch.where(chosen, input_ids, torch.full_like(input_ids, -100))
+    roll = torch.rand(input_ids.shape, generator=generator)
+    masked = input_ids.clone()
+    masked[chosen & (roll < 0.8)] = mask_token_id
+    random_tokens = torch.randint(vocab_size, input_ids.shape, generator=generator)
+    replace = chosen & (roll >= 0.8) & (roll < 0.9)
+    masked[replace] = random_tokens[replace]
+    return masked, labels
+
+
+ReadTwiceBertConfig.register_for_auto_class()
+ReadTwiceBertModel.register_for_auto_class("AutoModel")
+ReadTwiceBertForQuestionAnswering.register_for_auto_class("AutoModelForQuestionAnswering")
+ReadTwiceBertForMaskedLM.register_for_auto_class("AutoModelForMaskedLM")
+
+__all__ = [
+    "ReadTwiceBertForMaskedLM",
+    "ReadTwiceBertForQuestionAnswering",
+    "ReadTwiceBertModel",
+    "ReadTwiceBertModelOutput",
+    "ReadTwiceBertPreTrainedModel",
+    "ReadTwiceDocumentOutput",
+    "ReadTwiceMaskedLMOutput",
+    "ReadTwiceMemoryAttention",
+    "ReadTwiceMemoryExtractor",
+    "ReadTwiceQuestionAnsweringModelOutput",
+    "check_entity_spans",
+    "default_segment_positions",
+    "readtwice_mlm_masking",
+    "readtwice_span_loss",
+]

@@ -1,0 +1,196 @@
+"""ReadTwice-BERT store adapter: the read-once first read (BERT₁ states and the memory table) of whole documents,
+written into a [`RepresentationStore`] once and read back as the model's own input,
+[`ReadTwiceDocumentOutput`], for every question about those documents.
+
+Write side (the 0.1.0 adapter protocol: `model_type`, `fingerprint()`, `settings()`, `encode(texts)`,
+`num_tokens(tensors)`); read side: [`ReadTwiceStoreAdapter.document_states`].
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ..models.readtwice_bert.modeling_readtwice_bert import ReadTwiceDocumentOutput
+from ..store.adapters import register_adapter, tokenizer_fingerprint
+from ..tasks.readtwice_qa import entity_spans_for_segment
+
+
+class ReadTwiceStoreAdapter:
+    r"""Stores, per document, what [`ReadTwiceBertModel.encode_documents`] computes in the read-once layout
+    (`question_in_first_read=False`): segments `[CLS] part [SEP]` of `config.segment_length` ids sharing
+    `config.segment_overlap` tokens (token type 1), read by BERT₁, and their memories. Tensors of a document with `S`
+    segments of at most `T` ids and `M` memories:
+
+    - `first_read_hidden_state` `(S, T, hidden_size)` floating; `attention_mask` `(S, T)` int32;
+    - `input_ids` `(S, T)` int32; `offsets` `(S, T, 2)` int32 character spans, `(-1, -1)` for special tokens/padding;
+    - `memory_values` `(M, hidden_size)` floating; `memory_segment_index` `(M,)` int32 (segment of each memory);
+    - `entity_token_mask` `(S, T)` int32 and `entity_spans` `(S, max_mentions, 2)` int32 for `memory_type="entity"`.
+
+    Args:
+        model ([`ReadTwiceBertForQuestionAnswering`] or [`ReadTwiceBertModel`]): with `question_in_first_read=False`.
+        tokenizer: its fast tokenizer.
+        mention_fn (`Callable[[str], list[tuple[int, int]]]`, *optional*): entity mention character spans; required
+            for `memory_type="entity"`. Its name is part of the settings.
+        batch_size (`int`, defaults to 8): documents per `encode_documents` call.
+
+    Raises:
+        ValueError: if the model reads the question in its first read (nothing document-only to store), or
+            `memory_type="entity"` without `mention_fn`.
+    """
+
+    model_type = "readtwice_bert"
+    representation = "readtwice_first_read/v1"
+
+    def __init__(self, model, tokenizer, mention_fn=None, batch_size: int = 8):
+        config = model.config
+        if config.question_in_first_read:
+            raise ValueError(
+                "ReadTwice first reads are document-only (storable) only with question_in_first_read=False."
+            )
+        if config.memory_type == "entity" and mention_fn is None:
+            raise ValueError("memory_type='entity' needs a `mention_fn` (entity mentions of each document).")
+        self.model, self.tokenizer, self.mention_fn, self.batch_size = model, tokenizer, mention_fn, batch_size
+        self._tokenizer_hash = tokenizer_fingerprint(tokenizer)
+
+    @property
+    def _encoder(self):
+        return self.model.bert if hasattr(self.model, "bert") else self.model
+
+    def fingerprint(self) -> str:
+        """The model's `fingerprint()` (embeddings, BERT₁, ExtractMemories weights; memory type, span length)."""
+        return self._encoder.fingerprint()
+
+    def settings(self) -> dict:
+        """Format, segment length and overlap, memory type, mention function and the tokenizer's fingerprint."""
+        config = self.model.config
+        return {"representation": self.representation, "segment_length": config.segment_length,
+                "segment_overlap": config.segment_overlap, "memory_type": config.memory_type,
+                "mentions": getattr(self.mention_fn, "__name__", None) if self.mention_fn else None,
+                "tokenizer": self._tokenizer_hash}
+
+    def num_tokens(self, tensors: dict) -> int:
+        """Segment tokens stored for one document (special tokens and overlaps included)."""
+        return int(tensors["attention_mask"].sum())
+
+    @torch.no_grad()
+    def encode(self, texts: Sequence[str]) -> list[dict[str, torch.Tensor]]:
+        """Encode documents (see the class docstring for tensor names and shapes).
+
+        Raises:
+            TypeError: if `texts` is a single str. ValueError: naming an empty text.
+        """
+        if isinstance(texts, str):
+            raise TypeError("`texts` must be a sequence of str, not a single str.")
+        for i, text in enumerate(texts):
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"document {i} is empty or not a string: nothing to encode.")
+        out = []
+        for begin in range(0, len(texts), self.batch_size):
+            out += self._encode_batch(list(texts[begin : begin + self.batch_size]))
+        return out
+
+    def _encode_batch(self, texts):
+        config = self.model.config
+        enc = self.tokenizer(texts, truncation=True, max_length=config.segment_length, stride=config.segment_overlap,
+                             return_overflowing_tokens=True, return_offsets_mapping=True)
+        owner = list(enc["overflow_to_sample_mapping"])
+        num, width = len(owner), max(len(ids) for ids in enc["input_ids"])
+        ids = torch.zeros(num, width, dtype=torch.long)
+        mask, offsets = torch.zeros_like(ids), torch.full((num, width, 2), -1, dtype=torch.long)
+        spans_rows = []
+        mentions = [self.mention_fn(t) for t in texts] if config.memory_type == "entity" else None
+        for row in range(num):
+            n = len(enc["input_ids"][row])
+            ids[row, :n] = torch.tensor(enc["input_ids"][row])
+            mask[row, :n] = 1
+            seq = enc.sequence_ids(row)
+            row_offsets = [tuple(o) if s == 0 else None for o, s in zip(enc["offset_mapping"][row], seq)]
+            for j, o in enumerate(row_offsets):
+                if o is not None:
+                    offsets[row, j] = torch.tensor(o)
+            if mentions is not None:
+                spans_rows.append(entity_spans_for_segment(row_offsets, mentions[owner[row]]))
+        entity_spans = None
+        if mentions is not None:
+            entity_spans = torch.full((num, max(1, max(map(len, spans_rows))), 2), -1, dtype=torch.long)
+            for row, spans in enumerate(spans_rows):
+                if spans:
+                    entity_spans[row, : len(spans)] = torch.tensor(spans)
+        device = self._encoder.device
+        document_ids = torch.tensor(owner)
+        states = self._encoder.encode_documents(
+            ids.to(device), mask.to(device), torch.ones_like(ids).to(device), document_ids.to(device),
+            entity_spans=entity_spans.to(device) if entity_spans is not None else None,
+        )
+        result = []
+        for d in range(len(texts)):
+            rows = (document_ids == d).nonzero().flatten()
+            first, last = int(rows[0]), int(rows[-1]) + 1
+            length = int(mask[first:last].sum(dim=1).max())
+            memories = (states.memory_document_ids.cpu() == d).nonzero().flatten()
+            tensors = {
+                "first_read_hidden_state": states.first_read_hidden_state[first:last, :length].float().cpu(),
+                "attention_mask": mask[first:last, :length].to(torch.int32),
+                "input_ids": ids[first:last, :length].to(torch.int32),
+                "offsets": offsets[first:last, :length].to(torch.int32),
+                "memory_values": states.memory_values[memories.to(device)].float().cpu(),
+                "memory_segment_index": (states.memory_segment_index.cpu()[memories] - first).to(torch.int32),
+            }
+            if entity_spans is not None:
+                tensors["entity_token_mask"] = states.entity_token_mask[first:last, :length].cpu().to(torch.int32)
+                tensors["entity_spans"] = entity_spans[first:last].to(torch.int32)
+            result.append(tensors)
+        return result
+
+    def document_states(self, documents: Sequence[dict[str, torch.Tensor]], device=None) -> ReadTwiceDocumentOutput:
+        """Read side: stored tensors of several documents (as returned by [`encode`] or the store) -> one
+        [`ReadTwiceDocumentOutput`] with `document_ids` 0..len(documents)-1 (pass them as `question_document_ids`),
+        carrying this model's fingerprint; feed it to `model(question_input_ids=..., document_states=...)`.
+
+        Raises:
+            ValueError: if `documents` is empty.
+        """
+        if not documents:
+            raise ValueError("`documents` is empty.")
+        dtype = self._encoder.dtype
+        device = device if device is not None else self._encoder.device
+        width = max(int(t["attention_mask"].shape[1]) for t in documents)
+        hidden = self.model.config.hidden_size
+        states, masks, doc_ids, positions, entity = [], [], [], [], []
+        values, mem_doc, mem_pos, mem_seg = [], [], [], []
+        offset = 0
+        for d, t in enumerate(documents):
+            s, length = t["attention_mask"].shape
+            pad = width - length
+            states.append(torch.nn.functional.pad(t["first_read_hidden_state"].to(dtype), (0, 0, 0, pad)))
+            masks.append(torch.nn.functional.pad(t["attention_mask"].long(), (0, pad)))
+            doc_ids.append(torch.full((s,), d, dtype=torch.long))
+            positions.append(torch.arange(s))
+            if "entity_token_mask" in t:
+                entity.append(torch.nn.functional.pad(t["entity_token_mask"].bool(), (0, pad)))
+            seg = t["memory_segment_index"].long()
+            values.append(t["memory_values"].to(dtype).reshape(-1, hidden))
+            mem_doc.append(torch.full_like(seg, d))
+            mem_pos.append(seg)
+            mem_seg.append(seg + offset)
+            offset += s
+        return ReadTwiceDocumentOutput(
+            first_read_hidden_state=torch.cat(states).to(device),
+            attention_mask=torch.cat(masks).to(device),
+            document_ids=torch.cat(doc_ids).to(device),
+            segment_positions=torch.cat(positions).to(device),
+            entity_token_mask=torch.cat(entity).to(device) if entity else None,
+            memory_values=torch.cat(values).to(device),
+            memory_document_ids=torch.cat(mem_doc).to(device),
+            memory_segment_positions=torch.cat(mem_pos).to(device),
+            memory_segment_index=torch.cat(mem_seg).to(device),
+            memory_type=self.model.config.memory_type,
+            model_fingerprint=self.fingerprint(),
+        )
+
+
+register_adapter("readtwice_bert", ReadTwiceStoreAdapter)
+
+__all__ = ["ReadTwiceStoreAdapter"]

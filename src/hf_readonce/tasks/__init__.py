@@ -1,0 +1,1 @@
+"""Task glue (data preparation, decoding, metrics) built on the models."""

@@ -1,0 +1,408 @@
+"""Extractive QA glue for ReadTwice: split (question, long document) pairs into segment batches with tokenizer
+offsets (HF's `doc_stride` preprocessing, `stride` = `segment_overlap`), gold labels for the OR-model loss, entity
+mentions, a collator, batched prediction, n-best decoding across all segments of a document, and a segment-independent
+BERT baseline trained with the same globally normalised loss.
+
+Two layouts, matching `ReadTwiceBertConfig.question_in_first_read`:
+
+- `True` (paper, App. C): every segment is `[CLS] question [SEP] document part [SEP]` (`truncation="only_second"`).
+- `False` (read-once): segments are `[CLS] document part [SEP]` (token type 1) and the question is encoded once as
+  `[CLS] question [SEP]` (token type 0); rows seen by the loss are `[question; segment]`, so gold positions are shifted
+  by the padded question length in the collator.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from transformers import BertForQuestionAnswering
+from transformers.utils import ModelOutput
+
+from ..models.readtwice_bert.modeling_readtwice_bert import readtwice_span_loss
+
+MentionFn = Callable[[str], list[tuple[int, int]]]
+
+
+@dataclass
+class ReadTwiceQAFeature:
+    """All segments of one (question, document) example.
+
+    Attributes:
+        example_index (`int`): index in the example list.
+        input_ids, token_type_ids (`list[list[int]]`): one list per segment (unpadded, at most `segment_length`).
+        offsets (`list[list[tuple[int, int] | None]]`): per segment and token, the character span in the *context*,
+            or `None` for question and special tokens (never part of an answer).
+        start_positions, end_positions (`list[list[int]]`): per segment, every gold token index (segment coordinates).
+        entity_spans (`list[list[tuple[int, int]]]`): per segment, inclusive token spans of entity mentions.
+        question_ids (`list[int] | None`): `[CLS] question [SEP]` in the read-once layout, else `None`.
+    """
+
+    example_index: int
+    input_ids: list[list[int]]
+    token_type_ids: list[list[int]]
+    offsets: list[list[tuple[int, int] | None]] = field(repr=False)
+    start_positions: list[list[int]]
+    end_positions: list[list[int]]
+    entity_spans: list[list[tuple[int, int]]]
+    question_ids: list[int] | None = None
+
+    @property
+    def num_segments(self) -> int:
+        return len(self.input_ids)
+
+
+_CAPITALIZED = re.compile(r"[A-Z][\w-]*(?:['’][A-Za-z]+)?(?:(?:[ \t]+(?:of|de|da|van|von|del|the))*[ \t]+[A-Z][\w-]*)*")
+_SENTENCE_STARTERS = {
+    "The", "A", "An", "In", "On", "At", "He", "She", "It", "They", "We", "I", "His", "Her", "Their", "This", "That",
+    "When", "While", "After", "Before", "As", "But", "And", "However", "Although", "There", "Then", "What", "Who",
+    "Which", "Where", "How", "Why", "If", "During", "Since", "Once", "Instead", "For", "With", "By", "From", "To",
+    "Of", "One", "Two",
+}
+
+
+def capitalized_mentions(text: str) -> list[tuple[int, int]]:
+    """Mentions from a capitalisation heuristic: maximal runs of capitalised words (joined by `of`, `de`, `van`, ...),
+    dropping single-word runs that are common sentence starters. NOT a named-entity recogniser: it is the explicit,
+    opt-in stand-in used where no NER model with sound provenance can be installed (no spaCy English pipeline is
+    published on PyPI by its authors; see the ReadTwice README section). Pass it as `mention_fn` knowingly.
+
+    Returns:
+        `list[tuple[int, int]]`: `(char_start, char_end)` spans, end exclusive.
+    """
+    spans = []
+    for match in _CAPITALIZED.finditer(text):
+        start, end = match.span()
+        words = match.group().split()
+        if words and words[0] in _SENTENCE_STARTERS:
+            if len(words) == 1:
+                continue
+            start = match.start() + match.group().index(words[1])
+        for suffix in ("'s", "’s"):
+            if text[start:end].endswith(suffix):
+                end -= len(suffix)
+        spans.append((start, end))
+    return spans
+
+
+def spacy_mentions(nlp) -> MentionFn:
+    """Wrap a caller-loaded spaCy pipeline with an `ner` component as a `mention_fn` (`doc.ents` character spans).
+    hf-readonce does not depend on spaCy: install spaCy and a pipeline from its authors' releases yourself.
+
+    Raises:
+        ValueError: if the pipeline has no `ner` component.
+    """
+    if "ner" not in getattr(nlp, "pipe_names", ()):
+        raise ValueError("The spaCy pipeline has no 'ner' component.")
+
+    def mentions(text: str) -> list[tuple[int, int]]:
+        return [(ent.start_char, ent.end_char) for ent in nlp(text).ents]
+
+    return mentions
+
+
+def entity_spans_for_segment(
+    offsets: Sequence[tuple[int, int] | None], char_spans: Sequence[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """Map character spans (end exclusive) onto one segment's tokens: the inclusive token span of the tokens (with
+    non-`None` offsets) that overlap each character span; spans with no such token in the segment are dropped
+    (a mention cut by a segment boundary keeps its part inside). Duplicates are removed, order kept.
+
+    Returns:
+        `list[tuple[int, int]]` of inclusive `(start_token, end_token)`.
+    """
+    result = []
+    for cs, ce in char_spans:
+        inside = [i for i, o in enumerate(offsets) if o is not None and o[0] < ce and o[1] > cs and o[1] > o[0]]
+        if inside and (inside[0], inside[-1]) not in result:
+            result.append((inside[0], inside[-1]))
+    return result
+
+
+def _gold_tokens(offsets, answer_start: int, answer_text: str) -> tuple[int, int] | None:
+    end_char = answer_start + len(answer_text)
+    starts = [i for i, o in enumerate(offsets) if o is not None and o[0] <= answer_start < o[1]]
+    ends = [i for i, o in enumerate(offsets) if o is not None and o[0] < end_char <= o[1]]
+    if not starts or not ends or ends[-1] < starts[0]:
+        return None
+    return starts[0], ends[-1]
+
+
+def prepare_readtwice_qa_features(
+    tokenizer,
+    examples: Sequence[dict],
+    segment_length: int = 512,
+    segment_overlap: int = 128,
+    question_in_first_read: bool = True,
+    max_question_length: int = 64,
+    mention_fn: MentionFn | None = None,
+    max_segments: int | None = None,
+) -> list[ReadTwiceQAFeature]:
+    """Split SQuAD-style examples (`question`, `context`, `answers{text[], answer_start[]}`) into ReadTwice segments.
+
+    Args:
+        tokenizer: a fast BERT tokenizer (offsets are needed).
+        examples: rows with non-empty `question` and `context`.
+        segment_length (`int`, defaults to 512): ids per segment, special tokens and (paper layout) question included.
+        segment_overlap (`int`, defaults to 128): tokens shared by consecutive segments (HF's `stride`).
+        question_in_first_read (`bool`, defaults to `True`): the layout (see the module docstring).
+        max_question_length (`int`, defaults to 64): questions are truncated to this many ids.
+        mention_fn (`Callable[[str], list[tuple[int, int]]]`, *optional*): character spans of entity mentions, applied
+            to the context and (paper layout) to the question; needed for `memory_type="entity"`.
+        max_segments (`int`, *optional*): keep only the first `max_segments` segments of a document (the paper's
+            sub-document limit is 128).
+
+    Returns:
+        `list[ReadTwiceQAFeature]`, one per example, in order.
+
+    Raises:
+        ValueError: if `segment_overlap` is not in `[0, segment_length)` or leaves no room for context tokens.
+    """
+    if not 0 <= segment_overlap < segment_length:
+        raise ValueError(f"`segment_overlap` must be in [0, segment_length={segment_length}), got {segment_overlap}.")
+    features = []
+    for index, example in enumerate(examples):
+        question, context = example["question"].strip(), example["context"]
+        question_mentions = mention_fn(question) if (mention_fn and question_in_first_read) else []
+        context_mentions = mention_fn(context) if mention_fn else []
+        question_ids = None
+        if question_in_first_read:
+            question_part = tokenizer(question, truncation=True, max_length=max_question_length,
+                                      add_special_tokens=False)["input_ids"]
+            question = tokenizer.decode(question_part) if len(question_part) >= max_question_length else question
+            if segment_length - len(question_part) - 3 <= segment_overlap:
+                raise ValueError(
+                    f"segment_length={segment_length} leaves no more than segment_overlap={segment_overlap} context "
+                    f"tokens after a {len(question_part)}-token question: lower the overlap or max_question_length."
+                )
+            encoded = tokenizer(question, context, truncation="only_second", max_length=segment_length,
+                                stride=segment_overlap, return_overflowing_tokens=True, return_offsets_mapping=True)
+        else:
+            question_ids = list(tokenizer(question, truncation=True, max_length=max_question_length)["input_ids"])
+            encoded = tokenizer(context, truncation=True, max_length=segment_length, stride=segment_overlap,
+                                return_overflowing_tokens=True, return_offsets_mapping=True)
+        answers = example.get("answers") or {}
+        gold_answers = list(zip(answers.get("answer_start") or [], answers.get("text") or []))
+        feature = ReadTwiceQAFeature(index, [], [], [], [], [], [], question_ids)
+        for seg in range(len(encoded["input_ids"])):
+            if max_segments is not None and seg >= max_segments:
+                break
+            ids = list(encoded["input_ids"][seg])
+            sequence_ids = encoded.sequence_ids(seg)
+            context_id = 1 if question_in_first_read else 0
+            offsets = [tuple(o) if s == context_id else None
+                       for o, s in zip(encoded["offset_mapping"][seg], sequence_ids)]
+            types = list(encoded["token_type_ids"][seg]) if question_in_first_read else [1] * len(ids)
+            starts, ends = [], []
+            for answer_start, text in gold_answers:
+                span = _gold_tokens(offsets, answer_start, text)
+                if span is not None and span[0] not in starts:
+                    starts.append(span[0])
+                    ends.append(span[1])
+            mentions = entity_spans_for_segment(offsets, context_mentions)
+            if question_mentions:
+                question_offsets = [tuple(o) if s == 0 else None
+                                    for o, s in zip(encoded["offset_mapping"][seg], sequence_ids)]
+                mentions = entity_spans_for_segment(question_offsets, question_mentions) + mentions
+            feature.input_ids.append(ids)
+            feature.token_type_ids.append(types)
+            feature.offsets.append(offsets)
+            feature.start_positions.append(starts)
+            feature.end_positions.append(ends)
+            feature.entity_spans.append(mentions)
+        features.append(feature)
+    return features
+
+
+def _pad(rows: Sequence[Sequence[int]], value: int, width: int | None = None) -> torch.Tensor:
+    width = width if width is not None else max((len(r) for r in rows), default=0)
+    out = torch.full((len(rows), max(width, 1)), value, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(list(row), dtype=torch.long)
+    return out
+
+
+class ReadTwiceQACollator:
+    """Flatten the segments of several [`ReadTwiceQAFeature`]s into one ReadTwice batch (`document_ids` = position of
+    the feature in the batch). Works as a `Trainer` `data_collator`.
+
+    Returned keys: `input_ids`, `attention_mask`, `token_type_ids` `(num_segments, max_length)`; `document_ids`,
+    `segment_positions` `(num_segments,)`; `start_positions`, `end_positions` `(num_rows, max_answers)` (`-1` pad;
+    row coordinates, i.e. shifted by the padded question length in the read-once layout); `entity_spans`
+    `(num_segments, max_mentions, 2)` (`-1` pad) when `with_entities`; read-once layout: `question_input_ids`,
+    `question_attention_mask`, `question_token_type_ids` `(num_questions, question_length)`,
+    `question_document_ids` `(num_questions,)`.
+    """
+
+    def __init__(self, pad_token_id: int = 0, with_entities: bool = False, with_labels: bool = True):
+        self.pad_token_id = pad_token_id
+        self.with_entities = with_entities
+        self.with_labels = with_labels
+
+    def __call__(self, features: Sequence[ReadTwiceQAFeature]) -> dict[str, torch.Tensor]:
+        segments = [ids for f in features for ids in f.input_ids]
+        batch = {
+            "input_ids": _pad(segments, self.pad_token_id),
+            "attention_mask": _pad([[1] * len(s) for s in segments], 0),
+            "token_type_ids": _pad([t for f in features for t in f.token_type_ids], 0),
+            "document_ids": torch.tensor([d for d, f in enumerate(features) for _ in f.input_ids]),
+            "segment_positions": torch.tensor([p for f in features for p in range(f.num_segments)]),
+        }
+        read_once = features[0].question_ids is not None
+        shift = 0
+        if read_once:
+            questions = [f.question_ids for f in features]
+            batch["question_input_ids"] = _pad(questions, self.pad_token_id)
+            batch["question_attention_mask"] = _pad([[1] * len(q) for q in questions], 0)
+            batch["question_token_type_ids"] = torch.zeros_like(batch["question_input_ids"])
+            batch["question_document_ids"] = torch.arange(len(features))
+            shift = batch["question_input_ids"].shape[1]
+        if self.with_labels:
+            for key in ("start_positions", "end_positions"):
+                rows = [[p + shift for p in positions] for f in features for positions in getattr(f, key)]
+                batch[key] = _pad(rows, -1, max(1, max(len(r) for r in rows)))
+        if self.with_entities:
+            spans = [s for f in features for s in f.entity_spans]
+            width = max(1, max(len(s) for s in spans))
+            tensor = torch.full((len(spans), width, 2), -1, dtype=torch.long)
+            for i, row in enumerate(spans):
+                if row:
+                    tensor[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+            batch["entity_spans"] = tensor
+        return batch
+
+
+@torch.no_grad()
+def predict_readtwice_qa(model, features: Sequence[ReadTwiceQAFeature], collator: ReadTwiceQACollator,
+                         batch_size: int = 8) -> list[tuple[np.ndarray, np.ndarray, int]]:
+    """Run `model` (ReadTwice or [`GlobalNormBertForQuestionAnswering`]) over `features` in batches of documents.
+
+    Returns:
+        Per feature, `(start_logits (num_segments, row_length), end_logits, question_length)` as float32 numpy arrays.
+    """
+    model.eval()
+    device = next(model.parameters()).device
+    results = []
+    for begin in range(0, len(features), batch_size):
+        chunk = features[begin : begin + batch_size]
+        batch = {k: v.to(device) for k, v in collator(chunk).items()
+                 if k not in ("start_positions", "end_positions")}
+        out = model(**batch)
+        start, end = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
+        groups = out.group_ids.cpu().numpy()
+        question_length = int(out.question_length or 0)
+        for local in range(len(chunk)):
+            rows = groups == local
+            results.append((start[rows], end[rows], question_length))
+    return results
+
+
+def postprocess_readtwice_qa(examples: Sequence[dict], features: Sequence[ReadTwiceQAFeature], logits,
+                             n_best_size: int = 20, max_answer_length: int = 30) -> dict[str, str]:
+    """Best span across all segments of each document (App. C.1, "picks the most confident prediction amongst all the
+    segments"): for each segment the `n_best_size` highest start and end logits over context tokens, spans with
+    `start <= end < start + max_answer_length`, score `start + end`, mapped back to context characters.
+
+    Returns:
+        `dict[str, str]`: example id (or index) -> predicted text ("" when no valid span exists).
+
+    Raises:
+        ValueError: if `logits` and `features` differ in length.
+    """
+    if len(logits) != len(features):
+        raise ValueError(f"{len(logits)} logits for {len(features)} features.")
+    predictions = {}
+    for feature, (start_logits, end_logits, shift) in zip(features, logits):
+        example = examples[feature.example_index]
+        best_score, best_text = -math.inf, ""
+        for seg, offsets in enumerate(feature.offsets):
+            n = len(offsets)
+            s_logits, e_logits = start_logits[seg, shift : shift + n], end_logits[seg, shift : shift + n]
+            context = [i for i, o in enumerate(offsets) if o is not None]
+            if not context:
+                continue
+            idx = np.array(context)
+            starts = idx[np.argsort(s_logits[idx])[::-1][:n_best_size]]
+            ends = idx[np.argsort(e_logits[idx])[::-1][:n_best_size]]
+            for s in starts:
+                for e in ends:
+                    if e < s or e - s + 1 > max_answer_length:
+                        continue
+                    score = float(s_logits[s] + e_logits[e])
+                    if score > best_score:
+                        best_score, best_text = score, example["context"][offsets[s][0] : offsets[e][1]]
+        predictions[str(example.get("id", feature.example_index))] = best_text
+    return predictions
+
+
+def first_mention_baseline(examples: Sequence[dict]) -> dict[str, str]:
+    """A trivial floor: predict the first [`capitalized_mentions`] span of the context whose text does not occur in
+    the question (Quoref answers are mostly names). No learning involved.
+
+    Returns:
+        `dict[str, str]`: example id -> predicted text.
+    """
+    predictions = {}
+    for i, example in enumerate(examples):
+        text = ""
+        for start, end in capitalized_mentions(example["context"]):
+            candidate = example["context"][start:end]
+            if candidate not in example["question"]:
+                text = candidate
+                break
+        predictions[str(example.get("id", i))] = text
+    return predictions
+
+
+@dataclass
+class GlobalNormQuestionAnsweringOutput(ModelOutput):
+    """Output of [`GlobalNormBertForQuestionAnswering`]: `loss` (eq. 7), `start_logits`/`end_logits`
+    `(num_segments, segment_length)`, `group_ids` `(num_segments,)` and `question_length` (always 0)."""
+
+    loss: torch.Tensor | None = None
+    start_logits: torch.Tensor | None = None
+    end_logits: torch.Tensor | None = None
+    group_ids: torch.Tensor | None = None
+    question_length: int | None = None
+
+
+class GlobalNormBertForQuestionAnswering(BertForQuestionAnswering):
+    """The segment-independent baseline: `BertForQuestionAnswering` reading every segment alone, trained with the
+    same OR-model loss with global normalisation over each document's segments as ReadTwice ([`readtwice_span_loss`],
+    eq. 7) and decoded with the same cross-segment n-best. Takes the paper-layout batch of [`ReadTwiceQACollator`]
+    (`document_ids` group the segments; `segment_positions` and `entity_spans` are accepted and ignored).
+    """
+
+    accepts_loss_kwargs = False
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, document_ids=None,
+                segment_positions=None, entity_spans=None, start_positions=None, end_positions=None, **kwargs):
+        """Shapes as [`ReadTwiceQACollator`]; returns loss (eq. 7), `start_logits`/`end_logits` `(num_segments,
+        segment_length)` and `group_ids` (= `document_ids`)."""
+        out = super().forward(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        if document_ids is None:
+            document_ids = torch.zeros(input_ids.shape[0], dtype=torch.long, device=input_ids.device)
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            loss = readtwice_span_loss(out.start_logits, out.end_logits, start_positions, end_positions,
+                                       document_ids, attention_mask)
+        return GlobalNormQuestionAnsweringOutput(loss, out.start_logits, out.end_logits, document_ids, 0)
+
+
+__all__ = [
+    "GlobalNormBertForQuestionAnswering",
+    "GlobalNormQuestionAnsweringOutput",
+    "ReadTwiceQACollator",
+    "ReadTwiceQAFeature",
+    "capitalized_mentions",
+    "entity_spans_for_segment",
+    "first_mention_baseline",
+    "postprocess_readtwice_qa",
+    "predict_readtwice_qa",
+    "prepare_readtwice_qa_features",
+    "spacy_mentions",
+]

@@ -1,0 +1,568 @@
+"""ReadTwice-BERT: equivalence with BERT, memory flow across segments and documents, OR-model loss, top-k, read-once,
+MLM pretraining objective, Trainer, gradient checkpointing, LoRA, save/load, remote code, real MiniLM weights."""
+
+import ast
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModelForMaskedLM,
+    AutoModelForQuestionAnswering,
+    BertConfig,
+    BertModel,
+    Trainer,
+    TrainingArguments,
+)
+from transformers.masking_utils import create_bidirectional_mask
+
+from hf_readonce import (
+    ReadTwiceBertConfig,
+    ReadTwiceBertForMaskedLM,
+    ReadTwiceBertForQuestionAnswering,
+    ReadTwiceBertModel,
+    ReadTwiceDocumentOutput,
+)
+from hf_readonce.models.readtwice_bert.modeling_readtwice_bert import (
+    default_segment_positions,
+    readtwice_mlm_masking,
+    readtwice_span_loss,
+)
+from hf_readonce.tasks.readtwice_qa import (
+    GlobalNormBertForQuestionAnswering,
+    ReadTwiceQACollator,
+    capitalized_mentions,
+    entity_spans_for_segment,
+    postprocess_readtwice_qa,
+    predict_readtwice_qa,
+    prepare_readtwice_qa_features,
+)
+
+from ...conftest import REPO_ROOT, run_without_hf_readonce
+
+TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=37,
+            max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+SPANS = torch.tensor([[[1, 2], [5, 5]], [[3, 4], [-1, -1]], [[0, 1], [6, 8]], [[0, 0], [7, 9]], [[2, 2], [-1, -1]]])
+DOCS = torch.tensor([0, 0, 0, 1, 1])
+
+
+def tiny_config(**overrides):
+    return ReadTwiceBertConfig(**{**TINY, "memory_top_k": None, "span_length": 4, **overrides})
+
+
+def tiny_qa(seed=0, **overrides):
+    torch.manual_seed(seed)
+    return ReadTwiceBertForQuestionAnswering(tiny_config(**overrides)).eval()
+
+
+def segments(n=5, length=12, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, 99, (n, length), generator=g)
+    ids[:, 0] = 2
+    return ids
+
+
+# ----------------------------------------------------------------------------------------------- config
+def test_config_defaults_and_validation():
+    config = ReadTwiceBertConfig()
+    assert (config.memory_type, config.span_length, config.num_second_read_layers) == ("sts", 32, 2)
+    assert (config.max_relative_segment_distance, config.memory_top_k, config.single_segment) == (10, 100, False)
+    assert (config.segment_length, config.segment_overlap, config.question_in_first_read) == (512, 128, True)
+    assert ReadTwiceBertConfig(memory_top_k=None).memory_top_k is None
+    bad = {
+        "memory_type": "token", "span_length": 0, "num_second_read_layers": 13, "max_relative_segment_distance": -1,
+        "memory_top_k": 0, "single_segment": 1, "segment_length": 513, "segment_overlap": 512,
+        "question_in_first_read": "no", "memory_output_init": "ones", "coref_loss_weight": -1.0,
+    }
+    for field, value in bad.items():
+        with pytest.raises(ValueError, match=field):
+            ReadTwiceBertConfig(**{field: value})
+    with pytest.raises(ValueError, match="num_second_read_layers"):
+        ReadTwiceBertConfig(num_second_read_layers=0)
+    with pytest.raises(ValueError, match="span_length"):
+        ReadTwiceBertConfig(span_length=2.0)
+
+
+def test_auto_classes_registered():
+    config = AutoConfig.for_model("readtwice_bert", **TINY)
+    assert isinstance(config, ReadTwiceBertConfig)
+    assert isinstance(AutoModelForQuestionAnswering.from_config(config), ReadTwiceBertForQuestionAnswering)
+    assert isinstance(AutoModelForMaskedLM.from_config(config), ReadTwiceBertForMaskedLM)
+
+
+def test_default_segment_positions():
+    assert default_segment_positions(torch.tensor([3, 3, 7, 3, 7])).tolist() == [0, 1, 0, 2, 1]
+
+
+# ----------------------------------------------------------------------------------------------- equivalence
+def test_first_read_equals_bert_and_zero_memory_is_layernorm(tmp_path):
+    torch.manual_seed(0)
+    bert = BertModel(BertConfig(**TINY), add_pooling_layer=False).eval()
+    bert.save_pretrained(tmp_path)
+    model = ReadTwiceBertForQuestionAnswering.from_pretrained(
+        tmp_path, single_segment=True, memory_output_init="zero", memory_top_k=None
+    ).eval()
+    ids = segments(3)
+    mask = torch.ones_like(ids)
+    mask[1, 9:] = 0
+    doc_ids = torch.arange(3)  # one segment per document
+    out = model.bert(ids, attention_mask=mask, document_ids=doc_ids)
+    for i in range(3):  # each segment alone through BertModel
+        n = int(mask[i].sum())
+        expected = bert(ids[i : i + 1, :n]).last_hidden_state[0]
+        torch.testing.assert_close(out.first_read_hidden_state[i, :n], expected, atol=1e-5, rtol=0)
+    # BERT2 was initialised from BERT1's last layers
+    second = model.bert.second_read_encoder.layer
+    for j, layer in enumerate(second):
+        for (name, p), q in zip(layer.named_parameters(), model.bert.encoder.layer[1 + j].parameters()):
+            assert torch.equal(p, q), name
+    # MemoryAttention disabled by its zero-initialised output: H3 = LayerNorm(H1), then BERT2 and the head
+    ln = model.bert.memory_attention.LayerNorm
+    torch.testing.assert_close(out.merged_hidden_state, ln(out.first_read_hidden_state), atol=1e-6, rtol=0)
+    hidden = ln(bert(ids, attention_mask=mask).last_hidden_state)
+    ext = create_bidirectional_mask(config=model.config, inputs_embeds=hidden, attention_mask=mask)
+    for layer in second:
+        hidden = layer(hidden, ext)
+    logits = model.qa_outputs(model.qa_activation(model.qa_ffn(hidden)))
+    got = model(ids, attention_mask=mask, document_ids=doc_ids)
+    for i in range(3):
+        n = int(mask[i].sum())
+        torch.testing.assert_close(got.start_logits[i, :n], logits[i, :n, 0], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("memory_type", ["cls", "sts", "entity"])
+def test_memories_cross_segments_but_not_documents_or_ss(memory_type):
+    ids = segments(5)
+    changed = ids.clone()
+    changed[0, 1:11] = torch.randint(5, 99, (10,), generator=torch.Generator().manual_seed(9))
+    extra = {"entity_spans": SPANS} if memory_type == "entity" else {}
+    for single_segment in (False, True):
+        model = tiny_qa(memory_type=memory_type, single_segment=single_segment)
+        a = model(ids, document_ids=DOCS, **extra).start_logits
+        b = model(changed, document_ids=DOCS, **extra).start_logits
+        assert not torch.allclose(a[0], b[0])  # the changed segment itself
+        same_doc_changed = not torch.allclose(a[1:3], b[1:3], atol=1e-6, rtol=0)
+        assert same_doc_changed is (not single_segment)
+        torch.testing.assert_close(a[3:], b[3:], atol=0, rtol=0)  # another document of the batch: untouched
+
+
+def test_entity_memory_is_identity_outside_mentions():
+    model = tiny_qa(memory_type="entity")
+    out = model.bert(segments(5), document_ids=DOCS, entity_spans=SPANS)
+    inside = torch.zeros(5, 12, dtype=torch.bool)
+    for s in range(5):
+        for a, b in SPANS[s].tolist():
+            if a >= 0:
+                inside[s, a : b + 1] = True
+    assert torch.equal(out.merged_hidden_state[~inside], out.first_read_hidden_state[~inside])
+    assert not torch.allclose(out.merged_hidden_state[inside], out.first_read_hidden_state[inside])
+
+
+def test_entity_without_spans_is_an_error():
+    model = tiny_qa(memory_type="entity")
+    with pytest.raises(ValueError, match="entity_spans"):
+        model(segments(2))
+    with pytest.raises(ValueError, match="entity_spans"):
+        model(segments(2), entity_spans=torch.tensor([[[3, 1]], [[0, 0]]]))
+
+
+def test_relative_segment_scores_and_no_op_memory_matter():
+    model = tiny_qa(memory_type="cls")
+    ids = segments(5)
+    base = model(ids, document_ids=DOCS).start_logits
+    with torch.no_grad():
+        model.bert.memory_attention.relative_segment_scores[10 + 1] = 5.0  # distance +1
+    shifted = model(ids, document_ids=DOCS).start_logits
+    assert not torch.allclose(base[1], shifted[1])  # segment 1 sees segment 0 at distance 1
+    torch.testing.assert_close(base[0], shifted[0])  # segment 0 has no memory at distance +1
+    attn = model.bert(ids, document_ids=DOCS, output_attentions=True).memory_attentions
+    assert attn.shape == (5, 12, 1 + 5)
+    torch.testing.assert_close(attn.sum(-1), torch.ones(5, 12))
+    assert torch.all(attn[:3, :, 4:] == 0) and torch.all(attn[3:, :, 1:4] == 0)  # no weight across documents
+
+
+def test_top_k_at_least_table_size_equals_dense():
+    ids = segments(5)
+    dense = tiny_qa(memory_type="sts", memory_top_k=None)(ids, document_ids=DOCS).start_logits
+    table = tiny_qa(memory_type="sts")(ids, document_ids=DOCS)  # 3 spans of 4 per segment: 15 memories
+    for k in (9, 15, 100):  # >= the largest document's table (9), or the whole batch's
+        got = tiny_qa(memory_type="sts", memory_top_k=k)(ids, document_ids=DOCS).start_logits
+        torch.testing.assert_close(got, dense, atol=1e-6, rtol=0)
+    sparse = tiny_qa(memory_type="sts", memory_top_k=2)(ids, document_ids=DOCS).start_logits
+    assert not torch.allclose(sparse, dense, atol=1e-5)
+    assert table.start_logits.shape == (5, 12)
+
+
+def test_sdpa_and_eager_memory_attention_agree():
+    ids = segments(5)
+    outs = []
+    for impl in ("eager", "sdpa"):
+        model = tiny_qa(memory_type="sts", memory_top_k=4)
+        model.set_attn_implementation(impl)
+        outs.append(model(ids, document_ids=DOCS).start_logits)
+    torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=0)
+
+
+# ----------------------------------------------------------------------------------------------- loss
+def test_or_model_loss_matches_direct_computation():
+    start = torch.tensor([[0.1, 2.0, -1.0, 0.5], [1.5, 0.0, 0.3, -9.0], [0.2, 0.4, 0.6, 0.8]])
+    end = torch.tensor([[0.3, -0.2, 1.0, 0.0], [0.0, 2.5, 0.1, -9.0], [1.0, 0.0, -1.0, 0.5]])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 1, 1]])
+    groups = torch.tensor([7, 7, 3])
+    # doc 7: answer starts at (0,1) and (1,0) [two segments], ends at (0,2) and (1,1); doc 3: start 2, end 3
+    starts = torch.tensor([[1, -1], [0, -1], [2, -1]])
+    ends = torch.tensor([[2, -1], [1, -1], [3, 3]])  # a duplicate gold position counts once
+    got = readtwice_span_loss(start, end, starts, ends, groups, mask)
+    e = math.exp
+    doc7_b = -math.log((e(2.0) + e(1.5)) / (e(0.1) + e(2.0) + e(-1.0) + e(0.5) + e(1.5) + e(0.0) + e(0.3)))
+    doc7_e = -math.log((e(1.0) + e(2.5)) / (e(0.3) + e(-0.2) + e(1.0) + e(0.0) + e(0.0) + e(2.5) + e(0.1)))
+    doc3_b = -math.log(e(0.6) / (e(0.2) + e(0.4) + e(0.6) + e(0.8)))
+    doc3_e = -math.log(e(0.5) / (e(1.0) + e(0.0) + e(-1.0) + e(0.5)))
+    expected = ((doc7_b + doc7_e) / 2 + (doc3_b + doc3_e) / 2) / 2
+    assert abs(got.item() - expected) < 1e-5
+    # a document without any gold position contributes nothing
+    none = torch.tensor([[-1], [-1], [2]])
+    got = readtwice_span_loss(start, end, none, torch.tensor([[-1], [-1], [3]]), groups, mask)
+    assert abs(got.item() - (doc3_b + doc3_e) / 2) < 1e-5
+    zero = readtwice_span_loss(start.requires_grad_(), end, -torch.ones(3, 1, dtype=torch.long),
+                               -torch.ones(3, 1, dtype=torch.long), groups, mask)
+    assert zero.item() == 0 and zero.requires_grad
+
+
+# ----------------------------------------------------------------------------------------------- read once
+@pytest.mark.parametrize("memory_type", ["cls", "entity"])
+def test_read_once_stored_equals_recomputed(memory_type):
+    model = tiny_qa(memory_type=memory_type, question_in_first_read=False, memory_top_k=3)
+    ids = segments(5)
+    questions = segments(3, length=6, seed=4)
+    q_mask = torch.ones_like(questions)
+    q_mask[2, 4:] = 0
+    q_docs = torch.tensor([0, 1, 1])
+    extra = {"entity_spans": SPANS} if memory_type == "entity" else {}
+    stored = model.encode_documents(ids, document_ids=DOCS, **extra)
+    assert isinstance(stored, ReadTwiceDocumentOutput) and stored.model_fingerprint == model.fingerprint()
+    assert stored.first_read_hidden_state.shape == (5, 12, 32)
+    a = model(question_input_ids=questions, question_attention_mask=q_mask, question_document_ids=q_docs,
+              document_states=stored)
+    b = model(ids, document_ids=DOCS, question_input_ids=questions, question_attention_mask=q_mask,
+              question_document_ids=q_docs, **extra)
+    torch.testing.assert_close(a.start_logits, b.start_logits, atol=1e-6, rtol=0)
+    assert a.start_logits.shape == (3 + 2 + 2, 6 + 12)
+    assert a.group_ids.tolist() == [0, 0, 0, 1, 1, 2, 2] and a.segment_index.tolist() == [0, 1, 2, 3, 4, 3, 4]
+    # the stored states depend on the documents only, and different questions give different answers
+    assert not torch.allclose(a.start_logits[3], a.start_logits[5])
+    other = tiny_qa(seed=5, memory_type=memory_type, question_in_first_read=False)
+    with pytest.raises(ValueError, match="another model"):
+        other(question_input_ids=questions, question_document_ids=q_docs, document_states=stored)
+    with pytest.raises(ValueError, match="question_input_ids"):
+        model(ids, document_ids=DOCS, **extra)
+
+
+def test_paper_setup_document_states_round_trip_and_errors():
+    model = tiny_qa(memory_type="sts")
+    ids = segments(5)
+    stored = model.encode_documents(ids, document_ids=DOCS)
+    torch.testing.assert_close(model(document_states=stored).start_logits,
+                               model(ids, document_ids=DOCS).start_logits, atol=0, rtol=0)
+    with pytest.raises(ValueError, match="exactly one"):
+        model(ids, document_states=stored)
+    with pytest.raises(ValueError, match="read-once"):
+        model(ids, question_input_ids=ids[:1, :4])
+    with pytest.raises(TypeError, match="ReadTwiceDocumentOutput"):
+        model(document_states={"first_read_hidden_state": stored.first_read_hidden_state})
+
+
+# ----------------------------------------------------------------------------------------------- pretraining
+def test_mlm_masking_whole_mentions_and_span_rate():
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 99, (40, 60), generator=g)
+    mask = torch.ones_like(ids)
+    spans = torch.tensor([[[2, 4], [10, 11], [30, 35]]] * 40)
+    special = torch.zeros_like(ids, dtype=torch.bool)
+    special[:, 0] = True
+    masked, labels = readtwice_mlm_masking(ids, mask, mask_token_id=4, vocab_size=99, entity_spans=spans,
+                                           special_tokens_mask=special, generator=g)
+    chosen = labels != -100
+    assert torch.equal(labels[chosen], ids[chosen]) and not chosen[:, 0].any()
+    for a, b in ((2, 4), (10, 11), (30, 35)):  # a mention is masked whole or not at all
+        block = chosen[:, a : b + 1]
+        assert torch.all(block.all(1) | ~block.any(1))
+    mention_rate = chosen[:, 2:5].all(1).float().mean().item()
+    other = torch.ones(60, dtype=torch.bool)
+    other[[0, 2, 3, 4, 10, 11, 30, 31, 32, 33, 34, 35]] = False
+    other_rate = chosen[:, other].float().mean().item()
+    assert 0.1 < mention_rate < 0.45 and abs(other_rate - 0.15) < 0.02
+    assert (masked[chosen] == 4).float().mean() > 0.6
+
+
+def test_masked_lm_loss_and_coreference():
+    torch.manual_seed(0)
+    model = ReadTwiceBertForMaskedLM(tiny_config(memory_type="entity")).train()
+    assert model.cls.predictions.decoder.weight is model.bert.embeddings.word_embeddings.weight
+    ids = segments(5)
+    masked, labels = readtwice_mlm_masking(ids, torch.ones_like(ids), 4, 99, entity_spans=SPANS,
+                                           generator=torch.Generator().manual_seed(1))
+    entity_ids = torch.tensor([[0, 1], [0, -1], [2, 1], [5, 5], [6, -1]])
+    out = model(masked, document_ids=DOCS, entity_spans=SPANS, entity_ids=entity_ids, labels=labels)
+    assert out.logits.shape == (5, 12, 99)
+    torch.testing.assert_close(out.loss, out.mlm_loss + out.coref_loss)
+    out.loss.backward()
+    assert model.bert.memory_extractor.projection.weight.grad.abs().sum() > 0
+    assert model.coref_bias.grad is not None
+    # direct computation of the coreference loss
+    values = model.bert(masked, document_ids=DOCS, entity_spans=SPANS).memory_values.detach()
+    ids_flat = torch.tensor([0, 1, 0, 2, 1, 5, 5, 6])
+    docs_flat = torch.tensor([0, 0, 0, 0, 0, 1, 1, 1])
+    terms = []
+    for m in range(8):
+        for n in range(8):
+            if m != n and docs_flat[m] == docs_flat[n]:
+                y = float(ids_flat[m] == ids_flat[n])
+                terms.append(torch.nn.functional.binary_cross_entropy_with_logits(
+                    values[m] @ values[n] + model.coref_bias.detach(), torch.tensor([y])))
+    model.eval()
+    again = model(masked, document_ids=DOCS, entity_spans=SPANS, entity_ids=entity_ids, labels=labels)
+    torch.testing.assert_close(again.coref_loss, torch.stack(terms).mean(), atol=1e-5, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------- training tools
+def tiny_features(n=4, seed=0, question_in_first_read=True):
+    g = torch.Generator().manual_seed(seed)
+    from hf_readonce.tasks.readtwice_qa import ReadTwiceQAFeature
+
+    features = []
+    for i in range(n):
+        num = 1 + i % 3
+        ids = [[2] + torch.randint(5, 99, (10,), generator=g).tolist() + [3] for _ in range(num)]
+        starts = [[4] if s == num - 1 else [] for s in range(num)]
+        ends = [[6] if s == num - 1 else [] for s in range(num)]
+        features.append(ReadTwiceQAFeature(i, ids, [[0] * 12] * num, [[(0, 1)] * 12] * num, starts, ends,
+                                           [[(4, 6)]] * num, [2, 7, 8, 3] if not question_in_first_read else None))
+    return features
+
+
+def test_trainer_step(tmp_path):
+    model = tiny_qa(memory_type="entity").train()
+    features = tiny_features()
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=2, report_to="none",
+                             use_cpu=True, save_strategy="no", learning_rate=1e-2, remove_unused_columns=False)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    trainer = Trainer(model=model, args=args, train_dataset=features,
+                      data_collator=ReadTwiceQACollator(0, with_entities=True))
+    assert trainer.label_names == ["start_positions", "end_positions"]
+    result = trainer.train()
+    assert math.isfinite(result.training_loss)
+    changed = {n for n, p in model.named_parameters() if not torch.equal(before[n], p)}
+    assert {"bert.memory_attention.no_op_memory", "bert.second_read_encoder.layer.0.output.dense.weight",
+            "bert.encoder.layer.0.attention.self.query.weight", "qa_outputs.weight"} <= changed
+
+
+def test_gradient_checkpointing_same_gradients():
+    batch = ReadTwiceQACollator(0, with_entities=True)(tiny_features())
+    grads = []
+    for checkpointing in (False, True):
+        model = tiny_qa(memory_type="entity").train()
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+            layers = list(model.bert.encoder.layer) + list(model.bert.second_read_encoder.layer)
+            assert all(layer.gradient_checkpointing for layer in layers)
+        model(**batch).loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys()
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-6, rtol=1e-5)
+
+
+def test_lora_query_value():
+    from peft import LoraConfig, get_peft_model
+
+    model = tiny_qa(memory_type="sts", question_in_first_read=False)
+    peft_model = get_peft_model(model, LoraConfig(target_modules=["query", "value"], r=4, lora_alpha=8))
+    trainable = [n for n, p in peft_model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    assert any("second_read_encoder" in n for n in trainable)
+    batch = ReadTwiceQACollator(0)(tiny_features(question_in_first_read=False))
+    out = peft_model(**batch)
+    out.loss.backward()
+    assert all(p.grad is not None for n, p in peft_model.named_parameters() if p.requires_grad)
+    stored = peft_model.base_model.model.encode_documents(batch["input_ids"], batch["attention_mask"],
+                                                          batch["token_type_ids"], batch["document_ids"])
+    again = peft_model(question_input_ids=batch["question_input_ids"],
+                       question_attention_mask=batch["question_attention_mask"],
+                       question_document_ids=batch["question_document_ids"], document_states=stored)
+    torch.testing.assert_close(again.start_logits, out.start_logits, atol=1e-5, rtol=0)
+
+
+# ----------------------------------------------------------------------------------------------- save / load
+def test_save_load_round_trip(tmp_path):
+    model = tiny_qa(memory_type="cls", memory_top_k=2)
+    model.save_pretrained(tmp_path)
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["config.json", "configuration_readtwice_bert.py", "model.safetensors",
+                     "modeling_readtwice_bert.py"]
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["model_type"] == "readtwice_bert" and config["memory_type"] == "cls" and config["memory_top_k"] == 2
+    assert config["auto_map"]["AutoModelForQuestionAnswering"].endswith("ReadTwiceBertForQuestionAnswering")
+    loaded = AutoModelForQuestionAnswering.from_pretrained(tmp_path).eval()
+    assert isinstance(loaded, ReadTwiceBertForQuestionAnswering)
+    ids = segments(5)
+    torch.testing.assert_close(loaded(ids, document_ids=DOCS).start_logits,
+                               model(ids, document_ids=DOCS).start_logits, atol=0, rtol=0)
+    base = ReadTwiceBertModel.from_pretrained(tmp_path)  # the encoder alone, second read kept (not re-copied)
+    assert torch.equal(base.second_read_encoder.layer[0].output.dense.weight,
+                       model.bert.second_read_encoder.layer[0].output.dense.weight)
+
+
+def test_remote_code_without_hf_readonce(tmp_path):
+    model = tiny_qa(memory_type="entity", question_in_first_read=False, memory_top_k=3)
+    model.save_pretrained(tmp_path / "ckpt")
+    ids, questions = segments(5), segments(3, length=6, seed=4)
+    q_docs = torch.tensor([0, 1, 1])
+    expected = model(ids, document_ids=DOCS, entity_spans=SPANS, question_input_ids=questions,
+                     question_document_ids=q_docs).start_logits
+    torch.save({"ids": ids, "docs": DOCS, "spans": SPANS, "q": questions, "qd": q_docs, "expected": expected},
+               tmp_path / "inputs.pt")
+    result = run_without_hf_readonce(f"""
+        import torch
+        try:
+            import hf_readonce
+            raise SystemExit("hf_readonce was importable")
+        except ImportError:
+            pass
+        from transformers import AutoModelForQuestionAnswering
+        model = AutoModelForQuestionAnswering.from_pretrained({str(tmp_path / 'ckpt')!r}, trust_remote_code=True).eval()
+        assert type(model).__name__ == "ReadTwiceBertForQuestionAnswering", type(model)
+        assert "hf_readonce" not in type(model).__module__, type(model).__module__
+        d = torch.load({str(tmp_path / 'inputs.pt')!r})
+        stored = model.encode_documents(d["ids"], document_ids=d["docs"], entity_spans=d["spans"])
+        got = model(question_input_ids=d["q"], question_document_ids=d["qd"], document_states=stored).start_logits
+        torch.testing.assert_close(got, d["expected"], atol=1e-6, rtol=0)
+        print("OK", got.shape)
+    """, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "OK" in result.stdout
+
+
+def test_model_folder_imports_only_torch_transformers_stdlib_and_siblings():
+    folder = REPO_ROOT / "src" / "hf_readonce" / "models" / "readtwice_bert"
+    stdlib = {"hashlib", "dataclasses", "math", "typing", "collections", "functools", "itertools", "warnings", "copy"}
+    for path in folder.glob("*_readtwice_bert.py"):
+        allowed = {"transformers"} | stdlib | ({"torch"} if path.name.startswith("modeling_") else set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    assert node.level == 1, f"{path.name}: only single-dot relative imports"
+                    continue
+                roots = [node.module.split(".")[0]]
+            elif isinstance(node, ast.Import):
+                roots = [alias.name.split(".")[0] for alias in node.names]
+            else:
+                continue
+            for root in roots:
+                assert root in allowed, f"{path.name} imports {root}"
+
+
+# ----------------------------------------------------------------------------------------------- QA glue
+def test_entity_spans_for_segment_and_heuristic():
+    offsets = [None, (0, 4), (5, 9), (9, 10), (11, 17), None]
+    assert entity_spans_for_segment(offsets, [(0, 9), (11, 17), (20, 25), (0, 9)]) == [(1, 2), (4, 4)]
+    text = "The Ring went to Mount Doom. Frodo Baggins of the Shire's hobbits"
+    found = [text[a:b] for a, b in capitalized_mentions(text)]
+    assert found == ["Ring", "Mount Doom", "Frodo Baggins of the Shire"]
+
+
+def test_postprocess_picks_best_span_across_segments():
+    examples = [{"id": "x", "context": "alpha beta gamma delta", "question": "q"}]
+    from hf_readonce.tasks.readtwice_qa import ReadTwiceQAFeature
+
+    offsets = [[None, (0, 5), (6, 10), None], [None, (11, 16), (17, 22), None]]
+    feature = ReadTwiceQAFeature(0, [[1] * 4] * 2, [[0] * 4] * 2, offsets, [[], []], [[], []], [[], []])
+    start = np.array([[9.0, 1.0, 0.0, 0.0], [0.0, 0.5, 3.0, 0.0]])  # [CLS] is never an answer
+    end = np.array([[9.0, 0.0, 1.5, 0.0], [0.0, 0.0, 2.0, 0.0]])
+    assert postprocess_readtwice_qa(examples, [feature], [(start, end, 0)]) == {"x": "delta"}
+    start[0, 1] = 10.0
+    assert postprocess_readtwice_qa(examples, [feature], [(start, end, 0)]) == {"x": "alpha beta"}
+    assert postprocess_readtwice_qa(examples, [feature], [(start, end, 0)], max_answer_length=1) == {"x": "alpha"}
+
+
+@pytest.mark.slow
+def test_minilm_warm_start_on_real_quoref_segments(data_dir):
+    from transformers import AutoTokenizer
+
+    from hf_readonce.qa import load_qa_examples, squad_em_f1
+    from hf_readonce.weights import minilm_path
+
+    path = minilm_path()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    examples, _ = load_qa_examples(data_dir / "quoref" / "validation.jsonl", limit=3)
+    features = prepare_readtwice_qa_features(tokenizer, examples, segment_length=128, segment_overlap=32,
+                                             mention_fn=capitalized_mentions)
+    assert all(f.num_segments >= 2 for f in features)
+    for example, feature in zip(examples, features):  # gold labels point at the answer text
+        answer = example["answers"]["text"][0]
+        seg = next(i for i, s in enumerate(feature.start_positions) if s)
+        o = feature.offsets[seg]
+        s, e = feature.start_positions[seg][0], feature.end_positions[seg][0]
+        assert example["context"][o[s][0] : o[e][1]] == answer
+    model = ReadTwiceBertForQuestionAnswering.from_pretrained(path, memory_type="entity", segment_length=128,
+                                                              segment_overlap=32).eval()
+    bert = BertModel.from_pretrained(path, add_pooling_layer=False).eval()
+    batch = ReadTwiceQACollator(tokenizer.pad_token_id, with_entities=True)(features)
+    with torch.no_grad():
+        out = model.bert(**{k: v for k, v in batch.items() if k not in ("start_positions", "end_positions")})
+        expected = bert(batch["input_ids"][:1], attention_mask=batch["attention_mask"][:1],
+                        token_type_ids=batch["token_type_ids"][:1]).last_hidden_state
+        torch.testing.assert_close(out.first_read_hidden_state[:1], expected, atol=1e-4, rtol=0)
+        qa = model(**batch)
+    assert torch.isfinite(qa.loss) and qa.start_logits.shape == batch["input_ids"].shape
+    assert out.memory_values.shape[0] == int((batch["entity_spans"][..., 0] >= 0).sum()) > 0
+    logits = predict_readtwice_qa(model, features, ReadTwiceQACollator(tokenizer.pad_token_id, with_entities=True))
+    scores = squad_em_f1(postprocess_readtwice_qa(examples, features, logits), examples)
+    assert 0 <= scores["f1"] <= 100
+    baseline = GlobalNormBertForQuestionAnswering.from_pretrained(path).eval()
+    with torch.no_grad():
+        assert torch.isfinite(baseline(**batch).loss)
+
+
+# ----------------------------------------------------------------------------------------------- store adapter
+@pytest.mark.parametrize("memory_type", ["sts", "entity"])
+def test_store_adapter_round_trip_equals_reading_the_documents(tmp_path, memory_type):
+    from transformers import AutoTokenizer
+
+    from hf_readonce.representations.readtwice_bert import ReadTwiceStoreAdapter
+    from hf_readonce.store import RepresentationStore, content_hash, encode_documents, get_adapter
+    from hf_readonce.weights import minilm_path
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    model = tiny_qa(memory_type=memory_type, question_in_first_read=False, memory_top_k=5,
+                    vocab_size=tokenizer.vocab_size, segment_length=24, segment_overlap=6)
+    texts = ["Frodo Baggins left the Shire with Sam. Gandalf met Frodo Baggins in Bree, and Strider led them to "
+             "Rivendell where Elrond held a council about the Ring.", "Emma Woodhouse lived at Hartfield."]
+    examples = [{"question": "Who led Frodo Baggins to Rivendell?", "context": texts[0]},
+                {"question": "Where did Emma live?", "context": texts[1]}]
+    mention_fn = capitalized_mentions if memory_type == "entity" else None
+    with pytest.raises(ValueError, match="question_in_first_read"):
+        ReadTwiceStoreAdapter(tiny_qa(vocab_size=tokenizer.vocab_size), tokenizer)
+    adapter = get_adapter(model, tokenizer, mention_fn=mention_fn)
+    assert isinstance(adapter, ReadTwiceStoreAdapter)
+    store = RepresentationStore(tmp_path / "store")
+    encode_documents(adapter, store, texts, dtype="fp32")
+    stored = store.get_many(adapter.fingerprint(), adapter.settings(), [content_hash(t) for t in texts])
+    states = adapter.document_states(stored)
+    features = prepare_readtwice_qa_features(tokenizer, examples, 24, 6, question_in_first_read=False,
+                                             mention_fn=mention_fn)
+    assert features[0].num_segments >= 3
+    batch = ReadTwiceQACollator(tokenizer.pad_token_id, with_entities=memory_type == "entity",
+                                with_labels=False)(features)
+    expected = model(**batch).start_logits
+    questions = {k: v for k, v in batch.items() if k.startswith("question_")}
+    got = model(document_states=states, **questions).start_logits
+    q = batch["question_input_ids"].shape[1]
+    mask = torch.cat([batch["question_attention_mask"][batch["document_ids"]], batch["attention_mask"]], dim=1)
+    width = min(got.shape[1], expected.shape[1])
+    torch.testing.assert_close(got[:, :width][mask[:, :width].bool()], expected[:, :width][mask[:, :width].bool()],
+                               atol=1e-5, rtol=0)
+    assert q > 0 and adapter.num_tokens(stored[0]) == int(batch["attention_mask"][batch["document_ids"] == 0].sum())
