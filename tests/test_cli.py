@@ -286,3 +286,28 @@ def test_loading_a_bert_checkpoint_is_quiet_but_says_the_head_is_untrained(tmp_p
     err = done.stderr
     assert "LOAD REPORT" not in err and "to instantiate a model of type" not in err and "pooler" not in err, err
     assert "no question-answering head" in err
+
+
+def test_console_script_help_and_info_import_no_model(tmp_path):
+    """`hf-readonce --help`, `info` and `verify` start without importing transformers' models (registration is
+    deferred in the console script); a command that loads a model registers them."""
+    code = (
+        "import sys; sys.argv[0] = 'hf-readonce'\n"
+        "from hf_readonce.cli import main\n"
+        "from hf_readonce.store import RepresentationStore\n"
+        "RepresentationStore(sys.argv[1])\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "assert main(['info', '--store', sys.argv[1]]) == 0\n"
+        "assert main(['verify', '--store', sys.argv[1], '--no-progress']) == 0\n"
+        "heavy = sorted(m for m in sys.modules if m.startswith(('transformers.models', 'hf_readonce.models')))\n"
+        "print('HEAVY', heavy)\n"
+        "import hf_readonce\n"
+        "hf_readonce.register_models()\n"
+        "from transformers import AutoConfig\n"
+        "print('REGISTERED', AutoConfig.for_model('deformer_bert').model_type)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "store")], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    assert done.returncode == 0, done.stderr
+    assert "HEAVY []" in done.stdout, done.stdout
+    assert "REGISTERED deformer_bert" in done.stdout

@@ -135,6 +135,13 @@ def main(argv=None) -> dict:
         lines.append("  " + teacher)
     for name, scores in metrics["baselines"].items():
         lines.append("  " + format_scores(f"baseline: {name.replace('_', '-')}", scores))
+    best_name, best = max(metrics["baselines"].items(), key=lambda item: item[1]["f1"])
+    has_f1 = metrics.get("cached_HasAns_f1", metrics["cached_f1"])
+    answers = metrics["cached_f1"] >= best["f1"] + 15 and has_f1 >= 40
+    lines.append(
+        f"Verdict: {'the DeFormer answers' if answers else 'the DeFormer does NOT answer well enough'}: F1 "
+        f"{metrics['cached_f1']:.2f} against {best['f1']:.2f} for the best trivial baseline ({best_name.replace('_', '-')}), "
+        f"HasAns F1 {has_f1:.2f} (goal: baseline + 15 and HasAns F1 >= 40).")
     lines += [
         f"No-answer threshold {metrics.get('null_score_diff_threshold', 0.0):.3f}, tuned on "
         f"{metrics.get('calibration_questions', 0)} held-out Disfl-QA train questions (F1 there "

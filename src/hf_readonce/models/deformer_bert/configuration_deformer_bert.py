@@ -31,6 +31,19 @@ class DeformerBertConfig(BertConfig):
         lrs_loss_weight (`float`, *optional*, defaults to 1.0):
             Weight of the layerwise representation similarity loss L_lrs; used only when teacher hidden states are
             passed to `forward`.
+        max_question_length (`int`, *optional*):
+            Question length in tokens (`[CLS] question [SEP]`) the checkpoint was trained and evaluated with;
+            recorded by the training pipeline, used as the default of `hf-readonce answer`. `None` if unknown.
+        max_passage_length (`int`, *optional*):
+            Passage window length in tokens (`[SEP]` included) the checkpoint was trained with; default of
+            `hf-readonce encode`. `None` if unknown.
+        doc_stride (`int`, *optional*):
+            Tokens shared by consecutive passage windows at training time; default of `hf-readonce encode`.
+        allow_no_answer (`bool`, *optional*):
+            Whether the checkpoint was trained to answer "" (SQuAD 2.0 style); default of `hf-readonce answer`.
+        null_score_diff_threshold (`float`, *optional*):
+            No-answer margin (logits) tuned on held-out training passages (SQuAD 2.0's `find_best_thresh`); the empty
+            answer wins when `null_score - best_span_score` exceeds it. `None` if never tuned (0 is then used).
 
     Raises:
         ValueError: if `num_decomposed_layers` is not an integer in `[0, num_hidden_layers]`, if
@@ -56,6 +69,11 @@ class DeformerBertConfig(BertConfig):
         distillation_temperature: float = 2.0,
         kd_loss_weight: float = 1.0,
         lrs_loss_weight: float = 1.0,
+        max_question_length: int | None = None,
+        max_passage_length: int | None = None,
+        doc_stride: int | None = None,
+        allow_no_answer: bool | None = None,
+        null_score_diff_threshold: float | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -88,6 +106,26 @@ class DeformerBertConfig(BertConfig):
         self.distillation_temperature = float(distillation_temperature)
         self.kd_loss_weight = float(kd_loss_weight)
         self.lrs_loss_weight = float(lrs_loss_weight)
+        for name, value, low in (("max_question_length", max_question_length, 3),
+                                 ("max_passage_length", max_passage_length, 2), ("doc_stride", doc_stride, 0)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+                raise ValueError(f"`{name}` must be None or an int >= {low}, got {value!r}.")
+        self.max_question_length = max_question_length
+        self.max_passage_length = max_passage_length
+        self.doc_stride = doc_stride
+        self.allow_no_answer = allow_no_answer
+        self.null_score_diff_threshold = null_score_diff_threshold
+
+    @classmethod
+    def get_config_dict(cls, pretrained_model_name_or_path, **kwargs):
+        """As `PreTrainedConfig.get_config_dict`, but a plain BERT checkpoint's `model_type` ("bert") reads as
+        "deformer_bert": loading BERT weights into a DeFormer is this model's intended use (its k is chosen at load
+        time), so transformers' "model of type bert to instantiate a model of type deformer_bert" warning does not
+        apply. Any other model type is left as is (and still warned about)."""
+        config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
+        if config_dict.get("model_type") == "bert":
+            config_dict = {**config_dict, "model_type": cls.model_type}
+        return config_dict, kwargs
 
 
 __all__ = ["DeformerBertConfig"]

@@ -95,6 +95,8 @@ class DeformerBertPreTrainedModel(BertPreTrainedModel):
     config: DeformerBertConfig
     base_model_prefix = "bert"
     supports_gradient_checkpointing = True
+    # BERT checkpoints carry a pooler that a QA model does not use (as `BertForQuestionAnswering` has none).
+    _keys_to_ignore_on_load_unexpected = [r"pooler\."]
 
 
 class DeformerBertModel(DeformerBertPreTrainedModel):
