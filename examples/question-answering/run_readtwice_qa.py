@@ -34,7 +34,7 @@ import numpy as np
 from transformers import AutoTokenizer, HfArgumentParser, Trainer, TrainingArguments
 
 from hf_readonce import ReadTwiceBertForQuestionAnswering
-from hf_readonce.qa import format_scores, load_qa_examples, squad_em_f1, trivial_baselines
+from hf_readonce.tasks.question_answering import format_scores, load_qa_examples, squad_em_f1, trivial_baselines
 from hf_readonce.tasks.readtwice_qa import (
     GlobalNormBertForQuestionAnswering,
     ReadTwiceQACollator,

@@ -14,10 +14,13 @@ from hf_readonce import (
     DeformerBertForQuestionAnswering,
     ReadOnceBartConfig,
     ReadOnceBartForConditionalGeneration,
+    ReadTwiceBertConfig,
+    ReadTwiceBertForQuestionAnswering,
 )
 from hf_readonce.representations import fill_store, get_adapter, registered_adapters
 from hf_readonce.store import RepresentationStore, content_hash
 from hf_readonce.tasks.question_answering import pad_batch, pair_inputs
+from hf_readonce.tasks.readtwice_qa import ReadTwiceQACollator, capitalized_mentions, prepare_readtwice_qa_features
 
 DOCUMENTS = [
     "Emma is a novel by Jane Austen, published in December 1815. It is about the perils of misconstrued romance.",
@@ -84,7 +87,41 @@ def readonce_bart_harness(tokenizer):
     return model, settings, check
 
 
-HARNESSES = {"deformer_bert": deformer_bert_harness, "readonce_bart": readonce_bart_harness}
+def readtwice_bert_harness(tokenizer):
+    torch.manual_seed(0)
+    model = ReadTwiceBertForQuestionAnswering(ReadTwiceBertConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+        intermediate_size=37, max_position_embeddings=64, segment_length=24, segment_overlap=6,
+        memory_type="entity", memory_top_k=3, span_length=4, question_in_first_read=False)).eval()
+    with torch.no_grad():  # zero at initialisation: make the memories' segment positions matter
+        model.bert.memory_attention.relative_segment_scores.normal_()
+    settings = {"mention_fn": capitalized_mentions}  # segments, overlap and memory type come from the config
+
+    def check(adapter, read):
+        examples = [{"question": QUESTION, "context": text} for text in DOCUMENTS]
+        features = prepare_readtwice_qa_features(tokenizer, examples, 24, 6, question_in_first_read=False,
+                                                 mention_fn=capitalized_mentions)
+        assert read.first_read_hidden_state.shape[0] == sum(f.num_segments for f in features) > len(DOCUMENTS)
+        batch = ReadTwiceQACollator(tokenizer.pad_token_id, with_entities=True, with_labels=False)(features)
+        itself = model(**batch)  # the model's own first read of every segment
+        questions = {key: value for key, value in batch.items() if key.startswith("question_")}
+        from_store = model(document_states=read, **questions)
+        assert from_store.group_ids.tolist() == itself.group_ids.tolist()
+        # rows are [question; segment]; the stored segments are padded to the longest one stored, so compare the
+        # real tokens only
+        mask = torch.cat([batch["question_attention_mask"][batch["document_ids"]], batch["attention_mask"]], dim=1)
+        width = min(from_store.start_logits.shape[1], itself.start_logits.shape[1])
+        real = mask[:, :width].bool()
+        assert int(real.sum()) == int(mask.sum())
+        for name in ("start_logits", "end_logits"):
+            torch.testing.assert_close(getattr(from_store, name)[:, :width][real],
+                                       getattr(itself, name)[:, :width][real], atol=1e-5, rtol=0)
+
+    return model, settings, check
+
+
+HARNESSES = {"deformer_bert": deformer_bert_harness, "readonce_bart": readonce_bart_harness,
+             "readtwice_bert": readtwice_bert_harness}
 
 
 def test_every_registered_adapter_has_a_contract_harness():
@@ -102,6 +139,8 @@ def test_store_round_trip_gives_the_models_own_outputs(model_type, tokenizer, tm
     reopened = RepresentationStore(tmp_path / "store", readonly=True)  # another process would see the same
     stored = reopened.get_many(adapter.fingerprint(), adapter.settings(), [content_hash(d) for d in DOCUMENTS])
     read = adapter.read(stored)
-    assert read.model_fingerprint == model.representation_fingerprint() == adapter.fingerprint()
+    # ReadTwice-BERT names its representation fingerprint `fingerprint()` (the model's own API)
+    model_fingerprint = getattr(model, "representation_fingerprint", None) or model.fingerprint
+    assert read.model_fingerprint == model_fingerprint() == adapter.fingerprint()
     with torch.no_grad():
         check(adapter, read)

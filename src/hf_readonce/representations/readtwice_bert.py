@@ -1,23 +1,24 @@
-"""ReadTwice-BERT store adapter: the read-once first read (BERT₁ states and the memory table) of whole documents,
-written into a [`RepresentationStore`] once and read back as the model's own input,
-[`ReadTwiceDocumentOutput`], for every question about those documents.
-
-Write side (the 0.1.0 adapter protocol: `model_type`, `fingerprint()`, `settings()`, `encode(texts)`,
-`num_tokens(tensors)`); read side: [`ReadTwiceStoreAdapter.document_states`].
-"""
+"""Representation adapter of ReadTwice-BERT: the read-once first read (BERT₁ states and the memory table) of whole
+documents, written into a [`~hf_readonce.store.RepresentationStore`] once and read back as the model's own input,
+[`ReadTwiceDocumentOutput`], for every question about those documents."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
+from transformers import PretrainedConfig
 
-from ..models.readtwice_bert.modeling_readtwice_bert import ReadTwiceDocumentOutput
-from ..store.adapters import register_adapter, tokenizer_fingerprint
+from ..models.readtwice_bert.modeling_readtwice_bert import (
+    ReadTwiceBertForQuestionAnswering,
+    ReadTwiceDocumentOutput,
+)
 from ..tasks.readtwice_qa import entity_spans_for_segment
+from .base import tokenizer_fingerprint
+from .registry import register_adapter
 
 
-class ReadTwiceStoreAdapter:
+class ReadTwiceBertAdapter:
     r"""Stores, per document, what [`ReadTwiceBertModel.encode_documents`] computes in the read-once layout
     (`question_in_first_read=False`): segments `[CLS] part [SEP]` of `config.segment_length` ids sharing
     `config.segment_overlap` tokens (token type 1), read by BERT₁, and their memories. Tensors of a document with `S`
@@ -28,6 +29,9 @@ class ReadTwiceStoreAdapter:
     - `memory_values` `(M, hidden_size)` floating; `memory_segment_index` `(M,)` int32 (segment of each memory);
     - `entity_token_mask` `(S, T)` int32 and `entity_spans` `(S, max_mentions, 2)` int32 for `memory_type="entity"`.
 
+    Segment length, overlap and memory type come from the model's config (they are part of the settings), so the
+    adapter has no command-line settings of its own.
+
     Args:
         model ([`ReadTwiceBertForQuestionAnswering`] or [`ReadTwiceBertModel`]): with `question_in_first_read=False`.
         tokenizer: its fast tokenizer.
@@ -36,12 +40,15 @@ class ReadTwiceStoreAdapter:
         batch_size (`int`, defaults to 8): documents per `encode_documents` call.
 
     Raises:
-        ValueError: if the model reads the question in its first read (nothing document-only to store), or
-            `memory_type="entity"` without `mention_fn`.
+        ValueError: if the model reads the question in its first read (nothing document-only to store),
+            `memory_type="entity"` without `mention_fn`, or `batch_size < 1`.
+        TypeError: if the tokenizer is not fast.
     """
 
     model_type = "readtwice_bert"
     representation = "readtwice_first_read/v1"
+    checkpoint_model_types = ("readtwice_bert", "bert")
+    cli_settings: dict = {}
 
     def __init__(self, model, tokenizer, mention_fn=None, batch_size: int = 8):
         config = model.config
@@ -51,8 +58,38 @@ class ReadTwiceStoreAdapter:
             )
         if config.memory_type == "entity" and mention_fn is None:
             raise ValueError("memory_type='entity' needs a `mention_fn` (entity mentions of each document).")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"`batch_size` must be an int >= 1, got {batch_size!r}.")
         self.model, self.tokenizer, self.mention_fn, self.batch_size = model, tokenizer, mention_fn, batch_size
         self._tokenizer_hash = tokenizer_fingerprint(tokenizer)
+
+    @classmethod
+    def load_model(cls, name_or_path: str, **kwargs):
+        """A [`ReadTwiceBertForQuestionAnswering`] from a `readtwice_bert` checkpoint, or from a plain `bert` one
+        (BERT₂ copied from BERT₁'s last layers, memory and QA head newly initialized: seed beforehand), in the
+        read-once layout (`question_in_first_read=False`, the default for a `bert` checkpoint).
+
+        Args:
+            name_or_path (`str`): checkpoint folder or Hub id.
+            **kwargs: passed to `from_pretrained` (config overrides such as `memory_type=` included).
+
+        Raises:
+            ValueError: if the loaded model reads the question in its first read (a checkpoint trained with
+                `question_in_first_read=True`): its first read depends on the question, so there is nothing to store.
+        """
+        config_dict, _ = PretrainedConfig.get_config_dict(name_or_path)
+        if config_dict.get("model_type") == "bert":
+            kwargs.setdefault("question_in_first_read", False)
+            # ReadTwiceBertConfig keeps a BERT checkpoint's model_type ("bert"); the registry needs its own
+            kwargs["model_type"] = cls.model_type
+        model = ReadTwiceBertForQuestionAnswering.from_pretrained(name_or_path, **kwargs)
+        if model.config.question_in_first_read:
+            raise ValueError(
+                f"{name_or_path!r} reads the question in its first read (question_in_first_read=True): its first "
+                "read depends on the question and cannot be stored. Store documents with a model trained with "
+                "question_in_first_read=False."
+            )
+        return model
 
     @property
     def _encoder(self):
@@ -70,7 +107,7 @@ class ReadTwiceStoreAdapter:
                 "mentions": getattr(self.mention_fn, "__name__", None) if self.mention_fn else None,
                 "tokenizer": self._tokenizer_hash}
 
-    def num_tokens(self, tensors: dict) -> int:
+    def num_tokens(self, tensors: Mapping[str, torch.Tensor]) -> int:
         """Segment tokens stored for one document (special tokens and overlaps included)."""
         return int(tensors["attention_mask"].sum())
 
@@ -144,24 +181,32 @@ class ReadTwiceStoreAdapter:
             result.append(tensors)
         return result
 
-    def document_states(self, documents: Sequence[dict[str, torch.Tensor]], device=None) -> ReadTwiceDocumentOutput:
-        """Read side: stored tensors of several documents (as returned by [`encode`] or the store) -> one
-        [`ReadTwiceDocumentOutput`] with `document_ids` 0..len(documents)-1 (pass them as `question_document_ids`),
-        carrying this model's fingerprint; feed it to `model(question_input_ids=..., document_states=...)`.
+    def read(self, stored: Sequence[Mapping[str, torch.Tensor]], *, device=None,
+             dtype=None) -> ReadTwiceDocumentOutput:
+        """The model's input again: stored tensors of several documents (as written by [`encode`], e.g.
+        `store.get_many(...)`) -> one [`ReadTwiceDocumentOutput`] with `document_ids` 0..len(stored)-1 (pass them as
+        `question_document_ids`), carrying this model's fingerprint; feed it to
+        `model(question_input_ids=..., question_document_ids=..., document_states=...)`.
+
+        Args:
+            stored (`Sequence[dict]`): tensors of documents as written by [`encode`].
+            device, dtype: where and in which floating dtype to put the states (default: as stored, on CPU).
+
+        Returns:
+            [`ReadTwiceDocumentOutput`]: segments of every document in order, right-padded to the longest one.
 
         Raises:
-            ValueError: if `documents` is empty.
+            ValueError: if `stored` is empty.
         """
-        if not documents:
-            raise ValueError("`documents` is empty.")
-        dtype = self._encoder.dtype
-        device = device if device is not None else self._encoder.device
-        width = max(int(t["attention_mask"].shape[1]) for t in documents)
+        if not stored:
+            raise ValueError("nothing to read: `stored` is empty.")
+        dtype = dtype or stored[0]["first_read_hidden_state"].dtype
+        width = max(int(t["attention_mask"].shape[1]) for t in stored)
         hidden = self.model.config.hidden_size
         states, masks, doc_ids, positions, entity = [], [], [], [], []
         values, mem_doc, mem_pos, mem_seg = [], [], [], []
         offset = 0
-        for d, t in enumerate(documents):
+        for d, t in enumerate(stored):
             s, length = t["attention_mask"].shape
             pad = width - length
             states.append(torch.nn.functional.pad(t["first_read_hidden_state"].to(dtype), (0, 0, 0, pad)))
@@ -190,7 +235,14 @@ class ReadTwiceStoreAdapter:
             model_fingerprint=self.fingerprint(),
         )
 
+    def document_states(self, documents: Sequence[Mapping[str, torch.Tensor]], device=None,
+                        dtype=None) -> ReadTwiceDocumentOutput:
+        """The name before the adapter protocol had a read side: [`read`]."""
+        return self.read(documents, device=device, dtype=dtype)
 
-register_adapter("readtwice_bert", ReadTwiceStoreAdapter)
 
-__all__ = ["ReadTwiceStoreAdapter"]
+ReadTwiceStoreAdapter = ReadTwiceBertAdapter  # the name before the adapter registry
+
+__all__ = ["ReadTwiceBertAdapter", "ReadTwiceStoreAdapter"]
+
+register_adapter("readtwice_bert", ReadTwiceBertAdapter)

@@ -492,7 +492,7 @@ def test_postprocess_picks_best_span_across_segments():
 def test_minilm_warm_start_on_real_quoref_segments(data_dir):
     from transformers import AutoTokenizer
 
-    from hf_readonce.qa import load_qa_examples, squad_em_f1
+    from hf_readonce.tasks.question_answering import load_qa_examples, squad_em_f1
     from hf_readonce.weights import minilm_path
 
     path = minilm_path()
@@ -532,8 +532,9 @@ def test_minilm_warm_start_on_real_quoref_segments(data_dir):
 def test_store_adapter_round_trip_equals_reading_the_documents(tmp_path, memory_type):
     from transformers import AutoTokenizer
 
-    from hf_readonce.representations.readtwice_bert import ReadTwiceStoreAdapter
-    from hf_readonce.store import RepresentationStore, content_hash, encode_documents, get_adapter
+    from hf_readonce.representations import fill_store, get_adapter
+    from hf_readonce.representations.readtwice_bert import ReadTwiceBertAdapter, ReadTwiceStoreAdapter
+    from hf_readonce.store import RepresentationStore, content_hash
     from hf_readonce.weights import minilm_path
 
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
@@ -545,13 +546,16 @@ def test_store_adapter_round_trip_equals_reading_the_documents(tmp_path, memory_
                 {"question": "Where did Emma live?", "context": texts[1]}]
     mention_fn = capitalized_mentions if memory_type == "entity" else None
     with pytest.raises(ValueError, match="question_in_first_read"):
-        ReadTwiceStoreAdapter(tiny_qa(vocab_size=tokenizer.vocab_size), tokenizer)
+        ReadTwiceBertAdapter(tiny_qa(vocab_size=tokenizer.vocab_size), tokenizer)
     adapter = get_adapter(model, tokenizer, mention_fn=mention_fn)
-    assert isinstance(adapter, ReadTwiceStoreAdapter)
+    assert type(adapter) is ReadTwiceBertAdapter and ReadTwiceStoreAdapter is ReadTwiceBertAdapter
     store = RepresentationStore(tmp_path / "store")
-    encode_documents(adapter, store, texts, dtype="fp32")
+    fill_store(adapter, store, texts, dtype="float32")
     stored = store.get_many(adapter.fingerprint(), adapter.settings(), [content_hash(t) for t in texts])
-    states = adapter.document_states(stored)
+    states = adapter.read(stored)
+    assert isinstance(states, ReadTwiceDocumentOutput)
+    torch.testing.assert_close(adapter.document_states(stored).first_read_hidden_state,
+                               states.first_read_hidden_state, atol=0, rtol=0)  # the name before `read`
     features = prepare_readtwice_qa_features(tokenizer, examples, 24, 6, question_in_first_read=False,
                                              mention_fn=mention_fn)
     assert features[0].num_segments >= 3
@@ -566,3 +570,23 @@ def test_store_adapter_round_trip_equals_reading_the_documents(tmp_path, memory_
     torch.testing.assert_close(got[:, :width][mask[:, :width].bool()], expected[:, :width][mask[:, :width].bool()],
                                atol=1e-5, rtol=0)
     assert q > 0 and adapter.num_tokens(stored[0]) == int(batch["attention_mask"][batch["document_ids"] == 0].sum())
+
+
+def test_store_adapter_loads_readtwice_and_bert_checkpoints_for_storing(tmp_path):
+    from hf_readonce.representations import get_adapter_class
+    from hf_readonce.representations.readtwice_bert import ReadTwiceBertAdapter
+
+    assert get_adapter_class("readtwice_bert") is ReadTwiceBertAdapter and ReadTwiceBertAdapter.cli_settings == {}
+    tiny_qa(question_in_first_read=False).save_pretrained(tmp_path / "read_once")
+    model = ReadTwiceBertAdapter.load_model(str(tmp_path / "read_once"))
+    assert isinstance(model, ReadTwiceBertForQuestionAnswering) and not model.config.question_in_first_read
+    tiny_qa().save_pretrained(tmp_path / "paper")  # question_in_first_read=True: nothing document-only to store
+    with pytest.raises(ValueError, match="question_in_first_read=True"):
+        ReadTwiceBertAdapter.load_model(str(tmp_path / "paper"))
+    torch.manual_seed(0)
+    BertModel(BertConfig(**TINY), add_pooling_layer=False).save_pretrained(tmp_path / "bert")
+    model = ReadTwiceBertAdapter.load_model(str(tmp_path / "bert"), memory_type="sts", span_length=4)
+    assert model.config.model_type == "readtwice_bert" and not model.config.question_in_first_read
+    assert model.config.memory_type == "sts"
+    with pytest.raises(ValueError, match="question_in_first_read=True"):
+        ReadTwiceBertAdapter.load_model(str(tmp_path / "bert"), question_in_first_read=True)
