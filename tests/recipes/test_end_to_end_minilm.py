@@ -75,23 +75,29 @@ def test_demo_command(data_dir, tmp_path, capsys):
 
 
 def test_reference_checkpoint_answers_far_above_trivial_baselines(data_dir):
-    """The shipped full MiniLM QA model extracts answers: on answerable Disfl-QA validation questions (a slice, for
-    time) its F1 is far above the first-span and first-sentence heuristics. Fails on a collapsed model."""
-    from hf_readonce.qa import postprocess, predict_pairs, score_qa, trivial_baselines
-
+    """The shipped full MiniLM QA model extracts answers: on a slice of Quoref validation (80 questions, for time;
+    26.5 F1 when measured) its F1 is well above the first-span and first-sentence heuristics (10.1 and 6.3 there).
+    Fails on a model that collapsed to a position or to empty answers."""
+    from hf_readonce.tasks.question_answering import (
+        postprocess_qa_predictions,
+        predict_pairs,
+        score_qa,
+        trivial_baselines,
+    )
     from hf_readonce.weights import reference_qa_path
 
     path = reference_qa_path()
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = BertForQuestionAnswering.from_pretrained(path, dtype=torch.float32).eval()
-    rows = [r for r in read_jsonl(data_dir / "disfl_qa" / "validation.jsonl") if r["answers"]["text"]][:120]
+    rows = read_jsonl(data_dir / "quoref" / "validation.jsonl")[:80]
     features, windows, _ = build_features(rows, tokenizer, max_question_length=48, max_passage_length=208,
                                           doc_stride=64)
-    scores = score_qa(postprocess(rows, features, windows, predict_pairs(model, features, windows, batch_size=32)),
-                      rows)
-    baselines = trivial_baselines(rows)
-    best_baseline = max(b["f1"] for b in baselines.values())
-    assert scores["f1"] > 40.0 and scores["f1"] > best_baseline + 20.0, (scores, baselines)
+    predictions = postprocess_qa_predictions(rows, features, windows,
+                                             predict_pairs(model, features, windows, batch_size=32))
+    scores = score_qa(predictions, rows)
+    best_baseline = max(b["f1"] for b in trivial_baselines(rows).values())
+    assert scores["f1"] > best_baseline + 10.0, (scores, best_baseline)
+    assert len({p for p in predictions.values()}) > len(rows) // 2  # not one answer for everything
 
 
 def test_reference_checkpoint_checksum_is_verified(tmp_path):

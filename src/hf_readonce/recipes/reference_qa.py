@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import random
+import tempfile
 import time
 from pathlib import Path
 
@@ -149,7 +150,7 @@ def evaluate(args) -> dict:
                                   doc_stride=args.doc_stride, allow_no_answer=has_unanswerable,
                                   calibration_fraction=CALIBRATION_FRACTION if has_unanswerable else 0.0,
                                   eval_paths="pairs")
-        out_dir = Path(args.model_dir) / "eval" / name
+        out_dir = Path(tempfile.mkdtemp(prefix=f"reference-eval-{name}-"))  # nothing extra beside the weights
         training_args = TrainingArguments(output_dir=str(out_dir), do_train=False, do_eval=True, report_to="none",
                                           use_cpu=not torch.cuda.is_available())
         start = time.perf_counter()
