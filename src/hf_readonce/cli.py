@@ -104,6 +104,8 @@ def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, d
             model, info = adapter_class.load_model(name_or_path, output_loading_info=True, **extra)
         else:
             model, info = adapter_class.load_model(name_or_path, **extra), {}
+    except (ValueError, TypeError) as error:  # e.g. a checkpoint whose representations cannot be stored
+        raise CommandError(f"cannot use model {name_or_path!r}: {error}") from None
     finally:
         hf_logging.set_verbosity(verbosity)
     if any(key.startswith("qa_outputs") for key in info.get("missing_keys", [])):
