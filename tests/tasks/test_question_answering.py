@@ -125,7 +125,7 @@ def _rows():
 
 
 def test_find_best_null_threshold_maximizes_f1():
-    from hf_readonce.qa import find_best_null_threshold
+    from hf_readonce.tasks.question_answering import find_best_null_threshold
 
     rows = _rows()
     spans = {"a": "Paris", "b": "France", "c": "cat", "d": "dog"}
@@ -160,7 +160,7 @@ def test_postprocess_threshold_moves_the_no_answer_decision(tokenizer):
 
 
 def test_scores_split_answerable_and_unanswerable_with_baselines():
-    from hf_readonce.qa import format_scores, score_qa, trivial_baselines
+    from hf_readonce.tasks.question_answering import format_scores, score_qa, trivial_baselines
 
     rows = _rows()
     scores = score_qa({"a": "Paris", "b": "", "c": "a dog", "d": "dog"}, rows)
