@@ -241,18 +241,42 @@ def predict_pairs(model, features, windows, batch_size: int = 32, pad_token_id: 
     return out
 
 
+@dataclass
+class PassageWindowCache:
+    """Lower-layer passage states of many windows, as [`encode_windows`] returns them and [`predict_cached`] reads
+    them, with the fingerprint and k of the model that computed them (checked by the model when it reads them).
+
+    Attributes:
+        states (`dict[tuple[int, int], torch.Tensor]`): `(passage_index, window_index)` -> unpadded states of shape
+            `(window_length, hidden_size)`; `cache[(p, w)]` reads it too.
+        model_fingerprint (`str`, *optional*): the model's `representation_fingerprint()`.
+        num_decomposed_layers (`int`, *optional*): the k the states were computed with.
+    """
+
+    states: dict = field(default_factory=dict, repr=False)
+    model_fingerprint: str | None = None
+    num_decomposed_layers: int | None = None
+
+    def __getitem__(self, key):
+        return self.states[key]
+
+    def __setitem__(self, key, value):
+        self.states[key] = value
+
+
 @torch.no_grad()
-def encode_windows(model, windows, batch_size: int = 32, pad_token_id: int = 0):
+def encode_windows(model, windows, batch_size: int = 32, pad_token_id: int = 0) -> PassageWindowCache:
     """Encode every window once with `model.encode_passages`.
 
     Returns:
-        `dict[(passage_index, window_index), torch.Tensor]`: unpadded states `(window_length, hidden_size)`.
+        [`PassageWindowCache`]: unpadded states `(window_length, hidden_size)` per `(passage_index, window_index)`,
+        with the model's fingerprint and k.
     """
     model.eval()
     device = next(model.parameters()).device
     flat = [(p, w, window) for p, ws in enumerate(windows) for w, window in enumerate(ws)]
     flat.sort(key=lambda item: len(item[2].input_ids))
-    cache = {}
+    cache = PassageWindowCache()
     for batch in _batches(len(flat), batch_size):
         items = [flat[i] for i in batch]
         ids = pad_batch([item[2].input_ids for item in items], pad_token_id).to(device)
@@ -260,20 +284,20 @@ def encode_windows(model, windows, batch_size: int = 32, pad_token_id: int = 0):
         states = model.encode_passages(ids, attention_mask=mask)
         for row, (p, w, window) in enumerate(items):
             cache[(p, w)] = states.last_hidden_state[row, : len(window.input_ids)]
-        fingerprint, k = states.model_fingerprint, states.num_decomposed_layers
-    cache["__meta__"] = {"model_fingerprint": fingerprint, "num_decomposed_layers": k}
+        cache.model_fingerprint, cache.num_decomposed_layers = states.model_fingerprint, states.num_decomposed_layers
     return cache
 
 
 @torch.no_grad()
 def predict_cached(model, features, cache, batch_size: int = 32, pad_token_id: int = 0):
     """Start/end logits over each feature's window, reading only the question and taking the passage's lower-layer
-    states from `cache` (from [`encode_windows`] or a store). Same layout as [`predict_pairs`]."""
+    states from `cache` (a [`PassageWindowCache`] from [`encode_windows`] or a store). Same layout as
+    [`predict_pairs`]."""
     from ..models.deformer_bert.modeling_deformer_bert import DeformerPassageOutput
 
     model.eval()
     device = next(model.parameters()).device
-    meta = cache["__meta__"]
+    meta = {"model_fingerprint": cache.model_fingerprint, "num_decomposed_layers": cache.num_decomposed_layers}
     out = []
     for batch in _batches(len(features), batch_size):
         questions = [features[i]["question_ids"] for i in batch]
@@ -511,6 +535,7 @@ def squad_em_f1(predictions: dict[str, str], examples: Sequence[dict]) -> dict[s
 
 __all__ = [
     "PassageWindow",
+    "PassageWindowCache",
     "always_empty_predictions",
     "build_features",
     "find_best_null_threshold",

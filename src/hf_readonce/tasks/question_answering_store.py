@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from ..representations.deformer_bert import DeformerBertAdapter
 from ..representations.fill import fill_store
 from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore, content_hash
-from .question_answering import postprocess_qa_predictions, predict_cached, tokenize_questions
+from .question_answering import PassageWindowCache, postprocess_qa_predictions, predict_cached, tokenize_questions
 
 
 def find_deformer_space(store: RepresentationStore, model, tokenizer) -> dict:
@@ -105,7 +105,6 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
     by_passage: dict[int, list[int]] = {}
     for i, example in enumerate(examples):
         by_passage.setdefault(contexts[example["context"]], []).append(i)
-    meta = {"model_fingerprint": fingerprint, "num_decomposed_layers": settings["num_decomposed_layers"]}
     pad = tokenizer.pad_token_id or 0
     if n_best is not None:
         n_best_size = n_best
@@ -116,7 +115,9 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
     for chunk_start in range(0, len(texts), passages_per_chunk):
         chunk = range(chunk_start, min(chunk_start + passages_per_chunk, len(texts)))
         stored = store.get_many(fingerprint, settings, [hashes[p] for p in chunk])
-        windows, cache = [], {"__meta__": meta}
+        windows = []
+        cache = PassageWindowCache(model_fingerprint=fingerprint,
+                                   num_decomposed_layers=settings["num_decomposed_layers"])
         chunk_examples, features = [], []
         for local, (p, tensors) in enumerate(zip(chunk, stored)):
             doc_windows, states = adapter.unpack(tensors, local)
