@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-import string
 import warnings
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,8 +19,6 @@ import numpy as np
 import torch
 
 from .jsonl import read_jsonl  # re-exported: the one JSONL reader lives in tasks/jsonl.py
-
-_PUNCTUATION = set(string.punctuation)
 
 
 @dataclass
@@ -381,29 +377,6 @@ def postprocess_qa_predictions(examples, features, windows, logits, n_best_size:
     return predictions
 
 
-def _normalize_answer(text: str) -> str:
-    """SQuAD's official answer normalization: lower case, no punctuation, no articles, single spaces."""
-    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
-    text = re.sub(r"\b(a|an|the)\b", " ", text)
-    return " ".join(text.split())
-
-
-def _f1(prediction: str, gold: str) -> float:
-    prediction_tokens, gold_tokens = _normalize_answer(prediction).split(), _normalize_answer(gold).split()
-    if not prediction_tokens or not gold_tokens:
-        return float(prediction_tokens == gold_tokens)
-    common = Counter(prediction_tokens) & Counter(gold_tokens)
-    same = sum(common.values())
-    if same == 0:
-        return 0.0
-    precision, recall = same / len(prediction_tokens), same / len(gold_tokens)
-    return 2 * precision * recall / (precision + recall)
-
-
-def _gold_texts(example: dict) -> list[str]:
-    return list((example.get("answers") or {}).get("text") or [""])
-
-
 def find_best_null_threshold(best_spans: dict[str, str], score_diffs: dict[str, float],
                              examples: Sequence[dict]) -> tuple[float, float]:
     """The `null_score_diff_threshold` that maximizes F1 on `examples` (SQuAD 2.0's `find_best_thresh`): the empty
@@ -427,7 +400,8 @@ def find_best_null_threshold(best_spans: dict[str, str], score_diffs: dict[str, 
     missing = [k for k in keys if k not in score_diffs]
     if missing:
         raise ValueError(f"no score_diff for example id(s) {missing[:5]}.")
-    span_f1 = np.array([max(_f1(best_spans[k], g) for g in _gold_texts(e)) for k, e in zip(keys, examples)])
+    # each best span scored alone by the same scorer as the reported metrics ([`squad_em_f1`]), as a fraction
+    span_f1 = np.array([squad_em_f1({k: best_spans[k]}, [{**e, "id": k}])["f1"] / 100 for k, e in zip(keys, examples)])
     null_f1 = np.array([float(not (e.get("answers") or {}).get("text")) for e in examples])
     diffs = np.array([score_diffs[k] for k in keys], dtype=np.float64)
     order = np.argsort(-diffs)  # thresholds just below each diff: the first j examples become empty answers
