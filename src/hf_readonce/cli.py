@@ -145,15 +145,14 @@ def _adapter_settings(args, adapter_class) -> dict:
 
 
 def _open_store(path: str, readonly: bool = False, create: bool = True, command: str = "answer"):
-    from .store import RepresentationStore
+    from .store import RepresentationStore, StoreNotFoundError
 
-    location = Path(path)
-    if not create and not (location / "store.json").is_file() and not (location.is_dir() and any(location.iterdir())):
-        hint = ("run `hf-readonce encode MODEL --documents FILE.jsonl --store {0}` first"
-                + (", or pass --encode-missing" if command == "answer" else "")).format(path)
-        raise CommandError(f"no store at {path} ({hint}).")
     try:
         return RepresentationStore(path, readonly=readonly, create=create)
+    except StoreNotFoundError:  # said in the CLI's words, with the command that makes one
+        hint = ("run `hf-readonce encode MODEL --documents FILE.jsonl --store {0}` first"
+                + (", or pass --encode-missing" if command == "answer" else "")).format(path)
+        raise CommandError(f"no store at {path} ({hint}).") from None
     except (ValueError, TypeError, PermissionError) as error:
         raise CommandError(str(error)) from None
 

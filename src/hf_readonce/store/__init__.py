@@ -22,6 +22,7 @@ from .errors import (
     ReadOnlyStoreError,
     RepresentationMismatchError,
     StoreError,
+    StoreNotFoundError,
 )
 from .keys import (
     DocumentEntry,
@@ -73,6 +74,7 @@ __all__ = [
     "DocumentEntry",
     "MissingRepresentationError",
     "ReadOnlyStoreError",
+    "StoreNotFoundError",
     "RepresentationKey",
     "RepresentationMismatchError",
     "RepresentationSpace",

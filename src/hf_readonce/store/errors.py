@@ -35,9 +35,13 @@ class CorruptedShardError(StoreError, ValueError):
         self.documents = list(documents)
 
 
+class StoreNotFoundError(StoreError, ValueError):
+    """No store exists at the path, and the store was opened with `create=False` or `readonly=True`."""
+
+
 class ReadOnlyStoreError(StoreError, PermissionError):
     """A write was attempted on a store opened read-only or on a directory that cannot be written."""
 
 
 __all__ = ["CorruptedShardError", "MissingRepresentationError", "ReadOnlyStoreError", "RepresentationMismatchError",
-           "StoreError"]
+           "StoreError", "StoreNotFoundError"]

@@ -44,6 +44,7 @@ from .errors import (
     MissingRepresentationError,
     ReadOnlyStoreError,
     RepresentationMismatchError,
+    StoreNotFoundError,
 )
 from .keys import (
     DocumentEntry,
@@ -82,7 +83,8 @@ class RepresentationStore:
 
     Raises:
         ValueError: if `path` is a file, is a non-empty directory that is not a store, or holds a store of an
-            unknown format version; if the store does not exist and `create=False` or `readonly=True`.
+            unknown format version.
+        StoreNotFoundError: (a `ValueError`) if the store does not exist and `create=False` or `readonly=True`.
         ReadOnlyStoreError: if the store must be created but the directory cannot be written.
 
     Example:
@@ -116,7 +118,7 @@ class RepresentationStore:
                     "pass an empty or new directory."
                 )
             if not create or readonly:
-                raise ValueError(f"no store at {self.path} (and `create=False` or `readonly=True`).")
+                raise StoreNotFoundError(f"no store at {self.path} (and `create=False` or `readonly=True`).")
             self._create()
         self._manifests_loaded: set[str] = set()
         self._entries: dict[RepresentationKey, DocumentEntry] = {}  # plain (space, hash) tuples hash the same
