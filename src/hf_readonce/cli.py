@@ -73,10 +73,10 @@ def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, d
         CommandError: if the checkpoint cannot be loaded or no adapter is registered for its model type.
     """
     from transformers import AutoConfig, AutoTokenizer, set_seed
-    from transformers.utils import logging as hf_logging
 
     from . import register_models
     from .representations import get_adapter_class, registered_adapters
+    from .weights import load_quietly
 
     register_models()  # the console script defers it (fast --help/info/verify); loading a model needs it
 
@@ -97,17 +97,13 @@ def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, d
     set_seed(seed)
     # transformers' load report would list BERT's unused `pooler` (expected: a QA model has none); what matters to
     # a user, a missing QA head, is said below in one line.
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
     try:
         if adapter_class.model_type == "deformer_bert":
-            model, info = adapter_class.load_model(name_or_path, output_loading_info=True, **extra)
+            model, info = load_quietly(adapter_class.load_model, name_or_path, output_loading_info=True, **extra)
         else:
-            model, info = adapter_class.load_model(name_or_path, **extra), {}
+            model, info = load_quietly(adapter_class.load_model, name_or_path, **extra), {}
     except (ValueError, TypeError) as error:  # e.g. a checkpoint whose representations cannot be stored
         raise CommandError(f"cannot use model {name_or_path!r}: {error}") from None
-    finally:
-        hf_logging.set_verbosity(verbosity)
     if any(key.startswith("qa_outputs") for key in info.get("missing_keys", [])):
         print(f"hf-readonce: note: {name_or_path} has no question-answering head; it was initialized at random "
               f"(seed {seed}), so answers are meaningless until the model is fine-tuned for QA.", file=sys.stderr)

@@ -63,6 +63,25 @@ def gpt2_tiktoken_path() -> Path:
     return path
 
 
+def load_quietly(loader, *args, **kwargs):
+    """Call a `from_pretrained`-style `loader(*args, **kwargs)` with transformers' logging at ERROR, so its load
+    report (a BERT checkpoint loaded as a DeFormer lists BERT's unused `pooler`, which a QA model never has) and its
+    model-type notes are not printed. Errors still raise; the previous verbosity is restored in every case.
+
+    Returns:
+        Whatever `loader` returns (with `output_loading_info=True`, the `(model, info)` pair, so a caller can still
+        report what matters, e.g. a missing QA head).
+    """
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        return loader(*args, **kwargs)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
 def sha256_file(path: Path, chunk_bytes: int = 1 << 20) -> str:
     """Hex SHA-256 of a file, read in `chunk_bytes` chunks (default 1 MiB)."""
     digest = hashlib.sha256()
@@ -135,6 +154,7 @@ def reference_qa_path(verify: bool = True) -> Path:
 
 __all__ = [
     "gpt2_tiktoken_path",
+    "load_quietly",
     "minilm_path",
     "reference_qa_path",
     "sha256_file",

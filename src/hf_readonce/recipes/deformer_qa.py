@@ -37,7 +37,7 @@ from ..tasks.question_answering import (
     trivial_baselines,
 )
 from ..tasks.trainers import DeformerDistillationTrainer
-from ..weights import minilm_path
+from ..weights import load_quietly, minilm_path
 from .reference_qa import split_calibration
 
 logger = logging.getLogger(__name__)
@@ -116,19 +116,6 @@ def _record_qa_settings(config, data_args: DataArguments, threshold: float | Non
         config.null_score_diff_threshold = float(threshold)
 
 
-def _load_quietly(loader, *args, **kwargs):
-    """Call a `from_pretrained` with transformers' load report silenced (a BERT checkpoint loaded as a DeFormer
-    reports its `pooler` as unused, which is expected here); real errors still raise."""
-    from transformers.utils import logging as hf_logging
-
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        return loader(*args, **kwargs)
-    finally:
-        hf_logging.set_verbosity(verbosity)
-
-
 def run(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> dict:
     """Fine-tune (with `training_args.do_train`) and evaluate (with `do_eval`) a DeFormer QA model.
 
@@ -152,7 +139,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
     extra = {}
     if model_args.num_decomposed_layers is not None:
         extra["num_decomposed_layers"] = model_args.num_decomposed_layers
-    model = _load_quietly(
+    model = load_quietly(
         DeformerBertForQuestionAnswering.from_pretrained,
         path,
         kd_loss_weight=model_args.kd_loss_weight,
@@ -214,7 +201,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
             processing_class=tokenizer,
         )
         if model_args.teacher_model_name_or_path:
-            teacher = _load_quietly(AutoModelForQuestionAnswering.from_pretrained,
+            teacher = load_quietly(AutoModelForQuestionAnswering.from_pretrained,
                                     model_args.teacher_model_name_or_path, dtype=torch.float32)
             trainer = DeformerDistillationTrainer(teacher_model=teacher, **trainer_kwargs)
         else:
