@@ -211,6 +211,33 @@ def test_auxiliary_losses():
               teacher_start_logits=t.start_logits[:, :-1], teacher_end_logits=t.end_logits)
 
 
+def test_losses_follow_the_authors_code():
+    """L_kd = T^2 KL(teacher || student) (the authors' `kl_div_loss`: sum teacher * (log teacher - log student)) and
+    L_lrs = mean over the upper layers k+1..n of the per-element squared error over real tokens (their
+    `mean_squared_error` per upper-encoder output divided by the number of upper layers)."""
+    model = tiny_deformer(k=1)  # 4 layers: upper layers 2..4
+    (ids, types, mask), _, _ = make_pairs([5, 6], [7, 8])
+    student = model(ids, mask, types, output_hidden_states=True)
+    t = tiny_deformer(k=0, seed=3)(ids, mask, types, output_hidden_states=True)
+    real = mask.bool()
+    temperature = model.config.distillation_temperature
+    expected = 0.0
+    for b in range(ids.shape[0]):
+        p_t = torch.softmax(t.start_logits[b][real[b]] / temperature, -1)
+        p_s = torch.softmax(student.start_logits[b][real[b]] / temperature, -1)
+        expected += (p_t * (p_t.log() - p_s.log())).sum()
+    expected = expected / ids.shape[0] * temperature**2
+    torch.testing.assert_close(model.distillation_loss(student.start_logits, t.start_logits, real), expected,
+                               atol=1e-5, rtol=1e-5)
+    n = model.config.num_hidden_layers
+    per_layer = [((student.hidden_states[i] - t.hidden_states[i])[real] ** 2).mean() for i in range(2, n + 1)]
+    lrs = model.layerwise_similarity_loss(student.hidden_states, t.hidden_states, real)
+    torch.testing.assert_close(lrs, torch.stack(per_layer).mean(), atol=1e-6, rtol=1e-5)
+    # the output of the last decomposed layer (index k) is not compared, and k = n leaves nothing to align
+    n_layers = model.config.num_hidden_layers
+    assert tiny_deformer(k=n_layers).layerwise_similarity_loss(student.hidden_states, t.hidden_states, real) == 0
+
+
 def test_distillation_trainer_step(tmp_path):
     student = tiny_deformer(k=2).train()
     teacher = tiny_deformer(k=0, seed=5)

@@ -426,13 +426,24 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
     [`~transformers.modeling_outputs.QuestionAnsweringModelOutput`]. With `num_decomposed_layers=0` it is numerically
     identical to `BertForQuestionAnswering`.
 
-    Training loss (DeFormer, "auxiliary supervision"):
-    `loss = L_span + kd_loss_weight * L_kd + lrs_loss_weight * L_lrs`, where L_span is BERT's start/end
-    cross-entropy, L_kd = T^2 * KL(P_teacher^T || P_deformer^T) over start and end distributions at temperature
-    T = `distillation_temperature` (averaged over start and end), and
-    L_lrs = sum over layers i = k..n of the mean squared difference between the DeFormer's and the teacher's
-    hidden states of the real (non-padding) tokens. The auxiliary terms are added only when the teacher's outputs
-    are passed (see [`hf_readonce.DeformerDistillationTrainer`], which runs the teacher).
+    Training loss (DeFormer §3, "auxiliary supervision"), as the authors' code defines it
+    (StonyBrookNLP/deformer, `tasks/qa_sbert.py` with `config/sbert_qa.ini`'s defaults `ce_gama = kd_alpha =
+    kd_mse_beta = 1`, `kd_temperature = 2`):
+    `loss = L_span + kd_loss_weight * L_kd + lrs_loss_weight * L_lrs`, where
+
+    - L_span is BERT's start/end cross-entropy, averaged over start and end;
+    - L_kd = T^2 * KL(P_full^T || P_DeFormer^T), averaged over start and end, at temperature
+      T = `distillation_temperature`: the teacher's distribution is the reference, as in the authors' code
+      (`kl_div_loss`: sum teacher * (log teacher - log student)) and in Hinton et al.; the slides write the arguments
+      the other way round (D_KL(P_DeFormer || P_Full)); we follow the code, whose figures the paper reports;
+    - L_lrs = the mean over the n - k upper layers i = k+1..n of the mean squared difference between the
+      DeFormer's and the full model's outputs of layer i, over every real token and hidden unit (the authors'
+      `tf.losses.mean_squared_error` per upper-encoder output, divided by the number of upper layers). One deviation:
+      padding positions are excluded from the mean (the original's fixed-length TPU batches include them), so the
+      loss does not depend on how a batch was padded.
+
+    The auxiliary terms are added only when the teacher's outputs are passed (see
+    [`hf_readonce.DeformerDistillationTrainer`], which runs the teacher).
     """
 
     # The loss is a batch mean (span + auxiliary terms): Trainer must scale it for gradient accumulation itself.
@@ -570,8 +581,11 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
     def layerwise_similarity_loss(
         self, student_states: tuple[torch.Tensor, ...], teacher_states: tuple[torch.Tensor, ...], mask: torch.Tensor
     ) -> torch.Tensor:
-        r"""Layerwise representation similarity L_lrs = sum_{i=k}^{n} mean_j ||v_j^i - u_j^i||^2 / hidden_size,
-        over the real tokens j of each example (u: DeFormer, v: teacher; index 0 is the embedding output).
+        r"""Layerwise representation similarity
+        L_lrs = 1 / (n - k) * sum_{i=k+1}^{n} mean_j ||v_j^i - u_j^i||^2 / hidden_size,
+        over the real tokens j of the batch (u: DeFormer, v: full model; `hidden_states` index i is layer i's
+        output, index 0 the embeddings): the upper layers' outputs, as the authors' code compares them. Zero when
+        k = 0 or k = n (no upper layer to align).
 
         Args:
             student_states, teacher_states (`tuple(torch.FloatTensor)`): `n + 1` tensors of shape
@@ -592,7 +606,8 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
         weights = mask.to(student_states[0].dtype).unsqueeze(-1)
         count = weights.sum() * student_states[0].shape[-1]
         loss = student_states[0].new_zeros(())
-        for i in range(self.config.num_decomposed_layers, n + 1):
+        upper = range(self.config.num_decomposed_layers + 1, n + 1)
+        for i in upper:
             if teacher_states[i].shape != student_states[i].shape:
                 raise ValueError(
                     f"teacher hidden state {i} has shape {tuple(teacher_states[i].shape)}, expected "
@@ -600,7 +615,7 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
                 )
             diff = (student_states[i] - teacher_states[i].detach().to(student_states[i].dtype)) * weights
             loss = loss + diff.pow(2).sum() / count
-        return loss
+        return loss / max(len(upper), 1)
 
 
 DeformerBertConfig.register_for_auto_class()
