@@ -94,3 +94,25 @@ def test_datasets_map_export_import(tmp_path, tokenizer, qa_rows):
                                                                                    adapter.settings(), h)
         assert a.keys() == b.keys() and all(torch.equal(a[n], b[n]) for n in a)
     assert bytes_per_1000_tokens(store, adapter.fingerprint(), adapter.settings()) > 0
+
+
+def test_progress_bar_counts_distinct_documents(tmp_path, tokenizer, qa_rows, monkeypatch):
+    """The `encode` bar counts distinct documents, as the summary line does (issue 16): duplicates do not advance it."""
+    import tqdm.auto
+
+    bars = []
+    real_tqdm = tqdm.auto.tqdm
+
+    def recording_tqdm(*args, **kwargs):
+        bars.append(real_tqdm(*args, **kwargs))
+        return bars[-1]
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", recording_tqdm)
+    adapter = DeformerBertAdapter(tiny_model(), tokenizer, max_passage_length=64, doc_stride=16)
+    passages = list(dict.fromkeys(r["context"] for r in qa_rows))[:6]
+    contexts = passages + passages[:3]  # several questions share a passage: the case that matters
+    distinct = len(passages)
+    stats = fill_store(adapter, RepresentationStore(tmp_path / "s"), contexts, dtype="fp32", progress=True,
+                       total=distinct)
+    (bar,) = bars
+    assert bar.n == bar.total == distinct == stats.encoded == stats.seen - stats.duplicates
