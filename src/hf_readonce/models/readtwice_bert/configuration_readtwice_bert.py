@@ -145,4 +145,16 @@ class ReadTwiceBertConfig(BertConfig):
         self.coref_loss_weight = float(coref_loss_weight)
 
 
+    @classmethod
+    def get_config_dict(cls, pretrained_model_name_or_path, **kwargs):
+        """As `PreTrainedConfig.get_config_dict`, but a plain BERT checkpoint's `model_type` ("bert") reads as
+        "readtwice_bert": ReadTwice starts from BERT weights (the paper initialises from a pretrained BERT, its second
+        read copying BERT's top layers), so transformers' "model of type bert to instantiate a model of type
+        readtwice_bert" warning does not apply. Any other model type is left as is (and still warned about)."""
+        config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
+        if config_dict.get("model_type") == "bert":
+            config_dict = {**config_dict, "model_type": cls.model_type}
+        return config_dict, kwargs
+
+
 __all__ = ["ReadTwiceBertConfig"]
