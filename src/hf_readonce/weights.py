@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 REFERENCE_QA_DIR = Path(__file__).resolve().parent / "checkpoints" / "minilm-qa-reference"
+REFERENCE_DEFORMER_DIR = Path(__file__).resolve().parent / "checkpoints" / "deformer-minilm-qa-reference"
 CHECKSUMS_FILE = "checksums.json"
 
 
@@ -126,7 +127,8 @@ def write_checksums(folder: Path) -> Path:
 
 def reference_qa_path(verify: bool = True) -> Path:
     """Folder of the reference extractive-QA checkpoint shipped with hf-readonce: all-MiniLM-L6-v2 fine-tuned as a
-    plain `BertForQuestionAnswering` on Quoref + Disfl-QA train (fp16 safetensors, about 45 MB; its training command,
+    plain `BertForQuestionAnswering` on Quoref + Disfl-QA train, then on Disfl-QA train (two stages, both recorded in
+    `train_results.json`; fp16 safetensors, about 45 MB; its training commands,
     wall time, hardware and validation scores are in `metrics.json` beside the weights). It is the DeFormer
     teacher of `hf-readonce demo` (DeFormer §3: a DeFormer starts from a QA-fine-tuned BERT). Load it with
     `dtype=torch.float32` to compute in fp32.
@@ -142,20 +144,47 @@ def reference_qa_path(verify: bool = True) -> Path:
             folder); retrain it with `python -m hf_readonce.recipes.reference_qa train` (see README).
         ValueError: if a file's checksum differs (see [`verify_checksums`]).
     """
-    if not (REFERENCE_QA_DIR / "model.safetensors").is_file():
+    return _shipped_checkpoint(REFERENCE_QA_DIR, "the reference QA checkpoint",
+                               "python -m hf_readonce.recipes.reference_qa train --output_dir runs/reference_full",
+                               verify)
+
+
+def reference_deformer_path(verify: bool = True) -> Path:
+    """Folder of the reference DeFormer shipped with hf-readonce: the reference QA model of [`reference_qa_path`]
+    decomposed at k = 4 of its 6 layers and distilled from it with KD + LRS (DeFormer §3) on Disfl-QA train, once, by
+    the command recorded in its `train_results.json` (fp16 safetensors, about 45 MB, with its model code so it loads
+    with `trust_remote_code=True`). Its config records the windowing and the no-answer threshold it was evaluated
+    with. It is the model `hf-readonce demo` answers with by default.
+
+    Args:
+        verify (`bool`, defaults to `True`): check the SHA-256 of every file against `checksums.json` first.
+
+    Returns:
+        `pathlib.Path` to the checkpoint folder.
+
+    Raises:
+        FileNotFoundError: if the checkpoint is not installed (retrain it: README, 'Reference checkpoints').
+        ValueError: if a file's checksum differs (see [`verify_checksums`]).
+    """
+    return _shipped_checkpoint(REFERENCE_DEFORMER_DIR, "the reference DeFormer checkpoint",
+                               "hf-readonce demo --distill --max_steps 300 --output_dir runs/deformer_ref", verify)
+
+
+def _shipped_checkpoint(folder: Path, what: str, command: str, verify: bool) -> Path:
+    if not (folder / "model.safetensors").is_file():
         raise FileNotFoundError(
-            f"the reference QA checkpoint is not installed at {REFERENCE_QA_DIR}; train it with `python -m "
-            "hf_readonce.recipes.reference_qa train --output_dir runs/reference_full` and export it (README, 'Reference "
-            "checkpoints').")
+            f"{what} is not installed at {folder}; train it with `{command}` and export it with `python -m "
+            "hf_readonce.recipes.reference_qa export` (README, 'Reference checkpoints').")
     if verify:
-        verify_checksums(REFERENCE_QA_DIR)
-    return REFERENCE_QA_DIR
+        verify_checksums(folder)
+    return folder
 
 
 __all__ = [
     "gpt2_tiktoken_path",
     "load_quietly",
     "minilm_path",
+    "reference_deformer_path",
     "reference_qa_path",
     "sha256_file",
     "smollm2_gguf_path",

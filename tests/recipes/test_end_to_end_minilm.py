@@ -1,5 +1,7 @@
 """End to end on the real packaged MiniLM weights and real QA data (small budget)."""
 
+import json
+
 import pytest
 import torch
 from transformers import AutoTokenizer, BertForQuestionAnswering, TrainingArguments
@@ -56,10 +58,28 @@ def test_fine_tune_and_answer_from_cache(data_dir, tmp_path, monkeypatch):
     assert saved.config.num_decomposed_layers == 4
 
 
+def test_demo_answers_with_the_shipped_deformer(data_dir, tmp_path, capsys):
+    """The default demo: the shipped reference DeFormer (checksum-verified) answers from cached passage states, with
+    the threshold its config records, beside the teacher's recorded scores and the baselines."""
+    from hf_readonce.cli import main
+    from hf_readonce.weights import reference_deformer_path
+
+    recorded = DeformerBertForQuestionAnswering.from_pretrained(reference_deformer_path()).config
+    status = main(["demo", "--data_dir", str(data_dir), "--max_eval_samples", "12", "--speed_eval_samples", "6",
+                   "--output_dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "DeFormer k=4 (shipped reference)" in out and "full MiniLM (teacher, recorded)" in out
+    assert "baseline: always-empty" in out and "The shipped DeFormer was distilled once by" in out
+    metrics = json.loads((tmp_path / "eval_results.json").read_text())
+    assert metrics["null_score_diff_threshold"] == round(recorded.null_score_diff_threshold, 4)
+    assert "train_seconds" not in metrics  # nothing was trained
+
+
 def test_demo_command(data_dir, tmp_path, capsys):
     from hf_readonce.cli import main
 
-    status = main(["demo", "--data_dir", str(data_dir), "--max_steps", "2", "--batch_size", "4",
+    status = main(["demo", "--distill", "--data_dir", str(data_dir), "--max_steps", "2", "--batch_size", "4",
                    "--max_train_samples", "300", "--max_eval_samples", "12", "--speed_eval_samples", "6",
                    "--output_dir", str(tmp_path), "--no_bf16"])
     out = capsys.readouterr().out
@@ -68,6 +88,8 @@ def test_demo_command(data_dir, tmp_path, capsys):
     assert "baseline: always-empty" in out and "baseline: first-span" in out and "HasAns" in out
     assert "full MiniLM (teacher, recorded)" in out
     assert (tmp_path / "eval_results.json").is_file()
+    made = json.loads((tmp_path / "train_results.json").read_text())
+    assert made["command"].startswith("hf-readonce demo --distill") and made["max_steps"] == 2
     # the checkpoint records what it was trained and evaluated with; the CLI's defaults come from there
     saved = DeformerBertForQuestionAnswering.from_pretrained(tmp_path)
     assert (saved.config.max_question_length, saved.config.max_passage_length, saved.config.doc_stride) == (48, 208, 64)

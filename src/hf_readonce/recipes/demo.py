@@ -1,25 +1,30 @@
 """`hf-readonce demo`: the package's main job, end to end, offline, on real weights and real data.
 
-1. Starts from the reference QA checkpoint shipped with hf-readonce: all-MiniLM-L6-v2 fine-tuned once as a full
-   `BertForQuestionAnswering` on Quoref + Disfl-QA train (`python -m hf_readonce.recipes.reference_qa`; its SHA-256 is
-   verified before loading).
-2. Decomposes it into a DeFormer (k = 4 of 6 layers) and fine-tunes that on Disfl-QA train with the paper's
-   auxiliary supervision (knowledge distillation + layerwise representation similarity from the full model,
-   DeFormer §3), as the paper does: its DeFormer starts from a QA-fine-tuned BERT teacher.
-3. Tunes the no-answer threshold (SQuAD 2.0's `null_score_diff_threshold`) on the 10% of Disfl-QA *train*
-   passages held out of training (the reference model never saw them either).
-4. Encodes each validation passage once and answers all Disfl-QA validation questions from the cached passage
-   states; prints EM/F1 (with SQuAD 2.0's HasAns / NoAns breakdown) beside the trivial baselines, and the speed-up
-   measured against the same model reading every question+passage pair.
+By default (about 4 minutes on 2 CPU cores):
 
-About 10 minutes on 2 CPU cores (fp32; bf16 training is used only where the CPU has native bf16).
+1. Loads the reference DeFormer shipped with hf-readonce (its SHA-256 is verified first): all-MiniLM-L6-v2 fine-tuned
+   as a full `BertForQuestionAnswering` (`python -m hf_readonce.recipes.reference_qa`), then decomposed at k = 4 of
+   its 6 layers and distilled from that full model with the paper's auxiliary supervision (knowledge distillation +
+   layerwise representation similarity, DeFormer §3), once, by `hf-readonce demo --distill --max_steps 300`.
+2. Encodes each Disfl-QA validation passage once and answers every validation question from the cached passage
+   states, with the no-answer threshold (SQuAD 2.0's `null_score_diff_threshold`) recorded in the checkpoint (tuned
+   on 10% of the Disfl-QA *train* passages held out of all training).
+3. Prints EM/F1 (with SQuAD 2.0's HasAns / NoAns breakdown) beside the full teacher's recorded scores and the
+   trivial baselines, and the speed-up measured against the same model reading every question+passage pair.
+
+With `--distill` it redoes step 1's distillation from the shipped full model instead (`--max_steps`, default 60 of
+16 examples, about 10 minutes), then tunes the threshold on the held-out train passages and answers as above. Sixty
+steps show the process but do not reach the shipped DeFormer's accuracy: the shipped one took 300 steps (see its
+`train_results.json`), about 40 minutes here. fp32 throughout (bf16 training only where the CPU has native bf16).
 """
 
 import argparse
 import json
 import logging
 import os
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -53,6 +58,26 @@ def _teacher_line(teacher: str) -> str | None:
     return format_scores("full MiniLM (teacher, recorded)", scores)
 
 
+def _recorded(folder: str, name: str) -> dict:
+    """A JSON record shipped beside a checkpoint (`metrics.json`, `train_results.json`), or `{}`."""
+    path = Path(folder) / name
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _write_train_results(output_dir: str, argv, args, metrics: dict) -> None:
+    """Record how a `--distill` run's DeFormer was made (command, steps, wall time, hardware) in
+    `output_dir/train_results.json`, for `python -m hf_readonce.recipes.reference_qa export` to ship beside it."""
+    command = "hf-readonce demo " + " ".join(sys.argv[2:] if argv is None else argv)
+    info = {"command": command, "teacher": args.teacher, "num_decomposed_layers": args.num_decomposed_layers,
+            "max_steps": args.max_steps, "batch_size": args.batch_size, "learning_rate": args.learning_rate,
+            "distillation": not args.no_distillation, "train_seconds": metrics.get("train_seconds"),
+            "train_loss": metrics.get("train_loss"), "torch_threads": torch.get_num_threads(),
+            "hardware": f"{os.cpu_count()} CPU cores" if not torch.cuda.is_available() else
+            torch.cuda.get_device_name()}
+    with open(Path(output_dir) / "train_results.json", "w") as handle:
+        json.dump(info, handle, indent=2)
+
+
 def main(argv=None) -> dict:
     """Run the demo; `argv` as for the command line (`hf-readonce demo --help`).
 
@@ -69,20 +94,27 @@ def main(argv=None) -> dict:
     parser.add_argument("--data_dir", default=_default_data_dir(),
                         help="folder holding disfl_qa/{train,validation}.jsonl (default ../shared/data or "
                              "$HF_READONCE_DATA)")
+    parser.add_argument("--distill", action="store_true",
+                        help="distil a DeFormer from the full reference model here instead of answering with the "
+                             "shipped one (about 10 minutes at the default --max_steps)")
+    parser.add_argument("--model", default=None,
+                        help="DeFormer checkpoint to answer with (default: the shipped reference DeFormer); "
+                             "ignored with --distill")
     parser.add_argument("--teacher", default=None,
-                        help="full QA checkpoint to decompose and distil from (default: the shipped reference)")
-    parser.add_argument("--num_decomposed_layers", type=int, default=4)
-    parser.add_argument("--max_steps", type=int, default=60, help="training steps of --batch_size examples")
+                        help="with --distill: full QA checkpoint to decompose and distil from (default: the shipped "
+                             "reference)")
+    parser.add_argument("--num_decomposed_layers", type=int, default=4, help="with --distill: k")
+    parser.add_argument("--max_steps", type=int, default=60, help="with --distill: steps of --batch_size examples")
     parser.add_argument("--batch_size", type=int, default=16)
     parser.add_argument("--learning_rate", type=float, default=1e-4)
     parser.add_argument("--no_distillation", action="store_true",
-                        help="train on the span loss only (no KD+LRS from the teacher)")
+                        help="with --distill: train on the span loss only (no KD+LRS from the teacher)")
     parser.add_argument("--max_train_samples", type=int, default=None,
                         help="read only the first N train rows (quick tries; the calibration split comes from them)")
     parser.add_argument("--max_eval_samples", type=int, default=None, help="limit validation questions")
     parser.add_argument("--speed_eval_samples", type=int, default=300,
                         help="questions timed on both paths for the speed-up (accuracy always uses all)")
-    parser.add_argument("--output_dir", default=None, help="where to save the model (default: a temp dir)")
+    parser.add_argument("--output_dir", default=None, help="where to save the model and results (default: a temp dir)")
     parser.add_argument("--no_bf16", action="store_true",
                         help="train in fp32 even where the CPU has native bf16 (answers are always computed in fp32)")
     args = parser.parse_args(argv)
@@ -93,40 +125,56 @@ def main(argv=None) -> dict:
     for path in (train_file, validation_file):
         if not path.is_file():
             raise SystemExit(f"hf-readonce demo: {path} not found; pass --data_dir (folder with disfl_qa/).")
-    if args.teacher is None:
-        from ..weights import reference_qa_path
+    from ..weights import reference_deformer_path, reference_qa_path
 
-        try:
+    try:
+        if args.teacher is None:
             args.teacher = str(reference_qa_path())
-        except (FileNotFoundError, ValueError) as error:
-            raise SystemExit(f"hf-readonce demo: {error}") from None
+        if not args.distill and args.model is None:
+            args.model = str(reference_deformer_path())
+    except (FileNotFoundError, ValueError) as error:
+        raise SystemExit(f"hf-readonce demo: {error}") from None
     output_dir = args.output_dir or tempfile.mkdtemp(prefix="hf-readonce-demo-")
     bf16 = _bf16_supported() and not args.no_bf16 and not torch.cuda.is_available()
-    model_args = ModelArguments(model_name_or_path=args.teacher, num_decomposed_layers=args.num_decomposed_layers,
-                                teacher_model_name_or_path=None if args.no_distillation else args.teacher)
-    data_args = DataArguments(train_file=str(train_file), validation_file=str(validation_file), max_seq_length=256,
-                              max_question_length=48, doc_stride=64, allow_no_answer=True,
-                              max_train_samples=args.max_train_samples, max_eval_samples=args.max_eval_samples,
-                              eval_paths="both",
-                              calibration_fraction=CALIBRATION_FRACTION, speed_eval_samples=args.speed_eval_samples)
-    training_args = TrainingArguments(
-        output_dir=output_dir, do_train=True, do_eval=True, max_steps=args.max_steps,
-        per_device_train_batch_size=args.batch_size, learning_rate=args.learning_rate,
-        warmup_steps=max(1, args.max_steps // 10), weight_decay=0.01, bf16=bf16, use_cpu=not torch.cuda.is_available(),
-        save_strategy="no", report_to="none", logging_steps=max(1, args.max_steps // 5), seed=42,
-        disable_tqdm=False,
-    )
-    print(f"hf-readonce demo: reference MiniLM QA model -> DeFormer (k={args.num_decomposed_layers}), "
-          f"{args.max_steps} steps of {args.batch_size} on {train_file} "
-          f"({'span loss only' if args.no_distillation else 'span + KD + LRS from the full model'}; bf16 training: "
-          f"{bf16}), then answering {validation_file} from cached passage states in fp32", flush=True)
+    data_kwargs = dict(train_file=str(train_file), validation_file=str(validation_file), max_seq_length=256,
+                       max_question_length=48, doc_stride=64, allow_no_answer=True,
+                       max_train_samples=args.max_train_samples, max_eval_samples=args.max_eval_samples,
+                       eval_paths="both", speed_eval_samples=args.speed_eval_samples)
+    if args.distill:
+        model_args = ModelArguments(model_name_or_path=args.teacher, num_decomposed_layers=args.num_decomposed_layers,
+                                    teacher_model_name_or_path=None if args.no_distillation else args.teacher)
+        data_args = DataArguments(calibration_fraction=CALIBRATION_FRACTION, **data_kwargs)
+        training_args = TrainingArguments(
+            output_dir=output_dir, do_train=True, do_eval=True, max_steps=args.max_steps,
+            per_device_train_batch_size=args.batch_size, learning_rate=args.learning_rate,
+            warmup_steps=max(1, args.max_steps // 10), weight_decay=0.01, bf16=bf16,
+            use_cpu=not torch.cuda.is_available(), save_strategy="no", report_to="none",
+            logging_steps=max(1, args.max_steps // 5), seed=42, disable_tqdm=False,
+        )
+        print(f"hf-readonce demo --distill: reference MiniLM QA model -> DeFormer (k={args.num_decomposed_layers}), "
+              f"{args.max_steps} steps of {args.batch_size} on {train_file} "
+              f"({'span loss only' if args.no_distillation else 'span + KD + LRS from the full model'}; bf16 "
+              f"training: {bf16}), then answering {validation_file} from cached passage states in fp32", flush=True)
+    else:
+        # The threshold recorded in the checkpoint was tuned on the held-out train passages when it was distilled.
+        model_args = ModelArguments(model_name_or_path=args.model)
+        data_args = DataArguments(calibration_fraction=0.0, **data_kwargs)
+        training_args = TrainingArguments(output_dir=output_dir, do_train=False, do_eval=True, report_to="none",
+                                          use_cpu=not torch.cuda.is_available())
+        print(f"hf-readonce demo: the reference DeFormer ({args.model}) answers {validation_file} from cached "
+              "passage states in fp32 (`--distill` to distil one here instead)", flush=True)
+    start = time.perf_counter()
     metrics = run(model_args, data_args, training_args)
+    metrics["demo_seconds"] = round(time.perf_counter() - start, 1)
+    if args.distill:
+        _write_train_results(output_dir, argv, args, metrics)
     print(json.dumps(metrics, indent=2))
     lines = [
         "",
         f"Disfl-QA validation: {metrics['eval_questions']} questions over {metrics['eval_passages']} passages, "
         f"answered from cached passage states:",
-        "  " + format_scores(f"DeFormer k={metrics['num_decomposed_layers']} (this run)",
+        "  " + format_scores(f"DeFormer k={metrics['num_decomposed_layers']} "
+                             f"({'distilled here' if args.distill else 'shipped reference'})",
                              {key[len("cached_"):]: value for key, value in metrics.items()
                               if key.startswith("cached_") and not key.endswith("_seconds")}),
     ]
@@ -142,16 +190,28 @@ def main(argv=None) -> dict:
         f"Verdict: {'the DeFormer answers' if answers else 'the DeFormer does NOT answer well enough'}: F1 "
         f"{metrics['cached_f1']:.2f} against {best['f1']:.2f} for the best trivial baseline ({best_name.replace('_', '-')}), "
         f"HasAns F1 {has_f1:.2f} (goal: baseline + 15 and HasAns F1 >= 40).")
+    if args.distill:
+        tuned = (f"tuned on {metrics.get('calibration_questions', 0)} held-out Disfl-QA train questions (F1 there "
+                 f"{metrics.get('calibration_f1', float('nan')):.2f})")
+    else:
+        recorded = _recorded(args.model, "metrics.json")
+        made = _recorded(args.model, "train_results.json")
+        tuned = (f"recorded in the checkpoint, tuned on {recorded.get('calibration_questions', '?')} held-out "
+                 f"Disfl-QA train questions when it was distilled")
+        if made:
+            lines.append(f"The shipped DeFormer was distilled once by `{made.get('command')}` "
+                         f"({made.get('max_steps')} steps of {made.get('batch_size')}, {made.get('train_seconds')} s "
+                         f"on {made.get('hardware')}); `--distill` redoes a shorter run here.")
     lines += [
-        f"No-answer threshold {metrics.get('null_score_diff_threshold', 0.0):.3f}, tuned on "
-        f"{metrics.get('calibration_questions', 0)} held-out Disfl-QA train questions (F1 there "
-        f"{metrics.get('calibration_f1', float('nan')):.2f}).",
+        f"No-answer threshold {metrics.get('null_score_diff_threshold', 0.0):.3f}, {tuned}.",
         f"Speed-up over the same model reading every question+passage pair ({metrics['speed_questions']} questions "
         f"timed): {metrics['speedup_precomputed']:.2f}x with passages precomputed, "
         f"{metrics['speedup_including_encoding']:.2f}x including encoding each passage once.",
-        f"Model saved to {output_dir} (its config records the windowing and threshold; `hf-readonce encode/answer` "
-        "use them by default).",
+        f"Demo time: {metrics['demo_seconds']:.0f} s.",
     ]
+    if args.distill:
+        lines.append(f"Model saved to {output_dir} (its config records the windowing and threshold; "
+                     "`hf-readonce encode/answer` use them by default).")
     print("\n".join(lines), flush=True)
     return metrics
 

@@ -175,23 +175,40 @@ def evaluate(args) -> dict:
 
 
 def export(args) -> Path:
-    """Write a trained checkpoint as fp16 safetensors with its tokenizer, `metrics.json` and a `checksums.json`
-    (SHA-256 of every file, verified by [`hf_readonce.weights.reference_qa_path`]) into `args.export_dir`."""
+    """Write a trained checkpoint as fp16 safetensors with its tokenizer, `train_results.json`, `metrics.json` (or a
+    DeFormer run's `eval_results.json`) and a `checksums.json` (SHA-256 of every file, verified by
+    [`hf_readonce.weights.reference_qa_path`] / [`hf_readonce.weights.reference_deformer_path`]) into
+    `args.export_dir`. A plain BERT QA checkpoint is saved as `BertForQuestionAnswering`; a DeFormer
+    (`model_type = "deformer_bert"`) as `DeformerBertForQuestionAnswering` with its model code, so the folder loads
+    with `trust_remote_code=True` where hf-readonce is absent.
+
+    Raises:
+        ValueError: if the checkpoint is neither a BERT nor a DeFormer QA model.
+    """
     import shutil
 
     import torch
-    from transformers import AutoTokenizer, BertForQuestionAnswering
+    from transformers import AutoConfig, AutoTokenizer, BertForQuestionAnswering
 
     from ..weights import write_checksums
 
+    from .. import DeformerBertForQuestionAnswering, register_models
+
+    register_models()
+    model_type = AutoConfig.from_pretrained(args.model_dir).model_type
+    classes = {"bert": BertForQuestionAnswering, "deformer_bert": DeformerBertForQuestionAnswering}
+    if model_type not in classes:
+        raise ValueError(f"--model_dir {args.model_dir} holds a {model_type!r} model; export takes a BERT or "
+                         "DeFormer QA checkpoint.")
     target = Path(args.export_dir)
     target.mkdir(parents=True, exist_ok=True)
-    model = BertForQuestionAnswering.from_pretrained(args.model_dir, dtype=torch.float32)
+    model = classes[model_type].from_pretrained(args.model_dir, dtype=torch.float32)
     model.to(torch.float16).save_pretrained(target)
     AutoTokenizer.from_pretrained(args.model_dir).save_pretrained(target)
-    for extra in ("train_results.json", "metrics.json"):
+    for extra, name in (("train_results.json", "train_results.json"), ("metrics.json", "metrics.json"),
+                        ("eval_results.json", "metrics.json")):
         if (Path(args.model_dir) / extra).is_file():
-            shutil.copyfile(Path(args.model_dir) / extra, target / extra)
+            shutil.copyfile(Path(args.model_dir) / extra, target / name)
     write_checksums(target)
     return target
 
