@@ -207,10 +207,14 @@ def cmd_encode(args) -> int:
     dropped = []
     if args.repair:
         if main_process:
-            report = store.verify(progress=not args.no_progress)
+            # verify and repair under one lock: a shard another `encode` commits meanwhile is never an orphan
+            try:
+                result = store.repair()
+            except OSError as error:
+                raise CommandError(f"cannot repair store {store.path}: {error}") from None
+            report = result["report"]
+            dropped = result["dropped"]
             if report.corruptions or report.orphans:
-                result = store.repair(report)
-                dropped = result["dropped"]
                 for corruption in report.corruptions:
                     print(f"repair: {corruption.describe()}", file=sys.stderr)
                 print(f"repair: {len(result['salvaged'])} intact document(s) rewritten, {len(dropped)} dropped and "
@@ -349,6 +353,8 @@ def cmd_info(args) -> int:
 
 
 def cmd_verify(args) -> int:
+    from .store.keys import printable
+
     store = _open_store(args.store, readonly=True, create=False, command="verify")
     report = store.verify(progress=not args.no_progress)
     if args.json:
@@ -361,8 +367,11 @@ def cmd_verify(args) -> int:
     else:
         for corruption in report.corruptions:
             print(corruption.describe())
+        lost = {c.shard for c in report.corruptions}
         for orphan in report.orphans:
-            print(f"orphan shard (no index entry, ignored): {orphan}")
+            if orphan not in lost:
+                print(f"orphan shard (no index entry; its documents are stored elsewhere, harmless): "
+                      f"{printable(orphan)}")
         if report.ok:
             print(f"OK: {report.shards_checked} shard(s), {report.documents_checked} document(s) verified")
         else:

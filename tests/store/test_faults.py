@@ -1,0 +1,314 @@
+"""The fault and bad-input campaign of issue 17, kept as tests: every case damages a store, feeds bad input to the
+CLI or the models, and checks that it is *handled*: named (a clear error or a `verify` line), nothing silently wrong,
+no traceback, no document lost or stored twice, no file outside the store touched.
+
+Each test id starts with its category (the README's reliability table counts them):
+`traversal-`, `manifest-`, `orphan-`, `race-`, `reader-`, `damage-`, `input-`, `output-`, `import-`, `args-`,
+`fingerprint-`. Tiny random models and a handful of short documents keep the file under a minute on 2 cores.
+"""
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+
+import pytest
+import torch
+
+from hf_readonce.cli import main as cli_main
+from hf_readonce.store import CorruptedShardError, RepresentationStore, content_hash
+from hf_readonce.store import maintenance
+from tests.conftest import tiny_model, write_jsonl
+
+FP = "f" * 64
+SETTINGS = {"k": 2, "representation": "test/v1"}
+N_DOCS = 6
+
+
+def states(i):
+    return {"hidden_states": torch.randn(4, 8, generator=torch.Generator().manual_seed(i)),
+            "input_ids": torch.arange(4, dtype=torch.int32) + i}
+
+
+def build(tmp_path, n=N_DOCS, ids=None):
+    """A store of `n` documents in shards of two documents (fp32, so reads compare exactly)."""
+    path = tmp_path / "s"
+    store = RepresentationStore(path)
+    hashes = [content_hash(f"document {i}") for i in range(n)]
+    with store.writer(FP, SETTINGS, dtype="fp32", shard_size_bytes=250) as writer:
+        for i, h in enumerate(hashes):
+            writer.add(h, states(i), meta={"id": ids[i] if ids else f"doc-{i}"})
+    return path, hashes
+
+
+def manifests(path):
+    return sorted((path / "index").glob("*.json"))
+
+
+def shards(path):
+    return sorted((path / "shards").rglob("*.safetensors"))
+
+
+def assert_all_present(path, hashes, check_values=True):
+    """Every document exactly once, readable, equal to what was written; verify passes."""
+    store = RepresentationStore(path)
+    assert len(store) == len(hashes)
+    assert store.info()["duplicates"] == 0
+    listed = [h for m in manifests(path) for h in json.loads(m.read_text())["documents"]]
+    assert sorted(listed) == sorted(hashes), "a document is indexed twice or not at all"
+    if check_values:
+        for i, h in enumerate(hashes):
+            torch.testing.assert_close(store.get(FP, SETTINGS, h), states(i))
+    report = store.verify()
+    assert report.ok, [c.describe() for c in report.corruptions]
+
+
+def cli_verify(path, capsys):
+    status = cli_main(["verify", "--store", str(path), "--no-progress"])
+    out = capsys.readouterr()
+    return status, out.out + out.err
+
+
+# ------------------------------------------------------------------------------------------ 1. path traversal
+TRAVERSALS = {
+    "traversal-parent": lambda path, outside: "../outside.safetensors",
+    "traversal-absolute": lambda path, outside: str(outside),
+    "traversal-store-json": lambda path, outside: "store.json",
+    "traversal-dotdot-store-json": lambda path, outside: "shards/../store.json",
+    "traversal-lock": lambda path, outside: ".lock",
+    "traversal-deep-parent": lambda path, outside: "shards/x/../../../outside.safetensors",
+}
+
+
+@pytest.mark.parametrize("case", sorted(TRAVERSALS))
+def test_traversal_manifest_paths_are_never_followed(tmp_path, case, capsys):
+    path, hashes = build(tmp_path)
+    victim = manifests(path)[0]
+    manifest = json.loads(victim.read_text())
+    outside = tmp_path / "outside.safetensors"
+    shutil.copy(path / manifest["shard"], outside)  # a valid shard outside the store: reading it would "work"
+    outside_bytes = outside.read_bytes()
+    store_json = (path / "store.json").read_bytes()
+    manifest["shard"] = TRAVERSALS[case](path, outside)
+    victim.write_text(json.dumps(manifest))
+    status, out = cli_verify(path, capsys)
+    assert status == 1 and victim.name in out and "outside the store" in out
+    result = RepresentationStore(path).repair()
+    assert outside.read_bytes() == outside_bytes  # never moved, never read as the store's
+    assert (path / "store.json").read_bytes() == store_json
+    assert all(".." not in q and not os.path.isabs(q) for q in result["quarantined"])
+    assert_all_present(path, hashes)  # the real shard is re-indexed from its own header
+
+
+# ------------------------------------------------------------------------------------------ 4. manifest schema
+def _first_doc(manifest):
+    return next(iter(manifest["documents"].values()))
+
+
+MANIFEST_DAMAGE = {
+    "manifest-null": lambda m, raw: b"null",
+    "manifest-list": lambda m, raw: b"[]",
+    "manifest-string": lambda m, raw: b'"documents"',
+    "manifest-number": lambda m, raw: b"42",
+    "manifest-empty-file": lambda m, raw: b"",
+    "manifest-truncated": lambda m, raw: raw[: len(raw) // 2],
+    "manifest-not-utf8": lambda m, raw: b"\xff\xfe\x00",
+    "manifest-documents-list": lambda m, raw: json.dumps({**m, "documents": []}).encode(),
+    "manifest-documents-null": lambda m, raw: json.dumps({**m, "documents": None}).encode(),
+    "manifest-document-not-object": lambda m, raw: json.dumps(
+        {**m, "documents": {h: [] for h in m["documents"]}}).encode(),
+    "manifest-missing-sha256": lambda m, raw: json.dumps(
+        (_first_doc(m).pop("sha256"), m)[1]).encode(),
+    "manifest-tensors-list": lambda m, raw: json.dumps((_first_doc(m).update(tensors=[]), m)[1]).encode(),
+    "manifest-shape-string": lambda m, raw: json.dumps(
+        (_first_doc(m)["tensors"]["hidden_states"].update(shape="big"), m)[1]).encode(),
+    "manifest-format-version-string": lambda m, raw: json.dumps({**m, "format_version": "1"}).encode(),
+    "manifest-space-mismatch": lambda m, raw: json.dumps({**m, "space": "0" * 64}).encode(),
+    "manifest-missing-shard": lambda m, raw: json.dumps({k: v for k, v in m.items() if k != "shard"}).encode(),
+    "manifest-settings-list": lambda m, raw: json.dumps({**m, "settings": [1, 2]}).encode(),
+    "manifest-bad-document-key": lambda m, raw: json.dumps(
+        {**m, "documents": {"../" + h: d for h, d in m["documents"].items()}}).encode(),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MANIFEST_DAMAGE))
+def test_manifest_bad_schema_is_a_named_corruption_and_repair_rebuilds_it(tmp_path, case, capsys):
+    path, hashes = build(tmp_path)
+    victim = manifests(path)[1]
+    raw = victim.read_bytes()
+    victim.write_bytes(MANIFEST_DAMAGE[case](json.loads(raw), raw))
+    store = RepresentationStore(path)  # opens
+    assert len(store) == len(hashes) - 2  # the damaged manifest's two documents are not served from it
+    status, out = cli_verify(path, capsys)
+    assert status == 1 and victim.name in out and "Traceback" not in out
+    assert cli_main(["info", "--store", str(path)]) == 0
+    capsys.readouterr()
+    result = store.repair()
+    assert len(result["salvaged"]) == 2 and not result["dropped"]  # what repair says is what the store holds
+    assert_all_present(path, hashes)
+
+
+def test_manifest_deleted_verify_exits_1_and_repair_rebuilds_the_index(tmp_path, capsys):
+    path, hashes = build(tmp_path)
+    manifests(path)[0].unlink()
+    status, out = cli_verify(path, capsys)
+    assert status == 1 and "orphan" in out and "doc-0" in out  # the orphan's documents are named
+    result = RepresentationStore(path).repair()
+    assert sorted(result["salvaged"]) == sorted(hashes[:2])
+    assert_all_present(path, hashes)
+
+
+# ------------------------------------------------------------------------------------------ 5. orphans, kills
+def test_orphan_with_every_document_stored_elsewhere_is_harmless(tmp_path, capsys):
+    path, hashes = build(tmp_path)
+    first = shards(path)[0]
+    shutil.copy(first, first.with_name("00000000000000000000-1-copy.safetensors"))
+    status, out = cli_verify(path, capsys)
+    assert status == 0 and "orphan" in out
+    result = RepresentationStore(path).repair()
+    assert not result["salvaged"] and len(result["quarantined"]) == 1
+    assert_all_present(path, hashes)
+
+
+def test_orphan_with_unreadable_header_is_reported_and_quarantined(tmp_path, capsys):
+    path, hashes = build(tmp_path)
+    manifests(path)[0].unlink()
+    victim = shards(path)[0]
+    victim.write_bytes(b"\x00" * 64)
+    status, out = cli_verify(path, capsys)
+    assert status == 1 and victim.name in out
+    result = RepresentationStore(path).repair()
+    assert not result["salvaged"] and str(victim.relative_to(path)) in result["quarantined"]
+    store = RepresentationStore(path)
+    assert len(store) == N_DOCS - 2 and store.verify().ok
+
+
+@pytest.mark.parametrize("case", ["kill-after-salvage", "kill-after-first-retire"])
+def test_orphan_kill_during_repair_then_repair_again_stores_each_document_once(tmp_path, monkeypatch, case):
+    path, hashes = build(tmp_path)
+    victim = shards(path)[0]
+    data = bytearray(victim.read_bytes())
+    data[-10:] = bytes(b ^ 0xFF for b in data[-10:])  # the second document of the shard
+    victim.write_bytes(bytes(data))
+    real_replace, calls = os.replace, []
+
+    def killed(src, dst, *args, **kwargs):
+        if "quarantine" in str(dst):
+            calls.append(dst)
+            if case == "kill-after-salvage" or len(calls) > 1:
+                raise KeyboardInterrupt("kill -9")
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        RepresentationStore(path).repair()
+    monkeypatch.setattr(os, "replace", real_replace)
+    RepresentationStore(path).repair()
+    RepresentationStore(path).repair()  # idempotent
+    store = RepresentationStore(path)
+    assert len(store) == N_DOCS - 1 and store.info()["duplicates"] == 0 and store.verify().ok
+    listed = [h for m in manifests(path) for h in json.loads(m.read_text())["documents"]]
+    assert len(listed) == len(set(listed)) == N_DOCS - 1
+
+
+# ------------------------------------------------------------------------------------------ 2. repair races
+def test_race_repair_keeps_a_shard_committed_after_verify(tmp_path):
+    path, hashes = build(tmp_path)
+    victim = shards(path)[0]
+    victim.write_bytes(victim.read_bytes()[:100])
+    store = RepresentationStore(path)
+    report = store.verify()
+    late = content_hash("committed between verify and repair")
+    RepresentationStore(path).put(FP, SETTINGS, late, states(99))  # another process's writer
+    store.repair(report)
+    fresh = RepresentationStore(path)
+    torch.testing.assert_close(fresh.get(FP, SETTINGS, late), states(99))
+    assert fresh.verify().ok
+
+
+def test_race_cli_repair_verifies_under_the_lock(tmp_path, checkpoint, monkeypatch, capsys):
+    docs = write_jsonl(tmp_path / "docs.jsonl", [{"id": f"d{i}", "context": f"Passage number {i} about cats."}
+                                                 for i in range(3)])
+    common = [str(checkpoint), "--store", str(tmp_path / "s"), "--documents", str(docs), "--no-progress",
+              "--max-passage-length", "32", "--doc-stride", "8"]
+    assert cli_main(["encode", *common]) == 0
+    real, held = maintenance.verify_store, []
+
+    def spy(store, progress=False):
+        held.append(store.lock().is_locked)
+        return real(store, progress=progress)
+
+    monkeypatch.setattr(maintenance, "verify_store", spy)
+    monkeypatch.setattr("hf_readonce.store.store.verify_store", spy)
+    assert cli_main(["encode", *common, "--repair"]) == 0
+    capsys.readouterr()
+    assert held and all(held)
+
+
+# ------------------------------------------------------------------------------------------ 9. readers
+def test_reader_verify_reads_false_still_checks_the_document_key(tmp_path):
+    path, hashes = build(tmp_path)
+    a, b = shards(path)[:2]
+    data_a, data_b = a.read_bytes(), b.read_bytes()
+    a.write_bytes(data_b)
+    b.write_bytes(data_a)
+    for verify in (False, True):
+        store = RepresentationStore(path, verify_reads=verify)
+        with pytest.raises(CorruptedShardError, match="another document|checksum|index says"):
+            store.get(FP, SETTINGS, hashes[0])
+
+
+def test_reader_recovers_on_refresh_after_a_repair(tmp_path):
+    path, hashes = build(tmp_path)
+    reader = RepresentationStore(path)  # long-lived: index loaded before the repair
+    victim = shards(path)[0]
+    data = bytearray(victim.read_bytes())
+    data[-10:] = bytes(b ^ 0xFF for b in data[-10:])  # second document of the shard; the first stays intact
+    victim.write_bytes(bytes(data))
+    result = RepresentationStore(path).repair()
+    assert result["salvaged"] == [hashes[0]]
+    reader.refresh()
+    torch.testing.assert_close(reader.get(FP, SETTINGS, hashes[0]), states(0))
+    assert not reader.contains(FP, SETTINGS, hashes[1])  # dropped: to be recomputed
+    assert len(reader) == N_DOCS - 1
+
+
+def test_reader_verify_escapes_control_characters_in_ids(tmp_path, capsys):
+    path, _ = build(tmp_path, ids=["plain", "evil\nOK: 999 shard(s), 999 document(s) verified", "a",
+                                   "\x1b[2Jclear", "c", "d\r"])
+    for victim in shards(path)[:3]:
+        data = bytearray(victim.read_bytes())
+        data[-10:] = bytes(b ^ 0xFF for b in data[-10:])
+        victim.write_bytes(bytes(data))
+    status, out = cli_verify(path, capsys)
+    assert status == 1
+    assert not any(line.startswith("OK:") for line in out.splitlines())
+    assert "\x1b" not in out and "\\n" in out
+
+
+# ------------------------------------------------------------------------------------------ fundamentals kept
+@pytest.mark.parametrize("case", ["damage-bit-flip", "damage-truncate", "damage-extend", "damage-delete-shard",
+                                  "damage-zero-header"])
+def test_damage_is_named_and_repair_keeps_intact_documents(tmp_path, case, capsys):
+    path, hashes = build(tmp_path)
+    victim = shards(path)[0]
+    data = victim.read_bytes()
+    if case == "damage-bit-flip":
+        data = data[:-10] + bytes(b ^ 0xFF for b in data[-10:])
+    elif case == "damage-truncate":
+        data = data[: len(data) // 2]
+    elif case == "damage-extend":
+        data = data + b"\x00" * 16
+    elif case == "damage-zero-header":
+        data = b"\x00" * 16 + data[16:]
+    if case == "damage-delete-shard":
+        victim.unlink()
+    else:
+        victim.write_bytes(data)
+    status, out = cli_verify(path, capsys)
+    assert status == 1 and victim.name in out
+    result = RepresentationStore(path).repair()
+    store = RepresentationStore(path)
+    assert len(store) == N_DOCS - len(result["dropped"]) and store.verify().ok
+    assert len(result["salvaged"]) + len(result["dropped"]) == 2
