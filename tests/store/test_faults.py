@@ -312,3 +312,35 @@ def test_damage_is_named_and_repair_keeps_intact_documents(tmp_path, case, capsy
     store = RepresentationStore(path)
     assert len(store) == N_DOCS - len(result["dropped"]) and store.verify().ok
     assert len(result["salvaged"]) + len(result["dropped"]) == 2
+
+
+# ------------------------------------------------------------------------------------------ 8. dataset import
+def _rows(tmp_path):
+    from hf_readonce.store.datasets_io import iter_store_rows
+
+    path, _ = build(tmp_path, n=2)
+    return list(iter_store_rows(str(path)))
+
+
+IMPORT_DAMAGE = {
+    "import-huge-shape": lambda row: row["tensor_shapes"].__setitem__(0, [1 << 20, 1 << 18]),
+    "import-huge-shape-no-bytes": lambda row: (row["tensor_shapes"].__setitem__(0, [1 << 20, 1 << 18]),
+                                               row["tensor_bytes"].__setitem__(0, b"")),
+    "import-negative-dim": lambda row: row["tensor_shapes"].__setitem__(0, [-1, 8]),
+    "import-shape-not-list": lambda row: row["tensor_shapes"].__setitem__(0, "4x8"),
+    "import-bytes-too-long": lambda row: row["tensor_bytes"].__setitem__(0, row["tensor_bytes"][0] + b"\x00" * 4),
+    "import-lists-disagree": lambda row: row["tensor_dtypes"].pop(),
+    "import-unknown-dtype": lambda row: row["tensor_dtypes"].__setitem__(0, "complex_thing"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(IMPORT_DAMAGE))
+def test_import_checks_declared_shapes_against_the_bytes_before_allocating(tmp_path, case):
+    from hf_readonce.store import import_from_dataset
+
+    rows = _rows(tmp_path)
+    IMPORT_DAMAGE[case](rows[1])
+    target = RepresentationStore(tmp_path / "target")
+    with pytest.raises(ValueError, match="row 1"):
+        import_from_dataset(target, rows)
+    assert len(RepresentationStore(tmp_path / "target")) == 1  # the row before it is kept
