@@ -344,3 +344,113 @@ def test_import_checks_declared_shapes_against_the_bytes_before_allocating(tmp_p
     with pytest.raises(ValueError, match="row 1"):
         import_from_dataset(target, rows)
     assert len(RepresentationStore(tmp_path / "target")) == 1  # the row before it is kept
+
+
+# ------------------------------------------------------------------------------------------ 7. bad input lines
+def _encode_args(checkpoint, tmp_path, docs):
+    return ["encode", str(checkpoint), "--store", str(tmp_path / "s"), "--documents", str(docs), "--no-progress",
+            "--max-passage-length", "32", "--doc-stride", "8"]
+
+
+@pytest.mark.parametrize("case", ["input-lone-surrogate", "input-deep-nesting", "input-surrogate-in-id"])
+def test_input_one_bad_line_never_aborts_a_run(tmp_path, checkpoint, case, capsys):
+    lines = [json.dumps({"id": f"d{i}", "context": f"Passage {i}: the cat sat on mat {i}."}) for i in range(5)]
+    bad = {"input-lone-surrogate": '{"id": "x", "context": "bad \\ud800 text"}',
+           "input-deep-nesting": '{"id": "deep", "context": ' + "[" * 200_000 + "]" * 200_000 + "}",
+           "input-surrogate-in-id": '{"id": "\\udfff", "context": "another fine passage"}'}[case]
+    lines.insert(2, bad)
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("\n".join(lines) + "\n")
+    assert cli_main(_encode_args(checkpoint, tmp_path, docs)) == 0
+    err = capsys.readouterr().err
+    assert "line 3:" in err and "Traceback" not in err
+    assert len(RepresentationStore(tmp_path / "s")) == 5
+
+
+def test_input_disk_full_during_encode_is_one_line(tmp_path, checkpoint, monkeypatch, capsys):
+    docs = write_jsonl(tmp_path / "docs.jsonl", [{"id": "d", "context": "A passage about dogs."}])
+    from hf_readonce.store import store as store_module
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    RepresentationStore(tmp_path / "s")
+    monkeypatch.setattr(store_module, "_atomic_write", full)
+    assert cli_main(_encode_args(checkpoint, tmp_path, docs)) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("hf-readonce encode: error")]
+    assert len(errors) == 1 and "No space left on device" in errors[0] and "Traceback" not in err
+    assert not list((tmp_path / "s" / "tmp").iterdir())
+
+
+# ------------------------------------------------------------------------------------------ 6. outputs
+QUESTIONS = [{"id": "q1", "question": "Where did the cat sit?", "context": "The cat sat on the mat in the hall."},
+             {"id": "q2", "question": "What sat?", "context": "The cat sat on the mat in the hall."}]
+
+
+@pytest.fixture(scope="module")
+def answer_store(tmp_path_factory, checkpoint):
+    path = tmp_path_factory.mktemp("answer")
+    docs = write_jsonl(path / "q.jsonl", QUESTIONS)
+    assert cli_main(["encode", str(checkpoint), "--store", str(path / "s"), "--documents", str(docs),
+                     "--no-progress", "--max-passage-length", "32", "--doc-stride", "8"]) == 0
+    return path / "s"
+
+
+def _answer(checkpoint, store, questions, output, *extra):
+    return cli_main(["answer", str(checkpoint), "--store", str(store), "--questions", str(questions), "--output",
+                     str(output), "--no-progress", "--max-question-length", "16", "--max-passage-length", "32",
+                     "--doc-stride", "8", *extra])
+
+
+@pytest.mark.parametrize("case", ["output-duplicate-int-and-str", "output-duplicate-str"])
+def test_output_duplicate_question_ids_are_refused_with_line_numbers(tmp_path, checkpoint, answer_store, case,
+                                                                    capsys):
+    first = 1 if case == "output-duplicate-int-and-str" else "same"
+    second = "1" if case == "output-duplicate-int-and-str" else "same"
+    questions = write_jsonl(tmp_path / "q.jsonl", [{**QUESTIONS[0], "id": first}, {**QUESTIONS[1], "id": second}])
+    output = tmp_path / "preds.jsonl"
+    assert _answer(checkpoint, answer_store, questions, output) == 2
+    err = capsys.readouterr().err
+    assert "duplicate" in err and "lines 1 and 2" in err
+    assert not output.exists()
+
+
+@pytest.mark.parametrize("case", ["output-is-a-directory", "output-disk-full", "output-parent-is-a-file"])
+def test_output_failing_write_is_one_line_and_leaves_no_temporary_file(tmp_path, checkpoint, answer_store,
+                                                                       monkeypatch, case, capsys):
+    questions = write_jsonl(tmp_path / "q.jsonl", QUESTIONS)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    output = out_dir / "preds.jsonl"
+    if case == "output-is-a-directory":
+        output.mkdir()
+    elif case == "output-parent-is-a-file":
+        (out_dir / "file").write_text("x")
+        output = out_dir / "file" / "preds.jsonl"
+    else:
+        real = os.replace
+
+        def full(src, dst, *args, **kwargs):
+            if str(dst) == str(output):
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real(src, dst, *args, **kwargs)
+
+        monkeypatch.setattr(os, "replace", full)
+    assert _answer(checkpoint, answer_store, questions, output) == 2
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if line.startswith("hf-readonce answer: error")]
+    assert "Traceback" not in err
+    assert not [p for p in out_dir.rglob("*") if ".tmp-" in p.name]
+
+
+def test_output_encode_missing_on_an_empty_store_leaves_nothing_behind(tmp_path, checkpoint, capsys):
+    questions = tmp_path / "q.jsonl"
+    questions.write_text('{"id": "q", "question": "", "context": ""}\n')
+    store = tmp_path / "new" / "store"
+    assert _answer(checkpoint, store, questions, tmp_path / "p.jsonl", "--encode-missing") == 2
+    assert not store.exists() and not (tmp_path / "new").exists()
+    assert _answer(tmp_path / "no-model", store, write_jsonl(tmp_path / "q2.jsonl", QUESTIONS),
+                   tmp_path / "p.jsonl", "--encode-missing") == 2
+    assert not store.exists() and not (tmp_path / "new").exists()
+    capsys.readouterr()
