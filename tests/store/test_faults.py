@@ -17,8 +17,7 @@ import pytest
 import torch
 
 from hf_readonce.cli import main as cli_main
-from hf_readonce.store import CorruptedShardError, RepresentationStore, content_hash
-from hf_readonce.store import maintenance
+from hf_readonce.store import CorruptedShardError, RepresentationStore, content_hash, maintenance
 from tests.conftest import tiny_model, write_jsonl
 
 FP = "f" * 64
@@ -454,3 +453,137 @@ def test_output_encode_missing_on_an_empty_store_leaves_nothing_behind(tmp_path,
                    tmp_path / "p.jsonl", "--encode-missing") == 2
     assert not store.exists() and not (tmp_path / "new").exists()
     capsys.readouterr()
+
+
+# ------------------------------------------------------------------------------------------ 9. arguments
+def test_args_num_decomposed_layers_beyond_the_depth_fail_at_load(tmp_path, checkpoint, capsys):
+    from hf_readonce import DeformerBertForQuestionAnswering
+
+    with pytest.raises(ValueError, match="num_decomposed_layers"):
+        DeformerBertForQuestionAnswering.from_pretrained(checkpoint, num_decomposed_layers=9)
+    docs = write_jsonl(tmp_path / "docs.jsonl", QUESTIONS)
+    assert cli_main([*_encode_args(checkpoint, tmp_path, docs), "--num-decomposed-layers", "9"]) == 2
+    err = capsys.readouterr().err
+    assert "num_decomposed_layers" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("override", [{"window_overlap": 40}, {"recurrence_layer": 9}])
+def test_args_recurrent_overrides_fail_at_load(tmp_path, override):
+    from hf_readonce import RecurrentGPT2Config, RecurrentGPT2LMHeadModel
+
+    config = RecurrentGPT2Config(n_positions=32, n_embd=16, n_layer=2, n_head=2, vocab_size=50, window_size=16,
+                                 window_overlap=2, recurrence_layer=2)
+    RecurrentGPT2LMHeadModel(config).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=next(iter(override))):
+        RecurrentGPT2LMHeadModel.from_pretrained(tmp_path, **override)
+
+
+@pytest.mark.parametrize("bad_id", [-1, 10**6])
+def test_args_out_of_vocabulary_token_ids_name_the_argument_and_bound(bad_id):
+    model = tiny_model(vocab_size=100)
+    ids = torch.tensor([[1, 2, bad_id, 3]])
+    with pytest.raises(ValueError, match=r"input_ids.*\[0, 100\)"):
+        model(input_ids=ids, token_type_ids=torch.zeros_like(ids))
+    with pytest.raises(ValueError, match=r"input_ids.*\[0, 100\)"):
+        model.encode_passages(ids)
+
+
+def _tiny_readonce(**overrides):
+    from hf_readonce import ReadOnceBartConfig, ReadOnceBartForConditionalGeneration
+
+    torch.manual_seed(0)
+    fields = dict(vocab_size=99, d_model=16, encoder_layers=2, decoder_layers=1, encoder_attention_heads=2,
+                  decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
+                  compression_ratio=4)
+    config = ReadOnceBartConfig(**{**fields, **overrides})
+    return ReadOnceBartForConditionalGeneration(config)
+
+
+def test_args_readonce_out_of_vocabulary_ids():
+    with pytest.raises(ValueError, match=r"input_ids.*\[0, 99\)"):
+        _tiny_readonce().encode_documents(torch.tensor([[5, 6, 120]]))
+
+
+@pytest.mark.parametrize("argument", ["compression_ratio", "max_document_length", "batch_size"])
+def test_args_readonce_adapter_rejects_zero(tokenizer, argument):
+    from hf_readonce.representations.readonce_bart import ReadOnceStoreAdapter
+
+    with pytest.raises(ValueError, match=argument):
+        ReadOnceStoreAdapter(_tiny_readonce(), tokenizer, **{argument: 0})
+
+
+# ------------------------------------------------------------------------------------------ 3. fingerprints
+def _same_weights(model_class, config):
+    torch.manual_seed(0)
+    return model_class(config).eval()
+
+
+@pytest.mark.parametrize("field,value", [("hidden_act", "relu"), ("hidden_act", "gelu_new"),
+                                         ("layer_norm_eps", 1e-5), ("num_attention_heads", 2),
+                                         ("num_attention_heads", 8)])
+def test_fingerprint_deformer_changes_with_every_computation_field(field, value):
+    from hf_readonce import DeformerBertConfig, DeformerBertForQuestionAnswering
+
+    base = tiny_model(vocab_size=100)
+    config = DeformerBertConfig.from_dict({**base.config.to_dict(), field: value})
+    other = DeformerBertForQuestionAnswering(config).eval()
+    other.load_state_dict(base.state_dict())
+    assert other.representation_fingerprint() != base.representation_fingerprint()
+
+
+def test_fingerprint_ignores_metadata_and_follows_weights_and_transformers_major(monkeypatch):
+    base = tiny_model(vocab_size=100)
+    fingerprint = base.representation_fingerprint()
+    same = tiny_model(vocab_size=100)
+    same.config.id2label, same.config.label2id = {0: "A", 1: "B"}, {"A": 0, "B": 1}
+    same.config._name_or_path, same.config.architectures = "/somewhere/else", ["Other"]
+    same.config.null_score_diff_threshold, same.config.max_question_length = 1.5, 20
+    assert same.representation_fingerprint() == fingerprint
+    with torch.no_grad():
+        same.bert.encoder.layer[0].output.dense.weight.add_(1e-3)
+    assert same.representation_fingerprint() != fingerprint
+    from hf_readonce.models.deformer_bert import modeling_deformer_bert
+
+    monkeypatch.setattr(modeling_deformer_bert.transformers, "__version__", "99.0.0")  # another major version
+    assert tiny_model(vocab_size=100).representation_fingerprint() != fingerprint
+
+
+@pytest.mark.parametrize("field,value", [("activation_function", "relu"), ("encoder_attention_heads", 4),
+                                         ("scale_embedding", True)])
+def test_fingerprint_readonce_changes_with_computation_fields(field, value):
+    base = _tiny_readonce()
+    other = _tiny_readonce(**{field: value})
+    other.load_state_dict(base.state_dict())
+    assert other.representation_fingerprint() != base.representation_fingerprint()
+
+
+def test_fingerprint_readonce_stage1_forward_hashes_nothing_until_asked(monkeypatch):
+    model = _tiny_readonce().train()
+    calls = []
+    real = hashlib.sha256
+    monkeypatch.setattr(hashlib, "sha256", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    ids = torch.randint(3, 99, (2, 12))
+    out = model(input_ids=ids[:, :5], document_input_ids=ids, labels=ids[:, :3])
+    out.loss.backward()
+    assert calls == []
+    monkeypatch.setattr(hashlib, "sha256", real)
+    first = model.representation_fingerprint()
+    with torch.no_grad():
+        next(model.document_encoder.parameters()).add_(1.0)
+    assert model.representation_fingerprint() != first
+    assert model.encode_documents(ids).model_fingerprint == model.representation_fingerprint()
+
+
+def test_fingerprint_readtwice_has_the_common_name_and_sees_config_fields():
+    from hf_readonce import ReadTwiceBertConfig, ReadTwiceBertModel
+
+    def make(**overrides):
+        config = ReadTwiceBertConfig(vocab_size=100, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=32, max_position_embeddings=64, **overrides)
+        return _same_weights(ReadTwiceBertModel, config)
+
+    base = make()
+    assert base.representation_fingerprint() == base.fingerprint()
+    other = make(hidden_act="relu")
+    other.load_state_dict(base.state_dict())
+    assert other.representation_fingerprint() != base.representation_fingerprint()
