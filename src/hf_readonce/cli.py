@@ -207,10 +207,14 @@ def cmd_encode(args) -> int:
     dropped = []
     if args.repair:
         if main_process:
-            report = store.verify(progress=not args.no_progress)
+            # verify and repair under one lock: a shard another `encode` commits meanwhile is never an orphan
+            try:
+                result = store.repair()
+            except OSError as error:
+                raise CommandError(f"cannot repair store {store.path}: {error}") from None
+            report = result["report"]
+            dropped = result["dropped"]
             if report.corruptions or report.orphans:
-                result = store.repair(report)
-                dropped = result["dropped"]
                 for corruption in report.corruptions:
                     print(f"repair: {corruption.describe()}", file=sys.stderr)
                 print(f"repair: {len(result['salvaged'])} intact document(s) rewritten, {len(dropped)} dropped and "
@@ -237,6 +241,9 @@ def cmd_encode(args) -> int:
                                  total=total)
     except (ValueError, TypeError, ReadOnlyStoreError) as error:
         raise CommandError(str(error)) from None
+    except OSError as error:  # e.g. disk full: committed shards are kept, nothing half-written is left
+        raise CommandError(f"cannot write to store {store.path}: {error}; committed documents are kept, re-run "
+                           "to finish.") from None
     if state is not None:
         state.wait_for_everyone()
     prefix = f"[rank {rank}/{world}] " if world > 1 else ""
@@ -262,7 +269,73 @@ def cmd_encode(args) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------------- answer
+def _remove_empty_store(path: Path, top: Path) -> None:
+    """Undo the creation of a store this run made (`answer --encode-missing` that failed): only when it holds no
+    shard and no manifest, only the store's own skeleton files, and only the folders this run created (`path` up to
+    `top`). Nothing a user stored is ever removed."""
+    import contextlib
+
+    if any((path / "shards").rglob("*.safetensors")) or any((path / "index").glob("*.json")):
+        return
+    for name in ("store.json", ".lock"):
+        with contextlib.suppress(OSError):
+            (path / name).unlink()
+    for sub in ("tmp", "index", "shards"):
+        folder = path / sub
+        if folder.is_dir() and not folder.is_symlink():
+            for leftover in folder.iterdir():
+                if leftover.name.startswith(".tmp-"):
+                    with contextlib.suppress(OSError):
+                        leftover.unlink()
+            for empty in sorted(folder.rglob("*"), reverse=True):
+                with contextlib.suppress(OSError):
+                    empty.rmdir()
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+    folder = path
+    while True:
+        try:
+            folder.rmdir()
+        except OSError:
+            break
+        if folder == top:
+            break
+        folder = folder.parent
+
+
 def cmd_answer(args) -> int:
+    store_path = Path(args.store).expanduser().absolute()
+    created = [p for p in (store_path, *store_path.parents) if not p.exists()]  # what this run would create
+    try:
+        return _answer(args)
+    except BaseException:
+        if args.encode_missing and created:
+            _remove_empty_store(store_path, created[-1])
+        raise
+
+
+def _write_predictions(output: Path, examples, predictions) -> None:
+    """Write `id, prediction_text` lines atomically (temporary file, rename).
+
+    Raises:
+        CommandError: one line naming the output and the OS error (disk full, a directory, no permission); the
+            temporary file is removed.
+    """
+    tmp = output.with_name(f".{output.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            for example in examples:
+                handle.write(json.dumps({"id": example["id"], "prediction_text": predictions[example["id"]]},
+                                        ensure_ascii=False) + "\n")
+        os.replace(tmp, output)
+    except OSError as error:
+        raise CommandError(f"cannot write predictions to --output {output}: {error.strerror or error}.") from None
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _answer(args) -> int:
     from .store import MissingRepresentationError, RepresentationMismatchError
     from .tasks.jsonl import BadLine, iter_jsonl
     from .tasks.question_answering_store import answer_from_store
@@ -270,8 +343,15 @@ def cmd_answer(args) -> int:
     questions = Path(args.questions)
     if not questions.is_file():
         raise CommandError(f"--questions {questions} is not a file.")
+    output = Path(args.output)
+    if output.is_dir():
+        raise CommandError(f"--output {output} is a directory; give the path of a file to write.")
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise CommandError(f"cannot create the folder of --output {output}: {error.strerror or error}.") from None
     store = _open_store(args.store, readonly=not args.encode_missing, create=args.encode_missing, command="answer")
-    problems, examples = [], []
+    problems, examples, first_line, duplicates = [], [], {}, []
     for number, row in iter_jsonl(questions, problems):
         bad = [key for key in ("question", "context") if not isinstance(row.get(key), str) or not row[key].strip()]
         if bad:
@@ -279,8 +359,19 @@ def cmd_answer(args) -> int:
             continue
         row.setdefault("id", f"line {number}")
         row["id"] = str(row["id"])
+        if row["id"] in first_line:
+            duplicates.append((row["id"], first_line[row["id"]], number))
+            continue
+        first_line[row["id"]] = number
         examples.append(row)
     _report_bad_lines(problems, questions)
+    if duplicates:  # one prediction per id: a second question with the same id would overwrite the first's
+        from .store.keys import printable
+
+        listed = "; ".join(f"{printable(repr(i))} on lines {a} and {b}" for i, a, b in duplicates[:10])
+        more = f" (and {len(duplicates) - 10} more)" if len(duplicates) > 10 else ""
+        raise CommandError(f"{questions}: duplicate question id(s): {listed}{more}. Predictions are keyed by id "
+                           "(compared as strings, so 1 and \"1\" are the same id): give each question its own id.")
     if not examples:
         raise CommandError(f"{questions}: no usable question (each line needs 'question' and 'context').")
     model, tokenizer = load_qa_model(args.model, args.num_decomposed_layers, _device(args.device))
@@ -303,14 +394,7 @@ def cmd_answer(args) -> int:
     except (MissingRepresentationError, RepresentationMismatchError, ValueError) as error:
         raise CommandError(str(error)) from None
     seconds = time.perf_counter() - start
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.with_name(f".{output.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as handle:
-        for example in examples:
-            handle.write(json.dumps({"id": example["id"], "prediction_text": predictions[example["id"]]},
-                                    ensure_ascii=False) + "\n")
-    os.replace(tmp, output)
+    _write_predictions(output, examples, predictions)
     passages = len({e["context"] for e in examples})
     print(f"answered {len(examples)} question(s) over {passages} stored passage(s) in {seconds:.2f} s "
           f"({len(examples) / max(seconds, 1e-9):.1f} questions/s); predictions written to {output}", flush=True)
@@ -349,6 +433,8 @@ def cmd_info(args) -> int:
 
 
 def cmd_verify(args) -> int:
+    from .store.keys import printable
+
     store = _open_store(args.store, readonly=True, create=False, command="verify")
     report = store.verify(progress=not args.no_progress)
     if args.json:
@@ -361,8 +447,11 @@ def cmd_verify(args) -> int:
     else:
         for corruption in report.corruptions:
             print(corruption.describe())
+        lost = {c.shard for c in report.corruptions}
         for orphan in report.orphans:
-            print(f"orphan shard (no index entry, ignored): {orphan}")
+            if orphan not in lost:
+                print(f"orphan shard (no index entry; its documents are stored elsewhere, harmless): "
+                      f"{printable(orphan)}")
         if report.ok:
             print(f"OK: {report.shards_checked} shard(s), {report.documents_checked} document(s) verified")
         else:

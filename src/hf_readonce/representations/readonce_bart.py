@@ -26,6 +26,9 @@ class ReadOnceBartAdapter:
         compression_ratio (`int`, *optional*): k (defaults to the model's); part of the settings, so
             representations of another k are never returned for this one.
         batch_size (`int`, defaults to 32): documents per `encode_documents` call.
+
+    Raises:
+        TypeError: a setting that is not an int. ValueError: a setting below 1 (naming it).
     """
 
     model_type = "readonce_bart"
@@ -37,9 +40,17 @@ class ReadOnceBartAdapter:
 
     def __init__(self, model, tokenizer, max_document_length: int = 256, compression_ratio: int | None = None,
                  batch_size: int = 32):
+        for name, value in (("max_document_length", max_document_length), ("compression_ratio", compression_ratio),
+                            ("batch_size", batch_size)):
+            if value is None and name == "compression_ratio":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"`{name}` must be an int, got {value!r}.")
+            if value < 1:
+                raise ValueError(f"`{name}` must be >= 1, got {value}.")
         self.model, self.tokenizer = model, tokenizer
         self.max_document_length, self.batch_size = max_document_length, batch_size
-        self.compression_ratio = compression_ratio or model.config.compression_ratio
+        self.compression_ratio = compression_ratio if compression_ratio is not None else model.config.compression_ratio
         self._tokenizer_hash = tokenizer_fingerprint(tokenizer)
 
     @classmethod

@@ -96,8 +96,9 @@ class ReadTwiceBertAdapter:
         return self.model.bert if hasattr(self.model, "bert") else self.model
 
     def fingerprint(self) -> str:
-        """The model's `fingerprint()` (embeddings, BERT₁, ExtractMemories weights; memory type, span length)."""
-        return self._encoder.fingerprint()
+        """The model's `representation_fingerprint()` (embeddings, BERT₁, ExtractMemories weights; the config fields
+        that change them)."""
+        return self._encoder.representation_fingerprint()
 
     def settings(self) -> dict:
         """Format, segment length and overlap, memory type, mention function and the tokenizer's fingerprint."""

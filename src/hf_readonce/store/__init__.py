@@ -8,8 +8,9 @@ imports nothing from the rest of hf-readonce. Filling it from a model is [`hf_re
 move a store to and from the Hub as a dataset. The command line is `hf-readonce encode | answer | info | verify`.
 
 Modules: `errors` (exceptions), `keys` (content hash, settings, space and representation keys), `shards` (the
-on-disk format, checksums, atomic writes), `store` ([`RepresentationStore`], [`StoreWriter`]), `maintenance`
-(info, verify, repair), `datasets_io` (`datasets` export and import).
+on-disk format, checksums, atomic writes), `manifest` (the schema of manifests, the paths they may name, shard
+headers read back), `store` ([`RepresentationStore`], [`StoreWriter`]), `maintenance` (info, verify, repair),
+`datasets_io` (`datasets` export and import).
 """
 
 import importlib
@@ -17,6 +18,7 @@ import warnings
 
 from .datasets_io import export_to_dataset, import_from_dataset
 from .errors import (
+    CorruptedManifestError,
     CorruptedShardError,
     MissingRepresentationError,
     ReadOnlyStoreError,
@@ -69,6 +71,7 @@ def __getattr__(name):
 
 __all__ = [
     "FORMAT_VERSION",
+    "CorruptedManifestError",
     "CorruptedShardError",
     "Corruption",
     "DocumentEntry",

@@ -5,6 +5,7 @@ the model) and import such a dataset back into a store. Tensors travel as raw by
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator, Mapping
 
 import torch
@@ -56,14 +57,33 @@ def _to_bytes(tensor: torch.Tensor) -> bytes:
     return flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
 
 
-def _from_bytes(data: bytes, dtype: str, shape: list[int]) -> torch.Tensor:
-    torch_dtype = getattr(torch, dtype, None)
-    if not isinstance(torch_dtype, torch.dtype):
-        raise ValueError(f"unknown tensor dtype {dtype!r}.")
+_DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool")
+
+
+def _from_bytes(data: bytes, dtype: str, shape: list[int], where: str = "row") -> torch.Tensor:
+    """One tensor of a row, after checking that its declared dtype and shape match the bytes present: a row from an
+    untrusted dataset never makes the import allocate more than the bytes it carries.
+
+    Raises:
+        ValueError: naming `where`: an unknown dtype, a shape that is not a list of ints >= 0, or a byte count that
+            is not shape x element size.
+    """
+    if dtype not in _DTYPES:
+        raise ValueError(f"{where}: unknown tensor dtype {dtype!r} (one of {', '.join(_DTYPES)}).")
+    torch_dtype = getattr(torch, dtype)
+    if not isinstance(shape, (list, tuple)) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        raise ValueError(f"{where}: shape {shape!r} is not a list of ints >= 0.")
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ValueError(f"{where}: tensor bytes are a {type(data).__name__}, not bytes.")
+    expected = math.prod(shape) * torch_dtype.itemsize
+    if len(data) != expected:
+        raise ValueError(f"{where}: shape {list(shape)} of {dtype} needs {expected} bytes, the row holds "
+                         f"{len(data)}; the row is damaged (nothing was allocated for it).")
     storage_dtype = torch.uint8 if torch_dtype == torch.bool else torch_dtype
     if not data:
-        return torch.empty(shape, dtype=torch_dtype)
-    tensor = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(storage_dtype).reshape(shape)
+        return torch.empty(list(shape), dtype=torch_dtype)
+    tensor = torch.frombuffer(bytearray(data), dtype=torch.uint8).view(storage_dtype).reshape(list(shape))
     return tensor.to(torch.bool) if torch_dtype == torch.bool else tensor
 
 
@@ -112,8 +132,10 @@ def import_from_dataset(store: RepresentationStore, dataset, *,
         `int`: documents written.
 
     Raises:
-        ValueError: a missing column, an unknown format version or dtype. CorruptedShardError: a row whose bytes do
-            not match its `sha256` (naming the document); rows before it are kept.
+        ValueError: naming the row: a missing column, an unknown format version or dtype, parallel tensor lists of
+            different lengths, or a declared shape that does not match the bytes present (checked before anything
+            is allocated). CorruptedShardError: a row whose bytes do not match its `sha256` (naming the document).
+            Rows before the failing one are kept.
     """
     column_names = getattr(dataset, "column_names", None)
     if column_names is not None:
@@ -126,8 +148,15 @@ def import_from_dataset(store: RepresentationStore, dataset, *,
         for number, row in enumerate(dataset):
             if row["format_version"] != FORMAT_VERSION:
                 raise ValueError(f"row {number}: format_version {row['format_version']}, expected {FORMAT_VERSION}.")
-            tensors = {name: _from_bytes(data, dtype, shape) for name, dtype, shape, data in zip(
-                row["tensor_names"], row["tensor_dtypes"], row["tensor_shapes"], row["tensor_bytes"])}
+            columns = [row["tensor_names"], row["tensor_dtypes"], row["tensor_shapes"], row["tensor_bytes"]]
+            if not all(isinstance(c, (list, tuple)) for c in columns) or len({len(c) for c in columns}) != 1:
+                raise ValueError(f"row {number}: tensor_names, tensor_dtypes, tensor_shapes and tensor_bytes must be "
+                                 "lists of one length.")
+            names = columns[0]
+            if not names or len(set(names)) != len(names) or not all(isinstance(n, str) and n for n in names):
+                raise ValueError(f"row {number}: tensor_names must be distinct non-empty str, got {names!r}.")
+            tensors = {name: _from_bytes(data, dtype, shape, f"row {number}, tensor {name!r}")
+                       for name, dtype, shape, data in zip(*columns)}
             if tensors_checksum(tensors) != row["sha256"]:
                 raise CorruptedShardError(
                     f"row {number} (document {row['content_hash'][:16]}): bytes do not match the row's sha256.",

@@ -35,6 +35,20 @@ class CorruptedShardError(StoreError, ValueError):
         self.documents = list(documents)
 
 
+class CorruptedManifestError(StoreError, ValueError):
+    """A manifest (`index/<shard id>.json`) that is not the object its schema describes: unreadable JSON, another
+    JSON type, a missing or mistyped field, or a shard path outside `shards/`. Such a manifest is never followed;
+    `verify` names it and `repair` quarantines it and rebuilds its shard's index entries from the shard's header.
+
+    Attributes:
+        manifest (`str`): the manifest's path relative to the store.
+    """
+
+    def __init__(self, message: str, manifest: str):
+        super().__init__(message)
+        self.manifest = manifest
+
+
 class StoreNotFoundError(StoreError, ValueError):
     """No store exists at the path, and the store was opened with `create=False` or `readonly=True`."""
 
@@ -43,5 +57,5 @@ class ReadOnlyStoreError(StoreError, PermissionError):
     """A write was attempted on a store opened read-only or on a directory that cannot be written."""
 
 
-__all__ = ["CorruptedShardError", "MissingRepresentationError", "ReadOnlyStoreError", "RepresentationMismatchError",
+__all__ = ["CorruptedManifestError", "CorruptedShardError", "MissingRepresentationError", "ReadOnlyStoreError", "RepresentationMismatchError",
            "StoreError", "StoreNotFoundError"]

@@ -114,6 +114,16 @@ def rank_of(document_hash: str, num_processes: int) -> int:
         raise ValueError(f"`document_hash` must be a hex digest, got {document_hash!r}.") from None
 
 
+def printable(text) -> str:
+    """`text` (any value, as `str`) with every non-printable character (newlines, escapes, controls) written as a
+    Python escape, so that a crafted document id or file name cannot forge a line of output."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii")
+                   for c in text)
+
+
 # ---------------------------------------------------------------------------------------------------------- records
 @dataclass(frozen=True)
 class RepresentationSpace:
@@ -155,10 +165,11 @@ class DocumentEntry:
 
     @property
     def name(self) -> str:
-        """Human name: the document's `id` from its metadata if any, else the first 16 hex digits of its hash."""
+        """Human name: the document's `id` from its metadata if any (control characters escaped, see
+        [`printable`]), else the first 16 hex digits of its hash."""
         doc_id = self.meta.get("id") if isinstance(self.meta, dict) else None
-        return f"{doc_id} ({self.content_hash[:16]})" if doc_id is not None else self.content_hash[:16]
+        return f"{printable(doc_id)} ({self.content_hash[:16]})" if doc_id is not None else self.content_hash[:16]
 
 
 __all__ = ["DocumentEntry", "RepresentationKey", "RepresentationSpace", "canonical_settings", "content_hash",
-           "rank_of", "representation_key", "space_key"]
+           "printable", "rank_of", "representation_key", "space_key"]

@@ -40,6 +40,7 @@ from safetensors import safe_open
 from safetensors.torch import save as safetensors_save
 
 from .errors import (
+    CorruptedManifestError,
     CorruptedShardError,
     MissingRepresentationError,
     ReadOnlyStoreError,
@@ -52,9 +53,11 @@ from .keys import (
     RepresentationSpace,
     _check_fingerprint,
     canonical_settings,
+    printable,
     space_key,
 )
 from .maintenance import VerifyReport, repair_store, store_info, verify_store
+from .manifest import check_manifest, is_store_file
 from .shards import (
     _STORABLE,
     DEFAULT_SHARD_SIZE_BYTES,
@@ -180,7 +183,12 @@ class RepresentationStore:
 
     # ----------------------------------------------------------------- index
     def refresh(self) -> int:
-        """Load manifests committed since the last refresh (by this or any other process).
+        """Load manifests committed since the last refresh (by this or any other process). When a manifest this
+        object had loaded is gone (`repair` moved it to `quarantine/`), the whole index is reloaded, so a
+        long-lived reader follows a repair instead of reading a retired shard.
+
+        Every manifest is checked against its schema ([`check_manifest`]) before it is used; one that fails is
+        recorded as corrupted (see `verify`) and never followed.
 
         Returns:
             `int`: number of newly loaded manifests.
@@ -188,30 +196,39 @@ class RepresentationStore:
         index_dir = self.path / "index"
         try:
             names = sorted(p.name for p in index_dir.iterdir() if p.suffix == ".json" and not p.name.startswith("."))
-        except FileNotFoundError:
-            return 0
+        except (FileNotFoundError, NotADirectoryError):
+            names = []
+        if self._manifests_loaded - set(names):
+            self._reset_index()
         new = 0
         for name in names:
             if name in self._manifests_loaded:
                 continue
             self._manifests_loaded.add(name)
             try:
-                manifest = json.loads((index_dir / name).read_text())
-                self._load_manifest(manifest)
+                manifest = json.loads((index_dir / name).read_bytes().decode("utf-8"))
+                self._load_manifest(manifest, name)
                 self._bad_manifests.pop(name, None)
-            except (OSError, ValueError, KeyError, TypeError) as error:
-                self._bad_manifests[name] = f"unreadable manifest ({error})"
+            except CorruptedManifestError as error:
+                self._bad_manifests[name] = str(error).split(": ", 1)[-1]
+                continue
+            except (OSError, ValueError, RecursionError) as error:  # not UTF-8 / not JSON / unreadable file
+                self._bad_manifests[name] = f"unreadable manifest ({printable(error)})"
                 continue
             new += 1
         return new
 
-    def _load_manifest(self, manifest: dict) -> None:
-        if manifest.get("format_version") != FORMAT_VERSION:
-            raise ValueError(f"format_version {manifest.get('format_version')}")
+    def _reset_index(self) -> None:
+        self._manifests_loaded = set()
+        self._entries, self._spaces, self._by_hash, self._shards = {}, {}, {}, {}
+        self._duplicates = 0
+        self._bad_manifests = {}
+        self._handles.clear()
+
+    def _load_manifest(self, manifest: dict, name: str) -> None:
+        check_manifest(manifest, name)
         space = RepresentationSpace(manifest["space"], manifest["fingerprint"], manifest["settings"],
                                     manifest.get("model_type"))
-        if space_key(space.fingerprint, space.settings) != space.key:
-            raise ValueError("space key does not match fingerprint and settings")
         shard = manifest["shard"]
         self._spaces.setdefault(space.key, space)
         self._shards[shard] = manifest
@@ -297,37 +314,56 @@ class RepresentationStore:
 
     # ----------------------------------------------------------------- reads
     def _handle(self, shard: str):
-        handle = self._handles.get(shard)
-        if handle is not None:
+        """`(safe_open handle, document hashes in the shard's header in commit order, header space)` of a shard,
+        memory-mapped, cached (64 most recent)."""
+        cached = self._handles.get(shard)
+        if cached is not None:
             self._handles.move_to_end(shard)
-            return handle
+            return cached
+        if not is_store_file(shard) or not shard.startswith("shards/"):  # manifests are checked; never follow others
+            raise ValueError(f"shard path {printable(shard)!r} is not inside the store's shards/ folder")
         handle = safe_open(str(self.path / shard), framework="pt")  # memory-mapped
-        self._handles[shard] = handle
+        metadata = handle.metadata() or {}
+        try:
+            order = list(json.loads(metadata["documents"]))
+        except (KeyError, ValueError, TypeError, RecursionError):
+            order = None
+        cached = (handle, order, metadata.get("space"))
+        self._handles[shard] = cached
         while len(self._handles) > 64:
             self._handles.popitem(last=False)
-        return handle
+        return cached
 
     def _read(self, entry: DocumentEntry, verify: bool) -> dict[str, torch.Tensor]:
         try:
-            handle = self._handle(entry.shard)
+            handle, order, header_space = self._handle(entry.shard)
             tensors = {name: handle.get_tensor(spec["key"]) for name, spec in entry.tensors.items()}
         except Exception as error:  # safetensors raises its own error type for truncated/garbled files
             self._handles.pop(entry.shard, None)
             raise CorruptedShardError(
-                f"shard {entry.shard} of store {self.path} is unreadable ({error}) while reading document "
-                f"{entry.name}; run `hf-readonce verify --store {self.path}` and `encode --repair`.",
+                f"shard {printable(entry.shard)} of store {self.path} is unreadable ({printable(error)}) while "
+                f"reading document {entry.name}; run `hf-readonce verify --store {self.path}` and `encode --repair`.",
                 entry.shard, [entry.content_hash],
             ) from None
+        # the shard's own header names the document at each position: even without checksums (verify_reads=False)
+        # a shard swapped for another, or a manifest pointing at the wrong tensors, never serves another document
+        index = next(iter(entry.tensors.values()))["key"].partition("/")[0]
+        if order is None or header_space != entry.space or not index.isdigit() or int(index) >= len(order) or \
+                order[int(index)] != entry.content_hash:
+            raise CorruptedShardError(
+                f"shard {printable(entry.shard)} of store {self.path} holds another document at the place of "
+                f"{entry.name} (its header disagrees with the index); run `hf-readonce verify` and `encode --repair`.",
+                entry.shard, [entry.content_hash])
         for name, spec in entry.tensors.items():
             if list(tensors[name].shape) != list(spec["shape"]) or _dtype_name(tensors[name].dtype) != spec["dtype"]:
                 raise CorruptedShardError(
-                    f"document {entry.name} in shard {entry.shard}: tensor {name!r} has shape/dtype "
-                    f"{list(tensors[name].shape)}/{_dtype_name(tensors[name].dtype)}, the index says "
+                    f"document {entry.name} in shard {printable(entry.shard)}: tensor {printable(name)!r} has "
+                    f"shape/dtype {list(tensors[name].shape)}/{_dtype_name(tensors[name].dtype)}, the index says "
                     f"{spec['shape']}/{spec['dtype']}.", entry.shard, [entry.content_hash])
         if verify and tensors_checksum(tensors) != entry.sha256:
             raise CorruptedShardError(
-                f"checksum mismatch for document {entry.name} in shard {entry.shard} of store {self.path}: the "
-                "shard is corrupted; run `hf-readonce verify` and `encode --repair`.", entry.shard,
+                f"checksum mismatch for document {entry.name} in shard {printable(entry.shard)} of store {self.path}: "
+                "the shard is corrupted; run `hf-readonce verify` and `encode --repair`.", entry.shard,
                 [entry.content_hash])
         return tensors
 
@@ -439,7 +475,7 @@ class RepresentationStore:
                 docs[doc_hash] = {"tensors": specs, "sha256": tensors_checksum(doc_tensors), "meta": meta}
             header = {"format": FORMAT_NAME, "format_version": str(FORMAT_VERSION), "space": space.key,
                       "fingerprint": space.fingerprint, "settings": canonical_settings(space.settings),
-                      "dtype": _dtype_name(dtype),
+                      "dtype": _dtype_name(dtype), "model_type": space.model_type or "",
                       "documents": json.dumps({h: {"sha256": d["sha256"], "meta": d["meta"]} for h, d in docs.items()})}
             data = safetensors_save(tensors, metadata=header)
             shard_path = self.path / shard_rel
@@ -453,7 +489,7 @@ class RepresentationStore:
             _atomic_write(self.path / "index" / f"{shard_id}.json",
                           json.dumps(manifest, separators=(",", ":")).encode(), self.path / "tmp")
             self._manifests_loaded.add(f"{shard_id}.json")
-            self._load_manifest(manifest)
+            self._load_manifest(manifest, f"{shard_id}.json")
             return [h for h, _, _ in todo]
 
     # ----------------------------------------------------------------- maintenance

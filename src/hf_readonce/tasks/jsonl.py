@@ -22,8 +22,9 @@ class BadLine:
 
 def iter_jsonl(path, problems: list | None = None) -> Iterator[tuple[int, dict]]:
     """Yield `(line_number, row)` for every JSON-object line of a JSONL file, reading line by line (FIFOs and huge
-    files work). Lines that are not UTF-8, not JSON or not an object are appended to `problems` as [`BadLine`]
-    (with their line number) and skipped; blank lines are ignored.
+    files work). Lines that are not UTF-8, not JSON, nested too deeply, not an object, or that hold a lone
+    surrogate escape (`"\\ud800"`: not valid Unicode text) are appended to `problems` as [`BadLine`] (with their
+    line number) and skipped; blank lines are ignored.
 
     Raises:
         FileNotFoundError: if `path` does not exist. IsADirectoryError: if it is a directory.
@@ -46,10 +47,29 @@ def iter_jsonl(path, problems: list | None = None) -> Iterator[tuple[int, dict]]
             except json.JSONDecodeError as error:
                 problems.append(BadLine(number, f"not valid JSON ({error.msg}, column {error.colno})"))
                 continue
+            except RecursionError:
+                problems.append(BadLine(number, "JSON nested too deeply to read"))
+                continue
             if not isinstance(row, dict):
                 problems.append(BadLine(number, f"a JSON {type(row).__name__}, not an object"))
                 continue
+            if "\\u" in line and _has_lone_surrogate(row):
+                problems.append(BadLine(number, "holds a lone UTF-16 surrogate escape (such as \\ud800): not valid "
+                                                "Unicode text"))
+                continue
             yield number, row
+
+
+def _has_lone_surrogate(row) -> bool:
+    """Whether a parsed row holds a string with an unpaired surrogate (JSON `"\\ud800"` parses to one; no tokenizer or
+    UTF-8 file can hold it)."""
+    try:
+        json.dumps(row, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    except RecursionError:
+        return True
+    return False
 
 
 def iter_documents(path, text_field: str = "context", id_field: str | None = "id",

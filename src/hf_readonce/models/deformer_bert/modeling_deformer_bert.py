@@ -11,10 +11,12 @@ configuration file next to it.
 """
 
 import hashlib
+import json
 import warnings
 from dataclasses import dataclass
 
 import torch
+import transformers
 from torch import nn
 from torch.nn import functional as F
 from transformers.masking_utils import create_bidirectional_mask
@@ -26,6 +28,44 @@ from transformers.utils import ModelOutput, TransformersKwargs, can_return_tuple
 from .configuration_deformer_bert import DeformerBertConfig
 
 logger = logging.get_logger(__name__)
+
+
+# Config fields that provably do not change the representation: metadata, output switches, tokenizer ids (the
+# embeddings' padding index changes only gradients), the dtype (the weights are hashed as they are), the
+# initializer range (the weights are hashed), task heads and labels, the distillation loss settings and the QA
+# settings a training run records. Every other field of `config.to_dict()` is part of the representation
+# fingerprint, with the transformers major version.
+_FINGERPRINT_IGNORED_FIELDS = frozenset({
+    "transformers_version", "architectures", "_name_or_path", "auto_map", "id2label", "label2id", "num_labels",
+    "problem_type", "finetuning_task", "task_specific_params", "dtype", "torch_dtype", "use_cache",
+    "output_hidden_states", "output_attentions", "return_dict", "torchscript", "tokenizer_class", "prefix",
+    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "cls_token_id", "mask_token_id", "unk_token_id",
+    "decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id", "initializer_range", "init_std",
+    "initializer_factor", "tie_word_embeddings", "classifier_dropout",
+    # DeFormer: training losses and recorded QA settings (windows are part of the store's settings instead)
+    "distillation_temperature", "kd_loss_weight", "lrs_loss_weight", "max_question_length", "max_passage_length",
+    "doc_stride", "allow_no_answer", "null_score_diff_threshold",
+})
+
+
+def _config_fingerprint(config) -> str:
+    """Canonical JSON of the config fields that can change the representation (`config.to_dict()` minus
+    `_FINGERPRINT_IGNORED_FIELDS`) and the transformers major version: hashed into the representation
+    fingerprint, so any change to them (activation, layer-norm epsilon, attention heads, ...) is another key."""
+    fields = {key: value for key, value in config.to_dict().items()
+              if key not in _FINGERPRINT_IGNORED_FIELDS}
+    return json.dumps({"transformers": transformers.__version__.split(".")[0], "config": fields}, sort_keys=True,
+                      default=str)
+
+
+def _check_token_ids(ids, bound: int, argument: str) -> None:
+    """Raise a `ValueError` naming `argument` and the bound if a token id of `ids` is outside `[0, bound)` (called
+    when the embedding lookup fails, so the normal path costs nothing)."""
+    if torch.is_tensor(ids) and ids.numel() and not ids.is_floating_point():
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= bound:
+            raise ValueError(f"`{argument}` holds token id {low if low < 0 else high}, outside the vocabulary "
+                             f"[0, {bound}) of this model.") from None
 
 
 @dataclass
@@ -119,6 +159,10 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
     def __init__(self, config: DeformerBertConfig):
         super().__init__(config)
         self.config = config
+        k = config.num_decomposed_layers  # `from_pretrained(..., num_decomposed_layers=k)` sets it after validation
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= config.num_hidden_layers:
+            raise ValueError(f"`num_decomposed_layers` must be an int between 0 and num_hidden_layers="
+                             f"{config.num_hidden_layers}, got {k!r}.")
         self.embeddings = BertEmbeddings(config)
         self.encoder = BertEncoder(config)
         self._fingerprint_cache = None
@@ -132,11 +176,13 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
 
     # ------------------------------------------------------------------ helpers
     def representation_fingerprint(self) -> str:
-        """SHA-256 hex digest of everything that determines passage states (the cached representation): the weights of the embeddings and of
-        layers 1..k, and the config fields k, `passage_position_offset`, `hidden_size`.
+        """SHA-256 hex digest of everything that determines passage states (the cached representation): the weights
+        of the embeddings and of layers 1..k, every config field that can change the computation (`hidden_act`,
+        `layer_norm_eps`, `num_attention_heads`, k, `passage_position_offset`, ...; all of `config.to_dict()` except
+        the metadata listed in `_FINGERPRINT_IGNORED_FIELDS`) and the transformers major version.
 
-        The digest is cached and recomputed only when a parameter is replaced or modified in place (torch's
-        version counters), so calling it per batch is cheap.
+        The digest is cached and recomputed only when the config changes or a parameter is replaced or modified in
+        place (torch's version counters), so calling it per batch is cheap.
 
         Returns:
             `str`: 64 hex characters.
@@ -145,19 +191,27 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
         params = list(self.embeddings.named_parameters(prefix="embeddings"))
         for i in range(k):
             params += list(self.encoder.layer[i].named_parameters(prefix=f"encoder.layer.{i}"))
-        state = tuple((name, p.data_ptr(), p._version, p.dtype) for name, p in params)
+        config_json = _config_fingerprint(self.config)
+        state = (config_json, *((name, p.data_ptr(), p._version, p.dtype) for name, p in params))
         if self._fingerprint_cache is not None and self._fingerprint_cache[0] == state:
             return self._fingerprint_cache[1]
-        digest = hashlib.sha256()
-        digest.update(
-            f"deformer_bert|k={k}|offset={self.config.passage_position_offset}|hidden={self.config.hidden_size}".encode()
-        )
+        digest = hashlib.sha256(f"deformer_bert|k={k}|".encode() + config_json.encode())
         for name, p in params:
             digest.update(name.encode())
             digest.update(str(p.dtype).encode())
             digest.update(p.detach().to("cpu", torch.float32).contiguous().numpy().data)  # no copy for fp32
         self._fingerprint_cache = (state, digest.hexdigest())
         return self._fingerprint_cache[1]
+
+    def _embed(self, input_ids, **kwargs):
+        """`self.embeddings(input_ids=input_ids, **kwargs)`; a token id outside the vocabulary raises a `ValueError`
+        naming the argument and the bound instead of torch's "index out of range"."""
+        try:
+            return self.embeddings(input_ids=input_ids, **kwargs)
+        except (IndexError, RuntimeError):
+            _check_token_ids(input_ids, self.config.vocab_size, "input_ids")
+            _check_token_ids(kwargs.get("token_type_ids"), self.config.type_vocab_size, "token_type_ids")
+            raise
 
     def passage_encoder_fingerprint(self) -> str:
         """Deprecated 0.1.0 name of [`representation_fingerprint`] (the one fingerprint name of every model)."""
@@ -272,7 +326,7 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
             token_type_ids = torch.ones_like(input_ids)
         batch_size, length = input_ids.shape
         position_ids = self._passage_position_ids(batch_size, length, input_ids.device)
-        hidden_states = self.embeddings(input_ids=input_ids, token_type_ids=token_type_ids, position_ids=position_ids)
+        hidden_states = self._embed(input_ids, token_type_ids=token_type_ids, position_ids=position_ids)
         mask = self._bidirectional_mask(hidden_states, attention_mask)
         hidden_states = self._run_layers(hidden_states, mask, 0, self.config.num_decomposed_layers, None)
         return DeformerPassageOutput(
@@ -344,7 +398,7 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
 
         if k == 0:
             # Plain BERT: standard positions, joint attention in every layer.
-            hidden_states = self.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
+            hidden_states = self._embed(input_ids, token_type_ids=token_type_ids)
             if all_hidden_states is not None:
                 all_hidden_states.append(hidden_states)
         else:
@@ -366,9 +420,7 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
                 raise ValueError(
                     f"A segment is longer than max_position_embeddings={config.max_position_embeddings}."
                 )
-            hidden_states = self.embeddings(
-                input_ids=input_ids, token_type_ids=token_type_ids, position_ids=position_ids
-            )
+            hidden_states = self._embed(input_ids, token_type_ids=token_type_ids, position_ids=position_ids)
             if all_hidden_states is not None:
                 all_hidden_states.append(hidden_states)
             lower_mask = self._bidirectional_mask(hidden_states, attention_mask, segment_ids)
@@ -397,7 +449,7 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
         question_length = input_ids.shape[1]
         if question_length > config.max_position_embeddings:
             raise ValueError(f"Question longer than max_position_embeddings={config.max_position_embeddings}.")
-        hidden_states = self.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
+        hidden_states = self._embed(input_ids, token_type_ids=token_type_ids)
         mask = self._bidirectional_mask(hidden_states, attention_mask)
         hidden_states = self._run_layers(hidden_states, mask, 0, k, None, **layer_kwargs)
         hidden_states = torch.cat([hidden_states, passage_hidden.to(hidden_states.dtype)], dim=1)

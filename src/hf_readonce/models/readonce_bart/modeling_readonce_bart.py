@@ -18,11 +18,13 @@ files next to it.
 """
 
 import hashlib
+import json
 import math
 import warnings
 from dataclasses import dataclass
 
 import torch
+import transformers
 from torch import nn
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
@@ -40,6 +42,42 @@ from transformers.processing_utils import Unpack
 from transformers.utils import ModelOutput, TransformersKwargs, can_return_tuple
 
 from .configuration_readonce_bart import ReadOnceBartConfig
+
+# Config fields that provably do not change the representation: metadata, output switches, tokenizer ids (the
+# embeddings' padding index changes only gradients), the dtype (the weights are hashed as they are), the
+# initializer range (the weights are hashed), task heads and labels, and the settings of the representation+text
+# model (`fusion`, `append_layer`, every `decoder_*` field), which the document encoder never reads. Every other field
+# of `config.to_dict()` is part of the representation fingerprint, with the transformers major version.
+_FINGERPRINT_IGNORED_FIELDS = frozenset({
+    "transformers_version", "architectures", "_name_or_path", "auto_map", "id2label", "label2id", "num_labels",
+    "problem_type", "finetuning_task", "task_specific_params", "dtype", "torch_dtype", "use_cache",
+    "output_hidden_states", "output_attentions", "return_dict", "torchscript", "tokenizer_class", "prefix",
+    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "cls_token_id", "mask_token_id", "unk_token_id",
+    "decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id", "initializer_range", "init_std",
+    "initializer_factor", "tie_word_embeddings", "classifier_dropout",
+    # ReadOnce: the representation+text model's settings; the document encoder reads none of them
+    "fusion", "append_layer",
+})
+
+
+def _config_fingerprint(config) -> str:
+    """Canonical JSON of the config fields that can change the representation (`config.to_dict()` minus
+    `_FINGERPRINT_IGNORED_FIELDS` and the `decoder_*` fields) and the transformers major version: hashed into the representation
+    fingerprint, so any change to them (activation, layer-norm epsilon, attention heads, ...) is another key."""
+    fields = {key: value for key, value in config.to_dict().items()
+              if key not in _FINGERPRINT_IGNORED_FIELDS and not key.startswith("decoder_")}
+    return json.dumps({"transformers": transformers.__version__.split(".")[0], "config": fields}, sort_keys=True,
+                      default=str)
+
+
+def _check_token_ids(ids, bound: int, argument: str) -> None:
+    """Raise a `ValueError` naming `argument` and the bound if a token id of `ids` is outside `[0, bound)` (called
+    when the embedding lookup fails, so the normal path costs nothing)."""
+    if torch.is_tensor(ids) and ids.numel() and not ids.is_floating_point():
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= bound:
+            raise ValueError(f"`{argument}` holds token id {low if low < 0 else high}, outside the vocabulary "
+                             f"[0, {bound}) of this model.") from None
 
 
 @dataclass
@@ -267,17 +305,22 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
         self.post_init()
 
     def representation_fingerprint(self) -> str:
-        """SHA-256 hex of the weights and config fields that determine representations (aggregation, window,
-        chunking); cached until a parameter changes."""
+        """SHA-256 hex of the document encoder's weights, of every config field that can change representations
+        (aggregation, window, chunking, activation, attention heads, ...; all of `config.to_dict()` except the
+        metadata in `_FINGERPRINT_IGNORED_FIELDS` and the `decoder_*` fields) and of the transformers major version.
+
+        Computed only when asked (storing or checking representations; a training forward never hashes), and cached
+        until the config changes or a parameter is replaced or modified in place (torch's version counters).
+
+        Returns:
+            `str`: 64 hex characters.
+        """
         params = list(self.named_parameters())
-        state = tuple((name, p.data_ptr(), p._version, p.dtype) for name, p in params)
+        config_json = _config_fingerprint(self.config)
+        state = (config_json, *((name, p.data_ptr(), p._version, p.dtype) for name, p in params))
         if self._fingerprint_cache is not None and self._fingerprint_cache[0] == state:
             return self._fingerprint_cache[1]
-        c = self.config
-        digest = hashlib.sha256(
-            f"readonce_bart|agg={c.aggregation}|w-k={c.window_size - c.compression_ratio}|d={c.d_model}|"
-            f"chunk={c.document_chunk_length}/{c.document_chunk_overlap}".encode()
-        )
+        digest = hashlib.sha256(b"readonce_bart|" + config_json.encode())
         for name, p in params:
             digest.update(name.encode())
             digest.update(p.detach().to("cpu", torch.float32).contiguous().numpy().data)
@@ -291,20 +334,23 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
         return self.representation_fingerprint()
 
     def forward(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
-                compression_ratio: int | None = None) -> ReadOnceDocumentEncoderOutput:
+                compression_ratio: int | None = None, with_fingerprint: bool = True) -> ReadOnceDocumentEncoderOutput:
         r"""
         Args:
             input_ids (`torch.LongTensor` of shape `(batch_size, n)`): document tokens (any n).
             attention_mask (`torch.Tensor` of shape `(batch_size, n)`, *optional*): 1 for real tokens.
             compression_ratio (`int`, *optional*): k for this call (defaults to `config.compression_ratio`, §5.2);
                 the window keeps the configured overlap `w - k`.
+            with_fingerprint (`bool`, defaults to `True`): record [`representation_fingerprint`] in the output (for
+                representations that leave the model); the joint-training forward passes `False`, so a training
+                step never hashes the encoder.
 
         Returns:
             [`ReadOnceDocumentEncoderOutput`].
 
         Raises:
-            ValueError: empty `input_ids` or a document with no real token; a bad k; a chunk overlap that is not a
-                multiple of k.
+            ValueError: empty `input_ids` or a document with no real token; a token id outside the vocabulary; a
+                bad k; a chunk overlap that is not a multiple of k.
             TypeError: `input_ids` not an integer tensor.
         """
         config = self.config
@@ -337,7 +383,11 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
             mask = attention_mask[:, start : start + chunk]
             run_mask = mask.clone()
             run_mask[mask.sum(-1) == 0, 0] = 1  # rows already finished: compute something finite, masked below
-            states = self.encoder(input_ids=ids, attention_mask=run_mask).last_hidden_state
+            try:
+                states = self.encoder(input_ids=ids, attention_mask=run_mask).last_hidden_state
+            except (IndexError, RuntimeError):
+                _check_token_ids(input_ids, config.vocab_size, "input_ids")
+                raise
             reps, rep_mask = self.aggregation(states, mask, k, window)
             if index > 0 and overlap:
                 reps, rep_mask = reps[:, overlap // k :], rep_mask[:, overlap // k :]
@@ -345,7 +395,7 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
             masks.append(rep_mask)
         return ReadOnceDocumentEncoderOutput(
             representations=torch.cat(pieces, 1), attention_mask=torch.cat(masks, 1), compression_ratio=k,
-            model_fingerprint=self.representation_fingerprint(),
+            model_fingerprint=self.representation_fingerprint() if with_fingerprint else None,
         )
 
 
@@ -642,7 +692,9 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         if document_input_ids is not None:
             if document_representations is not None:
                 raise ValueError("Pass `document_representations` or `document_input_ids`, not both.")
-            document_representations = self.encode_documents(document_input_ids, document_input_attention_mask)
+            # encoded here, with gradients, and never leaving the model: no fingerprint to hash (or check)
+            document_representations = self.document_encoder(
+                document_input_ids, attention_mask=document_input_attention_mask, with_fingerprint=False)
         self._check_fingerprint(document_representations)
         if labels is not None:
             use_cache = False

@@ -17,11 +17,13 @@ standard library and the configuration file next to it.
 """
 
 import hashlib
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import transformers
 from torch import nn
 from torch.nn import functional as F
 from transformers import initialization as init
@@ -50,6 +52,42 @@ _MEMORY_SCORE_BUDGET = 1 << 25
 
 
 # ------------------------------------------------------------------------------------------------ outputs
+# Config fields that provably do not change the representation: metadata, output switches, tokenizer ids (the
+# embeddings' padding index changes only gradients), the dtype (the weights are hashed as they are), the
+# initializer range (the weights are hashed), task heads and labels, and the coreference loss weight. Every other field of `config.to_dict()` is part of the representation
+# fingerprint, with the transformers major version.
+_FINGERPRINT_IGNORED_FIELDS = frozenset({
+    "transformers_version", "architectures", "_name_or_path", "auto_map", "id2label", "label2id", "num_labels",
+    "problem_type", "finetuning_task", "task_specific_params", "dtype", "torch_dtype", "use_cache",
+    "output_hidden_states", "output_attentions", "return_dict", "torchscript", "tokenizer_class", "prefix",
+    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "cls_token_id", "mask_token_id", "unk_token_id",
+    "decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id", "initializer_range", "init_std",
+    "initializer_factor", "tie_word_embeddings", "classifier_dropout",
+    # ReadTwice: a training loss weight
+    "coref_loss_weight",
+})
+
+
+def _config_fingerprint(config) -> str:
+    """Canonical JSON of the config fields that can change the representation (`config.to_dict()` minus
+    `_FINGERPRINT_IGNORED_FIELDS`) and the transformers major version: hashed into the representation
+    fingerprint, so any change to them (activation, layer-norm epsilon, attention heads, ...) is another key."""
+    fields = {key: value for key, value in config.to_dict().items()
+              if key not in _FINGERPRINT_IGNORED_FIELDS}
+    return json.dumps({"transformers": transformers.__version__.split(".")[0], "config": fields}, sort_keys=True,
+                      default=str)
+
+
+def _check_token_ids(ids, bound: int, argument: str) -> None:
+    """Raise a `ValueError` naming `argument` and the bound if a token id of `ids` is outside `[0, bound)` (called
+    when the embedding lookup fails, so the normal path costs nothing)."""
+    if torch.is_tensor(ids) and ids.numel() and not ids.is_floating_point():
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= bound:
+            raise ValueError(f"`{argument}` holds token id {low if low < 0 else high}, outside the vocabulary "
+                             f"[0, {bound}) of this model.") from None
+
+
 @dataclass
 class ReadTwiceDocumentOutput(ModelOutput):
     r"""
@@ -561,10 +599,12 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
             layer.load_state_dict(self.encoder.layer[offset + j].state_dict())
 
     # ------------------------------------------------------------------ fingerprint
-    def fingerprint(self) -> str:
+    def representation_fingerprint(self) -> str:
         """SHA-256 hex digest of everything that determines [`ReadTwiceDocumentOutput`]: the weights of the
-        embeddings, BERT₁ and ExtractMemories, and the config fields `memory_type`, `span_length`, `hidden_size`,
-        `question_in_first_read`. Cached until a parameter is replaced or modified in place.
+        embeddings, BERT₁ and ExtractMemories, every config field that can change them (`memory_type`,
+        `span_length`, `hidden_act`, `layer_norm_eps`, `num_attention_heads`, ...; all of `config.to_dict()` except
+        the metadata in `_FINGERPRINT_IGNORED_FIELDS`) and the transformers major version (the name every model
+        family uses). Cached until the config changes or a parameter is replaced or modified in place.
 
         Returns:
             `str`: 64 hex characters.
@@ -572,19 +612,21 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
         params = []
         for prefix in ("embeddings", "encoder", "memory_extractor"):
             params += list(getattr(self, prefix).named_parameters(prefix=prefix))
-        state = tuple((name, p.data_ptr(), p._version, p.dtype) for name, p in params)
+        config_json = _config_fingerprint(self.config)
+        state = (config_json, *((name, p.data_ptr(), p._version, p.dtype) for name, p in params))
         if self._fingerprint_cache is not None and self._fingerprint_cache[0] == state:
             return self._fingerprint_cache[1]
-        c = self.config
-        digest = hashlib.sha256(
-            f"readtwice_bert|{c.memory_type}|{c.span_length}|{c.hidden_size}|{c.question_in_first_read}".encode()
-        )
+        digest = hashlib.sha256(b"readtwice_bert|" + config_json.encode())
         for name, p in params:
             digest.update(name.encode())
             digest.update(str(p.dtype).encode())
             digest.update(p.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
         self._fingerprint_cache = (state, digest.hexdigest())
         return self._fingerprint_cache[1]
+
+    def fingerprint(self) -> str:
+        """Same as [`representation_fingerprint`] (ReadTwice's first name for it, kept)."""
+        return self.representation_fingerprint()
 
     def check_document_states(self, document_states: ReadTwiceDocumentOutput) -> None:
         """Raise unless `document_states` came from this model's first read.
@@ -610,10 +652,10 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
                 f"memory_type={self.config.memory_type!r}."
             )
         fingerprint = document_states.model_fingerprint
-        if fingerprint is not None and fingerprint != self.fingerprint():
+        if fingerprint is not None and fingerprint != self.representation_fingerprint():
             raise ValueError(
                 f"`document_states` were computed by another model (fingerprint {fingerprint[:12]}...) than this one "
-                f"({self.fingerprint()[:12]}...): re-encode the documents with this model."
+                f"({self.representation_fingerprint()[:12]}...): re-encode the documents with this model."
             )
 
     # ------------------------------------------------------------------ first read
@@ -685,7 +727,7 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
             memory_segment_index=segment_index,
             memory_mention_index=mention_index,
             memory_type=self.config.memory_type,
-            model_fingerprint=self.fingerprint() if with_fingerprint else None,
+            model_fingerprint=self.representation_fingerprint() if with_fingerprint else None,
         )
 
     def _check_segments(self, input_ids, attention_mask, token_type_ids, document_ids, segment_positions):
@@ -949,9 +991,13 @@ class ReadTwiceBertForQuestionAnswering(ReadTwiceBertPreTrainedModel):
         """The stored first read; see [`ReadTwiceBertModel.encode_documents`] (shapes, errors)."""
         return self.bert.encode_documents(*args, **kwargs)
 
+    def representation_fingerprint(self) -> str:
+        """See [`ReadTwiceBertModel.representation_fingerprint`]."""
+        return self.bert.representation_fingerprint()
+
     def fingerprint(self) -> str:
-        """See [`ReadTwiceBertModel.fingerprint`]."""
-        return self.bert.fingerprint()
+        """Same as [`representation_fingerprint`] (kept)."""
+        return self.bert.representation_fingerprint()
 
     @can_return_tuple
     def forward(

@@ -377,6 +377,17 @@ class RecurrentCausalLMMixin:
     _supports_flex_attn = False
     _supports_attention_backend = False
 
+    def __init__(self, config, *args, **kwargs):
+        # `from_pretrained(path, window_overlap=..., recurrence_layer=...)` sets fields after the config validated
+        # them: validate again at load, before layer L is looked up (a ValueError naming the field, not an IndexError)
+        set_recurrence_config(
+            config, max_positions=getattr(config, config.max_positions_attribute),
+            num_layers=getattr(config, config.num_layers_attribute), window_size=config.window_size,
+            window_overlap=config.window_overlap, recurrence_layer=config.recurrence_layer,
+            recurrence_hidden_sizes=config.recurrence_hidden_sizes, recurrence_activation=config.recurrence_activation,
+        )
+        super().__init__(config, *args, **kwargs)
+
     def _init_weights(self, module):
         super()._init_weights(module)
         if isinstance(module, RecurrencePooling):

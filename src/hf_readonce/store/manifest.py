@@ -1,0 +1,182 @@
+"""What the store reads from disk, checked before it is trusted: the schema of a manifest (`index/<shard id>.json`),
+the paths it names (always `shards/<space[:24]>/<shard id>.safetensors`, inside the store), and the self-describing
+header of a shard, from which a lost manifest is rebuilt. Nothing read here is ever used as a path unchecked."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from .errors import CorruptedManifestError
+from .keys import DocumentEntry, RepresentationSpace, printable, space_key
+from .shards import FORMAT_NAME, FORMAT_VERSION
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_DTYPES = {"float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"}
+
+
+def expected_shard_path(space: str, manifest_name: str) -> str:
+    """The one shard path a manifest named `<shard id>.json` of space `space` may name:
+    `shards/<space[:24]>/<shard id>.safetensors`."""
+    return f"shards/{space[:24]}/{manifest_name.removesuffix('.json')}.safetensors"
+
+
+def is_store_file(rel: str) -> bool:
+    """Whether `rel` (a path relative to the store) is a shard (`shards/.../<name>.safetensors`) or a manifest
+    (`index/<name>.json`): the only files `repair` ever moves. Anything else, `store.json`, `.lock`, `tmp/`,
+    `quarantine/`, paths with `.` or `..` components, absolute paths, is refused."""
+    if not isinstance(rel, str) or "\x00" in rel or "\\" in rel or rel.startswith("/"):
+        return False
+    parts = rel.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return False
+    if parts[0] == "index":
+        return len(parts) == 2 and parts[1].endswith(".json")
+    return parts[0] == "shards" and len(parts) >= 3 and parts[-1].endswith(".safetensors")
+
+
+def _fail(name: str, reason: str):
+    raise CorruptedManifestError(f"manifest index/{printable(name)}: {reason}", f"index/{name}")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_tensor_specs(tensors, where: str) -> None:
+    """Check a document's `tensors` record: a non-empty dict of name -> {key (str), dtype (known), shape (list of
+    ints >= 0)}.
+
+    Raises:
+        ValueError: naming `where` and what is wrong.
+    """
+    if not isinstance(tensors, dict) or not tensors:
+        raise ValueError(f"{where}: `tensors` must be a non-empty object, got {type(tensors).__name__}")
+    for tensor_name, spec in tensors.items():
+        if not isinstance(spec, dict) or not isinstance(spec.get("key"), str) or spec.get("dtype") not in _DTYPES:
+            raise ValueError(f"{where}: tensor {printable(tensor_name)!r} needs a str `key` and a known `dtype`")
+        shape = spec.get("shape")
+        if not isinstance(shape, list) or not all(_is_int(d) and d >= 0 for d in shape):
+            raise ValueError(f"{where}: tensor {printable(tensor_name)!r} has shape {printable(shape)!r}, not a list of "
+                             "ints >= 0")
+
+
+def check_manifest(manifest, name: str) -> dict:
+    """Validate a manifest read from `index/<name>` against its schema (format version 1): an object with `space`
+    (64 hex), `fingerprint` (non-empty str), `settings` (object; `space` must be their space key), `model_type` (str
+    or null), `dtype`, `file_size` (int >= 0), `file_sha256` (64 hex), `shard` (exactly
+    `shards/<space[:24]>/<shard id>.safetensors`: never a path outside the store) and `documents` (object: 64-hex
+    content hash -> {tensors, sha256 (64 hex), meta (object, optional)}).
+
+    Returns:
+        `dict`: the manifest.
+
+    Raises:
+        CorruptedManifestError: (a `ValueError`) naming the manifest and the first thing wrong.
+    """
+    if not isinstance(manifest, dict):
+        _fail(name, f"a JSON {type(manifest).__name__}, not an object")
+    if manifest.get("format_version") != FORMAT_VERSION or isinstance(manifest.get("format_version"), bool):
+        _fail(name, f"format_version {printable(repr(manifest.get('format_version')))}, expected {FORMAT_VERSION}")
+    space, fingerprint, settings = manifest.get("space"), manifest.get("fingerprint"), manifest.get("settings")
+    if not isinstance(space, str) or not _HEX64.fullmatch(space):
+        _fail(name, "`space` is not a 64-character hex key")
+    if not isinstance(fingerprint, str) or not fingerprint or not isinstance(settings, dict):
+        _fail(name, "`fingerprint` must be a non-empty str and `settings` an object")
+    try:
+        if space_key(fingerprint, settings) != space:
+            _fail(name, "`space` does not match its fingerprint and settings")
+    except (TypeError, ValueError) as error:
+        if isinstance(error, CorruptedManifestError):
+            raise
+        _fail(name, f"bad settings ({printable(error)})")
+    if manifest.get("model_type") is not None and not isinstance(manifest.get("model_type"), str):
+        _fail(name, "`model_type` must be a str or null")
+    if manifest.get("dtype") not in _DTYPES:
+        _fail(name, f"unknown dtype {printable(repr(manifest.get('dtype')))}")
+    if not _is_int(manifest.get("file_size")) or manifest["file_size"] < 0:
+        _fail(name, "`file_size` must be an int >= 0")
+    if not isinstance(manifest.get("file_sha256"), str) or not _HEX64.fullmatch(manifest["file_sha256"]):
+        _fail(name, "`file_sha256` is not a 64-character hex digest")
+    shard = manifest.get("shard")
+    if not isinstance(shard, str):
+        _fail(name, "`shard` is missing or not a str")
+    if shard != expected_shard_path(space, name):
+        where = ("outside the store's shards/ folder" if (".." in shard.split("/") or shard.startswith("/")
+                 or not shard.startswith("shards/") or Path(shard).is_absolute()) else "not this manifest's shard")
+        _fail(name, f"shard path {printable(shard)!r} is {where} (expected {expected_shard_path(space, name)}; a "
+                    "path outside the store is never followed)")
+    documents = manifest.get("documents")
+    if not isinstance(documents, dict):
+        _fail(name, f"`documents` is a JSON {type(documents).__name__}, not an object")
+    for doc_hash, doc in documents.items():
+        where = f"document {printable(doc_hash)[:70]}"
+        if not _HEX64.fullmatch(doc_hash):
+            _fail(name, f"{where}: key is not a 64-character hex content hash")
+        if not isinstance(doc, dict):
+            _fail(name, f"{where}: a JSON {type(doc).__name__}, not an object")
+        if not isinstance(doc.get("sha256"), str) or not _HEX64.fullmatch(doc["sha256"]):
+            _fail(name, f"{where}: `sha256` is missing or not a 64-character hex digest")
+        if doc.get("meta") is not None and not isinstance(doc.get("meta"), dict):
+            _fail(name, f"{where}: `meta` must be an object")
+        try:
+            check_tensor_specs(doc.get("tensors"), where)
+        except ValueError as error:
+            _fail(name, str(error))
+    return manifest
+
+
+def read_shard_header(metadata: Mapping[str, str] | None, tensor_specs: Mapping[str, dict], shard: str):
+    """Rebuild what a shard's manifest said from the shard itself: its safetensors metadata (format, space,
+    fingerprint, settings, dtype, model type, and per document in commit order its content hash, sha256 and meta)
+    and its tensors (`"<i>/<name>"` -> dtype and shape; `i` is the document's position).
+
+    Args:
+        metadata (`dict[str, str]`): `safe_open(...).metadata()`.
+        tensor_specs (`dict[str, dict]`): per tensor key, `{"dtype": str, "shape": list[int]}`.
+        shard (`str`): the shard's path relative to the store (recorded in the entries).
+
+    Returns:
+        `(RepresentationSpace, str, list[DocumentEntry])`: the space, the storage dtype and the documents.
+
+    Raises:
+        ValueError: a header that is not a hf-readonce shard's, or that disagrees with its tensors.
+    """
+    if not isinstance(metadata, Mapping) or metadata.get("format") != FORMAT_NAME:
+        raise ValueError("not a hf-readonce shard (no store metadata in its header)")
+    if metadata.get("format_version") != str(FORMAT_VERSION):
+        raise ValueError(f"shard format_version {printable(metadata.get('format_version'))!r}")
+    try:
+        settings = json.loads(metadata["settings"])
+        documents = json.loads(metadata["documents"])
+        fingerprint, space = metadata["fingerprint"], metadata["space"]
+    except (KeyError, ValueError, TypeError, RecursionError) as error:
+        raise ValueError(f"unreadable shard metadata ({printable(error)})") from None
+    if not isinstance(settings, dict) or not isinstance(documents, dict) or not isinstance(fingerprint, str) or \
+            not fingerprint or space_key(fingerprint, settings) != space:
+        raise ValueError("shard metadata: space, fingerprint and settings disagree")
+    dtype = metadata.get("dtype")
+    if dtype not in _DTYPES:
+        raise ValueError(f"shard metadata: unknown dtype {printable(dtype)!r}")
+    model_type = metadata.get("model_type") or None
+    per_doc: dict[int, dict] = {}
+    for key, spec in tensor_specs.items():
+        index, _, tensor_name = key.partition("/")
+        if not index.isdigit() or not tensor_name:
+            raise ValueError(f"shard tensor {printable(key)!r} is not named <document index>/<name>")
+        per_doc.setdefault(int(index), {})[tensor_name] = {"key": key, **spec}
+    if sorted(per_doc) != list(range(len(documents))):
+        raise ValueError(f"shard holds tensors of {len(per_doc)} document(s), its header lists {len(documents)}")
+    entries = []
+    for i, (doc_hash, doc) in enumerate(documents.items()):
+        if not _HEX64.fullmatch(doc_hash) or not isinstance(doc, dict) or not isinstance(doc.get("sha256"), str):
+            raise ValueError(f"shard header: bad record for document {i}")
+        meta = doc.get("meta") if isinstance(doc.get("meta"), dict) else {}
+        entries.append(DocumentEntry(space, doc_hash, shard, per_doc[i], doc["sha256"], meta))
+    return RepresentationSpace(space, fingerprint, settings, model_type), dtype, entries
+
+
+__all__ = ["check_manifest", "check_tensor_specs", "expected_shard_path", "is_store_file", "printable",
+           "read_shard_header"]
