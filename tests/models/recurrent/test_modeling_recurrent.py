@@ -151,6 +151,37 @@ def test_generate_past_n_positions_equals_stepwise_reference(family):
     assert torch.equal(generated, sequence)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_bf16_generation_path_recurrent_vector_equals_training_path(family):
+    """Issue 11 (item 3): the cached/generation path sums eq. 1 token by token, the training path once per window;
+    both accumulate in float32, so in bf16 they give the same recurrent vector (before: about 1% apart here)."""
+    model = tiny(family, window_size=32, window_overlap=4).to(torch.bfloat16)
+    x = ids(1, 76)  # windows [0, 32), [28, 60), [56, 76): two rolls
+    with torch.no_grad():
+        training = model(x, use_cache=False).recurrent_state.float()
+        out = model(x[:, :1], use_cache=True)
+        for t in range(1, x.shape[1]):  # one token at a time, as generate() does
+            out = model(x[:, t : t + 1], past_key_values=out.past_key_values)
+    assert out.past_key_values.num_windows == 3 and out.past_key_values.layer_sums.dtype == torch.float32
+    generation = out.recurrent_state.float()
+    assert float((generation - training).norm() / training.norm()) < 2e-3
+
+
+def test_masked_layer_sum_accumulates_in_fp32_without_fp16_overflow():
+    from hf_readonce.models.recurrent.modeling_recurrence import RecurrenceModule, masked_layer_sum
+
+    hidden = torch.full((2, 300, 8), 1000.0, dtype=torch.float16)  # 300 x 1000 = 3e5 > fp16 max (65504)
+    valid = torch.ones(2, 300, dtype=torch.long)
+    valid[1, 100:] = 0
+    sums = masked_layer_sum(hidden, valid)
+    assert sums.dtype == torch.float32 and torch.isfinite(sums).all()
+    torch.testing.assert_close(sums[:, 0], torch.tensor([300000.0, 100000.0]))
+    config = RecurrentGPT2Config(**{**GPT2_TINY, **RECURRENCE, "n_embd": 8, "n_head": 2})
+    module = RecurrenceModule(config).half()
+    vector = module(torch.stack([sums] * config.num_hidden_layers, dim=1), torch.tensor([300, 100]))
+    assert vector.dtype == torch.float16 and torch.isfinite(vector).all()
+
+
 # ------------------------------------------------------------------------------------------------ training
 @pytest.mark.parametrize("family", FAMILIES)
 def test_gradient_flows_across_windows(family):

@@ -62,16 +62,19 @@ class RecurrencePooling(nn.Module):
         r"""
         Args:
             layer_sums (`torch.FloatTensor` of shape `(batch_size, N, hidden_size)`): per layer, the sum of the
-                hidden states over the window's (non-padding) positions.
+                hidden states over the window's (non-padding) positions (float32 from [`masked_layer_sum`]; any
+                dtype is accepted).
             token_counts (`torch.Tensor` of shape `(batch_size,)`): k, the number of positions summed (0 is treated
                 as 1, giving a zero vector).
 
         Returns:
-            `torch.FloatTensor` of shape `(batch_size, hidden_size)`: the pooled window representation.
+            `torch.FloatTensor` of shape `(batch_size, hidden_size)`, float32: the pooled window representation.
+            The mean and the layer mixture are computed in float32 whatever the model dtype (bf16/fp16 models
+            included), so the training and generation paths pool the same sums identically.
         """
-        counts = token_counts.to(layer_sums.dtype).clamp(min=1)
-        means = layer_sums / counts[:, None, None]
-        return torch.einsum("l,blh->bh", self.layer_weights().to(means.dtype), means)
+        counts = token_counts.to(torch.float32).clamp(min=1)
+        means = layer_sums.float() / counts[:, None, None]
+        return torch.einsum("l,blh->bh", self.layer_weights(), means)
 
 
 class RecurrenceFeedForward(nn.Module):
@@ -117,9 +120,12 @@ class RecurrenceModule(nn.Module):
             token_counts (`torch.Tensor` of shape `(batch_size,)`).
 
         Returns:
-            `torch.FloatTensor` of shape `(batch_size, hidden_size)`: the recurrent vector for the next window.
+            `torch.FloatTensor` of shape `(batch_size, hidden_size)` in the dtype of the feed-forward network's
+            weights: the recurrent vector for the next window. Pooling runs in float32 (see [`RecurrencePooling`]);
+            its result is cast back to the network's dtype.
         """
-        return self.ffn(self.pooling(layer_sums, token_counts))
+        pooled = self.pooling(layer_sums, token_counts)
+        return self.ffn(pooled.to(self.ffn.layers[0].weight.dtype))
 
 
 # ----------------------------------------------------------------------------------------------------- attention
@@ -210,10 +216,19 @@ def memory_attention_forward(
 
 
 def masked_layer_sum(hidden_states: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
-    """Sum of `hidden_states` `(batch, length, hidden)` over the positions where `valid` `(batch, length)` is 1."""
+    """Sum of `hidden_states` `(batch, length, hidden)` over the positions where `valid` `(batch, length)` is 1
+    (the numerator of eq. 1).
+
+    Returns:
+        `torch.FloatTensor` of shape `(batch, hidden)`, always float32: the sum is accumulated in float32 whatever
+        the dtype of `hidden_states`, so a bf16 model's window sum does not depend on how the window was cut into
+        calls (training path: one call per window; generation path: many), and an fp16 sum of large activations over
+        a long window cannot overflow (65504).
+    """
+    hidden_states = hidden_states.float()
     if valid is None:
         return hidden_states.sum(dim=1)
-    return (hidden_states * valid[:, :, None].to(hidden_states.dtype)).sum(dim=1)
+    return (hidden_states * valid[:, :, None].to(torch.float32)).sum(dim=1)
 
 
 # ----------------------------------------------------------------------------------------------------- cache
@@ -259,7 +274,10 @@ class RecurrentCache(DynamicCache):
         return 0 if self.window_ids is None else self.window_ids.shape[1]
 
     def add_tokens(self, input_ids: torch.Tensor, layer_sums: torch.Tensor, token_counts: torch.Tensor) -> None:
-        """Record `input_ids` `(batch, n)` as part of the current window, with their per-layer sums and counts."""
+        """Record `input_ids` `(batch, n)` as part of the current window, with their per-layer sums `(batch, N,
+        hidden)` and counts `(batch,)`. The running sums are kept in float32 whatever the model dtype (eq. 1 summed
+        token by token in bf16 drifts from the one-shot sum of the training path)."""
+        layer_sums = layer_sums.float()
         self.window_ids = input_ids if self.window_ids is None else torch.cat([self.window_ids, input_ids], dim=1)
         if self.layer_sums is None:
             self.layer_sums, self.token_counts = layer_sums, token_counts
