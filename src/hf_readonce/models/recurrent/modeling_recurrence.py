@@ -285,17 +285,32 @@ class RecurrentCache(DynamicCache):
             self.layer_sums = self.layer_sums + layer_sums
             self.token_counts = self.token_counts + token_counts
 
+    def drop_key_values(self) -> None:
+        """Drop every layer's cached keys and values (the cache length becomes 0), keeping the layer objects.
+
+        Done by hand rather than with `DynamicCache.reset()`, whose meaning changed within transformers 5.x: early
+        5.x releases zero the keys and keep their length (the next window would then attend to a window of zero
+        keys at shifted positions), later ones drop them. Setting each layer back to its lazily-initialized state
+        (`keys = values = None`, `is_initialized = False`, the sliding layers' `cumulative_length = 0`) behaves the
+        same in every 5.x release.
+        """
+        for layer in self.layers:
+            layer.keys = layer.values = None
+            layer.is_initialized = False
+            if hasattr(layer, "cumulative_length"):
+                layer.cumulative_length = 0
+
     def roll(self, recurrent_state: torch.Tensor) -> None:
-        """Start a new window that receives `recurrent_state` `(batch, hidden)`: drop the KV entries and the pooling
-        sums."""
-        DynamicCache.reset(self)
+        """Start a new window that receives `recurrent_state` `(batch, hidden)`: drop the KV entries (see
+        [`drop_key_values`]) and the pooling sums."""
+        self.drop_key_values()
         self.recurrent_state = recurrent_state
         self.window_ids = self.layer_sums = self.token_counts = None
         self.num_windows += 1
 
     def reset(self) -> None:
         """Forget everything (KV entries and recurrent state): the next call starts a new stream."""
-        super().reset()
+        self.drop_key_values()
         self.recurrent_state = self.window_ids = self.layer_sums = self.token_counts = None
         self.tokens_seen = 0
         self.num_windows = 1
