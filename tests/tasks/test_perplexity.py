@@ -132,3 +132,30 @@ def test_table2_script_trains_one_recurrent_model_per_overlap(tmp_path):
     assert (baseline.eval_overlaps, baseline.validation_overlaps) == ("0,5,30", "0")
     table = (REPO_ROOT / "examples" / "language-modeling" / "austen_table2.sh").read_text()
     assert "--train_window_overlap \"$overlap\"" in table
+
+
+def test_recurrent_evaluation_memory_does_not_grow_with_the_document():
+    """Issue 11 (item 2): `evaluate_perplexity` streams a recurrent model window by window (no `(T, vocab)` logits
+    nor `(T, hidden)` states for the whole document): the peak of evaluating 20 windows stays within 1.3x of one
+    window's, and the NLL equals the one-head path's (the model with gradients enabled) to 1e-5."""
+    from tests.models.recurrent.test_modeling_recurrent import LiveBytes
+
+    torch.manual_seed(0)
+    plain = GPT2LMHeadModel(GPT2Config(**{**TINY, "vocab_size": 8192})).eval()
+    recurrent = to_recurrent(plain, window_size=32, window_overlap=4, recurrence_hidden_sizes=[16]).eval()
+    with torch.no_grad():
+        recurrent.recurrence.pooling.layer_logits.normal_()
+
+    def peak(length):
+        x = torch.randint(1, 8192, (length,), generator=torch.Generator().manual_seed(length))
+        with LiveBytes() as tracker:
+            result = evaluate_perplexity(recurrent, x, window_size=32, window_overlap=4)
+        return x, result, tracker.peak
+
+    _, _, one = peak(32)
+    x, result, many = peak(32 + 19 * 28)
+    assert result.num_windows == 20
+    assert many <= 1.3 * one, (one, many)
+    with torch.enable_grad():  # the old path: all windows' states, one LM head over the whole stream
+        loss = recurrent(x[None], labels=x[None], use_cache=False).loss
+    assert result.nll == pytest.approx(float(loss.detach()) * (len(x) - 1), rel=1e-5)

@@ -1,8 +1,12 @@
 """RecurrentGPT2LMHeadModel / RecurrentLlamaForCausalLM (Yoshida et al. 2020) on tiny random configs."""
 
+import weakref
+
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
 
 from hf_readonce import (
@@ -49,6 +53,33 @@ def ids(batch, length, seed=1):
 
 
 FAMILIES = ["gpt2", "llama"]
+
+
+class LiveBytes(TorchDispatchMode):
+    """Bytes of the tensors created by ops run inside the mode (forward and backward) that are still alive, and their
+    peak: a CPU stand-in for `torch.cuda.max_memory_allocated`. Views are not counted twice."""
+
+    def __init__(self):
+        super().__init__()
+        self.live = self.peak = 0
+        self.storages = {}
+
+    def _free(self, key):
+        self.live -= self.storages.pop(key)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in tree_flatten(out)[0]:
+            if isinstance(tensor, torch.Tensor) and not tensor._is_view():
+                storage = tensor.untyped_storage()
+                key = storage.data_ptr()
+                if key in self.storages or storage.nbytes() == 0:
+                    continue
+                self.storages[key] = storage.nbytes()
+                self.live += storage.nbytes()
+                self.peak = max(self.peak, self.live)
+                weakref.finalize(tensor, self._free, key)
+        return out
 
 
 # ------------------------------------------------------------------------------------------------ config
@@ -269,6 +300,38 @@ def test_checkpointing_keeps_only_recurrent_vectors_between_windows(family):
     one_window_logits = 2 * 12 * 99 * 4
     assert grown_plain > 9 * one_window_logits  # activations and logits of 9 more windows
     assert grown_checkpointed < one_window_logits  # 9 more windows: a few small tensors each
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_checkpointed_training_step_memory_is_bounded_by_the_window(family):
+    """Issue 11 (item 2): with labels, checkpointing and Trainer's default `logits_to_keep=0`, each window's loss is
+    computed inside its checkpointed segment and no `(T, vocab)` logits are kept: the peak of one training step
+    (forward + backward) on 20 windows stays within 1.3x of one window's (before the fix the 20 windows' logits,
+    37 MB here, stayed alive). What still grows, in backward, is about one `(batch, vocab)` row per window. The loss and the gradients equal those of the plain (not
+    checkpointed) path."""
+
+    def step(model, windows):
+        x = ids(2, 32 + (windows - 1) * 28)  # window 32, overlap 4
+        with LiveBytes() as tracker:
+            out = model(x, labels=x)
+            out.loss.backward()
+        return out, tracker.peak
+
+    model = tiny(family, vocab_size=8192, window_size=32).train()
+    getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
+    one, peak_one = step(model, 1)
+    many, peak_many = step(model, 20)
+    assert one.logits is None and many.logits is None
+    assert peak_many <= 1.3 * peak_one, (peak_one, peak_many)
+    plain = tiny(family, vocab_size=8192, window_size=32).train()
+    reference, _ = step(plain, 20)
+    assert reference.logits.shape == (2, 32 + 19 * 28, 8192)  # without checkpointing the logits are returned
+    torch.testing.assert_close(many.loss, reference.loss, atol=1e-5, rtol=0)
+    model.zero_grad()
+    step(model, 20)
+    for name, parameter in plain.named_parameters():
+        torch.testing.assert_close(dict(model.named_parameters())[name].grad, parameter.grad, atol=1e-5, rtol=1e-4,
+                                   msg=name)
 
 
 def test_trainer_step_and_lora(tmp_path):

@@ -507,15 +507,19 @@ class RecurrentCausalLMMixin:
                 insert into the first window of this call (the `recurrent_state` returned by a previous call), to
                 continue a stream. Without it the first window is the plain pretrained model.
             logits_to_keep (`int` or `torch.Tensor`, *optional*, defaults to 0): 0 keeps the logits of all T
-                positions, `k > 0` only the last k, a 1-D tensor the given positions. The loss never needs them:
-                with `k = 1` no `(T, vocab)` tensor is held.
+                positions, `k > 0` only the last k, a 1-D tensor the given positions (an empty one: none). The loss
+                never needs them: with `k = 1` no `(T, vocab)` tensor is held. One exception keeps training memory
+                bounded by the window (§3.2): with `labels`, in training mode with gradient checkpointing and without
+                cache, `0` (Trainer's default) keeps *no* logits (`logits` is `None`); each window's loss is
+                computed inside its checkpointed segment. Pass `logits_to_keep=T` to get all T positions there.
             inputs_embeds: not supported (raises); accepted for the `generate()` signature.
             return_dict (`bool`, *optional*, keyword): return a tuple when False (`@can_return_tuple`).
             num_items_in_batch (`int` or `torch.Tensor`, *optional*, keyword): loss denominator (from `Trainer`).
 
         Returns:
             [`RecurrentCausalLMOutputWithPast`]: `loss` (mean nats per counted target) first, `logits`
-            `(batch_size, kept, vocab_size)`, `past_key_values` (cached path), `recurrent_state`
+            `(batch_size, kept, vocab_size)` or `None` when no position is kept, `past_key_values` (cached path),
+            `recurrent_state`
             `(batch_size, hidden_size)`, `num_windows`.
 
         Raises:
@@ -537,6 +541,11 @@ class RecurrentCausalLMMixin:
             targets = torch.cat([labels[:, 1:], labels.new_full((batch_size, 1), IGNORE_INDEX)], dim=1)
         keep = self._keep_indices(length, logits_to_keep, device)
         cached = past_key_values is not None or (use_cache and not self.training)
+        if (labels is not None and not cached and _is_int(logits_to_keep) and logits_to_keep == 0
+                and self._checkpointing_windows()):
+            # Trainer's default `logits_to_keep=0` with labels: each window's loss is computed inside its
+            # checkpointed segment and no `(T, vocab)` logits are assembled, so memory stays bounded by the window
+            keep = torch.zeros_like(keep)
         if cached:
             loss_sum, logits, cache, state, num_windows = self._cached_stream(
                 input_ids, attention_mask, targets, keep, past_key_values, recurrent_state
@@ -640,17 +649,26 @@ class RecurrentCausalLMMixin:
         loss_sum, logits = self._head(hidden, targets, keep)
         return loss_sum, next_memory, logits
 
+    def _checkpointing_windows(self) -> bool:
+        """Whether this call checkpoints whole windows (§3.2): gradient checkpointing on, training, grad enabled."""
+        return bool(getattr(self, "gradient_checkpointing", False)) and self.training and torch.is_grad_enabled()
+
     def _windowed_stream(self, input_ids, attention_mask, targets, keep, memory):
-        """No KV cache: windows in sequence, each run in full, the recurrent vector carried (training path)."""
+        """No KV cache: windows in sequence, each run in full, the recurrent vector carried (training path).
+
+        Memory: with gradient checkpointing each window (its LM head and loss included) is one checkpointed segment;
+        without gradients (evaluation) each window's head and loss are computed and freed before the next window,
+        so neither holds a `(T, vocab)` or `(T, hidden)` tensor for the whole stream (only the kept logits). Without
+        checkpointing but with gradients, every window's activations are kept for backward anyway, and one LM head
+        runs over the whole stream, as in the plain model."""
         config = self.config
         spans = window_spans(input_ids.shape[1], config.window_size, config.window_overlap)
-        use_checkpoint = bool(getattr(self, "gradient_checkpointing", False)) and self.training \
-            and torch.is_grad_enabled()
+        use_checkpoint = self._checkpointing_windows()
         if attention_mask is not None and attention_mask.shape[1] != input_ids.shape[1]:
             raise ValueError(
                 f"`attention_mask` has {attention_mask.shape[1]} columns for {input_ids.shape[1]} tokens."
             )
-        if not use_checkpoint:
+        if not use_checkpoint and torch.is_grad_enabled():
             # the new positions of consecutive windows tile the stream exactly once: one LM head over all of them
             # (as the plain model) instead of concatenating per-window `(w, vocab)` logits
             hiddens = []
@@ -666,10 +684,12 @@ class RecurrentCausalLMMixin:
         for start, end, new_from in spans:
             window_mask = attention_mask[:, start:end] if attention_mask is not None else None
             window_targets = targets[:, start + new_from : end] if targets is not None else None
-            step_loss, memory, logits = checkpoint(
-                self._window_step, input_ids[:, start:end], window_mask, memory, window_targets,
-                keep[start + new_from : end], new_from, use_reentrant=False,
-            )
+            arguments = (input_ids[:, start:end], window_mask, memory, window_targets, keep[start + new_from : end],
+                         new_from)
+            if use_checkpoint:
+                step_loss, memory, logits = checkpoint(self._window_step, *arguments, use_reentrant=False)
+            else:  # no gradients: one window at a time, its head and loss freed before the next
+                step_loss, memory, logits = self._window_step(*arguments)
             loss_sum = loss_sum + step_loss
             if logits is not None:
                 pieces.append(logits)
