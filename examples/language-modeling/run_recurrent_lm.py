@@ -7,6 +7,12 @@ Recurrent (`--recurrent true`): the same LM turned into a recurrent model, fine-
 `--windows_per_sample` consecutive windows with backpropagation through time (§3.2). Both see the same tokens per
 step (the baseline's batch holds `--windows_per_sample` times more windows), so the budgets match.
 
+Overlaps (§4.2, §5): the baseline is trained once and evaluated at every `--eval_overlaps`. A recurrent model is
+trained *at the overlap it is tested with* (`--train_window_overlap`): its recurrent vector summarises every token up
+to the first token of the window, and another overlap at test time misaligns it. So a recurrent run evaluates only
+at its training overlap (the default of `--eval_overlaps` / `--validation_overlaps`), and asking for another
+overlap is an error; Table 2 trains one recurrent model per overlap (`austen_table2.sh`).
+
     python examples/language-modeling/run_recurrent_lm.py --recurrent true --window_size 128 \
       --windows_per_sample 4 --max_steps 60 --per_device_train_batch_size 2 --learning_rate 5e-5 --bf16 \
       --use_cpu --output_dir runs/recurrent_smollm2
@@ -44,15 +50,42 @@ class RecurrentLMArguments:
     recurrence_learning_rate: float = field(
         default=None, metadata={"help": "Learning rate of the new `recurrence` parameters (default: --learning_rate)."}
     )
-    eval_overlaps: str = field(default="0,5,30", metadata={"help": "Comma-separated test overlaps."})
-    validation_overlaps: str = field(default="0", metadata={"help": "Comma-separated validation overlaps."})
+    eval_overlaps: str = field(default=None, metadata={
+        "help": "Comma-separated test overlaps (default: 0,5,30 for the baseline; the training overlap for a recurrent "
+                "model, which may only be evaluated at its training overlap)."})
+    validation_overlaps: str = field(default=None, metadata={
+        "help": "Comma-separated validation overlaps (default: 0 for the baseline, the training overlap for a "
+                "recurrent model)."})
     max_eval_tokens: int = field(default=None, metadata={"help": "Evaluate on the first N tokens of each book."})
     max_train_tokens: int = field(default=None, metadata={"help": "Use the first N tokens of the training books."})
+
+
+def resolve_overlaps(args: RecurrentLMArguments) -> None:
+    """Fill the default `eval_overlaps` / `validation_overlaps` and check the protocol of §4.2 / §5.
+
+    Raises:
+        ValueError: a recurrent run asked to evaluate at an overlap other than `--train_window_overlap` (train one
+            model per overlap instead), before any training starts.
+    """
+    own = str(args.train_window_overlap)
+    if args.eval_overlaps is None:
+        args.eval_overlaps = own if args.recurrent else "0,5,30"
+    if args.validation_overlaps is None:
+        args.validation_overlaps = own if args.recurrent else "0"
+    if args.recurrent:
+        asked = {int(x) for x in f"{args.eval_overlaps},{args.validation_overlaps}".split(",")}
+        if asked != {args.train_window_overlap}:
+            raise ValueError(
+                f"a recurrent model trained with --train_window_overlap {args.train_window_overlap} cannot be evaluated "
+                f"at overlaps {sorted(asked - {args.train_window_overlap})} (Yoshida et al. 2020, §4.2, §5): train one "
+                "recurrent model per evaluation overlap (see austen_table2.sh)."
+            )
 
 
 def main(argv=None):
     parser = HfArgumentParser((RecurrentLMArguments, TrainingArguments))
     args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    resolve_overlaps(args)
     if args.model_name_or_path:
         tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
         model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path)

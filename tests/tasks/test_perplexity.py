@@ -65,13 +65,28 @@ def test_recurrent_model_and_its_settings(plain):
         evaluate_perplexity(plain, x[:8], window_size=8).nll, rel=1e-5)
     with torch.no_grad():
         recurrent.recurrence.pooling.layer_logits.normal_()
-    result = evaluate_perplexity(recurrent, x, window_size=10, window_overlap=3)
+    result = evaluate_perplexity(recurrent, x, window_size=10, window_overlap=3, allow_overlap_mismatch=True)
     assert (recurrent.config.window_size, recurrent.config.window_overlap) == (8, 0)  # restored
     with torch.no_grad():
         recurrent.config.window_size, recurrent.config.window_overlap = 10, 3
         expected = float(recurrent(x[None], labels=x[None], use_cache=False).loss) * 29
     assert result.nll == pytest.approx(expected, rel=1e-5)
     assert abs(result.nll - evaluate_perplexity(plain, x, window_size=10, window_overlap=3).nll) > 1e-3  # memory used
+
+
+def test_recurrent_overlap_must_be_the_trained_one(plain):
+    """§4.2 / §5: a recurrent model trained at one overlap is not evaluated at another (the recurrent vector would
+    summarise the wrong tokens); the mismatch is an error unless explicitly allowed."""
+    recurrent = to_recurrent(plain, window_size=8, window_overlap=0, recurrence_hidden_sizes=[16]).eval()
+    x = doc(30)
+    with pytest.raises(ValueError, match=r"window_overlap=3.*window_overlap=0|window_overlap=0.*window_overlap=3"):
+        evaluate_perplexity(recurrent, x, window_size=8, window_overlap=3)
+    matched = evaluate_perplexity(recurrent, x, window_size=8, window_overlap=0)
+    assert matched.window_overlap == 0
+    allowed = evaluate_perplexity(recurrent, x, window_size=8, window_overlap=3, allow_overlap_mismatch=True)
+    assert allowed.window_overlap == 3 and recurrent.config.window_overlap == 0
+    # a plain model has no trained overlap: any overlap is fine without the flag
+    evaluate_perplexity(plain, x, window_size=8, window_overlap=3)
 
 
 def test_bad_arguments(plain):
@@ -94,3 +109,53 @@ def test_flops_per_token():
     assert flops_per_token(config, 300, 30) == pytest.approx(disjoint * 300 / 270)
     recurrent = RecurrentGPT2Config(window_size=300)
     assert 1.0 < flops_per_token(recurrent, 300, 0, recurrent=True) / disjoint < 1.01
+
+
+def test_table2_script_trains_one_recurrent_model_per_overlap(tmp_path):
+    """`run_recurrent_lm.py` refuses, before loading any model, to test a recurrent model at an overlap it was not
+    trained with, and defaults a recurrent run's overlaps to its training overlap."""
+    import importlib.util
+
+    from tests.conftest import REPO_ROOT
+
+    path = REPO_ROOT / "examples" / "language-modeling" / "run_recurrent_lm.py"
+    spec = importlib.util.spec_from_file_location("run_recurrent_lm", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    with pytest.raises(ValueError, match=r"--train_window_overlap 0 .* \[5, 30\]"):
+        script.main(["--recurrent", "true", "--eval_overlaps", "0,5,30", "--output_dir", str(tmp_path)])
+    args = script.RecurrentLMArguments(recurrent=True, train_window_overlap=5)
+    script.resolve_overlaps(args)
+    assert (args.eval_overlaps, args.validation_overlaps) == ("5", "5")
+    baseline = script.RecurrentLMArguments(recurrent=False)
+    script.resolve_overlaps(baseline)
+    assert (baseline.eval_overlaps, baseline.validation_overlaps) == ("0,5,30", "0")
+    table = (REPO_ROOT / "examples" / "language-modeling" / "austen_table2.sh").read_text()
+    assert "--train_window_overlap \"$overlap\"" in table
+
+
+def test_recurrent_evaluation_memory_does_not_grow_with_the_document():
+    """Issue 11 (item 2): `evaluate_perplexity` streams a recurrent model window by window (no `(T, vocab)` logits
+    nor `(T, hidden)` states for the whole document): the peak of evaluating 20 windows stays within 1.3x of one
+    window's, and the NLL equals the one-head path's (the model with gradients enabled) to 1e-5."""
+    from tests.models.recurrent.test_modeling_recurrent import LiveBytes
+
+    torch.manual_seed(0)
+    plain = GPT2LMHeadModel(GPT2Config(**{**TINY, "vocab_size": 8192})).eval()
+    recurrent = to_recurrent(plain, window_size=32, window_overlap=4, recurrence_hidden_sizes=[16]).eval()
+    with torch.no_grad():
+        recurrent.recurrence.pooling.layer_logits.normal_()
+
+    def peak(length):
+        x = torch.randint(1, 8192, (length,), generator=torch.Generator().manual_seed(length))
+        with LiveBytes() as tracker:
+            result = evaluate_perplexity(recurrent, x, window_size=32, window_overlap=4)
+        return x, result, tracker.peak
+
+    _, _, one = peak(32)
+    x, result, many = peak(32 + 19 * 28)
+    assert result.num_windows == 20
+    assert many <= 1.3 * one, (one, many)
+    with torch.enable_grad():  # the old path: all windows' states, one LM head over the whole stream
+        loss = recurrent(x[None], labels=x[None], use_cache=False).loss
+    assert result.nll == pytest.approx(float(loss.detach()) * (len(x) - 1), rel=1e-5)

@@ -54,7 +54,7 @@ class ReadOnceArguments:
     validation_file: str = field(default=None, metadata={"help": "JSONL; several files separated by commas are "
                                                                  "scored separately (eval_<folder name>_...)"})
     compression_ratio: int = field(default=8)
-    append_layer: int = field(default=None)
+    append_layer: int = field(default=None, metadata={"help": "L: question-only encoder layers before the representations are appended (Fig. 3; default: half the encoder)."})
     max_document_length: int = field(default=256)
     max_question_length: int = field(default=32)
     max_target_length: int = field(default=32)
@@ -256,7 +256,7 @@ def run(args: ReadOnceArguments, training_args: Seq2SeqTrainingArguments) -> dic
         model = ReadOnceBartForConditionalGeneration.from_pretrained(path)
     else:
         kwargs = {"compression_ratio": args.compression_ratio}
-        if args.append_layer:
+        if args.append_layer is not None:
             kwargs["append_layer"] = args.append_layer
         model = readonce_bart_from_bert(path, seed=training_args.seed, **kwargs)
     model.to(training_args.device)

@@ -85,8 +85,8 @@ class ReadOnceBartAdapter:
         reps = self.model.encode_documents(batch.input_ids, batch.attention_mask, self.compression_ratio)
         out = []
         for row in range(len(texts)):
-            m = int(reps.attention_mask[row].sum())
-            out.append({"representations": reps.representations[row, :m].float().cpu(),
+            present = reps.attention_mask[row].bool()  # by the mask, not by assuming a valid prefix
+            out.append({"representations": reps.representations[row][present].float().cpu(),
                         "num_tokens": batch.attention_mask[row].sum().to(torch.int32).reshape(1).cpu()})
         return out
 

@@ -84,8 +84,15 @@ def _max_positions(config) -> int | None:
 
 @torch.no_grad()
 def evaluate_perplexity(model, input_ids: torch.Tensor, *, window_size: int, window_overlap: int = 0,
-                        num_words: int | None = None, batch_size: int = 8) -> PerplexityResult:
+                        num_words: int | None = None, batch_size: int = 8,
+                        allow_overlap_mismatch: bool = False) -> PerplexityResult:
     r"""Perplexity of `model` on one long document read in windows (§4.2).
+
+    A recurrent model is evaluated at the overlap it was trained with (`model.config.window_overlap`): its
+    recurrent vector is trained to summarise every token up to the first token of the current window, so evaluating
+    it at another overlap shifts that alignment and is not the paper's protocol (§4.2, §5: "we train with the same
+    overlap that we test with"). Table 2 therefore needs one recurrent model per evaluation overlap. The window size
+    may differ from the training one (the recurrent vector still summarises everything before the window).
 
     Args:
         model: a plain HF causal LM or a recurrent model of this package (put in eval mode here).
@@ -94,6 +101,8 @@ def evaluate_perplexity(model, input_ids: torch.Tensor, *, window_size: int, win
         window_overlap (`int`, defaults to 0): tokens each window repeats from the previous one (context only).
         num_words (`int`, *optional*): words of the text, for `word_perplexity`.
         batch_size (`int`, defaults to 8): windows per forward pass for a plain model (they are independent).
+        allow_overlap_mismatch (`bool`, defaults to `False`): evaluate a recurrent model at an overlap other than
+            its config's anyway (an ablation, not the paper's protocol). Ignored for plain models.
 
     Returns:
         [`PerplexityResult`].
@@ -101,8 +110,18 @@ def evaluate_perplexity(model, input_ids: torch.Tensor, *, window_size: int, win
     Raises:
         TypeError / ValueError: `input_ids` not a single document of at least 2 tokens, a window size below 2 or
             beyond the model's positions, an overlap outside `[0, window_size)`.
+        ValueError: a recurrent model asked for a `window_overlap` other than its `config.window_overlap` (the
+            message names both) without `allow_overlap_mismatch=True`.
     """
     input_ids = _check(input_ids, window_size, window_overlap, _max_positions(model.config))
+    if isinstance(model, RecurrentCausalLMMixin) and window_overlap != model.config.window_overlap \
+            and not allow_overlap_mismatch:
+        raise ValueError(
+            f"evaluate_perplexity(window_overlap={window_overlap}) on a recurrent model trained with "
+            f"config.window_overlap={model.config.window_overlap}: the recurrent vector is trained for its own "
+            "overlap (Yoshida et al. 2020, §4.2, §5), so train one model per evaluation overlap, or pass "
+            "allow_overlap_mismatch=True for an explicit ablation."
+        )
     model.eval()
     device = next(model.parameters()).device
     input_ids = input_ids.to(device)

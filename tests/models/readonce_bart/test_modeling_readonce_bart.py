@@ -36,7 +36,9 @@ def test_config_validation_and_defaults():
     assert config.document_chunk_length == 64
     for bad, match in [(dict(compression_ratio=0), "compression_ratio"), (dict(window_size=2), "window_size"),
                        (dict(aggregation="sum"), "aggregation"), (dict(append_layer=5), "append_layer"),
-                       (dict(append_layer=0), "append_layer"), (dict(fusion="cross"), "fusion"),
+                       (dict(append_layer=-1), "append_layer"), (dict(fusion="cross"), "fusion"),
+                       (dict(append_layer=0, append_layer_convention="before"), "append_layer"),
+                       (dict(append_layer_convention="inside"), "append_layer_convention"),
                        (dict(document_chunk_length=65), "document_chunk_length"),
                        (dict(document_chunk_length=32, document_chunk_overlap=32), "document_chunk_overlap"),
                        (dict(document_chunk_length=32, document_chunk_overlap=3), "multiple")]:
@@ -65,6 +67,31 @@ def test_representation_shapes_masks_and_values(aggregation, length, k):
         expected = (torch.softmax(scores, 0)[:, None] * window).sum(0)
     torch.testing.assert_close(reps.representations[0, 0], expected, atol=1e-5, rtol=1e-5)
     assert torch.all(reps.representations[1][reps.attention_mask[1] == 0] == 0)
+
+
+@pytest.mark.parametrize("aggregation", ["linear", "mean", "max"])
+def test_left_and_right_padding_give_the_same_representations(aggregation):
+    """Issue 11 (item 8): a window is present by the attention mask, and padding may be on either side: left- and
+    right-padded batches give the representations of each document encoded alone."""
+    model = tiny(aggregation=aggregation, compression_ratio=4, window_size=6)
+    lengths = [17, 9, 3]
+    docs = [tokens(1, n, seed=n)[0] for n in lengths]
+    width = max(lengths)
+    right, left = torch.ones(3, width, dtype=torch.long), torch.ones(3, width, dtype=torch.long)
+    right_mask, left_mask = torch.zeros_like(right), torch.zeros_like(left)
+    for row, doc in enumerate(docs):
+        right[row, : len(doc)], right_mask[row, : len(doc)] = doc, 1
+        left[row, width - len(doc) :], left_mask[row, width - len(doc) :] = doc, 1
+    with torch.no_grad():
+        from_right = model.encode_documents(right, right_mask)
+        from_left = model.encode_documents(left, left_mask)
+        alone = [model.encode_documents(doc[None]) for doc in docs]
+    assert torch.equal(from_left.attention_mask, from_right.attention_mask)
+    torch.testing.assert_close(from_left.representations, from_right.representations, atol=1e-5, rtol=0)
+    for row, single in enumerate(alone):
+        m = math.ceil(lengths[row] / 4)
+        assert from_left.attention_mask[row].tolist() == [1] * m + [0] * (from_left.attention_mask.shape[1] - m)
+        torch.testing.assert_close(from_left.representations[row, :m], single.representations[0], atol=1e-5, rtol=0)
 
 
 def test_overlapping_windows_and_k_at_inference():
@@ -117,8 +144,8 @@ def test_representations_appended_at_layer_L():
         out = model.get_encoder()(input_ids=q, document_representations=reps)
         plain = model.get_encoder()(input_ids=q)
     assert out.last_hidden_state.shape == (2, 6 + 6, 32) and out.attention_mask.shape == (2, 12)
-    # layers 1..L-1 read the question alone: with L = N (last layer) the question states before it are unchanged
-    late = tiny(append_layer=4)
+    # layers 1..L read the question alone: with L = 3 of 4 the question states entering layer 4 are unchanged
+    late = tiny(append_layer=3)
     with torch.no_grad():
         seen = {}
         for name, m in (("plain", None), ("reps", reps)):
@@ -129,6 +156,36 @@ def test_representations_appended_at_layer_L():
     torch.testing.assert_close(seen["reps"][:, :6], seen["plain"], atol=1e-6, rtol=0)
     assert seen["reps"].shape[1] == 12
     assert not torch.allclose(out.last_hidden_state[:, :6], plain.last_hidden_state, atol=1e-4)
+
+
+def test_append_layer_follows_fig3_question_alone_for_L_layers():
+    """Issue 11 (item 6): Fig. 3 / App. C.3: the question runs alone through L layers, then R is appended (2 + 2 of 4
+    at the default L = N // 2, as 6 + 6 of 12); L = N appends after the last layer; 0.1.x configs ("before layer L")
+    load converted, so they compute what they computed."""
+    q, doc = tokens(2, 6), tokens(2, 24, seed=5)
+    lengths = {}
+    model = tiny()  # L = 2 of 4
+    hooks = [layer.register_forward_pre_hook(lambda mod, args, i=i: lengths.__setitem__(i, args[0].shape[1]))
+             for i, layer in enumerate(model.model.encoder.layers)]
+    with torch.no_grad():
+        reps = model.encode_documents(doc)
+        model.get_encoder()(input_ids=q, document_representations=reps)
+    for hook in hooks:
+        hook.remove()
+    assert model.config.append_layer == 2 and lengths == {0: 6, 1: 6, 2: 12, 3: 12}
+    last = tiny(append_layer=4)  # after the last encoder layer: the question's states are BART's, R unchanged
+    with torch.no_grad():
+        out = last.get_encoder()(input_ids=q, document_representations=reps)
+        plain = last.get_encoder()(input_ids=q)
+    torch.testing.assert_close(out.last_hidden_state[:, :6], plain.last_hidden_state, atol=1e-6, rtol=0)
+    torch.testing.assert_close(out.last_hidden_state[:, 6:], reps.representations, atol=0, rtol=0)
+    assert out.attention_mask.shape == (2, 12)
+    # a 0.1.x config.json (no append_layer_convention) means "before layer L": read as L - 1
+    old = ReadOnceBartConfig.from_dict({**TINY, "compression_ratio": 4, "append_layer": 3})
+    assert (old.append_layer, old.append_layer_convention) == (2, "after")
+    again = ReadOnceBartConfig.from_dict(old.to_dict())
+    assert again.append_layer == 2
+    assert ReadOnceBartConfig(**TINY, append_layer=0).append_layer == 0
 
 
 def test_generate_cached_equals_recomputed_greedy_beam_batch():
@@ -171,12 +228,12 @@ def test_attention_fusion_is_eq4_and_bart_without_representations(tmp_path):
     bart = BartForConditionalGeneration(BartConfig(**TINY)).eval()
     bart.save_pretrained(tmp_path / "bart")
     model, info = ReadOnceBartForConditionalGeneration.from_pretrained(
-        tmp_path / "bart", output_loading_info=True, compression_ratio=4, fusion="attention", append_layer=3)
+        tmp_path / "bart", output_loading_info=True, compression_ratio=4, fusion="attention", append_layer=2)
     model.eval()
     assert all(k.startswith("document_encoder.aggregation") for k in info["missing_keys"]), info
     fused = [name for name, m in model.named_modules() if type(m).__name__ == "ReadOnceBartFusedAttention"]
     assert fused == ["model.encoder.layers.2.self_attn", "model.encoder.layers.3.self_attn",
-                     "model.decoder.layers.0.self_attn", "model.decoder.layers.1.self_attn"]  # layers L..N, decoder
+                     "model.decoder.layers.0.self_attn", "model.decoder.layers.1.self_attn"]  # layers L+1..N, decoder
     for name in fused:  # App. A.1: Attn' starts as a copy of Attn
         module = model.get_submodule(name)
         torch.testing.assert_close(module.representation_attn.q_proj.weight, module.q_proj.weight, atol=0, rtol=0)

@@ -1,8 +1,12 @@
 """RecurrentGPT2LMHeadModel / RecurrentLlamaForCausalLM (Yoshida et al. 2020) on tiny random configs."""
 
+import weakref
+
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
 
 from hf_readonce import (
@@ -49,6 +53,33 @@ def ids(batch, length, seed=1):
 
 
 FAMILIES = ["gpt2", "llama"]
+
+
+class LiveBytes(TorchDispatchMode):
+    """Bytes of the tensors created by ops run inside the mode (forward and backward) that are still alive, and their
+    peak: a CPU stand-in for `torch.cuda.max_memory_allocated`. Views are not counted twice."""
+
+    def __init__(self):
+        super().__init__()
+        self.live = self.peak = 0
+        self.storages = {}
+
+    def _free(self, key):
+        self.live -= self.storages.pop(key)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in tree_flatten(out)[0]:
+            if isinstance(tensor, torch.Tensor) and not tensor._is_view():
+                storage = tensor.untyped_storage()
+                key = storage.data_ptr()
+                if key in self.storages or storage.nbytes() == 0:
+                    continue
+                self.storages[key] = storage.nbytes()
+                self.live += storage.nbytes()
+                self.peak = max(self.peak, self.live)
+                weakref.finalize(tensor, self._free, key)
+        return out
 
 
 # ------------------------------------------------------------------------------------------------ config
@@ -151,6 +182,66 @@ def test_generate_past_n_positions_equals_stepwise_reference(family):
     assert torch.equal(generated, sequence)
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_bf16_generation_path_recurrent_vector_equals_training_path(family):
+    """Issue 11 (item 3): the cached/generation path sums eq. 1 token by token, the training path once per window;
+    both accumulate in float32, so in bf16 they pool the same window representation (the input of the recurrence
+    FFN). Relative difference before the fix: 5.0e-3 (GPT-2) / 4.1e-3 (Llama); after: below 1e-3."""
+    model = tiny(family, window_size=32, window_overlap=4).to(torch.bfloat16)
+    pooled = []
+    model.recurrence.pooling.register_forward_hook(lambda module, args, output: pooled.append(output.float()))
+    x = ids(1, 76)  # windows [0, 32), [28, 60), [56, 76): two rolls
+    with torch.no_grad():
+        training = model(x, use_cache=False)
+        from_training = pooled[-1]
+        out = model(x[:, :1], use_cache=True)
+        for t in range(1, x.shape[1]):  # one token at a time, as generate() does
+            out = model(x[:, t : t + 1], past_key_values=out.past_key_values)
+    from_generation = pooled[-1]
+    assert out.past_key_values.num_windows == 3 and out.past_key_values.layer_sums.dtype == torch.float32
+    assert float((from_generation - from_training).norm() / from_training.norm()) < 2e-3
+    assert out.recurrent_state.dtype == training.recurrent_state.dtype == torch.bfloat16
+
+
+def test_masked_layer_sum_accumulates_in_fp32_without_fp16_overflow():
+    from hf_readonce.models.recurrent.modeling_recurrence import RecurrenceModule, masked_layer_sum
+
+    hidden = torch.full((2, 300, 8), 1000.0, dtype=torch.float16)  # 300 x 1000 = 3e5 > fp16 max (65504)
+    valid = torch.ones(2, 300, dtype=torch.long)
+    valid[1, 100:] = 0
+    sums = masked_layer_sum(hidden, valid)
+    assert sums.dtype == torch.float32 and torch.isfinite(sums).all()
+    torch.testing.assert_close(sums[:, 0], torch.tensor([300000.0, 100000.0]))
+    config = RecurrentGPT2Config(**{**GPT2_TINY, **RECURRENCE, "n_embd": 8, "n_head": 2})
+    module = RecurrenceModule(config).half()
+    vector = module(torch.stack([sums] * config.num_hidden_layers, dim=1), torch.tensor([300, 100]))
+    assert vector.dtype == torch.float16 and torch.isfinite(vector).all()
+
+
+def test_window_roll_does_not_depend_on_dynamic_cache_reset(monkeypatch):
+    """Issue 11 (item 4): early transformers 5.x `reset()` zeroes the cached keys and keeps their length, later ones
+    drop them. With the early behaviour patched in, the rolled window must still start empty and generation must
+    equal the no-cache reference."""
+    from transformers.cache_utils import CacheLayerMixin, DynamicLayer
+
+    def zero_and_keep(layer):  # transformers 5.0's CacheLayerMixin.reset
+        if layer.is_initialized:
+            layer.keys.zero_()
+            layer.values.zero_()
+
+    monkeypatch.setattr(CacheLayerMixin, "reset", zero_and_keep)
+    monkeypatch.setattr(DynamicLayer, "reset", zero_and_keep)
+    model = tiny("llama")
+    x = ids(1, 40)
+    with torch.no_grad():
+        out = model(x, use_cache=True)  # windows [0, 16), [12, 28), [24, 40)
+        assert out.past_key_values.num_windows == 3
+        assert out.past_key_values.get_seq_length() == out.past_key_values.window_length == 16
+        torch.testing.assert_close(out.logits, model(x, use_cache=False).logits, atol=1e-5, rtol=0)
+        out.past_key_values.reset()
+        assert out.past_key_values.get_seq_length() == 0 and out.past_key_values.recurrent_state is None
+
+
 # ------------------------------------------------------------------------------------------------ training
 @pytest.mark.parametrize("family", FAMILIES)
 def test_gradient_flows_across_windows(family):
@@ -209,6 +300,38 @@ def test_checkpointing_keeps_only_recurrent_vectors_between_windows(family):
     one_window_logits = 2 * 12 * 99 * 4
     assert grown_plain > 9 * one_window_logits  # activations and logits of 9 more windows
     assert grown_checkpointed < one_window_logits  # 9 more windows: a few small tensors each
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_checkpointed_training_step_memory_is_bounded_by_the_window(family):
+    """Issue 11 (item 2): with labels, checkpointing and Trainer's default `logits_to_keep=0`, each window's loss is
+    computed inside its checkpointed segment and no `(T, vocab)` logits are kept: the peak of one training step
+    (forward + backward) on 20 windows stays within 1.3x of one window's (before the fix the 20 windows' logits,
+    37 MB here, stayed alive). What still grows, in backward, is about one `(batch, vocab)` row per window. The loss and the gradients equal those of the plain (not
+    checkpointed) path."""
+
+    def step(model, windows):
+        x = ids(2, 32 + (windows - 1) * 28)  # window 32, overlap 4
+        with LiveBytes() as tracker:
+            out = model(x, labels=x)
+            out.loss.backward()
+        return out, tracker.peak
+
+    model = tiny(family, vocab_size=8192, window_size=32).train()
+    getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
+    one, peak_one = step(model, 1)
+    many, peak_many = step(model, 20)
+    assert one.logits is None and many.logits is None
+    assert peak_many <= 1.3 * peak_one, (peak_one, peak_many)
+    plain = tiny(family, vocab_size=8192, window_size=32).train()
+    reference, _ = step(plain, 20)
+    assert reference.logits.shape == (2, 32 + 19 * 28, 8192)  # without checkpointing the logits are returned
+    torch.testing.assert_close(many.loss, reference.loss, atol=1e-5, rtol=0)
+    model.zero_grad()
+    step(model, 20)
+    for name, parameter in plain.named_parameters():
+        torch.testing.assert_close(dict(model.named_parameters())[name].grad, parameter.grad, atol=1e-5, rtol=1e-4,
+                                   msg=name)
 
 
 def test_trainer_step_and_lora(tmp_path):

@@ -33,13 +33,27 @@ class ReadOnceBartConfig(BartConfig):
             f of eq. 2: `"linear"` (learned weighted sum, eq. 1: a scalar score per token, softmax over the window;
             the paper's choice), `"mean"` or `"max"`.
         append_layer (`int`, *optional*):
-            L, 1-based: the question runs alone through encoder layers `1..L-1`, then the representations are
-            concatenated to it for layers `L..N` (Fig. 3). Defaults to `encoder_layers // 2` (6 for bart-large);
-            `L = 1` appends them before the first layer.
+            L, in `[0, N]` (N = `encoder_layers`): the question runs alone through encoder layers `1..L`, then the
+            representations R are appended to its states and layers `L+1..N` read both (Fig. 3, "the encoder only
+            processes the q tokens of the question for the first L layers"; App. C.3's cost model):
+
+                H^0 = embed(question),  H^l = Layer_l(H^{l-1})            for l = 1..L   (q positions)
+                X^L = [H^L ; R],        X^l = Layer_l(X^{l-1})            for l = L+1..N (q + m positions)
+                encoder cost ~ T_e * (L/N * q^2 + (1 - L/N) * (q + m)^2),  m = ceil(n / k)
+
+            The encoder output X^N (the question's states, then the representations') is what the decoder attends
+            to. Defaults to `encoder_layers // 2` (6 of 12: 6 + 6 layers, the paper's Append(L=6)). `L = 0`
+            appends R to the embeddings; `L = N` appends R after the last encoder layer (only the decoder's
+            cross-attention reads R). hf-readonce 0.1.x used "appended *before* layer L" (L - 1 question-only
+            layers, 5 + 7 at L = 6); a saved `config.json` without `append_layer_convention` is read in that
+            convention and converted (L - 1), so old checkpoints compute what they computed.
+        append_layer_convention (`str`, *optional*, defaults to `"after"`):
+            `"after"`: `append_layer` as above. `"before"`: the 0.1.x meaning (1-based layer *before* which R is
+            appended), converted to `"after"` at construction; the config then stores `"after"`.
         fusion (`str`, *optional*, defaults to `"append"`):
             How the representations enter the representation+text model. `"append"` (Fig. 3, the paper's choice):
-            they are concatenated to the text's hidden states before encoder layer L. `"attention"` (App. A.1,
-            eq. 4): the text is never lengthened; instead the self-attention of encoder layers `L..N` and of every
+            they are concatenated to the text's hidden states after encoder layer L. `"attention"` (App. A.1,
+            eq. 4): the text is never lengthened; instead the self-attention of encoder layers `L+1..N` and of every
             decoder layer becomes `(Attn(H, H, H) + Attn'(H, R, R)) / 2`, where `Attn'` is a separate attention
             module over the representations R, initialized from `Attn`.
         document_chunk_length (`int`, *optional*):
@@ -55,7 +69,8 @@ class ReadOnceBartConfig(BartConfig):
 
     Raises:
         ValueError: if k or w is not a positive int, `w < k`, the aggregation or fusion is unknown, L is not in
-            `[1, encoder_layers]`, the chunk length is not in `[1, max_position_embeddings]`, or the chunk overlap is
+            `[0, encoder_layers]` (`[1, encoder_layers]` in the 0.1.x `"before"` convention), the convention is
+            unknown, the chunk length is not in `[1, max_position_embeddings]`, or the chunk overlap is
             not in `[0, chunk_length)` or is not a multiple of k (chunks must start on a window boundary).
 
     Example:
@@ -65,6 +80,8 @@ class ReadOnceBartConfig(BartConfig):
     >>> config = ReadOnceBartConfig(encoder_layers=12, compression_ratio=8)
     >>> (config.compression_ratio, config.window_size, config.append_layer, config.aggregation)
     (8, 8, 6, 'linear')
+    >>> ReadOnceBartConfig(encoder_layers=12, append_layer=6, append_layer_convention="before").append_layer
+    5
     ```
     """
 
@@ -80,6 +97,7 @@ class ReadOnceBartConfig(BartConfig):
         document_chunk_length: int | None = None,
         document_chunk_overlap: int = 0,
         layer_norm_eps: float = 1e-5,
+        append_layer_convention: str = "after",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -98,10 +116,18 @@ class ReadOnceBartConfig(BartConfig):
             raise ValueError(f"`aggregation` must be one of {AGGREGATIONS}, got {aggregation!r}.")
         if fusion not in FUSIONS:
             raise ValueError(f"`fusion` must be one of {FUSIONS}, got {fusion!r}.")
-        append_layer = max(1, self.encoder_layers // 2) if append_layer is None else append_layer
-        if not _is_int(append_layer) or not 1 <= append_layer <= self.encoder_layers:
+        if append_layer_convention not in ("after", "before"):
+            raise ValueError(f"`append_layer_convention` must be 'after' or 'before', got {append_layer_convention!r}.")
+        if append_layer is None:
+            append_layer = self.encoder_layers // 2
+        elif append_layer_convention == "before":  # 0.1.x: appended before 1-based layer L, i.e. after L - 1 layers
+            if not _is_int(append_layer) or not 1 <= append_layer <= self.encoder_layers:
+                raise ValueError(f"`append_layer` (0.1.x 'before' convention) must be an int in "
+                                 f"[1, encoder_layers={self.encoder_layers}], got {append_layer!r}.")
+            append_layer -= 1
+        if not _is_int(append_layer) or not 0 <= append_layer <= self.encoder_layers:
             raise ValueError(
-                f"`append_layer` must be an int in [1, encoder_layers={self.encoder_layers}], got {append_layer!r}."
+                f"`append_layer` must be an int in [0, encoder_layers={self.encoder_layers}], got {append_layer!r}."
             )
         chunk = self.max_position_embeddings if document_chunk_length is None else document_chunk_length
         if not _is_int(chunk) or not 1 <= chunk <= self.max_position_embeddings:
@@ -122,9 +148,19 @@ class ReadOnceBartConfig(BartConfig):
         self.window_size = window_size
         self.aggregation = aggregation
         self.append_layer = append_layer
+        self.append_layer_convention = "after"
         self.fusion = fusion
         self.document_chunk_length = chunk
         self.document_chunk_overlap = document_chunk_overlap
+
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """As [`~transformers.PreTrainedConfig.from_dict`]; a saved config with `append_layer` but no
+        `append_layer_convention` (written by hf-readonce 0.1.x) is read in the 0.1.x `"before"` convention."""
+        if "append_layer" in config_dict and "append_layer_convention" not in config_dict:
+            config_dict = {**config_dict, "append_layer_convention": "before"}
+        return super().from_dict(config_dict, **kwargs)
 
 
 __all__ = ["ReadOnceBartConfig"]

@@ -6,9 +6,9 @@
 - A *document encoder* (a BART encoder with its own weights + sliding-window aggregation, §3.1, eq. 1/2, Fig. 2)
   reads a document once and compresses its n tokens into `ceil(n / k)` vectors, the ReadOnce representations.
 - A *representation+text model* (a full BART, §3.2, Fig. 3) runs the task text (a question, or "summary") alone
-  through encoder layers `1..L-1`, appends the representations to it for layers `L..N`, and decodes as usual
+  through encoder layers `1..L`, appends the representations to it for layers `L+1..N`, and decodes as usual
   (`fusion="append"`). With `fusion="attention"` (App. A.1, eq. 4) the representations are never appended; the
-  self-attention of encoder layers `L..N` and of every decoder layer is averaged with a separate attention over them.
+  self-attention of encoder layers `L+1..N` and of every decoder layer is averaged with a separate attention over them.
 
 Both parts start from the same BART weights and are trained jointly on QA (§3.3); downstream, the document encoder
 may be frozen and its representations precomputed once per document (§3.4).
@@ -146,8 +146,9 @@ class ReadOnceAggregation(nn.Module):
             stride (`int`): k. window (`int`): w >= k.
 
         Returns:
-            `(representations (batch_size, ceil(n / k), d_model), mask (batch_size, ceil(n / k)))`: a window whose
-            first token is padding is masked out (its representation is zeros).
+            `(representations (batch_size, ceil(n / k), d_model), mask (batch_size, ceil(n / k)))`: a window counts
+            as present when the attention mask has at least one real token in it (whatever its first token); a
+            window with no real token is masked out (its representation is zeros).
         """
         batch, length, dim = hidden_states.shape
         count = math.ceil(length / stride)
@@ -169,7 +170,7 @@ class ReadOnceAggregation(nn.Module):
         else:
             filled = windows.masked_fill(~valid[:, :, None, :], torch.finfo(states.dtype).min)
             representations = filled.max(dim=-1).values
-        present = valid[:, :, 0]
+        present = valid.any(dim=-1)
         representations = representations * present[..., None].to(representations.dtype)
         return representations, present.long()
 
@@ -338,7 +339,9 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
         r"""
         Args:
             input_ids (`torch.LongTensor` of shape `(batch_size, n)`): document tokens (any n).
-            attention_mask (`torch.Tensor` of shape `(batch_size, n)`, *optional*): 1 for real tokens.
+            attention_mask (`torch.Tensor` of shape `(batch_size, n)`, *optional*): 1 for real tokens. Padding may
+                be on either side (or inside): the real tokens of each row are read as one contiguous document, so
+                left- and right-padded batches give the same representations.
             compression_ratio (`int`, *optional*): k for this call (defaults to `config.compression_ratio`, §5.2);
                 the window keeps the configured overlap `w - k`.
             with_fingerprint (`bool`, defaults to `True`): record [`representation_fingerprint`] in the output (for
@@ -370,6 +373,11 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
         empty = (attention_mask.sum(-1) == 0).nonzero().flatten().tolist()
         if empty:
             raise ValueError(f"document(s) {empty} of the batch are empty: nothing to encode.")
+        # Padding anywhere (left, right, inside): each row's real tokens are moved to the front in their order (a
+        # stable sort on the mask), so windows start at the document's first real token and positions at 0 whatever
+        # the tokenizer's padding side, and the real representations form a prefix of each row.
+        order = torch.sort((attention_mask == 0).to(torch.int8), dim=1, stable=True).indices
+        input_ids, attention_mask = input_ids.gather(1, order), attention_mask.gather(1, order)
         chunk, overlap = config.document_chunk_length, config.document_chunk_overlap
         if overlap % k:
             raise ValueError(f"document_chunk_overlap {overlap} must be a multiple of compression_ratio {k}.")
@@ -401,15 +409,16 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
 
 class ReadOnceBartEncoder(BartEncoder):
     r"""The representation+text model's encoder (Fig. 3): BART's encoder, with the document representations
-    appended to the text's hidden states before layer L (`config.append_layer`; `fusion="append"`). Representations
-    carry no position embedding. With `fusion="attention"` (App. A.1) the self-attention of layers `L..N` is a
+    appended to the text's hidden states after layer L (`config.append_layer` question-only layers, `0 <= L <= N`,
+    see [`ReadOnceBartConfig`] for the equation; `fusion="append"`). Representations
+    carry no position embedding. With `fusion="attention"` (App. A.1) the self-attention of layers `L+1..N` is a
     [`ReadOnceBartFusedAttention`] over the text and the representations instead, and the output keeps the text's
     length. Without representations it is exactly BART's encoder."""
 
     def __init__(self, config: ReadOnceBartConfig):
         super().__init__(config)
         if config.fusion == "attention":
-            for index in range(config.append_layer - 1, config.encoder_layers):
+            for index in range(config.append_layer, config.encoder_layers):  # layers L+1..N (1-based)
                 self.layers[index].self_attn = ReadOnceBartFusedAttention(
                     config, config.encoder_attention_heads, layer_idx=index)
             self.post_init()
@@ -456,24 +465,32 @@ class ReadOnceBartEncoder(BartEncoder):
         hidden_states = nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
         mask = attention_mask
         layer_mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=mask)
-        append_at = self.config.append_layer - 1
+        append_at = self.config.append_layer  # L question-only layers, then R is appended (Fig. 3)
         fused = self.config.fusion == "attention" and representations is not None
+        appending = not fused and representations is not None
         for index, layer in enumerate(self.layers):
             extra = {}
             if fused and index >= append_at:  # eq. 4: attend to R beside the text, keep the text's length
                 extra = {"document_representations": representations, "document_attention_mask": rep_mask}
-            elif index == append_at and representations is not None:  # Fig. 3: append R to the text
-                hidden_states = torch.cat([hidden_states, representations.to(hidden_states.dtype)], dim=1)
-                mask = torch.cat([attention_mask, rep_mask.to(attention_mask.dtype)], dim=1)
-                layer_mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states,
-                                                       attention_mask=mask)
+            elif appending and index == append_at:  # Fig. 3: append R to the text after layer L
+                hidden_states, mask, layer_mask = self._append(hidden_states, attention_mask, representations, rep_mask)
             if self.training and self.layerdrop > 0.0 and torch.rand([]) < self.layerdrop:
                 continue
             hidden_states = layer(hidden_states, layer_mask, **extra, **kwargs)
+        if appending and append_at == len(self.layers):  # L = N: appended after the last encoder layer
+            hidden_states, mask, _ = self._append(hidden_states, attention_mask, representations, rep_mask)
         if fused:
             return ReadOnceEncoderOutput(last_hidden_state=hidden_states, attention_mask=mask,
                                          document_representations=representations, document_attention_mask=rep_mask)
         return ReadOnceEncoderOutput(last_hidden_state=hidden_states, attention_mask=mask)
+
+
+    def _append(self, hidden_states, attention_mask, representations, rep_mask):
+        """`[H^L ; R]` and its masks: `(hidden (batch, q + m, d_model), mask (batch, q + m), 4-D layer mask)`."""
+        hidden_states = torch.cat([hidden_states, representations.to(hidden_states.dtype)], dim=1)
+        mask = torch.cat([attention_mask, rep_mask.to(attention_mask.dtype)], dim=1)
+        layer_mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states, attention_mask=mask)
+        return hidden_states, mask, layer_mask
 
 
 def _unpack_representations(representations, mask, batch: int, d_model: int):

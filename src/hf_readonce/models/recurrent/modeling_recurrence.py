@@ -62,16 +62,19 @@ class RecurrencePooling(nn.Module):
         r"""
         Args:
             layer_sums (`torch.FloatTensor` of shape `(batch_size, N, hidden_size)`): per layer, the sum of the
-                hidden states over the window's (non-padding) positions.
+                hidden states over the window's (non-padding) positions (float32 from [`masked_layer_sum`]; any
+                dtype is accepted).
             token_counts (`torch.Tensor` of shape `(batch_size,)`): k, the number of positions summed (0 is treated
                 as 1, giving a zero vector).
 
         Returns:
-            `torch.FloatTensor` of shape `(batch_size, hidden_size)`: the pooled window representation.
+            `torch.FloatTensor` of shape `(batch_size, hidden_size)`, float32: the pooled window representation.
+            The mean and the layer mixture are computed in float32 whatever the model dtype (bf16/fp16 models
+            included), so the training and generation paths pool the same sums identically.
         """
-        counts = token_counts.to(layer_sums.dtype).clamp(min=1)
-        means = layer_sums / counts[:, None, None]
-        return torch.einsum("l,blh->bh", self.layer_weights().to(means.dtype), means)
+        counts = token_counts.to(torch.float32).clamp(min=1)
+        means = layer_sums.float() / counts[:, None, None]
+        return torch.einsum("l,blh->bh", self.layer_weights(), means)
 
 
 class RecurrenceFeedForward(nn.Module):
@@ -117,9 +120,12 @@ class RecurrenceModule(nn.Module):
             token_counts (`torch.Tensor` of shape `(batch_size,)`).
 
         Returns:
-            `torch.FloatTensor` of shape `(batch_size, hidden_size)`: the recurrent vector for the next window.
+            `torch.FloatTensor` of shape `(batch_size, hidden_size)` in the dtype of the feed-forward network's
+            weights: the recurrent vector for the next window. Pooling runs in float32 (see [`RecurrencePooling`]);
+            its result is cast back to the network's dtype.
         """
-        return self.ffn(self.pooling(layer_sums, token_counts))
+        pooled = self.pooling(layer_sums, token_counts)
+        return self.ffn(pooled.to(self.ffn.layers[0].weight.dtype))
 
 
 # ----------------------------------------------------------------------------------------------------- attention
@@ -210,10 +216,19 @@ def memory_attention_forward(
 
 
 def masked_layer_sum(hidden_states: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
-    """Sum of `hidden_states` `(batch, length, hidden)` over the positions where `valid` `(batch, length)` is 1."""
+    """Sum of `hidden_states` `(batch, length, hidden)` over the positions where `valid` `(batch, length)` is 1
+    (the numerator of eq. 1).
+
+    Returns:
+        `torch.FloatTensor` of shape `(batch, hidden)`, always float32: the sum is accumulated in float32 whatever
+        the dtype of `hidden_states`, so a bf16 model's window sum does not depend on how the window was cut into
+        calls (training path: one call per window; generation path: many), and an fp16 sum of large activations over
+        a long window cannot overflow (65504).
+    """
+    hidden_states = hidden_states.float()
     if valid is None:
         return hidden_states.sum(dim=1)
-    return (hidden_states * valid[:, :, None].to(hidden_states.dtype)).sum(dim=1)
+    return (hidden_states * valid[:, :, None].to(torch.float32)).sum(dim=1)
 
 
 # ----------------------------------------------------------------------------------------------------- cache
@@ -259,7 +274,10 @@ class RecurrentCache(DynamicCache):
         return 0 if self.window_ids is None else self.window_ids.shape[1]
 
     def add_tokens(self, input_ids: torch.Tensor, layer_sums: torch.Tensor, token_counts: torch.Tensor) -> None:
-        """Record `input_ids` `(batch, n)` as part of the current window, with their per-layer sums and counts."""
+        """Record `input_ids` `(batch, n)` as part of the current window, with their per-layer sums `(batch, N,
+        hidden)` and counts `(batch,)`. The running sums are kept in float32 whatever the model dtype (eq. 1 summed
+        token by token in bf16 drifts from the one-shot sum of the training path)."""
+        layer_sums = layer_sums.float()
         self.window_ids = input_ids if self.window_ids is None else torch.cat([self.window_ids, input_ids], dim=1)
         if self.layer_sums is None:
             self.layer_sums, self.token_counts = layer_sums, token_counts
@@ -267,17 +285,32 @@ class RecurrentCache(DynamicCache):
             self.layer_sums = self.layer_sums + layer_sums
             self.token_counts = self.token_counts + token_counts
 
+    def drop_key_values(self) -> None:
+        """Drop every layer's cached keys and values (the cache length becomes 0), keeping the layer objects.
+
+        Done by hand rather than with `DynamicCache.reset()`, whose meaning changed within transformers 5.x: early
+        5.x releases zero the keys and keep their length (the next window would then attend to a window of zero
+        keys at shifted positions), later ones drop them. Setting each layer back to its lazily-initialized state
+        (`keys = values = None`, `is_initialized = False`, the sliding layers' `cumulative_length = 0`) behaves the
+        same in every 5.x release.
+        """
+        for layer in self.layers:
+            layer.keys = layer.values = None
+            layer.is_initialized = False
+            if hasattr(layer, "cumulative_length"):
+                layer.cumulative_length = 0
+
     def roll(self, recurrent_state: torch.Tensor) -> None:
-        """Start a new window that receives `recurrent_state` `(batch, hidden)`: drop the KV entries and the pooling
-        sums."""
-        DynamicCache.reset(self)
+        """Start a new window that receives `recurrent_state` `(batch, hidden)`: drop the KV entries (see
+        [`drop_key_values`]) and the pooling sums."""
+        self.drop_key_values()
         self.recurrent_state = recurrent_state
         self.window_ids = self.layer_sums = self.token_counts = None
         self.num_windows += 1
 
     def reset(self) -> None:
         """Forget everything (KV entries and recurrent state): the next call starts a new stream."""
-        super().reset()
+        self.drop_key_values()
         self.recurrent_state = self.window_ids = self.layer_sums = self.token_counts = None
         self.tokens_seen = 0
         self.num_windows = 1
@@ -485,15 +518,19 @@ class RecurrentCausalLMMixin:
                 insert into the first window of this call (the `recurrent_state` returned by a previous call), to
                 continue a stream. Without it the first window is the plain pretrained model.
             logits_to_keep (`int` or `torch.Tensor`, *optional*, defaults to 0): 0 keeps the logits of all T
-                positions, `k > 0` only the last k, a 1-D tensor the given positions. The loss never needs them:
-                with `k = 1` no `(T, vocab)` tensor is held.
+                positions, `k > 0` only the last k, a 1-D tensor the given positions (an empty one: none). The loss
+                never needs them: with `k = 1` no `(T, vocab)` tensor is held. One exception keeps training memory
+                bounded by the window (§3.2): with `labels`, in training mode with gradient checkpointing and without
+                cache, `0` (Trainer's default) keeps *no* logits (`logits` is `None`); each window's loss is
+                computed inside its checkpointed segment. Pass `logits_to_keep=T` to get all T positions there.
             inputs_embeds: not supported (raises); accepted for the `generate()` signature.
             return_dict (`bool`, *optional*, keyword): return a tuple when False (`@can_return_tuple`).
             num_items_in_batch (`int` or `torch.Tensor`, *optional*, keyword): loss denominator (from `Trainer`).
 
         Returns:
             [`RecurrentCausalLMOutputWithPast`]: `loss` (mean nats per counted target) first, `logits`
-            `(batch_size, kept, vocab_size)`, `past_key_values` (cached path), `recurrent_state`
+            `(batch_size, kept, vocab_size)` or `None` when no position is kept, `past_key_values` (cached path),
+            `recurrent_state`
             `(batch_size, hidden_size)`, `num_windows`.
 
         Raises:
@@ -515,6 +552,11 @@ class RecurrentCausalLMMixin:
             targets = torch.cat([labels[:, 1:], labels.new_full((batch_size, 1), IGNORE_INDEX)], dim=1)
         keep = self._keep_indices(length, logits_to_keep, device)
         cached = past_key_values is not None or (use_cache and not self.training)
+        if (labels is not None and not cached and _is_int(logits_to_keep) and logits_to_keep == 0
+                and self._checkpointing_windows()):
+            # Trainer's default `logits_to_keep=0` with labels: each window's loss is computed inside its
+            # checkpointed segment and no `(T, vocab)` logits are assembled, so memory stays bounded by the window
+            keep = torch.zeros_like(keep)
         if cached:
             loss_sum, logits, cache, state, num_windows = self._cached_stream(
                 input_ids, attention_mask, targets, keep, past_key_values, recurrent_state
@@ -618,17 +660,26 @@ class RecurrentCausalLMMixin:
         loss_sum, logits = self._head(hidden, targets, keep)
         return loss_sum, next_memory, logits
 
+    def _checkpointing_windows(self) -> bool:
+        """Whether this call checkpoints whole windows (§3.2): gradient checkpointing on, training, grad enabled."""
+        return bool(getattr(self, "gradient_checkpointing", False)) and self.training and torch.is_grad_enabled()
+
     def _windowed_stream(self, input_ids, attention_mask, targets, keep, memory):
-        """No KV cache: windows in sequence, each run in full, the recurrent vector carried (training path)."""
+        """No KV cache: windows in sequence, each run in full, the recurrent vector carried (training path).
+
+        Memory: with gradient checkpointing each window (its LM head and loss included) is one checkpointed segment;
+        without gradients (evaluation) each window's head and loss are computed and freed before the next window,
+        so neither holds a `(T, vocab)` or `(T, hidden)` tensor for the whole stream (only the kept logits). Without
+        checkpointing but with gradients, every window's activations are kept for backward anyway, and one LM head
+        runs over the whole stream, as in the plain model."""
         config = self.config
         spans = window_spans(input_ids.shape[1], config.window_size, config.window_overlap)
-        use_checkpoint = bool(getattr(self, "gradient_checkpointing", False)) and self.training \
-            and torch.is_grad_enabled()
+        use_checkpoint = self._checkpointing_windows()
         if attention_mask is not None and attention_mask.shape[1] != input_ids.shape[1]:
             raise ValueError(
                 f"`attention_mask` has {attention_mask.shape[1]} columns for {input_ids.shape[1]} tokens."
             )
-        if not use_checkpoint:
+        if not use_checkpoint and torch.is_grad_enabled():
             # the new positions of consecutive windows tile the stream exactly once: one LM head over all of them
             # (as the plain model) instead of concatenating per-window `(w, vocab)` logits
             hiddens = []
@@ -644,10 +695,12 @@ class RecurrentCausalLMMixin:
         for start, end, new_from in spans:
             window_mask = attention_mask[:, start:end] if attention_mask is not None else None
             window_targets = targets[:, start + new_from : end] if targets is not None else None
-            step_loss, memory, logits = checkpoint(
-                self._window_step, input_ids[:, start:end], window_mask, memory, window_targets,
-                keep[start + new_from : end], new_from, use_reentrant=False,
-            )
+            arguments = (input_ids[:, start:end], window_mask, memory, window_targets, keep[start + new_from : end],
+                         new_from)
+            if use_checkpoint:
+                step_loss, memory, logits = checkpoint(self._window_step, *arguments, use_reentrant=False)
+            else:  # no gradients: one window at a time, its head and loss freed before the next
+                step_loss, memory, logits = self._window_step(*arguments)
             loss_sum = loss_sum + step_loss
             if logits is not None:
                 pieces.append(logits)
