@@ -2,26 +2,12 @@
 safetensors weights, the model's code, its pipeline, its tokenizer, `representation_format.json` and a model card
 built by [`build_model_card`] from a run's metrics.
 
-Nothing here is imported by `import hf_readonce`; the names below load on first access.
+Nothing here is imported by `import hf_readonce`; importing this package adds nothing heavy to what
+`import hf_readonce` loads (`datasets`, the store and the pipelines load when a function runs).
 """
 
-import importlib
+from .cards import EvalRow, build_model_card, card_from_metrics_file, qa_rows_from_metrics
+from .publish import FAMILIES, PublishResult, check_repo_id, publish, representation_format_for
 
-_NAMES = {
-    "PublishResult": "hf_readonce.hub.publish",
-    "publish": "hf_readonce.hub.publish",
-    "representation_format_for": "hf_readonce.hub.publish",
-    "FAMILIES": "hf_readonce.hub.publish",
-    "build_model_card": "hf_readonce.hub.cards",
-    "card_from_metrics_file": "hf_readonce.hub.cards",
-    "EvalRow": "hf_readonce.hub.cards",
-}
-
-
-def __getattr__(name):
-    if name not in _NAMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_NAMES[name]), name)
-
-
-__all__ = sorted(_NAMES)
+__all__ = ["FAMILIES", "EvalRow", "PublishResult", "build_model_card", "card_from_metrics_file", "check_repo_id",
+           "publish", "qa_rows_from_metrics", "representation_format_for"]

@@ -333,15 +333,16 @@ def build_model_card(*, repo_id: str, model_type: str, title: str, summary: str,
     return ModelCard(content)
 
 
-def card_from_metrics_file(path: str | os.PathLike, *, dataset_type: str, dataset_name: str, prefix: str = "eval_",
-                           **card_kwargs):
+def card_from_metrics_file(path: str | os.PathLike, *, dataset_type: str, dataset_name: str,
+                           prefix: str | None = None, **card_kwargs):
     """A model card whose results come from one hf-readonce metrics file (`eval_results.json` of
     `run_deformer_qa.py` / `hf-readonce demo`: `{prefix}exact_match`, `{prefix}f1`, HasAns/NoAns, `baselines`,
     and, where recorded, `speedup_precomputed` / `speedup_including_encoding`, `train_seconds`).
 
     Args:
         path: the metrics JSON file. dataset_type, dataset_name (`str`): the evaluation set it scored.
-        prefix (`str`, defaults to `"eval_"`): the metric key prefix (`"cached_"` for the cached path).
+        prefix (`str`, *optional*): the metric key prefix; by default `"eval_"` if the file has `eval_f1` or
+            `eval_exact_match`, else `"cached_"` (what `hf-readonce demo` records for answers from cached states).
         **card_kwargs: passed to [`build_model_card`] (`repo_id`, `model_type`, `title`, `summary` are required).
 
     Raises:
@@ -354,6 +355,9 @@ def card_from_metrics_file(path: str | os.PathLike, *, dataset_type: str, datase
         metrics = json.loads(path.read_text())
     except ValueError as error:
         raise ValueError(f"{path} is not valid JSON: {error}") from None
+    if prefix is None:
+        prefix = next((p for p in ("eval_", "cached_") if f"{p}f1" in metrics or f"{p}exact_match" in metrics),
+                      "eval_")
     rows = qa_rows_from_metrics(metrics, dataset_type, dataset_name, prefix=prefix, baselines=metrics.get("baselines"))
     figures = list(card_kwargs.pop("figures", ()))
     if _number(metrics.get("speedup_precomputed")) is not None:

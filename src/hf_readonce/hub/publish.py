@@ -163,7 +163,7 @@ def _read_metrics_card(metrics, model, repo_id, representation_format, represent
     dataset_type = base.pop("dataset_type")
     dataset_name = base.pop("dataset_name", dataset_type)
     return card_from_metrics_file(metrics, dataset_type=dataset_type, dataset_name=dataset_name,
-                                  prefix=base.pop("prefix", "eval_"), **base)
+                                  prefix=base.pop("prefix", None), **base)
 
 
 def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, store=None, metrics=None,

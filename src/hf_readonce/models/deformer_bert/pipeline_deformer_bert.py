@@ -385,11 +385,17 @@ class DeformerQuestionAnsweringPipeline(Pipeline):
         return results
 
 
-PIPELINE_REGISTRY.register_pipeline(
-    "question-answering",
-    pipeline_class=DeformerQuestionAnsweringPipeline,
-    pt_model=AutoModelForQuestionAnswering,
-    type="text",
-)
+_registered = PIPELINE_REGISTRY.supported_tasks.get("question-answering")
+if _registered is None or getattr(_registered.get("impl"), "__name__", None) != "DeformerQuestionAnsweringPipeline":
+    PIPELINE_REGISTRY.register_pipeline(
+        "question-answering",
+        pipeline_class=DeformerQuestionAnsweringPipeline,
+        pt_model=AutoModelForQuestionAnswering,
+        type="text",
+    )
+else:  # a second copy of this file (e.g. the checkpoint's, loaded with remote code beside hf-readonce's): no
+    # "already registered" warning; it still knows its task, so `save_pretrained` writes `custom_pipelines`
+    DeformerQuestionAnsweringPipeline._registered_impl = {
+        "question-answering": {**_registered, "impl": DeformerQuestionAnsweringPipeline}}
 
 __all__ = ["DeformerQuestionAnsweringPipeline"]
