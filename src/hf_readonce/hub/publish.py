@@ -21,14 +21,16 @@ from pathlib import Path
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 
-# model_type -> (Auto class name, pipeline module and class, if the family has one)
+# model_type -> (Auto class name, module of the family's pipelines or None, [(task, pipeline class name), ...])
 FAMILIES = {
-    "deformer_bert": ("AutoModelForQuestionAnswering",
-                      ("hf_readonce.models.deformer_bert.pipeline_deformer_bert", "DeformerQuestionAnsweringPipeline")),
-    "readtwice_bert": ("AutoModelForQuestionAnswering", None),
-    "readonce_bart": ("AutoModelForSeq2SeqLM", None),
-    "recurrent_gpt2": ("AutoModelForCausalLM", None),
-    "recurrent_llama": ("AutoModelForCausalLM", None),
+    "deformer_bert": ("AutoModelForQuestionAnswering", "hf_readonce.models.deformer_bert.pipeline_deformer_bert",
+                      [("question-answering", "DeformerQuestionAnsweringPipeline")]),
+    "readtwice_bert": ("AutoModelForQuestionAnswering", None, []),
+    "readonce_bart": ("AutoModelForSeq2SeqLM", "hf_readonce.models.readonce_bart.pipeline_readonce_bart",
+                      [("text2text-generation", "ReadOnceText2TextGenerationPipeline"),
+                       ("summarization", "ReadOnceSummarizationPipeline")]),
+    "recurrent_gpt2": ("AutoModelForCausalLM", None, []),
+    "recurrent_llama": ("AutoModelForCausalLM", None, []),
 }
 
 FINGERPRINT_SCHEME = "{model_type}.representation_fingerprint/sha256-v1"
@@ -138,14 +140,14 @@ def _load(model_dir: Path):
     if config.model_type not in FAMILIES:
         raise ValueError(f"`model_dir` holds a {config.model_type!r} model; publish takes hf-readonce models: "
                          f"{sorted(FAMILIES)} (load a BERT as a DeFormer and save it first).")
-    auto_name, pipeline = FAMILIES[config.model_type]
+    auto_name = FAMILIES[config.model_type][0]
     model = load_quietly(getattr(transformers, auto_name).from_pretrained, model_dir, dtype="auto").eval()
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
     except (OSError, ValueError, TypeError) as error:
         raise ValueError(f"`model_dir` {str(model_dir)!r} has no loadable tokenizer ({error}); a published model "
                          "needs one: save the tokenizer next to the weights.") from None
-    return model, tokenizer, pipeline
+    return model, tokenizer
 
 
 def _read_metrics_card(metrics, model, repo_id, representation_format, representations_repo, card):
@@ -231,7 +233,7 @@ def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, s
         store_obj = store if isinstance(store, RepresentationStore) else RepresentationStore(
             store, create=False, readonly=True)
 
-    model, tokenizer, pipeline = _load(model_dir)
+    model, tokenizer = _load(model_dir)
     representation_format = representation_format_for(model, tokenizer, dtype=dtype or "float16",
                                                       settings=representation_settings)
     space = None
@@ -257,16 +259,21 @@ def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, s
         cleanup = tempfile.TemporaryDirectory(prefix="hf-readonce-publish-")
         folder = Path(cleanup.name)
     try:
-        if pipeline is not None:
+        auto_name, pipeline_module, pipelines = FAMILIES[model.config.model_type]
+        if pipelines:
             import importlib
+            import shutil
 
-            pipeline_class = getattr(importlib.import_module(pipeline[0]), pipeline[1])
-            # saves the model (config with auto_map + custom_pipelines, code files, safetensors), the pipeline file
-            # and the tokenizer
-            pipeline_class(model=model, tokenizer=tokenizer).save_pretrained(folder)
-        else:
-            model.save_pretrained(folder)  # generation_config.json too, for models that generate
-            tokenizer.save_pretrained(folder)
+            module = importlib.import_module(pipeline_module)
+            for _, class_name in pipelines:
+                getattr(module, class_name)(model=model, tokenizer=tokenizer)  # the pipelines accept this model
+            # what `Pipeline.save_pretrained` writes, for every pipeline of the family (it writes only its own task)
+            model.config.custom_pipelines = {
+                task: {"impl": f"{pipeline_module.rsplit('.', 1)[1]}.{class_name}", "pt": [auto_name], "type": "text"}
+                for task, class_name in pipelines}
+            shutil.copy(module.__file__, folder / Path(module.__file__).name)
+        model.save_pretrained(folder)  # config (auto_map), code files, safetensors; generation_config if it generates
+        tokenizer.save_pretrained(folder)
         if representation_format is not None:
             (folder / "representation_format.json").write_text(json.dumps(representation_format, indent=2) + "\n")
         model_card = _read_metrics_card(metrics, model, repo_id, representation_format, representations_repo, card)
