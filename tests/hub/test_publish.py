@@ -198,14 +198,26 @@ def test_other_families_publish(tmp_path, tokenizer):
     assert ModelCard.load(tmp_path / "bart_out" / "README.md").data.pipeline_tag == "text2text-generation"
 
     gpt2 = RecurrentGPT2LMHeadModel(RecurrentGPT2Config(
-        n_positions=32, n_embd=16, n_layer=2, n_head=2, vocab_size=30522, bos_token_id=0, eos_token_id=0,
-        window_size=16, window_overlap=4, recurrence_layer=1))
+        n_positions=32, n_embd=16, n_layer=2, n_head=2, vocab_size=30522, bos_token_id=101, eos_token_id=102,
+        pad_token_id=0, window_size=16, window_overlap=4, recurrence_layer=1)).eval()
     gpt2.save_pretrained(tmp_path / "gpt2")
     tokenizer.save_pretrained(tmp_path / "gpt2")
     result = publish(tmp_path / "gpt2", "someone/tiny-recurrent", local_dir=tmp_path / "gpt2_out")
     assert "generation_config.json" in result.files and "representation_format.json" not in result.files
     card = ModelCard.load(tmp_path / "gpt2_out" / "README.md")
     assert card.data.pipeline_tag == "text-generation" and "recurrent-transformer" in card.data.tags
+    # transformers' own text-generation pipeline runs the published recurrent model beyond its 32 positions
+    from transformers import pipeline
+
+    prompt = " ".join(["emma", "knightley", "harriet"] * 20)
+    generate = pipeline("text-generation", model=str(tmp_path / "gpt2_out"), trust_remote_code=True)
+    assert generate(prompt, max_new_tokens=6, do_sample=False, return_full_text=False)[0]["generated_text"]
+    inputs = generate.preprocess(prompt)  # the pipeline's own tokenization (this test's tokenizer is BERT's)
+    assert inputs["input_ids"].shape[1] > 32  # beyond n_positions
+    got = generate._forward(inputs, max_new_tokens=6, do_sample=False)["generated_sequence"][0]
+    expected = gpt2.generate(**{k: inputs[k] for k in ("input_ids", "attention_mask")},
+                             max_new_tokens=6, do_sample=False)
+    assert torch.equal(got, expected)
 
 
 def test_bad_input(checkpoint_dir, tmp_path, capsys):
