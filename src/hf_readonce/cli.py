@@ -11,6 +11,9 @@ Subcommands:
 - `info --store DIR`: documents, size on disk, fingerprints and settings.
 - `verify --store DIR`: check every checksum; exits 1 naming each corrupted shard and document.
 - `demo`: the package's end-to-end demo (see `hf_readonce.recipes.demo`).
+- `publish MODEL_DIR --repo-id OWNER/NAME [--local-dir DIR] [--private] [--store STORE] [--metrics FILE]`: assemble
+  a Hub repo folder (weights, code, pipeline, tokenizer, representation format, model card) and write it to
+  `--local-dir`, or create the repo and upload it in one commit (see `hf_readonce.hub.publish`).
 
 Exit status: 0 success; 1 corruption found (`verify`), documents left unrepaired, or bad input lines with
 `--strict`; 2 usage errors and errors that stop a command (the message says why).
@@ -461,6 +464,33 @@ def cmd_verify(args) -> int:
     return EXIT_OK if report.ok else EXIT_PROBLEMS
 
 
+def cmd_publish(args) -> int:
+    from .hub.publish import publish
+
+    card = {}
+    for name in ("title", "summary", "base_model", "dataset_type", "dataset_name"):
+        if getattr(args, name, None):
+            card[name] = getattr(args, name)
+    if args.dataset:
+        card["datasets"] = args.dataset
+    try:
+        result = publish(args.model_dir, args.repo_id, local_dir=args.local_dir, private=args.private,
+                         store=args.store, metrics=args.metrics, card=card or None,
+                         representations_repo=args.representations_repo, dtype=args.dtype)
+    except (ValueError, TypeError, FileNotFoundError) as error:
+        raise CommandError(str(error)) from None
+    if args.local_dir:
+        print(f"wrote {len(result.files)} files to {result.folder}: {', '.join(result.files)}")
+        if result.representations_dir is not None:
+            print(f"wrote the stored representations to {result.representations_dir} "
+                  f"(dataset repo {result.representations_repo} when uploaded)")
+    else:
+        print(f"uploaded {len(result.files)} files to {result.repo_url} ({result.commit_url})")
+        if result.representations_repo and args.store:
+            print(f"pushed the stored representations to the dataset repo {result.representations_repo}")
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of every subcommand except `demo` (which parses its own arguments)."""
@@ -530,6 +560,29 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--json", action="store_true", help="machine-readable output")
     verify.add_argument("--no-progress", action="store_true")
     verify.set_defaults(func=cmd_verify)
+
+    publish = sub.add_parser("publish", help="assemble a Hub repo (weights, code, pipeline, tokenizer, model card) "
+                                             "and write it to --local-dir or upload it")
+    publish.add_argument("model_dir", help="a saved hf-readonce checkpoint folder, with its tokenizer")
+    publish.add_argument("--repo-id", required=True, help="OWNER/NAME of the model repo")
+    publish.add_argument("--local-dir", default=None, help="write the repo folder here (new or empty) and stop; "
+                                                           "nothing is uploaded")
+    publish.add_argument("--private", action="store_true", help="create the repo(s) private")
+    publish.add_argument("--store", default=None, help="a store of this model's representations: exported as a "
+                                                       "dataset (beside --local-dir, or pushed) and linked from the card")
+    publish.add_argument("--representations-repo", default=None,
+                         help="dataset repo of the representations (default: REPO_ID-representations)")
+    publish.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default=None,
+                         help="storage dtype to declare (default: the store's, else float16)")
+    publish.add_argument("--metrics", default=None, help="the run's metrics JSON (eval_results.json): fills the "
+                                                         "card's model-index and results table")
+    publish.add_argument("--dataset-type", default=None, help="Hub id of the evaluation data set of --metrics")
+    publish.add_argument("--dataset-name", default=None, help="its shown name")
+    publish.add_argument("--dataset", action="append", default=None, help="training data set id (repeatable)")
+    publish.add_argument("--base-model", default=None, help="Hub id of the model it was made from")
+    publish.add_argument("--title", default=None, help="card heading")
+    publish.add_argument("--summary", default=None, help="card's first paragraph")
+    publish.set_defaults(func=cmd_publish)
     return parser
 
 

@@ -1,0 +1,191 @@
+"""Regenerate the model cards of this folder whose figures are recorded in metrics files of the repository.
+
+    python model_cards/generate.py          # rewrite the generated cards
+    python model_cards/generate.py --check  # exit 1 if a generated card differs from what the metrics give
+
+Generated (every figure read from the files named in `SOURCES`):
+  - minilm-qa-reference.md       <- src/hf_readonce/checkpoints/minilm-qa-reference/metrics.json
+  - readonce-bart-minilm-qa.md   <- benchmarks/results/readonce_learning_h100/qa_{k8,k2,baseline}_lr1e-4.json,
+                                    benchmarks/results/trivial_baselines.json,
+                                    benchmarks/results/readonce_learning_h100/train_runtime_lines.txt
+
+Hand-written (their runs' metrics files are not in the repository; their metadata parses with `ModelCard.load`):
+  deformer-minilm-l6-quoref.md, recurrent-smollm2-135m-austen.md, readtwice-minilm-quoref.md.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = ROOT / "model_cards"
+REFERENCE = ROOT / "src" / "hf_readonce" / "checkpoints" / "minilm-qa-reference" / "metrics.json"
+READONCE = ROOT / "benchmarks" / "results" / "readonce_learning_h100"
+BASELINES = ROOT / "benchmarks" / "results" / "trivial_baselines.json"
+SOURCES = {
+    "minilm-qa-reference.md": [REFERENCE],
+    "readonce-bart-minilm-qa.md": [READONCE / "qa_k8_lr1e-4.json", READONCE / "qa_k2_lr1e-4.json",
+                                   READONCE / "qa_baseline_lr1e-4.json", BASELINES,
+                                   READONCE / "train_runtime_lines.txt"],
+}
+HAND_WRITTEN = ["deformer-minilm-l6-quoref.md", "recurrent-smollm2-135m-austen.md", "readtwice-minilm-quoref.md"]
+OWNER = "hf-readonce"
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+DATASET_NAMES = {"disfl_qa": "Disfl-QA", "quoref": "Quoref"}
+
+
+def _f(value: float, digits: int = 2) -> str:
+    return f"{value:.{digits}f}"
+
+
+def reference_card():
+    from hf_readonce.hub.cards import build_model_card, qa_rows_from_metrics
+
+    metrics = json.loads(REFERENCE.read_text())
+    train, validation = metrics["train"], metrics["validation"]
+    rows = []
+    for name, scores in validation.items():
+        shown = f"{DATASET_NAMES.get(name, name)} ({scores['eval_questions']:,} questions)"
+        rows += qa_rows_from_metrics(scores, name, shown, baselines=scores.get("baselines"))
+    disfl, quoref = validation["disfl_qa"], validation["quoref"]
+    gap = disfl["eval_f1"] - disfl["baselines"]["always_empty"]["f1"]
+    features = train["features"]
+    data = "; ".join(f"{DATASET_NAMES.get(n, n)} train: {f['questions']:,} questions, "
+                     f"{f['calibration_questions_held_out']:,} held out for threshold calibration, "
+                     f"{f['features']:,} features" for n, f in features.items())
+    return build_model_card(
+        repo_id=f"{OWNER}/minilm-qa-reference", model_type="bert", custom_code=False,
+        title="MiniLM-L6 extractive QA, reference checkpoint (the DeFormer teacher)",
+        summary="all-MiniLM-L6-v2 fine-tuned as a plain `BertForQuestionAnswering` on Disfl-QA + Quoref train. It "
+                "ships with hf-readonce (`hf_readonce.weights.reference_qa_path()`, fp16 safetensors, SHA-256 "
+                "verified) as the full model that `hf-readonce demo` decomposes into a DeFormer and distils from "
+                "(DeFormer §3).",
+        warning=(f"**Weak on Disfl-QA.** Its training was cut at step {train['stopped_at_step']} of "
+                 f"{train['scheduled_steps']} scheduled steps ({_f(train['epochs_seen'])} epoch) when the session's "
+                 "time ran out. It extracts "
+                 f"answers on Quoref (F1 {_f(quoref['eval_f1'])} vs {_f(quoref['baselines']['first_span']['f1'])} "
+                 f"for the passage's first three words) but is only {_f(gap, 1)} F1 above answering \"\" to "
+                 "everything on Disfl-QA. Train it longer before relying on it."),
+        eval_rows=rows, base_model=MINILM, datasets=["disfl_qa", "quoref"], tags=["extractive-qa", "deformer-teacher"],
+        training={
+            "data": data,
+            "budget": (f"{train['stopped_at_step']} of {train['scheduled_steps']} scheduled steps of batch "
+                       f"{train['batch_size']}, lr {train['learning_rate']:g} ({train['warmup_steps']} warm-up steps, "
+                       f"linear decay), {train['max_seq_length']}-token inputs ({train['max_question_length']}-token "
+                       f"questions, {train['doc_stride']} tokens shared by consecutive windows), "
+                       f"{_f(train['epochs_seen'])} epoch; last logged loss {_f(train['train_loss_last_logged'], 3)}"),
+            "hardware": train["hardware"], "seconds": train["train_seconds"], "command": train["command"],
+        },
+        figures=[f"Disfl-QA no-answer threshold {disfl['null_score_diff_threshold']:g} (SQuAD 2.0's "
+                 f"`null_score_diff_threshold`), tuned on {disfl['calibration_questions']} held-out *train* questions "
+                 f"(F1 there {_f(disfl['calibration_f1'])}).",
+                 f"Evaluation commands: `{metrics['commands']['disfl_qa']}`; `{metrics['commands']['quoref']}`."],
+        limitations=["Trained on two small data sets for well under one epoch. For research and demonstration.",
+                     "A plain BERT: it reads every question+passage pair. hf-readonce turns it into a DeFormer "
+                     "(`DeformerBertForQuestionAnswering.from_pretrained(path, num_decomposed_layers=4)`)."],
+    )
+
+
+def _runtime(lines_path: Path, run: str) -> dict:
+    """The `train_runtime` dict of `run` in train_runtime_lines.txt (the line after the comment naming it)."""
+    lines = lines_path.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("#") and "lr 1e-4" in line and line.rstrip().endswith(run):
+            return ast.literal_eval(lines[i + 1])
+    raise ValueError(f"{lines_path}: no lr 1e-4 runtime line for {run}.")
+
+
+def readonce_card():
+    from hf_readonce.hub.cards import build_model_card, qa_rows_from_metrics
+
+    k8 = json.loads((READONCE / "qa_k8_lr1e-4.json").read_text())
+    k2 = json.loads((READONCE / "qa_k2_lr1e-4.json").read_text())
+    baseline = json.loads((READONCE / "qa_baseline_lr1e-4.json").read_text())
+    trivial = json.loads(BASELINES.read_text())
+    runtime = _runtime(READONCE / "train_runtime_lines.txt", "qa_k8")
+    rows = []
+    for name in ("disfl_qa", "quoref"):
+        beside = {key: trivial[f"{name}_answerable_generation"][key] for key in ("first_span", "first_sentence")}
+        shown = f"{DATASET_NAMES[name]} ({k8[f'eval_{name}_examples']:,} answerable questions)"
+        rows += qa_rows_from_metrics(k8, name, shown, prefix=f"eval_{name}_", baselines=beside)
+    below = all(k8[f"eval_{n}_f1"] < trivial[f"{n}_answerable_generation"]["first_span"]["f1"]
+                for n in ("disfl_qa", "quoref"))
+    table = ["Same warm start, same budget (sibling runs of the same script):", "",
+             "| model | Disfl-QA EM / F1 | Quoref EM / F1 | eval loss Disfl-QA / Quoref |", "|---|---|---|---|"]
+    for label, run in (("baseline BART (question + passage as text)", baseline), ("ReadOnce k = 2", k2),
+                       ("ReadOnce k = 8 (this model)", k8)):
+        table.append(f"| {label} | {_f(run['eval_disfl_qa_exact_match'])} / {_f(run['eval_disfl_qa_f1'])} | "
+                     f"{_f(run['eval_quoref_exact_match'])} / {_f(run['eval_quoref_f1'])} | "
+                     f"{_f(run['eval_disfl_qa_loss'])} / {_f(run['eval_quoref_loss'])} |")
+    other_k = ", ".join(f"{_f(k8[f'eval_disfl_qa_k{k}']['f1'])} (k = {k})" for k in (2, 4, 16))
+    return build_model_card(
+        repo_id=f"{OWNER}/readonce-bart-minilm-qa", model_type="readonce_bart",
+        title="ReadOnce BART (MiniLM warm start) for QA as generation, k = 8",
+        summary="A ReadOnce Transformer built with hf-readonce. The document encoder reads a passage once and "
+                "compresses its n tokens into `ceil(n / 8)` vectors; the representation+text BART reads the question "
+                "alone, appends the vectors and generates the answer. (This checkpoint was trained with hf-readonce's "
+                "0.1.x convention, `append_layer=3` meaning \"before layer 3\"; its `config.json` loads as "
+                "`append_layer=2` in the current convention, \"after layer 2\", so it computes the same thing. The "
+                "current default for 6 layers is `append_layer=3`: 3 + 3 layers, as the paper's 6 + 6 of 12.) "
+                "No BART checkpoint was reachable, so both "
+                "parts were warm-started from all-MiniLM-L6-v2 (`convert_bert_to_readonce_bart`; the decoder "
+                "BERT2BERT-style with new cross-attention).",
+        warning=(f"**It does not answer.** Its F1 (Disfl-QA {_f(k8['eval_disfl_qa_f1'])}, Quoref "
+                 f"{_f(k8['eval_quoref_f1'])}) is below the passage's-first-three-words heuristic "
+                 f"({_f(trivial['disfl_qa_answerable_generation']['first_span']['f1'])}, "
+                 f"{_f(trivial['quoref_answerable_generation']['first_span']['f1'])}). Use it to see the mechanism "
+                 "and the format, not for answers.") if below else None,
+        eval_rows=rows, base_model=MINILM, datasets=["disfl_qa", "quoref"],
+        tags=["generative-qa", "document-compression"],
+        training={
+            "data": "disfl_qa + quoref train, answerable questions; documents truncated to 256 tokens",
+            "budget": (f"{_f(float(runtime['epoch']))} epochs in {runtime['train_runtime']} s at "
+                       f"{runtime['train_steps_per_second']} steps/s (batch 32, lr 1e-4, document encoder and "
+                       "representation+text model trained jointly, §3.3); final train loss "
+                       f"{_f(k8['stage1_train_loss'], 3)}"),
+            "hardware": "a lent NVIDIA H100, bf16 autocast (evaluation in fp32)",
+            "command": "EXTRA=--bf16 LR=1e-4 QA_STEPS=1500 STAGES=qa QA_VARIANTS=8 bash "
+                       "examples/readonce/compare_baseline_k2_k8.sh",
+        },
+        comparison="\n".join(table),
+        figures=[f"Teacher-forced answer loss (nats per token) fell from {_f(k8['eval_disfl_qa_loss_before_training'])}"
+                 f" to {_f(k8['eval_disfl_qa_loss'])} on Disfl-QA: the model learns, but has not learned to extract "
+                 "answers in this budget.",
+                 f"Evaluated at other k (§5.2), Disfl-QA F1: {other_k}."],
+        limitations=["For research and demonstration only; its answers are not usable.",
+                     "The trained weights were not kept (the lent machine was returned); the command reproduces "
+                     "them."],
+    )
+
+
+GENERATORS = {"minilm-qa-reference.md": reference_card, "readonce-bart-minilm-qa.md": readonce_card}
+
+
+def render_all() -> dict[str, str]:
+    """File name -> the card's text, for every generated card."""
+    return {name: str(make()) for name, make in GENERATORS.items()}
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    check = "--check" in argv
+    stale = []
+    for name, text in render_all().items():
+        path = HERE / name
+        if check:
+            if not path.is_file() or path.read_text() != text:
+                stale.append(name)
+        else:
+            path.write_text(text)
+            print(f"wrote {path}")
+    if stale:
+        print(f"stale generated cards: {stale}; run python model_cards/generate.py", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

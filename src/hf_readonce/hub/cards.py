@@ -1,0 +1,376 @@
+"""Model cards built from a run's own metrics file with huggingface_hub's `ModelCard` / `ModelCardData`: the
+metadata (`library_name`, `pipeline_tag`, tags, `base_model`, `datasets`, `metrics`, a `model-index` with the
+measured eval results, `widget` examples in the pipeline's input format) and a body with usage, the method, the
+training budget, the measured figures with the trivial baselines beside them, and the limits. No figure is typed by
+hand: every number comes from the metrics passed in.
+
+`evaluate` is not used: `evaluate.load(...)` fetches its metric scripts from the Hub, which this package must not
+need; the scores are hf-readonce's own (torchmetrics' SQuAD, as in training) and are read from the metrics files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# what a card says about each family: method name (tag), paper, two paragraphs, and how to use it
+METHODS = {
+    "deformer_bert": {
+        "tag": "deformer",
+        "title": "DeFormer",
+        "paper": "Cao et al., ACL 2020, \"DeFormer: Decomposing Pre-trained Transformers for Faster Question "
+                 "Answering\"",
+        "paragraphs": (
+            "The lower k layers of a BERT read the question and the passage separately; only the upper layers read "
+            "them together. The passage's states after layer k do not depend on the question, so they are computed "
+            "once per passage, cached (in memory or in an hf-readonce `RepresentationStore`), and reused by every "
+            "question about it: each question then runs through the lower layers alone.",
+            "A DeFormer starts from a QA-fine-tuned BERT (its weights load unchanged) and is fine-tuned with the "
+            "paper's auxiliary supervision: knowledge distillation from the full model's answer distributions and "
+            "layerwise similarity of the upper layers' outputs to the full model's.",
+        ),
+    },
+    "readonce_bart": {
+        "tag": "readonce",
+        "title": "ReadOnce Transformers",
+        "paper": "Lin et al., ACL 2021, \"ReadOnce Transformers: Reusable Representations of Text for Transformers\"",
+        "paragraphs": (
+            "A document encoder reads a document once and compresses its n tokens into ceil(n / k) vectors. A BART "
+            "reads the question (or prompt) alone through its first encoder layers, appends the document vectors "
+            "before layer L, and generates the answer.",
+            "The vectors depend only on the document, so they are computed once and reused by every question, task "
+            "and epoch; they carry the encoder's fingerprint, so vectors from another encoder are refused.",
+        ),
+    },
+    "recurrent_gpt2": {
+        "tag": "recurrent-transformer",
+        "title": "Recurrent GPT-2",
+        "paper": "Yoshida, Ettinger & Gimpel, 2020, \"Adding Recurrence to Pretrained Transformers for Improved "
+                 "Efficiency and Context Size\"",
+        "paragraphs": (
+            "The model reads text in windows. Each window's hidden states are pooled and mapped by a small "
+            "feed-forward network into one vector, which enters layer L of the next window as an extra key and "
+            "value.",
+            "Context therefore reaches beyond the position table at the memory of one window; the first window is "
+            "exactly the pretrained model.",
+        ),
+    },
+    "readtwice_bert": {
+        "tag": "readtwice",
+        "title": "ReadTwice",
+        "paper": "Zemlyanskiy et al., 2021, \"ReadTwice: Reading Very Large Documents with Memories\"",
+        "paragraphs": (
+            "A BERT reads every segment of a document independently; memories extracted from each segment go into "
+            "one table per document, which a memory-attention layer reads before a second read of each segment.",
+            "With the question left out of the first read, the first read depends only on the document and is "
+            "stored once.",
+        ),
+    },
+    "bert": {
+        "tag": "extractive-qa",
+        "title": "BERT extractive QA",
+        "paper": "Devlin et al., NAACL 2019, \"BERT: Pre-training of Deep Bidirectional Transformers for Language "
+                 "Understanding\"",
+        "paragraphs": (
+            "A plain `BertForQuestionAnswering`: a span-classification head over BERT's pair encoding "
+            "`[CLS] question [SEP] passage [SEP]`.",
+            "In hf-readonce it is the full model that a DeFormer is decomposed from and distilled from.",
+        ),
+    },
+}
+METHODS["recurrent_llama"] = {**METHODS["recurrent_gpt2"], "title": "Recurrent Llama"}
+
+PIPELINE_TAGS = {"deformer_bert": "question-answering", "readtwice_bert": "question-answering",
+                 "bert": "question-answering", "readonce_bart": "text2text-generation",
+                 "recurrent_gpt2": "text-generation", "recurrent_llama": "text-generation"}
+
+DEFAULT_WIDGETS = {
+    "question-answering": [{"text": "Who wrote Emma?",
+                            "context": "Emma is a novel by Jane Austen, published in December 1815."}],
+    "text2text-generation": [{"text": "Who wrote Emma?"}],
+    "text-generation": [{"text": "It is a truth universally acknowledged, that a single man"}],
+}
+
+BASELINE_NAMES = {"always_empty": "always-empty", "first_span": "first span (3 words)",
+                  "first_sentence": "first sentence", "lead_1": "lead-1", "lead_3": "lead-3"}
+
+
+@dataclass
+class EvalRow:
+    """One measured result: one metric of the model on one dataset split, with the trivial baselines' values of the
+    same metric on the same questions.
+
+    Attributes:
+        dataset_type (`str`): dataset id (e.g. `"quoref"`); dataset_name (`str`): shown name.
+        split (`str`): e.g. `"validation"`. metric_type (`str`): e.g. `"f1"`. metric_name (`str`): shown name.
+        value (`float`): the model's value. task_type (`str`, defaults to `"question-answering"`).
+        baselines (`dict[str, float]`): baseline name -> value (shown beside the model, not in the model-index).
+    """
+
+    dataset_type: str
+    dataset_name: str
+    split: str
+    metric_type: str
+    metric_name: str
+    value: float
+    task_type: str = "question-answering"
+    baselines: dict = field(default_factory=dict)
+
+
+_QA_METRICS = (("exact_match", "exact_match", "EM"), ("f1", "f1", "F1"), ("HasAns_f1", "f1", "HasAns F1"),
+               ("NoAns_exact", "exact_match", "NoAns EM"))
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+        else None
+
+
+def qa_rows_from_metrics(scores: Mapping, dataset_type: str, dataset_name: str, *, prefix: str = "eval_",
+                         split: str = "validation", baselines: Mapping | None = None,
+                         task_type: str = "question-answering") -> list[EvalRow]:
+    """EvalRows of one QA evaluation as hf-readonce's runs record it: `{prefix}exact_match`, `{prefix}f1` and,
+    where present, `{prefix}HasAns_f1` and `{prefix}NoAns_exact` (when the set has unanswerable questions), with
+    `baselines` (`{"first_span": {"f1": ...}, ...}`, the same keys without prefix) beside each.
+
+    Raises:
+        ValueError: if `scores` has neither `{prefix}exact_match` nor `{prefix}f1` (naming the prefix).
+    """
+    if not isinstance(scores, Mapping):
+        raise TypeError(f"`scores` must be a mapping, got {type(scores).__name__}.")
+    if _number(scores.get(f"{prefix}exact_match")) is None and _number(scores.get(f"{prefix}f1")) is None:
+        raise ValueError(f"`scores` has no {prefix}exact_match or {prefix}f1 (keys: {sorted(scores)[:12]}...).")
+    rows = []
+    for key, metric_type, shown in _QA_METRICS:
+        value = _number(scores.get(prefix + key))
+        if value is None or (key.startswith("NoAns") and not scores.get(f"{prefix}NoAns_total")):
+            continue
+        if key.startswith("HasAns") and not scores.get(f"{prefix}NoAns_total"):
+            continue  # every question answerable: HasAns F1 is the F1
+        beside = {BASELINE_NAMES.get(name, name): _number(b.get(key)) for name, b in (baselines or {}).items()
+                  if isinstance(b, Mapping) and _number(b.get(key)) is not None}
+        rows.append(EvalRow(dataset_type, dataset_name, split, metric_type, shown, value, task_type, beside))
+    return rows
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.2f}"
+
+
+def _usage(model_type: str, pipeline_tag: str, repo_id: str, custom_code: bool) -> str:
+    trust = ", trust_remote_code=True" if custom_code else ""
+    if model_type == "deformer_bert":
+        return (
+            "```python\nfrom transformers import pipeline\n\n"
+            f"qa = pipeline(\"question-answering\", model=\"{repo_id}\", trust_remote_code=True)\n"
+            "qa(question=[\"Who wrote Emma?\", \"When was it published?\"],\n"
+            "   context=\"Emma is a novel by Jane Austen, published in December 1815.\")\n"
+            "# the context's passage states are computed once and reused for both questions\n```\n\n"
+            "Or the model itself (hf-readonce is not needed):\n\n"
+            "```python\nfrom transformers import AutoModelForQuestionAnswering, AutoTokenizer\n\n"
+            f"model = AutoModelForQuestionAnswering.from_pretrained(\"{repo_id}\", trust_remote_code=True).eval()\n"
+            f"tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\")\n"
+            "out = model(**tokenizer(question, passage, return_tensors=\"pt\"))   # pair input, as BERT\n"
+            "states = model.encode_passages(passage_ids)   # `passage [SEP]`, read once\n"
+            "out = model(input_ids=question_ids, passage_states=states)   # every question reuses them\n```"
+        )
+    if model_type == "readonce_bart":
+        return (
+            "```python\nfrom transformers import AutoModelForSeq2SeqLM, AutoTokenizer\n\n"
+            f"model = AutoModelForSeq2SeqLM.from_pretrained(\"{repo_id}\", trust_remote_code=True).eval()\n"
+            f"tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\")\n"
+            "doc = tokenizer(passages, truncation=True, max_length=256, padding=True, return_tensors=\"pt\")\n"
+            "reps = model.encode_documents(doc.input_ids, doc.attention_mask)   # read once\n"
+            "q = tokenizer(questions, padding=True, return_tensors=\"pt\")\n"
+            "answers = model.generate(**q, document_representations=reps, max_new_tokens=24)\n```"
+        )
+    if pipeline_tag == "text-generation":
+        return (
+            "```python\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
+            f"model = AutoModelForCausalLM.from_pretrained(\"{repo_id}\"{trust}).eval()\n"
+            f"tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\")\n"
+            "ids = tokenizer(text, return_tensors=\"pt\").input_ids   # may be longer than the position table\n"
+            "out = model.generate(ids, max_new_tokens=50)\n```"
+        )
+    return (
+        "```python\nfrom transformers import AutoModelForQuestionAnswering, AutoTokenizer\n\n"
+        f"model = AutoModelForQuestionAnswering.from_pretrained(\"{repo_id}\"{trust}).eval()\n"
+        f"tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\")\n```"
+    )
+
+
+def _results_table(rows: Sequence[EvalRow]) -> str:
+    names = []
+    for row in rows:
+        for name in row.baselines:
+            if name not in names:
+                names.append(name)
+    header = "| dataset, split | metric | this model | " + " | ".join(f"*baseline: {n}*" for n in names) + " |"
+    lines = [header.replace(" |  |", " |"), "|" + "---|" * (3 + len(names))]
+    for row in rows:
+        cells = [f"{row.dataset_name}, {row.split}", row.metric_name, f"**{_fmt(row.value)}**"]
+        cells += [_fmt(row.baselines[n]) if n in row.baselines else "" for n in names]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def build_model_card(*, repo_id: str, model_type: str, title: str, summary: str, eval_rows: Sequence[EvalRow] = (),
+                     base_model: str | None = None, datasets: Sequence[str] = (), pipeline_tag: str | None = None,
+                     tags: Sequence[str] = (), custom_code: bool = True, license: str = "apache-2.0",
+                     widget: Sequence[Mapping] | None = None, training: Mapping | None = None,
+                     figures: Sequence[str] = (), comparison: str | None = None, limitations: Sequence[str] = (),
+                     representations_repo: str | None = None, representation_format: Mapping | None = None,
+                     warning: str | None = None):
+    """A `huggingface_hub.ModelCard` for an hf-readonce checkpoint.
+
+    Args:
+        repo_id (`str`): `owner/name` (used in the usage snippets and as the model-index name).
+        model_type (`str`): the checkpoint's `config.model_type` (one of `METHODS`): picks the method text, the
+            usage snippet, the default `pipeline_tag` and the method tag.
+        title (`str`): the card's heading. summary (`str`): its first paragraph.
+        eval_rows (`Sequence[EvalRow]`): measured results (model-index and the results table, baselines beside).
+        base_model (`str`, *optional*), datasets (`Sequence[str]`): Hub ids.
+        pipeline_tag (`str`, *optional*): defaults to the family's (`PIPELINE_TAGS`).
+        tags (`Sequence[str]`): extra tags; `hf-readonce`, the method tag and (with `custom_code`) `custom_code` are
+            always added.
+        widget (`Sequence[Mapping]`, *optional*): inference examples in the pipeline's input format (defaults to
+            `DEFAULT_WIDGETS[pipeline_tag]`).
+        training (`Mapping`, *optional*): `command`, `data`, `budget`, `hardware`, `seconds` (each optional).
+        figures (`Sequence[str]`): further measured figures, one Markdown bullet each (e.g. speed-ups).
+        comparison (`str`, *optional*): a Markdown block (e.g. a table of sibling runs) placed after the results.
+        limitations (`Sequence[str]`): one bullet each. warning (`str`, *optional*): a quoted warning under the title.
+        representations_repo (`str`, *optional*): dataset repo id of the exported representations (linked).
+        representation_format (`Mapping`, *optional*): the checkpoint's `representation_format.json` (summarized).
+
+    Returns:
+        `huggingface_hub.ModelCard` (`card.save(path)` writes `README.md`).
+
+    Raises:
+        ValueError: an unknown `model_type`, a `repo_id` that is not `owner/name`, or an empty `title`.
+    """
+    from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+    if model_type not in METHODS:
+        raise ValueError(f"`model_type` must be one of {sorted(METHODS)}, got {model_type!r}.")
+    if not isinstance(repo_id, str) or repo_id.count("/") != 1 or not all(repo_id.split("/")):
+        raise ValueError(f"`repo_id` must be 'owner/name', got {repo_id!r}.")
+    if not isinstance(title, str) or not title.strip():
+        raise ValueError("`title` must be a non-empty str.")
+    method = METHODS[model_type]
+    pipeline_tag = pipeline_tag or PIPELINE_TAGS[model_type]
+    all_tags = ["hf-readonce", method["tag"]] + (["custom_code"] if custom_code else [])
+    all_tags += [t for t in tags if t not in all_tags]
+    eval_results = [
+        EvalResult(task_type=row.task_type, dataset_type=row.dataset_type, dataset_name=row.dataset_name,
+                   dataset_split=row.split, metric_type=row.metric_type, metric_name=row.metric_name,
+                   metric_value=row.value)
+        for row in eval_rows
+    ]
+    metrics = []
+    for row in eval_rows:
+        if row.metric_type not in metrics:
+            metrics.append(row.metric_type)
+    data = ModelCardData(
+        library_name="transformers", license=license, base_model=base_model, pipeline_tag=pipeline_tag,
+        tags=all_tags, datasets=list(datasets) or None, metrics=metrics or None,
+        model_name=repo_id.split("/")[1] if eval_results else None, eval_results=eval_results or None,
+        widget=[dict(w) for w in (widget if widget is not None else DEFAULT_WIDGETS.get(pipeline_tag, []))] or None,
+    )
+    body = [f"# {title.strip()}", ""]
+    if warning:
+        body += ["> " + line for line in warning.strip().splitlines()] + [""]
+    body += [summary.strip(), "", "## Use", ""]
+    if custom_code:
+        body += ["The model's code travels with the checkpoint: it loads with plain transformers and "
+                 "`trust_remote_code=True`, hf-readonce is not needed.", ""]
+    body += [_usage(model_type, pipeline_tag, repo_id, custom_code), ""]
+    body += [f"## Method: {method['title']}", "", f"Paper: {method['paper']}.", ""]
+    for paragraph in method["paragraphs"]:
+        body += [paragraph, ""]
+    if training:
+        body += ["## Training", ""]
+        for key, label in (("data", "Data"), ("budget", "Budget"), ("hardware", "Hardware"),
+                           ("seconds", "Wall time"), ("command", "Command")):
+            value = training.get(key)
+            if value is None:
+                continue
+            if key == "seconds":
+                value = f"{float(value):,.0f} s"
+            elif key == "command":
+                value = f"`{value}`"
+            body.append(f"- {label}: {value}")
+        body.append("")
+    body += ["## Evaluation", ""]
+    if eval_rows:
+        body += ["Measured by the run's own evaluation (SQuAD EM/F1 from torchmetrics); the trivial baselines are "
+                 "scored on the same questions by the same scorer.", "", _results_table(eval_rows), ""]
+    else:
+        body += ["No evaluation was recorded for this checkpoint.", ""]
+    if comparison:
+        body += [comparison.strip(), ""]
+    if figures:
+        body += [f"- {line}" for line in figures] + [""]
+    if representation_format or representations_repo:
+        body += ["## Stored representations", ""]
+        if representation_format:
+            settings = {k: v for k, v in representation_format.get("settings", {}).items() if k != "tokenizer"}
+            body += [f"`representation_format.json` declares what a stored representation of this model is: "
+                     f"`{representation_format.get('representation', representation_format.get('model_type'))}`, "
+                     f"settings `{json.dumps(settings, sort_keys=True)}`, dtype `{representation_format.get('dtype')}`,"
+                     f" store format version {representation_format.get('store_format_version')}. "
+                     "`hf_readonce.store.format_check.check_store_format(store, fmt)` checks a store against it.", ""]
+        if representations_repo:
+            body += [f"Precomputed representations: [{representations_repo}]"
+                     f"(https://huggingface.co/datasets/{representations_repo}) (import with "
+                     "`hf_readonce.store.import_from_dataset`).", ""]
+    if limitations:
+        body += ["## Limitations", ""] + [f"- {line}" for line in limitations] + [""]
+    content = f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(body).rstrip() + "\n"
+    return ModelCard(content)
+
+
+def card_from_metrics_file(path: str | os.PathLike, *, dataset_type: str, dataset_name: str,
+                           prefix: str | None = None, **card_kwargs):
+    """A model card whose results come from one hf-readonce metrics file (`eval_results.json` of
+    `run_deformer_qa.py` / `hf-readonce demo`: `{prefix}exact_match`, `{prefix}f1`, HasAns/NoAns, `baselines`,
+    and, where recorded, `speedup_precomputed` / `speedup_including_encoding`, `train_seconds`).
+
+    Args:
+        path: the metrics JSON file. dataset_type, dataset_name (`str`): the evaluation set it scored.
+        prefix (`str`, *optional*): the metric key prefix; by default `"eval_"` if the file has `eval_f1` or
+            `eval_exact_match`, else `"cached_"` (what `hf-readonce demo` records for answers from cached states).
+        **card_kwargs: passed to [`build_model_card`] (`repo_id`, `model_type`, `title`, `summary` are required).
+
+    Raises:
+        FileNotFoundError: a missing file. ValueError: unreadable JSON or no scores under `prefix`.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"metrics file {path} does not exist.")
+    try:
+        metrics = json.loads(path.read_text())
+    except ValueError as error:
+        raise ValueError(f"{path} is not valid JSON: {error}") from None
+    if prefix is None:
+        prefix = next((p for p in ("eval_", "cached_") if f"{p}f1" in metrics or f"{p}exact_match" in metrics),
+                      "eval_")
+    rows = qa_rows_from_metrics(metrics, dataset_type, dataset_name, prefix=prefix, baselines=metrics.get("baselines"))
+    figures = list(card_kwargs.pop("figures", ()))
+    if _number(metrics.get("speedup_precomputed")) is not None:
+        figures.append(f"Speed-up over the same model reading every question+passage pair, timed on "
+                       f"{metrics.get('speed_questions', 'the timed')} questions: "
+                       f"{_fmt(metrics['speedup_precomputed'])}x with passage states precomputed"
+                       + (f", {_fmt(metrics['speedup_including_encoding'])}x including encoding them"
+                          if _number(metrics.get("speedup_including_encoding")) is not None else "") + ".")
+    training = dict(card_kwargs.pop("training", None) or {})
+    if _number(metrics.get("train_seconds")) is not None:
+        training.setdefault("seconds", metrics["train_seconds"])
+    return build_model_card(eval_rows=rows, figures=figures, training=training or None, **card_kwargs)
+
+
+__all__ = ["BASELINE_NAMES", "DEFAULT_WIDGETS", "EvalRow", "METHODS", "PIPELINE_TAGS", "build_model_card",
+           "card_from_metrics_file", "qa_rows_from_metrics"]

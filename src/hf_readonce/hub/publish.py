@@ -1,0 +1,326 @@
+"""Publish an hf-readonce checkpoint to the Hugging Face Hub (or to a local folder laid out as a Hub repo).
+
+[`publish`] assembles exactly what the repo needs: safetensors weights, `config.json` with `auto_map` (and
+`custom_pipelines` where the family has a pipeline), the model's code files (and the pipeline's), the tokenizer
+files, `generation_config.json` where the model generates, `representation_format.json` where the family stores
+representations, and `README.md`, a model card built from the run's metrics file. With `local_dir` it writes the
+folder and stops; otherwise it creates the repo and uploads the folder in one commit (`HfApi.create_repo`,
+`HfApi.upload_folder`). With `store` it also exports the stored representations of this model as a dataset
+(`export_to_dataset`), writes it beside the folder or pushes it to a dataset repo, and links it from the card.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+
+# model_type -> (Auto class name, module of the family's pipelines or None, [(task, pipeline class name), ...])
+FAMILIES = {
+    "deformer_bert": ("AutoModelForQuestionAnswering", "hf_readonce.models.deformer_bert.pipeline_deformer_bert",
+                      [("question-answering", "DeformerQuestionAnsweringPipeline")]),
+    "readtwice_bert": ("AutoModelForQuestionAnswering", None, []),
+    "readonce_bart": ("AutoModelForSeq2SeqLM", "hf_readonce.models.readonce_bart.pipeline_readonce_bart",
+                      [("text2text-generation", "ReadOnceText2TextGenerationPipeline"),
+                       ("summarization", "ReadOnceSummarizationPipeline")]),
+    "recurrent_gpt2": ("AutoModelForCausalLM", None, []),
+    "recurrent_llama": ("AutoModelForCausalLM", None, []),
+}
+
+FINGERPRINT_SCHEME = "{model_type}.representation_fingerprint/sha256-v1"
+
+
+@dataclass
+class PublishResult:
+    """What [`publish`] did.
+
+    Attributes:
+        folder (`Path`): the assembled repo folder (`local_dir`, or a temporary folder removed after the upload).
+        files (`list[str]`): its files, relative, sorted.
+        repo_id (`str`): the model repo. repo_url (`str`, *optional*): as returned by `create_repo` (uploads only).
+        commit_url (`str`, *optional*): the upload's commit (uploads only).
+        representations_repo (`str`, *optional*): the dataset repo id of the exported representations.
+        representations_dir (`Path`, *optional*): where they were written (with `local_dir`).
+        representation_format (`dict`, *optional*): the `representation_format.json` written.
+    """
+
+    folder: Path
+    files: list = field(default_factory=list)
+    repo_id: str = ""
+    repo_url: str | None = None
+    commit_url: str | None = None
+    representations_repo: str | None = None
+    representations_dir: Path | None = None
+    representation_format: dict | None = None
+
+
+def check_repo_id(repo_id, name: str = "repo_id") -> str:
+    """Return `repo_id` if it is `owner/name` as the Hub spells ids.
+
+    Raises:
+        TypeError: not a str. ValueError: not `owner/name` (naming the argument).
+    """
+    if not isinstance(repo_id, str):
+        raise TypeError(f"`{name}` must be a str 'owner/name', got {type(repo_id).__name__}.")
+    if not _REPO_ID.match(repo_id) or ".." in repo_id or repo_id.endswith((".git", ".")):
+        raise ValueError(f"`{name}` must be 'owner/name' (letters, digits, '-', '_', '.'), got {repo_id!r}.")
+    return repo_id
+
+
+def representation_format_for(model, tokenizer, *, dtype: str = "float16", settings: Mapping | None = None) -> dict | None:
+    """The representation format of `model` (see `hf_readonce.store.format_check`): its family's adapter settings
+    (k or compression ratio, window and stride or document length, tokenizer fingerprint) with the checkpoint's
+    recorded values as defaults (as `hf-readonce encode` uses them), its fingerprint, the fingerprint scheme, the
+    storage `dtype` and the store format version. `None` for families that store no representations.
+
+    Args:
+        model, tokenizer: the checkpoint's model and fast tokenizer.
+        dtype (`str`, defaults to `"float16"`): storage dtype of the representations.
+        settings (`Mapping`, *optional*): adapter settings that override the checkpoint's recorded ones (e.g.
+            `{"max_passage_length": 128, "doc_stride": 32}`).
+
+    Raises:
+        ValueError: settings the adapter rejects (naming them); a `dtype` that is not a floating dtype name.
+    """
+    from ..representations import get_adapter_class, registered_adapters
+    from ..store import FORMAT_VERSION
+    from ..store.format_check import REPRESENTATION_FORMAT_NAME, REPRESENTATION_FORMAT_VERSION
+    from ..store.shards import FORMAT_NAME, resolve_dtype
+
+    model_type = model.config.model_type
+    if model_type not in registered_adapters():
+        return None
+    adapter_class = get_adapter_class(model_type)
+    chosen = {name: getattr(model.config, name, None) or default
+              for name, (_, default, _) in adapter_class.cli_settings.items()}
+    unknown = sorted(set(settings or {}) - set(chosen))
+    if unknown:
+        raise ValueError(f"`settings` {unknown} do not apply to {model_type} models; they take {sorted(chosen)}.")
+    chosen.update(settings or {})
+    try:
+        adapter = adapter_class(model, tokenizer, **chosen)
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"cannot declare the representation format of this {model_type} model with settings "
+                         f"{chosen}: {error} Record the settings in its config.json (as training does) or pass "
+                         "`representation_settings`.") from None
+    dtype_name = str(resolve_dtype(dtype)).removeprefix("torch.")
+    return {
+        "format": REPRESENTATION_FORMAT_NAME,
+        "format_version": REPRESENTATION_FORMAT_VERSION,
+        "model_type": model_type,
+        "representation": adapter.settings().get("representation"),
+        "fingerprint_scheme": FINGERPRINT_SCHEME.format(model_type=model_type),
+        "fingerprint": adapter.fingerprint(),
+        "settings": adapter.settings(),
+        "dtype": dtype_name,
+        "model_dtype": str(model.dtype).removeprefix("torch."),
+        "store_format": FORMAT_NAME,
+        "store_format_version": FORMAT_VERSION,
+    }
+
+
+def _load(model_dir: Path):
+    import transformers
+    from transformers import AutoConfig, AutoTokenizer
+
+    from .. import register_models
+    from ..weights import load_quietly
+
+    register_models()
+    try:
+        config = AutoConfig.from_pretrained(model_dir)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"`model_dir` {str(model_dir)!r} is not a loadable checkpoint: {error}") from None
+    if config.model_type not in FAMILIES:
+        raise ValueError(f"`model_dir` holds a {config.model_type!r} model; publish takes hf-readonce models: "
+                         f"{sorted(FAMILIES)} (load a BERT as a DeFormer and save it first).")
+    auto_name = FAMILIES[config.model_type][0]
+    model = load_quietly(getattr(transformers, auto_name).from_pretrained, model_dir, dtype="auto").eval()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    except (OSError, ValueError, TypeError) as error:
+        raise ValueError(f"`model_dir` {str(model_dir)!r} has no loadable tokenizer ({error}); a published model "
+                         "needs one: save the tokenizer next to the weights.") from None
+    return model, tokenizer
+
+
+def _read_metrics_card(metrics, model, repo_id, representation_format, representations_repo, card):
+    from .cards import METHODS, build_model_card, card_from_metrics_file
+
+    model_type = model.config.model_type
+    base = {"repo_id": repo_id, "model_type": model_type,
+            "title": f"{repo_id.split('/')[1]} ({METHODS[model_type]['title']}, hf-readonce)",
+            "summary": f"A `{type(model).__name__}` ({METHODS[model_type]['title']}) published with hf-readonce.",
+            "representation_format": representation_format, "representations_repo": representations_repo}
+    base.update(card or {})
+    if metrics is None:
+        return build_model_card(**base)
+    base.setdefault("dataset_type", "validation-set")
+    dataset_type = base.pop("dataset_type")
+    dataset_name = base.pop("dataset_name", dataset_type)
+    return card_from_metrics_file(metrics, dataset_type=dataset_type, dataset_name=dataset_name,
+                                  prefix=base.pop("prefix", None), **base)
+
+
+def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, store=None, metrics=None,
+            card: Mapping | None = None, representations_repo: str | None = None, dtype: str | None = None,
+            representation_settings: Mapping | None = None,
+            commit_message: str = "Upload hf-readonce model", token: str | None = None, api=None) -> PublishResult:
+    """Assemble a Hub repo folder for the checkpoint in `model_dir` and write it to `local_dir` or upload it.
+
+    Args:
+        model_dir (`str` or `os.PathLike`): a saved hf-readonce checkpoint (`deformer_bert`, `readonce_bart`,
+            `recurrent_gpt2`, `recurrent_llama`, `readtwice_bert`) with its tokenizer.
+        repo_id (`str`): `owner/name` of the model repo.
+        local_dir (`str` or `os.PathLike`, *optional*): write the folder here (new or empty) and stop: nothing is
+            uploaded. With `store`, the representations go to `<local_dir>-representations/` as Parquet + a
+            dataset card.
+        private (`bool`, defaults to `False`): create the repo(s) private.
+        store (`str`, `os.PathLike` or [`RepresentationStore`], *optional*): a store holding representations of this
+            model; they are checked against the model's representation format, exported with `export_to_dataset`
+            and linked from the card.
+        metrics (`str` or `os.PathLike`, *optional*): the run's metrics JSON (see
+            [`hf_readonce.hub.cards.card_from_metrics_file`]); its results fill the card's model-index.
+        card (`Mapping`, *optional*): extra [`build_model_card`] arguments (`title`, `summary`, `base_model`,
+            `datasets`, `training`, `limitations`, `dataset_type`, `dataset_name`, `prefix`, ...).
+        representations_repo (`str`, *optional*): dataset repo id; defaults to `<repo_id>-representations`.
+        dtype (`str`, *optional*): the representations' storage dtype to declare; defaults to the store's, else
+            `"float16"` (the default of `hf-readonce encode`).
+        representation_settings (`Mapping`, *optional*): adapter settings overriding the checkpoint's recorded
+            ones (see [`representation_format_for`]).
+        commit_message (`str`): the upload's commit message. token (`str`, *optional*): Hub token for `HfApi`.
+        api (`huggingface_hub.HfApi`, *optional*): the client to use (tests pass a mock); a new `HfApi(token=token)`
+            otherwise.
+
+    Returns:
+        [`PublishResult`].
+
+    Raises:
+        ValueError: a bad `repo_id`, a `model_dir` that is not an hf-readonce checkpoint or lacks a tokenizer, a
+            non-empty `local_dir`, a store without this model's representations (`RepresentationMismatchError`, a
+            `ValueError`, naming what differs).
+        TypeError: arguments of the wrong type (naming them).
+        FileNotFoundError: a missing `model_dir`, `metrics` file or store.
+    """
+    check_repo_id(repo_id)
+    if representations_repo is not None:
+        check_repo_id(representations_repo, "representations_repo")
+    if not isinstance(model_dir, (str, os.PathLike)):
+        raise TypeError(f"`model_dir` must be a path, got {type(model_dir).__name__}.")
+    model_dir = Path(model_dir)
+    if not (model_dir / "config.json").is_file():
+        raise FileNotFoundError(f"`model_dir` {str(model_dir)!r} has no config.json: not a saved checkpoint.")
+    if metrics is not None and not Path(metrics).is_file():
+        raise FileNotFoundError(f"`metrics` file {str(metrics)!r} does not exist.")
+    if card is not None and not isinstance(card, Mapping):
+        raise TypeError(f"`card` must be a mapping of build_model_card arguments, got {type(card).__name__}.")
+    if local_dir is not None:
+        if not isinstance(local_dir, (str, os.PathLike)):
+            raise TypeError(f"`local_dir` must be a path, got {type(local_dir).__name__}.")
+        local_dir = Path(local_dir)
+        if local_dir.is_file() or (local_dir.is_dir() and any(local_dir.iterdir())):
+            raise ValueError(f"`local_dir` {str(local_dir)!r} exists and is not an empty directory; pass a new one.")
+    store_obj = None
+    if store is not None:
+        from ..store import RepresentationStore
+
+        store_obj = store if isinstance(store, RepresentationStore) else RepresentationStore(
+            store, create=False, readonly=True)
+
+    model, tokenizer = _load(model_dir)
+    representation_format = representation_format_for(model, tokenizer, dtype=dtype or "float16",
+                                                      settings=representation_settings)
+    space = None
+    if store_obj is not None:
+        if representation_format is None:
+            raise ValueError(f"`store` given, but {model.config.model_type} models store no representations.")
+        from ..store.format_check import check_store_format
+        from ..store.keys import space_key
+
+        key = space_key(representation_format["fingerprint"], representation_format["settings"])
+        if dtype is None:  # declare the dtype the store holds (checked below, like every other field)
+            dtypes = {info.get("dtype") for entry in store_obj.entries() if entry.space == key
+                      for info in entry.tensors.values()} & {"float32", "float16", "bfloat16"}
+            if len(dtypes) == 1:
+                representation_format["dtype"] = dtypes.pop()
+        space = check_store_format(store_obj, representation_format)
+        representations_repo = representations_repo or f"{repo_id}-representations"
+
+    if local_dir is not None:
+        local_dir.mkdir(parents=True, exist_ok=True)
+        folder, cleanup = local_dir, None
+    else:
+        cleanup = tempfile.TemporaryDirectory(prefix="hf-readonce-publish-")
+        folder = Path(cleanup.name)
+    try:
+        auto_name, pipeline_module, pipelines = FAMILIES[model.config.model_type]
+        if pipelines:
+            import importlib
+            import shutil
+
+            module = importlib.import_module(pipeline_module)
+            for _, class_name in pipelines:
+                getattr(module, class_name)(model=model, tokenizer=tokenizer)  # the pipelines accept this model
+            # what `Pipeline.save_pretrained` writes, for every pipeline of the family (it writes only its own task)
+            model.config.custom_pipelines = {
+                task: {"impl": f"{pipeline_module.rsplit('.', 1)[1]}.{class_name}", "pt": [auto_name], "type": "text"}
+                for task, class_name in pipelines}
+            shutil.copy(module.__file__, folder / Path(module.__file__).name)
+        model.save_pretrained(folder)  # config (auto_map), code files, safetensors; generation_config if it generates
+        tokenizer.save_pretrained(folder)
+        if representation_format is not None:
+            (folder / "representation_format.json").write_text(json.dumps(representation_format, indent=2) + "\n")
+        model_card = _read_metrics_card(metrics, model, repo_id, representation_format, representations_repo, card)
+        model_card.save(str(folder / "README.md"))
+        result = PublishResult(folder=folder, repo_id=repo_id, representations_repo=representations_repo,
+                               representation_format=representation_format)
+        if store_obj is not None:
+            from ..store import export_to_dataset
+
+            dataset = export_to_dataset(store_obj, space.fingerprint, space.settings)
+            if local_dir is not None:
+                target = local_dir.parent / f"{local_dir.name}-representations"
+                (target / "data").mkdir(parents=True, exist_ok=True)
+                dataset.to_parquet(str(target / "data" / "train-00000-of-00001.parquet"))
+                (target / "README.md").write_text(_dataset_card(repo_id, representations_repo, representation_format,
+                                                                len(dataset)))
+                result.representations_dir = target
+            else:
+                dataset.push_to_hub(representations_repo, private=private, token=token,
+                                    commit_message=f"Representations of {repo_id}")
+        result.files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+        if local_dir is None:
+            if api is None:
+                from huggingface_hub import HfApi
+
+                api = HfApi(token=token)
+            result.repo_url = str(api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model"))
+            commit = api.upload_folder(repo_id=repo_id, folder_path=str(folder), repo_type="model",
+                                       commit_message=commit_message)
+            result.commit_url = str(getattr(commit, "commit_url", commit))
+        return result
+    finally:
+        if cleanup is not None:
+            cleanup.cleanup()
+
+
+def _dataset_card(repo_id: str, dataset_repo: str, representation_format: Mapping, rows: int) -> str:
+    settings = {k: v for k, v in representation_format["settings"].items() if k != "tokenizer"}
+    return (
+        "---\nlicense: apache-2.0\ntags:\n- hf-readonce\n- representations\n---\n\n"
+        f"# Stored representations of [{repo_id}](https://huggingface.co/{repo_id})\n\n"
+        f"{rows} documents exported from an hf-readonce `RepresentationStore` with `export_to_dataset` "
+        f"(`{representation_format['representation']}`, settings `{json.dumps(settings, sort_keys=True)}`, "
+        f"dtype `{representation_format['dtype']}`, fingerprint `{representation_format['fingerprint'][:16]}...`). "
+        "Import them into a store with `hf_readonce.store.import_from_dataset(store, load_dataset("
+        f"\"{dataset_repo}\", split=\"train\"))`; each row's SHA-256 is re-checked.\n"
+    )
+
+
+__all__ = ["FAMILIES", "PublishResult", "check_repo_id", "publish", "representation_format_for"]

@@ -1,0 +1,223 @@
+# Copyright 2026 The hf-readonce developers.
+# Licensed under the Apache License, Version 2.0.
+"""`text2text-generation` and `summarization` pipelines for ReadOnce BART: each document of a call is read once
+(`encode_documents`, n tokens -> ceil(n / k) vectors) and its representations serve every question or prompt asked
+about it.
+
+transformers 5 removed its own text2text-generation and summarization pipelines; these take their output format
+(`{"generated_text": ...}`, `{"summary_text": ...}`) and the generation arguments (`max_new_tokens`, `num_beams`,
+`generate_kwargs`).
+
+This file travels with saved checkpoints (`custom_pipelines` in `config.json`): it imports only torch, transformers
+and the standard library.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import AutoModelForSeq2SeqLM
+from transformers.pipelines import PIPELINE_REGISTRY, Pipeline
+
+
+def _check_int(name: str, value, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"`{name}` must be an int, got {type(value).__name__} ({value!r}).")
+    if value < low:
+        raise ValueError(f"`{name}` must be >= {low}, got {value}.")
+    return value
+
+
+class ReadOnceText2TextGenerationPipeline(Pipeline):
+    r"""
+    Questions (or prompts) about documents, answered by ReadOnce BART: `pipe(["q1", "q2"], document=doc)`.
+
+    Every distinct document of a call is tokenized (at most `max_document_len` tokens) and encoded once by the
+    document encoder; each text is tokenized alone (at most `max_question_len` tokens) and generated from with its
+    document's representations (`model.generate(..., document_representations=...)`), greedy unless `num_beams` or
+    `generate_kwargs` say otherwise.
+
+    Args:
+        text (`str` or `list[str]`): the question(s) or prompt(s).
+        document (`str` or `list[str]`): one document for every text, or one per text (equal lengths).
+        max_new_tokens (`int`, defaults to 32): tokens generated per text.
+        num_beams (`int`, defaults to 1): beam search width.
+        max_question_len (`int`, defaults to 32): text tokens read (longer texts are truncated).
+        max_document_len (`int`, defaults to 256): document tokens read (longer documents are truncated; the model
+            splits documents longer than its positions into chunks itself).
+        compression_ratio (`int`, *optional*): k at inference (§5.2); defaults to the model's.
+        generate_kwargs (`dict`, *optional*): further `generate` arguments.
+        batch_size (`int`, defaults to 32): texts per `generate` call.
+
+    Returns:
+        For one text, `[{"generated_text": str}]`; for several, a list of such lists, in order.
+
+    Raises:
+        ValueError: an empty text or document, lists of different lengths, a setting out of range (naming it).
+        TypeError: a text or document that is not a string, a setting of the wrong type.
+    """
+
+    _load_processor = False
+    _load_image_processor = False
+    _load_video_processor = False
+    _load_feature_extractor = False
+    _load_tokenizer = True
+    output_key = "generated_text"
+    default_prompt = None
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not hasattr(self.model, "encode_documents"):
+            raise TypeError(f"{type(self).__name__} needs a ReadOnce model (with `encode_documents`), got "
+                            f"{type(self.model).__name__}.")
+        if self.tokenizer is None:
+            raise TypeError(f"{type(self).__name__} needs a tokenizer.")
+
+    def _sanitize_parameters(self, max_new_tokens=None, num_beams=None, max_question_len=None, max_document_len=None,
+                             compression_ratio=None, generate_kwargs=None, model_batch_size=None, **kwargs):
+        if kwargs:
+            raise TypeError(f"unexpected argument(s) {sorted(kwargs)} for {type(self).__name__}; pass generate "
+                            "arguments in `generate_kwargs`.")
+        preprocess, forward = {}, {}
+        for name, value, low, target in (
+            ("max_question_len", max_question_len, 1, preprocess), ("max_document_len", max_document_len, 1, preprocess),
+            ("max_new_tokens", max_new_tokens, 1, forward), ("num_beams", num_beams, 1, forward),
+            ("compression_ratio", compression_ratio, 1, forward), ("model_batch_size", model_batch_size, 1, forward),
+        ):
+            if value is not None:
+                target[name] = _check_int(name, value, low)
+        if generate_kwargs is not None:
+            if not isinstance(generate_kwargs, dict):
+                raise TypeError(f"`generate_kwargs` must be a dict, got {type(generate_kwargs).__name__}.")
+            forward["generate_kwargs"] = dict(generate_kwargs)
+        return preprocess, forward, {}
+
+    def _pairs(self, text, document) -> list[tuple[str, str]]:
+        texts = [text] if isinstance(text, str) else text
+        if not isinstance(texts, (list, tuple)):
+            raise TypeError(f"`text` must be a str or a list of str, got {type(text).__name__}.")
+        if isinstance(document, str):
+            documents = [document] * len(texts)
+        elif isinstance(document, (list, tuple)):
+            documents = list(document)
+            if len(documents) != len(texts):
+                raise ValueError(f"`text` has {len(texts)} entries but `document` has {len(documents)}; pass one "
+                                 "document for all texts or one per text.")
+        else:
+            raise TypeError(f"`document` must be a str or a list of str, got {type(document).__name__}.")
+        if not texts:
+            raise ValueError("`text` is empty: nothing to generate from.")
+        for i, (t, d) in enumerate(zip(texts, documents)):
+            for name, value in (("text", t), ("document", d)):
+                if not isinstance(value, str):
+                    raise TypeError(f"`{name}` {i} must be a str, got {type(value).__name__}.")
+                if not value.strip():
+                    raise ValueError(f"`{name}` {i} is empty.")
+        return list(zip(texts, documents))
+
+    def __call__(self, text=None, document=None, batch_size=None, **kwargs):
+        """Generate for each text from its document's representations; see the class docstring."""
+        if text is None or document is None:
+            raise ValueError("both `text` and `document` are required.")
+        pairs = self._pairs(text, document)
+        return self._run(pairs, single=isinstance(text, str), batch_size=batch_size, **kwargs)
+
+    def _run(self, pairs, single, batch_size=None, **kwargs):
+        batch_size = batch_size if batch_size is not None else self._batch_size
+        if batch_size is not None:
+            kwargs["model_batch_size"] = batch_size
+        preprocess_params, forward_params, postprocess_params = self._sanitize_parameters(**kwargs)
+        preprocess_params = {**self._preprocess_params, **preprocess_params}
+        forward_params = {**self._forward_params, **forward_params}
+        documents: dict[str, list[int]] = {}
+        for index, (_, d) in enumerate(pairs):
+            documents.setdefault(d, []).append(index)
+        group = {"documents": list(documents), "texts": [t for t, _ in pairs],
+                 "document_index": [list(documents).index(d) for _, d in pairs]}
+        outputs = self.run_single(group, preprocess_params, forward_params, postprocess_params)
+        return outputs[0] if single else outputs
+
+    def preprocess(self, group, max_question_len=32, max_document_len=256):
+        """Tokenize the distinct documents and the texts (padded tensors)."""
+        docs = self.tokenizer(group["documents"], truncation=True, max_length=max_document_len, padding=True,
+                              return_tensors="pt")
+        texts = self.tokenizer(group["texts"], truncation=True, max_length=max_question_len, padding=True,
+                               return_tensors="pt")
+        return {"document_input_ids": docs["input_ids"], "document_attention_mask": docs["attention_mask"],
+                "input_ids": texts["input_ids"], "attention_mask": texts["attention_mask"],
+                "document_index": torch.tensor(group["document_index"], dtype=torch.long)}
+
+    def _forward(self, inputs, max_new_tokens=32, num_beams=1, compression_ratio=None, generate_kwargs=None,
+                 model_batch_size=32):
+        """Encode each distinct document once, then generate for the texts in batches."""
+        model = self.model
+        reps = model.encode_documents(inputs["document_input_ids"], inputs["document_attention_mask"],
+                                      compression_ratio)
+        kwargs = {"max_new_tokens": max_new_tokens, "num_beams": num_beams, "do_sample": False,
+                  **(generate_kwargs or {})}
+        sequences = []
+        for begin in range(0, inputs["input_ids"].shape[0], model_batch_size):
+            rows = slice(begin, begin + model_batch_size)
+            index = inputs["document_index"][rows].to(reps.representations.device)
+            chunk_reps = type(reps)(representations=reps.representations[index],
+                                    attention_mask=reps.attention_mask[index],
+                                    compression_ratio=reps.compression_ratio,
+                                    model_fingerprint=reps.model_fingerprint)
+            out = model.generate(input_ids=inputs["input_ids"][rows], attention_mask=inputs["attention_mask"][rows],
+                                 document_representations=chunk_reps, **kwargs)
+            sequences += [row for row in out.cpu()]
+        return {"sequences": sequences}
+
+    def postprocess(self, outputs):
+        """One `[{output_key: text}]` per input text."""
+        texts = self.tokenizer.batch_decode(outputs["sequences"], skip_special_tokens=True)
+        return [[{self.output_key: text.strip()}] for text in texts]
+
+
+class ReadOnceSummarizationPipeline(ReadOnceText2TextGenerationPipeline):
+    r"""
+    Summaries by ReadOnce BART: `pipe(documents)`; each document is read once and the summary is generated from its
+    representations with the prompt `prompt` (default `"summary"`, the text hf-readonce's summarization training
+    pairs with every article). Several prompts about one document: `pipe(document, prompt=["summary", "title"])`.
+
+    Args:
+        documents (`str` or `list[str]`): the document(s).
+        prompt (`str` or `list[str]`, defaults to `"summary"`): one prompt for every document, or a list: with one
+            document, one summary per prompt; with several, one prompt per document.
+        Other arguments: as [`ReadOnceText2TextGenerationPipeline`].
+
+    Returns:
+        `[{"summary_text": str}]` per document (or per prompt), a list of them for several.
+
+    Raises:
+        ValueError / TypeError: as [`ReadOnceText2TextGenerationPipeline`] (a bad prompt is named `text`, a bad
+            document `document`); `documents` missing or not a str / list.
+    """
+
+    output_key = "summary_text"
+
+    def __call__(self, documents=None, prompt="summary", batch_size=None, **kwargs):
+        """Summarize; see the class docstring."""
+        if documents is None:
+            raise ValueError("`documents` is required.")
+        if isinstance(documents, str) and not isinstance(prompt, str):
+            pairs = self._pairs(prompt, documents)  # several prompts about one document
+            single = False
+        else:
+            docs = [documents] if isinstance(documents, str) else documents
+            if not isinstance(docs, (list, tuple)):
+                raise TypeError(f"`documents` must be a str or a list of str, got {type(documents).__name__}.")
+            prompts = [prompt] * len(docs) if isinstance(prompt, str) else prompt
+            pairs = self._pairs(list(prompts), list(docs))
+            single = isinstance(documents, str)
+        return self._run(pairs, single=single, batch_size=batch_size, **kwargs)
+
+
+for _task, _class in (("text2text-generation", ReadOnceText2TextGenerationPipeline),
+                      ("summarization", ReadOnceSummarizationPipeline)):
+    _registered = PIPELINE_REGISTRY.supported_tasks.get(_task)
+    if _registered is None or getattr(_registered.get("impl"), "__name__", None) != _class.__name__:
+        PIPELINE_REGISTRY.register_pipeline(_task, pipeline_class=_class, pt_model=AutoModelForSeq2SeqLM, type="text")
+    else:  # a second copy of this file (the checkpoint's, loaded beside hf-readonce's): no re-registration warning
+        _class._registered_impl = {_task: {**_registered, "impl": _class}}
+
+__all__ = ["ReadOnceSummarizationPipeline", "ReadOnceText2TextGenerationPipeline"]

@@ -1,0 +1,83 @@
+"""Model cards: `model_cards/` generated from the recorded metrics are up to date (regenerated and diffed), every card's
+metadata parses with `huggingface_hub.ModelCard.load`, and the generated cards' model-index values are the recorded
+metrics."""
+
+import importlib.util
+import json
+
+import pytest
+
+from hf_readonce.hub.cards import EvalRow, build_model_card, qa_rows_from_metrics
+from tests.conftest import REPO_ROOT
+
+CARDS = REPO_ROOT / "model_cards"
+
+
+def generator():
+    spec = importlib.util.spec_from_file_location("model_cards_generate", CARDS / "generate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_generated_cards_are_up_to_date():
+    module = generator()
+    rendered = module.render_all()
+    assert set(rendered) == {"minilm-qa-reference.md", "readonce-bart-minilm-qa.md"}
+    for name, text in rendered.items():
+        assert (CARDS / name).read_text() == text, f"{name} differs from its metrics: run python model_cards/generate.py"
+    assert sorted(set(rendered) | set(module.HAND_WRITTEN)) == sorted(p.name for p in CARDS.glob("*.md"))
+
+
+def test_every_card_parses_and_carries_the_required_metadata():
+    from huggingface_hub import ModelCard
+
+    for path in sorted(CARDS.glob("*.md")):
+        data = ModelCard.load(path).data
+        assert data.library_name == "transformers", path.name
+        assert data.pipeline_tag in ("question-answering", "text2text-generation", "text-generation"), path.name
+        assert "hf-readonce" in data.tags and data.base_model, path.name
+        if path.name != "minilm-qa-reference.md":  # the one plain-BERT checkpoint needs no remote code
+            assert "custom_code" in data.tags, path.name
+        for result in data.eval_results or []:
+            assert result.metric_value is not None and result.metric_name, (path.name, result)
+        names = [(r.dataset_type, r.metric_name) for r in data.eval_results or []]
+        assert len(names) == len(set(names)), f"{path.name}: two results with one name"
+
+
+def test_model_index_values_are_the_recorded_metrics():
+    from huggingface_hub import ModelCard
+
+    metrics = json.loads((REPO_ROOT / "src/hf_readonce/checkpoints/minilm-qa-reference/metrics.json").read_text())
+    card = ModelCard.load(CARDS / "minilm-qa-reference.md")
+    got = {(r.dataset_type, r.metric_name): r.metric_value for r in card.data.eval_results}
+    disfl, quoref = metrics["validation"]["disfl_qa"], metrics["validation"]["quoref"]
+    assert got == {("disfl_qa", "EM"): disfl["eval_exact_match"], ("disfl_qa", "F1"): disfl["eval_f1"],
+                   ("disfl_qa", "HasAns F1"): disfl["eval_HasAns_f1"], ("disfl_qa", "NoAns EM"): disfl["eval_NoAns_exact"],
+                   ("quoref", "EM"): quoref["eval_exact_match"], ("quoref", "F1"): quoref["eval_f1"]}
+    k8 = json.loads((REPO_ROOT / "benchmarks/results/readonce_learning_h100/qa_k8_lr1e-4.json").read_text())
+    card = ModelCard.load(CARDS / "readonce-bart-minilm-qa.md")
+    got = {(r.dataset_type, r.metric_name): r.metric_value for r in card.data.eval_results}
+    assert got == {(d, m): k8[f"eval_{d}_{key}"] for d in ("disfl_qa", "quoref")
+                   for m, key in (("EM", "exact_match"), ("F1", "f1"))}
+
+
+def test_builder_inputs_and_errors():
+    rows = qa_rows_from_metrics({"cached_exact_match": 10.0, "cached_f1": 12.5, "cached_NoAns_total": 3,
+                                 "cached_HasAns_f1": 9.0, "cached_NoAns_exact": 50.0},
+                                "squad_v2", "SQuAD 2.0", prefix="cached_",
+                                baselines={"always_empty": {"f1": 33.3, "NoAns_exact": 100.0}})
+    assert [(r.metric_name, r.value, r.baselines) for r in rows] == [
+        ("EM", 10.0, {}), ("F1", 12.5, {"always-empty": 33.3}), ("HasAns F1", 9.0, {}),
+        ("NoAns EM", 50.0, {"always-empty": 100.0})]
+    with pytest.raises(ValueError, match="no eval_exact_match or eval_f1"):
+        qa_rows_from_metrics({"f1": 3}, "x", "X")
+    card = build_model_card(repo_id="a/b", model_type="deformer_bert", title="T", summary="S",
+                            eval_rows=[EvalRow("quoref", "Quoref", "validation", "f1", "F1", 20.0)])
+    assert "custom_code" in card.data.tags and card.data.eval_results[0].metric_value == 20.0
+    with pytest.raises(ValueError, match="`model_type` must be one of"):
+        build_model_card(repo_id="a/b", model_type="gpt9", title="T", summary="S")
+    with pytest.raises(ValueError, match="`repo_id` must be 'owner/name'"):
+        build_model_card(repo_id="ab", model_type="deformer_bert", title="T", summary="S")
+    with pytest.raises(ValueError, match="`title` must be a non-empty str"):
+        build_model_card(repo_id="a/b", model_type="deformer_bert", title=" ", summary="S")

@@ -1,0 +1,103 @@
+"""ReadOnce BART `text2text-generation` / `summarization` pipelines: each document read once for all its texts, the
+same generations as calling `encode_documents` + `generate` by hand, published with the checkpoint and loaded with
+`trust_remote_code` where hf_readonce cannot be imported."""
+
+import json
+
+import pytest
+import torch
+
+from hf_readonce.hub.publish import publish
+from hf_readonce.models.readonce_bart.pipeline_readonce_bart import (
+    ReadOnceSummarizationPipeline,
+    ReadOnceText2TextGenerationPipeline,
+)
+from tests.conftest import run_without_hf_readonce
+
+DOCUMENTS = ["Emma is a novel by Jane Austen, published in December 1815. It is about youthful hubris.",
+             "Persuasion is the last novel fully completed by Jane Austen."]
+TEXTS = ["Who wrote Emma?", "When was Emma published?"]
+
+
+def tiny_readonce():
+    from hf_readonce import ReadOnceBartConfig, ReadOnceBartForConditionalGeneration
+
+    torch.manual_seed(0)
+    return ReadOnceBartForConditionalGeneration(ReadOnceBartConfig(
+        vocab_size=30522, d_model=16, encoder_layers=2, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
+        compression_ratio=4, pad_token_id=0, bos_token_id=101, eos_token_id=102, decoder_start_token_id=101,
+        forced_eos_token_id=None)).eval()
+
+
+def by_hand(model, tokenizer, texts, document, max_new_tokens=5):
+    doc = tokenizer([document], truncation=True, max_length=256, return_tensors="pt")
+    reps = model.encode_documents(doc.input_ids, doc.attention_mask)
+    out = []
+    for text in texts:
+        q = tokenizer([text], truncation=True, max_length=32, return_tensors="pt")
+        ids = model.generate(input_ids=q.input_ids, attention_mask=q.attention_mask, document_representations=reps,
+                             max_new_tokens=max_new_tokens, do_sample=False)
+        out.append(tokenizer.decode(ids[0], skip_special_tokens=True).strip())
+    return out
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory, tokenizer):
+    source = tmp_path_factory.mktemp("readonce_src")
+    tiny_readonce().save_pretrained(source)
+    tokenizer.save_pretrained(source)
+    return publish(source, "someone/tiny-readonce", local_dir=tmp_path_factory.mktemp("readonce_pub") / "repo")
+
+
+def test_generations_equal_by_hand_and_documents_read_once(tokenizer, monkeypatch):
+    model = tiny_readonce()
+    pipe = ReadOnceText2TextGenerationPipeline(model=model, tokenizer=tokenizer)
+    expected = by_hand(model, tokenizer, TEXTS, DOCUMENTS[0])
+    rows, original = [], model.encode_documents
+    monkeypatch.setattr(model, "encode_documents", lambda ids, *a, **k: rows.append(ids.shape[0]) or original(ids, *a, **k))
+    got = pipe(TEXTS + ["Who wrote Persuasion?"], document=[DOCUMENTS[0], DOCUMENTS[0], DOCUMENTS[1]],
+               max_new_tokens=5, batch_size=2)
+    assert rows == [2]  # two distinct documents, encoded once, for three texts
+    assert [g[0]["generated_text"] for g in got[:2]] == expected
+    assert pipe(TEXTS[0], document=DOCUMENTS[0], max_new_tokens=5) == [{"generated_text": expected[0]}]
+    summarize = ReadOnceSummarizationPipeline(model=model, tokenizer=tokenizer)
+    summary = by_hand(model, tokenizer, ["summary"], DOCUMENTS[1])[0]
+    assert summarize(DOCUMENTS[1], max_new_tokens=5) == [{"summary_text": summary}]
+    assert summarize(DOCUMENTS, max_new_tokens=5)[1] == [{"summary_text": summary}]
+    with pytest.raises(ValueError, match="`document` 0 is empty"):
+        pipe("Who?", document=" ")
+    with pytest.raises(ValueError, match="`text` has 2 entries but `document` has 3"):
+        pipe(TEXTS, document=DOCUMENTS + ["x"])
+    with pytest.raises(TypeError, match="pass generate arguments in `generate_kwargs`"):
+        pipe("Who?", document=DOCUMENTS[0], temperature=0.5)
+    with pytest.raises(ValueError, match="`max_new_tokens` must be >= 1"):
+        pipe("Who?", document=DOCUMENTS[0], max_new_tokens=0)
+
+
+def test_published_pipelines_load_without_hf_readonce(published, tokenizer, tmp_path):
+    config = json.loads((published.folder / "config.json").read_text())
+    assert sorted(config["custom_pipelines"]) == ["summarization", "text2text-generation"]
+    assert "pipeline_readonce_bart.py" in published.files and "generation_config.json" in published.files
+    model = tiny_readonce()
+    expected = {"answers": by_hand(model, tokenizer, TEXTS, DOCUMENTS[0]),
+                "summary": by_hand(model, tokenizer, ["summary"], DOCUMENTS[1])[0]}
+    result = run_without_hf_readonce(f"""
+        import json
+        try:
+            import hf_readonce
+            raise SystemExit("hf_readonce was importable")
+        except ImportError:
+            pass
+        from transformers import pipeline
+        folder = {str(published.folder)!r}
+        t2t = pipeline("text2text-generation", model=folder, trust_remote_code=True)
+        summarize = pipeline("summarization", model=folder, trust_remote_code=True)
+        assert "hf_readonce" not in type(t2t).__module__
+        answers = [a[0]["generated_text"] for a in t2t({TEXTS!r}, document={DOCUMENTS[0]!r}, max_new_tokens=5)]
+        summary = summarize({DOCUMENTS[1]!r}, max_new_tokens=5)[0]["summary_text"]
+        print("OUT", json.dumps({{"answers": answers, "summary": summary}}))
+    """, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = next(line for line in result.stdout.splitlines() if line.startswith("OUT "))
+    assert json.loads(line[4:]) == expected

@@ -1,0 +1,264 @@
+"""`hf_readonce.hub.publish` and `hf-readonce publish`: the folder a Hub repo needs (weights, code, pipeline,
+tokenizer, representation format, card), loading it with `pipeline(..., trust_remote_code=True)` where hf_readonce
+cannot be imported, the upload path with a mocked `HfApi` (no network), the store export, and the representation
+format check of a store."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from hf_readonce.cli import main as cli_main
+from hf_readonce.hub.publish import publish
+from hf_readonce.store import RepresentationMismatchError, RepresentationStore, import_from_dataset
+from hf_readonce.store.format_check import check_store_format, load_representation_format
+from tests.conftest import run_without_hf_readonce, tiny_model
+from tests.hub.test_pipeline_deformer import CONTEXTS, QUESTIONS, package_answers
+
+SETTINGS = {"max_question_length": 16, "max_passage_length": 24, "doc_stride": 8}
+
+
+@pytest.fixture(scope="module")
+def checkpoint_dir(tmp_path_factory, tokenizer):
+    """A tiny DeFormer saved with its tokenizer and the window settings a training run records."""
+    path = tmp_path_factory.mktemp("tiny_deformer_trained")
+    model = tiny_model()
+    for name, value in SETTINGS.items():
+        setattr(model.config, name, value)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def store_dir(tmp_path_factory, checkpoint_dir, tokenizer):
+    from hf_readonce.representations import DeformerBertAdapter, fill_store
+
+    path = tmp_path_factory.mktemp("reps") / "store"
+    model = DeformerBertAdapter.load_model(str(checkpoint_dir)).eval()
+    adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=24, doc_stride=8)
+    fill_store(adapter, RepresentationStore(path), CONTEXTS, dtype="float16")
+    return path
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory, checkpoint_dir, store_dir):
+    out = tmp_path_factory.mktemp("published") / "tiny-deformer"
+    result = publish(checkpoint_dir, "someone/tiny-deformer", local_dir=out, store=store_dir,
+                     card={"base_model": "sentence-transformers/all-MiniLM-L6-v2", "datasets": ["quoref"]})
+    return result
+
+
+def test_published_folder_is_a_hub_repo(published, checkpoint_dir):
+    from huggingface_hub import ModelCard
+
+    folder = published.folder
+    assert published.files == sorted([
+        "README.md", "config.json", "configuration_deformer_bert.py", "model.safetensors", "modeling_deformer_bert.py",
+        "pipeline_deformer_bert.py", "representation_format.json", "tokenizer.json", "tokenizer_config.json"])
+    config = json.loads((folder / "config.json").read_text())
+    assert config["auto_map"]["AutoModelForQuestionAnswering"] == "modeling_deformer_bert.DeformerBertForQuestionAnswering"
+    assert config["custom_pipelines"] == {"question-answering": {
+        "impl": "pipeline_deformer_bert.DeformerQuestionAnsweringPipeline", "pt": ["AutoModelForQuestionAnswering"],
+        "type": "text"}}
+    assert config["max_passage_length"] == 24  # the recorded settings travel
+    card = ModelCard.load(folder / "README.md")
+    assert card.data.library_name == "transformers" and card.data.pipeline_tag == "question-answering"
+    assert card.data.tags == ["hf-readonce", "deformer", "custom_code"]
+    assert card.data.base_model == "sentence-transformers/all-MiniLM-L6-v2" and card.data.datasets == ["quoref"]
+    assert card.data.widget[0]["context"] and "trust_remote_code=True" in card.text
+    assert "https://huggingface.co/datasets/someone/tiny-deformer-representations" in card.text
+    fmt = load_representation_format(folder)
+    model = tiny_model()
+    assert fmt["fingerprint"] == model.representation_fingerprint()
+    assert fmt["settings"]["num_decomposed_layers"] == 2 and fmt["settings"]["max_passage_length"] == 24
+    assert (fmt["dtype"], fmt["store_format_version"], fmt["model_type"]) == ("float16", 1, "deformer_bert")
+
+
+def test_pipeline_from_published_folder_without_hf_readonce(published, tokenizer, tmp_path):
+    """A fresh process where `import hf_readonce` fails: `pipeline("question-answering", model=DIR,
+    trust_remote_code=True)` loads the model and the pipeline from the folder's own code and gives the answers of
+    the package's QA path."""
+    model = tiny_model()
+    expected = {}
+    for context, questions in zip(CONTEXTS, QUESTIONS):
+        for question, answer in zip(questions, package_answers(model, tokenizer, questions, context, 15, False)[0]):
+            expected[question] = answer
+    (tmp_path / "cases.json").write_text(json.dumps({"contexts": CONTEXTS, "questions": QUESTIONS}))
+    result = run_without_hf_readonce(f"""
+        import json
+        try:
+            import hf_readonce
+            raise SystemExit("hf_readonce was importable")
+        except ImportError:
+            pass
+        from transformers import pipeline
+        qa = pipeline("question-answering", model={str(published.folder)!r}, trust_remote_code=True)
+        assert "hf_readonce" not in type(qa).__module__ and "hf_readonce" not in type(qa.model).__module__
+        cases = json.load(open({str(tmp_path / 'cases.json')!r}))
+        answers = {{}}
+        for context, questions in zip(cases["contexts"], cases["questions"]):
+            for question, answer in zip(questions, qa(question=questions, context=context)):
+                answers[question] = answer["answer"]
+        print("ANSWERS", json.dumps(answers))
+    """, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = next(line for line in result.stdout.splitlines() if line.startswith("ANSWERS "))
+    assert json.loads(line[len("ANSWERS "):]) == expected
+
+
+def test_store_exported_beside_the_folder_and_checked(published, store_dir, tmp_path):
+    from datasets import Dataset
+
+    parquet = published.representations_dir / "data" / "train-00000-of-00001.parquet"
+    assert parquet.is_file() and "someone/tiny-deformer" in (published.representations_dir / "README.md").read_text()
+    copy = RepresentationStore(tmp_path / "copy")
+    assert import_from_dataset(copy, Dataset.from_parquet(str(parquet))) == len(CONTEXTS)
+    fmt = published.representation_format
+    assert check_store_format(copy, fmt).fingerprint == fmt["fingerprint"]
+    # mismatches name what differs
+    with pytest.raises(RepresentationMismatchError, match="doc_stride 8 != 4"):
+        check_store_format(copy, {**fmt, "settings": {**fmt["settings"], "doc_stride": 4}})
+    with pytest.raises(RepresentationMismatchError, match="fingerprint .* != "):
+        check_store_format(copy, {**fmt, "fingerprint": "0" * 64})
+    with pytest.raises(RepresentationMismatchError, match="stores 'hidden_states' as float16; the checkpoint "
+                                                          "declares float32"):
+        check_store_format(copy, {**fmt, "dtype": "float32"})
+    assert check_store_format(copy, {**fmt, "dtype": "float32"}, check_dtype=False)
+    with pytest.raises(RepresentationMismatchError, match="store format"):
+        check_store_format(copy, {**fmt, "store_format_version": 2})
+    with pytest.raises(ValueError, match="lacks the key"):
+        check_store_format(copy, {k: v for k, v in fmt.items() if k != "fingerprint"})
+    empty = RepresentationStore(tmp_path / "empty")
+    with pytest.raises(RepresentationMismatchError, match="no representation at all"):
+        check_store_format(empty, fmt)
+
+
+def test_publish_refuses_a_store_of_other_settings(checkpoint_dir, tmp_path, tokenizer):
+    from hf_readonce.representations import DeformerBertAdapter, fill_store
+
+    model = DeformerBertAdapter.load_model(str(checkpoint_dir)).eval()
+    other = RepresentationStore(tmp_path / "other")
+    fill_store(DeformerBertAdapter(model, tokenizer, max_passage_length=20, doc_stride=4), other, CONTEXTS[1:])
+    with pytest.raises(ValueError, match="max_passage_length 20 != 24"):
+        publish(checkpoint_dir, "someone/x", local_dir=tmp_path / "out", store=other.path)
+
+
+class FakeApi:
+    """Records the Hub calls; checks that the folder is complete when it is uploaded."""
+
+    def __init__(self):
+        self.calls = []
+
+    def create_repo(self, repo_id, **kwargs):
+        self.calls.append(("create_repo", repo_id, kwargs))
+        return f"https://huggingface.co/{repo_id}"
+
+    def upload_folder(self, *, repo_id, folder_path, **kwargs):
+        files = sorted(str(p.relative_to(folder_path)) for p in Path(folder_path).rglob("*") if p.is_file())
+        self.calls.append(("upload_folder", repo_id, {**kwargs, "files": files, "folder": folder_path}))
+        return type("Commit", (), {"commit_url": f"https://huggingface.co/{repo_id}/commit/abc"})()
+
+
+def test_upload_creates_the_repo_and_uploads_one_commit(checkpoint_dir, store_dir, monkeypatch):
+    from datasets import Dataset
+
+    pushed = []
+    monkeypatch.setattr(Dataset, "push_to_hub", lambda self, repo_id, **kw: pushed.append((repo_id, len(self), kw)))
+    api = FakeApi()
+    result = publish(checkpoint_dir, "someone/tiny-deformer", private=True, store=store_dir, api=api)
+    assert [call[0] for call in api.calls] == ["create_repo", "upload_folder"]
+    assert api.calls[0][1] == "someone/tiny-deformer" and api.calls[0][2]["private"] is True
+    upload = api.calls[1][2]
+    assert "README.md" in upload["files"] and "pipeline_deformer_bert.py" in upload["files"]
+    assert upload["files"] == result.files
+    assert not Path(upload["folder"]).exists()  # the temporary folder is gone after the upload
+    assert pushed == [("someone/tiny-deformer-representations", len(CONTEXTS),
+                       {"private": True, "token": None, "commit_message": "Representations of someone/tiny-deformer"})]
+    assert result.commit_url.endswith("/commit/abc")
+
+
+def test_other_families_publish(tmp_path, tokenizer):
+    from hf_readonce import ReadOnceBartConfig, ReadOnceBartForConditionalGeneration, RecurrentGPT2Config
+    from hf_readonce import RecurrentGPT2LMHeadModel
+    from huggingface_hub import ModelCard
+
+    torch.manual_seed(0)
+    bart = ReadOnceBartForConditionalGeneration(ReadOnceBartConfig(
+        vocab_size=30522, d_model=16, encoder_layers=2, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
+        compression_ratio=4, pad_token_id=0, bos_token_id=101, eos_token_id=102, decoder_start_token_id=101))
+    bart.save_pretrained(tmp_path / "bart")
+    tokenizer.save_pretrained(tmp_path / "bart")
+    result = publish(tmp_path / "bart", "someone/tiny-readonce", local_dir=tmp_path / "bart_out")
+    assert {"generation_config.json", "modeling_readonce_bart.py", "representation_format.json",
+            "tokenizer.json"} <= set(result.files)
+    assert result.representation_format["settings"]["compression_ratio"] == 4
+    assert ModelCard.load(tmp_path / "bart_out" / "README.md").data.pipeline_tag == "text2text-generation"
+
+    gpt2 = RecurrentGPT2LMHeadModel(RecurrentGPT2Config(
+        n_positions=32, n_embd=16, n_layer=2, n_head=2, vocab_size=30522, bos_token_id=101, eos_token_id=102,
+        pad_token_id=0, window_size=16, window_overlap=4, recurrence_layer=1)).eval()
+    gpt2.save_pretrained(tmp_path / "gpt2")
+    tokenizer.save_pretrained(tmp_path / "gpt2")
+    result = publish(tmp_path / "gpt2", "someone/tiny-recurrent", local_dir=tmp_path / "gpt2_out")
+    assert "generation_config.json" in result.files and "representation_format.json" not in result.files
+    card = ModelCard.load(tmp_path / "gpt2_out" / "README.md")
+    assert card.data.pipeline_tag == "text-generation" and "recurrent-transformer" in card.data.tags
+    # transformers' own text-generation pipeline runs the published recurrent model beyond its 32 positions
+    from transformers import pipeline
+
+    prompt = " ".join(["emma", "knightley", "harriet"] * 20)
+    generate = pipeline("text-generation", model=str(tmp_path / "gpt2_out"), trust_remote_code=True)
+    assert generate(prompt, max_new_tokens=6, do_sample=False, return_full_text=False)[0]["generated_text"]
+    inputs = generate.preprocess(prompt)  # the pipeline's own tokenization (this test's tokenizer is BERT's)
+    assert inputs["input_ids"].shape[1] > 32  # beyond n_positions
+    got = generate._forward(inputs, max_new_tokens=6, do_sample=False)["generated_sequence"][0]
+    expected = gpt2.generate(**{k: inputs[k] for k in ("input_ids", "attention_mask")},
+                             max_new_tokens=6, do_sample=False)
+    assert torch.equal(got, expected)
+
+
+def test_bad_input(checkpoint_dir, tmp_path, capsys):
+    with pytest.raises(ValueError, match="`repo_id` must be 'owner/name'"):
+        publish(checkpoint_dir, "no-owner", local_dir=tmp_path / "a")
+    with pytest.raises(TypeError, match="`repo_id` must be a str"):
+        publish(checkpoint_dir, None, local_dir=tmp_path / "a")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    with pytest.raises(ValueError, match="`local_dir` .* is not an empty directory"):
+        publish(checkpoint_dir, "a/b", local_dir=tmp_path / "full")
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        publish(tmp_path / "absent", "a/b", local_dir=tmp_path / "a")
+    with pytest.raises(FileNotFoundError, match="`metrics` file"):
+        publish(checkpoint_dir, "a/b", local_dir=tmp_path / "a", metrics=tmp_path / "none.json")
+    from hf_readonce.weights import reference_qa_path
+
+    with pytest.raises(ValueError, match="holds a 'bert' model"):
+        publish(reference_qa_path(), "a/b", local_dir=tmp_path / "a")
+    # the CLI says the same in its own words, exit status 2
+    assert cli_main(["publish", str(checkpoint_dir), "--repo-id", "bad", "--local-dir", str(tmp_path / "c")]) == 2
+    assert "hf-readonce publish: error: `repo_id` must be 'owner/name'" in capsys.readouterr().err
+    assert cli_main(["publish", str(checkpoint_dir), "--repo-id", "a/b", "--local-dir", str(tmp_path / "c"),
+                     "--store", str(tmp_path / "nostore")]) == 2
+    assert "no store at" in capsys.readouterr().err
+
+
+def test_cli_publish_local_dir(checkpoint_dir, tmp_path, capsys):
+    metrics = tmp_path / "eval_results.json"
+    metrics.write_text(json.dumps({"eval_exact_match": 12.5, "eval_f1": 20.25, "eval_NoAns_total": 0,
+                                   "baselines": {"first_span": {"exact_match": 1.0, "f1": 9.5}},
+                                   "speedup_precomputed": 2.26, "speedup_including_encoding": 1.35,
+                                   "speed_questions": 300, "train_seconds": 448.9}))
+    out = tmp_path / "repo"
+    assert cli_main(["publish", str(checkpoint_dir), "--repo-id", "someone/tiny", "--local-dir", str(out),
+                     "--metrics", str(metrics), "--dataset-type", "quoref", "--dataset-name", "Quoref"]) == 0
+    assert f"to {out}" in capsys.readouterr().out
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(out / "README.md")
+    values = {(r.dataset_type, r.metric_name): r.metric_value for r in card.data.eval_results}
+    assert values == {("quoref", "EM"): 12.5, ("quoref", "F1"): 20.25}
+    assert "| Quoref, validation | F1 | **20.25** | 9.50 |" in card.text
+    assert "2.26x with passage states precomputed, 1.35x including encoding them" in card.text
