@@ -1,0 +1,131 @@
+# Copyright 2026 The hf-readonce developers.
+# Licensed under the Apache License, Version 2.0.
+"""DeFormer-BERT configuration (Cao et al., ACL 2020, "DeFormer: Decomposing Pre-trained Transformers for Faster
+Question Answering")."""
+
+from transformers import BertConfig
+
+
+class DeformerBertConfig(BertConfig):
+    r"""
+    Configuration of a DeFormer-BERT model: a BERT whose lower `num_decomposed_layers` layers read the question
+    segment and the passage segment separately, and whose upper layers read them jointly (eq. 5 of the DeFormer
+    slides, `[A^n; B^n] = L_{k+1:n}([L_{1:k}(A^0); L_{1:k}(B^0)])`).
+
+    All [`~transformers.BertConfig`] arguments are accepted unchanged, so any BERT checkpoint's `config.json` loads
+    into it. The extra arguments are:
+
+    Args:
+        num_decomposed_layers (`int`, *optional*):
+            k in the paper: how many lower layers (1..k) read question and passage separately. `0` is plain BERT
+            (the model is then numerically identical to `BertForQuestionAnswering`). Defaults to three quarters of
+            `num_hidden_layers`, rounded down (9 of 12 for BERT-base, the paper's main setting; 4 of 6 for MiniLM-L6).
+        passage_position_offset (`int`, *optional*, defaults to 0):
+            Position id of the first passage token when `num_decomposed_layers > 0`. Passage positions restart at
+            this offset instead of following the question, so cached passage states do not depend on the length of
+            the question they are later paired with.
+        distillation_temperature (`float`, *optional*, defaults to 2.0):
+            Softmax temperature T of the knowledge-distillation loss (paper's auxiliary supervision, L_kd).
+        kd_loss_weight (`float`, *optional*, defaults to 1.0):
+            Weight of L_kd in the training loss; used only when teacher logits are passed to `forward`.
+        lrs_loss_weight (`float`, *optional*, defaults to 1.0):
+            Weight of the layerwise representation similarity loss L_lrs; used only when teacher hidden states are
+            passed to `forward`.
+        max_question_length (`int`, *optional*):
+            Question length in tokens (`[CLS] question [SEP]`) the checkpoint was trained and evaluated with;
+            recorded by the training pipeline, used as the default of `hf-readonce answer`. `None` if unknown.
+        max_passage_length (`int`, *optional*):
+            Passage window length in tokens (`[SEP]` included) the checkpoint was trained with; default of
+            `hf-readonce encode`. `None` if unknown.
+        doc_stride (`int`, *optional*):
+            Tokens shared by consecutive passage windows at training time; default of `hf-readonce encode`.
+        allow_no_answer (`bool`, *optional*):
+            Whether the checkpoint was trained to answer "" (SQuAD 2.0 style); default of `hf-readonce answer`.
+        null_score_diff_threshold (`float`, *optional*):
+            No-answer margin (logits) tuned on held-out training passages (SQuAD 2.0's `find_best_thresh`); the empty
+            answer wins when `null_score - best_span_score` exceeds it. `None` if never tuned (0 is then used).
+
+    Raises:
+        ValueError: if `num_decomposed_layers` is not an integer in `[0, num_hidden_layers]`, if
+            `passage_position_offset` is negative or leaves no room in `max_position_embeddings`, if the temperature
+            is not positive, or if a loss weight is negative.
+
+    Example:
+
+    ```python
+    >>> from hf_readonce import DeformerBertConfig
+    >>> config = DeformerBertConfig(num_hidden_layers=6, num_decomposed_layers=4)
+    >>> config.num_decomposed_layers
+    4
+    ```
+    """
+
+    model_type = "deformer_bert"
+
+    def __init__(
+        self,
+        num_decomposed_layers: int | None = None,
+        passage_position_offset: int = 0,
+        distillation_temperature: float = 2.0,
+        kd_loss_weight: float = 1.0,
+        lrs_loss_weight: float = 1.0,
+        max_question_length: int | None = None,
+        max_passage_length: int | None = None,
+        doc_stride: int | None = None,
+        allow_no_answer: bool | None = None,
+        null_score_diff_threshold: float | None = None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if num_decomposed_layers is None:
+            num_decomposed_layers = (3 * self.num_hidden_layers) // 4
+        if isinstance(num_decomposed_layers, bool) or not isinstance(num_decomposed_layers, int):
+            raise ValueError(
+                f"`num_decomposed_layers` must be an int, got {type(num_decomposed_layers).__name__} "
+                f"({num_decomposed_layers!r})."
+            )
+        if not 0 <= num_decomposed_layers <= self.num_hidden_layers:
+            raise ValueError(
+                f"`num_decomposed_layers` must be between 0 and num_hidden_layers={self.num_hidden_layers}, "
+                f"got {num_decomposed_layers}."
+            )
+        if isinstance(passage_position_offset, bool) or not isinstance(passage_position_offset, int):
+            raise ValueError(f"`passage_position_offset` must be an int, got {passage_position_offset!r}.")
+        if not 0 <= passage_position_offset < self.max_position_embeddings:
+            raise ValueError(
+                f"`passage_position_offset` must be in [0, max_position_embeddings={self.max_position_embeddings}), "
+                f"got {passage_position_offset}."
+            )
+        if not distillation_temperature > 0:
+            raise ValueError(f"`distillation_temperature` must be > 0, got {distillation_temperature}.")
+        for name, value in (("kd_loss_weight", kd_loss_weight), ("lrs_loss_weight", lrs_loss_weight)):
+            if not value >= 0:
+                raise ValueError(f"`{name}` must be >= 0, got {value}.")
+        self.num_decomposed_layers = num_decomposed_layers
+        self.passage_position_offset = passage_position_offset
+        self.distillation_temperature = float(distillation_temperature)
+        self.kd_loss_weight = float(kd_loss_weight)
+        self.lrs_loss_weight = float(lrs_loss_weight)
+        for name, value, low in (("max_question_length", max_question_length, 3),
+                                 ("max_passage_length", max_passage_length, 2), ("doc_stride", doc_stride, 0)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
+                raise ValueError(f"`{name}` must be None or an int >= {low}, got {value!r}.")
+        self.max_question_length = max_question_length
+        self.max_passage_length = max_passage_length
+        self.doc_stride = doc_stride
+        self.allow_no_answer = allow_no_answer
+        self.null_score_diff_threshold = null_score_diff_threshold
+
+    @classmethod
+    def get_config_dict(cls, pretrained_model_name_or_path, **kwargs):
+        """As `PreTrainedConfig.get_config_dict`, but a plain BERT checkpoint's `model_type` ("bert") reads as
+        "deformer_bert": loading BERT weights into a DeFormer is this model's intended use (its k is chosen at load
+        time), so transformers' "model of type bert to instantiate a model of type deformer_bert" warning does not
+        apply. Any other model type is left as is (and still warned about)."""
+        config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
+        if config_dict.get("model_type") == "bert":
+            config_dict = {**config_dict, "model_type": cls.model_type}
+        return config_dict, kwargs
+
+
+__all__ = ["DeformerBertConfig"]

@@ -1,0 +1,683 @@
+# Copyright 2026 The hf-readonce developers.
+# Licensed under the Apache License, Version 2.0.
+"""PyTorch DeFormer-BERT: BERT whose lower layers read question and passage separately, so that passage states can
+be computed once, cached and reused for every question about that passage.
+
+Implements Cao et al., ACL 2020, "DeFormer: Decomposing Pre-trained Transformers for Faster Question Answering"
+(eq. 5 for the decomposition, the auxiliary supervision losses L_kd and L_lrs for training).
+
+This file travels with saved checkpoints (`trust_remote_code=True`): it imports only torch, transformers and the
+configuration file next to it.
+"""
+
+import hashlib
+import json
+import warnings
+from dataclasses import dataclass
+
+import torch
+import transformers
+from torch import nn
+from torch.nn import functional as F
+from transformers.masking_utils import create_bidirectional_mask
+from transformers.modeling_outputs import QuestionAnsweringModelOutput
+from transformers.models.bert.modeling_bert import BertEmbeddings, BertEncoder, BertPreTrainedModel
+from transformers.processing_utils import Unpack
+from transformers.utils import ModelOutput, TransformersKwargs, can_return_tuple, logging
+
+from .configuration_deformer_bert import DeformerBertConfig
+
+logger = logging.get_logger(__name__)
+
+
+# Config fields that provably do not change the representation: metadata, output switches, tokenizer ids (the
+# embeddings' padding index changes only gradients), the dtype (the weights are hashed as they are), the
+# initializer range (the weights are hashed), task heads and labels, the distillation loss settings and the QA
+# settings a training run records. Every other field of `config.to_dict()` is part of the representation
+# fingerprint, with the transformers major version.
+_FINGERPRINT_IGNORED_FIELDS = frozenset({
+    "transformers_version", "architectures", "_name_or_path", "auto_map", "id2label", "label2id", "num_labels",
+    "problem_type", "finetuning_task", "task_specific_params", "dtype", "torch_dtype", "use_cache",
+    "output_hidden_states", "output_attentions", "return_dict", "torchscript", "tokenizer_class", "prefix",
+    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "cls_token_id", "mask_token_id", "unk_token_id",
+    "decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id", "initializer_range", "init_std",
+    "initializer_factor", "tie_word_embeddings", "classifier_dropout",
+    # DeFormer: training losses and recorded QA settings (windows are part of the store's settings instead)
+    "distillation_temperature", "kd_loss_weight", "lrs_loss_weight", "max_question_length", "max_passage_length",
+    "doc_stride", "allow_no_answer", "null_score_diff_threshold",
+})
+
+
+def _config_fingerprint(config) -> str:
+    """Canonical JSON of the config fields that can change the representation (`config.to_dict()` minus
+    `_FINGERPRINT_IGNORED_FIELDS`) and the transformers major version: hashed into the representation
+    fingerprint, so any change to them (activation, layer-norm epsilon, attention heads, ...) is another key."""
+    fields = {key: value for key, value in config.to_dict().items()
+              if key not in _FINGERPRINT_IGNORED_FIELDS}
+    return json.dumps({"transformers": transformers.__version__.split(".")[0], "config": fields}, sort_keys=True,
+                      default=str)
+
+
+def _check_token_ids(ids, bound: int, argument: str) -> None:
+    """Raise a `ValueError` naming `argument` and the bound if a token id of `ids` is outside `[0, bound)` (called
+    when the embedding lookup fails, so the normal path costs nothing)."""
+    if torch.is_tensor(ids) and ids.numel() and not ids.is_floating_point():
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= bound:
+            raise ValueError(f"`{argument}` holds token id {low if low < 0 else high}, outside the vocabulary "
+                             f"[0, {bound}) of this model.") from None
+
+
+@dataclass
+class DeformerPassageOutput(ModelOutput):
+    r"""
+    Passage states after the decomposed lower layers, as returned by
+    [`DeformerBertModel.encode_passages`]. They depend only on the passage, never on a question, so they can be
+    cached (in memory or in a store) and paired with any question later.
+
+    Args:
+        last_hidden_state (`torch.FloatTensor` of shape `(batch_size, passage_length, hidden_size)`):
+            Hidden states of the passage tokens after layer k = `num_decomposed_layers` (B^k in eq. 5).
+        attention_mask (`torch.LongTensor` of shape `(batch_size, passage_length)`):
+            1 for real passage tokens, 0 for padding.
+        num_decomposed_layers (`int`):
+            The k the states were computed with.
+        model_fingerprint (`str`):
+            Hex digest identifying the weights and configuration that produced the states (see
+            [`DeformerBertModel.representation_fingerprint`]).
+    """
+
+    last_hidden_state: torch.FloatTensor | None = None
+    attention_mask: torch.LongTensor | None = None
+    num_decomposed_layers: int | None = None
+    model_fingerprint: str | None = None
+
+
+@dataclass
+class DeformerBertModelOutput(ModelOutput):
+    r"""
+    Output of [`DeformerBertModel`].
+
+    Args:
+        last_hidden_state (`torch.FloatTensor` of shape `(batch_size, sequence_length, hidden_size)`):
+            Hidden states after the last layer. With `passage_states`, `sequence_length` is
+            `question_length + passage_length` (question tokens first, then passage tokens, each block keeping its
+            own padding).
+        attention_mask (`torch.LongTensor` of shape `(batch_size, sequence_length)`):
+            The key mask used by the upper (joint) layers, aligned with `last_hidden_state`.
+        hidden_states (`tuple(torch.FloatTensor)`, *optional*):
+            Embeddings and the output of every layer, each `(batch_size, sequence_length, hidden_size)`; returned
+            when `output_hidden_states=True`. With `passage_states` only the joint layers k+1..n are returned
+            (the lower layers of the passage were not run).
+    """
+
+    last_hidden_state: torch.FloatTensor | None = None
+    attention_mask: torch.LongTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+
+
+def _segment_mask_function(segment_ids: torch.Tensor):
+    """Mask function (transformers' mask interface) allowing attention only inside a segment (eq. 5, lower layers).
+
+    `segment_ids` is `(batch_size, sequence_length)`; query i may attend key j iff both carry the same id.
+    """
+
+    def inner_mask(batch_idx, head_idx, q_idx, kv_idx):
+        return segment_ids[batch_idx, q_idx] == segment_ids[batch_idx, kv_idx]
+
+    return inner_mask
+
+
+class DeformerBertPreTrainedModel(BertPreTrainedModel):
+    """Base class of the DeFormer-BERT models: BERT's weight initialization and loading, DeFormer's config."""
+
+    config_class = DeformerBertConfig
+    config: DeformerBertConfig
+    base_model_prefix = "bert"
+    supports_gradient_checkpointing = True
+    # BERT checkpoints carry a pooler that a QA model does not use (as `BertForQuestionAnswering` has none).
+    _keys_to_ignore_on_load_unexpected = [r"pooler\."]
+
+
+class DeformerBertModel(DeformerBertPreTrainedModel):
+    r"""
+    The DeFormer-BERT encoder (no pooler). Parameter names are those of `BertModel` (`embeddings.*`,
+    `encoder.layer.N.*`), so any BERT checkpoint loads unchanged; the decomposition adds no parameters.
+
+    Three ways to run it:
+
+    1. `forward(input_ids, attention_mask, token_type_ids)` on the usual pair encoding
+       `[CLS] question [SEP] passage [SEP]`: layers 1..k attend only within the question segment
+       (`token_type_ids == 0`) or only within the passage segment (`token_type_ids == 1`), passage positions restart
+       at `config.passage_position_offset`; layers k+1..n attend jointly. This is the training path.
+    2. `encode_passages(passage_input_ids)`: the passage alone (`passage [SEP]`, no `[CLS]`) through the embeddings
+       and layers 1..k, giving [`DeformerPassageOutput`] to cache.
+    3. `forward(input_ids=<question segment>, passage_states=<DeformerPassageOutput>)`: the question alone through
+       layers 1..k, then the joint upper layers over `[question; passage]`. Same result as (1) on the same pair.
+    """
+
+    def __init__(self, config: DeformerBertConfig):
+        super().__init__(config)
+        self.config = config
+        k = config.num_decomposed_layers  # `from_pretrained(..., num_decomposed_layers=k)` sets it after validation
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= config.num_hidden_layers:
+            raise ValueError(f"`num_decomposed_layers` must be an int between 0 and num_hidden_layers="
+                             f"{config.num_hidden_layers}, got {k!r}.")
+        self.embeddings = BertEmbeddings(config)
+        self.encoder = BertEncoder(config)
+        self._fingerprint_cache = None
+        self.post_init()
+
+    def get_input_embeddings(self):
+        return self.embeddings.word_embeddings
+
+    def set_input_embeddings(self, value):
+        self.embeddings.word_embeddings = value
+
+    # ------------------------------------------------------------------ helpers
+    def representation_fingerprint(self) -> str:
+        """SHA-256 hex digest of everything that determines passage states (the cached representation): the weights
+        of the embeddings and of layers 1..k, every config field that can change the computation (`hidden_act`,
+        `layer_norm_eps`, `num_attention_heads`, k, `passage_position_offset`, ...; all of `config.to_dict()` except
+        the metadata listed in `_FINGERPRINT_IGNORED_FIELDS`) and the transformers major version.
+
+        The digest is cached and recomputed only when the config changes or a parameter is replaced or modified in
+        place (torch's version counters), so calling it per batch is cheap.
+
+        Returns:
+            `str`: 64 hex characters.
+        """
+        k = self.config.num_decomposed_layers
+        params = list(self.embeddings.named_parameters(prefix="embeddings"))
+        for i in range(k):
+            params += list(self.encoder.layer[i].named_parameters(prefix=f"encoder.layer.{i}"))
+        config_json = _config_fingerprint(self.config)
+        state = (config_json, *((name, p.data_ptr(), p._version, p.dtype) for name, p in params))
+        if self._fingerprint_cache is not None and self._fingerprint_cache[0] == state:
+            return self._fingerprint_cache[1]
+        digest = hashlib.sha256(f"deformer_bert|k={k}|".encode() + config_json.encode())
+        for name, p in params:
+            digest.update(name.encode())
+            digest.update(str(p.dtype).encode())
+            digest.update(p.detach().to("cpu", torch.float32).contiguous().numpy().data)  # no copy for fp32
+        self._fingerprint_cache = (state, digest.hexdigest())
+        return self._fingerprint_cache[1]
+
+    def _embed(self, input_ids, **kwargs):
+        """`self.embeddings(input_ids=input_ids, **kwargs)`; a token id outside the vocabulary raises a `ValueError`
+        naming the argument and the bound instead of torch's "index out of range"."""
+        try:
+            return self.embeddings(input_ids=input_ids, **kwargs)
+        except (IndexError, RuntimeError):
+            _check_token_ids(input_ids, self.config.vocab_size, "input_ids")
+            _check_token_ids(kwargs.get("token_type_ids"), self.config.type_vocab_size, "token_type_ids")
+            raise
+
+    def passage_encoder_fingerprint(self) -> str:
+        """Deprecated 0.1.0 name of [`representation_fingerprint`] (the one fingerprint name of every model)."""
+        warnings.warn("`passage_encoder_fingerprint()` is deprecated; use `representation_fingerprint()`.",
+                      DeprecationWarning, stacklevel=2)
+        return self.representation_fingerprint()
+
+    def _bidirectional_mask(self, hidden_states, attention_mask, segment_ids=None):
+        return create_bidirectional_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=attention_mask,
+            and_mask_function=_segment_mask_function(segment_ids) if segment_ids is not None else None,
+        )
+
+    def _run_layers(self, hidden_states, mask, start, end, all_hidden_states, **kwargs):
+        for layer_module in self.encoder.layer[start:end]:
+            hidden_states = layer_module(hidden_states, mask, **kwargs)
+            if all_hidden_states is not None:
+                all_hidden_states.append(hidden_states)
+        return hidden_states
+
+    def _passage_position_ids(self, batch_size: int, length: int, device) -> torch.Tensor:
+        offset = self.config.passage_position_offset
+        if offset + length > self.config.max_position_embeddings:
+            raise ValueError(
+                f"Passage of {length} tokens starting at passage_position_offset={offset} exceeds "
+                f"max_position_embeddings={self.config.max_position_embeddings}; split long passages into windows."
+            )
+        return (torch.arange(length, device=device) + offset).unsqueeze(0).expand(batch_size, -1)
+
+    def check_passage_states(self, passage_states: DeformerPassageOutput) -> None:
+        """Raise if `passage_states` were not produced by this model's passage encoder.
+
+        Raises:
+            TypeError: if `passage_states` is not a [`DeformerPassageOutput`] (or a dict with its keys).
+            ValueError: if its hidden size, `num_decomposed_layers` or `model_fingerprint` differ from this
+                model's, or its tensors have inconsistent shapes.
+        """
+        if not isinstance(passage_states, (DeformerPassageOutput, dict)):
+            raise TypeError(
+                "`passage_states` must be the DeformerPassageOutput returned by `encode_passages`, got "
+                f"{type(passage_states).__name__}."
+            )
+        states = passage_states.get("last_hidden_state")
+        mask = passage_states.get("attention_mask")
+        if not torch.is_tensor(states) or states.dim() != 3:
+            raise ValueError("`passage_states.last_hidden_state` must be a (batch, passage_length, hidden) tensor.")
+        if states.shape[-1] != self.config.hidden_size:
+            raise ValueError(
+                f"`passage_states` have hidden size {states.shape[-1]} but this model's hidden_size is "
+                f"{self.config.hidden_size}."
+            )
+        if mask is not None and tuple(mask.shape) != tuple(states.shape[:2]):
+            raise ValueError(
+                f"`passage_states.attention_mask` has shape {tuple(mask.shape)}, expected {tuple(states.shape[:2])}."
+            )
+        k = passage_states.get("num_decomposed_layers")
+        if k is not None and k != self.config.num_decomposed_layers:
+            raise ValueError(
+                f"`passage_states` were computed with num_decomposed_layers={k}, but this model uses "
+                f"num_decomposed_layers={self.config.num_decomposed_layers}."
+            )
+        fingerprint = passage_states.get("model_fingerprint")
+        if fingerprint is not None and fingerprint != self.representation_fingerprint():
+            raise ValueError(
+                f"`passage_states` were computed by another model (fingerprint {fingerprint[:12]}...) than this one "
+                f"({self.representation_fingerprint()[:12]}...): re-encode the passages with this model."
+            )
+
+    # ------------------------------------------------------------------ passage cache
+    def encode_passages(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+    ) -> DeformerPassageOutput:
+        r"""
+        Run passages alone through the embeddings and the decomposed layers 1..k (L_{1:k}(B^0) in eq. 5).
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, passage_length)`):
+                Passage tokens as they appear in the pair encoding, i.e. `passage [SEP]` without `[CLS]`.
+            attention_mask (`torch.LongTensor` of shape `(batch_size, passage_length)`, *optional*):
+                1 for tokens, 0 for padding; defaults to all ones.
+            token_type_ids (`torch.LongTensor` of shape `(batch_size, passage_length)`, *optional*):
+                Defaults to all ones (the passage is BERT's second segment).
+
+        Returns:
+            [`DeformerPassageOutput`] with `last_hidden_state` `(batch_size, passage_length, hidden_size)`.
+
+        Raises:
+            ValueError: if `num_decomposed_layers == 0` (nothing can be cached: plain BERT), if `input_ids` is not
+                2-D or is empty, if shapes disagree, or if the passage is longer than the position table allows.
+        """
+        if self.config.num_decomposed_layers == 0:
+            raise ValueError(
+                "encode_passages needs num_decomposed_layers > 0: with 0 the model is plain BERT and passage states "
+                "depend on the question."
+            )
+        if not torch.is_tensor(input_ids) or input_ids.dim() != 2:
+            raise ValueError("`input_ids` must be a (batch_size, passage_length) tensor.")
+        if input_ids.shape[1] == 0 or input_ids.shape[0] == 0:
+            raise ValueError("`input_ids` is empty: a passage needs at least one token.")
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        elif attention_mask.shape != input_ids.shape:
+            raise ValueError(
+                f"`attention_mask` shape {tuple(attention_mask.shape)} != `input_ids` shape {tuple(input_ids.shape)}."
+            )
+        if token_type_ids is None:
+            token_type_ids = torch.ones_like(input_ids)
+        batch_size, length = input_ids.shape
+        position_ids = self._passage_position_ids(batch_size, length, input_ids.device)
+        hidden_states = self._embed(input_ids, token_type_ids=token_type_ids, position_ids=position_ids)
+        mask = self._bidirectional_mask(hidden_states, attention_mask)
+        hidden_states = self._run_layers(hidden_states, mask, 0, self.config.num_decomposed_layers, None)
+        return DeformerPassageOutput(
+            last_hidden_state=hidden_states,
+            attention_mask=attention_mask,
+            num_decomposed_layers=self.config.num_decomposed_layers,
+            model_fingerprint=self.representation_fingerprint(),
+        )
+
+    # ------------------------------------------------------------------ forward
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        passage_states: DeformerPassageOutput | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs,
+    ) -> DeformerBertModelOutput:
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`):
+                Without `passage_states`: the pair encoding `[CLS] question [SEP] passage [SEP]` (right padding).
+                With `passage_states`: the question segment only, `[CLS] question [SEP]`.
+            attention_mask (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+                1 for tokens, 0 for padding; defaults to all ones.
+            token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+                0 for the question segment, 1 for the passage segment. Required for the pair encoding when
+                `num_decomposed_layers > 0` (it is what splits the input); defaults to zeros otherwise.
+            passage_states ([`DeformerPassageOutput`], *optional*):
+                Cached passage states from [`encode_passages`]; the passage's lower layers are then skipped.
+            output_hidden_states (`bool`, *optional*):
+                Also return the embeddings and every layer's output.
+
+        Returns:
+            [`DeformerBertModelOutput`].
+
+        Raises:
+            ValueError: missing `input_ids`, mismatched shapes, pair input without `token_type_ids` while
+                `num_decomposed_layers > 0`, an example with no question token, or `passage_states` from another
+                model, k or hidden size.
+        """
+        config = self.config
+        k = config.num_decomposed_layers
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else config.output_hidden_states
+        )
+        if input_ids is None:
+            raise ValueError("`input_ids` is required.")
+        if input_ids.dim() != 2:
+            raise ValueError(f"`input_ids` must be (batch_size, sequence_length), got shape {tuple(input_ids.shape)}.")
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        if attention_mask.shape != input_ids.shape:
+            raise ValueError(
+                f"`attention_mask` shape {tuple(attention_mask.shape)} != `input_ids` shape {tuple(input_ids.shape)}."
+            )
+        if token_type_ids is not None and token_type_ids.shape != input_ids.shape:
+            raise ValueError(
+                f"`token_type_ids` shape {tuple(token_type_ids.shape)} != `input_ids` shape {tuple(input_ids.shape)}."
+            )
+        all_hidden_states = [] if output_hidden_states else None
+        layer_kwargs = {key: value for key, value in kwargs.items() if key not in ("return_dict", "output_attentions")}
+
+        if passage_states is not None:
+            return self._forward_with_passage_states(
+                input_ids, attention_mask, token_type_ids, passage_states, all_hidden_states, layer_kwargs
+            )
+
+        if k == 0:
+            # Plain BERT: standard positions, joint attention in every layer.
+            hidden_states = self._embed(input_ids, token_type_ids=token_type_ids)
+            if all_hidden_states is not None:
+                all_hidden_states.append(hidden_states)
+        else:
+            if token_type_ids is None:
+                raise ValueError(
+                    "`token_type_ids` is required when num_decomposed_layers > 0: it marks the question (0) and "
+                    "passage (1) segments that the lower layers read separately."
+                )
+            # Padding joins the question segment, which always holds [CLS], so every query row has a key.
+            segment_ids = torch.where(attention_mask.bool(), token_type_ids, torch.zeros_like(token_type_ids))
+            is_question = (segment_ids == 0) & attention_mask.bool()
+            question_lengths = is_question.sum(dim=1, keepdim=True)
+            if bool((question_lengths == 0).any()):
+                raise ValueError("An example has no question token (`token_type_ids == 0` with attention_mask 1).")
+            positions = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
+            passage_positions = positions - question_lengths + config.passage_position_offset
+            position_ids = torch.where(segment_ids == 0, positions, passage_positions.clamp(min=0))
+            if int(position_ids.max()) >= config.max_position_embeddings:
+                raise ValueError(
+                    f"A segment is longer than max_position_embeddings={config.max_position_embeddings}."
+                )
+            hidden_states = self._embed(input_ids, token_type_ids=token_type_ids, position_ids=position_ids)
+            if all_hidden_states is not None:
+                all_hidden_states.append(hidden_states)
+            lower_mask = self._bidirectional_mask(hidden_states, attention_mask, segment_ids)
+            hidden_states = self._run_layers(hidden_states, lower_mask, 0, k, all_hidden_states, **layer_kwargs)
+        return self._joint_layers(hidden_states, attention_mask, all_hidden_states, layer_kwargs)
+
+    def _forward_with_passage_states(
+        self, input_ids, attention_mask, token_type_ids, passage_states, all_hidden_states, layer_kwargs
+    ):
+        config = self.config
+        k = config.num_decomposed_layers
+        if k == 0:
+            raise ValueError("`passage_states` cannot be used with num_decomposed_layers=0 (plain BERT).")
+        self.check_passage_states(passage_states)
+        passage_hidden = passage_states["last_hidden_state"]
+        passage_mask = passage_states.get("attention_mask")
+        if passage_mask is None:
+            passage_mask = torch.ones(passage_hidden.shape[:2], dtype=attention_mask.dtype, device=input_ids.device)
+        if passage_hidden.shape[0] != input_ids.shape[0]:
+            raise ValueError(
+                f"`passage_states` hold {passage_hidden.shape[0]} passages for {input_ids.shape[0]} questions; "
+                "repeat or index them so that each question has its passage."
+            )
+        if token_type_ids is None:
+            token_type_ids = torch.zeros_like(input_ids)
+        question_length = input_ids.shape[1]
+        if question_length > config.max_position_embeddings:
+            raise ValueError(f"Question longer than max_position_embeddings={config.max_position_embeddings}.")
+        hidden_states = self._embed(input_ids, token_type_ids=token_type_ids)
+        mask = self._bidirectional_mask(hidden_states, attention_mask)
+        hidden_states = self._run_layers(hidden_states, mask, 0, k, None, **layer_kwargs)
+        hidden_states = torch.cat([hidden_states, passage_hidden.to(hidden_states.dtype)], dim=1)
+        joint_mask = torch.cat([attention_mask, passage_mask.to(attention_mask.dtype)], dim=1)
+        if all_hidden_states is not None:
+            all_hidden_states.append(hidden_states)
+        return self._joint_layers(hidden_states, joint_mask, all_hidden_states, layer_kwargs)
+
+    def _joint_layers(self, hidden_states, attention_mask, all_hidden_states, layer_kwargs) -> DeformerBertModelOutput:
+        """Layers k+1..n (all layers when k = 0) over the joint question+passage sequence `(batch, length,
+        hidden_size)` with its key mask `(batch, length)`, and the model output."""
+        mask = self._bidirectional_mask(hidden_states, attention_mask)
+        hidden_states = self._run_layers(hidden_states, mask, self.config.num_decomposed_layers,
+                                         self.config.num_hidden_layers, all_hidden_states, **layer_kwargs)
+        return DeformerBertModelOutput(
+            last_hidden_state=hidden_states,
+            attention_mask=attention_mask,
+            hidden_states=tuple(all_hidden_states) if all_hidden_states is not None else None,
+        )
+
+
+class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
+    r"""
+    DeFormer-BERT with BERT's span-classification head (`qa_outputs`), a drop-in replacement for
+    `BertForQuestionAnswering`: same weight names, same pair-encoded inputs, same
+    [`~transformers.modeling_outputs.QuestionAnsweringModelOutput`]. With `num_decomposed_layers=0` it is numerically
+    identical to `BertForQuestionAnswering`.
+
+    Training loss (DeFormer §3, "auxiliary supervision"), as the authors' code defines it
+    (StonyBrookNLP/deformer, `tasks/qa_sbert.py` with `config/sbert_qa.ini`'s defaults `ce_gama = kd_alpha =
+    kd_mse_beta = 1`, `kd_temperature = 2`):
+    `loss = L_span + kd_loss_weight * L_kd + lrs_loss_weight * L_lrs`, where
+
+    - L_span is BERT's start/end cross-entropy, averaged over start and end;
+    - L_kd = T^2 * KL(P_full^T || P_DeFormer^T), averaged over start and end, at temperature
+      T = `distillation_temperature`: the teacher's distribution is the reference, as in the authors' code
+      (`kl_div_loss`: sum teacher * (log teacher - log student)) and in Hinton et al.; the slides write the arguments
+      the other way round (D_KL(P_DeFormer || P_Full)); we follow the code, whose figures the paper reports;
+    - L_lrs = the mean over the n - k upper layers i = k+1..n of the mean squared difference between the
+      DeFormer's and the full model's outputs of layer i, over every real token and hidden unit (the authors'
+      `tf.losses.mean_squared_error` per upper-encoder output, divided by the number of upper layers). One deviation:
+      padding positions are excluded from the mean (the original's fixed-length TPU batches include them), so the
+      loss does not depend on how a batch was padded.
+
+    The auxiliary terms are added only when the teacher's outputs are passed (see
+    [`hf_readonce.DeformerDistillationTrainer`], which runs the teacher).
+    """
+
+    # The loss is a batch mean (span + auxiliary terms): Trainer must scale it for gradient accumulation itself.
+    accepts_loss_kwargs = False
+
+    def __init__(self, config: DeformerBertConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.bert = DeformerBertModel(config)
+        self.qa_outputs = nn.Linear(config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def representation_fingerprint(self) -> str:
+        """The fingerprint of the passage states this model computes; see
+        [`DeformerBertModel.representation_fingerprint`]."""
+        return self.bert.representation_fingerprint()
+
+    def encode_passages(self, input_ids, attention_mask=None, token_type_ids=None) -> DeformerPassageOutput:
+        """Cache passage states; see [`DeformerBertModel.encode_passages`] (shapes, errors)."""
+        return self.bert.encode_passages(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        start_positions: torch.LongTensor | None = None,
+        end_positions: torch.LongTensor | None = None,
+        passage_states: DeformerPassageOutput | None = None,
+        teacher_start_logits: torch.FloatTensor | None = None,
+        teacher_end_logits: torch.FloatTensor | None = None,
+        teacher_hidden_states: tuple[torch.FloatTensor, ...] | None = None,
+        output_hidden_states: bool | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> QuestionAnsweringModelOutput:
+        r"""
+        Args:
+            input_ids, attention_mask, token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`):
+                As in `BertForQuestionAnswering` (pair encoding), or the question segment only when
+                `passage_states` is given (see [`DeformerBertModel.forward`]).
+            start_positions, end_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
+                Gold span boundaries (token indices in the layout of the logits); positions outside the sequence are
+                ignored, as in BERT.
+            passage_states ([`DeformerPassageOutput`], *optional*):
+                Cached passage states; the logits then cover `question_length + passage_length` positions,
+                question tokens first.
+            teacher_start_logits, teacher_end_logits (`torch.FloatTensor` of shape `(batch_size, sequence_length)`,
+                *optional*): Teacher logits on the same pair encoding, for L_kd.
+            teacher_hidden_states (`tuple(torch.FloatTensor)`, *optional*):
+                The teacher's `hidden_states` (embeddings + n layers, each `(batch_size, sequence_length, hidden)`),
+                for L_lrs; the teacher must have the same depth and hidden size.
+            output_hidden_states (`bool`, *optional*): return every layer's states.
+            return_dict (`bool`, *optional*, keyword): return a tuple when False (`@can_return_tuple`, as
+                `BertForQuestionAnswering`).
+
+        Returns:
+            [`~transformers.modeling_outputs.QuestionAnsweringModelOutput`] with `loss` first when positions are
+            given.
+
+        Raises:
+            ValueError: as [`DeformerBertModel.forward`]; teacher tensors whose shapes do not match.
+        """
+        need_states = teacher_hidden_states is not None and self.config.lrs_loss_weight > 0
+        outputs = self.bert(
+            input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            passage_states=passage_states,
+            output_hidden_states=bool(output_hidden_states) or need_states,
+            **kwargs,
+        )  # DeformerBertModel always returns its output dataclass
+        sequence_output = outputs.last_hidden_state
+        logits = self.qa_outputs(sequence_output)
+        start_logits, end_logits = logits.split(1, dim=-1)
+        start_logits = start_logits.squeeze(-1).contiguous()
+        end_logits = end_logits.squeeze(-1).contiguous()
+
+        total_loss = None
+        if start_positions is not None and end_positions is not None:
+            if start_positions.dim() > 1:
+                start_positions = start_positions.squeeze(-1)
+            if end_positions.dim() > 1:
+                end_positions = end_positions.squeeze(-1)
+            ignored_index = start_logits.size(1)
+            start_positions = start_positions.clamp(0, ignored_index)
+            end_positions = end_positions.clamp(0, ignored_index)
+            loss_fct = nn.CrossEntropyLoss(ignore_index=ignored_index)
+            total_loss = (loss_fct(start_logits, start_positions) + loss_fct(end_logits, end_positions)) / 2
+            mask = outputs.attention_mask.bool()
+            if teacher_start_logits is not None and teacher_end_logits is not None and self.config.kd_loss_weight > 0:
+                kd = (
+                    self.distillation_loss(start_logits, teacher_start_logits, mask)
+                    + self.distillation_loss(end_logits, teacher_end_logits, mask)
+                ) / 2
+                total_loss = total_loss + self.config.kd_loss_weight * kd
+            if need_states:
+                lrs = self.layerwise_similarity_loss(outputs.hidden_states, teacher_hidden_states, mask)
+                total_loss = total_loss + self.config.lrs_loss_weight * lrs
+
+        hidden_states = outputs.hidden_states if output_hidden_states else None
+        return QuestionAnsweringModelOutput(
+            loss=total_loss, start_logits=start_logits, end_logits=end_logits, hidden_states=hidden_states
+        )
+
+    def distillation_loss(
+        self, student_logits: torch.Tensor, teacher_logits: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
+        r"""Knowledge-distillation loss L_kd for one boundary (start or end):
+        `T^2 * KL(softmax(teacher / T) || softmax(student / T))`, batch mean, padding positions excluded.
+
+        Args:
+            student_logits, teacher_logits (`torch.FloatTensor` of shape `(batch_size, sequence_length)`).
+            mask (`torch.BoolTensor` of shape `(batch_size, sequence_length)`): True for real tokens.
+
+        Returns:
+            Scalar `torch.Tensor`.
+
+        Raises:
+            ValueError: if the teacher's logits do not have the student's shape.
+        """
+        if teacher_logits.shape != student_logits.shape:
+            raise ValueError(
+                f"teacher logits shape {tuple(teacher_logits.shape)} != student logits shape "
+                f"{tuple(student_logits.shape)}: run the teacher on the same pair encoding."
+            )
+        temperature = self.config.distillation_temperature
+        floor = torch.finfo(student_logits.dtype).min
+        student = student_logits.masked_fill(~mask, floor) / temperature
+        teacher = teacher_logits.detach().to(student_logits.dtype).masked_fill(~mask, floor) / temperature
+        kl = F.kl_div(F.log_softmax(student, dim=-1), F.log_softmax(teacher, dim=-1), log_target=True,
+                      reduction="batchmean")
+        return kl * temperature**2
+
+    def layerwise_similarity_loss(
+        self, student_states: tuple[torch.Tensor, ...], teacher_states: tuple[torch.Tensor, ...], mask: torch.Tensor
+    ) -> torch.Tensor:
+        r"""Layerwise representation similarity
+        L_lrs = 1 / (n - k) * sum_{i=k+1}^{n} mean_j ||v_j^i - u_j^i||^2 / hidden_size,
+        over the real tokens j of the batch (u: DeFormer, v: full model; `hidden_states` index i is layer i's
+        output, index 0 the embeddings): the upper layers' outputs, as the authors' code compares them. Zero when
+        k = 0 or k = n (no upper layer to align).
+
+        Args:
+            student_states, teacher_states (`tuple(torch.FloatTensor)`): `n + 1` tensors of shape
+                `(batch_size, sequence_length, hidden_size)` each.
+            mask (`torch.BoolTensor` of shape `(batch_size, sequence_length)`).
+
+        Returns:
+            Scalar `torch.Tensor`.
+
+        Raises:
+            ValueError: if the teacher has a different number of layers or state shapes.
+        """
+        n = self.config.num_hidden_layers
+        if len(teacher_states) != n + 1 or len(student_states) != n + 1:
+            raise ValueError(
+                f"teacher_hidden_states must hold {n + 1} tensors (embeddings + {n} layers), got {len(teacher_states)}."
+            )
+        weights = mask.to(student_states[0].dtype).unsqueeze(-1)
+        count = weights.sum() * student_states[0].shape[-1]
+        loss = student_states[0].new_zeros(())
+        upper = range(self.config.num_decomposed_layers + 1, n + 1)
+        for i in upper:
+            if teacher_states[i].shape != student_states[i].shape:
+                raise ValueError(
+                    f"teacher hidden state {i} has shape {tuple(teacher_states[i].shape)}, expected "
+                    f"{tuple(student_states[i].shape)}."
+                )
+            diff = (student_states[i] - teacher_states[i].detach().to(student_states[i].dtype)) * weights
+            loss = loss + diff.pow(2).sum() / count
+        return loss / max(len(upper), 1)
+
+
+DeformerBertConfig.register_for_auto_class()
+DeformerBertModel.register_for_auto_class("AutoModel")
+DeformerBertForQuestionAnswering.register_for_auto_class("AutoModelForQuestionAnswering")
+
+__all__ = [
+    "DeformerBertForQuestionAnswering",
+    "DeformerBertModel",
+    "DeformerBertPreTrainedModel",
+    "DeformerPassageOutput",
+    "DeformerBertModelOutput",
+]
