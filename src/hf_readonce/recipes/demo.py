@@ -32,7 +32,7 @@ from transformers import TrainingArguments
 
 from ..tasks.question_answering import format_scores
 from .deformer_qa import DataArguments, ModelArguments, run
-from .reference_qa import CALIBRATION_FRACTION
+from .reference_qa import CALIBRATION_FRACTION, hardware_description
 
 
 def _default_data_dir() -> str:
@@ -48,10 +48,7 @@ def _bf16_supported() -> bool:
 
 def _teacher_line(teacher: str) -> str | None:
     """The reference checkpoint's recorded Disfl-QA validation scores (from its `metrics.json`), if any."""
-    metrics_file = Path(teacher) / "metrics.json"
-    if not metrics_file.is_file():
-        return None
-    recorded = json.loads(metrics_file.read_text()).get("validation", {}).get("disfl_qa")
+    recorded = _recorded(teacher, "metrics.json").get("validation", {}).get("disfl_qa")
     if not recorded or "eval_exact_match" not in recorded:
         return None
     scores = {key[len("eval_"):]: value for key, value in recorded.items() if key.startswith("eval_")}
@@ -72,8 +69,7 @@ def _write_train_results(output_dir: str, argv, args, metrics: dict) -> None:
             "max_steps": args.max_steps, "batch_size": args.batch_size, "learning_rate": args.learning_rate,
             "distillation": not args.no_distillation, "train_seconds": metrics.get("train_seconds"),
             "train_loss": metrics.get("train_loss"), "torch_threads": torch.get_num_threads(),
-            "hardware": f"{os.cpu_count()} CPU cores" if not torch.cuda.is_available() else
-            torch.cuda.get_device_name()}
+            "hardware": hardware_description()}
     with open(Path(output_dir) / "train_results.json", "w") as handle:
         json.dump(info, handle, indent=2)
 

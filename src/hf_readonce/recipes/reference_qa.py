@@ -40,6 +40,13 @@ def split_calibration(examples: list[dict], fraction: float = CALIBRATION_FRACTI
     return train, calibration
 
 
+def hardware_description() -> str:
+    """What a run's `train_results.json` records as its hardware: the CUDA device's name, else "N CPU cores"."""
+    import torch
+
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else f"{os.cpu_count()} CPU cores"
+
+
 def training_rows(examples, tokenizer, max_question_length=48, max_passage_length=208, doc_stride=64,
                   negative_window_fraction=1.0, seed=42) -> list[dict]:
     """Pair-encoded training rows with start/end labels (0 = `[CLS]`, no answer in this window).
@@ -115,7 +122,7 @@ def train(args) -> dict:
         "global_step": result.global_step, "features": counts, "max_seq_length": args.max_seq_length,
         "max_question_length": args.max_question_length, "doc_stride": args.doc_stride,
         "batch_size": args.batch_size, "learning_rate": args.learning_rate, "torch_threads": torch.get_num_threads(),
-        "hardware": f"{os.cpu_count()} CPU cores" if not torch.cuda.is_available() else torch.cuda.get_device_name(),
+        "hardware": hardware_description(),
     }
     with open(Path(args.output_dir) / "train_results.json", "w") as handle:
         json.dump(info, handle, indent=2)
@@ -190,9 +197,8 @@ def export(args) -> Path:
     import torch
     from transformers import AutoConfig, AutoTokenizer, BertForQuestionAnswering
 
-    from ..weights import write_checksums
-
     from .. import DeformerBertForQuestionAnswering, register_models
+    from ..weights import write_checksums
 
     register_models()
     model_type = AutoConfig.from_pretrained(args.model_dir).model_type
