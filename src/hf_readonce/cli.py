@@ -519,7 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
     model_options(encode)
     encode.add_argument("--documents", required=True, help="JSONL file, one document per line")
     encode.add_argument("--max-document-length", type=int, default=None,
-                        help="ReadOnce BART: tokens read per document (default 256)")
+                        help="ReadOnce BART: tokens read per document (default: the model's chunk length x k, its T*k capacity, §5.5; longer documents are read in chunks; pass 256 for stores written by 0.2 and earlier)")
     encode.add_argument("--text-field", default="context", help="field holding the text (default: context)")
     encode.add_argument("--id-field", default="id", help="field naming the document in reports (default: id)")
     encode.add_argument("--dtype", choices=("fp32", "fp16", "bf16"), default="fp16",

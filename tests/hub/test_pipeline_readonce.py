@@ -101,3 +101,32 @@ def test_published_pipelines_load_without_hf_readonce(published, tokenizer, tmp_
     assert result.returncode == 0, result.stderr[-3000:]
     line = next(line for line in result.stdout.splitlines() if line.startswith("OUT "))
     assert json.loads(line[4:]) == expected
+
+
+def test_long_documents_are_read_in_chunks_up_to_t_times_k(tokenizer):
+    """§5.5: a document longer than the model's positions is read in chunks of T tokens, up to the T·k capacity
+    by default (not cut at 256 tokens), by the pipeline and by the store adapter alike."""
+    from hf_readonce import ReadOnceBartConfig, ReadOnceBartForConditionalGeneration
+    from hf_readonce.representations import get_adapter
+
+    torch.manual_seed(0)
+    model = ReadOnceBartForConditionalGeneration(ReadOnceBartConfig(
+        vocab_size=30522, d_model=16, encoder_layers=2, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=128,
+        compression_ratio=4, pad_token_id=0, bos_token_id=101, eos_token_id=102, decoder_start_token_id=101,
+        forced_eos_token_id=None)).eval()  # T = 128 positions, T * k = 512 tokens
+    document = " ".join(f"Sentence {i} of a long story about Anne Elliot." for i in range(40))
+    n = len(tokenizer(document)["input_ids"])
+    assert 256 < n <= 512
+    adapter = get_adapter(model, tokenizer)
+    assert adapter.max_document_length == 512
+    stored = adapter.encode([document])[0]
+    assert int(stored["num_tokens"][0]) == n and stored["representations"].shape[0] == -(-n // 4)
+    seen = []
+    original = model.encode_documents
+    model.encode_documents = lambda ids, *a, **k: seen.append(ids.shape[1]) or original(ids, *a, **k)
+    pipe = ReadOnceText2TextGenerationPipeline(model=model, tokenizer=tokenizer)
+    pipe("Who is the story about?", document=document, max_new_tokens=3)
+    assert seen == [n]  # the whole document, read in ceil(n / 128) chunks by the model
+    pipe("Who is the story about?", document=document, max_new_tokens=3, max_document_len=100)
+    assert seen[-1] == 100

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 from transformers import Seq2SeqTrainingArguments
 
 from hf_readonce.recipes.readonce import ReadOnceArguments, load_rows, run
@@ -44,16 +45,82 @@ def test_readonce_two_stages_with_store_and_baseline(data_dir, tmp_path):
     assert 0 <= baseline["eval_rougeL"] <= 100
     # downstream from the QA-trained checkpoint (§3.4): no stage 1, document encoder frozen, stored representations;
     # two validation files are scored separately
-    import torch
-
     from hf_readonce import ReadOnceBartForConditionalGeneration
 
     downstream = run(ReadOnceArguments(task="qa", model_name_or_path=str(tmp_path / "ro"), stage1_steps=0,
-                                       stage2_steps=1, **{**common, "validation_file": common["validation_file"] + ","
+                                       stage2_steps=1, compression_ratio=4, **{**common, "validation_file": common["validation_file"] + ","
                                                           + str(data_dir / "quoref" / "validation.jsonl")}),
                      _args(tmp_path / "down"))
     assert "stage1_train_loss" not in downstream and downstream["stage2_seconds_per_batch"] > 0
     assert downstream["eval_disfl_qa_examples"] == downstream["eval_quoref_examples"] == 4
+    # §5.2: fine-tuned at k = 4 from the k = 8 checkpoint; the window keeps its overlap (none)
+    saved = json.loads((tmp_path / "down" / "config.json").read_text())
+    assert downstream["compression_ratio"] == saved["compression_ratio"] == saved["window_size"] == 4
     before = ReadOnceBartForConditionalGeneration.from_pretrained(tmp_path / "ro").document_encoder.state_dict()
     after = ReadOnceBartForConditionalGeneration.from_pretrained(tmp_path / "down").document_encoder.state_dict()
     assert all(torch.equal(before[key], after[key]) for key in before)  # frozen: the stored representations hold
+
+
+def _write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(path)
+
+
+def _squad_rows(prefix, n):
+    return [{"id": f"{prefix}{i}", "question": f"q{i}?", "context": f"{prefix} context {i}.",
+             "answers": {"text": [f"{prefix}"], "answer_start": [0]}} for i in range(n)]
+
+
+def test_load_rows_balances_sources(tmp_path):
+    """§3.3: as many questions from each source, the smaller one repeated (datasets.interleave_datasets)."""
+    small = _write_jsonl(tmp_path / "small.jsonl", _squad_rows("small", 2))
+    large = _write_jsonl(tmp_path / "large.jsonl", _squad_rows("large", 5))
+    concatenated = load_rows("qa", f"{small},{large}")
+    assert [r["id"][:5] for r in concatenated].count("small") == 2 and len(concatenated) == 7
+    balanced = load_rows("qa", f"{small},{large}", balance=True)
+    sources = [r["id"][:5] for r in balanced]
+    assert sources.count("small") == sources.count("large") == 5  # every large row once, small ones repeated
+    assert {r["id"] for r in balanced} == {r["id"] for r in concatenated}
+    assert [r["id"][:5] for r in load_rows("qa", f"{small},{large}", limit=4, balance=True)] == ["small", "large"] * 2
+    assert load_rows("qa", large, balance=True) == load_rows("qa", large)  # one source: nothing to balance
+    empty = _write_jsonl(tmp_path / "empty.jsonl", [])
+    with pytest.raises(ValueError, match="empty.jsonl"):
+        load_rows("qa", f"{small},{empty}", balance=True)
+
+
+def test_learning_rates_follow_section_4_1():
+    from hf_readonce.recipes.readonce import learning_rates
+
+    training = Seq2SeqTrainingArguments(output_dir="unused", learning_rate=1e-5, report_to="none")
+    assert learning_rates(ReadOnceArguments(), training) == (1e-5, pytest.approx(1e-4))
+    assert learning_rates(ReadOnceArguments(bart_learning_rate=2e-5, new_learning_rate=3e-3), training) == (2e-5, 3e-3)
+    with pytest.raises(ValueError, match="new_learning_rate"):
+        learning_rates(ReadOnceArguments(new_learning_rate=0.0), training)
+
+
+def test_training_uses_the_models_parameter_groups(tmp_path):
+    """The Trainer's optimizer is `optimizer_parameter_groups()`: with a vanishing learning rate for the pretrained
+    weights only the aggregation (the new weights) moves."""
+    from transformers import AutoTokenizer
+
+    from hf_readonce import ReadOnceBartConfig, ReadOnceBartForConditionalGeneration
+    from hf_readonce.recipes.readonce import ReadOnceCollator, _train
+    from hf_readonce.weights import minilm_path
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    torch.manual_seed(0)
+    model = ReadOnceBartForConditionalGeneration(ReadOnceBartConfig(
+        vocab_size=tokenizer.vocab_size, d_model=16, encoder_layers=2, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
+        compression_ratio=4, pad_token_id=0, bos_token_id=101, eos_token_id=102, decoder_start_token_id=101))
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    rows = [{"id": str(i), "question": "who?", "document": "Emma was written by Jane Austen in 1815.",
+             "targets": ["Jane Austen"]} for i in range(4)]
+    args = ReadOnceArguments(max_document_length=32)
+    model, stats = _train(model, rows, ReadOnceCollator(tokenizer, args), _args(tmp_path, weight_decay=0.0,
+                                                                              max_steps=2), 2, (1e-30, 1e-2))
+    change = {name: float((p.detach() - before[name]).abs().max()) for name, p in model.named_parameters()}
+    new = {name for name in change if name.startswith("document_encoder.aggregation.")}
+    assert new and max(change[name] for name in new) > 1e-3  # lr 1e-2
+    assert max(delta for name, delta in change.items() if name not in new) < 1e-20  # lr 1e-30
+    assert stats["train_loss"] > 0

@@ -11,6 +11,11 @@ Variants, all from the same warm start (a BART built from a BERT checkpoint, [`h
   [`RepresentationStore`], and fine-tunes the representation+text model on them (§3.4); evaluation then reads the
   validation representations from the store.
 
+Training recipe (§3.3, §4.1, §5.2, §5.5): the optimizer is the model's `optimizer_parameter_groups()` (pretrained
+weights at `bart_learning_rate`, the new aggregation at `new_learning_rate`, 10x by default); several train files
+are balanced with `datasets.interleave_datasets`; `compression_ratio` on a ReadOnce checkpoint fine-tunes it at that
+k; documents are read up to the model's T·k capacity, longer than one chunk in chunks.
+
 Metrics: SQuAD EM/F1 for QA, ROUGE-L (F-measure, percent) for summarization, both from torchmetrics, and the
 teacher-forced loss of the gold targets before and after training; the training time per batch is recorded.
 """
@@ -28,6 +33,7 @@ import torch
 from transformers import AutoTokenizer, Seq2SeqTrainer, Seq2SeqTrainingArguments
 
 from ..models.readonce_bart.convert_bert_to_readonce_bart import readonce_bart_from_bert
+from ..models.readonce_bart.configuration_readonce_bart import ReadOnceBartConfig
 from ..models.readonce_bart.modeling_readonce_bart import ReadOnceBartForConditionalGeneration
 from ..representations.fill import fill_store
 from ..representations.readonce_bart import ReadOnceBartAdapter
@@ -53,9 +59,22 @@ class ReadOnceArguments:
     train_file: str = field(default=None, metadata={"help": "JSONL; several files separated by commas"})
     validation_file: str = field(default=None, metadata={"help": "JSONL; several files separated by commas are "
                                                                  "scored separately (eval_<folder name>_...)"})
-    compression_ratio: int = field(default=8)
+    compression_ratio: int = field(default=None, metadata={
+        "help": "k; default 8 for a model converted from BERT, the checkpoint's for a readonce_bart checkpoint. A k "
+                "other than the checkpoint's fine-tunes it at that k (§5.2; the window keeps its overlap w - k)."})
     append_layer: int = field(default=None, metadata={"help": "L: question-only encoder layers before the representations are appended (Fig. 3; default: half the encoder)."})
-    max_document_length: int = field(default=256)
+    max_document_length: int = field(default=None, metadata={
+        "help": "document tokens read; default the model's T*k capacity (config.document_chunk_length * k, §5.5): "
+                "a document longer than one chunk of T tokens is read in chunks, not cut"})
+    bart_learning_rate: float = field(default=None, metadata={
+        "help": "learning rate of the weights that come from the pretrained checkpoint (§4.1: 1e-5 from BART); "
+                "default: --learning_rate"})
+    new_learning_rate: float = field(default=None, metadata={
+        "help": "learning rate of the newly initialized weights (the aggregation); default: 10 x the former, the "
+                "ratio of §4.1 (1e-4 vs 1e-5)"})
+    balance_sources: bool = field(default=True, metadata={
+        "help": "with several --train_file files, draw as many training questions from each (the smaller ones "
+                "repeated, §3.3) with datasets.interleave_datasets; --nobalance_sources concatenates them"})
     max_question_length: int = field(default=32)
     max_target_length: int = field(default=32)
     max_train_samples: int = field(default=None)
@@ -71,11 +90,37 @@ class ReadOnceArguments:
     eval_compression_ratios: str = field(default=None, metadata={"help": "also evaluate at these k (comma list)"})
 
 
-def load_rows(task: str, path: str, limit: int | None = None) -> list[dict]:
+def load_rows(task: str, path: str, limit: int | None = None, balance: bool = False, seed: int = 42) -> list[dict]:
     """Rows `{id, question, document, targets}`: QA rows from SQuAD-style JSONL (unanswerable and empty rows set
-    aside; several files separated by commas), summarization rows from XSum JSONL (question "summary")."""
+    aside; several files separated by commas), summarization rows from XSum JSONL (question "summary").
+
+    Args:
+        task (`str`): `"qa"` or `"summarization"`.
+        path (`str`): one JSONL file, or several separated by commas.
+        limit (`int`, *optional*): keep the first `limit` rows (of the balanced mixture with `balance`).
+        balance (`bool`, defaults to `False`): with several files, interleave them so that each contributes as many
+            rows, the smaller ones repeated until the largest is used up (§3.3: "the same number of questions are
+            selected from both the datasets in each batch (by duplicating SQuAD questions)";
+            `datasets.interleave_datasets(..., stopping_strategy="all_exhausted")`). Under a shuffling sampler a
+            batch then holds the sources in equal proportion in expectation, and exactly over the whole mixture.
+        seed (`int`, defaults to 42): unused by the alternating interleave today; kept for a reproducible mixture.
+
+    Raises:
+        ValueError: an unknown `task`.
+    """
+    files = path.split(",")
+    if balance and len(files) > 1:
+        from datasets import Dataset, interleave_datasets
+
+        parts = [load_rows(task, file) for file in files]
+        empty = [file for file, rows in zip(files, parts) if not rows]
+        if empty:
+            raise ValueError(f"`train_file` {', '.join(empty)} holds no usable rows; cannot balance the sources.")
+        mixture = interleave_datasets([Dataset.from_list(rows) for rows in parts], seed=seed,
+                                      stopping_strategy="all_exhausted").to_list()
+        return mixture[:limit] if limit else mixture
     rows = []
-    for file in path.split(","):
+    for file in files:
         if task == "qa":
             examples, _ = load_qa_examples(file)
             for e in examples:
@@ -153,10 +198,29 @@ class _TimedTrainer(Seq2SeqTrainer):
         return loss
 
 
-def _train(model, rows, collator, training_args, steps: int):
+def learning_rates(args: ReadOnceArguments, training_args) -> tuple[float, float]:
+    """`(bart_learning_rate, new_learning_rate)` of a run: the arguments, else `training_args.learning_rate` for
+    the pretrained weights and 10x that for the new ones (§4.1's 1e-5 / 1e-4).
+
+    Raises:
+        ValueError: a learning rate that is not positive (naming it).
+    """
+    bart = args.bart_learning_rate if args.bart_learning_rate is not None else training_args.learning_rate
+    new = args.new_learning_rate if args.new_learning_rate is not None else 10 * bart
+    for name, value in (("bart_learning_rate", bart), ("new_learning_rate", new)):
+        if not value > 0:
+            raise ValueError(f"`{name}` must be positive, got {value!r}.")
+    return bart, new
+
+
+def _train(model, rows, collator, training_args, steps: int, rates: tuple[float, float]):
     args = dataclasses.replace(training_args, max_steps=steps, remove_unused_columns=False)
+    # The paper's two learning rates (§4.1): the model's own parameter groups, the Trainer's scheduler on top.
+    optimizer = torch.optim.AdamW(model.optimizer_parameter_groups(*rates, weight_decay=args.weight_decay),
+                                  betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon)
     # rows are plain dicts batched by the collator, so a list is the dataset
-    trainer = _TimedTrainer(model=model, args=args, train_dataset=rows, data_collator=collator)
+    trainer = _TimedTrainer(model=model, args=args, train_dataset=rows, data_collator=collator,
+                            optimizers=(optimizer, None))
     result = trainer.train()
     times = sorted(trainer.step_times)
     return trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False), {
@@ -253,16 +317,31 @@ def run(args: ReadOnceArguments, training_args: Seq2SeqTrainingArguments) -> dic
     tokenizer = AutoTokenizer.from_pretrained(path)
     config_file = os.path.join(path, "config.json")
     if os.path.isfile(config_file) and json.load(open(config_file)).get("model_type") == "readonce_bart":
-        model = ReadOnceBartForConditionalGeneration.from_pretrained(path)
+        config = ReadOnceBartConfig.from_pretrained(path)
+        if args.compression_ratio is not None and args.compression_ratio != config.compression_ratio:
+            # §5.2: the checkpoint fine-tuned at another k; the window keeps its overlap w - k.
+            overlap = config.window_size - config.compression_ratio
+            config = ReadOnceBartConfig.from_dict({**config.to_dict(), "compression_ratio": args.compression_ratio,
+                                                   "window_size": args.compression_ratio + overlap})
+        model = ReadOnceBartForConditionalGeneration.from_pretrained(path, config=config)
     else:
-        kwargs = {"compression_ratio": args.compression_ratio}
+        kwargs = {"compression_ratio": 8 if args.compression_ratio is None else args.compression_ratio}
         if args.append_layer is not None:
             kwargs["append_layer"] = args.append_layer
         model = readonce_bart_from_bert(path, seed=training_args.seed, **kwargs)
     model.to(training_args.device)
+    if args.max_document_length is None:
+        # readonce: the T*k capacity (§5.5), longer documents read in chunks; baseline: what fits BART's positions
+        config = model.config
+        args = dataclasses.replace(args, max_document_length=(
+            config.document_chunk_length * config.compression_ratio if args.variant == "readonce"
+            else config.max_position_embeddings - args.max_question_length))
+    rates = learning_rates(args, training_args)
     metrics = {"task": args.task, "variant": args.variant, "compression_ratio": model.config.compression_ratio,
-               "model": path}
-    train_rows = load_rows(args.task, args.train_file, args.max_train_samples) if training_args.do_train else []
+               "model": path, "max_document_length": args.max_document_length, "bart_learning_rate": rates[0],
+               "new_learning_rate": rates[1]}
+    train_rows = (load_rows(args.task, args.train_file, args.max_train_samples, balance=args.balance_sources,
+                            seed=training_args.seed) if training_args.do_train else [])
     eval_sets = {}
     if training_args.do_eval:
         files = args.validation_file.split(",")
@@ -280,7 +359,8 @@ def run(args: ReadOnceArguments, training_args: Seq2SeqTrainingArguments) -> dic
         for name, rows in eval_sets.items():
             metrics[f"{name}_loss_before_training"] = round(evaluation_loss(model, tokenizer, rows, args,
                                                                             batch_size=batch), 4)
-        model, stats = _train(model, train_rows, ReadOnceCollator(tokenizer, args), training_args, stage1_steps)
+        model, stats = _train(model, train_rows, ReadOnceCollator(tokenizer, args), training_args, stage1_steps,
+                              rates)
         metrics.update({f"stage1_{k}": v for k, v in stats.items()})
     lookup = None
     if args.variant == "readonce" and args.stage2_steps > 0:
@@ -297,7 +377,7 @@ def run(args: ReadOnceArguments, training_args: Seq2SeqTrainingArguments) -> dic
         lookup = store_lookup_fn(store, adapter)
         if training_args.do_train:
             model, stats = _train(model, train_rows, ReadOnceCollator(tokenizer, args, lookup), training_args,
-                                  args.stage2_steps)
+                                  args.stage2_steps, rates)
             metrics.update({f"stage2_{k}": v for k, v in stats.items()})
     model.float()
     for name, rows in eval_sets.items():
@@ -323,6 +403,7 @@ __all__ = [
     "evaluate",
     "evaluation_loss",
     "lead_sentences",
+    "learning_rates",
     "load_rows",
     "run",
     "score_generations",

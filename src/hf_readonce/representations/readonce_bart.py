@@ -16,13 +16,16 @@ from .registry import register_adapter
 
 class ReadOnceBartAdapter:
     r"""Stores ReadOnce representations (Lin et al. 2021) of whole documents: `representations` `(m, d_model)`
-    (m = ceil(n / k)) and `num_tokens` `(1,)` int32 per document. Documents are truncated to
-    `max_document_length` tokens; longer ones are split into chunks by the model itself when
-    `config.document_chunk_length` is smaller.
+    (m = ceil(n / k)) and `num_tokens` `(1,)` int32 per document. Documents are read up to `max_document_length`
+    tokens; a document longer than the model's `config.document_chunk_length` (T) is read in chunks of T tokens
+    by the model itself (§5.5), so by default nothing is cut below the T·k capacity of the representation+text model.
 
     Args:
         model ([`ReadOnceBartForConditionalGeneration`]), tokenizer: the model and its tokenizer.
-        max_document_length (`int`, defaults to 256): tokens read per document.
+        max_document_length (`int`, *optional*): tokens read per document (longer documents are truncated).
+            Defaults to `config.document_chunk_length * k`, the T·k capacity of §5.5 (T·k / k = T representations,
+            as many positions as one chunk of text). hf-readonce 0.2 and earlier defaulted to 256; pass 256 to
+            read stores they wrote (the length is part of the settings a store is keyed by).
         compression_ratio (`int`, *optional*): k (defaults to the model's); part of the settings, so
             representations of another k are never returned for this one.
         batch_size (`int`, defaults to 32): documents per `encode_documents` call.
@@ -35,22 +38,26 @@ class ReadOnceBartAdapter:
     representation = "readonce_representations/v1"
     checkpoint_model_types = ("readonce_bart",)
     cli_settings = {
-        "max_document_length": ("--max-document-length", 256, "tokens read per document"),
+        "max_document_length": ("--max-document-length", None,
+                                "tokens read per document (default: the model's chunk length x k, §5.5; "
+                                "0.2 and earlier: 256)"),
     }
 
-    def __init__(self, model, tokenizer, max_document_length: int = 256, compression_ratio: int | None = None,
+    def __init__(self, model, tokenizer, max_document_length: int | None = None, compression_ratio: int | None = None,
                  batch_size: int = 32):
         for name, value in (("max_document_length", max_document_length), ("compression_ratio", compression_ratio),
                             ("batch_size", batch_size)):
-            if value is None and name == "compression_ratio":
+            if value is None and name in ("compression_ratio", "max_document_length"):
                 continue
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"`{name}` must be an int, got {value!r}.")
             if value < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {value}.")
         self.model, self.tokenizer = model, tokenizer
-        self.max_document_length, self.batch_size = max_document_length, batch_size
+        self.batch_size = batch_size
         self.compression_ratio = compression_ratio if compression_ratio is not None else model.config.compression_ratio
+        self.max_document_length = (max_document_length if max_document_length is not None
+                                    else model.config.document_chunk_length * self.compression_ratio)
         self._tokenizer_hash = tokenizer_fingerprint(tokenizer)
 
     @classmethod

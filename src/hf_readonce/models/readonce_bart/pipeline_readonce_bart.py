@@ -42,8 +42,9 @@ class ReadOnceText2TextGenerationPipeline(Pipeline):
         max_new_tokens (`int`, defaults to 32): tokens generated per text.
         num_beams (`int`, defaults to 1): beam search width.
         max_question_len (`int`, defaults to 32): text tokens read (longer texts are truncated).
-        max_document_len (`int`, defaults to 256): document tokens read (longer documents are truncated; the model
-            splits documents longer than its positions into chunks itself).
+        max_document_len (`int`, *optional*): document tokens read (longer documents are truncated). Defaults to
+            `config.document_chunk_length * k`, the T·k capacity of §5.5: a document longer than one chunk of T
+            tokens is read in chunks by the model itself, not cut.
         compression_ratio (`int`, *optional*): k at inference (§5.2); defaults to the model's.
         generate_kwargs (`dict`, *optional*): further `generate` arguments.
         batch_size (`int`, defaults to 32): texts per `generate` call.
@@ -89,6 +90,8 @@ class ReadOnceText2TextGenerationPipeline(Pipeline):
             if not isinstance(generate_kwargs, dict):
                 raise TypeError(f"`generate_kwargs` must be a dict, got {type(generate_kwargs).__name__}.")
             forward["generate_kwargs"] = dict(generate_kwargs)
+        if "compression_ratio" in forward:  # the default document length is T * k at this call's k
+            preprocess["compression_ratio"] = forward["compression_ratio"]
         return preprocess, forward, {}
 
     def _pairs(self, text, document) -> list[tuple[str, str]]:
@@ -136,8 +139,12 @@ class ReadOnceText2TextGenerationPipeline(Pipeline):
         outputs = self.run_single(group, preprocess_params, forward_params, postprocess_params)
         return outputs[0] if single else outputs
 
-    def preprocess(self, group, max_question_len=32, max_document_len=256):
-        """Tokenize the distinct documents and the texts (padded tensors)."""
+    def preprocess(self, group, max_question_len=32, max_document_len=None, compression_ratio=None):
+        """Tokenize the distinct documents (at most `max_document_len` tokens, default T·k) and the texts (padded
+        tensors)."""
+        if max_document_len is None:
+            config = self.model.config
+            max_document_len = config.document_chunk_length * (compression_ratio or config.compression_ratio)
         docs = self.tokenizer(group["documents"], truncation=True, max_length=max_document_len, padding=True,
                               return_tensors="pt")
         texts = self.tokenizer(group["texts"], truncation=True, max_length=max_question_len, padding=True,
