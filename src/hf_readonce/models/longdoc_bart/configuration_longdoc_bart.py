@@ -1,0 +1,105 @@
+# Copyright 2026 The hf-readonce developers.
+# Licensed under the Apache License, Version 2.0.
+"""LongDoc BART configuration: BART with neighborhood and convolutional attention for long-document summarization
+(Kosaraju, Ang and Nabulsi, "Faster Transformers for Document Summarization", CS224N report; issue 13)."""
+
+from transformers import BartConfig
+
+ENCODER_ATTENTION_TYPES = ("full", "neighborhood", "convolutional", "convolutional_per_head",
+                           "neighborhood_convolutional")
+DECODER_ATTENTION_TYPES = ("full", "neighborhood")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class LongDocBartConfig(BartConfig):
+    r"""
+    Configuration of [`LongDocBartForConditionalGeneration`]: a BART whose encoder self-attention is neighborhood
+    attention or convolutional attention (paper §2.3, "Proposed Models", Fig. 1), and whose decoder self-attention
+    may be causal neighborhood attention.
+
+    Every [`~transformers.BartConfig`] argument is accepted unchanged, so any BART checkpoint's `config.json` loads
+    into it (with the defaults below). The extra arguments are:
+
+    Args:
+        encoder_attention_type (`str`, *optional*, defaults to `"neighborhood"`):
+            The self-attention of every encoder layer:
+
+            - `"full"`: BART's attention (the paper's baseline).
+            - `"neighborhood"`: token i attends to the tokens j with `|i - j| <= neighborhood_radius` (the 2r + 1
+              "surrounding words", §2.3 "Neighborhood Attention"). O(n·r) time and memory.
+            - `"convolutional"`: the projected queries, keys and values are shortened by one Conv1d (kernel
+              `conv_kernel_size`, stride `conv_stride`) over all `d_model` channels, full attention runs over the
+              ceil(n / stride) compressed positions, and a ConvTranspose1d restores length n (§2.3 "Convolutional
+              Model", Fig. 1 left: "the same convolution across all the heads").
+            - `"convolutional_per_head"`: the same with one convolution per head (grouped convolutions,
+              `groups = num_heads`; Fig. 1 middle, "Multi-Head Conv-Attn").
+            - `"neighborhood_convolutional"`: both combined (the paper's future work, §3.4): the shared convolution
+              of `"convolutional"`, then neighborhood attention over the compressed positions with radius
+              `ceil(neighborhood_radius / conv_stride)` compressed positions (the same reach in tokens, rounded up).
+        neighborhood_radius (`int`, *optional*, defaults to 100):
+            r, the paper's neighborhood size (§3.2: r = 100). `>= 0` (r = 0: each token attends to itself only).
+        conv_kernel_size (`int`, *optional*, defaults to 3):
+            Kernel of the (de)convolutions (§3.2: "filters of size 3"). `>= 1`.
+        conv_stride (`int`, *optional*, defaults to 3):
+            Stride of the (de)convolutions (§3.2: "stride 3"). In `[1, conv_kernel_size]`, so that every token is
+            covered by at least one window.
+        decoder_attention_type (`str`, *optional*, defaults to `"full"`):
+            The self-attention of every decoder layer: `"full"` (BART's causal attention) or `"neighborhood"` (causal
+            neighborhood: the query at position t attends to positions `t - r .. t`, also with generate()'s KV
+            cache). Cross-attention is always full.
+
+    Raises:
+        ValueError: naming the argument, if an attention type is unknown, `neighborhood_radius` is not an int
+            `>= 0`, `conv_kernel_size` is not an int `>= 1`, or `conv_stride` is not an int in
+            `[1, conv_kernel_size]`.
+
+    Example:
+
+    ```python
+    >>> from hf_readonce import LongDocBartConfig
+    >>> config = LongDocBartConfig(encoder_attention_type="convolutional_per_head")
+    >>> (config.neighborhood_radius, config.conv_kernel_size, config.conv_stride, config.decoder_attention_type)
+    (100, 3, 3, 'full')
+    ```
+    """
+
+    model_type = "longdoc_bart"
+
+    def __init__(
+        self,
+        encoder_attention_type: str = "neighborhood",
+        neighborhood_radius: int = 100,
+        conv_kernel_size: int = 3,
+        conv_stride: int = 3,
+        decoder_attention_type: str = "full",
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if encoder_attention_type not in ENCODER_ATTENTION_TYPES:
+            raise ValueError(
+                f"`encoder_attention_type` must be one of {ENCODER_ATTENTION_TYPES}, got {encoder_attention_type!r}."
+            )
+        if decoder_attention_type not in DECODER_ATTENTION_TYPES:
+            raise ValueError(
+                f"`decoder_attention_type` must be one of {DECODER_ATTENTION_TYPES}, got {decoder_attention_type!r}."
+            )
+        if not _is_int(neighborhood_radius) or neighborhood_radius < 0:
+            raise ValueError(f"`neighborhood_radius` must be an int >= 0, got {neighborhood_radius!r}.")
+        if not _is_int(conv_kernel_size) or conv_kernel_size < 1:
+            raise ValueError(f"`conv_kernel_size` must be an int >= 1, got {conv_kernel_size!r}.")
+        if not _is_int(conv_stride) or not 1 <= conv_stride <= conv_kernel_size:
+            raise ValueError(
+                f"`conv_stride` must be an int in [1, conv_kernel_size={conv_kernel_size}] so that every token is in "
+                f"a window, got {conv_stride!r}."
+            )
+        self.encoder_attention_type = encoder_attention_type
+        self.neighborhood_radius = neighborhood_radius
+        self.conv_kernel_size = conv_kernel_size
+        self.conv_stride = conv_stride
+        self.decoder_attention_type = decoder_attention_type
+
+
+__all__ = ["LongDocBartConfig"]

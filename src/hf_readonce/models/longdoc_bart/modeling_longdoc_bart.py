@@ -1,0 +1,614 @@
+# Copyright 2026 The hf-readonce developers.
+# Licensed under the Apache License, Version 2.0.
+"""PyTorch LongDoc BART: BART with the neighborhood and convolutional attention of Kosaraju, Ang and Nabulsi,
+"Faster Transformers for Document Summarization" (CS224N report, §2.3 "Proposed Models", Fig. 1; issue 13).
+
+The model is BART written as its differences (as transformers' `modular_*.py` files are): only the encoder's
+self-attention (and, optionally, the decoder's self-attention) changes; parameter names are BART's, so any BART
+checkpoint loads unchanged, and the only new weights are the (de)convolutions of the convolutional types.
+
+- **Neighborhood attention** (§2.3): token i attends to the tokens j with `|i - j| <= r` (decoder: `t - r <= j <= t`).
+  Its cost is O(n·r) in time and memory; no n x n score matrix or mask is ever built. The kernel follows
+  `config._attn_implementation`: `"flex_attention"` runs PyTorch's FlexAttention with a sparse `BlockMask` (made by
+  transformers' `masking_utils` with the band as `and_mask_function`); `"sdpa"` and `"eager"` run
+  [`neighborhood_attention_forward`], a blocked implementation (query blocks of b tokens against their b + 2r keys,
+  through `torch.nn.functional.scaled_dot_product_attention` or an explicit softmax).
+- **Convolutional attention** (§2.3, Fig. 1): a Conv1d shortens the projected queries, keys and values, full
+  attention runs over the compressed positions, and a ConvTranspose1d restores the length (see
+  [`LongDocBartAttention`]).
+
+This file travels with saved checkpoints (`trust_remote_code=True`): it imports only torch, transformers and the
+file next to it.
+"""
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from transformers import initialization as init
+from transformers.masking_utils import (
+    create_bidirectional_mask,
+    create_causal_mask,
+    sliding_window_bidirectional_overlay,
+    sliding_window_overlay,
+)
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.bart.modeling_bart import (
+    BartAttention,
+    BartDecoder,
+    BartDecoderLayer,
+    BartEncoder,
+    BartEncoderLayer,
+    BartForConditionalGeneration,
+    BartModel,
+    BartPreTrainedModel,
+    eager_attention_forward,
+)
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs
+
+from .configuration_longdoc_bart import LongDocBartConfig
+
+try:  # torch >= 2.5
+    from torch.nn.attention.flex_attention import BlockMask
+except ImportError:  # pragma: no cover - older torch: no FlexAttention, the blocked kernel is used
+    BlockMask = ()
+
+CONVOLUTIONAL_TYPES = ("convolutional", "convolutional_per_head", "neighborhood_convolutional")
+
+
+def default_neighborhood_block_size(radius: int) -> int:
+    r"""Query block size b of [`neighborhood_attention_forward`] for radius r: `max(16, r)`.
+
+    Each block of b queries reads b + 2r keys, so the work per query is `(b + 2r) / b` times the 2r + 1 keys it
+    needs at most, 3x at b = r (1.5x the ideal 2r + 1); a smaller b wastes fewer keys but runs more, smaller
+    matrix products. Not tuned by a benchmark yet (issue 13's benchmarks are not run).
+
+    Args:
+        radius (`int`): r >= 0.
+
+    Returns:
+        `int`: b >= 16.
+    """
+    return max(16, radius)
+
+
+def neighborhood_attention_forward(
+    module: nn.Module | None,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    radius: int = 100,
+    causal: bool = False,
+    block_size: int | None = None,
+    use_sdpa: bool = True,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    r"""
+    Blocked neighborhood attention (paper §2.3, "Neighborhood Attention": each token attends to the 2r + 1 tokens
+    around it), in O(n·(b + 2r)) time and memory, with the signature of transformers' attention functions
+    (`ALL_ATTENTION_FUNCTIONS`).
+
+    The queries are the *last* q of the kv positions (`q_offset = kv - q`: the whole sequence in the encoder, the new
+    tokens after the KV cache in the decoder). Query at absolute position p attends to keys j with
+    `p - radius <= j <= p + radius` (`<= p` when `causal`) that are not padding. The q queries are cut into
+    `ceil(q / b)` blocks of b; block i reads the `b + radius + (0 if causal else radius)` keys its band can reach
+    (zero-padded at both ends), gathered with `Tensor.unfold`, and attends to them with a float mask of shape
+    `(batch, 1, blocks, b, b + 2r)` (band and padding). Keys no query can reach (more than r before the first query,
+    e.g. the old KV cache of a decoder) are dropped first, so a decoding step costs O(r), not O(t).
+
+    Why not registered in `AttentionInterface`: a registered function is selected by `config._attn_implementation`
+    for *every* attention of the model (cross-attention, full layers) and needs a matching mask function in
+    `AttentionMaskInterface`; the band is a property of a layer, not of the kernel. So the layer keeps selecting the
+    kernel the transformers way (`"flex_attention"` -> FlexAttention with a `BlockMask`; `"sdpa"` -> this function
+    with SDPA per block; `"eager"` -> this function with an explicit softmax) and calls this function itself.
+
+    Args:
+        module (`nn.Module` or `None`): the calling attention module (unused; for the interface's signature).
+        query (`torch.Tensor` of shape `(batch, heads, q, head_dim)`).
+        key, value (`torch.Tensor` of shape `(batch, heads, kv, head_dim)`), `kv >= q`.
+        attention_mask (`torch.Tensor` of shape `(batch, kv)`, *optional*): padding mask, nonzero/True for real
+            tokens. `None`: no padding.
+        scaling (`float`, *optional*): score scale; defaults to `head_dim ** -0.5`.
+        dropout (`float`, defaults to 0.0): attention dropout probability (applied only when > 0).
+        radius (`int`, defaults to 100): r >= 0. Any r >= kv is the same as r = kv (full attention).
+        causal (`bool`, defaults to `False`): attend only to keys at or before the query (decoder, `t - r .. t`).
+        block_size (`int`, *optional*): b; defaults to [`default_neighborhood_block_size`]`(radius)`, capped at q.
+        use_sdpa (`bool`, defaults to `True`): SDPA per block; `False` computes `softmax(QK^T * scale + mask) V`
+            explicitly (the `"eager"` implementation).
+
+    Returns:
+        `(attn_output, None)`: `attn_output` of shape `(batch, q, heads, head_dim)` (transformers' convention); no
+        attention weights (they are never built as an n x n matrix).
+
+    Raises:
+        ValueError: if `kv < q`, `radius < 0`, `block_size < 1`, or `attention_mask` is not `(batch, kv)`.
+    """
+    batch, heads, q_len, head_dim = query.shape
+    kv_len = key.shape[2]
+    if kv_len < q_len:
+        raise ValueError(f"neighborhood attention needs at least as many keys as queries, got {kv_len} < {q_len}.")
+    if radius < 0:
+        raise ValueError(f"`radius` must be >= 0, got {radius}.")
+    if attention_mask is not None and tuple(attention_mask.shape) != (batch, kv_len):
+        raise ValueError(f"`attention_mask` must be a (batch, kv) = ({batch}, {kv_len}) padding mask, got "
+                         f"{tuple(attention_mask.shape)}.")
+    scaling = head_dim**-0.5 if scaling is None else scaling
+    radius = min(radius, kv_len)  # a larger radius reaches no further key
+    q_offset = kv_len - q_len
+    start = max(0, q_offset - radius)  # keys before `start` are out of every query's band
+    if start:
+        key, value = key[:, :, start:], value[:, :, start:]
+        attention_mask = None if attention_mask is None else attention_mask[:, start:]
+        q_offset, kv_len = q_offset - start, kv_len - start
+    right_reach = 0 if causal else radius
+    block = default_neighborhood_block_size(radius) if block_size is None else block_size
+    if block < 1:
+        raise ValueError(f"`block_size` must be >= 1, got {block}.")
+    block = min(block, q_len)
+    num_blocks = math.ceil(q_len / block)
+    window = block + radius + right_reach
+    # keys padded so that padded index = absolute position + radius; block i reads [q_offset + i*b, + window)
+    pad_right = q_offset + num_blocks * block + right_reach - kv_len
+
+    def blocks_of(states):  # (batch, heads, kv, d) -> (batch, heads, blocks, window, d)
+        padded = nn.functional.pad(states, (0, 0, radius, pad_right))[:, :, q_offset:]
+        return padded.unfold(2, window, block).transpose(-1, -2)
+
+    queries = nn.functional.pad(query, (0, 0, 0, num_blocks * block - q_len))
+    queries = queries.view(batch, heads, num_blocks, block, head_dim)
+    keys, values = blocks_of(key), blocks_of(value)
+
+    valid = torch.ones(batch, kv_len, dtype=torch.bool, device=query.device) if attention_mask is None else (
+        attention_mask.to(device=query.device, dtype=torch.bool))
+    valid = nn.functional.pad(valid, (radius, pad_right), value=False)[:, q_offset:].unfold(1, window, block)
+    rows = torch.arange(block, device=query.device)[:, None]
+    offsets = torch.arange(window, device=query.device)[None, :] - radius - rows  # key position - query position
+    band = (offsets >= -radius) & (offsets <= right_reach)  # (block, window), the same for every block
+    allowed = band[None, None] & valid[:, :, None, :]  # (batch, blocks, block, window)
+    # A float mask (not bool) keeps rows with no allowed key (padding queries) finite instead of NaN.
+    bias = torch.zeros(allowed.shape, dtype=query.dtype, device=query.device)
+    bias = bias.masked_fill(~allowed, torch.finfo(query.dtype).min)[:, None]  # (batch, 1, blocks, block, window)
+
+    if use_sdpa:
+        output = nn.functional.scaled_dot_product_attention(queries, keys, values, attn_mask=bias,
+                                                            dropout_p=dropout, scale=scaling)
+    else:
+        weights = torch.matmul(queries, keys.transpose(-1, -2)) * scaling + bias
+        weights = nn.functional.softmax(weights, dim=-1, dtype=torch.float32).to(query.dtype)
+        if dropout > 0:
+            weights = nn.functional.dropout(weights, p=dropout, training=True)
+        output = torch.matmul(weights, values)
+    output = output.reshape(batch, heads, num_blocks * block, head_dim)[:, :, :q_len]
+    return output.transpose(1, 2).contiguous(), None
+
+
+def compress_padding_mask(mask: torch.Tensor | None, kernel_size: int, stride: int) -> torch.Tensor | None:
+    r"""The padding mask of the compressed sequence of convolutional attention: compressed position c (the window of
+    tokens `[c*stride, c*stride + kernel_size)`) is valid if any token of its window is valid.
+
+    Args:
+        mask (`torch.Tensor` of shape `(batch, n)`, *optional*): True/nonzero for real tokens.
+        kernel_size, stride (`int`): the convolution's, `stride <= kernel_size`.
+
+    Returns:
+        `torch.BoolTensor` of shape `(batch, ceil(n / stride))`, or `None` when `mask` is `None`.
+    """
+    if mask is None:
+        return None
+    length = mask.shape[-1]
+    count = math.ceil(length / stride)
+    padded = nn.functional.pad(mask.bool(), ((0, (count - 1) * stride + kernel_size - length)), value=False)
+    return padded.unfold(1, kernel_size, stride).any(dim=-1)
+
+
+class LongDocConvolution(nn.Module):
+    r"""
+    The convolution and deconvolution of convolutional attention (paper §2.3, "Convolutional Model", Fig. 1).
+
+    `conv`: `nn.Conv1d(d_model, d_model, kernel_size, stride, groups)` shortens a `(batch, n, d_model)` sequence to
+    `m = ceil(n / stride)` positions (zero-padded on the right to `(m - 1) * stride + kernel_size` tokens, so that
+    every token is in a window). `deconv`: `nn.ConvTranspose1d(d_model, d_model, kernel_size, stride, groups)`
+    restores `(m - 1) * stride + kernel_size >= n` positions, cut to n.
+
+    `groups = 1` ("convolutional", one convolution shared by all heads: it mixes all `d_model` channels) or
+    `groups = num_heads` ("convolutional_per_head": channel block h, head h's `head_dim` channels, has its own
+    convolution). Parameters, d = `d_model`, k = `kernel_size`, H = heads:
+
+        shared:   2 * (k * d * d + d)            (conv and deconv, weights and biases)
+        per head: 2 * (k * d * d / H + d)
+
+    Initialization ([`LongDocBartPreTrainedModel._init_weights`]): `conv` is the mean over the window (`I / k` on
+    every tap, per channel), `deconv` spreads each compressed position back over its window (`I * stride / k` on
+    every tap), biases are zero. With kernel 1 and stride 1 both are the identity, so the layer is exactly BART's
+    full attention (tested).
+
+    Args:
+        config ([`LongDocBartConfig`]): `d_model`, `conv_kernel_size`, `conv_stride`.
+        groups (`int`): 1 or the number of heads.
+    """
+
+    def __init__(self, config: LongDocBartConfig, groups: int = 1):
+        super().__init__()
+        self.kernel_size, self.stride, self.groups = config.conv_kernel_size, config.conv_stride, groups
+        self.conv = nn.Conv1d(config.d_model, config.d_model, self.kernel_size, stride=self.stride, groups=groups)
+        self.deconv = nn.ConvTranspose1d(config.d_model, config.d_model, self.kernel_size, stride=self.stride,
+                                         groups=groups)
+        # read by LongDocBartPreTrainedModel._init_weights: the window mean, and the spread back over the window
+        self.conv.longdoc_init_scale = 1.0 / self.kernel_size
+        self.deconv.longdoc_init_scale = self.stride / self.kernel_size
+
+    def compress(self, states: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        r"""`(batch, n, d_model)` -> `(batch, ceil(n / stride), d_model)`. Padding tokens (`mask` False, shape
+        `(batch, n)`) are zeroed first, so they never reach a compressed position."""
+        length = states.shape[1]
+        if mask is not None:
+            states = states * mask[..., None].to(states.dtype)
+        count = math.ceil(length / self.stride)
+        states = nn.functional.pad(states, (0, 0, 0, (count - 1) * self.stride + self.kernel_size - length))
+        return self.conv(states.transpose(1, 2)).transpose(1, 2)
+
+    def expand(self, states: torch.Tensor, length: int) -> torch.Tensor:
+        r"""`(batch, m, d_model)` -> `(batch, length, d_model)` with the transposed convolution."""
+        return self.deconv(states.transpose(1, 2))[:, :, :length].transpose(1, 2)
+
+
+class LongDocBartAttention(BartAttention):
+    r"""
+    BART attention with the attention types of [`LongDocBartConfig`]. Parameter names are BART's (`q_proj`,
+    `k_proj`, `v_proj`, `out_proj`); the convolutional types add `conv.conv` and `conv.deconv`
+    ([`LongDocConvolution`]).
+
+    - `"full"`, and every cross-attention: `BartAttention.forward` unchanged.
+    - `"neighborhood"` (§2.3): queries, keys and values as BART's; a query attends to keys within `radius`
+      (`causal`: the previous `radius` tokens and itself). With `config._attn_implementation == "flex_attention"`
+      the layer expects a FlexAttention `BlockMask` (made by [`LongDocBartEncoder`] / [`LongDocBartDecoder`]) and
+      calls transformers' flex attention; otherwise a `(batch, 1, 1, kv)` padding mask and
+      [`neighborhood_attention_forward`].
+    - `"convolutional"`, `"convolutional_per_head"` (§2.3, Fig. 1): the projected queries, keys and values
+      `(batch, n, d_model)` are each shortened by the *same* convolution (kernel k, stride s) to `m = ceil(n / s)`
+      positions, attention over the m positions is computed by `ALL_ATTENTION_FUNCTIONS` (any implementation), and
+      the heads' concatenated output is restored to n positions by the transposed convolution before `out_proj`.
+      **Queries are compressed too**: the paper shortens "the input to that layer" and restores the length with a
+      deconvolution "afterwards", which is needed only when the queries are shortened (compressing keys and values
+      alone, as Liu et al. 2018's memory-compressed attention, keeps n outputs). This is the simplest reading with
+      both operations, and it costs O(m^2) = O(n^2 / s^2) attention. The convolution acts on the projected
+      `d_model` channels, i.e. on all heads at once (`groups=1`, shared) or per head (`groups=H`), which is where
+      the paper's "global" and "per head" variants differ (Fig. 1 left and middle).
+    - `"neighborhood_convolutional"`: the shared convolution, then neighborhood attention over the m compressed
+      positions with radius `ceil(radius / s)` (the same reach in tokens, rounded up), then the deconvolution.
+
+    Padding: a compressed position is valid if any token of its window is valid ([`compress_padding_mask`]), and
+    padding tokens are zeroed before the convolution, so they never leak into valid positions.
+
+    Args:
+        config ([`LongDocBartConfig`]): dimensions, dropout, radius, kernel, stride and attention implementation.
+        num_heads (`int`): attention heads.
+        attention_type (`str`, defaults to `"full"`): one of the types above.
+        is_decoder, is_causal (`bool`, defaults to `False`): as `BartAttention`'s (the decoder's self-attention is
+            causal; only `"full"` and `"neighborhood"` may be causal).
+        layer_idx (`int`, *optional*): the layer's index, for the KV cache.
+
+    Raises:
+        ValueError: a convolutional type with `is_causal=True` (a convolution over future tokens is not causal), or
+            `d_model` not divisible by `num_heads` (BART's check).
+    """
+
+    def __init__(self, config: LongDocBartConfig, num_heads: int, attention_type: str = "full",
+                 is_decoder: bool = False, is_causal: bool = False, layer_idx: int | None = None):
+        super().__init__(config.d_model, num_heads, dropout=config.attention_dropout, is_decoder=is_decoder,
+                         is_causal=is_causal, config=config, layer_idx=layer_idx)
+        if attention_type in CONVOLUTIONAL_TYPES and is_causal:
+            raise ValueError(f"`attention_type` {attention_type!r} cannot be causal (decoder self-attention).")
+        self.attention_type = attention_type
+        self.radius = config.neighborhood_radius
+        self.conv = None
+        if attention_type in CONVOLUTIONAL_TYPES:
+            groups = num_heads if attention_type == "convolutional_per_head" else 1
+            self.conv = LongDocConvolution(config, groups=groups)
+            if attention_type == "neighborhood_convolutional":
+                self.radius = math.ceil(config.neighborhood_radius / config.conv_stride)
+
+    def _project(self, hidden_states: torch.Tensor, past_key_values=None):
+        # Adapted from transformers' BartAttention.forward (the self-attention path): projections and KV cache.
+        hidden_shape = (*hidden_states.shape[:-1], -1, self.head_dim)
+        query = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        key = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        value = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+        if past_key_values is not None:
+            cache = getattr(past_key_values, "self_attention_cache", past_key_values)
+            key, value = cache.update(key, value, self.layer_idx)
+        return query, key, value
+
+    def _neighborhood(self, query, key, value, attention_mask, **kwargs):
+        dropout = self.dropout if self.training else 0.0
+        if isinstance(attention_mask, BlockMask):  # config._attn_implementation == "flex_attention"
+            interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation,
+                                                                        eager_attention_forward)
+            return interface(self, query, key, value, attention_mask, dropout=dropout, scaling=self.scaling,
+                             **kwargs)
+        padding = _padding_from_mask(attention_mask)
+        return neighborhood_attention_forward(
+            self, query, key, value, padding, scaling=self.scaling, dropout=dropout, radius=self.radius,
+            causal=self.is_causal, use_sdpa=self.config._attn_implementation != "eager")
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        key_value_states: torch.Tensor | None = None,
+        past_key_values=None,
+        attention_mask: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        r"""
+        Args:
+            hidden_states (`torch.FloatTensor` of shape `(batch, length, d_model)`).
+            key_value_states (`torch.FloatTensor` of shape `(batch, source_length, d_model)`, *optional*): encoder
+                states for cross-attention (always BART's full attention).
+            past_key_values (`Cache`, *optional*): the decoder's KV cache.
+            attention_mask: `"full"`: BART's mask. Neighborhood and convolutional types: a `(batch, 1, 1, kv)`
+                padding mask (True for real tokens) or `None`; with FlexAttention, a `BlockMask` (neighborhood)
+                or the same padding mask (convolutional types).
+
+        Returns:
+            `(attn_output (batch, length, d_model), attn_weights or None)`: weights only from `"full"` and the
+            convolutional types' full attention (over compressed positions) with `"eager"`.
+        """
+        if self.attention_type == "full" or key_value_states is not None:
+            return super().forward(hidden_states, key_value_states=key_value_states,
+                                   past_key_values=past_key_values, attention_mask=attention_mask, **kwargs)
+        batch, length = hidden_states.shape[:2]
+        if self.conv is None:  # neighborhood
+            query, key, value = self._project(hidden_states, past_key_values)
+            output, weights = self._neighborhood(query, key, value, attention_mask, **kwargs)
+            return self.out_proj(output.reshape(batch, length, -1).contiguous()), weights
+
+        padding = _padding_from_mask(attention_mask)
+        if padding is not None:
+            padding = padding.to(hidden_states.device, torch.bool)
+        states = torch.cat([self.q_proj(hidden_states), self.k_proj(hidden_states), self.v_proj(hidden_states)])
+        tripled = None if padding is None else padding.repeat(3, 1)
+        query, key, value = self.conv.compress(states, tripled).chunk(3)
+        compressed = query.shape[1]
+        mask = compress_padding_mask(padding, self.conv.kernel_size, self.conv.stride)
+        heads_shape = (batch, compressed, -1, self.head_dim)
+        query, key, value = (t.view(heads_shape).transpose(1, 2) for t in (query, key, value))
+        if self.attention_type == "neighborhood_convolutional":
+            if self.config._attn_implementation == "flex_attention":
+                mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states[:, :compressed],
+                                                 attention_mask=mask,
+                                                 and_mask_function=sliding_window_bidirectional_overlay(self.radius))
+            elif mask is not None:
+                mask = mask[:, None, None, :]
+            output, weights = self._neighborhood(query, key, value, mask, **kwargs)
+        else:
+            mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden_states[:, :compressed],
+                                             attention_mask=mask)
+            interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation,
+                                                                        eager_attention_forward)
+            output, weights = interface(self, query, key, value, mask,
+                                        dropout=self.dropout if self.training else 0.0, scaling=self.scaling,
+                                        **kwargs)
+        output = self.conv.expand(output.reshape(batch, compressed, -1), length)
+        return self.out_proj(output.contiguous()), weights
+
+
+def _padding_from_mask(attention_mask) -> torch.Tensor | None:
+    """`(batch, 1, 1, kv)` padding mask (or `(batch, kv)`) -> `(batch, kv)`; `None` stays `None`."""
+    if attention_mask is None:
+        return None
+    if attention_mask.dim() == 4:
+        if attention_mask.shape[1] != 1 or attention_mask.shape[2] != 1:
+            raise ValueError("neighborhood and convolutional attention take a (batch, 1, 1, kv) padding mask, got "
+                             f"{tuple(attention_mask.shape)}.")
+        attention_mask = attention_mask[:, 0, 0]
+    return attention_mask if attention_mask.dtype == torch.bool else attention_mask != 0
+
+
+class LongDocBartEncoderLayer(BartEncoderLayer):
+    r"""`BartEncoderLayer` whose self-attention is [`LongDocBartAttention`] of `config.encoder_attention_type`."""
+
+    def __init__(self, config: LongDocBartConfig, layer_idx: int | None = None):
+        super().__init__(config, layer_idx=layer_idx)
+        self.self_attn = LongDocBartAttention(config, config.encoder_attention_heads,
+                                              attention_type=config.encoder_attention_type, layer_idx=layer_idx)
+
+
+class LongDocBartDecoderLayer(BartDecoderLayer):
+    r"""`BartDecoderLayer` whose self-attention is [`LongDocBartAttention`] of `config.decoder_attention_type`
+    (causal); the cross-attention is BART's."""
+
+    def __init__(self, config: LongDocBartConfig, layer_idx: int | None = None):
+        super().__init__(config, layer_idx=layer_idx)
+        self.self_attn = LongDocBartAttention(config, config.decoder_attention_heads,
+                                              attention_type=config.decoder_attention_type, is_decoder=True,
+                                              is_causal=True, layer_idx=layer_idx)
+
+
+class LongDocBartPreTrainedModel(BartPreTrainedModel):
+    r"""BART's pre-trained model base with [`LongDocBartConfig`]; initializes the convolutions of convolutional
+    attention as documented in [`LongDocConvolution`] (window mean and spread back; identity at kernel 1, stride 1).
+    """
+
+    config_class = LongDocBartConfig
+    config: LongDocBartConfig
+    _no_split_modules = [r"LongDocBartEncoderLayer", r"LongDocBartDecoderLayer"]
+
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        # On the (de)convolutions themselves, not on `LongDocConvolution`: transformers skips, for remote code, a
+        # module whose own parameters are all initialized, which a module without direct parameters always is.
+        scale = getattr(module, "longdoc_init_scale", None)
+        if scale is not None and isinstance(module, (nn.Conv1d, nn.ConvTranspose1d)):
+            channels, per_group = module.weight.shape[:2]
+            eye = torch.zeros(channels, per_group, device=module.weight.device, dtype=module.weight.dtype)
+            eye[torch.arange(channels), torch.arange(channels) % per_group] = scale
+            init.copy_(module.weight, eye[..., None].expand_as(module.weight))
+            init.zeros_(module.bias)
+
+
+def _padding_mask_4d(attention_mask: torch.Tensor | None, batch: int, length: int,
+                     device: torch.device) -> torch.Tensor:
+    """A `(batch, 1, 1, length)` bool padding mask: transformers' mask helpers return a 4D mask as it is, so neither
+    an n x n mask nor a band is ever built for the neighborhood and convolutional layers."""
+    if attention_mask is None:
+        return torch.ones(batch, 1, 1, length, dtype=torch.bool, device=device)
+    return _padding_from_mask(attention_mask).to(device)[:, None, None, :]
+
+
+class LongDocBartEncoder(LongDocBartPreTrainedModel, BartEncoder):
+    r"""
+    BART's encoder with [`LongDocBartEncoderLayer`]s. For every type but `"full"` it prepares the mask once for all
+    layers before BART's forward: with FlexAttention and `"neighborhood"`, a `BlockMask` from transformers'
+    `create_bidirectional_mask(..., and_mask_function=sliding_window_bidirectional_overlay(r))` (O(n·r) blocks);
+    otherwise a `(batch, 1, 1, n)` padding mask. `forward` takes and returns what `BartEncoder.forward` does.
+    """
+
+    def __init__(self, config: LongDocBartConfig):
+        BartEncoder.__init__(self, config)
+        self.layers = nn.ModuleList(LongDocBartEncoderLayer(config, layer_idx=i) for i in range(config.encoder_layers))
+        self.post_init()
+
+    def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
+                inputs_embeds: torch.Tensor | None = None, **kwargs: Unpack[TransformersKwargs]):
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch, n)`, *optional*).
+            attention_mask (`torch.Tensor` of shape `(batch, n)`, *optional*): 1 for real tokens.
+            inputs_embeds (`torch.FloatTensor` of shape `(batch, n, d_model)`, *optional*).
+
+        Returns:
+            `BaseModelOutput` with `last_hidden_state` `(batch, n, d_model)`, as BART's.
+        """
+        config = self.config
+        if config.encoder_attention_type != "full" and not (
+                isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 4) and not isinstance(
+                attention_mask, BlockMask):
+            reference = input_ids if input_ids is not None else inputs_embeds
+            batch, length = reference.shape[:2]
+            if config.encoder_attention_type == "neighborhood" and config._attn_implementation == "flex_attention":
+                embeds = inputs_embeds if inputs_embeds is not None else self.embed_tokens(input_ids)
+                attention_mask = create_bidirectional_mask(
+                    config=config, inputs_embeds=embeds, attention_mask=attention_mask,
+                    and_mask_function=sliding_window_bidirectional_overlay(config.neighborhood_radius))
+            else:
+                attention_mask = _padding_mask_4d(attention_mask, batch, length, reference.device)
+        return super().forward(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
+                               **kwargs)
+
+
+class LongDocBartDecoder(LongDocBartPreTrainedModel, BartDecoder):
+    r"""
+    BART's decoder with [`LongDocBartDecoderLayer`]s. With `decoder_attention_type="neighborhood"` it prepares the
+    self-attention mask before BART's forward: with FlexAttention, a `BlockMask` from transformers'
+    `create_causal_mask(..., and_mask_function=sliding_window_overlay(r + 1))` (keys `t - r .. t`, KV cache
+    included); otherwise a `(batch, 1, 1, past + length)` padding mask, and each layer's
+    [`neighborhood_attention_forward`] keeps only the last r + 1 cached keys a query can see. `forward` takes and
+    returns what `BartDecoder.forward` does.
+    """
+
+    def __init__(self, config: LongDocBartConfig):
+        BartDecoder.__init__(self, config)
+        self.layers = nn.ModuleList(LongDocBartDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers))
+        self.post_init()
+
+    def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
+                encoder_hidden_states: torch.Tensor | None = None, encoder_attention_mask=None,
+                past_key_values=None, inputs_embeds: torch.Tensor | None = None, use_cache: bool | None = None,
+                **kwargs: Unpack[TransformersKwargs]):
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch, length)`, *optional*): decoder tokens (the new ones when
+                `past_key_values` holds earlier ones).
+            attention_mask (`torch.Tensor` of shape `(batch, past + length)`, *optional*): decoder padding mask.
+            encoder_hidden_states (`(batch, n, d_model)`), encoder_attention_mask (`(batch, n)`), past_key_values,
+                inputs_embeds, use_cache: as `BartDecoder.forward`.
+
+        Returns:
+            `BaseModelOutputWithPastAndCrossAttentions`, as BART's.
+        """
+        config = self.config
+        if config.decoder_attention_type == "neighborhood" and not isinstance(attention_mask, BlockMask) and not (
+                isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 4):
+            reference = input_ids if input_ids is not None else inputs_embeds
+            batch, length = reference.shape[:2]
+            past = past_key_values.get_seq_length() if past_key_values is not None else 0
+            if config._attn_implementation == "flex_attention":
+                embeds = inputs_embeds if inputs_embeds is not None else self.embed_tokens(input_ids)
+                cache = getattr(past_key_values, "self_attention_cache", past_key_values)
+                attention_mask = create_causal_mask(
+                    config=config, inputs_embeds=embeds, attention_mask=attention_mask, past_key_values=cache,
+                    and_mask_function=sliding_window_overlay(config.neighborhood_radius + 1))
+            else:
+                attention_mask = _padding_mask_4d(attention_mask, batch, past + length, reference.device)
+        return super().forward(input_ids=input_ids, attention_mask=attention_mask,
+                               encoder_hidden_states=encoder_hidden_states,
+                               encoder_attention_mask=encoder_attention_mask, past_key_values=past_key_values,
+                               inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs)
+
+
+class LongDocBartModel(LongDocBartPreTrainedModel, BartModel):
+    r"""[`~transformers.BartModel`] with [`LongDocBartEncoder`] and [`LongDocBartDecoder`]; `forward` is BART's
+    (inputs `(batch, n)`, decoder inputs `(batch, target_length)`, output `(batch, target_length, d_model)`)."""
+
+    def __init__(self, config: LongDocBartConfig):
+        BartModel.__init__(self, config)
+        self.encoder = LongDocBartEncoder(config)
+        self.decoder = LongDocBartDecoder(config)
+        self.encoder.embed_tokens = self.shared
+        self.decoder.embed_tokens = self.shared
+        self.post_init()
+
+
+class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForConditionalGeneration):
+    r"""
+    LongDoc BART for summarization: [`LongDocBartModel`] and BART's LM head. `forward` (with `@can_return_tuple`),
+    `generate()` (greedy, beam, batched, `encoder_outputs` reused) and the loss are BART's; parameter names are
+    BART's, so `from_pretrained(<any BART checkpoint>)` loads every BART weight unchanged and reports only the new
+    `conv.conv` / `conv.deconv` weights of convolutional types as missing (initialized as documented in
+    [`LongDocConvolution`]).
+
+    Equivalences (tested): with `neighborhood_radius >= ` the input length, `"neighborhood"` (encoder and decoder)
+    computes `BartForConditionalGeneration`'s logits; `"convolutional"` with kernel 1, stride 1 and the initial
+    (identity) convolutions computes BART's full attention.
+
+    Example:
+
+    ```python
+    >>> from hf_readonce import LongDocBartForConditionalGeneration
+    >>> model = LongDocBartForConditionalGeneration.from_pretrained(
+    ...     "facebook/bart-base", encoder_attention_type="neighborhood", neighborhood_radius=100)  # doctest: +SKIP
+    ```
+    """
+
+    _tied_weights_keys = {"lm_head.weight": "model.shared.weight"}
+
+    def __init__(self, config: LongDocBartConfig):
+        LongDocBartPreTrainedModel.__init__(self, config)
+        self.model = LongDocBartModel(config)
+        self.final_logits_bias = nn.Buffer(torch.zeros((1, self.model.shared.num_embeddings)))
+        self.lm_head = nn.Linear(config.d_model, self.model.shared.num_embeddings, bias=False)
+        self.post_init()
+
+
+LongDocBartConfig.register_for_auto_class()
+LongDocBartForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
+
+__all__ = [
+    "LongDocBartAttention",
+    "LongDocBartDecoder",
+    "LongDocBartDecoderLayer",
+    "LongDocBartEncoder",
+    "LongDocBartEncoderLayer",
+    "LongDocBartForConditionalGeneration",
+    "LongDocBartModel",
+    "LongDocBartPreTrainedModel",
+    "LongDocConvolution",
+    "compress_padding_mask",
+    "default_neighborhood_block_size",
+    "neighborhood_attention_forward",
+]
