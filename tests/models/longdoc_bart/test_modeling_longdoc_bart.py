@@ -1,0 +1,405 @@
+"""LongDoc BART (issue 13): neighborhood and convolutional attention on BART. Tiny random configs; the equivalences
+of the docstrings (BART at radius >= length, locality, blocked kernel = dense banded reference, identity
+convolutions = full attention), parameter counts, config validation, generate(), loading and remote code."""
+
+import math
+import os
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForSeq2SeqLM, BartConfig, BartForConditionalGeneration
+
+from hf_readonce import LongDocBartConfig, LongDocBartForConditionalGeneration
+from hf_readonce.models.longdoc_bart.modeling_longdoc_bart import (
+    compress_padding_mask,
+    neighborhood_attention_forward,
+)
+from tests.conftest import run_without_hf_readonce
+
+# init_std 0.2 (BART's default is 0.02) so that attention changes the outputs enough for the comparisons to bite
+TINY = dict(vocab_size=99, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=64,
+            dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, pad_token_id=1, bos_token_id=0,
+            eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=None, init_std=0.2)
+CONV_TYPES = ["convolutional", "convolutional_per_head", "neighborhood_convolutional"]
+
+
+def bart(seed=0, **overrides):
+    torch.manual_seed(seed)
+    return BartForConditionalGeneration(BartConfig(**{**TINY, **overrides})).eval()
+
+
+def longdoc(seed=0, attn_implementation="sdpa", **overrides):
+    torch.manual_seed(seed)
+    config = LongDocBartConfig(**{**TINY, **overrides})
+    config._attn_implementation = attn_implementation
+    return LongDocBartForConditionalGeneration(config).eval()
+
+
+def from_bart(reference, **overrides):
+    """A LongDocBart with `reference`'s weights (the new convolutions keep their documented initialization)."""
+    model = longdoc(**overrides)
+    result = model.load_state_dict(reference.state_dict(), strict=False)
+    assert not result.unexpected_keys
+    assert all(".conv." in key for key in result.missing_keys), result.missing_keys
+    return model
+
+
+def tokens(batch, length, seed=1):
+    return torch.randint(3, 99, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def padded_batch(length=20, seed=1):
+    ids = tokens(2, length, seed=seed)
+    mask = torch.ones_like(ids)
+    mask[1, length - 6:] = 0
+    ids[1, length - 6:] = TINY["pad_token_id"]
+    return ids, mask
+
+
+# ------------------------------------------------------------------------------------------------------- config
+def test_config_defaults_and_any_bart_config_loads():
+    config = LongDocBartConfig()
+    assert (config.model_type, config.encoder_attention_type, config.neighborhood_radius, config.conv_kernel_size,
+            config.conv_stride, config.decoder_attention_type) == ("longdoc_bart", "neighborhood", 100, 3, 3, "full")
+    loaded = LongDocBartConfig.from_dict(BartConfig(**TINY).to_dict())
+    assert (loaded.d_model, loaded.encoder_attention_type) == (32, "neighborhood")
+
+
+@pytest.mark.parametrize("field, value", [
+    ("encoder_attention_type", "sparse"), ("encoder_attention_type", None),
+    ("decoder_attention_type", "convolutional"), ("neighborhood_radius", -1), ("neighborhood_radius", 2.5),
+    ("neighborhood_radius", True), ("conv_kernel_size", 0), ("conv_kernel_size", "3"), ("conv_stride", 0),
+    ("conv_stride", 4),  # > conv_kernel_size (3): tokens between windows would be skipped
+])
+def test_bad_config_values_raise_naming_the_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        LongDocBartConfig(**{field: value})
+
+
+# ------------------------------------------------------------------------------------------ equivalence with BART
+@pytest.mark.parametrize("decoder_attention_type", ["full", "neighborhood"])
+@pytest.mark.parametrize("attn_implementation", ["sdpa", "eager"])
+def test_neighborhood_with_radius_covering_the_input_equals_bart(decoder_attention_type, attn_implementation):
+    reference = bart()
+    reference.config._attn_implementation = attn_implementation
+    model = from_bart(reference, attn_implementation=attn_implementation, encoder_attention_type="neighborhood",
+                      neighborhood_radius=20, decoder_attention_type=decoder_attention_type)
+    ids, mask = padded_batch(20)
+    decoder_ids = tokens(2, 9, seed=3)
+    decoder_mask = torch.ones_like(decoder_ids)
+    decoder_mask[1, :2] = 0  # left-padded decoder row
+    with torch.no_grad():
+        expected = reference(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids,
+                             decoder_attention_mask=decoder_mask).logits
+        got = model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids,
+                    decoder_attention_mask=decoder_mask).logits
+    valid = decoder_mask.bool()
+    torch.testing.assert_close(got[valid], expected[valid], atol=1e-5, rtol=0)
+
+
+def test_neighborhood_radius_changes_the_output():
+    reference, ids = bart(), tokens(1, 24)
+    model = from_bart(reference, neighborhood_radius=2)
+    with torch.no_grad():
+        assert not torch.allclose(model(input_ids=ids).logits, reference(input_ids=ids).logits, atol=1e-3)
+
+
+@pytest.mark.parametrize("attn_implementation", ["sdpa", "eager"])
+def test_encoder_locality(attn_implementation):
+    model = longdoc(encoder_layers=1, neighborhood_radius=3, attn_implementation=attn_implementation)
+    ids, i = tokens(1, 24), 10
+    with torch.no_grad():
+        base = model.get_encoder()(input_ids=ids).last_hidden_state[0, i]
+        for j, inside in [(14, False), (6, False), (20, False), (13, True), (7, True), (10, True)]:
+            changed = ids.clone()
+            changed[0, j] = 3 if ids[0, j] != 3 else 4
+            out = model.get_encoder()(input_ids=changed).last_hidden_state[0, i]
+            assert torch.allclose(out, base, atol=1e-6) != inside, (j, inside)
+
+
+def test_decoder_locality_is_a_causal_band():
+    model = longdoc(decoder_layers=1, decoder_attention_type="neighborhood", neighborhood_radius=2)
+    ids, decoder_ids, t = tokens(1, 12), tokens(1, 10, seed=5), 6
+    with torch.no_grad():
+        base = model(input_ids=ids, decoder_input_ids=decoder_ids).logits[0, t]
+        for j, inside in [(3, False), (0, False), (7, False), (4, True), (6, True)]:
+            changed = decoder_ids.clone()
+            changed[0, j] = 3 if decoder_ids[0, j] != 3 else 4
+            out = model(input_ids=ids, decoder_input_ids=changed).logits[0, t]
+            assert torch.allclose(out, base, atol=1e-6) != inside, (j, inside)
+
+
+# ----------------------------------------------------------------------------------------- the blocked kernel
+def dense_reference(query, key, value, padding, radius, causal, scaling):
+    """softmax(QK^T * scale + band/padding mask) V with the full kv x kv matrix (queries are the last q keys)."""
+    q_len, kv_len = query.shape[2], key.shape[2]
+    positions = torch.arange(kv_len - q_len, kv_len)[:, None]
+    keys = torch.arange(kv_len)[None, :]
+    allowed = (keys - positions).abs() <= radius
+    if causal:
+        allowed &= keys <= positions
+    allowed = allowed[None, None] & padding[:, None, None, :]
+    scores = (query @ key.transpose(-1, -2)) * scaling
+    scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+    return (scores.softmax(-1) @ value).transpose(1, 2)
+
+
+@pytest.mark.parametrize("n, q, radius, block, causal", [
+    (17, 17, 3, None, False), (17, 17, 3, 5, False), (40, 40, 7, 16, False), (16, 16, 4, 4, False),
+    (9, 9, 0, None, False), (10, 10, 30, None, False), (23, 23, 5, 6, True), (23, 23, 5, None, True),
+    (23, 1, 5, None, True), (23, 3, 4, 2, True), (30, 7, 3, 4, False),  # q < kv: after a KV cache
+])
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("use_sdpa", [True, False])
+def test_blocked_equals_dense_banded_reference(n, q, radius, block, causal, padded, use_sdpa):
+    generator = torch.Generator().manual_seed(n * 100 + radius)
+    query = torch.randn(2, 3, q, 8, generator=generator)
+    key, value = torch.randn(2, 2, 3, n, 8, generator=generator)
+    padding = torch.ones(2, n, dtype=torch.bool)
+    if padded:
+        padding[1, n - 5:] = False
+        padding[0, :2] = False
+    got, weights = neighborhood_attention_forward(None, query, key, value, padding if padded else None,
+                                                  scaling=0.35, radius=radius, causal=causal, block_size=block,
+                                                  use_sdpa=use_sdpa)
+    expected = dense_reference(query, key, value, padding, radius, causal, 0.35)
+    assert weights is None and got.shape == (2, q, 3, 8)
+    valid = padding[:, n - q:]  # rows of padding queries are not compared (no real key may be in their band)
+    torch.testing.assert_close(got[valid], expected[valid], atol=1e-5, rtol=0)
+
+
+def test_blocked_kernel_validates_its_arguments():
+    x = torch.randn(1, 1, 4, 8)
+    with pytest.raises(ValueError, match="keys"):
+        neighborhood_attention_forward(None, torch.randn(1, 1, 5, 8), x, x, None)
+    with pytest.raises(ValueError, match="attention_mask"):
+        neighborhood_attention_forward(None, x, x, x, torch.ones(1, 3))
+
+
+def _flex_compiles():
+    try:
+        from torch.nn.attention.flex_attention import flex_attention  # noqa: F401
+    except ImportError:
+        return False
+    return hasattr(torch, "compile")
+
+
+@pytest.mark.skipif(os.environ.get("HF_READONCE_TEST_FLEX") != "1" or not _flex_compiles(),
+                    reason="FlexAttention on CPU compiles for minutes on this machine; set HF_READONCE_TEST_FLEX=1")
+def test_flex_attention_equals_blocked():
+    model = longdoc(neighborhood_radius=3, decoder_attention_type="neighborhood")
+    ids, mask = padded_batch(40)
+    decoder_ids = tokens(2, 8, seed=3)
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
+        model.set_attn_implementation("flex_attention")
+        got = model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+
+
+# ------------------------------------------------------------------------------------------ convolutional attention
+@pytest.mark.parametrize("encoder_attention_type", CONV_TYPES)
+def test_identity_convolutions_with_kernel_1_stride_1_equal_full_attention(encoder_attention_type):
+    reference = bart()
+    model = from_bart(reference, encoder_attention_type=encoder_attention_type, conv_kernel_size=1, conv_stride=1,
+                      neighborhood_radius=20)
+    ids, mask = padded_batch(20)
+    decoder_ids = tokens(2, 7, seed=3)
+    with torch.no_grad():
+        expected = reference(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
+        got = model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("kernel, stride", [(3, 3), (4, 2), (1, 1), (5, 3)])
+def test_parameter_counts_shared_vs_per_head(kernel, stride):
+    d, heads, layers = TINY["d_model"], TINY["encoder_attention_heads"], TINY["encoder_layers"]
+    base = sum(p.numel() for p in longdoc(encoder_attention_type="neighborhood").parameters())
+    counts = {kind: sum(p.numel() for p in longdoc(encoder_attention_type=kind, conv_kernel_size=kernel,
+                                                     conv_stride=stride).parameters()) - base
+              for kind in CONV_TYPES}
+    assert counts["convolutional"] == layers * 2 * (kernel * d * d + d)
+    assert counts["convolutional_per_head"] == layers * 2 * (kernel * d * d // heads + d)
+    assert counts["neighborhood_convolutional"] == counts["convolutional"]
+
+
+@pytest.mark.parametrize("encoder_attention_type", CONV_TYPES)
+def test_convolutions_change_the_output_and_padding_does_not_leak(encoder_attention_type):
+    model = longdoc(encoder_attention_type=encoder_attention_type, neighborhood_radius=4)
+    with torch.no_grad():  # random (not window-mean) convolutions, so that any leak would show
+        for name, parameter in model.named_parameters():
+            if ".conv." in name:
+                parameter.normal_(0, 0.3)
+    ids = tokens(1, 14, seed=7)
+    encoder = model.get_encoder()
+    with torch.no_grad():
+        alone = encoder(input_ids=ids).last_hidden_state
+        padded_ids = torch.cat([ids, torch.full((1, 7), TINY["pad_token_id"])], dim=1)
+        padded_mask = torch.cat([torch.ones(1, 14), torch.zeros(1, 7)], dim=1).long()
+        in_batch = encoder(input_ids=torch.cat([padded_ids, tokens(1, 21, seed=8)]),
+                           attention_mask=torch.cat([padded_mask, torch.ones(1, 21).long()])).last_hidden_state
+        other_padding = padded_ids.clone()
+        other_padding[0, 14:] = 50
+        changed = encoder(input_ids=other_padding, attention_mask=padded_mask).last_hidden_state
+        full = longdoc(encoder_attention_type="full").get_encoder()
+        full.load_state_dict(encoder.state_dict(), strict=False)
+        assert not torch.allclose(full(input_ids=ids).last_hidden_state, alone, atol=1e-3)
+    torch.testing.assert_close(in_batch[0, :14], alone[0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(changed[0, :14], alone[0], atol=1e-5, rtol=0)
+
+
+def test_compress_padding_mask_marks_a_window_valid_if_any_token_is():
+    mask = torch.tensor([[1, 1, 1, 1, 0, 0, 0], [0, 0, 1, 0, 0, 0, 0]])
+    assert compress_padding_mask(mask, 3, 3).tolist() == [[True, True, False], [True, False, False]]
+    assert compress_padding_mask(mask, 4, 2).tolist() == [[True, True, False, False],
+                                                          [True, True, False, False]]
+    assert compress_padding_mask(None, 3, 3) is None
+
+
+def test_default_conv_init_is_window_mean_and_spread():
+    model = longdoc(encoder_attention_type="convolutional_per_head", conv_kernel_size=4, conv_stride=2)
+    conv = model.model.encoder.layers[0].self_attn.conv
+    d, per_head = TINY["d_model"], TINY["d_model"] // TINY["encoder_attention_heads"]
+    assert conv.conv.weight.shape == (d, per_head, 4)
+    expected = torch.zeros(d, per_head)
+    expected[torch.arange(d), torch.arange(d) % per_head] = 1
+    torch.testing.assert_close(conv.conv.weight, (expected / 4)[..., None].expand(-1, -1, 4))
+    torch.testing.assert_close(conv.deconv.weight, (expected / 2)[..., None].expand(-1, -1, 4))
+    assert not conv.conv.bias.any() and not conv.deconv.bias.any()
+
+
+# ------------------------------------------------------------------------------------------------------ generate
+@pytest.mark.parametrize("decoder_attention_type", ["full", "neighborhood"])
+@pytest.mark.parametrize("num_beams", [1, 2])
+def test_generate_batched_reused_encoder_outputs_and_cache(decoder_attention_type, num_beams):
+    model = longdoc(neighborhood_radius=3, decoder_attention_type=decoder_attention_type)
+    ids, mask = padded_batch(20)
+    kwargs = dict(max_new_tokens=8, min_new_tokens=8, do_sample=False, num_beams=num_beams)
+    with torch.no_grad():
+        got = model.generate(ids, attention_mask=mask, **kwargs)
+        encoder_outputs = model.get_encoder()(input_ids=ids, attention_mask=mask)
+        reused = model.generate(encoder_outputs=encoder_outputs, attention_mask=mask, **kwargs)
+        uncached = model.generate(ids, attention_mask=mask, use_cache=False, **kwargs)
+        alone = model.generate(ids[1:, :14], **kwargs)
+    assert got.shape == (2, 9)
+    assert torch.equal(reused, got) and torch.equal(uncached, got)
+    assert torch.equal(alone[0], got[1])  # the padded row decodes as it does alone
+
+
+@pytest.mark.parametrize("num_beams", [1, 2])
+def test_decoder_neighborhood_covering_the_summary_generates_as_full(num_beams):
+    full = longdoc(neighborhood_radius=3)
+    neighborhood = from_bart(full, neighborhood_radius=3, decoder_attention_type="neighborhood")
+    neighborhood.config.neighborhood_radius = 10  # >= the 9 decoder positions
+    for layer in neighborhood.model.decoder.layers:
+        layer.self_attn.radius = 10
+    ids, mask = padded_batch(20)
+    kwargs = dict(max_new_tokens=8, min_new_tokens=8, do_sample=False, num_beams=num_beams)
+    with torch.no_grad():
+        assert torch.equal(neighborhood.generate(ids, attention_mask=mask, **kwargs),
+                           full.generate(ids, attention_mask=mask, **kwargs))
+
+
+# ---------------------------------------------------------------------------------------- loading and saving
+def test_save_load_round_trip_and_auto_classes(tmp_path):
+    model = longdoc(encoder_attention_type="convolutional_per_head", neighborhood_radius=5)
+    model.save_pretrained(tmp_path)
+    assert sorted(p.name for p in tmp_path.glob("*.py")) == ["configuration_longdoc_bart.py",
+                                                            "modeling_longdoc_bart.py"]
+    assert AutoConfig.from_pretrained(tmp_path).encoder_attention_type == "convolutional_per_head"
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
+    assert type(loaded) is LongDocBartForConditionalGeneration
+    ids, mask = padded_batch(20)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids, attention_mask=mask).logits,
+                                   model(input_ids=ids, attention_mask=mask).logits, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("encoder_attention_type", ["neighborhood", "convolutional"])
+def test_plain_bart_checkpoint_loads_unchanged(tmp_path, encoder_attention_type):
+    reference = bart()
+    reference.save_pretrained(tmp_path)
+    model, info = LongDocBartForConditionalGeneration.from_pretrained(
+        tmp_path, encoder_attention_type=encoder_attention_type, neighborhood_radius=20, conv_kernel_size=1,
+        conv_stride=1, output_loading_info=True)
+    model.eval()
+    new = {f"model.encoder.layers.{i}.self_attn.conv.{part}.{kind}" for i in range(TINY["encoder_layers"])
+           for part in ("conv", "deconv") for kind in ("weight", "bias")}
+    assert set(info["missing_keys"]) == (new if encoder_attention_type == "convolutional" else set())
+    assert not info["unexpected_keys"] and not info["mismatched_keys"]
+    ids, mask = padded_batch(20)
+    with torch.no_grad():  # radius 20 / identity convolutions: BART's function (the conv init survived loading)
+        torch.testing.assert_close(model(input_ids=ids, attention_mask=mask).logits,
+                                   reference(input_ids=ids, attention_mask=mask).logits, atol=1e-5, rtol=0)
+
+
+def test_remote_code_loads_where_hf_readonce_is_absent(tmp_path):
+    model = longdoc(neighborhood_radius=3, decoder_attention_type="neighborhood")
+    model.save_pretrained(tmp_path / "ckpt")
+    ids, mask = padded_batch(20)
+    with torch.no_grad():
+        expected = model.generate(ids, attention_mask=mask, max_new_tokens=5, min_new_tokens=5, do_sample=False)
+    torch.save({"ids": ids, "mask": mask, "expected": expected}, tmp_path / "inputs.pt")
+    result = run_without_hf_readonce(f"""
+        import torch
+        from transformers import AutoModelForSeq2SeqLM
+        model = AutoModelForSeq2SeqLM.from_pretrained({str(tmp_path / 'ckpt')!r}, trust_remote_code=True).eval()
+        assert "hf_readonce" not in type(model).__module__
+        d = torch.load({str(tmp_path / 'inputs.pt')!r})
+        with torch.no_grad():
+            got = model.generate(d["ids"], attention_mask=d["mask"], max_new_tokens=5, min_new_tokens=5,
+                                 do_sample=False)
+        assert torch.equal(got, d["expected"]), (got, d["expected"])
+        print("OK", type(model).__name__)
+    """, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "OK LongDocBartForConditionalGeneration" in result.stdout
+
+
+# -------------------------------------------------------------------------------------------------- training
+@pytest.mark.parametrize("encoder_attention_type, decoder_attention_type", [
+    ("neighborhood", "neighborhood"), ("convolutional_per_head", "full"), ("neighborhood_convolutional", "full")])
+def test_gradient_checkpointing_gives_the_same_loss_and_gradients(encoder_attention_type, decoder_attention_type):
+    ids, mask = padded_batch(20)
+    labels = tokens(2, 6, seed=9)
+    results = []
+    for checkpointing in (False, True):
+        model = longdoc(encoder_attention_type=encoder_attention_type, decoder_attention_type=decoder_attention_type,
+                        neighborhood_radius=3).train()
+        if checkpointing:
+            model.gradient_checkpointing_enable()
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        loss.backward()
+        results.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+    (loss_a, grads_a), (loss_b, grads_b) = results
+    torch.testing.assert_close(loss_b, loss_a, atol=1e-5, rtol=0)
+    assert grads_a.keys() == grads_b.keys() and any(".conv." in n or "self_attn" in n for n in grads_a)
+    for name in grads_a:
+        torch.testing.assert_close(grads_b[name], grads_a[name], atol=1e-5, rtol=0, msg=name)
+
+
+@pytest.mark.parametrize("use_sdpa", [True, False])
+def test_neighborhood_builds_no_square_matrix(use_sdpa):
+    """Every tensor an op creates in the blocked kernel (SDPA's internals included) is O(n * (b + 2r)), far below
+    n x n: recorded with a TorchDispatchMode."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Largest(TorchDispatchMode):
+        numel = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in (out if isinstance(out, (tuple, list)) else [out]):
+                if isinstance(t, torch.Tensor):
+                    Largest.numel = max(Largest.numel, t.numel())
+            return out
+
+    n, radius = 2048, 8
+    query = torch.randn(1, 1, n, 4)
+    mask = torch.ones(1, n, dtype=torch.bool)
+    with Largest():
+        out, _ = neighborhood_attention_forward(None, query, query, query, mask, radius=radius, use_sdpa=use_sdpa)
+    assert out.shape == (1, n, 1, 4)
+    block = max(16, radius)
+    assert Largest.numel <= math.ceil(n / block) * block * (block + 2 * radius) * 4 < n * n / 8
