@@ -7,9 +7,9 @@ import os
 
 import pytest
 import torch
-from transformers import AutoConfig, AutoModelForSeq2SeqLM, BartConfig, BartForConditionalGeneration
+from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, BartConfig, BartForConditionalGeneration
 
-from hf_readonce import LongDocBartConfig, LongDocBartForConditionalGeneration
+from hf_readonce import LongDocBartConfig, LongDocBartForConditionalGeneration, LongDocBartModel
 from hf_readonce.models.longdoc_bart.modeling_longdoc_bart import (
     compress_padding_mask,
     neighborhood_attention_forward,
@@ -310,6 +310,7 @@ def test_save_load_round_trip_and_auto_classes(tmp_path):
     assert AutoConfig.from_pretrained(tmp_path).encoder_attention_type == "convolutional_per_head"
     loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
     assert type(loaded) is LongDocBartForConditionalGeneration
+    assert type(AutoModel.from_config(loaded.config)) is LongDocBartModel
     ids, mask = padded_batch(20)
     with torch.no_grad():
         torch.testing.assert_close(loaded(input_ids=ids, attention_mask=mask).logits,
