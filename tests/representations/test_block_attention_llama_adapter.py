@@ -105,3 +105,31 @@ def test_bad_settings(tokenizer):
         adapter.encode(["fine", "  "])
     with pytest.raises(ValueError, match="stored"):
         adapter.read([])
+
+
+def test_cli_encode_a_llama_checkpoint_through_the_registry(tokenizer, tmp_path):
+    """`hf-readonce encode` on a plain Llama checkpoint: loaded as a block-attention Llama, caches stored under its
+    fingerprint, read back into the same logits as the model reading the documents itself."""
+    import json
+
+    from hf_readonce.cli import main as cli_main
+
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=48,
+                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                 max_position_embeddings=128)).save_pretrained(tmp_path / "ckpt")
+    tokenizer.save_pretrained(tmp_path / "ckpt")
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("".join(json.dumps({"id": i, "context": text}) + "\n" for i, text in enumerate(DOCUMENTS)))
+    assert cli_main(["encode", str(tmp_path / "ckpt"), "--documents", str(docs), "--store", str(tmp_path / "store"),
+                     "--max-document-length", "32", "--no-progress", "--device", "cpu"]) == 0
+    model = BlockAttentionLlamaForCausalLM.from_pretrained(tmp_path / "ckpt").eval()
+    adapter = get_adapter(model, tokenizer, max_document_length=32)
+    stored_tensors = RepresentationStore(tmp_path / "store", readonly=True).get_many(
+        adapter.fingerprint(), adapter.settings(), [content_hash(d) for d in DOCUMENTS])  # fp16, the CLI default
+    read = adapter.read(stored_tensors)
+    question = torch.tensor([tokenizer(QUESTION, add_special_tokens=False)["input_ids"]])
+    with torch.no_grad():
+        own = [model.encode_documents(torch.tensor([ids])) for ids in adapter.tokenize(DOCUMENTS)]
+        torch.testing.assert_close(model(question, document_caches=read).logits,
+                                   model(question, document_caches=own).logits, atol=1e-2, rtol=0)
