@@ -366,3 +366,26 @@ def test_lora_training_step_with_block_mask():
     before = model.representation_fingerprint()
     optimizer.step()
     assert model.representation_fingerprint() != before  # LoRA weights are part of the cache fingerprint
+
+
+def test_trainer_step_with_block_ids(tmp_path):
+    """`Trainer` keeps the `block_ids` column (a `forward` argument) and trains on it."""
+    from datasets import Dataset
+    from transformers import Trainer, TrainingArguments
+
+    model = tiny().train()
+    block_ids = [0] * 8 + [1] * 7 + [-1] * 5
+    rows = []
+    for seed in range(4):
+        sequence = ids(20, seed)[0].tolist()
+        rows.append({"input_ids": sequence, "block_ids": block_ids,
+                     "labels": [t if b == -1 else -100 for t, b in zip(sequence, block_ids)]})
+    before = model.model.layers[0].self_attn.q_proj.weight.detach().clone()
+    seen = []
+    model.register_forward_pre_hook(lambda module, args, kwargs: seen.append(kwargs.get("block_ids")), with_kwargs=True)
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=4, use_cpu=True,
+                             report_to="none", save_strategy="no", learning_rate=1e-2)
+    result = Trainer(model=model, args=args, train_dataset=Dataset.from_list(rows)).train()
+    assert result.training_loss > 0
+    assert seen and seen[0] is not None and seen[0].tolist() == [block_ids] * 4
+    assert not torch.equal(before, model.model.layers[0].self_attn.q_proj.weight)
