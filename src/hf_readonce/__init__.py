@@ -28,6 +28,9 @@ _compat.install()
 
 # name -> module of every model-side name re-exported here (imported by `register_models`)
 _MODEL_NAMES = {
+    "BlockAttentionLlamaConfig": "hf_readonce.models.block_attention_llama.configuration_block_attention_llama",
+    "BlockAttentionLlamaForCausalLM": "hf_readonce.models.block_attention_llama.modeling_block_attention_llama",
+    "DocumentCacheOutput": "hf_readonce.models.block_attention_llama.modeling_block_attention_llama",
     "DeformerBertConfig": "hf_readonce.models.deformer_bert.configuration_deformer_bert",
     "DeformerBertForQuestionAnswering": "hf_readonce.models.deformer_bert.modeling_deformer_bert",
     "DeformerBertModel": "hf_readonce.models.deformer_bert.modeling_deformer_bert",
@@ -89,6 +92,8 @@ def register_models() -> None:
          [(AutoModel, "LongDocBartModel"), (AutoModelForSeq2SeqLM, "LongDocBartForConditionalGeneration")]),
         ("recurrent_gpt2", "RecurrentGPT2Config", [(AutoModelForCausalLM, "RecurrentGPT2LMHeadModel")]),
         ("recurrent_llama", "RecurrentLlamaConfig", [(AutoModelForCausalLM, "RecurrentLlamaForCausalLM")]),
+        ("block_attention_llama", "BlockAttentionLlamaConfig",
+         [(AutoModelForCausalLM, "BlockAttentionLlamaForCausalLM")]),
         ("readtwice_bert", "ReadTwiceBertConfig",
          [(AutoModel, "ReadTwiceBertModel"), (AutoModelForQuestionAnswering, "ReadTwiceBertForQuestionAnswering"),
           (AutoModelForMaskedLM, "ReadTwiceBertForMaskedLM")]),

@@ -18,10 +18,12 @@ for _module in pkgutil.iter_modules(__path__):
     if _module.name not in {"base", "registry", "fill"}:
         importlib.import_module(f"{__name__}.{_module.name}")  # the family file registers its adapter
 
+from .block_attention_llama import BlockAttentionLlamaAdapter  # noqa: E402
 from .deformer_bert import DeformerBertAdapter  # noqa: E402
 from .readonce_bart import ReadOnceBartAdapter  # noqa: E402
 
 __all__ = [
+    "BlockAttentionLlamaAdapter",
     "DeformerBertAdapter",
     "EncodeStats",
     "ReadOnceBartAdapter",

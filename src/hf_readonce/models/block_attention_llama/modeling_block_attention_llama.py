@@ -1,0 +1,640 @@
+# Copyright 2026 The hf-readonce developers.
+# Licensed under the Apache License, Version 2.0.
+"""PyTorch block-attention Llama: a Llama-family causal LM (Llama, SmolLM2, ...) that reads each document once into
+its own key/value cache, and composes stored caches in front of a question.
+
+It follows Block-Attention (Sun et al. 2024, "Block-Attention for Efficient Prefilling", TemporaryLoRA/Block-Attention)
+and TurboRAG (Lu et al. 2024): every document is encoded alone at positions 0..n-1; to place it at offset p of a
+prompt, its stored keys (post-RoPE) are rotated by the position delta p (re-encoding the positions, Block-Attention
+§2.3), the caches of several documents are concatenated, and the question is read with the composition as its prefix.
+Values carry no position and are kept as they are. Fine-tuning with the block mask (`forward(block_ids=...)`), under
+which each document attends only to itself while the question and answer attend to everything before them, makes the
+model's training match this use (Block-Attention §2.4).
+
+Positions are the *composed* ones in both places: under the block mask a document at offset p of a training sequence
+is read at positions p..p+n-1, and a cache composed at offset p is rotated to exactly those positions. With the
+document's hidden states independent of its offset (rotary attention depends only on relative positions and the
+document sees nothing else), both are the same computation; the tests check it to 1e-4 in fp32.
+
+This file travels with saved checkpoints (`trust_remote_code=True`): it imports only torch, transformers, the
+standard library and the configuration next to it.
+"""
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import transformers
+from transformers.cache_utils import Cache, DynamicCache
+from transformers.modeling_outputs import CausalLMOutputWithPast
+from transformers.models.llama.modeling_llama import LlamaForCausalLM, LlamaRotaryEmbedding, rotate_half
+from transformers.processing_utils import Unpack
+from transformers.utils import ModelOutput, TransformersKwargs, can_return_tuple
+
+from .configuration_block_attention_llama import BlockAttentionLlamaConfig
+
+# Rotary types whose frequencies do not depend on the sequence length: rotating a stored key by a position delta is
+# then exactly the key computed at the new position ("yarn" scales cos and sin by one constant factor, which the
+# stored key already carries). "dynamic" and "longrope" change their frequencies with the length read.
+EXACT_ROPE_TYPES = frozenset({"default", "linear", "llama3", "yarn"})
+
+# Config fields that provably do not change a document's keys and values: metadata, output switches, token ids, the
+# dtype (the weights are hashed as they are), the initializer range (the weights are hashed), the model type (a plain
+# Llama and a block-attention Llama with the same weights compute the same caches), and the output head. Every other
+# field of `config.to_dict()` is part of the fingerprint, with the transformers major version.
+_FINGERPRINT_IGNORED_FIELDS = frozenset({
+    "transformers_version", "architectures", "_name_or_path", "auto_map", "id2label", "label2id", "num_labels",
+    "problem_type", "finetuning_task", "task_specific_params", "dtype", "torch_dtype", "use_cache",
+    "output_hidden_states", "output_attentions", "return_dict", "torchscript", "tokenizer_class", "prefix",
+    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "cls_token_id", "mask_token_id", "unk_token_id",
+    "decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id", "initializer_range", "init_std",
+    "initializer_factor", "tie_word_embeddings", "model_type", "chunk_size_feed_forward", "is_encoder_decoder",
+})
+
+
+def _config_fingerprint(config) -> str:
+    """Canonical JSON of the config fields that can change a document's cache and the transformers major version."""
+    fields = {key: value for key, value in config.to_dict().items() if key not in _FINGERPRINT_IGNORED_FIELDS}
+    return json.dumps({"transformers": transformers.__version__.split(".")[0], "config": fields}, sort_keys=True,
+                      default=str)
+
+
+def _decoder(model):
+    """The `LlamaModel` (decoder stack) of a causal LM or the decoder itself."""
+    decoder = getattr(model, "model", None)
+    return decoder if decoder is not None and hasattr(decoder, "layers") else model
+
+
+def document_cache_fingerprint(model) -> str:
+    """SHA-256 hex of what a document's key/value cache depends on: the weights of the decoder that compute keys and
+    values (token embeddings and every layer; not the final norm nor the LM head), every config field that can change
+    them (rotary settings, heads, epsilon, activation, ...; `config.to_dict()` minus the metadata of
+    `_FINGERPRINT_IGNORED_FIELDS`) and the transformers major version.
+
+    Works for any Llama-family causal LM (`LlamaForCausalLM`, [`BlockAttentionLlamaForCausalLM`]) or `LlamaModel`.
+    Cached on the model until the config changes or a parameter is replaced or modified in place (torch's version
+    counters), as `ReadOnceBartDocumentEncoder.representation_fingerprint`; a training forward never hashes.
+
+    Args:
+        model (`torch.nn.Module`): with a `config` and Llama's decoder (`model.model.layers` or `model.layers`).
+
+    Returns:
+        `str`: 64 hex characters.
+
+    Raises:
+        TypeError: if `model` has no `config`.
+    """
+    config = getattr(model, "config", None)
+    if config is None:
+        raise TypeError(f"`model` must be a transformers model with a config, got {type(model).__name__}.")
+    params = [(name, p) for name, p in _decoder(model).named_parameters() if not name.startswith("norm.")]
+    config_json = _config_fingerprint(config)
+    state = (config_json, *((name, p.data_ptr(), p._version, p.dtype) for name, p in params))
+    cached = model.__dict__.get("_document_cache_fingerprint")
+    if cached is not None and cached[0] == state:
+        return cached[1]
+    digest = hashlib.sha256(b"llama_kv_cache|" + config_json.encode())
+    for name, p in params:
+        digest.update(name.encode())
+        digest.update(p.detach().to("cpu", torch.float32).contiguous().numpy().data)
+    model.__dict__["_document_cache_fingerprint"] = (state, digest.hexdigest())
+    return digest.hexdigest()
+
+
+@dataclass
+class DocumentCacheOutput(ModelOutput):
+    r"""
+    Key/value caches of a batch of documents, each encoded alone (output of `encode_documents`, or of a store
+    adapter's `read`). Documents are padded to the longest one; `attention_mask` says which tokens are real.
+
+    Args:
+        keys (`torch.FloatTensor` of shape `(num_documents, num_layers, num_key_value_heads, length, head_dim)`):
+            per-layer keys, rotated (RoPE) at `position_ids`.
+        values (`torch.FloatTensor` of shape `(num_documents, num_layers, num_key_value_heads, length, head_dim)`):
+            per-layer values (no position in them).
+        attention_mask (`torch.LongTensor` of shape `(num_documents, length)`): 1 for the document's tokens, 0 for
+            padding.
+        position_ids (`torch.LongTensor` of shape `(num_documents, length)`): the positions the keys were rotated at
+            (0..n-1 for a document of n tokens; 0 at padding).
+        model_fingerprint (`str`): [`document_cache_fingerprint`] of the model that made them; a model refuses caches
+            of another fingerprint.
+    """
+
+    keys: torch.FloatTensor | None = None
+    values: torch.FloatTensor | None = None
+    attention_mask: torch.LongTensor | None = None
+    position_ids: torch.LongTensor | None = None
+    model_fingerprint: str | None = None
+
+    @property
+    def num_documents(self) -> int:
+        """Number of documents (the first dimension of `keys`)."""
+        return 0 if self.keys is None else int(self.keys.shape[0])
+
+    def split(self) -> list["DocumentCacheOutput"]:
+        """One [`DocumentCacheOutput`] per document, its padding removed: keys and values
+        `(1, num_layers, num_key_value_heads, n, head_dim)`, mask and positions `(1, n)`."""
+        out = []
+        for row in range(self.num_documents):
+            real = self.attention_mask[row].bool()
+            out.append(DocumentCacheOutput(
+                keys=self.keys[row][:, :, real][None], values=self.values[row][:, :, real][None],
+                attention_mask=self.attention_mask[row][real][None], position_ids=self.position_ids[row][real][None],
+                model_fingerprint=self.model_fingerprint))
+        return out
+
+
+def _check_rope(config) -> None:
+    rope = getattr(config, "rope_parameters", None) or {}
+    rope_type = rope.get("rope_type", "default") if isinstance(rope, dict) else "default"
+    if rope_type not in EXACT_ROPE_TYPES:
+        raise ValueError(
+            f"cannot compose document caches for rope_type {rope_type!r}: rotating stored keys by a position delta "
+            f"is exact only for {sorted(EXACT_ROPE_TYPES)} (whose frequencies do not depend on the length read)."
+        )
+
+
+def _as_documents(document_caches, argument: str = "document_caches") -> list[DocumentCacheOutput]:
+    """A `DocumentCacheOutput` or a sequence of them -> one unpadded `DocumentCacheOutput` per document, in order."""
+    if isinstance(document_caches, DocumentCacheOutput):
+        document_caches = [document_caches]
+    if isinstance(document_caches, (str, bytes)) or not isinstance(document_caches, Sequence):
+        raise TypeError(f"`{argument}` must be a DocumentCacheOutput or a sequence of them, got "
+                        f"{type(document_caches).__name__}.")
+    documents = []
+    for i, cache in enumerate(document_caches):
+        if not isinstance(cache, DocumentCacheOutput):
+            raise TypeError(f"`{argument}[{i}]` must be a DocumentCacheOutput, got {type(cache).__name__}.")
+        if cache.keys is None or cache.values is None or cache.attention_mask is None or cache.position_ids is None:
+            raise ValueError(f"`{argument}[{i}]` lacks keys, values, attention_mask or position_ids.")
+        if cache.keys.ndim != 5 or cache.keys.shape != cache.values.shape:
+            raise ValueError(f"`{argument}[{i}]`: keys and values must both be (num_documents, num_layers, "
+                             f"num_key_value_heads, length, head_dim), got {tuple(cache.keys.shape)} and "
+                             f"{tuple(cache.values.shape)}.")
+        if cache.attention_mask.shape != cache.keys.shape[:1] + cache.keys.shape[3:4] or \
+                cache.position_ids.shape != cache.attention_mask.shape:
+            raise ValueError(f"`{argument}[{i}]`: attention_mask and position_ids must be (num_documents, length) "
+                             f"= {tuple(cache.keys.shape[:1] + cache.keys.shape[3:4])}.")
+        documents.extend(cache.split())
+    if not documents:
+        raise ValueError(f"`{argument}` holds no document.")
+    return documents
+
+
+def _check_fingerprints(documents: list[DocumentCacheOutput], expected: str | None, argument: str) -> None:
+    if expected is None:
+        return
+    for document in documents:
+        if document.model_fingerprint is None:
+            raise ValueError(f"a cache of `{argument}` carries no model_fingerprint: it cannot be checked against "
+                             "this model; encode the documents with `encode_documents` (or a store adapter).")
+        if document.model_fingerprint != expected:
+            raise ValueError(
+                f"a cache of `{argument}` was made by model {document.model_fingerprint[:16]}..., this model's "
+                f"fingerprint is {expected[:16]}...: its keys and values would silently shift the outputs; "
+                "re-encode the documents with this model."
+            )
+
+
+def rotate_keys(keys: torch.Tensor, delta: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+    """Rotate post-RoPE keys by a position delta: the key of position `p` becomes the key of position `p + delta`
+    (R(p + d) = R(d) R(p) for rotary embeddings, in transformers' `rotate_half` layout). Computed in fp32, returned in
+    the keys' dtype.
+
+    Adapted from transformers' `LlamaRotaryEmbedding.forward` and `apply_rotary_pos_emb` (keys only, no attention
+    scaling: the stored keys carry it already).
+
+    Args:
+        keys (`torch.Tensor` of shape `(..., length, head_dim)`): post-RoPE keys.
+        delta (`torch.LongTensor` of shape `(length,)`): position change per token.
+        inv_freq (`torch.Tensor` of shape `(head_dim // 2,)`): the rotary inverse frequencies.
+
+    Returns:
+        `torch.Tensor` of the shape and dtype of `keys`.
+
+    Raises:
+        ValueError: if `head_dim != 2 * len(inv_freq)` or `delta` does not have `length` entries.
+    """
+    if keys.shape[-1] != 2 * inv_freq.shape[-1]:
+        raise ValueError(f"`keys` have head_dim {keys.shape[-1]}, the rotary frequencies {inv_freq.shape[-1]} "
+                         "(head_dim / 2 expected).")
+    if delta.shape != keys.shape[-2:-1]:
+        raise ValueError(f"`delta` must have shape ({keys.shape[-2]},), got {tuple(delta.shape)}.")
+    freqs = delta.to(keys.device, torch.float32)[:, None] * inv_freq.to(keys.device, torch.float32)[None]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+    rotated = keys.float() * cos + rotate_half(keys.float()) * sin
+    return rotated.to(keys.dtype)
+
+
+def _rope_inv_freq(config, rotary: LlamaRotaryEmbedding | None = None) -> torch.Tensor:
+    _check_rope(config)
+    if rotary is None:
+        rotary = LlamaRotaryEmbedding(config=config)
+    return rotary.original_inv_freq if hasattr(rotary, "original_inv_freq") else rotary.inv_freq
+
+
+def _compose(documents: list[DocumentCacheOutput], config, inv_freq: torch.Tensor, offset: int, device, dtype):
+    """Place unpadded single documents one after another from `offset`: per-layer keys and values
+    `(num_layers, num_key_value_heads, total_length, head_dim)`."""
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    expected = (config.num_hidden_layers, config.num_key_value_heads, head_dim)
+    keys, values, cursor = [], [], offset
+    for i, document in enumerate(documents):
+        k, v = document.keys[0], document.values[0]  # (layers, heads_kv, n, head_dim)
+        if (k.shape[0], k.shape[1], k.shape[3]) != expected:
+            raise ValueError(f"document {i} of `document_caches` has (layers, heads_kv, head_dim) = "
+                             f"{(k.shape[0], k.shape[1], k.shape[3])}, this model {expected}.")
+        n = k.shape[2]
+        new_positions = torch.arange(cursor, cursor + n, device=k.device)
+        delta = new_positions - document.position_ids[0].to(k.device)
+        target_dtype = dtype or k.dtype
+        k = k.to(device) if device is not None else k
+        keys.append(rotate_keys(k.to(torch.float32), delta, inv_freq).to(target_dtype))
+        values.append(v.to(device=device or v.device, dtype=target_dtype))
+        cursor += n
+    return torch.cat(keys, dim=2), torch.cat(values, dim=2)
+
+
+def _dynamic_cache(keys: torch.Tensor, values: torch.Tensor, config) -> DynamicCache:
+    """`(batch, layers, heads_kv, length, head_dim)` keys/values -> a transformers `DynamicCache`."""
+    return DynamicCache(ddp_cache_data=[(keys[:, layer].contiguous(), values[:, layer].contiguous())
+                                        for layer in range(keys.shape[1])], config=config)
+
+
+def compose_document_caches(document_caches, config, *, offset: int = 0, model_fingerprint: str | None = None,
+                            device=None, dtype=None) -> DynamicCache:
+    """Place document caches one after another from position `offset`, each one's keys rotated from the positions it
+    was encoded at to its place in the composition (Block-Attention's position re-encoding, TurboRAG), and return them
+    as a transformers `DynamicCache` of batch size 1, ready as `past_key_values` of any Llama-family model whose
+    `config` this is (a plain `LlamaForCausalLM` too: pass `attention_mask` covering prefix and new tokens and
+    position ids continuing after the prefix).
+
+    Args:
+        document_caches ([`DocumentCacheOutput`] or `Sequence[DocumentCacheOutput]`): every document of each, in order.
+        config (`LlamaConfig`): the model's config (layers, heads, rotary settings).
+        offset (`int`, defaults to 0): position of the first document's first token.
+        model_fingerprint (`str`, *optional*): when given, every cache must carry this fingerprint.
+        device, dtype: of the composed cache (default: those of the stored tensors).
+
+    Returns:
+        `DynamicCache` whose layer `l` holds keys and values `(1, num_key_value_heads, total_length, head_dim)`,
+        total_length the sum of the documents' lengths.
+
+    Raises:
+        ValueError: a rope type for which the rotation is not exact (see `EXACT_ROPE_TYPES`), a negative `offset`,
+            caches of another shape or fingerprint, or no document. TypeError: caches of another type.
+    """
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise ValueError(f"`offset` must be an int >= 0, got {offset!r}.")
+    inv_freq = _rope_inv_freq(config)
+    documents = _as_documents(document_caches)
+    _check_fingerprints(documents, model_fingerprint, "document_caches")
+    keys, values = _compose(documents, config, inv_freq, offset, device, dtype)
+    return _dynamic_cache(keys[None], values[None], config)
+
+
+def block_attention_mask(block_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                         dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The training mask of Block-Attention (Sun et al. 2024, §2.4) as a 4-D additive mask: a token of document block
+    `b >= 0` attends causally to the tokens of block `b` only; a token of block `-1` (question, answer, instructions)
+    attends causally to every token before it. Padding (`attention_mask == 0`) is never attended to; a padding query
+    attends to itself only, so no row is empty.
+
+    Args:
+        block_ids (`torch.LongTensor` of shape `(batch_size, seq_length)`): block of each token, `-1` for global
+            tokens.
+        attention_mask (`torch.Tensor` of shape `(batch_size, seq_length)`, *optional*): 1 for real tokens.
+        dtype (`torch.dtype`, defaults to `torch.float32`): of the additive mask (the model's).
+
+    Returns:
+        `torch.Tensor` of shape `(batch_size, 1, seq_length, seq_length)`: 0 where attention is allowed,
+        `torch.finfo(dtype).min` elsewhere (the form transformers' eager and sdpa attention take).
+
+    Raises:
+        TypeError: floating `block_ids`. ValueError: `block_ids` not 2-D, ids below -1, or an `attention_mask` of
+            another shape.
+    """
+    if not torch.is_tensor(block_ids) or block_ids.is_floating_point() or block_ids.dtype == torch.bool:
+        raise TypeError("`block_ids` must be an integer tensor (batch_size, seq_length).")
+    if block_ids.ndim != 2:
+        raise ValueError(f"`block_ids` must be (batch_size, seq_length), got shape {tuple(block_ids.shape)}.")
+    if block_ids.numel() and int(block_ids.min()) < -1:
+        raise ValueError(f"`block_ids` must be >= -1 (-1: global tokens), got {int(block_ids.min())}.")
+    length = block_ids.shape[1]
+    causal = torch.ones(length, length, dtype=torch.bool, device=block_ids.device).tril()
+    same_block = block_ids[:, :, None] == block_ids[:, None, :]
+    is_global = (block_ids == -1)[:, :, None]
+    allowed = causal[None] & (same_block | is_global)
+    if attention_mask is not None:
+        if attention_mask.shape != block_ids.shape:
+            raise ValueError(f"`attention_mask` must have the shape of `block_ids` {tuple(block_ids.shape)}, got "
+                             f"{tuple(attention_mask.shape)}.")
+        allowed = allowed & attention_mask.to(block_ids.device).bool()[:, None, :]
+    allowed = allowed | torch.eye(length, dtype=torch.bool, device=block_ids.device)[None]
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=block_ids.device)
+    return mask.masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
+
+
+def _positions_from_mask(attention_mask: torch.Tensor) -> torch.LongTensor:
+    """Position ids of real tokens counted from the first real one (0 at padding), as `generate` makes them."""
+    positions = attention_mask.long().cumsum(-1) - 1
+    return positions.masked_fill(attention_mask == 0, 0)
+
+
+@dataclass
+class ComposedDocumentCache(ModelOutput):
+    r"""
+    Document caches composed as the prefix of a batch (output of `BlockAttentionLlamaForCausalLM.compose_batch`).
+
+    Args:
+        past_key_values (`DynamicCache`): layer `l` holds keys and values
+            `(batch_size, num_key_value_heads, prefix_length, head_dim)`, each row's documents left-padded to the
+            longest row.
+        attention_mask (`torch.LongTensor` of shape `(batch_size, prefix_length)`): 1 at the documents' tokens.
+    """
+
+    past_key_values: DynamicCache | None = None
+    attention_mask: torch.LongTensor | None = None
+
+
+class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
+    r"""A Llama-family causal LM that reads each document once into a key/value cache and answers from composed
+    caches: Block-Attention (Sun et al. 2024) and TurboRAG (Lu et al. 2024) inside transformers' `generate()`.
+
+    Same parameters and same outputs as `LlamaForCausalLM` (any Llama checkpoint loads, nothing is newly initialized).
+    It adds:
+
+    - [`encode_documents`]: each document encoded alone at positions 0..n-1 -> [`DocumentCacheOutput`] with the
+      model fingerprint;
+    - [`compose_document_caches`]: caches placed one after another, keys re-rotated to their new positions -> a
+      `DynamicCache`;
+    - `forward(document_caches=...)` and `generate(input_ids=<question>, document_caches=...)`: the question read
+      after the composed caches (with one document, exactly the plain causal LM reading document then question);
+    - `forward(block_ids=...)`: the Block-Attention training mask (each document attends only to itself).
+    """
+
+    config_class = BlockAttentionLlamaConfig
+
+    def representation_fingerprint(self) -> str:
+        """[`document_cache_fingerprint`] of this model: the key under which its document caches are stored and
+        checked (64 hex characters)."""
+        return document_cache_fingerprint(self)
+
+    @torch.no_grad()
+    def encode_documents(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None, *,
+                         with_fingerprint: bool = True) -> DocumentCacheOutput:
+        r"""Encode each document (row) alone, at positions 0..n-1 counted from its first real token, and return its
+        per-layer keys and values (runs without gradients; for training use `forward(block_ids=...)`).
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(num_documents, length)`): document tokens, padded on either side.
+            attention_mask (`torch.Tensor` of shape `(num_documents, length)`, *optional*): 1 for real tokens
+                (default: all real).
+            with_fingerprint (`bool`, defaults to `True`): record [`representation_fingerprint`] in the output.
+
+        Returns:
+            [`DocumentCacheOutput`]: keys and values `(num_documents, num_layers, num_key_value_heads, length,
+            head_dim)` in the model's dtype, `attention_mask` and `position_ids` `(num_documents, length)`.
+
+        Raises:
+            TypeError: floating `input_ids`. ValueError: `input_ids` not 2-D or empty, a mask of another shape, a
+                document without real tokens, or token ids outside the vocabulary.
+        """
+        if not torch.is_tensor(input_ids) or input_ids.is_floating_point():
+            raise TypeError("`input_ids` must be an integer tensor (num_documents, length).")
+        if input_ids.ndim != 2 or input_ids.numel() == 0:
+            raise ValueError(f"`input_ids` must be a non-empty (num_documents, length) tensor, got shape "
+                             f"{tuple(input_ids.shape)}.")
+        if int(input_ids.min()) < 0 or int(input_ids.max()) >= self.config.vocab_size:
+            raise ValueError(f"`input_ids` holds token ids outside the vocabulary [0, {self.config.vocab_size}).")
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        if attention_mask.shape != input_ids.shape:
+            raise ValueError(f"`attention_mask` must have the shape of `input_ids` {tuple(input_ids.shape)}, got "
+                             f"{tuple(attention_mask.shape)}.")
+        attention_mask = attention_mask.to(input_ids.device).long()
+        empty = (attention_mask.sum(-1) == 0).nonzero().flatten().tolist()
+        if empty:
+            raise ValueError(f"document(s) {empty} of `input_ids` have no real token (attention_mask all 0).")
+        position_ids = _positions_from_mask(attention_mask)
+        cache = DynamicCache(config=self.config)
+        self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                   past_key_values=cache, use_cache=True)
+        keys = torch.stack([layer.keys for layer in cache.layers], dim=1)
+        values = torch.stack([layer.values for layer in cache.layers], dim=1)
+        return DocumentCacheOutput(keys=keys, values=values, attention_mask=attention_mask, position_ids=position_ids,
+                                   model_fingerprint=self.representation_fingerprint() if with_fingerprint else None)
+
+    def compose_document_caches(self, document_caches, *, offset: int = 0) -> DynamicCache:
+        r"""Place document caches one after another from position `offset`, each one's keys rotated to its new
+        positions (see the module-level [`compose_document_caches`]), after checking that this model made them.
+
+        Args:
+            document_caches ([`DocumentCacheOutput`] or `Sequence[DocumentCacheOutput]`): every document, in order.
+            offset (`int`, defaults to 0): position of the first document token.
+
+        Returns:
+            `DynamicCache` of batch size 1 in this model's dtype and device, layer `l` holding keys and values
+            `(1, num_key_value_heads, total_length, head_dim)`.
+
+        Raises:
+            ValueError: caches made by another model (fingerprint), of another shape, a rope type for which the
+                rotation is not exact, a negative offset. TypeError: caches of another type.
+        """
+        return compose_document_caches(document_caches, self.config, offset=offset,
+                                       model_fingerprint=self.representation_fingerprint(), device=self.device,
+                                       dtype=self.dtype)
+
+    def compose_batch(self, document_caches, batch_size: int, *, repeat: int = 1) -> ComposedDocumentCache:
+        r"""The composed prefix of a batch: the same documents for every row, or one list of documents per row.
+
+        Args:
+            document_caches: a [`DocumentCacheOutput`] or a sequence of them (the same prefix for every row), or a
+                sequence of `batch_size` such sequences (row `i`'s documents, in order). Rows of different lengths
+                are left-padded (masked, and position ids counted from the first real token stay right).
+            batch_size (`int`): rows of the question batch.
+            repeat (`int`, defaults to 1): copies of each row, adjacent (beams, returned sequences).
+
+        Returns:
+            [`ComposedDocumentCache`] with `batch_size * repeat` rows.
+
+        Raises:
+            ValueError: a per-row list whose length is not `batch_size`, caches of another model or shape.
+        """
+        inv_freq = _rope_inv_freq(self.config, self.model.rotary_emb)
+        fingerprint = self.representation_fingerprint()
+        per_row = (isinstance(document_caches, Sequence) and not isinstance(document_caches, (str, bytes))
+                   and len(document_caches) > 0 and not isinstance(document_caches[0], DocumentCacheOutput))
+        if per_row:
+            if len(document_caches) != batch_size:
+                raise ValueError(f"`document_caches` holds {len(document_caches)} per-row lists for a batch of "
+                                 f"{batch_size} rows.")
+            rows = []
+            for i, row in enumerate(document_caches):
+                documents = _as_documents(row, f"document_caches[{i}]")
+                _check_fingerprints(documents, fingerprint, f"document_caches[{i}]")
+                rows.append(_compose(documents, self.config, inv_freq, 0, self.device, self.dtype))
+        else:
+            documents = _as_documents(document_caches)
+            _check_fingerprints(documents, fingerprint, "document_caches")
+            rows = [_compose(documents, self.config, inv_freq, 0, self.device, self.dtype)] * batch_size
+        width = max(k.shape[2] for k, _ in rows)
+        shape = (batch_size, *rows[0][0].shape[:2], width, rows[0][0].shape[3])
+        keys = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        values = torch.zeros(shape, dtype=self.dtype, device=self.device)
+        mask = torch.zeros(batch_size, width, dtype=torch.long, device=self.device)
+        for i, (k, v) in enumerate(rows):  # left padding, as for the questions of a generate batch
+            keys[i, :, :, width - k.shape[2]:] = k
+            values[i, :, :, width - k.shape[2]:] = v
+            mask[i, width - k.shape[2]:] = 1
+        if repeat > 1:
+            keys, values = keys.repeat_interleave(repeat, dim=0), values.repeat_interleave(repeat, dim=0)
+            mask = mask.repeat_interleave(repeat, dim=0)
+        return ComposedDocumentCache(past_key_values=_dynamic_cache(keys, values, self.config), attention_mask=mask)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        block_ids: torch.LongTensor | None = None,
+        document_caches=None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> CausalLMOutputWithPast:
+        r"""
+        `LlamaForCausalLM.forward`, plus the block mask for training and composed document caches as the prefix.
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, seq_length)`, *optional*): tokens.
+            attention_mask (`torch.Tensor` of shape `(batch_size, past_length + seq_length)`, *optional*): 1 for real
+                tokens. With `document_caches`, the mask of `input_ids` only `(batch_size, seq_length)`: the prefix's
+                is added here.
+            position_ids (`torch.LongTensor` of shape `(batch_size, seq_length)`, *optional*): default: counted from
+                the first real token (with `block_ids` or `document_caches`), else Llama's default.
+            past_key_values (`Cache`, *optional*), inputs_embeds, labels, use_cache, logits_to_keep: as in
+                `LlamaForCausalLM`.
+            block_ids (`torch.LongTensor` of shape `(batch_size, seq_length)`, *optional*): the Block-Attention
+                training mask ([`block_attention_mask`]): tokens of document block `b >= 0` attend causally within
+                block `b` only; tokens of block `-1` (question, answer) attend to everything before them. Positions
+                are the composed ones (a block at offset p is read at positions p..), as a cache composed at p.
+            document_caches ([`DocumentCacheOutput`], a sequence of them, or one sequence per row, *optional*): read
+                `input_ids` after these documents' composed caches (see [`compose_batch`]).
+
+            return_dict (`bool`, *optional*, keyword): return a tuple when False (`@can_return_tuple`).
+
+        Returns:
+            [`~transformers.modeling_outputs.CausalLMOutputWithPast`]: logits `(batch_size, seq_length, vocab_size)`
+            of `input_ids` (and the loss with `labels`); `past_key_values` includes the composed prefix.
+
+        Raises:
+            ValueError: `block_ids` of another shape than `input_ids`, with a non-empty cache or with
+                `document_caches`; `document_caches` with `past_key_values`; caches of another model (fingerprint).
+            TypeError: floating `block_ids`.
+        """
+        if block_ids is not None:
+            if document_caches is not None:
+                raise ValueError("Pass `block_ids` (training mask over full sequences) or `document_caches`, not both.")
+            if past_key_values is not None and past_key_values.get_seq_length() > 0:
+                raise ValueError("`block_ids` masks a whole sequence: it cannot be used with a non-empty "
+                                 "`past_key_values`.")
+            reference = input_ids if input_ids is not None else inputs_embeds
+            if reference is None or tuple(block_ids.shape) != tuple(reference.shape[:2]):
+                shape = None if reference is None else tuple(reference.shape[:2])
+                raise ValueError(f"`block_ids` must have the shape (batch_size, seq_length) of the input {shape}, "
+                                 f"got {tuple(getattr(block_ids, 'shape', ()))}.")
+            if attention_mask is not None and attention_mask.ndim != 2:
+                raise ValueError("with `block_ids`, `attention_mask` must be the 2-D padding mask.")
+            if position_ids is None:
+                position_ids = (_positions_from_mask(attention_mask) if attention_mask is not None
+                                else torch.arange(block_ids.shape[1], device=block_ids.device)[None])
+            attention_mask = block_attention_mask(block_ids, attention_mask, dtype=self.dtype)
+        elif document_caches is not None:
+            if past_key_values is not None:
+                raise ValueError("Pass `document_caches` or `past_key_values`, not both.")
+            reference = input_ids if input_ids is not None else inputs_embeds
+            if reference is None:
+                raise ValueError("`input_ids` (the question) are needed with `document_caches`.")
+            batch_size, length = reference.shape[:2]
+            if attention_mask is None:
+                attention_mask = torch.ones(batch_size, length, dtype=torch.long, device=reference.device)
+            if attention_mask.shape != (batch_size, length):
+                raise ValueError(f"with `document_caches`, `attention_mask` must be the question's "
+                                 f"{(batch_size, length)}, got {tuple(attention_mask.shape)}.")
+            prefix = self.compose_batch(document_caches, batch_size)
+            past_key_values = prefix.past_key_values
+            attention_mask = torch.cat([prefix.attention_mask, attention_mask.to(prefix.attention_mask)], dim=1)
+            if position_ids is None:
+                position_ids = _positions_from_mask(attention_mask)[:, -length:]
+        return super().forward(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+            past_key_values=past_key_values, inputs_embeds=inputs_embeds, labels=labels, use_cache=use_cache,
+            logits_to_keep=logits_to_keep, **kwargs,
+        )
+
+    def generate(self, input_ids: torch.LongTensor | None = None, document_caches=None, **kwargs):
+        r"""`GenerationMixin.generate`, with composed document caches as the prefix of `input_ids`.
+
+        Without `document_caches` this is Llama's `generate`. With them, the caches are composed
+        ([`compose_batch`], copied for beams and returned sequences), `attention_mask` is extended over the prefix,
+        and position ids continue after it, so that with one document this is exactly the plain causal LM
+        generating from document + question (greedy tokens identical, logits to float rounding), batched with left
+        padding, and with beams.
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, question_length)`): the questions (left-padded).
+            document_caches: as in [`compose_batch`].
+            **kwargs: as for `generate` (`attention_mask` is the questions' `(batch_size, question_length)`;
+                `max_length` counts question and new tokens, not the prefix: prefer `max_new_tokens`).
+
+        Returns:
+            As `generate`: the questions followed by the new tokens (the prefix is not repeated).
+
+        Raises:
+            ValueError: `document_caches` without `input_ids`, with `past_key_values` or `inputs_embeds`, a question
+                mask of another shape, caches of another model (fingerprint) or shape.
+        """
+        if document_caches is None:
+            return super().generate(input_ids, **kwargs)
+        if input_ids is None or not torch.is_tensor(input_ids) or input_ids.ndim != 2:
+            raise ValueError("`input_ids` (batch_size, question_length) are needed with `document_caches`.")
+        for name in ("past_key_values", "inputs_embeds"):
+            if kwargs.get(name) is not None:
+                raise ValueError(f"Pass `document_caches` or `{name}`, not both.")
+        attention_mask = kwargs.pop("attention_mask", None)
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        if attention_mask.shape != input_ids.shape:
+            raise ValueError(f"`attention_mask` must be the questions' {tuple(input_ids.shape)}, got "
+                             f"{tuple(attention_mask.shape)}.")
+        generation_config = kwargs.get("generation_config") or self.generation_config
+        num_beams = kwargs.get("num_beams") or generation_config.num_beams or 1
+        num_return = kwargs.get("num_return_sequences") or generation_config.num_return_sequences or 1
+        prefix = self.compose_batch(document_caches, input_ids.shape[0], repeat=max(num_beams, num_return))
+        # Only the question's ids go in; the mask covers prefix + question, so `generate` feeds every question
+        # token (its ids are shorter than the mask) and counts positions from the mask.
+        mask = torch.cat([prefix.attention_mask[:: max(num_beams, num_return)],
+                          attention_mask.to(prefix.attention_mask)], dim=1)
+        return super().generate(input_ids, attention_mask=mask, past_key_values=prefix.past_key_values, **kwargs)
+
+
+BlockAttentionLlamaConfig.register_for_auto_class()
+BlockAttentionLlamaForCausalLM.register_for_auto_class("AutoModelForCausalLM")
+
+__all__ = [
+    "BlockAttentionLlamaForCausalLM",
+    "ComposedDocumentCache",
+    "DocumentCacheOutput",
+    "block_attention_mask",
+    "compose_document_caches",
+    "document_cache_fingerprint",
+    "rotate_keys",
+]

@@ -1,0 +1,186 @@
+"""Representation adapter of block-attention Llama: each document's per-layer key/value cache, encoded alone at
+positions 0..n-1 (Block-Attention, Sun et al. 2024; TurboRAG, Lu et al. 2024), stored and read back as the model's
+[`DocumentCacheOutput`] for `generate(document_caches=...)`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from ..models.block_attention_llama.modeling_block_attention_llama import (
+    BlockAttentionLlamaForCausalLM,
+    DocumentCacheOutput,
+)
+from .base import tokenizer_fingerprint
+from .registry import register_adapter
+
+
+class BlockAttentionLlamaAdapter:
+    r"""Stores the key/value cache of whole documents for [`BlockAttentionLlamaForCausalLM`] (any Llama checkpoint
+    loads as one, see [`load_model`]). Per document of n tokens:
+
+    - `keys`, `values`: `(num_layers, num_key_value_heads, n, head_dim)` floating, keys rotated at positions 0..n-1
+      (the store's dtype option keeps them in fp32, fp16 or bf16; they are composed in the model's dtype);
+    - `input_ids`: `(n,)` int32, the tokens read (for recomputation and checks);
+    - `num_tokens`: `(1,)` int32.
+
+    Documents are tokenized without special tokens by default, so that a stored document followed by a question is
+    exactly the prompt `document + question` (pass `add_special_tokens=True` for a BOS per document).
+
+    Args:
+        model ([`BlockAttentionLlamaForCausalLM`]): the model (a plain `LlamaForCausalLM` computes the same caches:
+            load it with `BlockAttentionLlamaForCausalLM.from_pretrained(path)`).
+        tokenizer: its fast tokenizer.
+        max_document_length (`int`, *optional*): tokens read per document (longer ones are truncated). Defaults to
+            `config.max_position_embeddings`.
+        add_special_tokens (`bool`, defaults to `False`): let the tokenizer add its special tokens to each document.
+        batch_size (`int`, defaults to 8): documents per `encode_documents` call.
+
+    Raises:
+        TypeError: a model without `encode_documents`, a setting of the wrong type, a slow tokenizer.
+        ValueError: a setting below 1 (naming it).
+    """
+
+    model_type = "block_attention_llama"
+    representation = "llama_kv_cache/v1"
+    checkpoint_model_types = ("block_attention_llama", "llama")
+    cli_settings = {
+        "max_document_length": ("--max-document-length", None,
+                                "tokens read per document (default: the model's max_position_embeddings)"),
+    }
+
+    def __init__(self, model, tokenizer, max_document_length: int | None = None, add_special_tokens: bool = False,
+                 batch_size: int = 8):
+        if not callable(getattr(model, "encode_documents", None)) or not hasattr(model, "representation_fingerprint"):
+            raise TypeError(f"`model` must be a BlockAttentionLlamaForCausalLM, got {type(model).__name__} (load a "
+                            "Llama checkpoint with BlockAttentionLlamaForCausalLM.from_pretrained).")
+        for name, value in (("max_document_length", max_document_length), ("batch_size", batch_size)):
+            if value is None and name == "max_document_length":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"`{name}` must be an int, got {value!r}.")
+            if value < 1:
+                raise ValueError(f"`{name}` must be >= 1, got {value}.")
+        if not isinstance(add_special_tokens, bool):
+            raise TypeError(f"`add_special_tokens` must be a bool, got {add_special_tokens!r}.")
+        self.model, self.tokenizer = model, tokenizer
+        self.max_document_length = (max_document_length if max_document_length is not None
+                                    else int(model.config.max_position_embeddings))
+        self.add_special_tokens = add_special_tokens
+        self.batch_size = batch_size
+        self._tokenizer_hash = tokenizer_fingerprint(tokenizer)
+
+    @classmethod
+    def load_model(cls, name_or_path: str, **kwargs):
+        """A [`BlockAttentionLlamaForCausalLM`] from a `block_attention_llama` or a plain `llama` checkpoint
+        (`kwargs` go to `from_pretrained`)."""
+        return BlockAttentionLlamaForCausalLM.from_pretrained(name_or_path, **kwargs)
+
+    def fingerprint(self) -> str:
+        """The model's `representation_fingerprint()` (decoder weights, config fields that change the caches,
+        transformers major version); the tokenizer is part of [`settings`]."""
+        return self.model.representation_fingerprint()
+
+    def settings(self) -> dict:
+        """Representation settings: format, document length, special tokens, the dtype the model computes the
+        caches in (a bf16 model's caches are not an fp32 model's) and the tokenizer's fingerprint. The storage dtype
+        is the store's (recorded per shard)."""
+        return {"representation": self.representation, "max_document_length": self.max_document_length,
+                "add_special_tokens": self.add_special_tokens,
+                "compute_dtype": str(self.model.dtype).removeprefix("torch."), "tokenizer": self._tokenizer_hash}
+
+    def num_tokens(self, tensors: Mapping[str, torch.Tensor]) -> int:
+        """Document tokens read for one stored document."""
+        return int(tensors["num_tokens"][0])
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        """The token ids each text is read as (truncated to `max_document_length`).
+
+        Raises:
+            TypeError: a single str instead of a sequence. ValueError: naming an empty or non-string text, or a
+                text that has no token.
+        """
+        if isinstance(texts, str):
+            raise TypeError("`texts` must be a sequence of str, not a single str.")
+        for i, text in enumerate(texts):
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"document {i} is empty or not a string: nothing to encode.")
+        ids = self.tokenizer(list(texts), truncation=True, max_length=self.max_document_length,
+                             add_special_tokens=self.add_special_tokens)["input_ids"]
+        for i, row in enumerate(ids):
+            if not row:
+                raise ValueError(f"document {i} has no token after tokenization.")
+        return ids
+
+    @torch.no_grad()
+    def encode(self, texts: Sequence[str]) -> list[dict[str, torch.Tensor]]:
+        """Encode documents (`Sequence[str]`) -> one tensor dict per text (see the class docstring), in fp32 on CPU
+        (the store casts them to its dtype).
+
+        Raises:
+            TypeError / ValueError: as [`tokenize`]; errors of `encode_documents`.
+        """
+        ids = self.tokenize(texts)
+        out = []
+        for start in range(0, len(ids), self.batch_size):
+            chunk = ids[start:start + self.batch_size]
+            width = max(len(row) for row in chunk)
+            input_ids = torch.zeros(len(chunk), width, dtype=torch.long)
+            mask = torch.zeros(len(chunk), width, dtype=torch.long)
+            for row, tokens in enumerate(chunk):
+                input_ids[row, :len(tokens)] = torch.tensor(tokens)
+                mask[row, :len(tokens)] = 1
+            caches = self.model.encode_documents(input_ids.to(self.model.device), mask.to(self.model.device),
+                                                 with_fingerprint=False)
+            for row, tokens in enumerate(chunk):
+                n = len(tokens)
+                out.append({"keys": caches.keys[row, :, :, :n].float().cpu().contiguous(),
+                            "values": caches.values[row, :, :, :n].float().cpu().contiguous(),
+                            "input_ids": torch.tensor(tokens, dtype=torch.int32),
+                            "num_tokens": torch.tensor([n], dtype=torch.int32)})
+        return out
+
+    def read(self, stored: Sequence[Mapping[str, torch.Tensor]], *, device=None, dtype=None) -> DocumentCacheOutput:
+        """The model's input again: the stored caches of several documents as one [`DocumentCacheOutput`]
+        (`document_caches=` of `generate` and `forward`: the documents in this order, one after another).
+
+        Args:
+            stored (`Sequence[dict]`): tensors of documents as written by [`encode`] (e.g. `store.get_many(...)`).
+            device, dtype: where and in which floating dtype to put them (default: as stored, on CPU; the model
+                composes them in its own dtype).
+
+        Returns:
+            [`DocumentCacheOutput`]: keys and values `(len(stored), num_layers, num_key_value_heads, max n,
+            head_dim)` right-padded, `attention_mask` and `position_ids` (0..n-1) `(len(stored), max n)`, and this
+            adapter's model fingerprint.
+
+        Raises:
+            ValueError: no document, or documents whose keys and values disagree in shape.
+        """
+        if not stored:
+            raise ValueError("nothing to read: `stored` is empty.")
+        first = stored[0]["keys"]
+        dtype = dtype or first.dtype
+        width = max(int(t["keys"].shape[2]) for t in stored)
+        shape = (len(stored), first.shape[0], first.shape[1], width, first.shape[3])
+        keys = torch.zeros(shape, dtype=dtype, device=device)
+        values = torch.zeros(shape, dtype=dtype, device=device)
+        mask = torch.zeros(len(stored), width, dtype=torch.long, device=device)
+        for i, tensors in enumerate(stored):
+            k, v = tensors["keys"], tensors["values"]
+            if k.shape != v.shape or k.shape[:2] + k.shape[3:] != first.shape[:2] + first.shape[3:]:
+                raise ValueError(f"stored document {i}: keys {tuple(k.shape)} and values {tuple(v.shape)} do not "
+                                 f"match (num_layers, num_key_value_heads, n, head_dim) of document 0.")
+            n = k.shape[2]
+            keys[i, :, :, :n] = k.to(device=device, dtype=dtype)
+            values[i, :, :, :n] = v.to(device=device, dtype=dtype)
+            mask[i, :n] = 1
+        positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+        return DocumentCacheOutput(keys=keys, values=values, attention_mask=mask, position_ids=positions,
+                                   model_fingerprint=self.fingerprint())
+
+
+__all__ = ["BlockAttentionLlamaAdapter"]
+
+register_adapter("block_attention_llama", BlockAttentionLlamaAdapter)

@@ -1,0 +1,391 @@
+"""BlockAttentionLlamaForCausalLM (Block-Attention, TurboRAG): per-document KV caches, composition by re-rotating
+keys, generate() from composed caches, the block training mask; on tiny random Llama configs in fp32."""
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+from hf_readonce import BlockAttentionLlamaConfig, BlockAttentionLlamaForCausalLM, DocumentCacheOutput
+from hf_readonce.models.block_attention_llama.modeling_block_attention_llama import (
+    block_attention_mask,
+    compose_document_caches,
+    document_cache_fingerprint,
+)
+from tests.conftest import run_without_hf_readonce
+
+TINY = dict(vocab_size=101, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+ATOL = 1e-4
+
+
+def tiny(seed=0, **overrides):
+    torch.manual_seed(seed)
+    return BlockAttentionLlamaForCausalLM(BlockAttentionLlamaConfig(**{**TINY, **overrides})).eval()
+
+
+def plain(model):
+    """`LlamaForCausalLM` with the same weights and settings."""
+    config = LlamaConfig(**{k: v for k, v in model.config.to_dict().items() if k not in ("model_type", "auto_map")})
+    llama = LlamaForCausalLM(config).eval()
+    llama.load_state_dict(model.state_dict())
+    return llama
+
+
+def ids(length, seed, batch=1):
+    return torch.randint(3, TINY["vocab_size"], (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def greedy(**kwargs):
+    return dict(max_new_tokens=6, min_new_tokens=6, do_sample=False, output_logits=True, return_dict_in_generate=True,
+                pad_token_id=0, **kwargs)
+
+
+def assert_same_generation(reference, composed, new_tokens=6):
+    """Same new tokens and the same logits at every step."""
+    assert reference.sequences[:, -new_tokens:].tolist() == composed.sequences[:, -new_tokens:].tolist()
+    for a, b in zip(reference.logits, composed.logits, strict=True):
+        torch.testing.assert_close(b, a, atol=ATOL, rtol=0)
+
+
+# ----------------------------------------------------------------------------------------------------- config, loading
+def test_config_loads_any_llama_config_and_checkpoint(tmp_path):
+    llama = LlamaForCausalLM(LlamaConfig(**TINY)).eval()
+    llama.save_pretrained(tmp_path)
+    config = BlockAttentionLlamaConfig.from_pretrained(tmp_path)
+    assert config.model_type == "block_attention_llama" and config.hidden_size == 32
+    model = BlockAttentionLlamaForCausalLM.from_pretrained(tmp_path).eval()  # nothing newly initialized
+    x = ids(12, 1)
+    with torch.no_grad():
+        torch.testing.assert_close(model(x).logits, llama(x).logits, atol=0, rtol=0)
+    # a plain Llama and the block-attention model with the same weights make the same caches
+    assert document_cache_fingerprint(llama) == model.representation_fingerprint()
+    assert type(AutoConfig.for_model("block_attention_llama")) is BlockAttentionLlamaConfig
+
+
+# ----------------------------------------------------------------------------------------------------- composition
+@pytest.mark.parametrize("rope", [None, {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0},
+                                  {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                   "high_freq_factor": 4.0, "original_max_position_embeddings": 64,
+                                   "rope_theta": 500000.0},
+                                  {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 64,
+                                   "rope_theta": 10000.0}])
+@pytest.mark.parametrize("offset", [0, 7, 150])
+def test_one_document_composed_at_offset_equals_encoding_it_there(rope, offset):
+    model = tiny(**({} if rope is None else {"rope_parameters": rope}))
+    document = ids(20, 1)
+    with torch.no_grad():
+        cache = model.encode_documents(document)
+        direct = model.model(document, position_ids=torch.arange(offset, offset + 20)[None], use_cache=True)
+    composed = model.compose_document_caches(cache, offset=offset)
+    assert composed.get_seq_length() == 20
+    for layer in range(model.config.num_hidden_layers):
+        torch.testing.assert_close(composed.layers[layer].keys, direct.past_key_values.layers[layer].keys,
+                                   atol=ATOL, rtol=0)
+        torch.testing.assert_close(composed.layers[layer].values, direct.past_key_values.layers[layer].values,
+                                   atol=ATOL, rtol=0)
+    # the module-level function for plain Llama models gives the same cache
+    again = compose_document_caches(cache, plain(model).config, offset=offset)
+    torch.testing.assert_close(again.layers[0].keys, composed.layers[0].keys, atol=0, rtol=0)
+
+
+def test_rope_types_without_exact_rotation_are_refused():
+    model = tiny(rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0})
+    with torch.no_grad():
+        cache = model.encode_documents(ids(10, 1))
+    with pytest.raises(ValueError, match="rope_type 'dynamic'"):
+        model.compose_document_caches(cache)
+    with pytest.raises(ValueError, match="rope_type"):
+        model.generate(ids(4, 2), document_caches=cache, max_new_tokens=2)
+
+
+def test_padded_document_batch_gives_each_document_its_own_cache():
+    model = tiny()
+    a, b = ids(12, 1), ids(7, 2)
+    batch = torch.zeros(2, 12, dtype=torch.long)
+    batch[0], batch[1, 5:] = a[0], b[0]  # b left-padded
+    mask = (batch != 0).long()
+    with torch.no_grad():
+        both = model.encode_documents(batch, mask)
+        alone = model.encode_documents(b)
+    assert both.keys.shape == (2, 2, 2, 12, 8) and both.num_documents == 2
+    split = both.split()
+    assert split[1].keys.shape == (1, 2, 2, 7, 8) and split[1].position_ids.tolist() == [list(range(7))]
+    torch.testing.assert_close(split[1].keys, alone.keys, atol=ATOL, rtol=0)
+    torch.testing.assert_close(split[1].values, alone.values, atol=ATOL, rtol=0)
+
+
+# ----------------------------------------------------------------------------------------------------- one document
+def test_one_document_is_exactly_the_plain_causal_lm():
+    model = tiny()
+    llama = plain(model)
+    document, question = ids(24, 1), ids(7, 2)
+    prompt = torch.cat([document, question], dim=1)
+    with torch.no_grad():
+        cache = model.encode_documents(document)
+        composed = model(question, document_caches=cache).logits
+        full = llama(prompt).logits[:, 24:]
+        torch.testing.assert_close(composed, full, atol=ATOL, rtol=0)
+        reference = llama.generate(prompt, **greedy())
+        composed = model.generate(question, document_caches=cache, **greedy())
+        assert_same_generation(reference, composed)
+        assert torch.equal(composed.sequences, reference.sequences[:, 24:])  # the question, then the new tokens
+        # cache passed as a list, or its documents one per element, is the same
+        listed = model.generate(question, document_caches=[cache], **greedy())
+        assert listed.sequences.tolist() == model.generate(question, document_caches=cache, **greedy()).sequences.tolist()
+
+
+def test_generate_batched_with_left_padding_equals_plain_generate():
+    model = tiny()
+    llama = plain(model)
+    document = ids(16, 1)
+    questions = [ids(6, 2)[0], ids(3, 3)[0]]
+    q = torch.zeros(2, 6, dtype=torch.long)
+    full = torch.zeros(2, 22, dtype=torch.long)
+    for row, question in enumerate(questions):
+        q[row, 6 - len(question):] = question
+        full[row, 22 - 16 - len(question):] = torch.cat([document[0], question])
+    with torch.no_grad():
+        cache = model.encode_documents(document)
+        reference = llama.generate(full, attention_mask=(full != 0).long(), **greedy())
+        composed = model.generate(q, attention_mask=(q != 0).long(), document_caches=cache, **greedy())
+    assert_same_generation(reference, composed)
+    assert torch.equal(composed.sequences[:, :6], q)
+
+
+def test_generate_with_beams_equals_plain_generate():
+    model = tiny()
+    llama = plain(model)
+    document, question = ids(18, 1), ids(5, 2, batch=2)
+    prompt = torch.cat([document.expand(2, -1), question], dim=1)
+    settings = dict(max_new_tokens=5, min_new_tokens=5, do_sample=False, num_beams=2, num_return_sequences=2,
+                    output_scores=True, return_dict_in_generate=True, pad_token_id=0)
+    with torch.no_grad():
+        cache = model.encode_documents(document)
+        reference = llama.generate(prompt, **settings)
+        composed = model.generate(question, document_caches=cache, **settings)
+    assert composed.sequences.shape == (4, 10)
+    assert reference.sequences[:, 18:].tolist() == composed.sequences.tolist()
+    torch.testing.assert_close(composed.sequences_scores, reference.sequences_scores, atol=ATOL, rtol=0)
+
+
+def test_generate_with_other_documents_per_row():
+    model = tiny()
+    llama = plain(model)
+    documents = [ids(9, 1), ids(14, 2), ids(5, 3)]
+    question = ids(4, 4, batch=2)
+    with torch.no_grad():
+        caches = [model.encode_documents(d) for d in documents]
+        rows = [[caches[0], caches[1]], [caches[2]]]
+        composed = model.generate(question, document_caches=rows, **greedy())
+        for row, docs in enumerate(([0, 1], [2])):
+            prompt = torch.cat([documents[d] for d in docs] + [question[row:row + 1]], dim=1)
+            # the plain model reads every document, each alone: the block-attention forward of the full prompt
+            block_ids = torch.tensor([sum(([d] * documents[d].shape[1] for d in docs), []) + [-1] * 4])
+            width = prompt.shape[1] - 4
+            logits = model(prompt, block_ids=block_ids).logits[:, -1]
+            torch.testing.assert_close(composed.logits[0][row:row + 1], logits, atol=ATOL, rtol=0)
+            if len(docs) == 1:  # one document: the plain causal LM
+                reference = llama.generate(prompt, **greedy())
+                assert reference.sequences[0, width:].tolist() == composed.sequences[row].tolist()
+    with pytest.raises(ValueError, match="per-row lists"):
+        model.generate(question, document_caches=[[caches[0]]], max_new_tokens=2)
+
+
+# ----------------------------------------------------------------------------------------------------- block mask
+def test_block_mask_forward_equals_composed_caches_plus_question():
+    model = tiny()
+    documents = [ids(11, 1), ids(6, 2), ids(9, 3)]
+    question = ids(5, 4)
+    sequence = torch.cat([*documents, question], dim=1)
+    block_ids = torch.tensor([[0] * 11 + [1] * 6 + [2] * 9 + [-1] * 5])
+    with torch.no_grad():
+        caches = [model.encode_documents(d) for d in documents]
+        composed = model(question, document_caches=caches)
+        blocked = model(sequence, block_ids=block_ids)
+        causal = model(sequence)
+        # documents in block mode are each the document read alone
+        torch.testing.assert_close(blocked.logits[:, 11:17], model(documents[1]).logits, atol=ATOL, rtol=0)
+    torch.testing.assert_close(composed.logits, blocked.logits[:, -5:], atol=ATOL, rtol=0)
+    # the mask matters: plain causal attention over the same sequence differs
+    assert (causal.logits[:, -5:] - blocked.logits[:, -5:]).abs().max() > 1e-3
+    # and the keys of the full blocked sequence are those of the composed caches
+    composed_cache = model.compose_document_caches(caches)
+    for layer in range(2):
+        torch.testing.assert_close(composed_cache.layers[layer].keys, blocked.past_key_values.layers[layer].keys[:, :, :26],
+                                   atol=ATOL, rtol=0)
+
+
+def test_block_mask_with_left_padding_and_both_attention_implementations():
+    model = tiny()
+    documents = [ids(8, 1), ids(5, 2)]
+    question = ids(4, 3)
+    row = torch.cat([*documents, question], dim=1)[0]
+    sequence = torch.zeros(2, 20, dtype=torch.long)
+    sequence[0, 3:], sequence[1, 3 + 8:] = row, row[8:]  # row 1: document 2 and the question only
+    mask = (sequence != 0).long()
+    block_ids = torch.full((2, 20), -1)
+    block_ids[0, 3:11], block_ids[0, 11:16] = 0, 1
+    block_ids[1, 11:16] = 4
+    with torch.no_grad():
+        caches = [model.encode_documents(d) for d in documents]
+        composed = model(question.expand(2, -1), document_caches=[caches, [caches[1]]])
+        for implementation in ("sdpa", "eager"):
+            model.set_attn_implementation(implementation)
+            blocked = model(sequence, attention_mask=mask, block_ids=block_ids)
+            torch.testing.assert_close(composed.logits, blocked.logits[:, -4:], atol=ATOL, rtol=0)
+
+
+def test_block_attention_mask_values():
+    block_ids = torch.tensor([[0, 0, 1, 1, -1, -1]])
+    mask = block_attention_mask(block_ids, torch.tensor([[0, 1, 1, 1, 1, 1]]))
+    allowed = (mask[0, 0] == 0).int().tolist()
+    assert allowed == [[1, 0, 0, 0, 0, 0],   # padding attends to itself only
+                       [0, 1, 0, 0, 0, 0],
+                       [0, 0, 1, 0, 0, 0],
+                       [0, 0, 1, 1, 0, 0],
+                       [0, 1, 1, 1, 1, 0],   # the question: everything before it but padding
+                       [0, 1, 1, 1, 1, 1]]
+
+
+# ----------------------------------------------------------------------------------------------------- fingerprints
+def test_caches_of_another_model_are_refused():
+    model, other = tiny(seed=0), tiny(seed=1)
+    document, question = ids(10, 1), ids(4, 2)
+    with torch.no_grad():
+        foreign = other.encode_documents(document)
+        own = model.encode_documents(document)
+    assert foreign.model_fingerprint != own.model_fingerprint
+    for call in (lambda: model.generate(question, document_caches=foreign, max_new_tokens=2),
+                 lambda: model(question, document_caches=[own, foreign]),
+                 lambda: model.compose_document_caches(foreign),
+                 lambda: compose_document_caches(foreign, model.config, model_fingerprint=own.model_fingerprint)):
+        with pytest.raises(ValueError, match="fingerprint"):
+            call()
+    unsigned = DocumentCacheOutput(keys=own.keys, values=own.values, attention_mask=own.attention_mask,
+                                   position_ids=own.position_ids)
+    with pytest.raises(ValueError, match="no model_fingerprint"):
+        model(question, document_caches=unsigned)
+    # changing a weight in place (a training step) changes the fingerprint: old caches are refused
+    with torch.no_grad():
+        model.model.layers[1].self_attn.k_proj.weight.add_(1e-3)
+    assert model.representation_fingerprint() != own.model_fingerprint
+    with pytest.raises(ValueError, match="fingerprint"):
+        model(question, document_caches=own)
+    # another value of a config field that changes the states is another fingerprint; metadata is not
+    before = tiny().representation_fingerprint()
+    assert tiny(rms_norm_eps=1e-5).representation_fingerprint() != before
+    assert tiny(eos_token_id=5).representation_fingerprint() == before
+
+
+# ----------------------------------------------------------------------------------------------------- errors
+def test_bad_inputs_are_clear_errors():
+    model = tiny()
+    with torch.no_grad():
+        cache = model.encode_documents(ids(6, 1))
+    question = ids(4, 2)
+    with pytest.raises(TypeError, match="input_ids"):
+        model.encode_documents(torch.zeros(1, 5))
+    with pytest.raises(ValueError, match="input_ids"):
+        model.encode_documents(torch.zeros(1, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match="vocabulary"):
+        model.encode_documents(torch.full((1, 3), 500))
+    with pytest.raises(ValueError, match="no real token"):
+        model.encode_documents(ids(3, 1), attention_mask=torch.zeros(1, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="attention_mask"):
+        model.encode_documents(ids(3, 1), attention_mask=torch.ones(1, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="block_ids"):
+        model(question, block_ids=torch.zeros(1, 3, dtype=torch.long))
+    with pytest.raises(TypeError, match="block_ids"):
+        model(question, block_ids=torch.zeros(1, 4))
+    with pytest.raises(ValueError, match="block_ids"):
+        model(question, block_ids=torch.full((1, 4), -2))
+    with pytest.raises(ValueError, match="not both"):
+        model(question, block_ids=torch.zeros(1, 4, dtype=torch.long), document_caches=cache)
+    with pytest.raises(ValueError, match="past_key_values"):
+        model.generate(question, document_caches=cache, past_key_values=model.compose_document_caches(cache))
+    with pytest.raises(TypeError, match="document_caches"):
+        model(question, document_caches="not a cache")
+    with pytest.raises(TypeError, match=r"document_caches\[1\]"):
+        model(question, document_caches=[cache, torch.zeros(3)])
+    with pytest.raises(ValueError, match="offset"):
+        model.compose_document_caches(cache, offset=-1)
+    with pytest.raises(ValueError, match="attention_mask"):
+        model.generate(question, document_caches=cache, attention_mask=torch.ones(1, 9, dtype=torch.long))
+    smaller = tiny(num_key_value_heads=1)
+    with pytest.raises(ValueError, match="heads_kv"):
+        compose_document_caches(cache, smaller.config)
+
+
+# ----------------------------------------------------------------------------------------------------- hub, training
+def test_save_load_and_remote_code_round_trip(tmp_path):
+    model = tiny()
+    model.save_pretrained(tmp_path / "ckpt")
+    saved = sorted(p.name for p in (tmp_path / "ckpt").glob("*.py"))
+    assert saved == ["configuration_block_attention_llama.py", "modeling_block_attention_llama.py"]
+    document, question = ids(12, 1), ids(5, 2)
+    with torch.no_grad():
+        cache = model.encode_documents(document)
+        expected = model.generate(question, document_caches=cache, **greedy())
+    reloaded = AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt").eval()
+    assert type(reloaded) is BlockAttentionLlamaForCausalLM
+    assert reloaded.representation_fingerprint() == model.representation_fingerprint()
+    with torch.no_grad():  # the reloaded model accepts the caches of the saved one
+        again = reloaded.generate(question, document_caches=cache, **greedy())
+    assert again.sequences.tolist() == expected.sequences.tolist()
+    torch.save({"document": document, "question": question, "tokens": expected.sequences}, tmp_path / "inputs.pt")
+    result = run_without_hf_readonce(f"""
+        import torch
+        from transformers import AutoModelForCausalLM
+        model = AutoModelForCausalLM.from_pretrained({str(tmp_path / 'ckpt')!r}, trust_remote_code=True).eval()
+        assert "hf_readonce" not in type(model).__module__, type(model).__module__
+        d = torch.load({str(tmp_path / 'inputs.pt')!r})
+        with torch.no_grad():
+            cache = model.encode_documents(d["document"])
+            out = model.generate(d["question"], document_caches=cache, max_new_tokens=6, min_new_tokens=6,
+                                 do_sample=False, pad_token_id=0)
+        assert out.tolist() == d["tokens"].tolist(), (out, d["tokens"])
+        print("OK", type(model).__name__, tuple(out.shape))
+    """, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "OK BlockAttentionLlamaForCausalLM (1, 11)" in result.stdout
+
+
+def test_lora_training_step_with_block_mask():
+    from peft import LoraConfig, get_peft_model
+
+    model = tiny().train()
+    lora = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    sequence = ids(20, 1)
+    block_ids = torch.tensor([[0] * 8 + [1] * 7 + [-1] * 5])
+    labels = sequence.masked_fill(block_ids != -1, -100)  # the loss on the question/answer only
+    optimizer = torch.optim.AdamW([p for p in lora.parameters() if p.requires_grad], lr=1e-2)
+    loss = lora(input_ids=sequence, block_ids=block_ids, labels=labels).loss
+    loss.backward()
+    grads = [p.grad for n, p in lora.named_parameters() if "lora_" in n]
+    assert grads and all(g is not None for g in grads) and any(g.abs().sum() > 0 for g in grads)
+    before = model.representation_fingerprint()
+    optimizer.step()
+    assert model.representation_fingerprint() != before  # LoRA weights are part of the cache fingerprint
+
+
+def test_trainer_step_with_block_ids(tmp_path):
+    """`Trainer` keeps the `block_ids` column (a `forward` argument) and trains on it."""
+    from datasets import Dataset
+    from transformers import Trainer, TrainingArguments
+
+    model = tiny().train()
+    block_ids = [0] * 8 + [1] * 7 + [-1] * 5
+    rows = []
+    for seed in range(4):
+        sequence = ids(20, seed)[0].tolist()
+        rows.append({"input_ids": sequence, "block_ids": block_ids,
+                     "labels": [t if b == -1 else -100 for t, b in zip(sequence, block_ids)]})
+    before = model.model.layers[0].self_attn.q_proj.weight.detach().clone()
+    seen = []
+    model.register_forward_pre_hook(lambda module, args, kwargs: seen.append(kwargs.get("block_ids")), with_kwargs=True)
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=4, use_cpu=True,
+                             report_to="none", save_strategy="no", learning_rate=1e-2)
+    result = Trainer(model=model, args=args, train_dataset=Dataset.from_list(rows)).train()
+    assert result.training_loss > 0
+    assert seen and seen[0] is not None and seen[0].tolist() == [block_ids] * 4
+    assert not torch.equal(before, model.model.layers[0].self_attn.q_proj.weight)
