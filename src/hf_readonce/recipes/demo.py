@@ -195,9 +195,12 @@ def main(argv=None) -> dict:
         tuned = (f"recorded in the checkpoint, tuned on {recorded.get('calibration_questions', '?')} held-out "
                  f"Disfl-QA train questions when it was distilled")
         if made:
-            lines.append(f"The shipped DeFormer was distilled once by `{made.get('command')}` "
-                         f"({made.get('max_steps')} steps of {made.get('batch_size')}, {made.get('train_seconds')} s "
-                         f"on {made.get('hardware')}); `--distill` redoes a shorter run here.")
+            stages = made.get("stages") or []
+            how = (f"in {len(stages)} consecutive runs, the last `{made.get('command')}` (all listed in its "
+                   "train_results.json)" if len(stages) > 1 else f"once by `{made.get('command')}`")
+            lines.append(f"The shipped DeFormer was distilled {how} ({made.get('max_steps')} steps of "
+                         f"{made.get('batch_size')}, {made.get('train_seconds')} s on {made.get('hardware')}); "
+                         "`--distill` redoes a shorter run here.")
     lines += [
         f"No-answer threshold {metrics.get('null_score_diff_threshold', 0.0):.3f}, {tuned}.",
         f"Speed-up over the same model reading every question+passage pair ({metrics['speed_questions']} questions "
