@@ -19,11 +19,14 @@ for _module in pkgutil.iter_modules(__path__):
         importlib.import_module(f"{__name__}.{_module.name}")  # the family file registers its adapter
 
 from .deformer_bert import DeformerBertAdapter  # noqa: E402
+from .longdoc_bart import LongDocBartAdapter, LongDocEncoderOutput  # noqa: E402
 from .readonce_bart import ReadOnceBartAdapter  # noqa: E402
 
 __all__ = [
     "DeformerBertAdapter",
     "EncodeStats",
+    "LongDocBartAdapter",
+    "LongDocEncoderOutput",
     "ReadOnceBartAdapter",
     "RepresentationAdapter",
     "StoreEncodeFunction",
