@@ -141,7 +141,8 @@ def test_example_end_to_end_on_real_xsum(data_dir, tmp_path):
         "--validation_file", str(data_dir / "xsum" / "validation.jsonl"),
         "--encoder_attention_type", "neighborhood", "--neighborhood_radius", "16",
         "--max_document_length", "520", "--max_target_length", "16", "--generation_max_tokens", "4",
-        "--max_train_samples", "8", "--max_eval_samples", "3", "--do_train", "--do_eval", "--max_steps", "2",
+        "--max_train_samples", "8", "--max_eval_samples", "3", "--attention_heatmap_tokens", "48", "--do_train",
+        "--do_eval", "--max_steps", "2",
         "--per_device_train_batch_size", "2", "--per_device_eval_batch_size", "3", "--learning_rate", "1e-4",
         "--activation_checkpointing", "--use_cpu", "--report_to", "none", "--save_strategy", "no",
         "--output_dir", str(tmp_path)])
@@ -152,6 +153,7 @@ def test_example_end_to_end_on_real_xsum(data_dir, tmp_path):
     assert metrics["eval_perplexity"] == pytest.approx(math.exp(metrics["eval_loss"]), rel=1e-3)
     assert metrics["eval_perplexity"] > 1 and set(metrics["eval_baselines"]) == {"lead_1", "lead_3"}
     assert json.loads((Path(tmp_path) / "longdoc_results.json").read_text())["eval_loss"] == metrics["eval_loss"]
+    assert (Path(tmp_path) / "attention_neighborhood.png").read_bytes()[:4] == b"\x89PNG"
     saved = LongDocBartForConditionalGeneration.from_pretrained(tmp_path)
     assert (saved.config.max_position_embeddings, saved.config.encoder_attention_type,
             saved.config.neighborhood_radius) == (520, "neighborhood", 16)

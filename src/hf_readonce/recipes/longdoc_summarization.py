@@ -21,7 +21,8 @@ the summary with BART's decoder.
 - Evaluation on every validation row (unless `max_eval_samples`): ROUGE-1/2/L F-measure (percent, torchmetrics,
   [`hf_readonce.recipes.readonce.score_generations`]) of greedy/beam summaries, perplexity = exp of the
   teacher-forced token cross-entropy of the gold summaries (the paper's second metric, §3.3), and the lead-1 /
-  lead-3 baselines ([`trivial_generation_baselines`]) beside them.
+  lead-3 baselines ([`trivial_generation_baselines`]) beside them; optionally a heatmap PNG of the first validation
+  document's effective attention ([`hf_readonce.recipes.longdoc_attention.effective_attention`]).
 
 Nothing has been measured with this pipeline yet (issue 13: the quality table is still to be run).
 """
@@ -75,6 +76,9 @@ class LongDocSummarizationArguments:
     max_eval_samples: int = field(default=None, metadata={"help": "default: every validation row"})
     generation_max_tokens: int = field(default=64)
     num_beams: int = field(default=1)
+    attention_heatmap_tokens: int = field(default=0, metadata={
+        "help": "with do_eval and N > 0: save the effective attention of encoder layer 0 over the first N tokens of "
+                "the first validation document as output_dir/attention_<type>.png (0: none)"})
 
 
 def longdoc_bart_from_bert(bert_name_or_path, seed: int = 0, **longdoc_kwargs) -> LongDocBartForConditionalGeneration:
@@ -310,6 +314,16 @@ def run(args: LongDocSummarizationArguments, training_args: Seq2SeqTrainingArgum
                        **{f"eval_{k}": v for k, v in scores.items()},
                        eval_baselines=trivial_generation_baselines("summarization", eval_rows),
                        eval_sample_prediction=predictions[0])
+        if args.attention_heatmap_tokens > 0:
+            from .longdoc_attention import effective_attention, save_attention_heatmap
+
+            ids = tokenizer(eval_rows[0]["document"], truncation=True, max_length=args.attention_heatmap_tokens,
+                            return_tensors="pt").input_ids.to(model.device)
+            path = os.path.join(training_args.output_dir, f"attention_{config.encoder_attention_type}.png")
+            os.makedirs(training_args.output_dir, exist_ok=True)
+            save_attention_heatmap(effective_attention(model, ids), path,
+                                   title=f"{config.encoder_attention_type}, layer 0, {eval_rows[0]['id']}")
+            metrics["attention_heatmap"] = path
     os.makedirs(training_args.output_dir, exist_ok=True)
     model.save_pretrained(training_args.output_dir)
     tokenizer.save_pretrained(training_args.output_dir)
