@@ -157,3 +157,33 @@ def test_example_end_to_end_on_real_xsum(data_dir, tmp_path):
     saved = LongDocBartForConditionalGeneration.from_pretrained(tmp_path)
     assert (saved.config.max_position_embeddings, saved.config.encoder_attention_type,
             saved.config.neighborhood_radius) == (520, "neighborhood", 16)
+
+
+def test_load_model_from_bart_and_longdoc_checkpoints(tokenizer, tmp_path):
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    from hf_readonce.recipes.longdoc_summarization import LongDocSummarizationArguments, load_model
+
+    torch.manual_seed(0)
+    bart = BartForConditionalGeneration(BartConfig(
+        vocab_size=tokenizer.vocab_size, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=24, decoder_ffn_dim=24, max_position_embeddings=32))
+    bart.save_pretrained(tmp_path / "bart")
+    tokenizer.save_pretrained(tmp_path / "bart")
+    model, _, added = load_model(LongDocSummarizationArguments(
+        model_name_or_path=str(tmp_path / "bart"), encoder_attention_type="convolutional", max_document_length=48))
+    assert type(model) is LongDocBartForConditionalGeneration and added == 16
+    assert (model.config.encoder_attention_type, model.config.neighborhood_radius) == ("convolutional", 100)
+    torch.testing.assert_close(model.model.encoder.layers[0].fc1.weight, bart.model.encoder.layers[0].fc1.weight)
+    model.save_pretrained(tmp_path / "longdoc")
+    tokenizer.save_pretrained(tmp_path / "longdoc")
+    # a longdoc_bart checkpoint keeps its own settings unless given
+    again, _, added = load_model(LongDocSummarizationArguments(model_name_or_path=str(tmp_path / "longdoc"),
+                                                               max_document_length=48))
+    assert (again.config.encoder_attention_type, added) == ("convolutional", 0)
+    radius, _, _ = load_model(LongDocSummarizationArguments(model_name_or_path=str(tmp_path / "longdoc"),
+                                                            neighborhood_radius=7, max_document_length=48))
+    assert radius.config.neighborhood_radius == 7
+    with pytest.raises(ValueError, match="encoder_attention_type"):
+        load_model(LongDocSummarizationArguments(model_name_or_path=str(tmp_path / "bart"),
+                                                 encoder_attention_type="sparse", max_document_length=48))

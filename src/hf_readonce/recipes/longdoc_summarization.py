@@ -242,10 +242,11 @@ def load_model(args: LongDocSummarizationArguments, seed: int = 0):
     given = {name: getattr(args, name) for name in _LONGDOC_FIELDS if getattr(args, name) is not None}
     config_file = os.path.join(path, "config.json")
     model_type = json.load(open(config_file)).get("model_type") if os.path.isfile(config_file) else None
-    if model_type == "longdoc_bart":
-        model = LongDocBartForConditionalGeneration.from_pretrained(path, **given)
-    elif model_type == "bart":
-        model = LongDocBartForConditionalGeneration.from_pretrained(path, **{**_DEFAULTS, **given})
+    if model_type in ("longdoc_bart", "bart"):
+        # the fields go through the config's __init__ (from_dict), which validates them
+        saved = load_quietly(LongDocBartConfig.from_pretrained, path).to_dict()
+        config = LongDocBartConfig.from_dict({**saved, **({} if model_type == "longdoc_bart" else _DEFAULTS), **given})
+        model = LongDocBartForConditionalGeneration.from_pretrained(path, config=config)
     else:
         model = longdoc_bart_from_bert(path, seed=seed, **{**_DEFAULTS, **given})
     added = extend_position_embeddings(model, args.max_document_length)

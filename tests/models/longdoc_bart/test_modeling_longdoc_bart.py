@@ -434,3 +434,14 @@ def test_representation_fingerprint_changes_with_encoder_config_fields(field, va
     before = model.representation_fingerprint()
     setattr(model.config, field, value)
     assert model.representation_fingerprint() != before
+
+
+@pytest.mark.parametrize("field, value", [("encoder_attention_type", "sparse"), ("neighborhood_radius", -1),
+                                          ("conv_stride", 9)])
+def test_from_pretrained_keyword_fields_are_validated_too(tmp_path, field, value):
+    # from_pretrained sets keyword fields on the loaded config after its __init__; the encoder checks them again
+    longdoc(neighborhood_radius=3).save_pretrained(tmp_path)
+    loaded = LongDocBartForConditionalGeneration.from_pretrained(tmp_path, neighborhood_radius=5)
+    assert loaded.config.neighborhood_radius == 5
+    with pytest.raises(ValueError, match=field):
+        LongDocBartForConditionalGeneration.from_pretrained(tmp_path, **{field: value})

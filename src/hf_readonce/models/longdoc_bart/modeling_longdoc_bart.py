@@ -500,6 +500,7 @@ class LongDocBartEncoder(LongDocBartPreTrainedModel, BartEncoder):
     """
 
     def __init__(self, config: LongDocBartConfig):
+        config.validate_longdoc_settings()  # again: from_pretrained(..., field=value) bypasses the config's __init__
         BartEncoder.__init__(self, config)
         self.layers = nn.ModuleList(LongDocBartEncoderLayer(config, layer_idx=i) for i in range(config.encoder_layers))
         self.post_init()
@@ -543,6 +544,7 @@ class LongDocBartDecoder(LongDocBartPreTrainedModel, BartDecoder):
     """
 
     def __init__(self, config: LongDocBartConfig):
+        config.validate_longdoc_settings()  # again: from_pretrained(..., field=value) bypasses the config's __init__
         BartDecoder.__init__(self, config)
         self.layers = nn.ModuleList(LongDocBartDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers))
         self.post_init()
