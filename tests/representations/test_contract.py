@@ -14,6 +14,8 @@ from hf_readonce import (
     BlockAttentionLlamaForCausalLM,
     DeformerBertConfig,
     DeformerBertForQuestionAnswering,
+    LongDocBartConfig,
+    LongDocBartForConditionalGeneration,
     ReadOnceBartConfig,
     ReadOnceBartForConditionalGeneration,
     ReadTwiceBertConfig,
@@ -153,7 +155,38 @@ def block_attention_llama_harness(tokenizer):
     return model, settings, check
 
 
-HARNESSES = {"block_attention_llama": block_attention_llama_harness, "deformer_bert": deformer_bert_harness, "readonce_bart": readonce_bart_harness,
+def longdoc_bart_harness(tokenizer):
+    torch.manual_seed(0)
+    # neighborhood attention with r = 4 < the documents' lengths, so the stored outputs are the local ones; init_std
+    # 0.2 so that the encoder outputs move the logits enough for the comparison to bite
+    model = LongDocBartForConditionalGeneration(LongDocBartConfig(
+        vocab_size=tokenizer.vocab_size, d_model=32, encoder_layers=2, decoder_layers=1, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=128,
+        encoder_attention_type="neighborhood", neighborhood_radius=4, init_std=0.2, pad_token_id=0,
+        bos_token_id=101, eos_token_id=102, decoder_start_token_id=101, forced_eos_token_id=None)).eval()
+    settings = {"max_document_length": 64}
+
+    def check(adapter, read):
+        documents = tokenizer(DOCUMENTS, truncation=True, max_length=64, padding=True, return_tensors="pt")
+        assert read.last_hidden_state.shape == (len(DOCUMENTS), documents.input_ids.shape[1], 32)
+        assert torch.equal(read.attention_mask, documents.attention_mask)
+        labels = torch.randint(1000, 2000, (len(DOCUMENTS), 5), generator=torch.Generator().manual_seed(0))
+        from_store = model(encoder_outputs=read, attention_mask=read.attention_mask, labels=labels)
+        itself = model(input_ids=documents.input_ids, attention_mask=documents.attention_mask, labels=labels)
+        torch.testing.assert_close(from_store.logits, itself.logits, atol=1e-5, rtol=0)
+        for num_beams in (1, 2):  # beam search expands `encoder_outputs` in place: a fresh read per call
+            generate = dict(max_new_tokens=6, min_new_tokens=6, do_sample=False, num_beams=num_beams)
+            fresh = adapter.read([{"hidden_states": read.last_hidden_state[i][read.attention_mask[i].bool()]}
+                                  for i in range(len(DOCUMENTS))])
+            stored_tokens = model.generate(encoder_outputs=fresh, attention_mask=fresh.attention_mask, **generate)
+            own_tokens = model.generate(documents.input_ids, attention_mask=documents.attention_mask, **generate)
+            assert stored_tokens.shape == (len(DOCUMENTS), 7) and torch.equal(stored_tokens, own_tokens)
+
+    return model, settings, check
+
+
+HARNESSES = {"block_attention_llama": block_attention_llama_harness, "deformer_bert": deformer_bert_harness,
+             "longdoc_bart": longdoc_bart_harness, "readonce_bart": readonce_bart_harness,
              "readtwice_bert": readtwice_bert_harness}
 
 

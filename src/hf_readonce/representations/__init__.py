@@ -20,12 +20,15 @@ for _module in pkgutil.iter_modules(__path__):
 
 from .block_attention_llama import BlockAttentionLlamaAdapter  # noqa: E402
 from .deformer_bert import DeformerBertAdapter  # noqa: E402
+from .longdoc_bart import LongDocBartAdapter, LongDocEncoderOutput  # noqa: E402
 from .readonce_bart import ReadOnceBartAdapter  # noqa: E402
 
 __all__ = [
     "BlockAttentionLlamaAdapter",
     "DeformerBertAdapter",
     "EncodeStats",
+    "LongDocBartAdapter",
+    "LongDocEncoderOutput",
     "ReadOnceBartAdapter",
     "RepresentationAdapter",
     "StoreEncodeFunction",

@@ -404,3 +404,44 @@ def test_neighborhood_builds_no_square_matrix(use_sdpa):
     assert out.shape == (1, n, 1, 4)
     block = max(16, radius)
     assert Largest.numel <= math.ceil(n / block) * block * (block + 2 * radius) * 4 < n * n / 8
+
+
+# ------------------------------------------------------------------------------------------ representation fingerprint
+def test_representation_fingerprint_covers_the_encoder_only_and_follows_changes():
+    model = longdoc(neighborhood_radius=3)
+    first = model.representation_fingerprint()
+    assert len(first) == 64 and int(first, 16) >= 0
+    assert longdoc(neighborhood_radius=3).representation_fingerprint() == first  # same seed, same weights
+    assert longdoc(seed=1, neighborhood_radius=3).representation_fingerprint() != first
+    with torch.no_grad():  # the decoder and LM head are not part of the encoder outputs
+        model.model.decoder.layers[0].fc1.weight.add_(1.0)
+        model.final_logits_bias.add_(1.0)
+    model.config.decoder_attention_type = "neighborhood"
+    assert model.representation_fingerprint() == first
+    with torch.no_grad():  # an in-place change of an encoder weight invalidates the cache
+        model.model.encoder.layers[1].self_attn.q_proj.weight[0, 0] += 1e-3
+    changed = model.representation_fingerprint()
+    assert changed != first
+    with torch.no_grad():  # the shared token embeddings are read by the encoder
+        model.model.shared.weight[5, 0] += 1e-3
+    assert model.representation_fingerprint() not in (first, changed)
+
+
+@pytest.mark.parametrize("field, value", [("encoder_attention_type", "convolutional"), ("neighborhood_radius", 4),
+                                          ("conv_stride", 2), ("activation_function", "relu")])
+def test_representation_fingerprint_changes_with_encoder_config_fields(field, value):
+    model = longdoc(neighborhood_radius=3)
+    before = model.representation_fingerprint()
+    setattr(model.config, field, value)
+    assert model.representation_fingerprint() != before
+
+
+@pytest.mark.parametrize("field, value", [("encoder_attention_type", "sparse"), ("neighborhood_radius", -1),
+                                          ("conv_stride", 9)])
+def test_from_pretrained_keyword_fields_are_validated_too(tmp_path, field, value):
+    # from_pretrained sets keyword fields on the loaded config after its __init__; the encoder checks them again
+    longdoc(neighborhood_radius=3).save_pretrained(tmp_path)
+    loaded = LongDocBartForConditionalGeneration.from_pretrained(tmp_path, neighborhood_radius=5)
+    assert loaded.config.neighborhood_radius == 5
+    with pytest.raises(ValueError, match=field):
+        LongDocBartForConditionalGeneration.from_pretrained(tmp_path, **{field: value})

@@ -78,6 +78,24 @@ class LongDocBartConfig(BartConfig):
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.encoder_attention_type = encoder_attention_type
+        self.neighborhood_radius = neighborhood_radius
+        self.conv_kernel_size = conv_kernel_size
+        self.conv_stride = conv_stride
+        self.decoder_attention_type = decoder_attention_type
+        self.validate_longdoc_settings()
+
+    def validate_longdoc_settings(self) -> None:
+        r"""Check the LongDoc fields (see the class docstring). Called by `__init__` and again by the LongDoc encoder
+        and decoder when they are built: `from_pretrained(..., neighborhood_radius=-1)` sets keyword arguments on
+        the loaded config after `__init__`, so only the second check sees them.
+
+        Raises:
+            ValueError: naming the field, as the class docstring says.
+        """
+        encoder_attention_type, decoder_attention_type = self.encoder_attention_type, self.decoder_attention_type
+        neighborhood_radius, conv_kernel_size, conv_stride = (self.neighborhood_radius, self.conv_kernel_size,
+                                                              self.conv_stride)
         if encoder_attention_type not in ENCODER_ATTENTION_TYPES:
             raise ValueError(
                 f"`encoder_attention_type` must be one of {ENCODER_ATTENTION_TYPES}, got {encoder_attention_type!r}."
@@ -95,11 +113,6 @@ class LongDocBartConfig(BartConfig):
                 f"`conv_stride` must be an int in [1, conv_kernel_size={conv_kernel_size}] so that every token is in "
                 f"a window, got {conv_stride!r}."
             )
-        self.encoder_attention_type = encoder_attention_type
-        self.neighborhood_radius = neighborhood_radius
-        self.conv_kernel_size = conv_kernel_size
-        self.conv_stride = conv_stride
-        self.decoder_attention_type = decoder_attention_type
 
 
 __all__ = ["LongDocBartConfig"]

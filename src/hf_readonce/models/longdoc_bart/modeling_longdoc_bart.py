@@ -21,10 +21,13 @@ This file travels with saved checkpoints (`trust_remote_code=True`): it imports 
 file next to it.
 """
 
+import hashlib
+import json
 import math
 from collections.abc import Callable
 
 import torch
+import transformers
 from torch import nn
 from transformers import initialization as init
 from transformers.masking_utils import (
@@ -56,6 +59,34 @@ except ImportError:  # pragma: no cover - older torch: no FlexAttention, the blo
     BlockMask = ()
 
 CONVOLUTIONAL_TYPES = ("convolutional", "convolutional_per_head", "neighborhood_convolutional")
+
+# Config fields that provably do not change the encoder's outputs: metadata, output switches, token ids (the
+# embeddings' padding index changes only gradients), the dtype (the weights are hashed as they are), initializer
+# settings (the weights are hashed), task heads and labels, and every decoder-only field (`decoder_*`, which
+# includes `decoder_attention_type`), which the encoder never reads. Every other field of `config.to_dict()`
+# (dimensions, activation, dropout, `encoder_attention_type`, `neighborhood_radius`, `conv_kernel_size`,
+# `conv_stride`, `scale_embedding`, ...) is part of the representation fingerprint, with the transformers major
+# version. `_attn_implementation` is not a `to_dict()` field: SDPA, eager and FlexAttention compute the same outputs
+# (to float rounding, tested), so stored outputs are shared between them.
+_FINGERPRINT_IGNORED_FIELDS = frozenset({
+    "transformers_version", "architectures", "_name_or_path", "auto_map", "id2label", "label2id", "num_labels",
+    "problem_type", "finetuning_task", "task_specific_params", "dtype", "torch_dtype", "use_cache",
+    "output_hidden_states", "output_attentions", "return_dict", "torchscript", "tokenizer_class", "prefix",
+    "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "cls_token_id", "mask_token_id", "unk_token_id",
+    "decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id", "initializer_range", "init_std",
+    "initializer_factor", "tie_word_embeddings", "classifier_dropout",
+    # generation settings some BART configs carry; the encoder never reads them
+    "max_length", "min_length", "num_beams", "no_repeat_ngram_size", "early_stopping", "length_penalty",
+})
+
+
+def _config_fingerprint(config) -> str:
+    """Canonical JSON of the config fields that can change the encoder's outputs (`config.to_dict()` minus
+    `_FINGERPRINT_IGNORED_FIELDS` and the `decoder_*` fields) and the transformers major version."""
+    fields = {key: value for key, value in config.to_dict().items()
+              if key not in _FINGERPRINT_IGNORED_FIELDS and not key.startswith("decoder_")}
+    return json.dumps({"transformers": transformers.__version__.split(".")[0], "config": fields}, sort_keys=True,
+                      default=str)
 
 
 def default_neighborhood_block_size(radius: int) -> int:
@@ -469,6 +500,7 @@ class LongDocBartEncoder(LongDocBartPreTrainedModel, BartEncoder):
     """
 
     def __init__(self, config: LongDocBartConfig):
+        config.validate_longdoc_settings()  # again: from_pretrained(..., field=value) bypasses the config's __init__
         BartEncoder.__init__(self, config)
         self.layers = nn.ModuleList(LongDocBartEncoderLayer(config, layer_idx=i) for i in range(config.encoder_layers))
         self.post_init()
@@ -512,6 +544,7 @@ class LongDocBartDecoder(LongDocBartPreTrainedModel, BartDecoder):
     """
 
     def __init__(self, config: LongDocBartConfig):
+        config.validate_longdoc_settings()  # again: from_pretrained(..., field=value) bypasses the config's __init__
         BartDecoder.__init__(self, config)
         self.layers = nn.ModuleList(LongDocBartDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers))
         self.post_init()
@@ -592,7 +625,35 @@ class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForCon
         self.model = LongDocBartModel(config)
         self.final_logits_bias = nn.Buffer(torch.zeros((1, self.model.shared.num_embeddings)))
         self.lm_head = nn.Linear(config.d_model, self.model.shared.num_embeddings, bias=False)
+        self._fingerprint_cache = None
         self.post_init()
+
+    def representation_fingerprint(self) -> str:
+        """SHA-256 hex of what the encoder's outputs depend on: the encoder's weights (`model.encoder.*`, the
+        shared token embeddings included), every config field that can change them (all of `config.to_dict()`
+        except the metadata in `_FINGERPRINT_IGNORED_FIELDS` and the `decoder_*` fields: `encoder_attention_type`,
+        `neighborhood_radius`, `conv_kernel_size`, `conv_stride`, dimensions, activation, ...) and the transformers
+        major version. The key under which stored encoder outputs (read once, §2.3's encoder run once per document)
+        are found again; the decoder and LM head are not hashed, so fine-tuning only the decoder keeps the key.
+
+        Computed only when asked (storing or checking encoder outputs; a training forward never hashes), and cached
+        until the config changes or an encoder parameter is replaced or modified in place (torch's version
+        counters), as `ReadOnceBartDocumentEncoder.representation_fingerprint`.
+
+        Returns:
+            `str`: 64 hex characters.
+        """
+        params = list(self.get_encoder().named_parameters())
+        config_json = _config_fingerprint(self.config)
+        state = (config_json, *((name, p.data_ptr(), p._version, p.dtype) for name, p in params))
+        if self._fingerprint_cache is not None and self._fingerprint_cache[0] == state:
+            return self._fingerprint_cache[1]
+        digest = hashlib.sha256(b"longdoc_bart_encoder|" + config_json.encode())
+        for name, p in params:
+            digest.update(name.encode())
+            digest.update(p.detach().to("cpu", torch.float32).contiguous().numpy().data)
+        self._fingerprint_cache = (state, digest.hexdigest())
+        return self._fingerprint_cache[1]
 
 
 LongDocBartConfig.register_for_auto_class()

@@ -1,0 +1,169 @@
+"""Representation adapter of LongDoc BART: the encoder's outputs of whole documents, read once and reused by every
+later summary of the document (other lengths, beams, prompts, decoder-only training epochs; issue 13)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers.modeling_outputs import BaseModelOutput
+
+from ..models.longdoc_bart.modeling_longdoc_bart import LongDocBartForConditionalGeneration
+from .base import pad_rows, tokenizer_fingerprint
+from .registry import register_adapter
+
+
+@dataclass
+class LongDocEncoderOutput(BaseModelOutput):
+    r"""Stored encoder outputs of several documents, as transformers' [`~transformers.modeling_outputs.BaseModelOutput`]
+    (so `model.generate(encoder_outputs=read, attention_mask=read.attention_mask)` and
+    `model(encoder_outputs=read, attention_mask=read.attention_mask, labels=...)` take it as they take the encoder's
+    own output), with the padding mask and the fingerprint of the model that wrote them.
+
+    Attributes:
+        last_hidden_state (`torch.FloatTensor` of shape `(batch, max n, d_model)`): right-padded encoder outputs.
+        attention_mask (`torch.LongTensor` of shape `(batch, max n)`): 1 for real tokens; pass it as
+            `attention_mask=` (the cross-attention's padding mask).
+        model_fingerprint (`str`, *optional*): `representation_fingerprint()` of the model that wrote them.
+
+    Note: `generate(num_beams > 1)` expands the tensors of `encoder_outputs` *in place* (transformers'
+    `_expand_inputs_for_generation`); read again (or pass a copy) before reusing the object for another
+    beam search.
+    """
+
+    attention_mask: torch.LongTensor | None = None
+    model_fingerprint: str | None = None
+
+
+class LongDocBartAdapter:
+    r"""Stores LongDoc BART encoder outputs (§2.3's encoder, neighborhood or convolutional attention) of whole
+    documents: per document `hidden_states` `(n, d_model)` float (n = the document's tokens, special tokens
+    included, no padding) and `num_tokens` `(1,)` int32 (= n).
+
+    A document is tokenized with the model's tokenizer (special tokens added, right padding, truncated to
+    `max_document_length` tokens) and encoded in batches of `batch_size`; padding does not change a document's
+    outputs (the encoder masks it), so each row's real tokens are what the model computes reading the document
+    alone. The encoder runs in eval mode (no dropout) whatever the model's mode, which is restored afterwards.
+
+    Args:
+        model ([`LongDocBartForConditionalGeneration`]): the model (any encoder attention type).
+        tokenizer: its fast tokenizer.
+        max_document_length (`int`, *optional*): tokens read per document (longer documents are truncated).
+            Defaults to `config.max_position_embeddings` (BART's positions are learned, so no more fit; extend the
+            table first, e.g. `hf_readonce.recipes.longdoc_summarization.extend_position_embeddings`). Part of the
+            settings a store is keyed by.
+        batch_size (`int`, defaults to 8): documents per encoder call.
+
+    Raises:
+        TypeError: a setting that is not an int; a tokenizer that is not fast.
+        ValueError: a setting below 1, or `max_document_length > config.max_position_embeddings` (naming it).
+    """
+
+    model_type = "longdoc_bart"
+    representation = "longdoc_encoder_outputs/v1"
+    checkpoint_model_types = ("longdoc_bart",)
+    cli_settings = {
+        "max_document_length": ("--max-document-length", None,
+                                "tokens read per document (default: the model's max_position_embeddings)"),
+    }
+
+    def __init__(self, model, tokenizer, max_document_length: int | None = None, batch_size: int = 8):
+        for name, value in (("max_document_length", max_document_length), ("batch_size", batch_size)):
+            if value is None and name == "max_document_length":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"`{name}` must be an int, got {value!r}.")
+            if value < 1:
+                raise ValueError(f"`{name}` must be >= 1, got {value}.")
+        positions = model.config.max_position_embeddings
+        if max_document_length is None:
+            max_document_length = positions
+        if max_document_length > positions:
+            raise ValueError(f"`max_document_length` {max_document_length} exceeds the model's "
+                             f"max_position_embeddings {positions} (learned positions); extend the position table.")
+        self.model, self.tokenizer = model, tokenizer
+        self.max_document_length, self.batch_size = max_document_length, batch_size
+        self._tokenizer_hash = tokenizer_fingerprint(tokenizer)
+
+    @classmethod
+    def load_model(cls, name_or_path: str, **kwargs):
+        """A [`LongDocBartForConditionalGeneration`] from a `longdoc_bart` checkpoint (`kwargs` go to
+        `from_pretrained`)."""
+        return LongDocBartForConditionalGeneration.from_pretrained(name_or_path, **kwargs)
+
+    def fingerprint(self) -> str:
+        """The model's `representation_fingerprint()` (encoder weights, encoder config fields, transformers major
+        version)."""
+        return self.model.representation_fingerprint()
+
+    def settings(self) -> dict:
+        """Representation settings: format, document length and the tokenizer's fingerprint."""
+        return {"representation": self.representation, "max_document_length": self.max_document_length,
+                "tokenizer": self._tokenizer_hash}
+
+    def num_tokens(self, tensors: Mapping[str, torch.Tensor]) -> int:
+        """Document tokens read for one stored document."""
+        return int(tensors["num_tokens"][0])
+
+    def tokenize(self, texts: Sequence[str]):
+        """The batch the encoder reads: `input_ids`, `attention_mask` `(len(texts), longest)`, right-padded,
+        truncated to `max_document_length` (what [`encode`] and a model reading the documents itself use).
+
+        Raises:
+            TypeError: `texts` is a single str. ValueError: naming the index of an empty or non-string text.
+        """
+        if isinstance(texts, str):
+            raise TypeError("`texts` must be a sequence of str, not a single str.")
+        for i, text in enumerate(texts):
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"document {i} of `texts` is empty or not a string: nothing to encode.")
+        return self.tokenizer(list(texts), truncation=True, max_length=self.max_document_length, padding=True,
+                              padding_side="right", return_tensors="pt")
+
+    @torch.no_grad()
+    def encode(self, texts: Sequence[str]) -> list[dict[str, torch.Tensor]]:
+        """Encode documents (`Sequence[str]`) -> one tensor dict per text (see the class docstring).
+
+        Raises:
+            TypeError, ValueError: as [`tokenize`].
+        """
+        encoder = self.model.get_encoder()
+        was_training = encoder.training
+        encoder.eval()
+        out = []
+        try:
+            for start in range(0, len(texts), self.batch_size):
+                batch = self.tokenize(texts[start : start + self.batch_size]).to(self.model.device)
+                states = encoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+                for row in range(states.shape[0]):
+                    present = batch.attention_mask[row].bool()
+                    out.append({"hidden_states": states[row][present].float().cpu(),
+                                "num_tokens": present.sum().to(torch.int32).reshape(1).cpu()})
+        finally:
+            encoder.train(was_training)
+        return out
+
+    def read(self, stored: Sequence[Mapping[str, torch.Tensor]], *, device=None, dtype=None) -> LongDocEncoderOutput:
+        """The model's input again: stored encoder outputs of several documents as [`LongDocEncoderOutput`]
+        (`encoder_outputs=` of `forward` and `generate`, with `attention_mask=read.attention_mask`).
+
+        Args:
+            stored (`Sequence[dict]`): tensors of documents as written by [`encode`] (e.g. `store.get_many(...)`).
+            device, dtype: where and in which floating dtype to put them (default: as stored, on CPU).
+
+        Returns:
+            [`LongDocEncoderOutput`]: `last_hidden_state` `(len(stored), max n, d_model)`, `attention_mask`
+            `(len(stored), max n)` and the model fingerprint.
+
+        Raises:
+            ValueError: if `stored` is empty.
+        """
+        states, mask = pad_rows([t["hidden_states"] for t in stored], device=device, dtype=dtype)
+        return LongDocEncoderOutput(last_hidden_state=states, attention_mask=mask,
+                                    model_fingerprint=self.fingerprint())
+
+
+__all__ = ["LongDocBartAdapter", "LongDocEncoderOutput"]
+
+register_adapter("longdoc_bart", LongDocBartAdapter)
