@@ -180,9 +180,14 @@ def test_upload_creates_the_repo_and_uploads_one_commit(checkpoint_dir, store_di
 
 
 def test_other_families_publish(tmp_path, tokenizer):
-    from hf_readonce import ReadOnceBartConfig, ReadOnceBartForConditionalGeneration, RecurrentGPT2Config
-    from hf_readonce import RecurrentGPT2LMHeadModel
     from huggingface_hub import ModelCard
+
+    from hf_readonce import (
+        ReadOnceBartConfig,
+        ReadOnceBartForConditionalGeneration,
+        RecurrentGPT2Config,
+        RecurrentGPT2LMHeadModel,
+    )
 
     torch.manual_seed(0)
     bart = ReadOnceBartForConditionalGeneration(ReadOnceBartConfig(

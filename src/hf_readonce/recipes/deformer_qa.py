@@ -36,7 +36,7 @@ from ..tasks.question_answering import (
     score_qa,
     trivial_baselines,
 )
-from ..tasks.trainers import DeformerDistillationTrainer
+from ..tasks.trainers import DeformerDistillationTrainer, trained_model
 from ..weights import load_quietly, minilm_path
 from .reference_qa import split_calibration
 
@@ -213,7 +213,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
         metrics["train_features"] = len(rows)
         # Under --bf16, accelerate wraps `model.forward` in autocast; evaluation precision is --eval_bf16 instead,
         # and the same model object must run `forward` and `encode_passages` in one precision.
-        model = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
+        model = trained_model(trainer)
         _record_qa_settings(model.config, data_args, None)
         trainer.save_model(training_args.output_dir)
         tokenizer.save_pretrained(training_args.output_dir)

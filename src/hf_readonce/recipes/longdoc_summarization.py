@@ -44,6 +44,7 @@ from transformers.models.bart.modeling_bart import BartLearnedPositionalEmbeddin
 from ..models.longdoc_bart.configuration_longdoc_bart import ENCODER_ATTENTION_TYPES, LongDocBartConfig
 from ..models.longdoc_bart.modeling_longdoc_bart import LongDocBartForConditionalGeneration
 from ..models.readonce_bart.convert_bert_to_readonce_bart import bart_config_from_bert, bart_state_dict_from_bert
+from ..tasks.trainers import trained_model
 from ..weights import load_quietly, minilm_path
 from .readonce import load_rows, score_generations, trivial_generation_baselines
 
@@ -296,7 +297,7 @@ def run(args: LongDocSummarizationArguments, training_args: Seq2SeqTrainingArgum
         start = time.perf_counter()
         result = trainer.train()
         seconds = time.perf_counter() - start
-        model = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
+        model = trained_model(trainer)
         steps = trainer.state.global_step
         per_step = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps
         read = sum(min(len(tokenizer(train_rows[i % len(train_rows)]["document"])["input_ids"]),

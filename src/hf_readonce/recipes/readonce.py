@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import AutoTokenizer, Seq2SeqTrainer, Seq2SeqTrainingArguments
 
-from ..models.readonce_bart.convert_bert_to_readonce_bart import readonce_bart_from_bert
 from ..models.readonce_bart.configuration_readonce_bart import ReadOnceBartConfig
+from ..models.readonce_bart.convert_bert_to_readonce_bart import readonce_bart_from_bert
 from ..models.readonce_bart.modeling_readonce_bart import ReadOnceBartForConditionalGeneration
 from ..representations.fill import fill_store
 from ..representations.readonce_bart import ReadOnceBartAdapter
@@ -44,6 +44,7 @@ from ..tasks.question_answering import (
     load_qa_examples,
     read_jsonl,
 )
+from ..tasks.trainers import trained_model
 from ..weights import minilm_path
 
 
@@ -223,7 +224,7 @@ def _train(model, rows, collator, training_args, steps: int, rates: tuple[float,
                             optimizers=(optimizer, None))
     result = trainer.train()
     times = sorted(trainer.step_times)
-    return trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False), {
+    return trained_model(trainer), {
         "train_loss": round(result.training_loss, 4), "seconds_per_batch": round(times[len(times) // 2], 3)}
 
 

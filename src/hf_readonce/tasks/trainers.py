@@ -1,7 +1,29 @@
-"""Training glue: a `transformers.Trainer` that feeds a teacher's outputs to DeFormer's auxiliary losses."""
+"""Training glue: a `transformers.Trainer` that feeds a teacher's outputs to DeFormer's auxiliary losses, and
+[`trained_model`], the plain model back from any Trainer."""
 
 import torch
 from transformers import Trainer
+
+
+def trained_model(trainer: Trainer) -> torch.nn.Module:
+    """The model a `Trainer` trained, as a plain model again: out of accelerate's containers and without its
+    mixed-precision (`--bf16`/`--fp16`) autocast wrapper on `forward`, so that evaluation runs in the precision the
+    caller chooses and `forward` is the class's own (with its decorators, e.g. `@can_return_tuple`).
+
+    `accelerator.unwrap_model(..., keep_fp32_wrapper=False)` alone re-binds on the instance a `forward` unwrapped
+    through every `__wrapped__`, past the class's own decorators (accelerate 1.15); the instance attribute is
+    dropped here so the class's `forward` applies again.
+
+    Args:
+        trainer (`transformers.Trainer`): after `train()`.
+
+    Returns:
+        `torch.nn.Module`: the trained model (the same object the Trainer was given, for a single process).
+    """
+    model = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
+    model.__dict__.pop("forward", None)
+    model.__dict__.pop("_original_forward", None)
+    return model
 
 
 class DeformerDistillationTrainer(Trainer):
@@ -50,4 +72,4 @@ class DeformerDistillationTrainer(Trainer):
         return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
 
 
-__all__ = ["DeformerDistillationTrainer"]
+__all__ = ["DeformerDistillationTrainer", "trained_model"]
