@@ -77,6 +77,27 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return hashlib.sha256(json.dumps(serialized, sort_keys=True).encode()).hexdigest()
 
 
+def check_positive_ints(settings: Mapping[str, Any], optional: Sequence[str] = ()) -> None:
+    """Check an adapter's integer settings: each value of `settings` must be an int >= 1 (a bool is not an int);
+    the names in `optional` may also be `None` (the adapter then derives a default from the model).
+
+    Args:
+        settings (`Mapping[str, Any]`): setting name -> value, checked in order.
+        optional (`Sequence[str]`, defaults to `()`): names whose value may be `None`.
+
+    Raises:
+        TypeError: a value that is not an int (naming the setting).
+        ValueError: a value below 1 (naming the setting).
+    """
+    for name, value in settings.items():
+        if value is None and name in optional:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"`{name}` must be an int, got {value!r}.")
+        if value < 1:
+            raise ValueError(f"`{name}` must be >= 1, got {value}.")
+
+
 def pad_rows(rows: Sequence[torch.Tensor], *, device=None, dtype=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-pad `(length_i, hidden)` tensors into `(len(rows), max length, hidden)` and a `(len(rows), max length)`
     long mask (1 for real rows). Keeps the rows' dtype unless `dtype` is given.
@@ -96,4 +117,4 @@ def pad_rows(rows: Sequence[torch.Tensor], *, device=None, dtype=None) -> tuple[
     return padded, mask
 
 
-__all__ = ["RepresentationAdapter", "pad_rows", "tokenizer_fingerprint"]
+__all__ = ["RepresentationAdapter", "check_positive_ints", "pad_rows", "tokenizer_fingerprint"]

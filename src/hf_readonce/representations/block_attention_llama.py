@@ -12,7 +12,7 @@ from ..models.block_attention_llama.modeling_block_attention_llama import (
     BlockAttentionLlamaForCausalLM,
     DocumentCacheOutput,
 )
-from .base import tokenizer_fingerprint
+from .base import check_positive_ints, tokenizer_fingerprint
 from .registry import register_adapter
 
 
@@ -55,13 +55,8 @@ class BlockAttentionLlamaAdapter:
         if not callable(getattr(model, "encode_documents", None)) or not hasattr(model, "representation_fingerprint"):
             raise TypeError(f"`model` must be a BlockAttentionLlamaForCausalLM, got {type(model).__name__} (load a "
                             "Llama checkpoint with BlockAttentionLlamaForCausalLM.from_pretrained).")
-        for name, value in (("max_document_length", max_document_length), ("batch_size", batch_size)):
-            if value is None and name == "max_document_length":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"`{name}` must be an int, got {value!r}.")
-            if value < 1:
-                raise ValueError(f"`{name}` must be >= 1, got {value}.")
+        check_positive_ints({"max_document_length": max_document_length, "batch_size": batch_size},
+                            optional=("max_document_length",))
         if not isinstance(add_special_tokens, bool):
             raise TypeError(f"`add_special_tokens` must be a bool, got {add_special_tokens!r}.")
         self.model, self.tokenizer = model, tokenizer

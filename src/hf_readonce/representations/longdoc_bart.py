@@ -10,7 +10,7 @@ import torch
 from transformers.modeling_outputs import BaseModelOutput
 
 from ..models.longdoc_bart.modeling_longdoc_bart import LongDocBartForConditionalGeneration
-from .base import pad_rows, tokenizer_fingerprint
+from .base import check_positive_ints, pad_rows, tokenizer_fingerprint
 from .registry import register_adapter
 
 
@@ -69,13 +69,8 @@ class LongDocBartAdapter:
     }
 
     def __init__(self, model, tokenizer, max_document_length: int | None = None, batch_size: int = 8):
-        for name, value in (("max_document_length", max_document_length), ("batch_size", batch_size)):
-            if value is None and name == "max_document_length":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"`{name}` must be an int, got {value!r}.")
-            if value < 1:
-                raise ValueError(f"`{name}` must be >= 1, got {value}.")
+        check_positive_ints({"max_document_length": max_document_length, "batch_size": batch_size},
+                            optional=("max_document_length",))
         positions = model.config.max_position_embeddings
         if max_document_length is None:
             max_document_length = positions

@@ -10,7 +10,7 @@ from ..models.readonce_bart.modeling_readonce_bart import (
     ReadOnceBartForConditionalGeneration,
     ReadOnceDocumentEncoderOutput,
 )
-from .base import pad_rows, tokenizer_fingerprint
+from .base import check_positive_ints, pad_rows, tokenizer_fingerprint
 from .registry import register_adapter
 
 
@@ -45,14 +45,8 @@ class ReadOnceBartAdapter:
 
     def __init__(self, model, tokenizer, max_document_length: int | None = None, compression_ratio: int | None = None,
                  batch_size: int = 32):
-        for name, value in (("max_document_length", max_document_length), ("compression_ratio", compression_ratio),
-                            ("batch_size", batch_size)):
-            if value is None and name in ("compression_ratio", "max_document_length"):
-                continue
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"`{name}` must be an int, got {value!r}.")
-            if value < 1:
-                raise ValueError(f"`{name}` must be >= 1, got {value}.")
+        check_positive_ints({"max_document_length": max_document_length, "compression_ratio": compression_ratio,
+                             "batch_size": batch_size}, optional=("max_document_length", "compression_ratio"))
         self.model, self.tokenizer = model, tokenizer
         self.batch_size = batch_size
         self.compression_ratio = compression_ratio if compression_ratio is not None else model.config.compression_ratio
