@@ -37,7 +37,7 @@ def test_fine_tune_and_answer_from_cache(data_dir, tmp_path, monkeypatch):
     monkeypatch.setattr(pipeline, "predict_pairs", lambda model, *a, **k: evaluated.append(model) or original(
         model, *a, **k))
     metrics = run(
-        ModelArguments(num_decomposed_layers=4),
+        ModelArguments(num_decomposed_layers=4, attention_probs_dropout_prob=0.0),
         DataArguments(train_file=str(data_dir / "quoref" / "train.jsonl"),
                       validation_file=str(data_dir / "quoref" / "validation.jsonl"), max_seq_length=160,
                       max_question_length=32, doc_stride=32, max_train_samples=16, max_eval_samples=12),
@@ -56,6 +56,7 @@ def test_fine_tune_and_answer_from_cache(data_dir, tmp_path, monkeypatch):
     assert metrics["speedup_precomputed"] > 0
     saved = DeformerBertForQuestionAnswering.from_pretrained(tmp_path)
     assert saved.config.num_decomposed_layers == 4
+    assert saved.config.attention_probs_dropout_prob == 0.0  # the override reached the trained model
 
 
 def test_demo_answers_with_the_shipped_deformer(data_dir, tmp_path, capsys):

@@ -58,6 +58,11 @@ class ModelArguments:
     kd_loss_weight: float = field(default=1.0)
     lrs_loss_weight: float = field(default=1.0)
     distillation_temperature: float = field(default=2.0)
+    attention_probs_dropout_prob: float = field(
+        default=None,
+        metadata={"help": "Override the checkpoint's attention dropout (BERT: 0.1). 0 lets SDPA run its fused CPU "
+                          "kernel instead of the math path (about 2x faster training steps on CPU)."},
+    )
 
 
 @dataclass
@@ -139,6 +144,8 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
     extra = {}
     if model_args.num_decomposed_layers is not None:
         extra["num_decomposed_layers"] = model_args.num_decomposed_layers
+    if model_args.attention_probs_dropout_prob is not None:
+        extra["attention_probs_dropout_prob"] = model_args.attention_probs_dropout_prob
     model = load_quietly(
         DeformerBertForQuestionAnswering.from_pretrained,
         path,

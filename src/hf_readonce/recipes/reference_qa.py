@@ -88,7 +88,10 @@ def train(args) -> dict:
     set_seed(args.seed)
     path = args.model_name_or_path or str(minilm_path())
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = BertForQuestionAnswering.from_pretrained(path)
+    overrides = {} if args.attention_probs_dropout_prob is None else {
+        "attention_probs_dropout_prob": args.attention_probs_dropout_prob}
+    # fp32 master weights, also when continuing from the fp16 export
+    model = BertForQuestionAnswering.from_pretrained(path, dtype=torch.float32, **overrides)
     data_dir = Path(args.data_dir)
     rows, counts = [], {}
     for name in args.datasets:
@@ -121,7 +124,8 @@ def train(args) -> dict:
         "train_seconds": round(seconds, 1), "train_loss": round(result.training_loss, 4),
         "global_step": result.global_step, "features": counts, "max_seq_length": args.max_seq_length,
         "max_question_length": args.max_question_length, "doc_stride": args.doc_stride,
-        "batch_size": args.batch_size, "learning_rate": args.learning_rate, "torch_threads": torch.get_num_threads(),
+        "batch_size": args.batch_size, "learning_rate": args.learning_rate, "bf16": args.bf16,
+        "attention_probs_dropout_prob": model.config.attention_probs_dropout_prob, "torch_threads": torch.get_num_threads(),
         "hardware": hardware_description(),
     }
     with open(Path(args.output_dir) / "train_results.json", "w") as handle:
@@ -238,6 +242,9 @@ def main(argv=None):
     t.add_argument("--max_steps", type=int, default=-1)
     t.add_argument("--num_train_epochs", type=float, default=2.0)
     t.add_argument("--bf16", action="store_true")
+    t.add_argument("--attention_probs_dropout_prob", type=float, default=None,
+                   help="override the checkpoint's attention dropout (0.1); 0 lets SDPA use its fused CPU kernel "
+                        "instead of the math path, about 2x faster training steps on CPU")
     t.add_argument("--seed", type=int, default=42)
     e = sub.add_parser("evaluate", help="score a full QA checkpoint on each dataset's validation file")
     e.add_argument("--model_dir", required=True)

@@ -56,7 +56,8 @@ class DeformerDistillationTrainer(Trainer):
         """Run the teacher on `inputs` (no gradient), then the student with the teacher's outputs (loss first)."""
         if model.training:
             student_config = self.accelerator.unwrap_model(model).config
-            with torch.no_grad():
+            # the teacher reads in the training precision (accelerate's autocast under --bf16, else a no-op)
+            with torch.no_grad(), self.accelerator.autocast():
                 teacher_out = self.teacher_model(
                     input_ids=inputs["input_ids"],
                     attention_mask=inputs.get("attention_mask"),

@@ -270,6 +270,23 @@ def test_distillation_trainer_step(tmp_path):
     assert plain.model_accepts_loss_kwargs is False  # batch-mean loss: Trainer scales for gradient accumulation
 
 
+@pytest.mark.parametrize("bf16", [False, True])
+def test_distillation_teacher_reads_in_the_training_precision(tmp_path, bf16):
+    student = tiny_deformer(k=2).train()
+    teacher = tiny_deformer(k=0, seed=5)
+    (ids, types, mask), _, _ = make_pairs([5, 6], [7, 8])
+    rows = [{"input_ids": ids[i], "token_type_ids": types[i], "attention_mask": mask[i],
+             "start_positions": torch.tensor(6), "end_positions": torch.tensor(7)} for i in range(2)]
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=2, report_to="none",
+                             use_cpu=True, save_strategy="no", remove_unused_columns=False, bf16=bf16)
+    trainer = DeformerDistillationTrainer(model=student, args=args, train_dataset=rows, teacher_model=teacher)
+    seen = []
+    original = teacher.forward
+    teacher.forward = lambda *a, **kw: seen.append(torch.is_autocast_enabled("cpu")) or original(*a, **kw)
+    trainer.train()
+    assert seen == [bf16]  # under --bf16 the teacher runs in autocast like the student, else in fp32
+
+
 def test_gradient_checkpointing_same_gradients():
     (ids, types, mask), _, _ = make_pairs([5, 6], [7, 8])
     grads = []
