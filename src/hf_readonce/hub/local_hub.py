@@ -19,6 +19,7 @@ without a revision, `/api/models/<id>`, which olah offline also answers 401). Ev
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 import subprocess
@@ -94,10 +95,10 @@ def olah_config(mirrors_dir, cache_dir, *, host: str = "127.0.0.1", port: int = 
         raise ValueError(f"port must be an integer in 1..65535, got {port!r}.")
     return "\n".join([
         "[basic]",
-        f"host = {host!r}".replace("'", '"'),
+        f"host = {json.dumps(str(host))}",  # a JSON string is a TOML basic string
         f"port = {port}",
-        f"repos-path = {str(Path(cache_dir).absolute())!r}".replace("'", '"'),
-        f"mirrors-path = [{str(Path(mirrors_dir).absolute())!r}]".replace("'", '"'),
+        f"repos-path = {json.dumps(str(Path(cache_dir).absolute()))}",
+        f"mirrors-path = [{json.dumps(str(Path(mirrors_dir).absolute()))}]",
         "",
         "[accessibility]",
         "offline = true",
