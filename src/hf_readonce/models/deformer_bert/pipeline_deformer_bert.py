@@ -12,10 +12,16 @@ SQuAD 2.0 no-answer rule with the checkpoint's tuned `null_score_diff_threshold`
 This file travels with saved checkpoints (`custom_pipelines` in `config.json`), so that
 `pipeline("question-answering", model=path, trust_remote_code=True)` works where hf-readonce is not installed: it
 imports only torch, transformers and the standard library.
+
+Passage states can also be read from and written to a `hf_readonce.store.RepresentationStore` (`store=`), in exactly
+the entries `hf-readonce encode` writes and `hf-readonce answer` reads; the store is duck-typed (see
+`DeformerQuestionAnsweringPipeline`), so this file still never imports hf-readonce.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 
 import torch
@@ -25,6 +31,32 @@ from transformers.pipelines import PIPELINE_REGISTRY, Pipeline
 _DEFAULT_MAX_QUESTION_LEN = 64
 _DEFAULT_MAX_PASSAGE_LEN = 320
 _DEFAULT_DOC_STRIDE = 128
+# the stored layout of hf-readonce's DeFormer adapter (`hf_readonce.representations.deformer_bert`): its
+# `representation` name, and the store methods this pipeline calls (the duck-typed store protocol)
+_REPRESENTATION = "deformer_passage_states/v1"
+_STORE_METHODS = ("spaces", "missing", "get", "writer")
+_STORE_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def content_hash(text: str) -> str:
+    """The store's key of a document: SHA-256 hex of its UTF-8 text (`hf_readonce.store.content_hash`)."""
+    return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """SHA-256 hex of a fast tokenizer's serialization without its per-call truncation/padding state: the
+    `tokenizer` field of the stored settings (`hf_readonce.representations.base.tokenizer_fingerprint`).
+
+    Raises:
+        TypeError: if the tokenizer is not fast.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        raise TypeError(f"a fast tokenizer is needed (offsets, fingerprint), got {type(tokenizer).__name__}.")
+    serialized = json.loads(backend.to_str())
+    serialized.pop("truncation", None)
+    serialized.pop("padding", None)
+    return hashlib.sha256(json.dumps(serialized, sort_keys=True).encode()).hexdigest()
 
 
 def _check_int(name: str, value, low: int) -> int:
@@ -79,6 +111,23 @@ class DeformerQuestionAnsweringPipeline(Pipeline):
             checkpoint's tuned value, else 0.
         n_best_size (`int`, defaults to 20): start and end candidates per window.
         batch_size (`int`, defaults to 32): windows or (question, window) pairs per model call.
+        store (`hf_readonce.store.RepresentationStore`, *optional*): read each context's passage states from this
+            store instead of computing them, and write those it lacks. Entries are keyed as `hf-readonce encode`
+            keys them: the model's `representation_fingerprint()`, the settings `{"representation":
+            "deformer_passage_states/v1", "num_decomposed_layers", "max_passage_length", "doc_stride", "tokenizer"}`
+            and the SHA-256 of the context; tensors `hidden_states` `(T, hidden_size)`, `input_ids` `(T,)`,
+            `offsets` `(T, 2)` and `window_lengths` `(W,)` for `W` windows of `T` tokens in all. So a store filled
+            by `hf-readonce encode` is read without recomputation, and what the pipeline writes is read by
+            `hf-readonce answer`. Without explicit `max_passage_len`/`max_seq_len`/`doc_stride`, the window settings
+            are those of the store's only space for this model and tokenizer (if there is one). Any object with the
+            methods `spaces()` (records with `fingerprint` and `settings`), `missing(fingerprint, settings,
+            hashes)`, `get(fingerprint, settings, hash)` and `writer(fingerprint, settings, dtype=, model_type=)`
+            (a context manager with `add(hash, tensors, meta=)`) works; the store decides nothing else.
+        update_store (`bool`, *optional*): write the passage states of contexts the store lacks. Defaults to
+            `True` unless the store was opened read-only (`store.readonly`); with `False` they are computed for
+            this call only. Existing entries are never rewritten.
+        store_dtype (`str`, defaults to `"float32"`): dtype of the floating tensors written (`"float32"`,
+            `"float16"`, `"bfloat16"`; `hf-readonce encode` writes float16 by default).
 
     Returns:
         For one question, a dict `{"score": float, "start": int, "end": int, "answer": str}` (`start`/`end` are
@@ -87,8 +136,13 @@ class DeformerQuestionAnsweringPipeline(Pipeline):
 
     Raises:
         ValueError: an empty question or context, `question` and `context` lists of different lengths, a setting out
-            of range (naming it), or a model whose `num_decomposed_layers` is 0 (nothing can be cached).
-        TypeError: a question or context that is not a string, or a setting of the wrong type.
+            of range (naming it), or a model whose `num_decomposed_layers` is 0 (nothing can be cached); a `store`
+            that holds DeFormer passage states only for other models or tokenizers (fingerprints differ: raised
+            before anything is computed or written), several window settings for this model with none given, or
+            an entry whose windows are not this tokenizer's.
+        TypeError: a question or context that is not a string, or a setting of the wrong type; a `store` without
+            the methods above.
+        PermissionError: `update_store=True` with a store that cannot be written (before any model work).
 
     Example:
 
@@ -118,10 +172,25 @@ class DeformerQuestionAnsweringPipeline(Pipeline):
     # ------------------------------------------------------------------ parameters
     def _sanitize_parameters(self, top_k=None, max_answer_len=None, max_question_len=None, max_passage_len=None,
                              max_seq_len=None, doc_stride=None, handle_impossible_answer=None,
-                             null_score_diff_threshold=None, n_best_size=None, model_batch_size=None, **kwargs):
+                             null_score_diff_threshold=None, n_best_size=None, model_batch_size=None, store=None,
+                             update_store=None, store_dtype=None, **kwargs):
         if kwargs:
             raise TypeError(f"unexpected argument(s) {sorted(kwargs)} for the question-answering pipeline.")
         preprocess, forward, postprocess = {}, {}, {}
+        if store is not None:
+            lacking = [name for name in _STORE_METHODS if not callable(getattr(store, name, None))]
+            if lacking:
+                raise TypeError(f"`store` must be a hf_readonce RepresentationStore (or provide {', '.join(_STORE_METHODS)}"
+                                f"), got {type(store).__name__} without {', '.join(lacking)}.")
+            forward["store"] = store
+        if update_store is not None:
+            if not isinstance(update_store, bool):
+                raise TypeError(f"`update_store` must be a bool, got {update_store!r}.")
+            forward["update_store"] = update_store
+        if store_dtype is not None:
+            if store_dtype not in _STORE_DTYPES:
+                raise ValueError(f"`store_dtype` must be one of {_STORE_DTYPES}, got {store_dtype!r}.")
+            forward["store_dtype"] = store_dtype
         for name, value, low, target in (
             ("max_question_len", max_question_len, 3, preprocess), ("max_passage_len", max_passage_len, 2, preprocess),
             ("max_seq_len", max_seq_len, 5, preprocess), ("doc_stride", doc_stride, 0, preprocess),
@@ -244,6 +313,8 @@ class DeformerQuestionAnsweringPipeline(Pipeline):
         groups: dict[str, list[int]] = {}
         for index, (_, c) in enumerate(pairs):
             groups.setdefault(c, []).append(index)
+        if forward_params.get("store") is not None:
+            self._prepare_store(list(groups), preprocess_params, forward_params)
         results: list = [None] * len(pairs)
         for c, indices in groups.items():
             group = {"context": c, "questions": [pairs[i][0] for i in indices]}
@@ -252,6 +323,68 @@ class DeformerQuestionAnsweringPipeline(Pipeline):
                 results[i] = answer
         single = inputs is None and isinstance(question, str) or isinstance(inputs, dict)
         return results[0] if single else results
+
+    # ------------------------------------------------------------------ the representation store
+    def store_settings(self, max_passage_len: int, doc_stride: int) -> tuple[str, dict]:
+        """`(fingerprint, settings)`: the store space of this model's passage states with these windows, exactly as
+        hf-readonce's DeFormer adapter keys them (`DeformerBertAdapter.fingerprint()`, `.settings()`)."""
+        return self.model.representation_fingerprint(), {
+            "representation": _REPRESENTATION,
+            "num_decomposed_layers": int(self.model.config.num_decomposed_layers),
+            "max_passage_length": int(max_passage_len), "doc_stride": int(doc_stride),
+            "tokenizer": tokenizer_fingerprint(self.tokenizer)}
+
+    def _prepare_store(self, contexts: list[str], preprocess_params: dict, forward_params: dict) -> None:
+        """Resolve the store space of this call (in place: the window settings into `preprocess_params`, the space
+        and whether to write into `forward_params`), before any model work.
+
+        Raises:
+            ValueError: the store holds DeFormer passage states only for other models/tokenizers, or several window
+                settings for this model and none were given.
+            PermissionError: `update_store=True` and the store cannot be written while contexts are missing.
+        """
+        store = forward_params["store"]
+        if callable(getattr(store, "refresh", None)):
+            store.refresh()
+        fingerprint = self.model.representation_fingerprint()
+        tokenizer_hash = tokenizer_fingerprint(self.tokenizer)
+        where = f" {getattr(store, 'path', '')}" if getattr(store, "path", None) is not None else ""
+        deformer = [space for space in store.spaces()
+                    if isinstance(space.settings, dict) and space.settings.get("representation") == _REPRESENTATION]
+        ours = [space for space in deformer
+                if space.fingerprint == fingerprint and space.settings.get("tokenizer") == tokenizer_hash]
+        if deformer and not ours:
+            same_model = [space for space in deformer if space.fingerprint == fingerprint]
+            stored = ", ".join(sorted({space.fingerprint[:16] + "..." for space in deformer}))
+            raise ValueError(
+                f"`store`{where} holds DeFormer passage states only for "
+                + ("another tokenizer" if same_model else f"other model(s) (fingerprint {stored})")
+                + f", not for this model (fingerprint {fingerprint[:16]}...) and tokenizer: they are never used "
+                "for another model. Use a store made for this model (or a new, empty one).")
+        explicit = any(preprocess_params.get(name) is not None
+                       for name in ("max_passage_len", "max_seq_len", "doc_stride"))
+        if not explicit and ours:
+            defaults = self._window_settings(preprocess_params.get("max_question_len"))[1:]
+            windows = sorted({(space.settings["max_passage_length"], space.settings["doc_stride"]) for space in ours})
+            if len(windows) > 1 and defaults not in windows:
+                options = "; ".join(f"max_passage_len={m} doc_stride={d}" for m, d in windows)
+                raise ValueError(f"`store`{where} holds several window settings for this model ({options}); pass "
+                                 "`max_passage_len` and `doc_stride`.")
+            if len(windows) == 1:
+                preprocess_params["max_passage_len"], preprocess_params["doc_stride"] = windows[0]
+        _, max_passage_len, doc_stride = self._window_settings(
+            preprocess_params.get("max_question_len"), preprocess_params.get("max_passage_len"),
+            preprocess_params.pop("max_seq_len", None), preprocess_params.get("doc_stride"))
+        preprocess_params["max_passage_len"], preprocess_params["doc_stride"] = max_passage_len, doc_stride
+        _, settings = self.store_settings(max_passage_len, doc_stride)
+        update = forward_params.get("update_store")
+        if update is None:
+            update = not getattr(store, "readonly", False)
+        forward_params["update_store"] = update
+        forward_params["store_space"] = (fingerprint, settings)
+        if update and store.missing(fingerprint, settings, [content_hash(c) for c in contexts]) \
+                and callable(getattr(store, "check_writable", None)):
+            store.check_writable()
 
     # ------------------------------------------------------------------ the three steps
     def preprocess(self, group, max_question_len=None, max_passage_len=None, max_seq_len=None, doc_stride=None):
@@ -287,23 +420,69 @@ class DeformerQuestionAnsweringPipeline(Pipeline):
             out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
         return out
 
-    def _forward(self, inputs, model_batch_size=32):
-        """Encode every window once, then read every (question, window) pair from the cached states. Returns the
-        inputs plus `logits`: per question, per window, `(start, end)` logits over the window's tokens and the
-        no-answer score `start[CLS] + end[CLS]`."""
+    def _encode_windows(self, windows, model_batch_size):
+        """`model.encode_passages` over the windows in batches: each window's states `(window_length, hidden)`."""
         model, pad = self.model, self.tokenizer.pad_token_id or 0
         device = next(model.parameters()).device
-        windows = inputs["window_ids"]
         states = [None] * len(windows)
-        meta = None
         for begin in range(0, len(windows), model_batch_size):
             chunk = windows[begin : begin + model_batch_size]
             ids = self._pad(chunk, pad).to(device)
             mask = self._pad([[1] * len(w) for w in chunk]).to(device)
             encoded = model.encode_passages(ids, attention_mask=mask)
-            meta = encoded
             for row, window in enumerate(chunk):
                 states[begin + row] = encoded.last_hidden_state[row, : len(window)]
+        return states
+
+    def _stored_states(self, inputs, store, fingerprint, settings, model_batch_size, update_store, store_dtype):
+        """The windows' states from `store` (checked against this call's windows), or computed and, with
+        `update_store`, written in the layout of hf-readonce's DeFormer adapter.
+
+        Raises:
+            ValueError: if the stored entry's token ids or windows differ from this tokenizer's windows.
+        """
+        windows, key = inputs["window_ids"], content_hash(inputs["context"])
+        if not store.missing(fingerprint, settings, [key]):
+            tensors = store.get(fingerprint, settings, key)
+            lengths = [int(n) for n in tensors["window_lengths"].tolist()]
+            if lengths != [len(w) for w in windows] or \
+                    tensors["input_ids"].tolist() != [i for window in windows for i in window]:
+                raise ValueError(f"the `store` entry of context {key[:16]} does not hold this tokenizer's windows "
+                                 "(corrupted or written by other code); it was not used.")
+            device = next(self.model.parameters()).device
+            dtype = next(self.model.parameters()).dtype
+            hidden = tensors["hidden_states"].to(device=device, dtype=dtype)
+            return list(torch.split(hidden, lengths))
+        states = self._encode_windows(windows, model_batch_size)
+        if update_store:
+            offsets = [o if o is not None else (-1, -1) for window in inputs["window_offsets"] for o in window]
+            tensors = {
+                "hidden_states": torch.cat([state.float().cpu() for state in states]),
+                "input_ids": torch.tensor([i for window in windows for i in window], dtype=torch.int32),
+                "offsets": torch.tensor(offsets, dtype=torch.int32).reshape(-1, 2),
+                "window_lengths": torch.tensor([len(w) for w in windows], dtype=torch.int32),
+            }
+            with store.writer(fingerprint, settings, dtype=store_dtype, model_type="deformer_bert") as writer:
+                writer.add(key, tensors, meta={"id": key[:16], "num_tokens": int(tensors["input_ids"].shape[0])})
+        return states
+
+    def _forward(self, inputs, model_batch_size=32, store=None, store_space=None, update_store=None,
+                 store_dtype="float32"):
+        """Encode every window once (or read the states from `store`), then read every (question, window) pair
+        from those states. Returns the inputs plus `logits`: per question, per window, `(start, end)` logits over
+        the window's tokens and the no-answer score `start[CLS] + end[CLS]`."""
+        model, pad = self.model, self.tokenizer.pad_token_id or 0
+        device = next(model.parameters()).device
+        windows = inputs["window_ids"]
+        if store is not None:
+            if store_space is None:
+                raise ValueError("`store` is resolved by calling the pipeline (`pipe(question=..., context=..., "
+                                 "store=...)`), not by `_forward` alone.")
+            states = self._stored_states(inputs, store, *store_space, model_batch_size, update_store, store_dtype)
+        else:
+            states = self._encode_windows(windows, model_batch_size)
+        meta = {"num_decomposed_layers": int(model.config.num_decomposed_layers),
+                "model_fingerprint": model.representation_fingerprint()}
         pairs = [(q, w) for q in range(len(inputs["question_ids"])) for w in range(len(windows))]
         logits = [[None] * len(windows) for _ in inputs["question_ids"]]
         for begin in range(0, len(pairs), model_batch_size):
@@ -316,9 +495,7 @@ class DeformerQuestionAnsweringPipeline(Pipeline):
             for i, r in enumerate(rows):
                 hidden[i, : r.shape[0]] = r
                 passage_mask[i, : r.shape[0]] = 1
-            passage_states = type(meta)(last_hidden_state=hidden, attention_mask=passage_mask,
-                                        num_decomposed_layers=meta.num_decomposed_layers,
-                                        model_fingerprint=meta.model_fingerprint)
+            passage_states = {"last_hidden_state": hidden, "attention_mask": passage_mask, **meta}
             q_ids = self._pad(questions, pad).to(device)
             q_mask = self._pad([[1] * len(q) for q in questions]).to(device)
             out = model(input_ids=q_ids, attention_mask=q_mask, passage_states=passage_states)

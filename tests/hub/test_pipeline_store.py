@@ -1,0 +1,179 @@
+"""The DeFormer `question-answering` pipeline with a `RepresentationStore` (`store=`): it reads the entries
+`hf-readonce encode` writes without running the passage encoder, writes entries `hf-readonce answer` reads, gives
+the answers of the store-less pipeline, refuses a store made for another model before computing or writing anything,
+and never rewrites what is stored."""
+
+import json
+
+import pytest
+import torch
+
+from hf_readonce.cli import main as cli_main
+from hf_readonce.models.deformer_bert.pipeline_deformer_bert import (
+    DeformerQuestionAnsweringPipeline,
+    content_hash as pipeline_content_hash,
+    tokenizer_fingerprint as pipeline_tokenizer_fingerprint,
+)
+from hf_readonce.representations import DeformerBertAdapter, fill_store
+from hf_readonce.representations.base import tokenizer_fingerprint
+from hf_readonce.store import ReadOnlyStoreError, RepresentationStore, content_hash
+from tests.conftest import tiny_model
+from tests.hub.test_pipeline_deformer import CONTEXTS, QUESTIONS, WINDOWS
+
+WINDOW_OPTIONS = ["--max-passage-length", str(WINDOWS["max_passage_len"]), "--doc-stride", str(WINDOWS["doc_stride"])]
+
+
+def store_files(path):
+    """Every file of a store except its lock and temporary folder, with its bytes (to prove nothing changed)."""
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*"))
+            if p.is_file() and p.name != ".lock" and "tmp" not in p.relative_to(path).parts}
+
+
+@pytest.fixture
+def qa(tokenizer):
+    return DeformerQuestionAnsweringPipeline(model=tiny_model(), tokenizer=tokenizer,
+                                             max_question_len=WINDOWS["max_question_len"])
+
+
+@pytest.fixture
+def encoder_calls(qa, monkeypatch):
+    """Rows passed to `qa.model.encode_passages`, one entry per call."""
+    calls, original = [], qa.model.encode_passages
+
+    def counting(input_ids, **kwargs):
+        calls.append(input_ids.shape[0])
+        return original(input_ids, **kwargs)
+
+    monkeypatch.setattr(qa.model, "encode_passages", counting)
+    return calls
+
+
+def storeless(qa, **kwargs):
+    return [qa(question=questions, context=context, **WINDOWS, **kwargs) for context, questions in
+            zip(CONTEXTS, QUESTIONS)]
+
+
+def flat(results):
+    """The answer dicts of nested pipeline results, in order."""
+    return [results] if isinstance(results, dict) else [a for r in results for a in flat(r)]
+
+
+def assert_same_answers(got, expected):
+    got, expected = flat(got), flat(expected)
+    assert len(got) == len(expected) > 0
+    for a, b in zip(got, expected):
+        assert (a["answer"], a["start"], a["end"]) == (b["answer"], b["start"], b["end"])
+        assert a["score"] == pytest.approx(b["score"], rel=1e-4, abs=1e-7)
+
+
+def test_keys_are_the_adapters(qa, tokenizer):
+    """The pipeline's own copies of the key logic (it may not import hf_readonce) agree with hf-readonce's."""
+    adapter = DeformerBertAdapter(qa.model, tokenizer, max_passage_length=24, doc_stride=8)
+    assert qa.store_settings(24, 8) == (adapter.fingerprint(), adapter.settings())
+    assert pipeline_tokenizer_fingerprint(tokenizer) == tokenizer_fingerprint(tokenizer)
+    for text in CONTEXTS + ["caf\u00e9 \ud800 surrogate"]:
+        assert pipeline_content_hash(text) == content_hash(text)
+
+
+def test_reads_a_store_filled_by_cli_encode_without_encoding(qa, encoder_calls, checkpoint, tmp_path):
+    documents = tmp_path / "docs.jsonl"
+    documents.write_text("".join(json.dumps({"id": f"d{i}", "context": c}) + "\n" for i, c in enumerate(CONTEXTS)))
+    assert cli_main(["encode", str(checkpoint), "--store", str(tmp_path / "store"), "--documents", str(documents),
+                     "--dtype", "fp32", "--device", "cpu", "--no-progress", *WINDOW_OPTIONS]) == 0
+    store = RepresentationStore(tmp_path / "store", readonly=True)
+    before = store_files(store.path)
+    expected = storeless(qa, top_k=3)
+    encoder_calls.clear()
+    # no window settings given: the store's only space for this model supplies them (24 / 8)
+    got = [qa(question=questions, context=context, store=store, top_k=3)
+           for context, questions in zip(CONTEXTS, QUESTIONS)]
+    assert encoder_calls == []  # every passage state came from the store
+    assert_same_answers(got, expected)
+    assert store_files(store.path) == before
+    # the same with the store given to the constructor (HF convention: call arguments may be pipeline defaults)
+    pipe = DeformerQuestionAnsweringPipeline(model=qa.model, tokenizer=qa.tokenizer, store=store, top_k=3,
+                                             max_question_len=WINDOWS["max_question_len"])
+    assert pipe(question=QUESTIONS[1], context=CONTEXTS[1]) == got[1] and encoder_calls == []
+    # a context the store lacks is computed; a read-only store is not written
+    extra = "Mansfield Park was published in 1814 by Thomas Egerton."
+    assert qa(question="Who published it?", context=extra, store=store)["answer"]
+    assert sum(encoder_calls) == 1 and store_files(store.path) == before
+
+
+def test_writes_what_cli_answer_reads(qa, encoder_calls, checkpoint, tokenizer, tmp_path):
+    store = RepresentationStore(tmp_path / "store")
+    expected = storeless(qa)
+    windows = [len(qa.preprocess({"context": c, "questions": ["q"]}, **WINDOWS)["window_ids"]) for c in CONTEXTS]
+    encoder_calls.clear()
+    got = [qa(question=questions, context=context, store=store, **WINDOWS)
+           for context, questions in zip(CONTEXTS, QUESTIONS)]
+    assert sum(encoder_calls) == sum(windows)  # computed once, as without a store
+    assert_same_answers(got, expected)
+    assert len(store) == len(CONTEXTS)
+    # the entries are those of hf-readonce's adapter: same space, same tensors
+    adapter = DeformerBertAdapter(qa.model, tokenizer, max_passage_length=24, doc_stride=8)
+    for context, reference in zip(CONTEXTS, adapter.encode(CONTEXTS)):
+        stored = store.get(adapter.fingerprint(), adapter.settings(), content_hash(context))
+        assert sorted(stored) == sorted(reference)
+        for name in ("input_ids", "offsets", "window_lengths"):
+            assert torch.equal(stored[name], reference[name]), name
+        assert stored["hidden_states"].dtype == torch.float32
+        torch.testing.assert_close(stored["hidden_states"], reference["hidden_states"], rtol=1e-4, atol=1e-5)
+    # a second call reads them back
+    encoder_calls.clear()
+    again = [qa(question=questions, context=context, store=store) for context, questions in zip(CONTEXTS, QUESTIONS)]
+    assert encoder_calls == [] and again == got
+    # `hf-readonce answer` reads the pipeline's entries (read-only: it would fail on a missing passage)
+    questions = tmp_path / "questions.jsonl"
+    rows = [{"id": f"{p}-{i}", "question": q, "context": c}
+            for p, (c, qs) in enumerate(zip(CONTEXTS, QUESTIONS)) for i, q in enumerate(qs)]
+    questions.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    before = store_files(store.path)
+    assert cli_main(["answer", str(checkpoint), "--store", str(store.path), "--questions", str(questions),
+                     "--output", str(tmp_path / "preds.jsonl"), "--max-question-length", "16",
+                     "--max-answer-length", "15", "--device", "cpu", "--no-progress"]) == 0
+    predictions = [json.loads(line)["prediction_text"] for line in (tmp_path / "preds.jsonl").read_text().splitlines()]
+    assert predictions == [answer["answer"] for answer in flat(got)]
+    assert store_files(store.path) == before
+
+
+def test_store_of_another_model_is_refused(qa, encoder_calls, tokenizer, tmp_path):
+    store = RepresentationStore(tmp_path / "store")
+    other = DeformerBertAdapter(tiny_model(seed=1), tokenizer, max_passage_length=24, doc_stride=8)
+    fill_store(other, store, CONTEXTS)
+    before = store_files(store.path)
+    encoder_calls.clear()
+    with pytest.raises(ValueError, match=r"only for other model\(s\) \(fingerprint " + other.fingerprint()[:16]):
+        qa(question=QUESTIONS[0], context=CONTEXTS[0], store=store)
+    with pytest.raises(ValueError, match="not for this model"):  # explicit windows change nothing
+        qa(question=QUESTIONS[0], context=CONTEXTS[0], store=store, **WINDOWS)
+    assert encoder_calls == [] and store_files(store.path) == before
+
+
+def test_store_arguments_and_writes(qa, encoder_calls, tokenizer, tmp_path):
+    with pytest.raises(TypeError, match="`store` must be a hf_readonce RepresentationStore"):
+        qa(question="Who?", context=CONTEXTS[0], store=str(tmp_path))
+    store = RepresentationStore(tmp_path / "store")
+    with pytest.raises(ValueError, match="`store_dtype` must be one of"):
+        qa(question="Who?", context=CONTEXTS[0], store=store, store_dtype="int8")
+    with pytest.raises(TypeError, match="`update_store` must be a bool"):
+        qa(question="Who?", context=CONTEXTS[0], store=store, update_store="yes")
+    qa(question="Who?", context=CONTEXTS[1], store=store, update_store=False, **WINDOWS)
+    assert len(store) == 0  # computed for the call only
+    qa(question="Who?", context=CONTEXTS[1], store=store, store_dtype="float16", **WINDOWS)
+    entry = next(store.entries())
+    assert entry.tensors["hidden_states"]["dtype"] == "float16"
+    before = store_files(store.path)
+    # an existing entry is never rewritten, whatever the call's dtype
+    qa(question="Who?", context=CONTEXTS[1], store=store, store_dtype="float32", **WINDOWS)
+    assert store_files(store.path) == before
+    # several window settings for this model and none given: which one is ambiguous
+    qa(question="Who?", context=CONTEXTS[1], store=store, max_passage_len=20, doc_stride=4)
+    with pytest.raises(ValueError, match="several window settings .* pass `max_passage_len` and `doc_stride`"):
+        qa(question="Who?", context=CONTEXTS[1], store=store)
+    # asked to write into a read-only store: refused before the passage encoder runs
+    readonly = RepresentationStore(tmp_path / "store", readonly=True)
+    encoder_calls.clear()
+    with pytest.raises(ReadOnlyStoreError):
+        qa(question="Who?", context=CONTEXTS[0], store=readonly, update_store=True, **WINDOWS)
+    assert encoder_calls == []
