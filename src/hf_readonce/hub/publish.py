@@ -25,7 +25,8 @@ _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._
 FAMILIES = {
     "deformer_bert": ("AutoModelForQuestionAnswering", "hf_readonce.models.deformer_bert.pipeline_deformer_bert",
                       [("question-answering", "DeformerQuestionAnsweringPipeline")]),
-    "readtwice_bert": ("AutoModelForQuestionAnswering", None, []),
+    "readtwice_bert": ("AutoModelForQuestionAnswering", "hf_readonce.models.readtwice_bert.pipeline_readtwice_bert",
+                       [("question-answering", "ReadTwiceQuestionAnsweringPipeline")]),
     "readonce_bart": ("AutoModelForSeq2SeqLM", "hf_readonce.models.readonce_bart.pipeline_readonce_bart",
                       [("text2text-generation", "ReadOnceText2TextGenerationPipeline"),
                        ("summarization", "ReadOnceSummarizationPipeline")]),
