@@ -5,9 +5,9 @@ Hub's answers for what a mirrored repo lacks, and the arguments' errors. (The se
 import importlib.util
 import shutil
 import subprocess
-import tomllib
 
 import pytest
+import tomllib
 
 from hf_readonce.hub.local_hub import mirror_repo, olah_config, serve
 

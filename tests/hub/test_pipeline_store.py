@@ -11,7 +11,11 @@ import torch
 from hf_readonce.cli import main as cli_main
 from hf_readonce.models.deformer_bert.pipeline_deformer_bert import (
     DeformerQuestionAnsweringPipeline,
+)
+from hf_readonce.models.deformer_bert.pipeline_deformer_bert import (
     content_hash as pipeline_content_hash,
+)
+from hf_readonce.models.deformer_bert.pipeline_deformer_bert import (
     tokenizer_fingerprint as pipeline_tokenizer_fingerprint,
 )
 from hf_readonce.representations import DeformerBertAdapter, fill_store
