@@ -29,7 +29,6 @@ from ..tasks.question_answering import (
     encode_windows,
     find_best_null_threshold,
     load_qa_examples,
-    pair_inputs,
     postprocess_qa_predictions,
     predict_cached,
     predict_pairs,
@@ -38,7 +37,7 @@ from ..tasks.question_answering import (
 )
 from ..tasks.trainers import DeformerDistillationTrainer, trained_model
 from ..weights import load_quietly, minilm_path
-from .reference_qa import split_calibration
+from .reference_qa import split_calibration, training_rows
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +70,18 @@ class DataArguments:
     (`doc_stride`), sample limits, n-best decoding limits and which evaluation paths to run."""
 
     train_file: str = field(default=None, metadata={"help": "SQuAD-style JSONL for training."})
+    extra_train_files: list[str] = field(
+        default_factory=list,
+        metadata={"help": "More SQuAD-style JSONL files trained on beside --train_file (for example Quoref: with a "
+                          "teacher, distillation then sees more passages). The calibration split is taken from "
+                          "--train_file only, so the no-answer threshold is tuned on the evaluation task's data."},
+    )
+    extra_negative_window_fraction: float = field(
+        default=0.3,
+        metadata={"help": "Fraction of the --extra_train_files windows kept that do not hold the answer of an "
+                          "answerable question (long passages make most windows such negatives; the reference "
+                          "recipe's default). Windows of --train_file are all kept."},
+    )
     validation_file: str = field(default=None, metadata={"help": "SQuAD-style JSONL for evaluation."})
     max_seq_length: int = field(default=384, metadata={"help": "Question + passage window length in tokens."})
     max_question_length: int = field(default=64, metadata={"help": "Questions are truncated to this many tokens."})
@@ -165,6 +176,14 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
     metrics = {"num_decomposed_layers": k, "model": path}
     if not 0.0 <= data_args.calibration_fraction < 1.0:
         raise ValueError(f"--calibration_fraction must be in [0, 1), got {data_args.calibration_fraction}.")
+    if not 0.0 <= data_args.extra_negative_window_fraction <= 1.0:
+        raise ValueError("--extra_negative_window_fraction must be in [0, 1], got "
+                         f"{data_args.extra_negative_window_fraction}.")
+    if data_args.extra_train_files and not training_args.do_train:
+        raise ValueError("--extra_train_files needs --do_train.")
+    missing = [f for f in data_args.extra_train_files if not os.path.isfile(f)]
+    if missing:
+        raise ValueError(f"--extra_train_files: no such file: {', '.join(missing)}")
 
     # Read and check both files before any training, so bad data fails (or is set aside) in seconds, not after.
     if training_args.do_train and not data_args.train_file:
@@ -192,12 +211,16 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
                 examples = loaded
 
     if training_args.do_train:
-        features, windows, _ = build_features(train_examples, tokenizer, with_labels=True, **feature_kwargs)
-        rows = []
-        for f in features:
-            row = pair_inputs(f["question_ids"], windows[f["passage_index"]][f["window_index"]])
-            row["start_positions"], row["end_positions"] = f["start_positions"], f["end_positions"]
-            rows.append(row)
+        rows = training_rows(train_examples, tokenizer, **feature_kwargs)
+        for extra_file in data_args.extra_train_files:
+            extra, skipped = load_qa_examples(extra_file)
+            if skipped:
+                logger.warning("%s: set aside %d rows with an empty question or context", extra_file, len(skipped))
+            extra_rows = training_rows(extra, tokenizer, negative_window_fraction=data_args.extra_negative_window_fraction,
+                                       seed=training_args.seed, **feature_kwargs)
+            logger.info("%s: %d examples -> %d features", extra_file, len(extra), len(extra_rows))
+            metrics.setdefault("extra_train_features", {})[extra_file] = len(extra_rows)
+            rows.extend(extra_rows)
         train_dataset = Dataset.from_list(rows)
         logger.info("%d training examples -> %d features", len(train_examples), len(rows))
         trainer_kwargs = dict(
