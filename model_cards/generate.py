@@ -51,22 +51,23 @@ def reference_card():
         shown = f"{DATASET_NAMES.get(name, name)} ({scores['eval_questions']:,} questions)"
         rows += qa_rows_from_metrics(scores, name, shown, baselines=scores.get("baselines"))
     disfl, quoref = validation["disfl_qa"], validation["quoref"]
-    stage1, stage2 = train["stages"]
+    stage1, stage2, stage3 = train["stages"]
     data = "; ".join(f"{DATASET_NAMES.get(n, n)} train: {f['questions']:,} questions, "
                      f"{f['calibration_questions_held_out']:,} held out for threshold calibration, "
-                     f"{f['features']:,} features" for n, f in stage1["features"].items())
+                     f"{f['features']:,} features" for n, f in stage3["features"].items())
     budget = (f"stage 1: {stage1['stopped_at_step']} of {stage1['scheduled_steps']} scheduled steps on Disfl-QA + "
-              f"Quoref ({_f(stage1['epochs_seen'])} epoch; stopped when a session's time ran out), then stage 2: "
-              f"{stage2['global_step']} steps (2 epochs) on Disfl-QA alone from stage 1's checkpoint, a fresh linear "
-              f"schedule. Batch {stage2['batch_size']}, lr {stage2['learning_rate']:g}, "
-              f"{stage2['max_seq_length']}-token inputs ({stage2['max_question_length']}-token questions, "
-              f"{stage2['doc_stride']} tokens shared by consecutive windows); stage 2's mean training loss "
-              f"{_f(stage2['train_loss'], 3)}")
+              f"Quoref ({_f(stage1['epochs_seen'])} epoch; stopped when a session's time ran out), stage 2: "
+              f"{stage2['global_step']} steps (2 epochs) on Disfl-QA alone, stage 3: {stage3['global_step']} steps "
+              f"({stage3['epochs']} epochs) on Disfl-QA + Quoref, each from the previous stage's weights with a fresh "
+              f"linear schedule. Batch {stage3['batch_size']}, lr {stage3['learning_rate']:g}, "
+              f"{stage3['max_seq_length']}-token inputs ({stage3['max_question_length']}-token questions, "
+              f"{stage3['doc_stride']} tokens shared by consecutive windows); stage 3 in bf16 autocast with attention "
+              f"dropout 0, mean training loss {_f(stage3['train_loss'], 3)}")
     return build_model_card(
         repo_id=f"{OWNER}/minilm-qa-reference", model_type="bert", custom_code=False,
         title="MiniLM-L6 extractive QA, reference checkpoint (the DeFormer teacher)",
         summary="all-MiniLM-L6-v2 fine-tuned as a plain `BertForQuestionAnswering` on Disfl-QA + Quoref train, then "
-                "on Disfl-QA train. It ships with hf-readonce (`hf_readonce.weights.reference_qa_path()`, fp16 "
+                "on Disfl-QA train, then on both again. It ships with hf-readonce (`hf_readonce.weights.reference_qa_path()`, fp16 "
                 "safetensors, SHA-256 verified) as the full model from which the shipped reference DeFormer "
                 "(`reference_deformer_path()`) was distilled and that `hf-readonce demo --distill` decomposes "
                 "(DeFormer §3).",
@@ -77,15 +78,14 @@ def reference_card():
         figures=[f"Disfl-QA no-answer threshold {disfl['null_score_diff_threshold']:g} (SQuAD 2.0's "
                  f"`null_score_diff_threshold`), tuned on {disfl['calibration_questions']} held-out *train* questions "
                  f"(F1 there {_f(disfl['calibration_f1'])}).",
-                 f"Quoref is out of its last stage's domain: stage 2 trained on Disfl-QA only (Quoref F1 "
-                 f"{_f(quoref['eval_f1'])} against {_f(quoref['baselines']['first_span']['f1'])} for the passage's "
-                 "first three words).",
+                 f"Quoref F1 {_f(quoref['eval_f1'])} against {_f(quoref['baselines']['first_span']['f1'])} for the "
+                 "passage's first three words.",
                  f"Evaluation commands: `{metrics['commands']['disfl_qa']}`; `{metrics['commands']['quoref']}`."],
-        limitations=["Trained on two small data sets for under three epochs on 2 CPU cores. On Disfl-QA it answers "
+        limitations=["Trained on two small data sets for about six epochs in all on 2 CPU cores. On Disfl-QA it answers "
                      f"few unanswerable questions with \"\" (NoAns EM {_f(disfl['eval_NoAns_exact'])}). For research "
                      "and demonstration.",
                      "A plain BERT: it reads every question+passage pair. hf-readonce turns it into a DeFormer "
-                     "(`DeformerBertForQuestionAnswering.from_pretrained(path, num_decomposed_layers=4)`)."],
+                     "(`DeformerBertForQuestionAnswering.from_pretrained(path, num_decomposed_layers=3)`; the shipped reference DeFormer is that, distilled)."],
     )
 
 

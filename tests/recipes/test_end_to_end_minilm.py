@@ -59,6 +59,34 @@ def test_fine_tune_and_answer_from_cache(data_dir, tmp_path, monkeypatch):
     assert saved.config.attention_probs_dropout_prob == 0.0  # the override reached the trained model
 
 
+def test_extra_train_files_add_rows_but_not_calibration(data_dir, tmp_path):
+    """`extra_train_files` (e.g. Quoref beside Disfl-QA) adds training rows; the calibration split comes from
+    `train_file` alone; bad values are clear errors naming the option."""
+    common = dict(train_file=str(data_dir / "disfl_qa" / "train.jsonl"),
+                  validation_file=str(data_dir / "disfl_qa" / "validation.jsonl"), max_seq_length=128,
+                  max_question_length=32, doc_stride=32, max_train_samples=40, max_eval_samples=4,
+                  allow_no_answer=True, calibration_fraction=0.1, eval_paths="cached")
+
+    def train(out, **data):
+        return run(ModelArguments(num_decomposed_layers=4, attention_probs_dropout_prob=0.0),
+                   DataArguments(**{**common, **data}),
+                   TrainingArguments(output_dir=str(tmp_path / out), do_train=True, do_eval=True, max_steps=1,
+                                     per_device_train_batch_size=2, use_cpu=True, report_to="none",
+                                     save_strategy="no"))
+
+    alone = train("alone")
+    quoref = str(data_dir / "quoref" / "train.jsonl")
+    both = train("both", extra_train_files=[quoref], extra_negative_window_fraction=1.0)
+    fewer = train("fewer", extra_train_files=[quoref], extra_negative_window_fraction=0.0)
+    assert both["train_features"] == alone["train_features"] + both["extra_train_features"][quoref]
+    assert 0 < fewer["extra_train_features"][quoref] < both["extra_train_features"][quoref]
+    assert both["calibration_questions"] == alone["calibration_questions"]
+    with pytest.raises(ValueError, match="--extra_train_files: no such file"):
+        train("missing", extra_train_files=[str(tmp_path / "nope.jsonl")])
+    with pytest.raises(ValueError, match="--extra_negative_window_fraction"):
+        train("bad", extra_train_files=[quoref], extra_negative_window_fraction=1.5)
+
+
 def test_demo_answers_with_the_shipped_deformer(data_dir, tmp_path, capsys):
     """The default demo: the shipped reference DeFormer (checksum-verified) answers from cached passage states, with
     the threshold its config records, beside the teacher's recorded scores and the baselines."""
@@ -70,8 +98,9 @@ def test_demo_answers_with_the_shipped_deformer(data_dir, tmp_path, capsys):
                    "--output_dir", str(tmp_path)])
     out = capsys.readouterr().out
     assert status == 0
-    assert "DeFormer k=4 (shipped reference)" in out and "full MiniLM (teacher, recorded)" in out
-    assert "baseline: always-empty" in out and "The shipped DeFormer was distilled in 3 consecutive runs" in out
+    assert f"DeFormer k={recorded.num_decomposed_layers} (shipped reference)" in out
+    assert "full MiniLM (teacher, recorded)" in out and "baseline: always-empty" in out
+    assert "The shipped DeFormer was distilled in four consecutive distillation runs" in out
     metrics = json.loads((tmp_path / "eval_results.json").read_text())
     assert metrics["null_score_diff_threshold"] == round(recorded.null_score_diff_threshold, 4)
     assert "train_seconds" not in metrics  # nothing was trained

@@ -74,7 +74,8 @@ class DataArguments:
         default_factory=list,
         metadata={"help": "More SQuAD-style JSONL files trained on beside --train_file (for example Quoref: with a "
                           "teacher, distillation then sees more passages). The calibration split is taken from "
-                          "--train_file only, so the no-answer threshold is tuned on the evaluation task's data."},
+                          "--train_file only, so the no-answer threshold is tuned on the evaluation task's data. "
+                          "--max_train_samples limits each file."},
     )
     extra_negative_window_fraction: float = field(
         default=0.3,
@@ -213,7 +214,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
     if training_args.do_train:
         rows = training_rows(train_examples, tokenizer, **feature_kwargs)
         for extra_file in data_args.extra_train_files:
-            extra, skipped = load_qa_examples(extra_file)
+            extra, skipped = load_qa_examples(extra_file, data_args.max_train_samples)
             if skipped:
                 logger.warning("%s: set aside %d rows with an empty question or context", extra_file, len(skipped))
             extra_rows = training_rows(extra, tokenizer, negative_window_fraction=data_args.extra_negative_window_fraction,

@@ -196,7 +196,7 @@ def main(argv=None) -> dict:
                  f"Disfl-QA train questions when it was distilled")
         if made:
             stages = made.get("stages") or []
-            how = (f"in {len(stages)} consecutive runs, the last `{made.get('command')}` (all listed in its "
+            how = made.get("summary") or (f"in {len(stages)} consecutive runs, the last `{made.get('command')}` (all listed in its "
                    "train_results.json)" if len(stages) > 1 else f"once by `{made.get('command')}`")
             lines.append(f"The shipped DeFormer was distilled {how} ({made.get('max_steps')} steps of "
                          f"{made.get('batch_size')}, {made.get('train_seconds')} s on {made.get('hardware')}); "
