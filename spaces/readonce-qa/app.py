@@ -191,7 +191,7 @@ def build_demo():
 
     first = EXAMPLES[0]
     with gr.Blocks(title="Read once, answer many (hf-readonce DeFormer)") as demo:
-        gr.Markdown("# Read once, answer many\nA DeFormer (hf-readonce's reference MiniLM checkpoint, k = 4 of 6 "
+        gr.Markdown("# Read once, answer many\nA DeFormer (hf-readonce's reference MiniLM checkpoint, k = 3 of 6 "
                     "layers) reads the passage once and answers every question from its cached passage states. "
                     "The same questions are then answered reading every question + passage pair, for the time "
                     "against it. Example passages: Disfl-QA validation (CC BY 4.0; passages from SQuAD 2.0 / "
