@@ -10,7 +10,7 @@ Adding a family means adding one file here that defines its adapter and calls
 import importlib
 import pkgutil
 
-from .base import RepresentationAdapter, pad_rows, tokenizer_fingerprint
+from .base import AdapterBase, RecomputeCheck, RepresentationAdapter, kl_divergence, pad_rows, tokenizer_fingerprint
 from .fill import EncodeStats, StoreEncodeFunction, fill_store, make_encode_function
 from .registry import get_adapter, get_adapter_class, register_adapter, registered_adapters
 
@@ -24,17 +24,20 @@ from .longdoc_bart import LongDocBartAdapter, LongDocEncoderOutput  # noqa: E402
 from .readonce_bart import ReadOnceBartAdapter  # noqa: E402
 
 __all__ = [
+    "AdapterBase",
     "BlockAttentionLlamaAdapter",
     "DeformerBertAdapter",
     "EncodeStats",
     "LongDocBartAdapter",
     "LongDocEncoderOutput",
     "ReadOnceBartAdapter",
+    "RecomputeCheck",
     "RepresentationAdapter",
     "StoreEncodeFunction",
     "fill_store",
     "get_adapter",
     "get_adapter_class",
+    "kl_divergence",
     "make_encode_function",
     "pad_rows",
     "register_adapter",
