@@ -31,6 +31,33 @@ from ..store import MissingRepresentationError, RepresentationMismatchError, Rep
 QUESTION_TEMPLATE = "\n\nQuestion: {question}\nAnswer:"
 
 
+def to_block_attention(model):
+    """A [`BlockAttentionLlamaForCausalLM`] with the weights, config and generation config of an in-memory Llama-family
+    causal LM (e.g. `hf_readonce.tasks.language_modeling.load_smollm2()`'s, which comes from a GGUF file and has no
+    checkpoint folder); the model itself is returned when it is one already. Same dtype, same device, eval mode.
+
+    Raises:
+        TypeError: a model that is not a Llama-family causal LM (its weights do not load into the Llama layout).
+    """
+    from ..models.block_attention_llama.configuration_block_attention_llama import BlockAttentionLlamaConfig
+    from ..models.block_attention_llama.modeling_block_attention_llama import BlockAttentionLlamaForCausalLM
+
+    if isinstance(model, BlockAttentionLlamaForCausalLM):
+        return model
+    settings = getattr(getattr(model, "config", None), "to_dict", lambda: None)()
+    if settings is None:
+        raise TypeError(f"`model` must be a transformers causal LM, got {type(model).__name__}.")
+    for key in ("model_type", "architectures", "transformers_version", "quantization_config", "auto_map"):
+        settings.pop(key, None)
+    converted = BlockAttentionLlamaForCausalLM(BlockAttentionLlamaConfig(**settings)).to(model.dtype)
+    try:
+        converted.load_state_dict(model.state_dict())
+    except RuntimeError as error:
+        raise TypeError(f"`model` ({type(model).__name__}) is not a Llama-family causal LM: {error}") from None
+    converted.generation_config = model.generation_config
+    return converted.to(model.device).eval()
+
+
 def question_prompt(question: str) -> str:
     """The text read after the passages: `"\\n\\nQuestion: {question}\\nAnswer:"` (surrounding whitespace of the
     question stripped).
@@ -296,4 +323,5 @@ def answer_with_full_prompt(model, tokenizer, examples: Sequence[dict], *, max_d
 
 
 __all__ = ["QUESTION_TEMPLATE", "answer_ids", "answer_with_document_caches", "answer_with_full_prompt", "clean_answer",
-           "find_document_cache_space", "passages_of", "prompt_ids", "question_ids", "question_prompt"]
+           "find_document_cache_space", "passages_of", "prompt_ids", "question_ids", "question_prompt",
+           "to_block_attention"]
