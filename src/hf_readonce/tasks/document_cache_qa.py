@@ -19,6 +19,7 @@ newline and stripped ([`clean_answer`]).
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Sequence
 
@@ -322,6 +323,105 @@ def answer_with_full_prompt(model, tokenizer, examples: Sequence[dict], *, max_d
     return predictions
 
 
-__all__ = ["QUESTION_TEMPLATE", "answer_ids", "answer_with_document_caches", "answer_with_full_prompt", "clean_answer",
-           "find_document_cache_space", "passages_of", "prompt_ids", "question_ids", "question_prompt",
-           "to_block_attention"]
+def add_distractor_passages(examples: Sequence[dict], num_distractors: int = 3, seed: int = 0) -> list[dict]:
+    """Give every row `num_distractors` other passages of the same rows (retrieved distractors): copies of the rows
+    with `contexts` (the row's own `context` at a random position among the distractors) and `gold_passage` (that
+    position). Deterministic: a row's distractors and position depend only on `seed`, its `id` and the set of
+    distinct passages, never on the row order or on other runs.
+
+    Args:
+        examples (`Sequence[dict]`): SQuAD-style rows with `id` and `context`.
+        num_distractors (`int`, defaults to 3): other passages per row (0: the row's passage alone).
+        seed (`int`, defaults to 0).
+
+    Returns:
+        `list[dict]`: new rows (the input rows are not modified).
+
+    Raises:
+        ValueError: a negative `num_distractors`, or fewer distinct other passages than `num_distractors`.
+    """
+    if isinstance(num_distractors, bool) or not isinstance(num_distractors, int) or num_distractors < 0:
+        raise ValueError(f"`num_distractors` must be an int >= 0, got {num_distractors!r}.")
+    contexts = sorted({e["context"] for e in examples})
+    if num_distractors and len(contexts) - 1 < num_distractors:
+        raise ValueError(f"{len(contexts)} distinct passages: too few for {num_distractors} distractors per row.")
+    index = {c: i for i, c in enumerate(contexts)}
+    out = []
+    for i, example in enumerate(examples):
+        rng = random.Random(f"{seed}|{example.get('id', i)}|{len(contexts)}")
+        own = index[example["context"]]
+        others = [j if j < own else j + 1 for j in rng.sample(range(len(contexts) - 1), num_distractors)]
+        position = rng.randrange(num_distractors + 1)
+        passages = [contexts[j] for j in others]
+        passages.insert(position, example["context"])
+        out.append({**example, "contexts": passages, "gold_passage": position})
+    return out
+
+
+def answer_kept(tokenizer, example: dict, max_document_length: int, add_special_tokens: bool = False) -> bool:
+    """Whether a row's first gold answer lies inside the part of its passage (`context`) that is read
+    (`max_document_length` tokens); always False for a row without an answer."""
+    answers = example.get("answers") or {}
+    if not answers.get("text"):
+        return False
+    end = answers["answer_start"][0] + len(answers["text"][0])
+    encoded = tokenizer(example["context"], truncation=True, max_length=max_document_length,
+                        add_special_tokens=add_special_tokens, return_offsets_mapping=True)
+    ends = [b for _, b in encoded["offset_mapping"] if b > 0]
+    return bool(ends) and end <= max(ends)
+
+
+def training_features(tokenizer, examples: Sequence[dict], max_document_length: int, *, block_attention: bool,
+                      add_special_tokens: bool = False) -> list[dict]:
+    """Causal-LM training rows of the prompt format: `input_ids` = passages, question prompt, answer
+    ([`answer_ids`]); `labels` = the answer's tokens only (-100 elsewhere); with `block_attention`, `block_ids` (the
+    passage index of each passage token, -1 for question and answer: `forward(block_ids=...)`'s Block-Attention
+    mask, under which a passage attends only to itself).
+
+    Args:
+        tokenizer: the model's tokenizer. examples (`Sequence[dict]`): rows with `question`, `context`/`contexts`
+            and `answers` (the first answer text is the target; rows without one are skipped).
+        max_document_length (`int`): tokens kept per passage. block_attention (`bool`): add `block_ids`.
+        add_special_tokens (`bool`, defaults to `False`): as the adapter's setting.
+
+    Returns:
+        `list[dict]` of int lists.
+    """
+    features = []
+    for example in examples:
+        answers = example.get("answers") or {}
+        if not answers.get("text"):
+            continue
+        prompt, blocks = prompt_ids(tokenizer, passages_of(example), example["question"], max_document_length,
+                                    add_special_tokens)
+        target = answer_ids(tokenizer, answers["text"][0])
+        feature = {"input_ids": prompt + target, "labels": [-100] * len(prompt) + target}
+        if block_attention:
+            feature["block_ids"] = blocks + [-1] * len(target)
+        features.append(feature)
+    return features
+
+
+class DocumentQACollator:
+    """Right-pads [`training_features`] rows into a batch: `input_ids` (pad id), `attention_mask`, `labels` (-100),
+    and `block_ids` (-1) when the rows have them. Returns `torch.LongTensor`s of shape `(batch_size, longest)`."""
+
+    def __init__(self, pad_token_id: int):
+        self.pad_token_id = pad_token_id
+
+    def __call__(self, rows: Sequence[dict]) -> dict[str, torch.Tensor]:
+        width = max(len(r["input_ids"]) for r in rows)
+        fills = {"input_ids": self.pad_token_id, "labels": -100, "block_ids": -1}
+        batch = {}
+        for name, fill in fills.items():
+            if name in rows[0]:
+                batch[name] = torch.tensor([list(r[name]) + [fill] * (width - len(r[name])) for r in rows])
+        batch["attention_mask"] = torch.tensor([[1] * len(r["input_ids"]) + [0] * (width - len(r["input_ids"]))
+                                                for r in rows])
+        return batch
+
+
+__all__ = ["QUESTION_TEMPLATE", "DocumentQACollator", "add_distractor_passages", "answer_ids", "answer_kept",
+           "answer_with_document_caches", "answer_with_full_prompt", "clean_answer", "find_document_cache_space",
+           "passages_of", "prompt_ids", "question_ids", "question_prompt", "to_block_attention",
+           "training_features"]
