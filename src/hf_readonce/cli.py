@@ -16,7 +16,7 @@ Subcommands:
   `--recompute N --model MODEL [--documents FILE.jsonl]`, also recompute N documents of each representation space
   the model wrote and report the largest |stored - fresh| and the KL of the model's output distribution between
   fresh and stored states (`hf_readonce.representations.recompute_store`); exits 1 if a document was not read the
-  same way (other token ids) or a KL is above `--max-kl`.
+  same way (other token ids), a KL is above `--max-kl`, or a space of the model could not be recomputed.
 - `demo`: the package's end-to-end demo (see `hf_readonce.recipes.demo`).
 - `publish MODEL_DIR --repo-id OWNER/NAME [--local-dir DIR] [--private] [--store STORE] [--metrics FILE]`: assemble
   a Hub repo folder (weights, code, pipeline, tokenizer, representation format, model card) and write it to
@@ -605,7 +605,7 @@ def _recompute(args, store, corrupted):
 
     Returns:
         `(reports, status)`: the [`SpaceRecomputeReport`]s of every model, and EXIT_PROBLEMS if a document was not
-        read the same way or a KL is above `--max-kl`, else EXIT_OK.
+        read the same way, a KL is above `--max-kl` or a space was skipped, else EXIT_OK.
 
     Raises:
         CommandError: a model that cannot be loaded, a missing --documents file, or no space recomputed at all.
