@@ -192,17 +192,18 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
                 for example in examples:
                     handle.write(json.dumps({"id": example["id"], "prediction_text": predictions[example["id"]]},
                                             ensure_ascii=False) + "\n")
-            label = ("block-attention" if model_args.block_attention else "full-attention") + " fine-tune, " + (
-                "full prompt" if mode == "full" else "composed stored caches")
+            label = ("block-attn" if model_args.block_attention else "full-attn") + ", " + (
+                "full prompt" if mode == "full" else "stored caches")
             lines.append(format_scores(label, scores))
         baselines = {"always-empty": score_qa(always_empty_predictions(examples), examples),
-                     "first-span (own passage)": score_qa(first_span_predictions(examples), examples)}
+                     "first-span": score_qa(first_span_predictions(examples), examples)}  # of the own passage
         for name, scores in baselines.items():
-            metrics.update({f"{name.split(' ')[0]}_baseline_{k}": v for k, v in scores.items()
-                            if k in ("exact_match", "f1")})
+            metrics.update({f"{name}_baseline_{k}": v for k, v in scores.items() if k in ("exact_match", "f1")})
             lines.append(format_scores(f"baseline: {name}", scores))
         print("\n".join(lines))
-        print(f"({len(examples)} questions, {data_args.num_distractors} distractor passages each, "
+        print(f"(block-attn / full-attn: fine-tuned with / without the block mask; first-span: the first 3 words of "
+              f"the question's own passage; {len(examples)} questions, {data_args.num_distractors} distractor "
+              f"passages each, "
               f"{100 * metrics['eval_answer_kept_fraction']:.1f}% with the answer inside the kept passage tokens)")
     os.makedirs(training_args.output_dir, exist_ok=True)
     with open(os.path.join(training_args.output_dir, "block_attention_qa_results.json"), "w") as handle:
