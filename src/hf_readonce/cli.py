@@ -7,9 +7,16 @@ Subcommands:
   recomputes it). Under `accelerate launch --num_processes N -m hf_readonce.cli encode ...` each process encodes
   its share of the documents (by content hash) into the same store.
 - `answer MODEL --store DIR --questions FILE.jsonl --output preds.jsonl`: answer from stored passage states; prints
-  EM/F1 when the questions carry gold answers.
+  EM/F1 beside the trivial baselines when the questions carry gold answers. DeFormer extracts spans; a causal LM
+  (block-attention Llama or Llama checkpoint) composes the stored KV caches of each row's passages (`context`, or a
+  list in `contexts`) in front of `"\n\nQuestion: {question}\nAnswer:"` and generates the answer greedily
+  (`hf_readonce.tasks.document_cache_qa`).
 - `info --store DIR`: documents, size on disk, fingerprints and settings.
-- `verify --store DIR`: check every checksum; exits 1 naming each corrupted shard and document.
+- `verify --store DIR`: check every checksum; exits 1 naming each corrupted shard and document. With
+  `--recompute N --model MODEL [--documents FILE.jsonl]`, also recompute N documents of each representation space
+  the model wrote and report the largest |stored - fresh| and the KL of the model's output distribution between
+  fresh and stored states (`hf_readonce.representations.recompute_store`); exits 1 if a document was not read the
+  same way (other token ids), a KL is above `--max-kl`, or a space of the model could not be recomputed.
 - `demo`: the package's end-to-end demo (see `hf_readonce.recipes.demo`).
 - `publish MODEL_DIR --repo-id OWNER/NAME [--local-dir DIR] [--private] [--store STORE] [--metrics FILE]`: assemble
   a Hub repo folder (weights, code, pipeline, tokenizer, representation format, model card) and write it to
@@ -91,9 +98,10 @@ def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, d
         adapter_class = get_adapter_class(config.model_type)
     except ValueError:
         adapter_class = None
-    if adapter_class is None or (not allow_readonce and adapter_class.model_type != "deformer_bert"):
+    if adapter_class is None or (not allow_readonce and adapter_class.model_type not in _ANSWER_FAMILIES):
         supported = "deformer_bert (and bert checkpoints loaded as DeFormer)" + (
-            f" and {', '.join(sorted(set(registered_adapters()) - {'deformer_bert'}))}." if allow_readonce else ".")
+            f" and {', '.join(sorted(set(registered_adapters()) - {'deformer_bert'}))}." if allow_readonce else
+            " and, generating answers from stored KV caches, block_attention_llama (and llama checkpoints).")
         raise CommandError(f"model {name_or_path!r} has model_type {config.model_type!r}; this command supports "
                            + supported)
     extra = {} if num_decomposed_layers is None else {"num_decomposed_layers": num_decomposed_layers}
@@ -114,6 +122,25 @@ def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, d
     if not getattr(tokenizer, "is_fast", False):
         raise CommandError(f"model {name_or_path!r} has no fast tokenizer (offsets are needed).")
     return model.to(device).eval(), tokenizer
+
+
+# families `answer` serves: extractive DeFormer, and causal LMs generating from composed per-document KV caches
+_ANSWER_FAMILIES = ("deformer_bert", "block_attention_llama")
+
+
+def _adapter_class_of(name_or_path: str):
+    """The adapter class registered for a checkpoint's model type, or None when the config cannot be read or no
+    adapter is registered (the model loader then says why, in its own words)."""
+    from transformers import AutoConfig
+
+    from . import register_models
+    from .representations import get_adapter_class
+
+    register_models()
+    try:
+        return get_adapter_class(AutoConfig.from_pretrained(name_or_path).model_type)
+    except (OSError, ValueError, TypeError):
+        return None
 
 
 # every representation setting the CLI has an option for (each family's adapter says which apply to it)
@@ -353,10 +380,25 @@ def _answer(args) -> int:
         output.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise CommandError(f"cannot create the folder of --output {output}: {error.strerror or error}.") from None
+    adapter_class = _adapter_class_of(args.model)
+    generative = adapter_class is not None and adapter_class.model_type == "block_attention_llama"
+    if generative:
+        _check_generative_answer_options(args)
+    elif getattr(args, "max_document_length", None) is not None:
+        raise CommandError("--max-document-length applies to causal LMs (block_attention_llama, llama) only.")
     store = _open_store(args.store, readonly=not args.encode_missing, create=args.encode_missing, command="answer")
     problems, examples, first_line, duplicates = [], [], {}, []
     for number, row in iter_jsonl(questions, problems):
-        bad = [key for key in ("question", "context") if not isinstance(row.get(key), str) or not row[key].strip()]
+        if generative:  # one passage (`context`) or several (`contexts`, or a list in `context`)
+            from .tasks.document_cache_qa import passages_of
+
+            bad = [] if isinstance(row.get("question"), str) and row["question"].strip() else ["question"]
+            try:
+                passages_of(row)
+            except ValueError:
+                bad.append("context/contexts")
+        else:
+            bad = [key for key in ("question", "context") if not isinstance(row.get(key), str) or not row[key].strip()]
         if bad:
             problems.append(BadLine(number, f"missing or empty {', '.join(bad)}"))
             continue
@@ -377,6 +419,8 @@ def _answer(args) -> int:
                            "(compared as strings, so 1 and \"1\" are the same id): give each question its own id.")
     if not examples:
         raise CommandError(f"{questions}: no usable question (each line needs 'question' and 'context').")
+    if generative:
+        return _answer_generative(args, store, examples, output)
     model, tokenizer = load_qa_model(args.model, args.num_decomposed_layers, _device(args.device))
     config = model.config
     # Defaults: what the checkpoint was trained and evaluated with (recorded in its config), else the old defaults.
@@ -413,6 +457,57 @@ def _answer(args) -> int:
     return EXIT_OK
 
 
+def _check_generative_answer_options(args) -> None:
+    """Refuse the DeFormer-only options of `answer` for a causal LM (naming them)."""
+    given = [option for option, name in (("--num-decomposed-layers", "num_decomposed_layers"),
+                                         ("--max-passage-length", "max_passage_length"), ("--doc-stride", "doc_stride"),
+                                         ("--max-question-length", "max_question_length"),
+                                         ("--allow-no-answer", "allow_no_answer"),
+                                         ("--null-score-diff-threshold", "null_score_diff_threshold"))
+             if getattr(args, name, None) is not None]
+    if given:
+        raise CommandError(f"{', '.join(given)} do(es) not apply to causal LMs (block_attention_llama, llama), which "
+                           "generate answers from stored KV caches; their options are --max-document-length, "
+                           "--max-answer-length (new tokens) and --batch-size.")
+
+
+def _answer_generative(args, store, examples, output) -> int:
+    """`answer` for causal LMs: compose each row's stored passage caches in front of its question prompt and generate
+    (`hf_readonce.tasks.document_cache_qa`)."""
+    from .store import MissingRepresentationError, RepresentationMismatchError
+    from .tasks.document_cache_qa import QUESTION_TEMPLATE, answer_with_document_caches, passages_of
+
+    model, tokenizer = load_qa_model(args.model, None, _device(args.device), allow_readonce=True)
+    timings: dict = {}
+    start = time.perf_counter()
+    try:
+        predictions = answer_with_document_caches(
+            model, tokenizer, store, examples, max_document_length=args.max_document_length,
+            batch_size=args.batch_size, max_new_tokens=args.max_answer_length, encode_missing=args.encode_missing,
+            progress=not args.no_progress, timings=timings)
+    except (MissingRepresentationError, RepresentationMismatchError, ValueError) as error:
+        raise CommandError(str(error)) from None
+    seconds = time.perf_counter() - start
+    _write_predictions(output, examples, predictions)
+    passages = len({p for e in examples for p in passages_of(e)})
+    print(f"answered {len(examples)} question(s) over {passages} stored passage(s) in {seconds:.2f} s "
+          f"({len(examples) / max(seconds, 1e-9):.1f} questions/s; reading the store {timings['read_seconds']:.2f} s, "
+          f"generating {timings['generate_seconds']:.2f} s); predictions written to {output}", flush=True)
+    print(f"settings: prompt <passage caches>{QUESTION_TEMPLATE!r}, greedy, max_new_tokens {args.max_answer_length}, "
+          f"answer cut at its first newline", flush=True)
+    gold = [e for e in examples if isinstance(e.get("answers"), dict) and "text" in e["answers"]]
+    if gold and len(gold) == len(examples):
+        from .tasks.question_answering import format_scores, score_qa, trivial_baselines
+
+        print(format_scores("model", score_qa(predictions, examples)), flush=True)
+        # the baselines read one passage: the row's `context` when it is a str, else its first passage
+        first = [{**e, "context": e["context"] if isinstance(e.get("context"), str) else passages_of(e)[0]}
+                 for e in examples]
+        for name, scores in trivial_baselines(first).items():
+            print(format_scores(f"baseline: {name.replace('_', '-')}", scores), flush=True)
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------------------------------------------------- info/verify
 def cmd_info(args) -> int:
     store = _open_store(args.store, readonly=True, create=False, command="info")
@@ -438,15 +533,31 @@ def cmd_info(args) -> int:
 def cmd_verify(args) -> int:
     from .store.keys import printable
 
+    if args.recompute is not None and not args.model:
+        raise CommandError("--recompute needs --model MODEL: the checkpoint that wrote the stored documents (repeat "
+                           "--model for a store that holds several models' representations).")
+    if args.model and args.recompute is None:
+        raise CommandError("--model is read only with --recompute N (recompute N stored documents with it).")
+    if args.documents and args.recompute is None:
+        raise CommandError("--documents is read only with --recompute N (the texts of the documents to recompute).")
+    if args.recompute is not None and args.recompute < 1:
+        raise CommandError(f"--recompute must be >= 1, got {args.recompute}.")
     store = _open_store(args.store, readonly=True, create=False, command="verify")
     report = store.verify(progress=not args.no_progress)
+    recomputed, status = [], EXIT_OK if report.ok else EXIT_PROBLEMS
+    if args.recompute is not None:
+        recomputed, recompute_status = _recompute(args, store, {e.content_hash for e in report.corrupted_documents})
+        status = max(status, recompute_status)
     if args.json:
-        print(json.dumps({
+        result = {
             "ok": report.ok, "shards_checked": report.shards_checked, "documents_checked": report.documents_checked,
             "corruptions": [{"shard": c.shard, "reason": c.reason,
                              "documents": [{"content_hash": e.content_hash, "id": e.meta.get("id")}
                                            for e in c.documents]} for c in report.corruptions],
-            "orphans": report.orphans}, indent=2))
+            "orphans": report.orphans}
+        if args.recompute is not None:
+            result["recompute"] = [r.as_dict() for r in recomputed]
+        print(json.dumps(result, indent=2))
     else:
         for corruption in report.corruptions:
             print(corruption.describe())
@@ -461,7 +572,82 @@ def cmd_verify(args) -> int:
             print(f"FAILED: {len(report.corruptions)} corrupted shard(s) or index file(s), "
                   f"{len(report.corrupted_documents)} corrupted document(s) out of {report.documents_checked}; "
                   f"recompute them with `hf-readonce encode MODEL --documents FILE --store {store.path} --repair`")
-    return EXIT_OK if report.ok else EXIT_PROBLEMS
+        for space in recomputed:
+            _print_recompute(space, args.max_kl)
+    return status
+
+
+def _print_recompute(space, max_kl) -> None:
+    """The human-readable lines of one space's recomputation."""
+    head = (f"recompute: space {space.space[:16]} ({space.model_type}, fingerprint {space.fingerprint[:16]}..., "
+            f"stored as {', '.join(space.dtypes) or '?'})")
+    if space.skipped:
+        print(f"{head}: not recomputed: {space.skipped}")
+        return
+    sources = sorted({c.recomputed_from for _, _, c in space.checks})
+    print(f"{head}: {len(space.checks)} of {space.stored_documents} document(s) recomputed from "
+          f"{' and '.join(sources)}" + (f" ({space.unavailable} left out: no text given)" if space.unavailable else ""))
+    print(f"  largest |stored - fresh|: {space.max_abs_diff:.3g}")
+    kls = space.kls
+    if kls:
+        over = [name for _, name, c in space.checks if c.kl is not None and max_kl is not None and c.kl > max_kl]
+        print(f"  KL(fresh || stored) of the {space.kl_kind}: max {max(kls):.3g} nats, mean "
+              f"{sum(kls) / len(kls):.3g} nats" + (f"; above --max-kl {max_kl:g}: {', '.join(over)}" if over else ""))
+    elif not space.mismatched:
+        print("  no output distribution to compare for this model (no head that the stored states feed): the "
+              "largest absolute difference is the only figure")
+    for name, tensors in space.mismatched:
+        print(f"  MISMATCH {name}: {', '.join(tensors)} differ in shape or token ids (not read the same way)")
+
+
+def _recompute(args, store, corrupted):
+    """`verify --recompute N --model M...`: each model recomputes N documents of each space it wrote.
+
+    Returns:
+        `(reports, status)`: the [`SpaceRecomputeReport`]s of every model, and EXIT_PROBLEMS if a document was not
+        read the same way, a KL is above `--max-kl` or a space was skipped, else EXIT_OK.
+
+    Raises:
+        CommandError: a model that cannot be loaded, a missing --documents file, or no space recomputed at all.
+    """
+    from .representations import recompute_store
+    from .store import content_hash
+    from .tasks.jsonl import iter_documents
+
+    texts = {}
+    if args.documents:
+        documents = Path(args.documents)
+        if not documents.is_file():
+            raise CommandError(f"--documents {documents} is not a file.")
+        texts = {content_hash(text): text for _, text in iter_documents(documents, text_field=args.text_field,
+                                                                          id_field=None, problems=[])}
+    device = _device(args.device)
+    reports, covered = [], set()
+    for name in args.model:
+        model, tokenizer = load_qa_model(name, None, device, allow_readonce=True)
+        try:
+            found = recompute_store(store, model, tokenizer, args.recompute, texts=texts, exclude=corrupted)
+        except (TypeError, ValueError) as error:
+            raise CommandError(f"cannot recompute with model {name!r}: {error}") from None
+        covered.update(r.space for r in found)
+        reports += found
+        del model
+    others = [space for space in store.spaces() if space.key not in covered]
+    if not reports:
+        held = "; ".join(f"{s.model_type or '?'} fingerprint {s.fingerprint[:16]}..." for s in others) or "nothing"
+        raise CommandError(f"no representation space of {store.path} was made by --model {', '.join(args.model)} "
+                           f"(the store holds: {held}); pass the checkpoint that wrote it.")
+    if others and not args.json:
+        for space in others:
+            print(f"recompute: space {space.key[:16]} ({space.model_type or '?'}, fingerprint "
+                  f"{space.fingerprint[:16]}...) was not made by any --model given: not recomputed")
+    status = EXIT_OK
+    for report in reports:
+        if report.mismatched or report.skipped:
+            status = EXIT_PROBLEMS
+        if args.max_kl is not None and any(kl > args.max_kl for kl in report.kls):
+            status = EXIT_PROBLEMS
+    return reports, status
 
 
 def cmd_publish(args) -> int:
@@ -501,7 +687,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 "speed-up (see `hf-readonce demo --help`)", add_help=False)
 
     def model_options(p):
-        p.add_argument("model", help="checkpoint folder or Hub id: DeFormer (or BERT); for encode also ReadOnce BART")
+        p.add_argument("model", help="checkpoint folder or Hub id: DeFormer (or BERT) or a causal LM (block-attention "
+                                     "Llama or Llama); for encode also ReadOnce BART, ReadTwice, LongDoc BART")
         p.add_argument("--store", required=True, help="store directory")
         p.add_argument("--num-decomposed-layers", type=int, default=None,
                        help="override k (default: the checkpoint's)")
@@ -538,7 +725,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="question tokens, [CLS] and [SEP] included (default: the checkpoint's, else 64)")
     answer.add_argument("--n-best-size", type=int, default=20, help="start and end candidates per window (default 20)")
     answer.add_argument("--n-best", dest="n_best_size", type=int, help=argparse.SUPPRESS)  # 0.1.0 spelling
-    answer.add_argument("--max-answer-length", type=int, default=30, help="longest answer in tokens (default 30)")
+    answer.add_argument("--max-answer-length", type=int, default=30,
+                        help="longest answer in tokens (default 30; causal LMs: new tokens generated at most)")
     answer.add_argument("--allow-no-answer", action=argparse.BooleanOptionalAction, default=None,
                         help="SQuAD 2.0: answer '' when the no-answer score beats every span by the threshold. "
                              "Default: on for checkpoints trained with unanswerable questions (recorded in their "
@@ -548,6 +736,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="no-answer margin in logits (default: the checkpoint's tuned value, else 0)")
     answer.add_argument("--encode-missing", action="store_true",
                         help="encode and store passages that are not stored (otherwise an error)")
+    answer.add_argument("--max-document-length", type=int, default=None,
+                        help="causal LMs: the stored document length (default: the store's only one for the model)")
     answer.set_defaults(func=cmd_answer)
 
     info = sub.add_parser("info", help="documents, size on disk, fingerprints")
@@ -555,10 +745,26 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--json", action="store_true", help="machine-readable output")
     info.set_defaults(func=cmd_info)
 
-    verify = sub.add_parser("verify", help="check every checksum; exit 1 naming corrupted shards and documents")
+    verify = sub.add_parser("verify", help="check every checksum; exit 1 naming corrupted shards and documents; "
+                                           "with --recompute N --model M, recompute N documents and compare")
     verify.add_argument("--store", required=True)
     verify.add_argument("--json", action="store_true", help="machine-readable output")
     verify.add_argument("--no-progress", action="store_true")
+    verify.add_argument("--recompute", type=int, default=None, metavar="N",
+                        help="also recompute N stored documents per representation space of --model (the first N by "
+                             "content hash) and report the largest |stored - fresh| and the KL(fresh || stored) of "
+                             "the model's output distribution (next token for causal LMs; answer start/end for QA "
+                             "encoders; first decoder token for BART families)")
+    verify.add_argument("--model", action="append", default=None,
+                        help="with --recompute: the checkpoint that wrote the store (repeat for several models)")
+    verify.add_argument("--documents", default=None,
+                        help="with --recompute: JSONL of the documents' texts (needed for ReadOnce and LongDoc BART, "
+                             "which store no tokens; used for every family when given)")
+    verify.add_argument("--text-field", default="context", help="field of --documents holding the text")
+    verify.add_argument("--max-kl", type=float, default=None,
+                        help="with --recompute: exit 1 if a document's KL is above this (nats)")
+    verify.add_argument("--device", default="auto", help="with --recompute: cpu, cuda, ... (default: cuda if "
+                                                         "available)")
     verify.set_defaults(func=cmd_verify)
 
     publish = sub.add_parser("publish", help="assemble a Hub repo (weights, code, pipeline, tokenizer, model card) "

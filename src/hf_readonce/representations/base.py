@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
@@ -117,4 +119,188 @@ def pad_rows(rows: Sequence[torch.Tensor], *, device=None, dtype=None) -> tuple[
     return padded, mask
 
 
-__all__ = ["RepresentationAdapter", "check_positive_ints", "pad_rows", "tokenizer_fingerprint"]
+def kl_divergence(reference_log_probs: torch.Tensor, other_log_probs: torch.Tensor) -> torch.Tensor:
+    """KL(reference ‖ other) in nats, per row: `sum_i p_i (log p_i - log q_i)` over the last dimension, with
+    `p = exp(reference_log_probs)`; classes where `p == 0` (e.g. masked positions, `-inf`) add nothing.
+
+    Args:
+        reference_log_probs, other_log_probs (`torch.Tensor` of shape `(..., num_classes)`): log-probabilities
+            (each row sums to 1 in probability), renormalized and summed in fp64 (in fp32 the KL of two nearly equal
+            distributions over a large vocabulary rounds to small negative values).
+
+    Returns:
+        `torch.Tensor` of shape `(...)`, fp64: `inf` where `other` gives probability 0 to a class `reference` does
+        not.
+
+    Raises:
+        ValueError: if the shapes differ.
+    """
+    if reference_log_probs.shape != other_log_probs.shape:
+        raise ValueError(f"log-probabilities of different shapes: {tuple(reference_log_probs.shape)} and "
+                         f"{tuple(other_log_probs.shape)}.")
+    # renormalized in fp64: log-probabilities from an fp32 log_softmax sum to 1 only to ~1e-7
+    reference = reference_log_probs.double().log_softmax(-1)
+    other = other_log_probs.double().to(reference_log_probs.device).log_softmax(-1)
+    p = reference.exp()
+    terms = torch.where(p > 0, p * (reference - other), torch.zeros_like(p))
+    return terms.sum(-1)
+
+
+def masked_log_softmax(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`log_softmax` over the last dimension of `logits` restricted to `mask` (1 = a real class): masked classes get
+    `-inf` (probability 0). Computed in fp32.
+
+    Args:
+        logits (`torch.Tensor` of shape `(rows, classes)`), mask (`torch.Tensor` of the same shape).
+    """
+    return logits.float().masked_fill(~mask.bool().to(logits.device), float("-inf")).log_softmax(-1)
+
+
+@dataclass
+class RecomputeCheck:
+    r"""What recomputing one stored document with the model found (see [`AdapterBase.check_recompute`]).
+
+    Attributes:
+        max_abs_diff (`float`): the largest `|stored - fresh|` over every floating tensor of the document, compared in
+            fp32 (the stored side in its storage dtype, so an fp16 store shows its rounding, about 1e-3 of the values'
+            size). `inf` if a tensor's shape differs.
+        tensor_max_abs_diff (`dict[str, float]`): the same, per floating tensor name.
+        kl (`float`, *optional*): the largest KL(fresh ‖ stored), in nats, between the model's output distribution
+            computed from the fresh tensors and from the stored ones (`kl_kind` says which); `None` where the family
+            has no output distribution to compare (then `max_abs_diff` is the only figure).
+        kl_kind (`str`, *optional*): which distribution `kl` compares, e.g. "next-token distribution after a probe
+            prompt".
+        mismatched (`list[str]`): tensors whose shape differs or whose integer values (token ids, offsets, windows)
+            differ: the document was not read the same way (another tokenizer or settings).
+        recomputed_from (`str`): `"text"` (the document's text, the whole encode path) or `"stored tokens"` (the
+            token ids kept in the store).
+    """
+
+    max_abs_diff: float
+    tensor_max_abs_diff: dict = field(default_factory=dict)
+    kl: float | None = None
+    kl_kind: str | None = None
+    mismatched: list = field(default_factory=list)
+    recomputed_from: str = "text"
+
+    @property
+    def ok(self) -> bool:
+        """No tensor of another shape or other integer values (the numbers are for the user to judge)."""
+        return not self.mismatched
+
+    def as_dict(self) -> dict:
+        """JSON-ready (an infinite difference is written as the string "inf")."""
+        def number(x):
+            return None if x is None else (x if math.isfinite(x) else str(x))
+
+        return {"max_abs_diff": number(self.max_abs_diff),
+                "tensor_max_abs_diff": {k: number(v) for k, v in self.tensor_max_abs_diff.items()},
+                "kl": number(self.kl), "kl_kind": self.kl_kind, "mismatched": list(self.mismatched),
+                "recomputed_from": self.recomputed_from}
+
+
+class AdapterBase:
+    r"""Behaviour shared by the adapters of this folder (they inherit it; the [`RepresentationAdapter`] protocol
+    does not require it): rebuilding an adapter from a stored space's settings, and recomputing a stored document to
+    check it ([`check_recompute`], what `hf-readonce verify --recompute N` runs).
+
+    A family adapter provides, besides the protocol:
+
+    - `recompute_needs_text` (`bool`): whether its stored tensors lack the tokens they were read from (then only the
+      document's text can recompute them); otherwise it implements [`recompute_from_stored`];
+    - [`output_log_probs`] and `output_distribution` (a description) when its model has an output distribution that
+      stored tensors feed (next-token, answer-span start/end, first decoder step).
+    """
+
+    recompute_needs_text: ClassVar[bool] = True
+    output_distribution: ClassVar[str | None] = None
+    # fixed probe text read with the stored states where the output distribution needs a question or a prompt
+    probe_question: ClassVar[str] = "What is this document about?"
+
+    @classmethod
+    def settings_kwargs(cls, settings: Mapping[str, Any]) -> dict:
+        """Constructor arguments (besides model and tokenizer) that rebuild the adapter whose [`settings`] are
+        `settings` (those of a stored space): by default its command-line settings found in them. Whether the
+        rebuilt adapter really has these settings (same tokenizer, k, dtype...) is for the caller to compare."""
+        return {name: settings[name] for name in getattr(cls, "cli_settings", {}) if name in settings}
+
+    def recompute_from_stored(self, stored: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Recompute one document's tensors from the token ids stored with it (families whose
+        `recompute_needs_text` is False override this).
+
+        Raises:
+            ValueError: the family keeps no tokens: recomputing needs the document's text.
+        """
+        raise ValueError(f"{getattr(self, 'model_type', type(self).__name__)} representations do not keep the tokens "
+                         "they were read from: recomputing one needs the document's text.")
+
+    def recompute(self, stored: Mapping[str, torch.Tensor], text: str | None = None) -> dict[str, torch.Tensor]:
+        """Fresh tensors for one stored document: from `text` through the whole `encode` path when given, else from
+        the stored token ids ([`recompute_from_stored`]).
+
+        Raises:
+            ValueError: no `text` for a family that keeps no tokens; errors of `encode`.
+        """
+        if text is not None:
+            return self.encode([text])[0]
+        return self.recompute_from_stored(stored)
+
+    def comparable(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One document's tensors as [`check_recompute`] compares them: by default as they are; a family whose
+        tensors carry padding that depends on the batch they were encoded in removes it here."""
+        return dict(tensors)
+
+    def output_log_probs(self, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
+        """Log-probabilities `(rows, classes)` of the model's output distribution computed from one document's
+        tensors (stored or fresh; see `output_distribution`), or `None` where the family has none."""
+        return None
+
+    @torch.no_grad()
+    def check_recompute(self, stored: Mapping[str, torch.Tensor], text: str | None = None) -> RecomputeCheck:
+        """Recompute one stored document with the model and compare: the largest absolute difference of every
+        floating tensor, integer tensors (tokens, offsets, windows) for equality, and, where the family has an output
+        distribution, KL(fresh ‖ stored) of it (the largest over its rows). The model runs in eval mode (restored
+        afterwards).
+
+        Args:
+            stored (`Mapping[str, torch.Tensor]`): the document's tensors as read from the store.
+            text (`str`, *optional*): the document's text (required when `recompute_needs_text`).
+
+        Returns:
+            [`RecomputeCheck`].
+
+        Raises:
+            ValueError: no `text` for a family that keeps no tokens.
+        """
+        model = self.model
+        was_training = model.training
+        model.eval()
+        try:
+            fresh = self.comparable(self.recompute(stored, text))
+            diffs, mismatched = {}, []
+            for name, value in self.comparable(stored).items():
+                other = fresh.get(name)
+                if other is None or tuple(other.shape) != tuple(value.shape):
+                    mismatched.append(name)
+                    if value.is_floating_point():
+                        diffs[name] = math.inf
+                    continue
+                if value.is_floating_point():
+                    difference = (value.float() - other.float().to(value.device)).abs()
+                    diffs[name] = float(difference.max()) if difference.numel() else 0.0
+                elif not torch.equal(value.long(), other.long().to(value.device)):
+                    mismatched.append(name)
+            kl = None
+            if not mismatched:
+                reference = self.output_log_probs(fresh)
+                if reference is not None:
+                    kl = float(kl_divergence(reference, self.output_log_probs(stored)).max())
+        finally:
+            model.train(was_training)
+        return RecomputeCheck(max_abs_diff=max(diffs.values(), default=0.0), tensor_max_abs_diff=diffs, kl=kl,
+                              kl_kind=self.output_distribution if kl is not None else None, mismatched=mismatched,
+                              recomputed_from="text" if text is not None else "stored tokens")
+
+
+__all__ = ["AdapterBase", "RecomputeCheck", "RepresentationAdapter", "check_positive_ints", "kl_divergence",
+           "masked_log_softmax", "pad_rows", "tokenizer_fingerprint"]

@@ -12,11 +12,11 @@ from ..models.block_attention_llama.modeling_block_attention_llama import (
     BlockAttentionLlamaForCausalLM,
     DocumentCacheOutput,
 )
-from .base import check_positive_ints, tokenizer_fingerprint
+from .base import AdapterBase, check_positive_ints, tokenizer_fingerprint
 from .registry import register_adapter
 
 
-class BlockAttentionLlamaAdapter:
+class BlockAttentionLlamaAdapter(AdapterBase):
     r"""Stores the key/value cache of whole documents for [`BlockAttentionLlamaForCausalLM`] (any Llama checkpoint
     loads as one, see [`load_model`]). Per document of n tokens:
 
@@ -49,6 +49,16 @@ class BlockAttentionLlamaAdapter:
         "max_document_length": ("--max-document-length", None,
                                 "tokens read per document (default: the model's max_position_embeddings)"),
     }
+    recompute_needs_text = False
+    output_distribution = "next-token distribution after the document and a fixed probe prompt"
+    # the probe read after a document's cache; the question prompt of `hf-readonce answer`
+    # (`hf_readonce.tasks.document_cache_qa.question_prompt`)
+    probe_prompt = "\n\nQuestion: What is this document about?\nAnswer:"
+
+    @classmethod
+    def settings_kwargs(cls, settings) -> dict:
+        """Constructor arguments of a stored space's settings: document length and special tokens."""
+        return {name: settings[name] for name in ("max_document_length", "add_special_tokens") if name in settings}
 
     def __init__(self, model, tokenizer, max_document_length: int | None = None, add_special_tokens: bool = False,
                  batch_size: int = 8):
@@ -116,7 +126,10 @@ class BlockAttentionLlamaAdapter:
         Raises:
             TypeError / ValueError: as [`tokenize`]; errors of `encode_documents`.
         """
-        ids = self.tokenize(texts)
+        return self._encode_ids(self.tokenize(texts))
+
+    def _encode_ids(self, ids: Sequence[Sequence[int]]) -> list[dict[str, torch.Tensor]]:
+        """Token ids of documents -> one tensor dict per document, `batch_size` documents per model call."""
         out = []
         for start in range(0, len(ids), self.batch_size):
             chunk = ids[start:start + self.batch_size]
@@ -135,6 +148,25 @@ class BlockAttentionLlamaAdapter:
                             "input_ids": torch.tensor(tokens, dtype=torch.int32),
                             "num_tokens": torch.tensor([n], dtype=torch.int32)})
         return out
+
+    @torch.no_grad()
+    def recompute_from_stored(self, stored: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Recompute one stored document's cache from its stored token ids, without its text (the tensors
+        [`encode`] writes).
+
+        Raises:
+            KeyError: tensors without `input_ids`.
+        """
+        return self._encode_ids([stored["input_ids"].tolist()])[0]
+
+    @torch.no_grad()
+    def output_log_probs(self, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Log-probabilities `(1, vocab_size)` of the next token after one document's cache followed by the probe
+        prompt (`probe_prompt`, tokenized without special tokens)."""
+        read = self.read([tensors], device=self.model.device)
+        probe = self.tokenizer(self.probe_prompt, add_special_tokens=False)["input_ids"]
+        probe = torch.tensor([probe], device=self.model.device)
+        return self.model(probe, document_caches=read).logits[:, -1].float().log_softmax(-1)
 
     def read(self, stored: Sequence[Mapping[str, torch.Tensor]], *, device=None, dtype=None) -> DocumentCacheOutput:
         """The model's input again: the stored caches of several documents as one [`DocumentCacheOutput`]

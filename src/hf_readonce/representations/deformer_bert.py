@@ -8,12 +8,12 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from ..models.deformer_bert.modeling_deformer_bert import DeformerBertForQuestionAnswering, DeformerPassageOutput
-from ..tasks.question_answering import PassageWindow, encode_windows, split_passages
-from .base import pad_rows, tokenizer_fingerprint
+from ..tasks.question_answering import PassageWindow, encode_windows, split_passages, tokenize_questions
+from .base import AdapterBase, masked_log_softmax, pad_rows, tokenizer_fingerprint
 from .registry import register_adapter
 
 
-class DeformerBertAdapter:
+class DeformerBertAdapter(AdapterBase):
     r"""Stores DeFormer-BERT passage states (output of layers 1..k) for whole documents.
 
     A document is tokenized without special tokens (offsets kept) and cut into windows of `max_passage_length - 1`
@@ -46,6 +46,9 @@ class DeformerBertAdapter:
         "max_passage_length": ("--max-passage-length", 256, "window length in tokens, [SEP] included"),
         "doc_stride": ("--doc-stride", 64, "tokens shared by consecutive windows"),
     }
+    recompute_needs_text = False
+    output_distribution = ("answer-span start and end distributions over each window for a fixed probe question "
+                           "(QA head)")
 
     def __init__(self, model, tokenizer, max_passage_length: int = 256, doc_stride: int = 64, batch_size: int = 32):
         config = model.config
@@ -144,6 +147,38 @@ class DeformerBertAdapter:
                 "window_lengths": torch.tensor([len(w.input_ids) for w in doc_windows], dtype=torch.int32),
             })
         return out
+
+    @torch.no_grad()
+    def recompute_from_stored(self, stored: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Recompute one stored document's passage states from its stored windows (token ids, offsets, window
+        lengths), without its text: the same tensors [`encode`] writes, the states freshly computed.
+
+        Raises:
+            KeyError: tensors that are not a DeFormer document's (no `input_ids` / `window_lengths`).
+        """
+        windows, _ = self.unpack(stored)
+        pad = self.tokenizer.pad_token_id or 0
+        cache = encode_windows(self.model, [windows], batch_size=self.batch_size, pad_token_id=pad)
+        fresh = {name: tensor for name, tensor in stored.items() if name != "hidden_states"}
+        fresh["hidden_states"] = torch.cat([cache[(0, w)].float().cpu() for w in range(len(windows))])
+        return fresh
+
+    @torch.no_grad()
+    def output_log_probs(self, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
+        """Start and end log-probabilities of the QA head over `[CLS] probe question [SEP] window` for each window of
+        one document, `(2 * num_windows, question_length + max_window_length)` (padding has probability 0); `None`
+        for a model without a QA head."""
+        if not hasattr(self.model, "qa_outputs"):
+            return None
+        read = self.read([tensors], device=self.model.device, dtype=self.model.dtype)
+        (question,) = tokenize_questions(self.tokenizer, [self.probe_question], 64)
+        rows = read.last_hidden_state.shape[0]
+        questions = torch.tensor([question] * rows, device=self.model.device)
+        out = self.model(input_ids=questions, attention_mask=torch.ones_like(questions), passage_states=read)
+        mask = torch.cat([torch.ones_like(questions), read.attention_mask.to(questions.device)], dim=1)
+        width = out.start_logits.shape[1]
+        return torch.cat([masked_log_softmax(out.start_logits, mask[:, :width]),
+                          masked_log_softmax(out.end_logits, mask[:, :width])])
 
     @staticmethod
     def unpack(tensors: dict, passage_index: int = 0) -> tuple[list[PassageWindow], list[torch.Tensor]]:

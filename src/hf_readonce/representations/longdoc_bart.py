@@ -10,7 +10,7 @@ import torch
 from transformers.modeling_outputs import BaseModelOutput
 
 from ..models.longdoc_bart.modeling_longdoc_bart import LongDocBartForConditionalGeneration
-from .base import check_positive_ints, pad_rows, tokenizer_fingerprint
+from .base import AdapterBase, check_positive_ints, pad_rows, tokenizer_fingerprint
 from .registry import register_adapter
 
 
@@ -36,7 +36,7 @@ class LongDocEncoderOutput(BaseModelOutput):
     model_fingerprint: str | None = None
 
 
-class LongDocBartAdapter:
+class LongDocBartAdapter(AdapterBase):
     r"""Stores LongDoc BART encoder outputs (§2.3's encoder, neighborhood or convolutional attention) of whole
     documents: per document `hidden_states` `(n, d_model)` float (n = the document's tokens, special tokens
     included, no padding) and `num_tokens` `(1,)` int32 (= n).
@@ -67,6 +67,8 @@ class LongDocBartAdapter:
         "max_document_length": ("--max-document-length", None,
                                 "tokens read per document (default: the model's max_position_embeddings)"),
     }
+    recompute_needs_text = True  # only the encoder outputs are stored, not the tokens
+    output_distribution = "first decoder step's token distribution (decoder started at decoder_start_token_id)"
 
     def __init__(self, model, tokenizer, max_document_length: int | None = None, batch_size: int = 8):
         check_positive_ints({"max_document_length": max_document_length, "batch_size": batch_size},
@@ -138,6 +140,17 @@ class LongDocBartAdapter:
         finally:
             encoder.train(was_training)
         return out
+
+    @torch.no_grad()
+    def output_log_probs(self, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Log-probabilities `(1, vocab_size)` of the decoder's first token given one document's encoder outputs
+        (decoder started at `decoder_start_token_id`)."""
+        read = self.read([tensors], device=self.model.device, dtype=self.model.dtype)
+        config = self.model.config
+        start = next((t for t in (config.decoder_start_token_id, config.bos_token_id) if t is not None), 0)
+        out = self.model(encoder_outputs=read, attention_mask=read.attention_mask,
+                         decoder_input_ids=torch.tensor([[start]], device=self.model.device))
+        return out.logits[:, -1].float().log_softmax(-1)
 
     def read(self, stored: Sequence[Mapping[str, torch.Tensor]], *, device=None, dtype=None) -> LongDocEncoderOutput:
         """The model's input again: stored encoder outputs of several documents as [`LongDocEncoderOutput`]

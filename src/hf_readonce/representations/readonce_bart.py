@@ -10,11 +10,11 @@ from ..models.readonce_bart.modeling_readonce_bart import (
     ReadOnceBartForConditionalGeneration,
     ReadOnceDocumentEncoderOutput,
 )
-from .base import check_positive_ints, pad_rows, tokenizer_fingerprint
+from .base import AdapterBase, check_positive_ints, pad_rows, tokenizer_fingerprint
 from .registry import register_adapter
 
 
-class ReadOnceBartAdapter:
+class ReadOnceBartAdapter(AdapterBase):
     r"""Stores ReadOnce representations (Lin et al. 2021) of whole documents: `representations` `(m, d_model)`
     (m = ceil(n / k)) and `num_tokens` `(1,)` int32 per document. Documents are read up to `max_document_length`
     tokens; a document longer than the model's `config.document_chunk_length` (T) is read in chunks of T tokens
@@ -42,6 +42,13 @@ class ReadOnceBartAdapter:
                                 "tokens read per document (default: the model's chunk length x k, §5.5; "
                                 "0.2 and earlier: 256)"),
     }
+    recompute_needs_text = True  # only the representations are stored, not the tokens
+    output_distribution = "first decoder step's token distribution for a fixed probe question"
+
+    @classmethod
+    def settings_kwargs(cls, settings) -> dict:
+        """Constructor arguments of a stored space's settings: document length and k."""
+        return {name: settings[name] for name in ("max_document_length", "compression_ratio") if name in settings}
 
     def __init__(self, model, tokenizer, max_document_length: int | None = None, compression_ratio: int | None = None,
                  batch_size: int = 32):
@@ -91,6 +98,19 @@ class ReadOnceBartAdapter:
                         "num_tokens": batch.attention_mask[row].sum().to(torch.int32).reshape(1).cpu()})
         return out
 
+
+    @torch.no_grad()
+    def output_log_probs(self, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Log-probabilities `(1, vocab_size)` of the decoder's first token for the probe question read with one
+        document's representations (decoder started at `decoder_start_token_id`)."""
+        read = self.read([tensors], device=self.model.device, dtype=self.model.dtype)
+        question = self.tokenizer([self.probe_question], return_tensors="pt").to(self.model.device)
+        config = self.model.config
+        start = next((t for t in (config.decoder_start_token_id, config.bos_token_id) if t is not None), 0)
+        out = self.model(question.input_ids, attention_mask=question.attention_mask, document_representations=read,
+                         document_attention_mask=read.attention_mask,
+                         decoder_input_ids=torch.tensor([[start]], device=self.model.device))
+        return out.logits[:, -1].float().log_softmax(-1)
 
     def read(self, stored: Sequence[Mapping[str, torch.Tensor]], *, device=None,
              dtype=None) -> ReadOnceDocumentEncoderOutput:

@@ -14,11 +14,11 @@ from ..models.readtwice_bert.modeling_readtwice_bert import (
     ReadTwiceDocumentOutput,
 )
 from ..tasks.readtwice_qa import entity_spans_for_segment
-from .base import tokenizer_fingerprint
+from .base import AdapterBase, masked_log_softmax, tokenizer_fingerprint
 from .registry import register_adapter
 
 
-class ReadTwiceBertAdapter:
+class ReadTwiceBertAdapter(AdapterBase):
     r"""Stores, per document, what [`ReadTwiceBertModel.encode_documents`] computes in the read-once layout
     (`question_in_first_read=False`): segments `[CLS] part [SEP]` of `config.segment_length` ids sharing
     `config.segment_overlap` tokens (token type 1), read by BERT₁, and their memories. Tensors of a document with `S`
@@ -49,6 +49,19 @@ class ReadTwiceBertAdapter:
     representation = "readtwice_first_read/v1"
     checkpoint_model_types = ("readtwice_bert", "bert")
     cli_settings: dict = {}
+    recompute_needs_text = False
+    output_distribution = ("answer-span start and end distributions over each segment for a fixed probe question "
+                           "(QA head)")
+
+    @classmethod
+    def settings_kwargs(cls, settings) -> dict:
+        """Constructor arguments of a stored space's settings: the mention function when it is the package's
+        `capitalized_mentions` (another one cannot be rebuilt from its name: pass it yourself)."""
+        if settings.get("mentions") == "capitalized_mentions":
+            from ..tasks.readtwice_qa import capitalized_mentions
+
+            return {"mention_fn": capitalized_mentions}
+        return {}
 
     def __init__(self, model, tokenizer, mention_fn=None, batch_size: int = 8):
         config = model.config
@@ -156,6 +169,11 @@ class ReadTwiceBertAdapter:
             for row, spans in enumerate(spans_rows):
                 if spans:
                     entity_spans[row, : len(spans)] = torch.tensor(spans)
+        return self._first_read(ids, mask, offsets, owner, len(texts), entity_spans)
+
+    def _first_read(self, ids, mask, offsets, owner, num_documents, entity_spans=None):
+        """BERT₁ over the segments `ids`/`mask` `(S, T)` of `num_documents` documents (`owner[s]`: document of
+        segment s) -> one tensor dict per document (see the class docstring)."""
         device = self._encoder.device
         document_ids = torch.tensor(owner)
         states = self._encoder.encode_documents(
@@ -163,7 +181,7 @@ class ReadTwiceBertAdapter:
             entity_spans=entity_spans.to(device) if entity_spans is not None else None,
         )
         result = []
-        for d in range(len(texts)):
+        for d in range(num_documents):
             rows = (document_ids == d).nonzero().flatten()
             first, last = int(rows[0]), int(rows[-1]) + 1
             length = int(mask[first:last].sum(dim=1).max())
@@ -181,6 +199,46 @@ class ReadTwiceBertAdapter:
                 tensors["entity_spans"] = entity_spans[first:last].to(torch.int32)
             result.append(tensors)
         return result
+
+    @torch.no_grad()
+    def recompute_from_stored(self, stored: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Recompute one stored document's first read from its stored segments (token ids, mask, offsets and, for
+        entity memories, mention spans), without its text: the same tensors [`encode`] writes.
+
+        Raises:
+            KeyError: tensors that are not a ReadTwice document's.
+        """
+        spans = stored.get("entity_spans")
+        (fresh,) = self._first_read(stored["input_ids"].long(), stored["attention_mask"].long(),
+                                    stored["offsets"].long(), [0] * int(stored["input_ids"].shape[0]), 1,
+                                    spans.long() if spans is not None else None)
+        return fresh
+
+    def comparable(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """`entity_spans` are padded (-1) to the most mentions of a segment in the batch a document was encoded in:
+        compared without that padding."""
+        out = dict(tensors)
+        spans = out.get("entity_spans")
+        if spans is not None and spans.ndim == 3:
+            width = int((spans[..., 0] >= 0).sum(dim=1).max()) if spans.numel() else 0
+            out["entity_spans"] = spans[:, : max(1, width)]
+        return out
+
+    @torch.no_grad()
+    def output_log_probs(self, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor | None:
+        """Start and end log-probabilities of the QA head over each row (probe question, then a segment) of one
+        document, `(2 * num_rows, row_length)` (padding has probability 0); `None` for a model without a QA head."""
+        if not hasattr(self.model, "qa_outputs"):
+            return None
+        device = self.model.device
+        read = self.read([tensors], device=device, dtype=self.model.dtype)
+        question = self.tokenizer([self.probe_question], return_tensors="pt").to(device)
+        out = self.model(document_states=read, question_input_ids=question.input_ids,
+                         question_attention_mask=question.attention_mask,
+                         question_token_type_ids=torch.zeros_like(question.input_ids),
+                         question_document_ids=torch.zeros(1, dtype=torch.long, device=device))
+        return torch.cat([masked_log_softmax(out.start_logits, out.attention_mask),
+                          masked_log_softmax(out.end_logits, out.attention_mask)])
 
     def read(self, stored: Sequence[Mapping[str, torch.Tensor]], *, device=None,
              dtype=None) -> ReadTwiceDocumentOutput:

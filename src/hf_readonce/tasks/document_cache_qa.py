@@ -1,0 +1,427 @@
+"""Generative QA with decoder LLMs over stored per-document KV caches: a question's passages are read once each (their
+key/value caches stored by [`BlockAttentionLlamaAdapter`]), composed in front of the question prompt, and the answer
+is generated with `generate(document_caches=...)`. Also the same prompt read in full (the baseline), and the training
+rows of the prompt (passages, question, answer; block ids for the Block-Attention mask).
+
+Prompt format (one format for training, composed caches and full prompts):
+
+```
+<passage 1><passage 2>...<passage m>\\n\\nQuestion: <question>\\nAnswer: <answer><eos>
+```
+
+Each passage is tokenized alone as the adapter stores it (no special tokens by default, truncated to
+`max_document_length` tokens; passages follow each other with nothing in between, each one being its own block); the
+question prompt `"\\n\\nQuestion: {question}\\nAnswer:"` is tokenized alone without special tokens; the answer is
+`" " + answer` and the tokenizer's EOS. Token by token, composed caches and the full prompt see the same sequence, so
+with one passage and no block-attention training they give the same answer. A generated answer is cut at its first
+newline and stripped ([`clean_answer`]).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+
+import torch
+
+from ..representations.block_attention_llama import BlockAttentionLlamaAdapter
+from ..representations.fill import fill_store
+from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore, content_hash
+
+QUESTION_TEMPLATE = "\n\nQuestion: {question}\nAnswer:"
+
+
+def to_block_attention(model):
+    """A [`BlockAttentionLlamaForCausalLM`] with the weights, config and generation config of an in-memory Llama-family
+    causal LM (e.g. `hf_readonce.tasks.language_modeling.load_smollm2()`'s, which comes from a GGUF file and has no
+    checkpoint folder); the model itself is returned when it is one already. Same dtype, same device, eval mode.
+
+    Raises:
+        TypeError: a model that is not a Llama-family causal LM (its weights do not load into the Llama layout).
+    """
+    from ..models.block_attention_llama.configuration_block_attention_llama import BlockAttentionLlamaConfig
+    from ..models.block_attention_llama.modeling_block_attention_llama import BlockAttentionLlamaForCausalLM
+
+    if isinstance(model, BlockAttentionLlamaForCausalLM):
+        return model
+    settings = getattr(getattr(model, "config", None), "to_dict", lambda: None)()
+    if settings is None:
+        raise TypeError(f"`model` must be a transformers causal LM, got {type(model).__name__}.")
+    for key in ("model_type", "architectures", "transformers_version", "quantization_config", "auto_map"):
+        settings.pop(key, None)
+    converted = BlockAttentionLlamaForCausalLM(BlockAttentionLlamaConfig(**settings)).to(model.dtype)
+    try:
+        converted.load_state_dict(model.state_dict())
+    except RuntimeError as error:
+        raise TypeError(f"`model` ({type(model).__name__}) is not a Llama-family causal LM: {error}") from None
+    converted.generation_config = model.generation_config
+    return converted.to(model.device).eval()
+
+
+def question_prompt(question: str) -> str:
+    """The text read after the passages: `"\\n\\nQuestion: {question}\\nAnswer:"` (surrounding whitespace of the
+    question stripped).
+
+    Raises:
+        ValueError: an empty or non-string question.
+    """
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError(f"`question` must be a non-empty string, got {question!r}.")
+    return QUESTION_TEMPLATE.format(question=question.strip())
+
+
+def question_ids(tokenizer, question: str) -> list[int]:
+    """Token ids of [`question_prompt`] (no special tokens)."""
+    return list(tokenizer(question_prompt(question), add_special_tokens=False)["input_ids"])
+
+
+def answer_ids(tokenizer, answer: str) -> list[int]:
+    """Token ids of the target answer: `" " + answer` (no special tokens), then the EOS token when the tokenizer has
+    one."""
+    ids = list(tokenizer(" " + answer.strip(), add_special_tokens=False)["input_ids"])
+    return ids + ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])
+
+
+def passages_of(example: dict) -> list[str]:
+    """A row's passages, in prompt order: its `contexts` (a list of str) if present, else its `context` (a str, or a
+    list of str).
+
+    Raises:
+        ValueError: naming the row's id, when there is no passage or one is empty or not a string.
+    """
+    passages = example.get("contexts", example.get("context"))
+    if isinstance(passages, str):
+        passages = [passages]
+    name = example.get("id", "?")
+    if not isinstance(passages, (list, tuple)) or not passages:
+        raise ValueError(f"question {name!r}: no passage ('context' str or 'contexts' list of str).")
+    for i, passage in enumerate(passages):
+        if not isinstance(passage, str) or not passage.strip():
+            raise ValueError(f"question {name!r}: passage {i} is empty or not a string.")
+    return list(passages)
+
+
+def clean_answer(text: str) -> str:
+    """A generated continuation -> the answer: up to its first newline, stripped."""
+    return text.split("\n", 1)[0].strip()
+
+
+def find_document_cache_space(store: RepresentationStore, model, tokenizer,
+                              max_document_length: int | None = None) -> dict:
+    """The settings of the only block-attention Llama space in `store` made by this model (fingerprint), this
+    tokenizer and this compute dtype (and `max_document_length`, when given).
+
+    Raises:
+        RepresentationMismatchError: the store holds such caches only for other models (the fingerprints named).
+        MissingRepresentationError: the store holds no such caches for this tokenizer and dtype.
+        ValueError: several document lengths are stored for this model (pass `max_document_length`).
+    """
+    probe = BlockAttentionLlamaAdapter(model, tokenizer)
+    fingerprint, wanted = probe.fingerprint(), probe.settings()
+    store.refresh()
+    ours = [s for s in store.spaces() if s.settings.get("representation") == wanted["representation"]
+            and s.settings.get("tokenizer") == wanted["tokenizer"]
+            and s.settings.get("compute_dtype") == wanted["compute_dtype"]
+            and (max_document_length is None or s.settings.get("max_document_length") == max_document_length)]
+    matching = [s for s in ours if s.fingerprint == fingerprint]
+    if len(matching) == 1:
+        return dict(matching[0].settings)
+    if len(matching) > 1:
+        options = ", ".join(sorted(str(s.settings.get("max_document_length")) for s in matching))
+        raise ValueError(f"store {store.path} holds caches of this model for several document lengths ({options}); "
+                         "pass max_document_length (--max-document-length).")
+    if ours:
+        stored = ", ".join(sorted({s.fingerprint[:16] + "..." for s in ours}))
+        raise RepresentationMismatchError(
+            f"store {store.path} holds document caches only for model fingerprint(s) {stored}, not for this model's "
+            f"{fingerprint[:16]}...: encode the documents with this model first.")
+    raise MissingRepresentationError(
+        f"store {store.path} holds no document caches for this tokenizer and compute dtype "
+        f"({wanted['compute_dtype']})" + (f" and max_document_length {max_document_length}"
+                                          if max_document_length is not None else "") + ".")
+
+
+def _left_pad(rows: Sequence[Sequence[int]], pad_token_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
+        mask[i, width - len(row):] = 1
+    return ids.to(device), mask.to(device)
+
+
+def _generation_kwargs(tokenizer, max_new_tokens: int) -> dict:
+    eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos if eos is not None else 0)
+    kwargs = {"max_new_tokens": max_new_tokens, "do_sample": False, "num_beams": 1, "pad_token_id": pad}
+    if eos is not None:
+        kwargs["eos_token_id"] = eos
+    return kwargs
+
+
+def _check(examples, batch_size, max_new_tokens):
+    for name, value in (("batch_size", batch_size), ("max_new_tokens", max_new_tokens)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"`{name}` must be an int >= 1, got {value!r}.")
+    for i, example in enumerate(examples):
+        if not isinstance(example.get("question"), str) or not example["question"].strip():
+            raise ValueError(f"question {example.get('id', i)!r}: 'question' is missing or empty.")
+        passages_of(example)
+
+
+def answer_with_document_caches(model, tokenizer, store: RepresentationStore, examples: Sequence[dict], *,
+                                max_document_length: int | None = None, batch_size: int = 8,
+                                max_new_tokens: int = 30, encode_missing: bool = False, dtype: str = "float16",
+                                progress: bool = False, timings: dict | None = None) -> dict[str, str]:
+    """Answer questions with a causal LM from the stored key/value caches of their passages: per row, the stored
+    caches of its passages (in order) are composed in front of its question prompt (see the module docstring) and
+    the answer is generated greedily (`generate(document_caches=...)`, rows batched with left padding).
+
+    Args:
+        model ([`BlockAttentionLlamaForCausalLM`]), tokenizer: the model that encoded the store and its tokenizer.
+        store ([`RepresentationStore`]).
+        examples (`Sequence[dict]`): rows with `id`, `question` and `context` (str or list of str) or `contexts`.
+        max_document_length (`int`, *optional*): the stored document length; looked up in the store when omitted
+            ([`find_document_cache_space`]).
+        batch_size (`int`, defaults to 8): questions per `generate` call.
+        max_new_tokens (`int`, defaults to 30): answer tokens generated at most.
+        encode_missing (`bool`, defaults to `False`): encode and store passages that are missing instead of raising.
+        dtype (`str`, defaults to `"float16"`): storage dtype for `encode_missing`.
+        progress (`bool`): a tqdm bar on stderr counting answered questions.
+        timings (`dict`, *optional*): filled with `read_seconds` (reading the store) and `generate_seconds`.
+
+    Returns:
+        `dict[str, str]`: example id -> answer, in example order.
+
+    Raises:
+        MissingRepresentationError / RepresentationMismatchError: passages not stored for this model and settings
+            (naming the first question concerned).
+        ValueError: bad rows or arguments (naming them).
+    """
+    _check(examples, batch_size, max_new_tokens)
+    try:
+        settings = find_document_cache_space(store, model, tokenizer, max_document_length)
+    except MissingRepresentationError:
+        if not encode_missing:
+            raise
+        settings = {"max_document_length": max_document_length, "add_special_tokens": False}
+    adapter = BlockAttentionLlamaAdapter(model, tokenizer, max_document_length=settings["max_document_length"],
+                                         add_special_tokens=settings.get("add_special_tokens", False))
+    fingerprint, settings = adapter.fingerprint(), adapter.settings()
+    passages = [passages_of(e) for e in examples]
+    texts = list(dict.fromkeys(p for row in passages for p in row))
+    hashes = {t: content_hash(t) for t in texts}
+    missing = store.missing(fingerprint, settings, hashes.values())
+    if missing and encode_missing:
+        by_hash = {h: t for t, h in hashes.items()}
+        fill_store(adapter, store, [(h[:16], by_hash[h]) for h in missing], dtype=dtype)
+    elif missing:
+        first = next(e for e, row in zip(examples, passages) if any(hashes[p] == missing[0] for p in row))
+        name = f"id {first.get('id')!r}" + (f", title {first['title']!r}" if first.get("title") else "")
+        try:
+            store.entry(fingerprint, settings, missing[0])
+        except (MissingRepresentationError, RepresentationMismatchError) as error:
+            raise type(error)(
+                f"{len(missing)} of {len(texts)} passages are not stored in {store.path} for this model and settings "
+                f"(first: a passage of question {name}); encode them first, or pass --encode-missing "
+                f"(`encode_missing=True`) to encode and store them now. Details: {error}") from None
+    from tqdm.auto import tqdm
+
+    generation = _generation_kwargs(tokenizer, max_new_tokens)
+    timings = timings if timings is not None else {}
+    timings.setdefault("read_seconds", 0.0)
+    timings.setdefault("generate_seconds", 0.0)
+    bar = tqdm(total=len(examples), desc="answer", unit="question", disable=not progress, dynamic_ncols=True)
+    predictions: dict[str, str] = {}
+    was_training = model.training
+    model.eval()
+    try:
+        for start in range(0, len(examples), batch_size):
+            rows = range(start, min(start + batch_size, len(examples)))
+            begin = time.perf_counter()
+            caches = [[adapter.read(store.get_many(fingerprint, settings, [hashes[p] for p in passages[i]]),
+                                    device=model.device, dtype=model.dtype)] for i in rows]
+            timings["read_seconds"] += time.perf_counter() - begin
+            begin = time.perf_counter()
+            ids, mask = _left_pad([question_ids(tokenizer, examples[i]["question"]) for i in rows],
+                                  generation["pad_token_id"], model.device)
+            with torch.no_grad():
+                out = model.generate(ids, attention_mask=mask, document_caches=caches, **generation)
+            timings["generate_seconds"] += time.perf_counter() - begin
+            for row, i in enumerate(rows):
+                text = tokenizer.decode(out[row, ids.shape[1]:], skip_special_tokens=True)
+                predictions[str(examples[i].get("id", i))] = clean_answer(text)
+            bar.update(len(rows))
+    finally:
+        bar.close()
+        model.train(was_training)
+    return predictions
+
+
+def prompt_ids(tokenizer, passages: Sequence[str], question: str, max_document_length: int,
+               add_special_tokens: bool = False) -> tuple[list[int], list[int]]:
+    """The full prompt (the module docstring's format) as one sequence: every passage tokenized as the adapter stores it
+    (truncated to `max_document_length`), then the question prompt.
+
+    Returns:
+        `(input_ids, block_ids)`: `block_ids[t]` is the passage index of token t, -1 for the question prompt (the
+        Block-Attention training mask's blocks).
+    """
+    ids, blocks = [], []
+    for b, passage in enumerate(passages):
+        tokens = tokenizer(passage, truncation=True, max_length=max_document_length,
+                           add_special_tokens=add_special_tokens)["input_ids"]
+        ids += tokens
+        blocks += [b] * len(tokens)
+    tail = question_ids(tokenizer, question)
+    return ids + tail, blocks + [-1] * len(tail)
+
+
+def answer_with_full_prompt(model, tokenizer, examples: Sequence[dict], *, max_document_length: int,
+                            add_special_tokens: bool = False, batch_size: int = 8, max_new_tokens: int = 30,
+                            progress: bool = False) -> dict[str, str]:
+    """The baseline of [`answer_with_document_caches`]: the same prompt read in full by the model (documents
+    attending to each other, causal attention over everything), answers generated greedily.
+
+    Args:
+        model: any causal LM (e.g. `LlamaForCausalLM`), tokenizer: its tokenizer.
+        examples, batch_size, max_new_tokens, progress: as in [`answer_with_document_caches`].
+        max_document_length (`int`): tokens kept per passage (as the adapter's setting).
+        add_special_tokens (`bool`, defaults to `False`): as the adapter's setting.
+
+    Returns:
+        `dict[str, str]`: example id -> answer.
+
+    Raises:
+        ValueError: bad rows or arguments (naming them).
+    """
+    _check(examples, batch_size, max_new_tokens)
+    from tqdm.auto import tqdm
+
+    generation = _generation_kwargs(tokenizer, max_new_tokens)
+    bar = tqdm(total=len(examples), desc="answer", unit="question", disable=not progress, dynamic_ncols=True)
+    predictions: dict[str, str] = {}
+    was_training = model.training
+    model.eval()
+    try:
+        for start in range(0, len(examples), batch_size):
+            rows = range(start, min(start + batch_size, len(examples)))
+            prompts = [prompt_ids(tokenizer, passages_of(examples[i]), examples[i]["question"], max_document_length,
+                                  add_special_tokens)[0] for i in rows]
+            ids, mask = _left_pad(prompts, generation["pad_token_id"], model.device)
+            with torch.no_grad():
+                out = model.generate(ids, attention_mask=mask, **generation)
+            for row, i in enumerate(rows):
+                text = tokenizer.decode(out[row, ids.shape[1]:], skip_special_tokens=True)
+                predictions[str(examples[i].get("id", i))] = clean_answer(text)
+            bar.update(len(rows))
+    finally:
+        bar.close()
+        model.train(was_training)
+    return predictions
+
+
+def add_distractor_passages(examples: Sequence[dict], num_distractors: int = 3, seed: int = 0) -> list[dict]:
+    """Give every row `num_distractors` other passages of the same rows (retrieved distractors): copies of the rows
+    with `contexts` (the row's own `context` at a random position among the distractors) and `gold_passage` (that
+    position). Deterministic: a row's distractors and position depend only on `seed`, its `id` and the set of
+    distinct passages, never on the row order or on other runs.
+
+    Args:
+        examples (`Sequence[dict]`): SQuAD-style rows with `id` and `context`.
+        num_distractors (`int`, defaults to 3): other passages per row (0: the row's passage alone).
+        seed (`int`, defaults to 0).
+
+    Returns:
+        `list[dict]`: new rows (the input rows are not modified).
+
+    Raises:
+        ValueError: a negative `num_distractors`, or fewer distinct other passages than `num_distractors`.
+    """
+    if isinstance(num_distractors, bool) or not isinstance(num_distractors, int) or num_distractors < 0:
+        raise ValueError(f"`num_distractors` must be an int >= 0, got {num_distractors!r}.")
+    contexts = sorted({e["context"] for e in examples})
+    if num_distractors and len(contexts) - 1 < num_distractors:
+        raise ValueError(f"{len(contexts)} distinct passages: too few for {num_distractors} distractors per row.")
+    index = {c: i for i, c in enumerate(contexts)}
+    out = []
+    for i, example in enumerate(examples):
+        rng = random.Random(f"{seed}|{example.get('id', i)}|{len(contexts)}")
+        own = index[example["context"]]
+        others = [j if j < own else j + 1 for j in rng.sample(range(len(contexts) - 1), num_distractors)]
+        position = rng.randrange(num_distractors + 1)
+        passages = [contexts[j] for j in others]
+        passages.insert(position, example["context"])
+        out.append({**example, "contexts": passages, "gold_passage": position})
+    return out
+
+
+def answer_kept(tokenizer, example: dict, max_document_length: int, add_special_tokens: bool = False) -> bool:
+    """Whether a row's first gold answer lies inside the part of its passage (`context`) that is read
+    (`max_document_length` tokens); always False for a row without an answer."""
+    answers = example.get("answers") or {}
+    if not answers.get("text"):
+        return False
+    end = answers["answer_start"][0] + len(answers["text"][0])
+    encoded = tokenizer(example["context"], truncation=True, max_length=max_document_length,
+                        add_special_tokens=add_special_tokens, return_offsets_mapping=True)
+    ends = [b for _, b in encoded["offset_mapping"] if b > 0]
+    return bool(ends) and end <= max(ends)
+
+
+def training_features(tokenizer, examples: Sequence[dict], max_document_length: int, *, block_attention: bool,
+                      add_special_tokens: bool = False) -> list[dict]:
+    """Causal-LM training rows of the prompt format: `input_ids` = passages, question prompt, answer
+    ([`answer_ids`]); `labels` = the answer's tokens only (-100 elsewhere); with `block_attention`, `block_ids` (the
+    passage index of each passage token, -1 for question and answer: `forward(block_ids=...)`'s Block-Attention
+    mask, under which a passage attends only to itself).
+
+    Args:
+        tokenizer: the model's tokenizer. examples (`Sequence[dict]`): rows with `question`, `context`/`contexts`
+            and `answers` (the first answer text is the target; rows without one are skipped).
+        max_document_length (`int`): tokens kept per passage. block_attention (`bool`): add `block_ids`.
+        add_special_tokens (`bool`, defaults to `False`): as the adapter's setting.
+
+    Returns:
+        `list[dict]` of int lists.
+    """
+    features = []
+    for example in examples:
+        answers = example.get("answers") or {}
+        if not answers.get("text"):
+            continue
+        prompt, blocks = prompt_ids(tokenizer, passages_of(example), example["question"], max_document_length,
+                                    add_special_tokens)
+        target = answer_ids(tokenizer, answers["text"][0])
+        feature = {"input_ids": prompt + target, "labels": [-100] * len(prompt) + target}
+        if block_attention:
+            feature["block_ids"] = blocks + [-1] * len(target)
+        features.append(feature)
+    return features
+
+
+class DocumentQACollator:
+    """Right-pads [`training_features`] rows into a batch: `input_ids` (pad id), `attention_mask`, `labels` (-100),
+    and `block_ids` (-1) when the rows have them. Returns `torch.LongTensor`s of shape `(batch_size, longest)`."""
+
+    def __init__(self, pad_token_id: int):
+        self.pad_token_id = pad_token_id
+
+    def __call__(self, rows: Sequence[dict]) -> dict[str, torch.Tensor]:
+        width = max(len(r["input_ids"]) for r in rows)
+        fills = {"input_ids": self.pad_token_id, "labels": -100, "block_ids": -1}
+        batch = {}
+        for name, fill in fills.items():
+            if name in rows[0]:
+                batch[name] = torch.tensor([list(r[name]) + [fill] * (width - len(r[name])) for r in rows])
+        batch["attention_mask"] = torch.tensor([[1] * len(r["input_ids"]) + [0] * (width - len(r["input_ids"]))
+                                                for r in rows])
+        return batch
+
+
+__all__ = ["QUESTION_TEMPLATE", "DocumentQACollator", "add_distractor_passages", "answer_ids", "answer_kept",
+           "answer_with_document_caches", "answer_with_full_prompt", "clean_answer", "find_document_cache_space",
+           "passages_of", "prompt_ids", "question_ids", "question_prompt", "to_block_attention",
+           "training_features"]

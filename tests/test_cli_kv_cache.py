@@ -1,0 +1,176 @@
+"""`hf-readonce encode | answer | verify --recompute` for causal LMs (a plain Llama checkpoint, loaded as a
+block-attention Llama) and `verify --recompute` for the other families of a store: stored caches composed in front
+of the question give the full prompt's greedy answers, options of the wrong family are refused by name, and the
+recompute report names the figures it gives."""
+
+import json
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from hf_readonce import BlockAttentionLlamaForCausalLM
+from hf_readonce.cli import main as cli_main
+from hf_readonce.tasks.document_cache_qa import (
+    answer_with_full_prompt,
+    clean_answer,
+    passages_of,
+    prompt_ids,
+    question_prompt,
+)
+from tests.conftest import write_jsonl
+
+PASSAGES = [
+    "Emma is a novel by Jane Austen, published in December 1815. It is about the perils of misconstrued romance.",
+    "Persuasion was Austen's last completed novel. It was published at the end of 1817, six months after her death.",
+    "Northanger Abbey is a coming-of-age novel, published in 1817 as well.",
+    "Mansfield Park follows Fanny Price, who is sent to live with her wealthy relatives.",
+]
+ROWS = [
+    {"id": "a", "question": "Who wrote Emma?", "context": PASSAGES[0],
+     "answers": {"text": ["Jane Austen"], "answer_start": [19]}},
+    {"id": "b", "question": "When was Persuasion published?", "context": PASSAGES[1],
+     "answers": {"text": ["1817"], "answer_start": [72]}},
+    {"id": "c", "question": "Who is sent to live with relatives?", "contexts": [PASSAGES[2], PASSAGES[3], PASSAGES[0]],
+     "answers": {"text": ["Fanny Price"], "answer_start": [0]}},
+]
+
+
+@pytest.fixture(scope="module")
+def llama_checkpoint(tmp_path_factory, tokenizer):
+    path = tmp_path_factory.mktemp("tiny_llama")
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=48,
+                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                 max_position_embeddings=256, initializer_range=0.2)).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def encode(checkpoint, store, rows, tmp_path, *extra):
+    docs = write_jsonl(tmp_path / "docs.jsonl", [{"id": i, "context": p} for i, p in enumerate(
+        dict.fromkeys(p for r in rows for p in passages_of(r)))])
+    return cli_main(["encode", str(checkpoint), "--documents", str(docs), "--store", str(store), "--no-progress",
+                     "--device", "cpu", *extra])
+
+
+def test_prompt_format(tokenizer):
+    assert question_prompt("  Who wrote Emma? ") == "\n\nQuestion: Who wrote Emma?\nAnswer:"
+    assert clean_answer(" Jane Austen\nQuestion: more") == "Jane Austen"
+    ids, blocks = prompt_ids(tokenizer, PASSAGES[:2], "Who?", max_document_length=8)
+    assert blocks[:8] == [0] * 8 and blocks[8:16] == [1] * 8 and set(blocks[16:]) == {-1}
+    assert len(ids) == len(blocks) and ids[:8] == tokenizer(PASSAGES[0], add_special_tokens=False)["input_ids"][:8]
+    assert passages_of({"contexts": ["x", "y"]}) == ["x", "y"] and passages_of({"context": "x"}) == ["x"]
+    for bad in ({"id": 7}, {"id": 7, "contexts": []}, {"id": 7, "contexts": ["ok", " "]}):
+        with pytest.raises(ValueError, match="7"):
+            passages_of(bad)
+    with pytest.raises(ValueError, match="question"):
+        question_prompt(" ")
+
+
+def test_encode_and_answer_a_llama_checkpoint_equal_the_full_prompt(tmp_path, llama_checkpoint, tokenizer, capsys):
+    store = tmp_path / "store"
+    assert encode(llama_checkpoint, store, ROWS, tmp_path, "--dtype", "fp32", "--max-document-length", "64") == 0
+    assert "encoded 4 document(s)" in capsys.readouterr().out
+    questions = write_jsonl(tmp_path / "q.jsonl", ROWS)
+    preds = tmp_path / "preds.jsonl"
+    assert cli_main(["answer", str(llama_checkpoint), "--store", str(store), "--questions", str(questions),
+                     "--output", str(preds), "--no-progress", "--device", "cpu", "--max-answer-length", "5",
+                     "--batch-size", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "answered 3 question(s) over 4 stored passage(s)" in out and "reading the store" in out
+    assert "Question:" in out and "model" in out and "baseline: first-span" in out and "EM " in out
+    predictions = {json.loads(line)["id"]: json.loads(line)["prediction_text"] for line in preds.open()}
+    assert list(predictions) == ["a", "b", "c"]
+    # one stored passage composed before the question is the plain causal LM reading passage + question: the same
+    # greedy answers (fp32 store); rows batched with left padding
+    model = BlockAttentionLlamaForCausalLM.from_pretrained(llama_checkpoint).eval()
+    full = answer_with_full_prompt(model, tokenizer, ROWS[:2], max_document_length=64, max_new_tokens=5)
+    assert {k: predictions[k] for k in ("a", "b")} == full
+    assert any(predictions.values())  # a random model still says something: the comparison is not of empty strings
+
+
+def test_answer_options_and_missing_passages(tmp_path, llama_checkpoint, checkpoint, capsys):
+    store = tmp_path / "store"
+    assert encode(llama_checkpoint, store, ROWS[:1], tmp_path, "--max-document-length", "64") == 0
+    questions = write_jsonl(tmp_path / "q.jsonl", ROWS)
+    common = ["--store", str(store), "--questions", str(questions), "--output", str(tmp_path / "p.jsonl"),
+              "--no-progress", "--device", "cpu", "--max-answer-length", "2"]
+    capsys.readouterr()
+    assert cli_main(["answer", str(llama_checkpoint), *common, "--doc-stride", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "--doc-stride" in err and "causal LMs" in err
+    assert cli_main(["answer", str(checkpoint), *common, "--max-document-length", "64"]) == 2  # a DeFormer
+    assert "--max-document-length applies to causal LMs" in capsys.readouterr().err
+    # passages of rows b and c are not stored: named, with the way out; nothing written
+    assert cli_main(["answer", str(llama_checkpoint), *common]) == 2
+    err = capsys.readouterr().err
+    assert "not stored" in err and "question id 'b'" in err and "--encode-missing" in err
+    assert not (tmp_path / "p.jsonl").exists()
+    # another document length than the stored one: nothing stored for it
+    assert cli_main(["answer", str(llama_checkpoint), *common, "--max-document-length", "32"]) == 2
+    assert "no document caches" in capsys.readouterr().err
+    assert cli_main(["answer", str(llama_checkpoint), *common, "--encode-missing"]) == 0
+    assert (tmp_path / "p.jsonl").exists()
+    # a row without any passage is set aside, named by its line
+    bad = write_jsonl(tmp_path / "bad.jsonl", [ROWS[0], {"id": "x", "question": "Why?", "contexts": []}])
+    assert cli_main(["answer", str(llama_checkpoint), *common[:2], "--questions", str(bad), "--output",
+                     str(tmp_path / "p2.jsonl"), "--no-progress", "--device", "cpu", "--max-answer-length", "2"]) == 0
+    assert "line 2: missing or empty context/contexts" in capsys.readouterr().err
+
+
+def test_verify_recompute_every_family_of_a_store(tmp_path, llama_checkpoint, checkpoint, tokenizer, qa_rows, capsys):
+    """One store, three families: a DeFormer and a Llama (recomputed from their stored tokens) and a ReadOnce BART
+    (which stores no tokens: recomputed only with --documents)."""
+    from hf_readonce import ReadOnceBartConfig, ReadOnceBartForConditionalGeneration
+
+    torch.manual_seed(0)
+    readonce = tmp_path / "ro"
+    ReadOnceBartForConditionalGeneration(ReadOnceBartConfig(
+        vocab_size=tokenizer.vocab_size, d_model=32, encoder_layers=2, decoder_layers=1, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=128,
+        compression_ratio=4, pad_token_id=0, decoder_start_token_id=101)).save_pretrained(readonce)
+    tokenizer.save_pretrained(readonce)
+    store = tmp_path / "store"
+    docs = write_jsonl(tmp_path / "docs.jsonl", qa_rows[:8])
+    for model, extra in ((llama_checkpoint, ["--max-document-length", "64"]), (checkpoint, [
+            "--max-passage-length", "64", "--doc-stride", "16"]), (readonce, ["--max-document-length", "64"])):
+        assert cli_main(["encode", str(model), "--documents", str(docs), "--store", str(store), "--no-progress",
+                         "--device", "cpu", *extra]) == 0
+    capsys.readouterr()
+    verify = ["verify", "--store", str(store), "--no-progress", "--device", "cpu"]
+    assert cli_main([*verify, "--recompute", "2"]) == 2
+    assert "--recompute needs --model" in capsys.readouterr().err
+    assert cli_main([*verify, "--model", str(checkpoint)]) == 2
+    assert "--model is read only with --recompute" in capsys.readouterr().err
+    assert cli_main([*verify, "--recompute", "2", "--model", str(llama_checkpoint), "--model", str(checkpoint),
+                     "--model", str(readonce)]) == 1  # ReadOnce needs the texts
+    out = capsys.readouterr().out
+    assert out.startswith("OK:")
+    assert "block_attention_llama" in out and "2 of 8 document(s) recomputed from stored tokens" in out
+    assert "KL(fresh || stored) of the next-token distribution" in out
+    assert "answer-span start and end distributions" in out
+    assert "readonce_bart" in out and "not recomputed" in out and "keep no tokens" in out
+    assert cli_main([*verify, "--recompute", "3", "--model", str(llama_checkpoint), "--model", str(checkpoint),
+                     "--model", str(readonce), "--documents", str(docs), "--json", "--max-kl", "1e-3"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and len(report["recompute"]) == 3
+    for space in report["recompute"]:
+        assert space["recomputed"] == 3 and space["skipped"] is None and space["dtypes"] == ["float16"]
+        assert 0 < space["max_abs_diff"] < 1e-2  # the fp16 store's rounding, no more
+        assert space["kl_kind"] and 0 <= space["max_kl"] < 1e-3
+        assert all(d["recomputed_from"] == "text" and not d["mismatched"] for d in space["documents"])
+    # --max-kl below what fp16 rounding gives: exit 1, the documents named
+    assert cli_main([*verify, "--recompute", "1", "--model", str(llama_checkpoint), "--max-kl", "0"]) == 1
+    assert "above --max-kl 0" in capsys.readouterr().out
+    # a model that made none of the spaces: said, with what the store holds
+    other = tmp_path / "other"
+    torch.manual_seed(1)
+    LlamaForCausalLM(LlamaConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=48,
+                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                 max_position_embeddings=256)).save_pretrained(other)
+    tokenizer.save_pretrained(other)
+    capsys.readouterr()
+    assert cli_main([*verify, "--recompute", "1", "--model", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert "no representation space" in err and "deformer_bert" in err
