@@ -1,6 +1,6 @@
-"""The read path, for real: published folders served by a local Hub-compatible server (olah, offline, on localhost)
-and loaded by repo id with `HF_ENDPOINT` pointing at it, as a user would load them from the Hub:
-`AutoModelForQuestionAnswering.from_pretrained(repo_id, trust_remote_code=True)` and `pipeline(..., model=repo_id,
+"""The read path, for real: published folders of every model family served by a local Hub-compatible server (olah,
+offline, on localhost) and loaded by repo id with `HF_ENDPOINT` pointing at it, as a user would load them from the
+Hub: `AutoModel*.from_pretrained(repo_id, trust_remote_code=True)` and `pipeline(task, model=repo_id,
 trust_remote_code=True)` in processes where `import hf_readonce` fails, and `hf-readonce encode/answer repo_id`.
 
 Needs `pip install "hf-readonce[hub-server]"` (olah) and the `git` executable; skipped without them."""
@@ -8,11 +8,9 @@ Needs `pip install "hf-readonce[hub-server]"` (olah) and the `git` executable; s
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -21,8 +19,9 @@ import pytest
 import torch
 
 from hf_readonce.cli import main as cli_main
-from hf_readonce.hub.publish import publish
+from tests._servers import free_port, http_status, running_server
 from tests.conftest import BLOCK_HF_READONCE, REPO_ROOT, tiny_model
+from tests.hub.family_cases import CASES, assert_same_as_in_process, load_without_hf_readonce, publish_all
 from tests.hub.test_pipeline_deformer import CONTEXTS, QUESTIONS, package_answers
 from tests.hub.test_pipeline_readonce import DOCUMENTS, TEXTS, by_hand, tiny_readonce
 
@@ -32,75 +31,32 @@ if shutil.which("git") is None:
 
 from hf_readonce.hub.local_hub import mirror_repo  # noqa: E402  (after the skips)
 
-DEFORMER, READONCE = "someone/tiny-deformer", "someone/tiny-readonce"
-SETTINGS = {"max_question_length": 16, "max_passage_length": 24, "doc_stride": 8}
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _get(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        return error.code
+DEFORMER, READONCE = "someone/tiny-deformer-bert", "someone/tiny-readonce-bart"  # as `publish_all` names them
 
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory, tokenizer):
-    """Publish a tiny DeFormer and a tiny ReadOnce BART with `publish`, mirror both as git repos and serve them with
-    `python -m hf_readonce.hub.local_hub` on a free port. Yields the endpoint, the mirrors and the folders."""
+    """Publish a tiny model of every family with `publish` (`family_cases.publish_all`: the DeFormer is
+    `tiny_model()` with recorded windows, the ReadOnce BART `tiny_readonce()`), mirror each as a git repo and serve
+    them with `python -m hf_readonce.hub.local_hub` on a free port. Yields the endpoint, the folders, the served
+    commits and what `publish_all` computed in-process."""
     root = tmp_path_factory.mktemp("local_hub")
-    deformer = tiny_model()
-    for name, value in SETTINGS.items():
-        setattr(deformer.config, name, value)
-    deformer.save_pretrained(root / "deformer_ckpt")
-    tokenizer.save_pretrained(root / "deformer_ckpt")
-    tiny_readonce().save_pretrained(root / "readonce_ckpt")
-    tokenizer.save_pretrained(root / "readonce_ckpt")
-    folders = {DEFORMER: publish(root / "deformer_ckpt", DEFORMER, local_dir=root / "pub" / "deformer").folder,
-               READONCE: publish(root / "readonce_ckpt", READONCE, local_dir=root / "pub" / "readonce").folder}
+    published = publish_all(root, tokenizer)
+    folders = {entry["repo_id"]: entry["folder"] for entry in published.values()}
+    assert DEFORMER in folders and READONCE in folders
     mirrors = root / "mirrors"
     commits = {}
     for repo_id, folder in folders.items():
         repo = mirror_repo(folder, repo_id, mirrors)
         commits[repo_id] = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
                                           check=True).stdout.strip()
-    port = _free_port()
-    log = open(root / "server.log", "w")
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "src"))
-    server = subprocess.Popen([sys.executable, "-m", "hf_readonce.hub.local_hub", "--mirrors", str(mirrors),
-                               "--port", str(port)], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root)
+    port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            if server.poll() is not None:
-                text = (root / "server.log").read_text()
-                if "address already in use" in text.lower():
-                    pytest.skip(f"the local Hub server could not bind port {port}: {text[-500:]}")
-                pytest.fail(f"the local Hub server exited with status {server.returncode}:\n{text[-3000:]}")
-            try:
-                if _get(f"{endpoint}/api/models/{DEFORMER}/revision/main") == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"the local Hub server did not answer in 90 s:\n{(root / 'server.log').read_text()[-3000:]}")
-            time.sleep(0.5)
-        yield {"endpoint": endpoint, "root": root, "folders": folders, "commits": commits}
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT / "src"))
+    with running_server([sys.executable, "-m", "hf_readonce.hub.local_hub", "--mirrors", str(mirrors), "--port",
+                         str(port)], ready_url=f"{endpoint}/api/models/{DEFORMER}/revision/main",
+                        log_path=root / "server.log", env=env, cwd=root, timeout=90, name="the local Hub server"):
+        yield {"endpoint": endpoint, "root": root, "folders": folders, "commits": commits, "published": published}
 
 
 def _client_env(hub, hf_home: Path, pythonpath: str = "") -> dict:
@@ -137,7 +93,7 @@ def test_server_answers_as_the_hub(hub):
         with pytest.raises(urllib.error.HTTPError) as caught:
             urllib.request.urlopen(urllib.request.Request(url, method="HEAD"))
         assert caught.value.code == 404 and caught.value.headers["x-error-code"] == code
-    assert _get(f"{base}/api/models/someone/not-published/revision/main") in (401, 404)
+    assert http_status(f"{base}/api/models/someone/not-published/revision/main") in (401, 404)
 
 
 def test_deformer_loads_by_repo_id_without_hf_readonce(hub, tokenizer, tmp_path):
@@ -179,7 +135,7 @@ def test_deformer_loads_by_repo_id_without_hf_readonce(hub, tokenizer, tmp_path)
 
     loaded, reference = load_file(tmp_path / "loaded.safetensors"), model.state_dict()
     assert loaded.keys() == reference.keys() and all(torch.equal(loaded[k], reference[k]) for k in reference)
-    snapshot = hf_home / "hub" / "models--someone--tiny-deformer" / "snapshots" / hub["commits"][DEFORMER]
+    snapshot = hf_home / "hub" / f"models--{DEFORMER.replace('/', '--')}" / "snapshots" / hub["commits"][DEFORMER]
     assert (snapshot / "model.safetensors").is_file() and (snapshot / "pipeline_deformer_bert.py").is_file()
 
 
@@ -198,6 +154,29 @@ def test_readonce_pipeline_by_repo_id_without_hf_readonce(hub, tokenizer, tmp_pa
     assert result.returncode == 0, result.stderr[-3000:]
     line = next(line for line in result.stdout.splitlines() if line.startswith("OUT "))
     assert json.loads(line[4:]) == expected
+
+
+@pytest.fixture(scope="module")
+def by_repo_id(hub, tmp_path_factory):
+    """Every family loaded by repo id from the server (an empty Hub cache) in one process without hf_readonce."""
+    workdir = tmp_path_factory.mktemp("by_repo_id")
+    hf_home = workdir / "hf_home"
+    results = load_without_hf_readonce({name: entry["repo_id"] for name, entry in hub["published"].items()}, workdir,
+                                       env=_client_env(hub, hf_home))
+    return results, hf_home
+
+
+@pytest.mark.parametrize("name", [case.name for case in CASES])
+def test_family_loads_by_repo_id_without_hf_readonce(name, hub, by_repo_id):
+    """`AutoModel*.from_pretrained(repo_id, trust_remote_code=True)` gives the in-process model's outputs exactly and
+    `pipeline(task, model=repo_id, trust_remote_code=True)` the in-process pipeline's outputs, for every family, with
+    the files downloaded from the server into the Hub cache at the served commit."""
+    results, hf_home = by_repo_id
+    entry = hub["published"][name]
+    assert_same_as_in_process(name, results[name], entry)
+    snapshot = (hf_home / "hub" / f"models--{entry['repo_id'].replace('/', '--')}" / "snapshots"
+                / hub["commits"][entry["repo_id"]])
+    assert (snapshot / "model.safetensors").is_file() and (snapshot / "config.json").is_file()
 
 
 def test_cli_encodes_and_answers_by_repo_id(hub, tmp_path):

@@ -7,14 +7,11 @@ Needs `pip install "hf-readonce[space]"` and `apt-get install chromium chromium-
 
 import os
 import shutil
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
 
+from tests._servers import free_port, running_server
 from tests.conftest import REPO_ROOT
 
 pytest.importorskip("gradio", reason='the Space needs gradio: pip install "hf-readonce[space]"')
@@ -26,12 +23,6 @@ if CHROMIUM is None or CHROMEDRIVER is None:
 
 SPACE = REPO_ROOT / "spaces" / "readonce-qa"
 SCREENSHOT = REPO_ROOT / "docs" / "images" / "space-readonce-qa.png"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -53,36 +44,14 @@ def app_module():
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """The app in a subprocess on a free port; yields its URL."""
-    port = _free_port()
+    port = free_port()
     log_path = tmp_path_factory.mktemp("space") / "app.log"
     env = dict(os.environ, GRADIO_SERVER_NAME="127.0.0.1", GRADIO_SERVER_PORT=str(port),
                GRADIO_ANALYTICS_ENABLED="False", PYTHONPATH=str(REPO_ROOT / "src"))
-    with open(log_path, "w") as log:
-        process = subprocess.Popen([sys.executable, str(SPACE / "app.py")], stdout=log, stderr=subprocess.STDOUT,
-                                   env=env, cwd=SPACE)
     url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + 240
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"the app exited with status {process.returncode}:\n{log_path.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(url, timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"the app did not answer in 240 s:\n{log_path.read_text()[-3000:]}")
-            time.sleep(1)
+    with running_server([sys.executable, str(SPACE / "app.py")], ready_url=url, log_path=log_path, env=env,
+                        cwd=SPACE, timeout=240, interval=1, name="the app"):
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
     assert "Traceback" not in log_path.read_text(), log_path.read_text()[-3000:]
 
 

@@ -83,15 +83,46 @@ METHODS = {
     },
 }
 METHODS["recurrent_llama"] = {**METHODS["recurrent_gpt2"], "title": "Recurrent Llama"}
+METHODS["longdoc_bart"] = {
+    "tag": "longdoc",
+    "title": "LongDoc BART",
+    "paper": "Kosaraju, Ang & Nabulsi, Stanford CS224N report, \"Faster Transformers for Document Summarization\"",
+    "paragraphs": (
+        "A BART whose encoder self-attention is local or compressed: neighborhood attention lets token i attend to "
+        "the tokens within r positions (O(n·r) instead of O(n²)), and convolutional attention shortens the "
+        "projected queries, keys and values with a strided convolution, attends over the compressed positions and "
+        "restores the length with a transposed convolution. The decoder may use causal neighborhood attention.",
+        "The parameter names are BART's, so any BART checkpoint loads unchanged; only the convolutional types add "
+        "weights. The encoder's outputs depend only on the document: the summarization pipeline encodes each "
+        "document once for every summary asked of it, and they can be stored and reused (they carry the encoder's "
+        "fingerprint).",
+    ),
+}
+METHODS["block_attention_llama"] = {
+    "tag": "block-attention",
+    "title": "Block-Attention Llama",
+    "paper": "Sun et al., 2024, \"Block-Attention for Efficient Prefilling\"; Lu et al., 2024, \"TurboRAG\"",
+    "paragraphs": (
+        "A Llama-family causal LM whose documents are read once, each alone into its own key/value cache. Caches "
+        "are stored, their keys re-rotated to their place in a prompt and composed in front of a question, so a "
+        "question about known documents runs only its own tokens through the model.",
+        "The architecture and weights are exactly Llama's: without document caches the model is the plain causal "
+        "LM (transformers' text-generation pipeline runs it as it runs Llama); fine-tuning may use the "
+        "Block-Attention mask, under which each document attends only to itself.",
+    ),
+}
 
 PIPELINE_TAGS = {"deformer_bert": "question-answering", "readtwice_bert": "question-answering",
                  "bert": "question-answering", "readonce_bart": "text2text-generation",
-                 "recurrent_gpt2": "text-generation", "recurrent_llama": "text-generation"}
+                 "longdoc_bart": "summarization", "recurrent_gpt2": "text-generation",
+                 "recurrent_llama": "text-generation", "block_attention_llama": "text-generation"}
 
 DEFAULT_WIDGETS = {
     "question-answering": [{"text": "Who wrote Emma?",
                             "context": "Emma is a novel by Jane Austen, published in December 1815."}],
     "text2text-generation": [{"text": "Who wrote Emma?"}],
+    "summarization": [{"text": "Emma Woodhouse, handsome, clever, and rich, with a comfortable home and happy "
+                               "disposition, seemed to unite some of the best blessings of existence."}],
     "text-generation": [{"text": "It is a truth universally acknowledged, that a single man"}],
 }
 
@@ -187,6 +218,30 @@ def _usage(model_type: str, pipeline_tag: str, repo_id: str, custom_code: bool) 
             "reps = model.encode_documents(doc.input_ids, doc.attention_mask)   # read once\n"
             "q = tokenizer(questions, padding=True, return_tensors=\"pt\")\n"
             "answers = model.generate(**q, document_representations=reps, max_new_tokens=24)\n```"
+        )
+    if model_type == "longdoc_bart":
+        return (
+            "```python\nfrom transformers import pipeline\n\n"
+            f"summarize = pipeline(\"summarization\", model=\"{repo_id}\", trust_remote_code=True)\n"
+            "summarize([long_article, other_article], max_new_tokens=60, num_beams=4)\n"
+            "# each distinct document is encoded once for every summary asked of it\n```\n\n"
+            "Or the model itself:\n\n"
+            "```python\nfrom transformers import AutoModelForSeq2SeqLM, AutoTokenizer\n\n"
+            f"model = AutoModelForSeq2SeqLM.from_pretrained(\"{repo_id}\", trust_remote_code=True).eval()\n"
+            f"tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\")\n"
+            "doc = tokenizer(article, truncation=True, return_tensors=\"pt\")\n"
+            "summary = model.generate(**doc, max_new_tokens=60, num_beams=4)\n```"
+        )
+    if model_type == "block_attention_llama":
+        return (
+            "```python\nfrom transformers import AutoModelForCausalLM, AutoTokenizer, pipeline\n\n"
+            f"generate = pipeline(\"text-generation\", model=\"{repo_id}\", trust_remote_code=True)  # as Llama\n\n"
+            f"model = AutoModelForCausalLM.from_pretrained(\"{repo_id}\", trust_remote_code=True).eval()\n"
+            f"tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\")\n"
+            "docs = [tokenizer(d, return_tensors=\"pt\").input_ids for d in documents]\n"
+            "caches = [model.encode_documents(ids) for ids in docs]   # each read once, alone; store them\n"
+            "question = tokenizer(q, add_special_tokens=False, return_tensors=\"pt\").input_ids\n"
+            "out = model.generate(question, document_caches=caches, max_new_tokens=32)\n```"
         )
     if pipeline_tag == "text-generation":
         return (

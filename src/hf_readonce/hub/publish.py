@@ -30,8 +30,12 @@ FAMILIES = {
     "readonce_bart": ("AutoModelForSeq2SeqLM", "hf_readonce.models.readonce_bart.pipeline_readonce_bart",
                       [("text2text-generation", "ReadOnceText2TextGenerationPipeline"),
                        ("summarization", "ReadOnceSummarizationPipeline")]),
+    "longdoc_bart": ("AutoModelForSeq2SeqLM", "hf_readonce.models.longdoc_bart.pipeline_longdoc_bart",
+                     [("summarization", "LongDocSummarizationPipeline")]),
+    # causal LMs: transformers' own text-generation pipeline runs them (no pipeline file travels)
     "recurrent_gpt2": ("AutoModelForCausalLM", None, []),
     "recurrent_llama": ("AutoModelForCausalLM", None, []),
+    "block_attention_llama": ("AutoModelForCausalLM", None, []),
 }
 
 FINGERPRINT_SCHEME = "{model_type}.representation_fingerprint/sha256-v1"
@@ -177,7 +181,8 @@ def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, s
 
     Args:
         model_dir (`str` or `os.PathLike`): a saved hf-readonce checkpoint (`deformer_bert`, `readonce_bart`,
-            `recurrent_gpt2`, `recurrent_llama`, `readtwice_bert`) with its tokenizer.
+            `readtwice_bert`, `longdoc_bart`, `recurrent_gpt2`, `recurrent_llama`, `block_attention_llama`) with its
+            tokenizer.
         repo_id (`str`): `owner/name` of the model repo.
         local_dir (`str` or `os.PathLike`, *optional*): write the folder here (new or empty) and stop: nothing is
             uploaded. With `store`, the representations go to `<local_dir>-representations/` as Parquet + a

@@ -132,6 +132,23 @@ def _gold_tokens(offsets, answer_start: int, answer_text: str) -> tuple[int, int
     return starts[0], ends[-1]
 
 
+def truncate_question(tokenizer, question: str, max_question_length: int) -> tuple[list[int], str]:
+    """The first `max_question_length` tokens of `question` (no special tokens) and the text they cover, cut from
+    the question itself at the end of the last kept token: case and characters are kept, so character spans found
+    in the cut text (entity mentions) line up with its tokens' offsets. Text cut at a token end tokenizes to the same
+    ids (WordPiece's longest-match-first makes the same pieces of a word's prefix).
+
+    Returns:
+        `(ids, text)`: the ids, and `question` itself when it has fewer than `max_question_length` tokens.
+    """
+    encoded = tokenizer(question, truncation=True, max_length=max_question_length, add_special_tokens=False,
+                        return_offsets_mapping=True)
+    ids = list(encoded["input_ids"])
+    if len(ids) >= max_question_length:
+        question = question[: encoded["offset_mapping"][-1][1]]
+    return ids, question
+
+
 def prepare_readtwice_qa_features(
     tokenizer,
     examples: Sequence[dict],
@@ -167,13 +184,12 @@ def prepare_readtwice_qa_features(
     features = []
     for index, example in enumerate(examples):
         question, context = example["question"].strip(), example["context"]
-        question_mentions = mention_fn(question) if (mention_fn and question_in_first_read) else []
         context_mentions = mention_fn(context) if mention_fn else []
         question_ids = None
+        question_mentions = []
         if question_in_first_read:
-            question_part = tokenizer(question, truncation=True, max_length=max_question_length,
-                                      add_special_tokens=False)["input_ids"]
-            question = tokenizer.decode(question_part) if len(question_part) >= max_question_length else question
+            question_part, question = truncate_question(tokenizer, question, max_question_length)
+            question_mentions = mention_fn(question) if mention_fn else []
             if segment_length - len(question_part) - 3 <= segment_overlap:
                 raise ValueError(
                     f"segment_length={segment_length} leaves no more than segment_overlap={segment_overlap} context "
@@ -405,4 +421,5 @@ __all__ = [
     "predict_readtwice_qa",
     "prepare_readtwice_qa_features",
     "spacy_mentions",
+    "truncate_question",
 ]

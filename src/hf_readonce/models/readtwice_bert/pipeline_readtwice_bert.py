@@ -278,9 +278,13 @@ class ReadTwiceQuestionAnsweringPipeline(Pipeline):
             documents = []
             for question in group["questions"]:
                 question = question.strip()
-                part = tokenizer(question, truncation=True, max_length=max_question_len,
-                                 add_special_tokens=False)["input_ids"]
-                question = tokenizer.decode(part) if len(part) >= max_question_len else question
+                # the first max_question_len tokens, cut from the question's own text at the last one's end (case
+                # kept, so mentions line up with the tokens; `hf_readonce.tasks.readtwice_qa.truncate_question`)
+                encoded = tokenizer(question, truncation=True, max_length=max_question_len, add_special_tokens=False,
+                                    return_offsets_mapping=True)
+                part = encoded["input_ids"]
+                if len(part) >= max_question_len:
+                    question = question[: encoded["offset_mapping"][-1][1]]
                 if length - len(part) - 3 <= overlap:
                     raise ValueError(f"segment_length={length} leaves no more than segment_overlap={overlap} "
                                      f"document tokens after a {len(part)}-token question: pass a smaller "

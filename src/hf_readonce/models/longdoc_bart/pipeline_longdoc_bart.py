@@ -1,0 +1,212 @@
+# Copyright 2026 The hf-readonce developers.
+# Licensed under the Apache License, Version 2.0.
+"""`summarization` pipeline for LongDoc BART: each distinct document of a call is encoded once (the neighborhood or
+convolutional encoder, the long part of the work), and its encoder outputs serve every summary asked of it (the same
+document passed several times, `num_return_sequences`, beams).
+
+transformers 5 removed its own summarization pipeline; this one takes its output format (`[{"summary_text": ...}]`)
+and the generation arguments HF users know (`max_new_tokens`, `min_new_tokens`, `num_beams`, `generate_kwargs`).
+
+This file travels with saved checkpoints (`custom_pipelines` in `config.json`), so that
+`pipeline("summarization", model=path, trust_remote_code=True)` works where hf-readonce is not installed: it imports
+only torch, transformers and the standard library.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import AutoModelForSeq2SeqLM
+from transformers.modeling_outputs import BaseModelOutput
+from transformers.pipelines import PIPELINE_REGISTRY, Pipeline
+
+
+def _check_int(name: str, value, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"`{name}` must be an int, got {type(value).__name__} ({value!r}).")
+    if value < low:
+        raise ValueError(f"`{name}` must be >= {low}, got {value}.")
+    return value
+
+
+class LongDocSummarizationPipeline(Pipeline):
+    r"""
+    Summaries of long documents by LongDoc BART: `pipe(document)` or `pipe([doc1, doc2, ...])`.
+
+    The distinct documents of a call are tokenized (special tokens added, at most `max_document_len` tokens, right
+    padding) and read by the model's encoder once, `batch_size` documents per encoder call; the decoder then
+    generates from those encoder outputs (`model.generate(encoder_outputs=..., attention_mask=...)`), `batch_size`
+    summaries per `generate` call. A document passed twice is encoded once, and beams or `num_return_sequences`
+    reuse the same outputs. Padding does not change a document's encoder outputs (the encoder masks it), so every
+    summary is the one `model.generate(input_ids=<the document alone>)` gives.
+
+    Generation follows the model's `generation_config` except for the arguments passed here.
+
+    Args:
+        documents (`str` or `list[str]`): the document(s).
+        max_new_tokens (`int`, *optional*): tokens generated per summary.
+        min_new_tokens (`int`, *optional*): tokens generated at least.
+        num_beams (`int`, *optional*): beam search width.
+        max_document_len (`int`, *optional*): document tokens read (longer documents are truncated). Defaults to
+            `config.max_position_embeddings` (BART's positions are learned: no more fit).
+        generate_kwargs (`dict`, *optional*): further `generate` arguments (e.g. `num_return_sequences`,
+            `length_penalty`, `no_repeat_ngram_size`).
+        batch_size (`int`, defaults to 8): documents per encoder call and summaries per `generate` call.
+
+    Returns:
+        For one document, `[{"summary_text": str}, ...]` (one entry per returned sequence); for several, a list of
+        such lists, in order.
+
+    Raises:
+        ValueError: no document, an empty document (naming its index), a setting out of range (naming it), a
+            `max_document_len` beyond the position table, `generate_kwargs` that set the encoder inputs.
+        TypeError: a document that is not a string, a setting of the wrong type, a model without an encoder.
+
+    Example:
+
+    ```python
+    >>> from transformers import pipeline
+    >>> summarize = pipeline("summarization", model="path/or/repo", trust_remote_code=True)
+    >>> summarize([long_article, other_article], max_new_tokens=60, num_beams=4)
+    [[{'summary_text': ...}], [{'summary_text': ...}]]
+    ```
+    """
+
+    _load_processor = False
+    _load_image_processor = False
+    _load_video_processor = False
+    _load_feature_extractor = False
+    _load_tokenizer = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not callable(getattr(self.model, "get_encoder", None)) or not hasattr(self.model, "generate"):
+            raise TypeError(f"{type(self).__name__} needs an encoder-decoder model (LongDoc BART), got "
+                            f"{type(self.model).__name__}.")
+        if self.tokenizer is None:
+            raise TypeError(f"{type(self).__name__} needs a tokenizer.")
+
+    def _sanitize_parameters(self, max_new_tokens=None, min_new_tokens=None, num_beams=None, max_document_len=None,
+                             generate_kwargs=None, model_batch_size=None, **kwargs):
+        if kwargs:
+            raise TypeError(f"unexpected argument(s) {sorted(kwargs)} for {type(self).__name__}; pass generate "
+                            "arguments in `generate_kwargs`.")
+        preprocess, forward = {}, {}
+        if max_document_len is not None:
+            preprocess["max_document_len"] = _check_int("max_document_len", max_document_len, 1)
+            limit = getattr(self.model.config, "max_position_embeddings", None)
+            if limit is not None and max_document_len > limit:
+                raise ValueError(f"`max_document_len` must be <= config.max_position_embeddings = {limit} (BART's "
+                                 f"positions are learned), got {max_document_len}.")
+        if model_batch_size is not None:
+            forward["model_batch_size"] = _check_int("batch_size", model_batch_size, 1)
+        generate = {}
+        for name, value, low in (("max_new_tokens", max_new_tokens, 1), ("min_new_tokens", min_new_tokens, 0),
+                                 ("num_beams", num_beams, 1)):
+            if value is not None:
+                generate[name] = _check_int(name, value, low)
+        if generate_kwargs is not None:
+            if not isinstance(generate_kwargs, dict):
+                raise TypeError(f"`generate_kwargs` must be a dict, got {type(generate_kwargs).__name__}.")
+            clash = sorted(set(generate_kwargs) & {"input_ids", "attention_mask", "encoder_outputs", "inputs_embeds"})
+            if clash:
+                raise ValueError(f"`generate_kwargs` must not set {clash}: the pipeline passes the documents' encoder "
+                                 "outputs.")
+            generate = {**generate_kwargs, **generate}
+        if generate:
+            forward["generate_kwargs"] = generate
+        return preprocess, forward, {}
+
+    @staticmethod
+    def _documents(documents) -> list[str]:
+        docs = [documents] if isinstance(documents, str) else documents
+        if not isinstance(docs, (list, tuple)):
+            raise TypeError(f"`documents` must be a str or a list of str, got {type(documents).__name__}.")
+        if not docs:
+            raise ValueError("`documents` is empty: nothing to summarize.")
+        for i, doc in enumerate(docs):
+            if not isinstance(doc, str):
+                raise TypeError(f"`documents` {i} must be a str, got {type(doc).__name__}.")
+            if not doc.strip():
+                raise ValueError(f"`documents` {i} is empty.")
+        return list(docs)
+
+    def __call__(self, documents=None, batch_size=None, **kwargs):
+        """Summarize; see the class docstring for arguments, returns and errors."""
+        if documents is None:
+            documents = kwargs.pop("inputs", None)
+        if documents is None:
+            raise ValueError("`documents` is required.")
+        docs = self._documents(documents)
+        batch_size = batch_size if batch_size is not None else self._batch_size
+        if batch_size is not None:
+            kwargs["model_batch_size"] = batch_size
+        preprocess_params, forward_params, postprocess_params = self._sanitize_parameters(**kwargs)
+        preprocess_params = {**self._preprocess_params, **preprocess_params}
+        forward_params = {**self._forward_params, **forward_params}
+        distinct = list(dict.fromkeys(docs))
+        group = {"documents": distinct, "document_index": [distinct.index(d) for d in docs]}
+        outputs = self.run_single(group, preprocess_params, forward_params, postprocess_params)
+        return outputs[0] if isinstance(documents, str) else outputs
+
+    def preprocess(self, group, max_document_len=None):
+        """Tokenize the distinct documents (special tokens added, at most `max_document_len` tokens, right padding).
+
+        Returns:
+            `dict` with `input_ids` and `attention_mask` `(num_distinct, length)` and `document_index`
+            `(num_documents,)`, the row of each document of the call.
+        """
+        if max_document_len is None:
+            max_document_len = getattr(self.model.config, "max_position_embeddings", None)
+        if hasattr(self.tokenizer, "deprecation_warnings"):  # long documents are truncated on purpose
+            self.tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
+        docs = self.tokenizer(group["documents"], truncation=max_document_len is not None,
+                              max_length=max_document_len, padding=True, return_tensors="pt")
+        return {"input_ids": docs["input_ids"], "attention_mask": docs["attention_mask"],
+                "document_index": torch.tensor(group["document_index"], dtype=torch.long)}
+
+    def _forward(self, inputs, generate_kwargs=None, model_batch_size=8):
+        """Encode each distinct document once, then generate for the documents of the call from the encoder
+        outputs, `model_batch_size` at a time.
+
+        Returns:
+            `dict` with `sequences` (`list[torch.LongTensor]`, the generated ids, `num_return_sequences` per
+            document, in order) and `num_return_sequences`.
+        """
+        model = self.model
+        encoder = model.get_encoder()
+        input_ids, mask = inputs["input_ids"], inputs["attention_mask"]
+        states = []
+        for begin in range(0, input_ids.shape[0], model_batch_size):
+            rows = slice(begin, begin + model_batch_size)
+            states.append(encoder(input_ids=input_ids[rows], attention_mask=mask[rows]).last_hidden_state)
+        states = torch.cat(states)
+        kwargs = dict(generate_kwargs or {})
+        num_return = kwargs.get("num_return_sequences") or model.generation_config.num_return_sequences or 1
+        sequences = []
+        for begin in range(0, inputs["document_index"].shape[0], model_batch_size):
+            index = inputs["document_index"][begin : begin + model_batch_size].to(states.device)
+            # a fresh BaseModelOutput per call: beam search expands `encoder_outputs` in place
+            out = model.generate(encoder_outputs=BaseModelOutput(last_hidden_state=states[index]),
+                                 attention_mask=mask.to(states.device)[index], **kwargs)
+            sequences += list(out.cpu())
+        return {"sequences": sequences, "num_return_sequences": num_return}
+
+    def postprocess(self, outputs):
+        """`[{"summary_text": str}, ...]` per document (`num_return_sequences` entries each)."""
+        texts = [t.strip() for t in self.tokenizer.batch_decode(outputs["sequences"], skip_special_tokens=True)]
+        n = outputs["num_return_sequences"]
+        return [[{"summary_text": text} for text in texts[i : i + n]] for i in range(0, len(texts), n)]
+
+
+# One task, two families: the first pipeline file imported in a process owns "summarization" in PIPELINE_REGISTRY
+# (transformers keeps one class per task); the other still knows its task, so `save_pretrained` writes
+# `custom_pipelines`, and `pipeline(..., trust_remote_code=True)` loads each from its checkpoint's config.
+_registered = PIPELINE_REGISTRY.supported_tasks.get("summarization")
+if _registered is None:
+    PIPELINE_REGISTRY.register_pipeline("summarization", pipeline_class=LongDocSummarizationPipeline,
+                                        pt_model=AutoModelForSeq2SeqLM, type="text")
+else:
+    LongDocSummarizationPipeline._registered_impl = {"summarization": {**_registered,
+                                                                       "impl": LongDocSummarizationPipeline}}
+
+__all__ = ["LongDocSummarizationPipeline"]

@@ -1,0 +1,87 @@
+"""Every model family publishes to a local folder that loads where hf_readonce is absent: `publish(...,
+local_dir=...)` on a tiny random model of each family (DeFormer, ReadOnce BART, ReadTwice, recurrent GPT-2 and Llama,
+LongDoc BART, block-attention Llama), then, in one fresh process where `import hf_readonce` fails,
+`AutoModel*.from_pretrained(folder, trust_remote_code=True)` gives the in-process model's outputs exactly and
+`pipeline(task, model=folder, trust_remote_code=True)` the in-process pipeline's outputs. The folders' config and
+card metadata are checked per family."""
+
+import json
+
+import pytest
+import torch
+
+from tests.hub.family_cases import (
+    CASE_BY_NAME,
+    CASES,
+    LLAMA_PROMPT,
+    assert_same_as_in_process,
+    load_without_hf_readonce,
+    publish_all,
+    tiny_block_attention,
+)
+
+NAMES = [case.name for case in CASES]
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory, tokenizer):
+    return publish_all(tmp_path_factory.mktemp("families"), tokenizer)
+
+
+@pytest.fixture(scope="module")
+def loaded(published, tmp_path_factory):
+    return load_without_hf_readonce({name: entry["folder"] for name, entry in published.items()},
+                                    tmp_path_factory.mktemp("fresh_process"))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_family_loads_and_runs_without_hf_readonce(name, published, loaded):
+    assert_same_as_in_process(name, loaded[name], published[name])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_family_folder_and_card(name, published):
+    from huggingface_hub import ModelCard
+
+    from hf_readonce.hub.publish import FAMILIES
+
+    case, entry = CASE_BY_NAME[name], published[name]
+    folder, files = entry["folder"], entry["result"].files
+    config = json.loads((folder / "config.json").read_text())
+    assert config["model_type"] == name and case.auto_class in config["auto_map"]
+    module = config["auto_map"][case.auto_class].split(".")[0]
+    assert f"{module}.py" in files and "model.safetensors" in files and "tokenizer.json" in files
+    _, pipeline_module, pipelines = FAMILIES[name]
+    if pipelines:  # the family's own pipelines travel and are declared
+        pipeline_file = pipeline_module.rsplit(".", 1)[1] + ".py"
+        assert pipeline_file in files
+        assert sorted(config["custom_pipelines"]) == sorted(task for task, _ in pipelines)
+        for task, class_name in pipelines:
+            assert config["custom_pipelines"][task]["impl"] == f"{pipeline_file[:-3]}.{class_name}"
+    else:  # transformers' text-generation runs it
+        assert "custom_pipelines" not in config and {task for task, _, _ in case.calls} == {"text-generation"}
+    if case.auto_class in ("AutoModelForSeq2SeqLM", "AutoModelForCausalLM"):
+        assert "generation_config.json" in files
+    card = ModelCard.load(folder / "README.md")
+    assert card.data.library_name == "transformers" and card.data.pipeline_tag == case.pipeline_tag
+    assert card.data.tags == ["hf-readonce", case.method_tag, "custom_code"]
+    assert card.data.widget and "trust_remote_code=True" in card.text
+    assert case.pipeline_tag in {task for task, _, _ in case.calls}
+
+
+def test_block_attention_text_generation_is_llamas(tokenizer):
+    """Without document caches, block-attention Llama under transformers' text-generation pipeline generates what
+    `LlamaForCausalLM` with the same weights generates."""
+    from transformers import LlamaConfig, LlamaForCausalLM, pipeline
+
+    model = tiny_block_attention()
+    llama = LlamaForCausalLM(LlamaConfig(**{k: v for k, v in model.config.to_dict().items()
+                                            if k not in ("model_type", "architectures", "auto_map")})).eval()
+    assert llama.load_state_dict(model.state_dict()) is not None
+    kwargs = {"max_new_tokens": 8, "do_sample": False, "return_full_text": False}
+    ours = pipeline("text-generation", model=model, tokenizer=tokenizer)
+    theirs = pipeline("text-generation", model=llama, tokenizer=tokenizer)
+    assert ours(LLAMA_PROMPT, **kwargs) == theirs(LLAMA_PROMPT, **kwargs)
+    ids = tokenizer(LLAMA_PROMPT, return_tensors="pt").input_ids
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, llama(ids).logits)
