@@ -78,6 +78,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--store_dtype", choices=DTYPES, default="bfloat16",
                    help="storage dtype of the store the composed path reads (all three are sized)")
     p.add_argument("--store_dir", default=None, help="where the stores go (default: a temporary folder, removed)")
+    p.add_argument("--no_verify_reads", action="store_true",
+                   help="open the stores with verify_reads=False: no SHA-256 of each document on read (the shard "
+                        "header still names every document); default: checksums checked")
     p.add_argument("--json", default=None, help="write the results as JSON to this file")
     return p
 
@@ -216,9 +219,9 @@ def summary(values: list[float]) -> dict:
 
 
 def run(model, tokenizer, questions: list[dict], *, passage_tokens: int = 250, max_new_tokens: int = 16,
-        store_dtype: str = "bfloat16", store_dir=None) -> dict:
+        store_dtype: str = "bfloat16", store_dir=None, verify_reads: bool = True) -> dict:
     """Run the three parts on `questions` (rows with `question` and `contexts`); the first question is a warm-up,
-    not timed. Returns the results dict (see the module docstring; times in seconds, sizes in bytes).
+    not timed. `verify_reads=False` opens the stores without per-read SHA-256 checks. Returns the results dict (see the module docstring; times in seconds, sizes in bytes).
 
     Raises:
         ValueError: fewer than 2 questions, or a `store_dtype` not in fp32/bf16/fp16.
@@ -234,11 +237,11 @@ def run(model, tokenizer, questions: list[dict], *, passage_tokens: int = 250, m
     own_dir = store_dir is None
     folder = Path(tempfile.mkdtemp(prefix="bench_kv_cache_")) if own_dir else Path(store_dir)
     results: dict = {"passages": len(texts), "questions_timed": len(questions) - 1, "store_dtype": store_dtype,
-                     "threads": torch.get_num_threads()}
+                     "threads": torch.get_num_threads(), "verify_reads": verify_reads}
     try:
         stores, sizes = {}, {}
         for dtype in DTYPES:  # part 2: one store per dtype
-            stores[dtype] = RepresentationStore(folder / dtype)
+            stores[dtype] = RepresentationStore(folder / dtype, verify_reads=verify_reads)
             fill_store(adapter, stores[dtype], texts, dtype=dtype)
             sizes[dtype] = bytes_per_1000_tokens(stores[dtype], fingerprint, settings)
         store = stores[store_dtype]
@@ -304,7 +307,7 @@ def report(results: dict) -> str:
         f"{results['ttft_speedup']:>8.2f}x{b['ttft_flop_bound']:>11.1f}x",
         f"{'total answer time (s)':28}{t['full_total']['median']:>14.4f}{t['composed_total']['median']:>14.4f}"
         f"{results['total_speedup']:>8.2f}x{b['total_flop_bound']:>11.1f}x",
-        f"reading the store ({results['store_dtype']}, checksums on): median {t['composed_read']['median']:.4f} s, "
+        f"reading the store ({results['store_dtype']}, checksums {'on' if results.get('verify_reads', True) else 'off'}): median {t['composed_read']['median']:.4f} s, "
         f"{100 * results['read_fraction_of_composed_ttft']:.1f}% of the composed TTFT",
         f"same greedy answer on both paths: {100 * results['same_greedy_answer_fraction']:.0f}% of the questions",
         "store size per 1,000 tokens: " + ", ".join(
@@ -331,7 +334,8 @@ def main(argv=None) -> dict:
     rows = [json.loads(line) for line in path.open(encoding="utf-8")]
     questions = build_questions(rows, args.questions + 1, args.passages)  # + the warm-up question
     results = run(model, tokenizer, questions, passage_tokens=args.passage_tokens,
-                  max_new_tokens=args.max_new_tokens, store_dtype=args.store_dtype, store_dir=args.store_dir)
+                  max_new_tokens=args.max_new_tokens, store_dtype=args.store_dtype, store_dir=args.store_dir,
+                  verify_reads=not args.no_verify_reads)
     results.update({"model": name, "dataset": f"{args.dataset} validation", "passages_per_question": args.passages,
                     "passage_tokens": args.passage_tokens, "max_new_tokens": args.max_new_tokens,
                     "command": "python benchmarks/bench_kv_cache.py " + " ".join(sys.argv[1:] if argv is None
