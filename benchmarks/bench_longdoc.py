@@ -14,8 +14,10 @@ Types (`--types`, comma-separated): `full`, `neighborhood`, `convolutional`, `co
 
 Measured per (type, length): `forward` = encoder forward under `torch.no_grad()` (eval); `train` = forward and
 backward of the whole model with a `--target_length`-token summary (loss on the LM head; no optimizer step).
-Tokens/s counts input tokens, from the fastest of `--repeats` timed runs after one untimed warm-up run. Memory: the process's peak resident set (`resource.getrusage` ru_maxrss) minus the
-resident set after the model was built, each (type, length) in a fresh subprocess so peaks do not carry over; with
+Tokens/s counts input tokens, from the fastest of `--repeats` timed runs after one untimed warm-up run. Memory: the peak resident set of each measured phase
+(Linux VmHWM, reset through `/proc/self/clear_refs` just before the phase) minus the resident set at that moment,
+each (type, length) in a fresh subprocess with glibc's freed-block cache off (`MALLOC_MMAP_THRESHOLD_=131072
+MALLOC_TRIM_THRESHOLD_=0`, so RSS follows the memory actually held); with
 `--in_process` (smoke runs) everything runs in this process and memory is not reported.
 
 FLOP bounds: per encoder layer `8nd^2` (projections) `+ 4ndf` (feed-forward) `+` attention: full `4n^2d`,
@@ -33,10 +35,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 TYPES = ("full", "neighborhood", "convolutional", "convolutional_per_head", "neighborhood_convolutional", "led")
 
@@ -103,7 +107,9 @@ def build(kind: dict, args, length: int):
                   pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
     r = kind.get("r", args.radius)
     if kind["type"] == "led":
-        config = LEDConfig(**common, attention_window=2 * r, max_encoder_position_embeddings=max(length, 2 * r),
+        # LED pads its input up to a multiple of the window: its position table must cover the padded length
+        padded = -(-length // (2 * r)) * (2 * r)
+        config = LEDConfig(**common, attention_window=2 * r, max_encoder_position_embeddings=padded,
                            max_decoder_position_embeddings=max(args.target_length, 16))
         return LEDForConditionalGeneration(config)
     config = LongDocBartConfig(**common, max_position_embeddings=max(length, args.target_length),
@@ -113,9 +119,29 @@ def build(kind: dict, args, length: int):
     return LongDocBartForConditionalGeneration(config)
 
 
+def _status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def reset_peak() -> float:
+    """Reset the Linux peak-RSS counter (VmHWM) to the current resident set and return that, MiB. Without the reset
+    a measured phase whose peak stays under the model build's (random init allocates temporaries) reads 0."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return _status_kib("VmRSS") / 1024
+    except OSError:  # not Linux, or no permission: fall back to the lifetime peak
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def peak_mib() -> float:
-    """Peak resident set of this process so far, MiB (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """Peak resident set since the last [`reset_peak`] (VmHWM), MiB; the lifetime peak where VmHWM is missing."""
+    try:
+        return _status_kib("VmHWM") / 1024
+    except (OSError, RuntimeError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def measure(kind: dict, length: int, args) -> dict:
@@ -130,7 +156,7 @@ def measure(kind: dict, length: int, args) -> dict:
     mask = torch.ones_like(ids)
     labels = torch.randint(3, args.vocab_size, (args.batch, args.target_length), generator=generator)
     result = {"name": kind["name"], "length": length}
-    base = peak_mib()
+    base = reset_peak()
     encoder = model.get_encoder()
     model.eval()
     times = []
@@ -145,6 +171,7 @@ def measure(kind: dict, length: int, args) -> dict:
     result["forward_peak_mib"] = None if args.in_process else peak_mib() - base
     if not args.no_train:
         model.train()
+        base = reset_peak()
         model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()  # warm-up (untimed)
         times = []
         for _ in range(args.repeats):
@@ -160,7 +187,8 @@ def measure(kind: dict, length: int, args) -> dict:
 
 def measure_in_subprocess(spec: str, length: int, argv: list[str]) -> dict:
     command = [sys.executable, __file__, *argv, "--one", f"{spec}@{length}"]
-    done = subprocess.run(command, capture_output=True, text=True)
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "0"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode:
         return {"name": spec, "length": length, "error": done.stderr.strip().splitlines()[-1:]}
     return json.loads(done.stdout.strip().splitlines()[-1])
