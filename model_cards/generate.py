@@ -5,6 +5,7 @@
 
 Generated (every figure read from the files named in `SOURCES`):
   - minilm-qa-reference.md       <- src/hf_readonce/checkpoints/minilm-qa-reference/metrics.json
+  - deformer-minilm-qa-reference.md <- src/hf_readonce/checkpoints/deformer-minilm-qa-reference/{metrics,train_results}.json
   - readonce-bart-minilm-qa.md   <- benchmarks/results/readonce_learning_h100/qa_{k8,k2,baseline}_lr1e-4.json,
                                     benchmarks/results/trivial_baselines.json,
                                     benchmarks/results/readonce_learning_h100/train_runtime_lines.txt
@@ -23,10 +24,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "model_cards"
 REFERENCE = ROOT / "src" / "hf_readonce" / "checkpoints" / "minilm-qa-reference" / "metrics.json"
+DEFORMER = ROOT / "src" / "hf_readonce" / "checkpoints" / "deformer-minilm-qa-reference"
 READONCE = ROOT / "benchmarks" / "results" / "readonce_learning_h100"
 BASELINES = ROOT / "benchmarks" / "results" / "trivial_baselines.json"
 SOURCES = {
     "minilm-qa-reference.md": [REFERENCE],
+    "deformer-minilm-qa-reference.md": [DEFORMER / "metrics.json", DEFORMER / "train_results.json"],
     "readonce-bart-minilm-qa.md": [READONCE / "qa_k8_lr1e-4.json", READONCE / "qa_k2_lr1e-4.json",
                                    READONCE / "qa_baseline_lr1e-4.json", BASELINES,
                                    READONCE / "train_runtime_lines.txt"],
@@ -161,7 +164,50 @@ def readonce_card():
     )
 
 
-GENERATORS = {"minilm-qa-reference.md": reference_card, "readonce-bart-minilm-qa.md": readonce_card}
+def deformer_card():
+    from hf_readonce.hub.cards import build_model_card, qa_rows_from_metrics
+
+    metrics = json.loads((DEFORMER / "metrics.json").read_text())
+    made = json.loads((DEFORMER / "train_results.json").read_text())
+    teacher = json.loads(REFERENCE.read_text())["validation"]["disfl_qa"]
+    k = made["num_decomposed_layers"]
+    shown = f"Disfl-QA ({metrics['eval_questions']:,} questions, answered from cached passage states)"
+    rows = qa_rows_from_metrics(metrics, "disfl_qa", shown, prefix="cached_", baselines=metrics["baselines"])
+    runs = [s for s in made["stages"] if s.get("max_steps")]
+    goal_f1 = metrics["baselines"]["always_empty"]["f1"] + 15
+    return build_model_card(
+        repo_id=f"{OWNER}/deformer-minilm-qa-reference", model_type="deformer_bert",
+        title=f"DeFormer MiniLM-L6 for extractive QA (k = {k}), the reference checkpoint",
+        summary=f"all-MiniLM-L6-v2 fine-tuned for extractive QA (the reference full model, "
+                f"`minilm-qa-reference`), decomposed at k = {k} of its 6 layers and distilled from it with the "
+                "DeFormer paper's knowledge distillation and layerwise representation similarity (§3). The lower "
+                f"{k} layers read the question and the passage apart, so a passage's states are computed once and "
+                "reused by every question about it. It ships with hf-readonce (`reference_deformer_path()`, fp16 "
+                "safetensors, SHA-256 verified) and is what `hf-readonce demo` runs.",
+        warning=None, eval_rows=rows, base_model=MINILM, datasets=["disfl_qa", "quoref"],
+        tags=["extractive-qa", "knowledge-distillation"],
+        training={"data": "Disfl-QA train (5,617 questions; 597 held out for the no-answer threshold), and Quoref "
+                          "train for distillation in the last two runs",
+                  "budget": f"{len(runs)} consecutive runs, {made['max_steps']:,} steps of {made['batch_size']} "
+                            f"in all ({', '.join(str(s['max_steps']) for s in runs)}), then {made['summary']}",
+                  "hardware": made["hardware"], "seconds": made["train_seconds"], "command": made["command"]},
+        figures=[f"Speed-up over the same model reading every question+passage pair "
+                 f"({metrics['speed_questions']} questions timed): {_f(metrics['speedup_precomputed'])}x with "
+                 f"passages precomputed, {_f(metrics['speedup_including_encoding'])}x including encoding each passage "
+                 "once.",
+                 f"No-answer threshold {metrics['null_score_diff_threshold']:g}, tuned on "
+                 f"{metrics['calibration_questions']} held-out Disfl-QA *train* questions (F1 there "
+                 f"{_f(metrics['calibration_f1'])}).",
+                 f"Its teacher, reading every pair: Disfl-QA F1 {_f(teacher['eval_f1'])}, HasAns F1 "
+                 f"{_f(teacher['eval_HasAns_f1'])}."],
+        limitations=[f"The project's goal for it (F1 >= {_f(goal_f1)}, always-empty + 15, and HasAns F1 >= 40) is "
+                     f"{'met' if metrics['cached_f1'] >= goal_f1 and metrics['cached_HasAns_f1'] >= 40 else 'not met'}"
+                     f": F1 {_f(metrics['cached_f1'])}, HasAns F1 {_f(metrics['cached_HasAns_f1'])}.",
+                     "Trained on small data sets on 2 CPU cores; for research and demonstration."],
+    )
+
+
+GENERATORS = {"minilm-qa-reference.md": reference_card, "deformer-minilm-qa-reference.md": deformer_card, "readonce-bart-minilm-qa.md": readonce_card}
 
 
 def render_all() -> dict[str, str]:

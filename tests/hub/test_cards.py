@@ -23,7 +23,7 @@ def generator():
 def test_generated_cards_are_up_to_date():
     module = generator()
     rendered = module.render_all()
-    assert set(rendered) == {"minilm-qa-reference.md", "readonce-bart-minilm-qa.md"}
+    assert set(rendered) == {"minilm-qa-reference.md", "deformer-minilm-qa-reference.md", "readonce-bart-minilm-qa.md"}
     for name, text in rendered.items():
         assert (CARDS / name).read_text() == text, f"{name} differs from its metrics: run python model_cards/generate.py"
     assert sorted(set(rendered) | set(module.HAND_WRITTEN)) == sorted(p.name for p in CARDS.glob("*.md"))
@@ -55,6 +55,12 @@ def test_model_index_values_are_the_recorded_metrics():
     assert got == {("disfl_qa", "EM"): disfl["eval_exact_match"], ("disfl_qa", "F1"): disfl["eval_f1"],
                    ("disfl_qa", "HasAns F1"): disfl["eval_HasAns_f1"], ("disfl_qa", "NoAns EM"): disfl["eval_NoAns_exact"],
                    ("quoref", "EM"): quoref["eval_exact_match"], ("quoref", "F1"): quoref["eval_f1"]}
+    shipped = json.loads((REPO_ROOT / "src/hf_readonce/checkpoints/deformer-minilm-qa-reference/metrics.json").read_text())
+    card = ModelCard.load(CARDS / "deformer-minilm-qa-reference.md")
+    got = {(r.dataset_type, r.metric_name): r.metric_value for r in card.data.eval_results}
+    assert got == {("disfl_qa", "EM"): shipped["cached_exact_match"], ("disfl_qa", "F1"): shipped["cached_f1"],
+                   ("disfl_qa", "HasAns F1"): shipped["cached_HasAns_f1"],
+                   ("disfl_qa", "NoAns EM"): shipped["cached_NoAns_exact"]}
     k8 = json.loads((REPO_ROOT / "benchmarks/results/readonce_learning_h100/qa_k8_lr1e-4.json").read_text())
     card = ModelCard.load(CARDS / "readonce-bart-minilm-qa.md")
     got = {(r.dataset_type, r.metric_name): r.metric_value for r in card.data.eval_results}
