@@ -399,12 +399,23 @@ class RecurrentCausalLMMixin:
     - `_run_layer(layer, hidden_states, **layer_kwargs)`: one block call, returning its hidden states;
     - `_final_norm(hidden_states)`.
 
-    Gradient checkpointing (§3.2): `gradient_checkpointing_enable()` checkpoints whole windows (non-reentrant), so
-    between windows only the recurrent vectors (and the window boundaries) are kept and each window is recomputed
-    during backward; the blocks inside a window are not checkpointed a second time.
+    Gradient checkpointing (§3.2): `gradient_checkpointing_enable()` checkpoints whole windows, so between windows
+    only the recurrent vectors (and the window boundaries) are kept and each window is recomputed during backward;
+    the blocks inside a window are not checkpointed a second time. The window checkpoint is reentrant by default
+    (`reentrant_window_checkpointing = True`): each window's backward runs as its own autograd pass, so its parameter
+    gradients are added into `.grad` as soon as that window is done. A non-reentrant checkpoint puts every window's
+    parameter uses into one graph, and autograd then sums the windows' contributions to each parameter in a buffer
+    of its own until the last window is back-propagated: one extra copy of all parameter gradients (540 MB for
+    SmolLM2-135M in fp32) held beside `.grad` during backward. With the reentrant checkpoint the parameters are not
+    in the graph of the returned loss, so `torch.autograd.grad(loss, parameters)` and `loss.backward(inputs=...)` do
+    not work (torch raises: the tensors "appear to not have been used in the graph"), and under
+    `DistributedDataParallel` a parameter becomes ready once per window (use `static_graph=True`). Set
+    `model.reentrant_window_checkpointing = False` for the non-reentrant checkpoint there: same losses and
+    gradients, one more copy of the gradients during backward.
     """
 
     supports_gradient_checkpointing = True
+    reentrant_window_checkpointing = True
     _can_compile_fullgraph = False
     _supports_flash_attn = False
     _supports_flex_attn = False
@@ -660,6 +671,10 @@ class RecurrentCausalLMMixin:
         loss_sum, logits = self._head(hidden, targets, keep)
         return loss_sum, next_memory, logits
 
+    def _anchored_window_step(self, anchor, *arguments):
+        """[`_window_step`] with an unused first argument that requires grad (see [`_windowed_stream`])."""
+        return self._window_step(*arguments)
+
     def _checkpointing_windows(self) -> bool:
         """Whether this call checkpoints whole windows (§3.2): gradient checkpointing on, training, grad enabled."""
         return bool(getattr(self, "gradient_checkpointing", False)) and self.training and torch.is_grad_enabled()
@@ -667,7 +682,9 @@ class RecurrentCausalLMMixin:
     def _windowed_stream(self, input_ids, attention_mask, targets, keep, memory):
         """No KV cache: windows in sequence, each run in full, the recurrent vector carried (training path).
 
-        Memory: with gradient checkpointing each window (its LM head and loss included) is one checkpointed segment;
+        Memory: with gradient checkpointing each window (its LM head and loss included) is one checkpointed segment
+        (reentrant by default, so each window's parameter gradients go into `.grad` when its backward ends; see the
+        class docstring);
         without gradients (evaluation) each window's head and loss are computed and freed before the next window,
         so neither holds a `(T, vocab)` or `(T, hidden)` tensor for the whole stream (only the kept logits). Without
         checkpointing but with gradients, every window's activations are kept for backward anyway, and one LM head
@@ -697,7 +714,13 @@ class RecurrentCausalLMMixin:
             window_targets = targets[:, start + new_from : end] if targets is not None else None
             arguments = (input_ids[:, start:end], window_mask, memory, window_targets, keep[start + new_from : end],
                          new_from)
-            if use_checkpoint:
+            if use_checkpoint and self.reentrant_window_checkpointing:
+                # the anchor requires grad so that the first window (no recurrent vector, integer inputs only) is
+                # back-propagated too; a reentrant checkpoint passes gradients only through inputs that require grad
+                anchor = torch.empty(0, device=input_ids.device, requires_grad=True)
+                step_loss, memory, logits = checkpoint(self._anchored_window_step, anchor, *arguments,
+                                                       use_reentrant=True)
+            elif use_checkpoint:
                 step_loss, memory, logits = checkpoint(self._window_step, *arguments, use_reentrant=False)
             else:  # no gradients: one window at a time, its head and loss freed before the next
                 step_loss, memory, logits = self._window_step(*arguments)
