@@ -409,7 +409,7 @@ class RecurrentCausalLMMixin:
     SmolLM2-135M in fp32) held beside `.grad` during backward. With the reentrant checkpoint the parameters are not
     in the graph of the returned loss, so `torch.autograd.grad(loss, parameters)` and `loss.backward(inputs=...)` do
     not work (torch raises: the tensors "appear to not have been used in the graph"), and under
-    `DistributedDataParallel` a parameter becomes ready once per window (use `static_graph=True`). Set
+    `DistributedDataParallel` a parameter becomes ready once per window (DDP's `static_graph=True`; not tested). Set
     `model.reentrant_window_checkpointing = False` for the non-reentrant checkpoint there: same losses and
     gradients, one more copy of the gradients during backward.
     """
