@@ -227,12 +227,36 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
                 f"{len(missing)} of {len(texts)} passages are not stored in {store.path} for this model and settings "
                 f"(first: a passage of question {name}); encode them first, or pass --encode-missing "
                 f"(`encode_missing=True`) to encode and store them now. Details: {error}") from None
-    from tqdm.auto import tqdm
-
-    generation = _generation_kwargs(tokenizer, max_new_tokens)
     timings = timings if timings is not None else {}
     timings.setdefault("read_seconds", 0.0)
     timings.setdefault("generate_seconds", 0.0)
+    pad = _generation_kwargs(tokenizer, max_new_tokens)["pad_token_id"]
+
+    def batch(rows):
+        begin = time.perf_counter()
+        caches = [[adapter.read(store.get_many(fingerprint, settings, [hashes[p] for p in passages[i]]),
+                                device=model.device, dtype=model.dtype)] for i in rows]
+        timings["read_seconds"] += time.perf_counter() - begin
+        ids, mask = _left_pad([question_ids(tokenizer, examples[i]["question"]) for i in rows], pad, model.device)
+        return ids, mask, {"document_caches": caches}
+
+    return _generate_answers(model, tokenizer, examples, batch, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                             progress=progress, timings=timings)
+
+
+def _generate_answers(model, tokenizer, examples: Sequence[dict], batch, *, batch_size: int, max_new_tokens: int,
+                      progress: bool, timings: dict | None = None) -> dict[str, str]:
+    """The batched greedy answer loop shared by [`answer_with_document_caches`] and [`answer_with_full_prompt`]:
+    `batch(rows)` gives `(input_ids, attention_mask, extra generate() kwargs)` for a range of example indices; the
+    generated tokens after the input are decoded and cut by [`clean_answer`]. The model is put in eval mode and its
+    training mode restored; `timings["generate_seconds"]` (if given) accumulates the generate time.
+
+    Returns:
+        `dict[str, str]`: example id (or index) -> answer, in example order.
+    """
+    from tqdm.auto import tqdm
+
+    generation = _generation_kwargs(tokenizer, max_new_tokens)
     bar = tqdm(total=len(examples), desc="answer", unit="question", disable=not progress, dynamic_ncols=True)
     predictions: dict[str, str] = {}
     was_training = model.training
@@ -240,16 +264,12 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
     try:
         for start in range(0, len(examples), batch_size):
             rows = range(start, min(start + batch_size, len(examples)))
+            ids, mask, extra = batch(rows)
             begin = time.perf_counter()
-            caches = [[adapter.read(store.get_many(fingerprint, settings, [hashes[p] for p in passages[i]]),
-                                    device=model.device, dtype=model.dtype)] for i in rows]
-            timings["read_seconds"] += time.perf_counter() - begin
-            begin = time.perf_counter()
-            ids, mask = _left_pad([question_ids(tokenizer, examples[i]["question"]) for i in rows],
-                                  generation["pad_token_id"], model.device)
             with torch.no_grad():
-                out = model.generate(ids, attention_mask=mask, document_caches=caches, **generation)
-            timings["generate_seconds"] += time.perf_counter() - begin
+                out = model.generate(ids, attention_mask=mask, **extra, **generation)
+            if timings is not None:
+                timings["generate_seconds"] = timings.get("generate_seconds", 0.0) + time.perf_counter() - begin
             for row, i in enumerate(rows):
                 text = tokenizer.decode(out[row, ids.shape[1]:], skip_special_tokens=True)
                 predictions[str(examples[i].get("id", i))] = clean_answer(text)
@@ -298,29 +318,16 @@ def answer_with_full_prompt(model, tokenizer, examples: Sequence[dict], *, max_d
         ValueError: bad rows or arguments (naming them).
     """
     _check(examples, batch_size, max_new_tokens)
-    from tqdm.auto import tqdm
+    pad = _generation_kwargs(tokenizer, max_new_tokens)["pad_token_id"]
 
-    generation = _generation_kwargs(tokenizer, max_new_tokens)
-    bar = tqdm(total=len(examples), desc="answer", unit="question", disable=not progress, dynamic_ncols=True)
-    predictions: dict[str, str] = {}
-    was_training = model.training
-    model.eval()
-    try:
-        for start in range(0, len(examples), batch_size):
-            rows = range(start, min(start + batch_size, len(examples)))
-            prompts = [prompt_ids(tokenizer, passages_of(examples[i]), examples[i]["question"], max_document_length,
-                                  add_special_tokens)[0] for i in rows]
-            ids, mask = _left_pad(prompts, generation["pad_token_id"], model.device)
-            with torch.no_grad():
-                out = model.generate(ids, attention_mask=mask, **generation)
-            for row, i in enumerate(rows):
-                text = tokenizer.decode(out[row, ids.shape[1]:], skip_special_tokens=True)
-                predictions[str(examples[i].get("id", i))] = clean_answer(text)
-            bar.update(len(rows))
-    finally:
-        bar.close()
-        model.train(was_training)
-    return predictions
+    def batch(rows):
+        prompts = [prompt_ids(tokenizer, passages_of(examples[i]), examples[i]["question"], max_document_length,
+                              add_special_tokens)[0] for i in rows]
+        ids, mask = _left_pad(prompts, pad, model.device)
+        return ids, mask, {}
+
+    return _generate_answers(model, tokenizer, examples, batch, batch_size=batch_size, max_new_tokens=max_new_tokens,
+                             progress=progress)
 
 
 def add_distractor_passages(examples: Sequence[dict], num_distractors: int = 3, seed: int = 0) -> list[dict]:
