@@ -119,6 +119,7 @@ MANIFEST_DAMAGE = {
         {**m, "documents": {h: [] for h in m["documents"]}}).encode(),
     "manifest-missing-sha256": lambda m, raw: json.dumps(
         (_first_doc(m).pop("sha256"), m)[1]).encode(),
+    "manifest-bad-xxh3": lambda m, raw: json.dumps((_first_doc(m).update(xxh3_128="xyz"), m)[1]).encode(),
     "manifest-tensors-list": lambda m, raw: json.dumps((_first_doc(m).update(tensors=[]), m)[1]).encode(),
     "manifest-shape-string": lambda m, raw: json.dumps(
         (_first_doc(m)["tensors"]["hidden_states"].update(shape="big"), m)[1]).encode(),

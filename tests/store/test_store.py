@@ -183,6 +183,74 @@ def test_corruption_detected_named_and_repaired(tmp_path, damage):
     assert list((tmp_path / "s" / "quarantine").rglob("*"))  # never deleted
 
 
+def _manifest_paths(root):
+    return sorted((root / "index").rglob("*.json"))
+
+
+def test_reads_check_the_fast_checksum_verify_checks_both(tmp_path, monkeypatch):
+    """Every document records xxh3-128 beside SHA-256 (manifest and shard header); reads check only the fast one,
+    `verify` both, and a wrong xxh3-128 is a named corruption on read."""
+    import hf_readonce.store.store as store_module
+    from hf_readonce.store import tensors_checksum, tensors_read_checksum
+
+    store = RepresentationStore(tmp_path / "s")
+    h = content_hash("document")
+    store.put(FP, SETTINGS, h, rand_states(4))
+    manifest = json.loads(_manifest_paths(tmp_path / "s")[0].read_text())
+    doc = manifest["documents"][h]
+    assert doc["xxh3_128"] == tensors_read_checksum(rand_states(4)) and len(doc["xxh3_128"]) == 32
+    assert doc["sha256"] == tensors_checksum(rand_states(4))
+    from safetensors import safe_open
+    shard = next((tmp_path / "s" / "shards").rglob("*.safetensors"))
+    with safe_open(str(shard), "pt") as handle:
+        assert json.loads(handle.metadata()["documents"])[h]["xxh3_128"] == doc["xxh3_128"]
+
+    calls = {"sha256": 0}
+    real = store_module.tensors_checksum
+
+    def counting(tensors):
+        calls["sha256"] += 1
+        return real(tensors)
+
+    monkeypatch.setattr(store_module, "tensors_checksum", counting)
+    fresh = RepresentationStore(tmp_path / "s")
+    torch.testing.assert_close(fresh.get(FP, SETTINGS, h)["hidden_states"], rand_states(4)["hidden_states"])
+    assert calls["sha256"] == 0  # the read checked xxh3-128 only
+    assert fresh.verify().ok
+
+    doc["xxh3_128"] = "0" * 32  # a recorded read checksum that does not match the bytes
+    _manifest_paths(tmp_path / "s")[0].write_text(json.dumps(manifest))
+    damaged = RepresentationStore(tmp_path / "s")
+    with pytest.raises(CorruptedShardError, match="checksum mismatch"):
+        damaged.get(FP, SETTINGS, h)
+    report = damaged.verify()  # the shard is intact, its manifest is not: verify says so, repair re-indexes
+    assert not report.ok and "disagree" in report.corruptions[0].describe()
+    result = damaged.repair(report)
+    assert result["salvaged"] == [h] and not result["dropped"]
+    torch.testing.assert_close(RepresentationStore(tmp_path / "s").get(FP, SETTINGS, h)["hidden_states"],
+                               rand_states(4)["hidden_states"])
+
+
+def test_stores_of_earlier_releases_without_xxh3_are_checked_by_sha256(tmp_path):
+    """A manifest written before `xxh3_128` existed: reads still succeed, and flipped bytes are still found on read."""
+    store = RepresentationStore(tmp_path / "s")
+    h = content_hash("old document")
+    store.put(FP, SETTINGS, h, rand_states(6))
+    manifest_path = _manifest_paths(tmp_path / "s")[0]
+    manifest = json.loads(manifest_path.read_text())
+    del manifest["documents"][h]["xxh3_128"]
+    manifest_path.write_text(json.dumps(manifest))
+    old = RepresentationStore(tmp_path / "s")
+    torch.testing.assert_close(old.get(FP, SETTINGS, h)["hidden_states"], rand_states(6)["hidden_states"])
+    assert old.verify().ok
+    shard = next((tmp_path / "s" / "shards").rglob("*.safetensors"))
+    data = bytearray(shard.read_bytes())
+    data[-8:] = bytes(b ^ 0xFF for b in data[-8:])
+    shard.write_bytes(bytes(data))
+    with pytest.raises(CorruptedShardError, match="checksum mismatch"):
+        RepresentationStore(tmp_path / "s").get(FP, SETTINGS, h)
+
+
 def test_concurrent_writers_do_not_corrupt_the_index(tmp_path):
     code = (
         "import sys, torch\n"

@@ -37,7 +37,7 @@ from .keys import (
     space_key,
 )
 from .maintenance import Corruption, VerifyReport, bytes_per_1000_tokens
-from .shards import FORMAT_VERSION, resolve_dtype, tensors_checksum
+from .shards import FORMAT_VERSION, resolve_dtype, tensors_checksum, tensors_read_checksum
 from .store import RepresentationStore, StoreWriter
 
 # Names that 0.1.0 exported from `hf_readonce.store` and that now live above the store (the store itself imports
@@ -95,4 +95,5 @@ __all__ = [
     "resolve_dtype",
     "space_key",
     "tensors_checksum",
+    "tensors_read_checksum",
 ]

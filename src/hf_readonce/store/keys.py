@@ -153,7 +153,9 @@ class DocumentEntry:
     Attributes:
         space (`str`): space key. content_hash (`str`): document key. shard (`str`): shard path relative to the
         store. tensors (`dict[str, dict]`): per tensor name, its `key` in the shard, `dtype` and `shape`.
-        sha256 (`str`): [`tensors_checksum`] of the document. meta (`dict`): small JSON metadata (e.g. `id`).
+        sha256 (`str`): [`tensors_checksum`] of the document (SHA-256). meta (`dict`): small JSON metadata (e.g.
+        `id`). xxh3_128 (`str`): [`tensors_read_checksum`] of the document, checked by every read; `""` for
+        documents written by earlier releases (their reads check `sha256`).
     """
 
     space: str
@@ -162,6 +164,7 @@ class DocumentEntry:
     tensors: dict = field(hash=False, compare=False)
     sha256: str = ""
     meta: dict = field(default_factory=dict, hash=False, compare=False)
+    xxh3_128: str = ""
 
     @property
     def name(self) -> str:

@@ -188,6 +188,21 @@ def _check_shard(store, shard: str, manifest: dict, entries: list[DocumentEntry]
                           "(never followed)", entries)
     size = path.stat().st_size
     if size == manifest.get("file_size") and _file_sha256(path) == manifest.get("file_sha256"):
+        # The file is intact, so its own header is the truth: a manifest whose per-document checksums disagree
+        # with it would make reads fail (or, for an old manifest, pass) against the wrong record.
+        try:
+            _, _, recorded = read_orphan(store, shard)
+        except ValueError:
+            return None  # a header that does not parse while the whole-file checksum matches: left to reads
+        recorded = {e.content_hash: e for e in recorded}
+        # (a manifest without `xxh3_128`, as earlier releases wrote, is not a disagreement)
+        wrong = [e for e in entries if e.content_hash in recorded and (
+            recorded[e.content_hash].sha256 != e.sha256
+            or (e.xxh3_128 and recorded[e.content_hash].xxh3_128 != e.xxh3_128))]
+        if wrong:
+            return Corruption(f"index/{Path(shard).stem}.json", f"manifest's document checksums disagree with the "
+                              f"intact shard {printable(shard)}'s header (index damaged; `encode --repair` "
+                              "re-indexes the shard from its header)", wrong)
         return None
     reason = "file checksum mismatch" if size == manifest.get("file_size") else (
         f"file size {size} bytes, expected {manifest.get('file_size')} (truncated or extended)")
@@ -195,7 +210,7 @@ def _check_shard(store, shard: str, manifest: dict, entries: list[DocumentEntry]
     bad = []
     for entry in entries:
         try:
-            store._read(entry, verify=True)
+            store._read(entry, verify="strong")
         except CorruptedShardError:
             bad.append(entry)
     store._handles.pop(shard, None)
@@ -279,9 +294,9 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
                     dropped.append(doc_hash)
                     continue
                 entry = DocumentEntry(space.key, doc_hash, corruption.shard, doc["tensors"], doc["sha256"],
-                                      doc.get("meta") or {})
+                                      doc.get("meta") or {}, doc.get("xxh3_128", ""))
                 try:
-                    keep.append((doc_hash, store._read(entry, verify=True), dict(entry.meta)))
+                    keep.append((doc_hash, store._read(entry, verify="strong"), dict(entry.meta)))
                 except CorruptedShardError:
                     dropped.append(doc_hash)
             store._forget_shard(corruption.shard)

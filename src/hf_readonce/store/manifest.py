@@ -14,6 +14,7 @@ from .keys import DocumentEntry, RepresentationSpace, printable, space_key
 from .shards import FORMAT_NAME, FORMAT_VERSION
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+_HEX32 = re.compile(r"[0-9a-f]{32}")
 _DTYPES = {"float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool"}
 
 
@@ -68,7 +69,8 @@ def check_manifest(manifest, name: str) -> dict:
     (64 hex), `fingerprint` (non-empty str), `settings` (object; `space` must be their space key), `model_type` (str
     or null), `dtype`, `file_size` (int >= 0), `file_sha256` (64 hex), `shard` (exactly
     `shards/<space[:24]>/<shard id>.safetensors`: never a path outside the store) and `documents` (object: 64-hex
-    content hash -> {tensors, sha256 (64 hex), meta (object, optional)}).
+    content hash -> {tensors, sha256 (64 hex), xxh3_128 (32 hex, optional: absent in stores of earlier releases), meta (object,
+    optional)}).
 
     Returns:
         `dict`: the manifest.
@@ -119,6 +121,8 @@ def check_manifest(manifest, name: str) -> dict:
             _fail(name, f"{where}: a JSON {type(doc).__name__}, not an object")
         if not isinstance(doc.get("sha256"), str) or not _HEX64.fullmatch(doc["sha256"]):
             _fail(name, f"{where}: `sha256` is missing or not a 64-character hex digest")
+        if "xxh3_128" in doc and (not isinstance(doc["xxh3_128"], str) or not _HEX32.fullmatch(doc["xxh3_128"])):
+            _fail(name, f"{where}: `xxh3_128` is not a 32-character hex digest")
         if doc.get("meta") is not None and not isinstance(doc.get("meta"), dict):
             _fail(name, f"{where}: `meta` must be an object")
         try:
@@ -173,8 +177,11 @@ def read_shard_header(metadata: Mapping[str, str] | None, tensor_specs: Mapping[
     for i, (doc_hash, doc) in enumerate(documents.items()):
         if not _HEX64.fullmatch(doc_hash) or not isinstance(doc, dict) or not isinstance(doc.get("sha256"), str):
             raise ValueError(f"shard header: bad record for document {i}")
+        read_checksum = doc.get("xxh3_128", "")
+        if read_checksum and not (isinstance(read_checksum, str) and _HEX32.fullmatch(read_checksum)):
+            raise ValueError(f"shard header: bad `xxh3_128` for document {i}")
         meta = doc.get("meta") if isinstance(doc.get("meta"), dict) else {}
-        entries.append(DocumentEntry(space, doc_hash, shard, per_doc[i], doc["sha256"], meta))
+        entries.append(DocumentEntry(space, doc_hash, shard, per_doc[i], doc["sha256"], meta, read_checksum))
     return RepresentationSpace(space, fingerprint, settings, model_type), dtype, entries
 
 
