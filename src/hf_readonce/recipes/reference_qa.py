@@ -223,6 +223,53 @@ def export(args) -> Path:
     return target
 
 
+def average(args) -> Path:
+    """Uniform weight average of several checkpoints of one architecture (checkpoint averaging; e.g. the last
+    checkpoints of consecutive distillation runs), saved in fp32 with the first checkpoint's config and tokenizer
+    into `args.output_dir`, ready for `--do_eval` (threshold tuning on the calibration split) and `export`.
+
+    Every floating-point tensor is averaged in fp32, whatever the checkpoints' dtype; integer buffers must be equal.
+
+    Raises:
+        ValueError: fewer than two `--model_dirs`, checkpoints of different model types or numbers of decomposed
+            layers, different tensor names or shapes, or integer buffers that differ.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoTokenizer
+
+    from .. import register_models
+
+    register_models()
+    if len(args.model_dirs) < 2:
+        raise ValueError(f"--model_dirs: averaging needs at least two checkpoints, got {len(args.model_dirs)}.")
+    configs = [AutoConfig.from_pretrained(path) for path in args.model_dirs]
+    shape_of = [(c.model_type, getattr(c, "num_decomposed_layers", None), c.num_hidden_layers) for c in configs]
+    if len(set(shape_of)) > 1:
+        raise ValueError("--model_dirs: checkpoints differ in (model_type, num_decomposed_layers, layers): "
+                         + ", ".join(f"{path}: {shape}" for path, shape in zip(args.model_dirs, shape_of)))
+    models = [AutoModelForQuestionAnswering.from_pretrained(path, dtype=torch.float32) for path in args.model_dirs]
+    states = [model.state_dict() for model in models]
+    merged = {}
+    for name, first in states[0].items():
+        tensors = [state.get(name) for state in states]
+        if any(t is None or t.shape != first.shape for t in tensors):
+            raise ValueError(f"--model_dirs: tensor {name!r} is missing or has another shape in some checkpoint.")
+        if first.is_floating_point():
+            merged[name] = torch.stack([t.float() for t in tensors]).mean(0)
+        elif any(not torch.equal(t, first) for t in tensors):
+            raise ValueError(f"--model_dirs: integer tensor {name!r} differs between checkpoints.")
+        else:
+            merged[name] = first
+    models[0].load_state_dict(merged)
+    target = Path(args.output_dir)
+    models[0].save_pretrained(target)
+    AutoTokenizer.from_pretrained(args.model_dirs[0]).save_pretrained(target)
+    with open(target / "average.json", "w") as handle:
+        json.dump({"command": "python -m hf_readonce.recipes.reference_qa average " + " ".join(args.argv),
+                   "model_dirs": list(args.model_dirs)}, handle, indent=2)
+    return target
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m hf_readonce.recipes.reference_qa", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -256,6 +303,9 @@ def main(argv=None):
     x = sub.add_parser("export", help="fp16 safetensors + tokenizer + metrics + checksums, for shipping")
     x.add_argument("--model_dir", required=True)
     x.add_argument("--export_dir", required=True)
+    a = sub.add_parser("average", help="uniform weight average of checkpoints (fp32), for evaluation and export")
+    a.add_argument("--model_dirs", nargs="+", required=True)
+    a.add_argument("--output_dir", required=True)
     args = parser.parse_args(argv)
     import sys
 
@@ -265,6 +315,8 @@ def main(argv=None):
         print(json.dumps(train(args), indent=2))
     elif args.command == "evaluate":
         print(json.dumps(evaluate(args), indent=2))
+    elif args.command == "average":
+        print(average(args))
     else:
         print(export(args))
 

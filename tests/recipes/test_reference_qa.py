@@ -1,0 +1,46 @@
+"""`python -m hf_readonce.recipes.reference_qa average`: uniform checkpoint averaging, on tiny random DeFormers."""
+
+import json
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from hf_readonce import DeformerBertConfig, DeformerBertForQuestionAnswering
+from hf_readonce.recipes.reference_qa import main
+from hf_readonce.weights import minilm_path
+
+
+def _save(path, k, seed):
+    torch.manual_seed(seed)
+    config = DeformerBertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
+                                intermediate_size=64, num_decomposed_layers=k)
+    model = DeformerBertForQuestionAnswering(config)
+    model.save_pretrained(path)
+    AutoTokenizer.from_pretrained(minilm_path()).save_pretrained(path)
+    return model
+
+
+def test_average_is_the_uniform_mean_of_the_weights(tmp_path):
+    models = [_save(tmp_path / f"m{i}", k=2, seed=i) for i in range(3)]
+    out = main(["average", "--model_dirs", *(str(tmp_path / f"m{i}") for i in range(3)),
+                "--output_dir", str(tmp_path / "avg")]) or tmp_path / "avg"
+    averaged = DeformerBertForQuestionAnswering.from_pretrained(out)
+    assert averaged.config.num_decomposed_layers == 2
+    for name, tensor in averaged.state_dict().items():
+        expected = torch.stack([m.state_dict()[name].float() for m in models]).mean(0)
+        torch.testing.assert_close(tensor, expected, rtol=0, atol=1e-6)
+    assert not torch.equal(averaged.qa_outputs.weight, models[0].qa_outputs.weight)
+    record = json.loads((tmp_path / "avg" / "average.json").read_text())
+    assert record["model_dirs"] == [str(tmp_path / f"m{i}") for i in range(3)]
+
+
+def test_average_refuses_one_checkpoint_or_different_k(tmp_path):
+    _save(tmp_path / "a", k=2, seed=0)
+    _save(tmp_path / "b", k=3, seed=1)
+    with pytest.raises(ValueError, match="at least two"):
+        main(["average", "--model_dirs", str(tmp_path / "a"), "--output_dir", str(tmp_path / "o")])
+    with pytest.raises(ValueError, match="num_decomposed_layers"):
+        main(["average", "--model_dirs", str(tmp_path / "a"), str(tmp_path / "b"), "--output_dir",
+              str(tmp_path / "o")])
+    assert not (tmp_path / "o").exists()
