@@ -41,10 +41,26 @@ def split_calibration(examples: list[dict], fraction: float = CALIBRATION_FRACTI
 
 
 def hardware_description() -> str:
-    """What a run's `train_results.json` records as its hardware: the CUDA device's name, else "N CPU cores"."""
+    """What a run's `train_results.json` records as its hardware: the CUDA device's name, else "N CPU cores" with the
+    CPU's model name (Linux) and whether it has native bf16 (AVX-512 BF16 or AMX), e.g. "2 CPU cores (AMD EPYC,
+    native bf16)"."""
     import torch
 
-    return torch.cuda.get_device_name() if torch.cuda.is_available() else f"{os.cpu_count()} CPU cores"
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name()
+    details = []
+    try:
+        with open("/proc/cpuinfo") as handle:
+            details += [line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")][:1]
+    except OSError:
+        pass
+    try:
+        details.append("native bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "no native bf16")
+    except (AttributeError, RuntimeError):
+        pass
+    threads = torch.get_num_threads()
+    return f"{os.cpu_count()} CPU cores" + (f" ({', '.join(details)})" if details else "") + \
+        (f", {threads} torch threads" if threads != os.cpu_count() else "")
 
 
 def training_rows(examples, tokenizer, max_question_length=48, max_passage_length=208, doc_stride=64,
