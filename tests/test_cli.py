@@ -263,6 +263,22 @@ def test_errors_speak_the_cli_language(tmp_path, recorded_checkpoint, capsys):
     assert "question id 'q1', title 'Paris'" in err and "--encode-missing" in err
 
 
+def test_answer_encode_missing_on_a_new_store_windows_as_the_checkpoint_records(tmp_path, recorded_checkpoint,
+                                                                                  capsys):
+    """`answer --encode-missing` into a store that does not exist yet needs no window options: it windows as the
+    checkpoint records (48 / 8 here), as `encode` does, and the store then holds that space."""
+    questions = write_jsonl(tmp_path / "q.jsonl", ROWS)
+    store = tmp_path / "fresh"
+    assert cli_main(["answer", str(recorded_checkpoint), "--store", str(store), "--questions", str(questions),
+                     "--output", str(tmp_path / "p.jsonl"), "--no-progress", "--encode-missing"]) == 0
+    capsys.readouterr()
+    assert len((tmp_path / "p.jsonl").read_text().splitlines()) == len(ROWS)
+    from hf_readonce.store import RepresentationStore
+
+    (space,) = RepresentationStore(store, readonly=True).spaces()
+    assert (space.settings["max_passage_length"], space.settings["doc_stride"]) == (48, 8)
+
+
 def test_loading_a_bert_checkpoint_is_quiet_but_says_the_head_is_untrained(tmp_path):
     import os
     import subprocess

@@ -53,7 +53,8 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
         store ([`RepresentationStore`]).
         examples (`Sequence[dict]`): SQuAD-style rows with `id`, `question`, `context`.
         max_passage_length, doc_stride (`int`, *optional*): window settings used at encode time; looked up in the
-            store when both are omitted ([`find_deformer_space`]).
+            store when both are omitted ([`find_deformer_space`]), or, with `encode_missing` and nothing of this
+            model stored yet, taken from the checkpoint's config (`max_passage_length`, `doc_stride`).
         max_question_length, batch_size, n_best_size, max_answer_length, allow_no_answer,
             null_score_diff_threshold: as in [`hf_readonce.tasks.question_answering.postprocess_qa_predictions`]
             (`n_best` is the 0.1.0 name of `n_best_size`, still accepted).
@@ -77,7 +78,15 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
     if (max_passage_length is None) != (doc_stride is None):
         raise ValueError("pass both `max_passage_length` and `doc_stride`, or neither (read from the store).")
     if max_passage_length is None:
-        found = find_deformer_space(store, model, tokenizer)
+        try:
+            found = find_deformer_space(store, model, tokenizer)
+        except (MissingRepresentationError, RepresentationMismatchError):
+            # Nothing of this model stored yet: with encode_missing, window as the checkpoint records it was trained
+            # (`max_passage_length`/`doc_stride` in its config), as `hf-readonce encode` does by default.
+            recorded = [getattr(model.config, name, None) for name in ("max_passage_length", "doc_stride")]
+            if not encode_missing or None in recorded:
+                raise
+            found = dict(zip(("max_passage_length", "doc_stride"), recorded))
         max_passage_length, doc_stride = found["max_passage_length"], found["doc_stride"]
     adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=max_passage_length, doc_stride=doc_stride,
                                    batch_size=batch_size)
