@@ -23,7 +23,8 @@ def generator():
 def test_generated_cards_are_up_to_date():
     module = generator()
     rendered = module.render_all()
-    assert set(rendered) == {"minilm-qa-reference.md", "deformer-minilm-qa-reference.md", "readonce-bart-minilm-qa.md"}
+    assert set(rendered) == {"minilm-qa-reference.md", "deformer-minilm-qa-reference.md", "readonce-bart-minilm-qa.md",
+                             "deformer-minilm-l6-quoref.md"}
     for name, text in rendered.items():
         assert (CARDS / name).read_text() == text, f"{name} differs from its metrics: run python model_cards/generate.py"
     assert sorted(set(rendered) | set(module.HAND_WRITTEN)) == sorted(p.name for p in CARDS.glob("*.md"))
@@ -66,6 +67,10 @@ def test_model_index_values_are_the_recorded_metrics():
     got = {(r.dataset_type, r.metric_name): r.metric_value for r in card.data.eval_results}
     assert got == {(d, m): k8[f"eval_{d}_{key}"] for d in ("disfl_qa", "quoref")
                    for m, key in (("EM", "exact_match"), ("F1", "f1"))}
+    kd = json.loads((REPO_ROOT / "benchmarks/results/quoref_table/deformer_kd.json").read_text())
+    card = ModelCard.load(CARDS / "deformer-minilm-l6-quoref.md")
+    got = {(r.dataset_type, r.metric_name): r.metric_value for r in card.data.eval_results}
+    assert got == {("quoref", "EM"): kd["cached_exact_match"], ("quoref", "F1"): kd["cached_f1"]}
 
 
 def test_builder_inputs_and_errors():
