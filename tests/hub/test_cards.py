@@ -24,7 +24,7 @@ def test_generated_cards_are_up_to_date():
     module = generator()
     rendered = module.render_all()
     assert set(rendered) == {"minilm-qa-reference.md", "deformer-minilm-qa-reference.md", "readonce-bart-minilm-qa.md",
-                             "deformer-minilm-l6-quoref.md"}
+                             "deformer-minilm-l6-quoref.md", "block-attention-smollm2-135m-quoref.md"}
     for name, text in rendered.items():
         assert (CARDS / name).read_text() == text, f"{name} differs from its metrics: run python model_cards/generate.py"
     assert sorted(set(rendered) | set(module.HAND_WRITTEN)) == sorted(p.name for p in CARDS.glob("*.md"))
@@ -71,6 +71,10 @@ def test_model_index_values_are_the_recorded_metrics():
     card = ModelCard.load(CARDS / "deformer-minilm-l6-quoref.md")
     got = {(r.dataset_type, r.metric_name): r.metric_value for r in card.data.eval_results}
     assert got == {("quoref", "EM"): kd["cached_exact_match"], ("quoref", "F1"): kd["cached_f1"]}
+    block = json.loads((REPO_ROOT / "benchmarks/results/block_attention_qa_h100/eval_block_stored.json").read_text())
+    card = ModelCard.load(CARDS / "block-attention-smollm2-135m-quoref.md")
+    got = {(r.dataset_type, r.metric_name): r.metric_value for r in card.data.eval_results}
+    assert got == {("quoref", "EM"): block["eval_stored_exact_match"], ("quoref", "F1"): block["eval_stored_f1"]}
 
 
 def test_builder_inputs_and_errors():
