@@ -23,7 +23,7 @@ standard library and the configuration next to it.
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields, make_dataclass
 
 import torch
 import transformers
@@ -39,6 +39,19 @@ from .configuration_block_attention_llama import BlockAttentionLlamaConfig
 # then exactly the key computed at the new position ("yarn" scales cos and sin by one constant factor, which the
 # stored key already carries). "dynamic" and "longrope" change their frequencies with the length read.
 EXACT_ROPE_TYPES = frozenset({"default", "linear", "llama3", "yarn"})
+
+# transformers 5.24 renamed `past_key_values` to `cache`: the field of every ModelOutput and the argument of `forward`,
+# `generate` and the mask functions (the old name stays accepted there, deprecated). Earlier 5.x releases know only
+# `past_key_values`. This file accepts both names and passes on the one of the installed transformers.
+CACHE_NAME = "cache" if "cache" in {f.name for f in fields(CausalLMOutputWithPast)} else "past_key_values"
+
+
+def _either_cache(past_key_values, cache):
+    """The KV cache given as `past_key_values` or as `cache` (transformers >= 5.24's name); both: `ValueError`."""
+    if past_key_values is not None and cache is not None and past_key_values is not cache:
+        raise ValueError("Pass the cache as `cache` or as `past_key_values`, not both.")
+    return past_key_values if past_key_values is not None else cache
+
 
 # Config fields that provably do not change a document's keys and values: metadata, output switches, token ids, the
 # dtype (the weights are hashed as they are), the initializer range (the weights are hashed), the model type (a plain
@@ -268,9 +281,9 @@ def compose_document_caches(document_caches, config, *, offset: int = 0, model_f
                             device=None, dtype=None) -> DynamicCache:
     """Place document caches one after another from position `offset`, each one's keys rotated from the positions it
     was encoded at to its place in the composition (Block-Attention's position re-encoding, TurboRAG), and return them
-    as a transformers `DynamicCache` of batch size 1, ready as `past_key_values` of any Llama-family model whose
-    `config` this is (a plain `LlamaForCausalLM` too: pass `attention_mask` covering prefix and new tokens and
-    position ids continuing after the prefix).
+    as a transformers `DynamicCache` of batch size 1, ready as the cache (`past_key_values`, `cache` from transformers
+    5.24) of any Llama-family model whose `config` this is (a plain `LlamaForCausalLM` too: pass `attention_mask`
+    covering prefix and new tokens and position ids continuing after the prefix).
 
     Args:
         document_caches ([`DocumentCacheOutput`] or `Sequence[DocumentCacheOutput]`): every document of each, in order.
@@ -344,20 +357,25 @@ def _positions_from_mask(attention_mask: torch.Tensor) -> torch.LongTensor:
     return positions.masked_fill(attention_mask == 0, 0)
 
 
-@dataclass
-class ComposedDocumentCache(ModelOutput):
-    r"""
+_COMPOSED_DOCUMENT_CACHE_DOC = r"""
     Document caches composed as the prefix of a batch (output of `BlockAttentionLlamaForCausalLM.compose_batch`).
 
     Args:
         past_key_values (`DynamicCache`): layer `l` holds keys and values
             `(batch_size, num_key_value_heads, prefix_length, head_dim)`, each row's documents left-padded to the
-            longest row.
+            longest row. Named `cache` under transformers >= 5.24, as in every ModelOutput there (where
+            `past_key_values` still reads and sets it, deprecated).
         attention_mask (`torch.LongTensor` of shape `(batch_size, prefix_length)`): 1 at the documents' tokens.
     """
 
-    past_key_values: DynamicCache | None = None
-    attention_mask: torch.LongTensor | None = None
+# Made with `make_dataclass` because its first field is named after the installed transformers (`CACHE_NAME`).
+ComposedDocumentCache = make_dataclass(
+    "ComposedDocumentCache",
+    [(CACHE_NAME, DynamicCache | None, field(default=None)),
+     ("attention_mask", torch.LongTensor | None, field(default=None))],
+    bases=(ModelOutput,),
+    namespace={"__doc__": _COMPOSED_DOCUMENT_CACHE_DOC, "__module__": __name__},
+)
 
 
 class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
@@ -422,7 +440,7 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
         position_ids = _positions_from_mask(attention_mask)
         cache = DynamicCache(config=self.config)
         self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                   past_key_values=cache, use_cache=True)
+                   use_cache=True, **{CACHE_NAME: cache})
         keys = torch.stack([layer.keys for layer in cache.layers], dim=1)
         values = torch.stack([layer.values for layer in cache.layers], dim=1)
         return DocumentCacheOutput(keys=keys, values=values, attention_mask=attention_mask, position_ids=position_ids,
@@ -493,7 +511,7 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
         if repeat > 1:
             keys, values = keys.repeat_interleave(repeat, dim=0), values.repeat_interleave(repeat, dim=0)
             mask = mask.repeat_interleave(repeat, dim=0)
-        return ComposedDocumentCache(past_key_values=_dynamic_cache(keys, values, self.config), attention_mask=mask)
+        return ComposedDocumentCache(**{CACHE_NAME: _dynamic_cache(keys, values, self.config)}, attention_mask=mask)
 
     @can_return_tuple
     def forward(
@@ -508,6 +526,7 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
         logits_to_keep: int | torch.Tensor = 0,
         block_ids: torch.LongTensor | None = None,
         document_caches=None,
+        cache: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithPast:
         r"""
@@ -528,18 +547,23 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
                 are the composed ones (a block at offset p is read at positions p..), as a cache composed at p.
             document_caches ([`DocumentCacheOutput`], a sequence of them, or one sequence per row, *optional*): read
                 `input_ids` after these documents' composed caches (see [`compose_batch`]).
+            cache (`Cache`, *optional*): the name of `past_key_values` from transformers 5.24 on (what `generate`
+                passes there); either name is accepted with every supported transformers, not both.
 
             return_dict (`bool`, *optional*, keyword): return a tuple when False (`@can_return_tuple`).
 
         Returns:
             [`~transformers.modeling_outputs.CausalLMOutputWithPast`]: logits `(batch_size, seq_length, vocab_size)`
-            of `input_ids` (and the loss with `labels`); `past_key_values` includes the composed prefix.
+            of `input_ids` (and the loss with `labels`); its cache (`past_key_values`, `cache` from transformers 5.24)
+            includes the composed prefix.
 
         Raises:
             ValueError: `block_ids` of another shape than `input_ids`, with a non-empty cache or with
-                `document_caches`; `document_caches` with `past_key_values`; caches of another model (fingerprint).
+                `document_caches`; `document_caches` with `past_key_values`; caches of another model (fingerprint);
+                both `past_key_values` and `cache`.
             TypeError: floating `block_ids`.
         """
+        past_key_values = _either_cache(past_key_values, cache)
         if block_ids is not None:
             if document_caches is not None:
                 raise ValueError("Pass `block_ids` (training mask over full sequences) or `document_caches`, not both.")
@@ -570,14 +594,14 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
                 raise ValueError(f"with `document_caches`, `attention_mask` must be the question's "
                                  f"{(batch_size, length)}, got {tuple(attention_mask.shape)}.")
             prefix = self.compose_batch(document_caches, batch_size)
-            past_key_values = prefix.past_key_values
+            past_key_values = getattr(prefix, CACHE_NAME)
             attention_mask = torch.cat([prefix.attention_mask, attention_mask.to(prefix.attention_mask)], dim=1)
             if position_ids is None:
                 position_ids = _positions_from_mask(attention_mask)[:, -length:]
         return super().forward(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-            past_key_values=past_key_values, inputs_embeds=inputs_embeds, labels=labels, use_cache=use_cache,
-            logits_to_keep=logits_to_keep, **kwargs,
+            inputs_embeds=inputs_embeds, labels=labels, use_cache=use_cache, logits_to_keep=logits_to_keep,
+            **{CACHE_NAME: past_key_values}, **kwargs,
         )
 
     def generate(self, input_ids: torch.LongTensor | None = None, document_caches=None, **kwargs):
@@ -599,14 +623,14 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
             As `generate`: the questions followed by the new tokens (the prefix is not repeated).
 
         Raises:
-            ValueError: `document_caches` without `input_ids`, with `past_key_values` or `inputs_embeds`, a question
-                mask of another shape, caches of another model (fingerprint) or shape.
+            ValueError: `document_caches` without `input_ids`, with `past_key_values` (or `cache`) or
+                `inputs_embeds`, a question mask of another shape, caches of another model (fingerprint) or shape.
         """
         if document_caches is None:
             return super().generate(input_ids, **kwargs)
         if input_ids is None or not torch.is_tensor(input_ids) or input_ids.ndim != 2:
             raise ValueError("`input_ids` (batch_size, question_length) are needed with `document_caches`.")
-        for name in ("past_key_values", "inputs_embeds"):
+        for name in ("past_key_values", "cache", "inputs_embeds"):
             if kwargs.get(name) is not None:
                 raise ValueError(f"Pass `document_caches` or `{name}`, not both.")
         attention_mask = kwargs.pop("attention_mask", None)
@@ -623,7 +647,7 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
         # token (its ids are shorter than the mask) and counts positions from the mask.
         mask = torch.cat([prefix.attention_mask[:: max(num_beams, num_return)],
                           attention_mask.to(prefix.attention_mask)], dim=1)
-        return super().generate(input_ids, attention_mask=mask, past_key_values=prefix.past_key_values, **kwargs)
+        return super().generate(input_ids, attention_mask=mask, **{CACHE_NAME: getattr(prefix, CACHE_NAME)}, **kwargs)
 
 
 BlockAttentionLlamaConfig.register_for_auto_class()

@@ -25,6 +25,7 @@ import hashlib
 import json
 import math
 from collections.abc import Callable
+from dataclasses import fields
 
 import torch
 import transformers
@@ -36,6 +37,7 @@ from transformers.masking_utils import (
     sliding_window_bidirectional_overlay,
     sliding_window_overlay,
 )
+from transformers.modeling_outputs import Seq2SeqLMOutput
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.models.bart.modeling_bart import (
     BartAttention,
@@ -57,6 +59,20 @@ try:  # torch >= 2.5
     from torch.nn.attention.flex_attention import BlockMask
 except ImportError:  # pragma: no cover - older torch: no FlexAttention, the blocked kernel is used
     BlockMask = ()
+
+# transformers 5.24 renamed `past_key_values` to `cache`: the field of every ModelOutput and the argument of `forward`,
+# `generate`, the decoder layers, the attention modules and the mask functions (the old name stays accepted there,
+# deprecated). Earlier 5.x releases know only `past_key_values`. This file accepts both names and passes on the one
+# of the installed transformers.
+CACHE_NAME = "cache" if "cache" in {f.name for f in fields(Seq2SeqLMOutput)} else "past_key_values"
+
+
+def _either_cache(past_key_values, cache):
+    """The KV cache given as `past_key_values` or as `cache` (transformers >= 5.24's name); both: `ValueError`."""
+    if past_key_values is not None and cache is not None and past_key_values is not cache:
+        raise ValueError("Pass the cache as `cache` or as `past_key_values`, not both.")
+    return past_key_values if past_key_values is not None else cache
+
 
 CONVOLUTIONAL_TYPES = ("convolutional", "convolutional_per_head", "neighborhood_convolutional")
 
@@ -373,6 +389,7 @@ class LongDocBartAttention(BartAttention):
         key_value_states: torch.Tensor | None = None,
         past_key_values=None,
         attention_mask: torch.Tensor | None = None,
+        cache=None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         r"""
@@ -380,7 +397,8 @@ class LongDocBartAttention(BartAttention):
             hidden_states (`torch.FloatTensor` of shape `(batch, length, d_model)`).
             key_value_states (`torch.FloatTensor` of shape `(batch, source_length, d_model)`, *optional*): encoder
                 states for cross-attention (always BART's full attention).
-            past_key_values (`Cache`, *optional*): the decoder's KV cache.
+            past_key_values (`Cache`, *optional*): the decoder's KV cache (`cache`: its name from transformers 5.24
+                on, what `BartDecoderLayer` passes there; either name, not both).
             attention_mask: `"full"`: BART's mask. Neighborhood and convolutional types: a `(batch, 1, 1, kv)`
                 padding mask (True for real tokens) or `None`; with FlexAttention, a `BlockMask` (neighborhood)
                 or the same padding mask (convolutional types).
@@ -389,9 +407,10 @@ class LongDocBartAttention(BartAttention):
             `(attn_output (batch, length, d_model), attn_weights or None)`: weights only from `"full"` and the
             convolutional types' full attention (over compressed positions) with `"eager"`.
         """
+        past_key_values = _either_cache(past_key_values, cache)
         if self.attention_type == "full" or key_value_states is not None:
-            return super().forward(hidden_states, key_value_states=key_value_states,
-                                   past_key_values=past_key_values, attention_mask=attention_mask, **kwargs)
+            return super().forward(hidden_states, key_value_states=key_value_states, attention_mask=attention_mask,
+                                   **{CACHE_NAME: past_key_values}, **kwargs)
         batch, length = hidden_states.shape[:2]
         if self.conv is None:  # neighborhood
             query, key, value = self._project(hidden_states, past_key_values)
@@ -552,7 +571,7 @@ class LongDocBartDecoder(LongDocBartPreTrainedModel, BartDecoder):
     def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
                 encoder_hidden_states: torch.Tensor | None = None, encoder_attention_mask=None,
                 past_key_values=None, inputs_embeds: torch.Tensor | None = None, use_cache: bool | None = None,
-                **kwargs: Unpack[TransformersKwargs]):
+                cache=None, **kwargs: Unpack[TransformersKwargs]):
         r"""
         Args:
             input_ids (`torch.LongTensor` of shape `(batch, length)`, *optional*): decoder tokens (the new ones when
@@ -560,10 +579,13 @@ class LongDocBartDecoder(LongDocBartPreTrainedModel, BartDecoder):
             attention_mask (`torch.Tensor` of shape `(batch, past + length)`, *optional*): decoder padding mask.
             encoder_hidden_states (`(batch, n, d_model)`), encoder_attention_mask (`(batch, n)`), past_key_values,
                 inputs_embeds, use_cache: as `BartDecoder.forward`.
+            cache: the name of `past_key_values` from transformers 5.24 on (what `BartModel` passes there); either
+                name, not both.
 
         Returns:
             `BaseModelOutputWithPastAndCrossAttentions`, as BART's.
         """
+        past_key_values = _either_cache(past_key_values, cache)
         config = self.config
         if config.decoder_attention_type == "neighborhood" and not isinstance(attention_mask, BlockMask) and not (
                 isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 4):
@@ -572,16 +594,17 @@ class LongDocBartDecoder(LongDocBartPreTrainedModel, BartDecoder):
             past = past_key_values.get_seq_length() if past_key_values is not None else 0
             if config._attn_implementation == "flex_attention":
                 embeds = inputs_embeds if inputs_embeds is not None else self.embed_tokens(input_ids)
-                cache = getattr(past_key_values, "self_attention_cache", past_key_values)
+                self_attention_cache = getattr(past_key_values, "self_attention_cache", past_key_values)
                 attention_mask = create_causal_mask(
-                    config=config, inputs_embeds=embeds, attention_mask=attention_mask, past_key_values=cache,
-                    and_mask_function=sliding_window_overlay(config.neighborhood_radius + 1))
+                    config=config, inputs_embeds=embeds, attention_mask=attention_mask,
+                    and_mask_function=sliding_window_overlay(config.neighborhood_radius + 1),
+                    **{CACHE_NAME: self_attention_cache})
             else:
                 attention_mask = _padding_mask_4d(attention_mask, batch, past + length, reference.device)
         return super().forward(input_ids=input_ids, attention_mask=attention_mask,
                                encoder_hidden_states=encoder_hidden_states,
-                               encoder_attention_mask=encoder_attention_mask, past_key_values=past_key_values,
-                               inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs)
+                               encoder_attention_mask=encoder_attention_mask, inputs_embeds=inputs_embeds,
+                               use_cache=use_cache, **{CACHE_NAME: past_key_values}, **kwargs)
 
 
 class LongDocBartModel(LongDocBartPreTrainedModel, BartModel):

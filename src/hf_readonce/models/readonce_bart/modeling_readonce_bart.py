@@ -21,7 +21,7 @@ import hashlib
 import json
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 import transformers
@@ -42,6 +42,20 @@ from transformers.processing_utils import Unpack
 from transformers.utils import ModelOutput, TransformersKwargs, can_return_tuple
 
 from .configuration_readonce_bart import ReadOnceBartConfig
+
+# transformers 5.24 renamed `past_key_values` to `cache`: the field of every ModelOutput and the argument of `forward`,
+# `generate`, the decoder layers and the attention modules (the old name stays accepted there, deprecated). Earlier
+# 5.x releases know only `past_key_values`. This file accepts both names and passes on the one of the installed
+# transformers.
+CACHE_NAME = "cache" if "cache" in {f.name for f in fields(Seq2SeqLMOutput)} else "past_key_values"
+
+
+def _either_cache(past_key_values, cache):
+    """The KV cache given as `past_key_values` or as `cache` (transformers >= 5.24's name); both: `ValueError`."""
+    if past_key_values is not None and cache is not None and past_key_values is not cache:
+        raise ValueError("Pass the cache as `cache` or as `past_key_values`, not both.")
+    return past_key_values if past_key_values is not None else cache
+
 
 # Config fields that provably do not change the representation: metadata, output switches, tokenizer ids (the
 # embeddings' padding index changes only gradients), the dtype (the weights are hashed as they are), the
@@ -209,11 +223,12 @@ class ReadOnceBartFusedAttention(BartAttention):
     def forward(self, hidden_states: torch.Tensor, key_value_states: torch.Tensor | None = None,
                 past_key_values=None, attention_mask: torch.Tensor | None = None,
                 document_representations: torch.Tensor | None = None,
-                document_attention_mask: torch.Tensor | None = None, **kwargs):
+                document_attention_mask: torch.Tensor | None = None, cache=None, **kwargs):
         r"""
         Args:
             hidden_states (`torch.FloatTensor` of shape `(batch_size, length, d_model)`): H^{l-1}.
             key_value_states, past_key_values, attention_mask: as for `BartAttention` (used by `Attn` only).
+            cache: the name of `past_key_values` from transformers 5.24 on; either name, not both.
             document_representations (`torch.FloatTensor` of shape `(batch_size, m, d_model)`, *optional*): R.
             document_attention_mask (`torch.Tensor` of shape `(batch_size, m)`, *optional*): 1 for real
                 representations.
@@ -221,8 +236,9 @@ class ReadOnceBartFusedAttention(BartAttention):
         Returns:
             `(attn_output (batch_size, length, d_model), attn_weights of Attn or None)`.
         """
+        past_key_values = _either_cache(past_key_values, cache)
         output, weights = super().forward(hidden_states, key_value_states=key_value_states,
-                                          past_key_values=past_key_values, attention_mask=attention_mask, **kwargs)
+                                          attention_mask=attention_mask, **{CACHE_NAME: past_key_values}, **kwargs)
         if document_representations is None:
             return output, weights
         representations = document_representations.to(hidden_states.dtype)
@@ -253,17 +269,19 @@ class ReadOnceBartDecoderLayer(BartDecoderLayer):
                 encoder_hidden_states: torch.Tensor | None = None, encoder_attention_mask: torch.Tensor | None = None,
                 past_key_values=None, use_cache: bool | None = True,
                 document_representations: torch.Tensor | None = None,
-                document_attention_mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
+                document_attention_mask: torch.Tensor | None = None, cache=None, **kwargs) -> torch.Tensor:
         r"""As `BartDecoderLayer.forward`, plus `document_representations` `(batch_size, m, d_model)` and
-        `document_attention_mask` `(batch_size, m)` for the fused self-attention. Returns
-        `(batch_size, target_length, d_model)`."""
-        attended, _ = self.self_attn(hidden_states, past_key_values=past_key_values, attention_mask=attention_mask,
+        `document_attention_mask` `(batch_size, m)` for the fused self-attention. The cache is `past_key_values`
+        or, from transformers 5.24 on, `cache`. Returns `(batch_size, target_length, d_model)`."""
+        past_key_values = _either_cache(past_key_values, cache)
+        attended, _ = self.self_attn(hidden_states, attention_mask=attention_mask,
                                      document_representations=document_representations,
-                                     document_attention_mask=document_attention_mask, **kwargs)
+                                     document_attention_mask=document_attention_mask,
+                                     **{CACHE_NAME: past_key_values}, **kwargs)
         hidden_states = self._residual(attended, hidden_states, self.self_attn_layer_norm)
         if encoder_hidden_states is not None:
             attended, _ = self.encoder_attn(hidden_states, key_value_states=encoder_hidden_states,
-                                            attention_mask=encoder_attention_mask, past_key_values=past_key_values,
+                                            attention_mask=encoder_attention_mask, **{CACHE_NAME: past_key_values},
                                             **kwargs)
             hidden_states = self._residual(attended, hidden_states, self.encoder_attn_layer_norm)
         inner = nn.functional.dropout(self.activation_fn(self.fc1(hidden_states)), p=self.activation_dropout,
@@ -534,9 +552,11 @@ class ReadOnceBartModel(BartModel):
 
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
                 encoder_outputs=None, past_key_values=None, document_representations=None,
-                document_attention_mask=None, decoder_inputs_embeds=None, use_cache=None, **kwargs):
+                document_attention_mask=None, decoder_inputs_embeds=None, use_cache=None, cache=None, **kwargs):
         r"""As [`~transformers.BartModel.forward`], plus `document_representations` / `document_attention_mask`
-        (see [`ReadOnceBartEncoder`]). Returns `(decoder_outputs, encoder_outputs)`."""
+        (see [`ReadOnceBartEncoder`]); the cache is `past_key_values` or (transformers >= 5.24's name) `cache`.
+        Returns `(decoder_outputs, encoder_outputs)`."""
+        past_key_values = _either_cache(past_key_values, cache)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
                                            document_representations=document_representations,
@@ -551,7 +571,7 @@ class ReadOnceBartModel(BartModel):
         decoder_outputs = self.decoder(
             input_ids=decoder_input_ids, attention_mask=decoder_attention_mask,
             encoder_hidden_states=encoder_outputs[0], encoder_attention_mask=cross_mask,
-            past_key_values=past_key_values, inputs_embeds=decoder_inputs_embeds, use_cache=use_cache, **kwargs,
+            inputs_embeds=decoder_inputs_embeds, use_cache=use_cache, **{CACHE_NAME: past_key_values}, **kwargs,
         )
         return decoder_outputs, encoder_outputs
 
@@ -677,6 +697,7 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         use_cache: bool | None = None,
         document_input_ids: torch.LongTensor | None = None,
         document_input_attention_mask: torch.Tensor | None = None,
+        cache=None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         # The first arguments and their docs repeat ReadOnceBartEncoder.forward's: this forward passes them through,
@@ -693,17 +714,21 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
             document_input_attention_mask (`torch.Tensor` of shape `(batch_size, n)`, *optional*).
             labels (`torch.LongTensor` of shape `(batch_size, target_length)`, *optional*): target tokens (`-100`
                 ignored); decoder inputs are the labels shifted right, as in BART.
+            past_key_values (`EncoderDecoderCache`, *optional*), cache: the decoder's KV cache, as in BART; `cache`
+                is its name from transformers 5.24 on (what `generate` passes there). Either name, not both.
 
             return_dict (`bool`, *optional*, keyword): return a tuple when False (`@can_return_tuple`, as
                 `BartForConditionalGeneration`).
 
         Returns:
-            [`~transformers.modeling_outputs.Seq2SeqLMOutput`] with the loss first when `labels` are given.
+            [`~transformers.modeling_outputs.Seq2SeqLMOutput`] with the loss first when `labels` are given (its
+            cache field is `past_key_values`, `cache` from transformers 5.24).
 
         Raises:
             ValueError: representations from another document encoder, of the wrong hidden size or batch; both
-                representations and document tokens given.
+                representations and document tokens given; both `past_key_values` and `cache`.
         """
+        past_key_values = _either_cache(past_key_values, cache)
         for key in ("output_attentions", "output_hidden_states"):  # not returned: the fused layers do not record them
             kwargs.pop(key, None)
         if document_input_ids is not None:
@@ -721,8 +746,8 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         decoder_outputs, encoder_outputs = self.model(
             input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values, document_representations=document_representations,
-            document_attention_mask=document_attention_mask, use_cache=use_cache, **kwargs,
+            document_representations=document_representations, document_attention_mask=document_attention_mask,
+            use_cache=use_cache, **{CACHE_NAME: past_key_values}, **kwargs,
         )
         logits = self.lm_head(decoder_outputs[0]) + self.final_logits_bias.to(decoder_outputs[0].device)
         loss = None
@@ -730,8 +755,8 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
             loss = nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
                                                labels.to(logits.device).reshape(-1), ignore_index=-100)
         return Seq2SeqLMOutput(
-            loss=loss, logits=logits, past_key_values=decoder_outputs.past_key_values,
-            encoder_last_hidden_state=encoder_outputs[0],
+            loss=loss, logits=logits, encoder_last_hidden_state=encoder_outputs[0],
+            **{CACHE_NAME: getattr(decoder_outputs, CACHE_NAME)},
         )
 
 

@@ -104,7 +104,8 @@ class RecurrenceConfigMixin:
 
     max_positions_attribute: str = "max_position_embeddings"
     num_layers_attribute: str = "num_hidden_layers"
-    keys_to_ignore_at_inference = ["past_key_values", "recurrent_state", "num_windows"]
+    # the cache output is `past_key_values` before transformers 5.24, `cache` from 5.24 on
+    keys_to_ignore_at_inference = ["past_key_values", "cache", "recurrent_state", "num_windows"]
 
     def __init__(
         self,

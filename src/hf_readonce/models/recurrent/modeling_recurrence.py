@@ -21,7 +21,7 @@ What lives here (no family specifics):
 This file travels with saved checkpoints (`trust_remote_code=True`): it imports only torch and transformers.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 from torch import nn
@@ -39,6 +39,19 @@ from transformers.utils import TransformersKwargs, can_return_tuple
 from .configuration_recurrence import _is_int, set_recurrence_config  # noqa: F401  (set_recurrence_config: 0.1.0 import path)
 
 IGNORE_INDEX = -100
+
+# transformers 5.24 renamed `past_key_values` to `cache`: the field of every ModelOutput and the argument of `forward`,
+# `generate`, the decoder layers, the attention modules and the mask functions (the old name stays accepted there,
+# deprecated). Earlier 5.x releases know only `past_key_values`. The recurrent models accept both names and pass on
+# the one of the installed transformers.
+CACHE_NAME = "cache" if "cache" in {f.name for f in fields(CausalLMOutputWithPast)} else "past_key_values"
+
+
+def either_cache(past_key_values, cache):
+    """The KV cache given as `past_key_values` or as `cache` (transformers >= 5.24's name); both: `ValueError`."""
+    if past_key_values is not None and cache is not None and past_key_values is not cache:
+        raise ValueError("Pass the cache as `cache` or as `past_key_values`, not both.")
+    return past_key_values if past_key_values is not None else cache
 
 
 # ----------------------------------------------------------------------------------------------------- modules
@@ -351,6 +364,8 @@ class RecurrentCausalLMOutputWithPast(CausalLMOutputWithPast):
         logits (`torch.FloatTensor` of shape `(batch_size, kept_positions, vocab_size)`):
             Logits of the kept positions (`logits_to_keep`), each from the window in which its token is new.
         past_key_values ([`RecurrentCache`], *optional*): returned on the cached path (`use_cache=True`, eval).
+            Named `cache` under transformers >= 5.24, as in every ModelOutput there (where `past_key_values` still
+            reads it, deprecated).
         recurrent_state (`torch.FloatTensor` of shape `(batch_size, hidden_size)`):
             The vector the next window would receive (pooled from the last, possibly partial, window and passed
             through the feed-forward network). Pass it as `recurrent_state=` to a later call to continue the stream.
@@ -396,7 +411,9 @@ class RecurrentCausalLMMixin:
     - `_position_embeddings(hidden_states, position_ids)`: what each block needs for relative positions (RoPE
       `(cos, sin)`), or `None`;
     - `_memory_norm(layer)`: the block's pre-attention norm, applied to the recurrent vector;
-    - `_run_layer(layer, hidden_states, **layer_kwargs)`: one block call, returning its hidden states;
+    - `_run_layer(layer, hidden_states, **layer_kwargs)`: one block call, returning its hidden states (`layer_kwargs`
+      are a transformers block's keyword arguments, the KV cache under [`CACHE_NAME`], plus `memory_states` at
+      layer L);
     - `_final_norm(hidden_states)`.
 
     Gradient checkpointing (§3.2): `gradient_checkpointing_enable()` checkpoints whole windows, so between windows
@@ -468,8 +485,8 @@ class RecurrentCausalLMMixin:
             config=self.config,
             inputs_embeds=hidden_states,
             attention_mask=attention_mask,
-            past_key_values=past_key_values,
             position_ids=position_ids,
+            **{CACHE_NAME: past_key_values},
         )
         position_embeddings = self._position_embeddings(hidden_states, position_ids)
         memory_layer = self.config.recurrence_layer - 1
@@ -483,8 +500,8 @@ class RecurrentCausalLMMixin:
         layer_sums = []
         for index, layer in enumerate(self._decoder_layers()):
             layer_kwargs = dict(attention_mask=causal_mask, position_ids=position_ids,
-                                position_embeddings=position_embeddings, past_key_values=past_key_values,
-                                use_cache=use_cache)
+                                position_embeddings=position_embeddings, use_cache=use_cache,
+                                **{CACHE_NAME: past_key_values})
             if index == memory_layer and memory is not None:
                 layer_kwargs["attention_mask"] = memory_mask
                 layer_kwargs["memory_states"] = self._memory_norm(layer)(memory.to(hidden_states.dtype)[:, None, :])
@@ -509,6 +526,7 @@ class RecurrentCausalLMMixin:
         recurrent_state: torch.Tensor | None = None,
         logits_to_keep: int | torch.Tensor = 0,
         inputs_embeds: torch.Tensor | None = None,
+        cache: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> RecurrentCausalLMOutputWithPast:
         r"""
@@ -535,21 +553,24 @@ class RecurrentCausalLMMixin:
                 cache, `0` (Trainer's default) keeps *no* logits (`logits` is `None`); each window's loss is
                 computed inside its checkpointed segment. Pass `logits_to_keep=T` to get all T positions there.
             inputs_embeds: not supported (raises); accepted for the `generate()` signature.
+            cache ([`RecurrentCache`], *optional*): the name of `past_key_values` from transformers 5.24 on (what
+                `generate()` passes there); either name is accepted with every supported transformers, not both.
             return_dict (`bool`, *optional*, keyword): return a tuple when False (`@can_return_tuple`).
             num_items_in_batch (`int` or `torch.Tensor`, *optional*, keyword): loss denominator (from `Trainer`).
 
         Returns:
             [`RecurrentCausalLMOutputWithPast`]: `loss` (mean nats per counted target) first, `logits`
-            `(batch_size, kept, vocab_size)` or `None` when no position is kept, `past_key_values` (cached path),
-            `recurrent_state`
-            `(batch_size, hidden_size)`, `num_windows`.
+            `(batch_size, kept, vocab_size)` or `None` when no position is kept, `past_key_values` (cached path;
+            `cache` from transformers 5.24), `recurrent_state` `(batch_size, hidden_size)`, `num_windows`.
 
         Raises:
             ValueError: for missing/empty/non-2-D `input_ids`, `labels` or `attention_mask` of the wrong shape,
                 `inputs_embeds`, `position_ids`, `token_type_ids`, `output_attentions`/`output_hidden_states`, a
-                `recurrent_state` of the wrong shape, a foreign non-empty cache, or padding on the cached path.
+                `recurrent_state` of the wrong shape, a foreign non-empty cache, padding on the cached path, or
+                both `past_key_values` and `cache`.
             TypeError: if `input_ids` is not an integer tensor or `logits_to_keep` not an int/tensor.
         """
+        past_key_values = either_cache(past_key_values, cache)
         if input_ids is None and inputs_embeds is None:
             raise ValueError("`input_ids` is required.")
         self._check_stream_inputs(input_ids, labels, attention_mask, recurrent_state, inputs_embeds, kwargs)
@@ -585,7 +606,7 @@ class RecurrentCausalLMMixin:
                 denominator = (targets != IGNORE_INDEX).sum().clamp(min=1).to(loss_sum.device, torch.float32)
             loss = loss_sum / denominator
         return RecurrentCausalLMOutputWithPast(
-            loss=loss, logits=logits, past_key_values=cache, recurrent_state=state, num_windows=num_windows
+            loss=loss, logits=logits, recurrent_state=state, num_windows=num_windows, **{CACHE_NAME: cache}
         )
 
     # ------------------------------------------------------------------ validation
@@ -792,15 +813,18 @@ class RecurrentCausalLMMixin:
         attention_mask: torch.LongTensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         is_first_iteration: bool | None = False,
+        cache: Cache | None = None,
         **kwargs,
     ):
         r"""Inputs of one `generate()` step: only the tokens the [`RecurrentCache`] has not consumed yet (the whole
         prompt at the first step, whatever its length), the cache, and `use_cache` / `logits_to_keep` /
-        `recurrent_state` (the latter only at the start of a stream).
+        `recurrent_state` (the latter only at the start of a stream). `generate()` passes the cache as
+        `past_key_values`, or as `cache` from transformers 5.24 on; it goes on under the same name.
 
         Raises:
             ValueError: for `inputs_embeds` or a padded `attention_mask` (see [`RecurrentCache`]).
         """
+        past_key_values = either_cache(past_key_values, cache)
         if inputs_embeds is not None:
             raise ValueError("`inputs_embeds` is not supported by the recurrent models: pass `input_ids`.")
         if attention_mask is not None and not bool(attention_mask.bool().all()):
@@ -815,7 +839,7 @@ class RecurrentCausalLMMixin:
             input_ids = input_ids[:, -next_sequence_length:]
         model_inputs = {"input_ids": input_ids.clone(memory_format=torch.contiguous_format)}
         if past_key_values is not None:
-            model_inputs["past_key_values"] = past_key_values
+            model_inputs[CACHE_NAME] = past_key_values
         for key in ("use_cache", "logits_to_keep"):
             if key in kwargs:
                 model_inputs[key] = kwargs[key]

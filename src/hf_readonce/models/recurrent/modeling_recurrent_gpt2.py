@@ -27,8 +27,10 @@ from transformers.utils import TransformersKwargs
 
 from .configuration_recurrent_gpt2 import RecurrentGPT2Config
 from .modeling_recurrence import (
+    CACHE_NAME,
     RecurrenceModule,
     RecurrentCausalLMMixin,
+    either_cache,
     memory_attention_forward,
 )
 
@@ -53,6 +55,7 @@ class RecurrentGPT2Attention(GPT2Attention):
         encoder_attention_mask: torch.Tensor | None = None,
         output_attentions: bool | None = False,
         memory_states: torch.Tensor | None = None,
+        cache: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ):
         r"""
@@ -63,6 +66,8 @@ class RecurrentGPT2Attention(GPT2Attention):
                 `modeling_recurrence.memory_attention_mask` (`(batch_size, 1, w, 1 + past + w)`).
             memory_states (`torch.FloatTensor` of shape `(batch_size, 1, hidden_size)`, *optional*): the recurrent
                 vector after `ln_1`.
+            cache (`Cache`, *optional*): the name of `past_key_values` from transformers 5.24 on (what `GPT2Block`
+                passes there); either name is accepted, not both.
 
         Returns:
             `(attn_output (batch_size, w, hidden_size), attn_weights or None)`.
@@ -70,14 +75,15 @@ class RecurrentGPT2Attention(GPT2Attention):
         # Arguments, docs and the memory_attention_forward call look like those of RecurrentLlamaAttention on purpose:
         # each family projects the memory with its own weights (c_attn / k_proj, v_proj) and RoPE rules, and what
         # they share (the attention over [memory; keys]) is memory_attention_forward.
+        past_key_values = either_cache(past_key_values, cache)
         if memory_states is None:
             return super().forward(
                 hidden_states,
-                past_key_values=past_key_values,
                 attention_mask=attention_mask,
                 encoder_hidden_states=encoder_hidden_states,
                 encoder_attention_mask=encoder_attention_mask,
                 output_attentions=output_attentions,
+                **{CACHE_NAME: past_key_values},
                 **kwargs,
             )
         if encoder_hidden_states is not None:
@@ -171,10 +177,8 @@ class RecurrentGPT2LMHeadModel(RecurrentCausalLMMixin, GPT2PreTrainedModel, Gene
     def _memory_norm(self, layer):
         return layer.ln_1
 
-    def _run_layer(self, layer, hidden_states, *, attention_mask, past_key_values, use_cache, position_ids,
-                   position_embeddings=None, **memory):
-        return layer(hidden_states, past_key_values, attention_mask, None, use_cache=use_cache,
-                     position_ids=position_ids, **memory)
+    def _run_layer(self, layer, hidden_states, *, position_embeddings=None, **layer_kwargs):
+        return layer(hidden_states, **layer_kwargs)  # absolute positions: no position_embeddings
 
     def _final_norm(self, hidden_states):
         return self.transformer.ln_f(hidden_states)

@@ -28,8 +28,10 @@ from transformers.utils import TransformersKwargs
 
 from .configuration_recurrent_llama import RecurrentLlamaConfig
 from .modeling_recurrence import (
+    CACHE_NAME,
     RecurrenceModule,
     RecurrentCausalLMMixin,
+    either_cache,
     memory_attention_forward,
 )
 
@@ -51,6 +53,7 @@ class RecurrentLlamaAttention(LlamaAttention):
         attention_mask: torch.Tensor | None = None,
         past_key_values: Cache | None = None,
         memory_states: torch.Tensor | None = None,
+        cache: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ):
         r"""
@@ -62,6 +65,8 @@ class RecurrentLlamaAttention(LlamaAttention):
             past_key_values (`Cache`, *optional*): KV cache of the current window.
             memory_states (`torch.FloatTensor` of shape `(batch_size, 1, hidden_size)`, *optional*): the recurrent
                 vector after `input_layernorm`.
+            cache (`Cache`, *optional*): the name of `past_key_values` from transformers 5.24 on (what
+                `LlamaDecoderLayer` passes there); either name is accepted, not both.
 
         Returns:
             `(attn_output (batch_size, w, hidden_size), attn_weights or None)`.
@@ -69,12 +74,13 @@ class RecurrentLlamaAttention(LlamaAttention):
         # Arguments, docs and the memory_attention_forward call look like those of RecurrentGPT2Attention on purpose:
         # each family projects the memory with its own weights (c_attn / k_proj, v_proj) and RoPE rules, and what
         # they share (the attention over [memory; keys]) is memory_attention_forward.
+        past_key_values = either_cache(past_key_values, cache)
         if memory_states is None:
             return super().forward(
                 hidden_states,
                 position_embeddings=position_embeddings,
                 attention_mask=attention_mask,
-                past_key_values=past_key_values,
+                **{CACHE_NAME: past_key_values},
                 **kwargs,
             )
         # Adapted from transformers' LlamaAttention.forward, plus the memory's key/value (unrotated)
