@@ -145,8 +145,10 @@ def neighborhood_attention_forward(
     `p - radius <= j <= p + radius` (`<= p` when `causal`) that are not padding. The q queries are cut into
     `ceil(q / b)` blocks of b; block i reads the `b + radius + (0 if causal else radius)` keys its band can reach
     (zero-padded at both ends), gathered with `Tensor.unfold`, and attends to them with a float mask of shape
-    `(batch, 1, blocks, b, b + 2r)` (band and padding). Keys no query can reach (more than r before the first query,
-    e.g. the old KV cache of a decoder) are dropped first, so a decoding step costs O(r), not O(t).
+    `(batch * blocks, 1, b, b + 2r)` (band and padding); the blocks go to the batch dimension so that SDPA runs its
+    fused 4-D kernel, which never holds the scores (a 5-D call takes the math path). Keys no query can reach (more
+    than r before the first query, e.g. the old KV cache of a decoder) are dropped first, so a decoding step costs
+    O(r), not O(t).
 
     Why not registered in `AttentionInterface`: a registered function is selected by `config._attn_implementation`
     for *every* attention of the model (cross-attention, full layers) and needs a matching mask function in
@@ -202,12 +204,16 @@ def neighborhood_attention_forward(
     # keys padded so that padded index = absolute position + radius; block i reads [q_offset + i*b, + window)
     pad_right = q_offset + num_blocks * block + right_reach - kv_len
 
-    def blocks_of(states):  # (batch, heads, kv, d) -> (batch, heads, blocks, window, d)
+    # Blocks go to the batch dimension, (batch * blocks, heads, ., head_dim), so that SDPA gets the 4-D inputs its
+    # fused CPU/GPU kernels take (a 5-D call falls back to the math path, which materializes every score).
+    def blocks_of(states):  # (batch, heads, kv, d) -> (batch * blocks, heads, window, d)
         padded = nn.functional.pad(states, (0, 0, radius, pad_right))[:, :, q_offset:]
-        return padded.unfold(2, window, block).transpose(-1, -2)
+        unfolded = padded.unfold(2, window, block)  # (batch, heads, blocks, d, window)
+        return unfolded.permute(0, 2, 1, 4, 3).reshape(batch * num_blocks, heads, window, head_dim)
 
     queries = nn.functional.pad(query, (0, 0, 0, num_blocks * block - q_len))
-    queries = queries.view(batch, heads, num_blocks, block, head_dim)
+    queries = queries.view(batch, heads, num_blocks, block, head_dim).transpose(1, 2)
+    queries = queries.reshape(batch * num_blocks, heads, block, head_dim)
     keys, values = blocks_of(key), blocks_of(value)
 
     valid = torch.ones(batch, kv_len, dtype=torch.bool, device=query.device) if attention_mask is None else (
@@ -216,10 +222,10 @@ def neighborhood_attention_forward(
     rows = torch.arange(block, device=query.device)[:, None]
     offsets = torch.arange(window, device=query.device)[None, :] - radius - rows  # key position - query position
     band = (offsets >= -radius) & (offsets <= right_reach)  # (block, window), the same for every block
-    allowed = band[None, None] & valid[:, :, None, :]  # (batch, blocks, block, window)
+    allowed = (band[None, None] & valid[:, :, None, :]).reshape(batch * num_blocks, 1, block, window)
     # A float mask (not bool) keeps rows with no allowed key (padding queries) finite instead of NaN.
     bias = torch.zeros(allowed.shape, dtype=query.dtype, device=query.device)
-    bias = bias.masked_fill(~allowed, torch.finfo(query.dtype).min)[:, None]  # (batch, 1, blocks, block, window)
+    bias = bias.masked_fill(~allowed, torch.finfo(query.dtype).min)  # (batch * blocks, 1, block, window)
 
     if use_sdpa:
         output = nn.functional.scaled_dot_product_attention(queries, keys, values, attn_mask=bias,
@@ -230,6 +236,7 @@ def neighborhood_attention_forward(
         if dropout > 0:
             weights = nn.functional.dropout(weights, p=dropout, training=True)
         output = torch.matmul(weights, values)
+    output = output.view(batch, num_blocks, heads, block, head_dim).transpose(1, 2)
     output = output.reshape(batch, heads, num_blocks * block, head_dim)[:, :, :q_len]
     return output.transpose(1, 2).contiguous(), None
 
