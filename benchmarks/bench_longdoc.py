@@ -256,6 +256,45 @@ def plot(results: list[dict], path: str) -> None:
     figure.savefig(path, dpi=120)
 
 
+def plot_sweep(results: list[dict], args, path: str) -> None:
+    """Tokens/s of each swept setting at one length (the first of `--lengths`): against r for `neighborhood` and
+    `led`, against kernel = stride for the convolutional types, full attention as a horizontal line; one row of panels
+    per measured mode (forward, training step)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    length = results[0]["length"]
+    rows = [r for r in results if r["length"] == length and "error" not in r]
+    modes = [m for m in ("forward", "train") if any(f"{m}_tokens_per_second" in r for r in rows)]
+    figure, axes = plt.subplots(len(modes), 2, figsize=(11, 3.8 * len(modes)), squeeze=False)
+    for row_axes, mode in zip(axes, modes):
+        key = f"{mode}_tokens_per_second"
+        panels = ((row_axes[0], ("neighborhood", "led"), "r", args.radius, "radius r (tokens each side)"),
+                  (row_axes[1], ("convolutional", "convolutional_per_head"), "k", args.kernel,
+                   "kernel = stride"))
+        for axis, types, setting, default, label in panels:
+            ticks = set()
+            for type_name in types:
+                points = sorted((parse_type(r["name"]).get(setting, default), r[key]) for r in rows
+                                if parse_type(r["name"])["type"] == type_name and key in r)
+                if points:
+                    axis.plot(*zip(*points), marker="o", label=type_name)
+                    ticks.update(x for x, _ in points)
+            for r in rows:
+                if r["name"] == "full" and key in r:
+                    axis.axhline(r[key], color="grey", linestyle="--", label="full")
+            axis.set(xscale="log", xlabel=label, ylabel="tokens/s", title=f"{mode}, {length} tokens")
+            if ticks:  # the swept values themselves, written plainly (log-axis labels overlap at 3x10^1, 4x10^1)
+                axis.set_xticks(sorted(ticks), [str(t) for t in sorted(ticks)])
+                axis.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+            axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--lengths", default="1024,4096,16384", help="input lengths, comma-separated")
@@ -276,6 +315,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--in_process", action="store_true", help="no subprocesses (smoke runs); memory not measured")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--plot", help="write a log-log PNG of tokens/s and peak memory against length here")
+    p.add_argument("--sweep_plot", help="write a PNG of tokens/s against r and against kernel = stride (at the first "
+                   "length) here, for a sweep such as --types full,neighborhood:r=50,convolutional:k=5:s=5")
     p.add_argument("--one", help=argparse.SUPPRESS)
     return p
 
@@ -307,6 +348,8 @@ def main(argv=None) -> list[dict]:
             json.dump({"arguments": vars(args), "results": results}, handle, indent=2)
     if args.plot:
         plot(results, args.plot)
+    if args.sweep_plot:
+        plot_sweep(results, args, args.sweep_plot)
     return results
 
 

@@ -50,3 +50,11 @@ def test_smoke_run_in_process(bench, tmp_path):
     assert [r["name"] for r in results] == ["full", "neighborhood", "convolutional_per_head", "led"]
     assert all(r["forward_tokens_per_second"] > 0 and r["forward_peak_mib"] is None for r in results)
     assert (tmp_path / "bench.json").is_file()
+
+
+def test_sweep_plot_of_a_smoke_sweep(bench, tmp_path):
+    bench.main(["--lengths", "24", "--types", "full,neighborhood:r=2,neighborhood:r=5,led:r=3,convolutional:k=2:s=2,"
+                "convolutional_per_head:k=4:s=4", "--d_model", "16", "--heads", "2", "--ffn", "24", "--layers", "1",
+                "--vocab_size", "50", "--radius", "3", "--target_length", "4", "--repeats", "1", "--in_process",
+                "--no_train", "--sweep_plot", str(tmp_path / "sweep.png")])
+    assert (tmp_path / "sweep.png").stat().st_size > 0
