@@ -16,6 +16,10 @@ Generated (every figure read from the files named in `SOURCES`):
                                     eval_full_full,eval_full_stored,eval_block_full,eval_block_stored}.json (the
                                     issue-15 quality rows of examples/kv-cache/run_block_attention_qa.py on a lent H100)
 
+  - longdoc-bart-minilm-xsum.md <- benchmarks/results/xsum_table/{run,full,neighborhood,convolutional,
+                                    convolutional_per_head}.json (examples/summarization/xsum_table.sh's four rows),
+                                    benchmarks/results/bench_longdoc.json and bench_longdoc_reuse.json (speed)
+
 Hand-written (their runs' metrics files are not in the repository; their metadata parses with `ModelCard.load`):
   recurrent-smollm2-135m-austen.md, readtwice-minilm-quoref.md.
 """
@@ -37,6 +41,10 @@ QUOREF = ROOT / "benchmarks" / "results" / "quoref_table"
 BLOCK = ROOT / "benchmarks" / "results" / "block_attention_qa_h100"
 BLOCK_FILES = ["run", "train_full", "train_block", "eval_full_full", "eval_full_stored", "eval_block_full",
                "eval_block_stored"]
+XSUM = ROOT / "benchmarks" / "results" / "xsum_table"
+XSUM_TYPES = ["full", "neighborhood", "convolutional", "convolutional_per_head"]
+LONGDOC_BENCH = ROOT / "benchmarks" / "results" / "bench_longdoc.json"
+LONGDOC_REUSE = ROOT / "benchmarks" / "results" / "bench_longdoc_reuse.json"
 SOURCES = {
     "minilm-qa-reference.md": [REFERENCE],
     "deformer-minilm-qa-reference.md": [DEFORMER / "metrics.json", DEFORMER / "train_results.json"],
@@ -45,6 +53,8 @@ SOURCES = {
                                    READONCE / "train_runtime_lines.txt"],
     "deformer-minilm-l6-quoref.md": [QUOREF / "full.json", QUOREF / "deformer.json", QUOREF / "deformer_kd.json"],
     "block-attention-smollm2-135m-quoref.md": [BLOCK / f"{name}.json" for name in BLOCK_FILES],
+    "longdoc-bart-minilm-xsum.md": [XSUM / f"{name}.json" for name in ["run", *XSUM_TYPES]] + [LONGDOC_BENCH,
+                                                                                           LONGDOC_REUSE],
 }
 HAND_WRITTEN = ["recurrent-smollm2-135m-austen.md", "readtwice-minilm-quoref.md"]
 OWNER = "hf-readonce"
@@ -324,9 +334,87 @@ def block_attention_card():
     )
 
 
+# Kosaraju, Ang & Nabulsi's Table (WikiHow, articles <= 1,000 tokens): ROUGE-L F1 and perplexity per attention type
+PAPER_XSUM_ROWS = {"full": (12.8, 46.2), "convolutional": (12.7, 45.3), "neighborhood": (13.1, 44.7)}
+
+
+def _bench_ratio(results: list, name: str, length: int, mode: str) -> float:
+    rows = {r["name"]: r for r in results if r["length"] == length}
+    return rows[name][f"{mode}_tokens_per_second"] / rows["full"][f"{mode}_tokens_per_second"]
+
+
+def longdoc_card():
+    from hf_readonce.hub.cards import EvalRow, build_model_card
+
+    run = json.loads((XSUM / "run.json").read_text())
+    rows = {name: json.loads((XSUM / f"{name}.json").read_text()) for name in XSUM_TYPES}
+    main = rows["neighborhood"]
+    lead = main["eval_baselines"]
+    shown = f"XSum ({main['eval_examples']:,} validation documents, first {main['max_document_length']:,} tokens)"
+    eval_rows = [EvalRow("xsum", shown, "validation", metric, name, main[f"eval_{metric}"], "summarization",
+                         {"lead-1": lead["lead_1"][metric], "lead-3": lead["lead_3"][metric]})
+                 for metric, name in (("rouge1", "ROUGE-1"), ("rouge2", "ROUGE-2"), ("rougeL", "ROUGE-L"))]
+    eval_rows.append(EvalRow("xsum", shown, "validation", "perplexity", "perplexity", main["eval_perplexity"],
+                             "summarization"))
+    table = [f"Same start (all-MiniLM-L6-v2 converted to BART), data, seed and budget for every row; all "
+             f"{main['eval_examples']:,} XSum validation documents; the paper's figures (WikiHow, its own budget) "
+             "beside:", "",
+             "| encoder attention | ROUGE-1 | ROUGE-2 | ROUGE-L | perplexity | train tokens/s | paper ROUGE-L | "
+             "paper perplexity |", "|---|---|---|---|---|---|---|---|"]
+    for name in XSUM_TYPES:
+        scores = rows[name]
+        paper = PAPER_XSUM_ROWS.get(name)
+        table.append(f"| {name.replace('_', ' ')}{' (this model)' if name == 'neighborhood' else ''} | "
+                     f"{_f(scores['eval_rouge1'])} | {_f(scores['eval_rouge2'])} | {_f(scores['eval_rougeL'])} | "
+                     f"{_f(scores['eval_perplexity'])} | {scores['train_document_tokens_per_second']:,.0f} | "
+                     f"{paper[0] if paper else '—'} | {paper[1] if paper else '—'} |")
+    for name in ("lead_1", "lead_3"):
+        table.append(f"| *baseline: {name.replace('_', '-')}* | {_f(lead[name]['rouge1'])} | "
+                     f"{_f(lead[name]['rouge2'])} | {_f(lead[name]['rougeL'])} | | | | |")
+    bench = json.loads(LONGDOC_BENCH.read_text())["results"]
+    reuse = json.loads(LONGDOC_REUSE.read_text())
+    figures = [f"Before training the warm start's validation perplexity was {_f(main['eval_perplexity_before_training'])}"
+               f" (full attention {_f(rows['full']['eval_perplexity_before_training'])}).",
+               "Encoder forward speed at bart-base dimensions (random weights, 2 CPU threads, fp32), neighborhood "
+               f"r = 100 against full attention: {_bench_ratio(bench, 'neighborhood', 4096, 'forward'):.2f}x at 4,096 "
+               f"tokens (FLOP bound 1.81x), {_bench_ratio(bench, 'neighborhood', 16384, 'forward'):.2f}x at 16,384 "
+               f"(bound 4.37x); a training step {_bench_ratio(bench, 'neighborhood', 16384, 'train'):.2f}x at 16,384 "
+               "(bound 3.85x). `benchmarks/bench_longdoc.py` in the hf-readonce repository.",
+               f"Read once: {reuse['arguments']['documents']} documents of {reuse['arguments']['document_tokens']:,} "
+               f"tokens, {len(reuse['summaries'])} summaries each, generated from stored encoder outputs "
+               f"{reuse['speedup_summaries']:.2f}x faster than re-encoding for each (FLOP bound "
+               f"{reuse['flop_bound_summaries']:.2f}x; decoding is memory-bound), identical summaries "
+               f"({reuse['identical_summaries']}). `benchmarks/bench_longdoc_reuse.py`."]
+    steps, batch = main["train_steps"], run["per_device_train_batch_size"]
+    return build_model_card(
+        repo_id=f"{OWNER}/longdoc-bart-minilm-xsum", model_type="longdoc_bart",
+        title="LongDoc BART with neighborhood attention (r = 100), warm-started from MiniLM, on XSum",
+        summary="A BART encoder-decoder whose encoder self-attention is neighborhood attention (each token attends to "
+                "the 100 tokens on either side, O(n·r)), warm-started from all-MiniLM-L6-v2 (its 6 BERT layers "
+                "become the encoder, and again the decoder, with fresh cross-attention) and fine-tuned on XSum "
+                "articles of up to 1,024 tokens. Its encoder outputs depend only on the document, so they are "
+                "computed once, stored and reused for every summary asked of it.",
+        warning=run["warning"], eval_rows=eval_rows, base_model=MINILM, datasets=["EdinburghNLP/xsum"],
+        tags=["summarization", "long-document", "neighborhood-attention"],
+        training={"data": f"XSum train as shipped in ../shared/data/xsum ({run['train_documents']:,} articles), "
+                          f"first {main['max_document_length']:,} tokens (positions past MiniLM's 512 added by "
+                          f"copying, {main['positions_added_by_copying']:,} rows), summaries up to 64 tokens",
+                  "budget": f"{steps} steps of batch {batch} ({steps * batch / run['train_documents']:.2f} epochs), "
+                            f"lr {run['learning_rate']:g}, {run['warmup_steps']} warm-up steps, "
+                            f"{run['precision']}; final mean train loss {_f(main['train_loss'], 3)}",
+                  "hardware": run["hardware"], "seconds": main["train_seconds"], "command": run["command"]},
+        comparison="\n".join(table),
+        figures=figures,
+        limitations=[*run["limitations"],
+                     "Neighborhood attention changes only the encoder's self-attention; the decoder's and the "
+                     "cross-attention stay full."],
+    )
+
+
 GENERATORS = {"minilm-qa-reference.md": reference_card, "deformer-minilm-qa-reference.md": deformer_card,
               "readonce-bart-minilm-qa.md": readonce_card, "deformer-minilm-l6-quoref.md": quoref_card,
-              "block-attention-smollm2-135m-quoref.md": block_attention_card}
+              "block-attention-smollm2-135m-quoref.md": block_attention_card,
+              "longdoc-bart-minilm-xsum.md": longdoc_card}
 
 
 def render_all() -> dict[str, str]:

@@ -17,7 +17,8 @@ table (512 for MiniLM) are added by copying its rows, as Longformer did.
 
 Other types: `--encoder_attention_type full|convolutional|convolutional_per_head|neighborhood_convolutional`
 (`--conv_kernel_size 3 --conv_stride 3`), `--decoder_attention_type neighborhood`. The metrics are written to
-`output_dir/longdoc_results.json`. Nothing has been measured with this script yet.
+`output_dir/longdoc_results.json`. `xsum_table.sh` runs the four attention types at one budget; its 60-step CPU
+run (README, `benchmarks/results/xsum_table/`) is far too short: every type stays below lead-3.
 """
 
 import sys

@@ -24,7 +24,8 @@ def test_generated_cards_are_up_to_date():
     module = generator()
     rendered = module.render_all()
     assert set(rendered) == {"minilm-qa-reference.md", "deformer-minilm-qa-reference.md", "readonce-bart-minilm-qa.md",
-                             "deformer-minilm-l6-quoref.md", "block-attention-smollm2-135m-quoref.md"}
+                             "deformer-minilm-l6-quoref.md", "block-attention-smollm2-135m-quoref.md",
+                             "longdoc-bart-minilm-xsum.md"}
     for name, text in rendered.items():
         assert (CARDS / name).read_text() == text, f"{name} differs from its metrics: run python model_cards/generate.py"
     assert sorted(set(rendered) | set(module.HAND_WRITTEN)) == sorted(p.name for p in CARDS.glob("*.md"))
@@ -36,7 +37,8 @@ def test_every_card_parses_and_carries_the_required_metadata():
     for path in sorted(CARDS.glob("*.md")):
         data = ModelCard.load(path).data
         assert data.library_name == "transformers", path.name
-        assert data.pipeline_tag in ("question-answering", "text2text-generation", "text-generation"), path.name
+        assert data.pipeline_tag in ("question-answering", "text2text-generation", "text-generation",
+                                     "summarization"), path.name
         assert "hf-readonce" in data.tags and data.base_model, path.name
         if path.name != "minilm-qa-reference.md":  # the one plain-BERT checkpoint needs no remote code
             assert "custom_code" in data.tags, path.name
@@ -75,6 +77,14 @@ def test_model_index_values_are_the_recorded_metrics():
     card = ModelCard.load(CARDS / "block-attention-smollm2-135m-quoref.md")
     got = {(r.dataset_type, r.metric_name): r.metric_value for r in card.data.eval_results}
     assert got == {("quoref", "EM"): block["eval_stored_exact_match"], ("quoref", "F1"): block["eval_stored_f1"]}
+    longdoc = json.loads((REPO_ROOT / "benchmarks/results/xsum_table/neighborhood.json").read_text())
+    card = ModelCard.load(CARDS / "longdoc-bart-minilm-xsum.md")
+    got = {(r.dataset_type, r.metric_name): r.metric_value for r in card.data.eval_results}
+    assert got == {("xsum", "ROUGE-1"): longdoc["eval_rouge1"], ("xsum", "ROUGE-2"): longdoc["eval_rouge2"],
+                   ("xsum", "ROUGE-L"): longdoc["eval_rougeL"], ("xsum", "perplexity"): longdoc["eval_perplexity"]}
+    text = (CARDS / "longdoc-bart-minilm-xsum.md").read_text()
+    lead3 = longdoc["eval_baselines"]["lead_3"]["rougeL"]
+    assert f"{lead3:.2f}" in text  # lead-3 stands beside the model
 
 
 def test_builder_inputs_and_errors():
