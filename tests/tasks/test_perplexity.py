@@ -10,7 +10,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from hf_readonce import RecurrentGPT2Config
 from hf_readonce.models.recurrent.convert_to_recurrent import to_recurrent
 from hf_readonce.tasks.language_modeling import stream_samples
-from hf_readonce.tasks.perplexity import evaluate_perplexity, flops_per_token
+from hf_readonce.tasks.perplexity import evaluate_perplexity, flops_per_token, recurrence_zeroed
 
 TINY = dict(vocab_size=99, n_positions=32, n_embd=32, n_layer=3, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0,
             attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
@@ -159,3 +159,27 @@ def test_recurrent_evaluation_memory_does_not_grow_with_the_document():
     with torch.enable_grad():  # the old path: all windows' states, one LM head over the whole stream
         loss = recurrent(x[None], labels=x[None], use_cache=False).loss
     assert result.nll == pytest.approx(float(loss.detach()) * (len(x) - 1), rel=1e-5)
+
+
+def test_recurrence_zeroed_equals_a_recurrence_whose_output_layer_is_zero(plain):
+    torch.manual_seed(1)
+    model = to_recurrent(GPT2LMHeadModel(GPT2Config(**TINY)), window_size=8, window_overlap=0,
+                         recurrence_layer=1).eval()
+    x = doc(40)
+    with torch.no_grad():
+        last = model.recurrence.ffn.layers[-1]
+        last.weight.normal_(std=0.5)
+        last.bias.normal_(std=0.5)
+    used = evaluate_perplexity(model, x, window_size=8).nll
+    with recurrence_zeroed(model):
+        zeroed = evaluate_perplexity(model, x, window_size=8).nll
+    after = evaluate_perplexity(model, x, window_size=8).nll  # the hook is gone on exit
+    with torch.no_grad():
+        last.weight.zero_()
+        last.bias.zero_()
+    reference = evaluate_perplexity(model, x, window_size=8).nll
+    assert zeroed == pytest.approx(reference, rel=1e-6)
+    assert after == pytest.approx(used, rel=1e-6) and abs(used - zeroed) > 1e-3
+    with pytest.raises(TypeError, match="`model` must be a recurrent model"):
+        with recurrence_zeroed(plain):
+            pass

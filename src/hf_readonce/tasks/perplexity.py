@@ -18,6 +18,7 @@ paper's word-level perplexity: `exp(total NLL / number of words)`).
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -193,4 +194,27 @@ def flops_per_token(config, window_size: int, window_overlap: int = 0, recurrent
     return flops / (w - o)
 
 
-__all__ = ["PerplexityResult", "evaluate_perplexity", "flops_per_token"]
+@contextmanager
+def recurrence_zeroed(model):
+    r"""Within the block, every recurrent vector the model inserts (§3.1: the output of `model.recurrence`) is zero.
+
+    An ablation: a recurrent model evaluated inside it and outside it tells how much its perplexity owes to the
+    recurrence. The zero vector still enters layer `append_layer` as a key/value (a Llama or GPT-2 projection of zero
+    is its bias), so the windows' attention is otherwise unchanged. The hook is removed on exit, also on error.
+
+    Args:
+        model: a recurrent model of this package ([`RecurrentGPT2LMHeadModel`], [`RecurrentLlamaForCausalLM`]).
+
+    Raises:
+        TypeError: `model` is not a recurrent model (it has no `recurrence` module).
+    """
+    if not isinstance(model, RecurrentCausalLMMixin):
+        raise TypeError(f"`model` must be a recurrent model of hf_readonce, got {type(model).__name__}.")
+    handle = model.recurrence.register_forward_hook(lambda module, args, output: torch.zeros_like(output))
+    try:
+        yield model
+    finally:
+        handle.remove()
+
+
+__all__ = ["PerplexityResult", "evaluate_perplexity", "flops_per_token", "recurrence_zeroed"]
