@@ -97,7 +97,8 @@ def mention_function(model_args):
     raise ValueError(f"--entity_source must be 'capitalized' or 'spacy:<name>', got {source!r}.")
 
 
-def run(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> dict:
+def run(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments,
+        command: str | None = None) -> dict:
     training_args.remove_unused_columns = False
     path = model_args.model_name_or_path
     if path is None:
@@ -142,6 +143,8 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
     metrics = {"model": "baseline" if model_args.baseline else f"readtwice-{model_args.memory_type}"
                + ("(SS)" if model_args.single_segment else "") + ("" if question_in_first_read else "-read-once"),
                "num_parameters": sum(p.numel() for p in model.parameters())}
+    if command:
+        metrics["command"] = command
     if training_args.do_train:
         _, train_features = features_of(data_args.train_file, data_args.max_train_samples)
         metrics["train_segments_per_document"] = float(np.mean([f.num_segments for f in train_features]))
@@ -177,11 +180,11 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
 
 def main(argv=None):
     parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(
-        args=sys.argv[1:] if argv is None else argv
-    )
+    argv = sys.argv[1:] if argv is None else argv
+    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    metrics = run(model_args, data_args, training_args)
+    metrics = run(model_args, data_args, training_args,
+                  command=" ".join(["python", "examples/question-answering/run_readtwice_qa.py", *argv]))
     print(json.dumps(metrics, indent=2))
     return metrics
 

@@ -207,6 +207,20 @@ def test_sdpa_and_eager_memory_attention_agree():
     torch.testing.assert_close(outs[0], outs[1], atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("memory_type", ["sts", "entity"])
+def test_sparse_memory_attention_under_bf16_autocast(memory_type):
+    # `Trainer(bf16=True)` runs the forward under autocast: the top-k scores come out of the matmul in bf16, so the
+    # mask value must be bf16's floor, not fp32's (which does not fit and raised a RuntimeError before)
+    ids = segments(5)
+    spans = SPANS if memory_type == "entity" else None
+    model = tiny_qa(memory_type=memory_type, memory_top_k=2)
+    reference = model(ids, document_ids=DOCS, entity_spans=spans).start_logits
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = model(ids, document_ids=DOCS, entity_spans=spans).start_logits
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got.float(), reference, atol=0.15, rtol=0.05)
+
+
 # ----------------------------------------------------------------------------------------------- loss
 def test_or_model_loss_matches_direct_computation():
     start = torch.tensor([[0.1, 2.0, -1.0, 0.5], [1.5, 0.0, 0.3, -9.0], [0.2, 0.4, 0.6, 0.8]])

@@ -470,7 +470,8 @@ class ReadTwiceMemoryAttention(nn.Module):
             rows_n = query.shape[0]
             if sparse:
                 dots = torch.matmul(query, memory_values.t())  # (C, L, M): the top-k criterion of App. C.4
-                dots = dots.masked_fill(~allowed[rows, None, :], floor)
+                # under autocast the matmul returns bf16/fp16 while `hidden_states` is fp32: mask in dots' own dtype
+                dots = dots.masked_fill(~allowed[rows, None, :], torch.finfo(dots.dtype).min)
                 keep = torch.zeros_like(dots, dtype=torch.bool)
                 keep.scatter_(-1, dots.topk(top_k, dim=-1).indices, True)
                 keep = keep & allowed[rows, None, :]
