@@ -25,7 +25,8 @@ def test_generated_cards_are_up_to_date():
     rendered = module.render_all()
     assert set(rendered) == {"minilm-qa-reference.md", "deformer-minilm-qa-reference.md", "readonce-bart-minilm-qa.md",
                              "deformer-minilm-l6-quoref.md", "block-attention-smollm2-135m-quoref.md",
-                             "longdoc-bart-minilm-xsum.md", "recurrent-smollm2-135m-austen.md"}
+                             "longdoc-bart-minilm-xsum.md", "recurrent-smollm2-135m-austen.md",
+                             "readtwice-minilm-quoref.md"}
     for name, text in rendered.items():
         assert (CARDS / name).read_text() == text, f"{name} differs from its metrics: run python model_cards/generate.py"
     assert sorted(set(rendered) | set(module.HAND_WRITTEN)) == sorted(p.name for p in CARDS.glob("*.md"))
@@ -98,6 +99,15 @@ def test_model_index_values_are_the_recorded_metrics():
     baseline = json.loads((austen / "baseline.json").read_text())
     text = (CARDS / "recurrent-smollm2-135m-austen.md").read_text()
     assert f"{baseline['test_persuasion_overlap30']['token_perplexity']:.2f}" in text  # the baseline stands beside
+    readtwice = REPO_ROOT / "benchmarks/results/readtwice_table"
+    entity, segment_independent = (json.loads((readtwice / f"{row}.json").read_text()) for row in ("e", "baseline"))
+    card = ModelCard.load(CARDS / "readtwice-minilm-quoref.md")
+    got = {(r.dataset_type, r.metric_name): r.metric_value for r in card.data.eval_results}
+    assert got == {("quoref", "EM"): entity["eval_exact_match"], ("quoref", "F1"): entity["eval_f1"]}
+    assert entity["model"] == "readtwice-entity" and segment_independent["model"] == "baseline"
+    text = (CARDS / "readtwice-minilm-quoref.md").read_text()
+    for shown in (segment_independent["eval_f1"], entity["first_span_baseline_f1"]):
+        assert f"{shown:.2f}" in text  # the segment-independent and trivial baselines stand beside
 
 
 def test_builder_inputs_and_errors():

@@ -127,6 +127,7 @@ DEFAULT_WIDGETS = {
 }
 
 BASELINE_NAMES = {"always_empty": "always-empty", "first_span": "first span (3 words)",
+                  "first_mention": "first capitalised mention",
                   "first_sentence": "first sentence", "lead_1": "lead-1", "lead_3": "lead-3"}
 
 
@@ -231,6 +232,20 @@ def _usage(model_type: str, pipeline_tag: str, repo_id: str, custom_code: bool) 
             f"tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\")\n"
             "doc = tokenizer(article, truncation=True, return_tensors=\"pt\")\n"
             "summary = model.generate(**doc, max_new_tokens=60, num_beams=4)\n```"
+        )
+    if model_type == "readtwice_bert":
+        return (
+            "```python\nfrom transformers import pipeline\n\n"
+            f"qa = pipeline(\"question-answering\", model=\"{repo_id}\", trust_remote_code=True)\n"
+            "qa(question=[\"Who wrote Emma?\", \"When was it published?\"], context=long_document)\n"
+            "# the document is cut into the model's segments; the best span is picked across all of them\n```\n\n"
+            "Or the model itself (hf-readonce is not needed): a flat batch of segments `(num_segments, "
+            "segment_length)` with `document_ids` and `segment_positions` `(num_segments,)` (and `entity_spans` for "
+            "entity memories):\n\n"
+            "```python\nfrom transformers import AutoModelForQuestionAnswering\n\n"
+            f"model = AutoModelForQuestionAnswering.from_pretrained(\"{repo_id}\", trust_remote_code=True).eval()\n"
+            "out = model(input_ids, attention_mask=mask, token_type_ids=types, document_ids=doc_ids,\n"
+            "            segment_positions=positions, entity_spans=spans)   # start/end logits per segment\n```"
         )
     if model_type == "block_attention_llama":
         return (
