@@ -19,6 +19,7 @@ Cost model (App. C.3): relative cost of ReadOnce to the baseline about `1/(2r) +
 
     python benchmarks/bench_readonce.py                               # bart-base and bart-large, k = 8
     python benchmarks/bench_readonce.py --configs bart-base --sweep 2 4 8 16 --plot runs/readonce_k.png
+    python benchmarks/bench_readonce.py --configs bart-base --stage1   # + stage-1 (joint) training step vs baseline
 
 With `--sweep`, k varies at inference (§5.2) and the speed-ups over k are plotted (matplotlib PNG, like Fig. 7). With
 `--accuracy_json FILE` (`{"2": f1, "4": f1, ...}`, e.g. from `examples/readonce/run_readonce_qa.py
@@ -113,7 +114,18 @@ def measure(name: str, k: int, args, readonce_cache: dict) -> dict:
         reps = precomputed.representations[owner[: args.train_batch]]
         readonce(questions[: args.train_batch], document_representations=reps, labels=labels).loss.backward()
 
-    times = {key: [] for key in ("baseline", "amortized", "precomputed", "train_baseline", "train_readonce")}
+    def train_stage1(hash_every_step: bool = False):
+        # stage 1 (§3.3): the document encoder trains jointly, reading the passages' tokens in every step. With
+        # `hash_every_step`, the fingerprint is recomputed each step as 0.1.x did (issue 11 item 5), for comparison.
+        readonce.zero_grad(set_to_none=True)
+        if hash_every_step:
+            readonce.document_encoder._fingerprint_cache = None
+            readonce.representation_fingerprint()
+        readonce(questions[: args.train_batch], document_input_ids=passages[owner[: args.train_batch]],
+                 labels=labels).loss.backward()
+
+    times = {key: [] for key in ("baseline", "amortized", "precomputed", "train_baseline", "train_readonce",
+                                 "train_stage1", "train_stage1_hashing")}
     with torch.no_grad():
         run_baseline(), run_amortized()  # warm-up
         for _ in range(args.repeats):  # interleaved
@@ -123,9 +135,14 @@ def measure(name: str, k: int, args, readonce_cache: dict) -> dict:
     if args.train:
         baseline.train(), readonce.train()
         train_baseline(), train_readonce()
+        if args.stage1:
+            train_stage1()
         for _ in range(args.repeats):
             timed(train_baseline, 1, times["train_baseline"])
             timed(train_readonce, 1, times["train_readonce"])
+            if args.stage1:
+                timed(train_stage1, 1, times["train_stage1"])
+                timed(lambda: train_stage1(hash_every_step=True), 1, times["train_stage1_hashing"])
         baseline.eval(), readonce.eval()
     t = {key: statistics.median(v) for key, v in times.items() if v}
     r = args.questions_per_passage
@@ -135,6 +152,13 @@ def measure(name: str, k: int, args, readonce_cache: dict) -> dict:
            "cost_model_speedup_amortized": 1 / model_amortized, "cost_model_speedup_precomputed": 1 / model_precomputed}
     if "train_baseline" in t:
         row["speedup_training"] = t["train_baseline"] / t["train_readonce"]
+    if "train_stage1" in t:
+        row["stage1_over_baseline_step"] = t["train_stage1"] / t["train_baseline"]
+        row["stage1_hashing_over_baseline_step"] = t["train_stage1_hashing"] / t["train_baseline"]
+        print(f"{name:10s} k={k:2d}: stage-1 training step {t['train_stage1']:.3f} s = "
+              f"{row['stage1_over_baseline_step']:.2f}x the baseline's {t['train_baseline']:.3f} s; hashing the "
+              f"document encoder every step (0.1.x) {t['train_stage1_hashing']:.3f} s = "
+              f"{row['stage1_hashing_over_baseline_step']:.2f}x", flush=True)
     print(f"{name:10s} k={k:2d}: baseline {t['baseline']:.3f} s | ReadOnce amortized {t['amortized']:.3f} s -> "
           f"{row['speedup_amortized']:.2f}x (cost model {row['cost_model_speedup_amortized']:.2f}x) | precomputed "
           f"{t['precomputed']:.3f} s -> {row['speedup_precomputed']:.2f}x (cost model "
@@ -179,6 +203,8 @@ def main(argv=None):
     parser.add_argument("--answer_tokens", type=int, default=8)
     parser.add_argument("--train_batch", type=int, default=8)
     parser.add_argument("--no_train", dest="train", action="store_false")
+    parser.add_argument("--stage1", action="store_true",
+                        help="also time the stage-1 (joint) training step, with and without hashing every step")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--plot", default=None)
     parser.add_argument("--accuracy_json", default=None)
