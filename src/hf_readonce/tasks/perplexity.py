@@ -196,14 +196,19 @@ def flops_per_token(config, window_size: int, window_overlap: int = 0, recurrent
 
 @contextmanager
 def recurrence_zeroed(model):
-    r"""Within the block, every recurrent vector the model inserts (§3.1: the output of `model.recurrence`) is zero.
+    r"""Within the block, every recurrent vector the model inserts (§3.1: the output of `model.recurrence`, a
+    `(batch_size, hidden_size)` tensor per window) is zero.
 
     An ablation: a recurrent model evaluated inside it and outside it tells how much its perplexity owes to the
-    recurrence. The zero vector still enters layer `append_layer` as a key/value (a Llama or GPT-2 projection of zero
-    is its bias), so the windows' attention is otherwise unchanged. The hook is removed on exit, also on error.
+    recurrence. The zero vector still enters layer L (`config.recurrence_layer`) as a key/value (a Llama or GPT-2
+    projection of zero is its bias), so the windows' attention is otherwise unchanged. The hook is removed on exit,
+    also on error.
 
     Args:
         model: a recurrent model of this package ([`RecurrentGPT2LMHeadModel`], [`RecurrentLlamaForCausalLM`]).
+
+    Yields:
+        `model` itself, with the hook in place.
 
     Raises:
         TypeError: `model` is not a recurrent model (it has no `recurrence` module).
