@@ -1,10 +1,11 @@
-"""`python -m hf_readonce.recipes.reference_qa average`: uniform checkpoint averaging, on tiny random DeFormers."""
+"""`python -m hf_readonce.recipes.reference_qa average`: checkpoint averaging (uniform or weighted), on tiny random
+DeFormers and their BERT teacher."""
 
 import json
 
 import pytest
 import torch
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, BertConfig, BertForQuestionAnswering
 
 from hf_readonce import DeformerBertConfig, DeformerBertForQuestionAnswering
 from hf_readonce.recipes.reference_qa import main
@@ -43,4 +44,40 @@ def test_average_refuses_one_checkpoint_or_different_k(tmp_path):
     with pytest.raises(ValueError, match="num_decomposed_layers"):
         main(["average", "--model_dirs", str(tmp_path / "a"), str(tmp_path / "b"), "--output_dir",
               str(tmp_path / "o")])
+    assert not (tmp_path / "o").exists()
+
+
+def _save_teacher(path, seed):
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
+                        intermediate_size=64)
+    model = BertForQuestionAnswering(config)
+    model.save_pretrained(path)
+    AutoTokenizer.from_pretrained(minilm_path()).save_pretrained(path)
+    return model
+
+
+def test_weighted_average_extrapolates_a_deformer_from_its_bert_teacher(tmp_path):
+    deformer = _save(tmp_path / "d", k=2, seed=0)
+    teacher = _save_teacher(tmp_path / "t", seed=1)
+    out = main(["average", "--model_dirs", str(tmp_path / "d"), str(tmp_path / "t"), "--weights", "1.2", "-0.2",
+                "--output_dir", str(tmp_path / "x")]) or tmp_path / "x"
+    mixed = DeformerBertForQuestionAnswering.from_pretrained(out)
+    assert mixed.config.num_decomposed_layers == 2  # the first checkpoint's config
+    t_state = teacher.state_dict()
+    for name, tensor in mixed.state_dict().items():
+        base = t_state[name].float()
+        expected = base + 1.2 * (deformer.state_dict()[name].float() - base)
+        torch.testing.assert_close(tensor, expected, rtol=0, atol=1e-5)
+    assert json.loads((tmp_path / "x" / "average.json").read_text())["weights"] == [1.2, -0.2]
+
+
+@pytest.mark.parametrize("weights, match", [(["0.5"], "one weight per"), (["0.7", "0.7"], "sum to 1"),
+                                            (["nan", "1"], "finite")])
+def test_average_refuses_bad_weights_and_writes_nothing(tmp_path, weights, match):
+    _save(tmp_path / "a", k=2, seed=0)
+    _save_teacher(tmp_path / "b", seed=1)
+    with pytest.raises(ValueError, match=match):
+        main(["average", "--model_dirs", str(tmp_path / "a"), str(tmp_path / "b"), "--weights", *weights,
+              "--output_dir", str(tmp_path / "o")])
     assert not (tmp_path / "o").exists()

@@ -240,16 +240,25 @@ def export(args) -> Path:
 
 
 def average(args) -> Path:
-    """Uniform weight average of several checkpoints of one architecture (checkpoint averaging; e.g. the last
+    """Weight average of several checkpoints of one architecture (checkpoint averaging, "model soups"; e.g. the last
     checkpoints of consecutive distillation runs), saved in fp32 with the first checkpoint's config and tokenizer
     into `args.output_dir`, ready for `--do_eval` (threshold tuning on the calibration split) and `export`.
 
-    Every floating-point tensor is averaged in fp32, whatever the checkpoints' dtype; integer buffers must be equal.
+    `args.weights` (one per checkpoint, default uniform `1/n`) must sum to 1; they may be negative, so
+    `--model_dirs DEFORMER TEACHER --weights 1.2 -0.2` gives `teacher + 1.2 (deformer - teacher)`: the DeFormer's
+    change from its initialisation scaled by 1.2 (interpolation for weights in [0, 1], extrapolation beyond). A plain
+    BERT QA checkpoint (the DeFormer's teacher, which the DeFormer starts from, paper slides "DeFormer") may be mixed
+    with DeFormers: their tensors have the same names and shapes; the output takes the first checkpoint's config.
+
+    Every floating-point tensor is combined in fp32, whatever the checkpoints' dtype; integer buffers must be equal.
 
     Raises:
-        ValueError: fewer than two `--model_dirs`, checkpoints of different model types or numbers of decomposed
-            layers, different tensor names or shapes, or integer buffers that differ.
+        ValueError: fewer than two `--model_dirs`; `--weights` of another length, not finite or not summing to 1
+            (within 1e-6); checkpoints of different model families, numbers of layers, or (among DeFormers) numbers
+            of decomposed layers; different tensor names or shapes, or integer buffers that differ.
     """
+    import math
+
     import torch
     from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoTokenizer
 
@@ -258,20 +267,33 @@ def average(args) -> Path:
     register_models()
     if len(args.model_dirs) < 2:
         raise ValueError(f"--model_dirs: averaging needs at least two checkpoints, got {len(args.model_dirs)}.")
+    weights = getattr(args, "weights", None)
+    if weights is None:
+        weights = [1.0 / len(args.model_dirs)] * len(args.model_dirs)
+    if len(weights) != len(args.model_dirs):
+        raise ValueError(f"--weights: one weight per --model_dirs entry, got {len(weights)} weights for "
+                         f"{len(args.model_dirs)} checkpoints.")
+    if not all(math.isfinite(w) for w in weights) or abs(sum(weights) - 1.0) > 1e-6:
+        raise ValueError(f"--weights must be finite and sum to 1, got {list(weights)} (sum {sum(weights)}).")
     configs = [AutoConfig.from_pretrained(path) for path in args.model_dirs]
-    shape_of = [(c.model_type, getattr(c, "num_decomposed_layers", None), c.num_hidden_layers) for c in configs]
-    if len(set(shape_of)) > 1:
+    family = {"deformer_bert": "bert"}
+    shape_of = [(family.get(c.model_type, c.model_type), c.num_hidden_layers) for c in configs]
+    decomposed = {getattr(c, "num_decomposed_layers", None) for c in configs} - {None}
+    if len(set(shape_of)) > 1 or len(decomposed) > 1:
         raise ValueError("--model_dirs: checkpoints differ in (model_type, num_decomposed_layers, layers): "
-                         + ", ".join(f"{path}: {shape}" for path, shape in zip(args.model_dirs, shape_of)))
+                         + ", ".join(f"{path}: {(c.model_type, getattr(c, 'num_decomposed_layers', None), c.num_hidden_layers)}"
+                                     for path, c in zip(args.model_dirs, configs)))
     models = [AutoModelForQuestionAnswering.from_pretrained(path, dtype=torch.float32) for path in args.model_dirs]
     states = [model.state_dict() for model in models]
+    if any(set(state) != set(states[0]) for state in states):
+        raise ValueError("--model_dirs: the checkpoints have different tensor names.")
     merged = {}
     for name, first in states[0].items():
-        tensors = [state.get(name) for state in states]
-        if any(t is None or t.shape != first.shape for t in tensors):
-            raise ValueError(f"--model_dirs: tensor {name!r} is missing or has another shape in some checkpoint.")
+        tensors = [state[name] for state in states]
+        if any(t.shape != first.shape for t in tensors):
+            raise ValueError(f"--model_dirs: tensor {name!r} has another shape in some checkpoint.")
         if first.is_floating_point():
-            merged[name] = torch.stack([t.float() for t in tensors]).mean(0)
+            merged[name] = sum(w * t.float() for w, t in zip(weights, tensors))
         elif any(not torch.equal(t, first) for t in tensors):
             raise ValueError(f"--model_dirs: integer tensor {name!r} differs between checkpoints.")
         else:
@@ -282,7 +304,7 @@ def average(args) -> Path:
     AutoTokenizer.from_pretrained(args.model_dirs[0]).save_pretrained(target)
     with open(target / "average.json", "w") as handle:
         json.dump({"command": "python -m hf_readonce.recipes.reference_qa average " + " ".join(args.argv),
-                   "model_dirs": list(args.model_dirs)}, handle, indent=2)
+                   "model_dirs": list(args.model_dirs), "weights": list(weights)}, handle, indent=2)
     return target
 
 
@@ -319,8 +341,11 @@ def main(argv=None):
     x = sub.add_parser("export", help="fp16 safetensors + tokenizer + metrics + checksums, for shipping")
     x.add_argument("--model_dir", required=True)
     x.add_argument("--export_dir", required=True)
-    a = sub.add_parser("average", help="uniform weight average of checkpoints (fp32), for evaluation and export")
+    a = sub.add_parser("average", help="weight average of checkpoints (fp32, uniform by default), for evaluation "
+                                       "and export")
     a.add_argument("--model_dirs", nargs="+", required=True)
+    a.add_argument("--weights", nargs="+", type=float, default=None,
+                   help="one weight per checkpoint, summing to 1 (default uniform); negative weights extrapolate")
     a.add_argument("--output_dir", required=True)
     args = parser.parse_args(argv)
     import sys
