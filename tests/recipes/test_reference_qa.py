@@ -13,10 +13,13 @@ from hf_readonce.weights import minilm_path
 
 
 def _save(path, k, seed):
+    """A tiny random DeFormer with k decomposed layers, or with k=None its plain BERT QA teacher (same tensors)."""
     torch.manual_seed(seed)
-    config = DeformerBertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
-                                intermediate_size=64, num_decomposed_layers=k)
-    model = DeformerBertForQuestionAnswering(config)
+    dims = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=4, num_attention_heads=4, intermediate_size=64)
+    if k is None:
+        model = BertForQuestionAnswering(BertConfig(**dims))
+    else:
+        model = DeformerBertForQuestionAnswering(DeformerBertConfig(**dims, num_decomposed_layers=k))
     model.save_pretrained(path)
     AutoTokenizer.from_pretrained(minilm_path()).save_pretrained(path)
     return model
@@ -47,19 +50,9 @@ def test_average_refuses_one_checkpoint_or_different_k(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
-def _save_teacher(path, seed):
-    torch.manual_seed(seed)
-    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
-                        intermediate_size=64)
-    model = BertForQuestionAnswering(config)
-    model.save_pretrained(path)
-    AutoTokenizer.from_pretrained(minilm_path()).save_pretrained(path)
-    return model
-
-
 def test_weighted_average_extrapolates_a_deformer_from_its_bert_teacher(tmp_path):
     deformer = _save(tmp_path / "d", k=2, seed=0)
-    teacher = _save_teacher(tmp_path / "t", seed=1)
+    teacher = _save(tmp_path / "t", k=None, seed=1)
     out = main(["average", "--model_dirs", str(tmp_path / "d"), str(tmp_path / "t"), "--weights", "1.2", "-0.2",
                 "--output_dir", str(tmp_path / "x")]) or tmp_path / "x"
     mixed = DeformerBertForQuestionAnswering.from_pretrained(out)
@@ -76,7 +69,7 @@ def test_weighted_average_extrapolates_a_deformer_from_its_bert_teacher(tmp_path
                                             (["nan", "1"], "finite")])
 def test_average_refuses_bad_weights_and_writes_nothing(tmp_path, weights, match):
     _save(tmp_path / "a", k=2, seed=0)
-    _save_teacher(tmp_path / "b", seed=1)
+    _save(tmp_path / "b", k=None, seed=1)
     with pytest.raises(ValueError, match=match):
         main(["average", "--model_dirs", str(tmp_path / "a"), str(tmp_path / "b"), "--weights", *weights,
               "--output_dir", str(tmp_path / "o")])

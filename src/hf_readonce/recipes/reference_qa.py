@@ -276,13 +276,12 @@ def average(args) -> Path:
     if not all(math.isfinite(w) for w in weights) or abs(sum(weights) - 1.0) > 1e-6:
         raise ValueError(f"--weights must be finite and sum to 1, got {list(weights)} (sum {sum(weights)}).")
     configs = [AutoConfig.from_pretrained(path) for path in args.model_dirs]
-    family = {"deformer_bert": "bert"}
-    shape_of = [(family.get(c.model_type, c.model_type), c.num_hidden_layers) for c in configs]
-    decomposed = {getattr(c, "num_decomposed_layers", None) for c in configs} - {None}
-    if len(set(shape_of)) > 1 or len(decomposed) > 1:
+    described = [(c.model_type, getattr(c, "num_decomposed_layers", None), c.num_hidden_layers) for c in configs]
+    family = {"deformer_bert": "bert"}  # a DeFormer has its BERT teacher's tensors
+    if (len({(family.get(kind, kind), layers) for kind, _, layers in described}) > 1
+            or len({k for _, k, _ in described} - {None}) > 1):
         raise ValueError("--model_dirs: checkpoints differ in (model_type, num_decomposed_layers, layers): "
-                         + ", ".join(f"{path}: {(c.model_type, getattr(c, 'num_decomposed_layers', None), c.num_hidden_layers)}"
-                                     for path, c in zip(args.model_dirs, configs)))
+                         + ", ".join(f"{path}: {shape}" for path, shape in zip(args.model_dirs, described)))
     models = [AutoModelForQuestionAnswering.from_pretrained(path, dtype=torch.float32) for path in args.model_dirs]
     states = [model.state_dict() for model in models]
     if any(set(state) != set(states[0]) for state in states):
