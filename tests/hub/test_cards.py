@@ -52,14 +52,14 @@ def test_every_card_parses_and_carries_the_required_metadata():
 def test_model_index_values_are_the_recorded_metrics():
     from huggingface_hub import ModelCard
 
-    metrics = json.loads((REPO_ROOT / "src/hf_readonce/checkpoints/minilm-qa-reference/metrics.json").read_text())
+    metrics = json.loads((REPO_ROOT / "checkpoints/minilm-qa-reference/metrics.json").read_text())
     card = ModelCard.load(CARDS / "minilm-qa-reference.md")
     got = {(r.dataset_type, r.metric_name): r.metric_value for r in card.data.eval_results}
     disfl, quoref = metrics["validation"]["disfl_qa"], metrics["validation"]["quoref"]
     assert got == {("disfl_qa", "EM"): disfl["eval_exact_match"], ("disfl_qa", "F1"): disfl["eval_f1"],
                    ("disfl_qa", "HasAns F1"): disfl["eval_HasAns_f1"], ("disfl_qa", "NoAns EM"): disfl["eval_NoAns_exact"],
                    ("quoref", "EM"): quoref["eval_exact_match"], ("quoref", "F1"): quoref["eval_f1"]}
-    shipped = json.loads((REPO_ROOT / "src/hf_readonce/checkpoints/deformer-minilm-qa-reference/metrics.json").read_text())
+    shipped = json.loads((REPO_ROOT / "checkpoints/deformer-minilm-qa-reference/metrics.json").read_text())
     card = ModelCard.load(CARDS / "deformer-minilm-qa-reference.md")
     got = {(r.dataset_type, r.metric_name): r.metric_value for r in card.data.eval_results}
     assert got == {("disfl_qa", "EM"): shipped["cached_exact_match"], ("disfl_qa", "F1"): shipped["cached_f1"],

@@ -1,0 +1,54 @@
+"""Where the reference checkpoints are found (checkout, $HF_READONCE_CHECKPOINTS, Hub cache) and how a missing or
+damaged one is reported."""
+
+import shutil
+
+import pytest
+
+from hf_readonce import weights
+
+
+def _copy_small(source, target):
+    """A copy of a reference folder whose 'weights' are a small file, with a fresh checksums.json."""
+    target.mkdir(parents=True)
+    for name in ("config.json", "tokenizer_config.json"):
+        shutil.copy(source / name, target / name)
+    (target / "model.safetensors").write_bytes(b"not really weights")
+    weights.write_checksums(target)
+    return target
+
+
+def test_source_checkout_holds_both_reference_checkpoints():
+    assert weights.reference_qa_path(verify=False) == weights.SOURCE_CHECKPOINTS_DIR / "minilm-qa-reference"
+    assert weights.reference_deformer_path(verify=False).name == "deformer-minilm-qa-reference"
+    assert (weights.SOURCE_CHECKPOINTS_DIR.parent / "pyproject.toml").is_file()
+
+
+def test_environment_folder_comes_first(tmp_path, monkeypatch):
+    folder = _copy_small(weights.REFERENCE_QA_DIR, tmp_path / "minilm-qa-reference")
+    monkeypatch.setenv(weights.CHECKPOINTS_ENV, str(tmp_path))
+    assert weights.reference_qa_path() == folder
+
+
+def test_damaged_file_is_named(tmp_path, monkeypatch):
+    folder = _copy_small(weights.REFERENCE_QA_DIR, tmp_path / "minilm-qa-reference")
+    (folder / "model.safetensors").write_bytes(b"changed")
+    monkeypatch.setenv(weights.CHECKPOINTS_ENV, str(tmp_path))
+    with pytest.raises(ValueError, match="model.safetensors"):
+        weights.reference_qa_path()
+
+
+def test_missing_everywhere_names_repo_and_command(tmp_path, monkeypatch):
+    monkeypatch.setattr(weights, "SOURCE_CHECKPOINTS_DIR", tmp_path / "no-checkout")
+    monkeypatch.delenv(weights.CHECKPOINTS_ENV, raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    with pytest.raises(FileNotFoundError) as error:
+        weights.reference_deformer_path()
+    assert "hf-readonce/deformer-minilm-qa-reference" in str(error.value)
+    assert "huggingface-cli download" in str(error.value)
+
+
+def test_unknown_name():
+    with pytest.raises(ValueError, match="checkpoint"):
+        weights.resolve_reference_checkpoint("nope")
