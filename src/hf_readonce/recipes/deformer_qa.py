@@ -133,13 +133,15 @@ def _record_qa_settings(config, data_args: DataArguments, threshold: float | Non
         config.null_score_diff_threshold = float(threshold)
 
 
-def run(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> dict:
+def run(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments,
+        callbacks: list | None = None) -> dict:
     """Fine-tune (with `training_args.do_train`) and evaluate (with `do_eval`) a DeFormer QA model.
 
     Evaluation reports, beside the model, the trivial baselines of the same questions (always-empty where some
     questions are unanswerable, first span, first sentence) and SQuAD 2.0's HasAns / NoAns breakdown. With
     `calibration_fraction > 0` and `allow_no_answer`, the no-answer threshold is tuned on the held-out train
-    passages and recorded in the saved checkpoint's config, with the windowing settings.
+    passages and recorded in the saved checkpoint's config, with the windowing settings. `callbacks` (a list of
+    `transformers.TrainerCallback`, default none) are handed to the trainer (e.g. a wall-time budget).
 
     Returns:
         `dict` of metrics (also written to `output_dir/eval_results.json`): `eval_exact_match`/`eval_f1` (pairs
@@ -230,6 +232,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
             train_dataset=train_dataset,
             data_collator=DataCollatorWithPadding(tokenizer),
             processing_class=tokenizer,
+            callbacks=callbacks,
         )
         if model_args.teacher_model_name_or_path:
             teacher = load_quietly(AutoModelForQuestionAnswering.from_pretrained,

