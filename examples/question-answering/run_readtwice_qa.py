@@ -45,6 +45,7 @@ from hf_readonce.tasks.readtwice_qa import (
     prepare_readtwice_qa_features,
     spacy_mentions,
 )
+from hf_readonce.tasks.trainers import TimeBudgetCallback
 
 logger = logging.getLogger(__name__)
 DATA = os.path.join("..", "shared", "data", "quoref")
@@ -82,6 +83,9 @@ class DataArguments:
     n_best_size: int = field(default=20)
     max_answer_length: int = field(default=30)
     eval_batch_size: int = field(default=16, metadata={"help": "Documents per prediction batch."})
+    train_time_budget_s: float = field(default=None, metadata={
+        "help": "Stop training once this many seconds have passed (TimeBudgetCallback); train_steps records the "
+                "steps reached."})
 
 
 def mention_function(model_args):
@@ -148,9 +152,13 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
     if training_args.do_train:
         _, train_features = features_of(data_args.train_file, data_args.max_train_samples)
         metrics["train_segments_per_document"] = float(np.mean([f.num_segments for f in train_features]))
-        trainer = Trainer(model=model, args=training_args, train_dataset=train_features, data_collator=collator)
+        callbacks = [TimeBudgetCallback(data_args.train_time_budget_s)] if data_args.train_time_budget_s else None
+        trainer = Trainer(model=model, args=training_args, train_dataset=train_features, data_collator=collator,
+                          callbacks=callbacks)
         result = trainer.train()
         metrics.update(result.metrics)
+        metrics["train_steps"] = result.global_step
+        metrics["train_questions"] = len(train_features)
         trainer.save_model()
         tokenizer.save_pretrained(training_args.output_dir)
     if training_args.do_eval:

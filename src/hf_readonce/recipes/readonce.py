@@ -17,7 +17,8 @@ are balanced with `datasets.interleave_datasets`; `compression_ratio` on a ReadO
 k; documents are read up to the model's T·k capacity, longer than one chunk in chunks.
 
 Metrics: SQuAD EM/F1 for QA, ROUGE-L (F-measure, percent) for summarization, both from torchmetrics, and the
-teacher-forced loss of the gold targets before and after training; the training time per batch is recorded.
+teacher-forced loss of the gold targets before and after training; the training time per batch (median) and of each
+stage (`stage<n>_train_seconds`, the Trainer's `train_runtime`) are recorded.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from ..tasks.question_answering import (
     load_qa_examples,
     read_jsonl,
 )
-from ..tasks.trainers import trained_model
+from ..tasks.trainers import TimeBudgetCallback, trained_model
 from ..weights import minilm_path
 
 
@@ -89,6 +90,9 @@ class ReadOnceArguments:
     generation_max_tokens: int = field(default=32)
     num_beams: int = field(default=1)
     eval_compression_ratios: str = field(default=None, metadata={"help": "also evaluate at these k (comma list)"})
+    train_time_budget_s: float = field(default=None, metadata={
+        "help": "stop each training stage once this many seconds have passed (TimeBudgetCallback); the steps "
+                "reached are recorded as stage<n>_train_steps"})
 
 
 def load_rows(task: str, path: str, limit: int | None = None, balance: bool = False, seed: int = 42) -> list[dict]:
@@ -214,18 +218,21 @@ def learning_rates(args: ReadOnceArguments, training_args) -> tuple[float, float
     return bart, new
 
 
-def _train(model, rows, collator, training_args, steps: int, rates: tuple[float, float]):
+def _train(model, rows, collator, training_args, steps: int, rates: tuple[float, float],
+           time_budget_s: float | None = None):
     args = dataclasses.replace(training_args, max_steps=steps, remove_unused_columns=False)
     # The paper's two learning rates (§4.1): the model's own parameter groups, the Trainer's scheduler on top.
     optimizer = torch.optim.AdamW(model.optimizer_parameter_groups(*rates, weight_decay=args.weight_decay),
                                   betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon)
     # rows are plain dicts batched by the collator, so a list is the dataset
+    callbacks = [TimeBudgetCallback(time_budget_s)] if time_budget_s else None
     trainer = _TimedTrainer(model=model, args=args, train_dataset=rows, data_collator=collator,
-                            optimizers=(optimizer, None))
+                            optimizers=(optimizer, None), callbacks=callbacks)
     result = trainer.train()
     times = sorted(trainer.step_times)
     return trained_model(trainer), {
-        "train_loss": round(result.training_loss, 4), "seconds_per_batch": round(times[len(times) // 2], 3)}
+        "train_loss": round(result.training_loss, 4), "seconds_per_batch": round(times[len(times) // 2], 3),
+        "train_seconds": round(result.metrics["train_runtime"], 1), "train_steps": result.global_step}
 
 
 def _to_device(features: dict, device) -> dict:
@@ -361,7 +368,7 @@ def run(args: ReadOnceArguments, training_args: Seq2SeqTrainingArguments) -> dic
             metrics[f"{name}_loss_before_training"] = round(evaluation_loss(model, tokenizer, rows, args,
                                                                             batch_size=batch), 4)
         model, stats = _train(model, train_rows, ReadOnceCollator(tokenizer, args), training_args, stage1_steps,
-                              rates)
+                              rates, args.train_time_budget_s)
         metrics.update({f"stage1_{k}": v for k, v in stats.items()})
     lookup = None
     if args.variant == "readonce" and args.stage2_steps > 0:
@@ -378,7 +385,7 @@ def run(args: ReadOnceArguments, training_args: Seq2SeqTrainingArguments) -> dic
         lookup = store_lookup_fn(store, adapter)
         if training_args.do_train:
             model, stats = _train(model, train_rows, ReadOnceCollator(tokenizer, args, lookup), training_args,
-                                  args.stage2_steps, rates)
+                                  args.stage2_steps, rates, args.train_time_budget_s)
             metrics.update({f"stage2_{k}": v for k, v in stats.items()})
     model.float()
     for name, rows in eval_sets.items():

