@@ -23,8 +23,9 @@ scales the H100 step times recorded in `benchmarks/results/readonce_learning_h10
 101-177 s per row with two or three rows side by side; 250 XSum steps in 22-29 s): 5,000 QA steps take 6-10
 minutes, 1,000 XSum steps about 2 minutes, the evaluations (generation on 2,595 questions at four k, 205
 articles) under a minute. A device call limited to 10 minutes needs `--time_budget_s` (each training stage stops
-there and reports the steps it reached), e.g. `--time_budget_s 240`. On 2 shared CPU cores a QA step of batch 32
-took 51-81 s: use `--smoke` there (2 steps on a few rows, a tiny model via `--warm_start`).
+there and reports the steps it reached), e.g. `--time_budget_s 240`. On 2 CPU cores shared with other work (load
+average about 14) a QA step of batch 32 took 51-81 s: use `--smoke` there (2 steps on a few rows, a tiny model via
+`--warm_start`).
 
 Writes `<output_dir>/qa_<row>/` and `xsum_<row>/` (each run's model and `readonce_results.json`), `results.json`
 (benchmark schema: one row per model with its QA and XSum scores, the training steps and seconds; the baselines

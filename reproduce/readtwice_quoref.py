@@ -17,10 +17,10 @@ One command, one GPU:
 Expected wall time on one H100 (an estimate, not a measurement of this command): about 10 minutes. The estimate
 scales the CPU step times recorded in `benchmarks/results/readtwice_table/` (3.40 s per step of 8 questions for the
 baseline, 3.57 s for E, bf16 on 2 CPU threads, one run at a time) by the CPU-to-H100 ratio of the two tables measured
-on both: 32x for the DeFormer (about 2 s per CPU step against 0.062 s on the H100, two runs side by side) and 88x
-for LongDoc on XSum (16.4 s against 0.187 s, four side by side). That gives 0.04-0.11 s per step, 1-4 minutes for
-1,951 steps, doubled for six runs sharing the GPU, plus feature preparation (the capitalisation mentions of 6,500
-documents per run) and evaluation. A device call limited to 10 minutes should pass `--time_budget_s 360`. On CPU use
+on both: 32x for the DeFormer (about 2 s per CPU step as `deformer.py` states, against 0.062 s on the H100, two
+runs side by side) and 88x for LongDoc on XSum (16.4 s against 0.187 s, four side by side). That gives 0.04-0.11 s
+per step, 1-4 minutes for 1,951 steps, doubled for six runs sharing the GPU, plus feature preparation (the
+capitalisation mentions of the 6,500 train and validation questions per run) and evaluation. A device call limited to 10 minutes should pass `--time_budget_s 360`. On CPU use
 `--smoke` (2 steps on 8 questions with a tiny model via `--warm_start`).
 
 Writes `<output_dir>/<row>/readtwice_results.json` (each run's command, scores and baselines), `results.json`
