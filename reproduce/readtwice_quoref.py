@@ -20,8 +20,9 @@ baseline, 3.57 s for E, bf16 on 2 CPU threads, one run at a time) by the CPU-to-
 on both: 32x for the DeFormer (about 2 s per CPU step as `deformer.py` states, against 0.062 s on the H100, two
 runs side by side) and 88x for LongDoc on XSum (16.4 s against 0.187 s, four side by side). That gives 0.04-0.11 s
 per step, 1-4 minutes for 1,951 steps, doubled for six runs sharing the GPU, plus feature preparation (the
-capitalisation mentions of the 6,500 train and validation questions per run) and evaluation. A device call limited to 10 minutes should pass `--time_budget_s 360`. On CPU use
-`--smoke` (2 steps on 8 questions with a tiny model via `--warm_start`).
+capitalisation mentions of the 6,500 train and validation questions per run) and evaluation. A device call
+limited to 10 minutes should pass `--time_budget_s 360`. On CPU use `--smoke` (2 steps on 8 questions with a tiny
+model via `--warm_start`).
 
 Writes `<output_dir>/<row>/readtwice_results.json` (each run's command, scores and baselines), `results.json`
 (benchmark schema: one row per model with EM/F1, steps, epochs and training seconds; the baselines beside) and
