@@ -9,6 +9,8 @@
 # parts). The wheels go to a private folder on PYTHONPATH (nothing is installed into the machine's Python), the data
 # to $REPRO_DATA (default /tmp/shared/data; the entry point's --data_dir is set to it), and the weights are
 # restored into checkpoints/ by the entry point itself (--weights_from), which checks their SHA-256.
+# `python reproduce/carry.py --output_dir CARRY_DIR --tables <table>` builds CARRY_DIR (reproduce/README.md). With
+# HF_READONCE_CHECKPOINTS set, the reference checkpoints are restored into that folder instead of checkpoints/.
 set -euo pipefail
 carry=$(cd "$1" && pwd); shift
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
