@@ -938,14 +938,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _disable_progress_bars() -> None:
+def _disable_progress_bars():
     """Silence the bars of huggingface_hub and transformers (its "Loading weights" bar), without importing
-    transformers where it is not loaded yet (it reads huggingface_hub's setting when imported)."""
-    from huggingface_hub.utils import disable_progress_bars
+    transformers where it is not loaded yet (it reads huggingface_hub's setting when imported).
 
+    Returns:
+        A function that puts both settings back as they were (for `main` called from Python).
+    """
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    hub_was_disabled = are_progress_bars_disabled()
     disable_progress_bars()
-    if "transformers.utils.logging" in sys.modules:
-        sys.modules["transformers.utils.logging"].disable_progress_bar()
+    hf_logging = sys.modules.get("transformers.utils.logging")
+    # transformers imported later reads huggingface_hub's setting then
+    transformers_was_enabled = hf_logging.is_progress_bar_enabled() if hf_logging else not hub_was_disabled
+    if hf_logging is not None:
+        hf_logging.disable_progress_bar()
+
+    def restore():
+        logging_now = sys.modules.get("transformers.utils.logging")
+        if logging_now is not None and transformers_was_enabled:
+            logging_now.enable_progress_bar()  # (also re-enables huggingface_hub's, set right below)
+        if hub_was_disabled:
+            disable_progress_bars()
+        else:
+            enable_progress_bars()
+
+    return restore
 
 
 def main(argv=None) -> int:
@@ -968,8 +987,7 @@ def main(argv=None) -> int:
         return EXIT_OK
     parser = build_parser()
     args = parser.parse_args(argv)
-    if getattr(args, "no_progress", False):
-        _disable_progress_bars()
+    restore = _disable_progress_bars() if getattr(args, "no_progress", False) else None
     try:
         return args.func(args)
     except CommandError as error:
@@ -979,6 +997,9 @@ def main(argv=None) -> int:
         print(f"hf-readonce {args.command}: interrupted; committed shards are kept, re-run to finish.",
               file=sys.stderr)
         return 130
+    finally:
+        if restore is not None:
+            restore()
 
 
 if __name__ == "__main__":
