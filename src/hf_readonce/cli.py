@@ -18,17 +18,18 @@ Subcommands:
   fresh and stored states (`hf_readonce.representations.recompute_store`); exits 1 if a document was not read the
   same way (other token ids), a KL is above `--max-kl`, or a space of the model could not be recomputed.
 - `demo`: the package's end-to-end demo (see `hf_readonce.recipes.demo`).
-- `checkpoints [--path NAME]`: the checkpoints shipped with hf-readonce and their folders; MODEL accepts their names
-  (`reference-deformer`, `reference-qa`) wherever it accepts a folder.
-
-Models compute in the dtype of `hf_readonce.dtypes` (`--compute-dtype auto`: float32 on a CPU, the checkpoint's
-dtype on CUDA); `encode --dtype` is the storage dtype, a separate setting.
 - `publish MODEL_DIR --repo-id OWNER/NAME [--local-dir DIR] [--private] [--store STORE] [--metrics FILE]`: assemble
   a Hub repo folder (weights, code, pipeline, tokenizer, representation format, model card) and write it to
   `--local-dir`, or create the repo and upload it in one commit (see `hf_readonce.hub.publish`).
+- `checkpoints [--path NAME]`: the checkpoints shipped with hf-readonce and their folders; MODEL (and MODEL_DIR)
+  accept their names (`reference-deformer`, `reference-qa`) wherever they accept a folder.
+
+Models compute in the dtype of `hf_readonce.dtypes` (`--compute-dtype auto`: float32 on a CPU, the checkpoint's
+dtype on CUDA); `encode --dtype` is the storage dtype, a separate setting.
 
 Exit status: 0 success; 1 corruption found (`verify`), documents left unrepaired, bad input lines with `--strict`,
-or an input file that holds no documents / questions (or none under `--text-field`); 2 usage errors and errors that stop a command (the message says why).
+or an input file that holds no documents / questions (or none under `--text-field`); 2 usage errors and errors that
+stop a command (the message says why).
 """
 
 from __future__ import annotations
