@@ -327,3 +327,120 @@ def test_console_script_help_and_info_import_no_model(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "HEAVY []" in done.stdout, done.stdout
     assert "REGISTERED deformer_bert" in done.stdout
+
+
+# ------------------------------------------------------------------------------------------------ issue 38: newcomer
+def test_input_that_holds_nothing_fails_before_a_store_is_made(tmp_path, checkpoint, qa_rows, capsys):
+    """An empty documents file, or one without the --text-field, exits 1 saying so (naming the fields of the first
+    valid line) and creates no store; an empty questions file exits 1 likewise."""
+    store_dir = tmp_path / "store"
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n  \n")
+    assert cli_main(["encode", str(checkpoint), "--documents", str(empty), "--store", str(store_dir), "--strict",
+                     "--no-progress"]) == 1
+    assert f"{empty} holds no documents" in capsys.readouterr().err
+    docs = write_jsonl(tmp_path / "docs.jsonl", [{"id": "a", "title": "t", "context": qa_rows[0]["context"]}])
+    assert cli_main(["encode", str(checkpoint), "--documents", str(docs), "--text-field", "text", "--store",
+                     str(store_dir), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "--text-field 'text'" in err and "'id', 'title', 'context'" in err and err.count("\n") == 1
+    blank = write_jsonl(tmp_path / "blank.jsonl", [{"id": "a", "context": "  "}])
+    assert cli_main(["encode", str(checkpoint), "--documents", str(blank), "--store", str(store_dir)]) == 1
+    assert "holds no documents" in capsys.readouterr().err
+    assert not store_dir.exists()
+    assert cli_main(["answer", str(checkpoint), "--questions", str(empty), "--store", str(store_dir), "--output",
+                     str(tmp_path / "preds.jsonl"), "--no-progress"]) == 1
+    assert f"{empty} holds no questions" in capsys.readouterr().err
+    assert not store_dir.exists() and not (tmp_path / "preds.jsonl").exists()
+    assert cli_main(["answer", str(checkpoint), "--questions", str(docs), "--store", str(store_dir), "--output",
+                     str(tmp_path / "preds.jsonl")]) == 1
+    assert "no usable question" in capsys.readouterr().err
+
+
+def test_a_missing_local_model_folder_is_named_before_any_hub_lookup(tmp_path, qa_rows, capsys):
+    docs = write_jsonl(tmp_path / "docs.jsonl", qa_rows[:1])
+    (tmp_path / "runs").mkdir()
+    for name in (str(tmp_path / "no-such-model"), str(tmp_path / "runs" / "demo"), "./no/such/model"):
+        assert cli_main(["encode", name, "--documents", str(docs), "--store", str(tmp_path / "s")]) == 2
+        err = capsys.readouterr().err
+        assert "does not exist" in err and "Repo id" not in err and "reference-deformer" in err, err
+    os.chdir(tmp_path)  # a relative path whose first part is a local folder reads as a path, not a Hub id
+    try:
+        assert cli_main(["encode", "runs/demo", "--documents", str(docs), "--store", str(tmp_path / "s")]) == 2
+        assert "runs/demo does not exist" in capsys.readouterr().err
+    finally:
+        os.chdir(REPO_ROOT)
+    assert not (tmp_path / "s").exists()
+
+
+def test_shipped_checkpoints_have_names(tmp_path, qa_rows, capsys):
+    """`hf-readonce checkpoints` lists the names MODEL accepts; `encode`/`answer reference-deformer` use the shipped
+    DeFormer, in float32 on the CPU (the checkpoint is saved in fp16)."""
+    from hf_readonce.weights import reference_deformer_path, reference_qa_path
+
+    assert cli_main(["checkpoints"]) == 0
+    out = capsys.readouterr().out
+    assert "reference-deformer" in out and str(reference_deformer_path()) in out and str(reference_qa_path()) in out
+    assert cli_main(["checkpoints", "--path", "reference-qa"]) == 0
+    assert capsys.readouterr().out.strip() == str(reference_qa_path())
+    assert cli_main(["checkpoints", "--path", "nope"]) == 2
+    rows = qa_rows[:6]
+    docs, questions = write_jsonl(tmp_path / "docs.jsonl", rows), write_jsonl(tmp_path / "q.jsonl", rows)
+    store_dir = tmp_path / "store"
+    assert cli_main(["encode", "reference-deformer", "--documents", str(docs), "--store", str(store_dir),
+                     "--no-progress"]) == 0
+    capsys.readouterr()
+    (space,) = RepresentationStore(store_dir).spaces()
+    from hf_readonce.cli import load_qa_model
+
+    model, _ = load_qa_model(str(reference_deformer_path()), device=torch.device("cpu"))
+    assert model.dtype == torch.float32 and space.fingerprint == model.representation_fingerprint()
+    assert cli_main(["answer", "reference-deformer", "--store", str(store_dir), "--questions", str(questions),
+                     "--output", str(tmp_path / "preds.jsonl"), "--no-progress"]) == 0
+    assert f"answered {len(rows)} question(s)" in capsys.readouterr().out
+
+
+def test_a_store_of_another_compute_dtype_is_named(tmp_path, checkpoint, qa_rows, capsys):
+    """States computed in float16 are another representation space than float32's; `answer` says which compute
+    dtype wrote them and how to read them."""
+    rows = qa_rows[:4]
+    docs, questions = write_jsonl(tmp_path / "docs.jsonl", rows), write_jsonl(tmp_path / "q.jsonl", rows)
+    store_dir = tmp_path / "store"
+    common = ["--store", str(store_dir), "--no-progress", "--max-passage-length", "64", "--doc-stride", "16"]
+    assert cli_main(["encode", str(checkpoint), "--documents", str(docs), "--compute-dtype", "float16",
+                     *common]) == 0
+    capsys.readouterr()
+    answer = ["answer", str(checkpoint), "--questions", str(questions), "--output", str(tmp_path / "p.jsonl"),
+              "--store", str(store_dir), "--no-progress"]
+    assert cli_main(answer) == 2
+    err = capsys.readouterr().err
+    assert "computed in float16" in err and "--compute-dtype float16" in err, err
+    assert cli_main([*answer, "--compute-dtype", "float16"]) == 0
+    verify = ["verify", "--store", str(store_dir), "--no-progress", "--recompute", "1", "--model", str(checkpoint)]
+    assert cli_main(verify) == 2
+    assert "--compute-dtype float16" in capsys.readouterr().err
+    assert cli_main([*verify, "--compute-dtype", "float16"]) == 0
+
+
+def test_no_progress_silences_the_weight_loading_bar(tmp_path, checkpoint, qa_rows):
+    docs = write_jsonl(tmp_path / "docs.jsonl", qa_rows[:2])
+    errs = []
+    for extra in ([], ["--no-progress"]):
+        proc = _cli("encode", str(checkpoint), "--documents", str(docs), "--store", str(tmp_path / f"s{len(extra)}"),
+                    "--max-passage-length", "64", "--doc-stride", "16", *extra)
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        errs.append(err)
+    assert "Loading weights" in errs[0]  # shown by default (so the check below can fail)
+    assert "Loading weights" not in errs[1] and "it/s" not in errs[1], errs[1]
+
+
+def test_help_says_what_the_commands_do(capsys):
+    from hf_readonce.cli import build_parser
+
+    text = build_parser().format_help()
+    assert "fine-tune" not in text and "shipped DeFormer answers" in text
+    with pytest.raises(SystemExit):
+        cli_main(["encode", "--help"])
+    out = capsys.readouterr().out
+    assert "--compute-dtype" in out and "reference-deformer" in out

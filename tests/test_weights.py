@@ -52,3 +52,15 @@ def test_missing_everywhere_names_repo_and_command(tmp_path, monkeypatch):
 def test_unknown_name():
     with pytest.raises(ValueError, match="checkpoint"):
         weights.resolve_reference_checkpoint("nope")
+
+
+def test_shipped_names(tmp_path, monkeypatch):
+    """The names the CLI accepts for the shipped checkpoints (`hf-readonce checkpoints`), resolved like their path
+    functions (so $HF_READONCE_CHECKPOINTS comes first there too)."""
+    assert weights.shipped_checkpoint_path("reference-deformer", verify=False) == \
+        weights.reference_deformer_path(verify=False)
+    assert weights.shipped_checkpoint_path("minilm-qa-reference", verify=False) == weights.reference_qa_path(verify=False)
+    assert weights.shipped_checkpoint_path("runs/demo") is None
+    folder = _copy_small(weights.REFERENCE_QA_DIR, tmp_path / "minilm-qa-reference")
+    monkeypatch.setenv(weights.CHECKPOINTS_ENV, str(tmp_path))
+    assert weights.shipped_checkpoint_path("reference-qa") == folder

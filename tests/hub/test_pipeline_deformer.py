@@ -128,3 +128,39 @@ def test_bad_input_raises_naming_the_argument(qa, tokenizer):
     plain.config.num_decomposed_layers = 0
     with pytest.raises(ValueError, match="num_decomposed_layers > 0"):
         DeformerQuestionAnsweringPipeline(model=plain, tokenizer=tokenizer)
+
+
+def test_published_reference_deformer_computes_in_fp32_on_cpu_and_answers_as_the_cli(tmp_path, qa_rows, capsys):
+    """The shipped DeFormer (saved in fp16), published with `hf-readonce publish reference-deformer` and loaded by
+    `pipeline(..., trust_remote_code=True)` where hf-readonce cannot be imported: it computes in float32 on the CPU
+    by default (the rule of `hf_readonce.dtypes`, copied into the pipeline) and gives the answers of `hf-readonce
+    answer` (max_answer_len 30, the CLI's default)."""
+    import json
+
+    from hf_readonce.cli import main as cli_main
+    from tests.conftest import run_without_hf_readonce, write_jsonl
+
+    folder = tmp_path / "published"
+    assert cli_main(["publish", "reference-deformer", "--repo-id", "someone/deformer", "--local-dir", str(folder)]) == 0
+    assert json.loads((folder / "config.json").read_text())["dtype"] == "float16"  # published as shipped
+    rows = qa_rows[:10]
+    questions = write_jsonl(tmp_path / "q.jsonl", rows)
+    store = tmp_path / "store"
+    assert cli_main(["encode", "reference-deformer", "--documents", str(questions), "--store", str(store),
+                     "--dtype", "fp32", "--no-progress"]) == 0
+    assert cli_main(["answer", "reference-deformer", "--store", str(store), "--questions", str(questions),
+                     "--output", str(tmp_path / "preds.jsonl"), "--no-progress"]) == 0
+    capsys.readouterr()
+    cli = [json.loads(line)["prediction_text"] for line in (tmp_path / "preds.jsonl").open()]
+    done = run_without_hf_readonce(f"""
+        import json
+        from transformers import pipeline
+        qa = pipeline("question-answering", model={str(folder)!r}, trust_remote_code=True)
+        rows = [json.loads(line) for line in open({str(questions)!r})]
+        answers = [qa(question=r["question"], context=r["context"], max_answer_len=30)["answer"] for r in rows]
+        print(json.dumps({{"dtype": str(qa.model.dtype), "answers": answers}}))
+    """)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["dtype"] == "torch.float32"
+    assert result["answers"] == cli and any(cli) and not all(cli)  # spans and no-answers both occur

@@ -85,3 +85,31 @@ def test_block_attention_text_generation_is_llamas(tokenizer):
     ids = tokenizer(LLAMA_PROMPT, return_tensors="pt").input_ids
     with torch.no_grad():
         assert torch.equal(model(ids).logits, llama(ids).logits)
+
+
+def test_card_loading_lines_run_without_prompt_or_warning(published, tmp_path):
+    """The `from_pretrained` lines of every generated card, run as written (the repo id replaced by the published
+    folder) where hf_readonce cannot be imported and stdin is closed: no remote-code prompt (a custom config makes
+    `AutoTokenizer` ask for it unless given `trust_remote_code=True`) and no "model of type" warning."""
+    import re
+    import subprocess
+    import sys
+    import textwrap
+
+    from tests.conftest import BLOCK_HF_READONCE
+
+    lines = ["from transformers import AutoModelForCausalLM, AutoModelForQuestionAnswering, AutoModelForSeq2SeqLM, "
+             "AutoTokenizer"]
+    for name, entry in published.items():
+        text = (entry["folder"] / "README.md").read_text()
+        found = re.findall(r"^(?:model|tokenizer) = Auto\w+\.from_pretrained\(.*$", text, re.M)
+        assert any(line.startswith("tokenizer") for line in found) or name == "readtwice_bert", name
+        lines += [line.replace(f'"{entry["repo_id"]}"', repr(str(entry["folder"]))) for line in found]
+    lines.append("print('LOADED')")
+    script = BLOCK_HF_READONCE + "\n" + textwrap.dedent("\n".join(lines))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                          timeout=600, cwd=tmp_path, env={**__import__("os").environ, "PYTHONPATH": "",
+                                                          "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0 and "LOADED" in done.stdout, done.stderr[-3000:]
+    for noise in ("custom code", "trust_remote_code", "to instantiate a model of type", "[y/N]"):
+        assert noise not in done.stderr + done.stdout, done.stderr[-3000:]

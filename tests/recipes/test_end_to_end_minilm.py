@@ -87,23 +87,26 @@ def test_extra_train_files_add_rows_but_not_calibration(data_dir, tmp_path):
         train("bad", extra_train_files=[quoref], extra_negative_window_fraction=1.5)
 
 
-def test_demo_answers_with_the_shipped_deformer(data_dir, tmp_path, capsys):
+def test_demo_answers_with_the_shipped_deformer(data_dir, tmp_path, capsys, monkeypatch):
     """The default demo: the shipped reference DeFormer (checksum-verified) answers from cached passage states, with
-    the threshold its config records, beside the teacher's recorded scores and the baselines."""
-    from hf_readonce.cli import main
+    the threshold its config records, beside the teacher's recorded scores and the baselines, computing in float32
+    on the CPU (the checkpoint is saved in fp16). Without --output_dir its temporary folder is removed at the end."""
+    import tempfile
+
+    from hf_readonce.recipes.demo import main
     from hf_readonce.weights import reference_deformer_path
 
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the demo's temporary folder goes
     recorded = DeformerBertForQuestionAnswering.from_pretrained(reference_deformer_path()).config
-    status = main(["demo", "--data_dir", str(data_dir), "--max_eval_samples", "12", "--speed_eval_samples", "6",
-                   "--output_dir", str(tmp_path)])
+    metrics = main(["--data_dir", str(data_dir), "--max_eval_samples", "12", "--speed_eval_samples", "6"])
     out = capsys.readouterr().out
-    assert status == 0
     assert f"DeFormer k={recorded.num_decomposed_layers} (shipped reference)" in out
     assert "full MiniLM (teacher, recorded)" in out and "baseline: always-empty" in out
     assert "The shipped DeFormer was distilled in four consecutive distillation runs" in out
-    metrics = json.loads((tmp_path / "eval_results.json").read_text())
+    assert "from cached passage states in float32" in out and metrics["compute_dtype"] == "float32"
     assert metrics["null_score_diff_threshold"] == round(recorded.null_score_diff_threshold, 4)
     assert "train_seconds" not in metrics  # nothing was trained
+    assert list(tmp_path.iterdir()) == []  # nothing left behind
 
 
 def test_demo_command(data_dir, tmp_path, capsys):
@@ -117,6 +120,7 @@ def test_demo_command(data_dir, tmp_path, capsys):
     assert "answered from cached passage states" in out and "Speed-up over the same model" in out
     assert "baseline: always-empty" in out and "baseline: first-span" in out and "HasAns" in out
     assert "full MiniLM (teacher, recorded)" in out
+    assert f"Model and results written to {tmp_path}" in out
     assert (tmp_path / "eval_results.json").is_file()
     made = json.loads((tmp_path / "train_results.json").read_text())
     assert made["command"].startswith("hf-readonce demo --distill") and made["max_steps"] == 2

@@ -78,3 +78,43 @@ def test_packaged_examples_are_the_data_sets(app):
         for qid, question, answer in zip(example["ids"], example["questions"], example["answers"]):
             assert rows[qid]["context"] == example["context"] and rows[qid]["question"] == question
             assert rows[qid]["answers"]["text"][0] == answer
+
+
+def test_typing_a_passage_sets_the_example_choice_to_paste(app, monkeypatch):
+    """After the user types in the document box, the dropdown no longer names the previous example (issue 38): the
+    document's `.input` event sets it to the paste option (or back to an example whose passage is typed again), and
+    choosing an example fills the boxes on the dropdown's own `.input` (a value set by code does not refill them).
+    Checked on the event wiring of `build_demo()`, with a stand-in for gradio that records it."""
+    import sys
+    import types
+
+    events = []
+
+    class Component:
+        def __init__(self, *args, elem_id=None, **kwargs):
+            self.elem_id = elem_id
+
+        def __getattr__(self, event):  # change, input, click, select...
+            return lambda fn, inputs=None, outputs=None, **kwargs: events.append((self.elem_id, event, fn, inputs,
+                                                                                   outputs))
+
+    class Blocks(Component):
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    fake = types.SimpleNamespace(Blocks=Blocks, Markdown=Component, Dropdown=Component, Textbox=Component,
+                                 Button=Component)
+    monkeypatch.setitem(sys.modules, "gradio", fake)
+    app.build_demo()
+    wiring = {(elem_id, event): (fn, outputs) for elem_id, event, fn, _, outputs in events}
+    fn, outputs = wiring[("document", "input")]
+    assert fn is app.document_edited and outputs.elem_id == "example"
+    assert ("example", "change") not in wiring  # would refill (empty) the boxes when the choice is set by code
+    fn, outputs = wiring[("example", "input")]
+    assert fn is app.pick_example and [o.elem_id for o in outputs] == ["document", "questions"]
+    assert app.document_edited("A passage of my own.") == app.PASTE
+    assert app.document_edited(app.EXAMPLES[1]["context"]) == app.EXAMPLES[1]["name"]
+    assert app.pick_example(app.PASTE) == ("", "")

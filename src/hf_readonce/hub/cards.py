@@ -194,6 +194,8 @@ def _fmt(value: float) -> str:
 
 
 def _usage(model_type: str, pipeline_tag: str, repo_id: str, custom_code: bool) -> str:
+    # `trust_remote_code=True` on the tokenizer too: `AutoTokenizer` reads the model's config first, and a config
+    # class that is custom code otherwise prompts for it and falls back to a config without a model type (warning)
     trust = ", trust_remote_code=True" if custom_code else ""
     if model_type == "deformer_bert":
         return (
@@ -205,7 +207,7 @@ def _usage(model_type: str, pipeline_tag: str, repo_id: str, custom_code: bool) 
             "Or the model itself (hf-readonce is not needed):\n\n"
             "```python\nfrom transformers import AutoModelForQuestionAnswering, AutoTokenizer\n\n"
             f"model = AutoModelForQuestionAnswering.from_pretrained(\"{repo_id}\", trust_remote_code=True).eval()\n"
-            f"tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\")\n"
+            f"tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\", trust_remote_code=True)\n"
             "out = model(**tokenizer(question, passage, return_tensors=\"pt\"))   # pair input, as BERT\n"
             "states = model.encode_passages(passage_ids)   # `passage [SEP]`, read once\n"
             "out = model(input_ids=question_ids, passage_states=states)   # every question reuses them\n```"
@@ -214,7 +216,7 @@ def _usage(model_type: str, pipeline_tag: str, repo_id: str, custom_code: bool) 
         return (
             "```python\nfrom transformers import AutoModelForSeq2SeqLM, AutoTokenizer\n\n"
             f"model = AutoModelForSeq2SeqLM.from_pretrained(\"{repo_id}\", trust_remote_code=True).eval()\n"
-            f"tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\")\n"
+            f"tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\", trust_remote_code=True)\n"
             "doc = tokenizer(passages, truncation=True, max_length=256, padding=True, return_tensors=\"pt\")\n"
             "reps = model.encode_documents(doc.input_ids, doc.attention_mask)   # read once\n"
             "q = tokenizer(questions, padding=True, return_tensors=\"pt\")\n"
@@ -229,7 +231,7 @@ def _usage(model_type: str, pipeline_tag: str, repo_id: str, custom_code: bool) 
             "Or the model itself:\n\n"
             "```python\nfrom transformers import AutoModelForSeq2SeqLM, AutoTokenizer\n\n"
             f"model = AutoModelForSeq2SeqLM.from_pretrained(\"{repo_id}\", trust_remote_code=True).eval()\n"
-            f"tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\")\n"
+            f"tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\", trust_remote_code=True)\n"
             "doc = tokenizer(article, truncation=True, return_tensors=\"pt\")\n"
             "summary = model.generate(**doc, max_new_tokens=60, num_beams=4)\n```"
         )
@@ -252,7 +254,7 @@ def _usage(model_type: str, pipeline_tag: str, repo_id: str, custom_code: bool) 
             "```python\nfrom transformers import AutoModelForCausalLM, AutoTokenizer, pipeline\n\n"
             f"generate = pipeline(\"text-generation\", model=\"{repo_id}\", trust_remote_code=True)  # as Llama\n\n"
             f"model = AutoModelForCausalLM.from_pretrained(\"{repo_id}\", trust_remote_code=True).eval()\n"
-            f"tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\")\n"
+            f"tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\", trust_remote_code=True)\n"
             "docs = [tokenizer(d, return_tensors=\"pt\").input_ids for d in documents]\n"
             "caches = [model.encode_documents(ids) for ids in docs]   # each read once, alone; store them\n"
             "question = tokenizer(q, add_special_tokens=False, return_tensors=\"pt\").input_ids\n"
@@ -262,14 +264,14 @@ def _usage(model_type: str, pipeline_tag: str, repo_id: str, custom_code: bool) 
         return (
             "```python\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
             f"model = AutoModelForCausalLM.from_pretrained(\"{repo_id}\"{trust}).eval()\n"
-            f"tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\")\n"
+            f"tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\"{trust})\n"
             "ids = tokenizer(text, return_tensors=\"pt\").input_ids   # may be longer than the position table\n"
             "out = model.generate(ids, max_new_tokens=50)\n```"
         )
     return (
         "```python\nfrom transformers import AutoModelForQuestionAnswering, AutoTokenizer\n\n"
         f"model = AutoModelForQuestionAnswering.from_pretrained(\"{repo_id}\"{trust}).eval()\n"
-        f"tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\")\n```"
+        f"tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\"{trust})\n```"
     )
 
 

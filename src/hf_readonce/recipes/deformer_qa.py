@@ -62,6 +62,12 @@ class ModelArguments:
         metadata={"help": "Override the checkpoint's attention dropout (BERT: 0.1). 0 lets SDPA run its fused CPU "
                           "kernel instead of the math path (about 2x faster training steps on CPU)."},
     )
+    compute_dtype: str = field(
+        default="auto",
+        metadata={"help": "dtype evaluation computes in (hf_readonce.dtypes): auto = float32 on a CPU, the "
+                          "checkpoint's saved dtype on CUDA (float32 after training here); float32, bfloat16, "
+                          "float16. Training always keeps float32 weights (--bf16 autocasts)."},
+    )
 
 
 @dataclass
@@ -253,7 +259,14 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
         tokenizer.save_pretrained(training_args.output_dir)
 
     if training_args.do_eval:
-        model.to(training_args.device).eval()
+        from transformers import PretrainedConfig
+
+        from ..dtypes import checkpoint_dtype, resolve_compute_dtype
+
+        saved = torch.float32 if training_args.do_train else checkpoint_dtype(PretrainedConfig.get_config_dict(path)[0])
+        compute = resolve_compute_dtype(model_args.compute_dtype, training_args.device, saved)
+        model.to(training_args.device, dtype=compute).eval()
+        metrics["compute_dtype"] = str(compute).removeprefix("torch.")
         bs = data_args.eval_batch_size
         if data_args.eval_paths not in ("both", "pairs", "cached"):
             raise ValueError(f"--eval_paths must be both, pairs or cached, got {data_args.eval_paths!r}.")

@@ -16,8 +16,13 @@ By default (58 s measured on 2 cores of an Intel Xeon):
 With `--distill` it redoes step 1's distillation from the shipped full model instead (`--num_decomposed_layers`,
 default 4; `--max_steps`, default 60 of 16 examples), then tunes the threshold on
 the held-out train passages and answers as above. Sixty steps show the process but do not reach the shipped
-DeFormer's accuracy, which took thousands of steps (see its `train_results.json`). Answers are computed in fp32;
-training uses bf16 autocast only where the CPU has native bf16 (AVX-512 BF16 or AMX), else fp32.
+DeFormer's accuracy, which took thousands of steps (see its `train_results.json`). Answers are computed in the dtype
+of `hf_readonce.dtypes` (`--compute_dtype auto`: float32 on a CPU, the checkpoint's dtype on CUDA); training uses
+bf16 autocast only where the CPU has native bf16 (AVX-512 BF16 or AMX), else fp32.
+
+Without `--output_dir` the run works in a temporary folder that is removed at the end (so a `--distill` model is not
+kept); with `--output_dir DIR`, the results (`eval_results.json`) and, with `--distill`, the distilled model are
+written to DIR, which the last line names (`hf-readonce publish DIR ...` publishes that model).
 """
 
 import argparse
@@ -35,6 +40,16 @@ from transformers import TrainingArguments
 from ..tasks.question_answering import format_scores
 from .deformer_qa import DataArguments, ModelArguments, run
 from .reference_qa import CALIBRATION_FRACTION, hardware_description
+
+
+def _compute_dtype_name(requested: str, checkpoint) -> str:
+    """The dtype answers will be computed in (for the first printed line); `checkpoint` is a dtype or a folder."""
+    from ..dtypes import checkpoint_dtype, dtype_name, resolve_compute_dtype
+
+    if not isinstance(checkpoint, torch.dtype):
+        path = Path(checkpoint) / "config.json"
+        checkpoint = checkpoint_dtype(json.loads(path.read_text())) if path.is_file() else None
+    return dtype_name(resolve_compute_dtype(requested, "cuda" if torch.cuda.is_available() else "cpu", checkpoint))
 
 
 def _default_data_dir() -> str:
@@ -94,7 +109,9 @@ def main(argv=None) -> dict:
                              "$HF_READONCE_DATA)")
     parser.add_argument("--distill", action="store_true",
                         help="distil a DeFormer from the full reference model here instead of answering with the "
-                             "shipped one (about 10 minutes at the default --max_steps)")
+                             "shipped one: --max_steps (60) steps of about 2.3 s each on 2 idle CPU cores, about 2.5 "
+                             "minutes of training; then the threshold is tuned on the held-out train passages and the "
+                             "questions are answered as by the default demo; far longer on a busy machine)")
     parser.add_argument("--model", default=None,
                         help="DeFormer checkpoint to answer with (default: the shipped reference DeFormer); "
                              "ignored with --distill")
@@ -112,9 +129,14 @@ def main(argv=None) -> dict:
     parser.add_argument("--max_eval_samples", type=int, default=None, help="limit validation questions")
     parser.add_argument("--speed_eval_samples", type=int, default=300,
                         help="questions timed on both paths for the speed-up (accuracy always uses all)")
-    parser.add_argument("--output_dir", default=None, help="where to save the model and results (default: a temp dir)")
+    parser.add_argument("--output_dir", default=None,
+                        help="where to write the results and, with --distill, the model (default: a temporary folder, "
+                             "removed at the end)")
+    parser.add_argument("--compute_dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
+                        help="dtype answers are computed in (hf_readonce.dtypes): auto = float32 on a CPU, the "
+                             "checkpoint's dtype on CUDA")
     parser.add_argument("--no_bf16", action="store_true",
-                        help="train in fp32 even where the CPU has native bf16 (answers are always computed in fp32)")
+                        help="train in fp32 even where the CPU has native bf16 (answers: see --compute_dtype)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
@@ -123,16 +145,30 @@ def main(argv=None) -> dict:
     for path in (train_file, validation_file):
         if not path.is_file():
             raise SystemExit(f"hf-readonce demo: {path} not found; pass --data_dir (folder with disfl_qa/).")
-    from ..weights import reference_deformer_path, reference_qa_path
+    from ..weights import reference_deformer_path, reference_qa_path, shipped_checkpoint_path
 
     try:
         if args.teacher is None:
             args.teacher = str(reference_qa_path())
         if not args.distill and args.model is None:
             args.model = str(reference_deformer_path())
+        # the names `hf-readonce checkpoints` lists are accepted too
+        for name in ("teacher", "model"):
+            value = getattr(args, name)
+            if value is not None and not Path(value).exists():
+                shipped = shipped_checkpoint_path(value)
+                if shipped is not None:
+                    setattr(args, name, str(shipped))
     except (FileNotFoundError, ValueError) as error:
         raise SystemExit(f"hf-readonce demo: {error}") from None
-    output_dir = args.output_dir or tempfile.mkdtemp(prefix="hf-readonce-demo-")
+    if args.output_dir is None:
+        with tempfile.TemporaryDirectory(prefix="hf-readonce-demo-") as output_dir:
+            return _run(args, argv, output_dir, train_file, validation_file, keep=False)
+    return _run(args, argv, args.output_dir, train_file, validation_file, keep=True)
+
+
+def _run(args, argv, output_dir: str, train_file: Path, validation_file: Path, keep: bool) -> dict:
+    """The demo's work in `output_dir` (removed afterwards by the caller unless `keep`)."""
     bf16 = _bf16_supported() and not args.no_bf16 and not torch.cuda.is_available()
     data_kwargs = dict(train_file=str(train_file), validation_file=str(validation_file), max_seq_length=256,
                        max_question_length=48, doc_stride=64, allow_no_answer=True,
@@ -140,7 +176,8 @@ def main(argv=None) -> dict:
                        eval_paths="both", speed_eval_samples=args.speed_eval_samples)
     if args.distill:
         model_args = ModelArguments(model_name_or_path=args.teacher, num_decomposed_layers=args.num_decomposed_layers,
-                                    teacher_model_name_or_path=None if args.no_distillation else args.teacher)
+                                    teacher_model_name_or_path=None if args.no_distillation else args.teacher,
+                                    compute_dtype=args.compute_dtype)
         data_args = DataArguments(calibration_fraction=CALIBRATION_FRACTION, **data_kwargs)
         training_args = TrainingArguments(
             output_dir=output_dir, do_train=True, do_eval=True, max_steps=args.max_steps,
@@ -152,15 +189,17 @@ def main(argv=None) -> dict:
         print(f"hf-readonce demo --distill: reference MiniLM QA model -> DeFormer (k={args.num_decomposed_layers}), "
               f"{args.max_steps} steps of {args.batch_size} on {train_file} "
               f"({'span loss only' if args.no_distillation else 'span + KD + LRS from the full model'}; bf16 "
-              f"training: {bf16}), then answering {validation_file} from cached passage states in fp32", flush=True)
+              f"training: {bf16}), then answering {validation_file} from cached passage states in "
+              f"{_compute_dtype_name(args.compute_dtype, torch.float32)}", flush=True)
     else:
         # The threshold recorded in the checkpoint was tuned on the held-out train passages when it was distilled.
-        model_args = ModelArguments(model_name_or_path=args.model)
+        model_args = ModelArguments(model_name_or_path=args.model, compute_dtype=args.compute_dtype)
         data_args = DataArguments(calibration_fraction=0.0, **data_kwargs)
         training_args = TrainingArguments(output_dir=output_dir, do_train=False, do_eval=True, report_to="none",
                                           use_cpu=not torch.cuda.is_available())
         print(f"hf-readonce demo: the reference DeFormer ({args.model}) answers {validation_file} from cached "
-              "passage states in fp32 (`--distill` to distil one here instead)", flush=True)
+              f"passage states in {_compute_dtype_name(args.compute_dtype, args.model)} (`--distill` to distil one "
+              "here instead)", flush=True)
     start = time.perf_counter()
     metrics = run(model_args, data_args, training_args)
     metrics["demo_seconds"] = round(time.perf_counter() - start, 1)
@@ -210,9 +249,14 @@ def main(argv=None) -> dict:
         f"{metrics['speedup_including_encoding']:.2f}x including encoding each passage once.",
         f"Demo time: {metrics['demo_seconds']:.0f} s.",
     ]
-    if args.distill:
-        lines.append(f"Model saved to {output_dir} (its config records the windowing and threshold; "
-                     "`hf-readonce encode/answer` use them by default).")
+    if keep and args.distill:
+        lines.append(f"Model and results written to {output_dir} (its config records the windowing and threshold; "
+                     f"`hf-readonce encode/answer {output_dir} ...` use them by default; `hf-readonce publish "
+                     f"{output_dir} --repo-id OWNER/NAME` publishes it).")
+    elif keep:
+        lines.append(f"Results written to {output_dir}/eval_results.json.")
+    elif args.distill:
+        lines.append("The distilled model was not kept (pass --output_dir DIR to keep it).")
     print("\n".join(lines), flush=True)
     return metrics
 

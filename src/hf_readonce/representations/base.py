@@ -218,6 +218,35 @@ class AdapterBase:
     probe_question: ClassVar[str] = "What is this document about?"
 
     @classmethod
+    def load_for_compute(cls, name_or_path, *, device="cpu", compute_dtype="auto", config=None, **kwargs):
+        """[`load_model`] in the compute dtype of hf-readonce's one rule ([`hf_readonce.dtypes.resolve_compute_dtype`]:
+        `"auto"` is float32 on a CPU, the checkpoint's dtype elsewhere), the weights cast while loading, then moved
+        to `device` in eval mode.
+
+        Args:
+            name_or_path (`str` or `os.PathLike`): checkpoint folder or Hub id.
+            device (`str` or `torch.device`, defaults to `"cpu"`).
+            compute_dtype (`str` or `torch.dtype`, defaults to `"auto"`): `"auto"`, `"float32"`, `"bfloat16"`,
+                `"float16"` or a dtype.
+            config (`PretrainedConfig`, *optional*): the checkpoint's config if already read (for its dtype).
+            **kwargs: passed to [`load_model`] (e.g. `output_loading_info=True`, then a `(model, info)` pair is
+                returned).
+
+        Raises:
+            ValueError: a `compute_dtype` that names no floating dtype.
+        """
+        from ..dtypes import load_dtype
+
+        if config is None:
+            from transformers import AutoConfig
+
+            config = AutoConfig.from_pretrained(name_or_path)
+        loaded = cls.load_model(name_or_path, dtype=load_dtype(compute_dtype, device, config), **kwargs)
+        model, info = loaded if isinstance(loaded, tuple) else (loaded, None)
+        model = model.to(device).eval()
+        return model if info is None else (model, info)
+
+    @classmethod
     def settings_kwargs(cls, settings: Mapping[str, Any]) -> dict:
         """Constructor arguments (besides model and tokenizer) that rebuild the adapter whose [`settings`] are
         `settings` (those of a stored space): by default its command-line settings found in them. Whether the

@@ -38,6 +38,30 @@ _STORE_METHODS = ("spaces", "missing", "get", "writer")
 _STORE_DTYPES = ("float32", "float16", "bfloat16")
 
 
+# Copied from hf_readonce.dtypes.resolve_compute_dtype
+def resolve_compute_dtype(requested, device, checkpoint_dtype):
+    """The dtype to compute in: `requested` when it names one; for `None` or `"auto"`, float32 on a CPU and
+    `checkpoint_dtype` on any other device (hf-readonce's one rule, `hf_readonce.dtypes`).
+
+    Args:
+        requested (`str`, `torch.dtype` or `None`): `"auto"`, `"float32"`, `"bfloat16"`, `"float16"` or a dtype.
+        device (`str` or `torch.device`): where the model computes (`"cpu"`, `"cuda:0"`, ...).
+        checkpoint_dtype (`torch.dtype` or `None`): the dtype the checkpoint is saved in (`None`: float32).
+
+    Returns:
+        `torch.dtype`: a floating dtype.
+
+    Raises:
+        ValueError: if `requested` names no floating dtype.
+    """
+    if requested is None or requested == "auto":
+        return torch.float32 if torch.device(device).type == "cpu" or checkpoint_dtype is None else checkpoint_dtype
+    dtype = getattr(torch, requested, None) if isinstance(requested, str) else requested
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"compute dtype must be 'auto', 'float32', 'bfloat16' or 'float16', got {requested!r}.")
+    return dtype
+
+
 def content_hash(text: str) -> str:
     """The store's key of a document: SHA-256 hex of its UTF-8 text (`hf_readonce.store.content_hash`)."""
     return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
@@ -161,7 +185,12 @@ class DeformerQuestionAnsweringPipeline(Pipeline):
     _load_tokenizer = True
 
     def __init__(self, *args, **kwargs):
+        # `pipeline(...)` passes its `dtype` on ("auto" by default): on a CPU, "auto" computes in float32 whatever
+        # the checkpoint's dtype. A pipeline built directly from a model object keeps the model's dtype.
+        requested = kwargs.get("dtype")
         super().__init__(*args, **kwargs)
+        if requested is not None:
+            self.model.to(resolve_compute_dtype(requested, self.device, self.model.dtype))
         config = self.model.config
         if getattr(config, "num_decomposed_layers", 0) <= 0:
             raise ValueError("DeformerQuestionAnsweringPipeline needs a model with num_decomposed_layers > 0: with 0 "

@@ -20,6 +20,30 @@ from transformers.modeling_outputs import BaseModelOutput
 from transformers.pipelines import PIPELINE_REGISTRY, Pipeline
 
 
+# Copied from hf_readonce.dtypes.resolve_compute_dtype
+def resolve_compute_dtype(requested, device, checkpoint_dtype):
+    """The dtype to compute in: `requested` when it names one; for `None` or `"auto"`, float32 on a CPU and
+    `checkpoint_dtype` on any other device (hf-readonce's one rule, `hf_readonce.dtypes`).
+
+    Args:
+        requested (`str`, `torch.dtype` or `None`): `"auto"`, `"float32"`, `"bfloat16"`, `"float16"` or a dtype.
+        device (`str` or `torch.device`): where the model computes (`"cpu"`, `"cuda:0"`, ...).
+        checkpoint_dtype (`torch.dtype` or `None`): the dtype the checkpoint is saved in (`None`: float32).
+
+    Returns:
+        `torch.dtype`: a floating dtype.
+
+    Raises:
+        ValueError: if `requested` names no floating dtype.
+    """
+    if requested is None or requested == "auto":
+        return torch.float32 if torch.device(device).type == "cpu" or checkpoint_dtype is None else checkpoint_dtype
+    dtype = getattr(torch, requested, None) if isinstance(requested, str) else requested
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"compute dtype must be 'auto', 'float32', 'bfloat16' or 'float16', got {requested!r}.")
+    return dtype
+
+
 def _check_int(name: str, value, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"`{name}` must be an int, got {type(value).__name__} ({value!r}).")
@@ -78,7 +102,12 @@ class LongDocSummarizationPipeline(Pipeline):
     _load_tokenizer = True
 
     def __init__(self, *args, **kwargs):
+        # `pipeline(...)` passes its `dtype` on ("auto" by default): on a CPU, "auto" computes in float32 whatever
+        # the checkpoint's dtype. A pipeline built directly from a model object keeps the model's dtype.
+        requested = kwargs.get("dtype")
         super().__init__(*args, **kwargs)
+        if requested is not None:
+            self.model.to(resolve_compute_dtype(requested, self.device, self.model.dtype))
         if not callable(getattr(self.model, "get_encoder", None)) or not hasattr(self.model, "generate"):
             raise TypeError(f"{type(self).__name__} needs an encoder-decoder model (LongDoc BART), got "
                             f"{type(self.model).__name__}.")
