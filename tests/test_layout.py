@@ -76,3 +76,17 @@ def test_import_hf_readonce_pulls_in_no_trainer_store_or_datasets():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "[]", result.stdout
+
+
+def test_version_is_the_one_pyproject_builds():
+    import hf_readonce
+
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+
+    with open(REPO_ROOT / "pyproject.toml", "rb") as handle:
+        assert hf_readonce.__version__ == tomllib.load(handle)["project"]["version"]
+
+
+def test_no_compat_attic():
+    """The package was never released with its old module paths: no shim package, no deprecated aliases there."""
+    assert not (PACKAGE / "_compat").exists()

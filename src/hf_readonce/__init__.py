@@ -6,9 +6,7 @@ a saved checkpoint without `trust_remote_code`. Saved checkpoints also carry `au
 they load with `trust_remote_code=True` where hf-readonce is not installed.
 
 Only the models are imported here. [`RepresentationStore`] and [`DeformerDistillationTrainer`] are re-exported
-lazily (on first access), so `import hf_readonce` pulls in no `Trainer`, store or `datasets`. The import paths of
-0.1.0 (`hf_readonce.qa`, `hf_readonce.models.modeling_deformer_bert`, ...) still import, as deprecated shims
-([`hf_readonce._compat`]).
+lazily (on first access), so `import hf_readonce` pulls in no `Trainer`, store or `datasets`.
 
 One exception: when the process is the `hf-readonce` console script, registration (which imports torch and
 transformers' modeling code, several seconds) is deferred to the first access of a model name or to
@@ -20,11 +18,7 @@ import importlib
 import os
 import sys
 
-from . import _compat
-
 __version__ = "0.1.0"
-
-_compat.install()
 
 # name -> module of every model-side name re-exported here (imported by `register_models`)
 _MODEL_NAMES = {

@@ -215,8 +215,6 @@ class DeformerBertAdapter(AdapterBase):
                                      model_fingerprint=self.fingerprint())
 
 
-DeformerStoreAdapter = DeformerBertAdapter  # 0.1.0 name
-
-__all__ = ["DeformerBertAdapter", "DeformerStoreAdapter"]
+__all__ = ["DeformerBertAdapter"]
 
 register_adapter("deformer_bert", DeformerBertAdapter)

@@ -130,8 +130,6 @@ class ReadOnceBartAdapter(AdapterBase):
                                        compression_ratio=self.compression_ratio, model_fingerprint=self.fingerprint())
 
 
-ReadOnceStoreAdapter = ReadOnceBartAdapter  # 0.1.0 name
-
-__all__ = ["ReadOnceBartAdapter", "ReadOnceStoreAdapter"]
+__all__ = ["ReadOnceBartAdapter"]
 
 register_adapter("readonce_bart", ReadOnceBartAdapter)

@@ -294,14 +294,7 @@ class ReadTwiceBertAdapter(AdapterBase):
             model_fingerprint=self.fingerprint(),
         )
 
-    def document_states(self, documents: Sequence[Mapping[str, torch.Tensor]], device=None,
-                        dtype=None) -> ReadTwiceDocumentOutput:
-        """The name before the adapter protocol had a read side: [`read`]."""
-        return self.read(documents, device=device, dtype=dtype)
 
-
-ReadTwiceStoreAdapter = ReadTwiceBertAdapter  # the name before the adapter registry
-
-__all__ = ["ReadTwiceBertAdapter", "ReadTwiceStoreAdapter"]
+__all__ = ["ReadTwiceBertAdapter"]
 
 register_adapter("readtwice_bert", ReadTwiceBertAdapter)
