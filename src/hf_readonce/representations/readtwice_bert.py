@@ -4,6 +4,7 @@ documents, written into a [`~hf_readonce.store.RepresentationStore`] once and re
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -13,9 +14,41 @@ from ..models.readtwice_bert.modeling_readtwice_bert import (
     ReadTwiceBertForQuestionAnswering,
     ReadTwiceDocumentOutput,
 )
-from ..tasks.readtwice_qa import entity_spans_for_segment
+from ..models.readtwice_bert.pipeline_readtwice_bert import entity_spans_for_segment
 from .base import AdapterBase, masked_log_softmax, tokenizer_fingerprint
 from .registry import register_adapter
+
+_CAPITALIZED = re.compile(r"[A-Z][\w-]*(?:['’][A-Za-z]+)?(?:(?:[ \t]+(?:of|de|da|van|von|del|the))*[ \t]+[A-Z][\w-]*)*")
+_SENTENCE_STARTERS = {
+    "The", "A", "An", "In", "On", "At", "He", "She", "It", "They", "We", "I", "His", "Her", "Their", "This", "That",
+    "When", "While", "After", "Before", "As", "But", "And", "However", "Although", "There", "Then", "What", "Who",
+    "Which", "Where", "How", "Why", "If", "During", "Since", "Once", "Instead", "For", "With", "By", "From", "To",
+    "Of", "One", "Two",
+}
+
+
+def capitalized_mentions(text: str) -> list[tuple[int, int]]:
+    """Mentions from a capitalisation heuristic: maximal runs of capitalised words (joined by `of`, `de`, `van`, ...),
+    dropping single-word runs that are common sentence starters. NOT a named-entity recogniser: it is the explicit,
+    opt-in stand-in used where no NER model with sound provenance can be installed (no spaCy English pipeline is
+    published on PyPI by its authors; see the ReadTwice README section). Pass it as `mention_fn` knowingly.
+
+    Returns:
+        `list[tuple[int, int]]`: `(char_start, char_end)` spans, end exclusive.
+    """
+    spans = []
+    for match in _CAPITALIZED.finditer(text):
+        start, end = match.span()
+        words = match.group().split()
+        if words and words[0] in _SENTENCE_STARTERS:
+            if len(words) == 1:
+                continue
+            start = match.start() + match.group().index(words[1])
+        for suffix in ("'s", "’s"):
+            if text[start:end].endswith(suffix):
+                end -= len(suffix)
+        spans.append((start, end))
+    return spans
 
 
 class ReadTwiceBertAdapter(AdapterBase):
@@ -58,8 +91,6 @@ class ReadTwiceBertAdapter(AdapterBase):
         """Constructor arguments of a stored space's settings: the mention function when it is the package's
         `capitalized_mentions` (another one cannot be rebuilt from its name: pass it yourself)."""
         if settings.get("mentions") == "capitalized_mentions":
-            from ..tasks.readtwice_qa import capitalized_mentions
-
             return {"mention_fn": capitalized_mentions}
         return {}
 
@@ -295,6 +326,6 @@ class ReadTwiceBertAdapter(AdapterBase):
         )
 
 
-__all__ = ["ReadTwiceBertAdapter"]
+__all__ = ["ReadTwiceBertAdapter", "capitalized_mentions"]
 
 register_adapter("readtwice_bert", ReadTwiceBertAdapter)

@@ -17,6 +17,7 @@ imports only torch, transformers and the standard library.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from transformers import AutoModelForQuestionAnswering
@@ -33,9 +34,16 @@ def _check_int(name: str, value, low: int) -> int:
     return value
 
 
-def _entity_spans(offsets, char_spans) -> list[tuple[int, int]]:
-    """Inclusive token spans of the tokens of one segment (non-`None` offsets) overlapping each character span
-    (`hf_readonce.tasks.readtwice_qa.entity_spans_for_segment`)."""
+def entity_spans_for_segment(
+    offsets: Sequence[tuple[int, int] | None], char_spans: Sequence[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """Map character spans (end exclusive) onto one segment's tokens: the inclusive token span of the tokens (with
+    non-`None` offsets) that overlap each character span; spans with no such token in the segment are dropped
+    (a mention cut by a segment boundary keeps its part inside). Duplicates are removed, order kept.
+
+    Returns:
+        `list[tuple[int, int]]` of inclusive `(start_token, end_token)`.
+    """
     result = []
     for cs, ce in char_spans:
         inside = [i for i, o in enumerate(offsets) if o is not None and o[0] < ce and o[1] > cs and o[1] > o[0]]
@@ -255,11 +263,11 @@ class ReadTwiceQuestionAnsweringPipeline(Pipeline):
                 sequence_ids = encoded.sequence_ids(seg)
                 offsets = [tuple(o) if s == context_id else None
                            for o, s in zip(encoded["offset_mapping"][seg], sequence_ids)]
-                spans = _entity_spans(offsets, context_mentions) if entity else []
+                spans = entity_spans_for_segment(offsets, context_mentions) if entity else []
                 if question_mentions:
                     question_offsets = [tuple(o) if s == 0 else None
                                         for o, s in zip(encoded["offset_mapping"][seg], sequence_ids)]
-                    spans = _entity_spans(question_offsets, question_mentions) + spans
+                    spans = entity_spans_for_segment(question_offsets, question_mentions) + spans
                 document["input_ids"].append(ids)
                 document["token_type_ids"].append([1] * len(ids) if read_once
                                                   else list(encoded["token_type_ids"][seg]))
@@ -435,4 +443,4 @@ else:
     ReadTwiceQuestionAnsweringPipeline._registered_impl = {
         "question-answering": {**_registered, "impl": ReadTwiceQuestionAnsweringPipeline}}
 
-__all__ = ["ReadTwiceQuestionAnsweringPipeline"]
+__all__ = ["ReadTwiceQuestionAnsweringPipeline", "entity_spans_for_segment"]
