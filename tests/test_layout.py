@@ -162,12 +162,15 @@ def test_imports_go_down_the_layers():
 
 
 def test_import_hf_readonce_pulls_in_no_trainer_store_or_datasets():
+    """`import hf_readonce` imports the family files of `representations/` (their `register_family` calls register
+    the models with the Auto classes) but none of the store, the tasks, a Trainer or `datasets`."""
     code = ("import sys, hf_readonce\n"
             "print(sorted(m for m in ('transformers.trainer', 'datasets', 'hf_readonce.store', 'hf_readonce.tasks',"
-            " 'hf_readonce.representations', 'torchmetrics') if m in sys.modules))")
+            " 'hf_readonce.representations.fill', 'hf_readonce.representations.recompute', 'torchmetrics')"
+            " if m in sys.modules), 'hf_readonce.representations.registry' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip() == "[]", result.stdout
+    assert result.stdout.strip() == "[] True", result.stdout
 
 
 def test_version_is_the_one_pyproject_builds():

@@ -8,9 +8,16 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..models.deformer_bert.modeling_deformer_bert import DeformerBertForQuestionAnswering, DeformerPassageOutput
+from ..models.deformer_bert.configuration_deformer_bert import DeformerBertConfig
+from ..models.deformer_bert.modeling_deformer_bert import (
+    DeformerBertForQuestionAnswering,
+    DeformerBertModel,
+    DeformerBertModelOutput,
+    DeformerPassageOutput,
+)
+from ..models.deformer_bert.pipeline_deformer_bert import DeformerQuestionAnsweringPipeline
 from .base import AdapterBase, masked_log_softmax, pad_batch, pad_rows, tokenizer_fingerprint
-from .registry import register_adapter
+from .registry import CardText, register_family
 
 
 @dataclass
@@ -346,4 +353,64 @@ class DeformerBertAdapter(AdapterBase):
 __all__ = ["DeformerBertAdapter", "PassageWindow", "PassageWindowCache", "encode_windows", "split_passages",
            "tokenize_questions"]
 
-register_adapter("deformer_bert", DeformerBertAdapter)
+register_family(
+    name="deformer_bert",
+    configs=(DeformerBertConfig,),
+    auto_models={"AutoModel": DeformerBertModel, "AutoModelForQuestionAnswering": DeformerBertForQuestionAnswering},
+    auto_class="AutoModelForQuestionAnswering",
+    pipelines={"question-answering": DeformerQuestionAnsweringPipeline},
+    adapter=DeformerBertAdapter,
+    answer="extractive",
+    exports=(DeformerBertModelOutput, DeformerPassageOutput),
+    lazy_exports={"DeformerDistillationTrainer": "hf_readonce.tasks.trainers"},
+    cards={
+        "deformer_bert": CardText(
+            tag="deformer",
+            title="DeFormer",
+            paper="Cao et al., ACL 2020, \"DeFormer: Decomposing Pre-trained Transformers for Faster Question "
+                  "Answering\"",
+            paragraphs=(
+                "The lower k layers of a BERT read the question and the passage separately; only the upper layers "
+                "read them together. The passage's states after layer k do not depend on the question, so they are "
+                "computed once per passage, cached (in memory or in an hf-readonce `RepresentationStore`), and reused "
+                "by every question about it: each question then runs through the lower layers alone.",
+                "A DeFormer starts from a QA-fine-tuned BERT (its weights load unchanged) and is fine-tuned with the "
+                "paper's auxiliary supervision: knowledge distillation from the full model's answer distributions "
+                "and layerwise similarity of the upper layers' outputs to the full model's.",
+            ),
+            pipeline_tag="question-answering",
+            usage=(
+                "```python\nfrom transformers import pipeline\n\n"
+                "qa = pipeline(\"question-answering\", model=\"{repo_id}\", trust_remote_code=True)\n"
+                "qa(question=[\"Who wrote Emma?\", \"When was it published?\"],\n"
+                "   context=\"Emma is a novel by Jane Austen, published in December 1815.\")\n"
+                "# the context's passage states are computed once and reused for both questions\n```\n\n"
+                "Or the model itself (hf-readonce is not needed):\n\n"
+                "```python\nfrom transformers import AutoModelForQuestionAnswering, AutoTokenizer\n\n"
+                "model = AutoModelForQuestionAnswering.from_pretrained(\"{repo_id}\", trust_remote_code=True).eval()\n"
+                "tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\")\n"
+                "out = model(**tokenizer(question, passage, return_tensors=\"pt\"))   # pair input, as BERT\n"
+                "states = model.encode_passages(passage_ids)   # `passage [SEP]`, read once\n"
+                "out = model(input_ids=question_ids, passage_states=states)   # every question reuses them\n```"
+            ),
+        ),
+        # the plain BERT a DeFormer is decomposed and distilled from (its checkpoints load as DeFormers)
+        "bert": CardText(
+            tag="extractive-qa",
+            title="BERT extractive QA",
+            paper="Devlin et al., NAACL 2019, \"BERT: Pre-training of Deep Bidirectional Transformers for Language "
+                  "Understanding\"",
+            paragraphs=(
+                "A plain `BertForQuestionAnswering`: a span-classification head over BERT's pair encoding "
+                "`[CLS] question [SEP] passage [SEP]`.",
+                "In hf-readonce it is the full model that a DeFormer is decomposed from and distilled from.",
+            ),
+            pipeline_tag="question-answering",
+            usage=(
+                "```python\nfrom transformers import AutoModelForQuestionAnswering, AutoTokenizer\n\n"
+                "model = AutoModelForQuestionAnswering.from_pretrained(\"{repo_id}\"{trust}).eval()\n"
+                "tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\")\n```"
+            ),
+        ),
+    },
+)

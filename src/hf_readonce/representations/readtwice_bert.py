@@ -10,13 +10,19 @@ from collections.abc import Mapping, Sequence
 import torch
 from transformers import PretrainedConfig
 
+from ..models.readtwice_bert.configuration_readtwice_bert import ReadTwiceBertConfig
 from ..models.readtwice_bert.modeling_readtwice_bert import (
+    ReadTwiceBertForMaskedLM,
     ReadTwiceBertForQuestionAnswering,
+    ReadTwiceBertModel,
     ReadTwiceDocumentOutput,
 )
-from ..models.readtwice_bert.pipeline_readtwice_bert import entity_spans_for_segment
+from ..models.readtwice_bert.pipeline_readtwice_bert import (
+    ReadTwiceQuestionAnsweringPipeline,
+    entity_spans_for_segment,
+)
 from .base import AdapterBase, masked_log_softmax, tokenizer_fingerprint
-from .registry import register_adapter
+from .registry import CardText, register_family
 
 _CAPITALIZED = re.compile(r"[A-Z][\w-]*(?:['’][A-Za-z]+)?(?:(?:[ \t]+(?:of|de|da|van|von|del|the))*[ \t]+[A-Z][\w-]*)*")
 _SENTENCE_STARTERS = {
@@ -328,4 +334,41 @@ class ReadTwiceBertAdapter(AdapterBase):
 
 __all__ = ["ReadTwiceBertAdapter", "capitalized_mentions"]
 
-register_adapter("readtwice_bert", ReadTwiceBertAdapter)
+register_family(
+    name="readtwice_bert",
+    configs=(ReadTwiceBertConfig,),
+    auto_models={"AutoModel": ReadTwiceBertModel, "AutoModelForQuestionAnswering": ReadTwiceBertForQuestionAnswering,
+                 "AutoModelForMaskedLM": ReadTwiceBertForMaskedLM},
+    auto_class="AutoModelForQuestionAnswering",
+    pipelines={"question-answering": ReadTwiceQuestionAnsweringPipeline},
+    adapter=ReadTwiceBertAdapter,
+    exports=(ReadTwiceDocumentOutput,),
+    cards={
+        "readtwice_bert": CardText(
+            tag="readtwice",
+            title="ReadTwice",
+            paper="Zemlyanskiy et al., 2021, \"ReadTwice: Reading Very Large Documents with Memories\"",
+            paragraphs=(
+                "A BERT reads every segment of a document independently; memories extracted from each segment go "
+                "into one table per document, which a memory-attention layer reads before a second read of each "
+                "segment.",
+                "With the question left out of the first read, the first read depends only on the document and is "
+                "stored once.",
+            ),
+            pipeline_tag="question-answering",
+            usage=(
+                "```python\nfrom transformers import pipeline\n\n"
+                "qa = pipeline(\"question-answering\", model=\"{repo_id}\", trust_remote_code=True)\n"
+                "qa(question=[\"Who wrote Emma?\", \"When was it published?\"], context=long_document)\n"
+                "# the document is cut into the model's segments; the best span is picked across all of them\n```\n\n"
+                "Or the model itself (hf-readonce is not needed): a flat batch of segments `(num_segments, "
+                "segment_length)` with `document_ids` and `segment_positions` `(num_segments,)` (and `entity_spans` "
+                "for entity memories):\n\n"
+                "```python\nfrom transformers import AutoModelForQuestionAnswering\n\n"
+                "model = AutoModelForQuestionAnswering.from_pretrained(\"{repo_id}\", trust_remote_code=True).eval()\n"
+                "out = model(input_ids, attention_mask=mask, token_type_ids=types, document_ids=doc_ids,\n"
+                "            segment_positions=positions, entity_spans=spans)   # start/end logits per segment\n```"
+            ),
+        ),
+    },
+)
