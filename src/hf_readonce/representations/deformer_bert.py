@@ -15,7 +15,7 @@ from ..models.deformer_bert.modeling_deformer_bert import (
     DeformerBertModelOutput,
     DeformerPassageOutput,
 )
-from ..models.deformer_bert.pipeline_deformer_bert import DeformerQuestionAnsweringPipeline
+from ..models.deformer_bert.pipeline_deformer_bert import DeformerQuestionAnsweringPipeline, passage_windows
 from .base import AdapterBase, masked_log_softmax, pad_batch, pad_rows, tokenizer_fingerprint
 from .registry import CardText, register_family
 
@@ -85,19 +85,11 @@ def split_passages(
     if hasattr(tokenizer, "deprecation_warnings"):
         tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
     encoded = tokenizer(list(passages), add_special_tokens=False, return_offsets_mapping=True)
-    sep = tokenizer.sep_token_id
     result = []
     for index, (ids, offsets) in enumerate(zip(encoded["input_ids"], encoded["offset_mapping"])):
-        windows, start = [], 0
-        while True:
-            end = min(start + body, len(ids))
-            windows.append(
-                PassageWindow(index, list(ids[start:end]) + [sep], [tuple(o) for o in offsets[start:end]] + [None])
-            )
-            if end >= len(ids):
-                break
-            start = end - doc_stride
-        result.append(windows)
+        window_ids, window_offsets = passage_windows(ids, offsets, max_passage_length, doc_stride,
+                                                     tokenizer.sep_token_id)
+        result.append([PassageWindow(index, w, o) for w, o in zip(window_ids, window_offsets)])
     return result
 
 

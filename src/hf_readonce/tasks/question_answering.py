@@ -21,6 +21,7 @@ import torch
 
 # re-exported: the windows, their states and the padding are the DeFormer representation's
 # (`hf_readonce.representations.deformer_bert`, below the tasks); the one JSONL reader lives in tasks/jsonl.py
+from ..models.deformer_bert.pipeline_deformer_bert import window_span_candidates
 from ..representations.base import pad_batch
 from ..representations.deformer_bert import (
     PassageWindow,
@@ -195,7 +196,9 @@ def postprocess_qa_predictions(examples, features, windows, logits, n_best_size:
                                max_answer_length: int = 30, allow_no_answer: bool = False,
                                null_score_diff_threshold: float = 0.0, return_score_diffs: bool = False):
     """n-best span decoding: for each example, the highest `start + end` logit span over all its windows with
-    `start <= end < start + max_answer_length`, mapped back to passage characters through the offsets.
+    `start <= end < start + max_answer_length`, mapped back to passage characters through the offsets (the span
+    search of the DeFormer pipeline, `window_span_candidates`, one implementation for both; the first span in its
+    search order wins a tie).
 
     With `allow_no_answer` (SQuAD 2.0 style, as in HF's `postprocess_qa_predictions`), the empty answer wins when
     `score_diff = null_score - best_span_score > null_score_diff_threshold`, where `null_score` is the smallest
@@ -228,15 +231,11 @@ def postprocess_qa_predictions(examples, features, windows, logits, n_best_size:
         i = feature["example_index"]
         context = examples[i]["context"]
         null[i] = min(null.get(i, math.inf), null_score)
-        starts = np.argsort(start_logits)[::-1][:n_best_size]
-        ends = np.argsort(end_logits)[::-1][:n_best_size]
-        for s in starts:
-            for e in ends:
-                if window.offsets[s] is None or window.offsets[e] is None or e < s or e - s + 1 > max_answer_length:
-                    continue
-                score = float(start_logits[s] + end_logits[e])
-                if i not in best or score > best[i][0]:
-                    best[i] = (score, context[window.offsets[s][0] : window.offsets[e][1]])
+        for score, char_start, char_end in window_span_candidates(
+                torch.as_tensor(start_logits), torch.as_tensor(end_logits), window.offsets, n_best_size,
+                max_answer_length):
+            if i not in best or score > best[i][0]:
+                best[i] = (score, context[char_start:char_end])
     predictions, spans, diffs = {}, {}, {}
     for i, example in enumerate(examples):
         key = str(example.get("id", i))

@@ -26,7 +26,7 @@ from ..models.readtwice_bert.modeling_readtwice_bert import readtwice_span_loss
 
 # re-exported: the mention heuristic and the segment entity spans belong to the ReadTwice representation (its adapter,
 # below the tasks, and the pipeline that travels with checkpoints)
-from ..models.readtwice_bert.pipeline_readtwice_bert import entity_spans_for_segment
+from ..models.readtwice_bert.pipeline_readtwice_bert import entity_spans_for_segment, segment_span_candidates
 from ..representations.readtwice_bert import capitalized_mentions
 
 MentionFn = Callable[[str], list[tuple[int, int]]]
@@ -274,7 +274,8 @@ def postprocess_readtwice_qa(examples: Sequence[dict], features: Sequence[ReadTw
                              n_best_size: int = 20, max_answer_length: int = 30) -> dict[str, str]:
     """Best span across all segments of each document (App. C.1, "picks the most confident prediction amongst all the
     segments"): for each segment the `n_best_size` highest start and end logits over context tokens, spans with
-    `start <= end < start + max_answer_length`, score `start + end`, mapped back to context characters.
+    `start <= end < start + max_answer_length`, score `start + end`, mapped back to context characters (the span
+    search of the ReadTwice pipeline, `segment_span_candidates`, one implementation for both).
 
     Returns:
         `dict[str, str]`: example id (or index) -> predicted text ("" when no valid span exists).
@@ -290,20 +291,12 @@ def postprocess_readtwice_qa(examples: Sequence[dict], features: Sequence[ReadTw
         best_score, best_text = -math.inf, ""
         for seg, offsets in enumerate(feature.offsets):
             n = len(offsets)
-            s_logits, e_logits = start_logits[seg, shift : shift + n], end_logits[seg, shift : shift + n]
-            context = [i for i, o in enumerate(offsets) if o is not None]
-            if not context:
-                continue
-            idx = np.array(context)
-            starts = idx[np.argsort(s_logits[idx])[::-1][:n_best_size]]
-            ends = idx[np.argsort(e_logits[idx])[::-1][:n_best_size]]
-            for s in starts:
-                for e in ends:
-                    if e < s or e - s + 1 > max_answer_length:
-                        continue
-                    score = float(s_logits[s] + e_logits[e])
-                    if score > best_score:
-                        best_score, best_text = score, example["context"][offsets[s][0] : offsets[e][1]]
+            s_logits = torch.as_tensor(start_logits[seg, shift : shift + n])
+            e_logits = torch.as_tensor(end_logits[seg, shift : shift + n])
+            for score, char_start, char_end in segment_span_candidates(s_logits, e_logits, offsets, n_best_size,
+                                                                      max_answer_length):
+                if score > best_score:
+                    best_score, best_text = score, example["context"][char_start:char_end]
         predictions[str(example.get("id", feature.example_index))] = best_text
     return predictions
 
