@@ -185,3 +185,49 @@ def test_version_is_the_one_pyproject_builds():
 def test_no_compat_attic():
     """The package was never released with its old module paths: no shim package, no deprecated aliases there."""
     assert not (PACKAGE / "_compat").exists()
+
+
+def _family_words() -> dict[str, set[str]]:
+    """family -> the words that name it in code: its name, model types and config class stems (lower case)."""
+    from hf_readonce.representations import registered_families
+
+    return {spec.name: {w.lower() for w in (spec.name, *spec.model_types,
+                                            *(c.__name__.removesuffix("Config") for c in spec.configs))}
+            for spec in registered_families().values()}
+
+
+def named_families(path, words) -> set[str]:
+    """The families whose words appear in the code of `path` (names and strings; docstrings and comments aside)."""
+    import io
+    import tokenize
+
+    source = path.read_text()
+    docstrings = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value,
+                                                                                                      str):
+                docstrings.update(range(first.lineno, first.end_lineno + 1))
+    tokens = [t.string.lower().replace("hf_readonce", "").replace("hf-readonce", "")
+              for t in tokenize.generate_tokens(io.StringIO(source).readline)
+              if t.type in (tokenize.NAME, tokenize.STRING) and t.start[0] not in docstrings]
+    return {family for family, names in words.items() if any(w in t for t in tokens for w in names)}
+
+
+GENERIC = ["store/*.py", "hub/*.py", "cli.py", "__init__.py", "representations/__init__.py",
+           "representations/registry.py", "representations/base.py", "representations/fill.py",
+           "representations/recompute.py"]
+
+
+def test_generic_modules_name_no_family_and_no_module_names_two():
+    words = _family_words()
+    assert len(words) >= 6
+    generic = {path for pattern in GENERIC for path in PACKAGE.glob(pattern)}
+    assert len(generic) > 15
+    for path in generic:
+        assert not named_families(path, words), (path, named_families(path, words))
+    for path in PACKAGE.rglob("*.py"):
+        assert len(named_families(path, words)) <= 1, (path, named_families(path, words))
+    # the scan sees a family where one is named
+    assert named_families(PACKAGE / "representations" / "deformer_bert.py", words) == {"deformer_bert"}
