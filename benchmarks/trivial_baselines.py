@@ -12,8 +12,8 @@ import argparse
 import json
 from pathlib import Path
 
-from hf_readonce.qa import format_scores, load_qa_examples, trivial_baselines
-from hf_readonce.readonce_tasks import load_rows, trivial_generation_baselines
+from hf_readonce.recipes.readonce import load_rows, trivial_generation_baselines
+from hf_readonce.tasks.question_answering import format_scores, load_qa_examples, trivial_baselines
 
 
 def main():

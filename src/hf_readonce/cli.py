@@ -147,11 +147,12 @@ def _resolve_model(name: str) -> str:
 
 def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, device="cpu", seed: int = 0,
                   allow_readonce: bool = False, compute_dtype: str = "auto"):
-    """Load a model and its fast tokenizer through the representation registry: the adapter registered for the
-    checkpoint's `model_type` loads it (a plain BERT checkpoint is loaded as a DeFormer; its QA head, if absent, is
-    initialized with `seed`, so answers are reproducible), in the compute dtype of `hf_readonce.dtypes` (`"auto"`:
-    float32 on a CPU, the checkpoint's dtype elsewhere). Without `allow_readonce` (what `answer` passes) only
-    DeFormer models are accepted; `encode` accepts every registered family.
+    """Load a model and its fast tokenizer through the family registry: the adapter registered for the checkpoint's
+    `model_type` loads it (a checkpoint type an adapter accepts, e.g. a plain BERT, is loaded as that family's model;
+    an extractive family's QA head, if absent, is initialized with `seed`, so answers are reproducible), in the
+    compute dtype of `hf_readonce.dtypes` (`"auto"`: float32 on a CPU, the checkpoint's dtype elsewhere). Without
+    `allow_readonce` (what `answer` passes) only families that answer from stored representations
+    (`FamilySpec.answer`) are accepted; `encode` accepts every family with an adapter.
 
     Raises:
         CommandError: if the checkpoint cannot be loaded or no adapter is registered for its model type.
@@ -159,7 +160,7 @@ def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, d
     from transformers import AutoConfig, AutoTokenizer, set_seed
 
     from . import register_models
-    from .representations import get_adapter_class, registered_adapters
+    from .representations import family_of, get_adapter_class, registered_families
     from .weights import load_quietly
 
     register_models()  # the console script defers it (fast --help/info/verify); loading a model needs it
@@ -172,19 +173,22 @@ def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, d
         adapter_class = get_adapter_class(config.model_type)
     except ValueError:
         adapter_class = None
-    if adapter_class is None or (not allow_readonce and adapter_class.model_type not in _ANSWER_FAMILIES):
-        supported = "deformer_bert (and bert checkpoints loaded as DeFormer)" + (
-            f" and {', '.join(sorted(set(registered_adapters()) - {'deformer_bert'}))}." if allow_readonce else
-            " and, generating answers from stored KV caches, block_attention_llama (and llama checkpoints).")
+    spec = family_of(adapter_class.model_type) if adapter_class is not None else None
+    if spec is None or (not allow_readonce and spec.answer is None):
+        served = [s for s in registered_families().values() if s.adapter is not None
+                  and (allow_readonce or s.answer is not None)]
+        supported = "; ".join(
+            ", ".join(s.checkpoint_model_types) + (f" ({s.answer} answers)" if not allow_readonce else "")
+            for s in served)
         raise CommandError(f"model {name_or_path!r} has model_type {config.model_type!r}; this command supports "
-                           + supported)
+                           f"{supported}.")
     extra = {} if num_decomposed_layers is None else {"num_decomposed_layers": num_decomposed_layers}
     set_seed(seed)
     # transformers' load report would list BERT's unused `pooler` (expected: a QA model has none); what matters to
     # a user, a missing QA head, is said below in one line.
     load = dict(device=device, compute_dtype=compute_dtype, config=config)
     try:
-        if adapter_class.model_type == "deformer_bert":
+        if spec.answer == "extractive":
             model, info = load_quietly(adapter_class.load_for_compute, name_or_path, output_loading_info=True,
                                        **load, **extra)
         else:
@@ -200,27 +204,42 @@ def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, d
     return model, tokenizer
 
 
-# families `answer` serves: extractive DeFormer, and causal LMs generating from composed per-document KV caches
-_ANSWER_FAMILIES = ("deformer_bert", "block_attention_llama")
-
-
-def _adapter_class_of(name_or_path: str):
-    """The adapter class registered for a checkpoint's model type, or None when the config cannot be read or no
-    adapter is registered (the model loader then says why, in its own words)."""
+def _family_of(name_or_path: str):
+    """The [`FamilySpec`] of a checkpoint's model type (or of a checkpoint type a family's adapter loads), or None
+    when the config cannot be read or no family has it (the model loader then says why, in its own words)."""
     from transformers import AutoConfig
 
     from . import register_models
-    from .representations import get_adapter_class
+    from .representations import family_of
 
     register_models()
     try:
-        return get_adapter_class(AutoConfig.from_pretrained(name_or_path).model_type)
+        return family_of(AutoConfig.from_pretrained(name_or_path).model_type)
     except (OSError, ValueError, TypeError):
         return None
 
 
-# every representation setting the CLI has an option for (each family's adapter says which apply to it)
+def _generative_model_types() -> str:
+    """The checkpoint types `answer` generates answers for (families whose `answer` is "generative")."""
+    from .representations import registered_families
+
+    return ", ".join(t for s in registered_families().values() if s.answer == "generative"
+                     for t in s.checkpoint_model_types)
+
+
+# the representation settings the CLI always has an option for (each family's adapter says which apply to it); a
+# setting only a newer family declares gets its option from the adapter's `cli_settings` (`_family_options`)
 _SETTING_OPTIONS = ("max_passage_length", "doc_stride", "max_document_length")
+
+
+def _setting_names() -> list[str]:
+    """Every representation setting name an option may carry: the fixed ones and every registered adapter's."""
+    from .representations import registered_adapters
+
+    names = list(_SETTING_OPTIONS)
+    for adapter_class in registered_adapters().values():
+        names += [name for name in adapter_class.cli_settings if name not in names]
+    return names
 
 
 def _adapter_settings(args, adapter_class) -> dict:
@@ -229,7 +248,7 @@ def _adapter_settings(args, adapter_class) -> dict:
     Raises:
         CommandError: if an option that does not apply to this family was given.
     """
-    given = {name: getattr(args, name, None) for name in _SETTING_OPTIONS}
+    given = {name: getattr(args, name, None) for name in _setting_names()}
     own = adapter_class.cli_settings
     if "max_document_length" in own and "max_passage_length" not in own and given["max_passage_length"] is not None:
         if given["max_document_length"] is None:  # 0.1.0 spelling: --max-passage-length meant document length here
@@ -239,7 +258,7 @@ def _adapter_settings(args, adapter_class) -> dict:
             given["max_document_length"] = given["max_passage_length"]
         given["max_passage_length"] = None
     foreign = [own_option for name, own_option in (
-        (n, "--" + n.replace("_", "-")) for n in _SETTING_OPTIONS) if given[name] is not None and name not in own]
+        (n, "--" + n.replace("_", "-")) for n in given) if given[name] is not None and name not in own]
     if foreign:
         raise CommandError(f"{', '.join(foreign)} do(es) not apply to {adapter_class.model_type} models; their "
                            f"options are {', '.join(option for option, _, _ in own.values()) or 'none'}.")
@@ -305,8 +324,8 @@ def cmd_encode(args) -> int:
                                      compute_dtype=args.compute_dtype)
     # Defaults the checkpoint recorded (a DeFormer's training windows) come before the adapter's own defaults.
     own_settings = get_adapter_class(model.config.model_type).cli_settings
-    for name in _SETTING_OPTIONS:
-        if name in own_settings and getattr(args, name, None) is None and getattr(model.config, name, None):
+    for name in own_settings:
+        if getattr(args, name, None) is None and getattr(model.config, name, None):
             setattr(args, name, getattr(model.config, name))
     try:
         settings = _adapter_settings(args, get_adapter_class(model.config.model_type))
@@ -461,12 +480,12 @@ def _answer(args) -> int:
     except OSError as error:
         raise CommandError(f"cannot create the folder of --output {output}: {error.strerror or error}.") from None
     args.model = _resolve_model(args.model)
-    adapter_class = _adapter_class_of(args.model)
-    generative = adapter_class is not None and adapter_class.model_type == "block_attention_llama"
+    spec = _family_of(args.model)
+    generative = spec is not None and spec.answer == "generative"
     if generative:
         _check_generative_answer_options(args)
     elif getattr(args, "max_document_length", None) is not None:
-        raise CommandError("--max-document-length applies to causal LMs (block_attention_llama, llama) only.")
+        raise CommandError(f"--max-document-length applies to causal LMs ({_generative_model_types()}) only.")
     problems, examples, first_line, duplicates = [], [], {}, []
     for number, row in iter_jsonl(questions, problems):
         if generative:  # one passage (`context`) or several (`contexts`, or a list in `context`)
@@ -567,7 +586,7 @@ def _check_generative_answer_options(args) -> None:
                                          ("--null-score-diff-threshold", "null_score_diff_threshold"))
              if getattr(args, name, None) is not None]
     if given:
-        raise CommandError(f"{', '.join(given)} do(es) not apply to causal LMs (block_attention_llama, llama), which "
+        raise CommandError(f"{', '.join(given)} do(es) not apply to causal LMs ({_generative_model_types()}), which "
                            "generate answers from stored KV caches; their options are --max-document-length, "
                            "--max-answer-length (new tokens) and --batch-size.")
 
@@ -611,7 +630,47 @@ def _answer_generative(args, store, examples, output) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------------- info/verify
+def _families_info() -> list[dict]:
+    """What `hf-readonce info` (no `--store`) lists: per registered family, its model types, the checkpoint types it
+    loads, Auto classes, pipelines and what the commands do with it."""
+    from . import register_models
+    from .representations import registered_families
+
+    register_models()
+    rows = []
+    for spec in registered_families().values():
+        adapter = spec.adapter
+        rows.append({
+            "family": spec.name, "model_types": list(spec.model_types),
+            "checkpoint_model_types": list(spec.checkpoint_model_types),
+            "auto_models": {head: [cls.__name__ for cls in classes] for head, classes in spec.auto_models.items()},
+            "pipelines": {task: cls.__name__ for task, cls in spec.pipelines.items()},
+            "encode": adapter is not None, "answer": spec.answer, "verify_recompute": adapter is not None,
+            "representation": getattr(adapter, "representation", None),
+            "encode_options": {option: {"default": default, "help": text}
+                               for option, default, text in (adapter.cli_settings.values() if adapter else ())},
+        })
+    return rows
+
+
 def cmd_info(args) -> int:
+    if args.store is None:  # the registered families and what each command does with them
+        families = _families_info()
+        if args.json:
+            print(json.dumps(families, indent=2))
+            return EXIT_OK
+        for row in families:
+            print(f"family {row['family']}: model types {', '.join(row['model_types'])} (checkpoints: "
+                  f"{', '.join(row['checkpoint_model_types'])})")
+            print(f"    auto classes {', '.join(row['auto_models'])}; pipelines "
+                  f"{', '.join(row['pipelines']) or 'none (transformers own)'}")
+            commands = ["publish"] + (["encode", "verify --recompute"] if row["encode"] else []) + (
+                [f"answer ({row['answer']})"] if row["answer"] else [])
+            print(f"    commands: {', '.join(commands)}"
+                  + (f"; stores {row['representation']}" if row["representation"] else ""))
+            for option, about in row["encode_options"].items():
+                print(f"    encode {option} (default {about['default']}): {about['help']}")
+        return EXIT_OK
     store = _open_store(args.store, readonly=True, create=False, command="info")
     info = store.info()
     if args.json:
@@ -811,8 +870,10 @@ def cmd_publish(args) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------------- parser
-def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser of every subcommand except `demo` (which parses its own arguments)."""
+def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
+    """The argparse parser of every subcommand except `demo` (which parses its own arguments). With
+    `family_options`, `encode` also takes the option of every setting a registered adapter declares in its
+    `cli_settings` that the fixed options do not cover (this loads the families)."""
     parser = argparse.ArgumentParser(prog="hf-readonce", description="Read a document once, reuse it everywhere.",
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -827,18 +888,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     def model_options(p):
         p.add_argument("model", help="checkpoint folder, Hub id, or the name of a shipped checkpoint "
-                                     "(reference-deformer, reference-qa: `hf-readonce checkpoints`): DeFormer (or "
-                                     "BERT) or a causal LM (block-attention Llama or Llama); for encode also ReadOnce "
-                                     "BART, ReadTwice, LongDoc BART")
+                                     "(reference-deformer, reference-qa: `hf-readonce checkpoints`) of a registered "
+                                     "family (`hf-readonce info` lists them: encode takes every family with an "
+                                     "adapter, answer those that answer)")
         p.add_argument("--store", required=True, help="store directory")
         p.add_argument("--num-decomposed-layers", type=int, default=None,
                        help="override k (default: the checkpoint's)")
         p.add_argument("--max-passage-length", type=int, default=None,
-                       help="DeFormer: window length in tokens, [SEP] included (encode default: the checkpoint's "
-                            "recorded value, else 256)")
+                       help="families that read windows: window length in tokens, [SEP] included (encode default: "
+                            "the checkpoint's recorded value, else the family's; `hf-readonce info` lists them)")
         p.add_argument("--doc-stride", type=int, default=None,
-                       help="DeFormer: tokens shared by consecutive windows (encode default: the checkpoint's, "
-                            "else 64)")
+                       help="families that read windows: tokens shared by consecutive windows (encode default: the "
+                            "checkpoint's, else the family's)")
         p.add_argument("--batch-size", type=int, default=32, help="windows (encode) or features (answer) per batch")
         p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
         p.add_argument("--compute-dtype", choices=COMPUTE_DTYPE_CHOICES, default="auto", help=compute_dtype_help)
@@ -848,7 +909,8 @@ def build_parser() -> argparse.ArgumentParser:
     model_options(encode)
     encode.add_argument("--documents", required=True, help="JSONL file, one document per line")
     encode.add_argument("--max-document-length", type=int, default=None,
-                        help="ReadOnce BART: tokens read per document (default: the model's chunk length x k, its T*k capacity, §5.5; longer documents are read in chunks; pass 256 for stores written by 0.2 and earlier)")
+                        help="families that read whole documents: tokens read per document (default: the family's, "
+                             "as `hf-readonce info` lists it)")
     encode.add_argument("--text-field", default="context", help="field holding the text (default: context)")
     encode.add_argument("--id-field", default="id", help="field naming the document in reports (default: id)")
     encode.add_argument("--dtype", choices=("fp32", "fp16", "bf16"), default="fp16",
@@ -857,6 +919,8 @@ def build_parser() -> argparse.ArgumentParser:
     encode.add_argument("--repair", action="store_true",
                         help="verify first; drop corrupted documents (quarantining their shards) and recompute them")
     encode.add_argument("--strict", action="store_true", help="exit 1 if any input line was set aside")
+    if family_options:
+        _family_options(encode)
     encode.set_defaults(func=cmd_encode)
 
     answer = sub.add_parser("answer", help="answer SQuAD-style questions from stored passage states")
@@ -882,8 +946,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="causal LMs: the stored document length (default: the store's only one for the model)")
     answer.set_defaults(func=cmd_answer)
 
-    info = sub.add_parser("info", help="documents, size on disk, fingerprints")
-    info.add_argument("--store", required=True)
+    info = sub.add_parser("info", help="a store's documents, size on disk, fingerprints; without --store, the "
+                                       "registered model families and what each command does with them")
+    info.add_argument("--store", default=None, help="the store to describe (default: list the model families)")
     info.add_argument("--json", action="store_true", help="machine-readable output")
     info.set_defaults(func=cmd_info)
 
@@ -900,8 +965,8 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--model", action="append", default=None,
                         help="with --recompute: the checkpoint that wrote the store (repeat for several models)")
     verify.add_argument("--documents", default=None,
-                        help="with --recompute: JSONL of the documents' texts (needed for ReadOnce and LongDoc BART, "
-                             "which store no tokens; used for every family when given)")
+                        help="with --recompute: JSONL of the documents' texts (needed for families whose stored "
+                             "tensors keep no tokens; used for every family when given)")
     verify.add_argument("--text-field", default="context", help="field of --documents holding the text")
     verify.add_argument("--max-kl", type=float, default=None,
                         help="with --recompute: exit 1 if a document's KL is above this (nats)")
@@ -973,6 +1038,26 @@ def _disable_progress_bars():
     return restore
 
 
+def _family_options(parser: argparse.ArgumentParser) -> None:
+    """Add to `parser` an option for every adapter setting (`cli_settings`) it has no option for yet."""
+    from . import register_models
+    from .representations import registered_adapters
+
+    register_models()
+    taken = {option for action in parser._actions for option in action.option_strings}
+    for adapter_class in registered_adapters().values():
+        for name, (option, default, text) in adapter_class.cli_settings.items():
+            if option in taken:
+                continue
+            taken.add(option)
+            if isinstance(default, bool):
+                parser.add_argument(option, dest=name, action=argparse.BooleanOptionalAction, default=None,
+                                    help=f"{adapter_class.model_type}: {text}")
+            else:
+                parser.add_argument(option, dest=name, type=type(default) if default is not None else int,
+                                    default=None, help=f"{adapter_class.model_type}: {text} (default {default})")
+
+
 def main(argv=None) -> int:
     """Entry point of the `hf-readonce` console script and of `python -m hf_readonce.cli`.
 
@@ -992,7 +1077,10 @@ def main(argv=None) -> int:
         demo_main(argv[1:])
         return EXIT_OK
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # perhaps the option of a family's own setting; otherwise argparse's usage error
+        parser = build_parser(family_options=args.command == "encode")
+        args = parser.parse_args(argv)
     restore = _disable_progress_bars() if getattr(args, "no_progress", False) else None
     try:
         return args.func(args)

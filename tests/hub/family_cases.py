@@ -9,6 +9,7 @@ subprocess loads all families: importing torch and transformers dominates a fres
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -19,74 +20,11 @@ from pathlib import Path
 
 import torch
 
-from tests.conftest import BLOCK_HF_READONCE, tiny_model
-from tests.hub.test_pipeline_deformer import CONTEXTS, QUESTIONS
-from tests.hub.test_pipeline_readonce import DOCUMENTS, TEXTS, tiny_readonce
-from tests.hub.test_pipeline_readtwice import tiny_readtwice
+from tests.conftest import BLOCK_HF_READONCE
 
-READTWICE_DOCUMENT = " ".join(CONTEXTS)  # about 110 tokens: several 24-token segments
-LONG_DOCUMENTS = [CONTEXTS[0] + " " + CONTEXTS[1], CONTEXTS[1]]
-# about 60 MiniLM tokens: beyond the recurrent models' 32 positions, read in 16-token windows
-RECURRENT_PROMPT = " ".join(["emma", "knightley", "harriet"] * 20)
-LLAMA_PROMPT = "Emma Woodhouse, handsome, clever, and rich, with a comfortable home"
-DEFORMER_SETTINGS = {"max_question_length": 16, "max_passage_length": 24, "doc_stride": 8}
 LLAMA_TINY = dict(vocab_size=30522, hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=2,
                   num_key_value_heads=1, bos_token_id=101, eos_token_id=102, pad_token_id=0)
 GENERATE = {"max_new_tokens": 6, "do_sample": False, "return_full_text": False}
-
-
-def tiny_recurrent(family: str):
-    from hf_readonce import (
-        RecurrentGPT2Config,
-        RecurrentGPT2LMHeadModel,
-        RecurrentLlamaConfig,
-        RecurrentLlamaForCausalLM,
-    )
-
-    torch.manual_seed(0)
-    recurrence = dict(window_size=16, window_overlap=4, recurrence_layer=1)
-    if family == "gpt2":
-        model = RecurrentGPT2LMHeadModel(RecurrentGPT2Config(
-            n_positions=32, n_embd=16, n_layer=2, n_head=2, vocab_size=30522, bos_token_id=101, eos_token_id=102,
-            pad_token_id=0, **recurrence))
-    else:
-        model = RecurrentLlamaForCausalLM(RecurrentLlamaConfig(max_position_embeddings=32, **LLAMA_TINY, **recurrence))
-    with torch.no_grad():  # non-zero pooling weights: the memory reaches the next window
-        model.recurrence.pooling.layer_logits.normal_()
-    return model.eval()
-
-
-def tiny_longdoc():
-    from hf_readonce import LongDocBartConfig, LongDocBartForConditionalGeneration
-
-    torch.manual_seed(0)
-    # neighborhood attention with r = 4, shorter than the documents; init_std 0.5 so that the summaries depend on
-    # the document (at 0.2 this tiny model writes the same words for every document)
-    return LongDocBartForConditionalGeneration(LongDocBartConfig(
-        vocab_size=30522, d_model=16, encoder_layers=2, decoder_layers=1, encoder_attention_heads=2,
-        decoder_attention_heads=2, encoder_ffn_dim=24, decoder_ffn_dim=24, max_position_embeddings=128,
-        encoder_attention_type="neighborhood", neighborhood_radius=4, init_std=0.5, pad_token_id=0, bos_token_id=101,
-        eos_token_id=102, decoder_start_token_id=101, forced_eos_token_id=None)).eval()
-
-
-def tiny_block_attention():
-    from hf_readonce import BlockAttentionLlamaConfig, BlockAttentionLlamaForCausalLM
-
-    torch.manual_seed(0)
-    return BlockAttentionLlamaForCausalLM(BlockAttentionLlamaConfig(max_position_embeddings=128, **LLAMA_TINY)).eval()
-
-
-def _deformer():
-    model = tiny_model()
-    for name, value in DEFORMER_SETTINGS.items():
-        setattr(model.config, name, value)
-    return model
-
-
-def _readtwice():
-    model = tiny_readtwice(False)
-    model.config.max_question_length = 12
-    return model
 
 
 @dataclass
@@ -104,57 +42,28 @@ class FamilyCase:
     method_tag: str = ""
 
 
-CASES = [
-    FamilyCase("deformer_bert", _deformer, "AutoModelForQuestionAnswering", f"""
-enc = tokenizer({QUESTIONS[0][0]!r}, {CONTEXTS[0]!r}, return_tensors="pt")
-out = model(**enc)
-outputs = {{"start_logits": out.start_logits, "end_logits": out.end_logits}}
-""", [("question-answering", [], {"question": QUESTIONS[0], "context": CONTEXTS[0], "top_k": 2})],
-        "question-answering", "deformer"),
-    FamilyCase("readonce_bart", tiny_readonce, "AutoModelForSeq2SeqLM", f"""
-doc = tokenizer([{DOCUMENTS[0]!r}], return_tensors="pt")
-reps = model.encode_documents(doc.input_ids, doc.attention_mask)
-q = tokenizer([{TEXTS[0]!r}], return_tensors="pt")
-out = model(input_ids=q.input_ids, attention_mask=q.attention_mask, decoder_input_ids=torch.tensor([[101, 2040, 2626]]),
-            document_representations=reps)
-outputs = {{"representations": reps.representations, "logits": out.logits}}
-""", [("text2text-generation", [TEXTS], {"document": DOCUMENTS[0], "max_new_tokens": 5}),
-      ("summarization", [DOCUMENTS], {"max_new_tokens": 5})], "text2text-generation", "readonce"),
-    FamilyCase("readtwice_bert", _readtwice, "AutoModelForQuestionAnswering", f"""
-enc = tokenizer({READTWICE_DOCUMENT!r}, truncation=True, max_length=24, stride=6, return_overflowing_tokens=True,
-                padding=True, return_tensors="pt")
-q = tokenizer({QUESTIONS[0][0]!r}, return_tensors="pt")
-out = model(input_ids=enc.input_ids, attention_mask=enc.attention_mask, token_type_ids=torch.ones_like(enc.input_ids),
-            question_input_ids=q.input_ids)
-outputs = {{"start_logits": out.start_logits, "end_logits": out.end_logits}}
-""", [("question-answering", [], {"question": QUESTIONS[0], "context": READTWICE_DOCUMENT, "top_k": 2})],
-        "question-answering", "readtwice"),
-    FamilyCase("recurrent_gpt2", lambda: tiny_recurrent("gpt2"), "AutoModelForCausalLM", f"""
-ids = tokenizer({RECURRENT_PROMPT!r}, return_tensors="pt").input_ids
-assert ids.shape[1] > 32  # beyond n_positions
-outputs = {{"logits": model(input_ids=ids).logits, "generated": model.generate(ids, max_new_tokens=6, do_sample=False)}}
-""", [("text-generation", [RECURRENT_PROMPT], GENERATE)], "text-generation", "recurrent-transformer"),
-    FamilyCase("recurrent_llama", lambda: tiny_recurrent("llama"), "AutoModelForCausalLM", f"""
-ids = tokenizer({RECURRENT_PROMPT!r}, return_tensors="pt").input_ids
-assert ids.shape[1] > 32  # beyond max_position_embeddings
-outputs = {{"logits": model(input_ids=ids).logits, "generated": model.generate(ids, max_new_tokens=6, do_sample=False)}}
-""", [("text-generation", [RECURRENT_PROMPT], GENERATE)], "text-generation", "recurrent-transformer"),
-    FamilyCase("longdoc_bart", tiny_longdoc, "AutoModelForSeq2SeqLM", f"""
-enc = tokenizer({LONG_DOCUMENTS[0]!r}, return_tensors="pt")
-out = model(**enc, decoder_input_ids=torch.tensor([[101, 2040, 2626]]))
-outputs = {{"encoder": out.encoder_last_hidden_state, "logits": out.logits}}
-""", [("summarization", [LONG_DOCUMENTS + LONG_DOCUMENTS[:1]], {"max_new_tokens": 6}),
-      ("summarization", [LONG_DOCUMENTS[1]], {"max_new_tokens": 4, "num_beams": 2,
-                                              "generate_kwargs": {"num_return_sequences": 2}})],
-        "summarization", "longdoc"),
-    FamilyCase("block_attention_llama", tiny_block_attention, "AutoModelForCausalLM", f"""
-doc = tokenizer({CONTEXTS[1]!r}, return_tensors="pt").input_ids
-question = tokenizer({QUESTIONS[1][0]!r}, add_special_tokens=False, return_tensors="pt").input_ids
-outputs = {{"logits": model(torch.cat([doc, question], dim=1)).logits,
-            "composed": model(question, document_caches=model.encode_documents(doc)).logits}}
-""", [("text-generation", [LLAMA_PROMPT], GENERATE)], "text-generation", "block-attention"),
-]
-CASE_BY_NAME = {case.name: case for case in CASES}
+def _cases() -> list:
+    """Every registered family's `CASES` (`tests/models/<family>/cases.py`), in registration order; a family without
+    a cases module fails here, naming it."""
+    from hf_readonce.representations import registered_families
+
+    found = []
+    for spec in registered_families().values():
+        try:
+            module = importlib.import_module(f"tests.models.{spec.name}.cases")
+        except ModuleNotFoundError as error:
+            raise AssertionError(f"family {spec.name!r} has no tests/models/{spec.name}/cases.py ({error})") from None
+        found += module.CASES
+    return found
+
+
+def __getattr__(name):
+    # `CASES` and `CASE_BY_NAME` are built on first access: a family's cases module imports `FamilyCase` from here
+    if name in ("CASES", "CASE_BY_NAME"):
+        cases = _cases()
+        globals().update(CASES=cases, CASE_BY_NAME={case.name: case for case in cases})
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def run_probe(case: FamilyCase, model, tokenizer) -> dict:
@@ -170,14 +79,11 @@ def in_process_pipeline(task: str, model, tokenizer):
     class (transformers keeps one class per task, so it is built directly) or transformers' text-generation."""
     from transformers import pipeline
 
-    from hf_readonce.hub.publish import FAMILIES
+    from hf_readonce.representations import family_of
 
-    _, module, pipelines = FAMILIES[model.config.model_type]
-    for pipeline_task, class_name in pipelines:
-        if pipeline_task == task:
-            import importlib
-
-            return getattr(importlib.import_module(module), class_name)(model=model, tokenizer=tokenizer)
+    pipeline_class = family_of(model.config.model_type).pipelines.get(task)
+    if pipeline_class is not None:
+        return pipeline_class(model=model, tokenizer=tokenizer)
     return pipeline(task, model=model, tokenizer=tokenizer)
 
 
@@ -187,7 +93,7 @@ def publish_all(root: Path, tokenizer, repo_prefix: str = "someone/tiny-") -> di
     from hf_readonce.hub.publish import publish
 
     published = {}
-    for case in CASES:
+    for case in __getattr__("CASES"):
         model = case.build()
         source = root / "checkpoints" / case.name
         model.save_pretrained(source)
@@ -250,8 +156,8 @@ def load_without_hf_readonce(sources: dict, workdir: Path, env: dict | None = No
 
     workdir.mkdir(parents=True, exist_ok=True)
     spec = {"threads": torch.get_num_threads(),
-            "cases": [{"name": name, "source": str(source), "auto_class": CASE_BY_NAME[name].auto_class,
-                       "probe": CASE_BY_NAME[name].probe, "calls": CASE_BY_NAME[name].calls}
+            "cases": [{"name": name, "source": str(source), "auto_class": __getattr__("CASE_BY_NAME")[name].auto_class,
+                       "probe": __getattr__("CASE_BY_NAME")[name].probe, "calls": __getattr__("CASE_BY_NAME")[name].calls}
                       for name, source in sources.items()]}
     (workdir / "spec.json").write_text(json.dumps(spec))
     script = BLOCK_HF_READONCE + f"\nSPEC = {str(workdir / 'spec.json')!r}\n" + textwrap.dedent(LOADER)
@@ -278,7 +184,7 @@ def assert_same_as_in_process(name: str, loaded: dict, expected: dict) -> None:
     for key, value in expected["probe"].items():
         assert probe[key].shape == value.shape and probe[key].dtype == value.dtype, key
         assert torch.equal(probe[key], value), f"{name}: {key} differs by {(probe[key] - value).abs().max()}"
-    case = CASE_BY_NAME[name]
+    case = __getattr__("CASE_BY_NAME")[name]
     assert len(loaded["pipelines"]) == len(case.calls)
     for (task, _, _), got, want in zip(case.calls, loaded["pipelines"], expected["pipelines"]):
         assert "hf_readonce" not in got["class"] and "hf_readonce" not in got["model_class"], got

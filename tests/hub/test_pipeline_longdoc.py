@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from hf_readonce.models.longdoc_bart.pipeline_longdoc_bart import LongDocSummarizationPipeline
-from tests.hub.family_cases import LONG_DOCUMENTS, tiny_longdoc
+from tests.models.longdoc_bart.cases import LONG_DOCUMENTS, tiny_longdoc
 
 
 @pytest.fixture(scope="module")

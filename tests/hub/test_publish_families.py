@@ -13,12 +13,11 @@ import torch
 from tests.hub.family_cases import (
     CASE_BY_NAME,
     CASES,
-    LLAMA_PROMPT,
     assert_same_as_in_process,
     load_without_hf_readonce,
     publish_all,
-    tiny_block_attention,
 )
+from tests.models.block_attention_llama.cases import LLAMA_PROMPT, tiny_block_attention
 
 NAMES = [case.name for case in CASES]
 
@@ -43,7 +42,7 @@ def test_family_loads_and_runs_without_hf_readonce(name, published, loaded):
 def test_family_folder_and_card(name, published):
     from huggingface_hub import ModelCard
 
-    from hf_readonce.hub.publish import FAMILIES
+    from hf_readonce.representations import family_of
 
     case, entry = CASE_BY_NAME[name], published[name]
     folder, files = entry["folder"], entry["result"].files
@@ -51,13 +50,13 @@ def test_family_folder_and_card(name, published):
     assert config["model_type"] == name and case.auto_class in config["auto_map"]
     module = config["auto_map"][case.auto_class].split(".")[0]
     assert f"{module}.py" in files and "model.safetensors" in files and "tokenizer.json" in files
-    _, pipeline_module, pipelines = FAMILIES[name]
+    pipelines = family_of(name).pipelines
     if pipelines:  # the family's own pipelines travel and are declared
-        pipeline_file = pipeline_module.rsplit(".", 1)[1] + ".py"
-        assert pipeline_file in files
-        assert sorted(config["custom_pipelines"]) == sorted(task for task, _ in pipelines)
-        for task, class_name in pipelines:
-            assert config["custom_pipelines"][task]["impl"] == f"{pipeline_file[:-3]}.{class_name}"
+        assert sorted(config["custom_pipelines"]) == sorted(pipelines)
+        for task, pipeline_class in pipelines.items():
+            pipeline_file = pipeline_class.__module__.rsplit(".", 1)[1] + ".py"
+            assert pipeline_file in files
+            assert config["custom_pipelines"][task]["impl"] == f"{pipeline_file[:-3]}.{pipeline_class.__name__}"
     else:  # transformers' text-generation runs it
         assert "custom_pipelines" not in config and {task for task, _, _ in case.calls} == {"text-generation"}
     if case.auto_class in ("AutoModelForSeq2SeqLM", "AutoModelForCausalLM"):

@@ -1,8 +1,9 @@
 """The ReadTwice pipeline file travels to the Hub, so it keeps its own copies of logic that also lives elsewhere in
-the package: input normalization (`_normalize`, shared with the DeFormer pipeline file), segmenting with offsets and
-entity spans (`hf_readonce.tasks.readtwice_qa.prepare_readtwice_qa_features` and `entity_spans_for_segment`), and the
-span search (`postprocess_readtwice_qa`). These tests assert that the copies give identical results on real Disfl-QA
-and Quoref rows, so that neither can drift alone."""
+the package: input normalization (`_normalize`, a checked copy of the DeFormer pipeline's) and segmenting with offsets
+(`hf_readonce.tasks.readtwice_qa.prepare_readtwice_qa_features`). The entity spans and the span search have one
+implementation, in the pipeline file, which the tasks import (`entity_spans_for_segment`,
+`segment_span_candidates`). These tests assert that the two paths give identical results on real Disfl-QA and Quoref
+rows, so that neither can drift alone."""
 
 import json
 
@@ -10,10 +11,8 @@ import pytest
 import torch
 
 from hf_readonce.models.deformer_bert.pipeline_deformer_bert import DeformerQuestionAnsweringPipeline
-from hf_readonce.models.readtwice_bert.pipeline_readtwice_bert import (
-    ReadTwiceQuestionAnsweringPipeline,
-    _entity_spans,
-)
+from hf_readonce.models.readtwice_bert import pipeline_readtwice_bert
+from hf_readonce.models.readtwice_bert.pipeline_readtwice_bert import ReadTwiceQuestionAnsweringPipeline
 from hf_readonce.tasks.readtwice_qa import (
     ReadTwiceQACollator,
     capitalized_mentions,
@@ -121,7 +120,11 @@ def test_truncated_questions_keep_their_ids_and_case(rows, tokenizer, dataset):
 
 
 @pytest.mark.parametrize("dataset", ["disfl_qa", "quoref"])
-def test_entity_span_copies_agree(rows, tokenizer, dataset):
+def test_entity_spans_have_one_implementation(rows, tokenizer, dataset):
+    from hf_readonce.tasks import readtwice_qa
+
+    assert readtwice_qa.entity_spans_for_segment is pipeline_readtwice_bert.entity_spans_for_segment
+    assert readtwice_qa.segment_span_candidates is pipeline_readtwice_bert.segment_span_candidates
     for row in rows[dataset][:8]:
         context = row["context"]
         mentions = capitalized_mentions(context)
@@ -130,7 +133,8 @@ def test_entity_span_copies_agree(rows, tokenizer, dataset):
         for seg in range(len(encoded["input_ids"])):
             offsets = [tuple(o) if s == 0 else None
                        for o, s in zip(encoded["offset_mapping"][seg], encoded.sequence_ids(seg))]
-            assert _entity_spans(offsets, mentions) == entity_spans_for_segment(offsets, mentions)
+            for start, end in entity_spans_for_segment(offsets, mentions):  # inclusive spans of context tokens
+                assert 0 <= start <= end < len(offsets) and offsets[start] is not None and offsets[end] is not None
         assert mentions
 
 

@@ -507,10 +507,10 @@ def test_args_readonce_out_of_vocabulary_ids():
 
 @pytest.mark.parametrize("argument", ["compression_ratio", "max_document_length", "batch_size"])
 def test_args_readonce_adapter_rejects_zero(tokenizer, argument):
-    from hf_readonce.representations.readonce_bart import ReadOnceStoreAdapter
+    from hf_readonce.representations.readonce_bart import ReadOnceBartAdapter
 
     with pytest.raises(ValueError, match=argument):
-        ReadOnceStoreAdapter(_tiny_readonce(), tokenizer, **{argument: 0})
+        ReadOnceBartAdapter(_tiny_readonce(), tokenizer, **{argument: 0})
 
 
 # ------------------------------------------------------------------------------------------ 3. fingerprints

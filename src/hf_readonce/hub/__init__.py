@@ -7,7 +7,7 @@ Nothing here is imported by `import hf_readonce`; importing this package adds no
 """
 
 from .cards import EvalRow, build_model_card, card_from_metrics_file, qa_rows_from_metrics
-from .publish import FAMILIES, PublishResult, check_repo_id, publish, representation_format_for
+from .publish import PublishResult, check_repo_id, publish, representation_format_for
 
-__all__ = ["FAMILIES", "EvalRow", "PublishResult", "build_model_card", "card_from_metrics_file", "check_repo_id",
+__all__ = ["EvalRow", "PublishResult", "build_model_card", "card_from_metrics_file", "check_repo_id",
            "publish", "qa_rows_from_metrics", "representation_format_for"]

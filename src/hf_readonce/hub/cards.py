@@ -17,105 +17,25 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# what a card says about each family: method name (tag), paper, two paragraphs, and how to use it
-METHODS = {
-    "deformer_bert": {
-        "tag": "deformer",
-        "title": "DeFormer",
-        "paper": "Cao et al., ACL 2020, \"DeFormer: Decomposing Pre-trained Transformers for Faster Question "
-                 "Answering\"",
-        "paragraphs": (
-            "The lower k layers of a BERT read the question and the passage separately; only the upper layers read "
-            "them together. The passage's states after layer k do not depend on the question, so they are computed "
-            "once per passage, cached (in memory or in an hf-readonce `RepresentationStore`), and reused by every "
-            "question about it: each question then runs through the lower layers alone.",
-            "A DeFormer starts from a QA-fine-tuned BERT (its weights load unchanged) and is fine-tuned with the "
-            "paper's auxiliary supervision: knowledge distillation from the full model's answer distributions and "
-            "layerwise similarity of the upper layers' outputs to the full model's.",
-        ),
-    },
-    "readonce_bart": {
-        "tag": "readonce",
-        "title": "ReadOnce Transformers",
-        "paper": "Lin et al., ACL 2021, \"ReadOnce Transformers: Reusable Representations of Text for Transformers\"",
-        "paragraphs": (
-            "A document encoder reads a document once and compresses its n tokens into ceil(n / k) vectors. A BART "
-            "reads the question (or prompt) alone through its first encoder layers, appends the document vectors "
-            "before layer L, and generates the answer.",
-            "The vectors depend only on the document, so they are computed once and reused by every question, task "
-            "and epoch; they carry the encoder's fingerprint, so vectors from another encoder are refused.",
-        ),
-    },
-    "recurrent_gpt2": {
-        "tag": "recurrent-transformer",
-        "title": "Recurrent GPT-2",
-        "paper": "Yoshida, Ettinger & Gimpel, 2020, \"Adding Recurrence to Pretrained Transformers for Improved "
-                 "Efficiency and Context Size\"",
-        "paragraphs": (
-            "The model reads text in windows. Each window's hidden states are pooled and mapped by a small "
-            "feed-forward network into one vector, which enters layer L of the next window as an extra key and "
-            "value.",
-            "Context therefore reaches beyond the position table at the memory of one window; the first window is "
-            "exactly the pretrained model.",
-        ),
-    },
-    "readtwice_bert": {
-        "tag": "readtwice",
-        "title": "ReadTwice",
-        "paper": "Zemlyanskiy et al., 2021, \"ReadTwice: Reading Very Large Documents with Memories\"",
-        "paragraphs": (
-            "A BERT reads every segment of a document independently; memories extracted from each segment go into "
-            "one table per document, which a memory-attention layer reads before a second read of each segment.",
-            "With the question left out of the first read, the first read depends only on the document and is "
-            "stored once.",
-        ),
-    },
-    "bert": {
-        "tag": "extractive-qa",
-        "title": "BERT extractive QA",
-        "paper": "Devlin et al., NAACL 2019, \"BERT: Pre-training of Deep Bidirectional Transformers for Language "
-                 "Understanding\"",
-        "paragraphs": (
-            "A plain `BertForQuestionAnswering`: a span-classification head over BERT's pair encoding "
-            "`[CLS] question [SEP] passage [SEP]`.",
-            "In hf-readonce it is the full model that a DeFormer is decomposed from and distilled from.",
-        ),
-    },
-}
-METHODS["recurrent_llama"] = {**METHODS["recurrent_gpt2"], "title": "Recurrent Llama"}
-METHODS["longdoc_bart"] = {
-    "tag": "longdoc",
-    "title": "LongDoc BART",
-    "paper": "Kosaraju, Ang & Nabulsi, Stanford CS224N report, \"Faster Transformers for Document Summarization\"",
-    "paragraphs": (
-        "A BART whose encoder self-attention is local or compressed: neighborhood attention lets token i attend to "
-        "the tokens within r positions (O(n·r) instead of O(n²)), and convolutional attention shortens the "
-        "projected queries, keys and values with a strided convolution, attends over the compressed positions and "
-        "restores the length with a transposed convolution. The decoder may use causal neighborhood attention.",
-        "The parameter names are BART's, so any BART checkpoint loads unchanged; only the convolutional types add "
-        "weights. The encoder's outputs depend only on the document: the summarization pipeline encodes each "
-        "document once for every summary asked of it, and they can be stored and reused (they carry the encoder's "
-        "fingerprint).",
-    ),
-}
-METHODS["block_attention_llama"] = {
-    "tag": "block-attention",
-    "title": "Block-Attention Llama",
-    "paper": "Sun et al., 2024, \"Block-Attention for Efficient Prefilling\"; Lu et al., 2024, \"TurboRAG\"",
-    "paragraphs": (
-        "A Llama-family causal LM whose documents are read once, each alone into its own key/value cache. Caches "
-        "are stored, their keys re-rotated to their place in a prompt and composed in front of a question, so a "
-        "question about known documents runs only its own tokens through the model.",
-        "The architecture and weights are exactly Llama's: without document caches the model is the plain causal "
-        "LM (transformers' text-generation pipeline runs it as it runs Llama); fine-tuning may use the "
-        "Block-Attention mask, under which each document attends only to itself.",
-    ),
-}
 
-PIPELINE_TAGS = {"deformer_bert": "question-answering", "readtwice_bert": "question-answering",
-                 "bert": "question-answering", "readonce_bart": "text2text-generation",
-                 "longdoc_bart": "summarization", "recurrent_gpt2": "text-generation",
-                 "recurrent_llama": "text-generation", "block_attention_llama": "text-generation"}
+def _cards() -> dict:
+    """Model type -> [`~hf_readonce.representations.CardText`] of every registered family (the method text of each
+    card: tag, title, paper, paragraphs, pipeline tag and usage snippet are declared with the family)."""
+    from ..representations import registered_cards
+
+    return registered_cards()
+
+
+def __getattr__(name):
+    # `METHODS` (model type -> tag, title, paper, paragraphs) and `PIPELINE_TAGS` (model type -> pipeline tag), read
+    # from the family registry when asked
+    if name == "METHODS":
+        return {model_type: {"tag": card.tag, "title": card.title, "paper": card.paper,
+                             "paragraphs": card.paragraphs} for model_type, card in _cards().items()}
+    if name == "PIPELINE_TAGS":
+        return {model_type: card.pipeline_tag for model_type, card in _cards().items()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 DEFAULT_WIDGETS = {
     "question-answering": [{"text": "Who wrote Emma?",
@@ -193,88 +113,6 @@ def _fmt(value: float) -> str:
     return f"{value:.2f}"
 
 
-def _usage(model_type: str, pipeline_tag: str, repo_id: str, custom_code: bool) -> str:
-    # `trust_remote_code=True` on the tokenizer too: `AutoTokenizer` reads the model's config first, and a config
-    # class that is custom code otherwise prompts for it and falls back to a config without a model type (warning)
-    trust = ", trust_remote_code=True" if custom_code else ""
-    if model_type == "deformer_bert":
-        return (
-            "```python\nfrom transformers import pipeline\n\n"
-            f"qa = pipeline(\"question-answering\", model=\"{repo_id}\", trust_remote_code=True)\n"
-            "qa(question=[\"Who wrote Emma?\", \"When was it published?\"],\n"
-            "   context=\"Emma is a novel by Jane Austen, published in December 1815.\")\n"
-            "# the context's passage states are computed once and reused for both questions\n```\n\n"
-            "Or the model itself (hf-readonce is not needed):\n\n"
-            "```python\nfrom transformers import AutoModelForQuestionAnswering, AutoTokenizer\n\n"
-            f"model = AutoModelForQuestionAnswering.from_pretrained(\"{repo_id}\", trust_remote_code=True).eval()\n"
-            f"tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\", trust_remote_code=True)\n"
-            "out = model(**tokenizer(question, passage, return_tensors=\"pt\"))   # pair input, as BERT\n"
-            "states = model.encode_passages(passage_ids)   # `passage [SEP]`, read once\n"
-            "out = model(input_ids=question_ids, passage_states=states)   # every question reuses them\n```"
-        )
-    if model_type == "readonce_bart":
-        return (
-            "```python\nfrom transformers import AutoModelForSeq2SeqLM, AutoTokenizer\n\n"
-            f"model = AutoModelForSeq2SeqLM.from_pretrained(\"{repo_id}\", trust_remote_code=True).eval()\n"
-            f"tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\", trust_remote_code=True)\n"
-            "doc = tokenizer(passages, truncation=True, max_length=256, padding=True, return_tensors=\"pt\")\n"
-            "reps = model.encode_documents(doc.input_ids, doc.attention_mask)   # read once\n"
-            "q = tokenizer(questions, padding=True, return_tensors=\"pt\")\n"
-            "answers = model.generate(**q, document_representations=reps, max_new_tokens=24)\n```"
-        )
-    if model_type == "longdoc_bart":
-        return (
-            "```python\nfrom transformers import pipeline\n\n"
-            f"summarize = pipeline(\"summarization\", model=\"{repo_id}\", trust_remote_code=True)\n"
-            "summarize([long_article, other_article], max_new_tokens=60, num_beams=4)\n"
-            "# each distinct document is encoded once for every summary asked of it\n```\n\n"
-            "Or the model itself:\n\n"
-            "```python\nfrom transformers import AutoModelForSeq2SeqLM, AutoTokenizer\n\n"
-            f"model = AutoModelForSeq2SeqLM.from_pretrained(\"{repo_id}\", trust_remote_code=True).eval()\n"
-            f"tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\", trust_remote_code=True)\n"
-            "doc = tokenizer(article, truncation=True, return_tensors=\"pt\")\n"
-            "summary = model.generate(**doc, max_new_tokens=60, num_beams=4)\n```"
-        )
-    if model_type == "readtwice_bert":
-        return (
-            "```python\nfrom transformers import pipeline\n\n"
-            f"qa = pipeline(\"question-answering\", model=\"{repo_id}\", trust_remote_code=True)\n"
-            "qa(question=[\"Who wrote Emma?\", \"When was it published?\"], context=long_document)\n"
-            "# the document is cut into the model's segments; the best span is picked across all of them\n```\n\n"
-            "Or the model itself (hf-readonce is not needed): a flat batch of segments `(num_segments, "
-            "segment_length)` with `document_ids` and `segment_positions` `(num_segments,)` (and `entity_spans` for "
-            "entity memories):\n\n"
-            "```python\nfrom transformers import AutoModelForQuestionAnswering\n\n"
-            f"model = AutoModelForQuestionAnswering.from_pretrained(\"{repo_id}\", trust_remote_code=True).eval()\n"
-            "out = model(input_ids, attention_mask=mask, token_type_ids=types, document_ids=doc_ids,\n"
-            "            segment_positions=positions, entity_spans=spans)   # start/end logits per segment\n```"
-        )
-    if model_type == "block_attention_llama":
-        return (
-            "```python\nfrom transformers import AutoModelForCausalLM, AutoTokenizer, pipeline\n\n"
-            f"generate = pipeline(\"text-generation\", model=\"{repo_id}\", trust_remote_code=True)  # as Llama\n\n"
-            f"model = AutoModelForCausalLM.from_pretrained(\"{repo_id}\", trust_remote_code=True).eval()\n"
-            f"tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\", trust_remote_code=True)\n"
-            "docs = [tokenizer(d, return_tensors=\"pt\").input_ids for d in documents]\n"
-            "caches = [model.encode_documents(ids) for ids in docs]   # each read once, alone; store them\n"
-            "question = tokenizer(q, add_special_tokens=False, return_tensors=\"pt\").input_ids\n"
-            "out = model.generate(question, document_caches=caches, max_new_tokens=32)\n```"
-        )
-    if pipeline_tag == "text-generation":
-        return (
-            "```python\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
-            f"model = AutoModelForCausalLM.from_pretrained(\"{repo_id}\"{trust}).eval()\n"
-            f"tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\"{trust})\n"
-            "ids = tokenizer(text, return_tensors=\"pt\").input_ids   # may be longer than the position table\n"
-            "out = model.generate(ids, max_new_tokens=50)\n```"
-        )
-    return (
-        "```python\nfrom transformers import AutoModelForQuestionAnswering, AutoTokenizer\n\n"
-        f"model = AutoModelForQuestionAnswering.from_pretrained(\"{repo_id}\"{trust}).eval()\n"
-        f"tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\"{trust})\n```"
-    )
-
-
 def _results_table(rows: Sequence[EvalRow]) -> str:
     names = []
     for row in rows:
@@ -301,8 +139,8 @@ def build_model_card(*, repo_id: str, model_type: str, title: str, summary: str,
 
     Args:
         repo_id (`str`): `owner/name` (used in the usage snippets and as the model-index name).
-        model_type (`str`): the checkpoint's `config.model_type` (one of `METHODS`): picks the method text, the
-            usage snippet, the default `pipeline_tag` and the method tag.
+        model_type (`str`): the checkpoint's `config.model_type`, one a registered family describes (`METHODS`):
+            picks the method text, the usage snippet, the default `pipeline_tag` and the method tag.
         title (`str`): the card's heading. summary (`str`): its first paragraph.
         eval_rows (`Sequence[EvalRow]`): measured results (model-index and the results table, baselines beside).
         base_model (`str`, *optional*), datasets (`Sequence[str]`): Hub ids.
@@ -326,15 +164,16 @@ def build_model_card(*, repo_id: str, model_type: str, title: str, summary: str,
     """
     from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-    if model_type not in METHODS:
-        raise ValueError(f"`model_type` must be one of {sorted(METHODS)}, got {model_type!r}.")
+    cards = _cards()
+    if model_type not in cards:
+        raise ValueError(f"`model_type` must be one of {sorted(cards)}, got {model_type!r}.")
     if not isinstance(repo_id, str) or repo_id.count("/") != 1 or not all(repo_id.split("/")):
         raise ValueError(f"`repo_id` must be 'owner/name', got {repo_id!r}.")
     if not isinstance(title, str) or not title.strip():
         raise ValueError("`title` must be a non-empty str.")
-    method = METHODS[model_type]
-    pipeline_tag = pipeline_tag or PIPELINE_TAGS[model_type]
-    all_tags = ["hf-readonce", method["tag"]] + (["custom_code"] if custom_code else [])
+    method = cards[model_type]
+    pipeline_tag = pipeline_tag or method.pipeline_tag
+    all_tags = ["hf-readonce", method.tag] + (["custom_code"] if custom_code else [])
     all_tags += [t for t in tags if t not in all_tags]
     eval_results = [
         EvalResult(task_type=row.task_type, dataset_type=row.dataset_type, dataset_name=row.dataset_name,
@@ -359,9 +198,9 @@ def build_model_card(*, repo_id: str, model_type: str, title: str, summary: str,
     if custom_code:
         body += ["The model's code travels with the checkpoint: it loads with plain transformers and "
                  "`trust_remote_code=True`, hf-readonce is not needed.", ""]
-    body += [_usage(model_type, pipeline_tag, repo_id, custom_code), ""]
-    body += [f"## Method: {method['title']}", "", f"Paper: {method['paper']}.", ""]
-    for paragraph in method["paragraphs"]:
+    body += [method.render_usage(repo_id, custom_code), ""]
+    body += [f"## Method: {method.title}", "", f"Paper: {method.paper}.", ""]
+    for paragraph in method.paragraphs:
         body += [paragraph, ""]
     if training:
         body += ["## Training", ""]
@@ -452,5 +291,6 @@ def card_from_metrics_file(path: str | os.PathLike, *, dataset_type: str, datase
     return build_model_card(eval_rows=rows, figures=figures, training=training or None, **card_kwargs)
 
 
-__all__ = ["BASELINE_NAMES", "DEFAULT_WIDGETS", "EvalRow", "METHODS", "PIPELINE_TAGS", "build_model_card",
-           "card_from_metrics_file", "qa_rows_from_metrics"]
+# (`METHODS` and `PIPELINE_TAGS` are read from the family registry on access)
+__all__ = ["BASELINE_NAMES", "DEFAULT_WIDGETS", "EvalRow", "build_model_card", "card_from_metrics_file",
+           "qa_rows_from_metrics"]

@@ -21,23 +21,6 @@ from pathlib import Path
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 
-# model_type -> (Auto class name, module of the family's pipelines or None, [(task, pipeline class name), ...])
-FAMILIES = {
-    "deformer_bert": ("AutoModelForQuestionAnswering", "hf_readonce.models.deformer_bert.pipeline_deformer_bert",
-                      [("question-answering", "DeformerQuestionAnsweringPipeline")]),
-    "readtwice_bert": ("AutoModelForQuestionAnswering", "hf_readonce.models.readtwice_bert.pipeline_readtwice_bert",
-                       [("question-answering", "ReadTwiceQuestionAnsweringPipeline")]),
-    "readonce_bart": ("AutoModelForSeq2SeqLM", "hf_readonce.models.readonce_bart.pipeline_readonce_bart",
-                      [("text2text-generation", "ReadOnceText2TextGenerationPipeline"),
-                       ("summarization", "ReadOnceSummarizationPipeline")]),
-    "longdoc_bart": ("AutoModelForSeq2SeqLM", "hf_readonce.models.longdoc_bart.pipeline_longdoc_bart",
-                     [("summarization", "LongDocSummarizationPipeline")]),
-    # causal LMs: transformers' own text-generation pipeline runs them (no pipeline file travels)
-    "recurrent_gpt2": ("AutoModelForCausalLM", None, []),
-    "recurrent_llama": ("AutoModelForCausalLM", None, []),
-    "block_attention_llama": ("AutoModelForCausalLM", None, []),
-}
-
 FINGERPRINT_SCHEME = "{model_type}.representation_fingerprint/sha256-v1"
 
 
@@ -135,6 +118,7 @@ def _load(model_dir: Path):
     from transformers import AutoConfig, AutoTokenizer
 
     from .. import register_models
+    from ..representations import registered_families
     from ..weights import load_quietly
 
     register_models()
@@ -142,11 +126,16 @@ def _load(model_dir: Path):
         config = AutoConfig.from_pretrained(model_dir)
     except (OSError, ValueError) as error:
         raise ValueError(f"`model_dir` {str(model_dir)!r} is not a loadable checkpoint: {error}") from None
-    if config.model_type not in FAMILIES:
+    spec = next((s for s in registered_families().values() if config.model_type in s.model_types), None)
+    if spec is None:
+        loaders = {t: s.model_types[0] for s in registered_families().values() for t in s.checkpoint_model_types
+                   if t not in s.model_types}
+        hint = (f" (load a {config.model_type} checkpoint as a {loaders[config.model_type]} model and save it first)"
+                if config.model_type in loaders else "")
+        known = sorted(t for s in registered_families().values() for t in s.model_types)
         raise ValueError(f"`model_dir` holds a {config.model_type!r} model; publish takes hf-readonce models: "
-                         f"{sorted(FAMILIES)} (load a BERT as a DeFormer and save it first).")
-    auto_name = FAMILIES[config.model_type][0]
-    model = load_quietly(getattr(transformers, auto_name).from_pretrained, model_dir, dtype="auto").eval()
+                         f"{known}{hint}.")
+    model = load_quietly(getattr(transformers, spec.auto_class).from_pretrained, model_dir, dtype="auto").eval()
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
     except (OSError, ValueError, TypeError) as error:
@@ -156,12 +145,14 @@ def _load(model_dir: Path):
 
 
 def _read_metrics_card(metrics, model, repo_id, representation_format, representations_repo, card):
-    from .cards import METHODS, build_model_card, card_from_metrics_file
+    from ..representations import registered_cards
+    from .cards import build_model_card, card_from_metrics_file
 
     model_type = model.config.model_type
+    method = registered_cards()[model_type].title
     base = {"repo_id": repo_id, "model_type": model_type,
-            "title": f"{repo_id.split('/')[1]} ({METHODS[model_type]['title']}, hf-readonce)",
-            "summary": f"A `{type(model).__name__}` ({METHODS[model_type]['title']}) published with hf-readonce.",
+            "title": f"{repo_id.split('/')[1]} ({method}, hf-readonce)",
+            "summary": f"A `{type(model).__name__}` ({method}) published with hf-readonce.",
             "representation_format": representation_format, "representations_repo": representations_repo}
     base.update(card or {})
     if metrics is None:
@@ -180,9 +171,8 @@ def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, s
     """Assemble a Hub repo folder for the checkpoint in `model_dir` and write it to `local_dir` or upload it.
 
     Args:
-        model_dir (`str` or `os.PathLike`): a saved hf-readonce checkpoint (`deformer_bert`, `readonce_bart`,
-            `readtwice_bert`, `longdoc_bart`, `recurrent_gpt2`, `recurrent_llama`, `block_attention_llama`) with its
-            tokenizer.
+        model_dir (`str` or `os.PathLike`): a saved checkpoint of a registered hf-readonce family (any model type
+            of `hf_readonce.representations.registered_families()`) with its tokenizer.
         repo_id (`str`): `owner/name` of the model repo.
         local_dir (`str` or `os.PathLike`, *optional*): write the folder here (new or empty) and stop: nothing is
             uploaded. With `store`, the representations go to `<local_dir>-representations/` as Parquet + a
@@ -265,19 +255,22 @@ def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, s
         cleanup = tempfile.TemporaryDirectory(prefix="hf-readonce-publish-")
         folder = Path(cleanup.name)
     try:
-        auto_name, pipeline_module, pipelines = FAMILIES[model.config.model_type]
-        if pipelines:
-            import importlib
-            import shutil
+        from ..representations import family_of
 
-            module = importlib.import_module(pipeline_module)
-            for _, class_name in pipelines:
-                getattr(module, class_name)(model=model, tokenizer=tokenizer)  # the pipelines accept this model
+        spec = family_of(model.config.model_type)
+        if spec.pipelines:
+            import shutil
+            import sys
+
+            for pipeline_class in spec.pipelines.values():
+                pipeline_class(model=model, tokenizer=tokenizer)  # the pipelines accept this model
             # what `Pipeline.save_pretrained` writes, for every pipeline of the family (it writes only its own task)
             model.config.custom_pipelines = {
-                task: {"impl": f"{pipeline_module.rsplit('.', 1)[1]}.{class_name}", "pt": [auto_name], "type": "text"}
-                for task, class_name in pipelines}
-            shutil.copy(module.__file__, folder / Path(module.__file__).name)
+                task: {"impl": f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}", "pt": [spec.auto_class],
+                       "type": "text"} for task, cls in spec.pipelines.items()}
+            for module in dict.fromkeys(cls.__module__ for cls in spec.pipelines.values()):
+                path = Path(sys.modules[module].__file__)
+                shutil.copy(path, folder / path.name)
         model.save_pretrained(folder)  # config (auto_map), code files, safetensors; generation_config if it generates
         tokenizer.save_pretrained(folder)
         if representation_format is not None:
@@ -329,4 +322,4 @@ def _dataset_card(repo_id: str, dataset_repo: str, representation_format: Mappin
     )
 
 
-__all__ = ["FAMILIES", "PublishResult", "check_repo_id", "publish", "representation_format_for"]
+__all__ = ["PublishResult", "check_repo_id", "publish", "representation_format_for"]

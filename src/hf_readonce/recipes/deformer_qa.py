@@ -33,11 +33,12 @@ from ..tasks.question_answering import (
     predict_cached,
     predict_pairs,
     score_qa,
+    split_calibration,
+    training_rows,
     trivial_baselines,
 )
 from ..tasks.trainers import DeformerDistillationTrainer, trained_model
 from ..weights import load_quietly, minilm_path
-from .reference_qa import split_calibration, training_rows
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ Kosaraju, Ang and Nabulsi's report (§2.3: neighborhood, convolutional, convolut
 the summary with BART's decoder.
 
 - Warm start: without `model_name_or_path`, the packaged all-MiniLM-L6-v2 BERT is converted to a BART-shaped model
-  (the BERT2BERT mapping of [`hf_readonce.models.readonce_bart.convert_bert_to_readonce_bart`]) and loaded into
+  (the BERT2BERT mapping of [`hf_readonce.models.longdoc_bart.convert_bert_to_longdoc_bart`]) and loaded into
   [`LongDocBartForConditionalGeneration`] with the chosen attention ([`longdoc_bart_from_bert`]); a `bart` or
   `longdoc_bart` checkpoint loads directly. BART's LayerNorm epsilon (1e-5) replaces BERT's 1e-12 (BartConfig has no
   such field), a negligible change to the warm start.
@@ -42,8 +42,8 @@ from transformers import AutoTokenizer, BertModel, Seq2SeqTrainer, Seq2SeqTraini
 from transformers.models.bart.modeling_bart import BartLearnedPositionalEmbedding
 
 from ..models.longdoc_bart.configuration_longdoc_bart import ENCODER_ATTENTION_TYPES, LongDocBartConfig
+from ..models.longdoc_bart.convert_bert_to_longdoc_bart import bart_config_from_bert, bart_state_dict_from_bert
 from ..models.longdoc_bart.modeling_longdoc_bart import LongDocBartForConditionalGeneration
-from ..models.readonce_bart.convert_bert_to_readonce_bart import bart_config_from_bert, bart_state_dict_from_bert
 from ..tasks.trainers import TimeBudgetCallback, trained_model
 from ..weights import load_quietly, minilm_path
 from .readonce import load_rows, score_generations, trivial_generation_baselines

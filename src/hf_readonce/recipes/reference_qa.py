@@ -10,35 +10,21 @@ passages, chosen by a hash of the passage text) is held out of training; it is w
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import os
-import random
 import tempfile
 import time
 from pathlib import Path
 
-from ..tasks.question_answering import build_features, load_qa_examples, pair_inputs
+from ..tasks.question_answering import (
+    CALIBRATION_FRACTION,
+    load_qa_examples,
+    split_calibration,
+    training_rows,
+)
 
 logger = logging.getLogger(__name__)
-
-CALIBRATION_FRACTION = 0.1
-
-
-def is_calibration_passage(context: str, fraction: float = CALIBRATION_FRACTION) -> bool:
-    """True for the passages held out of training for threshold calibration: the first byte of the SHA-256 of the
-    passage text, scaled to [0, 1), is below `fraction` (deterministic, independent of row order)."""
-    return hashlib.sha256(context.encode("utf-8")).digest()[0] / 256 < fraction
-
-
-def split_calibration(examples: list[dict], fraction: float = CALIBRATION_FRACTION) -> tuple[list[dict], list[dict]]:
-    """Split train examples by passage into `(train, calibration)` with [`is_calibration_passage`]."""
-    train, calibration = [], []
-    for example in examples:
-        (calibration if is_calibration_passage(example["context"], fraction) else train).append(example)
-    return train, calibration
-
 
 def hardware_description() -> str:
     """What a run's `train_results.json` records as its hardware: the CUDA device's name, else "N CPU cores" with the
@@ -61,29 +47,6 @@ def hardware_description() -> str:
     threads = torch.get_num_threads()
     return f"{os.cpu_count()} CPU cores" + (f" ({', '.join(details)})" if details else "") + \
         (f", {threads} torch threads" if threads != os.cpu_count() else "")
-
-
-def training_rows(examples, tokenizer, max_question_length=48, max_passage_length=208, doc_stride=64,
-                  negative_window_fraction=1.0, seed=42) -> list[dict]:
-    """Pair-encoded training rows with start/end labels (0 = `[CLS]`, no answer in this window).
-
-    `negative_window_fraction` keeps that fraction of the windows of *answerable* questions that do not contain the
-    answer (HF's QA examples keep them all; long Quoref passages make most windows such negatives, so sampling them
-    spends the budget on windows that teach spans). Windows of unanswerable questions are always kept.
-    """
-    features, windows, _ = build_features(examples, tokenizer, max_question_length=max_question_length,
-                                          max_passage_length=max_passage_length, doc_stride=doc_stride,
-                                          with_labels=True)
-    rng = random.Random(seed)
-    rows = []
-    for f in features:
-        answerable = bool((examples[f["example_index"]].get("answers") or {}).get("text"))
-        if answerable and f["start_positions"] == 0 and rng.random() >= negative_window_fraction:
-            continue
-        row = pair_inputs(f["question_ids"], windows[f["passage_index"]][f["window_index"]])
-        row["start_positions"], row["end_positions"] = f["start_positions"], f["end_positions"]
-        rows.append(row)
-    return rows
 
 
 def train(args) -> dict:

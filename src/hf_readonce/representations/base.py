@@ -119,6 +119,15 @@ def pad_rows(rows: Sequence[torch.Tensor], *, device=None, dtype=None) -> tuple[
     return padded, mask
 
 
+def pad_batch(rows: Sequence[Sequence[int]], pad_value: int = 0) -> torch.Tensor:
+    """Right-pad lists of ints into a `(len(rows), max_len)` LongTensor."""
+    width = max(len(r) for r in rows)
+    out = torch.full((len(rows), width), pad_value, dtype=torch.long)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return out
+
+
 def kl_divergence(reference_log_probs: torch.Tensor, other_log_probs: torch.Tensor) -> torch.Tensor:
     """KL(reference ‖ other) in nats, per row: `sum_i p_i (log p_i - log q_i)` over the last dimension, with
     `p = exp(reference_log_probs)`; classes where `p == 0` (e.g. masked positions, `-inf`) add nothing.
@@ -332,4 +341,4 @@ class AdapterBase:
 
 
 __all__ = ["AdapterBase", "RecomputeCheck", "RepresentationAdapter", "check_positive_ints", "kl_divergence",
-           "masked_log_softmax", "pad_rows", "tokenizer_fingerprint"]
+           "masked_log_softmax", "pad_batch", "pad_rows", "tokenizer_fingerprint"]

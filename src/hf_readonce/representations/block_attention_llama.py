@@ -8,12 +8,13 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from ..models.block_attention_llama.configuration_block_attention_llama import BlockAttentionLlamaConfig
 from ..models.block_attention_llama.modeling_block_attention_llama import (
     BlockAttentionLlamaForCausalLM,
     DocumentCacheOutput,
 )
 from .base import AdapterBase, check_positive_ints, tokenizer_fingerprint
-from .registry import register_adapter
+from .registry import CardText, register_family
 
 
 class BlockAttentionLlamaAdapter(AdapterBase):
@@ -210,4 +211,38 @@ class BlockAttentionLlamaAdapter(AdapterBase):
 
 __all__ = ["BlockAttentionLlamaAdapter"]
 
-register_adapter("block_attention_llama", BlockAttentionLlamaAdapter)
+register_family(
+    name="block_attention_llama",
+    configs=(BlockAttentionLlamaConfig,),
+    auto_models={"AutoModelForCausalLM": BlockAttentionLlamaForCausalLM},
+    auto_class="AutoModelForCausalLM",
+    adapter=BlockAttentionLlamaAdapter,  # transformers' own text-generation pipeline runs the model
+    answer="generative",
+    exports=(DocumentCacheOutput,),
+    cards={
+        "block_attention_llama": CardText(
+            tag="block-attention",
+            title="Block-Attention Llama",
+            paper="Sun et al., 2024, \"Block-Attention for Efficient Prefilling\"; Lu et al., 2024, \"TurboRAG\"",
+            paragraphs=(
+                "A Llama-family causal LM whose documents are read once, each alone into its own key/value cache. "
+                "Caches are stored, their keys re-rotated to their place in a prompt and composed in front of a "
+                "question, so a question about known documents runs only its own tokens through the model.",
+                "The architecture and weights are exactly Llama's: without document caches the model is the plain "
+                "causal LM (transformers' text-generation pipeline runs it as it runs Llama); fine-tuning may use the "
+                "Block-Attention mask, under which each document attends only to itself.",
+            ),
+            pipeline_tag="text-generation",
+            usage=(
+                "```python\nfrom transformers import AutoModelForCausalLM, AutoTokenizer, pipeline\n\n"
+                "generate = pipeline(\"text-generation\", model=\"{repo_id}\", trust_remote_code=True)  # as Llama\n\n"
+                "model = AutoModelForCausalLM.from_pretrained(\"{repo_id}\", trust_remote_code=True).eval()\n"
+                "tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\"{trust})\n"
+                "docs = [tokenizer(d, return_tensors=\"pt\").input_ids for d in documents]\n"
+                "caches = [model.encode_documents(ids) for ids in docs]   # each read once, alone; store them\n"
+                "question = tokenizer(q, add_special_tokens=False, return_tensors=\"pt\").input_ids\n"
+                "out = model.generate(question, document_caches=caches, max_new_tokens=32)\n```"
+            ),
+        ),
+    },
+)

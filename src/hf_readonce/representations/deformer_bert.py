@@ -4,20 +4,147 @@ into the windows of the model's own QA path."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import torch
 
-from ..models.deformer_bert.modeling_deformer_bert import DeformerBertForQuestionAnswering, DeformerPassageOutput
-from ..tasks.question_answering import PassageWindow, encode_windows, split_passages, tokenize_questions
-from .base import AdapterBase, masked_log_softmax, pad_rows, tokenizer_fingerprint
-from .registry import register_adapter
+from ..models.deformer_bert.configuration_deformer_bert import DeformerBertConfig
+from ..models.deformer_bert.modeling_deformer_bert import (
+    DeformerBertForQuestionAnswering,
+    DeformerBertModel,
+    DeformerBertModelOutput,
+    DeformerPassageOutput,
+)
+from ..models.deformer_bert.pipeline_deformer_bert import DeformerQuestionAnsweringPipeline, passage_windows
+from .base import AdapterBase, masked_log_softmax, pad_batch, pad_rows, tokenizer_fingerprint
+from .registry import CardText, register_family
+
+
+@dataclass
+class PassageWindow:
+    """One window of a tokenized passage.
+
+    Attributes:
+        passage_index (`int`): index of the passage in the list given to [`split_passages`].
+        input_ids (`list[int]`): window tokens followed by `[SEP]` (no `[CLS]`); at most `max_passage_length` ids.
+        offsets (`list[tuple[int, int] | None]`): character span of each token in the passage text; `None` for the
+            final `[SEP]`.
+    """
+
+    passage_index: int
+    input_ids: list[int]
+    offsets: list[tuple[int, int] | None] = field(repr=False)
+
+
+def tokenize_questions(tokenizer, questions: Sequence[str], max_question_length: int = 64) -> list[list[int]]:
+    """Tokenize questions as BERT's first segment, `[CLS] question [SEP]`, truncated to `max_question_length` ids.
+
+    Raises:
+        ValueError: if `max_question_length < 3` or a question is empty.
+    """
+    if max_question_length < 3:
+        raise ValueError(f"`max_question_length` must be >= 3, got {max_question_length}.")
+    for i, question in enumerate(questions):
+        if not isinstance(question, str) or not question.strip():
+            raise ValueError(f"question {i} is empty or not a string.")
+    encoded = tokenizer(list(questions), truncation=True, max_length=max_question_length)
+    return [list(ids) for ids in encoded["input_ids"]]
+
+
+def split_passages(
+    tokenizer, passages: Sequence[str], max_passage_length: int = 320, doc_stride: int = 128
+) -> list[list[PassageWindow]]:
+    """Split each passage into overlapping windows of at most `max_passage_length` ids (tokens + `[SEP]`).
+
+    Consecutive windows share `doc_stride` tokens (HF's `stride` convention), so an answer cut by one window boundary
+    is whole in the next. Windows depend only on the passage text and these two numbers.
+
+    Args:
+        tokenizer: a fast tokenizer (offsets are needed).
+        passages (`Sequence[str]`): passage texts.
+        max_passage_length (`int`, defaults to 320): window length in ids, `[SEP]` included.
+        doc_stride (`int`, defaults to 128): tokens shared by consecutive windows.
+
+    Returns:
+        `list[list[PassageWindow]]`: the windows of each passage, in order.
+
+    Raises:
+        ValueError: if `max_passage_length < 2`, `doc_stride` is not in `[0, max_passage_length - 1)`, or a passage
+            is empty.
+    """
+    if max_passage_length < 2:
+        raise ValueError(f"`max_passage_length` must be >= 2, got {max_passage_length}.")
+    body = max_passage_length - 1
+    if not 0 <= doc_stride < body:
+        raise ValueError(f"`doc_stride` must be in [0, {body}) for max_passage_length={max_passage_length}.")
+    for i, passage in enumerate(passages):
+        if not isinstance(passage, str) or not passage.strip():
+            raise ValueError(f"passage {i} is empty or not a string.")
+    # Whole passages are tokenized on purpose (they are windowed below), so the tokenizer's "longer than the
+    # specified maximum" warning does not apply: mark it as already shown (transformers' own switch for it).
+    if hasattr(tokenizer, "deprecation_warnings"):
+        tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
+    encoded = tokenizer(list(passages), add_special_tokens=False, return_offsets_mapping=True)
+    result = []
+    for index, (ids, offsets) in enumerate(zip(encoded["input_ids"], encoded["offset_mapping"])):
+        window_ids, window_offsets = passage_windows(ids, offsets, max_passage_length, doc_stride,
+                                                     tokenizer.sep_token_id)
+        result.append([PassageWindow(index, w, o) for w, o in zip(window_ids, window_offsets)])
+    return result
+
+
+@dataclass
+class PassageWindowCache:
+    """Lower-layer passage states of many windows, as [`encode_windows`] returns them and [`predict_cached`] reads
+    them, with the fingerprint and k of the model that computed them (checked by the model when it reads them).
+
+    Attributes:
+        states (`dict[tuple[int, int], torch.Tensor]`): `(passage_index, window_index)` -> unpadded states of shape
+            `(window_length, hidden_size)`; `cache[(p, w)]` reads it too.
+        model_fingerprint (`str`, *optional*): the model's `representation_fingerprint()`.
+        num_decomposed_layers (`int`, *optional*): the k the states were computed with.
+    """
+
+    states: dict = field(default_factory=dict, repr=False)
+    model_fingerprint: str | None = None
+    num_decomposed_layers: int | None = None
+
+    def __getitem__(self, key):
+        return self.states[key]
+
+    def __setitem__(self, key, value):
+        self.states[key] = value
+
+
+@torch.no_grad()
+def encode_windows(model, windows, batch_size: int = 32, pad_token_id: int = 0) -> PassageWindowCache:
+    """Encode every window once with `model.encode_passages`.
+
+    Returns:
+        [`PassageWindowCache`]: unpadded states `(window_length, hidden_size)` per `(passage_index, window_index)`,
+        with the model's fingerprint and k.
+    """
+    model.eval()
+    device = next(model.parameters()).device
+    flat = [(p, w, window) for p, ws in enumerate(windows) for w, window in enumerate(ws)]
+    flat.sort(key=lambda item: len(item[2].input_ids))
+    cache = PassageWindowCache()
+    for begin in range(0, len(flat), batch_size):
+        items = flat[begin : begin + batch_size]
+        ids = pad_batch([item[2].input_ids for item in items], pad_token_id).to(device)
+        mask = pad_batch([[1] * len(item[2].input_ids) for item in items]).to(device)
+        states = model.encode_passages(ids, attention_mask=mask)
+        for row, (p, w, window) in enumerate(items):
+            cache[(p, w)] = states.last_hidden_state[row, : len(window.input_ids)]
+        cache.model_fingerprint, cache.num_decomposed_layers = states.model_fingerprint, states.num_decomposed_layers
+    return cache
 
 
 class DeformerBertAdapter(AdapterBase):
     r"""Stores DeFormer-BERT passage states (output of layers 1..k) for whole documents.
 
     A document is tokenized without special tokens (offsets kept) and cut into windows of `max_passage_length - 1`
-    tokens + `[SEP]`, consecutive windows sharing `doc_stride` tokens ([`hf_readonce.tasks.question_answering.split_passages`], the
+    tokens + `[SEP]`, consecutive windows sharing `doc_stride` tokens ([`split_passages`], the
     windowing of the model's own QA path), so documents longer than the model's positions are covered. Each window
     is encoded by `model.encode_passages`. The stored tensors of a document with `W` windows and `T` window tokens
     in all (`[SEP]`s included) are:
@@ -215,8 +342,67 @@ class DeformerBertAdapter(AdapterBase):
                                      model_fingerprint=self.fingerprint())
 
 
-DeformerStoreAdapter = DeformerBertAdapter  # 0.1.0 name
+__all__ = ["DeformerBertAdapter", "PassageWindow", "PassageWindowCache", "encode_windows", "split_passages",
+           "tokenize_questions"]
 
-__all__ = ["DeformerBertAdapter", "DeformerStoreAdapter"]
-
-register_adapter("deformer_bert", DeformerBertAdapter)
+register_family(
+    name="deformer_bert",
+    configs=(DeformerBertConfig,),
+    auto_models={"AutoModel": DeformerBertModel, "AutoModelForQuestionAnswering": DeformerBertForQuestionAnswering},
+    auto_class="AutoModelForQuestionAnswering",
+    pipelines={"question-answering": DeformerQuestionAnsweringPipeline},
+    adapter=DeformerBertAdapter,
+    answer="extractive",
+    exports=(DeformerBertModelOutput, DeformerPassageOutput),
+    lazy_exports={"DeformerDistillationTrainer": "hf_readonce.tasks.trainers"},
+    cards={
+        "deformer_bert": CardText(
+            tag="deformer",
+            title="DeFormer",
+            paper="Cao et al., ACL 2020, \"DeFormer: Decomposing Pre-trained Transformers for Faster Question "
+                  "Answering\"",
+            paragraphs=(
+                "The lower k layers of a BERT read the question and the passage separately; only the upper layers "
+                "read them together. The passage's states after layer k do not depend on the question, so they are "
+                "computed once per passage, cached (in memory or in an hf-readonce `RepresentationStore`), and reused "
+                "by every question about it: each question then runs through the lower layers alone.",
+                "A DeFormer starts from a QA-fine-tuned BERT (its weights load unchanged) and is fine-tuned with the "
+                "paper's auxiliary supervision: knowledge distillation from the full model's answer distributions "
+                "and layerwise similarity of the upper layers' outputs to the full model's.",
+            ),
+            pipeline_tag="question-answering",
+            usage=(
+                "```python\nfrom transformers import pipeline\n\n"
+                "qa = pipeline(\"question-answering\", model=\"{repo_id}\", trust_remote_code=True)\n"
+                "qa(question=[\"Who wrote Emma?\", \"When was it published?\"],\n"
+                "   context=\"Emma is a novel by Jane Austen, published in December 1815.\")\n"
+                "# the context's passage states are computed once and reused for both questions\n```\n\n"
+                "Or the model itself (hf-readonce is not needed):\n\n"
+                "```python\nfrom transformers import AutoModelForQuestionAnswering, AutoTokenizer\n\n"
+                "model = AutoModelForQuestionAnswering.from_pretrained(\"{repo_id}\", trust_remote_code=True).eval()\n"
+                "tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\"{trust})\n"
+                "out = model(**tokenizer(question, passage, return_tensors=\"pt\"))   # pair input, as BERT\n"
+                "states = model.encode_passages(passage_ids)   # `passage [SEP]`, read once\n"
+                "out = model(input_ids=question_ids, passage_states=states)   # every question reuses them\n```"
+            ),
+        ),
+        # the plain BERT a DeFormer is decomposed and distilled from (its checkpoints load as DeFormers)
+        "bert": CardText(
+            tag="extractive-qa",
+            title="BERT extractive QA",
+            paper="Devlin et al., NAACL 2019, \"BERT: Pre-training of Deep Bidirectional Transformers for Language "
+                  "Understanding\"",
+            paragraphs=(
+                "A plain `BertForQuestionAnswering`: a span-classification head over BERT's pair encoding "
+                "`[CLS] question [SEP] passage [SEP]`.",
+                "In hf-readonce it is the full model that a DeFormer is decomposed from and distilled from.",
+            ),
+            pipeline_tag="question-answering",
+            usage=(
+                "```python\nfrom transformers import AutoModelForQuestionAnswering, AutoTokenizer\n\n"
+                "model = AutoModelForQuestionAnswering.from_pretrained(\"{repo_id}\"{trust}).eval()\n"
+                "tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\"{trust})\n```"
+            ),
+        ),
+    },
+)

@@ -1,7 +1,6 @@
 """Filling a [`RepresentationStore`] with a model's representations of documents (Python iterables, JSONL rows,
 `datasets.Dataset.map`). Model specifics stay in the adapters; [`fill_store`] is the only writer of model output
-into a store. (0.1.0 called it `hf_readonce.store.encode_documents`, a name it shared with ReadOnce BART's model
-method; that name remains as a deprecated alias in `hf_readonce.store`.)"""
+into a store."""
 
 from __future__ import annotations
 

@@ -9,9 +9,15 @@ from dataclasses import dataclass
 import torch
 from transformers.modeling_outputs import BaseModelOutput
 
-from ..models.longdoc_bart.modeling_longdoc_bart import LongDocBartForConditionalGeneration
+from ..models.longdoc_bart.configuration_longdoc_bart import LongDocBartConfig
+from ..models.longdoc_bart.modeling_longdoc_bart import (
+    LongDocBartForConditionalGeneration,
+    LongDocBartModel,
+    LongDocBartPreTrainedModel,
+)
+from ..models.longdoc_bart.pipeline_longdoc_bart import LongDocSummarizationPipeline
 from .base import AdapterBase, check_positive_ints, pad_rows, tokenizer_fingerprint
-from .registry import register_adapter
+from .registry import CardText, register_family
 
 
 @dataclass
@@ -174,4 +180,44 @@ class LongDocBartAdapter(AdapterBase):
 
 __all__ = ["LongDocBartAdapter", "LongDocEncoderOutput"]
 
-register_adapter("longdoc_bart", LongDocBartAdapter)
+register_family(
+    name="longdoc_bart",
+    configs=(LongDocBartConfig,),
+    auto_models={"AutoModel": LongDocBartModel, "AutoModelForSeq2SeqLM": LongDocBartForConditionalGeneration},
+    auto_class="AutoModelForSeq2SeqLM",
+    pipelines={"summarization": LongDocSummarizationPipeline},
+    adapter=LongDocBartAdapter,
+    exports=(LongDocBartPreTrainedModel,),
+    cards={
+        "longdoc_bart": CardText(
+            tag="longdoc",
+            title="LongDoc BART",
+            paper="Kosaraju, Ang & Nabulsi, Stanford CS224N report, \"Faster Transformers for Document "
+                  "Summarization\"",
+            paragraphs=(
+                "A BART whose encoder self-attention is local or compressed: neighborhood attention lets token i "
+                "attend to the tokens within r positions (O(n·r) instead of O(n²)), and convolutional attention "
+                "shortens the projected queries, keys and values with a strided convolution, attends over the "
+                "compressed positions and restores the length with a transposed convolution. The decoder may use "
+                "causal neighborhood attention.",
+                "The parameter names are BART's, so any BART checkpoint loads unchanged; only the convolutional types "
+                "add weights. The encoder's outputs depend only on the document: the summarization pipeline encodes "
+                "each document once for every summary asked of it, and they can be stored and reused (they carry the "
+                "encoder's fingerprint).",
+            ),
+            pipeline_tag="summarization",
+            usage=(
+                "```python\nfrom transformers import pipeline\n\n"
+                "summarize = pipeline(\"summarization\", model=\"{repo_id}\", trust_remote_code=True)\n"
+                "summarize([long_article, other_article], max_new_tokens=60, num_beams=4)\n"
+                "# each distinct document is encoded once for every summary asked of it\n```\n\n"
+                "Or the model itself:\n\n"
+                "```python\nfrom transformers import AutoModelForSeq2SeqLM, AutoTokenizer\n\n"
+                "model = AutoModelForSeq2SeqLM.from_pretrained(\"{repo_id}\", trust_remote_code=True).eval()\n"
+                "tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\"{trust})\n"
+                "doc = tokenizer(article, truncation=True, return_tensors=\"pt\")\n"
+                "summary = model.generate(**doc, max_new_tokens=60, num_beams=4)\n```"
+            ),
+        ),
+    },
+)

@@ -6,12 +6,17 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from ..models.readonce_bart.configuration_readonce_bart import ReadOnceBartConfig
 from ..models.readonce_bart.modeling_readonce_bart import (
     ReadOnceBartForConditionalGeneration,
     ReadOnceDocumentEncoderOutput,
 )
+from ..models.readonce_bart.pipeline_readonce_bart import (
+    ReadOnceSummarizationPipeline,
+    ReadOnceText2TextGenerationPipeline,
+)
 from .base import AdapterBase, check_positive_ints, pad_rows, tokenizer_fingerprint
-from .registry import register_adapter
+from .registry import CardText, register_family
 
 
 class ReadOnceBartAdapter(AdapterBase):
@@ -130,8 +135,40 @@ class ReadOnceBartAdapter(AdapterBase):
                                        compression_ratio=self.compression_ratio, model_fingerprint=self.fingerprint())
 
 
-ReadOnceStoreAdapter = ReadOnceBartAdapter  # 0.1.0 name
+__all__ = ["ReadOnceBartAdapter"]
 
-__all__ = ["ReadOnceBartAdapter", "ReadOnceStoreAdapter"]
-
-register_adapter("readonce_bart", ReadOnceBartAdapter)
+register_family(
+    name="readonce_bart",
+    configs=(ReadOnceBartConfig,),
+    auto_models={"AutoModelForSeq2SeqLM": ReadOnceBartForConditionalGeneration},
+    auto_class="AutoModelForSeq2SeqLM",
+    pipelines={"text2text-generation": ReadOnceText2TextGenerationPipeline,
+               "summarization": ReadOnceSummarizationPipeline},
+    adapter=ReadOnceBartAdapter,
+    exports=(ReadOnceDocumentEncoderOutput,),
+    cards={
+        "readonce_bart": CardText(
+            tag="readonce",
+            title="ReadOnce Transformers",
+            paper="Lin et al., ACL 2021, \"ReadOnce Transformers: Reusable Representations of Text for "
+                  "Transformers\"",
+            paragraphs=(
+                "A document encoder reads a document once and compresses its n tokens into ceil(n / k) vectors. A "
+                "BART reads the question (or prompt) alone through its first encoder layers, appends the document "
+                "vectors before layer L, and generates the answer.",
+                "The vectors depend only on the document, so they are computed once and reused by every question, "
+                "task and epoch; they carry the encoder's fingerprint, so vectors from another encoder are refused.",
+            ),
+            pipeline_tag="text2text-generation",
+            usage=(
+                "```python\nfrom transformers import AutoModelForSeq2SeqLM, AutoTokenizer\n\n"
+                "model = AutoModelForSeq2SeqLM.from_pretrained(\"{repo_id}\", trust_remote_code=True).eval()\n"
+                "tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\"{trust})\n"
+                "doc = tokenizer(passages, truncation=True, max_length=256, padding=True, return_tensors=\"pt\")\n"
+                "reps = model.encode_documents(doc.input_ids, doc.attention_mask)   # read once\n"
+                "q = tokenizer(questions, padding=True, return_tensors=\"pt\")\n"
+                "answers = model.generate(**q, document_representations=reps, max_new_tokens=24)\n```"
+            ),
+        ),
+    },
+)

@@ -4,18 +4,57 @@ documents, written into a [`~hf_readonce.store.RepresentationStore`] once and re
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 
 import torch
 from transformers import PretrainedConfig
 
+from ..models.readtwice_bert.configuration_readtwice_bert import ReadTwiceBertConfig
 from ..models.readtwice_bert.modeling_readtwice_bert import (
+    ReadTwiceBertForMaskedLM,
     ReadTwiceBertForQuestionAnswering,
+    ReadTwiceBertModel,
     ReadTwiceDocumentOutput,
 )
-from ..tasks.readtwice_qa import entity_spans_for_segment
+from ..models.readtwice_bert.pipeline_readtwice_bert import (
+    ReadTwiceQuestionAnsweringPipeline,
+    entity_spans_for_segment,
+)
 from .base import AdapterBase, masked_log_softmax, tokenizer_fingerprint
-from .registry import register_adapter
+from .registry import CardText, register_family
+
+_CAPITALIZED = re.compile(r"[A-Z][\w-]*(?:['’][A-Za-z]+)?(?:(?:[ \t]+(?:of|de|da|van|von|del|the))*[ \t]+[A-Z][\w-]*)*")
+_SENTENCE_STARTERS = {
+    "The", "A", "An", "In", "On", "At", "He", "She", "It", "They", "We", "I", "His", "Her", "Their", "This", "That",
+    "When", "While", "After", "Before", "As", "But", "And", "However", "Although", "There", "Then", "What", "Who",
+    "Which", "Where", "How", "Why", "If", "During", "Since", "Once", "Instead", "For", "With", "By", "From", "To",
+    "Of", "One", "Two",
+}
+
+
+def capitalized_mentions(text: str) -> list[tuple[int, int]]:
+    """Mentions from a capitalisation heuristic: maximal runs of capitalised words (joined by `of`, `de`, `van`, ...),
+    dropping single-word runs that are common sentence starters. NOT a named-entity recogniser: it is the explicit,
+    opt-in stand-in used where no NER model with sound provenance can be installed (no spaCy English pipeline is
+    published on PyPI by its authors; see the ReadTwice README section). Pass it as `mention_fn` knowingly.
+
+    Returns:
+        `list[tuple[int, int]]`: `(char_start, char_end)` spans, end exclusive.
+    """
+    spans = []
+    for match in _CAPITALIZED.finditer(text):
+        start, end = match.span()
+        words = match.group().split()
+        if words and words[0] in _SENTENCE_STARTERS:
+            if len(words) == 1:
+                continue
+            start = match.start() + match.group().index(words[1])
+        for suffix in ("'s", "’s"):
+            if text[start:end].endswith(suffix):
+                end -= len(suffix)
+        spans.append((start, end))
+    return spans
 
 
 class ReadTwiceBertAdapter(AdapterBase):
@@ -58,8 +97,6 @@ class ReadTwiceBertAdapter(AdapterBase):
         """Constructor arguments of a stored space's settings: the mention function when it is the package's
         `capitalized_mentions` (another one cannot be rebuilt from its name: pass it yourself)."""
         if settings.get("mentions") == "capitalized_mentions":
-            from ..tasks.readtwice_qa import capitalized_mentions
-
             return {"mention_fn": capitalized_mentions}
         return {}
 
@@ -294,14 +331,44 @@ class ReadTwiceBertAdapter(AdapterBase):
             model_fingerprint=self.fingerprint(),
         )
 
-    def document_states(self, documents: Sequence[Mapping[str, torch.Tensor]], device=None,
-                        dtype=None) -> ReadTwiceDocumentOutput:
-        """The name before the adapter protocol had a read side: [`read`]."""
-        return self.read(documents, device=device, dtype=dtype)
 
+__all__ = ["ReadTwiceBertAdapter", "capitalized_mentions"]
 
-ReadTwiceStoreAdapter = ReadTwiceBertAdapter  # the name before the adapter registry
-
-__all__ = ["ReadTwiceBertAdapter", "ReadTwiceStoreAdapter"]
-
-register_adapter("readtwice_bert", ReadTwiceBertAdapter)
+register_family(
+    name="readtwice_bert",
+    configs=(ReadTwiceBertConfig,),
+    auto_models={"AutoModel": ReadTwiceBertModel, "AutoModelForQuestionAnswering": ReadTwiceBertForQuestionAnswering,
+                 "AutoModelForMaskedLM": ReadTwiceBertForMaskedLM},
+    auto_class="AutoModelForQuestionAnswering",
+    pipelines={"question-answering": ReadTwiceQuestionAnsweringPipeline},
+    adapter=ReadTwiceBertAdapter,
+    exports=(ReadTwiceDocumentOutput,),
+    cards={
+        "readtwice_bert": CardText(
+            tag="readtwice",
+            title="ReadTwice",
+            paper="Zemlyanskiy et al., 2021, \"ReadTwice: Reading Very Large Documents with Memories\"",
+            paragraphs=(
+                "A BERT reads every segment of a document independently; memories extracted from each segment go "
+                "into one table per document, which a memory-attention layer reads before a second read of each "
+                "segment.",
+                "With the question left out of the first read, the first read depends only on the document and is "
+                "stored once.",
+            ),
+            pipeline_tag="question-answering",
+            usage=(
+                "```python\nfrom transformers import pipeline\n\n"
+                "qa = pipeline(\"question-answering\", model=\"{repo_id}\", trust_remote_code=True)\n"
+                "qa(question=[\"Who wrote Emma?\", \"When was it published?\"], context=long_document)\n"
+                "# the document is cut into the model's segments; the best span is picked across all of them\n```\n\n"
+                "Or the model itself (hf-readonce is not needed): a flat batch of segments `(num_segments, "
+                "segment_length)` with `document_ids` and `segment_positions` `(num_segments,)` (and `entity_spans` "
+                "for entity memories):\n\n"
+                "```python\nfrom transformers import AutoModelForQuestionAnswering\n\n"
+                "model = AutoModelForQuestionAnswering.from_pretrained(\"{repo_id}\", trust_remote_code=True).eval()\n"
+                "out = model(input_ids, attention_mask=mask, token_type_ids=types, document_ids=doc_ids,\n"
+                "            segment_positions=positions, entity_spans=spans)   # start/end logits per segment\n```"
+            ),
+        ),
+    },
+)

@@ -1,19 +1,323 @@
-"""The adapter registry (as peft's mapping of PEFT types): each family file of this folder registers its adapter
-on its last line, and the CLI, [`fill_store`] and the tasks find adapters here by `config.model_type` only."""
+"""The family registry, modelled on peft's `register_peft_method(...)`: every model family declares itself once, on the
+last line of its file in this folder, with [`register_family`]. Everything that serves several families iterates the
+registry instead of naming them: transformers' Auto registration (`hf_readonce.register_models`), publishing
+(`hf_readonce.hub.publish`), model cards (`hf_readonce.hub.cards`), the command line, the adapters of
+[`hf_readonce.representations`] and the tests' family cases.
+
+A family is one folder `hf_readonce/models/<name>/` (what travels to the Hub with a checkpoint) and one file
+`hf_readonce/representations/<name>.py` (its adapter and its [`FamilySpec`]); nothing else has to change to add one.
+
+The CLI, [`fill_store`] and the tasks find adapters here by `config.model_type` ([`get_adapter_class`],
+[`get_adapter`]).
+"""
 
 from __future__ import annotations
 
+import inspect
+import keyword
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+# what `hf-readonce answer` can do with a family's stored representations
+ANSWER_KINDS = ("extractive", "generative")
+# the attributes every adapter class provides (the [`RepresentationAdapter`] protocol)
+ADAPTER_ATTRIBUTES = ("model_type", "representation", "checkpoint_model_types", "cli_settings", "load_model",
+                      "fingerprint", "settings", "encode", "num_tokens", "read")
+
+
+@dataclass(frozen=True)
+class CardText:
+    r"""What a model card says about one model type of a family (see [`hf_readonce.hub.cards.build_model_card`]).
+
+    Attributes:
+        tag (`str`): the method's Hub tag (e.g. `"deformer"`).
+        title (`str`): the method's name, as the card's "Method" heading shows it.
+        paper (`str`): the paper citation (authors, venue, year, title).
+        paragraphs (`tuple[str, ...]`): the method summary, one Markdown paragraph each.
+        pipeline_tag (`str`): the card's default `pipeline_tag` (e.g. `"question-answering"`).
+        usage (`str`): the card's usage snippet (Markdown); `{repo_id}` is replaced by the repo id and `{trust}` by
+            `, trust_remote_code=True` when the checkpoint carries its code (else by nothing).
+    """
+
+    tag: str
+    title: str
+    paper: str
+    paragraphs: tuple[str, ...]
+    pipeline_tag: str
+    usage: str
+
+    def render_usage(self, repo_id: str, custom_code: bool = True) -> str:
+        """The usage snippet for `repo_id`."""
+        trust = ", trust_remote_code=True" if custom_code else ""
+        return self.usage.replace("{repo_id}", repo_id).replace("{trust}", trust)
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    r"""One model family, as [`register_family`] stores it (read-only).
+
+    Attributes:
+        name (`str`): the family's folder, `hf_readonce/models/<name>/`.
+        configs (`tuple[type, ...]`): its config classes, one per model type (`config_class.model_type`).
+        auto_models (`Mapping[str, tuple[type, ...]]`): transformers Auto class name (e.g. `"AutoModelForCausalLM"`)
+            -> the model classes registered with it (at most one per model type).
+        auto_class (`str`): the Auto class that loads a published checkpoint and that its pipelines run.
+        pipelines (`Mapping[str, type]`): task -> pipeline class; their files travel with published checkpoints
+            (`custom_pipelines`). Empty when transformers' own pipeline runs the model (causal LMs).
+        adapter (`type`, *optional*): the representation adapter (`None`: the family stores no representations).
+        cards (`Mapping[str, CardText]`): model card text per model type; may also describe checkpoint types the
+            family loads (e.g. a plain `bert` teacher of a DeFormer).
+        answer (`str`, *optional*): what `hf-readonce answer` does with the family's stored representations:
+            `"extractive"` (spans), `"generative"` (generated answers), or `None` (not served).
+        exports (`tuple[type, ...]`): further names `hf_readonce` re-exports (output classes, ...), besides the
+            configs and model classes.
+        lazy_exports (`Mapping[str, str]`): name -> module of names `hf_readonce` re-exports on first access only
+            (e.g. a `Trainer` subclass, too heavy for `import hf_readonce`).
+        module (`str`): the module that registered the family.
+    """
+
+    name: str
+    configs: tuple
+    auto_models: Mapping
+    auto_class: str
+    cards: Mapping
+    pipelines: Mapping = field(default_factory=dict)
+    adapter: type | None = None
+    answer: str | None = None
+    exports: tuple = ()
+    lazy_exports: Mapping = field(default_factory=dict)
+    module: str = ""
+
+    @property
+    def model_types(self) -> tuple[str, ...]:
+        """The `config.model_type` of each config class."""
+        return tuple(config.model_type for config in self.configs)
+
+    def model_classes(self, model_type: str) -> dict[str, type]:
+        """Auto class name -> model class, for one model type of the family."""
+        return {head: cls for head, classes in self.auto_models.items() for cls in classes
+                if cls.config_class.model_type == model_type}
+
+    def exported(self) -> dict[str, object]:
+        """Name -> object of everything `hf_readonce` re-exports for this family (configs, model classes,
+        `exports`)."""
+        objects = [*self.configs, *(cls for classes in self.auto_models.values() for cls in classes), *self.exports]
+        return {obj.__name__: obj for obj in objects}
+
+    @property
+    def checkpoint_model_types(self) -> tuple[str, ...]:
+        """Model types whose checkpoints the family's adapter loads (its own first), e.g. `("deformer_bert",
+        "bert")`; the family's model types when it has no adapter."""
+        if self.adapter is None:
+            return self.model_types
+        return tuple(dict.fromkeys((*self.model_types, *self.adapter.checkpoint_model_types)))
+
+
+_FAMILIES: dict[str, FamilySpec] = {}
 _ADAPTERS: dict[str, type] = {}
 
 
-def register_adapter(model_type: str, adapter_class: type) -> None:
-    """Make [`get_adapter`] build `adapter_class(model, tokenizer, **settings)` for models whose
-    `config.model_type == model_type` (same signature as 0.1.0's `hf_readonce.store.register_adapter`)."""
-    _ADAPTERS[model_type] = adapter_class
+def _fail(name, field_name: str, message: str):
+    raise ValueError(f"family {name!r}: `{field_name}` {message}")
+
+
+def _classes(value) -> tuple:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def _check_class(name, field_name: str, value, base: type, what: str) -> None:
+    if value is None:
+        _fail(name, field_name, f"is missing (None): give the {what} class.")
+    if not isinstance(value, type) or not issubclass(value, base):
+        _fail(name, field_name, f"must be a {what} class (a subclass of {base.__module__}.{base.__name__}), got "
+                                f"{value!r}.")
+
+
+def register_family(*, name: str, configs: Sequence[type], auto_models: Mapping[str, type | Sequence[type]],
+                    auto_class: str, cards: Mapping[str, CardText], pipelines: Mapping[str, type] | None = None,
+                    adapter: type | None = None, answer: str | None = None, exports: Sequence = (),
+                    lazy_exports: Mapping[str, str] | None = None) -> FamilySpec:
+    r"""Declare a model family (call it on the last line of `hf_readonce/representations/<name>.py`), check it and
+    register its configs and model classes with transformers' Auto classes (`AutoConfig.register`,
+    `AutoModel*.register`).
+
+    Example:
+
+    ```python
+    # hf_readonce/representations/my_bert.py, after its adapter MyBertAdapter
+    register_family(name="my_bert", configs=(MyBertConfig,), auto_models={"AutoModelForQuestionAnswering": MyBertForQA},
+                    auto_class="AutoModelForQuestionAnswering", pipelines={"question-answering": MyQAPipeline},
+                    adapter=MyBertAdapter, cards={"my_bert": CardText(tag="my-method", title="My method", ...)})
+    ```
+
+    Args:
+        name (`str`): the family's folder under `hf_readonce/models/`.
+        configs (`Sequence[type]`): its `PretrainedConfig` subclasses, one per model type.
+        auto_models (`Mapping[str, type | Sequence[type]]`): Auto class name -> model class(es); each model class's
+            `config_class` must be one of `configs`, and a class that called `register_for_auto_class` must be
+            registered under that same Auto class.
+        auto_class (`str`): the Auto class (a key of `auto_models`) that loads a published checkpoint; every model
+            type needs a model class under it.
+        cards (`Mapping[str, CardText]`): model card text; one entry per model type at least.
+        pipelines (`Mapping[str, type]`, *optional*): task -> `transformers.Pipeline` subclass.
+        adapter (`type`, *optional*): the representation adapter class ([`RepresentationAdapter`]); its
+            `model_type` must be one of the family's.
+        answer (`str`, *optional*): `"extractive"` or `"generative"` (needs an adapter).
+        exports (`Sequence`), lazy_exports (`Mapping[str, str]`): see [`FamilySpec`].
+
+    Returns:
+        [`FamilySpec`].
+
+    Raises:
+        ValueError: naming the family and the field: a missing (None) or wrong class, a model type registered twice
+            (in this family, by another family, or by transformers itself), a model class whose config is not the
+            family's, an adapter for a model type the family does not have, a model type without card text, an
+            unknown Auto class or answer kind, or a family name already registered by another module.
+    """
+    import transformers
+    from transformers import PretrainedConfig, PreTrainedModel
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    from transformers.pipelines import Pipeline
+
+    caller = inspect.currentframe().f_back
+    module = caller.f_globals.get("__name__", "") if caller is not None else ""
+    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+        raise ValueError(f"family {name!r}: `name` must be the family's folder name under hf_readonce/models/ (an "
+                         "identifier).")
+    known = _FAMILIES.get(name)
+    if known is not None and known.module != module:
+        _fail(name, "name", f"is already registered by {known.module}.")
+
+    configs = _classes(configs)
+    if not configs:
+        _fail(name, "configs", "is empty: give at least one config class.")
+    model_types = []
+    for i, config in enumerate(configs):
+        _check_class(name, f"configs[{i}]", config, PretrainedConfig, "config")
+        model_type = getattr(config, "model_type", "")
+        if not isinstance(model_type, str) or not model_type:
+            _fail(name, f"configs[{i}]", f"{config.__name__} has no `model_type`.")
+        if model_type in model_types:
+            _fail(name, "configs", f"declares model type {model_type!r} twice.")
+        if model_type in CONFIG_MAPPING_NAMES:
+            _fail(name, "configs", f"declares model type {model_type!r}, which is transformers' own.")
+        other = next((spec for spec in _FAMILIES.values() if spec.name != name and model_type in spec.model_types),
+                     None)
+        if other is not None:
+            _fail(name, "configs", f"declares model type {model_type!r}, already registered by family "
+                                   f"{other.name!r}.")
+        model_types.append(model_type)
+
+    if not isinstance(auto_models, Mapping) or not auto_models:
+        _fail(name, "auto_models", "must be a non-empty mapping of Auto class name -> model class(es).")
+    heads = {}
+    for head, value in auto_models.items():
+        if not (isinstance(head, str) and head.startswith("Auto") and isinstance(getattr(transformers, head, None),
+                                                                                type)):
+            _fail(name, "auto_models", f"key {head!r} is not a transformers Auto class.")
+        classes = _classes(value)
+        seen = set()
+        for i, cls in enumerate(classes):
+            where = f"auto_models[{head!r}]" + (f"[{i}]" if len(classes) > 1 else "")
+            _check_class(name, where, cls, PreTrainedModel, "model")
+            config = getattr(cls, "config_class", None)
+            if config not in configs:
+                _fail(name, where, f"{cls.__name__}.config_class is {getattr(config, '__name__', config)}, not one "
+                                   "of the family's `configs`.")
+            if config.model_type in seen:
+                _fail(name, where, f"registers a second model for model type {config.model_type!r}.")
+            seen.add(config.model_type)
+            registered_head = getattr(cls, "_auto_class", None)
+            if registered_head is not None and registered_head != head:
+                _fail(name, where, f"{cls.__name__} called register_for_auto_class({registered_head!r}), not "
+                                   f"{head!r}.")
+        heads[head] = classes
+    if auto_class not in heads:
+        _fail(name, "auto_class", f"{auto_class!r} is not a key of `auto_models` ({sorted(heads)}).")
+    lacking = [t for t in model_types if t not in {cls.config_class.model_type for cls in heads[auto_class]}]
+    if lacking:
+        _fail(name, "auto_models", f"has no {auto_class} model for model type(s) {lacking}.")
+
+    pipelines = dict(pipelines or {})
+    for task, cls in pipelines.items():
+        _check_class(name, f"pipelines[{task!r}]", cls, Pipeline, "pipeline")
+
+    if adapter is not None:
+        if not isinstance(adapter, type):
+            _fail(name, "adapter", f"must be an adapter class, got {adapter!r}.")
+        missing = [attribute for attribute in ADAPTER_ATTRIBUTES if not hasattr(adapter, attribute)]
+        if missing:
+            _fail(name, "adapter", f"{adapter.__name__} lacks {missing} of the adapter protocol.")
+        if adapter.model_type not in model_types:
+            _fail(name, "adapter", f"{adapter.__name__} is for model type {adapter.model_type!r}, which the family "
+                                   f"does not have (its model types: {model_types}).")
+        other = _ADAPTERS.get(adapter.model_type)
+        if other is not None and other.__module__ != adapter.__module__:
+            _fail(name, "adapter", f"model type {adapter.model_type!r} already has an adapter ({other.__name__}).")
+
+    if not isinstance(cards, Mapping):
+        _fail(name, "cards", "must be a mapping of model type -> CardText.")
+    for key, card in cards.items():
+        if not isinstance(card, CardText):
+            _fail(name, f"cards[{key!r}]", f"must be a CardText, got {type(card).__name__}.")
+    lacking = [t for t in model_types if t not in cards]
+    if lacking:
+        _fail(name, "cards", f"has no card text for model type(s) {lacking}.")
+    if answer is not None:
+        if answer not in ANSWER_KINDS:
+            _fail(name, "answer", f"must be one of {ANSWER_KINDS} or None, got {answer!r}.")
+        if adapter is None:
+            _fail(name, "answer", "needs an `adapter`: answers are read from stored representations.")
+    exports = tuple(exports)
+    for i, obj in enumerate(exports):
+        if obj is None or not hasattr(obj, "__name__"):
+            _fail(name, f"exports[{i}]", f"is missing or has no __name__: {obj!r}.")
+
+    spec = FamilySpec(name=name, configs=configs, auto_models=MappingProxyType(heads), auto_class=auto_class,
+                      cards=MappingProxyType(dict(cards)), pipelines=MappingProxyType(pipelines), adapter=adapter,
+                      answer=answer, exports=exports, lazy_exports=MappingProxyType(dict(lazy_exports or {})),
+                      module=module)
+    for config in configs:
+        transformers.AutoConfig.register(config.model_type, config, exist_ok=True)
+    for head, classes in heads.items():
+        for cls in classes:
+            getattr(transformers, head).register(cls.config_class, cls, exist_ok=True)
+    _FAMILIES[name] = spec
+    if adapter is not None:
+        _ADAPTERS[adapter.model_type] = adapter
+    return spec
+
+
+def registered_families() -> dict[str, FamilySpec]:
+    """A copy of the registry: family name -> [`FamilySpec`], in registration order."""
+    return dict(_FAMILIES)
+
+
+def family_of(model_type: str | None) -> FamilySpec:
+    """The family of a model type, or of a checkpoint type its adapter loads (e.g. `bert`, loaded as a DeFormer).
+
+    Raises:
+        ValueError: no registered family has that model type (the message lists the known ones).
+    """
+    for spec in _FAMILIES.values():
+        if model_type in spec.model_types:
+            return spec
+    for spec in _FAMILIES.values():
+        if model_type in spec.checkpoint_model_types:
+            return spec
+    known = sorted(t for spec in _FAMILIES.values() for t in spec.model_types)
+    raise ValueError(f"no hf-readonce family has model_type {model_type!r}; known: {known}.")
+
+
+def registered_cards() -> dict[str, CardText]:
+    """Model type -> [`CardText`], over every family (their own model types and the checkpoint types they
+    describe)."""
+    return {model_type: card for spec in _FAMILIES.values() for model_type, card in spec.cards.items()}
 
 
 def registered_adapters() -> dict[str, type]:
-    """A copy of the registry: model type -> adapter class, for every family registered."""
+    """A copy of the adapters: model type -> adapter class, for every family that stores representations."""
     return dict(_ADAPTERS)
 
 
@@ -29,9 +333,10 @@ def get_adapter_class(model_type: str | None) -> type:
     for adapter_class in _ADAPTERS.values():
         if model_type in getattr(adapter_class, "checkpoint_model_types", ()):
             return adapter_class
+    loaders = sorted({t for a in _ADAPTERS.values() for t in a.checkpoint_model_types} - set(_ADAPTERS))
     raise ValueError(
-        f"no representation adapter for model_type {model_type!r}; known: {sorted(_ADAPTERS)}. (A plain BERT "
-        "checkpoint can be loaded as DeformerBertForQuestionAnswering.)"
+        f"no representation adapter for model_type {model_type!r}; known: {sorted(_ADAPTERS)}"
+        + (f" (checkpoints of type {', '.join(loaders)} load as one of them)." if loaders else ".")
     )
 
 
@@ -47,4 +352,5 @@ def get_adapter(model, tokenizer, **settings):
     return _ADAPTERS[model_type](model, tokenizer, **settings)
 
 
-__all__ = ["get_adapter", "get_adapter_class", "register_adapter", "registered_adapters"]
+__all__ = ["ANSWER_KINDS", "CardText", "FamilySpec", "family_of", "get_adapter", "get_adapter_class",
+           "register_family", "registered_adapters", "registered_cards", "registered_families"]

@@ -13,9 +13,6 @@ headers read back), `store` ([`RepresentationStore`], [`StoreWriter`]), `mainten
 `datasets_io` (`datasets` export and import).
 """
 
-import importlib
-import warnings
-
 from .datasets_io import export_to_dataset, import_from_dataset
 from .errors import (
     CorruptedManifestError,
@@ -39,35 +36,6 @@ from .keys import (
 from .maintenance import Corruption, VerifyReport, bytes_per_1000_tokens
 from .shards import FORMAT_VERSION, resolve_dtype, tensors_checksum, tensors_read_checksum
 from .store import RepresentationStore, StoreWriter
-
-# Names that 0.1.0 exported from `hf_readonce.store` and that now live above the store (the store itself imports
-# nothing from the rest of the package): resolved on first access, with a DeprecationWarning.
-_MOVED = {
-    "DeformerStoreAdapter": ("hf_readonce.representations.deformer_bert", "DeformerBertAdapter"),
-    "ReadOnceStoreAdapter": ("hf_readonce.representations.readonce_bart", "ReadOnceBartAdapter"),
-    "get_adapter": ("hf_readonce.representations.registry", "get_adapter"),
-    "register_adapter": ("hf_readonce.representations.registry", "register_adapter"),
-    "tokenizer_fingerprint": ("hf_readonce.representations.base", "tokenizer_fingerprint"),
-    "encode_documents": ("hf_readonce.representations.fill", "fill_store"),
-    "EncodeStats": ("hf_readonce.representations.fill", "EncodeStats"),
-    "StoreEncodeFunction": ("hf_readonce.representations.fill", "StoreEncodeFunction"),
-    "make_encode_function": ("hf_readonce.representations.fill", "make_encode_function"),
-    "BadLine": ("hf_readonce.tasks.jsonl", "BadLine"),
-    "iter_jsonl": ("hf_readonce.tasks.jsonl", "iter_jsonl"),
-    "iter_documents": ("hf_readonce.tasks.jsonl", "iter_documents"),
-    "answer_from_store": ("hf_readonce.tasks.question_answering_store", "answer_from_store"),
-    "find_deformer_space": ("hf_readonce.tasks.question_answering_store", "find_deformer_space"),
-}
-
-
-def __getattr__(name):
-    if name not in _MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module, attribute = _MOVED[name]
-    warnings.warn(f"`hf_readonce.store.{name}` is deprecated (a 0.1.0 name); use `{module}.{attribute}`.",
-                  DeprecationWarning, stacklevel=2)
-    return getattr(importlib.import_module(module), attribute)
-
 
 __all__ = [
     "FORMAT_VERSION",

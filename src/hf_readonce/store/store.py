@@ -530,19 +530,6 @@ class RepresentationStore:
         """
         return repair_store(self, report)
 
-    # ----------------------------------------------------------------- datasets
-    def to_dataset(self, fingerprint: str | None = None, settings: Mapping | None = None, *, cache_dir=None):
-        """Export the store (or one space) as a `datasets.Dataset`; see [`hf_readonce.store.export_to_dataset`]."""
-        from .datasets_io import export_to_dataset  # lazy: `datasets` is imported only when exporting
-
-        return export_to_dataset(self, fingerprint, settings, cache_dir=cache_dir)
-
-    def import_dataset(self, dataset, *, shard_size_bytes: int = DEFAULT_SHARD_SIZE_BYTES) -> int:
-        """Import rows exported by [`to_dataset`]; see [`hf_readonce.store.import_from_dataset`]."""
-        from .datasets_io import import_from_dataset  # lazy: `datasets` is imported only when importing
-
-        return import_from_dataset(self, dataset, shard_size_bytes=shard_size_bytes)
-
     def __repr__(self) -> str:
         return f"RepresentationStore({str(self.path)!r}, documents={len(self._entries)}, spaces={len(self._spaces)})"
 

@@ -8,33 +8,29 @@ window `passage tokens [SEP]`, exactly BERT's pair encoding.
 
 from __future__ import annotations
 
+import hashlib
 import math
+import random
 import re
 import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from .jsonl import read_jsonl  # re-exported: the one JSONL reader lives in tasks/jsonl.py
-
-
-@dataclass
-class PassageWindow:
-    """One window of a tokenized passage.
-
-    Attributes:
-        passage_index (`int`): index of the passage in the list given to [`split_passages`].
-        input_ids (`list[int]`): window tokens followed by `[SEP]` (no `[CLS]`); at most `max_passage_length` ids.
-        offsets (`list[tuple[int, int] | None]`): character span of each token in the passage text; `None` for the
-            final `[SEP]`.
-    """
-
-    passage_index: int
-    input_ids: list[int]
-    offsets: list[tuple[int, int] | None] = field(repr=False)
+# re-exported: the windows, their states and the padding are the DeFormer representation's
+# (`hf_readonce.representations.deformer_bert`, below the tasks); the one JSONL reader lives in tasks/jsonl.py
+from ..models.deformer_bert.pipeline_deformer_bert import window_span_candidates
+from ..representations.base import pad_batch
+from ..representations.deformer_bert import (
+    PassageWindow,
+    PassageWindowCache,
+    encode_windows,
+    split_passages,
+    tokenize_questions,
+)
+from .jsonl import read_jsonl
 
 
 def load_qa_examples(path: str | Path, limit: int | None = None) -> tuple[list[dict], list[str]]:
@@ -63,71 +59,6 @@ def load_qa_examples(path: str | Path, limit: int | None = None) -> tuple[list[d
     if not examples:
         raise ValueError(f"{path}: no row has both a non-empty 'question' and 'context'.")
     return examples, skipped
-
-
-def tokenize_questions(tokenizer, questions: Sequence[str], max_question_length: int = 64) -> list[list[int]]:
-    """Tokenize questions as BERT's first segment, `[CLS] question [SEP]`, truncated to `max_question_length` ids.
-
-    Raises:
-        ValueError: if `max_question_length < 3` or a question is empty.
-    """
-    if max_question_length < 3:
-        raise ValueError(f"`max_question_length` must be >= 3, got {max_question_length}.")
-    for i, question in enumerate(questions):
-        if not isinstance(question, str) or not question.strip():
-            raise ValueError(f"question {i} is empty or not a string.")
-    encoded = tokenizer(list(questions), truncation=True, max_length=max_question_length)
-    return [list(ids) for ids in encoded["input_ids"]]
-
-
-def split_passages(
-    tokenizer, passages: Sequence[str], max_passage_length: int = 320, doc_stride: int = 128
-) -> list[list[PassageWindow]]:
-    """Split each passage into overlapping windows of at most `max_passage_length` ids (tokens + `[SEP]`).
-
-    Consecutive windows share `doc_stride` tokens (HF's `stride` convention), so an answer cut by one window boundary
-    is whole in the next. Windows depend only on the passage text and these two numbers.
-
-    Args:
-        tokenizer: a fast tokenizer (offsets are needed).
-        passages (`Sequence[str]`): passage texts.
-        max_passage_length (`int`, defaults to 320): window length in ids, `[SEP]` included.
-        doc_stride (`int`, defaults to 128): tokens shared by consecutive windows.
-
-    Returns:
-        `list[list[PassageWindow]]`: the windows of each passage, in order.
-
-    Raises:
-        ValueError: if `max_passage_length < 2`, `doc_stride` is not in `[0, max_passage_length - 1)`, or a passage
-            is empty.
-    """
-    if max_passage_length < 2:
-        raise ValueError(f"`max_passage_length` must be >= 2, got {max_passage_length}.")
-    body = max_passage_length - 1
-    if not 0 <= doc_stride < body:
-        raise ValueError(f"`doc_stride` must be in [0, {body}) for max_passage_length={max_passage_length}.")
-    for i, passage in enumerate(passages):
-        if not isinstance(passage, str) or not passage.strip():
-            raise ValueError(f"passage {i} is empty or not a string.")
-    # Whole passages are tokenized on purpose (they are windowed below), so the tokenizer's "longer than the
-    # specified maximum" warning does not apply: mark it as already shown (transformers' own switch for it).
-    if hasattr(tokenizer, "deprecation_warnings"):
-        tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
-    encoded = tokenizer(list(passages), add_special_tokens=False, return_offsets_mapping=True)
-    sep = tokenizer.sep_token_id
-    result = []
-    for index, (ids, offsets) in enumerate(zip(encoded["input_ids"], encoded["offset_mapping"])):
-        windows, start = [], 0
-        while True:
-            end = min(start + body, len(ids))
-            windows.append(
-                PassageWindow(index, list(ids[start:end]) + [sep], [tuple(o) for o in offsets[start:end]] + [None])
-            )
-            if end >= len(ids):
-                break
-            start = end - doc_stride
-        result.append(windows)
-    return result
 
 
 def span_in_window(window: PassageWindow, answer_start: int, answer_text: str) -> tuple[int, int] | None:
@@ -198,15 +129,6 @@ def pair_inputs(question_ids: list[int], window: PassageWindow) -> dict[str, lis
     }
 
 
-def pad_batch(rows: Sequence[Sequence[int]], pad_value: int = 0) -> torch.Tensor:
-    """Right-pad lists of ints into a `(len(rows), max_len)` LongTensor."""
-    width = max(len(r) for r in rows)
-    out = torch.full((len(rows), width), pad_value, dtype=torch.long)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-    return out
-
-
 def _batches(n: int, size: int) -> Iterable[range]:
     for start in range(0, n, size):
         yield range(start, min(start + size, n))
@@ -235,53 +157,6 @@ def predict_pairs(model, features, windows, batch_size: int = 32, pad_token_id: 
             n = len(windows[features[i]["passage_index"]][features[i]["window_index"]].input_ids)
             out.append((start[row, q : q + n], end[row, q : q + n], float(start[row, 0] + end[row, 0])))
     return out
-
-
-@dataclass
-class PassageWindowCache:
-    """Lower-layer passage states of many windows, as [`encode_windows`] returns them and [`predict_cached`] reads
-    them, with the fingerprint and k of the model that computed them (checked by the model when it reads them).
-
-    Attributes:
-        states (`dict[tuple[int, int], torch.Tensor]`): `(passage_index, window_index)` -> unpadded states of shape
-            `(window_length, hidden_size)`; `cache[(p, w)]` reads it too.
-        model_fingerprint (`str`, *optional*): the model's `representation_fingerprint()`.
-        num_decomposed_layers (`int`, *optional*): the k the states were computed with.
-    """
-
-    states: dict = field(default_factory=dict, repr=False)
-    model_fingerprint: str | None = None
-    num_decomposed_layers: int | None = None
-
-    def __getitem__(self, key):
-        return self.states[key]
-
-    def __setitem__(self, key, value):
-        self.states[key] = value
-
-
-@torch.no_grad()
-def encode_windows(model, windows, batch_size: int = 32, pad_token_id: int = 0) -> PassageWindowCache:
-    """Encode every window once with `model.encode_passages`.
-
-    Returns:
-        [`PassageWindowCache`]: unpadded states `(window_length, hidden_size)` per `(passage_index, window_index)`,
-        with the model's fingerprint and k.
-    """
-    model.eval()
-    device = next(model.parameters()).device
-    flat = [(p, w, window) for p, ws in enumerate(windows) for w, window in enumerate(ws)]
-    flat.sort(key=lambda item: len(item[2].input_ids))
-    cache = PassageWindowCache()
-    for batch in _batches(len(flat), batch_size):
-        items = [flat[i] for i in batch]
-        ids = pad_batch([item[2].input_ids for item in items], pad_token_id).to(device)
-        mask = pad_batch([[1] * len(item[2].input_ids) for item in items]).to(device)
-        states = model.encode_passages(ids, attention_mask=mask)
-        for row, (p, w, window) in enumerate(items):
-            cache[(p, w)] = states.last_hidden_state[row, : len(window.input_ids)]
-        cache.model_fingerprint, cache.num_decomposed_layers = states.model_fingerprint, states.num_decomposed_layers
-    return cache
 
 
 @torch.no_grad()
@@ -321,7 +196,9 @@ def postprocess_qa_predictions(examples, features, windows, logits, n_best_size:
                                max_answer_length: int = 30, allow_no_answer: bool = False,
                                null_score_diff_threshold: float = 0.0, return_score_diffs: bool = False):
     """n-best span decoding: for each example, the highest `start + end` logit span over all its windows with
-    `start <= end < start + max_answer_length`, mapped back to passage characters through the offsets.
+    `start <= end < start + max_answer_length`, mapped back to passage characters through the offsets (the span
+    search of the DeFormer pipeline, `window_span_candidates`, one implementation for both; the first span in its
+    search order wins a tie).
 
     With `allow_no_answer` (SQuAD 2.0 style, as in HF's `postprocess_qa_predictions`), the empty answer wins when
     `score_diff = null_score - best_span_score > null_score_diff_threshold`, where `null_score` is the smallest
@@ -354,15 +231,11 @@ def postprocess_qa_predictions(examples, features, windows, logits, n_best_size:
         i = feature["example_index"]
         context = examples[i]["context"]
         null[i] = min(null.get(i, math.inf), null_score)
-        starts = np.argsort(start_logits)[::-1][:n_best_size]
-        ends = np.argsort(end_logits)[::-1][:n_best_size]
-        for s in starts:
-            for e in ends:
-                if window.offsets[s] is None or window.offsets[e] is None or e < s or e - s + 1 > max_answer_length:
-                    continue
-                score = float(start_logits[s] + end_logits[e])
-                if i not in best or score > best[i][0]:
-                    best[i] = (score, context[window.offsets[s][0] : window.offsets[e][1]])
+        for score, char_start, char_end in window_span_candidates(
+                torch.as_tensor(start_logits), torch.as_tensor(end_logits), window.offsets, n_best_size,
+                max_answer_length):
+            if i not in best or score > best[i][0]:
+                best[i] = (score, context[char_start:char_end])
     predictions, spans, diffs = {}, {}, {}
     for i, example in enumerate(examples):
         key = str(example.get("id", i))
@@ -415,6 +288,47 @@ def find_best_null_threshold(best_spans: dict[str, str], score_diffs: dict[str, 
     else:
         threshold = float((diffs[order[j - 1]] + diffs[order[j]]) / 2)
     return threshold, float(100 * totals[j] / len(diffs))
+
+
+CALIBRATION_FRACTION = 0.1
+
+
+def is_calibration_passage(context: str, fraction: float = CALIBRATION_FRACTION) -> bool:
+    """True for the passages held out of training for threshold calibration: the first byte of the SHA-256 of the
+    passage text, scaled to [0, 1), is below `fraction` (deterministic, independent of row order)."""
+    return hashlib.sha256(context.encode("utf-8")).digest()[0] / 256 < fraction
+
+
+def split_calibration(examples: list[dict], fraction: float = CALIBRATION_FRACTION) -> tuple[list[dict], list[dict]]:
+    """Split train examples by passage into `(train, calibration)` with [`is_calibration_passage`]."""
+    train, calibration = [], []
+    for example in examples:
+        (calibration if is_calibration_passage(example["context"], fraction) else train).append(example)
+    return train, calibration
+
+
+def training_rows(examples, tokenizer, max_question_length=48, max_passage_length=208, doc_stride=64,
+                  negative_window_fraction=1.0, seed=42) -> list[dict]:
+    """Pair-encoded training rows with start/end labels (0 = `[CLS]`, no answer in this window).
+
+    `negative_window_fraction` keeps that fraction of the windows of *answerable* questions that do not contain the
+    answer (HF's QA examples keep them all; long Quoref passages make most windows such negatives, so sampling them
+    spends the budget on windows that teach spans). Windows of unanswerable questions are always kept.
+    """
+    features, windows, _ = build_features(examples, tokenizer, max_question_length=max_question_length,
+                                          max_passage_length=max_passage_length, doc_stride=doc_stride,
+                                          with_labels=True)
+    rng = random.Random(seed)
+    rows = []
+    for f in features:
+        answerable = bool((examples[f["example_index"]].get("answers") or {}).get("text"))
+        if answerable and f["start_positions"] == 0 and rng.random() >= negative_window_fraction:
+            continue
+        row = pair_inputs(f["question_ids"], windows[f["passage_index"]][f["window_index"]])
+        row["start_positions"], row["end_positions"] = f["start_positions"], f["end_positions"]
+        rows.append(row)
+    return rows
+
 
 
 def always_empty_predictions(examples: Sequence[dict]) -> dict[str, str]:
@@ -508,6 +422,7 @@ def squad_em_f1(predictions: dict[str, str], examples: Sequence[dict]) -> dict[s
 
 
 __all__ = [
+    "CALIBRATION_FRACTION",
     "PassageWindow",
     "PassageWindowCache",
     "always_empty_predictions",
@@ -516,6 +431,7 @@ __all__ = [
     "first_sentence_predictions",
     "first_span_predictions",
     "format_scores",
+    "is_calibration_passage",
     "encode_windows",
     "load_qa_examples",
     "pad_batch",
@@ -527,8 +443,10 @@ __all__ = [
     "read_jsonl",
     "score_qa",
     "span_in_window",
+    "split_calibration",
     "split_passages",
     "squad_em_f1",
     "tokenize_questions",
+    "training_rows",
     "trivial_baselines",
 ]

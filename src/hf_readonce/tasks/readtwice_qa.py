@@ -14,7 +14,6 @@ Two layouts, matching `ReadTwiceBertConfig.question_in_first_read`:
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -24,6 +23,11 @@ from transformers import BertForQuestionAnswering
 from transformers.utils import ModelOutput
 
 from ..models.readtwice_bert.modeling_readtwice_bert import readtwice_span_loss
+
+# re-exported: the mention heuristic and the segment entity spans belong to the ReadTwice representation (its adapter,
+# below the tasks, and the pipeline that travels with checkpoints)
+from ..models.readtwice_bert.pipeline_readtwice_bert import entity_spans_for_segment, segment_span_candidates
+from ..representations.readtwice_bert import capitalized_mentions
 
 MentionFn = Callable[[str], list[tuple[int, int]]]
 
@@ -56,39 +60,6 @@ class ReadTwiceQAFeature:
         return len(self.input_ids)
 
 
-_CAPITALIZED = re.compile(r"[A-Z][\w-]*(?:['’][A-Za-z]+)?(?:(?:[ \t]+(?:of|de|da|van|von|del|the))*[ \t]+[A-Z][\w-]*)*")
-_SENTENCE_STARTERS = {
-    "The", "A", "An", "In", "On", "At", "He", "She", "It", "They", "We", "I", "His", "Her", "Their", "This", "That",
-    "When", "While", "After", "Before", "As", "But", "And", "However", "Although", "There", "Then", "What", "Who",
-    "Which", "Where", "How", "Why", "If", "During", "Since", "Once", "Instead", "For", "With", "By", "From", "To",
-    "Of", "One", "Two",
-}
-
-
-def capitalized_mentions(text: str) -> list[tuple[int, int]]:
-    """Mentions from a capitalisation heuristic: maximal runs of capitalised words (joined by `of`, `de`, `van`, ...),
-    dropping single-word runs that are common sentence starters. NOT a named-entity recogniser: it is the explicit,
-    opt-in stand-in used where no NER model with sound provenance can be installed (no spaCy English pipeline is
-    published on PyPI by its authors; see the ReadTwice README section). Pass it as `mention_fn` knowingly.
-
-    Returns:
-        `list[tuple[int, int]]`: `(char_start, char_end)` spans, end exclusive.
-    """
-    spans = []
-    for match in _CAPITALIZED.finditer(text):
-        start, end = match.span()
-        words = match.group().split()
-        if words and words[0] in _SENTENCE_STARTERS:
-            if len(words) == 1:
-                continue
-            start = match.start() + match.group().index(words[1])
-        for suffix in ("'s", "’s"):
-            if text[start:end].endswith(suffix):
-                end -= len(suffix)
-        spans.append((start, end))
-    return spans
-
-
 def spacy_mentions(nlp) -> MentionFn:
     """Wrap a caller-loaded spaCy pipeline with an `ner` component as a `mention_fn` (`doc.ents` character spans).
     hf-readonce does not depend on spaCy: install spaCy and a pipeline from its authors' releases yourself.
@@ -103,24 +74,6 @@ def spacy_mentions(nlp) -> MentionFn:
         return [(ent.start_char, ent.end_char) for ent in nlp(text).ents]
 
     return mentions
-
-
-def entity_spans_for_segment(
-    offsets: Sequence[tuple[int, int] | None], char_spans: Sequence[tuple[int, int]]
-) -> list[tuple[int, int]]:
-    """Map character spans (end exclusive) onto one segment's tokens: the inclusive token span of the tokens (with
-    non-`None` offsets) that overlap each character span; spans with no such token in the segment are dropped
-    (a mention cut by a segment boundary keeps its part inside). Duplicates are removed, order kept.
-
-    Returns:
-        `list[tuple[int, int]]` of inclusive `(start_token, end_token)`.
-    """
-    result = []
-    for cs, ce in char_spans:
-        inside = [i for i, o in enumerate(offsets) if o is not None and o[0] < ce and o[1] > cs and o[1] > o[0]]
-        if inside and (inside[0], inside[-1]) not in result:
-            result.append((inside[0], inside[-1]))
-    return result
 
 
 def _gold_tokens(offsets, answer_start: int, answer_text: str) -> tuple[int, int] | None:
@@ -321,7 +274,8 @@ def postprocess_readtwice_qa(examples: Sequence[dict], features: Sequence[ReadTw
                              n_best_size: int = 20, max_answer_length: int = 30) -> dict[str, str]:
     """Best span across all segments of each document (App. C.1, "picks the most confident prediction amongst all the
     segments"): for each segment the `n_best_size` highest start and end logits over context tokens, spans with
-    `start <= end < start + max_answer_length`, score `start + end`, mapped back to context characters.
+    `start <= end < start + max_answer_length`, score `start + end`, mapped back to context characters (the span
+    search of the ReadTwice pipeline, `segment_span_candidates`, one implementation for both).
 
     Returns:
         `dict[str, str]`: example id (or index) -> predicted text ("" when no valid span exists).
@@ -337,20 +291,12 @@ def postprocess_readtwice_qa(examples: Sequence[dict], features: Sequence[ReadTw
         best_score, best_text = -math.inf, ""
         for seg, offsets in enumerate(feature.offsets):
             n = len(offsets)
-            s_logits, e_logits = start_logits[seg, shift : shift + n], end_logits[seg, shift : shift + n]
-            context = [i for i, o in enumerate(offsets) if o is not None]
-            if not context:
-                continue
-            idx = np.array(context)
-            starts = idx[np.argsort(s_logits[idx])[::-1][:n_best_size]]
-            ends = idx[np.argsort(e_logits[idx])[::-1][:n_best_size]]
-            for s in starts:
-                for e in ends:
-                    if e < s or e - s + 1 > max_answer_length:
-                        continue
-                    score = float(s_logits[s] + e_logits[e])
-                    if score > best_score:
-                        best_score, best_text = score, example["context"][offsets[s][0] : offsets[e][1]]
+            s_logits = torch.as_tensor(start_logits[seg, shift : shift + n])
+            e_logits = torch.as_tensor(end_logits[seg, shift : shift + n])
+            for score, char_start, char_end in segment_span_candidates(s_logits, e_logits, offsets, n_best_size,
+                                                                      max_answer_length):
+                if score > best_score:
+                    best_score, best_text = score, example["context"][char_start:char_end]
         predictions[str(example.get("id", feature.example_index))] = best_text
     return predictions
 

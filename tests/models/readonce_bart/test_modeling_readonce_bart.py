@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import BartConfig, BartForConditionalGeneration
 
-from hf_readonce import ReadOnceBartConfig, ReadOnceBartForConditionalGeneration, ReadOnceRepresentations
+from hf_readonce import ReadOnceBartConfig, ReadOnceBartForConditionalGeneration, ReadOnceDocumentEncoderOutput
 from tests.conftest import run_without_hf_readonce
 
 TINY = dict(vocab_size=99, d_model=32, encoder_layers=4, decoder_layers=2, encoder_attention_heads=4,
@@ -397,7 +397,7 @@ def test_save_and_remote_code_round_trip(tmp_path, fusion):
     """, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "OK ReadOnceBartForConditionalGeneration" in result.stdout
-    assert isinstance(model.encode_documents(doc), ReadOnceRepresentations)
+    assert isinstance(model.encode_documents(doc), ReadOnceDocumentEncoderOutput)
 
 
 def test_bert_to_bart_converter_is_exact_on_minilm(tmp_path):

@@ -549,7 +549,7 @@ def test_store_adapter_round_trip_equals_reading_the_documents(tmp_path, memory_
     from transformers import AutoTokenizer
 
     from hf_readonce.representations import fill_store, get_adapter
-    from hf_readonce.representations.readtwice_bert import ReadTwiceBertAdapter, ReadTwiceStoreAdapter
+    from hf_readonce.representations.readtwice_bert import ReadTwiceBertAdapter
     from hf_readonce.store import RepresentationStore, content_hash
     from hf_readonce.weights import minilm_path
 
@@ -564,14 +564,12 @@ def test_store_adapter_round_trip_equals_reading_the_documents(tmp_path, memory_
     with pytest.raises(ValueError, match="question_in_first_read"):
         ReadTwiceBertAdapter(tiny_qa(vocab_size=tokenizer.vocab_size), tokenizer)
     adapter = get_adapter(model, tokenizer, mention_fn=mention_fn)
-    assert type(adapter) is ReadTwiceBertAdapter and ReadTwiceStoreAdapter is ReadTwiceBertAdapter
+    assert type(adapter) is ReadTwiceBertAdapter
     store = RepresentationStore(tmp_path / "store")
     fill_store(adapter, store, texts, dtype="float32")
     stored = store.get_many(adapter.fingerprint(), adapter.settings(), [content_hash(t) for t in texts])
     states = adapter.read(stored)
     assert isinstance(states, ReadTwiceDocumentOutput)
-    torch.testing.assert_close(adapter.document_states(stored).first_read_hidden_state,
-                               states.first_read_hidden_state, atol=0, rtol=0)  # the name before `read`
     features = prepare_readtwice_qa_features(tokenizer, examples, 24, 6, question_in_first_read=False,
                                              mention_fn=mention_fn)
     assert features[0].num_segments >= 3

@@ -35,6 +35,11 @@ class BlockAttentionLlamaConfig(LlamaConfig):
     """
 
     model_type = "block_attention_llama"
+    # fields a document's keys and values never depend on, besides the ones no family's representation reads
+    # (`modeling_block_attention_llama._FINGERPRINT_IGNORED_FIELDS`): the model type (a plain Llama and a
+    # block-attention Llama with the same weights compute the same caches) and the feed-forward chunking and
+    # encoder-decoder switches transformers adds to every config
+    fingerprint_ignored_fields = ("model_type", "chunk_size_feed_forward", "is_encoder_decoder")
 
     @classmethod
     def get_config_dict(cls, pretrained_model_name_or_path, **kwargs):

@@ -41,8 +41,9 @@ from .configuration_block_attention_llama import BlockAttentionLlamaConfig
 EXACT_ROPE_TYPES = frozenset({"default", "linear", "llama3", "yarn"})
 
 # transformers 5.24 renamed `past_key_values` to `cache`: the field of every ModelOutput and the argument of `forward`,
-# `generate` and the mask functions (the old name stays accepted there, deprecated). Earlier 5.x releases know only
-# `past_key_values`. This file accepts both names and passes on the one of the installed transformers.
+# `generate`, the decoder layers, the attention modules and the mask functions (the old name stays accepted there,
+# deprecated). Earlier 5.x releases know only `past_key_values`. This file accepts both names and passes on the one of
+# the installed transformers.
 CACHE_NAME = "cache" if "cache" in {f.name for f in fields(CausalLMOutputWithPast)} else "past_key_values"
 
 
@@ -53,23 +54,36 @@ def _either_cache(past_key_values, cache):
     return past_key_values if past_key_values is not None else cache
 
 
-# Config fields that provably do not change a document's keys and values: metadata, output switches, token ids, the
-# dtype (the weights are hashed as they are), the initializer range (the weights are hashed), the model type (a plain
-# Llama and a block-attention Llama with the same weights compute the same caches), and the output head. Every other
-# field of `config.to_dict()` is part of the fingerprint, with the transformers major version.
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._FINGERPRINT_IGNORED_FIELDS
+# The fingerprint policy of every family (one source: the other modeling files hold checked copies of these two
+# definitions). Config fields that never change a representation, in any family: metadata, output switches, token ids
+# (an embedding's padding index changes only gradients), the dtype (the weights are hashed as they are), initializer
+# settings (the weights are hashed), task heads and labels, and generation settings. A family adds the fields its own
+# representation never reads through its config class only (`fingerprint_ignored_fields` and
+# `fingerprint_ignored_prefixes`, e.g. training losses or the decoder's fields). Every other field of
+# `config.to_dict()` is part of the representation fingerprint, with the transformers major version.
 _FINGERPRINT_IGNORED_FIELDS = frozenset({
     "transformers_version", "architectures", "_name_or_path", "auto_map", "id2label", "label2id", "num_labels",
     "problem_type", "finetuning_task", "task_specific_params", "dtype", "torch_dtype", "use_cache",
     "output_hidden_states", "output_attentions", "return_dict", "torchscript", "tokenizer_class", "prefix",
     "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "cls_token_id", "mask_token_id", "unk_token_id",
     "decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id", "initializer_range", "init_std",
-    "initializer_factor", "tie_word_embeddings", "model_type", "chunk_size_feed_forward", "is_encoder_decoder",
+    "initializer_factor", "tie_word_embeddings", "classifier_dropout", "max_length", "min_length", "num_beams",
+    "no_repeat_ngram_size", "early_stopping", "length_penalty",
 })
 
 
-def _config_fingerprint(config) -> str:
-    """Canonical JSON of the config fields that can change a document's cache and the transformers major version."""
-    fields = {key: value for key, value in config.to_dict().items() if key not in _FINGERPRINT_IGNORED_FIELDS}
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._config_fingerprint
+def _config_fingerprint(config, config_class) -> str:
+    """Canonical JSON of the config fields that can change the representation and the transformers major version:
+    hashed into the representation fingerprint, so any change to them (activation, layer-norm epsilon, attention
+    heads, ...) is another key. The fields are `config.to_dict()` minus `_FINGERPRINT_IGNORED_FIELDS` and minus what
+    the family's `config_class` declares in `fingerprint_ignored_fields` / `fingerprint_ignored_prefixes` (its own
+    config class even when `config` is another one, e.g. a plain Llama config)."""
+    ignored = _FINGERPRINT_IGNORED_FIELDS | frozenset(getattr(config_class, "fingerprint_ignored_fields", ()))
+    prefixes = tuple(getattr(config_class, "fingerprint_ignored_prefixes", ()))
+    fields = {key: value for key, value in config.to_dict().items()
+              if key not in ignored and not (prefixes and key.startswith(prefixes))}
     return json.dumps({"transformers": transformers.__version__.split(".")[0], "config": fields}, sort_keys=True,
                       default=str)
 
@@ -103,7 +117,7 @@ def document_cache_fingerprint(model) -> str:
     if config is None:
         raise TypeError(f"`model` must be a transformers model with a config, got {type(model).__name__}.")
     params = [(name, p) for name, p in _decoder(model).named_parameters() if not name.startswith("norm.")]
-    config_json = _config_fingerprint(config)
+    config_json = _config_fingerprint(config, BlockAttentionLlamaConfig)
     state = (config_json, *((name, p.data_ptr(), p._version, p.dtype) for name, p in params))
     cached = model.__dict__.get("_document_cache_fingerprint")
     if cached is not None and cached[0] == state:

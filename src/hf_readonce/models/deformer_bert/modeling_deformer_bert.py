@@ -30,30 +30,34 @@ from .configuration_deformer_bert import DeformerBertConfig
 logger = logging.get_logger(__name__)
 
 
-# Config fields that provably do not change the representation: metadata, output switches, tokenizer ids (the
-# embeddings' padding index changes only gradients), the dtype (the weights are hashed as they are), the
-# initializer range (the weights are hashed), task heads and labels, the distillation loss settings and the QA
-# settings a training run records. Every other field of `config.to_dict()` is part of the representation
-# fingerprint, with the transformers major version.
+# The fingerprint policy of every family (one source: the other modeling files hold checked copies of these two
+# definitions). Config fields that never change a representation, in any family: metadata, output switches, token ids
+# (an embedding's padding index changes only gradients), the dtype (the weights are hashed as they are), initializer
+# settings (the weights are hashed), task heads and labels, and generation settings. A family adds the fields its own
+# representation never reads through its config class only (`fingerprint_ignored_fields` and
+# `fingerprint_ignored_prefixes`, e.g. training losses or the decoder's fields). Every other field of
+# `config.to_dict()` is part of the representation fingerprint, with the transformers major version.
 _FINGERPRINT_IGNORED_FIELDS = frozenset({
     "transformers_version", "architectures", "_name_or_path", "auto_map", "id2label", "label2id", "num_labels",
     "problem_type", "finetuning_task", "task_specific_params", "dtype", "torch_dtype", "use_cache",
     "output_hidden_states", "output_attentions", "return_dict", "torchscript", "tokenizer_class", "prefix",
     "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "cls_token_id", "mask_token_id", "unk_token_id",
     "decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id", "initializer_range", "init_std",
-    "initializer_factor", "tie_word_embeddings", "classifier_dropout",
-    # DeFormer: training losses and recorded QA settings (windows are part of the store's settings instead)
-    "distillation_temperature", "kd_loss_weight", "lrs_loss_weight", "max_question_length", "max_passage_length",
-    "doc_stride", "allow_no_answer", "null_score_diff_threshold",
+    "initializer_factor", "tie_word_embeddings", "classifier_dropout", "max_length", "min_length", "num_beams",
+    "no_repeat_ngram_size", "early_stopping", "length_penalty",
 })
 
 
-def _config_fingerprint(config) -> str:
-    """Canonical JSON of the config fields that can change the representation (`config.to_dict()` minus
-    `_FINGERPRINT_IGNORED_FIELDS`) and the transformers major version: hashed into the representation
-    fingerprint, so any change to them (activation, layer-norm epsilon, attention heads, ...) is another key."""
+def _config_fingerprint(config, config_class) -> str:
+    """Canonical JSON of the config fields that can change the representation and the transformers major version:
+    hashed into the representation fingerprint, so any change to them (activation, layer-norm epsilon, attention
+    heads, ...) is another key. The fields are `config.to_dict()` minus `_FINGERPRINT_IGNORED_FIELDS` and minus what
+    the family's `config_class` declares in `fingerprint_ignored_fields` / `fingerprint_ignored_prefixes` (its own
+    config class even when `config` is another one, e.g. a plain Llama config)."""
+    ignored = _FINGERPRINT_IGNORED_FIELDS | frozenset(getattr(config_class, "fingerprint_ignored_fields", ()))
+    prefixes = tuple(getattr(config_class, "fingerprint_ignored_prefixes", ()))
     fields = {key: value for key, value in config.to_dict().items()
-              if key not in _FINGERPRINT_IGNORED_FIELDS}
+              if key not in ignored and not (prefixes and key.startswith(prefixes))}
     return json.dumps({"transformers": transformers.__version__.split(".")[0], "config": fields}, sort_keys=True,
                       default=str)
 
@@ -179,7 +183,8 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
         """SHA-256 hex digest of everything that determines passage states (the cached representation): the weights
         of the embeddings and of layers 1..k, every config field that can change the computation (`hidden_act`,
         `layer_norm_eps`, `num_attention_heads`, k, `passage_position_offset`, ...; all of `config.to_dict()` except
-        the metadata listed in `_FINGERPRINT_IGNORED_FIELDS`) and the transformers major version.
+        the fields of `_FINGERPRINT_IGNORED_FIELDS` and `DeformerBertConfig.fingerprint_ignored_fields`) and the
+        transformers major version.
 
         The digest is cached and recomputed only when the config changes or a parameter is replaced or modified in
         place (torch's version counters), so calling it per batch is cheap.
@@ -191,7 +196,7 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
         params = list(self.embeddings.named_parameters(prefix="embeddings"))
         for i in range(k):
             params += list(self.encoder.layer[i].named_parameters(prefix=f"encoder.layer.{i}"))
-        config_json = _config_fingerprint(self.config)
+        config_json = _config_fingerprint(self.config, DeformerBertConfig)
         state = (config_json, *((name, p.data_ptr(), p._version, p.dtype) for name, p in params))
         if self._fingerprint_cache is not None and self._fingerprint_cache[0] == state:
             return self._fingerprint_cache[1]

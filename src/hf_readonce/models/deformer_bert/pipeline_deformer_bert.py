@@ -62,25 +62,49 @@ def resolve_compute_dtype(requested, device, checkpoint_dtype):
     return dtype
 
 
+# Copied from hf_readonce.store.keys.content_hash
 def content_hash(text: str) -> str:
-    """The store's key of a document: SHA-256 hex of its UTF-8 text (`hf_readonce.store.content_hash`)."""
+    """Key of a document: SHA-256 hex digest (64 characters) of its UTF-8 text. Only the content counts: the same
+    text from two files, or under two ids, is one document.
+
+    Raises:
+        TypeError: if `text` is not a `str`.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"`text` must be a str, got {type(text).__name__}.")
     return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
 
 
+# Copied from hf_readonce.representations.base.tokenizer_fingerprint
 def tokenizer_fingerprint(tokenizer) -> str:
-    """SHA-256 hex of a fast tokenizer's serialization without its per-call truncation/padding state: the
-    `tokenizer` field of the stored settings (`hf_readonce.representations.base.tokenizer_fingerprint`).
+    """SHA-256 hex of a fast tokenizer's serialization (vocabulary, normalizer, pre-tokenizer, model; not the
+    per-call truncation/padding state): windows and offsets depend on it, so it is part of the settings of every
+    text representation.
 
     Raises:
-        TypeError: if the tokenizer is not fast.
+        TypeError: if the tokenizer is not a fast (Rust-backed) tokenizer.
     """
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         raise TypeError(f"a fast tokenizer is needed (offsets, fingerprint), got {type(tokenizer).__name__}.")
+    # truncation and padding are per-call state that `tokenizer(..., truncation=True)` leaves on the backend; they
+    # do not change how a text is split, so they must not change the fingerprint
     serialized = json.loads(backend.to_str())
     serialized.pop("truncation", None)
     serialized.pop("padding", None)
     return hashlib.sha256(json.dumps(serialized, sort_keys=True).encode()).hexdigest()
+
+
+def _call_parameters(pipeline, batch_size, kwargs: dict) -> tuple[dict, dict, dict]:
+    """The preprocess, forward and postprocess parameters of one call: the call's `kwargs` (checked by the
+    pipeline's `_sanitize_parameters`, with `batch_size`, else the pipeline's own, as `model_batch_size`) over those
+    the pipeline was built with."""
+    batch_size = batch_size if batch_size is not None else pipeline._batch_size
+    if batch_size is not None:
+        kwargs["model_batch_size"] = batch_size
+    preprocess, forward, postprocess = pipeline._sanitize_parameters(**kwargs)
+    return ({**pipeline._preprocess_params, **preprocess}, {**pipeline._forward_params, **forward},
+            {**pipeline._postprocess_params, **postprocess})
 
 
 def _check_int(name: str, value, low: int) -> int:
@@ -89,6 +113,91 @@ def _check_int(name: str, value, low: int) -> int:
     if value < low:
         raise ValueError(f"`{name}` must be >= {low}, got {value}.")
     return value
+
+
+def passage_windows(input_ids: list[int], offsets: list, max_passage_len: int, doc_stride: int,
+                    sep_token_id: int) -> tuple[list[list[int]], list[list]]:
+    """Cut a passage's tokens (no special tokens) into windows of `max_passage_len - 1` tokens + `[SEP]`,
+    consecutive windows sharing `doc_stride` tokens (HF's `stride`): the windows of every DeFormer path (this
+    pipeline, `hf_readonce.representations.deformer_bert.split_passages`, hence the store's entries).
+
+    Returns:
+        `(window_ids, window_offsets)`: per window its ids (`[SEP]` last) and the character span of each token
+        (`None` for `[SEP]`).
+    """
+    body = max_passage_len - 1
+    window_ids, window_offsets, start = [], [], 0
+    while True:
+        end = min(start + body, len(input_ids))
+        window_ids.append(list(input_ids[start:end]) + [sep_token_id])
+        window_offsets.append([tuple(o) for o in offsets[start:end]] + [None])
+        if end >= len(input_ids):
+            return window_ids, window_offsets
+        start = end - doc_stride
+
+
+def window_span_candidates(start_logits: torch.Tensor, end_logits: torch.Tensor, offsets: list, n_best_size: int,
+                           max_answer_len: int) -> list[tuple[float, int, int]]:
+    """The answer spans of one window: its `n_best_size` best start and end positions (stable order on ties), every
+    pair with `start <= end < start + max_answer_len` whose tokens are passage tokens (non-`None` offsets), scored
+    `start_logit + end_logit`; the search of every DeFormer QA path (this pipeline,
+    `hf_readonce.tasks.question_answering.postprocess_qa_predictions`).
+
+    Args:
+        start_logits, end_logits (`torch.Tensor` of shape `(window_length,)`): the window's logits.
+        offsets (`list`): per window token, its `(start, end)` character span or `None`.
+
+    Returns:
+        `list[tuple[float, int, int]]`: `(score, char start, char end)` in search order.
+    """
+    k = min(n_best_size, start_logits.shape[0])
+    starts = torch.sort(start_logits, descending=True, stable=True).indices[:k].tolist()
+    ends = torch.sort(end_logits, descending=True, stable=True).indices[:k].tolist()
+    return [(float(start_logits[s]) + float(end_logits[e]), offsets[s][0], offsets[e][1]) for s in starts
+            for e in ends if offsets[s] is not None and offsets[e] is not None and s <= e < s + max_answer_len]
+
+
+def _best_answers(context: str, candidates, start_pool, end_pool, null_logit: float, handle_impossible_answer: bool,
+                  top_k: int):
+    """The `top_k` best answers to one question, from its span candidates over every window (segment) of the context.
+
+    Args:
+        context (`str`): the text the character spans index.
+        candidates (`list[tuple[float, int, int]]`): `(start logit + end logit, char start, char end)` in search
+            order (ties keep it).
+        start_pool, end_pool (`list[torch.Tensor]`): per window, the start and end logits of its context tokens: the
+            softmax of every window's tokens (and the no-answer slot) gives the scores, for start and end separately.
+        null_logit (`float`): the no-answer logit score (its half joins each softmax); a candidate with
+            `handle_impossible_answer`, ranked before every span it beats.
+        top_k (`int`): answers kept; identical character spans (from overlapping windows) count once.
+
+    Returns:
+        `{"score", "start", "end", "answer"}` with `top_k=1`, else a list of them (the empty answer with score 0 when
+        no valid span exists).
+    """
+    start_all = torch.cat(start_pool) if start_pool else torch.zeros(0)
+    end_all = torch.cat(end_pool) if end_pool else torch.zeros(0)
+    if handle_impossible_answer:
+        half = torch.tensor([null_logit / 2])
+        start_all, end_all = torch.cat([start_all, half]), torch.cat([end_all, half])
+    log_z = float(torch.logsumexp(start_all, 0)) + float(torch.logsumexp(end_all, 0)) if start_all.numel() else 0.0
+    order = sorted(range(len(candidates)), key=lambda i: -candidates[i][0])  # stable: search order on ties
+    answers, seen = [], set()
+    for i in order:
+        score, char_start, char_end = candidates[i]
+        if (char_start, char_end) in seen:
+            continue
+        seen.add((char_start, char_end))
+        answers.append((score, {"score": math.exp(score - log_z), "start": char_start, "end": char_end,
+                                "answer": context[char_start:char_end]}))
+    if handle_impossible_answer:
+        empty = {"score": math.exp(null_logit - log_z), "start": 0, "end": 0, "answer": ""}
+        position = next((j for j, (score, _) in enumerate(answers) if null_logit > score), len(answers))
+        answers.insert(position, (null_logit, empty))
+    answers = [answer for _, answer in answers[:top_k]]
+    if not answers:  # no valid span (e.g. max_answer_len shorter than every candidate): the empty answer
+        answers = [{"score": 0.0, "start": 0, "end": 0, "answer": ""}]
+    return answers[0] if top_k == 1 else answers
 
 
 class DeformerQuestionAnsweringPipeline(Pipeline):
@@ -323,7 +432,7 @@ class DeformerQuestionAnsweringPipeline(Pipeline):
         return pairs
 
     def __call__(self, *args, question=None, context=None, batch_size=None, **kwargs):
-        """Answer questions about contexts; see the class docstring for arguments, returns and errors."""
+        """Answer questions about contexts (documents); see the class docstring for arguments, returns and errors."""
         if len(args) > 1:
             if question is not None or context is not None:
                 raise ValueError("pass `question` and `context` either by position or by keyword, not both.")
@@ -332,18 +441,11 @@ class DeformerQuestionAnsweringPipeline(Pipeline):
                 raise TypeError("at most two positional arguments (question, context).")
         inputs = args[0] if args else kwargs.pop("inputs", None)
         pairs = self._normalize(inputs, question, context)
-        batch_size = batch_size if batch_size is not None else self._batch_size
-        if batch_size is not None:
-            kwargs["model_batch_size"] = batch_size
-        preprocess_params, forward_params, postprocess_params = self._sanitize_parameters(**kwargs)
-        preprocess_params = {**self._preprocess_params, **preprocess_params}
-        forward_params = {**self._forward_params, **forward_params}
-        postprocess_params = {**self._postprocess_params, **postprocess_params}
+        preprocess_params, forward_params, postprocess_params = _call_parameters(self, batch_size, kwargs)
         groups: dict[str, list[int]] = {}
         for index, (_, c) in enumerate(pairs):
             groups.setdefault(c, []).append(index)
-        if forward_params.get("store") is not None:
-            self._prepare_store(list(groups), preprocess_params, forward_params)
+        self._prepare(list(groups), preprocess_params, forward_params)
         results: list = [None] * len(pairs)
         for c, indices in groups.items():
             group = {"context": c, "questions": [pairs[i][0] for i in indices]}
@@ -352,6 +454,12 @@ class DeformerQuestionAnsweringPipeline(Pipeline):
                 results[i] = answer
         single = inputs is None and isinstance(question, str) or isinstance(inputs, dict)
         return results[0] if single else results
+
+    def _prepare(self, contexts: list[str], preprocess_params: dict, forward_params: dict) -> None:
+        """What a call resolves before any model work: the store space, when a `store` is given
+        ([`_prepare_store`])."""
+        if forward_params.get("store") is not None:
+            self._prepare_store(contexts, preprocess_params, forward_params)
 
     # ------------------------------------------------------------------ the representation store
     def store_settings(self, max_passage_len: int, doc_stride: int) -> tuple[str, dict]:
@@ -429,15 +537,7 @@ class DeformerQuestionAnsweringPipeline(Pipeline):
         ids, offsets = list(encoded["input_ids"]), [tuple(o) for o in encoded["offset_mapping"]]
         if not ids:
             raise ValueError("`context` has no token.")
-        body, sep = max_passage_len - 1, tokenizer.sep_token_id
-        window_ids, window_offsets, start = [], [], 0
-        while True:
-            end = min(start + body, len(ids))
-            window_ids.append(ids[start:end] + [sep])
-            window_offsets.append(offsets[start:end] + [None])
-            if end >= len(ids):
-                break
-            start = end - doc_stride
+        window_ids, window_offsets = passage_windows(ids, offsets, max_passage_len, doc_stride, tokenizer.sep_token_id)
         questions = tokenizer(group["questions"], truncation=True, max_length=max_question_len)["input_ids"]
         return {"context": group["context"], "window_ids": window_ids, "window_offsets": window_offsets,
                 "question_ids": [list(q) for q in questions]}
@@ -546,7 +646,7 @@ class DeformerQuestionAnsweringPipeline(Pipeline):
         context, offsets = outputs["context"], outputs["window_offsets"]
         results = []
         for per_window in outputs["logits"]:
-            candidates = []  # (logit score, start logit, end logit, char start, char end), in search order
+            candidates = []  # (logit score, char start, char end), in search order
             start_pool, end_pool, null = [], [], math.inf
             for w, (start_logits, end_logits, null_score) in enumerate(per_window):
                 window_offsets = offsets[w]
@@ -554,54 +654,27 @@ class DeformerQuestionAnsweringPipeline(Pipeline):
                 start_pool.append(start_logits[real])
                 end_pool.append(end_logits[real])
                 null = min(null, null_score)
-                k = min(n_best_size, start_logits.shape[0])
-                starts = torch.sort(start_logits, descending=True, stable=True).indices[:k].tolist()
-                ends = torch.sort(end_logits, descending=True, stable=True).indices[:k].tolist()
-                for s in starts:
-                    for e in ends:
-                        if window_offsets[s] is None or window_offsets[e] is None or e < s \
-                                or e - s + 1 > max_answer_len:
-                            continue
-                        s_logit, e_logit = float(start_logits[s]), float(end_logits[e])
-                        candidates.append((s_logit + e_logit, s_logit, e_logit, window_offsets[s][0],
-                                           window_offsets[e][1]))
-            start_all, end_all = torch.cat(start_pool), torch.cat(end_pool)
-            null_logit = null - null_score_diff_threshold
-            if handle_impossible_answer:
-                half = torch.tensor([null_logit / 2])
-                start_all, end_all = torch.cat([start_all, half]), torch.cat([end_all, half])
-            log_z = float(torch.logsumexp(start_all, 0)) + float(torch.logsumexp(end_all, 0))
-            order = sorted(range(len(candidates)), key=lambda i: -candidates[i][0])  # stable: search order on ties
-            answers, seen = [], set()
-            for i in order:
-                score, _, _, char_start, char_end = candidates[i]
-                if (char_start, char_end) in seen:
-                    continue
-                seen.add((char_start, char_end))
-                answers.append((score, {"score": math.exp(score - log_z), "start": char_start, "end": char_end,
-                                        "answer": context[char_start:char_end]}))
-            if handle_impossible_answer:
-                empty = {"score": math.exp(null_logit - log_z), "start": 0, "end": 0, "answer": ""}
-                position = next((j for j, (score, _) in enumerate(answers) if null_logit > score), len(answers))
-                answers.insert(position, (null_logit, empty))
-            answers = [answer for _, answer in answers[:top_k]]
-            if not answers:  # no valid span (e.g. max_answer_len shorter than every candidate): the empty answer
-                answers = [{"score": 0.0, "start": 0, "end": 0, "answer": ""}]
-            results.append(answers[0] if top_k == 1 else answers)
+                candidates += window_span_candidates(start_logits, end_logits, window_offsets, n_best_size,
+                                                     max_answer_len)
+            results.append(_best_answers(context, candidates, start_pool, end_pool, null - null_score_diff_threshold,
+                                         handle_impossible_answer, top_k))
         return results
 
 
-_registered = PIPELINE_REGISTRY.supported_tasks.get("question-answering")
-if _registered is None or getattr(_registered.get("impl"), "__name__", None) != "DeformerQuestionAnsweringPipeline":
-    PIPELINE_REGISTRY.register_pipeline(
-        "question-answering",
-        pipeline_class=DeformerQuestionAnsweringPipeline,
-        pt_model=AutoModelForQuestionAnswering,
-        type="text",
-    )
-else:  # a second copy of this file (e.g. the checkpoint's, loaded with remote code beside hf-readonce's): no
-    # "already registered" warning; it still knows its task, so `save_pretrained` writes `custom_pipelines`
-    DeformerQuestionAnsweringPipeline._registered_impl = {
-        "question-answering": {**_registered, "impl": DeformerQuestionAnsweringPipeline}}
+def _register_pipeline(task: str, pipeline_class, pt_model) -> None:
+    """Register `pipeline_class` for `task` in transformers' `PIPELINE_REGISTRY` unless a class already owns the task.
+    transformers keeps one class per task, and several hf-readonce families share a task (question-answering,
+    summarization); the first pipeline file imported in a process owns it, and a second copy of a file (a checkpoint's,
+    loaded with remote code beside hf-readonce's) re-registers nothing. A class that does not own its task still
+    knows it, so `save_pretrained` writes `custom_pipelines`, and `pipeline(..., trust_remote_code=True)` loads each
+    family's class from its checkpoint's config."""
+    registered = PIPELINE_REGISTRY.supported_tasks.get(task)
+    if registered is None:
+        PIPELINE_REGISTRY.register_pipeline(task, pipeline_class=pipeline_class, pt_model=pt_model, type="text")
+    else:
+        pipeline_class._registered_impl = {task: {**registered, "impl": pipeline_class}}
 
-__all__ = ["DeformerQuestionAnsweringPipeline"]
+
+_register_pipeline("question-answering", DeformerQuestionAnsweringPipeline, AutoModelForQuestionAnswering)
+
+__all__ = ["DeformerQuestionAnsweringPipeline", "passage_windows", "window_span_candidates"]

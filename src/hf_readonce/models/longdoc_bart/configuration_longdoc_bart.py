@@ -67,6 +67,11 @@ class LongDocBartConfig(BartConfig):
     """
 
     model_type = "longdoc_bart"
+    # fields the encoder never reads, besides the ones no family's representation reads
+    # (`modeling_longdoc_bart._FINGERPRINT_IGNORED_FIELDS`): every decoder field (`decoder_attention_type` included).
+    # (`_attn_implementation` is not a `to_dict()` field: SDPA, eager and FlexAttention compute the same outputs, to
+    # float rounding, tested, so stored outputs are shared between them.)
+    fingerprint_ignored_prefixes = ("decoder_",)
 
     def __init__(
         self,

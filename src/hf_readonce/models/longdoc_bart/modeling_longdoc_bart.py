@@ -60,13 +60,15 @@ try:  # torch >= 2.5
 except ImportError:  # pragma: no cover - older torch: no FlexAttention, the blocked kernel is used
     BlockMask = ()
 
+# Copied from hf_readonce.models.block_attention_llama.modeling_block_attention_llama.CACHE_NAME with CausalLMOutputWithPast->Seq2SeqLMOutput
 # transformers 5.24 renamed `past_key_values` to `cache`: the field of every ModelOutput and the argument of `forward`,
 # `generate`, the decoder layers, the attention modules and the mask functions (the old name stays accepted there,
-# deprecated). Earlier 5.x releases know only `past_key_values`. This file accepts both names and passes on the one
-# of the installed transformers.
+# deprecated). Earlier 5.x releases know only `past_key_values`. This file accepts both names and passes on the one of
+# the installed transformers.
 CACHE_NAME = "cache" if "cache" in {f.name for f in fields(Seq2SeqLMOutput)} else "past_key_values"
 
 
+# Copied from hf_readonce.models.block_attention_llama.modeling_block_attention_llama._either_cache
 def _either_cache(past_key_values, cache):
     """The KV cache given as `past_key_values` or as `cache` (transformers >= 5.24's name); both: `ValueError`."""
     if past_key_values is not None and cache is not None and past_key_values is not cache:
@@ -76,31 +78,36 @@ def _either_cache(past_key_values, cache):
 
 CONVOLUTIONAL_TYPES = ("convolutional", "convolutional_per_head", "neighborhood_convolutional")
 
-# Config fields that provably do not change the encoder's outputs: metadata, output switches, token ids (the
-# embeddings' padding index changes only gradients), the dtype (the weights are hashed as they are), initializer
-# settings (the weights are hashed), task heads and labels, and every decoder-only field (`decoder_*`, which
-# includes `decoder_attention_type`), which the encoder never reads. Every other field of `config.to_dict()`
-# (dimensions, activation, dropout, `encoder_attention_type`, `neighborhood_radius`, `conv_kernel_size`,
-# `conv_stride`, `scale_embedding`, ...) is part of the representation fingerprint, with the transformers major
-# version. `_attn_implementation` is not a `to_dict()` field: SDPA, eager and FlexAttention compute the same outputs
-# (to float rounding, tested), so stored outputs are shared between them.
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._FINGERPRINT_IGNORED_FIELDS
+# The fingerprint policy of every family (one source: the other modeling files hold checked copies of these two
+# definitions). Config fields that never change a representation, in any family: metadata, output switches, token ids
+# (an embedding's padding index changes only gradients), the dtype (the weights are hashed as they are), initializer
+# settings (the weights are hashed), task heads and labels, and generation settings. A family adds the fields its own
+# representation never reads through its config class only (`fingerprint_ignored_fields` and
+# `fingerprint_ignored_prefixes`, e.g. training losses or the decoder's fields). Every other field of
+# `config.to_dict()` is part of the representation fingerprint, with the transformers major version.
 _FINGERPRINT_IGNORED_FIELDS = frozenset({
     "transformers_version", "architectures", "_name_or_path", "auto_map", "id2label", "label2id", "num_labels",
     "problem_type", "finetuning_task", "task_specific_params", "dtype", "torch_dtype", "use_cache",
     "output_hidden_states", "output_attentions", "return_dict", "torchscript", "tokenizer_class", "prefix",
     "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "cls_token_id", "mask_token_id", "unk_token_id",
     "decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id", "initializer_range", "init_std",
-    "initializer_factor", "tie_word_embeddings", "classifier_dropout",
-    # generation settings some BART configs carry; the encoder never reads them
-    "max_length", "min_length", "num_beams", "no_repeat_ngram_size", "early_stopping", "length_penalty",
+    "initializer_factor", "tie_word_embeddings", "classifier_dropout", "max_length", "min_length", "num_beams",
+    "no_repeat_ngram_size", "early_stopping", "length_penalty",
 })
 
 
-def _config_fingerprint(config) -> str:
-    """Canonical JSON of the config fields that can change the encoder's outputs (`config.to_dict()` minus
-    `_FINGERPRINT_IGNORED_FIELDS` and the `decoder_*` fields) and the transformers major version."""
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._config_fingerprint
+def _config_fingerprint(config, config_class) -> str:
+    """Canonical JSON of the config fields that can change the representation and the transformers major version:
+    hashed into the representation fingerprint, so any change to them (activation, layer-norm epsilon, attention
+    heads, ...) is another key. The fields are `config.to_dict()` minus `_FINGERPRINT_IGNORED_FIELDS` and minus what
+    the family's `config_class` declares in `fingerprint_ignored_fields` / `fingerprint_ignored_prefixes` (its own
+    config class even when `config` is another one, e.g. a plain Llama config)."""
+    ignored = _FINGERPRINT_IGNORED_FIELDS | frozenset(getattr(config_class, "fingerprint_ignored_fields", ()))
+    prefixes = tuple(getattr(config_class, "fingerprint_ignored_prefixes", ()))
     fields = {key: value for key, value in config.to_dict().items()
-              if key not in _FINGERPRINT_IGNORED_FIELDS and not key.startswith("decoder_")}
+              if key not in ignored and not (prefixes and key.startswith(prefixes))}
     return json.dumps({"transformers": transformers.__version__.split(".")[0], "config": fields}, sort_keys=True,
                       default=str)
 
@@ -676,7 +683,7 @@ class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForCon
             `str`: 64 hex characters.
         """
         params = list(self.get_encoder().named_parameters())
-        config_json = _config_fingerprint(self.config)
+        config_json = _config_fingerprint(self.config, LongDocBartConfig)
         state = (config_json, *((name, p.data_ptr(), p._version, p.dtype) for name, p in params))
         if self._fingerprint_cache is not None and self._fingerprint_cache[0] == state:
             return self._fingerprint_cache[1]

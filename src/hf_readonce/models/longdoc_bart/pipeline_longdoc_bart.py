@@ -44,6 +44,20 @@ def resolve_compute_dtype(requested, device, checkpoint_dtype):
     return dtype
 
 
+# Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._call_parameters
+def _call_parameters(pipeline, batch_size, kwargs: dict) -> tuple[dict, dict, dict]:
+    """The preprocess, forward and postprocess parameters of one call: the call's `kwargs` (checked by the
+    pipeline's `_sanitize_parameters`, with `batch_size`, else the pipeline's own, as `model_batch_size`) over those
+    the pipeline was built with."""
+    batch_size = batch_size if batch_size is not None else pipeline._batch_size
+    if batch_size is not None:
+        kwargs["model_batch_size"] = batch_size
+    preprocess, forward, postprocess = pipeline._sanitize_parameters(**kwargs)
+    return ({**pipeline._preprocess_params, **preprocess}, {**pipeline._forward_params, **forward},
+            {**pipeline._postprocess_params, **postprocess})
+
+
+# Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._check_int
 def _check_int(name: str, value, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"`{name}` must be an int, got {type(value).__name__} ({value!r}).")
@@ -166,12 +180,7 @@ class LongDocSummarizationPipeline(Pipeline):
         if documents is None:
             raise ValueError("`documents` is required.")
         docs = self._documents(documents)
-        batch_size = batch_size if batch_size is not None else self._batch_size
-        if batch_size is not None:
-            kwargs["model_batch_size"] = batch_size
-        preprocess_params, forward_params, postprocess_params = self._sanitize_parameters(**kwargs)
-        preprocess_params = {**self._preprocess_params, **preprocess_params}
-        forward_params = {**self._forward_params, **forward_params}
+        preprocess_params, forward_params, postprocess_params = _call_parameters(self, batch_size, kwargs)
         distinct = list(dict.fromkeys(docs))
         group = {"documents": distinct, "document_index": [distinct.index(d) for d in docs]}
         outputs = self.run_single(group, preprocess_params, forward_params, postprocess_params)
@@ -227,15 +236,21 @@ class LongDocSummarizationPipeline(Pipeline):
         return [[{"summary_text": text} for text in texts[i : i + n]] for i in range(0, len(texts), n)]
 
 
-# One task, two families: the first pipeline file imported in a process owns "summarization" in PIPELINE_REGISTRY
-# (transformers keeps one class per task); the other still knows its task, so `save_pretrained` writes
-# `custom_pipelines`, and `pipeline(..., trust_remote_code=True)` loads each from its checkpoint's config.
-_registered = PIPELINE_REGISTRY.supported_tasks.get("summarization")
-if _registered is None:
-    PIPELINE_REGISTRY.register_pipeline("summarization", pipeline_class=LongDocSummarizationPipeline,
-                                        pt_model=AutoModelForSeq2SeqLM, type="text")
-else:
-    LongDocSummarizationPipeline._registered_impl = {"summarization": {**_registered,
-                                                                       "impl": LongDocSummarizationPipeline}}
+# Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._register_pipeline
+def _register_pipeline(task: str, pipeline_class, pt_model) -> None:
+    """Register `pipeline_class` for `task` in transformers' `PIPELINE_REGISTRY` unless a class already owns the task.
+    transformers keeps one class per task, and several hf-readonce families share a task (question-answering,
+    summarization); the first pipeline file imported in a process owns it, and a second copy of a file (a checkpoint's,
+    loaded with remote code beside hf-readonce's) re-registers nothing. A class that does not own its task still
+    knows it, so `save_pretrained` writes `custom_pipelines`, and `pipeline(..., trust_remote_code=True)` loads each
+    family's class from its checkpoint's config."""
+    registered = PIPELINE_REGISTRY.supported_tasks.get(task)
+    if registered is None:
+        PIPELINE_REGISTRY.register_pipeline(task, pipeline_class=pipeline_class, pt_model=pt_model, type="text")
+    else:
+        pipeline_class._registered_impl = {task: {**registered, "impl": pipeline_class}}
+
+
+_register_pipeline("summarization", LongDocSummarizationPipeline, AutoModelForSeq2SeqLM)
 
 __all__ = ["LongDocSummarizationPipeline"]

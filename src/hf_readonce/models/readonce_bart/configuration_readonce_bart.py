@@ -86,6 +86,10 @@ class ReadOnceBartConfig(BartConfig):
     """
 
     model_type = "readonce_bart"
+    # fields the document encoder never reads, besides the ones no family's representation reads
+    # (`modeling_readonce_bart._FINGERPRINT_IGNORED_FIELDS`): the representation+text model's settings
+    fingerprint_ignored_fields = ("fusion", "append_layer")
+    fingerprint_ignored_prefixes = ("decoder_",)
 
     def __init__(
         self,

@@ -23,7 +23,7 @@ from .modeling_readonce_bart import ReadOnceBartForConditionalGeneration
 
 def bart_config_from_bert(bert_config, config_class=BartConfig, **overrides):
     """A BART(-family) config with the shapes of a BERT config (layers, hidden, heads, FFN, vocabulary, positions)
-    and BERT's special tokens.
+    and BERT's special tokens; `overrides` are set last (e.g. `layer_norm_eps=` where the config class has it).
 
     Raises:
         ValueError: if the BERT activation has no BART equivalent.
@@ -45,8 +45,6 @@ def bart_config_from_bert(bert_config, config_class=BartConfig, **overrides):
         decoder_start_token_id=cls_id, forced_bos_token_id=None, forced_eos_token_id=sep_id,
         tie_word_embeddings=True,
     )
-    if issubclass(config_class, ReadOnceBartConfig):
-        settings["layer_norm_eps"] = bert_config.layer_norm_eps
     settings.update(overrides)
     return config_class(**settings)
 
@@ -100,7 +98,9 @@ def readonce_bart_from_bert(bert_name_or_path, seed: int = 0, **readonce_kwargs)
     """
     bert = bert_name_or_path if isinstance(bert_name_or_path, BertModel) else BertModel.from_pretrained(
         bert_name_or_path, add_pooling_layer=False)
-    config = bart_config_from_bert(bert.config, ReadOnceBartConfig, **readonce_kwargs)
+    # ReadOnce BART's LayerNorms take BERT's epsilon (BartConfig has no such field)
+    config = bart_config_from_bert(bert.config, ReadOnceBartConfig,
+                                   **{"layer_norm_eps": bert.config.layer_norm_eps, **readonce_kwargs})
     torch.manual_seed(seed)
     model = ReadOnceBartForConditionalGeneration(config)
     state = bart_state_dict_from_bert(bert, config)

@@ -80,6 +80,9 @@ class ReadTwiceBertConfig(BertConfig):
     """
 
     model_type = "readtwice_bert"
+    # fields the first read never reads, besides the ones no family's representation reads
+    # (`modeling_readtwice_bert._FINGERPRINT_IGNORED_FIELDS`): a training loss weight
+    fingerprint_ignored_fields = ("coref_loss_weight",)
 
     def __init__(
         self,

@@ -52,32 +52,41 @@ _MEMORY_SCORE_BUDGET = 1 << 25
 
 
 # ------------------------------------------------------------------------------------------------ outputs
-# Config fields that provably do not change the representation: metadata, output switches, tokenizer ids (the
-# embeddings' padding index changes only gradients), the dtype (the weights are hashed as they are), the
-# initializer range (the weights are hashed), task heads and labels, and the coreference loss weight. Every other field of `config.to_dict()` is part of the representation
-# fingerprint, with the transformers major version.
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._FINGERPRINT_IGNORED_FIELDS
+# The fingerprint policy of every family (one source: the other modeling files hold checked copies of these two
+# definitions). Config fields that never change a representation, in any family: metadata, output switches, token ids
+# (an embedding's padding index changes only gradients), the dtype (the weights are hashed as they are), initializer
+# settings (the weights are hashed), task heads and labels, and generation settings. A family adds the fields its own
+# representation never reads through its config class only (`fingerprint_ignored_fields` and
+# `fingerprint_ignored_prefixes`, e.g. training losses or the decoder's fields). Every other field of
+# `config.to_dict()` is part of the representation fingerprint, with the transformers major version.
 _FINGERPRINT_IGNORED_FIELDS = frozenset({
     "transformers_version", "architectures", "_name_or_path", "auto_map", "id2label", "label2id", "num_labels",
     "problem_type", "finetuning_task", "task_specific_params", "dtype", "torch_dtype", "use_cache",
     "output_hidden_states", "output_attentions", "return_dict", "torchscript", "tokenizer_class", "prefix",
     "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "cls_token_id", "mask_token_id", "unk_token_id",
     "decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id", "initializer_range", "init_std",
-    "initializer_factor", "tie_word_embeddings", "classifier_dropout",
-    # ReadTwice: a training loss weight
-    "coref_loss_weight",
+    "initializer_factor", "tie_word_embeddings", "classifier_dropout", "max_length", "min_length", "num_beams",
+    "no_repeat_ngram_size", "early_stopping", "length_penalty",
 })
 
 
-def _config_fingerprint(config) -> str:
-    """Canonical JSON of the config fields that can change the representation (`config.to_dict()` minus
-    `_FINGERPRINT_IGNORED_FIELDS`) and the transformers major version: hashed into the representation
-    fingerprint, so any change to them (activation, layer-norm epsilon, attention heads, ...) is another key."""
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._config_fingerprint
+def _config_fingerprint(config, config_class) -> str:
+    """Canonical JSON of the config fields that can change the representation and the transformers major version:
+    hashed into the representation fingerprint, so any change to them (activation, layer-norm epsilon, attention
+    heads, ...) is another key. The fields are `config.to_dict()` minus `_FINGERPRINT_IGNORED_FIELDS` and minus what
+    the family's `config_class` declares in `fingerprint_ignored_fields` / `fingerprint_ignored_prefixes` (its own
+    config class even when `config` is another one, e.g. a plain Llama config)."""
+    ignored = _FINGERPRINT_IGNORED_FIELDS | frozenset(getattr(config_class, "fingerprint_ignored_fields", ()))
+    prefixes = tuple(getattr(config_class, "fingerprint_ignored_prefixes", ()))
     fields = {key: value for key, value in config.to_dict().items()
-              if key not in _FINGERPRINT_IGNORED_FIELDS}
+              if key not in ignored and not (prefixes and key.startswith(prefixes))}
     return json.dumps({"transformers": transformers.__version__.split(".")[0], "config": fields}, sort_keys=True,
                       default=str)
 
 
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._check_token_ids
 def _check_token_ids(ids, bound: int, argument: str) -> None:
     """Raise a `ValueError` naming `argument` and the bound if a token id of `ids` is outside `[0, bound)` (called
     when the embedding lookup fails, so the normal path costs nothing)."""
@@ -613,7 +622,7 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
         params = []
         for prefix in ("embeddings", "encoder", "memory_extractor"):
             params += list(getattr(self, prefix).named_parameters(prefix=prefix))
-        config_json = _config_fingerprint(self.config)
+        config_json = _config_fingerprint(self.config, ReadTwiceBertConfig)
         state = (config_json, *((name, p.data_ptr(), p._version, p.dtype) for name, p in params))
         if self._fingerprint_cache is not None and self._fingerprint_cache[0] == state:
             return self._fingerprint_cache[1]

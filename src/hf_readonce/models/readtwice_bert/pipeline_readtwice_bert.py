@@ -17,6 +17,7 @@ imports only torch, transformers and the standard library.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from transformers import AutoModelForQuestionAnswering
@@ -49,6 +50,20 @@ def resolve_compute_dtype(requested, device, checkpoint_dtype):
     return dtype
 
 
+# Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._call_parameters
+def _call_parameters(pipeline, batch_size, kwargs: dict) -> tuple[dict, dict, dict]:
+    """The preprocess, forward and postprocess parameters of one call: the call's `kwargs` (checked by the
+    pipeline's `_sanitize_parameters`, with `batch_size`, else the pipeline's own, as `model_batch_size`) over those
+    the pipeline was built with."""
+    batch_size = batch_size if batch_size is not None else pipeline._batch_size
+    if batch_size is not None:
+        kwargs["model_batch_size"] = batch_size
+    preprocess, forward, postprocess = pipeline._sanitize_parameters(**kwargs)
+    return ({**pipeline._preprocess_params, **preprocess}, {**pipeline._forward_params, **forward},
+            {**pipeline._postprocess_params, **postprocess})
+
+
+# Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._check_int
 def _check_int(name: str, value, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"`{name}` must be an int, got {type(value).__name__} ({value!r}).")
@@ -57,15 +72,91 @@ def _check_int(name: str, value, low: int) -> int:
     return value
 
 
-def _entity_spans(offsets, char_spans) -> list[tuple[int, int]]:
-    """Inclusive token spans of the tokens of one segment (non-`None` offsets) overlapping each character span
-    (`hf_readonce.tasks.readtwice_qa.entity_spans_for_segment`)."""
+def entity_spans_for_segment(
+    offsets: Sequence[tuple[int, int] | None], char_spans: Sequence[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """Map character spans (end exclusive) onto one segment's tokens: the inclusive token span of the tokens (with
+    non-`None` offsets) that overlap each character span; spans with no such token in the segment are dropped
+    (a mention cut by a segment boundary keeps its part inside). Duplicates are removed, order kept.
+
+    Returns:
+        `list[tuple[int, int]]` of inclusive `(start_token, end_token)`.
+    """
     result = []
     for cs, ce in char_spans:
         inside = [i for i, o in enumerate(offsets) if o is not None and o[0] < ce and o[1] > cs and o[1] > o[0]]
         if inside and (inside[0], inside[-1]) not in result:
             result.append((inside[0], inside[-1]))
     return result
+
+
+def segment_span_candidates(start_logits, end_logits, offsets, n_best_size: int,
+                            max_answer_len: int) -> list[tuple[float, int, int]]:
+    """The answer spans of one segment: among its context tokens (non-`None` offsets), the `n_best_size` best start
+    and end positions (stable order on ties), every pair with `start <= end < start + max_answer_len`, scored
+    `start_logit + end_logit`; the search of every ReadTwice QA path (this pipeline,
+    `hf_readonce.tasks.readtwice_qa.postprocess_readtwice_qa`).
+
+    Args:
+        start_logits, end_logits (`torch.Tensor` of shape `(segment_length,)`): the segment's logits.
+        offsets (`list`): per segment token, its `(start, end)` character span in the context or `None`.
+
+    Returns:
+        `list[tuple[float, int, int]]`: `(score, char start, char end)` in search order (empty without context
+        tokens).
+    """
+    real = [i for i, o in enumerate(offsets) if o is not None]
+    if not real:
+        return []
+    index, k = torch.tensor(real), min(n_best_size, len(real))
+    starts = index[torch.sort(start_logits[index], descending=True, stable=True).indices[:k]].tolist()
+    ends = index[torch.sort(end_logits[index], descending=True, stable=True).indices[:k]].tolist()
+    return [(float(start_logits[s]) + float(end_logits[e]), offsets[s][0], offsets[e][1]) for s in starts
+            for e in ends if s <= e < s + max_answer_len]
+
+
+# Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._best_answers
+def _best_answers(context: str, candidates, start_pool, end_pool, null_logit: float, handle_impossible_answer: bool,
+                  top_k: int):
+    """The `top_k` best answers to one question, from its span candidates over every window (segment) of the context.
+
+    Args:
+        context (`str`): the text the character spans index.
+        candidates (`list[tuple[float, int, int]]`): `(start logit + end logit, char start, char end)` in search
+            order (ties keep it).
+        start_pool, end_pool (`list[torch.Tensor]`): per window, the start and end logits of its context tokens: the
+            softmax of every window's tokens (and the no-answer slot) gives the scores, for start and end separately.
+        null_logit (`float`): the no-answer logit score (its half joins each softmax); a candidate with
+            `handle_impossible_answer`, ranked before every span it beats.
+        top_k (`int`): answers kept; identical character spans (from overlapping windows) count once.
+
+    Returns:
+        `{"score", "start", "end", "answer"}` with `top_k=1`, else a list of them (the empty answer with score 0 when
+        no valid span exists).
+    """
+    start_all = torch.cat(start_pool) if start_pool else torch.zeros(0)
+    end_all = torch.cat(end_pool) if end_pool else torch.zeros(0)
+    if handle_impossible_answer:
+        half = torch.tensor([null_logit / 2])
+        start_all, end_all = torch.cat([start_all, half]), torch.cat([end_all, half])
+    log_z = float(torch.logsumexp(start_all, 0)) + float(torch.logsumexp(end_all, 0)) if start_all.numel() else 0.0
+    order = sorted(range(len(candidates)), key=lambda i: -candidates[i][0])  # stable: search order on ties
+    answers, seen = [], set()
+    for i in order:
+        score, char_start, char_end = candidates[i]
+        if (char_start, char_end) in seen:
+            continue
+        seen.add((char_start, char_end))
+        answers.append((score, {"score": math.exp(score - log_z), "start": char_start, "end": char_end,
+                                "answer": context[char_start:char_end]}))
+    if handle_impossible_answer:
+        empty = {"score": math.exp(null_logit - log_z), "start": 0, "end": 0, "answer": ""}
+        position = next((j for j, (score, _) in enumerate(answers) if null_logit > score), len(answers))
+        answers.insert(position, (null_logit, empty))
+    answers = [answer for _, answer in answers[:top_k]]
+    if not answers:  # no valid span (e.g. max_answer_len shorter than every candidate): the empty answer
+        answers = [{"score": 0.0, "start": 0, "end": 0, "answer": ""}]
+    return answers[0] if top_k == 1 else answers
 
 
 class ReadTwiceQuestionAnsweringPipeline(Pipeline):
@@ -175,6 +266,7 @@ class ReadTwiceQuestionAnsweringPipeline(Pipeline):
         return preprocess, forward, postprocess
 
     # ------------------------------------------------------------------ inputs
+    # Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert.DeformerQuestionAnsweringPipeline._normalize
     @staticmethod
     def _normalize(inputs, question, context) -> list[tuple[str, str]]:
         """`[(question, context), ...]` from the accepted call forms.
@@ -220,8 +312,9 @@ class ReadTwiceQuestionAnsweringPipeline(Pipeline):
                     raise ValueError(f"`{name}` {i} is empty.")
         return pairs
 
+    # Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert.DeformerQuestionAnsweringPipeline.__call__
     def __call__(self, *args, question=None, context=None, batch_size=None, **kwargs):
-        """Answer questions about documents; see the class docstring for arguments, returns and errors."""
+        """Answer questions about contexts (documents); see the class docstring for arguments, returns and errors."""
         if len(args) > 1:
             if question is not None or context is not None:
                 raise ValueError("pass `question` and `context` either by position or by keyword, not both.")
@@ -230,16 +323,11 @@ class ReadTwiceQuestionAnsweringPipeline(Pipeline):
                 raise TypeError("at most two positional arguments (question, context).")
         inputs = args[0] if args else kwargs.pop("inputs", None)
         pairs = self._normalize(inputs, question, context)
-        batch_size = batch_size if batch_size is not None else self._batch_size
-        if batch_size is not None:
-            kwargs["model_batch_size"] = batch_size
-        preprocess_params, forward_params, postprocess_params = self._sanitize_parameters(**kwargs)
-        preprocess_params = {**self._preprocess_params, **preprocess_params}
-        forward_params = {**self._forward_params, **forward_params}
-        postprocess_params = {**self._postprocess_params, **postprocess_params}
+        preprocess_params, forward_params, postprocess_params = _call_parameters(self, batch_size, kwargs)
         groups: dict[str, list[int]] = {}
         for index, (_, c) in enumerate(pairs):
             groups.setdefault(c, []).append(index)
+        self._prepare(list(groups), preprocess_params, forward_params)
         results: list = [None] * len(pairs)
         for c, indices in groups.items():
             group = {"context": c, "questions": [pairs[i][0] for i in indices]}
@@ -248,6 +336,9 @@ class ReadTwiceQuestionAnsweringPipeline(Pipeline):
                 results[i] = answer
         single = inputs is None and isinstance(question, str) or isinstance(inputs, dict)
         return results[0] if single else results
+
+    def _prepare(self, contexts: list[str], preprocess_params: dict, forward_params: dict) -> None:
+        """What a call resolves before any model work: nothing (no store)."""
 
     # ------------------------------------------------------------------ the three steps
     def preprocess(self, group, max_question_len=None, mention_fn=None):
@@ -284,11 +375,11 @@ class ReadTwiceQuestionAnsweringPipeline(Pipeline):
                 sequence_ids = encoded.sequence_ids(seg)
                 offsets = [tuple(o) if s == context_id else None
                            for o, s in zip(encoded["offset_mapping"][seg], sequence_ids)]
-                spans = _entity_spans(offsets, context_mentions) if entity else []
+                spans = entity_spans_for_segment(offsets, context_mentions) if entity else []
                 if question_mentions:
                     question_offsets = [tuple(o) if s == 0 else None
                                         for o, s in zip(encoded["offset_mapping"][seg], sequence_ids)]
-                    spans = _entity_spans(question_offsets, question_mentions) + spans
+                    spans = entity_spans_for_segment(question_offsets, question_mentions) + spans
                 document["input_ids"].append(ids)
                 document["token_type_ids"].append([1] * len(ids) if read_once
                                                   else list(encoded["token_type_ids"][seg]))
@@ -410,58 +501,30 @@ class ReadTwiceQuestionAnsweringPipeline(Pipeline):
                 real = [i for i, o in enumerate(segment_offsets) if o is not None]
                 if not real:
                     continue
-                index = torch.tensor(real)
-                start_pool.append(start_logits[index])
-                end_pool.append(end_logits[index])
-                k = min(n_best_size, len(real))
-                starts = index[torch.sort(start_logits[index], descending=True, stable=True).indices[:k]].tolist()
-                ends = index[torch.sort(end_logits[index], descending=True, stable=True).indices[:k]].tolist()
-                for s in starts:
-                    for e in ends:
-                        if e < s or e - s + 1 > max_answer_len:
-                            continue
-                        candidates.append((float(start_logits[s]) + float(end_logits[e]), segment_offsets[s][0],
-                                           segment_offsets[e][1]))
-            start_all = torch.cat(start_pool) if start_pool else torch.zeros(0)
-            end_all = torch.cat(end_pool) if end_pool else torch.zeros(0)
-            if handle_impossible_answer:
-                half = torch.tensor([null / 2])
-                start_all, end_all = torch.cat([start_all, half]), torch.cat([end_all, half])
-            log_z = (float(torch.logsumexp(start_all, 0)) + float(torch.logsumexp(end_all, 0))
-                     if start_all.numel() else 0.0)
-            order = sorted(range(len(candidates)), key=lambda i: -candidates[i][0])  # stable: search order on ties
-            answers, seen = [], set()
-            for i in order:
-                score, char_start, char_end = candidates[i]
-                if (char_start, char_end) in seen:
-                    continue
-                seen.add((char_start, char_end))
-                answers.append((score, {"score": math.exp(score - log_z), "start": char_start, "end": char_end,
-                                        "answer": context[char_start:char_end]}))
-            if handle_impossible_answer:
-                empty = {"score": math.exp(null - log_z), "start": 0, "end": 0, "answer": ""}
-                position = next((j for j, (score, _) in enumerate(answers) if null > score), len(answers))
-                answers.insert(position, (null, empty))
-            answers = [answer for _, answer in answers[:top_k]]
-            if not answers:  # no valid span (e.g. max_answer_len shorter than every candidate): the empty answer
-                answers = [{"score": 0.0, "start": 0, "end": 0, "answer": ""}]
-            results.append(answers[0] if top_k == 1 else answers)
+                start_pool.append(start_logits[real])
+                end_pool.append(end_logits[real])
+                candidates += segment_span_candidates(start_logits, end_logits, segment_offsets, n_best_size,
+                                                      max_answer_len)
+            results.append(_best_answers(context, candidates, start_pool, end_pool, null, handle_impossible_answer,
+                                         top_k))
         return results
 
 
-# One task, two families: the first pipeline file imported in a process owns "question-answering" in
-# PIPELINE_REGISTRY (transformers keeps one class per task); the other still knows its task, so `save_pretrained`
-# writes `custom_pipelines`, and `pipeline(..., trust_remote_code=True)` loads each from its checkpoint's config.
-_registered = PIPELINE_REGISTRY.supported_tasks.get("question-answering")
-if _registered is None:
-    PIPELINE_REGISTRY.register_pipeline(
-        "question-answering",
-        pipeline_class=ReadTwiceQuestionAnsweringPipeline,
-        pt_model=AutoModelForQuestionAnswering,
-        type="text",
-    )
-else:
-    ReadTwiceQuestionAnsweringPipeline._registered_impl = {
-        "question-answering": {**_registered, "impl": ReadTwiceQuestionAnsweringPipeline}}
+# Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._register_pipeline
+def _register_pipeline(task: str, pipeline_class, pt_model) -> None:
+    """Register `pipeline_class` for `task` in transformers' `PIPELINE_REGISTRY` unless a class already owns the task.
+    transformers keeps one class per task, and several hf-readonce families share a task (question-answering,
+    summarization); the first pipeline file imported in a process owns it, and a second copy of a file (a checkpoint's,
+    loaded with remote code beside hf-readonce's) re-registers nothing. A class that does not own its task still
+    knows it, so `save_pretrained` writes `custom_pipelines`, and `pipeline(..., trust_remote_code=True)` loads each
+    family's class from its checkpoint's config."""
+    registered = PIPELINE_REGISTRY.supported_tasks.get(task)
+    if registered is None:
+        PIPELINE_REGISTRY.register_pipeline(task, pipeline_class=pipeline_class, pt_model=pt_model, type="text")
+    else:
+        pipeline_class._registered_impl = {task: {**registered, "impl": pipeline_class}}
 
-__all__ = ["ReadTwiceQuestionAnsweringPipeline"]
+
+_register_pipeline("question-answering", ReadTwiceQuestionAnsweringPipeline, AutoModelForQuestionAnswering)
+
+__all__ = ["ReadTwiceQuestionAnsweringPipeline", "entity_spans_for_segment", "segment_span_candidates"]

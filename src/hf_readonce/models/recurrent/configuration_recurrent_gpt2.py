@@ -40,7 +40,7 @@ class RecurrentGPT2Config(RecurrenceConfigMixin, GPT2Config):
     Example:
 
     ```python
-    >>> from hf_readonce.models.configuration_recurrent_gpt2 import RecurrentGPT2Config
+    >>> from hf_readonce import RecurrentGPT2Config
     >>> config = RecurrentGPT2Config(window_size=300, window_overlap=5)
     >>> (config.window_size, config.window_overlap, config.recurrence_layer, config.recurrence_hidden_sizes)
     (300, 5, 2, [200, 200, 200])

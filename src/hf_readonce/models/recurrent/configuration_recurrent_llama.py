@@ -40,7 +40,7 @@ class RecurrentLlamaConfig(RecurrenceConfigMixin, LlamaConfig):
     Example:
 
     ```python
-    >>> from hf_readonce.models.configuration_recurrent_llama import RecurrentLlamaConfig
+    >>> from hf_readonce import RecurrentLlamaConfig
     >>> config = RecurrentLlamaConfig(window_size=256, window_overlap=30)
     >>> (config.window_size, config.window_overlap, config.recurrence_layer)
     (256, 30, 2)

@@ -40,13 +40,15 @@ from .configuration_recurrence import _is_int, set_recurrence_config  # noqa: F4
 
 IGNORE_INDEX = -100
 
+# Copied from hf_readonce.models.block_attention_llama.modeling_block_attention_llama.CACHE_NAME
 # transformers 5.24 renamed `past_key_values` to `cache`: the field of every ModelOutput and the argument of `forward`,
 # `generate`, the decoder layers, the attention modules and the mask functions (the old name stays accepted there,
-# deprecated). Earlier 5.x releases know only `past_key_values`. The recurrent models accept both names and pass on
-# the one of the installed transformers.
+# deprecated). Earlier 5.x releases know only `past_key_values`. This file accepts both names and passes on the one of
+# the installed transformers.
 CACHE_NAME = "cache" if "cache" in {f.name for f in fields(CausalLMOutputWithPast)} else "past_key_values"
 
 
+# Copied from hf_readonce.models.block_attention_llama.modeling_block_attention_llama._either_cache with _either_cache->either_cache
 def either_cache(past_key_values, cache):
     """The KV cache given as `past_key_values` or as `cache` (transformers >= 5.24's name); both: `ValueError`."""
     if past_key_values is not None and cache is not None and past_key_values is not cache:

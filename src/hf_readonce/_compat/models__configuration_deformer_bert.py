@@ -1,9 +1,0 @@
-"""Deprecated (a 0.1.0 import path): `hf_readonce.models.configuration_deformer_bert` moved to `hf_readonce.models.deformer_bert.configuration_deformer_bert` (issue 10, the package layout). This shim
-only re-exports the new module(s) so that 0.1.0 code keeps working; import from the new place."""
-
-import warnings
-
-from hf_readonce.models.deformer_bert.configuration_deformer_bert import *  # noqa: F403
-
-warnings.warn("`hf_readonce.models.configuration_deformer_bert` is deprecated (a 0.1.0 import path); import from hf_readonce.models.deformer_bert.configuration_deformer_bert.",
-              DeprecationWarning, stacklevel=2)

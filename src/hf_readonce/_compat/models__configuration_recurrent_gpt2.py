@@ -1,9 +1,0 @@
-"""Deprecated (a 0.1.0 import path): `hf_readonce.models.configuration_recurrent_gpt2` moved to `hf_readonce.models.recurrent.configuration_recurrent_gpt2` (issue 10, the package layout). This shim
-only re-exports the new module(s) so that 0.1.0 code keeps working; import from the new place."""
-
-import warnings
-
-from hf_readonce.models.recurrent.configuration_recurrent_gpt2 import *  # noqa: F403
-
-warnings.warn("`hf_readonce.models.configuration_recurrent_gpt2` is deprecated (a 0.1.0 import path); import from hf_readonce.models.recurrent.configuration_recurrent_gpt2.",
-              DeprecationWarning, stacklevel=2)

@@ -1,9 +1,0 @@
-"""Deprecated (a 0.1.0 import path): `hf_readonce.readonce_tasks` moved to `hf_readonce.recipes.readonce` (issue 10, the package layout). This shim
-only re-exports the new module(s) so that 0.1.0 code keeps working; import from the new place."""
-
-import warnings
-
-from hf_readonce.recipes.readonce import *  # noqa: F403
-
-warnings.warn("`hf_readonce.readonce_tasks` is deprecated (a 0.1.0 import path); import from hf_readonce.recipes.readonce.",
-              DeprecationWarning, stacklevel=2)

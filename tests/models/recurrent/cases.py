@@ -1,0 +1,44 @@
+"""The recurrent family's test cases, found through the family registry (`tests/models/<family>/cases.py`):
+`CASES`, each published and loaded where hf-readonce is absent (`tests/hub/family_cases.py`)."""
+
+import torch
+
+from tests.hub.family_cases import GENERATE, LLAMA_TINY, FamilyCase
+
+# about 60 MiniLM tokens: beyond the recurrent models' 32 positions, read in 16-token windows
+RECURRENT_PROMPT = " ".join(["emma", "knightley", "harriet"] * 20)
+
+
+def tiny_recurrent(family: str):
+    from hf_readonce import (
+        RecurrentGPT2Config,
+        RecurrentGPT2LMHeadModel,
+        RecurrentLlamaConfig,
+        RecurrentLlamaForCausalLM,
+    )
+
+    torch.manual_seed(0)
+    recurrence = dict(window_size=16, window_overlap=4, recurrence_layer=1)
+    if family == "gpt2":
+        model = RecurrentGPT2LMHeadModel(RecurrentGPT2Config(
+            n_positions=32, n_embd=16, n_layer=2, n_head=2, vocab_size=30522, bos_token_id=101, eos_token_id=102,
+            pad_token_id=0, **recurrence))
+    else:
+        model = RecurrentLlamaForCausalLM(RecurrentLlamaConfig(max_position_embeddings=32, **LLAMA_TINY, **recurrence))
+    with torch.no_grad():  # non-zero pooling weights: the memory reaches the next window
+        model.recurrence.pooling.layer_logits.normal_()
+    return model.eval()
+
+
+CASES = [
+    FamilyCase("recurrent_gpt2", lambda: tiny_recurrent("gpt2"), "AutoModelForCausalLM", f"""
+ids = tokenizer({RECURRENT_PROMPT!r}, return_tensors="pt").input_ids
+assert ids.shape[1] > 32  # beyond n_positions
+outputs = {{"logits": model(input_ids=ids).logits, "generated": model.generate(ids, max_new_tokens=6, do_sample=False)}}
+""", [("text-generation", [RECURRENT_PROMPT], GENERATE)], "text-generation", "recurrent-transformer"),
+    FamilyCase("recurrent_llama", lambda: tiny_recurrent("llama"), "AutoModelForCausalLM", f"""
+ids = tokenizer({RECURRENT_PROMPT!r}, return_tensors="pt").input_ids
+assert ids.shape[1] > 32  # beyond max_position_embeddings
+outputs = {{"logits": model(input_ids=ids).logits, "generated": model.generate(ids, max_new_tokens=6, do_sample=False)}}
+""", [("text-generation", [RECURRENT_PROMPT], GENERATE)], "text-generation", "recurrent-transformer"),
+]

@@ -1,0 +1,96 @@
+"""`utils/check_copies.py`: every `# Copied from hf_readonce...` block of `src/` equals its source; an edited copy
+fails the check (naming the file and the source), `--fix` rewrites it, renames (`with A->B`) apply, and a marker
+that cannot be resolved is an error."""
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+SCRIPT = REPO_ROOT / "utils" / "check_copies.py"
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("check_copies", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(*args):
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, timeout=120)
+
+
+def test_every_copy_in_src_equals_its_source():
+    module = load()
+    differing, errors = module.check(REPO_ROOT / "src")
+    assert differing == [] and errors == []
+    copies = [c for path in (REPO_ROOT / "src").rglob("*.py") for c in module.find_copies(path)]
+    sources = {c.source.rsplit(".", 1)[-1] for c in copies}
+    # the fingerprint policy, the cache-argument shim and the QA pipelines' shared steps each have one source
+    assert {"_FINGERPRINT_IGNORED_FIELDS", "_config_fingerprint", "CACHE_NAME", "_best_answers",
+            "tokenizer_fingerprint"} <= sources
+    assert sum(c.source.endswith("._config_fingerprint") for c in copies) == 4  # five families, one source
+
+
+@pytest.fixture
+def tree(tmp_path):
+    shutil.copytree(REPO_ROOT / "src", tmp_path / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path / "src"
+
+
+def test_an_edited_copy_fails_and_fix_rewrites_it(tree):
+    path = tree / "hf_readonce" / "models" / "readtwice_bert" / "modeling_readtwice_bert.py"
+    original = path.read_text()
+    assert original.count('"classifier_dropout", ') == 1
+    path.write_text(original.replace('"classifier_dropout", ', ""))  # a drifted ignored-field list
+    result = run("--src", tree)
+    assert result.returncode == 1
+    assert ("modeling_readtwice_bert.py" in result.stderr and "copy of hf_readonce.models.deformer_bert."
+            "modeling_deformer_bert._FINGERPRINT_IGNORED_FIELDS differs from its source" in result.stderr)
+    fixed = run("--src", tree, "--fix")
+    assert fixed.returncode == 0 and "1 rewritten" in fixed.stdout
+    assert path.read_text() == original and run("--src", tree).returncode == 0
+
+
+def test_an_edited_source_fails_every_copy(tree):
+    path = tree / "hf_readonce" / "models" / "deformer_bert" / "pipeline_deformer_bert.py"
+    text = path.read_text()
+    path.write_text(text.replace('raise ValueError(f"`{name}` must be >= {low}, got {value}.")',
+                                 'raise ValueError(f"`{name}` is below {low}: {value}.")'))
+    result = run("--src", tree)
+    assert result.returncode == 1
+    assert result.stderr.count("pipeline_deformer_bert._check_int differs from its source") == 3
+
+
+def test_renames_and_unresolvable_markers(tmp_path):
+    package = tmp_path / "src" / "hf_readonce"
+    package.mkdir(parents=True)
+    (package / "a.py").write_text("# how a Foo is made\ndef make_foo(x):\n    return Foo(x)  # a Foo\n")
+    copy = ("# Copied from hf_readonce.a.make_foo with Foo->Bar, foo->bar\n# how a Bar is made\n"
+            "def make_bar(x):\n    return Bar(x)  # a Bar\n")
+    (package / "b.py").write_text(copy)
+    assert run("--src", tmp_path / "src").returncode == 0
+    (package / "b.py").write_text(copy.replace("Bar(x)", "Bar(x + 1)"))
+    assert run("--src", tmp_path / "src").returncode == 1
+    (package / "b.py").write_text("# Copied from hf_readonce.a.make_baz\ndef make_baz():\n    pass\n")
+    result = run("--src", tmp_path / "src")
+    assert result.returncode == 1 and "no 'make_baz'" in result.stderr
+    (package / "b.py").write_text("# Copied from hf_readonce.a.make_foo\n\nx = 1\n")
+    result = run("--src", tmp_path / "src", "--fix")
+    assert result.returncode == 1 and "must stand right above a statement" in result.stderr
+
+
+def test_strip_copies_leaves_the_sources(tree, tmp_path):
+    module = load()
+    count = module.strip_copies(tree, tmp_path / "stripped")
+    assert count == sum(len(module.find_copies(path)) for path in tree.rglob("*.py")) > 0
+    stripped = (tmp_path / "stripped" / "hf_readonce" / "models" / "readonce_bart" / "modeling_readonce_bart.py")
+    assert "_config_fingerprint(config, config_class)" not in stripped.read_text()
+    source = tmp_path / "stripped" / "hf_readonce" / "models" / "deformer_bert" / "modeling_deformer_bert.py"
+    assert "def _config_fingerprint(config, config_class)" in source.read_text()
