@@ -79,6 +79,66 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return hashlib.sha256(json.dumps(serialized, sort_keys=True).encode()).hexdigest()
 
 
+class DocumentError(ValueError):
+    """One document of a batch cannot be encoded (empty, not a string, or no token left after tokenization, e.g. a
+    text of only control or zero-width characters). [`fill_store`] sets such a document aside, naming it by its id,
+    and encodes the rest of the batch.
+
+    Attributes:
+        index (`int`): the document's position in the texts given to `encode`.
+        reason (`str`): what is wrong with it, without its position.
+    """
+
+    def __init__(self, index: int, reason: str):
+        super().__init__(f"document {index} {reason}")
+        self.index = index
+        self.reason = reason
+
+
+def current_fingerprint(adapter_or_model) -> str:
+    """The representation fingerprint of the model's weights as they are *now*: what keys a store lookup or write.
+
+    Every model caches its `representation_fingerprint()` and recomputes it when the config changes or a parameter
+    is replaced or modified in place, which it learns from torch's version counters. An edit through `.data`
+    (`weight.data.add_(1e-3)`, `weight.data.copy_(...)`) bumps no counter, so the cached fingerprint would stay
+    the old one and a store would serve the old weights' representations under it. This function marks every
+    parameter as modified (`torch.autograd.graph.increment_version`: no byte is written) before asking, so the
+    weights are hashed again: once per call (the store's entry points [`fill_store`], `answer_from_store`,
+    `answer_with_document_caches` and `recompute_store` call it once per run; a model's own checks in between use
+    the refreshed cache). Cost: one hash of the weights that make the representation (about 0.2 s for
+    bert-base's embeddings and 4 layers on one CPU core).
+
+    Don't call it between a forward pass and its `backward()` (autograd would see the parameters as modified).
+
+    Args:
+        adapter_or_model: a representation adapter (its `model` is refreshed, then its `fingerprint()` returned) or
+            a model with `representation_fingerprint()`.
+
+    Returns:
+        `str`: 64 hex characters.
+
+    Raises:
+        TypeError: if it is neither.
+    """
+    if isinstance(adapter_or_model, torch.nn.Module):
+        model, ask = adapter_or_model, getattr(adapter_or_model, "representation_fingerprint", None)
+    else:
+        model, ask = getattr(adapter_or_model, "model", None), getattr(adapter_or_model, "fingerprint", None)
+    if not callable(ask) or not isinstance(model, torch.nn.Module):
+        raise TypeError(f"expected a representation adapter or a model with `representation_fingerprint()`, got "
+                        f"{type(adapter_or_model).__name__}.")
+    increment = getattr(torch.autograd.graph, "increment_version", None)
+    try:
+        for parameter in model.parameters():
+            increment(parameter)
+    except (TypeError, RuntimeError):  # torch < 2.1 (no increment_version) or an inference tensor
+        for module in model.modules():  # forget the caches the models of this package keep
+            if getattr(module, "_fingerprint_cache", None) is not None:
+                module._fingerprint_cache = None
+            module.__dict__.pop("_document_cache_fingerprint", None)
+    return ask()
+
+
 def check_positive_ints(settings: Mapping[str, Any], optional: Sequence[str] = ()) -> None:
     """Check an adapter's integer settings: each value of `settings` must be an int >= 1 (a bool is not an int);
     the names in `optional` may also be `None` (the adapter then derives a default from the model).
@@ -302,5 +362,7 @@ class AdapterBase:
                               recomputed_from="text" if text is not None else "stored tokens")
 
 
-__all__ = ["AdapterBase", "RecomputeCheck", "RepresentationAdapter", "check_positive_ints", "kl_divergence",
+__all__ = ["AdapterBase", "DocumentError", "RecomputeCheck", "RepresentationAdapter", "check_positive_ints",
+           "current_fingerprint",
+           "kl_divergence",
            "masked_log_softmax", "pad_rows", "tokenizer_fingerprint"]
