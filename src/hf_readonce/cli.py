@@ -12,7 +12,8 @@ Subcommands:
   list in `contexts`) in front of `"\n\nQuestion: {question}\nAnswer:"` and generates the answer greedily
   (`hf_readonce.tasks.document_cache_qa`).
 - `info --store DIR`: documents, size on disk, fingerprints and settings.
-- `verify --store DIR`: check every checksum; exits 1 naming each corrupted shard and document. With
+- `verify --store DIR`: check every checksum, and every manifest field against its shard's own header; exits 1
+  naming each corrupted shard, manifest (and field) and document. With
   `--recompute N --model MODEL [--documents FILE.jsonl]`, also recompute N documents of each representation space
   the model wrote and report the largest |stored - fresh| and the KL of the model's output distribution between
   fresh and stored states (`hf_readonce.representations.recompute_store`); exits 1 if a document was not read the
@@ -851,7 +852,8 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--json", action="store_true", help="machine-readable output")
     info.set_defaults(func=cmd_info)
 
-    verify = sub.add_parser("verify", help="check every checksum; exit 1 naming corrupted shards and documents; "
+    verify = sub.add_parser("verify", help="check every checksum and every index field; exit 1 naming corrupted "
+                                           "shards, manifests and documents; "
                                            "with --recompute N --model M, recompute N documents and compare")
     verify.add_argument("--store", required=True)
     verify.add_argument("--json", action="store_true", help="machine-readable output")

@@ -247,8 +247,23 @@ def test_item3_fingerprint_sees_data_edits(tokenizer):
         model = adapter.model
         before = current_fingerprint(adapter)
         weight(model).data.add_(1e-3)  # bumps no version counter
-        assert current_fingerprint(adapter) != before and current_fingerprint(model) != before
-        assert adapter.fingerprint() == current_fingerprint(adapter)  # the model's cache follows
+        after = current_fingerprint(adapter)
+        assert after != before and current_fingerprint(model) == after
+        assert adapter.fingerprint() == after  # the model's cache follows
+        weight(model).data.copy_(weight(model).data.flip(0))  # values only permuted, in place
+        assert current_fingerprint(adapter) not in (before, after)
+
+
+def test_item3_unchanged_weights_are_not_hashed_again(monkeypatch):
+    import hashlib
+
+    from hf_readonce.representations.base import current_fingerprint
+
+    model = tiny_model(vocab_size=100)
+    first = current_fingerprint(model)
+    calls, real = [], hashlib.sha256
+    monkeypatch.setattr(hashlib, "sha256", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    assert current_fingerprint(model) == first and calls == []  # only the cheap digest ran
 
 
 def test_item3_answer_from_store_refuses_states_of_the_old_weights(tmp_path, tokenizer):

@@ -18,6 +18,12 @@ JSON). A document is keyed by the SHA-256 of its UTF-8 text. A stored representa
 `(space key, content hash)`: the same text under another model or other settings is another entry, and asking for
 a document that is only stored for another model raises [`RepresentationMismatchError`] naming both.
 
+Every file is created with mode 0o666 less the process's umask (directories 0o777 less it), as `open()` and `mkdir`
+create them: under the usual umask 022 a store written by one user or service account is readable by every other.
+Nothing in a store is ever opened unless it is a regular file (or folder) reached without a symbolic link: a FIFO,
+a device or a link (also a linked `shards/<space>/`, `index/` or `tmp/`) is named by `verify` and moved to
+`quarantine/` by `repair`, its target untouched.
+
 Each document carries two checksums of its tensors (names, dtypes, shapes and bytes), SHA-256 and xxh3-128, and each
 shard the SHA-256 of the whole file; reads check the document's xxh3-128 (unless `verify_reads=False`; documents
 written by earlier releases have only the SHA-256, which their reads check), `verify` checks everything.
@@ -138,7 +144,8 @@ class RepresentationStore:
             process cannot write to: writes then raise [`ReadOnlyStoreError`]).
         verify_reads (`bool`, defaults to `True`): check each document's xxh3-128 checksum when it is read (about
             0.17 ms per MB on one core; SHA-256 for documents written by earlier releases, about 0.9 ms per MB).
-        lock_timeout (`float`, defaults to 600): seconds to wait for the write lock before `TimeoutError`.
+        lock_timeout (`float`, defaults to 600): seconds to wait for the write lock before `TimeoutError` (after 5 s
+            of waiting, a `logging` warning says which store's lock it waits for).
 
     Raises:
         ValueError: if `path` is a file, is a non-empty directory that is not a store, or holds a store of an
