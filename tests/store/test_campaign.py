@@ -502,6 +502,29 @@ def test_item7_fifo_in_the_store_never_blocks(tmp_path, kind, capsys):
         assert_all_present(path, hashes)
 
 
+@pytest.mark.parametrize("kind", ["device", "link-out-of-the-store"])
+def test_item7_device_or_link_in_place_of_a_shard_is_refused(tmp_path, kind, capsys):
+    path, hashes = build(tmp_path)
+    victim = shards(path)[0]
+    victim.unlink()
+    if kind == "device":
+        try:
+            os.mknod(victim, stat.S_IFCHR | 0o600, os.makedev(1, 5))  # what /dev/zero is
+        except (PermissionError, OSError):
+            pytest.skip("no permission to make a device node here")
+    else:
+        victim.symlink_to("/dev/zero")
+    what = "character device" if kind == "device" else "symbolic link"
+    with pytest.raises(CorruptedShardError, match=what):
+        RepresentationStore(path).get(FP, SETTINGS, hashes[0])
+    status, out, _ = run_cli(capsys, "verify", "--store", path, "--no-progress")
+    assert status == 1 and victim.name in out and what in out
+    result = RepresentationStore(path).repair()
+    assert str(victim.relative_to(path)) in result["quarantined"] and len(result["dropped"]) == 2
+    store = RepresentationStore(path)
+    assert store.verify().ok and len(store) == N_DOCS - 2
+
+
 @pytest.mark.parametrize("sub", ["index", "tmp"])
 def test_item7_store_folder_replaced_by_a_file_is_named_and_repaired(tmp_path, sub, capsys):
     path, hashes = build(tmp_path)
