@@ -12,11 +12,13 @@ Subcommands:
   list in `contexts`) in front of `"\n\nQuestion: {question}\nAnswer:"` and generates the answer greedily
   (`hf_readonce.tasks.document_cache_qa`).
 - `info --store DIR`: documents, size on disk, fingerprints and settings.
-- `verify --store DIR`: check every checksum; exits 1 naming each corrupted shard and document. With
+- `verify --store DIR`: check every checksum, and every manifest field against its shard's own header; exits 1
+  naming each corrupted shard, manifest (and field) and document. With
   `--recompute N --model MODEL [--documents FILE.jsonl]`, also recompute N documents of each representation space
   the model wrote and report the largest |stored - fresh| and the KL of the model's output distribution between
   fresh and stored states (`hf_readonce.representations.recompute_store`); exits 1 if a document was not read the
-  same way (other token ids), a KL is above `--max-kl`, or a space of the model could not be recomputed.
+  same way (other token ids), a KL is above `--max-kl`, a largest difference above `--max-diff`, or a space of the
+  model could not be recomputed.
 - `demo`: the package's end-to-end demo (see `hf_readonce.recipes.demo`).
 - `publish MODEL_DIR --repo-id OWNER/NAME [--local-dir DIR] [--private] [--store STORE] [--metrics FILE]`: assemble
   a Hub repo folder (weights, code, pipeline, tokenizer, representation format, model card) and write it to
@@ -29,13 +31,15 @@ dtype on CUDA); `encode --dtype` is the storage dtype, a separate setting.
 
 Exit status: 0 success; 1 corruption found (`verify`), documents left unrepaired, bad input lines with `--strict`,
 or an input file that holds no documents / questions (or none under `--text-field`); 2 usage errors and errors that
-stop a command (the message says why).
+stop a command (one line saying why and what to do; never a traceback: set `HF_READONCE_TRACEBACK=1` to see one for
+an unexpected error).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -102,14 +106,50 @@ def _check_has_documents(path: Path, text_field: str, option: str = "--text-fiel
 
 
 def _device(name: str):
+    """The torch device of `--device` (`auto`: cuda if available, else cpu).
+
+    Raises:
+        CommandError: not a device name, or a device this machine does not have (e.g. `cuda` without CUDA).
+    """
     import torch
 
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
-        return torch.device(name)
+        device = torch.device(name)
     except RuntimeError as error:
         raise CommandError(f"--device {name!r} is not a torch device ({error}).") from None
+    if device.type == "cpu":
+        return device
+    backend = getattr(torch, device.type, None) if device.type != "mps" else getattr(torch.backends, "mps", None)
+    available = getattr(backend, "is_available", lambda: False)()
+    if not available:
+        built = " (this torch was built without CUDA)" if device.type == "cuda" and torch.version.cuda is None else ""
+        raise CommandError(f"--device {name}: no {device.type} device is available on this machine{built}; use "
+                           "--device cpu (or auto, which picks cuda when there is one).")
+    count = getattr(backend, "device_count", lambda: 1)()
+    if device.index is not None and device.index >= count:
+        raise CommandError(f"--device {name}: this machine has {count} {device.type} device(s), numbered from 0.")
+    return device
+
+
+def _finite(value: float, option: str, positive: bool = False) -> float:
+    """`value` if it is a finite number (and > 0 with `positive`), else a CommandError naming `option`."""
+    if value is not None and (not math.isfinite(value) or (positive and value <= 0)):
+        raise CommandError(f"{option} must be a finite number{' > 0' if positive else ''}, got {value}.")
+    return value
+
+
+def _one_line(error: BaseException) -> str:
+    """An exception as one line: its message's first line (or its type), with the file of an `OSError`."""
+    if isinstance(error, OSError) and error.strerror:
+        text = f"{error.strerror}: {error.filename}" if error.filename else error.strerror
+    else:
+        text = str(error).strip() or type(error).__name__
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    return lines[0].rstrip(".") + (" ..." if len(lines) > 1 else "")
 
 
 def _resolve_model(name: str) -> str:
@@ -195,10 +235,19 @@ def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, d
             model, info = load_quietly(adapter_class.load_for_compute, name_or_path, **load, **extra), {}
     except (ValueError, TypeError) as error:  # e.g. a checkpoint whose representations cannot be stored
         raise CommandError(f"cannot use model {name_or_path!r}: {error}") from None
+    except Exception as error:  # no weights (OSError), a truncated or garbled model.safetensors (SafetensorError)
+        raise CommandError(f"cannot load the weights of model {name_or_path!r}: {_one_line(error)}. The folder needs "
+                           "config.json and complete weights (model.safetensors), as `save_pretrained` writes "
+                           "them; copy or download them again.") from None
     if any(key.startswith("qa_outputs") for key in info.get("missing_keys", [])):
         print(f"hf-readonce: note: {name_or_path} has no question-answering head; it was initialized at random "
               f"(seed {seed}), so answers are meaningless until the model is fine-tuned for QA.", file=sys.stderr)
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    except Exception as error:  # no tokenizer files: OSError, ValueError, or a conversion error of transformers
+        raise CommandError(f"cannot load the tokenizer of model {name_or_path!r}: {_one_line(error)}. Save the "
+                           "tokenizer beside the weights (`tokenizer.save_pretrained(folder)`: tokenizer.json, "
+                           "tokenizer_config.json).") from None
     if not getattr(tokenizer, "is_fast", False):
         raise CommandError(f"model {name_or_path!r} has no fast tokenizer (offsets are needed).")
     return model, tokenizer
@@ -296,6 +345,7 @@ def _distributed_state(device: str = "auto"):
 def cmd_encode(args) -> int:
     from .representations import fill_store, get_adapter, get_adapter_class
     from .store import ReadOnlyStoreError, RepresentationStore
+    from .store.keys import printable
     from .tasks.jsonl import iter_documents
 
     documents = Path(args.documents)
@@ -303,14 +353,24 @@ def cmd_encode(args) -> int:
         raise CommandError(f"--documents {documents} does not exist.")
     if documents.is_dir():
         raise CommandError(f"--documents {documents} is a directory, expected a JSONL file.")
-    if args.shard_size_mb <= 0:
-        raise CommandError(f"--shard-size-mb must be > 0, got {args.shard_size_mb}.")
+    _finite(args.shard_size_mb, "--shard-size-mb", positive=True)
+    if args.shard_size_mb * 1024 * 1024 >= 2 ** 63:
+        raise CommandError(f"--shard-size-mb {args.shard_size_mb:g} is too large; shards of a few hundred MiB at "
+                           "most are practical (default 64).")
     args.model = _resolve_model(args.model)
     if documents.is_file():  # (a FIFO is read once, by the encoder)
         _check_has_documents(documents, args.text_field)
     state = _distributed_state(args.device)
     rank, world = (state.process_index, state.num_processes) if state else (0, 1)
     main_process = rank == 0
+    if args.repair and main_process:
+        from .store import restore_store_marker
+
+        try:
+            if restore_store_marker(args.store):
+                print(f"repair: {args.store} had a store's folders but no store.json: recreated it", file=sys.stderr)
+        except OSError as error:
+            raise CommandError(str(error)) from None
     store = _open_store(args.store) if main_process else None
     if state is not None:
         state.wait_for_everyone()  # the main process creates the store
@@ -383,11 +443,18 @@ def cmd_encode(args) -> int:
     status = EXIT_OK
     if main_process:
         _report_bad_lines(problems, documents)
+        if stats.rejected:
+            print(f"hf-readonce: {documents}: set aside {len(stats.rejected)} document(s) that cannot be encoded:",
+                  file=sys.stderr)
+            for doc_id, reason in stats.rejected[:20]:
+                print(f"  document {printable(doc_id)}: {reason}", file=sys.stderr)
+            if len(stats.rejected) > 20:
+                print(f"  ... and {len(stats.rejected) - 20} more", file=sys.stderr)
         store.refresh()
         info = store.info()
         print(f"store {store.path}: {info['documents']} document(s), {info['shards']} shard(s), "
               f"{_human_bytes(info['bytes_on_disk'])}", flush=True)
-        if problems and args.strict:
+        if (problems or stats.rejected) and args.strict:
             status = EXIT_PROBLEMS
         still_missing = store.missing(adapter.fingerprint(), adapter.settings(), dropped)
         if still_missing:
@@ -486,6 +553,7 @@ def _answer(args) -> int:
         _check_generative_answer_options(args)
     elif getattr(args, "max_document_length", None) is not None:
         raise CommandError(f"--max-document-length applies to causal LMs ({_generative_model_types()}) only.")
+    _finite(getattr(args, "null_score_diff_threshold", None), "--null-score-diff-threshold")
     problems, examples, first_line, duplicates = [], [], {}, []
     for number, row in iter_jsonl(questions, problems):
         if generative:  # one passage (`context`) or several (`contexts`, or a list in `context`)
@@ -524,6 +592,15 @@ def _answer(args) -> int:
                            f"valid line has the fields {', '.join(map(repr, first)) or 'none'}).",
                            status=EXIT_PROBLEMS)
     store = _open_store(args.store, readonly=not args.encode_missing, create=args.encode_missing, command="answer")
+    if args.encode_missing:
+        from .store import ReadOnlyStoreError
+
+        try:
+            store.check_writable()
+        except ReadOnlyStoreError as error:
+            raise CommandError(f"--encode-missing writes the missing passages into --store {args.store}, which cannot "
+                               f"be written ({error}); encode them with a writable copy of the store, or answer "
+                               "without --encode-missing.") from None
     if generative:
         return _answer_generative(args, store, examples, output)
     model, tokenizer = load_qa_model(args.model, args.num_decomposed_layers, _device(args.device),
@@ -703,6 +780,11 @@ def cmd_verify(args) -> int:
         raise CommandError("--documents is read only with --recompute N (the texts of the documents to recompute).")
     if args.recompute is not None and args.recompute < 1:
         raise CommandError(f"--recompute must be >= 1, got {args.recompute}.")
+    for option, value in (("--max-kl", args.max_kl), ("--max-diff", args.max_diff)):
+        if value is not None and args.recompute is None:
+            raise CommandError(f"{option} is read only with --recompute N (a bound on the recomputed documents).")
+        if value is not None and (not math.isfinite(value) or value < 0):
+            raise CommandError(f"{option} must be a finite number >= 0, got {value}.")
     store = _open_store(args.store, readonly=True, create=False, command="verify")
     report = store.verify(progress=not args.no_progress)
     recomputed, status = [], EXIT_OK if report.ok else EXIT_PROBLEMS
@@ -734,11 +816,11 @@ def cmd_verify(args) -> int:
                   f"{len(report.corrupted_documents)} corrupted document(s) out of {report.documents_checked}; "
                   f"recompute them with `hf-readonce encode MODEL --documents FILE --store {store.path} --repair`")
         for space in recomputed:
-            _print_recompute(space, args.max_kl)
+            _print_recompute(space, args.max_kl, args.max_diff)
     return status
 
 
-def _print_recompute(space, max_kl) -> None:
+def _print_recompute(space, max_kl, max_diff=None) -> None:
     """The human-readable lines of one space's recomputation."""
     head = (f"recompute: space {space.space[:16]} ({space.model_type}, fingerprint {space.fingerprint[:16]}..., "
             f"stored as {', '.join(space.dtypes) or '?'})")
@@ -748,7 +830,9 @@ def _print_recompute(space, max_kl) -> None:
     sources = sorted({c.recomputed_from for _, _, c in space.checks})
     print(f"{head}: {len(space.checks)} of {space.stored_documents} document(s) recomputed from "
           f"{' and '.join(sources)}" + (f" ({space.unavailable} left out: no text given)" if space.unavailable else ""))
-    print(f"  largest |stored - fresh|: {space.max_abs_diff:.3g}")
+    over_diff = [name for _, name, c in space.checks if max_diff is not None and c.max_abs_diff > max_diff]
+    print(f"  largest |stored - fresh|: {space.max_abs_diff:.3g}"
+          + (f"; above --max-diff {max_diff:g}: {', '.join(over_diff)}" if over_diff else ""))
     kls = space.kls
     if kls:
         over = [name for _, name, c in space.checks if c.kl is not None and max_kl is not None and c.kl > max_kl]
@@ -815,6 +899,8 @@ def _recompute(args, store, corrupted):
             status = EXIT_PROBLEMS
         if args.max_kl is not None and any(kl > args.max_kl for kl in report.kls):
             status = EXIT_PROBLEMS
+        if args.max_diff is not None and any(c.max_abs_diff > args.max_diff for _, _, c in report.checks):
+            status = EXIT_PROBLEMS
     return reports, status
 
 
@@ -857,6 +943,15 @@ def cmd_publish(args) -> int:
                          representations_repo=args.representations_repo, dtype=args.dtype)
     except (ValueError, TypeError, FileNotFoundError) as error:
         raise CommandError(str(error)) from None
+    except OSError as error:  # a read-only or full --local-dir, or the Hub unreachable (requests' errors are OSErrors)
+        if args.local_dir:
+            raise CommandError(f"cannot write the repo folder --local-dir {args.local_dir}: {_one_line(error)}; "
+                               "nothing was left half-written. Pass a folder you can write to.") from None
+        raise CommandError(_hub_error(error)) from None
+    except Exception as error:
+        if args.local_dir or not _is_hub_error(error):
+            raise
+        raise CommandError(_hub_error(error)) from None
     if args.local_dir:
         print(f"wrote {len(result.files)} files to {result.folder}: {', '.join(result.files)}")
         if result.representations_dir is not None:
@@ -867,6 +962,18 @@ def cmd_publish(args) -> int:
         if result.representations_repo and args.store:
             print(f"pushed the stored representations to the dataset repo {result.representations_repo}")
     return EXIT_OK
+
+
+def _is_hub_error(error: BaseException) -> bool:
+    return type(error).__module__.split(".")[0] in ("huggingface_hub", "requests", "httpx", "urllib3")
+
+
+def _hub_error(error: BaseException) -> str:
+    offline = "offline" in str(error).lower() or os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false")
+    hint = ("the Hub is unreachable in offline mode (HF_HUB_OFFLINE is set): unset it" if offline else
+            "check the network and your token (`hf auth login`)")
+    return (f"cannot upload to the Hub ({_one_line(error)}); {hint}, or pass --local-dir DIR to write the repo "
+            "folder without uploading.")
 
 
 # ---------------------------------------------------------------------------------------------------------- parser
@@ -952,7 +1059,8 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
     info.add_argument("--json", action="store_true", help="machine-readable output")
     info.set_defaults(func=cmd_info)
 
-    verify = sub.add_parser("verify", help="check every checksum; exit 1 naming corrupted shards and documents; "
+    verify = sub.add_parser("verify", help="check every checksum and every index field; exit 1 naming corrupted "
+                                           "shards, manifests and documents; "
                                            "with --recompute N --model M, recompute N documents and compare")
     verify.add_argument("--store", required=True)
     verify.add_argument("--json", action="store_true", help="machine-readable output")
@@ -970,6 +1078,9 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
     verify.add_argument("--text-field", default="context", help="field of --documents holding the text")
     verify.add_argument("--max-kl", type=float, default=None,
                         help="with --recompute: exit 1 if a document's KL is above this (nats)")
+    verify.add_argument("--max-diff", type=float, default=None,
+                        help="with --recompute: exit 1 if a document's largest |stored - fresh| is above this (in the "
+                             "states' own units; an fp16 store rounds at about 1e-3 of their size)")
     verify.add_argument("--device", default="auto", help="with --recompute: cpu, cuda, ... (default: cuda if "
                                                          "available)")
     verify.add_argument("--compute-dtype", choices=COMPUTE_DTYPE_CHOICES, default="auto",
@@ -1091,6 +1202,12 @@ def main(argv=None) -> int:
         print(f"hf-readonce {args.command}: interrupted; committed shards are kept, re-run to finish.",
               file=sys.stderr)
         return 130
+    except Exception as error:  # the last line of defence: a user never sees a traceback
+        if os.environ.get("HF_READONCE_TRACEBACK", "") not in ("", "0"):
+            raise
+        print(f"hf-readonce {args.command}: error: {_one_line(error)} ({type(error).__name__}; unexpected here: set "
+              "HF_READONCE_TRACEBACK=1 to see where, and please report it)", file=sys.stderr)
+        return EXIT_ERROR
     finally:
         if restore is not None:
             restore()

@@ -265,15 +265,19 @@ def card_from_metrics_file(path: str | os.PathLike, *, dataset_type: str, datase
         **card_kwargs: passed to [`build_model_card`] (`repo_id`, `model_type`, `title`, `summary` are required).
 
     Raises:
-        FileNotFoundError: a missing file. ValueError: unreadable JSON or no scores under `prefix`.
+        FileNotFoundError: a missing file. ValueError: unreadable JSON, JSON that is not an object, or no scores under
+            `prefix`.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"metrics file {path} does not exist.")
     try:
         metrics = json.loads(path.read_text())
-    except ValueError as error:
-        raise ValueError(f"{path} is not valid JSON: {error}") from None
+    except (ValueError, OSError) as error:
+        raise ValueError(f"{path} is not a readable JSON file: {error}") from None
+    if not isinstance(metrics, dict):
+        raise ValueError(f"metrics file {path} holds a JSON {type(metrics).__name__}, not an object of metrics (e.g. "
+                         "the `eval_results.json` of a training run: {\"eval_exact_match\": ..., \"eval_f1\": ...}).")
     if prefix is None:
         prefix = next((p for p in ("eval_", "cached_") if f"{p}f1" in metrics or f"{p}exact_match" in metrics),
                       "eval_")

@@ -175,8 +175,9 @@ def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, s
             of `hf_readonce.representations.registered_families()`) with its tokenizer.
         repo_id (`str`): `owner/name` of the model repo.
         local_dir (`str` or `os.PathLike`, *optional*): write the folder here (new or empty) and stop: nothing is
-            uploaded. With `store`, the representations go to `<local_dir>-representations/` as Parquet + a
-            dataset card.
+            uploaded. With `store`, the representations go to `<local_dir>-representations/` (new or empty too) as
+            Parquet + a dataset card. Both are written into temporary folders beside them and renamed into place
+            once complete, so a failure leaves neither half-written.
         private (`bool`, defaults to `False`): create the repo(s) private.
         store (`str`, `os.PathLike` or [`RepresentationStore`], *optional*): a store holding representations of this
             model; they are checked against the model's representation format, exported with `export_to_dataset`
@@ -199,7 +200,7 @@ def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, s
 
     Raises:
         ValueError: a bad `repo_id`, a `model_dir` that is not an hf-readonce checkpoint or lacks a tokenizer, a
-            non-empty `local_dir`, a store without this model's representations (`RepresentationMismatchError`, a
+            non-empty `local_dir` (or, with `store`, a non-empty `<local_dir>-representations/`), a store without this model's representations (`RepresentationMismatchError`, a
             `ValueError`, naming what differs).
         TypeError: arguments of the wrong type (naming them).
         FileNotFoundError: a missing `model_dir`, `metrics` file or store.
@@ -219,9 +220,13 @@ def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, s
     if local_dir is not None:
         if not isinstance(local_dir, (str, os.PathLike)):
             raise TypeError(f"`local_dir` must be a path, got {type(local_dir).__name__}.")
-        local_dir = Path(local_dir)
-        if local_dir.is_file() or (local_dir.is_dir() and any(local_dir.iterdir())):
+        local_dir = Path(local_dir).expanduser().absolute()
+        if not _is_new_or_empty(local_dir):
             raise ValueError(f"`local_dir` {str(local_dir)!r} exists and is not an empty directory; pass a new one.")
+        if store is not None and not _is_new_or_empty(_representations_dir(local_dir)):
+            raise ValueError(f"the representations folder {str(_representations_dir(local_dir))!r} beside `local_dir` "
+                             "exists and is not empty; publish never overwrites it: move it away or pass another "
+                             "`local_dir`.")
     store_obj = None
     if store is not None:
         from ..store import RepresentationStore
@@ -248,12 +253,19 @@ def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, s
         space = check_store_format(store_obj, representation_format)
         representations_repo = representations_repo or f"{repo_id}-representations"
 
+    # Everything is written into temporary folders first (beside `local_dir`, so that renaming them into place is
+    # atomic), and renamed into place only once complete: a failure (a corrupted store, a full disk) leaves nothing
+    # half-written.
+    created_parents = []
     if local_dir is not None:
-        local_dir.mkdir(parents=True, exist_ok=True)
-        folder, cleanup = local_dir, None
+        created_parents = [p for p in reversed(local_dir.parents) if not p.exists()]
+        local_dir.parent.mkdir(parents=True, exist_ok=True)
+        cleanup = _Staging(local_dir.parent, local_dir.name)
     else:
         cleanup = tempfile.TemporaryDirectory(prefix="hf-readonce-publish-")
-        folder = Path(cleanup.name)
+    folder = Path(cleanup.name)
+    _honour_umask(folder)
+    staged_representations = None
     try:
         from ..representations import family_of
 
@@ -284,16 +296,29 @@ def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, s
 
             dataset = export_to_dataset(store_obj, space.fingerprint, space.settings)
             if local_dir is not None:
-                target = local_dir.parent / f"{local_dir.name}-representations"
+                staged_representations = _Staging(local_dir.parent, _representations_dir(local_dir).name)
+                target = Path(staged_representations.name)
+                _honour_umask(target)
                 (target / "data").mkdir(parents=True, exist_ok=True)
                 dataset.to_parquet(str(target / "data" / "train-00000-of-00001.parquet"))
                 (target / "README.md").write_text(_dataset_card(repo_id, representations_repo, representation_format,
                                                                 len(dataset)))
-                result.representations_dir = target
+                result.representations_dir = _representations_dir(local_dir)
             else:
                 dataset.push_to_hub(representations_repo, private=private, token=token,
                                     commit_message=f"Representations of {repo_id}")
         result.files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+        if local_dir is not None:
+            # into place: the representations first, then the repo folder (undone if the second rename fails)
+            if staged_representations is not None:
+                staged_representations.move_to(_representations_dir(local_dir))
+            try:
+                cleanup.move_to(local_dir)
+            except BaseException:
+                if staged_representations is not None:
+                    staged_representations.move_back()
+                raise
+            result.folder = local_dir
         if local_dir is None:
             if api is None:
                 from huggingface_hub import HfApi
@@ -304,9 +329,66 @@ def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, s
                                        commit_message=commit_message)
             result.commit_url = str(getattr(commit, "commit_url", commit))
         return result
+    except BaseException:
+        cleanup.cleanup()
+        if staged_representations is not None:
+            staged_representations.cleanup()
+        for parent in reversed(created_parents):  # folders this call made for `local_dir`, if still empty
+            try:
+                parent.rmdir()
+            except OSError:
+                break
+        raise
     finally:
-        if cleanup is not None:
-            cleanup.cleanup()
+        cleanup.cleanup()
+        if staged_representations is not None:
+            staged_representations.cleanup()
+
+
+def _is_new_or_empty(path: Path) -> bool:
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        return False
+    return not path.exists() or not any(path.iterdir())
+
+
+def _representations_dir(local_dir: Path) -> Path:
+    """Where `publish(..., local_dir=..., store=...)` writes the exported representations: beside `local_dir`."""
+    return local_dir.parent / f"{local_dir.name}-representations"
+
+
+def _honour_umask(folder: Path) -> None:
+    """Give a folder made by `tempfile` (mode 0o700) the mode a plain `mkdir` would have (0o777 less the umask)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(folder, 0o777 & ~umask)
+
+
+class _Staging:
+    """A temporary folder beside `name` in `parent`, renamed to its destination once complete ([`move_to`]);
+    [`cleanup`] removes it unless it was moved. Only a new or empty destination is ever replaced."""
+
+    def __init__(self, parent: Path, name: str):
+        self.name = tempfile.mkdtemp(prefix=f".{name}.publish-", dir=parent)
+        self.moved_to: Path | None = None
+
+    def move_to(self, destination: Path) -> None:
+        if destination.is_dir() and not destination.is_symlink():
+            if any(destination.iterdir()):
+                raise ValueError(f"{destination} is no longer empty; nothing was written into it.")
+            destination.rmdir()
+        os.replace(self.name, destination)
+        self.moved_to = destination
+
+    def move_back(self) -> None:
+        if self.moved_to is not None:
+            os.replace(self.moved_to, self.name)
+            self.moved_to = None
+
+    def cleanup(self) -> None:
+        import shutil
+
+        if self.moved_to is None:
+            shutil.rmtree(self.name, ignore_errors=True)
 
 
 def _dataset_card(repo_id: str, dataset_repo: str, representation_format: Mapping, rows: int) -> str:

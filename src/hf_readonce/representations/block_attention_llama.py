@@ -13,7 +13,7 @@ from ..models.block_attention_llama.modeling_block_attention_llama import (
     BlockAttentionLlamaForCausalLM,
     DocumentCacheOutput,
 )
-from .base import AdapterBase, check_positive_ints, tokenizer_fingerprint
+from .base import AdapterBase, DocumentError, check_positive_ints, tokenizer_fingerprint
 from .registry import CardText, register_family
 
 
@@ -111,12 +111,13 @@ class BlockAttentionLlamaAdapter(AdapterBase):
             raise TypeError("`texts` must be a sequence of str, not a single str.")
         for i, text in enumerate(texts):
             if not isinstance(text, str) or not text.strip():
-                raise ValueError(f"document {i} is empty or not a string: nothing to encode.")
+                raise DocumentError(i, "is empty or not a string: nothing to encode.")
         ids = self.tokenizer(list(texts), truncation=True, max_length=self.max_document_length,
                              add_special_tokens=self.add_special_tokens)["input_ids"]
         for i, row in enumerate(ids):
             if not row:
-                raise ValueError(f"document {i} has no token after tokenization.")
+                raise DocumentError(i, "has no token after tokenization (only characters the tokenizer drops, such "
+                                       "as control or zero-width characters): nothing to encode.")
         return ids
 
     @torch.no_grad()

@@ -16,7 +16,7 @@ from ..models.deformer_bert.modeling_deformer_bert import (
     DeformerPassageOutput,
 )
 from ..models.deformer_bert.pipeline_deformer_bert import DeformerQuestionAnsweringPipeline, passage_windows
-from .base import AdapterBase, masked_log_softmax, pad_batch, pad_rows, tokenizer_fingerprint
+from .base import AdapterBase, DocumentError, masked_log_softmax, pad_batch, pad_rows, tokenizer_fingerprint
 from .registry import CardText, register_family
 
 
@@ -243,12 +243,18 @@ class DeformerBertAdapter(AdapterBase):
         """The windows of each text ([`split_passages`]).
 
         Raises:
-            ValueError: naming the index of an empty or non-string text.
+            DocumentError (a `ValueError`): naming the index of an empty or non-string text, or of a text with no
+                token after tokenization.
         """
         for i, text in enumerate(texts):
             if not isinstance(text, str) or not text.strip():
-                raise ValueError(f"document {i} is empty or not a string: nothing to encode.")
-        return split_passages(self.tokenizer, list(texts), self.max_passage_length, self.doc_stride)
+                raise DocumentError(i, "is empty or not a string: nothing to encode.")
+        windows = split_passages(self.tokenizer, list(texts), self.max_passage_length, self.doc_stride)
+        for i, doc_windows in enumerate(windows):  # a lone [SEP] would be stored as the passage: refuse it
+            if not any(offset is not None for window in doc_windows for offset in window.offsets):
+                raise DocumentError(i, "has no token after tokenization (only characters the tokenizer drops, such "
+                                       "as control or zero-width characters): nothing to encode.")
+        return windows
 
     @torch.no_grad()
     def encode(self, texts: Sequence[str]) -> list[dict[str, torch.Tensor]]:

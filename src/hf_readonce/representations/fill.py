@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from ..store import RepresentationStore, content_hash, rank_of
 from ..store.shards import DEFAULT_SHARD_SIZE_BYTES
+from .base import DocumentError, current_fingerprint
 
 
 @dataclass
@@ -18,7 +19,9 @@ class EncodeStats:
 
     Attributes: `seen` documents read; `encoded` computed with the model and written; `already_stored` skipped
     because stored (no model work); `other_rank` left to other processes; `duplicates` repeated texts in the input;
-    `tokens` stored by this run; `seconds` wall time; `encoded_hashes` the content hashes written.
+    `tokens` stored by this run; `seconds` wall time; `encoded_hashes` the content hashes written; `rejected`
+    `(document id, reason)` of each document the adapter could not encode (e.g. no token after tokenization), set
+    aside while the rest was stored.
     """
 
     seen: int = 0
@@ -29,6 +32,7 @@ class EncodeStats:
     tokens: int = 0
     seconds: float = 0.0
     encoded_hashes: list = field(default_factory=list, repr=False)
+    rejected: list = field(default_factory=list)
 
     def as_dict(self) -> dict:
         """The counts as a JSON-ready dict (without the hash list)."""
@@ -61,15 +65,22 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
     Returns:
         [`EncodeStats`].
 
+    A document the adapter cannot encode (a [`DocumentError`]: e.g. a text of only control or zero-width characters,
+    which no token is left of) is set aside in `EncodeStats.rejected`, named by its id; the others are stored.
+
     Raises:
         ReadOnlyStoreError: before any model work if the store cannot be written.
+        TypeError: `documents` is a single str (it would be read as one document per character) or bytes.
         ValueError: an empty document (naming its id), bad rank/num_processes, bad dtype.
     """
     from tqdm.auto import tqdm
 
+    if isinstance(documents, (str, bytes)):
+        raise TypeError("`documents` must be an iterable of texts or (id, text) pairs, not a single "
+                        f"{type(documents).__name__} (it would be stored one character at a time); pass [text].")
     if not 0 <= rank < num_processes:
         raise ValueError(f"`rank` must be in [0, num_processes={num_processes}), got {rank}.")
-    fingerprint, settings = adapter.fingerprint(), adapter.settings()
+    fingerprint, settings = current_fingerprint(adapter), adapter.settings()  # the weights as they are now
     per_batch = documents_per_batch or getattr(adapter, "batch_size", 32)
     stats = EncodeStats()
     start = time.perf_counter()
@@ -82,7 +93,17 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
     bar = tqdm(total=total, desc="encode", unit="doc", disable=not progress, dynamic_ncols=True)
 
     def run_batch():
-        encoded = adapter.encode([text for _, _, text in pending])
+        while pending:
+            try:
+                encoded = adapter.encode([text for _, _, text in pending])
+                break
+            except DocumentError as error:  # set that one document aside, encode the rest of the batch
+                if not 0 <= error.index < len(pending):
+                    raise
+                _, doc_id, _ = pending.pop(error.index)
+                stats.rejected.append((doc_id, error.reason))
+        else:
+            return
         for (doc_hash, doc_id, _), tensors in zip(pending, encoded):
             tokens = adapter.num_tokens(tensors)
             if writer.add(doc_hash, tensors, meta={"id": doc_id, "num_tokens": tokens}):
@@ -164,7 +185,10 @@ class StoreEncodeFunction:
                 raise ValueError(f"row {i} of the batch: column {self.text_column!r} is empty or not a string.")
         documents = [(str(doc_id) if doc_id is not None else None, text) for doc_id, text in zip(ids, texts)]
         documents = [(d if d is not None else content_hash(t)[:16], t) for d, t in documents]
-        fill_store(self.adapter, self.store, documents, dtype=self.dtype)
+        stats = fill_store(self.adapter, self.store, documents, dtype=self.dtype)
+        if stats.rejected:
+            rows = [i for i, d in enumerate(documents) if d[0] in {doc_id for doc_id, _ in stats.rejected}]
+            raise ValueError(f"row(s) {rows[:10]} of the batch cannot be encoded: {stats.rejected[0][1]}")
         fingerprint, settings = self.adapter.fingerprint(), self.adapter.settings()
         hashes = [content_hash(text) for text in texts]
         entries = [self.store.entry(fingerprint, settings, h) for h in hashes]

@@ -9,6 +9,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from ..store import RepresentationStore, canonical_settings
+from .base import current_fingerprint
 from .registry import get_adapter_class
 
 
@@ -114,7 +115,7 @@ def recompute_store(store: RepresentationStore, model, tokenizer, num_documents:
             adapter = adapter_class(model, tokenizer, **adapter_class.settings_kwargs(space.settings))
         except (TypeError, ValueError) as error:
             adapter, reason = None, f"cannot rebuild the adapter from the stored settings: {error}"
-        if adapter is not None and adapter.fingerprint() != space.fingerprint:
+        if adapter is not None and current_fingerprint(adapter) != space.fingerprint:
             continue  # another model's space
         entries = sorted(store.entries(space.fingerprint, space.settings), key=lambda e: e.content_hash)
         report = SpaceRecomputeReport(space=space.key, model_type=space.model_type or adapter_class.model_type,

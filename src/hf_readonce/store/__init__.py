@@ -33,7 +33,7 @@ from .keys import (
     representation_key,
     space_key,
 )
-from .maintenance import Corruption, VerifyReport, bytes_per_1000_tokens
+from .maintenance import Corruption, VerifyReport, bytes_per_1000_tokens, restore_store_marker
 from .shards import FORMAT_VERSION, resolve_dtype, tensors_checksum, tensors_read_checksum
 from .store import RepresentationStore, StoreWriter
 
@@ -61,6 +61,7 @@ __all__ = [
     "rank_of",
     "representation_key",
     "resolve_dtype",
+    "restore_store_marker",
     "space_key",
     "tensors_checksum",
     "tensors_read_checksum",

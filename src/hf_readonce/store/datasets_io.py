@@ -112,7 +112,15 @@ def export_to_dataset(store: RepresentationStore, fingerprint: str | None = None
     # the index state is part of the cache key, so a changed store is exported again
     store.refresh()
     gen_kwargs["state"] = store.loaded_manifests
-    return Dataset.from_generator(_generate, gen_kwargs=gen_kwargs, features=_features(), cache_dir=cache_dir)
+    try:
+        return Dataset.from_generator(_generate, gen_kwargs=gen_kwargs, features=_features(), cache_dir=cache_dir)
+    except Exception as error:  # `datasets` wraps what the generator raised in its DatasetGenerationError
+        cause, seen = error, 0
+        while cause is not None and not isinstance(cause, CorruptedShardError) and seen < 20:
+            cause, seen = cause.__cause__ or cause.__context__, seen + 1
+        if not isinstance(cause, CorruptedShardError):
+            raise
+        raise CorruptedShardError(str(cause), cause.shard, cause.documents) from None
 
 
 def _generate(path, fingerprint, settings_json, state):

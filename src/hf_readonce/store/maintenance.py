@@ -1,21 +1,25 @@
-"""Maintenance of a [`RepresentationStore`]: `info` (summary), `verify` (every checksum; names each corrupted shard
-and document) and `repair` (salvage intact documents, quarantine the rest; nothing is deleted). The store's
-`info()`, `verify()` and `repair()` methods call these functions."""
+"""Maintenance of a [`RepresentationStore`]: `info` (summary), `verify` (every checksum, and every manifest field
+against its shard's own header; names each corrupted shard, manifest and document) and `repair` (keep every
+document whose tensor bytes pass their checksum, re-index what only lost its index, quarantine the rest; nothing is
+deleted). The store's `info()`, `verify()` and `repair()` methods call these functions."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
+import stat
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import CorruptedShardError
-from .keys import DocumentEntry, printable
-from .manifest import is_store_file, read_shard_header
-from .shards import FORMAT_VERSION, _file_sha256, resolve_dtype
+from .errors import CorruptedShardError, ReadOnlyStoreError
+from .keys import DocumentEntry, RepresentationSpace, printable
+from .manifest import is_store_file, manifest_header_differences, path_problem, read_shard_header
+from .shards import FORMAT_NAME, FORMAT_VERSION, _atomic_write, _file_sha256, resolve_dtype
 
 
 @dataclass
@@ -79,39 +83,72 @@ def store_info(store) -> dict:
             s["dtypes"].append(manifest.get("dtype"))
     for space, _ in store._entries:
         per_space[space]["documents"] += 1
-    total = sum(p.stat().st_size for p in store.path.rglob("*") if p.is_file())
+    total = 0
+    for folder, _, files in os.walk(store.path):  # never into a linked folder
+        for name in files:
+            with contextlib.suppress(OSError):
+                st = os.lstat(os.path.join(folder, name))
+                total += st.st_size if stat.S_ISREG(st.st_mode) else 0
     return {"path": str(store.path), "format_version": FORMAT_VERSION, "documents": len(store._entries),
             "shards": len(store._shards), "bytes_on_disk": total, "spaces": per_space,
             "duplicates": store._duplicates, "orphans": orphan_shards(store),
             "bad_manifests": sorted(store._bad_manifests)}
 
+
+def _shard_files(store) -> list[str]:
+    """Every `shards/<dir>/<name>.safetensors` of the store (whatever its file type), relative and sorted; linked
+    folders are never entered (`verify` names them)."""
+    if path_problem(store.path, "shards", folder=True) is not None:
+        return []
+    found = []
+    with os.scandir(store.path / "shards") as folders:
+        for folder in folders:
+            if not folder.is_dir(follow_symlinks=False):
+                continue
+            with os.scandir(folder.path) as files:
+                found += [f"shards/{folder.name}/{f.name}" for f in files
+                          if f.name.endswith(".safetensors") and not f.is_dir(follow_symlinks=False)]
+    return sorted(found)
+
+
 def orphan_shards(store) -> list[str]:
     """Shard files (`shards/*/*.safetensors`, relative to the store) that no loaded manifest lists, sorted."""
     known = set(store._shards)
-    shard_dir = store.path / "shards"
-    if not shard_dir.is_dir():
-        return []
-    return sorted(str(p.relative_to(store.path)) for p in shard_dir.rglob("*.safetensors")
-                  if str(p.relative_to(store.path)) not in known)
+    return [f for f in _shard_files(store) if f not in known]
 
 
-def _shard_files(store) -> list[str]:
-    shard_dir = store.path / "shards"
-    return sorted(str(p.relative_to(store.path)) for p in shard_dir.rglob("*.safetensors")) if shard_dir.is_dir() else []
+def layout_problems(store) -> list[tuple[str, str]]:
+    """`(path, problem)` for each of the store's own folders (`index/`, `shards/`, `tmp/`) that is a link or not a
+    folder, and each entry of `shards/` that is not a folder of the store (a link, e.g. to a folder outside the
+    store, or a file). Nothing is ever read or written through them; `repair` moves them to `quarantine/`."""
+    problems = []
+    for sub in ("index", "shards", "tmp"):
+        problem = path_problem(store.path, sub, folder=True)
+        if problem is not None and problem != "is missing":
+            problems.append((sub, problem))
+    if path_problem(store.path, "shards", folder=True) is None:
+        with os.scandir(store.path / "shards") as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                problem = path_problem(store.path, f"shards/{entry.name}", folder=True)
+                if problem is not None:
+                    problems.append((f"shards/{entry.name}", problem))
+    return problems
 
 
 def read_orphan(store, shard: str):
-    """What an orphan shard holds, from its own header: `(space, dtype, entries)` (see
-    [`hf_readonce.store.manifest.read_shard_header`]). Never follows a symbolic link.
+    """What a shard holds, from its own header: `(space, dtype, entries)` (see
+    [`hf_readonce.store.manifest.read_shard_header`]). Never follows a symbolic link nor opens anything but a
+    regular file.
 
     Raises:
-        ValueError: the file is a link, is unreadable, or its header is not a hf-readonce shard's.
+        ValueError: the file is a link, a FIFO or device, is unreadable, or its header is not a hf-readonce shard's.
     """
     from safetensors import safe_open
 
+    problem = path_problem(store.path, shard) if is_store_file(shard) else "is not a shard path of the store"
+    if problem is not None:
+        raise ValueError(f"shard file that {problem}")
     path = store.path / shard
-    if not is_store_file(shard) or path.is_symlink() or not path.is_file():
-        raise ValueError("not a regular shard file inside the store (links are never followed)")
     try:
         handle = safe_open(str(path), framework="pt")
         metadata = handle.metadata()
@@ -133,14 +170,38 @@ def _unindexed(store, entries) -> list:
     return [e for e in entries if (e.space, e.content_hash) not in store._entries]
 
 
-def verify_store(store, progress: bool = False) -> VerifyReport:
-    """Check every shard: file checksum, then (when it differs or the file is unreadable) every document's
-    checksum, so that each corrupted shard and document is named. Never modifies the store.
+def _manifest_entries(manifest: dict, shard: str) -> list[DocumentEntry]:
+    """Every document a manifest lists, as [`DocumentEntry`]s of its shard (duplicates of other shards included)."""
+    return [DocumentEntry(manifest["space"], doc_hash, shard, doc["tensors"], doc["sha256"], doc.get("meta") or {},
+                          doc.get("xxh3_128", "")) for doc_hash, doc in manifest["documents"].items()]
 
-    Manifests that fail their schema (see [`hf_readonce.store.manifest.check_manifest`]; e.g. `null`, a list, a
-    shard path outside the store) are corruptions named by their file. An orphan shard (no manifest lists it)
-    whose header lists documents the index lacks is a corruption too (the index lost them; `repair` re-indexes
-    them from the shard); an orphan whose documents are all stored elsewhere is harmless and only listed.
+
+def _tensors_intact(store, entry: DocumentEntry):
+    """The document's tensors if their bytes pass both checksums its record holds (SHA-256 and xxh3-128), read by
+    the record's tensor keys whatever the shard's header lists; else `None`."""
+    try:
+        return store._read(entry, verify="strong", check_order=False)
+    except CorruptedShardError:
+        return None
+
+
+def verify_store(store, progress: bool = False) -> VerifyReport:
+    """Check the whole store, never modifying it:
+
+    - the store's folders: `index/`, `shards/`, `tmp/` and each `shards/<space>/` must be folders, not links (a
+      link would lead reads and writes outside the store) nor files;
+    - every manifest against its schema (see [`hf_readonce.store.manifest.check_manifest`]; e.g. `null`, a list, a
+      shard path outside the store), and every file it reads must be a regular file (a FIFO would block a read
+      forever);
+    - every shard's whole-file SHA-256 against its manifest. When it agrees, every field of the manifest is checked
+      against the shard's own header (space, fingerprint, settings, dtype, model type, the documents listed, each
+      document's tensor keys, dtypes, shapes, checksums and meta; a disagreement is a corruption of the manifest,
+      named with the field). When it differs, every document's tensor bytes are checked against its checksums: the
+      documents that fail are corrupted; when none fails, only header or index bytes changed and the corruption
+      lists no document (`repair` keeps them all);
+    - orphan shards (no manifest lists them): one whose header lists documents the index lacks is a corruption too
+      (the index lost them; `repair` re-indexes them from the shard); one whose documents are all stored elsewhere
+      is harmless and only listed.
 
     Args:
         progress (`bool`, defaults to `False`): show a tqdm bar over shards.
@@ -150,18 +211,19 @@ def verify_store(store, progress: bool = False) -> VerifyReport:
     """
     from tqdm.auto import tqdm
 
+    report = VerifyReport()
+    for rel, problem in layout_problems(store):
+        report.corruptions.append(Corruption(rel, f"the store's folder {rel}/ {problem}; `repair` moves it to "
+                                                  "quarantine/ (nothing behind it is read or written)", []))
     files = _shard_files(store)  # listed before the index is read: a shard committed meanwhile has its manifest
     store.refresh()
-    report = VerifyReport()
     for name, reason in sorted(store._bad_manifests.items()):
         report.corruptions.append(Corruption(f"index/{name}", reason, []))
     for shard, manifest in tqdm(sorted(store._shards.items()), desc="verify", unit="shard", disable=not progress):
         report.shards_checked += 1
-        entries = [store._entries[(manifest["space"], h)] for h in manifest["documents"]
-                   if store._entries.get((manifest["space"], h)) is not None
-                   and store._entries[(manifest["space"], h)].shard == shard]
-        report.documents_checked += len(entries)
-        corruption = _check_shard(store, shard, manifest, entries)
+        report.documents_checked += sum(1 for h in manifest["documents"]
+                                        if getattr(store._entries.get((manifest["space"], h)), "shard", None) == shard)
+        corruption = _check_shard(store, shard, manifest)
         if corruption is not None:
             report.corruptions.append(corruption)
     report.orphans = [f for f in files if f not in store._shards]
@@ -169,8 +231,8 @@ def verify_store(store, progress: bool = False) -> VerifyReport:
         try:
             _, _, entries = read_orphan(store, orphan)
         except ValueError as error:
-            report.corruptions.append(Corruption(orphan, f"orphan shard (no manifest lists it) with an {error}; "
-                                                         "its documents, if any, are not in the index", []))
+            report.corruptions.append(Corruption(orphan, f"orphan shard (no manifest lists it): {error}; its "
+                                                         "documents, if any, are not in the index", []))
             continue
         lost = _unindexed(store, entries)
         if lost:
@@ -181,42 +243,52 @@ def verify_store(store, progress: bool = False) -> VerifyReport:
     return report
 
 
-def _check_shard(store, shard: str, manifest: dict, entries: list[DocumentEntry]) -> Corruption | None:
+def _check_shard(store, shard: str, manifest: dict) -> Corruption | None:
+    entries = _manifest_entries(manifest, shard)
+    manifest_name = f"index/{Path(shard).stem}.json"
+    problem = path_problem(store.path, shard)
+    if problem is not None:
+        return Corruption(shard, f"shard file {problem}", entries)
     path = store.path / shard
-    if path.is_symlink() or not path.is_file():
-        return Corruption(shard, "shard file is missing" if not path.is_symlink() else "shard file is a link "
-                          "(never followed)", entries)
     size = path.stat().st_size
-    if size == manifest.get("file_size") and _file_sha256(path) == manifest.get("file_sha256"):
-        # The file is intact, so its own header is the truth: a manifest whose per-document checksums disagree
-        # with it would make reads fail (or, for an old manifest, pass) against the wrong record.
-        try:
-            _, _, recorded = read_orphan(store, shard)
-        except ValueError:
-            return None  # a header that does not parse while the whole-file checksum matches: left to reads
-        recorded = {e.content_hash: e for e in recorded}
-        # (a manifest without `xxh3_128`, as earlier releases wrote, is not a disagreement)
-        wrong = [e for e in entries if e.content_hash in recorded and (
-            recorded[e.content_hash].sha256 != e.sha256
-            or (e.xxh3_128 and recorded[e.content_hash].xxh3_128 != e.xxh3_128))]
-        if wrong:
-            return Corruption(f"index/{Path(shard).stem}.json", f"manifest's document checksums disagree with the "
-                              f"intact shard {printable(shard)}'s header (index damaged; `encode --repair` "
-                              "re-indexes the shard from its header)", wrong)
-        return None
-    reason = "file checksum mismatch" if size == manifest.get("file_size") else (
-        f"file size {size} bytes, expected {manifest.get('file_size')} (truncated or extended)")
+    intact = size == manifest.get("file_size") and _file_sha256(path) == manifest.get("file_sha256")
+    try:
+        header, header_error = read_orphan(store, shard), None
+    except ValueError as error:
+        header, header_error = None, str(error)
+    if intact and header is not None:
+        # The file is the one the manifest was written for, so its own header is the truth: every manifest field
+        # must agree with it, or reads would fail (or, for an old manifest, pass) against the wrong record.
+        differences, concerned = manifest_header_differences(manifest, *header)
+        if not differences:
+            return None
+        listed = [e for e in entries if e.content_hash in concerned]
+        unlisted = [e for e in header[2] if e.content_hash in concerned and e.content_hash not in manifest["documents"]]
+        return Corruption(manifest_name, f"manifest disagrees with its intact shard {printable(shard)}'s header: "
+                          + "; ".join(differences) + " (index damaged; `encode --repair` or `repair()` rebuilds it "
+                          "from the shard's header, keeping every document)", listed + unlisted)
+    if intact:
+        reason = (f"the shard's header is not a hf-readonce shard's ({header_error}) although the file matches its "
+                  "manifest's checksum")
+    elif size == manifest.get("file_size"):
+        reason = "file checksum mismatch"
+    else:
+        reason = f"file size {size} bytes, expected {manifest.get('file_size')} (truncated or extended)"
     store._handles.pop(shard, None)
-    bad = []
-    for entry in entries:
-        try:
-            store._read(entry, verify="strong")
-        except CorruptedShardError:
-            bad.append(entry)
+    bad = [entry for entry in entries if _tensors_intact(store, entry) is None]
     store._handles.pop(shard, None)
-    if not bad:  # the data of every document is intact: the header/metadata bytes changed
-        reason += " (header or metadata bytes; tensor data intact)"
-        bad = entries
+    if header is None and not intact:
+        reason += f"; its header is unreadable ({header_error})"
+    elif header is not None:
+        listed = set(manifest["documents"])
+        others = [e for e in header[2] if e.content_hash not in listed or header[0].key != manifest["space"]]
+        if others:
+            reason += (f"; its header lists {len(others)} document(s) its manifest does not "
+                       f"({', '.join(e.name for e in others[:5])}): a shard file moved, copied or swapped? `repair` "
+                       "keeps those whose tensor bytes pass their checksums")
+    if not bad:
+        reason += ("; every document's tensor bytes pass their checksums (only header or index bytes changed): "
+                   "`repair` rewrites them into a new shard and drops none")
     return Corruption(shard, reason, bad)
 
 
@@ -237,24 +309,57 @@ def _retire(store, rel: str, quarantine: Path, moved: list) -> None:
     moved.append(rel)
 
 
+def _retire_layout(store, rel: str, quarantine: Path, moved: list) -> None:
+    """Move one of the store's own folders that is a link or not a folder (`index`, `shards`, `tmp`,
+    `shards/<name>`) into `quarantine/`: a link is moved as a link, its target is never touched."""
+    parts = rel.split("/")
+    if not (rel in ("index", "shards", "tmp") or (len(parts) == 2 and parts[0] == "shards"
+                                                   and parts[1] not in ("", ".", ".."))):
+        return
+    source = store.path / rel
+    if not (source.exists() or source.is_symlink()):
+        return
+    target = quarantine / rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(source, target)
+    moved.append(rel)
+
+
+def _storage_dtype(documents, fallback: str):
+    """The floating dtype the salvaged tensors are stored in (what a shard records), else `fallback`."""
+    for _, tensors, _ in documents:
+        for tensor in tensors.values():
+            if tensor.is_floating_point() and tensor.dtype in (resolve_dtype("fp32"), resolve_dtype("fp16"),
+                                                               resolve_dtype("bf16")):
+                return tensor.dtype
+    return resolve_dtype(fallback) if fallback in ("float32", "float16", "bfloat16") else resolve_dtype("fp32")
+
+
 def repair_store(store, report: VerifyReport | None = None) -> dict:
-    """Make the store consistent again after `verify` found problems; nothing is deleted, only moved, and nothing
-    outside the store's shards and manifests is ever touched.
+    """Make the store consistent again after `verify` found problems, dropping only documents whose tensor bytes
+    fail their checksums. Nothing is deleted, only moved to `quarantine/<time>/`, and nothing outside the store's
+    shards, manifests and own folders is ever touched.
 
     Everything runs under the store's write lock, and the index is re-read under it, so a shard another process
     committed after `report` was made is never mistaken for an orphan (`report` is then only a hint: without it,
     `verify` runs under the same lock).
 
-    - A corrupted shard: the documents whose checksums still pass (and that no other manifest lists) are copied
-      into a new shard first; then its manifest and the shard are moved to `quarantine/`.
-    - A corrupted manifest (bad JSON or schema, a path outside the store): moved to `quarantine/`; its shard is then
-      an orphan, handled below.
-    - An orphan shard (no manifest lists it: a lost manifest, a kill before a commit or during a repair): its header
-      describes its documents; those the index lacks and whose checksums pass are re-indexed (copied into a new
-      shard), the rest counted as dropped, and the orphan is moved to `quarantine/`.
+    - A store folder that is a link or not a folder (`index/`, `tmp/`, `shards/`, `shards/<space>/`): moved to
+      `quarantine/` (a link as a link: its target is never touched), and the folder made anew.
+    - A shard whose file differs from its manifest: every document it can still vouch for is copied into a new
+      shard, namely each document of its manifest whose tensor bytes pass the manifest's checksums, and each
+      document of the file's own header (a swapped or moved shard file) whose bytes pass the header's checksums and
+      that the index lacks. Only header or index bytes damaged (a flipped `file_sha256` or `file_size` in the
+      manifest, a flipped `model_type` or `format_version` in the header, two shard files swapped): every document
+      is kept. Then its manifest and the shard are moved to `quarantine/`.
+    - A manifest that fails its schema, or disagrees with its intact shard's header: moved to `quarantine/`; its
+      shard is then an orphan, handled below, so the index is rebuilt from the shard's own header.
+    - An orphan shard (no manifest lists it: a lost or damaged manifest, a kill before a commit or during a repair):
+      its header describes its documents; those the index lacks and whose checksums pass are re-indexed (copied
+      into a new shard), the rest counted as dropped, and the orphan is moved to `quarantine/`.
 
     Each step leaves the store consistent, so a repair killed at any point is finished by the next one, without
-    losing an intact document or storing one twice. The lost documents are simply no longer stored, so the next
+    losing an intact document or storing one twice. The dropped documents are simply no longer stored, so the next
     `encode` of the same documents recomputes exactly them (`hf-readonce encode --repair` does both). Stale
     temporary files are deleted.
 
@@ -268,42 +373,60 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
     Raises:
         ReadOnlyStoreError: if the store cannot be written.
     """
-    store.check_writable()
+    if store.readonly:
+        raise ReadOnlyStoreError(f"store {store.path} was opened read-only.")
+    if not os.access(store.path, os.W_OK | os.X_OK):
+        raise ReadOnlyStoreError(f"store {store.path} is not writable (no write permission on the folder).")
     with store.lock():
+        quarantine = store.path / "quarantine" / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        salvaged, moved, candidates = [], [], set()
+        for rel, _ in layout_problems(store):
+            _retire_layout(store, rel, quarantine, moved)
+        store.check_writable()  # makes index/, shards/ and tmp/ anew where they were moved away
+        store._reset_index()
         store.refresh()
         report = verify_store(store) if report is None else report
-        quarantine = store.path / "quarantine" / time.strftime("%Y%m%d-%H%M%S")
-        salvaged, dropped, moved = [], [], []
 
+        # shards whose file differs from their manifest: forget them all first, so that a document indexed only by
+        # one of them (e.g. in two swapped shard files) is salvaged from wherever its bytes are intact
+        damaged = {}
         for corruption in report.corruptions:
             if corruption.shard.startswith("index/"):
                 _retire(store, corruption.shard, quarantine, moved)
-                continue
-            manifest = store._shards.get(corruption.shard)
-            if manifest is None:
-                continue  # an orphan: handled below, from the index as it is now
-            bad = {e.content_hash for e in corruption.documents}
-            space = store._spaces[manifest["space"]]
-            elsewhere = {h for shard, other in store._shards.items() if shard != corruption.shard
-                         and other["space"] == space.key for h in other["documents"]}
-            keep = []
-            for doc_hash, doc in manifest["documents"].items():
-                if doc_hash in elsewhere:
-                    continue  # stored in another shard (e.g. by a repair killed before it retired this one)
-                if doc_hash in bad:
-                    dropped.append(doc_hash)
-                    continue
-                entry = DocumentEntry(space.key, doc_hash, corruption.shard, doc["tensors"], doc["sha256"],
-                                      doc.get("meta") or {}, doc.get("xxh3_128", ""))
-                try:
-                    keep.append((doc_hash, store._read(entry, verify="strong"), dict(entry.meta)))
-                except CorruptedShardError:
-                    dropped.append(doc_hash)
-            store._forget_shard(corruption.shard)
+            elif corruption.shard in store._shards:
+                damaged[corruption.shard] = store._shards[corruption.shard]
+        for shard in damaged:
+            store._forget_shard(shard)
+        for shard, manifest in damaged.items():
+            space = RepresentationSpace(manifest["space"], manifest["fingerprint"], manifest["settings"],
+                                        manifest.get("model_type"))
+            keep, vouched = [], set()  # vouched: tensor keys of the shard whose manifest record passed
+            for entry in _manifest_entries(manifest, shard):
+                candidates.add((space.key, entry.content_hash))
+                if (space.key, entry.content_hash) in store._entries:
+                    continue  # stored intact elsewhere (e.g. by a repair killed before it retired this shard)
+                tensors = _tensors_intact(store, entry)
+                if tensors is not None:
+                    keep.append((entry.content_hash, tensors, dict(entry.meta)))
+                    vouched.update(spec["key"] for spec in entry.tensors.values())
             if keep:
-                salvaged += store.commit_shard(space, resolve_dtype(manifest["dtype"]), keep)
-            _retire(store, f"index/{Path(corruption.shard).stem}.json", quarantine, moved)
-            _retire(store, corruption.shard, quarantine, moved)
+                salvaged += store.commit_shard(space, _storage_dtype(keep, manifest["dtype"]), keep)
+            try:
+                header_space, header_dtype, header_entries = read_orphan(store, shard)
+            except ValueError:
+                header_entries = []
+            keep = []
+            for entry in _unindexed(store, header_entries):
+                if any(spec["key"] in vouched for spec in entry.tensors.values()):
+                    continue  # the manifest's record of these tensors passed: a conflicting header record is damage
+                tensors = _tensors_intact(store, entry)
+                if tensors is not None:
+                    keep.append((entry.content_hash, tensors, dict(entry.meta)))
+            if keep:
+                salvaged += store.commit_shard(header_space, _storage_dtype(keep, header_dtype), keep)
+            store._handles.pop(shard, None)
+            _retire(store, f"index/{Path(shard).stem}.json", quarantine, moved)
+            _retire(store, shard, quarantine, moved)
 
         store._reset_index()
         store.refresh()
@@ -315,16 +438,19 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
                 continue
             keep = []
             for entry in _unindexed(store, entries):
-                try:
-                    keep.append((entry.content_hash, store._read(entry, verify=True), dict(entry.meta)))
-                except CorruptedShardError:
-                    dropped.append(entry.content_hash)
+                candidates.add((entry.space, entry.content_hash))
+                tensors = _tensors_intact(store, entry)
+                if tensors is not None:
+                    keep.append((entry.content_hash, tensors, dict(entry.meta)))
             store._handles.pop(orphan, None)
             if keep:
-                salvaged += store.commit_shard(space, resolve_dtype(dtype), keep)
+                salvaged += store.commit_shard(space, _storage_dtype(keep, dtype), keep)
             _retire(store, orphan, quarantine, moved)
+        for corruption in report.corruptions:  # documents of links, FIFOs, missing shards: nothing to read them from
+            if not corruption.shard.startswith("index/"):  # (a damaged manifest's records are rebuilt, not lost)
+                candidates.update((e.space, e.content_hash) for e in corruption.documents)
         tmp = store.path / "tmp"
-        if tmp.is_dir():
+        if path_problem(store.path, "tmp", folder=True) is None:
             for stale in tmp.iterdir():
                 with contextlib.suppress(OSError):
                     stale.unlink()
@@ -334,7 +460,37 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
                     shard_dir.rmdir()
         store._reset_index()
         store.refresh()
-        return {"salvaged": salvaged, "dropped": sorted(set(dropped)), "quarantined": moved, "report": report}
+        dropped = sorted({h for key in candidates if key not in store._entries for h in [key[1]]})
+        return {"salvaged": salvaged, "dropped": dropped, "quarantined": moved, "report": report}
+
+
+def restore_store_marker(path) -> bool:
+    """Write a missing `store.json` into a folder that has a store's `index/` and `shards/` folders (a deleted
+    marker), so that it opens again; run `repair` afterwards (`hf-readonce encode ... --repair` does both).
+
+    Args:
+        path (`str` or `os.PathLike`): the store's folder.
+
+    Returns:
+        `bool`: True if the marker was written, False if it already existed or the folder does not look like a
+        store (then nothing is written).
+
+    Raises:
+        ReadOnlyStoreError: if the marker cannot be written.
+    """
+    path = Path(path).expanduser().absolute()
+    if (path / "store.json").exists() or (path / "store.json").is_symlink():
+        return False
+    if path_problem(path, "index", folder=True) is not None or path_problem(path, "shards", folder=True) is not None:
+        return False
+    data = json.dumps({"format": FORMAT_NAME, "format_version": FORMAT_VERSION,
+                       "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "restored": True}, indent=2).encode()
+    try:
+        (path / "tmp").mkdir(exist_ok=True)
+        _atomic_write(path / "store.json", data, path / "tmp")
+    except OSError as error:
+        raise ReadOnlyStoreError(f"cannot write {path / 'store.json'}: {error}") from None
+    return True
 
 
 def bytes_per_1000_tokens(store, fingerprint: str, settings: Mapping,
@@ -348,5 +504,5 @@ def bytes_per_1000_tokens(store, fingerprint: str, settings: Mapping,
     return size / tokens * 1000 if tokens else math.nan
 
 
-__all__ = ["Corruption", "VerifyReport", "bytes_per_1000_tokens", "orphan_shards", "read_orphan", "repair_store",
-           "store_info", "verify_store"]
+__all__ = ["Corruption", "VerifyReport", "bytes_per_1000_tokens", "layout_problems", "orphan_shards", "read_orphan",
+           "repair_store", "restore_store_marker", "store_info", "verify_store"]

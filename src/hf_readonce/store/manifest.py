@@ -5,7 +5,9 @@ header of a shard, from which a lost manifest is rebuilt. Nothing read here is e
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -36,6 +38,55 @@ def is_store_file(rel: str) -> bool:
     if parts[0] == "index":
         return len(parts) == 2 and parts[1].endswith(".json")
     return parts[0] == "shards" and len(parts) >= 3 and parts[-1].endswith(".safetensors")
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def path_problem(root: Path, rel: str, *, folder: bool = False) -> str | None:
+    """Why the store's file (or, with `folder`, folder) `rel` must not be opened, or `None` when it is a regular
+    file (folder) reached without any symbolic link. Checked with `lstat` on every component below `root`, so
+    nothing is ever opened: a FIFO would block a read forever, a device would be read as data, and a link (the
+    file itself or a folder on the way, e.g. a linked `shards/<space>/`) would lead reads and writes outside the
+    store.
+
+    Args:
+        root (`Path`): the store's folder (itself may be a link: it is the user's choice).
+        rel (`str`): a path relative to `root`, `/`-separated.
+        folder (`bool`, defaults to `False`): expect a folder instead of a regular file.
+
+    Returns:
+        `str` or `None`: a phrase to follow the path's name, e.g. `"is a FIFO (named pipe), not a regular file"`.
+    """
+    parts = [part for part in rel.split("/") if part]
+    path = Path(root)
+    for i, part in enumerate(parts):
+        path = path / part
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            return "is missing" if i == len(parts) - 1 else f"is missing ({'/'.join(parts[:i + 1])} does not exist)"
+        except OSError as error:
+            return f"cannot be examined ({error.strerror or error})"
+        if stat.S_ISLNK(mode):
+            try:
+                target = os.readlink(path)
+            except OSError:
+                target = "?"
+            where = "is a symbolic link" if i == len(parts) - 1 else f"is inside {'/'.join(parts[:i + 1])}, a symbolic link"
+            return f"{where} (to {printable(target)}): links are never followed, so nothing outside the store is read or written"
+        if i < len(parts) - 1 and not stat.S_ISDIR(mode):
+            return f"is below {'/'.join(parts[:i + 1])}, which is {_kind(mode)}, not a folder"
+    if folder and not stat.S_ISDIR(mode):
+        return f"is {_kind(mode) if not stat.S_ISREG(mode) else 'a regular file'}, not a folder"
+    if not folder and not stat.S_ISREG(mode):
+        return f"is {_kind(mode)}, not a regular file: never opened"
+    return None
 
 
 def _fail(name: str, reason: str):
@@ -185,5 +236,73 @@ def read_shard_header(metadata: Mapping[str, str] | None, tensor_specs: Mapping[
     return RepresentationSpace(space, fingerprint, settings, model_type), dtype, entries
 
 
-__all__ = ["check_manifest", "check_tensor_specs", "expected_shard_path", "is_store_file", "printable",
-           "read_shard_header"]
+def manifest_header_differences(manifest: Mapping, space: RepresentationSpace, dtype: str,
+                                entries: list[DocumentEntry]) -> tuple[list[str], set[str]]:
+    """Every field of a manifest that disagrees with its shard's own header (see [`read_shard_header`]): `space`,
+    `fingerprint`, `settings`, `dtype`, `model_type`, the documents listed, and per document its tensors (names,
+    keys, dtypes, shapes), checksums and `meta`. A manifest whose whole-file checksum agrees with its shard is
+    checked this way, so index damage that keeps the JSON valid (a flipped shape digit, a swapped tensor key, an
+    emptied document list) is found by `verify` instead of failing every later read.
+
+    Args:
+        manifest (`Mapping`): a manifest that passed [`check_manifest`].
+        space, dtype, entries: what [`read_shard_header`] returned for its shard.
+
+    Returns:
+        `(list[str], set[str])`: one line per disagreeing field, naming it (at most 12, then a count), and the
+        content hashes of the documents concerned.
+    """
+    problems, concerned = [], set()
+    for name, wanted, found in (("space", space.key, manifest.get("space")),
+                                ("fingerprint", space.fingerprint, manifest.get("fingerprint")),
+                                ("settings", json.dumps(space.settings, sort_keys=True),
+                                 json.dumps(manifest.get("settings"), sort_keys=True)),
+                                ("dtype", dtype, manifest.get("dtype")),
+                                ("model_type", space.model_type or None, manifest.get("model_type") or None)):
+        if name == "model_type" and wanted is None:
+            continue  # informative only, and not in the headers of stores written by 0.1.0
+        if wanted != found:
+            problems.append(f"`{name}` is {printable(found)!r}, the shard's header says {printable(wanted)!r}")
+    documents = manifest.get("documents") or {}
+    header = {entry.content_hash: entry for entry in entries}
+    unlisted = [h for h in header if h not in documents]
+    foreign = [h for h in documents if h not in header]
+    if unlisted:
+        problems.append(f"`documents` lacks {len(unlisted)} of the shard's {len(header)} document(s) "
+                        f"({', '.join(header[h].name for h in unlisted[:5])})")
+        concerned.update(unlisted)
+    if foreign:
+        problems.append(f"`documents` lists {len(foreign)} document(s) the shard does not hold "
+                        f"({', '.join(printable(h)[:16] for h in foreign[:5])})")
+        concerned.update(foreign)
+    for doc_hash, doc in documents.items():
+        entry = header.get(doc_hash)
+        if entry is None:
+            continue
+        where = f"`documents[{doc_hash[:16]}]`"
+        before = len(problems)
+        recorded = doc.get("tensors") or {}
+        if set(recorded) != set(entry.tensors):
+            problems.append(f"{where} names tensors {sorted(map(printable, recorded))}, the shard holds "
+                            f"{sorted(entry.tensors)}")
+        for tensor_name in sorted(set(recorded) & set(entry.tensors)):
+            for field_name in ("key", "dtype", "shape"):
+                if recorded[tensor_name].get(field_name) != entry.tensors[tensor_name].get(field_name):
+                    problems.append(f"{where}.tensors.{printable(tensor_name)}.{field_name} is "
+                                    f"{printable(recorded[tensor_name].get(field_name))!r}, the shard's header says "
+                                    f"{printable(entry.tensors[tensor_name].get(field_name))!r}")
+        if doc.get("sha256") != entry.sha256:
+            problems.append(f"{where}.sha256 disagrees with the shard's header")
+        if doc.get("xxh3_128") and entry.xxh3_128 and doc["xxh3_128"] != entry.xxh3_128:
+            problems.append(f"{where}.xxh3_128 disagrees with the shard's header")
+        if (doc.get("meta") or {}) != (entry.meta or {}):
+            problems.append(f"{where}.meta disagrees with the shard's header")
+        if len(problems) > before:
+            concerned.add(doc_hash)
+    if len(problems) > 12:
+        problems = problems[:12] + [f"... and {len(problems) - 12} more"]
+    return problems, concerned
+
+
+__all__ = ["check_manifest", "check_tensor_specs", "expected_shard_path", "is_store_file",
+           "manifest_header_differences", "path_problem", "printable", "read_shard_header"]

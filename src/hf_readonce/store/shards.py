@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import tempfile
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -91,8 +91,23 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _make_temp(directory: Path, suffix: str) -> tuple[int, str]:
-    """Create a temporary file in `directory` (same file system as the destination, so the rename is atomic)."""
-    return tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=suffix)
+    """Create a new temporary file in `directory` (same file system as the destination, so the rename is atomic).
+
+    It is created with mode 0o666 less the process's umask, as `open()` creates files (unlike `tempfile.mkstemp`,
+    whose 0o600 would keep a store written by one user or service account unreadable to every other): under the
+    usual umask 022 a store's files are readable by group and others, under 077 by their owner only.
+
+    Returns:
+        `(int, str)`: an open file descriptor (write-only) and the file's path.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    for _ in range(100):
+        path = os.path.join(directory, f".tmp-{uuid.uuid4().hex}{suffix}")
+        try:
+            return os.open(path, flags, 0o666), path
+        except FileExistsError:  # pragma: no cover - 122 random bits
+            continue
+    raise FileExistsError(f"no free temporary file name in {directory}")
 
 
 def _atomic_write(path: Path, data: bytes, tmp_dir: Path) -> None:

@@ -18,6 +18,12 @@ JSON). A document is keyed by the SHA-256 of its UTF-8 text. A stored representa
 `(space key, content hash)`: the same text under another model or other settings is another entry, and asking for
 a document that is only stored for another model raises [`RepresentationMismatchError`] naming both.
 
+Every file is created with mode 0o666 less the process's umask (directories 0o777 less it), as `open()` and `mkdir`
+create them: under the usual umask 022 a store written by one user or service account is readable by every other.
+Nothing in a store is ever opened unless it is a regular file (or folder) reached without a symbolic link: a FIFO,
+a device or a link (also a linked `shards/<space>/`, `index/` or `tmp/`) is named by `verify` and moved to
+`quarantine/` by `repair`, its target untouched.
+
 Each document carries two checksums of its tensors (names, dtypes, shapes and bytes), SHA-256 and xxh3-128, and each
 shard the SHA-256 of the whole file; reads check the document's xxh3-128 (unless `verify_reads=False`; documents
 written by earlier releases have only the SHA-256, which their reads check), `verify` checks everything.
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import time
 import uuid
@@ -36,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from filelock import FileLock
+from filelock import FileLock, Timeout
 from safetensors import safe_open
 from safetensors.torch import save as safetensors_save
 
@@ -58,7 +65,7 @@ from .keys import (
     space_key,
 )
 from .maintenance import VerifyReport, repair_store, store_info, verify_store
-from .manifest import check_manifest, is_store_file
+from .manifest import check_manifest, is_store_file, path_problem
 from .shards import (
     _STORABLE,
     DEFAULT_SHARD_SIZE_BYTES,
@@ -72,6 +79,10 @@ from .shards import (
     tensors_read_checksum,
 )
 
+logger = logging.getLogger(__name__)
+
+_LAYOUT = ("shards", "index", "tmp")
+
 
 def _checksums_match(entry: DocumentEntry, tensors: Mapping[str, torch.Tensor], strong: bool) -> bool:
     """Whether `tensors` are the bytes `entry` recorded: its xxh3-128 read checksum where it has one (documents
@@ -81,6 +92,44 @@ def _checksums_match(entry: DocumentEntry, tensors: Mapping[str, torch.Tensor], 
     if strong or not entry.xxh3_128:
         return tensors_checksum(tensors) == entry.sha256
     return True
+
+
+class _StoreLock:
+    """The store's write lock: a `filelock.FileLock` (re-entrant) that says once, as a `logging` warning, when it
+    waits for another process for more than `notice_after` seconds, instead of waiting in silence for up to
+    `timeout` seconds. Used as `with store.lock(): ...`; `is_locked`, `acquire` and `release` are the FileLock's."""
+
+    notice_after = 5.0
+
+    def __init__(self, lock: FileLock, path: Path, timeout: float):
+        self._inner, self._path, self._timeout = lock, path, timeout
+
+    @property
+    def is_locked(self) -> bool:
+        return self._inner.is_locked
+
+    def acquire(self, timeout: float | None = None):
+        timeout = self._timeout if timeout is None else timeout
+        first = min(self.notice_after, timeout) if timeout >= 0 else self.notice_after
+        try:
+            return self._inner.acquire(timeout=first)
+        except Timeout:
+            if 0 <= timeout <= first:
+                raise
+        logger.warning("hf-readonce: waiting for the write lock of store %s (%s), held by another process "
+                       "(an `encode` or a `repair`); giving up after %s s in all.", self._path,
+                       self._path / ".lock", f"{timeout:g}" if timeout >= 0 else "no limit")
+        return self._inner.acquire(timeout=timeout - first if timeout >= 0 else -1)
+
+    def release(self, force: bool = False) -> None:
+        self._inner.release(force=force)
+
+    def __enter__(self):
+        self.acquire()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.release()
 
 
 # ---------------------------------------------------------------------------------------------------------- store
@@ -95,7 +144,8 @@ class RepresentationStore:
             process cannot write to: writes then raise [`ReadOnlyStoreError`]).
         verify_reads (`bool`, defaults to `True`): check each document's xxh3-128 checksum when it is read (about
             0.17 ms per MB on one core; SHA-256 for documents written by earlier releases, about 0.9 ms per MB).
-        lock_timeout (`float`, defaults to 600): seconds to wait for the write lock before `TimeoutError`.
+        lock_timeout (`float`, defaults to 600): seconds to wait for the write lock before `TimeoutError` (after 5 s
+            of waiting, a `logging` warning says which store's lock it waits for).
 
     Raises:
         ValueError: if `path` is a file, is a non-empty directory that is not a store, or holds a store of an
@@ -125,10 +175,16 @@ class RepresentationStore:
         if self.path.exists() and not self.path.is_dir():
             raise ValueError(f"store path {self.path} is a file, not a directory; pass a directory.")
         marker = self.path / "store.json"
-        if marker.is_file():
+        if marker.is_file() or marker.is_symlink() or marker.exists():
             self._check_marker(marker)
         else:
             if self.path.is_dir() and any(self.path.iterdir()):
+                if (self.path / "index").is_dir() and (self.path / "shards").is_dir():
+                    raise ValueError(
+                        f"store path {self.path} has a store's index/ and shards/ folders but no store.json (deleted?); "
+                        "recreate it with `hf-readonce encode MODEL --documents FILE.jsonl --store "
+                        f"{self.path} --repair` (or `hf_readonce.store.restore_store_marker({str(self.path)!r})`), "
+                        "which also checks every shard.")
                 raise ValueError(
                     f"store path {self.path} is a non-empty directory that is not a hf-readonce store (no store.json); "
                     "pass an empty or new directory."
@@ -148,6 +204,9 @@ class RepresentationStore:
 
     # ----------------------------------------------------------------- creation
     def _check_marker(self, marker: Path) -> None:
+        problem = path_problem(self.path, "store.json")
+        if problem is not None:
+            raise ValueError(f"{marker} {problem}; is {self.path} a hf-readonce store?")
         try:
             info = json.loads(marker.read_text())
         except (OSError, ValueError) as error:
@@ -178,8 +237,15 @@ class RepresentationStore:
         file cannot be created in it). Called before any model work so that a run fails before it starts."""
         if self.readonly:
             raise ReadOnlyStoreError(f"store {self.path} was opened read-only.")
+        for sub in _LAYOUT:
+            problem = path_problem(self.path, sub, folder=True)
+            if problem is not None and problem != "is missing":
+                raise ReadOnlyStoreError(
+                    f"store {self.path} is damaged: {sub}/ {problem}; nothing is written into it. `hf-readonce encode "
+                    f"MODEL --documents FILE --store {self.path} --repair` (or `RepresentationStore.repair()`) moves "
+                    "it to quarantine/ and rebuilds the index from the shards.")
         try:
-            for sub in ("shards", "index", "tmp"):
+            for sub in _LAYOUT:
                 (self.path / sub).mkdir(exist_ok=True)
             fd, probe = _make_temp(self.path / "tmp", ".probe")
             os.close(fd)
@@ -187,11 +253,14 @@ class RepresentationStore:
         except OSError as error:
             raise ReadOnlyStoreError(f"store {self.path} is not writable: {error}") from None
 
-    def lock(self) -> FileLock:
+    def lock(self) -> _StoreLock:
         """The store's write lock (`filelock.FileLock` on `STORE/.lock`, re-entrant within this object); writers
-        hold it only while committing a shard, `repair` while it runs."""
+        hold it only while committing a shard, `repair` while it runs. A writer that has waited 5 s for another
+        process's lock says so once (a `logging` warning of `hf_readonce.store.store`, on stderr by default),
+        then waits up to `lock_timeout` seconds in all before `filelock.Timeout` (a `TimeoutError`)."""
         if self._lock is None:
-            self._lock = FileLock(str(self.path / ".lock"), timeout=self.lock_timeout)
+            self._lock = _StoreLock(FileLock(str(self.path / ".lock"), timeout=self.lock_timeout), self.path,
+                                    self.lock_timeout)
         return self._lock
 
     # ----------------------------------------------------------------- index
@@ -207,8 +276,9 @@ class RepresentationStore:
             `int`: number of newly loaded manifests.
         """
         index_dir = self.path / "index"
-        try:
-            names = sorted(p.name for p in index_dir.iterdir() if p.suffix == ".json" and not p.name.startswith("."))
+        try:  # a linked or non-folder index/ is never followed (`verify` names it, `repair` replaces it)
+            names = [] if path_problem(self.path, "index", folder=True) is not None else sorted(
+                p.name for p in index_dir.iterdir() if p.suffix == ".json" and not p.name.startswith("."))
         except (FileNotFoundError, NotADirectoryError):
             names = []
         if self._manifests_loaded - set(names):
@@ -218,6 +288,10 @@ class RepresentationStore:
             if name in self._manifests_loaded:
                 continue
             self._manifests_loaded.add(name)
+            problem = path_problem(self.path, f"index/{name}")
+            if problem is not None:  # a FIFO would block the read forever; a link could lead outside the store
+                self._bad_manifests[name] = f"the manifest {problem}"
+                continue
             try:
                 manifest = json.loads((index_dir / name).read_bytes().decode("utf-8"))
                 self._load_manifest(manifest, name)
@@ -255,17 +329,29 @@ class RepresentationStore:
             self._by_hash.setdefault(doc_hash, set()).add(space.key)
 
     def _forget_shard(self, shard: str) -> None:
+        """Drop one shard from the in-memory index (`repair`); a document it shadowed in another loaded shard (a
+        duplicate, e.g. left by a killed repair) is served from there again."""
         manifest = self._shards.pop(shard, None)
         if manifest is None:
             return
+        lost = set()
         for doc_hash in manifest["documents"]:
             key = (manifest["space"], doc_hash)
             entry = self._entries.get(key)
             if entry is not None and entry.shard == shard:
                 del self._entries[key]
+                lost.add(key)
                 spaces = self._by_hash.get(doc_hash, set())
                 spaces.discard(manifest["space"])
         self._handles.pop(shard, None)
+        for other_shard, other in self._shards.items():
+            for doc_hash, doc in other["documents"].items():
+                key = (other["space"], doc_hash)
+                if key in lost and key not in self._entries:
+                    self._entries[key] = DocumentEntry(other["space"], doc_hash, other_shard, doc["tensors"],
+                                                       doc["sha256"], doc.get("meta") or {}, doc.get("xxh3_128", ""))
+                    self._by_hash.setdefault(doc_hash, set()).add(other["space"])
+                    self._duplicates -= 1
 
     def spaces(self) -> list[RepresentationSpace]:
         """Every representation space that has at least one committed shard."""
@@ -335,6 +421,9 @@ class RepresentationStore:
             return cached
         if not is_store_file(shard) or not shard.startswith("shards/"):  # manifests are checked; never follow others
             raise ValueError(f"shard path {printable(shard)!r} is not inside the store's shards/ folder")
+        problem = path_problem(self.path, shard)  # never open a FIFO, a device or a link (out of the store)
+        if problem is not None:
+            raise ValueError(f"the shard file {problem}")
         handle = safe_open(str(self.path / shard), framework="pt")  # memory-mapped
         metadata = handle.metadata() or {}
         try:
@@ -347,8 +436,10 @@ class RepresentationStore:
             self._handles.popitem(last=False)
         return cached
 
-    def _read(self, entry: DocumentEntry, verify: bool | str) -> dict[str, torch.Tensor]:
-        # verify: False, True (the read checksum) or "strong" (SHA-256 too: verify and repair)
+    def _read(self, entry: DocumentEntry, verify: bool | str, check_order: bool = True) -> dict[str, torch.Tensor]:
+        # verify: False, True (the read checksum) or "strong" (SHA-256 too: verify and repair). `check_order=False`
+        # (verify and repair only, always with "strong") skips the comparison with the shard header's document list,
+        # so that a document whose tensor bytes are intact is kept when only that header was damaged.
         try:
             handle, order, header_space = self._handle(entry.shard)
             tensors = {name: handle.get_tensor(spec["key"]) for name, spec in entry.tensors.items()}
@@ -362,8 +453,8 @@ class RepresentationStore:
         # the shard's own header names the document at each position: even without checksums (verify_reads=False)
         # a shard swapped for another, or a manifest pointing at the wrong tensors, never serves another document
         index = next(iter(entry.tensors.values()))["key"].partition("/")[0]
-        if order is None or header_space != entry.space or not index.isdigit() or int(index) >= len(order) or \
-                order[int(index)] != entry.content_hash:
+        if check_order and (order is None or header_space != entry.space or not index.isdigit() or int(index) >= len(order) or \
+                order[int(index)] != entry.content_hash):
             raise CorruptedShardError(
                 f"shard {printable(entry.shard)} of store {self.path} holds another document at the place of "
                 f"{entry.name} (its header disagrees with the index); run `hf-readonce verify` and `encode --repair`.",
@@ -495,6 +586,12 @@ class RepresentationStore:
                                               for h, d in docs.items()})}
             data = safetensors_save(tensors, metadata=header)
             shard_path = self.path / shard_rel
+            folder = str(Path(shard_rel).parent)
+            problem = path_problem(self.path, folder, folder=True)
+            if problem is not None and problem != "is missing":
+                raise ReadOnlyStoreError(
+                    f"store {self.path}: {folder}/ {problem}; no shard is written into it. `hf-readonce encode ... "
+                    "--repair` (or `RepresentationStore.repair()`) moves it to quarantine/.")
             shard_path.parent.mkdir(parents=True, exist_ok=True)
             _atomic_write(shard_path, data, self.path / "tmp")
             manifest = {"format_version": FORMAT_VERSION, "shard": shard_rel, "space": space.key,

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 
 import torch
 
+from ..representations.base import current_fingerprint
 from ..representations.block_attention_llama import BlockAttentionLlamaAdapter
 from ..representations.fill import fill_store
 from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore, content_hash
@@ -118,7 +119,7 @@ def find_document_cache_space(store: RepresentationStore, model, tokenizer,
         ValueError: several document lengths are stored for this model (pass `max_document_length`).
     """
     probe = BlockAttentionLlamaAdapter(model, tokenizer)
-    fingerprint, wanted = probe.fingerprint(), probe.settings()
+    fingerprint, wanted = current_fingerprint(probe), probe.settings()  # the weights as they are now
     store.refresh()
     ours = [s for s in store.spaces() if s.settings.get("representation") == wanted["representation"]
             and s.settings.get("tokenizer") == wanted["tokenizer"]
@@ -209,7 +210,7 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
         settings = {"max_document_length": max_document_length, "add_special_tokens": False}
     adapter = BlockAttentionLlamaAdapter(model, tokenizer, max_document_length=settings["max_document_length"],
                                          add_special_tokens=settings.get("add_special_tokens", False))
-    fingerprint, settings = adapter.fingerprint(), adapter.settings()
+    fingerprint, settings = current_fingerprint(adapter), adapter.settings()
     passages = [passages_of(e) for e in examples]
     texts = list(dict.fromkeys(p for row in passages for p in row))
     hashes = {t: content_hash(t) for t in texts}

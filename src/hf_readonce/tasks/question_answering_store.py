@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..representations.base import current_fingerprint
 from ..representations.deformer_bert import DeformerBertAdapter
 from ..representations.fill import fill_store
 from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore, content_hash
@@ -19,7 +20,7 @@ def find_deformer_space(store: RepresentationStore, model, tokenizer) -> dict:
         MissingRepresentationError: if the store holds no DeFormer states.
         ValueError: if several window settings are stored for this model (pass them explicitly).
     """
-    fingerprint = model.representation_fingerprint()
+    fingerprint = current_fingerprint(model)  # the weights as they are now (also after a `.data` edit)
     store.refresh()
     ours = [s for s in store.spaces() if DeformerBertAdapter.settings_match(s.settings, tokenizer)]
     matching = [s for s in ours if s.fingerprint == fingerprint]
@@ -90,7 +91,7 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
         max_passage_length, doc_stride = found["max_passage_length"], found["doc_stride"]
     adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=max_passage_length, doc_stride=doc_stride,
                                    batch_size=batch_size)
-    fingerprint, settings = adapter.fingerprint(), adapter.settings()
+    fingerprint, settings = current_fingerprint(adapter), adapter.settings()
     contexts: dict[str, int] = {}
     for example in examples:
         contexts.setdefault(example["context"], len(contexts))
