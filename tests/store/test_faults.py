@@ -448,7 +448,8 @@ def test_output_encode_missing_on_an_empty_store_leaves_nothing_behind(tmp_path,
     questions = tmp_path / "q.jsonl"
     questions.write_text('{"id": "q", "question": "", "context": ""}\n')
     store = tmp_path / "new" / "store"
-    assert _answer(checkpoint, store, questions, tmp_path / "p.jsonl", "--encode-missing") == 2
+    # no usable question: exit 1 (an input file that holds no questions, as the CLI's exit-status rule says)
+    assert _answer(checkpoint, store, questions, tmp_path / "p.jsonl", "--encode-missing") == 1
     assert not store.exists() and not (tmp_path / "new").exists()
     assert _answer(tmp_path / "no-model", store, write_jsonl(tmp_path / "q2.jsonl", QUESTIONS),
                    tmp_path / "p.jsonl", "--encode-missing") == 2
