@@ -19,6 +19,7 @@ from ..models.readtwice_bert.modeling_readtwice_bert import (
 )
 from ..models.readtwice_bert.pipeline_readtwice_bert import (
     ReadTwiceQuestionAnsweringPipeline,
+    check_overflow_windows,
     entity_spans_for_segment,
 )
 from .base import AdapterBase, masked_log_softmax, tokenizer_fingerprint
@@ -183,6 +184,7 @@ class ReadTwiceBertAdapter(AdapterBase):
         config = self.model.config
         enc = self.tokenizer(texts, truncation=True, max_length=config.segment_length, stride=config.segment_overlap,
                              return_overflowing_tokens=True, return_offsets_mapping=True)
+        check_overflow_windows(self.tokenizer, enc, texts, 0)
         owner = list(enc["overflow_to_sample_mapping"])
         num, width = len(owner), max(len(ids) for ids in enc["input_ids"])
         ids = torch.zeros(num, width, dtype=torch.long)

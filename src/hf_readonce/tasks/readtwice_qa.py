@@ -26,7 +26,11 @@ from ..models.readtwice_bert.modeling_readtwice_bert import readtwice_span_loss
 
 # re-exported: the mention heuristic and the segment entity spans belong to the ReadTwice representation (its adapter,
 # below the tasks, and the pipeline that travels with checkpoints)
-from ..models.readtwice_bert.pipeline_readtwice_bert import entity_spans_for_segment, segment_span_candidates
+from ..models.readtwice_bert.pipeline_readtwice_bert import (
+    check_overflow_windows,
+    entity_spans_for_segment,
+    segment_span_candidates,
+)
 from ..representations.readtwice_bert import capitalized_mentions
 
 MentionFn = Callable[[str], list[tuple[int, int]]]
@@ -154,6 +158,7 @@ def prepare_readtwice_qa_features(
             question_ids = list(tokenizer(question, truncation=True, max_length=max_question_length)["input_ids"])
             encoded = tokenizer(context, truncation=True, max_length=segment_length, stride=segment_overlap,
                                 return_overflowing_tokens=True, return_offsets_mapping=True)
+        check_overflow_windows(tokenizer, encoded, [context], 1 if question_in_first_read else 0)
         answers = example.get("answers") or {}
         gold_answers = list(zip(answers.get("answer_start") or [], answers.get("text") or []))
         feature = ReadTwiceQAFeature(index, [], [], [], [], [], [], question_ids)

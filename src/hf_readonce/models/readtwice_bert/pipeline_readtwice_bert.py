@@ -72,6 +72,46 @@ def _check_int(name: str, value, low: int) -> int:
     return value
 
 
+def check_overflow_windows(tokenizer, encoded, texts: Sequence[str], sequence_id: int) -> None:
+    """Check that the overflow windows of `encoded` cover every text to its last token.
+
+    ReadTwice reads a document as overlapping segments (`return_overflowing_tokens=True`, `stride=segment_overlap`;
+    the paper's §3 segmentation). tokenizers 0.23.1 and 0.23.2 stop those windows after the second, which silently
+    drops the rest of every longer document (answers past it can never be found). This check turns that into an
+    error.
+
+    Args:
+        tokenizer: the fast tokenizer that produced `encoded`.
+        encoded: its `BatchEncoding`, made with `return_overflowing_tokens=True` and `return_offsets_mapping=True`.
+        texts (`Sequence[str]`): the texts that were cut, in the order given to the tokenizer (one per sample).
+        sequence_id (`int`): which sequence of each window holds the text (0 alone, 1 after a question).
+
+    Raises:
+        RuntimeError: the windows of some text end before its last token, naming the installed tokenizers version.
+    """
+    owners = encoded.get("overflow_to_sample_mapping") or [0] * len(encoded["input_ids"])
+    covered = [0] * len(texts)
+    for window, owner in enumerate(owners):
+        ends = [end for (start, end), s in zip(encoded["offset_mapping"][window], encoded.sequence_ids(window))
+                if s == sequence_id]
+        covered[owner] = max([covered[owner], *ends])
+    whole = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    for index, (text_offsets, reached) in enumerate(zip(whole, covered)):
+        last = max((end for _, end in text_offsets), default=0)
+        if reached < last:
+            import importlib.metadata
+
+            try:
+                version = importlib.metadata.version("tokenizers")
+            except importlib.metadata.PackageNotFoundError:
+                version = "unknown"
+            raise RuntimeError(
+                f"the tokenizer's overflow windows stop at character {reached} of text {index}, whose last token "
+                f"ends at character {last}: the rest of the document would be dropped. tokenizers {version} is "
+                "installed; versions 0.23.1 and 0.23.2 cut overflow windows short: "
+                "pip install \"tokenizers>=0.20,!=0.23.1,!=0.23.2\".")
+
+
 def entity_spans_for_segment(
     offsets: Sequence[tuple[int, int] | None], char_spans: Sequence[tuple[int, int]]
 ) -> list[tuple[int, int]]:
@@ -390,6 +430,7 @@ class ReadTwiceQuestionAnsweringPipeline(Pipeline):
         if read_once:
             encoded = tokenizer(context, truncation=True, max_length=length, stride=overlap,
                                 return_overflowing_tokens=True, return_offsets_mapping=True)
+            check_overflow_windows(tokenizer, encoded, [context], 0)
             document = segments(encoded, 0)
             document["question_ids"] = [list(q) for q in tokenizer(
                 [q.strip() for q in group["questions"]], truncation=True, max_length=max_question_len)["input_ids"]]
@@ -411,6 +452,7 @@ class ReadTwiceQuestionAnsweringPipeline(Pipeline):
                                      "`max_question_len`.")
                 encoded = tokenizer(question, context, truncation="only_second", max_length=length, stride=overlap,
                                     return_overflowing_tokens=True, return_offsets_mapping=True)
+                check_overflow_windows(tokenizer, encoded, [context], 1)
                 documents.append(segments(encoded, 1, mention_fn(question) if entity else ()))
         return {"context": context, "read_once": read_once, "documents": documents,
                 "num_questions": len(group["questions"])}
