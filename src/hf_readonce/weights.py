@@ -189,8 +189,7 @@ def reference_deformer_path(verify: bool = True) -> Path:
     """Folder of the reference DeFormer shipped with hf-readonce: the reference QA model of [`reference_qa_path`]
     decomposed at k = 3 of its 6 layers (`num_decomposed_layers=3`) and distilled from it with KD + LRS (DeFormer
     §3) on Disfl-QA train, once, by the command recorded in its `train_results.json` (fp16 safetensors, about 45 MB,
-    with its model code so it loads
-    with `trust_remote_code=True`). Its config records the windowing and the no-answer threshold it was evaluated
+    with its model code so it loads with `trust_remote_code=True`). Its config records the windowing and the no-answer threshold it was evaluated
     with. It is the model `hf-readonce demo` answers with by default.
 
     Args:
