@@ -50,6 +50,9 @@ XSUM = ROOT / "benchmarks" / "results" / "xsum_table"
 XSUM_TYPES = ["full", "neighborhood", "convolutional", "convolutional_per_head"]
 LONGDOC_BENCH = ROOT / "benchmarks" / "results" / "bench_longdoc.json"
 LONGDOC_REUSE = ROOT / "benchmarks" / "results" / "bench_longdoc_reuse.json"
+REPRODUCE = ROOT / "benchmarks" / "results" / "reproduce"
+REPRODUCE_XSUM = REPRODUCE / "longdoc_xsum" / "results.json"
+REPRODUCE_DEFORMER = sorted((REPRODUCE / "deformer").glob("*.json"))
 AUSTEN = ROOT / "benchmarks" / "results" / "austen_table2"
 AUSTEN_OVERLAPS = [0, 5, 30]
 AUSTEN_FILES = ["run", "pretrained", "baseline", *(f"recurrent{lr}_ov{o}" for lr in ("", "_lr2e-3")
@@ -60,14 +63,16 @@ READTWICE_ROWS = {"baseline": "segment-independent MiniLM, global normalisation 
                   "e_ss": "ReadTwice-E (SS)", "e_ro": "ReadTwice-E, read-once (`--question_in_first_read False`)"}
 SOURCES = {
     "minilm-qa-reference.md": [REFERENCE],
-    "deformer-minilm-qa-reference.md": [DEFORMER / "metrics.json", DEFORMER / "train_results.json"],
+    "deformer-minilm-qa-reference.md": [DEFORMER / "metrics.json", DEFORMER / "train_results.json",
+                                        *REPRODUCE_DEFORMER],
     "readonce-bart-minilm-qa.md": [READONCE / "qa_k8_lr1e-4.json", READONCE / "qa_k2_lr1e-4.json",
                                    READONCE / "qa_baseline_lr1e-4.json", BASELINES,
                                    READONCE / "train_runtime_lines.txt"],
     "deformer-minilm-l6-quoref.md": [QUOREF / "full.json", QUOREF / "deformer.json", QUOREF / "deformer_kd.json"],
     "block-attention-smollm2-135m-quoref.md": [BLOCK / f"{name}.json" for name in BLOCK_FILES],
     "longdoc-bart-minilm-xsum.md": [XSUM / f"{name}.json" for name in ["run", *XSUM_TYPES]] + [LONGDOC_BENCH,
-                                                                                           LONGDOC_REUSE],
+                                                                                           LONGDOC_REUSE,
+                                                                                           REPRODUCE_XSUM],
     "recurrent-smollm2-135m-austen.md": [AUSTEN / f"{name}.json" for name in AUSTEN_FILES],
     "readtwice-minilm-quoref.md": [READTWICE / f"{name}.json" for name in ["run", *READTWICE_ROWS]],
 }
@@ -201,6 +206,32 @@ def readonce_card():
     )
 
 
+def _gpu(hardware: dict) -> str:
+    return f"{hardware.get('gpu', 'GPU')} (torch {hardware['torch']}, transformers {hardware['transformers']})"
+
+
+def deformer_gpu_figures() -> list[str]:
+    """One line per k = 4 / k = 3 distillation run of `reproduce/deformer.py` on a GPU (the candidate each run kept,
+    chosen on the calibration split), with the always-empty baseline beside."""
+    def rate(row):
+        return f", lr {row['learning_rate']:g}" if "learning_rate" in row else ", the script's default lr"
+
+    shipped = json.loads((DEFORMER / "metrics.json").read_text())["calibration_f1"]
+    lines = []
+    for path in REPRODUCE_DEFORMER:
+        result = json.loads(path.read_text())
+        for row in result["rows"]:
+            empty = row["baselines"]["always_empty"]["f1"]
+            lines.append(
+                f"`reproduce/deformer.py` on {_gpu(result['hardware'])}, k = {row['num_decomposed_layers']}"
+                f"{rate(row)}, {row['train_steps_scheduled']:,} steps scheduled, {row['train_seconds']:.0f} s of "
+                f"training (a time budget may stop it earlier); kept '{row['chosen']}' by calibration F1 "
+                f"{_f(row['calibration_f1'])}: Disfl-QA validation EM {_f(row['cached_exact_match'])}, F1 "
+                f"{_f(row['cached_f1'])}, HasAns F1 {_f(row['cached_HasAns_f1'])} (always-empty F1 {_f(empty)}). "
+                f"Not shipped: the shipped checkpoint's calibration F1 is {_f(shipped)}.")
+    return lines
+
+
 def deformer_card():
     from hf_readonce.hub.cards import build_model_card, qa_rows_from_metrics
 
@@ -236,7 +267,7 @@ def deformer_card():
                  f"{metrics['calibration_questions']} held-out Disfl-QA *train* questions (F1 there "
                  f"{_f(metrics['calibration_f1'])}).",
                  f"Its teacher, reading every pair: Disfl-QA F1 {_f(teacher['eval_f1'])}, HasAns F1 "
-                 f"{_f(teacher['eval_HasAns_f1'])}."],
+                 f"{_f(teacher['eval_HasAns_f1'])}.", *deformer_gpu_figures()],
         limitations=[f"The project's goal for it (F1 >= {_f(goal_f1)}, always-empty + 15, and HasAns F1 >= 40) is "
                      f"{'met' if metrics['cached_f1'] >= goal_f1 and metrics['cached_HasAns_f1'] >= 40 else 'not met'}"
                      f": F1 {_f(metrics['cached_f1'])}, HasAns F1 {_f(metrics['cached_HasAns_f1'])}.",
@@ -358,6 +389,26 @@ def _bench_ratio(results: list, name: str, length: int, mode: str) -> float:
     return rows[name][f"{mode}_tokens_per_second"] / rows["full"][f"{mode}_tokens_per_second"]
 
 
+def _longdoc_gpu_table() -> list[str]:
+    """The same four rows trained longer on a GPU by `reproduce/longdoc_xsum.py` (its results JSON), lead-1 and
+    lead-3 beside."""
+    result = json.loads(REPRODUCE_XSUM.read_text())
+    steps = [row["train_steps"] for row in result["rows"]]
+    lines = ["", f"Trained longer on {_gpu(result['hardware'])} by `reproduce/longdoc_xsum.py` (bf16, a "
+             f"{result['rows'][0]['train_seconds']:.0f}-s budget per row, which stopped each row after "
+             f"{min(steps):,}-{max(steps):,} of the 5,000 scheduled steps; same validation documents):", "",
+             "| encoder attention | ROUGE-1 | ROUGE-2 | ROUGE-L | perplexity | steps |", "|---|---|---|---|---|---|"]
+    for row in result["rows"]:
+        lines.append(f"| {row['encoder_attention_type'].replace('_', ' ')} | {_f(row['eval_rouge1'])} | "
+                     f"{_f(row['eval_rouge2'])} | {_f(row['eval_rougeL'])} | {_f(row['eval_perplexity'])} | "
+                     f"{row['train_steps']:,} |")
+    for name, scores in result["baselines"].items():
+        lines.append(f"| *baseline: {name.replace('_', '-')}* | {_f(scores['rouge1'])} | {_f(scores['rouge2'])} | "
+                     f"{_f(scores['rougeL'])} | | |")
+    lines += ["", f"Command: `{result['command']}`"]
+    return lines
+
+
 def longdoc_card():
     from hf_readonce.hub.cards import EvalRow, build_model_card
 
@@ -386,6 +437,7 @@ def longdoc_card():
     for name in ("lead_1", "lead_3"):
         table.append(f"| *baseline: {name.replace('_', '-')}* | {_f(lead[name]['rouge1'])} | "
                      f"{_f(lead[name]['rouge2'])} | {_f(lead[name]['rougeL'])} | | | | |")
+    table += _longdoc_gpu_table()
     bench = json.loads(LONGDOC_BENCH.read_text())["results"]
     reuse = json.loads(LONGDOC_REUSE.read_text())
     figures = [f"Before training the warm start's validation perplexity was {_f(main['eval_perplexity_before_training'])}"
