@@ -97,6 +97,22 @@ def test_put_get_dtypes_and_restart(tmp_path, dtype, torch_dtype):
     assert len(json.loads(meta["documents"])) == 10
 
 
+@pytest.mark.parametrize("dtype,limit", [("fp16", 65504.0), ("bf16", 3.39e38)])
+def test_finite_values_that_overflow_the_storage_dtype_are_refused(tmp_path, dtype, limit):
+    store = RepresentationStore(tmp_path / "s")
+    big = torch.zeros(3, 4, dtype=torch.float64)
+    big[1, 2] = -limit * 1.01
+    with store.writer(FP, SETTINGS, dtype=dtype) as writer:
+        with pytest.raises(ValueError, match="tensor .hidden_states. overflows (float16|bfloat16)"):
+            writer.add(content_hash("big"), {"hidden_states": big})
+        # at the limit, and a tensor that is already non-finite, are stored as given
+        at_limit = torch.full((2, 2), limit if dtype == "fp16" else 1e38)
+        writer.add(content_hash("at limit"), {"hidden_states": at_limit})
+        writer.add(content_hash("nan"), {"hidden_states": torch.tensor([[float("nan"), 1e6]])})
+    assert len(store) == 2
+    assert torch.isfinite(store.get(FP, SETTINGS, content_hash("at limit"))["hidden_states"]).all()
+
+
 def test_shards_are_batched_by_size(tmp_path):
     store = RepresentationStore(tmp_path / "s")
     with store.writer(FP, SETTINGS, dtype="fp32", shard_size_bytes=4000) as writer:
