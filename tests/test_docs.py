@@ -82,3 +82,18 @@ def test_site_builds_strict_with_no_warning(tmp_path):
     assert not (site / "drafts").exists()
     cli = (site / "cli" / "index.html").read_text()
     assert "hf-readonce encode" in cli and "--compute-dtype" in cli
+
+
+def test_changelog_is_a_product_changelog():
+    text = (REPO_ROOT / "CHANGELOG.md").read_text()
+    assert len(text.splitlines()) <= 150
+    assert re.search(r"^## \[0\.1\.0\] - ", text, re.M)
+    categories = set(re.findall(r"^### (.+)$", text, re.M))
+    assert categories <= {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}, categories
+
+
+@pytest.mark.parametrize("path", [REPO_ROOT / "CHANGELOG.md", *DOC_FILES], ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_no_issue_numbers_or_history(path):
+    text = path.read_text()
+    assert not re.search(r"\bissues? ?#?\d+", text, re.I), path.name
+    assert not re.search(r"previous release|earlier run|before this release", text, re.I), path.name
