@@ -64,3 +64,25 @@ def test_shipped_names(tmp_path, monkeypatch):
     folder = _copy_small(weights.REFERENCE_QA_DIR, tmp_path / "minilm-qa-reference")
     monkeypatch.setenv(weights.CHECKPOINTS_ENV, str(tmp_path))
     assert weights.shipped_checkpoint_path("reference-qa") == folder
+
+
+def test_hub_cache_is_used_offline_when_no_local_copy(tmp_path, monkeypatch):
+    """Outside a checkout (the wheel), a checkpoint downloaded once is found in the Hub cache by repo id and
+    revision, offline, and its checksums are still verified."""
+    from huggingface_hub import constants
+
+    checkpoint = weights.REFERENCE_DEFORMER
+    repo_folder = tmp_path / "hub" / f"models--{checkpoint.repo_id.replace('/', '--')}"
+    commit = "0" * 40
+    _copy_small(weights.REFERENCE_DEFORMER_DIR, repo_folder / "snapshots" / commit)
+    (repo_folder / "refs").mkdir()
+    (repo_folder / "refs" / checkpoint.revision).write_text(commit)
+    monkeypatch.setattr(weights, "SOURCE_CHECKPOINTS_DIR", tmp_path / "no-checkout")
+    monkeypatch.delenv(weights.CHECKPOINTS_ENV, raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    folder = weights.reference_deformer_path()
+    assert folder == repo_folder / "snapshots" / commit
+    (folder / "model.safetensors").write_bytes(b"damaged in the cache")
+    with pytest.raises(ValueError, match="model.safetensors"):
+        weights.reference_deformer_path()

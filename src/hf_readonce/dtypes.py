@@ -2,7 +2,7 @@
 
 Every path that loads a model to run it (`hf-readonce encode`, `answer`, `verify --recompute`, `hf-readonce demo`,
 the `question-answering` / `summarization` / `text2text-generation` pipelines that travel with saved checkpoints, the
-demo Space and [`AdapterBase.load_for_compute`](hf_readonce.representations.base)) computes in the dtype
+demo Space and `hf_readonce.representations.base.AdapterBase.load_for_compute`) computes in the dtype
 [`resolve_compute_dtype`] gives:
 
 - an explicit request (`"float32"`, `"bfloat16"`, `"float16"` or a `torch.dtype`) is kept;

@@ -1,0 +1,99 @@
+"""The documentation site builds with warnings as errors, its generated pages come from the sources they describe,
+and every example that the suite does not run says why."""
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+DOC_FILES = [REPO_ROOT / "README.md"] + sorted(p for p in (REPO_ROOT / "docs").rglob("*.md")
+                                               if "drafts" not in p.relative_to(REPO_ROOT / "docs").parts)
+SKIP = re.compile(r"<!-- skip: (\S+)(.*?)-->")
+
+
+def _hooks():
+    spec = importlib.util.spec_from_file_location("docs_hooks", REPO_ROOT / "utils" / "docs_hooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_sybil_runs_the_examples():
+    pytest.importorskip("sybil", reason="sybil (the dev extra) runs the examples of README.md and docs/")
+
+
+@pytest.mark.parametrize("path", DOC_FILES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_every_skipped_example_gives_its_reason(path):
+    text = path.read_text()
+    for action, reason in SKIP.findall(text):
+        assert action == "next", f"{path.name}: use `skip: next \"reason\"` (one block at a time), not {action}"
+        assert re.fullmatch(r'\s*"[^"]{10,}"\s*', reason), f"{path.name}: a skipped example needs a quoted reason"
+    # every fenced block is one Sybil runs (python, bash) or plain text
+    for language in re.findall(r"^```(\S*)$", text, re.M):
+        assert language in ("", "python", "bash", "text"), f"{path.name}: ```{language} blocks are not run"
+
+
+def test_cli_reference_lists_every_command_and_option():
+    from hf_readonce.cli import build_parser
+
+    page = _hooks().render_cli_reference()
+    parser = build_parser(family_options=True)
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    for name, command in sub.choices.items():
+        assert f"## `hf-readonce {name}`" in page
+        for action in command._actions:
+            for option in action.option_strings:
+                if option not in ("-h", "--help"):
+                    assert f"`{option}`" in page, (name, option)
+    assert "`--distill`" in page  # the demo's own parser
+
+
+def test_benchmark_tables_come_from_every_results_file():
+    hooks = _hooks()
+    page = hooks.render_benchmark_tables()
+    files = hooks.results_files()
+    assert len(files) >= 20
+    for path in files:
+        assert f"### `{path.relative_to(hooks.RESULTS_DIR).as_posix()}`" in page
+    # a figure in the table is the JSON's own value
+    kv = json.loads((hooks.RESULTS_DIR / "bench_kv_cache_smollm2_verify.json").read_text())
+    assert f"| `ttft_speedup` | {kv['ttft_speedup']:,.4f}".rstrip("0") in page
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("mkdocstrings") is None,
+                    reason="mkdocs and mkdocstrings (the docs and dev extras) build the site")
+def test_site_builds_strict_with_no_warning(tmp_path):
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1",
+               PYTHONPATH=os.pathsep.join(p for p in (str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH")) if p))
+    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                            cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-4000:]
+    assert not re.search(r"^WARNING", log, re.M), log[-4000:]
+    site = tmp_path / "site"
+    assert (site / "models" / "longdoc_bart" / "index.html").is_file()
+    assert (site / "results" / "bench_longdoc.png").is_file()
+    assert not (site / "drafts").exists()
+    cli = (site / "cli" / "index.html").read_text()
+    assert "hf-readonce encode" in cli and "--compute-dtype" in cli
+
+
+def test_changelog_is_a_product_changelog():
+    text = (REPO_ROOT / "CHANGELOG.md").read_text()
+    assert len(text.splitlines()) <= 150
+    assert re.search(r"^## \[0\.1\.0\] - ", text, re.M)
+    categories = set(re.findall(r"^### (.+)$", text, re.M))
+    assert categories <= {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}, categories
+
+
+@pytest.mark.parametrize("path", [REPO_ROOT / "CHANGELOG.md", *DOC_FILES], ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_no_issue_numbers_or_history(path):
+    text = path.read_text()
+    assert not re.search(r"\bissues? ?#?\d+", text, re.I), path.name
+    assert not re.search(r"previous release|earlier run|before this release", text, re.I), path.name
