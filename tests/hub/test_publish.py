@@ -248,6 +248,12 @@ def test_bad_input(checkpoint_dir, tmp_path, capsys):
     assert cli_main(["publish", str(checkpoint_dir), "--repo-id", "a/b", "--local-dir", str(tmp_path / "c"),
                      "--store", str(tmp_path / "nostore")]) == 2
     assert "no store at" in capsys.readouterr().err
+    # --dataset-type / --dataset-name describe a --metrics file: without one they are an error, not a traceback
+    assert cli_main(["publish", str(checkpoint_dir), "--repo-id", "a/b", "--local-dir", str(tmp_path / "d"),
+                     "--dataset-type", "quoref"]) == 2
+    err = capsys.readouterr().err
+    assert "['dataset_type'] describe the evaluation in a metrics file" in err and "Traceback" not in err
+    assert not (tmp_path / "d").exists()
 
 
 def test_cli_publish_local_dir(checkpoint_dir, tmp_path, capsys):

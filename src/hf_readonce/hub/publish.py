@@ -156,6 +156,10 @@ def _read_metrics_card(metrics, model, repo_id, representation_format, represent
             "representation_format": representation_format, "representations_repo": representations_repo}
     base.update(card or {})
     if metrics is None:
+        given = [name for name in ("dataset_type", "dataset_name", "prefix") if name in base]
+        if given:
+            raise ValueError(f"card fields {given} describe the evaluation in a metrics file: pass `metrics` "
+                             "(`--metrics FILE`) with them, or leave them out.")
         return build_model_card(**base)
     base.setdefault("dataset_type", "validation-set")
     dataset_type = base.pop("dataset_type")
