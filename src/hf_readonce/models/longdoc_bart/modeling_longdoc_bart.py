@@ -306,18 +306,62 @@ class LongDocConvolution(nn.Module):
         self.deconv.longdoc_init_scale = self.stride / self.kernel_size
 
     def compress(self, states: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        r"""`(batch, n, d_model)` -> `(batch, ceil(n / stride), d_model)`. Padding tokens (`mask` False, shape
-        `(batch, n)`) are zeroed first, so they never reach a compressed position."""
-        length = states.shape[1]
+        r"""`(batch, n, d_model)` -> `(batch, ceil(n / stride), d_model)`, contiguous: `self.conv` applied to the
+        sequence. Padding tokens (`mask` False, shape `(batch, n)`) are zeroed first, so they never reach a
+        compressed position.
+
+        Computed as a matrix product over the windows, in the `(batch, length, channels)` layout the attention uses:
+        `Tensor.unfold` gives the windows (a view; with `kernel_size == stride` their flattening is one too) and one
+        `linear` (`groups = 1`) or one batched product over the heads (`groups = heads`) applies `self.conv`'s
+        weight, so the output is contiguous and no channels-first transpose is copied. `Conv1d` itself returns
+        `(batch, d_model, m)`, whose transpose has a last-dimension stride of m; `scaled_dot_product_attention`
+        refuses every fused kernel for the heads' views of such a tensor ("All fused kernels require the last
+        dimension of the input to have stride 1") and runs its math path, which materializes the `(batch, heads, m,
+        m)` scores. Equal to `self.conv` up to float rounding (tested)."""
+        batch, length, channels = states.shape
+        kernel, stride, groups = self.kernel_size, self.stride, self.groups
         if mask is not None:
             states = states * mask[..., None].to(states.dtype)
-        count = math.ceil(length / self.stride)
-        states = nn.functional.pad(states, (0, 0, 0, (count - 1) * self.stride + self.kernel_size - length))
-        return self.conv(states.transpose(1, 2)).transpose(1, 2)
+        count = math.ceil(length / stride)
+        missing = (count - 1) * stride + kernel - length
+        if missing:
+            states = nn.functional.pad(states, (0, 0, 0, missing))
+        windows = states.unfold(1, kernel, stride).transpose(2, 3)  # (batch, m, kernel, channels), a view
+        weight = self.conv.weight  # (channels, channels / groups, kernel)
+        if groups == 1:
+            weight = weight.permute(0, 2, 1).reshape(channels, kernel * channels)  # tap-major, as the windows
+            return nn.functional.linear(windows.reshape(batch, count, kernel * channels), weight, self.conv.bias)
+        per_group = channels // groups
+        windows = windows.reshape(batch, count, kernel, groups, per_group)
+        weight = weight.view(groups, per_group, per_group, kernel)  # (group, out, in, tap)
+        output = torch.einsum("bmkgi,goik->bmgo", windows, weight).reshape(batch, count, channels)
+        return output + self.conv.bias
 
     def expand(self, states: torch.Tensor, length: int) -> torch.Tensor:
-        r"""`(batch, m, d_model)` -> `(batch, length, d_model)` with the transposed convolution."""
-        return self.deconv(states.transpose(1, 2))[:, :, :length].transpose(1, 2)
+        r"""`(batch, m, d_model)` -> `(batch, length, d_model)`, contiguous: `self.deconv` (the transposed
+        convolution) applied to the compressed sequence and cut to `length <= (m - 1) * stride + kernel_size`.
+
+        As [`~LongDocConvolution.compress`], a matrix product in the `(batch, length, channels)` layout: each
+        compressed position c gives its `kernel_size` output rows (tap j goes to token `c * stride + j`); with
+        `kernel_size == stride` the windows tile the sequence and the product is the output as it is, otherwise the
+        taps are added at their strided positions. Equal to `self.deconv` up to float rounding (tested)."""
+        batch, count, channels = states.shape
+        kernel, stride, groups = self.kernel_size, self.stride, self.groups
+        weight = self.deconv.weight  # (channels in, channels out / groups, kernel)
+        if groups == 1:
+            taps = states @ weight.permute(0, 2, 1).reshape(channels, kernel * channels)
+        else:
+            per_group = channels // groups
+            taps = torch.einsum("bmgi,giok->bmkgo", states.view(batch, count, groups, per_group),
+                                weight.view(groups, per_group, per_group, kernel))
+        taps = taps.reshape(batch, count, kernel, channels)  # tap j of position c: token c * stride + j
+        if kernel == stride:
+            output = taps.reshape(batch, count * kernel, channels)
+        else:
+            output = taps.new_zeros(batch, (count - 1) * stride + kernel, channels)
+            for tap in range(kernel):
+                output[:, tap:tap + (count - 1) * stride + 1:stride] += taps[:, :, tap]
+        return (output[:, :length] + self.deconv.bias).contiguous()
 
 
 class LongDocBartAttention(BartAttention):
@@ -436,9 +480,10 @@ class LongDocBartAttention(BartAttention):
         padding = _padding_from_mask(attention_mask)
         if padding is not None:
             padding = padding.to(hidden_states.device, torch.bool)
-        states = torch.cat([self.q_proj(hidden_states), self.k_proj(hidden_states), self.v_proj(hidden_states)])
-        tripled = None if padding is None else padding.repeat(3, 1)
-        query, key, value = self.conv.compress(states, tripled).chunk(3)
+        # One projection at a time, each compressed at once: only one `(batch, n, d_model)` projection is alive at a
+        # time (a concatenation of the three would hold six), so the layer's peak stays under the feed-forward's.
+        query, key, value = (self.conv.compress(projection(hidden_states), padding)
+                             for projection in (self.q_proj, self.k_proj, self.v_proj))
         compressed = query.shape[1]
         mask = compress_padding_mask(padding, self.conv.kernel_size, self.conv.stride)
         heads_shape = (batch, compressed, -1, self.head_dim)
