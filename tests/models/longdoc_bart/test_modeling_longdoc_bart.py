@@ -406,6 +406,69 @@ def test_neighborhood_builds_no_square_matrix(use_sdpa):
     assert Largest.numel <= math.ceil(n / block) * block * (block + 2 * radius) * 4 < n * n / 8
 
 
+@pytest.mark.parametrize("encoder_attention_type", ["full", "neighborhood", *CONV_TYPES])
+def test_every_type_runs_sdpa_fused_kernels(encoder_attention_type):
+    """Every attention type gives SDPA inputs a fused kernel takes: restricted by `sdpa_kernel` to the fused backends
+    (on CPU only FLASH_ATTENTION exists; EFFICIENT_ATTENTION is CUDA's), SDPA raises "No available kernel" instead of
+    running its math path, e.g. on the strided (last-dimension stride m) views convolutional attention used to pass.
+    The fused results equal the math path's; padded batch, unpadded input and a training backward included."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    model = longdoc(encoder_attention_type=encoder_attention_type, decoder_attention_type="neighborhood",
+                    neighborhood_radius=4, conv_kernel_size=3, conv_stride=2)
+    with torch.no_grad():  # random (not window-mean) convolutions
+        for name, parameter in model.named_parameters():
+            if ".conv." in name:
+                parameter.normal_(0, 0.3)
+    ids, mask = padded_batch(21)
+    decoder_ids = tokens(2, 7, seed=3)
+    def fused():
+        return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION])
+
+    with torch.no_grad():
+        with sdpa_kernel([SDPBackend.MATH]):
+            expected = model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
+            expected_alone = model.get_encoder()(input_ids=ids[:1]).last_hidden_state
+        with fused():
+            got = model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
+            got_alone = model.get_encoder()(input_ids=ids[:1]).last_hidden_state
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    torch.testing.assert_close(got_alone, expected_alone, atol=1e-5, rtol=0)
+    model.train()
+    with fused():
+        model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids, labels=decoder_ids).loss.backward()
+    assert all(p.grad is not None for name, p in model.named_parameters() if ".conv." in name)
+
+
+@pytest.mark.parametrize("encoder_attention_type", CONV_TYPES)
+def test_convolutional_types_build_no_square_matrix(encoder_attention_type):
+    """With SDPA's default kernel choice, no op of a convolutional layer creates a tensor of the size of the
+    compressed scores `(heads, m, m)`: the largest is O(n * d_model) (recorded with a TorchDispatchMode, as for
+    neighborhood attention). The math path, taken on strided inputs, creates `heads * m * m` values."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Largest(TorchDispatchMode):
+        numel = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in (out if isinstance(out, (tuple, list)) else [out]):
+                if isinstance(t, torch.Tensor):
+                    Largest.numel = max(Largest.numel, t.numel())
+            return out
+
+    n, stride = 2048, 2
+    model = longdoc(encoder_attention_type=encoder_attention_type, conv_kernel_size=2, conv_stride=stride,
+                    neighborhood_radius=16, max_position_embeddings=n, encoder_layers=1)
+    attention = model.get_encoder().layers[0].self_attn
+    hidden = torch.randn(1, n, TINY["d_model"])
+    with torch.no_grad(), Largest():
+        out, _ = attention(hidden, attention_mask=torch.ones(1, 1, 1, n, dtype=torch.bool))
+    assert out.shape == (1, n, TINY["d_model"])
+    m = n // stride
+    assert Largest.numel <= n * max(TINY["d_model"], 2 * 16 + 16) < TINY["encoder_attention_heads"] * m * m / 8
+
+
 # ------------------------------------------------------------------------------------------ representation fingerprint
 def test_representation_fingerprint_covers_the_encoder_only_and_follows_changes():
     model = longdoc(neighborhood_radius=3)

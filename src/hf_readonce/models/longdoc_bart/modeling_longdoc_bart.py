@@ -306,14 +306,22 @@ class LongDocConvolution(nn.Module):
         self.deconv.longdoc_init_scale = self.stride / self.kernel_size
 
     def compress(self, states: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        r"""`(batch, n, d_model)` -> `(batch, ceil(n / stride), d_model)`. Padding tokens (`mask` False, shape
-        `(batch, n)`) are zeroed first, so they never reach a compressed position."""
+        r"""`(batch, n, d_model)` -> `(batch, ceil(n / stride), d_model)`, contiguous. Padding tokens (`mask` False,
+        shape `(batch, n)`) are zeroed first, so they never reach a compressed position.
+
+        The result is made contiguous (one copy of `batch * m * d_model` values): `Conv1d` returns channels first,
+        `(batch, d_model, m)`, and its transpose has a last-dimension stride of m. The heads' views of such a tensor
+        keep that stride, and `scaled_dot_product_attention` then refuses every fused kernel ("All fused kernels
+        require the last dimension of the input to have stride 1") and runs its math path, which materializes the
+        `(batch, heads, m, m)` scores (tested under `sdpa_kernel` restricted to the fused backends)."""
         length = states.shape[1]
         if mask is not None:
             states = states * mask[..., None].to(states.dtype)
         count = math.ceil(length / self.stride)
-        states = nn.functional.pad(states, (0, 0, 0, (count - 1) * self.stride + self.kernel_size - length))
-        return self.conv(states.transpose(1, 2)).transpose(1, 2)
+        missing = (count - 1) * self.stride + self.kernel_size - length
+        if missing:
+            states = nn.functional.pad(states, (0, 0, 0, missing))
+        return self.conv(states.transpose(1, 2)).transpose(1, 2).contiguous()
 
     def expand(self, states: torch.Tensor, length: int) -> torch.Tensor:
         r"""`(batch, m, d_model)` -> `(batch, length, d_model)` with the transposed convolution."""
@@ -436,9 +444,10 @@ class LongDocBartAttention(BartAttention):
         padding = _padding_from_mask(attention_mask)
         if padding is not None:
             padding = padding.to(hidden_states.device, torch.bool)
-        states = torch.cat([self.q_proj(hidden_states), self.k_proj(hidden_states), self.v_proj(hidden_states)])
-        tripled = None if padding is None else padding.repeat(3, 1)
-        query, key, value = self.conv.compress(states, tripled).chunk(3)
+        # One projection at a time, each compressed at once: only one `(batch, n, d_model)` projection is alive at a
+        # time (a concatenation of the three would hold six), so the layer's peak stays under the feed-forward's.
+        query, key, value = (self.conv.compress(projection(hidden_states), padding)
+                             for projection in (self.q_proj, self.k_proj, self.v_proj))
         compressed = query.shape[1]
         mask = compress_padding_mask(padding, self.conv.kernel_size, self.conv.stride)
         heads_shape = (batch, compressed, -1, self.head_dim)
