@@ -37,7 +37,6 @@ tokens each; KV caches: SmolLM2-135M (fp32) on 2 passages of 250 tokens.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import math
 import os
@@ -325,8 +324,6 @@ def measure_family(name: str, args, folder: Path, results: harness.Results) -> d
                       harness.bound("flop", without_f / with_f, derivation), params=params)
     stored_bytes = sum(os.path.getsize(p) for p in (folder / name / "kept").rglob("*.safetensors"))
     results.extra.setdefault("store_bytes", {})[name] = stored_bytes
-    del model, adapter, store
-    gc.collect()
     return times
 
 

@@ -25,8 +25,11 @@ file has the same fields, checked by [`validate`] (and by `tests/benchmarks/test
      "extra": {...}}                                    # anything else the script reports (counts, sizes, notes)
 
 Timing: [`interleave`] runs the callables round robin (A B A B ...) in this process, `warmup` untimed rounds then
-`repeats` timed rounds (default 5), each call timed with `torch.utils.benchmark.Timer.timeit(number)` (with the
-process's torch thread count: `Timer` would otherwise pin 1 thread). A ratio is formed per round
+`repeats` timed rounds (default 5), each call timed by a `torch.utils.benchmark.Timer` (with the process's torch
+thread count: `Timer` would otherwise pin 1 thread) through its measurement step `Timer._timeit(number)`:
+`Timer.timeit` first runs the statement twice more as its own warm-up before every measurement, which would triple
+the cost of a 16k-token forward and warm a cold read just before it is timed; the harness's warm-up rounds take
+that role instead. A ratio is formed per round
 ([`paired_ratios`]): round i's baseline time over round i's method time, so slow phases of a shared machine hit
 both sides of a ratio alike; its median, min and max are those of the per-round ratios.
 
@@ -135,9 +138,16 @@ def _timer(fn: Callable[[], object]):
     return benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
 
 
+def _measure(timer, number: int) -> float:
+    """Seconds per call: one measurement of `number` calls, without `Timer.timeit`'s extra warm-up calls (see the
+    module docstring)."""
+    return timer._timeit(number) / number
+
+
 def time_once(fn: Callable[[], object], number: int = 1) -> float:
-    """Seconds per call of `fn`, one measurement of `number` calls through `torch.utils.benchmark.Timer`."""
-    return _timer(fn).timeit(number).median
+    """Seconds per call of `fn`, one measurement of `number` calls through `torch.utils.benchmark.Timer` (no
+    warm-up: call it once first where first-call costs must not count)."""
+    return _measure(_timer(fn), number)
 
 
 def interleave(fns: dict[str, Callable[[], object]], repeats: int = MIN_REPEATS, warmup: int = 1, number: int = 1,
@@ -169,7 +179,7 @@ def interleave(fns: dict[str, Callable[[], object]], repeats: int = MIN_REPEATS,
             if round_ < warmup:
                 fn()
             else:
-                times[name].append(timers[name].timeit(number).median)
+                times[name].append(_measure(timers[name], number))
     return times
 
 
