@@ -17,8 +17,8 @@ backward of the whole model with a `--target_length`-token summary (loss on the 
 Timing goes through the benchmark harness (`benchmarks/harness.py`): at each length every type's model is built in
 one process and the types run round robin (full, type 2, type 3, ..., full, type 2, ...), one untimed warm-up round
 then `--repeats` (5) timed rounds, each call timed by `torch.utils.benchmark`; a ratio to full attention is formed
-per round and reported as median [min-max] over the rounds. Memory: the peak resident set of each type's warm-up
-call (Linux VmHWM, reset through `/proc/self/clear_refs` just before the call) minus the resident set at that
+per round and reported as median [min-max] over the rounds. Memory: the peak resident set of each type's first
+call (the warm-up call; with `--warmup 0` the first timed one) (Linux VmHWM, reset through `/proc/self/clear_refs` just before the call) minus the resident set at that
 moment, one process per length with glibc's freed-block cache off (`MALLOC_MMAP_THRESHOLD_=131072
 MALLOC_TRIM_THRESHOLD_=0`, so RSS follows the memory actually held); with `--in_process` (smoke runs) everything
 runs in this process and memory is not reported. Lengths above `--max_positions` (16384, the longest position
@@ -153,8 +153,9 @@ def peak_mib() -> float:
 
 
 def measure_length(kinds: list[dict], length: int, args) -> dict:
-    """Every type at one length, in this process: each type's warm-up call measures its peak memory (unless
-    `--in_process`), then the types run round robin through `harness.interleave`.
+    """Every type at one length, in this process: the types run round robin through `harness.interleave`
+    (`--warmup` untimed rounds, then `--repeats` timed ones); each type's first call measures its peak memory
+    (unless `--in_process`).
 
     Returns:
         `{"length", "times": {mode: {name: [seconds per round]}}, "peaks": {mode: {name: MiB or None}}}`.
@@ -186,13 +187,19 @@ def measure_length(kinds: list[dict], length: int, args) -> dict:
                     model.zero_grad(set_to_none=True)
                     model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
             calls[name] = call
-        peaks = {}
-        for name, call in calls.items():  # warm-up round (untimed): first-call allocations, kernel selection
-            base = reset_peak()
-            call()
-            peaks[name] = None if args.in_process else peak_mib() - base
+        peaks, base = {}, {}
+
+        def before(name, base=base):  # the first call of each type (a warm-up call, or round 1 with --warmup 0)
+            if name not in peaks:
+                base[name] = reset_peak()
+
+        def after(name, round_, peaks=peaks, base=base):
+            if name not in peaks:
+                peaks[name] = None if args.in_process else peak_mib() - base[name]
+
+        out["times"][mode] = harness.interleave(calls, repeats=args.repeats, warmup=args.warmup, before=before,
+                                                after=after)
         out["peaks"][mode] = peaks
-        out["times"][mode] = harness.interleave(calls, repeats=args.repeats, warmup=0)
         for model in models.values():
             model.zero_grad(set_to_none=True)
     return out
@@ -243,7 +250,7 @@ def record(measured: list[dict], kinds: list[dict], args, argv: list[str]) -> ha
                 peak = entry["peaks"][mode].get(name)
                 if peak is not None:
                     results.add(f"{mode} peak {name} @{length}", [peak], "MiB", harness.bound(
-                        "none", derivation="peak RSS (VmHWM) of the warm-up call minus RSS before it; one value"),
+                        "none", derivation="peak RSS (VmHWM) of the type's first call minus RSS before it; one value"),
                         params=params)
                 if name != "full" and "full" in times:
                     b = bounds(kind, full, length, args)
@@ -352,6 +359,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=harness.MIN_REPEATS,
                    help="timed rounds after the warm-up round (median, min, max and every value are reported)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed rounds first; 0: the first timed round also "
+                   "carries first-call costs (negligible next to a 16k-token forward of tens of seconds)")
     p.add_argument("--max_positions", type=int, default=16384,
                    help="the longest input the benchmark builds a position table for; longer --lengths are refused")
     p.add_argument("--note", default="2 CPU cores shared with other jobs", help="hardware note for the results")
@@ -379,6 +388,8 @@ def main(argv=None) -> dict:
                                         "(--max_positions).")
     if args.repeats < 1:
         raise harness.fail("--repeats", f"must be >= 1, got {args.repeats}.")
+    if args.warmup < 0:
+        raise harness.fail("--warmup", f"must be >= 0, got {args.warmup}.")
     kinds = [parse_type(spec) for spec in args.types.split(",")]
     if args.one:  # a child process: every type at one length, one JSON line
         print(json.dumps(measure_length(kinds, int(args.one), args)))

@@ -151,7 +151,8 @@ def time_once(fn: Callable[[], object], number: int = 1) -> float:
 
 
 def interleave(fns: dict[str, Callable[[], object]], repeats: int = MIN_REPEATS, warmup: int = 1, number: int = 1,
-               before: Callable[[str], object] | None = None) -> dict[str, list[float]]:
+               before: Callable[[str], object] | None = None,
+               after: Callable[[str, int], object] | None = None) -> dict[str, list[float]]:
     """Time every callable of `fns` round robin (A B A B ...): `warmup` untimed rounds, then `repeats` timed ones.
 
     Args:
@@ -161,6 +162,8 @@ def interleave(fns: dict[str, Callable[[], object]], repeats: int = MIN_REPEATS,
         number: calls per timed measurement (the reported time is per call).
         before: called with the name before every call, timed or not, outside the timed region (e.g. to drop the
             page cache for a cold read).
+        after: called with the name and the round index (0-based, warm-up rounds first) after every call, outside
+            the timed region (e.g. to read a peak-memory counter that `before` reset).
 
     Returns:
         name -> `repeats` seconds per call, in round order.
@@ -180,6 +183,8 @@ def interleave(fns: dict[str, Callable[[], object]], repeats: int = MIN_REPEATS,
                 fn()
             else:
                 times[name].append(_measure(timers[name], number))
+            if after is not None:
+                after(name, round_)
     return times
 
 
