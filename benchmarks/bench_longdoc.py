@@ -197,8 +197,15 @@ def measure_length(kinds: list[dict], length: int, args) -> dict:
             if name not in peaks:
                 peaks[name] = None if args.in_process else peak_mib() - base[name]
 
-        out["times"][mode] = harness.interleave(calls, repeats=args.repeats, warmup=args.warmup, before=before,
-                                                after=after)
+        if args.memory_only:  # one call per type, untimed: its peak memory only
+            for name, call in calls.items():
+                before(name)
+                call()
+                after(name, 0)
+            out["times"][mode] = {}
+        else:
+            out["times"][mode] = harness.interleave(calls, repeats=args.repeats, warmup=args.warmup, before=before,
+                                                    after=after)
         out["peaks"][mode] = peaks
         for model in models.values():
             model.zero_grad(set_to_none=True)
@@ -246,13 +253,14 @@ def record(measured: list[dict], kinds: list[dict], args, argv: list[str]) -> ha
             for kind in kinds:
                 name = kind["name"]
                 params = {"type": name, "length": length, "mode": mode, "batch": args.batch}
-                results.add(f"{mode} {name} @{length}", times[name], "s", params=params)
+                if name in times:
+                    results.add(f"{mode} {name} @{length}", times[name], "s", params=params)
                 peak = entry["peaks"][mode].get(name)
                 if peak is not None:
                     results.add(f"{mode} peak {name} @{length}", [peak], "MiB", harness.bound(
                         "none", derivation="peak RSS (VmHWM) of the type's first call minus RSS before it; one value"),
                         params=params)
-                if name != "full" and "full" in times:
+                if name != "full" and "full" in times and name in times:
                     b = bounds(kind, full, length, args)
                     derivation = BOUND_DERIVATION
                     if mode == "forward" and b["forward_kernel_bound"] is not None:
@@ -264,7 +272,7 @@ def record(measured: list[dict], kinds: list[dict], args, argv: list[str]) -> ha
                                               if mode == "forward" else None})
     results.extra["tokens_per_second_median"] = {
         f"{mode} {k['name']} @{e['length']}": args.batch * e["length"] / statistics.median(e["times"][mode][k["name"]])
-        for e in measured for mode in e["times"] for k in kinds}
+        for e in measured for mode in e["times"] for k in kinds if k["name"] in e["times"][mode]}
     return results
 
 
@@ -275,6 +283,8 @@ def as_rows(measured: list[dict], kinds: list[dict], args) -> list[dict]:
         for kind in kinds:
             row = {"name": kind["name"], "length": entry["length"]}
             for mode, times in entry["times"].items():
+                if kind["name"] not in times:
+                    continue
                 row[f"{mode}_tokens_per_second"] = args.batch * entry["length"] / statistics.median(times[kind["name"]])
                 row[f"{mode}_peak_mib"] = entry["peaks"][mode].get(kind["name"])
             rows.append(row)
@@ -361,6 +371,8 @@ def parser() -> argparse.ArgumentParser:
                    help="timed rounds after the warm-up round (median, min, max and every value are reported)")
     p.add_argument("--warmup", type=int, default=1, help="untimed rounds first; 0: the first timed round also "
                    "carries first-call costs (negligible next to a 16k-token forward of tens of seconds)")
+    p.add_argument("--memory_only", action="store_true", help="one untimed call per type: peak memory only (for "
+                   "lengths whose timed rounds do not fit the time at hand)")
     p.add_argument("--max_positions", type=int, default=16384,
                    help="the longest input the benchmark builds a position table for; longer --lengths are refused")
     p.add_argument("--note", default="2 CPU cores shared with other jobs", help="hardware note for the results")
