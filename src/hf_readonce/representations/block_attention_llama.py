@@ -1,5 +1,5 @@
 """Representation adapter of block-attention Llama: each document's per-layer key/value cache, encoded alone at
-positions 0..n-1 (Block-Attention, Sun et al. 2024; TurboRAG, Lu et al. 2024), stored and read back as the model's
+positions 0..n-1 (Block-Attention, Ma, Wang & Lan, ICLR 2025; TurboRAG, Lu et al. 2024), stored and read back as the model's
 [`DocumentCacheOutput`] for `generate(document_caches=...)`."""
 
 from __future__ import annotations
@@ -224,7 +224,8 @@ register_family(
         "block_attention_llama": CardText(
             tag="block-attention",
             title="Block-Attention Llama",
-            paper="Sun et al., 2024, \"Block-Attention for Efficient Prefilling\"; Lu et al., 2024, \"TurboRAG\"",
+            paper="Ma, Wang & Lan, ICLR 2025, \"Block-Attention for Efficient Prefilling\" (arXiv 2409.15355); "
+                  "Lu et al., 2024, \"TurboRAG\"",
             paragraphs=(
                 "A Llama-family causal LM whose documents are read once, each alone into its own key/value cache. "
                 "Caches are stored, their keys re-rotated to their place in a prompt and composed in front of a "

@@ -70,7 +70,8 @@ def segments(n=5, length=12, seed=1):
 def test_config_defaults_and_validation():
     config = ReadTwiceBertConfig()
     assert (config.memory_type, config.span_length, config.num_second_read_layers) == ("sts", 32, 2)
-    assert (config.max_relative_segment_distance, config.memory_top_k, config.single_segment) == (10, 100, False)
+    # dense MemoryAttention by default: the paper uses top-k (k = 100) only for NarrativeQA fine-tuning (App. C.4)
+    assert (config.max_relative_segment_distance, config.memory_top_k, config.single_segment) == (10, None, False)
     assert (config.segment_length, config.segment_overlap, config.question_in_first_read) == (512, 128, True)
     assert ReadTwiceBertConfig(memory_top_k=None).memory_top_k is None
     bad = {
@@ -85,6 +86,22 @@ def test_config_defaults_and_validation():
         ReadTwiceBertConfig(num_second_read_layers=0)
     with pytest.raises(ValueError, match="span_length"):
         ReadTwiceBertConfig(span_length=2.0)
+
+
+def test_a_saved_memory_top_k_survives_the_dense_default_with_its_fingerprint(tmp_path):
+    """A model saved while the default was `memory_top_k=100` has the field in its config.json: it loads with 100
+    (not the dense default) and with the representation fingerprint it had, so stored representations keep their key
+    and meaning; a model made with the new default is another config, hence another key."""
+    sparse = tiny_qa(memory_top_k=100)
+    sparse.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["memory_top_k"] == 100
+    loaded = ReadTwiceBertForQuestionAnswering.from_pretrained(tmp_path).eval()
+    assert loaded.config.memory_top_k == 100
+    assert loaded.representation_fingerprint() == sparse.representation_fingerprint()
+    dense = tiny_qa()  # the same weights (seed), the default config
+    assert dense.config.memory_top_k is None
+    assert dense.representation_fingerprint() != sparse.representation_fingerprint()
 
 
 def test_auto_classes_registered():

@@ -184,6 +184,28 @@ def test_generate_past_n_positions_equals_stepwise_reference(family):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("num_beams", [1, 2])
+def test_left_padded_batch_generates_as_each_prompt_alone(family, num_beams):
+    """`generate()` on left-padded prompts of different lengths (window 16, overlap 4: the rows roll into new
+    windows at different steps, and the longest prompt is past the 32 positions) gives every row the tokens it gets
+    generated alone; beam search included (its cache reorders rows)."""
+    model = tiny(family)
+    prompts = [ids(1, 5, seed=2)[0], ids(1, 23, seed=3)[0], ids(1, 40, seed=4)[0]]
+    longest = max(len(p) for p in prompts)
+    batch = torch.zeros(len(prompts), longest, dtype=torch.long)
+    mask = torch.zeros_like(batch)
+    for row, prompt in enumerate(prompts):
+        batch[row, longest - len(prompt):] = prompt
+        mask[row, longest - len(prompt):] = 1
+    settings = dict(max_new_tokens=14, do_sample=False, num_beams=num_beams, pad_token_id=0, eos_token_id=None)
+    with torch.no_grad():
+        together = model.generate(batch, attention_mask=mask, **settings)
+        for row, prompt in enumerate(prompts):
+            alone = model.generate(prompt[None], **settings)
+            assert torch.equal(together[row, longest - len(prompt):], alone[0]), row
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_bf16_generation_path_recurrent_vector_equals_training_path(family):
     """Issue 11 (item 3): the cached/generation path sums eq. 1 token by token, the training path once per window;
     both accumulate in float32, so in bf16 they pool the same window representation (the input of the recurrence
@@ -393,8 +415,11 @@ def test_bad_inputs_are_clear_errors():
         model(ids(1, 10), position_ids=torch.arange(10)[None])
     padded = torch.ones(1, 10, dtype=torch.long)
     padded[0, :3] = 0
+    started = model(ids(1, 10), use_cache=True).past_key_values  # a stream begun without padding stays unpadded
     with pytest.raises(ValueError, match="[Pp]adding"):
-        model(ids(1, 10), attention_mask=padded, use_cache=True)
+        model(ids(1, 10), attention_mask=padded, past_key_values=started)
+    with pytest.raises(ValueError, match="attention_mask"):
+        model(ids(1, 10), attention_mask=torch.ones(1, 7, dtype=torch.long), use_cache=True)
 
 
 # ------------------------------------------------------------------------------------------------ hub

@@ -1,8 +1,8 @@
 # Copyright 2026 The hf-readonce developers.
 # Licensed under the Apache License, Version 2.0.
 """Block-attention Llama configuration: a Llama-family causal LM (Llama, SmolLM2, ...) whose documents are read once,
-each into its own key/value cache, and composed in front of a question (Sun et al. 2024, "Block-Attention for
-Efficient Prefilling"; Lu et al. 2024, "TurboRAG")."""
+each into its own key/value cache, and composed in front of a question (Ma, Wang & Lan, ICLR 2025, "Block-Attention
+for Efficient Prefilling", arXiv 2409.15355; Lu et al. 2024, "TurboRAG")."""
 
 from transformers import LlamaConfig
 

@@ -3,8 +3,8 @@
 """PyTorch block-attention Llama: a Llama-family causal LM (Llama, SmolLM2, ...) that reads each document once into
 its own key/value cache, and composes stored caches in front of a question.
 
-It follows Block-Attention (Sun et al. 2024, "Block-Attention for Efficient Prefilling", TemporaryLoRA/Block-Attention)
-and TurboRAG (Lu et al. 2024): every document is encoded alone at positions 0..n-1; to place it at offset p of a
+It follows Block-Attention (Ma, Wang & Lan, ICLR 2025, "Block-Attention for Efficient Prefilling", arXiv 2409.15355;
+code: TemporaryLoRA/Block-Attention) and TurboRAG (Lu et al. 2024): every document is encoded alone at positions 0..n-1; to place it at offset p of a
 prompt, its stored keys (post-RoPE) are rotated by the position delta p (re-encoding the positions, Block-Attention
 §2.3), the caches of several documents are concatenated, and the question is read with the composition as its prefix.
 Values carry no position and are kept as they are. Fine-tuning with the block mask (`forward(block_ids=...)`), under
@@ -325,7 +325,7 @@ def compose_document_caches(document_caches, config, *, offset: int = 0, model_f
 
 def block_attention_mask(block_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                          dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """The training mask of Block-Attention (Sun et al. 2024, §2.4) as a 4-D additive mask: a token of document block
+    """The training mask of Block-Attention (Ma, Wang & Lan 2025, §2.4) as a 4-D additive mask: a token of document block
     `b >= 0` attends causally to the tokens of block `b` only; a token of block `-1` (question, answer, instructions)
     attends causally to every token before it. Padding (`attention_mask == 0`) is never attended to; a padding query
     attends to itself only, so no row is empty.
@@ -394,7 +394,7 @@ ComposedDocumentCache = make_dataclass(
 
 class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
     r"""A Llama-family causal LM that reads each document once into a key/value cache and answers from composed
-    caches: Block-Attention (Sun et al. 2024) and TurboRAG (Lu et al. 2024) inside transformers' `generate()`.
+    caches: Block-Attention (Ma, Wang & Lan 2025) and TurboRAG (Lu et al. 2024) inside transformers' `generate()`.
 
     Same parameters and same outputs as `LlamaForCausalLM` (any Llama checkpoint loads, nothing is newly initialized).
     It adds:

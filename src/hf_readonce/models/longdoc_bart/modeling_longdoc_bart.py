@@ -306,26 +306,62 @@ class LongDocConvolution(nn.Module):
         self.deconv.longdoc_init_scale = self.stride / self.kernel_size
 
     def compress(self, states: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        r"""`(batch, n, d_model)` -> `(batch, ceil(n / stride), d_model)`, contiguous. Padding tokens (`mask` False,
-        shape `(batch, n)`) are zeroed first, so they never reach a compressed position.
+        r"""`(batch, n, d_model)` -> `(batch, ceil(n / stride), d_model)`, contiguous: `self.conv` applied to the
+        sequence. Padding tokens (`mask` False, shape `(batch, n)`) are zeroed first, so they never reach a
+        compressed position.
 
-        The result is made contiguous (one copy of `batch * m * d_model` values): `Conv1d` returns channels first,
-        `(batch, d_model, m)`, and its transpose has a last-dimension stride of m. The heads' views of such a tensor
-        keep that stride, and `scaled_dot_product_attention` then refuses every fused kernel ("All fused kernels
-        require the last dimension of the input to have stride 1") and runs its math path, which materializes the
-        `(batch, heads, m, m)` scores (tested under `sdpa_kernel` restricted to the fused backends)."""
-        length = states.shape[1]
+        Computed as a matrix product over the windows, in the `(batch, length, channels)` layout the attention uses:
+        `Tensor.unfold` gives the windows (a view; with `kernel_size == stride` their flattening is one too) and one
+        `linear` (`groups = 1`) or one batched product over the heads (`groups = heads`) applies `self.conv`'s
+        weight, so the output is contiguous and no channels-first transpose is copied. `Conv1d` itself returns
+        `(batch, d_model, m)`, whose transpose has a last-dimension stride of m; `scaled_dot_product_attention`
+        refuses every fused kernel for the heads' views of such a tensor ("All fused kernels require the last
+        dimension of the input to have stride 1") and runs its math path, which materializes the `(batch, heads, m,
+        m)` scores. Equal to `self.conv` up to float rounding (tested)."""
+        batch, length, channels = states.shape
+        kernel, stride, groups = self.kernel_size, self.stride, self.groups
         if mask is not None:
             states = states * mask[..., None].to(states.dtype)
-        count = math.ceil(length / self.stride)
-        missing = (count - 1) * self.stride + self.kernel_size - length
+        count = math.ceil(length / stride)
+        missing = (count - 1) * stride + kernel - length
         if missing:
             states = nn.functional.pad(states, (0, 0, 0, missing))
-        return self.conv(states.transpose(1, 2)).transpose(1, 2).contiguous()
+        windows = states.unfold(1, kernel, stride).transpose(2, 3)  # (batch, m, kernel, channels), a view
+        weight = self.conv.weight  # (channels, channels / groups, kernel)
+        if groups == 1:
+            weight = weight.permute(0, 2, 1).reshape(channels, kernel * channels)  # tap-major, as the windows
+            return nn.functional.linear(windows.reshape(batch, count, kernel * channels), weight, self.conv.bias)
+        per_group = channels // groups
+        windows = windows.reshape(batch, count, kernel, groups, per_group)
+        weight = weight.view(groups, per_group, per_group, kernel)  # (group, out, in, tap)
+        output = torch.einsum("bmkgi,goik->bmgo", windows, weight).reshape(batch, count, channels)
+        return output + self.conv.bias
 
     def expand(self, states: torch.Tensor, length: int) -> torch.Tensor:
-        r"""`(batch, m, d_model)` -> `(batch, length, d_model)` with the transposed convolution."""
-        return self.deconv(states.transpose(1, 2))[:, :, :length].transpose(1, 2)
+        r"""`(batch, m, d_model)` -> `(batch, length, d_model)`, contiguous: `self.deconv` (the transposed
+        convolution) applied to the compressed sequence and cut to `length <= (m - 1) * stride + kernel_size`.
+
+        As [`~LongDocConvolution.compress`], a matrix product in the `(batch, length, channels)` layout: each
+        compressed position c gives its `kernel_size` output rows (tap j goes to token `c * stride + j`); with
+        `kernel_size == stride` the windows tile the sequence and the product is the output as it is, otherwise the
+        taps are added at their strided positions. Equal to `self.deconv` up to float rounding (tested)."""
+        batch, count, channels = states.shape
+        kernel, stride, groups = self.kernel_size, self.stride, self.groups
+        weight = self.deconv.weight  # (channels in, channels out / groups, kernel)
+        if groups == 1:
+            taps = states @ weight.permute(0, 2, 1).reshape(channels, kernel * channels)
+        else:
+            per_group = channels // groups
+            taps = torch.einsum("bmgi,giok->bmkgo", states.view(batch, count, groups, per_group),
+                                weight.view(groups, per_group, per_group, kernel))
+        taps = taps.reshape(batch, count, kernel, channels)  # tap j of position c: token c * stride + j
+        if kernel == stride:
+            output = taps.reshape(batch, count * kernel, channels)
+        else:
+            output = taps.new_zeros(batch, (count - 1) * stride + kernel, channels)
+            for tap in range(kernel):
+                output[:, tap:tap + (count - 1) * stride + 1:stride] += taps[:, :, tap]
+        return (output[:, :length] + self.deconv.bias).contiguous()
 
 
 class LongDocBartAttention(BartAttention):

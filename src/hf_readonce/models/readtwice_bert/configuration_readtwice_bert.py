@@ -31,15 +31,21 @@ class ReadTwiceBertConfig(BertConfig):
         span_length (`int`, *optional*, defaults to 32):
             Tokens per STS span (§2.1: 32).
         num_second_read_layers (`int`, *optional*, defaults to 2):
-            Layers of BERT₂ (§2.1: 2). Must be in `[1, num_hidden_layers]`: when a BERT checkpoint without BERT₂
-            weights is loaded, BERT₂ layer `j` is initialised as a copy of BERT₁ layer
-            `num_hidden_layers - num_second_read_layers + j` (the paper pretrains BERT₂ instead).
+            Layers of BERT₂ (§2.1: 2). Must be in `[1, num_hidden_layers]`. The paper pre-trains BERT₂ with BERT₁,
+            end-to-end, with MLM on BERT₂'s output (§2.2), starting from RoBERTa-base (§4.1). This library ships no
+            such pre-trained checkpoint: when a BERT checkpoint without BERT₂ weights is loaded, BERT₂ layer `j`
+            starts as a copy of BERT₁ layer `num_hidden_layers - num_second_read_layers + j`, a warm start of this
+            library (not the paper's) that task fine-tuning or [`ReadTwiceBertForMaskedLM`] pre-training then trains.
         max_relative_segment_distance (`int`, *optional*, defaults to 10):
             B of eq. 3: the relative segment distance `i - m_s` is clipped to `[-B, B]` before indexing the learned
             scores ω (eq. 2); `2B + 1` scores.
-        memory_top_k (`int` or `None`, *optional*, defaults to 100):
-            Sparse MemoryAttention (App. C.4): each token attends only to the `memory_top_k` memories of its document
-            with the largest dot product with its state (plus the no-op memory M₀). `None` is dense attention.
+        memory_top_k (`int` or `None`, *optional*, defaults to `None`):
+            `None`: dense MemoryAttention, every token attends to all memories of its document (eq. 1-4), as the
+            paper's pre-training and its HotpotQA and TriviaQA fine-tuning. An int k: sparse MemoryAttention, each
+            token attends only to the k memories with the largest dot product with its state (plus the no-op memory
+            M₀); the paper uses it, with k = 100, only for NarrativeQA fine-tuning (App. C.4, "Fine-tuning"). A
+            table of at most k memories is attended densely. Saved configs carry the field explicitly, so a model
+            saved with the former default (100) loads with 100 and keeps its representation fingerprint.
         single_segment (`bool`, *optional*, defaults to `False`):
             The paper's SS ablation (§4.4): each segment sees only its own memories, so segments are read
             independently (no information crosses segments).
@@ -90,7 +96,7 @@ class ReadTwiceBertConfig(BertConfig):
         span_length: int = 32,
         num_second_read_layers: int = 2,
         max_relative_segment_distance: int = 10,
-        memory_top_k: int | None = 100,
+        memory_top_k: int | None = None,
         single_segment: bool = False,
         segment_length: int | None = None,
         segment_overlap: int | None = None,
@@ -151,9 +157,10 @@ class ReadTwiceBertConfig(BertConfig):
     @classmethod
     def get_config_dict(cls, pretrained_model_name_or_path, **kwargs):
         """As `PreTrainedConfig.get_config_dict`, but a plain BERT checkpoint's `model_type` ("bert") reads as
-        "readtwice_bert": ReadTwice starts from BERT weights (the paper initialises from a pretrained BERT, its second
-        read copying BERT's top layers), so transformers' "model of type bert to instantiate a model of type
-        readtwice_bert" warning does not apply. Any other model type is left as is (and still warned about)."""
+        "readtwice_bert": ReadTwice starts from BERT weights (the paper initialises from a pretrained BERT-style
+        checkpoint, RoBERTa, and pre-trains both readers, §4.1; this library copies BERT₁'s top layers into BERT₂ as
+        a warm start of its own, see `num_second_read_layers`), so transformers' "model of type bert to instantiate
+        a model of type readtwice_bert" warning does not apply. Any other model type is left as is (and still warned about)."""
         config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
         if config_dict.get("model_type") == "bert":
             config_dict = {**config_dict, "model_type": cls.model_type}

@@ -549,7 +549,8 @@ class ReadTwiceBertPreTrainedModel(BertPreTrainedModel):
     def from_pretrained(cls, *args, **kwargs):
         r"""`PreTrainedModel.from_pretrained`, plus: when the checkpoint has no BERT₂ weights (a plain BERT
         checkpoint), BERT₂ layer j is copied from BERT₁ layer `num_hidden_layers - num_second_read_layers + j`
-        (the paper pretrains BERT₂ instead; §2.1 motivates it as a short continuation of BERT₁). ExtractMemories,
+        (this library's warm start: the paper pre-trains BERT₂ with BERT₁ instead, §2.2 and §4.1; §2.1 motivates a
+        small BERT₂ that "only needs to incorporate information from the memory"). ExtractMemories,
         MemoryAttention and task heads keep their fresh initialisation."""
         want_info = kwargs.pop("output_loading_info", False)
         model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)

@@ -21,6 +21,7 @@ What lives here (no family specifics):
 This file travels with saved checkpoints (`trust_remote_code=True`): it imports only torch and transformers.
 """
 
+import copy
 from dataclasses import dataclass, fields
 
 import torch
@@ -261,8 +262,18 @@ class RecurrentCache(DynamicCache):
         layer_sums (`torch.FloatTensor` of shape `(batch_size, N, hidden_size)` or `None`): per-layer sums of the
             current window's hidden states (eq. 1 numerator).
         token_counts (`torch.Tensor` of shape `(batch_size,)` or `None`): positions summed in `layer_sums`.
-        tokens_seen (`int`): tokens of the stream consumed so far (all windows).
+        tokens_seen (`int`): tokens of the stream consumed so far (all windows); for a padded batch, columns of
+            `input_ids` (padding included).
         num_windows (`int`): windows started so far.
+        rows (`list[RecurrentCache]` or `None`): for a padded batch, one cache per row, each holding that row's own
+            stream (its real tokens only); `None` for an unpadded batch, whose rows share this cache's windows.
+
+    Padded batches (e.g. left-padded prompts in `generate()`): a row's windows are cut after its own W real tokens,
+    so rows whose prompts differ in length roll into a new window at different steps, and one KV cache whose windows
+    are cut at the same column for every row cannot hold them. The first call that meets padding therefore gives
+    every row its own cache (`rows`) and runs the rows one at a time on their real tokens: positions, windows and
+    the recurrent vector of each row are then exactly those of the row generated alone (tested), at the cost of
+    running the rows one after another. Unpadded batches keep the batched path.
     """
 
     def __init__(self, config=None, recurrent_state: torch.Tensor | None = None, memory: torch.Tensor | None = None):
@@ -273,6 +284,7 @@ class RecurrentCache(DynamicCache):
         self.token_counts = None
         self.tokens_seen = 0
         self.num_windows = 1
+        self.rows = None
 
     @property
     def memory(self) -> torch.Tensor | None:
@@ -329,6 +341,7 @@ class RecurrentCache(DynamicCache):
         self.recurrent_state = self.window_ids = self.layer_sums = self.token_counts = None
         self.tokens_seen = 0
         self.num_windows = 1
+        self.rows = None
 
     def _map_state(self, fn) -> None:
         for name in ("recurrent_state", "window_ids", "layer_sums", "token_counts"):
@@ -336,15 +349,30 @@ class RecurrentCache(DynamicCache):
             if value is not None:
                 setattr(self, name, fn(value))
 
+    def _select_rows(self, indices) -> None:
+        """Per-row caches `indices` (a row picked twice, as beam search does, gets its own copy: caches are updated
+        in place)."""
+        picked, rows = set(), []
+        for index in (int(i) for i in indices):
+            rows.append(copy.deepcopy(self.rows[index]) if index in picked else self.rows[index])
+            picked.add(index)
+        self.rows = rows
+
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        if self.rows is not None:
+            return self._select_rows(beam_idx.tolist())
         super().reorder_cache(beam_idx)
         self._map_state(lambda t: t.index_select(0, beam_idx.to(t.device)))
 
     def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.rows is not None:
+            return self._select_rows(i for i in range(len(self.rows)) for _ in range(repeats))
         super().batch_repeat_interleave(repeats)
         self._map_state(lambda t: t.repeat_interleave(repeats, dim=0))
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.rows is not None:
+            return self._select_rows(torch.arange(len(self.rows))[indices.cpu()].tolist())
         super().batch_select_indices(indices)
         self._map_state(lambda t: t[indices])
 
@@ -536,8 +564,11 @@ class RecurrentCausalLMMixin:
             input_ids (`torch.LongTensor` of shape `(batch_size, T)`): token ids, any `T >= 1` (may exceed the
                 position table). With `past_key_values`, only the tokens not consumed yet.
             attention_mask (`torch.Tensor` of shape `(batch_size, T)`, *optional*): 1 for tokens, 0 for padding.
-                Padding is supported without cache (keys masked, padded positions left out of the eq. 1 mean); on
-                the cached path it must be all ones.
+                Padding is supported without cache (keys masked, padded positions left out of the eq. 1 mean). On
+                the cached path (`generate()`), a padded batch (left-padded prompts, as `generate()` takes them) runs
+                each row on its own real tokens with a cache of its own (see [`RecurrentCache`]): each row gets the
+                positions, windows and tokens it gets alone. There the mask may also cover the cached columns,
+                `(batch_size, tokens_seen + T)`, as `generate()` passes it.
             labels (`torch.LongTensor` of shape `(batch_size, T)`, *optional*): as in `GPT2LMHeadModel` /
                 `LlamaForCausalLM` (shifted inside: position t predicts `labels[:, t + 1]`; `-100` ignored). Each
                 target is counted once across windows: overlap tokens are context only (§4.2).
@@ -568,8 +599,8 @@ class RecurrentCausalLMMixin:
         Raises:
             ValueError: for missing/empty/non-2-D `input_ids`, `labels` or `attention_mask` of the wrong shape,
                 `inputs_embeds`, `position_ids`, `token_type_ids`, `output_attentions`/`output_hidden_states`, a
-                `recurrent_state` of the wrong shape, a foreign non-empty cache, padding on the cached path, or
-                both `past_key_values` and `cache`.
+                `recurrent_state` of the wrong shape, a foreign non-empty cache, padding on the cached path of a
+                stream begun without padding, or both `past_key_values` and `cache`.
             TypeError: if `input_ids` is not an integer tensor or `logits_to_keep` not an int/tensor.
         """
         past_key_values = either_cache(past_key_values, cache)
@@ -765,16 +796,27 @@ class RecurrentCausalLMMixin:
                     f"a non-empty {type(cache).__name__}."
                 )
             cache = RecurrentCache(config=config)
-        if recurrent_state is not None:
-            if cache.tokens_seen > 0:
-                raise ValueError("`recurrent_state` can only start a stream: the cache already holds one.")
-            cache.recurrent_state = recurrent_state
-        if attention_mask is not None and not bool(attention_mask.bool().all()):
-            raise ValueError(
-                "Padding (`attention_mask` with zeros) is not supported on the cached/generation path: windows are "
-                "cut at the same token index in every row. Generate one prompt at a time or use equal-length prompts."
-            )
+        if recurrent_state is not None and cache.tokens_seen > 0:
+            raise ValueError("`recurrent_state` can only start a stream: the cache already holds one.")
         length = input_ids.shape[1]
+        if attention_mask is not None:
+            if attention_mask.shape[1] not in (length, cache.tokens_seen + length):
+                raise ValueError(
+                    f"`attention_mask` has {attention_mask.shape[1]} columns: expected the {length} new tokens or the "
+                    f"{cache.tokens_seen} cached and {length} new ones."
+                )
+            attention_mask = attention_mask[:, -length:]
+            if cache.rows is None and not bool(attention_mask.bool().all()):
+                if cache.tokens_seen > 0:
+                    raise ValueError(
+                        "Padding (`attention_mask` with zeros) in a stream that began without it: pass the padded "
+                        "batch from its start (rows of a padded batch get caches of their own, see RecurrentCache)."
+                    )
+                cache.rows = [RecurrentCache(config=config) for _ in range(input_ids.shape[0])]
+        if cache.rows is not None:
+            return self._cached_rows(input_ids, attention_mask, targets, keep, cache, recurrent_state)
+        if recurrent_state is not None:
+            cache.recurrent_state = recurrent_state
         loss_sum = torch.zeros((), dtype=torch.float32, device=input_ids.device)
         pieces = []
         position = 0
@@ -806,6 +848,47 @@ class RecurrentCausalLMMixin:
         logits = torch.cat(pieces, dim=1) if pieces else None
         return loss_sum, logits, cache, state, cache.num_windows - start_windows + 1
 
+    def _cached_rows(self, input_ids, attention_mask, targets, keep, cache, recurrent_state):
+        """[`_cached_stream`] of a padded batch: each row on its own real tokens (`attention_mask` of the new tokens,
+        `(batch, T)`, or `None`: all real), with its own cache in `cache.rows`. Kept logits at padded columns are
+        zeros; the loss sums every row's targets at its real columns."""
+        batch_size, length = input_ids.shape
+        if len(cache.rows) != batch_size:
+            raise ValueError(f"The cache holds {len(cache.rows)} rows, `input_ids` has {batch_size}.")
+        real = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+        kept_columns = keep.nonzero().flatten()
+        logits = None
+        loss_sum = torch.zeros((), dtype=torch.float32, device=input_ids.device)
+        states, windows = [], []
+        for row, row_cache in enumerate(cache.rows):
+            columns = real[row].nonzero().flatten()
+            row_state = None if recurrent_state is None else recurrent_state[row : row + 1]
+            if columns.numel() == 0:  # nothing new for this row (all padding)
+                states.append(row_state if row_cache.layer_sums is None else
+                              self.recurrence(row_cache.layer_sums, row_cache.token_counts))
+                windows.append(row_cache.num_windows)
+                continue
+            row_targets = None if targets is None else targets[row : row + 1, columns]
+            step_loss, row_logits, _, state, _ = self._cached_stream(
+                input_ids[row : row + 1, columns], None, row_targets, keep[columns], row_cache, row_state)
+            loss_sum = loss_sum + step_loss
+            states.append(state)
+            windows.append(row_cache.num_windows)
+            if row_logits is not None:
+                if logits is None:
+                    logits = row_logits.new_zeros(batch_size, kept_columns.numel(), row_logits.shape[-1])
+                # the kept columns of this row that are real, as positions among all kept columns
+                slots = torch.isin(kept_columns, columns).nonzero().flatten()
+                logits[row, slots] = row_logits[0]
+        cache.tokens_seen += length
+        if any(state is None for state in states):
+            state = None if all(state is None for state in states) else torch.cat([
+                torch.zeros(1, self.config.hidden_size, device=input_ids.device) if state is None else state.float()
+                for state in states])
+        else:
+            state = torch.cat(states)
+        return loss_sum, logits, cache, state, max(windows)
+
     # ------------------------------------------------------------------ generation
     def prepare_inputs_for_generation(
         self,
@@ -819,27 +902,27 @@ class RecurrentCausalLMMixin:
         **kwargs,
     ):
         r"""Inputs of one `generate()` step: only the tokens the [`RecurrentCache`] has not consumed yet (the whole
-        prompt at the first step, whatever its length), the cache, and `use_cache` / `logits_to_keep` /
-        `recurrent_state` (the latter only at the start of a stream). `generate()` passes the cache as
-        `past_key_values`, or as `cache` from transformers 5.24 on; it goes on under the same name.
+        prompt at the first step, whatever its length), the cache, the attention mask when it holds padding
+        (left-padded prompts: each row then runs on its own tokens, with the positions, windows and tokens it gets
+        alone; see [`RecurrentCache`]), and `use_cache` / `logits_to_keep` / `recurrent_state` (the latter only at
+        the start of a stream). `generate()` passes the cache as `past_key_values`, or as `cache` from transformers
+        5.24 on; it goes on under the same name.
 
         Raises:
-            ValueError: for `inputs_embeds` or a padded `attention_mask` (see [`RecurrentCache`]).
+            ValueError: for `inputs_embeds`.
         """
         past_key_values = either_cache(past_key_values, cache)
         if inputs_embeds is not None:
             raise ValueError("`inputs_embeds` is not supported by the recurrent models: pass `input_ids`.")
-        if attention_mask is not None and not bool(attention_mask.bool().all()):
-            raise ValueError(
-                "Batched generation with padding is not supported by the recurrent models (windows are cut at the "
-                "same token index in every row): generate one prompt at a time or use equal-length prompts."
-            )
         seen = past_key_values.tokens_seen if isinstance(past_key_values, RecurrentCache) else 0
         if seen:
             input_ids = input_ids[:, seen:]
         elif next_sequence_length is not None:
             input_ids = input_ids[:, -next_sequence_length:]
         model_inputs = {"input_ids": input_ids.clone(memory_format=torch.contiguous_format)}
+        rows = isinstance(past_key_values, RecurrentCache) and past_key_values.rows is not None
+        if attention_mask is not None and (rows or not bool(attention_mask.bool().all())):
+            model_inputs["attention_mask"] = attention_mask
         if past_key_values is not None:
             model_inputs[CACHE_NAME] = past_key_values
         for key in ("use_cache", "logits_to_keep"):
