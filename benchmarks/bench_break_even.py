@@ -23,11 +23,12 @@ ReadOnce's and LongDoc's `generate` of `--answer_tokens` tokens (greedy, exactly
 bound, E_flops / (F_flops - W_flops) counting the model's forward FLOPs only (2 x parameters touched per token for
 the dense layers plus the attention pairs), derived per family in `flop_counts`.
 
-Sizes (modest, so the whole script runs in minutes on 2 shared CPU cores): DeFormer MiniLM-L6 (k = 4, real
-weights) on a Disfl-QA passage cut to 256 tokens; ReadOnce and LongDoc at d_model 256, 3 + 3 layers, 4 heads, ffn
+Sizes (modest, so the whole script runs in minutes on 2 CPU cores): DeFormer MiniLM-L6 (the checkpoint's k = 3,
+real weights) on the first Disfl-QA validation passage (198 tokens, windows of <= 256); ReadOnce and LongDoc at d_model 256, 3 + 3 layers, 4 heads, ffn
 1,024 (random weights, MiniLM tokenizer), ReadOnce on a 512-token document (k = 8), LongDoc on a 1,024-token
 document (neighborhood r = 64); ReadTwice at hidden 256, 4 layers (random weights) on a 4-segment document of 128
-tokens each; KV caches: SmolLM2-135M (fp32) on 2 passages of 250 tokens.
+tokens each; KV caches: SmolLM2-135M (fp32) on the first 2 distinct Disfl-QA passages cut to 250 tokens (208 and 118
+tokens).
 
     python benchmarks/bench_break_even.py --json benchmarks/results/bench_break_even.json \\
         --plot benchmarks/results/bench_break_even.png
