@@ -189,7 +189,7 @@ def measure_length(kinds: list[dict], length: int, args) -> dict:
             calls[name] = call
         peaks, base = {}, {}
 
-        def before(name, base=base):  # the first call of each type (a warm-up call, or round 1 with --warmup 0)
+        def before(name, base=base, peaks=peaks):  # the first call of each type (a warm-up call, or round 1 with --warmup 0)
             if name not in peaks:
                 base[name] = reset_peak()
 
