@@ -11,7 +11,8 @@ passages, with the shipped reference DeFormer,
   `answer_from_store(model, tokenizer, store, rows)`, both reading the same filled store.
 
 The CLI runs as the console script does (a new Python process per command). The CLI and API runs are interleaved
-(API, CLI, API, CLI, ...) in one run and the medians taken; each CLI run writes a new store / predictions file in a
+(API, CLI, API, CLI, ...) in one run through `benchmarks/harness.py` (`--rounds`, 5) and the medians taken, ratios
+per round; each CLI run writes a new store / predictions file in a
 temporary folder. Both paths must give the same answers (checked; a difference is reported, not hidden).
 
 Reported: the throughput ratio (API wall seconds / CLI wall seconds, >= 0.8 is the goal); the same ratio in CPU
@@ -20,7 +21,7 @@ seconds (user + system of all threads; on a machine shared with other jobs it mo
 importing torch and transformers, loading the model, scoring). The start-up is a fixed cost, so the throughput ratio
 grows with the number of questions (`--questions 1786`: the whole Disfl-QA validation set).
 
-    python benchmarks/bench_cli_vs_api.py                       # 3 rounds, about 4 minutes on 2 CPU cores
+    python benchmarks/bench_cli_vs_api.py                       # 5 rounds, about 7 minutes on 2 CPU cores
     python benchmarks/bench_cli_vs_api.py --rounds 5 --output benchmarks/results/cli_vs_api.json
 
 `--model` is what the CLI is given (default `reference-deformer`, the name `hf-readonce checkpoints` lists); pass a
@@ -30,16 +31,17 @@ folder to time an older CLI that knows no names. The API always loads the resolv
 import argparse
 import json
 import os
-import platform
 import re
 import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("HF_READONCE_DATA", REPO.parent / "shared" / "data"))
@@ -66,30 +68,19 @@ def _cli(args: list[str], env: dict) -> tuple[float, float, float, str]:
 CONSOLE_SCRIPT = "import sys; sys.argv[0] = 'hf-readonce'; from hf_readonce.cli import main; sys.exit(main())"
 
 
-def _timed(function, *args, **kwargs):
-    """(wall seconds, CPU seconds of this process, result) of `function(*args, **kwargs)`."""
-    start, cpu = time.perf_counter(), time.process_time()
-    result = function(*args, **kwargs)
-    return time.perf_counter() - start, time.process_time() - cpu, result
-
-
-def _summary(values: list[float]) -> dict:
-    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3), "max": round(max(values), 3),
-            "runs": [round(v, 3) for v in values]}
-
-
-def _ratio(api: list[float], cli: list[float]) -> float:
-    return round(statistics.median(api) / statistics.median(cli), 3)
-
-
 def main(argv=None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="reference-deformer", help="what the CLI is given (name or folder)")
     parser.add_argument("--questions", type=int, default=300, help="first N Disfl-QA validation questions")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved API/CLI rounds (medians reported)")
+    parser.add_argument("--rounds", type=int, default=harness.MIN_REPEATS,
+                        help="interleaved API/CLI rounds (medians with ranges reported)")
+    parser.add_argument("--note", default="2 CPU cores shared with other jobs", help="hardware note for the results")
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--output", default=None, help="results JSON (default: print only)")
     args = parser.parse_args(argv)
+    if args.questions < 1 or args.rounds < 1 or args.batch_size < 1:
+        raise harness.fail("--questions", "--questions, --rounds and --batch_size must be >= 1.")
 
     import torch
     from transformers import AutoTokenizer
@@ -127,73 +118,78 @@ def main(argv=None) -> dict:
                          null_score_diff_threshold=config.null_score_diff_threshold or 0.0)
 
     names = ("api_encode", "cli_encode", "api_answer", "cli_answer")
-    times = {name: [] for name in names}
     cpu = {name: [] for name in names}
     reported = {"cli_encode": [], "cli_answer": []}
-    api_predictions, cli_predictions, cli_output = None, None, ""
-    for round_index in range(args.rounds):
-        # encode: API then CLI, each into a new store
-        api_store = RepresentationStore(work / f"api-store-{round_index}")
-        adapter = DeformerBertAdapter(model, tokenizer, batch_size=args.batch_size, **window)
-        seconds, cpu_seconds, _ = _timed(fill_store, adapter, api_store,
-                                         [(f"p{i}", t) for i, t in enumerate(passages)], dtype="float16")
-        times["api_encode"].append(seconds)
-        cpu["api_encode"].append(cpu_seconds)
-        cli_store = work / f"cli-store-{round_index}"
-        seconds, cpu_seconds, own, _ = _cli(["encode", args.model, "--documents", str(documents_file), "--store",
-                                             str(cli_store), "--no-progress", "--batch-size", str(args.batch_size)],
-                                            env)
-        times["cli_encode"].append(seconds)
+    state = {"round": -1, "api_predictions": None, "cli_predictions": None, "cli_output": ""}
+    adapter = DeformerBertAdapter(model, tokenizer, batch_size=args.batch_size, **window)
+
+    def api_encode():  # a new store each round (the round begins here)
+        state["round"] += 1
+        if state.get("api_store") is not None:
+            shutil.rmtree(state["api_store"].path, ignore_errors=True)
+        state["api_store"] = RepresentationStore(work / f"api-store-{state['round']}")
+        begin = time.process_time()
+        fill_store(adapter, state["api_store"], [(f"p{i}", t) for i, t in enumerate(passages)], dtype="float16")
+        cpu["api_encode"].append(time.process_time() - begin)
+
+    def cli_encode():
+        _, cpu_seconds, own, _ = _cli(["encode", args.model, "--documents", str(documents_file), "--store",
+                                       str(work / f"cli-store-{state['round']}"), "--no-progress", "--batch-size",
+                                       str(args.batch_size)], env)
         cpu["cli_encode"].append(cpu_seconds)
         reported["cli_encode"].append(own)
-        # answer: API from its store, CLI from its store
-        seconds, cpu_seconds, api_predictions = _timed(answer_from_store, model, tokenizer, api_store, rows,
-                                                       **answer_kwargs)
-        times["api_answer"].append(seconds)
-        cpu["api_answer"].append(cpu_seconds)
-        predictions_file = work / f"preds-{round_index}.jsonl"
-        seconds, cpu_seconds, own, cli_output = _cli(
-            ["answer", args.model, "--store", str(cli_store), "--questions", str(questions_file), "--output",
-             str(predictions_file), "--no-progress", "--batch-size", str(args.batch_size)], env)
-        times["cli_answer"].append(seconds)
+
+    def api_answer():
+        begin = time.process_time()
+        state["api_predictions"] = answer_from_store(model, tokenizer, state["api_store"], rows, **answer_kwargs)
+        cpu["api_answer"].append(time.process_time() - begin)
+
+    def cli_answer():
+        predictions_file = work / f"preds-{state['round']}.jsonl"
+        _, cpu_seconds, own, state["cli_output"] = _cli(
+            ["answer", args.model, "--store", str(work / f"cli-store-{state['round']}"), "--questions",
+             str(questions_file), "--output", str(predictions_file), "--no-progress", "--batch-size",
+             str(args.batch_size)], env)
         cpu["cli_answer"].append(cpu_seconds)
         reported["cli_answer"].append(own)
-        cli_predictions = {json.loads(line)["id"]: json.loads(line)["prediction_text"]
-                           for line in open(predictions_file, encoding="utf-8")}
-        print(f"round {round_index + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items()), flush=True)
-        shutil.rmtree(api_store.path)
+        state["cli_predictions"] = {json.loads(line)["id"]: json.loads(line)["prediction_text"]
+                                    for line in open(predictions_file, encoding="utf-8")}
+
+    # API, CLI, API, CLI ...: wall seconds through the harness (torch.utils.benchmark); CPU and CLI-reported
+    # seconds recorded by the calls themselves; no warm-up round (every CLI run starts a new process anyway)
+    times = harness.interleave({"api_encode": api_encode, "cli_encode": cli_encode, "api_answer": api_answer,
+                                "cli_answer": cli_answer}, repeats=args.rounds, warmup=0)
+    api_predictions, cli_predictions, cli_output = (state["api_predictions"], state["cli_predictions"],
+                                                    state["cli_output"])
     differing = sorted(i for i in api_predictions if api_predictions[i] != cli_predictions.get(i))
-    result = {
-        "command": "python benchmarks/bench_cli_vs_api.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "cli_model_argument": args.model, "checkpoint": str(folder),
-        "questions": len(rows), "passages": len(passages), "batch_size": args.batch_size,
-        "api_dtype": "float32", "api_model_load_seconds": round(api_load_seconds, 3),
-        "seconds": {name: _summary(values) for name, values in times.items()},
-        "cpu_seconds": {name: _summary(values) for name, values in cpu.items()},
-        "cli_reported_work_seconds": {name: _summary(values) for name, values in reported.items()},
-        "throughput_ratio_encode": _ratio(times["api_encode"], times["cli_encode"]),
-        "throughput_ratio_answer": _ratio(times["api_answer"], times["cli_answer"]),
-        "throughput_ratio_encode_per_round": [round(a / c, 3) for a, c in zip(times["api_encode"], times["cli_encode"])],
-        "throughput_ratio_answer_per_round": [round(a / c, 3) for a, c in zip(times["api_answer"], times["cli_answer"])],
-        "cpu_time_ratio_encode": _ratio(cpu["api_encode"], cpu["cli_encode"]),
-        "cpu_time_ratio_answer": _ratio(cpu["api_answer"], cpu["cli_answer"]),
-        "work_ratio_encode": _ratio(times["api_encode"], reported["cli_encode"]),
-        "work_ratio_answer": _ratio(times["api_answer"], reported["cli_answer"]),
-        "goal": ">= 0.8 for both (CLI start-up, model loading and checksum included; API model already loaded)",
-        "definitions": "throughput ratio = median API wall s / median CLI wall s (whole process); cpu_time ratio = "
-                       "the same with CPU seconds (user + system, all threads: less sensitive to other jobs on the "
-                       "machine); work ratio = API wall s / the seconds the CLI reports for its encoding/answering "
-                       "(start-up excluded)",
+    results = harness.Results("bench_cli_vs_api", argv, settings=vars(args), note=args.note)
+    params = {"questions": len(rows), "passages": len(passages), "batch_size": args.batch_size,
+              "cli_model_argument": args.model}
+    for name in names:
+        results.add(f"{name} wall", times[name], params=params)
+        results.add(f"{name} cpu", cpu[name], params=params)
+    for name in ("cli_encode", "cli_answer"):
+        results.add(f"{name} reported work", reported[name], params=params)
+    goal = harness.bound("none", derivation="no FLOP bound: both sides run the same model on the same inputs; the "
+                         "CLI adds process start-up, model loading and the checkpoint's checksum (ideal ratio 1.0, "
+                         "goal >= 0.8)")
+    for task in ("encode", "answer"):
+        results.add_ratio(f"throughput ratio {task} (API wall / CLI wall)", times[f"api_{task}"], times[f"cli_{task}"],
+                          goal, params=params)
+        results.add_ratio(f"cpu time ratio {task}", cpu[f"api_{task}"], cpu[f"cli_{task}"], goal, params=params)
+        results.add_ratio(f"work ratio {task} (API wall / CLI-reported seconds)", times[f"api_{task}"],
+                          reported[f"cli_{task}"], goal, params=params)
+    results.extra.update({
+        "checkpoint": str(folder), "api_dtype": "float32", "api_model_load_seconds": api_load_seconds,
         "answers_differing": len(differing), "answers_differing_ids": differing[:20],
         "cli_answer_output_last_run": cli_output.strip().splitlines()[-4:],
-        "torch": torch.__version__, "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
-        "machine": platform.processor() or platform.machine(),
-        "note": "2-core machine shared with other jobs; rounds interleaved API/CLI, medians with min-max",
-    }
-    print(json.dumps(result, indent=2))
-    if args.output:
-        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
+        "definitions": "throughput ratio = API wall s / CLI wall s (whole process), per round; cpu time ratio = the "
+                       "same with CPU seconds (user + system, all threads: less sensitive to other jobs on the "
+                       "machine); work ratio = API wall s / the seconds the CLI reports for its encoding/answering "
+                       "(start-up excluded)",
+    })
+    print(results.table())
+    result = results.write(args.output)
     shutil.rmtree(work, ignore_errors=True)
     return result
 

@@ -8,24 +8,27 @@ passages were encoded beforehand. Random weights (speed does not depend on weigh
     python benchmarks/bench_deformer.py                      # bert-base (k=9) and MiniLM (k=4) configs
     python benchmarks/bench_deformer.py --configs minilm --repeats 3 --batch_size 8
 
-Time: median of `--repeats` runs of each path, interleaved. Memory: each path runs once in a fresh subprocess whose
+Time: through the benchmark harness (`benchmarks/harness.py`): the paths run round robin (BERT, cached DeFormer,
+passage encoding), `--warmup` untimed rounds then `--repeats` timed ones; medians with ranges, the speed-up per round
+beside its FLOP bound. Memory: each path runs once in a fresh subprocess whose
 peak-RSS counter (Linux VmHWM) is reset after the model and inputs are loaded, so the figure is the extra memory the
 forward pass needs (activations), printed with the resident total (weights included) beside it.
 """
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 from transformers import BertConfig, BertForQuestionAnswering
 
 from hf_readonce import DeformerBertConfig, DeformerBertForQuestionAnswering, DeformerPassageOutput
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
 
 CONFIGS = {
     "bert-base": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072, k=9),
@@ -102,7 +105,7 @@ def measure_memory(args, config: str, mode: str, states_path: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def bench(args, config: str) -> dict:
+def bench(args, config: str, results: harness.Results) -> dict:
     torch.set_num_threads(args.threads)
     bert, deformer, k = build(config)
     question, passage, pair, types = make_inputs(args.batch_size, args.question_length, args.passage_length)
@@ -112,21 +115,10 @@ def bench(args, config: str) -> dict:
         full = deformer(pair, token_type_ids=types).start_logits
         cached = deformer(input_ids=question, passage_states=states).start_logits
         max_diff = float((full - cached).abs().max())
-        times = {"bert": [], "deformer_cached": [], "deformer_encode": []}
-        for _ in range(args.warmup):
-            bert(pair, token_type_ids=types)
-            deformer(input_ids=question, passage_states=states)
-        for _ in range(args.repeats):
-            start = time.perf_counter()
-            bert(pair, token_type_ids=types)
-            times["bert"].append(time.perf_counter() - start)
-            start = time.perf_counter()
-            deformer(input_ids=question, passage_states=states)
-            times["deformer_cached"].append(time.perf_counter() - start)
-            start = time.perf_counter()
-            deformer.encode_passages(passage)
-            times["deformer_encode"].append(time.perf_counter() - start)
-    median = {name: statistics.median(values) for name, values in times.items()}
+        times = harness.interleave({"bert": lambda: bert(pair, token_type_ids=types),
+                                    "deformer_cached": lambda: deformer(input_ids=question, passage_states=states),
+                                    "deformer_encode": lambda: deformer.encode_passages(passage)},
+                                   repeats=args.repeats, warmup=args.warmup)
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / "states.pt")
         torch.save({"last_hidden_state": states.last_hidden_state, "attention_mask": states.attention_mask,
@@ -134,27 +126,32 @@ def bench(args, config: str) -> dict:
                     "model_fingerprint": states.model_fingerprint}, path)
         memory = {mode: measure_memory(args, config, mode, path) for mode in ("bert", "deformer")}
     spec = CONFIGS[config]
-    result = {
-        "config": config, "num_decomposed_layers": k, "batch_size": args.batch_size,
-        "question_length": args.question_length, "passage_length": args.passage_length, "threads": args.threads,
-        "bert_seconds": round(median["bert"], 4), "deformer_cached_seconds": round(median["deformer_cached"], 4),
-        "deformer_passage_encode_seconds": round(median["deformer_encode"], 4),
-        "speedup_measured": round(median["bert"] / median["deformer_cached"], 2),
-        "speedup_theoretical_flops": round(theoretical_ratio(args.question_length, args.passage_length,
-                                                             spec["hidden_size"], spec["intermediate_size"],
-                                                             spec["num_hidden_layers"], k), 2),
-        "bert_forward_extra_mib": round(memory["bert"]["extra_mib"], 1),
-        "deformer_forward_extra_mib": round(memory["deformer"]["extra_mib"], 1),
-        "bert_peak_total_mib": round(memory["bert"]["peak_mib"], 1),
-        "deformer_peak_total_mib": round(memory["deformer"]["peak_mib"], 1),
-        "cached_vs_uncached_max_abs_diff": max_diff,
-    }
-    result["forward_memory_reduction_pct"] = round(
-        100 * (1 - result["deformer_forward_extra_mib"] / result["bert_forward_extra_mib"]), 1)
-    return result
+    params = {"config": config, "num_decomposed_layers": k, "batch_size": args.batch_size,
+              "question_length": args.question_length, "passage_length": args.passage_length}
+    bound_value = theoretical_ratio(args.question_length, args.passage_length, spec["hidden_size"],
+                                    spec["intermediate_size"], spec["num_hidden_layers"], k)
+    results.add(f"{config}: BertForQuestionAnswering", times["bert"], params=params)
+    results.add(f"{config}: DeFormer, cached passages", times["deformer_cached"], params=params)
+    results.add(f"{config}: DeFormer passage encoding (once)", times["deformer_encode"], params=params)
+    ratio = results.add_ratio(f"{config}: speed-up of cached DeFormer over BERT", times["bert"],
+                              times["deformer_cached"], harness.bound(
+                                  "flop", bound_value, "BERT on q+p tokens / (k layers on q + n-k layers on q+p), per "
+                                  "layer 2t(4h^2 + 2hi) + 4t^2h (bench_deformer.theoretical_ratio, DeFormer eq. 5)"),
+                              params=params)
+    memory_derivation = "peak RSS (VmHWM) of one forward in a fresh process minus RSS before it; one value"
+    results.add(f"{config}: BERT forward extra memory", [memory["bert"]["extra_mib"]], "MiB",
+                harness.bound("none", derivation=memory_derivation), params=params)
+    results.add(f"{config}: DeFormer forward extra memory", [memory["deformer"]["extra_mib"]], "MiB",
+                harness.bound("none", derivation=memory_derivation), params=params)
+    results.extra[config] = {"cached_vs_uncached_max_abs_diff": max_diff,
+                             "bert_peak_total_mib": memory["bert"]["peak_mib"],
+                             "deformer_peak_total_mib": memory["deformer"]["peak_mib"]}
+    return {"config": config, "k": k, "speedup": ratio, "bound": bound_value, "max_diff": max_diff,
+            "memory": memory}
 
 
 def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--configs", nargs="+", default=["bert-base", "minilm"], choices=sorted(CONFIGS))
     parser.add_argument("--batch_size", type=int, default=16)
@@ -163,28 +160,24 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--output", default=None, help="also write the results as JSON here")
+    parser.add_argument("--output", default=None, help="also write the results as JSON (harness schema) here")
+    parser.add_argument("--note", default="2 CPU cores shared with other jobs", help="hardware note for the results")
     parser.add_argument("--child", choices=["bert", "deformer"], help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)
     parser.add_argument("--states", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         return child(args)
-    results = [bench(args, config) for config in args.configs]
-    for r in results:
-        print(f"\n== {r['config']} (k={r['num_decomposed_layers']}), batch {r['batch_size']}, question "
-              f"{r['question_length']} + passage {r['passage_length']} tokens, {r['threads']} threads")
-        print(f"BertForQuestionAnswering     {r['bert_seconds']:.3f} s   forward memory {r['bert_forward_extra_mib']:.0f} MiB")
-        print(f"DeFormer, cached passages    {r['deformer_cached_seconds']:.3f} s   forward memory "
-              f"{r['deformer_forward_extra_mib']:.0f} MiB")
-        print(f"speed-up {r['speedup_measured']:.2f}x measured, {r['speedup_theoretical_flops']:.2f}x FLOP ratio; "
-              f"forward memory reduced {r['forward_memory_reduction_pct']:.1f}%; passage encoding (once) "
-              f"{r['deformer_passage_encode_seconds']:.3f} s; cached-vs-uncached max |diff| "
-              f"{r['cached_vs_uncached_max_abs_diff']:.1e}")
-    print(json.dumps(results, indent=2))
-    if args.output:
-        Path(args.output).write_text(json.dumps(results, indent=2))
-    return results
+    if args.question_length < 3 or args.passage_length < 1 or args.question_length + args.passage_length > 512:
+        raise harness.fail("--passage_length", f"question {args.question_length} + passage {args.passage_length} "
+                                               "tokens must fit BERT's 512 positions (question >= 3, passage >= 1).")
+    if args.repeats < 1 or args.batch_size < 1:
+        raise harness.fail("--repeats" if args.repeats < 1 else "--batch_size", "must be >= 1.")
+    results = harness.Results("bench_deformer", argv, settings=vars(args), note=args.note)
+    for config in args.configs:
+        bench(args, config, results)
+    print(results.table())
+    return results.write(args.output)
 
 
 if __name__ == "__main__":

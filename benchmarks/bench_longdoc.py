@@ -14,11 +14,15 @@ Types (`--types`, comma-separated): `full`, `neighborhood`, `convolutional`, `co
 
 Measured per (type, length): `forward` = encoder forward under `torch.no_grad()` (eval); `train` = forward and
 backward of the whole model with a `--target_length`-token summary (loss on the LM head; no optimizer step).
-Tokens/s counts input tokens, from the fastest of `--repeats` timed runs after one untimed warm-up run. Memory: the peak resident set of each measured phase
-(Linux VmHWM, reset through `/proc/self/clear_refs` just before the phase) minus the resident set at that moment,
-each (type, length) in a fresh subprocess with glibc's freed-block cache off (`MALLOC_MMAP_THRESHOLD_=131072
-MALLOC_TRIM_THRESHOLD_=0`, so RSS follows the memory actually held); with
-`--in_process` (smoke runs) everything runs in this process and memory is not reported.
+Timing goes through the benchmark harness (`benchmarks/harness.py`): at each length every type's model is built in
+one process and the types run round robin (full, type 2, type 3, ..., full, type 2, ...), one untimed warm-up round
+then `--repeats` (5) timed rounds, each call timed by `torch.utils.benchmark`; a ratio to full attention is formed
+per round and reported as median [min-max] over the rounds. Memory: the peak resident set of each type's first
+call (the warm-up call; with `--warmup 0` the first timed one) (Linux VmHWM, reset through `/proc/self/clear_refs` just before the call) minus the resident set at that
+moment, one process per length with glibc's freed-block cache off (`MALLOC_MMAP_THRESHOLD_=131072
+MALLOC_TRIM_THRESHOLD_=0`, so RSS follows the memory actually held); with `--in_process` (smoke runs) everything
+runs in this process and memory is not reported. Lengths above `--max_positions` (16384, the longest position
+table the benchmark builds) and unknown types exit with a message naming the option.
 
 FLOP bounds: per encoder layer `8nd^2` (projections) `+ 4ndf` (feed-forward) `+` attention: full `4n^2d`,
 neighborhood `4n(2r+1)d` (the blocked kernel computes `4n(b+2r)d`, b = max(16, r), printed as `kernel bound`),
@@ -27,7 +31,8 @@ g = 1 shared, g = heads per head), neighborhood-convolutional `4m(2ceil(r/s)+1)d
 Training adds the decoder (self-attention over the summary, cross-attention reading the n encoder states, LM head)
 at 3x the forward FLOPs for every part.
 
-README and CHANGELOG carry its first run, at 1k and 4k tokens only (`benchmarks/results/bench_longdoc_1k_4k.*`).
+Results: `--json` writes the harness schema (median, min, max and every repeat of each time, ratio and peak; the
+FLOP bound and its derivation beside every ratio; hardware, versions, the exact command).
 """
 
 from __future__ import annotations
@@ -37,10 +42,13 @@ import json
 import math
 import os
 import resource
+import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
 
 TYPES = ("full", "neighborhood", "convolutional", "convolutional_per_head", "neighborhood_convolutional", "led")
 
@@ -49,16 +57,16 @@ def parse_type(spec: str) -> dict:
     """`"neighborhood:r=50"` -> `{"type": "neighborhood", "r": 50, "name": "neighborhood:r=50"}`.
 
     Raises:
-        ValueError: an unknown type or setting (naming `--types`).
+        harness.BenchmarkInputError: (a `SystemExit` with status 2) an unknown type or setting, naming `--types`.
     """
     name, *settings = spec.split(":")
     if name not in TYPES:
-        raise ValueError(f"--types: unknown type {name!r}; known: {', '.join(TYPES)}.")
+        raise harness.fail("--types", f"unknown attention type {name!r}; known: {', '.join(TYPES)}.")
     out = {"type": name, "name": spec}
     for setting in settings:
         key, _, value = setting.partition("=")
-        if key not in ("r", "k", "s") or not value.isdigit():
-            raise ValueError(f"--types: bad setting {setting!r} in {spec!r} (r=INT, k=INT, s=INT).")
+        if key not in ("r", "k", "s") or not value.isdigit() or int(value) < 1:
+            raise harness.fail("--types", f"bad setting {setting!r} in {spec!r} (r=INT, k=INT, s=INT, each >= 1).")
         out[key] = int(value)
     return out
 
@@ -144,54 +152,80 @@ def peak_mib() -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def measure(kind: dict, length: int, args) -> dict:
-    """Time (and, out of process, peak memory of) the encoder forward and a training step of one type at one
-    length."""
+def measure_length(kinds: list[dict], length: int, args) -> dict:
+    """Every type at one length, in this process: the types run round robin through `harness.interleave`
+    (`--warmup` untimed rounds, then `--repeats` timed ones); each type's first call measures its peak memory
+    (unless `--in_process`).
+
+    Returns:
+        `{"length", "times": {mode: {name: [seconds per round]}}, "peaks": {mode: {name: MiB or None}}}`.
+    """
     import torch
 
     torch.set_num_threads(args.threads)
-    model = build(kind, args, length)
     generator = torch.Generator().manual_seed(1)
     ids = torch.randint(3, args.vocab_size, (args.batch, length), generator=generator)
     mask = torch.ones_like(ids)
     labels = torch.randint(3, args.vocab_size, (args.batch, args.target_length), generator=generator)
-    result = {"name": kind["name"], "length": length}
-    base = reset_peak()
-    encoder = model.get_encoder()
-    model.eval()
-    times = []
-    with torch.no_grad():
-        encoder(input_ids=ids, attention_mask=mask)  # warm-up (untimed): first-call allocations, kernel selection
-        for _ in range(args.repeats):
-            start = time.perf_counter()
-            encoder(input_ids=ids, attention_mask=mask)
-            times.append(time.perf_counter() - start)
-    result["forward_seconds"] = min(times)
-    result["forward_tokens_per_second"] = args.batch * length / min(times)
-    result["forward_peak_mib"] = None if args.in_process else peak_mib() - base
-    if not args.no_train:
-        model.train()
-        base = reset_peak()
-        model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()  # warm-up (untimed)
-        times = []
-        for _ in range(args.repeats):
+    models = {kind["name"]: build(kind, args, length) for kind in kinds}
+    out = {"length": length, "times": {}, "peaks": {}}
+    modes = ["forward"] + ([] if args.no_train else ["train"])
+    for mode in modes:
+        calls = {}
+        for name, model in models.items():
+            if mode == "forward":
+                model.eval()
+                encoder = model.get_encoder()
+
+                def call(encoder=encoder):
+                    with torch.no_grad():
+                        encoder(input_ids=ids, attention_mask=mask)
+            else:
+                model.train()
+
+                def call(model=model):
+                    model.zero_grad(set_to_none=True)
+                    model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
+            calls[name] = call
+        peaks, base = {}, {}
+
+        def before(name, base=base, peaks=peaks):  # the first call of each type (a warm-up call, or round 1 with --warmup 0)
+            if name not in peaks:
+                base[name] = reset_peak()
+
+        def after(name, round_, peaks=peaks, base=base):
+            if name not in peaks:
+                peaks[name] = None if args.in_process else peak_mib() - base[name]
+
+        if args.memory_only:  # one call per type, untimed: its peak memory only
+            for name, call in calls.items():
+                before(name)
+                call()
+                after(name, 0)
+            out["times"][mode] = {}
+        else:
+            out["times"][mode] = harness.interleave(calls, repeats=args.repeats, warmup=args.warmup, before=before,
+                                                    after=after)
+        out["peaks"][mode] = peaks
+        for model in models.values():
             model.zero_grad(set_to_none=True)
-            start = time.perf_counter()
-            model(input_ids=ids, attention_mask=mask, labels=labels).loss.backward()
-            times.append(time.perf_counter() - start)
-        result["train_seconds"] = min(times)
-        result["train_tokens_per_second"] = args.batch * length / min(times)
-        result["train_peak_mib"] = None if args.in_process else peak_mib() - base
-    return result
+    return out
 
 
-def measure_in_subprocess(spec: str, length: int, argv: list[str]) -> dict:
-    command = [sys.executable, __file__, *argv, "--one", f"{spec}@{length}"]
+def measure_in_subprocess(length: int, argv: list[str]) -> dict:
+    command = [sys.executable, __file__, *argv, "--one", str(length)]
     env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "0"}
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode:
-        return {"name": spec, "length": length, "error": done.stderr.strip().splitlines()[-1:]}
+        raise RuntimeError(f"the measurement at {length} tokens failed: {done.stderr.strip()[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+BOUND_DERIVATION = ("encoder FLOPs of full / of this type at bart-like dimensions (--d_model, --ffn, --layers): per "
+                    "layer 8nd^2 (projections) + 4ndf (feed-forward) + attention: full 4n^2d, neighborhood/LED "
+                    "4n(2r+1)d, convolutional 4m^2d + 8mkd^2/g (m = ceil(n/s), g = 1 shared or heads per head), "
+                    "neighborhood-convolutional 4m(2ceil(r/s)+1)d + 8mkd^2; training adds the decoder and LM head, "
+                    "backward counted as 2x forward (bench_longdoc.layer_flops, decoder_flops)")
 
 
 def bounds(kind: dict, full: dict, length: int, args) -> dict:
@@ -208,30 +242,53 @@ def bounds(kind: dict, full: dict, length: int, args) -> dict:
             "forward_kernel_bound": (encoder(full) / kernel if kind["type"] == "neighborhood" else None)}
 
 
-def report(results: list[dict], args) -> str:
+def record(measured: list[dict], kinds: list[dict], args, argv: list[str]) -> harness.Results:
+    """The harness results of every length: per mode and type the seconds per call, the ratio to full attention
+    (per round) with its FLOP bound, and the warm-up call's peak memory."""
+    results = harness.Results("bench_longdoc", argv, settings=vars(args), note=args.note)
     full = {"type": "full", "name": "full"}
-    by_key = {(r["name"], r["length"]): r for r in results}
-    lines = [f"{'type':28s} {'n':>6s} {'mode':>7s} {'tok/s':>10s} {'peak MiB':>9s} {'x full':>7s} {'bound':>6s} "
-             f"{'kernel':>7s}"]
-    for r in results:
-        if "error" in r:
-            lines.append(f"{r['name']:28s} {r['length']:6d} failed: {r['error']}")
-            continue
-        kind = parse_type(r["name"])
-        b = bounds(kind, full, r["length"], args)
-        reference = by_key.get(("full", r["length"]))
-        for mode in ("forward", "train"):
-            if f"{mode}_tokens_per_second" not in r:
-                continue
-            speed = r[f"{mode}_tokens_per_second"]
-            ratio = (speed / reference[f"{mode}_tokens_per_second"]
-                     if reference and f"{mode}_tokens_per_second" in reference else None)
-            peak = r.get(f"{mode}_peak_mib")
-            kernel = b["forward_kernel_bound"] if mode == "forward" else None
-            lines.append(f"{r['name']:28s} {r['length']:6d} {mode:>7s} {speed:10.1f} "
-                         f"{'-' if peak is None else f'{peak:.0f}':>9s} {'-' if ratio is None else f'{ratio:.2f}':>7s} "
-                         f"{b[mode + '_bound']:6.2f} {'-' if kernel is None else f'{kernel:.2f}':>7s}")
-    return "\n".join(lines)
+    for entry in measured:
+        length = entry["length"]
+        for mode, times in entry["times"].items():
+            for kind in kinds:
+                name = kind["name"]
+                params = {"type": name, "length": length, "mode": mode, "batch": args.batch}
+                if name in times:
+                    results.add(f"{mode} {name} @{length}", times[name], "s", params=params)
+                peak = entry["peaks"][mode].get(name)
+                if peak is not None:
+                    results.add(f"{mode} peak {name} @{length}", [peak], "MiB", harness.bound(
+                        "none", derivation="peak RSS (VmHWM) of the type's first call minus RSS before it; one value"),
+                        params=params)
+                if name != "full" and "full" in times and name in times:
+                    b = bounds(kind, full, length, args)
+                    derivation = BOUND_DERIVATION
+                    if mode == "forward" and b["forward_kernel_bound"] is not None:
+                        derivation += (f"; the blocked kernel computes 4n(b+2r)d, b = max(16, r): kernel bound "
+                                       f"{b['forward_kernel_bound']:.3f}x")
+                    results.add_ratio(f"{mode} {name} / full @{length}", times["full"], times[name],
+                                      harness.bound("flop", b[f"{mode}_bound"], derivation),
+                                      params={**params, "kernel_bound": b["forward_kernel_bound"]
+                                              if mode == "forward" else None})
+    results.extra["tokens_per_second_median"] = {
+        f"{mode} {k['name']} @{e['length']}": args.batch * e["length"] / statistics.median(e["times"][mode][k["name"]])
+        for e in measured for mode in e["times"] for k in kinds if k["name"] in e["times"][mode]}
+    return results
+
+
+def as_rows(measured: list[dict], kinds: list[dict], args) -> list[dict]:
+    """Per (type, length): median tokens/s and peak MiB per mode (the plots' input)."""
+    rows = []
+    for entry in measured:
+        for kind in kinds:
+            row = {"name": kind["name"], "length": entry["length"]}
+            for mode, times in entry["times"].items():
+                if kind["name"] not in times:
+                    continue
+                row[f"{mode}_tokens_per_second"] = args.batch * entry["length"] / statistics.median(times[kind["name"]])
+                row[f"{mode}_peak_mib"] = entry["peaks"][mode].get(kind["name"])
+            rows.append(row)
+    return rows
 
 
 def plot(results: list[dict], path: str) -> None:
@@ -310,7 +367,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--target_length", type=int, default=64)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=2, help="timed runs per measurement; the fastest is kept")
+    p.add_argument("--repeats", type=int, default=harness.MIN_REPEATS,
+                   help="timed rounds after the warm-up round (median, min, max and every value are reported)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed rounds first; 0: the first timed round also "
+                   "carries first-call costs (negligible next to a 16k-token forward of tens of seconds)")
+    p.add_argument("--memory_only", action="store_true", help="one untimed call per type: peak memory only (for "
+                   "lengths whose timed rounds do not fit the time at hand)")
+    p.add_argument("--max_positions", type=int, default=16384,
+                   help="the longest input the benchmark builds a position table for; longer --lengths are refused")
+    p.add_argument("--note", default="2 CPU cores shared with other jobs", help="hardware note for the results")
     p.add_argument("--no_train", action="store_true", help="encoder forward only")
     p.add_argument("--in_process", action="store_true", help="no subprocesses (smoke runs); memory not measured")
     p.add_argument("--json", help="write the results here")
@@ -321,36 +386,45 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv=None) -> list[dict]:
+def main(argv=None) -> dict:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
-    lengths = [int(x) for x in args.lengths.split(",")]
+    try:
+        lengths = [int(x) for x in args.lengths.split(",")]
+    except ValueError:
+        raise harness.fail("--lengths", f"comma-separated integers expected, got {args.lengths!r}.") from None
     if any(n < 1 for n in lengths):
-        raise ValueError(f"--lengths must be positive, got {args.lengths}.")
-    if args.one:  # a child process: one measurement, one JSON line
-        spec, _, length = args.one.rpartition("@")
-        print(json.dumps(measure(parse_type(spec), int(length), args)))
-        return []
+        raise harness.fail("--lengths", f"must be positive, got {args.lengths}.")
+    if max(lengths) > args.max_positions:
+        raise harness.fail("--lengths", f"{max(lengths)} tokens exceed the model's {args.max_positions} positions "
+                                        "(--max_positions).")
+    if args.repeats < 1:
+        raise harness.fail("--repeats", f"must be >= 1, got {args.repeats}.")
+    if args.warmup < 0:
+        raise harness.fail("--warmup", f"must be >= 0, got {args.warmup}.")
     kinds = [parse_type(spec) for spec in args.types.split(",")]
+    if args.one:  # a child process: every type at one length, one JSON line
+        print(json.dumps(measure_length(kinds, int(args.one), args)))
+        return {}
     if "full" not in [k["name"] for k in kinds]:
-        print("note: no `full` type: ratios are not printed (bounds are).", file=sys.stderr)
-    results = []
+        print("note: no `full` type: ratios are not recorded.", file=sys.stderr)
+    else:  # full first: the baseline leads every round
+        kinds = sorted(kinds, key=lambda k: k["name"] != "full")
     child_argv = [a for a in argv if a != "--in_process"]
+    measured = []
     for length in lengths:
-        for kind in kinds:
-            result = (measure(kind, length, args) if args.in_process
-                      else measure_in_subprocess(kind["name"], length, child_argv))
-            results.append(result)
-            print(json.dumps(result), file=sys.stderr, flush=True)
-    print(report(results, args))
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({"arguments": vars(args), "results": results}, handle, indent=2)
+        entry = measure_length(kinds, length, args) if args.in_process else measure_in_subprocess(length, child_argv)
+        measured.append(entry)
+        print(json.dumps({"length": length, "peaks": entry["peaks"]}), file=sys.stderr, flush=True)
+    results = record(measured, kinds, args, argv)
+    print(results.table())
+    doc = results.write(args.json)
+    rows = as_rows(measured, kinds, args)
     if args.plot:
-        plot(results, args.plot)
+        plot(rows, args.plot)
     if args.sweep_plot:
-        plot_sweep(results, args, args.sweep_plot)
-    return results
+        plot_sweep(rows, args, args.sweep_plot)
+    return doc
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ document do: greedy with 32 and 64 new tokens, beam search (4 beams) with 32, an
 prompt prefix (`decoder_input_ids`). Random weights never emit EOS early enough to matter: every summary runs to its
 `max_new_tokens` (`min_new_tokens` set equal), so both paths do the same decoder work.
 
+Timing: through `benchmarks/harness.py`, the three paths round robin (re-encode, fill a fresh store, reuse), one
+untimed warm-up round then `--repeats` (5) rounds; ratios per round, as median [min-max].
 Reported: seconds for all summaries re-encoding each time, seconds for the one-time store fill, seconds for all
 summaries from the store (store reads included, checksums verified), the speed-up of the summaries (re-encode /
 reuse) and with the fill counted (re-encode / (fill + reuse)), and the FLOP bound of the first: (S x encoder +
@@ -29,11 +31,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "xsum" / "validation.jsonl"
 SUMMARIES = (
@@ -56,7 +61,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--radius", type=int, default=100)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--store_dtype", default="float16", choices=["float32", "float16", "bfloat16"])
-    p.add_argument("--json", help="write the results here")
+    p.add_argument("--repeats", type=int, default=harness.MIN_REPEATS, help="timed rounds after one warm-up round")
+    p.add_argument("--max_positions", type=int, default=16384, help="the longest document the benchmark builds "
+                   "positions for; longer --document_tokens are refused")
+    p.add_argument("--note", default="2 CPU cores shared with other jobs", help="hardware note for the results")
+    p.add_argument("--json", help="write the results (harness schema) here")
     return p
 
 
@@ -97,7 +106,13 @@ def encoder_flops(config, n: int) -> float:
 
 
 def main(argv=None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
+    if args.document_tokens < 1 or args.document_tokens > args.max_positions:
+        raise harness.fail("--document_tokens", f"{args.document_tokens} tokens: the model has "
+                                                f"{args.max_positions} positions (--max_positions).")
+    if args.documents < 1 or args.repeats < 1:
+        raise harness.fail("--documents" if args.documents < 1 else "--repeats", "must be >= 1.")
     torch.set_num_threads(args.threads)
     from transformers import AutoTokenizer
 
@@ -107,7 +122,10 @@ def main(argv=None) -> dict:
     from hf_readonce.weights import minilm_path
 
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
-    texts = long_documents(args.data, tokenizer, args.documents, args.document_tokens)
+    try:
+        texts = long_documents(args.data, tokenizer, args.documents, args.document_tokens)
+    except (ValueError, OSError) as error:
+        raise harness.fail("--data", str(error)) from None
     n = args.document_tokens
     torch.manual_seed(0)
     config = LongDocBartConfig(
@@ -131,55 +149,63 @@ def main(argv=None) -> dict:
         with torch.no_grad():
             return model.generate(**inputs, **kwargs)
 
-    # re-encoding: every summary reads the document again
-    reencode_outputs, start = [], time.perf_counter()
-    for text in texts:
-        encoded = tokenizer([text], truncation=True, max_length=n, return_tensors="pt")
-        reencode_outputs += [generate(s, input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"])
-                             for s in SUMMARIES]
-    reencode_seconds = time.perf_counter() - start
+    outputs = {"reencode": [], "reuse": []}
+
+    def reencode():  # every summary reads the document again
+        outputs["reencode"] = []
+        for text in texts:
+            encoded = tokenizer([text], truncation=True, max_length=n, return_tensors="pt")
+            outputs["reencode"] += [generate(s, input_ids=encoded["input_ids"],
+                                             attention_mask=encoded["attention_mask"]) for s in SUMMARIES]
 
     with tempfile.TemporaryDirectory() as root:
         store = RepresentationStore(Path(root) / "store")
-        start = time.perf_counter()
         fill_store(adapter, store, texts, dtype=args.store_dtype)
-        fill_seconds = time.perf_counter() - start
-        reuse_outputs, start = [], time.perf_counter()
-        for text in texts:
-            for s in SUMMARIES:  # read again for every summary: beam search expands encoder_outputs in place
-                stored = store.get_many(adapter.fingerprint(), adapter.settings(), [content_hash(text)])
-                read = adapter.read(stored, dtype=torch.float32)
-                reuse_outputs.append(generate(s, encoder_outputs=read, attention_mask=read.attention_mask))
-        reuse_seconds = time.perf_counter() - start
+        counter = iter(range(10**6))
 
+        def fill():  # the one-time cost, into a fresh store each round
+            fill_store(adapter, RepresentationStore(Path(root) / f"fill{next(counter)}"), texts,
+                       dtype=args.store_dtype)
+
+        def reuse():
+            outputs["reuse"] = []
+            for text in texts:
+                for s in SUMMARIES:  # read again for every summary: beam search expands encoder_outputs in place
+                    stored = store.get_many(adapter.fingerprint(), adapter.settings(), [content_hash(text)])
+                    read = adapter.read(stored, dtype=torch.float32)
+                    outputs["reuse"].append(generate(s, encoder_outputs=read, attention_mask=read.attention_mask))
+
+        times = harness.interleave({"reencode": reencode, "fill": fill, "reuse": reuse}, repeats=args.repeats,
+                                   warmup=1)
+    reencode_outputs, reuse_outputs = outputs["reencode"], outputs["reuse"]
     same = [bool(torch.equal(a, b)) for a, b in zip(reencode_outputs, reuse_outputs)]
     decoder = sum(decoder_flops(config, n, s, config.vocab_size) for s in SUMMARIES)
     encoder = encoder_flops(config, n)
-    result = {
-        "arguments": vars(args), "summaries": [s["name"] for s in SUMMARIES],
-        "reencode_seconds": round(reencode_seconds, 2), "fill_seconds": round(fill_seconds, 2),
-        "reuse_seconds": round(reuse_seconds, 2),
-        "speedup_summaries": round(reencode_seconds / reuse_seconds, 2),
-        "speedup_with_fill": round(reencode_seconds / (fill_seconds + reuse_seconds), 2),
-        "flop_bound_summaries": round((len(SUMMARIES) * encoder + decoder) / decoder, 2),
-        "flop_bound_with_fill": round((len(SUMMARIES) * encoder + decoder) / (encoder + decoder), 2),
-        "encoder_gflops_per_document": round(encoder / 1e9, 1),
-        "decoder_gflops_per_document": round(decoder / 1e9, 1),
+    bound_summaries = (len(SUMMARIES) * encoder + decoder) / decoder
+    bound_with_fill = (len(SUMMARIES) * encoder + decoder) / (encoder + decoder)
+    derivation = ("(S x encoder + decoder FLOPs) / decoder FLOPs (with the fill: / (encoder + decoder)); "
+                  "bench_longdoc_reuse.encoder_flops and decoder_flops")
+    results = harness.Results("bench_longdoc_reuse", argv, settings=vars(args), note=args.note)
+    params = {"documents": args.documents, "document_tokens": n, "summaries": len(SUMMARIES)}
+    results.add("re-encode every summary", times["reencode"], params=params)
+    results.add("store fill (once)", times["fill"], params=params)
+    results.add("summaries from the store", times["reuse"], params=params)
+    results.add_ratio("speed-up of the summaries (re-encode / reuse)", times["reencode"], times["reuse"],
+                      harness.bound("flop", bound_summaries, derivation), params=params)
+    results.add("speed-up with the fill counted (re-encode / (fill + reuse))",
+                [a / (b + c) for a, b, c in zip(times["reencode"], times["fill"], times["reuse"])], "x",
+                harness.bound("flop", bound_with_fill, derivation), params=params)
+    results.extra.update({
+        "summaries": [s["name"] for s in SUMMARIES],
+        "encoder_gflops_per_document": encoder / 1e9, "decoder_gflops_per_document": decoder / 1e9,
         "store_bytes_per_document": n * config.d_model * torch.tensor([], dtype=getattr(torch, args.store_dtype))
         .element_size(),
         "identical_summaries": f"{sum(same)}/{len(same)}",
-    }
-    print(f"{args.documents} documents x {n} tokens, {len(SUMMARIES)} summaries each ({', '.join(result['summaries'])})")
-    print(f"re-encode every summary : {reencode_seconds:8.2f} s")
-    print(f"store fill (once)       : {fill_seconds:8.2f} s")
-    print(f"summaries from the store: {reuse_seconds:8.2f} s   -> {result['speedup_summaries']:.2f}x "
-          f"(FLOP bound {result['flop_bound_summaries']:.2f}x); with the fill {result['speedup_with_fill']:.2f}x "
-          f"(bound {result['flop_bound_with_fill']:.2f}x)")
-    print(f"identical summaries: {result['identical_summaries']}")
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
-    return result
+    })
+    print(f"{args.documents} documents x {n} tokens, {len(SUMMARIES)} summaries each")
+    print(results.table())
+    print(f"identical summaries: {results.extra['identical_summaries']}")
+    return results.write(args.json)
 
 
 if __name__ == "__main__":

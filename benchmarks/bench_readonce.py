@@ -29,13 +29,16 @@ With `--sweep`, k varies at inference (§5.2) and the speed-ups over k are plott
 import argparse
 import json
 import statistics
-import time
+import sys
 from pathlib import Path
 
 import torch
 from transformers import BartConfig, BartForConditionalGeneration
 
 from hf_readonce import ReadOnceBartConfig, ReadOnceBartForConditionalGeneration
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
 
 CONFIGS = {
     "bart-base": dict(d_model=768, encoder_layers=6, decoder_layers=6, encoder_attention_heads=12,
@@ -68,13 +71,6 @@ def workload(args, seed=0):
     owner = torch.arange(args.passages).repeat_interleave(args.questions_per_passage)
     answers = torch.randint(3, 50000, (len(questions), args.answer_tokens), generator=g)
     return passages, questions, owner, answers
-
-
-def timed(fn, repeats: int, times: list):
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
 
 
 def measure(name: str, k: int, args, readonce_cache: dict) -> dict:
@@ -124,30 +120,21 @@ def measure(name: str, k: int, args, readonce_cache: dict) -> dict:
         readonce(questions[: args.train_batch], document_input_ids=passages[owner[: args.train_batch]],
                  labels=labels).loss.backward()
 
-    times = {key: [] for key in ("baseline", "amortized", "precomputed", "train_baseline", "train_readonce",
-                                 "train_stage1", "train_stage1_hashing")}
     with torch.no_grad():
-        run_baseline(), run_amortized()  # warm-up
-        for _ in range(args.repeats):  # interleaved
-            timed(run_baseline, 1, times["baseline"])
-            timed(run_amortized, 1, times["amortized"])
-            timed(run_precomputed, 1, times["precomputed"])
+        times = harness.interleave({"baseline": run_baseline, "amortized": run_amortized,
+                                    "precomputed": run_precomputed}, repeats=args.repeats, warmup=1)
     if args.train:
         baseline.train(), readonce.train()
-        train_baseline(), train_readonce()
+        calls = {"train_baseline": train_baseline, "train_readonce": train_readonce}
         if args.stage1:
-            train_stage1()
-        for _ in range(args.repeats):
-            timed(train_baseline, 1, times["train_baseline"])
-            timed(train_readonce, 1, times["train_readonce"])
-            if args.stage1:
-                timed(train_stage1, 1, times["train_stage1"])
-                timed(lambda: train_stage1(hash_every_step=True), 1, times["train_stage1_hashing"])
+            calls.update(train_stage1=train_stage1, train_stage1_hashing=lambda: train_stage1(hash_every_step=True))
+        times.update(harness.interleave(calls, repeats=args.repeats, warmup=1))
         baseline.eval(), readonce.eval()
     t = {key: statistics.median(v) for key, v in times.items() if v}
     r = args.questions_per_passage
     model_amortized, model_precomputed = cost_model(r, k)
-    row = {"config": name, "k": k, "questions_per_passage": r, **{f"{key}_s": v for key, v in t.items()},
+    row = {"config": name, "k": k, "questions_per_passage": r, "times": times,
+           **{f"{key}_s": v for key, v in t.items()},
            "speedup_amortized": t["baseline"] / t["amortized"], "speedup_precomputed": t["baseline"] / t["precomputed"],
            "cost_model_speedup_amortized": 1 / model_amortized, "cost_model_speedup_precomputed": 1 / model_precomputed}
     if "train_baseline" in t:
@@ -192,6 +179,7 @@ def plot(rows, accuracy: dict | None, path: str, accuracy_label: str = "F1") -> 
 
 
 def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", nargs="+", default=["bart-base", "bart-large"], choices=sorted(CONFIGS))
     parser.add_argument("--k", type=int, default=8)
@@ -205,7 +193,8 @@ def main(argv=None):
     parser.add_argument("--no_train", dest="train", action="store_false")
     parser.add_argument("--stage1", action="store_true",
                         help="also time the stage-1 (joint) training step, with and without hashing every step")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=harness.MIN_REPEATS, help="timed rounds after one warm-up")
+    parser.add_argument("--note", default="2 CPU cores shared with other jobs", help="hardware note for the results")
     parser.add_argument("--plot", default=None)
     parser.add_argument("--accuracy_json", default=None)
     parser.add_argument("--accuracy_label", default="F1", help="y-axis label for --accuracy_json")
@@ -214,23 +203,51 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.from_json:
         rows = json.loads(Path(args.from_json).read_text())
+        rows = rows["extra"]["rows"] if isinstance(rows, dict) else rows  # harness results or an older row list
         accuracy = json.loads(Path(args.accuracy_json).read_text()) if args.accuracy_json else None
         plot(rows, accuracy, args.plot or "readonce_k.png", args.accuracy_label)
         return rows
+    if args.passage_tokens + args.question_tokens > COMMON["max_position_embeddings"]:
+        raise harness.fail("--passage_tokens", f"passage {args.passage_tokens} + question {args.question_tokens} "
+                                               f"tokens exceed BART's {COMMON['max_position_embeddings']} positions.")
+    if args.repeats < 1 or min(args.sweep or [args.k]) < 1:
+        raise harness.fail("--repeats" if args.repeats < 1 else "--k", "must be >= 1.")
     print(f"{args.passages} passages x {args.questions_per_passage} questions, {args.passage_tokens}/"
           f"{args.question_tokens} tokens, {args.answer_tokens}-token answers, {torch.get_num_threads()} threads",
           flush=True)
+    results = harness.Results("bench_readonce", argv, settings=vars(args), note=args.note)
     rows, cache = [], {}
     for name in args.configs:
         for k in (args.sweep or [args.k]):
-            rows.append(measure(name, k, args, cache))
+            row = measure(name, k, args, cache)
+            record(results, row)
+            rows.append({key: value for key, value in row.items() if key != "times"})
         cache.pop(name, None)
+    results.extra["rows"] = rows
+    print(results.table())
     if args.plot:
         accuracy = json.loads(Path(args.accuracy_json).read_text()) if args.accuracy_json else None
         plot(rows, accuracy, args.plot, args.accuracy_label)
-    if args.output:
-        Path(args.output).write_text(json.dumps(rows, indent=2))
-    return rows
+    return results.write(args.output)
+
+
+def record(results: harness.Results, row: dict) -> None:
+    """One (config, k) row into the harness results: every time, and the speed-ups per round beside the cost
+    model's bound (App. C.3)."""
+    times, tag = row["times"], f"{row['config']} k={row['k']}"
+    params = {"config": row["config"], "k": row["k"], "questions_per_passage": row["questions_per_passage"]}
+    for key, values in times.items():
+        results.add(f"{tag}: {key}", values, params=params)
+    derivation = ("the paper's cost model (App. C.3): ReadOnce / baseline cost about 1/(2r) + 3/(4k^2) amortized over "
+                  "r questions per passage, 3/(4k^2) precomputed; it ignores the question and the decoder")
+    results.add_ratio(f"{tag}: speed-up amortized", times["baseline"], times["amortized"],
+                      harness.bound("flop", row["cost_model_speedup_amortized"], derivation), params=params)
+    results.add_ratio(f"{tag}: speed-up precomputed", times["baseline"], times["precomputed"],
+                      harness.bound("flop", row["cost_model_speedup_precomputed"], derivation), params=params)
+    if "train_readonce" in times:
+        results.add_ratio(f"{tag}: training step speed-up", times["train_baseline"], times["train_readonce"],
+                          harness.bound("none", derivation="no FLOP bound derived for the training step"),
+                          params=params)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ Paper figure (§4.1): ReadTwice is about 30% slower than its base model and has 
 Shapes: bert-base dimensions (12 layers, hidden 768), random weights (speed does not depend on weight values),
 one document of `--segments` (10) segments of `--segment_length` (512) tokens; ReadTwice-E with synthetic entity
 mentions (`--mention_every` tokens apart, 2 tokens long), top-k 100. BERT reads the same segments independently.
-Time: median of `--repeats` runs, the two models interleaved; a training step is forward + backward + AdamW step.
+Time: through `benchmarks/harness.py` (torch.utils.benchmark), the two models round robin, one warm-up round then
+`--repeats` (5) rounds, ratios per round as median [min-max]; a training step is forward + backward + AdamW step.
 
 Read once (`question_in_first_read=False`), `--questions` (7) questions per document, one question per call:
 - stored: the first read and memory table encoded once per document (`encode_documents`), then every question runs
@@ -37,28 +38,15 @@ from pathlib import Path
 import torch
 from transformers import BertConfig, BertForQuestionAnswering
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+
 from hf_readonce import ReadTwiceBertConfig, ReadTwiceBertForQuestionAnswering
 
 BASE = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
             max_position_embeddings=512)
 QUICK = dict(vocab_size=1000, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=128,
              max_position_embeddings=128)
-
-
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
-def timed(fn, device, repeats):
-    times = []
-    for _ in range(repeats):
-        sync(device)
-        begin = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - begin)
-    return statistics.median(times)
 
 
 def synthetic_mentions(num_segments, length, every, start=1):
@@ -110,12 +98,9 @@ def speed(args, dims, device):
     with torch.no_grad():
         f_bert = lambda: bert(**common)  # noqa: E731
         f_rt = lambda: readtwice(**common, **rt_extra)  # noqa: E731
-        f_bert(), f_rt()  # warm-up
-        t_bert, t_rt = [], []
-        for _ in range(args.repeats):
-            t_bert.append(timed(f_bert, device, 1))
-            t_rt.append(timed(f_rt, device, 1))
-    result["forward_s_bert"], result["forward_s_readtwice"] = statistics.median(t_bert), statistics.median(t_rt)
+        forward = harness.interleave({"bert": f_bert, "readtwice": f_rt}, repeats=args.repeats, warmup=1)
+    result["forward_s_bert"] = statistics.median(forward["bert"])
+    result["forward_s_readtwice"] = statistics.median(forward["readtwice"])
     result["forward_ratio"] = result["forward_s_readtwice"] / result["forward_s_bert"]
     for model in (bert, readtwice):
         model.train()
@@ -123,13 +108,11 @@ def speed(args, dims, device):
     opt_rt = torch.optim.AdamW(readtwice.parameters(), lr=1e-5)
     s_bert = lambda: train_step(bert, opt_bert, {**common, **labels_bert})  # noqa: E731
     s_rt = lambda: train_step(readtwice, opt_rt, {**common, **rt_extra, **labels_rt})  # noqa: E731
-    s_bert(), s_rt()
-    t_bert, t_rt = [], []
-    for _ in range(args.repeats):
-        t_bert.append(timed(s_bert, device, 1))
-        t_rt.append(timed(s_rt, device, 1))
-    result["train_step_s_bert"], result["train_step_s_readtwice"] = statistics.median(t_bert), statistics.median(t_rt)
+    step = harness.interleave({"bert": s_bert, "readtwice": s_rt}, repeats=args.repeats, warmup=1)
+    result["train_step_s_bert"] = statistics.median(step["bert"])
+    result["train_step_s_readtwice"] = statistics.median(step["readtwice"])
     result["train_step_ratio"] = result["train_step_s_readtwice"] / result["train_step_s_bert"]
+    result["times"] = {"forward": forward, "train_step": step}
     return result
 
 
@@ -166,14 +149,17 @@ def read_once(args, dims, device):
         for q in range(nq):
             paper(paper_segments[q], **extra)
 
-    stored(), recomputed(), paper_setup()
     states = model.encode_documents(doc_d, **extra)
-    result = {"questions_per_document": nq, "question_length": q_len}
-    for name, fn in (("stored", stored), ("recomputed", recomputed), ("paper_setup", paper_setup)):
-        result[f"questions_per_s_{name}"] = nq / timed(fn, device, args.repeats)
-    only_questions = timed(lambda: [model(question_input_ids=questions[q : q + 1].to(device), document_states=states)
-                                    for q in range(nq)], device, args.repeats)
-    result["questions_per_s_stored_excluding_encode"] = nq / only_questions
+
+    def only_questions():
+        for q in range(nq):
+            model(question_input_ids=questions[q : q + 1].to(device), document_states=states)
+
+    times = harness.interleave({"stored": stored, "recomputed": recomputed, "paper_setup": paper_setup,
+                                "stored_excluding_encode": only_questions}, repeats=args.repeats, warmup=1)
+    result = {"questions_per_document": nq, "question_length": q_len, "times": times}
+    for name, values in times.items():
+        result[f"questions_per_s_{name}"] = nq / statistics.median(values)
     result["stored_over_recomputed"] = result["questions_per_s_stored"] / result["questions_per_s_recomputed"]
     return result
 
@@ -235,6 +221,7 @@ def austen(args):
 
 
 def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for a smoke test in seconds")
     parser.add_argument("--device", default="cpu")
@@ -245,7 +232,8 @@ def main(argv=None):
     parser.add_argument("--memory_type", default="entity", choices=["cls", "sts", "entity"])
     parser.add_argument("--top_k", type=int, default=100, help="0 for dense MemoryAttention")
     parser.add_argument("--mention_every", type=int, default=12, help="synthetic mention spacing in tokens")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=harness.MIN_REPEATS, help="timed rounds after one warm-up")
+    parser.add_argument("--note", default="2 CPU cores shared with other jobs", help="hardware note for the results")
     parser.add_argument("--austen", default=None, help="a novel (plain text) for the peak-memory row")
     parser.add_argument("--austen_only", action="store_true", help="only the novel peak-memory row")
     parser.add_argument("--austen_memory_type", default="entity", choices=["cls", "sts", "entity"])
@@ -262,21 +250,49 @@ def main(argv=None):
         args.segments, args.segment_length, args.question_length, args.repeats = 3, 64, 8, 1
     args.top_k = args.top_k or None
     device = torch.device(args.device)
-    results = {"device": str(device), "dims": dims, "torch_threads": torch.get_num_threads()}
+    if args.segment_length > dims["max_position_embeddings"] or args.segment_length < 4:
+        raise harness.fail("--segment_length", f"{args.segment_length} tokens: the model has "
+                                               f"{dims['max_position_embeddings']} positions (4.. allowed).")
+    if args.question_length >= args.segment_length or args.question_length < 1:
+        raise harness.fail("--question_length", f"must be in [1, --segment_length), got {args.question_length}.")
+    if args.repeats < 1 or args.segments < 1 or args.questions < 1:
+        raise harness.fail("--repeats", "--repeats, --segments and --questions must be >= 1.")
+    results = harness.Results("bench_readtwice", argv, settings=vars(args),
+                              note=args.note if device.type == "cpu" else f"{args.note}; device {device}")
+    results.extra.update({"device": str(device), "dims": dims})
     if not args.austen_only:
-        results["speed"] = speed(args, dims, device)
-        print(json.dumps(results["speed"], indent=2))
-        results["read_once"] = read_once(args, dims, device)
-        print(json.dumps(results["read_once"], indent=2))
+        speed_row = speed(args, dims, device)
+        times = speed_row.pop("times")
+        params = {"segments": args.segments, "segment_length": args.segment_length, "memory_type": args.memory_type,
+                  "memory_top_k": args.top_k}
+        bound = harness.bound("flop", speed_row["param_ratio"], "ReadTwice / BERT parameter count (FLOPs per token "
+                              "scale with the parameters touched; MemoryAttention adds little): the time ratio's "
+                              "expected value, not a ceiling (paper: about 1.3x time, 1.12x parameters)")
+        for mode, pair in times.items():
+            for name, values in pair.items():
+                results.add(f"{mode}: {name}", values, params=params)
+            results.add_ratio(f"{mode}: readtwice time / bert time", pair["readtwice"], pair["bert"], bound,
+                              params=params)
+        results.extra["speed"] = speed_row
+        once = read_once(args, dims, device)
+        times = once.pop("times")
+        params = {"questions": args.questions, "question_length": args.question_length}
+        for name, values in times.items():
+            results.add(f"read once: {args.questions} questions, {name}", values, params=params)
+        results.add_ratio("read once: recomputed time / stored time", times["recomputed"], times["stored"],
+                          harness.bound("none", derivation="no FLOP bound derived"), params=params)
+        results.extra["read_once"] = once
     if args.austen:
-        results["austen"] = austen(args)
-        results["austen"]["subdocument_segments"] = args.austen_subdocument_segments
-        print(json.dumps(results["austen"], indent=2))
+        rows = austen(args)
+        rows["subdocument_segments"] = args.austen_subdocument_segments
+        results.extra["austen"] = rows
+        results.add("austen: whole novel peak / one sub-document peak", [rows["peak_ratio_whole_over_one"]], "ratio",
+                    harness.bound("memory", 1.0, "memory is per sub-document: the whole novel needs no more "
+                                  "(bound 1.0)"))
+        print(json.dumps(rows, indent=2))
+    print(results.table())
     output = args.output or (None if args.quick else "benchmarks/results/bench_readtwice.json")
-    if output:
-        Path(output).parent.mkdir(parents=True, exist_ok=True)
-        Path(output).write_text(json.dumps(results, indent=2) + "\n")
-    return results
+    return results.write(output)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@
    the memory the step actually holds.
 2. Tokens/s of the recurrent model vs `GPT2LMHeadModel` at the same window and overlap (4 streams of 5 windows):
    inference and a training step without checkpointing, the baseline reading the windows one after another and
-   all at once as a batch (see `throughput`). Goal: the recurrence costs under 5%.
+   all at once as a batch (see `throughput`). Goal: the recurrence costs under 5%. Timed through
+   `benchmarks/harness.py`: the three readings round robin, one warm-up round then `--repeats` (5) rounds; the
+   recurrent/plain time ratio per round, median [min-max].
 
     python benchmarks/bench_recurrent.py
     python benchmarks/bench_recurrent.py --windows 1 5 --repeats 2
@@ -21,7 +23,6 @@
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -31,6 +32,9 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from hf_readonce.models.recurrent.convert_to_recurrent import to_recurrent
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
 
 SMALL = dict(vocab_size=50257, n_positions=1024, n_embd=768, n_layer=12, n_head=12)
 
@@ -104,47 +108,49 @@ def throughput(window_size: int, overlap: int, repeats: int) -> dict:
             out.loss.backward()
 
     runs = {"plain_sequential": plain_sequential, "plain_batched": plain_batched, "recurrent": recurrent_pass}
-    results = {}
+    out = {}
     for mode in ("inference", "training"):
         train = mode == "training"
         for model in (plain, recurrent):
             model.train(train)
-        times = {name: [] for name in runs}
-        with torch.set_grad_enabled(train):
-            for fn in runs.values():  # warm-up
+
+        def call(fn, train=train):
+            with torch.set_grad_enabled(train):
                 fn(train)
-                plain.zero_grad(set_to_none=True)
-            for _ in range(repeats):  # interleaved
-                for name, fn in runs.items():
-                    start = time.perf_counter()
-                    fn(train)
-                    times[name].append(time.perf_counter() - start)
-                    plain.zero_grad(set_to_none=True)
-        new_tokens = batch * length
-        median = {name: statistics.median(t) for name, t in times.items()}
-        results[mode] = {**{f"{name}_tokens_per_s": new_tokens / t for name, t in median.items()},
-                         "cost_vs_sequential": median["recurrent"] / median["plain_sequential"] - 1,
-                         "cost_vs_batched": median["recurrent"] / median["plain_batched"] - 1}
-    return results
+            plain.zero_grad(set_to_none=True)
+
+        out[mode] = harness.interleave({name: (lambda fn=fn: call(fn)) for name, fn in runs.items()},
+                                       repeats=repeats, warmup=1)
+    return {"tokens": batch * length, "times": out}
 
 
 def main(argv=None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--windows", type=int, nargs="*", default=[1, 5, 20], help="memory points (none: skip)")
     parser.add_argument("--skip_throughput", action="store_true")
     parser.add_argument("--window_size", type=int, default=300)
     parser.add_argument("--overlap", type=int, default=0)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--output", default=None)
+    parser.add_argument("--repeats", type=int, default=harness.MIN_REPEATS, help="timed rounds after one warm-up")
+    parser.add_argument("--note", default="2 CPU cores shared with other jobs", help="hardware note for the results")
+    parser.add_argument("--output", default=None, help="write the results (harness schema) here")
     parser.add_argument("--_memory_point", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args._memory_point is not None:
         print(json.dumps(memory_point(args._memory_point, args.window_size)))
         return {}
-    results = {"threads": torch.get_num_threads(), "memory": {}}
-    print(f"GPT-2 small, random weights, window {args.window_size}, {results['threads']} threads", flush=True)
+    if args.window_size < 2 or args.window_size > SMALL["n_positions"]:
+        raise harness.fail("--window_size", f"{args.window_size} tokens: GPT-2 has {SMALL['n_positions']} positions "
+                                            "(2.. allowed).")
+    if not 0 <= args.overlap < args.window_size:
+        raise harness.fail("--overlap", f"must be in [0, --window_size), got {args.overlap}.")
+    if args.repeats < 1 or any(w < 1 for w in args.windows):
+        raise harness.fail("--repeats" if args.repeats < 1 else "--windows", "must be >= 1.")
+    results = harness.Results("bench_recurrent", argv, settings=vars(args), note=args.note)
+    results.extra["memory"] = {}
+    print(f"GPT-2 small, random weights, window {args.window_size}, {torch.get_num_threads()} threads", flush=True)
     for allocator, env in ALLOCATORS.items() if args.windows else ():
-        points = results["memory"][allocator] = []
+        points = results.extra["memory"][allocator] = []
         for windows in args.windows:
             run = subprocess.run([sys.executable, __file__, "--_memory_point", str(windows), "--window_size",
                                   str(args.window_size)], capture_output=True, text=True, check=True,
@@ -152,21 +158,28 @@ def main(argv=None) -> dict:
             point = json.loads(run.stdout.strip().splitlines()[-1])
             points.append(point)
             first = points[0]
+            results.add(f"training peak resident, {allocator}, {windows} windows", [point["peak_resident_mib"]],
+                        "MiB", harness.bound("memory", first["peak_resident_mib"], "goal: within 1.3x of the "
+                                             "1-window point (the recurrence keeps one vector per window)"),
+                        params={"windows": windows, "allocator": allocator, "tokens": point["tokens"]})
             print(f"[1] {allocator:22s} {windows:3d} windows ({point['tokens']:5d} tokens): peak resident "
                   f"{point['peak_resident_mib']:.0f} MiB ({point['peak_resident_mib'] / first['peak_resident_mib']:.2f}x"
                   f" of {first['windows']} window), step +{point['step_increment_mib']:.0f} MiB over the loaded model "
                   f"({point['loaded_mib']:.0f} MiB; {point['step_increment_mib'] / first['step_increment_mib']:.2f}x),"
                   f" {point['step_seconds']:.1f} s", flush=True)
     if not args.skip_throughput:
-        results["throughput"] = throughput(args.window_size, args.overlap, args.repeats)
-        for mode, row in results["throughput"].items():
-            print(f"[2] {mode:9s}: GPT2LMHeadModel {row['plain_sequential_tokens_per_s']:.0f} tokens/s window by "
-                  f"window, {row['plain_batched_tokens_per_s']:.0f} tokens/s windows batched; recurrent "
-                  f"{row['recurrent_tokens_per_s']:.0f} tokens/s -> recurrence costs "
-                  f"{row['cost_vs_sequential']:+.1%} / {row['cost_vs_batched']:+.1%}", flush=True)
-    if args.output:
-        Path(args.output).write_text(json.dumps(results, indent=2))
-    return results
+        measured = throughput(args.window_size, args.overlap, args.repeats)
+        bound = harness.bound("flop", 1.0, "the recurrence adds one vector per window (a few FLOPs per token next to "
+                              "GPT-2's 2 x 124M per token), so the FLOP ratio to the plain model is about 1.0")
+        for mode, times in measured["times"].items():
+            params = {"mode": mode, "tokens": measured["tokens"], "window_size": args.window_size}
+            for name, values in times.items():
+                results.add(f"{mode}: {name}", values, params=params)
+            for baseline in ("plain_sequential", "plain_batched"):
+                results.add_ratio(f"{mode}: recurrent time / {baseline} time", times["recurrent"], times[baseline],
+                                  bound, params=params)
+        print(results.table())
+    return results.write(args.output)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,9 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from hf_readonce.models.recurrent.convert_to_recurrent import to_recurrent
 from hf_readonce.tasks.perplexity import evaluate_perplexity
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+
 SIZES = {
     # SmolLM2-135M's architecture (HuggingFaceTB/SmolLM2-135M config.json)
     "smollm2": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
@@ -79,13 +82,15 @@ def point(kind: str, amount: int, size: str, window_size: int, overlap: int) -> 
 
 
 def main(argv=None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=sorted(SIZES), default="smollm2")
     parser.add_argument("--window_size", type=int, default=None, help="default: 256 (smollm2), 32 (tiny)")
     parser.add_argument("--overlap", type=int, default=0)
     parser.add_argument("--train_windows", type=int, nargs=2, default=[1, 20])
     parser.add_argument("--eval_tokens", type=int, nargs=2, default=None, help="default: 16384 163840 (tiny: /16)")
-    parser.add_argument("--output", default=None)
+    parser.add_argument("--note", default="2 CPU cores shared with other jobs", help="hardware note for the results")
+    parser.add_argument("--output", default=None, help="write the results (harness schema) here")
     parser.add_argument("--_point", nargs=2, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     window = args.window_size or (256 if args.size == "smollm2" else 32)
@@ -93,23 +98,34 @@ def main(argv=None) -> dict:
     if args._point:
         print(json.dumps(point(args._point[0], int(args._point[1]), args.size, window, args.overlap)))
         return {}
-    results = {"size": args.size, "window_size": window, "overlap": args.overlap, "points": []}
+    if window < 2 or window > SIZES[args.size]["max_position_embeddings"]:
+        raise harness.fail("--window_size", f"{window} tokens: the {args.size} model has "
+                                            f"{SIZES[args.size]['max_position_embeddings']} positions.")
+    if not 0 <= args.overlap < window:
+        raise harness.fail("--overlap", f"must be in [0, --window_size), got {args.overlap}.")
+    results = harness.Results("bench_recurrent_memory", argv, settings=vars(args), note=args.note)
+    results.extra.update({"size": args.size, "window_size": window, "overlap": args.overlap, "points": []})
+    derivation = "peak RSS (VmHWM) in a fresh process after the model is loaded; one value per point"
     for kind, amounts in (("train", args.train_windows), ("eval", eval_tokens)):
         for amount in amounts:
             command = [sys.executable, __file__, "--size", args.size, "--window_size", str(window), "--overlap",
                        str(args.overlap), "--_point", kind, str(amount)]
-            done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **ALLOCATOR},
-                                  check=True)
+            done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, **ALLOCATOR})
+            if done.returncode:
+                raise RuntimeError(f"the {kind} point at {amount} failed: {done.stderr.strip()[-2000:]}")
             row = json.loads(done.stdout.strip().splitlines()[-1])
-            results["points"].append(row)
+            results.extra["points"].append(row)
+            unit = "windows" if kind == "train" else "tokens"
+            results.add(f"{kind} peak at {amount} {unit}", [row["peak_mib"]], "MiB",
+                        harness.bound("none", derivation=derivation), params={"kind": kind, unit: amount})
             print(f"{kind} {amount}: peak {row['peak_mib']} MiB, increment {row['increment_mib']} MiB", flush=True)
-        small, large = results["points"][-2:]
+        small, large = results.extra["points"][-2:]
         ratio = large["peak_mib"] / small["peak_mib"]
-        results[f"{kind}_peak_ratio"] = ratio
+        results.add(f"{kind} peak ratio {amounts[1]} / {amounts[0]}", [ratio], "ratio", harness.bound(
+            "memory", 1.0, "the recurrence holds one window's activations whatever the stream's length: the "
+            "bound is 1.0 (goal <= 1.3)"), params={"kind": kind})
         print(f"{kind}: peak ratio {ratio:.3f} (goal <= 1.3)", flush=True)
-    if args.output:
-        Path(args.output).write_text(json.dumps(results, indent=2))
-    return results
+    return results.write(args.output)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,10 @@
 """RepresentationStore benchmark: everything measured side by side in one run, on real Disfl-QA passages.
 
 1. Loading a batch of stored DeFormer passage states (memory-mapped safetensors, checksums checked) vs recomputing
-   them with the model (tokenize, window, layers 1..k), at MiniLM (k=4) and bert-base (k=9) sizes, random weights.
+   them with the model (tokenize, window, layers 1..k), at MiniLM (k=4) and bert-base (k=9) sizes, random weights:
+   loads warm (shards in the page cache), cold (every store file fsynced and dropped from the page cache with
+   `posix_fadvise(POSIX_FADV_DONTNEED)` just before) and warm without checksums, round robin with the recompute
+   through `benchmarks/harness.py` (one warm-up round, `--repeats` rounds; ratios per round).
 2. Bytes on disk per 1,000 stored tokens for each storage dtype (fp32, fp16, bf16), both sizes.
 3. `hf-readonce encode` throughput (documents/s) with 1 process and with 2 processes
    (`accelerate launch --multi_gpu --num_processes 2`, a gloo group on CPU), real MiniLM weights.
@@ -17,6 +20,7 @@ are reachable here) and MiniLM's real weights where a checkpoint is loaded.
 """
 
 import argparse
+import gc
 import json
 import os
 import re
@@ -42,6 +46,9 @@ from hf_readonce.tasks.question_answering import (
 from hf_readonce.tasks.question_answering_store import answer_from_store
 from hf_readonce.weights import minilm_path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("HF_READONCE_DATA", REPO.parent / "shared" / "data"))
 SIZES = {
@@ -64,26 +71,22 @@ def passages(limit: int | None = None) -> list[str]:
     return unique[:limit] if limit else unique
 
 
-def median_time(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def part_load_vs_recompute(tokenizer, batch_size: int, repeats: int, results: dict) -> None:
+def part_load_vs_recompute(tokenizer, batch_size: int, repeats: int, results: harness.Results) -> None:
+    """Recompute a batch of passages vs load it from the store, round robin: warm (page cache holding the shards),
+    cold (every store file fsynced and dropped from the page cache just before, `harness.drop_page_cache`), and
+    warm without checksums. Each load opens the store afresh (index read, shards memory-mapped on first use)."""
     texts = passages(batch_size)
     hashes = [content_hash(t) for t in texts]
     for size in SIZES:
         model = random_deformer(size)
         adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=320, doc_stride=128, batch_size=batch_size)
-        with tempfile.TemporaryDirectory() as tmp:
+        with tempfile.TemporaryDirectory(prefix="bench_store_", dir=REPO) as tmp:  # not a tmpfs: pages can drop
             store = RepresentationStore(tmp)
             fill_store(adapter, store, texts, dtype="float16")
             fingerprint, settings = adapter.fingerprint(), adapter.settings()
             tokens = sum(adapter.num_tokens(t) for t in store.get_many(fingerprint, settings, hashes))
+            del store
+            gc.collect()
 
             def load(verify=True, fingerprint=fingerprint, settings=settings):
                 fresh = RepresentationStore(tmp, readonly=True)  # cold index, memory-mapped reads
@@ -91,30 +94,34 @@ def part_load_vs_recompute(tokenizer, batch_size: int, repeats: int, results: di
                 states = [t["hidden_states"].float() for t in tensors]  # what the model consumes
                 torch.nn.utils.rnn.pad_sequence(states, batch_first=True)
 
-            def recompute(adapter=adapter):
-                adapter.encode(texts)
+            resident = []
 
-            recompute()  # warm-up
-            load()
-            timings = {"recompute": [], "load": [], "load_no_verify": []}
-            for _ in range(repeats):  # interleaved
-                for name, fn in (("recompute", recompute), ("load", load),
-                                 ("load_no_verify", lambda: load(False))):
-                    start = time.perf_counter()
-                    fn()
-                    timings[name].append(time.perf_counter() - start)
-        t = {name: statistics.median(v) for name, v in timings.items()}
-        row = {"documents": len(texts), "tokens": tokens, "recompute_s": t["recompute"], "load_s": t["load"],
-               "load_no_verify_s": t["load_no_verify"], "ratio": t["recompute"] / t["load"],
-               "ratio_no_verify": t["recompute"] / t["load_no_verify"]}
-        results.setdefault("load_vs_recompute", {})[size] = row
-        print(f"[1] {size:9s} batch of {len(texts)} passages ({tokens} tokens): recompute {t['recompute'] * 1e3:8.1f} ms"
-              f" | load {t['load'] * 1e3:6.1f} ms (checksums) -> {row['ratio']:6.1f}x"
-              f" | load {t['load_no_verify'] * 1e3:6.1f} ms (no checksums) -> {row['ratio_no_verify']:6.1f}x",
-              flush=True)
+            def before(name, tmp=tmp, resident=resident):
+                if name.endswith("cold"):
+                    gc.collect()  # no memory map of an earlier load keeps pages resident
+                    if not harness.drop_page_cache([tmp]):
+                        raise RuntimeError("os.posix_fadvise is missing: cold reads cannot be measured here.")
+                    resident.append(harness.cached_fraction([tmp]))
+
+            times = harness.interleave({"recompute": lambda adapter=adapter: adapter.encode(texts),
+                                        "load warm": load, "load cold": load,
+                                        "load warm, no checksums": lambda: load(False)},
+                                       repeats=repeats, warmup=1, before=before)
+        params = {"size": size, "documents": len(texts), "tokens": tokens, "store_dtype": "float16"}
+        derivation = ("no FLOP bound: a load does no model FLOPs; its floor is the bytes read (tokens x hidden x 2 "
+                      "at fp16) over the storage's bandwidth, plus hashing for checksums")
+        for name, values in times.items():
+            results.add(f"[1] {size}: {name}", values, params=params)
+        for name in ("load warm", "load cold", "load warm, no checksums"):
+            results.add_ratio(f"[1] {size}: recompute / {name}", times["recompute"], times[name],
+                              harness.bound("memory", tokens * model.config.hidden_size * 2, derivation),
+                              params=params)
+        results.extra.setdefault("page_cache_resident_fraction_after_drop", {})[size] = resident
+        print(f"[1] {size:9s} batch of {len(texts)} passages ({tokens} tokens): " + ", ".join(
+            f"{name} {statistics.median(v) * 1e3:.1f} ms" for name, v in times.items()), flush=True)
 
 
-def part_bytes(tokenizer, results: dict) -> None:
+def part_bytes(tokenizer, results: harness.Results) -> None:
     texts = passages(50)
     for size in SIZES:
         model = random_deformer(size)
@@ -124,7 +131,7 @@ def part_bytes(tokenizer, results: dict) -> None:
                 store = RepresentationStore(tmp)
                 fill_store(adapter, store, texts, dtype=dtype)
                 per_1000 = bytes_per_1000_tokens(store, adapter.fingerprint(), adapter.settings())
-            results.setdefault("bytes_per_1000_tokens", {}).setdefault(size, {})[dtype] = per_1000
+            results.extra.setdefault("bytes_per_1000_tokens", {}).setdefault(size, {})[dtype] = per_1000
             print(f"[2] {size:9s} {dtype:8s}: {per_1000 / 1024:8.1f} KiB per 1,000 tokens (hidden "
                   f"{model.config.hidden_size})", flush=True)
 
@@ -143,7 +150,9 @@ def _encode_run(command: list[str], docs: Path, store: Path, checkpoint: Path) -
     return wall, max(seconds), encoded
 
 
-def part_encode_processes(results: dict) -> None:
+def part_encode_processes(results: harness.Results) -> None:
+    """`hf-readonce encode` with 1 and 2 processes, one run each (start-up included in the wall time): documents/s
+    as the CLI reports them (one value each)."""
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         checkpoint = tmp / "minilm-deformer"
@@ -162,54 +171,82 @@ def part_encode_processes(results: dict) -> None:
             wall, seconds, encoded = _encode_run(command, docs, tmp / name.replace(" ", "_"), checkpoint)
             row = {"documents": encoded, "encode_s": seconds, "wall_s": wall, "docs_per_s": encoded / seconds,
                    "docs_per_s_wall": encoded / wall}
-            results.setdefault("encode_throughput", {})[name] = row
+            results.extra.setdefault("encode_throughput", {})[name] = row
+            results.add(f"[3] encode, {name}: documents/s while encoding", [row["docs_per_s"]], "documents/s",
+                        harness.bound("none", derivation="one run of the CLI; throughput, not a ratio"),
+                        params={"documents": encoded, "processes": name})
             print(f"[3] encode, {name:11s}: {encoded} documents, {row['docs_per_s']:6.2f} docs/s while encoding "
                   f"({seconds:.1f} s), {row['docs_per_s_wall']:6.2f} docs/s wall time with start-up ({wall:.1f} s)",
                   flush=True)
 
 
-def part_answer(tokenizer, results: dict, limit: int | None) -> None:
+def part_answer(tokenizer, results: harness.Results, limit: int | None, repeats: int) -> None:
+    """Every question answered by the plain model vs from the store (opened afresh, warm), and the one-time fill of
+    a fresh store, round robin (`repeats` rounds after one warm-up round)."""
     examples, _ = load_qa_examples(DATA / "disfl_qa" / "validation.jsonl", limit=limit)
     model = DeformerBertForQuestionAnswering.from_pretrained(minilm_path(), num_decomposed_layers=4).eval()
     kwargs = dict(max_question_length=64, max_passage_length=320, doc_stride=128)
     adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=320, doc_stride=128)
-    with tempfile.TemporaryDirectory() as tmp:
-        store = RepresentationStore(tmp)
-        start = time.perf_counter()
-        stats = fill_store(adapter, store, [e["context"] for e in examples], dtype="float16")
-        encode_s = time.perf_counter() - start
-        with torch.no_grad():
-            start = time.perf_counter()
+    contexts = [e["context"] for e in examples]
+    answers = {}
+    with tempfile.TemporaryDirectory(prefix="bench_store_", dir=REPO) as tmp:
+        stats = fill_store(adapter, RepresentationStore(Path(tmp) / "kept"), contexts, dtype="float16")
+        counter = iter(range(10**6))
+
+        def fill():
+            fill_store(adapter, RepresentationStore(Path(tmp) / f"fill{next(counter)}"), contexts, dtype="float16")
+
+        @torch.no_grad()
+        def plain():
             features, windows, _ = build_features(examples, tokenizer, **kwargs)
-            plain = postprocess_qa_predictions(examples, features, windows, predict_pairs(model, features, windows))
-            plain_s = time.perf_counter() - start
-            start = time.perf_counter()
-            stored = answer_from_store(model, tokenizer, RepresentationStore(tmp, readonly=True), examples,
-                                       max_question_length=64)
-            store_s = time.perf_counter() - start
-    agree = sum(plain[k] == stored[k] for k in plain) / len(plain)
+            answers["plain"] = postprocess_qa_predictions(examples, features, windows,
+                                                          predict_pairs(model, features, windows))
+
+        @torch.no_grad()
+        def stored():
+            answers["store"] = answer_from_store(model, tokenizer, RepresentationStore(Path(tmp) / "kept",
+                                                                                       readonly=True),
+                                                 examples, max_question_length=64)
+
+        times = harness.interleave({"plain": plain, "store": stored, "fill": fill}, repeats=repeats, warmup=1)
+    plain_answers, stored_answers = answers["plain"], answers["store"]
+    agree = sum(plain_answers[k] == stored_answers[k] for k in plain_answers) / len(plain_answers)
     n, p = len(examples), stats.encoded
-    row = {"questions": n, "passages": p, "plain_s": plain_s, "store_s": store_s, "encode_s": encode_s,
-           "plain_qps": n / plain_s, "store_qps": n / store_s, "speedup": plain_s / store_s,
-           "speedup_including_encode": plain_s / (store_s + encode_s), "same_answer_fraction": agree}
-    results["answer"] = row
-    print(f"[4] answer {n} questions over {p} passages ({n / p:.1f} per passage): plain model {row['plain_qps']:.1f} "
-          f"q/s ({plain_s:.1f} s) | from the store {row['store_qps']:.1f} q/s ({store_s:.1f} s) -> "
-          f"{row['speedup']:.2f}x; with the one-time encode ({encode_s:.1f} s) {row['speedup_including_encode']:.2f}x; "
-          f"same answer for {agree:.1%} (fp16 storage)", flush=True)
+    params = {"questions": n, "passages": p, "store_dtype": "float16"}
+    results.add(f"[4] answer {n} questions: plain model", times["plain"], params=params)
+    results.add(f"[4] answer {n} questions: from the store", times["store"], params=params)
+    results.add(f"[4] fill the store with {p} passages (once)", times["fill"], params=params)
+    c = model.config
+    results.add_ratio("[4] speed-up from the store", times["plain"], times["store"], harness.bound(
+        "none", derivation="windows differ per question (question + passage windows vs question alone + stored "
+                           f"states, k = {c.num_decomposed_layers} of {c.num_hidden_layers} layers); see "
+                           "bench_deformer.py for the FLOP ratio at fixed shapes"), params=params)
+    results.add("[4] speed-up with the one-time fill counted",
+                [a / (b + f) for a, b, f in zip(times["plain"], times["store"], times["fill"])], "x",
+                harness.bound("none", derivation="as the speed-up from the store"), params=params)
+    results.extra["answer"] = {"questions": n, "passages": p, "same_answer_fraction": agree}
+    print(f"[4] answer {n} questions over {p} passages ({n / p:.1f} per passage): plain "
+          f"{statistics.median(times['plain']):.1f} s | from the store {statistics.median(times['store']):.1f} s | "
+          f"fill {statistics.median(times['fill']):.1f} s; same answer for {agree:.1%} (fp16 storage)", flush=True)
 
 
 def main(argv=None) -> dict:
+    argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", type=int, nargs="+", default=[1, 2, 3, 4])
     parser.add_argument("--batch_size", type=int, default=16, help="passages per batch in part 1")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=harness.MIN_REPEATS, help="timed rounds of parts 1 and 4")
     parser.add_argument("--max_questions", type=int, default=None, help="limit part 4 (default: all)")
-    parser.add_argument("--output", default=None, help="write the figures as JSON here")
+    parser.add_argument("--note", default="2 CPU cores shared with other jobs", help="hardware note for the results")
+    parser.add_argument("--output", default=None, help="write the figures as JSON (harness schema) here")
     args = parser.parse_args(argv)
+    if any(part not in (1, 2, 3, 4) for part in args.parts):
+        raise harness.fail("--parts", f"parts are 1, 2, 3 and 4, got {args.parts}.")
+    if args.repeats < 1 or args.batch_size < 1:
+        raise harness.fail("--repeats" if args.repeats < 1 else "--batch_size", "must be >= 1.")
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
-    results = {"torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count()}
-    print(f"torch {torch.__version__}, {results['torch_threads']} threads, {results['cpu_count']} CPUs", flush=True)
+    results = harness.Results("bench_store", argv, settings=vars(args), note=args.note)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs", flush=True)
     if 1 in args.parts:
         part_load_vs_recompute(tokenizer, args.batch_size, args.repeats, results)
     if 2 in args.parts:
@@ -217,10 +254,9 @@ def main(argv=None) -> dict:
     if 3 in args.parts:
         part_encode_processes(results)
     if 4 in args.parts:
-        part_answer(tokenizer, results, args.max_questions)
-    if args.output:
-        Path(args.output).write_text(json.dumps(results, indent=2))
-    return results
+        part_answer(tokenizer, results, args.max_questions, args.repeats)
+    print(results.table())
+    return results.write(args.output)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ Generated (every figure read from the files named in `SOURCES`):
 
   - longdoc-bart-minilm-xsum.md <- benchmarks/results/xsum_table/{run,full,neighborhood,convolutional,
                                     convolutional_per_head}.json (examples/summarization/xsum_table.sh's four rows),
-                                    benchmarks/results/bench_longdoc.json and bench_longdoc_reuse.json (speed)
+                                    benchmarks/results/legacy/bench_longdoc.json and bench_longdoc_reuse.json (speed; written
+                                    before the benchmark harness: best runs, to be regenerated)
   - recurrent-smollm2-135m-austen.md <- benchmarks/results/austen_table2/{run,pretrained,baseline,recurrent_ov*,
                                     recurrent_lr2e-3_ov*}.json (examples/language-modeling/austen_table2.sh's runs:
                                     lm_results.json each; one recurrent model per evaluation overlap)
@@ -48,8 +49,8 @@ BLOCK_FILES = ["run", "train_full", "train_block", "eval_full_full", "eval_full_
                "eval_block_stored"]
 XSUM = ROOT / "benchmarks" / "results" / "xsum_table"
 XSUM_TYPES = ["full", "neighborhood", "convolutional", "convolutional_per_head"]
-LONGDOC_BENCH = ROOT / "benchmarks" / "results" / "bench_longdoc.json"
-LONGDOC_REUSE = ROOT / "benchmarks" / "results" / "bench_longdoc_reuse.json"
+LONGDOC_BENCH = ROOT / "benchmarks" / "results" / "legacy" / "bench_longdoc.json"
+LONGDOC_REUSE = ROOT / "benchmarks" / "results" / "legacy" / "bench_longdoc_reuse.json"
 REPRODUCE = ROOT / "benchmarks" / "results" / "reproduce"
 REPRODUCE_XSUM = REPRODUCE / "longdoc_xsum" / "results.json"
 REPRODUCE_DEFORMER = sorted((REPRODUCE / "deformer").glob("*.json"))

@@ -4,11 +4,16 @@ asserted: the run only has to produce every figure)."""
 
 import importlib.util
 import json
+import subprocess
+import sys
 
 import pytest
 from transformers import LlamaConfig
 
 from tests.conftest import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+import harness  # noqa: E402
 
 SMOLLM2 = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
                num_key_value_heads=3, head_dim=64)
@@ -48,19 +53,38 @@ def test_questions_are_chosen_deterministically(bench):
 
 def test_tiny_run_end_to_end(bench, tmp_path, data_dir):
     out = tmp_path / "bench.json"
-    results = bench.main(["--tiny", "--questions", "2", "--passages", "2", "--passage_tokens", "24",
-                          "--max_new_tokens", "2", "--threads", "1", "--json", str(out)])
+    doc = bench.main(["--tiny", "--questions", "2", "--passages", "2", "--passage_tokens", "24",
+                      "--max_new_tokens", "2", "--threads", "1", "--load_repeats", "1", "--json", str(out)])
     saved = json.loads(out.read_text())
-    assert saved["questions_timed"] == 2 == results["questions_timed"] and saved["passages_per_question"] == 2
-    assert saved["prompt_tokens_mean"] > 2 * 20  # two passages of ~24 tokens and the question
-    for name in ("full_ttft", "composed_ttft", "composed_read", "full_total", "composed_total"):
-        assert saved["timing_seconds"][name]["median"] > 0
-    assert saved["timing_seconds"]["composed_read"]["median"] < saved["timing_seconds"]["composed_ttft"]["median"]
-    sizes = saved["store_bytes_per_1000_tokens"]
+    assert saved == doc and harness.validate(saved) == []
+    extra = saved["extra"]
+    assert extra["questions_timed"] == 2 and extra["passages_per_question"] == 2
+    assert extra["prompt_tokens_mean"] > 2 * 20  # two passages of ~24 tokens and the question
+    m = {entry["name"]: entry for entry in saved["measurements"]}
+    for name in ("full ttft", "composed ttft cold", "composed ttft warm", "read cold", "read warm", "full total",
+                 "composed total"):
+        assert m[name]["n"] == 2 and m[name]["median"] > 0
+    for temperature in ("cold", "warm"):
+        share = m[f"read share of composed ttft ({temperature})"]
+        assert 0 < share["max"] < 1 and share["bound"]["kind"] == "memory"
+        assert m[f"ttft speed-up ({temperature} store read)"]["bound"]["kind"] == "flop"
+    # the drop took effect: no page of the store's shards was resident right after it (None: mincore missing)
+    assert all(f in (0.0, None) for f in extra["page_cache_resident_fraction_after_drop"])
+    assert len(extra["page_cache_resident_fraction_after_drop"]) >= 4
+    sizes = extra["store_bytes_per_1000_tokens"]
     assert sizes["float32"] > sizes["bfloat16"] and sizes["bfloat16"] == pytest.approx(sizes["float16"], rel=0.01)
     # every kv number is on disk: at least the expected bytes (ids and headers come on top)
-    assert sizes["bfloat16"] >= saved["bounds"]["kv_numbers_per_token"] * 2 * 1000
-    load = saved["load_vs_recompute"]
-    assert set(load["recompute_over_load"]) == {"float32", "bfloat16", "float16"} and load["recompute_seconds"] > 0
-    assert 0 <= saved["same_greedy_answer_fraction"] <= 1 and saved["ttft_speedup"] > 0
+    assert sizes["bfloat16"] >= extra["bounds"]["kv_numbers_per_token"] * 2 * 1000
+    count = extra["passages"]
+    for name in ("load float32 warm", "load bfloat16 warm", "load float16 warm", "load bfloat16 cold"):
+        assert m[f"{name} ({count} passages)"]["n"] == 1 and f"recompute / {name}" in m
+    assert 0 <= extra["same_greedy_answer_fraction"] <= 1
     assert saved["command"].startswith("python benchmarks/bench_kv_cache.py --tiny")
+
+
+def test_passages_beyond_the_positions_exit_naming_the_option(tmp_path, data_dir):
+    """The tiny model has 2,048 positions: 4 passages of 1,000 tokens do not fit."""
+    done = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "bench_kv_cache.py"), "--tiny",
+                           "--passages", "4", "--passage_tokens", "1000"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 2 and "--passage_tokens" in done.stderr and "Traceback" not in done.stderr

@@ -2,10 +2,16 @@
 are validated, and a tiny in-process smoke run completes (no timing is asserted)."""
 
 import importlib.util
+import json
+import subprocess
+import sys
 
 import pytest
 
 from tests.conftest import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+import harness  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -38,18 +44,41 @@ def test_flop_bounds_at_bart_base_dimensions(bench):
 
 @pytest.mark.parametrize("spec", ["sparse", "neighborhood:q=3", "neighborhood:r=x"])
 def test_bad_type_specs_raise_naming_the_flag(bench, spec):
-    with pytest.raises(ValueError, match="--types"):
+    with pytest.raises(SystemExit, match="--types"):
         bench.parse_type(spec)
 
 
 def test_smoke_run_in_process(bench, tmp_path):
-    results = bench.main(["--lengths", "24", "--types", "full,neighborhood,convolutional_per_head,led", "--d_model",
-                          "16", "--heads", "2", "--ffn", "24", "--layers", "1", "--vocab_size", "50", "--radius", "3",
-                          "--target_length", "4", "--repeats", "1", "--in_process", "--no_train", "--json",
-                          str(tmp_path / "bench.json")])
-    assert [r["name"] for r in results] == ["full", "neighborhood", "convolutional_per_head", "led"]
-    assert all(r["forward_tokens_per_second"] > 0 and r["forward_peak_mib"] is None for r in results)
-    assert (tmp_path / "bench.json").is_file()
+    doc = bench.main(["--lengths", "24", "--types", "neighborhood,full,convolutional_per_head,led", "--d_model",
+                      "16", "--heads", "2", "--ffn", "24", "--layers", "1", "--vocab_size", "50", "--radius", "3",
+                      "--target_length", "4", "--repeats", "2", "--in_process", "--no_train", "--json",
+                      str(tmp_path / "bench.json")])
+    saved = json.loads((tmp_path / "bench.json").read_text())
+    assert saved == doc and harness.validate(saved) == []
+    names = [m["name"] for m in saved["measurements"]]
+    # full leads every round (the baseline first); each type: its time, then its ratio to full with the FLOP bound
+    assert names == ["forward full @24", "forward neighborhood @24", "forward neighborhood / full @24",
+                     "forward convolutional_per_head @24", "forward convolutional_per_head / full @24",
+                     "forward led @24", "forward led / full @24"]
+    ratio = saved["measurements"][2]
+    assert ratio["unit"] == "x" and ratio["n"] == 2 and ratio["bound"]["kind"] == "flop"
+    assert ratio["bound"]["value"] == pytest.approx(
+        bench.bounds(bench.parse_type("neighborhood"), bench.parse_type("full"), 24,
+                     bench.parser().parse_args(["--d_model", "16", "--ffn", "24", "--layers", "1", "--radius", "3",
+                                                "--heads", "2", "--vocab_size", "50", "--target_length", "4"]))
+        ["forward_bound"])
+    assert saved["measurements"][0]["repeats"] and saved["command"].startswith("python benchmarks/bench_longdoc.py")
+
+
+@pytest.mark.parametrize(("argv", "option"), [(["--lengths", "16385"], "--lengths"),
+                                             (["--lengths", "4k"], "--lengths"),
+                                             (["--types", "full,sparse"], "--types"),
+                                             (["--repeats", "0"], "--repeats")])
+def test_bad_input_exits_naming_the_option(argv, option):
+    """Run as a user would: exit status 2, the option named on stderr, no traceback."""
+    done = subprocess.run([sys.executable, str(REPO_ROOT / "benchmarks" / "bench_longdoc.py"), *argv],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and option in done.stderr and "Traceback" not in done.stderr
 
 
 def test_sweep_plot_of_a_smoke_sweep(bench, tmp_path):

@@ -1,0 +1,128 @@
+"""benchmarks/harness.py: round-robin order, per-round ratios, the results schema (and every results file under
+benchmarks/results/ that a benchmark script wrote has it), cold reads, and bad options exiting with a message that
+names them. No timing is asserted."""
+
+import json
+import os
+import sys
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+import harness  # noqa: E402
+
+RESULTS = REPO_ROOT / "benchmarks" / "results"
+
+
+def written_by_a_benchmark(path) -> bool:
+    """A results file of a `benchmarks/bench_*.py` script: named after one, or recording such a command, or
+    claiming the harness schema. (Evaluation tables in sub-folders and `trivial_baselines.json` are not timings;
+    files that predate the harness live in `benchmarks/results/legacy/`, excluded.)"""
+    if path.name.startswith(("bench_", "cli_vs_api")):
+        return True
+    try:
+        doc = json.loads(path.read_text())
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and ("schema" in doc or str(doc.get("command", "")).startswith(
+        "python benchmarks/bench_"))
+
+
+def test_calls_run_round_robin_after_the_warm_up():
+    order = []
+    times = harness.interleave({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, repeats=3,
+                               warmup=1, before=lambda name: order.append(f"before {name}"))
+    calls = [c for c in order if not c.startswith("before")]
+    assert calls == ["a", "b"] * 4  # 1 warm-up round + 3 timed rounds, A B A B
+    assert order[:2] == ["before a", "a"]
+    assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3} and all(t >= 0 for t in times["a"])
+    with pytest.raises(ValueError, match="repeats"):
+        harness.interleave({"a": lambda: None}, repeats=0)
+
+
+def test_ratios_are_formed_per_round_and_summarized():
+    entry = harness.Results("bench_x", ["--n", "1"]).add_ratio("r", [2.0, 6.0, 3.0], [1.0, 2.0, 3.0],
+                                                              harness.bound("flop", 2.5, "test"))
+    assert entry["repeats"] == [2.0, 3.0, 1.0] and entry["median"] == 2.0
+    assert (entry["min"], entry["max"], entry["n"], entry["unit"]) == (1.0, 3.0, 3, "x")
+    with pytest.raises(ValueError, match="equal lengths"):
+        harness.paired_ratios([1.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="value and a derivation"):
+        harness.bound("flop")
+
+
+def test_results_have_the_schema_and_broken_ones_are_caught(tmp_path):
+    results = harness.Results("bench_x", ["--lengths", "4096 8192"], settings={"path": tmp_path}, note="shared")
+    results.add("t", [0.3, 0.1, 0.2, 0.5, 0.4])
+    results.extra["n"] = float("nan")  # not JSON: written as null
+    doc = results.write(tmp_path / "out" / "x.json")
+    saved = json.loads((tmp_path / "out" / "x.json").read_text())
+    assert saved == doc and harness.validate(saved, harness.MIN_REPEATS) == []
+    assert saved["command"] == "python benchmarks/bench_x.py --lengths '4096 8192'"
+    assert saved["hardware"]["note"] == "shared" and saved["versions"]["torch"] and saved["extra"]["n"] is None
+    assert saved["measurements"][0]["bound"]["kind"] == "none" and saved["measurements"][0]["median"] == 0.3
+    broken = json.loads(json.dumps(saved))
+    broken["measurements"][0]["median"] = 0.1  # not the median of its repeats
+    del broken["measurements"][0]["repeats"][-1]  # and n no longer matches
+    assert harness.validate(broken)
+    assert harness.validate(saved, min_repeats=6)  # 5 repeats are too few for 6
+    assert any("missing field" in p for p in harness.validate({"schema": harness.SCHEMA}))
+    with pytest.raises(ValueError, match="twice"):
+        results.add("t", [1.0])
+
+
+@pytest.mark.parametrize("path", sorted(p for p in RESULTS.glob("*.json") if written_by_a_benchmark(p)),
+                         ids=lambda p: p.name)
+def test_every_results_file_has_the_schema(path):
+    """Each results file a benchmark script wrote: the schema, and at least 5 repeats for every time and ratio."""
+    assert harness.validate(json.loads(path.read_text()), min_repeats=harness.MIN_REPEATS) == []
+
+
+def test_results_files_exist_besides_the_legacy_ones():
+    assert any(written_by_a_benchmark(p) for p in RESULTS.glob("*.json"))
+    assert (RESULTS / "legacy").is_dir()
+
+
+def test_drop_page_cache_makes_a_file_cold(tmp_path):
+    path = tmp_path / "shard.bin"
+    path.write_bytes(os.urandom(1 << 20))
+    path.read_bytes()
+    if harness.cached_fraction([tmp_path]) is None or not hasattr(os, "posix_fadvise"):
+        pytest.skip("mincore/posix_fadvise unavailable")
+    if harness.cached_fraction([tmp_path]) == 0.0:
+        pytest.skip("this file system keeps no page cache for the file (nothing to drop)")
+    assert harness.drop_page_cache([tmp_path]) is True
+    assert harness.cached_fraction([tmp_path]) == 0.0
+    path.read_bytes()
+    assert harness.cached_fraction([tmp_path]) == 1.0
+
+
+def _run(script: str, argv: list[str]):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(script, REPO_ROOT / "benchmarks" / f"{script}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main(argv)
+
+
+@pytest.mark.parametrize(("script", "argv", "option"), [
+    ("bench_break_even", ["--longdoc_tokens", "20000"], "--longdoc_tokens"),
+    ("bench_break_even", ["--families", "deformer,sparse"], "--families"),
+    ("bench_longdoc", ["--lengths", "32768"], "--lengths"),
+    ("bench_longdoc", ["--types", "dilated"], "--types"),
+    ("bench_longdoc_reuse", ["--document_tokens", "20000"], "--document_tokens"),
+    ("bench_deformer", ["--passage_length", "600"], "--passage_length"),
+    ("bench_readonce", ["--passage_tokens", "2000"], "--passage_tokens"),
+    ("bench_readtwice", ["--segment_length", "1024"], "--segment_length"),
+    ("bench_recurrent", ["--window_size", "4096"], "--window_size"),
+    ("bench_recurrent_memory", ["--size", "tiny", "--window_size", "1000"], "--window_size"),
+    ("bench_store", ["--parts", "5"], "--parts"),
+])
+def test_bad_options_exit_naming_the_option(script, argv, option, capsys):
+    """Before any model is built: status 2 and the option named on stderr (the script's own message)."""
+    with pytest.raises(SystemExit) as raised:
+        _run(script, argv)
+    assert raised.value.code == 2 and option in str(raised.value) and option in capsys.readouterr().err
