@@ -150,8 +150,32 @@ def _row_table(rows: list[dict]) -> list[str]:
     return lines
 
 
+HARNESS_SCHEMA = "hf-readonce-bench/1"
+
+
+def _harness_table(data: dict) -> list[str]:
+    """A results file of `benchmarks/harness.py`: one row per measurement (median [min-max] over its repeats, the
+    bound beside), then the machine, versions and settings as one key/value table."""
+    lines = ["| measurement | median [min–max] | n | unit | bound | how the bound was derived |",
+             "|---|---|---|---|---|---|"]
+    for m in data.get("measurements", []):
+        bound = m.get("bound") or {}
+        shown = "" if bound.get("value") is None else f"{_format(bound['value'])} ({bound.get('kind', '')})"
+        params = ", ".join(f"{k}={_format(v)}" for k, v in (m.get("params") or {}).items())
+        name = f"{m['name']}" + (f" ({params})" if params else "")
+        lines.append(f"| {name} | {_format(m['median'])} [{_format(m['min'])}–{_format(m['max'])}] | {m.get('n', '')} "
+                     f"| {m.get('unit', '')} | {shown} | {bound.get('derivation', '')} |")
+    scalars = {}
+    for key in ("hardware", "versions", "settings", "extra"):
+        scalars.update(_flatten(data.get(key, {}), key))
+    lines += ["", "| field | value |", "|---|---|"] + [f"| `{k}` | {_format(v)} |" for k, v in scalars.items()]
+    return lines
+
+
 def _table_for(data) -> list[str]:
     """Tables for one results file: a row table per list of records, a key/value table for everything else."""
+    if isinstance(data, dict) and data.get("schema") == HARNESS_SCHEMA:
+        return _harness_table(data)
     if isinstance(data, list) and data and all(isinstance(r, dict) for r in data):
         return _row_table(data)
     lines, scalars = [], {}
