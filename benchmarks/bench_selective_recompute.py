@@ -80,7 +80,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tiny", action="store_true", help="random 4-layer Llama + MiniLM tokenizer (smoke test)")
     p.add_argument("--memory", type=int, default=0, help="instead: peak-RSS pass on this many questions per dataset")
-    p.add_argument("--jsonl", default=None, help="append one line per question here")
+    p.add_argument("--jsonl", nargs="+", default=None,
+                   help="append one line per question here (with --summarize: one or more such files to merge)")
     p.add_argument("--json", default=None, help="summary JSON (from --jsonl)")
     p.add_argument("--plot", default=None, help="SVG plot of F1, agreement and TTFT speed-up against the ratio")
     p.add_argument("--summarize", action="store_true", help="only rebuild --json / --plot from --jsonl")
@@ -285,6 +286,42 @@ def summarize(lines: list[dict], config_info: dict) -> dict:
     return out
 
 
+def finetuned_rows() -> dict:
+    """The fine-tuned block-attention SmolLM2 rows measured earlier on a lent H100
+    (`benchmarks/results/block_attention_qa_h100/`, Quoref only: all 1,299 validation questions, 256 tokens per
+    passage, 3 distractors; not the questions of this benchmark), for context beside the table."""
+    folder = REPO / "benchmarks" / "results" / "block_attention_qa_h100"
+    out = {}
+    for row, mode in (("block", "stored"), ("block", "full"), ("full", "stored"), ("full", "full")):
+        path = folder / f"eval_{row}_{mode}.json"
+        if path.is_file():
+            data = json.loads(path.read_text())
+            out[f"{row}_trained_{mode}"] = {"dataset": "quoref", "questions": data.get("eval_examples"),
+                                            "max_document_length": data.get("max_document_length"),
+                                            "em": data.get(f"eval_{mode}_exact_match"),
+                                            "f1": data.get(f"eval_{mode}_f1"), "source": str(path.relative_to(REPO))}
+    return out
+
+
+def markdown_table(summary: dict) -> str:
+    """The docs table: one row per path and dataset, baselines below."""
+    lines = ["| dataset (questions) | path | EM | F1 | agreement EM | agreement F1 | TTFT median (s) | TTFT speed-up "
+             "(median) | FLOP bound |", "|---|---|---|---|---|---|---|---|---|"]
+    for dataset, entry in summary["datasets"].items():
+        if not entry.get("paths"):
+            continue
+        order = ["full"] + sorted((n for n in entry["paths"] if n != "full"), key=ratio_of)
+        for name in order:
+            row = entry["paths"][name]
+            lines.append(f"| {dataset} ({entry['questions']}) | {name} | {row['em']:.1f} | {row['f1']:.1f} | "
+                         f"{row['agreement_em']:.1f} | {row['agreement_f1']:.1f} | {row['ttft_median_s']:.2f} | "
+                         f"{row['ttft_speedup_median']:.2f}x | {row['ttft_flop_bound_median']:.2f}x |")
+        for name, scores in entry["baselines"].items():
+            lines.append(f"| {dataset} ({entry['questions']}) | baseline: {name} | {scores['exact_match']:.1f} | "
+                         f"{scores['f1']:.1f} | | | | | |")
+    return "\n".join(lines)
+
+
 def ratio_of(name: str) -> float | None:
     return float(name[2:]) if name.startswith("r=") else None
 
@@ -341,14 +378,16 @@ def plot_svg(summary: dict, path: str) -> None:
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     if args.summarize:
-        lines = [json.loads(x) for x in open(args.jsonl)]
-        setup = next((x["setup"] for x in lines if "setup" in x), {})
-        summary = summarize([x for x in lines if "setup" not in x], setup)
+        lines = [json.loads(x) for path in args.jsonl for x in open(path)]
+        setups = [x["setup"] for x in lines if "setup" in x]
+        summary = summarize([x for x in lines if "setup" not in x], {"runs": setups})
+        summary["block_attention_finetuned"] = finetuned_rows()
         if args.json:
             Path(args.json).write_text(json.dumps(summary, indent=2) + "\n")
         if args.plot:
             plot_svg(summary, args.plot)
         print(json.dumps(summary, indent=2))
+        print(markdown_table(summary))
         return 0
     torch.set_num_threads(args.threads)
     model, tokenizer, name = load_model(args.tiny)
@@ -356,7 +395,7 @@ def main(argv=None) -> int:
     setup = {"model": name, "threads": torch.get_num_threads(), "passage_tokens": args.passage_tokens,
              "max_new_tokens": args.max_new_tokens, "ratios": args.ratios, "seed": args.seed,
              "torch": torch.__version__, "command": " ".join([Path(sys.argv[0]).name] + (argv or sys.argv[1:]))}
-    sink = open(args.jsonl, "a") if args.jsonl else None
+    sink = open(args.jsonl[0], "a") if args.jsonl else None
     if sink:
         sink.write(json.dumps({"setup": setup}) + "\n")
         sink.flush()
@@ -392,7 +431,7 @@ def main(argv=None) -> int:
     if sink:
         sink.close()
     if args.jsonl and (args.json or args.plot):
-        return main(["--summarize", "--jsonl", args.jsonl] + (["--json", args.json] if args.json else [])
+        return main(["--summarize", "--jsonl", args.jsonl[0]] + (["--json", args.json] if args.json else [])
                     + (["--plot", args.plot] if args.plot else []))
     return 0
 
