@@ -304,24 +304,30 @@ def _rope_inv_freq(config, rotary: LlamaRotaryEmbedding | None = None) -> torch.
 
 def _compose(documents: list[DocumentCacheOutput], config, inv_freq: torch.Tensor, offset: int, device, dtype):
     """Place unpadded single documents one after another from `offset`: per-layer keys and values
-    `(num_layers, num_key_value_heads, total_length, head_dim)`."""
+    `(num_layers, num_key_value_heads, total_length, head_dim)`, new tensors written in place (one copy of the
+    composition, plus one document's rotation at a time)."""
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     expected = (config.num_hidden_layers, config.num_key_value_heads, head_dim)
-    keys, values, cursor = [], [], offset
     for i, document in enumerate(documents):
-        k, v = document.keys[0], document.values[0]  # (layers, heads_kv, n, head_dim)
+        k = document.keys[0]  # (layers, heads_kv, n, head_dim)
         if (k.shape[0], k.shape[1], k.shape[3]) != expected:
             raise ValueError(f"document {i} of `document_caches` has (layers, heads_kv, head_dim) = "
                              f"{(k.shape[0], k.shape[1], k.shape[3])}, this model {expected}.")
+    first = documents[0].keys
+    target_dtype, target_device = dtype or first.dtype, device if device is not None else first.device
+    total = sum(int(document.keys.shape[3]) for document in documents)
+    keys = torch.empty((*expected[:2], total, head_dim), dtype=target_dtype, device=target_device)
+    values = torch.empty_like(keys)
+    cursor = 0
+    for document in documents:
+        k, v = document.keys[0], document.values[0]
         n = k.shape[2]
-        new_positions = torch.arange(cursor, cursor + n, device=k.device)
+        new_positions = torch.arange(offset + cursor, offset + cursor + n, device=k.device)
         delta = new_positions - document.position_ids[0].to(k.device)
-        target_dtype = dtype or k.dtype
-        k = k.to(device) if device is not None else k
-        keys.append(rotate_keys(k.to(torch.float32), delta, inv_freq).to(target_dtype))
-        values.append(v.to(device=device or v.device, dtype=target_dtype))
+        keys[:, :, cursor:cursor + n] = rotate_keys(k.to(target_device, torch.float32), delta, inv_freq)
+        values[:, :, cursor:cursor + n] = v
         cursor += n
-    return torch.cat(keys, dim=2), torch.cat(values, dim=2)
+    return keys, values
 
 
 def _dynamic_cache(keys: torch.Tensor, values: torch.Tensor, config) -> DynamicCache:
@@ -757,6 +763,11 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
             _check_rope_settings(documents, self.config, "document_caches")
             _check_fingerprints(documents, fingerprint, "document_caches")
             rows = [_compose_row(self, self.model, documents, ratio, "document_caches")] * batch_size
+        if batch_size == 1 and repeat == 1:  # no padding: the composition itself, no copy
+            keys, values = rows[0][0][None], rows[0][1][None]
+            mask = torch.ones(1, keys.shape[3], dtype=torch.long, device=self.device)
+            return ComposedDocumentCache(**{CACHE_NAME: _dynamic_cache(keys, values, self.config)},
+                                         attention_mask=mask)
         width = max(k.shape[2] for k, _ in rows)
         shape = (batch_size, *rows[0][0].shape[:2], width, rows[0][0].shape[3])
         keys = torch.zeros(shape, dtype=self.dtype, device=self.device)
