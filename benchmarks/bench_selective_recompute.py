@@ -85,6 +85,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", default=None, help="summary JSON (from --jsonl)")
     p.add_argument("--plot", default=None, help="SVG plot of F1, agreement and TTFT speed-up against the ratio")
     p.add_argument("--summarize", action="store_true", help="only rebuild --json / --plot from --jsonl")
+    p.add_argument("--skip_leading_newlines", action="store_true",
+                   help="the answer is the first line with text (SmolLM2-Instruct often starts with a newline on "
+                        "this raw prompt); default: up to the first newline")
     return p
 
 
@@ -130,12 +133,19 @@ class FirstTokenClock(LogitsProcessor):
 
 
 class StopAtNewline(StoppingCriteria):
-    def __init__(self, newline_ids: set[int], start: int):
-        self.newline_ids, self.start = torch.tensor(sorted(newline_ids)), start
+    """Stops at a newline that follows some text (with `--skip_leading_newlines`; else at the first newline)."""
+
+    def __init__(self, newline_ids: set[int], start: int, tokenizer=None):
+        self.newline_ids, self.start, self.tokenizer = torch.tensor(sorted(newline_ids)), start, tokenizer
 
     def __call__(self, input_ids, scores, **kwargs):
-        return torch.isin(input_ids[:, -1], self.newline_ids) if input_ids.shape[1] > self.start else \
-            torch.zeros(input_ids.shape[0], dtype=torch.bool)
+        if input_ids.shape[1] <= self.start:
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool)
+        stop = torch.isin(input_ids[:, -1], self.newline_ids)
+        if self.tokenizer is not None and bool(stop.any()):
+            text = self.tokenizer.decode(input_ids[0, self.start:], skip_special_tokens=True)
+            stop = stop & bool(text.strip())
+        return stop
 
 
 def newline_tokens(tokenizer) -> set[int]:
@@ -194,7 +204,7 @@ def reset_peak() -> bool:
 
 @torch.no_grad()
 def run_question(model, tokenizer, question: dict, caches: dict, ratios, passage_tokens: int, max_new_tokens: int,
-                 newline_ids, order_shift: int, memory: bool = False) -> dict:
+                 newline_ids, order_shift: int, memory: bool = False, skip_leading_newlines: bool = False) -> dict:
     prompt, _ = prompt_ids(tokenizer, question["contexts"], question["question"], passage_tokens)
     asked = question_ids(tokenizer, question["question"])
     full_ids = torch.tensor([prompt])
@@ -214,15 +224,17 @@ def run_question(model, tokenizer, question: dict, caches: dict, ratios, passage
             ids, extra = asked_ids, {"document_caches": documents, "recompute_ratio": float(name[2:])}
         kwargs = dict(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, pad_token_id=pad,
                       logits_processor=LogitsProcessorList([clock]),
-                      stopping_criteria=StoppingCriteriaList([StopAtNewline(newline_ids, ids.shape[1])]))
+                      stopping_criteria=StoppingCriteriaList([StopAtNewline(
+                          newline_ids, ids.shape[1], tokenizer if skip_leading_newlines else None)]))
         if memory:
             before = vm_rss_kb()
             reset_peak()
         begin = time.perf_counter()
         generated = model.generate(ids, **extra, **kwargs)
         end = time.perf_counter()
+        text = tokenizer.decode(generated[0, ids.shape[1]:], skip_special_tokens=True)
         row = {"ttft": clock.first - begin, "total": end - begin,
-               "answer": clean_answer(tokenizer.decode(generated[0, ids.shape[1]:], skip_special_tokens=True))}
+               "answer": clean_answer(text.lstrip() if skip_leading_newlines else text), "text": text}
         if memory:
             row["peak_rss_growth_mb"] = (vm_hwm_kb() - before) / 1024
         out["paths"][name] = row
@@ -394,6 +406,7 @@ def main(argv=None) -> int:
     newline_ids = newline_tokens(tokenizer)
     setup = {"model": name, "threads": torch.get_num_threads(), "passage_tokens": args.passage_tokens,
              "max_new_tokens": args.max_new_tokens, "ratios": args.ratios, "seed": args.seed,
+             "skip_leading_newlines": args.skip_leading_newlines,
              "torch": torch.__version__, "command": " ".join([Path(sys.argv[0]).name] + (argv or sys.argv[1:]))}
     sink = open(args.jsonl[0], "a") if args.jsonl else None
     if sink:
@@ -406,7 +419,7 @@ def main(argv=None) -> int:
     warm = samples[args.datasets[0]][0]
     encode_passages(model, tokenizer, warm["contexts"], args.passage_tokens, caches)
     run_question(model, tokenizer, warm, caches, args.ratios, args.passage_tokens, args.max_new_tokens,
-                 newline_ids, 0)  # warm-up, not recorded
+                 newline_ids, 0, skip_leading_newlines=args.skip_leading_newlines)  # warm-up, not recorded
     begin = time.perf_counter()
     for index in range(count):
         for dataset in args.datasets:
@@ -415,7 +428,8 @@ def main(argv=None) -> int:
             question = samples[dataset][index]
             encode_seconds = encode_passages(model, tokenizer, question["contexts"], args.passage_tokens, caches)
             row = run_question(model, tokenizer, question, caches, args.ratios, args.passage_tokens,
-                               args.max_new_tokens, newline_ids, index, memory=bool(args.memory))
+                               args.max_new_tokens, newline_ids, index, memory=bool(args.memory),
+                               skip_leading_newlines=args.skip_leading_newlines)
             row.update(dataset=dataset, gold=question["answers"], gold_context=question["context"],
                        gold_passage=question["gold_passage"], encode_seconds=encode_seconds)
             if args.memory:
