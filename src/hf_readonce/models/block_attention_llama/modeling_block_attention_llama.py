@@ -303,9 +303,10 @@ def _rope_inv_freq(config, rotary: LlamaRotaryEmbedding | None = None) -> torch.
 
 
 def _compose(documents: list[DocumentCacheOutput], config, inv_freq: torch.Tensor, offset: int, device, dtype):
-    """Place unpadded single documents one after another from `offset`: per-layer keys and values
-    `(num_layers, num_key_value_heads, total_length, head_dim)`, new tensors written in place (one copy of the
-    composition, plus one document's rotation at a time)."""
+    """Place unpadded single documents one after another from `offset`: per-layer lists of keys and values, each
+    `(num_key_value_heads, total_length, head_dim)`, new tensors written in place (one copy of the composition,
+    plus one document's rotation at a time; one tensor per layer, so that a cache growing layer by layer frees each
+    layer's old tensor as it goes)."""
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     expected = (config.num_hidden_layers, config.num_key_value_heads, head_dim)
     for i, document in enumerate(documents):
@@ -316,18 +317,28 @@ def _compose(documents: list[DocumentCacheOutput], config, inv_freq: torch.Tenso
     first = documents[0].keys
     target_dtype, target_device = dtype or first.dtype, device if device is not None else first.device
     total = sum(int(document.keys.shape[3]) for document in documents)
-    keys = torch.empty((*expected[:2], total, head_dim), dtype=target_dtype, device=target_device)
-    values = torch.empty_like(keys)
+    keys = [torch.empty((expected[1], total, head_dim), dtype=target_dtype, device=target_device)
+            for _ in range(expected[0])]
+    values = [torch.empty_like(k) for k in keys]
     cursor = 0
     for document in documents:
         k, v = document.keys[0], document.values[0]
         n = k.shape[2]
         new_positions = torch.arange(offset + cursor, offset + cursor + n, device=k.device)
         delta = new_positions - document.position_ids[0].to(k.device)
-        keys[:, :, cursor:cursor + n] = rotate_keys(k.to(target_device, torch.float32), delta, inv_freq)
-        values[:, :, cursor:cursor + n] = v
+        rotated = rotate_keys(k.to(target_device, torch.float32), delta, inv_freq)
+        for layer in range(expected[0]):
+            keys[layer][:, cursor:cursor + n] = rotated[layer]
+            values[layer][:, cursor:cursor + n] = v[layer]
         cursor += n
     return keys, values
+
+
+def _layer_cache(keys: list[torch.Tensor], values: list[torch.Tensor], config) -> DynamicCache:
+    """Per-layer `(num_key_value_heads, length, head_dim)` keys/values of one row -> a `DynamicCache` of batch 1
+    holding those tensors (no copy)."""
+    return DynamicCache(ddp_cache_data=[(k[None], v[None]) for k, v in zip(keys, values, strict=True)],
+                        config=config)
 
 
 def _dynamic_cache(keys: torch.Tensor, values: torch.Tensor, config) -> DynamicCache:
@@ -415,16 +426,17 @@ def _check_rotary_model(model, argument: str = "model"):
 @torch.no_grad()
 def _blend(decoder, config, keys: torch.Tensor, values: torch.Tensor, input_ids: torch.Tensor,
            recompute_ratio: float) -> None:
-    """Selective recompute of one composed row, in place: `keys`, `values` `(num_layers, num_key_value_heads, T,
-    head_dim)` composed at positions 0..T-1 (fresh tensors, not the stored ones), `input_ids` `(T,)`."""
-    num_layers, num_tokens = len(decoder.layers), keys.shape[2]
+    """Selective recompute of one composed row, in place: `keys`, `values` per-layer lists of
+    `(num_key_value_heads, T, head_dim)` composed at positions 0..T-1 (fresh tensors, not the stored ones),
+    `input_ids` `(T,)`."""
+    num_layers, num_tokens = len(decoder.layers), keys[0].shape[1]
     schedule = recompute_schedule(recompute_ratio, num_layers, num_tokens)
     if schedule[0][0] == 0:
         return
-    device = keys.device
+    device = keys[0].device
     positions = torch.arange(num_tokens, device=device)
     carried = positions  # tokens whose input to the current layer is computed (all of them into layer 0)
-    hidden = decoder.embed_tokens(input_ids.to(device)[None]).to(keys.dtype)  # (1, n, hidden)
+    hidden = decoder.embed_tokens(input_ids.to(device)[None]).to(keys[0].dtype)  # (1, n, hidden)
     for layer_index, layer in enumerate(decoder.layers):
         attention = layer.self_attn
         head_dim = attention.head_dim
@@ -434,8 +446,8 @@ def _blend(decoder, config, keys: torch.Tensor, values: torch.Tensor, input_ids:
         v = attention.v_proj(normed).view(1, carried.numel(), -1, head_dim).transpose(1, 2)
         k = k * cos[:, None] + rotate_half(k) * sin[:, None]
         deviation = (v[0] - values[layer_index][:, carried]).float().pow(2).sum(dim=(0, 2))  # (n,) CacheBlend §4.2
-        keys[layer_index][:, carried] = k[0].to(keys.dtype)
-        values[layer_index][:, carried] = v[0].to(values.dtype)
+        keys[layer_index][:, carried] = k[0].to(keys[layer_index].dtype)
+        values[layer_index][:, carried] = v[0].to(values[layer_index].dtype)
         queries = schedule[layer_index][1]
         if queries == 0:
             break
@@ -513,7 +525,7 @@ def selective_recompute(model, document_caches, recompute_ratio: float, *, model
     _check_rope_settings(documents, model.config, "document_caches")
     _check_fingerprints(documents, model_fingerprint, "document_caches")
     keys, values = _compose_row(model, decoder, documents, ratio, "document_caches")
-    return _dynamic_cache(keys[None], values[None], model.config)
+    return _layer_cache(keys, values, model.config)
 
 
 def _compose_row(model, decoder, documents, ratio: float, argument: str):
@@ -556,7 +568,7 @@ def compose_document_caches(document_caches, config, *, offset: int = 0, model_f
     _check_rope_settings(documents, config, "document_caches")
     _check_fingerprints(documents, model_fingerprint, "document_caches")
     keys, values = _compose(documents, config, inv_freq, offset, device, dtype)
-    return _dynamic_cache(keys[None], values[None], config)
+    return _layer_cache(keys, values, config)
 
 
 def block_attention_mask(block_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
@@ -764,10 +776,9 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
             _check_fingerprints(documents, fingerprint, "document_caches")
             rows = [_compose_row(self, self.model, documents, ratio, "document_caches")] * batch_size
         if batch_size == 1 and repeat == 1:  # no padding: the composition itself, no copy
-            keys, values = rows[0][0][None], rows[0][1][None]
-            mask = torch.ones(1, keys.shape[3], dtype=torch.long, device=self.device)
-            return ComposedDocumentCache(**{CACHE_NAME: _dynamic_cache(keys, values, self.config)},
-                                         attention_mask=mask)
+            mask = torch.ones(1, rows[0][0][0].shape[1], dtype=torch.long, device=self.device)
+            return ComposedDocumentCache(**{CACHE_NAME: _layer_cache(*rows[0], self.config)}, attention_mask=mask)
+        rows = [(torch.stack(k), torch.stack(v)) for k, v in rows]
         width = max(k.shape[2] for k, _ in rows)
         shape = (batch_size, *rows[0][0].shape[:2], width, rows[0][0].shape[3])
         keys = torch.zeros(shape, dtype=self.dtype, device=self.device)
