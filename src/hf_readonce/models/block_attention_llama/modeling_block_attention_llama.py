@@ -174,11 +174,15 @@ class DocumentCacheOutput(ModelOutput):
         out = []
         for row in range(self.num_documents):
             real = self.attention_mask[row].bool()
+            n = int(real.sum())
+            if bool(real[:n].all()):  # right padding or none: views, no copy of the document's cache
+                real = slice(0, n)
             out.append(DocumentCacheOutput(
                 keys=self.keys[row][:, :, real][None], values=self.values[row][:, :, real][None],
                 attention_mask=self.attention_mask[row][real][None], position_ids=self.position_ids[row][real][None],
                 model_fingerprint=self.model_fingerprint,
-                input_ids=None if self.input_ids is None else self.input_ids[row][real.to(self.input_ids.device)][None],
+                input_ids=None if self.input_ids is None else self.input_ids[row][
+                    real if isinstance(real, slice) else real.to(self.input_ids.device)][None],
                 rope_setting=self.rope_setting))
         return out
 
