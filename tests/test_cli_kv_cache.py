@@ -174,3 +174,36 @@ def test_verify_recompute_every_family_of_a_store(tmp_path, llama_checkpoint, ch
     assert cli_main([*verify, "--recompute", "1", "--model", str(other)]) == 2
     err = capsys.readouterr().err
     assert "no representation space" in err and "deformer_bert" in err
+
+
+def _files(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_answer_with_recompute_ratio_reads_the_store_only(tmp_path, llama_checkpoint, checkpoint, tokenizer, capsys):
+    """`--recompute-ratio 1` recomputes every passage token at every layer: the full prompt's greedy answers, also for
+    a row of several passages (which the plain composition does not give without fine-tuning); the store's files
+    are byte for byte the same after answering and after refused calls; `verify --recompute` still compares."""
+    store = tmp_path / "store"
+    assert encode(llama_checkpoint, store, ROWS, tmp_path, "--dtype", "fp32", "--max-document-length", "64") == 0
+    before = _files(store)
+    questions = write_jsonl(tmp_path / "q.jsonl", ROWS)
+    preds = tmp_path / "preds.jsonl"
+    common = ["--store", str(store), "--questions", str(questions), "--output", str(preds), "--no-progress",
+              "--device", "cpu", "--max-answer-length", "5", "--batch-size", "2"]
+    capsys.readouterr()
+    assert cli_main(["answer", str(llama_checkpoint), *common, "--recompute-ratio", "1"]) == 0
+    assert "recompute ratio 1" in capsys.readouterr().out
+    predictions = {json.loads(line)["id"]: json.loads(line)["prediction_text"] for line in preds.open()}
+    model = BlockAttentionLlamaForCausalLM.from_pretrained(llama_checkpoint).eval()
+    assert predictions == answer_with_full_prompt(model, tokenizer, ROWS, max_document_length=64, max_new_tokens=5)
+    assert _files(store) == before
+    for bad in ("1.5", "-0.1", "nan"):
+        assert cli_main(["answer", str(llama_checkpoint), *common, "--recompute-ratio", bad]) == 2
+        assert "--recompute-ratio must be a number in [0, 1]" in capsys.readouterr().err
+    assert cli_main(["answer", str(checkpoint), *common, "--recompute-ratio", "0.5"]) == 2  # a DeFormer
+    assert "--recompute-ratio applies to causal LMs" in capsys.readouterr().err
+    assert _files(store) == before
+    assert cli_main(["verify", "--store", str(store), "--no-progress", "--device", "cpu", "--recompute", "2",
+                     "--model", str(llama_checkpoint)]) == 0
+    assert "2 of 4 document(s) recomputed from stored tokens" in capsys.readouterr().out

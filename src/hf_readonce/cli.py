@@ -551,8 +551,14 @@ def _answer(args) -> int:
     generative = spec is not None and spec.answer == "generative"
     if generative:
         _check_generative_answer_options(args)
-    elif getattr(args, "max_document_length", None) is not None:
-        raise CommandError(f"--max-document-length applies to causal LMs ({_generative_model_types()}) only.")
+    else:
+        for option, name in (("--max-document-length", "max_document_length"), ("--recompute-ratio", "recompute_ratio")):
+            if getattr(args, name, None) is not None:
+                raise CommandError(f"{option} applies to causal LMs ({_generative_model_types()}) only.")
+    ratio = getattr(args, "recompute_ratio", None)
+    if ratio is not None and not (math.isfinite(ratio) and 0 <= ratio <= 1):
+        raise CommandError(f"--recompute-ratio must be a number in [0, 1] (the fraction of passage tokens recomputed "
+                           f"per layer), got {ratio}.")
     _finite(getattr(args, "null_score_diff_threshold", None), "--null-score-diff-threshold")
     problems, examples, first_line, duplicates = [], [], {}, []
     for number, row in iter_jsonl(questions, problems):
@@ -665,7 +671,7 @@ def _check_generative_answer_options(args) -> None:
     if given:
         raise CommandError(f"{', '.join(given)} do(es) not apply to causal LMs ({_generative_model_types()}), which "
                            "generate answers from stored KV caches; their options are --max-document-length, "
-                           "--max-answer-length (new tokens) and --batch-size.")
+                           "--max-answer-length (new tokens), --recompute-ratio and --batch-size.")
 
 
 def _answer_generative(args, store, examples, output) -> int:
@@ -682,7 +688,7 @@ def _answer_generative(args, store, examples, output) -> int:
         predictions = answer_with_document_caches(
             model, tokenizer, store, examples, max_document_length=args.max_document_length,
             batch_size=args.batch_size, max_new_tokens=args.max_answer_length, encode_missing=args.encode_missing,
-            progress=not args.no_progress, timings=timings)
+            progress=not args.no_progress, timings=timings, recompute_ratio=args.recompute_ratio or 0.0)
     except (MissingRepresentationError, RepresentationMismatchError, ValueError) as error:
         raise CommandError(str(error)) from None
     seconds = time.perf_counter() - start
@@ -692,7 +698,7 @@ def _answer_generative(args, store, examples, output) -> int:
           f"({len(examples) / max(seconds, 1e-9):.1f} questions/s; reading the store {timings['read_seconds']:.2f} s, "
           f"generating {timings['generate_seconds']:.2f} s); predictions written to {output}", flush=True)
     print(f"settings: prompt <passage caches>{QUESTION_TEMPLATE!r}, greedy, max_new_tokens {args.max_answer_length}, "
-          f"answer cut at its first newline", flush=True)
+          f"answer cut at its first newline, recompute ratio {args.recompute_ratio or 0.0:g}", flush=True)
     gold = [e for e in examples if isinstance(e.get("answers"), dict) and "text" in e["answers"]]
     if gold and len(gold) == len(examples):
         from .tasks.question_answering import format_scores, score_qa, trivial_baselines
@@ -1051,6 +1057,10 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
                         help="encode and store passages that are not stored (otherwise an error)")
     answer.add_argument("--max-document-length", type=int, default=None,
                         help="causal LMs: the stored document length (default: the store's only one for the model)")
+    answer.add_argument("--recompute-ratio", type=float, default=None,
+                        help="causal LMs: fraction of passage tokens whose keys and values are recomputed per layer "
+                             "before the question is read (selective recompute, CacheBlend), in [0, 1]; 0 (default): "
+                             "the stored caches as they are, 1: the full prompt. The store is only read")
     answer.set_defaults(func=cmd_answer)
 
     info = sub.add_parser("info", help="a store's documents, size on disk, fingerprints; without --store, the "

@@ -12,6 +12,7 @@ from ..models.block_attention_llama.configuration_block_attention_llama import B
 from ..models.block_attention_llama.modeling_block_attention_llama import (
     BlockAttentionLlamaForCausalLM,
     DocumentCacheOutput,
+    rope_setting,
 )
 from .base import AdapterBase, DocumentError, check_positive_ints, tokenizer_fingerprint
 from .registry import CardText, register_family
@@ -181,11 +182,12 @@ class BlockAttentionLlamaAdapter(AdapterBase):
 
         Returns:
             [`DocumentCacheOutput`]: keys and values `(len(stored), num_layers, num_key_value_heads, max n,
-            head_dim)` right-padded, `attention_mask` and `position_ids` (0..n-1) `(len(stored), max n)`, and this
-            adapter's model fingerprint.
+            head_dim)` right-padded, `attention_mask`, `position_ids` (0..n-1) and the stored token ids
+            `input_ids` (for selective recompute; when every document has them) `(len(stored), max n)`, this
+            adapter's model fingerprint and its model's RoPE setting.
 
         Raises:
-            ValueError: no document, or documents whose keys and values disagree in shape.
+            ValueError: no document, or documents whose keys, values and token ids disagree in shape.
         """
         if not stored:
             raise ValueError("nothing to read: `stored` is empty.")
@@ -196,6 +198,8 @@ class BlockAttentionLlamaAdapter(AdapterBase):
         keys = torch.zeros(shape, dtype=dtype, device=device)
         values = torch.zeros(shape, dtype=dtype, device=device)
         mask = torch.zeros(len(stored), width, dtype=torch.long, device=device)
+        with_ids = all("input_ids" in tensors for tensors in stored)
+        input_ids = torch.zeros(len(stored), width, dtype=torch.long, device=device) if with_ids else None
         for i, tensors in enumerate(stored):
             k, v = tensors["keys"], tensors["values"]
             if k.shape != v.shape or k.shape[:2] + k.shape[3:] != first.shape[:2] + first.shape[3:]:
@@ -205,9 +209,16 @@ class BlockAttentionLlamaAdapter(AdapterBase):
             keys[i, :, :, :n] = k.to(device=device, dtype=dtype)
             values[i, :, :, :n] = v.to(device=device, dtype=dtype)
             mask[i, :n] = 1
+            if with_ids:
+                ids = tensors["input_ids"]
+                if ids.shape != (n,):
+                    raise ValueError(f"stored document {i}: input_ids {tuple(ids.shape)} do not match its {n} cached "
+                                     "tokens.")
+                input_ids[i, :n] = ids.to(device=device, dtype=torch.long)
         positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
         return DocumentCacheOutput(keys=keys, values=values, attention_mask=mask, position_ids=positions,
-                                   model_fingerprint=self.fingerprint())
+                                   model_fingerprint=self.fingerprint(), input_ids=input_ids,
+                                   rope_setting=rope_setting(self.model.config))
 
 
 __all__ = ["BlockAttentionLlamaAdapter"]

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 
 import torch
 
+from ..models.block_attention_llama.modeling_block_attention_llama import check_recompute_ratio
 from ..representations.base import current_fingerprint
 from ..representations.block_attention_llama import BlockAttentionLlamaAdapter
 from ..representations.fill import fill_store
@@ -175,7 +176,8 @@ def _check(examples, batch_size, max_new_tokens):
 def answer_with_document_caches(model, tokenizer, store: RepresentationStore, examples: Sequence[dict], *,
                                 max_document_length: int | None = None, batch_size: int = 8,
                                 max_new_tokens: int = 30, encode_missing: bool = False, dtype: str = "float16",
-                                progress: bool = False, timings: dict | None = None) -> dict[str, str]:
+                                progress: bool = False, timings: dict | None = None,
+                                recompute_ratio: float = 0.0) -> dict[str, str]:
     """Answer questions with a causal LM from the stored key/value caches of their passages: per row, the stored
     caches of its passages (in order) are composed in front of its question prompt (see the module docstring) and
     the answer is generated greedily (`generate(document_caches=...)`, rows batched with left padding).
@@ -192,6 +194,9 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
         dtype (`str`, defaults to `"float16"`): storage dtype for `encode_missing`.
         progress (`bool`): a tqdm bar on stderr counting answered questions.
         timings (`dict`, *optional*): filled with `read_seconds` (reading the store) and `generate_seconds`.
+        recompute_ratio (`float`, defaults to 0): fraction of passage tokens whose keys and values are recomputed
+            per layer before the question is read (selective recompute, CacheBlend; `generate(recompute_ratio=)`):
+            0 answers from the stored caches as they are, 1 as the full prompt. The store is only read.
 
     Returns:
         `dict[str, str]`: example id -> answer, in example order.
@@ -202,6 +207,7 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
         ValueError: bad rows or arguments (naming them).
     """
     _check(examples, batch_size, max_new_tokens)
+    recompute_ratio = check_recompute_ratio(recompute_ratio)
     try:
         settings = find_document_cache_space(store, model, tokenizer, max_document_length)
     except MissingRepresentationError:
@@ -239,7 +245,7 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
                                 device=model.device, dtype=model.dtype)] for i in rows]
         timings["read_seconds"] += time.perf_counter() - begin
         ids, mask = _left_pad([question_ids(tokenizer, examples[i]["question"]) for i in rows], pad, model.device)
-        return ids, mask, {"document_caches": caches}
+        return ids, mask, {"document_caches": caches, "recompute_ratio": recompute_ratio}
 
     return _generate_answers(model, tokenizer, examples, batch, batch_size=batch_size, max_new_tokens=max_new_tokens,
                              progress=progress, timings=timings)

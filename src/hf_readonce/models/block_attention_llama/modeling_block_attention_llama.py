@@ -22,6 +22,7 @@ standard library and the configuration next to it.
 
 import hashlib
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, make_dataclass
 
@@ -147,6 +148,11 @@ class DocumentCacheOutput(ModelOutput):
             (0..n-1 for a document of n tokens; 0 at padding).
         model_fingerprint (`str`): [`document_cache_fingerprint`] of the model that made them; a model refuses caches
             of another fingerprint.
+        input_ids (`torch.LongTensor` of shape `(num_documents, length)`, *optional*): the documents' tokens (0 at
+            padding); needed by selective recompute ([`selective_recompute`], `recompute_ratio > 0`), which runs
+            some of them through the model again.
+        rope_setting (`str`, *optional*): [`rope_setting`] of the model that made them (rotary type, base, scaling,
+            head size); a model refuses caches of another RoPE setting, naming both.
     """
 
     keys: torch.FloatTensor | None = None
@@ -154,6 +160,8 @@ class DocumentCacheOutput(ModelOutput):
     attention_mask: torch.LongTensor | None = None
     position_ids: torch.LongTensor | None = None
     model_fingerprint: str | None = None
+    input_ids: torch.LongTensor | None = None
+    rope_setting: str | None = None
 
     @property
     def num_documents(self) -> int:
@@ -166,10 +174,16 @@ class DocumentCacheOutput(ModelOutput):
         out = []
         for row in range(self.num_documents):
             real = self.attention_mask[row].bool()
+            n = int(real.sum())
+            if bool(real[:n].all()):  # right padding or none: views, no copy of the document's cache
+                real = slice(0, n)
             out.append(DocumentCacheOutput(
                 keys=self.keys[row][:, :, real][None], values=self.values[row][:, :, real][None],
                 attention_mask=self.attention_mask[row][real][None], position_ids=self.position_ids[row][real][None],
-                model_fingerprint=self.model_fingerprint))
+                model_fingerprint=self.model_fingerprint,
+                input_ids=None if self.input_ids is None else self.input_ids[row][
+                    real if isinstance(real, slice) else real.to(self.input_ids.device)][None],
+                rope_setting=self.rope_setting))
         return out
 
 
@@ -181,6 +195,35 @@ def _check_rope(config) -> None:
             f"cannot compose document caches for rope_type {rope_type!r}: rotating stored keys by a position delta "
             f"is exact only for {sorted(EXACT_ROPE_TYPES)} (whose frequencies do not depend on the length read)."
         )
+
+
+def rope_setting(config) -> str:
+    """Canonical JSON of what a stored key's rotation depends on: the rotary parameters (`rope_parameters`: type,
+    base `rope_theta`, scaling factors), the head size and the partial-rotary factor. Caches record it
+    (`DocumentCacheOutput.rope_setting`) so that a model with another RoPE setting refuses them with both settings
+    named (the fingerprint, which covers it too, names only hashes).
+
+    Args:
+        config (`LlamaConfig`): a Llama-family config.
+
+    Returns:
+        `str`: sorted-key JSON.
+    """
+    rope = getattr(config, "rope_parameters", None)
+    rope = dict(rope) if isinstance(rope, dict) else {"rope_theta": getattr(config, "rope_theta", None)}
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return json.dumps({"rope_parameters": rope, "head_dim": head_dim,
+                       "partial_rotary_factor": getattr(config, "partial_rotary_factor", 1.0)}, sort_keys=True,
+                      default=str)
+
+
+def _check_rope_settings(documents: list[DocumentCacheOutput], config, argument: str) -> None:
+    expected = rope_setting(config)
+    for i, document in enumerate(documents):
+        if document.rope_setting is not None and document.rope_setting != expected:
+            raise ValueError(f"document {i} of `{argument}` was encoded with RoPE setting {document.rope_setting}, "
+                             f"this model uses {expected}: its keys are rotated for other positions; re-encode the "
+                             "documents with this model.")
 
 
 def _as_documents(document_caches, argument: str = "document_caches") -> list[DocumentCacheOutput]:
@@ -264,31 +307,239 @@ def _rope_inv_freq(config, rotary: LlamaRotaryEmbedding | None = None) -> torch.
 
 
 def _compose(documents: list[DocumentCacheOutput], config, inv_freq: torch.Tensor, offset: int, device, dtype):
-    """Place unpadded single documents one after another from `offset`: per-layer keys and values
-    `(num_layers, num_key_value_heads, total_length, head_dim)`."""
+    """Place unpadded single documents one after another from `offset`: per-layer lists of keys and values, each
+    `(num_key_value_heads, total_length, head_dim)`, new tensors written in place (one copy of the composition,
+    plus one document's rotation at a time; one tensor per layer, so that a cache growing layer by layer frees each
+    layer's old tensor as it goes)."""
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     expected = (config.num_hidden_layers, config.num_key_value_heads, head_dim)
-    keys, values, cursor = [], [], offset
     for i, document in enumerate(documents):
-        k, v = document.keys[0], document.values[0]  # (layers, heads_kv, n, head_dim)
+        k = document.keys[0]  # (layers, heads_kv, n, head_dim)
         if (k.shape[0], k.shape[1], k.shape[3]) != expected:
             raise ValueError(f"document {i} of `document_caches` has (layers, heads_kv, head_dim) = "
                              f"{(k.shape[0], k.shape[1], k.shape[3])}, this model {expected}.")
+    first = documents[0].keys
+    target_dtype, target_device = dtype or first.dtype, device if device is not None else first.device
+    total = sum(int(document.keys.shape[3]) for document in documents)
+    keys = [torch.empty((expected[1], total, head_dim), dtype=target_dtype, device=target_device)
+            for _ in range(expected[0])]
+    values = [torch.empty_like(k) for k in keys]
+    cursor = 0
+    for document in documents:
+        k, v = document.keys[0], document.values[0]
         n = k.shape[2]
-        new_positions = torch.arange(cursor, cursor + n, device=k.device)
+        new_positions = torch.arange(offset + cursor, offset + cursor + n, device=k.device)
         delta = new_positions - document.position_ids[0].to(k.device)
-        target_dtype = dtype or k.dtype
-        k = k.to(device) if device is not None else k
-        keys.append(rotate_keys(k.to(torch.float32), delta, inv_freq).to(target_dtype))
-        values.append(v.to(device=device or v.device, dtype=target_dtype))
+        rotated = rotate_keys(k.to(target_device, torch.float32), delta, inv_freq)
+        for layer in range(expected[0]):
+            keys[layer][:, cursor:cursor + n] = rotated[layer]
+            values[layer][:, cursor:cursor + n] = v[layer]
         cursor += n
-    return torch.cat(keys, dim=2), torch.cat(values, dim=2)
+    return keys, values
+
+
+def _layer_cache(keys: list[torch.Tensor], values: list[torch.Tensor], config) -> DynamicCache:
+    """Per-layer `(num_key_value_heads, length, head_dim)` keys/values of one row -> a `DynamicCache` of batch 1
+    holding those tensors (no copy)."""
+    return DynamicCache(ddp_cache_data=[(k[None], v[None]) for k, v in zip(keys, values, strict=True)],
+                        config=config)
 
 
 def _dynamic_cache(keys: torch.Tensor, values: torch.Tensor, config) -> DynamicCache:
     """`(batch, layers, heads_kv, length, head_dim)` keys/values -> a transformers `DynamicCache`."""
     return DynamicCache(ddp_cache_data=[(keys[:, layer].contiguous(), values[:, layer].contiguous())
                                         for layer in range(keys.shape[1])], config=config)
+
+
+def check_recompute_ratio(recompute_ratio) -> float:
+    """`recompute_ratio` as a float in [0, 1].
+
+    Raises:
+        ValueError: not a real number (a bool neither), not finite, or outside [0, 1] (naming the argument and the
+            value).
+    """
+    if isinstance(recompute_ratio, bool) or not isinstance(recompute_ratio, (int, float)) or \
+            not math.isfinite(recompute_ratio) or not 0 <= recompute_ratio <= 1:
+        raise ValueError(f"`recompute_ratio` must be a number in [0, 1] (the fraction of document tokens recomputed "
+                         f"per layer), got {recompute_ratio!r}.")
+    return float(recompute_ratio)
+
+
+def recompute_schedule(recompute_ratio: float, num_layers: int, num_tokens: int) -> list[tuple[int, int]]:
+    """How many document tokens selective recompute ([`selective_recompute`]) runs through each layer: per layer `l`
+    (0-indexed), `(kv_tokens, query_tokens)`: the tokens whose keys and values are recomputed at layer `l` and the
+    tokens (a subset) whose attention and MLP run at layer `l` to give their input to layer `l + 1`.
+
+    - layer 0: every token (the keys and values of layer 0 depend on the token alone, so they are exact in the
+      stored cache; the layer's output is what the first deviation is measured on);
+    - layer 1: keys and values of every token (this is where the reused and the recomputed values first differ:
+      CacheBlend's selection layer, §4.3), queries of the `s_1` tokens of highest value deviation;
+    - layer `l >= 2`: keys and values of the `s_{l-1}` tokens carried in, queries of the `s_l` of them deviating
+      most (gradual filtering, CacheBlend §4.3);
+    - the last layer: keys and values only (its output is never read for a document token).
+
+    `s_l = ceil(r_l * num_tokens)`, with `r_l` falling linearly over layers 1..L-2 from `min(1, 1.5 r)` to
+    `2 r - min(1, 1.5 r)`: their mean is `r = recompute_ratio` (the fraction of document tokens recomputed per
+    layer, as the paper's "recompute ratio"). `r = 0`: nothing is recomputed; `r = 1`: every token everywhere.
+
+    Args:
+        recompute_ratio (`float`): in [0, 1]. num_layers (`int`): decoder layers L. num_tokens (`int`): document
+            tokens T.
+
+    Returns:
+        `list[tuple[int, int]]` of length `num_layers` (all `(0, 0)` for ratio 0).
+
+    Raises:
+        ValueError: a ratio outside [0, 1].
+    """
+    ratio = check_recompute_ratio(recompute_ratio)
+    if ratio == 0 or num_tokens == 0:
+        return [(0, 0)] * num_layers
+    middle = list(range(1, num_layers - 1))
+    high = min(1.0, 1.5 * ratio)
+    low = 2 * ratio - high
+    queries, carried = [num_tokens], num_tokens
+    for i, _ in enumerate(middle):
+        r = high if len(middle) == 1 else high + (low - high) * i / (len(middle) - 1)
+        r = ratio if len(middle) == 1 else r
+        carried = max(1, min(carried, math.ceil(r * num_tokens - 1e-9)))
+        queries.append(carried)
+    schedule, kv = [], num_tokens
+    for layer in range(num_layers):
+        query = queries[layer] if layer < num_layers - 1 else 0
+        schedule.append((kv, query))
+        kv = query if layer >= 1 else num_tokens
+    return schedule
+
+
+def _check_rotary_model(model, argument: str = "model"):
+    """The decoder of a Llama-family causal LM with rotary positions, or a ValueError naming what is missing."""
+    decoder = _decoder(model)
+    layers = getattr(decoder, "layers", None)
+    rotary = getattr(decoder, "rotary_emb", None)
+    attention = getattr(layers[0], "self_attn", None) if layers is not None and len(layers) else None
+    if rotary is None or attention is None or not all(
+            hasattr(attention, name) for name in ("q_proj", "k_proj", "v_proj", "o_proj")):
+        raise ValueError(f"`{argument}` ({type(model).__name__}) has no rotary position embeddings in a Llama-family "
+                         "decoder (`model.layers[i].self_attn.{q,k,v,o}_proj` and `model.rotary_emb`): stored caches "
+                         "can be re-positioned and selectively recomputed only for rotary Llama-family models.")
+    _check_rope(model.config)
+    return decoder
+
+
+@torch.no_grad()
+def _blend(decoder, config, keys: torch.Tensor, values: torch.Tensor, input_ids: torch.Tensor,
+           recompute_ratio: float) -> None:
+    """Selective recompute of one composed row, in place: `keys`, `values` per-layer lists of
+    `(num_key_value_heads, T, head_dim)` composed at positions 0..T-1 (fresh tensors, not the stored ones),
+    `input_ids` `(T,)`."""
+    num_layers, num_tokens = len(decoder.layers), keys[0].shape[1]
+    schedule = recompute_schedule(recompute_ratio, num_layers, num_tokens)
+    if schedule[0][0] == 0:
+        return
+    device = keys[0].device
+    positions = torch.arange(num_tokens, device=device)
+    carried = positions  # tokens whose input to the current layer is computed (all of them into layer 0)
+    hidden = decoder.embed_tokens(input_ids.to(device)[None]).to(keys[0].dtype)  # (1, n, hidden)
+    for layer_index, layer in enumerate(decoder.layers):
+        attention = layer.self_attn
+        head_dim = attention.head_dim
+        normed = layer.input_layernorm(hidden)
+        cos, sin = decoder.rotary_emb(normed, carried[None])
+        k = attention.k_proj(normed).view(1, carried.numel(), -1, head_dim).transpose(1, 2)
+        v = attention.v_proj(normed).view(1, carried.numel(), -1, head_dim).transpose(1, 2)
+        k = k * cos[:, None] + rotate_half(k) * sin[:, None]
+        deviation = (v[0] - values[layer_index][:, carried]).float().pow(2).sum(dim=(0, 2))  # (n,) CacheBlend §4.2
+        keys[layer_index][:, carried] = k[0].to(keys[layer_index].dtype)
+        values[layer_index][:, carried] = v[0].to(values[layer_index].dtype)
+        queries = schedule[layer_index][1]
+        if queries == 0:
+            break
+        if queries < carried.numel():  # keep the tokens of highest value deviation, in position order
+            keep = deviation.topk(queries).indices.sort().values
+            carried, hidden, normed = carried[keep], hidden[:, keep], normed[:, keep]
+            cos, sin = cos[:, keep], sin[:, keep]
+        q = attention.q_proj(normed).view(1, carried.numel(), -1, head_dim).transpose(1, 2)
+        q = q * cos[:, None] + rotate_half(q) * sin[:, None]
+        allowed = positions[None] <= carried[:, None]  # (n, T): causal over every document token before
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q, keys[layer_index][None], values[layer_index][None], attn_mask=allowed, scale=attention.scaling,
+            enable_gqa=True)
+        hidden = hidden + attention.o_proj(out.transpose(1, 2).reshape(1, carried.numel(), -1))
+        hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
+
+
+def _document_ids(documents: list[DocumentCacheOutput], argument: str) -> torch.Tensor:
+    for i, document in enumerate(documents):
+        if document.input_ids is None:
+            raise ValueError(f"document {i} of `{argument}` carries no input_ids: selective recompute "
+                             "(`recompute_ratio` > 0) reads the documents' tokens again; encode them with "
+                             "`encode_documents` or read them from a store (which keeps their token ids).")
+        if document.input_ids.shape != document.attention_mask.shape:
+            raise ValueError(f"document {i} of `{argument}`: input_ids {tuple(document.input_ids.shape)} do not match "
+                             f"its cache's length {tuple(document.attention_mask.shape)}.")
+    return torch.cat([document.input_ids[0].to(torch.long).cpu() for document in documents])
+
+
+def selective_recompute(model, document_caches, recompute_ratio: float, *, model_fingerprint: str | None = None):
+    r"""Compose stored document caches and recompute the keys and values of a selected fraction of their tokens,
+    layer by layer, so that the composition approaches the full prompt's cache: CacheBlend (Yao et al., EuroSys
+    2025, "CacheBlend: Fast Large Language Model Serving for RAG with Cached Knowledge Fusion", §4) for any rotary
+    Llama-family causal LM, unmodified weights.
+
+    1. Position re-encoding: each document's stored keys are rotated to its place in the composition
+       ([`compose_document_caches`]; CacheBlend §4.1, Block-Attention §2.3).
+    2. Layer 0 is computed for every document token, attending to every document token before it (its keys and
+       values depend on the token alone, so the stored ones are already exact; its output is not).
+    3. Selection (CacheBlend §4.2-4.3, "HKVD" tokens): at layer 1 the keys and values of every document token are
+       recomputed from that output, and the tokens whose recomputed *values* deviate most from the reused ones
+       (squared L2 over heads and head dimensions) continue; at each later layer the keys and values of the
+       carried tokens are recomputed, their deviation measured again, and the set narrowed to the tokens deviating
+       most (gradual filtering), by the schedule of [`recompute_schedule`] (mean fraction `recompute_ratio` per
+       layer). The carried tokens attend to every document token before them: recomputed where it was, reused
+       elsewhere. Tokens not carried keep their reused keys and values.
+    4. The question and any text after the documents are then read in full (`generate` / `forward`) with this cache.
+
+    `recompute_ratio=0` is the plain composition (bit for bit); `recompute_ratio=1` recomputes every token at every
+    layer, which is the full prompt's cache (to float rounding). Peak memory: the composed cache (the size of the
+    full prompt's), one layer's activations of the carried tokens and their attention `(heads, carried, T)`, at
+    most the full prompt's prefill.
+
+    Args:
+        model: a rotary Llama-family causal LM (`LlamaForCausalLM`, [`BlockAttentionLlamaForCausalLM`], ...).
+        document_caches ([`DocumentCacheOutput`] or `Sequence[DocumentCacheOutput]`): every document, in order,
+            carrying its `input_ids` (what `encode_documents` and the store adapter's `read` give).
+        recompute_ratio (`float`): fraction of document tokens recomputed per layer, in [0, 1].
+        model_fingerprint (`str`, *optional*): when given, every cache must carry this fingerprint (a
+            [`BlockAttentionLlamaForCausalLM`] passes its own).
+
+    Returns:
+        `DynamicCache` of batch size 1 in the model's dtype and device: layer `l` holds keys and values
+        `(1, num_key_value_heads, total_length, head_dim)` at positions 0..total_length-1. The caches passed in are
+        not modified.
+
+    Raises:
+        ValueError: `recompute_ratio` outside [0, 1]; a model without rotary positions (naming its class), or a
+            rope type for which re-positioning is not exact; caches of another RoPE setting or model (fingerprint)
+            or shape; a cache without `input_ids` when the ratio is above 0. TypeError: caches of another type.
+    """
+    ratio = check_recompute_ratio(recompute_ratio)
+    decoder = _check_rotary_model(model)
+    documents = _as_documents(document_caches)
+    _check_rope_settings(documents, model.config, "document_caches")
+    _check_fingerprints(documents, model_fingerprint, "document_caches")
+    keys, values = _compose_row(model, decoder, documents, ratio, "document_caches")
+    return _layer_cache(keys, values, model.config)
+
+
+def _compose_row(model, decoder, documents, ratio: float, argument: str):
+    """Compose one row's documents (fresh tensors) and, for a ratio above 0, selectively recompute them."""
+    ids = _document_ids(documents, argument) if ratio > 0 else None
+    inv_freq = _rope_inv_freq(model.config, decoder.rotary_emb)
+    keys, values = _compose(documents, model.config, inv_freq, 0, model.device, model.dtype)
+    if ratio > 0:
+        _blend(decoder, model.config, keys, values, ids, ratio)
+    return keys, values
 
 
 def compose_document_caches(document_caches, config, *, offset: int = 0, model_fingerprint: str | None = None,
@@ -318,9 +569,10 @@ def compose_document_caches(document_caches, config, *, offset: int = 0, model_f
         raise ValueError(f"`offset` must be an int >= 0, got {offset!r}.")
     inv_freq = _rope_inv_freq(config)
     documents = _as_documents(document_caches)
+    _check_rope_settings(documents, config, "document_caches")
     _check_fingerprints(documents, model_fingerprint, "document_caches")
     keys, values = _compose(documents, config, inv_freq, offset, device, dtype)
-    return _dynamic_cache(keys[None], values[None], config)
+    return _layer_cache(keys, values, config)
 
 
 def block_attention_mask(block_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
@@ -458,7 +710,9 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
         keys = torch.stack([layer.keys for layer in cache.layers], dim=1)
         values = torch.stack([layer.values for layer in cache.layers], dim=1)
         return DocumentCacheOutput(keys=keys, values=values, attention_mask=attention_mask, position_ids=position_ids,
-                                   model_fingerprint=self.representation_fingerprint() if with_fingerprint else None)
+                                   model_fingerprint=self.representation_fingerprint() if with_fingerprint else None,
+                                   input_ids=input_ids.masked_fill(attention_mask == 0, 0),
+                                   rope_setting=rope_setting(self.config))
 
     def compose_document_caches(self, document_caches, *, offset: int = 0) -> DynamicCache:
         r"""Place document caches one after another from position `offset`, each one's keys rotated to its new
@@ -480,7 +734,8 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
                                        model_fingerprint=self.representation_fingerprint(), device=self.device,
                                        dtype=self.dtype)
 
-    def compose_batch(self, document_caches, batch_size: int, *, repeat: int = 1) -> ComposedDocumentCache:
+    def compose_batch(self, document_caches, batch_size: int, *, repeat: int = 1,
+                      recompute_ratio: float = 0.0) -> ComposedDocumentCache:
         r"""The composed prefix of a batch: the same documents for every row, or one list of documents per row.
 
         Args:
@@ -489,14 +744,18 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
                 are left-padded (masked, and position ids counted from the first real token stay right).
             batch_size (`int`): rows of the question batch.
             repeat (`int`, defaults to 1): copies of each row, adjacent (beams, returned sequences).
+            recompute_ratio (`float`, defaults to 0): fraction of document tokens whose keys and values are
+                recomputed per layer ([`selective_recompute`], CacheBlend §4); 0: the stored caches as they are,
+                1: the full prompt's cache. Each distinct row is recomputed once.
 
         Returns:
             [`ComposedDocumentCache`] with `batch_size * repeat` rows.
 
         Raises:
-            ValueError: a per-row list whose length is not `batch_size`, caches of another model or shape.
+            ValueError: a per-row list whose length is not `batch_size`, caches of another model, RoPE setting or
+                shape, `recompute_ratio` outside [0, 1], caches without `input_ids` for a ratio above 0.
         """
-        inv_freq = _rope_inv_freq(self.config, self.model.rotary_emb)
+        ratio = check_recompute_ratio(recompute_ratio)
         fingerprint = self.representation_fingerprint()
         per_row = (isinstance(document_caches, Sequence) and not isinstance(document_caches, (str, bytes))
                    and len(document_caches) > 0 and not isinstance(document_caches[0], DocumentCacheOutput))
@@ -507,12 +766,23 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
             rows = []
             for i, row in enumerate(document_caches):
                 documents = _as_documents(row, f"document_caches[{i}]")
+                _check_rope_settings(documents, self.config, f"document_caches[{i}]")
                 _check_fingerprints(documents, fingerprint, f"document_caches[{i}]")
-                rows.append(_compose(documents, self.config, inv_freq, 0, self.device, self.dtype))
+                rows.append(documents)
+            if ratio > 0:
+                for i, documents in enumerate(rows):
+                    _document_ids(documents, f"document_caches[{i}]")
+            rows = [_compose_row(self, self.model, documents, ratio, f"document_caches[{i}]")
+                    for i, documents in enumerate(rows)]
         else:
             documents = _as_documents(document_caches)
+            _check_rope_settings(documents, self.config, "document_caches")
             _check_fingerprints(documents, fingerprint, "document_caches")
-            rows = [_compose(documents, self.config, inv_freq, 0, self.device, self.dtype)] * batch_size
+            rows = [_compose_row(self, self.model, documents, ratio, "document_caches")] * batch_size
+        if batch_size == 1 and repeat == 1:  # no padding: the composition itself, no copy
+            mask = torch.ones(1, rows[0][0][0].shape[1], dtype=torch.long, device=self.device)
+            return ComposedDocumentCache(**{CACHE_NAME: _layer_cache(*rows[0], self.config)}, attention_mask=mask)
+        rows = [(torch.stack(k), torch.stack(v)) for k, v in rows]
         width = max(k.shape[2] for k, _ in rows)
         shape = (batch_size, *rows[0][0].shape[:2], width, rows[0][0].shape[3])
         keys = torch.zeros(shape, dtype=self.dtype, device=self.device)
@@ -541,6 +811,7 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
         block_ids: torch.LongTensor | None = None,
         document_caches=None,
         cache: Cache | None = None,
+        recompute_ratio: float = 0.0,
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithPast:
         r"""
@@ -563,6 +834,8 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
                 `input_ids` after these documents' composed caches (see [`compose_batch`]).
             cache (`Cache`, *optional*): the name of `past_key_values` from transformers 5.24 on (what `generate`
                 passes there); either name is accepted with every supported transformers, not both.
+            recompute_ratio (`float`, defaults to 0): with `document_caches`, the fraction of document tokens
+                recomputed per layer ([`selective_recompute`], CacheBlend §4); 0: the caches as stored.
 
             return_dict (`bool`, *optional*, keyword): return a tuple when False (`@can_return_tuple`).
 
@@ -595,6 +868,8 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
                 position_ids = (_positions_from_mask(attention_mask) if attention_mask is not None
                                 else torch.arange(block_ids.shape[1], device=block_ids.device)[None])
             attention_mask = block_attention_mask(block_ids, attention_mask, dtype=self.dtype)
+        elif document_caches is None and recompute_ratio:
+            raise ValueError("`recompute_ratio` applies to `document_caches`, none were given.")
         elif document_caches is not None:
             if past_key_values is not None:
                 raise ValueError("Pass `document_caches` or `past_key_values`, not both.")
@@ -607,7 +882,7 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
             if attention_mask.shape != (batch_size, length):
                 raise ValueError(f"with `document_caches`, `attention_mask` must be the question's "
                                  f"{(batch_size, length)}, got {tuple(attention_mask.shape)}.")
-            prefix = self.compose_batch(document_caches, batch_size)
+            prefix = self.compose_batch(document_caches, batch_size, recompute_ratio=recompute_ratio)
             past_key_values = getattr(prefix, CACHE_NAME)
             attention_mask = torch.cat([prefix.attention_mask, attention_mask.to(prefix.attention_mask)], dim=1)
             if position_ids is None:
@@ -618,7 +893,8 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
             **{CACHE_NAME: past_key_values}, **kwargs,
         )
 
-    def generate(self, input_ids: torch.LongTensor | None = None, document_caches=None, **kwargs):
+    def generate(self, input_ids: torch.LongTensor | None = None, document_caches=None, recompute_ratio: float = 0.0,
+                 **kwargs):
         r"""`GenerationMixin.generate`, with composed document caches as the prefix of `input_ids`.
 
         Without `document_caches` this is Llama's `generate`. With them, the caches are composed
@@ -630,6 +906,11 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
         Args:
             input_ids (`torch.LongTensor` of shape `(batch_size, question_length)`): the questions (left-padded).
             document_caches: as in [`compose_batch`].
+            recompute_ratio (`float`, defaults to 0): fraction of document tokens whose keys and values are
+                recomputed per layer before the question is read (CacheBlend, [`selective_recompute`]): 0 answers
+                from the stored caches as they are (Block-Attention / TurboRAG composition), 1 is the full prompt
+                (to float rounding); in between, the tokens whose values deviate most from a full prefill
+                (measured at layer 1, narrowed layer by layer) are recomputed.
             **kwargs: as for `generate` (`attention_mask` is the questions' `(batch_size, question_length)`;
                 `max_length` counts question and new tokens, not the prefix: prefer `max_new_tokens`).
 
@@ -638,9 +919,12 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
 
         Raises:
             ValueError: `document_caches` without `input_ids`, with `past_key_values` (or `cache`) or
-                `inputs_embeds`, a question mask of another shape, caches of another model (fingerprint) or shape.
+                `inputs_embeds`, a question mask of another shape, caches of another model (fingerprint), RoPE
+                setting or shape, `recompute_ratio` outside [0, 1] or without `document_caches`.
         """
         if document_caches is None:
+            if recompute_ratio:
+                raise ValueError("`recompute_ratio` applies to `document_caches`, none were given.")
             return super().generate(input_ids, **kwargs)
         if input_ids is None or not torch.is_tensor(input_ids) or input_ids.ndim != 2:
             raise ValueError("`input_ids` (batch_size, question_length) are needed with `document_caches`.")
@@ -656,7 +940,8 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
         generation_config = kwargs.get("generation_config") or self.generation_config
         num_beams = kwargs.get("num_beams") or generation_config.num_beams or 1
         num_return = kwargs.get("num_return_sequences") or generation_config.num_return_sequences or 1
-        prefix = self.compose_batch(document_caches, input_ids.shape[0], repeat=max(num_beams, num_return))
+        prefix = self.compose_batch(document_caches, input_ids.shape[0], repeat=max(num_beams, num_return),
+                                    recompute_ratio=recompute_ratio)
         # Only the question's ids go in; the mask covers prefix + question, so `generate` feeds every question
         # token (its ids are shorter than the mask) and counts positions from the mask.
         mask = torch.cat([prefix.attention_mask[:: max(num_beams, num_return)],
@@ -673,6 +958,10 @@ __all__ = [
     "DocumentCacheOutput",
     "block_attention_mask",
     "compose_document_caches",
+    "check_recompute_ratio",
     "document_cache_fingerprint",
+    "recompute_schedule",
+    "rope_setting",
     "rotate_keys",
+    "selective_recompute",
 ]
