@@ -240,7 +240,7 @@ def on_config(config, **kwargs):
 def on_files(files, config, **kwargs):
     from mkdocs.structure.files import File
 
-    for path in sorted(RESULTS_DIR.rglob("*.png")):
+    for path in sorted([*RESULTS_DIR.rglob("*.png"), *RESULTS_DIR.rglob("*.svg")]):
         uri = "results/" + path.relative_to(RESULTS_DIR).as_posix()
         files.append(File.generated(config, uri, abs_src_path=str(path)))
     return files
