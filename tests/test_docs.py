@@ -80,7 +80,7 @@ def test_site_builds_strict_with_no_warning(tmp_path):
     assert not re.search(r"^WARNING", log, re.M), log[-4000:]
     site = tmp_path / "site"
     assert (site / "models" / "longdoc_bart" / "index.html").is_file()
-    assert (site / "results" / "bench_longdoc.png").is_file()
+    assert (site / "results" / "bench_break_even.png").is_file()  # result figures are part of the site
     assert not (site / "drafts").exists()
     cli = (site / "cli" / "index.html").read_text()
     assert "hf-readonce encode" in cli and "--compute-dtype" in cli
