@@ -48,6 +48,7 @@ import time
 from pathlib import Path
 
 import torch
+from bench_kv_cache import prefill_flops  # the FLOPs of a forward after cached tokens, one definition
 from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
 
 from hf_readonce.models.block_attention_llama.modeling_block_attention_llama import recompute_schedule
@@ -150,17 +151,6 @@ class StopAtNewline(StoppingCriteria):
 
 def newline_tokens(tokenizer) -> set[int]:
     return {i for i in range(len(tokenizer)) if "\n" in tokenizer.decode([i])}
-
-
-def prefill_flops(config, new_tokens: int, past_tokens: int, lm_head: bool = True) -> float:
-    """FLOPs of a forward over `new_tokens` after `past_tokens` cached ones (as `bench_kv_cache.prefill_flops`)."""
-    heads, layers, hidden = config.num_attention_heads, config.num_hidden_layers, config.hidden_size
-    head_dim = getattr(config, "head_dim", None) or hidden // heads
-    kv = config.num_key_value_heads * head_dim
-    per_layer = 2 * hidden * heads * head_dim + 2 * 2 * hidden * kv + 3 * hidden * config.intermediate_size
-    pairs = new_tokens * past_tokens + new_tokens * (new_tokens + 1) / 2
-    return (2 * per_layer * layers * new_tokens + 4 * layers * heads * head_dim * pairs
-            + (2 * hidden * config.vocab_size if lm_head else 0))
 
 
 def selective_flops(config, ratio: float, document_tokens: int, question_tokens: int) -> float:
