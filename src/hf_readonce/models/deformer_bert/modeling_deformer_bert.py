@@ -160,6 +160,9 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
        layers 1..k, then the joint upper layers over `[question; passage]`. Same result as (1) on the same pair.
     """
 
+    # `get_input_embeddings` / `set_input_embeddings` (transformers' defaults) find `embeddings.word_embeddings`
+    _input_embed_layer = "word_embeddings"
+
     def __init__(self, config: DeformerBertConfig):
         super().__init__(config)
         self.config = config
@@ -171,12 +174,6 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
         self.encoder = BertEncoder(config)
         self._fingerprint_cache = None
         self.post_init()
-
-    def get_input_embeddings(self):
-        return self.embeddings.word_embeddings
-
-    def set_input_embeddings(self, value):
-        self.embeddings.word_embeddings = value
 
     # ------------------------------------------------------------------ helpers
     def representation_fingerprint(self) -> str:

@@ -115,6 +115,12 @@ def _check_int(name: str, value, low: int) -> int:
     return value
 
 
+def _check_bool(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"`{name}` must be a bool, got {value!r}.")
+    return value
+
+
 def passage_windows(input_ids: list[int], offsets: list, max_passage_len: int, doc_stride: int,
                     sep_token_id: int) -> tuple[list[list[int]], list[list]]:
     """Cut a passage's tokens (no special tokens) into windows of `max_passage_len - 1` tokens + `[SEP]`,
@@ -200,7 +206,35 @@ def _best_answers(context: str, candidates, start_pool, end_pool, null_logit: fl
     return answers[0] if top_k == 1 else answers
 
 
-class DeformerQuestionAnsweringPipeline(Pipeline):
+class _TokenizerPipeline(Pipeline):
+    r"""What every hf-readonce pipeline shares: it loads a tokenizer and nothing else (no processor, image or video
+    processor, feature extractor), and it computes in the `dtype` that `pipeline(..., dtype=...)` asks for
+    (`"auto"` by default: on a CPU, float32 whatever the checkpoint's dtype; see `resolve_compute_dtype`).
+
+    Args:
+        *args, **kwargs: those of [`~transformers.Pipeline`]; `dtype` (`str` or `torch.dtype`, *optional*) is also
+            applied to the model after loading. A pipeline built directly from a model object keeps the model's dtype.
+
+    Raises:
+        ValueError: an unknown `dtype` (from `resolve_compute_dtype`).
+    """
+
+    _load_processor = False
+    _load_image_processor = False
+    _load_video_processor = False
+    _load_feature_extractor = False
+    _load_tokenizer = True
+
+    def __init__(self, *args, **kwargs):
+        # `pipeline(...)` passes its `dtype` on ("auto" by default): on a CPU, "auto" computes in float32 whatever
+        # the checkpoint's dtype. A pipeline built directly from a model object keeps the model's dtype.
+        requested = kwargs.get("dtype")
+        super().__init__(*args, **kwargs)
+        if requested is not None:
+            self.model.to(resolve_compute_dtype(requested, self.device, self.model.dtype))
+
+
+class DeformerQuestionAnsweringPipeline(_TokenizerPipeline):
     r"""
     Extractive question answering with a DeFormer: `pipe(question=[...], context=...)`.
 
@@ -287,19 +321,8 @@ class DeformerQuestionAnsweringPipeline(Pipeline):
     ```
     """
 
-    _load_processor = False
-    _load_image_processor = False
-    _load_video_processor = False
-    _load_feature_extractor = False
-    _load_tokenizer = True
-
     def __init__(self, *args, **kwargs):
-        # `pipeline(...)` passes its `dtype` on ("auto" by default): on a CPU, "auto" computes in float32 whatever
-        # the checkpoint's dtype. A pipeline built directly from a model object keeps the model's dtype.
-        requested = kwargs.get("dtype")
         super().__init__(*args, **kwargs)
-        if requested is not None:
-            self.model.to(resolve_compute_dtype(requested, self.device, self.model.dtype))
         config = self.model.config
         if getattr(config, "num_decomposed_layers", 0) <= 0:
             raise ValueError("DeformerQuestionAnsweringPipeline needs a model with num_decomposed_layers > 0: with 0 "
@@ -322,9 +345,7 @@ class DeformerQuestionAnsweringPipeline(Pipeline):
                                 f"), got {type(store).__name__} without {', '.join(lacking)}.")
             forward["store"] = store
         if update_store is not None:
-            if not isinstance(update_store, bool):
-                raise TypeError(f"`update_store` must be a bool, got {update_store!r}.")
-            forward["update_store"] = update_store
+            forward["update_store"] = _check_bool("update_store", update_store)
         if store_dtype is not None:
             if store_dtype not in _STORE_DTYPES:
                 raise ValueError(f"`store_dtype` must be one of {_STORE_DTYPES}, got {store_dtype!r}.")
@@ -338,9 +359,7 @@ class DeformerQuestionAnsweringPipeline(Pipeline):
             if value is not None:
                 target[name] = _check_int(name, value, low)
         if handle_impossible_answer is not None:
-            if not isinstance(handle_impossible_answer, bool):
-                raise TypeError(f"`handle_impossible_answer` must be a bool, got {handle_impossible_answer!r}.")
-            postprocess["handle_impossible_answer"] = handle_impossible_answer
+            postprocess["handle_impossible_answer"] = _check_bool("handle_impossible_answer", handle_impossible_answer)
         if null_score_diff_threshold is not None:
             if isinstance(null_score_diff_threshold, bool) or not isinstance(null_score_diff_threshold, (int, float)):
                 raise TypeError(f"`null_score_diff_threshold` must be a number, got {null_score_diff_threshold!r}.")

@@ -66,7 +66,36 @@ def _check_int(name: str, value, low: int) -> int:
     return value
 
 
-class LongDocSummarizationPipeline(Pipeline):
+# Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._TokenizerPipeline
+class _TokenizerPipeline(Pipeline):
+    r"""What every hf-readonce pipeline shares: it loads a tokenizer and nothing else (no processor, image or video
+    processor, feature extractor), and it computes in the `dtype` that `pipeline(..., dtype=...)` asks for
+    (`"auto"` by default: on a CPU, float32 whatever the checkpoint's dtype; see `resolve_compute_dtype`).
+
+    Args:
+        *args, **kwargs: those of [`~transformers.Pipeline`]; `dtype` (`str` or `torch.dtype`, *optional*) is also
+            applied to the model after loading. A pipeline built directly from a model object keeps the model's dtype.
+
+    Raises:
+        ValueError: an unknown `dtype` (from `resolve_compute_dtype`).
+    """
+
+    _load_processor = False
+    _load_image_processor = False
+    _load_video_processor = False
+    _load_feature_extractor = False
+    _load_tokenizer = True
+
+    def __init__(self, *args, **kwargs):
+        # `pipeline(...)` passes its `dtype` on ("auto" by default): on a CPU, "auto" computes in float32 whatever
+        # the checkpoint's dtype. A pipeline built directly from a model object keeps the model's dtype.
+        requested = kwargs.get("dtype")
+        super().__init__(*args, **kwargs)
+        if requested is not None:
+            self.model.to(resolve_compute_dtype(requested, self.device, self.model.dtype))
+
+
+class LongDocSummarizationPipeline(_TokenizerPipeline):
     r"""
     Summaries of long documents by LongDoc BART: `pipe(document)` or `pipe([doc1, doc2, ...])`.
 
@@ -109,19 +138,8 @@ class LongDocSummarizationPipeline(Pipeline):
     ```
     """
 
-    _load_processor = False
-    _load_image_processor = False
-    _load_video_processor = False
-    _load_feature_extractor = False
-    _load_tokenizer = True
-
     def __init__(self, *args, **kwargs):
-        # `pipeline(...)` passes its `dtype` on ("auto" by default): on a CPU, "auto" computes in float32 whatever
-        # the checkpoint's dtype. A pipeline built directly from a model object keeps the model's dtype.
-        requested = kwargs.get("dtype")
         super().__init__(*args, **kwargs)
-        if requested is not None:
-            self.model.to(resolve_compute_dtype(requested, self.device, self.model.dtype))
         if not callable(getattr(self.model, "get_encoder", None)) or not hasattr(self.model, "generate"):
             raise TypeError(f"{type(self).__name__} needs an encoder-decoder model (LongDoc BART), got "
                             f"{type(self.model).__name__}.")

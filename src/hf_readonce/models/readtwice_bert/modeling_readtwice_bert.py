@@ -584,6 +584,9 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
        document) pair becomes a row `[question states; segment states]` for MemoryAttention and BERT₂.
     """
 
+    # `get_input_embeddings` / `set_input_embeddings` (transformers' defaults) find `embeddings.word_embeddings`
+    _input_embed_layer = "word_embeddings"
+
     def __init__(self, config: ReadTwiceBertConfig):
         super().__init__(config)
         self.config = config
@@ -594,12 +597,6 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
         self.second_read_encoder = ReadTwiceSecondReadEncoder(config)
         self._fingerprint_cache = None
         self.post_init()
-
-    def get_input_embeddings(self):
-        return self.embeddings.word_embeddings
-
-    def set_input_embeddings(self, value):
-        self.embeddings.word_embeddings = value
 
     @torch.no_grad()
     def init_second_read_from_first_read(self) -> None:

@@ -72,6 +72,13 @@ def _check_int(name: str, value, low: int) -> int:
     return value
 
 
+# Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._check_bool
+def _check_bool(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"`{name}` must be a bool, got {value!r}.")
+    return value
+
+
 def check_overflow_windows(tokenizer, encoded, texts: Sequence[str], sequence_id: int) -> None:
     """Check that the overflow windows of `encoded` cover every text to its last token.
 
@@ -199,7 +206,36 @@ def _best_answers(context: str, candidates, start_pool, end_pool, null_logit: fl
     return answers[0] if top_k == 1 else answers
 
 
-class ReadTwiceQuestionAnsweringPipeline(Pipeline):
+# Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._TokenizerPipeline
+class _TokenizerPipeline(Pipeline):
+    r"""What every hf-readonce pipeline shares: it loads a tokenizer and nothing else (no processor, image or video
+    processor, feature extractor), and it computes in the `dtype` that `pipeline(..., dtype=...)` asks for
+    (`"auto"` by default: on a CPU, float32 whatever the checkpoint's dtype; see `resolve_compute_dtype`).
+
+    Args:
+        *args, **kwargs: those of [`~transformers.Pipeline`]; `dtype` (`str` or `torch.dtype`, *optional*) is also
+            applied to the model after loading. A pipeline built directly from a model object keeps the model's dtype.
+
+    Raises:
+        ValueError: an unknown `dtype` (from `resolve_compute_dtype`).
+    """
+
+    _load_processor = False
+    _load_image_processor = False
+    _load_video_processor = False
+    _load_feature_extractor = False
+    _load_tokenizer = True
+
+    def __init__(self, *args, **kwargs):
+        # `pipeline(...)` passes its `dtype` on ("auto" by default): on a CPU, "auto" computes in float32 whatever
+        # the checkpoint's dtype. A pipeline built directly from a model object keeps the model's dtype.
+        requested = kwargs.get("dtype")
+        super().__init__(*args, **kwargs)
+        if requested is not None:
+            self.model.to(resolve_compute_dtype(requested, self.device, self.model.dtype))
+
+
+class ReadTwiceQuestionAnsweringPipeline(_TokenizerPipeline):
     r"""
     Extractive question answering over long documents with ReadTwice: `pipe(question=..., context=<document>)`.
 
@@ -261,19 +297,8 @@ class ReadTwiceQuestionAnsweringPipeline(Pipeline):
     ```
     """
 
-    _load_processor = False
-    _load_image_processor = False
-    _load_video_processor = False
-    _load_feature_extractor = False
-    _load_tokenizer = True
-
     def __init__(self, *args, **kwargs):
-        # `pipeline(...)` passes its `dtype` on ("auto" by default): on a CPU, "auto" computes in float32 whatever
-        # the checkpoint's dtype. A pipeline built directly from a model object keeps the model's dtype.
-        requested = kwargs.get("dtype")
         super().__init__(*args, **kwargs)
-        if requested is not None:
-            self.model.to(resolve_compute_dtype(requested, self.device, self.model.dtype))
         config = self.model.config
         if getattr(config, "segment_length", None) is None or getattr(config, "segment_overlap", None) is None:
             raise TypeError(f"ReadTwiceQuestionAnsweringPipeline needs a ReadTwice model (config.segment_length and "
@@ -296,9 +321,7 @@ class ReadTwiceQuestionAnsweringPipeline(Pipeline):
             if value is not None:
                 target[name] = _check_int(name, value, low)
         if handle_impossible_answer is not None:
-            if not isinstance(handle_impossible_answer, bool):
-                raise TypeError(f"`handle_impossible_answer` must be a bool, got {handle_impossible_answer!r}.")
-            postprocess["handle_impossible_answer"] = handle_impossible_answer
+            postprocess["handle_impossible_answer"] = _check_bool("handle_impossible_answer", handle_impossible_answer)
         if mention_fn is not None:
             if not callable(mention_fn):
                 raise TypeError(f"`mention_fn` must be callable (text -> character spans), got {mention_fn!r}.")
