@@ -69,7 +69,6 @@ from hf_readonce.tasks.document_cache_qa import (
     add_distractor_passages,
     answer_kept,
     clean_answer,
-    prompt_ids,
     question_ids,
     to_block_attention,
 )
