@@ -511,7 +511,7 @@ def main(argv=None) -> int:
         parser().error(f"--shots must be in [0, {len(CHAT_SHOTS)}], got {args.shots}")
     if args.summarize:
         lines = [json.loads(x) for path in args.jsonl for x in open(path)]
-        setups = [x["setup"] for x in lines if "setup" in x]
+        setups = list({json.dumps(x["setup"], sort_keys=True): x["setup"] for x in lines if "setup" in x}.values())
         summary = summarize([x for x in lines if "setup" not in x], {"runs": setups})
         summary["block_attention_finetuned"] = finetuned_rows()
         if args.json:
