@@ -72,12 +72,13 @@ def memory_point(windows: int, window_size: int) -> dict:
             "step_increment_mib": (peak - loaded) / 1024, "loaded_mib": loaded / 1024, "step_seconds": seconds}
 
 
-def throughput(window_size: int, overlap: int, repeats: int) -> dict:
+def throughput(window_size: int, overlap: int, repeats: int, modes=("inference", "training")) -> dict:
     """Tokens/s of the recurrent model (4 streams of 5 windows, read in sequence with the recurrent vector carried;
     training with backpropagation through time, no checkpointing) against `GPT2LMHeadModel` on the same windows,
     read two ways: one window after another (a forward, and in training a backward, per window), and all 20
     windows as one batch (how the baseline is trained on independent windows: one step over the same tokens,
-    holding the same activations as backpropagation through time)."""
+    holding the same activations as backpropagation through time). `modes`: which of "inference" and "training"
+    to time (the training rounds take about 4x the inference ones)."""
     torch.manual_seed(0)
     plain = GPT2LMHeadModel(GPT2Config(**SMALL))
     recurrent = to_recurrent(plain, window_size=window_size, window_overlap=overlap)
@@ -109,7 +110,7 @@ def throughput(window_size: int, overlap: int, repeats: int) -> dict:
 
     runs = {"plain_sequential": plain_sequential, "plain_batched": plain_batched, "recurrent": recurrent_pass}
     out = {}
-    for mode in ("inference", "training"):
+    for mode in modes:
         train = mode == "training"
         for model in (plain, recurrent):
             model.train(train)
@@ -129,6 +130,8 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--windows", type=int, nargs="*", default=[1, 5, 20], help="memory points (none: skip)")
     parser.add_argument("--skip_throughput", action="store_true")
+    parser.add_argument("--throughput_modes", default="inference,training",
+                        help="comma-separated, of inference and training: which throughput rounds to time")
     parser.add_argument("--window_size", type=int, default=300)
     parser.add_argument("--overlap", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=harness.MIN_REPEATS, help="timed rounds after one warm-up")
@@ -144,6 +147,10 @@ def main(argv=None) -> dict:
                                             "(2.. allowed).")
     if not 0 <= args.overlap < args.window_size:
         raise harness.fail("--overlap", f"must be in [0, --window_size), got {args.overlap}.")
+    modes = tuple(m.strip() for m in args.throughput_modes.split(",") if m.strip())
+    if not modes or any(m not in ("inference", "training") for m in modes):
+        raise harness.fail("--throughput_modes", f"comma-separated, of inference and training; got "
+                                                 f"{args.throughput_modes!r}.")
     if args.repeats < 1 or any(w < 1 for w in args.windows):
         raise harness.fail("--repeats" if args.repeats < 1 else "--windows", "must be >= 1.")
     results = harness.Results("bench_recurrent", argv, settings=vars(args), note=args.note)
@@ -168,7 +175,7 @@ def main(argv=None) -> dict:
                   f"({point['loaded_mib']:.0f} MiB; {point['step_increment_mib'] / first['step_increment_mib']:.2f}x),"
                   f" {point['step_seconds']:.1f} s", flush=True)
     if not args.skip_throughput:
-        measured = throughput(args.window_size, args.overlap, args.repeats)
+        measured = throughput(args.window_size, args.overlap, args.repeats, modes)
         bound = harness.bound("flop", 1.0, "the recurrence adds one vector per window (a few FLOPs per token next to "
                               "GPT-2's 2 x 124M per token), so the FLOP ratio to the plain model is about 1.0")
         for mode, times in measured["times"].items():

@@ -99,7 +99,12 @@ def cpu_model() -> str:
 
 
 def hardware(dtype: str = "float32", note: str | None = None) -> dict:
-    """`{"cpu_model", "logical_cpus", "torch_threads", "dtype", "platform", "note"}` of this process.
+    """`{"cpu_model", "logical_cpus", "torch_threads", "dtype", "platform", "note"}` of this process, plus
+    `"omp_wait_policy"` where the `OMP_WAIT_POLICY` environment variable is set.
+
+    On cores shared with other jobs, OpenMP threads that spin while they wait (the default) can slow each call
+    ten-fold or more whenever another process holds a core; `OMP_WAIT_POLICY=PASSIVE` makes them sleep instead, so
+    the results record it.
 
     Args:
         dtype: the compute dtype of the measured models (a string, e.g. `"float32"`).
@@ -107,8 +112,11 @@ def hardware(dtype: str = "float32", note: str | None = None) -> dict:
     """
     import torch
 
-    return {"cpu_model": cpu_model(), "logical_cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "dtype": dtype, "platform": platform.platform(), "note": note}
+    out = {"cpu_model": cpu_model(), "logical_cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+           "dtype": dtype, "platform": platform.platform(), "note": note}
+    if os.environ.get("OMP_WAIT_POLICY"):
+        out["omp_wait_policy"] = os.environ["OMP_WAIT_POLICY"]
+    return out
 
 
 def versions() -> dict:

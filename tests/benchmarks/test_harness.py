@@ -118,6 +118,7 @@ def _run(script: str, argv: list[str]):
     ("bench_readonce", ["--passage_tokens", "2000"], "--passage_tokens"),
     ("bench_readtwice", ["--segment_length", "1024"], "--segment_length"),
     ("bench_recurrent", ["--window_size", "4096"], "--window_size"),
+    ("bench_recurrent", ["--throughput_modes", "inference,decode"], "--throughput_modes"),
     ("bench_recurrent_memory", ["--size", "tiny", "--window_size", "1000"], "--window_size"),
     ("bench_store", ["--parts", "5"], "--parts"),
 ])
