@@ -18,8 +18,8 @@ Generated (every figure read from the files named in `SOURCES`):
 
   - longdoc-bart-minilm-xsum.md <- benchmarks/results/xsum_table/{run,full,neighborhood,convolutional,
                                     convolutional_per_head}.json (examples/summarization/xsum_table.sh's four rows),
-                                    benchmarks/results/legacy/bench_longdoc.json and bench_longdoc_reuse.json (speed; written
-                                    before the benchmark harness: best runs, to be regenerated)
+                                    benchmarks/results/bench_longdoc_forward_{4k_run2,16k}.json and
+                                    bench_longdoc_reuse.json (speed: the benchmark harness's medians with ranges)
   - recurrent-smollm2-135m-austen.md <- benchmarks/results/austen_table2/{run,pretrained,baseline,recurrent_ov*,
                                     recurrent_lr2e-3_ov*}.json (examples/language-modeling/austen_table2.sh's runs:
                                     lm_results.json each; one recurrent model per evaluation overlap)
@@ -49,8 +49,9 @@ BLOCK_FILES = ["run", "train_full", "train_block", "eval_full_full", "eval_full_
                "eval_block_stored"]
 XSUM = ROOT / "benchmarks" / "results" / "xsum_table"
 XSUM_TYPES = ["full", "neighborhood", "convolutional", "convolutional_per_head"]
-LONGDOC_BENCH = ROOT / "benchmarks" / "results" / "legacy" / "bench_longdoc.json"
-LONGDOC_REUSE = ROOT / "benchmarks" / "results" / "legacy" / "bench_longdoc_reuse.json"
+# speed figures of the LongDoc card: benchmark-harness results files (medians of interleaved rounds, with ranges)
+LONGDOC_FORWARD = [ROOT / "benchmarks" / "results" / f"bench_longdoc_forward_{n}.json" for n in ("4k_run2", "16k")]
+LONGDOC_REUSE = ROOT / "benchmarks" / "results" / "bench_longdoc_reuse.json"
 REPRODUCE = ROOT / "benchmarks" / "results" / "reproduce"
 REPRODUCE_XSUM = REPRODUCE / "longdoc_xsum" / "results.json"
 REPRODUCE_DEFORMER = sorted((REPRODUCE / "deformer").glob("*.json"))
@@ -71,7 +72,7 @@ SOURCES = {
                                    READONCE / "train_runtime_lines.txt"],
     "deformer-minilm-l6-quoref.md": [QUOREF / "full.json", QUOREF / "deformer.json", QUOREF / "deformer_kd.json"],
     "block-attention-smollm2-135m-quoref.md": [BLOCK / f"{name}.json" for name in BLOCK_FILES],
-    "longdoc-bart-minilm-xsum.md": [XSUM / f"{name}.json" for name in ["run", *XSUM_TYPES]] + [LONGDOC_BENCH,
+    "longdoc-bart-minilm-xsum.md": [XSUM / f"{name}.json" for name in ["run", *XSUM_TYPES]] + [*LONGDOC_FORWARD,
                                                                                            LONGDOC_REUSE,
                                                                                            REPRODUCE_XSUM],
     "recurrent-smollm2-135m-austen.md": [AUSTEN / f"{name}.json" for name in AUSTEN_FILES],
@@ -385,9 +386,16 @@ def block_attention_card():
 PAPER_XSUM_ROWS = {"full": (12.8, 46.2), "convolutional": (12.7, 45.3), "neighborhood": (13.1, 44.7)}
 
 
-def _bench_ratio(results: list, name: str, length: int, mode: str) -> float:
-    rows = {r["name"]: r for r in results if r["length"] == length}
-    return rows[name][f"{mode}_tokens_per_second"] / rows["full"][f"{mode}_tokens_per_second"]
+def _harness_figure(paths, name: str) -> str:
+    """`median [min-max]x (FLOP bound b)` of the measurement called `name` in the first harness results file of
+    `paths` that records it (KeyError if none does)."""
+    for path in paths:
+        for m in json.loads(path.read_text())["measurements"]:
+            if m["name"] == name:
+                bound = m["bound"].get("value")
+                text = f"{m['median']:.2f}x [{m['min']:.2f}-{m['max']:.2f}x]"
+                return text + (f" (FLOP bound {bound:.2f}x)" if bound else "")
+    raise KeyError(name)
 
 
 def _longdoc_gpu_table() -> list[str]:
@@ -439,20 +447,20 @@ def longdoc_card():
         table.append(f"| *baseline: {name.replace('_', '-')}* | {_f(lead[name]['rouge1'])} | "
                      f"{_f(lead[name]['rouge2'])} | {_f(lead[name]['rougeL'])} | | | | |")
     table += _longdoc_gpu_table()
-    bench = json.loads(LONGDOC_BENCH.read_text())["results"]
     reuse = json.loads(LONGDOC_REUSE.read_text())
+    reuse_settings, reuse_extra = reuse["settings"], reuse["extra"]
     figures = [f"Before training the warm start's validation perplexity was {_f(main['eval_perplexity_before_training'])}"
                f" (full attention {_f(rows['full']['eval_perplexity_before_training'])}).",
-               "Encoder forward speed at bart-base dimensions (random weights, 2 CPU threads, fp32), neighborhood "
-               f"r = 100 against full attention: {_bench_ratio(bench, 'neighborhood', 4096, 'forward'):.2f}x at 4,096 "
-               f"tokens (FLOP bound 1.81x), {_bench_ratio(bench, 'neighborhood', 16384, 'forward'):.2f}x at 16,384 "
-               f"(bound 4.37x); a training step {_bench_ratio(bench, 'neighborhood', 16384, 'train'):.2f}x at 16,384 "
-               "(bound 3.85x). `benchmarks/bench_longdoc.py` in the hf-readonce repository.",
-               f"Read once: {reuse['arguments']['documents']} documents of {reuse['arguments']['document_tokens']:,} "
-               f"tokens, {len(reuse['summaries'])} summaries each, generated from stored encoder outputs "
-               f"{reuse['speedup_summaries']:.2f}x faster than re-encoding for each (FLOP bound "
-               f"{reuse['flop_bound_summaries']:.2f}x; decoding is memory-bound), identical summaries "
-               f"({reuse['identical_summaries']}). `benchmarks/bench_longdoc_reuse.py`."]
+               "Encoder forward speed at bart-base dimensions (random weights, one layer, 2 shared CPU threads, fp32), "
+               "neighborhood r = 100 against full attention, medians of interleaved rounds [range]: "
+               f"{_harness_figure(LONGDOC_FORWARD, 'forward neighborhood / full @4096')} at 4,096 tokens, "
+               f"{_harness_figure(LONGDOC_FORWARD, 'forward neighborhood / full @16384')} at 16,384. "
+               "`benchmarks/bench_longdoc.py` in the hf-readonce repository.",
+               f"Read once: {reuse_settings['documents']} document(s) of {reuse_settings['document_tokens']:,} "
+               f"tokens, {len(reuse_extra['summaries'])} summaries each, generated from stored encoder outputs "
+               f"{_harness_figure([LONGDOC_REUSE], 'speed-up of the summaries (re-encode / reuse)')} faster than "
+               f"re-encoding for each (decoding is memory-bound), identical summaries "
+               f"({reuse_extra['identical_summaries']}). `benchmarks/bench_longdoc_reuse.py`."]
     steps, batch = main["train_steps"], run["per_device_train_batch_size"]
     return build_model_card(
         repo_id=f"{OWNER}/longdoc-bart-minilm-xsum", model_type="longdoc_bart",
