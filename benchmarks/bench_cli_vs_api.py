@@ -205,7 +205,9 @@ def main(argv=None) -> dict:
         "checkpoint": str(folder), "api_dtype": "float32", "api_model_load_seconds": api_load_seconds,
         "answers_differing": len(differing), "answers_differing_ids": differing[:20],
         "cli_answer_output_last_run": cli_output.strip().splitlines()[-4:],
-        "definitions": "ceiling ratio = API wall s / (API wall s + the wall s of a new Python process that only imports torch and transformers.modeling_utils), the most any one-process-per-command CLI can reach; throughput ratio = API wall s / CLI wall s (whole process), per round; cpu time ratio = the "
+        "definitions": "ceiling ratio = API wall s / (API wall s + the wall s of a new Python process that only "
+                       "imports torch and transformers.modeling_utils), the most any one-process-per-command CLI can "
+                       "reach; throughput ratio = API wall s / CLI wall s (whole process), per round; cpu time ratio = the "
                        "same with CPU seconds (user + system, all threads: less sensitive to other jobs on the "
                        "machine); work ratio = API wall s / the seconds the CLI reports for its encoding/answering "
                        "(start-up excluded)",

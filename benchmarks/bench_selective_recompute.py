@@ -371,10 +371,10 @@ def summarize(lines: list[dict], config_info: dict) -> dict:
             names = list(dict.fromkeys(n for r in rows for n in r["paths"]))
             for name in names:
                 some = [r for r in rows if name in r["paths"]]
-                examples = [{"id": r["id"], "answers": r["gold"]} for r in some]
+                some_examples = [{"id": r["id"], "answers": r["gold"]} for r in some]
                 reference = [{"id": r["id"], "answers": {"text": [full[r["id"]]], "answer_start": [0]}} for r in some]
                 predictions = {r["id"]: r["paths"][name]["answer"] for r in some}
-                gold = squad_em_f1(predictions, examples)
+                gold = squad_em_f1(predictions, some_examples)
                 agree = squad_em_f1(predictions, reference)
                 speedups = [r["paths"]["full"]["ttft"] / r["paths"][name]["ttft"] for r in some]
                 bounds = [r["flop_bound"][name] for r in some]
@@ -390,10 +390,10 @@ def summarize(lines: list[dict], config_info: dict) -> dict:
                 if len(some) < len(rows):  # a subset (e.g. `--full_ratio_every`): the references on it
                     spans_some = {r["id"]: spans[r["id"]] for r in some}
                     paths[name]["same_questions"] = {
-                        "full": squad_em_f1({r["id"]: full[r["id"]] for r in some}, examples),
+                        "full": squad_em_f1({r["id"]: full[r["id"]] for r in some}, some_examples),
                         "full_ttft_median_s": statistics.median(r["paths"]["full"]["ttft"] for r in some),
-                        "always_empty": squad_em_f1({r["id"]: "" for r in some}, examples),
-                        "first_span": squad_em_f1(spans_some, examples),
+                        "always_empty": squad_em_f1({r["id"]: "" for r in some}, some_examples),
+                        "first_span": squad_em_f1(spans_some, some_examples),
                     }
             entry["paths"] = paths
         if mem:
@@ -433,7 +433,8 @@ def markdown_table(summary: dict) -> str:
         order = ["full"] + sorted((n for n in entry["paths"] if n != "full"), key=ratio_of)
         for name in order:
             row = entry["paths"][name]
-            lines.append(f"| {dataset} ({row.get('questions', entry['questions'])}) | {name} | {row['em']:.1f} | {row['f1']:.1f} | "
+            lines.append(f"| {dataset} ({row.get('questions', entry['questions'])}) | {name} | {row['em']:.1f} | "
+                         f"{row['f1']:.1f} | "
                          f"{row['agreement_em']:.1f} | {row['agreement_f1']:.1f} | {row['ttft_median_s']:.2f} | "
                          f"{row['ttft_speedup_median']:.2f}x | {row['ttft_flop_bound_median']:.2f}x |")
             same = row.get("same_questions")
