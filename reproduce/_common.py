@@ -159,7 +159,9 @@ def unpack(parts_dir: Path, output_dir: Path, only: list[str] | None = None) -> 
 
 
 def hardware() -> dict:
-    """What ran: CPU model, threads, GPU name (if any) and library versions."""
+    """What ran: CPU model, threads, GPU name (if any) and library versions (tokenizers too: its overflow windows
+    decide ReadTwice's and the QA recipes' segments)."""
+    import tokenizers
     import torch
     import transformers
 
@@ -172,7 +174,8 @@ def hardware() -> dict:
     except OSError:
         pass
     info = {"cpu": cpu, "threads": torch.get_num_threads(), "python": platform.python_version(),
-            "torch": torch.__version__, "transformers": transformers.__version__}
+            "torch": torch.__version__, "transformers": transformers.__version__,
+            "tokenizers": tokenizers.__version__}
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)
     return info

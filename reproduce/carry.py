@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 
 LEASE_BYTES = 64 * 1024 * 1024
-BASE_WHEELS = ["datasets", "dill", "multiprocess"]  # absent from the GPU image (reproduce/README.md)
+BASE_WHEELS = ["datasets", "dill", "multiprocess", "tokenizers"]  # absent from the GPU image, or (tokenizers 0.23.2) a refused version
 NEEDS = {
     "deformer": {"data": ["disfl_qa", "quoref"], "weights": ["minilm-qa-reference"], "wheels": []},
     "longdoc_xsum": {"data": ["xsum"], "weights": ["all-MiniLM-L6-v2"], "wheels": []},

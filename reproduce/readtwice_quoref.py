@@ -14,15 +14,11 @@ One command, one GPU:
 
     python reproduce/readtwice_quoref.py --output_dir runs/reproduce_readtwice
 
-Expected wall time on one H100 (an estimate, not a measurement of this command): about 10 minutes. The estimate
-scales the CPU step times recorded in `benchmarks/results/readtwice_table/` (3.40 s per step of 8 questions for the
-baseline, 3.57 s for E, bf16 on 2 CPU threads, one run at a time) by the CPU-to-H100 ratio of the two tables measured
-on both: 32x for the DeFormer (about 2 s per CPU step as `deformer.py` states, against 0.062 s on the H100, two
-runs side by side) and 88x for LongDoc on XSum (16.4 s against 0.187 s, four side by side). That gives 0.04-0.11 s
-per step, 1-4 minutes for 1,951 steps, doubled for six runs sharing the GPU, plus feature preparation (the
-capitalisation mentions of the 6,500 train and validation questions per run) and evaluation. A device call
-limited to 10 minutes should pass `--time_budget_s 360`. On CPU use `--smoke` (2 steps on 8 questions with a tiny
-model via `--warm_start`).
+Wall time on one H100 (measured 2026-11-26, six rows side by side, bf16 autocast over float32 weights): the
+whole command took 320 s with `--time_budget_s 230`; the baseline, CLS, STS, E and E(SS) rows trained all 1,951
+steps in 134-160 s, and the read-once row reached 1,732 steps in its 230 s (so about 260 s for all of them, an
+extrapolation); evaluation takes 6-8 s per row (`benchmarks/results/reproduce/readtwice_quoref/`). On CPU use
+`--smoke` (2 steps on 8 questions with a tiny model via `--warm_start`).
 
 Writes `<output_dir>/<row>/readtwice_results.json` (each run's command, scores and baselines), `results.json`
 (benchmark schema: one row per model with EM/F1, steps, epochs and training seconds; the baselines beside) and

@@ -98,7 +98,7 @@ def main(argv=None):
         model, tokenizer = load_smollm2(gguf_path=args.model_name_or_path)
     elif args.model_name_or_path:
         tokenizer = AutoTokenizer.from_pretrained(args.model_name_or_path)
-        model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path)
+        model = AutoModelForCausalLM.from_pretrained(args.model_name_or_path, dtype=torch.float32)  # trainable weights
     else:
         model, tokenizer = load_smollm2()
     base_config = model.config

@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import torch
 from transformers import AutoTokenizer, HfArgumentParser, Trainer, TrainingArguments
 
 from hf_readonce import ReadTwiceBertForQuestionAnswering
@@ -130,11 +131,15 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
                     file, len(features), float(np.mean(counts)), max(counts), 100 * float(np.mean(np.array(counts) > 1)))
         return examples, features
 
+    # float32 weights whatever the checkpoint's saved dtype: transformers loads a float16 checkpoint (such as the
+    # fp16 warm start a GPU lease carries) as float16, and AdamW on float16 weights does not learn (`--bf16` is
+    # autocast over float32 master weights).
     if model_args.baseline:
-        model = GlobalNormBertForQuestionAnswering.from_pretrained(path)
+        model = GlobalNormBertForQuestionAnswering.from_pretrained(path, dtype=torch.float32)
     else:
         model = ReadTwiceBertForQuestionAnswering.from_pretrained(
             path,
+            dtype=torch.float32,
             memory_type=model_args.memory_type,
             single_segment=model_args.single_segment,
             memory_top_k=model_args.memory_top_k or None,
