@@ -34,7 +34,7 @@ def test_flop_bounds_at_bart_base_dimensions(bench):
     # training adds the decoder, which reads all n encoder states: a lower bound than the forward's
     train = bench.bounds(neighborhood, full, 4096, args)["train_bound"]
     assert 1 < train < 1.81
-    # the blocked kernel computes b + 2r = 300 keys per query, not 201
+    # the blocked kernel computes b + 2r = 232 keys per query, not 201
     assert 1 < bench.bounds(neighborhood, full, 4096, args)["forward_kernel_bound"] < 1.81
     shared = bench.layer_flops(bench.parse_type("convolutional"), 4096, 768, 3072, 12, 100, 3, 3)
     per_head = bench.layer_flops(bench.parse_type("convolutional_per_head"), 4096, 768, 3072, 12, 100, 3, 3)

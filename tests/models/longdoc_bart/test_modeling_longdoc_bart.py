@@ -12,6 +12,7 @@ from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, BartConfi
 from hf_readonce import LongDocBartConfig, LongDocBartForConditionalGeneration, LongDocBartModel
 from hf_readonce.models.longdoc_bart.modeling_longdoc_bart import (
     compress_padding_mask,
+    default_neighborhood_block_size,
     neighborhood_attention_forward,
 )
 from tests.conftest import run_without_hf_readonce
@@ -436,7 +437,7 @@ def test_neighborhood_builds_no_square_matrix(use_sdpa):
     with Largest():
         out, _ = neighborhood_attention_forward(None, query, query, query, mask, radius=radius, use_sdpa=use_sdpa)
     assert out.shape == (1, n, 1, 4)
-    block = max(16, radius)
+    block = default_neighborhood_block_size(radius)
     assert Largest.numel <= math.ceil(n / block) * block * (block + 2 * radius) * 4 < n * n / 8
 
 

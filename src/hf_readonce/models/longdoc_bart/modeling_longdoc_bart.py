@@ -113,21 +113,24 @@ def _config_fingerprint(config, config_class) -> str:
 
 
 def default_neighborhood_block_size(radius: int) -> int:
-    r"""Query block size b of [`neighborhood_attention_forward`] for radius r: `max(16, r)`.
+    r"""Query block size b of [`neighborhood_attention_forward`] for radius r: 32 for r >= 32, else 16.
 
-    Each block of b queries reads b + 2r keys, so each query scores b + 2r keys where it needs at most 2r + 1:
-    3r at b = r, 1.5x the band; a smaller b wastes fewer keys but runs more, smaller matrix products. The default
-    is not tuned: `benchmarks/bench_longdoc.py` sweeps r with it and prints this kernel's FLOP bound ("kernel")
-    beside the band's (at r = 100 and 4,096 tokens: 1.77x full attention's FLOPs for the encoder, against 1.81x for
-    an exact band; the README lists the measured ratios).
+    Each block of b queries reads b + 2r keys, so each query scores b + 2r keys where it needs at most 2r + 1: a
+    smaller b wastes fewer keys but runs more, smaller matrix products. Tuned on 2 CPU threads (PyTorch 2.13, SDPA's
+    flash kernel, 12 heads of 64, one sequence, medians of 5 interleaved rounds of the kernel alone): at r = 100,
+    b = 32 took 33 ms at 4,096 tokens against 40 ms for the former default b = r, and at 16,384 tokens b = 24-32
+    took 171-178 ms against 220 ms; b = 16-32 was the fastest at r = 25, 50, 100 and 200, larger blocks slower.
+    At r = 100 and 4,096 tokens the kernel computes 232 keys per query for the band's 201 (1.80x full attention's
+    encoder-layer FLOPs, against 1.81x for an exact band); `benchmarks/bench_longdoc.py` prints this kernel bound
+    beside the band's.
 
     Args:
         radius (`int`): r >= 0.
 
     Returns:
-        `int`: b >= 16.
+        `int`: 16 or 32.
     """
-    return max(16, radius)
+    return 32 if radius >= 32 else 16
 
 
 def neighborhood_attention_forward(
