@@ -569,9 +569,12 @@ def selective_recompute(model, document_caches, recompute_ratio: float, *, model
     4. The question and any text after the documents are then read in full (`generate` / `forward`) with this cache.
 
     `recompute_ratio=0` is the plain composition (bit for bit); `recompute_ratio=1` recomputes every token at every
-    layer, which is the full prompt's cache (to float rounding). Peak memory: the composed cache (the size of the
-    full prompt's), one layer's activations of the carried tokens and their attention `(heads, carried, T)`, at
-    most the full prompt's prefill.
+    layer, which is the full prompt's cache (to float rounding). Peak memory: the work runs layer by layer (a
+    layer's keys are re-rotated only when it is processed, the recomputed rows are written into it in place, and it
+    goes into the returned cache before the next layer is composed), so beside the stored caches it holds the layers
+    done so far, one more layer, and one layer's activations of the carried tokens with their attention
+    `(heads, carried, T)`: at most the full prompt's prefill, which holds its whole cache and one layer's
+    activations of every token (tested).
 
     Args:
         model: a rotary Llama-family causal LM (`LlamaForCausalLM`, [`BlockAttentionLlamaForCausalLM`], ...).
