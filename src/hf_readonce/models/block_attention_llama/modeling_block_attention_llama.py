@@ -287,16 +287,32 @@ def rotate_keys(keys: torch.Tensor, delta: torch.Tensor, inv_freq: torch.Tensor)
     Raises:
         ValueError: if `head_dim != 2 * len(inv_freq)` or `delta` does not have `length` entries.
     """
-    if keys.shape[-1] != 2 * inv_freq.shape[-1]:
-        raise ValueError(f"`keys` have head_dim {keys.shape[-1]}, the rotary frequencies {inv_freq.shape[-1]} "
+    _check_rotation(keys.shape, delta, inv_freq)
+    cos, sin = _rotation(delta, inv_freq, keys.device)
+    return _rotate(keys.float(), cos, sin).to(keys.dtype)
+
+
+def _check_rotation(shape, delta: torch.Tensor, inv_freq: torch.Tensor) -> None:
+    """`ValueError` unless keys of `shape` `(..., length, head_dim)` can be rotated by `delta` `(length,)` with
+    `inv_freq` `(head_dim // 2,)`."""
+    if shape[-1] != 2 * inv_freq.shape[-1]:
+        raise ValueError(f"`keys` have head_dim {shape[-1]}, the rotary frequencies {inv_freq.shape[-1]} "
                          "(head_dim / 2 expected).")
-    if delta.shape != keys.shape[-2:-1]:
-        raise ValueError(f"`delta` must have shape ({keys.shape[-2]},), got {tuple(delta.shape)}.")
-    freqs = delta.to(keys.device, torch.float32)[:, None] * inv_freq.to(keys.device, torch.float32)[None]
+    if delta.shape != shape[-2:-1]:
+        raise ValueError(f"`delta` must have shape ({shape[-2]},), got {tuple(delta.shape)}.")
+
+
+def _rotation(delta: torch.Tensor, inv_freq: torch.Tensor, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """`cos`, `sin` `(length, head_dim)` in fp32 of the rotation by `delta` `(length,)` positions."""
+    freqs = delta.to(device, torch.float32)[:, None] * inv_freq.to(device, torch.float32)[None]
     emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos(), emb.sin()
-    rotated = keys.float() * cos + rotate_half(keys.float()) * sin
-    return rotated.to(keys.dtype)
+    return emb.cos(), emb.sin()
+
+
+def _rotate(keys: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """fp32 keys `(..., length, head_dim)` rotated by `cos`, `sin` `(length, head_dim)` (elementwise: rotating a
+    slice gives exactly the rows of rotating the whole)."""
+    return keys * cos + rotate_half(keys) * sin
 
 
 def _rope_inv_freq(config, rotary: LlamaRotaryEmbedding | None = None) -> torch.Tensor:
@@ -306,11 +322,16 @@ def _rope_inv_freq(config, rotary: LlamaRotaryEmbedding | None = None) -> torch.
     return rotary.original_inv_freq if hasattr(rotary, "original_inv_freq") else rotary.inv_freq
 
 
-def _compose(documents: list[DocumentCacheOutput], config, inv_freq: torch.Tensor, offset: int, device, dtype):
-    """Place unpadded single documents one after another from `offset`: per-layer lists of keys and values, each
-    `(num_key_value_heads, total_length, head_dim)`, new tensors written in place (one copy of the composition,
-    plus one document's rotation at a time; one tensor per layer, so that a cache growing layer by layer frees each
-    layer's old tensor as it goes)."""
+def _composer(documents: list[DocumentCacheOutput], config, inv_freq: torch.Tensor, offset: int, device, dtype):
+    """Place unpadded single documents one after another from `offset`, one layer at a time.
+
+    Checks every document's shape (and its rotation) at once, then returns `(num_layers, total_length, layer)`:
+    `layer(l)` gives layer `l`'s keys and values, two new tensors `(num_key_value_heads, total_length, head_dim)`
+    in `dtype` on `device`, each document's keys rotated from the positions it was encoded at to its place. Nothing
+    is composed before it is asked for: a caller that hands each layer on (to a cache, which copies it) before asking
+    for the next holds one composed layer at a time beside the stored caches, and the rotation's temporaries are one
+    document's layer. Rotation is elementwise, so a layer is bit for bit the same as in a composition of all layers
+    at once."""
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     expected = (config.num_hidden_layers, config.num_key_value_heads, head_dim)
     for i, document in enumerate(documents):
@@ -321,28 +342,52 @@ def _compose(documents: list[DocumentCacheOutput], config, inv_freq: torch.Tenso
     first = documents[0].keys
     target_dtype, target_device = dtype or first.dtype, device if device is not None else first.device
     total = sum(int(document.keys.shape[3]) for document in documents)
-    keys = [torch.empty((expected[1], total, head_dim), dtype=target_dtype, device=target_device)
-            for _ in range(expected[0])]
-    values = [torch.empty_like(k) for k in keys]
-    cursor = 0
+    parts, cursor = [], 0
     for document in documents:
         k, v = document.keys[0], document.values[0]
         n = k.shape[2]
         new_positions = torch.arange(offset + cursor, offset + cursor + n, device=k.device)
         delta = new_positions - document.position_ids[0].to(k.device)
-        rotated = rotate_keys(k.to(target_device, torch.float32), delta, inv_freq)
-        for layer in range(expected[0]):
-            keys[layer][:, cursor:cursor + n] = rotated[layer]
-            values[layer][:, cursor:cursor + n] = v[layer]
+        _check_rotation(k.shape, delta, inv_freq)
+        cos, sin = _rotation(delta, inv_freq, target_device)
+        parts.append((k, v, cos, sin, cursor, n))
         cursor += n
+
+    def layer(index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        keys = torch.empty((expected[1], total, head_dim), dtype=target_dtype, device=target_device)
+        values = torch.empty_like(keys)
+        for k, v, cos, sin, start, n in parts:
+            keys[:, start:start + n] = _rotate(k[index].to(target_device, torch.float32), cos, sin)
+            values[:, start:start + n] = v[index]
+        return keys, values
+
+    return expected[0], total, layer
+
+
+def _compose(documents: list[DocumentCacheOutput], config, inv_freq: torch.Tensor, offset: int, device, dtype):
+    """Place unpadded single documents one after another from `offset`: per-layer lists of keys and values, each
+    `(num_key_value_heads, total_length, head_dim)`, new tensors (one copy of the composition; one tensor per layer,
+    so that a cache growing layer by layer frees each layer's old tensor as it goes)."""
+    num_layers, _, layer = _composer(documents, config, inv_freq, offset, device, dtype)
+    keys, values = [], []
+    for index in range(num_layers):
+        k, v = layer(index)
+        keys.append(k)
+        values.append(v)
     return keys, values
 
 
-def _layer_cache(keys: list[torch.Tensor], values: list[torch.Tensor], config) -> DynamicCache:
-    """Per-layer `(num_key_value_heads, length, head_dim)` keys/values of one row -> a `DynamicCache` of batch 1
-    holding those tensors (no copy)."""
-    return DynamicCache(ddp_cache_data=[(k[None], v[None]) for k, v in zip(keys, values, strict=True)],
-                        config=config)
+def _streamed_cache(layers, config) -> DynamicCache:
+    """`(keys, values)` of one row per layer, each `(num_key_value_heads, length, head_dim)`, from an iterator ->
+    a `DynamicCache` of batch 1. The cache copies each layer as it takes it (a `DynamicLayer` concatenates onto an
+    empty tensor), and the layer given is dropped before the next one is asked for: with a lazy iterator
+    ([`_composer`], [`_blend_layers`]) the composition is never held twice, only one layer of it is."""
+    cache, index = DynamicCache(config=config), 0
+    for keys, values in layers:  # not `enumerate`: its reused result tuple would keep the last layer alive
+        cache.update(keys[None], values[None], index)
+        del keys, values
+        index += 1
+    return cache
 
 
 def _dynamic_cache(keys: torch.Tensor, values: torch.Tensor, config) -> DynamicCache:
@@ -428,20 +473,33 @@ def _check_rotary_model(model, argument: str = "model"):
 
 
 @torch.no_grad()
-def _blend(decoder, config, keys: torch.Tensor, values: torch.Tensor, input_ids: torch.Tensor,
-           recompute_ratio: float) -> None:
-    """Selective recompute of one composed row, in place: `keys`, `values` per-layer lists of
-    `(num_key_value_heads, T, head_dim)` composed at positions 0..T-1 (fresh tensors, not the stored ones),
-    `input_ids` `(T,)`."""
-    num_layers, num_tokens = len(decoder.layers), keys[0].shape[1]
+def _blend_layers(decoder, compose_layer, num_layers: int, num_tokens: int, input_ids: torch.Tensor | None,
+                  recompute_ratio: float):
+    """Selective recompute of one composed row, layer by layer: yields each layer's `(keys, values)`
+    `(num_key_value_heads, T, head_dim)` at positions 0..T-1, the recomputed tokens' rows written in place into the
+    layer that `compose_layer(l)` gave ([`_composer`]; fresh tensors, not the stored ones), once that layer is done.
+    `input_ids` `(T,)` (unused for a ratio of 0, which yields the plain composition).
+
+    A layer is composed only when it is processed, and given up as soon as it is done, so beside the stored caches
+    and the layers already handed on this holds one composed layer and one layer's activations of the carried tokens
+    (the same computation, in the same order, as on a composition of all layers at once)."""
     schedule = recompute_schedule(recompute_ratio, num_layers, num_tokens)
     if schedule[0][0] == 0:
+        for layer_index in range(num_layers):
+            yield compose_layer(layer_index)
         return
-    device = keys[0].device
+    keys, values = compose_layer(0)
+    device = keys.device
     positions = torch.arange(num_tokens, device=device)
     carried = positions  # tokens whose input to the current layer is computed (all of them into layer 0)
-    hidden = decoder.embed_tokens(input_ids.to(device)[None]).to(keys[0].dtype)  # (1, n, hidden)
+    hidden = decoder.embed_tokens(input_ids.to(device)[None]).to(keys.dtype)  # (1, n, hidden)
     for layer_index, layer in enumerate(decoder.layers):
+        if layer_index > 0:
+            keys, values = compose_layer(layer_index)
+        if hidden is None:  # past the last layer with queries: the plain composition
+            yield keys, values
+            del keys, values
+            continue
         attention = layer.self_attn
         head_dim = attention.head_dim
         normed = layer.input_layernorm(hidden)
@@ -449,23 +507,33 @@ def _blend(decoder, config, keys: torch.Tensor, values: torch.Tensor, input_ids:
         k = attention.k_proj(normed).view(1, carried.numel(), -1, head_dim).transpose(1, 2)
         v = attention.v_proj(normed).view(1, carried.numel(), -1, head_dim).transpose(1, 2)
         k = k * cos[:, None] + rotate_half(k) * sin[:, None]
-        deviation = (v[0] - values[layer_index][:, carried]).float().pow(2).sum(dim=(0, 2))  # (n,) CacheBlend §4.2
-        keys[layer_index][:, carried] = k[0].to(keys[layer_index].dtype)
-        values[layer_index][:, carried] = v[0].to(values[layer_index].dtype)
+        deviation = (v[0] - values[:, carried]).float().pow(2).sum(dim=(0, 2))  # (n,) CacheBlend §4.2
+        keys[:, carried] = k[0].to(keys.dtype)
+        values[:, carried] = v[0].to(values.dtype)
+        del k, v
         queries = schedule[layer_index][1]
         if queries == 0:
-            break
+            hidden = normed = cos = sin = deviation = None
+            yield keys, values
+            del keys, values
+            continue
         if queries < carried.numel():  # keep the tokens of highest value deviation, in position order
             keep = deviation.topk(queries).indices.sort().values
             carried, hidden, normed = carried[keep], hidden[:, keep], normed[:, keep]
             cos, sin = cos[:, keep], sin[:, keep]
+        del deviation
         q = attention.q_proj(normed).view(1, carried.numel(), -1, head_dim).transpose(1, 2)
+        del normed
         q = q * cos[:, None] + rotate_half(q) * sin[:, None]
+        del cos, sin
         allowed = positions[None] <= carried[:, None]  # (n, T): causal over every document token before
         out = torch.nn.functional.scaled_dot_product_attention(
-            q, keys[layer_index][None], values[layer_index][None], attn_mask=allowed, scale=attention.scaling,
-            enable_gqa=True)
+            q, keys[None], values[None], attn_mask=allowed, scale=attention.scaling, enable_gqa=True)
+        del q, allowed
+        yield keys, values  # this layer is done: hand it on before its MLP and the next layer are computed
+        del keys, values
         hidden = hidden + attention.o_proj(out.transpose(1, 2).reshape(1, carried.numel(), -1))
+        del out
         hidden = hidden + layer.mlp(layer.post_attention_layernorm(hidden))
 
 
@@ -501,9 +569,12 @@ def selective_recompute(model, document_caches, recompute_ratio: float, *, model
     4. The question and any text after the documents are then read in full (`generate` / `forward`) with this cache.
 
     `recompute_ratio=0` is the plain composition (bit for bit); `recompute_ratio=1` recomputes every token at every
-    layer, which is the full prompt's cache (to float rounding). Peak memory: the composed cache (the size of the
-    full prompt's), one layer's activations of the carried tokens and their attention `(heads, carried, T)`, at
-    most the full prompt's prefill.
+    layer, which is the full prompt's cache (to float rounding). Peak memory: the work runs layer by layer (a
+    layer's keys are re-rotated only when it is processed, the recomputed rows are written into it in place, and it
+    goes into the returned cache before the next layer is composed), so beside the stored caches it holds the layers
+    done so far, one more layer, and one layer's activations of the carried tokens with their attention
+    `(heads, carried, T)`: at most the full prompt's prefill, which holds its whole cache and one layer's
+    activations of every token (tested).
 
     Args:
         model: a rotary Llama-family causal LM (`LlamaForCausalLM`, [`BlockAttentionLlamaForCausalLM`], ...).
@@ -528,17 +599,24 @@ def selective_recompute(model, document_caches, recompute_ratio: float, *, model
     documents = _as_documents(document_caches)
     _check_rope_settings(documents, model.config, "document_caches")
     _check_fingerprints(documents, model_fingerprint, "document_caches")
-    keys, values = _compose_row(model, decoder, documents, ratio, "document_caches")
-    return _layer_cache(keys, values, model.config)
+    return _streamed_cache(_row_layers(model, decoder, documents, ratio, "document_caches"), model.config)
+
+
+def _row_layers(model, decoder, documents, ratio: float, argument: str):
+    """One row's documents composed and, for a ratio above 0, selectively recomputed, as an iterator over layers
+    ([`_blend_layers`]); every check (token ids, shapes) runs before it is returned."""
+    ids = _document_ids(documents, argument) if ratio > 0 else None
+    inv_freq = _rope_inv_freq(model.config, decoder.rotary_emb)
+    num_layers, total, layer = _composer(documents, model.config, inv_freq, 0, model.device, model.dtype)
+    return _blend_layers(decoder, layer, num_layers, total, ids, ratio)
 
 
 def _compose_row(model, decoder, documents, ratio: float, argument: str):
-    """Compose one row's documents (fresh tensors) and, for a ratio above 0, selectively recompute them."""
-    ids = _document_ids(documents, argument) if ratio > 0 else None
-    inv_freq = _rope_inv_freq(model.config, decoder.rotary_emb)
-    keys, values = _compose(documents, model.config, inv_freq, 0, model.device, model.dtype)
-    if ratio > 0:
-        _blend(decoder, model.config, keys, values, ids, ratio)
+    """[`_row_layers`] as per-layer lists of keys and values (the whole composition at once)."""
+    keys, values = [], []
+    for k, v in _row_layers(model, decoder, documents, ratio, argument):
+        keys.append(k)
+        values.append(v)
     return keys, values
 
 
@@ -571,8 +649,8 @@ def compose_document_caches(document_caches, config, *, offset: int = 0, model_f
     documents = _as_documents(document_caches)
     _check_rope_settings(documents, config, "document_caches")
     _check_fingerprints(documents, model_fingerprint, "document_caches")
-    keys, values = _compose(documents, config, inv_freq, offset, device, dtype)
-    return _layer_cache(keys, values, config)
+    num_layers, _, layer = _composer(documents, config, inv_freq, offset, device, dtype)
+    return _streamed_cache((layer(index) for index in range(num_layers)), config)
 
 
 def block_attention_mask(block_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
@@ -772,16 +850,21 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
             if ratio > 0:
                 for i, documents in enumerate(rows):
                     _document_ids(documents, f"document_caches[{i}]")
-            rows = [_compose_row(self, self.model, documents, ratio, f"document_caches[{i}]")
-                    for i, documents in enumerate(rows)]
+            arguments = [f"document_caches[{i}]" for i in range(len(rows))]
         else:
             documents = _as_documents(document_caches)
             _check_rope_settings(documents, self.config, "document_caches")
             _check_fingerprints(documents, fingerprint, "document_caches")
-            rows = [_compose_row(self, self.model, documents, ratio, "document_caches")] * batch_size
-        if batch_size == 1 and repeat == 1:  # no padding: the composition itself, no copy
-            mask = torch.ones(1, rows[0][0][0].shape[1], dtype=torch.long, device=self.device)
-            return ComposedDocumentCache(**{CACHE_NAME: _layer_cache(*rows[0], self.config)}, attention_mask=mask)
+            rows, arguments = [documents], ["document_caches"]
+        if batch_size == 1 and repeat == 1:  # no padding: the composition itself, streamed into the cache
+            layers = _row_layers(self, self.model, rows[0], ratio, arguments[0])
+            cache = _streamed_cache(layers, self.config)
+            mask = torch.ones(1, cache.get_seq_length(), dtype=torch.long, device=self.device)
+            return ComposedDocumentCache(**{CACHE_NAME: cache}, attention_mask=mask)
+        rows = [_compose_row(self, self.model, documents, ratio, argument)
+                for documents, argument in zip(rows, arguments, strict=True)]
+        if not per_row:
+            rows = rows * batch_size
         rows = [(torch.stack(k), torch.stack(v)) for k, v in rows]
         width = max(k.shape[2] for k, _ in rows)
         shape = (batch_size, *rows[0][0].shape[:2], width, rows[0][0].shape[3])
