@@ -18,7 +18,7 @@ Generated (every figure read from the files named in `SOURCES`):
 
   - longdoc-bart-minilm-xsum.md <- benchmarks/results/xsum_table/{run,full,neighborhood,convolutional,
                                     convolutional_per_head}.json (examples/summarization/xsum_table.sh's four rows),
-                                    benchmarks/results/bench_longdoc_forward_{4k_run2,16k}.json and
+                                    benchmarks/results/bench_longdoc_forward_{4k,16k}_quiet.json and
                                     bench_longdoc_reuse.json (speed: the benchmark harness's medians with ranges)
   - recurrent-smollm2-135m-austen.md <- benchmarks/results/austen_table2/{run,pretrained,baseline,recurrent_ov*,
                                     recurrent_lr2e-3_ov*}.json (examples/language-modeling/austen_table2.sh's runs:
@@ -50,7 +50,7 @@ BLOCK_FILES = ["run", "train_full", "train_block", "eval_full_full", "eval_full_
 XSUM = ROOT / "benchmarks" / "results" / "xsum_table"
 XSUM_TYPES = ["full", "neighborhood", "convolutional", "convolutional_per_head"]
 # speed figures of the LongDoc card: benchmark-harness results files (medians of interleaved rounds, with ranges)
-LONGDOC_FORWARD = [ROOT / "benchmarks" / "results" / f"bench_longdoc_forward_{n}.json" for n in ("4k_run2", "16k")]
+LONGDOC_FORWARD = [ROOT / "benchmarks" / "results" / f"bench_longdoc_forward_{n}.json" for n in ("4k_quiet", "16k_quiet")]
 LONGDOC_REUSE = ROOT / "benchmarks" / "results" / "bench_longdoc_reuse.json"
 REPRODUCE = ROOT / "benchmarks" / "results" / "reproduce"
 REPRODUCE_XSUM = REPRODUCE / "longdoc_xsum" / "results.json"
@@ -451,7 +451,8 @@ def longdoc_card():
     reuse_settings, reuse_extra = reuse["settings"], reuse["extra"]
     figures = [f"Before training the warm start's validation perplexity was {_f(main['eval_perplexity_before_training'])}"
                f" (full attention {_f(rows['full']['eval_perplexity_before_training'])}).",
-               "Encoder forward speed at bart-base dimensions (random weights, one layer, 2 shared CPU threads, fp32), "
+               "Encoder forward speed at bart-base dimensions (random weights, one layer, 2 CPU threads with no other job "
+               "of this project running, fp32), "
                "neighborhood r = 100 against full attention, medians of interleaved rounds [range]: "
                f"{_harness_figure(LONGDOC_FORWARD, 'forward neighborhood / full @4096')} at 4,096 tokens, "
                f"{_harness_figure(LONGDOC_FORWARD, 'forward neighborhood / full @16384')} at 16,384. "
