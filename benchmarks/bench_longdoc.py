@@ -25,7 +25,8 @@ runs in this process and memory is not reported. Lengths above `--max_positions`
 table the benchmark builds) and unknown types exit with a message naming the option.
 
 FLOP bounds: per encoder layer `8nd^2` (projections) `+ 4ndf` (feed-forward) `+` attention: full `4n^2d`,
-neighborhood `4n(2r+1)d` (the blocked kernel computes `4n(b+2r)d`, b = 32 for r >= 32 else 16, printed as `kernel bound`),
+neighborhood `4n(2r+1)d` (the blocked kernel computes `4n(b+2r)d`, b = `default_neighborhood_block_size(r)`,
+printed as `kernel bound`),
 convolutional `4m^2d + 8mkd^2/g` (m = ceil(n/s) compressed positions; conv on q, k, v and the deconvolution,
 g = 1 shared, g = heads per head), neighborhood-convolutional `4m(2ceil(r/s)+1)d + 8mkd^2`; LED as neighborhood.
 Training adds the decoder (self-attention over the summary, cross-attention reading the n encoder states, LM head)
@@ -89,10 +90,12 @@ def layer_flops(kind: dict, n: int, d: int, f: int, heads: int, radius: int, ker
 
 
 def kernel_layer_flops(kind: dict, n: int, d: int, f: int, radius: int) -> float:
-    """FLOPs the blocked neighborhood kernel actually computes (query blocks of b = 32 for r >= 32, else 16, against
-    b + 2r keys: `default_neighborhood_block_size`); other types: their bound."""
+    """FLOPs the blocked neighborhood kernel actually computes (query blocks of b = the model's
+    `default_neighborhood_block_size(r)` against b + 2r keys); other types: their bound."""
+    from hf_readonce.models.longdoc_bart.modeling_longdoc_bart import default_neighborhood_block_size
+
     r = kind.get("r", radius)
-    block = 32 if r >= 32 else 16  # default_neighborhood_block_size (the benchmark imports no model at module level)
+    block = default_neighborhood_block_size(r)
     return 8 * n * d * d + 4 * n * d * f + 4 * n * min(block + 2 * r, n) * d
 
 
