@@ -134,6 +134,14 @@ def test_without_representations_equals_bart_and_from_pretrained(tmp_path):
         torch.testing.assert_close(model.document_encoder.encoder(input_ids=q).last_hidden_state,
                                    bart.model.encoder(input_ids=q).last_hidden_state, atol=1e-5, rtol=0)
     assert model.document_encoder.encoder.embed_tokens.weight.data_ptr() != model.model.shared.weight.data_ptr()
+    # the text encoder takes BartEncoder's arguments at BartEncoder's positions (input_ids, attention_mask,
+    # inputs_embeds): a positional call written for BART's encoder gives BART's encoder output
+    mask = torch.ones_like(q)
+    mask[1, -2:] = 0
+    with torch.no_grad():
+        embeds = bart.model.encoder.embed_tokens(q)
+        torch.testing.assert_close(model.get_encoder()(None, mask, model.get_encoder().embed_tokens(q)).last_hidden_state,
+                                   bart.model.encoder(None, mask, embeds).last_hidden_state, atol=1e-5, rtol=0)
 
 
 def test_representations_appended_at_layer_L():

@@ -455,15 +455,20 @@ class ReadOnceBartEncoder(BartEncoder):
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
         document_representations: torch.Tensor | ReadOnceDocumentEncoderOutput | None = None,
         document_attention_mask: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
         **kwargs,
     ) -> ReadOnceEncoderOutput:
         r"""
+        The first three arguments keep `BartEncoder.forward`'s positional order, so a caller written for BART's encoder
+        passes the same thing at the same place; the document arguments come after them.
+
         Args:
             input_ids (`torch.LongTensor` of shape `(batch_size, text_length)`): the question / task text.
             attention_mask (`torch.Tensor` of shape `(batch_size, text_length)`, *optional*).
+            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, text_length, d_model)`, *optional*): instead of
+                `input_ids` (exactly one of the two).
             document_representations (`torch.FloatTensor` of shape `(batch_size, m, d_model)` or
                 [`ReadOnceDocumentEncoderOutput`], *optional*).
             document_attention_mask (`torch.Tensor` of shape `(batch_size, m)`, *optional*): defaults to the mask
@@ -710,8 +715,8 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         cache=None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
-        # The first arguments and their docs repeat ReadOnceBartEncoder.forward's: this forward passes them through,
-        # and transformers documents each public forward in full.
+        # The text and document arguments and their docs repeat ReadOnceBartEncoder.forward's: this forward passes them
+        # through, and transformers documents each public forward in full.
         r"""
         Args:
             input_ids (`torch.LongTensor` of shape `(batch_size, text_length)`): the question / task text.
