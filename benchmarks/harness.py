@@ -237,6 +237,41 @@ def bound(kind: str = "none", value: float | None = None, derivation: str = "") 
 NO_BOUND = "a time, not a ratio: its bound is on the ratio it enters"
 
 
+def _cpu_sdpa_flops(query_shape, key_shape, value_shape, dropout_p=0.0, is_causal=False, *args, out_shape=None,
+                    **kwargs) -> int:
+    """FLOPs of `aten._scaled_dot_product_flash_attention_for_cpu` (what `F.scaled_dot_product_attention` runs on
+    the CPU), counted like torch's own SDPA formula: `2 d` per (query, key) pair for the scores plus `2 d_v` for the
+    weighted sum, per batch row and head. Pairs: every `s_q x s_k` pair under an explicit mask (the kernel computes
+    masked scores too); with `is_causal=True` only the causal ones, `min(i + 1, s_k)` for query i (torch's top-left
+    alignment), as the kernel skips the blocks above the diagonal."""
+    *batch, query_length, head_dim = query_shape
+    key_length, value_dim = key_shape[-2], value_shape[-1]
+    if is_causal:
+        kept = min(query_length, key_length)
+        pairs = kept * (kept + 1) // 2 + (query_length - kept) * key_length
+    else:
+        pairs = query_length * key_length
+    return 2 * math.prod(batch) * pairs * (head_dim + value_dim)
+
+
+def count_flops(fn: Callable[[], object]) -> int:
+    """Forward FLOPs of one call of `fn`, counted by `torch.utils.flop_counter.FlopCounterMode` (no hand formula):
+    every matrix product (`2 m n k`, a multiply-add counted as 2) and every attention kernel torch's counter knows,
+    plus the CPU SDPA kernel (`_cpu_sdpa_flops`), which torch's table lacks. Element-wise work (norms, activations,
+    softmax) is not counted, as in torch's counter. The call runs once, untimed; use it for a ratio's FLOP bound.
+
+    Returns:
+        `int`, FLOPs (not FLOP/s).
+    """
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    mapping = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa_flops}
+    with FlopCounterMode(display=False, custom_mapping=mapping) as counter:
+        fn()
+    return int(counter.get_total_flops())
+
+
 # ----------------------------------------------------------------------------------------------------- cold reads
 def drop_page_cache(paths: Iterable[str | os.PathLike]) -> bool:
     """fsync every file under `paths` (files or folders, recursively), then drop its pages from the OS page cache

@@ -85,6 +85,34 @@ def test_results_files_exist_besides_the_legacy_ones():
     assert (RESULTS / "legacy").is_dir()
 
 
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_flop_count_of_a_bert_forward_is_the_textbook_count(attention):
+    """`count_flops` (the source of the break-even FLOP bounds) counts a BERT forward exactly: per layer 8 t d^2
+    (Q, K, V, output projections) + 4 t d f (feed-forward) + 4 t^2 d (scores and weighted sum), plus the pooler's
+    2 d^2; with SDPA on the CPU too, whose kernel torch's own table lacks."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    t, d, f, layers = 11, 32, 48, 3
+    model = BertModel(BertConfig(vocab_size=50, hidden_size=d, num_hidden_layers=layers, num_attention_heads=4,
+                                 intermediate_size=f, attn_implementation=attention)).eval()
+    ids = torch.randint(0, 50, (1, t))
+    with torch.no_grad():
+        counted = harness.count_flops(lambda: model(ids))
+    assert counted == layers * (8 * t * d * d + 4 * t * d * f + 4 * t * t * d) + 2 * d * d
+
+
+def test_flop_count_of_causal_sdpa_keeps_the_causal_pairs():
+    import torch
+
+    query, keys = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8)
+    per_pair = 2 * 2 * 3 * (8 + 8)  # scores + weighted sum, 2 rows x 3 heads
+    attend = torch.nn.functional.scaled_dot_product_attention
+    assert harness.count_flops(lambda: attend(query, keys, keys)) == 5 * 7 * per_pair
+    assert harness.count_flops(lambda: attend(keys, keys, keys, is_causal=True)) == 7 * 8 // 2 * per_pair
+    assert harness.count_flops(lambda: attend(query, keys, keys, is_causal=True)) == 5 * 6 // 2 * per_pair
+
+
 def test_drop_page_cache_makes_a_file_cold(tmp_path):
     path = tmp_path / "shard.bin"
     path.write_bytes(os.urandom(1 << 20))
