@@ -50,6 +50,7 @@ from bench_selective_recompute import (
     load_model,
     newline_tokens,
     sample_questions,
+    selective_flops,
 )
 from transformers import StoppingCriteriaList
 from transformers.models.llama.modeling_llama import rotate_half
@@ -186,19 +187,6 @@ def forced_of(lengths: list[int], count: int) -> torch.Tensor:
     return forced
 
 
-def flops(config, schedule, document_tokens: int, question_tokens: int) -> float:
-    """`bench_selective_recompute.selective_flops` with a given schedule."""
-    heads, layers, hidden = config.num_attention_heads, config.num_hidden_layers, config.hidden_size
-    head_dim = getattr(config, "head_dim", None) or hidden // heads
-    kv = config.num_key_value_heads * head_dim
-    total = 6.0 * layers * kv * document_tokens
-    for kv_tokens, query_tokens in schedule:
-        total += 2 * 2 * hidden * kv * kv_tokens
-        total += query_tokens * (2 * 2 * hidden * heads * head_dim + 2 * 3 * hidden * config.intermediate_size
-                                 + 4 * heads * head_dim * (document_tokens + 1) / 2)
-    return total + prefill_flops(config, question_tokens, document_tokens)
-
-
 def answer(model, tokenizer, ids, newline_ids, extra) -> str:
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
@@ -273,11 +261,11 @@ def main(argv=None) -> int:
                         finally:
                             bam._blend_layers = ORIGINAL
                         sched = schedule_of(rule, args.ratio, model.config.num_hidden_layers, total)
-                        row["flop_fraction"][name] = flops(model.config, sched, total, len(asked)) / full_flops
+                        row["flop_fraction"][name] = selective_flops(model.config, None, total, len(asked), sched) / full_flops
                     row["answers"]["library"] = answer(model, tokenizer, torch.tensor([asked]), newline_ids, {
                         "document_caches": documents, "recompute_ratio": args.ratio})  # unpatched: == base
-                    row["flop_fraction"]["library"] = flops(model.config, bam.recompute_schedule(
-                        args.ratio, model.config.num_hidden_layers, total), total, len(asked)) / full_flops
+                    row["flop_fraction"]["library"] = selective_flops(model.config, args.ratio, total,
+                                                                      len(asked)) / full_flops
                 sink.write(json.dumps(row) + "\n")
                 sink.flush()
                 print(f"[{time.perf_counter() - begin:7.1f}s] {dataset} {index + 1}", flush=True)
