@@ -25,10 +25,11 @@ runs in this process and memory is not reported. Lengths above `--max_positions`
 table the benchmark builds) and unknown types exit with a message naming the option.
 
 FLOP bounds: per encoder layer `8nd^2` (projections) `+ 4ndf` (feed-forward) `+` attention: full `4n^2d`,
-neighborhood `4n(2r+1)d` (the blocked kernel computes `4n(b+2r)d`, b = `default_neighborhood_block_size(r)`,
-printed as `kernel bound`),
+neighborhood `4n(2r+1)d` (the band; the blocked kernel computes `4 ceil(n/b) b (b+2r) d`, b =
+`default_neighborhood_block_size(r)`, printed as `kernel bound`),
 convolutional `4m^2d + 8mkd^2/g` (m = ceil(n/s) compressed positions; conv on q, k, v and the deconvolution,
-g = 1 shared, g = heads per head), neighborhood-convolutional `4m(2ceil(r/s)+1)d + 8mkd^2`; LED as neighborhood.
+g = 1 shared, g = heads per head), neighborhood-convolutional `4m(2ceil(r/s)+1)d + 8mkd^2`; LED as neighborhood
+(its sliding-chunk kernel on the input padded to a multiple of 2r computes more: `kernel bound`).
 Training adds the decoder (self-attention over the summary, cross-attention reading the n encoder states, LM head)
 at 3x the forward FLOPs for every part.
 
@@ -73,7 +74,19 @@ def parse_type(spec: str) -> dict:
 
 
 def layer_flops(kind: dict, n: int, d: int, f: int, heads: int, radius: int, kernel: int, stride: int) -> float:
-    """Forward FLOPs of one encoder layer of `kind` at n tokens (see the module docstring)."""
+    """Forward FLOPs of one encoder layer of `kind` at n tokens (see the module docstring): the *band* bound, what
+    an ideal kernel computes. Matrix products only (2 FLOPs a multiply-add; norms, softmax and biases left out, as
+    in torch's FLOP counter).
+
+    Checked against `harness.count_flops` on the encoder forward the benchmark times
+    (`tests/models/longdoc_bart/test_bench_longdoc.py`): `full`, `convolutional` and `convolutional_per_head`
+    equal the counter exactly. `neighborhood`, `neighborhood_convolutional` and `led` are idealised here, each query
+    scoring only its `2r + 1` band keys; their kernels compute more, which [`kernel_layer_flops`] counts (equal to
+    the counter). At d 32, ffn 48, 2 layers, r 5, 64 tokens the counter finds 12.2 % more than this bound for
+    `neighborhood` (blocks of 16 queries: 26 keys a query for the band's 11), 4.6 % more for
+    `neighborhood_convolutional` (stride 3) and 14.5 % more for LED (sliding chunks of 2w, and 64 tokens padded to
+    70); at bart-base dimensions, r = 100, 4,096 tokens, `neighborhood`'s kernel computes 0.6 % more than its band.
+    """
     r, k, s = kind.get("r", radius), kind.get("k", kernel), kind.get("s", stride)
     dense = 8 * n * d * d + 4 * n * d * f
     t = kind["type"]
@@ -89,19 +102,51 @@ def layer_flops(kind: dict, n: int, d: int, f: int, heads: int, radius: int, ker
     return dense + conv + 4 * m * m * d
 
 
-def kernel_layer_flops(kind: dict, n: int, d: int, f: int, radius: int) -> float:
-    """FLOPs the blocked neighborhood kernel actually computes (query blocks of b = the model's
-    `default_neighborhood_block_size(r)` against b + 2r keys); other types: their bound."""
+def blocked_neighborhood_pairs(queries: int, radius: int) -> int:
+    """(query, key) pairs the blocked neighborhood kernel (`neighborhood_attention_forward`, not causal, no KV
+    cache) scores for q queries at radius r: `ceil(q / b) * b` query rows (the last block zero-padded) times
+    `b + 2 min(r, q)` keys, b = `min(default_neighborhood_block_size(min(r, q)), q)`. Its mask is explicit, so the
+    kernel scores every one of these pairs, band or not."""
     from hf_readonce.models.longdoc_bart.modeling_longdoc_bart import default_neighborhood_block_size
 
-    r = kind.get("r", radius)
-    block = default_neighborhood_block_size(r)
-    return 8 * n * d * d + 4 * n * d * f + 4 * n * min(block + 2 * r, n) * d
+    r = min(radius, queries)
+    block = min(default_neighborhood_block_size(r), queries)
+    return math.ceil(queries / block) * block * (block + 2 * r)
+
+
+def kernel_layer_flops(kind: dict, n: int, d: int, f: int, heads: int, radius: int, kernel: int,
+                       stride: int) -> float:
+    """FLOPs one encoder layer of `kind` actually computes at n tokens: equal to `harness.count_flops` on the
+    encoder forward (tested). `neighborhood` scores [`blocked_neighborhood_pairs`]`(n, r)` (the former formula,
+    `4n min(b + 2r, n) d`, missed the zero-padded rows of the last block when b does not divide n, and took
+    b = 32 for r >= 32 even when r > n); `neighborhood_convolutional` the same over its m = ceil(n / s) compressed
+    positions at radius `ceil(r / s)`, plus its (de)convolutions; LED (Longformer's sliding chunks, w = r keys each
+    side) runs on its input padded to N = a multiple of 2w tokens: projections and feed-forward on N tokens,
+    `(N / w - 1) 4w^2` score pairs and `3wN` value pairs; every other type: [`layer_flops`] (already exact)."""
+    r, k, s = kind.get("r", radius), kind.get("k", kernel), kind.get("s", stride)
+    t = kind["type"]
+    dense = 8 * n * d * d + 4 * n * d * f
+    if t == "neighborhood":
+        return dense + 4 * blocked_neighborhood_pairs(n, r) * d
+    if t == "neighborhood_convolutional":
+        m = math.ceil(n / s)
+        return dense + 8 * m * k * d * d + 4 * blocked_neighborhood_pairs(m, math.ceil(r / s)) * d
+    if t == "led":
+        padded = math.ceil(n / (2 * r)) * 2 * r
+        pairs = (padded // r - 1) * 4 * r * r + 3 * r * padded
+        return 8 * padded * d * d + 4 * padded * d * f + 2 * pairs * d
+    return layer_flops(kind, n, d, f, heads, radius, kernel, stride)
 
 
 def decoder_flops(n: int, t: int, d: int, f: int, layers: int, vocab: int) -> float:
-    """Forward FLOPs of the decoder for a t-token summary reading n encoder states, and the LM head."""
-    per_layer = 8 * t * d * d + 4 * t * t * d + 4 * t * d * d + 4 * n * d * d + 4 * t * n * d + 4 * t * d * f
+    """Forward FLOPs of LongDoc BART's decoder for a t-token summary reading n encoder states, with the LM head: per
+    layer self-attention projections `8td^2`, causal self-attention `2t(t + 1)d` (SDPA with `is_causal`, which
+    skips the pairs above the diagonal; the former `4t^2d` counted them), cross-attention query and output
+    projections `4td^2`, key and value projections of the n encoder states `4nd^2`, cross-attention `4tnd`,
+    feed-forward `4tdf`; LM head `2tdV`. Equal to `harness.count_flops` on the training call's forward minus its
+    encoder (tested). LED's decoder scores all t^2 self-attention pairs (an explicit mask), `2t(t - 1)d` a layer
+    more, which its training bound leaves out (0.4 % of its decoder at d 32, 6 summary tokens, 64 input tokens)."""
+    per_layer = 8 * t * d * d + 2 * t * (t + 1) * d + 4 * t * d * d + 4 * n * d * d + 4 * t * n * d + 4 * t * d * f
     return layers * per_layer + 2 * t * d * vocab
 
 
@@ -224,6 +269,7 @@ def measure_in_subprocess(length: int, argv: list[str]) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+KERNEL_TYPES = ("neighborhood", "neighborhood_convolutional", "led")
 BOUND_DERIVATION = ("encoder FLOPs of full / of this type at bart-like dimensions (--d_model, --ffn, --layers): per "
                     "layer 8nd^2 (projections) + 4ndf (feed-forward) + attention: full 4n^2d, neighborhood/LED "
                     "4n(2r+1)d, convolutional 4m^2d + 8mkd^2/g (m = ceil(n/s), g = 1 shared or heads per head), "
@@ -232,17 +278,26 @@ BOUND_DERIVATION = ("encoder FLOPs of full / of this type at bart-like dimension
 
 
 def bounds(kind: dict, full: dict, length: int, args) -> dict:
-    """FLOP ratios full / kind (the best speed-up the FLOPs allow) for the forward and the training step."""
+    """FLOP ratios full / kind (the best speed-up the FLOPs allow) for the forward and the training step, from
+    [`layer_flops`] (the band bound) and [`decoder_flops`]; `forward_kernel_bound` from [`kernel_layer_flops`]
+    (what the kernel computes) for the types whose kernel computes more than their band (`neighborhood`,
+    `neighborhood_convolutional`, `led`), else None.
+
+    The training bound counts the backward as 2x the forward for every part, so the factor 3 cancels. torch's
+    counter finds a little more: its SDPA backward is 2.5x the forward (the scores are recomputed), so at d 32,
+    ffn 48, 2 + 2 layers, 64 tokens a training step counts 3.16x its forward for `full`, 3.09x for
+    `neighborhood`, 3.03x for `convolutional`, 3.00x for LED (no SDPA); left out."""
     dims = (args.d_model, args.ffn)
+    settings = (args.heads, args.radius, args.kernel, args.stride)
 
     def encoder(k):
-        return args.layers * layer_flops(k, length, *dims, args.heads, args.radius, args.kernel, args.stride)
+        return args.layers * layer_flops(k, length, *dims, *settings)
 
     decoder = decoder_flops(length, args.target_length, *dims, args.layers, args.vocab_size)
-    kernel = args.layers * kernel_layer_flops(kind, length, *dims, args.radius)
+    kernel = args.layers * kernel_layer_flops(kind, length, *dims, *settings)
     return {"forward_bound": encoder(full) / encoder(kind),
             "train_bound": (encoder(full) + decoder) / (encoder(kind) + decoder),
-            "forward_kernel_bound": (encoder(full) / kernel if kind["type"] == "neighborhood" else None)}
+            "forward_kernel_bound": (encoder(full) / kernel if kind["type"] in KERNEL_TYPES else None)}
 
 
 def record(measured: list[dict], kinds: list[dict], args, argv: list[str]) -> harness.Results:
@@ -267,8 +322,10 @@ def record(measured: list[dict], kinds: list[dict], args, argv: list[str]) -> ha
                     b = bounds(kind, full, length, args)
                     derivation = BOUND_DERIVATION
                     if mode == "forward" and b["forward_kernel_bound"] is not None:
-                        derivation += (f"; the blocked kernel computes 4n(b+2r)d, b = 32 (r >= 32) else 16: kernel bound "
-                                       f"{b['forward_kernel_bound']:.3f}x")
+                        derivation += ("; the kernel computes more than the band (blocked neighborhood kernel: "
+                                       "ceil(n/b) b (b+2r) pairs, b = 32 (r >= 32) else 16; LED: sliding chunks on "
+                                       "the input padded to a multiple of 2r; bench_longdoc.kernel_layer_flops): "
+                                       f"kernel bound {b['forward_kernel_bound']:.3f}x")
                     results.add_ratio(f"{mode} {name} / full @{length}", times["full"], times[name],
                                       harness.bound("flop", b[f"{mode}_bound"], derivation),
                                       params={**params, "kernel_bound": b["forward_kernel_bound"]

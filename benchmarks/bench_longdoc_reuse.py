@@ -19,8 +19,8 @@ Reported: seconds for all summaries re-encoding each time, seconds for the one-t
 summaries from the store (store reads included, checksums verified), the speed-up of the summaries (re-encode /
 reuse) and with the fill counted (re-encode / (fill + reuse)), and the FLOP bound of the first: (S x encoder +
 decoder work) / (decoder work), the decoder's FLOPs from its dimensions (self-attention over the summary,
-cross-attention over n encoder states with its K/V projection once per `generate` call, LM head; beams multiply the
-decoder work). Store reads are memory-bound: n x d_model x 2 bytes per document at fp16 (6 MiB at 4k tokens).
+cross-attention over n encoder states with its K/V projection once per `generate` call and beam, LM head; beams
+multiply the decoder work), the encoder's as its blocked neighborhood kernel computes them. Store reads are memory-bound: n x d_model x 2 bytes per document at fp16 (6 MiB at 4k tokens).
 
     PYTHONPATH=src python benchmarks/bench_longdoc_reuse.py --json benchmarks/results/bench_longdoc_reuse.json
     PYTHONPATH=src python benchmarks/bench_longdoc_reuse.py --d_model 64 --heads 2 --ffn 128 --layers 1 \\
@@ -89,20 +89,31 @@ def long_documents(path: str, tokenizer, count: int, tokens: int) -> list[str]:
 
 
 def decoder_flops(config, n: int, summary: dict, vocab: int) -> float:
-    """Forward FLOPs of one `generate` call's decoder: per generated (or prompt) token and layer, projections and
-    feed-forward `8d^2 + 4df`, self-attention `4td`, cross-attention `4nd` (+ its K/V projection `4nd^2` once per
-    call), and the LM head `2dV`; times the number of beams."""
+    """Forward FLOPs of one `generate` call's decoder: per generated (or prompt) token and layer, self-attention
+    projections `8d^2`, cross-attention query and output projections `4d^2`, feed-forward `4df`, self-attention
+    `4td` (t keys at step t), cross-attention `4nd`, and the LM head `2dV`; plus the cross-attention's key and value
+    projections of the n encoder states, `4nd^2` a layer, once per call and beam (beam search expands the encoder
+    states to every beam before the first step); all times the number of beams. Equal to `harness.count_flops` on
+    the `generate` call from stored encoder outputs (tested); the former formula left out the `4d^2` of the
+    cross-attention's query and output projections and counted the key/value projections once for all beams."""
     d, f, layers = config.d_model, config.decoder_ffn_dim, config.decoder_layers
     steps = summary["prompt_tokens"] + summary["max_new_tokens"]
     per_call = layers * 4 * n * d * d
-    per_token = sum(layers * (8 * d * d + 4 * d * f + 4 * t * d + 4 * n * d) + 2 * d * vocab for t in range(1, steps + 1))
-    return summary["num_beams"] * per_token + per_call
+    per_token = sum(layers * (12 * d * d + 4 * d * f + 4 * t * d + 4 * n * d) + 2 * d * vocab
+                    for t in range(1, steps + 1))
+    return summary["num_beams"] * (per_token + per_call)
 
 
 def encoder_flops(config, n: int) -> float:
-    """Forward FLOPs of the neighborhood encoder over n tokens: `layers x (8nd^2 + 4ndf + 4n(2r+1)d)`."""
+    """Forward FLOPs of the neighborhood encoder over n tokens, as its blocked kernel computes them:
+    `layers x (8nd^2 + 4ndf + 4Pd)`, P = `bench_longdoc.blocked_neighborhood_pairs(n, r)` = `ceil(n/b) b (b + 2r)`
+    (b = 32 for r >= 32, else 16), not the band's `n(2r + 1)` pairs, which the former formula counted (at
+    bart-base dimensions, r = 100, 4,096 tokens: 232 keys a query for 201, 0.6 % of the encoder). Equal to
+    `harness.count_flops` on the encoder forward (tested)."""
+    from bench_longdoc import blocked_neighborhood_pairs
+
     d, f, r = config.d_model, config.encoder_ffn_dim, config.neighborhood_radius
-    return config.encoder_layers * (8 * n * d * d + 4 * n * d * f + 4 * n * min(2 * r + 1, n) * d)
+    return config.encoder_layers * (8 * n * d * d + 4 * n * d * f + 4 * blocked_neighborhood_pairs(n, r) * d)
 
 
 def main(argv=None) -> dict:

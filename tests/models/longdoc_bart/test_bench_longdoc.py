@@ -87,3 +87,33 @@ def test_sweep_plot_of_a_smoke_sweep(bench, tmp_path):
                 "--vocab_size", "50", "--radius", "3", "--target_length", "4", "--repeats", "1", "--in_process",
                 "--no_train", "--sweep_plot", str(tmp_path / "sweep.png")])
     assert (tmp_path / "sweep.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("length", [64, 70])  # 70: not a multiple of the kernel's query block (16)
+@pytest.mark.parametrize("spec", ["full", "neighborhood", "neighborhood:r=20", "convolutional", "convolutional:k=5:s=3",
+                                  "convolutional_per_head", "neighborhood_convolutional", "led"])
+def test_flop_formulas_are_what_torch_counts(bench, spec, length):
+    """`kernel_layer_flops` equals torch's FLOP counter (`harness.count_flops`) on the encoder forward the benchmark
+    times, for every type; `layer_flops` (the band bound) equals it where no kernel computes beyond the band (full,
+    convolutional) and stays below it elsewhere; `decoder_flops` equals the training call's forward minus its
+    encoder (LongDoc's decoder; LED's scores t(t - 1) / 2 more self-attention pairs a layer, left out). Tiny
+    dimensions (d 32, 4 heads, ffn 48, 2 + 2 layers, r 5, kernel = stride 3)."""
+    import torch
+
+    args = bench.parser().parse_args(["--d_model", "32", "--heads", "4", "--ffn", "48", "--layers", "2", "--radius",
+                                      "5", "--kernel", "3", "--stride", "3", "--target_length", "6", "--vocab_size",
+                                      "101"])
+    kind = bench.parse_type(spec)
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(3, 101, (1, length), generator=generator)
+    mask, labels = torch.ones_like(ids), torch.randint(3, 101, (1, 6), generator=generator)
+    model = bench.build(kind, args, length).eval()
+    with torch.no_grad():
+        encoder = harness.count_flops(lambda: model.get_encoder()(input_ids=ids, attention_mask=mask))
+        whole = harness.count_flops(lambda: model(input_ids=ids, attention_mask=mask, labels=labels))
+    settings = (32, 48, 4, 5, 3, 3)
+    assert encoder == 2 * bench.kernel_layer_flops(kind, length, *settings)
+    band = 2 * bench.layer_flops(kind, length, *settings)
+    assert encoder == band if kind["type"] in ("full", "convolutional", "convolutional_per_head") else encoder > band
+    decoder = bench.decoder_flops(length, 6, 32, 48, 2, 101)
+    assert whole - encoder == decoder + (2 * 6 * 5 * 32 * 2 if kind["type"] == "led" else 0)

@@ -49,3 +49,40 @@ def test_too_little_text_raises_naming_the_flag(bench, tmp_path):
 def test_document_beyond_the_positions_exits_naming_the_flag(bench):
     with pytest.raises(SystemExit, match="--document_tokens"):
         bench.main(["--document_tokens", "20000"])
+
+
+def test_flop_formulas_are_what_torch_counts(bench):
+    """`encoder_flops` and `decoder_flops` (the bounds' terms) equal torch's FLOP counter (`harness.count_flops`)
+    exactly, on the calls the benchmark times: the encoder forward that re-encoding runs inside `generate`, and
+    `generate` of every summary kind of `SUMMARIES` (greedy, beam search, forced prompt) from stored encoder
+    outputs. Tiny dimensions (d 32, 4 heads, ffn 48, 2 + 2 layers, r 5), 50 tokens (not a multiple of the
+    kernel's 16-query blocks)."""
+    import torch
+    from transformers.modeling_outputs import BaseModelOutput
+
+    from hf_readonce import LongDocBartConfig, LongDocBartForConditionalGeneration
+
+    n = 50
+    config = LongDocBartConfig(
+        vocab_size=101, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=48, decoder_ffn_dim=48, max_position_embeddings=96,
+        encoder_attention_type="neighborhood", neighborhood_radius=5, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+        decoder_start_token_id=0, forced_eos_token_id=None, dropout=0.0, attention_dropout=0.0)
+    torch.manual_seed(0)
+    model = LongDocBartForConditionalGeneration(config).eval()
+    ids = torch.randint(3, 101, (1, n), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        assert harness.count_flops(lambda: model.get_encoder()(input_ids=ids, attention_mask=mask)) == \
+            bench.encoder_flops(config, n)
+        states = model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+    for summary in bench.SUMMARIES:
+        kwargs = dict(max_new_tokens=summary["max_new_tokens"], min_new_tokens=summary["max_new_tokens"],
+                      num_beams=summary["num_beams"], do_sample=False, early_stopping=False)
+        if summary["prompt_tokens"]:
+            kwargs["decoder_input_ids"] = torch.cat([torch.zeros(1, 1, dtype=torch.long),
+                                                     torch.arange(summary["prompt_tokens"])[None] % 50 + 20], dim=1)
+        with torch.no_grad():
+            counted = harness.count_flops(lambda kwargs=kwargs: model.generate(
+                encoder_outputs=BaseModelOutput(last_hidden_state=states.clone()), attention_mask=mask, **kwargs))
+        assert counted == bench.decoder_flops(config, n, summary, 101), summary["name"]

@@ -1,0 +1,46 @@
+"""benchmarks/bench_readtwice.py: the FLOP figure beside its time ratios is torch's FLOP count of the timed forward
+calls, not the parameter ratio (a tiny random BERT and ReadTwice-E at the script's --quick dimensions; no timing)."""
+
+import functools
+import importlib.util
+import sys
+
+from tests.conftest import REPO_ROOT
+
+
+@functools.cache
+def bench():
+    """The benchmark script as a module, loaded once (it puts `benchmarks/` on the path for `harness`)."""
+    spec = importlib.util.spec_from_file_location("bench_readtwice_t", REPO_ROOT / "benchmarks" / "bench_readtwice.py")
+    module = importlib.util.module_from_spec(spec)
+    if str(REPO_ROOT / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_forward_flops_against_the_parameter_ratio():
+    """`forward_flops` at the --quick dimensions (hidden 64, 4 heads, ffn 128, 4 layers and 2 second-read layers, 3
+    segments of 64 tokens, a mention every 12 tokens: the script's --quick run): BERT's count is exactly its layers (the formula of
+    `bench_deformer.flops_per_layer`, checked there) and its span head; ReadTwice's is that plus its 2 second-read
+    layers and its memory, so the FLOP ratio, 1.57x, is above the parameter ratio, 1.41x, that the benchmark used
+    as its bound (the word embeddings count as parameters but do no FLOPs)."""
+    import torch
+
+    module = bench()
+    spec = importlib.util.spec_from_file_location("bench_deformer_t2", REPO_ROOT / "benchmarks" / "bench_deformer.py")
+    deformer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(deformer)
+    dims, segments, length = module.QUICK, 3, 64
+    bert, readtwice = module.build(dims, "entity", True, 100)
+    ids = torch.randint(5, dims["vocab_size"], (segments, length), generator=torch.Generator().manual_seed(1))
+    common = dict(input_ids=ids, attention_mask=torch.ones_like(ids))
+    extra = dict(document_ids=torch.zeros(segments, dtype=torch.long),
+                 entity_spans=module.synthetic_mentions(segments, length, 12))
+    flops_bert, flops_readtwice = module.forward_flops(bert, readtwice, common, extra)
+    hidden, ffn, layers = dims["hidden_size"], dims["intermediate_size"], dims["num_hidden_layers"]
+    layer = segments * deformer.flops_per_layer(length, hidden, ffn)
+    assert flops_bert == layers * layer + segments * deformer.span_head_flops(length, hidden)
+    assert flops_readtwice > flops_bert + readtwice.config.num_second_read_layers * layer
+    params = sum(p.numel() for p in readtwice.parameters()) / sum(p.numel() for p in bert.parameters())
+    assert (round(flops_readtwice / flops_bert, 2), round(params, 2)) == (1.57, 1.41)
