@@ -1,5 +1,7 @@
 """Shared test settings: offline, deterministic, small thread count, real data location."""
 
+import functools
+import importlib
 import json
 import os
 import subprocess
@@ -28,6 +30,17 @@ BLOCK_HF_READONCE = textwrap.dedent(
     sys.meta_path.insert(0, _Block())
     """
 )
+
+
+@functools.cache
+def load_benchmark(name: str):
+    """The script `benchmarks/<name>.py` as a module, imported once under its own name, with `benchmarks/` on
+    `sys.path` (the scripts import `harness` and one another by name, so each is one module whichever test loads it).
+    """
+    folder = str(REPO_ROOT / "benchmarks")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return importlib.import_module(name)
 
 
 def run_without_hf_readonce(code: str, cwd=None, timeout: int = 300) -> subprocess.CompletedProcess:

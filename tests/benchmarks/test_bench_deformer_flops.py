@@ -1,24 +1,15 @@
 """benchmarks/bench_deformer.py: the FLOP formulas behind its bound equal torch's FLOP counter on the calls it times
 (a tiny random BERT; no timing)."""
 
-import functools
-import importlib.util
-import sys
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import load_benchmark
 
 
-@functools.cache
 def bench():
-    """The benchmark script as a module, loaded once (it puts `benchmarks/` on the path for `harness`)."""
-    spec = importlib.util.spec_from_file_location("bench_deformer_t", REPO_ROOT / "benchmarks" / "bench_deformer.py")
-    module = importlib.util.module_from_spec(spec)
-    if str(REPO_ROOT / "benchmarks") not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    spec.loader.exec_module(module)
-    return module
+    """`benchmarks/bench_deformer.py` as a module."""
+    return load_benchmark("bench_deformer")
 
 
 @pytest.mark.parametrize("k", [1, 3])

@@ -2,24 +2,15 @@
 model (App. C.3), printed beside them, is far above those counts (a tiny random BART; no timing)."""
 
 import argparse
-import functools
-import importlib.util
-import sys
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import load_benchmark
 
 
-@functools.cache
 def bench():
-    """The benchmark script as a module, loaded once (it puts `benchmarks/` on the path for `harness`)."""
-    spec = importlib.util.spec_from_file_location("bench_readonce_t", REPO_ROOT / "benchmarks" / "bench_readonce.py")
-    module = importlib.util.module_from_spec(spec)
-    if str(REPO_ROOT / "benchmarks") not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    spec.loader.exec_module(module)
-    return module
+    """`benchmarks/bench_readonce.py` as a module."""
+    return load_benchmark("bench_readonce")
 
 
 def test_cost_model_is_the_papers():

@@ -1,22 +1,13 @@
 """benchmarks/bench_readtwice.py: the FLOP figure beside its time ratios is torch's FLOP count of the timed forward
 calls, not the parameter ratio (a tiny random BERT and ReadTwice-E at the script's --quick dimensions; no timing)."""
 
-import functools
-import importlib.util
-import sys
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import load_benchmark
 
 
-@functools.cache
 def bench():
-    """The benchmark script as a module, loaded once (it puts `benchmarks/` on the path for `harness`)."""
-    spec = importlib.util.spec_from_file_location("bench_readtwice_t", REPO_ROOT / "benchmarks" / "bench_readtwice.py")
-    module = importlib.util.module_from_spec(spec)
-    if str(REPO_ROOT / "benchmarks") not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    spec.loader.exec_module(module)
-    return module
+    """`benchmarks/bench_readtwice.py` as a module."""
+    return load_benchmark("bench_readtwice")
 
 
 def test_forward_flops_against_the_parameter_ratio():
@@ -28,9 +19,7 @@ def test_forward_flops_against_the_parameter_ratio():
     import torch
 
     module = bench()
-    spec = importlib.util.spec_from_file_location("bench_deformer_t2", REPO_ROOT / "benchmarks" / "bench_deformer.py")
-    deformer = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(deformer)
+    deformer = load_benchmark("bench_deformer")
     dims, segments, length = module.QUICK, 3, 64
     bert, readtwice = module.build(dims, "entity", True, 100)
     ids = torch.randint(5, dims["vocab_size"], (segments, length), generator=torch.Generator().manual_seed(1))

@@ -1,30 +1,22 @@
 """benchmarks/selection_rules.py: its `base` rule is the library's selection (same caches as `selective_recompute`
 on a tiny random Llama), every rule's schedule recomputes the same mean fraction, and a bad ratio exits 2."""
 
-import functools
-import importlib.util
 import math
-import sys
 
 import pytest
 import torch
 
 from hf_readonce import BlockAttentionLlamaConfig, BlockAttentionLlamaForCausalLM
 from hf_readonce.models.block_attention_llama import modeling_block_attention_llama as bam
-from tests.conftest import REPO_ROOT
+from tests.conftest import load_benchmark
 
 TINY = dict(vocab_size=101, hidden_size=32, intermediate_size=48, num_hidden_layers=6, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0, bos_token_id=1, eos_token_id=2)
 
 
-@functools.cache
 def rules():
-    spec = importlib.util.spec_from_file_location("selection_rules_t", REPO_ROOT / "benchmarks" / "selection_rules.py")
-    module = importlib.util.module_from_spec(spec)
-    if str(REPO_ROOT / "benchmarks") not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    spec.loader.exec_module(module)
-    return module
+    """`benchmarks/selection_rules.py` as a module."""
+    return load_benchmark("selection_rules")
 
 
 def _caches(model):

@@ -2,25 +2,15 @@
 SmolLM2-Instruct chat template's tokens, answers are post-processed by one documented rule, bad options exit
 naming them, and its FLOP formula agrees with torch's FLOP counter (on a tiny random model; no real model is run)."""
 
-import functools
-import importlib.util
-import sys
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import load_benchmark
 
 
-@functools.cache
 def bench():
-    """The benchmark script as a module, loaded once (it imports its sibling scripts from `benchmarks/`)."""
-    spec = importlib.util.spec_from_file_location("bench_selective_recompute_t",
-                                                  REPO_ROOT / "benchmarks" / "bench_selective_recompute.py")
-    module = importlib.util.module_from_spec(spec)
-    if str(REPO_ROOT / "benchmarks") not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
-    spec.loader.exec_module(module)
-    return module
+    """`benchmarks/bench_selective_recompute.py` as a module."""
+    return load_benchmark("bench_selective_recompute")
 
 
 @pytest.mark.parametrize(("text", "answer"), [

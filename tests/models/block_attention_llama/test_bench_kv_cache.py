@@ -2,7 +2,6 @@
 deterministic question/passage selection, and a tiny in-process run end to end with JSON output (no timing is
 asserted: the run only has to produce every figure)."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -10,7 +9,7 @@ import sys
 import pytest
 from transformers import LlamaConfig
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, load_benchmark
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 import harness  # noqa: E402
@@ -21,10 +20,7 @@ SMOLLM2 = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hi
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_kv_cache", REPO_ROOT / "benchmarks" / "bench_kv_cache.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_kv_cache")
 
 
 def test_bounds_at_smollm2_dimensions(bench):

@@ -1,14 +1,13 @@
 """benchmarks/bench_longdoc.py: its FLOP bounds reproduce the issue's figures at bart-base dimensions, type specs
 are validated, and a tiny in-process smoke run completes (no timing is asserted)."""
 
-import importlib.util
 import json
 import subprocess
 import sys
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, load_benchmark
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 import harness  # noqa: E402
@@ -16,10 +15,7 @@ import harness  # noqa: E402
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_longdoc", REPO_ROOT / "benchmarks" / "bench_longdoc.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_longdoc")
 
 
 def test_flop_bounds_at_bart_base_dimensions(bench):

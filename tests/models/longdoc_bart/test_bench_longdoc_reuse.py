@@ -2,13 +2,12 @@
 summary kind, tiny dimensions, real XSum text and the packaged tokenizer), and its FLOP bounds are consistent
 (no timing is asserted)."""
 
-import importlib.util
 import json
 import sys
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, load_benchmark
 
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 import harness  # noqa: E402
@@ -16,11 +15,7 @@ import harness  # noqa: E402
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_longdoc_reuse",
-                                                  REPO_ROOT / "benchmarks" / "bench_longdoc_reuse.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_longdoc_reuse")
 
 
 def test_smoke_run_gives_identical_summaries(bench, tmp_path):
