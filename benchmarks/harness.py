@@ -37,6 +37,12 @@ Cold reads: [`drop_page_cache`] fsyncs each file then asks the kernel to drop it
 (`os.posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED)`), so the next read comes from storage (Linux; where the call
 is missing the function returns False and a "cold" figure must not be reported as cold).
 
+FLOP bounds: [`count_flops`] runs a callable once, untimed, under `torch.utils.flop_counter.FlopCounterMode` (with
+the CPU SDPA kernel that torch's table lacks) and returns its forward FLOPs. A bound is either that count on the
+timed calls themselves (`bench_break_even`, `bench_readonce`, `bench_readtwice`) or a formula that a test compares
+with it (`bench_kv_cache.prefill_flops`, `bench_selective_recompute.selective_flops`, `bench_longdoc`,
+`bench_longdoc_reuse`, `bench_deformer`).
+
 Bad input: [`fail`] exits with status 2 and a message naming the option (`--lengths: ...`), no traceback.
 """
 
