@@ -251,21 +251,25 @@ def newline_tokens(tokenizer) -> set[int]:
     return {i for i in range(len(tokenizer)) if "\n" in tokenizer.decode([i])}
 
 
-def selective_flops(config, ratio: float, document_tokens: int, question_tokens: int, schedule=None) -> float:
-    """Prefill FLOPs of the composed path at `ratio`: key rotation (6 per key number), per layer the key/value
-    projections of the tokens recomputed there and the query projection, attention (to the document tokens before
-    each, on average (T+1)/2), output projection and MLP of the tokens carried on ([`recompute_schedule`]), then the
-    question after T cached tokens. Causal pairs only: the SDPA kernel, given an explicit mask, also scores the
-    masked ones, so torch's FLOP counter finds 6 % more at SmolLM2's size at ratio 0.15 (bound 4.09x instead of
-    4.33x for a 552 + 36-token prompt); the test checks the two agree term by term
-    (`tests/benchmarks/test_selective_recompute_prompt.py`). `schedule`: another `(kv_tokens, query_tokens)` per
-    layer than the library's for `ratio` (the selection-rule variants of `selection_rules.py`)."""
+def selective_flops(config, ratio: float, document_tokens: int, question_tokens: int) -> float:
+    """Prefill FLOPs of the composed path at `ratio`: [`schedule_flops`] with the library's [`recompute_schedule`].
+    Causal pairs only: the SDPA kernel, given an explicit mask, also scores the masked ones, so torch's FLOP counter
+    finds 6 % more at SmolLM2's size at ratio 0.15 (bound 4.09x instead of 4.33x for a 552 + 36-token prompt); the
+    test checks the two agree term by term (`tests/benchmarks/test_selective_recompute_prompt.py`)."""
+    schedule = recompute_schedule(ratio, config.num_hidden_layers, document_tokens)
+    return schedule_flops(config, schedule, document_tokens, question_tokens)
+
+
+def schedule_flops(config, schedule, document_tokens: int, question_tokens: int) -> float:
+    """Prefill FLOPs of the composed path under `schedule` (`(kv_tokens, query_tokens)` per layer, the format of
+    [`recompute_schedule`]; `selection_rules.py` passes its variants): key rotation (6 per key number), per layer the
+    key/value projections of the tokens recomputed there and the query projection, attention (to the document
+    tokens before each, on average (T+1)/2), output projection and MLP of the tokens carried on, then the question
+    after T cached tokens."""
     heads, layers, hidden = config.num_attention_heads, config.num_hidden_layers, config.hidden_size
     head_dim = getattr(config, "head_dim", None) or hidden // heads
     kv = config.num_key_value_heads * head_dim
     total = 6.0 * layers * kv * document_tokens
-    if schedule is None:
-        schedule = recompute_schedule(ratio, layers, document_tokens)
     for kv_tokens, query_tokens in schedule:
         total += 2 * 2 * hidden * kv * kv_tokens
         total += query_tokens * (2 * 2 * hidden * heads * head_dim + 2 * 3 * hidden * config.intermediate_size

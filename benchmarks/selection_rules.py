@@ -28,7 +28,7 @@ with these knobs:
 
 (run from `benchmarks/` with `PYTHONPATH=../src:.`). Each row also holds `library`: the unpatched library at the
 same ratio (a check that `base` is the library's rule: identical answers). `flop_fraction`: the rule's prefill FLOPs
-(`bench_selective_recompute.selective_flops`' count with the rule's schedule) over the full prompt's prefill.
+(`bench_selective_recompute.schedule_flops` with the rule's schedule) over the full prompt's prefill.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from bench_selective_recompute import (
     load_model,
     newline_tokens,
     sample_questions,
+    schedule_flops,
     selective_flops,
 )
 from transformers import StoppingCriteriaList
@@ -261,7 +262,7 @@ def main(argv=None) -> int:
                         finally:
                             bam._blend_layers = ORIGINAL
                         sched = schedule_of(rule, args.ratio, model.config.num_hidden_layers, total)
-                        row["flop_fraction"][name] = selective_flops(model.config, None, total, len(asked), sched) / full_flops
+                        row["flop_fraction"][name] = schedule_flops(model.config, sched, total, len(asked)) / full_flops
                     row["answers"]["library"] = answer(model, tokenizer, torch.tensor([asked]), newline_ids, {
                         "document_caches": documents, "recompute_ratio": args.ratio})  # unpatched: == base
                     row["flop_fraction"]["library"] = selective_flops(model.config, args.ratio, total,
