@@ -108,13 +108,14 @@ def inference_calls(baseline, readonce, k: int, args) -> dict:
             "precomputed": lambda: answer(precomputed), "encode": encode}
 
 
-def inference_flops(baseline, readonce, k: int, args) -> dict:
-    """Forward FLOPs of each of [`inference_calls`], counted by `harness.count_flops` on one untimed run (matrix
-    products and attention; element-wise work left out): `{"baseline", "amortized", "precomputed", "encode"}`.
-    `amortized` = `encode` + `precomputed` (tested). At the benchmark's workload the counted speed-ups
-    `baseline / amortized` and `baseline / precomputed` are the FLOP bounds of the measured ones."""
+def inference_flops(calls: dict) -> dict:
+    """Forward FLOPs of each of `calls` (the output of [`inference_calls`], the callables `measure` times), counted
+    by `harness.count_flops` on one more untimed run (matrix products and attention; element-wise work left out):
+    `{"baseline", "amortized", "precomputed", "encode"}`. `amortized` = `encode` + `precomputed` (tested). At the
+    benchmark's workload the counted speed-ups `baseline / amortized` and `baseline / precomputed` are the FLOP
+    bounds of the measured ones."""
     with torch.no_grad():
-        return {name: harness.count_flops(fn) for name, fn in inference_calls(baseline, readonce, k, args).items()}
+        return {name: harness.count_flops(fn) for name, fn in calls.items()}
 
 
 def measure(name: str, k: int, args, readonce_cache: dict) -> dict:
@@ -153,10 +154,11 @@ def measure(name: str, k: int, args, readonce_cache: dict) -> dict:
                                     "precomputed": run_precomputed}, repeats=args.repeats, warmup=1)
     if args.train:
         baseline.train(), readonce.train()
-        calls = {"train_baseline": train_baseline, "train_readonce": train_readonce}
+        train_calls = {"train_baseline": train_baseline, "train_readonce": train_readonce}
         if args.stage1:
-            calls.update(train_stage1=train_stage1, train_stage1_hashing=lambda: train_stage1(hash_every_step=True))
-        times.update(harness.interleave(calls, repeats=args.repeats, warmup=1))
+            train_calls.update(train_stage1=train_stage1,
+                               train_stage1_hashing=lambda: train_stage1(hash_every_step=True))
+        times.update(harness.interleave(train_calls, repeats=args.repeats, warmup=1))
         baseline.eval(), readonce.eval()
     t = {key: statistics.median(v) for key, v in times.items() if v}
     r = args.questions_per_passage
@@ -165,7 +167,7 @@ def measure(name: str, k: int, args, readonce_cache: dict) -> dict:
            **{f"{key}_s": v for key, v in t.items()},
            "speedup_amortized": t["baseline"] / t["amortized"], "speedup_precomputed": t["baseline"] / t["precomputed"],
            "cost_model_speedup_amortized": 1 / model_amortized, "cost_model_speedup_precomputed": 1 / model_precomputed}
-    flops = inference_flops(baseline, readonce, k, args)  # one untimed run of each timed call
+    flops = inference_flops(calls)  # one more, untimed run of each timed call
     row.update({f"gflops_{key}": value / 1e9 for key, value in flops.items()},
                flop_bound_amortized=flops["baseline"] / flops["amortized"],
                flop_bound_precomputed=flops["baseline"] / flops["precomputed"])

@@ -46,7 +46,7 @@ def test_flop_bounds_are_counted_on_the_timed_calls(monkeypatch):
         return passages % 98 + 3, questions % 98 + 3, owner, answers % 98 + 3
 
     monkeypatch.setattr(module, "workload", small_ids)
-    flops = module.inference_flops(baseline, readonce, 4, args)
+    flops = module.inference_flops(module.inference_calls(baseline, readonce, 4, args))
     assert flops["amortized"] == flops["encode"] + flops["precomputed"]
     amortized, precomputed = flops["baseline"] / flops["amortized"], flops["baseline"] / flops["precomputed"]
     assert (round(amortized, 2), round(precomputed, 2)) == (1.90, 3.01)
