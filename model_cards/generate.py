@@ -8,7 +8,9 @@ Generated (every figure read from the files named in `SOURCES`):
   - deformer-minilm-qa-reference.md <- checkpoints/deformer-minilm-qa-reference/{metrics,train_results}.json
   - readonce-bart-minilm-qa.md   <- benchmarks/results/readonce_learning_h100/qa_{k8,k2,baseline}_lr1e-4.json,
                                     benchmarks/results/trivial_baselines.json,
-                                    benchmarks/results/readonce_learning_h100/train_runtime_lines.txt
+                                    benchmarks/results/readonce_learning_h100/train_runtime_lines.txt,
+                                    benchmarks/results/reproduce/readonce/h100_qa1500_xsum1000_lr1e-4.json
+                                    (reproduce/readonce.py's QA + XSum table on a lent H100)
   - deformer-minilm-l6-quoref.md <- benchmarks/results/quoref_table/{full,deformer,deformer_kd}.json (the three
                                     runs of examples/question-answering/quoref_table.sh: eval_results.json each, with
                                     the run's command and train figures)
@@ -55,6 +57,7 @@ LONGDOC_REUSE = ROOT / "benchmarks" / "results" / "bench_longdoc_reuse.json"
 REPRODUCE = ROOT / "benchmarks" / "results" / "reproduce"
 REPRODUCE_XSUM = REPRODUCE / "longdoc_xsum" / "results.json"
 REPRODUCE_DEFORMER = sorted((REPRODUCE / "deformer").glob("*.json"))
+REPRODUCE_READONCE = REPRODUCE / "readonce" / "h100_qa1500_xsum1000_lr1e-4.json"
 AUSTEN = ROOT / "benchmarks" / "results" / "austen_table2"
 AUSTEN_OVERLAPS = [0, 5, 30]
 AUSTEN_FILES = ["run", "pretrained", "baseline", *(f"recurrent{lr}_ov{o}" for lr in ("", "_lr2e-3")
@@ -69,7 +72,7 @@ SOURCES = {
                                         *REPRODUCE_DEFORMER],
     "readonce-bart-minilm-qa.md": [READONCE / "qa_k8_lr1e-4.json", READONCE / "qa_k2_lr1e-4.json",
                                    READONCE / "qa_baseline_lr1e-4.json", BASELINES,
-                                   READONCE / "train_runtime_lines.txt"],
+                                   READONCE / "train_runtime_lines.txt", REPRODUCE_READONCE],
     "deformer-minilm-l6-quoref.md": [QUOREF / "full.json", QUOREF / "deformer.json", QUOREF / "deformer_kd.json"],
     "block-attention-smollm2-135m-quoref.md": [BLOCK / f"{name}.json" for name in BLOCK_FILES],
     "longdoc-bart-minilm-xsum.md": [XSUM / f"{name}.json" for name in ["run", *XSUM_TYPES]] + [*LONGDOC_FORWARD,
@@ -145,6 +148,36 @@ def _runtime(lines_path: Path, run: str) -> dict:
     raise ValueError(f"{lines_path}: no lr 1e-4 runtime line for {run}.")
 
 
+def _readonce_gpu_table() -> list[str]:
+    """The three rows of `reproduce/readonce.py` (QA, then XSum from each QA model) on a GPU, from its results JSON,
+    the trivial baselines beside (always-empty scores 0: the recipe keeps answerable questions only)."""
+    result = json.loads(REPRODUCE_READONCE.read_text())
+    rows, baselines = result["rows"], result["baselines"]
+    qa_steps = {row["qa"]["training"]["train_steps"] for row in rows}
+    xsum_steps = {row["xsum"]["training"]["train_steps"] for row in rows}
+    lines = ["", f"The same three rows through `reproduce/readonce.py` on {_gpu(result['hardware'])}, side by side in "
+             f"bf16: QA for {', '.join(f'{s:,}' for s in sorted(qa_steps))} steps of batch 32, then XSum for "
+             f"{', '.join(f'{s:,}' for s in sorted(xsum_steps))} steps from each QA model (the ReadOnce rows on "
+             "representations stored once, document encoder frozen; 205 validation articles):", "",
+             "| model | Disfl-QA EM / F1 | Quoref EM / F1 | XSum ROUGE-1 / 2 / L |", "|---|---|---|---|"]
+    for row in rows:
+        qa, xsum = row["qa"], row["xsum"]
+        label = ("baseline BART (question + passage as text)" if row["variant"] == "baseline"
+                 else f"ReadOnce k = {row['compression_ratio']}")
+        lines.append(f"| {label} | {_f(qa['disfl_qa']['exact_match'])} / {_f(qa['disfl_qa']['f1'])} | "
+                     f"{_f(qa['quoref']['exact_match'])} / {_f(qa['quoref']['f1'])} | {_f(xsum['rouge1'])} / "
+                     f"{_f(xsum['rouge2'])} / {_f(xsum['rougeL'])} |")
+    for name in ("always_empty", "first_span", "first_sentence"):
+        d, q = baselines["disfl_qa"][name], baselines["quoref"][name]
+        lines.append(f"| *baseline: {name.replace('_', ' ')}* | {_f(d['exact_match'])} / {_f(d['f1'])} | "
+                     f"{_f(q['exact_match'])} / {_f(q['f1'])} | |")
+    for name, scores in baselines["xsum"].items():
+        lines.append(f"| *baseline: {name.replace('_', '-')}* | | | {_f(scores['rouge1'])} / {_f(scores['rouge2'])} / "
+                     f"{_f(scores['rougeL'])} |")
+    lines += ["", f"Command: `{result['command']}`"]
+    return lines
+
+
 def readonce_card():
     from hf_readonce.hub.cards import build_model_card, qa_rows_from_metrics
 
@@ -167,6 +200,7 @@ def readonce_card():
         table.append(f"| {label} | {_f(run['eval_disfl_qa_exact_match'])} / {_f(run['eval_disfl_qa_f1'])} | "
                      f"{_f(run['eval_quoref_exact_match'])} / {_f(run['eval_quoref_f1'])} | "
                      f"{_f(run['eval_disfl_qa_loss'])} / {_f(run['eval_quoref_loss'])} |")
+    table += _readonce_gpu_table()
     other_k = ", ".join(f"{_f(k8[f'eval_disfl_qa_k{k}']['f1'])} (k = {k})" for k in (2, 4, 16))
     return build_model_card(
         repo_id=f"{OWNER}/readonce-bart-minilm-qa", model_type="readonce_bart",

@@ -18,11 +18,12 @@ One command, one GPU:
 
     python reproduce/readonce.py --output_dir runs/reproduce_readonce
 
-Expected wall time on one H100 (an estimate, not a measurement of this command): about 12 minutes. The estimate
-scales the H100 step times recorded in `benchmarks/results/readonce_learning_h100/` (1,500 QA steps of batch 32 in
-101-177 s per row with two or three rows side by side; 250 XSum steps in 22-29 s): 5,000 QA steps take 6-10
-minutes, 1,000 XSum steps about 2 minutes, the evaluations (generation on 2,595 questions at four k, 205
-articles) under a minute. A device call limited to 10 minutes needs `--time_budget_s` (each training stage stops
+Wall time on one H100, measured with `--qa_steps 1500 --time_budget_s 200`
+(`benchmarks/results/reproduce/readonce/h100_qa1500_xsum1000_lr1e-4.json`): 419 s for the whole command, of which
+QA training 117-179 s per row and XSum training 89-96 s per row (three rows side by side), the rest loading,
+storing representations and the evaluations (generation on 2,595 questions at four k, 205 articles). With the
+default 5,000 QA steps, about 14 minutes (an estimate scaled from those step times, not a measurement). A device
+call limited to 10 minutes needs `--qa_steps` or `--time_budget_s` (each training stage stops
 there and reports the steps it reached), e.g. `--time_budget_s 240`. On 2 CPU cores shared with other work (load
 average about 14) a QA step of batch 32 took 51-81 s: use `--smoke` there (2 steps on a few rows, a tiny model via
 `--warm_start`).
@@ -198,34 +199,53 @@ def always_empty(args, data: Path) -> dict:
     return scores
 
 
-def model_card_section(rows: list[dict], baselines: dict, warm_start: str) -> str:
+def model_card_section(rows: list[dict], baselines: dict, warm_start: str, command: str | None = None) -> str:
+    """The model-card section of a run: one column group per stage that ran (QA, XSum), the trivial baselines
+    beside, the k-at-inference scores, and the command (default: this process's command line; pass a results
+    file's `command` to rebuild the section from it)."""
     def cell(value):
         return "" if value is None else f"{value}"
 
+    has_qa, has_xsum = any("qa" in r for r in rows), any("xsum" in r for r in rows)
     counts = {key: next((r[part][key]["examples"] if key in QA_SETS else r[part]["examples"] for r in rows
                          if part in r), None) for part, key in (("qa", "disfl_qa"), ("qa", "quoref"), ("xsum", "xsum"))}
-    lines = ["## Reproduction: ReadOnce learning table (QA, then XSum)", "",
-             f"Every row starts from `{warm_start}` (BERT converted to BART) with the same budget. QA: "
-             f"Disfl-QA ({counts['disfl_qa']}) and Quoref ({counts['quoref']}) validation questions with an answer, "
-             f"EM / F1; XSum: ROUGE on {counts['xsum']} validation articles.", "",
-             "| model | Disfl-QA EM | Disfl-QA F1 | Quoref EM | Quoref F1 | XSum ROUGE-1 | XSum ROUGE-2 | XSum ROUGE-L "
-             "| QA steps | XSum steps |", "|---|---|---|---|---|---|---|---|---|---|"]
+    stages = ", then ".join(name for name, ran in (("QA", has_qa), ("XSum", has_xsum)) if ran)
+    scored = []
+    if has_qa:
+        scored.append(f"QA: Disfl-QA ({counts['disfl_qa']}) and Quoref ({counts['quoref']}) validation questions "
+                      "with an answer, EM / F1")
+    if has_xsum:
+        scored.append(f"XSum: ROUGE on {counts['xsum']} validation articles")
+    header = ["model"]
+    if has_qa:
+        header += ["Disfl-QA EM", "Disfl-QA F1", "Quoref EM", "Quoref F1"]
+    if has_xsum:
+        header += ["XSum ROUGE-1", "XSum ROUGE-2", "XSum ROUGE-L"]
+    header += ["QA steps"] * has_qa + ["XSum steps"] * has_xsum
+    lines = [f"## Reproduction: ReadOnce learning table ({stages})", "",
+             f"Every row starts from `{warm_start}` (BERT converted to BART) with the same budget. "
+             + "; ".join(scored) + ".", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+
+    def line(label, qa_cells, xsum_cells, steps):
+        cells = [label] + (qa_cells if has_qa else []) + (xsum_cells if has_xsum else [])
+        cells += [s for s, ran in zip(steps, (has_qa, has_xsum)) if ran]
+        return "| " + " | ".join(cells) + " |"
+
     for row in rows:
         qa, xsum = row.get("qa", {}), row.get("xsum", {})
         label = "baseline (document as text)" if row["variant"] == "baseline" else f"ReadOnce k = {row['compression_ratio']}"
-        lines.append(f"| {label} | {cell(qa.get('disfl_qa', {}).get('exact_match'))} | "
-                     f"{cell(qa.get('disfl_qa', {}).get('f1'))} | {cell(qa.get('quoref', {}).get('exact_match'))} | "
-                     f"{cell(qa.get('quoref', {}).get('f1'))} | {cell(xsum.get('rouge1'))} | {cell(xsum.get('rouge2'))} "
-                     f"| {cell(xsum.get('rougeL'))} | {cell(qa.get('training', {}).get('train_steps'))} | "
-                     f"{cell(xsum.get('training', {}).get('train_steps'))} |")
-    names = sorted({name for data_set in QA_SETS for name in baselines.get(data_set, {})})
-    for name in names:
-        d, q = baselines.get("disfl_qa", {}).get(name, {}), baselines.get("quoref", {}).get(name, {})
-        lines.append(f"| baseline: {name.replace('_', ' ')} | {cell(d.get('exact_match'))} | {cell(d.get('f1'))} | "
-                     f"{cell(q.get('exact_match'))} | {cell(q.get('f1'))} | | | | | |")
-    for name, scores in (baselines.get("xsum") or {}).items():
-        lines.append(f"| baseline: {name.replace('_', '-')} | | | | | {scores.get('rouge1')} | {scores.get('rouge2')} | "
-                     f"{scores.get('rougeL')} | | |")
+        qa_cells = [cell(qa.get(d, {}).get(m)) for d in QA_SETS for m in ("exact_match", "f1")]
+        xsum_cells = [cell(xsum.get(m)) for m in ("rouge1", "rouge2", "rougeL")]
+        lines.append(line(label, qa_cells, xsum_cells, [cell(qa.get("training", {}).get("train_steps")),
+                                                        cell(xsum.get("training", {}).get("train_steps"))]))
+    if has_qa:
+        for name in sorted({name for data_set in QA_SETS for name in baselines.get(data_set, {})}):
+            qa_cells = [cell(baselines.get(d, {}).get(name, {}).get(m)) for d in QA_SETS for m in ("exact_match", "f1")]
+            lines.append(line(f"baseline: {name.replace('_', ' ')}", qa_cells, [""] * 3, ["", ""]))
+    if has_xsum:
+        for name, scores in (baselines.get("xsum") or {}).items():
+            xsum_cells = [cell(scores.get(m)) for m in ("rouge1", "rouge2", "rougeL")]
+            lines.append(line(f"baseline: {name.replace('_', '-')}", [""] * 4, xsum_cells, ["", ""]))
     changed = [r for r in rows if r.get("qa", {}).get("disfl_qa", {}).get("at_k")]
     if changed:
         lines += ["", "k changed at inference (§5.2), Disfl-QA / Quoref F1:", ""]
@@ -234,7 +254,7 @@ def model_card_section(rows: list[dict], baselines: dict, warm_start: str) -> st
             quoref = row["qa"]["quoref"].get("at_k", {})
             parts = [f"k = {k}: {at[k].get('f1')} / {quoref.get(k, {}).get('f1')}" for k in sorted(at, key=int)]
             lines.append(f"- trained at k = {row['compression_ratio']}: " + "; ".join(parts))
-    lines += ["", f"Command: `{_common.command_line()}`", ""]
+    lines += ["", f"Command: `{command or _common.command_line()}`", ""]
     return "\n".join(lines)
 
 

@@ -28,3 +28,26 @@ def test_readonce_smoke(tmp_path, data_dir, tiny_bert):
     assert results["baselines"]["disfl_qa"]["always_empty"]["f1"] == 0.0  # answerable questions only
     assert set(results["baselines"]["xsum"]) == {"lead_1", "lead_3"}
     assert {p.name for p in entry_point("_common").unpack(pack, tmp_path / "u")} == {"results.json", "model_card.md"}
+
+
+def test_model_card_section_shows_only_the_stages_that_ran():
+    """A QA-only run (`--stages qa`) gets a section without XSum columns or an XSum article count (it once printed
+    "ROUGE on None validation articles" and empty XSum columns); a run of both stages keeps both."""
+    readonce = entry_point("readonce")
+    qa = {"training": {"train_steps": 10},
+          **{d: {"exact_match": 1.0, "f1": 2.0, "examples": 5} for d in ("disfl_qa", "quoref")}}
+    xsum = {"training": {"train_steps": 7}, "rouge1": 20.0, "rouge2": 3.0, "rougeL": 15.0, "examples": 9}
+    baselines = {"disfl_qa": {"first_span": {"exact_match": 0.5, "f1": 4.0}},
+                 "quoref": {"first_span": {"exact_match": 0.25, "f1": 8.0}},
+                 "xsum": {"lead_3": {"rouge1": 21.4, "rouge2": 4.02, "rougeL": 13.82}}}
+    qa_only = readonce.model_card_section([{"variant": "baseline", "compression_ratio": None, "qa": qa}],
+                                          {k: v for k, v in baselines.items() if k != "xsum"}, "w", command="cmd")
+    assert "XSum" not in qa_only and "None" not in qa_only and "(QA)" in qa_only
+    assert "| baseline (document as text) | 1.0 | 2.0 | 1.0 | 2.0 | 10 |" in qa_only
+    assert "| baseline: first span | 0.5 | 4.0 | 0.25 | 8.0 |  |" in qa_only
+    assert qa_only.rstrip().endswith("Command: `cmd`")
+    both = readonce.model_card_section([{"variant": "readonce", "compression_ratio": 8, "qa": qa, "xsum": xsum}],
+                                       baselines, "w", command="cmd")
+    assert "(QA, then XSum)" in both and "ROUGE on 9 validation articles" in both
+    assert "| ReadOnce k = 8 | 1.0 | 2.0 | 1.0 | 2.0 | 20.0 | 3.0 | 15.0 | 10 | 7 |" in both
+    assert "| baseline: lead-3 |  |  |  |  | 21.4 | 4.02 | 13.82 |  |  |" in both
