@@ -98,6 +98,66 @@ def test_k0_equals_bert_for_question_answering():
     torch.testing.assert_close(got.end_logits, expected.end_logits, atol=1e-5, rtol=0)
 
 
+def test_k0_takes_bert_positional_order_position_ids_and_inputs_embeds():
+    """A drop-in for `BertForQuestionAnswering`: its arguments in its positional order (`position_ids` 4th,
+    `inputs_embeds` 5th, then `start_positions`, `end_positions`), and both honoured at k = 0. Before, the 4th
+    positional argument was read as `start_positions`, and `position_ids=` / `inputs_embeds=` by keyword were
+    swallowed by `**kwargs` (the logits did not change) or refused."""
+    torch.manual_seed(0)
+    bert = BertForQuestionAnswering(BertConfig(**TINY)).eval()
+    deformer = tiny_deformer(k=0)
+    deformer.load_state_dict(bert.state_dict())
+    (ids, types, mask), _, _ = make_pairs([5, 7, 4], [9, 6, 11])
+    positions = torch.arange(ids.shape[1]).flip(0).unsqueeze(0)  # not the default numbering
+    starts, ends = torch.tensor([1, 2, 3]), torch.tensor([2, 4, 3])
+    expected = bert(ids, mask, types, positions, None, starts, ends)
+    got = deformer(ids, mask, types, positions, None, starts, ends)
+    plain = deformer(ids, mask, types)
+    assert not torch.allclose(got.start_logits, plain.start_logits, atol=1e-4)  # the positions are used
+    for name in ("loss", "start_logits", "end_logits"):
+        torch.testing.assert_close(getattr(got, name), getattr(expected, name), atol=1e-5, rtol=0)
+    embeds = bert.bert.embeddings.word_embeddings(ids)
+    expected = bert(None, mask, types, None, embeds)
+    got = deformer(None, mask, types, None, embeds)
+    torch.testing.assert_close(got.start_logits, expected.start_logits, atol=1e-5, rtol=0)
+    torch.testing.assert_close(got.start_logits, plain.start_logits, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_decomposed_inputs_embeds_equal_input_ids_and_position_ids_refused(k):
+    """With k > 0 `inputs_embeds` replaces the lookup of `input_ids` (pair and cached paths); `position_ids` is
+    refused, since the decomposition numbers question and passage itself (§3)."""
+    model = tiny_deformer(k=k)
+    (ids, types, mask), (q_ids, q_mask), (p_ids, p_mask) = make_pairs([5, 8], [12, 7])
+    words = model.bert.embeddings.word_embeddings
+    torch.testing.assert_close(model(inputs_embeds=words(ids), attention_mask=mask, token_type_ids=types).start_logits,
+                               model(ids, mask, types).start_logits, atol=1e-6, rtol=0)
+    cache = model.encode_passages(p_ids, attention_mask=p_mask)
+    torch.testing.assert_close(
+        model(inputs_embeds=words(q_ids), attention_mask=q_mask, passage_states=cache).start_logits,
+        model(q_ids, q_mask, passage_states=cache).start_logits, atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="position_ids.*num_decomposed_layers=0"):
+        model(ids, mask, types, torch.arange(ids.shape[1]).unsqueeze(0))
+    with pytest.raises(ValueError, match="position_ids"):
+        model(q_ids, q_mask, position_ids=torch.arange(q_ids.shape[1]).unsqueeze(0), passage_states=cache)
+
+
+def test_input_ids_and_inputs_embeds_bad_combinations():
+    model, plain = tiny_deformer(k=2), tiny_deformer(k=0)
+    (ids, types, mask), _, _ = make_pairs([5], [7])
+    embeds = model.bert.embeddings.word_embeddings(ids)
+    with pytest.raises(ValueError, match="exactly one"):
+        model(attention_mask=mask, token_type_ids=types)
+    with pytest.raises(ValueError, match="exactly one"):
+        model(ids, mask, types, inputs_embeds=embeds)
+    with pytest.raises(ValueError, match="inputs_embeds.*hidden_size=32"):
+        model(inputs_embeds=embeds[..., :8], attention_mask=mask, token_type_ids=types)
+    with pytest.raises(ValueError, match="attention_mask.*inputs_embeds"):
+        model(inputs_embeds=embeds, attention_mask=mask[:, :-1], token_type_ids=types)
+    with pytest.raises(ValueError, match="position_ids.*sequence_length"):
+        plain(ids, mask, types, torch.arange(ids.shape[1] - 1).unsqueeze(0))
+
+
 def test_k_positive_differs_from_bert():
     """Guard against a decomposition that silently does nothing."""
     torch.manual_seed(0)

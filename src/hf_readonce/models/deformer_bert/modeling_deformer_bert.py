@@ -344,6 +344,8 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.LongTensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
         passage_states: DeformerPassageOutput | None = None,
         output_hidden_states: bool | None = None,
         **kwargs,
@@ -358,6 +360,13 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
             token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
                 0 for the question segment, 1 for the passage segment. Required for the pair encoding when
                 `num_decomposed_layers > 0` (it is what splits the input); defaults to zeros otherwise.
+            position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)` or `(1, sequence_length)`,
+                *optional*): as in `BertModel`, with `num_decomposed_layers=0` only. With k > 0 the model numbers
+                the positions itself (question from 0, passage from `config.passage_position_offset`, §3), so
+                passing them raises.
+            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, hidden_size)`, *optional*):
+                word embeddings instead of `input_ids` (exactly one of the two), as in `BertModel`; position and
+                token-type embeddings are added as for `input_ids`.
             passage_states ([`DeformerPassageOutput`], *optional*):
                 Cached passage states from [`encode_passages`]; the passage's lower layers are then skipped.
             output_hidden_states (`bool`, *optional*):
@@ -367,40 +376,57 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
             [`DeformerBertModelOutput`].
 
         Raises:
-            ValueError: missing `input_ids`, mismatched shapes, pair input without `token_type_ids` while
-                `num_decomposed_layers > 0`, an example with no question token, or `passage_states` from another
-                model, k or hidden size.
+            ValueError: neither or both of `input_ids` and `inputs_embeds`, mismatched shapes, `position_ids` while
+                `num_decomposed_layers > 0`, pair input without `token_type_ids` while `num_decomposed_layers > 0`,
+                an example with no question token, or `passage_states` from another model, k or hidden size.
         """
         config = self.config
         k = config.num_decomposed_layers
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else config.output_hidden_states
         )
-        if input_ids is None:
-            raise ValueError("`input_ids` is required.")
-        if input_ids.dim() != 2:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("`input_ids` is required (or `inputs_embeds` instead of it; exactly one of the two).")
+        if input_ids is not None and input_ids.dim() != 2:
             raise ValueError(f"`input_ids` must be (batch_size, sequence_length), got shape {tuple(input_ids.shape)}.")
+        if inputs_embeds is not None and (inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != config.hidden_size):
+            raise ValueError(f"`inputs_embeds` must be (batch_size, sequence_length, hidden_size={config.hidden_size}),"
+                             f" got shape {tuple(inputs_embeds.shape)}.")
+        source = "input_ids" if input_ids is not None else "inputs_embeds"
+        shape = input_ids.shape if input_ids is not None else inputs_embeds.shape[:2]
+        device = (input_ids if input_ids is not None else inputs_embeds).device
         if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        if attention_mask.shape != input_ids.shape:
+            attention_mask = torch.ones(shape, dtype=torch.long, device=device)
+        if attention_mask.shape != shape:
             raise ValueError(
-                f"`attention_mask` shape {tuple(attention_mask.shape)} != `input_ids` shape {tuple(input_ids.shape)}."
+                f"`attention_mask` shape {tuple(attention_mask.shape)} != `{source}` shape {tuple(shape)}."
             )
-        if token_type_ids is not None and token_type_ids.shape != input_ids.shape:
+        if token_type_ids is not None and token_type_ids.shape != shape:
             raise ValueError(
-                f"`token_type_ids` shape {tuple(token_type_ids.shape)} != `input_ids` shape {tuple(input_ids.shape)}."
+                f"`token_type_ids` shape {tuple(token_type_ids.shape)} != `{source}` shape {tuple(shape)}."
             )
+        if position_ids is not None:
+            if k > 0 or passage_states is not None:
+                raise ValueError(
+                    f"`position_ids` can only be given with num_decomposed_layers=0 (this model has {k}): a DeFormer "
+                    "numbers the question from 0 and the passage from `config.passage_position_offset` itself."
+                )
+            if position_ids.dim() != 2 or position_ids.shape[1] != shape[1] or position_ids.shape[0] not in (1, shape[0]):
+                raise ValueError(f"`position_ids` must be (batch_size, sequence_length) or (1, sequence_length) for "
+                                 f"`{source}` of shape {tuple(shape)}, got {tuple(position_ids.shape)}.")
         all_hidden_states = [] if output_hidden_states else None
         layer_kwargs = {key: value for key, value in kwargs.items() if key not in ("return_dict", "output_attentions")}
 
         if passage_states is not None:
             return self._forward_with_passage_states(
-                input_ids, attention_mask, token_type_ids, passage_states, all_hidden_states, layer_kwargs
+                input_ids, inputs_embeds, attention_mask, token_type_ids, passage_states, all_hidden_states,
+                layer_kwargs,
             )
 
         if k == 0:
             # Plain BERT: standard positions, joint attention in every layer.
-            hidden_states = self._embed(input_ids, token_type_ids=token_type_ids)
+            hidden_states = self._embed(input_ids, token_type_ids=token_type_ids, position_ids=position_ids,
+                                        inputs_embeds=inputs_embeds)
             if all_hidden_states is not None:
                 all_hidden_states.append(hidden_states)
         else:
@@ -415,14 +441,15 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
             question_lengths = is_question.sum(dim=1, keepdim=True)
             if bool((question_lengths == 0).any()):
                 raise ValueError("An example has no question token (`token_type_ids == 0` with attention_mask 1).")
-            positions = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
+            positions = torch.arange(shape[1], device=device).unsqueeze(0)
             passage_positions = positions - question_lengths + config.passage_position_offset
             position_ids = torch.where(segment_ids == 0, positions, passage_positions.clamp(min=0))
             if int(position_ids.max()) >= config.max_position_embeddings:
                 raise ValueError(
                     f"A segment is longer than max_position_embeddings={config.max_position_embeddings}."
                 )
-            hidden_states = self._embed(input_ids, token_type_ids=token_type_ids, position_ids=position_ids)
+            hidden_states = self._embed(input_ids, token_type_ids=token_type_ids, position_ids=position_ids,
+                                        inputs_embeds=inputs_embeds)
             if all_hidden_states is not None:
                 all_hidden_states.append(hidden_states)
             lower_mask = self._bidirectional_mask(hidden_states, attention_mask, segment_ids)
@@ -430,7 +457,7 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
         return self._joint_layers(hidden_states, attention_mask, all_hidden_states, layer_kwargs)
 
     def _forward_with_passage_states(
-        self, input_ids, attention_mask, token_type_ids, passage_states, all_hidden_states, layer_kwargs
+        self, input_ids, inputs_embeds, attention_mask, token_type_ids, passage_states, all_hidden_states, layer_kwargs
     ):
         config = self.config
         k = config.num_decomposed_layers
@@ -440,18 +467,19 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
         passage_hidden = passage_states["last_hidden_state"]
         passage_mask = passage_states.get("attention_mask")
         if passage_mask is None:
-            passage_mask = torch.ones(passage_hidden.shape[:2], dtype=attention_mask.dtype, device=input_ids.device)
-        if passage_hidden.shape[0] != input_ids.shape[0]:
+            passage_mask = torch.ones(passage_hidden.shape[:2], dtype=attention_mask.dtype,
+                                      device=attention_mask.device)
+        if passage_hidden.shape[0] != attention_mask.shape[0]:
             raise ValueError(
-                f"`passage_states` hold {passage_hidden.shape[0]} passages for {input_ids.shape[0]} questions; "
+                f"`passage_states` hold {passage_hidden.shape[0]} passages for {attention_mask.shape[0]} questions; "
                 "repeat or index them so that each question has its passage."
             )
         if token_type_ids is None:
-            token_type_ids = torch.zeros_like(input_ids)
-        question_length = input_ids.shape[1]
+            token_type_ids = torch.zeros_like(attention_mask, dtype=torch.long)
+        question_length = attention_mask.shape[1]
         if question_length > config.max_position_embeddings:
             raise ValueError(f"Question longer than max_position_embeddings={config.max_position_embeddings}.")
-        hidden_states = self._embed(input_ids, token_type_ids=token_type_ids)
+        hidden_states = self._embed(input_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds)
         mask = self._bidirectional_mask(hidden_states, attention_mask)
         hidden_states = self._run_layers(hidden_states, mask, 0, k, None, **layer_kwargs)
         hidden_states = torch.cat([hidden_states, passage_hidden.to(hidden_states.dtype)], dim=1)
@@ -525,6 +553,8 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.LongTensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
         start_positions: torch.LongTensor | None = None,
         end_positions: torch.LongTensor | None = None,
         passage_states: DeformerPassageOutput | None = None,
@@ -539,6 +569,9 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
             input_ids, attention_mask, token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`):
                 As in `BertForQuestionAnswering` (pair encoding), or the question segment only when
                 `passage_states` is given (see [`DeformerBertModel.forward`]).
+            position_ids, inputs_embeds: as in `BertForQuestionAnswering` (same positions in the signature, so a
+                positional call written for it means the same here); `position_ids` with `num_decomposed_layers=0`
+                only, see [`DeformerBertModel.forward`].
             start_positions, end_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
                 Gold span boundaries (token indices in the layout of the logits); positions outside the sequence are
                 ignored, as in BERT.
@@ -566,6 +599,8 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
             input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
             passage_states=passage_states,
             output_hidden_states=bool(output_hidden_states) or need_states,
             **kwargs,
