@@ -17,8 +17,8 @@ prompt (passages, then `"\\n\\nQuestion: ...\\nAnswer:"`), answers cut at the fi
 newline after some text or at its end-of-turn token, on every path:
 
 - `full`: the whole prompt prefilled (the reference);
-- `r=<ratio>`: the passages' caches (each passage encoded once, alone, and kept in memory across questions and
-  ratios) composed with their keys re-rotated, the given fraction of their tokens recomputed per layer
+- `r=<ratio>`: the passages' caches (each passage encoded once, alone or with `--document_context after_prefix`
+  after the prefix block, and kept in memory across questions and ratios) composed with their keys re-rotated, the given fraction of their tokens recomputed per layer
   (`generate(document_caches=..., recompute_ratio=r)`), then the question prefilled. `r=0` is the plain
   composition (Block-Attention / TurboRAG without fine-tuning); `r=1` recomputes everything (the full prompt's
   cache, to rounding).
@@ -110,6 +110,10 @@ def parser() -> argparse.ArgumentParser:
                    help="run ratio 1 only on every N-th question (index %% N == 0); the other ratios and the full "
                         "prompt on every question (ratio 1 equals the full prompt to rounding: "
                         "tests/models/block_attention_llama/test_selective_recompute.py)")
+    p.add_argument("--document_context", choices=("alone", "after_prefix"), default="alone",
+                   help="how each passage's cache is encoded: alone (positions 0..n-1, the default) or after the "
+                        "prompt's prefix block (`encode_documents(..., prefix=...)`, APE's shared prefix: positions "
+                        "P..P+n-1, attention over the prefix; needs a prompt with a prefix, i.e. --prompt chat)")
     p.add_argument("--skip_leading_newlines", action="store_true",
                    help="the answer is the first line with text (SmolLM2-Instruct often starts with a newline on "
                         "this raw prompt); default: up to the first newline")
@@ -372,16 +376,23 @@ def run_question(model, tokenizer, question: dict, caches: dict, ratios, fmt: Pr
     return out
 
 
-def encode_passages(model, fmt: PromptFormat, texts, caches: dict) -> float:
-    """Each passage not in `caches` encoded once, alone (its block: `fmt.document`), and the prompt's prefix block
-    (key `None`) when there is one and it is not there yet. Seconds."""
+def encode_passages(model, fmt: PromptFormat, texts, caches: dict, after_prefix: bool = False) -> float:
+    """Each passage not in `caches` encoded once (its block: `fmt.document`), alone or, with `after_prefix`, after
+    the prompt's prefix block (`encode_documents(..., prefix=...)`), and the prefix block itself (key `None`) when
+    there is one and it is not there yet. Seconds.
+
+    Raises:
+        ValueError: `after_prefix` with a prompt format without a prefix block."""
+    if after_prefix and not fmt.prefix:
+        raise ValueError("--document_context after_prefix needs a prompt with a prefix block (--prompt chat).")
     begin = time.perf_counter()
     if fmt.prefix and None not in caches:
         caches[None] = model.encode_documents(torch.tensor([fmt.prefix]))
     for text in texts:
         if text in caches:
             continue
-        caches[text] = model.encode_documents(torch.tensor([fmt.document(text)]))
+        caches[text] = model.encode_documents(torch.tensor([fmt.document(text)]),
+                                              prefix=caches[None] if after_prefix else None)
     return time.perf_counter() - begin
 
 
@@ -570,7 +581,7 @@ def main(argv=None) -> int:
     setup = {"model": name, "threads": torch.get_num_threads(), "passage_tokens": args.passage_tokens,
              "max_new_tokens": args.max_new_tokens, "ratios": args.ratios, "seed": args.seed,
              "skip_leading_newlines": args.skip_leading_newlines, "prompt": args.prompt, "shots": args.shots,
-             "split": args.split,
+             "split": args.split, "document_context": args.document_context,
              "full_ratio_every": args.full_ratio_every,
              "torch": torch.__version__, "command": " ".join([Path(sys.argv[0]).name] + (argv or sys.argv[1:]))}
     sink = open(args.jsonl[0], "a") if args.jsonl else None
@@ -583,7 +594,8 @@ def main(argv=None) -> int:
         args.skip:args.skip + count] for d in args.datasets}
     caches: dict = {}
     warm = samples[args.datasets[0]][0]
-    encode_passages(model, fmt, warm["contexts"], caches)
+    after_prefix = args.document_context == "after_prefix"
+    encode_passages(model, fmt, warm["contexts"], caches, after_prefix)
     run_question(model, tokenizer, warm, caches, args.ratios, fmt, args.max_new_tokens,
                  newline_ids, 0, skip_leading_newlines=args.skip_leading_newlines)  # warm-up, not recorded
     begin = time.perf_counter()
@@ -594,7 +606,7 @@ def main(argv=None) -> int:
             question = samples[dataset][index]
             position = args.skip + index  # in the dataset's sample: the same for a resumed run
             ratios = [r for r in args.ratios if r < 1 or position % args.full_ratio_every == 0]
-            encode_seconds = encode_passages(model, fmt, question["contexts"], caches)
+            encode_seconds = encode_passages(model, fmt, question["contexts"], caches, after_prefix)
             row = run_question(model, tokenizer, question, caches, ratios, fmt,
                                args.max_new_tokens, newline_ids, position, memory=bool(args.memory),
                                skip_leading_newlines=args.skip_leading_newlines)

@@ -65,6 +65,42 @@ def test_bad_options_exit_naming_them(argv, option, capsys):
     assert raised.value.code == 2 and option in capsys.readouterr().err
 
 
+def test_encode_passages_after_the_prefix_block():
+    """`--document_context after_prefix`: each passage's cache is encoded after the prefix block (positions from P,
+    the library's `encode_documents(..., prefix=...)`), the prefix block itself once; a prompt without a prefix
+    block is refused."""
+    import torch
+
+    module = bench()
+
+    from hf_readonce import BlockAttentionLlamaConfig, BlockAttentionLlamaForCausalLM
+
+    class Format:  # the two members encode_passages reads
+        prefix = [5, 6, 7]
+
+        @staticmethod
+        def document(text):
+            return [10 + ord(c) % 50 for c in text]
+
+    torch.manual_seed(0)
+    model = BlockAttentionLlamaForCausalLM(BlockAttentionLlamaConfig(
+        vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2)).eval()
+    after, alone = {}, {}
+    with torch.no_grad():
+        module.encode_passages(model, Format, ["abcd", "xyz"], after, after_prefix=True)
+        module.encode_passages(model, Format, ["abcd"], alone)
+        expected = model.encode_documents(torch.tensor([Format.document("abcd")]), prefix=after[None])
+    assert after[None].position_ids.tolist() == [[0, 1, 2]]
+    assert after["abcd"].position_ids.tolist() == [[3, 4, 5, 6]] and after["xyz"].position_ids.tolist() == [[3, 4, 5]]
+    assert alone["abcd"].position_ids.tolist() == [[0, 1, 2, 3]]
+    assert torch.equal(after["abcd"].keys, expected.keys)
+    assert not torch.allclose(after["abcd"].values, alone["abcd"].values)
+    Format.prefix = []
+    with pytest.raises(ValueError, match="after_prefix needs a prompt with a prefix block"):
+        module.encode_passages(model, Format, ["abcd"], {}, after_prefix=True)
+
+
 @pytest.mark.parametrize("ratio", [0.0, 0.15, 1.0])
 def test_selective_flops_is_what_torch_counts_but_the_masked_pairs(ratio):
     """`selective_flops` (the FLOP bound's denominator) against torch's FLOP counter on the composed path of a tiny

@@ -265,3 +265,75 @@ def test_peak_memory_at_most_the_full_prompts(ratio):
     cache_bytes = sum(c.keys.numel() + c.values.numel() for c in caches) * 4
     assert composed >= cache_bytes  # the measurement sees the composition itself
     assert composed <= full, f"ratio {ratio}: peak {composed} bytes, the full prompt's {full}"
+
+
+# ------------------------------------------------------------------ documents encoded after a shared prefix (APE)
+def test_one_document_after_a_prefix_composes_to_the_full_prompt_exactly():
+    """`encode_documents(doc, prefix=p)`: the document's keys/values as in the full prompt `p + doc` (positions
+    P..P+n-1, attention over the prefix), so composing [p, doc] in front of a question is the full prompt at ratio 0;
+    encoded alone, the same document is not (the test can fail)."""
+    model = tiny()
+    llama = plain(model)
+    prefix_ids, doc, question = ids(7, 3), ids(11, 4), ids(4, 5)
+    with torch.no_grad():
+        prefix = model.encode_documents(prefix_ids)
+        after = model.encode_documents(doc, prefix=prefix)
+        alone = model.encode_documents(doc)
+        full = llama(torch.cat([prefix_ids, doc, question], dim=1), use_cache=True)
+        composed = model(question, document_caches=[prefix, after]).logits
+        composed_alone = model(question, document_caches=[prefix, alone]).logits
+    assert after.position_ids.tolist() == [list(range(7, 18))]
+    for layer in range(TINY["num_hidden_layers"]):
+        torch.testing.assert_close(after.keys[:, layer], full.past_key_values.layers[layer].keys[:, :, 7:18],
+                                   atol=ATOL, rtol=0)
+        torch.testing.assert_close(after.values[:, layer], full.past_key_values.layers[layer].values[:, :, 7:18],
+                                   atol=ATOL, rtol=0)
+    torch.testing.assert_close(composed, full.logits[:, -4:], atol=ATOL, rtol=0)
+    assert (composed_alone - full.logits[:, -4:]).abs().max() > 1e-2
+
+
+def test_documents_after_a_prefix_batched_with_padding_and_recomputed():
+    """A padded batch (left and right padding) gives each document the cache it gets alone after the prefix; such
+    caches compose with others and selective recompute at ratio 1 is still the full prompt."""
+    model = tiny()
+    llama = plain(model)
+    prefix_ids, question = ids(5, 6), ids(4, 7)
+    docs = [ids(n, 20 + i) for i, n in enumerate((9, 6, 12))]
+    batch = torch.zeros(3, 14, dtype=torch.long)
+    mask = torch.zeros_like(batch)
+    for row, (doc, left) in enumerate(zip(docs, (True, False, True))):
+        n = doc.shape[1]
+        span = slice(14 - n, 14) if left else slice(0, n)
+        batch[row, span], mask[row, span] = doc[0], 1
+    with torch.no_grad():
+        prefix = model.encode_documents(prefix_ids)
+        together = model.encode_documents(batch, mask, prefix=prefix).split()
+        one_by_one = [model.encode_documents(d, prefix=prefix) for d in docs]
+        for a, b in zip(together, one_by_one, strict=True):
+            assert a.position_ids.tolist() == b.position_ids.tolist()
+            torch.testing.assert_close(a.keys, b.keys, atol=ATOL, rtol=0)
+            torch.testing.assert_close(a.values, b.values, atol=ATOL, rtol=0)
+        full = llama(torch.cat([prefix_ids, *docs, question], dim=1)).logits[:, -4:]
+        recomputed = model(question, document_caches=[prefix, *together], recompute_ratio=1).logits
+    torch.testing.assert_close(recomputed, full, atol=ATOL, rtol=0)
+
+
+def test_bad_prefix_is_refused_naming_it():
+    model = tiny()
+    doc = ids(6, 8)
+    with torch.no_grad():
+        prefix = model.encode_documents(ids(5, 9))
+        two = model.encode_documents(ids(5, 9).repeat(2, 1))
+        foreign = tiny(seed=1).encode_documents(ids(5, 9))
+        shifted = model.encode_documents(ids(5, 9), prefix=prefix)  # at positions 5..9
+        padded = model.encode_documents(torch.tensor([[0, 4, 5, 6]]), torch.tensor([[0, 1, 1, 1]]))
+    with pytest.raises(TypeError, match="`prefix` must be a DocumentCacheOutput"):
+        model.encode_documents(doc, prefix=prefix.keys)
+    with pytest.raises(ValueError, match="`prefix` must hold one document, it holds 2"):
+        model.encode_documents(doc, prefix=two)
+    with pytest.raises(ValueError, match="`prefix`.*fingerprint"):
+        model.encode_documents(doc, prefix=foreign)
+    with pytest.raises(ValueError, match=r"`prefix` must be encoded at positions 0\.\.4"):
+        model.encode_documents(doc, prefix=shifted)
+    with pytest.raises(ValueError, match="`prefix` has padding"):
+        model.encode_documents(doc, prefix=padded)

@@ -747,23 +747,37 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
 
     @torch.no_grad()
     def encode_documents(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None, *,
+                         prefix: DocumentCacheOutput | None = None,
                          with_fingerprint: bool = True) -> DocumentCacheOutput:
         r"""Encode each document (row) alone, at positions 0..n-1 counted from its first real token, and return its
         per-layer keys and values (runs without gradients; for training use `forward(block_ids=...)`).
+
+        With `prefix`, each document is encoded after that shared prefix instead (the "shared prefix" of APE, Yang,
+        Chen & Chen, ICLR 2025, arXiv 2502.05431, §4): its tokens sit at positions P..P+n-1 and attend to the
+        prefix's P keys/values and to themselves, so no document's first tokens become the sequence's first tokens
+        (an attention sink) as they do when encoded alone. The prefix's own keys/values are not returned: compose
+        the prefix's cache first, then the documents (`document_caches=[prefix, documents]`); with one document this
+        is exactly the full prompt `prefix + document`. Documents encoded alone and after a prefix are different
+        caches; keep them apart (a store keyed by the prefix, or one prefix per store).
 
         Args:
             input_ids (`torch.LongTensor` of shape `(num_documents, length)`): document tokens, padded on either side.
             attention_mask (`torch.Tensor` of shape `(num_documents, length)`, *optional*): 1 for real tokens
                 (default: all real).
+            prefix ([`DocumentCacheOutput`], *optional*): the cache of one document without padding, encoded by this
+                model at positions 0..P-1 (e.g. `encode_documents(prefix_ids)`: a system prompt or chat header).
             with_fingerprint (`bool`, defaults to `True`): record [`representation_fingerprint`] in the output.
 
         Returns:
             [`DocumentCacheOutput`]: keys and values `(num_documents, num_layers, num_key_value_heads, length,
-            head_dim)` in the model's dtype, `attention_mask` and `position_ids` `(num_documents, length)`.
+            head_dim)` in the model's dtype, `attention_mask` and `position_ids` `(num_documents, length)` (from P
+            at the first real token with a prefix of P tokens, else from 0).
 
         Raises:
-            TypeError: floating `input_ids`. ValueError: `input_ids` not 2-D or empty, a mask of another shape, a
-                document without real tokens, or token ids outside the vocabulary.
+            TypeError: floating `input_ids`, a `prefix` that is not a `DocumentCacheOutput`. ValueError: `input_ids`
+                not 2-D or empty, a mask of another shape, a document without real tokens, token ids outside the
+                vocabulary, or a `prefix` of another model (fingerprint) or RoPE setting, of more than one document,
+                with padding, or not at positions 0..P-1.
         """
         if not torch.is_tensor(input_ids) or input_ids.is_floating_point():
             raise TypeError("`input_ids` must be an integer tensor (num_documents, length).")
@@ -783,14 +797,42 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
             raise ValueError(f"document(s) {empty} of `input_ids` have no real token (attention_mask all 0).")
         position_ids = _positions_from_mask(attention_mask)
         cache = DynamicCache(config=self.config)
-        self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                   use_cache=True, **{CACHE_NAME: cache})
-        keys = torch.stack([layer.keys for layer in cache.layers], dim=1)
-        values = torch.stack([layer.values for layer in cache.layers], dim=1)
+        start = 0
+        if prefix is not None:
+            start = self._check_prefix(prefix)
+            batch = input_ids.shape[0]
+            for index in range(self.config.num_hidden_layers):  # the prefix, once per document row
+                cache.update(prefix.keys[:, index].to(self.device, self.dtype).expand(batch, -1, -1, -1),
+                             prefix.values[:, index].to(self.device, self.dtype).expand(batch, -1, -1, -1), index)
+            position_ids = (position_ids + start).masked_fill(attention_mask == 0, 0)
+            attention_mask_with_prefix = torch.cat([attention_mask.new_ones(batch, start), attention_mask], dim=1)
+        self.model(input_ids=input_ids,
+                   attention_mask=attention_mask if prefix is None else attention_mask_with_prefix,
+                   position_ids=position_ids, use_cache=True, **{CACHE_NAME: cache})
+        keys = torch.stack([layer.keys[:, :, start:] for layer in cache.layers], dim=1)
+        values = torch.stack([layer.values[:, :, start:] for layer in cache.layers], dim=1)
         return DocumentCacheOutput(keys=keys, values=values, attention_mask=attention_mask, position_ids=position_ids,
                                    model_fingerprint=self.representation_fingerprint() if with_fingerprint else None,
                                    input_ids=input_ids.masked_fill(attention_mask == 0, 0),
                                    rope_setting=rope_setting(self.config))
+
+    def _check_prefix(self, prefix) -> int:
+        """The length P of a `prefix` for [`encode_documents`], after checking it (see there)."""
+        if not isinstance(prefix, DocumentCacheOutput):
+            raise TypeError(f"`prefix` must be a DocumentCacheOutput (from encode_documents), got "
+                            f"{type(prefix).__name__}.")
+        documents = _as_documents(prefix, "prefix")
+        if len(documents) != 1:
+            raise ValueError(f"`prefix` must hold one document, it holds {len(documents)}.")
+        _check_rope_settings(documents, self.config, "prefix")
+        _check_fingerprints(documents, self.representation_fingerprint(), "prefix")
+        if prefix.attention_mask.shape[1] != documents[0].keys.shape[3]:
+            raise ValueError("`prefix` has padding; encode the prefix alone, without padding.")
+        length = int(prefix.keys.shape[3])
+        if not torch.equal(prefix.position_ids[0].cpu(), torch.arange(length)):
+            raise ValueError(f"`prefix` must be encoded at positions 0..{length - 1} (as `encode_documents` without "
+                             "a prefix does).")
+        return length
 
     def compose_document_caches(self, document_caches, *, offset: int = 0) -> DynamicCache:
         r"""Place document caches one after another from position `offset`, each one's keys rotated to its new

@@ -344,10 +344,10 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.LongTensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
-        position_ids: torch.LongTensor | None = None,
-        inputs_embeds: torch.FloatTensor | None = None,
         passage_states: DeformerPassageOutput | None = None,
         output_hidden_states: bool | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
         **kwargs,
     ) -> DeformerBertModelOutput:
         r"""
@@ -360,17 +360,18 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
             token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
                 0 for the question segment, 1 for the passage segment. Required for the pair encoding when
                 `num_decomposed_layers > 0` (it is what splits the input); defaults to zeros otherwise.
-            position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)` or `(1, sequence_length)`,
-                *optional*): as in `BertModel`, with `num_decomposed_layers=0` only. With k > 0 the model numbers
-                the positions itself (question from 0, passage from `config.passage_position_offset`, §3), so
-                passing them raises.
-            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, hidden_size)`, *optional*):
-                word embeddings instead of `input_ids` (exactly one of the two), as in `BertModel`; position and
-                token-type embeddings are added as for `input_ids`.
             passage_states ([`DeformerPassageOutput`], *optional*):
                 Cached passage states from [`encode_passages`]; the passage's lower layers are then skipped.
             output_hidden_states (`bool`, *optional*):
                 Also return the embeddings and every layer's output.
+            position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)` or `(1, sequence_length)`,
+                *optional*): as in `BertModel`, with `num_decomposed_layers=0` only (after DeFormer's own arguments
+                here, so that positional calls written for this model keep their meaning; the QA head takes BERT's
+                order). With k > 0 the model numbers the positions itself (question from 0, passage from
+                `config.passage_position_offset`, §3), so passing them raises.
+            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, hidden_size)`, *optional*):
+                word embeddings instead of `input_ids` (exactly one of the two), as in `BertModel`; position and
+                token-type embeddings are added as for `input_ids`.
 
         Returns:
             [`DeformerBertModelOutput`].
