@@ -84,7 +84,9 @@ def test_tiny_run_end_to_end(bench, tmp_path, data_dir):
         assert m[name]["n"] == 2 and m[name]["median"] > 0
     for temperature in ("cold", "warm"):
         share = m[f"read share of composed ttft ({temperature})"]
-        assert 0 < share["max"] < 1 and share["bound"]["kind"] == "memory"
+        # a ratio of two separately timed calls: no upper limit is asserted (timings, not logic; under load the
+        # read alone can take longer than the composed call that includes it)
+        assert share["min"] > 0 and share["bound"]["kind"] == "memory"
         assert m[f"ttft speed-up ({temperature} store read)"]["bound"]["kind"] == "flop"
     # the drop took effect: no page of the store's shards was resident right after it (None: mincore missing)
     assert all(f in (0.0, None) for f in extra["page_cache_resident_fraction_after_drop"])
