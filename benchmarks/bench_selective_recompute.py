@@ -18,8 +18,8 @@ newline after some text or at its end-of-turn token, on every path:
 
 - `full`: the whole prompt prefilled (the reference);
 - `r=<ratio>`: the passages' caches (each passage encoded once, alone or with `--document_context after_prefix`
-  after the prefix block, and kept in memory across questions and ratios) composed with their keys re-rotated, the given fraction of their tokens recomputed per layer
-  (`generate(document_caches=..., recompute_ratio=r)`), then the question prefilled. `r=0` is the plain
+  after the prefix block, and kept in memory across questions and ratios) composed with their keys re-rotated, the
+  given fraction of their tokens recomputed per layer (`generate(document_caches=..., recompute_ratio=r)`), then the question prefilled. `r=0` is the plain
   composition (Block-Attention / TurboRAG without fine-tuning); `r=1` recomputes everything (the full prompt's
   cache, to rounding).
 

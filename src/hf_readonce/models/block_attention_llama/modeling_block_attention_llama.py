@@ -797,7 +797,7 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
             raise ValueError(f"document(s) {empty} of `input_ids` have no real token (attention_mask all 0).")
         position_ids = _positions_from_mask(attention_mask)
         cache = DynamicCache(config=self.config)
-        start = 0
+        start, read_mask = 0, attention_mask  # read_mask: the keys the documents attend to (the prefix's too)
         if prefix is not None:
             start = self._check_prefix(prefix)
             batch = input_ids.shape[0]
@@ -805,10 +805,9 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
                 cache.update(prefix.keys[:, index].to(self.device, self.dtype).expand(batch, -1, -1, -1),
                              prefix.values[:, index].to(self.device, self.dtype).expand(batch, -1, -1, -1), index)
             position_ids = (position_ids + start).masked_fill(attention_mask == 0, 0)
-            attention_mask_with_prefix = torch.cat([attention_mask.new_ones(batch, start), attention_mask], dim=1)
-        self.model(input_ids=input_ids,
-                   attention_mask=attention_mask if prefix is None else attention_mask_with_prefix,
-                   position_ids=position_ids, use_cache=True, **{CACHE_NAME: cache})
+            read_mask = torch.cat([attention_mask.new_ones(batch, start), attention_mask], dim=1)
+        self.model(input_ids=input_ids, attention_mask=read_mask, position_ids=position_ids, use_cache=True,
+                   **{CACHE_NAME: cache})
         keys = torch.stack([layer.keys[:, :, start:] for layer in cache.layers], dim=1)
         values = torch.stack([layer.values[:, :, start:] for layer in cache.layers], dim=1)
         return DocumentCacheOutput(keys=keys, values=values, attention_mask=attention_mask, position_ids=position_ids,

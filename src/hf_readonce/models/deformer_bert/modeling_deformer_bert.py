@@ -393,9 +393,8 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
         if inputs_embeds is not None and (inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != config.hidden_size):
             raise ValueError(f"`inputs_embeds` must be (batch_size, sequence_length, hidden_size={config.hidden_size}),"
                              f" got shape {tuple(inputs_embeds.shape)}.")
-        source = "input_ids" if input_ids is not None else "inputs_embeds"
-        shape = input_ids.shape if input_ids is not None else inputs_embeds.shape[:2]
-        device = (input_ids if input_ids is not None else inputs_embeds).device
+        source, given = ("input_ids", input_ids) if input_ids is not None else ("inputs_embeds", inputs_embeds)
+        shape, device = given.shape[:2], given.device
         if attention_mask is None:
             attention_mask = torch.ones(shape, dtype=torch.long, device=device)
         if attention_mask.shape != shape:
