@@ -558,6 +558,8 @@ def main(argv=None) -> int:
         parser().error(f"--full_ratio_every must be >= 1, got {args.full_ratio_every}")
     if not 0 <= args.shots <= len(CHAT_SHOTS):
         parser().error(f"--shots must be in [0, {len(CHAT_SHOTS)}], got {args.shots}")
+    if args.document_context == "after_prefix" and args.prompt != "chat":
+        parser().error("--document_context after_prefix needs --prompt chat (the plain prompt has no prefix block)")
     if args.summarize:
         lines = [json.loads(x) for path in args.jsonl for x in open(path)]
         setups = list({json.dumps(x["setup"], sort_keys=True): x["setup"] for x in lines if "setup" in x}.values())

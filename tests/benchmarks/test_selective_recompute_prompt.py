@@ -58,7 +58,9 @@ def test_chat_blocks_are_the_chat_template_tokens():
 
 @pytest.mark.parametrize(("argv", "option"), [(["--full_ratio_every", "0"], "--full_ratio_every"),
                                                (["--shots", "5"], "--shots"),
-                                               (["--prompt", "chatty"], "--prompt")])
+                                               (["--prompt", "chatty"], "--prompt"),
+                                               (["--prompt", "plain", "--document_context", "after_prefix"],
+                                                "--document_context")])
 def test_bad_options_exit_naming_them(argv, option, capsys):
     with pytest.raises(SystemExit) as raised:
         bench().main(argv)
