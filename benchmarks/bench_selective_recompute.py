@@ -22,6 +22,12 @@ newline after some text or at its end-of-turn token, on every path:
   given fraction of their tokens recomputed per layer (`generate(document_caches=..., recompute_ratio=r)`), then the question prefilled. `r=0` is the plain
   composition (Block-Attention / TurboRAG without fine-tuning); `r=1` recomputes everything (the full prompt's
   cache, to rounding).
+- `full@<dtype>` (`--rounded_full bf16 fp16`, a reference): the full prompt's own cache of everything before the
+  question, its keys and values rounded to that dtype, then the question; it changes the cache by storage rounding
+  only, so its agreement with `full` is how far a perturbation that small moves this model's answers.
+
+`--cache_dtype bf16` rounds the stored passage caches as a store written with `hf-readonce encode --dtype bf16`
+holds them (default fp32).
 
 The paths of one question run back to back in one process, their order rotated from question to question
 (interleaved). Reported per path: EM / F1 against the gold answers (SQuAD normalization), agreement with the full
@@ -77,6 +83,7 @@ from hf_readonce.tasks.question_answering import first_span_predictions, squad_e
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("HF_READONCE_DATA", REPO.parent / "shared" / "data"))
 RATIOS = (0.0, 0.05, 0.15, 0.3, 1.0)
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # the store's `--dtype` names
 DATASETS = ("disfl_qa", "quoref")
 
 
@@ -114,6 +121,13 @@ def parser() -> argparse.ArgumentParser:
                    help="how each passage's cache is encoded: alone (positions 0..n-1, the default) or after the "
                         "prompt's prefix block (`encode_documents(..., prefix=...)`, APE's shared prefix: positions "
                         "P..P+n-1, attention over the prefix; needs a prompt with a prefix, i.e. --prompt chat)")
+    p.add_argument("--cache_dtype", choices=tuple(DTYPES), default="fp32",
+                   help="the passages' (and prefix block's) caches rounded to this dtype once encoded, as a store "
+                        "written with `hf-readonce encode --dtype` holds them (default fp32: not rounded)")
+    p.add_argument("--rounded_full", choices=tuple(d for d in DTYPES if d != "fp32"), nargs="*", default=[],
+                   help="reference paths `full@<dtype>`: the full prompt's own cache of the passages (prefix and "
+                        "passages prefilled together), its keys/values rounded to <dtype>, then the question; how "
+                        "much storage rounding alone moves the answers")
     p.add_argument("--skip_leading_newlines", action="store_true",
                    help="the answer is the first line with text (SmolLM2-Instruct often starts with a newline on "
                         "this raw prompt); default: up to the first newline")
@@ -285,8 +299,9 @@ def flop_bounds(config, row: dict, ratios) -> dict:
     """One question's FLOP bounds: full-prompt prefill FLOPs over each path's (`"full"`: 1.0; `"r=<ratio>"` for each of
     `ratios`), from the row's `prompt_tokens`, `document_tokens` and `question_tokens`."""
     full = prefill_flops(config, row["prompt_tokens"], 0)
-    return {"full": 1.0, **{f"r={r:g}": full / selective_flops(config, r, row["document_tokens"],
-                                                                 row["question_tokens"]) for r in ratios}}
+    bounds = {"full": 1.0, **{f"r={r:g}": full / selective_flops(config, r, row["document_tokens"],
+                                                                   row["question_tokens"]) for r in ratios}}
+    return {**bounds, **{name: 1.0 for name in row.get("paths", {}) if name.startswith("full@")}}
 
 
 def smollm2_config():
@@ -333,7 +348,15 @@ def reset_peak() -> bool:
 
 @torch.no_grad()
 def run_question(model, tokenizer, question: dict, caches: dict, ratios, fmt: PromptFormat, max_new_tokens: int,
-                 newline_ids, order_shift: int, memory: bool = False, skip_leading_newlines: bool = False) -> dict:
+                 newline_ids, order_shift: int, memory: bool = False, skip_leading_newlines: bool = False,
+                 rounded_full=()) -> dict:
+    """One question on every path (`"full"`, `"r=<ratio>"` for each of `ratios`, `"full@<dtype>"` for each of
+    `rounded_full`), in an order rotated by `order_shift`; per path the answer, the generated text, TTFT and total
+    seconds (and with `memory` the peak resident-set growth in MB).
+
+    `full@<dtype>` ([`rounded_prefix_cache`]): the prompt up to the question prefilled in full, its cache's keys and
+    values rounded to `<dtype>` and back, then the question prefilled after it and the answer generated; its TTFT
+    includes both prefills."""
     asked = fmt.tail(question["question"])
     documents = [caches[p] for p in question["contexts"]]
     if fmt.prefix:
@@ -343,7 +366,7 @@ def run_question(model, tokenizer, question: dict, caches: dict, ratios, fmt: Pr
     asked_ids = torch.tensor([asked])
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos if eos is not None else 0)
-    paths = ["full"] + [f"r={r:g}" for r in ratios]
+    paths = ["full"] + [f"r={r:g}" for r in ratios] + [f"full@{d}" for d in rounded_full]
     shift = order_shift % len(paths)
     skip_leading_newlines = skip_leading_newlines or fmt.style == "chat"
     out = {"id": question["id"], "prompt_tokens": len(prompt), "question_tokens": len(asked),
@@ -351,6 +374,8 @@ def run_question(model, tokenizer, question: dict, caches: dict, ratios, fmt: Pr
     for name in paths[shift:] + paths[:shift]:
         clock = FirstTokenClock()
         if name == "full":
+            ids, extra = full_ids, {}
+        elif name.startswith("full@"):
             ids, extra = full_ids, {}
         else:
             ids, extra = asked_ids, {"document_caches": documents, "recompute_ratio": float(name[2:])}
@@ -364,6 +389,9 @@ def run_question(model, tokenizer, question: dict, caches: dict, ratios, fmt: Pr
             before = vm_rss_kb()
             reset_peak()
         begin = time.perf_counter()
+        if name.startswith("full@"):
+            extra = {"past_key_values": rounded_prefix_cache(model, full_ids[:, :out["document_tokens"]],
+                                                             DTYPES[name[5:]])}
         generated = model.generate(ids, **extra, **kwargs)
         end = time.perf_counter()
         text = tokenizer.decode(generated[0, ids.shape[1]:], skip_special_tokens=True)
@@ -376,10 +404,33 @@ def run_question(model, tokenizer, question: dict, caches: dict, ratios, fmt: Pr
     return out
 
 
-def encode_passages(model, fmt: PromptFormat, texts, caches: dict, after_prefix: bool = False) -> float:
+def rounded_prefix_cache(model, ids: torch.Tensor, dtype: torch.dtype):
+    """The model's own `DynamicCache` of `ids` (`(1, n)`, one plain prefill: the full prompt's cache of those
+    tokens), every layer's keys and values rounded to `dtype` and back to their own dtype (what storing that cache
+    at `dtype` would change, and nothing else)."""
+    cache = model(ids, use_cache=True, logits_to_keep=1).past_key_values
+    for layer in cache.layers:
+        layer.keys = layer.keys.to(dtype).to(layer.keys.dtype)
+        layer.values = layer.values.to(dtype).to(layer.values.dtype)
+    return cache
+
+
+def round_cache(cache, dtype: torch.dtype):
+    """`cache` (a `DocumentCacheOutput`) with its keys and values rounded to `dtype` and back (a store written at
+    that dtype holds these numbers); the same object when `dtype` is the keys' own."""
+    if dtype == cache.keys.dtype:
+        return cache
+    cache.keys = cache.keys.to(dtype).to(cache.keys.dtype)
+    cache.values = cache.values.to(dtype).to(cache.values.dtype)
+    return cache
+
+
+def encode_passages(model, fmt: PromptFormat, texts, caches: dict, after_prefix: bool = False,
+                    cache_dtype: torch.dtype = torch.float32) -> float:
     """Each passage not in `caches` encoded once (its block: `fmt.document`), alone or, with `after_prefix`, after
     the prompt's prefix block (`encode_documents(..., prefix=...)`), and the prefix block itself (key `None`) when
-    there is one and it is not there yet. Seconds.
+    there is one and it is not there yet; each cache then rounded to `cache_dtype` ([`round_cache`]; passages after
+    the prefix are encoded after the rounded prefix, as they would be after a stored one). Seconds.
 
     Raises:
         ValueError: `after_prefix` with a prompt format without a prefix block."""
@@ -387,12 +438,12 @@ def encode_passages(model, fmt: PromptFormat, texts, caches: dict, after_prefix:
         raise ValueError("--document_context after_prefix needs a prompt with a prefix block (--prompt chat).")
     begin = time.perf_counter()
     if fmt.prefix and None not in caches:
-        caches[None] = model.encode_documents(torch.tensor([fmt.prefix]))
+        caches[None] = round_cache(model.encode_documents(torch.tensor([fmt.prefix])), cache_dtype)
     for text in texts:
         if text in caches:
             continue
-        caches[text] = model.encode_documents(torch.tensor([fmt.document(text)]),
-                                              prefix=caches[None] if after_prefix else None)
+        caches[text] = round_cache(model.encode_documents(torch.tensor([fmt.document(text)]),
+                                                          prefix=caches[None] if after_prefix else None), cache_dtype)
     return time.perf_counter() - begin
 
 
@@ -478,7 +529,8 @@ def markdown_table(summary: dict) -> str:
     for dataset, entry in summary["datasets"].items():
         if not entry.get("paths"):
             continue
-        order = ["full"] + sorted((n for n in entry["paths"] if n != "full"), key=ratio_of)
+        order = ["full"] + sorted((n for n in entry["paths"] if n.startswith("r=")), key=ratio_of) + sorted(
+            n for n in entry["paths"] if n.startswith("full@"))
         for name in order:
             row = entry["paths"][name]
             lines.append(f"| {dataset} ({row.get('questions', entry['questions'])}) | {name} | {row['em']:.1f} | "
@@ -584,6 +636,7 @@ def main(argv=None) -> int:
              "max_new_tokens": args.max_new_tokens, "ratios": args.ratios, "seed": args.seed,
              "skip_leading_newlines": args.skip_leading_newlines, "prompt": args.prompt, "shots": args.shots,
              "split": args.split, "document_context": args.document_context,
+             "cache_dtype": args.cache_dtype, "rounded_full": args.rounded_full,
              "full_ratio_every": args.full_ratio_every,
              "torch": torch.__version__, "command": " ".join([Path(sys.argv[0]).name] + (argv or sys.argv[1:]))}
     sink = open(args.jsonl[0], "a") if args.jsonl else None
@@ -597,9 +650,10 @@ def main(argv=None) -> int:
     caches: dict = {}
     warm = samples[args.datasets[0]][0]
     after_prefix = args.document_context == "after_prefix"
-    encode_passages(model, fmt, warm["contexts"], caches, after_prefix)
-    run_question(model, tokenizer, warm, caches, args.ratios, fmt, args.max_new_tokens,
-                 newline_ids, 0, skip_leading_newlines=args.skip_leading_newlines)  # warm-up, not recorded
+    cache_dtype = DTYPES[args.cache_dtype]
+    encode_passages(model, fmt, warm["contexts"], caches, after_prefix, cache_dtype)
+    run_question(model, tokenizer, warm, caches, args.ratios, fmt, args.max_new_tokens, newline_ids, 0,
+                 skip_leading_newlines=args.skip_leading_newlines, rounded_full=args.rounded_full)  # warm-up
     begin = time.perf_counter()
     for index in range(count):
         for dataset in args.datasets:
@@ -608,10 +662,10 @@ def main(argv=None) -> int:
             question = samples[dataset][index]
             position = args.skip + index  # in the dataset's sample: the same for a resumed run
             ratios = [r for r in args.ratios if r < 1 or position % args.full_ratio_every == 0]
-            encode_seconds = encode_passages(model, fmt, question["contexts"], caches, after_prefix)
+            encode_seconds = encode_passages(model, fmt, question["contexts"], caches, after_prefix, cache_dtype)
             row = run_question(model, tokenizer, question, caches, ratios, fmt,
                                args.max_new_tokens, newline_ids, position, memory=bool(args.memory),
-                               skip_leading_newlines=args.skip_leading_newlines)
+                               skip_leading_newlines=args.skip_leading_newlines, rounded_full=args.rounded_full)
             row.update(dataset=dataset, position=position, gold=question["answers"], gold_context=question["context"],
                        gold_passage=question["gold_passage"], encode_seconds=encode_seconds)
             if args.memory:

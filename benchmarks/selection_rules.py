@@ -17,6 +17,18 @@ with these knobs:
   or `steep` (linear from 2 r down to 0 over layers 1..L-2, same mean);
 - `rank`: `layer` (deviation measured again at every layer, the library's gradual filtering) or `first` (the
   layer-1 deviation ranks the tokens for every later narrowing).
+- `query` (`qmass`, `qmass_dev`): query-aware ranking, beyond the paper: the question's tokens run through the
+  blend layers beside the carried tokens (their keys and values thrown away; the question is prefilled again after
+  the blend, counted in `flop_fraction`), and each narrowing keeps the tokens on which the question puts the most
+  attention mass at that layer (`mass`), or that mass times the root of the value deviation (`mass_dev`).
+
+`oracle` / `oracle_v` are not rules but a reference ([`make_oracle`]): nothing is recomputed; at each layer the
+full prompt's own keys and values are patched in for as many tokens as the library's schedule recomputes there,
+those whose stored key+value (or value) deviates most from the full prompt's. It says how much agreement the
+budget allows when the right tokens get exactly the right numbers.
+
+`--document_context after_prefix`: the passages encoded after the prompt's prefix block, as in
+`bench_selective_recompute.py`.
 
     OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE nice -n 10 python benchmarks/selection_rules.py --questions 40 \\
         --jsonl runs/i36agree_rules.jsonl
@@ -24,6 +36,10 @@ with these knobs:
         --rules k kv_flat kv_rank_l1 kv_steep --jsonl runs/i36agree_rules2.jsonl
     OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE nice -n 10 python benchmarks/selection_rules.py --questions 40 \\
         --rules steep sink16 --jsonl runs/i36agree_rules3.jsonl
+    OMP_NUM_THREADS=1 python benchmarks/selection_rules.py --questions 40 --rules base qmass qmass_dev \
+        --document_context after_prefix --jsonl runs/qrules_ap.jsonl
+    OMP_NUM_THREADS=1 python benchmarks/selection_rules.py --questions 40 --rules oracle oracle_v \
+        --document_context after_prefix --jsonl runs/oracle_ap_r0.15.jsonl
     python benchmarks/selection_rules.py --summarize --jsonl runs/i36agree_rules.jsonl
 
 (run from `benchmarks/` with `PYTHONPATH=../src:.`). Each row also holds `library`: the unpatched library at the
@@ -72,6 +88,10 @@ RULES = {
     "kv_steep": dict(deviation="kv", sinks=0, schedule="steep", rank="layer"),
     "steep": dict(deviation="v", sinks=0, schedule="steep", rank="layer"),
     "sink16": dict(deviation="v", sinks=16, schedule="linear", rank="layer"),
+    "qmass": dict(deviation="v", sinks=0, schedule="linear", rank="layer", query="mass"),
+    "qmass_dev": dict(deviation="v", sinks=0, schedule="linear", rank="layer", query="mass_dev"),
+    "oracle": dict(deviation="kv", sinks=0, schedule="linear", rank="layer", oracle=True),
+    "oracle_v": dict(deviation="v", sinks=0, schedule="linear", rank="layer", oracle=True),
 }
 ORIGINAL = bam._blend_layers
 
@@ -115,8 +135,55 @@ def schedule_of(rule: dict, ratio: float, num_layers: int, num_tokens: int):
     return bam.recompute_schedule(ratio, num_layers, num_tokens)
 
 
-def make_blend(rule: dict, forced: torch.Tensor | None):
-    """A `_blend_layers` replacement following `rule`; `forced`: bool `(T,)` tokens always kept (or None)."""
+def question_qkv(attention, normed_q, positions_q, head_dim, decoder):
+    """The question's queries `(heads, q, head_dim)`, keys and values `(kv_heads, q, head_dim)` at one layer
+    (`normed_q` `(1, q, hidden)` after the layer's input norm, rotated at `positions_q`)."""
+    q_len = normed_q.shape[1]
+    cos, sin = decoder.rotary_emb(normed_q, positions_q[None])
+    q = attention.q_proj(normed_q).view(1, q_len, -1, head_dim).transpose(1, 2)
+    k = attention.k_proj(normed_q).view(1, q_len, -1, head_dim).transpose(1, 2)
+    v = attention.v_proj(normed_q).view(1, q_len, -1, head_dim).transpose(1, 2)
+    q = q * cos[:, None] + rotate_half(q) * sin[:, None]
+    k = k * cos[:, None] + rotate_half(k) * sin[:, None]
+    return q[0], k[0], v[0]
+
+
+def make_oracle(rule: dict, reference):
+    """A `_blend_layers` replacement that recomputes nothing: at each layer it patches in the full prompt's own keys
+    and values (`reference`, the `DynamicCache` of the full prompt's prefill of the document tokens) for as many
+    tokens as the library's schedule recomputes there (`kv_tokens`), those whose stored key/value deviate most from
+    the full prompt's (squared L2 of keys plus values, `kv`, or of values only, `v`). Every other token keeps its
+    composed key/value. An upper reference for a selection rule at that budget: the exact numbers, at the tokens
+    with the largest true error, without the cost or the error of recomputing them."""
+
+    @torch.no_grad()
+    def blend(decoder, compose_layer, num_layers, num_tokens, input_ids, recompute_ratio):
+        schedule = bam.recompute_schedule(recompute_ratio, num_layers, num_tokens)
+        for layer_index in range(num_layers):
+            keys, values = compose_layer(layer_index)
+            count = schedule[layer_index][0]
+            if count:
+                true_k = reference.layers[layer_index].keys[0, :, :num_tokens].to(keys.dtype)
+                true_v = reference.layers[layer_index].values[0, :, :num_tokens].to(values.dtype)
+                error = (true_v - values).float().pow(2).sum(dim=(0, 2))
+                if rule["deviation"] == "kv":
+                    error = error + (true_k - keys).float().pow(2).sum(dim=(0, 2))
+                chosen = error.topk(min(count, num_tokens)).indices
+                keys[:, chosen] = true_k[:, chosen]
+                values[:, chosen] = true_v[:, chosen]
+            yield keys, values
+
+    return blend
+
+
+def make_blend(rule: dict, forced: torch.Tensor | None, question: torch.Tensor | None = None,
+               trace: list | None = None):
+    """A `_blend_layers` replacement following `rule`; `forced`: bool `(T,)` tokens always kept (or None);
+    `question` `(q,)`: the question's token ids, for the query-aware rules (`query`: `mass` ranks the carried
+    tokens by the attention mass the question puts on them at that layer, `mass_dev` by that mass times the root of
+    the value deviation; the question runs through the layers beside the carried tokens, its own keys and values
+    thrown away afterwards); `trace`: a list that gets each layer's question mass `(T,)` (query-aware rules).
+    """
 
     @torch.no_grad()
     def blend(decoder, compose_layer, num_layers, num_tokens, input_ids, recompute_ratio):
@@ -131,6 +198,10 @@ def make_blend(rule: dict, forced: torch.Tensor | None):
         carried = positions
         first_score = None
         hidden = decoder.embed_tokens(input_ids.to(device)[None]).to(keys.dtype)
+        query_rule = rule.get("query")
+        if query_rule:
+            hidden_q = decoder.embed_tokens(question.to(device)[None]).to(keys.dtype)
+            positions_q = torch.arange(num_tokens, num_tokens + question.numel(), device=device)
         for layer_index, layer in enumerate(decoder.layers):
             if layer_index > 0:
                 keys, values = compose_layer(layer_index)
@@ -159,9 +230,30 @@ def make_blend(rule: dict, forced: torch.Tensor | None):
                 hidden = None
                 yield keys, values
                 continue
+            if query_rule:  # the question at this layer, over the keys as they now are
+                normed_q = layer.input_layernorm(hidden_q)
+                qq, kq, vq = question_qkv(attention, normed_q, positions_q, head_dim, decoder)
+                groups = qq.shape[0] // keys.shape[0]
+                all_k = torch.cat([keys, kq.to(keys.dtype)], 1).repeat_interleave(groups, 0)
+                all_v = torch.cat([values, vq.to(values.dtype)], 1).repeat_interleave(groups, 0)
+                scores = qq @ all_k.transpose(1, 2) * attention.scaling  # (heads, q, T + q)
+                n_q = qq.shape[1]
+                causal = torch.ones(n_q, num_tokens + n_q, dtype=torch.bool, device=device)
+                causal[:, num_tokens:] = torch.tril(torch.ones(n_q, n_q, dtype=torch.bool, device=device))
+                probs = scores.masked_fill(~causal, float("-inf")).softmax(-1)
+                mass = probs[..., :num_tokens].sum(dim=(0, 1))
+                if trace is not None:
+                    trace.append(mass)
+                out_q = (probs @ all_v).transpose(0, 1).reshape(1, n_q, -1)
+                hidden_q = hidden_q + attention.o_proj(out_q)
+                hidden_q = hidden_q + layer.mlp(layer.post_attention_layernorm(hidden_q))
             if queries < carried.numel():
                 score = first_score[carried] if (rule["rank"] == "first" and first_score is not None) else deviation
                 score = score.clone()
+                if query_rule == "mass":
+                    score = mass[carried].clone()
+                elif query_rule == "mass_dev":
+                    score = mass[carried] * deviation.sqrt()
                 if forced is not None:
                     score[forced[carried]] = float("inf")
                 keep = score.topk(queries).indices.sort().values
@@ -221,6 +313,7 @@ def main(argv=None) -> int:
     p.add_argument("--rules", nargs="+", default=list(RULES), choices=list(RULES))
     p.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
     p.add_argument("--passage_tokens", type=int, default=128)  # as the measured chat run
+    p.add_argument("--document_context", choices=("alone", "after_prefix"), default="alone")
     p.add_argument("--jsonl", required=True)
     p.add_argument("--summarize", action="store_true")
     args = p.parse_args(argv)
@@ -242,7 +335,8 @@ def main(argv=None) -> int:
         for index in range(args.questions):
             for dataset in args.datasets:
                 question = samples[dataset][index]
-                encode_passages(model, fmt, question["contexts"], caches)
+                encode_passages(model, fmt, question["contexts"], caches,
+                                after_prefix=args.document_context == "after_prefix")
                 asked = fmt.tail(question["question"])
                 documents = [caches[None]] + [caches[c] for c in question["contexts"]]
                 prompt = fmt.prefix + [t for c in question["contexts"] for t in fmt.document(c)] + asked
@@ -255,14 +349,23 @@ def main(argv=None) -> int:
                     row["answers"]["full"] = answer(model, tokenizer, torch.tensor([prompt]), newline_ids, {})
                     for name in args.rules:
                         rule = RULES[name]
-                        bam._blend_layers = make_blend(rule, forced_of(lengths, rule["sinks"]) if rule["sinks"] else None)
+                        if rule.get("oracle"):
+                            reference = model(torch.tensor([prompt[:total]]), use_cache=True,
+                                              logits_to_keep=1).past_key_values
+                            bam._blend_layers = make_oracle(rule, reference)
+                        else:
+                            bam._blend_layers = make_blend(rule, forced_of(lengths, rule["sinks"]) if rule["sinks"]
+                                                           else None, torch.tensor(asked))
                         try:
                             row["answers"][name] = answer(model, tokenizer, torch.tensor([asked]), newline_ids, {
                                 "document_caches": documents, "recompute_ratio": args.ratio})
                         finally:
                             bam._blend_layers = ORIGINAL
                         sched = schedule_of(rule, args.ratio, model.config.num_hidden_layers, total)
-                        row["flop_fraction"][name] = schedule_flops(model.config, sched, total, len(asked)) / full_flops
+                        flops = schedule_flops(model.config, sched, total, len(asked))
+                        if rule.get("query"):  # the question's extra pass through the blend
+                            flops += prefill_flops(model.config, len(asked), total)
+                        row["flop_fraction"][name] = flops / full_flops
                     row["answers"]["library"] = answer(model, tokenizer, torch.tensor([asked]), newline_ids, {
                         "document_caches": documents, "recompute_ratio": args.ratio})  # unpatched: == base
                     row["flop_fraction"]["library"] = selective_flops(model.config, args.ratio, total,

@@ -53,3 +53,58 @@ def test_bad_ratio_exits_naming_the_option(capsys):
     with pytest.raises(SystemExit) as exit_info:
         rules().main(["--ratio", "1.5", "--jsonl", "unused.jsonl"])
     assert exit_info.value.code == 2 and "--ratio" in capsys.readouterr().err
+
+
+def test_query_rules_read_the_questions_attention_as_the_full_prompt_has_it():
+    """`qmass` / `qmass_dev` carry the question through the blend layers: at ratio 1 (every token exact) the mass
+    the question puts on each document token at each layer is the full prompt's attention (eager attention
+    weights of the question's rows, summed over heads and question tokens), and the cache is the library's."""
+    torch.manual_seed(0)
+    model = BlockAttentionLlamaForCausalLM(BlockAttentionLlamaConfig(**TINY)).eval()
+    model.set_attn_implementation("eager")
+    caches = _caches(model)
+    ids = bam._document_ids(caches, "x")
+    question = torch.randint(3, TINY["vocab_size"], (5,), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        attentions = model(torch.cat([ids, question])[None], output_attentions=True).attentions
+        library = bam.selective_recompute(model, caches, 1.0)
+    for name in ("qmass", "qmass_dev"):
+        trace = []
+        blend = rules().make_blend(rules().RULES[name], None, question, trace=trace)
+        with torch.no_grad():
+            composed = bam._compose_row(model, model.model, caches, 0.0, "x")
+            layers = list(blend(model.model, lambda i: (composed[0][i].clone(), composed[1][i].clone()),
+                                TINY["num_hidden_layers"], ids.numel(), ids, 1.0))
+        assert len(trace) == TINY["num_hidden_layers"] - 1  # every layer with queries
+        for index, mass in enumerate(trace):
+            expected = attentions[index][0, :, ids.numel():, :ids.numel()].sum(dim=(0, 1))
+            torch.testing.assert_close(mass, expected, rtol=1e-4, atol=1e-5)
+        for index, (keys, values) in enumerate(layers):
+            torch.testing.assert_close(keys, library.layers[index].keys[0], rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(values, library.layers[index].values[0], rtol=1e-5, atol=1e-5)
+
+
+def test_oracle_patches_the_full_prompts_numbers():
+    """`oracle`: at ratio 1 the full prompt's cache; at ratio 0 the plain composition; in between every layer the
+    library recomputes at holds the full prompt's keys/values at exactly as many tokens as it recomputes there."""
+    torch.manual_seed(0)
+    model = BlockAttentionLlamaForCausalLM(BlockAttentionLlamaConfig(**TINY)).eval()
+    caches = _caches(model)
+    ids = bam._document_ids(caches, "x")[None]
+    with torch.no_grad():
+        reference = model(ids, use_cache=True).past_key_values
+    for ratio in (0.0, 0.3, 1.0):
+        patched = rules().make_oracle(rules().RULES["oracle"], reference)
+        with torch.no_grad():
+            composed = bam._compose_row(model, model.model, caches, 0.0, "x")
+            layers = list(patched(model.model, lambda i: (composed[0][i].clone(), composed[1][i].clone()),
+                                  TINY["num_hidden_layers"], 56, None, ratio))
+        schedule = bam.recompute_schedule(ratio, TINY["num_hidden_layers"], 56)
+        for index, (keys, values) in enumerate(layers):
+            exact = (values == reference.layers[index].values[0]).all(dim=(0, 2))
+            changed = (values != composed[1][index]).any(dim=(0, 2))
+            assert int(changed.sum()) <= schedule[index][0] <= int(exact.sum())
+            if ratio == 1.0:
+                assert torch.equal(keys, reference.layers[index].keys[0])
+            if ratio == 0.0:
+                assert torch.equal(values, composed[1][index])

@@ -60,7 +60,9 @@ def test_chat_blocks_are_the_chat_template_tokens():
                                                (["--shots", "5"], "--shots"),
                                                (["--prompt", "chatty"], "--prompt"),
                                                (["--prompt", "plain", "--document_context", "after_prefix"],
-                                                "--document_context")])
+                                                "--document_context"),
+                                               (["--cache_dtype", "int8"], "--cache_dtype"),
+                                               (["--rounded_full", "fp32"], "--rounded_full")])
 def test_bad_options_exit_naming_them(argv, option, capsys):
     with pytest.raises(SystemExit) as raised:
         bench().main(argv)
@@ -101,6 +103,41 @@ def test_encode_passages_after_the_prefix_block():
     Format.prefix = []
     with pytest.raises(ValueError, match="after_prefix needs a prompt with a prefix block"):
         module.encode_passages(model, Format, ["abcd"], {}, after_prefix=True)
+
+
+def test_rounded_paths_round_only_the_stored_numbers():
+    """`full@<dtype>` and `--cache_dtype`: the full prompt's cache of the tokens before the question, unrounded, gives
+    the full prompt's next-token logits; rounded to bf16 its keys/values are exactly the bf16 numbers of the
+    unrounded ones (and differ from them); `round_cache` rounds a document cache the same way and leaves it alone
+    at its own dtype."""
+    import torch
+
+    module = bench()
+
+    from hf_readonce import BlockAttentionLlamaConfig, BlockAttentionLlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = BlockAttentionLlamaForCausalLM(BlockAttentionLlamaConfig(
+        vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2)).eval()
+    ids = torch.randint(3, 97, (1, 12))
+    with torch.no_grad():
+        full = model(ids).logits[:, -1]
+        exact = module.rounded_prefix_cache(model, ids[:, :9], torch.float32)
+        after = model(ids[:, 9:], past_key_values=exact).logits[:, -1]
+        rounded = module.rounded_prefix_cache(model, ids[:, :9], torch.bfloat16)
+        document = model.encode_documents(ids[:, :9])
+    torch.testing.assert_close(after, full, rtol=1e-5, atol=1e-5)
+    for layer, exact_layer in zip(rounded.layers, exact.layers):
+        for name in ("keys", "values"):
+            got, unrounded = getattr(layer, name), getattr(exact_layer, name)[:, :, :9]
+            assert got.dtype == torch.float32 and torch.equal(got, unrounded.to(torch.bfloat16).float())
+            assert not torch.equal(got, unrounded)
+    keys = document.keys.clone()
+    assert module.round_cache(document, torch.float32).keys is document.keys
+    rounded_document = module.round_cache(document, torch.bfloat16)
+    assert rounded_document.keys.dtype == torch.float32
+    assert torch.equal(rounded_document.keys, keys.to(torch.bfloat16).float())
 
 
 @pytest.mark.parametrize("ratio", [0.0, 0.15, 1.0])
