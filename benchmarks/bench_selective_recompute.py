@@ -373,9 +373,7 @@ def run_question(model, tokenizer, question: dict, caches: dict, ratios, fmt: Pr
            "document_tokens": len(prompt) - len(asked), "prefix_tokens": len(fmt.prefix), "paths": {}}
     for name in paths[shift:] + paths[:shift]:
         clock = FirstTokenClock()
-        if name == "full":
-            ids, extra = full_ids, {}
-        elif name.startswith("full@"):
+        if name == "full" or name.startswith("full@"):  # full@<dtype>: its cache is made below, on the clock
             ids, extra = full_ids, {}
         else:
             ids, extra = asked_ids, {"document_caches": documents, "recompute_ratio": float(name[2:])}
@@ -416,8 +414,8 @@ def rounded_prefix_cache(model, ids: torch.Tensor, dtype: torch.dtype):
 
 
 def round_cache(cache, dtype: torch.dtype):
-    """`cache` (a `DocumentCacheOutput`) with its keys and values rounded to `dtype` and back (a store written at
-    that dtype holds these numbers); the same object when `dtype` is the keys' own."""
+    """`cache` (a `DocumentCacheOutput`), its keys and values replaced by copies rounded to `dtype` and back (a store
+    written at that dtype holds these numbers); returned unchanged when `dtype` is the keys' own."""
     if dtype == cache.keys.dtype:
         return cache
     cache.keys = cache.keys.to(dtype).to(cache.keys.dtype)

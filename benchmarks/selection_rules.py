@@ -54,6 +54,7 @@ import json
 import math
 import sys
 import time
+from pathlib import Path
 
 import torch
 from bench_kv_cache import prefill_flops
@@ -289,9 +290,12 @@ def answer(model, tokenizer, ids, newline_ids, extra) -> str:
     return extract_answer(tokenizer.decode(generated[0, ids.shape[1]:], skip_special_tokens=True))
 
 
-def summarize(path: str) -> None:
+def summarize(path: str, json_path: str | None = None) -> dict:
+    """Agreement EM / F1 with the full prompt and mean FLOP fraction per rule and dataset, from a `--jsonl` file:
+    printed as a table, written to `json_path` when given, and returned."""
     rows = [json.loads(x) for x in open(path)]
     rules = list(dict.fromkeys(k for r in rows for k in r["answers"] if k != "full"))
+    out = {"source": str(path), "rules": {}}
     print("| rule | dataset | n | agreement EM | agreement F1 | mean FLOP fraction of full prefill |")
     print("|---|---|---|---|---|---|")
     for rule in rules:
@@ -302,8 +306,13 @@ def summarize(path: str) -> None:
             ref = [{"id": r["id"], "answers": {"text": [r["answers"]["full"]], "answer_start": [0]}} for r in some]
             agree = squad_em_f1({r["id"]: r["answers"][rule] for r in some}, ref)
             frac = sum(r["flop_fraction"][rule] for r in some) / len(some)
+            out["rules"].setdefault(rule, {})[dataset] = {"questions": len(some), "agreement_em": agree["exact_match"],
+                                                          "agreement_f1": agree["f1"], "flop_fraction_mean": frac}
             print(f"| {rule} | {dataset} | {len(some)} | {agree['exact_match']:.1f} | {agree['f1']:.1f} | "
                   f"{frac:.3f} |")
+    if json_path:
+        Path(json_path).write_text(json.dumps(out, indent=2) + "\n")
+    return out
 
 
 def main(argv=None) -> int:
@@ -316,13 +325,14 @@ def main(argv=None) -> int:
     p.add_argument("--document_context", choices=("alone", "after_prefix"), default="alone")
     p.add_argument("--jsonl", required=True)
     p.add_argument("--summarize", action="store_true")
+    p.add_argument("--json", default=None, help="with --summarize: write the table as JSON here")
     args = p.parse_args(argv)
     if not 0 <= args.ratio <= 1:
         p.error(f"--ratio must be in [0, 1], got {args.ratio}")
     if args.questions < 1:
         p.error(f"--questions must be >= 1, got {args.questions}")
     if args.summarize:
-        summarize(args.jsonl)
+        summarize(args.jsonl, args.json)
         return 0
     torch.set_num_threads(1)
     model, tokenizer, _ = load_model(False)

@@ -1,6 +1,9 @@
 """benchmarks/selection_rules.py: its `base` rule is the library's selection (same caches as `selective_recompute`
-on a tiny random Llama), every rule's schedule recomputes the same mean fraction, and a bad ratio exits 2."""
+on a tiny random Llama), every rule's schedule recomputes the same mean fraction, the query-aware rules read the
+question's attention as the full prompt has it, the oracle patches in the full prompt's numbers at the scheduled
+number of tokens, `--summarize --json` writes the agreement table, and a bad ratio exits 2."""
 
+import json
 import math
 
 import pytest
@@ -108,3 +111,17 @@ def test_oracle_patches_the_full_prompts_numbers():
                 assert torch.equal(keys, reference.layers[index].keys[0])
             if ratio == 0.0:
                 assert torch.equal(values, composed[1][index])
+
+
+def test_summarize_writes_agreement_per_rule_and_dataset(tmp_path):
+    rows = [{"dataset": "disfl_qa", "id": "a", "answers": {"full": "the red house", "oracle": "the red house"},
+             "flop_fraction": {"oracle": 0.2}},
+            {"dataset": "disfl_qa", "id": "b", "answers": {"full": "Paris", "oracle": "London"},
+             "flop_fraction": {"oracle": 0.4}}]
+    source = tmp_path / "rows.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rules().summarize(str(source), str(tmp_path / "out.json"))
+    written = json.loads((tmp_path / "out.json").read_text())
+    entry = written["rules"]["oracle"]["disfl_qa"]
+    assert entry["questions"] == 2 and entry["agreement_em"] == 50.0 and entry["agreement_f1"] == 50.0
+    assert entry["flop_fraction_mean"] == pytest.approx(0.3) and "quoref" not in written["rules"]["oracle"]
