@@ -24,8 +24,9 @@ with these knobs:
 
 `oracle` / `oracle_v` are not rules but a reference ([`make_oracle`]): nothing is recomputed; at each layer the
 full prompt's own keys and values are patched in for as many tokens as the library's schedule recomputes there,
-those whose stored key+value (or value) deviates most from the full prompt's. It says how much agreement the
-budget allows when the right tokens get exactly the right numbers.
+those whose stored key+value (or value) deviates most from the full prompt's. It says how much agreement that
+budget gives when the tokens of largest error get exactly the right numbers (not a bound on every rule: a rule
+may pick other tokens and do better, as the library does on Disfl-QA).
 
 `--document_context after_prefix`: the passages encoded after the prompt's prefix block, as in
 `bench_selective_recompute.py`.
@@ -36,9 +37,9 @@ budget allows when the right tokens get exactly the right numbers.
         --rules k kv_flat kv_rank_l1 kv_steep --jsonl runs/i36agree_rules2.jsonl
     OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE nice -n 10 python benchmarks/selection_rules.py --questions 40 \\
         --rules steep sink16 --jsonl runs/i36agree_rules3.jsonl
-    OMP_NUM_THREADS=1 python benchmarks/selection_rules.py --questions 40 --rules base qmass qmass_dev \
+    OMP_NUM_THREADS=1 python benchmarks/selection_rules.py --questions 40 --rules base qmass qmass_dev \\
         --document_context after_prefix --jsonl runs/qrules_ap.jsonl
-    OMP_NUM_THREADS=1 python benchmarks/selection_rules.py --questions 40 --rules oracle oracle_v \
+    OMP_NUM_THREADS=1 python benchmarks/selection_rules.py --questions 40 --rules oracle oracle_v \\
         --document_context after_prefix --jsonl runs/oracle_ap_r0.15.jsonl
     python benchmarks/selection_rules.py --summarize --jsonl runs/i36agree_rules.jsonl
 
@@ -154,8 +155,8 @@ def make_oracle(rule: dict, reference):
     and values (`reference`, the `DynamicCache` of the full prompt's prefill of the document tokens) for as many
     tokens as the library's schedule recomputes there (`kv_tokens`), those whose stored key/value deviate most from
     the full prompt's (squared L2 of keys plus values, `kv`, or of values only, `v`). Every other token keeps its
-    composed key/value. An upper reference for a selection rule at that budget: the exact numbers, at the tokens
-    with the largest true error, without the cost or the error of recomputing them."""
+    composed key/value. A reference for a selection rule at that budget: the exact numbers at the tokens with the
+    largest true error, without the cost or the error of recomputing them (not a bound on every rule)."""
 
     @torch.no_grad()
     def blend(decoder, compose_layer, num_layers, num_tokens, input_ids, recompute_ratio):
