@@ -26,7 +26,7 @@ with these knobs:
 full prompt's own keys and values are patched in for as many tokens as the library's schedule recomputes there,
 those whose stored key+value (or value) deviates most from the full prompt's. It says how much agreement that
 budget gives when the tokens of largest error get exactly the right numbers (not a bound on every rule: a rule
-may pick other tokens and do better, as the library does on Disfl-QA).
+may pick other tokens and do better, as the library does on the first 40 Disfl-QA questions).
 
 `--document_context after_prefix`: the passages encoded after the prompt's prefix block, as in
 `bench_selective_recompute.py`.
