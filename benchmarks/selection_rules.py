@@ -72,7 +72,7 @@ from bench_selective_recompute import (
     selective_flops,
 )
 from transformers import StoppingCriteriaList
-from transformers.models.llama.modeling_llama import rotate_half
+from transformers.models.llama.modeling_llama import apply_rotary_pos_emb, rotate_half
 
 import hf_readonce.models.block_attention_llama.modeling_block_attention_llama as bam
 from hf_readonce.tasks.question_answering import squad_em_f1
@@ -145,8 +145,7 @@ def question_qkv(attention, normed_q, positions_q, head_dim, decoder):
     q = attention.q_proj(normed_q).view(1, q_len, -1, head_dim).transpose(1, 2)
     k = attention.k_proj(normed_q).view(1, q_len, -1, head_dim).transpose(1, 2)
     v = attention.v_proj(normed_q).view(1, q_len, -1, head_dim).transpose(1, 2)
-    q = q * cos[:, None] + rotate_half(q) * sin[:, None]
-    k = k * cos[:, None] + rotate_half(k) * sin[:, None]
+    q, k = apply_rotary_pos_emb(q, k, cos, sin)
     return q[0], k[0], v[0]
 
 

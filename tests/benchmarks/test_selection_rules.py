@@ -22,6 +22,14 @@ def rules():
     return load_benchmark("selection_rules")
 
 
+def _fresh_layers(model, caches):
+    """The plain composition of `caches` once, and a `compose_layer(i)` for a blend that hands out fresh copies of
+    layer i's keys and values (a blend writes into what it is given)."""
+    with torch.no_grad():
+        keys, values = bam._compose_row(model, model.model, caches, 0.0, "caches")
+    return (keys, values), lambda i: (keys[i].clone(), values[i].clone())
+
+
 def _caches(model):
     generator = torch.Generator().manual_seed(3)
     docs = [torch.randint(3, TINY["vocab_size"], (1, n), generator=generator) for n in (9, 30, 17)]
@@ -71,13 +79,12 @@ def test_query_rules_read_the_questions_attention_as_the_full_prompt_has_it():
     with torch.no_grad():
         attentions = model(torch.cat([ids, question])[None], output_attentions=True).attentions
         library = bam.selective_recompute(model, caches, 1.0)
+    _, compose_layer = _fresh_layers(model, caches)
     for name in ("qmass", "qmass_dev"):
         trace = []
         blend = rules().make_blend(rules().RULES[name], None, question, trace=trace)
         with torch.no_grad():
-            composed = bam._compose_row(model, model.model, caches, 0.0, "x")
-            layers = list(blend(model.model, lambda i: (composed[0][i].clone(), composed[1][i].clone()),
-                                TINY["num_hidden_layers"], ids.numel(), ids, 1.0))
+            layers = list(blend(model.model, compose_layer, TINY["num_hidden_layers"], ids.numel(), ids, 1.0))
         assert len(trace) == TINY["num_hidden_layers"] - 1  # every layer with queries
         for index, mass in enumerate(trace):
             expected = attentions[index][0, :, ids.numel():, :ids.numel()].sum(dim=(0, 1))
@@ -94,15 +101,15 @@ def test_oracle_patches_the_full_prompts_numbers():
     model = BlockAttentionLlamaForCausalLM(BlockAttentionLlamaConfig(**TINY)).eval()
     caches = _caches(model)
     ids = bam._document_ids(caches, "x")[None]
+    tokens = ids.shape[1]
     with torch.no_grad():
         reference = model(ids, use_cache=True).past_key_values
+    composed, compose_layer = _fresh_layers(model, caches)
     for ratio in (0.0, 0.3, 1.0):
         patched = rules().make_oracle(rules().RULES["oracle"], reference)
         with torch.no_grad():
-            composed = bam._compose_row(model, model.model, caches, 0.0, "x")
-            layers = list(patched(model.model, lambda i: (composed[0][i].clone(), composed[1][i].clone()),
-                                  TINY["num_hidden_layers"], 56, None, ratio))
-        schedule = bam.recompute_schedule(ratio, TINY["num_hidden_layers"], 56)
+            layers = list(patched(model.model, compose_layer, TINY["num_hidden_layers"], tokens, None, ratio))
+        schedule = bam.recompute_schedule(ratio, TINY["num_hidden_layers"], tokens)
         for index, (keys, values) in enumerate(layers):
             exact = (values == reference.layers[index].values[0]).all(dim=(0, 2))
             changed = (values != composed[1][index]).any(dim=(0, 2))
