@@ -50,6 +50,14 @@ def test_cli_encode_bad_lines_info_verify_repair_answer(tmp_path, checkpoint, qa
     assert "repair:" in capsys.readouterr().err
     assert cli_main(["verify", "--store", str(store_dir), "--no-progress"]) == 0
     assert len(RepresentationStore(store_dir)) == unique
+    capsys.readouterr()
+    assert cli_main(["info", "--store", str(store_dir)]) == 0  # the quarantined shard is counted apart
+    out = capsys.readouterr().out
+    assert "file(s) under quarantine/" in out
+    info = RepresentationStore(store_dir).info()
+    assert info["quarantine_files"] >= 1 and 0 < info["quarantine_bytes"] < info["bytes_on_disk"]
+    assert info["quarantine_bytes"] == sum(f.stat().st_size for f in (store_dir / "quarantine").rglob("*")
+                                           if f.is_file())
     questions = write_jsonl(tmp_path / "q.jsonl", qa_rows[:20])
     preds = tmp_path / "preds.jsonl"
     assert cli_main(["answer", str(checkpoint), "--store", str(store_dir), "--questions", str(questions),
@@ -420,6 +428,16 @@ def test_a_store_of_another_compute_dtype_is_named(tmp_path, checkpoint, qa_rows
     assert cli_main(verify) == 2
     assert "--compute-dtype float16" in capsys.readouterr().err
     assert cli_main([*verify, "--compute-dtype", "float16"]) == 0
+    # the wider direction: float32 states, a bfloat16 run (weights loaded in bfloat16 cast back to float32 are not
+    # the checkpoint's float32 weights, so the hint reloads the checkpoint in each dtype)
+    fp32_store = tmp_path / "store32"
+    assert cli_main(["encode", str(checkpoint), "--documents", str(docs), *common[2:], "--store",
+                     str(fp32_store)]) == 0
+    capsys.readouterr()
+    answer[answer.index(str(store_dir))] = str(fp32_store)
+    assert cli_main([*answer, "--compute-dtype", "bfloat16"]) == 2
+    err = capsys.readouterr().err
+    assert "computed in float32" in err and "--compute-dtype float32" in err, err
 
 
 def test_no_progress_silences_the_weight_loading_bar(tmp_path, checkpoint, qa_rows):
@@ -444,3 +462,83 @@ def test_help_says_what_the_commands_do(capsys):
         cli_main(["encode", "--help"])
     out = capsys.readouterr().out
     assert "--compute-dtype" in out and "reference-deformer" in out
+
+
+def test_a_mistyped_model_or_option_gets_one_line_in_the_cli_words(tmp_path, qa_rows, capsys):
+    """A misspelled shipped name is named with the closest shipped one (not transformers' advice to check the
+    internet connection); a folder of an unknown model type points to `hf-readonce info`; usage errors are one line;
+    both spellings of a storage dtype are read."""
+    docs = write_jsonl(tmp_path / "docs.jsonl", qa_rows[:1])
+    store = tmp_path / "s"
+    assert cli_main(["encode", "reference-deformr", "--documents", str(docs), "--store", str(store)]) == 2
+    err = capsys.readouterr().err
+    assert "did you mean 'reference-deformer'?" in err and "internet" not in err.split("Hub could not")[0], err
+    unknown = tmp_path / "foo_model"
+    unknown.mkdir()
+    (unknown / "config.json").write_text(json.dumps({"model_type": "foo"}))
+    assert cli_main(["encode", str(unknown), "--documents", str(docs), "--store", str(store)]) == 2
+    err = capsys.readouterr().err
+    assert "model_type 'foo' is neither" in err and "deformer_bert" in err and "pip install" not in err, err
+    for argv in (["encode", "x", "--documents", str(docs), "--store", str(store), "--dtype", "float17"], ["encde"]):
+        with pytest.raises(SystemExit) as stop:
+            cli_main(argv)
+        assert stop.value.code == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "--help` lists the options" in err and "usage" not in err, err
+    from hf_readonce.cli import build_parser
+
+    for spelling in ("fp16", "float16"):
+        parsed = build_parser().parse_args(["encode", "m", "--documents", "d", "--store", "s", "--dtype", spelling])
+        assert parsed.dtype == "float16"
+
+
+def test_a_reader_that_stops_early_is_no_error(monkeypatch, capsys):
+    """`hf-readonce info | head -1`: the closed pipe ends the command quietly with status 141 (128 + SIGPIPE), not
+    with an 'unexpected error' line."""
+    import hf_readonce.cli as cli
+
+    def stopped_reader(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli, "cmd_checkpoints", stopped_reader)
+    monkeypatch.setattr(cli, "_silence_stdout", lambda: None)  # capsys' stdout has no descriptor to redirect
+    assert cli_main(["checkpoints"]) == 141
+    assert capsys.readouterr().err == ""
+
+
+def test_demo_errors_are_one_line_and_take_hyphenated_options(tmp_path, capsys):
+    """`demo` stops as the other commands do (`hf-readonce demo: error: ...`, status 2) and reads `--data-dir` as
+    well as `--data_dir`; naming the `disfl_qa/` folder itself is understood."""
+    for option in ("--data-dir", "--data_dir"):
+        with pytest.raises(SystemExit) as stop:
+            cli_main(["demo", option, str(tmp_path / "nowhere")])
+        assert stop.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("hf-readonce demo: error: ") and "nowhere/disfl_qa/train.jsonl not found" in err, err
+    folder = tmp_path / "data" / "disfl_qa"
+    folder.mkdir(parents=True)
+    (folder / "train.jsonl").write_text("")
+    with pytest.raises(SystemExit):
+        cli_main(["demo", "--data-dir", str(folder)])
+    assert f"{folder}/validation.jsonl not found" in capsys.readouterr().err
+
+
+def test_gold_answers_as_a_list_of_strings_are_scored(tmp_path, checkpoint, qa_rows, capsys):
+    """`"answers": ["Paris"]` is scored like SQuAD's `{"text": ["Paris"]}`; answers in a shape the CLI cannot read
+    are said, not skipped in silence."""
+    rows = qa_rows[:3]
+    docs = write_jsonl(tmp_path / "docs.jsonl", rows)
+    store = tmp_path / "store"
+    common = ["--store", str(store), "--no-progress", "--max-passage-length", "64", "--doc-stride", "16"]
+    assert cli_main(["encode", str(checkpoint), "--documents", str(docs), *common]) == 0
+    answer = ["answer", str(checkpoint), "--output", str(tmp_path / "p.jsonl"), *common]
+    outputs = {}
+    for name, shape in (("squad", lambda a: a), ("list", lambda a: list(a["text"])),
+                        ("other", lambda a: {"answer": a["text"]})):
+        questions = write_jsonl(tmp_path / f"{name}.jsonl", [{**r, "answers": shape(r["answers"])} for r in rows])
+        capsys.readouterr()
+        assert cli_main([*answer, "--questions", str(questions)]) == 0
+        outputs[name] = capsys.readouterr()
+    scores = [line for line in outputs["squad"].out.splitlines() if " EM " in line]
+    assert scores and scores == [line for line in outputs["list"].out.splitlines() if " EM " in line]
+    assert " EM " not in outputs["other"].out and "3 of 3 question(s) carry no gold answers" in outputs["other"].err

@@ -70,6 +70,20 @@ def test_benchmark_tables_come_from_every_results_file():
 
 @pytest.mark.skipif(importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("mkdocstrings") is None,
                     reason="mkdocs and mkdocstrings (the docs and dev extras) build the site")
+def test_a_model_page_joins_the_navigation_without_editing_mkdocs_yml(tmp_path):
+    """`docs/models/<family>.md` is listed under "Model families" by the hook; listed pages are not repeated."""
+    import yaml
+
+    (tmp_path / "models").mkdir()
+    for name in ("deformer_bert", "toy_bert"):
+        (tmp_path / "models" / f"{name}.md").write_text(f"# The {name} family\n\ntext\n")
+    nav = yaml.safe_load("nav:\n" + (REPO_ROOT / "mkdocs.yml").read_text().split("\nnav:\n", 1)[1])["nav"]
+    section = next(entry["Model families"] for entry in _hooks().model_pages_nav(nav, tmp_path)
+                   if isinstance(entry, dict) and "Model families" in entry)
+    uris = [uri for item in section for uri in item.values()]
+    assert uris.count("models/deformer_bert.md") == 1 and section[-1] == {"The toy_bert family": "models/toy_bert.md"}
+
+
 def test_site_builds_strict_with_no_warning(tmp_path):
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1",
                PYTHONPATH=os.pathsep.join(p for p in (str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH")) if p))

@@ -88,3 +88,19 @@ def test_compute_dtype_hint_names_the_dtype_of_the_same_weights():
     assert compute_dtype_hint(fp32, [tiny_model(seed=1).representation_fingerprint()]) is None  # other weights
     assert compute_dtype_hint(fp32, []) is None
     assert fp32.dtype == torch.float32  # the model itself is untouched
+
+
+def test_compute_dtype_hint_reloads_to_find_a_wider_dtype():
+    """float32 states, a bfloat16 model: bfloat16 weights cast back are not the float32 weights, so only reloading
+    the checkpoint in float32 (`load`) finds the dtype."""
+    stored = tiny_model().representation_fingerprint()  # float32
+    bf16 = tiny_model().to(torch.bfloat16)
+    assert compute_dtype_hint(bf16, [stored]) is None  # cast back: other numbers
+    loads = []
+
+    def load(dtype):
+        loads.append(dtype)
+        return tiny_model().to(dtype)
+
+    assert compute_dtype_hint(bf16, [stored], load=load) == torch.float32
+    assert loads == [torch.float32]

@@ -46,7 +46,7 @@ def test_missing_everywhere_names_repo_and_command(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError) as error:
         weights.reference_deformer_path()
     assert "hf-readonce/deformer-minilm-qa-reference" in str(error.value)
-    assert "huggingface-cli download" in str(error.value)
+    assert "hf download" in str(error.value)
 
 
 def test_unknown_name():

@@ -10,7 +10,8 @@ elsewhere is retyped in the docs:
 - `<!-- generated: benchmark NAME -->`: the table of one results file (`NAME` relative to `benchmarks/results/`).
 
 It also adds the figures under `benchmarks/results/` (`*.png`) to the site as `results/<path>`, so model pages show
-the plots the benchmarks wrote. `render_cli_reference()` and `render_benchmark_tables()` are importable for tests.
+the plots the benchmarks wrote, and lists every `docs/models/*.md` page under "Model families" in the navigation
+(`model_pages_nav`: a new family's page needs no line in `mkdocs.yml`). `render_cli_reference()` and `render_benchmark_tables()` are importable for tests.
 """
 
 from __future__ import annotations
@@ -230,10 +231,29 @@ def render_benchmark_tables() -> str:
 
 
 # ---------------------------------------------------------------------------------------------------- mkdocs hooks
+def model_pages_nav(nav: list, docs_dir: Path) -> list:
+    """`nav` with every `models/*.md` page that the "Model families" section does not list yet appended to it,
+    titled by the page's first `# ` heading: a new family's page needs no line in `mkdocs.yml`. `nav` without that
+    section is returned unchanged."""
+    for entry in nav:
+        if isinstance(entry, dict) and "Model families" in entry:
+            section = entry["Model families"]
+            listed = {value for item in section if isinstance(item, dict) for value in item.values()}
+            for page in sorted((docs_dir / "models").glob("*.md")):
+                uri = f"models/{page.name}"
+                if uri not in listed:
+                    heading = next((line[2:].strip() for line in page.read_text().splitlines()
+                                    if line.startswith("# ")), page.stem)
+                    section.append({heading: uri})
+    return nav
+
+
 def on_config(config, **kwargs):
     src = str(REPO_ROOT / "src")
     if src not in sys.path:
         sys.path.insert(0, src)
+    if config.get("nav"):
+        config["nav"] = model_pages_nav(config["nav"], Path(config["docs_dir"]))
     return config
 
 

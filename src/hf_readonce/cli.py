@@ -32,7 +32,7 @@ dtype on CUDA); `encode --dtype` is the storage dtype, a separate setting.
 Exit status: 0 success; 1 corruption found (`verify`), documents left unrepaired, bad input lines with `--strict`,
 or an input file that holds no documents / questions (or none under `--text-field`); 2 usage errors and errors that
 stop a command (one line saying why and what to do; never a traceback: set `HF_READONCE_TRACEBACK=1` to see one for
-an unexpected error).
+an unexpected error); 141, quietly, when the reader of the output stops early (`hf-readonce info | head -1`).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ import time
 from pathlib import Path
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_ERROR = 0, 1, 2
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader went away
 COMPUTE_DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")  # hf_readonce.dtypes (not imported: fast --help)
 
 
@@ -140,6 +141,23 @@ def _finite(value: float, option: str, positive: bool = False) -> float:
     return value
 
 
+_STORAGE_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+def _storage_dtype(value: str) -> str:
+    """A storage dtype option (`encode --dtype`, `publish --dtype`) in either spelling, `fp16` or `float16` (the
+    spelling of `--compute-dtype`): the torch name (`"float16"`).
+
+    Raises:
+        argparse.ArgumentTypeError: for any other value (argparse's usage error, exit status 2).
+    """
+    name = _STORAGE_DTYPES.get(value, value)
+    if name not in _STORAGE_DTYPES.values():
+        raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from fp16, bf16, fp32 or float16, "
+                                         "bfloat16, float32)")
+    return name
+
+
 def _one_line(error: BaseException) -> str:
     """An exception as one line: its message's first line (or its type), with the file of an `OSError`."""
     if isinstance(error, OSError) and error.strerror:
@@ -185,6 +203,38 @@ def _resolve_model(name: str) -> str:
     return name
 
 
+def _config_error(name_or_path: str, error: Exception) -> str:
+    """The one-line reason `AutoConfig.from_pretrained(name_or_path)` failed, in the words of this package: a local
+    folder whose `model_type` no installed family or transformers architecture knows points to `hf-readonce info`;
+    a name that is neither a folder nor a shipped checkpoint and that the Hub could not provide names the shipped
+    checkpoints (the closest first) instead of transformers' advice to check the internet connection."""
+    import difflib
+
+    from .representations import registered_families
+    from .weights import SHIPPED_NAMES
+
+    config_file = Path(name_or_path) / "config.json"
+    if config_file.is_file():
+        try:
+            model_type = json.loads(config_file.read_text()).get("model_type")
+        except (OSError, ValueError, AttributeError):
+            return f"cannot load model {name_or_path!r}: {config_file} is not a JSON object ({_one_line(error)})."
+        from transformers import CONFIG_MAPPING
+
+        if model_type and model_type not in CONFIG_MAPPING:
+            families = ", ".join(t for s in registered_families().values() for t in s.model_types)
+            return (f"cannot load model {name_or_path!r}: its model_type {model_type!r} is neither a transformers "
+                    f"architecture nor an hf-readonce family (installed families: {families}; `hf-readonce info` "
+                    "lists what each can do).")
+        return f"cannot load model {name_or_path!r}: {_one_line(error)}"
+    if Path(name_or_path).exists():
+        return f"cannot load model {name_or_path!r}: {_one_line(error)}"
+    close = difflib.get_close_matches(name_or_path, list(SHIPPED_NAMES), n=1)
+    guess = f"did you mean {close[0]!r}? " if close else ""
+    return (f"cannot load model {name_or_path!r}: no such folder, not a shipped checkpoint ({guess}shipped: "
+            f"{', '.join(SHIPPED_NAMES)}), and the Hub could not provide it ({_one_line(error)}).")
+
+
 def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, device="cpu", seed: int = 0,
                   allow_readonce: bool = False, compute_dtype: str = "auto"):
     """Load a model and its fast tokenizer through the family registry: the adapter registered for the checkpoint's
@@ -208,7 +258,7 @@ def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, d
     try:
         config = AutoConfig.from_pretrained(name_or_path)
     except (OSError, ValueError) as error:
-        raise CommandError(f"cannot load model {name_or_path!r}: {error}") from None
+        raise CommandError(_config_error(name_or_path, error)) from None
     try:
         adapter_class = get_adapter_class(config.model_type)
     except ValueError:
@@ -422,7 +472,7 @@ def cmd_encode(args) -> int:
         total = len({content_hash(text) for _, text in iter_documents(documents, text_field=args.text_field,
                                                                       id_field=args.id_field, problems=[])})
     doc_iter = iter_documents(documents, text_field=args.text_field, id_field=args.id_field, problems=problems)
-    dtype = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}[args.dtype]
+    dtype = args.dtype
     try:
         stats = fill_store(adapter, store, doc_iter, dtype=dtype,
                                  shard_size_bytes=int(args.shard_size_mb * 1024 * 1024),
@@ -628,7 +678,8 @@ def _answer(args) -> int:
             max_answer_length=args.max_answer_length, allow_no_answer=allow_no_answer,
             null_score_diff_threshold=threshold, encode_missing=args.encode_missing, progress=not args.no_progress)
     except RepresentationMismatchError as error:
-        raise CommandError(_with_compute_dtype_hint(str(error), model, store)) from None
+        raise CommandError(_with_compute_dtype_hint(str(error), model, store, args.model, _device(args.device),
+                                                    num_decomposed_layers=args.num_decomposed_layers)) from None
     except (MissingRepresentationError, ValueError) as error:
         raise CommandError(str(error)) from None
     seconds = time.perf_counter() - start
@@ -638,22 +689,48 @@ def _answer(args) -> int:
           f"({len(examples) / max(seconds, 1e-9):.1f} questions/s); predictions written to {output}", flush=True)
     print(f"settings: max_question_length {max_question_length}, allow_no_answer {allow_no_answer}"
           + (f", null_score_diff_threshold {threshold:.3f}" if allow_no_answer else ""), flush=True)
-    gold = [e for e in examples if isinstance(e.get("answers"), dict) and "text" in e["answers"]]
-    if gold and len(gold) == len(examples):
+    scored = _with_gold_answers(examples)
+    if scored is not None:
         from .tasks.question_answering import format_scores, score_qa, trivial_baselines
 
-        print(format_scores("model", score_qa(predictions, examples)), flush=True)
-        for name, scores in trivial_baselines(examples).items():
+        print(format_scores("model", score_qa(predictions, scored)), flush=True)
+        for name, scores in trivial_baselines(scored).items():
             print(format_scores(f"baseline: {name.replace('_', '-')}", scores), flush=True)
     return EXIT_OK
 
 
-def _with_compute_dtype_hint(message: str, model, store) -> str:
+def _with_gold_answers(examples: list[dict]) -> list[dict] | None:
+    """The questions with their gold answers in SQuAD's shape (`"answers": {"text": [...], "answer_start": [...]}`)
+    when every question carries gold answers, `None` (no EM/F1 printed) otherwise. A plain list of strings is read as
+    the answer texts (`[]`: no answer). When some questions carry `answers` but not all in a readable shape, a note on
+    stderr says why no scores follow (a silent skip looked like a missing feature)."""
+    readable = []
+    for example in examples:
+        answers = example.get("answers")
+        if isinstance(answers, dict) and "text" in answers:
+            readable.append(example)
+        elif isinstance(answers, list) and all(isinstance(text, str) for text in answers):
+            readable.append({**example, "answers": {"text": list(answers), "answer_start": [0] * len(answers)}})
+    if readable and len(readable) == len(examples):
+        return readable
+    carrying = sum("answers" in example for example in examples)
+    if carrying:
+        print(f"note: no EM/F1: {len(examples) - len(readable)} of {len(examples)} question(s) carry no gold answers "
+              'in a readable shape ("answers": {"text": [...]} as in SQuAD, or a list of strings).', file=sys.stderr)
+    return None
+
+
+def _with_compute_dtype_hint(message: str, model, store, name: str, device, **load_kwargs) -> str:
     """`message` (a representation mismatch), plus the compute dtype that made the store's states when the store
-    holds this model's weights computed in another dtype (`hf_readonce.dtypes.compute_dtype_hint`)."""
+    holds this checkpoint's weights computed in another dtype (`hf_readonce.dtypes.compute_dtype_hint`, the
+    checkpoint `name` reloaded in each dtype as `--compute-dtype` would load it, with `load_qa_model`'s other
+    arguments `load_kwargs`)."""
     from .dtypes import compute_dtype_hint, dtype_name
 
-    found = compute_dtype_hint(model, {space.fingerprint for space in store.spaces()})
+    def load(dtype):
+        return load_qa_model(name, device=device, compute_dtype=dtype_name(dtype), **load_kwargs)[0]
+
+    found = compute_dtype_hint(model, {space.fingerprint for space in store.spaces()}, load=load)
     if found is None:
         return message
     return (f"{message} The store holds this checkpoint's states computed in {dtype_name(found)}; this run computes "
@@ -699,14 +776,14 @@ def _answer_generative(args, store, examples, output) -> int:
           f"generating {timings['generate_seconds']:.2f} s); predictions written to {output}", flush=True)
     print(f"settings: prompt <passage caches>{QUESTION_TEMPLATE!r}, greedy, max_new_tokens {args.max_answer_length}, "
           f"answer cut at its first newline, recompute ratio {args.recompute_ratio or 0.0:g}", flush=True)
-    gold = [e for e in examples if isinstance(e.get("answers"), dict) and "text" in e["answers"]]
-    if gold and len(gold) == len(examples):
+    scored = _with_gold_answers(examples)
+    if scored is not None:
         from .tasks.question_answering import format_scores, score_qa, trivial_baselines
 
-        print(format_scores("model", score_qa(predictions, examples)), flush=True)
+        print(format_scores("model", score_qa(predictions, scored)), flush=True)
         # the baselines read one passage: the row's `context` when it is a str, else its first passage
         first = [{**e, "context": e["context"] if isinstance(e.get("context"), str) else passages_of(e)[0]}
-                 for e in examples]
+                 for e in scored]
         for name, scores in trivial_baselines(first).items():
             print(format_scores(f"baseline: {name.replace('_', '-')}", scores), flush=True)
     return EXIT_OK
@@ -752,7 +829,8 @@ def cmd_info(args) -> int:
             print(f"    commands: {', '.join(commands)}"
                   + (f"; stores {row['representation']}" if row["representation"] else ""))
             for option, about in row["encode_options"].items():
-                print(f"    encode {option} (default {about['default']}): {about['help']}")
+                default = "" if about["default"] is None else f", else {about['default']}"
+                print(f"    encode {option} (default: the value the checkpoint records{default}): {about['help']}")
         return EXIT_OK
     store = _open_store(args.store, readonly=True, create=False, command="info")
     info = store.info()
@@ -762,6 +840,10 @@ def cmd_info(args) -> int:
     print(f"store {info['path']} (format version {info['format_version']})")
     print(f"documents: {info['documents']}  shards: {info['shards']}  size on disk: "
           f"{_human_bytes(info['bytes_on_disk'])}")
+    if info["quarantine_files"]:
+        print(f"  of which {_human_bytes(info['quarantine_bytes'])} in {info['quarantine_files']} file(s) under "
+              "quarantine/: damaged files `encode --repair` moved aside, never read again (delete the folder once "
+              "you no longer need them)")
     for key, space in info["spaces"].items():
         print(f"- space {key[:16]}: model_type {space['model_type']}, fingerprint {space['fingerprint']}")
         print(f"    settings {json.dumps(space['settings'], sort_keys=True)}")
@@ -886,7 +968,8 @@ def _recompute(args, store, corrupted):
         reports += found
         if not reports and len(args.model) == 1:
             message = f"no representation space of {store.path} was made by --model {name}."
-            hinted = _with_compute_dtype_hint(message, model, store)
+            hinted = _with_compute_dtype_hint(message, model, store, _resolve_model(name), device,
+                                              allow_readonce=True)
             if hinted != message:
                 raise CommandError(hinted)
         del model
@@ -928,7 +1011,7 @@ def cmd_checkpoints(args) -> int:
         try:
             where = str(shipped_checkpoint_path(name, verify=False))
         except FileNotFoundError:
-            where = f"not found: huggingface-cli download {checkpoint.repo_id}"
+            where = f"not found: hf download {checkpoint.repo_id}"
             status = EXIT_PROBLEMS
         print(f"{name:<20} {where}\n{'':<20} {description} (Hub: {checkpoint.repo_id})")
     return status
@@ -983,12 +1066,21 @@ def _hub_error(error: BaseException) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------- parser
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors are one line, like every other error of the CLI: `hf-readonce encode:
+    error: argument --dtype: invalid choice ... (hf-readonce encode --help lists the options)`, exit status 2 (the
+    full usage of a command with twenty options buried the reason)."""
+
+    def error(self, message):
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
+
+
 def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
     """The argparse parser of every subcommand except `demo` (which parses its own arguments). With
     `family_options`, `encode` also takes the option of every setting a registered adapter declares in its
     `cli_settings` that the fixed options do not cover (this loads the families)."""
-    parser = argparse.ArgumentParser(prog="hf-readonce", description="Read a document once, reuse it everywhere.",
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="hf-readonce", description="Read a document once, reuse it everywhere.",
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="the shipped DeFormer answers Disfl-QA validation from cached passage states: EM/F1 "
                                 "beside baselines, and the speed-up (--distill distils one here first; see "
@@ -1026,8 +1118,8 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
                              "as `hf-readonce info` lists it)")
     encode.add_argument("--text-field", default="context", help="field holding the text (default: context)")
     encode.add_argument("--id-field", default="id", help="field naming the document in reports (default: id)")
-    encode.add_argument("--dtype", choices=("fp32", "fp16", "bf16"), default="fp16",
-                        help="storage dtype of the states (default fp16)")
+    encode.add_argument("--dtype", type=_storage_dtype, default="float16", metavar="{fp16,bf16,fp32}",
+                        help="storage dtype of the states (default fp16; float16, bfloat16, float32 also read)")
     encode.add_argument("--shard-size-mb", type=float, default=64.0, help="shard size in MiB (default 64)")
     encode.add_argument("--repair", action="store_true",
                         help="verify first; drop corrupted documents (quarantining their shards) and recompute them")
@@ -1109,8 +1201,9 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
                                                        "dataset (beside --local-dir, or pushed) and linked from the card")
     publish.add_argument("--representations-repo", default=None,
                          help="dataset repo of the representations (default: REPO_ID-representations)")
-    publish.add_argument("--dtype", choices=("float32", "float16", "bfloat16"), default=None,
-                         help="storage dtype to declare (default: the store's, else float16)")
+    publish.add_argument("--dtype", type=_storage_dtype, default=None, metavar="{float16,bfloat16,float32}",
+                         help="storage dtype to declare (default: the store's, else float16; fp16, bf16, fp32 also "
+                              "read)")
     publish.add_argument("--metrics", default=None, help="the run's metrics JSON (eval_results.json): fills the "
                                                          "card's model-index and results table")
     publish.add_argument("--dataset-type", default=None, help="Hub id of the evaluation data set of --metrics")
@@ -1190,38 +1283,56 @@ def main(argv=None) -> int:
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "demo":
-        from . import register_models
-        from .recipes.demo import main as demo_main
+        command, restore = "demo", None
 
-        register_models()
+        def run() -> int:
+            from . import register_models
+            from .recipes.demo import main as demo_main
 
-        demo_main(argv[1:])
-        return EXIT_OK
-    parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
-    if unknown:  # perhaps the option of a family's own setting; otherwise argparse's usage error
-        parser = build_parser(family_options=args.command == "encode")
-        args = parser.parse_args(argv)
-    restore = _disable_progress_bars() if getattr(args, "no_progress", False) else None
+            register_models()
+            demo_main(argv[1:])
+            return EXIT_OK
+    else:
+        parser = build_parser()
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:  # perhaps the option of a family's own setting; otherwise argparse's usage error
+            parser = build_parser(family_options=args.command == "encode")
+            args = parser.parse_args(argv)
+        command = args.command
+        restore = _disable_progress_bars() if getattr(args, "no_progress", False) else None
+
+        def run() -> int:
+            return args.func(args)
     try:
-        return args.func(args)
+        return run()
     except CommandError as error:
-        print(f"hf-readonce {args.command}: error: {error}", file=sys.stderr)
+        print(f"hf-readonce {command}: error: {error}", file=sys.stderr)
         return error.status
     except KeyboardInterrupt:
-        print(f"hf-readonce {args.command}: interrupted; committed shards are kept, re-run to finish.",
-              file=sys.stderr)
+        print(f"hf-readonce {command}: interrupted; committed shards are kept, re-run to finish.", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of stdout stopped (`hf-readonce info | head -1`): as `head` expects, quietly
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     except Exception as error:  # the last line of defence: a user never sees a traceback
         if os.environ.get("HF_READONCE_TRACEBACK", "") not in ("", "0"):
             raise
-        print(f"hf-readonce {args.command}: error: {_one_line(error)} ({type(error).__name__}; unexpected here: set "
+        print(f"hf-readonce {command}: error: {_one_line(error)} ({type(error).__name__}; unexpected here: set "
               "HF_READONCE_TRACEBACK=1 to see where, and please report it)", file=sys.stderr)
         return EXIT_ERROR
     finally:
         if restore is not None:
             restore()
 
+
+def _silence_stdout() -> None:
+    """Point stdout at the null device, so that the interpreter's last flush of output nobody reads any more cannot
+    raise `BrokenPipeError` again at exit (the recipe of Python's `signal` documentation, "Note on SIGPIPE")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout without a file descriptor (a test's StringIO)
+        pass
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -82,14 +82,18 @@ def load_dtype(requested, device, config) -> torch.dtype:
     return resolve_compute_dtype(requested, device, checkpoint_dtype(config))
 
 
-def compute_dtype_hint(model, fingerprints) -> torch.dtype | None:
-    """Which other compute dtype of the same weights would have made one of `fingerprints`: the model (a copy of
-    it, cast) is fingerprinted in float32, float16 and bfloat16 in turn. Called on the error path only (it copies
-    the model).
+def compute_dtype_hint(model, fingerprints, load=None) -> torch.dtype | None:
+    """Which other compute dtype of the same weights would have made one of `fingerprints`: the model is
+    fingerprinted in float32, float16 and bfloat16 in turn. Called on the error path only (it copies or reloads the
+    model).
 
     Args:
         model: a model with `representation_fingerprint()` (every hf-readonce model that stores representations).
         fingerprints (`Iterable[str]`): the fingerprints a store holds.
+        load (`Callable[[torch.dtype], model]`, *optional*): loads the checkpoint to compute in a dtype, as the
+            command that would read the store loads it. Without it the model is copied and cast, which finds a
+            narrower dtype (float32 weights cast to float16 are what loading in float16 gives) but not a wider one:
+            weights loaded in bfloat16 and cast back to float32 are not the checkpoint's float32 weights.
 
     Returns:
         `torch.dtype` or `None`: the first dtype whose fingerprint is among `fingerprints`, `None` if none is (other
@@ -102,7 +106,8 @@ def compute_dtype_hint(model, fingerprints) -> torch.dtype | None:
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         if dtype == current:
             continue
-        if copy.deepcopy(model).to(dtype).representation_fingerprint() in wanted:
+        other = load(dtype) if load is not None else copy.deepcopy(model).to(dtype)
+        if other.representation_fingerprint() in wanted:
             return dtype
     return None
 

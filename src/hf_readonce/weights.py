@@ -243,7 +243,7 @@ def resolve_reference_checkpoint(checkpoint: ReferenceCheckpoint | str, verify: 
         raise FileNotFoundError(
             f"The reference checkpoint {checkpoint.name!r} was not found: not in ${CHECKPOINTS_ENV}, not in a source "
             f"checkout ({SOURCE_CHECKPOINTS_DIR / checkpoint.name}) and not in the Hub cache. Fetch it with "
-            f"`huggingface-cli download {checkpoint.repo_id} --revision {checkpoint.revision}` (or clone the "
+            f"`hf download {checkpoint.repo_id} --revision {checkpoint.revision}` (or clone the "
             "hf-readonce repository, which holds it under checkpoints/).")
     if verify:
         verify_checksums(folder)

@@ -57,14 +57,20 @@ def test_family_folder_and_card(name, published):
             pipeline_file = pipeline_class.__module__.rsplit(".", 1)[1] + ".py"
             assert pipeline_file in files
             assert config["custom_pipelines"][task]["impl"] == f"{pipeline_file[:-3]}.{pipeline_class.__name__}"
-    else:  # transformers' text-generation runs it
-        assert "custom_pipelines" not in config and {task for task, _, _ in case.calls} == {"text-generation"}
+    else:  # transformers' own pipelines run it (block-attention Llama: text-generation)
+        from transformers.pipelines import SUPPORTED_TASKS
+
+        assert "custom_pipelines" not in config and {task for task, _, _ in case.calls} <= set(SUPPORTED_TASKS)
     if case.auto_class in ("AutoModelForSeq2SeqLM", "AutoModelForCausalLM"):
         assert "generation_config.json" in files
     card = ModelCard.load(folder / "README.md")
     assert card.data.library_name == "transformers" and card.data.pipeline_tag == case.pipeline_tag
     assert card.data.tags == ["hf-readonce", case.method_tag, "custom_code"]
-    assert card.data.widget and "trust_remote_code=True" in card.text
+    from hf_readonce.hub.cards import DEFAULT_WIDGETS
+
+    declared = family_of(name).cards[name].widget  # the family's own examples, else the task's default
+    assert card.data.widget == ([dict(w) for w in declared or DEFAULT_WIDGETS.get(case.pipeline_tag, [])] or None)
+    assert "trust_remote_code=True" in card.text
     assert case.pipeline_tag in {task for task, _, _ in case.calls}
 
 
@@ -97,14 +103,14 @@ def test_card_loading_lines_run_without_prompt_or_warning(published, tmp_path):
 
     from tests.conftest import BLOCK_HF_READONCE
 
-    lines = ["from transformers import AutoModelForCausalLM, AutoModelForQuestionAnswering, AutoModelForSeq2SeqLM, "
-             "AutoTokenizer"]
+    lines = []
     for name, entry in published.items():
         text = (entry["folder"] / "README.md").read_text()
         found = re.findall(r"^(?:model|tokenizer) = Auto\w+\.from_pretrained\(.*$", text, re.M)
         assert any(line.startswith("tokenizer") for line in found) or name == "readtwice_bert", name
         lines += [line.replace(f'"{entry["repo_id"]}"', repr(str(entry["folder"]))) for line in found]
-    lines.append("print('LOADED')")
+    auto_classes = sorted({re.search(r"= (Auto\w+)\.", line).group(1) for line in lines})  # what the cards use
+    lines = [f"from transformers import {', '.join(auto_classes)}", *lines, "print('LOADED')"]
     script = BLOCK_HF_READONCE + "\n" + textwrap.dedent("\n".join(lines))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, stdin=subprocess.DEVNULL,
                           timeout=600, cwd=tmp_path, env={**__import__("os").environ, "PYTHONPATH": "",

@@ -52,6 +52,13 @@ def _compute_dtype_name(requested: str, checkpoint) -> str:
     return dtype_name(resolve_compute_dtype(requested, "cuda" if torch.cuda.is_available() else "cpu", checkpoint))
 
 
+def _fail(message: str):
+    """Stop the demo as every `hf-readonce` command stops on an error: one line `hf-readonce demo: error: ...` on
+    stderr, exit status 2."""
+    print(f"hf-readonce demo: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def _default_data_dir() -> str:
     return os.environ.get("HF_READONCE_DATA", str(Path.cwd().parent / "shared" / "data"))
 
@@ -99,12 +106,12 @@ def main(argv=None) -> dict:
         speed-ups).
 
     Raises:
-        SystemExit: with a clear message when the data files or the reference checkpoint are missing, or the
-            reference checkpoint fails its checksum.
+        SystemExit: status 2 after one line `hf-readonce demo: error: ...` on stderr when the data files or the
+            reference checkpoint are missing, or the reference checkpoint fails its checksum.
     """
     parser = argparse.ArgumentParser(prog="hf-readonce demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data_dir", default=_default_data_dir(),
+    parser.add_argument("--data_dir", "--data-dir", default=_default_data_dir(),
                         help="folder holding disfl_qa/{train,validation}.jsonl (default ../shared/data or "
                              "$HF_READONCE_DATA)")
     parser.add_argument("--distill", action="store_true",
@@ -118,33 +125,40 @@ def main(argv=None) -> dict:
     parser.add_argument("--teacher", default=None,
                         help="with --distill: full QA checkpoint to decompose and distil from (default: the shipped "
                              "reference)")
-    parser.add_argument("--num_decomposed_layers", type=int, default=4, help="with --distill: k")
-    parser.add_argument("--max_steps", type=int, default=60, help="with --distill: steps of --batch_size examples")
-    parser.add_argument("--batch_size", type=int, default=16)
-    parser.add_argument("--learning_rate", type=float, default=1e-4)
-    parser.add_argument("--no_distillation", action="store_true",
+    parser.add_argument("--num_decomposed_layers", "--num-decomposed-layers", type=int, default=4,
+                        help="with --distill: k")
+    parser.add_argument("--max_steps", "--max-steps", type=int, default=60,
+                        help="with --distill: steps of --batch_size examples")
+    parser.add_argument("--batch_size", "--batch-size", type=int, default=16)
+    parser.add_argument("--learning_rate", "--learning-rate", type=float, default=1e-4)
+    parser.add_argument("--no_distillation", "--no-distillation", action="store_true",
                         help="with --distill: train on the span loss only (no KD+LRS from the teacher)")
-    parser.add_argument("--max_train_samples", type=int, default=None,
+    parser.add_argument("--max_train_samples", "--max-train-samples", type=int, default=None,
                         help="read only the first N train rows (quick tries; the calibration split comes from them)")
-    parser.add_argument("--max_eval_samples", type=int, default=None, help="limit validation questions")
-    parser.add_argument("--speed_eval_samples", type=int, default=300,
+    parser.add_argument("--max_eval_samples", "--max-eval-samples", type=int, default=None,
+                        help="limit validation questions")
+    parser.add_argument("--speed_eval_samples", "--speed-eval-samples", type=int, default=300,
                         help="questions timed on both paths for the speed-up (accuracy always uses all)")
-    parser.add_argument("--output_dir", default=None,
+    parser.add_argument("--output_dir", "--output-dir", default=None,
                         help="where to write the results and, with --distill, the model (default: a temporary folder, "
                              "removed at the end)")
-    parser.add_argument("--compute_dtype", default="auto", choices=("auto", "float32", "bfloat16", "float16"),
+    parser.add_argument("--compute_dtype", "--compute-dtype", default="auto",
+                        choices=("auto", "float32", "bfloat16", "float16"),
                         help="dtype answers are computed in (hf_readonce.dtypes): auto = float32 on a CPU, the "
                              "checkpoint's dtype on CUDA")
-    parser.add_argument("--no_bf16", action="store_true",
+    parser.add_argument("--no_bf16", "--no-bf16", action="store_true",
                         help="train in fp32 even where the CPU has native bf16 (answers: see --compute_dtype)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
-    data_dir = Path(args.data_dir)
+    data_dir = Path(args.data_dir).expanduser()
+    if not (data_dir / "disfl_qa").is_dir() and (data_dir / "train.jsonl").is_file():
+        data_dir = data_dir.parent  # the disfl_qa/ folder itself was named
     train_file, validation_file = data_dir / "disfl_qa" / "train.jsonl", data_dir / "disfl_qa" / "validation.jsonl"
     for path in (train_file, validation_file):
         if not path.is_file():
-            raise SystemExit(f"hf-readonce demo: {path} not found; pass --data_dir (folder with disfl_qa/).")
+            _fail(f"{path} not found; pass --data-dir (the folder holding disfl_qa/, e.g. shared/data) or set "
+                  "$HF_READONCE_DATA.")
     from ..weights import reference_deformer_path, reference_qa_path, shipped_checkpoint_path
 
     try:
@@ -160,7 +174,7 @@ def main(argv=None) -> dict:
                 if shipped is not None:
                     setattr(args, name, str(shipped))
     except (FileNotFoundError, ValueError) as error:
-        raise SystemExit(f"hf-readonce demo: {error}") from None
+        _fail(str(error))
     if args.output_dir is None:
         with tempfile.TemporaryDirectory(prefix="hf-readonce-demo-") as output_dir:
             return _run(args, argv, output_dir, train_file, validation_file, keep=False)

@@ -2,8 +2,8 @@
 [`~hf_readonce.store.RepresentationStore`], which fingerprint and settings key them, and how stored tensors become
 the model's own input again. The store itself knows no model; adapters are the only bridge.
 
-A family adds one file to this folder that defines its adapter and registers it on its last line
-(`register_adapter("deformer_bert", DeformerBertAdapter)`, see [`hf_readonce.representations.registry`]).
+A family adds one file to this folder that defines its adapter and declares the family on its last line
+(`register_family(name=..., adapter=MyAdapter, ...)`, see [`hf_readonce.representations.registry`]).
 """
 
 from __future__ import annotations

@@ -29,8 +29,7 @@ class ReadOnceBartAdapter(AdapterBase):
         model ([`ReadOnceBartForConditionalGeneration`]), tokenizer: the model and its tokenizer.
         max_document_length (`int`, *optional*): tokens read per document (longer documents are truncated).
             Defaults to `config.document_chunk_length * k`, the T·k capacity of §5.5 (T·k / k = T representations,
-            as many positions as one chunk of text). hf-readonce 0.2 and earlier defaulted to 256; pass 256 to
-            read stores they wrote (the length is part of the settings a store is keyed by).
+            as many positions as one chunk of text). The length is part of the settings a store is keyed by.
         compression_ratio (`int`, *optional*): k (defaults to the model's); part of the settings, so
             representations of another k are never returned for this one.
         batch_size (`int`, defaults to 32): documents per `encode_documents` call.
@@ -44,8 +43,7 @@ class ReadOnceBartAdapter(AdapterBase):
     checkpoint_model_types = ("readonce_bart",)
     cli_settings = {
         "max_document_length": ("--max-document-length", None,
-                                "tokens read per document (default: the model's chunk length x k, §5.5; "
-                                "0.2 and earlier: 256)"),
+                                "tokens read per document (default: the model's chunk length x k, §5.5)"),
     }
     recompute_needs_text = True  # only the representations are stored, not the tokens
     output_distribution = "first decoder step's token distribution for a fixed probe question"

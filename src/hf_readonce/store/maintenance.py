@@ -67,8 +67,9 @@ class VerifyReport:
 
 
 def store_info(store) -> dict:
-    """Summary: documents, shards, bytes on disk, and per space its fingerprint, settings, model type, dtypes,
-    documents and bytes; `duplicates` (entries shadowed by an identical key, harmless), `orphans` (shard files
+    """Summary: documents, shards, bytes on disk (`quarantine_bytes` / `quarantine_files` of them under
+    `quarantine/`, where `repair` moved damaged files: kept for inspection, never read, safe to delete), and per space
+    its fingerprint, settings, model type, dtypes, documents and bytes; `duplicates` (entries shadowed by an identical key, harmless), `orphans` (shard files
     without a manifest) and `bad_manifests`."""
     store.refresh()
     per_space = {}
@@ -83,14 +84,21 @@ def store_info(store) -> dict:
             s["dtypes"].append(manifest.get("dtype"))
     for space, _ in store._entries:
         per_space[space]["documents"] += 1
-    total = 0
+    total = quarantined = quarantined_files = 0
+    quarantine = os.path.join(store.path, "quarantine")
     for folder, _, files in os.walk(store.path):  # never into a linked folder
+        in_quarantine = os.path.commonpath([folder, quarantine]) == quarantine
         for name in files:
             with contextlib.suppress(OSError):
                 st = os.lstat(os.path.join(folder, name))
-                total += st.st_size if stat.S_ISREG(st.st_mode) else 0
+                size = st.st_size if stat.S_ISREG(st.st_mode) else 0
+                total += size
+                if in_quarantine:
+                    quarantined += size
+                    quarantined_files += 1
     return {"path": str(store.path), "format_version": FORMAT_VERSION, "documents": len(store._entries),
-            "shards": len(store._shards), "bytes_on_disk": total, "spaces": per_space,
+            "shards": len(store._shards), "bytes_on_disk": total, "quarantine_bytes": quarantined,
+            "quarantine_files": quarantined_files, "spaces": per_space,
             "duplicates": store._duplicates, "orphans": orphan_shards(store),
             "bad_manifests": sorted(store._bad_manifests)}
 
