@@ -822,8 +822,8 @@ def cmd_info(args) -> int:
         for row in families:
             print(f"family {row['family']}: model types {', '.join(row['model_types'])} (checkpoints: "
                   f"{', '.join(row['checkpoint_model_types'])})")
-            print(f"    auto classes {', '.join(row['auto_models'])}; pipelines "
-                  f"{', '.join(row['pipelines']) or 'none (transformers own)'}")
+            pipelines = ", ".join(f"{task} ({cls})" for task, cls in row["pipelines"].items())
+            print(f"    auto classes {', '.join(row['auto_models'])}; pipelines {pipelines or 'transformers own'}")
             commands = ["publish"] + (["encode", "verify --recompute"] if row["encode"] else []) + (
                 [f"answer ({row['answer']})"] if row["answer"] else [])
             print(f"    commands: {', '.join(commands)}"
@@ -831,6 +831,9 @@ def cmd_info(args) -> int:
             for option, about in row["encode_options"].items():
                 default = "" if about["default"] is None else f", else {about['default']}"
                 print(f"    encode {option} (default: the value the checkpoint records{default}): {about['help']}")
+        print("A family's pipeline runs as pipeline(task, model=FOLDER, trust_remote_code=True) on a folder that "
+              "`hf-readonce publish` wrote (its config declares the pipeline), or as the class itself: "
+              "Class(model=model, tokenizer=tokenizer).")
         return EXIT_OK
     store = _open_store(args.store, readonly=True, create=False, command="info")
     info = store.info()

@@ -107,6 +107,10 @@ def test_demo_answers_with_the_shipped_deformer(data_dir, tmp_path, capsys, monk
     assert metrics["null_score_diff_threshold"] == round(recorded.null_score_diff_threshold, 4)
     assert "train_seconds" not in metrics  # nothing was trained
     assert list(tmp_path.iterdir()) == []  # nothing left behind
+    assert '"eval_questions"' not in out  # the summary, not the metrics dump
+    again = main(["--data_dir", str(data_dir), "--max_eval_samples", "4", "--speed_eval_samples", "2", "--json"])
+    out = capsys.readouterr().out
+    assert json.loads(out[out.index("{"):]) == json.loads(json.dumps(again)) and "Verdict" not in out
 
 
 def test_demo_command(data_dir, tmp_path, capsys):

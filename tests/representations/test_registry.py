@@ -131,6 +131,11 @@ def test_every_family_is_registered_with_its_auto_classes_and_cards():
             assert registered_adapters()[spec.adapter.model_type] is spec.adapter
             assert all(hasattr(spec.adapter, attribute) for attribute in ADAPTER_ATTRIBUTES)
         assert all(family_of(model_type) is spec for model_type in spec.model_types)
+        import hf_readonce
+
+        for pipeline_class in spec.pipelines.values():  # usable in process without a published folder
+            assert getattr(hf_readonce, pipeline_class.__name__) is pipeline_class
+            assert pipeline_class.__name__ in hf_readonce.__all__
 
 
 def test_usage_snippet_is_rendered_for_the_repo():

@@ -104,9 +104,10 @@ class FamilySpec:
                 if cls.config_class.model_type == model_type}
 
     def exported(self) -> dict[str, object]:
-        """Name -> object of everything `hf_readonce` re-exports for this family (configs, model classes,
-        `exports`)."""
-        objects = [*self.configs, *(cls for classes in self.auto_models.values() for cls in classes), *self.exports]
+        """Name -> object of everything `hf_readonce` re-exports for this family (configs, model classes, pipeline
+        classes, `exports`)."""
+        objects = [*self.configs, *(cls for classes in self.auto_models.values() for cls in classes),
+                   *self.pipelines.values(), *self.exports]
         return {obj.__name__: obj for obj in objects}
 
     @property
