@@ -479,6 +479,17 @@ def test_a_mistyped_model_or_option_gets_one_line_in_the_cli_words(tmp_path, qa_
     assert cli_main(["encode", str(unknown), "--documents", str(docs), "--store", str(store)]) == 2
     err = capsys.readouterr().err
     assert "model_type 'foo' is neither" in err and "deformer_bert" in err and "pip install" not in err, err
+    assert not store.exists()  # the store these calls made for a model that cannot encode is removed again
+    store.mkdir()
+    (store / "mine.txt").write_text("not a store's file")
+    assert cli_main(["encode", str(unknown), "--documents", str(docs), "--store", str(store)]) == 2
+    assert (store / "mine.txt").read_text() == "not a store's file"  # a folder that existed is never removed
+    assert "not a hf-readonce store" in capsys.readouterr().err
+    existing = tmp_path / "existing"
+    RepresentationStore(existing)  # an empty store the user made: kept, though empty
+    assert cli_main(["encode", str(unknown), "--documents", str(docs), "--store", str(existing)]) == 2
+    assert (existing / "store.json").is_file()
+    capsys.readouterr()
     for argv in (["encode", "x", "--documents", str(docs), "--store", str(store), "--dtype", "float17"], ["encde"]):
         with pytest.raises(SystemExit) as stop:
             cli_main(argv)

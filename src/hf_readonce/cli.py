@@ -377,6 +377,19 @@ def _open_store(path: str, readonly: bool = False, create: bool = True, command:
         raise CommandError(str(error)) from None
 
 
+def _remove_if_empty(store) -> None:
+    """Remove the folder of `store` if it holds nothing at all (no document, no shard, no file but the empty store's
+    own skeleton), as a just-created store does; anything else is kept."""
+    import shutil
+
+    info = store.info()
+    skeleton = {"store.json", "index", "shards", "tmp"}
+    if (info["documents"] == 0 and info["shards"] == 0 and not info["orphans"]
+            and {p.name for p in store.path.iterdir()} <= skeleton
+            and not any(p.is_file() for name in ("index", "shards", "tmp") for p in (store.path / name).rglob("*"))):
+        shutil.rmtree(store.path, ignore_errors=True)
+
+
 def _distributed_state(device: str = "auto"):
     """accelerate's PartialState when launched with several processes (`accelerate launch --multi_gpu
     --num_processes N`, or `torchrun --nproc_per_node N`), else None (no process group needed).
@@ -421,6 +434,7 @@ def cmd_encode(args) -> int:
                 print(f"repair: {args.store} had a store's folders but no store.json: recreated it", file=sys.stderr)
         except OSError as error:
             raise CommandError(str(error)) from None
+    created = main_process and not Path(args.store).exists()
     store = _open_store(args.store) if main_process else None
     if state is not None:
         state.wait_for_everyone()  # the main process creates the store
@@ -430,18 +444,23 @@ def cmd_encode(args) -> int:
     except ReadOnlyStoreError as error:
         raise CommandError(str(error)) from None
     device = state.device if state is not None else _device(args.device)
-    model, tokenizer = load_qa_model(args.model, args.num_decomposed_layers, device, allow_readonce=True,
-                                     compute_dtype=args.compute_dtype)
-    # Defaults the checkpoint recorded (a DeFormer's training windows) come before the adapter's own defaults.
-    own_settings = get_adapter_class(model.config.model_type).cli_settings
-    for name in own_settings:
-        if getattr(args, name, None) is None and getattr(model.config, name, None):
-            setattr(args, name, getattr(model.config, name))
     try:
-        settings = _adapter_settings(args, get_adapter_class(model.config.model_type))
-        adapter = get_adapter(model, tokenizer, **settings, batch_size=args.batch_size)
-    except (ValueError, TypeError) as error:
-        raise CommandError(str(error)) from None
+        model, tokenizer = load_qa_model(args.model, args.num_decomposed_layers, device, allow_readonce=True,
+                                         compute_dtype=args.compute_dtype)
+        # Defaults the checkpoint recorded (a DeFormer's training windows) come before the adapter's own defaults.
+        own_settings = get_adapter_class(model.config.model_type).cli_settings
+        for name in own_settings:
+            if getattr(args, name, None) is None and getattr(model.config, name, None):
+                setattr(args, name, getattr(model.config, name))
+        try:
+            settings = _adapter_settings(args, get_adapter_class(model.config.model_type))
+            adapter = get_adapter(model, tokenizer, **settings, batch_size=args.batch_size)
+        except (ValueError, TypeError) as error:
+            raise CommandError(str(error)) from None
+    except CommandError:
+        if created:  # a store this call made, for a model that cannot encode: leave nothing behind
+            _remove_if_empty(store)
+        raise
 
     dropped = []
     if args.repair:
