@@ -1226,9 +1226,12 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
     publish.add_argument("--dtype", type=_storage_dtype, default=None, metavar="{float16,bfloat16,float32}",
                          help="storage dtype to declare (default: the store's, else float16; fp16, bf16, fp32 also "
                               "read)")
-    publish.add_argument("--metrics", default=None, help="the run's metrics JSON (eval_results.json): fills the "
-                                                         "card's model-index and results table")
-    publish.add_argument("--dataset-type", default=None, help="Hub id of the evaluation data set of --metrics")
+    publish.add_argument("--metrics", default=None, help="the run's metrics JSON (eval_results.json of a QA run, "
+                                                         "or a summarization run's results with ROUGE): fills the "
+                                                         "card's model-index and results table, baselines beside; "
+                                                         "needs --dataset-type")
+    publish.add_argument("--dataset-type", default=None, help="Hub id of the evaluation data set of --metrics "
+                                                              "(e.g. quoref, EdinburghNLP/xsum)")
     publish.add_argument("--dataset-name", default=None, help="its shown name")
     publish.add_argument("--dataset", action="append", default=None, help="training data set id (repeatable)")
     publish.add_argument("--base-model", default=None, help="Hub id of the model it was made from")

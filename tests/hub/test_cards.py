@@ -129,3 +129,34 @@ def test_builder_inputs_and_errors():
         build_model_card(repo_id="ab", model_type="deformer_bert", title="T", summary="S")
     with pytest.raises(ValueError, match="`title` must be a non-empty str"):
         build_model_card(repo_id="a/b", model_type="deformer_bert", title=" ", summary="S")
+
+
+def test_metrics_files_of_every_task_fill_the_card_with_their_baselines(tmp_path):
+    """A summarization run's results (ROUGE, lead-1/lead-3 under `eval_baselines`) and a generative QA run's (its
+    baselines under `eval_baselines`) give their rows with the baselines beside; a metrics file without the data set
+    it scored is refused rather than published under a placeholder id."""
+    from hf_readonce.hub.cards import card_from_metrics_file
+
+    longdoc = tmp_path / "longdoc_results.json"
+    longdoc.write_text(json.dumps({"eval_rouge1": 30.5, "eval_rouge2": 9.25, "eval_rougeL": 22.0, "eval_loss": 3.1,
+                                   "eval_baselines": {"lead_1": {"rouge1": 21.35}, "lead_3": {"rouge1": 24.19,
+                                                                                              "rougeL": 12.02}}}))
+    card = card_from_metrics_file(longdoc, dataset_type="EdinburghNLP/xsum", dataset_name="XSum",
+                                  repo_id="a/b", model_type="longdoc_bart", title="T", summary="S")
+    values = {(r.dataset_type, r.metric_name): r.metric_value for r in card.data.eval_results}
+    assert values == {("EdinburghNLP/xsum", "ROUGE-1"): 30.5, ("EdinburghNLP/xsum", "ROUGE-2"): 9.25,
+                      ("EdinburghNLP/xsum", "ROUGE-L"): 22.0}
+    assert "| XSum, validation | ROUGE-1 | **30.50** | 21.35 | 24.19 |" in card.text and "lead-3" in card.text
+    readonce = tmp_path / "readonce_results.json"
+    readonce.write_text(json.dumps({"eval_exact_match": 5.0, "eval_f1": 11.0,
+                                    "eval_baselines": {"first_span": {"exact_match": 0.0, "f1": 4.96}}}))
+    card = card_from_metrics_file(readonce, dataset_type="squad", repo_id="a/b", model_type="readonce_bart",
+                                  title="T", summary="S")
+    assert "| squad, validation | F1 | **11.00** | 4.96 |" in card.text
+    with pytest.raises(ValueError, match="needs `dataset_type`"):
+        card_from_metrics_file(readonce, dataset_type=None, repo_id="a/b", model_type="readonce_bart", title="T",
+                               summary="S")
+    (tmp_path / "loss.json").write_text(json.dumps({"eval_loss": 2.0}))
+    with pytest.raises(ValueError, match="holds no scores under 'eval_'"):
+        card_from_metrics_file(tmp_path / "loss.json", dataset_type="x", repo_id="a/b", model_type="readonce_bart",
+                               title="T", summary="S")

@@ -59,6 +59,7 @@ def test_published_folder_is_a_hub_repo(published, checkpoint_dir):
         "pipeline_deformer_bert.py", "representation_format.json", "tokenizer.json", "tokenizer_config.json"])
     config = json.loads((folder / "config.json").read_text())
     assert config["auto_map"]["AutoModelForQuestionAnswering"] == "modeling_deformer_bert.DeformerBertForQuestionAnswering"
+    assert config["auto_map"]["AutoModel"] == "modeling_deformer_bert.DeformerBertModel"  # every head of the family
     assert config["custom_pipelines"] == {"question-answering": {
         "impl": "pipeline_deformer_bert.DeformerQuestionAnsweringPipeline", "pt": ["AutoModelForQuestionAnswering"],
         "type": "text"}}
@@ -102,10 +103,23 @@ def test_pipeline_from_published_folder_without_hf_readonce(published, tokenizer
             for question, answer in zip(questions, qa(question=questions, context=context)):
                 answers[question] = answer["answer"]
         print("ANSWERS", json.dumps(answers))
+        import torch
+        from transformers import AutoModel  # the bare model of a checkpoint published from its QA head
+        bare = AutoModel.from_pretrained({str(published.folder)!r}, trust_remote_code=True).eval()
+        with torch.no_grad():
+            states = bare(input_ids=torch.tensor([[101, 2040, 2626, 102, 3, 4, 5, 102]]),
+                          token_type_ids=torch.tensor([[0, 0, 0, 0, 1, 1, 1, 1]])).last_hidden_state
+        print("BARE", type(bare).__module__, type(bare).__name__, json.dumps(states.flatten().tolist()))
     """, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     line = next(line for line in result.stdout.splitlines() if line.startswith("ANSWERS "))
     assert json.loads(line[len("ANSWERS "):]) == expected
+    _, module, name, values = next(line for line in result.stdout.splitlines() if line.startswith("BARE ")).split(" ", 3)
+    assert module.startswith("transformers_modules.") and name == "DeformerBertModel"
+    with torch.no_grad():
+        states = model.bert(input_ids=torch.tensor([[101, 2040, 2626, 102, 3, 4, 5, 102]]),
+                            token_type_ids=torch.tensor([[0, 0, 0, 0, 1, 1, 1, 1]])).last_hidden_state
+    assert torch.equal(torch.tensor(json.loads(values)), states.flatten())
 
 
 def test_store_exported_beside_the_folder_and_checked(published, store_dir, tmp_path):

@@ -48,6 +48,7 @@ def test_family_folder_and_card(name, published):
     folder, files = entry["folder"], entry["result"].files
     config = json.loads((folder / "config.json").read_text())
     assert config["model_type"] == name and case.auto_class in config["auto_map"]
+    assert set(config["auto_map"]) == {"AutoConfig", *family_of(name).model_classes(name)}  # every head loads
     module = config["auto_map"][case.auto_class].split(".")[0]
     assert f"{module}.py" in files and "model.safetensors" in files and "tokenizer.json" in files
     pipelines = family_of(name).pipelines
@@ -119,3 +120,25 @@ def test_card_loading_lines_run_without_prompt_or_warning(published, tmp_path):
     assert done.returncode == 0 and "LOADED" in done.stdout, done.stderr[-3000:]
     for noise in ("custom code", "trust_remote_code", "to instantiate a model of type", "[y/N]"):
         assert noise not in done.stderr + done.stdout, done.stderr[-3000:]
+
+
+def test_seq2seq_card_code_runs_as_written(published, tmp_path):
+    """The "model itself" code of the ReadOnce and LongDoc cards, run as written (repo id -> the published folder,
+    the texts it names given) where hf_readonce cannot be imported: a BERT tokenizer's `token_type_ids` must not
+    reach `generate` (BART takes none)."""
+    import re
+
+    from tests.conftest import run_without_hf_readonce
+
+    texts = {"passages": ["Emma is a novel by Jane Austen.", "Paris is the capital of France."],
+             "questions": ["Who wrote Emma?", "What is the capital of France?"],
+             "article": "Emma Woodhouse, handsome, clever, and rich, lived in Highbury with her father."}
+    code = [f"{name} = {value!r}" for name, value in texts.items()]
+    for name in ("readonce_bart", "longdoc_bart"):
+        entry = published[name]
+        blocks = re.findall(r"```python\n(.*?)```", (entry["folder"] / "README.md").read_text(), re.S)
+        block = next(b for b in blocks if "AutoModelForSeq2SeqLM.from_pretrained" in b)
+        code += [block.replace(f'"{entry["repo_id"]}"', repr(str(entry["folder"]))), f"print({name!r}, 'RAN')"]
+    done = run_without_hf_readonce("\n".join(code), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "readonce_bart RAN" in done.stdout and "longdoc_bart RAN" in done.stdout

@@ -75,6 +75,8 @@ class EvalRow:
 
 _QA_METRICS = (("exact_match", "exact_match", "EM"), ("f1", "f1", "F1"), ("HasAns_f1", "f1", "HasAns F1"),
                ("NoAns_exact", "exact_match", "NoAns EM"))
+_SUMMARIZATION_METRICS = (("rouge1", "rouge1", "ROUGE-1"), ("rouge2", "rouge2", "ROUGE-2"),
+                          ("rougeL", "rougeL", "ROUGE-L"))
 
 
 def _number(value) -> float | None:
@@ -106,6 +108,32 @@ def qa_rows_from_metrics(scores: Mapping, dataset_type: str, dataset_name: str, 
         beside = {BASELINE_NAMES.get(name, name): _number(b.get(key)) for name, b in (baselines or {}).items()
                   if isinstance(b, Mapping) and _number(b.get(key)) is not None}
         rows.append(EvalRow(dataset_type, dataset_name, split, metric_type, shown, value, task_type, beside))
+    return rows
+
+
+def summarization_rows_from_metrics(scores: Mapping, dataset_type: str, dataset_name: str, *,
+                                    prefix: str = "eval_", split: str = "validation",
+                                    baselines: Mapping | None = None) -> list[EvalRow]:
+    """EvalRows of one summarization evaluation as hf-readonce's runs record it (`run_longdoc_summarization.py`,
+    `run_readonce_summarization.py`): `{prefix}rouge1`, `{prefix}rouge2`, `{prefix}rougeL` (F-measure x 100), with
+    `baselines` (`{"lead_3": {"rouge1": ...}, ...}`) beside each.
+
+    Raises:
+        ValueError: if `scores` has none of the three (naming the prefix).
+    """
+    if not isinstance(scores, Mapping):
+        raise TypeError(f"`scores` must be a mapping, got {type(scores).__name__}.")
+    rows = []
+    for key, metric_type, shown in _SUMMARIZATION_METRICS:
+        value = _number(scores.get(prefix + key))
+        if value is None:
+            continue
+        beside = {BASELINE_NAMES.get(name, name): _number(b.get(key)) for name, b in (baselines or {}).items()
+                  if isinstance(b, Mapping) and _number(b.get(key)) is not None}
+        rows.append(EvalRow(dataset_type, dataset_name, split, metric_type, shown, value, "summarization", beside))
+    if not rows:
+        raise ValueError(f"`scores` has no {prefix}rouge1, {prefix}rouge2 or {prefix}rougeL (keys: "
+                         f"{sorted(scores)[:12]}...).")
     return rows
 
 
@@ -253,21 +281,26 @@ def build_model_card(*, repo_id: str, model_type: str, title: str, summary: str,
     return ModelCard(content)
 
 
-def card_from_metrics_file(path: str | os.PathLike, *, dataset_type: str, dataset_name: str,
+def card_from_metrics_file(path: str | os.PathLike, *, dataset_type: str | None, dataset_name: str | None = None,
                            prefix: str | None = None, **card_kwargs):
-    """A model card whose results come from one hf-readonce metrics file (`eval_results.json` of
-    `run_deformer_qa.py` / `hf-readonce demo`: `{prefix}exact_match`, `{prefix}f1`, HasAns/NoAns, `baselines`,
-    and, where recorded, `speedup_precomputed` / `speedup_including_encoding`, `train_seconds`).
+    """A model card whose results come from one hf-readonce metrics file: question answering (`eval_results.json` of
+    `run_deformer_qa.py` / `hf-readonce demo`, the results of `run_readonce_qa.py`: `{prefix}exact_match`,
+    `{prefix}f1`, HasAns/NoAns) or summarization (`{prefix}rouge1`, `{prefix}rouge2`, `{prefix}rougeL` of
+    `run_longdoc_summarization.py` / `run_readonce_summarization.py`), the trivial baselines (`baselines` or
+    `{prefix}baselines`) beside each figure, and, where recorded, `speedup_precomputed` /
+    `speedup_including_encoding`, `train_seconds`.
 
     Args:
-        path: the metrics JSON file. dataset_type, dataset_name (`str`): the evaluation set it scored.
-        prefix (`str`, *optional*): the metric key prefix; by default `"eval_"` if the file has `eval_f1` or
-            `eval_exact_match`, else `"cached_"` (what `hf-readonce demo` records for answers from cached states).
+        path: the metrics JSON file.
+        dataset_type (`str`): Hub id of the evaluation set it scored (the model-index names it); required.
+        dataset_name (`str`, *optional*): its shown name (defaults to `dataset_type`).
+        prefix (`str`, *optional*): the metric key prefix; by default `"eval_"` if the file has `eval_`-prefixed
+            scores, else `"cached_"` (what `hf-readonce demo` records for answers from cached states).
         **card_kwargs: passed to [`build_model_card`] (`repo_id`, `model_type`, `title`, `summary` are required).
 
     Raises:
-        FileNotFoundError: a missing file. ValueError: unreadable JSON, JSON that is not an object, or no scores under
-            `prefix`.
+        FileNotFoundError: a missing file. ValueError: unreadable JSON, JSON that is not an object, no scores under
+            `prefix`, or no `dataset_type` (a placeholder would put a data set that does not exist on the card).
     """
     path = Path(path)
     if not path.is_file():
@@ -279,10 +312,23 @@ def card_from_metrics_file(path: str | os.PathLike, *, dataset_type: str, datase
     if not isinstance(metrics, dict):
         raise ValueError(f"metrics file {path} holds a JSON {type(metrics).__name__}, not an object of metrics (e.g. "
                          "the `eval_results.json` of a training run: {\"eval_exact_match\": ..., \"eval_f1\": ...}).")
+    scored = ("f1", "exact_match", "rouge1", "rouge2", "rougeL")
     if prefix is None:
-        prefix = next((p for p in ("eval_", "cached_") if f"{p}f1" in metrics or f"{p}exact_match" in metrics),
-                      "eval_")
-    rows = qa_rows_from_metrics(metrics, dataset_type, dataset_name, prefix=prefix, baselines=metrics.get("baselines"))
+        prefix = next((p for p in ("eval_", "cached_") if any(f"{p}{key}" in metrics for key in scored)), "eval_")
+    if not isinstance(dataset_type, str) or not dataset_type.strip():
+        raise ValueError(f"a metrics file ({path}) needs `dataset_type` (`--dataset-type`): the Hub id of the set it "
+                         "scored (e.g. `quoref`, `EdinburghNLP/xsum`), which the card's model-index names.")
+    dataset_name = dataset_name or dataset_type
+    baselines = metrics.get("baselines") or metrics.get(f"{prefix}baselines")
+    if any(_number(metrics.get(prefix + key)) is not None for key in ("f1", "exact_match")):
+        rows = qa_rows_from_metrics(metrics, dataset_type, dataset_name, prefix=prefix, baselines=baselines)
+    elif any(_number(metrics.get(prefix + key)) is not None for key, _, _ in _SUMMARIZATION_METRICS):
+        rows = summarization_rows_from_metrics(metrics, dataset_type, dataset_name, prefix=prefix,
+                                               baselines=baselines)
+    else:
+        raise ValueError(f"metrics file {path} holds no scores under {prefix!r}: neither {prefix}exact_match / "
+                         f"{prefix}f1 (question answering) nor {prefix}rouge1 / rouge2 / rougeL (summarization); "
+                         f"its keys: {sorted(metrics)[:12]}.")
     figures = list(card_kwargs.pop("figures", ()))
     if _number(metrics.get("speedup_precomputed")) is not None:
         figures.append(f"Speed-up over the same model reading every question+passage pair, timed on "
@@ -298,4 +344,4 @@ def card_from_metrics_file(path: str | os.PathLike, *, dataset_type: str, datase
 
 # (`METHODS` and `PIPELINE_TAGS` are read from the family registry on access)
 __all__ = ["BASELINE_NAMES", "DEFAULT_WIDGETS", "EvalRow", "build_model_card", "card_from_metrics_file",
-           "qa_rows_from_metrics"]
+           "qa_rows_from_metrics", "summarization_rows_from_metrics"]

@@ -144,6 +144,21 @@ def _load(model_dir: Path):
     return model, tokenizer
 
 
+def _declare_every_head(folder: Path, heads: dict) -> None:
+    """Add to the saved `config.json`'s `auto_map` every Auto class of the family's model type whose class is in a
+    code file of the folder (`save_pretrained` declares only the saved class's own), so that
+    `AutoModel.from_pretrained(repo, trust_remote_code=True)` loads the bare model of a checkpoint published from a
+    task head, as it does for transformers' own architectures."""
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    auto_map = config.setdefault("auto_map", {})
+    for head, cls in heads.items():
+        module = cls.__module__.rsplit(".", 1)[-1]
+        if head not in auto_map and (folder / f"{module}.py").is_file():
+            auto_map[head] = f"{module}.{cls.__name__}"
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
 def _read_metrics_card(metrics, model, repo_id, representation_format, representations_repo, card):
     from ..representations import registered_cards
     from .cards import build_model_card, card_from_metrics_file
@@ -161,9 +176,8 @@ def _read_metrics_card(metrics, model, repo_id, representation_format, represent
             raise ValueError(f"card fields {given} describe the evaluation in a metrics file: pass `metrics` "
                              "(`--metrics FILE`) with them, or leave them out.")
         return build_model_card(**base)
-    base.setdefault("dataset_type", "validation-set")
-    dataset_type = base.pop("dataset_type")
-    dataset_name = base.pop("dataset_name", dataset_type)
+    dataset_type = base.pop("dataset_type", None)
+    dataset_name = base.pop("dataset_name", None)
     return card_from_metrics_file(metrics, dataset_type=dataset_type, dataset_name=dataset_name,
                                   prefix=base.pop("prefix", None), **base)
 
@@ -288,6 +302,7 @@ def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, s
                 path = Path(sys.modules[module].__file__)
                 shutil.copy(path, folder / path.name)
         model.save_pretrained(folder)  # config (auto_map), code files, safetensors; generation_config if it generates
+        _declare_every_head(folder, spec.model_classes(model.config.model_type))
         tokenizer.save_pretrained(folder)
         if representation_format is not None:
             (folder / "representation_format.json").write_text(json.dumps(representation_format, indent=2) + "\n")

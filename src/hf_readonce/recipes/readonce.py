@@ -76,7 +76,7 @@ class ReadOnceArguments:
                 "ratio of §4.1 (1e-4 vs 1e-5)"})
     balance_sources: bool = field(default=True, metadata={
         "help": "with several --train_file files, draw as many training questions from each (the smaller ones "
-                "repeated, §3.3) with datasets.interleave_datasets; --nobalance_sources concatenates them"})
+                "repeated, §3.3) with datasets.interleave_datasets; --no_balance_sources concatenates them"})
     max_question_length: int = field(default=32)
     max_target_length: int = field(default=32)
     max_train_samples: int = field(default=None)

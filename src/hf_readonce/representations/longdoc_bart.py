@@ -216,7 +216,8 @@ register_family(
                 "model = AutoModelForSeq2SeqLM.from_pretrained(\"{repo_id}\", trust_remote_code=True).eval()\n"
                 "tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\"{trust})\n"
                 "doc = tokenizer(article, truncation=True, return_tensors=\"pt\")\n"
-                "summary = model.generate(**doc, max_new_tokens=60, num_beams=4)\n```"
+                "summary = model.generate(input_ids=doc.input_ids, attention_mask=doc.attention_mask,\n"
+                "                         max_new_tokens=60, num_beams=4)\n```"
             ),
         ),
     },

@@ -152,8 +152,8 @@ register_family(
                   "Transformers\"",
             paragraphs=(
                 "A document encoder reads a document once and compresses its n tokens into ceil(n / k) vectors. A "
-                "BART reads the question (or prompt) alone through its first encoder layers, appends the document "
-                "vectors before layer L, and generates the answer.",
+                "BART reads the question (or prompt) alone through its first L encoder layers, appends the document "
+                "vectors after layer L, and generates the answer.",
                 "The vectors depend only on the document, so they are computed once and reused by every question, "
                 "task and epoch; they carry the encoder's fingerprint, so vectors from another encoder are refused.",
             ),
@@ -165,7 +165,8 @@ register_family(
                 "doc = tokenizer(passages, truncation=True, max_length=256, padding=True, return_tensors=\"pt\")\n"
                 "reps = model.encode_documents(doc.input_ids, doc.attention_mask)   # read once\n"
                 "q = tokenizer(questions, padding=True, return_tensors=\"pt\")\n"
-                "answers = model.generate(**q, document_representations=reps, max_new_tokens=24)\n```"
+                "answers = model.generate(input_ids=q.input_ids, attention_mask=q.attention_mask,\n"
+                "                         document_representations=reps, max_new_tokens=24)\n```"
             ),
         ),
     },
