@@ -194,7 +194,7 @@ def test_option_names_per_family_and_hidden_0_1_0_spellings():
     common = ["answer", "m", "--store", "s", "--questions", "q", "--output", "o"]
     assert parser.parse_args(common + ["--n-best-size", "7"]).n_best_size == 7
     assert parser.parse_args(common + ["--n-best", "5"]).n_best_size == 5  # 0.1.0 spelling, hidden
-    assert parser.parse_args(common).n_best_size == 20
+    assert parser.parse_args(common).n_best_size is None  # 20 for extractive models; refused for causal LMs
     answer_help = parser._subparsers._group_actions[0].choices["answer"].format_help()
     assert "--n-best-size" in answer_help and "--n-best " not in answer_help
     encode = parser.parse_args(["encode", "m", "--store", "s", "--documents", "d", "--max-document-length", "99"])

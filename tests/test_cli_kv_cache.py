@@ -97,9 +97,18 @@ def test_answer_options_and_missing_passages(tmp_path, llama_checkpoint, checkpo
     common = ["--store", str(store), "--questions", str(questions), "--output", str(tmp_path / "p.jsonl"),
               "--no-progress", "--device", "cpu", "--max-answer-length", "2"]
     capsys.readouterr()
-    assert cli_main(["answer", str(llama_checkpoint), *common, "--doc-stride", "8"]) == 2
-    err = capsys.readouterr().err
-    assert "--doc-stride" in err and "causal LMs" in err
+    for option in (["--doc-stride", "8"], ["--n-best-size", "5"]):  # DeFormer-only options, named
+        assert cli_main(["answer", str(llama_checkpoint), *common, *option]) == 2
+        err = capsys.readouterr().err
+        assert option[0] in err and "causal LMs" in err
+    # more new tokens than the model has positions: refused before generating (positions 256 here)
+    assert cli_main(["answer", str(llama_checkpoint), *common, "--max-answer-length", "100000"]) == 2
+    assert "--max-answer-length 100000 new tokens do not fit the model's 256 positions" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # counts are whole numbers >= 1, said by argparse naming the option
+        cli_main(["answer", str(llama_checkpoint), *common, "--batch-size", "0"])
+    assert "argument --batch-size: expected a whole number >= 1, got 0" in capsys.readouterr().err
+    assert encode(llama_checkpoint, tmp_path / "s2", ROWS[:1], tmp_path, "--num-decomposed-layers", "2") == 2
+    assert "--num-decomposed-layers does not apply to llama models" in capsys.readouterr().err
     assert cli_main(["answer", str(checkpoint), *common, "--max-document-length", "64"]) == 2  # a DeFormer
     assert "--max-document-length applies to causal LMs" in capsys.readouterr().err
     # passages of rows b and c are not stored: named, with the way out; nothing written
@@ -109,7 +118,16 @@ def test_answer_options_and_missing_passages(tmp_path, llama_checkpoint, checkpo
     assert not (tmp_path / "p.jsonl").exists()
     # another document length than the stored one: nothing stored for it
     assert cli_main(["answer", str(llama_checkpoint), *common, "--max-document-length", "32"]) == 2
-    assert "no document caches" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no document caches" in err and "It holds caches of max_document_length 64" in err
+    # caches of another compute dtype, and a store of another family: said what the store holds
+    assert cli_main(["answer", str(llama_checkpoint), *common, "--compute-dtype", "bfloat16"]) == 2
+    assert "computed in float32: compute in that dtype (`--compute-dtype float32`)" in capsys.readouterr().err
+    deformer_store = tmp_path / "deformer_store"
+    assert encode(checkpoint, deformer_store, ROWS[:1], tmp_path, "--max-passage-length", "64", "--doc-stride", "16") == 0
+    capsys.readouterr()
+    assert cli_main(["answer", str(llama_checkpoint), *common[2:], "--store", str(deformer_store)]) == 2
+    assert "It holds representations of deformer_bert models only" in capsys.readouterr().err
     assert cli_main(["answer", str(llama_checkpoint), *common, "--encode-missing"]) == 0
     assert (tmp_path / "p.jsonl").exists()
     # a row without any passage is set aside, named by its line

@@ -38,6 +38,7 @@ an unexpected error); 141, quietly, when the reader of the output stops early (`
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import math
 import os
@@ -158,6 +159,21 @@ def _storage_dtype(value: str) -> str:
     return name
 
 
+def _positive_int(value: str) -> int:
+    """An option that counts something (`--batch-size`, `--max-answer-length`, `--n-best-size`): an int >= 1.
+
+    Raises:
+        argparse.ArgumentTypeError: otherwise (argparse's usage error naming the option, exit status 2).
+    """
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {number}")
+    return number
+
+
 def _one_line(error: BaseException) -> str:
     """An exception as one line: its message's first line (or its type), with the file of an `OSError`."""
     if isinstance(error, OSError) and error.strerror:
@@ -272,6 +288,11 @@ def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, d
             for s in served)
         raise CommandError(f"model {name_or_path!r} has model_type {config.model_type!r}; this command supports "
                            f"{supported}.")
+    takes_k = any("num_decomposed_layers" in inspect.signature(config_class.__init__).parameters
+                  for config_class in spec.configs)
+    if num_decomposed_layers is not None and not takes_k:
+        raise CommandError(f"--num-decomposed-layers does not apply to {config.model_type} models (their config "
+                           "has no num_decomposed_layers).")
     extra = {} if num_decomposed_layers is None else {"num_decomposed_layers": num_decomposed_layers}
     set_seed(seed)
     # transformers' load report would list BERT's unused `pooler` (expected: a QA model has none); what matters to
@@ -663,7 +684,9 @@ def _answer(args) -> int:
         if not problems or all("JSON" in p.reason or "UTF-8" in p.reason for p in problems):
             raise CommandError(f"{questions} holds no questions (no JSON object line).", status=EXIT_PROBLEMS)
         first = next((row for _, row in iter_jsonl(questions, [])), {})
-        raise CommandError(f"{questions}: no usable question (each line needs 'question' and 'context'; the first "
+        needs = "'question' and 'context' (or 'contexts', a list of passages)" if generative else \
+            "'question' and 'context'"
+        raise CommandError(f"{questions}: no usable question (each line needs {needs}; the first "
                            f"valid line has the fields {', '.join(map(repr, first)) or 'none'}).",
                            status=EXIT_PROBLEMS)
     store = _open_store(args.store, readonly=not args.encode_missing, create=args.encode_missing, command="answer")
@@ -693,7 +716,7 @@ def _answer(args) -> int:
     try:
         predictions = answer_from_store(
             model, tokenizer, store, examples, max_passage_length=args.max_passage_length, doc_stride=args.doc_stride,
-            max_question_length=max_question_length, batch_size=args.batch_size, n_best_size=args.n_best_size,
+            max_question_length=max_question_length, batch_size=args.batch_size, n_best_size=args.n_best_size or 20,
             max_answer_length=args.max_answer_length, allow_no_answer=allow_no_answer,
             null_score_diff_threshold=threshold, encode_missing=args.encode_missing, progress=not args.no_progress)
     except RepresentationMismatchError as error:
@@ -761,6 +784,7 @@ def _check_generative_answer_options(args) -> None:
     given = [option for option, name in (("--num-decomposed-layers", "num_decomposed_layers"),
                                          ("--max-passage-length", "max_passage_length"), ("--doc-stride", "doc_stride"),
                                          ("--max-question-length", "max_question_length"),
+                                         ("--n-best-size", "n_best_size"),
                                          ("--allow-no-answer", "allow_no_answer"),
                                          ("--null-score-diff-threshold", "null_score_diff_threshold"))
              if getattr(args, name, None) is not None]
@@ -778,6 +802,11 @@ def _answer_generative(args, store, examples, output) -> int:
 
     model, tokenizer = load_qa_model(args.model, None, _device(args.device), allow_readonce=True,
                                      compute_dtype=args.compute_dtype)
+    positions = getattr(model.config, "max_position_embeddings", None)
+    if positions is not None and args.max_answer_length >= positions:
+        raise CommandError(f"--max-answer-length {args.max_answer_length} new tokens do not fit the model's "
+                           f"{positions} positions (passages and question come first); answers are cut at their "
+                           "first newline, so a few dozen tokens are enough (default 30).")
     timings: dict = {}
     start = time.perf_counter()
     try:
@@ -953,6 +982,8 @@ def _print_recompute(space, max_kl, max_diff=None) -> None:
               "largest absolute difference is the only figure")
     for name, tensors in space.mismatched:
         print(f"  MISMATCH {name}: {', '.join(tensors)} differ in shape or token ids (not read the same way)")
+    if any(str(name).startswith("line ") for _, name, _ in space.checks):
+        print("  (a document stored without an id is named `line N`: its line in the documents file `encode` read)")
 
 
 def _recompute(args, store, corrupted):
@@ -1127,7 +1158,8 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
         p.add_argument("--doc-stride", type=int, default=None,
                        help="families that read windows: tokens shared by consecutive windows (encode default: the "
                             "checkpoint's, else the family's)")
-        p.add_argument("--batch-size", type=int, default=32, help="windows (encode) or features (answer) per batch")
+        p.add_argument("--batch-size", type=_positive_int, default=32,
+                       help="windows (encode) or features (answer) per batch")
         p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
         p.add_argument("--compute-dtype", choices=COMPUTE_DTYPE_CHOICES, default="auto", help=compute_dtype_help)
         p.add_argument("--no-progress", action="store_true", help="no progress bar (weight loading included)")
@@ -1156,9 +1188,10 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
     answer.add_argument("--output", required=True, help="predictions JSONL (id, prediction_text)")
     answer.add_argument("--max-question-length", type=int, default=None,
                         help="question tokens, [CLS] and [SEP] included (default: the checkpoint's, else 64)")
-    answer.add_argument("--n-best-size", type=int, default=20, help="start and end candidates per window (default 20)")
-    answer.add_argument("--n-best", dest="n_best_size", type=int, help=argparse.SUPPRESS)  # 0.1.0 spelling
-    answer.add_argument("--max-answer-length", type=int, default=30,
+    answer.add_argument("--n-best-size", type=_positive_int, default=None,
+                        help="start and end candidates per window (default 20)")
+    answer.add_argument("--n-best", dest="n_best_size", type=_positive_int, help=argparse.SUPPRESS)  # 0.1.0 spelling
+    answer.add_argument("--max-answer-length", type=_positive_int, default=30,
                         help="longest answer in tokens (default 30; causal LMs: new tokens generated at most)")
     answer.add_argument("--allow-no-answer", action=argparse.BooleanOptionalAction, default=None,
                         help="SQuAD 2.0: answer '' when the no-answer score beats every span by the threshold. "

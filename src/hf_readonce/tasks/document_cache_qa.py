@@ -141,7 +141,25 @@ def find_document_cache_space(store: RepresentationStore, model, tokenizer,
     raise MissingRepresentationError(
         f"store {store.path} holds no document caches for this tokenizer and compute dtype "
         f"({wanted['compute_dtype']})" + (f" and max_document_length {max_document_length}"
-                                          if max_document_length is not None else "") + ".")
+                                          if max_document_length is not None else "") + ". "
+        + _what_the_store_holds(store, wanted))
+
+
+def _what_the_store_holds(store: RepresentationStore, wanted: dict) -> str:
+    """What a store holds instead of the caches asked for, in one sentence: this model's caches of another compute
+    dtype or document length (named, with the option that reads them), else the model types of its spaces."""
+    caches = [s for s in store.spaces() if s.settings.get("representation") == wanted["representation"]
+              and s.settings.get("tokenizer") == wanted["tokenizer"]]
+    dtypes = sorted({str(s.settings.get("compute_dtype")) for s in caches} - {str(wanted["compute_dtype"])})
+    if dtypes:
+        return (f"It holds caches of this tokenizer computed in {', '.join(dtypes)}: compute in that dtype "
+                f"(`--compute-dtype {dtypes[0]}`) to read them, or encode again.")
+    lengths = sorted({str(s.settings.get("max_document_length")) for s in caches})
+    if lengths:
+        return f"It holds caches of max_document_length {', '.join(lengths)} (`--max-document-length`)."
+    held = sorted({s.model_type or "?" for s in store.spaces()})
+    return (f"It holds representations of {', '.join(held)} models only; encode the documents with this model "
+            "first." if held else "It is empty; encode the documents with this model first.")
 
 
 def _left_pad(rows: Sequence[Sequence[int]], pad_token_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -161,6 +179,18 @@ def _generation_kwargs(tokenizer, max_new_tokens: int) -> dict:
     if eos is not None:
         kwargs["eos_token_id"] = eos
     return kwargs
+
+
+def _stop_at_newline(tokenizer) -> dict:
+    """`generate()` kwargs that end a row's generation at its first newline (nothing after it is kept by
+    [`clean_answer`], so the answers are the same, sooner): transformers' `StopStringCriteria`, or nothing for a
+    tokenizer in whose vocabulary it finds no token holding a newline."""
+    from transformers import StoppingCriteriaList, StopStringCriteria
+
+    try:
+        return {"stopping_criteria": StoppingCriteriaList([StopStringCriteria(tokenizer, ["\n"])])}
+    except ValueError:
+        return {}
 
 
 def _check(examples, batch_size, max_new_tokens):
@@ -255,7 +285,8 @@ def _generate_answers(model, tokenizer, examples: Sequence[dict], batch, *, batc
                       progress: bool, timings: dict | None = None) -> dict[str, str]:
     """The batched greedy answer loop shared by [`answer_with_document_caches`] and [`answer_with_full_prompt`]:
     `batch(rows)` gives `(input_ids, attention_mask, extra generate() kwargs)` for a range of example indices; the
-    generated tokens after the input are decoded and cut by [`clean_answer`]. The model is put in eval mode and its
+    generated tokens after the input are decoded and cut by [`clean_answer`] (generation stops at the first newline,
+    `stop_strings=["\n"]`, since nothing after it is kept). The model is put in eval mode and its
     training mode restored; `timings["generate_seconds"]` (if given) accumulates the generate time.
 
     Returns:
@@ -264,6 +295,7 @@ def _generate_answers(model, tokenizer, examples: Sequence[dict], batch, *, batc
     from tqdm.auto import tqdm
 
     generation = _generation_kwargs(tokenizer, max_new_tokens)
+    generation.update(_stop_at_newline(tokenizer))
     bar = tqdm(total=len(examples), desc="answer", unit="question", disable=not progress, dynamic_ncols=True)
     predictions: dict[str, str] = {}
     was_training = model.training
