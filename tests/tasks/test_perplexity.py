@@ -132,6 +132,9 @@ def test_table2_script_trains_one_recurrent_model_per_overlap(tmp_path):
     assert (baseline.eval_overlaps, baseline.validation_overlaps) == ("0,5,30", "0")
     table = (REPO_ROOT / "examples" / "language-modeling" / "austen_table2.sh").read_text()
     assert "--train_window_overlap \"$overlap\"" in table
+    # a data folder without the books is named before any model is loaded (the folder that holds austen/)
+    with pytest.raises(FileNotFoundError, match=r"--data_dir .*: no austen/emma.txt \(the folder that holds austen/"):
+        script.main(["--data_dir", str(tmp_path / "austen"), "--do_train", "--output_dir", str(tmp_path)])
 
 
 def test_recurrent_evaluation_memory_does_not_grow_with_the_document():

@@ -273,7 +273,7 @@ def evaluate(model, tokenizer, rows, args: ReadOnceArguments, store_lookup=None,
     seconds = time.perf_counter() - start
     metrics = score_generations(args.task, predictions, rows)
     metrics["baselines"] = trivial_generation_baselines(args.task, rows)
-    return {**metrics, "eval_seconds": round(seconds, 1), "examples": len(rows), "sample_prediction": predictions[0]}
+    return {**metrics, "seconds": round(seconds, 1), "examples": len(rows), "sample_prediction": predictions[0]}
 
 
 def score_generations(task: str, predictions: list[str], rows: list[dict]) -> dict:

@@ -77,6 +77,9 @@ def test_config_defaults_and_validation():
         DeformerBertConfig(distillation_temperature=0)
     with pytest.raises(ValueError, match="kd_loss_weight"):
         DeformerBertConfig(kd_loss_weight=-1)
+    assert DeformerBertConfig(max_passage_length=64, doc_stride=62).doc_stride == 62
+    with pytest.raises(ValueError, match=r"`doc_stride` must be < max_passage_length - 1 = 63 .*got 100"):
+        DeformerBertConfig(max_passage_length=64, doc_stride=100)
 
 
 def test_auto_classes_registered():
@@ -245,6 +248,23 @@ def test_other_bad_inputs():
         model.encode_passages(torch.randint(5, 99, (1, 65)))
     with pytest.raises(ValueError, match="num_decomposed_layers > 0"):
         tiny_deformer(k=0).encode_passages(torch.randint(5, 99, (1, 5)))
+
+
+def test_span_labels_that_cannot_be_read_are_named():
+    """Answer-span labels are read as `BertForQuestionAnswering` reads them, `(batch,)` or `(batch, 1)` integer
+    indices; one without the other (no loss, silently, before) or another shape or dtype is a `ValueError`."""
+    model = tiny_deformer(k=2)
+    (ids, types, mask), _, _ = make_pairs([5, 6], [7, 8])
+    starts, ends = torch.tensor([6, 7]), torch.tensor([8, 9])
+    assert model(ids, mask, types, start_positions=starts[:, None], end_positions=ends[:, None]).loss is not None
+    for kwargs, words in (({"start_positions": starts}, "`start_positions` was given without its pair"),
+                          ({"end_positions": ends}, "`end_positions` was given without its pair"),
+                          ({"start_positions": starts.float(), "end_positions": ends}, "integer tensor"),
+                          ({"start_positions": torch.stack([starts, starts], 1), "end_positions": ends},
+                           r"`start_positions` must have shape \(2,\)"),
+                          ({"start_positions": starts, "end_positions": ends[:1]}, r"got \(1,\)")):
+        with pytest.raises(ValueError, match=words):
+            model(ids, mask, types, **kwargs)
 
 
 # ----------------------------------------------------------------------------------------------- losses

@@ -99,6 +99,18 @@ def test_neighborhood_with_radius_covering_the_input_equals_bart(decoder_attenti
     torch.testing.assert_close(got[valid], expected[valid], atol=1e-5, rtol=0)
 
 
+def test_inputs_the_position_table_cannot_hold_are_named():
+    """An input longer than `max_position_embeddings` or of the wrong rank is a `ValueError` naming the argument
+    (BART's embedding lookup raised `IndexError: index out of range`); the longest input still runs."""
+    model = longdoc(encoder_attention_type="neighborhood").eval()
+    limit = model.config.max_position_embeddings
+    assert model(tokens(1, limit), labels=tokens(1, 5)).loss is not None
+    with pytest.raises(ValueError, match=f"`input_ids` holds {limit + 1} tokens, more than the model's {limit} "):
+        model(tokens(1, limit + 1), labels=tokens(1, 5))
+    with pytest.raises(ValueError, match=r"`input_ids` must be 2-D \(batch, n\), got shape \(7,\)"):
+        model(tokens(1, 7)[0], labels=tokens(1, 5))
+
+
 def test_neighborhood_radius_changes_the_output():
     reference, ids = bart(), tokens(1, 24)
     model = from_bart(reference, neighborhood_radius=2)

@@ -48,7 +48,8 @@ class DeformerBertConfig(BertConfig):
     Raises:
         ValueError: if `num_decomposed_layers` is not an integer in `[0, num_hidden_layers]`, if
             `passage_position_offset` is negative or leaves no room in `max_position_embeddings`, if the temperature
-            is not positive, or if a loss weight is negative.
+            is not positive, if a loss weight is negative, or if a recorded window setting is out of range
+            (`max_question_length >= 3`, `max_passage_length >= 2`, `0 <= doc_stride < max_passage_length - 1`).
 
     Example:
 
@@ -116,6 +117,9 @@ class DeformerBertConfig(BertConfig):
                                  ("max_passage_length", max_passage_length, 2), ("doc_stride", doc_stride, 0)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
                 raise ValueError(f"`{name}` must be None or an int >= {low}, got {value!r}.")
+        if max_passage_length is not None and doc_stride is not None and doc_stride >= max_passage_length - 1:
+            raise ValueError(f"`doc_stride` must be < max_passage_length - 1 = {max_passage_length - 1} (windows hold "
+                             f"max_passage_length - 1 tokens and [SEP]), got {doc_stride}.")
         self.max_question_length = max_question_length
         self.max_passage_length = max_passage_length
         self.doc_stride = doc_stride

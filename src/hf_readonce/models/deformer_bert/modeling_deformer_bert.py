@@ -72,6 +72,25 @@ def _check_token_ids(ids, bound: int, argument: str) -> None:
                              f"[0, {bound}) of this model.") from None
 
 
+def _check_span_labels(start_positions, end_positions, batch_size: int) -> None:
+    """Raise a `ValueError` naming the argument when answer-span labels cannot be read as
+    `BertForQuestionAnswering` reads them: one of the two without the other (no loss would be computed, silently),
+    a float tensor, or a shape other than `(batch_size,)` / `(batch_size, 1)`."""
+    if (start_positions is None) != (end_positions is None):
+        given = "start_positions" if start_positions is not None else "end_positions"
+        raise ValueError(f"`{given}` was given without its pair: the span loss needs both `start_positions` and "
+                         "`end_positions`.")
+    for name, positions in (("start_positions", start_positions), ("end_positions", end_positions)):
+        if positions is None:
+            continue
+        if not torch.is_tensor(positions) or positions.is_floating_point() or positions.dtype == torch.bool:
+            raise ValueError(f"`{name}` must be an integer tensor of token indices, got "
+                             f"{getattr(positions, 'dtype', type(positions).__name__)}.")
+        if positions.shape not in ((batch_size,), (batch_size, 1)):
+            raise ValueError(f"`{name}` must have shape ({batch_size},) (one token index per row), got "
+                             f"{tuple(positions.shape)}.")
+
+
 @dataclass
 class DeformerPassageOutput(ModelOutput):
     r"""
@@ -592,7 +611,9 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
             given.
 
         Raises:
-            ValueError: as [`DeformerBertModel.forward`]; teacher tensors whose shapes do not match.
+            ValueError: as [`DeformerBertModel.forward`]; teacher tensors whose shapes do not match; one of
+                `start_positions` / `end_positions` without the other, a float one, or one of another shape than
+                `(batch_size,)`.
         """
         need_states = teacher_hidden_states is not None and self.config.lrs_loss_weight > 0
         outputs = self.bert(
@@ -612,6 +633,7 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
         end_logits = end_logits.squeeze(-1).contiguous()
 
         total_loss = None
+        _check_span_labels(start_positions, end_positions, start_logits.shape[0])
         if start_positions is not None and end_positions is not None:
             if start_positions.dim() > 1:
                 start_positions = start_positions.squeeze(-1)

@@ -598,8 +598,23 @@ class LongDocBartEncoder(LongDocBartPreTrainedModel, BartEncoder):
 
         Returns:
             `BaseModelOutput` with `last_hidden_state` `(batch, n, d_model)`, as BART's.
+
+        Raises:
+            ValueError: an input longer than the position table (`n > max_position_embeddings`; BART's embedding
+                lookup would fail with an `IndexError`), or `input_ids` / `inputs_embeds` that are not 2-D / 3-D.
         """
         config = self.config
+        reference, name, dims = ((input_ids, "input_ids", 2) if input_ids is not None
+                                 else (inputs_embeds, "inputs_embeds", 3))
+        if torch.is_tensor(reference):
+            if reference.dim() != dims:
+                shape = "(batch, n)" if dims == 2 else "(batch, n, d_model)"
+                raise ValueError(f"`{name}` must be {dims}-D {shape}, got shape {tuple(reference.shape)}.")
+            if reference.shape[1] > config.max_position_embeddings:
+                raise ValueError(f"`{name}` holds {reference.shape[1]} tokens, more than the model's "
+                                 f"{config.max_position_embeddings} positions: truncate the documents "
+                                 "(`truncation=True, max_length=...` in the tokenizer) or extend the position table "
+                                 "first (hf-readonce's `extend_position_embeddings`).")
         if config.encoder_attention_type != "full" and not (
                 isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 4) and not isinstance(
                 attention_mask, BlockMask):
