@@ -96,6 +96,10 @@ def test_bad_settings(tokenizer):
         BlockAttentionLlamaAdapter(model, tokenizer, max_document_length="64")
     with pytest.raises(ValueError, match="batch_size"):
         BlockAttentionLlamaAdapter(model, tokenizer, batch_size=0)
+    positions = model.config.max_position_embeddings
+    assert BlockAttentionLlamaAdapter(model, tokenizer, max_document_length=positions).max_document_length == positions
+    with pytest.raises(ValueError, match=f"at most the model's {positions} positions, got {positions + 1}"):
+        BlockAttentionLlamaAdapter(model, tokenizer, max_document_length=positions + 1)
     with pytest.raises(TypeError, match="add_special_tokens"):
         BlockAttentionLlamaAdapter(model, tokenizer, add_special_tokens=1)
     adapter = BlockAttentionLlamaAdapter(model, tokenizer)

@@ -41,7 +41,7 @@ class BlockAttentionLlamaAdapter(AdapterBase):
 
     Raises:
         TypeError: a model without `encode_documents`, a setting of the wrong type, a slow tokenizer.
-        ValueError: a setting below 1 (naming it).
+        ValueError: a setting below 1 (naming it), a `max_document_length` above `config.max_position_embeddings`.
     """
 
     model_type = "block_attention_llama"
@@ -71,9 +71,12 @@ class BlockAttentionLlamaAdapter(AdapterBase):
                             optional=("max_document_length",))
         if not isinstance(add_special_tokens, bool):
             raise TypeError(f"`add_special_tokens` must be a bool, got {add_special_tokens!r}.")
+        positions = int(model.config.max_position_embeddings)
+        if max_document_length is not None and max_document_length > positions:
+            raise ValueError(f"`max_document_length` (--max-document-length) must be at most the model's "
+                             f"{positions} positions, got {max_document_length}.")
         self.model, self.tokenizer = model, tokenizer
-        self.max_document_length = (max_document_length if max_document_length is not None
-                                    else int(model.config.max_position_embeddings))
+        self.max_document_length = max_document_length if max_document_length is not None else positions
         self.add_special_tokens = add_special_tokens
         self.batch_size = batch_size
         self._tokenizer_hash = tokenizer_fingerprint(tokenizer)
