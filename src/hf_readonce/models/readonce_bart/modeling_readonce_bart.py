@@ -722,10 +722,14 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
             input_ids (`torch.LongTensor` of shape `(batch_size, text_length)`): the question / task text.
             attention_mask (`torch.Tensor` of shape `(batch_size, text_length)`, *optional*).
             document_representations (`(batch_size, m, d_model)` tensor or [`ReadOnceDocumentEncoderOutput`], *optional*):
-                precomputed representations (from `encode_documents` or a store).
+                precomputed representations (from `encode_documents` or a store). Only a
+                [`ReadOnceDocumentEncoderOutput`] carries the encoder's fingerprint, so only it is checked against
+                this model's document encoder; a bare tensor is trusted as given.
             document_attention_mask (`torch.Tensor` of shape `(batch_size, m)`, *optional*).
             document_input_ids (`torch.LongTensor` of shape `(batch_size, n)`, *optional*): raw document tokens,
                 encoded here with gradients (joint training of both parts, §3.3) when no representations are given.
+                With neither representations nor document tokens the model reads the text alone (BART closed-book),
+                as `BartForConditionalGeneration` would.
             document_input_attention_mask (`torch.Tensor` of shape `(batch_size, n)`, *optional*).
             labels (`torch.LongTensor` of shape `(batch_size, target_length)`, *optional*): target tokens (`-100`
                 ignored); decoder inputs are the labels shifted right, as in BART.
