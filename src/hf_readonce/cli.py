@@ -1079,6 +1079,8 @@ def cmd_publish(args) -> int:
             card[name] = getattr(args, name)
     if args.dataset:
         card["datasets"] = args.dataset
+    if args.store is not None:  # said in the CLI's words (and before the model loads)
+        _open_store(args.store, readonly=True, create=False, command="publish")
     try:
         result = publish(_resolve_model(args.model_dir), args.repo_id, local_dir=args.local_dir, private=args.private,
                          store=args.store, metrics=args.metrics, card=card or None,
@@ -1247,7 +1249,8 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
     publish = sub.add_parser("publish", help="assemble a Hub repo (weights, code, pipeline, tokenizer, model card) "
                                              "and write it to --local-dir or upload it")
     publish.add_argument("model_dir", help="a saved hf-readonce checkpoint folder, with its tokenizer, or the name of "
-                                           "a shipped checkpoint (reference-deformer, reference-qa)")
+                                           "a shipped hf-readonce checkpoint (reference-deformer; reference-qa is a "
+                                           "plain BERT: load it as a family's model and save it first)")
     publish.add_argument("--repo-id", required=True, help="OWNER/NAME of the model repo")
     publish.add_argument("--local-dir", default=None, help="write the repo folder here (new or empty) and stop; "
                                                            "nothing is uploaded")

@@ -157,6 +157,6 @@ def test_metrics_files_of_every_task_fill_the_card_with_their_baselines(tmp_path
         card_from_metrics_file(readonce, dataset_type=None, repo_id="a/b", model_type="readonce_bart", title="T",
                                summary="S")
     (tmp_path / "loss.json").write_text(json.dumps({"eval_loss": 2.0}))
-    with pytest.raises(ValueError, match="holds no scores under 'eval_'"):
+    with pytest.raises(ValueError, match="holds no numeric scores under .eval_."):
         card_from_metrics_file(tmp_path / "loss.json", dataset_type="x", repo_id="a/b", model_type="readonce_bart",
                                title="T", summary="S")

@@ -81,3 +81,16 @@ def test_hub_answers_for_what_a_mirrored_repo_lacks(folder, tmp_path):
     assert _hub_answer(mirrors, "/api/models/someone/repo") == ("rewrite", "/api/models/someone/repo/revision/main")
     assert _hub_answer(mirrors, "/api/models/other/repo") is None  # not mirrored: olah as it is
     assert _hub_answer(mirrors, "/other/repo/resolve/main/config.json") is None
+
+
+def test_the_command_without_olah_stops_before_writing(tmp_path, capsys, monkeypatch):
+    """Without olah the command says what to install, in one line, and mirrors nothing first."""
+    import importlib.util
+
+    from hf_readonce.hub import local_hub
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "olah" else object())
+    with pytest.raises(SystemExit) as stop:
+        local_hub.main(["--mirrors", str(tmp_path / "mirrors"), "--publish", f"a/b={tmp_path}"])
+    assert stop.value.code == 2 and "needs olah" in capsys.readouterr().err
+    assert not (tmp_path / "mirrors").exists()

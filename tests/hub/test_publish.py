@@ -64,6 +64,13 @@ def test_published_folder_is_a_hub_repo(published, checkpoint_dir):
         "impl": "pipeline_deformer_bert.DeformerQuestionAnsweringPipeline", "pt": ["AutoModelForQuestionAnswering"],
         "type": "text"}}
     assert config["max_passage_length"] == 24  # the recorded settings travel
+    # what describes this machine does not travel: the offline flag of the tokenizer load, the 0o600 of a temp file
+    assert "local_files_only" not in json.loads((folder / "tokenizer_config.json").read_text())
+    import os
+
+    umask = os.umask(0)
+    os.umask(umask)
+    assert {(folder / name).stat().st_mode & 0o777 for name in published.files} == {0o666 & ~umask}
     card = ModelCard.load(folder / "README.md")
     assert card.data.library_name == "transformers" and card.data.pipeline_tag == "question-answering"
     assert card.data.tags == ["hf-readonce", "deformer", "custom_code"]
@@ -287,3 +294,29 @@ def test_cli_publish_local_dir(checkpoint_dir, tmp_path, capsys):
     assert values == {("quoref", "EM"): 12.5, ("quoref", "F1"): 20.25}
     assert "| Quoref, validation | F1 | **20.25** | 9.50 |" in card.text
     assert "2.26x with passage states precomputed, 1.35x including encoding them" in card.text
+
+
+def test_published_representations_are_read_by_the_published_model(tmp_path, tokenizer):
+    """A checkpoint saved in float16 whose store `encode` filled computing in float32 (the CPU default): `publish
+    --store` declares the float32 fingerprint (the store's), and the published folder's own model, whose config now
+    carries `custom_pipelines`, has that same fingerprint (the key is ignored by every family's fingerprint)."""
+    from transformers import AutoModelForQuestionAnswering
+
+    from hf_readonce import DeformerBertForQuestionAnswering
+    from hf_readonce.representations import DeformerBertAdapter, fill_store
+
+    source = tmp_path / "fp16"
+    model = tiny_model()
+    for name, value in SETTINGS.items():
+        setattr(model.config, name, value)
+    model.half().save_pretrained(source)
+    tokenizer.save_pretrained(source)
+    computing = DeformerBertForQuestionAnswering.from_pretrained(source, dtype=torch.float32).eval()
+    store = RepresentationStore(tmp_path / "store")
+    fill_store(DeformerBertAdapter(computing, tokenizer, max_passage_length=24, doc_stride=8), store, CONTEXTS)
+    result = publish(source, "someone/fp16", local_dir=tmp_path / "repo", store=store)
+    assert result.representation_format["fingerprint"] == computing.representation_fingerprint()
+    published = AutoModelForQuestionAnswering.from_pretrained(result.folder, trust_remote_code=True,
+                                                              dtype=torch.float32)
+    assert published.config.custom_pipelines  # (in this process transformers picks the registered class)
+    assert published.representation_fingerprint() == computing.representation_fingerprint()

@@ -122,10 +122,10 @@ def test_card_loading_lines_run_without_prompt_or_warning(published, tmp_path):
         assert noise not in done.stderr + done.stdout, done.stderr[-3000:]
 
 
-def test_seq2seq_card_code_runs_as_written(published, tmp_path):
-    """The "model itself" code of the ReadOnce and LongDoc cards, run as written (repo id -> the published folder,
-    the texts it names given) where hf_readonce cannot be imported: a BERT tokenizer's `token_type_ids` must not
-    reach `generate` (BART takes none)."""
+def test_card_model_code_runs_as_written(published, tmp_path):
+    """The "model itself" code of the DeFormer, ReadOnce and LongDoc cards, run as written (repo id -> the published
+    folder, the texts the seq2seq snippets name given) where hf_readonce cannot be imported: every name is defined,
+    and a BERT tokenizer's `token_type_ids` never reach `generate` (BART takes none)."""
     import re
 
     from tests.conftest import run_without_hf_readonce
@@ -134,11 +134,11 @@ def test_seq2seq_card_code_runs_as_written(published, tmp_path):
              "questions": ["Who wrote Emma?", "What is the capital of France?"],
              "article": "Emma Woodhouse, handsome, clever, and rich, lived in Highbury with her father."}
     code = [f"{name} = {value!r}" for name, value in texts.items()]
-    for name in ("readonce_bart", "longdoc_bart"):
+    for name in ("deformer_bert", "readonce_bart", "longdoc_bart"):
         entry = published[name]
         blocks = re.findall(r"```python\n(.*?)```", (entry["folder"] / "README.md").read_text(), re.S)
-        block = next(b for b in blocks if "AutoModelForSeq2SeqLM.from_pretrained" in b)
+        block = next(b for b in blocks if re.search(r"AutoModelFor(Seq2SeqLM|QuestionAnswering)\.from_pretrained", b))
         code += [block.replace(f'"{entry["repo_id"]}"', repr(str(entry["folder"]))), f"print({name!r}, 'RAN')"]
     done = run_without_hf_readonce("\n".join(code), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "readonce_bart RAN" in done.stdout and "longdoc_bart RAN" in done.stdout
+    assert all(f"{name} RAN" in done.stdout for name in ("deformer_bert", "readonce_bart", "longdoc_bart"))

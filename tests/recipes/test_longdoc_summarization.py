@@ -51,7 +51,7 @@ def test_extend_position_embeddings_copies_rows_and_keeps_short_documents_unchan
         torch.testing.assert_close(model.get_encoder()(input_ids=ids).last_hidden_state, before, atol=0, rtol=0)
         long_ids = torch.randint(3, 99, (1, 40), generator=torch.Generator().manual_seed(2))
         assert model.get_encoder()(input_ids=long_ids).last_hidden_state.shape == (1, 40, 16)
-    with pytest.raises(IndexError):  # the table ends at 40
+    with pytest.raises(ValueError, match="41 tokens, more than the model.s 40 positions"):  # the table ends at 40
         model.get_encoder()(input_ids=torch.randint(3, 99, (1, 41)))
     model.save_pretrained(tmp_path)  # the saved checkpoint loads with its grown tables
     loaded = LongDocBartForConditionalGeneration.from_pretrained(tmp_path).eval()

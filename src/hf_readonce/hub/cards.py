@@ -326,8 +326,9 @@ def card_from_metrics_file(path: str | os.PathLike, *, dataset_type: str | None,
         rows = summarization_rows_from_metrics(metrics, dataset_type, dataset_name, prefix=prefix,
                                                baselines=baselines)
     else:
-        raise ValueError(f"metrics file {path} holds no scores under {prefix!r}: neither {prefix}exact_match / "
-                         f"{prefix}f1 (question answering) nor {prefix}rouge1 / rouge2 / rougeL (summarization); "
+        raise ValueError(f"metrics file {path} holds no numeric scores under {prefix!r}: neither "
+                         f"{prefix}exact_match / {prefix}f1 (question answering) nor {prefix}rouge1 / rouge2 / rougeL "
+                         "(summarization) as numbers; "
                          f"its keys: {sorted(metrics)[:12]}.")
     figures = list(card_kwargs.pop("figures", ()))
     if _number(metrics.get("speedup_precomputed")) is not None:

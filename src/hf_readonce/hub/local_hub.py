@@ -212,6 +212,11 @@ def main(argv=None) -> int:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8090)
     args = parser.parse_args(argv)
+    import importlib.util
+
+    if importlib.util.find_spec("olah") is None:  # before anything is written
+        parser.exit(2, f"{parser.prog}: error: serving a local Hub needs olah: pip install "
+                       "\"hf-readonce[hub-server]\" (and git).\n")
     Path(args.mirrors).mkdir(parents=True, exist_ok=True)
     for item in args.publish:
         repo_id, sep, folder = item.partition("=")

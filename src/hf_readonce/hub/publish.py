@@ -139,8 +139,9 @@ def _load(model_dir: Path):
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
     except (OSError, ValueError, TypeError) as error:
-        raise ValueError(f"`model_dir` {str(model_dir)!r} has no loadable tokenizer ({error}); a published model "
-                         "needs one: save the tokenizer next to the weights.") from None
+        reason = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+        raise ValueError(f"`model_dir` {str(model_dir)!r} has no loadable tokenizer ({reason.rstrip('.')}); a "
+                         "published model needs one: save the tokenizer next to the weights.") from None
     return model, tokenizer
 
 
@@ -157,6 +158,32 @@ def _declare_every_head(folder: Path, heads: dict) -> None:
         if head not in auto_map and (folder / f"{module}.py").is_file():
             auto_map[head] = f"{module}.{cls.__name__}"
     path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def _model_computing_like(store, model, model_dir: Path):
+    """`model`, or the checkpoint loaded to compute in the dtype whose fingerprint the store holds: the compute
+    dtype is part of a representation's fingerprint, and `hf-readonce encode` computes in float32 on a CPU whatever
+    dtype the checkpoint is saved in (`hf_readonce.dtypes`), so the declared format must be that dtype's to match
+    the published representations. The weights published are `model`'s either way."""
+    import transformers
+
+    from ..dtypes import compute_dtype_hint
+    from ..representations import family_of
+    from ..weights import load_quietly
+
+    auto_class = getattr(transformers, family_of(model.config.model_type).auto_class)
+
+    loaded = {}
+
+    def load(dtype):
+        loaded[dtype] = load_quietly(auto_class.from_pretrained, model_dir, dtype=dtype).eval()
+        return loaded[dtype]
+
+    fingerprints = {space.fingerprint for space in store.spaces()}
+    if not hasattr(model, "representation_fingerprint") or model.representation_fingerprint() in fingerprints:
+        return model
+    found = compute_dtype_hint(model, fingerprints, load=load)
+    return loaded[found] if found is not None else model
 
 
 def _read_metrics_card(metrics, model, repo_id, representation_format, representations_repo, card):
@@ -253,7 +280,8 @@ def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, s
             store, create=False, readonly=True)
 
     model, tokenizer = _load(model_dir)
-    representation_format = representation_format_for(model, tokenizer, dtype=dtype or "float16",
+    format_model = _model_computing_like(store_obj, model, model_dir) if store_obj is not None else model
+    representation_format = representation_format_for(format_model, tokenizer, dtype=dtype or "float16",
                                                       settings=representation_settings)
     space = None
     if store_obj is not None:
@@ -304,10 +332,12 @@ def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, s
         model.save_pretrained(folder)  # config (auto_map), code files, safetensors; generation_config if it generates
         _declare_every_head(folder, spec.model_classes(model.config.model_type))
         tokenizer.save_pretrained(folder)
+        _drop_local_settings(folder / "tokenizer_config.json")
         if representation_format is not None:
             (folder / "representation_format.json").write_text(json.dumps(representation_format, indent=2) + "\n")
         model_card = _read_metrics_card(metrics, model, repo_id, representation_format, representations_repo, card)
         model_card.save(str(folder / "README.md"))
+        _honour_umask_files(folder)
         result = PublishResult(folder=folder, repo_id=repo_id, representations_repo=representations_repo,
                                representation_format=representation_format)
         if store_obj is not None:
@@ -380,6 +410,27 @@ def _honour_umask(folder: Path) -> None:
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(folder, 0o777 & ~umask)
+
+
+def _honour_umask_files(folder: Path) -> None:
+    """Give every file of `folder` the mode a plain `open` would (0o666 less the umask): `save_pretrained` writes
+    the weights through a temporary file of mode 0o600, which a Hub repo folder or a shared disk must not keep."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in folder.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            os.chmod(path, 0o666 & ~umask)
+
+
+def _drop_local_settings(path: Path) -> None:
+    """Remove from a saved `tokenizer_config.json` what describes this machine's loading, not the tokenizer
+    (`local_files_only`, written as true when publishing with `HF_HUB_OFFLINE=1`, would make every user's load
+    offline)."""
+    if not path.is_file():
+        return
+    config = json.loads(path.read_text())
+    if config.pop("local_files_only", None) is not None:
+        path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
 
 
 class _Staging:

@@ -387,8 +387,11 @@ register_family(
                 "```python\nfrom transformers import AutoModelForQuestionAnswering, AutoTokenizer\n\n"
                 "model = AutoModelForQuestionAnswering.from_pretrained(\"{repo_id}\", trust_remote_code=True).eval()\n"
                 "tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\"{trust})\n"
+                "question, passage = \"Who wrote Emma?\", \"Emma is a novel by Jane Austen.\"\n"
                 "out = model(**tokenizer(question, passage, return_tensors=\"pt\"))   # pair input, as BERT\n"
-                "states = model.encode_passages(passage_ids)   # `passage [SEP]`, read once\n"
+                "passage_ids = tokenizer(passage, return_tensors=\"pt\").input_ids[:, 1:]   # `passage [SEP]`\n"
+                "states = model.encode_passages(passage_ids)   # read once\n"
+                "question_ids = tokenizer(question, return_tensors=\"pt\").input_ids   # `[CLS] question [SEP]`\n"
                 "out = model(input_ids=question_ids, passage_states=states)   # every question reuses them\n```"
             ),
         ),

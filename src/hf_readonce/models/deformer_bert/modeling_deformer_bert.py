@@ -44,7 +44,7 @@ _FINGERPRINT_IGNORED_FIELDS = frozenset({
     "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "cls_token_id", "mask_token_id", "unk_token_id",
     "decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id", "initializer_range", "init_std",
     "initializer_factor", "tie_word_embeddings", "classifier_dropout", "max_length", "min_length", "num_beams",
-    "no_repeat_ngram_size", "early_stopping", "length_penalty",
+    "no_repeat_ngram_size", "early_stopping", "length_penalty", "custom_pipelines",
 })
 
 
