@@ -85,6 +85,8 @@ def test_datasets_map_export_import(tmp_path, tokenizer, qa_rows):
     assert mapped["content_hash"] == [content_hash(c) for c in dataset["context"]]
     assert len(store) == len(set(dataset["context"])) and all(n > 0 for n in mapped["num_tokens"])
     exported = export_to_dataset(store, cache_dir=str(tmp_path / "cache"))
+    assert store.info()["shards"] >= 2  # one row per document, however many shards hold them
+    assert len(exported) == len(store) == len(set(exported["content_hash"]))
     exported.to_parquet(str(tmp_path / "reps.parquet"))
     restored_rows = Dataset.from_parquet(str(tmp_path / "reps.parquet"), cache_dir=str(tmp_path / "cache2"))
     target = RepresentationStore(tmp_path / "t")

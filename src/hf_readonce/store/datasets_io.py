@@ -4,6 +4,7 @@ the model) and import such a dataset back into a store. Tensors travel as raw by
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Iterator, Mapping
@@ -109,9 +110,10 @@ def export_to_dataset(store: RepresentationStore, fingerprint: str | None = None
         raise ValueError("`settings` needs `fingerprint`.")
     gen_kwargs = {"path": str(store.path), "fingerprint": fingerprint,
                   "settings_json": canonical_settings(settings) if fingerprint is not None else None}
-    # the index state is part of the cache key, so a changed store is exported again
+    # the index state is part of the cache key, so a changed store is exported again; one string, not a list:
+    # `datasets` splits list-valued gen_kwargs into one generator call per item, each of which would yield every row
     store.refresh()
-    gen_kwargs["state"] = store.loaded_manifests
+    gen_kwargs["state"] = hashlib.sha256("\n".join(store.loaded_manifests).encode()).hexdigest()
     try:
         return Dataset.from_generator(_generate, gen_kwargs=gen_kwargs, features=_features(), cache_dir=cache_dir)
     except Exception as error:  # `datasets` wraps what the generator raised in its DatasetGenerationError
