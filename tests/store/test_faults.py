@@ -589,3 +589,36 @@ def test_fingerprint_readtwice_has_the_common_name_and_sees_config_fields():
     other = make(hidden_act="relu")
     other.load_state_dict(base.state_dict())
     assert other.representation_fingerprint() != base.representation_fingerprint()
+
+
+def test_a_truncated_shard_keeps_every_document_whose_bytes_are_all_there(tmp_path, capsys):
+    """A shard cut short (a copy or a write that stopped): safetensors refuses the whole file, but the documents
+    whose byte ranges end before the cut pass their checksums and are salvaged by `repair`; only those beyond it are
+    dropped, and `verify` names only those."""
+    import struct
+
+    path = tmp_path / "s"
+    store = RepresentationStore(path)
+    hashes = [content_hash(f"document {i}") for i in range(N_DOCS)]
+    with store.writer(FP, SETTINGS, dtype="fp32", shard_size_bytes=1 << 20) as writer:  # one shard of six
+        for i, h in enumerate(hashes):
+            writer.add(h, states(i), meta={"id": f"doc-{i}"})
+    (victim,) = shards(path)
+    data = victim.read_bytes()
+    length = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + length])
+    ends = sorted(spec["data_offsets"][1] for key, spec in header.items() if key != "__metadata__")
+    cut = 8 + length + ends[len(ends) // 2] + 1  # half the tensors end before the cut
+    victim.write_bytes(data[:cut])
+    intact = [h for i, h in enumerate(hashes)
+              if all(8 + length + header[f"{i}/{name}"]["data_offsets"][1] <= cut for name in states(i))]
+    assert 0 < len(intact) < N_DOCS
+    report = RepresentationStore(path).verify()
+    assert sorted(e.content_hash for e in report.corrupted_documents) == sorted(set(hashes) - set(intact))
+    result = RepresentationStore(path).repair()
+    assert sorted(result["salvaged"]) == sorted(intact) and sorted(result["dropped"]) == sorted(set(hashes) - set(intact))
+    store = RepresentationStore(path)
+    assert len(store) == len(intact) and store.verify().ok
+    for i, h in enumerate(hashes):
+        if h in intact:
+            torch.testing.assert_close(store.get(FP, SETTINGS, h), states(i))

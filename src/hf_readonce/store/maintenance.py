@@ -19,7 +19,7 @@ from pathlib import Path
 from .errors import CorruptedShardError, ReadOnlyStoreError
 from .keys import DocumentEntry, RepresentationSpace, printable
 from .manifest import is_store_file, manifest_header_differences, path_problem, read_shard_header
-from .shards import FORMAT_NAME, FORMAT_VERSION, _atomic_write, _file_sha256, resolve_dtype
+from .shards import FORMAT_NAME, FORMAT_VERSION, _atomic_write, _checksums_match, _file_sha256, resolve_dtype
 
 
 @dataclass
@@ -186,10 +186,60 @@ def _manifest_entries(manifest: dict, shard: str) -> list[DocumentEntry]:
 
 def _tensors_intact(store, entry: DocumentEntry):
     """The document's tensors if their bytes pass both checksums its record holds (SHA-256 and xxh3-128), read by
-    the record's tensor keys whatever the shard's header lists; else `None`."""
+    the record's tensor keys whatever the shard's header lists; else `None`. A shard safetensors will not open (a
+    truncated file: its header promises bytes the file no longer has) is read byte range by byte range
+    ([`_tensors_from_byte_ranges`]), so the documents whose bytes are all still there are kept."""
     try:
         return store._read(entry, verify="strong", check_order=False)
     except CorruptedShardError:
+        pass
+    tensors = _tensors_from_byte_ranges(store.path / entry.shard, entry)
+    if tensors is None or not _checksums_match(entry, tensors, strong=True):
+        return None
+    return tensors
+
+
+_SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+                       "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
+
+
+def _tensors_from_byte_ranges(path: Path, entry: DocumentEntry):
+    """The tensors of `entry` read straight from the byte ranges the shard's safetensors header gives them (8-byte
+    little-endian header length, the JSON header, then the data), for a file too damaged for safetensors to open;
+    `None` when the header is unreadable, a tensor's dtype or shape disagrees with the record, or its bytes lie
+    beyond the end of the file. The caller checks the checksums."""
+    import torch
+
+    try:
+        # a regular file only, never through a link, never blocking (a FIFO put in place of a shard)
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            os.close(descriptor)
+            return None
+        size = os.fstat(descriptor).st_size
+        with os.fdopen(descriptor, "rb") as handle:
+            length = int.from_bytes(handle.read(8), "little")
+            if not 0 < length <= min(size - 8, 100 << 20):
+                return None
+            header = json.loads(handle.read(length))
+            tensors = {}
+            for name, spec in entry.tensors.items():
+                info = header.get(spec["key"])
+                begin, end = info["data_offsets"]
+                dtype = _SAFETENSORS_DTYPES.get(info["dtype"])
+                if dtype != spec["dtype"] or list(info["shape"]) != list(spec["shape"]):
+                    return None
+                if not 0 <= begin <= end or 8 + length + end > size:
+                    return None
+                handle.seek(8 + length + begin)
+                data = bytearray(handle.read(end - begin))
+                element = torch.empty((), dtype=getattr(torch, dtype)).element_size()
+                if len(data) != end - begin or len(data) != element * math.prod(spec["shape"]):
+                    return None
+                tensors[name] = torch.frombuffer(data, dtype=getattr(torch, dtype)).reshape(spec["shape"]) \
+                    if data else torch.empty(spec["shape"], dtype=getattr(torch, dtype))
+            return tensors
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return None
 
 

@@ -134,5 +134,15 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _checksums_match(entry, tensors: Mapping[str, torch.Tensor], strong: bool) -> bool:
+    """Whether `tensors` are the bytes `entry` recorded: its xxh3-128 read checksum where it has one (documents
+    written by this release on), else its SHA-256; `strong` (verify, repair) checks the SHA-256 as well."""
+    if entry.xxh3_128 and tensors_read_checksum(tensors) != entry.xxh3_128:
+        return False
+    if strong or not entry.xxh3_128:
+        return tensors_checksum(tensors) == entry.sha256
+    return True
+
+
 __all__ = ["DEFAULT_SHARD_SIZE_BYTES", "FORMAT_NAME", "FORMAT_VERSION", "resolve_dtype", "tensors_checksum",
            "tensors_read_checksum"]

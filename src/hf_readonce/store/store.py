@@ -72,6 +72,7 @@ from .shards import (
     FORMAT_NAME,
     FORMAT_VERSION,
     _atomic_write,
+    _checksums_match,
     _dtype_name,
     _make_temp,
     resolve_dtype,
@@ -82,16 +83,6 @@ from .shards import (
 logger = logging.getLogger(__name__)
 
 _LAYOUT = ("shards", "index", "tmp")
-
-
-def _checksums_match(entry: DocumentEntry, tensors: Mapping[str, torch.Tensor], strong: bool) -> bool:
-    """Whether `tensors` are the bytes `entry` recorded: its xxh3-128 read checksum where it has one (documents
-    written by this release on), else its SHA-256; `strong` (verify, repair) checks the SHA-256 as well."""
-    if entry.xxh3_128 and tensors_read_checksum(tensors) != entry.xxh3_128:
-        return False
-    if strong or not entry.xxh3_128:
-        return tensors_checksum(tensors) == entry.sha256
-    return True
 
 
 class _StoreLock:
