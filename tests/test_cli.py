@@ -124,6 +124,28 @@ def test_killed_encode_resumes_without_loss_or_duplicates(tmp_path, checkpoint):
     assert len(store) == len({r["text"] for r in rows}) and info["duplicates"] == 0 and store.verify().ok
 
 
+def test_a_terminated_encode_stops_as_an_interrupted_one(tmp_path, checkpoint):
+    """SIGTERM (what `timeout`, Slurm and Kubernetes send) stops `encode` as Ctrl-C does: one line, exit 143, the
+    committed shards kept and intact."""
+    docs, rows = _enwiki_docs(tmp_path, 300)
+    store_dir = tmp_path / "store"
+    proc = _cli("encode", str(checkpoint), "--documents", str(docs), "--text-field", "text", "--store",
+                str(store_dir), "--no-progress", "--batch-size", "2", "--shard-size-mb", "0.01",
+                "--max-passage-length", "64", "--doc-stride", "8")
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if (store_dir / "index").is_dir() and len(list((store_dir / "index").glob("*.json"))) >= 3:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "encode finished before it could be stopped: make the corpus larger"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and "interrupted; committed shards are kept, re-run to finish" in err, err
+    assert "Traceback" not in err
+    store = RepresentationStore(store_dir)
+    assert 0 < len(store) < len(rows) and store.verify().ok
+
+
 def test_two_processes_equal_one_process(tmp_path, checkpoint):
     docs, rows = _enwiki_docs(tmp_path, 40)
     common = ["--documents", str(docs), "--text-field", "text", "--no-progress", "--max-passage-length", "64",

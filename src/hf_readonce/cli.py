@@ -1364,14 +1364,15 @@ def main(argv=None) -> int:
 
         def run() -> int:
             return args.func(args)
+    previous_term = _terminate_as_interrupt()
     try:
         return run()
     except CommandError as error:
         print(f"hf-readonce {command}: error: {error}", file=sys.stderr)
         return error.status
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         print(f"hf-readonce {command}: interrupted; committed shards are kept, re-run to finish.", file=sys.stderr)
-        return 130
+        return 143 if isinstance(stop, _Terminated) else 130
     except BrokenPipeError:  # the reader of stdout stopped (`hf-readonce info | head -1`): as `head` expects, quietly
         _silence_stdout()
         return EXIT_BROKEN_PIPE
@@ -1384,6 +1385,30 @@ def main(argv=None) -> int:
     finally:
         if restore is not None:
             restore()
+        if previous_term is not None:
+            import signal
+
+            signal.signal(signal.SIGTERM, previous_term)
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (what `timeout`, Slurm and Kubernetes send) raised where the command runs, so it stops as Ctrl-C
+    stops it: the writer's `with` blocks exit, committed shards stay, the message says to re-run."""
+
+
+def _terminate_as_interrupt():
+    """Make SIGTERM raise [`_Terminated`] in the main thread; returns the previous handler (`None` where signals
+    cannot be set: another thread, or a platform without SIGTERM)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGTERM"):
+        return None
+
+    def terminate(signum, frame):
+        raise _Terminated()
+
+    return signal.signal(signal.SIGTERM, terminate)
 
 
 def _silence_stdout() -> None:
