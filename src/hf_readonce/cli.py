@@ -952,8 +952,9 @@ def cmd_verify(args) -> int:
             print(f"OK: {report.shards_checked} shard(s), {report.documents_checked} document(s) verified")
         else:
             print(f"FAILED: {len(report.corruptions)} corrupted shard(s) or index file(s), "
-                  f"{len(report.corrupted_documents)} corrupted document(s) out of {report.documents_checked}; "
-                  f"recompute them with `hf-readonce encode MODEL --documents FILE --store {store.path} --repair`")
+                  f"{len(report.corrupted_documents)} document(s) affected ({report.documents_checked} indexed and "
+                  f"checked); `hf-readonce encode MODEL --documents FILE --store {store.path} --repair` keeps every "
+                  "intact document and recomputes the others")
         for space in recomputed:
             _print_recompute(space, args.max_kl, args.max_diff)
     return status

@@ -622,3 +622,15 @@ def test_a_truncated_shard_keeps_every_document_whose_bytes_are_all_there(tmp_pa
     for i, h in enumerate(hashes):
         if h in intact:
             torch.testing.assert_close(store.get(FP, SETTINGS, h), states(i))
+
+
+def test_a_corruption_of_many_documents_is_still_one_readable_line():
+    """`describe()` names the first ten documents and counts the rest; the report keeps them all."""
+    from hf_readonce.store.keys import DocumentEntry
+    from hf_readonce.store.maintenance import Corruption
+
+    entries = [DocumentEntry(space="s", content_hash=f"{i:064x}", shard="shards/s/x.safetensors", tensors={},
+                             sha256="", meta={"id": f"doc-{i}"}) for i in range(150)]
+    line = Corruption("shards/s/x.safetensors", "the shard file is missing", entries).describe()
+    assert "\n" not in line and line.endswith("(and 140 more)") and len(line) < 600
+    assert "doc-0 (" in line and "doc-9 (" in line and "doc-10 (" not in line

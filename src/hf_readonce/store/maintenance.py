@@ -36,9 +36,13 @@ class Corruption:
     reason: str
     documents: list = field(default_factory=list)
 
-    def describe(self) -> str:
-        """One line naming the shard, the reason and the affected documents (control characters escaped)."""
-        names = ", ".join(entry.name for entry in self.documents) or "-"
+    def describe(self, most: int = 10) -> str:
+        """One line naming the shard, the reason and the affected documents (control characters escaped): the
+        first `most` of them (default 10) and how many more, so a shard of thousands stays one readable line
+        (`VerifyReport.corrupted_documents` and `verify --json` list them all)."""
+        names = ", ".join(entry.name for entry in self.documents[:most]) or "-"
+        if len(self.documents) > most:
+            names += f" (and {len(self.documents) - most} more)"
         return f"CORRUPTED {printable(self.shard)}: {printable(self.reason)}; documents: {names}"
 
 
