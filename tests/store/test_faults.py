@@ -154,9 +154,24 @@ def test_manifest_deleted_verify_exits_1_and_repair_rebuilds_the_index(tmp_path,
     manifests(path)[0].unlink()
     status, out = cli_verify(path, capsys)
     assert status == 1 and "orphan" in out and "doc-0" in out  # the orphan's documents are named
+    shards_before = {p.name: p.read_bytes() for p in shards(path)}
     result = RepresentationStore(path).repair()
     assert sorted(result["salvaged"]) == sorted(hashes[:2])
     assert_all_present(path, hashes)
+    # the intact shard got its manifest back where it lies: nothing copied, nothing moved to quarantine/
+    assert {p.name: p.read_bytes() for p in shards(path)} == shards_before and result["quarantined"] == []
+
+
+def test_a_lost_index_is_rebuilt_without_copying_a_shard(tmp_path, capsys):
+    """`index/` deleted: every intact shard is indexed where it lies, so the store does not grow (a rebuild that
+    copied every shard needed twice the disk)."""
+    path, hashes = build(tmp_path)
+    size = RepresentationStore(path).info()["bytes_on_disk"]
+    shutil.rmtree(path / "index")
+    result = RepresentationStore(path).repair()
+    assert sorted(result["salvaged"]) == sorted(hashes) and result["quarantined"] == []
+    assert_all_present(path, hashes)
+    assert RepresentationStore(path).info()["bytes_on_disk"] <= size * 1.05  # manifests written again, no shard
 
 
 # ------------------------------------------------------------------------------------------ 5. orphans, kills

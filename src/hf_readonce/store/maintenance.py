@@ -188,6 +188,15 @@ def _manifest_entries(manifest: dict, shard: str) -> list[DocumentEntry]:
                           doc.get("xxh3_128", "")) for doc_hash, doc in manifest["documents"].items()]
 
 
+def _indexable_in_place(store, shard: str, space: RepresentationSpace) -> bool:
+    """Whether an orphan shard can get its manifest back where it lies: in its space's own folder, named as the
+    store names shards, a regular file, with no manifest of that name left in the index."""
+    path = Path(shard)
+    return (len(path.parts) == 3 and path.parts[0] == "shards" and path.parts[1] == space.key[:24]
+            and path.suffix == ".safetensors" and path_problem(store.path, shard) is None
+            and not (store.path / "index" / f"{path.stem}.json").exists())
+
+
 def _tensors_intact(store, entry: DocumentEntry):
     """The document's tensors if their bytes pass both checksums its record holds (SHA-256 and xxh3-128), read by
     the record's tensor keys whatever the shard's header lists; else `None`. A shard safetensors will not open (a
@@ -498,13 +507,17 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
             except ValueError:
                 _retire(store, orphan, quarantine, moved)
                 continue
-            keep = []
-            for entry in _unindexed(store, entries):
+            keep, unindexed = [], _unindexed(store, entries)
+            for entry in unindexed:
                 candidates.add((entry.space, entry.content_hash))
                 tensors = _tensors_intact(store, entry)
                 if tensors is not None:
                     keep.append((entry.content_hash, tensors, dict(entry.meta)))
             store._handles.pop(orphan, None)
+            if keep and len(keep) == len(unindexed) == len(entries) and _indexable_in_place(store, orphan, space):
+                # an intact shard that only lost its manifest: indexed where it lies (no copy, no second disk)
+                salvaged += store.index_shard(orphan, space, dtype, entries)
+                continue
             if keep:
                 salvaged += store.commit_shard(space, _storage_dtype(keep, dtype), keep)
             _retire(store, orphan, quarantine, moved)

@@ -74,6 +74,7 @@ from .shards import (
     _atomic_write,
     _checksums_match,
     _dtype_name,
+    _file_sha256,
     _make_temp,
     resolve_dtype,
     tensors_checksum,
@@ -595,6 +596,39 @@ class RepresentationStore:
             self._manifests_loaded.add(f"{shard_id}.json")
             self._load_manifest(manifest, f"{shard_id}.json")
             return [h for h, _, _ in todo]
+
+    def index_shard(self, shard_rel: str, space: RepresentationSpace, dtype: str, entries: list) -> list[str]:
+        """Write the manifest of a shard file already in the store whose index was lost (`repair`): the manifest
+        records the file's size and SHA-256 and, per document, what the shard's own header lists (`entries`, from
+        [`hf_readonce.store.manifest.read_shard_header`], every one checked intact by the caller). The shard is
+        indexed where it lies, instead of being copied into a new shard.
+
+        Args:
+            shard_rel (`str`): the shard's path relative to the store (`shards/<space>/<id>.safetensors`).
+            space ([`RepresentationSpace`]), dtype (`str`): as the shard's header records them.
+            entries (`list[DocumentEntry]`): its documents.
+
+        Returns:
+            `list[str]`: the content hashes indexed.
+
+        Raises:
+            ReadOnlyStoreError: if the store cannot be written.
+        """
+        self.check_writable()
+        with self.lock():
+            data_path = self.path / shard_rel
+            manifest = {"format_version": FORMAT_VERSION, "shard": shard_rel, "space": space.key,
+                        "fingerprint": space.fingerprint, "settings": space.settings, "model_type": space.model_type,
+                        "dtype": dtype, "file_size": data_path.stat().st_size,
+                        "file_sha256": _file_sha256(data_path), "created": time.time(),
+                        "documents": {e.content_hash: {"tensors": e.tensors, "sha256": e.sha256,
+                                                       "xxh3_128": e.xxh3_128, "meta": e.meta} for e in entries}}
+            name = f"{Path(shard_rel).stem}.json"
+            _atomic_write(self.path / "index" / name, json.dumps(manifest, separators=(",", ":")).encode(),
+                          self.path / "tmp")
+            self._manifests_loaded.add(name)
+            self._load_manifest(manifest, name)
+            return [e.content_hash for e in entries]
 
     # ----------------------------------------------------------------- maintenance
     def info(self) -> dict:
