@@ -586,16 +586,23 @@ class RepresentationStore:
                     "--repair` (or `RepresentationStore.repair()`) moves it to quarantine/.")
             shard_path.parent.mkdir(parents=True, exist_ok=True)
             _atomic_write(shard_path, data, self.path / "tmp")
-            manifest = {"format_version": FORMAT_VERSION, "shard": shard_rel, "space": space.key,
-                        "fingerprint": space.fingerprint, "settings": space.settings, "model_type": space.model_type,
-                        "dtype": _dtype_name(dtype), "file_size": len(data),
-                        "file_sha256": hashlib.sha256(data).hexdigest(), "created": time.time(),
-                        "documents": docs}
-            _atomic_write(self.path / "index" / f"{shard_id}.json",
-                          json.dumps(manifest, separators=(",", ":")).encode(), self.path / "tmp")
-            self._manifests_loaded.add(f"{shard_id}.json")
-            self._load_manifest(manifest, f"{shard_id}.json")
+            self._write_manifest(shard_rel, space, _dtype_name(dtype), len(data), hashlib.sha256(data).hexdigest(),
+                                 docs)
             return [h for h, _, _ in todo]
+
+    def _write_manifest(self, shard_rel: str, space: RepresentationSpace, dtype: str, file_size: int,
+                        file_sha256: str, documents: dict) -> None:
+        """Write and load `index/<shard id>.json` for the shard `shard_rel` (the commit point: a shard without its
+        manifest is an orphan). Called under the write lock."""
+        manifest = {"format_version": FORMAT_VERSION, "shard": shard_rel, "space": space.key,
+                    "fingerprint": space.fingerprint, "settings": space.settings, "model_type": space.model_type,
+                    "dtype": dtype, "file_size": file_size, "file_sha256": file_sha256, "created": time.time(),
+                    "documents": documents}
+        name = f"{Path(shard_rel).stem}.json"
+        _atomic_write(self.path / "index" / name, json.dumps(manifest, separators=(",", ":")).encode(),
+                      self.path / "tmp")
+        self._manifests_loaded.add(name)
+        self._load_manifest(manifest, name)
 
     def index_shard(self, shard_rel: str, space: RepresentationSpace, dtype: str, entries: list) -> list[str]:
         """Write the manifest of a shard file already in the store whose index was lost (`repair`): the manifest
@@ -616,18 +623,10 @@ class RepresentationStore:
         """
         self.check_writable()
         with self.lock():
-            data_path = self.path / shard_rel
-            manifest = {"format_version": FORMAT_VERSION, "shard": shard_rel, "space": space.key,
-                        "fingerprint": space.fingerprint, "settings": space.settings, "model_type": space.model_type,
-                        "dtype": dtype, "file_size": data_path.stat().st_size,
-                        "file_sha256": _file_sha256(data_path), "created": time.time(),
-                        "documents": {e.content_hash: {"tensors": e.tensors, "sha256": e.sha256,
-                                                       "xxh3_128": e.xxh3_128, "meta": e.meta} for e in entries}}
-            name = f"{Path(shard_rel).stem}.json"
-            _atomic_write(self.path / "index" / name, json.dumps(manifest, separators=(",", ":")).encode(),
-                          self.path / "tmp")
-            self._manifests_loaded.add(name)
-            self._load_manifest(manifest, name)
+            path = self.path / shard_rel
+            self._write_manifest(shard_rel, space, dtype, path.stat().st_size, _file_sha256(path),
+                                 {e.content_hash: {"tensors": e.tensors, "sha256": e.sha256, "xxh3_128": e.xxh3_128,
+                                                   "meta": e.meta} for e in entries})
             return [e.content_hash for e in entries]
 
     # ----------------------------------------------------------------- maintenance
