@@ -206,6 +206,8 @@ def _tensors_intact(store, entry: DocumentEntry):
         return store._read(entry, verify="strong", check_order=False)
     except CorruptedShardError:
         pass
+    if path_problem(store.path, entry.shard) is not None:  # a link, FIFO or device on the way: never opened
+        return None
     tensors = _tensors_from_byte_ranges(store.path / entry.shard, entry)
     if tensors is None or not _checksums_match(entry, tensors, strong=True):
         return None

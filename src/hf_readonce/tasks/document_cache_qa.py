@@ -285,8 +285,8 @@ def _generate_answers(model, tokenizer, examples: Sequence[dict], batch, *, batc
                       progress: bool, timings: dict | None = None) -> dict[str, str]:
     """The batched greedy answer loop shared by [`answer_with_document_caches`] and [`answer_with_full_prompt`]:
     `batch(rows)` gives `(input_ids, attention_mask, extra generate() kwargs)` for a range of example indices; the
-    generated tokens after the input are decoded and cut by [`clean_answer`] (generation stops at the first newline,
-    `stop_strings=["\n"]`, since nothing after it is kept). The model is put in eval mode and its
+    generated tokens after the input are decoded and cut by [`clean_answer`] (each row stops generating at its first
+    newline, [`_stop_at_newline`], since nothing after it is kept). The model is put in eval mode and its
     training mode restored; `timings["generate_seconds"]` (if given) accumulates the generate time.
 
     Returns:
