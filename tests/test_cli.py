@@ -575,3 +575,19 @@ def test_gold_answers_as_a_list_of_strings_are_scored(tmp_path, checkpoint, qa_r
     scores = [line for line in outputs["squad"].out.splitlines() if " EM " in line]
     assert scores and scores == [line for line in outputs["list"].out.splitlines() if " EM " in line]
     assert " EM " not in outputs["other"].out and "3 of 3 question(s) carry no gold answers" in outputs["other"].err
+
+
+def test_answer_over_a_store_that_lost_its_index_points_to_repair(tmp_path, checkpoint, qa_rows, capsys):
+    """The passages are on disk but no manifest lists them: the "not stored" error says so and names `--repair`."""
+    rows = qa_rows[:3]
+    docs, questions = write_jsonl(tmp_path / "docs.jsonl", rows), write_jsonl(tmp_path / "q.jsonl", rows)
+    store = tmp_path / "store"
+    common = ["--store", str(store), "--no-progress", "--max-passage-length", "64", "--doc-stride", "16"]
+    assert cli_main(["encode", str(checkpoint), "--documents", str(docs), *common]) == 0
+    for manifest in (store / "index").glob("*.json"):
+        manifest.unlink()
+    capsys.readouterr()
+    assert cli_main(["answer", str(checkpoint), "--questions", str(questions), "--output", str(tmp_path / "p.jsonl"),
+                     *common]) == 2
+    err = capsys.readouterr().err
+    assert "not stored" in err and "its index does not list" in err and "--repair" in err, err

@@ -123,6 +123,17 @@ def _shard_files(store) -> list[str]:
     return sorted(found)
 
 
+def unindexed_note(store) -> str:
+    """A sentence for a "not stored" error when the store holds shard files its index does not list (a lost or
+    damaged index): the documents may be there, and `encode --repair` re-indexes them; `""` otherwise."""
+    orphans = orphan_shards(store)
+    if not orphans:
+        return ""
+    return (f" The store holds {len(orphans)} shard file(s) its index does not list (a lost or damaged index): "
+            f"`hf-readonce verify --store {store.path}` names them and `hf-readonce encode ... --repair` re-indexes "
+            "them.")
+
+
 def orphan_shards(store) -> list[str]:
     """Shard files (`shards/*/*.safetensors`, relative to the store) that no loaded manifest lists, sorted."""
     known = set(store._shards)

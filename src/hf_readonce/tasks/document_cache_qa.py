@@ -30,6 +30,7 @@ from ..representations.base import current_fingerprint
 from ..representations.block_attention_llama import BlockAttentionLlamaAdapter
 from ..representations.fill import fill_store
 from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore, content_hash
+from ..store.maintenance import unindexed_note
 
 QUESTION_TEMPLATE = "\n\nQuestion: {question}\nAnswer:"
 
@@ -263,7 +264,8 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
             raise type(error)(
                 f"{len(missing)} of {len(texts)} passages are not stored in {store.path} for this model and settings "
                 f"(first: a passage of question {name}); encode them first, or pass --encode-missing "
-                f"(`encode_missing=True`) to encode and store them now. Details: {error}") from None
+                f"(`encode_missing=True`) to encode and store them now. Details: {error}"
+                + unindexed_note(store)) from None
     timings = timings if timings is not None else {}
     timings.setdefault("read_seconds", 0.0)
     timings.setdefault("generate_seconds", 0.0)

@@ -9,6 +9,7 @@ from ..representations.base import current_fingerprint
 from ..representations.deformer_bert import DeformerBertAdapter
 from ..representations.fill import fill_store
 from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore, content_hash
+from ..store.maintenance import unindexed_note
 from .question_answering import PassageWindowCache, postprocess_qa_predictions, predict_cached, tokenize_questions
 
 
@@ -110,7 +111,8 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
             raise type(error)(
                 f"{len(missing)} of {len(hashes)} passages are not stored in {store.path} for this model and window "
                 f"settings (first: the passage of question {name}); encode them first, or pass --encode-missing "
-                f"(`encode_missing=True`) to encode and store them now. Details: {error}") from None
+                f"(`encode_missing=True`) to encode and store them now. Details: {error}"
+                + unindexed_note(store)) from None
     questions = tokenize_questions(tokenizer, [e["question"] for e in examples], max_question_length)
     by_passage: dict[int, list[int]] = {}
     for i, example in enumerate(examples):
