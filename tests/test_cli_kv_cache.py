@@ -128,6 +128,10 @@ def test_answer_options_and_missing_passages(tmp_path, llama_checkpoint, checkpo
     capsys.readouterr()
     assert cli_main(["answer", str(llama_checkpoint), *common[2:], "--store", str(deformer_store)]) == 2
     assert "It holds representations of deformer_bert models only" in capsys.readouterr().err
+    one = write_jsonl(tmp_path / "one.jsonl", ROWS[:1])  # and the other way round: a DeFormer over the KV store
+    assert cli_main(["answer", str(checkpoint), "--store", str(store), "--questions", str(one), "--output",
+                     str(tmp_path / "p3.jsonl"), "--no-progress"]) == 2
+    assert "it holds representations of block_attention_llama models only" in capsys.readouterr().err
     assert cli_main(["answer", str(llama_checkpoint), *common, "--encode-missing"]) == 0
     assert (tmp_path / "p.jsonl").exists()
     # a row without any passage is set aside, named by its line

@@ -7,6 +7,7 @@ import dataclasses
 
 from ..models.recurrent.configuration_recurrent_gpt2 import RecurrentGPT2Config
 from ..models.recurrent.configuration_recurrent_llama import RecurrentLlamaConfig
+from ..models.recurrent.convert_to_recurrent import to_recurrent
 from ..models.recurrent.modeling_recurrence import RecurrentCache, RecurrentCausalLMOutputWithPast
 from ..models.recurrent.modeling_recurrent_gpt2 import RecurrentGPT2LMHeadModel
 from ..models.recurrent.modeling_recurrent_llama import RecurrentLlamaForCausalLM
@@ -41,6 +42,6 @@ register_family(
     # transformers' own text-generation pipeline runs both (no pipeline file travels)
     auto_models={"AutoModelForCausalLM": (RecurrentGPT2LMHeadModel, RecurrentLlamaForCausalLM)},
     auto_class="AutoModelForCausalLM",
-    exports=(RecurrentCache, RecurrentCausalLMOutputWithPast),
+    exports=(RecurrentCache, RecurrentCausalLMOutputWithPast, to_recurrent),
     cards={"recurrent_gpt2": _CARD, "recurrent_llama": dataclasses.replace(_CARD, title="Recurrent Llama")},
 )

@@ -37,7 +37,10 @@ def find_deformer_space(store: RepresentationStore, model, tokenizer) -> dict:
         raise RepresentationMismatchError(
             f"store {store.path} holds DeFormer passage states only for model fingerprint(s) {stored}, not for this "
             f"model's {fingerprint[:16]}...: encode the documents with this model first.")
-    raise MissingRepresentationError(f"store {store.path} holds no DeFormer passage states for this tokenizer.")
+    held = sorted({s.model_type or "?" for s in store.spaces()})
+    raise MissingRepresentationError(
+        f"store {store.path} holds no DeFormer passage states for this tokenizer"
+        + (f"; it holds representations of {', '.join(held)} models only." if held else "; it is empty."))
 
 
 def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Sequence[dict], *,
