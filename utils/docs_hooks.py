@@ -11,7 +11,8 @@ elsewhere is retyped in the docs:
 
 It also adds the figures under `benchmarks/results/` (`*.png`) to the site as `results/<path>`, so model pages show
 the plots the benchmarks wrote, and lists every `docs/models/*.md` page under "Model families" in the navigation
-(`model_pages_nav`: a new family's page needs no line in `mkdocs.yml`). `render_cli_reference()` and `render_benchmark_tables()` are importable for tests.
+(`model_pages_nav`: a new family's page needs no line in `mkdocs.yml`). `render_cli_reference()` and
+`render_benchmark_tables()` are importable for tests.
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ import inspect
 import json
 import math
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -1080,11 +1081,11 @@ def cmd_publish(args) -> int:
             card[name] = getattr(args, name)
     if args.dataset:
         card["datasets"] = args.dataset
-    if args.store is not None:  # said in the CLI's words (and before the model loads)
-        _open_store(args.store, readonly=True, create=False, command="publish")
+    # a missing store said in the CLI's words, before the model loads; publish reads the store opened here
+    store = _open_store(args.store, readonly=True, create=False, command="publish") if args.store is not None else None
     try:
         result = publish(_resolve_model(args.model_dir), args.repo_id, local_dir=args.local_dir, private=args.private,
-                         store=args.store, metrics=args.metrics, card=card or None,
+                         store=store, metrics=args.metrics, card=card or None,
                          representations_repo=args.representations_repo, dtype=args.dtype)
     except (ValueError, TypeError, FileNotFoundError) as error:
         raise CommandError(str(error)) from None
@@ -1365,7 +1366,7 @@ def main(argv=None) -> int:
 
         def run() -> int:
             return args.func(args)
-    previous_term = _terminate_as_interrupt()
+    previous_term = _terminate_as_interrupt()  # (set, previous handler)
     try:
         return run()
     except CommandError as error:
@@ -1386,10 +1387,8 @@ def main(argv=None) -> int:
     finally:
         if restore is not None:
             restore()
-        if previous_term is not None:
-            import signal
-
-            signal.signal(signal.SIGTERM, previous_term)
+        if previous_term[0]:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous_term[1] is None else previous_term[1])
 
 
 class _Terminated(KeyboardInterrupt):
@@ -1397,19 +1396,19 @@ class _Terminated(KeyboardInterrupt):
     stops it: the writer's `with` blocks exit, committed shards stay, the message says to re-run."""
 
 
-def _terminate_as_interrupt():
-    """Make SIGTERM raise [`_Terminated`] in the main thread; returns the previous handler (`None` where signals
-    cannot be set: another thread, or a platform without SIGTERM)."""
-    import signal
+def _terminate_as_interrupt() -> tuple[bool, object]:
+    """Make SIGTERM raise [`_Terminated`] in the main thread. Returns `(set, previous handler)`: `set` is False where
+    signals cannot be set (another thread, or a platform without SIGTERM); a previous handler of `None` (one not
+    installed from Python) is restored as the default action."""
     import threading
 
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGTERM"):
-        return None
+        return False, None
 
     def terminate(signum, frame):
         raise _Terminated()
 
-    return signal.signal(signal.SIGTERM, terminate)
+    return True, signal.signal(signal.SIGTERM, terminate)
 
 
 def _silence_stdout() -> None:
@@ -1420,6 +1419,7 @@ def _silence_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError, AttributeError):  # stdout without a file descriptor (a test's StringIO)
         pass
+
 
 if __name__ == "__main__":
     sys.exit(main())

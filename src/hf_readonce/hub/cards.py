@@ -84,6 +84,13 @@ def _number(value) -> float | None:
         else None
 
 
+def _baselines_beside(baselines: Mapping | None, key: str) -> dict[str, float]:
+    """Shown baseline name -> its value of metric `key`, for the baselines that recorded one (`baselines`:
+    `{"first_span": {"f1": ...}, "lead_3": {"rouge1": ...}, ...}`)."""
+    return {BASELINE_NAMES.get(name, name): _number(b.get(key)) for name, b in (baselines or {}).items()
+            if isinstance(b, Mapping) and _number(b.get(key)) is not None}
+
+
 def qa_rows_from_metrics(scores: Mapping, dataset_type: str, dataset_name: str, *, prefix: str = "eval_",
                          split: str = "validation", baselines: Mapping | None = None,
                          task_type: str = "question-answering") -> list[EvalRow]:
@@ -105,8 +112,7 @@ def qa_rows_from_metrics(scores: Mapping, dataset_type: str, dataset_name: str, 
             continue
         if key.startswith("HasAns") and not scores.get(f"{prefix}NoAns_total"):
             continue  # every question answerable: HasAns F1 is the F1
-        beside = {BASELINE_NAMES.get(name, name): _number(b.get(key)) for name, b in (baselines or {}).items()
-                  if isinstance(b, Mapping) and _number(b.get(key)) is not None}
+        beside = _baselines_beside(baselines, key)
         rows.append(EvalRow(dataset_type, dataset_name, split, metric_type, shown, value, task_type, beside))
     return rows
 
@@ -128,8 +134,7 @@ def summarization_rows_from_metrics(scores: Mapping, dataset_type: str, dataset_
         value = _number(scores.get(prefix + key))
         if value is None:
             continue
-        beside = {BASELINE_NAMES.get(name, name): _number(b.get(key)) for name, b in (baselines or {}).items()
-                  if isinstance(b, Mapping) and _number(b.get(key)) is not None}
+        beside = _baselines_beside(baselines, key)
         rows.append(EvalRow(dataset_type, dataset_name, split, metric_type, shown, value, "summarization", beside))
     if not rows:
         raise ValueError(f"`scores` has no {prefix}rouge1, {prefix}rouge2 or {prefix}rougeL (keys: "

@@ -259,11 +259,11 @@ def _tensors_from_byte_ranges(path: Path, entry: DocumentEntry):
                     return None
                 handle.seek(8 + length + begin)
                 data = bytearray(handle.read(end - begin))
-                element = torch.empty((), dtype=getattr(torch, dtype)).element_size()
-                if len(data) != end - begin or len(data) != element * math.prod(spec["shape"]):
+                torch_dtype = getattr(torch, dtype)
+                if len(data) != end - begin or len(data) != torch_dtype.itemsize * math.prod(spec["shape"]):
                     return None
-                tensors[name] = torch.frombuffer(data, dtype=getattr(torch, dtype)).reshape(spec["shape"]) \
-                    if data else torch.empty(spec["shape"], dtype=getattr(torch, dtype))
+                tensors[name] = torch.frombuffer(data, dtype=torch_dtype).reshape(spec["shape"]) if data \
+                    else torch.empty(spec["shape"], dtype=torch_dtype)
             return tensors
     except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return None
