@@ -19,6 +19,9 @@ Subcommands:
   fresh and stored states (`hf_readonce.representations.recompute_store`); exits 1 if a document was not read the
   same way (other token ids), a KL is above `--max-kl`, a largest difference above `--max-diff`, or a space of the
   model could not be recomputed.
+- `prune --store DIR --space KEY [--quarantine] [--dry-run]`: delete every document of a representation space
+  (`info` lists the spaces; e.g. an old model's) and with `--quarantine` the files `repair` set aside; the only
+  command that deletes stored representations.
 - `demo`: the package's end-to-end demo (see `hf_readonce.recipes.demo`).
 - `publish MODEL_DIR --repo-id OWNER/NAME [--local-dir DIR] [--private] [--store STORE] [--metrics FILE]`: assemble
   a Hub repo folder (weights, code, pipeline, tokenizer, representation format, model card) and write it to
@@ -894,8 +897,8 @@ def cmd_info(args) -> int:
           f"{_human_bytes(info['bytes_on_disk'])}")
     if info["quarantine_files"]:
         print(f"  of which {_human_bytes(info['quarantine_bytes'])} in {info['quarantine_files']} file(s) under "
-              "quarantine/: damaged files `encode --repair` moved aside, never read again (delete the folder once "
-              "you no longer need them)")
+              "quarantine/: damaged files `encode --repair` moved aside, never read again (`hf-readonce prune "
+              f"--store {info['path']} --quarantine` deletes them once you no longer need them)")
     for key, space in info["spaces"].items():
         print(f"- space {key[:16]}: model_type {space['model_type']}, fingerprint {space['fingerprint']}")
         print(f"    settings {json.dumps(space['settings'], sort_keys=True)}")
@@ -959,6 +962,36 @@ def cmd_verify(args) -> int:
         for space in recomputed:
             _print_recompute(space, args.max_kl, args.max_diff)
     return status
+
+
+def cmd_prune(args) -> int:
+    if not args.space and not args.quarantine:
+        raise CommandError("name what to delete: --space KEY (repeatable; `hf-readonce info --store "
+                           f"{args.store}` lists the spaces) and/or --quarantine.")
+    store = _open_store(args.store, readonly=args.dry_run, create=False, command="prune")
+    spaces = {space.key: space for space in store.spaces()}  # as they were before the prune
+    try:
+        result = store.prune(args.space, quarantine=args.quarantine, dry_run=args.dry_run)
+    except ValueError as error:
+        raise CommandError(str(error)) from None
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return EXIT_OK
+    verb = "would delete" if args.dry_run else "deleted"
+    for key in result["spaces"]:
+        space = spaces.get(key)
+        about = f" ({space.model_type}, fingerprint {space.fingerprint[:16]}...)" if space is not None else ""
+        print(f"{verb} space {key[:16]}{about}")
+    if result["spaces"]:
+        print(f"{verb} {result['documents']} document(s) in {len(result['shards'])} shard(s), "
+              f"{_human_bytes(result['bytes'])}")
+    if args.quarantine:
+        print(f"{verb} quarantine/: {_human_bytes(result['quarantine_bytes'])}")
+    if not args.dry_run:
+        info = store.info()
+        print(f"store {store.path}: {info['documents']} document(s), {info['shards']} shard(s), "
+              f"{_human_bytes(info['bytes_on_disk'])}")
+    return EXIT_OK
 
 
 def _print_recompute(space, max_kl, max_diff=None) -> None:
@@ -1247,6 +1280,18 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
     verify.add_argument("--compute-dtype", choices=COMPUTE_DTYPE_CHOICES, default="auto",
                         help="with --recompute: " + compute_dtype_help)
     verify.set_defaults(func=cmd_verify)
+
+    prune = sub.add_parser("prune", help="delete the representation spaces a store no longer needs (e.g. an old "
+                                         "model's), and with --quarantine the damaged files repair set aside")
+    prune.add_argument("--store", required=True)
+    prune.add_argument("--space", action="append", default=[], metavar="KEY",
+                       help="a space to delete, as `hf-readonce info --store DIR` prints it (its first 16 "
+                            "characters; any prefix of 4 or more that names one space); repeatable")
+    prune.add_argument("--quarantine", action="store_true", help="also delete quarantine/ (the files `encode "
+                                                                 "--repair` moved aside; never read again)")
+    prune.add_argument("--dry-run", action="store_true", help="print what would be deleted and delete nothing")
+    prune.add_argument("--json", action="store_true", help="machine-readable output")
+    prune.set_defaults(func=cmd_prune)
 
     publish = sub.add_parser("publish", help="assemble a Hub repo (weights, code, pipeline, tokenizer, model card) "
                                              "and write it to --local-dir or upload it")

@@ -118,3 +118,52 @@ def test_progress_bar_counts_distinct_documents(tmp_path, tokenizer, qa_rows, mo
                        total=distinct)
     (bar,) = bars
     assert bar.n == bar.total == distinct == stats.encoded == stats.seen - stats.duplicates
+
+
+# ------------------------------------------------------------------------------------------------------ bad input
+def test_fill_store_checks_its_arguments_and_keeps_finished_work(tmp_path, tokenizer):
+    model = tiny_model()
+    adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=32, doc_stride=8)
+    docs = [f"Passage number {i} about the river Ash and its mill." for i in range(6)]
+    store = RepresentationStore(tmp_path / "s")
+    for kwargs, error, words in [({"rank": 0.5, "num_processes": 2}, TypeError, "`rank` must be an int"),
+                                 ({"num_processes": 0}, ValueError, "`num_processes` must be >= 1"),
+                                 ({"rank": 2, "num_processes": 2}, ValueError, "`rank` must be in"),
+                                 ({"documents_per_batch": 0}, ValueError, "`documents_per_batch` must be >= 1"),
+                                 ({"documents_per_batch": 2.0}, TypeError, "`documents_per_batch` must be an int")]:
+        with pytest.raises(error, match=words):
+            fill_store(adapter, store, docs, **kwargs)
+    assert len(store) == 0
+    # an empty document is set aside by name, as an unencodable one is; the others are stored
+    stats = fill_store(adapter, store, [(f"d{i}", t) for i, t in enumerate(docs[:4] + ["  "] + docs[4:])],
+                       documents_per_batch=2, dtype="fp32")
+    assert stats.rejected == [("d4", "the text is empty")] and stats.encoded == 6 and len(store) == 6
+    # an error in the middle of a run keeps the documents computed before it
+    fresh = RepresentationStore(tmp_path / "t")
+    with pytest.raises(TypeError, match="document 4 is a int"):
+        fill_store(adapter, fresh, docs[:4] + [7] + docs[4:], documents_per_batch=2, dtype="fp32")
+    assert len(RepresentationStore(tmp_path / "t")) == 4
+
+
+def test_answer_from_store_refuses_bad_decoding_arguments_by_name(tmp_path, tokenizer, qa_rows):
+    model = tiny_model()
+    store = RepresentationStore(tmp_path / "s")
+    rows = qa_rows[:3]
+    good = answer_from_store(model, tokenizer, store, rows, max_passage_length=32, doc_stride=8, encode_missing=True)
+    assert len(good) == 3
+    for kwargs, error, words in [({"n_best_size": 0}, ValueError, "`n_best_size` must be >= 1"),
+                                 ({"n_best_size": -1}, ValueError, "`n_best_size` must be >= 1"),
+                                 ({"n_best_size": 2.5}, TypeError, "`n_best_size` must be an int"),
+                                 ({"max_answer_length": 0}, ValueError, "`max_answer_length` must be >= 1"),
+                                 ({"passages_per_chunk": 0}, ValueError, "`passages_per_chunk` must be >= 1"),
+                                 ({"null_score_diff_threshold": "x"}, TypeError, "`null_score_diff_threshold`"),
+                                 ({"allow_no_answer": "no"}, TypeError, "`allow_no_answer` must be a bool"),
+                                 ({"n_best": 1, "n_best_size": 5}, ValueError, "not both")]:
+        with pytest.raises(error, match=words):
+            answer_from_store(model, tokenizer, store, rows, max_passage_length=32, doc_stride=8, **kwargs)
+    with pytest.raises(ValueError, match="`examples` is empty"):
+        answer_from_store(model, tokenizer, store, [], max_passage_length=32, doc_stride=8)
+    twice = [rows[0], {**rows[1], "id": rows[0]["id"]}]
+    with pytest.raises(ValueError, match="two examples have the id"):
+        answer_from_store(model, tokenizer, store, twice, max_passage_length=32, doc_stride=8)
+    assert answer_from_store(model, tokenizer, store, rows, max_passage_length=32, doc_stride=8, n_best=20) == good

@@ -4,6 +4,7 @@ into a store."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -65,21 +66,31 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
     Returns:
         [`EncodeStats`].
 
-    A document the adapter cannot encode (a [`DocumentError`]: e.g. a text of only control or zero-width characters,
-    which no token is left of) is set aside in `EncodeStats.rejected`, named by its id; the others are stored.
+    An empty (or whitespace-only) document, and one the adapter cannot encode (a [`DocumentError`]: e.g. a text of
+    only control or zero-width characters, which no token is left of), is set aside in `EncodeStats.rejected`, named
+    by its id; the others are stored. Whatever stops the run (an error, Ctrl-C), the documents already computed are
+    committed before it propagates, so a re-run does no model work for them.
 
     Raises:
         ReadOnlyStoreError: before any model work if the store cannot be written.
-        TypeError: `documents` is a single str (it would be read as one document per character) or bytes.
-        ValueError: an empty document (naming its id), bad rank/num_processes, bad dtype.
+        TypeError: `documents` is a single str (it would be read as one document per character) or bytes; a
+            document that is not a string (naming it); `rank`, `num_processes` or `documents_per_batch` not an int.
+        ValueError: `num_processes` < 1, `rank` outside [0, num_processes), `documents_per_batch` < 1, bad dtype.
     """
     from tqdm.auto import tqdm
 
     if isinstance(documents, (str, bytes)):
         raise TypeError("`documents` must be an iterable of texts or (id, text) pairs, not a single "
                         f"{type(documents).__name__} (it would be stored one character at a time); pass [text].")
+    for name, value in (("rank", rank), ("num_processes", num_processes), ("documents_per_batch", documents_per_batch)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise TypeError(f"`{name}` must be an int, got {type(value).__name__} {value!r}.")
+    if num_processes < 1:
+        raise ValueError(f"`num_processes` must be >= 1, got {num_processes}.")
     if not 0 <= rank < num_processes:
         raise ValueError(f"`rank` must be in [0, num_processes={num_processes}), got {rank}.")
+    if documents_per_batch is not None and documents_per_batch < 1:
+        raise ValueError(f"`documents_per_batch` must be >= 1, got {documents_per_batch}.")
     fingerprint, settings = current_fingerprint(adapter), adapter.settings()  # the weights as they are now
     per_batch = documents_per_batch or getattr(adapter, "batch_size", 32)
     stats = EncodeStats()
@@ -113,8 +124,14 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
     try:
         for item in documents:
             doc_id, text = item if isinstance(item, tuple) else (None, item)
-            if not isinstance(text, str) or not text.strip():
-                raise ValueError(f"document {doc_id if doc_id is not None else stats.seen} is empty or not a string.")
+            if not isinstance(text, str):
+                raise TypeError(f"document {doc_id if doc_id is not None else stats.seen} is a "
+                                f"{type(text).__name__}, not a string.")
+            if not text.strip():
+                stats.seen += 1
+                stats.rejected.append((doc_id if doc_id is not None else f"document {stats.seen - 1}",
+                                       "the text is empty"))
+                continue
             doc_hash = content_hash(text)
             stats.seen += 1
             if doc_hash in seen:
@@ -136,8 +153,9 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
         if pending:
             run_batch()
         writer.flush()
-    except KeyboardInterrupt:
-        writer.flush()  # what was computed is complete and valid: keep it
+    except BaseException:
+        with contextlib.suppress(Exception):  # the run's own error is the one to report
+            writer.flush()  # what was computed is complete and valid: keep it
         raise
     finally:
         bar.close()

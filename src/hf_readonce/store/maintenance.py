@@ -1,7 +1,9 @@
 """Maintenance of a [`RepresentationStore`]: `info` (summary), `verify` (every checksum, and every manifest field
-against its shard's own header; names each corrupted shard, manifest and document) and `repair` (keep every
+against its shard's own header; names each corrupted shard, manifest and document), `repair` (keep every
 document whose tensor bytes pass their checksum, re-index what only lost its index, quarantine the rest; nothing is
-deleted). The store's `info()`, `verify()` and `repair()` methods call these functions."""
+deleted) and `prune` (delete the representation spaces, and the `quarantine/` folder, a user no longer needs: the
+only operation that deletes). The store's `info()`, `verify()`, `repair()` and `prune()` methods call these
+functions."""
 
 from __future__ import annotations
 
@@ -376,17 +378,37 @@ def _check_shard(store, shard: str, manifest: dict) -> Corruption | None:
     return Corruption(shard, reason, bad)
 
 
+def _own_file(store, rel: str) -> Path | None:
+    """The path of one shard (`shards/<dir>/<id>.safetensors`) or manifest (`index/<id>.json`) of this store that
+    exists (a link counts, as the link itself), or None: never `store.json`, `.lock`, nor a file whose folder is a
+    link to somewhere outside the store. What `repair` moves and `prune` deletes goes through this check."""
+    source = store.path / rel
+    if not is_store_file(rel) or not (source.exists() or source.is_symlink()):
+        return None
+    root = store.path.resolve()
+    parent = source.parent.resolve()
+    if parent != root / "index" and not parent.is_relative_to(root / "shards"):
+        return None  # a folder linked to somewhere outside the store: never followed
+    return source
+
+
+def _remove_empty_shard_folders(store) -> None:
+    """Remove every empty `shards/<dir>/` folder (never a link)."""
+    if path_problem(store.path, "shards", folder=True) is not None:
+        return
+    for shard_dir in (store.path / "shards").iterdir():
+        if shard_dir.is_dir() and not shard_dir.is_symlink() and not any(shard_dir.iterdir()):
+            with contextlib.suppress(OSError):
+                shard_dir.rmdir()
+
+
 def _retire(store, rel: str, quarantine: Path, moved: list) -> None:
     """Move one shard or manifest into `quarantine/` (never deleted). Refuses anything but a shard
     (`shards/<dir>/<id>.safetensors`) or a manifest (`index/<id>.json`) of this store: never `store.json`, `.lock`,
     nor a file outside the store (those are skipped). A link is moved as a link, never followed."""
-    source = store.path / rel
-    root = store.path.resolve()
-    if not is_store_file(rel) or not (source.exists() or source.is_symlink()):
+    source = _own_file(store, rel)
+    if source is None:
         return
-    parent = source.parent.resolve()
-    if parent != root / "index" and not parent.is_relative_to(root / "shards"):
-        return  # a folder linked to somewhere outside the store: never followed
     target = quarantine / rel
     target.parent.mkdir(parents=True, exist_ok=True)
     os.replace(source, target)
@@ -542,14 +564,109 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
             for stale in tmp.iterdir():
                 with contextlib.suppress(OSError):
                     stale.unlink()
-        for shard_dir in (store.path / "shards").iterdir():
-            if shard_dir.is_dir() and not shard_dir.is_symlink() and not any(shard_dir.iterdir()):
-                with contextlib.suppress(OSError):
-                    shard_dir.rmdir()
+        _remove_empty_shard_folders(store)
         store._reset_index()
         store.refresh()
         dropped = sorted({h for key in candidates if key not in store._entries for h in [key[1]]})
         return {"salvaged": salvaged, "dropped": dropped, "quarantined": moved, "report": report}
+
+
+def resolve_spaces(store, spaces) -> list[str]:
+    """The full keys of the representation spaces named by `spaces` (each a space key as `hf-readonce info` prints
+    it, i.e. its first 16 characters, the whole key, or any prefix of at least 4 characters naming one space).
+
+    Raises:
+        TypeError: if `spaces` is not a string or an iterable of strings.
+        ValueError: naming the entry, if one names no space of the store or several (the store's spaces listed).
+    """
+    if isinstance(spaces, str):
+        spaces = [spaces]
+    try:
+        spaces = list(spaces)
+    except TypeError:
+        raise TypeError(f"`spaces` must be a space key or a list of them, got {type(spaces).__name__}.") from None
+    keys = sorted(store._spaces)
+    listed = ", ".join(f"{k[:16]} ({store._spaces[k].model_type})" for k in keys) or "none: the store is empty"
+    found = []
+    for name in spaces:
+        if not isinstance(name, str):
+            raise TypeError(f"`spaces` must hold strings, got {type(name).__name__}.")
+        if len(name.strip()) < 4:
+            raise ValueError(f"space {name!r} is too short: give at least 4 characters of a space key (its spaces: "
+                             f"{listed}).")
+        matches = [k for k in keys if k.startswith(name.strip().lower())]
+        if len(matches) != 1:
+            why = "names several" if matches else "names no"
+            raise ValueError(f"space {name!r} {why} representation space of store {store.path} (its spaces: "
+                             f"{listed}; `hf-readonce info --store {store.path}` prints them).")
+        if matches[0] not in found:
+            found.append(matches[0])
+    return found
+
+
+def prune_store(store, spaces=(), *, quarantine: bool = False, dry_run: bool = False) -> dict:
+    """Delete what a store no longer needs: every document of the given representation spaces (all their shards and
+    manifests; e.g. the states of a model version no longer served), and with `quarantine=True` the `quarantine/`
+    folder `repair` filled. The only operation of the store that deletes; every other space's files, `store.json`
+    and anything outside the store are never touched (a link is deleted as a link, never followed).
+
+    Runs under the store's write lock, on the index re-read under it, so a shard another process commits meanwhile
+    to a pruned space is deleted too; a reader that loaded the index before then finds the pruned documents missing.
+    Each shard is deleted before its manifest: a prune killed midway leaves index entries whose shard is missing
+    (`verify` names them); running the same prune again finishes it.
+
+    Args:
+        spaces (`str` or list of `str`, defaults to none): space keys, as [`resolve_spaces`] reads them.
+        quarantine (`bool`, defaults to `False`): also delete `quarantine/`.
+        dry_run (`bool`, defaults to `False`): only report what would be deleted.
+
+    Returns:
+        `dict` with `spaces` (full keys), `documents` (documents of those spaces), `shards` (paths, relative to the
+        store), `bytes` (their size on disk), `quarantine_bytes` (size of `quarantine/` deleted, 0 without
+        `quarantine=True`) and `dry_run`.
+
+    Raises:
+        ValueError: if neither a space nor `quarantine=True` is given, or as [`resolve_spaces`].
+        TypeError: as [`resolve_spaces`].
+        ReadOnlyStoreError: if the store was opened read-only or cannot be written (not with `dry_run`).
+    """
+    import shutil
+
+    if not dry_run:
+        if store.readonly:
+            raise ReadOnlyStoreError(f"store {store.path} was opened read-only.")
+        if not os.access(store.path, os.W_OK | os.X_OK):
+            raise ReadOnlyStoreError(f"store {store.path} is not writable (no write permission on the folder).")
+    lock = contextlib.nullcontext() if dry_run else store.lock()
+    with lock:
+        store._reset_index()
+        store.refresh()
+        keys = resolve_spaces(store, spaces)
+        if not keys and not quarantine:
+            raise ValueError("nothing to prune: name at least one space (`spaces`) or pass `quarantine=True`.")
+        shards = sorted(shard for shard, manifest in store._shards.items() if manifest["space"] in keys)
+        documents = sum(1 for space, _ in store._entries if space in keys)
+        size = 0
+        for shard in shards:
+            with contextlib.suppress(OSError):
+                size += os.lstat(store.path / shard).st_size
+        quarantine_bytes = store_info(store)["quarantine_bytes"] if quarantine else 0
+        if not dry_run:
+            for shard in shards:  # the shard first: a kill here leaves an index entry, which a rerun deletes
+                for rel in (shard, f"index/{Path(shard).stem}.json"):
+                    path = _own_file(store, rel)
+                    if path is not None:
+                        path.unlink()
+            _remove_empty_shard_folders(store)
+            folder = store.path / "quarantine"
+            if quarantine and folder.is_symlink():
+                folder.unlink()  # the link only: its target is never touched
+            elif quarantine and folder.is_dir():
+                shutil.rmtree(folder)  # removes links inside it as links
+            store._reset_index()
+            store.refresh()
+        return {"spaces": keys, "documents": documents, "shards": shards, "bytes": size,
+                "quarantine_bytes": quarantine_bytes, "dry_run": bool(dry_run)}
 
 
 def restore_store_marker(path) -> bool:
@@ -592,5 +709,5 @@ def bytes_per_1000_tokens(store, fingerprint: str, settings: Mapping,
     return size / tokens * 1000 if tokens else math.nan
 
 
-__all__ = ["Corruption", "VerifyReport", "bytes_per_1000_tokens", "layout_problems", "orphan_shards", "read_orphan",
-           "repair_store", "restore_store_marker", "store_info", "verify_store"]
+__all__ = ["Corruption", "VerifyReport", "bytes_per_1000_tokens", "layout_problems", "orphan_shards", "prune_store",
+           "read_orphan", "repair_store", "resolve_spaces", "restore_store_marker", "store_info", "verify_store"]

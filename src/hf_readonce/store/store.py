@@ -64,7 +64,7 @@ from .keys import (
     printable,
     space_key,
 )
-from .maintenance import VerifyReport, repair_store, store_info, verify_store
+from .maintenance import VerifyReport, prune_store, repair_store, store_info, verify_store
 from .manifest import check_manifest, is_store_file, path_problem
 from .shards import (
     _STORABLE,
@@ -650,6 +650,16 @@ class RepresentationStore:
             ReadOnlyStoreError: if the store cannot be written.
         """
         return repair_store(self, report)
+
+    def prune(self, spaces=(), *, quarantine: bool = False, dry_run: bool = False) -> dict:
+        """Delete every document of the given representation spaces (space keys as `info` prints them), and with
+        `quarantine=True` the `quarantine/` folder; see [`hf_readonce.store.maintenance.prune_store`].
+
+        Raises:
+            ValueError: nothing to prune, or a space key that names no space (or several) of this store.
+            ReadOnlyStoreError: if the store cannot be written (not with `dry_run=True`).
+        """
+        return prune_store(self, spaces, quarantine=quarantine, dry_run=dry_run)
 
     def __repr__(self) -> str:
         return f"RepresentationStore({str(self.path)!r}, documents={len(self._entries)}, spaces={len(self._spaces)})"

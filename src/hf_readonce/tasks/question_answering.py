@@ -192,6 +192,43 @@ def predict_cached(model, features, cache, batch_size: int = 32, pad_token_id: i
     return out
 
 
+def check_decoding_arguments(n_best_size=20, max_answer_length=30, allow_no_answer=False,
+                             null_score_diff_threshold=0.0, examples=None) -> None:
+    """Check the span-decoding arguments of [`postprocess_qa_predictions`] and [`answer_from_store`] before any
+    work: a count of 0 would silently answer every question with the empty string.
+
+    Args:
+        n_best_size, max_answer_length (`int`): must be integers >= 1 (not bools).
+        allow_no_answer (`bool`): must be a bool (a string such as `"no"` would read as True).
+        null_score_diff_threshold (`float`): a finite real number.
+        examples (`Sequence[dict]`, *optional*): if given, their `id`s must be distinct (answers are keyed by id).
+
+    Raises:
+        TypeError: an argument of the wrong type, named.
+        ValueError: a count < 1, a threshold that is not finite, or two examples with the same id (named).
+    """
+    for name, value in (("n_best_size", n_best_size), ("max_answer_length", max_answer_length)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"`{name}` must be an int, got {type(value).__name__} {value!r}.")
+        if value < 1:
+            raise ValueError(f"`{name}` must be >= 1, got {value}.")
+    if not isinstance(allow_no_answer, bool):
+        raise TypeError(f"`allow_no_answer` must be a bool, got {type(allow_no_answer).__name__} {allow_no_answer!r}.")
+    if isinstance(null_score_diff_threshold, bool) or not isinstance(null_score_diff_threshold, (int, float)):
+        raise TypeError(f"`null_score_diff_threshold` must be a number, got "
+                        f"{type(null_score_diff_threshold).__name__} {null_score_diff_threshold!r}.")
+    if not math.isfinite(null_score_diff_threshold):
+        raise ValueError(f"`null_score_diff_threshold` must be finite, got {null_score_diff_threshold}.")
+    if examples is not None:
+        seen: set[str] = set()
+        for i, example in enumerate(examples):
+            key = str(example.get("id", i))
+            if key in seen:
+                raise ValueError(f"two examples have the id {key!r}: answers are returned by id, so ids must be "
+                                 "distinct.")
+            seen.add(key)
+
+
 def postprocess_qa_predictions(examples, features, windows, logits, n_best_size: int = 20,
                                max_answer_length: int = 30, allow_no_answer: bool = False,
                                null_score_diff_threshold: float = 0.0, return_score_diffs: bool = False):
@@ -220,8 +257,10 @@ def postprocess_qa_predictions(examples, features, windows, logits, n_best_size:
         `(predictions, best_spans, score_diffs)` with the same keys.
 
     Raises:
-        ValueError: if `logits` and `features` differ in length.
+        ValueError: if `logits` and `features` differ in length, or as [`check_decoding_arguments`].
+        TypeError: as [`check_decoding_arguments`].
     """
+    check_decoding_arguments(n_best_size, max_answer_length, allow_no_answer, null_score_diff_threshold, examples)
     if len(features) != len(logits):
         raise ValueError(f"`logits` has {len(logits)} entries for {len(features)} features.")
     best: dict[int, tuple[float, str]] = {}
@@ -427,6 +466,7 @@ __all__ = [
     "PassageWindowCache",
     "always_empty_predictions",
     "build_features",
+    "check_decoding_arguments",
     "find_best_null_threshold",
     "first_sentence_predictions",
     "first_span_predictions",

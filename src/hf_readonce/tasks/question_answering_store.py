@@ -10,7 +10,13 @@ from ..representations.deformer_bert import DeformerBertAdapter
 from ..representations.fill import fill_store
 from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore, content_hash
 from ..store.maintenance import unindexed_note
-from .question_answering import PassageWindowCache, postprocess_qa_predictions, predict_cached, tokenize_questions
+from .question_answering import (
+    PassageWindowCache,
+    check_decoding_arguments,
+    postprocess_qa_predictions,
+    predict_cached,
+    tokenize_questions,
+)
 
 
 def find_deformer_space(store: RepresentationStore, model, tokenizer) -> dict:
@@ -74,8 +80,29 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
     Raises:
         MissingRepresentationError / RepresentationMismatchError: passages not stored for this model and settings
             (the message counts them and names the first, and the fingerprints involved).
-        ValueError: an example without a non-empty `question`/`context`.
+        ValueError: no examples, an example without a non-empty `question`/`context`, two examples with one id,
+            `n_best` and `n_best_size` both given, a count < 1 (`batch_size`, `passages_per_chunk`,
+            `max_question_length`, `n_best_size`, `max_answer_length`).
+        TypeError: an argument of the wrong type (named).
     """
+    if n_best is not None:
+        if n_best_size != 20:
+            raise ValueError("pass `n_best_size` only (`n_best` is its old name), not both.")
+        n_best_size = n_best
+    if isinstance(examples, (str, dict)) or not isinstance(examples, Sequence):
+        raise TypeError(f"`examples` must be a list of dicts, got {type(examples).__name__}.")
+    if not examples:
+        raise ValueError("`examples` is empty: nothing to answer.")
+    for name, value in (("batch_size", batch_size), ("passages_per_chunk", passages_per_chunk),
+                        ("max_question_length", max_question_length)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"`{name}` must be an int, got {type(value).__name__} {value!r}.")
+        if value < 1:
+            raise ValueError(f"`{name}` must be >= 1, got {value}.")
+    for i, example in enumerate(examples):
+        if not isinstance(example, dict):
+            raise TypeError(f"example {i} must be a dict with `question` and `context`, got {type(example).__name__}.")
+    check_decoding_arguments(n_best_size, max_answer_length, allow_no_answer, null_score_diff_threshold, examples)
     for i, example in enumerate(examples):
         for key in ("question", "context"):
             if not isinstance(example.get(key), str) or not example[key].strip():
@@ -121,8 +148,6 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
     for i, example in enumerate(examples):
         by_passage.setdefault(contexts[example["context"]], []).append(i)
     pad = tokenizer.pad_token_id or 0
-    if n_best is not None:
-        n_best_size = n_best
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(examples), desc="answer", unit="question", disable=not progress, dynamic_ncols=True)

@@ -474,3 +474,19 @@ def test_memory_attention_follows_the_attention_interface(family):
         eager = model(x, use_cache=False).logits
     torch.testing.assert_close(eager, sdpa, atol=1e-5, rtol=0)
     assert model(x, use_cache=False, return_dict=False)[0].shape == sdpa.shape  # @can_return_tuple
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_logits_to_keep_beyond_the_sequence_keeps_all_of_it_as_transformers_does(family):
+    model, x = tiny(family), ids(2, 40)
+    with torch.no_grad():
+        full = model(x, use_cache=False).logits
+        more = model(x, use_cache=False, logits_to_keep=50).logits
+        last = model(x, use_cache=False, logits_to_keep=3).logits
+        picked = model(x, use_cache=False, logits_to_keep=torch.tensor([0, 39])).logits
+    assert more.shape == full.shape == (2, 40, 99) and torch.allclose(more, full, atol=1e-5)
+    assert torch.allclose(last, full[:, -3:], atol=1e-5) and torch.allclose(picked, full[:, [0, 39]], atol=1e-5)
+    with pytest.raises(ValueError, match="outside the sequence of 40"):
+        model(x, use_cache=False, logits_to_keep=torch.tensor([45]))
+    with pytest.raises(TypeError, match="integer positions"):
+        model(x, use_cache=False, logits_to_keep=torch.tensor([1.7]))

@@ -677,13 +677,20 @@ class RecurrentCausalLMMixin:
         if torch.is_tensor(logits_to_keep):
             if logits_to_keep.dim() != 1:
                 raise ValueError("`logits_to_keep` as a tensor must be 1-D (sequence positions).")
+            if logits_to_keep.is_floating_point() or logits_to_keep.dtype == torch.bool:
+                raise TypeError(f"`logits_to_keep` as a tensor must hold integer positions, got {logits_to_keep.dtype}.")
+            positions = logits_to_keep.to(device).long()
+            if positions.numel() and not bool(((positions >= -length) & (positions < length)).all()):
+                raise ValueError(f"`logits_to_keep` holds positions outside the sequence of {length} tokens "
+                                 f"({logits_to_keep.tolist()}).")
             keep = torch.zeros(length, dtype=torch.bool, device=device)
-            keep[logits_to_keep.to(device).long()] = True
+            keep[positions] = True
             return keep
         if logits_to_keep < 0:
             raise ValueError(f"`logits_to_keep` must be >= 0, got {logits_to_keep}.")
         keep = torch.zeros(length, dtype=torch.bool, device=device)
-        keep[(length - logits_to_keep) if logits_to_keep else 0:] = True
+        # as transformers' `slice(-logits_to_keep, None)`: more than the sequence keeps all of it
+        keep[max(length - logits_to_keep, 0) if logits_to_keep else 0:] = True
         return keep
 
     # ------------------------------------------------------------------ per-chunk head

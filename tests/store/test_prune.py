@@ -1,0 +1,164 @@
+"""`RepresentationStore.prune` and `hf-readonce prune`: the only deletion of stored documents deletes exactly the
+spaces named (and `quarantine/` when asked), never another space, a link's target or anything on bad input."""
+
+import json
+import os
+
+import pytest
+import torch
+
+from hf_readonce.cli import main
+from hf_readonce.store import ReadOnlyStoreError, RepresentationStore, space_key
+from hf_readonce.store.maintenance import prune_store
+
+OLD, NEW = "a" * 64, "b" * 64
+SETTINGS = {"num_decomposed_layers": 2}
+
+
+def _fill(path, fingerprint, hashes, seed=0):
+    store = RepresentationStore(path)
+    with store.writer(fingerprint, SETTINGS, dtype="fp32", model_type="toy") as writer:
+        for i, doc in enumerate(hashes):
+            writer.add(doc, {"hidden_states": torch.randn(3, 4, generator=torch.Generator().manual_seed(seed + i))})
+    return store
+
+
+def _files(path):
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file() or p.is_symlink())
+
+
+@pytest.fixture
+def two_spaces(tmp_path):
+    path = tmp_path / "store"
+    _fill(path, OLD, ["1" * 64, "2" * 64])
+    _fill(path, OLD, ["3" * 64], seed=5)  # a second shard of the same space
+    store = _fill(path, NEW, ["1" * 64], seed=9)
+    return path, store
+
+
+def test_prune_deletes_one_space_and_keeps_the_other_bit_for_bit(two_spaces):
+    path, store = two_spaces
+    old_key, new_key = space_key(OLD, SETTINGS), space_key(NEW, SETTINGS)
+    kept = store.get(NEW, SETTINGS, "1" * 64)["hidden_states"].clone()
+    before = {f for f in _files(path) if f.startswith(("index/", "shards/"))}
+    result = store.prune(old_key[:16])
+    assert result["spaces"] == [old_key] and result["documents"] == 3 and len(result["shards"]) == 2
+    assert result["bytes"] > 0 and result["dry_run"] is False
+    after = {f for f in _files(path) if f.startswith(("index/", "shards/"))}
+    assert len(before - after) == 4 and len(after) == 2  # two shards and their two manifests
+    assert [s.key for s in store.spaces()] == [new_key] and len(store) == 1
+    reopened = RepresentationStore(path, readonly=True)
+    assert torch.equal(reopened.get(NEW, SETTINGS, "1" * 64)["hidden_states"], kept)
+    assert not reopened.contains(OLD, SETTINGS, "3" * 64)
+    assert reopened.verify().ok
+    assert not any(folder.name.startswith(old_key[:16]) for folder in (path / "shards").iterdir())
+
+
+def test_dry_run_deletes_nothing_and_reports_the_same(two_spaces):
+    path, store = two_spaces
+    before = _files(path)
+    dry = prune_store(RepresentationStore(path, readonly=True), [space_key(OLD, SETTINGS)], dry_run=True)
+    assert _files(path) == before
+    real = store.prune([space_key(OLD, SETTINGS)])
+    assert {k: v for k, v in dry.items() if k != "dry_run"} == {k: v for k, v in real.items() if k != "dry_run"}
+
+
+@pytest.mark.parametrize("spaces, error, words", [
+    ((), ValueError, "nothing to prune"),
+    ("zzzz", ValueError, "names no representation space"),
+    ("ab", ValueError, "at least 4"),
+    ([3], TypeError, "strings"),
+    (7, TypeError, "space key"),
+])
+def test_bad_spaces_are_refused_by_name_and_nothing_is_deleted(two_spaces, spaces, error, words):
+    path, store = two_spaces
+    before = _files(path)
+    with pytest.raises(error, match=words):
+        store.prune(spaces)
+    assert _files(path) == before
+
+
+def test_an_ambiguous_prefix_is_refused(tmp_path):
+    path = tmp_path / "store"
+    store = None
+    keys = []
+    for i in range(20000):  # until two space keys share their first 4 characters (a few hundred, by the birthday bound)
+        settings_ = {"num_decomposed_layers": i}
+        keys.append(space_key(OLD, settings_))
+        if len({k[:4] for k in keys}) < len(keys):
+            break
+    shared = [k for k in keys if sum(k[:4] == o[:4] for o in keys) > 1]
+    assert len(shared) == 2
+    for i, key in enumerate(keys):
+        if key in shared:
+            store = RepresentationStore(path)
+            with store.writer(OLD, {"num_decomposed_layers": i}, dtype="fp32") as writer:
+                writer.add("1" * 64, {"hidden_states": torch.zeros(2, 2)})
+    before = _files(path)
+    with pytest.raises(ValueError, match="names several"):
+        store.prune(shared[0][:4])
+    assert _files(path) == before
+
+
+def test_read_only_store_is_refused(two_spaces):
+    path, _ = two_spaces
+    with pytest.raises(ReadOnlyStoreError):
+        RepresentationStore(path, readonly=True).prune(space_key(OLD, SETTINGS))
+
+
+def test_quarantine_is_deleted_only_when_asked_and_a_linked_one_only_as_a_link(two_spaces, tmp_path):
+    path, store = two_spaces
+    (path / "quarantine" / "x").mkdir(parents=True)
+    (path / "quarantine" / "x" / "old.safetensors").write_bytes(b"0" * 1000)
+    store.prune(space_key(OLD, SETTINGS))
+    assert (path / "quarantine" / "x" / "old.safetensors").exists()
+    result = store.prune(quarantine=True)
+    assert result["quarantine_bytes"] == 1000 and not (path / "quarantine").exists()
+    assert len(store) == 1
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("mine")
+    os.symlink(outside, path / "quarantine")
+    store.prune(quarantine=True)
+    assert not (path / "quarantine").is_symlink() and (outside / "keep.txt").read_text() == "mine"
+
+
+def test_a_killed_prune_is_finished_by_running_it_again(two_spaces, monkeypatch):
+    path, store = two_spaces
+    old_key = space_key(OLD, SETTINGS)
+    real_unlink = type(path).unlink
+    calls = []
+
+    def dying_unlink(self, *args, **kwargs):
+        calls.append(self)
+        if len(calls) == 2:  # after the first shard, before its manifest
+            raise KeyboardInterrupt
+        return real_unlink(self, *args, **kwargs)
+
+    monkeypatch.setattr(type(path), "unlink", dying_unlink)
+    with pytest.raises(KeyboardInterrupt):
+        store.prune(old_key)
+    monkeypatch.undo()
+    damaged = RepresentationStore(path)
+    assert not damaged.verify().ok  # the index still lists the deleted shard: named, not hidden
+    damaged.prune(old_key)
+    assert [s.key for s in damaged.spaces()] == [space_key(NEW, SETTINGS)] and damaged.verify().ok
+
+
+def test_cli_prune(two_spaces, capsys):
+    path, _ = two_spaces
+    old_key = space_key(OLD, SETTINGS)
+    assert main(["prune", "--store", str(path)]) == 2
+    assert "--space KEY" in capsys.readouterr().err
+    assert main(["prune", "--store", str(path), "--space", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "names no representation space" in err and old_key[:16] in err and "Traceback" not in err
+    assert main(["prune", "--store", str(path), "--space", old_key[:16], "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"would delete space {old_key[:16]} (toy" in out and "3 document(s) in 2 shard(s)" in out
+    assert len(RepresentationStore(path)) == 4
+    assert main(["prune", "--store", str(path), "--space", old_key[:16], "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["documents"] == 3
+    assert len(RepresentationStore(path)) == 1
+    assert main(["prune", "--store", str(path / "missing"), "--space", old_key[:16]]) == 2
+    assert "no store at" in capsys.readouterr().err
