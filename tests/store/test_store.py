@@ -280,3 +280,34 @@ def test_concurrent_writers_do_not_corrupt_the_index(tmp_path):
     assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
     store = RepresentationStore(tmp_path / "s")
     assert len(store) == 60 and store.verify().ok  # 30 + 30 unique documents, none twice
+
+
+def test_reads_refuse_what_is_not_a_content_hash_by_name(tmp_path):
+    store = RepresentationStore(tmp_path / "s")
+    text = "a stored document"
+    store.put(FP, SETTINGS, content_hash(text), rand_states(2))
+    doc = content_hash(text)
+    for call in (lambda h: store.get(FP, SETTINGS, h), lambda h: store.contains(FP, SETTINGS, h),
+                 lambda h: store.entry(FP, SETTINGS, h), lambda h: store.get_meta(FP, SETTINGS, h)):
+        with pytest.raises(TypeError, match="`document_hash` must be a content hash"):
+            call(None)
+        for wrong in (text, doc.upper(), doc[:16]):  # the text itself, an uppercase or a truncated hash
+            with pytest.raises(ValueError, match="64-character lowercase hex"):
+                call(wrong)
+    for call in (lambda h: store.missing(FP, SETTINGS, h), lambda h: store.get_many(FP, SETTINGS, h)):
+        with pytest.raises(TypeError, match="not a single str"):
+            call(doc)  # one string would be read as 64 one-character hashes
+        with pytest.raises(ValueError, match=r"`document_hashes\[1\]`"):
+            call([doc, "x"])
+    assert store.missing(FP, SETTINGS, [doc, content_hash("other")]) == [content_hash("other")]
+    assert len(store.get_many(FP, SETTINGS, (h for h in [doc]))) == 1
+
+
+def test_lock_timeout_and_shard_size_are_checked_by_name(tmp_path):
+    for bad in ("x", -1, float("nan"), True):
+        with pytest.raises(ValueError, match="`lock_timeout`"):
+            RepresentationStore(tmp_path / "s", lock_timeout=bad)
+    store = RepresentationStore(tmp_path / "s", lock_timeout=float("inf"))
+    for bad in (float("nan"), float("inf"), 0, "1"):
+        with pytest.raises(ValueError, match="`shard_size_bytes`"):
+            store.writer(FP, SETTINGS, shard_size_bytes=bad)

@@ -81,6 +81,41 @@ class RepresentationKey(NamedTuple):
     content_hash: str
 
 
+def check_document_hash(document_hash, name: str = "document_hash") -> str:
+    """Check that `document_hash` is a [`content_hash`] (64 lowercase hex characters) and return it.
+
+    Raises:
+        TypeError: if it is not a `str` (a list passed where one hash is expected, `None`).
+        ValueError: if it is a string of another form (a document's text, an uppercase or truncated hash), naming
+            `name`.
+    """
+    if not isinstance(document_hash, str):
+        raise TypeError(f"`{name}` must be a content hash (str), got {type(document_hash).__name__}.")
+    if len(document_hash) != 64 or document_hash.strip("0123456789abcdef"):
+        shown = document_hash if len(document_hash) <= 70 else document_hash[:67] + "..."
+        raise ValueError(f"`{name}` must be a 64-character lowercase hex SHA-256 (`content_hash(text)`), got "
+                         f"{shown!r}.")
+    return document_hash
+
+
+def check_document_hashes(document_hashes, name: str = "document_hashes") -> list[str]:
+    """[`check_document_hash`] for each of a sequence of hashes; a single string is refused (it would be read as
+    one hash per character).
+
+    Raises:
+        TypeError: `document_hashes` is a single `str` or not iterable, or holds a non-string.
+        ValueError: as [`check_document_hash`].
+    """
+    if isinstance(document_hashes, (str, bytes)):
+        raise TypeError(f"`{name}` must be a list of content hashes, not a single {type(document_hashes).__name__}; "
+                        "pass [document_hash].")
+    try:
+        hashes = list(document_hashes)
+    except TypeError:
+        raise TypeError(f"`{name}` must be a list of content hashes, got {type(document_hashes).__name__}.") from None
+    return [check_document_hash(h, f"{name}[{i}]") for i, h in enumerate(hashes)]
+
+
 def representation_key(fingerprint: str, settings: Mapping[str, Any], text_or_hash: str, *,
                        is_hash: bool = False) -> RepresentationKey:
     """The full key under which a document's representation is stored.
@@ -174,5 +209,5 @@ class DocumentEntry:
         return f"{printable(doc_id)} ({self.content_hash[:16]})" if doc_id is not None else self.content_hash[:16]
 
 
-__all__ = ["DocumentEntry", "RepresentationKey", "RepresentationSpace", "canonical_settings", "content_hash",
-           "printable", "rank_of", "representation_key", "space_key"]
+__all__ = ["DocumentEntry", "RepresentationKey", "RepresentationSpace", "canonical_settings", "check_document_hash",
+           "check_document_hashes", "content_hash", "printable", "rank_of", "representation_key", "space_key"]

@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import time
 import uuid
@@ -61,6 +62,8 @@ from .keys import (
     RepresentationSpace,
     _check_fingerprint,
     canonical_settings,
+    check_document_hash,
+    check_document_hashes,
     printable,
     space_key,
 )
@@ -141,7 +144,7 @@ class RepresentationStore:
 
     Raises:
         ValueError: if `path` is a file, is a non-empty directory that is not a store, or holds a store of an
-            unknown format version.
+            unknown format version; if `lock_timeout` is not a number >= 0.
         StoreNotFoundError: (a `ValueError`) if the store does not exist and `create=False` or `readonly=True`.
         ReadOnlyStoreError: if the store must be created but the directory cannot be written.
 
@@ -162,6 +165,10 @@ class RepresentationStore:
         self.path = Path(path).expanduser().absolute()
         self.readonly = bool(readonly)
         self.verify_reads = bool(verify_reads)
+        if (isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float)) or math.isnan(lock_timeout)
+                or lock_timeout < 0):
+            raise ValueError(f"`lock_timeout` must be a number of seconds >= 0 (`math.inf`: wait forever), got "
+                             f"{lock_timeout!r}.")
         self.lock_timeout = float(lock_timeout)
         self._lock = None
         if self.path.exists() and not self.path.is_dir():
@@ -360,15 +367,25 @@ class RepresentationStore:
                 yield entry
 
     def contains(self, fingerprint: str, settings: Mapping, document_hash: str) -> bool:
-        """Whether `document_hash` is stored for this (fingerprint, settings); refreshes the index on a miss."""
-        key = (space_key(fingerprint, settings), document_hash)
+        """Whether `document_hash` is stored for this (fingerprint, settings); refreshes the index on a miss.
+
+        Raises:
+            TypeError / ValueError: a `document_hash` that is not a [`content_hash`].
+        """
+        key = (space_key(fingerprint, settings), check_document_hash(document_hash))
         if key in self._entries:
             return True
         self.refresh()
         return key in self._entries
 
     def missing(self, fingerprint: str, settings: Mapping, document_hashes: Iterable[str]) -> list[str]:
-        """The hashes among `document_hashes` (order kept, duplicates dropped) not stored for this space."""
+        """The hashes among `document_hashes` (order kept, duplicates dropped) not stored for this space.
+
+        Raises:
+            TypeError / ValueError: `document_hashes` is a single string, or holds something that is not a
+                [`content_hash`].
+        """
+        document_hashes = check_document_hashes(document_hashes)
         self.refresh()
         space = space_key(fingerprint, settings)
         seen, out = set(), []
@@ -385,9 +402,10 @@ class RepresentationStore:
             RepresentationMismatchError: if the document is stored only for other fingerprints/settings (the
                 message names the requested and the stored ones).
             MissingRepresentationError: if it is not stored at all.
+            TypeError / ValueError: a `document_hash` that is not a [`content_hash`] (e.g. the text itself).
         """
         space = space_key(fingerprint, settings)
-        key = (space, document_hash)
+        key = (space, check_document_hash(document_hash))
         if key not in self._entries:
             self.refresh()
         if key in self._entries:
@@ -503,7 +521,9 @@ class RepresentationStore:
 
     def get_many(self, fingerprint: str, settings: Mapping, document_hashes: Sequence[str], *, device=None,
                  verify: bool | None = None) -> list[dict[str, torch.Tensor]]:
-        """[`get`] for several documents (same order). Raises as [`get`] on the first failing document."""
+        """[`get`] for several documents (same order). Raises as [`get`] on the first failing document, and
+        `TypeError` for a single string instead of a list (it would be read as one hash per character)."""
+        document_hashes = check_document_hashes(document_hashes)
         return [self.get(fingerprint, settings, h, device=device, verify=verify) for h in document_hashes]
 
     def get_meta(self, fingerprint: str, settings: Mapping, document_hash: str) -> dict:
@@ -690,8 +710,9 @@ class StoreWriter:
                  model_type: str | None = None):
         _check_fingerprint(fingerprint)
         settings = json.loads(canonical_settings(settings))
-        if isinstance(shard_size_bytes, bool) or not isinstance(shard_size_bytes, (int, float)) or shard_size_bytes <= 0:
-            raise ValueError(f"`shard_size_bytes` must be a positive number, got {shard_size_bytes!r}.")
+        if (isinstance(shard_size_bytes, bool) or not isinstance(shard_size_bytes, (int, float))
+                or not math.isfinite(shard_size_bytes) or shard_size_bytes <= 0):
+            raise ValueError(f"`shard_size_bytes` must be a positive finite number, got {shard_size_bytes!r}.")
         self.store = store
         self.dtype = resolve_dtype(dtype)
         self.shard_size_bytes = shard_size_bytes
@@ -745,9 +766,9 @@ class StoreWriter:
             ValueError: bad hash or tensor names, fp16 overflow. TypeError: non-tensors, unsupported dtypes,
             metadata that is not JSON.
         """
-        if not isinstance(document_hash, str) or len(document_hash) != 64 or any(
-                c not in "0123456789abcdef" for c in document_hash):
+        if not isinstance(document_hash, str):
             raise ValueError(f"`document_hash` must be a 64-character lowercase hex SHA-256, got {document_hash!r}.")
+        check_document_hash(document_hash)
         meta = dict(meta or {})
         try:
             json.dumps(meta, allow_nan=False)

@@ -80,6 +80,13 @@ def test_config_defaults_and_validation():
     assert DeformerBertConfig(max_passage_length=64, doc_stride=62).doc_stride == 62
     with pytest.raises(ValueError, match=r"`doc_stride` must be < max_passage_length - 1 = 63 .*got 100"):
         DeformerBertConfig(max_passage_length=64, doc_stride=100)
+    for kwargs, name in (({"allow_no_answer": "no"}, "allow_no_answer"), ({"allow_no_answer": 1}, "allow_no_answer"),
+                         ({"null_score_diff_threshold": "x"}, "null_score_diff_threshold"),
+                         ({"distillation_temperature": "2"}, "distillation_temperature"),
+                         ({"kd_loss_weight": None}, "kd_loss_weight"), ({"lrs_loss_weight": float("nan")}, "lrs")):
+        with pytest.raises(ValueError, match=name):
+            DeformerBertConfig(**kwargs)
+    assert DeformerBertConfig(allow_no_answer=False, null_score_diff_threshold=-1).null_score_diff_threshold == -1
 
 
 def test_auto_classes_registered():

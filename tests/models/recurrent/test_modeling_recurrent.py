@@ -490,3 +490,20 @@ def test_logits_to_keep_beyond_the_sequence_keeps_all_of_it_as_transformers_does
         model(x, use_cache=False, logits_to_keep=torch.tensor([45]))
     with pytest.raises(TypeError, match="integer positions"):
         model(x, use_cache=False, logits_to_keep=torch.tensor([1.7]))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_to_recurrent_keeps_the_weights_and_refuses_a_misspelled_setting(family):
+    from hf_readonce import to_recurrent
+
+    torch.manual_seed(0)
+    plain = (GPT2LMHeadModel(GPT2Config(**GPT2_TINY)) if family == "gpt2"
+             else LlamaForCausalLM(LlamaConfig(**LLAMA_TINY))).eval()
+    recurrent = to_recurrent(plain, window_size=16, recurrence_layer=1).eval()
+    assert recurrent.config.recurrence_layer == 1 and recurrent.config.window_size == 16
+    x = ids(1, 12)
+    with torch.no_grad():  # one window: numerically the plain model
+        assert torch.allclose(recurrent(x).logits, plain(x).logits, atol=1e-5)
+    for typo in ({"recurrence_layers": 1}, {"windw_size": 8}, {"n_positions": 1024}):
+        with pytest.raises(TypeError, match="unknown recurrence setting"):
+            to_recurrent(plain, **typo)

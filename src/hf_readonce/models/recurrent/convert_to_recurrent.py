@@ -10,6 +10,9 @@ from .configuration_recurrent_llama import RecurrentLlamaConfig
 from .modeling_recurrent_gpt2 import RecurrentGPT2LMHeadModel
 from .modeling_recurrent_llama import RecurrentLlamaForCausalLM
 
+RECURRENCE_SETTINGS = ("window_size", "window_overlap", "recurrence_layer", "recurrence_hidden_sizes",
+                       "recurrence_activation")
+
 
 def to_recurrent(model, **recurrence):
     r"""The recurrent version of a pretrained causal LM, with its weights unchanged and the recurrence (eq. 1 pooling
@@ -24,8 +27,14 @@ def to_recurrent(model, **recurrence):
         [`RecurrentGPT2LMHeadModel`] or [`RecurrentLlamaForCausalLM`] in the model's dtype, on its device.
 
     Raises:
-        TypeError: for another model class. ValueError: invalid recurrence settings (from the config).
+        TypeError: for another model class, or a keyword that is not one of the five recurrence settings (a typo
+            such as `recurrence_layers` would otherwise build the model with the default silently).
+        ValueError: invalid recurrence settings (from the config).
     """
+    unknown = sorted(set(recurrence) - set(RECURRENCE_SETTINGS))
+    if unknown:
+        raise TypeError(f"to_recurrent() got unknown recurrence setting(s) {', '.join(map(repr, unknown))}; it takes "
+                        f"{', '.join(RECURRENCE_SETTINGS)} (the rest of the config comes from `model`).")
     if isinstance(model, GPT2LMHeadModel):
         config_class, model_class = RecurrentGPT2Config, RecurrentGPT2LMHeadModel
     elif isinstance(model, LlamaForCausalLM):
