@@ -46,6 +46,19 @@ def test_adapter_long_documents_and_errors(tokenizer):
         DeformerBertAdapter(k0, tokenizer)
 
 
+def test_adapter_defaults_are_the_windows_the_checkpoint_records(tokenizer):
+    from hf_readonce.representations import get_adapter
+
+    model = tiny_model()  # 128 positions: the family default (256) does not fit
+    with pytest.raises(ValueError, match="max_passage_length"):
+        get_adapter(model, tokenizer)
+    model.config.max_passage_length, model.config.doc_stride = 24, 0
+    adapter = get_adapter(model, tokenizer)
+    assert (adapter.max_passage_length, adapter.doc_stride) == (24, 0)
+    assert adapter.settings()["max_passage_length"] == 24 and adapter.settings()["doc_stride"] == 0
+    assert get_adapter(model, tokenizer, doc_stride=4).doc_stride == 4  # an explicit value wins
+
+
 def test_encode_skips_stored_and_answers_equal_in_memory(tmp_path, tokenizer, qa_rows):
     model = tiny_model()
     adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=64, doc_stride=16)

@@ -156,8 +156,10 @@ class DeformerBertAdapter(AdapterBase):
     Args:
         model ([`DeformerBertForQuestionAnswering`] or [`DeformerBertModel`]): with `num_decomposed_layers > 0`.
         tokenizer: the model's fast tokenizer.
-        max_passage_length (`int`, defaults to 256): window length in tokens, `[SEP]` included.
-        doc_stride (`int`, defaults to 64): tokens shared by consecutive windows.
+        max_passage_length (`int`, *optional*): window length in tokens, `[SEP]` included; defaults to the value
+            the checkpoint records (`config.max_passage_length`, what it was trained with), else 256.
+        doc_stride (`int`, *optional*): tokens shared by consecutive windows; defaults to `config.doc_stride`,
+            else 64 (`hf-readonce encode` uses the same defaults).
         batch_size (`int`, defaults to 32): windows per `encode_passages` call.
 
     Raises:
@@ -177,10 +179,16 @@ class DeformerBertAdapter(AdapterBase):
     output_distribution = ("answer-span start and end distributions over each window for a fixed probe question "
                            "(QA head)")
 
-    def __init__(self, model, tokenizer, max_passage_length: int = 256, doc_stride: int = 64, batch_size: int = 32):
+    def __init__(self, model, tokenizer, max_passage_length: int | None = None, doc_stride: int | None = None,
+                 batch_size: int = 32):
         config = model.config
         if getattr(config, "num_decomposed_layers", 0) <= 0:
             raise ValueError("`model` must have num_decomposed_layers > 0 to cache passage states.")
+        if max_passage_length is None:
+            max_passage_length = getattr(config, "max_passage_length", None) or self.cli_settings["max_passage_length"][1]
+        if doc_stride is None:
+            recorded = getattr(config, "doc_stride", None)
+            doc_stride = recorded if recorded is not None else self.cli_settings["doc_stride"][1]
         for name, value in (("max_passage_length", max_passage_length), ("doc_stride", doc_stride),
                             ("batch_size", batch_size)):
             if isinstance(value, bool) or not isinstance(value, int):

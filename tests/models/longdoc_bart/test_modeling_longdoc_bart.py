@@ -556,3 +556,24 @@ def test_from_pretrained_keyword_fields_are_validated_too(tmp_path, field, value
     assert loaded.config.neighborhood_radius == 5
     with pytest.raises(ValueError, match=field):
         LongDocBartForConditionalGeneration.from_pretrained(tmp_path, **{field: value})
+
+
+@pytest.mark.parametrize("attention_type", ["neighborhood", "convolutional"])
+def test_mismatched_inputs_are_refused_by_name(attention_type):
+    torch.manual_seed(0)
+    model = LongDocBartForConditionalGeneration(LongDocBartConfig(**TINY, encoder_attention_type=attention_type)).eval()
+    ids, labels = torch.randint(3, 99, (2, 20)), torch.randint(3, 99, (2, 5))
+    for kwargs, error, words in [
+            ({"labels": labels[:1]}, ValueError, "hold 1 rows for an encoder batch of 2"),
+            ({"labels": torch.randint(3, 99, (3, 5))}, ValueError, "hold 3 rows"),
+            ({"labels": labels.float()}, TypeError, "must hold integer token ids"),
+            ({"attention_mask": torch.ones(2, 18)}, ValueError, r"`attention_mask` \(2, 18\) must have the shape"),
+            ({"attention_mask": torch.ones(1, 20)}, ValueError, r"`attention_mask` \(1, 20\)")]:
+        with pytest.raises(error, match=words):
+            model(input_ids=ids, **kwargs)
+    with pytest.raises(TypeError, match="`input_ids` must hold integer token ids"):
+        model(input_ids=ids.float(), labels=labels)
+    encoder_outputs = model.get_encoder()(input_ids=ids)
+    with pytest.raises(ValueError, match="hold 1 rows"):
+        model(encoder_outputs=encoder_outputs, labels=labels[:1])
+    assert model(input_ids=ids, labels=labels).loss.isfinite()

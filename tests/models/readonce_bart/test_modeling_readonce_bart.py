@@ -449,3 +449,31 @@ def test_return_dict_false_gives_a_tuple():
         full = model(q, document_representations=reps, labels=tokens(2, 4))
         loss, logits = model(q, document_representations=reps, labels=tokens(2, 4), return_dict=False)[:2]
     assert torch.equal(loss, full.loss) and torch.equal(logits, full.logits)
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    ({"labels": "rows1"}, ValueError, r"hold 1 rows for an encoder batch of 2"),
+    ({"labels": "rows3"}, ValueError, r"hold 3 rows for an encoder batch of 2"),
+    ({"labels": "float"}, TypeError, r"`labels` must hold integer token ids"),
+    ({"decoder_input_ids": "rows1"}, ValueError, r"hold 1 rows"),
+    ({"attention_mask": (1, 6)}, ValueError, r"`attention_mask` \(1, 6\) must have the shape of `input_ids` \(2, 6\)"),
+    ({"attention_mask": (2, 4)}, ValueError, r"`attention_mask` \(2, 4\) must have the shape"),
+    ({"document_attention_mask": (2, 20)}, ValueError, r"the mask of `document_input_ids` is "
+                                                        r"`document_input_attention_mask`"),
+    ({"document_input_attention_mask": (1, 20)}, ValueError, r"`document_input_attention_mask` \(1, 20\)"),
+    ({"input_ids": "float"}, TypeError, r"`input_ids` must hold integer token ids"),
+])
+def test_mismatched_inputs_are_refused_by_name(kwargs, error, words):
+    model, q, doc, labels = tiny(), tokens(2, 6), tokens(2, 20, seed=3), tokens(2, 5, seed=4)
+    values = {"rows1": labels[:1], "rows3": tokens(3, 5), "float": None}
+    call = {"input_ids": q, "document_input_ids": doc}
+    for name, value in kwargs.items():
+        if isinstance(value, tuple):
+            call[name] = torch.ones(value, dtype=torch.long)
+        elif value == "float":
+            call[name] = (q if name == "input_ids" else labels).float()
+        else:
+            call[name] = values[value]
+    with pytest.raises(error, match=words):
+        model(**call)
+    assert model(input_ids=q, document_input_ids=doc, labels=labels).loss.isfinite()

@@ -507,3 +507,10 @@ def test_to_recurrent_keeps_the_weights_and_refuses_a_misspelled_setting(family)
     for typo in ({"recurrence_layers": 1}, {"windw_size": 8}, {"n_positions": 1024}):
         with pytest.raises(TypeError, match="unknown recurrence setting"):
             to_recurrent(plain, **typo)
+
+
+def test_recurrent_cache_refuses_both_names_of_the_state():
+    state = torch.ones(1, 32)
+    assert torch.equal(RecurrentCache(memory=state).recurrent_state, state)
+    with pytest.raises(ValueError, match="not both"):
+        RecurrentCache(recurrent_state=torch.zeros(1, 32), memory=state)

@@ -565,6 +565,36 @@ class LongDocBartPreTrainedModel(BartPreTrainedModel):
             init.zeros_(module.bias)
 
 
+# Copied from hf_readonce.models.readonce_bart.modeling_readonce_bart._check_text_inputs
+def _check_text_inputs(input_ids, attention_mask, input_name: str = "input_ids",
+                       mask_name: str = "attention_mask") -> None:
+    """Raise a `TypeError` for token ids that are not integers and a `ValueError` for a 2-D padding mask whose shape
+    differs from `(batch, length)` of the ids, naming both arguments (torch would fail later without naming them, or
+    broadcast a one-row mask over the batch silently)."""
+    if not torch.is_tensor(input_ids):
+        return
+    if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
+        raise TypeError(f"`{input_name}` must hold integer token ids, got {input_ids.dtype}.")
+    if torch.is_tensor(attention_mask) and attention_mask.dim() == 2 and input_ids.dim() == 2 and (
+            tuple(attention_mask.shape) != tuple(input_ids.shape)):
+        raise ValueError(f"`{mask_name}` {tuple(attention_mask.shape)} must have the shape of `{input_name}` "
+                         f"{tuple(input_ids.shape)}.")
+
+
+# Copied from hf_readonce.models.readonce_bart.modeling_readonce_bart._check_decoder_batch
+def _check_decoder_batch(decoder_input_ids, decoder_inputs_embeds, encoder_hidden_states) -> None:
+    """Raise a `ValueError` when the decoder rows (`labels` / `decoder_input_ids`) and the encoder's batch
+    (`input_ids` / `encoder_outputs`) differ in size, and a `TypeError` for decoder ids that are not integers: BART
+    would fail inside cross-attention without naming them, or attend every row to a one-row encoder silently."""
+    _check_text_inputs(decoder_input_ids, None, "labels` / `decoder_input_ids")
+    reference = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
+    if torch.is_tensor(reference) and torch.is_tensor(encoder_hidden_states) and reference.dim() >= 2 and (
+            reference.shape[0] != encoder_hidden_states.shape[0]):
+        raise ValueError(f"`labels` / `decoder_input_ids` hold {reference.shape[0]} rows for an encoder batch of "
+                         f"{encoder_hidden_states.shape[0]} (`input_ids` / `encoder_outputs`): one target row per "
+                         "input row.")
+
+
 def _padding_mask_4d(attention_mask: torch.Tensor | None, batch: int, length: int,
                      device: torch.device) -> torch.Tensor:
     """A `(batch, 1, 1, length)` bool padding mask: transformers' mask helpers return a 4D mask as it is, so neither
@@ -601,9 +631,12 @@ class LongDocBartEncoder(LongDocBartPreTrainedModel, BartEncoder):
 
         Raises:
             ValueError: an input longer than the position table (`n > max_position_embeddings`; BART's embedding
-                lookup would fail with an `IndexError`), or `input_ids` / `inputs_embeds` that are not 2-D / 3-D.
+                lookup would fail with an `IndexError`), `input_ids` / `inputs_embeds` that are not 2-D / 3-D, or a
+                2-D `attention_mask` of another shape than `input_ids`.
+            TypeError: `input_ids` that are not integer token ids.
         """
         config = self.config
+        _check_text_inputs(input_ids, attention_mask)
         reference, name, dims = ((input_ids, "input_ids", 2) if input_ids is not None
                                  else (inputs_embeds, "inputs_embeds", 3))
         if torch.is_tensor(reference):
@@ -663,8 +696,13 @@ class LongDocBartDecoder(LongDocBartPreTrainedModel, BartDecoder):
 
         Returns:
             `BaseModelOutputWithPastAndCrossAttentions`, as BART's.
+
+        Raises:
+            ValueError: decoder rows (`labels` / `decoder_input_ids`) and `encoder_hidden_states` of different batch
+                sizes. TypeError: decoder ids (`labels`) that are not integers.
         """
         past_key_values = _either_cache(past_key_values, cache)
+        _check_decoder_batch(input_ids, inputs_embeds, encoder_hidden_states)
         config = self.config
         if config.decoder_attention_type == "neighborhood" and not isinstance(attention_mask, BlockMask) and not (
                 isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 4):

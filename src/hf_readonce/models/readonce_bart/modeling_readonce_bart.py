@@ -104,6 +104,34 @@ def _check_token_ids(ids, bound: int, argument: str) -> None:
                              f"[0, {bound}) of this model.") from None
 
 
+def _check_text_inputs(input_ids, attention_mask, input_name: str = "input_ids",
+                       mask_name: str = "attention_mask") -> None:
+    """Raise a `TypeError` for token ids that are not integers and a `ValueError` for a 2-D padding mask whose shape
+    differs from `(batch, length)` of the ids, naming both arguments (torch would fail later without naming them, or
+    broadcast a one-row mask over the batch silently)."""
+    if not torch.is_tensor(input_ids):
+        return
+    if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
+        raise TypeError(f"`{input_name}` must hold integer token ids, got {input_ids.dtype}.")
+    if torch.is_tensor(attention_mask) and attention_mask.dim() == 2 and input_ids.dim() == 2 and (
+            tuple(attention_mask.shape) != tuple(input_ids.shape)):
+        raise ValueError(f"`{mask_name}` {tuple(attention_mask.shape)} must have the shape of `{input_name}` "
+                         f"{tuple(input_ids.shape)}.")
+
+
+def _check_decoder_batch(decoder_input_ids, decoder_inputs_embeds, encoder_hidden_states) -> None:
+    """Raise a `ValueError` when the decoder rows (`labels` / `decoder_input_ids`) and the encoder's batch
+    (`input_ids` / `encoder_outputs`) differ in size, and a `TypeError` for decoder ids that are not integers: BART
+    would fail inside cross-attention without naming them, or attend every row to a one-row encoder silently."""
+    _check_text_inputs(decoder_input_ids, None, "labels` / `decoder_input_ids")
+    reference = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
+    if torch.is_tensor(reference) and torch.is_tensor(encoder_hidden_states) and reference.dim() >= 2 and (
+            reference.shape[0] != encoder_hidden_states.shape[0]):
+        raise ValueError(f"`labels` / `decoder_input_ids` hold {reference.shape[0]} rows for an encoder batch of "
+                         f"{encoder_hidden_states.shape[0]} (`input_ids` / `encoder_outputs`): one target row per "
+                         "input row.")
+
+
 @dataclass
 class ReadOnceDocumentEncoderOutput(ModelOutput):
     r"""
@@ -480,11 +508,13 @@ class ReadOnceBartEncoder(BartEncoder):
 
         Raises:
             ValueError: representations of the wrong hidden size or batch, a mask of the wrong shape.
+            TypeError: `input_ids` that are not integer token ids.
         """
         for key in ("output_attentions", "output_hidden_states", "return_dict"):
             kwargs.pop(key, None)
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `input_ids` or `inputs_embeds`.")
+        _check_text_inputs(input_ids, attention_mask)
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
         batch, text_length = inputs_embeds.shape[:2]
@@ -579,6 +609,7 @@ class ReadOnceBartModel(BartModel):
         cross_mask = getattr(encoder_outputs, "attention_mask", None)
         if cross_mask is None:
             cross_mask = attention_mask
+        _check_decoder_batch(decoder_input_ids, decoder_inputs_embeds, encoder_outputs[0])
         representations = getattr(encoder_outputs, "document_representations", None)
         if representations is not None:  # fusion="attention": every decoder layer attends to R too (App. A.1)
             kwargs["document_representations"] = representations
@@ -745,14 +776,22 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
 
         Raises:
             ValueError: representations from another document encoder, of the wrong hidden size or batch; both
-                representations and document tokens given; both `past_key_values` and `cache`.
+                representations and document tokens given; both `past_key_values` and `cache`; a mask whose shape
+                differs from its ids'; `labels` / `decoder_input_ids` with another number of rows than the input.
+            TypeError: token ids or `labels` that are not integers.
         """
+        _check_text_inputs(labels, None, "labels")
         past_key_values = _either_cache(past_key_values, cache)
         for key in ("output_attentions", "output_hidden_states"):  # not returned: the fused layers do not record them
             kwargs.pop(key, None)
         if document_input_ids is not None:
             if document_representations is not None:
                 raise ValueError("Pass `document_representations` or `document_input_ids`, not both.")
+            if document_attention_mask is not None:
+                raise ValueError("`document_attention_mask` is the mask of `document_representations`; the mask of "
+                                 "`document_input_ids` is `document_input_attention_mask`.")
+            _check_text_inputs(document_input_ids, document_input_attention_mask, "document_input_ids",
+                               "document_input_attention_mask")
             # encoded here, with gradients, and never leaving the model: no fingerprint to hash (or check)
             document_representations = self.document_encoder(
                 document_input_ids, attention_mask=document_input_attention_mask, with_fingerprint=False)
@@ -794,5 +833,4 @@ __all__ = [
     "ReadOnceBartPreTrainedModel",
     "ReadOnceDocumentEncoderOutput",
     "ReadOnceEncoderOutput",
-    "ReadOnceDocumentEncoderOutput",
 ]

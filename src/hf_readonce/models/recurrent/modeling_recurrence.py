@@ -278,6 +278,8 @@ class RecurrentCache(DynamicCache):
 
     def __init__(self, config=None, recurrent_state: torch.Tensor | None = None, memory: torch.Tensor | None = None):
         super().__init__(config=config)
+        if recurrent_state is not None and memory is not None:
+            raise ValueError("pass `recurrent_state` only (`memory` is its old name), not both.")
         self.recurrent_state = recurrent_state if recurrent_state is not None else memory
         self.window_ids = None
         self.layer_sums = None
