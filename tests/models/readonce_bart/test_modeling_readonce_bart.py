@@ -477,3 +477,21 @@ def test_mismatched_inputs_are_refused_by_name(kwargs, error, words):
     with pytest.raises(error, match=words):
         model(**call)
     assert model(input_ids=q, document_input_ids=doc, labels=labels).loss.isfinite()
+
+
+def test_generate_with_raw_document_tokens_reads_the_document():
+    """`generate(document_input_ids=...)` encodes the documents once before decoding; it used to decode without
+    them (generation runs the encoder once, and the raw tokens never reached it)."""
+    model, q, doc = tiny(init_std=0.3), tokens(2, 6), tokens(2, 20, seed=3)
+    kwargs = dict(max_new_tokens=4, min_new_tokens=4, do_sample=False, output_scores=True,
+                  return_dict_in_generate=True)
+    raw = model.generate(q, document_input_ids=doc, **kwargs)
+    stored = model.generate(q, document_representations=model.encode_documents(doc), **kwargs)
+    alone = model.generate(q, **kwargs)
+    assert torch.equal(raw.sequences, stored.sequences)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(raw.scores, stored.scores))
+    assert not all(torch.allclose(a, b, atol=1e-5) for a, b in zip(raw.scores, alone.scores))
+    with pytest.raises(ValueError, match="not both"):
+        model.generate(q, document_input_ids=doc, document_representations=model.encode_documents(doc))
+    with pytest.raises(ValueError, match="without `document_input_ids`"):
+        model.generate(q, document_input_attention_mask=torch.ones(2, 20))

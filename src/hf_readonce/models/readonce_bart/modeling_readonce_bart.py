@@ -717,6 +717,33 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         return [{"params": old, "lr": bart_learning_rate, "weight_decay": weight_decay},
                 {"params": new, "lr": new_learning_rate, "weight_decay": weight_decay}]
 
+    @torch.no_grad()
+    def generate(self, *args, **kwargs):
+        r"""`GenerationMixin.generate`, with the documents given either way: as `document_representations` (read
+        once, e.g. from a store) or as raw `document_input_ids` (+ `document_input_attention_mask`), which are
+        encoded here once, before decoding starts (generation's encoder runs once, so the document must be turned
+        into its representations first: passed on to every decoding step, raw tokens would never reach it).
+
+        Raises:
+            ValueError: both `document_representations` and `document_input_ids`; `document_attention_mask` given
+                for `document_input_ids`; as `forward`.
+        """
+        document_input_ids = kwargs.pop("document_input_ids", None)
+        document_input_mask = kwargs.pop("document_input_attention_mask", None)
+        if document_input_ids is not None:
+            if kwargs.get("document_representations") is not None:
+                raise ValueError("Pass `document_representations` or `document_input_ids`, not both.")
+            if kwargs.get("document_attention_mask") is not None:
+                raise ValueError("`document_attention_mask` is the mask of `document_representations`; the mask of "
+                                 "`document_input_ids` is `document_input_attention_mask`.")
+            _check_text_inputs(document_input_ids, document_input_mask, "document_input_ids",
+                               "document_input_attention_mask")
+            kwargs["document_representations"] = self.document_encoder(
+                document_input_ids, attention_mask=document_input_mask, with_fingerprint=False)
+        elif document_input_mask is not None:
+            raise ValueError("`document_input_attention_mask` was given without `document_input_ids`.")
+        return super().generate(*args, **kwargs)
+
     def _check_fingerprint(self, document_representations):
         if isinstance(document_representations, ReadOnceDocumentEncoderOutput) and \
                 document_representations.model_fingerprint is not None:
