@@ -95,3 +95,27 @@ def test_bad_texts_raise(tokenizer):
         adapter.encode("a single string")
     with pytest.raises(ValueError, match="rows"):
         adapter.read([])
+
+
+def test_stored_outputs_of_an_fp16_store_are_checked_cast_and_never_modified(tokenizer, tmp_path):
+    model = tiny(tokenizer).eval()
+    adapter = LongDocBartAdapter(model, tokenizer, max_document_length=48)
+    store = RepresentationStore(tmp_path / "store")
+    fill_store(adapter, store, DOCUMENTS[:2])  # fp16, as `hf-readonce encode` stores by default
+    stored = store.get_many(adapter.fingerprint(), adapter.settings(), [content_hash(d) for d in DOCUMENTS[:2]])
+    kwargs = dict(max_new_tokens=4, min_new_tokens=4, do_sample=False, num_beams=3)
+    read = adapter.read(stored)
+    assert read.last_hidden_state.dtype == model.dtype  # the model's dtype by default
+    as_stored = adapter.read(stored, dtype=torch.float16)
+    with torch.no_grad():
+        first = model.generate(encoder_outputs=as_stored, attention_mask=as_stored.attention_mask, **kwargs)
+        again = model.generate(encoder_outputs=as_stored, attention_mask=as_stored.attention_mask, **kwargs)
+        loss = model(encoder_outputs=as_stored, attention_mask=as_stored.attention_mask, labels=first[:, 1:].contiguous()).loss
+    assert first.shape[0] == 2 and torch.equal(first, again)  # beam search did not expand the caller's object
+    assert as_stored.last_hidden_state.shape[0] == 2 and as_stored.last_hidden_state.dtype == torch.float16
+    assert loss.isfinite()
+    other = tiny(tokenizer, init_std=0.3).eval()  # same config, other weights
+    for call in (lambda: other.generate(encoder_outputs=read, attention_mask=read.attention_mask, max_new_tokens=2),
+                 lambda: other(encoder_outputs=read, attention_mask=read.attention_mask, labels=first[:, 1:].contiguous())):
+        with pytest.raises(ValueError, match="were made by encoder"):
+            call()

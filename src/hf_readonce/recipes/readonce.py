@@ -397,6 +397,8 @@ def run(args: ReadOnceArguments, training_args: Seq2SeqTrainingArguments) -> dic
                 scores = evaluate(model, tokenizer, rows, args, None, compression_ratio=k, batch_size=batch)
                 metrics[f"{name}_k{k}"] = {key: v for key, v in scores.items() if key != "sample_prediction"}
     os.makedirs(training_args.output_dir, exist_ok=True)
+    if args.variant == "readonce":  # the adapter's and `hf-readonce encode`'s default, so stores match training
+        model.config.max_document_length = args.max_document_length
     model.save_pretrained(training_args.output_dir)
     tokenizer.save_pretrained(training_args.output_dir)
     with open(os.path.join(training_args.output_dir, "readonce_results.json"), "w") as handle:

@@ -33,9 +33,9 @@ class LongDocEncoderOutput(BaseModelOutput):
             `attention_mask=` (the cross-attention's padding mask).
         model_fingerprint (`str`, *optional*): `representation_fingerprint()` of the model that wrote them.
 
-    Note: `generate(num_beams > 1)` expands the tensors of `encoder_outputs` *in place* (transformers'
-    `_expand_inputs_for_generation`); read again (or pass a copy) before reusing the object for another
-    beam search.
+    The model checks `model_fingerprint` against its own (another model's outputs are refused with a
+    `ValueError`) and casts the states to its dtype; `generate` never modifies the object (beam search expands a
+    copy), so it can be passed again.
     """
 
     attention_mask: torch.LongTensor | None = None
@@ -164,7 +164,8 @@ class LongDocBartAdapter(AdapterBase):
 
         Args:
             stored (`Sequence[dict]`): tensors of documents as written by [`encode`] (e.g. `store.get_many(...)`).
-            device, dtype: where and in which floating dtype to put them (default: as stored, on CPU).
+            device, dtype: where and in which floating dtype to put them (default: on CPU, in the model's dtype;
+                the model would cast them anyway).
 
         Returns:
             [`LongDocEncoderOutput`]: `last_hidden_state` `(len(stored), max n, d_model)`, `attention_mask`
@@ -173,7 +174,8 @@ class LongDocBartAdapter(AdapterBase):
         Raises:
             ValueError: if `stored` is empty.
         """
-        states, mask = pad_rows([t["hidden_states"] for t in stored], device=device, dtype=dtype)
+        states, mask = pad_rows([t["hidden_states"] for t in stored], device=device,
+                                dtype=self.model.dtype if dtype is None else dtype)
         return LongDocEncoderOutput(last_hidden_state=states, attention_mask=mask,
                                     model_fingerprint=self.fingerprint())
 

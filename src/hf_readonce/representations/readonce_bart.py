@@ -28,7 +28,8 @@ class ReadOnceBartAdapter(AdapterBase):
     Args:
         model ([`ReadOnceBartForConditionalGeneration`]), tokenizer: the model and its tokenizer.
         max_document_length (`int`, *optional*): tokens read per document (longer documents are truncated).
-            Defaults to `config.document_chunk_length * k`, the T·k capacity of §5.5 (T·k / k = T representations,
+            Defaults to the length the checkpoint records (`config.max_document_length`, written by the ReadOnce
+            recipe), else `config.document_chunk_length * k`, the T·k capacity of §5.5 (T·k / k = T representations,
             as many positions as one chunk of text). The length is part of the settings a store is keyed by.
         compression_ratio (`int`, *optional*): k (defaults to the model's); part of the settings, so
             representations of another k are never returned for this one.
@@ -60,8 +61,10 @@ class ReadOnceBartAdapter(AdapterBase):
         self.model, self.tokenizer = model, tokenizer
         self.batch_size = batch_size
         self.compression_ratio = compression_ratio if compression_ratio is not None else model.config.compression_ratio
-        self.max_document_length = (max_document_length if max_document_length is not None
-                                    else model.config.document_chunk_length * self.compression_ratio)
+        recorded = getattr(model.config, "max_document_length", None)  # what the checkpoint was trained with
+        self.max_document_length = (max_document_length if max_document_length is not None else recorded
+                                    if recorded is not None else model.config.document_chunk_length
+                                    * self.compression_ratio)
         self._tokenizer_hash = tokenizer_fingerprint(tokenizer)
 
     @classmethod

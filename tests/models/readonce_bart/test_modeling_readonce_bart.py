@@ -495,3 +495,23 @@ def test_generate_with_raw_document_tokens_reads_the_document():
         model.generate(q, document_input_ids=doc, document_representations=model.encode_documents(doc))
     with pytest.raises(ValueError, match="without `document_input_ids`"):
         model.generate(q, document_input_attention_mask=torch.ones(2, 20))
+
+
+def test_recorded_max_document_length_is_the_adapter_default_and_not_in_the_fingerprint(tmp_path):
+    from transformers import AutoTokenizer
+
+    from hf_readonce.representations import get_adapter
+    from hf_readonce.weights import minilm_path
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    model = tiny(vocab_size=tokenizer.vocab_size)
+    before = model.representation_fingerprint()
+    assert get_adapter(model, tokenizer).max_document_length == model.config.document_chunk_length * 4
+    model.config.max_document_length = 40  # what the ReadOnce recipe records before saving
+    model.save_pretrained(tmp_path)
+    loaded = ReadOnceBartForConditionalGeneration.from_pretrained(tmp_path)
+    assert loaded.config.max_document_length == 40 and loaded.representation_fingerprint() == before
+    assert get_adapter(loaded, tokenizer).max_document_length == 40
+    assert get_adapter(loaded, tokenizer, max_document_length=16).max_document_length == 16
+    with pytest.raises(ValueError, match="max_document_length"):
+        ReadOnceBartConfig(**TINY, max_document_length=0)

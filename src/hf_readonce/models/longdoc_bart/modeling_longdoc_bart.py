@@ -21,6 +21,7 @@ This file travels with saved checkpoints (`trust_remote_code=True`): it imports 
 file next to it.
 """
 
+import copy
 import hashlib
 import json
 import math
@@ -737,6 +738,27 @@ class LongDocBartModel(LongDocBartPreTrainedModel, BartModel):
         self.post_init()
 
 
+def _stored_encoder_outputs_hook(model, args, kwargs):
+    """Forward pre-hook of [`LongDocBartForConditionalGeneration`]: `encoder_outputs` that carry a
+    `model_fingerprint` (stored encoder outputs read back from a store) must come from this model's encoder
+    (otherwise another model's states would be decoded as if they were this one's); their states are cast to the
+    model's dtype (a store keeps them in fp16 by default). Encoder outputs without a fingerprint pass unchanged."""
+    encoder_outputs = kwargs.get("encoder_outputs")
+    stored = getattr(encoder_outputs, "model_fingerprint", None) if encoder_outputs is not None else None
+    if stored is None:
+        return None
+    mine = model.representation_fingerprint()
+    if stored != mine:
+        raise ValueError(f"`encoder_outputs` were made by encoder {stored[:16]}..., this model's is {mine[:16]}...: "
+                         "re-encode the documents with this model.")
+    states = encoder_outputs[0]
+    if torch.is_tensor(states) and states.is_floating_point() and states.dtype != model.dtype:
+        encoder_outputs = copy.copy(encoder_outputs)
+        encoder_outputs["last_hidden_state"] = states.to(model.dtype)
+        return args, {**kwargs, "encoder_outputs": encoder_outputs}
+    return None
+
+
 class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForConditionalGeneration):
     r"""
     LongDoc BART for summarization: [`LongDocBartModel`] and BART's LM head. `forward` (with `@can_return_tuple`),
@@ -767,6 +789,20 @@ class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForCon
         self.lm_head = nn.Linear(config.d_model, self.model.shared.num_embeddings, bias=False)
         self._fingerprint_cache = None
         self.post_init()
+        self.register_forward_pre_hook(_stored_encoder_outputs_hook, with_kwargs=True)
+
+    @torch.no_grad()
+    def generate(self, *args, **kwargs):
+        r"""`GenerationMixin.generate`. Stored encoder outputs (`encoder_outputs=`, e.g. `LongDocBartAdapter.read`
+        of a store) are checked against this model's fingerprint and cast to its dtype on every call, and are never
+        modified: beam search expands a shallow copy, so the same object can be passed again.
+
+        Raises:
+            ValueError: `encoder_outputs` that carry another model's `model_fingerprint`.
+        """
+        if kwargs.get("encoder_outputs") is not None:
+            kwargs["encoder_outputs"] = copy.copy(kwargs["encoder_outputs"])  # expanded in place for beams
+        return super().generate(*args, **kwargs)
 
     def representation_fingerprint(self) -> str:
         """SHA-256 hex of what the encoder's outputs depend on: the encoder's weights (`model.encoder.*`, the

@@ -66,9 +66,13 @@ class ReadOnceBartConfig(BartConfig):
         layer_norm_eps (`float`, *optional*, defaults to 1e-5):
             Epsilon of every LayerNorm (BART's built-in value is 1e-5; a model converted from BERT keeps BERT's
             1e-12 so that its encoder computes BERT's hidden states exactly).
+        max_document_length (`int`, *optional*):
+            Tokens read per document when the checkpoint was trained (recorded by the ReadOnce recipe): the default
+            of the store adapter and `hf-readonce encode`, so stored representations match training. `None`: T * k.
+            Not part of the representation fingerprint (the store keys it as a setting).
 
     Raises:
-        ValueError: if k or w is not a positive int, `w < k`, the aggregation or fusion is unknown, L is not in
+        ValueError: if k or w is not a positive int, `max_document_length` is not None or a positive int, `w < k`, the aggregation or fusion is unknown, L is not in
             `[0, encoder_layers]` (`[1, encoder_layers]` in the 0.1.x `"before"` convention), the convention is
             unknown, the chunk length is not in `[1, max_position_embeddings]`, or the chunk overlap is
             not in `[0, chunk_length)` or is not a multiple of k (chunks must start on a window boundary).
@@ -88,7 +92,7 @@ class ReadOnceBartConfig(BartConfig):
     model_type = "readonce_bart"
     # fields the document encoder never reads, besides the ones no family's representation reads
     # (`modeling_readonce_bart._FINGERPRINT_IGNORED_FIELDS`): the representation+text model's settings
-    fingerprint_ignored_fields = ("fusion", "append_layer")
+    fingerprint_ignored_fields = ("fusion", "append_layer", "max_document_length")
     fingerprint_ignored_prefixes = ("decoder_",)
 
     def __init__(
@@ -102,9 +106,13 @@ class ReadOnceBartConfig(BartConfig):
         document_chunk_overlap: int = 0,
         layer_norm_eps: float = 1e-5,
         append_layer_convention: str = "after",
+        max_document_length: int | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if max_document_length is not None and (not _is_int(max_document_length) or max_document_length < 1):
+            raise ValueError(f"`max_document_length` must be None or a positive int, got {max_document_length!r}.")
+        self.max_document_length = max_document_length
         if isinstance(layer_norm_eps, bool) or not isinstance(layer_norm_eps, (int, float)) or layer_norm_eps <= 0:
             raise ValueError(f"`layer_norm_eps` must be a positive number, got {layer_norm_eps!r}.")
         self.layer_norm_eps = float(layer_norm_eps)
