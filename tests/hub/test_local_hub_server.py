@@ -148,7 +148,7 @@ def test_readonce_pipeline_by_repo_id_without_hf_readonce(hub, tokenizer, tmp_pa
         from transformers import pipeline
         t2t = pipeline("text2text-generation", model={READONCE!r}, trust_remote_code=True)
         assert "hf_readonce" not in type(t2t).__module__
-        answers = [a[0]["generated_text"] for a in t2t({TEXTS!r}, document={DOCUMENTS[0]!r}, max_new_tokens=5)]
+        answers = [a["generated_text"] for a in t2t({TEXTS!r}, document={DOCUMENTS[0]!r}, max_new_tokens=5)]
         print("OUT", json.dumps(answers))
     """, _client_env(hub, tmp_path / "hf_home"), tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]

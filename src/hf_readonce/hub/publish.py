@@ -128,10 +128,13 @@ def _load(model_dir: Path):
         raise ValueError(f"`model_dir` {str(model_dir)!r} is not a loadable checkpoint: {error}") from None
     spec = next((s for s in registered_families().values() if config.model_type in s.model_types), None)
     if spec is None:
-        loaders = {t: s.model_types[0] for s in registered_families().values() for t in s.checkpoint_model_types
-                   if t not in s.model_types}
-        hint = (f" (load a {config.model_type} checkpoint as a {loaders[config.model_type]} model and save it first)"
-                if config.model_type in loaders else "")
+        loaders: dict[str, list[str]] = {}
+        for s in registered_families().values():
+            for t in s.checkpoint_model_types:
+                if t not in s.model_types:
+                    loaders.setdefault(t, []).append(s.model_types[0])
+        hint = (f" (load a {config.model_type} checkpoint as a {' or '.join(sorted(loaders[config.model_type]))} "
+                "model and save it first)" if config.model_type in loaders else "")
         known = sorted(t for s in registered_families().values() for t in s.model_types)
         raise ValueError(f"`model_dir` holds a {config.model_type!r} model; publish takes hf-readonce models: "
                          f"{known}{hint}.")

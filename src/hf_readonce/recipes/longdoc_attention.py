@@ -1,5 +1,5 @@
-"""Effective attention of LongDoc BART's encoder layers for one short document, and a heatmap PNG of it (issue 13;
-the report's future work, §4: "look at attention heatmaps").
+"""Effective attention of LongDoc BART's encoder layers for one short document, and a heatmap PNG of it (the
+report's future work, §4: "look at attention heatmaps").
 
 Neighborhood and convolutional layers return no attention weights (the blocked kernel never builds the n x n
 matrix), so [`effective_attention`] recomputes them densely from the layer's own projections: fine for a document of

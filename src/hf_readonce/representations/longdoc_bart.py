@@ -1,5 +1,5 @@
 """Representation adapter of LongDoc BART: the encoder's outputs of whole documents, read once and reused by every
-later summary of the document (other lengths, beams, prompts, decoder-only training epochs; issue 13)."""
+later summary of the document (other lengths, beams, prompts, decoder-only training epochs)."""
 
 from __future__ import annotations
 

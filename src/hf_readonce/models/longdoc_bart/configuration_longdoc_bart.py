@@ -1,7 +1,7 @@
 # Copyright 2026 The hf-readonce developers.
 # Licensed under the Apache License, Version 2.0.
 """LongDoc BART configuration: BART with neighborhood and convolutional attention for long-document summarization
-(Kosaraju, Ang and Nabulsi, "Faster Transformers for Document Summarization", CS224N report; issue 13)."""
+(Kosaraju, Ang and Nabulsi, "Faster Transformers for Document Summarization", CS224N report)."""
 
 from transformers import BartConfig
 

@@ -1,7 +1,7 @@
 # Copyright 2026 The hf-readonce developers.
 # Licensed under the Apache License, Version 2.0.
 """PyTorch LongDoc BART: BART with the neighborhood and convolutional attention of Kosaraju, Ang and Nabulsi,
-"Faster Transformers for Document Summarization" (CS224N report, §2.3 "Proposed Models", Fig. 1; issue 13).
+"Faster Transformers for Document Summarization" (CS224N report, §2.3 "Proposed Models", Fig. 1).
 
 The model is BART written as its differences (as transformers' `modular_*.py` files are): only the encoder's
 self-attention (and, optionally, the decoder's self-attention) changes; parameter names are BART's, so any BART

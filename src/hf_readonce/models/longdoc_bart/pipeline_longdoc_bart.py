@@ -120,8 +120,9 @@ class LongDocSummarizationPipeline(_TokenizerPipeline):
         batch_size (`int`, defaults to 8): documents per encoder call and summaries per `generate` call.
 
     Returns:
-        For one document, `[{"summary_text": str}, ...]` (one entry per returned sequence); for several, a list of
-        such lists, in order.
+        For one document, `[{"summary_text": str}, ...]` (one entry per returned sequence); for several, one
+        `{"summary_text": str}` per document, in order (a list of such lists with `num_return_sequences` > 1), as
+        transformers' summarization pipeline returns.
 
     Raises:
         ValueError: no document, an empty document (naming its index), a setting out of range (naming it), a
@@ -202,7 +203,9 @@ class LongDocSummarizationPipeline(_TokenizerPipeline):
         distinct = list(dict.fromkeys(docs))
         group = {"documents": distinct, "document_index": [distinct.index(d) for d in docs]}
         outputs = self.run_single(group, preprocess_params, forward_params, postprocess_params)
-        return outputs[0] if isinstance(documents, str) else outputs
+        if isinstance(documents, str):
+            return outputs[0]
+        return [output[0] for output in outputs] if all(len(output) == 1 for output in outputs) else outputs
 
     def preprocess(self, group, max_document_len=None):
         """Tokenize the distinct documents (special tokens added, at most `max_document_len` tokens, right padding).

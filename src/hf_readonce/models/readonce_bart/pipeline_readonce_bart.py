@@ -117,7 +117,8 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
         batch_size (`int`, defaults to 32): texts per `generate` call.
 
     Returns:
-        For one text, `[{"generated_text": str}]`; for several, a list of such lists, in order.
+        For one text, `[{"generated_text": str}]`; for several, one `{"generated_text": str}` per text, in order
+        (a list of such lists with `num_return_sequences` > 1), as transformers' text2text pipeline returns.
 
     Raises:
         ValueError: an empty text or document, lists of different lengths, a setting out of range (naming it).
@@ -194,7 +195,9 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
         group = {"documents": list(documents), "texts": [t for t, _ in pairs],
                  "document_index": [list(documents).index(d) for _, d in pairs]}
         outputs = self.run_single(group, preprocess_params, forward_params, postprocess_params)
-        return outputs[0] if single else outputs
+        if single:
+            return outputs[0]
+        return [output[0] for output in outputs] if all(len(output) == 1 for output in outputs) else outputs
 
     def preprocess(self, group, max_question_len=32, max_document_len=None, compression_ratio=None):
         """Tokenize the distinct documents (at most `max_document_len` tokens, default T·k) and the texts (padded
@@ -232,7 +235,7 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
         return {"sequences": sequences}
 
     def postprocess(self, outputs):
-        """One `[{output_key: text}]` per input text."""
+        """One `[{output_key: text}]` per input text (`__call__` returns the dicts themselves for several texts)."""
         texts = self.tokenizer.batch_decode(outputs["sequences"], skip_special_tokens=True)
         return [[{self.output_key: text.strip()}] for text in texts]
 
@@ -250,7 +253,9 @@ class ReadOnceSummarizationPipeline(ReadOnceText2TextGenerationPipeline):
         Other arguments: as [`ReadOnceText2TextGenerationPipeline`].
 
     Returns:
-        `[{"summary_text": str}]` per document (or per prompt), a list of them for several.
+        For one document, `[{"summary_text": str}]`; for several documents (or prompts), one `{"summary_text":
+        str}` each, in order (a list of such lists with `num_return_sequences` > 1), as transformers' summarization
+        pipeline returns.
 
     Raises:
         ValueError / TypeError: as [`ReadOnceText2TextGenerationPipeline`] (a bad prompt is named `text`, a bad
