@@ -577,3 +577,12 @@ def test_mismatched_inputs_are_refused_by_name(attention_type):
     with pytest.raises(ValueError, match="hold 1 rows"):
         model(encoder_outputs=encoder_outputs, labels=labels[:1])
     assert model(input_ids=ids, labels=labels).loss.isfinite()
+
+
+def test_empty_input_and_targets_beyond_the_positions_are_refused_by_name():
+    torch.manual_seed(0)
+    model = LongDocBartForConditionalGeneration(LongDocBartConfig(**TINY)).eval()
+    with pytest.raises(ValueError, match="holds no token"):
+        model.get_encoder()(input_ids=torch.zeros(1, 0, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"hold 80 tokens, more than the model's 64 positions"):
+        model(input_ids=torch.randint(3, 99, (1, 20)), labels=torch.randint(3, 99, (1, 80)))

@@ -515,3 +515,12 @@ def test_recorded_max_document_length_is_the_adapter_default_and_not_in_the_fing
     assert get_adapter(loaded, tokenizer, max_document_length=16).max_document_length == 16
     with pytest.raises(ValueError, match="max_document_length"):
         ReadOnceBartConfig(**TINY, max_document_length=0)
+
+
+def test_texts_and_targets_beyond_the_position_table_are_refused_by_name():
+    model, doc = tiny(), tokens(1, 20, seed=3)  # 64 positions
+    with pytest.raises(ValueError, match=r"`input_ids` hold 70 tokens, more than the model's 64 positions"):
+        model(input_ids=tokens(1, 70), document_input_ids=doc)
+    with pytest.raises(ValueError, match=r"`labels` / `decoder_input_ids` hold 80 tokens"):
+        model(input_ids=tokens(1, 6), document_input_ids=doc, labels=tokens(1, 80))
+    assert model(input_ids=tokens(1, 6), document_input_ids=tokens(1, 300), labels=tokens(1, 5)).loss.isfinite()

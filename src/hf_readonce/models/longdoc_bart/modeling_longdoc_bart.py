@@ -583,12 +583,19 @@ def _check_text_inputs(input_ids, attention_mask, input_name: str = "input_ids",
 
 
 # Copied from hf_readonce.models.readonce_bart.modeling_readonce_bart._check_decoder_batch
-def _check_decoder_batch(decoder_input_ids, decoder_inputs_embeds, encoder_hidden_states) -> None:
+def _check_decoder_batch(decoder_input_ids, decoder_inputs_embeds, encoder_hidden_states,
+                         max_positions: int | None = None) -> None:
     """Raise a `ValueError` when the decoder rows (`labels` / `decoder_input_ids`) and the encoder's batch
-    (`input_ids` / `encoder_outputs`) differ in size, and a `TypeError` for decoder ids that are not integers: BART
-    would fail inside cross-attention without naming them, or attend every row to a one-row encoder silently."""
+    (`input_ids` / `encoder_outputs`) differ in size, or when the decoder ids are longer than `max_positions` (the
+    position table; BART's lookup would raise a bare `IndexError`), and a `TypeError` for decoder ids that are not
+    integers: BART would fail inside cross-attention without naming them, or attend every row to a one-row encoder
+    silently."""
     _check_text_inputs(decoder_input_ids, None, "labels` / `decoder_input_ids")
     reference = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
+    if torch.is_tensor(reference) and max_positions is not None and reference.dim() >= 2 and (
+            reference.shape[1] > max_positions):
+        raise ValueError(f"`labels` / `decoder_input_ids` hold {reference.shape[1]} tokens, more than the model's "
+                         f"{max_positions} positions: truncate the targets (`max_length` in the tokenizer).")
     if torch.is_tensor(reference) and torch.is_tensor(encoder_hidden_states) and reference.dim() >= 2 and (
             reference.shape[0] != encoder_hidden_states.shape[0]):
         raise ValueError(f"`labels` / `decoder_input_ids` hold {reference.shape[0]} rows for an encoder batch of "
@@ -644,6 +651,8 @@ class LongDocBartEncoder(LongDocBartPreTrainedModel, BartEncoder):
             if reference.dim() != dims:
                 shape = "(batch, n)" if dims == 2 else "(batch, n, d_model)"
                 raise ValueError(f"`{name}` must be {dims}-D {shape}, got shape {tuple(reference.shape)}.")
+            if reference.shape[1] == 0:
+                raise ValueError(f"`{name}` holds no token (shape {tuple(reference.shape)}): nothing to encode.")
             if reference.shape[1] > config.max_position_embeddings:
                 raise ValueError(f"`{name}` holds {reference.shape[1]} tokens, more than the model's "
                                  f"{config.max_position_embeddings} positions: truncate the documents "
@@ -703,7 +712,7 @@ class LongDocBartDecoder(LongDocBartPreTrainedModel, BartDecoder):
                 sizes. TypeError: decoder ids (`labels`) that are not integers.
         """
         past_key_values = _either_cache(past_key_values, cache)
-        _check_decoder_batch(input_ids, inputs_embeds, encoder_hidden_states)
+        _check_decoder_batch(input_ids, inputs_embeds, encoder_hidden_states, self.config.max_position_embeddings)
         config = self.config
         if config.decoder_attention_type == "neighborhood" and not isinstance(attention_mask, BlockMask) and not (
                 isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 4):

@@ -119,12 +119,19 @@ def _check_text_inputs(input_ids, attention_mask, input_name: str = "input_ids",
                          f"{tuple(input_ids.shape)}.")
 
 
-def _check_decoder_batch(decoder_input_ids, decoder_inputs_embeds, encoder_hidden_states) -> None:
+def _check_decoder_batch(decoder_input_ids, decoder_inputs_embeds, encoder_hidden_states,
+                         max_positions: int | None = None) -> None:
     """Raise a `ValueError` when the decoder rows (`labels` / `decoder_input_ids`) and the encoder's batch
-    (`input_ids` / `encoder_outputs`) differ in size, and a `TypeError` for decoder ids that are not integers: BART
-    would fail inside cross-attention without naming them, or attend every row to a one-row encoder silently."""
+    (`input_ids` / `encoder_outputs`) differ in size, or when the decoder ids are longer than `max_positions` (the
+    position table; BART's lookup would raise a bare `IndexError`), and a `TypeError` for decoder ids that are not
+    integers: BART would fail inside cross-attention without naming them, or attend every row to a one-row encoder
+    silently."""
     _check_text_inputs(decoder_input_ids, None, "labels` / `decoder_input_ids")
     reference = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
+    if torch.is_tensor(reference) and max_positions is not None and reference.dim() >= 2 and (
+            reference.shape[1] > max_positions):
+        raise ValueError(f"`labels` / `decoder_input_ids` hold {reference.shape[1]} tokens, more than the model's "
+                         f"{max_positions} positions: truncate the targets (`max_length` in the tokenizer).")
     if torch.is_tensor(reference) and torch.is_tensor(encoder_hidden_states) and reference.dim() >= 2 and (
             reference.shape[0] != encoder_hidden_states.shape[0]):
         raise ValueError(f"`labels` / `decoder_input_ids` hold {reference.shape[0]} rows for an encoder batch of "
@@ -515,6 +522,11 @@ class ReadOnceBartEncoder(BartEncoder):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `input_ids` or `inputs_embeds`.")
         _check_text_inputs(input_ids, attention_mask)
+        length = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+        if length > self.config.max_position_embeddings:
+            raise ValueError(f"`input_ids` hold {length} tokens, more than the model's {self.config.max_position_embeddings}"
+                             " positions: truncate the question / task text (`max_length` in the tokenizer); documents"
+                             " of any length go to `document_input_ids` or `encode_documents`, read in chunks.")
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
         batch, text_length = inputs_embeds.shape[:2]
@@ -609,7 +621,8 @@ class ReadOnceBartModel(BartModel):
         cross_mask = getattr(encoder_outputs, "attention_mask", None)
         if cross_mask is None:
             cross_mask = attention_mask
-        _check_decoder_batch(decoder_input_ids, decoder_inputs_embeds, encoder_outputs[0])
+        _check_decoder_batch(decoder_input_ids, decoder_inputs_embeds, encoder_outputs[0],
+                             self.config.max_position_embeddings)
         representations = getattr(encoder_outputs, "document_representations", None)
         if representations is not None:  # fusion="attention": every decoder layer attends to R too (App. A.1)
             kwargs["document_representations"] = representations
