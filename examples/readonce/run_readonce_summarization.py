@@ -24,6 +24,9 @@ from hf_readonce.recipes.readonce import ReadOnceArguments, run
 
 def main(argv=None):
     parser = HfArgumentParser((ReadOnceArguments, Seq2SeqTrainingArguments))
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if any(a == "--task" or a.startswith("--task=") for a in argv):
+        parser.error("--task is this script's own (summarization); for the other task run run_readonce_qa.py")
     args, training_args = parser.parse_args_into_dataclasses(args=argv)
     args.task = "summarization"
     return run(args, training_args)

@@ -163,6 +163,9 @@ def test_example_end_to_end_on_real_xsum(data_dir, tmp_path):
     saved = LongDocBartForConditionalGeneration.from_pretrained(tmp_path)
     assert (saved.config.max_position_embeddings, saved.config.encoder_attention_type,
             saved.config.neighborhood_radius) == (520, "neighborhood", 16)
+    from transformers import AutoTokenizer
+
+    assert AutoTokenizer.from_pretrained(tmp_path).model_max_length == 520  # follows the extended table
 
 
 def test_load_model_from_bart_and_longdoc_checkpoints(tokenizer, tmp_path):

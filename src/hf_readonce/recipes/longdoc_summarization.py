@@ -254,6 +254,8 @@ def load_model(args: LongDocSummarizationArguments, seed: int = 0):
     else:
         model = longdoc_bart_from_bert(path, seed=seed, **{**_DEFAULTS, **given})
     added = extend_position_embeddings(model, args.max_document_length)
+    # the tokenizer's limit follows the table, so a saved run truncates (and warns) at the model's own positions
+    tokenizer.model_max_length = model.config.max_position_embeddings
     return model, tokenizer, added
 
 

@@ -54,7 +54,9 @@ class ReadOnceArguments:
     """Model, data and evaluation arguments of the ReadOnce examples (the training ones are
     `Seq2SeqTrainingArguments`)."""
 
-    task: str = field(default="qa", metadata={"help": "qa or summarization"})
+    task: str = field(default="qa", metadata={"help": "qa or summarization (set by each example script: "
+                                                      "run_readonce_qa.py reads qa, run_readonce_summarization.py "
+                                                      "summarization)"})
     variant: str = field(default="readonce", metadata={"help": "readonce or baseline"})
     model_name_or_path: str = field(default=None, metadata={"help": "BERT (converted) or ReadOnce checkpoint; "
                                                                     "default: the packaged MiniLM"})
