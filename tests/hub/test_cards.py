@@ -153,6 +153,14 @@ def test_metrics_files_of_every_task_fill_the_card_with_their_baselines(tmp_path
     card = card_from_metrics_file(readonce, dataset_type="squad", repo_id="a/b", model_type="readonce_bart",
                                   title="T", summary="S")
     assert "| squad, validation | F1 | **11.00** | 4.96 |" in card.text
+    assert card.data.pipeline_tag == "text2text-generation"  # a QA run: the family's own tag
+    summarized = tmp_path / "readonce_summarization.json"
+    summarized.write_text(json.dumps({"eval_rouge1": 20.0, "eval_rouge2": 3.0, "eval_rougeL": 15.0,
+                                      "eval_perplexity": 41.5, "eval_baselines": {"lead_3": {"rouge1": 19.0}}}))
+    card = card_from_metrics_file(summarized, dataset_type="EdinburghNLP/xsum", repo_id="a/b",
+                                  model_type="readonce_bart", title="T", summary="S")
+    assert card.data.pipeline_tag == "summarization"  # a summarization run of a family that has that pipeline
+    assert "| EdinburghNLP/xsum, validation | perplexity (gold summaries) | **41.50** |" in card.text
     with pytest.raises(ValueError, match="needs `dataset_type`"):
         card_from_metrics_file(readonce, dataset_type=None, repo_id="a/b", model_type="readonce_bart", title="T",
                                summary="S")

@@ -122,10 +122,11 @@ def summarization_rows_from_metrics(scores: Mapping, dataset_type: str, dataset_
                                     baselines: Mapping | None = None) -> list[EvalRow]:
     """EvalRows of one summarization evaluation as hf-readonce's runs record it (`run_longdoc_summarization.py`,
     `run_readonce_summarization.py`): `{prefix}rouge1`, `{prefix}rouge2`, `{prefix}rougeL` (F-measure x 100), with
-    `baselines` (`{"lead_3": {"rouge1": ...}, ...}`) beside each.
+    `baselines` (`{"lead_3": {"rouge1": ...}, ...}`) beside each, and `{prefix}perplexity` (teacher-forced, of the
+    gold summaries) where recorded.
 
     Raises:
-        ValueError: if `scores` has none of the three (naming the prefix).
+        ValueError: if `scores` has none of the three ROUGE scores (naming the prefix).
     """
     if not isinstance(scores, Mapping):
         raise TypeError(f"`scores` must be a mapping, got {type(scores).__name__}.")
@@ -139,6 +140,10 @@ def summarization_rows_from_metrics(scores: Mapping, dataset_type: str, dataset_
     if not rows:
         raise ValueError(f"`scores` has no {prefix}rouge1, {prefix}rouge2 or {prefix}rougeL (keys: "
                          f"{sorted(scores)[:12]}...).")
+    perplexity = _number(scores.get(prefix + "perplexity"))
+    if perplexity is not None:  # of the gold summaries, teacher-forced; no trivial baseline has one
+        rows.append(EvalRow(dataset_type, dataset_name, split, "perplexity", "perplexity (gold summaries)",
+                            perplexity, "summarization", {}))
     return rows
 
 
@@ -330,6 +335,15 @@ def card_from_metrics_file(path: str | os.PathLike, *, dataset_type: str | None,
     elif any(_number(metrics.get(prefix + key)) is not None for key, _, _ in _SUMMARIZATION_METRICS):
         rows = summarization_rows_from_metrics(metrics, dataset_type, dataset_name, prefix=prefix,
                                                baselines=baselines)
+        from ..representations import family_of
+
+        model_type = card_kwargs.get("model_type")
+        try:
+            summarizes = "summarization" in family_of(model_type).pipelines
+        except ValueError:  # build_model_card names an unknown model type
+            summarizes = False
+        if summarizes and card_kwargs.get("pipeline_tag") is None:
+            card_kwargs["pipeline_tag"] = "summarization"  # a summarization run, whatever the family's first task
     else:
         raise ValueError(f"metrics file {path} holds no numeric scores under {prefix!r}: neither "
                          f"{prefix}exact_match / {prefix}f1 (question answering) nor {prefix}rouge1 / rouge2 / rougeL "
