@@ -621,3 +621,23 @@ def test_store_adapter_loads_readtwice_and_bert_checkpoints_for_storing(tmp_path
     assert model.config.memory_type == "sts"
     with pytest.raises(ValueError, match="question_in_first_read=True"):
         ReadTwiceBertAdapter.load_model(str(tmp_path / "bert"), question_in_first_read=True)
+
+
+def test_float_indices_mismatched_question_masks_and_unpaired_labels_are_refused_by_name():
+    model = tiny_qa(memory_type="entity", question_in_first_read=False)
+    ids, questions, q_docs = segments(5), segments(2, length=6, seed=4), torch.tensor([0, 1])
+    call = dict(document_ids=DOCS, entity_spans=SPANS, question_input_ids=questions, question_document_ids=q_docs)
+    for name, value, error, words in [
+            ("input_ids", ids.float(), TypeError, "`input_ids` must be an integer tensor"),
+            ("document_ids", DOCS.float(), TypeError, "`document_ids` must be an integer tensor"),
+            ("entity_spans", SPANS + 0.5, TypeError, "`entity_spans` must be an integer tensor"),
+            ("question_input_ids", questions.float(), TypeError, "`question_input_ids` must be an integer tensor"),
+            ("question_attention_mask", torch.ones(1, 6, dtype=torch.long), ValueError,
+             r"`question_attention_mask` has shape \(1, 6\), expected that of `question_input_ids` \(2, 6\)"),
+            ("start_positions", torch.tensor([1, 2, 1, 2, 3]), ValueError, "`start_positions` was given without its pair")]:
+        with pytest.raises(error, match=words):
+            model(**{"input_ids": ids, **call, name: value})
+    with pytest.raises(TypeError, match="`end_positions` must be an integer tensor"):
+        model(ids, **call, start_positions=torch.tensor([7, 8, 7, 8, 9]), end_positions=torch.tensor([8.0] * 5))
+    starts, ends = torch.tensor([7, 8, 7, 8, 9]), torch.tensor([8, 9, 8, 9, 10])  # rows: 3 + 2 question/segment pairs
+    assert model(ids, **call, start_positions=starts, end_positions=ends).loss.isfinite()

@@ -239,6 +239,14 @@ class ReadTwiceMaskedLMOutput(MaskedLMOutput):
 
 
 # ------------------------------------------------------------------------------------------------ helpers
+def _check_integer_tensors(**tensors) -> None:
+    """Raise a `TypeError` naming the first given tensor that does not hold integers (token ids, document ids,
+    positions and spans are indices: a float tensor would be truncated silently or fail inside an embedding)."""
+    for name, tensor in tensors.items():
+        if torch.is_tensor(tensor) and (tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool):
+            raise TypeError(f"`{name}` must be an integer tensor, got {tensor.dtype}.")
+
+
 def default_segment_positions(document_ids: torch.LongTensor) -> torch.LongTensor:
     """Index of every segment inside its document, by order of appearance in the batch.
 
@@ -366,7 +374,9 @@ def check_entity_spans(entity_spans, num_segments: int, segment_length: int) -> 
     Raises:
         ValueError: if `entity_spans` is missing (memory_type="entity" has no fallback), has the wrong shape, or a
             non-padding span has `start > end`, a negative index, or an index `>= segment_length`.
+        TypeError: if `entity_spans` does not hold integers.
     """
+    _check_integer_tensors(entity_spans=entity_spans)
     if entity_spans is None:
         raise ValueError(
             "memory_type='entity' needs `entity_spans` (num_segments, max_mentions, 2): the entity mentions of every "
@@ -708,6 +718,7 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
 
         Raises:
             ValueError: on missing or mis-shaped inputs, or `memory_type="entity"` without `entity_spans`.
+            TypeError: ids, positions or spans that are not integer tensors.
         """
         input_ids, attention_mask, token_type_ids, document_ids, segment_positions = self._check_segments(
             input_ids, attention_mask, token_type_ids, document_ids, segment_positions
@@ -741,6 +752,7 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
     def _check_segments(self, input_ids, attention_mask, token_type_ids, document_ids, segment_positions):
         if not torch.is_tensor(input_ids) or input_ids.dim() != 2 or input_ids.numel() == 0:
             raise ValueError("`input_ids` must be a non-empty (num_segments, segment_length) tensor.")
+        _check_integer_tensors(input_ids=input_ids, document_ids=document_ids, segment_positions=segment_positions)
         num_segments, length = input_ids.shape
         if length > self.config.max_position_embeddings:
             raise ValueError(
@@ -805,7 +817,8 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
             ValueError: if both or neither of `input_ids` and `document_states` are given, if questions are passed
                 with `question_in_first_read=True`, if a question's document has no segment, on bad shapes, or for
                 `memory_type="entity"` without `entity_spans`.
-            TypeError: if `document_states` is not a [`ReadTwiceDocumentOutput`].
+            TypeError: if `document_states` is not a [`ReadTwiceDocumentOutput`]; ids, positions or spans that are
+                not integer tensors.
         """
         config = self.config
         output_hidden_states = bool(
@@ -843,10 +856,18 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
             group_ids = doc.document_ids
             query_mask = doc.entity_token_mask
         else:
+            if not torch.is_tensor(question_input_ids) or question_input_ids.dim() != 2:
+                raise ValueError("`question_input_ids` must be a (num_questions, question_length) tensor.")
+            _check_integer_tensors(question_input_ids=question_input_ids, question_document_ids=question_document_ids)
             if question_attention_mask is None:
                 question_attention_mask = torch.ones_like(question_input_ids)
             if question_token_type_ids is None:
                 question_token_type_ids = torch.zeros_like(question_input_ids)
+            for name, tensor in (("question_attention_mask", question_attention_mask),
+                                 ("question_token_type_ids", question_token_type_ids)):
+                if tuple(tensor.shape) != tuple(question_input_ids.shape):
+                    raise ValueError(f"`{name}` has shape {tuple(tensor.shape)}, expected that of "
+                                     f"`question_input_ids` {tuple(question_input_ids.shape)}.")
             if question_document_ids is None:
                 if bool((doc.document_ids != doc.document_ids[0]).any()):
                     raise ValueError("`question_document_ids` is required when the segments span several documents.")
@@ -1038,7 +1059,9 @@ class ReadTwiceBertForQuestionAnswering(ReadTwiceBertPreTrainedModel):
             [`ReadTwiceQuestionAnsweringModelOutput`]; logits `(num_rows, row_length)`.
 
         Raises:
-            ValueError: as [`ReadTwiceBertModel.forward`]; no questions with `question_in_first_read=False`.
+            ValueError: as [`ReadTwiceBertModel.forward`]; no questions with `question_in_first_read=False`; one of
+                `start_positions` / `end_positions` without the other.
+            TypeError: span positions that are not integers.
         """
         if not self.config.question_in_first_read and question_input_ids is None:
             raise ValueError("question_in_first_read=False: pass the questions as `question_input_ids`.")
@@ -1060,6 +1083,11 @@ class ReadTwiceBertForQuestionAnswering(ReadTwiceBertPreTrainedModel):
         logits = self.qa_outputs(self.qa_activation(self.qa_ffn(outputs.last_hidden_state)))
         start_logits, end_logits = (t.squeeze(-1).contiguous() for t in logits.split(1, dim=-1))
         loss = None
+        if (start_positions is None) != (end_positions is None):
+            given = "start_positions" if end_positions is None else "end_positions"
+            raise ValueError(f"`{given}` was given without its pair: pass both `start_positions` and `end_positions` "
+                             "to get a loss, or neither.")
+        _check_integer_tensors(start_positions=start_positions, end_positions=end_positions)
         if start_positions is not None and end_positions is not None:
             loss = readtwice_span_loss(
                 start_logits, end_logits, start_positions, end_positions, outputs.group_ids, outputs.attention_mask
