@@ -389,3 +389,16 @@ def test_trainer_step_with_block_ids(tmp_path):
     assert result.training_loss > 0
     assert seen and seen[0] is not None and seen[0].tolist() == [block_ids] * 4
     assert not torch.equal(before, model.model.layers[0].self_attn.q_proj.weight)
+
+
+def test_compose_batch_refuses_bad_counts_by_name():
+    model = tiny()
+    with torch.no_grad():
+        caches = model.encode_documents(ids(9, 1))
+        assert model.compose_batch(caches, 2, repeat=2).attention_mask.shape[0] == 4
+        for kwargs, error, words in [({"batch_size": 0}, ValueError, "`batch_size` must be >= 1"),
+                                     ({"batch_size": -1}, ValueError, "`batch_size` must be >= 1"),
+                                     ({"batch_size": 1, "repeat": 0}, ValueError, "`repeat` must be >= 1"),
+                                     ({"batch_size": 2.0}, TypeError, "`batch_size` must be an int")]:
+            with pytest.raises(error, match=words):
+                model.compose_batch(caches, **kwargs)

@@ -467,3 +467,17 @@ def test_return_dict_false_gives_bert_qa_tuple():
     positions = torch.tensor([1, 2])
     loss, start, end = model(ids, mask, types, start_positions=positions, end_positions=positions, return_dict=False)
     assert loss.dim() == 0 and start.shape == end.shape == ids.shape
+
+
+def test_float_ids_an_empty_batch_and_a_pair_with_passage_states_are_refused_by_name():
+    model = tiny_deformer(k=2)
+    (ids, types, mask), (q_ids, q_mask), (p_ids, p_mask) = make_pairs([5, 8], [12, 7])
+    with pytest.raises(TypeError, match="`input_ids` must hold integer token ids"):
+        model(ids.float(), attention_mask=mask, token_type_ids=types)
+    with pytest.raises(ValueError, match="is empty"):
+        model(torch.zeros(0, 5, dtype=torch.long))
+    cache = model.encode_passages(p_ids, attention_mask=p_mask)
+    with pytest.raises(ValueError, match="would read the passage twice"):  # the pair itself, beside its stored passage
+        model(ids, attention_mask=mask, token_type_ids=types, passage_states=cache)
+    out = model(q_ids, attention_mask=q_mask, token_type_ids=torch.zeros_like(q_ids), passage_states=cache)
+    assert out.start_logits.shape[0] == 2

@@ -872,8 +872,15 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
 
         Raises:
             ValueError: a per-row list whose length is not `batch_size`, caches of another model, RoPE setting or
-                shape, `recompute_ratio` outside [0, 1], caches without `input_ids` for a ratio above 0.
+                shape, `recompute_ratio` outside [0, 1], caches without `input_ids` for a ratio above 0, a
+                `batch_size` or `repeat` below 1.
+            TypeError: a `batch_size` or `repeat` that is not an int.
         """
+        for name, value in (("batch_size", batch_size), ("repeat", repeat)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"`{name}` must be an int, got {type(value).__name__} {value!r}.")
+            if value < 1:
+                raise ValueError(f"`{name}` must be >= 1, got {value}.")
         ratio = check_recompute_ratio(recompute_ratio)
         fingerprint = self.representation_fingerprint()
         per_row = (isinstance(document_caches, Sequence) and not isinstance(document_caches, (str, bytes))

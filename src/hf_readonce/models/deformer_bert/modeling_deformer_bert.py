@@ -396,9 +396,11 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
             [`DeformerBertModelOutput`].
 
         Raises:
-            ValueError: neither or both of `input_ids` and `inputs_embeds`, mismatched shapes, `position_ids` while
-                `num_decomposed_layers > 0`, pair input without `token_type_ids` while `num_decomposed_layers > 0`,
-                an example with no question token, or `passage_states` from another model, k or hidden size.
+            ValueError: neither or both of `input_ids` and `inputs_embeds`, an empty batch, mismatched shapes,
+                `position_ids` while `num_decomposed_layers > 0`, pair input without `token_type_ids` while
+                `num_decomposed_layers > 0`, an example with no question token, `passage_states` from another model,
+                k or hidden size, or `passage_states` with a pair encoding (`token_type_ids` 1 on real tokens).
+            TypeError: `input_ids` that are not integer token ids.
         """
         config = self.config
         k = config.num_decomposed_layers
@@ -409,6 +411,12 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
             raise ValueError("`input_ids` is required (or `inputs_embeds` instead of it; exactly one of the two).")
         if input_ids is not None and input_ids.dim() != 2:
             raise ValueError(f"`input_ids` must be (batch_size, sequence_length), got shape {tuple(input_ids.shape)}.")
+        if input_ids is not None and (input_ids.is_floating_point() or input_ids.dtype == torch.bool):
+            raise TypeError(f"`input_ids` must hold integer token ids, got {input_ids.dtype}.")
+        given_shape = (input_ids if input_ids is not None else inputs_embeds).shape
+        if given_shape[0] == 0 or given_shape[1] == 0:
+            raise ValueError(f"`{'input_ids' if input_ids is not None else 'inputs_embeds'}` is empty (shape "
+                             f"{tuple(given_shape)}): nothing to read.")
         if inputs_embeds is not None and (inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != config.hidden_size):
             raise ValueError(f"`inputs_embeds` must be (batch_size, sequence_length, hidden_size={config.hidden_size}),"
                              f" got shape {tuple(inputs_embeds.shape)}.")
@@ -495,6 +503,10 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
             )
         if token_type_ids is None:
             token_type_ids = torch.zeros_like(attention_mask, dtype=torch.long)
+        elif bool(((token_type_ids != 0) & attention_mask.bool()).any()):
+            raise ValueError("with `passage_states`, `input_ids` hold the question segment only (`[CLS] question "
+                             "[SEP]`, `token_type_ids` 0); these `token_type_ids` mark passage tokens: a pair encoding "
+                             "would read the passage twice.")
         question_length = attention_mask.shape[1]
         if question_length > config.max_position_embeddings:
             raise ValueError(f"Question longer than max_position_embeddings={config.max_position_embeddings}.")
