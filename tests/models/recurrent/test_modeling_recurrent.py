@@ -514,3 +514,23 @@ def test_recurrent_cache_refuses_both_names_of_the_state():
     assert torch.equal(RecurrentCache(memory=state).recurrent_state, state)
     with pytest.raises(ValueError, match="not both"):
         RecurrentCache(recurrent_state=torch.zeros(1, 32), memory=state)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_stream_of_another_batch_is_refused_and_no_position_warning_is_printed(family, monkeypatch):
+    from transformers.generation import stopping_criteria
+
+    model, x = tiny(family), ids(2, 40)
+    with torch.no_grad():
+        stream = model(x[:, :20], use_cache=True).past_key_values
+        with pytest.raises(ValueError, match="holds a stream of 2 row"):
+            model(ids(3, 5), past_key_values=stream)
+        padded = torch.ones(2, 30, dtype=torch.long)
+        padded[0, :3] = 0
+        with pytest.raises(ValueError, match=r"`attention_mask` \(2, 30\) does not match `input_ids` \(2, 40\)"):
+            model.generate(x, attention_mask=padded, max_new_tokens=2, do_sample=False, pad_token_id=0)
+        # a stream is not bounded by the position table (32 here): no "exceeded the maximum length" warning
+        said = []
+        monkeypatch.setattr(stopping_criteria.logger, "warning_once", lambda message, *a, **k: said.append(message))
+        assert model.generate(x, max_new_tokens=3, do_sample=False, pad_token_id=0).shape == (2, 43)
+    assert not any("maximum length" in message for message in said)

@@ -807,6 +807,11 @@ class RecurrentCausalLMMixin:
             cache = RecurrentCache(config=config)
         if recurrent_state is not None and cache.tokens_seen > 0:
             raise ValueError("`recurrent_state` can only start a stream: the cache already holds one.")
+        cached_rows = (len(cache.rows) if cache.rows is not None
+                       else cache.window_ids.shape[0] if cache.window_ids is not None else None)
+        if cached_rows is not None and cached_rows != input_ids.shape[0]:
+            raise ValueError(f"`past_key_values` holds a stream of {cached_rows} row(s), `input_ids` has "
+                             f"{input_ids.shape[0]}: continue a stream with the same batch.")
         length = input_ids.shape[1]
         if attention_mask is not None:
             if attention_mask.shape[1] not in (length, cache.tokens_seen + length):
@@ -899,6 +904,16 @@ class RecurrentCausalLMMixin:
         return loss_sum, logits, cache, state, max(windows)
 
     # ------------------------------------------------------------------ generation
+    def _get_stopping_criteria(self, *args, **kwargs):
+        """transformers' stopping criteria, without the "exceeded the model's predefined maximum length" warning of
+        `MaxLengthCriteria`: these models read any length in windows (§3), the position table bounds a window, not
+        the stream."""
+        criteria = super()._get_stopping_criteria(*args, **kwargs)
+        for criterion in criteria:
+            if hasattr(criterion, "max_position_embeddings"):
+                criterion.max_position_embeddings = None
+        return criteria
+
     def prepare_inputs_for_generation(
         self,
         input_ids: torch.LongTensor,
@@ -918,12 +933,18 @@ class RecurrentCausalLMMixin:
         5.24 on; it goes on under the same name.
 
         Raises:
-            ValueError: for `inputs_embeds`.
+            ValueError: for `inputs_embeds`, or an `attention_mask` whose shape does not match the prompt (an
+                all-ones mask is otherwise dropped, so a wrong one would pass unnoticed).
         """
         past_key_values = either_cache(past_key_values, cache)
         if inputs_embeds is not None:
             raise ValueError("`inputs_embeds` is not supported by the recurrent models: pass `input_ids`.")
         seen = past_key_values.tokens_seen if isinstance(past_key_values, RecurrentCache) else 0
+        total = input_ids.shape[1]  # generate() passes the whole sequence so far, and its mask
+        if attention_mask is not None and (attention_mask.dim() != 2 or attention_mask.shape[0] != input_ids.shape[0]
+                                           or attention_mask.shape[1] != total):
+            raise ValueError(f"`attention_mask` {tuple(attention_mask.shape)} does not match `input_ids` "
+                             f"{tuple(input_ids.shape)}: one column per token.")
         if seen:
             input_ids = input_ids[:, seen:]
         elif next_sequence_length is not None:
