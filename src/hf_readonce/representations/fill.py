@@ -194,6 +194,7 @@ class StoreEncodeFunction:
         self.dtype = dtype
 
     def __call__(self, batch: Mapping[str, Sequence]) -> dict[str, list]:
+        """Store one `Dataset.map` batch (see the class docstring); raises as the class docstring says."""
         if self.text_column not in batch:
             raise ValueError(f"text_column {self.text_column!r} not in the batch columns {sorted(batch)}.")
         texts = list(batch[self.text_column])

@@ -47,9 +47,11 @@ class TimeBudgetCallback(TrainerCallback):
         self.start = None
 
     def on_train_begin(self, args, state, control, **kwargs):
+        """Start the clock (`TrainerCallback` hook)."""
         self.start = time.perf_counter()
 
     def on_step_end(self, args, state, control, **kwargs):
+        """Stop training (and save) once the budget is spent (`TrainerCallback` hook)."""
         if self.start is not None and time.perf_counter() - self.start > self.seconds:
             control.should_training_stop = True
             control.should_save = True

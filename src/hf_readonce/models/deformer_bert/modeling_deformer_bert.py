@@ -575,7 +575,14 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
         return self.bert.representation_fingerprint()
 
     def encode_passages(self, input_ids, attention_mask=None, token_type_ids=None) -> DeformerPassageOutput:
-        """Cache passage states; see [`DeformerBertModel.encode_passages`] (shapes, errors)."""
+        """Cache passage states (the passage half of the lower k layers, §3): `(batch, passage_length)` ids ->
+        [`DeformerPassageOutput`] with `(batch, passage_length, hidden_size)` states; see
+        [`DeformerBertModel.encode_passages`].
+
+        Raises:
+            ValueError: as [`DeformerBertModel.encode_passages`] (k = 0, mis-shaped inputs, a passage beyond the
+                position table).
+        """
         return self.bert.encode_passages(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
 
     @can_return_tuple

@@ -193,7 +193,12 @@ class LongDocSummarizationPipeline(_TokenizerPipeline):
         return list(docs)
 
     def __call__(self, documents=None, batch_size=None, **kwargs):
-        """Summarize; see the class docstring for arguments, returns and errors."""
+        """Summarize, each distinct document read by the encoder once; the class docstring has the arguments and
+        returns.
+
+        Raises:
+            ValueError / TypeError: as the class docstring lists (no documents, an empty one, a setting out of range).
+        """
         if documents is None:
             documents = kwargs.pop("inputs", None)
         if documents is None:

@@ -696,6 +696,7 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
                 module.copy_self_attention_weights()
 
     def get_encoder(self):
+        """The representation+text model's encoder ([`ReadOnceBartEncoder`]), what `generate` runs once."""
         return self.model.encoder
 
     def freeze_document_encoder(self, freeze: bool = True) -> None:
@@ -712,7 +713,17 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
     def encode_documents(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
                          compression_ratio: int | None = None) -> ReadOnceDocumentEncoderOutput:
         r"""Read documents once: `(batch, n)` token ids -> [`ReadOnceDocumentEncoderOutput`] with
-        `(batch, ceil(n / k), d_model)` vectors (Fig. 2). See [`ReadOnceBartDocumentEncoder.forward`]."""
+        `(batch, ceil(n / k), d_model)` vectors (Fig. 2, eq. 1-2; documents longer than T read in chunks, §5.5).
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch, n)`), attention_mask (`(batch, n)`, *optional*).
+            compression_ratio (`int`, *optional*): k at inference (§5.2), default `config.compression_ratio`.
+
+        Raises:
+            TypeError: `input_ids` that are not integer ids.
+            ValueError: an empty or non-2-D `input_ids`, a mask of another shape, an empty document, a k that is not
+                a positive int or does not divide the chunk overlap (see [`ReadOnceBartDocumentEncoder.forward`]).
+        """
         return self.document_encoder(input_ids, attention_mask=attention_mask, compression_ratio=compression_ratio)
 
     def optimizer_parameter_groups(self, bart_learning_rate: float = 1e-5, new_learning_rate: float = 1e-4,

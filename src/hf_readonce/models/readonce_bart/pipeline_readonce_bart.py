@@ -181,7 +181,13 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
         return list(zip(texts, documents))
 
     def __call__(self, text=None, document=None, batch_size=None, **kwargs):
-        """Generate for each text from its document's representations; see the class docstring."""
+        """Generate for each text from its document's representations (each document read once, §3); the class
+        docstring has the arguments and returns.
+
+        Raises:
+            ValueError / TypeError: as the class docstring lists (`text` or `document` missing or empty, lists of
+                different lengths, a setting out of range).
+        """
         if text is None or document is None:
             raise ValueError("both `text` and `document` are required.")
         pairs = self._pairs(text, document)
@@ -265,7 +271,11 @@ class ReadOnceSummarizationPipeline(ReadOnceText2TextGenerationPipeline):
     output_key = "summary_text"
 
     def __call__(self, documents=None, prompt="summary", batch_size=None, **kwargs):
-        """Summarize; see the class docstring."""
+        """Summarize, each document read once; the class docstring has the arguments and returns.
+
+        Raises:
+            ValueError / TypeError: as the class docstring lists (`documents` missing, empty or of the wrong type).
+        """
         if documents is None:
             raise ValueError("`documents` is required.")
         if isinstance(documents, str) and not isinstance(prompt, str):

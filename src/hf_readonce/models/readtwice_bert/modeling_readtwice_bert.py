@@ -1017,7 +1017,13 @@ class ReadTwiceBertForQuestionAnswering(ReadTwiceBertPreTrainedModel):
         self.post_init()
 
     def encode_documents(self, *args, **kwargs) -> ReadTwiceDocumentOutput:
-        """The stored first read; see [`ReadTwiceBertModel.encode_documents`] (shapes, errors)."""
+        """The stored first read (§2.1): `(num_segments, segment_length)` segments -> [`ReadTwiceDocumentOutput`];
+        the arguments, shapes and errors of [`ReadTwiceBertModel.encode_documents`].
+
+        Raises:
+            ValueError / TypeError: as [`ReadTwiceBertModel.encode_documents`] (missing or mis-shaped inputs,
+                `memory_type="entity"` without `entity_spans`, indices that are not integers).
+        """
         return self.bert.encode_documents(*args, **kwargs)
 
     def representation_fingerprint(self) -> str:
@@ -1128,9 +1134,11 @@ class ReadTwiceBertForMaskedLM(ReadTwiceBertPreTrainedModel):
         self.post_init()
 
     def get_output_embeddings(self):
+        """The MLM decoder (tied to the word embeddings)."""
         return self.cls.predictions.decoder
 
     def set_output_embeddings(self, new_embeddings):
+        """Replace the MLM decoder and its bias (`resize_token_embeddings`)."""
         self.cls.predictions.decoder = new_embeddings
         self.cls.predictions.bias = new_embeddings.bias
 

@@ -377,7 +377,13 @@ class ReadTwiceQuestionAnsweringPipeline(_TokenizerPipeline):
 
     # Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert.DeformerQuestionAnsweringPipeline.__call__
     def __call__(self, *args, question=None, context=None, batch_size=None, **kwargs):
-        """Answer questions about contexts (documents); see the class docstring for arguments, returns and errors."""
+        """Answer questions about contexts (documents), each context read once; the class docstring has the arguments,
+        returns and paper section.
+
+        Raises:
+            ValueError / TypeError: as the class docstring lists (missing or empty question or context, a setting out
+                of range or of the wrong type, named).
+        """
         if len(args) > 1:
             if question is not None or context is not None:
                 raise ValueError("pass `question` and `context` either by position or by keyword, not both.")

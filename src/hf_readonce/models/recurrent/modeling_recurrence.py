@@ -361,18 +361,22 @@ class RecurrentCache(DynamicCache):
         self.rows = rows
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Keep the rows `beam_idx` (`(batch_size * num_beams,)`) of the KV cache and of the recurrent state, in that
+        order (beam search); a padded batch's per-row caches are picked the same way."""
         if self.rows is not None:
             return self._select_rows(beam_idx.tolist())
         super().reorder_cache(beam_idx)
         self._map_state(lambda t: t.index_select(0, beam_idx.to(t.device)))
 
     def batch_repeat_interleave(self, repeats: int) -> None:
+        """Repeat every row `repeats` times, adjacent (beams, returned sequences), state included."""
         if self.rows is not None:
             return self._select_rows(i for i in range(len(self.rows)) for _ in range(repeats))
         super().batch_repeat_interleave(repeats)
         self._map_state(lambda t: t.repeat_interleave(repeats, dim=0))
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep only the rows `indices` (contrastive search), state included."""
         if self.rows is not None:
             return self._select_rows(torch.arange(len(self.rows))[indices.cpu()].tolist())
         super().batch_select_indices(indices)

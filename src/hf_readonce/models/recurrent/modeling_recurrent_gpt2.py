@@ -157,9 +157,11 @@ class RecurrentGPT2LMHeadModel(RecurrentCausalLMMixin, GPT2PreTrainedModel, Gene
         self.post_init()
 
     def get_input_embeddings(self):
+        """GPT-2's token embeddings (`transformer.wte`)."""
         return self.transformer.wte
 
     def set_input_embeddings(self, new_embeddings):
+        """Replace GPT-2's token embeddings (`resize_token_embeddings`)."""
         self.transformer.wte = new_embeddings
 
     # ------------------------------------------------------------------ backbone hooks of RecurrentCausalLMMixin

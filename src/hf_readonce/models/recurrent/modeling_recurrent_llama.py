@@ -142,9 +142,11 @@ class RecurrentLlamaForCausalLM(RecurrentCausalLMMixin, LlamaPreTrainedModel, Ge
         self.post_init()
 
     def get_input_embeddings(self):
+        """Llama's token embeddings (`model.embed_tokens`)."""
         return self.model.embed_tokens
 
     def set_input_embeddings(self, value):
+        """Replace Llama's token embeddings (`resize_token_embeddings`)."""
         self.model.embed_tokens = value
 
     # ------------------------------------------------------------------ backbone hooks of RecurrentCausalLMMixin
