@@ -52,3 +52,31 @@ def test_flop_bounds_are_counted_on_the_timed_calls(monkeypatch):
     assert (round(amortized, 2), round(precomputed, 2)) == (1.90, 3.01)
     model = [1 / cost for cost in module.cost_model(3, 4)]
     assert (round(model[0], 2), round(model[1], 1)) == (4.68, 21.3)
+
+
+def test_training_bound_counts_forward_and_backward_of_the_timed_steps():
+    """`training_flops` counts one more run of each timed training step, backward included (about 3x the forward of
+    the same batch), and the bound is their ratio (a tiny random BART, k = 4; no timing)."""
+    import torch
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    from hf_readonce import ReadOnceBartConfig, ReadOnceBartForConditionalGeneration
+
+    module = bench()
+    dims = dict(module.COMMON, vocab_size=101, max_position_embeddings=128, d_model=32, encoder_layers=2,
+                decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48,
+                decoder_ffn_dim=48)
+    torch.manual_seed(0)
+    baseline = BartForConditionalGeneration(BartConfig(**dims)).train()
+    readonce = ReadOnceBartForConditionalGeneration(ReadOnceBartConfig(compression_ratio=4, **dims)).train()
+    g = torch.Generator().manual_seed(1)
+    passages, questions = torch.randint(3, 101, (2, 24), generator=g), torch.randint(3, 101, (4, 5), generator=g)
+    owner, labels = torch.tensor([0, 0, 1, 1]), torch.randint(3, 101, (4, 3), generator=g)
+    with torch.no_grad():
+        precomputed = readonce.encode_documents(passages)
+    text = torch.cat([passages[owner], questions], dim=1)
+    calls = module.training_calls(baseline, readonce, text, questions, passages, owner, precomputed, labels, 4)
+    flops = module.training_flops(calls)
+    forward = module.harness.count_flops(lambda: baseline(text, labels=labels))
+    assert 2.5 * forward < flops["train_baseline"] < 3.5 * forward  # forward + backward (about 2x the forward)
+    assert flops["train_baseline"] > flops["train_readonce"] > 0

@@ -2,6 +2,8 @@
 calls, not the parameter ratio (a tiny random BERT and ReadTwice-E at the script's --quick dimensions; no timing)."""
 
 
+import pytest
+
 from tests.conftest import load_benchmark
 
 
@@ -33,3 +35,18 @@ def test_forward_flops_against_the_parameter_ratio():
     assert flops_readtwice > flops_bert + readtwice.config.num_second_read_layers * layer
     params = sum(p.numel() for p in readtwice.parameters()) / sum(p.numel() for p in bert.parameters())
     assert (round(flops_readtwice / flops_bert, 2), round(params, 2)) == (1.57, 1.41)
+
+
+def test_read_once_bound_is_the_flop_ratio_of_the_timed_calls():
+    """The read-once ratio (first read recomputed per question / encoded once and stored) gets a FLOP bound counted
+    on its two timed calls (at --quick dimensions, 2 rounds): recomputing reads the document once per question."""
+    import argparse
+
+    import torch
+
+    module = bench()
+    args = argparse.Namespace(segments=3, segment_length=64, question_length=8, questions=4, mention_every=12,
+                              memory_type="entity", top_k=100, repeats=2)
+    once = module.read_once(args, module.QUICK, torch.device("cpu"))
+    assert once["flop_bound"] == pytest.approx(once["gflops_recomputed"] / once["gflops_stored"])
+    assert 1.5 < once["flop_bound"] < args.questions  # the questions' own second reads are paid on both sides
