@@ -475,8 +475,8 @@ def cmd_encode(args) -> int:
         # Defaults the checkpoint recorded (a DeFormer's training windows) come before the adapter's own defaults.
         own_settings = get_adapter_class(model.config.model_type).cli_settings
         for name in own_settings:
-            if getattr(args, name, None) is None and getattr(model.config, name, None):
-                setattr(args, name, getattr(model.config, name))
+            if getattr(args, name, None) is None and getattr(model.config, name, None) is not None:
+                setattr(args, name, getattr(model.config, name))  # (a recorded 0, e.g. doc_stride, counts)
         try:
             settings = _adapter_settings(args, get_adapter_class(model.config.model_type))
             adapter = get_adapter(model, tokenizer, **settings, batch_size=args.batch_size)
@@ -980,11 +980,14 @@ def cmd_prune(args) -> int:
     verb = "would delete" if args.dry_run else "deleted"
     for key in result["spaces"]:
         space = spaces.get(key)
-        about = f" ({space.model_type}, fingerprint {space.fingerprint[:16]}...)" if space is not None else ""
+        about = (f" ({space.model_type or 'model type not recorded'}, fingerprint {space.fingerprint[:16]}...)"
+                 if space is not None else "")
         print(f"{verb} space {key[:16]}{about}")
     if result["spaces"]:
         print(f"{verb} {result['documents']} document(s) in {len(result['shards'])} shard(s), "
               f"{_human_bytes(result['bytes'])}")
+    for shard in result["skipped"]:
+        print(f"left in place (its folder is a link out of the store; `verify` names it): {shard}")
     if args.quarantine:
         print(f"{verb} quarantine/: {_human_bytes(result['quarantine_bytes'])}")
     if not args.dry_run:

@@ -65,6 +65,11 @@ def test_generations_equal_by_hand_and_documents_read_once(tokenizer, monkeypatc
     summary = by_hand(model, tokenizer, ["summary"], DOCUMENTS[1])[0]
     assert summarize(DOCUMENTS[1], max_new_tokens=5) == [{"summary_text": summary}]
     assert summarize(DOCUMENTS, max_new_tokens=5)[1] == {"summary_text": summary}
+    several = dict(max_new_tokens=3, num_beams=2, generate_kwargs={"num_return_sequences": 2})
+    per_text = pipe(TEXTS, document=DOCUMENTS[0], **several)  # a list of 2 sequences per text, in order
+    assert [len(sequences) for sequences in per_text] == [2] * len(TEXTS)
+    assert len(pipe(TEXTS[0], document=DOCUMENTS[0], **several)) == 2
+    assert [len(sequences) for sequences in summarize(DOCUMENTS, **several)] == [2, 2]
     with pytest.raises(ValueError, match="`document` 0 is empty"):
         pipe("Who?", document=" ")
     with pytest.raises(ValueError, match="`text` has 2 entries but `document` has 3"):

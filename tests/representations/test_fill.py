@@ -180,3 +180,13 @@ def test_answer_from_store_refuses_bad_decoding_arguments_by_name(tmp_path, toke
     with pytest.raises(ValueError, match="two examples have the id"):
         answer_from_store(model, tokenizer, store, twice, max_passage_length=32, doc_stride=8)
     assert answer_from_store(model, tokenizer, store, rows, max_passage_length=32, doc_stride=8, n_best=20) == good
+    with pytest.raises(ValueError, match="NaN"):
+        answer_from_store(model, tokenizer, store, rows, max_passage_length=32, doc_stride=8,
+                          null_score_diff_threshold=float("nan"))
+    never_empty = answer_from_store(model, tokenizer, store, rows, max_passage_length=32, doc_stride=8,
+                                    allow_no_answer=True, null_score_diff_threshold=float("inf"))
+    assert never_empty == good  # +inf, what find_best_null_threshold tunes when no answer should be empty
+    from datasets import Dataset
+
+    assert answer_from_store(model, tokenizer, store, Dataset.from_list(rows), max_passage_length=32,
+                             doc_stride=8) == good

@@ -162,3 +162,17 @@ def test_cli_prune(two_spaces, capsys):
     assert len(RepresentationStore(path)) == 1
     assert main(["prune", "--store", str(path / "missing"), "--space", old_key[:16]]) == 2
     assert "no store at" in capsys.readouterr().err
+
+
+def test_orphan_shards_of_a_pruned_space_go_too_so_repair_cannot_revive_it(two_spaces):
+    path, store = two_spaces
+    old_key = space_key(OLD, SETTINGS)
+    manifest = next(m for m in sorted((path / "index").iterdir())
+                    if json.loads(m.read_text())["space"] == old_key)
+    manifest.unlink()  # one shard of the old space loses its manifest: an orphan
+    store = RepresentationStore(path)
+    result = store.prune(old_key[:16])
+    assert len(result["shards"]) == 2 and result["skipped"] == []  # the indexed shard and the orphan
+    repaired = RepresentationStore(path)
+    repaired.repair()
+    assert [s.key for s in repaired.spaces()] == [space_key(NEW, SETTINGS)] and len(repaired) == 1

@@ -611,9 +611,12 @@ def prune_store(store, spaces=(), *, quarantine: bool = False, dry_run: bool = F
     and anything outside the store are never touched (a link is deleted as a link, never followed).
 
     Runs under the store's write lock, on the index re-read under it, so a shard another process commits meanwhile
-    to a pruned space is deleted too; a reader that loaded the index before then finds the pruned documents missing.
-    Each shard is deleted before its manifest: a prune killed midway leaves index entries whose shard is missing
-    (`verify` names them); running the same prune again finishes it.
+    to a pruned space is deleted too, and so are the orphan shards whose own header names a pruned space (left by a
+    writer killed before its manifest, or behind an unreadable one: `repair` would otherwise index them again); a
+    reader that loaded the index before then finds the pruned documents missing. Each shard is deleted before its
+    manifest: a prune killed midway leaves index entries whose shard is missing (`verify` names them), and pruning
+    again the spaces `info` still lists finishes it. A shard in a folder linked outside the store is neither
+    followed nor deleted, and its manifest is kept (listed in `skipped`).
 
     Args:
         spaces (`str` or list of `str`, defaults to none): space keys, as [`resolve_spaces`] reads them.
@@ -621,9 +624,10 @@ def prune_store(store, spaces=(), *, quarantine: bool = False, dry_run: bool = F
         dry_run (`bool`, defaults to `False`): only report what would be deleted.
 
     Returns:
-        `dict` with `spaces` (full keys), `documents` (documents of those spaces), `shards` (paths, relative to the
-        store), `bytes` (their size on disk), `quarantine_bytes` (size of `quarantine/` deleted, 0 without
-        `quarantine=True`) and `dry_run`.
+        `dict` with `spaces` (full keys), `documents` (indexed documents of those spaces), `shards` (paths,
+        relative to the store, orphans of those spaces included), `skipped` (shards left where they are: behind a
+        link), `bytes` (size on disk of what is deleted), `quarantine_bytes` (size of `quarantine/` deleted, 0
+        without `quarantine=True`) and `dry_run`.
 
     Raises:
         ValueError: if neither a space nor `quarantine=True` is given, or as [`resolve_spaces`].
@@ -645,7 +649,17 @@ def prune_store(store, spaces=(), *, quarantine: bool = False, dry_run: bool = F
         if not keys and not quarantine:
             raise ValueError("nothing to prune: name at least one space (`spaces`) or pass `quarantine=True`.")
         shards = sorted(shard for shard, manifest in store._shards.items() if manifest["space"] in keys)
+        for orphan in orphan_shards(store):  # a pruned space's shard the index does not list: repair would revive it
+            try:
+                space = read_orphan(store, orphan)[0]
+            except ValueError:
+                continue
+            if getattr(space, "key", space) in keys:
+                shards.append(orphan)
         documents = sum(1 for space, _ in store._entries if space in keys)
+        skipped = [shard for shard in shards if _own_file(store, shard) is None
+                   and ((store.path / shard).exists() or (store.path / shard).is_symlink())]
+        shards = [shard for shard in shards if shard not in skipped]
         size = 0
         for shard in shards:
             with contextlib.suppress(OSError):
@@ -653,10 +667,13 @@ def prune_store(store, spaces=(), *, quarantine: bool = False, dry_run: bool = F
         quarantine_bytes = store_info(store)["quarantine_bytes"] if quarantine else 0
         if not dry_run:
             for shard in shards:  # the shard first: a kill here leaves an index entry, which a rerun deletes
-                for rel in (shard, f"index/{Path(shard).stem}.json"):
-                    path = _own_file(store, rel)
-                    if path is not None:
-                        path.unlink()
+                path = _own_file(store, shard)
+                if path is not None:
+                    path.unlink()
+                if shard in store._shards:
+                    manifest = _own_file(store, f"index/{Path(shard).stem}.json")
+                    if manifest is not None:
+                        manifest.unlink()
             _remove_empty_shard_folders(store)
             folder = store.path / "quarantine"
             if quarantine and folder.is_symlink():
@@ -665,7 +682,7 @@ def prune_store(store, spaces=(), *, quarantine: bool = False, dry_run: bool = F
                 shutil.rmtree(folder)  # removes links inside it as links
             store._reset_index()
             store.refresh()
-        return {"spaces": keys, "documents": documents, "shards": shards, "bytes": size,
+        return {"spaces": keys, "documents": documents, "shards": shards, "skipped": skipped, "bytes": size,
                 "quarantine_bytes": quarantine_bytes, "dry_run": bool(dry_run)}
 
 

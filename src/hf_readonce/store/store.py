@@ -140,11 +140,11 @@ class RepresentationStore:
         verify_reads (`bool`, defaults to `True`): check each document's xxh3-128 checksum when it is read (about
             0.17 ms per MB on one core; SHA-256 for documents written by earlier releases, about 0.9 ms per MB).
         lock_timeout (`float`, defaults to 600): seconds to wait for the write lock before `TimeoutError` (after 5 s
-            of waiting, a `logging` warning says which store's lock it waits for).
+            of waiting, a `logging` warning says which store's lock it waits for); negative or `math.inf`: no limit.
 
     Raises:
         ValueError: if `path` is a file, is a non-empty directory that is not a store, or holds a store of an
-            unknown format version; if `lock_timeout` is not a number >= 0.
+            unknown format version; if `lock_timeout` is not a number (or NaN).
         StoreNotFoundError: (a `ValueError`) if the store does not exist and `create=False` or `readonly=True`.
         ReadOnlyStoreError: if the store must be created but the directory cannot be written.
 
@@ -165,10 +165,9 @@ class RepresentationStore:
         self.path = Path(path).expanduser().absolute()
         self.readonly = bool(readonly)
         self.verify_reads = bool(verify_reads)
-        if (isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float)) or math.isnan(lock_timeout)
-                or lock_timeout < 0):
-            raise ValueError(f"`lock_timeout` must be a number of seconds >= 0 (`math.inf`: wait forever), got "
-                             f"{lock_timeout!r}.")
+        if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float)) or math.isnan(lock_timeout):
+            raise ValueError(f"`lock_timeout` must be a number of seconds (negative or `math.inf`: wait as long as it "
+                             f"takes, as filelock's -1), got {lock_timeout!r}.")
         self.lock_timeout = float(lock_timeout)
         self._lock = None
         if self.path.exists() and not self.path.is_dir():

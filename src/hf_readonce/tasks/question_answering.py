@@ -200,12 +200,12 @@ def check_decoding_arguments(n_best_size=20, max_answer_length=30, allow_no_answ
     Args:
         n_best_size, max_answer_length (`int`): must be integers >= 1 (not bools).
         allow_no_answer (`bool`): must be a bool (a string such as `"no"` would read as True).
-        null_score_diff_threshold (`float`): a finite real number.
+        null_score_diff_threshold (`float`): a real number (`+inf`: never answer empty), not NaN.
         examples (`Sequence[dict]`, *optional*): if given, their `id`s must be distinct (answers are keyed by id).
 
     Raises:
         TypeError: an argument of the wrong type, named.
-        ValueError: a count < 1, a threshold that is not finite, or two examples with the same id (named).
+        ValueError: a count < 1, a NaN threshold, or two examples with the same id (named).
     """
     for name, value in (("n_best_size", n_best_size), ("max_answer_length", max_answer_length)):
         if isinstance(value, bool) or not isinstance(value, int):
@@ -217,8 +217,8 @@ def check_decoding_arguments(n_best_size=20, max_answer_length=30, allow_no_answ
     if isinstance(null_score_diff_threshold, bool) or not isinstance(null_score_diff_threshold, (int, float)):
         raise TypeError(f"`null_score_diff_threshold` must be a number, got "
                         f"{type(null_score_diff_threshold).__name__} {null_score_diff_threshold!r}.")
-    if not math.isfinite(null_score_diff_threshold):
-        raise ValueError(f"`null_score_diff_threshold` must be finite, got {null_score_diff_threshold}.")
+    if math.isnan(null_score_diff_threshold):  # +inf ("never answer empty") is what find_best_null_threshold may tune
+        raise ValueError("`null_score_diff_threshold` must be a number, got NaN.")
     if examples is not None:
         seen: set[str] = set()
         for i, example in enumerate(examples):

@@ -89,8 +89,9 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
         if n_best_size != 20:
             raise ValueError("pass `n_best_size` only (`n_best` is its old name), not both.")
         n_best_size = n_best
-    if isinstance(examples, (str, dict)) or not isinstance(examples, Sequence):
-        raise TypeError(f"`examples` must be a list of dicts, got {type(examples).__name__}.")
+    if isinstance(examples, (str, bytes, dict)) or not hasattr(examples, "__iter__"):
+        raise TypeError(f"`examples` must be a list (or `datasets.Dataset`) of dicts, got {type(examples).__name__}.")
+    examples = list(examples)
     if not examples:
         raise ValueError("`examples` is empty: nothing to answer.")
     for name, value in (("batch_size", batch_size), ("passages_per_chunk", passages_per_chunk),

@@ -592,13 +592,14 @@ def _check_decoder_batch(decoder_input_ids, decoder_inputs_embeds, encoder_hidde
     silently."""
     _check_text_inputs(decoder_input_ids, None, "labels` / `decoder_input_ids")
     reference = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
+    name = "`labels` / `decoder_input_ids`" if decoder_input_ids is not None else "`decoder_inputs_embeds`"
     if torch.is_tensor(reference) and max_positions is not None and reference.dim() >= 2 and (
             reference.shape[1] > max_positions):
-        raise ValueError(f"`labels` / `decoder_input_ids` hold {reference.shape[1]} tokens, more than the model's "
-                         f"{max_positions} positions: truncate the targets (`max_length` in the tokenizer).")
+        raise ValueError(f"{name} hold {reference.shape[1]} tokens, more than the model's {max_positions} positions: "
+                         "truncate the targets (`max_length` in the tokenizer).")
     if torch.is_tensor(reference) and torch.is_tensor(encoder_hidden_states) and reference.dim() >= 2 and (
             reference.shape[0] != encoder_hidden_states.shape[0]):
-        raise ValueError(f"`labels` / `decoder_input_ids` hold {reference.shape[0]} rows for an encoder batch of "
+        raise ValueError(f"{name} hold {reference.shape[0]} rows for an encoder batch of "
                          f"{encoder_hidden_states.shape[0]} (`input_ids` / `encoder_outputs`): one target row per "
                          "input row.")
 

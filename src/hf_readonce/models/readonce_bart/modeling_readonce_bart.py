@@ -128,13 +128,14 @@ def _check_decoder_batch(decoder_input_ids, decoder_inputs_embeds, encoder_hidde
     silently."""
     _check_text_inputs(decoder_input_ids, None, "labels` / `decoder_input_ids")
     reference = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
+    name = "`labels` / `decoder_input_ids`" if decoder_input_ids is not None else "`decoder_inputs_embeds`"
     if torch.is_tensor(reference) and max_positions is not None and reference.dim() >= 2 and (
             reference.shape[1] > max_positions):
-        raise ValueError(f"`labels` / `decoder_input_ids` hold {reference.shape[1]} tokens, more than the model's "
-                         f"{max_positions} positions: truncate the targets (`max_length` in the tokenizer).")
+        raise ValueError(f"{name} hold {reference.shape[1]} tokens, more than the model's {max_positions} positions: "
+                         "truncate the targets (`max_length` in the tokenizer).")
     if torch.is_tensor(reference) and torch.is_tensor(encoder_hidden_states) and reference.dim() >= 2 and (
             reference.shape[0] != encoder_hidden_states.shape[0]):
-        raise ValueError(f"`labels` / `decoder_input_ids` hold {reference.shape[0]} rows for an encoder batch of "
+        raise ValueError(f"{name} hold {reference.shape[0]} rows for an encoder batch of "
                          f"{encoder_hidden_states.shape[0]} (`input_ids` / `encoder_outputs`): one target row per "
                          "input row.")
 
@@ -524,7 +525,8 @@ class ReadOnceBartEncoder(BartEncoder):
         _check_text_inputs(input_ids, attention_mask)
         length = (input_ids if input_ids is not None else inputs_embeds).shape[1]
         if length > self.config.max_position_embeddings:
-            raise ValueError(f"`input_ids` hold {length} tokens, more than the model's {self.config.max_position_embeddings}"
+            raise ValueError(f"`{'input_ids' if input_ids is not None else 'inputs_embeds'}` hold {length} tokens, "
+                             f"more than the model's {self.config.max_position_embeddings}"
                              " positions: truncate the question / task text (`max_length` in the tokenizer); documents"
                              " of any length go to `document_input_ids` or `encode_documents`, read in chunks.")
         if inputs_embeds is None:

@@ -110,8 +110,9 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
         num_beams (`int`, defaults to 1): beam search width.
         max_question_len (`int`, defaults to 32): text tokens read (longer texts are truncated).
         max_document_len (`int`, *optional*): document tokens read (longer documents are truncated). Defaults to
-            `config.document_chunk_length * k`, the T·k capacity of §5.5: a document longer than one chunk of T
-            tokens is read in chunks by the model itself, not cut.
+            the length the checkpoint records (`config.max_document_length`), else `config.document_chunk_length *
+            k`, the T·k capacity of §5.5: a document longer than one chunk of T tokens is read in chunks by the
+            model itself, not cut.
         compression_ratio (`int`, *optional*): k at inference (§5.2); defaults to the model's.
         generate_kwargs (`dict`, *optional*): further `generate` arguments.
         batch_size (`int`, defaults to 32): texts per `generate` call.
@@ -206,11 +207,12 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
         return [output[0] for output in outputs] if all(len(output) == 1 for output in outputs) else outputs
 
     def preprocess(self, group, max_question_len=32, max_document_len=None, compression_ratio=None):
-        """Tokenize the distinct documents (at most `max_document_len` tokens, default T·k) and the texts (padded
-        tensors)."""
-        if max_document_len is None:
+        """Tokenize the distinct documents (at most `max_document_len` tokens, default the recorded length, else
+        T·k) and the texts (padded tensors)."""
+        if max_document_len is None:  # what the checkpoint was trained with, else T·k (as the store adapter)
             config = self.model.config
-            max_document_len = config.document_chunk_length * (compression_ratio or config.compression_ratio)
+            max_document_len = getattr(config, "max_document_length", None) or (
+                config.document_chunk_length * (compression_ratio or config.compression_ratio))
         docs = self.tokenizer(group["documents"], truncation=True, max_length=max_document_len, padding=True,
                               return_tensors="pt")
         texts = self.tokenizer(group["texts"], truncation=True, max_length=max_question_len, padding=True,
@@ -238,12 +240,15 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
             out = model.generate(input_ids=inputs["input_ids"][rows], attention_mask=inputs["attention_mask"][rows],
                                  document_representations=chunk_reps, **kwargs)
             sequences += [row for row in out.cpu()]
-        return {"sequences": sequences}
+        num_return = kwargs.get("num_return_sequences") or model.generation_config.num_return_sequences or 1
+        return {"sequences": sequences, "num_return_sequences": num_return}
 
     def postprocess(self, outputs):
-        """One `[{output_key: text}]` per input text (`__call__` returns the dicts themselves for several texts)."""
-        texts = self.tokenizer.batch_decode(outputs["sequences"], skip_special_tokens=True)
-        return [[{self.output_key: text.strip()}] for text in texts]
+        """`[{output_key: text}, ...]` per input text, `num_return_sequences` entries each (`__call__` returns the
+        dicts themselves for several texts when each has one)."""
+        texts = [t.strip() for t in self.tokenizer.batch_decode(outputs["sequences"], skip_special_tokens=True)]
+        n = outputs.get("num_return_sequences", 1)
+        return [[{self.output_key: text} for text in texts[i : i + n]] for i in range(0, len(texts), n)]
 
 
 class ReadOnceSummarizationPipeline(ReadOnceText2TextGenerationPipeline):
