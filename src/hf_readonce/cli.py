@@ -41,6 +41,7 @@ an unexpected error); 141, quietly, when the reader of the output stops early (`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import json
 import math
@@ -399,7 +400,10 @@ def _open_store(path: str, readonly: bool = False, create: bool = True, command:
                 + (", or pass --encode-missing" if command == "answer" else "")).format(path)
         raise CommandError(f"no store at {path} ({hint}).") from None
     except (ValueError, TypeError, PermissionError) as error:
-        raise CommandError(str(error)) from None
+        message = str(error)
+        if not create and "is not a hf-readonce store" in message:  # the advice to pass an empty folder is encode's
+            message = f"--store {path} is not a hf-readonce store (it has no store.json); give the folder of a store."
+        raise CommandError(message) from None
 
 
 def _remove_if_empty(store) -> None:
@@ -487,7 +491,7 @@ def cmd_encode(args) -> int:
             _remove_if_empty(store)
         raise
 
-    dropped = []
+    dropped, dropped_by_space = [], {}
     if args.repair:
         if main_process:
             # verify and repair under one lock: a shard another `encode` commits meanwhile is never an orphan
@@ -496,12 +500,14 @@ def cmd_encode(args) -> int:
             except OSError as error:
                 raise CommandError(f"cannot repair store {store.path}: {error}") from None
             report = result["report"]
-            dropped = result["dropped"]
+            dropped, dropped_by_space = result["dropped"], result.get("dropped_by_space", {})
             if report.corruptions or report.orphans:
                 for corruption in report.corruptions:
                     print(f"repair: {corruption.describe()}", file=sys.stderr)
-                print(f"repair: {len(result['salvaged'])} intact document(s) rewritten, {len(dropped)} dropped and "
-                      f"to be recomputed, {len(result['quarantined'])} file(s) moved to quarantine/", file=sys.stderr)
+                count = sum(len(hashes) for hashes in dropped_by_space.values()) or len(dropped)
+                spaces = (f" in {len(dropped_by_space)} representation spaces" if len(dropped_by_space) > 1 else "")
+                print(f"repair: {len(result['salvaged'])} intact document(s) rewritten, {count} dropped{spaces}, "
+                      f"{len(result['quarantined'])} file(s) moved to quarantine/", file=sys.stderr)
             else:
                 print("repair: verify found nothing to repair", file=sys.stderr)
         if state is not None:
@@ -550,7 +556,17 @@ def cmd_encode(args) -> int:
               f"{_human_bytes(info['bytes_on_disk'])}", flush=True)
         if (problems or stats.rejected) and args.strict:
             status = EXIT_PROBLEMS
-        still_missing = store.missing(adapter.fingerprint(), adapter.settings(), dropped)
+        from .store import space_key
+
+        adapter_space = space_key(adapter.fingerprint(), adapter.settings())
+        for space, hashes in sorted(dropped_by_space.items()):
+            if space != adapter_space:  # another model's or setting's: this run cannot recompute them
+                print(f"repair: {len(hashes)} document(s) dropped from space {space[:16]}, which this model does "
+                      "not write (another checkpoint, compute dtype or setting): run `encode --repair` with that "
+                      "model to recompute them", file=sys.stderr)
+                status = EXIT_PROBLEMS
+        own_space = dropped_by_space.get(adapter_space, dropped if not dropped_by_space else [])
+        still_missing = store.missing(adapter.fingerprint(), adapter.settings(), own_space)
         if still_missing:
             print(f"repair: {len(still_missing)} dropped document(s) are not in {documents} and stay missing: "
                   + ", ".join(h[:16] for h in still_missing[:20]), file=sys.stderr)
@@ -733,8 +749,19 @@ def _answer(args) -> int:
     passages = len({e["context"] for e in examples})
     print(f"answered {len(examples)} question(s) over {passages} stored passage(s) in {seconds:.2f} s "
           f"({len(examples) / max(seconds, 1e-9):.1f} questions/s); predictions written to {output}", flush=True)
+    window = (args.max_passage_length, args.doc_stride)
+    if None in window:  # as answer_from_store found them in the store
+        from .tasks.question_answering_store import find_deformer_space
+
+        with contextlib.suppress(Exception):
+            found = find_deformer_space(store, model, tokenizer)
+            window = (found["max_passage_length"], found["doc_stride"])
+    from .dtypes import dtype_name
+
     print(f"settings: max_question_length {max_question_length}, allow_no_answer {allow_no_answer}"
-          + (f", null_score_diff_threshold {threshold:.3f}" if allow_no_answer else ""), flush=True)
+          + (f", null_score_diff_threshold {threshold:.3f}" if allow_no_answer else "")
+          + f"; passage states of window {window[0]} / stride {window[1]}, computed in {dtype_name(model.dtype)}",
+          flush=True)
     scored = _with_gold_answers(examples)
     if scored is not None:
         from .tasks.question_answering import format_scores, score_qa, trivial_baselines
@@ -902,8 +929,13 @@ def cmd_info(args) -> int:
     for key, space in info["spaces"].items():
         print(f"- space {key[:16]}: model_type {space['model_type']}, fingerprint {space['fingerprint']}")
         print(f"    settings {json.dumps(space['settings'], sort_keys=True)}")
+        written = ""
+        if space.get("first_written") is not None:
+            first, last = (time.strftime("%Y-%m-%d %H:%M", time.localtime(space[k]))
+                           for k in ("first_written", "last_written"))
+            written = f", written {first}" + (f" to {last}" if last != first else "")
         print(f"    documents {space['documents']}, shards {space['shards']}, {_human_bytes(space['bytes'])}, "
-              f"dtype {', '.join(space['dtypes'])}")
+              f"stored as {', '.join(space['dtypes'])}{written}")
     if info["orphans"]:
         print(f"orphan shard files (from interrupted writes; `encode --repair` removes them): {len(info['orphans'])}")
     if info["bad_manifests"]:
@@ -959,6 +991,9 @@ def cmd_verify(args) -> int:
                   f"{len(report.corrupted_documents)} document(s) affected ({report.documents_checked} indexed and "
                   f"checked); `hf-readonce encode MODEL --documents FILE --store {store.path} --repair` keeps every "
                   "intact document and recomputes the others")
+            if any(c.reason.startswith("shard file is missing") for c in report.corruptions):
+                print("(shard files missing from a space you were pruning: an interrupted `hf-readonce prune` left "
+                      "them; run the same prune again to finish it instead)")
         for space in recomputed:
             _print_recompute(space, args.max_kl, args.max_diff)
     return status
@@ -969,9 +1004,14 @@ def cmd_prune(args) -> int:
         raise CommandError("name what to delete: --space KEY (repeatable; `hf-readonce info --store "
                            f"{args.store}` lists the spaces) and/or --quarantine.")
     store = _open_store(args.store, readonly=args.dry_run, create=False, command="prune")
+    from .store import ReadOnlyStoreError
+
     spaces = {space.key: space for space in store.spaces()}  # as they were before the prune
     try:
         result = store.prune(args.space, quarantine=args.quarantine, dry_run=args.dry_run)
+    except ReadOnlyStoreError as error:
+        raise CommandError(f"{error} Nothing was deleted; run prune as the store's owner or on a writable mount "
+                           "(`--dry-run` reads a read-only store).") from None
     except ValueError as error:
         raise CommandError(str(error)) from None
     if args.json:
@@ -984,7 +1024,7 @@ def cmd_prune(args) -> int:
                  if space is not None else "")
         print(f"{verb} space {key[:16]}{about}")
     if result["spaces"]:
-        print(f"{verb} {result['documents']} document(s) in {len(result['shards'])} shard(s), "
+        print(f"{verb} {result['documents']} indexed document(s), {result['shard_files']} shard file(s), "
               f"{_human_bytes(result['bytes'])}")
     for shard in result["skipped"]:
         print(f"left in place (its folder is a link out of the store; `verify` names it): {shard}")
@@ -1422,7 +1462,9 @@ def main(argv=None) -> int:
         print(f"hf-readonce {command}: error: {error}", file=sys.stderr)
         return error.status
     except KeyboardInterrupt as stop:
-        print(f"hf-readonce {command}: interrupted; committed shards are kept, re-run to finish.", file=sys.stderr)
+        what = ("the space is partly deleted (`verify` names the shards already gone); run the same prune again "
+                "to finish." if command == "prune" else "committed shards are kept, re-run to finish.")
+        print(f"hf-readonce {command}: interrupted; {what}", file=sys.stderr)
         return 143 if isinstance(stop, _Terminated) else 130
     except BrokenPipeError:  # the reader of stdout stopped (`hf-readonce info | head -1`): as `head` expects, quietly
         _silence_stdout()

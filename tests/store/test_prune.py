@@ -155,7 +155,7 @@ def test_cli_prune(two_spaces, capsys):
     assert "names no representation space" in err and old_key[:16] in err and "Traceback" not in err
     assert main(["prune", "--store", str(path), "--space", old_key[:16], "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert f"would delete space {old_key[:16]} (toy" in out and "3 document(s) in 2 shard(s)" in out
+    assert f"would delete space {old_key[:16]} (toy" in out and "3 indexed document(s), 2 shard file(s)" in out
     assert len(RepresentationStore(path)) == 4
     assert main(["prune", "--store", str(path), "--space", old_key[:16], "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["documents"] == 3
@@ -176,3 +176,14 @@ def test_orphan_shards_of_a_pruned_space_go_too_so_repair_cannot_revive_it(two_s
     repaired = RepresentationStore(path)
     repaired.repair()
     assert [s.key for s in repaired.spaces()] == [space_key(NEW, SETTINGS)] and len(repaired) == 1
+
+
+def test_a_reader_of_a_pruned_space_is_told_it_was_deleted_not_damaged(two_spaces):
+    from hf_readonce.store import MissingRepresentationError
+
+    path, store = two_spaces
+    reader = RepresentationStore(path, readonly=True)
+    assert reader.contains(OLD, SETTINGS, "1" * 64)  # index loaded before the prune
+    store.prune(space_key(OLD, SETTINGS))
+    with pytest.raises(MissingRepresentationError, match="deleted while it was being read"):
+        reader.get(OLD, SETTINGS, "1" * 64)

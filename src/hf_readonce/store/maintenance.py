@@ -75,17 +75,23 @@ class VerifyReport:
 def store_info(store) -> dict:
     """Summary: documents, shards, bytes on disk (`quarantine_bytes` / `quarantine_files` of them under
     `quarantine/`, where `repair` moved damaged files: kept for inspection, never read, safe to delete), and per space
-    its fingerprint, settings, model type, dtypes, documents and bytes; `duplicates` (entries shadowed by an identical key, harmless), `orphans` (shard files
+    its fingerprint, settings, model type, dtypes, documents, bytes and `first_written` / `last_written` (Unix times
+    of its first and last committed shard, `None` if unrecorded); `duplicates` (entries shadowed by an identical key, harmless), `orphans` (shard files
     without a manifest) and `bad_manifests`."""
     store.refresh()
     per_space = {}
     for key, space in store._spaces.items():
         per_space[key] = {"fingerprint": space.fingerprint, "settings": space.settings,
-                          "model_type": space.model_type, "documents": 0, "shards": 0, "bytes": 0, "dtypes": []}
+                          "model_type": space.model_type, "documents": 0, "shards": 0, "bytes": 0, "dtypes": [],
+                          "first_written": None, "last_written": None}
     for manifest in store._shards.values():
         s = per_space[manifest["space"]]
         s["shards"] += 1
         s["bytes"] += int(manifest.get("file_size", 0))
+        created = manifest.get("created")
+        if isinstance(created, (int, float)) and not isinstance(created, bool):
+            s["first_written"] = created if s["first_written"] is None else min(s["first_written"], created)
+            s["last_written"] = created if s["last_written"] is None else max(s["last_written"], created)
         if manifest.get("dtype") not in s["dtypes"]:
             s["dtypes"].append(manifest.get("dtype"))
     for space, _ in store._entries:
@@ -473,8 +479,9 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
         report ([`VerifyReport`], *optional*): from [`verify`]; computed under the lock when omitted.
 
     Returns:
-        `dict` with `salvaged` and `dropped` (content hashes), `quarantined` (paths moved) and `report` (the
-        [`VerifyReport`] acted on).
+        `dict` with `salvaged` and `dropped` (content hashes), `dropped_by_space` (space key -> the content hashes
+        dropped from it: a document stored in two spaces is dropped from each), `quarantined` (paths moved) and
+        `report` (the [`VerifyReport`] acted on).
 
     Raises:
         ReadOnlyStoreError: if the store cannot be written.
@@ -567,8 +574,13 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
         _remove_empty_shard_folders(store)
         store._reset_index()
         store.refresh()
-        dropped = sorted({h for key in candidates if key not in store._entries for h in [key[1]]})
-        return {"salvaged": salvaged, "dropped": dropped, "quarantined": moved, "report": report}
+        lost = sorted(key for key in candidates if key not in store._entries)
+        dropped = sorted({h for _, h in lost})
+        by_space: dict[str, list[str]] = {}
+        for space, doc_hash in lost:
+            by_space.setdefault(space, []).append(doc_hash)
+        return {"salvaged": salvaged, "dropped": dropped, "dropped_by_space": by_space, "quarantined": moved,
+                "report": report}
 
 
 def resolve_spaces(store, spaces) -> list[str]:
@@ -625,8 +637,8 @@ def prune_store(store, spaces=(), *, quarantine: bool = False, dry_run: bool = F
 
     Returns:
         `dict` with `spaces` (full keys), `documents` (indexed documents of those spaces), `shards` (paths,
-        relative to the store, orphans of those spaces included), `skipped` (shards left where they are: behind a
-        link), `bytes` (size on disk of what is deleted), `quarantine_bytes` (size of `quarantine/` deleted, 0
+        relative to the store, orphans of those spaces included), `shard_files` (how many of them exist: a rerun
+        of a killed prune finds some gone), `skipped` (shards left where they are: behind a link), `bytes` (size on disk of what is deleted), `quarantine_bytes` (size of `quarantine/` deleted, 0
         without `quarantine=True`) and `dry_run`.
 
     Raises:
@@ -664,14 +676,17 @@ def prune_store(store, spaces=(), *, quarantine: bool = False, dry_run: bool = F
         for shard in shards:
             with contextlib.suppress(OSError):
                 size += os.lstat(store.path / shard).st_size
+        files = sum(1 for shard in shards if (store.path / shard).exists() or (store.path / shard).is_symlink())
         quarantine_bytes = store_info(store)["quarantine_bytes"] if quarantine else 0
         if not dry_run:
             for shard in shards:  # the shard first: a kill here leaves an index entry, which a rerun deletes
                 path = _own_file(store, shard)
                 if path is not None:
                     path.unlink()
-                if shard in store._shards:
-                    manifest = _own_file(store, f"index/{Path(shard).stem}.json")
+                manifest_name = f"{Path(shard).stem}.json"
+                # its manifest: a loaded one, or one `verify` calls unreadable (an orphan's garbled manifest)
+                if shard in store._shards or manifest_name in store._bad_manifests:
+                    manifest = _own_file(store, f"index/{manifest_name}")
                     if manifest is not None:
                         manifest.unlink()
             _remove_empty_shard_folders(store)
@@ -682,7 +697,8 @@ def prune_store(store, spaces=(), *, quarantine: bool = False, dry_run: bool = F
                 shutil.rmtree(folder)  # removes links inside it as links
             store._reset_index()
             store.refresh()
-        return {"spaces": keys, "documents": documents, "shards": shards, "skipped": skipped, "bytes": size,
+        return {"spaces": keys, "documents": documents, "shards": shards, "shard_files": files, "skipped": skipped,
+                "bytes": size,
                 "quarantine_bytes": quarantine_bytes, "dry_run": bool(dry_run)}
 
 

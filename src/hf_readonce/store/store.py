@@ -112,7 +112,7 @@ class _StoreLock:
             if 0 <= timeout <= first:
                 raise
         logger.warning("hf-readonce: waiting for the write lock of store %s (%s), held by another process "
-                       "(an `encode` or a `repair`); giving up after %s s in all.", self._path,
+                       "(an `encode`, a `repair` or a `prune`); giving up after %s s in all.", self._path,
                        self._path / ".lock", f"{timeout:g}" if timeout >= 0 else "no limit")
         return self._inner.acquire(timeout=timeout - first if timeout >= 0 else -1)
 
@@ -454,6 +454,12 @@ class RepresentationStore:
             tensors = {name: handle.get_tensor(spec["key"]) for name, spec in entry.tensors.items()}
         except Exception as error:  # safetensors raises its own error type for truncated/garbled files
             self._handles.pop(entry.shard, None)
+            manifest = self.path / "index" / f"{Path(entry.shard).stem}.json"
+            if (path_problem(self.path, entry.shard) or "").startswith("is missing") and not (manifest.exists()
+                                                                           or manifest.is_symlink()):
+                raise MissingRepresentationError(  # shard and manifest both gone: deleted, not damaged
+                    f"document {entry.name} is no longer in store {self.path}: its shard and manifest were deleted "
+                    "while it was being read (a `prune` of its space, or a `repair`); run the command again.") from None
             raise CorruptedShardError(
                 f"shard {printable(entry.shard)} of store {self.path} is unreadable ({printable(error)}) while "
                 f"reading document {entry.name}; run `hf-readonce verify --store {self.path}` and `encode --repair`.",

@@ -37,7 +37,7 @@ def find_deformer_space(store: RepresentationStore, model, tokenizer) -> dict:
         options = "; ".join(f"max_passage_length={s.settings['max_passage_length']} doc_stride="
                             f"{s.settings['doc_stride']}" for s in matching)
         raise ValueError(f"store {store.path} holds several window settings for this model ({options}); pass "
-                         "max_passage_length and doc_stride.")
+                         "max_passage_length and doc_stride (`--max-passage-length`, `--doc-stride`) to choose one.")
     if ours:
         stored = ", ".join(sorted({s.fingerprint[:16] + "..." for s in ours}))
         raise RepresentationMismatchError(
@@ -109,7 +109,8 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
             if not isinstance(example.get(key), str) or not example[key].strip():
                 raise ValueError(f"example {example.get('id', i)}: {key!r} is missing or empty.")
     if (max_passage_length is None) != (doc_stride is None):
-        raise ValueError("pass both `max_passage_length` and `doc_stride`, or neither (read from the store).")
+        raise ValueError("pass both `max_passage_length` and `doc_stride` (`--max-passage-length`, `--doc-stride`), "
+                         "or neither (read from the store).")
     if max_passage_length is None:
         try:
             found = find_deformer_space(store, model, tokenizer)
