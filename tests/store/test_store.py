@@ -312,3 +312,33 @@ def test_lock_timeout_and_shard_size_are_checked_by_name(tmp_path):
     for bad in (float("nan"), float("inf"), 0, "1"):
         with pytest.raises(ValueError, match="`shard_size_bytes`"):
             store.writer(FP, SETTINGS, shard_size_bytes=bad)
+
+
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
+def test_an_interrupt_while_committing_lands_after_the_manifest(tmp_path, monkeypatch, signum):
+    """Ctrl-C or SIGTERM arriving between a shard's bytes and its manifest is held until both are written, then
+    delivered: the store never keeps a shard without its manifest (an orphan `verify` would report)."""
+    import os
+    import signal
+
+    from hf_readonce.store import store as store_module
+
+    number = getattr(signal, signum)
+    previous = signal.signal(number, signal.default_int_handler)  # as the CLI does for SIGTERM: raise
+    try:
+        real = store_module._atomic_write
+
+        def write_then_interrupt(path, data, tmp):
+            real(path, data, tmp)
+            if str(path).endswith(".safetensors"):
+                os.kill(os.getpid(), number)  # arrives after the shard, before its manifest
+
+        monkeypatch.setattr(store_module, "_atomic_write", write_then_interrupt)
+        store = RepresentationStore(tmp_path / "s")
+        with pytest.raises(KeyboardInterrupt):
+            store.put(FP, SETTINGS, content_hash("doc"), rand_states(2))
+        reopened = RepresentationStore(tmp_path / "s")
+        assert reopened.contains(FP, SETTINGS, content_hash("doc")) and reopened.verify().ok
+        assert reopened.info()["orphans"] == []
+    finally:
+        signal.signal(number, previous)

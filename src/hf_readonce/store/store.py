@@ -31,11 +31,14 @@ written by earlier releases have only the SHA-256, which their reads check), `ve
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import math
 import os
+import signal
+import threading
 import time
 import uuid
 from collections import OrderedDict
@@ -85,6 +88,36 @@ from .shards import (
 )
 
 logger = logging.getLogger(__name__)
+
+
+@contextlib.contextmanager
+def _interrupts_held():
+    """Hold SIGINT and SIGTERM until the block ends, then deliver them to the handlers that were in place (Ctrl-C's
+    `KeyboardInterrupt`, the CLI's SIGTERM-as-interrupt, or the default action). Used around writing a shard and its
+    manifest, so an interrupt never leaves a shard without its manifest (an orphan `verify` reports). Only in the
+    main thread of the main interpreter, where Python runs signal handlers; elsewhere the block runs as is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held, previous = [], {}
+    for signum in (signal.SIGINT, getattr(signal, "SIGTERM", None)):
+        if signum is None:
+            continue
+        try:
+            previous[signum] = signal.signal(signum, lambda number, frame: held.append((number, frame)))
+        except (ValueError, OSError):  # not settable here
+            continue
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)  # None: not set from Python
+        for signum, frame in dict(held).items():  # each signal once, in the order received
+            handler = previous.get(signum)
+            if callable(handler):
+                handler(signum, frame)
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(signum)
 
 _LAYOUT = ("shards", "index", "tmp")
 
@@ -610,9 +643,10 @@ class RepresentationStore:
                     f"store {self.path}: {folder}/ {problem}; no shard is written into it. `hf-readonce encode ... "
                     "--repair` (or `RepresentationStore.repair()`) moves it to quarantine/.")
             shard_path.parent.mkdir(parents=True, exist_ok=True)
-            _atomic_write(shard_path, data, self.path / "tmp")
-            self._write_manifest(shard_rel, space, _dtype_name(dtype), len(data), hashlib.sha256(data).hexdigest(),
-                                 docs)
+            digest = hashlib.sha256(data).hexdigest()
+            with _interrupts_held():  # the shard and its manifest together: Ctrl-C / SIGTERM never splits them
+                _atomic_write(shard_path, data, self.path / "tmp")
+                self._write_manifest(shard_rel, space, _dtype_name(dtype), len(data), digest, docs)
             return [h for h, _, _ in todo]
 
     def _write_manifest(self, shard_rel: str, space: RepresentationSpace, dtype: str, file_size: int,
