@@ -992,8 +992,8 @@ def cmd_verify(args) -> int:
                   f"checked); `hf-readonce encode MODEL --documents FILE --store {store.path} --repair` keeps every "
                   "intact document and recomputes the others")
             if any(c.reason.startswith("shard file is missing") for c in report.corruptions):
-                print("(shard files missing from a space you were pruning: an interrupted `hf-readonce prune` left "
-                      "them; run the same prune again to finish it instead)")
+                print("(if you were pruning the space of a missing shard file, an interrupted `hf-readonce prune` "
+                      "left it so: run the same prune again to finish it; otherwise the shard was lost: repair)")
         for space in recomputed:
             _print_recompute(space, args.max_kl, args.max_diff)
     return status
@@ -1014,27 +1014,32 @@ def cmd_prune(args) -> int:
                            "(`--dry-run` reads a read-only store).") from None
     except ValueError as error:
         raise CommandError(str(error)) from None
+    status = EXIT_PROBLEMS if result["skipped"] else EXIT_OK  # something of a named space is left
     if args.json:
         print(json.dumps(result, indent=2))
-        return EXIT_OK
+        return status
     verb = "would delete" if args.dry_run else "deleted"
     for key in result["spaces"]:
         space = spaces.get(key)
         about = (f" ({space.model_type or 'model type not recorded'}, fingerprint {space.fingerprint[:16]}...)"
-                 if space is not None else "")
-        print(f"{verb} space {key[:16]}{about}")
+                 if space is not None else " (orphan shards only)")
+        partly = key in result["skipped_spaces"]
+        print(f"{verb} {'part of ' if partly else ''}space {key[:16]}{about}")
     if result["spaces"]:
         print(f"{verb} {result['documents']} indexed document(s), {result['shard_files']} shard file(s), "
               f"{_human_bytes(result['bytes'])}")
     for shard in result["skipped"]:
         print(f"left in place (its folder is a link out of the store; `verify` names it): {shard}")
+    if result["skipped"]:
+        print(f"{result['documents_left']} indexed document(s) left in {len(result['skipped'])} shard(s) behind a "
+              "link: the space stays listed; replace the link by the folder itself (or delete it) and prune again")
     if args.quarantine:
         print(f"{verb} quarantine/: {_human_bytes(result['quarantine_bytes'])}")
     if not args.dry_run:
         info = store.info()
         print(f"store {store.path}: {info['documents']} document(s), {info['shards']} shard(s), "
               f"{_human_bytes(info['bytes_on_disk'])}")
-    return EXIT_OK
+    return status
 
 
 def _print_recompute(space, max_kl, max_diff=None) -> None:
@@ -1462,8 +1467,9 @@ def main(argv=None) -> int:
         print(f"hf-readonce {command}: error: {error}", file=sys.stderr)
         return error.status
     except KeyboardInterrupt as stop:
-        what = ("the space is partly deleted (`verify` names the shards already gone); run the same prune again "
-                "to finish." if command == "prune" else "committed shards are kept, re-run to finish.")
+        what = ("if it had begun deleting, the space may be partly deleted (`verify` names the shards already "
+                "gone): run the same prune again to finish." if command == "prune"
+                else "committed shards are kept, re-run to finish.")
         print(f"hf-readonce {command}: interrupted; {what}", file=sys.stderr)
         return 143 if isinstance(stop, _Terminated) else 130
     except BrokenPipeError:  # the reader of stdout stopped (`hf-readonce info | head -1`): as `head` expects, quietly

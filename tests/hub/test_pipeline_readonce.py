@@ -70,6 +70,12 @@ def test_generations_equal_by_hand_and_documents_read_once(tokenizer, monkeypatc
     assert [len(sequences) for sequences in per_text] == [2] * len(TEXTS)
     assert len(pipe(TEXTS[0], document=DOCUMENTS[0], **several)) == 2
     assert [len(sequences) for sequences in summarize(DOCUMENTS, **several)] == [2, 2]
+    from transformers import GenerationConfig
+
+    config = GenerationConfig(**{**model.generation_config.to_dict(), "num_return_sequences": 2, "num_beams": 2})
+    by_config = pipe(TEXTS, document=DOCUMENTS[0], num_beams=2, max_new_tokens=3,
+                     generate_kwargs={"generation_config": config})
+    assert [len(sequences) for sequences in by_config] == [2] * len(TEXTS)  # grouped whatever sets the count
     with pytest.raises(ValueError, match="`document` 0 is empty"):
         pipe("Who?", document=" ")
     with pytest.raises(ValueError, match="`text` has 2 entries but `document` has 3"):

@@ -187,3 +187,55 @@ def test_a_reader_of_a_pruned_space_is_told_it_was_deleted_not_damaged(two_space
     store.prune(space_key(OLD, SETTINGS))
     with pytest.raises(MissingRepresentationError, match="deleted while it was being read"):
         reader.get(OLD, SETTINGS, "1" * 64)
+
+
+def test_a_space_whose_shards_sit_behind_a_link_is_reported_as_left_not_deleted(two_spaces, tmp_path, capsys):
+    import shutil
+
+    path, _ = two_spaces
+    old_key = space_key(OLD, SETTINGS)
+    folder = next(f for f in (path / "shards").iterdir() if old_key.startswith(f.name))
+    outside = tmp_path / "outside"
+    shutil.move(str(folder), outside)
+    os.symlink(outside, folder)
+    assert main(["prune", "--store", str(path), "--space", old_key[:16]]) == 1
+    out = capsys.readouterr().out
+    assert f"deleted part of space {old_key[:16]}" in out and "0 indexed document(s), 0 shard file(s)" in out
+    assert "3 indexed document(s) left in 2 shard(s) behind a link" in out
+    assert len(list(outside.iterdir())) == 2 and len(RepresentationStore(path)) == 4  # nothing of it deleted
+
+
+def test_a_space_held_only_by_orphans_can_be_named_and_a_rerun_finishes(two_spaces):
+    path, _ = two_spaces
+    old_key = space_key(OLD, SETTINGS)
+    for manifest in (path / "index").iterdir():
+        if json.loads(manifest.read_text())["space"] == old_key:
+            manifest.unlink()  # every shard of the old space is now an orphan: the index does not list the space
+    store = RepresentationStore(path)
+    assert [s.key for s in store.spaces()] == [space_key(NEW, SETTINGS)]
+    result = store.prune(old_key[:16])
+    assert result["spaces"] == [old_key] and result["shard_files"] == 2 and result["documents"] == 0
+    repaired = RepresentationStore(path)
+    repaired.repair()
+    assert [s.key for s in repaired.spaces()] == [space_key(NEW, SETTINGS)]
+
+
+def test_a_reader_is_sent_to_the_shard_a_repair_rewrote_its_document_into(two_spaces):
+    path, store = two_spaces
+    expected = RepresentationStore(path, readonly=True).get(OLD, SETTINGS, "3" * 64)["hidden_states"].clone()
+    reader = RepresentationStore(path, readonly=True)  # its index loaded, no shard opened yet
+    entry = reader.entry(OLD, SETTINGS, "3" * 64)
+    with open(path / entry.shard, "ab") as handle:
+        handle.write(b"0" * 16)  # the bytes of its documents intact: repair rewrites them into a new shard
+    RepresentationStore(path).repair()
+    assert torch.equal(reader.get(OLD, SETTINGS, "3" * 64)["hidden_states"], expected)
+
+
+def test_info_leaves_out_a_written_time_it_cannot_read(two_spaces, capsys):
+    path, _ = two_spaces
+    manifest = next((path / "index").iterdir())
+    data = json.loads(manifest.read_text())
+    data["created"] = 1e300
+    manifest.write_text(json.dumps(data))
+    assert main(["info", "--store", str(path)]) == 0
+    assert "written" in capsys.readouterr().out  # the other spaces' times still shown

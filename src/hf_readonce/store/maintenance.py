@@ -14,7 +14,7 @@ import os
 import stat
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,8 +88,8 @@ def store_info(store) -> dict:
         s = per_space[manifest["space"]]
         s["shards"] += 1
         s["bytes"] += int(manifest.get("file_size", 0))
-        created = manifest.get("created")
-        if isinstance(created, (int, float)) and not isinstance(created, bool):
+        created = manifest.get("created")  # a Unix time; anything else (garbled, out of range) is left out
+        if isinstance(created, (int, float)) and not isinstance(created, bool) and 0 <= created < 2 ** 33:
             s["first_written"] = created if s["first_written"] is None else min(s["first_written"], created)
             s["last_written"] = created if s["last_written"] is None else max(s["last_written"], created)
         if manifest.get("dtype") not in s["dtypes"]:
@@ -583,9 +583,10 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
                 "report": report}
 
 
-def resolve_spaces(store, spaces) -> list[str]:
+def resolve_spaces(store, spaces, also: Iterable[str] = ()) -> list[str]:
     """The full keys of the representation spaces named by `spaces` (each a space key as `hf-readonce info` prints
-    it, i.e. its first 16 characters, the whole key, or any prefix of at least 4 characters naming one space).
+    it, i.e. its first 16 characters, the whole key, or any prefix of at least 4 characters naming one space), among
+    the store's indexed spaces and the keys `also` (e.g. spaces that only orphan shards still hold).
 
     Raises:
         TypeError: if `spaces` is not a string or an iterable of strings.
@@ -597,8 +598,9 @@ def resolve_spaces(store, spaces) -> list[str]:
         spaces = list(spaces)
     except TypeError:
         raise TypeError(f"`spaces` must be a space key or a list of them, got {type(spaces).__name__}.") from None
-    keys = sorted(store._spaces)
-    listed = ", ".join(f"{k[:16]} ({store._spaces[k].model_type})" for k in keys) or "none: the store is empty"
+    keys = sorted(set(store._spaces) | set(also))
+    listed = ", ".join(f"{k[:16]} ({store._spaces[k].model_type if k in store._spaces else 'orphan shards only'})"
+                       for k in keys) or "none: the store is empty"
     found = []
     for name in spaces:
         if not isinstance(name, str):
@@ -638,7 +640,8 @@ def prune_store(store, spaces=(), *, quarantine: bool = False, dry_run: bool = F
     Returns:
         `dict` with `spaces` (full keys), `documents` (indexed documents of those spaces), `shards` (paths,
         relative to the store, orphans of those spaces included), `shard_files` (how many of them exist: a rerun
-        of a killed prune finds some gone), `skipped` (shards left where they are: behind a link), `bytes` (size on disk of what is deleted), `quarantine_bytes` (size of `quarantine/` deleted, 0
+        of a killed prune finds some gone), `skipped` (shards left where they are: behind a link) and
+        `documents_left` (the indexed documents in them), `skipped_spaces` (the spaces they belong to), `bytes` (size on disk of what is deleted), `quarantine_bytes` (size of `quarantine/` deleted, 0
         without `quarantine=True`) and `dry_run`.
 
     Raises:
@@ -657,21 +660,26 @@ def prune_store(store, spaces=(), *, quarantine: bool = False, dry_run: bool = F
     with lock:
         store._reset_index()
         store.refresh()
-        keys = resolve_spaces(store, spaces)
-        if not keys and not quarantine:
-            raise ValueError("nothing to prune: name at least one space (`spaces`) or pass `quarantine=True`.")
-        shards = sorted(shard for shard, manifest in store._shards.items() if manifest["space"] in keys)
-        for orphan in orphan_shards(store):  # a pruned space's shard the index does not list: repair would revive it
+        orphans = {}  # orphan shard -> the space its own header names (repair would index it again)
+        for orphan in orphan_shards(store):
             try:
                 space = read_orphan(store, orphan)[0]
             except ValueError:
                 continue
-            if getattr(space, "key", space) in keys:
-                shards.append(orphan)
-        documents = sum(1 for space, _ in store._entries if space in keys)
+            orphans[orphan] = getattr(space, "key", space)
+        keys = resolve_spaces(store, spaces, also=orphans.values())
+        if not keys and not quarantine:
+            raise ValueError("nothing to prune: name at least one space (`spaces`) or pass `quarantine=True`.")
+        # orphans first: a prune killed after them still lists the space, so running it again finishes it
+        shards = sorted(o for o, key in orphans.items() if key in keys)
+        shards += sorted(shard for shard, manifest in store._shards.items() if manifest["space"] in keys)
         skipped = [shard for shard in shards if _own_file(store, shard) is None
                    and ((store.path / shard).exists() or (store.path / shard).is_symlink())]
         shards = [shard for shard in shards if shard not in skipped]
+        documents = sum(1 for entry in store._entries.values() if entry.space in keys and entry.shard not in skipped)
+        documents_left = sum(1 for entry in store._entries.values() if entry.shard in skipped)
+        owner = {**orphans, **{shard: manifest["space"] for shard, manifest in store._shards.items()}}
+        skipped_spaces = sorted({owner[shard] for shard in skipped})
         size = 0
         for shard in shards:
             with contextlib.suppress(OSError):
@@ -698,7 +706,7 @@ def prune_store(store, spaces=(), *, quarantine: bool = False, dry_run: bool = F
             store._reset_index()
             store.refresh()
         return {"spaces": keys, "documents": documents, "shards": shards, "shard_files": files, "skipped": skipped,
-                "bytes": size,
+                "documents_left": documents_left, "skipped_spaces": skipped_spaces, "bytes": size,
                 "quarantine_bytes": quarantine_bytes, "dry_run": bool(dry_run)}
 
 

@@ -490,6 +490,10 @@ class RepresentationStore:
             manifest = self.path / "index" / f"{Path(entry.shard).stem}.json"
             if (path_problem(self.path, entry.shard) or "").startswith("is missing") and not (manifest.exists()
                                                                            or manifest.is_symlink()):
+                self.refresh()  # a repair may have rewritten the document into another shard: read it from there
+                moved = self._entries.get((entry.space, entry.content_hash))
+                if moved is not None and moved.shard != entry.shard:
+                    return self._read(moved, verify, check_order)
                 raise MissingRepresentationError(  # shard and manifest both gone: deleted, not damaged
                     f"document {entry.name} is no longer in store {self.path}: its shard and manifest were deleted "
                     "while it was being read (a `prune` of its space, or a `repair`); run the command again.") from None

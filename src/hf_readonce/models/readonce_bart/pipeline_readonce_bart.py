@@ -154,7 +154,7 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
             if not isinstance(generate_kwargs, dict):
                 raise TypeError(f"`generate_kwargs` must be a dict, got {type(generate_kwargs).__name__}.")
             forward["generate_kwargs"] = dict(generate_kwargs)
-        if "compression_ratio" in forward:  # the default document length is T * k at this call's k
+        if "compression_ratio" in forward:  # the default document length (unless recorded) is T * k at this call's k
             preprocess["compression_ratio"] = forward["compression_ratio"]
         return preprocess, forward, {}
 
@@ -240,7 +240,8 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
             out = model.generate(input_ids=inputs["input_ids"][rows], attention_mask=inputs["attention_mask"][rows],
                                  document_representations=chunk_reps, **kwargs)
             sequences += [row for row in out.cpu()]
-        num_return = kwargs.get("num_return_sequences") or model.generation_config.num_return_sequences or 1
+        # sequences per text, from what generate returned (a `generation_config` may set it too)
+        num_return = max(len(sequences) // max(inputs["input_ids"].shape[0], 1), 1)
         return {"sequences": sequences, "num_return_sequences": num_return}
 
     def postprocess(self, outputs):
