@@ -13,6 +13,24 @@ def bench():
     return load_benchmark("bench_readonce")
 
 
+def tiny_pair(module):
+    """A tiny random BART (d 32, 2 + 2 layers, vocab 101) and a ReadOnce BART (k = 4) sharing its weights, in eval
+    mode."""
+    import torch
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    from hf_readonce import ReadOnceBartConfig, ReadOnceBartForConditionalGeneration
+
+    dims = dict(module.COMMON, vocab_size=101, max_position_embeddings=128, d_model=32, encoder_layers=2,
+                decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48,
+                decoder_ffn_dim=48)
+    torch.manual_seed(0)
+    baseline = BartForConditionalGeneration(BartConfig(**dims)).eval()
+    readonce = ReadOnceBartForConditionalGeneration(ReadOnceBartConfig(compression_ratio=4, **dims)).eval()
+    readonce.model.load_state_dict(baseline.model.state_dict())
+    return baseline, readonce
+
+
 def test_cost_model_is_the_papers():
     assert bench().cost_model(7, 8) == pytest.approx((1 / 14 + 3 / 256, 3 / 256))
     assert 1 / bench().cost_model(7, 8)[1] == pytest.approx(85.3, abs=0.1)
@@ -24,19 +42,10 @@ def test_flop_bounds_are_counted_on_the_timed_calls(monkeypatch):
     precomputed call, and on a tiny BART (d 32, 2 + 2 layers, vocab 101, 2 passages of 24 tokens, 3 questions of 5
     tokens each, 3-token answers, k = 4) the counted speed-ups, 1.90x and 3.01x, are far below the cost model's
     4.68x and 21.3x (the figures quoted in `cost_model`'s docstring)."""
-    import torch
-    from transformers import BartConfig, BartForConditionalGeneration
 
-    from hf_readonce import ReadOnceBartConfig, ReadOnceBartForConditionalGeneration
 
     module = bench()
-    dims = dict(module.COMMON, vocab_size=101, max_position_embeddings=128, d_model=32, encoder_layers=2,
-                decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48,
-                decoder_ffn_dim=48)
-    torch.manual_seed(0)
-    baseline = BartForConditionalGeneration(BartConfig(**dims)).eval()
-    readonce = ReadOnceBartForConditionalGeneration(ReadOnceBartConfig(compression_ratio=4, **dims)).eval()
-    readonce.model.load_state_dict(baseline.model.state_dict())
+    baseline, readonce = tiny_pair(module)
     args = argparse.Namespace(passages=2, questions_per_passage=3, passage_tokens=24, question_tokens=5,
                               answer_tokens=3)
     original = module.workload
@@ -58,17 +67,11 @@ def test_training_bound_counts_forward_and_backward_of_the_timed_steps():
     """`training_flops` counts one more run of each timed training step, backward included (about 3x the forward of
     the same batch), and the bound is their ratio (a tiny random BART, k = 4; no timing)."""
     import torch
-    from transformers import BartConfig, BartForConditionalGeneration
 
-    from hf_readonce import ReadOnceBartConfig, ReadOnceBartForConditionalGeneration
 
     module = bench()
-    dims = dict(module.COMMON, vocab_size=101, max_position_embeddings=128, d_model=32, encoder_layers=2,
-                decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48,
-                decoder_ffn_dim=48)
-    torch.manual_seed(0)
-    baseline = BartForConditionalGeneration(BartConfig(**dims)).train()
-    readonce = ReadOnceBartForConditionalGeneration(ReadOnceBartConfig(compression_ratio=4, **dims)).train()
+    baseline, readonce = tiny_pair(module)
+    baseline.train(), readonce.train()
     g = torch.Generator().manual_seed(1)
     passages, questions = torch.randint(3, 101, (2, 24), generator=g), torch.randint(3, 101, (4, 5), generator=g)
     owner, labels = torch.tensor([0, 0, 1, 1]), torch.randint(3, 101, (4, 3), generator=g)
