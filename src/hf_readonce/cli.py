@@ -32,7 +32,8 @@ Subcommands:
 Models compute in the dtype of `hf_readonce.dtypes` (`--compute-dtype auto`: float32 on a CPU, the checkpoint's
 dtype on CUDA); `encode --dtype` is the storage dtype, a separate setting.
 
-Exit status: 0 success; 1 corruption found (`verify`), documents left unrepaired, bad input lines with `--strict`,
+Exit status: 0 success; 1 corruption found (`verify`), documents left unrepaired, shards a `prune` left behind a
+link, bad input lines with `--strict`,
 or an input file that holds no documents / questions (or none under `--text-field`); 2 usage errors and errors that
 stop a command (one line saying why and what to do; never a traceback: set `HF_READONCE_TRACEBACK=1` to see one for
 an unexpected error); 141, quietly, when the reader of the output stops early (`hf-readonce info | head -1`).
