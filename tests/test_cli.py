@@ -591,3 +591,36 @@ def test_answer_over_a_store_that_lost_its_index_points_to_repair(tmp_path, chec
                      *common]) == 2
     err = capsys.readouterr().err
     assert "not stored" in err and "its index does not list" in err and "--repair" in err, err
+
+
+def test_repair_names_the_space_of_another_model_it_cannot_recompute(tmp_path, checkpoint, tokenizer, capsys):
+    """`encode --repair` drops damaged documents from every space; it recomputes its own model's and names the
+    others (fingerprint and settings: a space the repair emptied is no longer in `info`) and exits 1."""
+    from hf_readonce.representations import DeformerBertAdapter, fill_store
+    from hf_readonce.store import space_key
+
+    rows = [{"id": f"d{i}", "context": f"Passage {i} tells of the old mill on the river Ash and its miller."}
+            for i in range(3)]
+    docs, store_dir = write_jsonl(tmp_path / "docs.jsonl", rows), tmp_path / "store"
+    args = ["encode", str(checkpoint), "--documents", str(docs), "--store", str(store_dir), "--no-progress",
+            "--max-passage-length", "64", "--doc-stride", "8", "--dtype", "fp32"]
+    assert cli_main(args) == 0
+    other = DeformerBertAdapter(tiny_model(seed=1), tokenizer, max_passage_length=32, doc_stride=8)
+    fill_store(other, RepresentationStore(store_dir), [r["context"] for r in rows], dtype="fp32")
+    other_key = space_key(other.fingerprint(), other.settings())
+    for shard in (store_dir / "shards").rglob("*.safetensors"):  # the last document's bytes, in both spaces
+        data = bytearray(shard.read_bytes())
+        data[-10] ^= 0xFF
+        shard.write_bytes(bytes(data))
+    capsys.readouterr()
+    assert cli_main(args + ["--repair"]) == 1
+    err = capsys.readouterr().err
+    import re
+
+    assert re.search(r"repair: \d+ intact document\(s\) rewritten, \d+ dropped in 2 representation spaces", err)
+    found = re.search(rf"(\d+) document\(s\) dropped from space {other_key[:16]} \(deformer_bert, fingerprint "
+                      rf"{other.fingerprint()[:16]}\.\.\. settings ", err)
+    assert found and "run `encode --repair` with that model" in err
+    store = RepresentationStore(store_dir)
+    assert len(list(store.entries(other.fingerprint(), other.settings()))) == 3 - int(found.group(1))
+    assert len(store) == 3 + 3 - int(found.group(1)) and store.verify().ok  # its own space recomputed in full

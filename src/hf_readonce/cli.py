@@ -492,7 +492,7 @@ def cmd_encode(args) -> int:
             _remove_if_empty(store)
         raise
 
-    dropped, dropped_by_space = [], {}
+    dropped, dropped_by_space, dropped_spaces = [], {}, {}
     if args.repair:
         if main_process:
             # verify and repair under one lock: a shard another `encode` commits meanwhile is never an orphan
@@ -502,6 +502,7 @@ def cmd_encode(args) -> int:
                 raise CommandError(f"cannot repair store {store.path}: {error}") from None
             report = result["report"]
             dropped, dropped_by_space = result["dropped"], result.get("dropped_by_space", {})
+            dropped_spaces = result.get("dropped_spaces", {})
             if report.corruptions or report.orphans:
                 for corruption in report.corruptions:
                     print(f"repair: {corruption.describe()}", file=sys.stderr)
@@ -562,8 +563,10 @@ def cmd_encode(args) -> int:
         adapter_space = space_key(adapter.fingerprint(), adapter.settings())
         for space, hashes in sorted(dropped_by_space.items()):
             if space != adapter_space:  # another model's or setting's: this run cannot recompute them
-                print(f"repair: {len(hashes)} document(s) dropped from space {space[:16]}, which this model does "
-                      "not write (another checkpoint, compute dtype or setting): run `encode --repair` with that "
+                about = f" ({dropped_spaces[space].model_type or '?'}, {dropped_spaces[space].describe()})" \
+                    if space in dropped_spaces else ""
+                print(f"repair: {len(hashes)} document(s) dropped from space {space[:16]}{about}, which this model "
+                      "does not write (another checkpoint, compute dtype or setting): run `encode --repair` with that "
                       "model to recompute them", file=sys.stderr)
                 status = EXIT_PROBLEMS
         own_space = dropped_by_space.get(adapter_space, dropped if not dropped_by_space else [])

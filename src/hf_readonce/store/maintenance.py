@@ -480,8 +480,9 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
 
     Returns:
         `dict` with `salvaged` and `dropped` (content hashes), `dropped_by_space` (space key -> the content hashes
-        dropped from it: a document stored in two spaces is dropped from each), `quarantined` (paths moved) and
-        `report` (the [`VerifyReport`] acted on).
+        dropped from it: a document stored in two spaces is dropped from each), `dropped_spaces` (space key ->
+        [`RepresentationSpace`], where known: its fingerprint and settings, also of a space the repair emptied),
+        `quarantined` (paths moved) and `report` (the [`VerifyReport`] acted on).
 
     Raises:
         ReadOnlyStoreError: if the store cannot be written.
@@ -491,6 +492,7 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
     if not os.access(store.path, os.W_OK | os.X_OK):
         raise ReadOnlyStoreError(f"store {store.path} is not writable (no write permission on the folder).")
     with store.lock():
+        known = dict(store._spaces)  # the spaces as the index listed them, to name a space a repair empties
         quarantine = store.path / "quarantine" / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         salvaged, moved, candidates = [], [], set()
         for rel, _ in layout_problems(store):
@@ -579,8 +581,10 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
         by_space: dict[str, list[str]] = {}
         for space, doc_hash in lost:
             by_space.setdefault(space, []).append(doc_hash)
-        return {"salvaged": salvaged, "dropped": dropped, "dropped_by_space": by_space, "quarantined": moved,
-                "report": report}
+        known.update(store._spaces)
+        spaces = {key: known[key] for key in by_space if key in known}
+        return {"salvaged": salvaged, "dropped": dropped, "dropped_by_space": by_space, "dropped_spaces": spaces,
+                "quarantined": moved, "report": report}
 
 
 def resolve_spaces(store, spaces, also: Iterable[str] = ()) -> list[str]:
