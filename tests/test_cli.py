@@ -207,6 +207,12 @@ def test_cli_encode_readonce_representations(tmp_path, tokenizer, qa_rows, capsy
     with pytest.raises(RepresentationMismatchError):  # another k is another representation
         store.get(adapter.fingerprint(), ReadOnceBartAdapter(model, tokenizer, 64, compression_ratio=8).settings(),
                   content_hash(text))
+    # k at inference (§5.2) from the command line: stored as its own setting
+    assert cli_main(["encode", str(tmp_path / "ro"), "--documents", str(docs), "--store", str(tmp_path / "s"),
+                     "--no-progress", "--max-document-length", "64", "--compression-ratio", "8"]) == 0
+    k8 = ReadOnceBartAdapter(model, tokenizer, 64, compression_ratio=8)
+    assert RepresentationStore(tmp_path / "s").get(k8.fingerprint(), k8.settings(),
+                                                   content_hash(text))["representations"].shape == (8, 32)
 
 
 def test_option_names_per_family_and_hidden_0_1_0_spellings():

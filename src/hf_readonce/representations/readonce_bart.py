@@ -44,7 +44,11 @@ class ReadOnceBartAdapter(AdapterBase):
     checkpoint_model_types = ("readonce_bart",)
     cli_settings = {
         "max_document_length": ("--max-document-length", None,
-                                "tokens read per document (default: the model's chunk length x k, §5.5)"),
+                                "tokens read per document (default: the length the checkpoint records, else the "
+                                "model's chunk length x k, §5.5)"),
+        "compression_ratio": ("--compression-ratio", None,
+                              "k, tokens per stored vector, at inference (§5.2; default: the model's); another k is "
+                              "stored as its own setting"),
     }
     recompute_needs_text = True  # only the representations are stored, not the tokens
     output_distribution = "first decoder step's token distribution for a fixed probe question"
