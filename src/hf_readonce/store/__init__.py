@@ -5,7 +5,8 @@ atomic commits, file locking), keyed by `(model fingerprint, settings, content h
 imports nothing from the rest of hf-readonce. Filling it from a model is [`hf_readonce.representations`]'s job
 ([`fill_store`], one adapter per model family); answering questions from it is
 [`hf_readonce.tasks.question_answering_store.answer_from_store`]. [`export_to_dataset`] / [`import_from_dataset`]
-move a store to and from the Hub as a dataset. The command line is `hf-readonce encode | answer | info | verify | prune`.
+move a store to and from the Hub as a dataset. The command line is
+`hf-readonce encode | answer | info | verify | prune`.
 
 Modules: `errors` (exceptions), `keys` (content hash, settings, space and representation keys), `shards` (the
 on-disk format, checksums, atomic writes), `manifest` (the schema of manifests, the paths they may name, shard

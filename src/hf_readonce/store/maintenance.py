@@ -76,8 +76,8 @@ def store_info(store) -> dict:
     """Summary: documents, shards, bytes on disk (`quarantine_bytes` / `quarantine_files` of them under
     `quarantine/`, where `repair` moved damaged files: kept for inspection, never read, safe to delete), and per space
     its fingerprint, settings, model type, dtypes, documents, bytes and `first_written` / `last_written` (Unix times
-    of its first and last committed shard, `None` if unrecorded); `duplicates` (entries shadowed by an identical key, harmless), `orphans` (shard files
-    without a manifest) and `bad_manifests`."""
+    of its first and last committed shard, `None` if unrecorded); `duplicates` (entries shadowed by an identical
+    key, harmless), `orphans` (shard files without a manifest) and `bad_manifests`."""
     store.refresh()
     per_space = {}
     for key, space in store._spaces.items():
@@ -642,11 +642,11 @@ def prune_store(store, spaces=(), *, quarantine: bool = False, dry_run: bool = F
         dry_run (`bool`, defaults to `False`): only report what would be deleted.
 
     Returns:
-        `dict` with `spaces` (full keys), `documents` (indexed documents of those spaces), `shards` (paths,
-        relative to the store, orphans of those spaces included), `shard_files` (how many of them exist: a rerun
-        of a killed prune finds some gone), `skipped` (shards left where they are: behind a link) and
-        `documents_left` (the indexed documents in them), `skipped_spaces` (the spaces they belong to), `bytes` (size on disk of what is deleted), `quarantine_bytes` (size of `quarantine/` deleted, 0
-        without `quarantine=True`) and `dry_run`.
+        `dict` with `spaces` (full keys), `documents` (indexed documents deleted), `shards` (paths, relative to the
+        store, orphans of those spaces included), `shard_files` (how many of them exist: a rerun of a killed prune
+        finds some gone), `skipped` (shards left where they are: behind a link), `documents_left` (the indexed
+        documents in them), `skipped_spaces` (the spaces they belong to), `bytes` (size on disk of what is
+        deleted), `quarantine_bytes` (size of `quarantine/` deleted, 0 without `quarantine=True`) and `dry_run`.
 
     Raises:
         ValueError: if neither a space nor `quarantine=True` is given, or as [`resolve_spaces`].
