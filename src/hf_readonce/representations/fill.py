@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from ..store import RepresentationStore, content_hash, rank_of
 from ..store.shards import DEFAULT_SHARD_SIZE_BYTES
-from .base import DocumentError, current_fingerprint
+from .base import DocumentError, check_positive_ints, current_fingerprint
 
 
 @dataclass
@@ -82,15 +82,12 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
     if isinstance(documents, (str, bytes)):
         raise TypeError("`documents` must be an iterable of texts or (id, text) pairs, not a single "
                         f"{type(documents).__name__} (it would be stored one character at a time); pass [text].")
-    for name, value in (("rank", rank), ("num_processes", num_processes), ("documents_per_batch", documents_per_batch)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise TypeError(f"`{name}` must be an int, got {type(value).__name__} {value!r}.")
-    if num_processes < 1:
-        raise ValueError(f"`num_processes` must be >= 1, got {num_processes}.")
+    if isinstance(rank, bool) or not isinstance(rank, int):
+        raise TypeError(f"`rank` must be an int, got {type(rank).__name__} {rank!r}.")
+    check_positive_ints({"num_processes": num_processes, "documents_per_batch": documents_per_batch},
+                        optional=("documents_per_batch",))
     if not 0 <= rank < num_processes:
         raise ValueError(f"`rank` must be in [0, num_processes={num_processes}), got {rank}.")
-    if documents_per_batch is not None and documents_per_batch < 1:
-        raise ValueError(f"`documents_per_batch` must be >= 1, got {documents_per_batch}.")
     fingerprint, settings = current_fingerprint(adapter), adapter.settings()  # the weights as they are now
     per_batch = documents_per_batch or getattr(adapter, "batch_size", 32)
     stats = EncodeStats()

@@ -22,7 +22,7 @@ import torch
 # re-exported: the windows, their states and the padding are the DeFormer representation's
 # (`hf_readonce.representations.deformer_bert`, below the tasks); the one JSONL reader lives in tasks/jsonl.py
 from ..models.deformer_bert.pipeline_deformer_bert import window_span_candidates
-from ..representations.base import pad_batch
+from ..representations.base import check_positive_ints, pad_batch
 from ..representations.deformer_bert import (
     PassageWindow,
     PassageWindowCache,
@@ -207,11 +207,7 @@ def check_decoding_arguments(n_best_size=20, max_answer_length=30, allow_no_answ
         TypeError: an argument of the wrong type, named.
         ValueError: a count < 1, a NaN threshold, or two examples with the same id (named).
     """
-    for name, value in (("n_best_size", n_best_size), ("max_answer_length", max_answer_length)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"`{name}` must be an int, got {type(value).__name__} {value!r}.")
-        if value < 1:
-            raise ValueError(f"`{name}` must be >= 1, got {value}.")
+    check_positive_ints({"n_best_size": n_best_size, "max_answer_length": max_answer_length})
     if not isinstance(allow_no_answer, bool):
         raise TypeError(f"`allow_no_answer` must be a bool, got {type(allow_no_answer).__name__} {allow_no_answer!r}.")
     if isinstance(null_score_diff_threshold, bool) or not isinstance(null_score_diff_threshold, (int, float)):

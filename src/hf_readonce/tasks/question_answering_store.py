@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..representations.base import current_fingerprint
+from ..representations.base import check_positive_ints, current_fingerprint
 from ..representations.deformer_bert import DeformerBertAdapter
 from ..representations.fill import fill_store
 from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore, content_hash
@@ -94,12 +94,8 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
     examples = list(examples)
     if not examples:
         raise ValueError("`examples` is empty: nothing to answer.")
-    for name, value in (("batch_size", batch_size), ("passages_per_chunk", passages_per_chunk),
-                        ("max_question_length", max_question_length)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"`{name}` must be an int, got {type(value).__name__} {value!r}.")
-        if value < 1:
-            raise ValueError(f"`{name}` must be >= 1, got {value}.")
+    check_positive_ints({"batch_size": batch_size, "passages_per_chunk": passages_per_chunk,
+                         "max_question_length": max_question_length})
     for i, example in enumerate(examples):
         if not isinstance(example, dict):
             raise TypeError(f"example {i} must be a dict with `question` and `context`, got {type(example).__name__}.")
