@@ -42,7 +42,6 @@ an unexpected error); 141, quietly, when the reader of the output stops early (`
 from __future__ import annotations
 
 import argparse
-import contextlib
 import inspect
 import json
 import math
@@ -492,7 +491,7 @@ def cmd_encode(args) -> int:
             _remove_if_empty(store)
         raise
 
-    dropped, dropped_by_space, dropped_spaces = [], {}, {}
+    dropped_by_space, dropped_spaces = {}, {}
     if args.repair:
         if main_process:
             # verify and repair under one lock: a shard another `encode` commits meanwhile is never an orphan
@@ -501,12 +500,11 @@ def cmd_encode(args) -> int:
             except OSError as error:
                 raise CommandError(f"cannot repair store {store.path}: {error}") from None
             report = result["report"]
-            dropped, dropped_by_space = result["dropped"], result.get("dropped_by_space", {})
-            dropped_spaces = result.get("dropped_spaces", {})
+            dropped_by_space, dropped_spaces = result["dropped_by_space"], result["dropped_spaces"]
             if report.corruptions or report.orphans:
                 for corruption in report.corruptions:
                     print(f"repair: {corruption.describe()}", file=sys.stderr)
-                count = sum(len(hashes) for hashes in dropped_by_space.values()) or len(dropped)
+                count = sum(len(hashes) for hashes in dropped_by_space.values())
                 spaces = (f" in {len(dropped_by_space)} representation spaces" if len(dropped_by_space) > 1 else "")
                 print(f"repair: {len(result['salvaged'])} intact document(s) rewritten, {count} dropped{spaces}, "
                       f"{len(result['quarantined'])} file(s) moved to quarantine/", file=sys.stderr)
@@ -569,8 +567,8 @@ def cmd_encode(args) -> int:
                       "does not write (another checkpoint, compute dtype or setting): run `encode --repair` with that "
                       "model to recompute them", file=sys.stderr)
                 status = EXIT_PROBLEMS
-        own_space = dropped_by_space.get(adapter_space, dropped if not dropped_by_space else [])
-        still_missing = store.missing(adapter.fingerprint(), adapter.settings(), own_space)
+        own = dropped_by_space.get(adapter_space, [])
+        still_missing = store.missing(adapter.fingerprint(), adapter.settings(), own)
         if still_missing:
             print(f"repair: {len(still_missing)} dropped document(s) are not in {documents} and stay missing: "
                   + ", ".join(h[:16] for h in still_missing[:20]), file=sys.stderr)
@@ -737,9 +735,18 @@ def _answer(args) -> int:
     if threshold is None:
         threshold = getattr(config, "null_score_diff_threshold", None) or 0.0
     start = time.perf_counter()
+    window = (args.max_passage_length, args.doc_stride)
+    if window == (None, None):  # the window this model's states are stored with, found once and passed on
+        from .tasks.question_answering_store import find_deformer_space
+
+        try:
+            found = find_deformer_space(store, model, tokenizer)
+            window = (found["max_passage_length"], found["doc_stride"])
+        except (MissingRepresentationError, RepresentationMismatchError, ValueError):
+            pass  # answer_from_store says why (or, with --encode-missing, takes the checkpoint's recorded window)
     try:
         predictions = answer_from_store(
-            model, tokenizer, store, examples, max_passage_length=args.max_passage_length, doc_stride=args.doc_stride,
+            model, tokenizer, store, examples, max_passage_length=window[0], doc_stride=window[1],
             max_question_length=max_question_length, batch_size=args.batch_size, n_best_size=args.n_best_size or 20,
             max_answer_length=args.max_answer_length, allow_no_answer=allow_no_answer,
             null_score_diff_threshold=threshold, encode_missing=args.encode_missing, progress=not args.no_progress)
@@ -753,13 +760,8 @@ def _answer(args) -> int:
     passages = len({e["context"] for e in examples})
     print(f"answered {len(examples)} question(s) over {passages} stored passage(s) in {seconds:.2f} s "
           f"({len(examples) / max(seconds, 1e-9):.1f} questions/s); predictions written to {output}", flush=True)
-    window = (args.max_passage_length, args.doc_stride)
-    if None in window:  # as answer_from_store found them in the store
-        from .tasks.question_answering_store import find_deformer_space
-
-        with contextlib.suppress(Exception):
-            found = find_deformer_space(store, model, tokenizer)
-            window = (found["max_passage_length"], found["doc_stride"])
+    if window == (None, None):  # nothing of this model was stored: --encode-missing used the recorded window
+        window = (getattr(config, "max_passage_length", None), getattr(config, "doc_stride", None))
     from .dtypes import dtype_name
 
     print(f"settings: max_question_length {max_question_length}, allow_no_answer {allow_no_answer}"
