@@ -112,6 +112,12 @@ def test_stored_outputs_of_an_fp16_store_are_checked_cast_and_never_modified(tok
         again = model.generate(encoder_outputs=as_stored, attention_mask=as_stored.attention_mask, **kwargs)
         loss = model(encoder_outputs=as_stored, attention_mask=as_stored.attention_mask, labels=first[:, 1:].contiguous()).loss
     assert first.shape[0] == 2 and torch.equal(first, again)  # beam search did not expand the caller's object
+    calls, real = [], model.representation_fingerprint
+    model.representation_fingerprint = lambda: calls.append(1) or real()
+    with torch.no_grad():
+        model.generate(encoder_outputs=as_stored, attention_mask=as_stored.attention_mask, **kwargs)
+    del model.representation_fingerprint
+    assert len(calls) == 1  # checked (and cast) once per generate, not at every decoding step
     assert as_stored.last_hidden_state.shape[0] == 2 and as_stored.last_hidden_state.dtype == torch.float16
     assert loss.isfinite()
     other = tiny(tokenizer, init_std=0.3).eval()  # same config, other weights

@@ -748,25 +748,41 @@ class LongDocBartModel(LongDocBartPreTrainedModel, BartModel):
         self.post_init()
 
 
-def _stored_encoder_outputs_hook(model, args, kwargs):
-    """Forward pre-hook of [`LongDocBartForConditionalGeneration`]: `encoder_outputs` that carry a
-    `model_fingerprint` (stored encoder outputs read back from a store) must come from this model's encoder
-    (otherwise another model's states would be decoded as if they were this one's); their states are cast to the
-    model's dtype (a store keeps them in fp16 by default). Encoder outputs without a fingerprint pass unchanged."""
-    encoder_outputs = kwargs.get("encoder_outputs")
-    stored = getattr(encoder_outputs, "model_fingerprint", None) if encoder_outputs is not None else None
+def _checked_stored_outputs(model, encoder_outputs):
+    """Stored encoder outputs (read back from a store, so they carry a `model_fingerprint`) checked once for `model`:
+    they must come from its encoder (otherwise another model's states would be decoded as if they were its own), and
+    their states are cast to its dtype (a store keeps them in fp16 by default).
+
+    Returns:
+        `encoder_outputs` itself when it carries no fingerprint; else a new output of the same type, its states in the
+        model's dtype and without the fingerprint (checked: the decoding steps of one `generate` do not check or cast
+        it again).
+
+    Raises:
+        ValueError: `encoder_outputs` made by another model's encoder (both fingerprints named).
+    """
+    stored = getattr(encoder_outputs, "model_fingerprint", None)
     if stored is None:
-        return None
+        return encoder_outputs
     mine = model.representation_fingerprint()
     if stored != mine:
         raise ValueError(f"`encoder_outputs` were made by encoder {stored[:16]}..., this model's is {mine[:16]}...: "
                          "re-encode the documents with this model.")
-    states = encoder_outputs[0]
+    fields = {key: value for key, value in encoder_outputs.items() if key != "model_fingerprint"}
+    states = fields.get("last_hidden_state")
     if torch.is_tensor(states) and states.is_floating_point() and states.dtype != model.dtype:
-        encoder_outputs = copy.copy(encoder_outputs)
-        encoder_outputs["last_hidden_state"] = states.to(model.dtype)
-        return args, {**kwargs, "encoder_outputs": encoder_outputs}
-    return None
+        fields["last_hidden_state"] = states.to(model.dtype)
+    return type(encoder_outputs)(**fields)
+
+
+def _stored_encoder_outputs_hook(model, args, kwargs):
+    """Forward pre-hook of [`LongDocBartForConditionalGeneration`]: `encoder_outputs` are checked and cast by
+    [`_checked_stored_outputs`] (outputs without a fingerprint pass unchanged)."""
+    encoder_outputs = kwargs.get("encoder_outputs")
+    checked = _checked_stored_outputs(model, encoder_outputs) if encoder_outputs is not None else None
+    if checked is encoder_outputs:
+        return None
+    return args, {**kwargs, "encoder_outputs": checked}
 
 
 class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForConditionalGeneration):
@@ -804,14 +820,18 @@ class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForCon
     @torch.no_grad()
     def generate(self, *args, **kwargs):
         r"""`GenerationMixin.generate`. Stored encoder outputs (`encoder_outputs=`, e.g. `LongDocBartAdapter.read`
-        of a store) are checked against this model's fingerprint and cast to its dtype on every call, and are never
-        modified: beam search expands a shallow copy, so the same object can be passed again.
+        of a store) are checked against this model's fingerprint and cast to its dtype once per call
+        ([`_checked_stored_outputs`]), and are never modified: beam search expands a new object, so the same
+        outputs can be passed again.
 
         Raises:
             ValueError: `encoder_outputs` that carry another model's `model_fingerprint`.
         """
-        if kwargs.get("encoder_outputs") is not None:
-            kwargs["encoder_outputs"] = copy.copy(kwargs["encoder_outputs"])  # expanded in place for beams
+        encoder_outputs = kwargs.get("encoder_outputs")
+        if encoder_outputs is not None:
+            checked = _checked_stored_outputs(self, encoder_outputs)
+            # a new object either way: generate expands it in place for beams
+            kwargs["encoder_outputs"] = copy.copy(encoder_outputs) if checked is encoder_outputs else checked
         return super().generate(*args, **kwargs)
 
     def representation_fingerprint(self) -> str:
