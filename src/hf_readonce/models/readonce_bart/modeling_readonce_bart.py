@@ -757,18 +757,33 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         document_input_ids = kwargs.pop("document_input_ids", None)
         document_input_mask = kwargs.pop("document_input_attention_mask", None)
         if document_input_ids is not None:
-            if kwargs.get("document_representations") is not None:
-                raise ValueError("Pass `document_representations` or `document_input_ids`, not both.")
-            if kwargs.get("document_attention_mask") is not None:
-                raise ValueError("`document_attention_mask` is the mask of `document_representations`; the mask of "
-                                 "`document_input_ids` is `document_input_attention_mask`.")
-            _check_text_inputs(document_input_ids, document_input_mask, "document_input_ids",
-                               "document_input_attention_mask")
-            kwargs["document_representations"] = self.document_encoder(
-                document_input_ids, attention_mask=document_input_mask, with_fingerprint=False)
+            kwargs["document_representations"] = self._encode_document_tokens(
+                document_input_ids, document_input_mask, kwargs.get("document_representations"),
+                kwargs.get("document_attention_mask"))
         elif document_input_mask is not None:
             raise ValueError("`document_input_attention_mask` was given without `document_input_ids`.")
         return super().generate(*args, **kwargs)
+
+    def _encode_document_tokens(self, document_input_ids, document_input_attention_mask, document_representations,
+                                document_attention_mask):
+        """Raw document tokens (`document_input_ids` `(batch, n)` and their mask) encoded here by the document
+        encoder, for `forward` (with gradients: joint training, §3.3) and `generate` (once, before decoding). Encoded
+        inside the model and never leaving it, so no fingerprint is hashed (or checked).
+
+        Raises:
+            ValueError: `document_representations` given too, `document_attention_mask` given for the tokens (their
+                mask is `document_input_attention_mask`), or a mask of another shape than the tokens.
+            TypeError: tokens that are not integer ids.
+        """
+        if document_representations is not None:
+            raise ValueError("Pass `document_representations` or `document_input_ids`, not both.")
+        if document_attention_mask is not None:
+            raise ValueError("`document_attention_mask` is the mask of `document_representations`; the mask of "
+                             "`document_input_ids` is `document_input_attention_mask`.")
+        _check_text_inputs(document_input_ids, document_input_attention_mask, "document_input_ids",
+                           "document_input_attention_mask")
+        return self.document_encoder(document_input_ids, attention_mask=document_input_attention_mask,
+                                     with_fingerprint=False)
 
     def _check_fingerprint(self, document_representations):
         if isinstance(document_representations, ReadOnceDocumentEncoderOutput) and \
@@ -838,16 +853,8 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         for key in ("output_attentions", "output_hidden_states"):  # not returned: the fused layers do not record them
             kwargs.pop(key, None)
         if document_input_ids is not None:
-            if document_representations is not None:
-                raise ValueError("Pass `document_representations` or `document_input_ids`, not both.")
-            if document_attention_mask is not None:
-                raise ValueError("`document_attention_mask` is the mask of `document_representations`; the mask of "
-                                 "`document_input_ids` is `document_input_attention_mask`.")
-            _check_text_inputs(document_input_ids, document_input_attention_mask, "document_input_ids",
-                               "document_input_attention_mask")
-            # encoded here, with gradients, and never leaving the model: no fingerprint to hash (or check)
-            document_representations = self.document_encoder(
-                document_input_ids, attention_mask=document_input_attention_mask, with_fingerprint=False)
+            document_representations = self._encode_document_tokens(
+                document_input_ids, document_input_attention_mask, document_representations, document_attention_mask)
         self._check_fingerprint(document_representations)
         if labels is not None:
             use_cache = False
