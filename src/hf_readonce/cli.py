@@ -400,10 +400,7 @@ def _open_store(path: str, readonly: bool = False, create: bool = True, command:
                 + (", or pass --encode-missing" if command == "answer" else "")).format(path)
         raise CommandError(f"no store at {path} ({hint}).") from None
     except (ValueError, TypeError, PermissionError) as error:
-        message = str(error)
-        if not create and "is not a hf-readonce store" in message:  # the advice to pass an empty folder is encode's
-            message = f"--store {path} is not a hf-readonce store (it has no store.json); give the folder of a store."
-        raise CommandError(message) from None
+        raise CommandError(str(error)) from None
 
 
 def _remove_if_empty(store) -> None:

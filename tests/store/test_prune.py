@@ -162,6 +162,9 @@ def test_cli_prune(two_spaces, capsys):
     assert len(RepresentationStore(path)) == 1
     assert main(["prune", "--store", str(path / "missing"), "--space", old_key[:16]]) == 2
     assert "no store at" in capsys.readouterr().err
+    assert main(["prune", "--store", str(path / "shards"), "--space", old_key[:16]]) == 2  # not a store's folder
+    err = capsys.readouterr().err
+    assert "not a hf-readonce store" in err and "give the folder of a store" in err and "pass an empty" not in err
 
 
 def test_orphan_shards_of_a_pruned_space_go_too_so_repair_cannot_revive_it(two_spaces):

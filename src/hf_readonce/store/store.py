@@ -218,7 +218,7 @@ class RepresentationStore:
                         "which also checks every shard.")
                 raise ValueError(
                     f"store path {self.path} is a non-empty directory that is not a hf-readonce store (no store.json); "
-                    "pass an empty or new directory."
+                    + ("pass an empty or new directory." if create and not readonly else "give the folder of a store.")
                 )
             if not create or readonly:
                 raise StoreNotFoundError(f"no store at {self.path} (and `create=False` or `readonly=True`).")
