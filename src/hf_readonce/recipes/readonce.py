@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import time
 from dataclasses import dataclass, field
 
@@ -45,6 +44,7 @@ from ..tasks.question_answering import (
     load_qa_examples,
     read_jsonl,
 )
+from ..tasks.summarization import lead_baselines, lead_sentences, rouge_scores
 from ..tasks.trainers import TimeBudgetCallback, trained_model
 from ..weights import minilm_path
 
@@ -281,22 +281,14 @@ def evaluate(model, tokenizer, rows, args: ReadOnceArguments, store_lookup=None,
 def score_generations(task: str, predictions: list[str], rows: list[dict]) -> dict:
     """SQuAD EM/F1 (task "qa", against every target) or ROUGE-1/2/L F-measure (task "summarization", against the
     first target), in percent, with torchmetrics."""
-    from torchmetrics.text import ROUGEScore, SQuAD
+    from torchmetrics.text import SQuAD
 
     if task == "qa":
         scores = SQuAD()([{"prediction_text": p, "id": r["id"]} for p, r in zip(predictions, rows)],
                          [{"answers": {"text": r["targets"], "answer_start": [0] * len(r["targets"])}, "id": r["id"]}
                           for r in rows])
         return {"exact_match": round(float(scores["exact_match"]), 2), "f1": round(float(scores["f1"]), 2)}
-    scores = ROUGEScore(rouge_keys=("rouge1", "rouge2", "rougeL"))(predictions, [r["targets"][0] for r in rows])
-    return {key: round(100 * float(scores[f"{key}_fmeasure"]), 2) for key in ("rouge1", "rouge2", "rougeL")}
-
-
-def lead_sentences(document: str, n: int) -> str:
-    """The first `n` sentences of `document` (split after `.`, `?` or `!` followed by white space, or at line
-    breaks): the lead-n summarization baseline."""
-    sentences = [s.strip() for s in re.split(r"(?<=[.?!])\s+|\n+", document) if s.strip()]
-    return " ".join(sentences[:n])
+    return rouge_scores(predictions, [r["targets"][0] for r in rows])
 
 
 def trivial_generation_baselines(task: str, rows: list[dict]) -> dict:
@@ -308,8 +300,7 @@ def trivial_generation_baselines(task: str, rows: list[dict]) -> dict:
                       "first_sentence": first_sentence_predictions(examples)}
         return {name: score_generations(task, [preds[r["id"]] for r in rows], rows)
                 for name, preds in candidates.items()}
-    return {f"lead_{n}": score_generations(task, [lead_sentences(r["document"], n) for r in rows], rows)
-            for n in (1, 3)}
+    return lead_baselines([r["document"] for r in rows], [r["targets"][0] for r in rows])
 
 
 def run(args: ReadOnceArguments, training_args: Seq2SeqTrainingArguments) -> dict:
