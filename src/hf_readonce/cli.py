@@ -11,6 +11,10 @@ Subcommands:
   (block-attention Llama or Llama checkpoint) composes the stored KV caches of each row's passages (`context`, or a
   list in `contexts`) in front of `"\n\nQuestion: {question}\nAnswer:"` and generates the answer greedily
   (`hf_readonce.tasks.document_cache_qa`).
+- `summarize MODEL --store DIR --documents FILE.jsonl --output summaries.jsonl`: summaries generated from each
+  document's stored representations (families registered with `summarize=True`: their encoder never runs again);
+  prints ROUGE-1/2/L beside lead-1 and lead-3 when every document carries a reference summary
+  (`hf_readonce.tasks.summarization_store`).
 - `info --store DIR`: documents, size on disk, fingerprints and settings.
 - `verify --store DIR`: check every checksum, and every manifest field against its shard's own header; exits 1
   naming each corrupted shard, manifest (and field) and document. With
@@ -397,7 +401,7 @@ def _open_store(path: str, readonly: bool = False, create: bool = True, command:
         return RepresentationStore(path, readonly=readonly, create=create)
     except StoreNotFoundError:  # said in the CLI's words, with the command that makes one
         hint = ("run `hf-readonce encode MODEL --documents FILE.jsonl --store {0}` first"
-                + (", or pass --encode-missing" if command == "answer" else "")).format(path)
+                + (", or pass --encode-missing" if command in ("answer", "summarize") else "")).format(path)
         raise CommandError(f"no store at {path} ({hint}).") from None
     except (ValueError, TypeError, PermissionError) as error:
         raise CommandError(str(error)) from None
@@ -608,19 +612,30 @@ def _remove_empty_store(path: Path, top: Path) -> None:
         folder = folder.parent
 
 
+def _undoing_an_empty_store(run):
+    """`run(args)` (a command with `--encode-missing`), removing the store it created if it fails before storing
+    anything ([`_remove_empty_store`])."""
+
+    def command(args) -> int:
+        store_path = Path(args.store).expanduser().absolute()
+        created = [p for p in (store_path, *store_path.parents) if not p.exists()]  # what this run would create
+        try:
+            return run(args)
+        except BaseException:
+            if args.encode_missing and created:
+                _remove_empty_store(store_path, created[-1])
+            raise
+
+    return command
+
+
 def cmd_answer(args) -> int:
-    store_path = Path(args.store).expanduser().absolute()
-    created = [p for p in (store_path, *store_path.parents) if not p.exists()]  # what this run would create
-    try:
-        return _answer(args)
-    except BaseException:
-        if args.encode_missing and created:
-            _remove_empty_store(store_path, created[-1])
-        raise
+    return _undoing_an_empty_store(_answer)(args)
 
 
-def _write_predictions(output: Path, examples, predictions) -> None:
-    """Write `id, prediction_text` lines atomically (temporary file, rename).
+def _write_predictions(output: Path, examples, predictions, key: str = "prediction_text") -> None:
+    """Write `id, <key>` lines (`key`: `prediction_text` for answers, `summary_text` for summaries) atomically
+    (temporary file, rename).
 
     Raises:
         CommandError: one line naming the output and the OS error (disk full, a directory, no permission); the
@@ -630,14 +645,31 @@ def _write_predictions(output: Path, examples, predictions) -> None:
     try:
         with open(tmp, "w", encoding="utf-8") as handle:
             for example in examples:
-                handle.write(json.dumps({"id": example["id"], "prediction_text": predictions[example["id"]]},
+                handle.write(json.dumps({"id": example["id"], key: predictions[example["id"]]},
                                         ensure_ascii=False) + "\n")
         os.replace(tmp, output)
     except OSError as error:
-        raise CommandError(f"cannot write predictions to --output {output}: {error.strerror or error}.") from None
+        raise CommandError(f"cannot write {'summaries' if key == 'summary_text' else 'predictions'} to --output "
+                           f"{output}: {error.strerror or error}.") from None
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def _output_file(path: str) -> Path:
+    """`--output` as a `Path` whose folder exists (created if needed).
+
+    Raises:
+        CommandError: the path is a directory, or its folder cannot be created.
+    """
+    output = Path(path)
+    if output.is_dir():
+        raise CommandError(f"--output {output} is a directory; give the path of a file to write.")
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise CommandError(f"cannot create the folder of --output {output}: {error.strerror or error}.") from None
+    return output
 
 
 def _answer(args) -> int:
@@ -648,13 +680,7 @@ def _answer(args) -> int:
     questions = Path(args.questions)
     if not questions.is_file():
         raise CommandError(f"--questions {questions} is not a file.")
-    output = Path(args.output)
-    if output.is_dir():
-        raise CommandError(f"--output {output} is a directory; give the path of a file to write.")
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise CommandError(f"cannot create the folder of --output {output}: {error.strerror or error}.") from None
+    output = _output_file(args.output)
     args.model = _resolve_model(args.model)
     spec = _family_of(args.model)
     generative = spec is not None and spec.answer == "generative"
@@ -871,6 +897,138 @@ def _answer_generative(args, store, examples, output) -> int:
     return EXIT_OK
 
 
+# ---------------------------------------------------------------------------------------------------------- summarize
+def _summarizing_model_types() -> str:
+    from .tasks.summarization_store import summarizing_model_types
+
+    return ", ".join(summarizing_model_types())
+
+
+def _read_summarize_rows(path: Path, text_field: str, id_field: str) -> list[dict]:
+    """The rows of `summarize`'s `--documents`: `{"id", "document", "row"}` (`row`: the whole JSON object); bad
+    lines are reported on stderr and set aside.
+
+    Raises:
+        CommandError: duplicate ids (status 2); no usable document (status 1, naming the fields found).
+    """
+    from .tasks.jsonl import BadLine, iter_jsonl
+
+    _check_has_documents(path, text_field)
+    problems, rows, first_line, duplicates = [], [], {}, []
+    for number, row in iter_jsonl(path, problems):
+        text = row.get(text_field)
+        if not isinstance(text, str) or not text.strip():
+            problems.append(BadLine(number, f"missing or empty {text_field!r}"))
+            continue
+        doc_id = str(row[id_field]) if row.get(id_field) is not None else f"line {number}"
+        if doc_id in first_line:
+            duplicates.append((doc_id, first_line[doc_id], number))
+            continue
+        first_line[doc_id] = number
+        rows.append({"id": doc_id, "document": text, "row": row})
+    _report_bad_lines(problems, path)
+    if duplicates:  # one summary per id: a second document with the same id would overwrite the first's
+        from .store.keys import printable
+
+        listed = "; ".join(f"{printable(repr(i))} on lines {a} and {b}" for i, a, b in duplicates[:10])
+        more = f" (and {len(duplicates) - 10} more)" if len(duplicates) > 10 else ""
+        raise CommandError(f"{path}: duplicate document id(s) ({id_field!r}): {listed}{more}. Summaries are keyed by "
+                           "id: give each document its own id.")
+    return rows
+
+
+def _with_references(rows: list[dict], summary_field: str) -> list[str] | None:
+    """The reference summaries when every row carries one (a non-blank str in `summary_field`), else None (no ROUGE
+    printed; a note on stderr when only some rows carry one)."""
+    references = [row["row"].get(summary_field) for row in rows]
+    readable = [r for r in references if isinstance(r, str) and r.strip()]
+    if readable and len(readable) == len(rows):
+        return references
+    if any(summary_field in row["row"] for row in rows):
+        print(f"note: no ROUGE: {len(rows) - len(readable)} of {len(rows)} document(s) carry no reference summary "
+              f"(a non-empty string in {summary_field!r}).", file=sys.stderr)
+    return None
+
+
+def _summarize(args) -> int:
+    from .representations import get_adapter, get_adapter_class
+    from .store import MissingRepresentationError, RepresentationMismatchError
+    from .tasks.summarization_store import find_summarization_space, summarize_from_store
+
+    documents = Path(args.documents)
+    if not documents.is_file():
+        raise CommandError(f"--documents {documents} is not a file.")
+    output = _output_file(args.output)
+    args.model = _resolve_model(args.model)
+    spec = _family_of(args.model)
+    if spec is not None and not spec.summarize:
+        raise CommandError(f"model {args.model!r} ({', '.join(spec.model_types)}) does not generate summaries from "
+                           f"stored representations; `summarize` takes {_summarizing_model_types()} checkpoints.")
+    rows = _read_summarize_rows(documents, args.text_field, args.id_field)
+    store = _open_store(args.store, readonly=not args.encode_missing, create=args.encode_missing, command="summarize")
+    if args.encode_missing:
+        from .store import ReadOnlyStoreError
+
+        try:
+            store.check_writable()
+        except ReadOnlyStoreError as error:
+            raise CommandError(f"--encode-missing writes the missing documents into --store {args.store}, which "
+                               f"cannot be written ({error}); encode them with a writable copy of the store, or "
+                               "summarize without --encode-missing.") from None
+    device = _device(args.device)
+    model, tokenizer = load_qa_model(args.model, None, device, allow_readonce=True, compute_dtype=args.compute_dtype)
+    adapter_class = get_adapter_class(model.config.model_type)
+    given = {name: getattr(args, name, None) for name in _setting_names() if getattr(args, name, None) is not None}
+    foreign = ["--" + name.replace("_", "-") for name in given if name not in adapter_class.cli_settings]
+    if foreign:
+        raise CommandError(f"{', '.join(foreign)} do(es) not apply to {adapter_class.model_type} models; their "
+                           "options are "
+                           f"{', '.join(option for option, _, _ in adapter_class.cli_settings.values()) or 'none'}.")
+    if args.prompt is not None and getattr(adapter_class, "summary_prompt", None) is None:
+        raise CommandError(f"--prompt does not apply to {adapter_class.model_type} models: their summaries are "
+                           "generated from the document alone.")
+    generate = {"max_new_tokens": args.max_new_tokens, "num_beams": args.num_beams}
+    start = time.perf_counter()
+    try:
+        found = find_summarization_space(store, model, tokenizer, given)
+        summaries = summarize_from_store(model, tokenizer, store, [row["document"] for row in rows], settings=given,
+                                         prompt=args.prompt, batch_size=args.batch_size,
+                                         encode_missing=args.encode_missing, dtype=args.dtype,
+                                         progress=not args.no_progress, **generate)
+    except RepresentationMismatchError as error:
+        raise CommandError(_with_compute_dtype_hint(str(error), model, store, args.model, device,
+                                                    allow_readonce=True)) from None
+    except (MissingRepresentationError, ValueError, TypeError) as error:
+        raise CommandError(str(error)) from None
+    seconds = time.perf_counter() - start
+    _write_predictions(output, rows, {row["id"]: text for row, text in zip(rows, summaries)}, key="summary_text")
+    distinct = len({row["document"] for row in rows})
+    print(f"summarized {len(rows)} document(s) ({distinct} distinct) from stored representations in {seconds:.2f} s "
+          f"({len(rows) / max(seconds, 1e-9):.2f} documents/s); summaries written to {output}", flush=True)
+    from .dtypes import dtype_name
+
+    settings = found if found is not None else get_adapter(model, tokenizer, **given).settings()
+    shown = ", ".join(f"{name} {settings.get(name)}" for name in adapter_class.cli_settings)
+    prompt = args.prompt if args.prompt is not None else getattr(adapter_class, "summary_prompt", None)
+    print(f"settings: max_new_tokens {args.max_new_tokens}, num_beams {args.num_beams}"
+          + (f", prompt {prompt!r}" if prompt is not None else "")
+          + f"; representations of {shown or 'the default settings'}, computed in {dtype_name(model.dtype)}",
+          flush=True)
+    references = _with_references(rows, args.summary_field)
+    if references is not None:
+        from .tasks.summarization import format_rouge, lead_baselines, rouge_scores
+
+        texts = [row["document"] for row in rows]
+        print(format_rouge("model", rouge_scores(summaries, references)), flush=True)
+        for name, scores in lead_baselines(texts, references).items():
+            print(format_rouge(f"baseline: {name.replace('_', '-')}", scores), flush=True)
+    return EXIT_OK
+
+
+def cmd_summarize(args) -> int:
+    return _undoing_an_empty_store(_summarize)(args)
+
+
 # ---------------------------------------------------------------------------------------------------------- info/verify
 def _families_info() -> list[dict]:
     """What `hf-readonce info` (no `--store`) lists: per registered family, its model types, the checkpoint types it
@@ -887,7 +1045,8 @@ def _families_info() -> list[dict]:
             "checkpoint_model_types": list(spec.checkpoint_model_types),
             "auto_models": {head: [cls.__name__ for cls in classes] for head, classes in spec.auto_models.items()},
             "pipelines": {task: cls.__name__ for task, cls in spec.pipelines.items()},
-            "encode": adapter is not None, "answer": spec.answer, "verify_recompute": adapter is not None,
+            "encode": adapter is not None, "answer": spec.answer, "summarize": spec.summarize,
+            "verify_recompute": adapter is not None,
             "representation": getattr(adapter, "representation", None),
             "encode_options": {option: {"default": default, "help": text}
                                for option, default, text in (adapter.cli_settings.values() if adapter else ())},
@@ -907,7 +1066,7 @@ def cmd_info(args) -> int:
             pipelines = ", ".join(f"{task} ({cls})" for task, cls in row["pipelines"].items())
             print(f"    auto classes {', '.join(row['auto_models'])}; pipelines {pipelines or 'transformers own'}")
             commands = ["publish"] + (["encode", "verify --recompute"] if row["encode"] else []) + (
-                [f"answer ({row['answer']})"] if row["answer"] else [])
+                [f"answer ({row['answer']})"] if row["answer"] else []) + (["summarize"] if row["summarize"] else [])
             print(f"    commands: {', '.join(commands)}"
                   + (f"; stores {row['representation']}" if row["representation"] else ""))
             for option, about in row["encode_options"].items():
@@ -1218,8 +1377,8 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
     """The argparse parser of every subcommand except `demo` (which parses its own arguments). With
-    `family_options`, `encode` also takes the option of every setting a registered adapter declares in its
-    `cli_settings` that the fixed options do not cover (this loads the families)."""
+    `family_options`, `encode` and `summarize` also take the option of every setting a registered adapter declares
+    in its `cli_settings` that the fixed options do not cover (this loads the families)."""
     parser = _Parser(prog="hf-readonce", description="Read a document once, reuse it everywhere.",
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -1298,6 +1457,40 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
                              "before the question is read (selective recompute, CacheBlend), in [0, 1]; 0 (default): "
                              "the stored caches as they are, 1: the full prompt. The store is only read")
     answer.set_defaults(func=cmd_answer)
+
+    summarize = sub.add_parser("summarize", help="summarize a JSONL file's documents from their stored "
+                                                 "representations (ROUGE beside lead-3 when they carry reference "
+                                                 "summaries)")
+    summarize.add_argument("model", help="a checkpoint folder or Hub id of a family that summarizes from stored "
+                                         "representations (`hf-readonce info` lists them)")
+    summarize.add_argument("--store", required=True, help="store directory (`hf-readonce encode` fills it)")
+    summarize.add_argument("--documents", required=True, help="JSONL file, one document per line")
+    summarize.add_argument("--output", required=True, help="summaries JSONL (id, summary_text)")
+    summarize.add_argument("--text-field", default="document", help="field holding the text (default: document)")
+    summarize.add_argument("--id-field", default="id", help="field naming the document (default: id)")
+    summarize.add_argument("--summary-field", default="summary",
+                           help="field holding a reference summary: when every document has one, ROUGE-1/2/L is "
+                                "printed beside lead-1 and lead-3 (default: summary)")
+    summarize.add_argument("--prompt", default=None,
+                           help="families that read a prompt with the document: the prompt (default: the family's, "
+                                "e.g. 'summary')")
+    summarize.add_argument("--max-new-tokens", type=_positive_int, default=60,
+                           help="longest summary in tokens (default 60)")
+    summarize.add_argument("--num-beams", type=_positive_int, default=1, help="beam search width (default 1: greedy)")
+    summarize.add_argument("--batch-size", type=_positive_int, default=8, help="documents per generate() call "
+                                                                               "(default 8)")
+    summarize.add_argument("--max-document-length", type=int, default=None,
+                           help="the stored document length to read (default: the store's only one for the model)")
+    summarize.add_argument("--encode-missing", action="store_true",
+                           help="encode and store documents that are not stored (otherwise an error)")
+    summarize.add_argument("--dtype", type=_storage_dtype, default="float16", metavar="{fp16,bf16,fp32}",
+                           help="with --encode-missing: storage dtype (default fp16)")
+    summarize.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
+    summarize.add_argument("--compute-dtype", choices=COMPUTE_DTYPE_CHOICES, default="auto", help=compute_dtype_help)
+    summarize.add_argument("--no-progress", action="store_true", help="no progress bar (weight loading included)")
+    if family_options:
+        _family_options(summarize)
+    summarize.set_defaults(func=cmd_summarize)
 
     info = sub.add_parser("info", help="a store's documents, size on disk, fingerprints; without --store, the "
                                        "registered model families and what each command does with them")
@@ -1456,7 +1649,7 @@ def main(argv=None) -> int:
         parser = build_parser()
         args, unknown = parser.parse_known_args(argv)
         if unknown:  # perhaps the option of a family's own setting; otherwise argparse's usage error
-            parser = build_parser(family_options=args.command == "encode")
+            parser = build_parser(family_options=args.command in ("encode", "summarize"))
             args = parser.parse_args(argv)
         command = args.command
         restore = _disable_progress_bars() if getattr(args, "no_progress", False) else None

@@ -95,6 +95,8 @@ def good(**overrides) -> dict:
     ({"auto_class": "AutoModelForCausalLM"}, "auto_class", "is not a key of `auto_models`"),
     ({"cards": {}}, "cards", "no card text for model type(s) ['bad_toy']"),
     ({"answer": "extractive"}, "answer", "needs an `adapter`"),
+    ({"summarize": "yes"}, "summarize", "must be True or False"),
+    ({"summarize": True}, "summarize", "needs an `adapter` with a `generation_inputs(read)` method"),
     ({"exports": (None,)}, "exports[0]", "is missing"),
     ({"name": "deformer_bert"}, "name", "is already registered by hf_readonce.representations.deformer_bert"),
 ])

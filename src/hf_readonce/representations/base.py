@@ -325,10 +325,14 @@ class AdapterBase:
     - `recompute_needs_text` (`bool`): whether its stored tensors lack the tokens they were read from (then only the
       document's text can recompute them); otherwise it implements [`recompute_from_stored`];
     - [`output_log_probs`] and `output_distribution` (a description) when its model has an output distribution that
-      stored tensors feed (next-token, answer-span start/end, first decoder step).
+      stored tensors feed (next-token, answer-span start/end, first decoder step);
+    - `generation_inputs(read, prompt=None)` when its family is registered with `summarize=True`: the `generate()`
+      arguments of what [`read`] returns ([`hf_readonce.tasks.summarization_store.summarize_from_store`]), and
+      `summary_prompt`, the default text read with each document (`None`: the family takes no prompt).
     """
 
     recompute_needs_text: ClassVar[bool] = True
+    summary_prompt: ClassVar[str | None] = None
     output_distribution: ClassVar[str | None] = None
     # fixed probe text read with the stored states where the output distribution needs a question or a prompt
     probe_question: ClassVar[str] = "What is this document about?"

@@ -179,6 +179,25 @@ class LongDocBartAdapter(AdapterBase):
         return LongDocEncoderOutput(last_hidden_state=states, attention_mask=mask,
                                     model_fingerprint=self.fingerprint())
 
+    def generation_inputs(self, read: LongDocEncoderOutput, prompt: str | None = None) -> dict:
+        r"""The `generate()` arguments that summarize the documents of `read` from their stored encoder outputs
+        (the decoder cross-attends to them as to the encoder's own output, §2.3).
+
+        Args:
+            read ([`LongDocEncoderOutput`]): [`read`]'s output for n documents.
+            prompt: not used by this family (its summaries are conditioned on the document alone); must be `None`.
+
+        Returns:
+            `dict`: `encoder_outputs=read` and `attention_mask=read.attention_mask` `(n, max n tokens)`.
+
+        Raises:
+            ValueError: a `prompt` was given.
+        """
+        if prompt is not None:
+            raise ValueError("`prompt` does not apply to LongDoc BART: its summaries are generated from the document "
+                             "alone.")
+        return {"encoder_outputs": read, "attention_mask": read.attention_mask}
+
 
 __all__ = ["LongDocBartAdapter", "LongDocEncoderOutput"]
 
@@ -189,6 +208,7 @@ register_family(
     auto_class="AutoModelForSeq2SeqLM",
     pipelines={"summarization": LongDocSummarizationPipeline},
     adapter=LongDocBartAdapter,
+    summarize=True,
     exports=(LongDocBartPreTrainedModel,),
     cards={
         "longdoc_bart": CardText(

@@ -51,6 +51,7 @@ class ReadOnceBartAdapter(AdapterBase):
                               "stored as its own setting"),
     }
     recompute_needs_text = True  # only the representations are stored, not the tokens
+    summary_prompt = "summary"  # what hf-readonce's summarization training pairs with every article
     output_distribution = "first decoder step's token distribution for a fixed probe question"
 
     @classmethod
@@ -139,6 +140,35 @@ class ReadOnceBartAdapter(AdapterBase):
         return ReadOnceDocumentEncoderOutput(representations=representations, attention_mask=mask,
                                        compression_ratio=self.compression_ratio, model_fingerprint=self.fingerprint())
 
+    def generation_inputs(self, read: ReadOnceDocumentEncoderOutput, prompt: str | None = None) -> dict:
+        r"""The `generate()` arguments that summarize the documents of `read` from their stored representations: the
+        representation+text model reads a prompt with each document's vectors (§3.4), as
+        [`ReadOnceSummarizationPipeline`] does when it reads the documents itself.
+
+        Args:
+            read ([`ReadOnceDocumentEncoderOutput`]): [`read`]'s output for n documents (on the model's device).
+            prompt (`str`, *optional*): the text read with every document, at most 32 tokens, as the pipeline reads
+                it; defaults to `summary_prompt` (`"summary"`, what hf-readonce's summarization training pairs with
+                every article).
+
+        Returns:
+            `dict`: `input_ids` and `attention_mask` `(n, prompt tokens)` (the prompt, once per document) and
+            `document_representations=read`.
+
+        Raises:
+            TypeError: a `prompt` that is not a str. ValueError: an empty `prompt`.
+        """
+        prompt = self.summary_prompt if prompt is None else prompt
+        if not isinstance(prompt, str):
+            raise TypeError(f"`prompt` must be a str, got {type(prompt).__name__}.")
+        if not prompt.strip():
+            raise ValueError("`prompt` is empty: give the text read with each document (default \"summary\").")
+        rows = read.representations.shape[0]
+        batch = self.tokenizer([prompt] * rows, truncation=True, max_length=32, return_tensors="pt")
+        device = read.representations.device
+        return {"input_ids": batch.input_ids.to(device), "attention_mask": batch.attention_mask.to(device),
+                "document_representations": read}
+
 
 __all__ = ["ReadOnceBartAdapter"]
 
@@ -150,6 +180,7 @@ register_family(
     pipelines={"text2text-generation": ReadOnceText2TextGenerationPipeline,
                "summarization": ReadOnceSummarizationPipeline},
     adapter=ReadOnceBartAdapter,
+    summarize=True,
     exports=(ReadOnceDocumentEncoderOutput,),
     cards={
         "readonce_bart": CardText(

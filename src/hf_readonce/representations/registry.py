@@ -74,6 +74,10 @@ class FamilySpec:
             family loads (e.g. a plain `bert` teacher of a DeFormer).
         answer (`str`, *optional*): what `hf-readonce answer` does with the family's stored representations:
             `"extractive"` (spans), `"generative"` (generated answers), or `None` (not served).
+        summarize (`bool`, defaults to `False`): whether `hf-readonce summarize` (and
+            [`hf_readonce.tasks.summarization_store.summarize_from_store`]) generates summaries from the family's
+            stored representations; its adapter then provides `generation_inputs(read)`, the `generate()` arguments
+            of what `read` returns.
         exports (`tuple[type, ...]`): further names `hf_readonce` re-exports (output classes, ...), besides the
             configs and model classes.
         lazy_exports (`Mapping[str, str]`): name -> module of names `hf_readonce` re-exports on first access only
@@ -89,6 +93,7 @@ class FamilySpec:
     pipelines: Mapping = field(default_factory=dict)
     adapter: type | None = None
     answer: str | None = None
+    summarize: bool = False
     exports: tuple = ()
     lazy_exports: Mapping = field(default_factory=dict)
     module: str = ""
@@ -141,8 +146,8 @@ def _check_class(name, field_name: str, value, base: type, what: str) -> None:
 
 def register_family(*, name: str, configs: Sequence[type], auto_models: Mapping[str, type | Sequence[type]],
                     auto_class: str, cards: Mapping[str, CardText], pipelines: Mapping[str, type] | None = None,
-                    adapter: type | None = None, answer: str | None = None, exports: Sequence = (),
-                    lazy_exports: Mapping[str, str] | None = None) -> FamilySpec:
+                    adapter: type | None = None, answer: str | None = None, summarize: bool = False,
+                    exports: Sequence = (), lazy_exports: Mapping[str, str] | None = None) -> FamilySpec:
     r"""Declare a model family (call it on the last line of `hf_readonce/representations/<name>.py`), check it and
     register its configs and model classes with transformers' Auto classes (`AutoConfig.register`,
     `AutoModel*.register`).
@@ -169,6 +174,8 @@ def register_family(*, name: str, configs: Sequence[type], auto_models: Mapping[
         adapter (`type`, *optional*): the representation adapter class ([`RepresentationAdapter`]); its
             `model_type` must be one of the family's.
         answer (`str`, *optional*): `"extractive"` or `"generative"` (needs an adapter).
+        summarize (`bool`, defaults to `False`): `hf-readonce summarize` serves the family (needs an adapter with a
+            `generation_inputs` method).
         exports (`Sequence`), lazy_exports (`Mapping[str, str]`): see [`FamilySpec`].
 
     Returns:
@@ -178,7 +185,8 @@ def register_family(*, name: str, configs: Sequence[type], auto_models: Mapping[
         ValueError: naming the family and the field: a missing (None) or wrong class, a model type registered twice
             (in this family, by another family, or by transformers itself), a model class whose config is not the
             family's, an adapter for a model type the family does not have, a model type without card text, an
-            unknown Auto class or answer kind, or a family name already registered by another module.
+            unknown Auto class or answer kind, `summarize` that is not a bool or lacks an adapter with
+            `generation_inputs`, or a family name already registered by another module.
     """
     import transformers
     from transformers import PretrainedConfig, PreTrainedModel
@@ -274,6 +282,11 @@ def register_family(*, name: str, configs: Sequence[type], auto_models: Mapping[
             _fail(name, "answer", f"must be one of {ANSWER_KINDS} or None, got {answer!r}.")
         if adapter is None:
             _fail(name, "answer", "needs an `adapter`: answers are read from stored representations.")
+    if not isinstance(summarize, bool):
+        _fail(name, "summarize", f"must be True or False, got {summarize!r}.")
+    if summarize and not callable(getattr(adapter, "generation_inputs", None)):
+        _fail(name, "summarize", "needs an `adapter` with a `generation_inputs(read)` method: summaries are generated "
+                                 "from stored representations.")
     exports = tuple(exports)
     for i, obj in enumerate(exports):
         if obj is None or not hasattr(obj, "__name__"):
@@ -281,7 +294,7 @@ def register_family(*, name: str, configs: Sequence[type], auto_models: Mapping[
 
     spec = FamilySpec(name=name, configs=configs, auto_models=MappingProxyType(heads), auto_class=auto_class,
                       cards=MappingProxyType(dict(cards)), pipelines=MappingProxyType(pipelines), adapter=adapter,
-                      answer=answer, exports=exports, lazy_exports=MappingProxyType(dict(lazy_exports or {})),
+                      answer=answer, summarize=summarize, exports=exports, lazy_exports=MappingProxyType(dict(lazy_exports or {})),
                       module=module)
     for config in configs:
         transformers.AutoConfig.register(config.model_type, config, exist_ok=True)

@@ -1,0 +1,201 @@
+"""Summaries generated from a [`RepresentationStore`]: each document's stored representations (a family's encoder
+outputs, ReadOnce vectors, ...) feed `model.generate()`, so no document is read again however many summaries are
+asked of it (other lengths, beams, prompts, models sharing the encoder). Serves every registered family declared with
+`summarize=True`; what `hf-readonce summarize` runs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ..representations.base import current_fingerprint
+from ..representations.fill import fill_store
+from ..representations.registry import family_of, get_adapter, get_adapter_class, registered_families
+from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore, content_hash
+from ..store.maintenance import unindexed_note
+
+
+def summarizing_model_types() -> list[str]:
+    """The model types whose stored representations can be summarized (families registered with
+    `summarize=True`)."""
+    return [t for spec in registered_families().values() if spec.summarize for t in spec.model_types]
+
+
+def _adapter_class(model):
+    """The adapter class of a model whose family summarizes from stored representations.
+
+    Raises:
+        TypeError: `model` is not a transformers model. ValueError: its family does not summarize (naming the ones
+            that do).
+    """
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if model_type is None:
+        raise TypeError(f"`model` must be a transformers model, got {type(model).__name__}.")
+    try:
+        spec = family_of(model_type)
+    except ValueError:
+        spec = None
+    if spec is None or not spec.summarize or model_type not in spec.model_types:
+        raise ValueError(f"model type {model_type!r} does not generate summaries from stored representations; these "
+                         f"do: {', '.join(summarizing_model_types())}.")
+    return get_adapter_class(model_type)
+
+
+def find_summarization_space(store: RepresentationStore, model, tokenizer,
+                             settings: Mapping | None = None) -> dict | None:
+    """The settings of the only representation space in `store` that `model` (its current weights: fingerprint) and
+    `tokenizer` wrote, among those with the given `settings` (e.g. `{"max_document_length": 1024}`); the settings
+    the adapter does not take from the command line (format, tokenizer, compute dtype...) must equal the adapter's.
+
+    Args:
+        store ([`RepresentationStore`]), model, tokenizer: as [`summarize_from_store`].
+        settings (`Mapping`, *optional*): adapter settings to match (the family's `cli_settings` names); the others
+            are free.
+
+    Returns:
+        `dict` or `None`: the space's settings; `None` when the store holds nothing of this family for this tokenizer
+        (then the adapter's defaults apply, e.g. for `encode_missing`).
+
+    Raises:
+        RepresentationMismatchError: the store holds such representations only for other models (both fingerprints
+            named). ValueError: several spaces match (their settings named: pass one of them), or bad `settings`.
+    """
+    adapter_class = _adapter_class(model)
+    settings = dict(settings or {})
+    unknown = sorted(set(settings) - set(adapter_class.cli_settings))
+    if unknown:
+        raise ValueError(f"`settings` {unknown} are not settings of {adapter_class.model_type} representations; its "
+                         f"settings: {sorted(adapter_class.cli_settings) or 'none'}.")
+    probe = get_adapter(model, tokenizer, **settings)
+    fingerprint, wanted = current_fingerprint(probe), probe.settings()
+    fixed = {name: value for name, value in wanted.items() if name not in adapter_class.cli_settings or name in
+             settings}
+    store.refresh()
+    ours = [s for s in store.spaces() if all(s.settings.get(name) == value for name, value in fixed.items())]
+    matching = [s for s in ours if s.fingerprint == fingerprint]
+    if len(matching) == 1:
+        return dict(matching[0].settings)
+    if len(matching) > 1:
+        options = "; ".join(", ".join(f"{name}={s.settings.get(name)}" for name in adapter_class.cli_settings)
+                            for s in matching)
+        raise ValueError(f"store {store.path} holds this model's representations with several settings ({options}); "
+                         "pass the one to read (`settings=`, or the command's option of the same name).")
+    if ours:
+        stored = ", ".join(sorted({s.fingerprint[:16] + "..." for s in ours}))
+        raise RepresentationMismatchError(
+            f"store {store.path} holds {adapter_class.model_type} representations only for model fingerprint(s) "
+            f"{stored}, not for this model's {fingerprint[:16]}... (other weights or compute dtype): encode the "
+            "documents with this model first.")
+    return None
+
+
+def summarize_from_store(model, tokenizer, store: RepresentationStore, documents: Sequence[str], *,
+                         settings: Mapping | None = None, prompt: str | None = None, max_new_tokens: int = 60,
+                         num_beams: int = 1, batch_size: int = 8, encode_missing: bool = False,
+                         dtype: str = "float16", progress: bool = False, **generate_kwargs) -> list[str]:
+    """Summarize documents from their representations stored in `store`: only the decoder (and, for ReadOnce, the
+    representation+text model) runs; each distinct document is read from the store once.
+
+    The stored representations are read back with the family's adapter (`adapter.read`, in the model's dtype and on
+    its device) and turned into `generate()` arguments by `adapter.generation_inputs(read)`; greedy or beam search
+    (`do_sample=False` unless `generate_kwargs` say otherwise). With stored states equal to what the model computes
+    (an fp32 store, or a model computing in the storage dtype) the summaries equal those of the model reading the
+    documents itself (tested per family).
+
+    Args:
+        model: a model of a family registered with `summarize=True` ([`summarizing_model_types`]), the one that
+            encoded the store (same weights and compute dtype: its fingerprint).
+        tokenizer: its tokenizer.
+        store ([`RepresentationStore`]).
+        documents (`Sequence[str]`): the texts, as they were encoded (documents are keyed by content hash).
+        settings (`Mapping`, *optional*): the adapter settings to read (e.g. `{"max_document_length": 1024}`); by
+            default the store's only space of this model ([`find_summarization_space`]), or with `encode_missing`
+            and nothing stored yet, the adapter's defaults.
+        prompt (`str`, *optional*): the text read with each document, for families that take one (their adapter's
+            `summary_prompt` is the default); must be `None` for the others.
+        max_new_tokens (`int`, defaults to 60), num_beams (`int`, defaults to 1): as `generate()`.
+        batch_size (`int`, defaults to 8): documents per `generate()` call (and per read from the store).
+        encode_missing (`bool`, defaults to `False`): encode and store documents that are missing instead of raising.
+        dtype (`str`, defaults to `"float16"`): storage dtype for `encode_missing`.
+        progress (`bool`, defaults to `False`): a tqdm bar on stderr counting summarized documents.
+        **generate_kwargs: further `generate()` arguments (`length_penalty`, `no_repeat_ngram_size`, ...).
+
+    Returns:
+        `list[str]`: one summary per document, in order (special tokens removed, stripped).
+
+    Raises:
+        MissingRepresentationError / RepresentationMismatchError: documents not stored for this model and settings
+            (counted, the first named by its index) or stored only by another model (both fingerprints named).
+        TypeError: `documents` is a single str or holds a non-str; `model` is not a transformers model.
+        ValueError: no documents, an empty document (its index named), a model type that does not summarize from
+            stored representations, a count < 1 (`max_new_tokens`, `num_beams`, `batch_size`),
+            `num_return_sequences` other than 1, a `prompt` the family does not take, several stored spaces.
+    """
+    from ..representations.base import check_positive_ints
+
+    if isinstance(documents, (str, bytes)) or not isinstance(documents, Sequence):
+        raise TypeError(f"`documents` must be a list of str, got {type(documents).__name__}.")
+    if not documents:
+        raise ValueError("`documents` is empty: nothing to summarize.")
+    for i, text in enumerate(documents):
+        if not isinstance(text, str):
+            raise TypeError(f"`documents[{i}]` must be a str, got {type(text).__name__}.")
+        if not text.strip():
+            raise ValueError(f"`documents[{i}]` is empty: nothing to summarize.")
+    check_positive_ints({"max_new_tokens": max_new_tokens, "num_beams": num_beams, "batch_size": batch_size})
+    if generate_kwargs.get("num_return_sequences", 1) != 1:
+        raise ValueError("`num_return_sequences` must be 1: summarize_from_store returns one summary per document.")
+    adapter_class = _adapter_class(model)
+    if prompt is not None and getattr(adapter_class, "summary_prompt", None) is None:
+        raise ValueError(f"`prompt` does not apply to {adapter_class.model_type} models: their summaries are "
+                         "generated from the document alone.")
+    found = find_summarization_space(store, model, tokenizer, settings)
+    if found is None:
+        if not encode_missing:
+            raise MissingRepresentationError(
+                f"store {store.path} holds no {adapter_class.model_type} representations of this tokenizer"
+                + (f" with settings {dict(settings)}" if settings else "")
+                + "; encode the documents first (`hf-readonce encode`), or pass encode_missing=True "
+                "(`--encode-missing`)." + unindexed_note(store))
+        adapter_settings = dict(settings or {})
+    else:
+        adapter_settings = adapter_class.settings_kwargs(found)
+    adapter = get_adapter(model, tokenizer, **adapter_settings, batch_size=batch_size)
+    fingerprint, space_settings = current_fingerprint(adapter), adapter.settings()
+    if found is not None and space_settings != found:
+        raise RepresentationMismatchError(f"the {adapter_class.model_type} adapter rebuilt from the stored settings "
+                                          f"{found} has settings {space_settings}: the store was written by another "
+                                          "version of the adapter; encode the documents again.")
+    order: dict[str, int] = {}
+    for text in documents:
+        order.setdefault(text, len(order))
+    texts = list(order)
+    hashes = [content_hash(t) for t in texts]
+    missing = store.missing(fingerprint, space_settings, hashes)
+    if missing and encode_missing:
+        by_hash = dict(zip(hashes, texts))
+        fill_store(adapter, store, [(h[:16], by_hash[h]) for h in missing], dtype=dtype)
+    elif missing:
+        first = documents.index(texts[hashes.index(missing[0])])
+        raise MissingRepresentationError(
+            f"{len(missing)} of {len(hashes)} documents are not stored in {store.path} for this model and settings "
+            f"(first: document {first}); encode them first, or pass encode_missing=True (`--encode-missing`)."
+            + unindexed_note(store))
+    import torch
+    from tqdm.auto import tqdm
+
+    kwargs = {"max_new_tokens": max_new_tokens, "num_beams": num_beams, "do_sample": False, **generate_kwargs}
+    prompt_kwargs = {} if prompt is None else {"prompt": prompt}
+    summaries: list[str] = []
+    bar = tqdm(total=len(texts), desc="summarize", unit="doc", disable=not progress, dynamic_ncols=True)
+    with torch.no_grad():
+        for start in range(0, len(texts), batch_size):
+            stored = store.get_many(fingerprint, space_settings, hashes[start : start + batch_size])
+            read = adapter.read(stored, device=model.device, dtype=model.dtype)
+            sequences = model.generate(**adapter.generation_inputs(read, **prompt_kwargs), **kwargs)
+            summaries += [text.strip() for text in tokenizer.batch_decode(sequences, skip_special_tokens=True)]
+            bar.update(len(stored))
+    bar.close()
+    return [summaries[order[text]] for text in documents]
+
+
+__all__ = ["find_summarization_space", "summarize_from_store", "summarizing_model_types"]

@@ -1,0 +1,130 @@
+"""`hf-readonce summarize`: summaries of real XSum documents generated from their stored representations equal the
+model reading the documents itself, ROUGE is printed beside lead-1 and lead-3, and what cannot be served is refused
+in one line (exit 2) without touching the store."""
+
+import json
+
+import pytest
+
+from hf_readonce.cli import main as cli_main
+from hf_readonce.store import RepresentationStore
+from tests.conftest import DATA_DIR, write_jsonl
+from tests.tasks.test_summarization_store import longdoc, read_alone, readonce
+
+
+@pytest.fixture(scope="module")
+def xsum_rows():
+    path = DATA_DIR / "xsum" / "validation.jsonl"
+    if not path.is_file():
+        pytest.skip(f"real data not found under {DATA_DIR}")
+    return [json.loads(line) for line in path.open(encoding="utf-8")][:6]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory, tokenizer):
+    """Saved tiny LongDoc and ReadOnce checkpoints with the MiniLM tokenizer."""
+    out = {}
+    for name, build in (("longdoc", longdoc), ("readonce", readonce)):
+        path = tmp_path_factory.mktemp(name)
+        build(tokenizer).save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        out[name] = path
+    return out
+
+
+def _lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_summarize_from_the_store_with_rouge_beside_lead_3(tmp_path, folders, tokenizer, xsum_rows, capsys):
+    docs = write_jsonl(tmp_path / "xsum.jsonl", xsum_rows + [xsum_rows[0] | {"id": "again"}])
+    store, output = tmp_path / "store", tmp_path / "summaries.jsonl"
+    assert cli_main(["encode", str(folders["longdoc"]), "--documents", str(docs), "--store", str(store),
+                     "--text-field", "document", "--max-document-length", "64", "--dtype", "fp32",
+                     "--no-progress"]) == 0
+    capsys.readouterr()
+    assert cli_main(["summarize", str(folders["longdoc"]), "--store", str(store), "--documents", str(docs),
+                     "--output", str(output), "--max-new-tokens", "5", "--num-beams", "2", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    lines = _lines(output)
+    assert [line["id"] for line in lines] == [r["id"] for r in xsum_rows] + ["again"]
+    model = longdoc(tokenizer)
+    alone = read_alone(model, tokenizer, [r["document"] for r in xsum_rows], 64, max_new_tokens=5, num_beams=2,
+                       do_sample=False)
+    assert [line["summary_text"] for line in lines] == alone + alone[:1]
+    assert "summarized 7 document(s) (6 distinct)" in out and "max_document_length 64" in out
+    model_line = next(line for line in out.splitlines() if line.startswith("model "))
+    assert "ROUGE-1" in model_line and "ROUGE-L" in model_line
+    assert "baseline: lead-1" in out and "baseline: lead-3" in out
+
+
+def test_readonce_reads_the_k_asked_for_and_another_prompt(tmp_path, folders, xsum_rows, capsys):
+    docs = write_jsonl(tmp_path / "xsum.jsonl", xsum_rows[:3])
+    store, output = tmp_path / "store", tmp_path / "summaries.jsonl"
+    common = ["--store", str(store), "--documents", str(docs), "--no-progress"]
+    for k in ("4", "8"):
+        assert cli_main(["encode", str(folders["readonce"]), *common, "--text-field", "document",
+                         "--max-document-length", "64", "--compression-ratio", k]) == 0
+    capsys.readouterr()
+    summarize = ["summarize", str(folders["readonce"]), *common, "--output", str(output), "--max-new-tokens", "3"]
+    assert cli_main(summarize) == 2  # two k stored: which one is asked for
+    assert "compression_ratio=4" in capsys.readouterr().err
+    assert cli_main(summarize + ["--compression-ratio", "8", "--prompt", "title"]) == 0
+    out = capsys.readouterr().out
+    assert "compression_ratio 8" in out and "prompt 'title'" in out and len(_lines(output)) == 3
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--prompt", "title"], "--prompt does not apply to longdoc_bart"),
+    (["--compression-ratio", "2"], "--compression-ratio do(es) not apply to longdoc_bart"),
+    (["--max-document-length", "32"], "holds no longdoc_bart representations"),
+])
+def test_what_cannot_be_served_is_refused_in_one_line(tmp_path, folders, xsum_rows, capsys, extra, message):
+    docs = write_jsonl(tmp_path / "xsum.jsonl", xsum_rows[:2])
+    store = tmp_path / "store"
+    assert cli_main(["encode", str(folders["longdoc"]), "--documents", str(docs), "--store", str(store),
+                     "--text-field", "document", "--max-document-length", "64", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert cli_main(["summarize", str(folders["longdoc"]), "--store", str(store), "--documents", str(docs),
+                     "--output", str(tmp_path / "o.jsonl"), "--no-progress", *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and not (tmp_path / "o.jsonl").exists()
+    assert len(RepresentationStore(store)) == 2
+
+
+def test_missing_documents_no_store_and_other_families(tmp_path, folders, checkpoint, xsum_rows, capsys):
+    docs = write_jsonl(tmp_path / "xsum.jsonl", xsum_rows[:3])
+    base = ["summarize", str(folders["longdoc"]), "--documents", str(docs), "--no-progress", "--max-new-tokens", "2"]
+    output = tmp_path / "o.jsonl"
+    assert cli_main(base + ["--store", str(tmp_path / "nowhere"), "--output", str(output)]) == 2
+    assert "no store at" in capsys.readouterr().err and not (tmp_path / "nowhere").exists()
+    store = tmp_path / "store"
+    assert cli_main(["encode", str(folders["longdoc"]), "--documents", str(write_jsonl(tmp_path / "one.jsonl",
+                     xsum_rows[:1])), "--store", str(store), "--text-field", "document", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert cli_main(base + ["--store", str(store), "--output", str(output)]) == 2
+    assert "2 of 3 documents are not stored" in capsys.readouterr().err
+    assert cli_main(base + ["--store", str(store), "--output", str(output), "--encode-missing"]) == 0
+    assert len(RepresentationStore(store)) == 3 and len(_lines(output)) == 3
+    capsys.readouterr()
+    # a DeFormer store holds passage states: no summaries, the families that summarize are named
+    assert cli_main(["summarize", str(checkpoint), "--store", str(store), "--documents", str(docs), "--output",
+                     str(output), "--no-progress"]) == 2
+    assert "longdoc_bart, readonce_bart" in capsys.readouterr().err
+    # a failed --encode-missing into a new store leaves no store behind
+    assert cli_main(base + ["--store", str(tmp_path / "new"), "--output", str(output), "--encode-missing",
+                            "--prompt", "x"]) == 2
+    assert not (tmp_path / "new").exists()
+
+
+def test_documents_file_problems(tmp_path, folders, xsum_rows, capsys):
+    base = ["summarize", str(folders["longdoc"]), "--store", str(tmp_path / "s"), "--output",
+            str(tmp_path / "o.jsonl"), "--no-progress"]
+    wrong = write_jsonl(tmp_path / "wrong.jsonl", [{"id": "a", "context": "text"}])
+    assert cli_main(base + ["--documents", str(wrong)]) == 1
+    assert "--text-field 'document': no line" in capsys.readouterr().err
+    twice = write_jsonl(tmp_path / "twice.jsonl", xsum_rows[:2] + [xsum_rows[0]])
+    assert cli_main(base + ["--documents", str(twice)]) == 2
+    assert "duplicate document id" in capsys.readouterr().err
+    assert cli_main(base + ["--documents", str(tmp_path)]) == 2
+    assert "is not a file" in capsys.readouterr().err
