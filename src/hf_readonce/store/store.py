@@ -588,6 +588,20 @@ class RepresentationStore:
             meta: Mapping | None = None, dtype: str | torch.dtype = "float32", model_type: str | None = None) -> bool:
         """Store one document now (one shard). Prefer [`writer`] for many documents.
 
+        Args:
+            fingerprint (`str`), settings (`Mapping`): the representation space (as [`writer`]).
+            document_hash (`str`): the document's [`content_hash`].
+            tensors (`Mapping[str, torch.Tensor]`): its tensors; floating ones are cast to `dtype`.
+            meta (`Mapping`, *optional*): small JSON metadata (e.g. `{"id": ...}`).
+            dtype (`str` or `torch.dtype`, defaults to `"float32"`): storage dtype. Unlike [`writer`] and
+                `fill_store` (float16, half the bytes), one document put by hand is kept exactly by default; pass
+                `"float16"` to store it as they do.
+            model_type (`str`, *optional*): recorded with the space (what `info` shows).
+
+        Raises:
+            ReadOnlyStoreError: the store cannot be written. ValueError / TypeError: as [`writer`] and
+                [`StoreWriter.add`] (bad hash, tensor names or metadata, an fp16 overflow, non-tensors).
+
         Returns:
             `bool`: True if written, False if the document was already stored for this space (nothing changes).
         """
