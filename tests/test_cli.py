@@ -492,6 +492,47 @@ def test_help_says_what_the_commands_do(capsys):
     assert "--compute-dtype" in out and "reference-deformer" in out
 
 
+def test_a_hub_id_that_cannot_be_fetched_fails_at_once(tmp_path, qa_rows, capsys, monkeypatch):
+    """Neither a folder nor a shipped name: without a Hub connection (and not cached), the command stops in one line
+    at once instead of after huggingface_hub's retries (about 50 s offline); a misspelled shipped name is named
+    before any Hub lookup."""
+    import time as time_
+
+    from huggingface_hub import constants
+
+    import hf_readonce.cli as cli
+
+    docs = write_jsonl(tmp_path / "docs.jsonl", qa_rows[:1])
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    for variable in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy", "HTTP_PROXY", "http_proxy"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # discard port: nothing listens
+    assert cli._hub_unreachable(timeout=2) is not None
+    start = time_.perf_counter()
+    assert cli_main(["encode", "someone/summarizer", "--documents", str(docs), "--store", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err
+    assert time_.perf_counter() - start < 5
+    assert "the Hub cannot be reached from this machine (127.0.0.1:9" in err and "check the name" in err, err
+    assert not (tmp_path / "s").exists()
+    assert cli_main(["answer", "reference-deformr", "--store", str(tmp_path / "s"), "--questions", str(docs),
+                     "--output", str(tmp_path / "o.jsonl")]) == 2
+    assert "did you mean 'reference-deformer'?" in capsys.readouterr().err
+    # a reachable endpoint (a listening socket here) is left to transformers; so is a proxy, and the offline mode
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
+        assert cli._hub_unreachable(timeout=2) is None
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    assert cli._hub_unreachable(timeout=2) is None
+    monkeypatch.delenv("HTTPS_PROXY")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert cli._hub_unreachable(timeout=2) is None
+
+
 def test_a_mistyped_model_or_option_gets_one_line_in_the_cli_words(tmp_path, qa_rows, capsys):
     """A misspelled shipped name is named with the closest shipped one (not transformers' advice to check the
     internet connection); a folder of an unknown model type points to `hf-readonce info`; usage errors are one line;

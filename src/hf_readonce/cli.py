@@ -225,7 +225,52 @@ def _resolve_model(name: str) -> str:
     if local_looking:
         raise CommandError(f"model {name!r}: {path} does not exist (no such folder; shipped checkpoints: "
                            f"{', '.join(SHIPPED_NAMES)}).")
+    import difflib
+
+    close = difflib.get_close_matches(name, list(SHIPPED_NAMES), n=1, cutoff=0.8)
+    if close and "/" not in name:  # a misspelled shipped name, not a Hub id: say so now, not after the Hub's retries
+        raise CommandError(f"model {name!r} is no folder here and no shipped checkpoint: did you mean {close[0]!r}? "
+                           f"(shipped: {', '.join(SHIPPED_NAMES)}).")
+    unreachable = _hub_unreachable() if not _cached_on_this_machine(name) else None
+    if unreachable is not None:  # huggingface_hub would retry for about 25-50 s before saying the same
+        raise CommandError(f"model {name!r} is no folder here and no shipped checkpoint (shipped: "
+                           f"{', '.join(SHIPPED_NAMES)}), and the Hub cannot be reached from this machine "
+                           f"({unreachable}); check the name, or pass the folder of a downloaded checkpoint.")
     return name
+
+
+def _cached_on_this_machine(repo_id: str) -> bool:
+    """Whether the Hub cache of this machine holds `repo_id`'s `config.json` (transformers then loads it offline)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:  # an unreadable cache counts as no cache
+        return False
+
+
+def _hub_unreachable(timeout: float = 3.0) -> str | None:
+    """Why the Hub endpoint (`HF_ENDPOINT`, default https://huggingface.co) cannot be reached, in a few words, or
+    None when a TCP connection to it opens within `timeout` seconds, when `HF_HUB_OFFLINE` is set (transformers then
+    fails at once by itself) or when a proxy is configured (its reachability is not tested here)."""
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE or any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY",
+                                                                    "all_proxy", "HTTP_PROXY", "http_proxy")):
+        return None
+    endpoint = urlparse(constants.ENDPOINT)
+    host = endpoint.hostname or "huggingface.co"
+    port = endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except socket.gaierror:
+        return f"{host} does not resolve"
+    except OSError as error:
+        return f"{host}:{port}: {error.strerror or type(error).__name__}"
 
 
 def _config_error(name_or_path: str, error: Exception) -> str:
