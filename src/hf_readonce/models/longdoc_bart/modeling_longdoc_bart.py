@@ -25,6 +25,7 @@ import copy
 import hashlib
 import json
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import fields
 
@@ -553,6 +554,25 @@ class LongDocBartPreTrainedModel(BartPreTrainedModel):
     config: LongDocBartConfig
     _no_split_modules = [r"LongDocBartEncoderLayer", r"LongDocBartDecoderLayer"]
 
+    # Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert.DeformerBertPreTrainedModel.save_pretrained
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        r"""`PreTrainedModel.save_pretrained`, with every Auto class that a model class of this file is registered
+        for (`register_for_auto_class`) in the saved config's `auto_map`, not only the saved class's own (all that
+        transformers writes): the folder then loads through each of them (`AutoModel`, the task heads) with
+        `trust_remote_code=True`, also where hf-readonce is not installed. Entries the config already has are
+        kept; `auto_map` is not part of the representation fingerprint."""
+        module = sys.modules[__name__]
+        auto_map = dict(getattr(self.config, "auto_map", None) or {})
+        for name in getattr(module, "__all__", ()):
+            cls = getattr(module, name, None)
+            if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
+                head = cls.__dict__.get("_auto_class")
+                if head is not None:
+                    auto_map.setdefault(head, f"{__name__.rsplit('.', 1)[-1]}.{cls.__name__}")
+        if auto_map:
+            self.config.auto_map = auto_map
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
     def _init_weights(self, module):
         super()._init_weights(module)
         # On the (de)convolutions themselves, not on `LongDocConvolution`: transformers skips, for remote code, a
@@ -863,6 +883,7 @@ class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForCon
 
 
 LongDocBartConfig.register_for_auto_class()
+LongDocBartModel.register_for_auto_class("AutoModel")
 LongDocBartForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 
 __all__ = [

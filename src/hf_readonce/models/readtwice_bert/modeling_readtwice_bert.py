@@ -19,6 +19,7 @@ standard library and the configuration file next to it.
 import hashlib
 import json
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -542,6 +543,25 @@ class ReadTwiceBertPreTrainedModel(BertPreTrainedModel):
     supports_gradient_checkpointing = True
     _supports_flash_attn = False
     _supports_flex_attn = False
+
+    # Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert.DeformerBertPreTrainedModel.save_pretrained
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        r"""`PreTrainedModel.save_pretrained`, with every Auto class that a model class of this file is registered
+        for (`register_for_auto_class`) in the saved config's `auto_map`, not only the saved class's own (all that
+        transformers writes): the folder then loads through each of them (`AutoModel`, the task heads) with
+        `trust_remote_code=True`, also where hf-readonce is not installed. Entries the config already has are
+        kept; `auto_map` is not part of the representation fingerprint."""
+        module = sys.modules[__name__]
+        auto_map = dict(getattr(self.config, "auto_map", None) or {})
+        for name in getattr(module, "__all__", ()):
+            cls = getattr(module, name, None)
+            if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
+                head = cls.__dict__.get("_auto_class")
+                if head is not None:
+                    auto_map.setdefault(head, f"{__name__.rsplit('.', 1)[-1]}.{cls.__name__}")
+        if auto_map:
+            self.config.auto_map = auto_map
+        return super().save_pretrained(save_directory, *args, **kwargs)
 
     @torch.no_grad()
     def _init_weights(self, module):
