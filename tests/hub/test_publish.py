@@ -141,8 +141,10 @@ def test_store_exported_beside_the_folder_and_checked(published, store_dir, tmp_
     # mismatches name what differs
     with pytest.raises(RepresentationMismatchError, match="doc_stride 8 != 4"):
         check_store_format(copy, {**fmt, "settings": {**fmt["settings"], "doc_stride": 4}})
-    with pytest.raises(RepresentationMismatchError, match="fingerprint .* != "):
-        check_store_format(copy, {**fmt, "fingerprint": "0" * 64})
+    with pytest.raises(RepresentationMismatchError, match="fingerprint .* is none of the declared ones"):
+        check_store_format(copy, {**fmt, "fingerprint": "0" * 64, "fingerprints": {"float32": "1" * 64}})
+    with pytest.raises(TypeError, match="fingerprints"):
+        check_store_format(copy, {**fmt, "fingerprints": ["0" * 64]})
     with pytest.raises(RepresentationMismatchError, match="stores 'hidden_states' as float16; the checkpoint "
                                                           "declares float32"):
         check_store_format(copy, {**fmt, "dtype": "float32"})
@@ -320,3 +322,32 @@ def test_published_representations_are_read_by_the_published_model(tmp_path, tok
                                                               dtype=torch.float32)
     assert published.config.custom_pipelines  # (in this process transformers picks the registered class)
     assert published.representation_fingerprint() == computing.representation_fingerprint()
+
+
+def test_a_published_format_fits_stores_computed_on_a_cpu_or_on_cuda(tmp_path, tokenizer):
+    """Published without a store, a float16 checkpoint declares the fingerprints of both compute dtypes
+    `--compute-dtype auto` picks (float32 on a CPU, float16 on CUDA): stores encoded either way fit (it declared the
+    float16 one alone, so every store `hf-readonce encode` filled on a CPU was refused); another model's is refused
+    naming the compute dtypes declared."""
+    from hf_readonce import DeformerBertForQuestionAnswering
+    from hf_readonce.representations import DeformerBertAdapter, fill_store
+
+    source = tmp_path / "fp16"
+    model = tiny_model()
+    for name, value in SETTINGS.items():
+        setattr(model.config, name, value)
+    model.half().save_pretrained(source)
+    tokenizer.save_pretrained(source)
+    fmt = publish(source, "someone/fp16", local_dir=tmp_path / "repo").representation_format
+    assert set(fmt["fingerprints"]) == {"float32", "float16"} and fmt["model_dtype"] == "float16"
+    assert load_representation_format(tmp_path / "repo")["fingerprints"] == fmt["fingerprints"]
+    for dtype in (torch.float32, torch.float16):
+        computing = DeformerBertForQuestionAnswering.from_pretrained(source, dtype=dtype).eval()
+        store = RepresentationStore(tmp_path / f"store-{dtype}")
+        fill_store(DeformerBertAdapter(computing, tokenizer, max_passage_length=24, doc_stride=8), store, CONTEXTS)
+        assert check_store_format(store, fmt).fingerprint == computing.representation_fingerprint()
+    other = RepresentationStore(tmp_path / "other")
+    fill_store(DeformerBertAdapter(tiny_model(seed=1), tokenizer, max_passage_length=24, doc_stride=8), other,
+               CONTEXTS)
+    with pytest.raises(RepresentationMismatchError, match=r"computed in float16\).*is none of the declared"):
+        check_store_format(other, fmt)

@@ -189,6 +189,28 @@ def _model_computing_like(store, model, model_dir: Path):
     return loaded[found] if found is not None else model
 
 
+def _fingerprints_per_compute_dtype(model_dir: Path, model, format_model, tokenizer, settings) -> dict[str, str]:
+    """Compute dtype -> representation fingerprint, for the dtypes `--compute-dtype auto` picks: float32 (on a CPU)
+    and the checkpoint's saved dtype (on CUDA), and `format_model`'s own. A store encoded with the checkpoint on either
+    device then fits the published format (it declared the saved dtype's alone, which no CPU store matched)."""
+    import transformers
+
+    from ..representations import family_of
+    from ..weights import load_quietly
+
+    def fingerprint(loaded) -> str:
+        return representation_format_for(loaded, tokenizer, settings=settings)["fingerprint"]
+
+    out = {str(format_model.dtype).removeprefix("torch."): fingerprint(format_model)}
+    auto_class = getattr(transformers, family_of(model.config.model_type).auto_class)
+    for dtype in ("float32", str(model.dtype).removeprefix("torch.")):
+        if dtype not in out:
+            loaded = model if str(model.dtype).removeprefix("torch.") == dtype else load_quietly(
+                auto_class.from_pretrained, model_dir, dtype=dtype).eval()
+            out[dtype] = fingerprint(loaded)
+    return out
+
+
 def _read_metrics_card(metrics, model, repo_id, representation_format, representations_repo, card):
     from ..representations import registered_cards
     from .cards import build_model_card, card_from_metrics_file
@@ -286,6 +308,9 @@ def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, s
     format_model = _model_computing_like(store_obj, model, model_dir) if store_obj is not None else model
     representation_format = representation_format_for(format_model, tokenizer, dtype=dtype or "float16",
                                                       settings=representation_settings)
+    if representation_format is not None:
+        representation_format["fingerprints"] = _fingerprints_per_compute_dtype(
+            model_dir, model, format_model, tokenizer, representation_settings)
     space = None
     if store_obj is not None:
         if representation_format is None:

@@ -13,7 +13,11 @@ A representation format is a JSON object:
 ```
 
 `fingerprint` + `settings` are the store's key of a representation space ([`space_key`]); `dtype` is the floating
-dtype the representations are stored in. This module, like the rest of `store/`, knows no model.
+dtype the representations are stored in. A model's representations also depend on the dtype it computes in (part of
+its fingerprint), so a format may add `"fingerprints": {"float32": "<64 hex>", "float16": "<64 hex>"}`, compute
+dtype -> fingerprint (`hf_readonce.hub.publish` declares float32, what a CPU computes in, and the checkpoint's saved
+dtype, what CUDA computes in, beside `model_dtype`, the compute dtype of `fingerprint`); a space with any declared
+fingerprint fits. This module, like the rest of `store/`, knows no model.
 """
 
 from __future__ import annotations
@@ -59,7 +63,21 @@ def validate_representation_format(representation_format: Mapping) -> dict:
     if representation_format["dtype"] not in _FLOATING:
         raise ValueError(f"`representation_format['dtype']` must be one of {_FLOATING}, got "
                          f"{representation_format['dtype']!r}.")
+    fingerprints = representation_format.get("fingerprints", {})
+    if not isinstance(fingerprints, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in fingerprints.items()):
+        raise TypeError("`representation_format['fingerprints']` must map compute dtype names to fingerprints.")
     return json.loads(json.dumps(dict(representation_format)))
+
+
+def declared_fingerprints(representation_format: Mapping) -> dict[str, str]:
+    """Fingerprint -> the compute dtype that makes it (`"?"` when the format does not say), over `fingerprint` and
+    every entry of `fingerprints`."""
+    fmt = representation_format
+    out = {fmt["fingerprint"]: fmt.get("model_dtype") or "?"}
+    for dtype, fingerprint in (fmt.get("fingerprints") or {}).items():
+        out.setdefault(fingerprint, dtype)
+    return out
 
 
 def load_representation_format(path: str | os.PathLike) -> dict:
@@ -106,10 +124,13 @@ def check_store_format(store, representation_format: Mapping, *, check_dtype: bo
         raise RepresentationMismatchError(
             f"the checkpoint declares store format {fmt.get('store_format', FORMAT_NAME)!r} version "
             f"{fmt['store_format_version']}; store {store.path} is {FORMAT_NAME!r} version {FORMAT_VERSION}.")
-    key = space_key(fmt["fingerprint"], fmt["settings"])
+    declared = declared_fingerprints(fmt)
     spaces = {space.key: space for space in store.spaces()}
+    key = next((space_key(fingerprint, fmt["settings"]) for fingerprint in declared
+                if space_key(fingerprint, fmt["settings"]) in spaces), space_key(fmt["fingerprint"], fmt["settings"]))
     if key not in spaces:
-        expected = f"fingerprint {fmt['fingerprint'][:16]}... settings {canonical_settings(fmt['settings'])}"
+        prints = " or ".join(f"{fingerprint[:16]}... (computed in {dtype})" for fingerprint, dtype in declared.items())
+        expected = f"fingerprint {prints}, settings {canonical_settings(fmt['settings'])}"
         same_type = [s for s in spaces.values() if s.model_type in (None, fmt["model_type"])]
         if not same_type:
             found = "; ".join(s.describe() for s in spaces.values()) or "no representation at all"
@@ -121,15 +142,16 @@ def check_store_format(store, representation_format: Mapping, *, check_dtype: bo
             differing = sorted(name for name in set(space.settings) | set(fmt["settings"])
                                if space.settings.get(name) != fmt["settings"].get(name))
             what = [f"{name} {space.settings.get(name)!r} != {fmt['settings'].get(name)!r}" for name in differing]
-            if space.fingerprint != fmt["fingerprint"]:
-                what.insert(0, f"fingerprint {space.fingerprint[:16]}... != {fmt['fingerprint'][:16]}... (other "
-                               "weights, or another fingerprint scheme)")
+            if space.fingerprint not in declared:
+                what.insert(0, f"fingerprint {space.fingerprint[:16]}... is none of the declared ones (other "
+                               "weights, another compute dtype than those declared, or another fingerprint scheme)")
             details.append(f"space {space.key[:12]}: " + ", ".join(what))
         raise RepresentationMismatchError(
             f"store {store.path} holds no representations of the checkpoint's format ({expected}): "
             + "; ".join(details) + ". Re-encode the documents with this checkpoint (`hf-readonce encode`).")
     if check_dtype:
-        for entry in store.entries(fmt["fingerprint"], fmt["settings"]):
+        space = spaces[key]
+        for entry in store.entries(space.fingerprint, fmt["settings"]):
             for name, info in entry.tensors.items():
                 dtype = info.get("dtype")
                 if dtype in _FLOATING and dtype != fmt["dtype"]:
@@ -140,4 +162,5 @@ def check_store_format(store, representation_format: Mapping, *, check_dtype: bo
 
 
 __all__ = ["REPRESENTATION_FORMAT_FILE", "REPRESENTATION_FORMAT_NAME", "REPRESENTATION_FORMAT_VERSION",
-           "check_store_format", "load_representation_format", "validate_representation_format"]
+           "check_store_format", "declared_fingerprints", "load_representation_format",
+           "validate_representation_format"]
