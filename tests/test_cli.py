@@ -671,3 +671,70 @@ def test_repair_names_the_space_of_another_model_it_cannot_recompute(tmp_path, c
     store = RepresentationStore(store_dir)
     assert len(list(store.entries(other.fingerprint(), other.settings()))) == 3 - int(found.group(1))
     assert len(store) == 3 + 3 - int(found.group(1)) and store.verify().ok  # its own space recomputed in full
+
+
+def test_frictions_a_newcomer_met(tmp_path, qa_rows, capsys):
+    """`answer --encode-missing` on a new store with a checkpoint that records no window takes encode's window; one
+    of `--max-passage-length` / `--doc-stride` alone is completed from the store; a store whose index lost its
+    manifest is not called empty; `encode --dtype` over documents stored in another dtype says it keeps them; a
+    device the machine lacks creates no store; the Hub ids `checkpoints` prints name the local copies; --version."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from hf_readonce import DeformerBertConfig, DeformerBertForQuestionAnswering
+    from hf_readonce.weights import REFERENCE_DEFORMER, minilm_path
+
+    docs = write_jsonl(tmp_path / "docs.jsonl", qa_rows[:6])
+    questions = write_jsonl(tmp_path / "q.jsonl", qa_rows[:6])
+    output = tmp_path / "p.jsonl"
+    torch.manual_seed(0)  # a checkpoint that records no window, with room for encode's default one (256)
+    checkpoint = tmp_path / "model"
+    DeformerBertForQuestionAnswering(DeformerBertConfig(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=4, num_attention_heads=4, intermediate_size=37,
+        max_position_embeddings=320, num_decomposed_layers=2)).save_pretrained(checkpoint)
+    AutoTokenizer.from_pretrained(minilm_path()).save_pretrained(checkpoint)
+    new = tmp_path / "new"
+    assert cli_main(["answer", str(checkpoint), "--store", str(new), "--questions", str(questions), "--output",
+                     str(output), "--encode-missing", "--no-progress"]) == 0
+    assert "window 256 / stride 64" in capsys.readouterr().out
+    space = RepresentationStore(new).spaces()[0]
+    assert (space.settings["max_passage_length"], space.settings["doc_stride"]) == (256, 64)
+    assert cli_main(["encode", str(checkpoint), "--store", str(new), "--documents", str(docs), "--no-progress",
+                     "--max-passage-length", "64", "--doc-stride", "16"]) == 0
+    capsys.readouterr()
+    for given in (["--max-passage-length", "64"], ["--doc-stride", "16"]):
+        assert cli_main(["answer", str(checkpoint), "--store", str(new), "--questions", str(questions), "--output",
+                         str(output), "--no-progress", *given]) == 0
+        assert "window 64 / stride 16" in capsys.readouterr().out
+    assert cli_main(["answer", str(checkpoint), "--store", str(new), "--questions", str(questions), "--output",
+                     str(output), "--no-progress", "--max-passage-length", "99"]) == 2
+    assert "max_passage_length 99" in capsys.readouterr().err
+    # a lost manifest: the shard is still there, the message says so instead of "it is empty"
+    damaged = tmp_path / "damaged"
+    assert cli_main(["encode", str(checkpoint), "--store", str(damaged), "--documents", str(docs),
+                     "--no-progress"]) == 0
+    for manifest in (damaged / "index").glob("*.json"):
+        manifest.write_text('{"garbage": 1}')
+    capsys.readouterr()
+    assert cli_main(["answer", str(checkpoint), "--store", str(damaged), "--questions", str(questions), "--output",
+                     str(output), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "it is empty" not in err and "its index does not list" in err and "--repair" in err, err
+    # --dtype over documents stored in another dtype
+    assert cli_main(["encode", str(checkpoint), "--store", str(new), "--documents", str(docs), "--no-progress",
+                     "--max-passage-length", "64", "--doc-stride", "16", "--dtype", "fp32"]) == 0
+    assert "already stored as float16 and are kept as they are" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert cli_main(["encode", str(checkpoint), "--store", str(tmp_path / "gpu"), "--documents", str(docs),
+                         "--device", "cuda", "--no-progress"]) == 2
+        assert "no cuda device" in capsys.readouterr().err and not (tmp_path / "gpu").exists()
+    # a plain BERT read as a family's model it was not trained as is said to be one (it answered below always-empty)
+    assert cli_main(["encode", "reference-qa", "--store", str(tmp_path / "qa"), "--documents", str(docs),
+                     "--no-progress"]) == 0
+    assert "is a plain bert checkpoint, read here as a deformer_bert model" in capsys.readouterr().err
+    from hf_readonce.cli import _resolve_model
+
+    assert _resolve_model(REFERENCE_DEFORMER.repo_id) == _resolve_model("reference-deformer")
+    with pytest.raises(SystemExit) as stop:
+        cli_main(["--version"])
+    assert stop.value.code == 0 and capsys.readouterr().out.startswith("hf-readonce ")

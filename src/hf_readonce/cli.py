@@ -69,6 +69,16 @@ class CommandError(Exception):
         self.status = status
 
 
+def _installed_version() -> str:
+    """The installed distribution's version (without importing the package's heavy modules), else the source's."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hf-readonce")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def _human_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
@@ -364,6 +374,14 @@ def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, d
         raise CommandError(f"cannot load the weights of model {name_or_path!r}: {_one_line(error)}. The folder needs "
                            "config.json and complete weights (model.safetensors), as `save_pretrained` writes "
                            "them; copy or download them again.") from None
+    if config.model_type not in spec.model_types:  # e.g. a plain BERT read as a family's model it was not trained as
+        title = getattr(spec.cards.get(adapter_class.model_type), "title", adapter_class.model_type)
+        split = getattr(model.config, "num_decomposed_layers", None)
+        print(f"hf-readonce: note: {name_or_path} is a plain {config.model_type} checkpoint, read here as a "
+              f"{adapter_class.model_type} model ({title}"
+              + (f", num_decomposed_layers {split}" if split is not None else "")
+              + f") without that family's training: its answers are not the {config.model_type} model's own and are "
+              "usually worse; train or distil it as the family's page says first.", file=sys.stderr)
     if any(key.startswith("qa_outputs") for key in info.get("missing_keys", [])):
         print(f"hf-readonce: note: {name_or_path} has no question-answering head; it was initialized at random "
               f"(seed {seed}), so answers are meaningless until the model is fine-tuned for QA.", file=sys.stderr)
@@ -496,6 +514,8 @@ def cmd_encode(args) -> int:
         raise CommandError(f"--shard-size-mb {args.shard_size_mb:g} is too large; shards of a few hundred MiB at "
                            "most are practical (default 64).")
     args.model = _resolve_model(args.model)
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        _device(args.device)  # a device this machine lacks is refused before a store is created
     if documents.is_file():  # (a FIFO is read once, by the encoder)
         _check_has_documents(documents, args.text_field)
     state = _distributed_state(args.device)
@@ -600,9 +620,18 @@ def cmd_encode(args) -> int:
         info = store.info()
         print(f"store {store.path}: {info['documents']} document(s), {info['shards']} shard(s), "
               f"{_human_bytes(info['bytes_on_disk'])}", flush=True)
+        from .store import space_key
+        from .store.shards import resolve_dtype
+
+        stored_as = info["spaces"].get(space_key(adapter.fingerprint(), adapter.settings()), {}).get("dtypes", [])
+        wanted = str(resolve_dtype(dtype)).removeprefix("torch.")
+        other = [d for d in stored_as if d != wanted]
+        if stats.already_stored and other:
+            print(f"hf-readonce encode: note: {stats.already_stored} document(s) were already stored as "
+                  f"{', '.join(other)} and are kept as they are; --dtype {args.dtype} applies to newly encoded ones "
+                  "(`hf-readonce prune --space KEY` and encoding again rewrites them)", file=sys.stderr)
         if (problems or stats.rejected) and args.strict:
             status = EXIT_PROBLEMS
-        from .store import space_key
 
         adapter_space = space_key(adapter.fingerprint(), adapter.settings())
         for space, hashes in sorted(dropped_by_space.items()):
@@ -804,14 +833,14 @@ def _answer(args) -> int:
         threshold = getattr(config, "null_score_diff_threshold", None) or 0.0
     start = time.perf_counter()
     window = (args.max_passage_length, args.doc_stride)
-    if window == (None, None):  # the window this model's states are stored with, found once and passed on
+    if None in window:  # the window this model's states are stored with (what was not given), found once
         from .tasks.question_answering_store import find_deformer_space
 
         try:
-            found = find_deformer_space(store, model, tokenizer)
+            found = find_deformer_space(store, model, tokenizer, max_passage_length=window[0], doc_stride=window[1])
             window = (found["max_passage_length"], found["doc_stride"])
         except (MissingRepresentationError, RepresentationMismatchError, ValueError):
-            pass  # answer_from_store says why (or, with --encode-missing, takes the checkpoint's recorded window)
+            pass  # answer_from_store says why (or, with --encode-missing, takes encode's window)
     try:
         predictions = answer_from_store(
             model, tokenizer, store, examples, max_passage_length=window[0], doc_stride=window[1],
@@ -828,11 +857,17 @@ def _answer(args) -> int:
     passages = len({e["context"] for e in examples})
     print(f"answered {len(examples)} question(s) over {passages} stored passage(s) in {seconds:.2f} s "
           f"({len(examples) / max(seconds, 1e-9):.1f} questions/s); predictions written to {output}", flush=True)
-    if window == (None, None):  # nothing of this model was stored: --encode-missing used the recorded window
-        window = (getattr(config, "max_passage_length", None), getattr(config, "doc_stride", None))
+    if None in window:  # nothing of this model was stored: --encode-missing used encode's window
+        from .tasks.question_answering_store import window_defaults
+
+        defaults = window_defaults(model)
+        window = (window[0] if window[0] is not None else defaults["max_passage_length"],
+                  window[1] if window[1] is not None else defaults["doc_stride"])
     from .dtypes import dtype_name
 
-    print(f"settings: max_question_length {max_question_length}, allow_no_answer {allow_no_answer}"
+    split = getattr(config, "num_decomposed_layers", None)
+    print("settings: " + ("" if split is None else f"num_decomposed_layers {split}, ")
+          + f"max_question_length {max_question_length}, allow_no_answer {allow_no_answer}"
           + (f", null_score_diff_threshold {threshold:.3f}" if allow_no_answer else "")
           + f"; passage states of window {window[0]} / stride {window[1]}, computed in {dtype_name(model.dtype)}",
           flush=True)
@@ -1144,7 +1179,9 @@ def cmd_info(args) -> int:
         print(f"    documents {space['documents']}, shards {space['shards']}, {_human_bytes(space['bytes'])}, "
               f"stored as {', '.join(space['dtypes'])}{written}")
     if info["orphans"]:
-        print(f"orphan shard files (from interrupted writes; `encode --repair` removes them): {len(info['orphans'])}")
+        print(f"orphan shard files (no manifest lists them: an interrupted write or a lost index; `verify` says which, "
+              f"and `encode --repair` re-indexes intact ones and moves the others to quarantine/): "
+              f"{len(info['orphans'])}")
     if info["bad_manifests"]:
         print(f"unreadable index files: {', '.join(info['bad_manifests'])} (run verify)")
     return EXIT_OK
@@ -1426,6 +1463,7 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
     in its `cli_settings` that the fixed options do not cover (this loads the families)."""
     parser = _Parser(prog="hf-readonce", description="Read a document once, reuse it everywhere.",
                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"hf-readonce {_installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("demo", help="the shipped DeFormer answers Disfl-QA validation from cached passage states: EM/F1 "
                                 "beside baselines, and the speed-up (--distill distils one here first; see "

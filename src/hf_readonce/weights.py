@@ -252,8 +252,9 @@ def resolve_reference_checkpoint(checkpoint: ReferenceCheckpoint | str, verify: 
 
 def shipped_checkpoint_path(name: str, verify: bool = True) -> Path | None:
     """The folder of a shipped checkpoint named `name` on the command line (`"reference-deformer"`,
-    `"reference-qa"`, or their folder names `"deformer-minilm-qa-reference"`, `"minilm-qa-reference"`), or `None`
-    when `name` is not one of them.
+    `"reference-qa"`, their folder names `"deformer-minilm-qa-reference"`, `"minilm-qa-reference"`, or their Hub repo
+    ids `"hf-readonce/deformer-minilm-qa-reference"`, ... as `hf-readonce checkpoints` prints them: the local copy
+    comes first), or `None` when `name` is not one of them.
 
     Raises:
         FileNotFoundError / ValueError: as [`resolve_reference_checkpoint`] (no copy found; a checksum differs).
@@ -262,6 +263,9 @@ def shipped_checkpoint_path(name: str, verify: bool = True) -> Path | None:
         return resolve_reference_checkpoint(SHIPPED_NAMES[name][0], verify=verify)
     if name in REFERENCE_CHECKPOINTS:
         return resolve_reference_checkpoint(REFERENCE_CHECKPOINTS[name], verify=verify)
+    by_repo = {checkpoint.repo_id: checkpoint for checkpoint in REFERENCE_CHECKPOINTS.values()}
+    if name in by_repo:
+        return resolve_reference_checkpoint(by_repo[name], verify=verify)
     return None
 
 

@@ -19,17 +19,23 @@ from .question_answering import (
 )
 
 
-def find_deformer_space(store: RepresentationStore, model, tokenizer) -> dict:
-    """The settings of the only DeFormer space in `store` made by this model (fingerprint) and tokenizer.
+def find_deformer_space(store: RepresentationStore, model, tokenizer, *, max_passage_length: int | None = None,
+                        doc_stride: int | None = None) -> dict:
+    """The settings of the only DeFormer space in `store` made by this model (fingerprint) and tokenizer, among those
+    with the given window length and stride (either may be given alone; the other is then the stored one).
 
     Raises:
         RepresentationMismatchError: if the store holds DeFormer states only for other fingerprints (names both).
-        MissingRepresentationError: if the store holds no DeFormer states.
+        MissingRepresentationError: if the store holds no DeFormer states (of these windows, when given); it says so
+            when the store holds shard files its index does not list (a damaged index), rather than "empty".
         ValueError: if several window settings are stored for this model (pass them explicitly).
     """
     fingerprint = current_fingerprint(model)  # the weights as they are now (also after a `.data` edit)
     store.refresh()
-    ours = [s for s in store.spaces() if DeformerBertAdapter.settings_match(s.settings, tokenizer)]
+    wanted = {name: value for name, value in (("max_passage_length", max_passage_length), ("doc_stride", doc_stride))
+              if value is not None}
+    ours = [s for s in store.spaces() if DeformerBertAdapter.settings_match(s.settings, tokenizer)
+            and all(s.settings.get(name) == value for name, value in wanted.items())]
     matching = [s for s in ours if s.fingerprint == fingerprint]
     if len(matching) == 1:
         return dict(matching[0].settings)
@@ -44,9 +50,22 @@ def find_deformer_space(store: RepresentationStore, model, tokenizer) -> dict:
             f"store {store.path} holds DeFormer passage states only for model fingerprint(s) {stored}, not for this "
             f"model's {fingerprint[:16]}...: encode the documents with this model first.")
     held = sorted({s.model_type or "?" for s in store.spaces()})
+    note = unindexed_note(store)
+    windows = "".join(f" and {name} {value}" for name, value in wanted.items())
     raise MissingRepresentationError(
-        f"store {store.path} holds no DeFormer passage states for this tokenizer"
-        + (f"; it holds representations of {', '.join(held)} models only." if held else "; it is empty."))
+        f"store {store.path} holds no DeFormer passage states for this tokenizer{windows}"
+        + (f"; it holds representations of {', '.join(held)} models only." if held
+           else "; its index lists nothing." + note if note else "; it is empty."))
+
+
+def window_defaults(model) -> dict:
+    """The passage windows `hf-readonce encode` reads with for `model`: `max_passage_length` and `doc_stride` as its
+    config records them (the training windows), else [`DeformerBertAdapter`]'s defaults (256 / 64)."""
+    out = {}
+    for name, (_, default, _) in DeformerBertAdapter.cli_settings.items():
+        recorded = getattr(model.config, name, None)
+        out[name] = recorded if recorded is not None else default
+    return out
 
 
 def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Sequence[dict], *,
@@ -63,9 +82,10 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
         model ([`DeformerBertForQuestionAnswering`]), tokenizer: the model that encoded the store (or a copy).
         store ([`RepresentationStore`]).
         examples (`Sequence[dict]`): SQuAD-style rows with `id`, `question`, `context`.
-        max_passage_length, doc_stride (`int`, *optional*): window settings used at encode time; looked up in the
-            store when both are omitted ([`find_deformer_space`]), or, with `encode_missing` and nothing of this
-            model stored yet, taken from the checkpoint's config (`max_passage_length`, `doc_stride`).
+        max_passage_length, doc_stride (`int`, *optional*): window settings used at encode time; what is omitted is
+            looked up in the store ([`find_deformer_space`]), or, with `encode_missing` and nothing of this model
+            stored yet, taken as `hf-readonce encode` takes it ([`window_defaults`]: the checkpoint's recorded
+            windows, else 256 / 64).
         max_question_length, batch_size, n_best_size, max_answer_length, allow_no_answer,
             null_score_diff_threshold: as in [`hf_readonce.tasks.question_answering.postprocess_qa_predictions`]
             (`n_best` is the 0.1.0 name of `n_best_size`, still accepted).
@@ -104,19 +124,18 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
         for key in ("question", "context"):
             if not isinstance(example.get(key), str) or not example[key].strip():
                 raise ValueError(f"example {example.get('id', i)}: {key!r} is missing or empty.")
-    if (max_passage_length is None) != (doc_stride is None):
-        raise ValueError("pass both `max_passage_length` and `doc_stride` (`--max-passage-length`, `--doc-stride`), "
-                         "or neither (read from the store).")
-    if max_passage_length is None:
+    if max_passage_length is None or doc_stride is None:
         try:
-            found = find_deformer_space(store, model, tokenizer)
+            found = find_deformer_space(store, model, tokenizer, max_passage_length=max_passage_length,
+                                        doc_stride=doc_stride)
         except (MissingRepresentationError, RepresentationMismatchError):
-            # Nothing of this model stored yet: with encode_missing, window as the checkpoint records it was trained
-            # (`max_passage_length`/`doc_stride` in its config), as `hf-readonce encode` does by default.
-            recorded = [getattr(model.config, name, None) for name in ("max_passage_length", "doc_stride")]
-            if not encode_missing or None in recorded:
+            if not encode_missing:
                 raise
-            found = dict(zip(("max_passage_length", "doc_stride"), recorded))
+            # Nothing of this model stored yet: the window `hf-readonce encode` would take (what the checkpoint
+            # records it was trained with, else the adapter's defaults), the given one kept.
+            found = window_defaults(model)
+            found.update({name: value for name, value in (("max_passage_length", max_passage_length),
+                                                          ("doc_stride", doc_stride)) if value is not None})
         max_passage_length, doc_stride = found["max_passage_length"], found["doc_stride"]
     adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=max_passage_length, doc_stride=doc_stride,
                                    batch_size=batch_size)
@@ -177,4 +196,4 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
     return {str(e.get("id", i)): predictions[str(e.get("id", i))] for i, e in enumerate(examples)}
 
 
-__all__ = ["answer_from_store", "find_deformer_space"]
+__all__ = ["answer_from_store", "find_deformer_space", "window_defaults"]
