@@ -696,7 +696,7 @@ def test_frictions_a_newcomer_met(tmp_path, qa_rows, capsys):
     new = tmp_path / "new"
     assert cli_main(["answer", str(checkpoint), "--store", str(new), "--questions", str(questions), "--output",
                      str(output), "--encode-missing", "--no-progress"]) == 0
-    assert "window 256 / stride 64" in capsys.readouterr().out
+    assert "stored states of max_passage_length 256, doc_stride 64" in capsys.readouterr().out
     space = RepresentationStore(new).spaces()[0]
     assert (space.settings["max_passage_length"], space.settings["doc_stride"]) == (256, 64)
     assert cli_main(["encode", str(checkpoint), "--store", str(new), "--documents", str(docs), "--no-progress",
@@ -705,7 +705,7 @@ def test_frictions_a_newcomer_met(tmp_path, qa_rows, capsys):
     for given in (["--max-passage-length", "64"], ["--doc-stride", "16"]):
         assert cli_main(["answer", str(checkpoint), "--store", str(new), "--questions", str(questions), "--output",
                          str(output), "--no-progress", *given]) == 0
-        assert "window 64 / stride 16" in capsys.readouterr().out
+        assert "stored states of max_passage_length 64, doc_stride 16" in capsys.readouterr().out
     assert cli_main(["answer", str(checkpoint), "--store", str(new), "--questions", str(questions), "--output",
                      str(output), "--no-progress", "--max-passage-length", "99"]) == 2
     assert "max_passage_length 99" in capsys.readouterr().err

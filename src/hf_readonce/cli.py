@@ -7,7 +7,8 @@ Subcommands:
   recomputes it). Under `accelerate launch --num_processes N -m hf_readonce.cli encode ...` each process encodes
   its share of the documents (by content hash) into the same store.
 - `answer MODEL --store DIR --questions FILE.jsonl --output preds.jsonl`: answer from stored passage states; prints
-  EM/F1 beside the trivial baselines when the questions carry gold answers. DeFormer extracts spans; a causal LM
+  EM/F1 beside the trivial baselines when the questions carry gold answers. Extractive families extract spans with
+  the answering function their spec declares (`FamilySpec.answer_function`); a causal LM
   (block-attention Llama or Llama checkpoint) composes the stored KV caches of each row's passages (`context`, or a
   list in `contexts`) in front of `"\n\nQuestion: {question}\nAnswer:"` and generates the answer greedily
   (`hf_readonce.tasks.document_cache_qa`).
@@ -749,7 +750,6 @@ def _output_file(path: str) -> Path:
 def _answer(args) -> int:
     from .store import MissingRepresentationError, RepresentationMismatchError
     from .tasks.jsonl import BadLine, iter_jsonl
-    from .tasks.question_answering_store import answer_from_store
 
     questions = Path(args.questions)
     if not questions.is_file():
@@ -823,30 +823,43 @@ def _answer(args) -> int:
     model, tokenizer = load_qa_model(args.model, args.num_decomposed_layers, _device(args.device),
                                      compute_dtype=args.compute_dtype)
     config = model.config
+    from .representations import family_of
+    from .representations.registry import answer_function
+
+    try:
+        answer = answer_function(family_of(config.model_type))
+    except ValueError as error:
+        raise CommandError(str(error)) from None
+    accepted = inspect.signature(answer).parameters
+    # options only some extractive families take (a window, a no-answer decision): refused by name elsewhere
+    foreign = [option for option, name in (("--max-passage-length", "max_passage_length"),
+                                           ("--doc-stride", "doc_stride"),
+                                           ("--allow-no-answer", "allow_no_answer"),
+                                           ("--null-score-diff-threshold", "null_score_diff_threshold"))
+               if getattr(args, name, None) is not None and name not in accepted]
+    if foreign:
+        raise CommandError(f"{', '.join(foreign)} do(es) not apply to {config.model_type} models.")
     # Defaults: what the checkpoint was trained and evaluated with (recorded in its config), else the old defaults.
     max_question_length = args.max_question_length or getattr(config, "max_question_length", None) or 64
-    allow_no_answer = args.allow_no_answer
-    if allow_no_answer is None:
-        allow_no_answer = bool(getattr(config, "allow_no_answer", None))
-    threshold = args.null_score_diff_threshold
-    if threshold is None:
-        threshold = getattr(config, "null_score_diff_threshold", None) or 0.0
+    options = {"max_question_length": max_question_length, "batch_size": args.batch_size,
+               "n_best_size": args.n_best_size or 20, "max_answer_length": args.max_answer_length,
+               "encode_missing": args.encode_missing, "progress": not args.no_progress}
+    if "allow_no_answer" in accepted:
+        allow_no_answer = args.allow_no_answer
+        if allow_no_answer is None:
+            allow_no_answer = bool(getattr(config, "allow_no_answer", None))
+        threshold = args.null_score_diff_threshold
+        if threshold is None:
+            threshold = getattr(config, "null_score_diff_threshold", None) or 0.0
+        options.update(allow_no_answer=allow_no_answer, null_score_diff_threshold=threshold)
+    if "max_passage_length" in accepted:
+        options.update(max_passage_length=args.max_passage_length, doc_stride=args.doc_stride)
+    used: dict = {}
+    if "settings_used" in accepted:
+        options["settings_used"] = used
     start = time.perf_counter()
-    window = (args.max_passage_length, args.doc_stride)
-    if None in window:  # the window this model's states are stored with (what was not given), found once
-        from .tasks.question_answering_store import find_deformer_space
-
-        try:
-            found = find_deformer_space(store, model, tokenizer, max_passage_length=window[0], doc_stride=window[1])
-            window = (found["max_passage_length"], found["doc_stride"])
-        except (MissingRepresentationError, RepresentationMismatchError, ValueError):
-            pass  # answer_from_store says why (or, with --encode-missing, takes encode's window)
     try:
-        predictions = answer_from_store(
-            model, tokenizer, store, examples, max_passage_length=window[0], doc_stride=window[1],
-            max_question_length=max_question_length, batch_size=args.batch_size, n_best_size=args.n_best_size or 20,
-            max_answer_length=args.max_answer_length, allow_no_answer=allow_no_answer,
-            null_score_diff_threshold=threshold, encode_missing=args.encode_missing, progress=not args.no_progress)
+        predictions = answer(model, tokenizer, store, examples, **options)
     except RepresentationMismatchError as error:
         raise CommandError(_with_compute_dtype_hint(str(error), model, store, args.model, _device(args.device),
                                                     num_decomposed_layers=args.num_decomposed_layers)) from None
@@ -857,20 +870,16 @@ def _answer(args) -> int:
     passages = len({e["context"] for e in examples})
     print(f"answered {len(examples)} question(s) over {passages} stored passage(s) in {seconds:.2f} s "
           f"({len(examples) / max(seconds, 1e-9):.1f} questions/s); predictions written to {output}", flush=True)
-    if None in window:  # nothing of this model was stored: --encode-missing used encode's window
-        from .tasks.question_answering_store import window_defaults
-
-        defaults = window_defaults(model)
-        window = (window[0] if window[0] is not None else defaults["max_passage_length"],
-                  window[1] if window[1] is not None else defaults["doc_stride"])
     from .dtypes import dtype_name
 
     split = getattr(config, "num_decomposed_layers", None)
+    decision = (f", allow_no_answer {options['allow_no_answer']}"
+                + (f", null_score_diff_threshold {options['null_score_diff_threshold']:.3f}"
+                   if options["allow_no_answer"] else "")) if "allow_no_answer" in options else ""
+    read = ", ".join(f"{name} {value}" for name, value in used.items())
     print("settings: " + ("" if split is None else f"num_decomposed_layers {split}, ")
-          + f"max_question_length {max_question_length}, allow_no_answer {allow_no_answer}"
-          + (f", null_score_diff_threshold {threshold:.3f}" if allow_no_answer else "")
-          + f"; passage states of window {window[0]} / stride {window[1]}, computed in {dtype_name(model.dtype)}",
-          flush=True)
+          + f"max_question_length {max_question_length}{decision}; stored states"
+          + (f" of {read}" if read else "") + f", computed in {dtype_name(model.dtype)}", flush=True)
     scored = _with_gold_answers(examples)
     if scored is not None:
         from .tasks.question_answering import format_scores, score_qa, trivial_baselines

@@ -367,6 +367,7 @@ register_family(
     pipelines={"question-answering": DeformerQuestionAnsweringPipeline},
     adapter=DeformerBertAdapter,
     answer="extractive",
+    answer_function="hf_readonce.tasks.question_answering_store:answer_from_store",
     exports=(DeformerBertModelOutput, DeformerPassageOutput),
     lazy_exports={"DeformerDistillationTrainer": "hf_readonce.tasks.trainers"},
     cards={

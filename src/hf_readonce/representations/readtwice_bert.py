@@ -133,14 +133,15 @@ class ReadTwiceBertAdapter(AdapterBase):
             kwargs.setdefault("question_in_first_read", False)
             # ReadTwiceBertConfig keeps a BERT checkpoint's model_type ("bert"); the registry needs its own
             kwargs["model_type"] = cls.model_type
-        model = ReadTwiceBertForQuestionAnswering.from_pretrained(name_or_path, **kwargs)
+        loaded = ReadTwiceBertForQuestionAnswering.from_pretrained(name_or_path, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded  # (model, info) with output_loading_info=True
         if model.config.question_in_first_read:
             raise ValueError(
                 f"{name_or_path!r} reads the question in its first read (question_in_first_read=True): its first "
                 "read depends on the question and cannot be stored. Store documents with a model trained with "
                 "question_in_first_read=False."
             )
-        return model
+        return loaded
 
     @property
     def _encoder(self):
@@ -343,6 +344,8 @@ register_family(
                  "AutoModelForMaskedLM": ReadTwiceBertForMaskedLM},
     auto_class="AutoModelForQuestionAnswering",
     pipelines={"question-answering": ReadTwiceQuestionAnsweringPipeline},
+    answer="extractive",
+    answer_function="hf_readonce.tasks.readtwice_qa_store:answer_from_readtwice_store",
     adapter=ReadTwiceBertAdapter,
     exports=(ReadTwiceDocumentOutput,),
     cards={

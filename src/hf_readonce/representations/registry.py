@@ -13,8 +13,10 @@ The CLI, [`fill_store`] and the tasks find adapters here by `config.model_type` 
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import keyword
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -74,6 +76,11 @@ class FamilySpec:
             family loads (e.g. a plain `bert` teacher of a DeFormer).
         answer (`str`, *optional*): what `hf-readonce answer` does with the family's stored representations:
             `"extractive"` (spans), `"generative"` (generated answers), or `None` (not served).
+        answer_function (`str`, *optional*): for `answer="extractive"`, the function that answers from the stored
+            representations, as `"module:name"` (imported when a command needs it, so a family's task module may
+            import its adapter): `function(model, tokenizer, store, examples, **options) -> {id: answer}`, taking
+            `max_question_length`, `batch_size`, `n_best_size`, `max_answer_length`, `encode_missing` and `progress`,
+            and the family's own options (e.g. windows, a no-answer threshold) by the CLI's option names.
         summarize (`bool`, defaults to `False`): whether `hf-readonce summarize` (and
             [`hf_readonce.tasks.summarization_store.summarize_from_store`]) generates summaries from the family's
             stored representations; its adapter then provides `generation_inputs(read)`, the `generate()` arguments
@@ -93,6 +100,7 @@ class FamilySpec:
     pipelines: Mapping = field(default_factory=dict)
     adapter: type | None = None
     answer: str | None = None
+    answer_function: str | None = None
     summarize: bool = False
     exports: tuple = ()
     lazy_exports: Mapping = field(default_factory=dict)
@@ -146,7 +154,8 @@ def _check_class(name, field_name: str, value, base: type, what: str) -> None:
 
 def register_family(*, name: str, configs: Sequence[type], auto_models: Mapping[str, type | Sequence[type]],
                     auto_class: str, cards: Mapping[str, CardText], pipelines: Mapping[str, type] | None = None,
-                    adapter: type | None = None, answer: str | None = None, summarize: bool = False,
+                    adapter: type | None = None, answer: str | None = None, answer_function: str | None = None,
+                    summarize: bool = False,
                     exports: Sequence = (), lazy_exports: Mapping[str, str] | None = None) -> FamilySpec:
     r"""Declare a model family (call it on the last line of `hf_readonce/representations/<name>.py`), check it and
     register its configs and model classes with transformers' Auto classes (`AutoConfig.register`,
@@ -174,6 +183,8 @@ def register_family(*, name: str, configs: Sequence[type], auto_models: Mapping[
         adapter (`type`, *optional*): the representation adapter class ([`RepresentationAdapter`]); its
             `model_type` must be one of the family's.
         answer (`str`, *optional*): `"extractive"` or `"generative"` (needs an adapter).
+        answer_function (`str`, *optional*): `"module:name"` of the extractive answering function (required with
+            `answer="extractive"`; see [`FamilySpec`]).
         summarize (`bool`, defaults to `False`): `hf-readonce summarize` serves the family (needs an adapter with a
             `generation_inputs` method).
         exports (`Sequence`), lazy_exports (`Mapping[str, str]`): see [`FamilySpec`].
@@ -185,7 +196,8 @@ def register_family(*, name: str, configs: Sequence[type], auto_models: Mapping[
         ValueError: naming the family and the field: a missing (None) or wrong class, a model type registered twice
             (in this family, by another family, or by transformers itself), a model class whose config is not the
             family's, an adapter for a model type the family does not have, a model type without card text, an
-            unknown Auto class or answer kind, `summarize` that is not a bool or lacks an adapter with
+            unknown Auto class or answer kind, an extractive family without `answer_function` (or one that is not
+            `"module:name"`), `summarize` that is not a bool or lacks an adapter with
             `generation_inputs`, or a family name already registered by another module.
     """
     import transformers
@@ -282,6 +294,12 @@ def register_family(*, name: str, configs: Sequence[type], auto_models: Mapping[
             _fail(name, "answer", f"must be one of {ANSWER_KINDS} or None, got {answer!r}.")
         if adapter is None:
             _fail(name, "answer", "needs an `adapter`: answers are read from stored representations.")
+    if answer == "extractive" and not (isinstance(answer_function, str) and
+                                       re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", answer_function)):
+        _fail(name, "answer_function", f"must be 'module:function' (the extractive answering function), got "
+                                       f"{answer_function!r}.")
+    if answer_function is not None and answer != "extractive":
+        _fail(name, "answer_function", "applies to answer='extractive' only.")
     if not isinstance(summarize, bool):
         _fail(name, "summarize", f"must be True or False, got {summarize!r}.")
     if summarize and not callable(getattr(adapter, "generation_inputs", None)):
@@ -294,7 +312,7 @@ def register_family(*, name: str, configs: Sequence[type], auto_models: Mapping[
 
     spec = FamilySpec(name=name, configs=configs, auto_models=MappingProxyType(heads), auto_class=auto_class,
                       cards=MappingProxyType(dict(cards)), pipelines=MappingProxyType(pipelines), adapter=adapter,
-                      answer=answer, summarize=summarize, exports=exports, lazy_exports=MappingProxyType(dict(lazy_exports or {})),
+                      answer=answer, answer_function=answer_function, summarize=summarize, exports=exports, lazy_exports=MappingProxyType(dict(lazy_exports or {})),
                       module=module)
     for config in configs:
         transformers.AutoConfig.register(config.model_type, config, exist_ok=True)
@@ -326,6 +344,22 @@ def family_of(model_type: str | None) -> FamilySpec:
             return spec
     known = sorted(t for spec in _FAMILIES.values() for t in spec.model_types)
     raise ValueError(f"no hf-readonce family has model_type {model_type!r}; known: {known}.")
+
+
+def answer_function(spec: FamilySpec):
+    """The extractive answering function a family declares (`spec.answer_function`, `"module:name"`), imported.
+
+    Raises:
+        ValueError: the family declares none, or it cannot be imported (naming the family and the function).
+    """
+    if spec.answer_function is None:
+        raise ValueError(f"family {spec.name!r} declares no `answer_function`.")
+    module, _, attribute = spec.answer_function.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(f"family {spec.name!r}: `answer_function` {spec.answer_function!r} cannot be imported "
+                         f"({error}).") from None
 
 
 def registered_cards() -> dict[str, CardText]:
@@ -370,5 +404,5 @@ def get_adapter(model, tokenizer, **settings):
     return _ADAPTERS[model_type](model, tokenizer, **settings)
 
 
-__all__ = ["ANSWER_KINDS", "CardText", "FamilySpec", "family_of", "get_adapter", "get_adapter_class",
+__all__ = ["ANSWER_KINDS", "CardText", "FamilySpec", "answer_function", "family_of", "get_adapter", "get_adapter_class",
            "register_family", "registered_adapters", "registered_cards", "registered_families"]

@@ -74,7 +74,7 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
                       max_answer_length: int = 30, allow_no_answer: bool = False,
                       null_score_diff_threshold: float = 0.0, passages_per_chunk: int = 64,
                       encode_missing: bool = False, dtype: str = "float16", progress: bool = False,
-                      n_best: int | None = None) -> dict[str, str]:
+                      n_best: int | None = None, settings_used: dict | None = None) -> dict[str, str]:
     """Answer extractive questions with a DeFormer model from passage states stored in `store`: only the questions
     and the upper layers run; the passage windows, offsets and lower-layer states come from the store.
 
@@ -93,6 +93,8 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
         encode_missing (`bool`, defaults to `False`): encode and store passages that are missing instead of raising.
         dtype (`str`): storage dtype for `encode_missing`.
         progress (`bool`, defaults to `False`): a tqdm bar on stderr counting answered questions.
+        settings_used (`dict`, *optional*): filled with the window read (`max_passage_length`, `doc_stride`), e.g.
+            for a report of what was looked up in the store.
 
     Returns:
         `dict[str, str]`: example id -> answer text, in example order.
@@ -139,6 +141,8 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
         max_passage_length, doc_stride = found["max_passage_length"], found["doc_stride"]
     adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=max_passage_length, doc_stride=doc_stride,
                                    batch_size=batch_size)
+    if settings_used is not None:
+        settings_used.update(max_passage_length=max_passage_length, doc_stride=doc_stride)
     fingerprint, settings = current_fingerprint(adapter), adapter.settings()
     contexts: dict[str, int] = {}
     for example in examples:

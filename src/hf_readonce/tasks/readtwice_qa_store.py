@@ -1,0 +1,170 @@
+"""Extractive QA from a [`RepresentationStore`] with ReadTwice-BERT: each document's first read (BERT₁ states and
+memory table, stored by [`ReadTwiceBertAdapter`] in the read-once layout, `question_in_first_read=False`) is read
+from the store, and only the questions and the second read (BERT₂ with MemoryAttention, §2.1) run. What
+`hf-readonce answer` runs for ReadTwice checkpoints."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ..models.readtwice_bert.pipeline_readtwice_bert import segment_span_candidates
+from ..representations.base import check_positive_ints, current_fingerprint, pad_batch
+from ..representations.fill import fill_store
+from ..representations.readtwice_bert import ReadTwiceBertAdapter, capitalized_mentions
+from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore, content_hash
+from ..store.maintenance import unindexed_note
+from .question_answering import check_decoding_arguments
+
+DEFAULT_MAX_QUESTION_LENGTH = 64  # as the ReadTwice pipeline, for checkpoints that record none
+
+
+def _adapter(model, tokenizer, store: RepresentationStore, mention_fn, batch_size: int) -> ReadTwiceBertAdapter:
+    """The adapter that reads this model's stored first reads; for entity memories without `mention_fn`, the
+    package's `capitalized_mentions` when the store holds this model's first reads made with it."""
+    if model.config.memory_type == "entity" and mention_fn is None:
+        fingerprint = current_fingerprint(model.bert if hasattr(model, "bert") else model)
+        if any(s.fingerprint == fingerprint and s.settings.get("mentions") == "capitalized_mentions"
+               for s in store.spaces()):
+            mention_fn = capitalized_mentions
+    return ReadTwiceBertAdapter(model, tokenizer, mention_fn=mention_fn, batch_size=batch_size)
+
+
+def answer_from_readtwice_store(model, tokenizer, store: RepresentationStore, examples: Sequence[dict], *,
+                                max_question_length: int | None = None, batch_size: int = 8, n_best_size: int = 20,
+                                max_answer_length: int = 30, documents_per_chunk: int = 16,
+                                encode_missing: bool = False, dtype: str = "float16", mention_fn=None,
+                                progress: bool = False, settings_used: dict | None = None) -> dict[str, str]:
+    """Answer extractive questions with a read-once ReadTwice model from the first reads stored in `store`: only the
+    questions and the second read run. Each row pairs a question with a segment of its document; the answer is the
+    best span over all segments (App. C.1: "the most confident prediction amongst all the segments"), found by the
+    search of the ReadTwice pipeline (`segment_span_candidates`) and mapped to context characters through the stored
+    offsets; with a float32 store the answers equal the pipeline's reading the documents itself (tested).
+
+    Args:
+        model ([`ReadTwiceBertForQuestionAnswering`]): with `question_in_first_read=False`, the model that encoded
+            the store (or a copy: same fingerprint).
+        tokenizer: its fast tokenizer.
+        store ([`RepresentationStore`]).
+        examples (`Sequence[dict]`): SQuAD-style rows with `id`, `question`, `context`.
+        max_question_length (`int`, *optional*): question tokens, `[CLS]` and `[SEP]` included; defaults to the
+            checkpoint's `max_question_length`, else 64 (as the pipeline).
+        batch_size (`int`, defaults to 8): questions per model call (each call reads every segment of their
+            documents).
+        n_best_size (`int`, defaults to 20), max_answer_length (`int`, defaults to 30): the span search (start and end
+            candidates per segment; longest answer in tokens).
+        documents_per_chunk (`int`, defaults to 16): documents whose first reads are held in memory at once.
+        encode_missing (`bool`, defaults to `False`): encode and store documents that are missing instead of raising.
+        dtype (`str`, defaults to `"float16"`): storage dtype for `encode_missing`.
+        mention_fn (`Callable[[str], list[tuple[int, int]]]`, *optional*): the entity mention function of
+            `memory_type="entity"` checkpoints (default: `capitalized_mentions` when the store's first reads were
+            made with it).
+        progress (`bool`, defaults to `False`): a tqdm bar on stderr counting answered questions.
+        settings_used (`dict`, *optional*): filled with the stored segmentation read (`segment_length`,
+            `segment_overlap`, `memory_type`).
+
+    Returns:
+        `dict[str, str]`: example id -> answer text, in example order (`""` when a document has no context token).
+
+    Raises:
+        MissingRepresentationError / RepresentationMismatchError: documents not stored for this model (counted, the
+            first named by its question's id).
+        ValueError: the model reads the question in its first read (nothing document-only is stored); no examples;
+            an example without a non-empty `question`/`context`; two examples with one id; a count < 1; entity
+            memories without a mention function.
+        TypeError: `examples` is not a list of dicts; an argument of the wrong type (named).
+    """
+    if isinstance(examples, (str, bytes, dict)) or not hasattr(examples, "__iter__"):
+        raise TypeError(f"`examples` must be a list (or `datasets.Dataset`) of dicts, got {type(examples).__name__}.")
+    examples = list(examples)
+    if not examples:
+        raise ValueError("`examples` is empty: nothing to answer.")
+    for i, example in enumerate(examples):
+        if not isinstance(example, dict):
+            raise TypeError(f"example {i} must be a dict with `question` and `context`, got {type(example).__name__}.")
+        for key in ("question", "context"):
+            if not isinstance(example.get(key), str) or not example[key].strip():
+                raise ValueError(f"example {example.get('id', i)}: {key!r} is missing or empty.")
+    if max_question_length is None:
+        max_question_length = getattr(model.config, "max_question_length", None) or DEFAULT_MAX_QUESTION_LENGTH
+    check_positive_ints({"batch_size": batch_size, "documents_per_chunk": documents_per_chunk,
+                         "max_question_length": max_question_length})
+    check_decoding_arguments(n_best_size, max_answer_length, examples=examples)
+    adapter = _adapter(model, tokenizer, store, mention_fn, batch_size)
+    fingerprint, settings = current_fingerprint(adapter), adapter.settings()
+    if settings_used is not None:
+        settings_used.update({name: settings[name] for name in ("segment_length", "segment_overlap", "memory_type")})
+    contexts: dict[str, int] = {}
+    for example in examples:
+        contexts.setdefault(example["context"], len(contexts))
+    texts = list(contexts)
+    hashes = [content_hash(t) for t in texts]
+    missing = store.missing(fingerprint, settings, hashes)
+    if missing and encode_missing:
+        by_hash = dict(zip(hashes, texts))
+        fill_store(adapter, store, [(h[:16], by_hash[h]) for h in missing], dtype=dtype)
+    elif missing:
+        first = next(e for e in examples if content_hash(e["context"]) == missing[0])
+        try:
+            store.entry(fingerprint, settings, missing[0])
+        except (MissingRepresentationError, RepresentationMismatchError) as error:
+            raise type(error)(
+                f"{len(missing)} of {len(hashes)} documents are not stored in {store.path} for this model (first: the "
+                f"context of question id {first.get('id')!r}); encode them first, or pass --encode-missing "
+                f"(`encode_missing=True`) to encode and store them now. Details: {error}"
+                + unindexed_note(store)) from None
+    questions = [list(ids) for ids in tokenizer([e["question"].strip() for e in examples], truncation=True,
+                                                max_length=max_question_length)["input_ids"]]
+    by_context: dict[int, list[int]] = {}
+    for i, example in enumerate(examples):
+        by_context.setdefault(contexts[example["context"]], []).append(i)
+    pad = tokenizer.pad_token_id or 0
+    device = next(model.parameters()).device
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(examples), desc="answer", unit="question", disable=not progress, dynamic_ncols=True)
+    answers: dict[int, str] = {}
+    with torch.no_grad():
+        for chunk_start in range(0, len(texts), documents_per_chunk):
+            chunk = list(range(chunk_start, min(chunk_start + documents_per_chunk, len(texts))))
+            stored = store.get_many(fingerprint, settings, [hashes[c] for c in chunk])
+            read = adapter.read(stored, device=device, dtype=model.dtype)
+            first_segment, offsets = [], []  # per local document: its first row in `read`, per segment its offsets
+            row = 0
+            for tensors in stored:
+                first_segment.append(row)
+                lengths = tensors["attention_mask"].sum(dim=1).tolist()
+                spans = tensors["offsets"].tolist()
+                offsets.append([[tuple(o) if o[0] >= 0 else None for o in spans[s][:n]]
+                                for s, n in enumerate(lengths)])
+                row += len(lengths)
+            pending = [(local, i) for local, c in enumerate(chunk) for i in by_context[c]]
+            for begin in range(0, len(pending), batch_size):
+                batch = pending[begin : begin + batch_size]
+                ids = pad_batch([questions[i] for _, i in batch], pad).to(device)
+                mask = pad_batch([[1] * len(questions[i]) for _, i in batch], 0).to(device)
+                out = model(document_states=read, question_input_ids=ids, question_attention_mask=mask,
+                            question_token_type_ids=torch.zeros_like(ids),
+                            question_document_ids=torch.tensor([local for local, _ in batch], device=device))
+                start, end = out.start_logits.float().cpu(), out.end_logits.float().cpu()
+                shift = int(out.question_length or 0)
+                best: dict[int, tuple[float, str]] = {}
+                for r, (q, segment) in enumerate(zip(out.question_index.tolist(), out.segment_index.tolist())):
+                    local, i = batch[q]
+                    segment_offsets = offsets[local][segment - first_segment[local]]
+                    n = len(segment_offsets)
+                    context = examples[i]["context"]
+                    for score, char_start, char_end in segment_span_candidates(
+                            start[r, shift : shift + n], end[r, shift : shift + n], segment_offsets, n_best_size,
+                            max_answer_length):
+                        if score > best.get(i, (-float("inf"), ""))[0]:
+                            best[i] = (score, context[char_start:char_end])
+                for _, i in batch:
+                    answers[i] = best.get(i, (0.0, ""))[1]
+                bar.update(len(batch))
+    bar.close()
+    return {str(e.get("id", i)): answers[i] for i, e in enumerate(examples)}
+
+
+__all__ = ["answer_from_readtwice_store"]

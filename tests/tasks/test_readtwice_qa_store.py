@@ -1,0 +1,98 @@
+"""ReadTwice answers from stored first reads (`hf_readonce.tasks.readtwice_qa_store`) equal the ReadTwice pipeline
+reading the documents itself; several documents share one store read; missing, foreign and bad input is named."""
+
+import pytest
+
+from hf_readonce.models.readtwice_bert.pipeline_readtwice_bert import ReadTwiceQuestionAnsweringPipeline
+from hf_readonce.representations import ReadTwiceBertAdapter, fill_store
+from hf_readonce.store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore
+from hf_readonce.tasks.readtwice_qa_store import answer_from_readtwice_store
+from tests.hub.test_pipeline_deformer import CONTEXTS
+from tests.hub.test_pipeline_readtwice import DOCUMENT, MAX_QUESTION_LEN, QUESTIONS, tiny_readtwice
+
+OTHER = " ".join(reversed(CONTEXTS))
+
+
+def _examples():
+    rows = [{"id": f"a{i}", "question": q, "context": DOCUMENT} for i, q in enumerate(QUESTIONS)]
+    return rows + [{"id": f"b{i}", "question": q, "context": OTHER} for i, q in enumerate(QUESTIONS[:2])]
+
+
+@pytest.mark.parametrize("memory_type", ["sts", "entity"])
+def test_answers_from_the_store_equal_the_pipeline_reading_the_documents(tokenizer, tmp_path, memory_type):
+    model = tiny_readtwice(memory_type=memory_type)
+    mentions = {"mention_fn": ReadTwiceBertAdapter.settings_kwargs({"mentions": "capitalized_mentions"})[
+        "mention_fn"]} if memory_type == "entity" else {}
+    store = RepresentationStore(tmp_path / "store")
+    assert fill_store(ReadTwiceBertAdapter(model, tokenizer, **mentions), store, [DOCUMENT, OTHER],
+                      dtype="float32").encoded == 2
+    examples = _examples()
+    # two documents in one store read, questions of both in one batch; the mention function found from the store
+    answers = answer_from_readtwice_store(model, tokenizer, store, examples, max_question_length=MAX_QUESTION_LEN,
+                                          max_answer_length=15, batch_size=4, documents_per_chunk=2)
+    pipe = ReadTwiceQuestionAnsweringPipeline(model=model, tokenizer=tokenizer, max_question_len=MAX_QUESTION_LEN)
+    expected = {e["id"]: pipe(question=e["question"], context=e["context"], max_answer_len=15, **mentions)["answer"]
+                for e in examples}
+    assert answers == expected
+    assert any(answers.values())  # spans, not a vacuous agreement on empty answers
+
+
+def test_missing_foreign_and_bad_input(tokenizer, tmp_path):
+    model = tiny_readtwice()
+    store = RepresentationStore(tmp_path / "store")
+    with pytest.raises(MissingRepresentationError, match="1 of 1 documents are not stored.*question id 'a0'"):
+        answer_from_readtwice_store(model, tokenizer, store, _examples()[:1])
+    answers = answer_from_readtwice_store(model, tokenizer, store, _examples(), encode_missing=True)
+    assert len(store) == 2 and set(answers) == {e["id"] for e in _examples()}
+    with pytest.raises(RepresentationMismatchError):
+        answer_from_readtwice_store(tiny_readtwice(seed=1), tokenizer, store, _examples())
+    with pytest.raises(ValueError, match="question_in_first_read"):
+        answer_from_readtwice_store(tiny_readtwice(question_in_first_read=True), tokenizer, store, _examples())
+    with pytest.raises(ValueError, match="two examples have the id"):
+        answer_from_readtwice_store(model, tokenizer, store, _examples()[:1] * 2)
+    with pytest.raises(ValueError, match="n_best_size"):
+        answer_from_readtwice_store(model, tokenizer, store, _examples(), n_best_size=0)
+    with pytest.raises(ValueError, match="'question' is missing"):
+        answer_from_readtwice_store(model, tokenizer, store, [{"id": "x", "question": " ", "context": DOCUMENT}])
+    with pytest.raises(TypeError, match="examples"):
+        answer_from_readtwice_store(model, tokenizer, store, "What?")
+    assert len(store) == 2
+
+
+def test_entity_memories_need_the_mention_function_the_store_was_made_with(tokenizer, tmp_path):
+    model = tiny_readtwice(memory_type="entity")
+    store = RepresentationStore(tmp_path / "store")
+    with pytest.raises(ValueError, match="mention_fn"):  # nothing stored: no mention function to find
+        answer_from_readtwice_store(model, tokenizer, store, _examples(), encode_missing=True)
+    assert len(store) == 0
+
+
+def test_cli_encodes_and_answers_readtwice_stores(tokenizer, tmp_path, capsys):
+    """`hf-readonce encode` then `answer` on a read-once ReadTwice checkpoint: the CLI's answers are the API's, with
+    EM/F1 beside the baselines; window options of other families are refused by name."""
+    import json
+
+    from hf_readonce.cli import main as cli_main
+    from tests.conftest import write_jsonl
+
+    folder = tmp_path / "readtwice"
+    model = tiny_readtwice()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    examples = [{**e, "answers": {"text": [e["context"][:5]], "answer_start": [0]}} for e in _examples()]
+    questions = write_jsonl(tmp_path / "q.jsonl", examples)
+    store, output = tmp_path / "store", tmp_path / "p.jsonl"
+    assert cli_main(["encode", str(folder), "--documents", str(questions), "--store", str(store), "--dtype", "fp32",
+                     "--no-progress"]) == 0
+    capsys.readouterr()
+    assert cli_main(["answer", str(folder), "--store", str(store), "--questions", str(questions), "--output",
+                     str(output), "--max-question-length", str(MAX_QUESTION_LEN), "--max-answer-length", "15",
+                     "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    got = {row["id"]: row["prediction_text"] for row in map(json.loads, output.read_text().splitlines())}
+    assert got == answer_from_readtwice_store(model, tokenizer, RepresentationStore(store), _examples(),
+                                             max_question_length=MAX_QUESTION_LEN, max_answer_length=15)
+    assert "segment_length 24, segment_overlap 6, memory_type sts" in out and "baseline: first-span" in out
+    assert cli_main(["answer", str(folder), "--store", str(store), "--questions", str(questions), "--output",
+                     str(output), "--doc-stride", "8", "--no-progress"]) == 2
+    assert "--doc-stride do(es) not apply to readtwice_bert" in capsys.readouterr().err
