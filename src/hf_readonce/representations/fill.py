@@ -212,6 +212,56 @@ class StoreEncodeFunction:
                 "num_tokens": [int(e.meta.get("num_tokens", -1)) for e in entries]}
 
 
+def ensure_stored(adapter, store: RepresentationStore, texts: Sequence[str], *, encode_missing: bool = False,
+                  dtype: str = "float16", what: str = "documents",
+                  name_of: Callable[[str], str] | None = None) -> tuple[str, dict, dict[str, str]]:
+    """Make sure every text of `texts` is stored in `adapter`'s representation space of `store` (its fingerprint of
+    the weights as they are now, and its settings): those missing are encoded and stored ([`fill_store`]) with
+    `encode_missing`, otherwise the call fails naming how many are missing, the first one, and the way out. What the
+    tasks that read a store (answering, summarizing) run before reading it.
+
+    Args:
+        adapter: the family adapter (its model, tokenizer and settings).
+        store ([`RepresentationStore`]).
+        texts (`Sequence[str]`): the texts to find (duplicates allowed).
+        encode_missing (`bool`, defaults to `False`), dtype (`str`, defaults to `"float16"`): encode what is missing,
+            stored in `dtype`.
+        what (`str`, defaults to `"documents"`): what the texts are, for the message (e.g. `"passages"`).
+        name_of (`Callable[[str], str]`, *optional*): names the first missing text in the message (e.g. `"the passage
+            of question id 'q7'"`); defaults to its index.
+
+    Returns:
+        `(fingerprint, settings, hashes)`: the space read, and text -> [`content_hash`].
+
+    Raises:
+        MissingRepresentationError / RepresentationMismatchError: texts not stored for this space (counted, the first
+            named; the latter when the store holds them for other models or settings, both named), with a note when
+            the store holds shard files its index does not list.
+    """
+    from ..store import MissingRepresentationError, RepresentationMismatchError
+    from ..store.maintenance import unindexed_note
+
+    fingerprint, settings = current_fingerprint(adapter), adapter.settings()
+    hashes = {text: content_hash(text) for text in texts}
+    missing = store.missing(fingerprint, settings, list(hashes.values()))
+    if missing and encode_missing:
+        by_hash = {h: text for text, h in hashes.items()}
+        fill_store(adapter, store, [(h[:16], by_hash[h]) for h in missing], dtype=dtype)
+    elif missing:
+        first = next(text for text, h in hashes.items() if h == missing[0])
+        name = name_of(first) if name_of is not None else f"number {list(hashes).index(first)}"
+        try:
+            store.entry(fingerprint, settings, missing[0])
+            error_type, details = MissingRepresentationError, "stored meanwhile by another process; run again"
+        except (MissingRepresentationError, RepresentationMismatchError) as error:
+            error_type, details = type(error), str(error)
+        raise error_type(
+            f"{len(missing)} of {len(hashes)} {what} are not stored in {store.path} for this model and settings "
+            f"(first: {name}); encode them first, or pass --encode-missing (`encode_missing=True`) to encode and "
+            f"store them now. Details: {details}" + unindexed_note(store))
+    return fingerprint, settings, hashes
+
+
 def make_encode_function(adapter, store: RepresentationStore, text_column: str = "context",
                          id_column: str | None = None, dtype: str = "float16") -> StoreEncodeFunction:
     """A [`StoreEncodeFunction`] for `Dataset.map(..., batched=True)`.
@@ -227,4 +277,4 @@ def make_encode_function(adapter, store: RepresentationStore, text_column: str =
     return StoreEncodeFunction(adapter, store, text_column=text_column, id_column=id_column, dtype=dtype)
 
 
-__all__ = ["EncodeStats", "StoreEncodeFunction", "fill_store", "make_encode_function"]
+__all__ = ["EncodeStats", "StoreEncodeFunction", "ensure_stored", "fill_store", "make_encode_function"]

@@ -28,9 +28,8 @@ import torch
 from ..models.block_attention_llama.modeling_block_attention_llama import check_recompute_ratio
 from ..representations.base import current_fingerprint
 from ..representations.block_attention_llama import BlockAttentionLlamaAdapter
-from ..representations.fill import fill_store
-from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore, content_hash
-from ..store.maintenance import unindexed_note
+from ..representations.fill import ensure_stored
+from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore
 
 QUESTION_TEMPLATE = "\n\nQuestion: {question}\nAnswer:"
 
@@ -247,25 +246,16 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
         settings = {"max_document_length": max_document_length, "add_special_tokens": False}
     adapter = BlockAttentionLlamaAdapter(model, tokenizer, max_document_length=settings["max_document_length"],
                                          add_special_tokens=settings.get("add_special_tokens", False))
-    fingerprint, settings = current_fingerprint(adapter), adapter.settings()
     passages = [passages_of(e) for e in examples]
     texts = list(dict.fromkeys(p for row in passages for p in row))
-    hashes = {t: content_hash(t) for t in texts}
-    missing = store.missing(fingerprint, settings, hashes.values())
-    if missing and encode_missing:
-        by_hash = {h: t for t, h in hashes.items()}
-        fill_store(adapter, store, [(h[:16], by_hash[h]) for h in missing], dtype=dtype)
-    elif missing:
-        first = next(e for e, row in zip(examples, passages) if any(hashes[p] == missing[0] for p in row))
-        name = f"id {first.get('id')!r}" + (f", title {first['title']!r}" if first.get("title") else "")
-        try:
-            store.entry(fingerprint, settings, missing[0])
-        except (MissingRepresentationError, RepresentationMismatchError) as error:
-            raise type(error)(
-                f"{len(missing)} of {len(texts)} passages are not stored in {store.path} for this model and settings "
-                f"(first: a passage of question {name}); encode them first, or pass --encode-missing "
-                f"(`encode_missing=True`) to encode and store them now. Details: {error}"
-                + unindexed_note(store)) from None
+
+    def name_of(text: str) -> str:
+        first = next(e for e, row in zip(examples, passages) if text in row)
+        return f"a passage of question id {first.get('id')!r}" + (
+            f", title {first['title']!r}" if first.get("title") else "")
+
+    fingerprint, settings, hashes = ensure_stored(adapter, store, texts, encode_missing=encode_missing, dtype=dtype,
+                                                  what="passages", name_of=name_of)
     timings = timings if timings is not None else {}
     timings.setdefault("read_seconds", 0.0)
     timings.setdefault("generate_seconds", 0.0)

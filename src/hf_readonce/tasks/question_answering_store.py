@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 from ..representations.base import check_positive_ints, current_fingerprint
 from ..representations.deformer_bert import DeformerBertAdapter
-from ..representations.fill import fill_store
-from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore, content_hash
+from ..representations.fill import ensure_stored
+from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore
 from ..store.maintenance import unindexed_note
 from .question_answering import (
     PassageWindowCache,
@@ -143,27 +143,19 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
                                    batch_size=batch_size)
     if settings_used is not None:
         settings_used.update(max_passage_length=max_passage_length, doc_stride=doc_stride)
-    fingerprint, settings = current_fingerprint(adapter), adapter.settings()
     contexts: dict[str, int] = {}
     for example in examples:
         contexts.setdefault(example["context"], len(contexts))
     texts = list(contexts)
-    hashes = [content_hash(t) for t in texts]
-    missing = store.missing(fingerprint, settings, hashes)
-    if missing and encode_missing:
-        by_hash = dict(zip(hashes, texts))
-        fill_store(adapter, store, [(h[:16], by_hash[h]) for h in missing], dtype=dtype)
-    elif missing:
-        first = next(e for e in examples if content_hash(e["context"]) == missing[0])
-        name = f"id {first.get('id')!r}" + (f", title {first['title']!r}" if first.get("title") else "")
-        try:
-            store.entry(fingerprint, settings, missing[0])
-        except (MissingRepresentationError, RepresentationMismatchError) as error:
-            raise type(error)(
-                f"{len(missing)} of {len(hashes)} passages are not stored in {store.path} for this model and window "
-                f"settings (first: the passage of question {name}); encode them first, or pass --encode-missing "
-                f"(`encode_missing=True`) to encode and store them now. Details: {error}"
-                + unindexed_note(store)) from None
+
+    def name_of(text: str) -> str:
+        first = next(e for e in examples if e["context"] == text)
+        return f"the passage of question id {first.get('id')!r}" + (
+            f", title {first['title']!r}" if first.get("title") else "")
+
+    fingerprint, settings, by_text = ensure_stored(adapter, store, texts, encode_missing=encode_missing, dtype=dtype,
+                                                   what="passages", name_of=name_of)
+    hashes = [by_text[t] for t in texts]
     questions = tokenize_questions(tokenizer, [e["question"] for e in examples], max_question_length)
     by_passage: dict[int, list[int]] = {}
     for i, example in enumerate(examples):

@@ -11,10 +11,9 @@ import torch
 
 from ..models.readtwice_bert.pipeline_readtwice_bert import segment_span_candidates
 from ..representations.base import check_positive_ints, current_fingerprint, pad_batch
-from ..representations.fill import fill_store
+from ..representations.fill import ensure_stored
 from ..representations.readtwice_bert import ReadTwiceBertAdapter, capitalized_mentions
-from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore, content_hash
-from ..store.maintenance import unindexed_note
+from ..store import RepresentationStore
 from .question_answering import check_decoding_arguments
 
 DEFAULT_MAX_QUESTION_LENGTH = 64  # as the ReadTwice pipeline, for checkpoints that record none
@@ -92,28 +91,20 @@ def answer_from_readtwice_store(model, tokenizer, store: RepresentationStore, ex
                          "max_question_length": max_question_length})
     check_decoding_arguments(n_best_size, max_answer_length, examples=examples)
     adapter = _adapter(model, tokenizer, store, mention_fn, batch_size)
-    fingerprint, settings = current_fingerprint(adapter), adapter.settings()
     if settings_used is not None:
-        settings_used.update({name: settings[name] for name in ("segment_length", "segment_overlap", "memory_type")})
+        settings_used.update({name: adapter.settings()[name]
+                              for name in ("segment_length", "segment_overlap", "memory_type")})
     contexts: dict[str, int] = {}
     for example in examples:
         contexts.setdefault(example["context"], len(contexts))
     texts = list(contexts)
-    hashes = [content_hash(t) for t in texts]
-    missing = store.missing(fingerprint, settings, hashes)
-    if missing and encode_missing:
-        by_hash = dict(zip(hashes, texts))
-        fill_store(adapter, store, [(h[:16], by_hash[h]) for h in missing], dtype=dtype)
-    elif missing:
-        first = next(e for e in examples if content_hash(e["context"]) == missing[0])
-        try:
-            store.entry(fingerprint, settings, missing[0])
-        except (MissingRepresentationError, RepresentationMismatchError) as error:
-            raise type(error)(
-                f"{len(missing)} of {len(hashes)} documents are not stored in {store.path} for this model (first: the "
-                f"context of question id {first.get('id')!r}); encode them first, or pass --encode-missing "
-                f"(`encode_missing=True`) to encode and store them now. Details: {error}"
-                + unindexed_note(store)) from None
+
+    def name_of(text: str) -> str:
+        return f"the context of question id {next(e for e in examples if e['context'] == text).get('id')!r}"
+
+    fingerprint, settings, by_text = ensure_stored(adapter, store, texts, encode_missing=encode_missing, dtype=dtype,
+                                                   name_of=name_of)
+    hashes = [by_text[t] for t in texts]
     questions = [list(ids) for ids in tokenizer([e["question"].strip() for e in examples], truncation=True,
                                                 max_length=max_question_length)["input_ids"]]
     by_context: dict[int, list[int]] = {}

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ..representations.base import current_fingerprint
-from ..representations.fill import fill_store
+from ..representations.fill import ensure_stored
 from ..representations.registry import family_of, get_adapter, get_adapter_class, registered_families
-from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore, content_hash
+from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore
 from ..store.maintenance import unindexed_note
 
 
@@ -160,26 +160,18 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
     else:
         adapter_settings = adapter_class.settings_kwargs(found)
     adapter = get_adapter(model, tokenizer, **adapter_settings, batch_size=batch_size)
-    fingerprint, space_settings = current_fingerprint(adapter), adapter.settings()
-    if found is not None and space_settings != found:
+    if found is not None and adapter.settings() != found:
         raise RepresentationMismatchError(f"the {adapter_class.model_type} adapter rebuilt from the stored settings "
-                                          f"{found} has settings {space_settings}: the store was written by another "
+                                          f"{found} has settings {adapter.settings()}: the store was written by another "
                                           "version of the adapter; encode the documents again.")
     order: dict[str, int] = {}
     for text in documents:
         order.setdefault(text, len(order))
     texts = list(order)
-    hashes = [content_hash(t) for t in texts]
-    missing = store.missing(fingerprint, space_settings, hashes)
-    if missing and encode_missing:
-        by_hash = dict(zip(hashes, texts))
-        fill_store(adapter, store, [(h[:16], by_hash[h]) for h in missing], dtype=dtype)
-    elif missing:
-        first = documents.index(texts[hashes.index(missing[0])])
-        raise MissingRepresentationError(
-            f"{len(missing)} of {len(hashes)} documents are not stored in {store.path} for this model and settings "
-            f"(first: document {first}); encode them first, or pass encode_missing=True (`--encode-missing`)."
-            + unindexed_note(store))
+    fingerprint, space_settings, by_text = ensure_stored(
+        adapter, store, texts, encode_missing=encode_missing, dtype=dtype,
+        name_of=lambda text: f"document {documents.index(text)}")
+    hashes = [by_text[t] for t in texts]
     import torch
     from tqdm.auto import tqdm
 
