@@ -747,6 +747,43 @@ def _output_file(path: str) -> Path:
     return output
 
 
+def _refuse_duplicate_ids(path: Path, duplicates: list, what: str, keyed: str) -> None:
+    """Stop naming the ids used twice in `path` (`(id, first line, second line)` each, the first 10 listed): one output
+    per id, so a second row with the same id would overwrite the first's.
+
+    Raises:
+        CommandError: when `duplicates` is not empty.
+    """
+    if not duplicates:
+        return
+    from .store.keys import printable
+
+    listed = "; ".join(f"{printable(repr(i))} on lines {a} and {b}" for i, a, b in duplicates[:10])
+    more = f" (and {len(duplicates) - 10} more)" if len(duplicates) > 10 else ""
+    raise CommandError(f"{path}: duplicate {what} id(s): {listed}{more}. {keyed} are keyed by id (compared as "
+                       f"strings, so 1 and \"1\" are the same id): give each {what} its own id.")
+
+
+def _open_store_to_read(args, command: str, what: str):
+    """`--store`, read-only unless `--encode-missing` (then created if needed and checked writable before any model
+    work).
+
+    Raises:
+        CommandError: no store (without `--encode-missing`), or one `--encode-missing` cannot write.
+    """
+    store = _open_store(args.store, readonly=not args.encode_missing, create=args.encode_missing, command=command)
+    if args.encode_missing:
+        from .store import ReadOnlyStoreError
+
+        try:
+            store.check_writable()
+        except ReadOnlyStoreError as error:
+            raise CommandError(f"--encode-missing writes the missing {what} into --store {args.store}, which cannot "
+                               f"be written ({error}); encode them with a writable copy of the store, or {command} "
+                               "without --encode-missing.") from None
+    return store
+
+
 def _answer(args) -> int:
     from .store import MissingRepresentationError, RepresentationMismatchError
     from .tasks.jsonl import BadLine, iter_jsonl
@@ -792,13 +829,7 @@ def _answer(args) -> int:
         first_line[row["id"]] = number
         examples.append(row)
     _report_bad_lines(problems, questions)
-    if duplicates:  # one prediction per id: a second question with the same id would overwrite the first's
-        from .store.keys import printable
-
-        listed = "; ".join(f"{printable(repr(i))} on lines {a} and {b}" for i, a, b in duplicates[:10])
-        more = f" (and {len(duplicates) - 10} more)" if len(duplicates) > 10 else ""
-        raise CommandError(f"{questions}: duplicate question id(s): {listed}{more}. Predictions are keyed by id "
-                           "(compared as strings, so 1 and \"1\" are the same id): give each question its own id.")
+    _refuse_duplicate_ids(questions, duplicates, "question", "Predictions")
     if not examples:
         if not problems or all("JSON" in p.reason or "UTF-8" in p.reason for p in problems):
             raise CommandError(f"{questions} holds no questions (no JSON object line).", status=EXIT_PROBLEMS)
@@ -808,16 +839,7 @@ def _answer(args) -> int:
         raise CommandError(f"{questions}: no usable question (each line needs {needs}; the first "
                            f"valid line has the fields {', '.join(map(repr, first)) or 'none'}).",
                            status=EXIT_PROBLEMS)
-    store = _open_store(args.store, readonly=not args.encode_missing, create=args.encode_missing, command="answer")
-    if args.encode_missing:
-        from .store import ReadOnlyStoreError
-
-        try:
-            store.check_writable()
-        except ReadOnlyStoreError as error:
-            raise CommandError(f"--encode-missing writes the missing passages into --store {args.store}, which cannot "
-                               f"be written ({error}); encode them with a writable copy of the store, or answer "
-                               "without --encode-missing.") from None
+    store = _open_store_to_read(args, "answer", "passages")
     if generative:
         return _answer_generative(args, store, examples, output)
     model, tokenizer = load_qa_model(args.model, args.num_decomposed_layers, _device(args.device),
@@ -1016,13 +1038,7 @@ def _read_summarize_rows(path: Path, text_field: str, id_field: str) -> list[dic
         first_line[doc_id] = number
         rows.append({"id": doc_id, "document": text, "row": row})
     _report_bad_lines(problems, path)
-    if duplicates:  # one summary per id: a second document with the same id would overwrite the first's
-        from .store.keys import printable
-
-        listed = "; ".join(f"{printable(repr(i))} on lines {a} and {b}" for i, a, b in duplicates[:10])
-        more = f" (and {len(duplicates) - 10} more)" if len(duplicates) > 10 else ""
-        raise CommandError(f"{path}: duplicate document id(s) ({id_field!r}): {listed}{more}. Summaries are keyed by "
-                           "id: give each document its own id.")
+    _refuse_duplicate_ids(path, duplicates, "document", "Summaries")
     return rows
 
 
@@ -1054,16 +1070,7 @@ def _summarize(args) -> int:
         raise CommandError(f"model {args.model!r} ({', '.join(spec.model_types)}) does not generate summaries from "
                            f"stored representations; `summarize` takes {_summarizing_model_types()} checkpoints.")
     rows = _read_summarize_rows(documents, args.text_field, args.id_field)
-    store = _open_store(args.store, readonly=not args.encode_missing, create=args.encode_missing, command="summarize")
-    if args.encode_missing:
-        from .store import ReadOnlyStoreError
-
-        try:
-            store.check_writable()
-        except ReadOnlyStoreError as error:
-            raise CommandError(f"--encode-missing writes the missing documents into --store {args.store}, which "
-                               f"cannot be written ({error}); encode them with a writable copy of the store, or "
-                               "summarize without --encode-missing.") from None
+    store = _open_store_to_read(args, "summarize", "documents")
     device = _device(args.device)
     model, tokenizer = load_qa_model(args.model, None, device, allow_readonce=True, compute_dtype=args.compute_dtype)
     adapter_class = get_adapter_class(model.config.model_type)
