@@ -128,3 +128,19 @@ def test_documents_file_problems(tmp_path, folders, xsum_rows, capsys):
     assert "duplicate document id" in capsys.readouterr().err
     assert cli_main(base + ["--documents", str(tmp_path)]) == 2
     assert "is not a file" in capsys.readouterr().err
+
+
+def test_encode_missing_beside_another_models_representations(tmp_path, folders, tokenizer, xsum_rows, capsys):
+    docs = write_jsonl(tmp_path / "xsum.jsonl", xsum_rows[:2])
+    other = tmp_path / "other"
+    longdoc(tokenizer, seed=1).save_pretrained(other)
+    tokenizer.save_pretrained(other)
+    store = tmp_path / "store"
+    assert cli_main(["encode", str(other), "--documents", str(docs), "--store", str(store), "--text-field",
+                     "document", "--no-progress"]) == 0
+    base = ["summarize", str(folders["longdoc"]), "--store", str(store), "--documents", str(docs), "--output",
+            str(tmp_path / "o.jsonl"), "--no-progress", "--max-new-tokens", "2"]
+    assert cli_main(base) == 2
+    assert "only for model fingerprint" in capsys.readouterr().err
+    assert cli_main(base + ["--encode-missing"]) == 0
+    assert len(RepresentationStore(store).spaces()) == 2

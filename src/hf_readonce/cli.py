@@ -1086,7 +1086,12 @@ def _summarize(args) -> int:
     generate = {"max_new_tokens": args.max_new_tokens, "num_beams": args.num_beams}
     start = time.perf_counter()
     try:
-        found = find_summarization_space(store, model, tokenizer, given)
+        try:
+            found = find_summarization_space(store, model, tokenizer, given)
+        except RepresentationMismatchError:
+            if not args.encode_missing:
+                raise
+            found = None  # only other models' representations: --encode-missing writes this model's own
         summaries = summarize_from_store(model, tokenizer, store, [row["document"] for row in rows], settings=given,
                                          prompt=args.prompt, batch_size=args.batch_size,
                                          encode_missing=args.encode_missing, dtype=args.dtype,
@@ -1571,8 +1576,8 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
                            help="field holding a reference summary: when every document has one, ROUGE-1/2/L is "
                                 "printed beside lead-1 and lead-3 (default: summary)")
     summarize.add_argument("--prompt", default=None,
-                           help="families that read a prompt with the document: the prompt (default: the family's, "
-                                "e.g. 'summary')")
+                           help="families that read a prompt with the document: the prompt, at most 32 tokens as "
+                                "their pipeline reads it (default: the family's, e.g. 'summary')")
     summarize.add_argument("--max-new-tokens", type=_positive_int, default=60,
                            help="longest summary in tokens (default 60)")
     summarize.add_argument("--num-beams", type=_positive_int, default=1, help="beam search width (default 1: greedy)")

@@ -129,6 +129,9 @@ def test_another_models_store_is_refused_naming_both_fingerprints(tokenizer, tmp
     message = str(caught.value)
     assert writer.representation_fingerprint()[:16] in message and reader.representation_fingerprint()[:16] in message
     assert len(store) == 3  # nothing touched
+    # encode_missing writes the reader's own space beside the other model's (as answer --encode-missing does)
+    summaries = summarize_from_store(reader, tokenizer, store, DOCUMENTS, encode_missing=True, max_new_tokens=2)
+    assert len(summaries) == 3 and len(store.spaces()) == 2
 
 
 def test_several_stored_settings_need_a_choice(tokenizer, tmp_path):
@@ -209,6 +212,11 @@ def test_lead_sentences_and_rouge():
         rouge_scores(["a", "b"], ["a"])
     with pytest.raises(TypeError, match=r"references\[0\]"):
         rouge_scores(["a"], [None])
+    for n in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="`n` must be an int >= 1"):
+            lead_sentences(text, n)
+    with pytest.raises(ValueError, match="`n`"):
+        lead_baselines([text], ["First one."], leads=(0,))
 
 
 def test_lead_baselines_on_real_xsum_match_the_recorded_figures(data_dir):

@@ -349,6 +349,12 @@ def family_of(model_type: str | None) -> FamilySpec:
 def answer_function(spec: FamilySpec):
     """The extractive answering function a family declares (`spec.answer_function`, `"module:name"`), imported.
 
+    Args:
+        spec ([`FamilySpec`]): the family.
+
+    Returns:
+        `Callable`: `function(model, tokenizer, store, examples, **options) -> dict[str, str]` (see [`FamilySpec`]).
+
     Raises:
         ValueError: the family declares none, or it cannot be imported (naming the family and the function).
     """

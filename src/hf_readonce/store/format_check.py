@@ -71,8 +71,18 @@ def validate_representation_format(representation_format: Mapping) -> dict:
 
 
 def declared_fingerprints(representation_format: Mapping) -> dict[str, str]:
-    """Fingerprint -> the compute dtype that makes it (`"?"` when the format does not say), over `fingerprint` and
-    every entry of `fingerprints`."""
+    """The fingerprints a representation format declares.
+
+    Args:
+        representation_format (`Mapping`): a validated format ([`validate_representation_format`]).
+
+    Returns:
+        `dict[str, str]`: fingerprint -> the compute dtype that makes it (`"?"` when the format does not say), over
+        `fingerprint` (with `model_dtype`) and every entry of `fingerprints`.
+
+    Raises:
+        KeyError: a format without `fingerprint` (validate it first).
+    """
     fmt = representation_format
     out = {fmt["fingerprint"]: fmt.get("model_dtype") or "?"}
     for dtype, fingerprint in (fmt.get("fingerprints") or {}).items():

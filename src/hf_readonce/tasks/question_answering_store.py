@@ -60,7 +60,14 @@ def find_deformer_space(store: RepresentationStore, model, tokenizer, *, max_pas
 
 def window_defaults(model) -> dict:
     """The passage windows `hf-readonce encode` reads with for `model`: `max_passage_length` and `doc_stride` as its
-    config records them (the training windows), else [`DeformerBertAdapter`]'s defaults (256 / 64)."""
+    config records them (the training windows), else [`DeformerBertAdapter`]'s defaults (256 / 64).
+
+    Args:
+        model: a DeFormer (or a BERT read as one); only its `config` is read.
+
+    Returns:
+        `dict`: `{"max_passage_length": int, "doc_stride": int}` (tokens).
+    """
     out = {}
     for name, (_, default, _) in DeformerBertAdapter.cli_settings.items():
         recorded = getattr(model.config, name, None)

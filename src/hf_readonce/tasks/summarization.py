@@ -39,8 +39,23 @@ def rouge_scores(predictions: Sequence[str], references: Sequence[str]) -> dict[
 
 
 def lead_sentences(document: str, n: int) -> str:
-    """The first `n` sentences of `document` (split after `.`, `?` or `!` followed by white space, or at line
-    breaks): the lead-n summarization baseline (lead-3: See et al. 2017's extractive baseline)."""
+    """The first `n` sentences of `document`: the lead-n summarization baseline (lead-3: See et al. 2017's extractive
+    baseline).
+
+    Args:
+        document (`str`): the text; sentences end after `.`, `?` or `!` followed by white space, or at line breaks.
+        n (`int`): sentences kept (>= 1; all of them when the document has fewer).
+
+    Returns:
+        `str`: the sentences joined by one space.
+
+    Raises:
+        TypeError: `document` is not a str. ValueError: `n` is not an int >= 1.
+    """
+    if not isinstance(document, str):
+        raise TypeError(f"`document` must be a str, got {type(document).__name__}.")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"`n` must be an int >= 1 (sentences kept), got {n!r}.")
     sentences = [s.strip() for s in re.split(r"(?<=[.?!])\s+|\n+", document) if s.strip()]
     return " ".join(sentences[:n])
 
@@ -48,18 +63,34 @@ def lead_sentences(document: str, n: int) -> str:
 def lead_baselines(documents: Sequence[str], references: Sequence[str], leads: Sequence[int] = (1, 3)) -> dict:
     """ROUGE of the lead-n baselines ([`lead_sentences`]), scored as [`rouge_scores`] scores a model.
 
+    Args:
+        documents (`Sequence[str]`): the documents.
+        references (`Sequence[str]`): their gold summaries, in the same order.
+        leads (`Sequence[int]`, defaults to `(1, 3)`): the n of each baseline.
+
     Returns:
         `dict`: `{"lead_1": {"rouge1": ..., ...}, "lead_3": {...}}` (one entry per n in `leads`).
 
     Raises:
-        ValueError, TypeError: as [`rouge_scores`].
+        ValueError, TypeError: as [`rouge_scores`] and [`lead_sentences`] (an n < 1).
     """
     return {f"lead_{n}": rouge_scores([lead_sentences(d, n) for d in documents], references) for n in leads}
 
 
 def format_rouge(name: str, scores: dict) -> str:
-    """One line of a score table: `name` then ROUGE-1/2/L, e.g. `model      ROUGE-1 31.20  ROUGE-2 9.81  ROUGE-L
-    24.02`."""
+    """One line of a score table: `name` then ROUGE-1/2/L, e.g. `model      ROUGE-1  31.20  ROUGE-2   9.81  ROUGE-L
+    24.02`.
+
+    Args:
+        name (`str`): the row's label (padded to 18 characters).
+        scores (`dict`): [`rouge_scores`]' output.
+
+    Returns:
+        `str`: the line, without a newline.
+
+    Raises:
+        KeyError: `scores` lacks one of `rouge1`, `rouge2`, `rougeL`.
+    """
     return f"{name:18s} " + "  ".join(f"ROUGE-{key[5:]} {scores[key]:6.2f}" for key in ROUGE_KEYS)
 
 

@@ -114,7 +114,8 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
             `summary_prompt` is the default); must be `None` for the others.
         max_new_tokens (`int`, defaults to 60), num_beams (`int`, defaults to 1): as `generate()`.
         batch_size (`int`, defaults to 8): documents per `generate()` call (and per read from the store).
-        encode_missing (`bool`, defaults to `False`): encode and store documents that are missing instead of raising.
+        encode_missing (`bool`, defaults to `False`): encode and store documents that are missing instead of raising
+            (into this model's own space, also when the store holds only other models' representations).
         dtype (`str`, defaults to `"float16"`): storage dtype for `encode_missing`.
         progress (`bool`, defaults to `False`): a tqdm bar on stderr counting summarized documents.
         **generate_kwargs: further `generate()` arguments (`length_penalty`, `no_repeat_ngram_size`, ...).
@@ -148,7 +149,12 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
     if prompt is not None and getattr(adapter_class, "summary_prompt", None) is None:
         raise ValueError(f"`prompt` does not apply to {adapter_class.model_type} models: their summaries are "
                          "generated from the document alone.")
-    found = find_summarization_space(store, model, tokenizer, settings)
+    try:
+        found = find_summarization_space(store, model, tokenizer, settings)
+    except RepresentationMismatchError:
+        if not encode_missing:
+            raise
+        found = None  # only other models' representations: this model's are encoded into their own space
     if found is None:
         if not encode_missing:
             raise MissingRepresentationError(
