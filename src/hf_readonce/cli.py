@@ -854,10 +854,10 @@ def _answer(args) -> int:
         raise CommandError(str(error)) from None
     accepted = inspect.signature(answer).parameters
     # options only some extractive families take (a window, a no-answer decision): refused by name elsewhere
-    foreign = [option for option, name in (("--max-passage-length", "max_passage_length"),
-                                           ("--doc-stride", "doc_stride"),
-                                           ("--allow-no-answer", "allow_no_answer"),
-                                           ("--null-score-diff-threshold", "null_score_diff_threshold"))
+    # the representation settings (the adapters' `cli_settings`, e.g. a window) and the no-answer decision: passed
+    # when the family's answering function takes them, refused by name otherwise
+    optional = [*_setting_names(), "allow_no_answer", "null_score_diff_threshold"]
+    foreign = ["--" + name.replace("_", "-") for name in optional
                if getattr(args, name, None) is not None and name not in accepted]
     if foreign:
         raise CommandError(f"{', '.join(foreign)} do(es) not apply to {config.model_type} models.")
@@ -874,8 +874,7 @@ def _answer(args) -> int:
         if threshold is None:
             threshold = getattr(config, "null_score_diff_threshold", None) or 0.0
         options.update(allow_no_answer=allow_no_answer, null_score_diff_threshold=threshold)
-    if "max_passage_length" in accepted:
-        options.update(max_passage_length=args.max_passage_length, doc_stride=args.doc_stride)
+    options.update({name: getattr(args, name, None) for name in _setting_names() if name in accepted})
     used: dict = {}
     if "settings_used" in accepted:
         options["settings_used"] = used
@@ -959,6 +958,9 @@ def _check_generative_answer_options(args) -> None:
                                          ("--allow-no-answer", "allow_no_answer"),
                                          ("--null-score-diff-threshold", "null_score_diff_threshold"))
              if getattr(args, name, None) is not None]
+    given += ["--" + name.replace("_", "-") for name in _setting_names()  # another family's representation setting
+              if name not in ("max_passage_length", "doc_stride", "max_document_length")
+              and getattr(args, name, None) is not None]
     if given:
         raise CommandError(f"{', '.join(given)} do(es) not apply to causal LMs ({_generative_model_types()}), which "
                            "generate answers from stored KV caches; their options are --max-document-length, "
@@ -1480,7 +1482,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
     """The argparse parser of every subcommand except `demo` (which parses its own arguments). With
-    `family_options`, `encode` and `summarize` also take the option of every setting a registered adapter declares
+    `family_options`, `encode`, `answer` and `summarize` also take the option of every setting a registered adapter declares
     in its `cli_settings` that the fixed options do not cover (this loads the families)."""
     parser = _Parser(prog="hf-readonce", description="Read a document once, reuse it everywhere.",
                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -1560,6 +1562,8 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
                         help="causal LMs: fraction of passage tokens whose keys and values are recomputed per layer "
                              "before the question is read (selective recompute, CacheBlend), in [0, 1]; 0 (default): "
                              "the stored caches as they are, 1: the full prompt. The store is only read")
+    if family_options:
+        _family_options(answer)
     answer.set_defaults(func=cmd_answer)
 
     summarize = sub.add_parser("summarize", help="summarize a JSONL file's documents from their stored "
@@ -1753,7 +1757,7 @@ def main(argv=None) -> int:
         parser = build_parser()
         args, unknown = parser.parse_known_args(argv)
         if unknown:  # perhaps the option of a family's own setting; otherwise argparse's usage error
-            parser = build_parser(family_options=args.command in ("encode", "summarize"))
+            parser = build_parser(family_options=args.command in ("encode", "answer", "summarize"))
             args = parser.parse_args(argv)
         command = args.command
         restore = _disable_progress_bars() if getattr(args, "no_progress", False) else None
