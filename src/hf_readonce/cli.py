@@ -8,10 +8,11 @@ Subcommands:
   its share of the documents (by content hash) into the same store.
 - `answer MODEL --store DIR --questions FILE.jsonl --output preds.jsonl`: answer from stored passage states; prints
   EM/F1 beside the trivial baselines when the questions carry gold answers. Extractive families extract spans with
-  the answering function their spec declares (`FamilySpec.answer_function`); a causal LM
+  the answering function their spec declares (`FamilySpec.answer_function`), and so do generative ones: a causal LM
   (block-attention Llama or Llama checkpoint) composes the stored KV caches of each row's passages (`context`, or a
   list in `contexts`) in front of `"\n\nQuestion: {question}\nAnswer:"` and generates the answer greedily
-  (`hf_readonce.tasks.document_cache_qa`).
+  (`hf_readonce.tasks.document_cache_qa`); a ReadOnce model reads each question with its document's stored vectors
+  (`hf_readonce.tasks.generative_qa_store`).
 - `summarize MODEL --store DIR --documents FILE.jsonl --output summaries.jsonl`: summaries generated from each
   document's stored representations (families registered with `summarize=True`: their encoder never runs again);
   prints ROUGE-1/2/L beside lead-1 and lead-3 when every document carries a reference summary
@@ -798,9 +799,9 @@ def _answer(args) -> int:
     if generative:
         _check_generative_answer_options(args)
     else:
-        for option, name in (("--max-document-length", "max_document_length"), ("--recompute-ratio", "recompute_ratio")):
-            if getattr(args, name, None) is not None:
-                raise CommandError(f"{option} applies to causal LMs ({_generative_model_types()}) only.")
+        if getattr(args, "recompute_ratio", None) is not None:
+            raise CommandError(f"--recompute-ratio applies to generative models ({_generative_model_types()}) "
+                               "only.")
     ratio = getattr(args, "recompute_ratio", None)
     if ratio is not None and not (math.isfinite(ratio) and 0 <= ratio <= 1):
         raise CommandError(f"--recompute-ratio must be a number in [0, 1] (the fraction of passage tokens recomputed "
@@ -950,28 +951,51 @@ def _with_compute_dtype_hint(message: str, model, store, name: str, device, **lo
 
 
 def _check_generative_answer_options(args) -> None:
-    """Refuse the DeFormer-only options of `answer` for a causal LM (naming them)."""
+    """Refuse the extractive-only options of `answer` for a generative family (naming them)."""
     given = [option for option, name in (("--num-decomposed-layers", "num_decomposed_layers"),
-                                         ("--max-passage-length", "max_passage_length"), ("--doc-stride", "doc_stride"),
                                          ("--max-question-length", "max_question_length"),
                                          ("--n-best-size", "n_best_size"),
                                          ("--allow-no-answer", "allow_no_answer"),
                                          ("--null-score-diff-threshold", "null_score_diff_threshold"))
              if getattr(args, name, None) is not None]
-    given += ["--" + name.replace("_", "-") for name in _setting_names()  # another family's representation setting
-              if name not in ("max_passage_length", "doc_stride", "max_document_length")
-              and getattr(args, name, None) is not None]
     if given:
-        raise CommandError(f"{', '.join(given)} do(es) not apply to causal LMs ({_generative_model_types()}), which "
-                           "generate answers from stored KV caches; their options are --max-document-length, "
-                           "--max-answer-length (new tokens), --recompute-ratio and --batch-size.")
+        raise CommandError(f"{', '.join(given)} do(es) not apply to generative models ({_generative_model_types()}), "
+                           "which generate answers; their options are --max-answer-length (new tokens), --batch-size "
+                           "and the family's own (`hf-readonce info`).")
+
+
+def _family_answer_options(args, answer, model_type: str) -> dict:
+    """The family's representation settings given on the command line, as `answer(...)` takes them: by name, or all
+    together as `settings` when its signature has that parameter.
+
+    Raises:
+        CommandError: a setting given that the function does not take (naming it).
+    """
+    accepted = inspect.signature(answer).parameters
+    given = {name: getattr(args, name) for name in _setting_names() if getattr(args, name, None) is not None}
+    if "settings" in accepted:
+        from .representations import get_adapter_class
+
+        own = get_adapter_class(model_type).cli_settings
+        foreign = [name for name in given if name not in own]
+        packed = {"settings": {name: value for name, value in given.items() if name in own}}
+    else:
+        foreign = [name for name in given if name not in accepted]
+        packed = {name: value for name, value in given.items() if name in accepted}
+    if foreign:
+        raise CommandError(f"{', '.join('--' + n.replace('_', '-') for n in foreign)} do(es) not apply to "
+                           f"{model_type} models.")
+    return packed
 
 
 def _answer_generative(args, store, examples, output) -> int:
-    """`answer` for causal LMs: compose each row's stored passage caches in front of its question prompt and generate
-    (`hf_readonce.tasks.document_cache_qa`)."""
+    """`answer` for generative families: the answering function the family's spec declares generates each row's
+    answer from its passages' stored representations (composed KV caches of a causal LM, `hf_readonce.tasks.
+    document_cache_qa`; a question read with a document's stored vectors, `hf_readonce.tasks.generative_qa_store`)."""
+    from .representations import family_of
+    from .representations.registry import answer_function
     from .store import MissingRepresentationError, RepresentationMismatchError
-    from .tasks.document_cache_qa import QUESTION_TEMPLATE, answer_with_document_caches, passages_of
+    from .tasks.document_cache_qa import passages_of
 
     model, tokenizer = load_qa_model(args.model, None, _device(args.device), allow_readonce=True,
                                      compute_dtype=args.compute_dtype)
@@ -980,23 +1004,36 @@ def _answer_generative(args, store, examples, output) -> int:
         raise CommandError(f"--max-answer-length {args.max_answer_length} new tokens do not fit the model's "
                            f"{positions} positions (passages and question come first); answers are cut at their "
                            "first newline, so a few dozen tokens are enough (default 30).")
-    timings: dict = {}
+    try:
+        answer = answer_function(family_of(model.config.model_type))
+    except ValueError as error:
+        raise CommandError(str(error)) from None
+    accepted = inspect.signature(answer).parameters
+    if args.recompute_ratio is not None and "recompute_ratio" not in accepted:
+        raise CommandError(f"--recompute-ratio does not apply to {model.config.model_type} models (it recomputes "
+                           "stored KV caches of causal LMs).")
+    timings, used = {}, {}
+    options = {"batch_size": args.batch_size, "max_new_tokens": args.max_answer_length,
+               "encode_missing": args.encode_missing, "progress": not args.no_progress, "timings": timings,
+               **_family_answer_options(args, answer, model.config.model_type)}
+    if "recompute_ratio" in accepted:
+        options["recompute_ratio"] = args.recompute_ratio or 0.0
+    if "settings_used" in accepted:
+        options["settings_used"] = used
     start = time.perf_counter()
     try:
-        predictions = answer_with_document_caches(
-            model, tokenizer, store, examples, max_document_length=args.max_document_length,
-            batch_size=args.batch_size, max_new_tokens=args.max_answer_length, encode_missing=args.encode_missing,
-            progress=not args.no_progress, timings=timings, recompute_ratio=args.recompute_ratio or 0.0)
+        predictions = answer(model, tokenizer, store, examples, **options)
     except (MissingRepresentationError, RepresentationMismatchError, ValueError) as error:
         raise CommandError(str(error)) from None
     seconds = time.perf_counter() - start
     _write_predictions(output, examples, predictions)
     passages = len({p for e in examples for p in passages_of(e)})
     print(f"answered {len(examples)} question(s) over {passages} stored passage(s) in {seconds:.2f} s "
-          f"({len(examples) / max(seconds, 1e-9):.1f} questions/s; reading the store {timings['read_seconds']:.2f} s, "
-          f"generating {timings['generate_seconds']:.2f} s); predictions written to {output}", flush=True)
-    print(f"settings: prompt <passage caches>{QUESTION_TEMPLATE!r}, greedy, max_new_tokens {args.max_answer_length}, "
-          f"answer cut at its first newline, recompute ratio {args.recompute_ratio or 0.0:g}", flush=True)
+          f"({len(examples) / max(seconds, 1e-9):.1f} questions/s; reading the store "
+          f"{timings.get('read_seconds', 0.0):.2f} s, generating {timings.get('generate_seconds', 0.0):.2f} s); "
+          f"predictions written to {output}", flush=True)
+    print(f"settings: max_new_tokens {args.max_answer_length}"
+          + "".join(f", {name} {value}" for name, value in used.items()), flush=True)
     scored = _with_gold_answers(examples)
     if scored is not None:
         from .tasks.question_answering import format_scores, score_qa, trivial_baselines

@@ -96,7 +96,7 @@ def good(**overrides) -> dict:
     ({"cards": {}}, "cards", "no card text for model type(s) ['bad_toy']"),
     ({"answer": "extractive"}, "answer", "needs an `adapter`"),
     ({"summarize": "yes"}, "summarize", "must be True or False"),
-    ({"answer_function": "some.module:answer"}, "answer_function", "applies to answer='extractive' only"),
+    ({"answer_function": "some.module:answer"}, "answer_function", "needs `answer`"),
     ({"summarize": True}, "summarize", "needs an `adapter` with a `generation_inputs(read)` method"),
     ({"exports": (None,)}, "exports[0]", "is missing"),
     ({"name": "deformer_bert"}, "name", "is already registered by hf_readonce.representations.deformer_bert"),

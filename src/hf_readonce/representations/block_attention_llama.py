@@ -233,6 +233,7 @@ register_family(
     auto_class="AutoModelForCausalLM",
     adapter=BlockAttentionLlamaAdapter,  # transformers' own text-generation pipeline runs the model
     answer="generative",
+    answer_function="hf_readonce.tasks.document_cache_qa:answer_with_document_caches",
     exports=(DocumentCacheOutput,),
     cards={
         "block_attention_llama": CardText(

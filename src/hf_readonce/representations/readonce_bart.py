@@ -147,24 +147,29 @@ class ReadOnceBartAdapter(AdapterBase):
 
         Args:
             read ([`ReadOnceDocumentEncoderOutput`]): [`read`]'s output for n documents (on the model's device).
-            prompt (`str`, *optional*): the text read with every document, at most 32 tokens, as the pipeline reads
-                it; defaults to `summary_prompt` (`"summary"`, what hf-readonce's summarization training pairs with
-                every article).
+            prompt (`str` or `list[str]`, *optional*): the text read with every document (or one per document, e.g.
+                questions), at most 32 tokens, as the pipeline reads it; defaults to `summary_prompt` (`"summary"`,
+                what hf-readonce's summarization training pairs with every article).
 
         Returns:
-            `dict`: `input_ids` and `attention_mask` `(n, prompt tokens)` (the prompt, once per document) and
+            `dict`: `input_ids` and `attention_mask` `(n, prompt tokens)` (right-padded) and
             `document_representations=read`.
 
         Raises:
-            TypeError: a `prompt` that is not a str. ValueError: an empty `prompt`.
+            TypeError: a `prompt` that is not a str or a list of str. ValueError: an empty prompt, or a list of
+                another length than the documents.
         """
-        prompt = self.summary_prompt if prompt is None else prompt
-        if not isinstance(prompt, str):
-            raise TypeError(f"`prompt` must be a str, got {type(prompt).__name__}.")
-        if not prompt.strip():
-            raise ValueError("`prompt` is empty: give the text read with each document (default \"summary\").")
         rows = read.representations.shape[0]
-        batch = self.tokenizer([prompt] * rows, truncation=True, max_length=32, return_tensors="pt")
+        prompt = self.summary_prompt if prompt is None else prompt
+        prompts = [prompt] * rows if isinstance(prompt, str) else prompt
+        if not isinstance(prompts, (list, tuple)) or not all(isinstance(p, str) for p in prompts):
+            raise TypeError(f"`prompt` must be a str or a list of str, got {type(prompt).__name__}.")
+        if len(prompts) != rows:
+            raise ValueError(f"{len(prompts)} prompts for {rows} documents: give one prompt, or one per document.")
+        for i, text in enumerate(prompts):
+            if not text.strip():
+                raise ValueError(f"prompt {i} is empty: give the text read with each document (default \"summary\").")
+        batch = self.tokenizer(list(prompts), truncation=True, max_length=32, padding=True, return_tensors="pt")
         device = read.representations.device
         return {"input_ids": batch.input_ids.to(device), "attention_mask": batch.attention_mask.to(device),
                 "document_representations": read}
@@ -180,6 +185,8 @@ register_family(
     pipelines={"text2text-generation": ReadOnceText2TextGenerationPipeline,
                "summarization": ReadOnceSummarizationPipeline},
     adapter=ReadOnceBartAdapter,
+    answer="generative",
+    answer_function="hf_readonce.tasks.generative_qa_store:answer_from_representations",
     summarize=True,
     exports=(ReadOnceDocumentEncoderOutput,),
     cards={

@@ -76,11 +76,14 @@ class FamilySpec:
             family loads (e.g. a plain `bert` teacher of a DeFormer).
         answer (`str`, *optional*): what `hf-readonce answer` does with the family's stored representations:
             `"extractive"` (spans), `"generative"` (generated answers), or `None` (not served).
-        answer_function (`str`, *optional*): for `answer="extractive"`, the function that answers from the stored
+        answer_function (`str`, *optional*): with `answer`, the function that answers from the stored
             representations, as `"module:name"` (imported when a command needs it, so a family's task module may
-            import its adapter): `function(model, tokenizer, store, examples, **options) -> {id: answer}`, taking
-            `max_question_length`, `batch_size`, `n_best_size`, `max_answer_length`, `encode_missing` and `progress`,
-            and the family's own options (e.g. windows, a no-answer threshold) by the CLI's option names.
+            import its adapter): `function(model, tokenizer, store, examples, **options) -> {id: answer}`. The CLI
+            passes the options its signature takes: extractive, `max_question_length`, `batch_size`, `n_best_size`,
+            `max_answer_length`, `encode_missing`, `progress`, the no-answer decision; generative, `batch_size`,
+            `max_new_tokens`, `encode_missing`, `progress`, `timings`, `recompute_ratio`; both, the family's
+            representation settings by name (or all of them as `settings`) and `settings_used` (a dict it fills
+            with what it read, printed).
         summarize (`bool`, defaults to `False`): whether `hf-readonce summarize` (and
             [`hf_readonce.tasks.summarization_store.summarize_from_store`]) generates summaries from the family's
             stored representations; its adapter then provides `generation_inputs(read)`, the `generate()` arguments
@@ -183,8 +186,8 @@ def register_family(*, name: str, configs: Sequence[type], auto_models: Mapping[
         adapter (`type`, *optional*): the representation adapter class ([`RepresentationAdapter`]); its
             `model_type` must be one of the family's.
         answer (`str`, *optional*): `"extractive"` or `"generative"` (needs an adapter).
-        answer_function (`str`, *optional*): `"module:name"` of the extractive answering function (required with
-            `answer="extractive"`; see [`FamilySpec`]).
+        answer_function (`str`, *optional*): `"module:name"` of the answering function (required with `answer`;
+            see [`FamilySpec`]).
         summarize (`bool`, defaults to `False`): `hf-readonce summarize` serves the family (needs an adapter with a
             `generation_inputs` method).
         exports (`Sequence`), lazy_exports (`Mapping[str, str]`): see [`FamilySpec`].
@@ -196,7 +199,7 @@ def register_family(*, name: str, configs: Sequence[type], auto_models: Mapping[
         ValueError: naming the family and the field: a missing (None) or wrong class, a model type registered twice
             (in this family, by another family, or by transformers itself), a model class whose config is not the
             family's, an adapter for a model type the family does not have, a model type without card text, an
-            unknown Auto class or answer kind, an extractive family without `answer_function` (or one that is not
+            unknown Auto class or answer kind, an answering family without `answer_function` (or one that is not
             `"module:name"`), `summarize` that is not a bool or lacks an adapter with
             `generation_inputs`, or a family name already registered by another module.
     """
@@ -294,12 +297,12 @@ def register_family(*, name: str, configs: Sequence[type], auto_models: Mapping[
             _fail(name, "answer", f"must be one of {ANSWER_KINDS} or None, got {answer!r}.")
         if adapter is None:
             _fail(name, "answer", "needs an `adapter`: answers are read from stored representations.")
-    if answer == "extractive" and not (isinstance(answer_function, str) and
-                                       re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", answer_function)):
-        _fail(name, "answer_function", f"must be 'module:function' (the extractive answering function), got "
+    if answer is not None and not (isinstance(answer_function, str) and
+                                   re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", answer_function)):
+        _fail(name, "answer_function", f"must be 'module:function' (the function `hf-readonce answer` calls), got "
                                        f"{answer_function!r}.")
-    if answer_function is not None and answer != "extractive":
-        _fail(name, "answer_function", "applies to answer='extractive' only.")
+    if answer_function is not None and answer is None:
+        _fail(name, "answer_function", "needs `answer` ('extractive' or 'generative').")
     if not isinstance(summarize, bool):
         _fail(name, "summarize", f"must be True or False, got {summarize!r}.")
     if summarize and not callable(getattr(adapter, "generation_inputs", None)):

@@ -207,7 +207,7 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
                                 max_document_length: int | None = None, batch_size: int = 8,
                                 max_new_tokens: int = 30, encode_missing: bool = False, dtype: str = "float16",
                                 progress: bool = False, timings: dict | None = None,
-                                recompute_ratio: float = 0.0) -> dict[str, str]:
+                                recompute_ratio: float = 0.0, settings_used: dict | None = None) -> dict[str, str]:
     """Answer questions with a causal LM from the stored key/value caches of their passages: per row, the stored
     caches of its passages (in order) are composed in front of its question prompt (see the module docstring) and
     the answer is generated greedily (`generate(document_caches=...)`, rows batched with left padding).
@@ -227,6 +227,8 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
         recompute_ratio (`float`, defaults to 0): fraction of passage tokens whose keys and values are recomputed
             per layer before the question is read (selective recompute, CacheBlend; `generate(recompute_ratio=)`):
             0 answers from the stored caches as they are, 1 as the full prompt. The store is only read.
+        settings_used (`dict`, *optional*): filled with the stored document length read and the prompt, decoding
+            and recompute ratio used (what `hf-readonce answer` prints).
 
     Returns:
         `dict[str, str]`: example id -> answer, in example order.
@@ -246,6 +248,10 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
         settings = {"max_document_length": max_document_length, "add_special_tokens": False}
     adapter = BlockAttentionLlamaAdapter(model, tokenizer, max_document_length=settings["max_document_length"],
                                          add_special_tokens=settings.get("add_special_tokens", False))
+    if settings_used is not None:
+        settings_used.update(max_document_length=adapter.settings()["max_document_length"],
+                             prompt=f"<passage caches>{QUESTION_TEMPLATE!r}",
+                             decoding="greedy, answer cut at its first newline", recompute_ratio=f"{recompute_ratio:g}")
     passages = [passages_of(e) for e in examples]
     texts = list(dict.fromkeys(p for row in passages for p in row))
 

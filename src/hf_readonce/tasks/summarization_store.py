@@ -149,6 +149,43 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
     if prompt is not None and getattr(adapter_class, "summary_prompt", None) is None:
         raise ValueError(f"`prompt` does not apply to {adapter_class.model_type} models: their summaries are "
                          "generated from the document alone.")
+    adapter = adapter_for_store(model, tokenizer, store, settings=settings, encode_missing=encode_missing,
+                                batch_size=batch_size)
+    order: dict[str, int] = {}
+    for text in documents:
+        order.setdefault(text, len(order))
+    texts = list(order)
+    _, _, by_text = ensure_stored(adapter, store, texts, encode_missing=encode_missing, dtype=dtype,
+                                  name_of=lambda text: f"document {documents.index(text)}")
+    kwargs = {"max_new_tokens": max_new_tokens, "num_beams": num_beams, "do_sample": False, **generate_kwargs}
+    summaries = generate_from_store(model, tokenizer, store, adapter, [by_text[t] for t in texts],
+                                    None if prompt is None else [prompt] * len(texts), batch_size=batch_size,
+                                    progress=progress, desc="summarize", **kwargs)
+    return [summaries[order[text]] for text in documents]
+
+
+def adapter_for_store(model, tokenizer, store: RepresentationStore, *, settings: Mapping | None = None,
+                      encode_missing: bool = False, batch_size: int = 8):
+    """The adapter that reads `model`'s representations in `store`: with the settings of the store's only space of
+    this model ([`find_summarization_space`]), or, with `encode_missing` and nothing of this model stored yet, with
+    `settings` (else the adapter's defaults), for what will be encoded.
+
+    Args:
+        model, tokenizer, store: as [`summarize_from_store`].
+        settings (`Mapping`, *optional*): adapter settings to match (the family's `cli_settings` names).
+        encode_missing (`bool`, defaults to `False`): whether the caller will encode what is missing.
+        batch_size (`int`, defaults to 8): the adapter's encoding batch.
+
+    Returns:
+        the family's adapter (`adapter.settings()` are those of the space read or written).
+
+    Raises:
+        MissingRepresentationError: nothing of this family and tokenizer stored, without `encode_missing`.
+        RepresentationMismatchError: only other models' representations, without `encode_missing`; or a stored space
+            whose settings the adapter does not rebuild exactly.
+        ValueError: as [`find_summarization_space`].
+    """
+    adapter_class = _adapter_class(model)
     try:
         found = find_summarization_space(store, model, tokenizer, settings)
     except RepresentationMismatchError:
@@ -170,30 +207,59 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
         raise RepresentationMismatchError(f"the {adapter_class.model_type} adapter rebuilt from the stored settings "
                                           f"{found} has settings {adapter.settings()}: the store was written by another "
                                           "version of the adapter; encode the documents again.")
-    order: dict[str, int] = {}
-    for text in documents:
-        order.setdefault(text, len(order))
-    texts = list(order)
-    fingerprint, space_settings, by_text = ensure_stored(
-        adapter, store, texts, encode_missing=encode_missing, dtype=dtype,
-        name_of=lambda text: f"document {documents.index(text)}")
-    hashes = [by_text[t] for t in texts]
+    return adapter
+
+
+def generate_from_store(model, tokenizer, store: RepresentationStore, adapter, document_hashes: Sequence[str],
+                        prompts: Sequence[str] | None = None, *, batch_size: int = 8, progress: bool = False,
+                        desc: str = "generate", timings: dict | None = None, **generate_kwargs) -> list[str]:
+    """One generated text per row from stored representations: rows are read from `store` in batches of
+    `batch_size` (`adapter.read`, in the model's dtype and on its device), turned into `generate()` arguments by
+    `adapter.generation_inputs(read, prompt=...)` and decoded (special tokens removed, stripped).
+
+    Args:
+        model, tokenizer, store: as [`summarize_from_store`].
+        adapter: the family adapter of the space read (e.g. [`adapter_for_store`]).
+        document_hashes (`Sequence[str]`): the [`content_hash`] of each row's document (stored: see
+            `hf_readonce.representations.fill.ensure_stored`).
+        prompts (`Sequence[str]`, *optional*): the text read with each row's document, for families that take one;
+            `None`: the family's default.
+        batch_size (`int`, defaults to 8), progress (`bool`), desc (`str`): rows per call, a tqdm bar and its label.
+        timings (`dict`, *optional*): accumulates `read_seconds` (the store) and `generate_seconds`.
+        **generate_kwargs: `generate()` arguments.
+
+    Returns:
+        `list[str]`: one text per row, in order.
+
+    Raises:
+        ValueError: `prompts` of another length than the rows; as `adapter.generation_inputs` and `generate()`.
+    """
+    import time
+
     import torch
     from tqdm.auto import tqdm
 
-    kwargs = {"max_new_tokens": max_new_tokens, "num_beams": num_beams, "do_sample": False, **generate_kwargs}
-    prompt_kwargs = {} if prompt is None else {"prompt": prompt}
-    summaries: list[str] = []
-    bar = tqdm(total=len(texts), desc="summarize", unit="doc", disable=not progress, dynamic_ncols=True)
+    if prompts is not None and len(prompts) != len(document_hashes):
+        raise ValueError(f"{len(prompts)} prompts for {len(document_hashes)} rows: give one each.")
+    fingerprint, settings = current_fingerprint(adapter), adapter.settings()
+    timings = timings if timings is not None else {}
+    texts: list[str] = []
+    bar = tqdm(total=len(document_hashes), desc=desc, unit="row", disable=not progress, dynamic_ncols=True)
     with torch.no_grad():
-        for start in range(0, len(texts), batch_size):
-            stored = store.get_many(fingerprint, space_settings, hashes[start : start + batch_size])
+        for start in range(0, len(document_hashes), batch_size):
+            begin = time.perf_counter()
+            stored = store.get_many(fingerprint, settings, list(document_hashes[start : start + batch_size]))
             read = adapter.read(stored, device=model.device, dtype=model.dtype)
-            sequences = model.generate(**adapter.generation_inputs(read, **prompt_kwargs), **kwargs)
-            summaries += [text.strip() for text in tokenizer.batch_decode(sequences, skip_special_tokens=True)]
+            timings["read_seconds"] = timings.get("read_seconds", 0.0) + time.perf_counter() - begin
+            extra = {} if prompts is None else {"prompt": list(prompts[start : start + batch_size])}
+            begin = time.perf_counter()
+            sequences = model.generate(**adapter.generation_inputs(read, **extra), **generate_kwargs)
+            timings["generate_seconds"] = timings.get("generate_seconds", 0.0) + time.perf_counter() - begin
+            texts += [text.strip() for text in tokenizer.batch_decode(sequences, skip_special_tokens=True)]
             bar.update(len(stored))
     bar.close()
-    return [summaries[order[text]] for text in documents]
+    return texts
 
 
-__all__ = ["find_summarization_space", "summarize_from_store", "summarizing_model_types"]
+__all__ = ["adapter_for_store", "find_summarization_space", "generate_from_store", "summarize_from_store",
+           "summarizing_model_types"]

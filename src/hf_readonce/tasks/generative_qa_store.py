@@ -1,0 +1,91 @@
+"""Generative QA from stored document representations, for families whose model reads a question (a prompt) with a
+document's stored representations and generates the answer (ReadOnce Transformers §3.4: the representation+text
+model; registered with `summarize=True` and an adapter whose `summary_prompt` is not `None`). Each question's document
+is read from the store, never encoded again. What `hf-readonce answer` runs for such checkpoints."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ..representations.base import check_positive_ints
+from ..representations.fill import ensure_stored
+from ..store import RepresentationStore
+from .question_answering import check_decoding_arguments
+from .summarization_store import _adapter_class, adapter_for_store, generate_from_store
+
+
+def answer_from_representations(model, tokenizer, store: RepresentationStore, examples: Sequence[dict], *,
+                                settings: Mapping | None = None, batch_size: int = 8, max_new_tokens: int = 30,
+                                encode_missing: bool = False, dtype: str = "float16", progress: bool = False,
+                                timings: dict | None = None, settings_used: dict | None = None) -> dict[str, str]:
+    """Answer questions from the stored representations of their documents: per row, the question is the prompt the
+    model reads with its document's representations (`adapter.generation_inputs(read, prompt=questions)`), and the
+    answer is generated greedily. With a float32 store the answers equal the family's text-to-text pipeline reading
+    the documents itself (tested).
+
+    Args:
+        model: a model whose family generates from stored representations with a prompt (its adapter's
+            `summary_prompt` is not `None`), the one that encoded the store (same fingerprint).
+        tokenizer: its tokenizer.
+        store ([`RepresentationStore`]).
+        examples (`Sequence[dict]`): rows with `id`, `question` and `context` (one document, a str).
+        settings (`Mapping`, *optional*): adapter settings to read (e.g. `{"compression_ratio": 8}`); by default the
+            store's only space of this model.
+        batch_size (`int`, defaults to 8): questions per `generate()` call.
+        max_new_tokens (`int`, defaults to 30): answer tokens generated at most.
+        encode_missing (`bool`, defaults to `False`), dtype (`str`, defaults to `"float16"`): encode and store the
+            documents that are missing (in `dtype`) instead of raising.
+        progress (`bool`, defaults to `False`): a tqdm bar on stderr.
+        timings (`dict`, *optional*): accumulates `read_seconds` and `generate_seconds`.
+        settings_used (`dict`, *optional*): filled with the stored settings read and the decoding used.
+
+    Returns:
+        `dict[str, str]`: example id -> answer (stripped), in example order.
+
+    Raises:
+        MissingRepresentationError / RepresentationMismatchError: documents not stored for this model (counted, the
+            first named by its question's id).
+        ValueError: no examples, a row without a non-empty `question` or with other than one `context` str, two rows
+            with one id, a count < 1, a family that reads no prompt, several stored spaces.
+        TypeError: `examples` is not a list of dicts.
+    """
+    if isinstance(examples, (str, bytes, dict)) or not hasattr(examples, "__iter__"):
+        raise TypeError(f"`examples` must be a list (or `datasets.Dataset`) of dicts, got {type(examples).__name__}.")
+    examples = list(examples)
+    if not examples:
+        raise ValueError("`examples` is empty: nothing to answer.")
+    for i, example in enumerate(examples):
+        if not isinstance(example, dict):
+            raise TypeError(f"example {i} must be a dict with `question` and `context`, got {type(example).__name__}.")
+        name = example.get("id", i)
+        if not isinstance(example.get("question"), str) or not example["question"].strip():
+            raise ValueError(f"example {name}: 'question' is missing or empty.")
+        if "contexts" in example or not isinstance(example.get("context"), str) or not example["context"].strip():
+            raise ValueError(f"example {name}: this model reads one document per question: give it as a non-empty "
+                             "'context' string (not a list, not 'contexts').")
+    check_positive_ints({"batch_size": batch_size, "max_new_tokens": max_new_tokens})
+    check_decoding_arguments(examples=examples)
+    adapter_class = _adapter_class(model)
+    if getattr(adapter_class, "summary_prompt", None) is None:
+        raise ValueError(f"{adapter_class.model_type} models read no question with a document's representations: "
+                         "they cannot answer from the store.")
+    adapter = adapter_for_store(model, tokenizer, store, settings=settings, encode_missing=encode_missing,
+                                batch_size=batch_size)
+    texts = list(dict.fromkeys(e["context"] for e in examples))
+
+    def name_of(text: str) -> str:
+        return f"the context of question id {next(e for e in examples if e['context'] == text).get('id')!r}"
+
+    _, stored_settings, by_text = ensure_stored(adapter, store, texts, encode_missing=encode_missing, dtype=dtype,
+                                                name_of=name_of)
+    if settings_used is not None:
+        settings_used.update({name: stored_settings.get(name) for name in adapter_class.cli_settings})
+        settings_used.update(decoding="greedy", prompt="the question")
+    answers = generate_from_store(model, tokenizer, store, adapter, [by_text[e["context"]] for e in examples],
+                                  [e["question"].strip() for e in examples], batch_size=batch_size,
+                                  progress=progress, desc="answer", timings=timings, max_new_tokens=max_new_tokens,
+                                  num_beams=1, do_sample=False)
+    return {str(e.get("id", i)): answer for i, (e, answer) in enumerate(zip(examples, answers))}
+
+
+__all__ = ["answer_from_representations"]

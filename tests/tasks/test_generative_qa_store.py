@@ -1,0 +1,81 @@
+"""Generative answers from stored ReadOnce representations (`hf_readonce.tasks.generative_qa_store`) equal the
+ReadOnce text-to-text pipeline reading the documents itself; `hf-readonce answer` serves them with EM/F1 beside the
+baselines; what does not apply is refused by name."""
+
+import json
+
+import pytest
+
+from hf_readonce.models.readonce_bart.pipeline_readonce_bart import ReadOnceText2TextGenerationPipeline
+from hf_readonce.representations import fill_store, get_adapter
+from hf_readonce.store import MissingRepresentationError, RepresentationStore
+from hf_readonce.tasks.generative_qa_store import answer_from_representations
+from tests.tasks.test_summarization_store import DOCUMENTS, longdoc, readonce
+
+ROWS = [{"id": "a", "question": "Who approved the budget?", "context": DOCUMENTS[0]},
+        {"id": "b", "question": "What is expected?", "context": DOCUMENTS[1]},
+        {"id": "c", "question": "When did the museum reopen its doors?", "context": DOCUMENTS[2]},
+        {"id": "d", "question": "What was repaired?", "context": DOCUMENTS[0]}]
+
+
+def test_answers_from_the_store_equal_the_pipeline_reading_the_documents(tokenizer, tmp_path):
+    model = readonce(tokenizer)
+    store = RepresentationStore(tmp_path / "store")
+    fill_store(get_adapter(model, tokenizer, max_document_length=48), store, DOCUMENTS, dtype="float32")
+    used, timings = {}, {}
+    answers = answer_from_representations(model, tokenizer, store, ROWS, batch_size=3, max_new_tokens=5,
+                                          settings_used=used, timings=timings)
+    pipe = ReadOnceText2TextGenerationPipeline(model=model, tokenizer=tokenizer)
+    expected = {row["id"]: pipe(text=row["question"], document=row["context"], max_new_tokens=5,
+                                max_document_len=48)[0]["generated_text"] for row in ROWS}
+    assert answers == expected and all(answers.values())
+    assert used["max_document_length"] == 48 and used["compression_ratio"] == 4
+    assert timings["read_seconds"] > 0 and timings["generate_seconds"] > 0
+
+
+def test_missing_and_bad_rows_are_named(tokenizer, tmp_path):
+    model = readonce(tokenizer)
+    store = RepresentationStore(tmp_path / "store")
+    with pytest.raises(MissingRepresentationError, match="holds no readonce_bart representations"):
+        answer_from_representations(model, tokenizer, store, ROWS)
+    assert len(answer_from_representations(model, tokenizer, store, ROWS, encode_missing=True,
+                                           max_new_tokens=2)) == 4
+    assert len(store) == 3
+    with pytest.raises(ValueError, match="one document per question"):
+        answer_from_representations(model, tokenizer, store, [{**ROWS[0], "context": DOCUMENTS[:2]}])
+    with pytest.raises(ValueError, match="two examples have the id"):
+        answer_from_representations(model, tokenizer, store, [ROWS[0], ROWS[0]])
+    with pytest.raises(ValueError, match="read no question"):  # LongDoc summarizes from the document alone
+        answer_from_representations(longdoc(tokenizer), tokenizer, store, ROWS)
+
+
+def test_cli_answers_from_readonce_stores(tokenizer, tmp_path, capsys):
+    from hf_readonce.cli import main as cli_main
+    from tests.conftest import write_jsonl
+
+    folder = tmp_path / "readonce"
+    model = readonce(tokenizer)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    rows = [{**row, "answers": {"text": [row["context"].split()[0]], "answer_start": [0]}} for row in ROWS]
+    questions = write_jsonl(tmp_path / "q.jsonl", rows)
+    store, output = tmp_path / "store", tmp_path / "p.jsonl"
+    for k in ("4", "8"):
+        assert cli_main(["encode", str(folder), "--documents", str(questions), "--store", str(store), "--dtype",
+                         "fp32", "--max-document-length", "48", "--compression-ratio", k, "--no-progress"]) == 0
+    capsys.readouterr()
+    common = ["answer", str(folder), "--store", str(store), "--questions", str(questions), "--output", str(output),
+              "--max-answer-length", "4", "--no-progress"]
+    assert cli_main(common) == 2  # two k stored: which one
+    assert "compression_ratio=4" in capsys.readouterr().err
+    assert cli_main(common + ["--compression-ratio", "8"]) == 0
+    out = capsys.readouterr().out
+    got = {r["id"]: r["prediction_text"] for r in map(json.loads, output.read_text().splitlines())}
+    assert got == answer_from_representations(model, tokenizer, RepresentationStore(store), ROWS, max_new_tokens=4,
+                                              settings={"compression_ratio": 8})
+    assert "compression_ratio 8" in out and "baseline: first-span" in out and out.count("EM") >= 2
+    for option, words in ((["--recompute-ratio", "0.5"], "--recompute-ratio does not apply to readonce_bart"),
+                          (["--doc-stride", "8"], "--doc-stride do(es) not apply to readonce_bart"),
+                          (["--n-best-size", "3"], "--n-best-size do(es) not apply to generative models")):
+        assert cli_main(common + ["--compression-ratio", "8", *option]) == 2
+        assert words in capsys.readouterr().err
