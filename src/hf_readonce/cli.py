@@ -855,13 +855,13 @@ def _answer(args) -> int:
         raise CommandError(str(error)) from None
     accepted = inspect.signature(answer).parameters
     # options only some extractive families take (a window, a no-answer decision): refused by name elsewhere
-    # the representation settings (the adapters' `cli_settings`, e.g. a window) and the no-answer decision: passed
-    # when the family's answering function takes them, refused by name otherwise
-    optional = [*_setting_names(), "allow_no_answer", "null_score_diff_threshold"]
-    foreign = ["--" + name.replace("_", "-") for name in optional
+    # the no-answer decision (and the family's settings, below): passed when the family's answering function takes
+    # them, refused by name otherwise
+    foreign = ["--" + name.replace("_", "-") for name in ("allow_no_answer", "null_score_diff_threshold")
                if getattr(args, name, None) is not None and name not in accepted]
     if foreign:
         raise CommandError(f"{', '.join(foreign)} do(es) not apply to {config.model_type} models.")
+    family_options = _family_answer_options(args, answer, config.model_type)
     # Defaults: what the checkpoint was trained and evaluated with (recorded in its config), else the old defaults.
     max_question_length = args.max_question_length or getattr(config, "max_question_length", None) or 64
     options = {"max_question_length": max_question_length, "batch_size": args.batch_size,
@@ -875,7 +875,7 @@ def _answer(args) -> int:
         if threshold is None:
             threshold = getattr(config, "null_score_diff_threshold", None) or 0.0
         options.update(allow_no_answer=allow_no_answer, null_score_diff_threshold=threshold)
-    options.update({name: getattr(args, name, None) for name in _setting_names() if name in accepted})
+    options.update(family_options)
     used: dict = {}
     if "settings_used" in accepted:
         options["settings_used"] = used
