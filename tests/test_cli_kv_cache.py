@@ -224,7 +224,8 @@ def test_answer_with_recompute_ratio_reads_the_store_only(tmp_path, llama_checkp
         assert cli_main(["answer", str(llama_checkpoint), *common, "--recompute-ratio", bad]) == 2
         assert "--recompute-ratio must be a number in [0, 1]" in capsys.readouterr().err
     assert cli_main(["answer", str(checkpoint), *common, "--recompute-ratio", "0.5"]) == 2  # a DeFormer
-    assert "--recompute-ratio applies to generative models" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--recompute-ratio applies to block_attention_llama, llama models only" in err, err
     assert _files(store) == before
     assert cli_main(["verify", "--store", str(store), "--no-progress", "--device", "cpu", "--recompute", "2",
                      "--model", str(llama_checkpoint)]) == 0

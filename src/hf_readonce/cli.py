@@ -413,11 +413,16 @@ def _family_of(name_or_path: str):
         return None
 
 
-def _generative_model_types() -> str:
-    """The checkpoint types `answer` generates answers for (families whose `answer` is "generative")."""
+def _generative_model_types(taking: str | None = None) -> str:
+    """The checkpoint types `answer` generates answers for (families whose `answer` is "generative"), or only those
+    whose answering function takes the argument `taking` (e.g. `"recompute_ratio"`)."""
     from .representations import registered_families
+    from .representations.registry import answer_function
 
-    return ", ".join(t for s in registered_families().values() if s.answer == "generative"
+    def takes(spec) -> bool:
+        return taking is None or taking in inspect.signature(answer_function(spec)).parameters
+
+    return ", ".join(t for s in registered_families().values() if s.answer == "generative" and takes(s)
                      for t in s.checkpoint_model_types)
 
 
@@ -796,12 +801,18 @@ def _answer(args) -> int:
     args.model = _resolve_model(args.model)
     spec = _family_of(args.model)
     generative = spec is not None and spec.answer == "generative"
+    check_example = None
+    if spec is not None and spec.answer is not None:
+        from .representations.registry import answer_function
+
+        try:  # a family's own rule for a row (e.g. one document per question), to set bad lines aside
+            check_example = getattr(answer_function(spec), "check_example", None)
+        except ValueError as error:
+            raise CommandError(str(error)) from None
     if generative:
         _check_generative_answer_options(args)
-    else:
-        if getattr(args, "recompute_ratio", None) is not None:
-            raise CommandError(f"--recompute-ratio applies to generative models ({_generative_model_types()}) "
-                               "only.")
+    elif getattr(args, "recompute_ratio", None) is not None:
+        raise CommandError(f"--recompute-ratio applies to {_generative_model_types('recompute_ratio')} models only.")
     ratio = getattr(args, "recompute_ratio", None)
     if ratio is not None and not (math.isfinite(ratio) and 0 <= ratio <= 1):
         raise CommandError(f"--recompute-ratio must be a number in [0, 1] (the fraction of passage tokens recomputed "
@@ -810,7 +821,7 @@ def _answer(args) -> int:
     problems, examples, first_line, duplicates = [], [], {}, []
     for number, row in iter_jsonl(questions, problems):
         if generative:  # one passage (`context`) or several (`contexts`, or a list in `context`)
-            from .tasks.document_cache_qa import passages_of
+            from .tasks.question_answering import passages_of
 
             bad = [] if isinstance(row.get("question"), str) and row["question"].strip() else ["question"]
             try:
@@ -822,6 +833,12 @@ def _answer(args) -> int:
         if bad:
             problems.append(BadLine(number, f"missing or empty {', '.join(bad)}"))
             continue
+        if check_example is not None:
+            try:
+                check_example(row)
+            except ValueError as error:
+                problems.append(BadLine(number, str(error)))
+                continue
         row.setdefault("id", f"line {number}")
         row["id"] = str(row["id"])
         if row["id"] in first_line:
@@ -995,23 +1012,22 @@ def _answer_generative(args, store, examples, output) -> int:
     from .representations import family_of
     from .representations.registry import answer_function
     from .store import MissingRepresentationError, RepresentationMismatchError
-    from .tasks.document_cache_qa import passages_of
+    from .tasks.question_answering import passages_of
 
     model, tokenizer = load_qa_model(args.model, None, _device(args.device), allow_readonce=True,
                                      compute_dtype=args.compute_dtype)
     positions = getattr(model.config, "max_position_embeddings", None)
     if positions is not None and args.max_answer_length >= positions:
         raise CommandError(f"--max-answer-length {args.max_answer_length} new tokens do not fit the model's "
-                           f"{positions} positions (passages and question come first); answers are cut at their "
-                           "first newline, so a few dozen tokens are enough (default 30).")
+                           f"{positions} positions; an answer needs a few dozen tokens (default 30).")
     try:
         answer = answer_function(family_of(model.config.model_type))
     except ValueError as error:
         raise CommandError(str(error)) from None
     accepted = inspect.signature(answer).parameters
     if args.recompute_ratio is not None and "recompute_ratio" not in accepted:
-        raise CommandError(f"--recompute-ratio does not apply to {model.config.model_type} models (it recomputes "
-                           "stored KV caches of causal LMs).")
+        raise CommandError(f"--recompute-ratio does not apply to {model.config.model_type} models; it applies to "
+                           f"{_generative_model_types('recompute_ratio')}.")
     timings, used = {}, {}
     options = {"batch_size": args.batch_size, "max_new_tokens": args.max_answer_length,
                "encode_missing": args.encode_missing, "progress": not args.no_progress, "timings": timings,
@@ -1211,7 +1227,8 @@ def cmd_info(args) -> int:
                   + (f"; stores {row['representation']}" if row["representation"] else ""))
             for option, about in row["encode_options"].items():
                 default = "" if about["default"] is None else f", else {about['default']}"
-                print(f"    encode {option} (default: the value the checkpoint records{default}): {about['help']}")
+                print(f"    {option} (encode, answer, summarize; default: the value the checkpoint records{default}): "
+                      f"{about['help']}")
         print("A family's pipeline runs as pipeline(task, model=FOLDER, trust_remote_code=True) on a folder that "
               "`hf-readonce publish` wrote (its config declares the pipeline), or as the class itself: "
               "Class(model=model, tokenizer=tokenizer).")
@@ -1583,7 +1600,8 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
                         help="start and end candidates per window (default 20)")
     answer.add_argument("--n-best", dest="n_best_size", type=_positive_int, help=argparse.SUPPRESS)  # 0.1.0 spelling
     answer.add_argument("--max-answer-length", type=_positive_int, default=30,
-                        help="longest answer in tokens (default 30; causal LMs: new tokens generated at most)")
+                        help="longest answer in tokens (default 30; generative models: new tokens generated at "
+                             "most)")
     answer.add_argument("--allow-no-answer", action=argparse.BooleanOptionalAction, default=None,
                         help="SQuAD 2.0: answer '' when the no-answer score beats every span by the threshold. "
                              "Default: on for checkpoints trained with unanswerable questions (recorded in their "
@@ -1594,11 +1612,14 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
     answer.add_argument("--encode-missing", action="store_true",
                         help="encode and store passages that are not stored (otherwise an error)")
     answer.add_argument("--max-document-length", type=int, default=None,
-                        help="causal LMs: the stored document length (default: the store's only one for the model)")
+                        help="families that read whole documents: the stored document length to read (default: the "
+                             "store's only one for the model)")
     answer.add_argument("--recompute-ratio", type=float, default=None,
                         help="causal LMs: fraction of passage tokens whose keys and values are recomputed per layer "
                              "before the question is read (selective recompute, CacheBlend), in [0, 1]; 0 (default): "
-                             "the stored caches as they are, 1: the full prompt. The store is only read")
+                             "the stored caches as they are, 1: the full prompt. The store is only read. Other "
+                             "families' own settings are options too (e.g. --compression-ratio): `hf-readonce info` "
+                             "lists them")
     if family_options:
         _family_options(answer)
     answer.set_defaults(func=cmd_answer)

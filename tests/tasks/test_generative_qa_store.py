@@ -74,6 +74,14 @@ def test_cli_answers_from_readonce_stores(tokenizer, tmp_path, capsys):
     assert got == answer_from_representations(model, tokenizer, RepresentationStore(store), ROWS, max_new_tokens=4,
                                               settings={"compression_ratio": 8})
     assert "compression_ratio 8" in out and "baseline: first-span" in out and out.count("EM") >= 2
+    # a row this family cannot read (several passages) is set aside by line; the others are answered
+    lines = [json.dumps(row) for row in rows] + [json.dumps({**rows[0], "id": "x", "contexts": DOCUMENTS[:2]})]
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("\n".join(lines) + "\n")
+    assert cli_main(common[:5] + [str(mixed)] + common[6:] + ["--compression-ratio", "8"]) == 0
+    captured = capsys.readouterr()
+    assert "line 5: example x: this model reads one document per question" in captured.err
+    assert len(output.read_text().splitlines()) == 4
     for option, words in ((["--recompute-ratio", "0.5"], "--recompute-ratio does not apply to readonce_bart"),
                           (["--doc-stride", "8"], "--doc-stride do(es) not apply to readonce_bart"),
                           (["--n-best-size", "3"], "--n-best-size do(es) not apply to generative models")):

@@ -30,6 +30,7 @@ from ..representations.base import current_fingerprint
 from ..representations.block_attention_llama import BlockAttentionLlamaAdapter
 from ..representations.fill import ensure_stored
 from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore
+from .question_answering import passages_of
 
 QUESTION_TEMPLATE = "\n\nQuestion: {question}\nAnswer:"
 
@@ -83,25 +84,6 @@ def answer_ids(tokenizer, answer: str) -> list[int]:
     one."""
     ids = list(tokenizer(" " + answer.strip(), add_special_tokens=False)["input_ids"])
     return ids + ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])
-
-
-def passages_of(example: dict) -> list[str]:
-    """A row's passages, in prompt order: its `contexts` (a list of str) if present, else its `context` (a str, or a
-    list of str).
-
-    Raises:
-        ValueError: naming the row's id, when there is no passage or one is empty or not a string.
-    """
-    passages = example.get("contexts", example.get("context"))
-    if isinstance(passages, str):
-        passages = [passages]
-    name = example.get("id", "?")
-    if not isinstance(passages, (list, tuple)) or not passages:
-        raise ValueError(f"question {name!r}: no passage ('context' str or 'contexts' list of str).")
-    for i, passage in enumerate(passages):
-        if not isinstance(passage, str) or not passage.strip():
-            raise ValueError(f"question {name!r}: passage {i} is empty or not a string.")
-    return list(passages)
 
 
 def clean_answer(text: str) -> str:

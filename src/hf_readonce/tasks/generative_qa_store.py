@@ -14,6 +14,21 @@ from .question_answering import check_decoding_arguments
 from .summarization_store import _adapter_class, adapter_for_store, generate_from_store
 
 
+def check_example(example: dict) -> None:
+    """What [`answer_from_representations`] reads of a row: a non-empty `question` and one document, a non-empty
+    `context` string (not a list, no `contexts`). `hf-readonce answer` sets aside the lines it refuses.
+
+    Raises:
+        ValueError: naming what the row lacks.
+    """
+    name = example.get("id", "?")
+    if not isinstance(example.get("question"), str) or not example["question"].strip():
+        raise ValueError(f"example {name}: 'question' is missing or empty.")
+    if "contexts" in example or not isinstance(example.get("context"), str) or not example["context"].strip():
+        raise ValueError(f"example {name}: this model reads one document per question: give it as a non-empty "
+                         "'context' string (not a list, not 'contexts').")
+
+
 def answer_from_representations(model, tokenizer, store: RepresentationStore, examples: Sequence[dict], *,
                                 settings: Mapping | None = None, batch_size: int = 8, max_new_tokens: int = 30,
                                 encode_missing: bool = False, dtype: str = "float16", progress: bool = False,
@@ -57,12 +72,7 @@ def answer_from_representations(model, tokenizer, store: RepresentationStore, ex
     for i, example in enumerate(examples):
         if not isinstance(example, dict):
             raise TypeError(f"example {i} must be a dict with `question` and `context`, got {type(example).__name__}.")
-        name = example.get("id", i)
-        if not isinstance(example.get("question"), str) or not example["question"].strip():
-            raise ValueError(f"example {name}: 'question' is missing or empty.")
-        if "contexts" in example or not isinstance(example.get("context"), str) or not example["context"].strip():
-            raise ValueError(f"example {name}: this model reads one document per question: give it as a non-empty "
-                             "'context' string (not a list, not 'contexts').")
+        check_example({"id": i, **example})
     check_positive_ints({"batch_size": batch_size, "max_new_tokens": max_new_tokens})
     check_decoding_arguments(examples=examples)
     adapter_class = _adapter_class(model)
@@ -88,4 +98,6 @@ def answer_from_representations(model, tokenizer, store: RepresentationStore, ex
     return {str(e.get("id", i)): answer for i, (e, answer) in enumerate(zip(examples, answers))}
 
 
-__all__ = ["answer_from_representations"]
+answer_from_representations.check_example = check_example  # the row rule `hf-readonce answer` applies per line
+
+__all__ = ["answer_from_representations", "check_example"]

@@ -192,6 +192,25 @@ def predict_cached(model, features, cache, batch_size: int = 32, pad_token_id: i
     return out
 
 
+def passages_of(example: dict) -> list[str]:
+    """A question row's passages, in order (what generative families read; extractive rows have one `context`): its `contexts` (a list of str) if present, else its `context` (a str, or a
+    list of str).
+
+    Raises:
+        ValueError: naming the row's id, when there is no passage or one is empty or not a string.
+    """
+    passages = example.get("contexts", example.get("context"))
+    if isinstance(passages, str):
+        passages = [passages]
+    name = example.get("id", "?")
+    if not isinstance(passages, (list, tuple)) or not passages:
+        raise ValueError(f"question {name!r}: no passage ('context' str or 'contexts' list of str).")
+    for i, passage in enumerate(passages):
+        if not isinstance(passage, str) or not passage.strip():
+            raise ValueError(f"question {name!r}: passage {i} is empty or not a string.")
+    return list(passages)
+
+
 def check_decoding_arguments(n_best_size=20, max_answer_length=30, allow_no_answer=False,
                              null_score_diff_threshold=0.0, examples=None) -> None:
     """Check the span-decoding arguments of [`postprocess_qa_predictions`] and [`answer_from_store`] before any
@@ -468,6 +487,7 @@ __all__ = [
     "first_span_predictions",
     "format_scores",
     "is_calibration_passage",
+    "passages_of",
     "encode_windows",
     "load_qa_examples",
     "pad_batch",
