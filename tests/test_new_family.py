@@ -239,7 +239,8 @@ def test_a_new_family_is_one_folder_and_one_file(tmp_path):
     assert result["pipeline_class"].endswith("pipeline_toy_bert.ToyEncodingPipeline")
     assert result["pipeline_output"]["tokens"] == 10 and result["pipeline_output"]["norm"] > 0
     assert "family toy_bert: model types toy_bert" in result["info"]
-    assert "encode --max-toy-length (default: the value the checkpoint records, else 16): tokens read per document" \
+    assert ("--max-toy-length (encode; default: the value the checkpoint records, else 16): "
+            "tokens read per document") \
         in result["info"]
     toy = next(row for row in json.loads(result["info_json"]) if row["family"] == "toy_bert")
     assert toy["pipelines"] == {"toy-encoding": "ToyEncodingPipeline"} and toy["encode"] and toy["answer"] is None

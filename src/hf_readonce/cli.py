@@ -1227,8 +1227,9 @@ def cmd_info(args) -> int:
                   + (f"; stores {row['representation']}" if row["representation"] else ""))
             for option, about in row["encode_options"].items():
                 default = "" if about["default"] is None else f", else {about['default']}"
-                print(f"    {option} (encode, answer, summarize; default: the value the checkpoint records{default}): "
-                      f"{about['help']}")
+                takers = ", ".join(["encode"] + (["answer"] if row["answer"] else [])
+                                   + (["summarize"] if row["summarize"] else []))
+                print(f"    {option} ({takers}; default: the value the checkpoint records{default}): {about['help']}")
         print("A family's pipeline runs as pipeline(task, model=FOLDER, trust_remote_code=True) on a folder that "
               "`hf-readonce publish` wrote (its config declares the pipeline), or as the class itself: "
               "Class(model=model, tokenizer=tokenizer).")
