@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from ..representations.base import check_positive_ints
 from ..representations.fill import ensure_stored
 from ..store import RepresentationStore
-from .question_answering import check_decoding_arguments
+from .question_answering import check_decoding_arguments, check_question_rows
 from .summarization_store import _adapter_class, adapter_for_store, generate_from_store
 
 
@@ -64,15 +64,7 @@ def answer_from_representations(model, tokenizer, store: RepresentationStore, ex
             with one id, a count < 1, a family that reads no prompt, several stored spaces.
         TypeError: `examples` is not a list of dicts.
     """
-    if isinstance(examples, (str, bytes, dict)) or not hasattr(examples, "__iter__"):
-        raise TypeError(f"`examples` must be a list (or `datasets.Dataset`) of dicts, got {type(examples).__name__}.")
-    examples = list(examples)
-    if not examples:
-        raise ValueError("`examples` is empty: nothing to answer.")
-    for i, example in enumerate(examples):
-        if not isinstance(example, dict):
-            raise TypeError(f"example {i} must be a dict with `question` and `context`, got {type(example).__name__}.")
-        check_example({"id": i, **example})
+    examples = check_question_rows(examples, check_example)
     check_positive_ints({"batch_size": batch_size, "max_new_tokens": max_new_tokens})
     check_decoding_arguments(examples=examples)
     adapter_class = _adapter_class(model)

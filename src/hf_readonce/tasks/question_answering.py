@@ -211,6 +211,38 @@ def passages_of(example: dict) -> list[str]:
     return list(passages)
 
 
+def check_question_rows(examples, check=None) -> list[dict]:
+    """The question rows a store-reading answer function takes, as a list, checked before any work.
+
+    Args:
+        examples (`Sequence[dict]` or `datasets.Dataset`): rows with `question` and `context` (and `id`).
+        check (`Callable[[dict], None]`, *optional*): the family's rule for one row (raising `ValueError`), called
+            with the row's index as `id` when it has none; defaults to a non-empty `question` and `context` str.
+
+    Returns:
+        `list[dict]`: the rows.
+
+    Raises:
+        TypeError: `examples` is a str, bytes, a single dict or not iterable; a row that is not a dict.
+        ValueError: no rows; a row the check refuses (naming its id and the field).
+    """
+    if isinstance(examples, (str, bytes, dict)) or not hasattr(examples, "__iter__"):
+        raise TypeError(f"`examples` must be a list (or `datasets.Dataset`) of dicts, got {type(examples).__name__}.")
+    examples = list(examples)
+    if not examples:
+        raise ValueError("`examples` is empty: nothing to answer.")
+    for i, example in enumerate(examples):
+        if not isinstance(example, dict):
+            raise TypeError(f"example {i} must be a dict with `question` and `context`, got {type(example).__name__}.")
+        if check is not None:
+            check({"id": i, **example})
+            continue
+        for key in ("question", "context"):
+            if not isinstance(example.get(key), str) or not example[key].strip():
+                raise ValueError(f"example {example.get('id', i)}: {key!r} is missing or empty.")
+    return examples
+
+
 def check_decoding_arguments(n_best_size=20, max_answer_length=30, allow_no_answer=False,
                              null_score_diff_threshold=0.0, examples=None) -> None:
     """Check the span-decoding arguments of [`postprocess_qa_predictions`] and [`answer_from_store`] before any
@@ -482,6 +514,7 @@ __all__ = [
     "always_empty_predictions",
     "build_features",
     "check_decoding_arguments",
+    "check_question_rows",
     "find_best_null_threshold",
     "first_sentence_predictions",
     "first_span_predictions",

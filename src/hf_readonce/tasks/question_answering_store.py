@@ -13,6 +13,7 @@ from ..store.maintenance import unindexed_note
 from .question_answering import (
     PassageWindowCache,
     check_decoding_arguments,
+    check_question_rows,
     postprocess_qa_predictions,
     predict_cached,
     tokenize_questions,
@@ -118,21 +119,10 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
         if n_best_size != 20:
             raise ValueError("pass `n_best_size` only (`n_best` is its old name), not both.")
         n_best_size = n_best
-    if isinstance(examples, (str, bytes, dict)) or not hasattr(examples, "__iter__"):
-        raise TypeError(f"`examples` must be a list (or `datasets.Dataset`) of dicts, got {type(examples).__name__}.")
-    examples = list(examples)
-    if not examples:
-        raise ValueError("`examples` is empty: nothing to answer.")
+    examples = check_question_rows(examples)
     check_positive_ints({"batch_size": batch_size, "passages_per_chunk": passages_per_chunk,
                          "max_question_length": max_question_length})
-    for i, example in enumerate(examples):
-        if not isinstance(example, dict):
-            raise TypeError(f"example {i} must be a dict with `question` and `context`, got {type(example).__name__}.")
     check_decoding_arguments(n_best_size, max_answer_length, allow_no_answer, null_score_diff_threshold, examples)
-    for i, example in enumerate(examples):
-        for key in ("question", "context"):
-            if not isinstance(example.get(key), str) or not example[key].strip():
-                raise ValueError(f"example {example.get('id', i)}: {key!r} is missing or empty.")
     if max_passage_length is None or doc_stride is None:
         try:
             found = find_deformer_space(store, model, tokenizer, max_passage_length=max_passage_length,

@@ -14,7 +14,7 @@ from ..representations.base import check_positive_ints, current_fingerprint, pad
 from ..representations.fill import ensure_stored
 from ..representations.readtwice_bert import ReadTwiceBertAdapter, capitalized_mentions
 from ..store import RepresentationStore
-from .question_answering import check_decoding_arguments
+from .question_answering import check_decoding_arguments, check_question_rows
 
 DEFAULT_MAX_QUESTION_LENGTH = 64  # as the ReadTwice pipeline, for checkpoints that record none
 
@@ -74,17 +74,7 @@ def answer_from_readtwice_store(model, tokenizer, store: RepresentationStore, ex
             memories without a mention function.
         TypeError: `examples` is not a list of dicts; an argument of the wrong type (named).
     """
-    if isinstance(examples, (str, bytes, dict)) or not hasattr(examples, "__iter__"):
-        raise TypeError(f"`examples` must be a list (or `datasets.Dataset`) of dicts, got {type(examples).__name__}.")
-    examples = list(examples)
-    if not examples:
-        raise ValueError("`examples` is empty: nothing to answer.")
-    for i, example in enumerate(examples):
-        if not isinstance(example, dict):
-            raise TypeError(f"example {i} must be a dict with `question` and `context`, got {type(example).__name__}.")
-        for key in ("question", "context"):
-            if not isinstance(example.get(key), str) or not example[key].strip():
-                raise ValueError(f"example {example.get('id', i)}: {key!r} is missing or empty.")
+    examples = check_question_rows(examples)
     if max_question_length is None:
         max_question_length = getattr(model.config, "max_question_length", None) or DEFAULT_MAX_QUESTION_LENGTH
     check_positive_ints({"batch_size": batch_size, "documents_per_chunk": documents_per_chunk,
