@@ -298,6 +298,16 @@ def test_cli_publish_local_dir(checkpoint_dir, tmp_path, capsys):
     assert "2.26x with passage states precomputed, 1.35x including encoding them" in card.text
 
 
+def _fp16_checkpoint(source, tokenizer):
+    """A tiny DeFormer recording SETTINGS, saved in float16 with its tokenizer (as the shipped checkpoints are)."""
+    model = tiny_model()
+    for name, value in SETTINGS.items():
+        setattr(model.config, name, value)
+    model.half().save_pretrained(source)
+    tokenizer.save_pretrained(source)
+    return source
+
+
 def test_published_representations_are_read_by_the_published_model(tmp_path, tokenizer):
     """A checkpoint saved in float16 whose store `encode` filled computing in float32 (the CPU default): `publish
     --store` declares the float32 fingerprint (the store's), and the published folder's own model, whose config now
@@ -307,12 +317,7 @@ def test_published_representations_are_read_by_the_published_model(tmp_path, tok
     from hf_readonce import DeformerBertForQuestionAnswering
     from hf_readonce.representations import DeformerBertAdapter, fill_store
 
-    source = tmp_path / "fp16"
-    model = tiny_model()
-    for name, value in SETTINGS.items():
-        setattr(model.config, name, value)
-    model.half().save_pretrained(source)
-    tokenizer.save_pretrained(source)
+    source = _fp16_checkpoint(tmp_path / "fp16", tokenizer)
     computing = DeformerBertForQuestionAnswering.from_pretrained(source, dtype=torch.float32).eval()
     store = RepresentationStore(tmp_path / "store")
     fill_store(DeformerBertAdapter(computing, tokenizer, max_passage_length=24, doc_stride=8), store, CONTEXTS)
@@ -332,12 +337,7 @@ def test_a_published_format_fits_stores_computed_on_a_cpu_or_on_cuda(tmp_path, t
     from hf_readonce import DeformerBertForQuestionAnswering
     from hf_readonce.representations import DeformerBertAdapter, fill_store
 
-    source = tmp_path / "fp16"
-    model = tiny_model()
-    for name, value in SETTINGS.items():
-        setattr(model.config, name, value)
-    model.half().save_pretrained(source)
-    tokenizer.save_pretrained(source)
+    source = _fp16_checkpoint(tmp_path / "fp16", tokenizer)
     fmt = publish(source, "someone/fp16", local_dir=tmp_path / "repo").representation_format
     assert set(fmt["fingerprints"]) == {"float32", "float16"} and fmt["model_dtype"] == "float16"
     assert load_representation_format(tmp_path / "repo")["fingerprints"] == fmt["fingerprints"]
