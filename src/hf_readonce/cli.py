@@ -1039,7 +1039,10 @@ def _answer_generative(args, store, examples, output) -> int:
     start = time.perf_counter()
     try:
         predictions = answer(model, tokenizer, store, examples, **options)
-    except (MissingRepresentationError, RepresentationMismatchError, ValueError) as error:
+    except RepresentationMismatchError as error:  # e.g. the same weights computed in another dtype: named
+        raise CommandError(_with_compute_dtype_hint(str(error), model, store, args.model, _device(args.device),
+                                                    allow_readonce=True)) from None
+    except (MissingRepresentationError, ValueError) as error:
         raise CommandError(str(error)) from None
     seconds = time.perf_counter() - start
     _write_predictions(output, examples, predictions)

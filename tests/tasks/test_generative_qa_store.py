@@ -82,6 +82,9 @@ def test_cli_answers_from_readonce_stores(tokenizer, tmp_path, capsys):
     captured = capsys.readouterr()
     assert "line 5: example x: this model reads one document per question" in captured.err
     assert len(output.read_text().splitlines()) == 4
+    # the same weights computing in another dtype: their stored vectors are another model's, and the option is named
+    assert cli_main(common + ["--compression-ratio", "8", "--compute-dtype", "bfloat16"]) == 2
+    assert "pass --compute-dtype float32 to read them" in capsys.readouterr().err
     for option, words in ((["--recompute-ratio", "0.5"], "--recompute-ratio does not apply to readonce_bart"),
                           (["--doc-stride", "8"], "--doc-stride do(es) not apply to readonce_bart"),
                           (["--n-best-size", "3"], "--n-best-size do(es) not apply to generative models")):
