@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from ..representations.base import check_positive_ints
 from ..representations.fill import ensure_stored
 from ..store import RepresentationStore
-from .question_answering import check_decoding_arguments, check_question_rows
+from .question_answering import check_decoding_arguments, check_question_rows, question_of_context
 from .summarization_store import _adapter_class, adapter_for_store, generate_from_store
 
 
@@ -74,12 +74,8 @@ def answer_from_representations(model, tokenizer, store: RepresentationStore, ex
     adapter = adapter_for_store(model, tokenizer, store, settings=settings, encode_missing=encode_missing,
                                 batch_size=batch_size)
     texts = list(dict.fromkeys(e["context"] for e in examples))
-
-    def name_of(text: str) -> str:
-        return f"the context of question id {next(e for e in examples if e['context'] == text).get('id')!r}"
-
     _, stored_settings, by_text = ensure_stored(adapter, store, texts, encode_missing=encode_missing, dtype=dtype,
-                                                name_of=name_of)
+                                                name_of=question_of_context(examples))
     if settings_used is not None:
         settings_used.update({name: stored_settings.get(name) for name in adapter_class.cli_settings})
         settings_used.update(decoding="greedy", prompt="the question")

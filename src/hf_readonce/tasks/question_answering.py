@@ -243,6 +243,26 @@ def check_question_rows(examples, check=None) -> list[dict]:
     return examples
 
 
+def question_of_context(examples: Sequence[dict], what: str = "the context"):
+    """For `hf_readonce.representations.fill.ensure_stored(name_of=...)`: names a missing context by the first
+    question that reads it, e.g. `"the context of question id 'q7', title 'Normans'"`.
+
+    Args:
+        examples (`Sequence[dict]`): the question rows (`id`, `context`, optional `title`).
+        what (`str`, defaults to `"the context"`): what the context is called (e.g. `"the passage"`).
+
+    Returns:
+        `Callable[[str], str]`: context text -> its name.
+    """
+
+    def name_of(text: str) -> str:
+        first = next(e for e in examples if e["context"] == text)
+        return f"{what} of question id {first.get('id')!r}" + (
+            f", title {first['title']!r}" if first.get("title") else "")
+
+    return name_of
+
+
 def check_decoding_arguments(n_best_size=20, max_answer_length=30, allow_no_answer=False,
                              null_score_diff_threshold=0.0, examples=None) -> None:
     """Check the span-decoding arguments of [`postprocess_qa_predictions`] and [`answer_from_store`] before any
@@ -525,6 +545,7 @@ __all__ = [
     "load_qa_examples",
     "pad_batch",
     "pair_inputs",
+    "question_of_context",
     "postprocess",
     "postprocess_qa_predictions",
     "predict_cached",

@@ -16,6 +16,7 @@ from .question_answering import (
     check_question_rows,
     postprocess_qa_predictions,
     predict_cached,
+    question_of_context,
     tokenize_questions,
 )
 
@@ -144,14 +145,9 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
     for example in examples:
         contexts.setdefault(example["context"], len(contexts))
     texts = list(contexts)
-
-    def name_of(text: str) -> str:
-        first = next(e for e in examples if e["context"] == text)
-        return f"the passage of question id {first.get('id')!r}" + (
-            f", title {first['title']!r}" if first.get("title") else "")
-
     fingerprint, settings, by_text = ensure_stored(adapter, store, texts, encode_missing=encode_missing, dtype=dtype,
-                                                   what="passages", name_of=name_of)
+                                                   what="passages",
+                                                   name_of=question_of_context(examples, "the passage"))
     hashes = [by_text[t] for t in texts]
     questions = tokenize_questions(tokenizer, [e["question"] for e in examples], max_question_length)
     by_passage: dict[int, list[int]] = {}

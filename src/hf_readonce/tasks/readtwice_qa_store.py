@@ -14,7 +14,7 @@ from ..representations.base import check_positive_ints, current_fingerprint, pad
 from ..representations.fill import ensure_stored
 from ..representations.readtwice_bert import ReadTwiceBertAdapter, capitalized_mentions
 from ..store import RepresentationStore
-from .question_answering import check_decoding_arguments, check_question_rows
+from .question_answering import check_decoding_arguments, check_question_rows, question_of_context
 
 DEFAULT_MAX_QUESTION_LENGTH = 64  # as the ReadTwice pipeline, for checkpoints that record none
 
@@ -88,12 +88,8 @@ def answer_from_readtwice_store(model, tokenizer, store: RepresentationStore, ex
     for example in examples:
         contexts.setdefault(example["context"], len(contexts))
     texts = list(contexts)
-
-    def name_of(text: str) -> str:
-        return f"the context of question id {next(e for e in examples if e['context'] == text).get('id')!r}"
-
     fingerprint, settings, by_text = ensure_stored(adapter, store, texts, encode_missing=encode_missing, dtype=dtype,
-                                                   name_of=name_of)
+                                                   name_of=question_of_context(examples))
     hashes = [by_text[t] for t in texts]
     questions = [list(ids) for ids in tokenizer([e["question"].strip() for e in examples], truncation=True,
                                                 max_length=max_question_length)["input_ids"]]
