@@ -878,7 +878,7 @@ def _answer(args) -> int:
                if getattr(args, name, None) is not None and name not in accepted]
     if foreign:
         raise CommandError(f"{', '.join(foreign)} do(es) not apply to {config.model_type} models.")
-    family_options = _family_answer_options(args, answer, config.model_type)
+    family_options = _family_setting_options(args, answer, config.model_type)
     # Defaults: what the checkpoint was trained and evaluated with (recorded in its config), else the old defaults.
     max_question_length = args.max_question_length or getattr(config, "max_question_length", None) or 64
     options = {"max_question_length": max_question_length, "batch_size": args.batch_size,
@@ -981,18 +981,19 @@ def _check_generative_answer_options(args) -> None:
                            "and the family's own (`hf-readonce info`).")
 
 
-def _family_answer_options(args, answer, model_type: str) -> dict:
-    """The family's representation settings given on the command line, as `answer(...)` takes them: by name, or all
-    together as `settings` when its signature has that parameter.
+def _family_setting_options(args, function, model_type: str) -> dict:
+    """The family's representation settings given on the command line, as `function(...)` (an answering function,
+    `summarize_from_store`) takes them: by name, or all together as `settings` when its signature has that
+    parameter.
 
     Raises:
-        CommandError: a setting given that the function does not take (naming it).
+        CommandError: a setting given that the function does not take (naming it and the family's own options).
     """
-    accepted = inspect.signature(answer).parameters
+    from .representations import get_adapter_class
+
+    accepted = inspect.signature(function).parameters
     given = {name: getattr(args, name) for name in _setting_names() if getattr(args, name, None) is not None}
     if "settings" in accepted:
-        from .representations import get_adapter_class
-
         own = get_adapter_class(model_type).cli_settings
         foreign = [name for name in given if name not in own]
         packed = {"settings": {name: value for name, value in given.items() if name in own}}
@@ -1000,8 +1001,9 @@ def _family_answer_options(args, answer, model_type: str) -> dict:
         foreign = [name for name in given if name not in accepted]
         packed = {name: value for name, value in given.items() if name in accepted}
     if foreign:
+        own_options = ", ".join(option for option, _, _ in get_adapter_class(model_type).cli_settings.values())
         raise CommandError(f"{', '.join('--' + n.replace('_', '-') for n in foreign)} do(es) not apply to "
-                           f"{model_type} models.")
+                           f"{model_type} models; their own options are {own_options or 'none'}.")
     return packed
 
 
@@ -1031,7 +1033,7 @@ def _answer_generative(args, store, examples, output) -> int:
     timings, used = {}, {}
     options = {"batch_size": args.batch_size, "max_new_tokens": args.max_answer_length,
                "encode_missing": args.encode_missing, "progress": not args.no_progress, "timings": timings,
-               **_family_answer_options(args, answer, model.config.model_type)}
+               **_family_setting_options(args, answer, model.config.model_type)}
     if "recompute_ratio" in accepted:
         options["recompute_ratio"] = args.recompute_ratio or 0.0
     if "settings_used" in accepted:
@@ -1114,9 +1116,9 @@ def _with_references(rows: list[dict], summary_field: str) -> list[str] | None:
 
 
 def _summarize(args) -> int:
-    from .representations import get_adapter, get_adapter_class
+    from .representations import get_adapter_class
     from .store import MissingRepresentationError, RepresentationMismatchError
-    from .tasks.summarization_store import find_summarization_space, summarize_from_store
+    from .tasks.summarization_store import summarize_from_store
 
     documents = Path(args.documents)
     if not documents.is_file():
@@ -1132,28 +1134,19 @@ def _summarize(args) -> int:
     device = _device(args.device)
     model, tokenizer = load_qa_model(args.model, None, device, allow_readonce=True, compute_dtype=args.compute_dtype)
     adapter_class = get_adapter_class(model.config.model_type)
-    given = {name: getattr(args, name, None) for name in _setting_names() if getattr(args, name, None) is not None}
-    foreign = ["--" + name.replace("_", "-") for name in given if name not in adapter_class.cli_settings]
-    if foreign:
-        raise CommandError(f"{', '.join(foreign)} do(es) not apply to {adapter_class.model_type} models; their "
-                           "options are "
-                           f"{', '.join(option for option, _, _ in adapter_class.cli_settings.values()) or 'none'}.")
+    family_options = _family_setting_options(args, summarize_from_store, model.config.model_type)
     if args.prompt is not None and getattr(adapter_class, "summary_prompt", None) is None:
         raise CommandError(f"--prompt does not apply to {adapter_class.model_type} models: their summaries are "
                            "generated from the document alone.")
     generate = {"max_new_tokens": args.max_new_tokens, "num_beams": args.num_beams}
+    used: dict = {}
     start = time.perf_counter()
     try:
-        try:
-            found = find_summarization_space(store, model, tokenizer, given)
-        except RepresentationMismatchError:
-            if not args.encode_missing:
-                raise
-            found = None  # only other models' representations: --encode-missing writes this model's own
-        summaries = summarize_from_store(model, tokenizer, store, [row["document"] for row in rows], settings=given,
+        summaries = summarize_from_store(model, tokenizer, store, [row["document"] for row in rows],
                                          prompt=args.prompt, batch_size=args.batch_size,
                                          encode_missing=args.encode_missing, dtype=args.dtype,
-                                         progress=not args.no_progress, **generate)
+                                         progress=not args.no_progress, settings_used=used, **family_options,
+                                         **generate)
     except RepresentationMismatchError as error:
         raise CommandError(_with_compute_dtype_hint(str(error), model, store, args.model, device,
                                                     allow_readonce=True)) from None
@@ -1166,8 +1159,7 @@ def _summarize(args) -> int:
           f"({len(rows) / max(seconds, 1e-9):.2f} documents/s); summaries written to {output}", flush=True)
     from .dtypes import dtype_name
 
-    settings = found if found is not None else get_adapter(model, tokenizer, **given).settings()
-    shown = ", ".join(f"{name} {settings.get(name)}" for name in adapter_class.cli_settings)
+    shown = ", ".join(f"{name} {value}" for name, value in used.items())
     prompt = args.prompt if args.prompt is not None else getattr(adapter_class, "summary_prompt", None)
     print(f"settings: max_new_tokens {args.max_new_tokens}, num_beams {args.num_beams}"
           + (f", prompt {prompt!r}" if prompt is not None else "")

@@ -74,12 +74,13 @@ def answer_from_representations(model, tokenizer, store: RepresentationStore, ex
     adapter = adapter_for_store(model, tokenizer, store, settings=settings, encode_missing=encode_missing,
                                 batch_size=batch_size)
     texts = list(dict.fromkeys(e["context"] for e in examples))
-    _, stored_settings, by_text = ensure_stored(adapter, store, texts, encode_missing=encode_missing, dtype=dtype,
-                                                name_of=question_of_context(examples))
+    fingerprint, stored_settings, by_text = ensure_stored(adapter, store, texts, encode_missing=encode_missing, dtype=dtype,
+                                                          name_of=question_of_context(examples))
     if settings_used is not None:
         settings_used.update({name: stored_settings.get(name) for name in adapter_class.cli_settings})
         settings_used.update(decoding="greedy", prompt="the question")
-    answers = generate_from_store(model, tokenizer, store, adapter, [by_text[e["context"]] for e in examples],
+    answers = generate_from_store(model, tokenizer, store, adapter, fingerprint,
+                                  [by_text[e["context"]] for e in examples],
                                   [e["question"].strip() for e in examples], batch_size=batch_size,
                                   progress=progress, desc="answer", timings=timings, max_new_tokens=max_new_tokens,
                                   num_beams=1, do_sample=False)

@@ -91,7 +91,8 @@ def find_summarization_space(store: RepresentationStore, model, tokenizer,
 def summarize_from_store(model, tokenizer, store: RepresentationStore, documents: Sequence[str], *,
                          settings: Mapping | None = None, prompt: str | None = None, max_new_tokens: int = 60,
                          num_beams: int = 1, batch_size: int = 8, encode_missing: bool = False,
-                         dtype: str = "float16", progress: bool = False, **generate_kwargs) -> list[str]:
+                         dtype: str = "float16", progress: bool = False, settings_used: dict | None = None,
+                         **generate_kwargs) -> list[str]:
     """Summarize documents from their representations stored in `store`: only the decoder (and, for ReadOnce, the
     representation+text model) runs; each distinct document is read from the store once.
 
@@ -118,6 +119,8 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
             (into this model's own space, also when the store holds only other models' representations).
         dtype (`str`, defaults to `"float16"`): storage dtype for `encode_missing`.
         progress (`bool`, defaults to `False`): a tqdm bar on stderr counting summarized documents.
+        settings_used (`dict`, *optional*): filled with the family's settings (`cli_settings` names) of the
+            representations read or written.
         **generate_kwargs: further `generate()` arguments (`length_penalty`, `no_repeat_ngram_size`, ...).
 
     Returns:
@@ -155,10 +158,13 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
     for text in documents:
         order.setdefault(text, len(order))
     texts = list(order)
-    _, _, by_text = ensure_stored(adapter, store, texts, encode_missing=encode_missing, dtype=dtype,
-                                  name_of=lambda text: f"document {documents.index(text)}")
+    fingerprint, stored_settings, by_text = ensure_stored(adapter, store, texts, encode_missing=encode_missing,
+                                                          dtype=dtype,
+                                                          name_of=lambda text: f"document {documents.index(text)}")
+    if settings_used is not None:
+        settings_used.update({name: stored_settings.get(name) for name in type(adapter).cli_settings})
     kwargs = {"max_new_tokens": max_new_tokens, "num_beams": num_beams, "do_sample": False, **generate_kwargs}
-    summaries = generate_from_store(model, tokenizer, store, adapter, [by_text[t] for t in texts],
+    summaries = generate_from_store(model, tokenizer, store, adapter, fingerprint, [by_text[t] for t in texts],
                                     None if prompt is None else [prompt] * len(texts), batch_size=batch_size,
                                     progress=progress, desc="summarize", **kwargs)
     return [summaries[order[text]] for text in documents]
@@ -210,8 +216,8 @@ def adapter_for_store(model, tokenizer, store: RepresentationStore, *, settings:
     return adapter
 
 
-def generate_from_store(model, tokenizer, store: RepresentationStore, adapter, document_hashes: Sequence[str],
-                        prompts: Sequence[str] | None = None, *, batch_size: int = 8, progress: bool = False,
+def generate_from_store(model, tokenizer, store: RepresentationStore, adapter, fingerprint: str,
+                        document_hashes: Sequence[str], prompts: Sequence[str] | None = None, *, batch_size: int = 8, progress: bool = False,
                         desc: str = "generate", timings: dict | None = None, **generate_kwargs) -> list[str]:
     """One generated text per row from stored representations: rows are read from `store` in batches of
     `batch_size` (`adapter.read`, in the model's dtype and on its device), turned into `generate()` arguments by
@@ -220,6 +226,7 @@ def generate_from_store(model, tokenizer, store: RepresentationStore, adapter, d
     Args:
         model, tokenizer, store: as [`summarize_from_store`].
         adapter: the family adapter of the space read (e.g. [`adapter_for_store`]).
+        fingerprint (`str`): the space's fingerprint, as `ensure_stored` returned it (not recomputed here).
         document_hashes (`Sequence[str]`): the [`content_hash`] of each row's document (stored: see
             `hf_readonce.representations.fill.ensure_stored`).
         prompts (`Sequence[str]`, *optional*): the text read with each row's document, for families that take one;
@@ -241,7 +248,7 @@ def generate_from_store(model, tokenizer, store: RepresentationStore, adapter, d
 
     if prompts is not None and len(prompts) != len(document_hashes):
         raise ValueError(f"{len(prompts)} prompts for {len(document_hashes)} rows: give one each.")
-    fingerprint, settings = current_fingerprint(adapter), adapter.settings()
+    settings = adapter.settings()
     timings = timings if timings is not None else {}
     texts: list[str] = []
     bar = tqdm(total=len(document_hashes), desc=desc, unit="row", disable=not progress, dynamic_ncols=True)
