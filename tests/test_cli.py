@@ -490,6 +490,15 @@ def test_help_says_what_the_commands_do(capsys):
         cli_main(["encode", "--help"])
     out = capsys.readouterr().out
     assert "--compute-dtype" in out and "reference-deformer" in out
+    # a family's own settings are options of encode, answer and summarize, and their --help lists them
+    for command in ("encode", "answer", "summarize"):
+        with pytest.raises(SystemExit):
+            cli_main([command, "--help"])
+        out = capsys.readouterr().out
+        assert "--compression-ratio" in out and "readonce_bart: k, tokens per stored vector" in out, (command, out)
+    with pytest.raises(SystemExit):
+        cli_main(["--help"])
+    assert "--compression-ratio" not in capsys.readouterr().out
 
 
 def test_a_hub_id_that_cannot_be_fetched_fails_at_once(tmp_path, qa_rows, capsys, monkeypatch):

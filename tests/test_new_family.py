@@ -187,6 +187,13 @@ for name, argv in (("info", ["info"]), ("info_json", ["info", "--json"])):
     with redirect_stdout(out):
         assert cli(argv) == 0
     result[name] = out.getvalue()
+out = io.StringIO()
+with redirect_stdout(out):
+    try:
+        cli(["encode", "--help"])
+    except SystemExit:
+        pass
+result["encode_help"] = out.getvalue()
 (root / "docs.jsonl").write_text(json.dumps({"id": "a", "context": "Emma is a novel by Jane Austen."}) + "\\n")
 out = io.StringIO()
 with redirect_stdout(out):
@@ -242,6 +249,7 @@ def test_a_new_family_is_one_folder_and_one_file(tmp_path):
     assert ("--max-toy-length (encode; default: the value the checkpoint records, else 16): "
             "tokens read per document") \
         in result["info"]
+    assert "--max-toy-length" in result["encode_help"] and "toy_bert: tokens read per document" in result["encode_help"]
     toy = next(row for row in json.loads(result["info_json"]) if row["family"] == "toy_bert")
     assert toy["pipelines"] == {"toy-encoding": "ToyEncodingPipeline"} and toy["encode"] and toy["answer"] is None
     assert result["encode_status"] == 0

@@ -1613,9 +1613,7 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
     answer.add_argument("--recompute-ratio", type=float, default=None,
                         help="causal LMs: fraction of passage tokens whose keys and values are recomputed per layer "
                              "before the question is read (selective recompute, CacheBlend), in [0, 1]; 0 (default): "
-                             "the stored caches as they are, 1: the full prompt. The store is only read. Other "
-                             "families' own settings are options too (e.g. --compression-ratio): `hf-readonce info` "
-                             "lists them")
+                             "the stored caches as they are, 1: the full prompt. The store is only read")
     if family_options:
         _family_options(answer)
     answer.set_defaults(func=cmd_answer)
@@ -1767,6 +1765,10 @@ def _disable_progress_bars():
     return restore
 
 
+# the commands that take the options of the families' own settings (`_family_options`)
+_FAMILY_OPTION_COMMANDS = ("encode", "answer", "summarize")
+
+
 def _family_options(parser: argparse.ArgumentParser) -> None:
     """Add to `parser` an option for every adapter setting (`cli_settings`) it has no option for yet."""
     from . import register_models
@@ -1783,8 +1785,9 @@ def _family_options(parser: argparse.ArgumentParser) -> None:
                 parser.add_argument(option, dest=name, action=argparse.BooleanOptionalAction, default=None,
                                     help=f"{adapter_class.model_type}: {text}")
             else:
+                said = "" if default is None else f" (default {default})"
                 parser.add_argument(option, dest=name, type=type(default) if default is not None else int,
-                                    default=None, help=f"{adapter_class.model_type}: {text} (default {default})")
+                                    default=None, help=f"{adapter_class.model_type}: {text}{said}")
 
 
 def main(argv=None) -> int:
@@ -1808,10 +1811,13 @@ def main(argv=None) -> int:
             demo_main(argv[1:])
             return EXIT_OK
     else:
-        parser = build_parser()
+        # `encode --help` (and answer, summarize) also lists the options of the families' own settings
+        wanted = next((arg for arg in argv if not arg.startswith("-")), None)
+        asks_help = wanted in _FAMILY_OPTION_COMMANDS and any(arg in ("-h", "--help") for arg in argv)
+        parser = build_parser(family_options=asks_help)
         args, unknown = parser.parse_known_args(argv)
         if unknown:  # perhaps the option of a family's own setting; otherwise argparse's usage error
-            parser = build_parser(family_options=args.command in ("encode", "answer", "summarize"))
+            parser = build_parser(family_options=args.command in _FAMILY_OPTION_COMMANDS)
             args = parser.parse_args(argv)
         command = args.command
         restore = _disable_progress_bars() if getattr(args, "no_progress", False) else None
