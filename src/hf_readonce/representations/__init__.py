@@ -3,10 +3,11 @@ stored tensors (its adapter), which fingerprint and settings key them, how store
 again, and declares the family itself ([`register_family`], on its last line).
 
 Adding a family means adding one file here (and its `hf_readonce/models/<family>/` folder): every module of this
-folder other than `base`, `registry`, `fill` and `recompute` is imported below, so the registry always holds every
+folder other than `base`, `registry`, `fill`, `recompute` and `spaces` is imported below, so the registry always holds every
 family, and this package re-exports what each family file lists in its `__all__`. [`fill_store`] fills a
 [`~hf_readonce.store.RepresentationStore`] through any registered adapter; [`recompute_store`] recomputes stored
-documents with their model and compares ([`AdapterBase.check_recompute`]). Both are imported on first access, so
+documents with their model and compares ([`AdapterBase.check_recompute`]); [`find_space`] and [`adapter_for_store`]
+find the space of a store a model reads. They are imported on first access, so
 importing this package (what `import hf_readonce` does to register the families) pulls in no store.
 """
 
@@ -35,7 +36,7 @@ from .registry import (
     registered_families,
 )
 
-_SHARED = {"base", "registry", "fill", "recompute"}
+_SHARED = {"base", "registry", "fill", "recompute", "spaces"}
 for _module in pkgutil.iter_modules(__path__):
     if _module.name not in _SHARED:
         importlib.import_module(f"{__name__}.{_module.name}")  # the family file registers its family
@@ -49,7 +50,8 @@ globals().update(_FAMILY_NAMES)
 
 # name -> module of this folder, imported on first access: they pull in the store
 _LAZY = {"EncodeStats": "fill", "StoreEncodeFunction": "fill", "fill_store": "fill", "make_encode_function": "fill",
-         "SpaceRecomputeReport": "recompute", "recompute_store": "recompute"}
+         "SpaceRecomputeReport": "recompute", "recompute_store": "recompute", "adapter_class_of": "spaces",
+         "adapter_for_store": "spaces", "find_space": "spaces"}
 
 
 def __getattr__(name):

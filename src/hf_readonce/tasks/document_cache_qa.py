@@ -29,7 +29,8 @@ from ..models.block_attention_llama.modeling_block_attention_llama import check_
 from ..representations.base import current_fingerprint
 from ..representations.block_attention_llama import BlockAttentionLlamaAdapter
 from ..representations.fill import ensure_stored
-from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore
+from ..representations.spaces import find_space
+from ..store import MissingRepresentationError, RepresentationStore
 from .question_answering import passages_of
 
 QUESTION_TEMPLATE = "\n\nQuestion: {question}\nAnswer:"
@@ -94,32 +95,20 @@ def clean_answer(text: str) -> str:
 def find_document_cache_space(store: RepresentationStore, model, tokenizer,
                               max_document_length: int | None = None) -> dict:
     """The settings of the only block-attention Llama space in `store` made by this model (fingerprint), this
-    tokenizer and this compute dtype (and `max_document_length`, when given).
+    tokenizer and this compute dtype (and `max_document_length`, when given):
+    [`hf_readonce.representations.spaces.find_space`], saying what the store holds instead when nothing matches.
 
     Raises:
         RepresentationMismatchError: the store holds such caches only for other models (the fingerprints named).
         MissingRepresentationError: the store holds no such caches for this tokenizer and dtype.
         ValueError: several document lengths are stored for this model (pass `max_document_length`).
     """
-    probe = BlockAttentionLlamaAdapter(model, tokenizer)
-    fingerprint, wanted = current_fingerprint(probe), probe.settings()  # the weights as they are now
-    store.refresh()
-    ours = [s for s in store.spaces() if s.settings.get("representation") == wanted["representation"]
-            and s.settings.get("tokenizer") == wanted["tokenizer"]
-            and s.settings.get("compute_dtype") == wanted["compute_dtype"]
-            and (max_document_length is None or s.settings.get("max_document_length") == max_document_length)]
-    matching = [s for s in ours if s.fingerprint == fingerprint]
-    if len(matching) == 1:
-        return dict(matching[0].settings)
-    if len(matching) > 1:
-        options = ", ".join(sorted(str(s.settings.get("max_document_length")) for s in matching))
-        raise ValueError(f"store {store.path} holds caches of this model for several document lengths ({options}); "
-                         "pass max_document_length (--max-document-length).")
-    if ours:
-        stored = ", ".join(sorted({s.fingerprint[:16] + "..." for s in ours}))
-        raise RepresentationMismatchError(
-            f"store {store.path} holds document caches only for model fingerprint(s) {stored}, not for this model's "
-            f"{fingerprint[:16]}...: encode the documents with this model first.")
+    given = {} if max_document_length is None else {"max_document_length": max_document_length}
+    probe = BlockAttentionLlamaAdapter(model, tokenizer, **given)
+    found = find_space(store, BlockAttentionLlamaAdapter, current_fingerprint(probe), probe.settings(), given=given)
+    if found is not None:
+        return found
+    wanted = probe.settings()
     raise MissingRepresentationError(
         f"store {store.path} holds no document caches for this tokenizer and compute dtype "
         f"({wanted['compute_dtype']})" + (f" and max_document_length {max_document_length}"

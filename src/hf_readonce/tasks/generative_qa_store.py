@@ -9,9 +9,10 @@ from collections.abc import Mapping, Sequence
 
 from ..representations.base import check_positive_ints
 from ..representations.fill import ensure_stored
+from ..representations.spaces import adapter_class_of, adapter_for_store
 from ..store import RepresentationStore
 from .question_answering import check_decoding_arguments, check_question_rows, question_of_context
-from .summarization_store import _adapter_class, adapter_for_store, generate_from_store
+from .summarization_store import generate_from_store
 
 
 def check_example(example: dict) -> None:
@@ -67,7 +68,7 @@ def answer_from_representations(model, tokenizer, store: RepresentationStore, ex
     examples = check_question_rows(examples, check_example)
     check_positive_ints({"batch_size": batch_size, "max_new_tokens": max_new_tokens})
     check_decoding_arguments(examples=examples)
-    adapter_class = _adapter_class(model)
+    adapter_class = adapter_class_of(model)
     if getattr(adapter_class, "summary_prompt", None) is None:
         raise ValueError(f"{adapter_class.model_type} models read no question with a document's representations: "
                          "they cannot answer from the store.")

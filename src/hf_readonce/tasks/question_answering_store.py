@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..representations.base import check_positive_ints, current_fingerprint
+from ..representations.base import check_positive_ints, current_fingerprint, tokenizer_fingerprint
 from ..representations.deformer_bert import DeformerBertAdapter
 from ..representations.fill import ensure_stored
+from ..representations.spaces import find_space
 from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore
 from ..store.maintenance import unindexed_note
 from .question_answering import (
@@ -23,41 +24,39 @@ from .question_answering import (
 
 def find_deformer_space(store: RepresentationStore, model, tokenizer, *, max_passage_length: int | None = None,
                         doc_stride: int | None = None) -> dict:
-    """The settings of the only DeFormer space in `store` made by this model (fingerprint) and tokenizer, among those
-    with the given window length and stride (either may be given alone; the other is then the stored one).
+    """The settings of the only DeFormer space in `store` made by this model (fingerprint, k) and tokenizer, among
+    those with the given window length and stride (either may be given alone; the other is then the stored one):
+    [`hf_readonce.representations.spaces.find_space`], with DeFormer's words when nothing is stored.
 
     Raises:
         RepresentationMismatchError: if the store holds DeFormer states only for other fingerprints (names both).
-        MissingRepresentationError: if the store holds no DeFormer states (of these windows, when given); it says so
-            when the store holds shard files its index does not list (a damaged index), rather than "empty".
+        MissingRepresentationError: if the store holds no DeFormer states (of these windows, when given); it names
+            the DeFormer states it holds instead (another k), and says so when the store holds shard files its index
+            does not list (a damaged index), rather than "empty".
         ValueError: if several window settings are stored for this model (pass them explicitly).
     """
-    fingerprint = current_fingerprint(model)  # the weights as they are now (also after a `.data` edit)
-    store.refresh()
     wanted = {name: value for name, value in (("max_passage_length", max_passage_length), ("doc_stride", doc_stride))
               if value is not None}
-    ours = [s for s in store.spaces() if DeformerBertAdapter.settings_match(s.settings, tokenizer)
-            and all(s.settings.get(name) == value for name, value in wanted.items())]
-    matching = [s for s in ours if s.fingerprint == fingerprint]
-    if len(matching) == 1:
-        return dict(matching[0].settings)
-    if len(matching) > 1:
-        options = "; ".join(f"max_passage_length={s.settings['max_passage_length']} doc_stride="
-                            f"{s.settings['doc_stride']}" for s in matching)
-        raise ValueError(f"store {store.path} holds several window settings for this model ({options}); pass "
-                         "max_passage_length and doc_stride (`--max-passage-length`, `--doc-stride`) to choose one.")
-    if ours:
-        stored = ", ".join(sorted({s.fingerprint[:16] + "..." for s in ours}))
-        raise RepresentationMismatchError(
-            f"store {store.path} holds DeFormer passage states only for model fingerprint(s) {stored}, not for this "
-            f"model's {fingerprint[:16]}...: encode the documents with this model first.")
+    k = int(model.config.num_decomposed_layers)
+    settings = {"representation": DeformerBertAdapter.representation, "tokenizer": tokenizer_fingerprint(tokenizer),
+                "num_decomposed_layers": k, **wanted}  # DeformerBertAdapter.settings(), the windows free
+    found = find_space(store, DeformerBertAdapter, current_fingerprint(model), settings, given=wanted)
+    if found is not None:
+        return found
+    other_k = sorted({s.settings.get("num_decomposed_layers") for s in store.spaces()
+                      if DeformerBertAdapter.settings_match(s.settings, tokenizer)} - {k}, key=str)
     held = sorted({s.model_type or "?" for s in store.spaces()})
     note = unindexed_note(store)
     windows = "".join(f" and {name} {value}" for name, value in wanted.items())
-    raise MissingRepresentationError(
-        f"store {store.path} holds no DeFormer passage states for this tokenizer{windows}"
-        + (f"; it holds representations of {', '.join(held)} models only." if held
-           else "; its index lists nothing." + note if note else "; it is empty."))
+    if other_k:
+        holds = (f"; it holds DeFormer states of num_decomposed_layers {', '.join(map(str, other_k))}, not this "
+                 f"model's {k} (`--num-decomposed-layers`).")
+    elif held:
+        holds = f"; it holds representations of {', '.join(held)} models only."
+    else:
+        holds = "; its index lists nothing." + note if note else "; it is empty."
+    raise MissingRepresentationError(f"store {store.path} holds no DeFormer passage states for this tokenizer{windows}"
+                                     + holds)
 
 
 def window_defaults(model) -> dict:

@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from ..representations.base import current_fingerprint
 from ..representations.fill import ensure_stored
 from ..representations.registry import family_of, get_adapter, get_adapter_class, registered_families
-from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore
-from ..store.maintenance import unindexed_note
+from ..representations.spaces import adapter_for_store, find_space
+from ..store import RepresentationStore
 
 
 def summarizing_model_types() -> list[str]:
@@ -45,6 +45,7 @@ def find_summarization_space(store: RepresentationStore, model, tokenizer,
     """The settings of the only representation space in `store` that `model` (its current weights: fingerprint) and
     `tokenizer` wrote, among those with the given `settings` (e.g. `{"max_document_length": 1024}`); the settings
     the adapter does not take from the command line (format, tokenizer, compute dtype...) must equal the adapter's.
+    [`hf_readonce.representations.spaces.find_space`] for a family that summarizes.
 
     Args:
         store ([`RepresentationStore`]), model, tokenizer: as [`summarize_from_store`].
@@ -57,7 +58,8 @@ def find_summarization_space(store: RepresentationStore, model, tokenizer,
 
     Raises:
         RepresentationMismatchError: the store holds such representations only for other models (both fingerprints
-            named). ValueError: several spaces match (their settings named: pass one of them), or bad `settings`.
+            named). ValueError: several spaces match (their settings named: pass one of them), bad `settings`, or a
+            family that does not summarize.
     """
     adapter_class = _adapter_class(model)
     settings = dict(settings or {})
@@ -66,26 +68,7 @@ def find_summarization_space(store: RepresentationStore, model, tokenizer,
         raise ValueError(f"`settings` {unknown} are not settings of {adapter_class.model_type} representations; its "
                          f"settings: {sorted(adapter_class.cli_settings) or 'none'}.")
     probe = get_adapter(model, tokenizer, **settings)
-    fingerprint, wanted = current_fingerprint(probe), probe.settings()
-    fixed = {name: value for name, value in wanted.items() if name not in adapter_class.cli_settings or name in
-             settings}
-    store.refresh()
-    ours = [s for s in store.spaces() if all(s.settings.get(name) == value for name, value in fixed.items())]
-    matching = [s for s in ours if s.fingerprint == fingerprint]
-    if len(matching) == 1:
-        return dict(matching[0].settings)
-    if len(matching) > 1:
-        options = "; ".join(", ".join(f"{name}={s.settings.get(name)}" for name in adapter_class.cli_settings)
-                            for s in matching)
-        raise ValueError(f"store {store.path} holds this model's representations with several settings ({options}); "
-                         "pass the one to read (`settings=`, or the command's option of the same name).")
-    if ours:
-        stored = ", ".join(sorted({s.fingerprint[:16] + "..." for s in ours}))
-        raise RepresentationMismatchError(
-            f"store {store.path} holds {adapter_class.model_type} representations only for model fingerprint(s) "
-            f"{stored}, not for this model's {fingerprint[:16]}... (other weights or compute dtype): encode the "
-            "documents with this model first.")
-    return None
+    return find_space(store, adapter_class, current_fingerprint(probe), probe.settings(), given=settings)
 
 
 def summarize_from_store(model, tokenizer, store: RepresentationStore, documents: Sequence[str], *,
@@ -170,52 +153,6 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
     return [summaries[order[text]] for text in documents]
 
 
-def adapter_for_store(model, tokenizer, store: RepresentationStore, *, settings: Mapping | None = None,
-                      encode_missing: bool = False, batch_size: int = 8):
-    """The adapter that reads `model`'s representations in `store`: with the settings of the store's only space of
-    this model ([`find_summarization_space`]), or, with `encode_missing` and nothing of this model stored yet, with
-    `settings` (else the adapter's defaults), for what will be encoded.
-
-    Args:
-        model, tokenizer, store: as [`summarize_from_store`].
-        settings (`Mapping`, *optional*): adapter settings to match (the family's `cli_settings` names).
-        encode_missing (`bool`, defaults to `False`): whether the caller will encode what is missing.
-        batch_size (`int`, defaults to 8): the adapter's encoding batch.
-
-    Returns:
-        the family's adapter (`adapter.settings()` are those of the space read or written).
-
-    Raises:
-        MissingRepresentationError: nothing of this family and tokenizer stored, without `encode_missing`.
-        RepresentationMismatchError: only other models' representations, without `encode_missing`; or a stored space
-            whose settings the adapter does not rebuild exactly.
-        ValueError: as [`find_summarization_space`].
-    """
-    adapter_class = _adapter_class(model)
-    try:
-        found = find_summarization_space(store, model, tokenizer, settings)
-    except RepresentationMismatchError:
-        if not encode_missing:
-            raise
-        found = None  # only other models' representations: this model's are encoded into their own space
-    if found is None:
-        if not encode_missing:
-            raise MissingRepresentationError(
-                f"store {store.path} holds no {adapter_class.model_type} representations of this tokenizer"
-                + (f" with settings {dict(settings)}" if settings else "")
-                + "; encode the documents first (`hf-readonce encode`), or pass encode_missing=True "
-                "(`--encode-missing`)." + unindexed_note(store))
-        adapter_settings = dict(settings or {})
-    else:
-        adapter_settings = adapter_class.settings_kwargs(found)
-    adapter = get_adapter(model, tokenizer, **adapter_settings, batch_size=batch_size)
-    if found is not None and adapter.settings() != found:
-        raise RepresentationMismatchError(f"the {adapter_class.model_type} adapter rebuilt from the stored settings "
-                                          f"{found} has settings {adapter.settings()}: the store was written by another "
-                                          "version of the adapter; encode the documents again.")
-    return adapter
-
-
 def generate_from_store(model, tokenizer, store: RepresentationStore, adapter, fingerprint: str,
                         document_hashes: Sequence[str], prompts: Sequence[str] | None = None, *, batch_size: int = 8, progress: bool = False,
                         desc: str = "generate", timings: dict | None = None, **generate_kwargs) -> list[str]:
@@ -225,7 +162,8 @@ def generate_from_store(model, tokenizer, store: RepresentationStore, adapter, f
 
     Args:
         model, tokenizer, store: as [`summarize_from_store`].
-        adapter: the family adapter of the space read (e.g. [`adapter_for_store`]).
+        adapter: the family adapter of the space read (e.g.
+            [`hf_readonce.representations.spaces.adapter_for_store`]).
         fingerprint (`str`): the space's fingerprint, as `ensure_stored` returned it (not recomputed here).
         document_hashes (`Sequence[str]`): the [`content_hash`] of each row's document (stored: see
             `hf_readonce.representations.fill.ensure_stored`).
@@ -268,5 +206,5 @@ def generate_from_store(model, tokenizer, store: RepresentationStore, adapter, f
     return texts
 
 
-__all__ = ["adapter_for_store", "find_summarization_space", "generate_from_store", "summarize_from_store",
+__all__ = ["find_summarization_space", "generate_from_store", "summarize_from_store",
            "summarizing_model_types"]

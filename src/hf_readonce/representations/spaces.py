@@ -1,0 +1,140 @@
+"""Which stored representations a model reads: the one lookup every store-reading task shares.
+
+A store keeps each family's representations in spaces keyed by the model's fingerprint and the adapter's settings
+(`adapter.settings()`). A task that reads a store (answers, summaries) knows the model and the tokenizer, perhaps some
+of the family's own settings (`cli_settings`: a window length, ReadOnce's k), and must find the one space they
+point at: [`find_space`] does, and [`adapter_for_store`] returns the adapter that reads it (or, when nothing of the
+model is stored and the caller will encode, the adapter that writes it). Family-independent: the adapter class comes
+from the registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore
+from ..store.maintenance import unindexed_note
+from .base import current_fingerprint
+from .registry import get_adapter, get_adapter_class
+
+
+def adapter_class_of(model) -> type:
+    """The registered adapter class of `model`'s family (by `model.config.model_type`).
+
+    Raises:
+        TypeError: `model` is not a transformers model (it has no `config.model_type`).
+        ValueError: no registered family has an adapter for its model type (the known ones named).
+    """
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if model_type is None:
+        raise TypeError(f"`model` must be a transformers model, got {type(model).__name__}.")
+    return get_adapter_class(model_type)
+
+
+def find_space(store: RepresentationStore, adapter_class: type, fingerprint: str, settings: Mapping,
+               given: Iterable[str] = ()) -> dict | None:
+    """The settings of the only space of `store` written with `fingerprint` and `settings`, except the family's own
+    settings (`adapter_class.cli_settings`, e.g. a window length) not named in `given`, which may hold any stored
+    value. For an adapter built for the model: `find_space(store, type(adapter), current_fingerprint(adapter),
+    adapter.settings(), given)`.
+
+    Args:
+        store ([`RepresentationStore`]): refreshed first (spaces another process wrote are seen).
+        adapter_class (`type`): the family's adapter class (its `model_type` and `cli_settings` are read).
+        fingerprint (`str`): the model's representation fingerprint, its weights as they are now
+            ([`current_fingerprint`]).
+        settings (`Mapping`): the settings a space must have (format, tokenizer fingerprint, ...; the family's own
+            settings only where named in `given`).
+        given (`Iterable[str]`, defaults to none): names of `cli_settings` whose value in `settings` must match; the
+            others are free.
+
+    Returns:
+        `dict` or `None`: the space's settings; `None` when no space of the store has these settings (other
+        fingerprints aside), so the caller says what is missing or encodes.
+
+    Raises:
+        RepresentationMismatchError: spaces with these settings exist only for other fingerprints (both named: other
+            weights, or another compute dtype).
+        ValueError: several spaces of this model match (their settings and the options that pick one named), or a
+            name in `given` that is not one of the family's `cli_settings`.
+    """
+    own, model_type, given = adapter_class.cli_settings, adapter_class.model_type, set(given)
+    if given - set(own):
+        raise ValueError(f"`given` {sorted(given - set(own))} are not settings of {model_type} representations; its "
+                         f"settings: {sorted(own) or 'none'}.")
+    fixed = {name: value for name, value in settings.items() if name not in own or name in given}
+    store.refresh()
+    ours = [s for s in store.spaces() if all(s.settings.get(name) == value for name, value in fixed.items())]
+    matching = [s for s in ours if s.fingerprint == fingerprint]
+    if len(matching) == 1:
+        return dict(matching[0].settings)
+    if len(matching) > 1:
+        stored = "; ".join(", ".join(f"{name}={s.settings.get(name)}" for name in own) for s in matching)
+        options = ", ".join(f"`{option}`" for option, _, _ in own.values())
+        raise ValueError(f"store {store.path} holds this model's {model_type} representations with several "
+                         f"settings ({stored}); pass the one to read ({', '.join(own)}; on the command line "
+                         f"{options}).")
+    if ours:
+        stored = ", ".join(sorted({s.fingerprint[:16] + "..." for s in ours}))
+        raise RepresentationMismatchError(
+            f"store {store.path} holds {model_type} representations only for model fingerprint(s) {stored}, "
+            f"not for this model's {fingerprint[:16]}... (other weights or compute dtype): encode the documents "
+            "with this model first.")
+    return None
+
+
+def adapter_for_store(model, tokenizer, store: RepresentationStore, *, settings: Mapping | None = None,
+                      encode_missing: bool = False, batch_size: int = 8):
+    """The adapter that reads `model`'s representations in `store`: with the settings of the store's only space of
+    this model among those with `settings` ([`find_space`]), or, with `encode_missing` and nothing of this model
+    stored yet, with `settings` (else the adapter's defaults), for what will be encoded.
+
+    Args:
+        model, tokenizer: the model (any registered family with an adapter) and its tokenizer.
+        store ([`RepresentationStore`]).
+        settings (`Mapping`, *optional*): the family's own settings to match (`cli_settings` names, e.g.
+            `{"compression_ratio": 8}`); the others are read from the store.
+        encode_missing (`bool`, defaults to `False`): whether the caller will encode what is missing.
+        batch_size (`int`, defaults to 8): the adapter's encoding batch.
+
+    Returns:
+        the family's adapter (`adapter.settings()` are those of the space read or written).
+
+    Raises:
+        MissingRepresentationError: nothing of this family and tokenizer stored, without `encode_missing`.
+        RepresentationMismatchError: only other models' representations, without `encode_missing`; or a stored space
+            whose settings the adapter does not rebuild exactly.
+        TypeError / ValueError: as [`adapter_class_of`] and [`find_space`]; `settings` not of the family's own.
+    """
+    adapter_class = adapter_class_of(model)
+    settings = dict(settings or {})
+    unknown = sorted(set(settings) - set(adapter_class.cli_settings))
+    if unknown:
+        raise ValueError(f"`settings` {unknown} are not settings of {adapter_class.model_type} representations; its "
+                         f"settings: {sorted(adapter_class.cli_settings) or 'none'}.")
+    try:
+        probe = get_adapter(model, tokenizer, **settings)
+        found = find_space(store, adapter_class, current_fingerprint(probe), probe.settings(), given=settings)
+    except RepresentationMismatchError:
+        if not encode_missing:
+            raise
+        found = None  # only other models' representations: this model's are encoded into their own space
+    if found is None:
+        if not encode_missing:
+            raise MissingRepresentationError(
+                f"store {store.path} holds no {adapter_class.model_type} representations of this tokenizer"
+                + (f" with settings {settings}" if settings else "")
+                + "; encode the documents first (`hf-readonce encode`), or pass encode_missing=True "
+                "(`--encode-missing`)." + unindexed_note(store))
+        adapter_settings = settings
+    else:
+        adapter_settings = adapter_class.settings_kwargs(found)
+    adapter = get_adapter(model, tokenizer, **adapter_settings, batch_size=batch_size)
+    if found is not None and adapter.settings() != found:
+        raise RepresentationMismatchError(f"the {adapter_class.model_type} adapter rebuilt from the stored settings "
+                                          f"{found} has settings {adapter.settings()}: the store was written by another "
+                                          "version of the adapter; encode the documents again.")
+    return adapter
+
+
+__all__ = ["adapter_class_of", "adapter_for_store", "find_space"]

@@ -1,0 +1,72 @@
+"""Finding the space of a store a model reads (`representations.spaces`): one lookup for every store-reading task.
+A tiny random DeFormer (k=2) with the real MiniLM tokenizer; the store holds real Disfl-QA passages."""
+
+import pytest
+
+from hf_readonce import DeformerBertConfig, DeformerBertForQuestionAnswering
+from hf_readonce.representations import DeformerBertAdapter, fill_store
+from hf_readonce.representations.base import current_fingerprint
+from hf_readonce.representations.spaces import adapter_class_of, adapter_for_store, find_space
+from hf_readonce.store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore
+from hf_readonce.tasks.question_answering_store import find_deformer_space
+from tests.conftest import tiny_model
+
+
+def _settings(adapter):
+    return type(adapter), current_fingerprint(adapter), adapter.settings()
+
+
+def test_find_space_free_and_given_settings(tmp_path, tokenizer, qa_rows):
+    model = tiny_model()
+    texts = [r["context"] for r in qa_rows[:2]]
+    store = RepresentationStore(tmp_path / "store")
+    a = DeformerBertAdapter(model, tokenizer, max_passage_length=32, doc_stride=8)
+    b = DeformerBertAdapter(model, tokenizer, max_passage_length=48, doc_stride=8)
+    assert find_space(store, *_settings(a)) is None  # empty store
+    fill_store(a, store, texts)
+    # the window is the family's own setting: free unless given
+    assert find_space(store, *_settings(b))["max_passage_length"] == 32
+    assert find_space(store, *_settings(b), given=["max_passage_length"]) is None
+    assert find_space(store, *_settings(a), given=["max_passage_length", "doc_stride"]) == a.settings()
+    fill_store(b, store, texts)
+    with pytest.raises(ValueError, match=r"several settings \(max_passage_length=\d+, doc_stride=8; "
+                                         r"max_passage_length=\d+, doc_stride=8\).*`--max-passage-length`"):
+        find_space(store, *_settings(a))
+    assert find_space(store, *_settings(b), given=["max_passage_length"])["max_passage_length"] == 48
+    with pytest.raises(ValueError, match=r"`given` \['k'\] are not settings of deformer_bert"):
+        find_space(store, *_settings(a), given=["k"])
+    # other weights: both fingerprints named
+    other = DeformerBertAdapter(tiny_model(seed=1), tokenizer, max_passage_length=32, doc_stride=8)
+    with pytest.raises(RepresentationMismatchError, match="only for model fingerprint.*not for this model's"):
+        find_space(store, *_settings(other), given=["max_passage_length"])
+
+
+def test_adapter_for_store_reads_the_stored_settings(tmp_path, tokenizer, qa_rows):
+    model = tiny_model()
+    model.config.max_passage_length, model.config.doc_stride = 24, 0  # what get_adapter builds by default
+    store = RepresentationStore(tmp_path / "store")
+    with pytest.raises(MissingRepresentationError, match="holds no deformer_bert representations"):
+        adapter_for_store(model, tokenizer, store)
+    assert adapter_for_store(model, tokenizer, store, encode_missing=True).settings()["max_passage_length"] == 24
+    fill_store(DeformerBertAdapter(model, tokenizer, max_passage_length=32, doc_stride=8), store,
+               [qa_rows[0]["context"]])
+    assert adapter_for_store(model, tokenizer, store).settings()["max_passage_length"] == 32  # the store's, not 24
+    with pytest.raises(ValueError, match=r"`settings` \['k'\] are not settings"):
+        adapter_for_store(model, tokenizer, store, settings={"k": 1})
+    with pytest.raises(TypeError, match="transformers model"):
+        adapter_class_of(object())
+
+
+def test_find_deformer_space_names_the_other_k(tmp_path, tokenizer, qa_rows):
+    model = tiny_model()
+    store = RepresentationStore(tmp_path / "store")
+    with pytest.raises(MissingRepresentationError, match="it is empty"):
+        find_deformer_space(store, model, tokenizer)
+    fill_store(DeformerBertAdapter(model, tokenizer, max_passage_length=32, doc_stride=8), store,
+               [qa_rows[0]["context"]])
+    assert find_deformer_space(store, model, tokenizer)["doc_stride"] == 8
+    k3 = DeformerBertForQuestionAnswering(DeformerBertConfig(**{**model.config.to_dict(), "num_decomposed_layers": 3}))
+    k3.load_state_dict(model.state_dict())
+    with pytest.raises(MissingRepresentationError, match=r"num_decomposed_layers 2, not this model's 3 "
+                                                         r"\(`--num-decomposed-layers`\)"):
+        find_deformer_space(store, k3, tokenizer)
