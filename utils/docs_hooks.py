@@ -62,8 +62,8 @@ def _escape(text: str) -> str:
 def _option_rows(parser: argparse.ArgumentParser) -> list[str]:
     rows = []
     for action in parser._actions:
-        if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
-            continue
+        if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)) or action.help == argparse.SUPPRESS:
+            continue  # hidden options (an old spelling) stay hidden
         if action.option_strings:
             name = ", ".join(f"`{option}`" for option in action.option_strings)
             if action.nargs != 0 and not isinstance(action, argparse.BooleanOptionalAction):
@@ -81,6 +81,8 @@ def _option_rows(parser: argparse.ArgumentParser) -> list[str]:
             default_text = f"`{default}`"
         help_text = (action.help or "") % {"default": action.default, "prog": parser.prog} \
             if action.help and "%(" in action.help else (action.help or "")
+        if "default" in help_text:  # the help says it in its own words (a value computed here would be this machine's)
+            default_text = ""
         required = "yes" if action.required else ""
         rows.append(f"| {name} | {required} | {_escape(default_text)} | {_escape(help_text)} |")
     return rows

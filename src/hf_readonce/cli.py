@@ -1221,7 +1221,7 @@ def cmd_info(args) -> int:
             print(f"    commands: {', '.join(commands)}"
                   + (f"; stores {row['representation']}" if row["representation"] else ""))
             for option, about in row["encode_options"].items():
-                default = "" if about["default"] is None else f", else {about['default']}"
+                default = ", if any" if about["default"] is None else f", else {about['default']}"
                 takers = ", ".join(["encode"] + (["answer"] if row["answer"] else [])
                                    + (["summarize"] if row["summarize"] else []))
                 print(f"    {option} ({takers}; default: the value the checkpoint records{default}): {about['help']}")
@@ -1576,7 +1576,7 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
                              "as `hf-readonce info` lists it)")
     encode.add_argument("--text-field", default="context", help="field holding the text (default: context)")
     encode.add_argument("--id-field", default="id", help="field naming the document in reports (default: id)")
-    encode.add_argument("--dtype", type=_storage_dtype, default="float16", metavar="{fp16,bf16,fp32}",
+    encode.add_argument("--dtype", type=_storage_dtype, default="fp16", metavar="{fp16,bf16,fp32}",
                         help="storage dtype of the states (default fp16; float16, bfloat16, float32 also read)")
     encode.add_argument("--shard-size-mb", type=float, default=64.0, help="shard size in MiB (default 64)")
     encode.add_argument("--repair", action="store_true",
@@ -1586,7 +1586,9 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
         _family_options(encode)
     encode.set_defaults(func=cmd_encode)
 
-    answer = sub.add_parser("answer", help="answer SQuAD-style questions from stored passage states")
+    answer = sub.add_parser("answer", help="answer SQuAD-style questions from stored representations: "
+                                             "extracted spans or generated answers, as the family does (`hf-readonce "
+                                             "info`), EM/F1 beside the baselines when rows carry answers")
     model_options(answer)
     answer.add_argument("--questions", required=True, help="JSONL with id, question, context (answers optional)")
     answer.add_argument("--output", required=True, help="predictions JSONL (id, prediction_text)")
@@ -1619,8 +1621,8 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
     answer.set_defaults(func=cmd_answer)
 
     summarize = sub.add_parser("summarize", help="summarize a JSONL file's documents from their stored "
-                                                 "representations (ROUGE beside lead-3 when they carry reference "
-                                                 "summaries)")
+                                                 "representations (ROUGE beside lead-1 and lead-3 when they carry "
+                                                 "reference summaries)")
     summarize.add_argument("model", help="a checkpoint folder or Hub id of a family that summarizes from stored "
                                          "representations (`hf-readonce info` lists them)")
     summarize.add_argument("--store", required=True, help="store directory (`hf-readonce encode` fills it)")
