@@ -747,3 +747,37 @@ def test_frictions_a_newcomer_met(tmp_path, qa_rows, capsys):
     with pytest.raises(SystemExit) as stop:
         cli_main(["--version"])
     assert stop.value.code == 0 and capsys.readouterr().out.startswith("hf-readonce ")
+
+
+def test_an_output_that_is_the_input_is_refused_and_bad_lines_say_why(tmp_path, checkpoint, qa_rows, capsys):
+    """`--output` naming the `--questions` (or `--documents`) file would replace the input by the output: refused
+    before anything runs, the input unchanged. An unknown option is named in the command's own words; a set-aside
+    line says what is wrong with its field (absent, null, not a string, blank)."""
+    rows = qa_rows[:2]
+    questions = write_jsonl(tmp_path / "q.jsonl", rows)
+    before = questions.read_text()
+    (tmp_path / "link.jsonl").symlink_to(questions)
+    for output in (questions, tmp_path / "link.jsonl"):
+        assert cli_main(["answer", str(checkpoint), "--store", str(tmp_path / "s"), "--questions", str(questions),
+                         "--output", str(output), "--encode-missing", "--no-progress"]) == 2
+        err = capsys.readouterr().err
+        assert "is the --questions file" in err and len(err.strip().splitlines()) == 1, err
+    assert questions.read_text() == before and not (tmp_path / "s").exists()
+    assert cli_main(["summarize", str(checkpoint), "--store", str(tmp_path / "s"), "--documents", str(questions),
+                     "--output", str(questions)]) == 2
+    assert "is the --documents file" in capsys.readouterr().err and questions.read_text() == before
+
+    with pytest.raises(SystemExit) as stop:
+        cli_main(["verify", "--store", str(tmp_path / "s"), "--bogus"])
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.startswith("hf-readonce verify: error: unrecognized arguments: --bogus")
+
+    bad = [{"id": "a", "question": "Who?", "context": None}, {"id": "b", "question": 5, "context": "Text."},
+           {"id": "c", "question": "Who?"}, {"id": "d", "question": " ", "context": "Text."}, rows[0]]
+    assert cli_main(["answer", str(checkpoint), "--store", str(tmp_path / "s"), "--questions",
+                     str(write_jsonl(tmp_path / "bad.jsonl", bad)), "--output", str(tmp_path / "p.jsonl"),
+                     "--encode-missing", "--no-progress", "--max-passage-length", "64", "--doc-stride", "16"]) == 0
+    err = capsys.readouterr().err
+    for line, reason in ((1, "'context' is null"), (2, "'question' is a int, not a string"),
+                         (3, "no 'context' field"), (4, "'question' is blank")):
+        assert f"line {line}: {reason}" in err, err

@@ -533,7 +533,8 @@ def cmd_encode(args) -> int:
 
         try:
             if restore_store_marker(args.store):
-                print(f"repair: {args.store} had a store's folders but no store.json: recreated it", file=sys.stderr)
+                print(f"repair: {args.store} had a store's folders but no readable store.json: wrote a new one (an "
+                      "unreadable one is kept in quarantine/)", file=sys.stderr)
         except OSError as error:
             raise CommandError(str(error)) from None
     created = main_process and not Path(args.store).exists()
@@ -542,7 +543,7 @@ def cmd_encode(args) -> int:
         state.wait_for_everyone()  # the main process creates the store
     store = store or _open_store(args.store)
     try:
-        store.check_writable()  # before loading the model: a read-only store fails in seconds
+        store.check_writable(layout=not args.repair)  # before loading the model: a read-only store fails in seconds
     except ReadOnlyStoreError as error:
         raise CommandError(str(error)) from None
     device = state.device if state is not None else _device(args.device)
@@ -554,11 +555,15 @@ def cmd_encode(args) -> int:
         for name in own_settings:
             if getattr(args, name, None) is None and getattr(model.config, name, None) is not None:
                 setattr(args, name, getattr(model.config, name))  # (a recorded 0, e.g. doc_stride, counts)
+        adapter_class = get_adapter_class(model.config.model_type)
+        settings = _adapter_settings(args, adapter_class)
         try:
-            settings = _adapter_settings(args, get_adapter_class(model.config.model_type))
             adapter = get_adapter(model, tokenizer, **settings, batch_size=args.batch_size)
-        except (ValueError, TypeError) as error:
-            raise CommandError(str(error)) from None
+        except (ValueError, TypeError) as error:  # a setting's value, said with the options that gave them
+            used = ", ".join(f"{option} {settings[name]}" + ("" if getattr(args, name, None) is not None
+                                                              else " (default)")
+                             for name, (option, _, _) in adapter_class.cli_settings.items() if name in settings)
+            raise CommandError(f"{error}" + (f" (settings: {used})" if used else "")) from None
     except CommandError:
         if created:  # a store this call made, for a model that cannot encode: leave nothing behind
             _remove_if_empty(store)
@@ -737,15 +742,20 @@ def _write_predictions(output: Path, examples, predictions, key: str = "predicti
             tmp.unlink()
 
 
-def _output_file(path: str) -> Path:
-    """`--output` as a `Path` whose folder exists (created if needed).
+def _output_file(path: str, reads: tuple[str, Path]) -> Path:
+    """`--output` as a `Path` whose folder exists (created if needed), never the input file `reads` names
+    (`(option, path)`): the command would replace what it reads with its output.
 
     Raises:
-        CommandError: the path is a directory, or its folder cannot be created.
+        CommandError: the path is a directory or the input file, or its folder cannot be created.
     """
     output = Path(path)
     if output.is_dir():
         raise CommandError(f"--output {output} is a directory; give the path of a file to write.")
+    option, read = reads
+    if output.exists() and os.path.samefile(output, read):  # also through a link
+        raise CommandError(f"--output {output} is the {option} file: it would be replaced by the output; give "
+                           "another path.")
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -792,12 +802,12 @@ def _open_store_to_read(args, command: str, what: str):
 
 def _answer(args) -> int:
     from .store import MissingRepresentationError, RepresentationMismatchError
-    from .tasks.jsonl import BadLine, iter_jsonl
+    from .tasks.jsonl import BadLine, field_problem, iter_jsonl
 
     questions = Path(args.questions)
     if not questions.is_file():
         raise CommandError(f"--questions {questions} is not a file.")
-    output = _output_file(args.output)
+    output = _output_file(args.output, ("--questions", questions))
     args.model = _resolve_model(args.model)
     spec = _family_of(args.model)
     generative = spec is not None and spec.answer == "generative"
@@ -823,15 +833,16 @@ def _answer(args) -> int:
         if generative:  # one passage (`context`) or several (`contexts`, or a list in `context`)
             from .tasks.question_answering import passages_of
 
-            bad = [] if isinstance(row.get("question"), str) and row["question"].strip() else ["question"]
+            bad = [problem for problem in (field_problem(row, "question"),) if problem is not None]
             try:
                 passages_of(row)
             except ValueError:
-                bad.append("context/contexts")
+                bad.append("missing or empty context/contexts")
         else:
-            bad = [key for key in ("question", "context") if not isinstance(row.get(key), str) or not row[key].strip()]
+            bad = [problem for problem in (field_problem(row, key) for key in ("question", "context"))
+                   if problem is not None]
         if bad:
-            problems.append(BadLine(number, f"missing or empty {', '.join(bad)}"))
+            problems.append(BadLine(number, "; ".join(bad)))
             continue
         if check_example is not None:
             try:
@@ -1082,15 +1093,16 @@ def _read_summarize_rows(path: Path, text_field: str, id_field: str) -> list[dic
     Raises:
         CommandError: duplicate ids (status 2); no usable document (status 1, naming the fields found).
     """
-    from .tasks.jsonl import BadLine, iter_jsonl
+    from .tasks.jsonl import BadLine, field_problem, iter_jsonl
 
     _check_has_documents(path, text_field)
     problems, rows, first_line, duplicates = [], [], {}, []
     for number, row in iter_jsonl(path, problems):
-        text = row.get(text_field)
-        if not isinstance(text, str) or not text.strip():
-            problems.append(BadLine(number, f"missing or empty {text_field!r}"))
+        problem = field_problem(row, text_field)
+        if problem is not None:
+            problems.append(BadLine(number, problem))
             continue
+        text = row[text_field]
         doc_id = str(row[id_field]) if row.get(id_field) is not None else f"line {number}"
         if doc_id in first_line:
             duplicates.append((doc_id, first_line[doc_id], number))
@@ -1123,7 +1135,7 @@ def _summarize(args) -> int:
     documents = Path(args.documents)
     if not documents.is_file():
         raise CommandError(f"--documents {documents} is not a file.")
-    output = _output_file(args.output)
+    output = _output_file(args.output, ("--documents", documents))
     args.model = _resolve_model(args.model)
     spec = _family_of(args.model)
     if spec is not None and not spec.summarize:
@@ -1818,9 +1830,12 @@ def main(argv=None) -> int:
         asks_help = wanted in _FAMILY_OPTION_COMMANDS and any(arg in ("-h", "--help") for arg in argv)
         parser = build_parser(family_options=asks_help)
         args, unknown = parser.parse_known_args(argv)
-        if unknown:  # perhaps the option of a family's own setting; otherwise argparse's usage error
-            parser = build_parser(family_options=args.command in _FAMILY_OPTION_COMMANDS)
-            args = parser.parse_args(argv)
+        if unknown and args.command in _FAMILY_OPTION_COMMANDS:  # perhaps the option of a family's own setting
+            parser = build_parser(family_options=True)
+            args, unknown = parser.parse_known_args(argv)
+        if unknown:  # the command's own one-line usage error, naming the command
+            commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+            commands.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
         command = args.command
         restore = _disable_progress_bars() if getattr(args, "no_progress", False) else None
 

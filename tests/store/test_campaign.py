@@ -202,7 +202,16 @@ METADATA_DAMAGE = {  # every tensor byte stays intact: nothing may be dropped
         shards(path)[0], content_hash("campaign document 0")[:12].encode(),
         _flip_hex(content_hash("campaign document 0")[:12]).encode()),
     "item2-two-shard-files-swapped": _swap_two_shards,
+    "item2-header-json-garbled": lambda path: _garble_header(shards(path)[0]),
 }
+
+
+def _garble_header(shard):
+    """Bytes 20-31 (inside the safetensors JSON header) overwritten: safetensors cannot open the file, every tensor
+    byte is intact (the ranges are rebuilt from the manifest's records and checked against their checksums)."""
+    data = bytearray(shard.read_bytes())
+    data[20:32] = b"X" * 12
+    shard.write_bytes(bytes(data))
 
 
 @pytest.mark.parametrize("case", sorted(METADATA_DAMAGE))
@@ -549,6 +558,40 @@ def test_item7_deleted_store_json_has_a_cli_recovery(tmp_path, checkpoint, capsy
     status, out, err = run_cli(capsys, *args, "--repair")
     assert status == 0 and "store.json" in err and "encoded 0 document(s)" in out
     assert RepresentationStore(tmp_path / "s").verify().ok and len(RepresentationStore(tmp_path / "s")) == 1
+
+
+def test_a_garbled_store_json_or_index_file_has_a_cli_recovery(tmp_path, checkpoint, capsys):
+    """`store.json` cut short or garbled, and `index/` replaced by a file: the errors name `encode --repair`, and it
+    does repair them (the unreadable marker and the file are kept in quarantine/, no document is lost); a marker that
+    is JSON (a newer format's store) is never replaced."""
+    from hf_readonce.store import restore_store_marker
+
+    docs = write_jsonl(tmp_path / "docs.jsonl", [{"id": "d1", "context": "The cat sat on the mat."},
+                                                 {"id": "d2", "context": "A dog ran in the park."}])
+    args = ["encode", checkpoint, "--store", tmp_path / "s", "--documents", docs, "--no-progress",
+            "--max-passage-length", "32", "--doc-stride", "8"]
+    assert run_cli(capsys, *args)[0] == 0
+    marker = tmp_path / "s" / "store.json"
+    marker.write_text('{"format": "hf-re')  # cut short
+    status, _, err = run_cli(capsys, "verify", "--store", tmp_path / "s")
+    assert status == 2 and "--repair" in one_error_line(err, "verify") and "quarantine/" in err
+    status, out, err = run_cli(capsys, *args, "--repair")
+    assert status == 0 and "no readable store.json" in err and "encoded 0 document(s)" in out, err
+    assert [p.read_text() for p in (tmp_path / "s" / "quarantine").glob("*/store.json")] == ['{"format": "hf-re']
+    assert RepresentationStore(tmp_path / "s").verify().ok and len(RepresentationStore(tmp_path / "s")) == 2
+    restored = marker.read_text()
+    marker.write_text('{"format": "hf-readonce-representation-store", "format_version": 99}')  # a newer store's
+    assert restore_store_marker(tmp_path / "s") is False and "99" in marker.read_text()  # never replaced
+    marker.write_text(restored)
+
+    index = tmp_path / "s" / "index"
+    shutil.rmtree(index)
+    index.write_text("x")
+    status, out, err = run_cli(capsys, *args)
+    assert status == 2 and "--repair" in one_error_line(err, "encode")
+    status, out, err = run_cli(capsys, *args, "--repair")  # it used to refuse, naming itself as the fix
+    assert status == 0 and "encoded 0 document(s)" in out, err
+    assert RepresentationStore(tmp_path / "s").verify().ok and len(RepresentationStore(tmp_path / "s")) == 2
 
 
 def test_item7_documents_without_tokens_are_set_aside_by_id(tmp_path, checkpoint, tokenizer, capsys):

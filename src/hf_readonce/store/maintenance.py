@@ -216,11 +216,13 @@ def _indexable_in_place(store, shard: str, space: RepresentationSpace) -> bool:
             and not (store.path / "index" / f"{path.stem}.json").exists())
 
 
-def _tensors_intact(store, entry: DocumentEntry):
+def _tensors_intact(store, entry: DocumentEntry, layout=None):
     """The document's tensors if their bytes pass both checksums its record holds (SHA-256 and xxh3-128), read by
     the record's tensor keys whatever the shard's header lists; else `None`. A shard safetensors will not open (a
     truncated file: its header promises bytes the file no longer has) is read byte range by byte range
-    ([`_tensors_from_byte_ranges`]), so the documents whose bytes are all still there are kept."""
+    ([`_tensors_from_byte_ranges`]), so the documents whose bytes are all still there are kept; a shard whose header
+    is unreadable (garbled JSON) is read at the byte ranges `layout()` gives ([`_rebuilt_layout`] of the documents its
+    manifest lists), when given. The checksums decide in every case: a wrong guess of the ranges keeps nothing."""
     try:
         return store._read(entry, verify="strong", check_order=False)
     except CorruptedShardError:
@@ -228,20 +230,58 @@ def _tensors_intact(store, entry: DocumentEntry):
     if path_problem(store.path, entry.shard) is not None:  # a link, FIFO or device on the way: never opened
         return None
     tensors = _tensors_from_byte_ranges(store.path / entry.shard, entry)
+    if tensors is None and layout is not None:
+        tensors = _tensors_from_byte_ranges(store.path / entry.shard, entry, layout())
     if tensors is None or not _checksums_match(entry, tensors, strong=True):
         return None
     return tensors
+
+
+def _rebuilt_layout(entries) -> dict | None:
+    """Where the tensor bytes of a shard holding exactly `entries` lie, counted back from the end of the file: the
+    layout the store's writer (`safetensors.torch.save`) gives them, found by saving zeros of the same keys, dtypes
+    and shapes (the data section ends the file, its order does not depend on the header's metadata). Returns `{key:
+    (begin, end)}` with negative offsets from the end of the file, or `None` if a record cannot be laid out."""
+    import torch
+    from safetensors.torch import save as safetensors_save
+
+    try:
+        zeros = {spec["key"]: torch.zeros(spec["shape"], dtype=getattr(torch, spec["dtype"]))
+                 for entry in entries for spec in entry.tensors.values()}
+        data = safetensors_save(zeros)
+    except (AttributeError, KeyError, TypeError, ValueError, RuntimeError):
+        return None
+    length = int.from_bytes(data[:8], "little")
+    total = len(data) - 8 - length
+    header = json.loads(data[8 : 8 + length])
+    return {key: (info["data_offsets"][0] - total, info["data_offsets"][1] - total)
+            for key, info in header.items() if key != "__metadata__"}
+
+
+def _lazy_layout(entries):
+    """`layout()` for [`_tensors_intact`]: [`_rebuilt_layout`] of `entries`, computed on first call only."""
+    cached = []
+
+    def layout():
+        if not cached:
+            cached.append(_rebuilt_layout(entries))
+        return cached[0]
+
+    return layout
 
 
 _SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
                        "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool"}
 
 
-def _tensors_from_byte_ranges(path: Path, entry: DocumentEntry):
+def _tensors_from_byte_ranges(path: Path, entry: DocumentEntry, layout: dict | None = None):
     """The tensors of `entry` read straight from the byte ranges the shard's safetensors header gives them (8-byte
     little-endian header length, the JSON header, then the data), for a file too damaged for safetensors to open;
     `None` when the header is unreadable, a tensor's dtype or shape disagrees with the record, or its bytes lie
-    beyond the end of the file. The caller checks the checksums."""
+    beyond the end of the file. With `layout` (`{key: (begin, end)}` counted back from the end of the file, see
+    [`_rebuilt_layout`]) the header is not read: the ranges are those. The caller checks the checksums."""
+    if layout is not None:
+        return _tensors_at(path, entry, layout)
     import torch
 
     try:
@@ -274,6 +314,35 @@ def _tensors_from_byte_ranges(path: Path, entry: DocumentEntry):
                     else torch.empty(spec["shape"], dtype=torch_dtype)
             return tensors
     except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return None
+
+
+def _tensors_at(path: Path, entry: DocumentEntry, layout: dict):
+    """The tensors of `entry` at the byte ranges `layout` gives (counted back from the end of the file), for
+    [`_tensors_from_byte_ranges`]; `None` if a range is missing or outside the file."""
+    import torch
+
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            os.close(descriptor)
+            return None
+        size = os.fstat(descriptor).st_size
+        with os.fdopen(descriptor, "rb") as handle:
+            tensors = {}
+            for name, spec in entry.tensors.items():
+                begin, end = layout[spec["key"]]
+                if not 8 - size <= begin <= end <= 0:
+                    return None
+                handle.seek(size + begin)
+                data = bytearray(handle.read(end - begin))
+                torch_dtype = getattr(torch, spec["dtype"])
+                if len(data) != end - begin or len(data) != torch_dtype.itemsize * math.prod(spec["shape"]):
+                    return None
+                tensors[name] = torch.frombuffer(data, dtype=torch_dtype).reshape(spec["shape"]) if data \
+                    else torch.empty(spec["shape"], dtype=torch_dtype)
+            return tensors
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None
 
 
@@ -367,7 +436,8 @@ def _check_shard(store, shard: str, manifest: dict) -> Corruption | None:
     else:
         reason = f"file size {size} bytes, expected {manifest.get('file_size')} (truncated or extended)"
     store._handles.pop(shard, None)
-    bad = [entry for entry in entries if _tensors_intact(store, entry) is None]
+    layout = _lazy_layout(entries) if header is None else None  # a garbled header: the ranges rebuilt
+    bad = [entry for entry in entries if _tensors_intact(store, entry, layout) is None]
     store._handles.pop(shard, None)
     if header is None and not intact:
         reason += f"; its header is unreadable ({header_error})"
@@ -516,11 +586,12 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
             space = RepresentationSpace(manifest["space"], manifest["fingerprint"], manifest["settings"],
                                         manifest.get("model_type"))
             keep, vouched = [], set()  # vouched: tensor keys of the shard whose manifest record passed
+            layout = _lazy_layout(_manifest_entries(manifest, shard))  # used only if the shard's header is garbled
             for entry in _manifest_entries(manifest, shard):
                 candidates.add((space.key, entry.content_hash))
                 if (space.key, entry.content_hash) in store._entries:
                     continue  # stored intact elsewhere (e.g. by a repair killed before it retired this shard)
-                tensors = _tensors_intact(store, entry)
+                tensors = _tensors_intact(store, entry, layout)
                 if tensors is not None:
                     keep.append((entry.content_hash, tensors, dict(entry.meta)))
                     vouched.update(spec["key"] for spec in entry.tensors.values())
@@ -715,31 +786,45 @@ def prune_store(store, spaces=(), *, quarantine: bool = False, dry_run: bool = F
 
 
 def restore_store_marker(path) -> bool:
-    """Write a missing `store.json` into a folder that has a store's `index/` and `shards/` folders (a deleted
-    marker), so that it opens again; run `repair` afterwards (`hf-readonce encode ... --repair` does both).
+    """Write a missing or unreadable `store.json` into a folder that has a store's `index/` and `shards/` folders (a
+    deleted marker, or one cut short or garbled: not JSON), so that it opens again; an unreadable one is first moved to
+    `quarantine/<time>/store.json` (never deleted). A marker that is JSON is never replaced (a newer format's store
+    stays as it is). Run `repair` afterwards (`hf-readonce encode ... --repair` does both).
 
     Args:
         path (`str` or `os.PathLike`): the store's folder.
 
     Returns:
-        `bool`: True if the marker was written, False if it already existed or the folder does not look like a
-        store (then nothing is written).
+        `bool`: True if the marker was written, False if a readable one exists or the folder does not look like a
+        store (then nothing is written or moved).
 
     Raises:
-        ReadOnlyStoreError: if the marker cannot be written.
+        ReadOnlyStoreError: if the marker cannot be written (or the unreadable one moved).
     """
     path = Path(path).expanduser().absolute()
-    if (path / "store.json").exists() or (path / "store.json").is_symlink():
+    marker = path / "store.json"
+    if marker.is_symlink() or (marker.exists() and not marker.is_file()):
         return False
     if path_problem(path, "index", folder=True) is not None or path_problem(path, "shards", folder=True) is not None:
         return False
+    unreadable = marker.exists()
+    if unreadable:
+        try:
+            json.loads(marker.read_bytes())
+            return False  # readable: whatever it says is the store's own business
+        except (OSError, ValueError):
+            pass
     data = json.dumps({"format": FORMAT_NAME, "format_version": FORMAT_VERSION,
                        "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "restored": True}, indent=2).encode()
     try:
+        if unreadable:
+            quarantine = path / "quarantine" / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+            quarantine.mkdir(parents=True)
+            os.replace(marker, quarantine / "store.json")
         (path / "tmp").mkdir(exist_ok=True)
-        _atomic_write(path / "store.json", data, path / "tmp")
+        _atomic_write(marker, data, path / "tmp")
     except OSError as error:
-        raise ReadOnlyStoreError(f"cannot write {path / 'store.json'}: {error}") from None
+        raise ReadOnlyStoreError(f"cannot write {marker}: {error}") from None
     return True
 
 

@@ -241,7 +241,10 @@ class RepresentationStore:
         try:
             info = json.loads(marker.read_text())
         except (OSError, ValueError) as error:
-            raise ValueError(f"{marker} is unreadable ({error}); is {self.path} a hf-readonce store?") from None
+            raise ValueError(f"{marker} is unreadable ({error}); is {self.path} a hf-readonce store? If it is (it holds "
+                             f"index/ and shards/), `hf-readonce encode MODEL --documents FILE --store {self.path} "
+                             "--repair` (or `hf_readonce.store.restore_store_marker`) moves the unreadable file to "
+                             "quarantine/ and writes a new one.") from None
         if not isinstance(info, dict) or info.get("format") != FORMAT_NAME:
             raise ValueError(f"{marker} does not describe a hf-readonce store.")
         if info.get("format_version") != FORMAT_VERSION:
@@ -263,19 +266,33 @@ class RepresentationStore:
         except OSError as error:
             raise ReadOnlyStoreError(f"cannot create a store at {self.path}: {error}") from None
 
-    def check_writable(self) -> None:
+    def check_writable(self, *, layout: bool = True) -> None:
         """Raise [`ReadOnlyStoreError`] unless this process can write to the store (opened read-only, or a probe
-        file cannot be created in it). Called before any model work so that a run fails before it starts."""
+        file cannot be created in it). Called before any model work so that a run fails before it starts.
+
+        Args:
+            layout (`bool`, defaults to `True`): also refuse a store whose `index/`, `shards/` or `tmp/` is not a
+                folder (a file, link or FIFO in its place: nothing is written into it). `False` before [`repair`],
+                which moves such a path to `quarantine/`; the probe is then made in the store's own folder.
+        """
         if self.readonly:
             raise ReadOnlyStoreError(f"store {self.path} was opened read-only.")
+        damaged = False
         for sub in _LAYOUT:
             problem = path_problem(self.path, sub, folder=True)
             if problem is not None and problem != "is missing":
-                raise ReadOnlyStoreError(
-                    f"store {self.path} is damaged: {sub}/ {problem}; nothing is written into it. `hf-readonce encode "
-                    f"MODEL --documents FILE --store {self.path} --repair` (or `RepresentationStore.repair()`) moves "
-                    "it to quarantine/ and rebuilds the index from the shards.")
+                damaged = True
+                if layout:
+                    raise ReadOnlyStoreError(
+                        f"store {self.path} is damaged: {sub}/ {problem}; nothing is written into it. `hf-readonce "
+                        f"encode MODEL --documents FILE --store {self.path} --repair` (or `RepresentationStore."
+                        "repair()`) moves it to quarantine/ and rebuilds the index from the shards.")
         try:
+            if damaged:  # left to repair: probe the store's own folder
+                fd, probe = _make_temp(self.path, ".probe")
+                os.close(fd)
+                os.unlink(probe)
+                return
             for sub in _LAYOUT:
                 (self.path / sub).mkdir(exist_ok=True)
             fd, probe = _make_temp(self.path / "tmp", ".probe")

@@ -72,6 +72,22 @@ def _has_lone_surrogate(row) -> bool:
     return False
 
 
+def field_problem(row: dict, key: str) -> str | None:
+    """Why `row[key]` is not a non-blank string, in the words a set-aside line is reported with (`no 'context'
+    field`, `'context' is null`, `'question' is a int, not a string`, `'context' is blank`), or `None` when it is
+    one."""
+    if key not in row:
+        return f"no {key!r} field"
+    value = row[key]
+    if value is None:
+        return f"{key!r} is null"
+    if not isinstance(value, str):
+        return f"{key!r} is a {type(value).__name__}, not a string"
+    if not value.strip():
+        return f"{key!r} is blank"
+    return None
+
+
 def iter_documents(path, text_field: str = "context", id_field: str | None = "id",
                    problems: list | None = None) -> Iterator[tuple[str, str]]:
     """Yield `(doc_id, text)` from a JSONL file; `doc_id` is the row's `id_field` (as str) or `line N`. Rows whose
@@ -79,16 +95,12 @@ def iter_documents(path, text_field: str = "context", id_field: str | None = "id
     as are malformed lines (see [`iter_jsonl`])."""
     problems = problems if problems is not None else []
     for number, row in iter_jsonl(path, problems):
-        text = row.get(text_field)
-        if text is None:
-            problems.append(BadLine(number, f"no {text_field!r} field"))
-        elif not isinstance(text, str):
-            problems.append(BadLine(number, f"field {text_field!r} is a {type(text).__name__}, not a string"))
-        elif not text.strip():
-            problems.append(BadLine(number, f"empty document (field {text_field!r} is blank)"))
+        problem = field_problem(row, text_field)
+        if problem is not None:
+            problems.append(BadLine(number, problem if "blank" not in problem else f"empty document ({problem})"))
         else:
             doc_id = row.get(id_field) if id_field else None
-            yield (str(doc_id) if doc_id is not None else f"line {number}"), text
+            yield (str(doc_id) if doc_id is not None else f"line {number}"), row[text_field]
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
@@ -107,4 +119,4 @@ def read_jsonl(path: str | Path) -> list[dict]:
     return rows
 
 
-__all__ = ["BadLine", "iter_documents", "iter_jsonl", "read_jsonl"]
+__all__ = ["BadLine", "field_problem", "iter_documents", "iter_jsonl", "read_jsonl"]
