@@ -1497,8 +1497,11 @@ def cmd_publish(args) -> int:
         result = publish(_resolve_model(args.model_dir), args.repo_id, local_dir=args.local_dir, private=args.private,
                          store=store, metrics=args.metrics, card=card or None,
                          representations_repo=args.representations_repo, dtype=args.dtype)
-    except (ValueError, TypeError, FileNotFoundError) as error:
-        raise CommandError(str(error)) from None
+    except (ValueError, TypeError, FileNotFoundError) as error:  # publish()'s argument names said as the options
+        message = str(error)
+        for name in ("local_dir", "repo_id", "metrics", "representations_repo", "dtype", "store"):
+            message = message.replace(f"`{name}`", f"`--{name.replace('_', '-')}`")
+        raise CommandError(message) from None
     except OSError as error:  # a read-only or full --local-dir, or the Hub unreachable (requests' errors are OSErrors)
         if args.local_dir:
             raise CommandError(f"cannot write the repo folder --local-dir {args.local_dir}: {_one_line(error)}; "

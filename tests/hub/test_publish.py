@@ -267,7 +267,9 @@ def test_bad_input(checkpoint_dir, tmp_path, capsys):
         publish(reference_qa_path(), "a/b", local_dir=tmp_path / "a")
     # the CLI says the same in its own words, exit status 2
     assert cli_main(["publish", str(checkpoint_dir), "--repo-id", "bad", "--local-dir", str(tmp_path / "c")]) == 2
-    assert "hf-readonce publish: error: `repo_id` must be 'owner/name'" in capsys.readouterr().err
+    assert "hf-readonce publish: error: `--repo-id` must be 'owner/name'" in capsys.readouterr().err
+    assert cli_main(["publish", str(checkpoint_dir), "--repo-id", "a/b", "--local-dir", str(tmp_path / "full")]) == 2
+    assert "error: `--local-dir` " in capsys.readouterr().err  # the option, not publish()'s argument name
     assert cli_main(["publish", str(checkpoint_dir), "--repo-id", "a/b", "--local-dir", str(tmp_path / "c"),
                      "--store", str(tmp_path / "nostore")]) == 2
     assert "no store at" in capsys.readouterr().err

@@ -67,6 +67,9 @@ def test_find_deformer_space_names_the_other_k(tmp_path, tokenizer, qa_rows):
     assert find_deformer_space(store, model, tokenizer)["doc_stride"] == 8
     k3 = DeformerBertForQuestionAnswering(DeformerBertConfig(**{**model.config.to_dict(), "num_decomposed_layers": 3}))
     k3.load_state_dict(model.state_dict())
-    with pytest.raises(MissingRepresentationError, match=r"num_decomposed_layers 2, not this model's 3 "
-                                                         r"\(`--num-decomposed-layers`\)"):
+    with pytest.raises(MissingRepresentationError, match=r"only with num_decomposed_layers=2, max_passage_length=32, "
+                                                         r"doc_stride=8 \(this model: num_decomposed_layers=3;"):
         find_deformer_space(store, k3, tokenizer)
+    with pytest.raises(MissingRepresentationError, match=r"max_passage_length 48.*only with num_decomposed_layers=2, "
+                                                         r"max_passage_length=32"):
+        find_deformer_space(store, model, tokenizer, max_passage_length=48)  # other windows: named

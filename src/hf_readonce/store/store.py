@@ -299,7 +299,10 @@ class RepresentationStore:
             os.close(fd)
             os.unlink(probe)
         except OSError as error:
-            raise ReadOnlyStoreError(f"store {self.path} is not writable: {error}") from None
+            raise ReadOnlyStoreError(f"store {self.path} is not writable ({error.strerror or error}): writing needs "
+                                     "write permission on its folder and on index/, shards/ and tmp/; it can still "
+                                     "be read (answer, summarize, verify, info), or encode into another store."
+                                     ) from None
 
     def lock(self) -> _StoreLock:
         """The store's write lock (`filelock.FileLock` on `STORE/.lock`, re-entrant within this object); writers

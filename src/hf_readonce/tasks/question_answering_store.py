@@ -43,14 +43,16 @@ def find_deformer_space(store: RepresentationStore, model, tokenizer, *, max_pas
     found = find_space(store, DeformerBertAdapter, current_fingerprint(model), settings, given=wanted)
     if found is not None:
         return found
-    other_k = sorted({s.settings.get("num_decomposed_layers") for s in store.spaces()
-                      if DeformerBertAdapter.settings_match(s.settings, tokenizer)} - {k}, key=str)
+    names = ("num_decomposed_layers", "max_passage_length", "doc_stride")
+    others = sorted({", ".join(f"{name}={s.settings.get(name)}" for name in names) for s in store.spaces()
+                     if DeformerBertAdapter.settings_match(s.settings, tokenizer)})
     held = sorted({s.model_type or "?" for s in store.spaces()})
     note = unindexed_note(store)
     windows = "".join(f" and {name} {value}" for name, value in wanted.items())
-    if other_k:
-        holds = (f"; it holds DeFormer states of num_decomposed_layers {', '.join(map(str, other_k))}, not this "
-                 f"model's {k} (`--num-decomposed-layers`).")
+    if others:
+        holds = (f"; it holds this tokenizer's DeFormer states only with {'; '.join(others)} (this model: "
+                 f"num_decomposed_layers={k}; `--num-decomposed-layers`, `--max-passage-length` and `--doc-stride` "
+                 "pick them).")
     elif held:
         holds = f"; it holds representations of {', '.join(held)} models only."
     else:
