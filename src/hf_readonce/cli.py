@@ -1786,6 +1786,15 @@ def _disable_progress_bars():
 _FAMILY_OPTION_COMMANDS = ("encode", "answer", "summarize")
 
 
+def _setting_type(adapter_class, name: str, default) -> type:
+    """The type of a family setting's option: its default's, else `str` where the adapter's `__init__` annotates the
+    setting as a string, else `int` (a length or a ratio)."""
+    if default is not None:
+        return type(default)
+    annotation = inspect.signature(adapter_class.__init__).parameters.get(name)
+    return str if annotation is not None and "str" in str(annotation.annotation) else int
+
+
 def _family_options(parser: argparse.ArgumentParser) -> None:
     """Add to `parser` an option for every adapter setting (`cli_settings`) it has no option for yet."""
     from . import register_models
@@ -1803,7 +1812,7 @@ def _family_options(parser: argparse.ArgumentParser) -> None:
                                     help=f"{adapter_class.model_type}: {text}")
             else:
                 said = "" if default is None else f" (default {default})"
-                parser.add_argument(option, dest=name, type=type(default) if default is not None else int,
+                parser.add_argument(option, dest=name, type=_setting_type(adapter_class, name, default),
                                     default=None, help=f"{adapter_class.model_type}: {text}{said}")
 
 

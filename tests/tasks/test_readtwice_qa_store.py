@@ -100,3 +100,41 @@ def test_cli_encodes_and_answers_readtwice_stores(tokenizer, tmp_path, capsys):
     assert cli_main(["answer", str(folder), "--store", str(store), "--questions", str(questions), "--output",
                      str(output), "--compression-ratio", "2", "--no-progress"]) == 2
     assert "--compression-ratio do(es) not apply to readtwice_bert" in capsys.readouterr().err
+
+
+def test_cli_encodes_entity_memories_with_the_mentions_option(tokenizer, tmp_path, capsys):
+    """Entity memories need a mention finder: `--mentions capitalized_mentions` names the package's (opt-in: without
+    it encode says so), and `answer` finds it from the store (or takes it with `--encode-missing`); the answers are
+    the API's with the same mention function."""
+    import json
+
+    from hf_readonce.cli import main as cli_main
+    from hf_readonce.representations.readtwice_bert import capitalized_mentions
+    from tests.conftest import write_jsonl
+
+    folder = tmp_path / "readtwice"
+    model = tiny_readtwice(memory_type="entity")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    questions = write_jsonl(tmp_path / "q.jsonl", _examples())
+    store, output = tmp_path / "store", tmp_path / "p.jsonl"
+    common = ["--documents", str(questions), "--store", str(store), "--dtype", "fp32", "--no-progress"]
+    assert cli_main(["encode", str(folder), *common]) == 2
+    assert "--mentions capitalized_mentions" in capsys.readouterr().err
+    assert cli_main(["encode", str(folder), *common, "--mentions", "spacy"]) == 2
+    assert "must be one of ['capitalized_mentions']" in capsys.readouterr().err
+    assert cli_main(["encode", str(folder), *common, "--mentions", "capitalized_mentions"]) == 0
+    assert RepresentationStore(store).spaces()[0].settings["mentions"] == "capitalized_mentions"
+    expected = answer_from_readtwice_store(model, tokenizer, RepresentationStore(store), _examples(),
+                                           mention_fn=capitalized_mentions, max_question_length=MAX_QUESTION_LEN)
+    for extra, target in (([], store), (["--encode-missing", "--mentions", "capitalized_mentions"], tmp_path / "new")):
+        assert cli_main(["answer", str(folder), "--store", str(target), "--questions", str(questions), "--output",
+                         str(output), "--max-question-length", str(MAX_QUESTION_LEN), "--no-progress", *extra]) == 0
+        got = {row["id"]: row["prediction_text"] for row in map(json.loads, output.read_text().splitlines())}
+        assert got == expected
+    capsys.readouterr()
+    sts = tmp_path / "sts"
+    tiny_readtwice().save_pretrained(sts)
+    tokenizer.save_pretrained(sts)
+    assert cli_main(["encode", str(sts), *common, "--mentions", "capitalized_mentions"]) == 2
+    assert "applies to entity memories only" in capsys.readouterr().err

@@ -58,6 +58,10 @@ def capitalized_mentions(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+# the mention finders a stored space's `mentions` setting (and `--mentions`) can name
+MENTION_FUNCTIONS = {"capitalized_mentions": capitalized_mentions}
+
+
 class ReadTwiceBertAdapter(AdapterBase):
     r"""Stores, per document, what [`ReadTwiceBertModel.encode_documents`] computes in the read-once layout
     (`question_in_first_read=False`): segments `[CLS] part [SEP]` of `config.segment_length` ids sharing
@@ -69,8 +73,8 @@ class ReadTwiceBertAdapter(AdapterBase):
     - `memory_values` `(M, hidden_size)` floating; `memory_segment_index` `(M,)` int32 (segment of each memory);
     - `entity_token_mask` `(S, T)` int32 and `entity_spans` `(S, max_mentions, 2)` int32 for `memory_type="entity"`.
 
-    Segment length, overlap and memory type come from the model's config (they are part of the settings), so the
-    adapter has no command-line settings of its own.
+    Segment length, overlap and memory type come from the model's config (they are part of the settings); the
+    mention finder of entity memories is the adapter's one setting of its own (`--mentions` on the command line).
 
     Args:
         model ([`ReadTwiceBertForQuestionAnswering`] or [`ReadTwiceBertModel`]): with `question_in_first_read=False`.
@@ -78,17 +82,25 @@ class ReadTwiceBertAdapter(AdapterBase):
         mention_fn (`Callable[[str], list[tuple[int, int]]]`, *optional*): entity mention character spans; required
             for `memory_type="entity"`. Its name is part of the settings.
         batch_size (`int`, defaults to 8): documents per `encode_documents` call.
+        mentions (`str`, *optional*): the mention finder by name, for `memory_type="entity"`: a name of
+            [`MENTION_FUNCTIONS`] (`"capitalized_mentions"`, the package's capitalisation heuristic, not a
+            named-entity recogniser); what `--mentions` passes. Either this or `mention_fn`.
 
     Raises:
         ValueError: if the model reads the question in its first read (nothing document-only to store),
-            `memory_type="entity"` without `mention_fn`, or `batch_size < 1`.
+            `memory_type="entity"` without a mention finder, `mentions` not a known name, or given for other
+            memories, or with a different `mention_fn`; `batch_size < 1`.
         TypeError: if the tokenizer is not fast.
     """
 
     model_type = "readtwice_bert"
     representation = "readtwice_first_read/v1"
     checkpoint_model_types = ("readtwice_bert", "bert")
-    cli_settings: dict = {}
+    cli_settings = {
+        "mentions": ("--mentions", None, "entity memories (memory_type='entity'): the mention finder, "
+                                         "'capitalized_mentions' (a capitalisation heuristic, not a named-entity "
+                                         "recogniser; the only one the command line knows)"),
+    }
     recompute_needs_text = False
     output_distribution = ("answer-span start and end distributions over each segment for a fixed probe question "
                            "(QA head)")
@@ -97,18 +109,29 @@ class ReadTwiceBertAdapter(AdapterBase):
     def settings_kwargs(cls, settings) -> dict:
         """Constructor arguments of a stored space's settings: the mention function when it is the package's
         `capitalized_mentions` (another one cannot be rebuilt from its name: pass it yourself)."""
-        if settings.get("mentions") == "capitalized_mentions":
-            return {"mention_fn": capitalized_mentions}
+        if settings.get("mentions") in MENTION_FUNCTIONS:
+            return {"mention_fn": MENTION_FUNCTIONS[settings["mentions"]]}
         return {}
 
-    def __init__(self, model, tokenizer, mention_fn=None, batch_size: int = 8):
+    def __init__(self, model, tokenizer, mention_fn=None, batch_size: int = 8, mentions: str | None = None):
         config = model.config
         if config.question_in_first_read:
             raise ValueError(
                 "ReadTwice first reads are document-only (storable) only with question_in_first_read=False."
             )
+        if mentions is not None:
+            if mentions not in MENTION_FUNCTIONS:
+                raise ValueError(f"`mentions` (--mentions) must be one of {sorted(MENTION_FUNCTIONS)}, got "
+                                 f"{mentions!r}.")
+            if config.memory_type != "entity":
+                raise ValueError(f"`mentions` (--mentions) applies to entity memories only; this model's memory_type "
+                                 f"is {config.memory_type!r}.")
+            if mention_fn is not None and mention_fn is not MENTION_FUNCTIONS[mentions]:
+                raise ValueError("pass `mention_fn` or `mentions`, not both.")
+            mention_fn = MENTION_FUNCTIONS[mentions]
         if config.memory_type == "entity" and mention_fn is None:
-            raise ValueError("memory_type='entity' needs a `mention_fn` (entity mentions of each document).")
+            raise ValueError("memory_type='entity' needs a `mention_fn` (entity mentions of each document; on the "
+                             "command line `--mentions capitalized_mentions`, a capitalisation heuristic).")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"`batch_size` must be an int >= 1, got {batch_size!r}.")
         self.model, self.tokenizer, self.mention_fn, self.batch_size = model, tokenizer, mention_fn, batch_size

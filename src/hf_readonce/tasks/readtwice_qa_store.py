@@ -19,9 +19,12 @@ from .question_answering import check_decoding_arguments, check_question_rows, q
 DEFAULT_MAX_QUESTION_LENGTH = 64  # as the ReadTwice pipeline, for checkpoints that record none
 
 
-def _adapter(model, tokenizer, store: RepresentationStore, mention_fn, batch_size: int) -> ReadTwiceBertAdapter:
-    """The adapter that reads this model's stored first reads; for entity memories without `mention_fn`, the
-    package's `capitalized_mentions` when the store holds this model's first reads made with it."""
+def _adapter(model, tokenizer, store: RepresentationStore, mention_fn, batch_size: int,
+             mentions: str | None = None) -> ReadTwiceBertAdapter:
+    """The adapter that reads this model's stored first reads; for entity memories without `mention_fn` or
+    `mentions`, the package's `capitalized_mentions` when the store holds this model's first reads made with it."""
+    if mentions is not None:
+        return ReadTwiceBertAdapter(model, tokenizer, mention_fn=mention_fn, batch_size=batch_size, mentions=mentions)
     if model.config.memory_type == "entity" and mention_fn is None:
         fingerprint = current_fingerprint(model.bert if hasattr(model, "bert") else model)
         if any(s.fingerprint == fingerprint and s.settings.get("mentions") == "capitalized_mentions"
@@ -34,7 +37,8 @@ def answer_from_readtwice_store(model, tokenizer, store: RepresentationStore, ex
                                 max_question_length: int | None = None, batch_size: int = 8, n_best_size: int = 20,
                                 max_answer_length: int = 30, documents_per_chunk: int = 16,
                                 encode_missing: bool = False, dtype: str = "float16", mention_fn=None,
-                                progress: bool = False, settings_used: dict | None = None) -> dict[str, str]:
+                                mentions: str | None = None, progress: bool = False,
+                                settings_used: dict | None = None) -> dict[str, str]:
     """Answer extractive questions with a read-once ReadTwice model from the first reads stored in `store`: only the
     questions and the second read run. Each row pairs a question with a segment of its document; the answer is the
     best span over all segments (App. C.1: "the most confident prediction amongst all the segments"), found by the
@@ -59,6 +63,8 @@ def answer_from_readtwice_store(model, tokenizer, store: RepresentationStore, ex
         mention_fn (`Callable[[str], list[tuple[int, int]]]`, *optional*): the entity mention function of
             `memory_type="entity"` checkpoints (default: `capitalized_mentions` when the store's first reads were
             made with it).
+        mentions (`str`, *optional*): the mention finder by name instead (`"capitalized_mentions"`; what
+            `--mentions` passes), e.g. to encode entity memories with `encode_missing`.
         progress (`bool`, defaults to `False`): a tqdm bar on stderr counting answered questions.
         settings_used (`dict`, *optional*): filled with the stored segmentation read (`segment_length`,
             `segment_overlap`, `memory_type`).
@@ -80,7 +86,7 @@ def answer_from_readtwice_store(model, tokenizer, store: RepresentationStore, ex
     check_positive_ints({"batch_size": batch_size, "documents_per_chunk": documents_per_chunk,
                          "max_question_length": max_question_length})
     check_decoding_arguments(n_best_size, max_answer_length, examples=examples)
-    adapter = _adapter(model, tokenizer, store, mention_fn, batch_size)
+    adapter = _adapter(model, tokenizer, store, mention_fn, batch_size, mentions)
     if settings_used is not None:
         settings_used.update({name: adapter.settings()[name]
                               for name in ("segment_length", "segment_overlap", "memory_type")})

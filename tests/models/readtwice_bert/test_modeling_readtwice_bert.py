@@ -607,7 +607,7 @@ def test_store_adapter_loads_readtwice_and_bert_checkpoints_for_storing(tmp_path
     from hf_readonce.representations import get_adapter_class
     from hf_readonce.representations.readtwice_bert import ReadTwiceBertAdapter
 
-    assert get_adapter_class("readtwice_bert") is ReadTwiceBertAdapter and ReadTwiceBertAdapter.cli_settings == {}
+    assert get_adapter_class("readtwice_bert") is ReadTwiceBertAdapter and list(ReadTwiceBertAdapter.cli_settings) == ["mentions"]
     tiny_qa(question_in_first_read=False).save_pretrained(tmp_path / "read_once")
     model = ReadTwiceBertAdapter.load_model(str(tmp_path / "read_once"))
     assert isinstance(model, ReadTwiceBertForQuestionAnswering) and not model.config.question_in_first_read
