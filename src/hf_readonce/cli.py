@@ -551,18 +551,20 @@ def cmd_encode(args) -> int:
         model, tokenizer = load_qa_model(args.model, args.num_decomposed_layers, device, allow_readonce=True,
                                          compute_dtype=args.compute_dtype)
         # Defaults the checkpoint recorded (a DeFormer's training windows) come before the adapter's own defaults.
-        own_settings = get_adapter_class(model.config.model_type).cli_settings
-        for name in own_settings:
+        adapter_class = get_adapter_class(model.config.model_type)
+        given = {name for name in adapter_class.cli_settings if getattr(args, name, None) is not None}
+        for name in adapter_class.cli_settings:
             if getattr(args, name, None) is None and getattr(model.config, name, None) is not None:
                 setattr(args, name, getattr(model.config, name))  # (a recorded 0, e.g. doc_stride, counts)
-        adapter_class = get_adapter_class(model.config.model_type)
         settings = _adapter_settings(args, adapter_class)
         try:
             adapter = get_adapter(model, tokenizer, **settings, batch_size=args.batch_size)
-        except (ValueError, TypeError) as error:  # a setting's value, said with the options that gave them
-            used = ", ".join(f"{option} {settings[name]}" + ("" if getattr(args, name, None) is not None
-                                                              else " (default)")
-                             for name, (option, _, _) in adapter_class.cli_settings.items() if name in settings)
+        except (ValueError, TypeError) as error:  # a setting's value, said with where it came from
+            source = {name: "given" if name in given else "the checkpoint's" if getattr(args, name, None) is not None
+                      else "default" for name in adapter_class.cli_settings}
+            used = ", ".join(f"{option} {settings[name]} ({source[name]})"
+                             for name, (option, _, _) in adapter_class.cli_settings.items()
+                             if name in settings and settings[name] is not None)
             raise CommandError(f"{error}" + (f" (settings: {used})" if used else "")) from None
     except CommandError:
         if created:  # a store this call made, for a model that cannot encode: leave nothing behind

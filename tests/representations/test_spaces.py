@@ -68,8 +68,36 @@ def test_find_deformer_space_names_the_other_k(tmp_path, tokenizer, qa_rows):
     k3 = DeformerBertForQuestionAnswering(DeformerBertConfig(**{**model.config.to_dict(), "num_decomposed_layers": 3}))
     k3.load_state_dict(model.state_dict())
     with pytest.raises(MissingRepresentationError, match=r"only with num_decomposed_layers=2, max_passage_length=32, "
-                                                         r"doc_stride=8 \(this model: num_decomposed_layers=3;"):
+                                                         r"doc_stride=8 \(other weights, or another k\) "
+                                                         r"\(this model: num_decomposed_layers=3;"):
         find_deformer_space(store, k3, tokenizer)
     with pytest.raises(MissingRepresentationError, match=r"max_passage_length 48.*only with num_decomposed_layers=2, "
-                                                         r"max_passage_length=32"):
+                                                         r"max_passage_length=32, doc_stride=8 \(this model's\)"):
         find_deformer_space(store, model, tokenizer, max_passage_length=48)  # other windows: named
+
+
+def test_a_default_that_does_not_fit_the_model_is_not_needed_to_find_its_space(tmp_path, tokenizer, qa_rows):
+    """A DeFormer with 128 positions and no recorded window: the family default (256) does not fit, yet the store's
+    32-token space is found and read (the window is free)."""
+    model = tiny_model()
+    store = RepresentationStore(tmp_path / "store")
+    fill_store(DeformerBertAdapter(model, tokenizer, max_passage_length=32, doc_stride=8), store,
+               [qa_rows[0]["context"]])
+    assert adapter_for_store(model, tokenizer, store).settings()["max_passage_length"] == 32
+
+
+def test_document_caches_read_with_special_tokens_are_found(tmp_path, tokenizer, qa_rows):
+    """How a document's tokens were read (`add_special_tokens`) is the encoder's choice, read back from the space."""
+    import torch
+
+    from hf_readonce import BlockAttentionLlamaConfig, BlockAttentionLlamaForCausalLM
+    from hf_readonce.representations import BlockAttentionLlamaAdapter
+    from hf_readonce.tasks.document_cache_qa import find_document_cache_space
+
+    torch.manual_seed(0)
+    llama = BlockAttentionLlamaForCausalLM(BlockAttentionLlamaConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, pad_token_id=0)).eval()
+    store = RepresentationStore(tmp_path / "store")
+    fill_store(BlockAttentionLlamaAdapter(llama, tokenizer, add_special_tokens=True), store, [qa_rows[0]["context"]])
+    assert find_document_cache_space(store, llama, tokenizer)["add_special_tokens"] is True

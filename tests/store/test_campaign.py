@@ -594,6 +594,34 @@ def test_a_garbled_store_json_or_index_file_has_a_cli_recovery(tmp_path, checkpo
     assert RepresentationStore(tmp_path / "s").verify().ok and len(RepresentationStore(tmp_path / "s")) == 2
 
 
+def test_a_marker_with_a_byte_order_mark_opens_and_one_out_of_reach_is_never_replaced(tmp_path, monkeypatch):
+    """`store.json` saved with a UTF-8 byte-order mark (a Windows editor) is the same JSON: the store opens and
+    `restore_store_marker` leaves it; one that cannot be read now (permissions, I/O) is not garbled: never moved."""
+    from pathlib import Path
+
+    from hf_readonce.store import restore_store_marker
+
+    path, hashes = build(tmp_path)
+    marker = path / "store.json"
+    original = marker.read_bytes()
+    marker.write_bytes(b"\xef\xbb\xbf" + original)
+    assert len(RepresentationStore(path)) == len(hashes) and restore_store_marker(path) is False
+    marker.write_bytes(original)
+    read_bytes = Path.read_bytes
+
+    def denied(self):
+        if self.name == "store.json":
+            raise PermissionError(13, "Permission denied")
+        return read_bytes(self)
+
+    monkeypatch.setattr(Path, "read_bytes", denied)
+    assert restore_store_marker(path) is False
+    with pytest.raises(ValueError, match="cannot be read .*check its permissions"):
+        RepresentationStore(path)
+    monkeypatch.undo()
+    assert marker.read_bytes() == original and not (path / "quarantine").exists()
+
+
 def test_item7_documents_without_tokens_are_set_aside_by_id(tmp_path, checkpoint, tokenizer, capsys):
     from hf_readonce import BlockAttentionLlamaConfig, BlockAttentionLlamaForCausalLM
     from hf_readonce.representations import fill_store, get_adapter

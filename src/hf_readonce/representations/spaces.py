@@ -83,6 +83,31 @@ def find_space(store: RepresentationStore, adapter_class: type, fingerprint: str
     return None
 
 
+def probe_adapter(model, tokenizer, store: RepresentationStore, settings: Mapping | None = None):
+    """An adapter of `model` whose `settings()` [`find_space`] can match against `store`: built with `settings` and the
+    adapter's defaults for the family's other own settings, which `find_space` leaves free; where a default does not
+    fit this model (a window longer than a small model's positions), with the free values of one of the store's
+    spaces of this family instead.
+
+    Raises:
+        TypeError / ValueError: as [`adapter_class_of`]; the adapter's own errors when no stored space helps.
+    """
+    adapter_class = adapter_class_of(model)
+    settings = dict(settings or {})
+    try:
+        return get_adapter(model, tokenizer, **settings)
+    except ValueError:
+        store.refresh()
+        for space in store.spaces():
+            if space.settings.get("representation") != adapter_class.representation:
+                continue
+            try:
+                return get_adapter(model, tokenizer, **{**adapter_class.settings_kwargs(space.settings), **settings})
+            except (ValueError, TypeError):
+                continue
+        raise
+
+
 def adapter_for_store(model, tokenizer, store: RepresentationStore, *, settings: Mapping | None = None,
                       encode_missing: bool = False, batch_size: int = 8):
     """The adapter that reads `model`'s representations in `store`: with the settings of the store's only space of
@@ -113,7 +138,7 @@ def adapter_for_store(model, tokenizer, store: RepresentationStore, *, settings:
         raise ValueError(f"`settings` {unknown} are not settings of {adapter_class.model_type} representations; its "
                          f"settings: {sorted(adapter_class.cli_settings) or 'none'}.")
     try:
-        probe = get_adapter(model, tokenizer, **settings)
+        probe = probe_adapter(model, tokenizer, store, settings)
         found = find_space(store, adapter_class, current_fingerprint(probe), probe.settings(), given=settings)
     except RepresentationMismatchError:
         if not encode_missing:
@@ -137,4 +162,4 @@ def adapter_for_store(model, tokenizer, store: RepresentationStore, *, settings:
     return adapter
 
 
-__all__ = ["adapter_class_of", "adapter_for_store", "find_space"]
+__all__ = ["adapter_class_of", "adapter_for_store", "find_space", "probe_adapter"]

@@ -21,7 +21,15 @@ from pathlib import Path
 from .errors import CorruptedShardError, ReadOnlyStoreError
 from .keys import DocumentEntry, RepresentationSpace, printable
 from .manifest import is_store_file, manifest_header_differences, path_problem, read_shard_header
-from .shards import FORMAT_NAME, FORMAT_VERSION, _atomic_write, _checksums_match, _file_sha256, resolve_dtype
+from .shards import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    _atomic_write,
+    _checksums_match,
+    _file_sha256,
+    read_store_marker,
+    resolve_dtype,
+)
 
 
 @dataclass
@@ -810,9 +818,11 @@ def restore_store_marker(path) -> bool:
     unreadable = marker.exists()
     if unreadable:
         try:
-            json.loads(marker.read_bytes())
-            return False  # readable: whatever it says is the store's own business
-        except (OSError, ValueError):
+            read_store_marker(marker)  # as the store reads it
+            return False  # JSON: whatever it says is the store's own business
+        except OSError:
+            return False  # not garbled, only out of reach now: never replaced
+        except ValueError:
             pass
     data = json.dumps({"format": FORMAT_NAME, "format_version": FORMAT_VERSION,
                        "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "restored": True}, indent=2).encode()

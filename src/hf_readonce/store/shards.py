@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import uuid
 from collections.abc import Mapping
@@ -41,6 +42,15 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
     elif isinstance(dtype, str) and dtype.lower() in _DTYPES:
         return _DTYPES[dtype.lower()]
     raise ValueError(f"`dtype` must be one of fp32, fp16, bf16 (or float32/float16/bfloat16), got {dtype!r}.")
+
+
+def read_store_marker(path: Path):
+    """The parsed JSON of a store's `store.json` (UTF-8, a byte-order mark allowed), whatever it holds.
+
+    Raises:
+        OSError: the file cannot be read (permissions, I/O). ValueError: it is not UTF-8 JSON (cut short, garbled).
+    """
+    return json.loads(Path(path).read_bytes().decode("utf-8-sig"))
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

@@ -82,6 +82,7 @@ from .shards import (
     _dtype_name,
     _file_sha256,
     _make_temp,
+    read_store_marker,
     resolve_dtype,
     tensors_checksum,
     tensors_read_checksum,
@@ -239,8 +240,10 @@ class RepresentationStore:
         if problem is not None:
             raise ValueError(f"{marker} {problem}; is {self.path} a hf-readonce store?")
         try:
-            info = json.loads(marker.read_text())
-        except (OSError, ValueError) as error:
+            info = read_store_marker(marker)
+        except OSError as error:
+            raise ValueError(f"{marker} cannot be read ({error.strerror or error}); check its permissions.") from None
+        except ValueError as error:
             raise ValueError(f"{marker} is unreadable ({error}); is {self.path} a hf-readonce store? If it is (it holds "
                              f"index/ and shards/), `hf-readonce encode MODEL --documents FILE --store {self.path} "
                              "--repair` (or `hf_readonce.store.restore_store_marker`) moves the unreadable file to "

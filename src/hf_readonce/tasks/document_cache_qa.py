@@ -95,7 +95,8 @@ def clean_answer(text: str) -> str:
 def find_document_cache_space(store: RepresentationStore, model, tokenizer,
                               max_document_length: int | None = None) -> dict:
     """The settings of the only block-attention Llama space in `store` made by this model (fingerprint), this
-    tokenizer and this compute dtype (and `max_document_length`, when given):
+    tokenizer and this compute dtype (and `max_document_length`, when given; documents read with or without special
+    tokens alike, the space says which):
     [`hf_readonce.representations.spaces.find_space`], saying what the store holds instead when nothing matches.
 
     Raises:
@@ -105,10 +106,12 @@ def find_document_cache_space(store: RepresentationStore, model, tokenizer,
     """
     given = {} if max_document_length is None else {"max_document_length": max_document_length}
     probe = BlockAttentionLlamaAdapter(model, tokenizer, **given)
-    found = find_space(store, BlockAttentionLlamaAdapter, current_fingerprint(probe), probe.settings(), given=given)
+    # which special tokens a document was read with is the encoder's choice (`add_special_tokens`), read back from
+    # the space found: free, as the family's own settings not given
+    wanted = {name: value for name, value in probe.settings().items() if name != "add_special_tokens"}
+    found = find_space(store, BlockAttentionLlamaAdapter, current_fingerprint(probe), wanted, given=given)
     if found is not None:
         return found
-    wanted = probe.settings()
     raise MissingRepresentationError(
         f"store {store.path} holds no document caches for this tokenizer and compute dtype "
         f"({wanted['compute_dtype']})" + (f" and max_document_length {max_document_length}"

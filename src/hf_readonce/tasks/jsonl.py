@@ -97,7 +97,8 @@ def iter_documents(path, text_field: str = "context", id_field: str | None = "id
     for number, row in iter_jsonl(path, problems):
         problem = field_problem(row, text_field)
         if problem is not None:
-            problems.append(BadLine(number, problem if "blank" not in problem else f"empty document ({problem})"))
+            blank = isinstance(row.get(text_field), str)  # present, a string, blank
+            problems.append(BadLine(number, f"empty document ({problem})" if blank else problem))
         else:
             doc_id = row.get(id_field) if id_field else None
             yield (str(doc_id) if doc_id is not None else f"line {number}"), row[text_field]

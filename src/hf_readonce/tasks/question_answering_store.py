@@ -40,12 +40,14 @@ def find_deformer_space(store: RepresentationStore, model, tokenizer, *, max_pas
     k = int(model.config.num_decomposed_layers)
     settings = {"representation": DeformerBertAdapter.representation, "tokenizer": tokenizer_fingerprint(tokenizer),
                 "num_decomposed_layers": k, **wanted}  # DeformerBertAdapter.settings(), the windows free
-    found = find_space(store, DeformerBertAdapter, current_fingerprint(model), settings, given=wanted)
+    fingerprint = current_fingerprint(model)  # the weights as they are now (also after a `.data` edit)
+    found = find_space(store, DeformerBertAdapter, fingerprint, settings, given=wanted)
     if found is not None:
         return found
     names = ("num_decomposed_layers", "max_passage_length", "doc_stride")
-    others = sorted({", ".join(f"{name}={s.settings.get(name)}" for name in names) for s in store.spaces()
-                     if DeformerBertAdapter.settings_match(s.settings, tokenizer)})
+    others = sorted({", ".join(f"{name}={s.settings.get(name)}" for name in names)
+                     + (" (this model's)" if s.fingerprint == fingerprint else " (other weights, or another k)")
+                     for s in store.spaces() if DeformerBertAdapter.settings_match(s.settings, tokenizer)})
     held = sorted({s.model_type or "?" for s in store.spaces()})
     note = unindexed_note(store)
     windows = "".join(f" and {name} {value}" for name, value in wanted.items())

@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 
 from ..representations.base import current_fingerprint
 from ..representations.fill import ensure_stored
-from ..representations.registry import family_of, get_adapter, get_adapter_class, registered_families
-from ..representations.spaces import adapter_for_store, find_space
+from ..representations.registry import family_of, get_adapter_class, registered_families
+from ..representations.spaces import adapter_for_store, find_space, probe_adapter
 from ..store import RepresentationStore
 
 
@@ -67,7 +67,7 @@ def find_summarization_space(store: RepresentationStore, model, tokenizer,
     if unknown:
         raise ValueError(f"`settings` {unknown} are not settings of {adapter_class.model_type} representations; its "
                          f"settings: {sorted(adapter_class.cli_settings) or 'none'}.")
-    probe = get_adapter(model, tokenizer, **settings)
+    probe = probe_adapter(model, tokenizer, store, settings)
     return find_space(store, adapter_class, current_fingerprint(probe), probe.settings(), given=settings)
 
 
