@@ -1495,10 +1495,12 @@ def cmd_publish(args) -> int:
         card["datasets"] = args.dataset
     # a missing store said in the CLI's words, before the model loads; publish reads the store opened here
     store = _open_store(args.store, readonly=True, create=False, command="publish") if args.store is not None else None
+    settings = {name: getattr(args, name) for name in _setting_names() if getattr(args, name, None) is not None}
     try:
         result = publish(_resolve_model(args.model_dir), args.repo_id, local_dir=args.local_dir, private=args.private,
                          store=store, metrics=args.metrics, card=card or None,
-                         representations_repo=args.representations_repo, dtype=args.dtype)
+                         representations_repo=args.representations_repo, dtype=args.dtype,
+                         representation_settings=settings or None)
     except (ValueError, TypeError, FileNotFoundError) as error:  # publish()'s argument names said as the options
         message = str(error)
         for name in ("local_dir", "repo_id", "metrics", "representations_repo", "dtype", "store"):
@@ -1549,8 +1551,8 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
     """The argparse parser of every subcommand except `demo` (which parses its own arguments). With
-    `family_options`, `encode`, `answer` and `summarize` also take the option of every setting a registered adapter declares
-    in its `cli_settings` that the fixed options do not cover (this loads the families)."""
+    `family_options`, `encode`, `answer`, `summarize` and `publish` also take the option of every setting a registered
+    adapter declares in its `cli_settings` that the fixed options do not cover (this loads the families)."""
     parser = _Parser(prog="hf-readonce", description="Read a document once, reuse it everywhere.",
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"hf-readonce {_installed_version()}")
@@ -1744,6 +1746,12 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
     publish.add_argument("--base-model", default=None, help="Hub id of the model it was made from")
     publish.add_argument("--title", default=None, help="card heading")
     publish.add_argument("--summary", default=None, help="card's first paragraph")
+    for name in _SETTING_OPTIONS:  # the representation format to declare, as encode's options give it
+        publish.add_argument("--" + name.replace("_", "-"), dest=name, type=int, default=None,
+                             help=f"representation format: {name} to declare (default: the value the checkpoint "
+                                  "records, else the family's; a --store must hold it)")
+    if family_options:
+        _family_options(publish)
     publish.set_defaults(func=cmd_publish)
 
     checkpoints = sub.add_parser("checkpoints", help="the checkpoints shipped with hf-readonce: the names MODEL "
@@ -1785,7 +1793,7 @@ def _disable_progress_bars():
 
 
 # the commands that take the options of the families' own settings (`_family_options`)
-_FAMILY_OPTION_COMMANDS = ("encode", "answer", "summarize")
+_FAMILY_OPTION_COMMANDS = ("encode", "answer", "summarize", "publish")
 
 
 def _setting_type(adapter_class, name: str, default) -> type:

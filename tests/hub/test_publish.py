@@ -353,3 +353,24 @@ def test_a_published_format_fits_stores_computed_on_a_cpu_or_on_cuda(tmp_path, t
                CONTEXTS)
     with pytest.raises(RepresentationMismatchError, match=r"computed in float16\).*is none of the declared"):
         check_store_format(other, fmt)
+
+
+def test_cli_publish_declares_the_settings_the_store_was_encoded_with(checkpoint_dir, tmp_path, qa_rows, capsys):
+    """A store encoded with another window than the checkpoint records: `publish --store` says which settings the
+    store holds and the options that declare them; with those options the format declares them and the store
+    passes."""
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("".join(json.dumps(row) + "\n" for row in qa_rows[:2]))
+    store = tmp_path / "store"
+    assert cli_main(["encode", str(checkpoint_dir), "--documents", str(docs), "--store", str(store),
+                     "--max-passage-length", "48", "--doc-stride", "8", "--no-progress"]) == 0
+    capsys.readouterr()
+    assert cli_main(["publish", str(checkpoint_dir), "--repo-id", "a/b", "--local-dir", str(tmp_path / "out"),
+                     "--store", str(store)]) == 2
+    err = capsys.readouterr().err
+    assert "Or publish what it holds: this checkpoint's representations with {'max_passage_length': 48}" in err, err
+    assert "(on the command line `--max-passage-length 48`)" in err and not (tmp_path / "out").exists()
+    assert cli_main(["publish", str(checkpoint_dir), "--repo-id", "a/b", "--local-dir", str(tmp_path / "out"),
+                     "--store", str(store), "--doc-stride", "8", "--max-passage-length", "48"]) == 0
+    declared = json.loads((tmp_path / "out" / "representation_format.json").read_text())["settings"]
+    assert (declared["max_passage_length"], declared["doc_stride"]) == (48, 8)

@@ -61,6 +61,30 @@ def check_repo_id(repo_id, name: str = "repo_id") -> str:
     return repo_id
 
 
+def _own_settings_hint(store, representation_format: Mapping) -> str:
+    """Where `store` holds a space of the declared fingerprint that differs from the format only in the family's
+    own settings (`cli_settings`: a window length chosen at encode time), the sentence that says how to publish it:
+    declare those settings (`representation_settings=`, the same options as `encode` on the command line)."""
+    from ..representations import get_adapter_class
+    from ..store.format_check import declared_fingerprints
+
+    try:
+        own = get_adapter_class(representation_format["model_type"]).cli_settings
+    except (KeyError, ValueError):
+        return ""
+    declared, wanted = declared_fingerprints(representation_format), representation_format["settings"]
+    for space in store.spaces():
+        differing = {name for name in set(space.settings) | set(wanted)
+                     if space.settings.get(name) != wanted.get(name)}
+        if space.fingerprint in declared and differing and differing <= set(own):
+            given = {name: space.settings.get(name) for name in sorted(differing)}
+            options = " ".join(f"{own[name][0]} {value}" for name, value in given.items())
+            return (f" Or publish what it holds: this checkpoint's representations with {given}, declared with "
+                    f"`representation_settings={given}` (on the command line `{options}`) or recorded in the "
+                    "checkpoint's config.")
+    return ""
+
+
 def representation_format_for(model, tokenizer, *, dtype: str = "float16", settings: Mapping | None = None) -> dict | None:
     """The representation format of `model` (see `hf_readonce.store.format_check`): its family's adapter settings
     (k or compression ratio, window and stride or document length, tokenizer fingerprint) with the checkpoint's
@@ -315,6 +339,7 @@ def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, s
     if store_obj is not None:
         if representation_format is None:
             raise ValueError(f"`store` given, but {model.config.model_type} models store no representations.")
+        from ..store import RepresentationMismatchError
         from ..store.format_check import check_store_format
         from ..store.keys import space_key
 
@@ -324,7 +349,11 @@ def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, s
                       for info in entry.tensors.values()} & {"float32", "float16", "bfloat16"}
             if len(dtypes) == 1:
                 representation_format["dtype"] = dtypes.pop()
-        space = check_store_format(store_obj, representation_format)
+        try:
+            space = check_store_format(store_obj, representation_format)
+        except RepresentationMismatchError as error:
+            raise RepresentationMismatchError(f"{error}{_own_settings_hint(store_obj, representation_format)}") \
+                from None
         representations_repo = representations_repo or f"{repo_id}-representations"
 
     # Everything is written into temporary folders first (beside `local_dir`, so that renaming them into place is
