@@ -1294,6 +1294,7 @@ def cmd_verify(args) -> int:
     store = _open_store(args.store, readonly=True, create=False, command="verify")
     report = store.verify(progress=not args.no_progress)
     recomputed, status = [], EXIT_OK if report.ok else EXIT_PROBLEMS
+    duplicates = store.info()["duplicates"]  # documents listed by two index files: harmless, said
     if args.recompute is not None:
         recomputed, recompute_status = _recompute(args, store, {e.content_hash for e in report.corrupted_documents})
         status = max(status, recompute_status)
@@ -1303,7 +1304,7 @@ def cmd_verify(args) -> int:
             "corruptions": [{"shard": c.shard, "reason": c.reason,
                              "documents": [{"content_hash": e.content_hash, "id": e.meta.get("id")}
                                            for e in c.documents]} for c in report.corruptions],
-            "orphans": report.orphans}
+            "orphans": report.orphans, "duplicates": duplicates}
         if args.recompute is not None:
             result["recompute"] = [r.as_dict() for r in recomputed]
         print(json.dumps(result, indent=2))
@@ -1315,6 +1316,10 @@ def cmd_verify(args) -> int:
             if orphan not in lost:
                 print(f"orphan shard (no index entry; its documents are stored elsewhere, harmless): "
                       f"{printable(orphan)}")
+        if duplicates:
+            print(f"note: {duplicates} document(s) are listed by two index files (a shard and its manifest "
+                  "copied within the store, or a repair stopped midway): harmless, reads use the first; `hf-readonce "
+                  "info` counts them")
         if report.ok:
             print(f"OK: {report.shards_checked} shard(s), {report.documents_checked} document(s) verified")
         else:

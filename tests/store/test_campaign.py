@@ -622,6 +622,23 @@ def test_a_marker_with_a_byte_order_mark_opens_and_one_out_of_reach_is_never_rep
     assert marker.read_bytes() == original and not (path / "quarantine").exists()
 
 
+def test_verify_names_documents_listed_twice(tmp_path, capsys):
+    """A shard and its manifest copied within the store under another id: every document is intact (verify passes)
+    but listed twice; verify says so (a note, not a failure) and counts them in `--json`."""
+    path, hashes = build(tmp_path)
+    manifest = manifests(path)[0]
+    record = json.loads(manifest.read_text())
+    shard = path / record["shard"]
+    copy = shard.with_name("copied" + shard.name)
+    copy.write_bytes(shard.read_bytes())
+    record["shard"] = str(copy.relative_to(path))
+    (manifest.parent / f"{copy.stem}.json").write_text(json.dumps(record))
+    status, out, _ = run_cli(capsys, "verify", "--store", path, "--no-progress")
+    assert status == 0 and "note: 2 document(s) are listed by two index files" in out, out
+    status, out, _ = run_cli(capsys, "verify", "--store", path, "--no-progress", "--json")
+    assert json.loads(out)["duplicates"] == 2
+
+
 def test_item7_documents_without_tokens_are_set_aside_by_id(tmp_path, checkpoint, tokenizer, capsys):
     from hf_readonce import BlockAttentionLlamaConfig, BlockAttentionLlamaForCausalLM
     from hf_readonce.representations import fill_store, get_adapter
