@@ -246,7 +246,7 @@ def test_a_new_family_is_one_folder_and_one_file(tmp_path):
     assert result["pipeline_class"].endswith("pipeline_toy_bert.ToyEncodingPipeline")
     assert result["pipeline_output"]["tokens"] == 10 and result["pipeline_output"]["norm"] > 0
     assert "family toy_bert: model types toy_bert" in result["info"]
-    assert ("--max-toy-length (encode; default: the value the checkpoint records, else 16): "
+    assert ("--max-toy-length (encode, publish; default: the value the checkpoint records, else 16): "
             "tokens read per document") \
         in result["info"]
     assert "--max-toy-length" in result["encode_help"] and "toy_bert: tokens read per document" in result["encode_help"]

@@ -1237,7 +1237,7 @@ def cmd_info(args) -> int:
             for option, about in row["encode_options"].items():
                 default = ", if any" if about["default"] is None else f", else {about['default']}"
                 takers = ", ".join(["encode"] + (["answer"] if row["answer"] else [])
-                                   + (["summarize"] if row["summarize"] else []))
+                                   + (["summarize"] if row["summarize"] else []) + ["publish"])
                 print(f"    {option} ({takers}; default: the value the checkpoint records{default}): {about['help']}")
         print("A family's pipeline runs as pipeline(task, model=FOLDER, trust_remote_code=True) on a folder that "
               "`hf-readonce publish` wrote (its config declares the pipeline), or as the class itself: "
@@ -1265,6 +1265,9 @@ def cmd_info(args) -> int:
             written = f", written {first}" + (f" to {last}" if last != first else "")
         print(f"    documents {space['documents']}, shards {space['shards']}, {_human_bytes(space['bytes'])}, "
               f"stored as {', '.join(space['dtypes'])}{written}")
+    if info["duplicates"]:
+        print(f"documents listed by two index files: {info['duplicates']} (harmless: reads use the first; a shard and "
+              "its manifest copied within the store?)")
     if info["orphans"]:
         print(f"orphan shard files (no manifest lists them: an interrupted write or a lost index; `verify` says which, "
               f"and `encode --repair` re-indexes intact ones and moves the others to quarantine/): "
@@ -1319,7 +1322,7 @@ def cmd_verify(args) -> int:
         if duplicates:
             print(f"note: {duplicates} document(s) are listed by two index files (a shard and its manifest "
                   "copied within the store, or a repair stopped midway): harmless, reads use the first; `hf-readonce "
-                  "info` counts them")
+                  "info` counts them too")
         if report.ok:
             print(f"OK: {report.shards_checked} shard(s), {report.documents_checked} document(s) verified")
         else:
@@ -1489,6 +1492,40 @@ def cmd_checkpoints(args) -> int:
     return status
 
 
+def _publish_settings(args, model_dir) -> dict | None:
+    """The representation settings `publish` declares from the command line (encode's setting options), checked in
+    the CLI's words against the checkpoint's family: an option of another family, or any for a family that stores
+    nothing, is refused by name.
+
+    Raises:
+        CommandError: a setting option that does not apply to this checkpoint's family.
+    """
+    settings = {name: getattr(args, name) for name in _setting_names() if getattr(args, name, None) is not None}
+    if not settings:
+        return None
+    from transformers import AutoConfig
+
+    from . import register_models
+    from .representations import get_adapter_class
+
+    register_models()
+    try:
+        model_type = AutoConfig.from_pretrained(model_dir).model_type
+    except (OSError, ValueError):
+        return settings  # publish() says what is wrong with the folder
+    options = ", ".join("--" + name.replace("_", "-") for name in settings)
+    try:
+        own = get_adapter_class(model_type).cli_settings
+    except ValueError:
+        raise CommandError(f"{options} do(es) not apply: {model_type} models store no representations, so there "
+                           "is no representation format to declare.") from None
+    foreign = ["--" + name.replace("_", "-") for name in settings if name not in own]
+    if foreign:
+        raise CommandError(f"{', '.join(foreign)} do(es) not apply to {model_type} models; their options are "
+                           f"{', '.join(option for option, _, _ in own.values()) or 'none'}.")
+    return settings
+
+
 def cmd_publish(args) -> int:
     from .hub.publish import publish
 
@@ -1500,9 +1537,10 @@ def cmd_publish(args) -> int:
         card["datasets"] = args.dataset
     # a missing store said in the CLI's words, before the model loads; publish reads the store opened here
     store = _open_store(args.store, readonly=True, create=False, command="publish") if args.store is not None else None
-    settings = {name: getattr(args, name) for name in _setting_names() if getattr(args, name, None) is not None}
+    model_dir = _resolve_model(args.model_dir)
+    settings = _publish_settings(args, model_dir)
     try:
-        result = publish(_resolve_model(args.model_dir), args.repo_id, local_dir=args.local_dir, private=args.private,
+        result = publish(model_dir, args.repo_id, local_dir=args.local_dir, private=args.private,
                          store=store, metrics=args.metrics, card=card or None,
                          representations_repo=args.representations_repo, dtype=args.dtype,
                          representation_settings=settings or None)
@@ -1510,6 +1548,8 @@ def cmd_publish(args) -> int:
         message = str(error)
         for name in ("local_dir", "repo_id", "metrics", "representations_repo", "dtype", "store"):
             message = message.replace(f"`{name}`", f"`--{name.replace('_', '-')}`")
+        message = message.replace("pass `representation_settings`", "pass the setting options (`hf-readonce "
+                                  "publish --help`: e.g. --max-passage-length)")
         raise CommandError(message) from None
     except OSError as error:  # a read-only or full --local-dir, or the Hub unreachable (requests' errors are OSErrors)
         if args.local_dir:

@@ -374,3 +374,25 @@ def test_cli_publish_declares_the_settings_the_store_was_encoded_with(checkpoint
                      "--store", str(store), "--doc-stride", "8", "--max-passage-length", "48"]) == 0
     declared = json.loads((tmp_path / "out" / "representation_format.json").read_text())["settings"]
     assert (declared["max_passage_length"], declared["doc_stride"]) == (48, 8)
+
+
+def test_publish_setting_options_are_checked_in_the_cli_words(checkpoint_dir, tmp_path, capsys):
+    """Another family's option, or any for a family that stores nothing, is refused by name; a recorded 0 (a
+    doc_stride) is the declared value, as `encode` reads it."""
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from hf_readonce.hub.publish import representation_format_for
+
+    assert cli_main(["publish", str(checkpoint_dir), "--repo-id", "a/b", "--local-dir", str(tmp_path / "o"),
+                     "--mentions", "capitalized_mentions"]) == 2
+    err = capsys.readouterr().err
+    assert "--mentions do(es) not apply to deformer_bert models; their options are --max-passage-length" in err, err
+    with pytest.raises(ValueError, match="recurrent_gpt2 models store no representations"):
+        representation_format_for(SimpleNamespace(config=SimpleNamespace(model_type="recurrent_gpt2")), None,
+                                  settings={"max_passage_length": 77})
+    model = tiny_model()
+    model.config.max_passage_length, model.config.doc_stride = 32, 0
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint_dir)
+    assert representation_format_for(model, tokenizer)["settings"]["doc_stride"] == 0

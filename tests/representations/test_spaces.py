@@ -68,7 +68,7 @@ def test_find_deformer_space_names_the_other_k(tmp_path, tokenizer, qa_rows):
     k3 = DeformerBertForQuestionAnswering(DeformerBertConfig(**{**model.config.to_dict(), "num_decomposed_layers": 3}))
     k3.load_state_dict(model.state_dict())
     with pytest.raises(MissingRepresentationError, match=r"only with num_decomposed_layers=2, max_passage_length=32, "
-                                                         r"doc_stride=8 \(other weights, or another k\) "
+                                                         r"doc_stride=8 \(another fingerprint: other weights, k or compute dtype\) "
                                                          r"\(this model: num_decomposed_layers=3;"):
         find_deformer_space(store, k3, tokenizer)
     with pytest.raises(MissingRepresentationError, match=r"max_passage_length 48.*only with num_decomposed_layers=2, "
@@ -101,3 +101,5 @@ def test_document_caches_read_with_special_tokens_are_found(tmp_path, tokenizer,
     store = RepresentationStore(tmp_path / "store")
     fill_store(BlockAttentionLlamaAdapter(llama, tokenizer, add_special_tokens=True), store, [qa_rows[0]["context"]])
     assert find_document_cache_space(store, llama, tokenizer)["add_special_tokens"] is True
+    fill_store(BlockAttentionLlamaAdapter(llama, tokenizer), store, [qa_rows[0]["context"]])
+    assert find_document_cache_space(store, llama, tokenizer)["add_special_tokens"] is False  # both: the default's

@@ -637,6 +637,8 @@ def test_verify_names_documents_listed_twice(tmp_path, capsys):
     assert status == 0 and "note: 2 document(s) are listed by two index files" in out, out
     status, out, _ = run_cli(capsys, "verify", "--store", path, "--no-progress", "--json")
     assert json.loads(out)["duplicates"] == 2
+    status, out, _ = run_cli(capsys, "info", "--store", path)
+    assert status == 0 and "documents listed by two index files: 2" in out
 
 
 def test_item7_documents_without_tokens_are_set_aside_by_id(tmp_path, checkpoint, tokenizer, capsys):

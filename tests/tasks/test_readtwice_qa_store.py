@@ -132,6 +132,12 @@ def test_cli_encodes_entity_memories_with_the_mentions_option(tokenizer, tmp_pat
                          str(output), "--max-question-length", str(MAX_QUESTION_LEN), "--no-progress", *extra]) == 0
         got = {row["id"]: row["prediction_text"] for row in map(json.loads, output.read_text().splitlines())}
         assert got == expected
+    model.config.mentions = "capitalized_mentions"  # recorded in the checkpoint: encode and answer read it
+    model.save_pretrained(folder)
+    assert cli_main(["answer", str(folder), "--store", str(tmp_path / "recorded"), "--questions", str(questions),
+                     "--output", str(output), "--max-question-length", str(MAX_QUESTION_LEN), "--no-progress",
+                     "--encode-missing"]) == 0
+    assert {row["id"]: row["prediction_text"] for row in map(json.loads, output.read_text().splitlines())} == expected
     capsys.readouterr()
     sts = tmp_path / "sts"
     tiny_readtwice().save_pretrained(sts)

@@ -107,10 +107,15 @@ def representation_format_for(model, tokenizer, *, dtype: str = "float16", setti
 
     model_type = model.config.model_type
     if model_type not in registered_adapters():
+        if settings:
+            raise ValueError(f"`settings` {sorted(settings)} do not apply: {model_type} models store no "
+                             "representations.")
         return None
     adapter_class = get_adapter_class(model_type)
-    chosen = {name: getattr(model.config, name, None) or default
-              for name, (_, default, _) in adapter_class.cli_settings.items()}
+    chosen = {}
+    for name, (_, default, _) in adapter_class.cli_settings.items():
+        recorded = getattr(model.config, name, None)
+        chosen[name] = recorded if recorded is not None else default  # a recorded 0 (a doc_stride) counts
     unknown = sorted(set(settings or {}) - set(chosen))
     if unknown:
         raise ValueError(f"`settings` {unknown} do not apply to {model_type} models; they take {sorted(chosen)}.")

@@ -30,7 +30,7 @@ from ..representations.base import current_fingerprint
 from ..representations.block_attention_llama import BlockAttentionLlamaAdapter
 from ..representations.fill import ensure_stored
 from ..representations.spaces import find_space
-from ..store import MissingRepresentationError, RepresentationStore
+from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore
 from .question_answering import passages_of
 
 QUESTION_TEMPLATE = "\n\nQuestion: {question}\nAnswer:"
@@ -107,9 +107,15 @@ def find_document_cache_space(store: RepresentationStore, model, tokenizer,
     given = {} if max_document_length is None else {"max_document_length": max_document_length}
     probe = BlockAttentionLlamaAdapter(model, tokenizer, **given)
     # which special tokens a document was read with is the encoder's choice (`add_special_tokens`), read back from
-    # the space found: free, as the family's own settings not given
-    wanted = {name: value for name, value in probe.settings().items() if name != "add_special_tokens"}
-    found = find_space(store, BlockAttentionLlamaAdapter, current_fingerprint(probe), wanted, given=given)
+    # the space found: the default's space first, else either (as the family's own settings not given)
+    fingerprint, exact = current_fingerprint(probe), probe.settings()
+    wanted = {name: value for name, value in exact.items() if name != "add_special_tokens"}
+    try:
+        found = find_space(store, BlockAttentionLlamaAdapter, fingerprint, exact, given=given)
+    except RepresentationMismatchError:
+        found = None
+    if found is None:
+        found = find_space(store, BlockAttentionLlamaAdapter, fingerprint, wanted, given=given)
     if found is not None:
         return found
     raise MissingRepresentationError(

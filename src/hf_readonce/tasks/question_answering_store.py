@@ -46,7 +46,7 @@ def find_deformer_space(store: RepresentationStore, model, tokenizer, *, max_pas
         return found
     names = ("num_decomposed_layers", "max_passage_length", "doc_stride")
     others = sorted({", ".join(f"{name}={s.settings.get(name)}" for name in names)
-                     + (" (this model's)" if s.fingerprint == fingerprint else " (other weights, or another k)")
+                     + (" (this model's)" if s.fingerprint == fingerprint else " (another fingerprint: other weights, k or compute dtype)")
                      for s in store.spaces() if DeformerBertAdapter.settings_match(s.settings, tokenizer)})
     held = sorted({s.model_type or "?" for s in store.spaces()})
     note = unindexed_note(store)

@@ -22,7 +22,10 @@ DEFAULT_MAX_QUESTION_LENGTH = 64  # as the ReadTwice pipeline, for checkpoints t
 def _adapter(model, tokenizer, store: RepresentationStore, mention_fn, batch_size: int,
              mentions: str | None = None) -> ReadTwiceBertAdapter:
     """The adapter that reads this model's stored first reads; for entity memories without `mention_fn` or
-    `mentions`, the package's `capitalized_mentions` when the store holds this model's first reads made with it."""
+    `mentions`, the mention finder the checkpoint records (`config.mentions`), else the package's
+    `capitalized_mentions` when the store holds this model's first reads made with it."""
+    if mentions is None and mention_fn is None and model.config.memory_type == "entity":
+        mentions = getattr(model.config, "mentions", None)  # what the checkpoint records, as `encode` reads it
     if mentions is not None:
         return ReadTwiceBertAdapter(model, tokenizer, mention_fn=mention_fn, batch_size=batch_size, mentions=mentions)
     if model.config.memory_type == "entity" and mention_fn is None:
