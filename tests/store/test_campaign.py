@@ -582,6 +582,9 @@ def test_a_garbled_store_json_or_index_file_has_a_cli_recovery(tmp_path, checkpo
     restored = marker.read_text()
     marker.write_text('{"format": "hf-readonce-representation-store", "format_version": 99}')  # a newer store's
     assert restore_store_marker(tmp_path / "s") is False and "99" in marker.read_text()  # never replaced
+    marker.write_text("{}")  # JSON, but not a store's marker: never replaced, the message says what to do
+    with pytest.raises(ValueError, match="move that file away and run `hf-readonce encode .* --repair`"):
+        RepresentationStore(tmp_path / "s")
     marker.write_text(restored)
 
     index = tmp_path / "s" / "index"

@@ -21,6 +21,12 @@ from .registry import get_adapter, get_adapter_class
 def adapter_class_of(model) -> type:
     """The registered adapter class of `model`'s family (by `model.config.model_type`).
 
+    Args:
+        model: a transformers model (only its `config.model_type` is read).
+
+    Returns:
+        `type`: the family's adapter class (see [`hf_readonce.representations.registry.get_adapter_class`]).
+
     Raises:
         TypeError: `model` is not a transformers model (it has no `config.model_type`).
         ValueError: no registered family has an adapter for its model type (the known ones named).
@@ -88,6 +94,14 @@ def probe_adapter(model, tokenizer, store: RepresentationStore, settings: Mappin
     adapter's defaults for the family's other own settings, which `find_space` leaves free; where a default does not
     fit this model (a window longer than a small model's positions), with the free values of one of the store's
     spaces of this family instead.
+
+    Args:
+        model, tokenizer: the model (a registered family with an adapter) and its tokenizer.
+        store ([`RepresentationStore`]): looked at only when a default does not fit.
+        settings (`Mapping`, *optional*): the family's own settings to build with (`cli_settings` names).
+
+    Returns:
+        the family's adapter (its settings other than `settings` are not necessarily any stored space's).
 
     Raises:
         TypeError / ValueError: as [`adapter_class_of`]; the adapter's own errors when no stored space helps.

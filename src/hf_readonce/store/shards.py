@@ -45,7 +45,14 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
 
 
 def read_store_marker(path: Path):
-    """The parsed JSON of a store's `store.json` (UTF-8, a byte-order mark allowed), whatever it holds.
+    """The parsed JSON of a store's `store.json` (UTF-8, a byte-order mark allowed), whatever it holds: the one
+    reader of the store's marker (opening a store, `restore_store_marker`).
+
+    Args:
+        path (`Path`): the `store.json` file.
+
+    Returns:
+        the JSON value (a store's is a dict with `format` and `format_version`).
 
     Raises:
         OSError: the file cannot be read (permissions, I/O). ValueError: it is not UTF-8 JSON (cut short, garbled).

@@ -249,7 +249,10 @@ class RepresentationStore:
                              "--repair` (or `hf_readonce.store.restore_store_marker`) moves the unreadable file to "
                              "quarantine/ and writes a new one.") from None
         if not isinstance(info, dict) or info.get("format") != FORMAT_NAME:
-            raise ValueError(f"{marker} does not describe a hf-readonce store.")
+            raise ValueError(f"{marker} does not describe a hf-readonce store (no \"format\": \"{FORMAT_NAME}\"); if "
+                             f"{self.path} is a store whose store.json was overwritten (it holds index/ and shards/), "
+                             "move that file away and run `hf-readonce encode MODEL --documents FILE --store "
+                             f"{self.path} --repair`, which writes a new one.")
         if info.get("format_version") != FORMAT_VERSION:
             raise ValueError(
                 f"store {self.path} has format_version {info.get('format_version')}, this hf-readonce reads "

@@ -73,9 +73,15 @@ def _has_lone_surrogate(row) -> bool:
 
 
 def field_problem(row: dict, key: str) -> str | None:
-    """Why `row[key]` is not a non-blank string, in the words a set-aside line is reported with (`no 'context'
-    field`, `'context' is null`, `'question' is a int, not a string`, `'context' is blank`), or `None` when it is
-    one."""
+    """Why `row[key]` is not a non-blank string, in the words a set-aside line is reported with.
+
+    Args:
+        row (`dict`): one JSONL row. key (`str`): the field read (e.g. `"context"`, `"question"`).
+
+    Returns:
+        `str` or `None`: `no 'context' field`, `'context' is null`, `'question' is a int, not a string` or
+        `'context' is blank`; `None` when the field holds a non-blank string.
+    """
     if key not in row:
         return f"no {key!r} field"
     value = row[key]
