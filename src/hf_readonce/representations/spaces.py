@@ -37,6 +37,20 @@ def adapter_class_of(model) -> type:
     return get_adapter_class(model_type)
 
 
+def own_settings(adapter_class: type, settings: Mapping | None) -> dict:
+    """`settings` as a dict, checked to be the family's own (`adapter_class.cli_settings` names).
+
+    Raises:
+        ValueError: a name that is not one of them (naming the family's).
+    """
+    settings = dict(settings or {})
+    unknown = sorted(set(settings) - set(adapter_class.cli_settings))
+    if unknown:
+        raise ValueError(f"`settings` {unknown} are not settings of {adapter_class.model_type} representations; its "
+                         f"settings: {sorted(adapter_class.cli_settings) or 'none'}.")
+    return settings
+
+
 def find_space(store: RepresentationStore, adapter_class: type, fingerprint: str, settings: Mapping,
                given: Iterable[str] = ()) -> dict | None:
     """The settings of the only space of `store` written with `fingerprint` and `settings`, except the family's own
@@ -146,11 +160,7 @@ def adapter_for_store(model, tokenizer, store: RepresentationStore, *, settings:
         TypeError / ValueError: as [`adapter_class_of`] and [`find_space`]; `settings` not of the family's own.
     """
     adapter_class = adapter_class_of(model)
-    settings = dict(settings or {})
-    unknown = sorted(set(settings) - set(adapter_class.cli_settings))
-    if unknown:
-        raise ValueError(f"`settings` {unknown} are not settings of {adapter_class.model_type} representations; its "
-                         f"settings: {sorted(adapter_class.cli_settings) or 'none'}.")
+    settings = own_settings(adapter_class, settings)
     try:
         probe = probe_adapter(model, tokenizer, store, settings)
         found = find_space(store, adapter_class, current_fingerprint(probe), probe.settings(), given=settings)
@@ -176,4 +186,4 @@ def adapter_for_store(model, tokenizer, store: RepresentationStore, *, settings:
     return adapter
 
 
-__all__ = ["adapter_class_of", "adapter_for_store", "find_space", "probe_adapter"]
+__all__ = ["adapter_class_of", "adapter_for_store", "find_space", "own_settings", "probe_adapter"]

@@ -288,8 +288,6 @@ def _tensors_from_byte_ranges(path: Path, entry: DocumentEntry, layout: dict | N
     `None` when the header is unreadable, a tensor's dtype or shape disagrees with the record, or its bytes lie
     beyond the end of the file. With `layout` (`{key: (begin, end)}` counted back from the end of the file, see
     [`_rebuilt_layout`]) the header is not read: the ranges are those. The caller checks the checksums."""
-    if layout is not None:
-        return _tensors_at(path, entry, layout)
     import torch
 
     try:
@@ -300,22 +298,19 @@ def _tensors_from_byte_ranges(path: Path, entry: DocumentEntry, layout: dict | N
             return None
         size = os.fstat(descriptor).st_size
         with os.fdopen(descriptor, "rb") as handle:
-            length = int.from_bytes(handle.read(8), "little")
-            if not 0 < length <= min(size - 8, 100 << 20):
+            ranges = _ranges_from_header(handle, size, entry) if layout is None else {
+                name: (size + layout[spec["key"]][0], size + layout[spec["key"]][1])
+                for name, spec in entry.tensors.items()}
+            if ranges is None:
                 return None
-            header = json.loads(handle.read(length))
             tensors = {}
             for name, spec in entry.tensors.items():
-                info = header.get(spec["key"])
-                begin, end = info["data_offsets"]
-                dtype = _SAFETENSORS_DTYPES.get(info["dtype"])
-                if dtype != spec["dtype"] or list(info["shape"]) != list(spec["shape"]):
+                begin, end = ranges[name]
+                if not 8 <= begin <= end <= size:
                     return None
-                if not 0 <= begin <= end or 8 + length + end > size:
-                    return None
-                handle.seek(8 + length + begin)
+                handle.seek(begin)
                 data = bytearray(handle.read(end - begin))
-                torch_dtype = getattr(torch, dtype)
+                torch_dtype = getattr(torch, spec["dtype"])
                 if len(data) != end - begin or len(data) != torch_dtype.itemsize * math.prod(spec["shape"]):
                     return None
                 tensors[name] = torch.frombuffer(data, dtype=torch_dtype).reshape(spec["shape"]) if data \
@@ -325,33 +320,24 @@ def _tensors_from_byte_ranges(path: Path, entry: DocumentEntry, layout: dict | N
         return None
 
 
-def _tensors_at(path: Path, entry: DocumentEntry, layout: dict):
-    """The tensors of `entry` at the byte ranges `layout` gives (counted back from the end of the file), for
-    [`_tensors_from_byte_ranges`]; `None` if a range is missing or outside the file."""
-    import torch
-
-    try:
-        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-            os.close(descriptor)
-            return None
-        size = os.fstat(descriptor).st_size
-        with os.fdopen(descriptor, "rb") as handle:
-            tensors = {}
-            for name, spec in entry.tensors.items():
-                begin, end = layout[spec["key"]]
-                if not 8 - size <= begin <= end <= 0:
-                    return None
-                handle.seek(size + begin)
-                data = bytearray(handle.read(end - begin))
-                torch_dtype = getattr(torch, spec["dtype"])
-                if len(data) != end - begin or len(data) != torch_dtype.itemsize * math.prod(spec["shape"]):
-                    return None
-                tensors[name] = torch.frombuffer(data, dtype=torch_dtype).reshape(spec["shape"]) if data \
-                    else torch.empty(spec["shape"], dtype=torch_dtype)
-            return tensors
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+def _ranges_from_header(handle, size: int, entry: DocumentEntry) -> dict | None:
+    """`{tensor name: (begin, end)}` absolute file offsets of `entry`'s tensors as the shard's own safetensors
+    header gives them; `None` if the header's length is implausible or a tensor's dtype or shape disagrees with the
+    record. Raises what reading or parsing the header raises (the caller treats it as unreadable)."""
+    length = int.from_bytes(handle.read(8), "little")
+    if not 0 < length <= min(size - 8, 100 << 20):
         return None
+    header = json.loads(handle.read(length))
+    ranges = {}
+    for name, spec in entry.tensors.items():
+        info = header.get(spec["key"])
+        if _SAFETENSORS_DTYPES.get(info["dtype"]) != spec["dtype"] or list(info["shape"]) != list(spec["shape"]):
+            return None
+        begin, end = info["data_offsets"]
+        if not 0 <= begin <= end:
+            return None
+        ranges[name] = (8 + length + begin, 8 + length + end)
+    return ranges
 
 
 def verify_store(store, progress: bool = False) -> VerifyReport:

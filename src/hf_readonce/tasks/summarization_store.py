@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from ..representations.base import current_fingerprint
 from ..representations.fill import ensure_stored
 from ..representations.registry import family_of, get_adapter_class, registered_families
-from ..representations.spaces import adapter_for_store, find_space, probe_adapter
+from ..representations.spaces import adapter_for_store, find_space, own_settings, probe_adapter
 from ..store import RepresentationStore
 
 
@@ -62,11 +62,7 @@ def find_summarization_space(store: RepresentationStore, model, tokenizer,
             family that does not summarize.
     """
     adapter_class = _adapter_class(model)
-    settings = dict(settings or {})
-    unknown = sorted(set(settings) - set(adapter_class.cli_settings))
-    if unknown:
-        raise ValueError(f"`settings` {unknown} are not settings of {adapter_class.model_type} representations; its "
-                         f"settings: {sorted(adapter_class.cli_settings) or 'none'}.")
+    settings = own_settings(adapter_class, settings)
     probe = probe_adapter(model, tokenizer, store, settings)
     return find_space(store, adapter_class, current_fingerprint(probe), probe.settings(), given=settings)
 
