@@ -1506,7 +1506,7 @@ def _publish_settings(args, model_dir) -> dict | None:
     from transformers import AutoConfig
 
     from . import register_models
-    from .representations import get_adapter_class
+    from .representations import get_adapter_class, registered_adapters
 
     register_models()
     try:
@@ -1514,6 +1514,9 @@ def _publish_settings(args, model_dir) -> dict | None:
     except (OSError, ValueError):
         return settings  # publish() says what is wrong with the folder
     options = ", ".join("--" + name.replace("_", "-") for name in settings)
+    if model_type not in registered_adapters() and any(model_type in adapter.checkpoint_model_types
+                                                       for adapter in registered_adapters().values()):
+        return settings  # a plain checkpoint type (bert): publish() says it publishes hf-readonce models only
     try:
         own = get_adapter_class(model_type).cli_settings
     except ValueError:
@@ -1548,8 +1551,8 @@ def cmd_publish(args) -> int:
         message = str(error)
         for name in ("local_dir", "repo_id", "metrics", "representations_repo", "dtype", "store"):
             message = message.replace(f"`{name}`", f"`--{name.replace('_', '-')}`")
-        message = message.replace("pass `representation_settings`", "pass the setting options (`hf-readonce "
-                                  "publish --help`: e.g. --max-passage-length)")
+        message = message.replace("pass `representation_settings`", "pass its family's setting options (`hf-readonce "
+                                  "info` lists them)").replace("`model_dir`", "MODEL_DIR")
         raise CommandError(message) from None
     except OSError as error:  # a read-only or full --local-dir, or the Hub unreachable (requests' errors are OSErrors)
         if args.local_dir:

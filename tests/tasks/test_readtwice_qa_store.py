@@ -139,6 +139,11 @@ def test_cli_encodes_entity_memories_with_the_mentions_option(tokenizer, tmp_pat
                      "--encode-missing"]) == 0
     assert {row["id"]: row["prediction_text"] for row in map(json.loads, output.read_text().splitlines())} == expected
     capsys.readouterr()
+    model.config.mentions = "spacy_ner"  # a name the package cannot rebuild: the error says where it came from
+    model.save_pretrained(folder)
+    assert cli_main(["answer", str(folder), "--store", str(tmp_path / "recorded2"), "--questions", str(questions),
+                     "--output", str(output), "--no-progress", "--encode-missing"]) == 2
+    assert "the checkpoint's config records mentions='spacy_ner'" in capsys.readouterr().err
     sts = tmp_path / "sts"
     tiny_readtwice().save_pretrained(sts)
     tokenizer.save_pretrained(sts)

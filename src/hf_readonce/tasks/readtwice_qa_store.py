@@ -24,10 +24,18 @@ def _adapter(model, tokenizer, store: RepresentationStore, mention_fn, batch_siz
     """The adapter that reads this model's stored first reads; for entity memories without `mention_fn` or
     `mentions`, the mention finder the checkpoint records (`config.mentions`), else the package's
     `capitalized_mentions` when the store holds this model's first reads made with it."""
-    if mentions is None and mention_fn is None and model.config.memory_type == "entity":
+    recorded = mentions is None and mention_fn is None and model.config.memory_type == "entity"
+    if recorded:
         mentions = getattr(model.config, "mentions", None)  # what the checkpoint records, as `encode` reads it
     if mentions is not None:
-        return ReadTwiceBertAdapter(model, tokenizer, mention_fn=mention_fn, batch_size=batch_size, mentions=mentions)
+        try:
+            return ReadTwiceBertAdapter(model, tokenizer, mention_fn=mention_fn, batch_size=batch_size,
+                                        mentions=mentions)
+        except ValueError as error:
+            if not recorded:
+                raise
+            raise ValueError(f"{error} (the checkpoint's config records mentions={mentions!r}: pass `mentions=` "
+                             "(--mentions) to read with another, or correct the config)") from None
     if model.config.memory_type == "entity" and mention_fn is None:
         fingerprint = current_fingerprint(model.bert if hasattr(model, "bert") else model)
         if any(s.fingerprint == fingerprint and s.settings.get("mentions") == "capitalized_mentions"
