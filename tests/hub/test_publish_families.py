@@ -67,11 +67,20 @@ def test_family_folder_and_card(name, published):
     card = ModelCard.load(folder / "README.md")
     assert card.data.library_name == "transformers" and card.data.pipeline_tag == case.pipeline_tag
     assert card.data.tags == ["hf-readonce", case.method_tag, "custom_code"]
-    from hf_readonce.hub.cards import DEFAULT_WIDGETS
+    from hf_readonce.hub.cards import card_widget
 
-    declared = family_of(name).cards[name].widget  # the family's own examples, else the task's default
-    widget = [dict(w) for w in declared or DEFAULT_WIDGETS.get(case.pipeline_tag, [])] or None
+    widget = [dict(w) for w in card_widget(family_of(name).cards[name], case.pipeline_tag)] or None
     assert getattr(card.data, "widget", None) == widget  # (ModelCardData has no attribute for a card without one)
+    if widget:  # every declared example runs through the published folder's pipeline, as the Hub widget calls it
+        from transformers import pipeline
+
+        pipe = pipeline(case.pipeline_tag, model=str(folder), trust_remote_code=True)
+        for example in widget:
+            assert set(example) <= {"text", "context"}, example
+            if "context" in example:
+                assert pipe(question=example["text"], context=example["context"])
+            else:
+                assert pipe(example["text"], max_new_tokens=4)
     assert "trust_remote_code=True" in card.text
     assert case.pipeline_tag in {task for task, _, _ in case.calls}
 

@@ -190,3 +190,28 @@ def test_answer_from_store_refuses_bad_decoding_arguments_by_name(tmp_path, toke
 
     assert answer_from_store(model, tokenizer, store, Dataset.from_list(rows), max_passage_length=32,
                              doc_stride=8) == good
+
+
+def test_fill_store_names_bad_arguments_and_reports_running_stats(tmp_path, tokenizer, qa_rows):
+    model = tiny_model()
+    adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=32, doc_stride=8)
+    store = RepresentationStore(tmp_path / "store")
+    texts = list(dict.fromkeys(r["context"] for r in qa_rows[:5]))
+    with pytest.raises(TypeError, match="`store` must be a RepresentationStore"):
+        fill_store(adapter, str(tmp_path / "store"), texts)
+    with pytest.raises(TypeError, match="`adapter` must be a representation adapter, got DeformerBert"):
+        fill_store(model, store, texts)
+    seen = []
+    stats = fill_store(adapter, store, texts, documents_per_batch=2, shard_size_bytes=1,
+                       on_batch=lambda s: seen.append((s.encoded, s.seconds)))
+    # after each batch and at the end: documents committed so far (a shard per document here), time so far
+    assert [encoded for encoded, _ in seen] == sorted(encoded for encoded, _ in seen) and seen[-1][0] == stats.encoded
+    assert seen[0][0] == 2 and all(seconds > 0 for _, seconds in seen) and len(seen) == len(texts) // 2 + 1
+
+
+def test_import_from_dataset_names_what_it_was_given(tmp_path):
+    store = RepresentationStore(tmp_path / "store")
+    with pytest.raises(TypeError, match="got a path .*Dataset.from_parquet"):
+        import_from_dataset(store, str(tmp_path / "export.parquet"))
+    with pytest.raises(ValueError, match="row 0 lacks the columns"):
+        import_from_dataset(store, [{"a": 1}])

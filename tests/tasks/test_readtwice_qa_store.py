@@ -52,7 +52,7 @@ def test_missing_foreign_and_bad_input(tokenizer, tmp_path):
         answer_from_readtwice_store(model, tokenizer, store, _examples()[:1] * 2)
     with pytest.raises(ValueError, match="n_best_size"):
         answer_from_readtwice_store(model, tokenizer, store, _examples(), n_best_size=0)
-    with pytest.raises(ValueError, match="'question' is missing"):
+    with pytest.raises(ValueError, match="'question' is blank"):
         answer_from_readtwice_store(model, tokenizer, store, [{"id": "x", "question": " ", "context": DOCUMENT}])
     with pytest.raises(TypeError, match="examples"):
         answer_from_readtwice_store(model, tokenizer, store, "What?")

@@ -46,6 +46,15 @@ DEFAULT_WIDGETS = {
     "text-generation": [{"text": "It is a truth universally acknowledged, that a single man"}],
 }
 
+def card_widget(card_text, pipeline_tag: str) -> list:
+    """The inference examples a family's card declares: its `CardText.widget`, else `DEFAULT_WIDGETS[pipeline_tag]`
+    (none when the family sets `widget=None`: its pipeline needs more than the task's inputs)."""
+    declared = getattr(card_text, "widget", ())
+    if declared is None:
+        return []
+    return list(declared or DEFAULT_WIDGETS.get(pipeline_tag, []))
+
+
 BASELINE_NAMES = {"always_empty": "always-empty", "first_span": "first span (3 words)",
                   "first_mention": "first capitalised mention",
                   "first_sentence": "first sentence", "lead_1": "lead-1", "lead_3": "lead-3"}
@@ -186,7 +195,7 @@ def build_model_card(*, repo_id: str, model_type: str, title: str, summary: str,
         tags (`Sequence[str]`): extra tags; `hf-readonce`, the method tag and (with `custom_code`) `custom_code` are
             always added.
         widget (`Sequence[Mapping]`, *optional*): inference examples in the pipeline's input format (defaults to
-            the family's `CardText.widget`, else `DEFAULT_WIDGETS[pipeline_tag]`, else none).
+            [`card_widget`]: the family's `CardText.widget`, else `DEFAULT_WIDGETS[pipeline_tag]`, else none).
         training (`Mapping`, *optional*): `command`, `data`, `budget`, `hardware`, `seconds` (each optional).
         figures (`Sequence[str]`): further measured figures, one Markdown bullet each (e.g. speed-ups).
         comparison (`str`, *optional*): a Markdown block (e.g. a table of sibling runs) placed after the results.
@@ -227,8 +236,7 @@ def build_model_card(*, repo_id: str, model_type: str, title: str, summary: str,
         library_name="transformers", license=license, base_model=base_model, pipeline_tag=pipeline_tag,
         tags=all_tags, datasets=list(datasets) or None, metrics=metrics or None,
         model_name=repo_id.split("/")[1] if eval_results else None, eval_results=eval_results or None,
-        widget=[dict(w) for w in (widget if widget is not None else method.widget
-                                  or DEFAULT_WIDGETS.get(pipeline_tag, []))] or None,
+        widget=[dict(w) for w in (widget if widget is not None else card_widget(method, pipeline_tag))] or None,
     )
     body = [f"# {title.strip()}", ""]
     if warning:

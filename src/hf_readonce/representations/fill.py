@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..store import RepresentationStore, content_hash, rank_of
-from ..store.shards import DEFAULT_SHARD_SIZE_BYTES
+from ..store.shards import DEFAULT_SHARD_SIZE_BYTES, resolve_dtype
 from .base import DocumentError, check_positive_ints, current_fingerprint
 
 
@@ -61,7 +61,9 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
         rank, num_processes (`int`): this process's share of the corpus.
         progress (`bool`): tqdm bar on stderr, counting distinct documents. total (`int`, *optional*): expected
             number of distinct documents for it.
-        on_batch (`callable`, *optional*): called with the running stats after each committed batch.
+        on_batch (`callable`, *optional*): called with the running stats after each encoded batch and once at the
+            end (`encoded`: documents committed to the store so far, which a writer does shard by shard;
+            `seconds` so far).
 
     Returns:
         [`EncodeStats`].
@@ -74,7 +76,8 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
     Raises:
         ReadOnlyStoreError: before any model work if the store cannot be written.
         TypeError: `documents` is a single str (it would be read as one document per character) or bytes; a
-            document that is not a string (naming it); `rank`, `num_processes` or `documents_per_batch` not an int.
+            document that is not a string (naming it); `rank`, `num_processes` or `documents_per_batch` not an int;
+            `store` not a [`RepresentationStore`], `adapter` not an adapter (e.g. the model itself).
         ValueError: `num_processes` < 1, `rank` outside [0, num_processes), `documents_per_batch` < 1, bad dtype.
     """
     from tqdm.auto import tqdm
@@ -88,6 +91,12 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
                         optional=("documents_per_batch",))
     if not 0 <= rank < num_processes:
         raise ValueError(f"`rank` must be in [0, num_processes={num_processes}), got {rank}.")
+    if not isinstance(store, RepresentationStore):
+        raise TypeError(f"`store` must be a RepresentationStore, got {type(store).__name__} (open one with "
+                        "`hf_readonce.store.RepresentationStore(path)`).")
+    if not all(callable(getattr(adapter, name, None)) for name in ("encode", "settings", "num_tokens")):
+        raise TypeError(f"`adapter` must be a representation adapter, got {type(adapter).__name__} (build one with "
+                        "`hf_readonce.representations.get_adapter(model, tokenizer)`).")
     fingerprint, settings = current_fingerprint(adapter), adapter.settings()  # the weights as they are now
     per_batch = documents_per_batch or getattr(adapter, "batch_size", 32)
     stats = EncodeStats()
@@ -118,6 +127,11 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
                 stats.tokens += tokens
         pending.clear()
 
+    def report():  # the running stats: what is committed to the store so far
+        if on_batch is not None:
+            stats.encoded, stats.seconds = len(writer.committed), time.perf_counter() - start
+            on_batch(stats)
+
     try:
         for item in documents:
             doc_id, text = item if isinstance(item, tuple) else (None, item)
@@ -145,11 +159,11 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
             pending.append((doc_hash, doc_id if doc_id is not None else doc_hash[:16], text))
             if len(pending) >= per_batch:
                 run_batch()
-                if on_batch is not None:
-                    on_batch(stats)
+                report()
         if pending:
             run_batch()
         writer.flush()
+        report()
     except BaseException:
         with contextlib.suppress(Exception):  # the run's own error is the one to report
             writer.flush()  # what was computed is complete and valid: keep it
@@ -210,6 +224,24 @@ class StoreEncodeFunction:
         entries = [self.store.entry(fingerprint, settings, h) for h in hashes]
         return {"content_hash": hashes, "representation_space": [e.space for e in entries],
                 "num_tokens": [int(e.meta.get("num_tokens", -1)) for e in entries]}
+
+
+def check_store_arguments(model, store, dtype=None) -> None:
+    """The checks every store-reading task makes of its arguments before any work: `store` is a
+    [`RepresentationStore`], `model` a transformers model (arguments given in another order are named), and `dtype`
+    (the storage dtype of what `encode_missing` would write) a storage dtype, whether or not anything is encoded.
+
+    Raises:
+        TypeError: `store` or `model` of another type. ValueError: a `dtype` that is not fp32, fp16 or bf16.
+    """
+    if not isinstance(store, RepresentationStore):
+        raise TypeError(f"`store` must be a RepresentationStore, got {type(store).__name__} (open one with "
+                        "`hf_readonce.store.RepresentationStore(path)`).")
+    if getattr(getattr(model, "config", None), "model_type", None) is None:
+        raise TypeError(f"`model` must be a transformers model, got {type(model).__name__} (the arguments are model, "
+                        "tokenizer, store, ...).")
+    if dtype is not None:
+        resolve_dtype(dtype)
 
 
 def ensure_stored(adapter, store: RepresentationStore, texts: Sequence[str], *, encode_missing: bool = False,

@@ -203,6 +203,7 @@ register_family(
                 "task and epoch; they carry the encoder's fingerprint, so vectors from another encoder are refused.",
             ),
             pipeline_tag="text2text-generation",
+            widget=None,  # its pipeline reads a question with a document: no single-text example can run it
             usage=(
                 "```python\nfrom transformers import AutoModelForSeq2SeqLM, AutoTokenizer\n\n"
                 "model = AutoModelForSeq2SeqLM.from_pretrained(\"{repo_id}\", trust_remote_code=True).eval()\n"

@@ -40,9 +40,10 @@ class CardText:
         pipeline_tag (`str`): the card's default `pipeline_tag` (e.g. `"question-answering"`).
         usage (`str`): the card's usage snippet (Markdown); `{repo_id}` is replaced by the repo id and `{trust}` by
             `, trust_remote_code=True` when the checkpoint carries its code (else by nothing).
-        widget (`tuple[dict, ...]`, defaults to `()`): the card's inference examples, in the input format of
-            `pipeline_tag`'s pipeline; empty: `hf_readonce.hub.cards.DEFAULT_WIDGETS[pipeline_tag]` where it has
-            one, else none.
+        widget (`tuple[dict, ...]` or `None`, defaults to `()`): the card's inference examples, in the input format
+            of `pipeline_tag`'s pipeline; empty: `hf_readonce.hub.cards.DEFAULT_WIDGETS[pipeline_tag]` where it has
+            one, else none; `None`: no example (a pipeline that needs more than the task's inputs, such as a
+            question and its document, cannot run a single-text widget).
     """
 
     tag: str
@@ -51,7 +52,7 @@ class CardText:
     paragraphs: tuple[str, ...]
     pipeline_tag: str
     usage: str
-    widget: tuple = ()
+    widget: tuple | None = ()
 
     def render_usage(self, repo_id: str, custom_code: bool = True) -> str:
         """The usage snippet for `repo_id`."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from collections.abc import Iterator, Mapping
 
 import torch
@@ -142,11 +143,18 @@ def import_from_dataset(store: RepresentationStore, dataset, *,
         `int`: documents written.
 
     Raises:
+        TypeError: `dataset` is a path (load it first) or holds a row that is not a dict; `store` is not a store.
         ValueError: naming the row: a missing column, an unknown format version or dtype, parallel tensor lists of
             different lengths, or a declared shape that does not match the bytes present (checked before anything
             is allocated). CorruptedShardError: a row whose bytes do not match its `sha256` (naming the document).
             Rows before the failing one are kept.
     """
+    if isinstance(dataset, (str, bytes, os.PathLike)):
+        raise TypeError(f"`dataset` must be a `datasets.Dataset` or an iterable of row dicts, got a path "
+                        f"{str(dataset)!r}: load it first, e.g. `datasets.Dataset.from_parquet(path)` or "
+                        "`datasets.load_from_disk(path)`.")
+    if not isinstance(store, RepresentationStore):
+        raise TypeError(f"`store` must be a RepresentationStore, got {type(store).__name__}.")
     column_names = getattr(dataset, "column_names", None)
     if column_names is not None:
         absent = [c for c in COLUMNS if c not in column_names]
@@ -156,6 +164,11 @@ def import_from_dataset(store: RepresentationStore, dataset, *,
     written = 0
     try:
         for number, row in enumerate(dataset):
+            if not isinstance(row, dict):
+                raise TypeError(f"row {number} must be a dict (a row of export_to_dataset), got {type(row).__name__}.")
+            absent = [c for c in COLUMNS if c not in row]
+            if absent:
+                raise ValueError(f"row {number} lacks the columns {absent}; was it made by export_to_dataset?")
             if row["format_version"] != FORMAT_VERSION:
                 raise ValueError(f"row {number}: format_version {row['format_version']}, expected {FORMAT_VERSION}.")
             columns = [row["tensor_names"], row["tensor_dtypes"], row["tensor_shapes"], row["tensor_bytes"]]

@@ -28,7 +28,7 @@ import torch
 from ..models.block_attention_llama.modeling_block_attention_llama import check_recompute_ratio
 from ..representations.base import current_fingerprint
 from ..representations.block_attention_llama import BlockAttentionLlamaAdapter
-from ..representations.fill import ensure_stored
+from ..representations.fill import check_store_arguments, ensure_stored
 from ..representations.spaces import find_space
 from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore
 from .question_answering import passages_of
@@ -218,6 +218,7 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
             (naming the first question concerned).
         ValueError: bad rows or arguments (naming them).
     """
+    check_store_arguments(model, store, dtype)
     _check(examples, batch_size, max_new_tokens)
     recompute_ratio = check_recompute_ratio(recompute_ratio)
     try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ..representations.base import check_positive_ints
-from ..representations.fill import ensure_stored
+from ..representations.fill import check_store_arguments, ensure_stored
 from ..representations.spaces import adapter_class_of, adapter_for_store
 from ..store import RepresentationStore
 from .question_answering import check_decoding_arguments, check_question_rows, question_of_context
@@ -65,6 +65,7 @@ def answer_from_representations(model, tokenizer, store: RepresentationStore, ex
             with one id, a count < 1, a family that reads no prompt, several stored spaces.
         TypeError: `examples` is not a list of dicts.
     """
+    check_store_arguments(model, store, dtype)
     examples = check_question_rows(examples, check_example)
     check_positive_ints({"batch_size": batch_size, "max_new_tokens": max_new_tokens})
     check_decoding_arguments(examples=examples)

@@ -30,7 +30,7 @@ from ..representations.deformer_bert import (
     split_passages,
     tokenize_questions,
 )
-from .jsonl import read_jsonl
+from .jsonl import field_problem, read_jsonl
 
 
 def load_qa_examples(path: str | Path, limit: int | None = None) -> tuple[list[dict], list[str]]:
@@ -223,8 +223,9 @@ def check_question_rows(examples, check=None) -> list[dict]:
         `list[dict]`: the rows.
 
     Raises:
-        TypeError: `examples` is a str, bytes, a single dict or not iterable; a row that is not a dict.
-        ValueError: no rows; a row the check refuses (naming its id and the field).
+        TypeError: `examples` is a str, bytes, a single dict or not iterable; a row that is not a dict; a `question`
+            or `context` that is not a str (e.g. a list).
+        ValueError: no rows; a row the check refuses (naming its id and the field: absent, null or blank).
     """
     if isinstance(examples, (str, bytes, dict)) or not hasattr(examples, "__iter__"):
         raise TypeError(f"`examples` must be a list (or `datasets.Dataset`) of dicts, got {type(examples).__name__}.")
@@ -238,8 +239,10 @@ def check_question_rows(examples, check=None) -> list[dict]:
             check({"id": i, **example})
             continue
         for key in ("question", "context"):
-            if not isinstance(example.get(key), str) or not example[key].strip():
-                raise ValueError(f"example {example.get('id', i)}: {key!r} is missing or empty.")
+            problem = field_problem(example, key)
+            if problem is not None:  # a value of another type is a TypeError, a missing or blank one a ValueError
+                error = TypeError if example.get(key) is not None and not isinstance(example[key], str) else ValueError
+                raise error(f"example {example.get('id', i)}: {problem}.")
     return examples
 
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from ..representations.base import check_positive_ints, current_fingerprint, tokenizer_fingerprint
 from ..representations.deformer_bert import DeformerBertAdapter
-from ..representations.fill import ensure_stored
+from ..representations.fill import check_store_arguments, ensure_stored
 from ..representations.spaces import find_space
 from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore
 from ..store.maintenance import unindexed_note
@@ -82,9 +82,9 @@ def window_defaults(model) -> dict:
 
 def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Sequence[dict], *,
                       max_passage_length: int | None = None, doc_stride: int | None = None,
-                      max_question_length: int = 64, batch_size: int = 32, n_best_size: int = 20,
-                      max_answer_length: int = 30, allow_no_answer: bool = False,
-                      null_score_diff_threshold: float = 0.0, passages_per_chunk: int = 64,
+                      max_question_length: int | None = None, batch_size: int = 32, n_best_size: int = 20,
+                      max_answer_length: int = 30, allow_no_answer: bool | None = None,
+                      null_score_diff_threshold: float | None = None, passages_per_chunk: int = 64,
                       encode_missing: bool = False, dtype: str = "float16", progress: bool = False,
                       n_best: int | None = None, settings_used: dict | None = None) -> dict[str, str]:
     """Answer extractive questions with a DeFormer model from passage states stored in `store`: only the questions
@@ -93,14 +93,19 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
     Args:
         model ([`DeformerBertForQuestionAnswering`]), tokenizer: the model that encoded the store (or a copy).
         store ([`RepresentationStore`]).
-        examples (`Sequence[dict]`): SQuAD-style rows with `id`, `question`, `context`.
+        examples (`Sequence[dict]`): SQuAD-style rows with `id`, `question`, `context` (a row without `id` is keyed
+            by its index; ids are returned as str).
         max_passage_length, doc_stride (`int`, *optional*): window settings used at encode time; what is omitted is
             looked up in the store ([`find_deformer_space`]), or, with `encode_missing` and nothing of this model
             stored yet, taken as `hf-readonce encode` takes it ([`window_defaults`]: the checkpoint's recorded
             windows, else 256 / 64).
-        max_question_length, batch_size, n_best_size, max_answer_length, allow_no_answer,
-            null_score_diff_threshold: as in [`hf_readonce.tasks.question_answering.postprocess_qa_predictions`]
-            (`n_best` is the 0.1.0 name of `n_best_size`, still accepted).
+        max_question_length (`int`, *optional*), allow_no_answer (`bool`, *optional*), null_score_diff_threshold
+            (`float`, *optional*): question tokens (`[CLS]`/`[SEP]` included) and the no-answer decision; by default
+            what the checkpoint records in its config (what it was trained and tuned with, as `hf-readonce answer`
+            reads them), else 64, `False` and 0.0.
+        batch_size, n_best_size, max_answer_length: as in
+            [`hf_readonce.tasks.question_answering.postprocess_qa_predictions`] (`n_best` is the 0.1.0 name of
+            `n_best_size`, still accepted).
         passages_per_chunk (`int`, defaults to 64): passages whose states are held in memory at once.
         encode_missing (`bool`, defaults to `False`): encode and store passages that are missing instead of raising.
         dtype (`str`): storage dtype for `encode_missing`.
@@ -123,7 +128,15 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
         if n_best_size != 20:
             raise ValueError("pass `n_best_size` only (`n_best` is its old name), not both.")
         n_best_size = n_best
+    check_store_arguments(model, store, dtype)
     examples = check_question_rows(examples)
+    config = model.config
+    if max_question_length is None:  # the checkpoint's recorded settings, as the CLI reads them
+        max_question_length = getattr(config, "max_question_length", None) or 64
+    if allow_no_answer is None:
+        allow_no_answer = bool(getattr(config, "allow_no_answer", None))
+    if null_score_diff_threshold is None:
+        null_score_diff_threshold = getattr(config, "null_score_diff_threshold", None) or 0.0
     check_positive_ints({"batch_size": batch_size, "passages_per_chunk": passages_per_chunk,
                          "max_question_length": max_question_length})
     check_decoding_arguments(n_best_size, max_answer_length, allow_no_answer, null_score_diff_threshold, examples)

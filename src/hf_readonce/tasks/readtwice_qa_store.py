@@ -11,7 +11,7 @@ import torch
 
 from ..models.readtwice_bert.pipeline_readtwice_bert import segment_span_candidates
 from ..representations.base import check_positive_ints, current_fingerprint, pad_batch
-from ..representations.fill import ensure_stored
+from ..representations.fill import check_store_arguments, ensure_stored
 from ..representations.readtwice_bert import ReadTwiceBertAdapter, capitalized_mentions
 from ..store import RepresentationStore
 from .question_answering import check_decoding_arguments, check_question_rows, question_of_context
@@ -91,6 +91,7 @@ def answer_from_readtwice_store(model, tokenizer, store: RepresentationStore, ex
             memories without a mention function.
         TypeError: `examples` is not a list of dicts; an argument of the wrong type (named).
     """
+    check_store_arguments(model, store, dtype)
     examples = check_question_rows(examples)
     if max_question_length is None:
         max_question_length = getattr(model.config, "max_question_length", None) or DEFAULT_MAX_QUESTION_LENGTH

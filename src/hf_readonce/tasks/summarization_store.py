@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ..representations.base import current_fingerprint
-from ..representations.fill import ensure_stored
+from ..representations.fill import check_store_arguments, ensure_stored
 from ..representations.registry import family_of, get_adapter_class, registered_families
 from ..representations.spaces import adapter_for_store, find_space, own_settings, probe_adapter
 from ..store import RepresentationStore
@@ -115,6 +115,7 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
     """
     from ..representations.base import check_positive_ints
 
+    check_store_arguments(model, store, dtype)
     if isinstance(documents, (str, bytes)) or not isinstance(documents, Sequence):
         raise TypeError(f"`documents` must be a list of str, got {type(documents).__name__}.")
     if not documents:

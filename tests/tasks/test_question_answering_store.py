@@ -1,0 +1,41 @@
+"""`answer_from_store` as a Python user calls it: the checkpoint's recorded no-answer decision by default (as the
+CLI), and bad arguments named before any work. A tiny random DeFormer with the real MiniLM tokenizer; real Disfl-QA
+rows."""
+
+import pytest
+
+from hf_readonce.representations import DeformerBertAdapter, fill_store
+from hf_readonce.store import RepresentationStore
+from hf_readonce.tasks.question_answering_store import answer_from_store
+from tests.conftest import tiny_model
+
+
+@pytest.fixture()
+def stored(tmp_path, tokenizer, qa_rows):
+    model = tiny_model()
+    model.config.max_passage_length, model.config.doc_stride = 32, 8
+    rows = [{k: r[k] for k in ("id", "question", "context")} for r in qa_rows[:6]]
+    store = RepresentationStore(tmp_path / "store")
+    fill_store(DeformerBertAdapter(model, tokenizer), store, [r["context"] for r in rows])
+    return model, store, rows
+
+
+def test_the_recorded_no_answer_decision_is_the_default(stored, tokenizer):
+    model, store, rows = stored
+    spans = answer_from_store(model, tokenizer, store, rows)
+    assert any(spans.values())  # nothing recorded: spans, as before
+    model.config.allow_no_answer, model.config.null_score_diff_threshold = True, -1e6  # always "no answer"
+    assert set(answer_from_store(model, tokenizer, store, rows).values()) == {""}
+    assert answer_from_store(model, tokenizer, store, rows, allow_no_answer=False) == spans  # an argument wins
+
+
+def test_bad_arguments_are_named(stored, tokenizer):
+    model, store, rows = stored
+    with pytest.raises(TypeError, match="`store` must be a RepresentationStore, got str"):
+        answer_from_store(model, tokenizer, str(store.path), rows)
+    with pytest.raises(TypeError, match="`model` must be a transformers model, got .*Tokenizer"):
+        answer_from_store(tokenizer, model, store, rows)
+    with pytest.raises(TypeError, match="'question' is a list, not a string"):
+        answer_from_store(model, tokenizer, store, [{**rows[0], "question": ["Who?"]}])
+    with pytest.raises(ValueError, match="`dtype` must be one of"):
+        answer_from_store(model, tokenizer, store, rows, dtype="int8")
