@@ -211,7 +211,20 @@ def test_fill_store_names_bad_arguments_and_reports_running_stats(tmp_path, toke
 
 def test_import_from_dataset_names_what_it_was_given(tmp_path):
     store = RepresentationStore(tmp_path / "store")
+    with pytest.raises(ValueError, match="`fingerprint` needs `settings`"):
+        export_to_dataset(store, "e" * 64)
+    with pytest.raises(ValueError, match="`settings` needs `fingerprint`"):
+        export_to_dataset(store, settings={"k": 1})
+    with pytest.raises(TypeError, match="`store` must be a RepresentationStore"):
+        export_to_dataset(str(tmp_path / "store"))
     with pytest.raises(TypeError, match="got a path .*Dataset.from_parquet"):
         import_from_dataset(store, str(tmp_path / "export.parquet"))
     with pytest.raises(ValueError, match="row 0 lacks the columns"):
         import_from_dataset(store, [{"a": 1}])
+
+
+def test_encode_function_names_a_call_without_batched(tmp_path, tokenizer):
+    adapter = DeformerBertAdapter(tiny_model(), tokenizer, max_passage_length=32, doc_stride=8)
+    function = make_encode_function(adapter, RepresentationStore(tmp_path / "store"))
+    with pytest.raises(TypeError, match="must be a list of texts .*batched=True.*got a single str"):
+        function({"context": "A text."})

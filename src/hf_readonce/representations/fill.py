@@ -193,6 +193,7 @@ class StoreEncodeFunction:
 
     Raises (on call):
         ValueError: missing `text_column`, or an empty / non-string text (naming its row in the batch).
+        TypeError: the column holds a single str instead of a list (a call without `batched=True`).
         ReadOnlyStoreError: if the store cannot be written.
     """
 
@@ -208,6 +209,9 @@ class StoreEncodeFunction:
         """Store one `Dataset.map` batch (see the class docstring); raises as the class docstring says."""
         if self.text_column not in batch:
             raise ValueError(f"text_column {self.text_column!r} not in the batch columns {sorted(batch)}.")
+        if isinstance(batch[self.text_column], (str, bytes)):
+            raise TypeError(f"batch column {self.text_column!r} must be a list of texts (what `Dataset.map(fn, "
+                            f"batched=True)` passes), got a single {type(batch[self.text_column]).__name__}.")
         texts = list(batch[self.text_column])
         ids = list(batch[self.id_column]) if self.id_column else [None] * len(texts)
         for i, text in enumerate(texts):

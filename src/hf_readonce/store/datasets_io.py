@@ -103,12 +103,17 @@ def export_to_dataset(store: RepresentationStore, fingerprint: str | None = None
 
     Raises:
         CorruptedShardError: if a document fails its checksum (a corrupted store is never exported).
-        ValueError: if `settings` is given without `fingerprint`.
+        ValueError: if `settings` is given without `fingerprint`, or `fingerprint` without `settings`.
+        TypeError: `store` is not a [`RepresentationStore`].
     """
     from datasets import Dataset
 
-    if settings is not None and fingerprint is None:
-        raise ValueError("`settings` needs `fingerprint`.")
+    if not isinstance(store, RepresentationStore):
+        raise TypeError(f"`store` must be a RepresentationStore, got {type(store).__name__}.")
+    if (settings is None) != (fingerprint is None):
+        raise ValueError(f"`{'settings' if fingerprint is None else 'fingerprint'}` needs `"
+                         f"{'fingerprint' if fingerprint is None else 'settings'}`: a space is a fingerprint and its "
+                         "settings (`store.spaces()` lists them); give both, or neither for every space.")
     gen_kwargs = {"path": str(store.path), "fingerprint": fingerprint,
                   "settings_json": canonical_settings(settings) if fingerprint is not None else None}
     # the index state is part of the cache key, so a changed store is exported again; one string, not a list:

@@ -16,7 +16,9 @@ RECURRENCE_SETTINGS = ("window_size", "window_overlap", "recurrence_layer", "rec
 
 def to_recurrent(model, **recurrence):
     r"""The recurrent version of a pretrained causal LM, with its weights unchanged and the recurrence (eq. 1 pooling
-    weights, feed-forward network) newly initialized (§3.1).
+    weights, feed-forward network) newly initialized (§3.1) from torch's random generator: seed it beforehand
+    (`transformers.set_seed`) for a reproducible model. Until the recurrence is trained, text after the first window
+    depends on that draw; the first window is the pretrained model's exactly.
 
     Args:
         model (`GPT2LMHeadModel` or `LlamaForCausalLM`): the pretrained model (any Llama-family checkpoint).
