@@ -805,6 +805,7 @@ def _open_store_to_read(args, command: str, what: str):
 def _answer(args) -> int:
     from .store import MissingRepresentationError, RepresentationMismatchError
     from .tasks.jsonl import BadLine, field_problem, iter_jsonl
+    from .tasks.question_answering import passages_of, recorded_answer_settings
 
     questions = Path(args.questions)
     if not questions.is_file():
@@ -832,17 +833,14 @@ def _answer(args) -> int:
     _finite(getattr(args, "null_score_diff_threshold", None), "--null-score-diff-threshold")
     problems, examples, first_line, duplicates = [], [], {}, []
     for number, row in iter_jsonl(questions, problems):
-        if generative:  # one passage (`context`) or several (`contexts`, or a list in `context`)
-            from .tasks.question_answering import passages_of
-
-            bad = [problem for problem in (field_problem(row, "question"),) if problem is not None]
+        # a generative row has one passage (`context`) or several (`contexts`, or a list in `context`)
+        keys = ("question",) if generative else ("question", "context")
+        bad = [problem for key in keys if (problem := field_problem(row, key)) is not None]
+        if generative:
             try:
                 passages_of(row)
             except ValueError:
                 bad.append("missing or empty context/contexts")
-        else:
-            bad = [problem for problem in (field_problem(row, key) for key in ("question", "context"))
-                   if problem is not None]
         if bad:
             problems.append(BadLine(number, "; ".join(bad)))
             continue
@@ -893,18 +891,15 @@ def _answer(args) -> int:
         raise CommandError(f"{', '.join(foreign)} do(es) not apply to {config.model_type} models.")
     family_options = _family_setting_options(args, answer, config.model_type)
     # Defaults: what the checkpoint was trained and evaluated with (recorded in its config), else the old defaults.
-    max_question_length = args.max_question_length or getattr(config, "max_question_length", None) or 64
+    recorded = recorded_answer_settings(config, args.max_question_length or None, args.allow_no_answer,
+                                        args.null_score_diff_threshold)
+    max_question_length = recorded["max_question_length"]
     options = {"max_question_length": max_question_length, "batch_size": args.batch_size,
                "n_best_size": args.n_best_size or 20, "max_answer_length": args.max_answer_length,
                "encode_missing": args.encode_missing, "progress": not args.no_progress}
     if "allow_no_answer" in accepted:
-        allow_no_answer = args.allow_no_answer
-        if allow_no_answer is None:
-            allow_no_answer = bool(getattr(config, "allow_no_answer", None))
-        threshold = args.null_score_diff_threshold
-        if threshold is None:
-            threshold = getattr(config, "null_score_diff_threshold", None) or 0.0
-        options.update(allow_no_answer=allow_no_answer, null_score_diff_threshold=threshold)
+        options.update(allow_no_answer=recorded["allow_no_answer"],
+                       null_score_diff_threshold=recorded["null_score_diff_threshold"])
     options.update(family_options)
     used: dict = {}
     if "settings_used" in accepted:

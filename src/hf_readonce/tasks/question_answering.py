@@ -211,6 +211,31 @@ def passages_of(example: dict) -> list[str]:
     return list(passages)
 
 
+def recorded_answer_settings(config, max_question_length: int | None = None, allow_no_answer: bool | None = None,
+                             null_score_diff_threshold: float | None = None) -> dict:
+    """The question length and no-answer decision to answer with: each value given, else what the checkpoint records
+    in `config` (what it was trained and tuned with; `run_deformer_qa.py` and `hf-readonce demo` record them), else
+    64 tokens, `False` and 0.0 (a recorded 0 or `None` counts as not recorded).
+
+    Args:
+        config (`PretrainedConfig`): the checkpoint's config (only the three attributes are read).
+        max_question_length (`int`, *optional*): question tokens, `[CLS]` and `[SEP]` included.
+        allow_no_answer (`bool`, *optional*), null_score_diff_threshold (`float`, *optional*, logits): as in
+            [`postprocess_qa_predictions`].
+
+    Returns:
+        `dict`: `max_question_length`, `allow_no_answer`, `null_score_diff_threshold`.
+    """
+    if max_question_length is None:
+        max_question_length = getattr(config, "max_question_length", None) or 64
+    if allow_no_answer is None:
+        allow_no_answer = bool(getattr(config, "allow_no_answer", None))
+    if null_score_diff_threshold is None:
+        null_score_diff_threshold = getattr(config, "null_score_diff_threshold", None) or 0.0
+    return {"max_question_length": max_question_length, "allow_no_answer": allow_no_answer,
+            "null_score_diff_threshold": null_score_diff_threshold}
+
+
 def check_question_rows(examples, check=None) -> list[dict]:
     """The question rows a store-reading answer function takes, as a list, checked before any work.
 
@@ -538,6 +563,7 @@ __all__ = [
     "build_features",
     "check_decoding_arguments",
     "check_question_rows",
+    "recorded_answer_settings",
     "find_best_null_threshold",
     "first_sentence_predictions",
     "first_span_predictions",

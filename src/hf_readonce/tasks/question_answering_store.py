@@ -18,6 +18,7 @@ from .question_answering import (
     postprocess_qa_predictions,
     predict_cached,
     question_of_context,
+    recorded_answer_settings,
     tokenize_questions,
 )
 
@@ -130,13 +131,9 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
         n_best_size = n_best
     check_store_arguments(model, store, dtype)
     examples = check_question_rows(examples)
-    config = model.config
-    if max_question_length is None:  # the checkpoint's recorded settings, as the CLI reads them
-        max_question_length = getattr(config, "max_question_length", None) or 64
-    if allow_no_answer is None:
-        allow_no_answer = bool(getattr(config, "allow_no_answer", None))
-    if null_score_diff_threshold is None:
-        null_score_diff_threshold = getattr(config, "null_score_diff_threshold", None) or 0.0
+    recorded = recorded_answer_settings(model.config, max_question_length, allow_no_answer, null_score_diff_threshold)
+    max_question_length, allow_no_answer = recorded["max_question_length"], recorded["allow_no_answer"]
+    null_score_diff_threshold = recorded["null_score_diff_threshold"]
     check_positive_ints({"batch_size": batch_size, "passages_per_chunk": passages_per_chunk,
                          "max_question_length": max_question_length})
     check_decoding_arguments(n_best_size, max_answer_length, allow_no_answer, null_score_diff_threshold, examples)

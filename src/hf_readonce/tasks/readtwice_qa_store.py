@@ -14,9 +14,12 @@ from ..representations.base import check_positive_ints, current_fingerprint, pad
 from ..representations.fill import check_store_arguments, ensure_stored
 from ..representations.readtwice_bert import ReadTwiceBertAdapter, capitalized_mentions
 from ..store import RepresentationStore
-from .question_answering import check_decoding_arguments, check_question_rows, question_of_context
-
-DEFAULT_MAX_QUESTION_LENGTH = 64  # as the ReadTwice pipeline, for checkpoints that record none
+from .question_answering import (
+    check_decoding_arguments,
+    check_question_rows,
+    question_of_context,
+    recorded_answer_settings,
+)
 
 
 def _adapter(model, tokenizer, store: RepresentationStore, mention_fn, batch_size: int,
@@ -93,8 +96,7 @@ def answer_from_readtwice_store(model, tokenizer, store: RepresentationStore, ex
     """
     check_store_arguments(model, store, dtype)
     examples = check_question_rows(examples)
-    if max_question_length is None:
-        max_question_length = getattr(model.config, "max_question_length", None) or DEFAULT_MAX_QUESTION_LENGTH
+    max_question_length = recorded_answer_settings(model.config, max_question_length)["max_question_length"]
     check_positive_ints({"batch_size": batch_size, "documents_per_chunk": documents_per_chunk,
                          "max_question_length": max_question_length})
     check_decoding_arguments(n_best_size, max_answer_length, examples=examples)
