@@ -12,7 +12,7 @@ import torch
 from ..models.readtwice_bert.pipeline_readtwice_bert import segment_span_candidates
 from ..representations.base import check_positive_ints, current_fingerprint, pad_batch
 from ..representations.fill import check_store_arguments, ensure_stored
-from ..representations.readtwice_bert import ReadTwiceBertAdapter, capitalized_mentions
+from ..representations.readtwice_bert import MENTION_FUNCTIONS, ReadTwiceBertAdapter
 from ..store import RepresentationStore
 from .question_answering import (
     check_decoding_arguments,
@@ -25,26 +25,22 @@ from .question_answering import (
 def _adapter(model, tokenizer, store: RepresentationStore, mention_fn, batch_size: int,
              mentions: str | None = None) -> ReadTwiceBertAdapter:
     """The adapter that reads this model's stored first reads; for entity memories without `mention_fn` or
-    `mentions`, the mention finder the checkpoint records (`config.mentions`), else the package's
-    `capitalized_mentions` when the store holds this model's first reads made with it."""
-    recorded = mentions is None and mention_fn is None and model.config.memory_type == "entity"
-    if recorded:
-        mentions = getattr(model.config, "mentions", None)  # what the checkpoint records, as `encode` reads it
-    if mentions is not None:
-        try:
-            return ReadTwiceBertAdapter(model, tokenizer, mention_fn=mention_fn, batch_size=batch_size,
-                                        mentions=mentions)
-        except ValueError as error:
-            if not recorded:
-                raise
-            raise ValueError(f"{error} (the checkpoint's config records mentions={mentions!r}: pass `mentions=` "
-                             "(--mentions) to read with another, or correct the config)") from None
-    if model.config.memory_type == "entity" and mention_fn is None:
-        fingerprint = current_fingerprint(model.bert if hasattr(model, "bert") else model)
-        if any(s.fingerprint == fingerprint and s.settings.get("mentions") == "capitalized_mentions"
-               for s in store.spaces()):
-            mention_fn = capitalized_mentions
-    return ReadTwiceBertAdapter(model, tokenizer, mention_fn=mention_fn, batch_size=batch_size)
+    `mentions`, the mention finder the checkpoint records (`config.mentions`), else the one (of
+    [`MENTION_FUNCTIONS`], by name) the store's first reads of this model were made with."""
+    recorded = None
+    if mentions is None and mention_fn is None and model.config.memory_type == "entity":
+        recorded = mentions = getattr(model.config, "mentions", None)  # what the checkpoint records, as `encode`
+        if mentions is None:
+            fingerprint = current_fingerprint(model.bert if hasattr(model, "bert") else model)
+            mentions = next((s.settings["mentions"] for s in store.spaces() if s.fingerprint == fingerprint
+                             and s.settings.get("mentions") in MENTION_FUNCTIONS), None)
+    try:
+        return ReadTwiceBertAdapter(model, tokenizer, mention_fn=mention_fn, batch_size=batch_size, mentions=mentions)
+    except ValueError as error:
+        if recorded is None:
+            raise
+        raise ValueError(f"{error} (the checkpoint's config records mentions={recorded!r}: pass `mentions=` "
+                         "(--mentions) to read with another, or correct the config)") from None
 
 
 def answer_from_readtwice_store(model, tokenizer, store: RepresentationStore, examples: Sequence[dict], *,
