@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from ..store import RepresentationStore, content_hash, rank_of
 from ..store.shards import DEFAULT_SHARD_SIZE_BYTES, resolve_dtype
+from ..store.store import check_store_argument
 from .base import DocumentError, check_positive_ints, current_fingerprint
 
 
@@ -91,9 +92,7 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
                         optional=("documents_per_batch",))
     if not 0 <= rank < num_processes:
         raise ValueError(f"`rank` must be in [0, num_processes={num_processes}), got {rank}.")
-    if not isinstance(store, RepresentationStore):
-        raise TypeError(f"`store` must be a RepresentationStore, got {type(store).__name__} (open one with "
-                        "`hf_readonce.store.RepresentationStore(path)`).")
+    check_store_argument(store)
     if not all(callable(getattr(adapter, name, None)) for name in ("encode", "settings", "num_tokens")):
         raise TypeError(f"`adapter` must be a representation adapter, got {type(adapter).__name__} (build one with "
                         "`hf_readonce.representations.get_adapter(model, tokenizer)`).")
@@ -238,9 +237,7 @@ def check_store_arguments(model, store, dtype=None) -> None:
     Raises:
         TypeError: `store` or `model` of another type. ValueError: a `dtype` that is not fp32, fp16 or bf16.
     """
-    if not isinstance(store, RepresentationStore):
-        raise TypeError(f"`store` must be a RepresentationStore, got {type(store).__name__} (open one with "
-                        "`hf_readonce.store.RepresentationStore(path)`).")
+    check_store_argument(store)
     if getattr(getattr(model, "config", None), "model_type", None) is None:
         raise TypeError(f"`model` must be a transformers model, got {type(model).__name__} (the arguments are model, "
                         "tokenizer, store, ...).")

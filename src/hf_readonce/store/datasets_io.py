@@ -15,7 +15,7 @@ import torch
 from .errors import CorruptedShardError
 from .keys import canonical_settings
 from .shards import DEFAULT_SHARD_SIZE_BYTES, FORMAT_VERSION, resolve_dtype, tensors_checksum
-from .store import RepresentationStore
+from .store import RepresentationStore, check_store_argument
 
 COLUMNS = ("format_version", "space", "fingerprint", "settings", "model_type", "content_hash", "sha256", "meta",
            "tensor_names", "tensor_dtypes", "tensor_shapes", "tensor_bytes")
@@ -108,8 +108,7 @@ def export_to_dataset(store: RepresentationStore, fingerprint: str | None = None
     """
     from datasets import Dataset
 
-    if not isinstance(store, RepresentationStore):
-        raise TypeError(f"`store` must be a RepresentationStore, got {type(store).__name__}.")
+    check_store_argument(store)
     if (settings is None) != (fingerprint is None):
         raise ValueError(f"`{'settings' if fingerprint is None else 'fingerprint'}` needs `"
                          f"{'fingerprint' if fingerprint is None else 'settings'}`: a space is a fingerprint and its "
@@ -158,8 +157,7 @@ def import_from_dataset(store: RepresentationStore, dataset, *,
         raise TypeError(f"`dataset` must be a `datasets.Dataset` or an iterable of row dicts, got a path "
                         f"{str(dataset)!r}: load it first, e.g. `datasets.Dataset.from_parquet(path)` or "
                         "`datasets.load_from_disk(path)`.")
-    if not isinstance(store, RepresentationStore):
-        raise TypeError(f"`store` must be a RepresentationStore, got {type(store).__name__}.")
+    check_store_argument(store)
     column_names = getattr(dataset, "column_names", None)
     if column_names is not None:
         absent = [c for c in COLUMNS if c not in column_names]

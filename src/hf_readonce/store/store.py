@@ -895,4 +895,16 @@ class StoreWriter:
             self.discard()
 
 
-__all__ = ["RepresentationStore", "StoreWriter"]
+def check_store_argument(store) -> None:
+    """Raise unless `store` is a [`RepresentationStore`] (the check every function taking a store makes first: a path
+    given instead would fail later as a bare `AttributeError`).
+
+    Raises:
+        TypeError: naming what was given and how to open a store.
+    """
+    if not isinstance(store, RepresentationStore):
+        raise TypeError(f"`store` must be a RepresentationStore, got {type(store).__name__} (open one with "
+                        "`hf_readonce.store.RepresentationStore(path)`).")
+
+
+__all__ = ["RepresentationStore", "StoreWriter", "check_store_argument"]
