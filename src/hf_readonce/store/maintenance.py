@@ -8,6 +8,7 @@ functions."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -268,14 +269,7 @@ def _rebuilt_layout(entries) -> dict | None:
 
 def _lazy_layout(entries):
     """`layout()` for [`_tensors_intact`]: [`_rebuilt_layout`] of `entries`, computed on first call only."""
-    cached = []
-
-    def layout():
-        if not cached:
-            cached.append(_rebuilt_layout(entries))
-        return cached[0]
-
-    return layout
+    return functools.cache(functools.partial(_rebuilt_layout, entries))
 
 
 _SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
@@ -501,6 +495,12 @@ def _retire_layout(store, rel: str, quarantine: Path, moved: list) -> None:
     moved.append(rel)
 
 
+def _quarantine_folder(path: Path) -> Path:
+    """A new `quarantine/<time>-<id>/` folder name under the store at `path` (not created): where one repair (or
+    one restored `store.json`) sets aside the files it retires."""
+    return path / "quarantine" / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
 def _storage_dtype(documents, fallback: str):
     """The floating dtype the salvaged tensors are stored in (what a shard records), else `fallback`."""
     for _, tensors, _ in documents:
@@ -557,7 +557,7 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
         raise ReadOnlyStoreError(f"store {store.path} is not writable (no write permission on the folder).")
     with store.lock():
         known = dict(store._spaces)  # the spaces as the index listed them, to name a space a repair empties
-        quarantine = store.path / "quarantine" / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        quarantine = _quarantine_folder(store.path)
         salvaged, moved, candidates = [], [], set()
         for rel, _ in layout_problems(store):
             _retire_layout(store, rel, quarantine, moved)
@@ -814,7 +814,7 @@ def restore_store_marker(path) -> bool:
                        "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "restored": True}, indent=2).encode()
     try:
         if unreadable:
-            quarantine = path / "quarantine" / f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+            quarantine = _quarantine_folder(path)
             quarantine.mkdir(parents=True)
             os.replace(marker, quarantine / "store.json")
         (path / "tmp").mkdir(exist_ok=True)
