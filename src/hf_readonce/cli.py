@@ -456,12 +456,18 @@ def _adapter_settings(args, adapter_class) -> dict:
                   file=sys.stderr)
             given["max_document_length"] = given["max_passage_length"]
         given["max_passage_length"] = None
-    foreign = [own_option for name, own_option in (
-        (n, "--" + n.replace("_", "-")) for n in given) if given[name] is not None and name not in own]
+    foreign = [name for name, value in given.items() if value is not None and name not in own]
     if foreign:
-        raise CommandError(f"{', '.join(foreign)} do(es) not apply to {adapter_class.model_type} models; their "
-                           f"options are {', '.join(option for option, _, _ in own.values()) or 'none'}.")
+        raise _foreign_settings(foreign, adapter_class)
     return {name: given[name] if given[name] is not None else default for name, (_, default, _) in own.items()}
+
+
+def _foreign_settings(names, adapter_class) -> CommandError:
+    """The error for representation-setting options (by setting name) that `adapter_class`'s family does not take,
+    naming them and the family's own options (`encode`, `answer`, `summarize` and `publish` refuse them alike)."""
+    own = ", ".join(option for option, _, _ in adapter_class.cli_settings.values()) or "none"
+    return CommandError(f"{', '.join('--' + name.replace('_', '-') for name in names)} do(es) not apply to "
+                        f"{adapter_class.model_type} models; their options are {own}.")
 
 
 def _open_store(path: str, readonly: bool = False, create: bool = True, command: str = "answer"):
@@ -1009,9 +1015,7 @@ def _family_setting_options(args, function, model_type: str) -> dict:
         foreign = [name for name in given if name not in accepted]
         packed = {name: value for name, value in given.items() if name in accepted}
     if foreign:
-        own_options = ", ".join(option for option, _, _ in get_adapter_class(model_type).cli_settings.values())
-        raise CommandError(f"{', '.join('--' + n.replace('_', '-') for n in foreign)} do(es) not apply to "
-                           f"{model_type} models; their own options are {own_options or 'none'}.")
+        raise _foreign_settings(foreign, get_adapter_class(model_type))
     return packed
 
 
@@ -1513,14 +1517,13 @@ def _publish_settings(args, model_dir) -> dict | None:
                                                        for adapter in registered_adapters().values()):
         return settings  # a plain checkpoint type (bert): publish() says it publishes hf-readonce models only
     try:
-        own = get_adapter_class(model_type).cli_settings
+        adapter_class = get_adapter_class(model_type)
     except ValueError:
         raise CommandError(f"{options} do(es) not apply: {model_type} models store no representations, so there "
                            "is no representation format to declare.") from None
-    foreign = ["--" + name.replace("_", "-") for name in settings if name not in own]
+    foreign = [name for name in settings if name not in adapter_class.cli_settings]
     if foreign:
-        raise CommandError(f"{', '.join(foreign)} do(es) not apply to {model_type} models; their options are "
-                           f"{', '.join(option for option, _, _ in own.values()) or 'none'}.")
+        raise _foreign_settings(foreign, adapter_class)
     return settings
 
 
