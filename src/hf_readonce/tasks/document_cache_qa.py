@@ -31,6 +31,7 @@ from ..representations.block_attention_llama import BlockAttentionLlamaAdapter
 from ..representations.fill import check_store_arguments, ensure_stored
 from ..representations.spaces import find_space
 from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore
+from .jsonl import field_problem
 from .question_answering import passages_of
 
 QUESTION_TEMPLATE = "\n\nQuestion: {question}\nAnswer:"
@@ -178,8 +179,9 @@ def _check(examples, batch_size, max_new_tokens):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"`{name}` must be an int >= 1, got {value!r}.")
     for i, example in enumerate(examples):
-        if not isinstance(example.get("question"), str) or not example["question"].strip():
-            raise ValueError(f"question {example.get('id', i)!r}: 'question' is missing or empty.")
+        problem = field_problem(example, "question")
+        if problem is not None:
+            raise ValueError(f"question {example.get('id', i)!r}: {problem}.")
         passages_of(example)
 
 

@@ -11,6 +11,7 @@ from ..representations.base import check_positive_ints
 from ..representations.fill import check_store_arguments, ensure_stored
 from ..representations.spaces import adapter_class_of, adapter_for_store
 from ..store import RepresentationStore
+from .jsonl import field_problem
 from .question_answering import check_decoding_arguments, check_question_rows, question_of_context
 from .summarization_store import generate_from_store
 
@@ -23,8 +24,9 @@ def check_example(example: dict) -> None:
         ValueError: naming what the row lacks.
     """
     name = example.get("id", "?")
-    if not isinstance(example.get("question"), str) or not example["question"].strip():
-        raise ValueError(f"example {name}: 'question' is missing or empty.")
+    problem = field_problem(example, "question")
+    if problem is not None:
+        raise ValueError(f"example {name}: {problem}.")
     if "contexts" in example or not isinstance(example.get("context"), str) or not example["context"].strip():
         raise ValueError(f"example {name}: this model reads one document per question: give it as a non-empty "
                          "'context' string (not a list, not 'contexts').")
