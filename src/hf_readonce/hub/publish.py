@@ -66,7 +66,7 @@ def _own_settings_hint(store, representation_format: Mapping) -> str:
     own settings (`cli_settings`: a window length chosen at encode time), the sentence that says how to publish it:
     declare those settings (`representation_settings=`, the same options as `encode` on the command line)."""
     from ..representations import get_adapter_class
-    from ..store.format_check import declared_fingerprints
+    from ..store.format_check import declared_fingerprints, differing_settings
 
     try:
         own = get_adapter_class(representation_format["model_type"]).cli_settings
@@ -74,10 +74,9 @@ def _own_settings_hint(store, representation_format: Mapping) -> str:
         return ""
     declared, wanted = declared_fingerprints(representation_format), representation_format["settings"]
     for space in store.spaces():
-        differing = {name for name in set(space.settings) | set(wanted)
-                     if space.settings.get(name) != wanted.get(name)}
-        if space.fingerprint in declared and differing and differing <= set(own):
-            given = {name: space.settings.get(name) for name in sorted(differing)}
+        differing = differing_settings(space.settings, wanted)
+        if space.fingerprint in declared and differing and set(differing) <= set(own):
+            given = {name: space.settings.get(name) for name in differing}
             options = " ".join(f"{own[name][0]} {value}" for name, value in given.items())
             return (f" Or publish what it holds: this checkpoint's representations with {given}, declared with "
                     f"`representation_settings={given}` (on the command line `{options}`) or recorded in the "

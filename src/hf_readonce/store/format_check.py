@@ -70,6 +70,12 @@ def validate_representation_format(representation_format: Mapping) -> dict:
     return json.loads(json.dumps(dict(representation_format)))
 
 
+def differing_settings(stored: Mapping, declared: Mapping) -> list[str]:
+    """The names of the settings whose value differs between two settings mappings (a missing one counts as
+    `None`), sorted."""
+    return sorted(name for name in set(stored) | set(declared) if stored.get(name) != declared.get(name))
+
+
 def declared_fingerprints(representation_format: Mapping) -> dict[str, str]:
     """The fingerprints a representation format declares.
 
@@ -149,8 +155,7 @@ def check_store_format(store, representation_format: Mapping, *, check_dtype: bo
                 f"({expected}); it holds: {found}.")
         details = []
         for space in same_type:
-            differing = sorted(name for name in set(space.settings) | set(fmt["settings"])
-                               if space.settings.get(name) != fmt["settings"].get(name))
+            differing = differing_settings(space.settings, fmt["settings"])
             what = [f"{name} {space.settings.get(name)!r} != {fmt['settings'].get(name)!r}" for name in differing]
             if space.fingerprint not in declared:
                 what.insert(0, f"fingerprint {space.fingerprint[:16]}... is none of the declared ones (other "
@@ -172,5 +177,5 @@ def check_store_format(store, representation_format: Mapping, *, check_dtype: bo
 
 
 __all__ = ["REPRESENTATION_FORMAT_FILE", "REPRESENTATION_FORMAT_NAME", "REPRESENTATION_FORMAT_VERSION",
-           "check_store_format", "declared_fingerprints", "load_representation_format",
+           "check_store_format", "declared_fingerprints", "differing_settings", "load_representation_format",
            "validate_representation_format"]
