@@ -48,7 +48,15 @@ DEFAULT_WIDGETS = {
 
 def card_widget(card_text, pipeline_tag: str) -> list:
     """The inference examples a family's card declares: its `CardText.widget`, else `DEFAULT_WIDGETS[pipeline_tag]`
-    (none when the family sets `widget=None`: its pipeline needs more than the task's inputs)."""
+    (none when the family sets `widget=None`: its pipeline needs more than the task's inputs).
+
+    Args:
+        card_text ([`CardText`]): the family's card text for one model type.
+        pipeline_tag (`str`): the card's pipeline tag (e.g. `"question-answering"`).
+
+    Returns:
+        `list[dict]`: the examples, in the pipeline's input format (`text`, and `context` for question answering).
+    """
     declared = getattr(card_text, "widget", ())
     if declared is None:
         return []

@@ -234,6 +234,10 @@ def check_store_arguments(model, store, dtype=None) -> None:
     [`RepresentationStore`], `model` a transformers model (arguments given in another order are named), and `dtype`
     (the storage dtype of what `encode_missing` would write) a storage dtype, whether or not anything is encoded.
 
+    Args:
+        model: the task's model. store: the task's store. dtype (`str` or `torch.dtype`, *optional*): the storage
+            dtype argument (`None`: not checked).
+
     Raises:
         TypeError: `store` or `model` of another type. ValueError: a `dtype` that is not fp32, fp16 or bf16.
     """

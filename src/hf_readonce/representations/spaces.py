@@ -40,6 +40,12 @@ def adapter_class_of(model) -> type:
 def own_settings(adapter_class: type, settings: Mapping | None) -> dict:
     """`settings` as a dict, checked to be the family's own (`adapter_class.cli_settings` names).
 
+    Args:
+        adapter_class (`type`): the family's adapter class. settings (`Mapping`, *optional*): setting -> value.
+
+    Returns:
+        `dict`: a copy of `settings` (`{}` for `None`).
+
     Raises:
         ValueError: a name that is not one of them (naming the family's).
     """

@@ -71,8 +71,15 @@ def validate_representation_format(representation_format: Mapping) -> dict:
 
 
 def differing_settings(stored: Mapping, declared: Mapping) -> list[str]:
-    """The names of the settings whose value differs between two settings mappings (a missing one counts as
-    `None`), sorted."""
+    """The names of the settings whose value differs between two settings mappings.
+
+    Args:
+        stored (`Mapping`), declared (`Mapping`): settings (name -> JSON value); a name missing from one counts as
+            `None` there.
+
+    Returns:
+        `list[str]`: the differing names, sorted.
+    """
     return sorted(name for name in set(stored) | set(declared) if stored.get(name) != declared.get(name))
 
 

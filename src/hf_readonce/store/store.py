@@ -899,6 +899,9 @@ def check_store_argument(store) -> None:
     """Raise unless `store` is a [`RepresentationStore`] (the check every function taking a store makes first: a path
     given instead would fail later as a bare `AttributeError`).
 
+    Args:
+        store: the argument to check.
+
     Raises:
         TypeError: naming what was given and how to open a store.
     """
