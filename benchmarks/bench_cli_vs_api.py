@@ -85,7 +85,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--note", default="2 CPU cores shared with other jobs", help="hardware note for the results")
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--output", default=None, help="results JSON (default: print only)")
+    harness.add_threads_argument(parser)
     args = parser.parse_args(argv)
+    harness.set_threads(args.threads)
     if args.questions < 1 or args.rounds < 1 or args.batch_size < 1:
         raise harness.fail("--questions", "--questions, --rounds and --batch_size must be >= 1.")
 

@@ -179,7 +179,7 @@ def main(argv=None):
     parser.add_argument("--passage_length", type=int, default=320)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    harness.add_threads_argument(parser, default=torch.get_num_threads())
     parser.add_argument("--output", default=None, help="also write the results as JSON (harness schema) here")
     parser.add_argument("--note", default="2 CPU cores shared with other jobs", help="hardware note for the results")
     parser.add_argument("--child", choices=["bert", "deformer"], help=argparse.SUPPRESS)

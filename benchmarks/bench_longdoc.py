@@ -426,7 +426,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--stride", type=int, default=3)
     p.add_argument("--target_length", type=int, default=64)
     p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--threads", type=int, default=2)
+    harness.add_threads_argument(p, default=2)
     p.add_argument("--repeats", type=int, default=harness.MIN_REPEATS,
                    help="timed rounds after the warm-up round (median, min, max and every value are reported)")
     p.add_argument("--warmup", type=int, default=1, help="untimed rounds first; 0: the first timed round also "

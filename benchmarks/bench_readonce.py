@@ -257,7 +257,9 @@ def main(argv=None):
     parser.add_argument("--accuracy_label", default="F1", help="y-axis label for --accuracy_json")
     parser.add_argument("--output", default=None)
     parser.add_argument("--from_json", default=None, help="plot rows saved by an earlier --output (no measuring)")
+    harness.add_threads_argument(parser)
     args = parser.parse_args(argv)
+    harness.set_threads(args.threads)
     if args.from_json:
         rows = json.loads(Path(args.from_json).read_text())
         rows = rows["extra"]["rows"] if isinstance(rows, dict) else rows  # harness results or an older row list

@@ -230,7 +230,10 @@ def austen_worker(path, limit, memory_type, per_subdocument=128):
                     spans[i, : len(row)] = torch.tensor(row)
             extra["entity_spans"] = spans
         model(batch, attention_mask=mask, **extra)
-    print(json.dumps({"segments": segments, "subdocuments_run": len(subdocs), "seconds": time.perf_counter() - begin,
+    dims = {name: getattr(model.config, name) for name in ("vocab_size", "hidden_size", "num_hidden_layers",
+                                                          "num_attention_heads", "intermediate_size")}
+    print(json.dumps({"model": "all-MiniLM-L6-v2", "dims": dims, "segments": segments,
+                      "subdocuments_run": len(subdocs), "seconds": time.perf_counter() - begin,
                       "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                       "rss_before_forward_mib": before / 1024}))
 
@@ -267,7 +270,9 @@ def main(argv=None):
     parser.add_argument("--output", default=None)
     parser.add_argument("--_austen_worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--_limit", type=int, default=0, help=argparse.SUPPRESS)
+    harness.add_threads_argument(parser)
     args = parser.parse_args(argv)
+    harness.set_threads(args.threads)
     if args._austen_worker:
         return austen_worker(args._austen_worker, args._limit, args.memory_type, args.austen_subdocument_segments)
     dims = BASE
@@ -285,8 +290,9 @@ def main(argv=None):
         raise harness.fail("--repeats", "--repeats, --segments and --questions must be >= 1.")
     results = harness.Results("bench_readtwice", argv, settings=vars(args),
                               note=args.note if device.type == "cpu" else f"{args.note}; device {device}")
-    results.extra.update({"device": str(device), "dims": dims})
+    results.extra["device"] = str(device)
     if not args.austen_only:
+        results.extra["dims"] = dims  # the random speed models' sizes; the Austen rows record their own model
         speed_row = speed(args, dims, device)
         times = speed_row.pop("times")
         params = {"segments": args.segments, "segment_length": args.segment_length, "memory_type": args.memory_type,

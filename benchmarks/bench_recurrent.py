@@ -138,7 +138,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--note", default="2 CPU cores shared with other jobs", help="hardware note for the results")
     parser.add_argument("--output", default=None, help="write the results (harness schema) here")
     parser.add_argument("--_memory_point", type=int, default=None, help=argparse.SUPPRESS)
+    harness.add_threads_argument(parser)
     args = parser.parse_args(argv)
+    harness.set_threads(args.threads)
     if args._memory_point is not None:
         print(json.dumps(memory_point(args._memory_point, args.window_size)))
         return {}

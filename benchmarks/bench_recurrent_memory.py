@@ -92,7 +92,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--note", default="2 CPU cores shared with other jobs", help="hardware note for the results")
     parser.add_argument("--output", default=None, help="write the results (harness schema) here")
     parser.add_argument("--_point", nargs=2, default=None, help=argparse.SUPPRESS)
+    harness.add_threads_argument(parser)
     args = parser.parse_args(argv)
+    harness.set_threads(args.threads)
     window = args.window_size or (256 if args.size == "smollm2" else 32)
     eval_tokens = args.eval_tokens or ([16384, 163840] if args.size == "smollm2" else [1024, 10240])
     if args._point:

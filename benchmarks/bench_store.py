@@ -239,7 +239,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--max_questions", type=int, default=None, help="limit part 4 (default: all)")
     parser.add_argument("--note", default="2 CPU cores shared with other jobs", help="hardware note for the results")
     parser.add_argument("--output", default=None, help="write the figures as JSON (harness schema) here")
+    harness.add_threads_argument(parser)
     args = parser.parse_args(argv)
+    harness.set_threads(args.threads)
     if any(part not in (1, 2, 3, 4) for part in args.parts):
         raise harness.fail("--parts", f"parts are 1, 2, 3 and 4, got {args.parts}.")
     if args.repeats < 1 or args.batch_size < 1:

@@ -48,6 +48,7 @@ Bad input: [`fail`] exits with status 2 and a message naming the option (`--leng
 
 from __future__ import annotations
 
+import argparse
 import datetime
 import json
 import math
@@ -123,6 +124,47 @@ def hardware(dtype: str = "float32", note: str | None = None) -> dict:
     if os.environ.get("OMP_WAIT_POLICY"):
         out["omp_wait_policy"] = os.environ["OMP_WAIT_POLICY"]
     return out
+
+
+def add_threads_argument(parser, default: int | None = None) -> None:
+    """Add `--threads N` to a benchmark's `argparse` parser (`default` None: torch's own count, the machine's cores);
+    read it with [`set_threads`], so that every results file states the threads it ran with
+    (`hardware.torch_threads`). A count below 1 exits with status 2, naming `--threads`."""
+    def positive(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"a positive whole number of threads, got {text!r}")
+        return value
+
+    parser.add_argument("--threads", type=positive, default=default,
+                        help="torch threads for the timed work and OMP_NUM_THREADS for the processes it starts "
+                        + ("(default: torch's own count)" if default is None else f"(default: {default})"))
+
+
+def set_threads(threads: int | None) -> int:
+    """Use `threads` torch threads in this process and `OMP_NUM_THREADS=threads` in the processes it starts.
+
+    Args:
+        threads: a positive count, or None to keep torch's default.
+
+    Returns:
+        The thread count in use.
+
+    Raises:
+        ValueError: `threads` not a positive whole number.
+    """
+    import torch
+
+    if threads is None:
+        return torch.get_num_threads()
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"--threads must be a positive whole number, got {threads!r}.")
+    torch.set_num_threads(threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    return threads
 
 
 def versions() -> dict:

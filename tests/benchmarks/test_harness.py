@@ -155,3 +155,27 @@ def test_bad_options_exit_naming_the_option(script, argv, option, capsys):
     with pytest.raises(SystemExit) as raised:
         _run(script, argv)
     assert raised.value.code == 2 and option in str(raised.value) and option in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("script", ["bench_deformer", "bench_longdoc", "bench_readonce", "bench_readtwice",
+                                    "bench_recurrent", "bench_store", "bench_cli_vs_api", "bench_recurrent_memory"])
+def test_every_timing_benchmark_takes_threads(script, capsys):
+    """`--threads` exists (the results record the count used) and a bad count stops before any work, named."""
+    with pytest.raises(SystemExit) as raised:
+        _run(script, ["--threads", "0"])
+    assert raised.value.code == 2 and "--threads" in capsys.readouterr().err
+
+
+def test_set_threads_sets_torch_and_child_processes(monkeypatch):
+    import torch
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    before = torch.get_num_threads()
+    try:
+        assert harness.set_threads(None) == before and "OMP_NUM_THREADS" not in os.environ
+        assert harness.set_threads(1) == 1 and torch.get_num_threads() == 1 and os.environ["OMP_NUM_THREADS"] == "1"
+        for bad in (0, -2, 1.5, True, "2"):
+            with pytest.raises(ValueError, match="--threads"):
+                harness.set_threads(bad)
+    finally:
+        torch.set_num_threads(before)
