@@ -19,7 +19,8 @@ One command, one GPU:
     python reproduce/readonce.py --output_dir runs/reproduce_readonce
 
 Wall time on one H100, measured with `--qa_steps 1500 --time_budget_s 200`
-(`benchmarks/results/reproduce/readonce/h100_qa1500_xsum1000_lr1e-4.json`): 419 s for the whole command, of which
+(`benchmarks/results/reproduce/readonce/h100_qa1500_xsum1000_lr1e-4.json`; the whole command by the device call's clock,
+not in that file, which predates `wall_seconds`): 419 s, of which
 QA training 117-179 s per row and XSum training 89-96 s per row (three rows side by side), the rest loading,
 storing representations and the evaluations (generation on 2,595 questions at four k, 205 articles). With the
 default 5,000 QA steps, about 14 minutes (an estimate scaled from those step times, not a measurement). A device

@@ -11,7 +11,7 @@ import torch
 from tests.conftest import REPO_ROOT
 
 REPRODUCE = REPO_ROOT / "reproduce"
-SCHEMA_FIELDS = {"schema", "table", "command", "hardware", "date", "rows", "baselines"}
+SCHEMA_FIELDS = {"schema", "table", "command", "hardware", "date", "wall_seconds", "rows", "baselines"}
 
 
 def entry_point(name: str):
@@ -31,6 +31,8 @@ def check_results(path, rows: int) -> dict:
     assert results["schema"] == "hf-readonce-results/1" and results["smoke"] is True
     assert not results.get("failed", results.get("failed_ks")), "a row failed: see its log"
     assert len(results["rows"]) == rows and all("train_seconds" in row for row in results["rows"])
+    # the whole command's seconds cover every row's training (rows may run side by side, so not their sum)
+    assert results["wall_seconds"] >= max(row["train_seconds"] or 0 for row in results["rows"])
     assert results["baselines"] and results["hardware"]["torch"] == torch.__version__
     assert (path.parent / "model_card.md").read_text().startswith("## Reproduction")
     return results
