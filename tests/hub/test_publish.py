@@ -286,6 +286,7 @@ def test_cli_publish_local_dir(checkpoint_dir, tmp_path, capsys):
     metrics.write_text(json.dumps({"eval_exact_match": 12.5, "eval_f1": 20.25, "eval_NoAns_total": 0,
                                    "baselines": {"first_span": {"exact_match": 1.0, "f1": 9.5}},
                                    "speedup_precomputed": 2.26, "speedup_including_encoding": 1.35,
+                                   "flop_ratio_precomputed": 2.41, "flop_ratio_including_encoding": 1.52,
                                    "speed_questions": 300, "train_seconds": 448.9}))
     out = tmp_path / "repo"
     assert cli_main(["publish", str(checkpoint_dir), "--repo-id", "someone/tiny", "--local-dir", str(out),
@@ -297,7 +298,8 @@ def test_cli_publish_local_dir(checkpoint_dir, tmp_path, capsys):
     values = {(r.dataset_type, r.metric_name): r.metric_value for r in card.data.eval_results}
     assert values == {("quoref", "EM"): 12.5, ("quoref", "F1"): 20.25}
     assert "| Quoref, validation | F1 | **20.25** | 9.50 |" in card.text
-    assert "2.26x with passage states precomputed, 1.35x including encoding them" in card.text
+    assert ("2.26x with passage states precomputed (FLOP ratio 2.41x), 1.35x including encoding them (FLOP ratio "
+            "1.52x)") in card.text
 
 
 def _fp16_checkpoint(source, tokenizer):

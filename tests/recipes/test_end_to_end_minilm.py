@@ -46,7 +46,8 @@ def test_fine_tune_and_answer_from_cache(data_dir, tmp_path, monkeypatch):
                           save_strategy="no", bf16=bf16),
     )
     # bf16 training must not leave accelerate's autocast wrapper on `forward`: evaluation runs in one precision
-    (model,) = evaluated
+    model = evaluated[0]  # the timed pass, then the FLOP count's: the same model both times
+    assert all(other is model for other in evaluated) and len(evaluated) == 2
     assert getattr(model.forward, "__func__", None) is DeformerBertForQuestionAnswering.forward
     assert metrics["num_decomposed_layers"] == 4 and metrics["train_features"] >= 16
     assert 0.0 <= metrics["cached_f1"] <= 100.0
@@ -54,6 +55,8 @@ def test_fine_tune_and_answer_from_cache(data_dir, tmp_path, monkeypatch):
     assert metrics["cached_f1"] == pytest.approx(metrics["eval_f1"], abs=1e-6)
     assert metrics["cached_exact_match"] == pytest.approx(metrics["eval_exact_match"], abs=1e-6)
     assert metrics["speedup_precomputed"] > 0
+    # k = 4 of 6 layers read the question alone: fewer FLOPs than the pairs, more once every window is encoded too
+    assert metrics["flop_ratio_precomputed"] > max(1.0, metrics["flop_ratio_including_encoding"])
     saved = DeformerBertForQuestionAnswering.from_pretrained(tmp_path)
     assert saved.config.num_decomposed_layers == 4
     assert saved.config.attention_probs_dropout_prob == 0.0  # the override reached the trained model
@@ -122,6 +125,7 @@ def test_demo_command(data_dir, tmp_path, capsys):
     out = capsys.readouterr().out
     assert status == 0
     assert "answered from cached passage states" in out and "Speed-up over the same model" in out
+    assert "precomputed (FLOP ratio" in out and "once (FLOP ratio" in out
     assert "baseline: always-empty" in out and "baseline: first-span" in out and "HasAns" in out
     assert "full MiniLM (teacher, recorded)" in out
     assert f"Model and results written to {tmp_path}" in out

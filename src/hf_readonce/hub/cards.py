@@ -168,6 +168,11 @@ def _fmt(value: float) -> str:
     return f"{value:.2f}"
 
 
+def _flop_ratio(value) -> str:
+    """` (FLOP ratio 1.93x)` for a recorded ratio, else nothing: a speed-up is shown beside its FLOP ratio."""
+    return f" (FLOP ratio {_fmt(value)}x)" if _number(value) is not None else ""
+
+
 def _results_table(rows: Sequence[EvalRow]) -> str:
     names = []
     for row in rows:
@@ -370,7 +375,9 @@ def card_from_metrics_file(path: str | os.PathLike, *, dataset_type: str | None,
         figures.append(f"Speed-up over the same model reading every question+passage pair, timed on "
                        f"{metrics.get('speed_questions', 'the timed')} questions: "
                        f"{_fmt(metrics['speedup_precomputed'])}x with passage states precomputed"
+                       + _flop_ratio(metrics.get("flop_ratio_precomputed"))
                        + (f", {_fmt(metrics['speedup_including_encoding'])}x including encoding them"
+                          + _flop_ratio(metrics.get("flop_ratio_including_encoding"))
                           if _number(metrics.get("speedup_including_encoding")) is not None else "") + ".")
     training = dict(card_kwargs.pop("training", None) or {})
     if _number(metrics.get("train_seconds")) is not None:

@@ -343,6 +343,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
                 metrics["speedup_precomputed"] = round(metrics["uncached_seconds"] / timings["answer"], 2)
                 metrics["speedup_including_encoding"] = round(
                     metrics["uncached_seconds"] / (timings["answer"] + timings["encode"]), 2)
+                metrics.update(speedup_flop_ratios(model, speed_subset, tokenizer, feature_kwargs, bs, autocast))
         os.makedirs(training_args.output_dir, exist_ok=True)
         _record_qa_settings(model.config, data_args, threshold if data_args.allow_no_answer else None)
         if training_args.do_train:
@@ -350,6 +351,39 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
         with open(os.path.join(training_args.output_dir, "eval_results.json"), "w") as handle:
             json.dump(metrics, handle, indent=2)
     return metrics
+
+
+def speedup_flop_ratios(model, examples, tokenizer, feature_kwargs: dict, batch_size: int, autocast,
+                        sample: int = 32) -> dict:
+    """The FLOP ratios beside the demo's two speed-ups (DeFormer §3: the lower `num_decomposed_layers` read the
+    question alone once the passage windows are cached), counted by `torch.utils.flop_counter.FlopCounterMode` on the
+    first `sample` (default 32) of the timed `examples`, with the same batching and padding as the timed paths.
+
+    Args:
+        model: the DeFormer being evaluated (`num_decomposed_layers > 0`).
+        examples: SQuAD-style rows, the timed subset; `feature_kwargs`: `build_features`'s windowing arguments.
+        batch_size: the timed paths' batch size; `autocast`: the context the timed paths ran in.
+
+    Returns:
+        `{"flop_ratio_precomputed", "flop_ratio_including_encoding"}`: FLOPs of reading every question+passage
+        pair over FLOPs of answering from cached windows (without / with encoding each window once), rounded to 2
+        decimals. They are the speed-ups' expected values rather than ceilings: padding and memory traffic, which
+        the count leaves out, weigh more on the longer pair inputs.
+    """
+    from torch.utils.flop_counter import FlopCounterMode
+
+    feats, wins, _ = build_features(list(examples)[:sample], tokenizer, **feature_kwargs)
+
+    def count(fn):
+        with autocast, FlopCounterMode(display=False) as counter:
+            result = fn()
+        return counter.get_total_flops(), result
+
+    pairs, _ = count(lambda: predict_pairs(model, feats, wins, batch_size=batch_size))
+    encode, cache = count(lambda: encode_windows(model, wins, batch_size=batch_size))
+    answer, _ = count(lambda: predict_cached(model, feats, cache, batch_size=batch_size))
+    return {"flop_ratio_precomputed": round(pairs / answer, 2),
+            "flop_ratio_including_encoding": round(pairs / (answer + encode), 2)}
 
 
 __all__ = ["DataArguments", "ModelArguments", "run"]

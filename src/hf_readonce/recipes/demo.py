@@ -263,8 +263,9 @@ def _run(args, argv, output_dir: str, train_file: Path, validation_file: Path, k
     lines += [
         f"No-answer threshold {metrics.get('null_score_diff_threshold', 0.0):.3f}, {tuned}.",
         f"Speed-up over the same model reading every question+passage pair ({metrics['speed_questions']} questions "
-        f"timed): {metrics['speedup_precomputed']:.2f}x with passages precomputed, "
-        f"{metrics['speedup_including_encoding']:.2f}x including encoding each passage once.",
+        f"timed): {metrics['speedup_precomputed']:.2f}x with passages precomputed (FLOP ratio "
+        f"{metrics['flop_ratio_precomputed']:.2f}x), {metrics['speedup_including_encoding']:.2f}x including encoding "
+        f"each passage once (FLOP ratio {metrics['flop_ratio_including_encoding']:.2f}x).",
         f"Demo time: {metrics['demo_seconds']:.0f} s (every metric: --json).",
     ]
     if keep and args.distill:
