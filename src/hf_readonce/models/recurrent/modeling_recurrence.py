@@ -412,6 +412,23 @@ class RecurrentCausalLMOutputWithPast(CausalLMOutputWithPast):
     num_windows: int | None = None
 
 
+def _leading_padding(attention_mask: torch.Tensor) -> torch.Tensor | None:
+    """`(batch,)` count of padding columns before each row's first token, or None when no row starts with padding."""
+    real = attention_mask.bool()
+    if bool(real[:, 0].all()):
+        return None
+    # a row of padding only keeps its place (nothing to realign)
+    return torch.where(real.any(dim=1), real.long().argmax(dim=1), torch.zeros_like(real[:, 0], dtype=torch.long))
+
+
+def _roll_rows(tensor: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
+    """Each row of `tensor` (`(batch, T, ...)`) rolled along dim 1 by its own `shifts[row]` (torch.roll's sign)."""
+    length = tensor.shape[1]
+    index = (torch.arange(length, device=tensor.device)[None, :] - shifts[:, None].to(tensor.device)) % length
+    index = index.view(*index.shape, *([1] * (tensor.dim() - 2))).expand_as(tensor)
+    return tensor.gather(1, index)
+
+
 def window_spans(length: int, window_size: int, overlap: int) -> list[tuple[int, int, int]]:
     r"""Windows of a stream of `length` tokens (§4.2): window j covers `[start, end)`, `start_0 = 0`,
     `start_j = end_{j-1} - overlap`, `end_j = min(start_j + window_size, length)`; `new_from` is the first
@@ -484,6 +501,25 @@ class RecurrentCausalLMMixin:
             recurrence_hidden_sizes=config.recurrence_hidden_sizes, recurrence_activation=config.recurrence_activation,
         )
         super().__init__(config, *args, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """`PreTrainedModel.from_pretrained`, plus: weights read from a GGUF file (`gguf_file=...`) come back as the
+        plain float model they are. transformers dequantizes GGUF tensors to float on load but leaves the model marked
+        as quantized, so `Trainer` would refuse to fine-tune it and `save_pretrained` to save it; the marks (its
+        quantizer and `config.quantization_config`) are dropped here. Other quantizations are left as loaded.
+
+        Raises:
+            whatever `PreTrainedModel.from_pretrained` raises (a missing file, a config field out of range, ...).
+        """
+        model = super().from_pretrained(*args, **kwargs)
+        if str(getattr(model, "quantization_method", None) or "").lower().endswith("gguf"):
+            model.hf_quantizer = None
+            model.is_quantized = False
+            model.quantization_method = None
+            if hasattr(model.config, "quantization_config"):
+                del model.config.quantization_config
+        return model
 
     def _init_weights(self, module):
         super()._init_weights(module)
@@ -570,14 +606,16 @@ class RecurrentCausalLMMixin:
             input_ids (`torch.LongTensor` of shape `(batch_size, T)`): token ids, any `T >= 1` (may exceed the
                 position table). With `past_key_values`, only the tokens not consumed yet.
             attention_mask (`torch.Tensor` of shape `(batch_size, T)`, *optional*): 1 for tokens, 0 for padding.
-                Padding is supported without cache (keys masked, padded positions left out of the eq. 1 mean). On
+                Padding is supported without cache (keys masked, padded positions left out of the eq. 1 mean; a
+                left-padded row is run right-aligned and its logits shifted back, so it gets what it gets alone). On
                 the cached path (`generate()`), a padded batch (left-padded prompts, as `generate()` takes them) runs
                 each row on its own real tokens with a cache of its own (see [`RecurrentCache`]): each row gets the
                 positions, windows and tokens it gets alone. There the mask may also cover the cached columns,
                 `(batch_size, tokens_seen + T)`, as `generate()` passes it.
             labels (`torch.LongTensor` of shape `(batch_size, T)`, *optional*): as in `GPT2LMHeadModel` /
-                `LlamaForCausalLM` (shifted inside: position t predicts `labels[:, t + 1]`; `-100` ignored). Each
-                target is counted once across windows: overlap tokens are context only (§4.2).
+                `LlamaForCausalLM` (shifted inside: position t predicts `labels[:, t + 1]`; `-100` ignored; a padding
+                position predicts nothing). Each target is counted once across windows: overlap tokens are context
+                only (§4.2).
             past_key_values ([`RecurrentCache`], *optional*): continue a stream (what `generate()` passes).
             use_cache (`bool`, *optional*, defaults to `config.use_cache`): in eval mode, run the cached path and
                 return a [`RecurrentCache`]. Ignored in training mode (no cache is built) unless `past_key_values`
@@ -607,7 +645,8 @@ class RecurrentCausalLMMixin:
                 `inputs_embeds`, `position_ids`, `token_type_ids`, `output_attentions`/`output_hidden_states`, a
                 `recurrent_state` of the wrong shape, a foreign non-empty cache, padding on the cached path of a
                 stream begun without padding, or both `past_key_values` and `cache`.
-            TypeError: if `input_ids` is not an integer tensor or `logits_to_keep` not an int/tensor.
+            TypeError: if `input_ids` / `labels` are not torch.long or torch.int32 tensors, or `logits_to_keep` not
+                an int/tensor.
         """
         past_key_values = either_cache(past_key_values, cache)
         if input_ids is None and inputs_embeds is None:
@@ -617,12 +656,25 @@ class RecurrentCausalLMMixin:
         use_cache = use_cache if use_cache is not None else self.config.use_cache
         batch_size, length = input_ids.shape
         device = input_ids.device
-        targets = None
-        if labels is not None:
-            labels = labels.to(device)
-            targets = torch.cat([labels[:, 1:], labels.new_full((batch_size, 1), IGNORE_INDEX)], dim=1)
         keep = self._keep_indices(length, logits_to_keep, device)
         cached = past_key_values is not None or (use_cache and not self.training)
+        shifts = None
+        if not cached and attention_mask is not None:
+            # the windows are cut at the same columns for every row, so a left-padded row would have its windows,
+            # positions and recurrent vectors shifted: run it right-padded (exact, as the row alone) and shift back
+            shifts = _leading_padding(attention_mask.to(device))
+            if shifts is not None:
+                input_ids, attention_mask = _roll_rows(input_ids, -shifts), _roll_rows(attention_mask.to(device), -shifts)
+                labels = _roll_rows(labels.to(device), -shifts) if labels is not None else None
+                wanted, keep = keep, torch.ones_like(keep)  # kept columns differ per row once shifted
+        targets = None
+        if labels is not None:
+            labels = labels.to(device).long()
+            targets = torch.cat([labels[:, 1:], labels.new_full((batch_size, 1), IGNORE_INDEX)], dim=1)
+            if attention_mask is not None and attention_mask.shape[1] >= length:
+                # a padding position predicts nothing (the cached path never scores it): the loss and its
+                # denominator count the same targets on every path
+                targets = targets.masked_fill(attention_mask[:, -length:].to(device) == 0, IGNORE_INDEX)
         if (labels is not None and not cached and _is_int(logits_to_keep) and logits_to_keep == 0
                 and self._checkpointing_windows()):
             # Trainer's default `logits_to_keep=0` with labels: each window's loss is computed inside its
@@ -637,6 +689,8 @@ class RecurrentCausalLMMixin:
                 input_ids, attention_mask, targets, keep, recurrent_state
             )
             cache = None
+            if shifts is not None and logits is not None:
+                logits = _roll_rows(logits, shifts)[:, wanted]
         loss = None
         if labels is not None:
             if num_items_in_batch is not None:
@@ -661,12 +715,15 @@ class RecurrentCausalLMMixin:
             raise TypeError(f"`input_ids` must be a torch.LongTensor, got {type(input_ids).__name__}.")
         if input_ids.dim() != 2 or input_ids.shape[0] == 0 or input_ids.shape[1] == 0:
             raise ValueError(f"`input_ids` must be a non-empty (batch, length) tensor, got shape {tuple(input_ids.shape)}.")
-        if input_ids.dtype not in (torch.long, torch.int, torch.int16, torch.int8, torch.uint8):
-            raise TypeError(f"`input_ids` must hold integer token ids, got dtype {input_ids.dtype}.")
+        if input_ids.dtype not in (torch.long, torch.int):
+            raise TypeError(f"`input_ids` must hold token ids as torch.long (or torch.int32), got dtype "
+                            f"{input_ids.dtype}.")
         if labels is not None:
             if not torch.is_tensor(labels) or tuple(labels.shape) != tuple(input_ids.shape):
                 shape = tuple(labels.shape) if torch.is_tensor(labels) else type(labels).__name__
                 raise ValueError(f"`labels` must have the shape of `input_ids` {tuple(input_ids.shape)}, got {shape}.")
+            if labels.dtype not in (torch.long, torch.int):
+                raise TypeError(f"`labels` must hold token ids as torch.long (or torch.int32), got dtype {labels.dtype}.")
         if attention_mask is not None and (not torch.is_tensor(attention_mask) or attention_mask.dim() != 2
                                            or attention_mask.shape[0] != input_ids.shape[0]):
             raise ValueError("`attention_mask` must be a 2-D (batch, length) tensor of 0/1.")
@@ -802,6 +859,7 @@ class RecurrentCausalLMMixin:
         the recurrent vector, re-reading the last `window_overlap` tokens) whenever it is full (generation path)."""
         config = self.config
         window, overlap = config.window_size, config.window_overlap
+        window_spans(1, window, overlap)  # the config may have been edited since it was built: same check as uncached
         if not isinstance(cache, RecurrentCache):
             if cache is not None and (not isinstance(cache, Cache) or cache.get_seq_length() > 0):
                 raise ValueError(
