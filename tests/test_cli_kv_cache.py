@@ -230,3 +230,25 @@ def test_answer_with_recompute_ratio_reads_the_store_only(tmp_path, llama_checkp
     assert cli_main(["verify", "--store", str(store), "--no-progress", "--device", "cpu", "--recompute", "2",
                      "--model", str(llama_checkpoint)]) == 0
     assert "2 of 4 document(s) recomputed from stored tokens" in capsys.readouterr().out
+
+
+def test_answer_refuses_a_row_past_the_models_positions(tmp_path, tokenizer, capsys):
+    """A row whose passages and question need more positions than the model has: one line naming the question and
+    the lengths, exit 2, no predictions file, the store untouched (transformers itself only warns there)."""
+    checkpoint = tmp_path / "short"
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=48,
+                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                 max_position_embeddings=60)).save_pretrained(checkpoint)
+    tokenizer.save_pretrained(checkpoint)
+    store = tmp_path / "store"
+    assert encode(checkpoint, store, ROWS, tmp_path, "--max-document-length", "40") == 0
+    before = _files(store)
+    preds = tmp_path / "preds.jsonl"
+    capsys.readouterr()
+    assert cli_main(["answer", str(checkpoint), "--store", str(store), "--questions",
+                     str(write_jsonl(tmp_path / "q.jsonl", ROWS)), "--output", str(preds), "--no-progress",
+                     "--device", "cpu", "--max-answer-length", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "question 'c': its 3 passage(s) (60 tokens)" in err and "max_position_embeddings 60" in err, err
+    assert "Traceback" not in err and not preds.exists() and _files(store) == before

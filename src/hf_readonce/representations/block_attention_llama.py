@@ -187,7 +187,10 @@ class BlockAttentionLlamaAdapter(AdapterBase):
             [`DocumentCacheOutput`]: keys and values `(len(stored), num_layers, num_key_value_heads, max n,
             head_dim)` right-padded, `attention_mask`, `position_ids` (0..n-1) and the stored token ids
             `input_ids` (for selective recompute; when every document has them) `(len(stored), max n)`, this
-            adapter's model fingerprint and its model's RoPE setting.
+            adapter's model fingerprint and its model's RoPE setting. The tensors carry no fingerprint of their own,
+            so read what this adapter's space holds (`store.get_many(adapter.fingerprint(), adapter.settings(),
+            ...)`): caches another model wrote, read through this adapter, would be labelled as this model's and
+            pass its fingerprint check.
 
         Raises:
             ValueError: no document, or documents whose keys, values and token ids disagree in shape.

@@ -218,7 +218,8 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
     Raises:
         MissingRepresentationError / RepresentationMismatchError: passages not stored for this model and settings
             (naming the first question concerned).
-        ValueError: bad rows or arguments (naming them).
+        ValueError: bad rows or arguments (naming them); a row whose passages and question run past the
+            model's `max_position_embeddings` (naming the question and the lengths).
     """
     check_store_arguments(model, store, dtype)
     _check(examples, batch_size, max_new_tokens)
@@ -255,7 +256,16 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
         caches = [[adapter.read(store.get_many(fingerprint, settings, [hashes[p] for p in passages[i]]),
                                 device=model.device, dtype=model.dtype)] for i in rows]
         timings["read_seconds"] += time.perf_counter() - begin
-        ids, mask = _left_pad([question_ids(tokenizer, examples[i]["question"]) for i in rows], pad, model.device)
+        questions = [question_ids(tokenizer, examples[i]["question"]) for i in rows]
+        limit = getattr(model.config, "max_position_embeddings", None)
+        for i, (cache,), question in zip(rows, caches, questions, strict=True):
+            prefix = int(cache.attention_mask.sum())
+            if limit is not None and prefix + len(question) > limit:
+                raise ValueError(f"question {examples[i].get('id', i)!r}: its {len(passages[i])} passage(s) "
+                                 f"({prefix} tokens) and the question prompt ({len(question)} tokens) make "
+                                 f"{prefix + len(question)} positions, more than the model's max_position_embeddings "
+                                 f"{limit}: give it fewer passages or encode them with a smaller max_document_length.")
+        ids, mask = _left_pad(questions, pad, model.device)
         return ids, mask, {"document_caches": caches, "recompute_ratio": recompute_ratio}
 
     return _generate_answers(model, tokenizer, examples, batch, batch_size=batch_size, max_new_tokens=max_new_tokens,

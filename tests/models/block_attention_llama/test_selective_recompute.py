@@ -175,6 +175,41 @@ def test_bad_ratio_is_refused_naming_it(ratio):
     assert_unchanged(caches, before)
 
 
+def test_numpy_and_tensor_ratios_are_numbers_too():
+    np = pytest.importorskip("numpy")
+    model = tiny()
+    _, caches = documents(model)
+    expected = model.generate(ids(4, 1), document_caches=caches, recompute_ratio=0.25, **GREEDY).sequences
+    for ratio in (np.float32(0.25), np.float64(0.25), torch.tensor(0.25)):
+        got = model.generate(ids(4, 1), document_caches=caches, recompute_ratio=ratio, **GREEDY).sequences
+        assert torch.equal(got, expected)
+    with pytest.raises(ValueError, match="recompute_ratio"):
+        model.generate(ids(4, 1), document_caches=caches, recompute_ratio=torch.tensor([0.2, 0.3]), max_new_tokens=2)
+
+
+@pytest.mark.parametrize("ratio", [0.0, 0.5])
+def test_documents_and_question_past_the_positions_are_refused_before_any_work(ratio, monkeypatch):
+    """transformers only warns past `max_position_embeddings`; a composed prompt says so, naming the lengths, before
+    composing (the three documents hold 28 tokens)."""
+    model = tiny(max_position_embeddings=30)
+    _, caches = documents(model)
+    before = snapshot(caches)
+    import hf_readonce.models.block_attention_llama.modeling_block_attention_llama as modeling
+
+    monkeypatch.setattr(modeling, "_compose_row", lambda *a, **k: pytest.fail("composed before the length check"))
+    monkeypatch.setattr(modeling, "_row_layers", lambda *a, **k: pytest.fail("composed before the length check"))
+    for call in (lambda: model.generate(ids(3, 1), document_caches=caches, recompute_ratio=ratio, max_new_tokens=2),
+                 lambda: model(ids(3, 1), document_caches=caches, recompute_ratio=ratio),
+                 lambda: model.generate(ids(3, 1, batch=2), document_caches=[caches[:1], caches],
+                                        recompute_ratio=ratio, max_new_tokens=2)):
+        with pytest.raises(ValueError, match=r"28 tokens and a question of 3 tokens make 31 positions.*"
+                                             r"max_position_embeddings 30"):
+            call()
+    assert_unchanged(caches, before)
+    monkeypatch.undo()
+    model.generate(ids(2, 1), document_caches=caches, recompute_ratio=ratio, max_new_tokens=1)  # 30 positions fit
+
+
 def test_ratio_without_documents_is_refused():
     model = tiny()
     with pytest.raises(ValueError, match="recompute_ratio"):

@@ -23,6 +23,7 @@ standard library and the configuration next to it.
 import hashlib
 import json
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, make_dataclass
 
@@ -226,6 +227,20 @@ def _check_rope_settings(documents: list[DocumentCacheOutput], config, argument:
                              "documents with this model.")
 
 
+def _check_context_length(documents: Sequence[DocumentCacheOutput], question_length: int, config,
+                          argument: str) -> None:
+    """Refuse a composed prompt (the documents' tokens, then `question_length` more) longer than the model's
+    positions, before any work: past `max_position_embeddings` a rotary model answers from positions it never saw,
+    where transformers only warns."""
+    limit = getattr(config, "max_position_embeddings", None)
+    prefix = sum(int(document.attention_mask.sum()) for document in documents)
+    if limit is not None and prefix + question_length > limit:
+        raise ValueError(f"`{argument}`: {len(documents)} document(s) of {prefix} tokens and a question of "
+                         f"{question_length} tokens make {prefix + question_length} positions, more than the "
+                         f"model's max_position_embeddings {limit}: pass fewer or shorter documents (encoded with a "
+                         "smaller max_document_length) or a shorter question.")
+
+
 def _as_documents(document_caches, argument: str = "document_caches") -> list[DocumentCacheOutput]:
     """A `DocumentCacheOutput` or a sequence of them -> one unpadded `DocumentCacheOutput` per document, in order."""
     if isinstance(document_caches, DocumentCacheOutput):
@@ -397,13 +412,15 @@ def _dynamic_cache(keys: torch.Tensor, values: torch.Tensor, config) -> DynamicC
 
 
 def check_recompute_ratio(recompute_ratio) -> float:
-    """`recompute_ratio` as a float in [0, 1].
+    """`recompute_ratio` (a Python, numpy or one-element tensor real) as a float in [0, 1].
 
     Raises:
         ValueError: not a real number (a bool neither), not finite, or outside [0, 1] (naming the argument and the
             value).
     """
-    if isinstance(recompute_ratio, bool) or not isinstance(recompute_ratio, (int, float)) or \
+    if torch.is_tensor(recompute_ratio) and recompute_ratio.numel() == 1 and not recompute_ratio.dtype == torch.bool:
+        recompute_ratio = recompute_ratio.item()  # a 0-d tensor (or numpy scalar below) holds a number as well
+    if isinstance(recompute_ratio, bool) or not isinstance(recompute_ratio, numbers.Real) or \
             not math.isfinite(recompute_ratio) or not 0 <= recompute_ratio <= 1:
         raise ValueError(f"`recompute_ratio` must be a number in [0, 1] (the fraction of document tokens recomputed "
                          f"per layer), got {recompute_ratio!r}.")
@@ -854,7 +871,7 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
                                        dtype=self.dtype)
 
     def compose_batch(self, document_caches, batch_size: int, *, repeat: int = 1,
-                      recompute_ratio: float = 0.0) -> ComposedDocumentCache:
+                      recompute_ratio: float = 0.0, question_length: int = 0) -> ComposedDocumentCache:
         r"""The composed prefix of a batch: the same documents for every row, or one list of documents per row.
 
         Args:
@@ -866,6 +883,8 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
             recompute_ratio (`float`, defaults to 0): fraction of document tokens whose keys and values are
                 recomputed per layer ([`selective_recompute`], CacheBlend §4); 0: the stored caches as they are,
                 1: the full prompt's cache. Each distinct row is recomputed once.
+            question_length (`int`, defaults to 0): tokens that will follow the prefix (the question), counted
+                with it against `config.max_position_embeddings` before anything is composed.
 
         Returns:
             [`ComposedDocumentCache`] with `batch_size * repeat` rows.
@@ -873,7 +892,8 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
         Raises:
             ValueError: a per-row list whose length is not `batch_size`, caches of another model, RoPE setting or
                 shape, `recompute_ratio` outside [0, 1], caches without `input_ids` for a ratio above 0, a
-                `batch_size` or `repeat` below 1.
+                `batch_size` or `repeat` below 1, a row whose documents and question together run past
+                `config.max_position_embeddings` (naming the three lengths).
             TypeError: a `batch_size` or `repeat` that is not an int.
         """
         for name, value in (("batch_size", batch_size), ("repeat", repeat)):
@@ -904,6 +924,8 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
             _check_rope_settings(documents, self.config, "document_caches")
             _check_fingerprints(documents, fingerprint, "document_caches")
             rows, arguments = [documents], ["document_caches"]
+        for documents, argument in zip(rows, arguments, strict=True):
+            _check_context_length(documents, question_length, self.config, argument)
         if batch_size == 1 and repeat == 1:  # no padding: the composition itself, streamed into the cache
             layers = _row_layers(self, self.model, rows[0], ratio, arguments[0])
             cache = _streamed_cache(layers, self.config)
@@ -1013,7 +1035,8 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
             if attention_mask.shape != (batch_size, length):
                 raise ValueError(f"with `document_caches`, `attention_mask` must be the question's "
                                  f"{(batch_size, length)}, got {tuple(attention_mask.shape)}.")
-            prefix = self.compose_batch(document_caches, batch_size, recompute_ratio=recompute_ratio)
+            prefix = self.compose_batch(document_caches, batch_size, recompute_ratio=recompute_ratio,
+                                        question_length=length)
             past_key_values = getattr(prefix, CACHE_NAME)
             attention_mask = torch.cat([prefix.attention_mask, attention_mask.to(prefix.attention_mask)], dim=1)
             if position_ids is None:
@@ -1051,7 +1074,8 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
         Raises:
             ValueError: `document_caches` without `input_ids`, with `past_key_values` (or `cache`) or
                 `inputs_embeds`, a question mask of another shape, caches of another model (fingerprint), RoPE
-                setting or shape, `recompute_ratio` outside [0, 1] or without `document_caches`.
+                setting or shape, `recompute_ratio` outside [0, 1] or without `document_caches`, documents and
+                question longer together than `config.max_position_embeddings`.
         """
         if document_caches is None:
             if recompute_ratio:
@@ -1072,7 +1096,7 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
         num_beams = kwargs.get("num_beams") or generation_config.num_beams or 1
         num_return = kwargs.get("num_return_sequences") or generation_config.num_return_sequences or 1
         prefix = self.compose_batch(document_caches, input_ids.shape[0], repeat=max(num_beams, num_return),
-                                    recompute_ratio=recompute_ratio)
+                                    recompute_ratio=recompute_ratio, question_length=input_ids.shape[1])
         # Only the question's ids go in; the mask covers prefix + question, so `generate` feeds every question
         # token (its ids are shorter than the mask) and counts positions from the mask.
         mask = torch.cat([prefix.attention_mask[:: max(num_beams, num_return)],
