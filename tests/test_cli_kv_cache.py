@@ -252,3 +252,15 @@ def test_answer_refuses_a_row_past_the_models_positions(tmp_path, tokenizer, cap
     err = capsys.readouterr().err
     assert "question 'c': its 3 passage(s) (60 tokens)" in err and "max_position_embeddings 60" in err, err
     assert "Traceback" not in err and not preds.exists() and _files(store) == before
+
+
+def test_info_lists_the_answer_options_a_family_takes(capsys):
+    """`--recompute-ratio` is an `answer` option only the document-cache family's answering function takes: `info`
+    says so beside that family (text and JSON), and for no other family."""
+    assert cli_main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "answer (generative; --recompute-ratio)" in out and out.count("--recompute-ratio") == 1
+    assert cli_main(["info", "--json"]) == 0
+    options = {row["family"]: row["answer_options"] for row in json.loads(capsys.readouterr().out)}
+    assert options["block_attention_llama"] == ["--recompute-ratio"]
+    assert not any(value for family, value in options.items() if family != "block_attention_llama")

@@ -1214,8 +1214,23 @@ def _families_info() -> list[dict]:
             "representation": getattr(adapter, "representation", None),
             "encode_options": {option: {"default": default, "help": text}
                                for option, default, text in (adapter.cli_settings.values() if adapter else ())},
+            "answer_options": _answer_function_options(spec),
         })
     return rows
+
+
+# `answer` options that only some families' answering functions take: the option and the parameter it fills
+_ANSWER_FUNCTION_OPTIONS = {"--recompute-ratio": "recompute_ratio"}
+
+
+def _answer_function_options(spec) -> list[str]:
+    """The options of [`_ANSWER_FUNCTION_OPTIONS`] that the family's answering function takes (none without one)."""
+    from .representations.registry import answer_function
+
+    if not spec.answer:
+        return []
+    parameters = inspect.signature(answer_function(spec)).parameters
+    return [option for option, parameter in _ANSWER_FUNCTION_OPTIONS.items() if parameter in parameters]
 
 
 def cmd_info(args) -> int:
@@ -1230,7 +1245,8 @@ def cmd_info(args) -> int:
             pipelines = ", ".join(f"{task} ({cls})" for task, cls in row["pipelines"].items())
             print(f"    auto classes {', '.join(row['auto_models'])}; pipelines {pipelines or 'transformers own'}")
             commands = ["publish"] + (["encode", "verify --recompute"] if row["encode"] else []) + (
-                [f"answer ({row['answer']})"] if row["answer"] else []) + (["summarize"] if row["summarize"] else [])
+                [f"answer ({'; '.join([row['answer'], *row['answer_options']])})"] if row["answer"] else []) + (
+                ["summarize"] if row["summarize"] else [])
             print(f"    commands: {', '.join(commands)}"
                   + (f"; stores {row['representation']}" if row["representation"] else ""))
             for option, about in row["encode_options"].items():

@@ -104,8 +104,8 @@ def find_space(store: RepresentationStore, adapter_class: type, fingerprint: str
         stored = ", ".join(sorted({s.fingerprint[:16] + "..." for s in ours}))
         raise RepresentationMismatchError(
             f"store {store.path} holds {model_type} representations only for model fingerprint(s) {stored}, "
-            f"not for this model's {fingerprint[:16]}... (other weights or compute dtype): encode the documents "
-            "with this model first.")
+            f"not for this model's {fingerprint[:16]}... (other weights, compute dtype or config, e.g. a RoPE "
+            "setting): encode the documents with this model first.")
     return None
 
 
