@@ -766,6 +766,20 @@ def test_an_output_that_is_the_input_is_refused_and_bad_lines_say_why(tmp_path, 
     assert cli_main(["summarize", str(checkpoint), "--store", str(tmp_path / "s"), "--documents", str(questions),
                      "--output", str(questions)]) == 2
     assert "is the --documents file" in capsys.readouterr().err and questions.read_text() == before
+    # nor a path inside the store (its store.json or index files would be overwritten), through a link as well
+    store = tmp_path / "stored"
+    assert cli_main(["answer", str(checkpoint), "--store", str(store), "--questions", str(questions), "--output",
+                     str(tmp_path / "outside.jsonl"), "--encode-missing", "--no-progress", "--max-passage-length", "64",
+                     "--doc-stride", "16"]) == 0
+    (tmp_path / "store_link").symlink_to(store)
+    marker = (store / "store.json").read_bytes()
+    for command, option in (("answer", "--questions"), ("summarize", "--documents")):
+        for output in (store / "store.json", tmp_path / "store_link" / "preds.jsonl"):
+            capsys.readouterr()
+            assert cli_main([command, str(checkpoint), "--store", str(store), option, str(questions), "--output",
+                             str(output), "--no-progress"]) == 2
+            assert "is inside --store" in capsys.readouterr().err
+    assert (store / "store.json").read_bytes() == marker and not (store / "preds.jsonl").exists()
 
     with pytest.raises(SystemExit) as stop:
         cli_main(["verify", "--store", str(tmp_path / "s"), "--bogus"])

@@ -750,12 +750,13 @@ def _write_predictions(output: Path, examples, predictions, key: str = "predicti
             tmp.unlink()
 
 
-def _output_file(path: str, reads: tuple[str, Path]) -> Path:
+def _output_file(path: str, reads: tuple[str, Path], store: str | None = None) -> Path:
     """`--output` as a `Path` whose folder exists (created if needed), never the input file `reads` names
-    (`(option, path)`): the command would replace what it reads with its output.
+    (`(option, path)`) nor a path inside the `store` folder: the command would replace what it reads, or a store's
+    own files, with its output.
 
     Raises:
-        CommandError: the path is a directory or the input file, or its folder cannot be created.
+        CommandError: the path is a directory, the input file or inside the store, or its folder cannot be created.
     """
     output = Path(path)
     if output.is_dir():
@@ -764,6 +765,9 @@ def _output_file(path: str, reads: tuple[str, Path]) -> Path:
     if output.exists() and os.path.samefile(output, read):  # also through a link
         raise CommandError(f"--output {output} is the {option} file: it would be replaced by the output; give "
                            "another path.")
+    if store is not None and output.resolve().is_relative_to(Path(store).resolve()):  # links resolved
+        raise CommandError(f"--output {output} is inside --store {store}: the output would overwrite or add to the "
+                           "store's own files; give a path outside it.")
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -816,7 +820,7 @@ def _answer(args) -> int:
     questions = Path(args.questions)
     if not questions.is_file():
         raise CommandError(f"--questions {questions} is not a file.")
-    output = _output_file(args.output, ("--questions", questions))
+    output = _output_file(args.output, ("--questions", questions), store=args.store)
     args.model = _resolve_model(args.model)
     spec = _family_of(args.model)
     generative = spec is not None and spec.answer == "generative"
@@ -1136,7 +1140,7 @@ def _summarize(args) -> int:
     documents = Path(args.documents)
     if not documents.is_file():
         raise CommandError(f"--documents {documents} is not a file.")
-    output = _output_file(args.output, ("--documents", documents))
+    output = _output_file(args.output, ("--documents", documents), store=args.store)
     args.model = _resolve_model(args.model)
     spec = _family_of(args.model)
     if spec is not None and not spec.summarize:
