@@ -1469,7 +1469,8 @@ def _recompute(args, store, corrupted):
         del model
     others = [space for space in store.spaces() if space.key not in covered]
     if not reports:
-        held = "; ".join(f"{s.model_type or '?'} fingerprint {s.fingerprint[:16]}..." for s in others) or "nothing"
+        held = "; ".join(f"{s.model_type or '?'} space {s.key[:16]} (fingerprint {s.fingerprint[:16]}...)"
+                         for s in others) or "nothing"  # spaces of one model that differ in settings stay apart
         raise CommandError(f"no representation space of {store.path} was made by --model {', '.join(args.model)} "
                            f"(the store holds: {held}); pass the checkpoint that wrote it.")
     if others and not args.json:
