@@ -79,3 +79,18 @@ def test_bad_input_raises_naming_the_argument(summarize, tokenizer):
 
     with pytest.raises(TypeError, match="needs an encoder-decoder model"):
         LongDocSummarizationPipeline(model=tiny_model(), tokenizer=tokenizer)
+
+
+def test_a_left_padding_tokenizer_gives_each_document_its_summary_alone(summarize, tokenizer):
+    """BART's learned positions count from the first column: documents are padded on the right whatever the
+    tokenizer's `padding_side`, so a batch summarizes each document as it does alone."""
+    from transformers import AutoTokenizer
+
+    left = AutoTokenizer.from_pretrained(tokenizer.name_or_path)
+    left.padding_side = "left"
+    pipe = LongDocSummarizationPipeline(model=summarize.model, tokenizer=left)
+    documents = [LONG_DOCUMENTS[0], "A short document about Emma."]
+    alone = [pipe(document, max_new_tokens=6)[0] for document in documents]
+    assert pipe(documents, max_new_tokens=6) == alone
+    assert alone == [summarize(document, max_new_tokens=6)[0] for document in documents]
+    assert left.padding_side == "left"  # the tokenizer itself is left as it was

@@ -141,3 +141,41 @@ def test_long_documents_are_read_in_chunks_up_to_t_times_k(tokenizer):
     assert seen == [n]  # the whole document, read in ceil(n / 128) chunks by the model
     pipe("Who is the story about?", document=document, max_new_tokens=3, max_document_len=100)
     assert seen[-1] == 100
+
+
+def test_a_left_padding_tokenizer_gives_each_text_its_generation_alone(tokenizer):
+    """The question / prompt is read at learned positions counted from the first column: the pipelines and the store
+    adapter pad it on the right whatever the tokenizer's `padding_side`, so a batch generates for each text what it
+    generates alone."""
+    from transformers import AutoTokenizer
+
+    from hf_readonce import ReadOnceBartConfig, ReadOnceBartForConditionalGeneration
+    from hf_readonce.representations import get_adapter
+
+    torch.manual_seed(0)
+    model = ReadOnceBartForConditionalGeneration(ReadOnceBartConfig(
+        vocab_size=30522, d_model=16, encoder_layers=2, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
+        compression_ratio=4, pad_token_id=0, bos_token_id=101, eos_token_id=102, decoder_start_token_id=101,
+        forced_eos_token_id=None, init_std=0.5)).eval()  # larger weights: the generations depend on the text
+    left = AutoTokenizer.from_pretrained(tokenizer.name_or_path)
+    left.padding_side = "left"
+    texts = ["Who?", "When was Emma published by Jane Austen, and where was it first published?"]
+    pipe = ReadOnceText2TextGenerationPipeline(model=model, tokenizer=left)
+    alone = [pipe(text, document=DOCUMENTS[0], max_new_tokens=6)[0] for text in texts]
+    assert alone[0] != alone[1]
+    assert pipe(texts, document=DOCUMENTS[0], max_new_tokens=6) == alone
+    right = ReadOnceText2TextGenerationPipeline(model=model, tokenizer=tokenizer)
+    assert alone == [right(text, document=DOCUMENTS[0], max_new_tokens=6)[0] for text in texts]
+    summarize = ReadOnceSummarizationPipeline(model=model, tokenizer=left)
+    summaries = summarize(DOCUMENTS[0], prompt=texts, max_new_tokens=6)
+    assert [s["summary_text"] for s in summaries] == [a["generated_text"] for a in alone]
+    adapter = get_adapter(model, left)
+    read = adapter.read(adapter.encode([DOCUMENTS[0], DOCUMENTS[0]]))
+    inputs = adapter.generation_inputs(read, prompt=texts)
+    assert inputs["attention_mask"][0].tolist() == sorted(inputs["attention_mask"][0].tolist(), reverse=True)
+    with torch.no_grad():
+        out = model.generate(**inputs, max_new_tokens=6, do_sample=False)
+    assert [left.decode(row, skip_special_tokens=True).strip() for row in out] == \
+        [a["generated_text"] for a in alone]
+    assert left.padding_side == "left"

@@ -100,7 +100,7 @@ class ReadOnceBartAdapter(AdapterBase):
             ValueError: an empty document (from the model).
         """
         batch = self.tokenizer(list(texts), truncation=True, max_length=self.max_document_length, padding=True,
-                               return_tensors="pt").to(self.model.device)
+                               padding_side="right", return_tensors="pt").to(self.model.device)
         reps = self.model.encode_documents(batch.input_ids, batch.attention_mask, self.compression_ratio)
         out = []
         for row in range(len(texts)):
@@ -169,7 +169,8 @@ class ReadOnceBartAdapter(AdapterBase):
         for i, text in enumerate(prompts):
             if not text.strip():
                 raise ValueError(f"prompt {i} is empty: give the text read with each document (default \"summary\").")
-        batch = self.tokenizer(list(prompts), truncation=True, max_length=32, padding=True, return_tensors="pt")
+        batch = self.tokenizer(list(prompts), truncation=True, max_length=32, padding=True, padding_side="right",
+                               return_tensors="pt")  # right: learned positions count from the first column
         device = read.representations.device
         return {"input_ids": batch.input_ids.to(device), "attention_mask": batch.attention_mask.to(device),
                 "document_representations": read}

@@ -213,7 +213,8 @@ class LongDocSummarizationPipeline(_TokenizerPipeline):
         return [output[0] for output in outputs] if all(len(output) == 1 for output in outputs) else outputs
 
     def preprocess(self, group, max_document_len=None):
-        """Tokenize the distinct documents (special tokens added, at most `max_document_len` tokens, right padding).
+        """Tokenize the distinct documents (special tokens added, at most `max_document_len` tokens, right padding
+        whatever `tokenizer.padding_side` is).
 
         Returns:
             `dict` with `input_ids` and `attention_mask` `(num_distinct, length)` and `document_index`
@@ -223,8 +224,10 @@ class LongDocSummarizationPipeline(_TokenizerPipeline):
             max_document_len = getattr(self.model.config, "max_position_embeddings", None)
         if hasattr(self.tokenizer, "deprecation_warnings"):  # long documents are truncated on purpose
             self.tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
+        # right padding whatever `tokenizer.padding_side` says: BART's learned positions count from the first column,
+        # so a left-padded document would be read at shifted positions and differ from the same document alone
         docs = self.tokenizer(group["documents"], truncation=max_document_len is not None,
-                              max_length=max_document_len, padding=True, return_tensors="pt")
+                              max_length=max_document_len, padding=True, padding_side="right", return_tensors="pt")
         return {"input_ids": docs["input_ids"], "attention_mask": docs["attention_mask"],
                 "document_index": torch.tensor(group["document_index"], dtype=torch.long)}
 

@@ -208,15 +208,23 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
 
     def preprocess(self, group, max_question_len=32, max_document_len=None, compression_ratio=None):
         """Tokenize the distinct documents (at most `max_document_len` tokens, default the recorded length, else
-        T·k) and the texts (padded tensors)."""
+        T·k) and the texts (at most `max_question_len` tokens), right-padded whatever `tokenizer.padding_side` is.
+
+        Returns:
+            `dict` with `document_input_ids` / `document_attention_mask` `(num_distinct, length)`, `input_ids` /
+            `attention_mask` `(num_texts, length)` and `document_index` `(num_texts,)`, the document row of each
+            text.
+        """
         if max_document_len is None:  # what the checkpoint was trained with, else T·k (as the store adapter)
             config = self.model.config
             max_document_len = getattr(config, "max_document_length", None) or (
                 config.document_chunk_length * (compression_ratio or config.compression_ratio))
+        # right padding whatever `tokenizer.padding_side` says: the text's learned positions count from the first
+        # column, so a left-padded text would be read at shifted positions and differ from the same text alone
         docs = self.tokenizer(group["documents"], truncation=True, max_length=max_document_len, padding=True,
-                              return_tensors="pt")
+                              padding_side="right", return_tensors="pt")
         texts = self.tokenizer(group["texts"], truncation=True, max_length=max_question_len, padding=True,
-                               return_tensors="pt")
+                               padding_side="right", return_tensors="pt")
         return {"document_input_ids": docs["input_ids"], "document_attention_mask": docs["attention_mask"],
                 "input_ids": texts["input_ids"], "attention_mask": texts["attention_mask"],
                 "document_index": torch.tensor(group["document_index"], dtype=torch.long)}
