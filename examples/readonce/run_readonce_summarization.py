@@ -19,7 +19,7 @@ import sys
 
 from transformers import HfArgumentParser, Seq2SeqTrainingArguments
 
-from hf_readonce.recipes.readonce import ReadOnceArguments, run
+from hf_readonce.recipes.readonce import ReadOnceArguments, check_arguments, run
 
 
 def main(argv=None):
@@ -29,6 +29,10 @@ def main(argv=None):
         parser.error("--task is this script's own (summarization); for the other task run run_readonce_qa.py")
     args, training_args = parser.parse_args_into_dataclasses(args=argv)
     args.task = "summarization"
+    try:  # a bad setting or a missing file: a usage message naming the argument, not a traceback
+        check_arguments(args, training_args)
+    except (ValueError, TypeError, FileNotFoundError) as error:
+        parser.error(str(error))
     return run(args, training_args)
 
 

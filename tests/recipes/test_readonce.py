@@ -124,3 +124,64 @@ def test_training_uses_the_models_parameter_groups(tmp_path):
     assert new and max(change[name] for name in new) > 1e-3  # lr 1e-2
     assert max(delta for name, delta in change.items() if name not in new) < 1e-20  # lr 1e-30
     assert stats["train_loss"] > 0
+
+
+def test_files_without_usable_rows_raise_naming_the_argument_and_fields(tmp_path):
+    """A JSONL whose fields are not the task's (e.g. `id, text, ref`) is named with the fields expected, before a
+    model is loaded (was a ZeroDivisionError in the evaluation loss, or Trainer's `num_samples=0`); rows without an
+    `id` or with a non-string document are read or set aside, not a KeyError / AttributeError."""
+    from hf_readonce.recipes.readonce import evaluation_loss
+
+    wrong = _write_jsonl(tmp_path / "wrong.jsonl", [{"id": str(i), "text": f"Doc {i}.", "ref": "S."} for i in range(3)])
+    good = _write_jsonl(tmp_path / "good.jsonl", [{"document": "Emma is a novel.", "summary": "A novel."},
+                                                  {"id": "x", "document": 7, "summary": "Not a document."},
+                                                  {"id": "y", "document": "Persuasion.", "summary": ["a list"]},
+                                                  {"id": 12, "document": "Mansfield Park.", "summary": "Fanny."}])
+    rows = load_rows("summarization", good)
+    assert [r["id"] for r in rows] == ["good.jsonl:1", "12"] and [r["targets"] for r in rows] == [["A novel."],
+                                                                                                  ["Fanny."]]
+    qa = _write_jsonl(tmp_path / "qa.jsonl", [{"question": "Who?", "context": "Emma.", "answers": {"text": ["Emma"]}},
+                                              {"id": "n", "question": "Who?", "context": "Emma.",
+                                               "answers": {"text": [3]}}])
+    assert [r["id"] for r in load_rows("qa", qa)] == ["qa.jsonl:1"]
+    summarization = dict(task="summarization", max_document_length=32)
+    with pytest.raises(ValueError, match=r"`train_file` .*wrong.jsonl holds no row with a document and a summary: "
+                                         r"expected XSum-style string `document` and `summary`"):
+        run(ReadOnceArguments(train_file=wrong, **summarization), _args(tmp_path, do_eval=False))
+    with pytest.raises(ValueError, match=r"`validation_file` .*wrong.jsonl holds no row with a document and a summary"):
+        run(ReadOnceArguments(validation_file=wrong, **summarization), _args(tmp_path, do_train=False))
+    with pytest.raises(ValueError, match=r"`train_file` .*wrong.jsonl holds no row with an answerable question"):
+        run(ReadOnceArguments(task="qa", train_file=wrong, max_document_length=32), _args(tmp_path, do_eval=False))
+    with pytest.raises(ValueError, match="`rows` is empty"):
+        evaluation_loss(None, None, [], ReadOnceArguments())
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--max_document_length", "0"], "`max_document_length` must be >= 1, got 0"),
+    (["--max_target_length", "1"], "`max_target_length` must be >= 2"),
+    (["--train_file", "MISSING"], "`train_file` 'MISSING' is not a file"),
+    (["--train_file", "GOOD", "--validation_file", "GOOD,MISSING"], "`validation_file` 'MISSING' is not a file"),
+    ([], "`train_file` is needed with do_train"),
+])
+def test_example_reports_a_bad_argument_as_a_usage_error(tmp_path, capsys, argv, words):
+    """`run_readonce_summarization.py` names the argument in a usage message (exit 2), before loading a model."""
+    import importlib.util
+
+    from tests.conftest import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location(
+        "run_readonce_summarization", REPO_ROOT / "examples" / "readonce" / "run_readonce_summarization.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    good = _write_jsonl(tmp_path / "good.jsonl", [{"id": "a", "document": "Emma is a novel.", "summary": "A novel."}])
+    argv = [a.replace("GOOD", good).replace("MISSING", str(tmp_path / "missing.jsonl")) for a in argv]
+    if "--train_file" not in argv and "needed" not in words:
+        argv += ["--train_file", good]
+    if "--validation_file" not in argv:
+        argv += ["--validation_file", good]
+    with pytest.raises(SystemExit) as exit_:
+        script.main(argv + ["--do_train", "--do_eval", "--output_dir", str(tmp_path / "out"), "--use_cpu",
+                            "--report_to", "none"])
+    assert exit_.value.code == 2
+    message = capsys.readouterr().err.replace(str(tmp_path / "missing.jsonl"), "MISSING")
+    assert words in message, message

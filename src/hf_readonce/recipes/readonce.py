@@ -35,13 +35,13 @@ from transformers import AutoTokenizer, Seq2SeqTrainer, Seq2SeqTrainingArguments
 from ..models.readonce_bart.configuration_readonce_bart import ReadOnceBartConfig
 from ..models.readonce_bart.convert_bert_to_readonce_bart import readonce_bart_from_bert
 from ..models.readonce_bart.modeling_readonce_bart import ReadOnceBartForConditionalGeneration
+from ..representations.base import check_positive_ints
 from ..representations.fill import fill_store
 from ..representations.readonce_bart import ReadOnceBartAdapter
 from ..store import RepresentationStore, content_hash
 from ..tasks.question_answering import (
     first_sentence_predictions,
     first_span_predictions,
-    load_qa_examples,
     read_jsonl,
 )
 from ..tasks.summarization import lead_baselines, lead_sentences, rouge_scores
@@ -112,9 +112,16 @@ def load_rows(task: str, path: str, limit: int | None = None, balance: bool = Fa
             batch then holds the sources in equal proportion in expectation, and exactly over the whole mixture.
         seed (`int`, defaults to 42): unused by the alternating interleave today; kept for a reproducible mixture.
 
+    Rows whose fields are missing, not strings or blank are set aside (summarization needs string `document` and
+    `summary`; QA a string `question`, `context` and at least one non-blank answer text); a row without `id` is given
+    its line number in its file (`"<file name>:<line>"`). The result may be empty: [`run`] reports an empty file.
+
     Raises:
-        ValueError: an unknown `task`.
+        ValueError: an unknown `task`; from [`read_jsonl`], a line that is not a JSON object.
+        FileNotFoundError: a file that does not exist.
     """
+    if task not in ("qa", "summarization"):
+        raise ValueError(f"`task` must be qa or summarization, got {task!r}.")
     files = path.split(",")
     if balance and len(files) > 1:
         from datasets import Dataset, interleave_datasets
@@ -128,20 +135,63 @@ def load_rows(task: str, path: str, limit: int | None = None, balance: bool = Fa
         return mixture[:limit] if limit else mixture
     rows = []
     for file in files:
+        name = os.path.basename(file)
         if task == "qa":
-            examples, _ = load_qa_examples(file)
-            for e in examples:
-                texts = [t for t in (e.get("answers") or {}).get("text", []) if t.strip()]
+            for line, e in enumerate(read_jsonl(file), start=1):
+                if not all(isinstance(e.get(key), str) and e[key].strip() for key in ("question", "context")):
+                    continue
+                answers = e.get("answers")
+                texts = answers.get("text") if isinstance(answers, dict) else None
+                texts = [t for t in texts if isinstance(t, str) and t.strip()] if isinstance(texts, list) else []
                 if texts:
-                    rows.append({"id": e["id"], "question": e["question"], "document": e["context"], "targets": texts})
-        elif task == "summarization":
-            for e in read_jsonl(file):
-                if e.get("document", "").strip() and e.get("summary", "").strip():
-                    rows.append({"id": e["id"], "question": "summary", "document": e["document"],
-                                 "targets": [e["summary"]]})
+                    rows.append({"id": str(e.get("id", f"{name}:{line}")), "question": e["question"],
+                                 "document": e["context"], "targets": texts})
         else:
-            raise ValueError(f"`task` must be qa or summarization, got {task!r}.")
+            for line, e in enumerate(read_jsonl(file), start=1):
+                document, summary = e.get("document"), e.get("summary")
+                if isinstance(document, str) and document.strip() and isinstance(summary, str) and summary.strip():
+                    rows.append({"id": str(e.get("id", f"{name}:{line}")), "question": "summary",
+                                 "document": document, "targets": [summary]})
     return rows[:limit] if limit else rows
+
+
+_EXPECTED_FIELDS = {"qa": "SQuAD-style `id`, `question`, `context` and `answers` {`text`: [...]} with an answer",
+                    "summarization": "XSum-style string `document` and `summary` (and `id`)"}
+
+
+def check_arguments(args: ReadOnceArguments, training_args: Seq2SeqTrainingArguments) -> None:
+    """Check the settings [`run`] reads before it loads a model (the example scripts turn the error into a usage
+    message).
+
+    Raises:
+        ValueError: an unknown `task` or `variant`; `train_file` missing with `do_train` or `validation_file` with
+            `do_eval`; a length, budget or count below 1 (`max_target_length` below 2), naming it.
+        TypeError: such a setting that is not an int.
+        FileNotFoundError: a `train_file` / `validation_file` path that is not a file, naming the argument.
+    """
+    if args.task not in ("qa", "summarization"):
+        raise ValueError(f"`task` must be qa or summarization, got {args.task!r}.")
+    if args.variant not in ("readonce", "baseline"):
+        raise ValueError(f"`variant` must be readonce or baseline, got {args.variant!r}.")
+    check_positive_ints({"max_document_length": args.max_document_length,
+                         "max_question_length": args.max_question_length,
+                         "max_target_length": args.max_target_length, "max_train_samples": args.max_train_samples,
+                         "max_eval_samples": args.max_eval_samples, "generation_max_tokens": args.generation_max_tokens,
+                         "num_beams": args.num_beams, "compression_ratio": args.compression_ratio},
+                        optional=("max_document_length", "max_train_samples", "max_eval_samples",
+                                  "compression_ratio"))
+    if args.max_target_length < 2:
+        raise ValueError(f"`max_target_length` must be >= 2 (a token and the end), got {args.max_target_length}.")
+    for name, needed, flag in (("train_file", training_args.do_train, "do_train"),
+                               ("validation_file", training_args.do_eval, "do_eval")):
+        value = getattr(args, name)
+        if not needed:
+            continue
+        if not value:
+            raise ValueError(f"`{name}` is needed with {flag}.")
+        for file in value.split(","):
+            if not os.path.isfile(file):
+                raise FileNotFoundError(f"`{name}` {file!r} is not a file.")
 
 
 class ReadOnceCollator:
@@ -244,7 +294,13 @@ def _to_device(features: dict, device) -> dict:
 @torch.no_grad()
 def evaluation_loss(model, tokenizer, rows, args: ReadOnceArguments, store_lookup=None, batch_size: int = 32) -> float:
     """Teacher-forced cross-entropy (nats per target token, `[SEP]` included) of the gold targets: a learning
-    signal that does not depend on decoding."""
+    signal that does not depend on decoding.
+
+    Raises:
+        ValueError: `rows` is empty (no target token to score).
+    """
+    if not rows:
+        raise ValueError("`rows` is empty: no target to score.")
     model.eval()
     collator = ReadOnceCollator(tokenizer, args, store_lookup)
     total, count = 0.0, 0
@@ -310,10 +366,31 @@ def run(args: ReadOnceArguments, training_args: Seq2SeqTrainingArguments) -> dic
     `per_device_eval_batch_size` rows per batch; each validation file is scored separately.
 
     Raises:
-        ValueError: unknown task/variant, missing files.
+        ValueError / TypeError / FileNotFoundError: as [`check_arguments`]; a `train_file` (with `do_train`) or
+            `validation_file` (with `do_eval`) that holds no usable row, naming the argument and the fields expected.
     """
-    if args.variant not in ("readonce", "baseline"):
-        raise ValueError(f"`variant` must be readonce or baseline, got {args.variant!r}.")
+    check_arguments(args, training_args)
+    train_rows = (load_rows(args.task, args.train_file, args.max_train_samples, balance=args.balance_sources,
+                            seed=training_args.seed) if training_args.do_train else [])
+    eval_sets = {}
+    if training_args.do_eval:
+        files = args.validation_file.split(",")
+        folders = [os.path.basename(os.path.dirname(os.path.abspath(file))) for file in files]
+        if len(files) == 1:
+            names = ["eval"]
+        elif len(set(folders)) == len(folders):  # several files: keyed by their folder (the data set's name)
+            names = [f"eval_{folder}" for folder in folders]
+        else:
+            names = [f"eval{index}" for index in range(len(files))]
+        eval_sets = {name: load_rows(args.task, file, args.max_eval_samples) for name, file in zip(names, files)}
+    usable = "an answerable question" if args.task == "qa" else "a document and a summary"
+    if training_args.do_train and not train_rows:
+        raise ValueError(f"`train_file` {args.train_file} holds no row with {usable}: expected "
+                         f"{_EXPECTED_FIELDS[args.task]} in each JSONL line.")
+    for rows, file in zip(eval_sets.values(), args.validation_file.split(",") if eval_sets else []):
+        if not rows:
+            raise ValueError(f"`validation_file` {file} holds no row with {usable}: expected "
+                             f"{_EXPECTED_FIELDS[args.task]} in each JSONL line.")
     path = args.model_name_or_path or str(minilm_path())
     tokenizer = AutoTokenizer.from_pretrained(path)
     config_file = os.path.join(path, "config.json")
@@ -341,19 +418,6 @@ def run(args: ReadOnceArguments, training_args: Seq2SeqTrainingArguments) -> dic
     metrics = {"task": args.task, "variant": args.variant, "compression_ratio": model.config.compression_ratio,
                "model": path, "max_document_length": args.max_document_length, "bart_learning_rate": rates[0],
                "new_learning_rate": rates[1]}
-    train_rows = (load_rows(args.task, args.train_file, args.max_train_samples, balance=args.balance_sources,
-                            seed=training_args.seed) if training_args.do_train else [])
-    eval_sets = {}
-    if training_args.do_eval:
-        files = args.validation_file.split(",")
-        folders = [os.path.basename(os.path.dirname(os.path.abspath(file))) for file in files]
-        if len(files) == 1:
-            names = ["eval"]
-        elif len(set(folders)) == len(folders):  # several files: keyed by their folder (the data set's name)
-            names = [f"eval_{folder}" for folder in folders]
-        else:
-            names = [f"eval{index}" for index in range(len(files))]
-        eval_sets = {name: load_rows(args.task, file, args.max_eval_samples) for name, file in zip(names, files)}
     batch = training_args.per_device_eval_batch_size
     stage1_steps = training_args.max_steps if args.stage1_steps is None else args.stage1_steps
     if training_args.do_train and stage1_steps > 0:
@@ -403,6 +467,7 @@ def run(args: ReadOnceArguments, training_args: Seq2SeqTrainingArguments) -> dic
 __all__ = [
     "ReadOnceArguments",
     "ReadOnceCollator",
+    "check_arguments",
     "evaluate",
     "evaluation_loss",
     "lead_sentences",
