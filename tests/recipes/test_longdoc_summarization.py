@@ -196,3 +196,41 @@ def test_load_model_from_bart_and_longdoc_checkpoints(tokenizer, tmp_path):
     with pytest.raises(ValueError, match="encoder_attention_type"):
         load_model(LongDocSummarizationArguments(model_name_or_path=str(tmp_path / "bart"),
                                                  encoder_attention_type="sparse", max_document_length=48))
+
+
+def test_saved_model_records_the_document_length_it_trained_with(tokenizer, tmp_path):
+    """The recipe writes `config.max_document_length`; the pipeline, the store adapter (`hf-readonce encode` /
+    `summarize`) then read that many tokens, not the whole position table."""
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    from hf_readonce.models.longdoc_bart.pipeline_longdoc_bart import LongDocSummarizationPipeline
+    from hf_readonce.recipes.longdoc_summarization import LongDocSummarizationArguments, run
+    from hf_readonce.representations import get_adapter
+
+    torch.manual_seed(0)
+    BartForConditionalGeneration(BartConfig(
+        vocab_size=tokenizer.vocab_size, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=24, decoder_ffn_dim=24, max_position_embeddings=64,
+    )).save_pretrained(tmp_path / "bart")
+    tokenizer.save_pretrained(tmp_path / "bart")
+    document = " ".join(f"Sentence {i} of a long story about Anne Elliot." for i in range(10))
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"id": str(i), "document": document, "summary": "Anne."}) + "\n"
+                            for i in range(2)))
+    args = LongDocSummarizationArguments(model_name_or_path=str(tmp_path / "bart"), train_file=str(rows),
+                                         max_document_length=24, max_target_length=8, neighborhood_radius=4)
+    run(args, Seq2SeqTrainingArguments(output_dir=str(tmp_path / "out"), do_train=True, max_steps=1,
+                                       per_device_train_batch_size=2, use_cpu=True, report_to="none",
+                                       save_strategy="no"))
+    saved = LongDocBartForConditionalGeneration.from_pretrained(tmp_path / "out").eval()
+    assert (saved.config.max_document_length, saved.config.max_position_embeddings) == (24, 64)
+    assert get_adapter(saved, tokenizer).max_document_length == 24
+    pipe = LongDocSummarizationPipeline(model=saved, tokenizer=tokenizer)
+    assert pipe.preprocess({"documents": [document], "document_index": [0]})["input_ids"].shape == (1, 24)
+    assert pipe(document, max_new_tokens=3) == pipe(document, max_new_tokens=3, max_document_len=24)
+    # not part of the representation fingerprint: a store written before the length was recorded stays valid
+    unrecorded = LongDocBartForConditionalGeneration.from_pretrained(tmp_path / "out", max_document_length=None)
+    assert unrecorded.representation_fingerprint() == saved.representation_fingerprint()
+    assert get_adapter(unrecorded, tokenizer).max_document_length == 64
+    with pytest.raises(ValueError, match="`max_document_length` must be None or a positive int, got 0"):
+        LongDocBartConfig(max_document_length=0)

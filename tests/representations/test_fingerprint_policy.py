@@ -147,7 +147,7 @@ OLD_POLICY = {
 
 # Fields added to a config class since, that configs written before do not hold (a config saved then loads them at
 # their default): the old code never saw them.
-_ADDED_SINCE = {"readonce_bart": {"max_document_length": None}}
+_ADDED_SINCE = {"readonce_bart": {"max_document_length": None}, "longdoc_bart": {"max_document_length": None}}
 
 
 def old_config_fingerprint(config, family):

@@ -260,7 +260,8 @@ def load_model(args: LongDocSummarizationArguments, seed: int = 0):
 
 
 def run(args: LongDocSummarizationArguments, training_args: Seq2SeqTrainingArguments) -> dict:
-    """Train (with `do_train`) and evaluate (with `do_eval`) one LongDoc BART; writes the model, the tokenizer and
+    """Train (with `do_train`) and evaluate (with `do_eval`) one LongDoc BART; writes the model (its config records
+    `max_document_length`, the default length of the pipeline and the store adapter), the tokenizer and
     `output_dir/longdoc_results.json`, prints the metrics with lead-1 and lead-3 beside them, and returns them.
 
     Metrics: `eval_rouge1/2/L` (F-measure, percent), `eval_loss` (nats per summary token) and `eval_perplexity`
@@ -334,6 +335,8 @@ def run(args: LongDocSummarizationArguments, training_args: Seq2SeqTrainingArgum
                                    title=f"{config.encoder_attention_type}, layer 0, {eval_rows[0]['id']}")
             metrics["attention_heatmap"] = path
     os.makedirs(training_args.output_dir, exist_ok=True)
+    # the pipeline's, the adapter's and `hf-readonce encode` / `summarize`'s default, so they read as training did
+    model.config.max_document_length = args.max_document_length
     model.save_pretrained(training_args.output_dir)
     tokenizer.save_pretrained(training_args.output_dir)
     with open(os.path.join(training_args.output_dir, "longdoc_results.json"), "w") as handle:

@@ -56,9 +56,11 @@ class LongDocBartAdapter(AdapterBase):
         model ([`LongDocBartForConditionalGeneration`]): the model (any encoder attention type).
         tokenizer: its fast tokenizer.
         max_document_length (`int`, *optional*): tokens read per document (longer documents are truncated).
-            Defaults to `config.max_position_embeddings` (BART's positions are learned, so no more fit; extend the
-            table first, e.g. `hf_readonce.recipes.longdoc_summarization.extend_position_embeddings`). Part of the
-            settings a store is keyed by.
+            Defaults to the length the checkpoint was trained with (`config.max_document_length`, recorded by the
+            LongDoc summarization recipe), else `config.max_position_embeddings` (BART's positions are learned, so
+            no more fit; extend the table first, e.g.
+            `hf_readonce.recipes.longdoc_summarization.extend_position_embeddings`). Part of the settings a store is
+            keyed by.
         batch_size (`int`, defaults to 8): documents per encoder call.
 
     Raises:
@@ -71,7 +73,8 @@ class LongDocBartAdapter(AdapterBase):
     checkpoint_model_types = ("longdoc_bart",)
     cli_settings = {
         "max_document_length": ("--max-document-length", None,
-                                "tokens read per document (default: the model's max_position_embeddings)"),
+                                "tokens read per document (default: the length the checkpoint records, else the "
+                                "model's max_position_embeddings)"),
     }
     recompute_needs_text = True  # only the encoder outputs are stored, not the tokens
     output_distribution = "first decoder step's token distribution (decoder started at decoder_start_token_id)"
@@ -80,8 +83,8 @@ class LongDocBartAdapter(AdapterBase):
         check_positive_ints({"max_document_length": max_document_length, "batch_size": batch_size},
                             optional=("max_document_length",))
         positions = model.config.max_position_embeddings
-        if max_document_length is None:
-            max_document_length = positions
+        if max_document_length is None:  # what the checkpoint was trained with, else all the positions
+            max_document_length = getattr(model.config, "max_document_length", None) or positions
         if max_document_length > positions:
             raise ValueError(f"`max_document_length` {max_document_length} exceeds the model's "
                              f"max_position_embeddings {positions} (learned positions); extend the position table.")

@@ -50,11 +50,16 @@ class LongDocBartConfig(BartConfig):
             The self-attention of every decoder layer: `"full"` (BART's causal attention) or `"neighborhood"` (causal
             neighborhood: the query at position t attends to positions `t - r .. t`, also with generate()'s KV
             cache). Cross-attention is always full.
+        max_document_length (`int`, *optional*):
+            Tokens read per document when the checkpoint was trained (recorded by the LongDoc summarization recipe):
+            the default of the summarization pipeline, the store adapter and `hf-readonce encode` / `summarize`, so
+            they read documents as training did. `None`: `max_position_embeddings`. Not part of the representation
+            fingerprint (the store keys it as a setting).
 
     Raises:
         ValueError: naming the argument, if an attention type is unknown, `neighborhood_radius` is not an int
-            `>= 0`, `conv_kernel_size` is not an int `>= 1`, or `conv_stride` is not an int in
-            `[1, conv_kernel_size]`.
+            `>= 0`, `conv_kernel_size` is not an int `>= 1`, `conv_stride` is not an int in
+            `[1, conv_kernel_size]`, or `max_document_length` is not None or a positive int.
 
     Example:
 
@@ -71,6 +76,8 @@ class LongDocBartConfig(BartConfig):
     # (`modeling_longdoc_bart._FINGERPRINT_IGNORED_FIELDS`): every decoder field (`decoder_attention_type` included).
     # (`_attn_implementation` is not a `to_dict()` field: SDPA, eager and FlexAttention compute the same outputs, to
     # float rounding, tested, so stored outputs are shared between them.)
+    # `max_document_length` is a reading setting, keyed by the store as such.
+    fingerprint_ignored_fields = ("max_document_length",)
     fingerprint_ignored_prefixes = ("decoder_",)
 
     def __init__(
@@ -80,9 +87,13 @@ class LongDocBartConfig(BartConfig):
         conv_kernel_size: int = 3,
         conv_stride: int = 3,
         decoder_attention_type: str = "full",
+        max_document_length: int | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        if max_document_length is not None and (not _is_int(max_document_length) or max_document_length < 1):
+            raise ValueError(f"`max_document_length` must be None or a positive int, got {max_document_length!r}.")
+        self.max_document_length = max_document_length
         self.encoder_attention_type = encoder_attention_type
         self.neighborhood_radius = neighborhood_radius
         self.conv_kernel_size = conv_kernel_size

@@ -114,7 +114,9 @@ class LongDocSummarizationPipeline(_TokenizerPipeline):
         min_new_tokens (`int`, *optional*): tokens generated at least.
         num_beams (`int`, *optional*): beam search width.
         max_document_len (`int`, *optional*): document tokens read (longer documents are truncated). Defaults to
-            `config.max_position_embeddings` (BART's positions are learned: no more fit).
+            the length the checkpoint was trained with (`config.max_document_length`, recorded by the LongDoc
+            summarization recipe), else `config.max_position_embeddings` (BART's positions are learned: no more
+            fit).
         generate_kwargs (`dict`, *optional*): further `generate` arguments (e.g. `num_return_sequences`,
             `length_penalty`, `no_repeat_ngram_size`).
         batch_size (`int`, defaults to 8): documents per encoder call and summaries per `generate` call.
@@ -220,8 +222,10 @@ class LongDocSummarizationPipeline(_TokenizerPipeline):
             `dict` with `input_ids` and `attention_mask` `(num_distinct, length)` and `document_index`
             `(num_documents,)`, the row of each document of the call.
         """
-        if max_document_len is None:
-            max_document_len = getattr(self.model.config, "max_position_embeddings", None)
+        if max_document_len is None:  # what the checkpoint was trained with, else all the positions
+            config = self.model.config
+            max_document_len = getattr(config, "max_document_length", None) or getattr(
+                config, "max_position_embeddings", None)
         if hasattr(self.tokenizer, "deprecation_warnings"):  # long documents are truncated on purpose
             self.tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
         # right padding whatever `tokenizer.padding_side` says: BART's learned positions count from the first column,
