@@ -168,3 +168,37 @@ def test_metrics_files_of_every_task_fill_the_card_with_their_baselines(tmp_path
     with pytest.raises(ValueError, match="holds no numeric scores under .eval_."):
         card_from_metrics_file(tmp_path / "loss.json", dataset_type="x", repo_id="a/b", model_type="readonce_bart",
                                title="T", summary="S")
+
+
+def test_metrics_file_cards_show_the_examples_scored_and_the_readonce_stages(tmp_path):
+    """The number of examples a run scored stands beside the split (a `--max_eval_samples 4` run is not shown as
+    the whole split), and the ReadOnce recipe's per-stage training seconds and steps fill the Training section."""
+    from hf_readonce.hub.cards import card_from_metrics_file
+
+    readonce = tmp_path / "readonce_results.json"
+    readonce.write_text(json.dumps({
+        "eval_rouge1": 20.0, "eval_rouge2": 3.0, "eval_rougeL": 15.0, "eval_examples": 4,
+        "eval_baselines": {"lead_3": {"rouge1": 19.0}}, "stage1_train_seconds": 120.4, "stage1_train_steps": 150,
+        "stage2_train_seconds": 30.0, "stage2_train_steps": 1}))
+    card = card_from_metrics_file(readonce, dataset_type="EdinburghNLP/xsum", dataset_name="XSum", repo_id="a/b",
+                                  model_type="readonce_bart", title="T", summary="S")
+    assert "| XSum, validation (4 documents) | ROUGE-1 | **20.00** | 19.00 |" in card.text
+    assert "## Training" in card.text and "- Wall time: 150 s" in card.text
+    assert ("- Budget: stage 1 (document encoder and model trained jointly): 150 steps, 120 s; stage 2 (on stored "
+            "representations, document encoder frozen): 1 step, 30 s") in card.text
+    assert card.data.eval_results[0].dataset_split == "validation"
+    longdoc = tmp_path / "longdoc_results.json"
+    longdoc.write_text(json.dumps({"eval_rouge1": 30.5, "eval_examples": 1, "eval_perplexity": 9.0,
+                                   "train_seconds": 12.0, "train_steps": 2}))
+    card = card_from_metrics_file(longdoc, dataset_type="EdinburghNLP/xsum", dataset_name="XSum", repo_id="a/b",
+                                  model_type="longdoc_bart", title="T", summary="S")
+    assert "| XSum, validation (1 document) | ROUGE-1 | **30.50** |" in card.text
+    assert "| XSum, validation (1 document) | perplexity (gold summaries) | **9.00** |" in card.text
+    assert "- Budget: 2 steps" in card.text and "- Wall time: 12 s" in card.text
+    qa = tmp_path / "eval_results.json"  # run_deformer_qa.py / the demo: `eval_questions` beside `cached_` scores
+    qa.write_text(json.dumps({"cached_exact_match": 5.0, "cached_f1": 11.0, "eval_questions": 1296}))
+    card = card_from_metrics_file(qa, dataset_type="disfl_qa", dataset_name="Disfl-QA", repo_id="a/b",
+                                  model_type="deformer_bert", title="T", summary="S",
+                                  training={"budget": "given by hand"})
+    assert "| Disfl-QA, validation (1,296 questions) | F1 | **11.00** |" in card.text
+    assert "- Budget: given by hand" in card.text

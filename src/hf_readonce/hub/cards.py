@@ -78,6 +78,8 @@ class EvalRow:
         split (`str`): e.g. `"validation"`. metric_type (`str`): e.g. `"f1"`. metric_name (`str`): shown name.
         value (`float`): the model's value. task_type (`str`, defaults to `"question-answering"`).
         baselines (`dict[str, float]`): baseline name -> value (shown beside the model, not in the model-index).
+        examples (`int`, *optional*): how many examples of the split were scored (shown beside the split, e.g.
+            `XSum, validation (4 documents)`: a run limited with `--max_eval_samples` scores only part of it).
     """
 
     dataset_type: str
@@ -88,6 +90,7 @@ class EvalRow:
     value: float
     task_type: str = "question-answering"
     baselines: dict = field(default_factory=dict)
+    examples: int | None = None
 
 
 _QA_METRICS = (("exact_match", "exact_match", "EM"), ("f1", "f1", "F1"), ("HasAns_f1", "f1", "HasAns F1"),
@@ -99,6 +102,18 @@ _SUMMARIZATION_METRICS = (("rouge1", "rouge1", "ROUGE-1"), ("rouge2", "rouge2", 
 def _number(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
         else None
+
+
+def _examples_scored(scores: Mapping, prefix: str) -> int | None:
+    """How many examples an evaluation scored, as hf-readonce's runs record it: `{prefix}examples` (the LongDoc and
+    ReadOnce recipes, per validation file), `{prefix}questions`, else the run's `eval_examples` / `eval_questions`
+    (`run_deformer_qa.py` and the demo record `eval_questions` beside `cached_` scores) / `eval_samples`
+    (transformers' Trainer). `None` when none is recorded."""
+    for key in (f"{prefix}examples", f"{prefix}questions", "eval_examples", "eval_questions", "eval_samples"):
+        value = _number(scores.get(key))
+        if value is not None and value >= 1 and value == int(value):
+            return int(value)
+    return None
 
 
 def _baselines_beside(baselines: Mapping | None, key: str) -> dict[str, float]:
@@ -173,6 +188,17 @@ def _flop_ratio(value) -> str:
     return f" (FLOP ratio {_fmt(value)}x)" if _number(value) is not None else ""
 
 
+_EXAMPLE_UNITS = {"summarization": ("document", "documents"), "question-answering": ("question", "questions")}
+
+
+def _examples_note(row: EvalRow) -> str:
+    """` (4 documents)` beside the split when the row records how many examples were scored, else nothing."""
+    if not row.examples:
+        return ""
+    one, many = _EXAMPLE_UNITS.get(row.task_type, ("example", "examples"))
+    return f" ({row.examples:,} {one if row.examples == 1 else many})"
+
+
 def _results_table(rows: Sequence[EvalRow]) -> str:
     names = []
     for row in rows:
@@ -182,7 +208,7 @@ def _results_table(rows: Sequence[EvalRow]) -> str:
     header = "| dataset, split | metric | this model | " + " | ".join(f"*baseline: {n}*" for n in names) + " |"
     lines = [header.replace(" |  |", " |"), "|" + "---|" * (3 + len(names))]
     for row in rows:
-        cells = [f"{row.dataset_name}, {row.split}", row.metric_name, f"**{_fmt(row.value)}**"]
+        cells = [f"{row.dataset_name}, {row.split}" + _examples_note(row), row.metric_name, f"**{_fmt(row.value)}**"]
         cells += [_fmt(row.baselines[n]) if n in row.baselines else "" for n in names]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -312,14 +338,47 @@ def build_model_card(*, repo_id: str, model_type: str, title: str, summary: str,
     return ModelCard(content)
 
 
+_STAGES = {1: "stage 1 (document encoder and model trained jointly)",
+           2: "stage 2 (on stored representations, document encoder frozen)"}
+
+
+def _steps(value) -> str:
+    steps = _number(value)
+    return "" if steps is None else f"{int(steps):,} step{'' if steps == 1 else 's'}"
+
+
+def _recorded_training(metrics: Mapping) -> dict:
+    """`seconds` and `budget` of the card's Training section from what a run recorded: `train_seconds` and
+    `train_steps`, or the ReadOnce recipe's per-stage `stage<n>_train_seconds` / `stage<n>_train_steps` (the budget
+    lists each stage's steps and seconds, the seconds are their sum)."""
+    training = {}
+    if _number(metrics.get("train_seconds")) is not None:
+        training["seconds"] = metrics["train_seconds"]
+        if _steps(metrics.get("train_steps")):
+            training["budget"] = _steps(metrics["train_steps"])
+        return training
+    stages = {n: _number(metrics.get(f"stage{n}_train_seconds")) for n in _STAGES}
+    stages = {n: seconds for n, seconds in stages.items() if seconds is not None}
+    if stages:
+        training["seconds"] = sum(stages.values())
+        training["budget"] = "; ".join(
+            f"{_STAGES[n]}: " + ", ".join(part for part in (_steps(metrics.get(f"stage{n}_train_steps")),
+                                                            f"{seconds:,.0f} s") if part)
+            for n, seconds in stages.items())
+    return training
+
+
 def card_from_metrics_file(path: str | os.PathLike, *, dataset_type: str | None, dataset_name: str | None = None,
                            prefix: str | None = None, **card_kwargs):
     """A model card whose results come from one hf-readonce metrics file: question answering (`eval_results.json` of
     `run_deformer_qa.py` / `hf-readonce demo`, the results of `run_readonce_qa.py`: `{prefix}exact_match`,
     `{prefix}f1`, HasAns/NoAns) or summarization (`{prefix}rouge1`, `{prefix}rouge2`, `{prefix}rougeL` of
     `run_longdoc_summarization.py` / `run_readonce_summarization.py`), the trivial baselines (`baselines` or
-    `{prefix}baselines`) beside each figure, and, where recorded, `speedup_precomputed` /
-    `speedup_including_encoding`, `train_seconds`.
+    `{prefix}baselines`) beside each figure, the number of examples scored beside the split (`{prefix}examples`,
+    `eval_questions`, ...: a run limited with `--max_eval_samples` is not shown as the whole split), and, where
+    recorded, `speedup_precomputed` / `speedup_including_encoding` and the training budget: `train_seconds` (and
+    `train_steps`), or the ReadOnce recipe's stages (`stage1_train_seconds` / `stage2_train_seconds` and their
+    `_train_steps`: the budget lists each stage, the wall time is their sum). A `training` argument's entries win.
 
     Args:
         path: the metrics JSON file.
@@ -370,6 +429,9 @@ def card_from_metrics_file(path: str | os.PathLike, *, dataset_type: str | None,
                          f"{prefix}exact_match / {prefix}f1 (question answering) nor {prefix}rouge1 / rouge2 / rougeL "
                          "(summarization) as numbers; "
                          f"its keys: {sorted(metrics)[:12]}.")
+    examples = _examples_scored(metrics, prefix)
+    for row in rows:
+        row.examples = examples
     figures = list(card_kwargs.pop("figures", ()))
     if _number(metrics.get("speedup_precomputed")) is not None:
         figures.append(f"Speed-up over the same model reading every question+passage pair, timed on "
@@ -380,8 +442,8 @@ def card_from_metrics_file(path: str | os.PathLike, *, dataset_type: str | None,
                           + _flop_ratio(metrics.get("flop_ratio_including_encoding"))
                           if _number(metrics.get("speedup_including_encoding")) is not None else "") + ".")
     training = dict(card_kwargs.pop("training", None) or {})
-    if _number(metrics.get("train_seconds")) is not None:
-        training.setdefault("seconds", metrics["train_seconds"])
+    for key, value in _recorded_training(metrics).items():
+        training.setdefault(key, value)
     return build_model_card(eval_rows=rows, figures=figures, training=training or None, **card_kwargs)
 
 
