@@ -179,3 +179,19 @@ def test_a_left_padding_tokenizer_gives_each_text_its_generation_alone(tokenizer
     assert [left.decode(row, skip_special_tokens=True).strip() for row in out] == \
         [a["generated_text"] for a in alone]
     assert left.padding_side == "left"
+
+
+def test_summarization_pipeline_names_its_own_arguments(tokenizer):
+    """`documents` and `prompt` are the summarization pipeline's arguments: an empty list names them (was "`text` is
+    empty", the text2text pipeline's argument)."""
+    summarize = ReadOnceSummarizationPipeline(model=tiny_readonce(), tokenizer=tokenizer)
+    with pytest.raises(ValueError, match="`documents` is empty: nothing to summarize"):
+        summarize([])
+    with pytest.raises(ValueError, match="`prompt` is empty"):
+        summarize(DOCUMENTS[0], prompt=[])
+    with pytest.raises(ValueError, match="`prompt` is empty"):
+        summarize(DOCUMENTS, prompt=[])
+    with pytest.raises(TypeError, match="`prompt` must be a str or a list of str, got int"):
+        summarize(DOCUMENTS, prompt=5)
+    with pytest.raises(ValueError, match="`documents` is required"):
+        summarize()

@@ -279,7 +279,8 @@ class ReadOnceSummarizationPipeline(ReadOnceText2TextGenerationPipeline):
 
     Raises:
         ValueError / TypeError: as [`ReadOnceText2TextGenerationPipeline`] (a bad prompt is named `text`, a bad
-            document `document`); `documents` missing or not a str / list.
+            document `document`); `documents` missing, empty or not a str / list; `prompt` an empty list or not a
+            str / list.
     """
 
     output_key = "summary_text"
@@ -288,10 +289,15 @@ class ReadOnceSummarizationPipeline(ReadOnceText2TextGenerationPipeline):
         """Summarize, each document read once; the class docstring has the arguments and returns.
 
         Raises:
-            ValueError / TypeError: as the class docstring lists (`documents` missing, empty or of the wrong type).
+            ValueError / TypeError: as the class docstring lists (`documents` missing, empty or of the wrong type;
+                `prompt` an empty list or neither a str nor a list).
         """
         if documents is None:
             raise ValueError("`documents` is required.")
+        if not isinstance(prompt, (str, list, tuple)):
+            raise TypeError(f"`prompt` must be a str or a list of str, got {type(prompt).__name__}.")
+        if not isinstance(prompt, str) and not prompt:
+            raise ValueError("`prompt` is empty: give a prompt (default \"summary\") or one per document.")
         if isinstance(documents, str) and not isinstance(prompt, str):
             pairs = self._pairs(prompt, documents)  # several prompts about one document
             single = False
@@ -299,6 +305,8 @@ class ReadOnceSummarizationPipeline(ReadOnceText2TextGenerationPipeline):
             docs = [documents] if isinstance(documents, str) else documents
             if not isinstance(docs, (list, tuple)):
                 raise TypeError(f"`documents` must be a str or a list of str, got {type(documents).__name__}.")
+            if not docs:
+                raise ValueError("`documents` is empty: nothing to summarize.")
             prompts = [prompt] * len(docs) if isinstance(prompt, str) else prompt
             pairs = self._pairs(list(prompts), list(docs))
             single = isinstance(documents, str)
