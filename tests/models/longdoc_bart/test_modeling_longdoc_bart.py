@@ -586,3 +586,20 @@ def test_empty_input_and_targets_beyond_the_positions_are_refused_by_name():
         model.get_encoder()(input_ids=torch.zeros(1, 0, dtype=torch.long))
     with pytest.raises(ValueError, match=r"hold 80 tokens, more than the model's 64 positions"):
         model(input_ids=torch.randint(3, 99, (1, 20)), labels=torch.randint(3, 99, (1, 80)))
+
+
+@pytest.mark.parametrize("encoder_attention_type", ["neighborhood", "full", "convolutional"])
+def test_token_ids_outside_the_vocabulary_are_named_with_the_vocabulary_size(encoder_attention_type):
+    """As ReadOnce BART does: an id outside `[0, vocab_size)` is named with the vocabulary size (was a bare
+    `IndexError: index out of range in self` from the embedding lookup), in `forward`, the encoder and `generate`."""
+    model = longdoc(encoder_attention_type=encoder_attention_type)
+    ids = tokens(2, 12)
+    ids[1, 4] = 99 + 7
+    with pytest.raises(ValueError, match=r"`input_ids` holds token id 106, outside the vocabulary \[0, 99\)"):
+        model.generate(input_ids=ids, max_new_tokens=2)
+    with pytest.raises(ValueError, match=r"`input_ids` holds token id -3, outside the vocabulary \[0, 99\)"):
+        model.get_encoder()(input_ids=torch.tensor([[5, -3, 7]]))
+    with pytest.raises(ValueError, match=r"`decoder_input_ids` / `labels` holds token id 120, outside the vocabulary "
+                                         r"\[0, 99\)"):
+        model(input_ids=tokens(1, 12), decoder_input_ids=torch.tensor([[2, 120]]))
+    model(input_ids=tokens(1, 12), decoder_input_ids=torch.tensor([[2, 98]]))  # the last id is in the vocabulary

@@ -586,6 +586,17 @@ class LongDocBartPreTrainedModel(BartPreTrainedModel):
             init.zeros_(module.bias)
 
 
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._check_token_ids
+def _check_token_ids(ids, bound: int, argument: str) -> None:
+    """Raise a `ValueError` naming `argument` and the bound if a token id of `ids` is outside `[0, bound)` (called
+    when the embedding lookup fails, so the normal path costs nothing)."""
+    if torch.is_tensor(ids) and ids.numel() and not ids.is_floating_point():
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= bound:
+            raise ValueError(f"`{argument}` holds token id {low if low < 0 else high}, outside the vocabulary "
+                             f"[0, {bound}) of this model.") from None
+
+
 # Copied from hf_readonce.models.readonce_bart.modeling_readonce_bart._check_text_inputs
 def _check_text_inputs(input_ids, attention_mask, input_name: str = "input_ids",
                        mask_name: str = "attention_mask") -> None:
@@ -662,8 +673,17 @@ class LongDocBartEncoder(LongDocBartPreTrainedModel, BartEncoder):
             ValueError: an input longer than the position table (`n > max_position_embeddings`; BART's embedding
                 lookup would fail with an `IndexError`), `input_ids` / `inputs_embeds` that are not 2-D / 3-D, or a
                 2-D `attention_mask` of another shape than `input_ids`.
+            ValueError: a token id outside `[0, vocab_size)`, naming it and the vocabulary size (checked when the
+                embedding lookup fails).
             TypeError: `input_ids` that are not integer token ids.
         """
+        try:
+            return self._longdoc_forward(input_ids, attention_mask, inputs_embeds, **kwargs)
+        except (IndexError, RuntimeError):
+            _check_token_ids(input_ids, self.config.vocab_size, "input_ids")
+            raise
+
+    def _longdoc_forward(self, input_ids, attention_mask, inputs_embeds, **kwargs):
         config = self.config
         _check_text_inputs(input_ids, attention_mask)
         reference, name, dims = ((input_ids, "input_ids", 2) if input_ids is not None
@@ -730,9 +750,18 @@ class LongDocBartDecoder(LongDocBartPreTrainedModel, BartDecoder):
 
         Raises:
             ValueError: decoder rows (`labels` / `decoder_input_ids`) and `encoder_hidden_states` of different batch
-                sizes. TypeError: decoder ids (`labels`) that are not integers.
+                sizes; a decoder token id outside `[0, vocab_size)`, naming it and the vocabulary size (checked when
+                the embedding lookup fails). TypeError: decoder ids (`labels`) that are not integers.
         """
-        past_key_values = _either_cache(past_key_values, cache)
+        try:
+            return self._longdoc_forward(input_ids, attention_mask, encoder_hidden_states, encoder_attention_mask,
+                                         _either_cache(past_key_values, cache), inputs_embeds, use_cache, **kwargs)
+        except (IndexError, RuntimeError):
+            _check_token_ids(input_ids, self.config.vocab_size, "decoder_input_ids` / `labels")
+            raise
+
+    def _longdoc_forward(self, input_ids, attention_mask, encoder_hidden_states, encoder_attention_mask,
+                         past_key_values, inputs_embeds, use_cache, **kwargs):
         _check_decoder_batch(input_ids, inputs_embeds, encoder_hidden_states, self.config.max_position_embeddings)
         config = self.config
         if config.decoder_attention_type == "neighborhood" and not isinstance(attention_mask, BlockMask) and not (
