@@ -356,8 +356,11 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
 def speedup_flop_ratios(model, examples, tokenizer, feature_kwargs: dict, batch_size: int, autocast,
                         sample: int = 32) -> dict:
     """The FLOP ratios beside the demo's two speed-ups (DeFormer §3: the lower `num_decomposed_layers` read the
-    question alone once the passage windows are cached), counted by `torch.utils.flop_counter.FlopCounterMode` on the
-    first `sample` (default 32) of the timed `examples`, with the same batching and padding as the timed paths.
+    question alone once the passage windows are cached). `torch.utils.flop_counter.FlopCounterMode` counts, on the
+    first `sample` (default 32) of the timed `examples` with the timed paths' batching and padding, the FLOPs per
+    question+window feature of each answering path and per window of the encoding; they are scaled by the timed set's
+    own numbers of features and windows (how many questions share a passage decides what encoding costs per
+    question, and a few questions of a file in no passage order share almost none).
 
     Args:
         model: the DeFormer being evaluated (`num_decomposed_layers > 0`).
@@ -372,7 +375,9 @@ def speedup_flop_ratios(model, examples, tokenizer, feature_kwargs: dict, batch_
     """
     from torch.utils.flop_counter import FlopCounterMode
 
-    feats, wins, _ = build_features(list(examples)[:sample], tokenizer, **feature_kwargs)
+    examples = list(examples)
+    all_features, all_windows, _ = build_features(examples, tokenizer, **feature_kwargs)
+    feats, wins, _ = build_features(examples[:sample], tokenizer, **feature_kwargs)
 
     def count(fn):
         with autocast, FlopCounterMode(display=False) as counter:
@@ -382,6 +387,9 @@ def speedup_flop_ratios(model, examples, tokenizer, feature_kwargs: dict, batch_
     pairs, _ = count(lambda: predict_pairs(model, feats, wins, batch_size=batch_size))
     encode, cache = count(lambda: encode_windows(model, wins, batch_size=batch_size))
     answer, _ = count(lambda: predict_cached(model, feats, cache, batch_size=batch_size))
+    per_feature = len(all_features) / len(feats)
+    per_window = sum(map(len, all_windows)) / sum(map(len, wins))
+    pairs, answer, encode = pairs * per_feature, answer * per_feature, encode * per_window
     return {"flop_ratio_precomputed": round(pairs / answer, 2),
             "flop_ratio_including_encoding": round(pairs / (answer + encode), 2)}
 

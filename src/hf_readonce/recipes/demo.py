@@ -186,6 +186,7 @@ def main(argv=None) -> dict:
 def _run(args, argv, output_dir: str, train_file: Path, validation_file: Path, keep: bool) -> dict:
     """The demo's work in `output_dir` (removed afterwards by the caller unless `keep`)."""
     bf16 = _bf16_supported() and not args.no_bf16 and not torch.cuda.is_available()
+    announce = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the JSON document only
     data_kwargs = dict(train_file=str(train_file), validation_file=str(validation_file), max_seq_length=256,
                        max_question_length=48, doc_stride=64, allow_no_answer=True,
                        max_train_samples=args.max_train_samples, max_eval_samples=args.max_eval_samples,
@@ -206,7 +207,7 @@ def _run(args, argv, output_dir: str, train_file: Path, validation_file: Path, k
               f"{args.max_steps} steps of {args.batch_size} on {train_file} "
               f"({'span loss only' if args.no_distillation else 'span + KD + LRS from the full model'}; bf16 "
               f"training: {bf16}), then answering {validation_file} from cached passage states in "
-              f"{_compute_dtype_name(args.compute_dtype, torch.float32)}", flush=True)
+              f"{_compute_dtype_name(args.compute_dtype, torch.float32)}", file=announce, flush=True)
     else:
         # The threshold recorded in the checkpoint was tuned on the held-out train passages when it was distilled.
         model_args = ModelArguments(model_name_or_path=args.model, compute_dtype=args.compute_dtype)
@@ -215,7 +216,7 @@ def _run(args, argv, output_dir: str, train_file: Path, validation_file: Path, k
                                           use_cpu=not torch.cuda.is_available())
         print(f"hf-readonce demo: the reference DeFormer ({args.model}) answers {validation_file} from cached "
               f"passage states in {_compute_dtype_name(args.compute_dtype, args.model)} (`--distill` to distil one "
-              "here instead)", flush=True)
+              "here instead)", file=announce, flush=True)
     start = time.perf_counter()
     metrics = run(model_args, data_args, training_args)
     metrics["demo_seconds"] = round(time.perf_counter() - start, 1)
