@@ -547,20 +547,23 @@ def test_left_padded_batch_without_cache_scores_each_row_as_alone(family):
     batch = torch.cat([long_row, torch.cat([torch.zeros(1, pads, dtype=torch.long), short_row], dim=1)])
     mask = torch.ones_like(batch)
     mask[1, :pads] = 0
-    labels = batch.masked_fill(mask == 0, -100)
     with torch.no_grad():
         alone = [model(row, use_cache=False).logits for row in (long_row, short_row)]
         expected = (F.cross_entropy(alone[0][0, :-1], long_row[0, 1:], reduction="sum")
                     + F.cross_entropy(alone[1][0, :-1], short_row[0, 1:], reduction="sum")) / (29 + 22)
-        for use_cache, train in ((False, False), (False, True), (True, False)):
-            model.train(train)
-            out = model(batch, attention_mask=mask, labels=labels, use_cache=use_cache)
-            torch.testing.assert_close(out.logits[0], alone[0][0], rtol=1e-5, atol=1e-5)
-            torch.testing.assert_close(out.logits[1, pads:], alone[1][0], rtol=1e-5, atol=1e-5)
-            torch.testing.assert_close(out.loss, expected, rtol=1e-5, atol=1e-5)
+        # labels with -100 at the padding, and the batch itself as labels (padding ids unmasked): the same 51 targets
+        for labels in (batch.masked_fill(mask == 0, -100), batch):
+            for use_cache, train in ((False, False), (False, True), (True, False)):
+                model.train(train)
+                out = model(batch, attention_mask=mask, labels=labels, use_cache=use_cache)
+                torch.testing.assert_close(out.logits[0], alone[0][0], rtol=1e-5, atol=1e-5)
+                torch.testing.assert_close(out.logits[1, pads:], alone[1][0], rtol=1e-5, atol=1e-5)
+                torch.testing.assert_close(out.loss, expected, rtol=1e-5, atol=1e-5)
         model.eval()
         kept = model(batch, attention_mask=mask, use_cache=False, logits_to_keep=1).logits
         torch.testing.assert_close(kept[:, 0], torch.stack([alone[0][0, -1], alone[1][0, -1]]), rtol=1e-5, atol=1e-5)
+        assert model(batch, attention_mask=mask, use_cache=False,
+                     logits_to_keep=torch.tensor([], dtype=torch.long)).logits is None  # as without padding
 
 
 def test_a_config_edited_after_building_is_checked_on_every_path():

@@ -613,9 +613,9 @@ class RecurrentCausalLMMixin:
                 positions, windows and tokens it gets alone. There the mask may also cover the cached columns,
                 `(batch_size, tokens_seen + T)`, as `generate()` passes it.
             labels (`torch.LongTensor` of shape `(batch_size, T)`, *optional*): as in `GPT2LMHeadModel` /
-                `LlamaForCausalLM` (shifted inside: position t predicts `labels[:, t + 1]`; `-100` ignored; a padding
-                position predicts nothing). Each target is counted once across windows: overlap tokens are context
-                only (§4.2).
+                `LlamaForCausalLM` (shifted inside: position t predicts `labels[:, t + 1]`; `-100` ignored; with
+                `attention_mask`, a padding position predicts nothing and nothing predicts a padding token). Each
+                target is counted once across windows: overlap tokens are context only (§4.2).
             past_key_values ([`RecurrentCache`], *optional*): continue a stream (what `generate()` passes).
             use_cache (`bool`, *optional*, defaults to `config.use_cache`): in eval mode, run the cached path and
                 return a [`RecurrentCache`]. Ignored in training mode (no cache is built) unless `past_key_values`
@@ -658,6 +658,17 @@ class RecurrentCausalLMMixin:
         device = input_ids.device
         keep = self._keep_indices(length, logits_to_keep, device)
         cached = past_key_values is not None or (use_cache and not self.training)
+        targets = None
+        if labels is not None:
+            labels = labels.to(device).long()
+            targets = torch.cat([labels[:, 1:], labels.new_full((batch_size, 1), IGNORE_INDEX)], dim=1)
+            if attention_mask is not None and attention_mask.shape[1] >= length:
+                # as for each row alone: a padding position predicts nothing and no position predicts a padding
+                # token, so the loss and its denominator count the same targets on every path (the cached path
+                # scores real columns only)
+                real = attention_mask[:, -length:].to(device) != 0
+                next_real = torch.cat([real[:, 1:], real.new_ones(batch_size, 1)], dim=1)
+                targets = targets.masked_fill(~(real & next_real), IGNORE_INDEX)
         shifts = None
         if not cached and attention_mask is not None:
             # the windows are cut at the same columns for every row, so a left-padded row would have its windows,
@@ -665,16 +676,8 @@ class RecurrentCausalLMMixin:
             shifts = _leading_padding(attention_mask.to(device))
             if shifts is not None:
                 input_ids, attention_mask = _roll_rows(input_ids, -shifts), _roll_rows(attention_mask.to(device), -shifts)
-                labels = _roll_rows(labels.to(device), -shifts) if labels is not None else None
+                targets = _roll_rows(targets, -shifts) if targets is not None else None
                 wanted, keep = keep, torch.ones_like(keep)  # kept columns differ per row once shifted
-        targets = None
-        if labels is not None:
-            labels = labels.to(device).long()
-            targets = torch.cat([labels[:, 1:], labels.new_full((batch_size, 1), IGNORE_INDEX)], dim=1)
-            if attention_mask is not None and attention_mask.shape[1] >= length:
-                # a padding position predicts nothing (the cached path never scores it): the loss and its
-                # denominator count the same targets on every path
-                targets = targets.masked_fill(attention_mask[:, -length:].to(device) == 0, IGNORE_INDEX)
         if (labels is not None and not cached and _is_int(logits_to_keep) and logits_to_keep == 0
                 and self._checkpointing_windows()):
             # Trainer's default `logits_to_keep=0` with labels: each window's loss is computed inside its
@@ -690,7 +693,7 @@ class RecurrentCausalLMMixin:
             )
             cache = None
             if shifts is not None and logits is not None:
-                logits = _roll_rows(logits, shifts)[:, wanted]
+                logits = _roll_rows(logits, shifts)[:, wanted] if bool(wanted.any()) else None
         loss = None
         if labels is not None:
             if num_items_in_batch is not None:
