@@ -180,11 +180,13 @@ def test_numpy_and_tensor_ratios_are_numbers_too():
     model = tiny()
     _, caches = documents(model)
     expected = model.generate(ids(4, 1), document_caches=caches, recompute_ratio=0.25, **GREEDY).sequences
-    for ratio in (np.float32(0.25), np.float64(0.25), torch.tensor(0.25)):
+    for ratio in (np.float32(0.25), np.float64(0.25), np.array(0.25), torch.tensor(0.25)):
         got = model.generate(ids(4, 1), document_caches=caches, recompute_ratio=ratio, **GREEDY).sequences
         assert torch.equal(got, expected)
     with pytest.raises(ValueError, match="recompute_ratio"):
         model.generate(ids(4, 1), document_caches=caches, recompute_ratio=torch.tensor([0.2, 0.3]), max_new_tokens=2)
+    with pytest.raises(ValueError, match="recompute_ratio"):
+        model.generate(ids(4, 1), document_caches=caches, recompute_ratio=np.array(True), max_new_tokens=2)
 
 
 @pytest.mark.parametrize("ratio", [0.0, 0.5])
@@ -208,6 +210,11 @@ def test_documents_and_question_past_the_positions_are_refused_before_any_work(r
     assert_unchanged(caches, before)
     monkeypatch.undo()
     model.generate(ids(2, 1), document_caches=caches, recompute_ratio=ratio, max_new_tokens=1)  # 30 positions fit
+    # left padding takes no position: a 1-token question beside a 3-token one fits its 28-token documents
+    questions, mask = ids(3, 1, batch=2), torch.tensor([[0, 0, 1], [1, 1, 1]])
+    model.generate(questions, attention_mask=mask, document_caches=[caches, caches[:1]], recompute_ratio=ratio,
+                   max_new_tokens=1, pad_token_id=0)
+    model(questions, attention_mask=mask, document_caches=[caches, caches[:1]], recompute_ratio=ratio)
 
 
 def test_ratio_without_documents_is_refused():

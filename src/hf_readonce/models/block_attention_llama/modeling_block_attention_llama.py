@@ -419,7 +419,9 @@ def check_recompute_ratio(recompute_ratio) -> float:
             value).
     """
     if torch.is_tensor(recompute_ratio) and recompute_ratio.numel() == 1 and not recompute_ratio.dtype == torch.bool:
-        recompute_ratio = recompute_ratio.item()  # a 0-d tensor (or numpy scalar below) holds a number as well
+        recompute_ratio = recompute_ratio.item()  # a one-element tensor holds a number as well
+    elif getattr(recompute_ratio, "ndim", None) == 0 and hasattr(recompute_ratio, "item"):
+        recompute_ratio = recompute_ratio.item()  # a 0-d numpy array (numpy scalars are numbers.Real already)
     if isinstance(recompute_ratio, bool) or not isinstance(recompute_ratio, numbers.Real) or \
             not math.isfinite(recompute_ratio) or not 0 <= recompute_ratio <= 1:
         raise ValueError(f"`recompute_ratio` must be a number in [0, 1] (the fraction of document tokens recomputed "
@@ -871,7 +873,7 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
                                        dtype=self.dtype)
 
     def compose_batch(self, document_caches, batch_size: int, *, repeat: int = 1,
-                      recompute_ratio: float = 0.0, question_length: int = 0) -> ComposedDocumentCache:
+                      recompute_ratio: float = 0.0, question_length=0) -> ComposedDocumentCache:
         r"""The composed prefix of a batch: the same documents for every row, or one list of documents per row.
 
         Args:
@@ -883,8 +885,9 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
             recompute_ratio (`float`, defaults to 0): fraction of document tokens whose keys and values are
                 recomputed per layer ([`selective_recompute`], CacheBlend §4); 0: the stored caches as they are,
                 1: the full prompt's cache. Each distinct row is recomputed once.
-            question_length (`int`, defaults to 0): tokens that will follow the prefix (the question), counted
-                with it against `config.max_position_embeddings` before anything is composed.
+            question_length (`int`, a sequence of `batch_size` ints or a `(batch_size,)` tensor, defaults to 0): the
+                real (unpadded) tokens that will follow each row's prefix (its question), counted with it against
+                `config.max_position_embeddings` before anything is composed.
 
         Returns:
             [`ComposedDocumentCache`] with `batch_size * repeat` rows.
@@ -924,8 +927,15 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
             _check_rope_settings(documents, self.config, "document_caches")
             _check_fingerprints(documents, fingerprint, "document_caches")
             rows, arguments = [documents], ["document_caches"]
-        for documents, argument in zip(rows, arguments, strict=True):
-            _check_context_length(documents, question_length, self.config, argument)
+        lengths = question_length.tolist() if torch.is_tensor(question_length) else question_length
+        lengths = [int(lengths)] * batch_size if isinstance(lengths, (int, float)) else [int(n) for n in lengths]
+        if len(lengths) != batch_size:
+            raise ValueError(f"`question_length` holds {len(lengths)} lengths for a batch of {batch_size} rows.")
+        if per_row:
+            for documents, argument, length in zip(rows, arguments, lengths, strict=True):
+                _check_context_length(documents, length, self.config, argument)
+        else:  # the same documents for every row: the longest question decides
+            _check_context_length(rows[0], max(lengths), self.config, arguments[0])
         if batch_size == 1 and repeat == 1:  # no padding: the composition itself, streamed into the cache
             layers = _row_layers(self, self.model, rows[0], ratio, arguments[0])
             cache = _streamed_cache(layers, self.config)
@@ -1036,7 +1046,7 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
                 raise ValueError(f"with `document_caches`, `attention_mask` must be the question's "
                                  f"{(batch_size, length)}, got {tuple(attention_mask.shape)}.")
             prefix = self.compose_batch(document_caches, batch_size, recompute_ratio=recompute_ratio,
-                                        question_length=length)
+                                        question_length=attention_mask.sum(dim=1))
             past_key_values = getattr(prefix, CACHE_NAME)
             attention_mask = torch.cat([prefix.attention_mask, attention_mask.to(prefix.attention_mask)], dim=1)
             if position_ids is None:
@@ -1096,7 +1106,8 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
         num_beams = kwargs.get("num_beams") or generation_config.num_beams or 1
         num_return = kwargs.get("num_return_sequences") or generation_config.num_return_sequences or 1
         prefix = self.compose_batch(document_caches, input_ids.shape[0], repeat=max(num_beams, num_return),
-                                    recompute_ratio=recompute_ratio, question_length=input_ids.shape[1])
+                                    recompute_ratio=recompute_ratio,
+                                    question_length=attention_mask.sum(dim=1))  # left padding takes no position
         # Only the question's ids go in; the mask covers prefix + question, so `generate` feeds every question
         # token (its ids are shorter than the mask) and counts positions from the mask.
         mask = torch.cat([prefix.attention_mask[:: max(num_beams, num_return)],
