@@ -125,6 +125,12 @@ def test_demo_command(data_dir, tmp_path, capsys):
 
     status = main(["demo", "--distill", "--data_dir", str(data_dir), "--max_steps", "2", "--batch_size", "4",
                    "--max_train_samples", "300", "--max_eval_samples", "12", "--speed_eval_samples", "6",
+                   "--output_dir", str(tmp_path / "json"), "--no_bf16", "--json"])
+    captured = capsys.readouterr()
+    assert status == 0 and "train_loss" in json.loads(captured.out)  # stdout is the JSON document alone
+    assert "train_runtime" in captured.err and "--distill" in captured.err  # Trainer's log lines and the opening
+    status = main(["demo", "--distill", "--data_dir", str(data_dir), "--max_steps", "2", "--batch_size", "4",
+                   "--max_train_samples", "300", "--max_eval_samples", "12", "--speed_eval_samples", "6",
                    "--output_dir", str(tmp_path), "--no_bf16"])
     out = capsys.readouterr().out
     assert status == 0

@@ -26,6 +26,7 @@ written to DIR, which the last line names (`hf-readonce publish DIR ...` publish
 """
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -218,7 +219,8 @@ def _run(args, argv, output_dir: str, train_file: Path, validation_file: Path, k
               f"passage states in {_compute_dtype_name(args.compute_dtype, args.model)} (`--distill` to distil one "
               "here instead)", file=announce, flush=True)
     start = time.perf_counter()
-    metrics = run(model_args, data_args, training_args)
+    with contextlib.redirect_stdout(announce):  # Trainer's log lines too: with --json, stdout is the JSON alone
+        metrics = run(model_args, data_args, training_args)
     metrics["demo_seconds"] = round(time.perf_counter() - start, 1)
     if args.distill:
         _write_train_results(output_dir, argv, args, metrics)
