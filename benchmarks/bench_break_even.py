@@ -342,7 +342,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--kv_passage_tokens", type=int, default=250, help="tokens per KV-cache passage (2 passages)")
     p.add_argument("--answer_tokens", type=int, default=8, help="tokens generated per question (generative families)")
     p.add_argument("--store_dtype", default="float16", choices=["float32", "float16", "bfloat16"])
-    p.add_argument("--threads", type=int, default=2)
+    harness.add_threads_argument(p, default=2)
     p.add_argument("--note", default="2 CPU cores shared with other jobs", help="hardware note for the results")
     p.add_argument("--json", help="write the results (harness schema) here")
     p.add_argument("--plot", help="write the break-even plot (PNG) here")

@@ -86,7 +86,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--passages", type=int, default=4, help="passages per question (its own + distractors)")
     p.add_argument("--passage_tokens", type=int, default=250, help="tokens kept per passage")
     p.add_argument("--max_new_tokens", type=int, default=16, help="answer tokens generated on both paths")
-    p.add_argument("--threads", type=int, default=2)
+    harness.add_threads_argument(p, default=2)
     p.add_argument("--store_dtype", choices=DTYPES, default="bfloat16",
                    help="storage dtype of the store the composed path reads (all three are sized)")
     p.add_argument("--store_dir", default=None, help="where the stores go (default: a temporary folder, removed)")

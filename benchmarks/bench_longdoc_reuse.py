@@ -59,7 +59,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ffn", type=int, default=3072)
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--radius", type=int, default=100)
-    p.add_argument("--threads", type=int, default=2)
+    harness.add_threads_argument(p, default=2)
     p.add_argument("--store_dtype", default="float16", choices=["float32", "float16", "bfloat16"])
     p.add_argument("--repeats", type=int, default=harness.MIN_REPEATS, help="timed rounds after one warm-up round")
     p.add_argument("--max_positions", type=int, default=16384, help="the longest document the benchmark builds "

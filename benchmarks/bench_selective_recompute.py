@@ -66,6 +66,7 @@ import sys
 import time
 from pathlib import Path
 
+import harness
 import torch
 from bench_kv_cache import prefill_flops  # the FLOPs of a forward after cached tokens, one definition
 from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteria, StoppingCriteriaList
@@ -96,7 +97,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--ratios", type=float, nargs="+", default=list(RATIOS))
     p.add_argument("--passage_tokens", type=int, default=192, help="tokens kept per passage")
     p.add_argument("--max_new_tokens", type=int, default=16)
-    p.add_argument("--threads", type=int, default=2)
+    harness.add_threads_argument(p, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tiny", action="store_true", help="random 4-layer Llama + MiniLM tokenizer (smoke test)")
     p.add_argument("--memory", type=int, default=0, help="instead: peak-RSS pass on this many questions per dataset")

@@ -157,8 +157,7 @@ def test_bad_options_exit_naming_the_option(script, argv, option, capsys):
     assert raised.value.code == 2 and option in str(raised.value) and option in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("script", ["bench_deformer", "bench_longdoc", "bench_readonce", "bench_readtwice",
-                                    "bench_recurrent", "bench_store", "bench_cli_vs_api", "bench_recurrent_memory"])
+@pytest.mark.parametrize("script", sorted(p.stem for p in (REPO_ROOT / "benchmarks").glob("bench_*.py")))
 def test_every_timing_benchmark_takes_threads(script, capsys):
     """`--threads` exists (the results record the count used) and a bad count stops before any work, named."""
     with pytest.raises(SystemExit) as raised:
