@@ -171,6 +171,7 @@ def model_card_section(rows: list[dict], baselines: dict, shipped: dict | None) 
 
 
 def main(argv=None) -> int:
+    _common.start_clock()  # `wall_seconds` in the results: this command, from here
     args = parse_args(argv)
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)

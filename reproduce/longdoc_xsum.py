@@ -51,6 +51,7 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     import torch
 
+    _common.start_clock()  # `wall_seconds` in the results: this command, from here
     args = parse_args(argv)
     out = Path(args.output_dir)
     minilm = Path(args.warm_start) if args.warm_start else _common.minilm_folder(args.weights_from)

@@ -262,6 +262,7 @@ def model_card_section(rows: list[dict], baselines: dict, warm_start: str, comma
 def main(argv=None) -> int:
     import torch
 
+    _common.start_clock()  # `wall_seconds` in the results: this command, from here
     args = parse_args(argv)
     out = Path(args.output_dir)
     data = Path(args.data_dir)

@@ -201,6 +201,7 @@ def model_card_section(rows: list[dict], baselines: dict, args) -> str:
 def main(argv=None) -> int:
     import torch
 
+    _common.start_clock()  # `wall_seconds` in the results: this command, from here
     args = parse_args(argv)
     out = Path(args.output_dir)
     gpu = torch.cuda.is_available() and not args.smoke
