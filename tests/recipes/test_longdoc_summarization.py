@@ -234,3 +234,6 @@ def test_saved_model_records_the_document_length_it_trained_with(tokenizer, tmp_
     assert get_adapter(unrecorded, tokenizer).max_document_length == 64
     with pytest.raises(ValueError, match="`max_document_length` must be None or a positive int, got 0"):
         LongDocBartConfig(max_document_length=0)
+    for bad in (0, -5):  # set on the loaded config after __init__: checked when the model is built
+        with pytest.raises(ValueError, match=f"`max_document_length` must be None or a positive int, got {bad}"):
+            LongDocBartForConditionalGeneration.from_pretrained(tmp_path / "out", max_document_length=bad)

@@ -91,8 +91,6 @@ class LongDocBartConfig(BartConfig):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if max_document_length is not None and (not _is_int(max_document_length) or max_document_length < 1):
-            raise ValueError(f"`max_document_length` must be None or a positive int, got {max_document_length!r}.")
         self.max_document_length = max_document_length
         self.encoder_attention_type = encoder_attention_type
         self.neighborhood_radius = neighborhood_radius
@@ -109,6 +107,9 @@ class LongDocBartConfig(BartConfig):
         Raises:
             ValueError: naming the field, as the class docstring says.
         """
+        max_document_length = getattr(self, "max_document_length", None)
+        if max_document_length is not None and (not _is_int(max_document_length) or max_document_length < 1):
+            raise ValueError(f"`max_document_length` must be None or a positive int, got {max_document_length!r}.")
         encoder_attention_type, decoder_attention_type = self.encoder_attention_type, self.decoder_attention_type
         neighborhood_radius, conv_kernel_size, conv_stride = (self.neighborhood_radius, self.conv_kernel_size,
                                                               self.conv_stride)
