@@ -138,12 +138,12 @@ def test_files_without_usable_rows_raise_naming_the_argument_and_fields(tmp_path
                                                   {"id": "y", "document": "Persuasion.", "summary": ["a list"]},
                                                   {"id": 12, "document": "Mansfield Park.", "summary": "Fanny."}])
     rows = load_rows("summarization", good)
-    assert [r["id"] for r in rows] == ["good.jsonl:1", "12"] and [r["targets"] for r in rows] == [["A novel."],
+    assert [r["id"] for r in rows] == [f"{good}:1", "12"] and [r["targets"] for r in rows] == [["A novel."],
                                                                                                   ["Fanny."]]
     qa = _write_jsonl(tmp_path / "qa.jsonl", [{"question": "Who?", "context": "Emma.", "answers": {"text": ["Emma"]}},
                                               {"id": "n", "question": "Who?", "context": "Emma.",
                                                "answers": {"text": [3]}}])
-    assert [r["id"] for r in load_rows("qa", qa)] == ["qa.jsonl:1"]
+    assert [r["id"] for r in load_rows("qa", qa)] == [f"{qa}:1"]
     summarization = dict(task="summarization", max_document_length=32)
     with pytest.raises(ValueError, match=r"`train_file` .*wrong.jsonl holds no row with a document and a summary: "
                                          r"expected XSum-style string `document` and `summary`"):

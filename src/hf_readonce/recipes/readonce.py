@@ -114,7 +114,8 @@ def load_rows(task: str, path: str, limit: int | None = None, balance: bool = Fa
 
     Rows whose fields are missing, not strings or blank are set aside (summarization needs string `document` and
     `summary`; QA a string `question`, `context` and at least one non-blank answer text); a row without `id` is given
-    its line number in its file (`"<file name>:<line>"`). The result may be empty: [`run`] reports an empty file.
+    its position among its file's rows (`"<file path>:<row>"`, blank lines not counted). The result may be empty:
+    [`run`] reports an empty file.
 
     Raises:
         ValueError: an unknown `task`; from [`read_jsonl`], a line that is not a JSON object.
@@ -135,22 +136,22 @@ def load_rows(task: str, path: str, limit: int | None = None, balance: bool = Fa
         return mixture[:limit] if limit else mixture
     rows = []
     for file in files:
-        name = os.path.basename(file)
+        name = str(file)  # the path as given: two sources may share a file name (disfl_qa/train.jsonl, quoref/...)
         if task == "qa":
-            for line, e in enumerate(read_jsonl(file), start=1):
+            for row, e in enumerate(read_jsonl(file), start=1):
                 if not all(isinstance(e.get(key), str) and e[key].strip() for key in ("question", "context")):
                     continue
                 answers = e.get("answers")
                 texts = answers.get("text") if isinstance(answers, dict) else None
                 texts = [t for t in texts if isinstance(t, str) and t.strip()] if isinstance(texts, list) else []
                 if texts:
-                    rows.append({"id": str(e.get("id", f"{name}:{line}")), "question": e["question"],
+                    rows.append({"id": str(e.get("id", f"{name}:{row}")), "question": e["question"],
                                  "document": e["context"], "targets": texts})
         else:
-            for line, e in enumerate(read_jsonl(file), start=1):
+            for row, e in enumerate(read_jsonl(file), start=1):
                 document, summary = e.get("document"), e.get("summary")
                 if isinstance(document, str) and document.strip() and isinstance(summary, str) and summary.strip():
-                    rows.append({"id": str(e.get("id", f"{name}:{line}")), "question": "summary",
+                    rows.append({"id": str(e.get("id", f"{name}:{row}")), "question": "summary",
                                  "document": document, "targets": [summary]})
     return rows[:limit] if limit else rows
 
