@@ -606,3 +606,29 @@ def test_gguf_checkpoint_loads_as_a_plain_model_that_trains_and_saves(tmp_path):
     x = ids(1, 70)
     with torch.no_grad():
         torch.testing.assert_close(again(x).logits, model.eval()(x).logits)
+
+
+def test_a_hole_of_padding_is_skipped_by_the_targets():
+    """A real token before a hole of padding predicts the token after it, as in the row alone (the cached path runs
+    each row on its real tokens); padding predicts nothing."""
+    from hf_readonce.models.recurrent.modeling_recurrence import _targets_of_real_tokens
+
+    labels = torch.tensor([[5, 6, 0, 0, 7, 8], [0, 0, 1, 2, 3, 4]])
+    real = torch.tensor([[1, 1, 0, 0, 1, 1], [0, 0, 1, 1, 1, 1]]).bool()
+    assert _targets_of_real_tokens(labels, real).tolist() == [[6, 7, -100, -100, 8, -100],
+                                                              [-100, -100, 2, 3, 4, -100]]
+    model = tiny("llama")
+    row = ids(1, 23, seed=4)
+    holed = torch.cat([row[:, :10], torch.zeros(1, 3, dtype=torch.long), row[:, 10:]], dim=1)
+    mask = torch.ones_like(holed)
+    mask[0, 10:13] = 0
+    with torch.no_grad():
+        alone = model(row, labels=row, use_cache=True).loss
+        torch.testing.assert_close(model(holed, attention_mask=mask, labels=holed, use_cache=True).loss, alone)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_trainer_counts_the_shifted_labels(family):
+    """Trainer's `num_items_in_batch`, the loss's denominator, counts `labels[:, 1:]` for a causal-LM loss type; the
+    GPT-2 class name is not one transformers recognises, so the model says it (it counted one label per row more)."""
+    assert tiny(family).loss_type == "ForCausalLM"

@@ -412,6 +412,18 @@ class RecurrentCausalLMOutputWithPast(CausalLMOutputWithPast):
     num_windows: int | None = None
 
 
+def _targets_of_real_tokens(labels: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """`(batch, T)` targets of a padded batch: at each real column (`real`, bool `(batch, T)`) the label of the next
+    real column of its row (a hole of padding skipped), `-100` after the row's last real token and at padding."""
+    batch_size, length = labels.shape
+    columns = torch.arange(length, device=labels.device).expand(batch_size, length)
+    own = torch.where(real, columns, torch.full_like(columns, length))  # each real column's index, else past the end
+    after = torch.cat([own[:, 1:], own.new_full((batch_size, 1), length)], dim=1)
+    following = after.flip(1).cummin(dim=1).values.flip(1)  # the first real column after each column
+    padded = torch.cat([labels, labels.new_full((batch_size, 1), IGNORE_INDEX)], dim=1)
+    return padded.gather(1, following).masked_fill(~real, IGNORE_INDEX)
+
+
 def _leading_padding(attention_mask: torch.Tensor) -> torch.Tensor | None:
     """`(batch,)` count of padding columns before each row's first token, or None when no row starts with padding."""
     real = attention_mask.bool()
@@ -501,6 +513,9 @@ class RecurrentCausalLMMixin:
             recurrence_hidden_sizes=config.recurrence_hidden_sizes, recurrence_activation=config.recurrence_activation,
         )
         super().__init__(config, *args, **kwargs)
+        # Trainer counts `num_items_in_batch` after the shift for a causal-LM loss type; transformers derives the type
+        # from the class name, which `RecurrentGPT2LMHeadModel` does not match (it counted one label per row too many)
+        self.loss_type = "ForCausalLM"
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
@@ -614,8 +629,11 @@ class RecurrentCausalLMMixin:
                 `(batch_size, tokens_seen + T)`, as `generate()` passes it.
             labels (`torch.LongTensor` of shape `(batch_size, T)`, *optional*): as in `GPT2LMHeadModel` /
                 `LlamaForCausalLM` (shifted inside: position t predicts `labels[:, t + 1]`; `-100` ignored; with
-                `attention_mask`, a padding position predicts nothing and nothing predicts a padding token). Each
-                target is counted once across windows: overlap tokens are context only (§4.2).
+                `attention_mask`, a real token predicts the next real token's label and a padding position
+                nothing, as for each row alone). Each target is counted once across windows: overlap tokens are
+                context only (§4.2). With `Trainer`, whose `num_items_in_batch` counts `labels[:, 1:] != -100`
+                and is the loss's denominator, give padding the label -100 and pad on the right (a left-padded
+                row's first token is predicted by nothing), so that its count is the targets scored here.
             past_key_values ([`RecurrentCache`], *optional*): continue a stream (what `generate()` passes).
             use_cache (`bool`, *optional*, defaults to `config.use_cache`): in eval mode, run the cached path and
                 return a [`RecurrentCache`]. Ignored in training mode (no cache is built) unless `past_key_values`
@@ -663,12 +681,10 @@ class RecurrentCausalLMMixin:
             labels = labels.to(device).long()
             targets = torch.cat([labels[:, 1:], labels.new_full((batch_size, 1), IGNORE_INDEX)], dim=1)
             if attention_mask is not None and attention_mask.shape[1] >= length:
-                # as for each row alone: a padding position predicts nothing and no position predicts a padding
-                # token, so the loss and its denominator count the same targets on every path (the cached path
-                # scores real columns only)
-                real = attention_mask[:, -length:].to(device) != 0
-                next_real = torch.cat([real[:, 1:], real.new_ones(batch_size, 1)], dim=1)
-                targets = targets.masked_fill(~(real & next_real), IGNORE_INDEX)
+                # as for each row alone (what the cached path scores): a real token predicts the next *real* token's
+                # label, a padding position predicts nothing, so the loss and its denominator count the same
+                # targets on every path
+                targets = _targets_of_real_tokens(labels, attention_mask[:, -length:].to(device) != 0)
         shifts = None
         if not cached and attention_mask is not None:
             # the windows are cut at the same columns for every row, so a left-padded row would have its windows,
