@@ -215,6 +215,11 @@ def test_documents_and_question_past_the_positions_are_refused_before_any_work(r
     model.generate(questions, attention_mask=mask, document_caches=[caches, caches[:1]], recompute_ratio=ratio,
                    max_new_tokens=1, pad_token_id=0)
     model(questions, attention_mask=mask, document_caches=[caches, caches[:1]], recompute_ratio=ratio)
+    np = pytest.importorskip("numpy")
+    model.compose_batch(caches, 1, question_length=np.int64(2), recompute_ratio=ratio)  # numpy counts are counts
+    for bad in (2.5, -1, [1, 2], True):
+        with pytest.raises(ValueError, match="question_length"):
+            model.compose_batch(caches, 1, question_length=bad)
 
 
 def test_ratio_without_documents_is_refused():

@@ -928,9 +928,12 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
             _check_fingerprints(documents, fingerprint, "document_caches")
             rows, arguments = [documents], ["document_caches"]
         lengths = question_length.tolist() if torch.is_tensor(question_length) else question_length
-        lengths = [int(lengths)] * batch_size if isinstance(lengths, (int, float)) else [int(n) for n in lengths]
-        if len(lengths) != batch_size:
-            raise ValueError(f"`question_length` holds {len(lengths)} lengths for a batch of {batch_size} rows.")
+        lengths = [lengths] * batch_size if isinstance(lengths, numbers.Real) else list(lengths)
+        if len(lengths) != batch_size or any(isinstance(n, bool) or not isinstance(n, numbers.Real) or n != int(n)
+                                             or n < 0 for n in lengths):
+            raise ValueError(f"`question_length` must be a whole number >= 0 or one per row of the {batch_size}, "
+                             f"got {question_length!r}.")
+        lengths = [int(n) for n in lengths]
         if per_row:
             for documents, argument, length in zip(rows, arguments, lengths, strict=True):
                 _check_context_length(documents, length, self.config, argument)
