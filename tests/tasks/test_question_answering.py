@@ -100,6 +100,38 @@ def test_read_jsonl_reports_line(tmp_path):
         tokenize_questions(None, [""])
 
 
+def test_answers_outside_or_unlike_their_context_are_set_aside_or_named(tmp_path, tokenizer):
+    """An answer whose start lies outside the context, or where the context holds other text, or answers lists of
+    different lengths: set aside by `load_qa_examples` (the training scripts' reader), named by `build_features`
+    and `prepare_readtwice_qa_features` with labels (it was trained as unanswerable, or on another span)."""
+    import json
+
+    from hf_readonce.tasks.question_answering import answer_problem, load_qa_examples
+    from hf_readonce.tasks.readtwice_qa import prepare_readtwice_qa_features
+
+    context = "Emma is a novel by Jane Austen."
+    good = {"id": "ok", "question": "Who?", "context": context, "answers": {"text": ["Jane Austen"],
+                                                                            "answer_start": [19]}}
+    bad = {"far": {"text": ["zzz"], "answer_start": [100000]}, "negative": {"text": ["Emma"], "answer_start": [-5]},
+           "elsewhere": {"text": ["Jane Austen"], "answer_start": [10]}, "lists": {"text": ["a"], "answer_start": []},
+           "type": {"text": ["Emma"], "answer_start": ["0"]}}
+    rows = [good, {"id": "none", "question": "Who?", "context": context, "answers": {"text": [], "answer_start": []}}]
+    rows += [{"id": name, "question": "Who?", "context": context, "answers": answers} for name, answers in bad.items()]
+    assert answer_problem(good) is None and answer_problem(rows[1]) is None
+    assert "outside its context of 31 characters" in answer_problem(rows[2])
+    assert "not in the context at 10 ('novel by Ja' is)" in answer_problem(rows[4])
+    path = tmp_path / "answers.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    examples, skipped = load_qa_examples(path)
+    assert [e["id"] for e in examples] == ["ok", "none"] and skipped == list(bad)
+    for row in rows[2:]:
+        with pytest.raises(ValueError, match=f"example '{row['id']}'"):
+            build_features([good, row], tokenizer, with_labels=True)
+        with pytest.raises(ValueError, match=f"example '{row['id']}'"):
+            prepare_readtwice_qa_features(tokenizer, [good, row], segment_length=64, segment_overlap=16)
+    build_features(rows[2:], tokenizer)  # without labels the answers are not read
+
+
 def test_load_qa_examples_sets_aside_empty_rows(tmp_path):
     from hf_readonce.tasks.question_answering import load_qa_examples
 

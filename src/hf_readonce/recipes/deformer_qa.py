@@ -156,9 +156,14 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
         `null_score_diff_threshold`, timings in seconds and speed-up ratios.
 
     Raises:
-        ValueError: missing train/validation files, an unknown `eval_paths`, `cached` with k = 0, or
-            `calibration_fraction` outside [0, 1).
+        ValueError: missing train/validation files, an unknown `eval_paths`, `cached` with k = 0,
+            `calibration_fraction` outside [0, 1), or a `max_question_length` that leaves `max_seq_length` fewer
+            than 2 passage tokens (naming both).
     """
+    if data_args.max_seq_length - data_args.max_question_length < 2:
+        raise ValueError(f"`max_question_length` {data_args.max_question_length} leaves no room for the passage in "
+                         f"`max_seq_length` {data_args.max_seq_length}: a window holds max_seq_length - "
+                         "max_question_length tokens of the passage (at least 2).")
     set_seed(training_args.seed)
     path = model_args.model_name_or_path or str(minilm_path())
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -209,8 +214,8 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
         if file:
             loaded, skipped = load_qa_examples(file, limit)
             if skipped:
-                logger.warning("%s: set aside %d rows with an empty question or context: %s", file, len(skipped),
-                               ", ".join(skipped[:10]))
+                logger.warning("%s: set aside %d rows with an empty question or context, or answers not in it: %s",
+                               file, len(skipped), ", ".join(skipped[:10]))
             metrics[f"{name}_skipped_rows"] = len(skipped)
             if name == "train":
                 train_examples = loaded
@@ -225,7 +230,8 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
         for extra_file in data_args.extra_train_files:
             extra, skipped = load_qa_examples(extra_file, data_args.max_train_samples)
             if skipped:
-                logger.warning("%s: set aside %d rows with an empty question or context", extra_file, len(skipped))
+                logger.warning("%s: set aside %d rows with an empty question or context, or answers not in it",
+                               extra_file, len(skipped))
             extra_rows = training_rows(extra, tokenizer, negative_window_fraction=data_args.extra_negative_window_fraction,
                                        seed=training_args.seed, **feature_kwargs)
             logger.info("%s: %d examples -> %d features", extra_file, len(extra), len(extra_rows))

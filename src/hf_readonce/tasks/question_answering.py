@@ -13,7 +13,7 @@ import math
 import random
 import re
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -33,11 +33,39 @@ from ..representations.deformer_bert import (
 from .jsonl import field_problem, read_jsonl
 
 
+def answer_problem(example: Mapping) -> str | None:
+    """What is wrong with a SQuAD-style row's `answers` (`{"text": [...], "answer_start": [...]}`), or None when
+    nothing is: absent or empty answers are an unanswerable question, not a problem.
+
+    A problem: `answers` not a dict, `text` / `answer_start` not lists or of different lengths, a text that is not a
+    string, a start that is not a whole number, outside the context, or where the context does not hold the text
+    (such a row would be trained as unanswerable, or on another span, without a word).
+    """
+    answers = example.get("answers")
+    if answers is None or answers == {}:
+        return None
+    if not isinstance(answers, Mapping):
+        return f"'answers' is a {type(answers).__name__}, not a dict"
+    texts, starts = answers.get("text") or [], answers.get("answer_start") or []
+    if not isinstance(texts, list) or not isinstance(starts, list) or len(texts) != len(starts):
+        return "'answers' needs lists 'text' and 'answer_start' of the same length"
+    context = example.get("context") if isinstance(example.get("context"), str) else ""
+    for text, start in zip(texts, starts, strict=True):
+        if not isinstance(text, str) or isinstance(start, bool) or not isinstance(start, int):
+            return f"answer {text!r} at {start!r}: a text needs a string and a whole-number 'answer_start'"
+        if not 0 <= start <= len(context) - len(text):
+            return f"answer {text!r} starts at {start}, outside its context of {len(context)} characters"
+        if context[start:start + len(text)] != text:
+            return f"answer {text!r} is not in the context at {start} ({context[start:start + len(text)]!r} is)"
+    return None
+
+
 def load_qa_examples(path: str | Path, limit: int | None = None) -> tuple[list[dict], list[str]]:
     """Read SQuAD-style JSONL and set aside unusable rows instead of failing a long run on them.
 
-    A row is unusable when its `question` or `context` is missing, not a string, or blank. Real data has such rows
-    (Disfl-QA validation has one empty question).
+    A row is unusable when its `question` or `context` is missing, not a string, or blank (real data has such rows:
+    Disfl-QA validation has one empty question), or when its `answers` do not match its context
+    ([`answer_problem`]: such a row would be trained as unanswerable or on another span).
 
     Args:
         path: JSONL file (see [`read_jsonl`]).
@@ -55,6 +83,7 @@ def load_qa_examples(path: str | Path, limit: int | None = None) -> tuple[list[d
     examples, skipped = [], []
     for number, row in enumerate(rows, start=1):
         usable = all(isinstance(row.get(key), str) and row[key].strip() for key in ("question", "context"))
+        usable = usable and answer_problem(row) is None
         (examples if usable else skipped).append(row if usable else str(row.get("id", f"line {number}")))
     if not examples:
         raise ValueError(f"{path}: no row has both a non-empty 'question' and 'context'.")
@@ -91,12 +120,16 @@ def build_features(
         of unique passage `p`; `passages` the unique passage texts.
 
     Raises:
-        ValueError: from [`tokenize_questions`] / [`split_passages`], or an example missing `context`/`question`.
+        ValueError: from [`tokenize_questions`] / [`split_passages`], an example missing `context`/`question`, or
+            (with `with_labels`) answers that do not match the context ([`answer_problem`], naming the example).
     """
     passages, passage_ids = [], {}
     for i, example in enumerate(examples):
         if "context" not in example or "question" not in example:
             raise ValueError(f"example {i} needs 'context' and 'question' fields.")
+        problem = answer_problem(example) if with_labels else None
+        if problem:
+            raise ValueError(f"example {example.get('id', i)!r}: {problem}.")
         passage_ids.setdefault(example["context"], len(passages))
         if passage_ids[example["context"]] == len(passages):
             passages.append(example["context"])
@@ -571,6 +604,7 @@ __all__ = [
     "is_calibration_passage",
     "passages_of",
     "encode_windows",
+    "answer_problem",
     "load_qa_examples",
     "pad_batch",
     "pair_inputs",

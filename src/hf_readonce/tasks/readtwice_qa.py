@@ -32,6 +32,7 @@ from ..models.readtwice_bert.pipeline_readtwice_bert import (
     segment_span_candidates,
 )
 from ..representations.readtwice_bert import capitalized_mentions
+from .question_answering import answer_problem
 
 MentionFn = Callable[[str], list[tuple[int, int]]]
 
@@ -134,12 +135,16 @@ def prepare_readtwice_qa_features(
         `list[ReadTwiceQAFeature]`, one per example, in order.
 
     Raises:
-        ValueError: if `segment_overlap` is not in `[0, segment_length)` or leaves no room for context tokens.
+        ValueError: if `segment_overlap` is not in `[0, segment_length)` or leaves no room for context tokens, or
+            an example's answers do not match its context ([`question_answering.answer_problem`], naming it).
     """
     if not 0 <= segment_overlap < segment_length:
         raise ValueError(f"`segment_overlap` must be in [0, segment_length={segment_length}), got {segment_overlap}.")
     features = []
     for index, example in enumerate(examples):
+        problem = answer_problem(example)
+        if problem:
+            raise ValueError(f"example {example.get('id', index)!r}: {problem}.")
         question, context = example["question"].strip(), example["context"]
         context_mentions = mention_fn(context) if mention_fn else []
         question_ids = None
