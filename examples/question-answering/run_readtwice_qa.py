@@ -151,6 +151,10 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
             segment_length=data_args.segment_length,
             segment_overlap=data_args.segment_overlap,
         )
+    if with_entities and model_args.entity_source == "capitalized":
+        # recorded, as the ReadOnce and LongDoc recipes record their reading settings: `hf-readonce encode`,
+        # `answer` and `publish` read the mention finder from the checkpoint (a spaCy model cannot be named there)
+        model.config.mentions = "capitalized_mentions"
     collator = ReadTwiceQACollator(tokenizer.pad_token_id, with_entities=with_entities)
     metrics = {"model": "baseline" if model_args.baseline else f"readtwice-{model_args.memory_type}"
                + ("(SS)" if model_args.single_segment else "") + ("" if question_in_first_read else "-read-once"),

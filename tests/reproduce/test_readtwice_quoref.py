@@ -23,6 +23,10 @@ def test_readtwice_quoref_smoke(tmp_path, data_dir, tiny_bert):
     for row in ("baseline", "e"):
         with safe_open(out / row / "model.safetensors", "pt") as weights:
             assert {weights.get_slice(name).get_dtype() for name in weights.keys()} == {"F32"}, row
+    # the entity row records its mention finder, so `hf-readonce encode` / `publish` read it from the checkpoint
+    import json
+
+    assert json.loads((out / "e" / "config.json").read_text())["mentions"] == "capitalized_mentions"
     results = check_results(out / "results.json", rows=2)
     baseline, e = results["rows"]
     assert (baseline["model"], e["model"]) == ("baseline", "readtwice-entity")
