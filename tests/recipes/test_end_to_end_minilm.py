@@ -190,3 +190,14 @@ def test_reference_checkpoint_checksum_is_verified(tmp_path):
     (copy / "config.json").unlink()
     with pytest.raises(FileNotFoundError, match="config.json"):
         verify_checksums(copy)
+
+
+def test_a_question_length_that_leaves_no_passage_is_named_before_loading(tmp_path, monkeypatch):
+    """`--max_question_length 300 --max_seq_length 256` named the derived `max_passage_length` -44."""
+    import hf_readonce.recipes.deformer_qa as recipe
+
+    monkeypatch.setattr(recipe.AutoTokenizer, "from_pretrained", lambda *a, **k: pytest.fail("loaded first"))
+    with pytest.raises(ValueError, match="`max_question_length` 300 leaves no room for the passage in "
+                                         "`max_seq_length` 256"):
+        run(ModelArguments(), DataArguments(max_seq_length=256, max_question_length=300),
+            TrainingArguments(output_dir=str(tmp_path), do_eval=True, use_cpu=True, report_to="none"))

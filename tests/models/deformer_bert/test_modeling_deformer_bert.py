@@ -296,6 +296,9 @@ def test_auxiliary_losses():
     with pytest.raises(ValueError, match="teacher logits shape"):
         model(ids, mask, types, start_positions=starts, end_positions=ends,
               teacher_start_logits=t.start_logits[:, :-1], teacher_end_logits=t.end_logits)
+    for alone in ({"teacher_start_logits": t.start_logits}, {"teacher_end_logits": t.end_logits}):
+        with pytest.raises(ValueError, match=f"`{next(iter(alone))}` was given without its pair"):  # L_kd dropped
+            model(ids, mask, types, start_positions=starts, end_positions=ends, **alone)
 
 
 def test_losses_follow_the_authors_code():

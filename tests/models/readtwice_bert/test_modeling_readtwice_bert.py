@@ -641,3 +641,8 @@ def test_float_indices_mismatched_question_masks_and_unpaired_labels_are_refused
         model(ids, **call, start_positions=torch.tensor([7, 8, 7, 8, 9]), end_positions=torch.tensor([8.0] * 5))
     starts, ends = torch.tensor([7, 8, 7, 8, 9]), torch.tensor([8, 9, 8, 9, 10])  # rows: 3 + 2 question/segment pairs
     assert model(ids, **call, start_positions=starts, end_positions=ends).loss.isfinite()
+    with pytest.raises(ValueError, match=r"span positions must be .* got shape \(5, 1, 1\)"):  # a torch error before
+        model(ids, **call, start_positions=starts[:, None, None], end_positions=ends[:, None, None])
+    with pytest.raises(ValueError, match="`question_input_ids` holds 70 tokens per question, more than the model's "
+                                         "max_position_embeddings 64"):
+        model(ids, **{**call, "question_input_ids": segments(2, length=70, seed=4)})

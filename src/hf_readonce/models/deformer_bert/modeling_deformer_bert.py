@@ -649,10 +649,14 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
             given.
 
         Raises:
-            ValueError: as [`DeformerBertModel.forward`]; teacher tensors whose shapes do not match; one of
-                `start_positions` / `end_positions` without the other, a float one, or one of another shape than
-                `(batch_size,)`.
+            ValueError: as [`DeformerBertModel.forward`]; teacher tensors whose shapes do not match, or one teacher
+                logits tensor without the other; one of `start_positions` / `end_positions` without the other, a
+                float one, or one of another shape than `(batch_size,)`.
         """
+        if (teacher_start_logits is None) != (teacher_end_logits is None):
+            given = "teacher_start_logits" if teacher_end_logits is None else "teacher_end_logits"
+            raise ValueError(f"`{given}` was given without its pair: pass both `teacher_start_logits` and "
+                             "`teacher_end_logits` for the distillation loss L_kd, or neither.")
         need_states = teacher_hidden_states is not None and self.config.lrs_loss_weight > 0
         outputs = self.bert(
             input_ids,

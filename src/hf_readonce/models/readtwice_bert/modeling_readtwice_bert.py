@@ -894,6 +894,10 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
                 question_document_ids = doc.document_ids[:1].expand(question_input_ids.shape[0])
             if tuple(question_document_ids.shape) != (question_input_ids.shape[0],):
                 raise ValueError("`question_document_ids` must have shape (num_questions,).")
+            if question_input_ids.shape[1] > config.max_position_embeddings:
+                raise ValueError(f"`question_input_ids` holds {question_input_ids.shape[1]} tokens per question, more "
+                                 f"than the model's max_position_embeddings {config.max_position_embeddings}: "
+                                 "truncate the questions (e.g. `max_question_length`).")
             questions = self._bert1(question_input_ids, question_attention_mask, question_token_type_ids, **kwargs)
             match = question_document_ids.to(device)[:, None] == doc.document_ids[None, :]
             orphan = ~match.any(dim=1)
@@ -995,8 +999,9 @@ def readtwice_span_loss(
     def boundary(logits, positions):
         if positions.dim() == 1:
             positions = positions[:, None]
-        if positions.shape[0] != num_rows:
-            raise ValueError(f"positions have {positions.shape[0]} rows, logits {num_rows}.")
+        if positions.dim() != 2 or positions.shape[0] != num_rows:
+            raise ValueError(f"span positions must be (num_rows,) or (num_rows, max_answers) with num_rows = "
+                             f"{num_rows}, got shape {tuple(positions.shape)}.")
         positions = positions.to(logits.device).long()
         ok = (positions >= 0) & (positions < length)
         gold = torch.zeros_like(valid)
