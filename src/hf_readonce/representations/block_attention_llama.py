@@ -258,8 +258,10 @@ register_family(
                 "generate = pipeline(\"text-generation\", model=\"{repo_id}\", trust_remote_code=True)  # as Llama\n\n"
                 "model = AutoModelForCausalLM.from_pretrained(\"{repo_id}\", trust_remote_code=True).eval()\n"
                 "tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\"{trust})\n"
+                "documents = [\"Emma is a novel by Jane Austen.\", \"Persuasion was published in 1817.\"]\n"
                 "docs = [tokenizer(d, return_tensors=\"pt\").input_ids for d in documents]\n"
                 "caches = [model.encode_documents(ids) for ids in docs]   # each read once, alone; store them\n"
+                "q = \"\\n\\nQuestion: Who wrote Emma?\\nAnswer:\"\n"
                 "question = tokenizer(q, add_special_tokens=False, return_tensors=\"pt\").input_ids\n"
                 "out = model.generate(question, document_caches=caches, max_new_tokens=32)\n```"
             ),

@@ -209,6 +209,8 @@ register_family(
                 "```python\nfrom transformers import AutoModelForSeq2SeqLM, AutoTokenizer\n\n"
                 "model = AutoModelForSeq2SeqLM.from_pretrained(\"{repo_id}\", trust_remote_code=True).eval()\n"
                 "tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\"{trust})\n"
+                "passages = [\"Emma is a novel by Jane Austen, published in December 1815.\"]\n"
+                "questions = [\"Who wrote Emma?\"]   # one per passage, in order\n"
                 "doc = tokenizer(passages, truncation=True, max_length=256, padding=True, return_tensors=\"pt\")\n"
                 "reps = model.encode_documents(doc.input_ids, doc.attention_mask)   # read once\n"
                 "q = tokenizer(questions, padding=True, return_tensors=\"pt\")\n"

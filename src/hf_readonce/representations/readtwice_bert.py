@@ -387,6 +387,7 @@ register_family(
             usage=(
                 "```python\nfrom transformers import pipeline\n\n"
                 "qa = pipeline(\"question-answering\", model=\"{repo_id}\", trust_remote_code=True)\n"
+                "long_document = \"Emma is a novel by Jane Austen, published in December 1815. \" * 40   # any text\n"
                 "qa(question=[\"Who wrote Emma?\", \"When was it published?\"], context=long_document)\n"
                 "# the document is cut into the model's segments; the best span is picked across all of them\n```\n\n"
                 "Or the model itself (hf-readonce is not needed): a flat batch of segments `(num_segments, "

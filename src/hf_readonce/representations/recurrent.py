@@ -29,6 +29,8 @@ _CARD = CardText(
         "```python\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n\n"
         "model = AutoModelForCausalLM.from_pretrained(\"{repo_id}\"{trust}).eval()\n"
         "tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\"{trust})\n"
+        "text = (\"It is a truth universally acknowledged, that a single man in possession of a good fortune, \"\n"
+        "        \"must be in want of a wife. \") * 40\n"
         "ids = tokenizer(text, return_tensors=\"pt\").input_ids   # may be longer than the position table\n"
         "out = model.generate(ids, max_new_tokens=50)\n```"
     ),
