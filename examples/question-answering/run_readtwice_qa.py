@@ -118,13 +118,14 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
     mentions = mention_function(model_args)
     with_entities = not model_args.baseline and model_args.memory_type == "entity"
 
-    def features_of(file, limit):
-        examples, skipped = load_qa_examples(file, limit=limit)
+    def features_of(file, limit, training=False):
+        examples, skipped = load_qa_examples(file, limit=limit, check_answers=training)  # gold spans: training only
         if skipped:
             logger.warning("%s: skipped %d unusable rows", file, len(skipped))
         features = prepare_readtwice_qa_features(
             tokenizer, examples, data_args.segment_length, data_args.segment_overlap, question_in_first_read,
             data_args.max_question_length, mentions if with_entities else None, data_args.max_segments,
+            check_answers=training,
         )
         counts = [f.num_segments for f in features]
         logger.info("%s: %d documents, %.2f segments per document on average (max %d), %.1f%% with >1 segment",
@@ -162,7 +163,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
     if command:
         metrics["command"] = command
     if training_args.do_train:
-        _, train_features = features_of(data_args.train_file, data_args.max_train_samples)
+        _, train_features = features_of(data_args.train_file, data_args.max_train_samples, training=True)
         metrics["train_segments_per_document"] = float(np.mean([f.num_segments for f in train_features]))
         callbacks = [TimeBudgetCallback(data_args.train_time_budget_s)] if data_args.train_time_budget_s else None
         trainer = Trainer(model=model, args=training_args, train_dataset=train_features, data_collator=collator,

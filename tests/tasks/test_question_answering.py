@@ -122,14 +122,34 @@ def test_answers_outside_or_unlike_their_context_are_set_aside_or_named(tmp_path
     assert "not in the context at 10 ('novel by Ja' is)" in answer_problem(rows[4])
     path = tmp_path / "answers.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    examples, skipped = load_qa_examples(path)
+    examples, skipped = load_qa_examples(path, check_answers=True)  # a training file
     assert [e["id"] for e in examples] == ["ok", "none"] and skipped == list(bad)
+    assert load_qa_examples(path) == (rows, [])  # evaluation scores answer texts only: every row kept
     for row in rows[2:]:
         with pytest.raises(ValueError, match=f"example '{row['id']}'"):
             build_features([good, row], tokenizer, with_labels=True)
         with pytest.raises(ValueError, match=f"example '{row['id']}'"):
             prepare_readtwice_qa_features(tokenizer, [good, row], segment_length=64, segment_overlap=16)
     build_features(rows[2:], tokenizer)  # without labels the answers are not read
+    prepare_readtwice_qa_features(tokenizer, rows[2:], segment_length=64, segment_overlap=16, check_answers=False)
+    # what datasets, numpy and pandas hand over is a SQuAD row too: tuples, numpy integers and arrays
+    np = pytest.importorskip("numpy")
+    labelled = build_features([good], tokenizer, with_labels=True)[0][0]
+    for answers in ({"text": ("Jane Austen",), "answer_start": (19,)},
+                    {"text": ["Jane Austen"], "answer_start": [np.int64(19)]},
+                    {"text": np.array(["Jane Austen", "Jane Austen"]), "answer_start": np.array([19, 19])}):
+        row = {**good, "answers": answers}
+        assert answer_problem(row) is None
+        got = build_features([row], tokenizer, with_labels=True)[0][0]
+        assert (got["start_positions"], got["end_positions"]) == (labelled["start_positions"],
+                                                                   labelled["end_positions"])
+        assert any(prepare_readtwice_qa_features(tokenizer, [row], segment_length=64, segment_overlap=16)[0]
+                   .start_positions)
+    text_only = {**good, "answers": {"text": ["Jane Austen"]}}  # enough to score, not to train
+    assert answer_problem(text_only) is None
+    prepare_readtwice_qa_features(tokenizer, [text_only], segment_length=64, segment_overlap=16)
+    with pytest.raises(ValueError, match="need 'answer_start'"):
+        build_features([text_only], tokenizer, with_labels=True)
 
 
 def test_load_qa_examples_sets_aside_empty_rows(tmp_path):

@@ -212,7 +212,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
                               ("eval", data_args.validation_file if training_args.do_eval else None,
                                data_args.max_eval_samples)):
         if file:
-            loaded, skipped = load_qa_examples(file, limit)
+            loaded, skipped = load_qa_examples(file, limit, check_answers=name == "train")  # labels: train only
             if skipped:
                 logger.warning("%s: set aside %d rows with an empty question or context, or answers not in it: %s",
                                file, len(skipped), ", ".join(skipped[:10]))
@@ -228,7 +228,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
     if training_args.do_train:
         rows = training_rows(train_examples, tokenizer, **feature_kwargs)
         for extra_file in data_args.extra_train_files:
-            extra, skipped = load_qa_examples(extra_file, data_args.max_train_samples)
+            extra, skipped = load_qa_examples(extra_file, data_args.max_train_samples, check_answers=True)
             if skipped:
                 logger.warning("%s: set aside %d rows with an empty question or context, or answers not in it",
                                extra_file, len(skipped))

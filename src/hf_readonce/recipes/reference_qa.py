@@ -74,7 +74,7 @@ def train(args) -> dict:
     data_dir = Path(args.data_dir)
     rows, counts = [], {}
     for name in args.datasets:
-        examples, _ = load_qa_examples(data_dir / name / "train.jsonl")
+        examples, _ = load_qa_examples(data_dir / name / "train.jsonl", check_answers=True)
         examples, calibration = split_calibration(examples)
         negatives = 1.0 if name == "disfl_qa" else args.negative_window_fraction
         part = training_rows(examples, tokenizer, args.max_question_length,

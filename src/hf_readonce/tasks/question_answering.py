@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import operator
 import random
 import re
 import warnings
@@ -34,25 +35,35 @@ from .jsonl import field_problem, read_jsonl
 
 
 def answer_problem(example: Mapping) -> str | None:
-    """What is wrong with a SQuAD-style row's `answers` (`{"text": [...], "answer_start": [...]}`), or None when
-    nothing is: absent or empty answers are an unanswerable question, not a problem.
+    """What is wrong with a SQuAD-style row's `answers` (`{"text": [...], "answer_start": [...]}`) as training
+    labels, or None when nothing is: absent or empty answers are an unanswerable question, and answers given as
+    texts alone (no `answer_start`: enough to score predictions) are not checked.
 
-    A problem: `answers` not a dict, `text` / `answer_start` not lists or of different lengths, a text that is not a
-    string, a start that is not a whole number, outside the context, or where the context does not hold the text
-    (such a row would be trained as unanswerable, or on another span, without a word).
+    A problem: `answers` not a dict, `text` / `answer_start` not sequences (lists, tuples, arrays) or of different
+    lengths, a text that is not a string, a start that is not a whole number (numpy integers are), outside the
+    context, or where the context does not hold the text (such a row would be trained as unanswerable, or on another
+    span, without a word).
     """
     answers = example.get("answers")
-    if answers is None or answers == {}:
+    if answers is None or (isinstance(answers, Mapping) and not answers):
         return None
     if not isinstance(answers, Mapping):
         return f"'answers' is a {type(answers).__name__}, not a dict"
-    texts, starts = answers.get("text") or [], answers.get("answer_start") or []
-    if not isinstance(texts, list) or not isinstance(starts, list) or len(texts) != len(starts):
-        return "'answers' needs lists 'text' and 'answer_start' of the same length"
+    texts, starts = answers.get("text"), answers.get("answer_start")
+    if starts is None:
+        return None
+    if isinstance(texts, (str, bytes)) or isinstance(starts, (str, bytes)) \
+            or not all(hasattr(x, "__len__") and hasattr(x, "__iter__") for x in (texts, starts)) \
+            or len(texts) != len(starts):
+        return "'answers' needs sequences 'text' and 'answer_start' of the same length"
     context = example.get("context") if isinstance(example.get("context"), str) else ""
     for text, start in zip(texts, starts, strict=True):
-        if not isinstance(text, str) or isinstance(start, bool) or not isinstance(start, int):
-            return f"answer {text!r} at {start!r}: a text needs a string and a whole-number 'answer_start'"
+        try:
+            start = operator.index(start) if not isinstance(start, bool) else None
+        except TypeError:
+            start = None
+        if not isinstance(text, str) or start is None:
+            return f"answer {text!r}: a text needs a string and a whole-number 'answer_start'"
         if not 0 <= start <= len(context) - len(text):
             return f"answer {text!r} starts at {start}, outside its context of {len(context)} characters"
         if context[start:start + len(text)] != text:
@@ -60,12 +71,14 @@ def answer_problem(example: Mapping) -> str | None:
     return None
 
 
-def load_qa_examples(path: str | Path, limit: int | None = None) -> tuple[list[dict], list[str]]:
+def load_qa_examples(path: str | Path, limit: int | None = None,
+                     check_answers: bool = False) -> tuple[list[dict], list[str]]:
     """Read SQuAD-style JSONL and set aside unusable rows instead of failing a long run on them.
 
     A row is unusable when its `question` or `context` is missing, not a string, or blank (real data has such rows:
-    Disfl-QA validation has one empty question), or when its `answers` do not match its context
-    ([`answer_problem`]: such a row would be trained as unanswerable or on another span).
+    Disfl-QA validation has one empty question), and, with `check_answers` (default False; the training readers
+    pass True), when its `answers` do not match its context ([`answer_problem`]: such a row would be trained as
+    unanswerable or on another span). Evaluation compares answer texts only, so it keeps such rows.
 
     Args:
         path: JSONL file (see [`read_jsonl`]).
@@ -83,10 +96,11 @@ def load_qa_examples(path: str | Path, limit: int | None = None) -> tuple[list[d
     examples, skipped = [], []
     for number, row in enumerate(rows, start=1):
         usable = all(isinstance(row.get(key), str) and row[key].strip() for key in ("question", "context"))
-        usable = usable and answer_problem(row) is None
+        usable = usable and not (check_answers and answer_problem(row))
         (examples if usable else skipped).append(row if usable else str(row.get("id", f"line {number}")))
     if not examples:
-        raise ValueError(f"{path}: no row has both a non-empty 'question' and 'context'.")
+        raise ValueError(f"{path}: no row has both a non-empty 'question' and 'context'"
+                         + (" and answers that match the context." if check_answers else "."))
     return examples, skipped
 
 
@@ -128,6 +142,10 @@ def build_features(
         if "context" not in example or "question" not in example:
             raise ValueError(f"example {i} needs 'context' and 'question' fields.")
         problem = answer_problem(example) if with_labels else None
+        answers = example.get("answers") or {} if with_labels else {}
+        if with_labels and not problem and answers.get("text") is not None and len(answers["text"]) \
+                and answers.get("answer_start") is None:
+            problem = "training labels need 'answer_start' beside each answer 'text'"
         if problem:
             raise ValueError(f"example {example.get('id', i)!r}: {problem}.")
         passage_ids.setdefault(example["context"], len(passages))
@@ -143,8 +161,8 @@ def build_features(
             if with_labels:
                 start = end = 0
                 answers = example.get("answers") or {}
-                if answers.get("text"):
-                    span = span_in_window(window, answers["answer_start"][0], answers["text"][0])
+                if answers.get("text") is not None and len(answers["text"]):
+                    span = span_in_window(window, int(answers["answer_start"][0]), answers["text"][0])
                     if span is not None:
                         start, end = (len(questions[i]) + span[0], len(questions[i]) + span[1])
                 feature["start_positions"], feature["end_positions"] = start, end

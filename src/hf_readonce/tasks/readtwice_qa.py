@@ -116,6 +116,7 @@ def prepare_readtwice_qa_features(
     max_question_length: int = 64,
     mention_fn: MentionFn | None = None,
     max_segments: int | None = None,
+    check_answers: bool = True,
 ) -> list[ReadTwiceQAFeature]:
     """Split SQuAD-style examples (`question`, `context`, `answers{text[], answer_start[]}`) into ReadTwice segments.
 
@@ -130,19 +131,22 @@ def prepare_readtwice_qa_features(
             to the context and (paper layout) to the question; needed for `memory_type="entity"`.
         max_segments (`int`, *optional*): keep only the first `max_segments` segments of a document (the paper's
             sub-document limit is 128).
+        check_answers (`bool`, defaults to `True`): refuse answers that do not match their context (the gold spans
+            are training labels); pass False for rows read only to be answered and scored by text.
 
     Returns:
         `list[ReadTwiceQAFeature]`, one per example, in order.
 
     Raises:
         ValueError: if `segment_overlap` is not in `[0, segment_length)` or leaves no room for context tokens, or
-            an example's answers do not match its context ([`question_answering.answer_problem`], naming it).
+            with `check_answers` an example's answers do not match its context
+            ([`question_answering.answer_problem`], naming it).
     """
     if not 0 <= segment_overlap < segment_length:
         raise ValueError(f"`segment_overlap` must be in [0, segment_length={segment_length}), got {segment_overlap}.")
     features = []
     for index, example in enumerate(examples):
-        problem = answer_problem(example)
+        problem = answer_problem(example) if check_answers else None
         if problem:
             raise ValueError(f"example {example.get('id', index)!r}: {problem}.")
         question, context = example["question"].strip(), example["context"]
@@ -165,7 +169,8 @@ def prepare_readtwice_qa_features(
                                 return_overflowing_tokens=True, return_offsets_mapping=True)
         check_overflow_windows(tokenizer, encoded, [context], 1 if question_in_first_read else 0)
         answers = example.get("answers") or {}
-        gold_answers = list(zip(answers.get("answer_start") or [], answers.get("text") or []))
+        starts, texts = answers.get("answer_start"), answers.get("text")
+        gold_answers = list(zip([] if starts is None else [int(a) for a in starts], [] if texts is None else texts))
         feature = ReadTwiceQAFeature(index, [], [], [], [], [], [], question_ids)
         for seg in range(len(encoded["input_ids"])):
             if max_segments is not None and seg >= max_segments:

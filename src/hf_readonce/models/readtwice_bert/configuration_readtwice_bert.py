@@ -87,8 +87,9 @@ class ReadTwiceBertConfig(BertConfig):
 
     model_type = "readtwice_bert"
     # fields the first read never reads, besides the ones no family's representation reads
-    # (`modeling_readtwice_bert._FINGERPRINT_IGNORED_FIELDS`): a training loss weight
-    fingerprint_ignored_fields = ("coref_loss_weight",)
+    # (`modeling_readtwice_bert._FINGERPRINT_IGNORED_FIELDS`): a training loss weight, and the recorded mention finder
+    # (`mentions`, a reading setting the store keys as such, as the other families' recorded lengths)
+    fingerprint_ignored_fields = ("coref_loss_weight", "mentions")
 
     def __init__(
         self,
