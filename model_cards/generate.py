@@ -553,7 +553,8 @@ def recurrent_card():
              [runs[f"recurrent_ov{o}"] for o in AUSTEN_OVERLAPS]),
             (f"recurrent, L = {run['recurrence_layer']}, recurrence lr 2e-3 (one model per overlap)",
              [runs[f"recurrent_lr2e-3_ov{o}"] for o in AUSTEN_OVERLAPS])]
-    table = ["Token perplexity on the test book at each evaluation overlap; the recurrent models are trained at the "
+    table = ["Below, every model of the run (this checkpoint is the recurrent model at overlap 0): token perplexity "
+             "on the test book at each evaluation overlap; the recurrent models are trained at the "
              "overlap they are evaluated with (the paper's protocol, §4.2, §5), the baselines are one model each "
              "evaluated at every overlap. Validation (Northanger Abbey) at the trained overlap in the last column.", "",
              "| model | overlap 0 | overlap 5 | overlap 30 | validation |", "|---|---|---|---|---|"]

@@ -114,8 +114,8 @@ def load_model(model_args):
     return model, tokenizer
 
 
-def rows_of(path, limit, data_args):
-    examples, skipped = load_qa_examples(path)
+def rows_of(path, limit, data_args, training=False):
+    examples, skipped = load_qa_examples(path, check_answers=training)  # answers become labels in training only
     if skipped:
         logger.warning("%s: skipped %d unusable rows", path, len(skipped))
     # distractors come from the whole split, then the rows are cut: a smoke run sees the same distractors
@@ -162,7 +162,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
                "block_attention": model_args.block_attention, "num_distractors": data_args.num_distractors,
                "max_document_length": data_args.max_document_length, "store_dtype": data_args.store_dtype}
     if training_args.do_train:
-        train = rows_of(data_args.train_file, data_args.max_train_samples, data_args)
+        train = rows_of(data_args.train_file, data_args.max_train_samples, data_args, training=True)
         if not data_args.keep_truncated_answers:
             kept = [e for e in train if answer_kept(tokenizer, e, data_args.max_document_length)]
             metrics["train_rows_dropped_answer_truncated"] = len(train) - len(kept)

@@ -124,14 +124,16 @@ def test_answers_outside_or_unlike_their_context_are_set_aside_or_named(tmp_path
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     examples, skipped = load_qa_examples(path, check_answers=True)  # a training file
     assert [e["id"] for e in examples] == ["ok", "none"] and skipped == list(bad)
-    assert load_qa_examples(path) == (rows, [])  # evaluation scores answer texts only: every row kept
+    # evaluation scores answer texts only: every row kept but the one whose lists do not pair up
+    assert load_qa_examples(path) == ([row for row in rows if row["id"] != "lists"], ["lists"])
     for row in rows[2:]:
         with pytest.raises(ValueError, match=f"example '{row['id']}'"):
             build_features([good, row], tokenizer, with_labels=True)
         with pytest.raises(ValueError, match=f"example '{row['id']}'"):
             prepare_readtwice_qa_features(tokenizer, [good, row], segment_length=64, segment_overlap=16)
     build_features(rows[2:], tokenizer)  # without labels the answers are not read
-    prepare_readtwice_qa_features(tokenizer, rows[2:], segment_length=64, segment_overlap=16, check_answers=False)
+    scored_only = [row for row in rows[2:] if row["id"] != "lists"]  # lists that do not pair up stay refused
+    prepare_readtwice_qa_features(tokenizer, scored_only, segment_length=64, segment_overlap=16, check_answers=False)
     # what datasets, numpy and pandas hand over is a SQuAD row too: tuples, numpy integers and arrays
     np = pytest.importorskip("numpy")
     labelled = build_features([good], tokenizer, with_labels=True)[0][0]
@@ -146,10 +148,19 @@ def test_answers_outside_or_unlike_their_context_are_set_aside_or_named(tmp_path
         assert any(prepare_readtwice_qa_features(tokenizer, [row], segment_length=64, segment_overlap=16)[0]
                    .start_positions)
     text_only = {**good, "answers": {"text": ["Jane Austen"]}}  # enough to score, not to train
-    assert answer_problem(text_only) is None
-    prepare_readtwice_qa_features(tokenizer, [text_only], segment_length=64, segment_overlap=16)
-    with pytest.raises(ValueError, match="need 'answer_start'"):
-        build_features([text_only], tokenizer, with_labels=True)
+    assert answer_problem(text_only, labels=False) is None and "need 'answer_start'" in answer_problem(text_only)
+    prepare_readtwice_qa_features(tokenizer, [text_only], segment_length=64, segment_overlap=16, check_answers=False)
+    for make in (lambda: build_features([text_only], tokenizer, with_labels=True),
+                 lambda: prepare_readtwice_qa_features(tokenizer, [text_only], segment_length=64, segment_overlap=16)):
+        with pytest.raises(ValueError, match="need 'answer_start'"):  # it would be trained as unanswerable
+            make()
+    # SQuAD v1's list of answer dicts and a 0-d array are no `answers` dict: set aside when reading for evaluation too
+    odd = [{**good, "id": "dicts", "answers": [{"text": "Jane Austen", "answer_start": 19}]},
+           {**good, "id": "zero-d", "answers": {"text": np.array("Jane Austen"), "answer_start": np.array(19)}}]
+    assert all(answer_problem(row, labels=False) for row in odd)
+    path.write_text(json.dumps(good) + "\n" + json.dumps(odd[0]) + "\n" + json.dumps(text_only) + "\n")
+    assert [e["id"] for e in load_qa_examples(path)[0]] == ["ok", "ok"] and load_qa_examples(path)[1] == ["dicts"]
+    assert load_qa_examples(path, check_answers=True)[1] == ["dicts", "ok"]  # the text-only row: no labels
 
 
 def test_load_qa_examples_sets_aside_empty_rows(tmp_path):

@@ -34,10 +34,11 @@ from ..representations.deformer_bert import (
 from .jsonl import field_problem, read_jsonl
 
 
-def answer_problem(example: Mapping) -> str | None:
-    """What is wrong with a SQuAD-style row's `answers` (`{"text": [...], "answer_start": [...]}`) as training
-    labels, or None when nothing is: absent or empty answers are an unanswerable question, and answers given as
-    texts alone (no `answer_start`: enough to score predictions) are not checked.
+def answer_problem(example: Mapping, labels: bool = True) -> str | None:
+    """What is wrong with a SQuAD-style row's `answers` (`{"text": [...], "answer_start": [...]}`), or None when
+    nothing is: absent or empty answers are an unanswerable question. With `labels` (default True: the answers become
+    training labels) every text needs its `answer_start`; without, answers given as texts alone (enough to score
+    predictions) pass, and only the shape is checked.
 
     A problem: `answers` not a dict, `text` / `answer_start` not sequences (lists, tuples, arrays) or of different
     lengths, a text that is not a string, a start that is not a whole number (numpy integers are), outside the
@@ -50,12 +51,20 @@ def answer_problem(example: Mapping) -> str | None:
     if not isinstance(answers, Mapping):
         return f"'answers' is a {type(answers).__name__}, not a dict"
     texts, starts = answers.get("text"), answers.get("answer_start")
+
+    def sequence(value) -> bool:  # a list, tuple or 1-d array; not a string, set or 0-d array
+        return (not isinstance(value, (str, bytes, set, frozenset)) and hasattr(value, "__len__")
+                and hasattr(value, "__iter__") and getattr(value, "ndim", 1) == 1)
+
+    if texts is not None and not sequence(texts):
+        return "'answers' needs a sequence 'text'"
     if starts is None:
-        return None
-    if isinstance(texts, (str, bytes)) or isinstance(starts, (str, bytes)) \
-            or not all(hasattr(x, "__len__") and hasattr(x, "__iter__") for x in (texts, starts)) \
-            or len(texts) != len(starts):
+        return "training labels need 'answer_start' beside each answer 'text'" if labels and texts is not None \
+            and len(texts) else None
+    if not sequence(starts) or texts is None or len(texts) != len(starts):
         return "'answers' needs sequences 'text' and 'answer_start' of the same length"
+    if not labels:
+        return None
     context = example.get("context") if isinstance(example.get("context"), str) else ""
     for text, start in zip(texts, starts, strict=True):
         try:
@@ -96,7 +105,7 @@ def load_qa_examples(path: str | Path, limit: int | None = None,
     examples, skipped = [], []
     for number, row in enumerate(rows, start=1):
         usable = all(isinstance(row.get(key), str) and row[key].strip() for key in ("question", "context"))
-        usable = usable and not (check_answers and answer_problem(row))
+        usable = usable and answer_problem(row, labels=check_answers) is None
         (examples if usable else skipped).append(row if usable else str(row.get("id", f"line {number}")))
     if not examples:
         raise ValueError(f"{path}: no row has both a non-empty 'question' and 'context'"
@@ -142,10 +151,6 @@ def build_features(
         if "context" not in example or "question" not in example:
             raise ValueError(f"example {i} needs 'context' and 'question' fields.")
         problem = answer_problem(example) if with_labels else None
-        answers = example.get("answers") or {} if with_labels else {}
-        if with_labels and not problem and answers.get("text") is not None and len(answers["text"]) \
-                and answers.get("answer_start") is None:
-            problem = "training labels need 'answer_start' beside each answer 'text'"
         if problem:
             raise ValueError(f"example {example.get('id', i)!r}: {problem}.")
         passage_ids.setdefault(example["context"], len(passages))

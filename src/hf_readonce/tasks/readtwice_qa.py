@@ -146,7 +146,7 @@ def prepare_readtwice_qa_features(
         raise ValueError(f"`segment_overlap` must be in [0, segment_length={segment_length}), got {segment_overlap}.")
     features = []
     for index, example in enumerate(examples):
-        problem = answer_problem(example) if check_answers else None
+        problem = answer_problem(example, labels=check_answers)
         if problem:
             raise ValueError(f"example {example.get('id', index)!r}: {problem}.")
         question, context = example["question"].strip(), example["context"]
