@@ -678,13 +678,12 @@ class RecurrentCausalLMMixin:
         cached = past_key_values is not None or (use_cache and not self.training)
         targets = None
         if labels is not None:
-            labels = labels.to(device).long()
-            targets = torch.cat([labels[:, 1:], labels.new_full((batch_size, 1), IGNORE_INDEX)], dim=1)
-            if attention_mask is not None and attention_mask.shape[1] >= length:
-                # as for each row alone (what the cached path scores): a real token predicts the next *real* token's
-                # label, a padding position predicts nothing, so the loss and its denominator count the same
-                # targets on every path
-                targets = _targets_of_real_tokens(labels, attention_mask[:, -length:].to(device) != 0)
+            # as for each row alone (what the cached path scores): a real token predicts the next *real* token's
+            # label, a padding position predicts nothing (without padding: position t predicts `labels[:, t + 1]`),
+            # so the loss and its denominator count the same targets on every path
+            masked = attention_mask is not None and attention_mask.shape[1] >= length
+            real = attention_mask[:, -length:].to(device) != 0 if masked else torch.ones_like(input_ids, dtype=torch.bool)
+            targets = _targets_of_real_tokens(labels.to(device).long(), real)
         shifts = None
         if not cached and attention_mask is not None:
             # the windows are cut at the same columns for every row, so a left-padded row would have its windows,
