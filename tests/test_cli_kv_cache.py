@@ -250,7 +250,7 @@ def test_answer_refuses_a_row_past_the_models_positions(tmp_path, tokenizer, cap
                      str(write_jsonl(tmp_path / "q.jsonl", ROWS)), "--output", str(preds), "--no-progress",
                      "--device", "cpu", "--max-answer-length", "2"]) == 2
     err = capsys.readouterr().err
-    assert "question 'c': its 3 passage(s) (60 tokens)" in err and "max_position_embeddings 60" in err, err
+    assert "question 'c': 3 document(s) of 60 tokens" in err and "max_position_embeddings 60" in err, err
     assert "Traceback" not in err and not preds.exists() and _files(store) == before
 
 

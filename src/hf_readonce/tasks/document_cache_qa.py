@@ -25,7 +25,10 @@ from collections.abc import Sequence
 
 import torch
 
-from ..models.block_attention_llama.modeling_block_attention_llama import check_recompute_ratio
+from ..models.block_attention_llama.modeling_block_attention_llama import (
+    check_context_length,
+    check_recompute_ratio,
+)
 from ..representations.base import current_fingerprint
 from ..representations.block_attention_llama import BlockAttentionLlamaAdapter
 from ..representations.fill import check_store_arguments, ensure_stored
@@ -257,14 +260,9 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
                                 device=model.device, dtype=model.dtype)] for i in rows]
         timings["read_seconds"] += time.perf_counter() - begin
         questions = [question_ids(tokenizer, examples[i]["question"]) for i in rows]
-        limit = getattr(model.config, "max_position_embeddings", None)
-        for i, (cache,), question in zip(rows, caches, questions, strict=True):
-            prefix = int(cache.attention_mask.sum())
-            if limit is not None and prefix + len(question) > limit:
-                raise ValueError(f"question {examples[i].get('id', i)!r}: its {len(passages[i])} passage(s) "
-                                 f"({prefix} tokens) and the question prompt ({len(question)} tokens) make "
-                                 f"{prefix + len(question)} positions, more than the model's max_position_embeddings "
-                                 f"{limit}: give it fewer passages or encode them with a smaller max_document_length.")
+        for i, (cache,), question in zip(rows, caches, questions, strict=True):  # named by question, before generate
+            check_context_length(len(passages[i]), int(cache.attention_mask.sum()), len(question), model.config,
+                                 f"question {examples[i].get('id', i)!r}")
         ids, mask = _left_pad(questions, pad, model.device)
         return ids, mask, {"document_caches": caches, "recompute_ratio": recompute_ratio}
 

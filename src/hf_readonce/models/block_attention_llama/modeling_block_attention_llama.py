@@ -227,18 +227,32 @@ def _check_rope_settings(documents: list[DocumentCacheOutput], config, argument:
                              "documents with this model.")
 
 
-def _check_context_length(documents: Sequence[DocumentCacheOutput], question_length: int, config,
-                          argument: str) -> None:
-    """Refuse a composed prompt (the documents' tokens, then `question_length` more) longer than the model's
-    positions, before any work: past `max_position_embeddings` a rotary model answers from positions it never saw,
-    where transformers only warns."""
+def check_context_length(num_documents: int, prefix_length: int, question_length: int, config, what: str) -> None:
+    """Refuse a composed prompt (`num_documents` documents of `prefix_length` tokens in all, then `question_length`
+    more) longer than the model's positions, before any work: past `max_position_embeddings` a rotary model answers
+    from positions it never saw, where transformers only warns.
+
+    Args:
+        num_documents, prefix_length, question_length (`int`): the prompt's documents and tokens.
+        config: the model's config (`max_position_embeddings`; none: nothing to check).
+        what (`str`): how the error names the prompt (e.g. "`document_caches[1]`" or "question 'q7'").
+
+    Raises:
+        ValueError: naming `what`, the three lengths and the limit.
+    """
     limit = getattr(config, "max_position_embeddings", None)
-    prefix = sum(int(document.attention_mask.sum()) for document in documents)
-    if limit is not None and prefix + question_length > limit:
-        raise ValueError(f"`{argument}`: {len(documents)} document(s) of {prefix} tokens and a question of "
-                         f"{question_length} tokens make {prefix + question_length} positions, more than the "
+    if limit is not None and prefix_length + question_length > limit:
+        raise ValueError(f"{what}: {num_documents} document(s) of {prefix_length} tokens and a question of "
+                         f"{question_length} tokens make {prefix_length + question_length} positions, more than the "
                          f"model's max_position_embeddings {limit}: pass fewer or shorter documents (encoded with a "
                          "smaller max_document_length) or a shorter question.")
+
+
+def _check_context_length(documents: Sequence[DocumentCacheOutput], question_length: int, config,
+                          argument: str) -> None:
+    """[`check_context_length`] of one row's documents (unpadded, one per document), named as `argument`."""
+    prefix = sum(int(document.attention_mask.sum()) for document in documents)
+    check_context_length(len(documents), prefix, question_length, config, f"`{argument}`")
 
 
 def _as_documents(document_caches, argument: str = "document_caches") -> list[DocumentCacheOutput]:
@@ -1127,6 +1141,7 @@ __all__ = [
     "DocumentCacheOutput",
     "block_attention_mask",
     "compose_document_caches",
+    "check_context_length",
     "check_recompute_ratio",
     "document_cache_fingerprint",
     "recompute_schedule",
