@@ -342,14 +342,15 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
             metrics.update(scored("cached", examples, feats, wins, out))
             metrics["eval_features"] = len(feats)
             if speed_subset is not examples:
-                _, _, _, _, timings = logits_of(speed_subset, cached=True)
+                feats, wins, _, _, timings = logits_of(speed_subset, cached=True)
             metrics["passage_encode_seconds"] = round(timings["encode"], 2)
             metrics["cached_answer_seconds"] = round(timings["answer"], 2)
             if "uncached_seconds" in metrics:
                 metrics["speedup_precomputed"] = round(metrics["uncached_seconds"] / timings["answer"], 2)
                 metrics["speedup_including_encoding"] = round(
                     metrics["uncached_seconds"] / (timings["answer"] + timings["encode"]), 2)
-                metrics.update(speedup_flop_ratios(model, speed_subset, tokenizer, feature_kwargs, bs, autocast))
+                metrics.update(speedup_flop_ratios(model, speed_subset, tokenizer, feature_kwargs, bs, autocast,
+                                                   timed=(len(feats), sum(map(len, wins)))))
         os.makedirs(training_args.output_dir, exist_ok=True)
         _record_qa_settings(model.config, data_args, threshold if data_args.allow_no_answer else None)
         if training_args.do_train:
@@ -360,7 +361,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
 
 
 def speedup_flop_ratios(model, examples, tokenizer, feature_kwargs: dict, batch_size: int, autocast,
-                        sample: int = 32) -> dict:
+                        sample: int = 32, timed: tuple[int, int] | None = None) -> dict:
     """The FLOP ratios beside the demo's two speed-ups (DeFormer §3: the lower `num_decomposed_layers` read the
     question alone once the passage windows are cached). `torch.utils.flop_counter.FlopCounterMode` counts, on the
     first `sample` (default 32) of the timed `examples` with the timed paths' batching and padding, the FLOPs per
@@ -372,6 +373,8 @@ def speedup_flop_ratios(model, examples, tokenizer, feature_kwargs: dict, batch_
         model: the DeFormer being evaluated (`num_decomposed_layers > 0`).
         examples: SQuAD-style rows, the timed subset; `feature_kwargs`: `build_features`'s windowing arguments.
         batch_size: the timed paths' batch size; `autocast`: the context the timed paths ran in.
+        timed (`tuple[int, int]`, *optional*): the timed set's numbers of features and windows, where the caller
+            built them already (default: built here from `examples`).
 
     Returns:
         `{"flop_ratio_precomputed", "flop_ratio_including_encoding"}`: FLOPs of reading every question+passage
@@ -382,7 +385,9 @@ def speedup_flop_ratios(model, examples, tokenizer, feature_kwargs: dict, batch_
     from torch.utils.flop_counter import FlopCounterMode
 
     examples = list(examples)
-    all_features, all_windows, _ = build_features(examples, tokenizer, **feature_kwargs)
+    if timed is None:
+        all_features, all_windows, _ = build_features(examples, tokenizer, **feature_kwargs)
+        timed = (len(all_features), sum(map(len, all_windows)))
     feats, wins, _ = build_features(examples[:sample], tokenizer, **feature_kwargs)
 
     def count(fn):
@@ -393,8 +398,8 @@ def speedup_flop_ratios(model, examples, tokenizer, feature_kwargs: dict, batch_
     pairs, _ = count(lambda: predict_pairs(model, feats, wins, batch_size=batch_size))
     encode, cache = count(lambda: encode_windows(model, wins, batch_size=batch_size))
     answer, _ = count(lambda: predict_cached(model, feats, cache, batch_size=batch_size))
-    per_feature = len(all_features) / len(feats)
-    per_window = sum(map(len, all_windows)) / sum(map(len, wins))
+    per_feature = timed[0] / len(feats)
+    per_window = timed[1] / sum(map(len, wins))
     pairs, answer, encode = pairs * per_feature, answer * per_feature, encode * per_window
     return {"flop_ratio_precomputed": round(pairs / answer, 2),
             "flop_ratio_including_encoding": round(pairs / (answer + encode), 2)}
