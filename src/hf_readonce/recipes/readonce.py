@@ -39,6 +39,7 @@ from ..representations.base import check_positive_ints
 from ..representations.fill import fill_store
 from ..representations.readonce_bart import ReadOnceBartAdapter
 from ..store import RepresentationStore, content_hash
+from ..tasks.jsonl import field_problem
 from ..tasks.question_answering import (
     first_sentence_predictions,
     first_span_predictions,
@@ -139,7 +140,7 @@ def load_rows(task: str, path: str, limit: int | None = None, balance: bool = Fa
         name = str(file)  # the path as given: two sources may share a file name (disfl_qa/train.jsonl, quoref/...)
         if task == "qa":
             for row, e in enumerate(read_jsonl(file), start=1):
-                if not all(isinstance(e.get(key), str) and e[key].strip() for key in ("question", "context")):
+                if any(field_problem(e, key) for key in ("question", "context")):
                     continue
                 answers = e.get("answers")
                 texts = answers.get("text") if isinstance(answers, dict) else None

@@ -104,7 +104,7 @@ def load_qa_examples(path: str | Path, limit: int | None = None,
         rows = rows[:limit]
     examples, skipped = [], []
     for number, row in enumerate(rows, start=1):
-        usable = all(isinstance(row.get(key), str) and row[key].strip() for key in ("question", "context"))
+        usable = all(field_problem(row, key) is None for key in ("question", "context"))
         usable = usable and answer_problem(row, labels=check_answers) is None
         (examples if usable else skipped).append(row if usable else str(row.get("id", f"line {number}")))
     if not examples:
