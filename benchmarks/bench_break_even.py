@@ -364,7 +364,7 @@ def main(argv=None) -> dict:
             raise harness.fail(option, f"{value} tokens: the model has {limit} positions (1..{limit} allowed).")
     if args.repeats < 1 or args.answer_tokens < 1:
         raise harness.fail("--repeats" if args.repeats < 1 else "--answer_tokens", "must be >= 1.")
-    torch.set_num_threads(args.threads)
+    harness.set_threads(args.threads)
     results = harness.Results("bench_break_even", argv, settings=vars(args), note=args.note)
     folder = Path(tempfile.mkdtemp(prefix="bench_break_even_", dir=REPO))
     try:

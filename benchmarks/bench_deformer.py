@@ -90,7 +90,7 @@ def make_inputs(batch: int, q: int, p: int, seed: int = 1):
 
 def child(args) -> None:
     """Subprocess entry: load model + inputs, reset the peak-RSS counter, run one forward, print memory JSON."""
-    torch.set_num_threads(args.threads)
+    harness.set_threads(args.threads)
     bert, deformer, _ = build(args.config)
     question, passage, pair, types = make_inputs(args.batch_size, args.question_length, args.passage_length)
     if args.child == "deformer":
@@ -125,7 +125,7 @@ def measure_memory(args, config: str, mode: str, states_path: str) -> dict:
 
 
 def bench(args, config: str, results: harness.Results) -> dict:
-    torch.set_num_threads(args.threads)
+    harness.set_threads(args.threads)
     bert, deformer, k = build(config)
     question, passage, pair, types = make_inputs(args.batch_size, args.question_length, args.passage_length)
     with torch.no_grad():

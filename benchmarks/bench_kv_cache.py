@@ -375,7 +375,7 @@ def main(argv=None) -> dict:
     for name in ("questions", "passages", "passage_tokens", "max_new_tokens", "threads", "load_repeats"):
         if getattr(args, name) < 1:
             raise harness.fail(f"--{name}", f"must be >= 1, got {getattr(args, name)}.")
-    torch.set_num_threads(args.threads)
+    harness.set_threads(args.threads)
     path = DATA / args.dataset / "validation.jsonl"
     if not path.is_file():
         raise harness.fail("--dataset", f"data not found: {path} (set HF_READONCE_DATA)")

@@ -210,7 +210,7 @@ def measure_length(kinds: list[dict], length: int, args) -> dict:
     """
     import torch
 
-    torch.set_num_threads(args.threads)
+    harness.set_threads(args.threads)
     generator = torch.Generator().manual_seed(1)
     ids = torch.randint(3, args.vocab_size, (args.batch, length), generator=generator)
     mask = torch.ones_like(ids)

@@ -124,7 +124,7 @@ def main(argv=None) -> dict:
                                                 f"{args.max_positions} positions (--max_positions).")
     if args.documents < 1 or args.repeats < 1:
         raise harness.fail("--documents" if args.documents < 1 else "--repeats", "must be >= 1.")
-    torch.set_num_threads(args.threads)
+    harness.set_threads(args.threads)
     from transformers import AutoTokenizer
 
     from hf_readonce import LongDocBartConfig, LongDocBartForConditionalGeneration

@@ -628,7 +628,7 @@ def main(argv=None) -> int:
         print(json.dumps(summary, indent=2))
         print(markdown_table(summary))
         return 0
-    torch.set_num_threads(args.threads)
+    harness.set_threads(args.threads)
     model, tokenizer, name = load_model(args.tiny)
     newline_ids = newline_tokens(tokenizer)
     setup = {"model": name, "threads": torch.get_num_threads(), "passage_tokens": args.passage_tokens,

@@ -57,6 +57,7 @@ import sys
 import time
 from pathlib import Path
 
+import harness
 import torch
 from bench_kv_cache import prefill_flops
 from bench_selective_recompute import (
@@ -319,6 +320,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--questions", type=int, default=40)
     p.add_argument("--ratio", type=float, default=0.15)
+    harness.add_threads_argument(p, default=1)
     p.add_argument("--rules", nargs="+", default=list(RULES), choices=list(RULES))
     p.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=DATASETS)
     p.add_argument("--passage_tokens", type=int, default=128)  # as the measured chat run
@@ -334,7 +336,7 @@ def main(argv=None) -> int:
     if args.summarize:
         summarize(args.jsonl, args.json)
         return 0
-    torch.set_num_threads(1)
+    harness.set_threads(args.threads)
     model, tokenizer, _ = load_model(False)
     newline_ids = newline_tokens(tokenizer)
     fmt = PromptFormat(tokenizer, "chat", args.passage_tokens)

@@ -165,6 +165,13 @@ def test_every_timing_benchmark_takes_threads(script, capsys):
     assert raised.value.code == 2 and "--threads" in capsys.readouterr().err
 
 
+def test_benchmarks_set_threads_only_through_the_harness():
+    """Every script sets its thread count with `harness.set_threads`, so child processes get `OMP_NUM_THREADS` too."""
+    direct = [p.name for p in (REPO_ROOT / "benchmarks").glob("*.py")
+              if p.name != "harness.py" and "torch.set_num_threads(" in p.read_text()]
+    assert direct == []
+
+
 def test_set_threads_sets_torch_and_child_processes(monkeypatch):
     import torch
 
