@@ -31,7 +31,8 @@ Subcommands:
 - `demo`: the package's end-to-end demo (see `hf_readonce.recipes.demo`).
 - `publish MODEL_DIR --repo-id OWNER/NAME [--local-dir DIR] [--private] [--store STORE] [--metrics FILE]`: assemble
   a Hub repo folder (weights, code, pipeline, tokenizer, representation format, model card) and write it to
-  `--local-dir`, or create the repo and upload it in one commit (see `hf_readonce.hub.publish`).
+  `--local-dir`, or create the repo and upload it in one commit (see `hf_readonce.hub.publish`); a shipped checkpoint
+  (`reference-deformer`) brings its recorded evaluation to the card unless `--metrics` is given.
 - `checkpoints [--path NAME]`: the checkpoints shipped with hf-readonce and their folders; MODEL (and MODEL_DIR)
   accept their names (`reference-deformer`, `reference-qa`) wherever they accept a folder.
 
@@ -1548,6 +1549,25 @@ def _publish_settings(args, model_dir) -> dict | None:
     return settings
 
 
+def _recorded_card_metrics(name: str, model_dir: str, card: dict) -> str | None:
+    """Without `--metrics`, a shipped checkpoint named on the command line (`reference-deformer`) brings its own
+    recorded evaluation: the path of that file, with its data set filled into `card` (and a line on stderr saying so);
+    `None` for any other model, or when `--dataset-type` / `--dataset-name` were given (they describe a `--metrics`
+    file the user must name)."""
+    from .weights import shipped_checkpoint
+
+    checkpoint = None if Path(name).expanduser().exists() else shipped_checkpoint(name)
+    if checkpoint is None or checkpoint.card_metrics is None or {"dataset_type", "dataset_name"} & set(card):
+        return None
+    path = Path(model_dir) / checkpoint.card_metrics
+    if not path.is_file():
+        return None
+    card["dataset_type"], card["dataset_name"] = checkpoint.card_dataset_type, checkpoint.card_dataset_name
+    print(f"card results: {name}'s recorded evaluation ({path.name}, {checkpoint.card_dataset_name}); pass --metrics "
+          "to use another file.", file=sys.stderr)
+    return str(path)
+
+
 def cmd_publish(args) -> int:
     from .hub.publish import publish
 
@@ -1561,9 +1581,10 @@ def cmd_publish(args) -> int:
     store = _open_store(args.store, readonly=True, create=False, command="publish") if args.store is not None else None
     model_dir = _resolve_model(args.model_dir)
     settings = _publish_settings(args, model_dir)
+    metrics = args.metrics if args.metrics is not None else _recorded_card_metrics(args.model_dir, model_dir, card)
     try:
         result = publish(model_dir, args.repo_id, local_dir=args.local_dir, private=args.private,
-                         store=store, metrics=args.metrics, card=card or None,
+                         store=store, metrics=metrics, card=card or None,
                          representations_repo=args.representations_repo, dtype=args.dtype,
                          representation_settings=settings or None)
     except (ValueError, TypeError, FileNotFoundError) as error:  # publish()'s argument names said as the options

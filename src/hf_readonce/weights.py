@@ -24,15 +24,24 @@ SOURCE_CHECKPOINTS_DIR = Path(__file__).resolve().parents[2] / "checkpoints"
 
 @dataclass(frozen=True)
 class ReferenceCheckpoint:
-    """Where a reference checkpoint lives: its folder name in a checkout and its Hub repo id and revision."""
+    """Where a reference checkpoint lives: its folder name in a checkout and its Hub repo id and revision; and, where
+    the folder records its evaluation in the form a model card reads (`card_metrics`, see
+    [`hf_readonce.hub.cards.card_from_metrics_file`]), that file's name and the Hub id and shown name of the data set
+    it scored, which `hf-readonce publish` uses when no `--metrics` is given."""
 
     name: str
     repo_id: str
     revision: str = "main"
+    card_metrics: str | None = None
+    card_dataset_type: str | None = None
+    card_dataset_name: str | None = None
 
 
 REFERENCE_QA = ReferenceCheckpoint("minilm-qa-reference", "hf-readonce/minilm-qa-reference")
-REFERENCE_DEFORMER = ReferenceCheckpoint("deformer-minilm-qa-reference", "hf-readonce/deformer-minilm-qa-reference")
+REFERENCE_DEFORMER = ReferenceCheckpoint("deformer-minilm-qa-reference", "hf-readonce/deformer-minilm-qa-reference",
+                                         card_metrics="metrics.json",
+                                         card_dataset_type="google-research-datasets/disfl_qa",
+                                         card_dataset_name="Disfl-QA")
 REFERENCE_CHECKPOINTS = {c.name: c for c in (REFERENCE_QA, REFERENCE_DEFORMER)}
 # the short names the command line accepts for them (`hf-readonce encode reference-deformer ...`), with what they are
 SHIPPED_NAMES = {
@@ -250,6 +259,15 @@ def resolve_reference_checkpoint(checkpoint: ReferenceCheckpoint | str, verify: 
     return folder
 
 
+def shipped_checkpoint(name: str) -> ReferenceCheckpoint | None:
+    """The [`ReferenceCheckpoint`] a command-line name stands for (the names [`shipped_checkpoint_path`] takes), or
+    `None` when `name` is not one of them. Looks nothing up on disk."""
+    if name in SHIPPED_NAMES:
+        return SHIPPED_NAMES[name][0]
+    by_repo = {checkpoint.repo_id: checkpoint for checkpoint in REFERENCE_CHECKPOINTS.values()}
+    return REFERENCE_CHECKPOINTS.get(name) or by_repo.get(name)
+
+
 def shipped_checkpoint_path(name: str, verify: bool = True) -> Path | None:
     """The folder of a shipped checkpoint named `name` on the command line (`"reference-deformer"`,
     `"reference-qa"`, their folder names `"deformer-minilm-qa-reference"`, `"minilm-qa-reference"`, or their Hub repo
@@ -259,14 +277,8 @@ def shipped_checkpoint_path(name: str, verify: bool = True) -> Path | None:
     Raises:
         FileNotFoundError / ValueError: as [`resolve_reference_checkpoint`] (no copy found; a checksum differs).
     """
-    if name in SHIPPED_NAMES:
-        return resolve_reference_checkpoint(SHIPPED_NAMES[name][0], verify=verify)
-    if name in REFERENCE_CHECKPOINTS:
-        return resolve_reference_checkpoint(REFERENCE_CHECKPOINTS[name], verify=verify)
-    by_repo = {checkpoint.repo_id: checkpoint for checkpoint in REFERENCE_CHECKPOINTS.values()}
-    if name in by_repo:
-        return resolve_reference_checkpoint(by_repo[name], verify=verify)
-    return None
+    checkpoint = shipped_checkpoint(name)
+    return None if checkpoint is None else resolve_reference_checkpoint(checkpoint, verify=verify)
 
 
 def _from_hub_cache(checkpoint: ReferenceCheckpoint) -> Path | None:

@@ -136,13 +136,22 @@ def test_published_reference_deformer_computes_in_fp32_on_cpu_and_answers_as_the
     by default (the rule of `hf_readonce.dtypes`, copied into the pipeline) and gives the answers of `hf-readonce
     answer` (max_answer_len 30, the CLI's default)."""
     import json
+    from pathlib import Path
 
     from hf_readonce.cli import main as cli_main
+    from hf_readonce.weights import reference_deformer_path
     from tests.conftest import run_without_hf_readonce, write_jsonl
 
     folder = tmp_path / "published"
     assert cli_main(["publish", "reference-deformer", "--repo-id", "someone/deformer", "--local-dir", str(folder)]) == 0
     assert json.loads((folder / "config.json").read_text())["dtype"] == "float16"  # published as shipped
+    # no --metrics: the card carries the checkpoint's recorded evaluation (metrics.json), baselines beside
+    recorded = json.loads((Path(reference_deformer_path()) / "metrics.json").read_text())
+    card = (folder / "README.md").read_text()
+    assert "recorded evaluation (metrics.json, Disfl-QA)" in capsys.readouterr().err
+    assert "google-research-datasets/disfl_qa" in card
+    assert f"| Disfl-QA, validation (1,785 questions) | F1 | **{recorded['cached_f1']:.2f}** | " \
+           f"{recorded['baselines']['always_empty']['f1']:.2f} |" in card
     rows = qa_rows[:10]
     questions = write_jsonl(tmp_path / "q.jsonl", rows)
     store = tmp_path / "store"
@@ -164,3 +173,22 @@ def test_published_reference_deformer_computes_in_fp32_on_cpu_and_answers_as_the
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["dtype"] == "torch.float32"
     assert result["answers"] == cli and any(cli) and not all(cli)  # spans and no-answers both occur
+
+
+def test_publish_reference_deformer_card_fields_without_metrics_still_need_a_metrics_file(tmp_path, capsys):
+    """`--dataset-type` describes a `--metrics` file: given alone, the recorded evaluation is not relabelled with it
+    (the CLI refuses, naming --metrics, and writes nothing); `--metrics FILE` replaces the recorded one."""
+    import json
+
+    from hf_readonce.cli import main as cli_main
+
+    assert cli_main(["publish", "reference-deformer", "--repo-id", "someone/deformer", "--local-dir",
+                     str(tmp_path / "a"), "--dataset-type", "quoref"]) != 0
+    assert "--metrics" in capsys.readouterr().err and not (tmp_path / "a").exists()
+    metrics = tmp_path / "eval_results.json"
+    metrics.write_text(json.dumps({"eval_exact_match": 12.5, "eval_f1": 20.25}))
+    assert cli_main(["publish", "reference-deformer", "--repo-id", "someone/deformer", "--local-dir",
+                     str(tmp_path / "b"), "--metrics", str(metrics), "--dataset-type", "quoref"]) == 0
+    card = (tmp_path / "b" / "README.md").read_text()
+    assert "recorded evaluation" not in capsys.readouterr().err
+    assert "| quoref, validation | F1 | **20.25** |" in card and "Disfl-QA" not in card
