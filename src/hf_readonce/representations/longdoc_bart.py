@@ -84,7 +84,7 @@ class LongDocBartAdapter(AdapterBase):
                             optional=("max_document_length",))
         positions = model.config.max_position_embeddings
         if max_document_length is None:  # what the checkpoint was trained with, else all the positions
-            max_document_length = getattr(model.config, "max_document_length", None) or positions
+            max_document_length = model.config.default_document_length()
         if max_document_length > positions:
             raise ValueError(f"`max_document_length` {max_document_length} exceeds the model's "
                              f"max_position_embeddings {positions} (learned positions); extend the position table.")

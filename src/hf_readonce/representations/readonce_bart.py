@@ -66,10 +66,8 @@ class ReadOnceBartAdapter(AdapterBase):
         self.model, self.tokenizer = model, tokenizer
         self.batch_size = batch_size
         self.compression_ratio = compression_ratio if compression_ratio is not None else model.config.compression_ratio
-        recorded = getattr(model.config, "max_document_length", None)  # what the checkpoint was trained with
-        self.max_document_length = (max_document_length if max_document_length is not None else recorded
-                                    if recorded is not None else model.config.document_chunk_length
-                                    * self.compression_ratio)
+        self.max_document_length = (max_document_length if max_document_length is not None
+                                    else model.config.default_document_length(self.compression_ratio))
         self._tokenizer_hash = tokenizer_fingerprint(tokenizer)
 
     @classmethod

@@ -65,6 +65,9 @@ def test_config_defaults_and_any_bart_config_loads():
             config.conv_stride, config.decoder_attention_type) == ("longdoc_bart", "neighborhood", 100, 3, 3, "full")
     loaded = LongDocBartConfig.from_dict(BartConfig(**TINY).to_dict())
     assert (loaded.d_model, loaded.encoder_attention_type) == (32, "neighborhood")
+    # documents are read up to the recorded training length, else the whole position table
+    assert loaded.default_document_length() == loaded.max_position_embeddings
+    assert LongDocBartConfig(**TINY, max_document_length=40).default_document_length() == 40
 
 
 @pytest.mark.parametrize("field, value", [

@@ -513,6 +513,12 @@ def test_recorded_max_document_length_is_the_adapter_default_and_not_in_the_fing
     assert loaded.config.max_document_length == 40 and loaded.representation_fingerprint() == before
     assert get_adapter(loaded, tokenizer).max_document_length == 40
     assert get_adapter(loaded, tokenizer, max_document_length=16).max_document_length == 16
+    # the config's own default is the adapter's (and the pipeline's): recorded, else T * k with the k read at
+    assert loaded.config.default_document_length() == loaded.config.default_document_length(2) == 40
+    fresh = tiny(vocab_size=tokenizer.vocab_size)  # nothing recorded
+    chunk = fresh.config.document_chunk_length
+    assert (fresh.config.default_document_length(), fresh.config.default_document_length(2)) == (chunk * 4, chunk * 2)
+    assert get_adapter(fresh, tokenizer, compression_ratio=2).max_document_length == chunk * 2
     with pytest.raises(ValueError, match="max_document_length"):
         ReadOnceBartConfig(**TINY, max_document_length=0)
 

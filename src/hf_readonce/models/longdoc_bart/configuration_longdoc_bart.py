@@ -99,6 +99,16 @@ class LongDocBartConfig(BartConfig):
         self.decoder_attention_type = decoder_attention_type
         self.validate_longdoc_settings()
 
+    def default_document_length(self) -> int | None:
+        """Tokens read per document unless a caller says otherwise: `max_document_length` where the checkpoint records
+        it, else `max_position_embeddings`. The one default of the summarization pipeline, the store adapter and
+        `hf-readonce encode` / `summarize`.
+
+        Returns:
+            `int` (tokens), or `None` for a config without a position table.
+        """
+        return getattr(self, "max_document_length", None) or getattr(self, "max_position_embeddings", None)
+
     def validate_longdoc_settings(self) -> None:
         r"""Check the LongDoc fields (see the class docstring). Called by `__init__` and again by the LongDoc encoder
         and decoder when they are built: `from_pretrained(..., neighborhood_radius=-1)` sets keyword arguments on

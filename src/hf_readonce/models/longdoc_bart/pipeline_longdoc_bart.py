@@ -223,9 +223,7 @@ class LongDocSummarizationPipeline(_TokenizerPipeline):
             `(num_documents,)`, the row of each document of the call.
         """
         if max_document_len is None:  # what the checkpoint was trained with, else all the positions
-            config = self.model.config
-            max_document_len = getattr(config, "max_document_length", None) or getattr(
-                config, "max_position_embeddings", None)
+            max_document_len = self.model.config.default_document_length()
         if hasattr(self.tokenizer, "deprecation_warnings"):  # long documents are truncated on purpose
             self.tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
         # right padding whatever `tokenizer.padding_side` says: BART's learned positions count from the first column,

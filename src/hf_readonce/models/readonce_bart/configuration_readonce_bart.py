@@ -165,6 +165,20 @@ class ReadOnceBartConfig(BartConfig):
         self.document_chunk_length = chunk
         self.document_chunk_overlap = document_chunk_overlap
 
+    def default_document_length(self, compression_ratio: int | None = None) -> int:
+        """Tokens read per document unless a caller says otherwise: `max_document_length` where the checkpoint records
+        it, else `T * k` (`document_chunk_length` times `compression_ratio`, this config's unless given). The one
+        default of the summarization pipeline, the store adapter and `hf-readonce encode`.
+
+        Args:
+            compression_ratio (`int`, *optional*): k to read with, when it differs from `self.compression_ratio`.
+
+        Returns:
+            `int` (tokens).
+        """
+        if getattr(self, "max_document_length", None) is not None:
+            return self.max_document_length
+        return self.document_chunk_length * (compression_ratio or self.compression_ratio)
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):

@@ -216,9 +216,7 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
             text.
         """
         if max_document_len is None:  # what the checkpoint was trained with, else T·k (as the store adapter)
-            config = self.model.config
-            max_document_len = getattr(config, "max_document_length", None) or (
-                config.document_chunk_length * (compression_ratio or config.compression_ratio))
+            max_document_len = self.model.config.default_document_length(compression_ratio)
         # right padding whatever `tokenizer.padding_side` says: the text's learned positions count from the first
         # column, so a left-padded text would be read at shifted positions and differ from the same text alone
         docs = self.tokenizer(group["documents"], truncation=True, max_length=max_document_len, padding=True,
