@@ -134,8 +134,7 @@ def test_card_loading_lines_run_without_prompt_or_warning(published, tmp_path):
 def test_card_model_code_runs_as_written(published, tmp_path):
     """Every code block of every family's generated card, run as written (repo id -> the published folder) where
     hf_readonce cannot be imported: every name is defined by the card itself (examples included), and a BERT
-    tokenizer's `token_type_ids` never reach `generate` (BART takes none). ReadTwice's model-level block is a sketch
-    of tensor shapes the text above it describes, so it is not run."""
+    tokenizer's `token_type_ids` never reach `generate` (BART takes none)."""
     import re
 
     from tests.conftest import run_without_hf_readonce
@@ -144,8 +143,6 @@ def test_card_model_code_runs_as_written(published, tmp_path):
     for name, entry in published.items():
         blocks = re.findall(r"```python\n(.*?)```", (entry["folder"] / "README.md").read_text(), re.S)
         for number, block in enumerate(blocks):
-            if "document_ids=doc_ids" in block:  # ReadTwice's shape sketch
-                continue
             code += [block.replace(f'"{entry["repo_id"]}"', repr(str(entry["folder"]))),
                      f"print({name!r}, {number}, 'RAN')"]
             ran.append(f"{name} {number} RAN")
