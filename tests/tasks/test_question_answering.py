@@ -237,3 +237,41 @@ def test_scores_split_answerable_and_unanswerable_with_baselines():
     assert baselines["first_sentence"]["HasAns_f1"] > 0
     assert "always_empty" not in trivial_baselines([rows[0], rows[2]])  # no unanswerable question
     assert "NoAns" in format_scores("x", scores) and "HasAns" in format_scores("x", scores)
+
+
+def _as_arrays(rows, array):
+    """The rows with their answers held as `array(...)` (a `datasets` row in numpy / torch format)."""
+    return [{**row, "answers": {"text": np.array(row["answers"]["text"], dtype=object),
+                                "answer_start": array(row["answers"]["answer_start"])}} for row in rows]
+
+
+@pytest.mark.parametrize("array", [lambda v: np.array(v, dtype=np.int64), tuple], ids=["numpy", "tuple"])
+def test_answers_held_in_arrays_score_and_label_as_lists(tokenizer, array):
+    """Scores, baselines, the null threshold and the training rows read answers held in arrays or tuples as the same
+    answers in lists (an empty array is an unanswerable question, not an error); `answers` of another shape is a
+    ValueError naming the row."""
+    from hf_readonce.tasks.question_answering import (
+        find_best_null_threshold,
+        gold_answers,
+        score_qa,
+        training_rows,
+        trivial_baselines,
+    )
+
+    rows, held = _rows(), _as_arrays(_rows(), array)
+    predictions = {"a": "Paris", "b": "", "c": "dog", "d": "it"}
+    assert score_qa(predictions, held) == score_qa(predictions, rows)
+    assert trivial_baselines(held) == trivial_baselines(rows)
+    assert gold_answers(held[0]) == (["Paris"], [0]) and gold_answers(held[1]) == ([], [])
+    diffs = {"a": -1.0, "b": 2.0, "c": -0.5, "d": 0.5}
+    best = {"a": "Paris", "b": "Paris", "c": "the dog", "d": "dog"}
+    assert find_best_null_threshold(best, diffs, held) == find_best_null_threshold(best, diffs, rows)
+    start = PASSAGE.index("Paris")
+    example = {"id": "p", "context": PASSAGE, "question": "Which city?",
+               "answers": {"text": ["Paris France"], "answer_start": [start]}}
+    arrays = {**example, "answers": {"text": np.array(["Paris France"]), "answer_start": array([start])}}
+    kwargs = {"max_question_length": 16, "max_passage_length": 40, "doc_stride": 10}
+    assert training_rows([arrays], tokenizer, **kwargs) == training_rows([example], tokenizer, **kwargs)
+    assert any(row["start_positions"] > 0 for row in training_rows([arrays], tokenizer, **kwargs))
+    with pytest.raises(ValueError, match="example 'x'.*sequence 'text'"):
+        score_qa({"x": "Paris"}, [{"id": "x", "context": "Paris", "answers": {"text": "Paris", "answer_start": [0]}}])

@@ -35,7 +35,7 @@ from ..representations.fill import check_store_arguments, ensure_stored
 from ..representations.spaces import find_space
 from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore
 from .jsonl import field_problem
-from .question_answering import passages_of
+from .question_answering import gold_answers, passages_of
 
 QUESTION_TEMPLATE = "\n\nQuestion: {question}\nAnswer:"
 
@@ -396,10 +396,10 @@ def add_distractor_passages(examples: Sequence[dict], num_distractors: int = 3, 
 def answer_kept(tokenizer, example: dict, max_document_length: int, add_special_tokens: bool = False) -> bool:
     """Whether a row's first gold answer lies inside the part of its passage (`context`) that is read
     (`max_document_length` tokens); always False for a row without an answer."""
-    answers = example.get("answers") or {}
-    if not answers.get("text"):
+    texts, starts = gold_answers(example)
+    if not texts or not starts:
         return False
-    end = answers["answer_start"][0] + len(answers["text"][0])
+    end = starts[0] + len(texts[0])
     encoded = tokenizer(example["context"], truncation=True, max_length=max_document_length,
                         add_special_tokens=add_special_tokens, return_offsets_mapping=True)
     ends = [b for _, b in encoded["offset_mapping"] if b > 0]
@@ -424,12 +424,12 @@ def training_features(tokenizer, examples: Sequence[dict], max_document_length: 
     """
     features = []
     for example in examples:
-        answers = example.get("answers") or {}
-        if not answers.get("text"):
+        texts, _ = gold_answers(example)
+        if not texts:
             continue
         prompt, blocks = prompt_ids(tokenizer, passages_of(example), example["question"], max_document_length,
                                     add_special_tokens)
-        target = answer_ids(tokenizer, answers["text"][0])
+        target = answer_ids(tokenizer, texts[0])
         feature = {"input_ids": prompt + target, "labels": [-100] * len(prompt) + target}
         if block_attention:
             feature["block_ids"] = blocks + [-1] * len(target)

@@ -34,6 +34,31 @@ from ..representations.deformer_bert import (
 from .jsonl import field_problem, read_jsonl
 
 
+def gold_answers(example: Mapping) -> tuple[list[str], list[int]]:
+    """A SQuAD-style row's gold answer texts and their `answer_start`s as plain lists, whatever sequence holds them
+    (lists, tuples, 1-d numpy arrays or tensors, as a `datasets` row in numpy or torch format has them): what every
+    scorer and feature builder here reads, so that an unanswerable row is `texts == []` for all of them.
+
+    Args:
+        example (`Mapping`): a row with an optional `answers` dict (`{"text": [...], "answer_start": [...]}`).
+
+    Returns:
+        `(texts, starts)`: `([], [])` for a row without answers or with an empty `text`; `starts` is `[]` where the
+        row gives the texts alone.
+
+    Raises:
+        ValueError: `answers` of another shape ([`answer_problem`] with `labels=False` says which), naming the row's
+            `id`.
+    """
+    problem = answer_problem(example, labels=False)
+    if problem is not None:
+        raise ValueError(f"example {example.get('id', '?')!r}: {problem}.")
+    answers = example.get("answers") or {}
+    texts, starts = answers.get("text"), answers.get("answer_start")
+    texts = [] if texts is None else [str(text) for text in texts]
+    return texts, ([] if starts is None or not texts else [int(start) for start in starts])
+
+
 def answer_problem(example: Mapping, labels: bool = True) -> str | None:
     """What is wrong with a SQuAD-style row's `answers` (`{"text": [...], "answer_start": [...]}`), or None when
     nothing is: absent or empty answers are an unanswerable question. With `labels` (default True: the answers become
@@ -165,9 +190,9 @@ def build_features(
             feature = {"example_index": i, "passage_index": p, "window_index": w, "question_ids": questions[i]}
             if with_labels:
                 start = end = 0
-                answers = example.get("answers") or {}
-                if answers.get("text") is not None and len(answers["text"]):
-                    span = span_in_window(window, int(answers["answer_start"][0]), answers["text"][0])
+                texts, starts = gold_answers(example)
+                if texts and starts:
+                    span = span_in_window(window, starts[0], texts[0])
                     if span is not None:
                         start, end = (len(questions[i]) + span[0], len(questions[i]) + span[1])
                 feature["start_positions"], feature["end_positions"] = start, end
@@ -465,7 +490,7 @@ def find_best_null_threshold(best_spans: dict[str, str], score_diffs: dict[str, 
         raise ValueError(f"no score_diff for example id(s) {missing[:5]}.")
     # each best span scored alone by the same scorer as the reported metrics ([`squad_em_f1`]), as a fraction
     span_f1 = np.array([squad_em_f1({k: best_spans[k]}, [{**e, "id": k}])["f1"] / 100 for k, e in zip(keys, examples)])
-    null_f1 = np.array([float(not (e.get("answers") or {}).get("text")) for e in examples])
+    null_f1 = np.array([float(not gold_answers(e)[0]) for e in examples])
     diffs = np.array([score_diffs[k] for k in keys], dtype=np.float64)
     order = np.argsort(-diffs)  # thresholds just below each diff: the first j examples become empty answers
     gains = np.concatenate([[0.0], np.cumsum(null_f1[order] - span_f1[order])])
@@ -511,7 +536,7 @@ def training_rows(examples, tokenizer, max_question_length=48, max_passage_lengt
     rng = random.Random(seed)
     rows = []
     for f in features:
-        answerable = bool((examples[f["example_index"]].get("answers") or {}).get("text"))
+        answerable = bool(gold_answers(examples[f["example_index"]])[0])
         if answerable and f["start_positions"] == 0 and rng.random() >= negative_window_fraction:
             continue
         row = pair_inputs(f["question_ids"], windows[f["passage_index"]][f["window_index"]])
@@ -550,8 +575,8 @@ def score_qa(predictions: dict[str, str], examples: Sequence[dict]) -> dict[str,
         KeyError: if an example id has no prediction.
     """
     scores = squad_em_f1(predictions, examples)
-    has = [e for e in examples if (e.get("answers") or {}).get("text")]
-    no = [e for e in examples if not (e.get("answers") or {}).get("text")]
+    has = [e for e in examples if gold_answers(e)[0]]
+    no = [e for e in examples if not gold_answers(e)[0]]
     for name, subset in (("HasAns", has), ("NoAns", no)):
         scores[f"{name}_total"] = len(subset)
         if subset:
@@ -564,7 +589,7 @@ def trivial_baselines(examples: Sequence[dict]) -> dict[str, dict[str, float]]:
     """[`score_qa`] of the trivial baselines on `examples`: `always_empty` (only when some question is
     unanswerable), `first_span` (first 3 words) and `first_sentence`. Print them beside every model score."""
     out = {}
-    if any(not (e.get("answers") or {}).get("text") for e in examples):
+    if any(not gold_answers(e)[0] for e in examples):
         out["always_empty"] = score_qa(always_empty_predictions(examples), examples)
     out["first_span"] = score_qa(first_span_predictions(examples), examples)
     out["first_sentence"] = score_qa(first_sentence_predictions(examples), examples)
@@ -592,19 +617,21 @@ def postprocess(examples, features, windows, logits, n_best: int = 20, max_answe
 
 def squad_em_f1(predictions: dict[str, str], examples: Sequence[dict]) -> dict[str, float]:
     """SQuAD exact match and F1 (percent) with torchmetrics' `SQuAD` (the official normalization). Unanswerable
-    gold (empty `answers.text`) counts as the single gold answer "".
+    gold (empty `answers.text`) counts as the single gold answer "". Answers may be held in lists, tuples or 1-d
+    arrays ([`gold_answers`]).
 
     Raises:
         KeyError: if an example id has no prediction.
+        ValueError: a row whose `answers` are not of the SQuAD shape (named by its `id`).
     """
     from torchmetrics.text import SQuAD
 
     preds, target = [], []
     for i, example in enumerate(examples):
         key = str(example.get("id", i))
-        answers = example.get("answers") or {}
-        texts = list(answers.get("text") or [""])
-        starts = list(answers.get("answer_start") or [0] * len(texts))
+        texts, starts = gold_answers(example)
+        texts = texts or [""]
+        starts = starts or [0] * len(texts)
         preds.append({"prediction_text": predictions[key], "id": key})
         target.append({"answers": {"answer_start": starts, "text": texts}, "id": key})
     scores = SQuAD()(preds, target)
@@ -624,6 +651,7 @@ __all__ = [
     "first_sentence_predictions",
     "first_span_predictions",
     "format_scores",
+    "gold_answers",
     "is_calibration_passage",
     "passages_of",
     "encode_windows",
