@@ -24,6 +24,30 @@ def test_source_checkout_holds_both_reference_checkpoints():
     assert (weights.SOURCE_CHECKPOINTS_DIR.parent / "pyproject.toml").is_file()
 
 
+def test_shipped_checkpoints_carry_the_current_model_code_and_auto_map(tmp_path):
+    """The shipped DeFormer's code files are the package's current ones (so `trust_remote_code=True` runs the code
+    the package tests) and its `auto_map` is what `save_pretrained` writes now (`AutoModel` included):
+    `utils/refresh_checkpoints.py --check`; and the check sees a stale copy (in a copy of the folder)."""
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    sys.path.insert(0, str(REPO_ROOT / "utils"))
+    try:
+        import refresh_checkpoints
+    finally:
+        sys.path.remove(str(REPO_ROOT / "utils"))
+    shipped = weights.reference_deformer_path()
+    assert refresh_checkpoints.stale_files(shipped) == []
+    assert refresh_checkpoints.stale_files(weights.reference_qa_path()) == []  # a plain BERT carries no code
+    copy = tmp_path / "checkpoints" / shipped.name
+    shutil.copytree(shipped, copy)
+    (copy / "modeling_deformer_bert.py").write_text((copy / "modeling_deformer_bert.py").read_text() + "# edited\n")
+    assert refresh_checkpoints.main(["--check", "--checkpoints", str(copy.parent)]) == 1
+    assert refresh_checkpoints.main(["--checkpoints", str(copy.parent)]) == 0
+    assert refresh_checkpoints.stale_files(copy) == [] and weights.verify_checksums(copy) is None
+
+
 def test_environment_folder_comes_first(tmp_path, monkeypatch):
     folder = _copy_small(weights.REFERENCE_QA_DIR, tmp_path / "minilm-qa-reference")
     monkeypatch.setenv(weights.CHECKPOINTS_ENV, str(tmp_path))

@@ -48,7 +48,10 @@ class DeformerBertConfig(BertConfig):
     Raises:
         ValueError: if `num_decomposed_layers` is not an integer in `[0, num_hidden_layers]`, if
             `passage_position_offset` is negative or leaves no room in `max_position_embeddings`, if the temperature
-            is not positive, or if a loss weight is negative.
+            is not positive, if a loss weight is negative, if the temperature, a loss weight or the threshold is not a
+            number, if `allow_no_answer` is not None, True or False (a string such as "no" would read as True), or if
+            a recorded window setting is out of range (`max_question_length >= 3`, `max_passage_length >= 2`,
+            `0 <= doc_stride < max_passage_length - 1`).
 
     Example:
 
@@ -102,11 +105,19 @@ class DeformerBertConfig(BertConfig):
                 f"`passage_position_offset` must be in [0, max_position_embeddings={self.max_position_embeddings}), "
                 f"got {passage_position_offset}."
             )
+        for name, value in (("distillation_temperature", distillation_temperature), ("kd_loss_weight", kd_loss_weight),
+                            ("lrs_loss_weight", lrs_loss_weight), ("null_score_diff_threshold", null_score_diff_threshold)):
+            if value is None and name == "null_score_diff_threshold":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+                raise ValueError(f"`{name}` must be a number, got {value!r}.")
         if not distillation_temperature > 0:
             raise ValueError(f"`distillation_temperature` must be > 0, got {distillation_temperature}.")
         for name, value in (("kd_loss_weight", kd_loss_weight), ("lrs_loss_weight", lrs_loss_weight)):
             if not value >= 0:
                 raise ValueError(f"`{name}` must be >= 0, got {value}.")
+        if allow_no_answer is not None and not isinstance(allow_no_answer, bool):
+            raise ValueError(f"`allow_no_answer` must be None, True or False, got {allow_no_answer!r}.")
         self.num_decomposed_layers = num_decomposed_layers
         self.passage_position_offset = passage_position_offset
         self.distillation_temperature = float(distillation_temperature)
@@ -116,6 +127,9 @@ class DeformerBertConfig(BertConfig):
                                  ("max_passage_length", max_passage_length, 2), ("doc_stride", doc_stride, 0)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
                 raise ValueError(f"`{name}` must be None or an int >= {low}, got {value!r}.")
+        if max_passage_length is not None and doc_stride is not None and doc_stride >= max_passage_length - 1:
+            raise ValueError(f"`doc_stride` must be < max_passage_length - 1 = {max_passage_length - 1} (windows hold "
+                             f"max_passage_length - 1 tokens and [SEP]), got {doc_stride}.")
         self.max_question_length = max_question_length
         self.max_passage_length = max_passage_length
         self.doc_stride = doc_stride

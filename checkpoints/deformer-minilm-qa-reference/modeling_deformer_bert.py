@@ -12,6 +12,7 @@ configuration file next to it.
 
 import hashlib
 import json
+import sys
 import warnings
 from dataclasses import dataclass
 
@@ -44,7 +45,7 @@ _FINGERPRINT_IGNORED_FIELDS = frozenset({
     "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "cls_token_id", "mask_token_id", "unk_token_id",
     "decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id", "initializer_range", "init_std",
     "initializer_factor", "tie_word_embeddings", "classifier_dropout", "max_length", "min_length", "num_beams",
-    "no_repeat_ngram_size", "early_stopping", "length_penalty",
+    "no_repeat_ngram_size", "early_stopping", "length_penalty", "custom_pipelines",
 })
 
 
@@ -70,6 +71,25 @@ def _check_token_ids(ids, bound: int, argument: str) -> None:
         if low < 0 or high >= bound:
             raise ValueError(f"`{argument}` holds token id {low if low < 0 else high}, outside the vocabulary "
                              f"[0, {bound}) of this model.") from None
+
+
+def _check_span_labels(start_positions, end_positions, batch_size: int) -> None:
+    """Raise a `ValueError` naming the argument when answer-span labels cannot be read as
+    `BertForQuestionAnswering` reads them: one of the two without the other (no loss would be computed, silently),
+    a float tensor, or a shape other than `(batch_size,)` / `(batch_size, 1)`."""
+    if (start_positions is None) != (end_positions is None):
+        given = "start_positions" if start_positions is not None else "end_positions"
+        raise ValueError(f"`{given}` was given without its pair: the span loss needs both `start_positions` and "
+                         "`end_positions`.")
+    for name, positions in (("start_positions", start_positions), ("end_positions", end_positions)):
+        if positions is None:
+            continue
+        if not torch.is_tensor(positions) or positions.is_floating_point() or positions.dtype == torch.bool:
+            raise ValueError(f"`{name}` must be an integer tensor of token indices, got "
+                             f"{getattr(positions, 'dtype', type(positions).__name__)}.")
+        if positions.shape not in ((batch_size,), (batch_size, 1)):
+            raise ValueError(f"`{name}` must have shape ({batch_size},) (one token index per row), got "
+                             f"{tuple(positions.shape)}.")
 
 
 @dataclass
@@ -142,6 +162,24 @@ class DeformerBertPreTrainedModel(BertPreTrainedModel):
     # BERT checkpoints carry a pooler that a QA model does not use (as `BertForQuestionAnswering` has none).
     _keys_to_ignore_on_load_unexpected = [r"pooler\."]
 
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        r"""`PreTrainedModel.save_pretrained`, with every Auto class that a model class of this file is registered
+        for (`register_for_auto_class`) in the saved config's `auto_map`, not only the saved class's own (all that
+        transformers writes): the folder then loads through each of them (`AutoModel`, the task heads) with
+        `trust_remote_code=True`, also where hf-readonce is not installed. Entries the config already has are
+        kept; `auto_map` is not part of the representation fingerprint."""
+        module = sys.modules[__name__]
+        auto_map = dict(getattr(self.config, "auto_map", None) or {})
+        for name in getattr(module, "__all__", ()):
+            cls = getattr(module, name, None)
+            if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
+                head = cls.__dict__.get("_auto_class")
+                if head is not None:
+                    auto_map.setdefault(head, f"{__name__.rsplit('.', 1)[-1]}.{cls.__name__}")
+        if auto_map:
+            self.config.auto_map = auto_map
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
 
 class DeformerBertModel(DeformerBertPreTrainedModel):
     r"""
@@ -160,6 +198,9 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
        layers 1..k, then the joint upper layers over `[question; passage]`. Same result as (1) on the same pair.
     """
 
+    # `get_input_embeddings` / `set_input_embeddings` (transformers' defaults) find `embeddings.word_embeddings`
+    _input_embed_layer = "word_embeddings"
+
     def __init__(self, config: DeformerBertConfig):
         super().__init__(config)
         self.config = config
@@ -171,12 +212,6 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
         self.encoder = BertEncoder(config)
         self._fingerprint_cache = None
         self.post_init()
-
-    def get_input_embeddings(self):
-        return self.embeddings.word_embeddings
-
-    def set_input_embeddings(self, value):
-        self.embeddings.word_embeddings = value
 
     # ------------------------------------------------------------------ helpers
     def representation_fingerprint(self) -> str:
@@ -349,6 +384,8 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
         token_type_ids: torch.LongTensor | None = None,
         passage_states: DeformerPassageOutput | None = None,
         output_hidden_states: bool | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
         **kwargs,
     ) -> DeformerBertModelOutput:
         r"""
@@ -365,45 +402,77 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
                 Cached passage states from [`encode_passages`]; the passage's lower layers are then skipped.
             output_hidden_states (`bool`, *optional*):
                 Also return the embeddings and every layer's output.
+            position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)` or `(1, sequence_length)`,
+                *optional*): as in `BertModel`, with `num_decomposed_layers=0` only (after DeFormer's own arguments
+                here, so that positional calls written for this model keep their meaning; the QA head takes BERT's
+                order). With k > 0 the model numbers the positions itself (question from 0, passage from
+                `config.passage_position_offset`, §3), so passing them raises.
+            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, hidden_size)`, *optional*):
+                word embeddings instead of `input_ids` (exactly one of the two), as in `BertModel`; position and
+                token-type embeddings are added as for `input_ids`.
 
         Returns:
             [`DeformerBertModelOutput`].
 
         Raises:
-            ValueError: missing `input_ids`, mismatched shapes, pair input without `token_type_ids` while
-                `num_decomposed_layers > 0`, an example with no question token, or `passage_states` from another
-                model, k or hidden size.
+            ValueError: neither or both of `input_ids` and `inputs_embeds`, an empty batch, mismatched shapes,
+                `position_ids` while `num_decomposed_layers > 0`, pair input without `token_type_ids` while
+                `num_decomposed_layers > 0`, an example with no question token, `passage_states` from another model,
+                k or hidden size, or `passage_states` with a pair encoding (`token_type_ids` 1 on real tokens).
+            TypeError: `input_ids` that are not integer token ids.
         """
         config = self.config
         k = config.num_decomposed_layers
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else config.output_hidden_states
         )
-        if input_ids is None:
-            raise ValueError("`input_ids` is required.")
-        if input_ids.dim() != 2:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("`input_ids` is required (or `inputs_embeds` instead of it; exactly one of the two).")
+        if input_ids is not None and input_ids.dim() != 2:
             raise ValueError(f"`input_ids` must be (batch_size, sequence_length), got shape {tuple(input_ids.shape)}.")
+        if input_ids is not None and (input_ids.is_floating_point() or input_ids.dtype == torch.bool):
+            raise TypeError(f"`input_ids` must hold integer token ids, got {input_ids.dtype}.")
+        given_shape = (input_ids if input_ids is not None else inputs_embeds).shape
+        if given_shape[0] == 0 or given_shape[1] == 0:
+            raise ValueError(f"`{'input_ids' if input_ids is not None else 'inputs_embeds'}` is empty (shape "
+                             f"{tuple(given_shape)}): nothing to read.")
+        if inputs_embeds is not None and (inputs_embeds.dim() != 3 or inputs_embeds.shape[-1] != config.hidden_size):
+            raise ValueError(f"`inputs_embeds` must be (batch_size, sequence_length, hidden_size={config.hidden_size}),"
+                             f" got shape {tuple(inputs_embeds.shape)}.")
+        source, given = ("input_ids", input_ids) if input_ids is not None else ("inputs_embeds", inputs_embeds)
+        shape, device = given.shape[:2], given.device
         if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        if attention_mask.shape != input_ids.shape:
+            attention_mask = torch.ones(shape, dtype=torch.long, device=device)
+        if attention_mask.shape != shape:
             raise ValueError(
-                f"`attention_mask` shape {tuple(attention_mask.shape)} != `input_ids` shape {tuple(input_ids.shape)}."
+                f"`attention_mask` shape {tuple(attention_mask.shape)} != `{source}` shape {tuple(shape)}."
             )
-        if token_type_ids is not None and token_type_ids.shape != input_ids.shape:
+        if token_type_ids is not None and token_type_ids.shape != shape:
             raise ValueError(
-                f"`token_type_ids` shape {tuple(token_type_ids.shape)} != `input_ids` shape {tuple(input_ids.shape)}."
+                f"`token_type_ids` shape {tuple(token_type_ids.shape)} != `{source}` shape {tuple(shape)}."
             )
+        if position_ids is not None:
+            if k > 0 or passage_states is not None:
+                raise ValueError(
+                    f"`position_ids` can only be given with num_decomposed_layers=0 (this model has {k}): a DeFormer "
+                    "numbers the question from 0 and the passage from `config.passage_position_offset` itself."
+                )
+            if position_ids.dim() != 2 or position_ids.shape[1] != shape[1] or position_ids.shape[0] not in (1, shape[0]):
+                raise ValueError(f"`position_ids` must be (batch_size, sequence_length) or (1, sequence_length) for "
+                                 f"`{source}` of shape {tuple(shape)}, got {tuple(position_ids.shape)}.")
         all_hidden_states = [] if output_hidden_states else None
         layer_kwargs = {key: value for key, value in kwargs.items() if key not in ("return_dict", "output_attentions")}
 
         if passage_states is not None:
             return self._forward_with_passage_states(
-                input_ids, attention_mask, token_type_ids, passage_states, all_hidden_states, layer_kwargs
+                input_ids, inputs_embeds, attention_mask, token_type_ids, passage_states, all_hidden_states,
+                layer_kwargs,
             )
 
         if k == 0:
             # Plain BERT: standard positions, joint attention in every layer.
-            hidden_states = self._embed(input_ids, token_type_ids=token_type_ids)
+            hidden_states = self._embed(input_ids, token_type_ids=token_type_ids, position_ids=position_ids,
+                                        inputs_embeds=inputs_embeds)
             if all_hidden_states is not None:
                 all_hidden_states.append(hidden_states)
         else:
@@ -418,14 +487,15 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
             question_lengths = is_question.sum(dim=1, keepdim=True)
             if bool((question_lengths == 0).any()):
                 raise ValueError("An example has no question token (`token_type_ids == 0` with attention_mask 1).")
-            positions = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
+            positions = torch.arange(shape[1], device=device).unsqueeze(0)
             passage_positions = positions - question_lengths + config.passage_position_offset
             position_ids = torch.where(segment_ids == 0, positions, passage_positions.clamp(min=0))
             if int(position_ids.max()) >= config.max_position_embeddings:
                 raise ValueError(
                     f"A segment is longer than max_position_embeddings={config.max_position_embeddings}."
                 )
-            hidden_states = self._embed(input_ids, token_type_ids=token_type_ids, position_ids=position_ids)
+            hidden_states = self._embed(input_ids, token_type_ids=token_type_ids, position_ids=position_ids,
+                                        inputs_embeds=inputs_embeds)
             if all_hidden_states is not None:
                 all_hidden_states.append(hidden_states)
             lower_mask = self._bidirectional_mask(hidden_states, attention_mask, segment_ids)
@@ -433,7 +503,7 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
         return self._joint_layers(hidden_states, attention_mask, all_hidden_states, layer_kwargs)
 
     def _forward_with_passage_states(
-        self, input_ids, attention_mask, token_type_ids, passage_states, all_hidden_states, layer_kwargs
+        self, input_ids, inputs_embeds, attention_mask, token_type_ids, passage_states, all_hidden_states, layer_kwargs
     ):
         config = self.config
         k = config.num_decomposed_layers
@@ -443,18 +513,23 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
         passage_hidden = passage_states["last_hidden_state"]
         passage_mask = passage_states.get("attention_mask")
         if passage_mask is None:
-            passage_mask = torch.ones(passage_hidden.shape[:2], dtype=attention_mask.dtype, device=input_ids.device)
-        if passage_hidden.shape[0] != input_ids.shape[0]:
+            passage_mask = torch.ones(passage_hidden.shape[:2], dtype=attention_mask.dtype,
+                                      device=attention_mask.device)
+        if passage_hidden.shape[0] != attention_mask.shape[0]:
             raise ValueError(
-                f"`passage_states` hold {passage_hidden.shape[0]} passages for {input_ids.shape[0]} questions; "
+                f"`passage_states` hold {passage_hidden.shape[0]} passages for {attention_mask.shape[0]} questions; "
                 "repeat or index them so that each question has its passage."
             )
         if token_type_ids is None:
-            token_type_ids = torch.zeros_like(input_ids)
-        question_length = input_ids.shape[1]
+            token_type_ids = torch.zeros_like(attention_mask, dtype=torch.long)
+        elif bool(((token_type_ids != 0) & attention_mask.bool()).any()):
+            raise ValueError("with `passage_states`, `input_ids` hold the question segment only (`[CLS] question "
+                             "[SEP]`, `token_type_ids` 0); these `token_type_ids` mark passage tokens: a pair encoding "
+                             "would read the passage twice.")
+        question_length = attention_mask.shape[1]
         if question_length > config.max_position_embeddings:
             raise ValueError(f"Question longer than max_position_embeddings={config.max_position_embeddings}.")
-        hidden_states = self._embed(input_ids, token_type_ids=token_type_ids)
+        hidden_states = self._embed(input_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds)
         mask = self._bidirectional_mask(hidden_states, attention_mask)
         hidden_states = self._run_layers(hidden_states, mask, 0, k, None, **layer_kwargs)
         hidden_states = torch.cat([hidden_states, passage_hidden.to(hidden_states.dtype)], dim=1)
@@ -519,7 +594,14 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
         return self.bert.representation_fingerprint()
 
     def encode_passages(self, input_ids, attention_mask=None, token_type_ids=None) -> DeformerPassageOutput:
-        """Cache passage states; see [`DeformerBertModel.encode_passages`] (shapes, errors)."""
+        """Cache passage states (the passage half of the lower k layers, §3): `(batch, passage_length)` ids ->
+        [`DeformerPassageOutput`] with `(batch, passage_length, hidden_size)` states; see
+        [`DeformerBertModel.encode_passages`].
+
+        Raises:
+            ValueError: as [`DeformerBertModel.encode_passages`] (k = 0, mis-shaped inputs, a passage beyond the
+                position table).
+        """
         return self.bert.encode_passages(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
 
     @can_return_tuple
@@ -528,6 +610,8 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.LongTensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
         start_positions: torch.LongTensor | None = None,
         end_positions: torch.LongTensor | None = None,
         passage_states: DeformerPassageOutput | None = None,
@@ -542,6 +626,9 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
             input_ids, attention_mask, token_type_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`):
                 As in `BertForQuestionAnswering` (pair encoding), or the question segment only when
                 `passage_states` is given (see [`DeformerBertModel.forward`]).
+            position_ids, inputs_embeds: as in `BertForQuestionAnswering` (same positions in the signature, so a
+                positional call written for it means the same here); `position_ids` with `num_decomposed_layers=0`
+                only, see [`DeformerBertModel.forward`].
             start_positions, end_positions (`torch.LongTensor` of shape `(batch_size,)`, *optional*):
                 Gold span boundaries (token indices in the layout of the logits); positions outside the sequence are
                 ignored, as in BERT.
@@ -562,13 +649,21 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
             given.
 
         Raises:
-            ValueError: as [`DeformerBertModel.forward`]; teacher tensors whose shapes do not match.
+            ValueError: as [`DeformerBertModel.forward`]; teacher tensors whose shapes do not match, or one teacher
+                logits tensor without the other; one of `start_positions` / `end_positions` without the other, a
+                float one, or one of another shape than `(batch_size,)`.
         """
+        if (teacher_start_logits is None) != (teacher_end_logits is None):
+            given = "teacher_start_logits" if teacher_end_logits is None else "teacher_end_logits"
+            raise ValueError(f"`{given}` was given without its pair: pass both `teacher_start_logits` and "
+                             "`teacher_end_logits` for the distillation loss L_kd, or neither.")
         need_states = teacher_hidden_states is not None and self.config.lrs_loss_weight > 0
         outputs = self.bert(
             input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
             passage_states=passage_states,
             output_hidden_states=bool(output_hidden_states) or need_states,
             **kwargs,
@@ -580,6 +675,7 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
         end_logits = end_logits.squeeze(-1).contiguous()
 
         total_loss = None
+        _check_span_labels(start_positions, end_positions, start_logits.shape[0])
         if start_positions is not None and end_positions is not None:
             if start_positions.dim() > 1:
                 start_positions = start_positions.squeeze(-1)
