@@ -393,6 +393,30 @@ def test_input_that_holds_nothing_fails_before_a_store_is_made(tmp_path, checkpo
     assert "no usable question" in capsys.readouterr().err
 
 
+def test_one_unreadable_line_is_named_and_verify_bad_documents_exit_2(tmp_path, checkpoint, qa_rows, capsys):
+    """A file whose only line cannot be read says why (a byte-order mark here), not only "no JSON object line";
+    `verify --recompute --documents` without usable texts exits 2 (a usage error: verify's 1 means a damaged store);
+    without `--text-field`, a file with `document` but no `context` is read from `document`, said on stderr."""
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + json.dumps({"id": "a", "context": qa_rows[0]["context"]}).encode() + b"\n")
+    assert cli_main(["encode", str(checkpoint), "--documents", str(bom), "--store", str(tmp_path / "s"),
+                     "--no-progress"]) == 1
+    assert "no JSON object line; line 1: not valid JSON (Unexpected UTF-8 BOM" in capsys.readouterr().err
+    assert cli_main(["answer", str(checkpoint), "--questions", str(bom), "--store", str(tmp_path / "s"), "--output",
+                     str(tmp_path / "p.jsonl")]) == 1
+    assert "holds no questions (no JSON object line; line 1: not valid JSON" in capsys.readouterr().err
+    store = tmp_path / "store"
+    documents = write_jsonl(tmp_path / "docs.jsonl", [{"id": r["id"], "document": r["context"]} for r in qa_rows[:2]])
+    assert cli_main(["encode", str(checkpoint), "--documents", str(documents), "--store", str(store), "--dtype",
+                     "fp32", "--max-passage-length", "64", "--doc-stride", "8", "--no-progress"]) == 0
+    assert "reading 'document'" in capsys.readouterr().err and len(RepresentationStore(store, readonly=True)) == 2
+    for extra in (["--text-field", "text"], []):
+        bad = write_jsonl(tmp_path / "bad.jsonl", [{"id": "a", "title": "no text"}])
+        assert cli_main(["verify", "--store", str(store), "--recompute", "1", "--model", str(checkpoint),
+                         "--documents", str(bad), *extra]) == 2
+        assert "no line of" in capsys.readouterr().err
+
+
 def test_a_missing_local_model_folder_is_named_before_any_hub_lookup(tmp_path, qa_rows, capsys):
     docs = write_jsonl(tmp_path / "docs.jsonl", qa_rows[:1])
     (tmp_path / "runs").mkdir()

@@ -101,32 +101,70 @@ def _report_bad_lines(problems, path, stream=None, limit: int = 20) -> None:
         print(f"  ... and {len(problems) - limit} more", file=stream)
 
 
-def _check_has_documents(path: Path, text_field: str, option: str = "--text-field") -> None:
-    """Stop (exit 1) before any model work when a JSONL input holds nothing to encode: no JSON-object line at all
-    ("FILE holds no documents"), or no line whose `text_field` is a non-blank string (naming the fields of the first
-    valid line when no line has the field). Reads only up to the first usable line.
+def _no_object_line(path: Path, what: str, problems: list) -> str:
+    """The message for an input file without a JSON-object line: `FILE holds no WHAT (no JSON object line)`, with the
+    first unreadable line's reason where there is one (a byte-order mark, gzip data, a lone surrogate: why a one-line
+    file was set aside)."""
+    reason = f"; {problems[0]}" if problems else ""
+    return f"{path} holds no {what} (no JSON object line{reason})."
+
+
+DEFAULT_TEXT_FIELDS = ("context", "document")  # SQuAD-style passages, then XSum-style documents
+
+
+def _default_text_field(path: Path) -> str:
+    """The field `encode` and `verify` read texts from when `--text-field` is not given: `context` if a line of
+    `path` holds a text there, else `document` if one does (an XSum-style file; said on stderr), else `context` (the
+    error that follows names it). A path that is not a regular file (a FIFO, read once by the encoder) gets
+    `context`."""
+    from .tasks.jsonl import iter_jsonl
+
+    if not path.is_file():
+        return DEFAULT_TEXT_FIELDS[0]
+    found = set()
+    for _, row in iter_jsonl(path, []):
+        found.update(name for name in DEFAULT_TEXT_FIELDS if isinstance(row.get(name), str) and row[name].strip())
+        if DEFAULT_TEXT_FIELDS[0] in found:
+            return DEFAULT_TEXT_FIELDS[0]
+    if DEFAULT_TEXT_FIELDS[1] in found:
+        print(f"--text-field: no line of {path} has a 'context'; reading 'document'.", file=sys.stderr)
+        return DEFAULT_TEXT_FIELDS[1]
+    return DEFAULT_TEXT_FIELDS[0]
+
+
+def _check_has_documents(path: Path, text_field: str, option: str = "--text-field",
+                         status: int = EXIT_PROBLEMS) -> None:
+    """Stop before any model work when a JSONL input holds nothing to encode: no JSON-object line at all
+    ("FILE holds no documents", with the first unreadable line's reason), or no line whose `text_field` is a
+    non-blank string (naming the fields of the first valid line when no line has the field). Reads only up to the
+    first usable line.
+
+    Args:
+        path (`Path`): the JSONL file. text_field (`str`): the field holding the text. option (`str`): the option
+            named in the message. status (`int`, defaults to 1): the exit status (1: the input holds nothing to work
+            on; `verify` passes 2, its 1 meaning a damaged store).
 
     Raises:
-        CommandError: with status 1, as above.
+        CommandError: with `status`, as above.
     """
     from .tasks.jsonl import iter_jsonl
 
-    first, has_field = None, False
-    for number, row in iter_jsonl(path, []):
+    first, has_field, problems = None, False, []
+    for number, row in iter_jsonl(path, problems):
         value = row.get(text_field)
         if isinstance(value, str) and value.strip():
             return
         first = first or (number, row)
         has_field = has_field or text_field in row
     if first is None:
-        raise CommandError(f"{path} holds no documents (no JSON object line).", status=EXIT_PROBLEMS)
+        raise CommandError(_no_object_line(path, "documents", problems), status=status)
     if has_field:
         raise CommandError(f"{path} holds no documents: every {text_field!r} field is empty or not a string.",
-                           status=EXIT_PROBLEMS)
+                           status=status)
     number, row = first
     fields = ", ".join(repr(key) for key in row) or "none"
     raise CommandError(f"{option} {text_field!r}: no line of {path} has this field; its first valid line (line "
-                       f"{number}) has the fields {fields}.", status=EXIT_PROBLEMS)
+                       f"{number}) has the fields {fields}.", status=status)
 
 
 def _device(name: str):
@@ -530,6 +568,8 @@ def cmd_encode(args) -> int:
     args.model = _resolve_model(args.model)
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         _device(args.device)  # a device this machine lacks is refused before a store is created
+    if args.text_field is None:
+        args.text_field = _default_text_field(documents)
     if documents.is_file():  # (a FIFO is read once, by the encoder)
         _check_has_documents(documents, args.text_field)
     state = _distributed_state(args.device)
@@ -872,7 +912,7 @@ def _answer(args) -> int:
     _refuse_duplicate_ids(questions, duplicates, "question", "Predictions")
     if not examples:
         if not problems or all("JSON" in p.reason or "UTF-8" in p.reason for p in problems):
-            raise CommandError(f"{questions} holds no questions (no JSON object line).", status=EXIT_PROBLEMS)
+            raise CommandError(_no_object_line(questions, "questions", problems), status=EXIT_PROBLEMS)
         first = next((row for _, row in iter_jsonl(questions, [])), {})
         needs = "'question' and 'context' (or 'contexts', a list of passages)" if generative else \
             "'question' and 'context'"
@@ -1447,7 +1487,8 @@ def _recompute(args, store, corrupted):
         documents = Path(args.documents)
         if not documents.is_file():
             raise CommandError(f"--documents {documents} is not a file.")
-        _check_has_documents(documents, args.text_field)
+        args.text_field = args.text_field or _default_text_field(documents)
+        _check_has_documents(documents, args.text_field, status=EXIT_ERROR)  # verify's 1 means a damaged store
         texts = {content_hash(text): text for _, text in iter_documents(documents, text_field=args.text_field,
                                                                           id_field=None, problems=[])}
     device = _device(args.device)
@@ -1681,7 +1722,8 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
     encode.add_argument("--max-document-length", type=int, default=None,
                         help="families that read whole documents: tokens read per document (default: the family's, "
                              "as `hf-readonce info` lists it)")
-    encode.add_argument("--text-field", default="context", help="field holding the text (default: context)")
+    encode.add_argument("--text-field", default=None,
+                        help="field holding the text (default: context, or document where no line has a context)")
     encode.add_argument("--id-field", default="id", help="field naming the document in reports (default: id)")
     encode.add_argument("--dtype", type=_storage_dtype, default="fp16", metavar="{fp16,bf16,fp32}",
                         help="storage dtype of the states (default fp16; float16, bfloat16, float32 also read)")
@@ -1783,7 +1825,8 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
     verify.add_argument("--documents", default=None,
                         help="with --recompute: JSONL of the documents' texts (needed for families whose stored "
                              "tensors keep no tokens; used for every family when given)")
-    verify.add_argument("--text-field", default="context", help="field of --documents holding the text")
+    verify.add_argument("--text-field", default=None, help="field of --documents holding the text (default: "
+                                                            "context, or document where no line has a context)")
     verify.add_argument("--max-kl", type=float, default=None,
                         help="with --recompute: exit 1 if a document's KL is above this (nats)")
     verify.add_argument("--max-diff", type=float, default=None,
