@@ -29,9 +29,12 @@ def test_find_space_free_and_given_settings(tmp_path, tokenizer, qa_rows):
     assert find_space(store, *_settings(b), given=["max_passage_length"]) is None
     assert find_space(store, *_settings(a), given=["max_passage_length", "doc_stride"]) == a.settings()
     fill_store(b, store, texts)
+    # two spaces of this model: the one with the adapter's own (default) values is read, else the choice is named
+    assert find_space(store, *_settings(a)) == a.settings() and find_space(store, *_settings(b)) == b.settings()
+    c = DeformerBertAdapter(model, tokenizer, max_passage_length=64, doc_stride=8)
     with pytest.raises(ValueError, match=r"several settings \(max_passage_length=\d+, doc_stride=8; "
                                          r"max_passage_length=\d+, doc_stride=8\).*`--max-passage-length`"):
-        find_space(store, *_settings(a))
+        find_space(store, *_settings(c))
     assert find_space(store, *_settings(b), given=["max_passage_length"])["max_passage_length"] == 48
     with pytest.raises(ValueError, match=r"`given` \['k'\] are not settings of deformer_bert"):
         find_space(store, *_settings(a), given=["k"])

@@ -61,8 +61,9 @@ def find_space(store: RepresentationStore, adapter_class: type, fingerprint: str
                given: Iterable[str] = ()) -> dict | None:
     """The settings of the only space of `store` written with `fingerprint` and `settings`, except the family's own
     settings (`adapter_class.cli_settings`, e.g. a window length) not named in `given`, which may hold any stored
-    value. For an adapter built for the model: `find_space(store, type(adapter), current_fingerprint(adapter),
-    adapter.settings(), given)`.
+    value; where several spaces differ only in those, the one whose values are `settings`' (the adapter's defaults,
+    e.g. the windows a checkpoint records) is read. For an adapter built for the model: `find_space(store,
+    type(adapter), current_fingerprint(adapter), adapter.settings(), given)`.
 
     Args:
         store ([`RepresentationStore`]): refreshed first (spaces another process wrote are seen).
@@ -81,8 +82,8 @@ def find_space(store: RepresentationStore, adapter_class: type, fingerprint: str
     Raises:
         RepresentationMismatchError: spaces with these settings exist only for other fingerprints (both named: other
             weights, or another compute dtype).
-        ValueError: several spaces of this model match (their settings and the options that pick one named), or a
-            name in `given` that is not one of the family's `cli_settings`.
+        ValueError: several spaces of this model match and none has the default values (their settings and the
+            options that pick one named), or a name in `given` that is not one of the family's `cli_settings`.
     """
     own, model_type, given = adapter_class.cli_settings, adapter_class.model_type, set(given)
     if given - set(own):
@@ -92,6 +93,10 @@ def find_space(store: RepresentationStore, adapter_class: type, fingerprint: str
     store.refresh()
     ours = [s for s in store.spaces() if all(s.settings.get(name) == value for name, value in fixed.items())]
     matching = [s for s in ours if s.fingerprint == fingerprint]
+    if len(matching) > 1:  # the defaults `settings` holds for the free settings pick one (a checkpoint's recorded)
+        defaults = [s for s in matching if all(s.settings.get(name) == settings.get(name)
+                                               for name in own if name in settings)]
+        matching = defaults if len(defaults) == 1 else matching
     if len(matching) == 1:
         return dict(matching[0].settings)
     if len(matching) > 1:
