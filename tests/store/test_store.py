@@ -105,10 +105,14 @@ def test_finite_values_that_overflow_the_storage_dtype_are_refused(tmp_path, dty
     with store.writer(FP, SETTINGS, dtype=dtype) as writer:
         with pytest.raises(ValueError, match="tensor .hidden_states. overflows (float16|bfloat16)"):
             writer.add(content_hash("big"), {"hidden_states": big})
-        # at the limit, and a tensor that is already non-finite, are stored as given
+        # at the limit, and the NaN of a tensor that is already non-finite, are stored as given; a NaN does not
+        # hide a finite value that overflows beside it
         at_limit = torch.full((2, 2), limit if dtype == "fp16" else 1e38)
         writer.add(content_hash("at limit"), {"hidden_states": at_limit})
-        writer.add(content_hash("nan"), {"hidden_states": torch.tensor([[float("nan"), 1e6]])})
+        with pytest.raises(ValueError, match="overflows"):
+            writer.add(content_hash("nan big"), {"hidden_states": torch.tensor([[float("nan"), -limit * 1.01]],
+                                                                               dtype=torch.float64)})
+        writer.add(content_hash("nan"), {"hidden_states": torch.tensor([[float("nan"), 1.0]])})
     assert len(store) == 2
     assert torch.isfinite(store.get(FP, SETTINGS, content_hash("at limit"))["hidden_states"]).all()
 

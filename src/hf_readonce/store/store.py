@@ -796,6 +796,8 @@ class StoreWriter:
         if (isinstance(shard_size_bytes, bool) or not isinstance(shard_size_bytes, (int, float))
                 or not math.isfinite(shard_size_bytes) or shard_size_bytes <= 0):
             raise ValueError(f"`shard_size_bytes` must be a positive finite number, got {shard_size_bytes!r}.")
+        if model_type is not None and not isinstance(model_type, str):
+            raise TypeError(f"`model_type` must be a str or None, got {type(model_type).__name__}.")
         self.store = store
         self.dtype = resolve_dtype(dtype)
         self.shard_size_bytes = shard_size_bytes
@@ -821,11 +823,15 @@ class StoreWriter:
             tensor = tensor.detach().to("cpu")
             if tensor.is_floating_point():
                 converted = tensor.to(self.dtype)
-                # finite values that overflow the storage dtype: rounding is monotonic, so the largest magnitude
-                # overflows if any does (a NaN or inf in the input makes `peak` non-finite: stored as given). One
-                # reduction in the input's dtype; `isfinite` on a whole fp16 tensor is slow on CPUs.
+                # finite values that overflow the storage dtype: rounding is monotonic, so the largest finite
+                # magnitude overflows if any does. NaN and inf already in the input are stored as given, and do not
+                # hide an overflow beside them. One reduction in the input's dtype (`isfinite` on a whole fp16 tensor
+                # is slow on CPUs: only run when the input holds a NaN or inf).
                 peak = tensor.abs().amax() if tensor.numel() else tensor.new_zeros(())
-                if bool(torch.isfinite(peak)) and bool(torch.isinf(peak.to(self.dtype))):
+                if not bool(torch.isfinite(peak)):
+                    finite = tensor[torch.isfinite(tensor)]
+                    peak = finite.abs().amax() if finite.numel() else tensor.new_zeros(())
+                if bool(torch.isinf(peak.to(self.dtype))):
                     raise ValueError(
                         f"tensor {name!r} overflows {_dtype_name(self.dtype)} (values up to "
                         f"{float(peak):.3g}); store it as "
@@ -852,6 +858,9 @@ class StoreWriter:
         if not isinstance(document_hash, str):
             raise ValueError(f"`document_hash` must be a 64-character lowercase hex SHA-256, got {document_hash!r}.")
         check_document_hash(document_hash)
+        if meta is not None and not isinstance(meta, Mapping):
+            raise TypeError(f"`meta` must be a dict (small JSON metadata, e.g. {{\"id\": ...}}) or None, got "
+                            f"{type(meta).__name__}.")
         meta = dict(meta or {})
         try:
             json.dumps(meta, allow_nan=False)
