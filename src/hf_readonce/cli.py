@@ -625,16 +625,21 @@ def cmd_encode(args) -> int:
             try:
                 result = store.repair()
             except OSError as error:
-                raise CommandError(f"cannot repair store {store.path}: {error}") from None
+                raise CommandError(f"cannot repair store {store.path}: {printable(error)}") from None
             report = result["report"]
             dropped_by_space, dropped_spaces = result["dropped_by_space"], result["dropped_spaces"]
-            if report.corruptions or report.orphans:
+            moved = result["quarantined"]
+            if report.corruptions or report.orphans or moved:
                 for corruption in report.corruptions:
                     print(f"repair: {corruption.describe()}", file=sys.stderr)
                 count = sum(len(hashes) for hashes in dropped_by_space.values())
                 spaces = (f" in {len(dropped_by_space)} representation spaces" if len(dropped_by_space) > 1 else "")
                 print(f"repair: {len(result['salvaged'])} intact document(s) rewritten, {count} dropped{spaces}, "
-                      f"{len(result['quarantined'])} file(s) moved to quarantine/", file=sys.stderr)
+                      f"{len(moved)} file(s) moved to quarantine/", file=sys.stderr)
+                if moved:  # every path it moved (leftovers of tmp/ included): nothing is deleted
+                    names = ", ".join(printable(rel) for rel in moved[:20])
+                    more = f" (and {len(moved) - 20} more)" if len(moved) > 20 else ""
+                    print(f"repair: moved to {printable(result['quarantine_folder'])}: {names}{more}", file=sys.stderr)
             else:
                 print("repair: verify found nothing to repair", file=sys.stderr)
         if state is not None:
@@ -1367,7 +1372,7 @@ def cmd_verify(args) -> int:
             "corruptions": [{"shard": c.shard, "reason": c.reason,
                              "documents": [{"content_hash": e.content_hash, "id": e.meta.get("id")}
                                            for e in c.documents]} for c in report.corruptions],
-            "orphans": report.orphans, "duplicates": duplicates}
+            "orphans": report.orphans, "duplicates": duplicates, "leftovers": report.leftovers}
         if args.recompute is not None:
             result["recompute"] = [r.as_dict() for r in recomputed]
         print(json.dumps(result, indent=2))
@@ -1379,6 +1384,11 @@ def cmd_verify(args) -> int:
             if orphan not in lost:
                 print(f"orphan shard (no index entry; its documents are stored elsewhere, harmless): "
                       f"{printable(orphan)}")
+        if report.leftovers:
+            names = ", ".join(printable(rel) for rel in report.leftovers[:10])
+            more = f" (and {len(report.leftovers) - 10} more)" if len(report.leftovers) > 10 else ""
+            print(f"note: {len(report.leftovers)} leftover file(s) in tmp/ (a write stopped midway, or put there by "
+                  f"hand; never read): {names}{more}; `encode --repair` moves them to quarantine/")
         if duplicates:
             print(f"note: {duplicates} document(s) are listed by two index files (a shard and its manifest "
                   "copied within the store, or a repair stopped midway): harmless, reads use the first; `hf-readonce "

@@ -2,11 +2,57 @@
 moves a file through a `quarantine` that is a link or not a folder (verify names it, repair refuses before changing
 anything), and `put` refuses an overflow hidden beside a NaN and a `meta` that is not a dict, naming it."""
 
+import os
+
 import pytest
 import torch
 
 from hf_readonce.store import RepresentationStore, content_hash
-from tests.store.test_campaign import FP, SETTINGS
+from tests.conftest import write_jsonl
+from tests.store.test_campaign import FP, SETTINGS, assert_all_present, build, run_cli
+
+
+def _tree(path):
+    """Every path under `path` (links listed, not followed) with its bytes (None for folders and links)."""
+    found = {}
+    for folder, dirs, files in os.walk(path):
+        for name in dirs + files:
+            p = os.path.join(folder, name)
+            found[os.path.relpath(p, path)] = (None if os.path.islink(p) or os.path.isdir(p)
+                                               else open(p, "rb").read())
+    return found
+
+
+def test_repair_moves_leftovers_of_tmp_to_quarantine_and_says_so(tmp_path):
+    path, hashes = build(tmp_path)
+    (path / "tmp" / "notes.txt").write_text("important")
+    report = RepresentationStore(path).verify()
+    assert report.ok and report.leftovers == ["tmp/notes.txt"]
+    result = RepresentationStore(path).repair()
+    assert result["quarantined"] == ["tmp/notes.txt"] and not result["report"].corruptions
+    kept = list((path / "quarantine").glob("*/tmp/notes.txt"))
+    assert [p.read_text() for p in kept] == ["important"] and str(kept[0].parent.parent) == result["quarantine_folder"]
+    assert not list((path / "tmp").iterdir())
+    assert_all_present(path, hashes)
+
+
+def test_repair_of_a_healthy_store_with_foreign_files_reports_what_it_moved(tmp_path, checkpoint, capsys):
+    docs = write_jsonl(tmp_path / "docs.jsonl", [{"id": "d1", "context": "The cat sat on the mat."}])
+    store = tmp_path / "s"
+    args = ["encode", checkpoint, "--store", store, "--documents", docs, "--no-progress",
+            "--max-passage-length", "32", "--doc-stride", "8"]
+    assert run_cli(capsys, *args)[0] == 0
+    (store / "tmp" / "z.txt").write_text("keep me")
+    (store / "shards" / "photo.jpg").write_bytes(b"\xff\xd8 a photo")
+    status, out, _ = run_cli(capsys, "verify", "--store", store, "--no-progress")
+    assert status == 1 and "shards/photo.jpg" in out and "tmp/z.txt" in out
+    status, _, err = run_cli(capsys, *args, "--repair")
+    assert status == 0 and "nothing to repair" not in err, err
+    assert "2 file(s) moved to quarantine/" in err and "shards/photo.jpg, tmp/z.txt" in err, err
+    assert [p.read_text() for p in (store / "quarantine").glob("*/tmp/z.txt")] == ["keep me"]
+    assert [p.read_bytes() for p in (store / "quarantine").glob("*/shards/photo.jpg")] == [b"\xff\xd8 a photo"]
+    status, _, err = run_cli(capsys, *args, "--repair")  # now nothing is left to move
+    assert status == 0 and "nothing to repair" in err, err
 
 
 @pytest.mark.parametrize("special", [float("nan"), float("inf"), -float("inf")])

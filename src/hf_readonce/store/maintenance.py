@@ -65,12 +65,15 @@ class VerifyReport:
         shards_checked, documents_checked (`int`), corruptions (`list[Corruption]`), orphans (`list[str]`): shard
         files that no manifest references (left by a crash before commit, or whose manifest was lost). An orphan
         holding documents the index lacks is also a corruption; `repair` re-indexes it and moves it away.
+        leftovers (`list[str]`): what lies in `tmp/` (a write killed midway, or a file put there): harmless, never
+        read; `repair` moves it to `quarantine/`.
     """
 
     shards_checked: int = 0
     documents_checked: int = 0
     corruptions: list = field(default_factory=list)
     orphans: list = field(default_factory=list)
+    leftovers: list = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -157,6 +160,16 @@ def orphan_shards(store) -> list[str]:
     return [f for f in _shard_files(store) if f not in known]
 
 
+def tmp_leftovers(store) -> list[str]:
+    """What lies in the store's `tmp/` (`tmp/<name>`, sorted; nothing when `tmp/` is a link or not a folder): files
+    of a write killed midway, or put there by hand. Writers use `tmp/` only under the write lock."""
+    if path_problem(store.path, "tmp", folder=True) is not None:
+        return []
+    with contextlib.suppress(OSError), os.scandir(store.path / "tmp") as entries:
+        return sorted(f"tmp/{entry.name}" for entry in entries)
+    return []
+
+
 def layout_problems(store) -> list[tuple[str, str]]:
     """`(path, problem)` for each of the store's own folders (`index/`, `shards/`, `tmp/`) that is a link or not a
     folder, and each entry of `shards/` that is not a folder of the store (a link, e.g. to a folder outside the
@@ -173,6 +186,11 @@ def layout_problems(store) -> list[tuple[str, str]]:
                 if problem is not None:
                     problems.append((f"shards/{entry.name}", problem))
     return problems
+
+
+def _layout_corruption(rel: str, problem: str) -> Corruption:
+    return Corruption(rel, f"the store's folder {rel}/ {problem}; `repair` moves it to quarantine/ (nothing behind it "
+                           "is read or written)", [])
 
 
 def read_orphan(store, shard: str):
@@ -362,8 +380,7 @@ def verify_store(store, progress: bool = False) -> VerifyReport:
 
     report = VerifyReport()
     for rel, problem in layout_problems(store):
-        report.corruptions.append(Corruption(rel, f"the store's folder {rel}/ {problem}; `repair` moves it to "
-                                                  "quarantine/ (nothing behind it is read or written)", []))
+        report.corruptions.append(_layout_corruption(rel, problem))
     files = _shard_files(store)  # listed before the index is read: a shard committed meanwhile has its manifest
     store.refresh()
     for name, reason in sorted(store._bad_manifests.items()):
@@ -376,6 +393,7 @@ def verify_store(store, progress: bool = False) -> VerifyReport:
         if corruption is not None:
             report.corruptions.append(corruption)
     report.orphans = [f for f in files if f not in store._shards]
+    report.leftovers = tmp_leftovers(store)
     for orphan in report.orphans:
         try:
             _, _, entries = read_orphan(store, orphan)
@@ -536,8 +554,9 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
 
     Each step leaves the store consistent, so a repair killed at any point is finished by the next one, without
     losing an intact document or storing one twice. The dropped documents are simply no longer stored, so the next
-    `encode` of the same documents recomputes exactly them (`hf-readonce encode --repair` does both). Stale
-    temporary files are deleted.
+    `encode` of the same documents recomputes exactly them (`hf-readonce encode --repair` does both). Whatever is
+    left in `tmp/` (a write killed midway, or a file put there by hand) is moved to `quarantine/<time>/tmp/` and
+    listed in `quarantined`, never deleted.
 
     Args:
         report ([`VerifyReport`], *optional*): from [`verify`]; computed under the lock when omitted.
@@ -546,7 +565,8 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
         `dict` with `salvaged` and `dropped` (content hashes), `dropped_by_space` (space key -> the content hashes
         dropped from it: a document stored in two spaces is dropped from each), `dropped_spaces` (space key ->
         [`RepresentationSpace`], where known: its fingerprint and settings, also of a space the repair emptied),
-        `quarantined` (paths moved) and `report` (the [`VerifyReport`] acted on).
+        `quarantined` (paths moved, relative to the store, e.g. `tmp/notes.txt`), `quarantine_folder` (where they
+        went, `None` when nothing moved) and `report` (the [`VerifyReport`] acted on, naming the store folders moved).
 
     Raises:
         ReadOnlyStoreError: if the store cannot be written.
@@ -559,12 +579,16 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
         known = dict(store._spaces)  # the spaces as the index listed them, to name a space a repair empties
         quarantine = _quarantine_folder(store.path)
         salvaged, moved, candidates = [], [], set()
-        for rel, _ in layout_problems(store):
+        layout = layout_problems(store)
+        for rel, _ in layout:
             _retire_layout(store, rel, quarantine, moved)
         store.check_writable()  # makes index/, shards/ and tmp/ anew where they were moved away
         store._reset_index()
         store.refresh()
-        report = verify_store(store) if report is None else report
+        if report is None:
+            report = verify_store(store)
+            # what was moved away above is no longer there to verify: named as verify named it before
+            report.corruptions[:0] = [_layout_corruption(rel, problem) for rel, problem in layout if rel in moved]
 
         # shards whose file differs from their manifest: forget them all first, so that a document indexed only by
         # one of them (e.g. in two swapped shard files) is salvaged from wherever its bytes are intact
@@ -634,10 +658,14 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
             if not corruption.shard.startswith("index/"):  # (a damaged manifest's records are rebuilt, not lost)
                 candidates.update((e.space, e.content_hash) for e in corruption.documents)
         tmp = store.path / "tmp"
-        if path_problem(store.path, "tmp", folder=True) is None:
-            for stale in tmp.iterdir():
+        if "tmp" not in moved and path_problem(store.path, "tmp", folder=True) is None:  # (a tmp/ made just now: empty)
+            # leftovers of tmp/ (a write killed midway, or a file someone put there): set aside, never deleted; no
+            # write is under way (writers write into tmp/ only under the lock held here)
+            for stale in sorted(tmp.iterdir()):
                 with contextlib.suppress(OSError):
-                    stale.unlink()
+                    (quarantine / "tmp").mkdir(parents=True, exist_ok=True)
+                    os.replace(stale, quarantine / "tmp" / stale.name)  # a link as a link
+                    moved.append(f"tmp/{stale.name}")
         _remove_empty_shard_folders(store)
         store._reset_index()
         store.refresh()
@@ -649,7 +677,7 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
         known.update(store._spaces)
         spaces = {key: known[key] for key in by_space if key in known}
         return {"salvaged": salvaged, "dropped": dropped, "dropped_by_space": by_space, "dropped_spaces": spaces,
-                "quarantined": moved, "report": report}
+                "quarantined": moved, "quarantine_folder": str(quarantine) if moved else None, "report": report}
 
 
 def resolve_spaces(store, spaces, also: Iterable[str] = ()) -> list[str]:
