@@ -625,6 +625,8 @@ def cmd_encode(args) -> int:
             try:
                 result = store.repair()
             except OSError as error:
+                if isinstance(error, ReadOnlyStoreError):  # names the store already
+                    raise CommandError(f"cannot repair: {printable(error)}") from None
                 raise CommandError(f"cannot repair store {store.path}: {printable(error)}") from None
             report = result["report"]
             dropped_by_space, dropped_spaces = result["dropped_by_space"], result["dropped_spaces"]

@@ -9,7 +9,7 @@ import torch
 
 from hf_readonce.store import RepresentationStore, content_hash
 from tests.conftest import write_jsonl
-from tests.store.test_campaign import FP, SETTINGS, assert_all_present, build, run_cli
+from tests.store.test_campaign import FP, N_DOCS, SETTINGS, assert_all_present, build, one_error_line, run_cli, shards
 
 
 def _tree(path):
@@ -53,6 +53,46 @@ def test_repair_of_a_healthy_store_with_foreign_files_reports_what_it_moved(tmp_
     assert [p.read_bytes() for p in (store / "quarantine").glob("*/shards/photo.jpg")] == [b"\xff\xd8 a photo"]
     status, _, err = run_cli(capsys, *args, "--repair")  # now nothing is left to move
     assert status == 0 and "nothing to repair" in err, err
+
+
+@pytest.mark.parametrize("kind", ["link", "file"])
+def test_repair_refuses_a_quarantine_that_is_not_a_folder_and_changes_nothing(tmp_path, checkpoint, capsys, kind):
+    path, _ = build(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    if kind == "link":
+        (path / "quarantine").symlink_to(elsewhere, target_is_directory=True)
+    else:
+        (path / "quarantine").write_text("a file, not a folder")
+    victim = shards(path)[0]
+    data = bytearray(victim.read_bytes())
+    data[-3] ^= 1  # a flipped byte: repair would move this shard and its manifest to quarantine/
+    victim.write_bytes(bytes(data))
+    (path / "tmp" / "notes.txt").write_text("important")
+    before = _tree(path)
+    status, out, _ = run_cli(capsys, "verify", "--store", path, "--no-progress")
+    assert status == 1 and "CORRUPTED quarantine: the store's folder quarantine/ is a" in out, out
+    with pytest.raises(PermissionError, match="quarantine/ is a .*nothing was changed"):
+        RepresentationStore(path).repair()
+    assert _tree(path) == before and not list(elsewhere.iterdir())
+    docs = write_jsonl(tmp_path / "docs.jsonl", [{"id": "d1", "context": "The cat sat on the mat."}])
+    status, _, err = run_cli(capsys, "encode", checkpoint, "--store", path, "--documents", docs, "--no-progress",
+                             "--max-passage-length", "32", "--doc-stride", "8", "--repair")
+    line = one_error_line(err, "encode")
+    assert status == 2 and "cannot repair" in line and str(path) in line and "quarantine/ is a" in line, err
+    assert _tree(path) == before and not list(elsewhere.iterdir())
+    marker = (path / "store.json").read_text()
+    (path / "store.json").write_text("garbled")  # restoring the marker would move it to quarantine/ too
+    before = _tree(path)
+    status, _, err = run_cli(capsys, "encode", checkpoint, "--store", path, "--documents", docs, "--no-progress",
+                             "--max-passage-length", "32", "--doc-stride", "8", "--repair")
+    assert status == 2 and "quarantine/ is a" in one_error_line(err, "encode")
+    assert _tree(path) == before and not list(elsewhere.iterdir())
+    (path / "store.json").write_text(marker)
+    (path / "quarantine").unlink()  # moved away: repair runs
+    result = RepresentationStore(path).repair()
+    assert str(victim.relative_to(path)) in result["quarantined"] and "tmp/notes.txt" in result["quarantined"]
+    assert len(RepresentationStore(path)) >= N_DOCS - 2 and RepresentationStore(path).verify().ok
 
 
 @pytest.mark.parametrize("special", [float("nan"), float("inf"), -float("inf")])

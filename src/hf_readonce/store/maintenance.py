@@ -188,6 +188,20 @@ def layout_problems(store) -> list[tuple[str, str]]:
     return problems
 
 
+def quarantine_problem(path) -> str | None:
+    """Why the store's `quarantine/` (at the store folder `path`) cannot take what `repair` sets aside: a link (it
+    would move the store's files outside the store), a file, FIFO or device in its place; `None` when it is a folder
+    or missing. `verify` reports it and `repair` refuses to run until it is moved away."""
+    problem = path_problem(Path(path), "quarantine", folder=True)
+    return None if problem in (None, "is missing") else problem
+
+
+def _quarantine_refusal(path, problem: str) -> ReadOnlyStoreError:
+    return ReadOnlyStoreError(
+        f"store {path}: quarantine/ {problem}; repair moves damaged files into it, so it must be a folder of the "
+        "store: move it away, then repair again (nothing was changed).")
+
+
 def _layout_corruption(rel: str, problem: str) -> Corruption:
     return Corruption(rel, f"the store's folder {rel}/ {problem}; `repair` moves it to quarantine/ (nothing behind it "
                            "is read or written)", [])
@@ -379,6 +393,11 @@ def verify_store(store, progress: bool = False) -> VerifyReport:
     from tqdm.auto import tqdm
 
     report = VerifyReport()
+    problem = quarantine_problem(store.path)
+    if problem is not None:
+        report.corruptions.append(Corruption("quarantine", f"the store's folder quarantine/ {problem}; `repair` "
+                                                           "refuses to run until it is moved away (it would set "
+                                                           "files aside there)", []))
     for rel, problem in layout_problems(store):
         report.corruptions.append(_layout_corruption(rel, problem))
     files = _shard_files(store)  # listed before the index is read: a shard committed meanwhile has its manifest
@@ -556,7 +575,8 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
     losing an intact document or storing one twice. The dropped documents are simply no longer stored, so the next
     `encode` of the same documents recomputes exactly them (`hf-readonce encode --repair` does both). Whatever is
     left in `tmp/` (a write killed midway, or a file put there by hand) is moved to `quarantine/<time>/tmp/` and
-    listed in `quarantined`, never deleted.
+    listed in `quarantined`, never deleted. A `quarantine` that is a link, file, FIFO or device is refused before
+    anything is moved (a link would carry the store's files outside it).
 
     Args:
         report ([`VerifyReport`], *optional*): from [`verify`]; computed under the lock when omitted.
@@ -569,13 +589,19 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
         went, `None` when nothing moved) and `report` (the [`VerifyReport`] acted on, naming the store folders moved).
 
     Raises:
-        ReadOnlyStoreError: if the store cannot be written.
+        ReadOnlyStoreError: if the store cannot be written, or its `quarantine` is not a folder (then nothing changes).
     """
     if store.readonly:
         raise ReadOnlyStoreError(f"store {store.path} was opened read-only.")
     if not os.access(store.path, os.W_OK | os.X_OK):
         raise ReadOnlyStoreError(f"store {store.path} is not writable (no write permission on the folder).")
+    problem = quarantine_problem(store.path)
+    if problem is not None:  # before the lock: not even `.lock` is written
+        raise _quarantine_refusal(store.path, problem)
     with store.lock():
+        problem = quarantine_problem(store.path)  # again under the lock, before anything moves
+        if problem is not None:
+            raise _quarantine_refusal(store.path, problem)
         known = dict(store._spaces)  # the spaces as the index listed them, to name a space a repair empties
         quarantine = _quarantine_folder(store.path)
         salvaged, moved, candidates = [], [], set()
@@ -821,7 +847,8 @@ def restore_store_marker(path) -> bool:
         store (then nothing is written or moved).
 
     Raises:
-        ReadOnlyStoreError: if the marker cannot be written (or the unreadable one moved).
+        ReadOnlyStoreError: if the marker cannot be written (or the unreadable one moved: also when `quarantine` is a
+            link, file, FIFO or device, then nothing changes).
     """
     path = Path(path).expanduser().absolute()
     marker = path / "store.json"
@@ -838,6 +865,9 @@ def restore_store_marker(path) -> bool:
             return False  # not garbled, only out of reach now: never replaced
         except ValueError:
             pass
+        problem = quarantine_problem(path)
+        if problem is not None:  # the unreadable marker would be moved through it
+            raise _quarantine_refusal(path, problem)
     data = json.dumps({"format": FORMAT_NAME, "format_version": FORMAT_VERSION,
                        "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "restored": True}, indent=2).encode()
     try:
@@ -864,4 +894,4 @@ def bytes_per_1000_tokens(store, fingerprint: str, settings: Mapping,
 
 
 __all__ = ["Corruption", "VerifyReport", "bytes_per_1000_tokens", "layout_problems", "orphan_shards", "prune_store",
-           "read_orphan", "repair_store", "resolve_spaces", "restore_store_marker", "store_info", "verify_store"]
+           "quarantine_problem", "read_orphan", "repair_store", "resolve_spaces", "restore_store_marker", "store_info", "verify_store"]
