@@ -394,8 +394,10 @@ def run_question(model, tokenizer, question: dict, caches: dict, ratios, fmt: Pr
         generated = model.generate(ids, **extra, **kwargs)
         end = time.perf_counter()
         text = tokenizer.decode(generated[0, ids.shape[1]:], skip_special_tokens=True)
-        answer = extract_answer(text) if fmt.style == "chat" else clean_answer(
-            text.lstrip() if skip_leading_newlines else text)
+        # without --skip_leading_newlines, the recorded runs' rule: the text up to its first newline, even a leading
+        # one (`clean_answer` now skips leading newlines, which is --skip_leading_newlines)
+        answer = extract_answer(text) if fmt.style == "chat" else (
+            clean_answer(text) if skip_leading_newlines else text.split("\n", 1)[0].strip())
         row = {"ttft": clock.first - begin, "total": end - begin, "answer": answer, "text": text}
         if memory:
             row["peak_rss_growth_mb"] = (vm_hwm_kb() - before) / 1024

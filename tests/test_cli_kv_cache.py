@@ -57,6 +57,8 @@ def encode(checkpoint, store, rows, tmp_path, *extra):
 def test_prompt_format(tokenizer):
     assert question_prompt("  Who wrote Emma? ") == "\n\nQuestion: Who wrote Emma?\nAnswer:"
     assert clean_answer(" Jane Austen\nQuestion: more") == "Jane Austen"
+    assert clean_answer(" \n\nPharmacy informatics\nQuestion: more") == "Pharmacy informatics"  # a leading newline
+    assert clean_answer("\n \n") == ""
     ids, blocks = prompt_ids(tokenizer, PASSAGES[:2], "Who?", max_document_length=8)
     assert blocks[:8] == [0] * 8 and blocks[8:16] == [1] * 8 and set(blocks[16:]) == {-1}
     assert len(ids) == len(blocks) and ids[:8] == tokenizer(PASSAGES[0], add_special_tokens=False)["input_ids"][:8]
@@ -264,3 +266,26 @@ def test_info_lists_the_answer_options_a_family_takes(capsys):
     options = {row["family"]: row["answer_options"] for row in json.loads(capsys.readouterr().out)}
     assert options["block_attention_llama"] == ["--recompute-ratio"]
     assert not any(value for family, value in options.items() if family != "block_attention_llama")
+
+
+def test_generation_stops_after_the_first_line_with_text_not_at_a_leading_newline():
+    """The answer loop's stopping rule ends a row where `clean_answer` cuts it: at a newline that follows some text;
+    a row whose continuation so far is only newlines (or spaces) goes on; each row of a batch on its own. A byte-level
+    BPE tokenizer (as Llama-family models have; BERT's drops newlines), trained here on a few lines."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from hf_readonce.tasks.document_cache_qa import _StopAfterFirstLine
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer, bpe.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+    bpe.train_from_iterator(["Question: Who?\nAnswer: Jane Austen\n\n"] * 4, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<pad>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, pad_token="<pad>")
+    prompt = tokenizer("Question: Who?\nAnswer:", add_special_tokens=False)["input_ids"]
+    rows = [" \n", " \nJane", " \nJane Austen\n", " Jane\n"]
+    pieces = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in rows]
+    width = max(map(len, pieces))
+    batch = torch.tensor([prompt + ids + [tokenizer.pad_token_id] * (width - len(ids)) for ids in pieces])
+    stop = _StopAfterFirstLine(tokenizer, len(prompt))(batch, None)
+    assert stop.tolist() == [False, False, True, True]

@@ -13,8 +13,8 @@ Each passage is tokenized alone as the adapter stores it (no special tokens by d
 `max_document_length` tokens; passages follow each other with nothing in between, each one being its own block); the
 question prompt `"\\n\\nQuestion: {question}\\nAnswer:"` is tokenized alone without special tokens; the answer is
 `" " + answer` and the tokenizer's EOS. Token by token, composed caches and the full prompt see the same sequence, so
-with one passage and no block-attention training they give the same answer. A generated answer is cut at its first
-newline and stripped ([`clean_answer`]).
+with one passage and no block-attention training they give the same answer. A generated answer is its first line
+that holds text, stripped ([`clean_answer`]).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import time
 from collections.abc import Sequence
 
 import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from ..models.block_attention_llama.modeling_block_attention_llama import (
     check_context_length,
@@ -92,8 +93,9 @@ def answer_ids(tokenizer, answer: str) -> list[int]:
 
 
 def clean_answer(text: str) -> str:
-    """A generated continuation -> the answer: up to its first newline, stripped."""
-    return text.split("\n", 1)[0].strip()
+    """A generated continuation -> the answer: its first line that holds text, stripped (newlines before any text
+    are skipped: a model that starts its answer on a new line is not read as answering nothing)."""
+    return text.lstrip().split("\n", 1)[0].strip()
 
 
 def find_document_cache_space(store: RepresentationStore, model, tokenizer,
@@ -165,16 +167,17 @@ def _generation_kwargs(tokenizer, max_new_tokens: int) -> dict:
     return kwargs
 
 
-def _stop_at_newline(tokenizer) -> dict:
-    """`generate()` kwargs that end a row's generation at its first newline (nothing after it is kept by
-    [`clean_answer`], so the answers are the same, sooner): transformers' `StopStringCriteria`, or nothing for a
-    tokenizer in whose vocabulary it finds no token holding a newline."""
-    from transformers import StoppingCriteriaList, StopStringCriteria
+class _StopAfterFirstLine(StoppingCriteria):
+    """Ends each row's generation once its text after column `start` holds a newline that follows some text: where
+    the answer [`clean_answer`] keeps ends, so the answers are the same, sooner. A newline before any text does not
+    end it (transformers' `StopStringCriteria` would, leaving an empty answer)."""
 
-    try:
-        return {"stopping_criteria": StoppingCriteriaList([StopStringCriteria(tokenizer, ["\n"])])}
-    except ValueError:
-        return {}
+    def __init__(self, tokenizer, start: int):
+        self.tokenizer, self.start = tokenizer, start
+
+    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+        texts = self.tokenizer.batch_decode(input_ids[:, self.start:], skip_special_tokens=True)
+        return torch.tensor(["\n" in text.lstrip() for text in texts], dtype=torch.bool, device=input_ids.device)
 
 
 def _check(examples, batch_size, max_new_tokens):
@@ -238,7 +241,7 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
     if settings_used is not None:
         settings_used.update(max_document_length=adapter.settings()["max_document_length"],
                              prompt=f"<passage caches>{QUESTION_TEMPLATE!r}",
-                             decoding="greedy, answer cut at its first newline", recompute_ratio=f"{recompute_ratio:g}")
+                             decoding="greedy, answer: the first line with text", recompute_ratio=f"{recompute_ratio:g}")
     passages = [passages_of(e) for e in examples]
     texts = list(dict.fromkeys(p for row in passages for p in row))
 
@@ -274,8 +277,8 @@ def _generate_answers(model, tokenizer, examples: Sequence[dict], batch, *, batc
                       progress: bool, timings: dict | None = None) -> dict[str, str]:
     """The batched greedy answer loop shared by [`answer_with_document_caches`] and [`answer_with_full_prompt`]:
     `batch(rows)` gives `(input_ids, attention_mask, extra generate() kwargs)` for a range of example indices; the
-    generated tokens after the input are decoded and cut by [`clean_answer`] (each row stops generating at its first
-    newline, [`_stop_at_newline`], since nothing after it is kept). The model is put in eval mode and its
+    generated tokens after the input are decoded and cut by [`clean_answer`] (each row stops generating at the end of
+    its first line of text, [`_StopAfterFirstLine`], since nothing after it is kept). The model is put in eval mode and its
     training mode restored; `timings["generate_seconds"]` (if given) accumulates the generate time.
 
     Returns:
@@ -284,7 +287,6 @@ def _generate_answers(model, tokenizer, examples: Sequence[dict], batch, *, batc
     from tqdm.auto import tqdm
 
     generation = _generation_kwargs(tokenizer, max_new_tokens)
-    generation.update(_stop_at_newline(tokenizer))
     bar = tqdm(total=len(examples), desc="answer", unit="question", disable=not progress, dynamic_ncols=True)
     predictions: dict[str, str] = {}
     was_training = model.training
@@ -295,7 +297,8 @@ def _generate_answers(model, tokenizer, examples: Sequence[dict], batch, *, batc
             ids, mask, extra = batch(rows)
             begin = time.perf_counter()
             with torch.no_grad():
-                out = model.generate(ids, attention_mask=mask, **extra, **generation)
+                stop = StoppingCriteriaList([_StopAfterFirstLine(tokenizer, ids.shape[1])])
+                out = model.generate(ids, attention_mask=mask, stopping_criteria=stop, **extra, **generation)
             if timings is not None:
                 timings["generate_seconds"] = timings.get("generate_seconds", 0.0) + time.perf_counter() - begin
             for row, i in enumerate(rows):
