@@ -75,11 +75,19 @@ def content_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", errors="surrogatepass")).hexdigest()
 
 
+# Copied from hf_readonce.representations.base._TOKENIZER_FINGERPRINTS
+# the fingerprints of the last tokenizer serializations seen (`backend.to_str()` -> digest, a few entries): parsing
+# and re-serializing a vocabulary-sized JSON costs tens of milliseconds, reading the serialization about one
+_TOKENIZER_FINGERPRINTS: dict = {}
+
+
 # Copied from hf_readonce.representations.base.tokenizer_fingerprint
 def tokenizer_fingerprint(tokenizer) -> str:
     """SHA-256 hex of a fast tokenizer's serialization (vocabulary, normalizer, pre-tokenizer, model; not the
     per-call truncation/padding state): windows and offsets depend on it, so it is part of the settings of every
-    text representation.
+    text representation. The digest is cached by the exact serialization (`backend.to_str()`), so a tokenizer
+    changed in any way (an added token, another normalizer) is hashed again, and a repeated call costs one
+    serialization.
 
     Raises:
         TypeError: if the tokenizer is not a fast (Rust-backed) tokenizer.
@@ -87,12 +95,19 @@ def tokenizer_fingerprint(tokenizer) -> str:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         raise TypeError(f"a fast tokenizer is needed (offsets, fingerprint), got {type(tokenizer).__name__}.")
-    # truncation and padding are per-call state that `tokenizer(..., truncation=True)` leaves on the backend; they
-    # do not change how a text is split, so they must not change the fingerprint
-    serialized = json.loads(backend.to_str())
-    serialized.pop("truncation", None)
-    serialized.pop("padding", None)
-    return hashlib.sha256(json.dumps(serialized, sort_keys=True).encode()).hexdigest()
+    raw = backend.to_str()
+    digest = _TOKENIZER_FINGERPRINTS.get(raw)
+    if digest is None:
+        # truncation and padding are per-call state that `tokenizer(..., truncation=True)` leaves on the backend;
+        # they do not change how a text is split, so they must not change the fingerprint
+        serialized = json.loads(raw)
+        serialized.pop("truncation", None)
+        serialized.pop("padding", None)
+        digest = hashlib.sha256(json.dumps(serialized, sort_keys=True).encode()).hexdigest()
+        while len(_TOKENIZER_FINGERPRINTS) >= 8:  # the oldest first (insertion order)
+            _TOKENIZER_FINGERPRINTS.pop(next(iter(_TOKENIZER_FINGERPRINTS)), None)
+        _TOKENIZER_FINGERPRINTS[raw] = digest
+    return digest
 
 
 def _call_parameters(pipeline, batch_size, kwargs: dict) -> tuple[dict, dict, dict]:
