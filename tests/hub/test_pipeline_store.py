@@ -3,12 +3,15 @@
 the answers of the store-less pipeline, refuses a store made for another model before computing or writing anything,
 and never rewrites what is stored."""
 
+import copy
 import json
+import types
 
 import pytest
 import torch
 
 from hf_readonce.cli import main as cli_main
+from hf_readonce.models.deformer_bert import pipeline_deformer_bert
 from hf_readonce.models.deformer_bert.pipeline_deformer_bert import (
     DeformerQuestionAnsweringPipeline,
 )
@@ -181,3 +184,28 @@ def test_store_arguments_and_writes(qa, encoder_calls, tokenizer, tmp_path):
     with pytest.raises(ReadOnlyStoreError):
         qa(question="Who?", context=CONTEXTS[0], store=readonly, update_store=True, **WINDOWS)
     assert encoder_calls == []
+
+
+def test_repeated_store_calls_reuse_the_fingerprints(qa, tokenizer, tmp_path, monkeypatch):
+    """A second call with the same weights and tokenizer neither rehashes the weights (the model's fingerprint
+    cache is kept) nor re-serializes the tokenizer's JSON; an edit through `.data` (no version counter bumped) or
+    another tokenizer still changes the key, so the old entries are never served."""
+    store = RepresentationStore(tmp_path / "store")
+    qa(question=QUESTIONS[0], context=CONTEXTS[0], store=store, **WINDOWS)
+    cache = qa.model.bert._fingerprint_cache
+    parsed = []
+    monkeypatch.setattr(pipeline_deformer_bert, "json", types.SimpleNamespace(
+        loads=lambda text: parsed.append(1) or json.loads(text), dumps=json.dumps))
+    qa(question=QUESTIONS[0], context=CONTEXTS[0], store=store, **WINDOWS)
+    assert qa.model.bert._fingerprint_cache is cache  # the weights were not hashed again
+    assert parsed == []  # nor the tokenizer serialized to JSON again
+    fingerprint = qa.model.representation_fingerprint()
+    qa.model.bert.embeddings.word_embeddings.weight.data.add_(1e-3)  # bumps no version counter
+    with pytest.raises(ValueError, match=r"only for other model\(s\) \(fingerprint " + fingerprint[:16]):
+        qa(question=QUESTIONS[0], context=CONTEXTS[0], store=store, **WINDOWS)
+    assert qa.model.representation_fingerprint() != fingerprint
+    other = copy.deepcopy(tokenizer)
+    other.add_tokens(["zqxjk"])
+    assert pipeline_deformer_bert.tokenizer_fingerprint(other) != pipeline_deformer_bert.tokenizer_fingerprint(
+        tokenizer) == tokenizer_fingerprint(tokenizer)
+    assert pipeline_deformer_bert.tokenizer_fingerprint(other) == tokenizer_fingerprint(other)

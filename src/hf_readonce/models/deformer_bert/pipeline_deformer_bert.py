@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import zlib
 
 import torch
 from transformers import AutoModelForQuestionAnswering
@@ -108,6 +109,30 @@ def tokenizer_fingerprint(tokenizer) -> str:
             _TOKENIZER_FINGERPRINTS.pop(next(iter(_TOKENIZER_FINGERPRINTS)), None)
         _TOKENIZER_FINGERPRINTS[raw] = digest
     return digest
+
+
+_INT_VIEWS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _weights_digest(model) -> tuple:
+    """A cheap digest of a model's parameters as they are now (names, dtypes, shapes, data pointers and contents):
+    what the pipeline compares before the model rehashes its weights (the standard library's CRC-32 of their raw
+    bytes on a CPU, a few times faster than the SHA-256 fingerprint; hf-readonce's `weights_digest` uses xxh3, which
+    this file may not import). Parameters on an accelerator are digested where they are, without a copy to the host:
+    the sums (modulo 2^64) of their values read as integers, of every element and of every second one."""
+    crc, sums = 0, []
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            crc = zlib.crc32(f"{name}|{parameter.dtype}|{tuple(parameter.shape)}|{parameter.data_ptr()}|".encode(), crc)
+            flat = parameter.detach().reshape(-1)
+            if flat.numel() == 0 or flat.device.type == "meta":  # no values to read (an offloaded parameter)
+                continue
+            if flat.device.type == "cpu":
+                crc = zlib.crc32(memoryview(flat.contiguous().view(torch.uint8).numpy()), crc)
+            else:
+                ints = flat.contiguous().view(_INT_VIEWS[flat.element_size()])
+                sums += [ints.sum(dtype=torch.int64), ints[::2].sum(dtype=torch.int64)]
+    return crc, tuple(torch.stack(sums).tolist()) if sums else ()  # one synchronization
 
 
 def _call_parameters(pipeline, batch_size, kwargs: dict) -> tuple[dict, dict, dict]:
@@ -505,11 +530,34 @@ class DeformerQuestionAnsweringPipeline(_TokenizerPipeline):
     def store_settings(self, max_passage_len: int, doc_stride: int) -> tuple[str, dict]:
         """`(fingerprint, settings)`: the store space of this model's passage states with these windows, exactly as
         hf-readonce's DeFormer adapter keys them (`DeformerBertAdapter.fingerprint()`, `.settings()`)."""
-        return self.model.representation_fingerprint(), {
-            "representation": _REPRESENTATION,
-            "num_decomposed_layers": int(self.model.config.num_decomposed_layers),
-            "max_passage_length": int(max_passage_len), "doc_stride": int(doc_stride),
-            "tokenizer": tokenizer_fingerprint(self.tokenizer)}
+        return self.model.representation_fingerprint(), self._settings(max_passage_len, doc_stride,
+                                                                       tokenizer_fingerprint(self.tokenizer))
+
+    def _settings(self, max_passage_len: int, doc_stride: int, tokenizer_hash: str) -> dict:
+        return {"representation": _REPRESENTATION,
+                "num_decomposed_layers": int(self.model.config.num_decomposed_layers),
+                "max_passage_length": int(max_passage_len), "doc_stride": int(doc_stride),
+                "tokenizer": tokenizer_hash}
+
+    def _current_fingerprint(self) -> str:
+        """The model's `representation_fingerprint()` for its weights as they are now. The model caches it by torch's
+        version counters, which an edit through `.data` (`weight.data.add_(1e-3)`) does not bump; so each call
+        compares a cheap digest of the weights ([`_weights_digest`]) with the one it saw last for this model and,
+        when they differ (or on its first call for the model), marks every parameter as modified (no byte written)
+        and the model hashes its weights again. Unchanged weights cost the digest only, not the SHA-256 rehash."""
+        model = self.model
+        digest = _weights_digest(model)
+        if model.__dict__.get("_hf_readonce_pipeline_weights_digest") != digest:
+            increment = getattr(torch.autograd.graph, "increment_version", None)
+            try:
+                for parameter in model.parameters():
+                    increment(parameter)
+            except (TypeError, RuntimeError):  # torch < 2.1 (no increment_version) or an inference tensor
+                for module in model.modules():  # forget the fingerprint caches the model keeps
+                    if getattr(module, "_fingerprint_cache", None) is not None:
+                        module._fingerprint_cache = None
+            model.__dict__["_hf_readonce_pipeline_weights_digest"] = digest  # a plain attribute, not a submodule
+        return model.representation_fingerprint()
 
     def _prepare_store(self, contexts: list[str], preprocess_params: dict, forward_params: dict) -> None:
         """Resolve the store space of this call (in place: the window settings into `preprocess_params`, the space
@@ -523,13 +571,7 @@ class DeformerQuestionAnsweringPipeline(_TokenizerPipeline):
         store = forward_params["store"]
         if callable(getattr(store, "refresh", None)):
             store.refresh()
-        # the weights as they are now: an edit through `.data` bumps no version counter, so mark every parameter
-        # as modified (no byte written) and the model hashes its weights again (once per call)
-        increment = getattr(torch.autograd.graph, "increment_version", None)
-        if increment is not None:
-            for parameter in self.model.parameters():
-                increment(parameter)
-        fingerprint = self.model.representation_fingerprint()
+        fingerprint = self._current_fingerprint()
         tokenizer_hash = tokenizer_fingerprint(self.tokenizer)
         where = f" {getattr(store, 'path', '')}" if getattr(store, "path", None) is not None else ""
         deformer = [space for space in store.spaces()
@@ -559,7 +601,7 @@ class DeformerQuestionAnsweringPipeline(_TokenizerPipeline):
             preprocess_params.get("max_question_len"), preprocess_params.get("max_passage_len"),
             preprocess_params.pop("max_seq_len", None), preprocess_params.get("doc_stride"))
         preprocess_params["max_passage_len"], preprocess_params["doc_stride"] = max_passage_len, doc_stride
-        _, settings = self.store_settings(max_passage_len, doc_stride)
+        settings = self._settings(max_passage_len, doc_stride, tokenizer_hash)
         update = forward_params.get("update_store")
         if update is None:
             update = not getattr(store, "readonly", False)
