@@ -275,3 +275,19 @@ def test_answers_held_in_arrays_score_and_label_as_lists(tokenizer, array):
     assert any(row["start_positions"] > 0 for row in training_rows([arrays], tokenizer, **kwargs))
     with pytest.raises(ValueError, match="example 'x'.*sequence 'text'"):
         score_qa({"x": "Paris"}, [{"id": "x", "context": "Paris", "answers": {"text": "Paris", "answer_start": [0]}}])
+
+
+def test_load_qa_examples_refuses_a_limit_below_one(tmp_path):
+    """`limit` keeps the first rows: 0 used to read every row (`if limit:`) and -5 to drop the last five."""
+    import json
+
+    from hf_readonce.tasks.question_answering import load_qa_examples
+
+    rows = [{"id": str(i), "question": "Who?", "context": "Emma is a novel."} for i in range(8)]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert [e["id"] for e in load_qa_examples(path, 3)[0]] == ["0", "1", "2"]
+    assert len(load_qa_examples(path)[0]) == 8
+    for limit in (0, -5):
+        with pytest.raises(ValueError, match=f"limit must be a whole number >= 1 .*got {limit}"):
+            load_qa_examples(path, limit)

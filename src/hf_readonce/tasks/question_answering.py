@@ -116,16 +116,20 @@ def load_qa_examples(path: str | Path, limit: int | None = None,
 
     Args:
         path: JSONL file (see [`read_jsonl`]).
-        limit (`int`, *optional*): keep only the first `limit` rows (before filtering).
+        limit (`int`, *optional*): keep only the first `limit` rows (before filtering); a whole number >= 1, or
+            `None` (default) for every row.
 
     Returns:
         `(examples, skipped_ids)`: the usable rows, and the ids (or `line N`) of the rows set aside.
 
     Raises:
-        ValueError: from [`read_jsonl`] on malformed JSON, or if no usable row remains.
+        ValueError: a `limit` below 1 (0 read every row and -5 dropped the last five); from [`read_jsonl`] on
+            malformed JSON; or if no usable row remains.
     """
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be a whole number >= 1 (or None for every row), got {limit!r}.")
     rows = read_jsonl(path)
-    if limit:
+    if limit is not None:
         rows = rows[:limit]
     examples, skipped = [], []
     for number, row in enumerate(rows, start=1):
