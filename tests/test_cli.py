@@ -627,13 +627,102 @@ def test_demo_errors_are_one_line_and_take_hyphenated_options(tmp_path, capsys):
             cli_main(["demo", option, str(tmp_path / "nowhere")])
         assert stop.value.code == 2
         err = capsys.readouterr().err
-        assert err.startswith("hf-readonce demo: error: ") and "nowhere/disfl_qa/train.jsonl not found" in err, err
+        assert err.startswith("hf-readonce demo: error: ") and "nowhere/disfl_qa/validation.jsonl not found" in err, err
     folder = tmp_path / "data" / "disfl_qa"
     folder.mkdir(parents=True)
     (folder / "train.jsonl").write_text("")
     with pytest.raises(SystemExit):
         cli_main(["demo", "--data-dir", str(folder)])
     assert f"{folder}/validation.jsonl not found" in capsys.readouterr().err
+
+
+def _demo_error(argv, capsys) -> str:
+    """The one line `hf-readonce demo ARGV` stops with (status 2)."""
+    with pytest.raises(SystemExit) as stop:
+        cli_main(["demo", *argv])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hf-readonce demo: error: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_demo_counts_are_whole_numbers_of_at_least_one(tmp_path, capsys):
+    """`--max_eval_samples 0` evaluated every question and -5 dropped the last five: the demo's counts (and the
+    learning rate) are usage errors naming the option unless >= 1 (> 0), in both spellings, before anything loads."""
+    for option in ("--max_eval_samples", "--max-eval-samples", "--speed-eval-samples", "--max-train-samples",
+                   "--max-steps", "--batch-size", "--num-decomposed-layers"):
+        for value in ("0", "-5", "2.5"):
+            err = _demo_error([option, value, "--data-dir", str(tmp_path)], capsys)
+            name = option.lstrip("-").replace("-", "_")
+            assert f"--{name}/--{name.replace('_', '-')}" in err and "whole number >= 1" in err, err
+    for value in ("0", "-1e-4", "nan"):
+        assert "--learning_rate/--learning-rate: expected a number > 0" in _demo_error([f"--learning-rate={value}"],
+                                                                                      capsys)
+
+
+def test_demo_refuses_a_model_that_is_not_a_deformer_and_a_missing_one(tmp_path, capsys, monkeypatch):
+    """`--model` must be a DeFormer (a ReadTwice or ReadOnce checkpoint was run as one, or crashed), `--teacher` a
+    full BERT QA model; a path that does not exist gets encode's message. Only validation.jsonl is needed without
+    `--distill` (train.jsonl is read for distillation and threshold tuning only)."""
+    folder = tmp_path / "data" / "disfl_qa"
+    folder.mkdir(parents=True)
+    (folder / "validation.jsonl").write_text("")
+    data = ["--data-dir", str(folder.parent)]
+    readtwice = tmp_path / "readtwice"
+    readtwice.mkdir()
+    (readtwice / "config.json").write_text(json.dumps({"model_type": "readtwice_bert"}))
+    for model, found in ((readtwice, "readtwice_bert"), (REPO_ROOT / "tests/fixtures/v0_1_0/readonce_bart",
+                                                         "readonce_bart")):
+        err = _demo_error([*data, "--model", str(model)], capsys)
+        assert f"--model {model} is a {found} checkpoint, not a DeFormer" in err, err
+    err = _demo_error([*data, "--model", str(tmp_path / "nothing")], capsys)
+    assert "--model: model" in err and "does not exist (no such folder; shipped checkpoints:" in err, err
+    monkeypatch.chdir(tmp_path)  # `runs/nothing` could be a Hub id: offline, the Hub cannot provide it
+    err = _demo_error([*data, "--model", "runs/nothing"], capsys)
+    assert "--model: cannot load model 'runs/nothing': no such folder, not a shipped checkpoint" in err, err
+    err = _demo_error([*data, "--teacher", str(REPO_ROOT / "tests/fixtures/v0_1_0/deformer_bert")], capsys)
+    assert "--teacher" in err and "is a deformer_bert checkpoint, not a full BERT extractive-QA model" in err, err
+    # --distill trains on train.jsonl: its absence is said, with why
+    err = _demo_error([*data, "--distill"], capsys)
+    assert "train.jsonl not found (--distill trains on it" in err, err
+
+
+def test_demo_labels_describe_the_model_given(tmp_path, capsys, monkeypatch):
+    """A DeFormer that is not the shipped reference is printed as itself (not "the reference DeFormer", not
+    "shipped reference"); a threshold its config does not record is not said to be tuned on "?" questions; the
+    teacher's recorded scores, on every validation question, are left out beside scores of a subset."""
+    import hf_readonce.recipes.demo as demo
+
+    folder = tmp_path / "data" / "disfl_qa"
+    folder.mkdir(parents=True)
+    (folder / "validation.jsonl").write_text("")
+    model = tmp_path / "my-deformer"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "deformer_bert"}))
+    scores = {"exact_match": 10.0, "f1": 20.0}
+    metrics = {"num_decomposed_layers": 2, "eval_questions": 12, "eval_passages": 5, "cached_exact_match": 10.0,
+               "cached_f1": 20.0, "baselines": {"always_empty": scores}, "null_score_diff_threshold": 0.0,
+               "speed_questions": 6, "speedup_precomputed": 1.5, "flop_ratio_precomputed": 1.4,
+               "speedup_including_encoding": 1.1, "flop_ratio_including_encoding": 1.0}
+    monkeypatch.setattr(demo, "run", lambda *args: dict(metrics))
+    demo.main(["--data-dir", str(folder.parent), "--model", str(model), "--max_eval_samples", "12"])
+    out = capsys.readouterr().out
+    assert f"the DeFormer ({model})" in out and f"DeFormer k=2 ({model})" in out
+    assert "reference" not in out and "tuned on ?" not in out and "?" not in out, out
+    assert "No-answer threshold 0.000, the default: the checkpoint records none." in out
+    assert "full MiniLM (teacher, recorded)" not in out
+    assert "The teacher's recorded scores, on all 1785 validation questions, are left out: 12 were answered" in out
+    (model / "config.json").write_text(json.dumps({"model_type": "deformer_bert", "null_score_diff_threshold": 1.5}))
+    metrics["null_score_diff_threshold"] = 1.5
+    demo.main(["--data-dir", str(folder.parent), "--model", str(model)])
+    assert "No-answer threshold 1.500, recorded in the checkpoint." in capsys.readouterr().out
+    # the shipped reference, on as many questions as its teacher's record: labelled as such, the teacher beside
+    metrics["eval_questions"] = 1785
+    demo.main(["--data-dir", str(folder.parent), "--model", "reference-deformer"])
+    out = capsys.readouterr().out
+    assert "the reference DeFormer (" in out and "DeFormer k=2 (shipped reference)" in out
+    assert "full MiniLM (teacher, recorded)" in out and "left out" not in out
+    assert "tuned on 597 held-out Disfl-QA train questions" in out and "The shipped DeFormer was distilled" in out
 
 
 def test_gold_answers_as_a_list_of_strings_are_scored(tmp_path, checkpoint, qa_rows, capsys):

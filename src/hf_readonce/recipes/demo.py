@@ -10,8 +10,12 @@ By default (58 s measured on 2 cores of an Intel Xeon):
 2. Encodes each Disfl-QA validation passage once and answers every validation question from the cached passage
    states, with the no-answer threshold (SQuAD 2.0's `null_score_diff_threshold`) recorded in the checkpoint (tuned
    on 10% of the Disfl-QA *train* passages held out of all training).
-3. Prints EM/F1 (with SQuAD 2.0's HasAns / NoAns breakdown) beside the full teacher's recorded scores and the
-   trivial baselines, and the speed-up measured against the same model reading every question+passage pair.
+3. Prints EM/F1 (with SQuAD 2.0's HasAns / NoAns breakdown) beside the trivial baselines of the same questions and,
+   when every validation question was answered (no smaller `--max_eval_samples`), the full teacher's recorded
+   scores, and the speed-up measured against the same model reading every question+passage pair.
+
+`--model DIR` answers with another DeFormer (`model_type` `deformer_bert`; other families are refused) instead; only
+`disfl_qa/validation.jsonl` is read then (`train.jsonl` is needed by `--distill` alone).
 
 With `--distill` it redoes step 1's distillation from the shipped full model instead (`--num_decomposed_layers`,
 default 4; `--max_steps`, default 60 of 16 examples), then tunes the threshold on
@@ -60,6 +64,109 @@ def _fail(message: str):
     raise SystemExit(2)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with one-line usage errors, as the other commands' (`hf_readonce.cli` is not imported
+    here: nothing below the CLI imports it)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
+
+
+def _positive_int(value: str) -> int:
+    """A count (`--max_eval_samples`, `--max_steps`, ...): a whole number >= 1, as the other commands' counts.
+
+    Raises:
+        argparse.ArgumentTypeError: otherwise (argparse's usage error naming the option, exit status 2).
+    """
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {number}")
+    return number
+
+
+def _positive_float(value: str) -> float:
+    """`--learning_rate`: a finite number > 0.
+
+    Raises:
+        argparse.ArgumentTypeError: otherwise (argparse's usage error naming the option, exit status 2).
+    """
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value!r}") from None
+    if not 0 < number < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value!r}")
+    return number
+
+
+def _check_model_type(option: str, model: str, types: tuple[str, ...], wanted: str,
+                      architecture: str | None = None) -> None:
+    """Stop with one line naming `option` unless the checkpoint `model` (a folder or Hub id) records a `model_type`
+    in `types` (and, with `architecture`, an `architectures` entry ending in it where any are recorded): the demo
+    loads `--model` as a DeFormer and `--teacher` as a full BERT QA model, and another family would be run as one
+    in silence or fail far from the cause."""
+    from transformers import PretrainedConfig
+
+    from ..weights import SHIPPED_NAMES
+
+    try:
+        config = PretrainedConfig.get_config_dict(model)[0]
+    except Exception as error:  # an unreadable config, or a Hub id that cannot be fetched
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
+        where = "" if Path(model).exists() else (f"no such folder, not a shipped checkpoint (shipped: "
+                                                 f"{', '.join(SHIPPED_NAMES)}), and the Hub could not provide it: ")
+        _fail(f"{option}: cannot load model {model!r}: {where}{lines[0].rstrip('.')}.")
+    found = config.get("model_type")
+    if found not in types:
+        _fail(f"{option} {model} is a {found or 'checkpoint without a model_type'} checkpoint, not {wanted}.")
+    architectures = config.get("architectures") or []
+    if architecture and architectures and not any(name.endswith(architecture) for name in architectures):
+        _fail(f"{option} {model} is a {', '.join(architectures)} checkpoint, not {wanted}.")
+
+
+def _resolve_checkpoint(option: str, name: str) -> str:
+    """The folder or Hub id `option`'s value names: an existing path stays; a shipped checkpoint's name
+    (`reference-deformer`, `reference-qa`, see `hf-readonce checkpoints`) becomes its folder; a path that does not
+    exist and cannot be a Hub repo id (absolute, `./`, `~`, its first folder exists here, not a valid id) stops the
+    demo with `encode`'s words; anything else is taken for a Hub id (read by [`_check_model_type`]).
+
+    Raises:
+        FileNotFoundError / ValueError: a shipped checkpoint that cannot be found or fails its checksum.
+    """
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    from ..weights import SHIPPED_NAMES, shipped_checkpoint_path
+
+    path = Path(name).expanduser()
+    if path.exists():
+        return str(path)
+    shipped = shipped_checkpoint_path(name)
+    if shipped is not None:
+        return str(shipped)
+    try:
+        validate_repo_id(name)
+        local_looking = name.startswith((".", "~")) or (len(path.parts) > 1 and Path(path.parts[0]).is_dir())
+    except HFValidationError:
+        local_looking = True
+    if local_looking:
+        _fail(f"{option}: model {name!r}: {path} does not exist (no such folder; shipped checkpoints: "
+              f"{', '.join(SHIPPED_NAMES)}).")
+    return name
+
+
+def _is_reference(model: str) -> bool:
+    """Whether `model` is the folder of the shipped reference DeFormer (however it was named)."""
+    from ..weights import reference_deformer_path
+
+    try:
+        return Path(model).resolve() == reference_deformer_path(verify=False).resolve()
+    except (FileNotFoundError, ValueError, OSError):
+        return False
+
+
 def _default_data_dir() -> str:
     return os.environ.get("HF_READONCE_DATA", str(Path.cwd().parent / "shared" / "data"))
 
@@ -71,13 +178,29 @@ def _bf16_supported() -> bool:
         return False
 
 
-def _teacher_line(teacher: str) -> str | None:
-    """The reference checkpoint's recorded Disfl-QA validation scores (from its `metrics.json`), if any."""
+def _teacher_line(teacher: str, questions: int) -> tuple[str | None, str | None]:
+    """The teacher checkpoint's recorded Disfl-QA validation scores (from its `metrics.json`) as a score line, when
+    they were recorded on as many questions as were answered here (`questions`); else `(None, note)`, a note saying
+    why they are left out (they would sit beside scores of other questions), or `(None, None)` if none are recorded.
+    """
     recorded = _recorded(teacher, "metrics.json").get("validation", {}).get("disfl_qa")
     if not recorded or "eval_exact_match" not in recorded:
-        return None
+        return None, None
+    if recorded.get("eval_questions") != questions:
+        return None, (f"(The teacher's recorded scores, on all {recorded.get('eval_questions', '?')} validation "
+                      f"questions, are left out: {questions} were answered here.)")
     scores = {key[len("eval_"):]: value for key, value in recorded.items() if key.startswith("eval_")}
-    return format_scores("full MiniLM (teacher, recorded)", scores)
+    return format_scores("full MiniLM (teacher, recorded)", scores), None
+
+
+def _config(model: str) -> dict:
+    """The `config.json` of a checkpoint (a folder or a Hub id), or `{}` when it cannot be read."""
+    from transformers import PretrainedConfig
+
+    try:
+        return PretrainedConfig.get_config_dict(model)[0]
+    except Exception:  # (the checkpoint was loaded already; this only words a printed line)
+        return {}
 
 
 def _recorded(folder: str, name: str) -> dict:
@@ -108,10 +231,12 @@ def main(argv=None) -> dict:
 
     Raises:
         SystemExit: status 2 after one line `hf-readonce demo: error: ...` on stderr when the data files or the
-            reference checkpoint are missing, or the reference checkpoint fails its checksum.
+            reference checkpoint are missing, or the reference checkpoint fails its checksum; when `--model` is
+            not a DeFormer or `--teacher` not a full BERT QA model (either missing or unreadable); or on a usage
+            error (a count below 1, a learning rate not > 0, an unknown option).
     """
-    parser = argparse.ArgumentParser(prog="hf-readonce demo", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="hf-readonce demo", description=__doc__,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data_dir", "--data-dir", default=_default_data_dir(),
                         help="folder holding disfl_qa/{train,validation}.jsonl (default ../shared/data or "
                              "$HF_READONCE_DATA)")
@@ -121,24 +246,24 @@ def main(argv=None) -> dict:
                              "minutes of training; then the threshold is tuned on the held-out train passages and the "
                              "questions are answered as by the default demo; far longer on a busy machine)")
     parser.add_argument("--model", default=None,
-                        help="DeFormer checkpoint to answer with (default: the shipped reference DeFormer); "
-                             "ignored with --distill")
+                        help="DeFormer checkpoint (model_type deformer_bert) to answer with (default: the shipped "
+                             "reference DeFormer); ignored with --distill")
     parser.add_argument("--teacher", default=None,
-                        help="with --distill: full QA checkpoint to decompose and distil from (default: the shipped "
-                             "reference)")
-    parser.add_argument("--num_decomposed_layers", "--num-decomposed-layers", type=int, default=4,
+                        help="with --distill: full BERT QA checkpoint (BertForQuestionAnswering) to decompose and "
+                             "distil from (default: the shipped reference)")
+    parser.add_argument("--num_decomposed_layers", "--num-decomposed-layers", type=_positive_int, default=4,
                         help="with --distill: k")
-    parser.add_argument("--max_steps", "--max-steps", type=int, default=60,
+    parser.add_argument("--max_steps", "--max-steps", type=_positive_int, default=60,
                         help="with --distill: steps of --batch_size examples")
-    parser.add_argument("--batch_size", "--batch-size", type=int, default=16)
-    parser.add_argument("--learning_rate", "--learning-rate", type=float, default=1e-4)
+    parser.add_argument("--batch_size", "--batch-size", type=_positive_int, default=16)
+    parser.add_argument("--learning_rate", "--learning-rate", type=_positive_float, default=1e-4)
     parser.add_argument("--no_distillation", "--no-distillation", action="store_true",
                         help="with --distill: train on the span loss only (no KD+LRS from the teacher)")
-    parser.add_argument("--max_train_samples", "--max-train-samples", type=int, default=None,
+    parser.add_argument("--max_train_samples", "--max-train-samples", type=_positive_int, default=None,
                         help="read only the first N train rows (quick tries; the calibration split comes from them)")
-    parser.add_argument("--max_eval_samples", "--max-eval-samples", type=int, default=None,
+    parser.add_argument("--max_eval_samples", "--max-eval-samples", type=_positive_int, default=None,
                         help="limit validation questions")
-    parser.add_argument("--speed_eval_samples", "--speed-eval-samples", type=int, default=300,
+    parser.add_argument("--speed_eval_samples", "--speed-eval-samples", type=_positive_int, default=300,
                         help="questions timed on both paths for the speed-up (accuracy always uses all)")
     parser.add_argument("--output_dir", "--output-dir", default=None,
                         help="where to write the results and, with --distill, the model (default: a temporary folder, "
@@ -158,26 +283,32 @@ def main(argv=None) -> dict:
     if not (data_dir / "disfl_qa").is_dir() and (data_dir / "train.jsonl").is_file():
         data_dir = data_dir.parent  # the disfl_qa/ folder itself was named
     train_file, validation_file = data_dir / "disfl_qa" / "train.jsonl", data_dir / "disfl_qa" / "validation.jsonl"
-    for path in (train_file, validation_file):
+    # train is read only by --distill (training rows, and the held-out passages the threshold is tuned on); the
+    # default demo answers with the threshold the checkpoint records
+    for path in (train_file, validation_file) if args.distill else (validation_file,):
         if not path.is_file():
-            _fail(f"{path} not found; pass --data-dir (the folder holding disfl_qa/, e.g. shared/data) or set "
+            why = " (--distill trains on it and tunes the no-answer threshold on its held-out passages)" \
+                if path == train_file else ""
+            _fail(f"{path} not found{why}; pass --data-dir (the folder holding disfl_qa/, e.g. shared/data) or set "
                   "$HF_READONCE_DATA.")
-    from ..weights import reference_deformer_path, reference_qa_path, shipped_checkpoint_path
+    from ..weights import reference_deformer_path, reference_qa_path
 
     try:
         if args.teacher is None:
             args.teacher = str(reference_qa_path())
         if not args.distill and args.model is None:
             args.model = str(reference_deformer_path())
-        # the names `hf-readonce checkpoints` lists are accepted too
-        for name in ("teacher", "model"):
-            value = getattr(args, name)
-            if value is not None and not Path(value).exists():
-                shipped = shipped_checkpoint_path(value)
-                if shipped is not None:
-                    setattr(args, name, str(shipped))
+        # the names `hf-readonce checkpoints` lists are accepted too; a local path that does not exist is refused
+        # here, before any Hub lookup (as `encode` does)
+        for name in ("teacher",) if args.distill else ("teacher", "model"):  # (--model is ignored with --distill)
+            setattr(args, name, _resolve_checkpoint(f"--{name}", getattr(args, name)))
     except (FileNotFoundError, ValueError) as error:
         _fail(str(error))
+    if not args.distill:
+        _check_model_type("--model", args.model, ("deformer_bert",), "a DeFormer (model_type deformer_bert)")
+    _check_model_type("--teacher", args.teacher, ("bert",),
+                      "a full BERT extractive-QA model (model_type bert, BertForQuestionAnswering)",
+                      architecture="ForQuestionAnswering")
     if args.output_dir is None:
         with tempfile.TemporaryDirectory(prefix="hf-readonce-demo-") as output_dir:
             return _run(args, argv, output_dir, train_file, validation_file, keep=False)
@@ -187,6 +318,7 @@ def main(argv=None) -> dict:
 def _run(args, argv, output_dir: str, train_file: Path, validation_file: Path, keep: bool) -> dict:
     """The demo's work in `output_dir` (removed afterwards by the caller unless `keep`)."""
     bf16 = _bf16_supported() and not args.no_bf16 and not torch.cuda.is_available()
+    reference = not args.distill and _is_reference(args.model)
     announce = sys.stderr if args.json else sys.stdout  # with --json, stdout holds the JSON document only
     data_kwargs = dict(train_file=str(train_file), validation_file=str(validation_file), max_seq_length=256,
                        max_question_length=48, doc_stride=64, allow_no_answer=True,
@@ -215,7 +347,8 @@ def _run(args, argv, output_dir: str, train_file: Path, validation_file: Path, k
         data_args = DataArguments(calibration_fraction=0.0, **data_kwargs)
         training_args = TrainingArguments(output_dir=output_dir, do_train=False, do_eval=True, report_to="none",
                                           use_cpu=not torch.cuda.is_available())
-        print(f"hf-readonce demo: the reference DeFormer ({args.model}) answers {validation_file} from cached "
+        which = "the reference DeFormer" if reference else "the DeFormer"
+        print(f"hf-readonce demo: {which} ({args.model}) answers {validation_file} from cached "
               f"passage states in {_compute_dtype_name(args.compute_dtype, args.model)} (`--distill` to distil one "
               "here instead)", file=announce, flush=True)
     start = time.perf_counter()
@@ -232,15 +365,17 @@ def _run(args, argv, output_dir: str, train_file: Path, validation_file: Path, k
         f"Disfl-QA validation: {metrics['eval_questions']} questions over {metrics['eval_passages']} passages, "
         f"answered from cached passage states:",
         "  " + format_scores(f"DeFormer k={metrics['num_decomposed_layers']} "
-                             f"({'distilled here' if args.distill else 'shipped reference'})",
+                             f"({'distilled here' if args.distill else 'shipped reference' if reference else args.model})",
                              {key[len("cached_"):]: value for key, value in metrics.items()
                               if key.startswith("cached_") and not key.endswith("_seconds")}),
     ]
-    teacher = _teacher_line(args.teacher)
+    teacher, teacher_note = _teacher_line(args.teacher, metrics["eval_questions"])
     if teacher:
         lines.append("  " + teacher)
-    for name, scores in metrics["baselines"].items():
+    for name, scores in metrics["baselines"].items():  # (computed on the questions answered here)
         lines.append("  " + format_scores(f"baseline: {name.replace('_', '-')}", scores))
+    if teacher_note:
+        lines.append(teacher_note)
     best_name, best = max(metrics["baselines"].items(), key=lambda item: item[1]["f1"])
     has_f1 = metrics.get("cached_HasAns_f1", metrics["cached_f1"])
     answers = metrics["cached_f1"] >= best["f1"] + 15 and has_f1 >= 40
@@ -254,15 +389,20 @@ def _run(args, argv, output_dir: str, train_file: Path, validation_file: Path, k
     else:
         recorded = _recorded(args.model, "metrics.json")
         made = _recorded(args.model, "train_results.json")
-        tuned = (f"recorded in the checkpoint, tuned on {recorded.get('calibration_questions', '?')} held-out "
-                 f"Disfl-QA train questions when it was distilled")
+        if _config(args.model).get("null_score_diff_threshold") is None:
+            tuned = "the default: the checkpoint records none"
+        elif isinstance(recorded.get("calibration_questions"), int):
+            tuned = (f"recorded in the checkpoint, tuned on {recorded['calibration_questions']} held-out "
+                     f"Disfl-QA train questions when it was distilled")
+        else:
+            tuned = "recorded in the checkpoint"
         if made:
             stages = made.get("stages") or []
             how = made.get("summary") or (f"in {len(stages)} consecutive runs, the last `{made.get('command')}` (all listed in its "
                    "train_results.json)" if len(stages) > 1 else f"once by `{made.get('command')}`")
-            lines.append(f"The shipped DeFormer was distilled {how} ({made.get('max_steps')} steps of "
-                         f"{made.get('batch_size')}, {made.get('train_seconds')} s on {made.get('hardware')}); "
-                         "`--distill` redoes a shorter run here.")
+            lines.append(f"The {'shipped ' if reference else ''}DeFormer was distilled {how} ({made.get('max_steps')} steps of "
+                         f"{made.get('batch_size')}, {made.get('train_seconds')} s on {made.get('hardware')})"
+                         + ("; `--distill` redoes a shorter run here." if reference else "."))
     lines += [
         f"No-answer threshold {metrics.get('null_score_diff_threshold', 0.0):.3f}, {tuned}.",
         f"Speed-up over the same model reading every question+passage pair ({metrics['speed_questions']} questions "
