@@ -62,8 +62,9 @@ def test_nothing_imports_the_cli():
 # Layers, lowest first (docs/drafts/i32.md, "Layout"): a module imports only modules of its own folder and of lower
 # layers, never a higher layer or another folder of its own layer. `tasks/` sits above `representations/`: the adapters
 # define how documents become stored tensors; the tasks (QA, LM, answering from a store) use them.
-LAYERS = {"models": 0, "weights": 0, "dtypes": 0, "store": 1, "representations": 2, "tasks": 3, "": 4, "recipes": 5, "hub": 5,
-          "cli": 6}
+# `arguments` (the argument handling the CLI and the demo share) sits just below the recipes and the CLI.
+LAYERS = {"models": 0, "weights": 0, "dtypes": 0, "store": 1, "representations": 2, "tasks": 3, "": 4, "arguments": 4,
+          "recipes": 5, "hub": 5, "cli": 6}
 
 
 def module_graph() -> dict[str, set[str]]:

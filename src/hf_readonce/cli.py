@@ -58,6 +58,9 @@ import sys
 import time
 from pathlib import Path
 
+from .arguments import OneLineArgumentParser as _Parser
+from .arguments import positive_int as _positive_int
+
 EXIT_OK, EXIT_PROBLEMS, EXIT_ERROR = 0, 1, 2
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader went away
 COMPUTE_DTYPE_CHOICES = ("auto", "float32", "bfloat16", "float16")  # hf_readonce.dtypes (not imported: fast --help)
@@ -219,21 +222,6 @@ def _storage_dtype(value: str) -> str:
     return name
 
 
-def _positive_int(value: str) -> int:
-    """An option that counts something (`--batch-size`, `--max-answer-length`, `--n-best-size`): an int >= 1.
-
-    Raises:
-        argparse.ArgumentTypeError: otherwise (argparse's usage error naming the option, exit status 2).
-    """
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {number}")
-    return number
-
-
 def _one_line(error: BaseException) -> str:
     """An exception as one line: its message's first line (or its type), with the file of an `OSError`."""
     if isinstance(error, OSError) and error.strerror:
@@ -255,27 +243,15 @@ def _resolve_model(name: str) -> str:
     Raises:
         CommandError: a shipped checkpoint that cannot be found or fails its checksum; a missing local folder.
     """
-    from .weights import SHIPPED_NAMES, shipped_checkpoint_path
+    from .arguments import local_model_or_hub_id
+    from .weights import SHIPPED_NAMES
 
-    path = Path(name).expanduser()
-    if path.exists():
-        return str(path)
     try:
-        shipped = shipped_checkpoint_path(name)
+        found = local_model_or_hub_id(name)
     except (FileNotFoundError, ValueError) as error:
         raise CommandError(str(error)) from None
-    if shipped is not None:
-        return str(shipped)
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-    try:
-        validate_repo_id(name)
-        local_looking = name.startswith((".", "~")) or (len(path.parts) > 1 and Path(path.parts[0]).is_dir())
-    except HFValidationError:
-        local_looking = True
-    if local_looking:
-        raise CommandError(f"model {name!r}: {path} does not exist (no such folder; shipped checkpoints: "
-                           f"{', '.join(SHIPPED_NAMES)}).")
+    if found != name or Path(name).expanduser().exists():
+        return found
     import difflib
 
     close = difflib.get_close_matches(name, list(SHIPPED_NAMES), n=1, cutoff=0.8)
@@ -1681,15 +1657,6 @@ def _hub_error(error: BaseException) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------- parser
-class _Parser(argparse.ArgumentParser):
-    """argparse's parser whose usage errors are one line, like every other error of the CLI: `hf-readonce encode:
-    error: argument --dtype: invalid choice ... (hf-readonce encode --help lists the options)`, exit status 2 (the
-    full usage of a command with twenty options buried the reason)."""
-
-    def error(self, message):
-        self.exit(EXIT_ERROR, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
-
-
 def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
     """The argparse parser of every subcommand except `demo` (which parses its own arguments). With
     `family_options`, `encode`, `answer`, `summarize` and `publish` also take the option of every setting a registered

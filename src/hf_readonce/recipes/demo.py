@@ -42,6 +42,7 @@ from pathlib import Path
 import torch
 from transformers import TrainingArguments
 
+from ..arguments import OneLineArgumentParser, local_model_or_hub_id, positive_float, positive_int
 from ..tasks.question_answering import format_scores
 from .deformer_qa import DataArguments, ModelArguments, run
 from .reference_qa import CALIBRATION_FRACTION, hardware_description
@@ -62,44 +63,6 @@ def _fail(message: str):
     stderr, exit status 2."""
     print(f"hf-readonce demo: error: {message}", file=sys.stderr)
     raise SystemExit(2)
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse's parser with one-line usage errors, as the other commands' (`hf_readonce.cli` is not imported
-    here: nothing below the CLI imports it)."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
-
-
-def _positive_int(value: str) -> int:
-    """A count (`--max_eval_samples`, `--max_steps`, ...): a whole number >= 1, as the other commands' counts.
-
-    Raises:
-        argparse.ArgumentTypeError: otherwise (argparse's usage error naming the option, exit status 2).
-    """
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {number}")
-    return number
-
-
-def _positive_float(value: str) -> float:
-    """`--learning_rate`: a finite number > 0.
-
-    Raises:
-        argparse.ArgumentTypeError: otherwise (argparse's usage error naming the option, exit status 2).
-    """
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value!r}") from None
-    if not 0 < number < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value!r}")
-    return number
 
 
 def _check_model_type(option: str, model: str, types: tuple[str, ...], wanted: str,
@@ -125,36 +88,6 @@ def _check_model_type(option: str, model: str, types: tuple[str, ...], wanted: s
     architectures = config.get("architectures") or []
     if architecture and architectures and not any(name.endswith(architecture) for name in architectures):
         _fail(f"{option} {model} is a {', '.join(architectures)} checkpoint, not {wanted}.")
-
-
-def _resolve_checkpoint(option: str, name: str) -> str:
-    """The folder or Hub id `option`'s value names: an existing path stays; a shipped checkpoint's name
-    (`reference-deformer`, `reference-qa`, see `hf-readonce checkpoints`) becomes its folder; a path that does not
-    exist and cannot be a Hub repo id (absolute, `./`, `~`, its first folder exists here, not a valid id) stops the
-    demo with `encode`'s words; anything else is taken for a Hub id (read by [`_check_model_type`]).
-
-    Raises:
-        FileNotFoundError / ValueError: a shipped checkpoint that cannot be found or fails its checksum.
-    """
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-    from ..weights import SHIPPED_NAMES, shipped_checkpoint_path
-
-    path = Path(name).expanduser()
-    if path.exists():
-        return str(path)
-    shipped = shipped_checkpoint_path(name)
-    if shipped is not None:
-        return str(shipped)
-    try:
-        validate_repo_id(name)
-        local_looking = name.startswith((".", "~")) or (len(path.parts) > 1 and Path(path.parts[0]).is_dir())
-    except HFValidationError:
-        local_looking = True
-    if local_looking:
-        _fail(f"{option}: model {name!r}: {path} does not exist (no such folder; shipped checkpoints: "
-              f"{', '.join(SHIPPED_NAMES)}).")
-    return name
 
 
 def _is_reference(model: str) -> bool:
@@ -235,7 +168,7 @@ def main(argv=None) -> dict:
             not a DeFormer or `--teacher` not a full BERT QA model (either missing or unreadable); or on a usage
             error (a count below 1, a learning rate not > 0, an unknown option).
     """
-    parser = _Parser(prog="hf-readonce demo", description=__doc__,
+    parser = OneLineArgumentParser(prog="hf-readonce demo", description=__doc__,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data_dir", "--data-dir", default=_default_data_dir(),
                         help="folder holding disfl_qa/{train,validation}.jsonl (default ../shared/data or "
@@ -251,19 +184,19 @@ def main(argv=None) -> dict:
     parser.add_argument("--teacher", default=None,
                         help="with --distill: full BERT QA checkpoint (BertForQuestionAnswering) to decompose and "
                              "distil from (default: the shipped reference)")
-    parser.add_argument("--num_decomposed_layers", "--num-decomposed-layers", type=_positive_int, default=4,
+    parser.add_argument("--num_decomposed_layers", "--num-decomposed-layers", type=positive_int, default=4,
                         help="with --distill: k")
-    parser.add_argument("--max_steps", "--max-steps", type=_positive_int, default=60,
+    parser.add_argument("--max_steps", "--max-steps", type=positive_int, default=60,
                         help="with --distill: steps of --batch_size examples")
-    parser.add_argument("--batch_size", "--batch-size", type=_positive_int, default=16)
-    parser.add_argument("--learning_rate", "--learning-rate", type=_positive_float, default=1e-4)
+    parser.add_argument("--batch_size", "--batch-size", type=positive_int, default=16)
+    parser.add_argument("--learning_rate", "--learning-rate", type=positive_float, default=1e-4)
     parser.add_argument("--no_distillation", "--no-distillation", action="store_true",
                         help="with --distill: train on the span loss only (no KD+LRS from the teacher)")
-    parser.add_argument("--max_train_samples", "--max-train-samples", type=_positive_int, default=None,
+    parser.add_argument("--max_train_samples", "--max-train-samples", type=positive_int, default=None,
                         help="read only the first N train rows (quick tries; the calibration split comes from them)")
-    parser.add_argument("--max_eval_samples", "--max-eval-samples", type=_positive_int, default=None,
+    parser.add_argument("--max_eval_samples", "--max-eval-samples", type=positive_int, default=None,
                         help="limit validation questions")
-    parser.add_argument("--speed_eval_samples", "--speed-eval-samples", type=_positive_int, default=300,
+    parser.add_argument("--speed_eval_samples", "--speed-eval-samples", type=positive_int, default=300,
                         help="questions timed on both paths for the speed-up (accuracy always uses all)")
     parser.add_argument("--output_dir", "--output-dir", default=None,
                         help="where to write the results and, with --distill, the model (default: a temporary folder, "
@@ -301,7 +234,10 @@ def main(argv=None) -> dict:
         # the names `hf-readonce checkpoints` lists are accepted too; a local path that does not exist is refused
         # here, before any Hub lookup (as `encode` does)
         for name in ("teacher",) if args.distill else ("teacher", "model"):  # (--model is ignored with --distill)
-            setattr(args, name, _resolve_checkpoint(f"--{name}", getattr(args, name)))
+            try:
+                setattr(args, name, local_model_or_hub_id(getattr(args, name)))
+            except (FileNotFoundError, ValueError) as error:
+                _fail(f"--{name}: {error}")
     except (FileNotFoundError, ValueError) as error:
         _fail(str(error))
     if not args.distill:

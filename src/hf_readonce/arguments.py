@@ -1,0 +1,91 @@
+"""Command-line argument handling shared by `hf-readonce` (`hf_readonce.cli`) and the demo
+(`hf_readonce.recipes.demo`, which parses its own arguments and, being below the CLI, cannot import it): one-line
+usage errors, the option types of counts and rates, and what a MODEL argument names."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+USAGE_ERROR = 2  # the exit status of a usage error, as argparse's
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors are one line, like every other error of the CLI: `hf-readonce encode:
+    error: argument --dtype: invalid choice ... (hf-readonce encode --help lists the options)`, exit status 2 (the
+    full usage of a command with twenty options buried the reason)."""
+
+    def error(self, message):
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
+
+
+def positive_int(value: str) -> int:
+    """The type of an option that counts something (`--batch-size`, `--max-answer-length`, `--max-eval-samples`):
+    a whole number >= 1.
+
+    Raises:
+        argparse.ArgumentTypeError: otherwise (argparse's usage error naming the option, exit status 2).
+    """
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {number}")
+    return number
+
+
+def positive_float(value: str) -> float:
+    """The type of a rate (`--learning-rate`): a finite number > 0.
+
+    Raises:
+        argparse.ArgumentTypeError: otherwise (argparse's usage error naming the option, exit status 2).
+    """
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value!r}") from None
+    if not 0 < number < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value!r}")
+    return number
+
+
+def local_model_or_hub_id(name: str) -> str:
+    """What a MODEL argument names, as far as this machine can tell: an existing path stays; a shipped checkpoint's
+    name (`reference-deformer`, `reference-qa`, their folder names or repo ids; see `hf-readonce checkpoints`)
+    becomes its folder; a name that can only be a path (absolute, `./`, `~`, its first folder exists here, or no
+    valid Hub repo id) and does not exist is an error, before any Hub lookup; anything else is returned as a Hub
+    repo id (whether the Hub has it is the caller's to find out).
+
+    Args:
+        name (`str`): the argument as given.
+
+    Returns:
+        `str`: a folder, or a Hub repo id.
+
+    Raises:
+        FileNotFoundError: a path that does not exist, or a shipped checkpoint with no copy here (the message says
+            what to do). ValueError: a shipped checkpoint whose checksum differs.
+    """
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    from .weights import SHIPPED_NAMES, shipped_checkpoint_path
+
+    path = Path(name).expanduser()
+    if path.exists():
+        return str(path)
+    shipped = shipped_checkpoint_path(name)
+    if shipped is not None:
+        return str(shipped)
+    try:
+        validate_repo_id(name)
+        local_looking = name.startswith((".", "~")) or (len(path.parts) > 1 and Path(path.parts[0]).is_dir())
+    except HFValidationError:
+        local_looking = True
+    if local_looking:
+        raise FileNotFoundError(f"model {name!r}: {path} does not exist (no such folder; shipped checkpoints: "
+                                f"{', '.join(SHIPPED_NAMES)}).")
+    return name
+
+
+__all__ = ["OneLineArgumentParser", "local_model_or_hub_id", "positive_float", "positive_int"]
