@@ -905,6 +905,6 @@ def test_an_output_that_is_the_input_is_refused_and_bad_lines_say_why(tmp_path, 
                      str(write_jsonl(tmp_path / "bad.jsonl", bad)), "--output", str(tmp_path / "p.jsonl"),
                      "--encode-missing", "--no-progress", "--max-passage-length", "64", "--doc-stride", "16"]) == 0
     err = capsys.readouterr().err
-    for line, reason in ((1, "'context' is null"), (2, "'question' is a int, not a string"),
+    for line, reason in ((1, "'context' is null"), (2, "'question' is of type int, not a string"),
                          (3, "no 'context' field"), (4, "'question' is blank")):
         assert f"line {line}: {reason}" in err, err

@@ -112,7 +112,7 @@ def test_answer_options_and_missing_passages(tmp_path, llama_checkpoint, checkpo
     assert encode(llama_checkpoint, tmp_path / "s2", ROWS[:1], tmp_path, "--num-decomposed-layers", "2") == 2
     assert "--num-decomposed-layers does not apply to llama models" in capsys.readouterr().err
     assert cli_main(["answer", str(checkpoint), *common, "--max-document-length", "64"]) == 2  # a DeFormer
-    assert "--max-document-length do(es) not apply to deformer_bert models" in capsys.readouterr().err
+    assert "--max-document-length does not apply to deformer_bert models" in capsys.readouterr().err
     # passages of rows b and c are not stored: named, with the way out; nothing written
     assert cli_main(["answer", str(llama_checkpoint), *common]) == 2
     err = capsys.readouterr().err

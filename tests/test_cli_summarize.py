@@ -76,8 +76,9 @@ def test_readonce_reads_the_k_asked_for_and_another_prompt(tmp_path, folders, xs
 
 @pytest.mark.parametrize("extra, message", [
     (["--prompt", "title"], "--prompt does not apply to longdoc_bart"),
-    (["--compression-ratio", "2"], "--compression-ratio do(es) not apply to longdoc_bart"),
+    (["--compression-ratio", "2"], "--compression-ratio does not apply to longdoc_bart"),
     (["--max-document-length", "32"], "holds no longdoc_bart representations"),
+    (["--max-new-tokens", "96"], "--max-new-tokens 96 does not fit the model's 96 decoder positions"),
 ])
 def test_what_cannot_be_served_is_refused_in_one_line(tmp_path, folders, xsum_rows, capsys, extra, message):
     docs = write_jsonl(tmp_path / "xsum.jsonl", xsum_rows[:2])
@@ -144,3 +145,25 @@ def test_encode_missing_beside_another_models_representations(tmp_path, folders,
     assert "only for model fingerprint" in capsys.readouterr().err
     assert cli_main(base + ["--encode-missing"]) == 0
     assert len(RepresentationStore(store).spaces()) == 2
+
+
+def test_a_prompt_longer_than_read_is_refused_and_an_absent_summary_field_noted(tmp_path, folders, xsum_rows, capsys):
+    """ReadOnce reads at most 32 prompt tokens with each document: a longer `--prompt` is refused by name (it was cut
+    in silence while the settings line showed it whole); a `--summary-field` no document has says why no ROUGE."""
+    docs = write_jsonl(tmp_path / "xsum.jsonl", xsum_rows[:2])
+    store = tmp_path / "store"
+    assert cli_main(["encode", str(folders["readonce"]), "--documents", str(docs), "--store", str(store),
+                     "--no-progress"]) == 0
+    capsys.readouterr()
+    summarize = ["summarize", str(folders["readonce"]), "--store", str(store), "--documents", str(docs),
+                 "--max-new-tokens", "3", "--no-progress"]
+    assert cli_main([*summarize, "--output", str(tmp_path / "a.jsonl"), "--prompt", "word " * 40]) == 2
+    err = capsys.readouterr().err
+    assert "--prompt holds 42 tokens; readonce_bart models read at most 32" in err and "Traceback" not in err
+    assert not (tmp_path / "a.jsonl").exists()
+    assert cli_main([*summarize, "--output", str(tmp_path / "b.jsonl"), "--summary-field", "nope"]) == 0
+    captured = capsys.readouterr()
+    assert "no document has --summary-field 'nope'" in captured.err and "ROUGE" not in captured.out
+    assert cli_main([*summarize, "--output", str(tmp_path / "c.jsonl")]) == 0  # the default field: ROUGE, no note
+    captured = capsys.readouterr()
+    assert "ROUGE" in captured.out and "note" not in captured.err

@@ -477,11 +477,17 @@ def _adapter_settings(args, adapter_class) -> dict:
     return {name: given[name] if given[name] is not None else default for name, (_, default, _) in own.items()}
 
 
+def _do_not_apply(options) -> str:
+    """`--a does not apply` / `--a, --b do not apply`, for the options a command refuses."""
+    options = list(options)
+    return f"{', '.join(options)} {'does' if len(options) == 1 else 'do'} not apply"
+
+
 def _foreign_settings(names, adapter_class) -> CommandError:
     """The error for representation-setting options (by setting name) that `adapter_class`'s family does not take,
     naming them and the family's own options (`encode`, `answer`, `summarize` and `publish` refuse them alike)."""
     own = ", ".join(option for option, _, _ in adapter_class.cli_settings.values()) or "none"
-    return CommandError(f"{', '.join('--' + name.replace('_', '-') for name in names)} do(es) not apply to "
+    return CommandError(f"{_do_not_apply('--' + name.replace('_', '-') for name in names)} to "
                         f"{adapter_class.model_type} models; their options are {own}.")
 
 
@@ -922,7 +928,7 @@ def _answer(args) -> int:
     foreign = ["--" + name.replace("_", "-") for name in ("allow_no_answer", "null_score_diff_threshold")
                if getattr(args, name, None) is not None and name not in accepted]
     if foreign:
-        raise CommandError(f"{', '.join(foreign)} do(es) not apply to {config.model_type} models.")
+        raise CommandError(f"{_do_not_apply(foreign)} to {config.model_type} models.")
     family_options = _family_setting_options(args, answer, config.model_type)
     # Defaults: what the checkpoint was trained and evaluated with (recorded in its config), else the old defaults.
     recorded = recorded_answer_settings(config, args.max_question_length or None, args.allow_no_answer,
@@ -1018,7 +1024,7 @@ def _check_generative_answer_options(args) -> None:
                                          ("--null-score-diff-threshold", "null_score_diff_threshold"))
              if getattr(args, name, None) is not None]
     if given:
-        raise CommandError(f"{', '.join(given)} do(es) not apply to generative models ({_generative_model_types()}), "
+        raise CommandError(f"{_do_not_apply(given)} to generative models ({_generative_model_types()}), "
                            "which generate answers; their options are --max-answer-length (new tokens), --batch-size "
                            "and the family's own (`hf-readonce info`).")
 
@@ -1143,14 +1149,16 @@ def _read_summarize_rows(path: Path, text_field: str, id_field: str) -> list[dic
     return rows
 
 
-def _with_references(rows: list[dict], summary_field: str) -> list[str] | None:
+def _with_references(rows: list[dict], summary_field: str, named: bool = False) -> list[str] | None:
     """The reference summaries when every row carries one (a non-blank str in `summary_field`), else None (no ROUGE
-    printed; a note on stderr when only some rows carry one)."""
+    printed; a note on stderr when only some rows carry one, or when `--summary-field` was `named` and none does)."""
     references = [row["row"].get(summary_field) for row in rows]
     readable = [r for r in references if isinstance(r, str) and r.strip()]
     if readable and len(readable) == len(rows):
         return references
-    if any(summary_field in row["row"] for row in rows):
+    if named and not readable:
+        print(f"note: no ROUGE: no document has --summary-field {summary_field!r}.", file=sys.stderr)
+    elif any(summary_field in row["row"] for row in rows):
         print(f"note: no ROUGE: {len(rows) - len(readable)} of {len(rows)} document(s) carry no reference summary "
               f"(a non-empty string in {summary_field!r}).", file=sys.stderr)
     return None
@@ -1192,7 +1200,10 @@ def _summarize(args) -> int:
         raise CommandError(_with_compute_dtype_hint(str(error), model, store, args.model, device,
                                                     allow_readonce=True)) from None
     except (MissingRepresentationError, ValueError, TypeError) as error:
-        raise CommandError(str(error)) from None
+        message = str(error)
+        for name in ("max_new_tokens", "prompt"):  # summarize_from_store's argument names, said as the options
+            message = message.replace(f"`{name}`", f"--{name.replace('_', '-')}")
+        raise CommandError(message) from None
     seconds = time.perf_counter() - start
     _write_predictions(output, rows, {row["id"]: text for row, text in zip(rows, summaries)}, key="summary_text")
     distinct = len({row["document"] for row in rows})
@@ -1206,7 +1217,7 @@ def _summarize(args) -> int:
           + (f", prompt {prompt!r}" if prompt is not None else "")
           + f"; representations of {shown or 'the default settings'}, computed in {dtype_name(model.dtype)}",
           flush=True)
-    references = _with_references(rows, args.summary_field)
+    references = _with_references(rows, args.summary_field or "summary", named=args.summary_field is not None)
     if references is not None:
         from .tasks.summarization import format_rouge, lead_baselines, rouge_scores
 
@@ -1563,14 +1574,14 @@ def _publish_settings(args, model_dir) -> dict | None:
         model_type = AutoConfig.from_pretrained(model_dir).model_type
     except (OSError, ValueError):
         return settings  # publish() says what is wrong with the folder
-    options = ", ".join("--" + name.replace("_", "-") for name in settings)
     if model_type not in registered_adapters() and any(model_type in adapter.checkpoint_model_types
                                                        for adapter in registered_adapters().values()):
         return settings  # a plain checkpoint type (bert): publish() says it publishes hf-readonce models only
     try:
         adapter_class = get_adapter_class(model_type)
     except ValueError:
-        raise CommandError(f"{options} do(es) not apply: {model_type} models store no representations, so there "
+        raise CommandError(f"{_do_not_apply('--' + name.replace('_', '-') for name in settings)}: {model_type} "
+                           "models store no representations, so there "
                            "is no representation format to declare.") from None
     foreign = [name for name in settings if name not in adapter_class.cli_settings]
     if foreign:
@@ -1758,7 +1769,7 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
     summarize.add_argument("--output", required=True, help="summaries JSONL (id, summary_text)")
     summarize.add_argument("--text-field", default="document", help="field holding the text (default: document)")
     summarize.add_argument("--id-field", default="id", help="field naming the document (default: id)")
-    summarize.add_argument("--summary-field", default="summary",
+    summarize.add_argument("--summary-field", default=None,
                            help="field holding a reference summary: when every document has one, ROUGE-1/2/L is "
                                 "printed beside lead-1 and lead-3 (default: summary)")
     summarize.add_argument("--prompt", default=None,

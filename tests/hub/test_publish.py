@@ -390,13 +390,13 @@ def test_publish_setting_options_are_checked_in_the_cli_words(checkpoint_dir, tm
     assert cli_main(["publish", str(checkpoint_dir), "--repo-id", "a/b", "--local-dir", str(tmp_path / "o"),
                      "--mentions", "capitalized_mentions"]) == 2
     err = capsys.readouterr().err
-    assert "--mentions do(es) not apply to deformer_bert models; their options are --max-passage-length" in err, err
+    assert "--mentions does not apply to deformer_bert models; their options are --max-passage-length" in err, err
     from hf_readonce.weights import reference_qa_path
 
     assert cli_main(["publish", str(reference_qa_path()), "--repo-id", "a/b", "--local-dir", str(tmp_path / "o"),
                      "--mentions", "capitalized_mentions"]) == 2  # a plain BERT: refused as such, not by option
     err = capsys.readouterr().err
-    assert "holds a 'bert' model" in err and "do(es) not apply" not in err and "`model_dir`" not in err, err
+    assert "holds a 'bert' model" in err and "does not apply" not in err and "`model_dir`" not in err, err
     with pytest.raises(ValueError, match="recurrent_gpt2 models store no representations"):
         representation_format_for(SimpleNamespace(config=SimpleNamespace(model_type="recurrent_gpt2")), None,
                                   settings={"max_passage_length": 77})

@@ -153,7 +153,7 @@ def test_fill_store_checks_its_arguments_and_keeps_finished_work(tmp_path, token
     assert stats.rejected == [("d4", "the text is empty")] and stats.encoded == 6 and len(store) == 6
     # an error in the middle of a run keeps the documents computed before it
     fresh = RepresentationStore(tmp_path / "t")
-    with pytest.raises(TypeError, match="document 4 is a int"):
+    with pytest.raises(TypeError, match="document 4 is of type int"):
         fill_store(adapter, fresh, docs[:4] + [7] + docs[4:], documents_per_batch=2, dtype="fp32")
     assert len(RepresentationStore(tmp_path / "t")) == 4
 

@@ -86,7 +86,7 @@ def test_cli_answers_from_readonce_stores(tokenizer, tmp_path, capsys):
     assert cli_main(common + ["--compression-ratio", "8", "--compute-dtype", "bfloat16"]) == 2
     assert "pass --compute-dtype float32 to read them" in capsys.readouterr().err
     for option, words in ((["--recompute-ratio", "0.5"], "--recompute-ratio does not apply to readonce_bart"),
-                          (["--doc-stride", "8"], "--doc-stride do(es) not apply to readonce_bart"),
-                          (["--n-best-size", "3"], "--n-best-size do(es) not apply to generative models")):
+                          (["--doc-stride", "8"], "--doc-stride does not apply to readonce_bart"),
+                          (["--n-best-size", "3"], "--n-best-size does not apply to generative models")):
         assert cli_main(common + ["--compression-ratio", "8", *option]) == 2
         assert words in capsys.readouterr().err

@@ -13,6 +13,6 @@ def test_field_problems_are_named_whatever_the_field_is_called(tmp_path):
     problems = []
     assert list(iter_documents(path, text_field="blank_text", problems=problems)) == [("ok", "A text.")]
     assert [(p.line, p.reason) for p in problems] == [
-        (2, "no 'blank_text' field"), (3, "'blank_text' is null"), (4, "'blank_text' is a int, not a string"),
+        (2, "no 'blank_text' field"), (3, "'blank_text' is null"), (4, "'blank_text' is of type int, not a string"),
         (5, "empty document ('blank_text' is blank)")]
     assert field_problem({"question": "Who?"}, "question") is None

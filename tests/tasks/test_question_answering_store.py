@@ -35,7 +35,7 @@ def test_bad_arguments_are_named(stored, tokenizer):
         answer_from_store(model, tokenizer, str(store.path), rows)
     with pytest.raises(TypeError, match="`model` must be a transformers model, got .*Tokenizer"):
         answer_from_store(tokenizer, model, store, rows)
-    with pytest.raises(TypeError, match="'question' is a list, not a string"):
+    with pytest.raises(TypeError, match="'question' is of type list, not a string"):
         answer_from_store(model, tokenizer, store, [{**rows[0], "question": ["Who?"]}])
     with pytest.raises(ValueError, match="`dtype` must be one of"):
         answer_from_store(model, tokenizer, store, rows, dtype="int8")

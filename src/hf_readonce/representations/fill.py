@@ -135,8 +135,8 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
         for item in documents:
             doc_id, text = item if isinstance(item, tuple) else (None, item)
             if not isinstance(text, str):
-                raise TypeError(f"document {doc_id if doc_id is not None else stats.seen} is a "
-                                f"{type(text).__name__}, not a string.")
+                raise TypeError(f"document {doc_id if doc_id is not None else stats.seen} is of "
+                                f"type {type(text).__name__}, not a string.")
             if not text.strip():
                 stats.seen += 1
                 stats.rejected.append((doc_id if doc_id is not None else f"document {stats.seen - 1}",

@@ -77,7 +77,7 @@ def _from_bytes(data: bytes, dtype: str, shape: list[int], where: str = "row") -
             isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
         raise ValueError(f"{where}: shape {shape!r} is not a list of ints >= 0.")
     if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise ValueError(f"{where}: tensor bytes are a {type(data).__name__}, not bytes.")
+        raise ValueError(f"{where}: tensor bytes are of type {type(data).__name__}, not bytes.")
     expected = math.prod(shape) * torch_dtype.itemsize
     if len(data) != expected:
         raise ValueError(f"{where}: shape {list(shape)} of {dtype} needs {expected} bytes, the row holds "

@@ -817,7 +817,7 @@ class StoreWriter:
             if not isinstance(name, str) or not name or "/" in name:
                 raise ValueError(f"tensor names must be non-empty str without '/', got {name!r}.")
             if not torch.is_tensor(tensor):
-                raise TypeError(f"tensor {name!r} is a {type(tensor).__name__}, not a torch.Tensor.")
+                raise TypeError(f"tensor {name!r} is of type {type(tensor).__name__}, not a torch.Tensor.")
             if tensor.dtype not in _STORABLE:
                 raise TypeError(f"tensor {name!r} has dtype {tensor.dtype}, which the store does not hold.")
             tensor = tensor.detach().to("cpu")

@@ -79,7 +79,7 @@ def field_problem(row: dict, key: str) -> str | None:
         row (`dict`): one JSONL row. key (`str`): the field read (e.g. `"context"`, `"question"`).
 
     Returns:
-        `str` or `None`: `no 'context' field`, `'context' is null`, `'question' is a int, not a string` or
+        `str` or `None`: `no 'context' field`, `'context' is null`, `'question' is of type int, not a string` or
         `'context' is blank`; `None` when the field holds a non-blank string.
     """
     if key not in row:
@@ -88,7 +88,7 @@ def field_problem(row: dict, key: str) -> str | None:
     if value is None:
         return f"{key!r} is null"
     if not isinstance(value, str):
-        return f"{key!r} is a {type(value).__name__}, not a string"
+        return f"{key!r} is of type {type(value).__name__}, not a string"
     if not value.strip():
         return f"{key!r} is blank"
     return None

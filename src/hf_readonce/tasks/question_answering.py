@@ -74,7 +74,7 @@ def answer_problem(example: Mapping, labels: bool = True) -> str | None:
     if answers is None or (isinstance(answers, Mapping) and not answers):
         return None
     if not isinstance(answers, Mapping):
-        return f"'answers' is a {type(answers).__name__}, not a dict"
+        return f"'answers' is of type {type(answers).__name__}, not a dict"
     texts, starts = answers.get("text"), answers.get("answer_start")
 
     def sequence(value) -> bool:  # a list, tuple or 1-d array; not a string, set or 0-d array

@@ -111,7 +111,9 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
         TypeError: `documents` is a single str or holds a non-str; `model` is not a transformers model.
         ValueError: no documents, an empty document (its index named), a model type that does not summarize from
             stored representations, a count < 1 (`max_new_tokens`, `num_beams`, `batch_size`),
-            `num_return_sequences` other than 1, a `prompt` the family does not take, several stored spaces.
+            `num_return_sequences` other than 1, a `prompt` the family does not take or longer than it reads
+            (`max_prompt_length` of its adapter), `max_new_tokens` beyond the decoder's positions, several stored
+            spaces.
     """
     from ..representations.base import check_positive_ints
 
@@ -132,6 +134,15 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
     if prompt is not None and getattr(adapter_class, "summary_prompt", None) is None:
         raise ValueError(f"`prompt` does not apply to {adapter_class.model_type} models: their summaries are "
                          "generated from the document alone.")
+    positions = getattr(model.config, "max_position_embeddings", None)  # the decoder's learned positions
+    if positions is not None and max_new_tokens >= positions:
+        raise ValueError(f"`max_new_tokens` {max_new_tokens} does not fit the model's {positions} decoder positions "
+                         "(the decoder's start token takes one): pass fewer.")
+    limit = getattr(adapter_class, "max_prompt_length", None)
+    length = None if prompt is None or limit is None else len(tokenizer(prompt)["input_ids"])
+    if length is not None and length > limit:
+        raise ValueError(f"`prompt` holds {length} tokens; {adapter_class.model_type} models read at most {limit} "
+                         "with each document (it would be cut): pass a shorter one.")
     adapter = adapter_for_store(model, tokenizer, store, settings=settings, encode_missing=encode_missing,
                                 batch_size=batch_size)
     order: dict[str, int] = {}
