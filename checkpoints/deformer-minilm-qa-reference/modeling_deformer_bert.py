@@ -528,7 +528,8 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
                              "would read the passage twice.")
         question_length = attention_mask.shape[1]
         if question_length > config.max_position_embeddings:
-            raise ValueError(f"Question longer than max_position_embeddings={config.max_position_embeddings}.")
+            raise ValueError(f"`input_ids` (the questions) hold {question_length} tokens, more than the model's "
+                             f"max_position_embeddings={config.max_position_embeddings}: truncate the questions.")
         hidden_states = self._embed(input_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds)
         mask = self._bidirectional_mask(hidden_states, attention_mask)
         hidden_states = self._run_layers(hidden_states, mask, 0, k, None, **layer_kwargs)

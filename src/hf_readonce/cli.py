@@ -934,6 +934,11 @@ def _answer(args) -> int:
     recorded = recorded_answer_settings(config, args.max_question_length or None, args.allow_no_answer,
                                         args.null_score_diff_threshold)
     max_question_length = recorded["max_question_length"]
+    positions = getattr(config, "max_position_embeddings", None)
+    if positions is not None and max_question_length >= positions:
+        raise CommandError(f"--max-question-length {max_question_length} does not fit the model's {positions} "
+                           "positions (a question is a few dozen tokens; the checkpoint's default is used without "
+                           "the option).")
     options = {"max_question_length": max_question_length, "batch_size": args.batch_size,
                "n_best_size": args.n_best_size or 20, "max_answer_length": args.max_answer_length,
                "encode_missing": args.encode_missing, "progress": not args.no_progress}
@@ -1619,6 +1624,10 @@ def cmd_publish(args) -> int:
         card["datasets"] = args.dataset
     # a missing store said in the CLI's words, before the model loads; publish reads the store opened here
     store = _open_store(args.store, readonly=True, create=False, command="publish") if args.store is not None else None
+    if args.store is not None and args.local_dir is not None and \
+            Path(args.local_dir).expanduser().resolve().is_relative_to(Path(args.store).expanduser().resolve()):
+        raise CommandError(f"--local-dir {args.local_dir} is inside --store {args.store}: the repo folder would add "
+                           "files to the store's own (verify then reports them); give a folder outside it.")
     model_dir = _resolve_model(args.model_dir)
     settings = _publish_settings(args, model_dir)
     metrics = args.metrics if args.metrics is not None else _recorded_card_metrics(args.model_dir, model_dir, card)
@@ -1731,7 +1740,7 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
     model_options(answer)
     answer.add_argument("--questions", required=True, help="JSONL with id, question, context (answers optional)")
     answer.add_argument("--output", required=True, help="predictions JSONL (id, prediction_text)")
-    answer.add_argument("--max-question-length", type=int, default=None,
+    answer.add_argument("--max-question-length", type=_positive_int, default=None,
                         help="question tokens, [CLS] and [SEP] included (default: the checkpoint's, else 64)")
     answer.add_argument("--n-best-size", type=_positive_int, default=None,
                         help="start and end candidates per window (default 20)")
@@ -1849,6 +1858,7 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
     publish.add_argument("--local-dir", default=None, help="write the repo folder here (new or empty) and stop; "
                                                            "nothing is uploaded")
     publish.add_argument("--private", action="store_true", help="create the repo(s) private")
+    publish.add_argument("--no-progress", action="store_true", help="no progress bar (weight loading and upload)")
     publish.add_argument("--store", default=None, help="a store of this model's representations: exported as a "
                                                        "dataset (beside --local-dir, or pushed) and linked from the card")
     publish.add_argument("--representations-repo", default=None,

@@ -248,6 +248,17 @@ def test_other_families_publish(tmp_path, tokenizer):
     assert torch.equal(got, expected)
 
 
+def test_cli_publish_refuses_a_local_dir_inside_the_store(checkpoint_dir, store_dir, tmp_path, capsys):
+    """`--local-dir` inside `--store` would add a repo folder to the store's own files (verify then reports an orphan
+    shard): refused in one line, nothing written, the store as it was."""
+    before = sorted(p.relative_to(store_dir) for p in store_dir.rglob("*"))
+    inside = store_dir / "shards" / "newdir"
+    assert cli_main(["publish", str(checkpoint_dir), "--repo-id", "a/b", "--local-dir", str(inside), "--store",
+                     str(store_dir)]) == 2
+    assert "is inside --store" in capsys.readouterr().err
+    assert sorted(p.relative_to(store_dir) for p in store_dir.rglob("*")) == before
+
+
 def test_bad_input(checkpoint_dir, tmp_path, capsys):
     with pytest.raises(ValueError, match="`repo_id` must be 'owner/name'"):
         publish(checkpoint_dir, "no-owner", local_dir=tmp_path / "a")
