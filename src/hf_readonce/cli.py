@@ -935,10 +935,10 @@ def _answer(args) -> int:
                                         args.null_score_diff_threshold)
     max_question_length = recorded["max_question_length"]
     positions = getattr(config, "max_position_embeddings", None)
-    if positions is not None and max_question_length >= positions:
+    if args.max_question_length is not None and positions is not None and max_question_length >= positions:
         raise CommandError(f"--max-question-length {max_question_length} does not fit the model's {positions} "
-                           "positions (a question is a few dozen tokens; the checkpoint's default is used without "
-                           "the option).")
+                           "positions (a question is a few dozen tokens; without the option the checkpoint's "
+                           "default is used).")
     options = {"max_question_length": max_question_length, "batch_size": args.batch_size,
                "n_best_size": args.n_best_size or 20, "max_answer_length": args.max_answer_length,
                "encode_missing": args.encode_missing, "progress": not args.no_progress}

@@ -29,12 +29,14 @@ def test_find_space_free_and_given_settings(tmp_path, tokenizer, qa_rows):
     assert find_space(store, *_settings(b), given=["max_passage_length"]) is None
     assert find_space(store, *_settings(a), given=["max_passage_length", "doc_stride"]) == a.settings()
     fill_store(b, store, texts)
-    # two spaces of this model: the one with the adapter's own (default) values is read, else the choice is named
-    assert find_space(store, *_settings(a)) == a.settings() and find_space(store, *_settings(b)) == b.settings()
-    c = DeformerBertAdapter(model, tokenizer, max_passage_length=64, doc_stride=8)
-    with pytest.raises(ValueError, match=r"several settings \(max_passage_length=\d+, doc_stride=8; "
-                                         r"max_passage_length=\d+, doc_stride=8\).*`--max-passage-length`"):
-        find_space(store, *_settings(c))
+    # two spaces of this model: `prefer` (the model's defaults) picks one; without it, or when it picks none, the
+    # choice is named
+    assert find_space(store, *_settings(a), prefer=a.settings()) == a.settings()
+    assert find_space(store, *_settings(a), prefer={"max_passage_length": 48}) == b.settings()
+    for prefer in (None, {"max_passage_length": 64}):
+        with pytest.raises(ValueError, match=r"several settings \(max_passage_length=\d+, doc_stride=8; "
+                                             r"max_passage_length=\d+, doc_stride=8\).*`--max-passage-length`"):
+            find_space(store, *_settings(a), prefer=prefer)
     assert find_space(store, *_settings(b), given=["max_passage_length"])["max_passage_length"] == 48
     with pytest.raises(ValueError, match=r"`given` \['k'\] are not settings of deformer_bert"):
         find_space(store, *_settings(a), given=["k"])
@@ -106,3 +108,27 @@ def test_document_caches_read_with_special_tokens_are_found(tmp_path, tokenizer,
     assert find_document_cache_space(store, llama, tokenizer)["add_special_tokens"] is True
     fill_store(BlockAttentionLlamaAdapter(llama, tokenizer), store, [qa_rows[0]["context"]])
     assert find_document_cache_space(store, llama, tokenizer)["add_special_tokens"] is False  # both: the default's
+
+
+def test_several_spaces_the_recorded_windows_are_read_else_the_choice_is_named(tmp_path, tokenizer, qa_rows):
+    """Two DeFormer spaces of one model (windows 32 and 48): the store-reading lookups read the one with the windows
+    the checkpoint records (its defaults); where the defaults do not fit the model, or no space has them, they pick
+    none and name the choice (not the first space listed)."""
+    from hf_readonce.representations.spaces import default_settings
+
+    model = tiny_model()  # 128 positions
+    texts = [r["context"] for r in qa_rows[:2]]
+    store = RepresentationStore(tmp_path / "store")
+    for length in (32, 48):
+        fill_store(DeformerBertAdapter(model, tokenizer, max_passage_length=length, doc_stride=8), store, texts)
+    model.config.max_passage_length, model.config.doc_stride = 48, 8  # what the checkpoint records
+    assert default_settings(model, tokenizer)["max_passage_length"] == 48
+    assert find_deformer_space(store, model, tokenizer)["max_passage_length"] == 48
+    assert adapter_for_store(model, tokenizer, store).settings()["max_passage_length"] == 48
+    for recorded in (64, 500):  # a default no space has; a default the model's positions cannot hold
+        model.config.max_passage_length = recorded
+        assert (default_settings(model, tokenizer) is None) == (recorded == 500)
+        with pytest.raises(ValueError, match="several settings"):
+            adapter_for_store(model, tokenizer, store)
+        with pytest.raises(ValueError, match="several settings"):
+            find_deformer_space(store, model, tokenizer)

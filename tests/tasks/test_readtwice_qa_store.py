@@ -95,11 +95,11 @@ def test_cli_encodes_and_answers_readtwice_stores(tokenizer, tmp_path, capsys):
     assert "segment_length 24, segment_overlap 6, memory_type sts" in out and "baseline: first-span" in out
     assert cli_main(["answer", str(folder), "--store", str(store), "--questions", str(questions), "--output",
                      str(output), "--doc-stride", "8", "--no-progress"]) == 2
-    assert "--doc-stride do(es) not apply to readtwice_bert" in capsys.readouterr().err
+    assert "--doc-stride does not apply to readtwice_bert" in capsys.readouterr().err
     # another family's own setting (an adapter's `cli_settings` option) is parsed and refused by name
     assert cli_main(["answer", str(folder), "--store", str(store), "--questions", str(questions), "--output",
                      str(output), "--compression-ratio", "2", "--no-progress"]) == 2
-    assert "--compression-ratio do(es) not apply to readtwice_bert" in capsys.readouterr().err
+    assert "--compression-ratio does not apply to readtwice_bert" in capsys.readouterr().err
 
 
 def test_cli_encodes_entity_memories_with_the_mentions_option(tokenizer, tmp_path, capsys):

@@ -58,12 +58,12 @@ def own_settings(adapter_class: type, settings: Mapping | None) -> dict:
 
 
 def find_space(store: RepresentationStore, adapter_class: type, fingerprint: str, settings: Mapping,
-               given: Iterable[str] = ()) -> dict | None:
+               given: Iterable[str] = (), prefer: Mapping | None = None) -> dict | None:
     """The settings of the only space of `store` written with `fingerprint` and `settings`, except the family's own
     settings (`adapter_class.cli_settings`, e.g. a window length) not named in `given`, which may hold any stored
-    value; where several spaces differ only in those, the one whose values are `settings`' (the adapter's defaults,
-    e.g. the windows a checkpoint records) is read. For an adapter built for the model: `find_space(store,
-    type(adapter), current_fingerprint(adapter), adapter.settings(), given)`.
+    value; where several spaces differ only in those, the one with the values of `prefer` (the model's defaults, e.g.
+    the windows a checkpoint records: [`default_settings`]) is read. For an adapter built for the model:
+    `find_space(store, type(adapter), current_fingerprint(adapter), adapter.settings(), given)`.
 
     Args:
         store ([`RepresentationStore`]): refreshed first (spaces another process wrote are seen).
@@ -74,6 +74,8 @@ def find_space(store: RepresentationStore, adapter_class: type, fingerprint: str
             settings only where named in `given`).
         given (`Iterable[str]`, defaults to none): names of `cli_settings` whose value in `settings` must match; the
             others are free.
+        prefer (`Mapping`, *optional*): values of the free settings that pick one of several matching spaces (the
+            model's defaults); without it, or when no space has them, several matches are an error.
 
     Returns:
         `dict` or `None`: the space's settings; `None` when no space of the store has these settings (other
@@ -82,8 +84,8 @@ def find_space(store: RepresentationStore, adapter_class: type, fingerprint: str
     Raises:
         RepresentationMismatchError: spaces with these settings exist only for other fingerprints (both named: other
             weights, or another compute dtype).
-        ValueError: several spaces of this model match and none has the default values (their settings and the
-            options that pick one named), or a name in `given` that is not one of the family's `cli_settings`.
+        ValueError: several spaces of this model match and `prefer` picks none (their settings and the options that
+            pick one named), or a name in `given` that is not one of the family's `cli_settings`.
     """
     own, model_type, given = adapter_class.cli_settings, adapter_class.model_type, set(given)
     if given - set(own):
@@ -93,10 +95,10 @@ def find_space(store: RepresentationStore, adapter_class: type, fingerprint: str
     store.refresh()
     ours = [s for s in store.spaces() if all(s.settings.get(name) == value for name, value in fixed.items())]
     matching = [s for s in ours if s.fingerprint == fingerprint]
-    if len(matching) > 1:  # the defaults `settings` holds for the free settings pick one (a checkpoint's recorded)
-        defaults = [s for s in matching if all(s.settings.get(name) == settings.get(name)
-                                               for name in own if name in settings)]
-        matching = defaults if len(defaults) == 1 else matching
+    if len(matching) > 1 and prefer:  # the model's defaults pick one (e.g. the windows the checkpoint records)
+        preferred = [s for s in matching if all(s.settings.get(name) == value for name, value in prefer.items()
+                                                if name in own and name not in given)]
+        matching = preferred if len(preferred) == 1 else matching
     if len(matching) == 1:
         return dict(matching[0].settings)
     if len(matching) > 1:
@@ -112,6 +114,24 @@ def find_space(store: RepresentationStore, adapter_class: type, fingerprint: str
             f"not for this model's {fingerprint[:16]}... (other weights, compute dtype or config, e.g. a RoPE "
             "setting): encode the documents with this model first.")
     return None
+
+
+def default_settings(model, tokenizer, settings: Mapping | None = None) -> dict | None:
+    """The settings of the adapter the family builds for `model` by default (with `settings` where given): what
+    [`find_space`] prefers among several stored spaces of the model (`prefer=`). `None` where the defaults do not fit
+    the model (a window longer than its positions): then nothing is preferred.
+
+    Args:
+        model, tokenizer: the model (a registered family with an adapter) and its tokenizer.
+        settings (`Mapping`, *optional*): the family's own settings to build with (`cli_settings` names).
+
+    Returns:
+        `dict` or `None`: `adapter.settings()` of that adapter.
+    """
+    try:
+        return get_adapter(model, tokenizer, **dict(settings or {})).settings()
+    except (ValueError, TypeError):
+        return None
 
 
 def probe_adapter(model, tokenizer, store: RepresentationStore, settings: Mapping | None = None):
@@ -174,7 +194,8 @@ def adapter_for_store(model, tokenizer, store: RepresentationStore, *, settings:
     settings = own_settings(adapter_class, settings)
     try:
         probe = probe_adapter(model, tokenizer, store, settings)
-        found = find_space(store, adapter_class, current_fingerprint(probe), probe.settings(), given=settings)
+        found = find_space(store, adapter_class, current_fingerprint(probe), probe.settings(), given=settings,
+                           prefer=default_settings(model, tokenizer, settings))
     except RepresentationMismatchError:
         if not encode_missing:
             raise
@@ -197,4 +218,5 @@ def adapter_for_store(model, tokenizer, store: RepresentationStore, *, settings:
     return adapter
 
 
-__all__ = ["adapter_class_of", "adapter_for_store", "find_space", "own_settings", "probe_adapter"]
+__all__ = ["adapter_class_of", "adapter_for_store", "default_settings", "find_space", "own_settings",
+           "probe_adapter"]

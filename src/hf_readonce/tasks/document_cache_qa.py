@@ -108,7 +108,8 @@ def find_document_cache_space(store: RepresentationStore, model, tokenizer,
     Raises:
         RepresentationMismatchError: the store holds such caches only for other models (the fingerprints named).
         MissingRepresentationError: the store holds no such caches for this tokenizer and dtype.
-        ValueError: several document lengths are stored for this model (pass `max_document_length`).
+        ValueError: several document lengths are stored for this model and none is the default (pass
+            `max_document_length`).
     """
     given = {} if max_document_length is None else {"max_document_length": max_document_length}
     probe = BlockAttentionLlamaAdapter(model, tokenizer, **given)
@@ -117,11 +118,11 @@ def find_document_cache_space(store: RepresentationStore, model, tokenizer,
     fingerprint, exact = current_fingerprint(probe), probe.settings()
     wanted = {name: value for name, value in exact.items() if name != "add_special_tokens"}
     try:
-        found = find_space(store, BlockAttentionLlamaAdapter, fingerprint, exact, given=given)
+        found = find_space(store, BlockAttentionLlamaAdapter, fingerprint, exact, given=given, prefer=exact)
     except RepresentationMismatchError:
         found = None
     if found is None:
-        found = find_space(store, BlockAttentionLlamaAdapter, fingerprint, wanted, given=given)
+        found = find_space(store, BlockAttentionLlamaAdapter, fingerprint, wanted, given=given, prefer=wanted)
     if found is not None:
         return found
     raise MissingRepresentationError(

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from ..representations.base import check_positive_ints, current_fingerprint, tokenizer_fingerprint
 from ..representations.deformer_bert import DeformerBertAdapter
 from ..representations.fill import check_store_arguments, ensure_stored
-from ..representations.spaces import find_space
+from ..representations.spaces import default_settings, find_space
 from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore
 from ..store.maintenance import unindexed_note
 from .question_answering import (
@@ -34,7 +34,8 @@ def find_deformer_space(store: RepresentationStore, model, tokenizer, *, max_pas
         MissingRepresentationError: if the store holds no DeFormer states (of these windows, when given); it names
             the DeFormer states it holds instead (another k), and says so when the store holds shard files its index
             does not list (a damaged index), rather than "empty".
-        ValueError: if several window settings are stored for this model (pass them explicitly).
+        ValueError: if several window settings are stored for this model and none is the checkpoint's recorded
+            (default) one (pass them explicitly).
     """
     wanted = {name: value for name, value in (("max_passage_length", max_passage_length), ("doc_stride", doc_stride))
               if value is not None}
@@ -42,7 +43,8 @@ def find_deformer_space(store: RepresentationStore, model, tokenizer, *, max_pas
     settings = {"representation": DeformerBertAdapter.representation, "tokenizer": tokenizer_fingerprint(tokenizer),
                 "num_decomposed_layers": k, **wanted}  # DeformerBertAdapter.settings(), the windows free
     fingerprint = current_fingerprint(model)  # the weights as they are now (also after a `.data` edit)
-    found = find_space(store, DeformerBertAdapter, fingerprint, settings, given=wanted)
+    found = find_space(store, DeformerBertAdapter, fingerprint, settings, given=wanted,
+                       prefer=default_settings(model, tokenizer, wanted))  # the windows the checkpoint records
     if found is not None:
         return found
     names = ("num_decomposed_layers", "max_passage_length", "doc_stride")

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from ..representations.base import current_fingerprint
 from ..representations.fill import check_store_arguments, ensure_stored
 from ..representations.registry import family_of, get_adapter_class, registered_families
-from ..representations.spaces import adapter_for_store, find_space, own_settings, probe_adapter
+from ..representations.spaces import adapter_for_store, default_settings, find_space, own_settings, probe_adapter
 from ..store import RepresentationStore
 
 
@@ -64,7 +64,8 @@ def find_summarization_space(store: RepresentationStore, model, tokenizer,
     adapter_class = _adapter_class(model)
     settings = own_settings(adapter_class, settings)
     probe = probe_adapter(model, tokenizer, store, settings)
-    return find_space(store, adapter_class, current_fingerprint(probe), probe.settings(), given=settings)
+    return find_space(store, adapter_class, current_fingerprint(probe), probe.settings(), given=settings,
+                      prefer=default_settings(model, tokenizer, settings))
 
 
 def summarize_from_store(model, tokenizer, store: RepresentationStore, documents: Sequence[str], *,
