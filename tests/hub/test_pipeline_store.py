@@ -21,7 +21,7 @@ from hf_readonce.models.deformer_bert.pipeline_deformer_bert import (
 from hf_readonce.models.deformer_bert.pipeline_deformer_bert import (
     tokenizer_fingerprint as pipeline_tokenizer_fingerprint,
 )
-from hf_readonce.representations import DeformerBertAdapter, fill_store
+from hf_readonce.representations import DeformerBertAdapter, base, fill_store
 from hf_readonce.representations.base import tokenizer_fingerprint
 from hf_readonce.store import ReadOnlyStoreError, RepresentationStore, content_hash
 from tests.conftest import tiny_model
@@ -186,26 +186,83 @@ def test_store_arguments_and_writes(qa, encoder_calls, tokenizer, tmp_path):
     assert encoder_calls == []
 
 
-def test_repeated_store_calls_reuse_the_fingerprints(qa, tokenizer, tmp_path, monkeypatch):
+def fresh_tokenizer():
+    """A tokenizer no other test has called (the module-scoped one carries the truncation/padding state its last
+    call left)."""
+    from transformers import AutoTokenizer
+
+    from hf_readonce.weights import minilm_path
+
+    return AutoTokenizer.from_pretrained(minilm_path())
+
+
+def count_full_parses(module, monkeypatch) -> list:
+    """Lengths of the tokenizer serializations `module` parses whole from now on (a parse of the small object
+    before `"added_tokens"` is not counted)."""
+    parsed = []
+
+    def loads(text):
+        if '"added_tokens"' in text:
+            parsed.append(len(text))
+        return json.loads(text)
+
+    monkeypatch.setattr(module, "json", types.SimpleNamespace(loads=loads, dumps=json.dumps))
+    return parsed
+
+
+def test_repeated_store_calls_reuse_the_fingerprints(tokenizer, tmp_path, monkeypatch):
     """A second call with the same weights and tokenizer neither rehashes the weights (the model's fingerprint
-    cache is kept) nor re-serializes the tokenizer's JSON; an edit through `.data` (no version counter bumped) or
-    another tokenizer still changes the key, so the old entries are never served."""
+    cache is kept) nor parses the tokenizer's JSON again, also when the truncation state the tokenizer carries
+    changed in between; an edit through `.data` (no version counter bumped) or another tokenizer still changes the
+    key, so the old entries are never served."""
+    fresh = fresh_tokenizer()
+    qa = DeformerQuestionAnsweringPipeline(model=tiny_model(), tokenizer=fresh,
+                                           max_question_len=WINDOWS["max_question_len"])
     store = RepresentationStore(tmp_path / "store")
     qa(question=QUESTIONS[0], context=CONTEXTS[0], store=store, **WINDOWS)
     cache = qa.model.bert._fingerprint_cache
-    parsed = []
-    monkeypatch.setattr(pipeline_deformer_bert, "json", types.SimpleNamespace(
-        loads=lambda text: parsed.append(1) or json.loads(text), dumps=json.dumps))
+    parsed = count_full_parses(pipeline_deformer_bert, monkeypatch)
+    qa(question=QUESTIONS[0], context=CONTEXTS[0], store=store, **WINDOWS)
+    fresh("x", truncation=True, max_length=96)  # another truncation state left on the backend
     qa(question=QUESTIONS[0], context=CONTEXTS[0], store=store, **WINDOWS)
     assert qa.model.bert._fingerprint_cache is cache  # the weights were not hashed again
-    assert parsed == []  # nor the tokenizer serialized to JSON again
+    assert parsed == []  # nor the tokenizer's JSON parsed again
     fingerprint = qa.model.representation_fingerprint()
     qa.model.bert.embeddings.word_embeddings.weight.data.add_(1e-3)  # bumps no version counter
     with pytest.raises(ValueError, match=r"only for other model\(s\) \(fingerprint " + fingerprint[:16]):
         qa(question=QUESTIONS[0], context=CONTEXTS[0], store=store, **WINDOWS)
     assert qa.model.representation_fingerprint() != fingerprint
-    other = copy.deepcopy(tokenizer)
+    other = copy.deepcopy(fresh)
     other.add_tokens(["zqxjk"])
     assert pipeline_deformer_bert.tokenizer_fingerprint(other) != pipeline_deformer_bert.tokenizer_fingerprint(
-        tokenizer) == tokenizer_fingerprint(tokenizer)
+        fresh) == tokenizer_fingerprint(fresh) == tokenizer_fingerprint(tokenizer)
     assert pipeline_deformer_bert.tokenizer_fingerprint(other) == tokenizer_fingerprint(other)
+
+
+@pytest.mark.parametrize("module", [pipeline_deformer_bert, base], ids=["pipeline", "hf_readonce"])
+def test_tokenizer_fingerprint_ignores_truncation_and_padding(module, monkeypatch):
+    """Calls that only change the truncation or padding state the tokenizer carries hit the fingerprint cache (no
+    parse of the vocabulary-sized JSON, no new entry) and keep the fingerprint; an added token, or another
+    normalizer, is parsed and gives another fingerprint; the cache holds no serialization-sized key."""
+    from tokenizers import normalizers
+
+    fresh = fresh_tokenizer()
+    monkeypatch.setattr(module, "_TOKENIZER_FINGERPRINTS", {})  # nothing cached by other tests
+    fingerprint = module.tokenizer_fingerprint(fresh)
+    parsed = count_full_parses(module, monkeypatch)
+    for options in ({"truncation": True, "max_length": 64}, {"truncation": True, "max_length": 96},
+                    {"padding": "max_length", "max_length": 32}, {"truncation": "only_first", "max_length": 80}):
+        fresh("some text", **options)
+        assert module.tokenizer_fingerprint(fresh) == fingerprint
+    assert parsed == []
+    assert len(module._TOKENIZER_FINGERPRINTS) == 1
+    assert all(len(str(key)) < 1000 for key in module._TOKENIZER_FINGERPRINTS)
+    added = copy.deepcopy(fresh)
+    added.add_tokens(["zqxjk"])
+    assert module.tokenizer_fingerprint(added) != fingerprint
+    assert len(parsed) == 1
+    normalized = copy.deepcopy(fresh)
+    normalized.backend_tokenizer.normalizer = normalizers.Lowercase()
+    assert module.tokenizer_fingerprint(normalized) not in (fingerprint, module.tokenizer_fingerprint(added))
+    assert len(parsed) == 2
+    assert module.tokenizer_fingerprint(fresh) == fingerprint  # still the same after those

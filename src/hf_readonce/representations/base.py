@@ -60,17 +60,38 @@ class RepresentationAdapter(Protocol):
         [`DeformerPassageOutput`], [`ReadOnceDocumentEncoderOutput`]), carrying the fingerprint and settings."""
 
 
-# the fingerprints of the last tokenizer serializations seen (`backend.to_str()` -> digest, a few entries): parsing
-# and re-serializing a vocabulary-sized JSON costs tens of milliseconds, reading the serialization about one
+# the fingerprints of the last tokenizer serializations seen (a few entries, keyed by `_tokenizer_cache_key`, which
+# leaves out the per-call truncation/padding state and holds no megabyte string): parsing and re-serializing a
+# vocabulary-sized JSON costs tens of milliseconds, reading the serialization about one
 _TOKENIZER_FINGERPRINTS: dict = {}
+
+
+def _tokenizer_cache_key(raw: str) -> tuple:
+    """The cache key of a tokenizer serialization (`backend.to_str()`) without its truncation and padding state.
+    The tokenizers JSON starts with `{"version":...,"truncation":...,"padding":...,"added_tokens":...`: the small
+    object before `"added_tokens"` is parsed, truncation and padding dropped from it, and the rest is keyed by its
+    BLAKE2b digest, so two serializations that differ in anything else never share a key. A serialization laid out
+    otherwise is keyed by the BLAKE2b digest of all of it (truncation and padding then count)."""
+    cut = raw.find(',"added_tokens":')
+    if raw.startswith("{") and cut > 0:
+        try:
+            head = json.loads(raw[:cut] + "}")  # parses only if the key is at the top level
+        except ValueError:
+            head = None
+        if isinstance(head, dict):
+            head.pop("truncation", None)
+            head.pop("padding", None)
+            return "head", json.dumps(head, sort_keys=True), hashlib.blake2b(raw[cut:].encode()).hexdigest()
+    return "whole", hashlib.blake2b(raw.encode()).hexdigest()
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
     """SHA-256 hex of a fast tokenizer's serialization (vocabulary, normalizer, pre-tokenizer, model; not the
     per-call truncation/padding state): windows and offsets depend on it, so it is part of the settings of every
-    text representation. The digest is cached by the exact serialization (`backend.to_str()`), so a tokenizer
-    changed in any way (an added token, another normalizer) is hashed again, and a repeated call costs one
-    serialization.
+    text representation. The digest is cached by the serialization (`backend.to_str()`) less its truncation and
+    padding state ([`_tokenizer_cache_key`]), so a tokenizer changed in any other way (an added token, another
+    normalizer) is hashed again, while a repeated call, after any truncation or padding, costs one serialization
+    and a BLAKE2b of it.
 
     Raises:
         TypeError: if the tokenizer is not a fast (Rust-backed) tokenizer.
@@ -79,7 +100,8 @@ def tokenizer_fingerprint(tokenizer) -> str:
     if backend is None:
         raise TypeError(f"a fast tokenizer is needed (offsets, fingerprint), got {type(tokenizer).__name__}.")
     raw = backend.to_str()
-    digest = _TOKENIZER_FINGERPRINTS.get(raw)
+    key = _tokenizer_cache_key(raw)
+    digest = _TOKENIZER_FINGERPRINTS.get(key)
     if digest is None:
         # truncation and padding are per-call state that `tokenizer(..., truncation=True)` leaves on the backend;
         # they do not change how a text is split, so they must not change the fingerprint
@@ -89,7 +111,7 @@ def tokenizer_fingerprint(tokenizer) -> str:
         digest = hashlib.sha256(json.dumps(serialized, sort_keys=True).encode()).hexdigest()
         while len(_TOKENIZER_FINGERPRINTS) >= 8:  # the oldest first (insertion order)
             _TOKENIZER_FINGERPRINTS.pop(next(iter(_TOKENIZER_FINGERPRINTS)), None)
-        _TOKENIZER_FINGERPRINTS[raw] = digest
+        _TOKENIZER_FINGERPRINTS[key] = digest
     return digest
 
 
