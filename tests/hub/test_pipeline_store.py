@@ -266,3 +266,29 @@ def test_tokenizer_fingerprint_ignores_truncation_and_padding(module, monkeypatc
     assert module.tokenizer_fingerprint(normalized) not in (fingerprint, module.tokenizer_fingerprint(added))
     assert len(parsed) == 2
     assert module.tokenizer_fingerprint(fresh) == fingerprint  # still the same after those
+
+
+@pytest.mark.parametrize("module", [pipeline_deformer_bert, base], ids=["pipeline", "hf_readonce"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_device_checksum_sees_swapped_rows_and_single_values(module, dtype):
+    """The checksum the weights digest takes of a parameter on an accelerator (run here on CPU tensors) changes
+    when two embedding rows are swapped (the sums of every element and of every second one did not) and when one
+    value changes, and comes back when the edit is undone."""
+    torch.manual_seed(0)
+    weight = tiny_model().bert.embeddings.word_embeddings.weight.detach().to(dtype)
+    before = module.device_checksum(weight.reshape(-1))
+    ints = weight.reshape(-1).view({2: torch.int16, 4: torch.int32}[weight.element_size()])
+    sums = [ints.sum(dtype=torch.int64), ints[::2].sum(dtype=torch.int64)]  # the digest before this checksum
+    assert before.dtype == torch.int64 and before.dim() == 0
+    weight.data[[5, 7]] = weight.data[[7, 5]].clone()
+    swapped = module.device_checksum(weight.reshape(-1))
+    assert swapped != before
+    assert [ints.sum(dtype=torch.int64), ints[::2].sum(dtype=torch.int64)] == sums  # blind to the swap
+    weight.data[[5, 7]] = weight.data[[7, 5]].clone()
+    assert module.device_checksum(weight.reshape(-1)) == before
+    weight.data[3, 2] += 1
+    assert module.device_checksum(weight.reshape(-1)) not in (before, swapped)
+    chunked = torch.randn((1 << 22) + 5)  # more than one chunk: positions go on across chunks
+    first = module.device_checksum(chunked)
+    chunked[[0, (1 << 22) + 1]] = chunked[[(1 << 22) + 1, 0]].clone()
+    assert module.device_checksum(chunked) != first

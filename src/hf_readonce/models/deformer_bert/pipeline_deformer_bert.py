@@ -137,12 +137,39 @@ def tokenizer_fingerprint(tokenizer) -> str:
 _INT_VIEWS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
+# Copied from hf_readonce.representations.base.device_checksum
+def device_checksum(flat: torch.Tensor) -> torch.Tensor:
+    """A position-dependent checksum of a 1-d tensor's values, computed where the tensor is (no copy to the host, no
+    synchronization): each value, read as an integer of its width, is mixed with its position (splitmix64's odd
+    constants and an xor-shift, modulo 2^64) and the mixed values are summed modulo 2^64. The mix is one-to-one in
+    the value for each position, so a change of a single value always changes the sum, and a value moved to another
+    position (two rows swapped) is mixed differently, so a permutation changes it too except with a chance of about
+    2^-64. Chunks of 2^22 elements bound the memory it takes.
+
+    Args:
+        flat (`torch.Tensor`): a 1-d tensor of any dtype of 1, 2, 4 or 8 bytes, on any device (the CPU included).
+
+    Returns:
+        `torch.Tensor`: a 0-d int64 tensor on `flat`'s device.
+    """
+    ints = flat.contiguous().view(_INT_VIEWS[flat.element_size()])
+    total = torch.zeros((), dtype=torch.int64, device=flat.device)
+    for start in range(0, ints.numel(), 1 << 22):
+        values = ints[start:start + (1 << 22)].to(torch.int64)
+        positions = torch.arange(start, start + values.numel(), dtype=torch.int64, device=flat.device)
+        mixed = (values + positions * -7046029254386353131) * -4658895280553007687  # wraps around modulo 2^64
+        mixed = torch.bitwise_xor(mixed, mixed >> 31) * -7723592293110705685
+        total += mixed.sum(dtype=torch.int64)
+    return total
+
+
 def _weights_digest(model) -> tuple:
     """A cheap digest of a model's parameters as they are now (names, dtypes, shapes, data pointers and contents):
-    what the pipeline compares before the model rehashes its weights (the standard library's CRC-32 of their raw
-    bytes on a CPU, a few times faster than the SHA-256 fingerprint; hf-readonce's `weights_digest` uses xxh3, which
-    this file may not import). Parameters on an accelerator are digested where they are, without a copy to the host:
-    the sums (modulo 2^64) of their values read as integers, of every element and of every second one."""
+    what the pipeline compares before the model rehashes its weights. CPU parameters: the standard library's CRC-32
+    of their raw bytes (a few times faster than the SHA-256 fingerprint; hf-readonce's `weights_digest` uses xxh3,
+    which this file may not import). Parameters on an accelerator are digested where they are, without a copy to
+    the host: a position-dependent checksum of each ([`device_checksum`]), so a changed value always shows, and
+    values moved within a parameter (two rows swapped) show except with a chance of about 2^-64."""
     crc, sums = 0, []
     with torch.no_grad():
         for name, parameter in model.named_parameters():
@@ -153,8 +180,7 @@ def _weights_digest(model) -> tuple:
             if flat.device.type == "cpu":
                 crc = zlib.crc32(memoryview(flat.contiguous().view(torch.uint8).numpy()), crc)
             else:
-                ints = flat.contiguous().view(_INT_VIEWS[flat.element_size()])
-                sums += [ints.sum(dtype=torch.int64), ints[::2].sum(dtype=torch.int64)]
+                sums.append(device_checksum(flat))
     return crc, tuple(torch.stack(sums).tolist()) if sums else ()  # one synchronization
 
 
