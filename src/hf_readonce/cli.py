@@ -1366,7 +1366,8 @@ def cmd_verify(args) -> int:
             "corruptions": [{"shard": c.shard, "reason": c.reason,
                              "documents": [{"content_hash": e.content_hash, "id": e.meta.get("id")}
                                            for e in c.documents]} for c in report.corruptions],
-            "orphans": report.orphans, "duplicates": duplicates, "leftovers": report.leftovers}
+            "orphans": report.orphans, "duplicates": duplicates, "leftovers": report.leftovers,
+            "quarantine_problem": report.quarantine_problem}
         if args.recompute is not None:
             result["recompute"] = [r.as_dict() for r in recomputed]
         print(json.dumps(result, indent=2))
@@ -1387,13 +1388,22 @@ def cmd_verify(args) -> int:
             print(f"note: {duplicates} document(s) are listed by two index files (a shard and its manifest "
                   "copied within the store, or a repair stopped midway): harmless, reads use the first; `hf-readonce "
                   "info` counts them too")
+        if report.quarantine_problem is not None:
+            print(f"PROBLEM quarantine: the store's folder quarantine/ {printable(report.quarantine_problem)}; "
+                  "repair moves damaged files into it, so it must be a folder of the store: move it away (out of "
+                  f"{printable(str(store.path))}); no shard or index file is affected")
         if report.ok:
             print(f"OK: {report.shards_checked} shard(s), {report.documents_checked} document(s) verified")
+        elif not report.corruptions:
+            print(f"FAILED: quarantine/ is not a folder of the store; {report.shards_checked} shard(s), "
+                  f"{report.documents_checked} document(s) verified intact; move quarantine/ away, then run verify "
+                  "again")
         else:
+            first = "move quarantine/ away, then " if report.quarantine_problem is not None else ""
             print(f"FAILED: {len(report.corruptions)} corrupted shard(s) or index file(s), "
                   f"{len(report.corrupted_documents)} document(s) affected ({report.documents_checked} indexed and "
-                  f"checked); `hf-readonce encode MODEL --documents FILE --store {store.path} --repair` keeps every "
-                  "intact document and recomputes the others")
+                  f"checked); {first}`hf-readonce encode MODEL --documents FILE --store {store.path} --repair` keeps "
+                  "every intact document and recomputes the others")
             if any(c.reason.startswith("shard file is missing") for c in report.corruptions):
                 print("(if you were pruning the space of a missing shard file, an interrupted `hf-readonce prune` "
                       "left it so: run the same prune again to finish it; otherwise the shard was lost: repair)")

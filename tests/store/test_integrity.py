@@ -2,6 +2,7 @@
 moves a file through a `quarantine` that is a link or not a folder (verify names it, repair refuses before changing
 anything), and `put` refuses an overflow hidden beside a NaN and a `meta` that is not a dict, naming it."""
 
+import json
 import os
 
 import pytest
@@ -71,7 +72,8 @@ def test_repair_refuses_a_quarantine_that_is_not_a_folder_and_changes_nothing(tm
     (path / "tmp" / "notes.txt").write_text("important")
     before = _tree(path)
     status, out, _ = run_cli(capsys, "verify", "--store", path, "--no-progress")
-    assert status == 1 and "CORRUPTED quarantine: the store's folder quarantine/ is a" in out, out
+    assert status == 1 and "PROBLEM quarantine: the store's folder quarantine/ is a" in out, out
+    assert "CORRUPTED quarantine" not in out and "move quarantine/ away, then `hf-readonce encode" in out, out
     with pytest.raises(PermissionError, match="quarantine/ is a .*nothing was changed"):
         RepresentationStore(path).repair()
     assert _tree(path) == before and not list(elsewhere.iterdir())
@@ -93,6 +95,28 @@ def test_repair_refuses_a_quarantine_that_is_not_a_folder_and_changes_nothing(tm
     result = RepresentationStore(path).repair()
     assert str(victim.relative_to(path)) in result["quarantined"] and "tmp/notes.txt" in result["quarantined"]
     assert len(RepresentationStore(path)) >= N_DOCS - 2 and RepresentationStore(path).verify().ok
+
+
+@pytest.mark.parametrize("kind", ["link", "file"])
+def test_verify_of_a_quarantine_that_is_not_a_folder_says_move_it_away_and_never_repair(tmp_path, capsys, kind):
+    path, _ = build(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    if kind == "link":
+        (path / "quarantine").symlink_to(elsewhere, target_is_directory=True)
+    else:
+        (path / "quarantine").write_text("a file, not a folder")
+    report = RepresentationStore(path).verify()
+    assert not report.ok and not report.corruptions and report.quarantine_problem.startswith("is a")
+    status, out, _ = run_cli(capsys, "verify", "--store", path, "--no-progress")
+    assert status == 1 and "PROBLEM quarantine: the store's folder quarantine/ is a" in out, out
+    assert "move quarantine/ away, then run verify again" in out and "move it away" in out, out
+    assert "repair" not in out.replace("repair moves damaged files into it", ""), out  # no advice to run repair
+    assert "corrupted shard" not in out and "CORRUPTED" not in out, out
+    status, out, _ = run_cli(capsys, "verify", "--store", path, "--no-progress", "--json")
+    result = json.loads(out)
+    assert status == 1 and result["ok"] is False and result["corruptions"] == []
+    assert result["quarantine_problem"].startswith("is a"), result
 
 
 @pytest.mark.parametrize("special", [float("nan"), float("inf"), -float("inf")])

@@ -59,7 +59,7 @@ class Corruption:
 
 @dataclass
 class VerifyReport:
-    """Result of [`RepresentationStore.verify`]: `ok` is True when nothing is corrupted.
+    """Result of [`RepresentationStore.verify`]: `ok` is True when nothing is corrupted and `quarantine/` is in order.
 
     Attributes:
         shards_checked, documents_checked (`int`), corruptions (`list[Corruption]`), orphans (`list[str]`): shard
@@ -67,6 +67,9 @@ class VerifyReport:
         holding documents the index lacks is also a corruption; `repair` re-indexes it and moves it away.
         leftovers (`list[str]`): what lies in `tmp/` (a write killed midway, or a file put there): harmless, never
         read; `repair` moves it to `quarantine/`.
+        quarantine_problem (`str` or `None`): why the store's `quarantine/` cannot take what `repair` sets aside
+        (e.g. "is a symbolic link"; see [`quarantine_problem`]), `None` when it is a folder or missing. Not a
+        corruption (nothing of the store is damaged), but `repair` refuses to run until it is moved away.
     """
 
     shards_checked: int = 0
@@ -74,10 +77,11 @@ class VerifyReport:
     corruptions: list = field(default_factory=list)
     orphans: list = field(default_factory=list)
     leftovers: list = field(default_factory=list)
+    quarantine_problem: str | None = None
 
     @property
     def ok(self) -> bool:
-        return not self.corruptions
+        return not self.corruptions and self.quarantine_problem is None
 
     @property
     def corrupted_documents(self) -> list:
@@ -370,7 +374,8 @@ def verify_store(store, progress: bool = False) -> VerifyReport:
     """Check the whole store, never modifying it:
 
     - the store's folders: `index/`, `shards/`, `tmp/` and each `shards/<space>/` must be folders, not links (a
-      link would lead reads and writes outside the store) nor files;
+      link would lead reads and writes outside the store) nor files; a `quarantine` that is not a folder is named in
+      `quarantine_problem` (not a corruption: it is to be moved away by hand, `repair` refuses to run until then);
     - every manifest against its schema (see [`hf_readonce.store.manifest.check_manifest`]; e.g. `null`, a list, a
       shard path outside the store), and every file it reads must be a regular file (a FIFO would block a read
       forever);
@@ -392,12 +397,7 @@ def verify_store(store, progress: bool = False) -> VerifyReport:
     """
     from tqdm.auto import tqdm
 
-    report = VerifyReport()
-    problem = quarantine_problem(store.path)
-    if problem is not None:
-        report.corruptions.append(Corruption("quarantine", f"the store's folder quarantine/ {problem}; `repair` "
-                                                           "refuses to run until it is moved away (it would set "
-                                                           "files aside there)", []))
+    report = VerifyReport(quarantine_problem=quarantine_problem(store.path))  # not a corruption: repair refuses it
     for rel, problem in layout_problems(store):
         report.corruptions.append(_layout_corruption(rel, problem))
     files = _shard_files(store)  # listed before the index is read: a shard committed meanwhile has its manifest
