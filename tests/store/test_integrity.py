@@ -4,6 +4,7 @@ anything), and `put` refuses an overflow hidden beside a NaN and a `meta` that i
 
 import json
 import os
+import time
 
 import pytest
 import torch
@@ -34,6 +35,32 @@ def test_repair_moves_leftovers_of_tmp_to_quarantine_and_says_so(tmp_path):
     kept = list((path / "quarantine").glob("*/tmp/notes.txt"))
     assert [p.read_text() for p in kept] == ["important"] and str(kept[0].parent.parent) == result["quarantine_folder"]
     assert not list((path / "tmp").iterdir())
+    assert_all_present(path, hashes)
+
+
+def test_repair_and_verify_leave_fresh_temporary_files_of_the_store_to_the_work_using_them(tmp_path):
+    path, hashes = build(tmp_path)
+    tmp = path / "tmp"
+    probe = tmp / ".tmp-0123456789abcdef0123456789abcdef.probe"  # another process's check_writable, without the lock
+    probe.write_bytes(b"")
+    writing = tmp / ".tmp-fedcba9876543210fedcba9876543210.safetensors"  # a running encode's shard, half written
+    writing.write_bytes(b"half")
+    old = tmp / ".tmp-00000000000000000000000000000000.safetensors"  # a write killed long ago
+    old.write_bytes(b"stale")
+    stale = time.time() - 3600
+    os.utime(old, (stale, stale))
+    (tmp / "notes.txt").write_text("put there just now")  # not a name of the store's: moved whatever its age
+    report = RepresentationStore(path).verify()
+    assert report.ok and report.leftovers == [f"tmp/{old.name}", "tmp/notes.txt"], report.leftovers
+    result = RepresentationStore(path).repair()
+    assert result["quarantined"] == [f"tmp/{old.name}", "tmp/notes.txt"], result["quarantined"]
+    assert probe.read_bytes() == b"" and writing.read_bytes() == b"half"  # left where they are
+    moved = {p.name: p.read_bytes() for p in (path / "quarantine").glob("*/tmp/*")}
+    assert moved == {old.name: b"stale", "notes.txt": b"put there just now"}
+    os.utime(writing, (stale, stale))  # its writer is long gone: the next repair sets it aside too
+    assert RepresentationStore(path).repair()["quarantined"] == [f"tmp/{writing.name}"]
+    assert [p.read_bytes() for p in (path / "quarantine").glob(f"*/tmp/{writing.name}")] == [b"half"]
+    assert probe.exists()
     assert_all_present(path, hashes)
 
 

@@ -65,8 +65,9 @@ class VerifyReport:
         shards_checked, documents_checked (`int`), corruptions (`list[Corruption]`), orphans (`list[str]`): shard
         files that no manifest references (left by a crash before commit, or whose manifest was lost). An orphan
         holding documents the index lacks is also a corruption; `repair` re-indexes it and moves it away.
-        leftovers (`list[str]`): what lies in `tmp/` (a write killed midway, or a file put there): harmless, never
-        read; `repair` moves it to `quarantine/`.
+        leftovers (`list[str]`): what lies in `tmp/` (a write killed midway, or a file or folder put there; not the
+        store's own temporary files of the last five minutes, see [`tmp_leftovers`]): harmless, never read; `repair`
+        moves it to `quarantine/`.
         quarantine_problem (`str` or `None`): why the store's `quarantine/` cannot take what `repair` sets aside
         (e.g. "is a symbolic link"; see [`quarantine_problem`]), `None` when it is a folder or missing. Not a
         corruption (nothing of the store is damaged), but `repair` refuses to run until it is moved away.
@@ -164,13 +165,34 @@ def orphan_shards(store) -> list[str]:
     return [f for f in _shard_files(store) if f not in known]
 
 
+LIVE_TMP_SECONDS = 300
+"""How long (seconds) a temporary file of the store's own in `tmp/` counts as belonging to work under way."""
+
+
+def _live_tmp(entry: os.DirEntry, now: float) -> bool:
+    """Whether an entry of `tmp/` may belong to work under way: a regular file named as the store names its own
+    temporary files (`.tmp-<hex><suffix>`: every write, and the writability probe `.tmp-<hex>.probe` that
+    `check_writable` makes and removes without the write lock), modified less than [`LIVE_TMP_SECONDS`] ago (or in
+    the future). An entry that vanishes while looked at is live too (its writer removed it)."""
+    if not entry.name.startswith(".tmp-"):
+        return False
+    try:
+        st = entry.stat(follow_symlinks=False)
+    except OSError:
+        return True
+    return stat.S_ISREG(st.st_mode) and st.st_mtime > now - LIVE_TMP_SECONDS
+
+
 def tmp_leftovers(store) -> list[str]:
-    """What lies in the store's `tmp/` (`tmp/<name>`, sorted; nothing when `tmp/` is a link or not a folder): files
-    of a write killed midway, or put there by hand. Writers use `tmp/` only under the write lock."""
+    """What lies in the store's `tmp/` and belongs to no work under way (`tmp/<name>`, files, folders and links,
+    sorted; nothing when `tmp/` is a link or not a folder): temporary files of a write killed midway, or whatever was
+    put there by hand. The store's own temporary files modified in the last five minutes ([`LIVE_TMP_SECONDS`]) are
+    left out: a write under the lock, or a writability probe (made without the lock), may be using them."""
     if path_problem(store.path, "tmp", folder=True) is not None:
         return []
+    now = time.time()
     with contextlib.suppress(OSError), os.scandir(store.path / "tmp") as entries:
-        return sorted(f"tmp/{entry.name}" for entry in entries)
+        return sorted(f"tmp/{entry.name}" for entry in entries if not _live_tmp(entry, now))
     return []
 
 
@@ -573,9 +595,11 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
 
     Each step leaves the store consistent, so a repair killed at any point is finished by the next one, without
     losing an intact document or storing one twice. The dropped documents are simply no longer stored, so the next
-    `encode` of the same documents recomputes exactly them (`hf-readonce encode --repair` does both). Whatever is
-    left in `tmp/` (a write killed midway, or a file put there by hand) is moved to `quarantine/<time>/tmp/` and
-    listed in `quarantined`, never deleted. A `quarantine` that is a link, file, FIFO or device is refused before
+    `encode` of the same documents recomputes exactly them (`hf-readonce encode --repair` does both). What is
+    left in `tmp/` (a write killed midway, or a file or folder put there by hand) is moved to
+    `quarantine/<time>/tmp/` and listed in `quarantined`, never deleted; the store's own temporary files
+    (`.tmp-*`) modified in the last five minutes are left where they are (a writability probe of an `encode`
+    starting beside it, made without the lock, may be one: [`tmp_leftovers`]), for a later repair. A `quarantine` that is a link, file, FIFO or device is refused before
     anything is moved (a link would carry the store's files outside it).
 
     Args:
@@ -683,15 +707,15 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
         for corruption in report.corruptions:  # documents of links, FIFOs, missing shards: nothing to read them from
             if not corruption.shard.startswith("index/"):  # (a damaged manifest's records are rebuilt, not lost)
                 candidates.update((e.space, e.content_hash) for e in corruption.documents)
-        tmp = store.path / "tmp"
-        if "tmp" not in moved and path_problem(store.path, "tmp", folder=True) is None:  # (a tmp/ made just now: empty)
-            # leftovers of tmp/ (a write killed midway, or a file someone put there): set aside, never deleted; no
-            # write is under way (writers write into tmp/ only under the lock held here)
-            for stale in sorted(tmp.iterdir()):
+        if "tmp" not in moved:  # (a tmp/ made just now: empty)
+            # leftovers of tmp/ (a write killed midway, or what someone put there): set aside, never deleted. The
+            # store's own temporary files modified in the last minutes are left alone: writes into tmp/ wait for the
+            # lock held here, but a writability probe of another process (`check_writable`) does not
+            for stale in tmp_leftovers(store):
                 with contextlib.suppress(OSError):
                     (quarantine / "tmp").mkdir(parents=True, exist_ok=True)
-                    os.replace(stale, quarantine / "tmp" / stale.name)  # a link as a link
-                    moved.append(f"tmp/{stale.name}")
+                    os.replace(store.path / stale, quarantine / stale)  # a link as a link, a folder whole
+                    moved.append(stale)
         _remove_empty_shard_folders(store)
         store._reset_index()
         store.refresh()
