@@ -619,7 +619,7 @@ def cmd_encode(args) -> int:
                 count = sum(len(hashes) for hashes in dropped_by_space.values())
                 spaces = (f" in {len(dropped_by_space)} representation spaces" if len(dropped_by_space) > 1 else "")
                 print(f"repair: {len(result['salvaged'])} intact document(s) rewritten, {count} dropped{spaces}, "
-                      f"{len(moved)} file(s) moved to quarantine/", file=sys.stderr)
+                      f"{_count_paths(moved, result['quarantine_folder'])} moved to quarantine/", file=sys.stderr)
                 if moved:  # every path it moved (leftovers of tmp/ included): nothing is deleted
                     names = ", ".join(printable(rel) for rel in moved[:20])
                     more = f" (and {len(moved) - 20} more)" if len(moved) > 20 else ""
@@ -702,6 +702,18 @@ def cmd_encode(args) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------------- answer
+def _count_paths(paths, root) -> str:
+    """How many of `paths` (relative to `root`) are folders and how many files (a link counts as a file: moved as a
+    link), e.g. "2 file(s)", "1 file(s) and 1 folder(s)"."""
+    folders = sum(1 for rel in paths
+                  if root is not None and os.path.isdir(os.path.join(root, rel))
+                  and not os.path.islink(os.path.join(root, rel)))
+    files = len(paths) - folders
+    if folders and files:
+        return f"{files} file(s) and {folders} folder(s)"
+    return f"{folders} folder(s)" if folders else f"{files} file(s)"
+
+
 def _remove_empty_store(path: Path, top: Path) -> None:
     """Undo the creation of a store this run made (`answer --encode-missing` that failed): only when it holds no
     shard and no manifest, only the store's own skeleton files, and only the folders this run created (`path` up to
@@ -1382,8 +1394,8 @@ def cmd_verify(args) -> int:
         if report.leftovers:
             names = ", ".join(printable(rel) for rel in report.leftovers[:10])
             more = f" (and {len(report.leftovers) - 10} more)" if len(report.leftovers) > 10 else ""
-            print(f"note: {len(report.leftovers)} leftover file(s) in tmp/ (a write stopped midway, or put there by "
-                  f"hand; never read): {names}{more}; `encode --repair` moves them to quarantine/")
+            print(f"note: {_count_paths(report.leftovers, store.path)} left in tmp/ (a write stopped midway, or "
+                  f"put there by hand; never read): {names}{more}; `encode --repair` moves them to quarantine/")
         if duplicates:
             print(f"note: {duplicates} document(s) are listed by two index files (a shard and its manifest "
                   "copied within the store, or a repair stopped midway): harmless, reads use the first; `hf-readonce "

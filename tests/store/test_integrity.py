@@ -72,11 +72,16 @@ def test_repair_of_a_healthy_store_with_foreign_files_reports_what_it_moved(tmp_
     assert run_cli(capsys, *args)[0] == 0
     (store / "tmp" / "z.txt").write_text("keep me")
     (store / "shards" / "photo.jpg").write_bytes(b"\xff\xd8 a photo")
+    (store / "tmp" / "album").mkdir()
+    (store / "tmp" / "album" / "a.txt").write_text("in a folder")
     status, out, _ = run_cli(capsys, "verify", "--store", store, "--no-progress")
     assert status == 1 and "shards/photo.jpg" in out and "tmp/z.txt" in out
+    assert "note: 1 file(s) and 1 folder(s) left in tmp/" in out and "tmp/album, tmp/z.txt" in out, out
     status, _, err = run_cli(capsys, *args, "--repair")
     assert status == 0 and "nothing to repair" not in err, err
-    assert "2 file(s) moved to quarantine/" in err and "shards/photo.jpg, tmp/z.txt" in err, err
+    assert "2 file(s) and 1 folder(s) moved to quarantine/" in err, err
+    assert "shards/photo.jpg, tmp/album, tmp/z.txt" in err, err
+    assert [p.read_text() for p in (store / "quarantine").glob("*/tmp/album/a.txt")] == ["in a folder"]
     assert [p.read_text() for p in (store / "quarantine").glob("*/tmp/z.txt")] == ["keep me"]
     assert [p.read_bytes() for p in (store / "quarantine").glob("*/shards/photo.jpg")] == [b"\xff\xd8 a photo"]
     status, _, err = run_cli(capsys, *args, "--repair")  # now nothing is left to move
