@@ -669,6 +669,15 @@ def test_demo_counts_are_whole_numbers_of_at_least_one(tmp_path, capsys):
                                                                                       capsys)
 
 
+def test_demo_refuses_an_output_dir_that_holds_files(tmp_path, capsys):
+    """`--output-dir` with files in it (a user's own model) was overwritten: refused, nothing touched, before any
+    data or model is read."""
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "config.json").write_text("{}")
+    err = _demo_error(["--output-dir", str(tmp_path / "mine"), "--data-dir", str(tmp_path / "absent")], capsys)
+    assert "is not an empty folder" in err and (tmp_path / "mine" / "config.json").read_text() == "{}"
+
+
 def test_demo_refuses_a_model_that_is_not_a_deformer_and_a_missing_one(tmp_path, capsys, monkeypatch):
     """`--model` must be a DeFormer (a ReadTwice or ReadOnce checkpoint was run as one, or crashed), `--teacher` a
     full BERT QA model; a path that does not exist gets encode's message. Only validation.jsonl is needed without

@@ -57,7 +57,7 @@ def test_fine_tune_and_answer_from_cache(data_dir, tmp_path, monkeypatch):
     assert metrics["speedup_precomputed"] > 0
     # k = 4 of 6 layers read the question alone: fewer FLOPs than the pairs, more once every window is encoded too
     assert metrics["flop_ratio_precomputed"] > max(1.0, metrics["flop_ratio_including_encoding"])
-    saved = DeformerBertForQuestionAnswering.from_pretrained(tmp_path)
+    saved = DeformerBertForQuestionAnswering.from_pretrained(tmp_path / "text")
     assert saved.config.num_decomposed_layers == 4
     assert saved.config.attention_probs_dropout_prob == 0.0  # the override reached the trained model
 
@@ -134,19 +134,19 @@ def test_demo_command(data_dir, tmp_path, capsys):
     assert "train_runtime" in captured.err and "--distill" in captured.err  # Trainer's log lines and the opening
     status = main(["demo", "--distill", "--data_dir", str(data_dir), "--max_steps", "2", "--batch_size", "4",
                    "--max_train_samples", "300", "--max_eval_samples", "12", "--speed_eval_samples", "6",
-                   "--output_dir", str(tmp_path), "--no_bf16"])
+                   "--output_dir", str(tmp_path / "text"), "--no_bf16"])
     out = capsys.readouterr().out
     assert status == 0
     assert "answered from cached passage states" in out and "Speed-up over the same model" in out
     assert "precomputed (FLOP ratio" in out and "once (FLOP ratio" in out
     assert "baseline: always-empty" in out and "baseline: first-span" in out and "HasAns" in out
     assert "full MiniLM (teacher, recorded)" not in out and "are left out: 12 were answered here" in out
-    assert f"Model and results written to {tmp_path}" in out
-    assert (tmp_path / "eval_results.json").is_file()
-    made = json.loads((tmp_path / "train_results.json").read_text())
+    assert f"Model and results written to {tmp_path / 'text'}" in out
+    assert (tmp_path / "text" / "eval_results.json").is_file()
+    made = json.loads((tmp_path / "text" / "train_results.json").read_text())
     assert made["command"].startswith("hf-readonce demo --distill") and made["max_steps"] == 2
     # the checkpoint records what it was trained and evaluated with; the CLI's defaults come from there
-    saved = DeformerBertForQuestionAnswering.from_pretrained(tmp_path)
+    saved = DeformerBertForQuestionAnswering.from_pretrained(tmp_path / "text")
     assert (saved.config.max_question_length, saved.config.max_passage_length, saved.config.doc_stride) == (48, 208, 64)
     assert saved.config.allow_no_answer is True and isinstance(saved.config.null_score_diff_threshold, float)
 

@@ -25,8 +25,9 @@ of `hf_readonce.dtypes` (`--compute_dtype auto`: float32 on a CPU, the checkpoin
 bf16 autocast only where the CPU has native bf16 (AVX-512 BF16 or AMX), else fp32.
 
 Without `--output_dir` the run works in a temporary folder that is removed at the end (so a `--distill` model is not
-kept); with `--output_dir DIR`, the results (`eval_results.json`) and, with `--distill`, the distilled model are
-written to DIR, which the last line names (`hf-readonce publish DIR ...` publishes that model).
+kept); with `--output_dir DIR` (a new or empty folder: one with files is refused), the results (`eval_results.json`)
+and, with `--distill`, the distilled model are written to DIR, which the last line names (`hf-readonce publish DIR ...`
+publishes that model).
 """
 
 import argparse
@@ -212,6 +213,10 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
+    output_dir = Path(args.output_dir).expanduser() if args.output_dir is not None else None
+    if output_dir is not None and (output_dir.is_file() or (output_dir.is_dir() and any(output_dir.iterdir()))):
+        _fail(f"--output_dir {args.output_dir} is not an empty folder: the demo writes a model and its results there "
+              "and would replace files of the same names; give a new or empty folder.")
     data_dir = Path(args.data_dir).expanduser()
     if not (data_dir / "disfl_qa").is_dir() and (data_dir / "train.jsonl").is_file():
         data_dir = data_dir.parent  # the disfl_qa/ folder itself was named
