@@ -155,6 +155,8 @@ def test_fill_store_checks_its_arguments_and_keeps_finished_work(tmp_path, token
     fresh = RepresentationStore(tmp_path / "t")
     with pytest.raises(TypeError, match="document 4 is of type int"):
         fill_store(adapter, fresh, docs[:4] + [7] + docs[4:], documents_per_batch=2, dtype="fp32")
+    with pytest.raises(ValueError, match=r"document 0: a tuple must be \(id, text\), got 3 items"):
+        fill_store(adapter, RepresentationStore(tmp_path / "u"), [("a", docs[0], "text")], dtype="fp32")
     assert len(RepresentationStore(tmp_path / "t")) == 4
 
 

@@ -273,6 +273,8 @@ def test_answers_held_in_arrays_score_and_label_as_lists(tokenizer, array):
     kwargs = {"max_question_length": 16, "max_passage_length": 40, "doc_stride": 10}
     assert training_rows([arrays], tokenizer, **kwargs) == training_rows([example], tokenizer, **kwargs)
     assert any(row["start_positions"] > 0 for row in training_rows([arrays], tokenizer, **kwargs))
+    with pytest.raises(TypeError, match="the prediction of example 'a' is of type int"):
+        score_qa({**predictions, "a": 7}, rows)
     with pytest.raises(ValueError, match="example 'x'.*sequence 'text'"):
         score_qa({"x": "Paris"}, [{"id": "x", "context": "Paris", "answers": {"text": "Paris", "answer_start": [0]}}])
 

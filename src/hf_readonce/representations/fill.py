@@ -79,7 +79,8 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
         TypeError: `documents` is a single str (it would be read as one document per character) or bytes; a
             document that is not a string (naming it); `rank`, `num_processes` or `documents_per_batch` not an int;
             `store` not a [`RepresentationStore`], `adapter` not an adapter (e.g. the model itself).
-        ValueError: `num_processes` < 1, `rank` outside [0, num_processes), `documents_per_batch` < 1, bad dtype.
+        ValueError: `num_processes` < 1, `rank` outside [0, num_processes), `documents_per_batch` < 1, bad dtype; a
+            tuple that is not `(id, text)` (naming its position).
     """
     from tqdm.auto import tqdm
 
@@ -133,6 +134,8 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
 
     try:
         for item in documents:
+            if isinstance(item, tuple) and len(item) != 2:
+                raise ValueError(f"document {stats.seen}: a tuple must be (id, text), got {len(item)} items.")
             doc_id, text = item if isinstance(item, tuple) else (None, item)
             if not isinstance(text, str):
                 raise TypeError(f"document {doc_id if doc_id is not None else stats.seen} is of "

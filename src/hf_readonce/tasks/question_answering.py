@@ -627,6 +627,7 @@ def squad_em_f1(predictions: dict[str, str], examples: Sequence[dict]) -> dict[s
     Raises:
         KeyError: if an example id has no prediction.
         ValueError: a row whose `answers` are not of the SQuAD shape (named by its `id`).
+        TypeError: a prediction that is not a string (named by its id).
     """
     from torchmetrics.text import SQuAD
 
@@ -636,6 +637,9 @@ def squad_em_f1(predictions: dict[str, str], examples: Sequence[dict]) -> dict[s
         texts, starts = gold_answers(example)
         texts = texts or [""]
         starts = starts or [0] * len(texts)
+        if not isinstance(predictions[key], str):
+            raise TypeError(f"the prediction of example {key!r} is of type {type(predictions[key]).__name__}, not a "
+                            "string (the answer text; \"\" for no answer).")
         preds.append({"prediction_text": predictions[key], "id": key})
         target.append({"answers": {"answer_start": starts, "text": texts}, "id": key})
     scores = SQuAD()(preds, target)

@@ -257,6 +257,28 @@ def test_other_bad_inputs():
         tiny_deformer(k=0).encode_passages(torch.randint(5, 99, (1, 5)))
 
 
+def test_inputs_that_are_no_tensors_or_no_integer_ids_are_named():
+    """Lists, numpy arrays, float or bool ids failed deep inside torch (an `AttributeError` or the embedding's
+    "Expected tensor ... Long"), and `encode_passages` took `token_type_ids` of another shape: each is named."""
+    import numpy as np
+
+    model = tiny_deformer(k=2)
+    (ids, types, mask), _, _ = make_pairs([5], [7])
+    passage = torch.randint(5, 99, (2, 6))
+    for call, words in ((lambda: model(ids.numpy(), mask, types), "`input_ids` must be a torch.Tensor, got ndarray"),
+                        (lambda: model(ids.tolist(), mask, types), "`input_ids` must be a torch.Tensor, got list"),
+                        (lambda: model(ids, mask.numpy(), types), "`attention_mask` must be a torch.Tensor"),
+                        (lambda: model(ids, mask, types.float()), "`token_type_ids` must hold integer token ids"),
+                        (lambda: model.encode_passages(passage.float()), "`input_ids` must hold integer token ids"),
+                        (lambda: model.encode_passages(passage.bool()), "`input_ids` must hold integer token ids"),
+                        (lambda: model.encode_passages(passage, attention_mask=np.ones((2, 6))),
+                         "`attention_mask` must be a torch.Tensor")):
+        with pytest.raises(TypeError, match=words):
+            call()
+    with pytest.raises(ValueError, match=r"`token_type_ids` shape \(2, 12\) != `input_ids` shape \(2, 6\)"):
+        model.encode_passages(passage, token_type_ids=torch.ones(2, 12, dtype=torch.long))
+
+
 def test_span_labels_that_cannot_be_read_are_named():
     """Answer-span labels are read as `BertForQuestionAnswering` reads them, `(batch,)` or `(batch, 1)` integer
     indices; one without the other (no loss, silently, before) or another shape or dtype is a `ValueError`."""

@@ -73,6 +73,20 @@ def _check_token_ids(ids, bound: int, argument: str) -> None:
                              f"[0, {bound}) of this model.") from None
 
 
+def _check_tensor_arguments(ids: dict, masks: dict | None = None) -> None:
+    """Raise a `TypeError` naming the argument for an input that is not a `torch.Tensor` (a list or a numpy array: the
+    model would fail deep inside torch), or, among `ids` (token ids, token types), one that does not hold integers
+    (a float or bool tensor the embedding lookup would refuse without saying which argument). `None` values are
+    skipped; `masks` (attention masks: any dtype) are checked only for being tensors."""
+    for name, value in {**ids, **(masks or {})}.items():
+        if value is not None and not torch.is_tensor(value):
+            raise TypeError(f"`{name}` must be a torch.Tensor, got {type(value).__name__} (convert it with "
+                            "torch.as_tensor, or tokenize with return_tensors='pt').")
+    for name, value in ids.items():
+        if value is not None and (value.is_floating_point() or value.dtype == torch.bool):
+            raise TypeError(f"`{name}` must hold integer token ids, got {value.dtype}.")
+
+
 def _check_span_labels(start_positions, end_positions, batch_size: int) -> None:
     """Raise a `ValueError` naming the argument when answer-span labels cannot be read as
     `BertForQuestionAnswering` reads them: one of the two without the other (no loss would be computed, silently),
@@ -346,22 +360,26 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
         Raises:
             ValueError: if `num_decomposed_layers == 0` (nothing can be cached: plain BERT), if `input_ids` is not
                 2-D or is empty, if shapes disagree, or if the passage is longer than the position table allows.
+            TypeError: an input that is not a tensor, or ids that are not integers (each named).
         """
         if self.config.num_decomposed_layers == 0:
             raise ValueError(
                 "encode_passages needs num_decomposed_layers > 0: with 0 the model is plain BERT and passage states "
                 "depend on the question."
             )
-        if not torch.is_tensor(input_ids) or input_ids.dim() != 2:
+        _check_tensor_arguments({"input_ids": input_ids, "token_type_ids": token_type_ids},
+                                {"attention_mask": attention_mask})
+        if input_ids.dim() != 2:
             raise ValueError("`input_ids` must be a (batch_size, passage_length) tensor.")
         if input_ids.shape[1] == 0 or input_ids.shape[0] == 0:
             raise ValueError("`input_ids` is empty: a passage needs at least one token.")
+        for name, value in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+            if value is not None and value.shape != input_ids.shape:
+                raise ValueError(
+                    f"`{name}` shape {tuple(value.shape)} != `input_ids` shape {tuple(input_ids.shape)}."
+                )
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        elif attention_mask.shape != input_ids.shape:
-            raise ValueError(
-                f"`attention_mask` shape {tuple(attention_mask.shape)} != `input_ids` shape {tuple(input_ids.shape)}."
-            )
         if token_type_ids is None:
             token_type_ids = torch.ones_like(input_ids)
         batch_size, length = input_ids.shape
@@ -419,7 +437,8 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
                 `position_ids` while `num_decomposed_layers > 0`, pair input without `token_type_ids` while
                 `num_decomposed_layers > 0`, an example with no question token, `passage_states` from another model,
                 k or hidden size, or `passage_states` with a pair encoding (`token_type_ids` 1 on real tokens).
-            TypeError: `input_ids` that are not integer token ids.
+            TypeError: an input that is not a tensor, or `input_ids` / `token_type_ids` / `position_ids` that do not
+                hold integers (each named).
         """
         config = self.config
         k = config.num_decomposed_layers
@@ -428,10 +447,11 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
         )
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("`input_ids` is required (or `inputs_embeds` instead of it; exactly one of the two).")
+        _check_tensor_arguments({"input_ids": input_ids, "token_type_ids": token_type_ids,
+                                 "position_ids": position_ids},
+                                {"attention_mask": attention_mask, "inputs_embeds": inputs_embeds})
         if input_ids is not None and input_ids.dim() != 2:
             raise ValueError(f"`input_ids` must be (batch_size, sequence_length), got shape {tuple(input_ids.shape)}.")
-        if input_ids is not None and (input_ids.is_floating_point() or input_ids.dtype == torch.bool):
-            raise TypeError(f"`input_ids` must hold integer token ids, got {input_ids.dtype}.")
         given_shape = (input_ids if input_ids is not None else inputs_embeds).shape
         if given_shape[0] == 0 or given_shape[1] == 0:
             raise ValueError(f"`{'input_ids' if input_ids is not None else 'inputs_embeds'}` is empty (shape "
