@@ -402,6 +402,17 @@ def test_input_that_holds_nothing_fails_before_a_store_is_made(tmp_path, checkpo
     assert "no usable question" in capsys.readouterr().err
 
 
+def test_a_model_folder_without_config_is_named_before_anything_is_made(tmp_path, qa_rows, capsys):
+    """An existing folder with no config.json (not a saved checkpoint) is said so, not with transformers' "Should
+    have a `model_type` key"; no store is created."""
+    (tmp_path / "empty").mkdir()
+    docs = write_jsonl(tmp_path / "docs.jsonl", qa_rows[:1])
+    assert cli_main(["encode", str(tmp_path / "empty"), "--documents", str(docs), "--store", str(tmp_path / "s"),
+                     "--no-progress"]) == 2
+    assert "holds no config.json, so it is no saved checkpoint" in capsys.readouterr().err
+    assert not (tmp_path / "s").exists()
+
+
 def test_one_unreadable_line_is_named_and_verify_bad_documents_exit_2(tmp_path, checkpoint, qa_rows, capsys):
     """A file whose only line cannot be read says why (a byte-order mark here), not only "no JSON object line";
     `verify --recompute --documents` without usable texts exits 2 (a usage error: verify's 1 means a damaged store);

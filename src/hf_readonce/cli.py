@@ -250,6 +250,9 @@ def _resolve_model(name: str) -> str:
         found = local_model_or_hub_id(name)
     except (FileNotFoundError, ValueError) as error:
         raise CommandError(str(error)) from None
+    if Path(found).is_dir() and not (Path(found) / "config.json").is_file():
+        raise CommandError(f"model {name!r}: the folder {found} holds no config.json, so it is no saved checkpoint "
+                           "(`save_pretrained` writes one; `hf-readonce checkpoints` lists the shipped ones).")
     if found != name or Path(name).expanduser().exists():
         return found
     import difflib
