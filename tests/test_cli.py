@@ -402,6 +402,19 @@ def test_input_that_holds_nothing_fails_before_a_store_is_made(tmp_path, checkpo
     assert "no usable question" in capsys.readouterr().err
 
 
+def test_encode_exits_1_when_every_document_is_set_aside(tmp_path, checkpoint, capsys):
+    """A file whose every document has no token after tokenization (zero-width characters) holds nothing to encode:
+    exit 1 as an empty file, without `--strict`; one encodable document beside them is exit 0."""
+    docs = write_jsonl(tmp_path / "docs.jsonl", [{"id": "a", "context": "\u200b\u200b"},
+                                                 {"id": "b", "context": "\u200b"}])
+    common = ["--store", str(tmp_path / "s"), "--max-passage-length", "64", "--doc-stride", "8", "--no-progress"]
+    assert cli_main(["encode", str(checkpoint), "--documents", str(docs), *common]) == 1
+    err = capsys.readouterr().err
+    assert "set aside 2 document(s)" in err and "every document of" in err
+    more = write_jsonl(tmp_path / "more.jsonl", [{"id": "a", "context": "\u200b"}, {"id": "c", "context": "Paris."}])
+    assert cli_main(["encode", str(checkpoint), "--documents", str(more), *common]) == 0
+
+
 def test_a_model_folder_without_config_is_named_before_anything_is_made(tmp_path, qa_rows, capsys):
     """An existing folder with no config.json (not a saved checkpoint) is said so, not with transformers' "Should
     have a `model_type` key"; no store is created."""

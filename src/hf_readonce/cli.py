@@ -685,6 +685,10 @@ def cmd_encode(args) -> int:
                   "(`hf-readonce prune --space KEY` and encoding again rewrites them)", file=sys.stderr)
         if (problems or stats.rejected) and args.strict:
             status = EXIT_PROBLEMS
+        if stats.rejected and not stats.encoded and not stats.already_stored and not stats.other_rank:
+            print(f"hf-readonce encode: every document of {documents} was set aside: nothing to encode.",
+                  file=sys.stderr)
+            status = EXIT_PROBLEMS  # the input held nothing to work on, as an empty file
 
         adapter_space = space_key(adapter.fingerprint(), adapter.settings())
         for space, hashes in sorted(dropped_by_space.items()):
