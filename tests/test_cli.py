@@ -66,9 +66,9 @@ def test_cli_encode_bad_lines_info_verify_repair_answer(tmp_path, checkpoint, qa
     assert [json.loads(line)["id"] for line in preds.open()] == [r["id"] for r in qa_rows[:20]]
     # a question length the model's 128 positions cannot hold, or none at all, is refused by the option's name
     too_long = ["answer", str(checkpoint), "--store", str(store_dir), "--questions", str(questions), "--output",
-                str(tmp_path / "p3.jsonl"), "--max-question-length", "128"]
+                str(tmp_path / "p3.jsonl"), "--max-question-length", "129"]
     assert cli_main(too_long) == 2
-    assert "--max-question-length 128 does not fit the model's 128 positions" in capsys.readouterr().err
+    assert "--max-question-length 129 does not fit the model's 128 positions" in capsys.readouterr().err
     with pytest.raises(SystemExit) as usage:
         cli_main([*too_long[:-1], "0"])
     assert usage.value.code == 2 and "--max-question-length: expected a whole number >= 1" in capsys.readouterr().err

@@ -954,7 +954,7 @@ def _answer(args) -> int:
                                         args.null_score_diff_threshold)
     max_question_length = recorded["max_question_length"]
     positions = getattr(config, "max_position_embeddings", None)
-    if args.max_question_length is not None and positions is not None and max_question_length >= positions:
+    if args.max_question_length is not None and positions is not None and max_question_length > positions:
         raise CommandError(f"--max-question-length {max_question_length} does not fit the model's {positions} "
                            "positions (a question is a few dozen tokens; without the option the checkpoint's "
                            "default is used).")
@@ -1180,7 +1180,7 @@ def _with_references(rows: list[dict], summary_field: str, named: bool = False) 
     readable = [r for r in references if isinstance(r, str) and r.strip()]
     if readable and len(readable) == len(rows):
         return references
-    if named and not readable:
+    if named and not any(summary_field in row["row"] for row in rows):
         print(f"note: no ROUGE: no document has --summary-field {summary_field!r}.", file=sys.stderr)
     elif any(summary_field in row["row"] for row in rows):
         print(f"note: no ROUGE: {len(rows) - len(readable)} of {len(rows)} document(s) carry no reference summary "
@@ -1401,8 +1401,9 @@ def cmd_verify(args) -> int:
         if report.leftovers:
             names = ", ".join(printable(rel) for rel in report.leftovers[:10])
             more = f" (and {len(report.leftovers) - 10} more)" if len(report.leftovers) > 10 else ""
+            then = " once quarantine/ is a folder again" if report.quarantine_problem else ""
             print(f"note: {_count_paths(report.leftovers, store.path)} left in tmp/ (a write stopped midway, or "
-                  f"put there by hand; never read): {names}{more}; `encode --repair` moves them to quarantine/")
+                  f"put there by hand; never read): {names}{more}; `encode --repair` moves them to quarantine/{then}")
         if duplicates:
             print(f"note: {duplicates} document(s) are listed by two index files (a shard and its manifest "
                   "copied within the store, or a repair stopped midway): harmless, reads use the first; `hf-readonce "

@@ -288,6 +288,21 @@ def test_device_checksum_sees_swapped_rows_and_single_values(module, dtype):
     assert module.device_checksum(weight.reshape(-1)) == before
     weight.data[3, 2] += 1
     assert module.device_checksum(weight.reshape(-1)) not in (before, swapped)
+    # one-to-one in each value: the partner of 1.0 under the former mix (an arithmetic shift, two inputs per output)
+    # gets another checksum
+    mask, odd = (1 << 64) - 1, (-4658895280553007687) & ((1 << 64) - 1)
+    mixed = (0x3FF0000000000000 * odd) & mask  # 1.0 (float64) at position 0, after the first multiplication
+    sign = 1 - (mixed >> 63)
+    bits = {63: sign}
+    former = (mixed ^ ((mixed >> 31) | (((1 << 33) - 1) << 31 if mixed >> 63 else 0))) & mask
+    for i in range(62, 32, -1):
+        bits[i] = ((former >> i) & 1) ^ sign
+    for i in range(32, -1, -1):
+        bits[i] = ((former >> i) & 1) ^ bits[i + 31]
+    partner = (sum(bit << i for i, bit in bits.items()) * pow(odd, -1, 1 << 64)) & mask
+    values = torch.tensor([0x3FF0000000000000, partner - (1 << 64) if partner >> 63 else partner]).view(torch.float64)
+    assert values[0] != values[1]
+    assert module.device_checksum(values[:1]) != module.device_checksum(values[1:])
     chunked = torch.randn((1 << 22) + 5)  # more than one chunk: positions go on across chunks
     first = module.device_checksum(chunked)
     chunked[[0, (1 << 22) + 1]] = chunked[[(1 << 22) + 1, 0]].clone()

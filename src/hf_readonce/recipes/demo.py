@@ -253,7 +253,7 @@ def main(argv=None) -> dict:
     if args.output_dir is None:
         with tempfile.TemporaryDirectory(prefix="hf-readonce-demo-") as output_dir:
             return _run(args, argv, output_dir, train_file, validation_file, keep=False)
-    return _run(args, argv, args.output_dir, train_file, validation_file, keep=True)
+    return _run(args, argv, str(output_dir), train_file, validation_file, keep=True)  # `~` expanded, as checked
 
 
 def _run(args, argv, output_dir: str, train_file: Path, validation_file: Path, keep: bool) -> dict:

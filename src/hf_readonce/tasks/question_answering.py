@@ -577,6 +577,7 @@ def score_qa(predictions: dict[str, str], examples: Sequence[dict]) -> dict[str,
 
     Raises:
         KeyError: if an example id has no prediction.
+        TypeError / ValueError: as [`squad_em_f1`] (a prediction that is not a string, answers of another shape).
     """
     scores = squad_em_f1(predictions, examples)
     has = [e for e in examples if gold_answers(e)[0]]

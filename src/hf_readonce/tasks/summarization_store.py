@@ -136,9 +136,9 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
         raise ValueError(f"`prompt` does not apply to {adapter_class.model_type} models: their summaries are "
                          "generated from the document alone.")
     positions = getattr(model.config, "max_position_embeddings", None)  # the decoder's learned positions
-    if positions is not None and max_new_tokens >= positions:
-        raise ValueError(f"`max_new_tokens` {max_new_tokens} does not fit the model's {positions} decoder positions "
-                         "(the decoder's start token takes one): pass fewer.")
+    if positions is not None and max_new_tokens > positions:
+        raise ValueError(f"`max_new_tokens` {max_new_tokens} does not fit the model's {positions} decoder positions: "
+                         "pass fewer.")
     limit = getattr(adapter_class, "max_prompt_length", None)
     length = None if prompt is None or limit is None else len(tokenizer(prompt)["input_ids"])
     if length is not None and length > limit:

@@ -158,7 +158,8 @@ def device_checksum(flat: torch.Tensor) -> torch.Tensor:
         values = ints[start:start + (1 << 22)].to(torch.int64)
         positions = torch.arange(start, start + values.numel(), dtype=torch.int64, device=flat.device)
         mixed = (values + positions * -7046029254386353131) * -4658895280553007687  # wraps around modulo 2^64
-        mixed = torch.bitwise_xor(mixed, mixed >> 31) * -7723592293110705685
+        # a logical shift (torch's `>>` on int64 is arithmetic, which made the xor-shift two-to-one)
+        mixed = torch.bitwise_xor(mixed, (mixed >> 31) & ((1 << 33) - 1)) * -7723592293110705685
         total += mixed.sum(dtype=torch.int64)
     return total
 
