@@ -669,6 +669,10 @@ def cmd_encode(args) -> int:
                 print(f"  document {printable(doc_id)}: {reason}", file=sys.stderr)
             if len(stats.rejected) > 20:
                 print(f"  ... and {len(stats.rejected) - 20} more", file=sys.stderr)
+        if stats.truncated:
+            print(f"hf-readonce encode: note: {stats.truncated} document(s) held more than the "
+                  f"{adapter.max_document_length} tokens read per document and were cut to them "
+                  "(`--max-document-length` reads more, up to the model's positions)", file=sys.stderr)
         store.refresh()
         info = store.info()
         print(f"store {store.path}: {info['documents']} document(s), {info['shards']} shard(s), "

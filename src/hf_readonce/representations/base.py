@@ -393,9 +393,29 @@ class AdapterBase:
 
     recompute_needs_text: ClassVar[bool] = True
     summary_prompt: ClassVar[str | None] = None
+    max_document_length: int | None = None  # tokens read per document, where an adapter cuts longer ones
     output_distribution: ClassVar[str | None] = None
     # fixed probe text read with the stored states where the output distribution needs a question or a prompt
     probe_question: ClassVar[str] = "What is this document about?"
+
+    def documents_cut(self, texts: Sequence[str]) -> int:
+        """How many of `texts` hold more tokens than the adapter reads (`max_document_length`, with the special tokens
+        it adds), i.e. were cut to it when encoded: what [`hf_readonce.representations.fill_store`] counts in
+        `EncodeStats.truncated` and `hf-readonce encode` reports. 0 for an adapter that reads every token (windows).
+
+        Args:
+            texts (`Sequence[str]`): the documents as given to `encode`.
+
+        Returns:
+            `int`: the number of documents longer than `max_document_length` tokens.
+        """
+        if self.max_document_length is None:
+            return 0
+        special = getattr(self, "add_special_tokens", True)
+        if hasattr(self.tokenizer, "deprecation_warnings"):  # the lengths of long documents are what is asked for
+            self.tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
+        lengths = self.tokenizer(list(texts), add_special_tokens=special, return_length=True)["length"]
+        return sum(1 for length in lengths if length > self.max_document_length)
 
     @classmethod
     def load_for_compute(cls, name_or_path, *, device="cpu", compute_dtype="auto", config=None, **kwargs):

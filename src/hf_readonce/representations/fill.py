@@ -23,7 +23,8 @@ class EncodeStats:
     because stored (no model work); `other_rank` left to other processes; `duplicates` repeated texts in the input;
     `tokens` stored by this run; `seconds` wall time; `encoded_hashes` the content hashes written; `rejected`
     `(document id, reason)` of each document the adapter could not encode (e.g. no token after tokenization), set
-    aside while the rest was stored.
+    aside while the rest was stored; `truncated` documents encoded that were longer than the adapter reads (cut to its
+    `max_document_length`; see `AdapterBase.documents_cut`).
     """
 
     seen: int = 0
@@ -35,6 +36,7 @@ class EncodeStats:
     seconds: float = 0.0
     encoded_hashes: list = field(default_factory=list, repr=False)
     rejected: list = field(default_factory=list)
+    truncated: int = 0
 
     def as_dict(self) -> dict:
         """The counts as a JSON-ready dict (without the hash list)."""
@@ -121,6 +123,9 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
                 stats.rejected.append((doc_id, error.reason))
         else:
             return
+        cut = getattr(adapter, "documents_cut", None)
+        if cut is not None:
+            stats.truncated += cut([text for _, _, text in pending])
         for (doc_hash, doc_id, _), tensors in zip(pending, encoded):
             tokens = adapter.num_tokens(tensors)
             if writer.add(doc_hash, tensors, meta={"id": doc_id, "num_tokens": tokens}):
