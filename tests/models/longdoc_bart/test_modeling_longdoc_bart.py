@@ -337,6 +337,29 @@ def test_generate_batched_reused_encoder_outputs_and_cache(decoder_attention_typ
     assert torch.equal(alone[0], got[1])  # the padded row decodes as it does alone
 
 
+def test_encoder_outputs_with_a_mask_of_other_rows_or_states_of_another_width_are_named():
+    """A mask that is not the encoder outputs' `(batch_size, length)` (one row of a batch read with the whole batch's
+    mask, or a mask of other length) was broadcast or ignored, decoding the wrong logits without a word; states of
+    another width failed in a matrix product. Both are `ValueError`s naming the argument, in forward and generate."""
+    from transformers.modeling_outputs import BaseModelOutput
+
+    model = longdoc(neighborhood_radius=3).eval()
+    ids, mask = padded_batch(20)
+    with torch.no_grad():
+        states = model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+        one = BaseModelOutput(last_hidden_state=states[1:2])
+        start = torch.tensor([[model.config.decoder_start_token_id]])
+        model(encoder_outputs=one, attention_mask=mask[1:2], decoder_input_ids=start)  # the row's own mask
+        for bad in (mask, torch.ones(1, 3, dtype=torch.long)):
+            with pytest.raises(ValueError, match=r"`attention_mask` of shape .* does not match `encoder_outputs`"):
+                model(encoder_outputs=one, attention_mask=bad, decoder_input_ids=start)
+            with pytest.raises(ValueError, match="`attention_mask` of shape"):
+                model.generate(encoder_outputs=one, attention_mask=bad, max_new_tokens=2)
+        narrow = BaseModelOutput(last_hidden_state=states[1:2, :, :8])
+        with pytest.raises(ValueError, match="`encoder_outputs` hold states of width 8"):
+            model(encoder_outputs=narrow, attention_mask=mask[1:2], decoder_input_ids=start)
+
+
 @pytest.mark.parametrize("num_beams", [1, 2])
 def test_decoder_neighborhood_covering_the_summary_generates_as_full(num_beams):
     full = longdoc(neighborhood_radius=3)

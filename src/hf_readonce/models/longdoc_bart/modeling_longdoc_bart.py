@@ -828,10 +828,34 @@ def _stored_encoder_outputs_hook(model, args, kwargs):
     """Forward pre-hook of [`LongDocBartForConditionalGeneration`]: `encoder_outputs` are checked and cast by
     [`_checked_stored_outputs`] (outputs without a fingerprint pass unchanged)."""
     encoder_outputs = kwargs.get("encoder_outputs")
+    if encoder_outputs is not None:
+        _check_encoder_outputs_inputs(model, encoder_outputs, kwargs.get("attention_mask"))
     checked = _checked_stored_outputs(model, encoder_outputs) if encoder_outputs is not None else None
     if checked is encoder_outputs:
         return None
     return args, {**kwargs, "encoder_outputs": checked}
+
+
+def _check_encoder_outputs_inputs(model, encoder_outputs, attention_mask) -> None:
+    """Given `encoder_outputs`, the decoder reads their states under `attention_mask`: a mask of another shape than
+    the states' `(batch_size, length)` would be broadcast or ignored and decode the wrong tokens (or another row's),
+    and states of another width would fail deep in a matrix product; both are named.
+
+    Raises:
+        ValueError: `attention_mask` not of the states' `(batch_size, length)`, or states whose width is not
+            `config.d_model`.
+    """
+    states = encoder_outputs[0] if isinstance(encoder_outputs, (tuple, list)) else getattr(
+        encoder_outputs, "last_hidden_state", None)
+    if not torch.is_tensor(states) or states.dim() != 3:
+        return
+    if states.shape[-1] != model.config.d_model:
+        raise ValueError(f"`encoder_outputs` hold states of width {states.shape[-1]}, this model's d_model is "
+                         f"{model.config.d_model}: they come from another model.")
+    if torch.is_tensor(attention_mask) and tuple(attention_mask.shape) != tuple(states.shape[:2]):
+        raise ValueError(f"`attention_mask` of shape {tuple(attention_mask.shape)} does not match `encoder_outputs` "
+                         f"of (batch_size, length) {tuple(states.shape[:2])}: pass the mask the documents were "
+                         "encoded with, row for row.")
 
 
 class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForConditionalGeneration):
@@ -874,10 +898,12 @@ class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForCon
         outputs can be passed again.
 
         Raises:
-            ValueError: `encoder_outputs` that carry another model's `model_fingerprint`.
+            ValueError: `encoder_outputs` that carry another model's `model_fingerprint`, or whose states do not match
+                `attention_mask` or `d_model` ([`_check_encoder_outputs_inputs`]).
         """
         encoder_outputs = kwargs.get("encoder_outputs")
         if encoder_outputs is not None:
+            _check_encoder_outputs_inputs(self, encoder_outputs, kwargs.get("attention_mask"))
             checked = _checked_stored_outputs(self, encoder_outputs)
             # a new object either way: generate expands it in place for beams
             kwargs["encoder_outputs"] = copy.copy(encoder_outputs) if checked is encoder_outputs else checked
