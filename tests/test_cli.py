@@ -778,7 +778,8 @@ def test_gold_answers_as_a_list_of_strings_are_scored(tmp_path, checkpoint, qa_r
     answer = ["answer", str(checkpoint), "--output", str(tmp_path / "p.jsonl"), *common]
     outputs = {}
     for name, shape in (("squad", lambda a: a), ("list", lambda a: list(a["text"])),
-                        ("other", lambda a: {"answer": a["text"]})):
+                        ("other", lambda a: {"answer": a["text"]}),
+                        ("string", lambda a: {"text": "Paris"})):  # a text, not a list: said, not a crash
         questions = write_jsonl(tmp_path / f"{name}.jsonl", [{**r, "answers": shape(r["answers"])} for r in rows])
         capsys.readouterr()
         assert cli_main([*answer, "--questions", str(questions)]) == 0
@@ -786,6 +787,8 @@ def test_gold_answers_as_a_list_of_strings_are_scored(tmp_path, checkpoint, qa_r
     scores = [line for line in outputs["squad"].out.splitlines() if " EM " in line]
     assert scores and scores == [line for line in outputs["list"].out.splitlines() if " EM " in line]
     assert " EM " not in outputs["other"].out and "3 of 3 question(s) carry no gold answers" in outputs["other"].err
+    assert " EM " not in outputs["string"].out and "3 of 3 question(s) carry no gold answers" in outputs["string"].err
+    assert f"(question {rows[0]['id']}: 'answers' needs a sequence 'text')" in outputs["string"].err
 
 
 def test_answer_over_a_store_that_lost_its_index_points_to_repair(tmp_path, checkpoint, qa_rows, capsys):

@@ -1010,19 +1010,26 @@ def _with_gold_answers(examples: list[dict]) -> list[dict] | None:
     when every question carries gold answers, `None` (no EM/F1 printed) otherwise. A plain list of strings is read as
     the answer texts (`[]`: no answer). When some questions carry `answers` but not all in a readable shape, a note on
     stderr says why no scores follow (a silent skip looked like a missing feature)."""
-    readable = []
+    from .store.keys import printable
+    from .tasks.question_answering import answer_problem
+
+    readable, first_problem = [], None
     for example in examples:
         answers = example.get("answers")
-        if isinstance(answers, dict) and "text" in answers:
+        problem = answer_problem(example, labels=False) if isinstance(answers, dict) else None
+        if isinstance(answers, dict) and "text" in answers and problem is None:
             readable.append(example)
         elif isinstance(answers, list) and all(isinstance(text, str) for text in answers):
             readable.append({**example, "answers": {"text": list(answers), "answer_start": [0] * len(answers)}})
+        elif problem is not None and first_problem is None:
+            first_problem = f" (question {printable(str(example.get('id', '?')))}: {problem})"
     if readable and len(readable) == len(examples):
         return readable
     carrying = sum("answers" in example for example in examples)
     if carrying:
         print(f"note: no EM/F1: {len(examples) - len(readable)} of {len(examples)} question(s) carry no gold answers "
-              'in a readable shape ("answers": {"text": [...]} as in SQuAD, or a list of strings).', file=sys.stderr)
+              'in a readable shape ("answers": {"text": [...]} as in SQuAD, or a list of strings)'
+              f"{first_problem or ''}.", file=sys.stderr)
     return None
 
 
