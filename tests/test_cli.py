@@ -415,6 +415,16 @@ def test_encode_exits_1_when_every_document_is_set_aside(tmp_path, checkpoint, c
     assert cli_main(["encode", str(checkpoint), "--documents", str(more), *common]) == 0
 
 
+def test_an_id_field_no_line_has_is_refused(tmp_path, checkpoint, qa_rows, capsys):
+    """`--id-field` naming a field no document has named every document `line N` without a word: refused before a
+    store is made (the default `id` may be absent)."""
+    docs = write_jsonl(tmp_path / "docs.jsonl", [{"context": r["context"]} for r in qa_rows[:2]])
+    common = ["--store", str(tmp_path / "s"), "--max-passage-length", "64", "--doc-stride", "8", "--no-progress"]
+    assert cli_main(["encode", str(checkpoint), "--documents", str(docs), "--id-field", "nope", *common]) == 2
+    assert "--id-field 'nope': no line of" in capsys.readouterr().err and not (tmp_path / "s").exists()
+    assert cli_main(["encode", str(checkpoint), "--documents", str(docs), *common]) == 0
+
+
 def test_a_model_folder_without_config_is_named_before_anything_is_made(tmp_path, qa_rows, capsys):
     """An existing folder with no config.json (not a saved checkpoint) is said so, not with transformers' "Should
     have a `model_type` key"; no store is created."""

@@ -80,6 +80,7 @@ def test_readonce_reads_the_k_asked_for_and_another_prompt(tmp_path, folders, xs
     (["--compression-ratio", "2"], "--compression-ratio does not apply to longdoc_bart"),
     (["--max-document-length", "32"], "holds no longdoc_bart representations"),
     (["--max-new-tokens", "97"], "--max-new-tokens 97 does not fit the model's 96 decoder positions"),
+    (["--id-field", "nope"], "--id-field 'nope': no line of"),
 ])
 def test_what_cannot_be_served_is_refused_in_one_line(tmp_path, folders, xsum_rows, capsys, extra, message):
     docs = write_jsonl(tmp_path / "xsum.jsonl", xsum_rows[:2])

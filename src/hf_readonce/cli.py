@@ -135,6 +135,19 @@ def _default_text_field(path: Path) -> str:
     return DEFAULT_TEXT_FIELDS[0]
 
 
+def _id_field(args, path: Path) -> str:
+    """`--id-field` as given, else `id`. A field given on the command line that no line of `path` has is an error
+    (every document would be named `line N` without a word); the default `id` may be absent."""
+    from .tasks.jsonl import iter_jsonl
+
+    if args.id_field is None:
+        return "id"
+    if path.is_file() and not any(args.id_field in row for _, row in iter_jsonl(path, [])):
+        raise CommandError(f"--id-field {args.id_field!r}: no line of {path} has this field (without the option "
+                           "documents are named by their `id`, else `line N`).")
+    return args.id_field
+
+
 def _check_has_documents(path: Path, text_field: str, option: str = "--text-field",
                          status: int = EXIT_PROBLEMS) -> None:
     """Stop before any model work when a JSONL input holds nothing to encode: no JSON-object line at all
@@ -557,6 +570,7 @@ def cmd_encode(args) -> int:
         args.text_field = _default_text_field(documents)
     if documents.is_file():  # (a FIFO is read once, by the encoder)
         _check_has_documents(documents, args.text_field)
+    args.id_field = _id_field(args, documents)
     state = _distributed_state(args.device)
     rank, world = (state.process_index, state.num_processes) if state else (0, 1)
     main_process = rank == 0
@@ -1213,7 +1227,7 @@ def _summarize(args) -> int:
     if spec is not None and not spec.summarize:
         raise CommandError(f"model {args.model!r} ({', '.join(spec.model_types)}) does not generate summaries from "
                            f"stored representations; `summarize` takes {_summarizing_model_types()} checkpoints.")
-    rows = _read_summarize_rows(documents, args.text_field, args.id_field)
+    rows = _read_summarize_rows(documents, args.text_field, _id_field(args, documents))
     store = _open_store_to_read(args, "summarize", "documents")
     device = _device(args.device)
     model, tokenizer = load_qa_model(args.model, None, device, allow_readonce=True, compute_dtype=args.compute_dtype)
@@ -1764,7 +1778,7 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
                              "as `hf-readonce info` lists it)")
     encode.add_argument("--text-field", default=None,
                         help="field holding the text (default: context, or document where no line has a context)")
-    encode.add_argument("--id-field", default="id", help="field naming the document in reports (default: id)")
+    encode.add_argument("--id-field", default=None, help="field naming the document in reports (default: id)")
     encode.add_argument("--dtype", type=_storage_dtype, default="fp16", metavar="{fp16,bf16,fp32}",
                         help="storage dtype of the states (default fp16; float16, bfloat16, float32 also read)")
     encode.add_argument("--shard-size-mb", type=float, default=64.0, help="shard size in MiB (default 64)")
@@ -1818,7 +1832,7 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
     summarize.add_argument("--documents", required=True, help="JSONL file, one document per line")
     summarize.add_argument("--output", required=True, help="summaries JSONL (id, summary_text)")
     summarize.add_argument("--text-field", default="document", help="field holding the text (default: document)")
-    summarize.add_argument("--id-field", default="id", help="field naming the document (default: id)")
+    summarize.add_argument("--id-field", default=None, help="field naming the document (default: id)")
     summarize.add_argument("--summary-field", default=None,
                            help="field holding a reference summary: when every document has one, ROUGE-1/2/L is "
                                 "printed beside lead-1 and lead-3 (default: summary)")
