@@ -309,6 +309,9 @@ def test_bad_inputs_are_clear_errors():
         model(question, document_caches=[cache, torch.zeros(3)])
     with pytest.raises(ValueError, match="offset"):
         model.compose_document_caches(cache, offset=-1)
+    limit = model.config.max_position_embeddings
+    with pytest.raises(ValueError, match=rf"`offset` {limit} and the .* past the model's max_position_embeddings"):
+        model.compose_document_caches(cache, offset=limit)  # positions never trained: refused, not composed
     with pytest.raises(ValueError, match="attention_mask"):
         model.generate(question, document_caches=cache, attention_mask=torch.ones(1, 9, dtype=torch.long))
     smaller = tiny(num_key_value_heads=1)

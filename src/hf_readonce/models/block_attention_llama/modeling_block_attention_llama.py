@@ -673,13 +673,19 @@ def compose_document_caches(document_caches, config, *, offset: int = 0, model_f
         total_length the sum of the documents' lengths.
 
     Raises:
-        ValueError: a rope type for which the rotation is not exact (see `EXACT_ROPE_TYPES`), a negative `offset`,
-            caches of another shape or fingerprint, or no document. TypeError: caches of another type.
+        ValueError: a rope type for which the rotation is not exact (see `EXACT_ROPE_TYPES`), a negative `offset` or
+            one that places the documents past `max_position_embeddings`, caches of another shape or fingerprint, or
+            no document. TypeError: caches of another type.
     """
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise ValueError(f"`offset` must be an int >= 0, got {offset!r}.")
     inv_freq = _rope_inv_freq(config)
     documents = _as_documents(document_caches)
+    limit = getattr(config, "max_position_embeddings", None)
+    end = offset + sum(int(document.keys.shape[3]) for document in documents)
+    if limit is not None and end > limit:
+        raise ValueError(f"`offset` {offset} and the {end - offset} document tokens reach position {end}, past the "
+                         f"model's max_position_embeddings {limit}: place them from a smaller offset.")
     _check_rope_settings(documents, config, "document_caches")
     _check_fingerprints(documents, model_fingerprint, "document_caches")
     num_layers, _, layer = _composer(documents, config, inv_freq, offset, device, dtype)
