@@ -646,3 +646,6 @@ def test_float_indices_mismatched_question_masks_and_unpaired_labels_are_refused
     with pytest.raises(ValueError, match="`question_input_ids` holds 70 tokens per question, more than the model's "
                                          "max_position_embeddings 64"):
         model(ids, **{**call, "question_input_ids": segments(2, length=70, seed=4)})
+    vocab = model.config.vocab_size  # an id outside the vocabulary: named, not torch's "index out of range"
+    with pytest.raises(ValueError, match=rf"`input_ids` holds token id {vocab + 3}, outside the vocabulary"):
+        model(torch.where(ids == ids[0, 1], ids, vocab + 3), **call)

@@ -240,6 +240,17 @@ class ReadTwiceMaskedLMOutput(MaskedLMOutput):
 
 
 # ------------------------------------------------------------------------------------------------ helpers
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._check_token_ids
+def _check_token_ids(ids, bound: int, argument: str) -> None:
+    """Raise a `ValueError` naming `argument` and the bound if a token id of `ids` is outside `[0, bound)` (called
+    when the embedding lookup fails, so the normal path costs nothing)."""
+    if torch.is_tensor(ids) and ids.numel() and not ids.is_floating_point():
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= bound:
+            raise ValueError(f"`{argument}` holds token id {low if low < 0 else high}, outside the vocabulary "
+                             f"[0, {bound}) of this model.") from None
+
+
 def _check_integer_tensors(**tensors) -> None:
     """Raise a `TypeError` naming the first given tensor that does not hold integers (token ids, document ids,
     positions and spans are indices: a float tensor would be truncated silently or fail inside an embedding)."""
@@ -698,7 +709,12 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
 
     # ------------------------------------------------------------------ first read
     def _bert1(self, input_ids, attention_mask, token_type_ids, all_hidden_states=None, **kwargs):
-        hidden = self.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
+        try:
+            hidden = self.embeddings(input_ids=input_ids, token_type_ids=token_type_ids)
+        except (IndexError, RuntimeError):  # torch's "index out of range": name the argument and the bound
+            _check_token_ids(input_ids, self.config.vocab_size, "input_ids")
+            _check_token_ids(token_type_ids, self.config.type_vocab_size, "token_type_ids")
+            raise
         if all_hidden_states is not None:
             all_hidden_states.append(hidden)
         mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden, attention_mask=attention_mask)
