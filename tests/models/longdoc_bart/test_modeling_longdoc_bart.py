@@ -355,6 +355,12 @@ def test_encoder_outputs_with_a_mask_of_other_rows_or_states_of_another_width_ar
                 model(encoder_outputs=one, attention_mask=bad, decoder_input_ids=start)
             with pytest.raises(ValueError, match="`attention_mask` of shape"):
                 model.generate(encoder_outputs=one, attention_mask=bad, max_new_tokens=2)
+        with pytest.raises(TypeError, match="`input_ids` must be a torch.Tensor, got ndarray"):
+            model.generate(ids.numpy(), attention_mask=mask, max_new_tokens=2)
+        with pytest.raises(TypeError, match="`attention_mask` must be a torch.Tensor, got list"):
+            model.generate(ids, attention_mask=mask.tolist(), max_new_tokens=2)
+        with pytest.raises(ValueError, match=r"`input_ids` of shape \(0, 20\) hold no token"):
+            model.generate(ids[:0], max_new_tokens=2)
         narrow = BaseModelOutput(last_hidden_state=states[1:2, :, :8])
         with pytest.raises(ValueError, match="`encoder_outputs` hold states of width 8"):
             model(encoder_outputs=narrow, attention_mask=mask[1:2], decoder_input_ids=start)

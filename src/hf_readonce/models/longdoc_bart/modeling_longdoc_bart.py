@@ -899,8 +899,16 @@ class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForCon
 
         Raises:
             ValueError: `encoder_outputs` that carry another model's `model_fingerprint`, or whose states do not match
-                `attention_mask` or `d_model` ([`_check_encoder_outputs_inputs`]).
+                `attention_mask` or `d_model` ([`_check_encoder_outputs_inputs`]); `input_ids` without a token.
+            TypeError: `input_ids` or `attention_mask` that are not tensors (a list, a numpy array).
         """
+        for name, value in (("input_ids", args[0] if args else kwargs.get("inputs", kwargs.get("input_ids"))),
+                            ("attention_mask", kwargs.get("attention_mask"))):
+            if value is not None and not torch.is_tensor(value):
+                raise TypeError(f"`{name}` must be a torch.Tensor, got {type(value).__name__} (tokenize with "
+                                "return_tensors='pt').")
+            if name == "input_ids" and value is not None and value.numel() == 0:
+                raise ValueError(f"`input_ids` of shape {tuple(value.shape)} hold no token: nothing to summarize.")
         encoder_outputs = kwargs.get("encoder_outputs")
         if encoder_outputs is not None:
             _check_encoder_outputs_inputs(self, encoder_outputs, kwargs.get("attention_mask"))
