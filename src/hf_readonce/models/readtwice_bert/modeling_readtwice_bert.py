@@ -240,17 +240,6 @@ class ReadTwiceMaskedLMOutput(MaskedLMOutput):
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._check_token_ids
-def _check_token_ids(ids, bound: int, argument: str) -> None:
-    """Raise a `ValueError` naming `argument` and the bound if a token id of `ids` is outside `[0, bound)` (called
-    when the embedding lookup fails, so the normal path costs nothing)."""
-    if torch.is_tensor(ids) and ids.numel() and not ids.is_floating_point():
-        low, high = int(ids.min()), int(ids.max())
-        if low < 0 or high >= bound:
-            raise ValueError(f"`{argument}` holds token id {low if low < 0 else high}, outside the vocabulary "
-                             f"[0, {bound}) of this model.") from None
-
-
 def _check_integer_tensors(**tensors) -> None:
     """Raise a `TypeError` naming the first given tensor that does not hold integers (token ids, document ids,
     positions and spans are indices: a float tensor would be truncated silently or fail inside an embedding)."""
