@@ -11,6 +11,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from hf_readonce import BlockAttentionLlamaForCausalLM
 from hf_readonce.cli import main as cli_main
+from hf_readonce.store import RepresentationStore
 from hf_readonce.tasks.document_cache_qa import (
     answer_with_full_prompt,
     clean_answer,
@@ -289,3 +290,25 @@ def test_generation_stops_after_the_first_line_with_text_not_at_a_leading_newlin
     batch = torch.tensor([prompt + ids + [tokenizer.pad_token_id] * (width - len(ids)) for ids in pieces])
     stop = _StopAfterFirstLine(tokenizer, len(prompt))(batch, None)
     assert stop.tolist() == [False, False, True, True]
+
+
+def test_encode_missing_beside_another_models_caches(tmp_path, llama_checkpoint, tokenizer, capsys):
+    """A store holding another checkpoint's caches only: without `--encode-missing` that is said (both fingerprints);
+    with it, this model's caches are encoded into their own space beside the others, which stay as they were."""
+    other = tmp_path / "other"
+    torch.manual_seed(1)
+    LlamaForCausalLM(LlamaConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=48,
+                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                 max_position_embeddings=256, initializer_range=0.2)).save_pretrained(other)
+    tokenizer.save_pretrained(other)
+    store = tmp_path / "store"
+    assert encode(other, store, ROWS[:1], tmp_path, "--max-document-length", "64") == 0
+    questions = write_jsonl(tmp_path / "q.jsonl", ROWS[:1])
+    common = ["--store", str(store), "--questions", str(questions), "--no-progress", "--device", "cpu",
+              "--max-answer-length", "2", "--max-document-length", "64"]
+    capsys.readouterr()
+    assert cli_main(["answer", str(llama_checkpoint), *common, "--output", str(tmp_path / "a.jsonl")]) == 2
+    assert "only for" in capsys.readouterr().err and not (tmp_path / "a.jsonl").exists()
+    assert cli_main(["answer", str(llama_checkpoint), *common, "--output", str(tmp_path / "b.jsonl"),
+                     "--encode-missing"]) == 0
+    assert len({space.fingerprint for space in RepresentationStore(store, readonly=True).spaces()}) == 2

@@ -233,7 +233,7 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
     recompute_ratio = check_recompute_ratio(recompute_ratio)
     try:
         settings = find_document_cache_space(store, model, tokenizer, max_document_length)
-    except MissingRepresentationError:
+    except (MissingRepresentationError, RepresentationMismatchError):  # nothing of this model's stored yet
         if not encode_missing:
             raise
         settings = {"max_document_length": max_document_length, "add_special_tokens": False}
