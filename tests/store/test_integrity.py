@@ -88,8 +88,9 @@ def test_repair_of_a_healthy_store_with_foreign_files_reports_what_it_moved(tmp_
     assert status == 0 and "nothing to repair" in err, err
 
 
-@pytest.mark.parametrize("kind", ["link", "file"])
-def test_repair_refuses_a_quarantine_that_is_not_a_folder_and_changes_nothing(tmp_path, checkpoint, capsys, kind):
+def _store_with_a_quarantine_that_is_not_a_folder(tmp_path, kind: str):
+    """A built store whose `quarantine` is a link to an empty folder `elsewhere` (`kind="link"`) or a regular file
+    (`kind="file"`); returns `(store path, elsewhere)`."""
     path, _ = build(tmp_path)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -97,6 +98,12 @@ def test_repair_refuses_a_quarantine_that_is_not_a_folder_and_changes_nothing(tm
         (path / "quarantine").symlink_to(elsewhere, target_is_directory=True)
     else:
         (path / "quarantine").write_text("a file, not a folder")
+    return path, elsewhere
+
+
+@pytest.mark.parametrize("kind", ["link", "file"])
+def test_repair_refuses_a_quarantine_that_is_not_a_folder_and_changes_nothing(tmp_path, checkpoint, capsys, kind):
+    path, elsewhere = _store_with_a_quarantine_that_is_not_a_folder(tmp_path, kind)
     victim = shards(path)[0]
     data = bytearray(victim.read_bytes())
     data[-3] ^= 1  # a flipped byte: repair would move this shard and its manifest to quarantine/
@@ -131,13 +138,7 @@ def test_repair_refuses_a_quarantine_that_is_not_a_folder_and_changes_nothing(tm
 
 @pytest.mark.parametrize("kind", ["link", "file"])
 def test_verify_of_a_quarantine_that_is_not_a_folder_says_move_it_away_and_never_repair(tmp_path, capsys, kind):
-    path, _ = build(tmp_path)
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    if kind == "link":
-        (path / "quarantine").symlink_to(elsewhere, target_is_directory=True)
-    else:
-        (path / "quarantine").write_text("a file, not a folder")
+    path, _ = _store_with_a_quarantine_that_is_not_a_folder(tmp_path, kind)
     (path / "tmp").mkdir(exist_ok=True)
     (path / "tmp" / "notes.txt").write_text("left here")  # a leftover, which repair would move into quarantine/
     report = RepresentationStore(path).verify()
