@@ -104,6 +104,13 @@ def _report_bad_lines(problems, path, stream=None, limit: int = 20) -> None:
         print(f"  ... and {len(problems) - limit} more", file=stream)
 
 
+def _listed(texts: list[str], limit: int, separator: str = ", ") -> str:
+    """The first `limit` of `texts` joined by `separator`, then `(and N more)` for the rest: how a message names many
+    paths or ids."""
+    more = f" (and {len(texts) - limit} more)" if len(texts) > limit else ""
+    return separator.join(texts[:limit]) + more
+
+
 def _no_object_line(path: Path, what: str, problems: list) -> str:
     """The message for an input file without a JSON-object line: `FILE holds no WHAT (no JSON object line)`, with the
     first unreadable line's reason where there is one (a byte-order mark, gzip data, a lone surrogate: why a one-line
@@ -638,9 +645,8 @@ def cmd_encode(args) -> int:
                 print(f"repair: {len(result['salvaged'])} intact document(s) rewritten, {count} dropped{spaces}, "
                       f"{_count_paths(moved, result['quarantine_folder'])} moved to quarantine/", file=sys.stderr)
                 if moved:  # every path it moved (leftovers of tmp/ included): nothing is deleted
-                    names = ", ".join(printable(rel) for rel in moved[:20])
-                    more = f" (and {len(moved) - 20} more)" if len(moved) > 20 else ""
-                    print(f"repair: moved to {printable(result['quarantine_folder'])}: {names}{more}", file=sys.stderr)
+                    names = _listed([printable(rel) for rel in moved], 20)
+                    print(f"repair: moved to {printable(result['quarantine_folder'])}: {names}", file=sys.stderr)
             else:
                 print("repair: verify found nothing to repair", file=sys.stderr)
         if state is not None:
@@ -853,9 +859,8 @@ def _refuse_duplicate_ids(path: Path, duplicates: list, what: str, keyed: str) -
         return
     from .store.keys import printable
 
-    listed = "; ".join(f"{printable(repr(i))} on lines {a} and {b}" for i, a, b in duplicates[:10])
-    more = f" (and {len(duplicates) - 10} more)" if len(duplicates) > 10 else ""
-    raise CommandError(f"{path}: duplicate {what} id(s): {listed}{more}. {keyed} are keyed by id (compared as "
+    listed = _listed([f"{printable(repr(i))} on lines {a} and {b}" for i, a, b in duplicates], 10, "; ")
+    raise CommandError(f"{path}: duplicate {what} id(s): {listed}. {keyed} are keyed by id (compared as "
                        f"strings, so 1 and \"1\" are the same id): give each {what} its own id.")
 
 
@@ -1424,11 +1429,10 @@ def cmd_verify(args) -> int:
                 print(f"orphan shard (no index entry; its documents are stored elsewhere, harmless): "
                       f"{printable(orphan)}")
         if report.leftovers:
-            names = ", ".join(printable(rel) for rel in report.leftovers[:10])
-            more = f" (and {len(report.leftovers) - 10} more)" if len(report.leftovers) > 10 else ""
+            names = _listed([printable(rel) for rel in report.leftovers], 10)
             then = " once quarantine/ is a folder again" if report.quarantine_problem else ""
             print(f"note: {_count_paths(report.leftovers, store.path)} left in tmp/ (a write stopped midway, or "
-                  f"put there by hand; never read): {names}{more}; `encode --repair` moves them to quarantine/{then}")
+                  f"put there by hand; never read): {names}; `encode --repair` moves them to quarantine/{then}")
         if duplicates:
             print(f"note: {duplicates} document(s) are listed by two index files (a shard and its manifest "
                   "copied within the store, or a repair stopped midway): harmless, reads use the first; `hf-readonce "
