@@ -307,3 +307,57 @@ def test_device_checksum_sees_swapped_rows_and_single_values(module, dtype):
     first = module.device_checksum(chunked)
     chunked[[0, (1 << 22) + 1]] = chunked[[(1 << 22) + 1, 0]].clone()
     assert module.device_checksum(chunked) != first
+
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@requires_cuda
+@pytest.mark.parametrize("module", [pipeline_deformer_bert, base], ids=["pipeline", "hf_readonce"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8])
+def test_device_checksum_on_cuda_equals_the_cpu_one(module, dtype):
+    """On a GPU the checksum is computed where the tensor lies (int64 arithmetic modulo 2^64, the same on every
+    device), so it equals the CPU's for the same values, over several chunks too; a swap still changes it there."""
+    torch.manual_seed(0)
+    values = (torch.randn((1 << 22) + 7) * 50).to(dtype)
+    on_gpu = values.cuda()
+    checksum = module.device_checksum(on_gpu)
+    assert checksum.device.type == "cuda"
+    assert checksum.item() == module.device_checksum(values).item()
+    on_gpu[[3, (1 << 22) + 2]] = on_gpu[[(1 << 22) + 2, 3]].clone()
+    if on_gpu[3] != on_gpu[(1 << 22) + 2]:
+        assert module.device_checksum(on_gpu).item() != checksum.item()
+
+
+@requires_cuda
+def test_weights_digest_of_a_model_on_cuda_sees_edits(tokenizer):
+    """The digest the store and the pipeline compare before rehashing, for parameters on a GPU: a swap of two
+    embedding rows and a one-value edit change it, undoing them brings it back."""
+    model = tiny_model().cuda()
+    digests = (lambda: base.weights_digest(model), lambda: pipeline_deformer_bert._weights_digest(model))
+    before = [digest() for digest in digests]
+    weight = model.bert.embeddings.word_embeddings.weight
+    with torch.no_grad():
+        weight[[5, 7]] = weight[[7, 5]].clone()
+        assert all(digest() != first for digest, first in zip(digests, before))
+        weight[[5, 7]] = weight[[7, 5]].clone()
+        assert [digest() for digest in digests] == before
+        weight[3, 2] += 1
+        assert all(digest() != first for digest, first in zip(digests, before))
+
+
+@requires_cuda
+def test_pipeline_on_cuda_with_a_store_answers_as_without(tokenizer, tmp_path):
+    """A DeFormer pipeline on a GPU writes its passages to the store once and reads them back, answering as the same
+    pipeline without a store."""
+    qa = DeformerQuestionAnsweringPipeline(model=tiny_model(), tokenizer=tokenizer, device=0,
+                                           max_question_len=WINDOWS["max_question_len"])
+    expected = storeless(qa)
+    store = RepresentationStore(tmp_path / "store")
+    got = [qa(question=questions, context=context, store=store, **WINDOWS)
+           for context, questions in zip(CONTEXTS, QUESTIONS)]
+    assert_same_answers(got, expected)
+    assert len(store) == len(CONTEXTS)
+    again = [qa(question=questions, context=context, store=store, **WINDOWS)
+             for context, questions in zip(CONTEXTS, QUESTIONS)]
+    assert_same_answers(again, expected)
