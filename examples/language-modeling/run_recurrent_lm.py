@@ -161,7 +161,8 @@ def main(argv=None):
         tokenizer.save_pretrained(training_args.output_dir)
 
     if training_args.do_eval:
-        model.eval()
+        # a run that only scores (the pretrained row) never met a Trainer, which is what moves a model to the GPU
+        model.to(training_args.device).eval()
         splits = {"validation": AUSTEN_SPLITS["validation"], "test": AUSTEN_SPLITS["test"]}
         for split, names in splits.items():
             ids, books = encode(names)

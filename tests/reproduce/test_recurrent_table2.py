@@ -16,3 +16,33 @@ def test_recurrent_table2_smoke(tmp_path, data_dir, tiny_llama):
     assert baseline["train_steps"] == recurrent["train_steps"] == 2
     assert recurrent["test_token_perplexity"] > 1 and recurrent["test_token_perplexity_recurrence_zeroed"] > 1
     assert results["baselines"]["pretrained"]["overlap0"]["test_token_perplexity"] > 1
+
+
+def test_a_run_that_only_scores_uses_the_training_arguments_device(tmp_path, data_dir, tiny_llama, monkeypatch):
+    """The pretrained row (`--do_eval` without `--do_train`) never builds a Trainer, which is what moves a model to
+    the GPU: the script moves it to `TrainingArguments.device` itself (on an H100 the pretrained row was still
+    scoring on the CPU when the device call ended). A device other than the CPU ("meta") shows where it is."""
+    import importlib.util
+
+    from transformers import TrainingArguments
+
+    from hf_readonce.tasks.perplexity import PerplexityResult
+    from tests.conftest import REPO_ROOT
+
+    path = REPO_ROOT / "examples" / "language-modeling" / "run_recurrent_lm.py"
+    spec = importlib.util.spec_from_file_location("run_recurrent_lm", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    seen = []
+
+    def scored(model, tokens, *, window_size, window_overlap, num_words):
+        seen.append(next(model.parameters()).device.type)
+        return PerplexityResult(nll=1.0, num_tokens=2, num_words=num_words, num_windows=1, tokens_read=3,
+                                window_size=window_size, window_overlap=window_overlap)
+
+    monkeypatch.setattr(script, "evaluate_perplexity", scored)
+    monkeypatch.setattr(TrainingArguments, "device", property(lambda self: __import__("torch").device("meta")))
+    script.main(["--model_name_or_path", str(tiny_llama), "--data_dir", str(data_dir), "--window_size", "64",
+                 "--max_eval_tokens", "128", "--do_eval", "--recurrent", "false", "--eval_overlaps", "0",
+                 "--validation_overlaps", "0", "--report_to", "none", "--output_dir", str(tmp_path / "pretrained")])
+    assert seen and set(seen) == {"meta"}
