@@ -193,10 +193,13 @@ def write_results(path: Path, table: str, rows: list[dict], baselines: dict, ext
     """Write a reproduction's results JSON: `schema`, `table`, the exact `command`, `hardware`, ISO `date`, `rows`
     (one dict per row of the paper's table, each with its metrics and `train_seconds`), `baselines` (trivial scores
     of the same evaluation set), `wall_seconds` (the whole command so far, from [`start_clock`]: the figure its docs
-    quote as the command's wall time) and any `extra` fields."""
+    quote as the command's wall time), `stopped` when a signal ended [`run_children`] early, and any `extra` fields."""
     payload = {"schema": RESULTS_SCHEMA, "table": table, "command": command_line(), "hardware": hardware(),
                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "wall_seconds": round(time.monotonic() - STARTED, 1), "rows": rows, "baselines": baselines}
+    if STOPPED:
+        payload["stopped"] = ("a signal (the device call's timeout, Ctrl-C) stopped the runs still going: the rows "
+                              "are those that finished, the `failed` runs did not")
     payload.update(extra or {})
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, indent=2) + "\n")
@@ -223,21 +226,63 @@ def common_arguments(parser: argparse.ArgumentParser, default_output: str) -> ar
     return parser
 
 
-def run_children(commands: dict[str, list[str]], log_dir: Path) -> list[str]:
+STOPPED = False  # set when a SIGTERM or SIGINT ended [`run_children`] early
+
+
+class _Stop(Exception):
+    pass
+
+
+def run_children(commands: dict[str, list[str]], log_dir: Path, grace_s: float = 30.0) -> list[str]:
     """Start one process per entry of `commands` (name -> argv) side by side (several small models share one GPU),
-    each logging to `<log_dir>/<name>.log`; wait for all. Returns the names that failed."""
+    each logging to `<log_dir>/<name>.log`; wait for all. Returns the names that failed.
+
+    A SIGTERM or SIGINT while waiting (the `timeout` that bounds a device call, Ctrl-C) does not end the entry point
+    at once: every child still running is sent SIGTERM, given `grace_s` seconds (default 30), then killed; those
+    count as failed and `STOPPED` is set, and the caller goes on to write the results of what finished (a child that
+    writes its results as it goes leaves its finished parts). Its logs say where each child stood."""
+    import signal
     import subprocess
 
+    global STOPPED
     log_dir.mkdir(parents=True, exist_ok=True)
     running = []
     for name, argv in commands.items():
         log = open(log_dir / f"{name}.log", "w")
         running.append((name, subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT), log))
+
+    def stop(signum, frame):
+        raise _Stop(signum)
+
+    previous = {number: signal.signal(number, stop) for number in (signal.SIGTERM, signal.SIGINT)}
     failed = []
-    for name, child, log in running:
-        if child.wait() != 0:
-            failed.append(name)
-        log.close()
+    try:
+        for name, child, _ in running:
+            if child.wait() != 0:
+                failed.append(name)
+    except _Stop as signum:
+        for number in previous:
+            signal.signal(number, signal.SIG_IGN)
+        STOPPED = True
+        print(f"signal {signum} received: stopping {sum(c.poll() is None for _, c, _ in running)} runs still going, "
+              "then writing the results of those that finished", file=sys.stderr, flush=True)
+        for _, child, _ in running:
+            if child.poll() is None:
+                child.terminate()
+        deadline = time.monotonic() + grace_s
+        for name, child, _ in running:
+            try:
+                child.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+            if child.returncode != 0 and name not in failed:
+                failed.append(name)
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        for _, _, log in running:
+            log.close()
     return failed
 
 

@@ -271,7 +271,7 @@ def main(argv=None) -> int:
     failed = []
     if "qa" in args.stages:
         failed += _common.run_children(qa_commands(args, data, out, warm_start, gpu), out)
-    if "xsum" in args.stages:
+    if "xsum" in args.stages and not _common.STOPPED:
         commands = {name: command for name, command in xsum_commands(args, data, out, gpu).items()
                     if f"qa_{name[len('xsum_'):]}" not in failed}
         failed += _common.run_children(commands, out)

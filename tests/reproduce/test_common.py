@@ -137,3 +137,33 @@ def test_guarded_turns_input_errors_into_one_line(capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "SHA-256" in err and "Traceback" not in err
     assert common.guarded(lambda: 0) == 0
+
+
+def test_run_children_stopped_by_a_signal_keeps_what_finished(tmp_path, monkeypatch):
+    """A SIGTERM while the runs go on (a device call's `timeout`) stops the runs still going within the grace period
+    and returns: they count as failed, the finished run does not, `STOPPED` is set and the results file says so;
+    the entry point's own signal handlers come back."""
+    import os
+    import signal
+    import sys
+    import threading
+    import time
+
+    monkeypatch.setattr(common, "STOPPED", False)
+    before = signal.getsignal(signal.SIGTERM)
+    commands = {"quick": [sys.executable, "-c", "print('done')"],
+                "slow": [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"]}
+    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGTERM))
+    timer.start()
+    started = time.monotonic()
+    try:
+        failed = common.run_children(commands, tmp_path, grace_s=5.0)
+    finally:
+        timer.cancel()
+    assert time.monotonic() - started < 30
+    assert failed == ["slow"] and common.STOPPED
+    assert signal.getsignal(signal.SIGTERM) == before
+    assert (tmp_path / "quick.log").read_text() == "done\n"
+    assert "started" in (tmp_path / "slow.log").read_text()
+    results = json.loads(common.write_results(tmp_path / "results.json", "t", [], {}).read_text())
+    assert "stopped" in results

@@ -46,3 +46,16 @@ def test_a_run_that_only_scores_uses_the_training_arguments_device(tmp_path, dat
                  "--max_eval_tokens", "128", "--do_eval", "--recurrent", "false", "--eval_overlaps", "0",
                  "--validation_overlaps", "0", "--report_to", "none", "--output_dir", str(tmp_path / "pretrained")])
     assert seen and set(seen) == {"meta"}
+    assert sorted(p.name for p in (tmp_path / "pretrained").iterdir()) == ["lm_results.json"]  # no .tmp left
+
+
+def test_rows_stopped_at_different_steps_are_flagged():
+    """A time budget stops the baseline (windows in parallel) about 4x further than a recurrent model: the results
+    and the card say the rows are not at equal training; rows within 10% of each other are not flagged."""
+    table2 = entry_point("recurrent_table2")
+    rows = [{"run": "baseline", "train_steps": 1782}, {"run": "recurrent_ov0", "train_steps": 468},
+            {"run": "recurrent_ov0", "train_steps": None}]
+    warning = table2.unequal_steps(rows)
+    assert "baseline 1782, recurrent_ov0 468" in warning and "not a comparison at equal training" in warning
+    assert table2.unequal_steps([{"run": "a", "train_steps": 2000}, {"run": "b", "train_steps": 1900}]) is None
+    assert table2.unequal_steps([{"run": "baseline", "train_steps": 2}]) is None
