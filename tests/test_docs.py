@@ -129,3 +129,10 @@ def test_demo_help_states_the_recorded_demo_time():
     assert first.startswith(f"By default ({record['rows'][0]['demo_seconds']} s measured on "
                             f"{record['hardware']['logical_cpus']} cores of an {record['hardware']['cpu']}"), first
     assert "benchmarks/results/demo/deformer_demo.json" in first
+
+
+@pytest.mark.parametrize("path", sorted((REPO_ROOT / "model_cards").glob("*.md")), ids=lambda p: p.name)
+def test_model_cards_speak_of_no_issue(path):
+    """A model card is read on the Hub by people who never saw this project's tracker: no 'the issue asks ...'
+    (two cards said so, from the warnings of their results files)."""
+    assert not re.search(r"\bissue('s)?\b", path.read_text(), re.I), path.name
