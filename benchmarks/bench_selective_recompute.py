@@ -417,12 +417,12 @@ def rounded_prefix_cache(model, ids: torch.Tensor, dtype: torch.dtype):
 
 
 def round_cache(cache, dtype: torch.dtype):
-    """`cache` (a `DocumentCacheOutput`), its keys and values replaced by copies rounded to `dtype` and back (a store
-    written at that dtype holds these numbers); returned unchanged when `dtype` is the keys' own."""
-    if dtype == cache.keys.dtype:
+    """`cache` (a `DocumentCacheOutput`), its `key_states` and `value_states` replaced by copies rounded to `dtype`
+    and back (a store written at that dtype holds these numbers); returned unchanged when `dtype` is the keys' own."""
+    if dtype == cache.key_states.dtype:
         return cache
-    cache.keys = cache.keys.to(dtype).to(cache.keys.dtype)
-    cache.values = cache.values.to(dtype).to(cache.values.dtype)
+    cache.key_states = cache.key_states.to(dtype).to(cache.key_states.dtype)
+    cache.value_states = cache.value_states.to(dtype).to(cache.value_states.dtype)
     return cache
 
 

@@ -98,8 +98,8 @@ def test_encode_passages_after_the_prefix_block():
     assert after[None].position_ids.tolist() == [[0, 1, 2]]
     assert after["abcd"].position_ids.tolist() == [[3, 4, 5, 6]] and after["xyz"].position_ids.tolist() == [[3, 4, 5]]
     assert alone["abcd"].position_ids.tolist() == [[0, 1, 2, 3]]
-    assert torch.equal(after["abcd"].keys, expected.keys)
-    assert not torch.allclose(after["abcd"].values, alone["abcd"].values)
+    assert torch.equal(after["abcd"].key_states, expected.key_states)
+    assert not torch.allclose(after["abcd"].value_states, alone["abcd"].value_states)
     Format.prefix = []
     with pytest.raises(ValueError, match="after_prefix needs a prompt with a prefix block"):
         module.encode_passages(model, Format, ["abcd"], {}, after_prefix=True)
@@ -133,11 +133,11 @@ def test_rounded_paths_round_only_the_stored_numbers():
             got, unrounded = getattr(layer, name), getattr(exact_layer, name)[:, :, :9]
             assert got.dtype == torch.float32 and torch.equal(got, unrounded.to(torch.bfloat16).float())
             assert not torch.equal(got, unrounded)
-    keys = document.keys.clone()
-    assert module.round_cache(document, torch.float32).keys is document.keys
+    keys = document.key_states.clone()
+    assert module.round_cache(document, torch.float32).key_states is document.key_states
     rounded_document = module.round_cache(document, torch.bfloat16)
-    assert rounded_document.keys.dtype == torch.float32
-    assert torch.equal(rounded_document.keys, keys.to(torch.bfloat16).float())
+    assert rounded_document.key_states.dtype == torch.float32
+    assert torch.equal(rounded_document.key_states, keys.to(torch.bfloat16).float())
 
 
 @pytest.mark.parametrize("ratio", [0.0, 0.15, 1.0])

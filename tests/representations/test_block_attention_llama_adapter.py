@@ -60,6 +60,10 @@ def test_settings_and_fingerprint(tokenizer):
     (tensors,) = adapter.encode(DOCUMENTS[:1])
     n = int(tensors["num_tokens"][0])
     assert tensors["keys"].shape == tensors["values"].shape == (2, 2, n, 8) and tensors["input_ids"].shape == (n,)
+    # stored under `keys` / `values` (the names stores already hold), read back as the output's fields
+    assert set(tensors) == {"keys", "values", "input_ids", "num_tokens"}
+    read = adapter.read([tensors])
+    assert torch.equal(read.key_states[0], tensors["keys"]) and torch.equal(read.value_states[0], tensors["values"])
 
 
 def test_caches_of_another_model_are_refused(tokenizer, tmp_path):

@@ -23,7 +23,8 @@ class BlockAttentionLlamaAdapter(AdapterBase):
     loads as one, see [`load_model`]). Per document of n tokens:
 
     - `keys`, `values`: `(num_layers, num_key_value_heads, n, head_dim)` floating, keys rotated at positions 0..n-1
-      (the store's dtype option keeps them in fp32, fp16 or bf16; they are composed in the model's dtype);
+      (the store's dtype option keeps them in fp32, fp16 or bf16; they are composed in the model's dtype); [`read`]
+      gives them back as `DocumentCacheOutput.key_states` and `.value_states`;
     - `input_ids`: `(n,)` int32, the tokens read (for recomputation and checks);
     - `num_tokens`: `(1,)` int32.
 
@@ -149,8 +150,8 @@ class BlockAttentionLlamaAdapter(AdapterBase):
                                                  with_fingerprint=False)
             for row, tokens in enumerate(chunk):
                 n = len(tokens)
-                out.append({"keys": caches.keys[row, :, :, :n].float().cpu().contiguous(),
-                            "values": caches.values[row, :, :, :n].float().cpu().contiguous(),
+                out.append({"keys": caches.key_states[row, :, :, :n].float().cpu().contiguous(),
+                            "values": caches.value_states[row, :, :, :n].float().cpu().contiguous(),
                             "input_ids": torch.tensor(tokens, dtype=torch.int32),
                             "num_tokens": torch.tensor([n], dtype=torch.int32)})
         return out
@@ -184,13 +185,13 @@ class BlockAttentionLlamaAdapter(AdapterBase):
                 composes them in its own dtype).
 
         Returns:
-            [`DocumentCacheOutput`]: keys and values `(len(stored), num_layers, num_key_value_heads, max n,
-            head_dim)` right-padded, `attention_mask`, `position_ids` (0..n-1) and the stored token ids
-            `input_ids` (for selective recompute; when every document has them) `(len(stored), max n)`, this
-            adapter's model fingerprint and its model's RoPE setting. The tensors carry no fingerprint of their own,
-            so read what this adapter's space holds (`store.get_many(adapter.fingerprint(), adapter.settings(),
-            ...)`): caches another model wrote, read through this adapter, would be labelled as this model's and
-            pass its fingerprint check.
+            [`DocumentCacheOutput`]: `key_states` and `value_states` (the stored `keys` and `values`) `(len(stored),
+            num_layers, num_key_value_heads, max n, head_dim)` right-padded, `attention_mask`, `position_ids` (0..n-1)
+            and the stored token ids `input_ids` (for selective recompute; when every document has them) `(len(stored),
+            max n)`, this adapter's model fingerprint and its model's RoPE setting. The tensors carry no fingerprint of
+            their own, so read what this adapter's space holds (`store.get_many(adapter.fingerprint(),
+            adapter.settings(), ...)`): caches another model wrote, read through this adapter, would be labelled as
+            this model's and pass its fingerprint check.
 
         Raises:
             ValueError: no document, or documents whose keys, values and token ids disagree in shape.
@@ -222,7 +223,7 @@ class BlockAttentionLlamaAdapter(AdapterBase):
                                      "tokens.")
                 input_ids[i, :n] = ids.to(device=device, dtype=torch.long)
         positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
-        return DocumentCacheOutput(keys=keys, values=values, attention_mask=mask, position_ids=positions,
+        return DocumentCacheOutput(key_states=keys, value_states=values, attention_mask=mask, position_ids=positions,
                                    model_fingerprint=self.fingerprint(), input_ids=input_ids,
                                    rope_setting=rope_setting(self.model.config))
 

@@ -39,7 +39,7 @@ def contract_harness(tokenizer):
 
     def check(adapter, read):
         documents = [torch.tensor([ids]) for ids in adapter.tokenize(DOCUMENTS)]
-        assert read.keys.shape[0] == len(DOCUMENTS) and max(d.shape[1] for d in documents) == 64
+        assert read.key_states.shape[0] == len(DOCUMENTS) and max(d.shape[1] for d in documents) == 64
         question = torch.tensor([tokenizer(QUESTION, add_special_tokens=False)["input_ids"]])
         # the model reading the documents itself: every document alone (block mask), then the question
         prompt = torch.cat([*documents, question], dim=1)

@@ -107,11 +107,32 @@ def test_padded_document_batch_gives_each_document_its_own_cache():
     with torch.no_grad():
         both = model.encode_documents(batch, mask)
         alone = model.encode_documents(b)
-    assert both.keys.shape == (2, 2, 2, 12, 8) and both.num_documents == 2
+    assert both.key_states.shape == (2, 2, 2, 12, 8) and both.num_documents == 2
     split = both.split()
-    assert split[1].keys.shape == (1, 2, 2, 7, 8) and split[1].position_ids.tolist() == [list(range(7))]
-    torch.testing.assert_close(split[1].keys, alone.keys, atol=ATOL, rtol=0)
-    torch.testing.assert_close(split[1].values, alone.values, atol=ATOL, rtol=0)
+    assert split[1].key_states.shape == (1, 2, 2, 7, 8) and split[1].position_ids.tolist() == [list(range(7))]
+    torch.testing.assert_close(split[1].key_states, alone.key_states, atol=ATOL, rtol=0)
+    torch.testing.assert_close(split[1].value_states, alone.value_states, atol=ATOL, rtol=0)
+
+
+def test_document_caches_are_a_mapping_like_any_model_output():
+    """`DocumentCacheOutput` keeps `ModelOutput`'s mapping methods: its cache fields are `key_states` and
+    `value_states` (fields named `keys` / `values` would shadow `keys()` / `values()`, breaking `dict()` and
+    `to_tuple()`)."""
+    model = tiny()
+    batch = torch.cat([ids(6, 1), ids(6, 2)])
+    with torch.no_grad():
+        caches = model.encode_documents(batch)
+    fields = ["key_states", "value_states", "attention_mask", "position_ids", "model_fingerprint", "input_ids",
+              "rope_setting"]
+    as_dict = dict(caches)
+    assert list(as_dict) == fields and list(caches.keys()) == fields
+    assert as_dict["key_states"] is caches.key_states and as_dict["value_states"] is caches.value_states
+    assert caches["key_states"].shape == caches["value_states"].shape == (2, 2, 2, 6, 8)
+    as_tuple = caches.to_tuple()
+    assert len(as_tuple) == len(fields) and as_tuple[0] is caches.key_states and as_tuple[1] is caches.value_states
+    assert [v is caches[k] for k, v in zip(caches.keys(), caches.values(), strict=True)] == [True] * len(fields)
+    with pytest.raises(TypeError, match="keys"):
+        DocumentCacheOutput(keys=caches.key_states, values=caches.value_states)
 
 
 # ----------------------------------------------------------------------------------------------------- one document
@@ -261,8 +282,8 @@ def test_caches_of_another_model_are_refused():
                  lambda: compose_document_caches(foreign, model.config, model_fingerprint=own.model_fingerprint)):
         with pytest.raises(ValueError, match="fingerprint"):
             call()
-    unsigned = DocumentCacheOutput(keys=own.keys, values=own.values, attention_mask=own.attention_mask,
-                                   position_ids=own.position_ids)
+    unsigned = DocumentCacheOutput(key_states=own.key_states, value_states=own.value_states,
+                                   attention_mask=own.attention_mask, position_ids=own.position_ids)
     with pytest.raises(ValueError, match="no model_fingerprint"):
         model(question, document_caches=unsigned)
     # changing a weight in place (a training step) changes the fingerprint: old caches are refused

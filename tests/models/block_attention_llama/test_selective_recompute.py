@@ -41,12 +41,13 @@ def documents(model, lengths=(9, 13, 6), seed=10):
 
 
 def snapshot(caches):
-    return [(c.keys.clone(), c.values.clone(), c.input_ids.clone()) for c in caches]
+    return [(c.key_states.clone(), c.value_states.clone(), c.input_ids.clone()) for c in caches]
 
 
 def assert_unchanged(caches, before):
     for cache, (k, v, i) in zip(caches, before, strict=True):
-        assert torch.equal(cache.keys, k) and torch.equal(cache.values, v) and torch.equal(cache.input_ids, i)
+        assert torch.equal(cache.key_states, k) and torch.equal(cache.value_states, v)
+        assert torch.equal(cache.input_ids, i)
 
 
 GREEDY = dict(max_new_tokens=6, min_new_tokens=6, do_sample=False, output_logits=True, return_dict_in_generate=True,
@@ -260,8 +261,9 @@ def test_model_without_rotary_positions_is_refused():
 def test_caches_without_token_ids_need_them_only_to_recompute():
     model = tiny()
     _, caches = documents(model)
-    bare = [DocumentCacheOutput(keys=c.keys, values=c.values, attention_mask=c.attention_mask,
-                                position_ids=c.position_ids, model_fingerprint=c.model_fingerprint) for c in caches]
+    bare = [DocumentCacheOutput(key_states=c.key_states, value_states=c.value_states,
+                                attention_mask=c.attention_mask, position_ids=c.position_ids,
+                                model_fingerprint=c.model_fingerprint) for c in caches]
     question = ids(4, 1)
     with torch.no_grad():
         assert torch.equal(model(question, document_caches=bare).logits,
@@ -309,7 +311,7 @@ def test_peak_memory_at_most_the_full_prompts(ratio):
         full = _peak_allocated_bytes(lambda: model(torch.cat(docs + [question], 1), logits_to_keep=1))
         composed = _peak_allocated_bytes(
             lambda: model(question, document_caches=caches, recompute_ratio=ratio, logits_to_keep=1))
-    cache_bytes = sum(c.keys.numel() + c.values.numel() for c in caches) * 4
+    cache_bytes = sum(c.key_states.numel() + c.value_states.numel() for c in caches) * 4
     assert composed >= cache_bytes  # the measurement sees the composition itself
     assert composed <= full, f"ratio {ratio}: peak {composed} bytes, the full prompt's {full}"
 
@@ -331,9 +333,9 @@ def test_one_document_after_a_prefix_composes_to_the_full_prompt_exactly():
         composed_alone = model(question, document_caches=[prefix, alone]).logits
     assert after.position_ids.tolist() == [list(range(7, 18))]
     for layer in range(TINY["num_hidden_layers"]):
-        torch.testing.assert_close(after.keys[:, layer], full.past_key_values.layers[layer].keys[:, :, 7:18],
+        torch.testing.assert_close(after.key_states[:, layer], full.past_key_values.layers[layer].keys[:, :, 7:18],
                                    atol=ATOL, rtol=0)
-        torch.testing.assert_close(after.values[:, layer], full.past_key_values.layers[layer].values[:, :, 7:18],
+        torch.testing.assert_close(after.value_states[:, layer], full.past_key_values.layers[layer].values[:, :, 7:18],
                                    atol=ATOL, rtol=0)
     torch.testing.assert_close(composed, full.logits[:, -4:], atol=ATOL, rtol=0)
     assert (composed_alone - full.logits[:, -4:]).abs().max() > 1e-2
@@ -358,8 +360,8 @@ def test_documents_after_a_prefix_batched_with_padding_and_recomputed():
         one_by_one = [model.encode_documents(d, prefix=prefix) for d in docs]
         for a, b in zip(together, one_by_one, strict=True):
             assert a.position_ids.tolist() == b.position_ids.tolist()
-            torch.testing.assert_close(a.keys, b.keys, atol=ATOL, rtol=0)
-            torch.testing.assert_close(a.values, b.values, atol=ATOL, rtol=0)
+            torch.testing.assert_close(a.key_states, b.key_states, atol=ATOL, rtol=0)
+            torch.testing.assert_close(a.value_states, b.value_states, atol=ATOL, rtol=0)
         full = llama(torch.cat([prefix_ids, *docs, question], dim=1)).logits[:, -4:]
         recomputed = model(question, document_caches=[prefix, *together], recompute_ratio=1).logits
     torch.testing.assert_close(recomputed, full, atol=ATOL, rtol=0)
@@ -375,7 +377,7 @@ def test_bad_prefix_is_refused_naming_it():
         shifted = model.encode_documents(ids(5, 9), prefix=prefix)  # at positions 5..9
         padded = model.encode_documents(torch.tensor([[0, 4, 5, 6]]), torch.tensor([[0, 1, 1, 1]]))
     with pytest.raises(TypeError, match="`prefix` must be a DocumentCacheOutput"):
-        model.encode_documents(doc, prefix=prefix.keys)
+        model.encode_documents(doc, prefix=prefix.key_states)
     with pytest.raises(ValueError, match="`prefix` must hold one document, it holds 2"):
         model.encode_documents(doc, prefix=two)
     with pytest.raises(ValueError, match="`prefix`.*fingerprint"):

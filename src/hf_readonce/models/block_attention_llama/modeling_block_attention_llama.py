@@ -139,10 +139,10 @@ class DocumentCacheOutput(ModelOutput):
     adapter's `read`). Documents are padded to the longest one; `attention_mask` says which tokens are real.
 
     Args:
-        keys (`torch.FloatTensor` of shape `(num_documents, num_layers, num_key_value_heads, length, head_dim)`):
+        key_states (`torch.FloatTensor` of shape `(num_documents, num_layers, num_key_value_heads, length, head_dim)`):
             per-layer keys, rotated (RoPE) at `position_ids`.
-        values (`torch.FloatTensor` of shape `(num_documents, num_layers, num_key_value_heads, length, head_dim)`):
-            per-layer values (no position in them).
+        value_states (`torch.FloatTensor` of shape `(num_documents, num_layers, num_key_value_heads, length,
+            head_dim)`): per-layer values (no position in them).
         attention_mask (`torch.LongTensor` of shape `(num_documents, length)`): 1 for the document's tokens, 0 for
             padding.
         position_ids (`torch.LongTensor` of shape `(num_documents, length)`): the positions the keys were rotated at
@@ -156,8 +156,8 @@ class DocumentCacheOutput(ModelOutput):
             head size); a model refuses caches of another RoPE setting, naming both.
     """
 
-    keys: torch.FloatTensor | None = None
-    values: torch.FloatTensor | None = None
+    key_states: torch.FloatTensor | None = None
+    value_states: torch.FloatTensor | None = None
     attention_mask: torch.LongTensor | None = None
     position_ids: torch.LongTensor | None = None
     model_fingerprint: str | None = None
@@ -166,11 +166,11 @@ class DocumentCacheOutput(ModelOutput):
 
     @property
     def num_documents(self) -> int:
-        """Number of documents (the first dimension of `keys`)."""
-        return 0 if self.keys is None else int(self.keys.shape[0])
+        """Number of documents (the first dimension of `key_states`)."""
+        return 0 if self.key_states is None else int(self.key_states.shape[0])
 
     def split(self) -> list["DocumentCacheOutput"]:
-        """One [`DocumentCacheOutput`] per document, its padding removed: keys and values
+        """One [`DocumentCacheOutput`] per document, its padding removed: `key_states` and `value_states`
         `(1, num_layers, num_key_value_heads, n, head_dim)`, mask and positions `(1, n)`."""
         out = []
         for row in range(self.num_documents):
@@ -179,7 +179,8 @@ class DocumentCacheOutput(ModelOutput):
             if bool(real[:n].all()):  # right padding or none: views, no copy of the document's cache
                 real = slice(0, n)
             out.append(DocumentCacheOutput(
-                keys=self.keys[row][:, :, real][None], values=self.values[row][:, :, real][None],
+                key_states=self.key_states[row][:, :, real][None],
+                value_states=self.value_states[row][:, :, real][None],
                 attention_mask=self.attention_mask[row][real][None], position_ids=self.position_ids[row][real][None],
                 model_fingerprint=self.model_fingerprint,
                 input_ids=None if self.input_ids is None else self.input_ids[row][
@@ -266,16 +267,17 @@ def _as_documents(document_caches, argument: str = "document_caches") -> list[Do
     for i, cache in enumerate(document_caches):
         if not isinstance(cache, DocumentCacheOutput):
             raise TypeError(f"`{argument}[{i}]` must be a DocumentCacheOutput, got {type(cache).__name__}.")
-        if cache.keys is None or cache.values is None or cache.attention_mask is None or cache.position_ids is None:
-            raise ValueError(f"`{argument}[{i}]` lacks keys, values, attention_mask or position_ids.")
-        if cache.keys.ndim != 5 or cache.keys.shape != cache.values.shape:
-            raise ValueError(f"`{argument}[{i}]`: keys and values must both be (num_documents, num_layers, "
-                             f"num_key_value_heads, length, head_dim), got {tuple(cache.keys.shape)} and "
-                             f"{tuple(cache.values.shape)}.")
-        if cache.attention_mask.shape != cache.keys.shape[:1] + cache.keys.shape[3:4] or \
+        if cache.key_states is None or cache.value_states is None or cache.attention_mask is None or \
+                cache.position_ids is None:
+            raise ValueError(f"`{argument}[{i}]` lacks key_states, value_states, attention_mask or position_ids.")
+        if cache.key_states.ndim != 5 or cache.key_states.shape != cache.value_states.shape:
+            raise ValueError(f"`{argument}[{i}]`: key_states and value_states must both be (num_documents, "
+                             f"num_layers, num_key_value_heads, length, head_dim), got "
+                             f"{tuple(cache.key_states.shape)} and {tuple(cache.value_states.shape)}.")
+        if cache.attention_mask.shape != cache.key_states.shape[:1] + cache.key_states.shape[3:4] or \
                 cache.position_ids.shape != cache.attention_mask.shape:
             raise ValueError(f"`{argument}[{i}]`: attention_mask and position_ids must be (num_documents, length) "
-                             f"= {tuple(cache.keys.shape[:1] + cache.keys.shape[3:4])}.")
+                             f"= {tuple(cache.key_states.shape[:1] + cache.key_states.shape[3:4])}.")
         documents.extend(cache.split())
     if not documents:
         raise ValueError(f"`{argument}` holds no document.")
@@ -364,16 +366,16 @@ def _composer(documents: list[DocumentCacheOutput], config, inv_freq: torch.Tens
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     expected = (config.num_hidden_layers, config.num_key_value_heads, head_dim)
     for i, document in enumerate(documents):
-        k = document.keys[0]  # (layers, heads_kv, n, head_dim)
+        k = document.key_states[0]  # (layers, heads_kv, n, head_dim)
         if (k.shape[0], k.shape[1], k.shape[3]) != expected:
             raise ValueError(f"document {i} of `document_caches` has (layers, heads_kv, head_dim) = "
                              f"{(k.shape[0], k.shape[1], k.shape[3])}, this model {expected}.")
-    first = documents[0].keys
+    first = documents[0].key_states
     target_dtype, target_device = dtype or first.dtype, device if device is not None else first.device
-    total = sum(int(document.keys.shape[3]) for document in documents)
+    total = sum(int(document.key_states.shape[3]) for document in documents)
     parts, cursor = [], 0
     for document in documents:
-        k, v = document.keys[0], document.values[0]
+        k, v = document.key_states[0], document.value_states[0]
         n = k.shape[2]
         new_positions = torch.arange(offset + cursor, offset + cursor + n, device=k.device)
         delta = new_positions - document.position_ids[0].to(k.device)
@@ -682,7 +684,7 @@ def compose_document_caches(document_caches, config, *, offset: int = 0, model_f
     inv_freq = _rope_inv_freq(config)
     documents = _as_documents(document_caches)
     limit = getattr(config, "max_position_embeddings", None)
-    end = offset + sum(int(document.keys.shape[3]) for document in documents)
+    end = offset + sum(int(document.key_states.shape[3]) for document in documents)
     if limit is not None and end > limit:
         raise ValueError(f"`offset` {offset} and the {end - offset} document tokens reach position {end}, past the "
                          f"model's max_position_embeddings {limit}: place them from a smaller offset.")
@@ -808,9 +810,9 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
             with_fingerprint (`bool`, defaults to `True`): record [`representation_fingerprint`] in the output.
 
         Returns:
-            [`DocumentCacheOutput`]: keys and values `(num_documents, num_layers, num_key_value_heads, length,
-            head_dim)` in the model's dtype, `attention_mask` and `position_ids` `(num_documents, length)` (from P
-            at the first real token with a prefix of P tokens, else from 0).
+            [`DocumentCacheOutput`]: `key_states` and `value_states` `(num_documents, num_layers,
+            num_key_value_heads, length, head_dim)` in the model's dtype, `attention_mask` and `position_ids`
+            `(num_documents, length)` (from P at the first real token with a prefix of P tokens, else from 0).
 
         Raises:
             TypeError: floating `input_ids`, a `prefix` that is not a `DocumentCacheOutput`. ValueError: `input_ids`
@@ -841,15 +843,17 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
             start = self._check_prefix(prefix)
             batch = input_ids.shape[0]
             for index in range(self.config.num_hidden_layers):  # the prefix, once per document row
-                cache.update(prefix.keys[:, index].to(self.device, self.dtype).expand(batch, -1, -1, -1),
-                             prefix.values[:, index].to(self.device, self.dtype).expand(batch, -1, -1, -1), index)
+                cache.update(prefix.key_states[:, index].to(self.device, self.dtype).expand(batch, -1, -1, -1),
+                             prefix.value_states[:, index].to(self.device, self.dtype).expand(batch, -1, -1, -1),
+                             index)
             position_ids = (position_ids + start).masked_fill(attention_mask == 0, 0)
             read_mask = torch.cat([attention_mask.new_ones(batch, start), attention_mask], dim=1)
         self.model(input_ids=input_ids, attention_mask=read_mask, position_ids=position_ids, use_cache=True,
                    **{CACHE_NAME: cache})
         keys = torch.stack([layer.keys[:, :, start:] for layer in cache.layers], dim=1)
         values = torch.stack([layer.values[:, :, start:] for layer in cache.layers], dim=1)
-        return DocumentCacheOutput(keys=keys, values=values, attention_mask=attention_mask, position_ids=position_ids,
+        return DocumentCacheOutput(key_states=keys, value_states=values, attention_mask=attention_mask,
+                                   position_ids=position_ids,
                                    model_fingerprint=self.representation_fingerprint() if with_fingerprint else None,
                                    input_ids=input_ids.masked_fill(attention_mask == 0, 0),
                                    rope_setting=rope_setting(self.config))
@@ -864,9 +868,9 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
             raise ValueError(f"`prefix` must hold one document, it holds {len(documents)}.")
         _check_rope_settings(documents, self.config, "prefix")
         _check_fingerprints(documents, self.representation_fingerprint(), "prefix")
-        if prefix.attention_mask.shape[1] != documents[0].keys.shape[3]:
+        if prefix.attention_mask.shape[1] != documents[0].key_states.shape[3]:
             raise ValueError("`prefix` has padding; encode the prefix alone, without padding.")
-        length = int(prefix.keys.shape[3])
+        length = int(prefix.key_states.shape[3])
         if not torch.equal(prefix.position_ids[0].cpu(), torch.arange(length)):
             raise ValueError(f"`prefix` must be encoded at positions 0..{length - 1} (as `encode_documents` without "
                              "a prefix does).")
