@@ -340,6 +340,48 @@ def test_bad_inputs_are_clear_errors():
         compose_document_caches(cache, smaller.config)
 
 
+
+# Each public entry point with each tensor argument given as a numpy array or a list: a TypeError naming that
+# argument (torch failed deep inside, or under another name: `embedding()`'s `indices`, a missing `.to`, `.shape`).
+TENSOR_ARGUMENTS = [
+    ("encode_documents", "input_ids"), ("encode_documents", "attention_mask"),
+    ("forward", "input_ids"), ("forward", "attention_mask"), ("forward", "position_ids"), ("forward", "labels"),
+    ("forward", "inputs_embeds"), ("forward", "block_ids"), ("forward_block_ids", "attention_mask"),
+    ("forward_documents", "input_ids"), ("forward_documents", "attention_mask"),
+    ("forward_documents", "position_ids"), ("generate", "input_ids"), ("generate", "attention_mask"),
+    ("generate_documents", "input_ids"), ("generate_documents", "attention_mask"),
+    ("block_attention_mask", "attention_mask"), ("block_attention_mask", "block_ids"),
+]
+
+
+@pytest.mark.parametrize("convert", ["numpy", "list"])
+@pytest.mark.parametrize("entry, argument", TENSOR_ARGUMENTS)
+def test_arrays_and_lists_are_refused_naming_the_argument(entry, argument, convert):
+    model = tiny()
+    with torch.no_grad():
+        cache = model.encode_documents(ids(6, 1))
+    question = ids(4, 2)
+    tensors = {"input_ids": question, "attention_mask": torch.ones(1, 4, dtype=torch.long),
+               "position_ids": torch.arange(4)[None], "labels": question, "inputs_embeds": torch.zeros(1, 4, 32),
+               "block_ids": torch.zeros(1, 4, dtype=torch.long)}
+    call = {"input_ids": question}
+    if entry.startswith("forward_block_ids") or entry == "block_attention_mask":
+        call["block_ids"] = tensors["block_ids"]
+    if entry.endswith("_documents") and entry != "encode_documents":
+        call["document_caches"] = cache
+    if argument == "inputs_embeds":
+        del call["input_ids"]
+    call[argument] = tensors[argument].numpy() if convert == "numpy" else tensors[argument].tolist()
+    function = {"encode_documents": model.encode_documents, "generate": model.generate,
+                "generate_documents": model.generate, "block_attention_mask": block_attention_mask}.get(entry, model)
+    if entry.startswith("generate"):
+        call["max_new_tokens"] = 1
+    if entry == "block_attention_mask":
+        call.pop("input_ids")
+    with torch.no_grad(), pytest.raises(TypeError, match=rf"^`{argument}` must be a torch.Tensor, got "
+                                                         rf"{'ndarray' if convert == 'numpy' else 'list'}"):
+        function(**call)
+
 # ----------------------------------------------------------------------------------------------------- hub, training
 def test_save_load_and_remote_code_round_trip(tmp_path):
     model = tiny()

@@ -479,6 +479,44 @@ def test_mismatched_inputs_are_refused_by_name(kwargs, error, words):
     assert model(input_ids=q, document_input_ids=doc, labels=labels).loss.isfinite()
 
 
+
+@pytest.mark.parametrize("convert", ["numpy", "list"])
+@pytest.mark.parametrize("entry, argument", [
+    ("encode_documents", "input_ids"), ("encode_documents", "attention_mask"),
+    *[(entry, argument) for entry in ("forward", "generate") for argument in (
+        "input_ids", "attention_mask", "document_representations", "document_attention_mask", "document_input_ids",
+        "document_input_attention_mask", "decoder_input_ids", "decoder_attention_mask")],
+    ("forward", "labels"), ("encoder", "input_ids"), ("encoder", "attention_mask"),
+])
+def test_arrays_and_lists_are_refused_naming_the_argument(entry, argument, convert):
+    """A numpy array or a list for a tensor argument of a public entry point: a TypeError naming that argument
+    (torch failed deep inside, or named `input_ids` for `document_input_ids`)."""
+    model, q, doc, labels = tiny(), tokens(2, 6), tokens(2, 20, seed=3), tokens(2, 5, seed=4)
+    with torch.no_grad():
+        reps = model.encode_documents(doc)
+    tensors = {"input_ids": q, "attention_mask": torch.ones(2, 6, dtype=torch.long),
+               "document_representations": reps.representations, "document_attention_mask": reps.attention_mask,
+               "document_input_ids": doc, "document_input_attention_mask": torch.ones(2, 20, dtype=torch.long),
+               "decoder_input_ids": labels, "decoder_attention_mask": torch.ones(2, 5, dtype=torch.long),
+               "labels": labels}
+    call = {"input_ids": doc if entry == "encode_documents" else q}
+    if argument.startswith("document_input"):
+        call["document_input_ids"] = doc
+    elif argument.startswith("document_"):
+        call["document_representations"] = reps.representations
+    if argument == "decoder_attention_mask":
+        call["decoder_input_ids"] = labels
+    value = tensors[argument] if entry != "encode_documents" or argument != "attention_mask" else tensors[
+        "document_input_attention_mask"]
+    call[argument] = value.numpy() if convert == "numpy" else value.tolist()
+    function = {"encode_documents": model.encode_documents, "encoder": model.get_encoder(),
+                "generate": model.generate}.get(entry, model)
+    if entry == "generate":
+        call["max_new_tokens"] = 1
+    got = "ndarray" if convert == "numpy" else "list"
+    with torch.no_grad(), pytest.raises(TypeError, match=rf"^`{argument}` must be a .*torch.Tensor.*, got {got}"):
+        function(**call)
+
 def test_generate_with_raw_document_tokens_reads_the_document():
     """`generate(document_input_ids=...)` encodes the documents once before decoding; it used to decode without
     them (generation runs the encoder once, and the raw tokens never reached it)."""

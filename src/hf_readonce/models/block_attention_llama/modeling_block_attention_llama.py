@@ -90,6 +90,21 @@ def _config_fingerprint(config, config_class) -> str:
                       default=str)
 
 
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._check_tensor_arguments
+def _check_tensor_arguments(ids: dict, masks: dict | None = None) -> None:
+    """Raise a `TypeError` naming the argument for an input that is not a `torch.Tensor` (a list or a numpy array: the
+    model would fail deep inside torch), or, among `ids` (token ids, token types), one that does not hold integers
+    (a float or bool tensor the embedding lookup would refuse without saying which argument). `None` values are
+    skipped; `masks` (attention masks: any dtype) are checked only for being tensors."""
+    for name, value in {**ids, **(masks or {})}.items():
+        if value is not None and not torch.is_tensor(value):
+            raise TypeError(f"`{name}` must be a torch.Tensor, got {type(value).__name__} (convert it with "
+                            "torch.as_tensor, or tokenize with return_tensors='pt').")
+    for name, value in ids.items():
+        if value is not None and (value.is_floating_point() or value.dtype == torch.bool):
+            raise TypeError(f"`{name}` must hold integer token ids, got {value.dtype}.")
+
+
 def _decoder(model):
     """The `LlamaModel` (decoder stack) of a causal LM or the decoder itself."""
     decoder = getattr(model, "model", None)
@@ -317,7 +332,9 @@ def rotate_keys(keys: torch.Tensor, delta: torch.Tensor, inv_freq: torch.Tensor)
 
     Raises:
         ValueError: if `head_dim != 2 * len(inv_freq)` or `delta` does not have `length` entries.
+        TypeError: an argument that is not a tensor (a list, a numpy array).
     """
+    _check_tensor_arguments({}, {"keys": keys, "delta": delta, "inv_freq": inv_freq})
     _check_rotation(keys.shape, delta, inv_freq)
     cos, sin = _rotation(delta, inv_freq, keys.device)
     return _rotate(keys.float(), cos, sin).to(keys.dtype)
@@ -712,10 +729,11 @@ def block_attention_mask(block_ids: torch.Tensor, attention_mask: torch.Tensor |
         `torch.finfo(dtype).min` elsewhere (the form transformers' eager and sdpa attention take).
 
     Raises:
-        TypeError: floating `block_ids`. ValueError: `block_ids` not 2-D, ids below -1, or an `attention_mask` of
-            another shape.
+        TypeError: `block_ids` that are not an integer tensor, an `attention_mask` that is not a tensor (a list, a
+            numpy array). ValueError: `block_ids` not 2-D, ids below -1, or an `attention_mask` of another shape.
     """
-    if not torch.is_tensor(block_ids) or block_ids.is_floating_point() or block_ids.dtype == torch.bool:
+    _check_tensor_arguments({}, {"block_ids": block_ids, "attention_mask": attention_mask})
+    if block_ids.is_floating_point() or block_ids.dtype == torch.bool:
         raise TypeError("`block_ids` must be an integer tensor (batch_size, seq_length).")
     if block_ids.ndim != 2:
         raise ValueError(f"`block_ids` must be (batch_size, seq_length), got shape {tuple(block_ids.shape)}.")
@@ -815,13 +833,13 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
             `(num_documents, length)` (from P at the first real token with a prefix of P tokens, else from 0).
 
         Raises:
-            TypeError: floating `input_ids`, a `prefix` that is not a `DocumentCacheOutput`. ValueError: `input_ids`
+            TypeError: `input_ids` or `attention_mask` that are not tensors (a list, a numpy array), floating
+                `input_ids`, a `prefix` that is not a `DocumentCacheOutput`. ValueError: `input_ids`
                 not 2-D or empty, a mask of another shape, a document without real tokens, token ids outside the
                 vocabulary, or a `prefix` of another model (fingerprint) or RoPE setting, of more than one document,
                 with padding, or not at positions 0..P-1.
         """
-        if not torch.is_tensor(input_ids) or input_ids.is_floating_point():
-            raise TypeError("`input_ids` must be an integer tensor (num_documents, length).")
+        _check_tensor_arguments({"input_ids": input_ids}, {"attention_mask": attention_mask})
         if input_ids.ndim != 2 or input_ids.numel() == 0:
             raise ValueError(f"`input_ids` must be a non-empty (num_documents, length) tensor, got shape "
                              f"{tuple(input_ids.shape)}.")
@@ -1038,8 +1056,12 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
             ValueError: `block_ids` of another shape than `input_ids`, with a non-empty cache or with
                 `document_caches`; `document_caches` with `past_key_values`; caches of another model (fingerprint);
                 both `past_key_values` and `cache`.
-            TypeError: floating `block_ids`.
+            TypeError: `input_ids`, `attention_mask`, `position_ids`, `inputs_embeds`, `labels` or `block_ids` that
+                are not tensors (a list, a numpy array); floating `input_ids`, `labels` or `block_ids`.
         """
+        _check_tensor_arguments({"input_ids": input_ids, "labels": labels},
+                                {"attention_mask": attention_mask, "position_ids": position_ids,
+                                 "inputs_embeds": inputs_embeds, "block_ids": block_ids})
         past_key_values = _either_cache(past_key_values, cache)
         if block_ids is not None:
             if document_caches is not None:
@@ -1113,7 +1135,11 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
                 `inputs_embeds`, a question mask of another shape, caches of another model (fingerprint), RoPE
                 setting or shape, `recompute_ratio` outside [0, 1] or without `document_caches`, documents and
                 question longer together than `config.max_position_embeddings`.
+            TypeError: `input_ids`, `attention_mask`, `position_ids` or `inputs_embeds` that are not tensors (a list,
+                a numpy array); floating `input_ids`.
         """
+        _check_tensor_arguments({"input_ids": input_ids}, {name: kwargs.get(name) for name in
+                                                           ("attention_mask", "position_ids", "inputs_embeds")})
         if document_caches is None:
             if recompute_ratio:
                 raise ValueError("`recompute_ratio` applies to `document_caches`, none were given.")

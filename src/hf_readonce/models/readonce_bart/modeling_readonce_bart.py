@@ -104,6 +104,34 @@ def _check_token_ids(ids, bound: int, argument: str) -> None:
                              f"[0, {bound}) of this model.") from None
 
 
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._check_tensor_arguments
+def _check_tensor_arguments(ids: dict, masks: dict | None = None) -> None:
+    """Raise a `TypeError` naming the argument for an input that is not a `torch.Tensor` (a list or a numpy array: the
+    model would fail deep inside torch), or, among `ids` (token ids, token types), one that does not hold integers
+    (a float or bool tensor the embedding lookup would refuse without saying which argument). `None` values are
+    skipped; `masks` (attention masks: any dtype) are checked only for being tensors."""
+    for name, value in {**ids, **(masks or {})}.items():
+        if value is not None and not torch.is_tensor(value):
+            raise TypeError(f"`{name}` must be a torch.Tensor, got {type(value).__name__} (convert it with "
+                            "torch.as_tensor, or tokenize with return_tensors='pt').")
+    for name, value in ids.items():
+        if value is not None and (value.is_floating_point() or value.dtype == torch.bool):
+            raise TypeError(f"`{name}` must hold integer token ids, got {value.dtype}.")
+
+
+def _check_representations_type(document_representations) -> None:
+    """Raise a `TypeError` naming `document_representations` unless it is a tensor, a
+    [`ReadOnceDocumentEncoderOutput`] holding a tensor, or `None` (a list or a numpy array would fail deep inside
+    torch, or under another name)."""
+    representations = document_representations
+    if isinstance(representations, ReadOnceDocumentEncoderOutput):
+        _check_tensor_arguments({}, {"document_representations.representations": representations.representations,
+                                     "document_representations.attention_mask": representations.attention_mask})
+    elif representations is not None and not torch.is_tensor(representations):
+        raise TypeError(f"`document_representations` must be a (batch, m, d_model) torch.Tensor or a "
+                        f"ReadOnceDocumentEncoderOutput, got {type(representations).__name__}.")
+
+
 def _check_text_inputs(input_ids, attention_mask, input_name: str = "input_ids",
                        mask_name: str = "attention_mask") -> None:
     """Raise a `TypeError` for token ids that are not integers and a `ValueError` for a 2-D padding mask whose shape
@@ -418,11 +446,10 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
         Raises:
             ValueError: empty `input_ids` or a document with no real token; a token id outside the vocabulary; a
                 bad k; a chunk overlap that is not a multiple of k.
-            TypeError: `input_ids` not an integer tensor.
+            TypeError: `input_ids` not an integer tensor, `attention_mask` not a tensor (a list, a numpy array).
         """
         config = self.config
-        if not torch.is_tensor(input_ids) or input_ids.dtype.is_floating_point:
-            raise TypeError("`input_ids` must be an integer tensor of token ids.")
+        _check_tensor_arguments({"input_ids": input_ids}, {"attention_mask": attention_mask})
         if input_ids.dim() != 2 or input_ids.shape[1] == 0 or input_ids.shape[0] == 0:
             raise ValueError(f"`input_ids` must be a non-empty (batch, length) tensor, got {tuple(input_ids.shape)}.")
         k = config.compression_ratio if compression_ratio is None else compression_ratio
@@ -516,10 +543,15 @@ class ReadOnceBartEncoder(BartEncoder):
 
         Raises:
             ValueError: representations of the wrong hidden size or batch, a mask of the wrong shape.
-            TypeError: `input_ids` that are not integer token ids.
+            TypeError: `input_ids` that are not integer token ids; an argument that is not a tensor (a list, a numpy
+                array).
         """
         for key in ("output_attentions", "output_hidden_states", "return_dict"):
             kwargs.pop(key, None)
+        _check_tensor_arguments({"input_ids": input_ids}, {"attention_mask": attention_mask,
+                                                           "inputs_embeds": inputs_embeds,
+                                                           "document_attention_mask": document_attention_mask})
+        _check_representations_type(document_representations)
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `input_ids` or `inputs_embeds`.")
         _check_text_inputs(input_ids, attention_mask)
@@ -578,7 +610,8 @@ def _unpack_representations(representations, mask, batch: int, d_model: int):
     if isinstance(representations, ReadOnceDocumentEncoderOutput):
         mask = representations.attention_mask if mask is None else mask
         representations = representations.representations
-    if not torch.is_tensor(representations) or representations.dim() != 3:
+    _check_representations_type(representations)
+    if representations.dim() != 3:
         raise ValueError("`document_representations` must be a (batch, m, d_model) tensor or ReadOnceDocumentEncoderOutput.")
     if representations.shape[-1] != d_model:
         raise ValueError(f"`document_representations` have hidden size {representations.shape[-1]}, the model "
@@ -614,7 +647,17 @@ class ReadOnceBartModel(BartModel):
                 document_attention_mask=None, decoder_inputs_embeds=None, use_cache=None, cache=None, **kwargs):
         r"""As [`~transformers.BartModel.forward`], plus `document_representations` / `document_attention_mask`
         (see [`ReadOnceBartEncoder`]); the cache is `past_key_values` or (transformers >= 5.24's name) `cache`.
-        Returns `(decoder_outputs, encoder_outputs)`."""
+        Returns `(decoder_outputs, encoder_outputs)`.
+
+        Raises:
+            TypeError: an input that is not a tensor (a list, a numpy array), or token ids that are not integers.
+            ValueError: as [`ReadOnceBartEncoder.forward`]; decoder rows that do not match the encoder's batch.
+        """
+        _check_tensor_arguments({"input_ids": input_ids, "decoder_input_ids": decoder_input_ids},
+                                {"attention_mask": attention_mask, "decoder_attention_mask": decoder_attention_mask,
+                                 "document_attention_mask": document_attention_mask,
+                                 "decoder_inputs_embeds": decoder_inputs_embeds})
+        _check_representations_type(document_representations)
         past_key_values = _either_cache(past_key_values, cache)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
@@ -722,7 +765,8 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
             compression_ratio (`int`, *optional*): k at inference (§5.2), default `config.compression_ratio`.
 
         Raises:
-            TypeError: `input_ids` that are not integer ids.
+            TypeError: `input_ids` that are not integer ids, or `input_ids` / `attention_mask` that are not tensors (a
+                list, a numpy array).
             ValueError: an empty or non-2-D `input_ids`, a mask of another shape, an empty document, a k that is not
                 a positive int or does not divide the chunk overlap (see [`ReadOnceBartDocumentEncoder.forward`]).
         """
@@ -753,7 +797,16 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         Raises:
             ValueError: both `document_representations` and `document_input_ids`; `document_attention_mask` given
                 for `document_input_ids`; as `forward`.
+            TypeError: `input_ids` (or `inputs`), a mask, `document_input_ids` or `document_representations` that are
+                not tensors (a list, a numpy array); token ids that are not integers.
         """
+        _check_tensor_arguments(
+            {"input_ids": args[0] if args else kwargs.get("input_ids"), "inputs": kwargs.get("inputs"),
+             "document_input_ids": kwargs.get("document_input_ids"),
+             "decoder_input_ids": kwargs.get("decoder_input_ids")},
+            {name: kwargs.get(name) for name in ("attention_mask", "document_attention_mask",
+                                                 "document_input_attention_mask", "decoder_attention_mask")})
+        _check_representations_type(kwargs.get("document_representations"))
         document_input_ids = kwargs.pop("document_input_ids", None)
         document_input_mask = kwargs.pop("document_input_attention_mask", None)
         if document_input_ids is not None:
@@ -773,13 +826,15 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         Raises:
             ValueError: `document_representations` given too, `document_attention_mask` given for the tokens (their
                 mask is `document_input_attention_mask`), or a mask of another shape than the tokens.
-            TypeError: tokens that are not integer ids.
+            TypeError: tokens that are not integer ids, tokens or their mask that are not tensors.
         """
         if document_representations is not None:
             raise ValueError("Pass `document_representations` or `document_input_ids`, not both.")
         if document_attention_mask is not None:
             raise ValueError("`document_attention_mask` is the mask of `document_representations`; the mask of "
                              "`document_input_ids` is `document_input_attention_mask`.")
+        _check_tensor_arguments({"document_input_ids": document_input_ids},
+                                {"document_input_attention_mask": document_input_attention_mask})
         _check_text_inputs(document_input_ids, document_input_attention_mask, "document_input_ids",
                            "document_input_attention_mask")
         return self.document_encoder(document_input_ids, attention_mask=document_input_attention_mask,
@@ -846,8 +901,15 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
             ValueError: representations from another document encoder, of the wrong hidden size or batch; both
                 representations and document tokens given; both `past_key_values` and `cache`; a mask whose shape
                 differs from its ids'; `labels` / `decoder_input_ids` with another number of rows than the input.
-            TypeError: token ids or `labels` that are not integers.
+            TypeError: token ids or `labels` that are not integers; an input, a mask or `labels` that is not a tensor
+                (a list, a numpy array).
         """
+        _check_tensor_arguments({"input_ids": input_ids, "labels": labels, "decoder_input_ids": decoder_input_ids,
+                                 "document_input_ids": document_input_ids},
+                                {"attention_mask": attention_mask, "document_attention_mask": document_attention_mask,
+                                 "decoder_attention_mask": decoder_attention_mask,
+                                 "document_input_attention_mask": document_input_attention_mask})
+        _check_representations_type(document_representations)
         _check_text_inputs(labels, None, "labels")
         past_key_values = _either_cache(past_key_values, cache)
         for key in ("output_attentions", "output_hidden_states"):  # not returned: the fused layers do not record them
