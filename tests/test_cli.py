@@ -739,11 +739,31 @@ def test_demo_refuses_a_model_that_is_not_a_deformer_and_a_missing_one(tmp_path,
     assert "train.jsonl not found (--distill trains on it" in err, err
 
 
+
+def test_demo_refuses_a_deformer_folder_without_a_tokenizer(tmp_path, capsys, monkeypatch):
+    """A DeFormer saved without its tokenizer stopped with an "unexpected" error from inside transformers: the line
+    names the folder, says it holds no tokenizer and how to save one, before the demo starts."""
+    import hf_readonce.recipes.demo as demo
+
+    folder = tmp_path / "data" / "disfl_qa"
+    folder.mkdir(parents=True)
+    (folder / "validation.jsonl").write_text("")
+    model = tmp_path / "no-tokenizer"
+    tiny_model().save_pretrained(model)
+    capsys.readouterr()  # (save_pretrained's progress bar)
+    monkeypatch.setattr(demo, "run", lambda *args: pytest.fail("the demo ran without a tokenizer"))
+    err = _demo_error(["--data-dir", str(folder.parent), "--model", str(model)], capsys)
+    assert f"--model: the folder {model} holds no tokenizer" in err, err
+    assert "save the tokenizer next to the model (`tokenizer.save_pretrained(" in err and "unexpected" not in err, err
+
 def test_demo_labels_describe_the_model_given(tmp_path, capsys, monkeypatch):
     """A DeFormer that is not the shipped reference is printed as itself (not "the reference DeFormer", not
     "shipped reference"); a threshold its config does not record is not said to be tuned on "?" questions; the
     teacher's recorded scores, on every validation question, are left out beside scores of a subset."""
+    from transformers import AutoTokenizer
+
     import hf_readonce.recipes.demo as demo
+    from hf_readonce.weights import minilm_path
 
     folder = tmp_path / "data" / "disfl_qa"
     folder.mkdir(parents=True)
@@ -751,6 +771,7 @@ def test_demo_labels_describe_the_model_given(tmp_path, capsys, monkeypatch):
     model = tmp_path / "my-deformer"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"model_type": "deformer_bert"}))
+    AutoTokenizer.from_pretrained(minilm_path()).save_pretrained(model)  # the demo checks it holds a tokenizer
     scores = {"exact_match": 10.0, "f1": 20.0}
     metrics = {"num_decomposed_layers": 2, "eval_questions": 12, "eval_passages": 5, "cached_exact_match": 10.0,
                "cached_f1": 20.0, "baselines": {"always_empty": scores}, "null_score_diff_threshold": 0.0,

@@ -15,7 +15,8 @@ By default (78.1 s measured on 2 cores of an AMD EPYC: `benchmarks/results/demo/
    scores, and the speed-up measured against the same model reading every question+passage pair.
 
 `--model DIR` answers with another DeFormer (`model_type` `deformer_bert`; other families are refused) instead; only
-`disfl_qa/validation.jsonl` is read then (`train.jsonl` is needed by `--distill` alone).
+`disfl_qa/validation.jsonl` is read then (`train.jsonl` is needed by `--distill` alone). DIR must hold the model's
+tokenizer as well (`tokenizer.save_pretrained(DIR)`): the demo reads the data with it and has no option for another.
 
 With `--distill` it redoes step 1's distillation from the shipped full model instead (`--num_decomposed_layers`,
 default 4; `--max_steps`, default 60 of 16 examples), then tunes the threshold on
@@ -89,6 +90,30 @@ def _check_model_type(option: str, model: str, types: tuple[str, ...], wanted: s
     architectures = config.get("architectures") or []
     if architecture and architectures and not any(name.endswith(architecture) for name in architectures):
         _fail(f"{option} {model} is a {', '.join(architectures)} checkpoint, not {wanted}.")
+
+
+# files one of which a saved tokenizer holds (`save_pretrained` of a fast or a slow tokenizer)
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "spiece.model",
+                    "sentencepiece.bpe.model", "tokenizer.model")
+
+
+def _check_tokenizer(option: str, model: str) -> None:
+    """Stop with one line naming `option` and the folder unless the checkpoint `model` holds a tokenizer that loads:
+    the demo tokenizes questions and passages with the checkpoint's own tokenizer (it has no option that supplies
+    another), and a folder saved without one failed deep inside transformers, as an unexpected error."""
+    from transformers import AutoTokenizer
+
+    try:
+        AutoTokenizer.from_pretrained(model)
+    except Exception as error:  # no tokenizer files (OSError, ValueError), or files transformers cannot read
+        how = (f"save the tokenizer next to the model (`tokenizer.save_pretrained({str(model)!r})`: tokenizer.json, "
+               "tokenizer_config.json); the demo has no option that supplies one")
+        folder = Path(model)
+        if folder.is_dir() and not any((folder / name).is_file() for name in _TOKENIZER_FILES):
+            _fail(f"{option}: the folder {model} holds no tokenizer (the demo tokenizes questions and passages with "
+                  f"the checkpoint's own): {how}.")
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()] or [type(error).__name__]
+        _fail(f"{option}: cannot load the tokenizer of {model}: {lines[0].rstrip('.')}; {how}.")
 
 
 def _is_reference(model: str) -> bool:
@@ -166,7 +191,8 @@ def main(argv=None) -> dict:
     Raises:
         SystemExit: status 2 after one line `hf-readonce demo: error: ...` on stderr when the data files or the
             reference checkpoint are missing, or the reference checkpoint fails its checksum; when `--model` is
-            not a DeFormer or `--teacher` not a full BERT QA model (either missing or unreadable); or on a usage
+            not a DeFormer or `--teacher` not a full BERT QA model (either missing or unreadable); when the checkpoint
+            whose tokenizer reads the data (`--model`, or `--teacher` with `--distill`) holds none; or on a usage
             error (a count below 1, a learning rate not > 0, an unknown option).
     """
     parser = OneLineArgumentParser(prog="hf-readonce demo", description=__doc__,
@@ -250,6 +276,8 @@ def main(argv=None) -> dict:
     _check_model_type("--teacher", args.teacher, ("bert",),
                       "a full BERT extractive-QA model (model_type bert, BertForQuestionAnswering)",
                       architecture="ForQuestionAnswering")
+    # the checkpoint whose tokenizer reads the data: the teacher's with --distill (the student starts from it)
+    _check_tokenizer(*(("--teacher", args.teacher) if args.distill else ("--model", args.model)))
     if args.output_dir is None:
         with tempfile.TemporaryDirectory(prefix="hf-readonce-demo-") as output_dir:
             return _run(args, argv, output_dir, train_file, validation_file, keep=False)
