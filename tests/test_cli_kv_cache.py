@@ -201,6 +201,31 @@ def test_verify_recompute_every_family_of_a_store(tmp_path, llama_checkpoint, ch
     assert "no representation space" in err and "deformer_bert" in err
 
 
+
+def test_verify_recompute_notes_documents_it_did_not_read(tmp_path, llama_checkpoint, capsys):
+    """Stored caches keep their tokens: `--documents` is read only for the documents whose texts it holds. A file
+    that holds none of those recomputed was ignored in silence: a note says so, and why (the run does not fail)."""
+    store = tmp_path / "store"
+    assert encode(llama_checkpoint, store, ROWS, tmp_path) == 0
+    other = write_jsonl(tmp_path / "other.jsonl", [{"id": "x", "context": "A text that was never encoded."}])
+    capsys.readouterr()
+    verify = ["verify", "--store", str(store), "--no-progress", "--device", "cpu", "--recompute", "2", "--model",
+              str(llama_checkpoint)]
+    assert cli_main([*verify, "--documents", str(other)]) == 0
+    captured = capsys.readouterr()
+    notes = [line for line in captured.err.splitlines() if "--documents" in line]
+    assert len(notes) == 1, captured.err
+    assert notes[0].startswith(f"hf-readonce: note: --documents {other} was not read for space ")
+    assert "(block_attention_llama)" in notes[0]
+    assert "keep the tokens they were read from" in notes[0] and "recomputed from their stored tokens" in notes[0]
+    assert "2 of 4 document(s) recomputed from stored tokens" in captured.out
+    assert cli_main([*verify, "--documents", str(other), "--json"]) == 0  # stdout stays one JSON document
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["recompute"][0]["recomputed"] == 2 and "was not read for space" in captured.err
+    assert cli_main([*verify, "--documents", str(tmp_path / "docs.jsonl")]) == 0  # the texts encoded: read
+    captured = capsys.readouterr()
+    assert "recomputed from text" in captured.out and "--documents" not in captured.err, captured.err
+
 def _files(folder):
     return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 

@@ -1582,6 +1582,8 @@ def _recompute(args, store, corrupted):
         for space in others:
             print(f"recompute: space {space.key[:16]} ({space.model_type or '?'}, fingerprint "
                   f"{space.fingerprint[:16]}...) was not made by any --model given: not recomputed")
+    if args.documents:
+        _note_documents_not_read(reports, args.documents)
     status = EXIT_OK
     for report in reports:
         if report.mismatched or report.skipped:
@@ -1591,6 +1593,25 @@ def _recompute(args, store, corrupted):
         if args.max_diff is not None and any(c.max_abs_diff > args.max_diff for _, _, c in report.checks):
             status = EXIT_PROBLEMS
     return reports, status
+
+
+def _note_documents_not_read(reports, documents) -> None:
+    """One note line (stderr) per recomputed space for which `--documents` was given but not read: a family whose
+    stored entries keep the tokens they were read from (its adapter's `recompute_needs_text` is False) recomputes a
+    document from its text only when that text is in the file, else from the stored tokens
+    ([`recompute_store`]), so a file that holds none of the documents recomputed was silently ignored."""
+    for report in reports:
+        stored = sum(check.recomputed_from == "stored tokens" for _, _, check in report.checks)
+        if report.skipped or not stored:
+            continue
+        what = (f"--documents {documents} was not read for space {report.space[:16]} ({report.model_type})"
+                if stored == len(report.checks) else
+                f"--documents {documents} was read for {len(report.checks) - stored} of the {len(report.checks)} "
+                f"document(s) recomputed in space {report.space[:16]} ({report.model_type}), not for the other "
+                f"{stored}")
+        print(f"hf-readonce: note: {what}: its entries keep the tokens they were read from, and the texts of "
+              f"{'these' if stored == len(report.checks) else 'those'} documents are not in the file (matched by "
+              "content), so they were recomputed from their stored tokens.", file=sys.stderr)
 
 
 def cmd_checkpoints(args) -> int:
@@ -1882,7 +1903,8 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
                         help="with --recompute: the checkpoint that wrote the store (repeat for several models)")
     verify.add_argument("--documents", default=None,
                         help="with --recompute: JSONL of the documents' texts (needed for families whose stored "
-                             "tensors keep no tokens; used for every family when given)")
+                             "tensors keep no tokens; used for every family for the documents it holds, and a "
+                             "note names a space it was not read for)")
     verify.add_argument("--text-field", default=None, help="field of --documents holding the text (default: "
                                                             "context, or document where no line has a context)")
     verify.add_argument("--max-kl", type=float, default=None,
