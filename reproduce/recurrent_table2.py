@@ -202,6 +202,7 @@ def model_card_section(rows: list[dict], baselines: dict, args) -> str:
         if not by_overlap:
             continue
         cells = " | ".join(
+            "not scored" if o in by_overlap and by_overlap[o]["test_token_perplexity"] is None else
             f"{number(by_overlap[o]['test_token_perplexity'])} "
             f"({number(by_overlap[o]['test_token_perplexity_recurrence_zeroed'])})" if o in by_overlap else ""
             for o in args.overlaps)

@@ -59,3 +59,18 @@ def test_rows_stopped_at_different_steps_are_flagged():
     assert "baseline 1782, recurrent_ov0 468" in warning and "not a comparison at equal training" in warning
     assert table2.unequal_steps([{"run": "a", "train_steps": 2000}, {"run": "b", "train_steps": 1900}]) is None
     assert table2.unequal_steps([{"run": "baseline", "train_steps": 2}]) is None
+
+
+def test_card_says_not_scored_for_a_row_stopped_before_its_test_book():
+    """A recurrent run stopped while scoring (its lm_results.json holds validation only) is a row whose test cell
+    reads 'not scored', not an empty '()'."""
+    from types import SimpleNamespace
+
+    table2 = entry_point("recurrent_table2")
+    args = SimpleNamespace(overlaps=[0, 30], recurrence_learning_rates=["same"], smoke=False, window_size=128)
+    rows = [{"run": "recurrent_ov0", "test_overlap": 0, "test_token_perplexity": 30.8,
+             "test_token_perplexity_recurrence_zeroed": 31.0, "train_steps": 468},
+            {"run": "recurrent_ov30", "test_overlap": 30, "test_token_perplexity": None,
+             "test_token_perplexity_recurrence_zeroed": None, "train_steps": 457}]
+    card = table2.model_card_section(rows, {}, args)
+    assert "| recurrent | 30.80 (31.00) | not scored | 468/457 |" in card and "()" not in card
