@@ -568,3 +568,15 @@ def test_texts_and_targets_beyond_the_position_table_are_refused_by_name():
     with pytest.raises(ValueError, match=r"`labels` / `decoder_input_ids` hold 80 tokens"):
         model(input_ids=tokens(1, 6), document_input_ids=doc, labels=tokens(1, 80))
     assert model(input_ids=tokens(1, 6), document_input_ids=tokens(1, 300), labels=tokens(1, 5)).loss.isfinite()
+
+
+def test_an_encoder_output_without_representations_is_named():
+    """A `ReadOnceDocumentEncoderOutput` that holds a mask but no `representations` tensor is a ValueError naming
+    `document_representations`, through `forward` and `generate` (an AttributeError on None before)."""
+    model = tiny()
+    q = tokens(1, 6)
+    empty = ReadOnceDocumentEncoderOutput(attention_mask=torch.ones(1, 6, dtype=torch.long))
+    with pytest.raises(ValueError, match="document_representations"):
+        model(input_ids=q, document_representations=empty, decoder_input_ids=q)
+    with pytest.raises(ValueError, match="document_representations"):
+        model.generate(input_ids=q, document_representations=empty, max_new_tokens=2)

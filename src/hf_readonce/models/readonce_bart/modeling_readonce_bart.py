@@ -611,7 +611,7 @@ def _unpack_representations(representations, mask, batch: int, d_model: int):
         mask = representations.attention_mask if mask is None else mask
         representations = representations.representations
     _check_representations_type(representations)
-    if representations.dim() != 3:
+    if representations is None or representations.dim() != 3:  # None: an output object without its tensor
         raise ValueError("`document_representations` must be a (batch, m, d_model) tensor or ReadOnceDocumentEncoderOutput.")
     if representations.shape[-1] != d_model:
         raise ValueError(f"`document_representations` have hidden size {representations.shape[-1]}, the model "
