@@ -33,8 +33,9 @@ STARTED = time.monotonic()  # reset by each entry point's main() (start_clock): 
 def start_clock() -> None:
     """Start the clock of `wall_seconds` ([`write_results`]): each entry point calls it first in `main()`, so a
     results file counts that command's seconds, also where several commands run in one process (the tests)."""
-    global STARTED
+    global STARTED, STOPPED
     STARTED = time.monotonic()
+    STOPPED = False  # a stop of an earlier command in this process (the tests) is not this one's
 
 
 def sha256_file(path: Path, chunk_bytes: int = 1 << 20) -> str:
@@ -198,8 +199,9 @@ def write_results(path: Path, table: str, rows: list[dict], baselines: dict, ext
                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                "wall_seconds": round(time.monotonic() - STARTED, 1), "rows": rows, "baselines": baselines}
     if STOPPED:
-        payload["stopped"] = ("a signal (the device call's timeout, Ctrl-C) stopped the runs still going: the rows "
-                              "are those that finished, the `failed` runs did not")
+        payload["stopped"] = ("a signal (the device call's timeout, Ctrl-C) stopped the runs still going: they are "
+                              "listed in `failed`, and a run that wrote part of its results before it was stopped "
+                              "appears in the rows with what it finished (the rest empty)")
     payload.update(extra or {})
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(payload, indent=2) + "\n")
@@ -246,23 +248,33 @@ def run_children(commands: dict[str, list[str]], log_dir: Path, grace_s: float =
 
     global STOPPED
     log_dir.mkdir(parents=True, exist_ok=True)
-    running = []
-    for name, argv in commands.items():
-        log = open(log_dir / f"{name}.log", "w")
-        running.append((name, subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT), log))
+
+    state = {"waiting": False, "signal": None}
 
     def stop(signum, frame):
-        raise _Stop(signum)
+        for number in (signal.SIGTERM, signal.SIGINT):  # a second signal (timeout's to the process group) waits
+            signal.signal(number, signal.SIG_IGN)
+        state["signal"] = signum
+        if state["waiting"]:
+            raise _Stop(signum)
 
+    # installed before the first child starts; during the start-up a signal is only noted, and acted on once the
+    # child being started is in `running` (so it is stopped with the others, never left behind)
     previous = {number: signal.signal(number, stop) for number in (signal.SIGTERM, signal.SIGINT)}
-    failed = []
+    running, failed = [], []
     try:
+        for name, argv in commands.items():
+            log = open(log_dir / f"{name}.log", "w")
+            running.append((name, subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT), log))
+            if state["signal"] is not None:
+                raise _Stop(state["signal"])
+        state["waiting"] = True
+        if state["signal"] is not None:
+            raise _Stop(state["signal"])
         for name, child, _ in running:
             if child.wait() != 0:
                 failed.append(name)
     except _Stop as signum:
-        for number in previous:
-            signal.signal(number, signal.SIG_IGN)
         STOPPED = True
         print(f"signal {signum} received: stopping {sum(c.poll() is None for _, c, _ in running)} runs still going, "
               "then writing the results of those that finished", file=sys.stderr, flush=True)

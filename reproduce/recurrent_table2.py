@@ -181,7 +181,13 @@ def unequal_steps(rows: list[dict]) -> str | None:
 
 def model_card_section(rows: list[dict], baselines: dict, args) -> str:
     def number(value, digits=2):
-        return "" if value is None else f"{value:.{digits}f}"
+        return "not scored" if value is None else f"{value:.{digits}f}"
+
+    def recurrent_cell(row):
+        zeroed = row["test_token_perplexity_recurrence_zeroed"]
+        if row["test_token_perplexity"] is None or zeroed is None:
+            return number(row["test_token_perplexity"])
+        return f"{number(row['test_token_perplexity'])} ({number(zeroed)})"
 
     columns = " | ".join(f"overlap {o}" for o in args.overlaps)
     lines = ["## Reproduction: recurrent Table 2 (Jane Austen)", "",
@@ -201,11 +207,7 @@ def model_card_section(rows: list[dict], baselines: dict, args) -> str:
         by_overlap = {r["test_overlap"]: r for r in rows if r["run"] == run_name(rate, r["test_overlap"])}
         if not by_overlap:
             continue
-        cells = " | ".join(
-            "not scored" if o in by_overlap and by_overlap[o]["test_token_perplexity"] is None else
-            f"{number(by_overlap[o]['test_token_perplexity'])} "
-            f"({number(by_overlap[o]['test_token_perplexity_recurrence_zeroed'])})" if o in by_overlap else ""
-            for o in args.overlaps)
+        cells = " | ".join(recurrent_cell(by_overlap[o]) if o in by_overlap else "" for o in args.overlaps)
         steps = "/".join(str(r["train_steps"]) for r in by_overlap.values())
         label = "recurrent" if rate == "same" else f"recurrent, recurrence lr {rate}"
         lines.append(f"| {label} | {cells} | {steps} |")

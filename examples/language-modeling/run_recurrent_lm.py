@@ -199,8 +199,13 @@ def write_metrics(metrics: dict, output_dir: str) -> None:
     the way (a device call's time limit) leaves what it finished."""
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, "lm_results.json")
+    def finite(value):  # NaN (a diverged loss) as null: strict JSON has no NaN, and json.dump never asks `default`
+        if isinstance(value, dict):
+            return {key: finite(item) for key, item in value.items()}
+        return None if isinstance(value, float) and math.isnan(value) else value
+
     with open(path + ".tmp", "w") as handle:
-        json.dump(metrics, handle, indent=2, default=lambda x: None if isinstance(x, float) and math.isnan(x) else x)
+        json.dump(finite(metrics), handle, indent=2, allow_nan=False)
     os.replace(path + ".tmp", path)
 
 

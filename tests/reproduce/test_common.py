@@ -139,31 +139,73 @@ def test_guarded_turns_input_errors_into_one_line(capsys):
     assert common.guarded(lambda: 0) == 0
 
 
-def test_run_children_stopped_by_a_signal_keeps_what_finished(tmp_path, monkeypatch):
+# Both stop tests run `run_children` in a child Python and send it the signal there: a regression (no handler)
+# then ends that child with -15, a plain failure, instead of ending the test session with it.
+_STOP_SCRIPT = """
+import json, os, signal, subprocess, sys, threading, time
+sys.path.insert(0, sys.argv[1])
+import _common
+
+slow_start = float(sys.argv[3])
+if slow_start:
+    real, started = subprocess.Popen, []
+
+    def popen(*args, **kwargs):
+        time.sleep(slow_start)
+        child = real(*args, **kwargs)
+        started.append(child)
+        return child
+
+    subprocess.Popen = popen
+before = signal.getsignal(signal.SIGTERM)
+commands = {"quick": [sys.executable, "-c", "print('done')"]} if not slow_start else {}
+commands.update({name: [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"]
+                 for name in (["slow"] if not slow_start else ["a", "b", "c"])})
+threading.Timer(float(sys.argv[4]), os.kill, (os.getpid(), signal.SIGTERM)).start()
+t0 = time.monotonic()
+failed = _common.run_children(commands, __import__("pathlib").Path(sys.argv[2]), grace_s=5.0)
+if slow_start:  # before write_results, whose platform.processor() starts `uname`
+    subprocess.Popen, children = real, list(started)
+out = {"failed": failed, "stopped": _common.STOPPED, "seconds": time.monotonic() - t0,
+       "handler_back": signal.getsignal(signal.SIGTERM) == before,
+       "results": json.loads(_common.write_results(__import__("pathlib").Path(sys.argv[2]) / "results.json", "t", [],
+                                                   {}).read_text())}
+if slow_start:
+    out["started"] = len(children)
+    out["left_running"] = sum(child.poll() is None for child in children)
+_common.start_clock()
+out["stopped_after_start_clock"] = _common.STOPPED
+print(json.dumps(out))
+"""
+
+
+def _stopped_run(tmp_path, slow_start: float, signal_after: float) -> dict:
+    import subprocess
+    import sys
+
+    from tests.reproduce.conftest import REPRODUCE
+
+    done = subprocess.run([sys.executable, "-c", _STOP_SCRIPT, str(REPRODUCE), str(tmp_path), str(slow_start),
+                           str(signal_after)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_run_children_stopped_by_a_signal_keeps_what_finished(tmp_path):
     """A SIGTERM while the runs go on (a device call's `timeout`) stops the runs still going within the grace period
     and returns: they count as failed, the finished run does not, `STOPPED` is set and the results file says so;
-    the entry point's own signal handlers come back."""
-    import os
-    import signal
-    import sys
-    import threading
-    import time
-
-    monkeypatch.setattr(common, "STOPPED", False)
-    before = signal.getsignal(signal.SIGTERM)
-    commands = {"quick": [sys.executable, "-c", "print('done')"],
-                "slow": [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"]}
-    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGTERM))
-    timer.start()
-    started = time.monotonic()
-    try:
-        failed = common.run_children(commands, tmp_path, grace_s=5.0)
-    finally:
-        timer.cancel()
-    assert time.monotonic() - started < 30
-    assert failed == ["slow"] and common.STOPPED
-    assert signal.getsignal(signal.SIGTERM) == before
+    the entry point's own signal handlers come back, and `start_clock` (each entry point's first call) clears the
+    stop for the next command in the same process."""
+    out = _stopped_run(tmp_path, slow_start=0, signal_after=2.0)
+    assert out["failed"] == ["slow"] and out["stopped"] and out["seconds"] < 30 and out["handler_back"]
+    assert "stopped" in out["results"] and not out["stopped_after_start_clock"]
     assert (tmp_path / "quick.log").read_text() == "done\n"
     assert "started" in (tmp_path / "slow.log").read_text()
-    results = json.loads(common.write_results(tmp_path / "results.json", "t", [], {}).read_text())
-    assert "stopped" in results
+
+
+def test_a_signal_during_start_up_stops_the_children_started_so_far(tmp_path):
+    """The handler is in place before the first child starts: a SIGTERM while the third of three slow starts is
+    under way leaves no child running, and the command still returns and writes its results."""
+    out = _stopped_run(tmp_path, slow_start=0.5, signal_after=1.2)
+    assert out["stopped"] and out["started"] >= 1 and len(out["failed"]) == out["started"]
+    assert out["left_running"] == 0 and "stopped" in out["results"]

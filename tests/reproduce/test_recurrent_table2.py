@@ -72,5 +72,27 @@ def test_card_says_not_scored_for_a_row_stopped_before_its_test_book():
              "test_token_perplexity_recurrence_zeroed": 31.0, "train_steps": 468},
             {"run": "recurrent_ov30", "test_overlap": 30, "test_token_perplexity": None,
              "test_token_perplexity_recurrence_zeroed": None, "train_steps": 457}]
-    card = table2.model_card_section(rows, {}, args)
+    baseline = [{"run": "baseline", "test_overlap": o, "test_token_perplexity": None, "train_steps": 1782}
+                for o in (0, 30)]
+    pretrained = {"pretrained": {f"overlap{o}": {"test_token_perplexity": None} for o in (0, 30)}}
+    card = table2.model_card_section(rows + baseline, pretrained, args)
     assert "| recurrent | 30.80 (31.00) | not scored | 468/457 |" in card and "()" not in card
+    assert "| pretrained (no fine-tuning) | not scored | not scored | 0 |" in card
+    assert "| baseline (fine-tuned, no recurrence) | not scored | not scored | 1782 |" in card
+
+
+def test_lm_results_hold_null_for_nan(tmp_path):
+    """A diverged loss (NaN) is written as null: strict JSON has no NaN (json.dump never passes a float to its
+    `default`, so the former hook wrote `NaN`)."""
+    import importlib.util
+    import json
+
+    from tests.conftest import REPO_ROOT
+
+    path = REPO_ROOT / "examples" / "language-modeling" / "run_recurrent_lm.py"
+    spec = importlib.util.spec_from_file_location("run_recurrent_lm", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    script.write_metrics({"train_loss": float("nan"), "test": {"nll": float("nan"), "num_tokens": 3}}, str(tmp_path))
+    text = (tmp_path / "lm_results.json").read_text()
+    assert "NaN" not in text and json.loads(text) == {"train_loss": None, "test": {"nll": None, "num_tokens": 3}}
