@@ -51,3 +51,24 @@ def test_model_card_section_shows_only_the_stages_that_ran():
     assert "(QA, then XSum)" in both and "ROUGE on 9 validation articles" in both
     assert "| ReadOnce k = 8 | 1.0 | 2.0 | 1.0 | 2.0 | 20.0 | 3.0 | 15.0 | 10 | 7 |" in both
     assert "| baseline: lead-3 |  |  |  |  | 21.4 | 4.02 | 13.82 |  |  |" in both
+
+
+def test_a_stop_during_the_qa_stage_lists_the_xsum_runs_as_failed(tmp_path, data_dir, tiny_bert, monkeypatch):
+    """When a signal stopped stage 1 (even after its runs had all ended), stage 2 never starts, and its runs are
+    listed in `failed` (exit status 1) rather than left out of the results in silence."""
+    readonce = entry_point("readonce")
+    common = readonce._common
+    calls = []
+
+    def stopped(commands, log_dir, grace_s=30.0):
+        calls.append(list(commands))
+        common.STOPPED = True
+        return []
+
+    monkeypatch.setattr(common, "run_children", stopped)
+    monkeypatch.setattr(common, "STOPPED", False)  # restored after the test
+    out = tmp_path / "out"
+    assert readonce.main(["--smoke", "--warm_start", str(tiny_bert), "--variants", "baseline", "2",
+                          "--output_dir", str(out), "--data_dir", str(data_dir)]) == 1
+    results = json.loads((out / "results.json").read_text())
+    assert len(calls) == 1 and results["failed"] == ["xsum_baseline", "xsum_k2"] and "stopped" in results
