@@ -58,6 +58,7 @@ REPRODUCE = ROOT / "benchmarks" / "results" / "reproduce"
 REPRODUCE_XSUM = REPRODUCE / "longdoc_xsum" / "results.json"
 REPRODUCE_DEFORMER = sorted((REPRODUCE / "deformer").glob("*.json"))
 REPRODUCE_READONCE = REPRODUCE / "readonce" / "h100_qa1500_xsum1000_lr1e-4.json"
+REPRODUCE_TABLE2 = REPRODUCE / "recurrent_table2" / "h100_budget300.json"
 AUSTEN = ROOT / "benchmarks" / "results" / "austen_table2"
 AUSTEN_OVERLAPS = [0, 5, 30]
 AUSTEN_FILES = ["run", "pretrained", "baseline", *(f"recurrent{lr}_ov{o}" for lr in ("", "_lr2e-3")
@@ -534,6 +535,42 @@ def _austen_ppl(metrics: dict, split: str, overlap: int, kind: str = "token") ->
     return metrics[f"{split}_{book}_overlap{overlap}"][f"{kind}_perplexity"]
 
 
+def _recurrent_gpu_table() -> list[str]:
+    """Table 2 run on a GPU by `reproduce/recurrent_table2.py` (its results JSON): whole books, each row's steps,
+    the pretrained model beside, and what stopped rows were not scored; a warning when the rows reached unequal
+    steps."""
+    result = json.loads(REPRODUCE_TABLE2.read_text())
+    overlaps = result["overlaps"]
+    rows = {}
+    for row in result["rows"]:
+        rows.setdefault(row["run"], {})[row["test_overlap"]] = row
+
+    def cell(row):
+        if row is None or row["test_token_perplexity"] is None:
+            return "not scored"
+        zeroed = row["test_token_perplexity_recurrence_zeroed"]
+        return _f(row["test_token_perplexity"]) + (f" ({_f(zeroed)})" if zeroed is not None else "")
+
+    lines = ["", f"The same table on {_gpu(result['hardware'])} by `reproduce/recurrent_table2.py` (whole books, "
+             f"bf16, the runs side by side, {result['time_budget_s']:g} s of training each; in brackets the "
+             "recurrence zeroed):", "", "| model | " + " | ".join(f"overlap {o}" for o in overlaps) + " | steps |",
+             "|---|" + "---|" * len(overlaps) + "---|"]
+    pretrained = result["baselines"].get("pretrained")
+    if pretrained:
+        where = " (scored on the CPU afterwards)" if result.get("pretrained_scored_on") else ""
+        lines.append(f"| *SmolLM2, not fine-tuned*{where} | " + " | ".join(
+            _f(pretrained[f"overlap{o}"]["test_token_perplexity"]) for o in overlaps) + " | 0 |")
+    for run, label in (("baseline", "baseline (one model)"), ("recurrent", "recurrent (one model per overlap)"),
+                       ("recurrent_lr2e-3", "recurrent, recurrence lr 2e-3")):
+        by_overlap = rows.get(run) or {o: (rows.get(f"{run}_ov{o}") or {}).get(o) for o in overlaps}
+        steps = dict.fromkeys(by_overlap[o]["train_steps"] for o in overlaps if by_overlap.get(o))
+        lines.append(f"| {label} | " + " | ".join(cell(by_overlap.get(o)) for o in overlaps) + " | "
+                     + " / ".join(f"{n:,}" for n in steps) + " |")
+    if result.get("unequal_steps"):
+        lines += ["", f"**{result['unequal_steps']}**"]
+    return lines + ["", f"Command: `{result['command']}`"]
+
+
 def recurrent_card():
     from hf_readonce.hub.cards import EvalRow, build_model_card
 
@@ -576,6 +613,7 @@ def recurrent_card():
                    "zeroed (`hf_readonce.tasks.perplexity.recurrence_zeroed`) against as trained: "
                    + ", ".join(f"overlap {o} {_f(row['token_perplexity_recurrence_zeroed'])} vs "
                                f"{_f(row['token_perplexity'])}" for o, row in zeroed) + ".")
+    table += _recurrent_gpu_table()
     steps, batch = run["max_steps"], run["per_device_train_batch_size"]
     window, per_sample = main["window_size"], main["windows_per_sample"]
     return build_model_card(
