@@ -597,6 +597,21 @@ def _check_token_ids(ids, bound: int, argument: str) -> None:
                              f"[0, {bound}) of this model.") from None
 
 
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._check_tensor_arguments
+def _check_tensor_arguments(ids: dict, masks: dict | None = None) -> None:
+    """Raise a `TypeError` naming the argument for an input that is not a `torch.Tensor` (a list or a numpy array: the
+    model would fail deep inside torch), or, among `ids` (token ids, token types), one that does not hold integers
+    (a float or bool tensor the embedding lookup would refuse without saying which argument). `None` values are
+    skipped; `masks` (attention masks: any dtype) are checked only for being tensors."""
+    for name, value in {**ids, **(masks or {})}.items():
+        if value is not None and not torch.is_tensor(value):
+            raise TypeError(f"`{name}` must be a torch.Tensor, got {type(value).__name__} (convert it with "
+                            "torch.as_tensor, or tokenize with return_tensors='pt').")
+    for name, value in ids.items():
+        if value is not None and (value.is_floating_point() or value.dtype == torch.bool):
+            raise TypeError(f"`{name}` must hold integer token ids, got {value.dtype}.")
+
+
 # Copied from hf_readonce.models.readonce_bart.modeling_readonce_bart._check_text_inputs
 def _check_text_inputs(input_ids, attention_mask, input_name: str = "input_ids",
                        mask_name: str = "attention_mask") -> None:
@@ -900,15 +915,13 @@ class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForCon
         Raises:
             ValueError: `encoder_outputs` that carry another model's `model_fingerprint`, or whose states do not match
                 `attention_mask` or `d_model` ([`_check_encoder_outputs_inputs`]); `input_ids` without a token.
-            TypeError: `input_ids` or `attention_mask` that are not tensors (a list, a numpy array).
+            TypeError: `input_ids` or `attention_mask` that are not tensors (a list, a numpy array); `input_ids` that
+                are not integers.
         """
-        for name, value in (("input_ids", args[0] if args else kwargs.get("inputs", kwargs.get("input_ids"))),
-                            ("attention_mask", kwargs.get("attention_mask"))):
-            if value is not None and not torch.is_tensor(value):
-                raise TypeError(f"`{name}` must be a torch.Tensor, got {type(value).__name__} (tokenize with "
-                                "return_tensors='pt').")
-            if name == "input_ids" and value is not None and value.numel() == 0:
-                raise ValueError(f"`input_ids` of shape {tuple(value.shape)} hold no token: nothing to summarize.")
+        input_ids = args[0] if args else kwargs.get("inputs", kwargs.get("input_ids"))
+        _check_tensor_arguments({"input_ids": input_ids}, {"attention_mask": kwargs.get("attention_mask")})
+        if input_ids is not None and input_ids.numel() == 0:
+            raise ValueError(f"`input_ids` of shape {tuple(input_ids.shape)} hold no token: nothing to summarize.")
         encoder_outputs = kwargs.get("encoder_outputs")
         if encoder_outputs is not None:
             _check_encoder_outputs_inputs(self, encoder_outputs, kwargs.get("attention_mask"))
