@@ -226,10 +226,11 @@ def main(argv=None) -> int:
     model = args.warm_start or str(_common.smollm2_gguf(args.weights_from))
     failed = _common.run_children(commands(args, model, out, gpu), out)
     rows, baselines = collect(args, out)
+    warning = unequal_steps(rows)
     results = _common.write_results(out / "results.json", TABLE, rows, baselines,
                                     {"warm_start": model, "smoke": args.smoke, "failed": failed,
                                      "overlaps": args.overlaps, "max_steps": 2 if args.smoke else args.max_steps,
-                                     **({"unequal_steps": unequal_steps(rows)} if unequal_steps(rows) else {})})
+                                     **({"unequal_steps": warning} if warning else {})})
     (out / "model_card.md").write_text(model_card_section(rows, baselines, args))
     print(results.read_text())
     if args.pack_dir:
