@@ -213,9 +213,16 @@ def command_line() -> str:
     return " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
 
 
-def common_arguments(parser: argparse.ArgumentParser, default_output: str) -> argparse.ArgumentParser:
-    """Options every entry point takes: --output_dir, --data_dir, --weights_from, --pack_dir, --smoke, --seed."""
+def common_arguments(parser: argparse.ArgumentParser, default_output: str,
+                     runs: str = "<run>/") -> argparse.ArgumentParser:
+    """Options every entry point takes: --output_dir, --overwrite_output_dir, --data_dir, --weights_from, --pack_dir,
+    --smoke, --seed. `runs` names the run folders the entry point writes (for --overwrite_output_dir's help)."""
     parser.add_argument("--output_dir", default=default_output, help="runs and results (default: %(default)s)")
+    parser.add_argument("--overwrite_output_dir", action="store_true",
+                        help=f"before starting, remove what an earlier run left in --output_dir of the files this "
+                             f"command writes: {runs}, <run>.log, results.json, model_card.md; nothing else there is "
+                             "touched. Without it, a folder holding any of them is refused (they would be read as "
+                             "this command's results)")
     parser.add_argument("--data_dir", default=str(ROOT.parent / "shared" / "data"),
                         help="the shared data folder (default: %(default)s)")
     parser.add_argument("--weights_from", default=None,
@@ -382,12 +389,45 @@ def smollm2_gguf(weights_from: str | os.PathLike | None) -> Path:
     return folder / name
 
 
+class OutputDirInUse(Exception):
+    """--output_dir holds files an earlier run wrote, and --overwrite_output_dir was not passed."""
+
+
+def claim_output_dir(out: Path, runs, overwrite: bool, files=("results.json", "model_card.md")) -> None:
+    """Make sure no file of an earlier run in `out` is read as this command's: call it before the first child run.
+
+    The paths this command writes are `<out>/<run>/` and `<out>/<run>.log` for each name in `runs` (the keys of the
+    commands given to [`run_children`]) and `<out>/<file>` for each of `files`. When none exists, nothing happens. When
+    some do, `overwrite` (--overwrite_output_dir) removes exactly those (a run folder whole; a link, not what it
+    points to), never anything else in `out`; without it, [`OutputDirInUse`] names the folder and the two ways out.
+    """
+    out = Path(out)
+    paths = [out / name for run in runs for name in (run, f"{run}.log")] + [out / name for name in files]
+    found = [path for path in paths if path.is_symlink() or path.exists()]
+    if not found:
+        return
+    if not overwrite:
+        shown = ", ".join(path.name + ("/" if path.is_dir() else "") for path in found[:4])
+        more = f" and {len(found) - 4} more" if len(found) > 4 else ""
+        raise OutputDirInUse(
+            f"{out} already holds files of an earlier run ({shown}{more}), which would be read as this command's "
+            "results: pass a fresh --output_dir, or --overwrite_output_dir to remove them first.")
+    for path in found:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    print(f"--overwrite_output_dir: removed from {out} what an earlier run left there: "
+          + ", ".join(path.name for path in found), file=sys.stderr, flush=True)
+
+
 def guarded(main) -> int:
     """Run an entry point's `main()`; a missing or corrupt input (FileNotFoundError, ValueError: a missing weight
-    file, a SHA-256 that differs) ends it with one line on stderr and exit status 2, no traceback."""
+    file, a SHA-256 that differs) or an --output_dir holding an earlier run's files ([`OutputDirInUse`]) ends it
+    with one line on stderr and exit status 2, no traceback."""
     try:
         return main()
-    except (FileNotFoundError, ValueError) as error:
+    except (FileNotFoundError, ValueError, OutputDirInUse) as error:
         print(f"{Path(sys.argv[0]).name}: {error}", file=sys.stderr)
         return 2
 

@@ -37,7 +37,7 @@ SHIPPED = _common.CHECKPOINTS / "deformer-minilm-qa-reference" / "metrics.json"
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    _common.common_arguments(parser, "runs/reproduce_deformer")
+    _common.common_arguments(parser, "runs/reproduce_deformer", runs="k<k>/ (or k<k>-lr<rate>/) for each of --ks")
     parser.add_argument("--ks", type=int, nargs="+", default=[4, 3], help="numbers of decomposed layers, run side "
                         "by side (default: 4 3)")
     parser.add_argument("--max_steps", type=int, default=5000)
@@ -174,6 +174,12 @@ def main(argv=None) -> int:
     _common.start_clock()  # `wall_seconds` in the results: this command, from here
     args = parse_args(argv)
     out = Path(args.output_dir)
+    if args.k is None:  # the parent claims the folder; a child (one k) runs in the folder its parent claimed
+        rates = args.learning_rates or [args.learning_rate] * len(args.ks)
+        if len(rates) != len(args.ks):
+            raise SystemExit(f"--learning_rates: one per --ks entry, got {len(rates)} for {len(args.ks)}")
+        names = [f"k{k}" if args.ks.count(k) == 1 else f"k{k}-lr{rate:g}" for k, rate in zip(args.ks, rates)]
+        _common.claim_output_dir(out, names, args.overwrite_output_dir)
     out.mkdir(parents=True, exist_ok=True)
     if args.teacher is None:
         args.teacher = str(_common.restore_checkpoint("minilm-qa-reference", args.weights_from))
@@ -182,10 +188,6 @@ def main(argv=None) -> int:
         return 0
     # one child process per k, side by side on the same device (a MiniLM step leaves most of a GPU idle)
     base = [sys.executable, str(Path(__file__).resolve()), *(argv if argv is not None else sys.argv[1:])]
-    rates = args.learning_rates or [args.learning_rate] * len(args.ks)
-    if len(rates) != len(args.ks):
-        raise SystemExit(f"--learning_rates: one per --ks entry, got {len(rates)} for {len(args.ks)}")
-    names = [f"k{k}" if args.ks.count(k) == 1 else f"k{k}-lr{rate:g}" for k, rate in zip(args.ks, rates)]
     children = []
     for k, rate, name in zip(args.ks, rates, names):
         log = open(out / f"{name}.log", "w")

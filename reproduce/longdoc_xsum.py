@@ -34,7 +34,7 @@ TYPES = ["full", "neighborhood", "convolutional", "convolutional_per_head"]
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    _common.common_arguments(parser, "runs/reproduce_longdoc")
+    _common.common_arguments(parser, "runs/reproduce_longdoc", runs="<type>/ for each of --types")
     parser.add_argument("--types", nargs="+", default=TYPES, choices=TYPES + ["neighborhood_convolutional"])
     parser.add_argument("--max_steps", type=int, default=5000)
     parser.add_argument("--batch_size", type=int, default=8)
@@ -54,6 +54,7 @@ def main(argv=None) -> int:
     _common.start_clock()  # `wall_seconds` in the results: this command, from here
     args = parse_args(argv)
     out = Path(args.output_dir)
+    _common.claim_output_dir(out, args.types, args.overwrite_output_dir)
     minilm = Path(args.warm_start) if args.warm_start else _common.minilm_folder(args.weights_from)
     data = Path(args.data_dir) / "xsum"
     gpu = torch.cuda.is_available() and not args.smoke
@@ -106,7 +107,8 @@ def main(argv=None) -> int:
     (out / "model_card.md").write_text("\n".join(lines))
     print(results.read_text())
     if args.pack_dir:
-        _common.pack([results, out / "model_card.md", *sorted(out.glob("*/attention_*.png"))], Path(args.pack_dir))
+        heatmaps = sorted(p for kind in args.types for p in (out / kind).glob("attention_*.png"))  # this run's
+        _common.pack([results, out / "model_card.md", *heatmaps], Path(args.pack_dir))
     for name in failed:
         print(f"{name} failed: see {out / (name + '.log')}", file=sys.stderr)
     return 1 if failed else 0

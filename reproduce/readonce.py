@@ -53,11 +53,12 @@ QA_SETS = ["disfl_qa", "quoref"]
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    _common.common_arguments(parser, "runs/reproduce_readonce")
+    _common.common_arguments(parser, "runs/reproduce_readonce", runs="qa_<row>/, xsum_<row>/ of the --stages run")
     parser.add_argument("--variants", nargs="+", default=VARIANTS,
                         help="rows: 'baseline' and/or compression ratios k (default: baseline 2 8)")
     parser.add_argument("--stages", nargs="+", default=["qa", "xsum"], choices=["qa", "xsum"],
-                        help="'xsum' alone starts from the QA models already in --output_dir")
+                        help="'xsum' alone starts from the QA models already in --output_dir (and keeps them, "
+                             "reporting their scores beside its own)")
     parser.add_argument("--qa_steps", type=int, default=5000)
     parser.add_argument("--xsum_steps", type=int, default=1000,
                         help="XSum steps (default 1,000: 40 epochs of the 796 shipped train articles at batch 32)")
@@ -267,6 +268,11 @@ def main(argv=None) -> int:
     out = Path(args.output_dir)
     data = Path(args.data_dir)
     gpu = torch.cuda.is_available() and not args.smoke
+    # `--stages xsum` starts from the QA stage's models in --output_dir and reports their scores beside its own: only
+    # the XSum runs must be new there (results.json and the card are rewritten, with both stages)
+    files = ("results.json", "model_card.md") if "qa" in args.stages else ()
+    _common.claim_output_dir(out, [f"{stage}_{row_name(v)}" for stage in args.stages for v in args.variants],
+                             args.overwrite_output_dir, files)
     warm_start = Path(args.warm_start) if args.warm_start else _common.minilm_folder(args.weights_from)
     failed = []
     if "qa" in args.stages:

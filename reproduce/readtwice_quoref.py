@@ -53,7 +53,7 @@ BASELINES = ("first_span", "first_sentence", "first_mention")
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    _common.common_arguments(parser, "runs/reproduce_readtwice")
+    _common.common_arguments(parser, "runs/reproduce_readtwice", runs="<row>/ for each of --rows")
     parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=list(ROWS))
     parser.add_argument("--epochs", type=float, default=3.0, help="passes over Quoref train (default 3)")
     parser.add_argument("--batch_size", type=int, default=8)
@@ -159,6 +159,7 @@ def main(argv=None) -> int:
     out = Path(args.output_dir)
     data = Path(args.data_dir)
     gpu = torch.cuda.is_available() and not args.smoke
+    _common.claim_output_dir(out, args.rows, args.overwrite_output_dir)
     warm_start = Path(args.warm_start) if args.warm_start else _common.minilm_folder(args.weights_from)
     if args.smoke:
         steps, questions = 2, 8

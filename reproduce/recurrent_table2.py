@@ -57,7 +57,8 @@ VALIDATION_BOOK = "northangerabbey"
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    _common.common_arguments(parser, "runs/reproduce_table2")
+    _common.common_arguments(parser, "runs/reproduce_table2",
+                             runs="pretrained/, baseline/, the recurrent_*/ runs asked for")
     parser.add_argument("--overlaps", type=int, nargs="+", default=[0, 5, 30])
     parser.add_argument("--recurrence_learning_rates", nargs="+", default=["same", "2e-3"],
                         help="one recurrent model per overlap and per rate of the new recurrence parameters ('same': "
@@ -224,7 +225,9 @@ def main(argv=None) -> int:
     out = Path(args.output_dir)
     gpu = torch.cuda.is_available() and not args.smoke
     model = args.warm_start or str(_common.smollm2_gguf(args.weights_from))
-    failed = _common.run_children(commands(args, model, out, gpu), out)
+    runs = commands(args, model, out, gpu)
+    _common.claim_output_dir(out, runs, args.overwrite_output_dir)
+    failed = _common.run_children(runs, out)
     rows, baselines = collect(args, out)
     warning = unequal_steps(rows)
     results = _common.write_results(out / "results.json", TABLE, rows, baselines,
