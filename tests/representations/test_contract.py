@@ -59,3 +59,37 @@ def test_store_round_trip_gives_the_models_own_outputs(model_type, tokenizer, tm
     assert read.model_fingerprint == model_fingerprint() == adapter.fingerprint()
     with torch.no_grad():
         check(adapter, read)
+
+
+CUTTING = sorted(model_type for model_type, adapter_class in registered_adapters().items()
+                 if "max_document_length" in adapter_class.cli_settings)
+
+
+@pytest.mark.parametrize("model_type", CUTTING)
+def test_documents_cut_are_counted_from_the_one_tokenization(model_type, tokenizer, tmp_path, monkeypatch):
+    """An adapter that cuts documents to `max_document_length` counts the cut ones (`EncodeStats.truncated`) from the
+    tokenization its `encode` made: `fill_store` tokenizes each document once (no second, untruncated pass), and the
+    count is the one a fresh adapter computes by tokenizing (a document of exactly the length is not cut)."""
+    model, settings, _ = HARNESSES[model_type](tokenizer)
+    probe = get_adapter(model, tokenizer, **settings)
+    special = getattr(probe, "add_special_tokens", True)
+    limit = len(tokenizer(DOCUMENTS[0], add_special_tokens=special)["input_ids"])  # DOCUMENTS[0] fits exactly
+    adapter = get_adapter(model, tokenizer, **{**settings, "max_document_length": limit}, batch_size=2)
+    assert len(tokenizer(DOCUMENTS[1], add_special_tokens=special)["input_ids"]) > limit  # the long one is cut
+
+    tokenized = []
+    call = type(tokenizer).__call__
+
+    def counting(self, text=None, *args, **kwargs):
+        tokenized.extend(t for t in (text if isinstance(text, (list, tuple)) else [text]) if t in DOCUMENTS)
+        return call(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(type(tokenizer), "__call__", counting)
+    # 3 documents per encode call, 2 per model call: a batch tokenized in parts (LongDoc) is counted whole
+    stats = fill_store(adapter, RepresentationStore(tmp_path / "store"), DOCUMENTS, dtype="float32",
+                       documents_per_batch=3)
+    assert stats.encoded == 3 and stats.truncated == 1
+    assert sorted(tokenized) == sorted(DOCUMENTS)  # each document once
+    assert adapter.documents_cut(DOCUMENTS) == 1 and len(tokenized) == len(DOCUMENTS)  # from the same notes
+    fresh = get_adapter(model, tokenizer, **{**settings, "max_document_length": limit})
+    assert fresh.documents_cut(DOCUMENTS) == 1 and fresh.documents_cut(DOCUMENTS[::2]) == 0  # tokenized here

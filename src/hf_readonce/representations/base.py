@@ -403,6 +403,9 @@ class AdapterBase:
         it adds), i.e. were cut to it when encoded: what [`hf_readonce.representations.fill_store`] counts in
         `EncodeStats.truncated` and `hf-readonce encode` reports. 0 for an adapter that reads every token (windows).
 
+        Texts of the adapter's last `encode` call are not tokenized again: that call's tokenization noted which it
+        cut ([`_tokenize_documents`]); any other text is tokenized here, without truncation, to count its tokens.
+
         Args:
             texts (`Sequence[str]`): the documents as given to `encode`.
 
@@ -412,10 +415,38 @@ class AdapterBase:
         if self.max_document_length is None:
             return 0
         special = getattr(self, "add_special_tokens", True)
+        key, noted = self.__dict__.get("_documents_cut_noted", (None, {}))
+        if key != (self.max_document_length, special, id(self.tokenizer)):
+            noted = {}
+        cut, rest = 0, []
+        for text in texts:
+            if text in noted:
+                cut += noted[text]
+            else:
+                rest.append(text)
+        if not rest:
+            return cut
         if hasattr(self.tokenizer, "deprecation_warnings"):  # the lengths of long documents are what is asked for
             self.tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
-        lengths = self.tokenizer(list(texts), add_special_tokens=special, return_length=True)["length"]
-        return sum(1 for length in lengths if length > self.max_document_length)
+        lengths = self.tokenizer(rest, add_special_tokens=special, return_length=True)["length"]
+        return cut + sum(1 for length in lengths if length > self.max_document_length)
+
+    def _tokenize_documents(self, texts: list[str], *, new_call: bool = True, **kwargs):
+        """`self.tokenizer(texts, truncation=True, max_length=self.max_document_length, **kwargs)`, the one
+        tokenization of documents in `encode`, noting which of `texts` it cut (a fast tokenizer keeps the tokens past
+        `max_length` in the `overflowing` list of a truncated encoding) so that [`documents_cut`] need not tokenize
+        them again. `new_call=False` adds to the notes of the same `encode` call (a batch tokenized in parts); the
+        notes of an earlier call are dropped."""
+        batch = self.tokenizer(texts, truncation=True, max_length=self.max_document_length, **kwargs)
+        key = (self.max_document_length, kwargs.get("add_special_tokens", True), id(self.tokenizer))
+        held_key, noted = self.__dict__.get("_documents_cut_noted", (None, {}))
+        if new_call or held_key != key:
+            noted = {}
+        encodings = getattr(batch, "encodings", None)  # None for a slow tokenizer: documents_cut tokenizes then
+        if encodings is not None and len(encodings) == len(texts):
+            noted.update(zip(texts, (bool(encoding.overflowing) for encoding in encodings)))
+        self.__dict__["_documents_cut_noted"] = (key, noted)
+        return batch
 
     @classmethod
     def load_for_compute(cls, name_or_path, *, device="cpu", compute_dtype="auto", config=None, **kwargs):

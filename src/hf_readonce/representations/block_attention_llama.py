@@ -117,8 +117,7 @@ class BlockAttentionLlamaAdapter(AdapterBase):
         for i, text in enumerate(texts):
             if not isinstance(text, str) or not text.strip():
                 raise DocumentError(i, "is empty or not a string: nothing to encode.")
-        ids = self.tokenizer(list(texts), truncation=True, max_length=self.max_document_length,
-                             add_special_tokens=self.add_special_tokens)["input_ids"]
+        ids = self._tokenize_documents(list(texts), add_special_tokens=self.add_special_tokens)["input_ids"]
         for i, row in enumerate(ids):
             if not row:
                 raise DocumentError(i, "has no token after tokenization (only characters the tokenizer drops, such "

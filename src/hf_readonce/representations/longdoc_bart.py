@@ -119,13 +119,18 @@ class LongDocBartAdapter(AdapterBase):
         Raises:
             TypeError: `texts` is a single str. ValueError: naming the index of an empty or non-string text.
         """
+        return self._tokenize(texts)
+
+    def _tokenize(self, texts: Sequence[str], new_call: bool = True):
+        """[`tokenize`], noting the documents it cuts for [`documents_cut`] (`new_call=False`: a further part of the
+        batch of the same `encode` call)."""
         if isinstance(texts, str):
             raise TypeError("`texts` must be a sequence of str, not a single str.")
         for i, text in enumerate(texts):
             if not isinstance(text, str) or not text.strip():
                 raise ValueError(f"document {i} of `texts` is empty or not a string: nothing to encode.")
-        return self.tokenizer(list(texts), truncation=True, max_length=self.max_document_length, padding=True,
-                              padding_side="right", return_tensors="pt")
+        return self._tokenize_documents(list(texts), new_call=new_call, padding=True, padding_side="right",
+                                        return_tensors="pt")
 
     @torch.no_grad()
     def encode(self, texts: Sequence[str]) -> list[dict[str, torch.Tensor]]:
@@ -140,7 +145,8 @@ class LongDocBartAdapter(AdapterBase):
         out = []
         try:
             for start in range(0, len(texts), self.batch_size):
-                batch = self.tokenize(texts[start : start + self.batch_size]).to(self.model.device)
+                batch = self._tokenize(texts[start : start + self.batch_size], new_call=start == 0)
+                batch = batch.to(self.model.device)
                 states = encoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
                 for row in range(states.shape[0]):
                     present = batch.attention_mask[row].bool()

@@ -98,8 +98,8 @@ class ReadOnceBartAdapter(AdapterBase):
         Raises:
             ValueError: an empty document (from the model).
         """
-        batch = self.tokenizer(list(texts), truncation=True, max_length=self.max_document_length, padding=True,
-                               padding_side="right", return_tensors="pt").to(self.model.device)
+        batch = self._tokenize_documents(list(texts), padding=True, padding_side="right",
+                                         return_tensors="pt").to(self.model.device)
         reps = self.model.encode_documents(batch.input_ids, batch.attention_mask, self.compression_ratio)
         out = []
         for row in range(len(texts)):
