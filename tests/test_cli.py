@@ -425,6 +425,38 @@ def test_an_id_field_no_line_has_is_refused(tmp_path, checkpoint, qa_rows, capsy
     assert cli_main(["encode", str(checkpoint), "--documents", str(docs), *common]) == 0
 
 
+def test_encode_reads_the_start_of_its_input_once_before_the_model(tmp_path, checkpoint, qa_rows, capsys,
+                                                                    monkeypatch):
+    """The checks before any model work (the text field found, a document present, `--id-field` on some line) read
+    the input once, up to its first line; then the encoder reads it, and with the progress bar one more read counts
+    its distinct documents. An XSum-style file without `context` is read to its end once to find `document`."""
+    from hf_readonce.tasks import jsonl
+
+    reads, iter_jsonl = [], jsonl.iter_jsonl
+
+    def counting(path, problems=None):
+        reads.append(0)
+        for item in iter_jsonl(path, problems):
+            reads[-1] += 1  # lines handed out by this read
+            yield item
+
+    monkeypatch.setattr(jsonl, "iter_jsonl", counting)
+    rows = [{"id": f"d{i}", "context": r["context"]} for i, r in enumerate(qa_rows[:4])]
+    docs = write_jsonl(tmp_path / "docs.jsonl", rows)
+    common = ["--store", str(tmp_path / "s"), "--max-passage-length", "64", "--doc-stride", "8"]
+    assert cli_main(["encode", str(checkpoint), "--documents", str(docs), "--id-field", "id", "--no-progress",
+                     *common]) == 0
+    assert reads == [1, 4]  # the checks stop at line 1; the encoder reads all
+    reads.clear()
+    assert cli_main(["encode", str(checkpoint), "--documents", str(docs), *common]) == 0
+    assert reads == [1, 4, 4]  # the bar's count of distinct documents, then the encoder
+    reads.clear()
+    xsum = write_jsonl(tmp_path / "xsum.jsonl", [{"id": f"x{i}", "document": r["context"]} for i, r in
+                                                 enumerate(qa_rows[:3])])
+    assert cli_main(["encode", str(checkpoint), "--documents", str(xsum), "--no-progress", *common]) == 0
+    assert reads == [3, 3] and "reading 'document'" in capsys.readouterr().err
+
+
 def test_a_model_folder_without_config_is_named_before_anything_is_made(tmp_path, qa_rows, capsys):
     """An existing folder with no config.json (not a saved checkpoint) is said so, not with transformers' "Should
     have a `model_type` key"; no store is created."""

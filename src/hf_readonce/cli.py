@@ -122,24 +122,62 @@ def _no_object_line(path: Path, what: str, problems: list) -> str:
 DEFAULT_TEXT_FIELDS = ("context", "document")  # SQuAD-style passages, then XSum-style documents
 
 
-def _default_text_field(path: Path) -> str:
-    """The field `encode` and `verify` read texts from when `--text-field` is not given: `context` if a line of
-    `path` holds a text there, else `document` if one does (an XSum-style file; said on stderr), else `context` (the
-    error that follows names it). A path that is not a regular file (a FIFO, read once by the encoder) gets
-    `context`."""
+def _scan_head(path: Path, text_field: str | None, id_field: str | None) -> dict:
+    """One read of a JSONL file from its first line, for the checks made before any model work, stopping at the first
+    line by which all of them are known: which field holds the texts (`text_field`, or when `None` `context` if a line
+    holds a text there, else `document` if one does, else `context`), whether a line holds a text in it, and whether
+    a line has `id_field` (when given). A file without such lines is read to its end.
+
+    Returns:
+        `dict`: `text_field` (the field found), `usable` (a line holds a non-blank string there), `has_field` (a line
+        has the field), `first` (`(line number, row)` of the first JSON-object line, or `None`), `problems` (the
+        lines set aside until it stopped), `id_seen` (a line has `id_field`; `True` when it is `None`).
+    """
     from .tasks.jsonl import iter_jsonl
 
+    names = (text_field,) if text_field is not None else DEFAULT_TEXT_FIELDS
+    usable, has_field = dict.fromkeys(names, False), dict.fromkeys(names, False)
+    first, id_seen, problems = None, id_field is None, []
+    for number, row in iter_jsonl(path, problems):
+        first = first or (number, row)
+        for name in names:
+            value = row.get(name)
+            usable[name] = usable[name] or (isinstance(value, str) and bool(value.strip()))
+            has_field[name] = has_field[name] or name in row
+        id_seen = id_seen or id_field in row
+        if usable[names[0]] and id_seen:
+            break
+    found = next((name for name in names if usable[name]), names[0])
+    return {"text_field": found, "usable": usable[found], "has_field": has_field[found], "first": first,
+            "problems": problems, "id_seen": id_seen}
+
+
+def _input_fields(path: Path, text_field: str | None, id_field: str | None = None, option: str = "--text-field",
+                  status: int = EXIT_PROBLEMS) -> tuple[str, str]:
+    """The text and id fields `encode` and `verify` read, and their input checked before any model work, in one read
+    from the start of `path` ([`_scan_head`]). Without `--text-field` (`text_field` `None`) texts are read from
+    `context` if a line holds a text there, else from `document` if one does (an XSum-style file; said on stderr),
+    else `context` (the error that follows names it). The checks are those of [`_check_has_documents`], and an
+    `id_field` given on the command line that no line has is an error (every document would be named `line N`
+    without a word); the default `id` may be absent. A path that is not a regular file (a FIFO, read once by the
+    encoder) is not read: `context` and `id` unless given.
+
+    Returns:
+        `(text_field, id_field)`.
+
+    Raises:
+        CommandError: as [`_check_has_documents`] (with `option` and `status`); an `id_field` no line has.
+    """
     if not path.is_file():
-        return DEFAULT_TEXT_FIELDS[0]
-    found = set()
-    for _, row in iter_jsonl(path, []):
-        found.update(name for name in DEFAULT_TEXT_FIELDS if isinstance(row.get(name), str) and row[name].strip())
-        if DEFAULT_TEXT_FIELDS[0] in found:
-            return DEFAULT_TEXT_FIELDS[0]
-    if DEFAULT_TEXT_FIELDS[1] in found:
+        return text_field or DEFAULT_TEXT_FIELDS[0], id_field or "id"
+    scan = _scan_head(path, text_field, id_field)
+    if text_field is None and scan["text_field"] != DEFAULT_TEXT_FIELDS[0]:
         print(f"--text-field: no line of {path} has a 'context'; reading 'document'.", file=sys.stderr)
-        return DEFAULT_TEXT_FIELDS[1]
-    return DEFAULT_TEXT_FIELDS[0]
+    _refuse_without_documents(path, scan, option, status)
+    if not scan["id_seen"]:
+        raise CommandError(f"--id-field {id_field!r}: no line of {path} has this field (without the option "
+                           "documents are named by their `id`, else `line N`).")
+    return scan["text_field"], id_field or "id"
 
 
 def _id_field(args, path: Path) -> str:
@@ -170,21 +208,20 @@ def _check_has_documents(path: Path, text_field: str, option: str = "--text-fiel
     Raises:
         CommandError: with `status`, as above.
     """
-    from .tasks.jsonl import iter_jsonl
+    _refuse_without_documents(path, _scan_head(path, text_field, None), option, status)
 
-    first, has_field, problems = None, False, []
-    for number, row in iter_jsonl(path, problems):
-        value = row.get(text_field)
-        if isinstance(value, str) and value.strip():
-            return
-        first = first or (number, row)
-        has_field = has_field or text_field in row
-    if first is None:
-        raise CommandError(_no_object_line(path, "documents", problems), status=status)
-    if has_field:
+
+def _refuse_without_documents(path: Path, scan: dict, option: str, status: int) -> None:
+    """The errors of [`_check_has_documents`], from a [`_scan_head`] of `path`."""
+    if scan["usable"]:
+        return
+    if scan["first"] is None:
+        raise CommandError(_no_object_line(path, "documents", scan["problems"]), status=status)
+    text_field = scan["text_field"]
+    if scan["has_field"]:
         raise CommandError(f"{path} holds no documents: every {text_field!r} field is empty or not a string.",
                            status=status)
-    number, row = first
+    number, row = scan["first"]
     fields = ", ".join(repr(key) for key in row) or "none"
     raise CommandError(f"{option} {text_field!r}: no line of {path} has this field; its first valid line (line "
                        f"{number}) has the fields {fields}.", status=status)
@@ -573,11 +610,9 @@ def cmd_encode(args) -> int:
     args.model = _resolve_model(args.model)
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         _device(args.device)  # a device this machine lacks is refused before a store is created
-    if args.text_field is None:
-        args.text_field = _default_text_field(documents)
-    if documents.is_file():  # (a FIFO is read once, by the encoder)
-        _check_has_documents(documents, args.text_field)
-    args.id_field = _id_field(args, documents)
+    # the text and id fields, and that the input holds documents: one read of its first lines (a FIFO is read once,
+    # by the encoder)
+    args.text_field, args.id_field = _input_fields(documents, args.text_field, args.id_field)
     state = _distributed_state(args.device)
     rank, world = (state.process_index, state.num_processes) if state else (0, 1)
     main_process = rank == 0
@@ -655,7 +690,8 @@ def cmd_encode(args) -> int:
 
     problems = []
     total = None
-    if documents.is_file() and not args.no_progress:  # the bar counts distinct documents, as the summary does
+    if main_process and documents.is_file() and not args.no_progress:  # the bar (on the main process only) counts
+        # distinct documents, as the summary does
         from .store import content_hash
 
         total = len({content_hash(text) for _, text in iter_documents(documents, text_field=args.text_field,
@@ -1550,8 +1586,8 @@ def _recompute(args, store, corrupted):
         documents = Path(args.documents)
         if not documents.is_file():
             raise CommandError(f"--documents {documents} is not a file.")
-        args.text_field = args.text_field or _default_text_field(documents)
-        _check_has_documents(documents, args.text_field, status=EXIT_ERROR)  # verify's 1 means a damaged store
+        # verify's 1 means a damaged store
+        args.text_field, _ = _input_fields(documents, args.text_field or None, status=EXIT_ERROR)
         texts = {content_hash(text): text for _, text in iter_documents(documents, text_field=args.text_field,
                                                                           id_field=None, problems=[])}
     device = _device(args.device)
