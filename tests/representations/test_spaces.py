@@ -110,6 +110,39 @@ def test_document_caches_read_with_special_tokens_are_found(tmp_path, tokenizer,
     assert find_document_cache_space(store, llama, tokenizer)["add_special_tokens"] is False  # both: the default's
 
 
+def test_document_cache_space_is_looked_up_in_one_listing_of_the_store(tmp_path, tokenizer, qa_rows, monkeypatch):
+    """Caches read with special tokens only, only another model's caches, or none: the lookup reads the store's
+    index once (one refresh, one listing of its spaces) where it tries the default's space first, then either."""
+    import torch
+
+    from hf_readonce import BlockAttentionLlamaConfig, BlockAttentionLlamaForCausalLM
+    from hf_readonce.representations import BlockAttentionLlamaAdapter
+    from hf_readonce.tasks.document_cache_qa import find_document_cache_space
+
+    def llama(seed):
+        torch.manual_seed(seed)
+        return BlockAttentionLlamaForCausalLM(BlockAttentionLlamaConfig(
+            vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, pad_token_id=0)).eval()
+
+    model, text = llama(0), qa_rows[0]["context"]
+    special, other, empty = (RepresentationStore(tmp_path / name) for name in ("special", "other", "empty"))
+    fill_store(BlockAttentionLlamaAdapter(model, tokenizer, add_special_tokens=True), special, [text])
+    fill_store(BlockAttentionLlamaAdapter(llama(1), tokenizer), other, [text])
+    looks = []
+    for name in ("refresh", "spaces"):
+        method = getattr(RepresentationStore, name)
+        monkeypatch.setattr(RepresentationStore, name,
+                            lambda self, method=method, name=name: looks.append(name) or method(self))
+    assert find_document_cache_space(special, model, tokenizer)["add_special_tokens"] is True
+    assert looks == ["refresh", "spaces"]
+    for store, error in ((other, RepresentationMismatchError), (empty, MissingRepresentationError)):
+        looks.clear()
+        with pytest.raises(error):
+            find_document_cache_space(store, model, tokenizer)
+        assert looks == ["refresh", "spaces"]
+
+
 def test_several_spaces_the_recorded_windows_are_read_else_the_choice_is_named(tmp_path, tokenizer, qa_rows):
     """Two DeFormer spaces of one model (windows 32 and 48): the store-reading lookups read the one with the windows
     the checkpoint records (its defaults); where the defaults do not fit the model, or no space has them, they pick

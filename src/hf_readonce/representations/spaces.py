@@ -87,13 +87,33 @@ def find_space(store: RepresentationStore, adapter_class: type, fingerprint: str
         ValueError: several spaces of this model match and `prefer` picks none (their settings and the options that
             pick one named), or a name in `given` that is not one of the family's `cli_settings`.
     """
-    own, model_type, given = adapter_class.cli_settings, adapter_class.model_type, set(given)
-    if given - set(own):
-        raise ValueError(f"`given` {sorted(given - set(own))} are not settings of {model_type} representations; its "
-                         f"settings: {sorted(own) or 'none'}.")
-    fixed = {name: value for name, value in settings.items() if name not in own or name in given}
+    given = _check_given(adapter_class, given)
     store.refresh()
-    ours = [s for s in store.spaces() if all(s.settings.get(name) == value for name, value in fixed.items())]
+    return _choose_space(store, _spaces_with(store.spaces(), adapter_class, settings, given), adapter_class,
+                         fingerprint, given, prefer)
+
+
+def _check_given(adapter_class: type, given: Iterable[str]) -> set:
+    """`given` as a set, checked to name only the family's own settings (the `ValueError` of [`find_space`])."""
+    own, given = adapter_class.cli_settings, set(given)
+    if given - set(own):
+        raise ValueError(f"`given` {sorted(given - set(own))} are not settings of {adapter_class.model_type} "
+                         f"representations; its settings: {sorted(own) or 'none'}.")
+    return given
+
+
+def _spaces_with(spaces: Iterable, adapter_class: type, settings: Mapping, given: set) -> list:
+    """The spaces of `spaces` that have `settings`, except the family's own settings not in `given` (free)."""
+    own = adapter_class.cli_settings
+    fixed = {name: value for name, value in settings.items() if name not in own or name in given}
+    return [s for s in spaces if all(s.settings.get(name) == value for name, value in fixed.items())]
+
+
+def _choose_space(store: RepresentationStore, ours: list, adapter_class: type, fingerprint: str, given: set,
+                  prefer: Mapping | None) -> dict | None:
+    """What [`find_space`] returns or raises, given `ours`, the store's spaces with the settings asked for
+    ([`_spaces_with`]): the settings of the one written with `fingerprint`, `None` when `ours` is empty."""
+    own, model_type = adapter_class.cli_settings, adapter_class.model_type
     matching = [s for s in ours if s.fingerprint == fingerprint]
     if len(matching) > 1 and prefer:  # the model's defaults pick one (e.g. the windows the checkpoint records)
         preferred = [s for s in matching if all(s.settings.get(name) == value for name, value in prefer.items()

@@ -33,7 +33,7 @@ from ..models.block_attention_llama.modeling_block_attention_llama import (
 from ..representations.base import current_fingerprint
 from ..representations.block_attention_llama import BlockAttentionLlamaAdapter
 from ..representations.fill import check_store_arguments, ensure_stored
-from ..representations.spaces import find_space
+from ..representations.spaces import _choose_space, _spaces_with
 from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore
 from .jsonl import field_problem
 from .question_answering import gold_answers, passages_of
@@ -117,25 +117,31 @@ def find_document_cache_space(store: RepresentationStore, model, tokenizer,
     # the space found: the default's space first, else either (as the family's own settings not given)
     fingerprint, exact = current_fingerprint(probe), probe.settings()
     wanted = {name: value for name, value in exact.items() if name != "add_special_tokens"}
+    # [`find_space`] over one listing of the store's spaces: those read as the default reads them, else either way
+    store.refresh()
+    spaces, named = store.spaces(), set(given)
+    either = _spaces_with(spaces, BlockAttentionLlamaAdapter, wanted, named)
+    default = [s for s in either if s.settings.get("add_special_tokens") == exact["add_special_tokens"]]
     try:
-        found = find_space(store, BlockAttentionLlamaAdapter, fingerprint, exact, given=given, prefer=exact)
+        found = _choose_space(store, default, BlockAttentionLlamaAdapter, fingerprint, named, prefer=exact)
     except RepresentationMismatchError:
         found = None
     if found is None:
-        found = find_space(store, BlockAttentionLlamaAdapter, fingerprint, wanted, given=given, prefer=wanted)
+        found = _choose_space(store, either, BlockAttentionLlamaAdapter, fingerprint, named, prefer=wanted)
     if found is not None:
         return found
     raise MissingRepresentationError(
         f"store {store.path} holds no document caches for this tokenizer and compute dtype "
         f"({wanted['compute_dtype']})" + (f" and max_document_length {max_document_length}"
                                           if max_document_length is not None else "") + ". "
-        + _what_the_store_holds(store, wanted))
+        + _what_the_store_holds(spaces, wanted))
 
 
-def _what_the_store_holds(store: RepresentationStore, wanted: dict) -> str:
+def _what_the_store_holds(spaces: Sequence, wanted: dict) -> str:
     """What a store holds instead of the caches asked for, in one sentence: this model's caches of another compute
-    dtype or document length (named, with the option that reads them), else the model types of its spaces."""
-    caches = [s for s in store.spaces() if s.settings.get("representation") == wanted["representation"]
+    dtype or document length (named, with the option that reads them), else the model types of its spaces (`spaces`:
+    the store's, as `store.spaces()` lists them)."""
+    caches = [s for s in spaces if s.settings.get("representation") == wanted["representation"]
               and s.settings.get("tokenizer") == wanted["tokenizer"]]
     dtypes = sorted({str(s.settings.get("compute_dtype")) for s in caches} - {str(wanted["compute_dtype"])})
     if dtypes:
@@ -144,7 +150,7 @@ def _what_the_store_holds(store: RepresentationStore, wanted: dict) -> str:
     lengths = sorted({str(s.settings.get("max_document_length")) for s in caches})
     if lengths:
         return f"It holds caches of max_document_length {', '.join(lengths)} (`--max-document-length`)."
-    held = sorted({s.model_type or "?" for s in store.spaces()})
+    held = sorted({s.model_type or "?" for s in spaces})
     return (f"It holds representations of {', '.join(held)} models only; encode the documents with this model "
             "first." if held else "It is empty; encode the documents with this model first.")
 
