@@ -404,7 +404,7 @@ class AdapterBase:
         `EncodeStats.truncated` and `hf-readonce encode` reports. 0 for an adapter that reads every token (windows).
 
         Texts of the adapter's last `encode` call are not tokenized again: that call's tokenization noted which it
-        cut ([`_tokenize_documents`]); any other text is tokenized here, without truncation, to count its tokens.
+        cut (`_tokenize_documents`); any other text is tokenized here, without truncation, to count its tokens.
 
         Args:
             texts (`Sequence[str]`): the documents as given to `encode`.
