@@ -168,8 +168,9 @@ def _input_fields(path: Path, text_field: str | None, id_field: str | None = Non
     Raises:
         CommandError: as [`_check_has_documents`] (with `option` and `status`); an `id_field` no line has.
     """
+    id_field_read = id_field if id_field is not None else "id"
     if not path.is_file():
-        return text_field or DEFAULT_TEXT_FIELDS[0], id_field or "id"
+        return text_field if text_field is not None else DEFAULT_TEXT_FIELDS[0], id_field_read
     scan = _scan_head(path, text_field, id_field)
     if text_field is None and scan["text_field"] != DEFAULT_TEXT_FIELDS[0]:
         print(f"--text-field: no line of {path} has a 'context'; reading 'document'.", file=sys.stderr)
@@ -177,7 +178,7 @@ def _input_fields(path: Path, text_field: str | None, id_field: str | None = Non
     if not scan["id_seen"]:
         raise CommandError(f"--id-field {id_field!r}: no line of {path} has this field (without the option "
                            "documents are named by their `id`, else `line N`).")
-    return scan["text_field"], id_field or "id"
+    return scan["text_field"], id_field_read
 
 
 def _id_field(args, path: Path) -> str:
