@@ -56,7 +56,11 @@ class DeformerBertConfig(BertConfig):
     Example:
 
     ```python
-    >>> from hf_readonce import DeformerBertConfig
+    >>> from transformers import AutoConfig
+    >>> # this file travels with the family's checkpoints (a Hub repo, or a folder `save_pretrained` wrote), and
+    >>> # `trust_remote_code` loads the class from there: nothing but transformers is needed
+    >>> checkpoint = "hf-readonce/deformer-minilm-qa-reference"
+    >>> DeformerBertConfig = type(AutoConfig.from_pretrained(checkpoint, trust_remote_code=True))  # doctest: +SKIP
     >>> config = DeformerBertConfig(num_hidden_layers=6, num_decomposed_layers=4)
     >>> config.num_decomposed_layers
     4

@@ -27,7 +27,11 @@ class BlockAttentionLlamaConfig(LlamaConfig):
     Example:
 
     ```python
-    >>> from hf_readonce import BlockAttentionLlamaConfig
+    >>> from transformers import AutoConfig
+    >>> # this file travels with the family's checkpoints (a Hub repo, or a folder `save_pretrained` wrote), and
+    >>> # `trust_remote_code` loads the class from there: nothing but transformers is needed
+    >>> checkpoint = "path/to/block-attention-llama-checkpoint"
+    >>> BlockAttentionLlamaConfig = type(AutoConfig.from_pretrained(checkpoint, trust_remote_code=True))  # doctest: +SKIP
     >>> config = BlockAttentionLlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4)
     >>> config.model_type
     'block_attention_llama'

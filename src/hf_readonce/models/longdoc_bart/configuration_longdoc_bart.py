@@ -64,7 +64,11 @@ class LongDocBartConfig(BartConfig):
     Example:
 
     ```python
-    >>> from hf_readonce import LongDocBartConfig
+    >>> from transformers import AutoConfig
+    >>> # this file travels with the family's checkpoints (a Hub repo, or a folder `save_pretrained` wrote), and
+    >>> # `trust_remote_code` loads the class from there: nothing but transformers is needed
+    >>> checkpoint = "path/to/longdoc-checkpoint"
+    >>> LongDocBartConfig = type(AutoConfig.from_pretrained(checkpoint, trust_remote_code=True))  # doctest: +SKIP
     >>> config = LongDocBartConfig(encoder_attention_type="convolutional_per_head")
     >>> (config.neighborhood_radius, config.conv_kernel_size, config.conv_stride, config.decoder_attention_type)
     (100, 3, 3, 'full')

@@ -888,7 +888,11 @@ class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForCon
     Example:
 
     ```python
-    >>> from hf_readonce import LongDocBartForConditionalGeneration
+    >>> from transformers.dynamic_module_utils import get_class_from_dynamic_module
+    >>> # this class, from a LongDoc checkpoint that carries this file (a Hub repo, or a folder `save_pretrained` wrote):
+    >>> # nothing but transformers is needed
+    >>> LongDocBartForConditionalGeneration = get_class_from_dynamic_module(
+    ...     "modeling_longdoc_bart.LongDocBartForConditionalGeneration", "path/to/longdoc-checkpoint")  # doctest: +SKIP
     >>> model = LongDocBartForConditionalGeneration.from_pretrained(
     ...     "facebook/bart-base", encoder_attention_type="neighborhood", neighborhood_radius=100)  # doctest: +SKIP
     ```

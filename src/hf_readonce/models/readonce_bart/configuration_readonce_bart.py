@@ -80,7 +80,11 @@ class ReadOnceBartConfig(BartConfig):
     Example:
 
     ```python
-    >>> from hf_readonce import ReadOnceBartConfig
+    >>> from transformers import AutoConfig
+    >>> # this file travels with the family's checkpoints (a Hub repo, or a folder `save_pretrained` wrote), and
+    >>> # `trust_remote_code` loads the class from there: nothing but transformers is needed
+    >>> checkpoint = "path/to/readonce-checkpoint"
+    >>> ReadOnceBartConfig = type(AutoConfig.from_pretrained(checkpoint, trust_remote_code=True))  # doctest: +SKIP
     >>> config = ReadOnceBartConfig(encoder_layers=12, compression_ratio=8)
     >>> (config.compression_ratio, config.window_size, config.append_layer, config.aggregation)
     (8, 8, 6, 'linear')

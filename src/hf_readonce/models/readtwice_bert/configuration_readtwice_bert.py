@@ -78,7 +78,11 @@ class ReadTwiceBertConfig(BertConfig):
     Example:
 
     ```python
-    >>> from hf_readonce import ReadTwiceBertConfig
+    >>> from transformers import AutoConfig
+    >>> # this file travels with the family's checkpoints (a Hub repo, or a folder `save_pretrained` wrote), and
+    >>> # `trust_remote_code` loads the class from there: nothing but transformers is needed
+    >>> checkpoint = "path/to/readtwice-checkpoint"
+    >>> ReadTwiceBertConfig = type(AutoConfig.from_pretrained(checkpoint, trust_remote_code=True))  # doctest: +SKIP
     >>> config = ReadTwiceBertConfig(num_hidden_layers=6, memory_type="cls", memory_top_k=None)
     >>> config.num_second_read_layers
     2

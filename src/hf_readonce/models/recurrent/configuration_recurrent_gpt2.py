@@ -40,7 +40,11 @@ class RecurrentGPT2Config(RecurrenceConfigMixin, GPT2Config):
     Example:
 
     ```python
-    >>> from hf_readonce import RecurrentGPT2Config
+    >>> from transformers import AutoConfig
+    >>> # this file travels with the family's checkpoints (a Hub repo, or a folder `save_pretrained` wrote), and
+    >>> # `trust_remote_code` loads the class from there: nothing but transformers is needed
+    >>> checkpoint = "path/to/recurrent-gpt2-checkpoint"
+    >>> RecurrentGPT2Config = type(AutoConfig.from_pretrained(checkpoint, trust_remote_code=True))  # doctest: +SKIP
     >>> config = RecurrentGPT2Config(window_size=300, window_overlap=5)
     >>> (config.window_size, config.window_overlap, config.recurrence_layer, config.recurrence_hidden_sizes)
     (300, 5, 2, [200, 200, 200])

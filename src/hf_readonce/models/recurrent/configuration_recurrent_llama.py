@@ -40,7 +40,11 @@ class RecurrentLlamaConfig(RecurrenceConfigMixin, LlamaConfig):
     Example:
 
     ```python
-    >>> from hf_readonce import RecurrentLlamaConfig
+    >>> from transformers import AutoConfig
+    >>> # this file travels with the family's checkpoints (a Hub repo, or a folder `save_pretrained` wrote), and
+    >>> # `trust_remote_code` loads the class from there: nothing but transformers is needed
+    >>> checkpoint = "path/to/recurrent-llama-checkpoint"
+    >>> RecurrentLlamaConfig = type(AutoConfig.from_pretrained(checkpoint, trust_remote_code=True))  # doctest: +SKIP
     >>> config = RecurrentLlamaConfig(window_size=256, window_overlap=30)
     >>> (config.window_size, config.window_overlap, config.recurrence_layer)
     (256, 30, 2)
