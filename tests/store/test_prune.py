@@ -181,6 +181,22 @@ def test_orphan_shards_of_a_pruned_space_go_too_so_repair_cannot_revive_it(two_s
     assert [s.key for s in repaired.spaces()] == [space_key(NEW, SETTINGS)] and len(repaired) == 1
 
 
+def test_orphan_shards_of_one_space_are_those_in_its_folder(two_spaces):
+    """`orphan_shards(store, space)`: the shard files no manifest lists in the folder the store writes that space's
+    shards into (what `encode` notes before recomputing over a lost index), from a listing alone."""
+    from hf_readonce.store.maintenance import orphan_shards
+
+    path, _ = two_spaces
+    old_key, new_key = space_key(OLD, SETTINGS), space_key(NEW, SETTINGS)
+    assert orphan_shards(RepresentationStore(path, readonly=True), old_key) == []
+    for manifest in (path / "index").glob("*.json"):
+        manifest.unlink()
+    store = RepresentationStore(path, readonly=True)
+    old, new = orphan_shards(store, old_key), orphan_shards(store, new_key)
+    assert len(old) == 2 and len(new) == 1 and sorted(old + new) == orphan_shards(store)
+    assert all(rel.startswith(f"shards/{old_key[:24]}/") for rel in old)
+
+
 def test_a_reader_of_a_pruned_space_is_told_it_was_deleted_not_damaged(two_spaces):
     from hf_readonce.store import MissingRepresentationError
 

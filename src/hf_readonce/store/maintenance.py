@@ -159,10 +159,14 @@ def unindexed_note(store) -> str:
             "them.")
 
 
-def orphan_shards(store) -> list[str]:
-    """Shard files (`shards/*/*.safetensors`, relative to the store) that no loaded manifest lists, sorted."""
+def orphan_shards(store, space: str | None = None) -> list[str]:
+    """Shard files (`shards/*/*.safetensors`, relative to the store) that no loaded manifest lists, sorted: a listing
+    of the shard folders against the index, no file is opened. With `space` (a space key), only those in the folder
+    the store writes that space's shards into (`shards/<key[:24]>/`; what a shard holds is only known from its header,
+    [`read_orphan`])."""
     known = set(store._shards)
-    return [f for f in _shard_files(store) if f not in known]
+    folder = None if space is None else f"shards/{space[:24]}/"
+    return [f for f in _shard_files(store) if f not in known and (folder is None or f.startswith(folder))]
 
 
 LIVE_TMP_SECONDS = 300
