@@ -72,12 +72,17 @@ def test_find_deformer_space_names_the_other_k(tmp_path, tokenizer, qa_rows):
     assert find_deformer_space(store, model, tokenizer)["doc_stride"] == 8
     k3 = DeformerBertForQuestionAnswering(DeformerBertConfig(**{**model.config.to_dict(), "num_decomposed_layers": 3}))
     k3.load_state_dict(model.state_dict())
-    with pytest.raises(MissingRepresentationError, match=r"only with num_decomposed_layers=2, max_passage_length=32, "
-                                                         r"doc_stride=8 \(another fingerprint: other weights, k or compute dtype\) "
-                                                         r"\(this model: num_decomposed_layers=3;"):
+    # none of this model (its k) and what it holds instead, without "none for this tokenizer" before "this tokenizer's"
+    with pytest.raises(MissingRepresentationError, match=r"holds no DeFormer passage states of this model and "
+                                                         r"tokenizer \(num_decomposed_layers=3\); it holds this "
+                                                         r"tokenizer's DeFormer states with num_decomposed_layers=2, "
+                                                         r"max_passage_length=32, doc_stride=8 \(another fingerprint: "
+                                                         r"other weights, k or compute dtype\); `--num-decomposed"):
         find_deformer_space(store, k3, tokenizer)
-    with pytest.raises(MissingRepresentationError, match=r"max_passage_length 48.*only with num_decomposed_layers=2, "
-                                                         r"max_passage_length=32, doc_stride=8 \(this model's\)"):
+    with pytest.raises(MissingRepresentationError, match=r"\(num_decomposed_layers=2, max_passage_length=48\); it "
+                                                         r"holds this tokenizer's DeFormer states with "
+                                                         r"num_decomposed_layers=2, max_passage_length=32, doc_stride=8 "
+                                                         r"\(this model's\)"):
         find_deformer_space(store, model, tokenizer, max_passage_length=48)  # other windows: named
 
 

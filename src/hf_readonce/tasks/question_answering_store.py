@@ -31,9 +31,9 @@ def find_deformer_space(store: RepresentationStore, model, tokenizer, *, max_pas
 
     Raises:
         RepresentationMismatchError: if the store holds DeFormer states only for other fingerprints (names both).
-        MissingRepresentationError: if the store holds no DeFormer states (of these windows, when given); it names
-            the DeFormer states it holds instead (another k), and says so when the store holds shard files its index
-            does not list (a damaged index), rather than "empty".
+        MissingRepresentationError: if the store holds no DeFormer states of this model (its k, and these windows
+            when given); it names the DeFormer states it holds instead (another k, other windows), and says so when
+            the store holds shard files its index does not list (a damaged index), rather than "empty".
         ValueError: if several window settings are stored for this model and none is the checkpoint's recorded
             (default) one (pass them explicitly).
     """
@@ -53,17 +53,16 @@ def find_deformer_space(store: RepresentationStore, model, tokenizer, *, max_pas
                      for s in store.spaces() if DeformerBertAdapter.settings_match(s.settings, tokenizer)})
     held = sorted({s.model_type or "?" for s in store.spaces()})
     note = unindexed_note(store)
-    windows = "".join(f" and {name} {value}" for name, value in wanted.items())
+    this = ", ".join(f"{name}={value}" for name, value in {"num_decomposed_layers": k, **wanted}.items())
     if others:
-        holds = (f"; it holds this tokenizer's DeFormer states only with {'; '.join(others)} (this model: "
-                 f"num_decomposed_layers={k}; `--num-decomposed-layers`, `--max-passage-length` and `--doc-stride` "
-                 "pick them).")
+        holds = (f"; it holds this tokenizer's DeFormer states with {'; '.join(others)}; `--num-decomposed-layers`, "
+                 "`--max-passage-length` and `--doc-stride` pick among them.")
     elif held:
         holds = f"; it holds representations of {', '.join(held)} models only."
     else:
         holds = "; its index lists nothing." + note if note else "; it is empty."
-    raise MissingRepresentationError(f"store {store.path} holds no DeFormer passage states for this tokenizer{windows}"
-                                     + holds)
+    raise MissingRepresentationError(f"store {store.path} holds no DeFormer passage states of this model and "
+                                     f"tokenizer ({this})" + holds)
 
 
 def window_defaults(model) -> dict:
