@@ -336,4 +336,5 @@ def test_encode_missing_beside_another_models_caches(tmp_path, llama_checkpoint,
     assert "only for" in capsys.readouterr().err and not (tmp_path / "a.jsonl").exists()
     assert cli_main(["answer", str(llama_checkpoint), *common, "--output", str(tmp_path / "b.jsonl"),
                      "--encode-missing"]) == 0
+    assert "(--encode-missing encoded 1 of these passages first)" in capsys.readouterr().out
     assert len({space.fingerprint for space in RepresentationStore(store, readonly=True).spaces()}) == 2

@@ -109,7 +109,8 @@ def test_missing_documents_no_store_and_other_families(tmp_path, folders, checkp
     assert "2 of 3 documents are not stored" in capsys.readouterr().err
     assert cli_main(base + ["--store", str(store), "--output", str(output), "--encode-missing"]) == 0
     assert len(RepresentationStore(store)) == 3 and len(_lines(output)) == 3
-    capsys.readouterr()
+    assert "(3 distinct) from stored representations (--encode-missing encoded 2 of these documents first)" in \
+        capsys.readouterr().out
     # a DeFormer store holds passage states: no summaries, the families that summarize are named
     assert cli_main(["summarize", str(checkpoint), "--store", str(store), "--documents", str(docs), "--output",
                      str(output), "--no-progress"]) == 2

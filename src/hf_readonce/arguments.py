@@ -51,11 +51,11 @@ def positive_float(value: str) -> float:
 
 
 def local_model_or_hub_id(name: str) -> str:
-    """What a MODEL argument names, as far as this machine can tell: an existing path stays; a shipped checkpoint's
-    name (`reference-deformer`, `reference-qa`, their folder names or repo ids; see `hf-readonce checkpoints`)
-    becomes its folder; a name that can only be a path (absolute, `./`, `~`, its first folder exists here, or no
-    valid Hub repo id) and does not exist is an error, before any Hub lookup; anything else is returned as a Hub
-    repo id (whether the Hub has it is the caller's to find out).
+    """What a MODEL argument names, as far as this machine can tell: an existing folder stays (an existing file is an
+    error); a shipped checkpoint's name (`reference-deformer`, `reference-qa`, their folder names or repo ids; see
+    `hf-readonce checkpoints`) becomes its folder; a name that can only be a path (absolute, `./`, `~`, its first
+    folder exists here, or no valid Hub repo id) and does not exist is an error, before any Hub lookup; anything else
+    is returned as a Hub repo id (whether the Hub has it is the caller's to find out).
 
     Args:
         name (`str`): the argument as given.
@@ -65,13 +65,19 @@ def local_model_or_hub_id(name: str) -> str:
 
     Raises:
         FileNotFoundError: a path that does not exist, or a shipped checkpoint with no copy here (the message says
-            what to do). ValueError: a shipped checkpoint whose checksum differs.
+            what to do). ValueError: a path that is a file, not a folder; a shipped checkpoint whose checksum
+            differs.
     """
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     from .weights import SHIPPED_NAMES, shipped_checkpoint_path
 
     path = Path(name).expanduser()
+    if path.exists() and not path.is_dir():  # e.g. the documents file given as MODEL: transformers would call it
+        # an invalid config file
+        raise ValueError(f"model {name!r} is a file, not a checkpoint folder or Hub id (a checkpoint is the folder "
+                         "`save_pretrained` writes, with config.json; `hf-readonce checkpoints` lists the shipped "
+                         "ones).")
     if path.exists():
         return str(path)
     shipped = shipped_checkpoint_path(name)

@@ -43,12 +43,16 @@ Exit status: 0 success; 1 corruption found (`verify`), documents left unrepaired
 link, bad input lines with `--strict`,
 or an input file that holds no documents / questions (or none under `--text-field`); 2 usage errors and errors that
 stop a command (one line saying why and what to do; never a traceback: set `HF_READONCE_TRACEBACK=1` to see one for
-an unexpected error); 141, quietly, when the reader of the output stops early (`hf-readonce info | head -1`).
+an unexpected error); 130 (143 for SIGTERM) when stopped, with one line saying what the command left (`encode`: the
+committed shards, and how many documents it committed; `answer` / `summarize`: no output written, the `--output` file
+as it was; `publish`: nothing written); 141, quietly, when the reader of the output stops early
+(`hf-readonce info | head -1`). Every command takes `--no-progress`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import json
 import math
@@ -294,12 +298,14 @@ def _one_line(error: BaseException) -> str:
 
 def _resolve_model(name: str) -> str:
     """The folder or Hub id a MODEL argument names: a shipped checkpoint's name (`reference-deformer`,
-    `reference-qa`, see `hf-readonce checkpoints`) becomes its folder; an existing path stays; a path that does not
+    `reference-qa`, see `hf-readonce checkpoints`) becomes its folder; an existing folder stays; a path that does not
     exist is an error here, before any Hub lookup (a name that is no valid Hub repo id, or whose first part is a
-    local folder, is read as a path).
+    local folder, is read as a path), and so are a file (e.g. the documents file given as MODEL) and a folder without
+    config.json.
 
     Raises:
-        CommandError: a shipped checkpoint that cannot be found or fails its checksum; a missing local folder.
+        CommandError: a shipped checkpoint that cannot be found or fails its checksum; a missing local folder, a file,
+            a folder that is no saved checkpoint.
     """
     from .arguments import local_model_or_hub_id
     from .weights import SHIPPED_NAMES
@@ -595,8 +601,9 @@ def _distributed_state(device: str = "auto"):
 # ---------------------------------------------------------------------------------------------------------- encode
 def cmd_encode(args) -> int:
     from .representations import fill_store, get_adapter, get_adapter_class
-    from .store import ReadOnlyStoreError, RepresentationStore
+    from .store import ReadOnlyStoreError, RepresentationStore, rank_of, space_key
     from .store.keys import printable
+    from .store.maintenance import orphan_shards
     from .tasks.jsonl import iter_documents
 
     documents = Path(args.documents)
@@ -628,6 +635,8 @@ def cmd_encode(args) -> int:
             raise CommandError(str(error)) from None
     created = main_process and not Path(args.store).exists()
     store = _open_store(args.store) if main_process else None
+    # shard files no index entry lists (a lost index), listed before any process of this run writes a shard
+    unindexed = set(orphan_shards(store)) if store is not None and not args.repair else set()
     if state is not None:
         state.wait_for_everyone()  # the main process creates the store
     store = store or _open_store(args.store)
@@ -699,11 +708,30 @@ def cmd_encode(args) -> int:
                                                                       id_field=args.id_field, problems=[])})
     doc_iter = iter_documents(documents, text_field=args.text_field, id_field=args.id_field, problems=problems)
     dtype = args.dtype
+    adapter_space = space_key(adapter.fingerprint(), adapter.settings())
+    unindexed = [rel for rel in orphan_shards(store, adapter_space) if rel in unindexed] if unindexed else []
+    if unindexed:  # their documents are encoded again beside them: say so before the work, and what avoids it
+        print(f"hf-readonce encode: note: {len(unindexed)} shard file(s) in this model's folder of {store.path} "
+              f"(shards/{adapter_space[:24]}/) are listed by no index entry (a lost or damaged index?): this run "
+              "recomputes every document the index does not list and leaves those files as they are; `hf-readonce "
+              "encode ... --repair` re-indexes the intact ones instead of recomputing them (`verify` names them).",
+              file=sys.stderr, flush=True)
+
+    def own_documents() -> int:  # this process's documents of the space, in the index as it is now
+        store.refresh()
+        return sum(1 for entry in store.entries(adapter.fingerprint(), adapter.settings())
+                   if world == 1 or rank_of(entry.content_hash, world) == rank)
+
+    before = own_documents()
     try:
         stats = fill_store(adapter, store, doc_iter, dtype=dtype,
                                  shard_size_bytes=int(args.shard_size_mb * 1024 * 1024),
                                  rank=rank, num_processes=world, progress=main_process and not args.no_progress,
                                  total=total)
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM: fill_store committed what it had computed; counted for the message
+        with contextlib.suppress(Exception):
+            args.committed = own_documents() - before
+        raise
     except (ValueError, TypeError, ReadOnlyStoreError) as error:
         raise CommandError(str(error)) from None
     except OSError as error:  # e.g. disk full: committed shards are kept, nothing half-written is left
@@ -734,7 +762,6 @@ def cmd_encode(args) -> int:
         info = store.info()
         print(f"store {store.path}: {info['documents']} document(s), {info['shards']} shard(s), "
               f"{_human_bytes(info['bytes_on_disk'])}", flush=True)
-        from .store import space_key
         from .store.shards import resolve_dtype
 
         stored_as = info["spaces"].get(space_key(adapter.fingerprint(), adapter.settings()), {}).get("dtypes", [])
@@ -751,7 +778,6 @@ def cmd_encode(args) -> int:
                   file=sys.stderr)
             status = EXIT_PROBLEMS  # the input held nothing to work on, as an empty file
 
-        adapter_space = space_key(adapter.fingerprint(), adapter.settings())
         for space, hashes in sorted(dropped_by_space.items()):
             if space != adapter_space:  # another model's or setting's: this run cannot recompute them
                 about = f" ({dropped_spaces[space].model_type or '?'}, {dropped_spaces[space].describe()})" \
@@ -921,6 +947,30 @@ def _open_store_to_read(args, command: str, what: str):
     return store
 
 
+def _entries_of(store, texts) -> tuple[set, int]:
+    """`(hashes, count)`: the content hashes of `texts`, and how many entries of `store` (its index re-read; any
+    space) hold one of them. Counted before and after `--encode-missing`, the difference is how many it encoded."""
+    from .store import content_hash
+
+    hashes = {content_hash(text) for text in texts}
+    return hashes, _count_entries(store, hashes)
+
+
+def _count_entries(store, hashes: set) -> int:
+    store.refresh()
+    return sum(1 for entry in store.entries() if entry.content_hash in hashes)
+
+
+def _encoded_first(args, store, counted: tuple[set, int] | None, what: str) -> str:
+    """` (--encode-missing encoded N of them first)` for the summary line of `answer` / `summarize`, from the count
+    [`_entries_of`] made before; `""` without `--encode-missing`."""
+    if counted is None:
+        return ""
+    encoded = _count_entries(store, counted[0]) - counted[1]
+    return f" (--encode-missing encoded {encoded} of these {what} first)" if encoded else \
+        " (none missing: --encode-missing encoded nothing)"
+
+
 def _answer(args) -> int:
     from .store import MissingRepresentationError, RepresentationMismatchError
     from .tasks.jsonl import BadLine, field_problem, iter_jsonl
@@ -1028,6 +1078,7 @@ def _answer(args) -> int:
     used: dict = {}
     if "settings_used" in accepted:
         options["settings_used"] = used
+    counted = _entries_of(store, {e["context"] for e in examples}) if args.encode_missing else None
     start = time.perf_counter()
     try:
         predictions = answer(model, tokenizer, store, examples, **options)
@@ -1038,8 +1089,10 @@ def _answer(args) -> int:
         raise CommandError(str(error)) from None
     seconds = time.perf_counter() - start
     _write_predictions(output, examples, predictions)
+    args.output_written = True  # said if the command is stopped from here on
     passages = len({e["context"] for e in examples})
-    print(f"answered {len(examples)} question(s) over {passages} stored passage(s) in {seconds:.2f} s "
+    print(f"answered {len(examples)} question(s) over {passages} stored passage(s)"
+          f"{_encoded_first(args, store, counted, 'passages')} in {seconds:.2f} s "
           f"({len(examples) / max(seconds, 1e-9):.1f} questions/s); predictions written to {output}", flush=True)
     from .dtypes import dtype_name
 
@@ -1090,10 +1143,10 @@ def _with_gold_answers(examples: list[dict]) -> list[dict] | None:
 
 
 def _with_compute_dtype_hint(message: str, model, store, name: str, device, **load_kwargs) -> str:
-    """`message` (a representation mismatch), plus the compute dtype that made the store's states when the store
-    holds this checkpoint's weights computed in another dtype (`hf_readonce.dtypes.compute_dtype_hint`, the
-    checkpoint `name` reloaded in each dtype as `--compute-dtype` would load it, with `load_qa_model`'s other
-    arguments `load_kwargs`)."""
+    """The reason of a representation mismatch: when the store holds this checkpoint's weights computed in another
+    dtype (`hf_readonce.dtypes.compute_dtype_hint`, the checkpoint `name` reloaded in each dtype as `--compute-dtype`
+    would load it, with `load_qa_model`'s other arguments `load_kwargs`), that diagnosis alone (the general `message`
+    lists every possible cause and would come first); else `message` as it is."""
     from .dtypes import compute_dtype_hint, dtype_name
 
     def load(dtype):
@@ -1102,8 +1155,9 @@ def _with_compute_dtype_hint(message: str, model, store, name: str, device, **lo
     found = compute_dtype_hint(model, {space.fingerprint for space in store.spaces()}, load=load)
     if found is None:
         return message
-    return (f"{message} The store holds this checkpoint's states computed in {dtype_name(found)}; this run computes "
-            f"in {dtype_name(model.dtype)}: pass --compute-dtype {dtype_name(found)} to read them, or encode again.")
+    return (f"store {store.path} holds this checkpoint's states computed in {dtype_name(found)}; this run computes "
+            f"in {dtype_name(model.dtype)}: pass --compute-dtype {dtype_name(found)} to read them, or encode again "
+            "with this compute dtype.")
 
 
 def _check_generative_answer_options(args) -> None:
@@ -1175,6 +1229,7 @@ def _answer_generative(args, store, examples, output) -> int:
         options["recompute_ratio"] = args.recompute_ratio or 0.0
     if "settings_used" in accepted:
         options["settings_used"] = used
+    counted = _entries_of(store, {p for e in examples for p in passages_of(e)}) if args.encode_missing else None
     start = time.perf_counter()
     try:
         predictions = answer(model, tokenizer, store, examples, **options)
@@ -1185,8 +1240,10 @@ def _answer_generative(args, store, examples, output) -> int:
         raise CommandError(str(error)) from None
     seconds = time.perf_counter() - start
     _write_predictions(output, examples, predictions)
+    args.output_written = True  # said if the command is stopped from here on
     passages = len({p for e in examples for p in passages_of(e)})
-    print(f"answered {len(examples)} question(s) over {passages} stored passage(s) in {seconds:.2f} s "
+    print(f"answered {len(examples)} question(s) over {passages} stored passage(s)"
+          f"{_encoded_first(args, store, counted, 'passages')} in {seconds:.2f} s "
           f"({len(examples) / max(seconds, 1e-9):.1f} questions/s; reading the store "
           f"{timings.get('read_seconds', 0.0):.2f} s, generating {timings.get('generate_seconds', 0.0):.2f} s); "
           f"predictions written to {output}", flush=True)
@@ -1280,6 +1337,7 @@ def _summarize(args) -> int:
                            "generated from the document alone.")
     generate = {"max_new_tokens": args.max_new_tokens, "num_beams": args.num_beams}
     used: dict = {}
+    counted = _entries_of(store, {row["document"] for row in rows}) if args.encode_missing else None
     start = time.perf_counter()
     try:
         summaries = summarize_from_store(model, tokenizer, store, [row["document"] for row in rows],
@@ -1297,8 +1355,10 @@ def _summarize(args) -> int:
         raise CommandError(message) from None
     seconds = time.perf_counter() - start
     _write_predictions(output, rows, {row["id"]: text for row, text in zip(rows, summaries)}, key="summary_text")
+    args.output_written = True
     distinct = len({row["document"] for row in rows})
-    print(f"summarized {len(rows)} document(s) ({distinct} distinct) from stored representations in {seconds:.2f} s "
+    print(f"summarized {len(rows)} document(s) ({distinct} distinct) from stored representations"
+          f"{_encoded_first(args, store, counted, 'documents')} in {seconds:.2f} s "
           f"({len(rows) / max(seconds, 1e-9):.2f} documents/s); summaries written to {output}", flush=True)
     from .dtypes import dtype_name
 
@@ -1440,6 +1500,8 @@ def cmd_verify(args) -> int:
         if value is not None and (not math.isfinite(value) or value < 0):
             raise CommandError(f"{option} must be a finite number >= 0, got {value}.")
     store = _open_store(args.store, readonly=True, create=False, command="verify")
+    for name in args.model or ():  # a --model that names no checkpoint is said before the store is read
+        _resolve_model(name)
     report = store.verify(progress=not args.no_progress)
     recomputed, status = [], EXIT_OK if report.ok else EXIT_PROBLEMS
     duplicates = store.info()["duplicates"]  # documents listed by two index files: harmless, said
@@ -1463,7 +1525,8 @@ def cmd_verify(args) -> int:
         lost = {c.shard for c in report.corruptions}
         for orphan in report.orphans:
             if orphan not in lost:
-                print(f"orphan shard (no index entry; its documents are stored elsewhere, harmless): "
+                print(f"orphan shard (no index entry; its documents are stored elsewhere: harmless, but it takes "
+                      f"disk space; `encode --repair` moves it to quarantine/): "
                       f"{printable(orphan)}")
         if report.leftovers:
             names = _listed([printable(rel) for rel in report.leftovers], 10)
@@ -1802,6 +1865,14 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"hf-readonce {_installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
+    # options every command takes (one parent parser, so they cannot drift apart: `command` adds it)
+    shared = _Parser(add_help=False)
+    shared.add_argument("--no-progress", action="store_true",
+                        help="no progress bars (weight loading, encoding, answering, uploads; every command takes it)")
+
+    def command(name: str, **kwargs) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[shared], **kwargs)
+
     sub.add_parser("demo", help="the shipped DeFormer answers Disfl-QA validation from cached passage states: EM/F1 "
                                 "beside baselines, and the speed-up (--distill distils one here first; see "
                                 "`hf-readonce demo --help`)", add_help=False)
@@ -1830,9 +1901,8 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
                        help="windows (encode) or features (answer) per batch")
         p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
         p.add_argument("--compute-dtype", choices=COMPUTE_DTYPE_CHOICES, default="auto", help=compute_dtype_help)
-        p.add_argument("--no-progress", action="store_true", help="no progress bar (weight loading included)")
 
-    encode = sub.add_parser("encode", help="store the representations of a JSONL file's documents")
+    encode = command("encode", help="store the representations of a JSONL file's documents")
     model_options(encode)
     encode.add_argument("--documents", required=True, help="JSONL file, one document per line")
     encode.add_argument("--max-document-length", type=int, default=None,
@@ -1851,9 +1921,9 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
         _family_options(encode)
     encode.set_defaults(func=cmd_encode)
 
-    answer = sub.add_parser("answer", help="answer SQuAD-style questions from stored representations: "
-                                             "extracted spans or generated answers, as the family does (`hf-readonce "
-                                             "info`), EM/F1 beside the baselines when rows carry answers")
+    answer = command("answer", help="answer SQuAD-style questions from stored representations: "
+                                    "extracted spans or generated answers, as the family does (`hf-readonce "
+                                    "info`), EM/F1 beside the baselines when rows carry answers")
     model_options(answer)
     answer.add_argument("--questions", required=True, help="JSONL with id, question, context (answers optional)")
     answer.add_argument("--output", required=True, help="predictions JSONL (id, prediction_text)")
@@ -1885,9 +1955,9 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
         _family_options(answer)
     answer.set_defaults(func=cmd_answer)
 
-    summarize = sub.add_parser("summarize", help="summarize a JSONL file's documents from their stored "
-                                                 "representations (ROUGE beside lead-1 and lead-3 when they carry "
-                                                 "reference summaries)")
+    summarize = command("summarize", help="summarize a JSONL file's documents from their stored "
+                                          "representations (ROUGE beside lead-1 and lead-3 when they carry "
+                                          "reference summaries)")
     summarize.add_argument("model", help="a checkpoint folder or Hub id of a family that summarizes from stored "
                                          "representations (`hf-readonce info` lists them)")
     summarize.add_argument("--store", required=True, help="store directory (`hf-readonce encode` fills it)")
@@ -1914,23 +1984,21 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
                            help="with --encode-missing: storage dtype (default fp16)")
     summarize.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
     summarize.add_argument("--compute-dtype", choices=COMPUTE_DTYPE_CHOICES, default="auto", help=compute_dtype_help)
-    summarize.add_argument("--no-progress", action="store_true", help="no progress bar (weight loading included)")
     if family_options:
         _family_options(summarize)
     summarize.set_defaults(func=cmd_summarize)
 
-    info = sub.add_parser("info", help="a store's documents, size on disk, fingerprints; without --store, the "
-                                       "registered model families and what each command does with them")
+    info = command("info", help="a store's documents, size on disk, fingerprints; without --store, the "
+                                "registered model families and what each command does with them")
     info.add_argument("--store", default=None, help="the store to describe (default: list the model families)")
     info.add_argument("--json", action="store_true", help="machine-readable output")
     info.set_defaults(func=cmd_info)
 
-    verify = sub.add_parser("verify", help="check every checksum and every index field; exit 1 naming corrupted "
-                                           "shards, manifests and documents; "
-                                           "with --recompute N --model M, recompute N documents and compare")
+    verify = command("verify", help="check every checksum and every index field; exit 1 naming corrupted "
+                                    "shards, manifests and documents; "
+                                    "with --recompute N --model M, recompute N documents and compare")
     verify.add_argument("--store", required=True, help="store directory")
     verify.add_argument("--json", action="store_true", help="machine-readable output")
-    verify.add_argument("--no-progress", action="store_true", help="no progress bar (weight loading included)")
     verify.add_argument("--recompute", type=int, default=None, metavar="N",
                         help="also recompute N stored documents per representation space of --model (the first N by "
                              "content hash) and report the largest |stored - fresh| and the KL(fresh || stored) of "
@@ -1955,8 +2023,8 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
                         help="with --recompute: " + compute_dtype_help)
     verify.set_defaults(func=cmd_verify)
 
-    prune = sub.add_parser("prune", help="delete the representation spaces a store no longer needs (e.g. an old "
-                                         "model's), and with --quarantine the damaged files repair set aside")
+    prune = command("prune", help="delete the representation spaces a store no longer needs (e.g. an old "
+                                  "model's), and with --quarantine the damaged files repair set aside")
     prune.add_argument("--store", required=True, help="store directory")
     prune.add_argument("--space", action="append", default=[], metavar="KEY",
                        help="a space to delete, as `hf-readonce info --store DIR` prints it (its first 16 "
@@ -1967,8 +2035,8 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
     prune.add_argument("--json", action="store_true", help="machine-readable output")
     prune.set_defaults(func=cmd_prune)
 
-    publish = sub.add_parser("publish", help="assemble a Hub repo (weights, code, pipeline, tokenizer, model card) "
-                                             "and write it to --local-dir or upload it")
+    publish = command("publish", help="assemble a Hub repo (weights, code, pipeline, tokenizer, model card) "
+                                      "and write it to --local-dir or upload it")
     publish.add_argument("model_dir", help="a saved hf-readonce checkpoint folder, with its tokenizer, or the name of "
                                            "a shipped hf-readonce checkpoint (reference-deformer; reference-qa is a "
                                            "plain BERT: load it as a family's model and save it first)")
@@ -1976,7 +2044,6 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
     publish.add_argument("--local-dir", default=None, help="write the repo folder here (new or empty) and stop; "
                                                            "nothing is uploaded")
     publish.add_argument("--private", action="store_true", help="create the repo(s) private")
-    publish.add_argument("--no-progress", action="store_true", help="no progress bar (weight loading and upload)")
     publish.add_argument("--store", default=None, help="a store of this model's representations: exported as a "
                                                        "dataset (beside --local-dir, or pushed) and linked from the card")
     publish.add_argument("--representations-repo", default=None,
@@ -2003,8 +2070,8 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
         _family_options(publish)
     publish.set_defaults(func=cmd_publish)
 
-    checkpoints = sub.add_parser("checkpoints", help="the checkpoints shipped with hf-readonce: the names MODEL "
-                                                     "accepts, and their folders")
+    checkpoints = command("checkpoints", help="the checkpoints shipped with hf-readonce: the names MODEL "
+                                              "accepts, and their folders")
     checkpoints.add_argument("--path", metavar="NAME", default=None,
                              help="print only this checkpoint's folder (e.g. `$(hf-readonce checkpoints --path "
                                   "reference-deformer)`); exit 2 if it is not found")
@@ -2085,15 +2152,19 @@ def main(argv=None) -> int:
         `int`: the exit status (0 success, 1 problems found, 2 errors; see the module docstring).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
+    args = None
     if argv and argv[0] == "demo":
-        command, restore = "demo", None
+        # the demo parses its own arguments; `--no-progress`, which every command takes, is read here
+        demo_argv = [arg for arg in argv[1:] if arg != "--no-progress"]
+        command = "demo"
+        restore = _disable_progress_bars() if len(demo_argv) < len(argv) - 1 else None
 
         def run() -> int:
             from . import register_models
             from .recipes.demo import main as demo_main
 
             register_models()
-            demo_main(argv[1:])
+            demo_main(demo_argv)
             return EXIT_OK
     else:
         # `encode --help` (and answer, summarize) also lists the options of the families' own settings
@@ -2119,10 +2190,7 @@ def main(argv=None) -> int:
         print(f"hf-readonce {command}: error: {error}", file=sys.stderr)
         return error.status
     except KeyboardInterrupt as stop:
-        what = ("if it had begun deleting, the space may be partly deleted (`verify` names the shards already "
-                "gone): run the same prune again to finish." if command == "prune"
-                else "committed shards are kept, re-run to finish.")
-        print(f"hf-readonce {command}: interrupted; {what}", file=sys.stderr)
+        print(f"hf-readonce {command}: interrupted{_interrupted(command, args)}", file=sys.stderr)
         return 143 if isinstance(stop, _Terminated) else 130
     except BrokenPipeError:  # the reader of stdout stopped (`hf-readonce info | head -1`): as `head` expects, quietly
         _silence_stdout()
@@ -2140,9 +2208,43 @@ def main(argv=None) -> int:
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous_term[1] is None else previous_term[1])
 
 
+def _interrupted(command: str, args) -> str:
+    """What follows `interrupted` in the line a stopped command prints (Ctrl-C, SIGTERM): what it leaves behind, as
+    each command leaves it. `args` (`None` before the arguments were parsed, and for `demo`) carries what the
+    command recorded on its way: `encode`'s `committed` (documents this run committed before the stop), `answer`'s and
+    `summarize`'s `output_written` (the output file is in place)."""
+    if command == "prune":
+        return ("; if it had begun deleting, the space may be partly deleted (`verify` names the shards already "
+                "gone): run the same prune again to finish.")
+    if command == "encode":
+        committed = getattr(args, "committed", None)
+        counted = f" ({committed} document(s) encoded by this run)" if committed is not None else ""
+        return f"; committed shards are kept{counted}, re-run to finish."
+    if command in ("answer", "summarize") and args is not None:
+        what = "predictions" if command == "answer" else "summaries"
+        if getattr(args, "output_written", False):
+            said = f"; the {what} were written to {args.output} before the stop"
+        else:  # `_write_predictions` writes a temporary file and renames it into place; the temporary file is removed
+            said = (f"; no {what} were written (--output {args.output} is as it was: it is replaced only once every "
+                    f"{'question is answered' if command == 'answer' else 'document is summarized'})")
+        if args.encode_missing:
+            said += (f"; the {'passages' if command == 'answer' else 'documents'} --encode-missing encoded are in "
+                     "committed shards of --store and kept, so a re-run encodes only the rest")
+        return said + "."
+    if command == "publish" and args is not None:
+        if args.local_dir:  # `publish` assembles the folder beside it and renames it into place only once complete
+            return (f"; nothing was written to --local-dir {args.local_dir} (the folder being assembled beside it "
+                    "was removed).")
+        return ("; nothing was committed to the model repo (its files are uploaded in one commit; the folder "
+                "assembled for it was removed), but a repo already created, or representations already pushed to "
+                "the dataset repo, stay on the Hub.")
+    return "."
+
+
 class _Terminated(KeyboardInterrupt):
     """SIGTERM (what `timeout`, Slurm and Kubernetes send) raised where the command runs, so it stops as Ctrl-C
-    stops it: the writer's `with` blocks exit, committed shards stay, the message says to re-run."""
+    stops it: the writer's `with` blocks exit, committed shards stay, the message says what the command left
+    ([`_interrupted`])."""
 
 
 def _terminate_as_interrupt() -> tuple[bool, object]:

@@ -1,0 +1,258 @@
+"""What `hf-readonce` says where a newcomer looked for it: what a stopped command left behind (each command its own
+line), `--no-progress` taken by every command, a file given as MODEL named as such, the counts a summary line left
+out, a note before a plain `encode` recomputes what a lost index no longer lists, and a store's mismatch said once,
+the specific reason first."""
+
+import pytest
+
+import hf_readonce.cli as cli
+from hf_readonce.cli import main as cli_main
+from hf_readonce.store import RepresentationStore
+from tests.conftest import write_jsonl
+
+
+def _one_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+# ---------------------------------------------------------------------------------------------- --no-progress
+def _required_arguments(parser) -> list[str]:
+    """Placeholder values for every positional argument and required option of a subcommand's parser."""
+    values = []
+    for action in parser._actions:
+        if not action.option_strings:
+            values.append("x")
+        elif action.required:
+            values += [action.option_strings[0], "x"]
+    return values
+
+
+def test_every_command_takes_no_progress(monkeypatch):
+    """One shared option: each subcommand parses `--no-progress` (`info` and `prune` refused it); the demo, which
+    parses its own arguments, gets them without it and runs with the bars off."""
+    import argparse
+
+    parser = cli.build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert {"encode", "answer", "summarize", "info", "verify", "prune", "publish", "checkpoints", "demo"} <= \
+        set(commands)
+    for name, sub in commands.items():
+        if name == "demo":
+            continue
+        args = parser.parse_args([name, *_required_arguments(sub), "--no-progress"])
+        assert args.no_progress is True, name
+    import hf_readonce.recipes.demo as demo
+
+    seen = {}
+
+    def fake_demo(argv):
+        from huggingface_hub.utils import are_progress_bars_disabled
+
+        seen.update(argv=argv, disabled=are_progress_bars_disabled())
+
+    monkeypatch.setattr(demo, "main", fake_demo)
+    assert cli_main(["demo", "--no-progress", "--max-steps", "3"]) == 0
+    assert seen == {"argv": ["--max-steps", "3"], "disabled": True}
+    assert cli_main(["checkpoints", "--no-progress"]) == 0  # and the commands that show no bar run as before
+
+
+# ---------------------------------------------------------------------------------------------- a stopped command
+def _interrupt(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+def test_a_stopped_command_says_what_it_left(tmp_path, checkpoint, qa_rows, capsys, monkeypatch):
+    """Ctrl-C (exit 130): `encode` counts the documents it committed; `answer` leaves --output as it was, even when
+    stopped while writing it; with --encode-missing the encoded passages are kept; commands that write nothing say
+    only `interrupted.`"""
+    rows = qa_rows[:6]
+    docs, questions = write_jsonl(tmp_path / "docs.jsonl", rows), write_jsonl(tmp_path / "q.jsonl", rows)
+    store = tmp_path / "store"
+    common = ["--store", str(store), "--no-progress", "--max-passage-length", "64", "--doc-stride", "16"]
+    import hf_readonce.representations as representations
+
+    fill_store = representations.fill_store
+
+    def stopped_after_three(adapter, store, documents, **kwargs):  # the 4th document never comes: Ctrl-C
+        def first_three():
+            for number, document in enumerate(documents):
+                if number == 3:
+                    raise KeyboardInterrupt
+                yield document
+        return fill_store(adapter, store, first_three(), **{**kwargs, "documents_per_batch": 1})
+
+    monkeypatch.setattr(representations, "fill_store", stopped_after_three)
+    assert cli_main(["encode", str(checkpoint), "--documents", str(docs), *common]) == 130
+    line = _one_line(capsys.readouterr().err)
+    assert len(RepresentationStore(store)) == 3
+    assert line == ("hf-readonce encode: interrupted; committed shards are kept (3 document(s) encoded by this run), "
+                    "re-run to finish."), line
+    monkeypatch.setattr(representations, "fill_store", fill_store)
+
+    # answer stopped while writing its output: the previous file stays whole, no temporary file is left
+    output = tmp_path / "preds.jsonl"
+    output.write_text("earlier predictions\n")
+    answer = ["answer", str(checkpoint), "--questions", str(questions), "--output", str(output), *common]
+    write = cli._write_predictions
+
+    def write_then_stop(output, examples, predictions, **kwargs):  # Ctrl-C after two lines of the output
+        def two_then_stop():
+            for number, example in enumerate(examples):
+                if number == 2:
+                    raise KeyboardInterrupt
+                yield example
+        write(output, two_then_stop(), predictions, **kwargs)
+
+    monkeypatch.setattr(cli, "_write_predictions", write_then_stop)
+    assert cli_main(answer + ["--encode-missing"]) == 130
+    monkeypatch.setattr(cli, "_write_predictions", write)
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith(f"hf-readonce answer: interrupted; no predictions were written (--output {output} is as "
+                           "it was"), line
+    assert "--encode-missing encoded are in committed shards of --store and kept" in line
+    assert "committed shards are kept, re-run" not in line
+    assert output.read_text() == "earlier predictions\n" and sorted(tmp_path.iterdir()) == sorted(
+        [docs, questions, store, output])
+    assert len(RepresentationStore(store)) == len({r["context"] for r in rows})  # what it encoded is kept
+
+    # stopped once the predictions are written (while scoring): said so
+    monkeypatch.setattr(cli, "_with_gold_answers", _interrupt)
+    assert cli_main(answer) == 130
+    assert _one_line(capsys.readouterr().err) == (f"hf-readonce answer: interrupted; the predictions were written to "
+                                                  f"{output} before the stop.")
+    assert output.read_text() != "earlier predictions\n"
+
+    # commands that write nothing
+    monkeypatch.setattr(RepresentationStore, "verify", _interrupt)
+    assert cli_main(["verify", "--store", str(store), "--no-progress"]) == 130
+    assert _one_line(capsys.readouterr().err) == "hf-readonce verify: interrupted."
+    monkeypatch.setattr(RepresentationStore, "info", _interrupt)
+    assert cli_main(["info", "--store", str(store)]) == 130
+    assert _one_line(capsys.readouterr().err) == "hf-readonce info: interrupted."
+    import hf_readonce.recipes.demo as demo
+
+    monkeypatch.setattr(demo, "main", _interrupt)
+    assert cli_main(["demo"]) == 130
+    assert _one_line(capsys.readouterr().err) == "hf-readonce demo: interrupted."
+
+
+def test_a_stopped_publish_says_nothing_was_written(tmp_path, checkpoint, capsys, monkeypatch):
+    """`publish --local-dir` assembles the folder beside it and renames it into place when complete: stopped midway,
+    nothing is there, no partial folder is left beside it, and the line says so."""
+    import importlib
+
+    publish = importlib.import_module("hf_readonce.hub.publish")  # (the package exports the function by that name)
+    monkeypatch.setattr(publish, "_read_metrics_card", _interrupt)  # after the weights were written
+    out = tmp_path / "parent" / "repo"
+    assert cli_main(["publish", str(checkpoint), "--repo-id", "someone/tiny", "--local-dir", str(out),
+                     "--max-passage-length", "64", "--doc-stride", "16", "--no-progress"]) == 130
+    line = _one_line(capsys.readouterr().err)
+    assert line == (f"hf-readonce publish: interrupted; nothing was written to --local-dir {out} (the folder being "
+                    "assembled beside it was removed)."), line
+    assert not (tmp_path / "parent").exists()
+
+
+# ---------------------------------------------------------------------------------------------- a file as MODEL
+def test_a_file_given_as_model_is_named_by_every_command(tmp_path, checkpoint, qa_rows, capsys):
+    docs = write_jsonl(tmp_path / "passages.jsonl", qa_rows[:2])
+    store = tmp_path / "store"
+    assert cli_main(["encode", str(checkpoint), "--documents", str(docs), "--store", str(store), "--no-progress",
+                     "--max-passage-length", "64", "--doc-stride", "16"]) == 0
+    capsys.readouterr()
+    model = str(docs)
+    for argv in (["encode", model, "--documents", model, "--store", str(tmp_path / "r3")],
+                 ["answer", model, "--store", str(store), "--questions", model, "--output", str(tmp_path / "p")],
+                 ["summarize", model, "--store", str(store), "--documents", model, "--output", str(tmp_path / "s")],
+                 ["verify", "--store", str(store), "--recompute", "1", "--model", model],
+                 ["publish", model, "--repo-id", "a/b", "--local-dir", str(tmp_path / "repo")],
+                 ["demo", "--model", model]):
+        if argv[0] == "demo":  # the demo stops as the other commands do, by SystemExit(2) from its own parser
+            with pytest.raises(SystemExit) as stop:
+                cli_main(argv)
+            assert stop.value.code == 2
+        else:
+            assert cli_main(argv) == 2, argv
+        line = _one_line(capsys.readouterr().err)
+        assert f"model {model!r} is a file, not a checkpoint folder or Hub id" in line, line
+        assert "JSON" not in line, line
+    assert not (tmp_path / "r3").exists() and not (tmp_path / "repo").exists()
+
+
+# ---------------------------------------------------------------------------------------------- counts, notes
+def test_answer_encode_missing_says_how_many_it_encoded(tmp_path, checkpoint, qa_rows, capsys):
+    rows = qa_rows[:5]
+    questions = write_jsonl(tmp_path / "q.jsonl", rows)
+    passages = len({r["context"] for r in rows})
+    answer = ["answer", str(checkpoint), "--store", str(tmp_path / "new"), "--questions", str(questions), "--output",
+              str(tmp_path / "p.jsonl"), "--no-progress", "--encode-missing", "--max-passage-length", "64",
+              "--doc-stride", "16"]
+    assert cli_main(answer) == 0
+    out = capsys.readouterr().out
+    assert (f"over {passages} stored passage(s) (--encode-missing encoded {passages} of these passages first) "
+            in out), out
+    assert cli_main(answer) == 0
+    assert "(none missing: --encode-missing encoded nothing)" in capsys.readouterr().out
+    assert cli_main(answer[:-5] + ["--max-passage-length", "64", "--doc-stride", "16"]) == 0  # without the option
+    assert "--encode-missing" not in capsys.readouterr().out
+
+
+def test_a_plain_encode_over_a_lost_index_says_repair_reindexes(tmp_path, checkpoint, qa_rows, capsys):
+    """`rm -rf STORE/index` then `encode` (no --repair): the documents are computed again beside the old shards; a
+    note says so first, and that `encode --repair` re-indexes them instead. Nothing is deleted."""
+    docs = write_jsonl(tmp_path / "docs.jsonl", qa_rows[:4])
+    store = tmp_path / "store"
+    encode = ["encode", str(checkpoint), "--documents", str(docs), "--store", str(store), "--no-progress",
+              "--max-passage-length", "64", "--doc-stride", "16"]
+    assert cli_main(encode) == 0
+    assert "note" not in capsys.readouterr().err
+    shards = sorted((store / "shards").rglob("*.safetensors"))
+    for manifest in (store / "index").glob("*.json"):
+        manifest.unlink()
+    assert cli_main(encode) == 0
+    captured = capsys.readouterr()
+    note = _one_line(captured.err)
+    assert note.startswith(f"hf-readonce encode: note: {len(shards)} shard file(s) in this model's folder of {store}")
+    assert "listed by no index entry" in note and "`hf-readonce encode ... --repair` re-indexes" in note, note
+    assert all(shard.exists() for shard in shards)  # left as they were
+    assert cli_main(encode) == 0  # the index lists what this run stored; the old shards are still orphans
+    assert "note: " in capsys.readouterr().err
+    assert cli_main(encode + ["--repair"]) == 0  # moves them to quarantine/: no note after
+    capsys.readouterr()
+    assert cli_main(encode) == 0
+    assert "note" not in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------- mismatches
+def test_a_deformer_store_of_another_k_is_said_without_contradiction(tmp_path, checkpoint, qa_rows, capsys):
+    rows = qa_rows[:2]
+    docs, questions = write_jsonl(tmp_path / "docs.jsonl", rows), write_jsonl(tmp_path / "q.jsonl", rows)
+    common = ["--store", str(tmp_path / "store"), "--no-progress", "--max-passage-length", "64", "--doc-stride", "16"]
+    assert cli_main(["encode", str(checkpoint), "--documents", str(docs), *common]) == 0
+    capsys.readouterr()
+    assert cli_main(["answer", str(checkpoint), "--questions", str(questions), "--output", str(tmp_path / "p"),
+                     "--num-decomposed-layers", "3", *common[:3]]) == 2  # the windows looked up in the store
+    line = _one_line(capsys.readouterr().err)
+    assert "holds no DeFormer passage states of this model and tokenizer (num_decomposed_layers=3); " in line, line
+    assert "it holds this tokenizer's DeFormer states with num_decomposed_layers=2, max_passage_length=64" in line
+    assert "for this tokenizer;" not in line and "states only with" not in line, line
+
+
+@pytest.mark.parametrize("command", ["answer", "verify"])
+def test_a_store_of_another_compute_dtype_gets_the_specific_reason_alone(tmp_path, checkpoint, qa_rows, capsys,
+                                                                        command):
+    rows = qa_rows[:2]
+    docs, questions = write_jsonl(tmp_path / "docs.jsonl", rows), write_jsonl(tmp_path / "q.jsonl", rows)
+    store = tmp_path / "store"
+    assert cli_main(["encode", str(checkpoint), "--documents", str(docs), "--store", str(store), "--no-progress",
+                     "--max-passage-length", "64", "--doc-stride", "16", "--compute-dtype", "bfloat16"]) == 0
+    capsys.readouterr()
+    argv = (["answer", str(checkpoint), "--questions", str(questions), "--output", str(tmp_path / "p"), "--store",
+             str(store), "--no-progress"] if command == "answer" else
+            ["verify", "--store", str(store), "--no-progress", "--recompute", "1", "--model", str(checkpoint)])
+    assert cli_main(argv) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line == (f"hf-readonce {command}: error: store {store} holds this checkpoint's states computed in "
+                    "bfloat16; this run computes in float32: pass --compute-dtype bfloat16 to read them, or encode "
+                    "again with this compute dtype."), line
