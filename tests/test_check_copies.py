@@ -32,9 +32,10 @@ def test_every_copy_in_src_equals_its_source():
     assert differing == [] and errors == []
     copies = [c for path in (REPO_ROOT / "src").rglob("*.py") for c in module.find_copies(path)]
     sources = {c.source.rsplit(".", 1)[-1] for c in copies}
-    # the fingerprint policy, the cache-argument shim and the QA pipelines' shared steps each have one source
+    # the fingerprint policy, the cache-argument shim, the misspelled-keyword check and the QA pipelines' shared steps
+    # each have one source
     assert {"_FINGERPRINT_IGNORED_FIELDS", "_config_fingerprint", "CACHE_NAME", "_best_answers",
-            "tokenizer_fingerprint"} <= sources
+            "tokenizer_fingerprint", "_accepted_keywords", "_check_keyword_arguments"} <= sources
     # every modeling file that fingerprints a config (each family with an adapter) holds the checked copy, or is
     # the source: no second implementation to drift, however many families there are
     source = next(c.source for c in copies if c.source.endswith("._config_fingerprint"))

@@ -468,3 +468,28 @@ def test_compose_batch_refuses_bad_counts_by_name():
                                      ({"batch_size": 2.0}, TypeError, "`batch_size` must be an int")]:
             with pytest.raises(error, match=words):
                 model.compose_batch(caches, **kwargs)
+
+
+def test_a_misspelled_keyword_argument_is_a_type_error_naming_it():
+    """Llama's `forward` takes `**kwargs`: `document_cache=` (for `document_caches=`) answered without the documents."""
+    model = tiny()
+    document, question = ids(24, 1), ids(7, 2)
+    with torch.no_grad():
+        cache = model.encode_documents(document)
+        for call, message in [
+                (lambda: model(question, document_cache=cache),
+                 "BlockAttentionLlamaForCausalLM.forward() got an unexpected keyword argument 'document_cache'. "
+                 "Did you mean 'document_caches'?"),
+                (lambda: model(question, recompute_ration=0.5, document_caches=cache),
+                 "BlockAttentionLlamaForCausalLM.forward() got an unexpected keyword argument 'recompute_ration'. "
+                 "Did you mean 'recompute_ratio'?")]:
+            with pytest.raises(TypeError) as error:
+                call()
+            assert str(error.value) == message
+        # what transformers passes (`TransformersKwargs`, `return_dict`, Llama's own arguments) and a `None`
+        expected = model(question, document_caches=cache).logits
+        out = model(question, document_caches=cache, return_dict=True, output_attentions=False, use_cache=True,
+                    num_items_in_batch=torch.tensor(6), logits_to_keep=0, document_cache=None)
+        torch.testing.assert_close(out.logits, expected)
+        with pytest.raises(ValueError, match="document_cache"):  # generate(): transformers' own check names it
+            model.generate(question, document_cache=cache, **greedy())

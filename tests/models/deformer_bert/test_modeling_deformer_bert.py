@@ -506,3 +506,58 @@ def test_float_ids_an_empty_batch_and_a_pair_with_passage_states_are_refused_by_
         model(ids, attention_mask=mask, token_type_ids=types, passage_states=cache)
     out = model(q_ids, attention_mask=q_mask, token_type_ids=torch.zeros_like(q_ids), passage_states=cache)
     assert out.start_logits.shape[0] == 2
+
+
+def test_a_misspelled_keyword_argument_is_a_type_error_naming_it():
+    """`**kwargs` took any name: `passage_state=` (for `passage_states=`) ran the pair without the cached passage."""
+    model = tiny_deformer(k=2)
+    (ids, types, mask), (q_ids, q_mask), (p_ids, p_mask) = make_pairs([5, 8], [12, 7])
+    cache = model.encode_passages(p_ids, attention_mask=p_mask)
+    q_types = torch.zeros_like(q_ids)
+    for call, message in [
+            (lambda: model(q_ids, q_mask, q_types, passage_state=cache),
+             "DeformerBertForQuestionAnswering.forward() got an unexpected keyword argument 'passage_state'. "
+             "Did you mean 'passage_states'?"),
+            (lambda: model.bert(q_ids, token_type_ids=q_types, attention_masks=q_mask, passage_states=cache),
+             "DeformerBertModel.forward() got an unexpected keyword argument 'attention_masks'. "
+             "Did you mean 'attention_mask'?"),
+            (lambda: model(ids, mask, types, xyzzy=1),
+             "DeformerBertForQuestionAnswering.forward() got an unexpected keyword argument 'xyzzy'")]:
+        with pytest.raises(TypeError) as error:
+            call()
+        assert str(error.value) == message
+    # what transformers passes (`TransformersKwargs`, `return_dict`), and a `None`, which changes nothing
+    expected = model(q_ids, q_mask, q_types, passage_states=cache).start_logits
+    out = model(q_ids, q_mask, q_types, passage_states=cache, return_dict=True, output_attentions=False,
+                num_items_in_batch=torch.tensor(2), passage_state=None)
+    torch.testing.assert_close(out.start_logits, expected)
+
+
+def test_the_accepted_keywords_follow_the_installed_transformers_kwargs(monkeypatch):
+    """`TransformersKwargs` is read at run time, bases included: a key a later transformers adds is accepted."""
+    from typing import TypedDict
+
+    from transformers.utils import TransformersKwargs
+
+    from hf_readonce.models.deformer_bert import modeling_deformer_bert as modeling
+
+    accepted = modeling._accepted_keywords(DeformerBertForQuestionAnswering, "forward")
+    assert set(TransformersKwargs.__optional_keys__) <= accepted
+    assert {"passage_states", "return_dict", "num_items_in_batch", "use_cache"} <= accepted
+
+    class Base(TypedDict, total=False):
+        a_base_key: int
+
+    class Later(Base, total=False):
+        a_later_key: int
+
+    modeling._accepted_keywords.cache_clear()
+    monkeypatch.setattr(modeling, "TransformersKwargs", Later)
+    try:
+        assert {"a_base_key", "a_later_key"} <= modeling._accepted_keywords(DeformerBertForQuestionAnswering, "forward")
+        model = tiny_deformer(k=2)
+        (ids, types, mask), _, _ = make_pairs([5], [7])
+        with pytest.raises(TypeError, match="'a_later_keys'. Did you mean 'a_later_key'"):
+            model(ids, mask, types, a_later_keys=1)
+    finally:
+        modeling._accepted_keywords.cache_clear()

@@ -635,3 +635,32 @@ def test_token_ids_outside_the_vocabulary_are_named_with_the_vocabulary_size(enc
                                          r"\[0, 99\)"):
         model(input_ids=tokens(1, 12), decoder_input_ids=torch.tensor([[2, 120]]))
     model(input_ids=tokens(1, 12), decoder_input_ids=torch.tensor([[2, 98]]))  # the last id is in the vocabulary
+
+
+def test_a_misspelled_keyword_argument_is_a_type_error_naming_it():
+    """BART's `forward` takes `**kwargs`: `encoder_output=` (for `encoder_outputs=`) re-read the input, or decoded
+    from nothing, instead of the stored encoder outputs."""
+    model = longdoc(encoder_attention_type="neighborhood", neighborhood_radius=3)
+    ids, mask = padded_batch(20)
+    labels = tokens(2, 5, seed=5)
+    encoder_outputs = model.get_encoder()(input_ids=ids, attention_mask=mask)
+    for call, message in [
+            (lambda: model(attention_mask=mask, encoder_output=encoder_outputs, labels=labels),
+             "LongDocBartForConditionalGeneration.forward() got an unexpected keyword argument 'encoder_output'. "
+             "Did you mean 'encoder_outputs'?"),
+            (lambda: model.model(ids, attention_masks=mask, decoder_input_ids=labels),
+             "LongDocBartModel.forward() got an unexpected keyword argument 'attention_masks'. "
+             "Did you mean 'attention_mask'?")]:
+        with pytest.raises(TypeError) as error:
+            call()
+        assert str(error.value) == message
+    # what transformers passes (`TransformersKwargs`, `return_dict`), BART's own arguments, the `token_type_ids` of a
+    # BERT tokenizer (`model(**tokenizer(text))`, as the model cards write it) and a `None`
+    expected = model(ids, attention_mask=mask, labels=labels)
+    out = model(attention_mask=mask, encoder_outputs=encoder_outputs, labels=labels, return_dict=True,
+                output_attentions=False, num_items_in_batch=torch.tensor(10), encoder_output=None)
+    torch.testing.assert_close(out.logits, expected.logits)
+    out = model(ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids), labels=labels)
+    torch.testing.assert_close(out.logits, expected.logits)
+    with pytest.raises(ValueError, match="encoder_output"):  # generate(): transformers' own check names it
+        model.generate(attention_mask=mask, encoder_output=encoder_outputs, max_new_tokens=2)

@@ -580,3 +580,35 @@ def test_an_encoder_output_without_representations_is_named():
         model(input_ids=q, document_representations=empty, decoder_input_ids=q)
     with pytest.raises(ValueError, match="document_representations"):
         model.generate(input_ids=q, document_representations=empty, max_new_tokens=2)
+
+
+@pytest.mark.parametrize("fusion", ["append", "attention"])
+def test_a_misspelled_keyword_argument_is_a_type_error_naming_it(fusion):
+    """`**kwargs` took any name: `document_representation=` (for `document_representations=`) answered without the
+    document, `encoder_output=` re-read the question alone."""
+    model, q, doc = tiny(fusion=fusion), tokens(2, 6), tokens(2, 20, seed=3)
+    reps = model.encode_documents(doc)
+    encoder_outputs = model.get_encoder()(q, document_representations=reps)
+    labels = tokens(2, 5, seed=5)
+    for call, message in [
+            (lambda: model(q, document_representation=reps, labels=labels),
+             "ReadOnceBartForConditionalGeneration.forward() got an unexpected keyword argument "
+             "'document_representation'. Did you mean 'document_representations'?"),
+            (lambda: model(q, encoder_output=encoder_outputs, labels=labels),
+             "ReadOnceBartForConditionalGeneration.forward() got an unexpected keyword argument "
+             "'encoder_output'. Did you mean 'encoder_outputs'?"),
+            (lambda: model.model(q, document_attention_masks=reps.attention_mask, decoder_input_ids=labels),
+             "ReadOnceBartModel.forward() got an unexpected keyword argument 'document_attention_masks'. "
+             "Did you mean 'document_attention_mask'?")]:
+        with pytest.raises(TypeError) as error:
+            call()
+        assert str(error.value) == message
+    # what transformers passes (`TransformersKwargs`, BART's own arguments, `return_dict`, a BERT tokenizer's
+    # `token_type_ids`) and a `None`
+    expected = model(q, document_representations=reps, labels=labels)
+    out = model(q, document_representations=reps, labels=labels, return_dict=True, output_attentions=False,
+                num_items_in_batch=torch.tensor(10), token_type_ids=torch.zeros_like(q), document_representation=None)
+    torch.testing.assert_close(out.logits, expected.logits)
+    # generate() hands its keyword arguments to forward after transformers' own check, which names a misspelling
+    with pytest.raises(ValueError, match="document_representation"):
+        model.generate(q, document_representation=reps, max_new_tokens=2)

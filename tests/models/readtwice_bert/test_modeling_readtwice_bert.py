@@ -649,3 +649,39 @@ def test_float_indices_mismatched_question_masks_and_unpaired_labels_are_refused
     vocab = model.config.vocab_size  # an id outside the vocabulary: named, not torch's "index out of range"
     with pytest.raises(ValueError, match=rf"`input_ids` holds token id {vocab + 3}, outside the vocabulary"):
         model(torch.where(ids == ids[0, 1], ids, vocab + 3), **call)
+
+
+# ----------------------------------------------------------------------------------------------- misspelled keywords
+def test_a_misspelled_keyword_argument_is_a_type_error_naming_it():
+    """`**kwargs` took any name: `document_state=` (for `document_states=`) ran the model without the stored read."""
+    model = tiny_qa(memory_type="sts")
+    ids = segments(5)
+    stored = model.encode_documents(ids, document_ids=DOCS)
+    mask = torch.ones_like(ids)
+    mlm = ReadTwiceBertForMaskedLM(tiny_config(memory_type="sts")).eval()
+    for call, message in [
+            (lambda: model(ids, document_ids=DOCS, document_state=stored),
+             "ReadTwiceBertForQuestionAnswering.forward() got an unexpected keyword argument 'document_state'. "
+             "Did you mean 'document_states'?"),
+            (lambda: model.bert(ids, document_ids=DOCS, document_state=stored),
+             "ReadTwiceBertModel.forward() got an unexpected keyword argument 'document_state'. "
+             "Did you mean 'document_states'?"),
+            (lambda: model.encode_documents(ids, document_ids=DOCS, attention_masks=mask),
+             "ReadTwiceBertForQuestionAnswering.encode_documents() got an unexpected keyword argument "
+             "'attention_masks'. Did you mean 'attention_mask'?"),
+            (lambda: model.bert.encode_documents(ids, document_ids=DOCS, attention_masks=mask),
+             "ReadTwiceBertModel.encode_documents() got an unexpected keyword argument 'attention_masks'. "
+             "Did you mean 'attention_mask'?"),
+            (lambda: mlm(ids, document_ids=DOCS, entity_span=SPANS),
+             "ReadTwiceBertForMaskedLM.forward() got an unexpected keyword argument 'entity_span'. "
+             "Did you mean 'entity_spans'?"),
+            (lambda: model(ids, document_ids=DOCS, xyzzy=1),
+             "ReadTwiceBertForQuestionAnswering.forward() got an unexpected keyword argument 'xyzzy'")]:
+        with pytest.raises(TypeError) as error:
+            call()
+        assert str(error.value) == message
+    # what transformers passes, a `None` (it changes nothing), and what a head hands on to `ReadTwiceBertModel`
+    expected = model(ids, document_ids=DOCS).start_logits
+    torch.testing.assert_close(model(ids, document_ids=DOCS, return_dict=True, output_attentions=False,
+                                     num_items_in_batch=torch.tensor(3), document_state=None).start_logits, expected)
+    assert mlm(document_states=mlm.bert.encode_documents(ids, document_ids=DOCS)).logits.shape == (5, 12, 99)

@@ -632,3 +632,29 @@ def test_trainer_counts_the_shifted_labels(family):
     """Trainer's `num_items_in_batch`, the loss's denominator, counts `labels[:, 1:]` for a causal-LM loss type; the
     GPT-2 class name is not one transformers recognises, so the model says it (it counted one label per row more)."""
     assert tiny(family).loss_type == "ForCausalLM"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_misspelled_keyword_argument_is_a_type_error_naming_it(family):
+    """`forward` takes `**kwargs`: `recurrent_states=` (for `recurrent_state=`) began the stream afresh instead of
+    continuing it."""
+    model = tiny(family)
+    name = type(model).__name__
+    first = model(ids(1, 20), use_cache=False)
+    state = first.recurrent_state
+    for call, message in [
+            (lambda: model(ids(1, 10, seed=2), recurrent_states=state, use_cache=False),
+             f"{name}.forward() got an unexpected keyword argument 'recurrent_states'. "
+             "Did you mean 'recurrent_state'?"),
+            (lambda: model(ids(1, 10, seed=2), label=ids(1, 10, seed=2)),
+             f"{name}.forward() got an unexpected keyword argument 'label'. Did you mean 'labels'?")]:
+        with pytest.raises(TypeError) as error:
+            call()
+        assert str(error.value) == message
+    # what transformers passes (`TransformersKwargs`, `return_dict`) and a `None`
+    expected = model(ids(1, 10, seed=2), recurrent_state=state, use_cache=False).logits
+    out = model(ids(1, 10, seed=2), recurrent_state=state, use_cache=False, return_dict=True,
+                num_items_in_batch=torch.tensor(9), recurrent_states=None)
+    torch.testing.assert_close(out.logits, expected)
+    with pytest.raises(ValueError, match="recurrent_states"):  # generate(): transformers' own check names it
+        model.generate(ids(1, 10, seed=2), recurrent_states=state, max_new_tokens=2, do_sample=False)

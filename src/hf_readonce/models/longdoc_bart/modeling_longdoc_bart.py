@@ -22,7 +22,10 @@ file next to it.
 """
 
 import copy
+import difflib
+import functools
 import hashlib
+import inspect
 import json
 import math
 import sys
@@ -612,6 +615,58 @@ def _check_tensor_arguments(ids: dict, masks: dict | None = None) -> None:
             raise TypeError(f"`{name}` must hold integer token ids, got {value.dtype}.")
 
 
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._accepted_keywords
+@functools.cache
+def _accepted_keywords(model_class: type, method: str, passed_to: tuple = ()) -> frozenset:
+    """The keyword names `model_class.<method>` accepts into its `**kwargs` (see [`_check_keyword_arguments`]): the
+    parameters that `method` declares in any class of `model_class.__mro__` (the override's and those of the
+    transformers method it extends, e.g. `cache_position` of `LlamaForCausalLM.forward` in early 5.x releases), those
+    of the functions in `passed_to` (where the method hands its `**kwargs` on), the keys of transformers'
+    `TransformersKwargs` (read from the installed release, bases included), the keywords transformers itself passes
+    to a model whatever its signature (`generate()`, `Trainer`, `@can_return_tuple`, the debugging options of its
+    forward decorators), and `token_type_ids`, which a BERT tokenizer returns and `model(**tokenizer(text))` hands to
+    a model without token types (BART's and Llama's `forward` ignore it). Computed once per class."""
+    names = {"return_dict", "use_cache", "cache", "past_key_values", "cache_position", "position_ids",
+             "logits_to_keep", "num_items_in_batch", "output_attentions", "output_hidden_states", "debug_io",
+             "debug_io_dir", "prune_layers", "token_type_ids"}
+    for typed_dict in (TransformersKwargs, *getattr(TransformersKwargs, "__orig_bases__", ())):
+        if isinstance(typed_dict, type):  # a TypedDict's keys include its bases'; `__annotations__` too
+            names.update(getattr(typed_dict, "__required_keys__", ()), getattr(typed_dict, "__optional_keys__", ()))
+            try:
+                names.update(typed_dict.__annotations__)
+            except Exception:  # an annotation that cannot be evaluated (Python >= 3.14 evaluates them lazily)
+                pass
+    functions = [vars(klass)[method] for klass in model_class.__mro__ if method in vars(klass)]
+    for function in (*functions, *passed_to):
+        try:
+            parameters = inspect.signature(function).parameters.values()
+        except (TypeError, ValueError):  # not introspectable (a builtin): it adds no name
+            continue
+        names.update(p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    names.discard("self")
+    return frozenset(names)
+
+
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._check_keyword_arguments
+def _check_keyword_arguments(model, kwargs: dict, method: str = "forward", passed_to: tuple = ()) -> None:
+    """Raise a `TypeError` in Python's own words for a key of `kwargs` (what `model.<method>` received in its
+    `**kwargs`) that nothing would read: a misspelled argument (`document_state=` for `document_states=`) would
+    otherwise be swallowed by the layers below and the model would run without it, a silently different answer.
+    Accepted: what [`_accepted_keywords`] lists (declared parameters, `TransformersKwargs`, what `generate()` and
+    `Trainer` pass), and any key whose value is `None` (it changes nothing, and `generate()` forwards such keys
+    unchecked, as its own `model_kwargs` check skips them). The message names the first unexpected key and, when one
+    is close, the accepted name it probably meant (`difflib`). Skipped while `torch.compile` traces (the eager call
+    checks; the signature look-up is no graph code)."""
+    if not kwargs or torch.compiler.is_compiling():
+        return
+    accepted = _accepted_keywords(type(model), method, tuple(passed_to))
+    for name, value in kwargs.items():
+        if value is not None and name not in accepted:
+            close = difflib.get_close_matches(name, sorted(accepted), n=1)
+            hint = f". Did you mean '{close[0]}'?" if close else ""
+            raise TypeError(f"{type(model).__name__}.{method}() got an unexpected keyword argument '{name}'{hint}")
+
+
 # Copied from hf_readonce.models.readonce_bart.modeling_readonce_bart._check_text_inputs
 def _check_text_inputs(input_ids, attention_mask, input_name: str = "input_ids",
                        mask_name: str = "attention_mask") -> None:
@@ -801,7 +856,9 @@ class LongDocBartDecoder(LongDocBartPreTrainedModel, BartDecoder):
 
 class LongDocBartModel(LongDocBartPreTrainedModel, BartModel):
     r"""[`~transformers.BartModel`] with [`LongDocBartEncoder`] and [`LongDocBartDecoder`]; `forward` is BART's
-    (inputs `(batch, n)`, decoder inputs `(batch, target_length)`, output `(batch, target_length, d_model)`)."""
+    (inputs `(batch, n)`, decoder inputs `(batch, target_length)`, output `(batch, target_length, d_model)`), except
+    that a keyword argument it does not take raises a `TypeError` naming it ([`_keyword_arguments_hook`]) where
+    BART's `**kwargs` would swallow it."""
 
     def __init__(self, config: LongDocBartConfig):
         BartModel.__init__(self, config)
@@ -810,6 +867,7 @@ class LongDocBartModel(LongDocBartPreTrainedModel, BartModel):
         self.encoder.embed_tokens = self.shared
         self.decoder.embed_tokens = self.shared
         self.post_init()
+        self.register_forward_pre_hook(_keyword_arguments_hook, with_kwargs=True)
 
 
 def _checked_stored_outputs(model, encoder_outputs):
@@ -839,9 +897,19 @@ def _checked_stored_outputs(model, encoder_outputs):
     return type(encoder_outputs)(**fields)
 
 
+def _keyword_arguments_hook(model, args, kwargs):
+    """Forward pre-hook of [`LongDocBartModel`] (and, through [`_stored_encoder_outputs_hook`], of
+    [`LongDocBartForConditionalGeneration`]), whose `forward` is BART's: a keyword argument BART's `forward` does not
+    take (a misspelling such as `encoder_output=`) would be swallowed by its `**kwargs` and the model would run
+    without it; it raises a `TypeError` naming it instead ([`_check_keyword_arguments`])."""
+    _check_keyword_arguments(model, kwargs)
+
+
 def _stored_encoder_outputs_hook(model, args, kwargs):
-    """Forward pre-hook of [`LongDocBartForConditionalGeneration`]: `encoder_outputs` are checked and cast by
+    """Forward pre-hook of [`LongDocBartForConditionalGeneration`]: a keyword argument BART's `forward` does not take
+    raises a `TypeError` ([`_keyword_arguments_hook`]); `encoder_outputs` are checked and cast by
     [`_checked_stored_outputs`] (outputs without a fingerprint pass unchanged)."""
+    _keyword_arguments_hook(model, args, kwargs)
     encoder_outputs = kwargs.get("encoder_outputs")
     if encoder_outputs is not None:
         _check_encoder_outputs_inputs(model, encoder_outputs, kwargs.get("attention_mask"))
@@ -879,7 +947,9 @@ class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForCon
     `generate()` (greedy, beam, batched, `encoder_outputs` reused) and the loss are BART's; parameter names are
     BART's, so `from_pretrained(<any BART checkpoint>)` loads every BART weight unchanged and reports only the new
     `conv.conv` / `conv.deconv` weights of convolutional types as missing (initialized as documented in
-    [`LongDocConvolution`]).
+    [`LongDocConvolution`]). One difference: a keyword argument BART's `forward` does not take (a misspelling such as
+    `encoder_output=`) raises a `TypeError` naming it, where BART's `**kwargs` would swallow it
+    ([`_stored_encoder_outputs_hook`]).
 
     Equivalences (tested): with `neighborhood_radius >= ` the input length, `"neighborhood"` (encoder and decoder)
     computes `BartForConditionalGeneration`'s logits; `"convolutional"` with kernel 1, stride 1 and the initial

@@ -17,7 +17,10 @@ This file travels with saved checkpoints (`trust_remote_code=True`): it imports 
 files next to it.
 """
 
+import difflib
+import functools
 import hashlib
+import inspect
 import json
 import math
 import warnings
@@ -117,6 +120,58 @@ def _check_tensor_arguments(ids: dict, masks: dict | None = None) -> None:
     for name, value in ids.items():
         if value is not None and (value.is_floating_point() or value.dtype == torch.bool):
             raise TypeError(f"`{name}` must hold integer token ids, got {value.dtype}.")
+
+
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._accepted_keywords
+@functools.cache
+def _accepted_keywords(model_class: type, method: str, passed_to: tuple = ()) -> frozenset:
+    """The keyword names `model_class.<method>` accepts into its `**kwargs` (see [`_check_keyword_arguments`]): the
+    parameters that `method` declares in any class of `model_class.__mro__` (the override's and those of the
+    transformers method it extends, e.g. `cache_position` of `LlamaForCausalLM.forward` in early 5.x releases), those
+    of the functions in `passed_to` (where the method hands its `**kwargs` on), the keys of transformers'
+    `TransformersKwargs` (read from the installed release, bases included), the keywords transformers itself passes
+    to a model whatever its signature (`generate()`, `Trainer`, `@can_return_tuple`, the debugging options of its
+    forward decorators), and `token_type_ids`, which a BERT tokenizer returns and `model(**tokenizer(text))` hands to
+    a model without token types (BART's and Llama's `forward` ignore it). Computed once per class."""
+    names = {"return_dict", "use_cache", "cache", "past_key_values", "cache_position", "position_ids",
+             "logits_to_keep", "num_items_in_batch", "output_attentions", "output_hidden_states", "debug_io",
+             "debug_io_dir", "prune_layers", "token_type_ids"}
+    for typed_dict in (TransformersKwargs, *getattr(TransformersKwargs, "__orig_bases__", ())):
+        if isinstance(typed_dict, type):  # a TypedDict's keys include its bases'; `__annotations__` too
+            names.update(getattr(typed_dict, "__required_keys__", ()), getattr(typed_dict, "__optional_keys__", ()))
+            try:
+                names.update(typed_dict.__annotations__)
+            except Exception:  # an annotation that cannot be evaluated (Python >= 3.14 evaluates them lazily)
+                pass
+    functions = [vars(klass)[method] for klass in model_class.__mro__ if method in vars(klass)]
+    for function in (*functions, *passed_to):
+        try:
+            parameters = inspect.signature(function).parameters.values()
+        except (TypeError, ValueError):  # not introspectable (a builtin): it adds no name
+            continue
+        names.update(p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    names.discard("self")
+    return frozenset(names)
+
+
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._check_keyword_arguments
+def _check_keyword_arguments(model, kwargs: dict, method: str = "forward", passed_to: tuple = ()) -> None:
+    """Raise a `TypeError` in Python's own words for a key of `kwargs` (what `model.<method>` received in its
+    `**kwargs`) that nothing would read: a misspelled argument (`document_state=` for `document_states=`) would
+    otherwise be swallowed by the layers below and the model would run without it, a silently different answer.
+    Accepted: what [`_accepted_keywords`] lists (declared parameters, `TransformersKwargs`, what `generate()` and
+    `Trainer` pass), and any key whose value is `None` (it changes nothing, and `generate()` forwards such keys
+    unchecked, as its own `model_kwargs` check skips them). The message names the first unexpected key and, when one
+    is close, the accepted name it probably meant (`difflib`). Skipped while `torch.compile` traces (the eager call
+    checks; the signature look-up is no graph code)."""
+    if not kwargs or torch.compiler.is_compiling():
+        return
+    accepted = _accepted_keywords(type(model), method, tuple(passed_to))
+    for name, value in kwargs.items():
+        if value is not None and name not in accepted:
+            close = difflib.get_close_matches(name, sorted(accepted), n=1)
+            hint = f". Did you mean '{close[0]}'?" if close else ""
+            raise TypeError(f"{type(model).__name__}.{method}() got an unexpected keyword argument '{name}'{hint}")
 
 
 def _check_representations_type(document_representations) -> None:
@@ -650,9 +705,12 @@ class ReadOnceBartModel(BartModel):
         Returns `(decoder_outputs, encoder_outputs)`.
 
         Raises:
-            TypeError: an input that is not a tensor (a list, a numpy array), or token ids that are not integers.
+            TypeError: an input that is not a tensor (a list, a numpy array), or token ids that are not integers; a
+                keyword argument it does not take (a misspelling such as `encoder_output=`), named with the argument
+                it probably meant.
             ValueError: as [`ReadOnceBartEncoder.forward`]; decoder rows that do not match the encoder's batch.
         """
+        _check_keyword_arguments(self, kwargs)
         _check_tensor_arguments({"input_ids": input_ids, "decoder_input_ids": decoder_input_ids},
                                 {"attention_mask": attention_mask, "decoder_attention_mask": decoder_attention_mask,
                                  "document_attention_mask": document_attention_mask,
@@ -902,8 +960,10 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
                 representations and document tokens given; both `past_key_values` and `cache`; a mask whose shape
                 differs from its ids'; `labels` / `decoder_input_ids` with another number of rows than the input.
             TypeError: token ids or `labels` that are not integers; an input, a mask or `labels` that is not a tensor
-                (a list, a numpy array).
+                (a list, a numpy array); a keyword argument it does not take (a misspelling such as
+                `document_representation=` or `encoder_output=`), named with the argument it probably meant.
         """
+        _check_keyword_arguments(self, kwargs)
         _check_tensor_arguments({"input_ids": input_ids, "labels": labels, "decoder_input_ids": decoder_input_ids,
                                  "document_input_ids": document_input_ids},
                                 {"attention_mask": attention_mask, "document_attention_mask": document_attention_mask,

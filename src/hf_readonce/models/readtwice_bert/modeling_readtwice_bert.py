@@ -16,7 +16,10 @@ This file travels with saved checkpoints (`trust_remote_code=True`): it imports 
 standard library and the configuration file next to it.
 """
 
+import difflib
+import functools
 import hashlib
+import inspect
 import json
 import math
 import sys
@@ -96,6 +99,58 @@ def _check_token_ids(ids, bound: int, argument: str) -> None:
         if low < 0 or high >= bound:
             raise ValueError(f"`{argument}` holds token id {low if low < 0 else high}, outside the vocabulary "
                              f"[0, {bound}) of this model.") from None
+
+
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._accepted_keywords
+@functools.cache
+def _accepted_keywords(model_class: type, method: str, passed_to: tuple = ()) -> frozenset:
+    """The keyword names `model_class.<method>` accepts into its `**kwargs` (see [`_check_keyword_arguments`]): the
+    parameters that `method` declares in any class of `model_class.__mro__` (the override's and those of the
+    transformers method it extends, e.g. `cache_position` of `LlamaForCausalLM.forward` in early 5.x releases), those
+    of the functions in `passed_to` (where the method hands its `**kwargs` on), the keys of transformers'
+    `TransformersKwargs` (read from the installed release, bases included), the keywords transformers itself passes
+    to a model whatever its signature (`generate()`, `Trainer`, `@can_return_tuple`, the debugging options of its
+    forward decorators), and `token_type_ids`, which a BERT tokenizer returns and `model(**tokenizer(text))` hands to
+    a model without token types (BART's and Llama's `forward` ignore it). Computed once per class."""
+    names = {"return_dict", "use_cache", "cache", "past_key_values", "cache_position", "position_ids",
+             "logits_to_keep", "num_items_in_batch", "output_attentions", "output_hidden_states", "debug_io",
+             "debug_io_dir", "prune_layers", "token_type_ids"}
+    for typed_dict in (TransformersKwargs, *getattr(TransformersKwargs, "__orig_bases__", ())):
+        if isinstance(typed_dict, type):  # a TypedDict's keys include its bases'; `__annotations__` too
+            names.update(getattr(typed_dict, "__required_keys__", ()), getattr(typed_dict, "__optional_keys__", ()))
+            try:
+                names.update(typed_dict.__annotations__)
+            except Exception:  # an annotation that cannot be evaluated (Python >= 3.14 evaluates them lazily)
+                pass
+    functions = [vars(klass)[method] for klass in model_class.__mro__ if method in vars(klass)]
+    for function in (*functions, *passed_to):
+        try:
+            parameters = inspect.signature(function).parameters.values()
+        except (TypeError, ValueError):  # not introspectable (a builtin): it adds no name
+            continue
+        names.update(p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    names.discard("self")
+    return frozenset(names)
+
+
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._check_keyword_arguments
+def _check_keyword_arguments(model, kwargs: dict, method: str = "forward", passed_to: tuple = ()) -> None:
+    """Raise a `TypeError` in Python's own words for a key of `kwargs` (what `model.<method>` received in its
+    `**kwargs`) that nothing would read: a misspelled argument (`document_state=` for `document_states=`) would
+    otherwise be swallowed by the layers below and the model would run without it, a silently different answer.
+    Accepted: what [`_accepted_keywords`] lists (declared parameters, `TransformersKwargs`, what `generate()` and
+    `Trainer` pass), and any key whose value is `None` (it changes nothing, and `generate()` forwards such keys
+    unchecked, as its own `model_kwargs` check skips them). The message names the first unexpected key and, when one
+    is close, the accepted name it probably meant (`difflib`). Skipped while `torch.compile` traces (the eager call
+    checks; the signature look-up is no graph code)."""
+    if not kwargs or torch.compiler.is_compiling():
+        return
+    accepted = _accepted_keywords(type(model), method, tuple(passed_to))
+    for name, value in kwargs.items():
+        if value is not None and name not in accepted:
+            close = difflib.get_close_matches(name, sorted(accepted), n=1)
+            hint = f". Did you mean '{close[0]}'?" if close else ""
+            raise TypeError(f"{type(model).__name__}.{method}() got an unexpected keyword argument '{name}'{hint}")
 
 
 @dataclass
@@ -743,8 +798,10 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
 
         Raises:
             ValueError: on missing or mis-shaped inputs, or `memory_type="entity"` without `entity_spans`.
-            TypeError: ids, positions or spans that are not integer tensors.
+            TypeError: ids, positions or spans that are not integer tensors; a keyword argument it does not take (a
+                misspelling such as `attention_masks=`), named with the argument it probably meant.
         """
+        _check_keyword_arguments(self, kwargs, "encode_documents")
         input_ids, attention_mask, token_type_ids, document_ids, segment_positions = self._check_segments(
             input_ids, attention_mask, token_type_ids, document_ids, segment_positions
         )
@@ -843,8 +900,10 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
                 with `question_in_first_read=True`, if a question's document has no segment, on bad shapes, or for
                 `memory_type="entity"` without `entity_spans`.
             TypeError: if `document_states` is not a [`ReadTwiceDocumentOutput`]; ids, positions or spans that are
-                not integer tensors.
+                not integer tensors; a keyword argument it does not take (a misspelling such as `document_state=`),
+                named with the argument it probably meant.
         """
+        _check_keyword_arguments(self, kwargs)
         config = self.config
         output_hidden_states = bool(
             output_hidden_states if output_hidden_states is not None else config.output_hidden_states
@@ -1052,8 +1111,10 @@ class ReadTwiceBertForQuestionAnswering(ReadTwiceBertPreTrainedModel):
 
         Raises:
             ValueError / TypeError: as [`ReadTwiceBertModel.encode_documents`] (missing or mis-shaped inputs,
-                `memory_type="entity"` without `entity_spans`, indices that are not integers).
+                `memory_type="entity"` without `entity_spans`, indices that are not integers, a keyword argument it
+                does not take).
         """
+        _check_keyword_arguments(self, kwargs, "encode_documents", (ReadTwiceBertModel.encode_documents,))
         return self.bert.encode_documents(*args, **kwargs)
 
     def representation_fingerprint(self) -> str:
@@ -1097,8 +1158,10 @@ class ReadTwiceBertForQuestionAnswering(ReadTwiceBertPreTrainedModel):
         Raises:
             ValueError: as [`ReadTwiceBertModel.forward`]; no questions with `question_in_first_read=False`; one of
                 `start_positions` / `end_positions` without the other.
-            TypeError: span positions that are not integers.
+            TypeError: span positions that are not integers; as [`ReadTwiceBertModel.forward`], a keyword argument
+                it does not take (e.g. `document_state=`) included.
         """
+        _check_keyword_arguments(self, kwargs)
         if not self.config.question_in_first_read and question_input_ids is None:
             raise ValueError("question_in_first_read=False: pass the questions as `question_input_ids`.")
         outputs = self.bert(
@@ -1206,7 +1269,10 @@ class ReadTwiceBertForMaskedLM(ReadTwiceBertPreTrainedModel):
         Raises:
             ValueError: as [`ReadTwiceBertModel.forward`]; `entity_ids` whose shape differs from
                 `entity_spans.shape[:2]`, or `entity_ids` with a memory type other than `"entity"`.
+            TypeError: as [`ReadTwiceBertModel.forward`], a keyword argument that neither this forward nor
+                [`ReadTwiceBertModel.forward`] takes (e.g. `entity_span=`) included.
         """
+        _check_keyword_arguments(self, kwargs, passed_to=(ReadTwiceBertModel.forward,))
         outputs = self.bert(
             input_ids,
             attention_mask=attention_mask,

@@ -22,6 +22,9 @@ This file travels with saved checkpoints (`trust_remote_code=True`): it imports 
 """
 
 import copy
+import difflib
+import functools
+import inspect
 from dataclasses import dataclass, fields
 
 import torch
@@ -55,6 +58,58 @@ def either_cache(past_key_values, cache):
     if past_key_values is not None and cache is not None and past_key_values is not cache:
         raise ValueError("Pass the cache as `cache` or as `past_key_values`, not both.")
     return past_key_values if past_key_values is not None else cache
+
+
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._accepted_keywords
+@functools.cache
+def _accepted_keywords(model_class: type, method: str, passed_to: tuple = ()) -> frozenset:
+    """The keyword names `model_class.<method>` accepts into its `**kwargs` (see [`_check_keyword_arguments`]): the
+    parameters that `method` declares in any class of `model_class.__mro__` (the override's and those of the
+    transformers method it extends, e.g. `cache_position` of `LlamaForCausalLM.forward` in early 5.x releases), those
+    of the functions in `passed_to` (where the method hands its `**kwargs` on), the keys of transformers'
+    `TransformersKwargs` (read from the installed release, bases included), the keywords transformers itself passes
+    to a model whatever its signature (`generate()`, `Trainer`, `@can_return_tuple`, the debugging options of its
+    forward decorators), and `token_type_ids`, which a BERT tokenizer returns and `model(**tokenizer(text))` hands to
+    a model without token types (BART's and Llama's `forward` ignore it). Computed once per class."""
+    names = {"return_dict", "use_cache", "cache", "past_key_values", "cache_position", "position_ids",
+             "logits_to_keep", "num_items_in_batch", "output_attentions", "output_hidden_states", "debug_io",
+             "debug_io_dir", "prune_layers", "token_type_ids"}
+    for typed_dict in (TransformersKwargs, *getattr(TransformersKwargs, "__orig_bases__", ())):
+        if isinstance(typed_dict, type):  # a TypedDict's keys include its bases'; `__annotations__` too
+            names.update(getattr(typed_dict, "__required_keys__", ()), getattr(typed_dict, "__optional_keys__", ()))
+            try:
+                names.update(typed_dict.__annotations__)
+            except Exception:  # an annotation that cannot be evaluated (Python >= 3.14 evaluates them lazily)
+                pass
+    functions = [vars(klass)[method] for klass in model_class.__mro__ if method in vars(klass)]
+    for function in (*functions, *passed_to):
+        try:
+            parameters = inspect.signature(function).parameters.values()
+        except (TypeError, ValueError):  # not introspectable (a builtin): it adds no name
+            continue
+        names.update(p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+    names.discard("self")
+    return frozenset(names)
+
+
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._check_keyword_arguments
+def _check_keyword_arguments(model, kwargs: dict, method: str = "forward", passed_to: tuple = ()) -> None:
+    """Raise a `TypeError` in Python's own words for a key of `kwargs` (what `model.<method>` received in its
+    `**kwargs`) that nothing would read: a misspelled argument (`document_state=` for `document_states=`) would
+    otherwise be swallowed by the layers below and the model would run without it, a silently different answer.
+    Accepted: what [`_accepted_keywords`] lists (declared parameters, `TransformersKwargs`, what `generate()` and
+    `Trainer` pass), and any key whose value is `None` (it changes nothing, and `generate()` forwards such keys
+    unchecked, as its own `model_kwargs` check skips them). The message names the first unexpected key and, when one
+    is close, the accepted name it probably meant (`difflib`). Skipped while `torch.compile` traces (the eager call
+    checks; the signature look-up is no graph code)."""
+    if not kwargs or torch.compiler.is_compiling():
+        return
+    accepted = _accepted_keywords(type(model), method, tuple(passed_to))
+    for name, value in kwargs.items():
+        if value is not None and name not in accepted:
+            close = difflib.get_close_matches(name, sorted(accepted), n=1)
+            hint = f". Did you mean '{close[0]}'?" if close else ""
+            raise TypeError(f"{type(model).__name__}.{method}() got an unexpected keyword argument '{name}'{hint}")
 
 
 # ----------------------------------------------------------------------------------------------------- modules
@@ -664,12 +719,14 @@ class RecurrentCausalLMMixin:
                 `recurrent_state` of the wrong shape, a foreign non-empty cache, padding on the cached path of a
                 stream begun without padding, or both `past_key_values` and `cache`.
             TypeError: if `input_ids` / `labels` are not torch.long or torch.int32 tensors, or `logits_to_keep` not
-                an int/tensor.
+                an int/tensor; a keyword argument it does not take (a misspelling such as `recurrent_states=`), named
+                with the argument it probably meant.
         """
         past_key_values = either_cache(past_key_values, cache)
         if input_ids is None and inputs_embeds is None:
             raise ValueError("`input_ids` is required.")
         self._check_stream_inputs(input_ids, labels, attention_mask, recurrent_state, inputs_embeds, kwargs)
+        _check_keyword_arguments(self, kwargs)
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
         use_cache = use_cache if use_cache is not None else self.config.use_cache
         batch_size, length = input_ids.shape
