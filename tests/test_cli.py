@@ -725,8 +725,8 @@ def _demo_error(argv, capsys) -> str:
 def test_demo_counts_are_whole_numbers_of_at_least_one(tmp_path, capsys):
     """`--max_eval_samples 0` evaluated every question and -5 dropped the last five: the demo's counts (and the
     learning rate) are usage errors naming the option unless >= 1 (> 0), in both spellings, before anything loads."""
-    for option in ("--max_eval_samples", "--max-eval-samples", "--speed-eval-samples", "--max-train-samples",
-                   "--max-steps", "--batch-size", "--num-decomposed-layers"):
+    for option in ("--max_eval_samples", "--max-eval-samples", "--speed-eval-samples", "--speed-rounds",
+                   "--max-train-samples", "--max-steps", "--batch-size", "--num-decomposed-layers"):
         for value in ("0", "-5", "2.5"):
             err = _demo_error([option, value, "--data-dir", str(tmp_path)], capsys)
             name = option.lstrip("-").replace("-", "_")

@@ -46,8 +46,8 @@ def test_fine_tune_and_answer_from_cache(data_dir, tmp_path, monkeypatch):
                           save_strategy="no", bf16=bf16),
     )
     # bf16 training must not leave accelerate's autocast wrapper on `forward`: evaluation runs in one precision
-    model = evaluated[0]  # the timed pass, then the FLOP count's: the same model both times
-    assert all(other is model for other in evaluated) and len(evaluated) == 2
+    model = evaluated[0]  # the FLOP count's pass, then one timed pass per round: the same model every time
+    assert all(other is model for other in evaluated) and len(evaluated) == 1 + metrics["speed_rounds"]
     assert getattr(model.forward, "__func__", None) is DeformerBertForQuestionAnswering.forward
     assert metrics["num_decomposed_layers"] == 4 and metrics["train_features"] >= 16
     assert 0.0 <= metrics["cached_f1"] <= 100.0

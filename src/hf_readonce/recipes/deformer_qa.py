@@ -9,6 +9,7 @@ window, and reports SQuAD EM/F1 and the measured speed-up.
 import json
 import logging
 import os
+import statistics
 import time
 from dataclasses import dataclass, field
 
@@ -127,6 +128,12 @@ class DataArguments:
         metadata={"help": "Time the pairs path against the cache on the first N validation questions only (the "
                           "accuracy is always measured on every question from the cache). Default: all."},
     )
+    speed_rounds: int = field(
+        default=3,
+        metadata={"help": "With --eval_paths both: the timed questions are split, by passage, into this many rounds, "
+                          "each timed on both paths (their order alternating from round to round); the speed-ups "
+                          "are the median of the per-round ratios, with their range."},
+    )
 
 
 def _record_qa_settings(config, data_args: DataArguments, threshold: float | None) -> None:
@@ -153,12 +160,16 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
     Returns:
         `dict` of metrics (also written to `output_dir/eval_results.json`): `eval_exact_match`/`eval_f1` (pairs
         path), `cached_exact_match`/`cached_f1` (passage cache) and `cached_HasAns_f1`..., `baselines`,
-        `null_score_diff_threshold`, timings in seconds and speed-up ratios.
+        `null_score_diff_threshold`, timings in seconds and speed-up ratios. With `eval_paths="both"` and k > 0 the
+        speed-ups (`speedup_precomputed`, `speedup_including_encoding`) are the medians of `speed_rounds`
+        interleaved rounds ([`interleaved_rounds`]), with their `_range` (`[min, max]` of the rounds' ratios), the
+        FLOP ratios beside them, and the machine's 1-minute load average after the timing (`speed_load_average`,
+        where the OS reports one) with its usable CPUs (`speed_cpus`): [`busy_machine_note`] reads them.
 
     Raises:
-        ValueError: missing train/validation files, an unknown `eval_paths`, `cached` with k = 0,
-            `calibration_fraction` outside [0, 1), or a `max_question_length` that leaves `max_seq_length` fewer
-            than 2 passage tokens (naming both).
+        ValueError: missing train/validation files, an unknown `eval_paths`, `cached` with k = 0, `speed_rounds`
+            below 1, `calibration_fraction` outside [0, 1), or a `max_question_length` that leaves `max_seq_length`
+            fewer than 2 passage tokens (naming both).
     """
     if data_args.max_seq_length - data_args.max_question_length < 2:
         raise ValueError(f"`max_question_length` {data_args.max_question_length} leaves no room for the passage in "
@@ -194,6 +205,9 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
     if not 0.0 <= data_args.extra_negative_window_fraction <= 1.0:
         raise ValueError("--extra_negative_window_fraction must be in [0, 1], got "
                          f"{data_args.extra_negative_window_fraction}.")
+    if not isinstance(data_args.speed_rounds, int) or isinstance(data_args.speed_rounds, bool) \
+            or data_args.speed_rounds < 1:
+        raise ValueError(f"--speed_rounds must be a whole number >= 1, got {data_args.speed_rounds!r}.")
     if data_args.extra_train_files and not training_args.do_train:
         raise ValueError("--extra_train_files needs --do_train.")
     missing = [f for f in data_args.extra_train_files if not os.path.isfile(f)]
@@ -214,7 +228,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
         if file:
             loaded, skipped = load_qa_examples(file, limit, check_answers=name == "train")  # labels: train only
             if skipped:
-                logger.warning("%s: set aside %d rows with an empty question or context, or answers not in it: %s",
+                logger.warning("%s: set aside %d row(s) with an empty question or context, or answers not in it: %s",
                                file, len(skipped), ", ".join(skipped[:10]))
             metrics[f"{name}_skipped_rows"] = len(skipped)
             if name == "train":
@@ -230,7 +244,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
         for extra_file in data_args.extra_train_files:
             extra, skipped = load_qa_examples(extra_file, data_args.max_train_samples, check_answers=True)
             if skipped:
-                logger.warning("%s: set aside %d rows with an empty question or context, or answers not in it",
+                logger.warning("%s: set aside %d row(s) with an empty question or context, or answers not in it",
                                extra_file, len(skipped))
             extra_rows = training_rows(extra, tokenizer, negative_window_fraction=data_args.extra_negative_window_fraction,
                                        seed=training_args.seed, **feature_kwargs)
@@ -283,20 +297,22 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
                                   enabled=data_args.eval_bf16 and not torch.cuda.is_available())
         use_cache = k > 0 and data_args.eval_paths in ("both", "cached")
 
+        progress = not training_args.disable_tqdm  # (Trainer's own bars follow the same setting)
+
         def logits_of(subset, cached: bool):
             feats, wins, passages = build_features(subset, tokenizer, **feature_kwargs)
             timings = {}
             with autocast:
                 if cached:
                     start = time.perf_counter()
-                    cache = encode_windows(model, wins, batch_size=bs)
+                    cache = encode_windows(model, wins, batch_size=bs, progress=progress)
                     timings["encode"] = time.perf_counter() - start
                     start = time.perf_counter()
-                    out = predict_cached(model, feats, cache, batch_size=bs)
+                    out = predict_cached(model, feats, cache, batch_size=bs, progress=progress)
                     timings["answer"] = time.perf_counter() - start
                 else:
                     start = time.perf_counter()
-                    out = predict_pairs(model, feats, wins, batch_size=bs)
+                    out = predict_pairs(model, feats, wins, batch_size=bs, progress=progress)
                     timings["answer"] = time.perf_counter() - start
             return feats, wins, passages, out, timings
 
@@ -330,27 +346,49 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
         if data_args.speed_eval_samples and data_args.speed_eval_samples < len(examples):
             speed_subset = examples[: data_args.speed_eval_samples]
         metrics["speed_questions"] = len(speed_subset)
+        # both paths on the same model: the speed-up, timed in interleaved rounds after the accuracy run
+        timed_rounds = use_cache and data_args.eval_paths == "both"
 
-        if data_args.eval_paths in ("both", "pairs"):
+        if use_cache:
+            feats, wins, _, out, timings = logits_of(examples, cached=True)
+            metrics.update(scored("cached", examples, feats, wins, out))
+            metrics["eval_features"] = len(feats)
+            if not timed_rounds:  # (the cache alone: its seconds over every question)
+                metrics["passage_encode_seconds"] = round(timings["encode"], 2)
+                metrics["cached_answer_seconds"] = round(timings["answer"], 2)
+        if data_args.eval_paths in ("both", "pairs") and not timed_rounds:
             pair_set = examples if data_args.eval_paths == "pairs" or speed_subset is examples else speed_subset
             feats, wins, _, out, timings = logits_of(pair_set, cached=False)
             if pair_set is examples:
                 metrics.update(scored("eval", examples, feats, wins, out))
             metrics["uncached_seconds"] = round(timings["answer"], 2)
-        if use_cache:
-            feats, wins, _, out, timings = logits_of(examples, cached=True)
-            metrics.update(scored("cached", examples, feats, wins, out))
-            metrics["eval_features"] = len(feats)
-            if speed_subset is not examples:
-                feats, wins, _, _, timings = logits_of(speed_subset, cached=True)
-            metrics["passage_encode_seconds"] = round(timings["encode"], 2)
-            metrics["cached_answer_seconds"] = round(timings["answer"], 2)
-            if "uncached_seconds" in metrics:
-                metrics["speedup_precomputed"] = round(metrics["uncached_seconds"] / timings["answer"], 2)
-                metrics["speedup_including_encoding"] = round(
-                    metrics["uncached_seconds"] / (timings["answer"] + timings["encode"]), 2)
-                metrics.update(speedup_flop_ratios(model, speed_subset, tokenizer, feature_kwargs, bs, autocast,
-                                                   timed=(len(feats), sum(map(len, wins)))))
+        if timed_rounds:
+            feats, wins, _ = build_features(speed_subset, tokenizer, **feature_kwargs)
+            # counted first: it also runs both paths once before anything is timed
+            flops = speedup_flop_ratios(model, speed_subset, tokenizer, feature_kwargs, bs, autocast,
+                                        timed=(len(feats), sum(map(len, wins))))
+            outputs = [None] * len(feats)
+
+            def run_pairs(group):
+                for i, logits in zip(group, predict_pairs(model, [feats[i] for i in group], wins, batch_size=bs)):
+                    outputs[i] = logits
+
+            def encode(group):
+                passages = {feats[i]["passage_index"] for i in group}
+                return encode_windows(model, [ws if p in passages else [] for p, ws in enumerate(wins)],
+                                      batch_size=bs)
+
+            def answer(group, cache):
+                predict_cached(model, [feats[i] for i in group], cache, batch_size=bs)
+
+            with autocast:
+                rounds = interleaved_rounds(speed_round_groups(feats, data_args.speed_rounds), run_pairs, encode,
+                                            answer, progress=progress)
+            if speed_subset is examples:  # the pairs path read every question: its accuracy too
+                metrics.update(scored("eval", examples, feats, wins, outputs))
+            metrics.update(summarize_speed_rounds(rounds))
+            metrics.update(flops)
+            metrics.update(machine_load())
         os.makedirs(training_args.output_dir, exist_ok=True)
         _record_qa_settings(model.config, data_args, threshold if data_args.allow_no_answer else None)
         if training_args.do_train:
@@ -358,6 +396,160 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
         with open(os.path.join(training_args.output_dir, "eval_results.json"), "w") as handle:
             json.dump(metrics, handle, indent=2)
     return metrics
+
+
+def speed_round_groups(features: list[dict], rounds: int) -> list[list[int]]:
+    """Split the timed features into `rounds` groups of about equal feature counts, each passage's features in one
+    group (so that encoding each passage once, per group, encodes every passage once in all).
+
+    Args:
+        features (`list[dict]`): pair features from [`build_features`] (`passage_index` is read).
+        rounds (`int`): groups wanted (>= 1); fewer come back when there are fewer passages.
+
+    Returns:
+        `list[list[int]]`: per group, the indices in `features` of its features, in their order; no group is empty.
+
+    Raises:
+        ValueError: `rounds` below 1.
+    """
+    if rounds < 1:
+        raise ValueError(f"`rounds` must be >= 1, got {rounds}.")
+    by_passage = {}
+    for i, feature in enumerate(features):
+        by_passage.setdefault(feature["passage_index"], []).append(i)
+    passages = list(by_passage.values())  # in order of first appearance
+    rounds = min(rounds, len(passages))
+    groups, done = [[] for _ in range(rounds)], 0
+    for indices in passages:
+        # the group whose share of the features this passage's middle falls in
+        groups[min(rounds - 1, int((done + len(indices) / 2) * rounds / len(features)))].extend(indices)
+        done += len(indices)
+    groups = [sorted(group) for group in groups if group]
+    return groups
+
+
+def interleaved_rounds(groups, run_pairs, encode, answer, clock=time.perf_counter, progress: bool = False) -> list[dict]:
+    """Time both answering paths on each group in turn, the order of the paths alternating from round to round
+    (pairs then cache in rounds 0, 2, ...; cache then pairs in rounds 1, 3, ...), so that a change of the machine's
+    load falls on both paths rather than on one.
+
+    Args:
+        groups (`list`): one item per round (e.g. from [`speed_round_groups`]), handed to the callables.
+        run_pairs (`callable`): `run_pairs(group)` reads every question+passage pair of the group.
+        encode (`callable`): `encode(group)` encodes the group's passages once and returns the cache.
+        answer (`callable`): `answer(group, cache)` answers the group's questions from that cache.
+        clock (`callable`, defaults to `time.perf_counter`): seconds, read around each call.
+        progress (`bool`, defaults to `False`): a tqdm bar on stderr counting rounds, showing the last round's
+            speed-up with passages precomputed.
+
+    Returns:
+        `list[dict]`: per round, `{"pairs", "encode", "answer"}` seconds and `"order"` (`"pairs,cached"` or
+        `"cached,pairs"`).
+    """
+    from tqdm.auto import tqdm
+
+    def timed(fn, *args):
+        start = clock()
+        result = fn(*args)
+        return clock() - start, result
+
+    rounds = []
+    bar = tqdm(total=len(groups), desc="time both paths", unit="round", disable=not progress, dynamic_ncols=True)
+    for r, group in enumerate(groups):
+        seconds = {"order": "pairs,cached" if r % 2 == 0 else "cached,pairs"}
+        for path in seconds["order"].split(","):
+            if path == "pairs":
+                seconds["pairs"], _ = timed(run_pairs, group)
+            else:
+                seconds["encode"], cache = timed(encode, group)
+                seconds["answer"], _ = timed(answer, group, cache)
+                del cache
+        rounds.append(seconds)
+        if seconds["answer"] > 0:
+            bar.set_postfix_str(f"{seconds['pairs'] / seconds['answer']:.2f}x")
+        bar.update(1)
+    bar.close()
+    return rounds
+
+
+def summarize_speed_rounds(rounds: list[dict]) -> dict:
+    """The speed-ups of [`interleaved_rounds`]'s timings: the median of the per-round ratios and their range.
+
+    Args:
+        rounds (`list[dict]`): per round, `{"pairs", "encode", "answer"}` seconds (positive).
+
+    Returns:
+        `dict`: `speedup_precomputed` (median over the rounds of pairs / answer) and `speedup_precomputed_range`
+        (`[min, max]`), `speedup_including_encoding` (pairs / (answer + encode)) and its `_range`, rounded to 2
+        decimals; `speed_rounds` (the count), and the summed seconds `uncached_seconds`, `passage_encode_seconds`,
+        `cached_answer_seconds`.
+
+    Raises:
+        ValueError: no rounds, or a round whose cached time is not positive.
+    """
+    if not rounds:
+        raise ValueError("`rounds` is empty: no timing round to summarize.")
+    if any(r["answer"] <= 0 or r["encode"] < 0 or r["pairs"] < 0 for r in rounds):
+        raise ValueError(f"timings must be positive seconds, got {rounds}.")
+    ratios = {"precomputed": [r["pairs"] / r["answer"] for r in rounds],
+              "including_encoding": [r["pairs"] / (r["answer"] + r["encode"]) for r in rounds]}
+    out = {"speed_rounds": len(rounds)}
+    for name, values in ratios.items():
+        out[f"speedup_{name}"] = round(statistics.median(values), 2)
+        out[f"speedup_{name}_range"] = [round(min(values), 2), round(max(values), 2)]
+    for key, name in (("uncached_seconds", "pairs"), ("passage_encode_seconds", "encode"),
+                      ("cached_answer_seconds", "answer")):
+        out[key] = round(sum(r[name] for r in rounds), 2)
+    return out
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity where the OS reports one, else `os.cpu_count()`, else 1)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def machine_load() -> dict:
+    """`{"speed_load_average": 1-minute load average (rounded to 2 decimals), "speed_cpus": usable CPUs}`, read
+    right after the timing; `{"speed_cpus": ...}` alone where the OS has no load average (`os.getloadavg`)."""
+    out = {"speed_cpus": usable_cpus()}
+    try:
+        out["speed_load_average"] = round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        pass
+    return out
+
+
+# a speed-up measured while the machine was busy: the spread of the rounds (max / min) beyond this is flagged
+BUSY_RANGE_RATIO = 1.5
+
+
+def busy_machine_note(metrics: dict) -> str | None:
+    """One line saying the measured speed-ups are unreliable, or `None` when nothing suggests so.
+
+    A figure is flagged when a speed-up's per-round ratios spread wide (max / min > `BUSY_RANGE_RATIO`, 1.5) or the
+    1-minute load average after the timing exceeded the usable CPUs (`speed_load_average` > `speed_cpus`, as
+    [`machine_load`] records them: other work then shared the cores with the timed paths).
+
+    Args:
+        metrics (`dict`): what [`run`] returns (`speedup_*_range`, `speed_load_average`, `speed_cpus`, each
+            optional).
+    """
+    reasons = []
+    load, cpus = metrics.get("speed_load_average"), metrics.get("speed_cpus")
+    if isinstance(load, (int, float)) and isinstance(cpus, int) and load > cpus:
+        reasons.append(f"1-minute load average {load:.2f} on {cpus} usable CPU{'s' if cpus != 1 else ''}")
+    for name, what in (("precomputed", "with passages precomputed"), ("including_encoding", "including encoding")):
+        low, high = (metrics.get(f"speedup_{name}_range") or (None, None))[:2]
+        if isinstance(low, (int, float)) and isinstance(high, (int, float)) and low > 0 \
+                and high / low > BUSY_RANGE_RATIO:
+            reasons.append(f"the rounds' speed-ups {what} range {low:.2f}-{high:.2f}x")
+    if not reasons:
+        return None
+    return (f"The machine was busy while timing ({'; '.join(reasons)}): the speed-up is unreliable; rerun on an "
+            "idle machine for a figure to quote.")
 
 
 def speedup_flop_ratios(model, examples, tokenizer, feature_kwargs: dict, batch_size: int, autocast,
@@ -405,4 +597,5 @@ def speedup_flop_ratios(model, examples, tokenizer, feature_kwargs: dict, batch_
             "flop_ratio_including_encoding": round(pairs / (answer + encode), 2)}
 
 
-__all__ = ["DataArguments", "ModelArguments", "run"]
+__all__ = ["DataArguments", "ModelArguments", "busy_machine_note", "interleaved_rounds", "run", "speed_round_groups",
+           "summarize_speed_rounds"]

@@ -12,7 +12,11 @@ By default (78.1 s measured on 2 cores of an AMD EPYC: `benchmarks/results/demo/
    on 10% of the Disfl-QA *train* passages held out of all training).
 3. Prints EM/F1 (with SQuAD 2.0's HasAns / NoAns breakdown) beside the trivial baselines of the same questions and,
    when every validation question was answered (no smaller `--max_eval_samples`), the full teacher's recorded
-   scores, and the speed-up measured against the same model reading every question+passage pair.
+   scores, and the speed-up measured against the same model reading every question+passage pair: the first
+   `--speed_eval_samples` (300) questions, split by passage into `--speed_rounds` (3) rounds, each timed on both
+   paths in alternating order; the median of the rounds' ratios is printed with their range, and one more line says
+   the figure is unreliable when the rounds disagree (max / min > 1.5) or the 1-minute load average exceeded the
+   usable CPUs. Progress bars (encode, answer, timing; `--no-progress` hides them) and notes go to stderr.
 
 `--model DIR` answers with another DeFormer (`model_type` `deformer_bert`; other families are refused) instead; only
 `disfl_qa/validation.jsonl` is read then (`train.jsonl` is needed by `--distill` alone). DIR must hold the model's
@@ -46,7 +50,7 @@ from transformers import TrainingArguments
 
 from ..arguments import OneLineArgumentParser, local_model_or_hub_id, positive_float, positive_int
 from ..tasks.question_answering import format_scores
-from .deformer_qa import DataArguments, ModelArguments, run
+from .deformer_qa import DataArguments, ModelArguments, busy_machine_note, run
 from .reference_qa import CALIBRATION_FRACTION, hardware_description
 
 
@@ -186,7 +190,7 @@ def main(argv=None) -> dict:
 
     Returns:
         `dict` of metrics (EM/F1 from the cache with HasAns/NoAns, baselines, threshold, timings in seconds,
-        speed-ups).
+        speed-ups: medians of the interleaved rounds, with their `_range`, `speed_rounds`, and the load average).
 
     Raises:
         SystemExit: status 2 after one line `hf-readonce demo: error: ...` on stderr when the data files or the
@@ -225,6 +229,10 @@ def main(argv=None) -> dict:
                         help="limit validation questions")
     parser.add_argument("--speed_eval_samples", "--speed-eval-samples", type=positive_int, default=300,
                         help="questions timed on both paths for the speed-up (accuracy always uses all)")
+    parser.add_argument("--speed_rounds", "--speed-rounds", type=positive_int, default=3,
+                        help="interleaved rounds the timed questions are split into, by passage (the order of the "
+                             "two paths alternates from round to round); the speed-up printed is the median of the "
+                             "rounds' ratios, with their range")
     parser.add_argument("--output_dir", "--output-dir", default=None,
                         help="where to write the results and, with --distill, the model (default: a temporary folder, "
                              "removed at the end)")
@@ -236,6 +244,8 @@ def main(argv=None) -> dict:
                         help="print every metric as one JSON object instead of the summary")
     parser.add_argument("--no_bf16", "--no-bf16", action="store_true",
                         help="train in fp32 even where the CPU has native bf16 (answers: see --compute_dtype)")
+    parser.add_argument("--no_progress", "--no-progress", action="store_true",
+                        help="no progress bars (weight loading, training, encoding, answering and timing)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
@@ -278,10 +288,68 @@ def main(argv=None) -> dict:
                       architecture="ForQuestionAnswering")
     # the checkpoint whose tokenizer reads the data: the teacher's with --distill (the student starts from it)
     _check_tokenizer(*(("--teacher", args.teacher) if args.distill else ("--model", args.model)))
-    if args.output_dir is None:
-        with tempfile.TemporaryDirectory(prefix="hf-readonce-demo-") as output_dir:
+    with contextlib.ExitStack() as stack:
+        if args.no_progress:
+            from ..cli import _disable_progress_bars
+
+            stack.callback(_disable_progress_bars())  # (put back as they were: `main` may be called from Python)
+        stack.enter_context(_notes_as_lines())
+        if args.output_dir is None:
+            output_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="hf-readonce-demo-"))
             return _run(args, argv, output_dir, train_file, validation_file, keep=False)
-    return _run(args, argv, str(output_dir), train_file, validation_file, keep=True)  # `~` expanded, as checked
+        return _run(args, argv, str(output_dir), train_file, validation_file, keep=True)  # `~` expanded, as checked
+
+
+class _NoteFormatter(logging.Formatter):
+    """`hf-readonce demo: note: MESSAGE` for warnings (the way the CLI prints its notes), `hf-readonce demo: error:
+    MESSAGE` from errors up, and the bare message below warnings."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if record.levelno >= logging.ERROR:
+            return f"hf-readonce demo: error: {message}"
+        return f"hf-readonce demo: note: {message}" if record.levelno >= logging.WARNING else message
+
+
+@contextlib.contextmanager
+def _notes_as_lines():
+    """While the demo runs, print what the package logs at WARNING and above (e.g. the rows of the data file set
+    aside) as one `hf-readonce demo: note: ...` line on stderr, not in logging's raw `WARNING:name:message` form."""
+    package = logging.getLogger("hf_readonce")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(_NoteFormatter())
+    propagate = package.propagate
+    package.addHandler(handler)
+    package.propagate = False
+    try:
+        yield
+    finally:
+        package.removeHandler(handler)
+        package.propagate = propagate
+
+
+def speed_line(metrics: dict) -> str:
+    """The demo's speed-up line: each speed-up (the median over the interleaved rounds) with the range of the rounds'
+    ratios and the FLOP ratio beside it.
+
+    Args:
+        metrics (`dict`): what [`~hf_readonce.recipes.deformer_qa.run`] returns with `eval_paths="both"`:
+            `speed_questions`, `speed_rounds`, `speedup_precomputed` / `speedup_including_encoding` and their
+            `_range` (`[min, max]`), `flop_ratio_precomputed` / `flop_ratio_including_encoding`.
+    """
+    rounds = metrics.get("speed_rounds", 1)
+
+    def figure(name: str) -> str:
+        spread = metrics.get(f"speedup_{name}_range")
+        return f"{metrics[f'speedup_{name}']:.2f}x" + (f" (range {spread[0]:.2f}-{spread[1]:.2f}x)"
+                                                       if spread and rounds > 1 else "")
+
+    how = f"median of {rounds} interleaved rounds" if rounds > 1 else "in one round"
+    return (f"Speed-up over the same model reading every question+passage pair ({metrics['speed_questions']} "
+            f"questions timed, {how}): {figure('precomputed')} with passages precomputed (FLOP ratio "
+            f"{metrics['flop_ratio_precomputed']:.2f}x), {figure('including_encoding')} including encoding each "
+            f"passage once (FLOP ratio {metrics['flop_ratio_including_encoding']:.2f}x).")
 
 
 def _run(args, argv, output_dir: str, train_file: Path, validation_file: Path, keep: bool) -> dict:
@@ -292,7 +360,8 @@ def _run(args, argv, output_dir: str, train_file: Path, validation_file: Path, k
     data_kwargs = dict(train_file=str(train_file), validation_file=str(validation_file), max_seq_length=256,
                        max_question_length=48, doc_stride=64, allow_no_answer=True,
                        max_train_samples=args.max_train_samples, max_eval_samples=args.max_eval_samples,
-                       eval_paths="both", speed_eval_samples=args.speed_eval_samples)
+                       eval_paths="both", speed_eval_samples=args.speed_eval_samples,
+                       speed_rounds=args.speed_rounds)
     if args.distill:
         model_args = ModelArguments(model_name_or_path=args.teacher, num_decomposed_layers=args.num_decomposed_layers,
                                     teacher_model_name_or_path=None if args.no_distillation else args.teacher,
@@ -303,7 +372,7 @@ def _run(args, argv, output_dir: str, train_file: Path, validation_file: Path, k
             per_device_train_batch_size=args.batch_size, learning_rate=args.learning_rate,
             warmup_steps=max(1, args.max_steps // 10), weight_decay=0.01, bf16=bf16,
             use_cpu=not torch.cuda.is_available(), save_strategy="no", report_to="none",
-            logging_steps=max(1, args.max_steps // 5), seed=42, disable_tqdm=False,
+            logging_steps=max(1, args.max_steps // 5), seed=42, disable_tqdm=args.no_progress,
         )
         print(f"hf-readonce demo --distill: reference MiniLM QA model -> DeFormer (k={args.num_decomposed_layers}), "
               f"{args.max_steps} steps of {args.batch_size} on {train_file} "
@@ -315,7 +384,7 @@ def _run(args, argv, output_dir: str, train_file: Path, validation_file: Path, k
         model_args = ModelArguments(model_name_or_path=args.model, compute_dtype=args.compute_dtype)
         data_args = DataArguments(calibration_fraction=0.0, **data_kwargs)
         training_args = TrainingArguments(output_dir=output_dir, do_train=False, do_eval=True, report_to="none",
-                                          use_cpu=not torch.cuda.is_available())
+                                          use_cpu=not torch.cuda.is_available(), disable_tqdm=args.no_progress)
         which = "the reference DeFormer" if reference else "the DeFormer"
         print(f"hf-readonce demo: {which} ({args.model}) answers {validation_file} from cached "
               f"passage states in {_compute_dtype_name(args.compute_dtype, args.model)} (`--distill` to distil one "
@@ -326,8 +395,11 @@ def _run(args, argv, output_dir: str, train_file: Path, validation_file: Path, k
     metrics["demo_seconds"] = round(time.perf_counter() - start, 1)
     if args.distill:
         _write_train_results(output_dir, argv, args, metrics)
+    busy = busy_machine_note(metrics)
     if args.json:
         print(json.dumps(metrics, indent=2), flush=True)
+        if busy:
+            print(f"hf-readonce demo: note: {busy}", file=sys.stderr, flush=True)
         return metrics
     lines = [
         "",
@@ -374,12 +446,11 @@ def _run(args, argv, output_dir: str, train_file: Path, validation_file: Path, k
                          + ("; `--distill` redoes a shorter run here." if reference else "."))
     lines += [
         f"No-answer threshold {metrics.get('null_score_diff_threshold', 0.0):.3f}, {tuned}.",
-        f"Speed-up over the same model reading every question+passage pair ({metrics['speed_questions']} questions "
-        f"timed): {metrics['speedup_precomputed']:.2f}x with passages precomputed (FLOP ratio "
-        f"{metrics['flop_ratio_precomputed']:.2f}x), {metrics['speedup_including_encoding']:.2f}x including encoding "
-        f"each passage once (FLOP ratio {metrics['flop_ratio_including_encoding']:.2f}x).",
-        f"Demo time: {metrics['demo_seconds']:.0f} s (every metric: --json).",
+        speed_line(metrics),
     ]
+    if busy:
+        lines.append(busy)
+    lines.append(f"Demo time: {metrics['demo_seconds']:.0f} s (every metric: --json).")
     if keep and args.distill:
         lines.append(f"Model and results written to {output_dir} (its config records the windowing and threshold; "
                      f"`hf-readonce encode/answer {output_dir} ...` use them by default; `hf-readonce publish "

@@ -117,18 +117,28 @@ class PassageWindowCache:
 
 
 @torch.no_grad()
-def encode_windows(model, windows, batch_size: int = 32, pad_token_id: int = 0) -> PassageWindowCache:
+def encode_windows(model, windows, batch_size: int = 32, pad_token_id: int = 0,
+                   progress: bool = False) -> PassageWindowCache:
     """Encode every window once with `model.encode_passages`.
+
+    Args:
+        windows (`list[list[PassageWindow]]`): the windows of each passage (an empty list leaves that passage out;
+            the cache keeps the passages' indices in `windows`).
+        batch_size (`int`, defaults to 32): windows per `encode_passages` call, shortest first.
+        progress (`bool`, defaults to `False`): a tqdm bar on stderr counting encoded windows.
 
     Returns:
         [`PassageWindowCache`]: unpadded states `(window_length, hidden_size)` per `(passage_index, window_index)`,
         with the model's fingerprint and k.
     """
+    from tqdm.auto import tqdm
+
     model.eval()
     device = next(model.parameters()).device
     flat = [(p, w, window) for p, ws in enumerate(windows) for w, window in enumerate(ws)]
     flat.sort(key=lambda item: len(item[2].input_ids))
     cache = PassageWindowCache()
+    bar = tqdm(total=len(flat), desc="encode", unit="window", disable=not progress, dynamic_ncols=True)
     for begin in range(0, len(flat), batch_size):
         items = flat[begin : begin + batch_size]
         ids = pad_batch([item[2].input_ids for item in items], pad_token_id).to(device)
@@ -137,6 +147,8 @@ def encode_windows(model, windows, batch_size: int = 32, pad_token_id: int = 0) 
         for row, (p, w, window) in enumerate(items):
             cache[(p, w)] = states.last_hidden_state[row, : len(window.input_ids)]
         cache.model_fingerprint, cache.num_decomposed_layers = states.model_fingerprint, states.num_decomposed_layers
+        bar.update(len(items))
+    bar.close()
     return cache
 
 

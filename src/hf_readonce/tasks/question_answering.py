@@ -219,10 +219,36 @@ def _batches(n: int, size: int) -> Iterable[range]:
         yield range(start, min(start + size, n))
 
 
+class _QuestionBar:
+    """The `progress` bar of [`predict_pairs`] / [`predict_cached`]: a tqdm bar on stderr (labelled "answer")
+    counting the distinct questions (`example_index`) of `features` whose features have been read; disabled, and
+    no tqdm import, without `progress`."""
+
+    def __init__(self, features, progress: bool):
+        self.bar, self.seen = None, set()
+        if progress:
+            from tqdm.auto import tqdm
+
+            total = len({feature.get("example_index") for feature in features})
+            self.bar = tqdm(total=total, desc="answer", unit="question", dynamic_ncols=True)
+        self.features = features
+
+    def update(self, batch) -> None:
+        if self.bar is not None:
+            new = {self.features[i].get("example_index") for i in batch} - self.seen
+            self.seen |= new
+            self.bar.update(len(new))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
 @torch.no_grad()
-def predict_pairs(model, features, windows, batch_size: int = 32, pad_token_id: int = 0):
+def predict_pairs(model, features, windows, batch_size: int = 32, pad_token_id: int = 0, progress: bool = False):
     """Start/end logits over each feature's window, reading the full pair (no cache): the baseline path, valid for
-    any QA model taking `input_ids, attention_mask, token_type_ids`.
+    any QA model taking `input_ids, attention_mask, token_type_ids`. `progress` (defaults to `False`) shows a tqdm
+    bar on stderr counting the questions (`example_index`) answered.
 
     Returns:
         `list[tuple[np.ndarray, np.ndarray, float]]`: per feature, start and end logits over the window's tokens
@@ -231,6 +257,7 @@ def predict_pairs(model, features, windows, batch_size: int = 32, pad_token_id: 
     model.eval()
     device = next(model.parameters()).device
     out = []
+    bar = _QuestionBar(features, progress)
     for batch in _batches(len(features), batch_size):
         pairs = [pair_inputs(features[i]["question_ids"], windows[features[i]["passage_index"]][features[i]["window_index"]]) for i in batch]
         inputs = {key: pad_batch([p[key] for p in pairs], pad_token_id if key == "input_ids" else 0).to(device)
@@ -241,20 +268,23 @@ def predict_pairs(model, features, windows, batch_size: int = 32, pad_token_id: 
             q = len(features[i]["question_ids"])
             n = len(windows[features[i]["passage_index"]][features[i]["window_index"]].input_ids)
             out.append((start[row, q : q + n], end[row, q : q + n], float(start[row, 0] + end[row, 0])))
+        bar.update(batch)
+    bar.close()
     return out
 
 
 @torch.no_grad()
-def predict_cached(model, features, cache, batch_size: int = 32, pad_token_id: int = 0):
+def predict_cached(model, features, cache, batch_size: int = 32, pad_token_id: int = 0, progress: bool = False):
     """Start/end logits over each feature's window, reading only the question and taking the passage's lower-layer
-    states from `cache` (a [`PassageWindowCache`] from [`encode_windows`] or a store). Same layout as
-    [`predict_pairs`]."""
+    states from `cache` (a [`PassageWindowCache`] from [`encode_windows`] or a store). Same layout and `progress`
+    bar as [`predict_pairs`]."""
     from ..models.deformer_bert.modeling_deformer_bert import DeformerPassageOutput
 
     model.eval()
     device = next(model.parameters()).device
     meta = {"model_fingerprint": cache.model_fingerprint, "num_decomposed_layers": cache.num_decomposed_layers}
     out = []
+    bar = _QuestionBar(features, progress)
     for batch in _batches(len(features), batch_size):
         questions = [features[i]["question_ids"] for i in batch]
         states = [cache[(features[i]["passage_index"], features[i]["window_index"])] for i in batch]
@@ -274,6 +304,8 @@ def predict_cached(model, features, cache, batch_size: int = 32, pad_token_id: i
             n = s.shape[0]
             out.append((start[row, offset : offset + n], end[row, offset : offset + n],
                         float(start[row, 0] + end[row, 0])))
+        bar.update(batch)
+    bar.close()
     return out
 
 
