@@ -311,6 +311,16 @@ def test_cli_publish_local_dir(checkpoint_dir, tmp_path, capsys):
     assert "| Quoref, validation | F1 | **20.25** | 9.50 |" in card.text
     assert ("2.26x with passage states precomputed (FLOP ratio 2.41x), 1.35x including encoding them (FLOP ratio "
             "1.52x)") in card.text
+    # the demo's speed-ups, medians of interleaved rounds: the card gives the rounds and the range beside each
+    metrics.write_text(json.dumps({**json.loads(metrics.read_text()), "speed_rounds": 3,
+                                   "speedup_precomputed_range": [2.1, 2.4],
+                                   "speedup_including_encoding_range": [1.3, 1.41]}))
+    assert cli_main(["publish", str(checkpoint_dir), "--repo-id", "someone/tiny", "--local-dir", str(tmp_path / "r2"),
+                     "--metrics", str(metrics), "--dataset-type", "quoref", "--dataset-name", "Quoref"]) == 0
+    text = (tmp_path / "r2" / "README.md").read_text()
+    assert ("timed on 300 questions (median of 3 interleaved rounds): 2.26x (range 2.10-2.40x) with passage states "
+            "precomputed (FLOP ratio 2.41x), 1.35x (range 1.30-1.41x) including encoding them (FLOP ratio 1.52x)"
+            ) in text
 
 
 def _fp16_checkpoint(source, tokenizer):

@@ -188,6 +188,16 @@ def _flop_ratio(value) -> str:
     return f" (FLOP ratio {_fmt(value)}x)" if _number(value) is not None else ""
 
 
+def _speed_range(metrics: Mapping, name: str, rounds: int | None) -> str:
+    """` (range 1.70-1.95x)` for a speed-up timed in several rounds whose `speedup_{name}_range` (`[min, max]` of the
+    rounds' ratios, as `hf-readonce demo` records it) is recorded, else nothing."""
+    spread = metrics.get(f"speedup_{name}_range")
+    if not rounds or not isinstance(spread, (list, tuple)) or len(spread) != 2 \
+            or any(_number(value) is None for value in spread):
+        return ""
+    return f" (range {_fmt(spread[0])}-{_fmt(spread[1])}x)"
+
+
 _EXAMPLE_UNITS = {"summarization": ("document", "documents"), "question-answering": ("question", "questions")}
 
 
@@ -376,7 +386,8 @@ def card_from_metrics_file(path: str | os.PathLike, *, dataset_type: str | None,
     `run_longdoc_summarization.py` / `run_readonce_summarization.py`), the trivial baselines (`baselines` or
     `{prefix}baselines`) beside each figure, the number of examples scored beside the split (`{prefix}examples`,
     `eval_questions`, ...: a run limited with `--max_eval_samples` is not shown as the whole split), and, where
-    recorded, `speedup_precomputed` / `speedup_including_encoding` and the training budget: `train_seconds` (and
+    recorded, `speedup_precomputed` / `speedup_including_encoding` (with the range of their interleaved rounds,
+    `speedup_*_range` over `speed_rounds`, where recorded) and the training budget: `train_seconds` (and
     `train_steps`), or the ReadOnce recipe's stages (`stage1_train_seconds` / `stage2_train_seconds` and their
     `_train_steps`: the budget lists each stage, the wall time is their sum). A `training` argument's entries win.
 
@@ -434,11 +445,15 @@ def card_from_metrics_file(path: str | os.PathLike, *, dataset_type: str | None,
         row.examples = examples
     figures = list(card_kwargs.pop("figures", ()))
     if _number(metrics.get("speedup_precomputed")) is not None:
+        rounds = metrics.get("speed_rounds")
+        rounds = rounds if isinstance(rounds, int) and not isinstance(rounds, bool) and rounds > 1 else None
         figures.append(f"Speed-up over the same model reading every question+passage pair, timed on "
-                       f"{metrics.get('speed_questions', 'the timed')} questions: "
-                       f"{_fmt(metrics['speedup_precomputed'])}x with passage states precomputed"
-                       + _flop_ratio(metrics.get("flop_ratio_precomputed"))
-                       + (f", {_fmt(metrics['speedup_including_encoding'])}x including encoding them"
+                       f"{metrics.get('speed_questions', 'the timed')} questions"
+                       + (f" (median of {rounds} interleaved rounds)" if rounds else "") + ": "
+                       f"{_fmt(metrics['speedup_precomputed'])}x" + _speed_range(metrics, "precomputed", rounds)
+                       + " with passage states precomputed" + _flop_ratio(metrics.get("flop_ratio_precomputed"))
+                       + (f", {_fmt(metrics['speedup_including_encoding'])}x"
+                          + _speed_range(metrics, "including_encoding", rounds) + " including encoding them"
                           + _flop_ratio(metrics.get("flop_ratio_including_encoding"))
                           if _number(metrics.get("speedup_including_encoding")) is not None else "") + ".")
     training = dict(card_kwargs.pop("training", None) or {})
