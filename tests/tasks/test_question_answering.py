@@ -293,3 +293,30 @@ def test_load_qa_examples_refuses_a_limit_below_one(tmp_path):
     for limit in (0, -5):
         with pytest.raises(ValueError, match=f"limit must be a whole number >= 1 .*got {limit}"):
             load_qa_examples(path, limit)
+
+
+def test_progress_bars_count_windows_and_questions(tokenizer, capsys):
+    """`progress=True` shows a bar on stderr: `encode_windows` counts windows, `predict_pairs` / `predict_cached`
+    count questions (not their question+window features); the default shows nothing, and the logits are the same."""
+    import re
+
+    from hf_readonce.tasks.question_answering import encode_windows, predict_cached, predict_pairs
+    from tests.conftest import tiny_model
+
+    model = tiny_model()
+    examples = [{"id": str(i), "question": f"What is word{i}?", "context": PASSAGE if i < 3 else "Short text here ."}
+                for i in range(4)]
+    features, windows, _ = build_features(examples, tokenizer, max_question_length=16, max_passage_length=40,
+                                          doc_stride=10)
+    n_windows = sum(map(len, windows))
+    assert len(features) > len(examples)  # several windows per question: a count of features would differ
+    quiet = predict_cached(model, features, encode_windows(model, windows, batch_size=2), batch_size=3)
+    pairs = predict_pairs(model, features, windows, batch_size=3)
+    assert capsys.readouterr().err == ""
+    cache = encode_windows(model, windows, batch_size=2, progress=True)
+    shown = predict_cached(model, features, cache, batch_size=3, progress=True)
+    assert predict_pairs(model, features, windows, batch_size=3, progress=True)[0][2] == pairs[0][2]
+    err = capsys.readouterr().err
+    assert re.search(rf"encode: 100%.*{n_windows}/{n_windows} ", err), err
+    assert len(re.findall(r"answer: 100%.*4/4 ", err)) == 2, err
+    assert all(a[2] == b[2] for a, b in zip(quiet, shown))
