@@ -349,7 +349,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
         # both paths on the same model: the speed-up, timed in interleaved rounds after the accuracy run
         timed_rounds = use_cache and data_args.eval_paths == "both"
 
-        if use_cache:
+        if use_cache and not (timed_rounds and speed_subset is examples):  # (else the rounds read every question)
             feats, wins, _, out, timings = logits_of(examples, cached=True)
             metrics.update(scored("cached", examples, feats, wins, out))
             metrics["eval_features"] = len(feats)
@@ -367,7 +367,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
             # counted first: it also runs both paths once before anything is timed
             flops = speedup_flop_ratios(model, speed_subset, tokenizer, feature_kwargs, bs, autocast,
                                         timed=(len(feats), sum(map(len, wins))))
-            outputs = [None] * len(feats)
+            outputs, cached_outputs = [None] * len(feats), [None] * len(feats)
 
             def run_pairs(group):
                 for i, logits in zip(group, predict_pairs(model, [feats[i] for i in group], wins, batch_size=bs)):
@@ -379,13 +379,16 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
                                       batch_size=bs)
 
             def answer(group, cache):
-                predict_cached(model, [feats[i] for i in group], cache, batch_size=bs)
+                for i, logits in zip(group, predict_cached(model, [feats[i] for i in group], cache, batch_size=bs)):
+                    cached_outputs[i] = logits
 
             with autocast:
                 rounds = interleaved_rounds(speed_round_groups(feats, data_args.speed_rounds), run_pairs, encode,
                                             answer, progress=progress)
-            if speed_subset is examples:  # the pairs path read every question: its accuracy too
+            if speed_subset is examples:  # both paths read every question: their accuracy too
                 metrics.update(scored("eval", examples, feats, wins, outputs))
+                metrics.update(scored("cached", examples, feats, wins, cached_outputs))
+                metrics["eval_features"] = len(feats)
             metrics.update(summarize_speed_rounds(rounds))
             metrics.update(flops)
             metrics.update(machine_load())

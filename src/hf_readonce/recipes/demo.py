@@ -302,13 +302,10 @@ def main(argv=None) -> dict:
 
 class _NoteFormatter(logging.Formatter):
     """`hf-readonce demo: note: MESSAGE` for warnings (the way the CLI prints its notes), `hf-readonce demo: error:
-    MESSAGE` from errors up, and the bare message below warnings."""
+    MESSAGE` from errors up."""
 
     def format(self, record: logging.LogRecord) -> str:
-        message = record.getMessage()
-        if record.levelno >= logging.ERROR:
-            return f"hf-readonce demo: error: {message}"
-        return f"hf-readonce demo: note: {message}" if record.levelno >= logging.WARNING else message
+        return f"hf-readonce demo: {'error' if record.levelno >= logging.ERROR else 'note'}: {record.getMessage()}"
 
 
 @contextlib.contextmanager
