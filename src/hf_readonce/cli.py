@@ -2154,10 +2154,10 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = None
     if argv and argv[0] == "demo":
-        # the demo parses its own arguments; `--no-progress`, which every command takes, is read here
-        demo_argv = [arg for arg in argv[1:] if arg != "--no-progress"]
+        # the demo parses its own arguments, `--no-progress` included (it also turns off its own bars and Trainer's)
+        demo_argv = argv[1:]
         command = "demo"
-        restore = _disable_progress_bars() if len(demo_argv) < len(argv) - 1 else None
+        restore = None
 
         def run() -> int:
             from . import register_models

@@ -15,8 +15,8 @@ By default (78.1 s measured on 2 cores of an AMD EPYC: `benchmarks/results/demo/
    scores, and the speed-up measured against the same model reading every question+passage pair: the first
    `--speed_eval_samples` (300) questions, split by passage into `--speed_rounds` (3) rounds, each timed on both
    paths in alternating order; the median of the rounds' ratios is printed with their range, and one more line says
-   the figure is unreliable when the rounds disagree (max / min > 1.5) or the 1-minute load average exceeded the
-   usable CPUs. Progress bars (encode, answer, timing; `--no-progress` hides them) and notes go to stderr.
+   the figure is unreliable when the rounds disagree (max / min > 1.5) or the 1-minute load average exceeded 1.5
+   times the usable CPUs. Progress bars (encode, answer, timing; `--no-progress` hides them) and notes go to stderr.
 
 `--model DIR` answers with another DeFormer (`model_type` `deformer_bert`; other families are refused) instead; only
 `disfl_qa/validation.jsonl` is read then (`train.jsonl` is needed by `--distill` alone). DIR must hold the model's
