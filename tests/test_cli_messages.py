@@ -137,6 +137,37 @@ def test_a_stopped_command_says_what_it_left(tmp_path, checkpoint, qa_rows, caps
     assert _one_line(capsys.readouterr().err) == "hf-readonce demo: interrupted."
 
 
+def test_a_stopped_encode_counts_only_what_it_committed(tmp_path, checkpoint, qa_rows, capsys, monkeypatch):
+    """Two `encode`s may write one store side by side (docs/store.md): the documents the other one commits to the same
+    space while this one runs are not counted as this run's in its stopped line."""
+    by_context = {}
+    for row in qa_rows:
+        by_context.setdefault(row["context"], row)
+    rows = list(by_context.values())[:5]
+    docs = write_jsonl(tmp_path / "docs.jsonl", rows[:3])
+    store = tmp_path / "store"
+    import hf_readonce.representations as representations
+
+    fill_store = representations.fill_store
+
+    def another_encode_commits_then_stop(adapter, store, documents, **kwargs):
+        def mine_then_stop():
+            yield from documents
+            # another process encodes two other passages into the same space, then this run is stopped
+            fill_store(adapter, RepresentationStore(store.path), [row["context"] for row in rows[3:]],
+                       dtype="float32")
+            raise KeyboardInterrupt
+        return fill_store(adapter, store, mine_then_stop(), **{**kwargs, "documents_per_batch": 1})
+
+    monkeypatch.setattr(representations, "fill_store", another_encode_commits_then_stop)
+    assert cli_main(["encode", str(checkpoint), "--documents", str(docs), "--store", str(store), "--no-progress",
+                     "--max-passage-length", "64", "--doc-stride", "16"]) == 130
+    line = _one_line(capsys.readouterr().err)
+    assert len(RepresentationStore(store)) == 5
+    assert line == ("hf-readonce encode: interrupted; committed shards are kept (3 document(s) encoded by this run), "
+                    "re-run to finish."), line
+
+
 def test_a_stopped_publish_says_nothing_was_written(tmp_path, checkpoint, capsys, monkeypatch):
     """`publish --local-dir` assembles the folder beside it and renames it into place when complete: stopped midway,
     nothing is there, no partial folder is left beside it, and the line says so."""

@@ -52,7 +52,6 @@ as it was; `publish`: nothing written); 141, quietly, when the reader of the out
 from __future__ import annotations
 
 import argparse
-import contextlib
 import inspect
 import json
 import math
@@ -601,7 +600,7 @@ def _distributed_state(device: str = "auto"):
 # ---------------------------------------------------------------------------------------------------------- encode
 def cmd_encode(args) -> int:
     from .representations import fill_store, get_adapter, get_adapter_class
-    from .store import ReadOnlyStoreError, RepresentationStore, rank_of, space_key
+    from .store import ReadOnlyStoreError, RepresentationStore, space_key
     from .store.keys import printable
     from .store.maintenance import orphan_shards
     from .tasks.jsonl import iter_documents
@@ -717,21 +716,14 @@ def cmd_encode(args) -> int:
               "encode ... --repair` re-indexes the intact ones instead of recomputing them (`verify` names them).",
               file=sys.stderr, flush=True)
 
-    def own_documents() -> int:  # this process's documents of the space, in the index as it is now
-        store.refresh()
-        return sum(1 for entry in store.entries(adapter.fingerprint(), adapter.settings())
-                   if world == 1 or rank_of(entry.content_hash, world) == rank)
+    def committed(running) -> None:  # what this process committed (not another encode writing the same store)
+        args.committed = running.encoded
 
-    before = own_documents()
     try:
         stats = fill_store(adapter, store, doc_iter, dtype=dtype,
                                  shard_size_bytes=int(args.shard_size_mb * 1024 * 1024),
                                  rank=rank, num_processes=world, progress=main_process and not args.no_progress,
-                                 total=total)
-    except KeyboardInterrupt:  # Ctrl-C, SIGTERM: fill_store committed what it had computed; counted for the message
-        with contextlib.suppress(Exception):
-            args.committed = own_documents() - before
-        raise
+                                 total=total, on_batch=committed)
     except (ValueError, TypeError, ReadOnlyStoreError) as error:
         raise CommandError(str(error)) from None
     except OSError as error:  # e.g. disk full: committed shards are kept, nothing half-written is left

@@ -211,6 +211,23 @@ def test_fill_store_names_bad_arguments_and_reports_running_stats(tmp_path, toke
     assert seen[0][0] == 2 and all(seconds > 0 for _, seconds in seen) and len(seen) == len(texts) // 2 + 1
 
 
+def test_fill_store_stopped_reports_what_it_committed(tmp_path, tokenizer, qa_rows):
+    """Ctrl-C mid-run: what was computed is committed, and `on_batch` is told how much before the stop propagates
+    (what `hf-readonce encode` says it committed; the store's index may grow by other writers' work meanwhile)."""
+    adapter = DeformerBertAdapter(tiny_model(), tokenizer, max_passage_length=32, doc_stride=8)
+    store = RepresentationStore(tmp_path / "store")
+    texts = list(dict.fromkeys(r["context"] for r in qa_rows[:8]))[:4]
+
+    def three_then_stop():
+        yield from texts[:3]
+        raise KeyboardInterrupt
+
+    seen = []
+    with pytest.raises(KeyboardInterrupt):
+        fill_store(adapter, store, three_then_stop(), documents_per_batch=1, on_batch=lambda s: seen.append(s.encoded))
+    assert len(RepresentationStore(store.path)) == 3 and seen[-1] == 3
+
+
 def test_import_from_dataset_names_what_it_was_given(tmp_path):
     store = RepresentationStore(tmp_path / "store")
     with pytest.raises(ValueError, match="`fingerprint` needs `settings`"):

@@ -65,8 +65,9 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
         progress (`bool`): tqdm bar on stderr, counting distinct documents. total (`int`, *optional*): expected
             number of distinct documents for it.
         on_batch (`callable`, *optional*): called with the running stats after each encoded batch and once at the
-            end (`encoded`: documents committed to the store so far, which a writer does shard by shard;
-            `seconds` so far).
+            end, also when an error or Ctrl-C stops the run (after what was computed is committed) (`encoded`:
+            documents this call committed to the store so far, which a writer does shard by shard; `seconds` so
+            far).
 
     Returns:
         [`EncodeStats`].
@@ -174,6 +175,8 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
     except BaseException:
         with contextlib.suppress(Exception):  # the run's own error is the one to report
             writer.flush()  # what was computed is complete and valid: keep it
+        with contextlib.suppress(Exception):
+            report()  # what this call committed before the stop (the store may hold other writers' work too)
         raise
     finally:
         bar.close()
