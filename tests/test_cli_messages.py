@@ -184,6 +184,27 @@ def test_a_stopped_publish_says_nothing_was_written(tmp_path, checkpoint, capsys
     assert not (tmp_path / "parent").exists()
 
 
+def test_a_publish_stopped_once_the_folder_is_in_place_says_it_was_written(tmp_path, checkpoint, capsys,
+                                                                          monkeypatch):
+    """Stopped after the repo folder was renamed into place (here while its summary line is printed, as when stdout
+    is a pipe that blocks): the line says the folder was written, not that nothing was."""
+    def print_or_stop(*args, **kwargs):
+        if args and str(args[0]).startswith("wrote "):
+            raise KeyboardInterrupt
+        return print(*args, **kwargs)
+
+    monkeypatch.setattr(cli, "print", print_or_stop, raising=False)
+    out = tmp_path / "repo"
+    assert cli_main(["publish", str(checkpoint), "--repo-id", "someone/tiny", "--local-dir", str(out),
+                     "--max-passage-length", "64", "--doc-stride", "16", "--no-progress"]) == 130
+    monkeypatch.undo()
+    line = _one_line(capsys.readouterr().err)
+    assert (out / "config.json").is_file()
+    assert "nothing was written" not in line, line
+    assert line == (f"hf-readonce publish: interrupted; the repo folder was written to --local-dir {out} before the "
+                    "stop."), line
+
+
 # ---------------------------------------------------------------------------------------------- a file as MODEL
 def test_a_file_given_as_model_is_named_by_every_command(tmp_path, checkpoint, qa_rows, capsys):
     docs = write_jsonl(tmp_path / "passages.jsonl", qa_rows[:2])

@@ -1824,6 +1824,7 @@ def cmd_publish(args) -> int:
         if args.local_dir or not _is_hub_error(error):
             raise
         raise CommandError(_hub_error(error)) from None
+    args.published = True  # said if the command is stopped from here on
     if args.local_dir:
         print(f"wrote {len(result.files)} files to {result.folder}: {', '.join(result.files)}")
         if result.representations_dir is not None:
@@ -2204,7 +2205,8 @@ def _interrupted(command: str, args) -> str:
     """What follows `interrupted` in the line a stopped command prints (Ctrl-C, SIGTERM): what it leaves behind, as
     each command leaves it. `args` (`None` before the arguments were parsed, and for `demo`) carries what the
     command recorded on its way: `encode`'s `committed` (documents this run committed before the stop), `answer`'s and
-    `summarize`'s `output_written` (the output file is in place)."""
+    `summarize`'s `output_written` (the output file is in place), `publish`'s `published` (the folder is in place, or
+    the upload committed)."""
     if command == "prune":
         return ("; if it had begun deleting, the space may be partly deleted (`verify` names the shards already "
                 "gone): run the same prune again to finish.")
@@ -2224,6 +2226,9 @@ def _interrupted(command: str, args) -> str:
                      "committed shards of --store and kept, so a re-run encodes only the rest")
         return said + "."
     if command == "publish" and args is not None:
+        if getattr(args, "published", False):
+            return (f"; the repo folder was written to --local-dir {args.local_dir} before the stop." if args.local_dir
+                    else f"; the model repo {args.repo_id} was uploaded before the stop.")
         if args.local_dir:  # `publish` assembles the folder beside it and renames it into place only once complete
             return (f"; nothing was written to --local-dir {args.local_dir} (the folder being assembled beside it "
                     "was removed).")
