@@ -346,3 +346,34 @@ def test_an_interrupt_while_committing_lands_after_the_manifest(tmp_path, monkey
         assert reopened.info()["orphans"] == []
     finally:
         signal.signal(number, previous)
+
+
+def test_a_writer_stopped_by_an_interrupt_held_during_its_commit_counts_that_shard(tmp_path, monkeypatch):
+    """The interrupt held while a shard and its manifest are written is delivered as `commit_shard` ends; the
+    writer's `committed` already lists that shard's documents (a stopped `encode` reports them as committed)."""
+    import os
+    import signal
+
+    from hf_readonce.store import store as store_module
+
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        real = store_module._atomic_write
+
+        def write_then_interrupt(path, data, tmp):
+            real(path, data, tmp)
+            if str(path).endswith(".safetensors"):
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        monkeypatch.setattr(store_module, "_atomic_write", write_then_interrupt)
+        store = RepresentationStore(tmp_path / "s")
+        writer = store.writer(FP, SETTINGS)
+        hashes = [content_hash("a"), content_hash("b")]
+        for doc in hashes:
+            writer.add(doc, rand_states(2))
+        with pytest.raises(KeyboardInterrupt):
+            writer.flush()
+        assert sorted(writer.committed) == sorted(hashes) and writer.skipped == []
+        assert len(RepresentationStore(tmp_path / "s")) == 2
+    finally:
+        signal.signal(signal.SIGTERM, previous)

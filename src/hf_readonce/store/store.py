@@ -644,7 +644,7 @@ class RepresentationStore:
         return (space, document_hash) in self._entries
 
     def commit_shard(self, space: RepresentationSpace, dtype: torch.dtype,
-                     documents: list[tuple[str, dict, dict]]) -> list[str]:
+                     documents: list[tuple[str, dict, dict]], *, on_commit=None) -> list[str]:
         """Write one shard + manifest under the lock, skipping documents already stored: the commit point of
         [`StoreWriter.flush`] and of `repair`. Prefer [`writer`] or [`put`].
 
@@ -652,6 +652,9 @@ class RepresentationStore:
             space ([`RepresentationSpace`]): the space written into.
             dtype (`torch.dtype`): the storage dtype recorded for the shard (tensors are already cast).
             documents (`list[tuple[str, dict, dict]]`): `(content_hash, tensors, meta)` per document.
+            on_commit (`callable`, *optional*): called with the committed hashes right after the manifest is
+                written, before a Ctrl-C / SIGTERM held during the write is delivered (so a caller's count of what
+                it committed stays true when that interrupt then stops it).
 
         Returns:
             `list[str]`: the committed content hashes.
@@ -691,10 +694,13 @@ class RepresentationStore:
                     "--repair` (or `RepresentationStore.repair()`) moves it to quarantine/.")
             shard_path.parent.mkdir(parents=True, exist_ok=True)
             digest = hashlib.sha256(data).hexdigest()
+            committed = [h for h, _, _ in todo]
             with _interrupts_held():  # the shard and its manifest together: Ctrl-C / SIGTERM never splits them
                 _atomic_write(shard_path, data, self.path / "tmp")
                 self._write_manifest(shard_rel, space, _dtype_name(dtype), len(data), digest, docs)
-            return [h for h, _, _ in todo]
+                if on_commit is not None:
+                    on_commit(committed)
+            return committed
 
     def _write_manifest(self, shard_rel: str, space: RepresentationSpace, dtype: str, file_size: int,
                         file_sha256: str, documents: dict) -> None:
@@ -887,10 +893,15 @@ class StoreWriter:
             return []
         buffer, self._buffer = self._buffer, []
         self._buffered_hashes, self._buffered_bytes = set(), 0
-        committed = self.store.commit_shard(self.space, self.dtype, buffer)
-        self.committed += committed
-        done = set(committed)
-        self.skipped += [h for h, _, _ in buffer if h not in done]
+
+        def record(committed: list[str]) -> None:  # before an interrupt held during the commit is delivered
+            self.committed += committed
+            done = set(committed)
+            self.skipped += [h for h, _, _ in buffer if h not in done]
+
+        committed = self.store.commit_shard(self.space, self.dtype, buffer, on_commit=record)
+        if not committed:  # nothing written (all stored meanwhile): `record` was not called
+            record(committed)
         return committed
 
     def discard(self) -> None:
