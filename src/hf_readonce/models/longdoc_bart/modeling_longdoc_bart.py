@@ -617,7 +617,7 @@ def _check_tensor_arguments(ids: dict, masks: dict | None = None) -> None:
 
 # Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._accepted_keywords
 @functools.cache
-def _accepted_keywords(model_class: type, method: str, passed_to: tuple = ()) -> frozenset:
+def _accepted_keywords(model_class: type, method: str, passed_to: tuple = (), declared_only: bool = False) -> frozenset:
     """The keyword names `model_class.<method>` accepts into its `**kwargs` (see [`_check_keyword_arguments`]): the
     parameters that `method` declares in any class of `model_class.__mro__` (the override's and those of the
     transformers method it extends, e.g. `cache_position` of `LlamaForCausalLM.forward` in early 5.x releases), those
@@ -625,17 +625,24 @@ def _accepted_keywords(model_class: type, method: str, passed_to: tuple = ()) ->
     `TransformersKwargs` (read from the installed release, bases included), the keywords transformers itself passes
     to a model whatever its signature (`generate()`, `Trainer`, `@can_return_tuple`, the debugging options of its
     forward decorators), and `token_type_ids`, which a BERT tokenizer returns and `model(**tokenizer(text))` hands to
-    a model without token types (BART's and Llama's `forward` ignore it). Computed once per class."""
-    names = {"return_dict", "use_cache", "cache", "past_key_values", "cache_position", "position_ids",
-             "logits_to_keep", "num_items_in_batch", "output_attentions", "output_hidden_states", "debug_io",
-             "debug_io_dir", "prune_layers", "token_type_ids"}
-    for typed_dict in (TransformersKwargs, *getattr(TransformersKwargs, "__orig_bases__", ())):
-        if isinstance(typed_dict, type):  # a TypedDict's keys include its bases'; `__annotations__` too
-            names.update(getattr(typed_dict, "__required_keys__", ()), getattr(typed_dict, "__optional_keys__", ()))
-            try:
-                names.update(typed_dict.__annotations__)
-            except Exception:  # an annotation that cannot be evaluated (Python >= 3.14 evaluates them lazily)
-                pass
+    a model without token types (BART's and Llama's `forward` ignore it). Computed once per class.
+
+    With `declared_only=True`, only the names a user writes, those [`_check_keyword_arguments`] may suggest: the
+    declared parameters and `return_dict`, `use_cache`, `output_attentions`, `output_hidden_states`; not the
+    internals of `TransformersKwargs` and transformers' own plumbing (`max_length=` is no misspelling of flash
+    attention's `max_length_q`)."""
+    names = {"return_dict", "use_cache", "output_attentions", "output_hidden_states"}
+    if not declared_only:
+        names.update({"cache", "past_key_values", "cache_position", "position_ids", "logits_to_keep",
+                      "num_items_in_batch", "debug_io", "debug_io_dir", "prune_layers", "token_type_ids"})
+        for typed_dict in (TransformersKwargs, *getattr(TransformersKwargs, "__orig_bases__", ())):
+            if isinstance(typed_dict, type):  # a TypedDict's keys include its bases'; `__annotations__` too
+                names.update(getattr(typed_dict, "__required_keys__", ()),
+                             getattr(typed_dict, "__optional_keys__", ()))
+                try:
+                    names.update(typed_dict.__annotations__)
+                except Exception:  # an annotation that cannot be evaluated (Python >= 3.14 evaluates them lazily)
+                    pass
     functions = [vars(klass)[method] for klass in model_class.__mro__ if method in vars(klass)]
     for function in (*functions, *passed_to):
         try:
@@ -655,14 +662,16 @@ def _check_keyword_arguments(model, kwargs: dict, method: str = "forward", passe
     Accepted: what [`_accepted_keywords`] lists (declared parameters, `TransformersKwargs`, what `generate()` and
     `Trainer` pass), and any key whose value is `None` (it changes nothing, and `generate()` forwards such keys
     unchecked, as its own `model_kwargs` check skips them). The message names the first unexpected key and, when one
-    is close, the accepted name it probably meant (`difflib`). Skipped while `torch.compile` traces (the eager call
-    checks; the signature look-up is no graph code)."""
+    is close, the argument it probably meant (`difflib`, among the names a user writes: `_accepted_keywords(...,
+    declared_only=True)`). Skipped while `torch.compile` traces (the signature look-up is no graph code), so a
+    compiled model does not check."""
     if not kwargs or torch.compiler.is_compiling():
         return
     accepted = _accepted_keywords(type(model), method, tuple(passed_to))
     for name, value in kwargs.items():
         if value is not None and name not in accepted:
-            close = difflib.get_close_matches(name, sorted(accepted), n=1)
+            meant = _accepted_keywords(type(model), method, tuple(passed_to), True)
+            close = difflib.get_close_matches(name, sorted(meant), n=1)
             hint = f". Did you mean '{close[0]}'?" if close else ""
             raise TypeError(f"{type(model).__name__}.{method}() got an unexpected keyword argument '{name}'{hint}")
 
