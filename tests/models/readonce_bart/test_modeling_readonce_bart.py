@@ -612,3 +612,30 @@ def test_a_misspelled_keyword_argument_is_a_type_error_naming_it(fusion):
     # generate() hands its keyword arguments to forward after transformers' own check, which names a misspelling
     with pytest.raises(ValueError, match="document_representation"):
         model.generate(q, document_representation=reps, max_new_tokens=2)
+
+
+@pytest.mark.parametrize("fusion", ["append", "attention"])
+def test_inputs_embeds_are_read_by_the_encoder_and_a_none_is_harmless(fusion):
+    """`inputs_embeds` is an argument of BART's `forward`, so the keyword check accepts it, but the model handed it
+    on to its decoder beside the decoder's own: `TypeError: BartDecoder(...) got multiple values for keyword argument
+    'inputs_embeds'`, `inputs_embeds=None` included, which `peft`'s `PeftModelForSeq2SeqLM.forward` passes on every
+    call (a LoRA-wrapped ReadOnce could not run). It is read as BART reads it: the text's embeddings for
+    `input_ids`."""
+    model, q, doc = tiny(fusion=fusion), tokens(2, 6), tokens(2, 20, seed=3)
+    reps = model.encode_documents(doc)
+    labels = tokens(2, 5, seed=5)
+    expected = model(q, document_representations=reps, labels=labels)
+    # the keyword arguments `PeftModelForSeq2SeqLM.forward` passes to the model it wraps
+    out = model(input_ids=q, attention_mask=None, inputs_embeds=None, decoder_input_ids=None,
+                decoder_attention_mask=None, decoder_inputs_embeds=None, labels=labels, output_attentions=None,
+                output_hidden_states=None, return_dict=True, document_representations=reps)
+    torch.testing.assert_close(out.logits, expected.logits)
+    embeds = model.get_encoder().embed_tokens(q)
+    out = model(inputs_embeds=embeds, document_representations=reps, labels=labels)
+    torch.testing.assert_close(out.logits, expected.logits)
+    torch.testing.assert_close(out.loss, expected.loss)
+    decoder_out, _ = model.model(inputs_embeds=embeds, document_representations=reps, decoder_input_ids=labels)
+    decoder_expected, _ = model.model(q, document_representations=reps, decoder_input_ids=labels)
+    torch.testing.assert_close(decoder_out.last_hidden_state, decoder_expected.last_hidden_state)
+    with pytest.raises(ValueError, match="exactly one of `input_ids` or `inputs_embeds`"):
+        model(q, inputs_embeds=embeds, document_representations=reps, labels=labels)

@@ -708,10 +708,13 @@ class ReadOnceBartModel(BartModel):
 
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
                 encoder_outputs=None, past_key_values=None, document_representations=None,
-                document_attention_mask=None, decoder_inputs_embeds=None, use_cache=None, cache=None, **kwargs):
+                document_attention_mask=None, decoder_inputs_embeds=None, use_cache=None, cache=None,
+                inputs_embeds=None, **kwargs):
         r"""As [`~transformers.BartModel.forward`], plus `document_representations` / `document_attention_mask`
-        (see [`ReadOnceBartEncoder`]); the cache is `past_key_values` or (transformers >= 5.24's name) `cache`.
-        Returns `(decoder_outputs, encoder_outputs)`.
+        (see [`ReadOnceBartEncoder`]); the cache is `past_key_values` or (transformers >= 5.24's name) `cache`;
+        `inputs_embeds` (`(batch_size, text_length, d_model)`, instead of `input_ids`, as in BART) go to the
+        encoder, last in the signature so that positional calls keep their meaning. Returns
+        `(decoder_outputs, encoder_outputs)`.
 
         Raises:
             TypeError: an input that is not a tensor (a list, a numpy array), or token ids that are not integers; a
@@ -727,7 +730,7 @@ class ReadOnceBartModel(BartModel):
         _check_representations_type(document_representations)
         past_key_values = _either_cache(past_key_values, cache)
         if encoder_outputs is None:
-            encoder_outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
+            encoder_outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
                                            document_representations=document_representations,
                                            document_attention_mask=document_attention_mask)
         cross_mask = getattr(encoder_outputs, "attention_mask", None)
@@ -952,6 +955,8 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
                 With neither representations nor document tokens the model reads the text alone (BART closed-book),
                 as `BartForConditionalGeneration` would.
             document_input_attention_mask (`torch.Tensor` of shape `(batch_size, n)`, *optional*).
+            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, text_length, d_model)`, *optional*, keyword):
+                the text's embeddings instead of `input_ids` (exactly one of the two), as in BART.
             labels (`torch.LongTensor` of shape `(batch_size, target_length)`, *optional*): target tokens (`-100`
                 ignored); decoder inputs are the labels shifted right, as in BART.
             past_key_values (`EncoderDecoderCache`, *optional*), cache: the decoder's KV cache, as in BART; `cache`
