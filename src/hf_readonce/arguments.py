@@ -5,6 +5,7 @@ usage errors, the option types of counts and rates, and what a MODEL argument na
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 USAGE_ERROR = 2  # the exit status of a usage error, as argparse's
@@ -94,4 +95,36 @@ def local_model_or_hub_id(name: str) -> str:
     return name
 
 
-__all__ = ["OneLineArgumentParser", "local_model_or_hub_id", "positive_float", "positive_int"]
+
+def silence_progress_bars():
+    """Silence the bars of huggingface_hub and transformers (its "Loading weights" bar), without importing
+    transformers where it is not loaded yet (it reads huggingface_hub's setting when imported).
+
+    Used by `hf-readonce --no-progress` and the demo's `--no-progress`.
+
+    Returns:
+        A function that puts both settings back as they were (for `main` called from Python).
+    """
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    hub_was_disabled = are_progress_bars_disabled()
+    disable_progress_bars()
+    hf_logging = sys.modules.get("transformers.utils.logging")
+    # transformers imported later reads huggingface_hub's setting then
+    transformers_was_enabled = hf_logging.is_progress_bar_enabled() if hf_logging else not hub_was_disabled
+    if hf_logging is not None:
+        hf_logging.disable_progress_bar()
+
+    def restore():
+        logging_now = sys.modules.get("transformers.utils.logging")
+        if logging_now is not None and transformers_was_enabled:
+            logging_now.enable_progress_bar()  # (also re-enables huggingface_hub's, set right below)
+        if hub_was_disabled:
+            disable_progress_bars()
+        else:
+            enable_progress_bars()
+
+    return restore
+
+
+__all__ = ["OneLineArgumentParser", "local_model_or_hub_id", "positive_float", "positive_int", "silence_progress_bars"]

@@ -63,6 +63,7 @@ from pathlib import Path
 
 from .arguments import OneLineArgumentParser as _Parser
 from .arguments import positive_int as _positive_int
+from .arguments import silence_progress_bars
 
 EXIT_OK, EXIT_PROBLEMS, EXIT_ERROR = 0, 1, 2
 EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a writer whose reader went away
@@ -2072,35 +2073,6 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
     return parser
 
 
-def _disable_progress_bars():
-    """Silence the bars of huggingface_hub and transformers (its "Loading weights" bar), without importing
-    transformers where it is not loaded yet (it reads huggingface_hub's setting when imported).
-
-    Returns:
-        A function that puts both settings back as they were (for `main` called from Python).
-    """
-    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
-
-    hub_was_disabled = are_progress_bars_disabled()
-    disable_progress_bars()
-    hf_logging = sys.modules.get("transformers.utils.logging")
-    # transformers imported later reads huggingface_hub's setting then
-    transformers_was_enabled = hf_logging.is_progress_bar_enabled() if hf_logging else not hub_was_disabled
-    if hf_logging is not None:
-        hf_logging.disable_progress_bar()
-
-    def restore():
-        logging_now = sys.modules.get("transformers.utils.logging")
-        if logging_now is not None and transformers_was_enabled:
-            logging_now.enable_progress_bar()  # (also re-enables huggingface_hub's, set right below)
-        if hub_was_disabled:
-            disable_progress_bars()
-        else:
-            enable_progress_bars()
-
-    return restore
-
-
 # the commands that take the options of the families' own settings (`_family_options`)
 _FAMILY_OPTION_COMMANDS = ("encode", "answer", "summarize", "publish")
 
@@ -2172,7 +2144,7 @@ def main(argv=None) -> int:
             commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
             commands.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
         command = args.command
-        restore = _disable_progress_bars() if getattr(args, "no_progress", False) else None
+        restore = silence_progress_bars() if getattr(args, "no_progress", False) else None
 
         def run() -> int:
             return args.func(args)

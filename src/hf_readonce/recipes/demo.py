@@ -290,9 +290,9 @@ def main(argv=None) -> dict:
     _check_tokenizer(*(("--teacher", args.teacher) if args.distill else ("--model", args.model)))
     with contextlib.ExitStack() as stack:
         if args.no_progress:
-            from ..cli import _disable_progress_bars
+            from ..arguments import silence_progress_bars
 
-            stack.callback(_disable_progress_bars())  # (put back as they were: `main` may be called from Python)
+            stack.callback(silence_progress_bars())  # (put back as they were: `main` may be called from Python)
         stack.enter_context(_notes_as_lines())
         if args.output_dir is None:
             output_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="hf-readonce-demo-"))

@@ -131,14 +131,16 @@ def encode_windows(model, windows, batch_size: int = 32, pad_token_id: int = 0,
         [`PassageWindowCache`]: unpadded states `(window_length, hidden_size)` per `(passage_index, window_index)`,
         with the model's fingerprint and k.
     """
-    from tqdm.auto import tqdm
-
     model.eval()
     device = next(model.parameters()).device
     flat = [(p, w, window) for p, ws in enumerate(windows) for w, window in enumerate(ws)]
     flat.sort(key=lambda item: len(item[2].input_ids))
     cache = PassageWindowCache()
-    bar = tqdm(total=len(flat), desc="encode", unit="window", disable=not progress, dynamic_ncols=True)
+    bar = None
+    if progress:  # no bar object at all without it (an adapter's encode calls this once per batch)
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(flat), desc="encode", unit="window", dynamic_ncols=True)
     for begin in range(0, len(flat), batch_size):
         items = flat[begin : begin + batch_size]
         ids = pad_batch([item[2].input_ids for item in items], pad_token_id).to(device)
@@ -147,8 +149,10 @@ def encode_windows(model, windows, batch_size: int = 32, pad_token_id: int = 0,
         for row, (p, w, window) in enumerate(items):
             cache[(p, w)] = states.last_hidden_state[row, : len(window.input_ids)]
         cache.model_fingerprint, cache.num_decomposed_layers = states.model_fingerprint, states.num_decomposed_layers
-        bar.update(len(items))
-    bar.close()
+        if bar is not None:
+            bar.update(len(items))
+    if bar is not None:
+        bar.close()
     return cache
 
 
