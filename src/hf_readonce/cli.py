@@ -161,7 +161,7 @@ def _input_fields(path: Path, text_field: str | None, id_field: str | None = Non
     """The text and id fields `encode` and `verify` read, and their input checked before any model work, in one read
     from the start of `path` ([`_scan_head`]). Without `--text-field` (`text_field` `None`) texts are read from
     `context` if a line holds a text there, else from `document` if one does (an XSum-style file; said on stderr),
-    else `context` (the error that follows names it). The checks are those of [`_check_has_documents`], and an
+    else `context` (the error that follows names it). The checks are those of [`_refuse_without_documents`], and an
     `id_field` given on the command line that no line has is an error (every document would be named `line N`
     without a word); the default `id` may be absent. A path that is not a regular file (a FIFO, read once by the
     encoder) is not read: `context` and `id` unless given.
@@ -170,7 +170,7 @@ def _input_fields(path: Path, text_field: str | None, id_field: str | None = Non
         `(text_field, id_field)`.
 
     Raises:
-        CommandError: as [`_check_has_documents`] (with `option` and `status`); an `id_field` no line has.
+        CommandError: as [`_refuse_without_documents`] (with `option` and `status`); an `id_field` no line has.
     """
     id_field_read = id_field if id_field is not None else "id"
     if not path.is_file():
@@ -185,39 +185,19 @@ def _input_fields(path: Path, text_field: str | None, id_field: str | None = Non
     return scan["text_field"], id_field_read
 
 
-def _id_field(args, path: Path) -> str:
-    """`--id-field` as given, else `id`. A field given on the command line that no line of `path` has is an error
-    (every document would be named `line N` without a word); the default `id` may be absent."""
-    from .tasks.jsonl import iter_jsonl
-
-    if args.id_field is None:
-        return "id"
-    if path.is_file() and not any(args.id_field in row for _, row in iter_jsonl(path, [])):
-        raise CommandError(f"--id-field {args.id_field!r}: no line of {path} has this field (without the option "
-                           "documents are named by their `id`, else `line N`).")
-    return args.id_field
-
-
-def _check_has_documents(path: Path, text_field: str, option: str = "--text-field",
-                         status: int = EXIT_PROBLEMS) -> None:
-    """Stop before any model work when a JSONL input holds nothing to encode: no JSON-object line at all
-    ("FILE holds no documents", with the first unreadable line's reason), or no line whose `text_field` is a
-    non-blank string (naming the fields of the first valid line when no line has the field). Reads only up to the
-    first usable line.
+def _refuse_without_documents(path: Path, scan: dict, option: str, status: int) -> None:
+    """Stop before any model work when a JSONL input holds nothing to encode, from a [`_scan_head`] of `path`: no
+    JSON-object line at all ("FILE holds no documents", with the first unreadable line's reason), or no line whose
+    text field is a non-blank string (naming the fields of the first valid line when no line has the field).
 
     Args:
-        path (`Path`): the JSONL file. text_field (`str`): the field holding the text. option (`str`): the option
-            named in the message. status (`int`, defaults to 1): the exit status (1: the input holds nothing to work
-            on; `verify` passes 2, its 1 meaning a damaged store).
+        path (`Path`): the JSONL file. scan (`dict`): its [`_scan_head`]. option (`str`): the option named in the
+            message. status (`int`): the exit status (1: the input holds nothing to work on; `verify` passes 2, its
+            1 meaning a damaged store).
 
     Raises:
         CommandError: with `status`, as above.
     """
-    _refuse_without_documents(path, _scan_head(path, text_field, None), option, status)
-
-
-def _refuse_without_documents(path: Path, scan: dict, option: str, status: int) -> None:
-    """The errors of [`_check_has_documents`], from a [`_scan_head`] of `path`."""
     if scan["usable"]:
         return
     if scan["first"] is None:
@@ -757,7 +737,7 @@ def cmd_encode(args) -> int:
               f"{_human_bytes(info['bytes_on_disk'])}", flush=True)
         from .store.shards import resolve_dtype
 
-        stored_as = info["spaces"].get(space_key(adapter.fingerprint(), adapter.settings()), {}).get("dtypes", [])
+        stored_as = info["spaces"].get(adapter_space, {}).get("dtypes", [])
         wanted = str(resolve_dtype(dtype)).removeprefix("torch.")
         other = [d for d in stored_as if d != wanted]
         if stats.already_stored and other:
@@ -1267,11 +1247,11 @@ def _read_summarize_rows(path: Path, text_field: str, id_field: str) -> list[dic
     lines are reported on stderr and set aside.
 
     Raises:
-        CommandError: duplicate ids (status 2); no usable document (status 1, naming the fields found).
+        CommandError: duplicate ids (status 2). (That the input holds a usable document, and a given `id_field` on
+            some line, the caller checks first with [`_input_fields`].)
     """
     from .tasks.jsonl import BadLine, field_problem, iter_jsonl
 
-    _check_has_documents(path, text_field)
     problems, rows, first_line, duplicates = [], [], {}, []
     for number, row in iter_jsonl(path, problems):
         problem = field_problem(row, text_field)
@@ -1319,7 +1299,9 @@ def _summarize(args) -> int:
     if spec is not None and not spec.summarize:
         raise CommandError(f"model {args.model!r} ({', '.join(spec.model_types)}) does not generate summaries from "
                            f"stored representations; `summarize` takes {_summarizing_model_types()} checkpoints.")
-    rows = _read_summarize_rows(documents, args.text_field, _id_field(args, documents))
+    # the input holds documents, and a given --id-field is on some line: one read of its first lines
+    text_field, id_field = _input_fields(documents, args.text_field, args.id_field)
+    rows = _read_summarize_rows(documents, text_field, id_field)
     store = _open_store_to_read(args, "summarize", "documents")
     device = _device(args.device)
     model, tokenizer = load_qa_model(args.model, None, device, allow_readonce=True, compute_dtype=args.compute_dtype)
