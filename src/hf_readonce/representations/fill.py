@@ -262,7 +262,8 @@ def check_store_arguments(model, store, dtype=None) -> None:
 
 def ensure_stored(adapter, store: RepresentationStore, texts: Sequence[str], *, encode_missing: bool = False,
                   dtype: str = "float16", what: str = "documents",
-                  name_of: Callable[[str], str] | None = None) -> tuple[str, dict, dict[str, str]]:
+                  name_of: Callable[[str], str] | None = None,
+                  fingerprint: str | None = None) -> tuple[str, dict, dict[str, str]]:
     """Make sure every text of `texts` is stored in `adapter`'s representation space of `store` (its fingerprint of
     the weights as they are now, and its settings): those missing are encoded and stored ([`fill_store`]) with
     `encode_missing`, otherwise the call fails naming how many are missing, the first one, and the way out. What the
@@ -277,6 +278,8 @@ def ensure_stored(adapter, store: RepresentationStore, texts: Sequence[str], *, 
         what (`str`, defaults to `"documents"`): what the texts are, for the message (e.g. `"passages"`).
         name_of (`Callable[[str], str]`, *optional*): names the first missing text in the message (e.g. `"the passage
             of question id 'q7'"`); defaults to its index.
+        fingerprint (`str`, *optional*): the adapter's [`current_fingerprint`] when the caller has just computed it
+            (it hashes the weights: a task computes it once per call); computed here when omitted.
 
     Returns:
         `(fingerprint, settings, hashes)`: the space read, and text -> [`content_hash`].
@@ -289,7 +292,8 @@ def ensure_stored(adapter, store: RepresentationStore, texts: Sequence[str], *, 
     from ..store import MissingRepresentationError, RepresentationMismatchError
     from ..store.maintenance import unindexed_note
 
-    fingerprint, settings = current_fingerprint(adapter), adapter.settings()
+    fingerprint = fingerprint if fingerprint is not None else current_fingerprint(adapter)
+    settings = adapter.settings()
     hashes = {text: content_hash(text) for text in texts}
     missing = store.missing(fingerprint, settings, list(hashes.values()))
     if missing and encode_missing:

@@ -99,11 +99,14 @@ def clean_answer(text: str) -> str:
 
 
 def find_document_cache_space(store: RepresentationStore, model, tokenizer,
-                              max_document_length: int | None = None) -> dict:
+                              max_document_length: int | None = None, *, fingerprint: str | None = None) -> dict:
     """The settings of the only block-attention Llama space in `store` made by this model (fingerprint), this
     tokenizer and this compute dtype (and `max_document_length`, when given; documents read with or without special
     tokens alike, the space says which):
     [`hf_readonce.representations.spaces.find_space`], saying what the store holds instead when nothing matches.
+
+    `fingerprint` (*optional*): the model's [`current_fingerprint`] when the caller has just computed it (it hashes
+    the weights); computed here when omitted.
 
     Raises:
         RepresentationMismatchError: the store holds such caches only for other models (the fingerprints named).
@@ -115,7 +118,8 @@ def find_document_cache_space(store: RepresentationStore, model, tokenizer,
     probe = BlockAttentionLlamaAdapter(model, tokenizer, **given)
     # which special tokens a document was read with is the encoder's choice (`add_special_tokens`), read back from
     # the space found: the default's space first, else either (as the family's own settings not given)
-    fingerprint, exact = current_fingerprint(probe), probe.settings()
+    fingerprint = fingerprint if fingerprint is not None else current_fingerprint(probe)
+    exact = probe.settings()
     wanted = {name: value for name, value in exact.items() if name != "add_special_tokens"}
     # [`find_space`] over one listing of the store's spaces: those read as the default reads them, else either way
     store.refresh()
@@ -237,8 +241,11 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
     check_store_arguments(model, store, dtype)
     _check(examples, batch_size, max_new_tokens)
     recompute_ratio = check_recompute_ratio(recompute_ratio)
+    # the weights are hashed once per call: the same fingerprint finds the space and reads it
+    given = {} if max_document_length is None else {"max_document_length": max_document_length}
+    fingerprint = current_fingerprint(BlockAttentionLlamaAdapter(model, tokenizer, **given))
     try:
-        settings = find_document_cache_space(store, model, tokenizer, max_document_length)
+        settings = find_document_cache_space(store, model, tokenizer, max_document_length, fingerprint=fingerprint)
     except (MissingRepresentationError, RepresentationMismatchError):  # nothing of this model's stored yet
         if not encode_missing:
             raise
@@ -258,7 +265,7 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
             f", title {first['title']!r}" if first.get("title") else "")
 
     fingerprint, settings, hashes = ensure_stored(adapter, store, texts, encode_missing=encode_missing, dtype=dtype,
-                                                  what="passages", name_of=name_of)
+                                                  what="passages", name_of=name_of, fingerprint=fingerprint)
     timings = timings if timings is not None else {}
     timings.setdefault("read_seconds", 0.0)
     timings.setdefault("generate_seconds", 0.0)

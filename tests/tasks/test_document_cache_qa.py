@@ -1,0 +1,53 @@
+"""`hf_readonce.tasks.document_cache_qa.answer_with_document_caches` beyond the CLI tests: the weights are hashed
+once per call, and bad arguments are refused by name before any work."""
+
+import pytest
+import torch
+
+from hf_readonce import BlockAttentionLlamaConfig, BlockAttentionLlamaForCausalLM
+from hf_readonce.representations import base, fill_store, get_adapter
+from hf_readonce.store import RepresentationStore
+from hf_readonce.tasks.document_cache_qa import answer_with_document_caches
+
+PASSAGES = ["Emma is a novel by Jane Austen, published in December 1815.",
+            "Persuasion was Austen's last completed novel, published at the end of 1817."]
+ROWS = [{"id": "a", "question": "Who wrote Emma?", "context": PASSAGES[0]},
+        {"id": "b", "question": "When was Persuasion published?", "contexts": PASSAGES}]
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    torch.manual_seed(0)
+    return BlockAttentionLlamaForCausalLM(BlockAttentionLlamaConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, pad_token_id=0)).eval()
+
+
+@pytest.fixture
+def store(model, tokenizer, tmp_path):
+    store = RepresentationStore(tmp_path / "store")
+    fill_store(get_adapter(model, tokenizer, max_document_length=32), store, PASSAGES, dtype="float32")
+    return store
+
+
+@pytest.mark.parametrize("max_document_length", [None, 32])
+def test_the_weights_are_hashed_once_per_call(model, tokenizer, store, monkeypatch, max_document_length):
+    answer_with_document_caches(model, tokenizer, store, ROWS, max_new_tokens=2)  # the first fingerprint is cached
+    calls = []
+    digest = base.weights_digest
+    monkeypatch.setattr(base, "weights_digest", lambda module: calls.append(module) or digest(module))
+    answers = answer_with_document_caches(model, tokenizer, store, ROWS, max_new_tokens=2,
+                                          max_document_length=max_document_length)
+    assert list(answers) == ["a", "b"]
+    assert calls == [model]
+
+
+def test_encode_missing_hashes_the_weights_once_to_look_up(model, tokenizer, tmp_path, monkeypatch):
+    calls = []
+    digest = base.weights_digest
+    monkeypatch.setattr(base, "weights_digest", lambda module: calls.append(module) or digest(module))
+    empty = RepresentationStore(tmp_path / "empty")
+    answer_with_document_caches(model, tokenizer, empty, ROWS, max_new_tokens=2, encode_missing=True,
+                                dtype="float32", max_document_length=32)
+    assert len(calls) == 2  # the lookup, then `fill_store` writing the missing passages (its own entry point)
+    assert len(empty.spaces()) == 1
