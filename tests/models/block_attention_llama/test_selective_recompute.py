@@ -245,6 +245,10 @@ def test_caches_of_another_model_or_rope_setting_are_refused():
                        max_new_tokens=2)
     with pytest.raises(ValueError, match="RoPE setting"):
         selective_recompute(model, rotated_otherwise, 0.3)
+    # a plain LlamaForCausalLM passes no fingerprint: the function checks the caches against the model's own
+    for ratio in (0.0, 0.3):
+        with pytest.raises(ValueError, match="fingerprint"):
+            selective_recompute(plain(tiny(seed=1)), caches, ratio)
     assert_unchanged(caches, before)
 
 

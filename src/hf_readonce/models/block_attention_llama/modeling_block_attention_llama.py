@@ -698,7 +698,9 @@ def selective_recompute(model, document_caches, recompute_ratio: float, *, model
             carrying its `input_ids` (what `encode_documents` and the store adapter's `read` give).
         recompute_ratio (`float`): fraction of document tokens recomputed per layer, in [0, 1].
         model_fingerprint (`str`, *optional*): when given, every cache must carry this fingerprint (a
-            [`BlockAttentionLlamaForCausalLM`] passes its own).
+            [`BlockAttentionLlamaForCausalLM`] passes its own). When omitted, the caches that carry a fingerprint must
+            carry the model's own [`document_cache_fingerprint`] (hashed once, then cached on the model), so a plain
+            `LlamaForCausalLM` refuses another model's caches too; caches without one (built by hand) are not checked.
 
     Returns:
         `DynamicCache` of batch size 1 in the model's dtype and device: layer `l` holds keys and values
@@ -714,7 +716,11 @@ def selective_recompute(model, document_caches, recompute_ratio: float, *, model
     decoder = _check_rotary_model(model)
     documents = _as_documents(document_caches)
     _check_rope_settings(documents, model.config, "document_caches")
-    _check_fingerprints(documents, model_fingerprint, "document_caches")
+    if model_fingerprint is not None:
+        _check_fingerprints(documents, model_fingerprint, "document_caches")
+    elif any(document.model_fingerprint is not None for document in documents):  # the model's own, hashed once
+        _check_fingerprints([document for document in documents if document.model_fingerprint is not None],
+                            document_cache_fingerprint(model), "document_caches")
     return _streamed_cache(_row_layers(model, decoder, documents, ratio, "document_caches"), model.config)
 
 
