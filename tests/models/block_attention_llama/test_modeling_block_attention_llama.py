@@ -338,6 +338,13 @@ def test_bad_inputs_are_clear_errors():
     smaller = tiny(num_key_value_heads=1)
     with pytest.raises(ValueError, match="heads_kv"):
         compose_document_caches(cache, smaller.config)
+    from transformers import GPT2Config  # a config without rotary positions, and the model given for its config
+
+    with pytest.raises(ValueError, match=r"`config` \(GPT2Config\) has no rotary position settings"):
+        compose_document_caches(cache, GPT2Config(n_embd=32, n_layer=2, n_head=4))
+    with pytest.raises(TypeError, match=r"`config` must be the model's config .*got BlockAttentionLlamaForCausalLM: "
+                                        r"pass `model.config`"):
+        compose_document_caches(cache, model)
 
 
 

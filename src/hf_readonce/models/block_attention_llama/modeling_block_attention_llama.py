@@ -427,6 +427,21 @@ def _rotate(keys: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return keys * cos + rotate_half(keys) * sin
 
 
+def _check_rotary_config(config, argument: str = "config") -> None:
+    """A ValueError (TypeError for what is no config) naming `argument` unless it is the config of a rotary
+    Llama-family model (rotary parameters, layers and heads)."""
+    if not isinstance(config, transformers.PretrainedConfig):
+        raise TypeError(f"`{argument}` must be the model's config (a LlamaConfig), got {type(config).__name__}"
+                        + (": pass `model.config`." if hasattr(config, "config") else "."))
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_theta", None)
+    missing = [name for name in ("num_hidden_layers", "num_attention_heads", "hidden_size")
+               if getattr(config, name, None) is None]
+    if rope is None or missing:
+        raise ValueError(f"`{argument}` ({type(config).__name__}) has no rotary position settings of a Llama-family "
+                         f"model (rope_parameters, num_hidden_layers, num_attention_heads, hidden_size): stored caches "
+                         "can be re-positioned only for rotary Llama-family models.")
+
+
 def _rope_inv_freq(config, rotary: LlamaRotaryEmbedding | None = None) -> torch.Tensor:
     _check_rope(config)
     if rotary is None:
@@ -762,12 +777,14 @@ def compose_document_caches(document_caches, config, *, offset: int = 0, model_f
         total_length the sum of the documents' lengths.
 
     Raises:
-        ValueError: a rope type for which the rotation is not exact (see `EXACT_ROPE_TYPES`), a negative `offset` or
-            one that places the documents past `max_position_embeddings`, caches of another shape or fingerprint, or
-            no document. TypeError: caches of another type.
+        ValueError: a config without rotary positions (e.g. GPT-2's) or a rope type for which the rotation is not
+            exact (see `EXACT_ROPE_TYPES`), a negative `offset` or one that places the documents past
+            `max_position_embeddings`, caches of another shape or fingerprint, or no document. TypeError: a `config`
+            that is not a config (e.g. the model itself), caches of another type.
     """
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise ValueError(f"`offset` must be an int >= 0, got {offset!r}.")
+    _check_rotary_config(config)
     inv_freq = _rope_inv_freq(config)
     documents = _as_documents(document_caches)
     limit = getattr(config, "max_position_embeddings", None)
