@@ -7,7 +7,7 @@ import torch
 from hf_readonce import BlockAttentionLlamaConfig, BlockAttentionLlamaForCausalLM
 from hf_readonce.representations import base, fill_store, get_adapter
 from hf_readonce.store import RepresentationStore
-from hf_readonce.tasks.document_cache_qa import answer_with_document_caches
+from hf_readonce.tasks.document_cache_qa import answer_with_document_caches, answer_with_full_prompt
 
 PASSAGES = ["Emma is a novel by Jane Austen, published in December 1815.",
             "Persuasion was Austen's last completed novel, published at the end of 1817."]
@@ -51,3 +51,18 @@ def test_encode_missing_hashes_the_weights_once_to_look_up(model, tokenizer, tmp
                                 dtype="float32", max_document_length=32)
     assert len(calls) == 2  # the lookup, then `fill_store` writing the missing passages (its own entry point)
     assert len(empty.spaces()) == 1
+
+
+@pytest.mark.parametrize("examples, match", [(ROWS[0], "`examples` must be a list .* got dict"),
+                                             ("Who wrote Emma?", "`examples` must be a list .* got str"),
+                                             ([ROWS[0], "Who?"], "example 1 of `examples` must be a dict")])
+def test_examples_of_another_type_are_refused_by_name(model, tokenizer, store, examples, match):
+    with pytest.raises(TypeError, match=match):
+        answer_with_document_caches(model, tokenizer, store, examples, max_new_tokens=2)
+    with pytest.raises(TypeError, match=match):
+        answer_with_full_prompt(model, tokenizer, examples, max_document_length=32, max_new_tokens=2)
+
+
+def test_examples_may_be_any_iterable_of_rows(model, tokenizer, store):
+    answers = answer_with_document_caches(model, tokenizer, store, (row for row in ROWS), max_new_tokens=2)
+    assert list(answers) == ["a", "b"]

@@ -191,7 +191,17 @@ class _StopAfterFirstLine(StoppingCriteria):
         return torch.tensor(["\n" in text.lstrip() for text in texts], dtype=torch.bool, device=input_ids.device)
 
 
-def _check(examples, batch_size, max_new_tokens):
+def _check(examples, batch_size, max_new_tokens) -> list[dict]:
+    """The rows as a list, checked with the two counts before any work (TypeError: `examples` not a sequence of
+    dicts, e.g. one row given alone; ValueError: a bad count or row, named)."""
+    if isinstance(examples, (str, bytes, dict)) or not hasattr(examples, "__iter__"):
+        raise TypeError(f"`examples` must be a list (or `datasets.Dataset`) of dicts with `question` and `context` "
+                        f"(or `contexts`), got {type(examples).__name__}.")
+    examples = list(examples)
+    for i, example in enumerate(examples):
+        if not isinstance(example, dict):
+            raise TypeError(f"example {i} of `examples` must be a dict with `question` and `context` (or "
+                            f"`contexts`), got {type(example).__name__}.")
     for name, value in (("batch_size", batch_size), ("max_new_tokens", max_new_tokens)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"`{name}` must be an int >= 1, got {value!r}.")
@@ -200,6 +210,7 @@ def _check(examples, batch_size, max_new_tokens):
         if problem is not None:
             raise ValueError(f"question {example.get('id', i)!r}: {problem}.")
         passages_of(example)
+    return examples
 
 
 def answer_with_document_caches(model, tokenizer, store: RepresentationStore, examples: Sequence[dict], *,
@@ -237,9 +248,11 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
             (naming the first question concerned).
         ValueError: bad rows or arguments (naming them); a row whose passages and question run past the
             model's `max_position_embeddings` (naming the question and the lengths).
+        TypeError: `examples` not a sequence of dicts (e.g. one row given alone), a `model` or `store` of another
+            type.
     """
     check_store_arguments(model, store, dtype)
-    _check(examples, batch_size, max_new_tokens)
+    examples = _check(examples, batch_size, max_new_tokens)
     recompute_ratio = check_recompute_ratio(recompute_ratio)
     # the weights are hashed once per call: the same fingerprint finds the space and reads it
     given = {} if max_document_length is None else {"max_document_length": max_document_length}
@@ -360,9 +373,9 @@ def answer_with_full_prompt(model, tokenizer, examples: Sequence[dict], *, max_d
         `dict[str, str]`: example id -> answer.
 
     Raises:
-        ValueError: bad rows or arguments (naming them).
+        ValueError: bad rows or arguments (naming them). TypeError: `examples` not a sequence of dicts.
     """
-    _check(examples, batch_size, max_new_tokens)
+    examples = _check(examples, batch_size, max_new_tokens)
     pad = _generation_kwargs(tokenizer, max_new_tokens)["pad_token_id"]
 
     def batch(rows):
