@@ -380,13 +380,15 @@ def _config_error(name_or_path: str, error: Exception) -> str:
 
 
 def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, device="cpu", seed: int = 0,
-                  allow_readonce: bool = False, compute_dtype: str = "auto"):
+                  allow_readonce: bool = False, compute_dtype: str = "auto", notes: bool = True):
     """Load a model and its fast tokenizer through the family registry: the adapter registered for the checkpoint's
     `model_type` loads it (a checkpoint type an adapter accepts, e.g. a plain BERT, is loaded as that family's model;
     an extractive family's QA head, if absent, is initialized with `seed`, so answers are reproducible), in the
     compute dtype of `hf_readonce.dtypes` (`"auto"`: float32 on a CPU, the checkpoint's dtype elsewhere). Without
     `allow_readonce` (what `answer` passes) only families that answer from stored representations
-    (`FamilySpec.answer`) are accepted; `encode` accepts every family with an adapter.
+    (`FamilySpec.answer`) are accepted; `encode` accepts every family with an adapter. `notes=False` leaves out the
+    notes on stderr (a plain checkpoint read as a family's model, a QA head initialized at random): a reload of the
+    same checkpoint, whose notes were printed at the first load.
 
     Raises:
         CommandError: if the checkpoint cannot be loaded or no adapter is registered for its model type.
@@ -438,7 +440,8 @@ def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, d
         raise CommandError(f"cannot load the weights of model {name_or_path!r}: {_one_line(error)}. The folder needs "
                            "config.json and complete weights (model.safetensors), as `save_pretrained` writes "
                            "them; copy or download them again.") from None
-    if config.model_type not in spec.model_types:  # e.g. a plain BERT read as a family's model it was not trained as
+    # e.g. a plain BERT read as a family's model it was not trained as
+    if notes and config.model_type not in spec.model_types:
         title = getattr(spec.cards.get(adapter_class.model_type), "title", adapter_class.model_type)
         split = getattr(model.config, "num_decomposed_layers", None)
         print(f"hf-readonce: note: {name_or_path} is a plain {config.model_type} checkpoint, read here as a "
@@ -446,7 +449,7 @@ def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, d
               + (f", num_decomposed_layers {split}" if split is not None else "")
               + f") without that family's training: its answers are not the {config.model_type} model's own and are "
               "usually worse; train or distil it as the family's page says first.", file=sys.stderr)
-    if any(key.startswith("qa_outputs") for key in info.get("missing_keys", [])):
+    if notes and any(key.startswith("qa_outputs") for key in info.get("missing_keys", [])):
         print(f"hf-readonce: note: {name_or_path} has no question-answering head; it was initialized at random "
               f"(seed {seed}), so answers are meaningless until the model is fine-tuned for QA.", file=sys.stderr)
     try:
@@ -1123,7 +1126,7 @@ def _with_compute_dtype_hint(message: str, model, store, name: str, device, **lo
     from .dtypes import compute_dtype_hint, dtype_name
 
     def load(dtype):
-        return load_qa_model(name, device=device, compute_dtype=dtype_name(dtype), **load_kwargs)[0]
+        return load_qa_model(name, device=device, compute_dtype=dtype_name(dtype), notes=False, **load_kwargs)[0]
 
     found = compute_dtype_hint(model, {space.fingerprint for space in store.spaces()}, load=load)
     if found is None:
