@@ -341,3 +341,29 @@ def test_encode_missing_beside_another_models_caches(tmp_path, llama_checkpoint,
                      "--encode-missing"]) == 0
     assert "(--encode-missing encoded 1 of these passages first)" in capsys.readouterr().out
     assert len({space.fingerprint for space in RepresentationStore(store, readonly=True).spaces()}) == 2
+
+
+def test_a_rope_type_that_cannot_be_composed_stores_nothing(tmp_path, llama_checkpoint, tokenizer, capsys):
+    """`encode` and `answer --encode-missing` of a Llama checkpoint whose rope type makes composition inexact: one
+    error line before any document is encoded, the store as it was (the answer failed only after encoding every
+    passage into a space of its own)."""
+    dynamic = tmp_path / "dynamic"
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=48,
+                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                 max_position_embeddings=256, rope_parameters={"rope_type": "dynamic", "factor": 2.0,
+                                                                               "rope_theta": 10000.0})
+                     ).save_pretrained(dynamic)
+    tokenizer.save_pretrained(dynamic)
+    store = tmp_path / "store"
+    assert encode(llama_checkpoint, store, ROWS, tmp_path, "--max-document-length", "64") == 0
+    files = {path: path.read_bytes() for path in store.rglob("*") if path.is_file()}
+    capsys.readouterr()
+    assert encode(dynamic, store, ROWS, tmp_path, "--max-document-length", "64") == 2
+    questions = write_jsonl(tmp_path / "q.jsonl", ROWS)
+    assert cli_main(["answer", str(dynamic), "--store", str(store), "--questions", str(questions), "--output",
+                     str(tmp_path / "p.jsonl"), "--encode-missing", "--no-progress", "--device", "cpu",
+                     "--max-document-length", "64"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("error: ") == 2 and err.count("rope_type 'dynamic'") == 2 and "Traceback" not in err
+    assert {path: path.read_bytes() for path in store.rglob("*") if path.is_file()} == files

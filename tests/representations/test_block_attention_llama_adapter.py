@@ -106,6 +106,10 @@ def test_bad_settings(tokenizer):
         BlockAttentionLlamaAdapter(model, tokenizer, max_document_length=positions + 1)
     with pytest.raises(TypeError, match="add_special_tokens"):
         BlockAttentionLlamaAdapter(model, tokenizer, add_special_tokens=1)
+    dynamic = BlockAttentionLlamaForCausalLM(BlockAttentionLlamaConfig(**{
+        **model.config.to_dict(), "rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}}))
+    with pytest.raises(ValueError, match=r"`model`: cannot compose document caches for rope_type 'dynamic'"):
+        BlockAttentionLlamaAdapter(dynamic, tokenizer)  # its caches could be stored, never composed
     adapter = BlockAttentionLlamaAdapter(model, tokenizer)
     with pytest.raises(TypeError, match="texts"):
         adapter.encode("one text")

@@ -12,6 +12,7 @@ from ..models.block_attention_llama.configuration_block_attention_llama import B
 from ..models.block_attention_llama.modeling_block_attention_llama import (
     BlockAttentionLlamaForCausalLM,
     DocumentCacheOutput,
+    _check_rope,
     rope_setting,
 )
 from .base import AdapterBase, DocumentError, check_positive_ints, tokenizer_fingerprint
@@ -42,7 +43,9 @@ class BlockAttentionLlamaAdapter(AdapterBase):
 
     Raises:
         TypeError: a model without `encode_documents`, a setting of the wrong type, a slow tokenizer.
-        ValueError: a setting below 1 (naming it), a `max_document_length` above `config.max_position_embeddings`.
+        ValueError: a setting below 1 (naming it), a `max_document_length` above `config.max_position_embeddings`,
+            a model whose `rope_type` (`dynamic`, `longrope`) makes its caches impossible to compose (refused before
+            anything is encoded or stored).
     """
 
     model_type = "block_attention_llama"
@@ -72,6 +75,10 @@ class BlockAttentionLlamaAdapter(AdapterBase):
                             optional=("max_document_length",))
         if not isinstance(add_special_tokens, bool):
             raise TypeError(f"`add_special_tokens` must be a bool, got {add_special_tokens!r}.")
+        try:  # caches of a rope type whose rotation is not exact could be stored but never composed: refused first
+            _check_rope(model.config)
+        except ValueError as error:
+            raise ValueError(f"`model`: {error} Its document caches are not stored.") from None
         positions = int(model.config.max_position_embeddings)
         if max_document_length is not None and max_document_length > positions:
             raise ValueError(f"`max_document_length` (--max-document-length) must be at most the model's "
