@@ -254,9 +254,9 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
     check_store_arguments(model, store, dtype)
     examples = _check(examples, batch_size, max_new_tokens)
     recompute_ratio = check_recompute_ratio(recompute_ratio)
-    # the weights are hashed once per call: the same fingerprint finds the space and reads it
-    given = {} if max_document_length is None else {"max_document_length": max_document_length}
-    fingerprint = current_fingerprint(BlockAttentionLlamaAdapter(model, tokenizer, **given))
+    # the weights are hashed once per call: the same fingerprint finds the space and reads it (a model of another
+    # type gets None here and the adapter's TypeError from the lookup)
+    fingerprint = current_fingerprint(model) if hasattr(model, "representation_fingerprint") else None
     try:
         settings = find_document_cache_space(store, model, tokenizer, max_document_length, fingerprint=fingerprint)
     except (MissingRepresentationError, RepresentationMismatchError):  # nothing of this model's stored yet
