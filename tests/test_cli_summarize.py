@@ -174,3 +174,25 @@ def test_a_prompt_longer_than_read_is_refused_and_an_absent_summary_field_noted(
     assert cli_main([*summarize, "--output", str(tmp_path / "c.jsonl")]) == 0  # the default field: ROUGE, no note
     captured = capsys.readouterr()
     assert "ROUGE" in captured.out and "note" not in captured.err
+
+
+def test_documents_cut_to_the_length_read_are_counted(tmp_path, folders, tokenizer, xsum_rows, capsys):
+    """A document longer than the representations read is summarized from its first tokens only: `summarize` says
+    how many (with --encode-missing, whose encoding said nothing of it, and from a store `encode` filled); a store of
+    short documents gives no note."""
+    long_rows = xsum_rows[:2]
+    assert all(len(tokenizer(r["document"]).input_ids) > 64 for r in long_rows)
+    short = {"id": "short", "document": "Rain is expected.", "summary": "Rain."}
+    docs = write_jsonl(tmp_path / "xsum.jsonl", long_rows + [short])
+    store, output = tmp_path / "store", tmp_path / "o.jsonl"
+    summarize = ["summarize", str(folders["longdoc"]), "--store", str(store), "--documents", str(docs), "--output",
+                 str(output), "--max-new-tokens", "2", "--max-document-length", "64", "--no-progress"]
+    assert cli_main([*summarize, "--encode-missing"]) == 0
+    captured = capsys.readouterr()
+    assert "--encode-missing encoded 3" in captured.out and "Traceback" not in captured.err
+    assert "note: 2 of the 3 distinct document(s) held more than the 64 tokens read per document" in captured.err
+    assert cli_main(summarize) == 0  # from the store: the same documents, the same note
+    assert "note: 2 of the 3 distinct document(s) held more than the 64 tokens" in capsys.readouterr().err
+    only_short = write_jsonl(tmp_path / "short.jsonl", [short])
+    assert cli_main([*summarize[:4], "--documents", str(only_short), *summarize[6:]]) == 0
+    assert "held more than" not in capsys.readouterr().err

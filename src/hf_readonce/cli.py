@@ -1315,14 +1315,15 @@ def _summarize(args) -> int:
                            "generated from the document alone.")
     generate = {"max_new_tokens": args.max_new_tokens, "num_beams": args.num_beams}
     used: dict = {}
+    counts: dict = {}
     counted = _entries_of(store, {row["document"] for row in rows}) if args.encode_missing else None
     start = time.perf_counter()
     try:
         summaries = summarize_from_store(model, tokenizer, store, [row["document"] for row in rows],
                                          prompt=args.prompt, batch_size=args.batch_size,
                                          encode_missing=args.encode_missing, dtype=args.dtype,
-                                         progress=not args.no_progress, settings_used=used, **family_options,
-                                         **generate)
+                                         progress=not args.no_progress, settings_used=used, counts=counts,
+                                         **family_options, **generate)
     except RepresentationMismatchError as error:
         raise CommandError(_with_compute_dtype_hint(str(error), model, store, args.model, device,
                                                     allow_readonce=True)) from None
@@ -1346,6 +1347,12 @@ def _summarize(args) -> int:
           + (f", prompt {prompt!r}" if prompt is not None else "")
           + f"; representations of {shown or 'the default settings'}, computed in {dtype_name(model.dtype)}",
           flush=True)
+    if counts.get("documents_cut"):  # the summaries (and ROUGE) come from the first tokens of these documents
+        length = used.get("max_document_length")
+        print(f"hf-readonce summarize: note: {counts['documents_cut']} of the {counts['documents']} distinct "
+              f"document(s) held more than the {length} tokens read per document: they were cut to them when "
+              "encoded, and their summaries come from those tokens only (`--max-document-length`, with `encode` "
+              "or `--encode-missing`, reads more, up to the model's positions)", file=sys.stderr)
     references = _with_references(rows, args.summary_field or "summary", named=args.summary_field is not None)
     if references is not None:
         from .tasks.summarization import format_rouge, lead_baselines, rouge_scores

@@ -72,7 +72,7 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
                          settings: Mapping | None = None, prompt: str | None = None, max_new_tokens: int = 60,
                          num_beams: int = 1, batch_size: int = 8, encode_missing: bool = False,
                          dtype: str = "float16", progress: bool = False, settings_used: dict | None = None,
-                         **generate_kwargs) -> list[str]:
+                         counts: dict | None = None, **generate_kwargs) -> list[str]:
     """Summarize documents from their representations stored in `store`: only the decoder (and, for ReadOnce, the
     representation+text model) runs; each distinct document is read from the store once.
 
@@ -101,6 +101,9 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
         progress (`bool`, defaults to `False`): a tqdm bar on stderr counting summarized documents.
         settings_used (`dict`, *optional*): filled with the family's settings (`cli_settings` names) of the
             representations read or written.
+        counts (`dict`, *optional*): filled with `documents` (distinct documents summarized) and `documents_cut`
+            (how many of them hold more tokens than the representations read, `max_document_length`: their summaries
+            come from their first tokens only; counting tokenizes them, so it is done only when `counts` is given).
         **generate_kwargs: further `generate()` arguments (`length_penalty`, `no_repeat_ngram_size`, ...).
 
     Returns:
@@ -155,6 +158,8 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
                                                           name_of=lambda text: f"document {documents.index(text)}")
     if settings_used is not None:
         settings_used.update({name: stored_settings.get(name) for name in type(adapter).cli_settings})
+    if counts is not None:
+        counts.update({"documents": len(texts), "documents_cut": adapter.documents_cut(texts)})
     kwargs = {"max_new_tokens": max_new_tokens, "num_beams": num_beams, "do_sample": False, **generate_kwargs}
     summaries = generate_from_store(model, tokenizer, store, adapter, fingerprint, [by_text[t] for t in texts],
                                     None if prompt is None else [prompt] * len(texts), batch_size=batch_size,
