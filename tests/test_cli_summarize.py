@@ -196,3 +196,19 @@ def test_documents_cut_to_the_length_read_are_counted(tmp_path, folders, tokeniz
     only_short = write_jsonl(tmp_path / "short.jsonl", [short])
     assert cli_main([*summarize[:4], "--documents", str(only_short), *summarize[6:]]) == 0
     assert "held more than" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("family, extra, message", [
+    ("longdoc", ["--max-document-length", "500"], "--max-document-length 500 exceeds the model's"),
+    ("longdoc", ["--max-document-length", "0"], "--max-document-length must be >= 1, got 0"),
+    ("readonce", ["--compression-ratio", "0"], "--compression-ratio must be >= 1, got 0"),
+])
+def test_a_family_setting_out_of_range_is_named_as_its_option(tmp_path, folders, xsum_rows, capsys, family, extra,
+                                                               message):
+    docs = write_jsonl(tmp_path / "xsum.jsonl", xsum_rows[:1])
+    store = tmp_path / "store"
+    assert cli_main(["summarize", str(folders[family]), "--store", str(store), "--documents", str(docs), "--output",
+                     str(tmp_path / "o.jsonl"), "--no-progress", "--encode-missing", *extra]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and "`" not in err.split(message)[0]
+    assert not store.exists() and not (tmp_path / "o.jsonl").exists()

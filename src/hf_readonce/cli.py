@@ -1329,8 +1329,10 @@ def _summarize(args) -> int:
                                                     allow_readonce=True)) from None
     except (MissingRepresentationError, ValueError, TypeError) as error:
         message = str(error)
-        for name in ("max_new_tokens", "prompt"):  # summarize_from_store's argument names, said as the options
-            message = message.replace(f"`{name}`", f"--{name.replace('_', '-')}")
+        options = {name: f"--{name.replace('_', '-')}" for name in ("max_new_tokens", "prompt")}
+        options.update({name: option for name, (option, _, _) in adapter_class.cli_settings.items()})
+        for name, option in options.items():  # summarize_from_store's and the adapter's names, said as the options
+            message = message.replace(f"`{name}`", option)
         raise CommandError(message) from None
     seconds = time.perf_counter() - start
     _write_predictions(output, rows, {row["id"]: text for row, text in zip(rows, summaries)}, key="summary_text")
