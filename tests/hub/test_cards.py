@@ -141,6 +141,7 @@ def test_metrics_files_of_every_task_fill_the_card_with_their_baselines(tmp_path
     longdoc = tmp_path / "longdoc_results.json"
     longdoc.write_text(json.dumps({"eval_rouge1": 30.5, "eval_rouge2": 9.25, "eval_rougeL": 22.0, "eval_loss": 3.1,
                                    "eval_baselines": {"lead_1": {"rouge1": 21.35}, "lead_3": {"rouge1": 24.19,
+                                                                                              "rouge2": 4.02,
                                                                                               "rougeL": 12.02}}}))
     card = card_from_metrics_file(longdoc, dataset_type="EdinburghNLP/xsum", dataset_name="XSum",
                                   repo_id="a/b", model_type="longdoc_bart", title="T", summary="S")
@@ -157,7 +158,8 @@ def test_metrics_files_of_every_task_fill_the_card_with_their_baselines(tmp_path
     assert card.data.pipeline_tag == "text2text-generation"  # a QA run: the family's own tag
     summarized = tmp_path / "readonce_summarization.json"
     summarized.write_text(json.dumps({"eval_rouge1": 20.0, "eval_rouge2": 3.0, "eval_rougeL": 15.0,
-                                      "eval_perplexity": 41.5, "eval_baselines": {"lead_3": {"rouge1": 19.0}}}))
+                                      "eval_perplexity": 41.5,
+                                      "eval_baselines": {"lead_3": {"rouge1": 19.0, "rouge2": 1.5, "rougeL": 12.0}}}))
     card = card_from_metrics_file(summarized, dataset_type="EdinburghNLP/xsum", repo_id="a/b",
                                   model_type="readonce_bart", title="T", summary="S")
     assert card.data.pipeline_tag == "summarization"  # a summarization run of a family that has that pipeline
@@ -179,7 +181,8 @@ def test_metrics_file_cards_show_the_examples_scored_and_the_readonce_stages(tmp
     readonce = tmp_path / "readonce_results.json"
     readonce.write_text(json.dumps({
         "eval_rouge1": 20.0, "eval_rouge2": 3.0, "eval_rougeL": 15.0, "eval_examples": 4,
-        "eval_baselines": {"lead_3": {"rouge1": 19.0}}, "stage1_train_seconds": 120.4, "stage1_train_steps": 150,
+        "eval_baselines": {"lead_3": {"rouge1": 19.0, "rouge2": 1.5, "rougeL": 12.0}}, "stage1_train_seconds": 120.4,
+        "stage1_train_steps": 150,
         "stage2_train_seconds": 30.0, "stage2_train_steps": 1}))
     card = card_from_metrics_file(readonce, dataset_type="EdinburghNLP/xsum", dataset_name="XSum", repo_id="a/b",
                                   model_type="readonce_bart", title="T", summary="S")
@@ -190,10 +193,11 @@ def test_metrics_file_cards_show_the_examples_scored_and_the_readonce_stages(tmp
     assert card.data.eval_results[0].dataset_split == "validation"
     longdoc = tmp_path / "longdoc_results.json"
     longdoc.write_text(json.dumps({"eval_rouge1": 30.5, "eval_examples": 1, "eval_perplexity": 9.0,
-                                   "train_seconds": 12.0, "train_steps": 2}))
+                                   "train_seconds": 12.0, "train_steps": 2,
+                                   "eval_baselines": {"lead_3": {"rouge1": 19.0}}}))
     card = card_from_metrics_file(longdoc, dataset_type="EdinburghNLP/xsum", dataset_name="XSum", repo_id="a/b",
                                   model_type="longdoc_bart", title="T", summary="S")
-    assert "| XSum, validation (1 document) | ROUGE-1 | **30.50** |" in card.text
+    assert "| XSum, validation (1 document) | ROUGE-1 | **30.50** | 19.00 |" in card.text
     assert "| XSum, validation (1 document) | perplexity (gold summaries) | **9.00** |" in card.text
     assert "- Budget: 2 steps" in card.text and "- Wall time: 12 s" in card.text
     qa = tmp_path / "eval_results.json"  # run_deformer_qa.py / the demo: `eval_questions` beside `cached_` scores
@@ -203,3 +207,21 @@ def test_metrics_file_cards_show_the_examples_scored_and_the_readonce_stages(tmp
                                   training={"budget": "given by hand"})
     assert "| Disfl-QA, validation (1,296 questions) | F1 | **11.00** |" in card.text
     assert "- Budget: given by hand" in card.text
+
+
+@pytest.mark.parametrize("baselines", [None, {"lead_1": {"rouge1": 21.0, "rouge2": 2.0, "rougeL": 12.0}},
+                                       {"lead_3": {"rouge1": 24.0, "rouge2": 4.0}}])
+def test_a_rouge_score_without_lead_3_beside_it_is_refused(tmp_path, baselines):
+    """A summarization metrics file whose ROUGE scores lack lead-3 gave a card with the bare scores (and a sentence
+    saying lead-1 and lead-3 were scored beside them): refused, naming the scores without it."""
+    from hf_readonce.hub.cards import card_from_metrics_file, summarization_rows_from_metrics
+
+    scores = {"eval_rouge1": 30.5, "eval_rouge2": 9.25, "eval_rougeL": 22.0}
+    metrics = tmp_path / "results.json"
+    metrics.write_text(json.dumps({**scores, **({"eval_baselines": baselines} if baselines else {})}))
+    alone = "eval_rouge1, eval_rouge2, eval_rougeL" if not baselines or "lead_3" not in baselines else "eval_rougeL"
+    with pytest.raises(ValueError, match=f"metrics file {metrics}: no lead-3 score beside {alone}: "):
+        card_from_metrics_file(metrics, dataset_type="EdinburghNLP/xsum", repo_id="a/b", model_type="longdoc_bart",
+                               title="T", summary="S")
+    with pytest.raises(ValueError, match="record lead-3 on the same documents under `baselines`"):
+        summarization_rows_from_metrics(scores, "EdinburghNLP/xsum", "XSum", baselines=baselines)

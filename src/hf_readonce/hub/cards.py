@@ -155,23 +155,31 @@ def summarization_rows_from_metrics(scores: Mapping, dataset_type: str, dataset_
     """EvalRows of one summarization evaluation as hf-readonce's runs record it (`run_longdoc_summarization.py`,
     `run_readonce_summarization.py`): `{prefix}rouge1`, `{prefix}rouge2`, `{prefix}rougeL` (F-measure x 100), with
     `baselines` (`{"lead_3": {"rouge1": ...}, ...}`) beside each, and `{prefix}perplexity` (teacher-forced, of the
-    gold summaries) where recorded.
+    gold summaries) where recorded. A ROUGE score is never shown without lead-3 beside it.
 
     Raises:
-        ValueError: if `scores` has none of the three ROUGE scores (naming the prefix).
+        ValueError: if `scores` has none of the three ROUGE scores (naming the prefix), or a ROUGE score has no lead-3
+            score of the same metric in `baselines` (naming the metrics).
     """
     if not isinstance(scores, Mapping):
         raise TypeError(f"`scores` must be a mapping, got {type(scores).__name__}.")
-    rows = []
+    rows, alone = [], []
     for key, metric_type, shown in _SUMMARIZATION_METRICS:
         value = _number(scores.get(prefix + key))
         if value is None:
             continue
         beside = _baselines_beside(baselines, key)
         rows.append(EvalRow(dataset_type, dataset_name, split, metric_type, shown, value, "summarization", beside))
+        if BASELINE_NAMES["lead_3"] not in beside:
+            alone.append(prefix + key)
     if not rows:
         raise ValueError(f"`scores` has no {prefix}rouge1, {prefix}rouge2 or {prefix}rougeL (keys: "
                          f"{sorted(scores)[:12]}...).")
+    if alone:
+        raise ValueError(f"no lead-3 score beside {', '.join(alone)}: a ROUGE score means nothing without its "
+                         f"baseline; record lead-3 on the same documents under `baselines` or `{prefix}baselines` "
+                         "(`{\"lead_3\": {\"rouge1\": ..., \"rouge2\": ..., \"rougeL\": ...}}`, as hf-readonce's "
+                         "summarization recipes do).")
     perplexity = _number(scores.get(prefix + "perplexity"))
     if perplexity is not None:  # of the gold summaries, teacher-forced; no trivial baseline has one
         rows.append(EvalRow(dataset_type, dataset_name, split, "perplexity", "perplexity (gold summaries)",
@@ -401,7 +409,8 @@ def card_from_metrics_file(path: str | os.PathLike, *, dataset_type: str | None,
 
     Raises:
         FileNotFoundError: a missing file. ValueError: unreadable JSON, JSON that is not an object, no scores under
-            `prefix`, or no `dataset_type` (a placeholder would put a data set that does not exist on the card).
+            `prefix`, no `dataset_type` (a placeholder would put a data set that does not exist on the card), or a
+            ROUGE score without lead-3 beside it ([`summarization_rows_from_metrics`]).
     """
     path = Path(path)
     if not path.is_file():
@@ -424,8 +433,11 @@ def card_from_metrics_file(path: str | os.PathLike, *, dataset_type: str | None,
     if any(_number(metrics.get(prefix + key)) is not None for key in ("f1", "exact_match")):
         rows = qa_rows_from_metrics(metrics, dataset_type, dataset_name, prefix=prefix, baselines=baselines)
     elif any(_number(metrics.get(prefix + key)) is not None for key, _, _ in _SUMMARIZATION_METRICS):
-        rows = summarization_rows_from_metrics(metrics, dataset_type, dataset_name, prefix=prefix,
-                                               baselines=baselines)
+        try:
+            rows = summarization_rows_from_metrics(metrics, dataset_type, dataset_name, prefix=prefix,
+                                                   baselines=baselines)
+        except ValueError as error:  # a ROUGE score without lead-3 beside it
+            raise ValueError(f"metrics file {path}: {error}") from None
         from ..representations import family_of
 
         model_type = card_kwargs.get("model_type")
