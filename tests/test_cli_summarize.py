@@ -212,3 +212,21 @@ def test_a_family_setting_out_of_range_is_named_as_its_option(tmp_path, folders,
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and "`" not in err.split(message)[0]
     assert not store.exists() and not (tmp_path / "o.jsonl").exists()
+
+
+def test_a_failed_run_leaves_no_output_folder_behind(tmp_path, folders, xsum_rows, capsys):
+    """`--output` in folders that do not exist yet: they are made before any work (a path that cannot be written
+    fails first), and a run that then fails removes them again; a folder that held something before stays."""
+    docs = write_jsonl(tmp_path / "xsum.jsonl", xsum_rows[:1])
+    output = tmp_path / "new" / "deeper" / "o.jsonl"
+    assert cli_main(["summarize", str(folders["longdoc"]), "--store", str(tmp_path / "nowhere"), "--documents",
+                     str(docs), "--output", str(output), "--no-progress"]) == 2
+    assert "no store at" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists() and not (tmp_path / "nowhere").exists()
+    (tmp_path / "kept").mkdir()
+    assert cli_main(["summarize", str(folders["longdoc"]), "--store", str(tmp_path / "nowhere"), "--documents",
+                     str(docs), "--output", str(tmp_path / "kept" / "sub" / "o.jsonl"), "--no-progress"]) == 2
+    assert (tmp_path / "kept").is_dir() and not (tmp_path / "kept" / "sub").exists()
+    assert cli_main(["summarize", str(folders["longdoc"]), "--store", str(tmp_path / "s"), "--documents", str(docs),
+                     "--output", str(output), "--no-progress", "--encode-missing", "--max-new-tokens", "2"]) == 0
+    assert output.is_file()

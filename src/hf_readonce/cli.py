@@ -819,17 +819,25 @@ def _remove_empty_store(path: Path, top: Path) -> None:
 
 
 def _undoing_an_empty_store(run):
-    """`run(args)` (a command with `--encode-missing`), removing the store it created if it fails before storing
-    anything ([`_remove_empty_store`])."""
+    """`run(args)` (a command with `--encode-missing` and `--output`), removing the store it created if it fails
+    before storing anything ([`_remove_empty_store`]), and the folders of `--output` it created if they are still
+    empty (`_output_file` makes them before any work, so that a path that cannot be written fails first)."""
 
     def command(args) -> int:
+        import contextlib
+
         store_path = Path(args.store).expanduser().absolute()
         created = [p for p in (store_path, *store_path.parents) if not p.exists()]  # what this run would create
+        output_folder = Path(args.output).expanduser().absolute().parent
+        folders = [p for p in (output_folder, *output_folder.parents) if not p.exists()]
         try:
             return run(args)
         except BaseException:
             if args.encode_missing and created:
                 _remove_empty_store(store_path, created[-1])
+            for folder in folders:  # deepest first; a folder that holds anything stays
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
             raise
 
     return command
