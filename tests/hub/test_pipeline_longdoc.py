@@ -94,3 +94,18 @@ def test_a_left_padding_tokenizer_gives_each_document_its_summary_alone(summariz
     assert pipe(documents, max_new_tokens=6) == alone
     assert alone == [summarize(document, max_new_tokens=6)[0] for document in documents]
     assert left.padding_side == "left"  # the tokenizer itself is left as it was
+
+
+def test_documents_cut_to_max_document_len_are_said(summarize, caplog):
+    """A document longer than the tokens read is cut (its summary comes from its first tokens): the pipeline says
+    how many on its logger, as `hf-readonce encode` / `summarize` do; documents read whole give no warning."""
+    import logging
+
+    with caplog.at_level(logging.WARNING):
+        summarize([LONG_DOCUMENTS[0], "A short one."], max_new_tokens=2, max_document_len=20)
+    assert "1 of 2 document(s) held more than the 20 tokens read per document" in caplog.text
+    assert "`max_document_len` reads more" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        summarize(LONG_DOCUMENTS, max_new_tokens=2)
+    assert "held more than" not in caplog.text

@@ -195,3 +195,18 @@ def test_summarization_pipeline_names_its_own_arguments(tokenizer):
         summarize(DOCUMENTS, prompt=5)
     with pytest.raises(ValueError, match="`documents` is required"):
         summarize()
+
+
+def test_documents_cut_to_max_document_len_are_said(tokenizer, caplog):
+    """A document longer than the tokens read is cut: the summarization (and text2text) pipeline says how many on
+    its logger; documents read whole give no warning."""
+    import logging
+
+    pipe = ReadOnceSummarizationPipeline(model=tiny_readonce(), tokenizer=tokenizer)
+    with caplog.at_level(logging.WARNING):
+        pipe(DOCUMENTS, max_new_tokens=2, max_document_len=12)
+    assert "2 of 2 document(s) held more than the 12 tokens read per document" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        pipe(DOCUMENTS, max_new_tokens=2)
+    assert "held more than" not in caplog.text

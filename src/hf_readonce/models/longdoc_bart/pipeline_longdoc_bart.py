@@ -18,7 +18,9 @@ import torch
 from transformers import AutoModelForSeq2SeqLM
 from transformers.modeling_outputs import BaseModelOutput
 from transformers.pipelines import PIPELINE_REGISTRY, Pipeline
+from transformers.utils import logging
 
+logger = logging.get_logger(__name__)
 
 # Copied from hf_readonce.dtypes.resolve_compute_dtype
 def resolve_compute_dtype(requested, device, checkpoint_dtype):
@@ -55,6 +57,28 @@ def _call_parameters(pipeline, batch_size, kwargs: dict) -> tuple[dict, dict, di
     preprocess, forward, postprocess = pipeline._sanitize_parameters(**kwargs)
     return ({**pipeline._preprocess_params, **preprocess}, {**pipeline._forward_params, **forward},
             {**pipeline._postprocess_params, **postprocess})
+
+
+def _note_documents_cut(batch, max_length: int, argument: str) -> int:
+    """Say how many documents of a tokenized `batch` were cut to `max_length` tokens (a warning on this module's
+    logger): what is generated from them comes from their first tokens only, as `hf-readonce encode` and
+    `hf-readonce summarize` also say. Counted from a fast tokenizer's `overflowing` tokens (a slow tokenizer's batch
+    counts none).
+
+    Args:
+        batch (`BatchEncoding`): the documents, tokenized with `truncation=True, max_length=max_length`.
+        max_length (`int`): the tokens read per document. argument (`str`): the call's argument that reads more.
+
+    Returns:
+        `int`: the number of documents cut.
+    """
+    encodings = getattr(batch, "encodings", None) or []
+    cut = sum(1 for encoding in encodings if encoding.overflowing)
+    if cut:
+        logger.warning(f"{cut} of {len(encodings)} document(s) held more than the {max_length} tokens read per "
+                       f"document and were cut to them: their outputs come from those tokens only (`{argument}` "
+                       "reads more, up to what the model's positions allow).")
+    return cut
 
 
 # Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._check_int
@@ -113,10 +137,10 @@ class LongDocSummarizationPipeline(_TokenizerPipeline):
         max_new_tokens (`int`, *optional*): tokens generated per summary.
         min_new_tokens (`int`, *optional*): tokens generated at least.
         num_beams (`int`, *optional*): beam search width.
-        max_document_len (`int`, *optional*): document tokens read (longer documents are truncated). Defaults to
-            the length the checkpoint was trained with (`config.max_document_length`, recorded by the LongDoc
-            summarization recipe), else `config.max_position_embeddings` (BART's positions are learned: no more
-            fit).
+        max_document_len (`int`, *optional*): document tokens read (longer documents are truncated; a warning
+            counts them). Defaults to the length the checkpoint was trained with (`config.max_document_length`,
+            recorded by the LongDoc summarization recipe), else `config.max_position_embeddings` (BART's positions
+            are learned: no more fit).
         generate_kwargs (`dict`, *optional*): further `generate` arguments (e.g. `num_return_sequences`,
             `length_penalty`, `no_repeat_ngram_size`).
         batch_size (`int`, defaults to 8): documents per encoder call and summaries per `generate` call.
@@ -230,6 +254,8 @@ class LongDocSummarizationPipeline(_TokenizerPipeline):
         # so a left-padded document would be read at shifted positions and differ from the same document alone
         docs = self.tokenizer(group["documents"], truncation=max_document_len is not None,
                               max_length=max_document_len, padding=True, padding_side="right", return_tensors="pt")
+        if max_document_len is not None:
+            _note_documents_cut(docs, max_document_len, "max_document_len")
         return {"input_ids": docs["input_ids"], "attention_mask": docs["attention_mask"],
                 "document_index": torch.tensor(group["document_index"], dtype=torch.long)}
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 import torch
 from transformers import AutoModelForSeq2SeqLM
 from transformers.pipelines import PIPELINE_REGISTRY, Pipeline
+from transformers.utils import logging
 
+logger = logging.get_logger(__name__)
 
 # Copied from hf_readonce.dtypes.resolve_compute_dtype
 def resolve_compute_dtype(requested, device, checkpoint_dtype):
@@ -54,6 +56,29 @@ def _call_parameters(pipeline, batch_size, kwargs: dict) -> tuple[dict, dict, di
     preprocess, forward, postprocess = pipeline._sanitize_parameters(**kwargs)
     return ({**pipeline._preprocess_params, **preprocess}, {**pipeline._forward_params, **forward},
             {**pipeline._postprocess_params, **postprocess})
+
+
+# Copied from hf_readonce.models.longdoc_bart.pipeline_longdoc_bart._note_documents_cut
+def _note_documents_cut(batch, max_length: int, argument: str) -> int:
+    """Say how many documents of a tokenized `batch` were cut to `max_length` tokens (a warning on this module's
+    logger): what is generated from them comes from their first tokens only, as `hf-readonce encode` and
+    `hf-readonce summarize` also say. Counted from a fast tokenizer's `overflowing` tokens (a slow tokenizer's batch
+    counts none).
+
+    Args:
+        batch (`BatchEncoding`): the documents, tokenized with `truncation=True, max_length=max_length`.
+        max_length (`int`): the tokens read per document. argument (`str`): the call's argument that reads more.
+
+    Returns:
+        `int`: the number of documents cut.
+    """
+    encodings = getattr(batch, "encodings", None) or []
+    cut = sum(1 for encoding in encodings if encoding.overflowing)
+    if cut:
+        logger.warning(f"{cut} of {len(encodings)} document(s) held more than the {max_length} tokens read per "
+                       f"document and were cut to them: their outputs come from those tokens only (`{argument}` "
+                       "reads more, up to what the model's positions allow).")
+    return cut
 
 
 # Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._check_int
@@ -109,10 +134,10 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
         max_new_tokens (`int`, defaults to 32): tokens generated per text.
         num_beams (`int`, defaults to 1): beam search width.
         max_question_len (`int`, defaults to 32): text tokens read (longer texts are truncated).
-        max_document_len (`int`, *optional*): document tokens read (longer documents are truncated). Defaults to
-            the length the checkpoint records (`config.max_document_length`), else `config.document_chunk_length *
-            k`, the T·k capacity of §5.5: a document longer than one chunk of T tokens is read in chunks by the
-            model itself, not cut.
+        max_document_len (`int`, *optional*): document tokens read (longer documents are truncated; a warning
+            counts them). Defaults to the length the checkpoint records (`config.max_document_length`), else
+            `config.document_chunk_length * k`, the T·k capacity of §5.5: a document longer than one chunk of T
+            tokens is read in chunks by the model itself, not cut.
         compression_ratio (`int`, *optional*): k at inference (§5.2); defaults to the model's.
         generate_kwargs (`dict`, *optional*): further `generate` arguments.
         batch_size (`int`, defaults to 32): texts per `generate` call.
@@ -221,6 +246,7 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
         # column, so a left-padded text would be read at shifted positions and differ from the same text alone
         docs = self.tokenizer(group["documents"], truncation=True, max_length=max_document_len, padding=True,
                               padding_side="right", return_tensors="pt")
+        _note_documents_cut(docs, max_document_len, "max_document_len")
         texts = self.tokenizer(group["texts"], truncation=True, max_length=max_question_len, padding=True,
                                padding_side="right", return_tensors="pt")
         return {"document_input_ids": docs["input_ids"], "document_attention_mask": docs["attention_mask"],
