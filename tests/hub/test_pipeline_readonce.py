@@ -195,6 +195,16 @@ def test_summarization_pipeline_names_its_own_arguments(tokenizer):
         summarize(DOCUMENTS, prompt=5)
     with pytest.raises(ValueError, match="`documents` is required"):
         summarize()
+    # an entry is named by the summarization pipeline's own arguments too (it said `document` 1 / `text` 0)
+    with pytest.raises(ValueError, match="`documents` 1 is empty"):
+        summarize([DOCUMENTS[0], "  "])
+    with pytest.raises(TypeError, match="`documents` 0 must be a str, got int"):
+        summarize([3])
+    with pytest.raises(ValueError, match="`prompt` 1 is empty"):
+        summarize(DOCUMENTS[0], prompt=["summary", " "])
+    with pytest.raises(ValueError, match="`prompt` has 1 entries but `documents` has 2; pass one document for all "
+                                         "prompts or one per prompt"):
+        summarize(DOCUMENTS, prompt=["summary"])
 
 
 def test_documents_cut_to_max_document_len_are_said(tokenizer, caplog):

@@ -183,23 +183,32 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
             preprocess["compression_ratio"] = forward["compression_ratio"]
         return preprocess, forward, {}
 
-    def _pairs(self, text, document) -> list[tuple[str, str]]:
+    def _pairs(self, text, document, names: tuple[str, str] = ("text", "document")) -> list[tuple[str, str]]:
+        """`(text, document)` pairs, one per text; `names` are the caller's names of the two arguments, said in the
+        errors (the summarization pipeline's are `prompt` and `documents`).
+
+        Raises:
+            TypeError: an argument or an entry that is not a str. ValueError: lists of different lengths, no text, an
+                empty entry (its index named).
+        """
+        text_name, document_name = names
         texts = [text] if isinstance(text, str) else text
         if not isinstance(texts, (list, tuple)):
-            raise TypeError(f"`text` must be a str or a list of str, got {type(text).__name__}.")
+            raise TypeError(f"`{text_name}` must be a str or a list of str, got {type(text).__name__}.")
         if isinstance(document, str):
             documents = [document] * len(texts)
         elif isinstance(document, (list, tuple)):
             documents = list(document)
             if len(documents) != len(texts):
-                raise ValueError(f"`text` has {len(texts)} entries but `document` has {len(documents)}; pass one "
-                                 "document for all texts or one per text.")
+                raise ValueError(f"`{text_name}` has {len(texts)} entries but `{document_name}` has {len(documents)}; "
+                                 f"pass one {document_name.rstrip('s')} for all {text_name}s or one per "
+                                 f"{text_name}.")
         else:
-            raise TypeError(f"`document` must be a str or a list of str, got {type(document).__name__}.")
+            raise TypeError(f"`{document_name}` must be a str or a list of str, got {type(document).__name__}.")
         if not texts:
-            raise ValueError("`text` is empty: nothing to generate from.")
+            raise ValueError(f"`{text_name}` is empty: nothing to generate from.")
         for i, (t, d) in enumerate(zip(texts, documents)):
-            for name, value in (("text", t), ("document", d)):
+            for name, value in ((text_name, t), (document_name, d)):
                 if not isinstance(value, str):
                     raise TypeError(f"`{name}` {i} must be a str, got {type(value).__name__}.")
                 if not value.strip():
@@ -302,9 +311,9 @@ class ReadOnceSummarizationPipeline(ReadOnceText2TextGenerationPipeline):
         pipeline returns.
 
     Raises:
-        ValueError / TypeError: as [`ReadOnceText2TextGenerationPipeline`] (a bad prompt is named `text`, a bad
-            document `document`); `documents` missing, empty or not a str / list; `prompt` an empty list or not a
-            str / list.
+        ValueError / TypeError: as [`ReadOnceText2TextGenerationPipeline`], naming `prompt` and `documents` (an
+            empty or non-str entry by its index, lists of different lengths); `documents` missing, empty or not a
+            str / list; `prompt` an empty list or not a str / list.
     """
 
     output_key = "summary_text"
@@ -323,7 +332,7 @@ class ReadOnceSummarizationPipeline(ReadOnceText2TextGenerationPipeline):
         if not isinstance(prompt, str) and not prompt:
             raise ValueError("`prompt` is empty: give a prompt (default \"summary\") or one per document.")
         if isinstance(documents, str) and not isinstance(prompt, str):
-            pairs = self._pairs(prompt, documents)  # several prompts about one document
+            pairs = self._pairs(prompt, documents, ("prompt", "documents"))  # several prompts about one document
             single = False
         else:
             docs = [documents] if isinstance(documents, str) else documents
@@ -332,7 +341,7 @@ class ReadOnceSummarizationPipeline(ReadOnceText2TextGenerationPipeline):
             if not docs:
                 raise ValueError("`documents` is empty: nothing to summarize.")
             prompts = [prompt] * len(docs) if isinstance(prompt, str) else prompt
-            pairs = self._pairs(list(prompts), list(docs))
+            pairs = self._pairs(list(prompts), list(docs), ("prompt", "documents"))
             single = isinstance(documents, str)
         return self._run(pairs, single=single, batch_size=batch_size, **kwargs)
 
