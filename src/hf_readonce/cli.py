@@ -1362,7 +1362,7 @@ def _summarize(args) -> int:
         print(f"hf-readonce summarize: note: {counts['documents_cut']} of the {counts['documents']} distinct "
               f"document(s) held more than the {length} tokens read per document: they were cut to them when "
               "encoded, and their summaries come from those tokens only (`--max-document-length`, with `encode` "
-              "or `--encode-missing`, reads more, up to the model's positions)", file=sys.stderr)
+              "or `--encode-missing`, reads more where the model's positions allow)", file=sys.stderr)
     references = _with_references(rows, args.summary_field or "summary", named=args.summary_field is not None)
     if references is not None:
         from .tasks.summarization import format_rouge, lead_baselines, rouge_scores

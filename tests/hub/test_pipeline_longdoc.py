@@ -104,7 +104,12 @@ def test_documents_cut_to_max_document_len_are_said(summarize, caplog):
     with caplog.at_level(logging.WARNING):
         summarize([LONG_DOCUMENTS[0], "A short one."], max_new_tokens=2, max_document_len=20)
     assert "1 of 2 document(s) held more than the 20 tokens read per document" in caplog.text
-    assert "`max_document_len` reads more" in caplog.text
+    assert "`max_document_len` reads more, up to 128" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):  # at the position table: nothing more to read
+        summarize(LONG_DOCUMENTS[0] * 4, max_new_tokens=2)
+    assert "1 of 1 document(s) held more than the 128 tokens" in caplog.text
+    assert "the model reads no more: 128 positions" in caplog.text
     caplog.clear()
     with caplog.at_level(logging.WARNING):
         summarize(LONG_DOCUMENTS, max_new_tokens=2)

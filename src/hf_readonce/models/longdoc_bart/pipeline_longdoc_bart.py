@@ -59,7 +59,7 @@ def _call_parameters(pipeline, batch_size, kwargs: dict) -> tuple[dict, dict, di
             {**pipeline._postprocess_params, **postprocess})
 
 
-def _note_documents_cut(batch, max_length: int, argument: str) -> int:
+def _note_documents_cut(batch, max_length: int, argument: str, limit: int | None = None) -> int:
     """Say how many documents of a tokenized `batch` were cut to `max_length` tokens (a warning on this module's
     logger): what is generated from them comes from their first tokens only, as `hf-readonce encode` and
     `hf-readonce summarize` also say. Counted from a fast tokenizer's `overflowing` tokens (a slow tokenizer's batch
@@ -68,6 +68,7 @@ def _note_documents_cut(batch, max_length: int, argument: str) -> int:
     Args:
         batch (`BatchEncoding`): the documents, tokenized with `truncation=True, max_length=max_length`.
         max_length (`int`): the tokens read per document. argument (`str`): the call's argument that reads more.
+        limit (`int`, *optional*): the most tokens the model can read (e.g. its learned positions); `None`: no bound.
 
     Returns:
         `int`: the number of documents cut.
@@ -75,9 +76,10 @@ def _note_documents_cut(batch, max_length: int, argument: str) -> int:
     encodings = getattr(batch, "encodings", None) or []
     cut = sum(1 for encoding in encodings if encoding.overflowing)
     if cut:
+        more = (f"the model reads no more: {limit} positions" if limit is not None and max_length >= limit
+                else f"`{argument}` reads more" + (f", up to {limit}" if limit is not None else ""))
         logger.warning(f"{cut} of {len(encodings)} document(s) held more than the {max_length} tokens read per "
-                       f"document and were cut to them: their outputs come from those tokens only (`{argument}` "
-                       "reads more, up to what the model's positions allow).")
+                       f"document and were cut to them: their outputs come from those tokens only ({more}).")
     return cut
 
 
@@ -255,7 +257,8 @@ class LongDocSummarizationPipeline(_TokenizerPipeline):
         docs = self.tokenizer(group["documents"], truncation=max_document_len is not None,
                               max_length=max_document_len, padding=True, padding_side="right", return_tensors="pt")
         if max_document_len is not None:
-            _note_documents_cut(docs, max_document_len, "max_document_len")
+            _note_documents_cut(docs, max_document_len, "max_document_len",
+                                getattr(self.model.config, "max_position_embeddings", None))
         return {"input_ids": docs["input_ids"], "attention_mask": docs["attention_mask"],
                 "document_index": torch.tensor(group["document_index"], dtype=torch.long)}
 
