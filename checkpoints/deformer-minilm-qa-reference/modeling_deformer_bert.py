@@ -95,7 +95,8 @@ def _accepted_keywords(model_class: type, method: str, passed_to: tuple = (), de
     """The keyword names `model_class.<method>` accepts into its `**kwargs` (see [`_check_keyword_arguments`]): the
     parameters that `method` declares in any class of `model_class.__mro__` (the override's and those of the
     transformers method it extends, e.g. `cache_position` of `LlamaForCausalLM.forward` in early 5.x releases), those
-    of the functions in `passed_to` (where the method hands its `**kwargs` on), the keys of transformers'
+    of the functions in `passed_to` (where the method hands its `**kwargs` on, or, for an encoder, the forward of the
+    model whose arguments `generate()` hands on to it), the keys of transformers'
     `TransformersKwargs` (read from the installed release, bases included), the keywords transformers itself passes
     to a model whatever its signature (`generate()`, `Trainer`, `@can_return_tuple`, the debugging options of its
     forward decorators), and `token_type_ids`, which a BERT tokenizer returns and `model(**tokenizer(text))` hands to

@@ -664,3 +664,24 @@ def test_a_misspelled_keyword_argument_is_a_type_error_naming_it():
     torch.testing.assert_close(out.logits, expected.logits)
     with pytest.raises(ValueError, match="encoder_output"):  # generate(): transformers' own check names it
         model.generate(attention_mask=mask, encoder_output=encoder_outputs, max_new_tokens=2)
+
+
+def test_the_encoder_refuses_a_misspelled_keyword_argument():
+    """The encoder (`get_encoder()`, what a user runs to encode documents once for the store) took any name into
+    BART's `**kwargs`: `atention_mask=` read the padding as text."""
+    model = longdoc(encoder_attention_type="neighborhood", neighborhood_radius=3)
+    ids, mask = padded_batch(20)
+    encoder = model.get_encoder()
+    with pytest.raises(TypeError) as error:
+        encoder(input_ids=ids, atention_mask=mask)
+    assert str(error.value) == ("LongDocBartEncoder.forward() got an unexpected keyword argument 'atention_mask'. "
+                                "Did you mean 'attention_mask'?")
+    expected = encoder(input_ids=ids, attention_mask=mask).last_hidden_state
+    # what `generate()` hands to its encoder: `return_dict`, output switches, and every argument of the model's
+    # `forward` it was given, e.g. the `labels` of `Seq2SeqTrainer(predict_with_generate=True)`
+    out = encoder(input_ids=ids, attention_mask=mask, return_dict=True, output_attentions=False,
+                  output_hidden_states=False, labels=tokens(2, 5, seed=5), atention_mask=None)
+    torch.testing.assert_close(out.last_hidden_state, expected)
+    greedy = dict(max_new_tokens=3, do_sample=False)
+    torch.testing.assert_close(model.generate(ids, attention_mask=mask, labels=tokens(2, 5, seed=5), **greedy),
+                               model.generate(ids, attention_mask=mask, **greedy))

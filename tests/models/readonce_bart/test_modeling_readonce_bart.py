@@ -615,6 +615,39 @@ def test_a_misspelled_keyword_argument_is_a_type_error_naming_it(fusion):
 
 
 @pytest.mark.parametrize("fusion", ["append", "attention"])
+def test_the_encoder_refuses_a_misspelled_keyword_argument(fusion):
+    """The encoder (`get_encoder()`, what a user runs to encode a question with its documents once) took any name
+    into `**kwargs`: `atention_mask=` read the padding as text, `document_representation=` read the question
+    without its document."""
+    model, q, doc = tiny(fusion=fusion), tokens(2, 6), tokens(2, 20, seed=3)
+    mask = torch.ones_like(q)
+    mask[1, 4:] = 0
+    reps = model.encode_documents(doc)
+    encoder = model.get_encoder()
+    for call, message in [
+            (lambda: encoder(input_ids=q, atention_mask=mask, document_representations=reps),
+             "ReadOnceBartEncoder.forward() got an unexpected keyword argument 'atention_mask'. "
+             "Did you mean 'attention_mask'?"),
+            (lambda: encoder(q, mask, document_representation=reps),
+             "ReadOnceBartEncoder.forward() got an unexpected keyword argument 'document_representation'. "
+             "Did you mean 'document_representations'?")]:
+        with pytest.raises(TypeError) as error:
+            call()
+        assert str(error.value) == message
+    expected = encoder(q, mask, document_representations=reps).last_hidden_state
+    # what `generate()` hands to its encoder: `return_dict`, output switches, and every argument of the model's
+    # `forward` it was given, e.g. the `labels` of `Seq2SeqTrainer(predict_with_generate=True)`
+    out = encoder(q, mask, document_representations=reps, return_dict=True, output_attentions=False,
+                  output_hidden_states=False, labels=tokens(2, 5, seed=5), document_representation=None)
+    torch.testing.assert_close(out.last_hidden_state, expected)
+    labels = tokens(2, 5, seed=5)
+    greedy = dict(max_new_tokens=3, do_sample=False)
+    torch.testing.assert_close(model.generate(q, attention_mask=mask, document_representations=reps, labels=labels,
+                                              **greedy),
+                               model.generate(q, attention_mask=mask, document_representations=reps, **greedy))
+
+
+@pytest.mark.parametrize("fusion", ["append", "attention"])
 def test_inputs_embeds_are_read_by_the_encoder_and_a_none_is_harmless(fusion):
     """`inputs_embeds` is an argument of BART's `forward`, so the keyword check accepts it, but the model handed it
     on to its decoder beside the decoder's own: `TypeError: BartDecoder(...) got multiple values for keyword argument

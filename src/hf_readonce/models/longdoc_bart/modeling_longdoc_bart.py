@@ -621,7 +621,8 @@ def _accepted_keywords(model_class: type, method: str, passed_to: tuple = (), de
     """The keyword names `model_class.<method>` accepts into its `**kwargs` (see [`_check_keyword_arguments`]): the
     parameters that `method` declares in any class of `model_class.__mro__` (the override's and those of the
     transformers method it extends, e.g. `cache_position` of `LlamaForCausalLM.forward` in early 5.x releases), those
-    of the functions in `passed_to` (where the method hands its `**kwargs` on), the keys of transformers'
+    of the functions in `passed_to` (where the method hands its `**kwargs` on, or, for an encoder, the forward of the
+    model whose arguments `generate()` hands on to it), the keys of transformers'
     `TransformersKwargs` (read from the installed release, bases included), the keywords transformers itself passes
     to a model whatever its signature (`generate()`, `Trainer`, `@can_return_tuple`, the debugging options of its
     forward decorators), and `token_type_ids`, which a BERT tokenizer returns and `model(**tokenizer(text))` hands to
@@ -754,8 +755,13 @@ class LongDocBartEncoder(LongDocBartPreTrainedModel, BartEncoder):
                 2-D `attention_mask` of another shape than `input_ids`.
             ValueError: a token id outside `[0, vocab_size)`, naming it and the vocabulary size (checked when the
                 embedding lookup fails).
-            TypeError: `input_ids` that are not integer token ids.
+            TypeError: `input_ids` that are not integer token ids; a keyword argument it does not take (a
+                misspelling such as `atention_mask=`), named with the argument it probably meant, where BART's
+                `**kwargs` would swallow it. Accepted besides its own: what [`_check_keyword_arguments`] accepts, and
+                the arguments of `LongDocBartForConditionalGeneration.forward` (BART's), which `generate()` hands on
+                to this encoder (e.g. the `labels` of `Seq2SeqTrainer`'s `predict_with_generate`).
         """
+        _check_keyword_arguments(self, kwargs, passed_to=(LongDocBartForConditionalGeneration.forward,))
         try:
             return self._longdoc_forward(input_ids, attention_mask, inputs_embeds, **kwargs)
         except (IndexError, RuntimeError):

@@ -128,7 +128,8 @@ def _accepted_keywords(model_class: type, method: str, passed_to: tuple = (), de
     """The keyword names `model_class.<method>` accepts into its `**kwargs` (see [`_check_keyword_arguments`]): the
     parameters that `method` declares in any class of `model_class.__mro__` (the override's and those of the
     transformers method it extends, e.g. `cache_position` of `LlamaForCausalLM.forward` in early 5.x releases), those
-    of the functions in `passed_to` (where the method hands its `**kwargs` on), the keys of transformers'
+    of the functions in `passed_to` (where the method hands its `**kwargs` on, or, for an encoder, the forward of the
+    model whose arguments `generate()` hands on to it), the keys of transformers'
     `TransformersKwargs` (read from the installed release, bases included), the keywords transformers itself passes
     to a model whatever its signature (`generate()`, `Trainer`, `@can_return_tuple`, the debugging options of its
     forward decorators), and `token_type_ids`, which a BERT tokenizer returns and `model(**tokenizer(text))` hands to
@@ -608,8 +609,13 @@ class ReadOnceBartEncoder(BartEncoder):
         Raises:
             ValueError: representations of the wrong hidden size or batch, a mask of the wrong shape.
             TypeError: `input_ids` that are not integer token ids; an argument that is not a tensor (a list, a numpy
-                array).
+                array); a keyword argument it does not take (a misspelling such as `atention_mask=` or
+                `document_representation=`), named with the argument it probably meant. Accepted besides its own:
+                what [`_check_keyword_arguments`] accepts, and the arguments of
+                [`ReadOnceBartForConditionalGeneration.forward`], which `generate()` hands on to this encoder (e.g.
+                the `labels` of `Seq2SeqTrainer`'s `predict_with_generate`).
         """
+        _check_keyword_arguments(self, kwargs, passed_to=(ReadOnceBartForConditionalGeneration.forward,))
         for key in ("output_attentions", "output_hidden_states", "return_dict"):
             kwargs.pop(key, None)
         _check_tensor_arguments({"input_ids": input_ids}, {"attention_mask": attention_mask,
