@@ -1,8 +1,9 @@
 """The KV cache under both of its names. transformers 5.24 renamed `past_key_values` to `cache` (the field of every
 ModelOutput, the argument of `forward`, `generate`, the decoder layers and attention modules) and kept the old name as
 a deprecated alias; 5.6 to 5.23 know only `past_key_values`. Every model family here accepts either name, passes on
-the installed transformers' one, returns its cache under that name and refuses both at once. These tests run
-unchanged under transformers 5.6 and 5.24 (CI runs `tests/models` under both)."""
+the installed transformers' one, returns its cache under that name and refuses both at once; the encoder-only
+families (DeFormer, ReadTwice) keep no cache and refuse either name. These tests run unchanged under transformers 5.6
+and 5.24 (CI runs `tests/models` under both)."""
 
 from dataclasses import fields
 
@@ -16,9 +17,11 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from hf_readonce import RecurrentCache
 from tests.models.block_attention_llama.test_modeling_block_attention_llama import ids as llama_ids
 from tests.models.block_attention_llama.test_modeling_block_attention_llama import tiny as tiny_block_attention
+from tests.models.deformer_bert.test_modeling_deformer_bert import make_pairs, tiny_deformer
 from tests.models.longdoc_bart.test_modeling_longdoc_bart import longdoc
 from tests.models.readonce_bart.test_modeling_readonce_bart import tiny as tiny_readonce
 from tests.models.readonce_bart.test_modeling_readonce_bart import tokens
+from tests.models.readtwice_bert.test_modeling_readtwice_bert import DOCS, segments, tiny_qa
 from tests.models.recurrent.test_modeling_recurrent import ids as recurrent_ids
 from tests.models.recurrent.test_modeling_recurrent import tiny as tiny_recurrent
 
@@ -132,3 +135,57 @@ def test_bart_decoder_step_under_either_name(make):
             with pytest.raises(ValueError, match="not both"):
                 model(**inputs, decoder_input_ids=decoder_ids[:, -1:], past_key_values=getattr(first, INSTALLED),
                       cache=getattr(first, INSTALLED).self_attention_cache)
+
+
+# ------------------------------------------------------------------------------------------------ encoder-only families
+def _encoder_only_calls(family):
+    """`(name, call(**kwargs) -> logits-like tensor)` for every public entry point of an encoder-only family that
+    takes `**kwargs`, and the argument its refusal points to."""
+    if family == "deformer":
+        model = tiny_deformer(k=2)
+        (ids, types, mask), _, _ = make_pairs([5, 8], [12, 7])
+        return [("DeformerBertForQuestionAnswering.forward", lambda **kw: model(ids, mask, types, **kw).start_logits),
+                ("DeformerBertModel.forward",
+                 lambda **kw: model.bert(ids, mask, types, **kw).last_hidden_state)], "passage_states="
+    from hf_readonce import ReadTwiceBertForMaskedLM
+    from tests.models.readtwice_bert.test_modeling_readtwice_bert import tiny_config
+
+    model, ids = tiny_qa(memory_type="sts"), segments(5)
+    torch.manual_seed(0)
+    mlm = ReadTwiceBertForMaskedLM(tiny_config(memory_type="sts")).eval()
+    return [("ReadTwiceBertForQuestionAnswering.forward", lambda **kw: model(ids, document_ids=DOCS, **kw).start_logits),
+            ("ReadTwiceBertModel.forward", lambda **kw: model.bert(ids, document_ids=DOCS, **kw).last_hidden_state),
+            ("ReadTwiceBertForQuestionAnswering.encode_documents",
+             lambda **kw: model.encode_documents(ids, document_ids=DOCS, **kw).first_read_hidden_state),
+            ("ReadTwiceBertModel.encode_documents",
+             lambda **kw: model.bert.encode_documents(ids, document_ids=DOCS, **kw).first_read_hidden_state),
+            ("ReadTwiceBertForMaskedLM.forward", lambda **kw: mlm(ids, document_ids=DOCS, **kw).logits)], \
+        "document_states="
+
+
+@pytest.mark.parametrize("family", ["deformer", "readtwice"])
+def test_encoder_only_families_refuse_a_cache_and_ignore_use_cache(family):
+    """DeFormer and ReadTwice took `past_key_values=` / `cache=` into `**kwargs` and handed them to BERT's layers,
+    which filled the caller's cache with this call's keys (and, were it filled, attended to another input's keys or
+    failed on the mask's shape); `cache_position=` was swallowed. They keep no cache: a cache argument that is not
+    `None` is refused by name; `use_cache` is a switch `BertModel` accepts and ignores on an encoder, and so do they."""
+    from transformers import DynamicCache
+
+    calls, reuse = _encoder_only_calls(family)
+    with torch.no_grad():
+        for method, call in calls:
+            expected = call()
+            for name in ["past_key_values", "cache", "cache_position"]:
+                value = torch.arange(4) if name == "cache_position" else DynamicCache()
+                with pytest.raises(ValueError) as error:
+                    call(**{name: value})
+                assert str(error.value).startswith(f"{method}() got `{name}`, but the model is an encoder and keeps "
+                                                   "no key/value cache"), str(error.value)
+                assert reuse in str(error.value)
+                if name != "cache_position":
+                    assert value.get_seq_length() == 0  # the caller's cache is left as it was
+            # what peft and `generate()` hand on (`None`), and the switch, as `BertForQuestionAnswering` takes it
+            for kwargs in [dict(past_key_values=None, cache=None, cache_position=None), dict(use_cache=True),
+                           dict(use_cache=False)]:
+                torch.testing.assert_close(call(**kwargs), expected, msg=f"{method} {kwargs}")
+

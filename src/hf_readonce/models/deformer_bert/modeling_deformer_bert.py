@@ -150,6 +150,26 @@ def _check_keyword_arguments(model, kwargs: dict, method: str = "forward", passe
             raise TypeError(f"{type(model).__name__}.{method}() got an unexpected keyword argument '{name}'{hint}")
 
 
+def _check_no_cache_arguments(model, kwargs: dict, reuse: str, method: str = "forward") -> None:
+    """Refuse the cache arguments of an encoder-only model (DeFormer, ReadTwice: no KV cache): raise a `ValueError`
+    naming `past_key_values` (or `cache`, its name from transformers 5.24 on) or `cache_position` when its value is not
+    `None`. BERT's layers would fill a given cache with this call's keys or, were it filled, attend to another input's
+    keys under a mask that does not cover them (a shape error or, without padding, other logits without a word), and
+    an encoder returns no cache to continue. `use_cache` is a switch `BertModel` accepts and turns off unless
+    `config.is_decoder` (`BertConfig` defaults it to `True`), so it is accepted (any value) and ignored here too, and
+    `None` values pass (peft hands some on). All four are dropped from `kwargs`, so none reaches BERT's layers.
+    `reuse` ends the message: what the model reuses instead of a cache."""
+    kwargs.pop("use_cache", None)
+    for name in ("past_key_values", "cache", "cache_position"):
+        if kwargs.pop(name, None) is not None:
+            raise ValueError(f"{type(model).__name__}.{method}() got `{name}`, but the model is an encoder and keeps "
+                             f"no key/value cache: {reuse}.")
+
+
+# How a DeFormer reuses work, for [`_check_no_cache_arguments`]'s message.
+_DEFORMER_REUSE = "it reuses passages through `passage_states=` (from `encode_passages`)"
+
+
 def _check_span_labels(start_positions, end_positions, batch_size: int) -> None:
     """Raise a `ValueError` naming the argument when answer-span labels cannot be read as
     `BertForQuestionAnswering` reads them: one of the two without the other (no loss would be computed, silently),
@@ -499,12 +519,16 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
             ValueError: neither or both of `input_ids` and `inputs_embeds`, an empty batch, mismatched shapes,
                 `position_ids` while `num_decomposed_layers > 0`, pair input without `token_type_ids` while
                 `num_decomposed_layers > 0`, an example with no question token, `passage_states` from another model,
-                k or hidden size, or `passage_states` with a pair encoding (`token_type_ids` 1 on real tokens).
+                k or hidden size, or `passage_states` with a pair encoding (`token_type_ids` 1 on real tokens); a
+                `past_key_values` / `cache` / `cache_position` that is not `None`: the model is an encoder and keeps
+                no key/value cache (`use_cache` is accepted and ignored, as by `BertModel`; see
+                [`_check_no_cache_arguments`]).
             TypeError: an input that is not a tensor, or `input_ids` / `token_type_ids` / `position_ids` that do not
                 hold integers (each named); a keyword argument it does not take (a misspelling such as
                 `passage_state=`), named with the argument it probably meant.
         """
         _check_keyword_arguments(self, kwargs)
+        _check_no_cache_arguments(self, kwargs, _DEFORMER_REUSE)
         config = self.config
         k = config.num_decomposed_layers
         output_hidden_states = (
@@ -737,11 +761,13 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
         Raises:
             ValueError: as [`DeformerBertModel.forward`]; teacher tensors whose shapes do not match, or one teacher
                 logits tensor without the other; one of `start_positions` / `end_positions` without the other, a
-                float one, or one of another shape than `(batch_size,)`.
+                float one, or one of another shape than `(batch_size,)`; a cache argument that is not `None`, as
+                there (`use_cache` is accepted and ignored, as by `BertForQuestionAnswering`).
             TypeError: as [`DeformerBertModel.forward`], a keyword argument it does not take (e.g. `passage_state=`)
                 included.
         """
         _check_keyword_arguments(self, kwargs)
+        _check_no_cache_arguments(self, kwargs, _DEFORMER_REUSE)
         if (teacher_start_logits is None) != (teacher_end_logits is None):
             given = "teacher_start_logits" if teacher_end_logits is None else "teacher_end_logits"
             raise ValueError(f"`{given}` was given without its pair: pass both `teacher_start_logits` and "

@@ -163,6 +163,27 @@ def _check_keyword_arguments(model, kwargs: dict, method: str = "forward", passe
             raise TypeError(f"{type(model).__name__}.{method}() got an unexpected keyword argument '{name}'{hint}")
 
 
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._check_no_cache_arguments
+def _check_no_cache_arguments(model, kwargs: dict, reuse: str, method: str = "forward") -> None:
+    """Refuse the cache arguments of an encoder-only model (DeFormer, ReadTwice: no KV cache): raise a `ValueError`
+    naming `past_key_values` (or `cache`, its name from transformers 5.24 on) or `cache_position` when its value is not
+    `None`. BERT's layers would fill a given cache with this call's keys or, were it filled, attend to another input's
+    keys under a mask that does not cover them (a shape error or, without padding, other logits without a word), and
+    an encoder returns no cache to continue. `use_cache` is a switch `BertModel` accepts and turns off unless
+    `config.is_decoder` (`BertConfig` defaults it to `True`), so it is accepted (any value) and ignored here too, and
+    `None` values pass (peft hands some on). All four are dropped from `kwargs`, so none reaches BERT's layers.
+    `reuse` ends the message: what the model reuses instead of a cache."""
+    kwargs.pop("use_cache", None)
+    for name in ("past_key_values", "cache", "cache_position"):
+        if kwargs.pop(name, None) is not None:
+            raise ValueError(f"{type(model).__name__}.{method}() got `{name}`, but the model is an encoder and keeps "
+                             f"no key/value cache: {reuse}.")
+
+
+# How a ReadTwice model reuses work, for [`_check_no_cache_arguments`]'s message.
+_READTWICE_REUSE = "it reuses a first read through `document_states=` (from `encode_documents`)"
+
+
 @dataclass
 class ReadTwiceDocumentOutput(ModelOutput):
     r"""
@@ -807,11 +828,15 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
             [`ReadTwiceDocumentOutput`].
 
         Raises:
-            ValueError: on missing or mis-shaped inputs, or `memory_type="entity"` without `entity_spans`.
+            ValueError: on missing or mis-shaped inputs, or `memory_type="entity"` without `entity_spans`; a
+                `past_key_values` / `cache` / `cache_position` that is not `None` (the model is an encoder and keeps
+                no key/value cache; `use_cache` is accepted and ignored, as by `BertModel`; see
+                [`_check_no_cache_arguments`]).
             TypeError: ids, positions or spans that are not integer tensors; a keyword argument it does not take (a
                 misspelling such as `attention_masks=`), named with the argument it probably meant.
         """
         _check_keyword_arguments(self, kwargs, "encode_documents")
+        _check_no_cache_arguments(self, kwargs, _READTWICE_REUSE, "encode_documents")
         input_ids, attention_mask, token_type_ids, document_ids, segment_positions = self._check_segments(
             input_ids, attention_mask, token_type_ids, document_ids, segment_positions
         )
@@ -908,12 +933,15 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
         Raises:
             ValueError: if both or neither of `input_ids` and `document_states` are given, if questions are passed
                 with `question_in_first_read=True`, if a question's document has no segment, on bad shapes, or for
-                `memory_type="entity"` without `entity_spans`.
+                `memory_type="entity"` without `entity_spans`; a `past_key_values` / `cache` / `cache_position` that
+                is not `None` (the model is an encoder and keeps no key/value cache; `use_cache` is accepted and
+                ignored, as by `BertModel`; see [`_check_no_cache_arguments`]).
             TypeError: if `document_states` is not a [`ReadTwiceDocumentOutput`]; ids, positions or spans that are
                 not integer tensors; a keyword argument it does not take (a misspelling such as `document_state=`),
                 named with the argument it probably meant.
         """
         _check_keyword_arguments(self, kwargs)
+        _check_no_cache_arguments(self, kwargs, _READTWICE_REUSE)
         config = self.config
         output_hidden_states = bool(
             output_hidden_states if output_hidden_states is not None else config.output_hidden_states
@@ -1122,9 +1150,10 @@ class ReadTwiceBertForQuestionAnswering(ReadTwiceBertPreTrainedModel):
         Raises:
             ValueError / TypeError: as [`ReadTwiceBertModel.encode_documents`] (missing or mis-shaped inputs,
                 `memory_type="entity"` without `entity_spans`, indices that are not integers, a keyword argument it
-                does not take).
+                does not take, a cache argument that is not `None`).
         """
         _check_keyword_arguments(self, kwargs, "encode_documents", (ReadTwiceBertModel.encode_documents,))
+        _check_no_cache_arguments(self, kwargs, _READTWICE_REUSE, "encode_documents")
         return self.bert.encode_documents(*args, **kwargs)
 
     def representation_fingerprint(self) -> str:
@@ -1172,6 +1201,7 @@ class ReadTwiceBertForQuestionAnswering(ReadTwiceBertPreTrainedModel):
                 it does not take (e.g. `document_state=`) included.
         """
         _check_keyword_arguments(self, kwargs)
+        _check_no_cache_arguments(self, kwargs, _READTWICE_REUSE)
         if not self.config.question_in_first_read and question_input_ids is None:
             raise ValueError("question_in_first_read=False: pass the questions as `question_input_ids`.")
         outputs = self.bert(
@@ -1283,6 +1313,7 @@ class ReadTwiceBertForMaskedLM(ReadTwiceBertPreTrainedModel):
                 [`ReadTwiceBertModel.forward`] takes (e.g. `entity_span=`) included.
         """
         _check_keyword_arguments(self, kwargs, passed_to=(ReadTwiceBertModel.forward,))
+        _check_no_cache_arguments(self, kwargs, _READTWICE_REUSE)
         outputs = self.bert(
             input_ids,
             attention_mask=attention_mask,
