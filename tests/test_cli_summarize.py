@@ -230,3 +230,17 @@ def test_a_failed_run_leaves_no_output_folder_behind(tmp_path, folders, xsum_row
     assert cli_main(["summarize", str(folders["longdoc"]), "--store", str(tmp_path / "s"), "--documents", str(docs),
                      "--output", str(output), "--no-progress", "--encode-missing", "--max-new-tokens", "2"]) == 0
     assert output.is_file()
+
+
+def test_a_failed_run_removes_the_output_folder_it_made_under_a_literal_tilde(tmp_path, monkeypatch, capsys):
+    """`--output '~/new/o.jsonl'` (not expanded by a shell) is written under `./~/new`, which `_output_file` makes: a
+    run that then fails removes that folder, not one under the home folder."""
+    (tmp_path / "cwd").mkdir()
+    (tmp_path / "home").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    docs = write_jsonl(tmp_path / "docs.jsonl", [{"id": "a", "document": "Rain is expected."}])
+    assert cli_main(["summarize", "reference-deformer", "--store", str(tmp_path / "nowhere"), "--documents",
+                     str(docs), "--output", "~/new/o.jsonl", "--no-progress"]) == 2
+    assert "does not generate summaries" in capsys.readouterr().err
+    assert not any((tmp_path / "cwd").iterdir()) and not any((tmp_path / "home").iterdir())

@@ -828,7 +828,7 @@ def _undoing_an_empty_store(run):
 
         store_path = Path(args.store).expanduser().absolute()
         created = [p for p in (store_path, *store_path.parents) if not p.exists()]  # what this run would create
-        output_folder = Path(args.output).expanduser().absolute().parent
+        output_folder = Path(args.output).absolute().parent  # as `_output_file` makes it (no `~` expansion)
         folders = [p for p in (output_folder, *output_folder.parents) if not p.exists()]
         try:
             return run(args)
