@@ -1,5 +1,6 @@
 """ReadOnceBartForConditionalGeneration (Lin et al. 2021) on tiny random BART configs."""
 
+import json
 import math
 
 import pytest
@@ -45,6 +46,29 @@ def test_config_validation_and_defaults():
         with pytest.raises(ValueError, match=match):
             ReadOnceBartConfig(**{**TINY, "compression_ratio": 8, **bad})
 
+
+def test_from_pretrained_fields_are_validated_and_derive_defaults(tmp_path):
+    """`from_pretrained(bart, field=value)` (the documented way to build ReadOnce from a BART checkpoint) builds the
+    config with the given fields: a bad value raises the `__init__`'s ValueError naming the field instead of being
+    set unchecked, and the window follows a given k (`w = k` from BART, the saved overlap `w - k` from a ReadOnce
+    checkpoint) instead of staying at the default k's window, where tokens of every window went unaggregated."""
+    BartConfig(**TINY).save_pretrained(tmp_path / "bart")
+    for bad, match in [(dict(compression_ratio=0), "compression_ratio"), (dict(aggregation="sum"), "aggregation"),
+                       (dict(append_layer=5), "append_layer"), (dict(fusion="cross"), "fusion"),
+                       (dict(compression_ratio=16, window_size=8), "window_size")]:
+        with pytest.raises(ValueError, match=match):
+            ReadOnceBartConfig.from_pretrained(tmp_path / "bart", **bad)
+    config = ReadOnceBartConfig.from_pretrained(tmp_path / "bart", compression_ratio=16, append_layer=3)
+    assert (config.compression_ratio, config.window_size, config.append_layer) == (16, 16, 3)
+    ReadOnceBartConfig.from_pretrained(tmp_path / "bart", compression_ratio=4, window_size=6).save_pretrained(
+        tmp_path / "readonce")
+    config = ReadOnceBartConfig.from_pretrained(tmp_path / "readonce", compression_ratio=8)
+    assert (config.compression_ratio, config.window_size) == (8, 10)  # the saved overlap w - k = 2 kept
+    legacy = json.loads((tmp_path / "readonce" / "config.json").read_text())
+    legacy.pop("append_layer_convention")  # 0.1.x: `append_layer` counted in the "before" convention
+    (tmp_path / "readonce" / "config.json").write_text(json.dumps(legacy))
+    assert ReadOnceBartConfig.from_pretrained(tmp_path / "readonce").append_layer == 1
+    assert ReadOnceBartConfig.from_pretrained(tmp_path / "readonce", append_layer=2).append_layer == 2  # given: now
 
 @pytest.mark.parametrize("aggregation", ["linear", "mean", "max"])
 @pytest.mark.parametrize("length,k", [(3, 4), (17, 4), (16, 4), (30, 8), (9, 1)])

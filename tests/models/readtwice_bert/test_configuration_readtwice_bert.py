@@ -31,3 +31,26 @@ def test_no_type_mismatch_warning(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "readtwice_bert"
     assert "to instantiate a model of type" not in done.stderr, done.stderr
+
+
+def test_from_pretrained_fields_are_validated_and_derive_defaults(tmp_path):
+    """`from_pretrained(bert, field=value)` (the documented way to build a ReadTwice model from a BERT checkpoint)
+    builds the config with the given fields: a bad value raises the `__init__`'s ValueError naming the field instead
+    of being set unchecked, and the segment overlap follows a given segment length as in `__init__`."""
+    import pytest
+
+    BertConfig(**TINY, max_position_embeddings=64).save_pretrained(tmp_path / "bert")
+    for field, value in (("memory_type", "foo"), ("segment_length", 1024), ("question_in_first_read", "no"),
+                         ("num_second_read_layers", 9)):
+        with pytest.raises(ValueError, match=f"`{field}`"):
+            ReadTwiceBertConfig.from_pretrained(tmp_path / "bert", **{field: value})
+    config = ReadTwiceBertConfig.from_pretrained(tmp_path / "bert", segment_length=32)
+    assert (config.segment_length, config.segment_overlap) == (32, 8)  # as ReadTwiceBertConfig(segment_length=32)
+    config.save_pretrained(tmp_path / "readtwice")
+    config = ReadTwiceBertConfig.from_pretrained(tmp_path / "readtwice", segment_length=48, memory_type="cls")
+    assert (config.segment_length, config.segment_overlap, config.memory_type) == (48, 8, "cls")  # saved overlap kept
+    with pytest.raises(ValueError, match="`segment_overlap`"):
+        ReadTwiceBertConfig.from_pretrained(tmp_path / "readtwice", segment_length=8)
+    config, unused = ReadTwiceBertConfig.from_pretrained(tmp_path / "bert", return_unused_kwargs=True,
+                                                         memory_type="cls", hidden_dropout_prob=0.0, foo=1)
+    assert (config.memory_type, config.hidden_dropout_prob, unused) == ("cls", 0.0, {"foo": 1})

@@ -3,6 +3,8 @@
 """ReadOnce BART configuration (Lin et al., "ReadOnce Transformers: Reusable Representations of Text for
 Transformers", ACL 2021)."""
 
+import inspect
+
 from transformers import BartConfig
 
 AGGREGATIONS = ("linear", "mean", "max")
@@ -187,10 +189,25 @@ class ReadOnceBartConfig(BartConfig):
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
         """As [`~transformers.PreTrainedConfig.from_dict`]; a saved config with `append_layer` but no
-        `append_layer_convention` (written by hf-readonce 0.1.x) is read in the 0.1.x `"before"` convention."""
+        `append_layer_convention` (written by hf-readonce 0.1.x) is read in the 0.1.x `"before"` convention.
+
+        The keyword arguments that are this class's own fields (the arguments of `__init__`, e.g.
+        `from_pretrained(bart_checkpoint, compression_ratio=16)`) build the config with the saved values instead of
+        being set on it afterwards (what transformers does with the others): they are validated as in `__init__` (a
+        `ValueError` naming the field), and the defaults derived from them follow them: a `window_size` the
+        checkpoint does not record is k, one it records keeps its overlap `w - k` at a new k (§5.2, as the ReadOnce
+        recipe fine-tunes a checkpoint at another k), and a given `append_layer` is in the current convention."""
         if "append_layer" in config_dict and "append_layer_convention" not in config_dict:
             config_dict = {**config_dict, "append_layer_convention": "before"}
-        return super().from_dict(config_dict, **kwargs)
+        own = set(inspect.signature(cls.__init__).parameters) - {"self", "kwargs"}
+        given = {key: kwargs.pop(key) for key in list(kwargs) if key in own}
+        if "append_layer" in given:
+            given.setdefault("append_layer_convention", "after")
+        saved_k, saved_w = config_dict.get("compression_ratio"), config_dict.get("window_size")
+        if ("compression_ratio" in given and "window_size" not in given and _is_int(saved_k) and _is_int(saved_w)
+                and _is_int(given["compression_ratio"])):
+            given["window_size"] = given["compression_ratio"] + saved_w - saved_k
+        return super().from_dict({**config_dict, **given}, **kwargs)
 
 
 __all__ = ["ReadOnceBartConfig"]

@@ -3,6 +3,8 @@
 """ReadTwice-BERT configuration (Zemlyanskiy et al., 2021, "ReadTwice: Reading Very Large Documents with
 Memories")."""
 
+import inspect
+
 from transformers import BertConfig
 
 MEMORY_TYPES = ("cls", "sts", "entity")
@@ -158,6 +160,17 @@ class ReadTwiceBertConfig(BertConfig):
         self.memory_output_init = memory_output_init
         self.coref_loss_weight = float(coref_loss_weight)
 
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """As [`~transformers.PreTrainedConfig.from_dict`], but the keyword arguments that are this class's own fields
+        (the arguments of `__init__`, e.g. `from_pretrained(bert_checkpoint, segment_length=128)`) build the config
+        with the saved values instead of being set on it afterwards (what transformers does with the others): they
+        are validated as in `__init__` (a `ValueError` naming the field), and the defaults derived from them follow
+        them (a `segment_overlap` the checkpoint does not record is derived from the `segment_length` given)."""
+        own = set(inspect.signature(cls.__init__).parameters) - {"self", "kwargs"}
+        given = {key: kwargs.pop(key) for key in list(kwargs) if key in own}
+        return super().from_dict({**config_dict, **given}, **kwargs)
 
     @classmethod
     def get_config_dict(cls, pretrained_model_name_or_path, **kwargs):
