@@ -3,6 +3,8 @@
 """DeFormer-BERT configuration (Cao et al., ACL 2020, "DeFormer: Decomposing Pre-trained Transformers for Faster
 Question Answering")."""
 
+import inspect
+
 from transformers import BertConfig
 
 
@@ -139,6 +141,18 @@ class DeformerBertConfig(BertConfig):
         self.doc_stride = doc_stride
         self.allow_no_answer = allow_no_answer
         self.null_score_diff_threshold = null_score_diff_threshold
+
+    # Copied from hf_readonce.models.readtwice_bert.configuration_readtwice_bert.ReadTwiceBertConfig.from_dict
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """As [`~transformers.PreTrainedConfig.from_dict`], but the keyword arguments that are this class's own fields
+        (the arguments of `__init__`, as `from_pretrained(checkpoint, field=value)` passes them) build the config with
+        the saved values instead of being set on it afterwards (what transformers does with the others): they are
+        validated as in `__init__` (a `ValueError` naming the field), and the defaults `__init__` derives from them
+        follow them where the checkpoint does not record those (ReadTwice: `segment_overlap` from `segment_length`)."""
+        own = set(inspect.signature(cls.__init__).parameters) - {"self", "kwargs"}
+        given = {key: kwargs.pop(key) for key in list(kwargs) if key in own}
+        return super().from_dict({**config_dict, **given}, **kwargs)
 
     @classmethod
     def get_config_dict(cls, pretrained_model_name_or_path, **kwargs):

@@ -89,6 +89,21 @@ def test_config_defaults_and_validation():
     assert DeformerBertConfig(allow_no_answer=False, null_score_diff_threshold=-1).null_score_diff_threshold == -1
 
 
+def test_from_pretrained_fields_are_validated(tmp_path):
+    """`from_pretrained(bert, field=value)` (the documented way to build a DeFormer from a BERT checkpoint) builds the
+    config with the given fields, so a bad value raises the config's ValueError naming it instead of being set
+    unchecked (only k was checked again, by the model)."""
+    BertConfig(**TINY).save_pretrained(tmp_path)
+    for kwargs, name in (({"passage_position_offset": -3}, "passage_position_offset"),
+                         ({"max_passage_length": 64, "doc_stride": 100}, "doc_stride"),
+                         ({"allow_no_answer": "no"}, "allow_no_answer"), ({"kd_loss_weight": -1}, "kd_loss_weight")):
+        with pytest.raises(ValueError, match=name):
+            DeformerBertConfig.from_pretrained(tmp_path, **kwargs)
+        with pytest.raises(ValueError, match=name):
+            DeformerBertForQuestionAnswering.from_pretrained(tmp_path, **kwargs)
+    config = DeformerBertConfig.from_pretrained(tmp_path, num_decomposed_layers=1, max_passage_length=32, doc_stride=8)
+    assert (config.num_decomposed_layers, config.max_passage_length, config.doc_stride) == (1, 32, 8)
+
 def test_auto_classes_registered():
     config = AutoConfig.for_model("deformer_bert", **TINY, num_decomposed_layers=1)
     assert isinstance(config, DeformerBertConfig)

@@ -164,10 +164,10 @@ class ReadTwiceBertConfig(BertConfig):
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
         """As [`~transformers.PreTrainedConfig.from_dict`], but the keyword arguments that are this class's own fields
-        (the arguments of `__init__`, e.g. `from_pretrained(bert_checkpoint, segment_length=128)`) build the config
-        with the saved values instead of being set on it afterwards (what transformers does with the others): they
-        are validated as in `__init__` (a `ValueError` naming the field), and the defaults derived from them follow
-        them (a `segment_overlap` the checkpoint does not record is derived from the `segment_length` given)."""
+        (the arguments of `__init__`, as `from_pretrained(checkpoint, field=value)` passes them) build the config with
+        the saved values instead of being set on it afterwards (what transformers does with the others): they are
+        validated as in `__init__` (a `ValueError` naming the field), and the defaults `__init__` derives from them
+        follow them where the checkpoint does not record those (ReadTwice: `segment_overlap` from `segment_length`)."""
         own = set(inspect.signature(cls.__init__).parameters) - {"self", "kwargs"}
         given = {key: kwargs.pop(key) for key in list(kwargs) if key in own}
         return super().from_dict({**config_dict, **given}, **kwargs)
