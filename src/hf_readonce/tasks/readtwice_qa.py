@@ -14,7 +14,7 @@ Two layouts, matching `ReadTwiceBertConfig.question_in_first_read`:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,6 +32,7 @@ from ..models.readtwice_bert.pipeline_readtwice_bert import (
     segment_span_candidates,
 )
 from ..representations.readtwice_bert import capitalized_mentions
+from .jsonl import field_problem
 from .question_answering import answer_problem
 
 MentionFn = Callable[[str], list[tuple[int, int]]]
@@ -138,15 +139,20 @@ def prepare_readtwice_qa_features(
         `list[ReadTwiceQAFeature]`, one per example, in order.
 
     Raises:
-        ValueError: if `segment_overlap` is not in `[0, segment_length)` or leaves no room for context tokens, or
-            with `check_answers` an example's answers do not match its context
-            ([`question_answering.answer_problem`], naming it).
+        ValueError: if `segment_overlap` is not in `[0, segment_length)` or leaves no room for context tokens, if an
+            example's `question` or `context` is missing, not a string or blank, or with `check_answers` an example's
+            answers do not match its context ([`question_answering.answer_problem`]), naming the example.
+        TypeError: an example that is not a mapping.
     """
     if not 0 <= segment_overlap < segment_length:
         raise ValueError(f"`segment_overlap` must be in [0, segment_length={segment_length}), got {segment_overlap}.")
     features = []
     for index, example in enumerate(examples):
-        problem = answer_problem(example, labels=check_answers)
+        if not isinstance(example, Mapping):
+            raise TypeError(f"`examples`: example {index} is a {type(example).__name__}, not a mapping with "
+                            "'question', 'context' and 'answers'.")
+        problem = field_problem(example, "question") or field_problem(example, "context")
+        problem = problem or answer_problem(example, labels=check_answers)
         if problem:
             raise ValueError(f"example {example.get('id', index)!r}: {problem}.")
         question, context = example["question"].strip(), example["context"]
@@ -228,6 +234,22 @@ class ReadTwiceQACollator:
         self.with_labels = with_labels
 
     def __call__(self, features: Sequence[ReadTwiceQAFeature]) -> dict[str, torch.Tensor]:
+        """Batch `features` (a non-empty sequence of [`ReadTwiceQAFeature`] of one layout).
+
+        Raises:
+            TypeError: an element that is not a `ReadTwiceQAFeature` (e.g. a row of a `datasets.Dataset`, which holds
+                no dataclasses: pass the list `prepare_readtwice_qa_features` returns).
+            ValueError: no features, or features of both layouts (read-once and question-in-first-read) mixed.
+        """
+        if not features:
+            raise ValueError("`features` is empty: a batch needs at least one ReadTwiceQAFeature.")
+        wrong = next((f for f in features if not isinstance(f, ReadTwiceQAFeature)), None)
+        if wrong is not None:
+            raise TypeError(f"`features` must be ReadTwiceQAFeature objects (from prepare_readtwice_qa_features), got "
+                            f"a {type(wrong).__name__}.")
+        if len({f.question_ids is None for f in features}) > 1:
+            raise ValueError("`features` mix the read-once layout (question_in_first_read=False) with the paper's "
+                             "layout: prepare them with one setting, the model's.")
         segments = [ids for f in features for ids in f.input_ids]
         batch = {
             "input_ids": _pad(segments, self.pad_token_id),
