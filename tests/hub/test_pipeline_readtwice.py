@@ -199,3 +199,32 @@ def test_published_folder_loads_without_hf_readonce(tokenizer, tmp_path):
     assert [a["score"] for answers in got for a in answers] == pytest.approx(
         [a["score"] for answers in expected for a in answers], rel=1e-4)
     assert "ERROR `question` 0 is empty." in run.stdout
+
+
+def test_entity_checkpoint_recording_its_mention_finder_needs_no_mention_fn(tokenizer, tmp_path):
+    """An entity-memory checkpoint that records its mention finder (`config.mentions`, as `run_readtwice_qa.py
+    --entity_source capitalized` does; `encode`, `answer` and `publish` read it) answers the card's call, which passes
+    no `mention_fn`, with that finder: in process and from the published folder where hf_readonce cannot be imported
+    (it raised "pass `mention_fn`" there, and the pipeline file is all such a user has)."""
+    model = tiny_readtwice(False, "entity")
+    model.config.mentions = "capitalized_mentions"
+    pipe = ReadTwiceQuestionAnsweringPipeline(model=model, tokenizer=tokenizer)
+    expected = pipe(question=QUESTIONS, context=DOCUMENT, top_k=2, mention_fn=capitalized_mentions)
+    assert pipe(question=QUESTIONS, context=DOCUMENT, top_k=2) == expected
+    model.config.mentions = "spacy"  # a finder no file carries: still required, and the message says why
+    with pytest.raises(ValueError, match=r"records no mention finder of \['capitalized_mentions'\] .*'spacy'"):
+        pipe(question="Who?", context=DOCUMENT)
+    model.config.mentions = "capitalized_mentions"
+    model.save_pretrained(tmp_path / "ckpt")
+    tokenizer.save_pretrained(tmp_path / "ckpt")
+    publish(tmp_path / "ckpt", "someone/tiny-readtwice-e", local_dir=tmp_path / "out")
+    run = run_without_hf_readonce(f"""
+        import json
+        from transformers import pipeline
+        qa = pipeline("question-answering", model={str(tmp_path / 'out')!r}, trust_remote_code=True)
+        print("ANSWERS", json.dumps(qa(question={QUESTIONS!r}, context={DOCUMENT!r}, top_k=2)))
+    """, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(next(line for line in run.stdout.splitlines() if line.startswith("ANSWERS "))[8:])
+    assert [[(a["answer"], a["start"], a["end"]) for a in answers] for answers in got] == \
+        [[(a["answer"], a["start"], a["end"]) for a in answers] for answers in expected]

@@ -4,7 +4,6 @@ documents, written into a [`~hf_readonce.store.RepresentationStore`] once and re
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -17,49 +16,18 @@ from ..models.readtwice_bert.modeling_readtwice_bert import (
     ReadTwiceBertModel,
     ReadTwiceDocumentOutput,
 )
+
+# the mention heuristic and the finders a checkpoint or a stored space can name live with the pipeline, which travels
+# with checkpoints and uses the one a checkpoint records (`config.mentions`)
 from ..models.readtwice_bert.pipeline_readtwice_bert import (
+    MENTION_FUNCTIONS,
     ReadTwiceQuestionAnsweringPipeline,
+    capitalized_mentions,
     check_overflow_windows,
     entity_spans_for_segment,
 )
 from .base import AdapterBase, masked_log_softmax, tokenizer_fingerprint
 from .registry import CardText, register_family
-
-_CAPITALIZED = re.compile(r"[A-Z][\w-]*(?:['’][A-Za-z]+)?(?:(?:[ \t]+(?:of|de|da|van|von|del|the))*[ \t]+[A-Z][\w-]*)*")
-_SENTENCE_STARTERS = {
-    "The", "A", "An", "In", "On", "At", "He", "She", "It", "They", "We", "I", "His", "Her", "Their", "This", "That",
-    "When", "While", "After", "Before", "As", "But", "And", "However", "Although", "There", "Then", "What", "Who",
-    "Which", "Where", "How", "Why", "If", "During", "Since", "Once", "Instead", "For", "With", "By", "From", "To",
-    "Of", "One", "Two",
-}
-
-
-def capitalized_mentions(text: str) -> list[tuple[int, int]]:
-    """Mentions from a capitalisation heuristic: maximal runs of capitalised words (joined by `of`, `de`, `van`, ...),
-    dropping single-word runs that are common sentence starters. NOT a named-entity recogniser: it is the explicit,
-    opt-in stand-in used where no NER model with sound provenance can be installed (no spaCy English pipeline is
-    published on PyPI by its authors; see the ReadTwice README section). Pass it as `mention_fn` knowingly.
-
-    Returns:
-        `list[tuple[int, int]]`: `(char_start, char_end)` spans, end exclusive.
-    """
-    spans = []
-    for match in _CAPITALIZED.finditer(text):
-        start, end = match.span()
-        words = match.group().split()
-        if words and words[0] in _SENTENCE_STARTERS:
-            if len(words) == 1:
-                continue
-            start = match.start() + match.group().index(words[1])
-        for suffix in ("'s", "’s"):
-            if text[start:end].endswith(suffix):
-                end -= len(suffix)
-        spans.append((start, end))
-    return spans
-
-
-# the mention finders a stored space's `mentions` setting (and `--mentions`) can name
-MENTION_FUNCTIONS = {"capitalized_mentions": capitalized_mentions}
 
 
 class ReadTwiceBertAdapter(AdapterBase):

@@ -17,6 +17,7 @@ imports only torch, transformers and the standard library.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 
 import torch
@@ -24,6 +25,43 @@ from transformers import AutoModelForQuestionAnswering
 from transformers.pipelines import PIPELINE_REGISTRY, Pipeline
 
 _DEFAULT_MAX_QUESTION_LEN = 64
+
+_CAPITALIZED = re.compile(r"[A-Z][\w-]*(?:['’][A-Za-z]+)?(?:(?:[ \t]+(?:of|de|da|van|von|del|the))*[ \t]+[A-Z][\w-]*)*")
+_SENTENCE_STARTERS = {
+    "The", "A", "An", "In", "On", "At", "He", "She", "It", "They", "We", "I", "His", "Her", "Their", "This", "That",
+    "When", "While", "After", "Before", "As", "But", "And", "However", "Although", "There", "Then", "What", "Who",
+    "Which", "Where", "How", "Why", "If", "During", "Since", "Once", "Instead", "For", "With", "By", "From", "To",
+    "Of", "One", "Two",
+}
+
+
+def capitalized_mentions(text: str) -> list[tuple[int, int]]:
+    """Mentions from a capitalisation heuristic: maximal runs of capitalised words (joined by `of`, `de`, `van`, ...),
+    dropping single-word runs that are common sentence starters. NOT a named-entity recogniser: it is the explicit,
+    opt-in stand-in used where no NER model with sound provenance can be installed (no spaCy English pipeline is
+    published on PyPI by its authors; see the ReadTwice README section). Pass it as `mention_fn` knowingly.
+
+    Returns:
+        `list[tuple[int, int]]`: `(char_start, char_end)` spans, end exclusive.
+    """
+    spans = []
+    for match in _CAPITALIZED.finditer(text):
+        start, end = match.span()
+        words = match.group().split()
+        if words and words[0] in _SENTENCE_STARTERS:
+            if len(words) == 1:
+                continue
+            start = match.start() + match.group().index(words[1])
+        for suffix in ("'s", "’s"):
+            if text[start:end].endswith(suffix):
+                end -= len(suffix)
+        spans.append((start, end))
+    return spans
+
+
+# the mention finders a checkpoint's `config.mentions` (the pipeline's default `mention_fn`), a stored space's
+# `mentions` setting and `--mentions` can name
+MENTION_FUNCTIONS = {"capitalized_mentions": capitalized_mentions}
 
 
 # Copied from hf_readonce.dtypes.resolve_compute_dtype
@@ -270,9 +308,10 @@ class ReadTwiceQuestionAnsweringPipeline(_TokenizerPipeline):
             paper layout: question tokens only). Defaults to the checkpoint's `max_question_length`, else 64.
         handle_impossible_answer (`bool`, defaults to `False`): allow the empty answer.
         n_best_size (`int`, defaults to 20): start and end candidates per segment.
-        mention_fn (`Callable[[str], list[tuple[int, int]]]`, *optional*): character spans of entity mentions;
-            required for `memory_type="entity"` checkpoints (e.g. `hf_readonce.tasks.readtwice_qa
-            .capitalized_mentions`).
+        mention_fn (`Callable[[str], list[tuple[int, int]]]`, *optional*): character spans of entity mentions,
+            read by `memory_type="entity"` checkpoints; defaults to the finder the checkpoint records
+            (`config.mentions`, e.g. `"capitalized_mentions"`: [`capitalized_mentions`], which this file carries),
+            and is required where it records none.
         batch_size (`int`, defaults to 8): questions per model call.
 
     Returns:
@@ -283,7 +322,7 @@ class ReadTwiceQuestionAnsweringPipeline(_TokenizerPipeline):
     Raises:
         ValueError: an empty question or context (naming which), `question` and `context` lists of different lengths,
             a setting out of range (naming it), a paper-layout question that leaves no room for the document in a
-            segment, or an entity-memory model without `mention_fn`.
+            segment, or an entity-memory model without `mention_fn` that records no mention finder.
         TypeError: a question or context that is not a string, a setting of the wrong type, a slow tokenizer, or a
             model that is not ReadTwice (no `segment_length` in its config).
 
@@ -421,15 +460,20 @@ class ReadTwiceQuestionAnsweringPipeline(_TokenizerPipeline):
             the read-once layout, `question_ids` (per question, `[CLS] question [SEP]`).
 
         Raises:
-            ValueError: entity memories without `mention_fn`; a paper-layout question leaving no room in a segment.
+            ValueError: entity memories without `mention_fn` and no recorded finder (`config.mentions`); a
+                paper-layout question leaving no room in a segment.
         """
         config, tokenizer = self.model.config, self.tokenizer
         if max_question_len is None:
             max_question_len = getattr(config, "max_question_length", None) or _DEFAULT_MAX_QUESTION_LEN
         entity = getattr(config, "memory_type", None) == "entity"
+        if entity and mention_fn is None:  # the finder the checkpoint was trained with, where it records one
+            mention_fn = MENTION_FUNCTIONS.get(getattr(config, "mentions", None))
         if entity and mention_fn is None:
-            raise ValueError("this ReadTwice model uses entity memories (memory_type='entity'): pass `mention_fn` "
-                             "(text -> character spans of entity mentions).")
+            raise ValueError("this ReadTwice model uses entity memories (memory_type='entity') and records no mention "
+                             f"finder of {sorted(MENTION_FUNCTIONS)} (config.mentions = "
+                             f"{getattr(config, 'mentions', None)!r}): pass `mention_fn` (text -> character spans of "
+                             "entity mentions).")
         length, overlap = config.segment_length, config.segment_overlap
         context = group["context"]
         context_mentions = mention_fn(context) if entity else []
@@ -598,4 +642,5 @@ def _register_pipeline(task: str, pipeline_class, pt_model) -> None:
 
 _register_pipeline("question-answering", ReadTwiceQuestionAnsweringPipeline, AutoModelForQuestionAnswering)
 
-__all__ = ["ReadTwiceQuestionAnsweringPipeline", "entity_spans_for_segment", "segment_span_candidates"]
+__all__ = ["MENTION_FUNCTIONS", "ReadTwiceQuestionAnsweringPipeline", "capitalized_mentions", "entity_spans_for_segment",
+           "segment_span_candidates"]
