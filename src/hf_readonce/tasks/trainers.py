@@ -73,12 +73,16 @@ class DeformerDistillationTrainer(Trainer):
         *args, **kwargs: as for `transformers.Trainer`.
 
     Raises:
-        TypeError: if `teacher_model` is None.
+        TypeError: if `teacher_model` is None or not a `torch.nn.Module` (e.g. a checkpoint path).
     """
 
     def __init__(self, *args, teacher_model=None, **kwargs):
         if teacher_model is None:
             raise TypeError("DeformerDistillationTrainer needs `teacher_model`; use transformers.Trainer without it.")
+        if not isinstance(teacher_model, torch.nn.Module):
+            raise TypeError(f"`teacher_model` must be a model (a torch.nn.Module such as BertForQuestionAnswering), got "
+                            f"{type(teacher_model).__name__}: load a checkpoint path first, e.g. with "
+                            "AutoModelForQuestionAnswering.from_pretrained(path).")
         super().__init__(*args, **kwargs)
         self.teacher_model = teacher_model.to(self.args.device).eval()
         for parameter in self.teacher_model.parameters():

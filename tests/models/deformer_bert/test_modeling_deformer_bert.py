@@ -392,6 +392,10 @@ def test_distillation_trainer_step(tmp_path):
     assert all(not p.requires_grad for p in teacher.parameters())
     with pytest.raises(TypeError, match="teacher_model"):
         DeformerDistillationTrainer(model=student, args=args, train_dataset=rows)
+    # a checkpoint path, as the example script's --teacher_model_name_or_path takes (it raised "'str' object has no
+    # attribute 'to'")
+    with pytest.raises(TypeError, match="`teacher_model` must be a model .* got str: load a checkpoint path first"):
+        DeformerDistillationTrainer(model=student, args=args, train_dataset=rows, teacher_model="path/to/teacher")
     plain = Trainer(model=student, args=args)
     assert plain.label_names == ["start_positions", "end_positions"]
     assert plain.model_accepts_loss_kwargs is False  # batch-mean loss: Trainer scales for gradient accumulation
