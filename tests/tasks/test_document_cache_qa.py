@@ -6,8 +6,13 @@ import torch
 
 from hf_readonce import BlockAttentionLlamaConfig, BlockAttentionLlamaForCausalLM
 from hf_readonce.representations import base, fill_store, get_adapter
+from hf_readonce.representations.fill import ensure_stored
 from hf_readonce.store import RepresentationStore
-from hf_readonce.tasks.document_cache_qa import answer_with_document_caches, answer_with_full_prompt
+from hf_readonce.tasks.document_cache_qa import (
+    answer_with_document_caches,
+    answer_with_full_prompt,
+    find_document_cache_space,
+)
 
 PASSAGES = ["Emma is a novel by Jane Austen, published in December 1815.",
             "Persuasion was Austen's last completed novel, published at the end of 1817."]
@@ -66,3 +71,25 @@ def test_examples_of_another_type_are_refused_by_name(model, tokenizer, store, e
 def test_examples_may_be_any_iterable_of_rows(model, tokenizer, store):
     answers = answer_with_document_caches(model, tokenizer, store, (row for row in ROWS), max_new_tokens=2)
     assert list(answers) == ["a", "b"]
+
+
+def test_a_stale_fingerprint_is_refused_not_served(tokenizer, tmp_path):
+    """`fingerprint=` spares hashing the weights again, not checking them: a fingerprint computed before the weights
+    changed (or another model's) would find the old weights' caches, which the adapter's `read` labels as this
+    model's, so `generate` would compose them silently."""
+    torch.manual_seed(0)
+    model = BlockAttentionLlamaForCausalLM(BlockAttentionLlamaConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, pad_token_id=0)).eval()
+    store = RepresentationStore(tmp_path / "store")
+    adapter = get_adapter(model, tokenizer, max_document_length=32)
+    fill_store(adapter, store, PASSAGES, dtype="float32")
+    stale = base.current_fingerprint(model)
+    assert find_document_cache_space(store, model, tokenizer, 32, fingerprint=stale)["max_document_length"] == 32
+    assert ensure_stored(adapter, store, PASSAGES, fingerprint=stale)[0] == stale  # the right one is accepted
+    with torch.no_grad():
+        model.model.embed_tokens.weight.mul_(1.5)  # the weights change after the fingerprint was taken
+    with pytest.raises(ValueError, match=r"`fingerprint` .* is not this model's fingerprint"):
+        find_document_cache_space(store, model, tokenizer, 32, fingerprint=stale)
+    with pytest.raises(ValueError, match=r"`fingerprint` .* is not this model's fingerprint"):
+        ensure_stored(adapter, store, PASSAGES, fingerprint=stale)

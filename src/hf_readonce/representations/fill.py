@@ -260,6 +260,23 @@ def check_store_arguments(model, store, dtype=None) -> None:
         resolve_dtype(dtype)
 
 
+def check_given_fingerprint(adapter, fingerprint) -> None:
+    """Refuse a `fingerprint` that a caller passes for `adapter`'s [`current_fingerprint`] (to spare hashing the
+    weights again) but that is not its model's: it is compared with `adapter.fingerprint()`, which the model caches
+    while its weights are unchanged, so the check hashes nothing right after that `current_fingerprint` call. A stale
+    fingerprint (the weights changed since) or another model's would find that model's space, and what it holds,
+    read through this adapter, would pass as this model's.
+
+    Raises:
+        ValueError: naming `fingerprint`, both fingerprints and the way out.
+    """
+    own = adapter.fingerprint()
+    if fingerprint != own:
+        raise ValueError(f"`fingerprint` {str(fingerprint)[:16]}... is not this model's fingerprint {own[:16]}... (the "
+                         "weights changed since it was computed, or it is another model's): pass "
+                         "`current_fingerprint(adapter)` as just computed, or leave it out.")
+
+
 def ensure_stored(adapter, store: RepresentationStore, texts: Sequence[str], *, encode_missing: bool = False,
                   dtype: str = "float16", what: str = "documents",
                   name_of: Callable[[str], str] | None = None,
@@ -279,7 +296,9 @@ def ensure_stored(adapter, store: RepresentationStore, texts: Sequence[str], *, 
         name_of (`Callable[[str], str]`, *optional*): names the first missing text in the message (e.g. `"the passage
             of question id 'q7'"`); defaults to its index.
         fingerprint (`str`, *optional*): the adapter's [`current_fingerprint`] when the caller has just computed it
-            (it hashes the weights: a task computes it once per call); computed here when omitted.
+            (it hashes the weights: a task computes it once per call); computed here when omitted. Checked against
+            the model's cached `fingerprint()` ([`check_given_fingerprint`]: no hashing while the weights are
+            unchanged).
 
     Returns:
         `(fingerprint, settings, hashes)`: the space read, and text -> [`content_hash`].
@@ -288,11 +307,15 @@ def ensure_stored(adapter, store: RepresentationStore, texts: Sequence[str], *, 
         MissingRepresentationError / RepresentationMismatchError: texts not stored for this space (counted, the first
             named; the latter when the store holds them for other models or settings, both named), with a note when
             the store holds shard files its index does not list.
+        ValueError: a `fingerprint` that is not the adapter's model's (stale, or another model's).
     """
     from ..store import MissingRepresentationError, RepresentationMismatchError
     from ..store.maintenance import unindexed_note
 
-    fingerprint = fingerprint if fingerprint is not None else current_fingerprint(adapter)
+    if fingerprint is None:
+        fingerprint = current_fingerprint(adapter)
+    else:
+        check_given_fingerprint(adapter, fingerprint)
     settings = adapter.settings()
     hashes = {text: content_hash(text) for text in texts}
     missing = store.missing(fingerprint, settings, list(hashes.values()))
