@@ -343,18 +343,23 @@ def test_encode_missing_beside_another_models_caches(tmp_path, llama_checkpoint,
     assert len({space.fingerprint for space in RepresentationStore(store, readonly=True).spaces()}) == 2
 
 
-def test_a_rope_type_that_cannot_be_composed_stores_nothing(tmp_path, llama_checkpoint, tokenizer, capsys):
-    """`encode` and `answer --encode-missing` of a Llama checkpoint whose rope type makes composition inexact: one
-    error line before any document is encoded, the store as it was (the answer failed only after encoding every
-    passage into a space of its own)."""
-    dynamic = tmp_path / "dynamic"
+def dynamic_rope_checkpoint(path, tokenizer):
+    """A tiny Llama checkpoint of dynamic RoPE (whose caches cannot be composed) at `path`."""
     torch.manual_seed(0)
     LlamaForCausalLM(LlamaConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=48,
                                  num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                  max_position_embeddings=256, rope_parameters={"rope_type": "dynamic", "factor": 2.0,
                                                                                "rope_theta": 10000.0})
-                     ).save_pretrained(dynamic)
-    tokenizer.save_pretrained(dynamic)
+                     ).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_a_rope_type_that_cannot_be_composed_stores_nothing(tmp_path, llama_checkpoint, tokenizer, capsys):
+    """`encode` and `answer --encode-missing` of a Llama checkpoint whose rope type makes composition inexact: one
+    error line before any document is encoded, the store as it was (the answer failed only after encoding every
+    passage into a space of its own)."""
+    dynamic = dynamic_rope_checkpoint(tmp_path / "dynamic", tokenizer)
     store = tmp_path / "store"
     assert encode(llama_checkpoint, store, ROWS, tmp_path, "--max-document-length", "64") == 0
     files = {path: path.read_bytes() for path in store.rglob("*") if path.is_file()}
@@ -367,3 +372,17 @@ def test_a_rope_type_that_cannot_be_composed_stores_nothing(tmp_path, llama_chec
     err = capsys.readouterr().err
     assert err.count("error: ") == 2 and err.count("rope_type 'dynamic'") == 2 and "Traceback" not in err
     assert {path: path.read_bytes() for path in store.rglob("*") if path.is_file()} == files
+
+
+def test_verify_recompute_beside_a_model_whose_rope_type_is_refused(tmp_path, llama_checkpoint, tokenizer, capsys):
+    """`verify --recompute 1 --model good --model dynamic`: the store is sound (exit 0); the dynamic-RoPE model,
+    which the adapter refuses, made none of its spaces, so it reports none (it listed the good model's space as its
+    own and "not recomputed", exit 1)."""
+    dynamic = dynamic_rope_checkpoint(tmp_path / "dynamic", tokenizer)
+    store = tmp_path / "store"
+    assert encode(llama_checkpoint, store, ROWS, tmp_path, "--dtype", "fp32", "--max-document-length", "64") == 0
+    capsys.readouterr()
+    assert cli_main(["verify", "--store", str(store), "--no-progress", "--device", "cpu", "--recompute", "1",
+                     "--model", str(llama_checkpoint), "--model", str(dynamic)]) == 0
+    out = capsys.readouterr().out
+    assert "not recomputed" not in out and out.count("recompute: space") == 1

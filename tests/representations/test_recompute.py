@@ -86,3 +86,27 @@ def test_kl_divergence():
     assert float(kl_divergence(q, torch.tensor([[1.0, 0.0, 0.0]]).log())) == float("inf")
     with pytest.raises(ValueError, match="shapes"):
         kl_divergence(p, q[:, :2])
+
+
+def test_a_model_the_adapter_refuses_reports_its_own_spaces_only(tokenizer, tmp_path):
+    """`recompute_store` with a model no adapter can be built for (a block-attention Llama of dynamic RoPE, refused
+    by the adapter): the spaces of other models are left out as when the adapter is built (they were reported as
+    this model's and skipped, so `verify --recompute --model good --model dynamic` called the store damaged); a space
+    of the model's own fingerprint is still reported, skipped with the adapter's reason."""
+    from hf_readonce import BlockAttentionLlamaConfig, BlockAttentionLlamaForCausalLM
+    from hf_readonce.representations import recompute_store
+    from hf_readonce.representations.base import current_fingerprint
+
+    model, settings, _ = HARNESSES["block_attention_llama"](tokenizer)
+    adapter = get_adapter(model, tokenizer, **settings)
+    store = RepresentationStore(tmp_path / "store")
+    fill_store(adapter, store, DOCUMENTS, dtype="float32")
+    dynamic = BlockAttentionLlamaForCausalLM(BlockAttentionLlamaConfig(**{
+        **model.config.to_dict(), "rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}}))
+    assert recompute_store(store, dynamic, tokenizer, 1) == []
+    assert [report.skipped for report in recompute_store(store, model, tokenizer, 1)] == [None]
+    # a space of the dynamic model's own fingerprint (written around the adapter): reported, not recomputed
+    tensors = store.get_many(adapter.fingerprint(), adapter.settings(), [content_hash(DOCUMENTS[0])])[0]
+    store.put(current_fingerprint(dynamic), adapter.settings(), content_hash(DOCUMENTS[0]), tensors, dtype="float32")
+    (report,) = recompute_store(store, dynamic, tokenizer, 1)
+    assert report.fingerprint == current_fingerprint(dynamic) and "rope_type 'dynamic'" in report.skipped

@@ -79,8 +79,10 @@ def recompute_store(store: RepresentationStore, model, tokenizer, num_documents:
     with what is stored.
 
     A space is this model's when the adapter registered for `model.config.model_type`, rebuilt from the space's
-    settings ([`AdapterBase.settings_kwargs`]), has the space's fingerprint; spaces of other models are left out
-    (not reported). The documents are chosen deterministically: the space's entries sorted by content hash, the
+    settings ([`AdapterBase.settings_kwargs`]), has the space's fingerprint, or, when no adapter can be built from
+    them (settings or a model the adapter refuses, e.g. a RoPE type whose caches cannot be composed), when the
+    model's own [`current_fingerprint`] is the space's (reported as skipped, saying why); spaces of other models are
+    left out (not reported). The documents are chosen deterministically: the space's entries sorted by content hash, the
     first `num_documents` (of those whose text is in `texts`, for families that keep no tokens).
 
     Args:
@@ -95,7 +97,8 @@ def recompute_store(store: RepresentationStore, model, tokenizer, num_documents:
         `list[SpaceRecomputeReport]`, one per space of this model (`skipped` says why one was not recomputed).
 
     Raises:
-        TypeError: `num_documents` not an int. ValueError: `num_documents < 1`, or no adapter for the model's type.
+        TypeError: `num_documents` not an int, a model without `representation_fingerprint()`. ValueError:
+            `num_documents < 1`, or no adapter for the model's type.
     """
     if isinstance(num_documents, bool) or not isinstance(num_documents, int):
         raise TypeError(f"`num_documents` must be an int, got {num_documents!r}.")
@@ -105,7 +108,7 @@ def recompute_store(store: RepresentationStore, model, tokenizer, num_documents:
     texts = texts or {}
     store.refresh()
     dtypes = {key: space["dtypes"] for key, space in store.info()["spaces"].items()}
-    reports = []
+    reports, own = [], None
     for space in sorted(store.spaces(), key=lambda s: s.key):
         if space.model_type not in (None, adapter_class.model_type):
             continue
@@ -115,7 +118,12 @@ def recompute_store(store: RepresentationStore, model, tokenizer, num_documents:
             adapter = adapter_class(model, tokenizer, **adapter_class.settings_kwargs(space.settings))
         except (TypeError, ValueError) as error:
             adapter, reason = None, f"cannot rebuild the adapter from the stored settings: {error}"
-        if adapter is not None and current_fingerprint(adapter) != space.fingerprint:
+        if adapter is None:  # whose space it is, without the adapter: the model's own fingerprint (hashed once)
+            if own is None:
+                own = current_fingerprint(model)
+            if own != space.fingerprint:
+                continue  # another model's space (e.g. one whose settings this model refuses)
+        elif current_fingerprint(adapter) != space.fingerprint:
             continue  # another model's space
         entries = sorted(store.entries(space.fingerprint, space.settings), key=lambda e: e.content_hash)
         report = SpaceRecomputeReport(space=space.key, model_type=space.model_type or adapter_class.model_type,
