@@ -58,6 +58,20 @@ def test_encode_missing_hashes_the_weights_once_to_look_up(model, tokenizer, tmp
     assert len(empty.spaces()) == 1
 
 
+def test_the_adapters_checks_come_before_the_weights_are_hashed(model, tokenizer, store, monkeypatch):
+    """A `max_document_length` past the model's positions and a model of dynamic RoPE are refused by the adapter's
+    cheap checks, before any weight is hashed (the weights were hashed first)."""
+    dynamic = BlockAttentionLlamaForCausalLM(BlockAttentionLlamaConfig(**{
+        **model.config.to_dict(), "rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}}))
+    calls = []
+    monkeypatch.setattr(base, "weights_digest", lambda module: calls.append(module))
+    with pytest.raises(ValueError, match="`max_document_length`"):
+        answer_with_document_caches(model, tokenizer, store, ROWS, max_document_length=129)
+    with pytest.raises(ValueError, match="rope_type 'dynamic'"):
+        answer_with_document_caches(dynamic, tokenizer, store, ROWS, encode_missing=True)
+    assert calls == []
+
+
 @pytest.mark.parametrize("examples, match", [(ROWS[0], "`examples` must be a list .* got dict"),
                                              ("Who wrote Emma?", "`examples` must be a list .* got str"),
                                              ([ROWS[0], "Who?"], "example 1 of `examples` must be a dict")])

@@ -251,7 +251,9 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
     Raises:
         MissingRepresentationError / RepresentationMismatchError: passages not stored for this model and settings
             (naming the first question concerned).
-        ValueError: bad rows or arguments (naming them); a row whose passages and question run past the
+        ValueError: bad rows or arguments (naming them); a `max_document_length` above the model's
+            `max_position_embeddings` or a model whose `rope_type` (dynamic, longrope) makes its caches impossible to
+            compose (both refused before the weights are hashed); a row whose passages and question run past the
             model's `max_position_embeddings` (naming the question and the lengths).
         TypeError: `examples` not a sequence of dicts (e.g. one row given alone), a `model` or `store` of another
             type.
@@ -259,9 +261,11 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
     check_store_arguments(model, store, dtype)
     examples = _check(examples, batch_size, max_new_tokens)
     recompute_ratio = check_recompute_ratio(recompute_ratio)
-    # the weights are hashed once per call: the same fingerprint finds the space and reads it (a model of another
-    # type gets None here and the adapter's TypeError from the lookup)
-    fingerprint = current_fingerprint(model) if hasattr(model, "representation_fingerprint") else None
+    # the adapter's own checks cost nothing, so they come before the weights are hashed: a model of another type, a
+    # rope type whose caches cannot be composed, a `max_document_length` past the model's positions, a slow tokenizer
+    BlockAttentionLlamaAdapter(model, tokenizer, max_document_length=max_document_length)
+    # the weights are hashed once per call: the same fingerprint finds the space and reads it
+    fingerprint = current_fingerprint(model)
     try:
         settings = find_document_cache_space(store, model, tokenizer, max_document_length, fingerprint=fingerprint)
     except (MissingRepresentationError, RepresentationMismatchError):  # nothing of this model's stored yet
