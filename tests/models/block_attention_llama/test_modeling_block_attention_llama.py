@@ -10,6 +10,7 @@ from hf_readonce.models.block_attention_llama.modeling_block_attention_llama imp
     block_attention_mask,
     compose_document_caches,
     document_cache_fingerprint,
+    selective_recompute,
 )
 from tests.conftest import run_without_hf_readonce
 
@@ -340,11 +341,38 @@ def test_bad_inputs_are_clear_errors():
         compose_document_caches(cache, smaller.config)
     from transformers import GPT2Config  # a config without rotary positions, and the model given for its config
 
-    with pytest.raises(ValueError, match=r"`config` \(GPT2Config\) has no rotary position settings"):
+    with pytest.raises(ValueError, match=r"`config` \(GPT2Config\) is not the config of a rotary Llama-family "
+                                         r"model: it has no rope_parameters \(rope_type, rope_theta\)"):
         compose_document_caches(cache, GPT2Config(n_embd=32, n_layer=2, n_head=4))
     with pytest.raises(TypeError, match=r"`config` must be the model's config .*got BlockAttentionLlamaForCausalLM: "
                                         r"pass `model.config`"):
         compose_document_caches(cache, model)
+
+
+def test_configs_that_are_not_one_rotary_llama_setting_are_refused_by_name():
+    """`compose_document_caches(caches, config)` with a config that passed the rotary check and failed later: Gemma
+    3's rotary parameters per layer type (a bare KeyError 'rope_type'), a config without `num_key_value_heads`
+    (GPT-NeoX's: an AttributeError, or another model's RoPE setting named); `selective_recompute` of a Gemma 3
+    model is refused for its per-layer-type parameters too, whatever the caches carry."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig, GPTNeoXConfig
+
+    model = tiny()
+    with torch.no_grad():
+        cache = model.encode_documents(ids(6, 1))
+    gemma = Gemma3TextConfig(vocab_size=TINY["vocab_size"], hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, head_dim=8)
+    with pytest.raises(ValueError, match=r"`config` \(Gemma3TextConfig\) has rotary parameters per layer type "
+                                         r"\(rope_parameters of sliding_attention, full_attention\)"):
+        compose_document_caches(cache, gemma)
+    without = DocumentCacheOutput(key_states=cache.key_states, value_states=cache.value_states,  # built by hand:
+                                  attention_mask=cache.attention_mask, position_ids=cache.position_ids,
+                                  input_ids=cache.input_ids)  # no RoPE setting or fingerprint to compare
+    with pytest.raises(ValueError, match=r"`config` \(GPTNeoXConfig\) is not the config of a rotary Llama-family "
+                                         r"model: it has no num_key_value_heads"):
+        compose_document_caches(without, GPTNeoXConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                                       rotary_pct=1.0))
+    with pytest.raises(ValueError, match=r"RoPE parameters per layer type \(sliding_attention, full_attention\)"):
+        selective_recompute(Gemma3ForCausalLM(gemma).eval(), without, 0.5)
 
 
 

@@ -27,7 +27,7 @@ import inspect
 import json
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, make_dataclass
 
 import torch
@@ -269,8 +269,19 @@ class DocumentCacheOutput(ModelOutput):
         return out
 
 
+def _per_layer_type_rope(rope) -> bool:
+    """Whether `rope_parameters` holds one set of parameters per layer type (Gemma 3's `{"full_attention": {...},
+    "sliding_attention": {...}}`) rather than one set (`{"rope_type": ..., "rope_theta": ...}`)."""
+    return isinstance(rope, Mapping) and bool(rope) and all(isinstance(value, Mapping) for value in rope.values())
+
+
 def _check_rope(config) -> None:
     rope = getattr(config, "rope_parameters", None) or {}
+    if _per_layer_type_rope(rope):
+        raise ValueError(
+            f"cannot compose document caches for RoPE parameters per layer type ({', '.join(map(str, rope))}): "
+            "stored keys are re-rotated with one RoPE setting for every layer (Llama-family models)."
+        )
     rope_type = rope.get("rope_type", "default") if isinstance(rope, dict) else "default"
     if rope_type not in EXACT_ROPE_TYPES:
         raise ValueError(
@@ -430,17 +441,24 @@ def _rotate(keys: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 def _check_rotary_config(config, argument: str = "config") -> None:
     """A ValueError (TypeError for what is no config) naming `argument` unless it is the config of a rotary
-    Llama-family model (rotary parameters, layers and heads)."""
+    Llama-family model: one set of rotary parameters (`rope_parameters` with `rope_type` and `rope_theta`; not one
+    per layer type, as Gemma 3's), layers, heads and key/value heads. The ValueError names what is missing."""
     if not isinstance(config, transformers.PretrainedConfig):
         raise TypeError(f"`{argument}` must be the model's config (a LlamaConfig), got {type(config).__name__}"
                         + (": pass `model.config`." if hasattr(config, "config") else "."))
-    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_theta", None)
-    missing = [name for name in ("num_hidden_layers", "num_attention_heads", "hidden_size")
-               if getattr(config, name, None) is None]
-    if rope is None or missing:
-        raise ValueError(f"`{argument}` ({type(config).__name__}) has no rotary position settings of a Llama-family "
-                         f"model (rope_parameters, num_hidden_layers, num_attention_heads, hidden_size): stored caches "
-                         "can be re-positioned only for rotary Llama-family models.")
+    rope = getattr(config, "rope_parameters", None)
+    if _per_layer_type_rope(rope):
+        raise ValueError(f"`{argument}` ({type(config).__name__}) has rotary parameters per layer type "
+                         f"(rope_parameters of {', '.join(map(str, rope))}): stored caches can be re-positioned only "
+                         "for rotary Llama-family models, whose layers share one RoPE setting.")
+    missing = [] if isinstance(rope, Mapping) and "rope_type" in rope and "rope_theta" in rope else [
+        "rope_parameters (rope_type, rope_theta)"]
+    missing += [name for name in ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size")
+                if getattr(config, name, None) is None]
+    if missing:
+        raise ValueError(f"`{argument}` ({type(config).__name__}) is not the config of a rotary Llama-family model: "
+                         f"it has no {', '.join(missing)} (stored caches can be re-positioned only for rotary "
+                         "Llama-family models).")
 
 
 def _rope_inv_freq(config, rotary: LlamaRotaryEmbedding | None = None) -> torch.Tensor:
@@ -778,8 +796,9 @@ def compose_document_caches(document_caches, config, *, offset: int = 0, model_f
         total_length the sum of the documents' lengths.
 
     Raises:
-        ValueError: a config without rotary positions (e.g. GPT-2's) or a rope type for which the rotation is not
-            exact (see `EXACT_ROPE_TYPES`), a negative `offset` or one that places the documents past
+        ValueError: a config without rotary positions (e.g. GPT-2's), with rotary parameters per layer type (e.g.
+            Gemma 3's), without `num_key_value_heads` (e.g. GPT-NeoX's), or a rope type for which the rotation is
+            not exact (see `EXACT_ROPE_TYPES`), a negative `offset` or one that places the documents past
             `max_position_embeddings`, caches of another shape or fingerprint, or no document. TypeError: a `config`
             that is not a config (e.g. the model itself), caches of another type.
     """
