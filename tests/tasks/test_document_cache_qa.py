@@ -1,6 +1,8 @@
 """`hf_readonce.tasks.document_cache_qa.answer_with_document_caches` beyond the CLI tests: the weights are hashed
 once per call, and bad arguments are refused by name before any work."""
 
+from types import MappingProxyType
+
 import pytest
 import torch
 
@@ -72,9 +74,11 @@ def test_the_adapters_checks_come_before_the_weights_are_hashed(model, tokenizer
     assert calls == []
 
 
-@pytest.mark.parametrize("examples, match", [(ROWS[0], "`examples` must be a list .* got dict"),
-                                             ("Who wrote Emma?", "`examples` must be a list .* got str"),
-                                             ([ROWS[0], "Who?"], "example 1 of `examples` must be a dict")])
+@pytest.mark.parametrize("examples, match", [(ROWS[0], "`examples` must be an iterable of rows .* got dict"),
+                                             (MappingProxyType(ROWS[0]), "`examples` must be an iterable .* got "
+                                                                         "mappingproxy"),
+                                             ("Who wrote Emma?", "`examples` must be an iterable of rows .* got str"),
+                                             ([ROWS[0], "Who?"], "example 1 of `examples` must be a mapping")])
 def test_examples_of_another_type_are_refused_by_name(model, tokenizer, store, examples, match):
     with pytest.raises(TypeError, match=match):
         answer_with_document_caches(model, tokenizer, store, examples, max_new_tokens=2)
@@ -85,6 +89,15 @@ def test_examples_of_another_type_are_refused_by_name(model, tokenizer, store, e
 def test_examples_may_be_any_iterable_of_rows(model, tokenizer, store):
     answers = answer_with_document_caches(model, tokenizer, store, (row for row in ROWS), max_new_tokens=2)
     assert list(answers) == ["a", "b"]
+
+
+def test_rows_may_be_any_mapping(model, tokenizer, store):
+    """Rows that are mappings but not dicts (a read-only view here) answer as the dicts do (they were refused)."""
+    rows = [MappingProxyType(row) for row in ROWS]
+    assert (answer_with_document_caches(model, tokenizer, store, rows, max_new_tokens=2)
+            == answer_with_document_caches(model, tokenizer, store, ROWS, max_new_tokens=2))
+    assert (answer_with_full_prompt(model, tokenizer, rows, max_document_length=32, max_new_tokens=2)
+            == answer_with_full_prompt(model, tokenizer, ROWS, max_document_length=32, max_new_tokens=2))
 
 
 def test_a_stale_fingerprint_is_refused_not_served(tokenizer, tmp_path):

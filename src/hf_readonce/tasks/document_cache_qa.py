@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
@@ -196,17 +196,17 @@ class _StopAfterFirstLine(StoppingCriteria):
         return torch.tensor(["\n" in text.lstrip() for text in texts], dtype=torch.bool, device=input_ids.device)
 
 
-def _check(examples, batch_size, max_new_tokens) -> list[dict]:
-    """The rows as a list, checked with the two counts before any work (TypeError: `examples` not a sequence of
-    dicts, e.g. one row given alone; ValueError: a bad count or row, named)."""
-    if isinstance(examples, (str, bytes, dict)) or not hasattr(examples, "__iter__"):
-        raise TypeError(f"`examples` must be a list (or `datasets.Dataset`) of dicts with `question` and `context` "
-                        f"(or `contexts`), got {type(examples).__name__}.")
+def _check(examples, batch_size, max_new_tokens) -> list[Mapping]:
+    """The rows as a list, checked with the two counts before any work (TypeError: `examples` not an iterable of
+    mappings, e.g. one row given alone; ValueError: a bad count or row, named)."""
+    if isinstance(examples, (str, bytes, Mapping)) or not hasattr(examples, "__iter__"):
+        raise TypeError(f"`examples` must be an iterable of rows (a list of dicts, a `datasets.Dataset`) with "
+                        f"`question` and `context` (or `contexts`), got {type(examples).__name__}.")
     examples = list(examples)
     for i, example in enumerate(examples):
-        if not isinstance(example, dict):
-            raise TypeError(f"example {i} of `examples` must be a dict with `question` and `context` (or "
-                            f"`contexts`), got {type(example).__name__}.")
+        if not isinstance(example, Mapping):
+            raise TypeError(f"example {i} of `examples` must be a mapping (e.g. a dict) with `question` and `context` "
+                            f"(or `contexts`), got {type(example).__name__}.")
     for name, value in (("batch_size", batch_size), ("max_new_tokens", max_new_tokens)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"`{name}` must be an int >= 1, got {value!r}.")
@@ -218,7 +218,7 @@ def _check(examples, batch_size, max_new_tokens) -> list[dict]:
     return examples
 
 
-def answer_with_document_caches(model, tokenizer, store: RepresentationStore, examples: Sequence[dict], *,
+def answer_with_document_caches(model, tokenizer, store: RepresentationStore, examples: Iterable[Mapping], *,
                                 max_document_length: int | None = None, batch_size: int = 8,
                                 max_new_tokens: int = 30, encode_missing: bool = False, dtype: str = "float16",
                                 progress: bool = False, timings: dict | None = None,
@@ -230,7 +230,8 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
     Args:
         model ([`BlockAttentionLlamaForCausalLM`]), tokenizer: the model that encoded the store and its tokenizer.
         store ([`RepresentationStore`]).
-        examples (`Sequence[dict]`): rows with `id`, `question` and `context` (str or list of str) or `contexts`.
+        examples (`Iterable[Mapping]`): rows (dicts or any mapping; a list, a `datasets.Dataset`, a generator...)
+            with `id`, `question` and `context` (str or list of str) or `contexts`; read once, before any work.
         max_document_length (`int`, *optional*): the stored document length; looked up in the store when omitted
             ([`find_document_cache_space`]).
         batch_size (`int`, defaults to 8): questions per `generate` call.
@@ -255,8 +256,8 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
             `max_position_embeddings` or a model whose `rope_type` (dynamic, longrope) makes its caches impossible to
             compose (both refused before the weights are hashed); a row whose passages and question run past the
             model's `max_position_embeddings` (naming the question and the lengths).
-        TypeError: `examples` not a sequence of dicts (e.g. one row given alone), a `model` or `store` of another
-            type.
+        TypeError: `examples` not an iterable of mappings (e.g. one row given alone), a `model` or `store` of
+            another type.
     """
     check_store_arguments(model, store, dtype)
     examples = _check(examples, batch_size, max_new_tokens)
@@ -309,7 +310,7 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
                              progress=progress, timings=timings)
 
 
-def _generate_answers(model, tokenizer, examples: Sequence[dict], batch, *, batch_size: int, max_new_tokens: int,
+def _generate_answers(model, tokenizer, examples: Sequence[Mapping], batch, *, batch_size: int, max_new_tokens: int,
                       progress: bool, timings: dict | None = None) -> dict[str, str]:
     """The batched greedy answer loop shared by [`answer_with_document_caches`] and [`answer_with_full_prompt`]:
     `batch(rows)` gives `(input_ids, attention_mask, extra generate() kwargs)` for a range of example indices; the
@@ -366,7 +367,7 @@ def prompt_ids(tokenizer, passages: Sequence[str], question: str, max_document_l
     return ids + tail, blocks + [-1] * len(tail)
 
 
-def answer_with_full_prompt(model, tokenizer, examples: Sequence[dict], *, max_document_length: int,
+def answer_with_full_prompt(model, tokenizer, examples: Iterable[Mapping], *, max_document_length: int,
                             add_special_tokens: bool = False, batch_size: int = 8, max_new_tokens: int = 30,
                             progress: bool = False) -> dict[str, str]:
     """The baseline of [`answer_with_document_caches`]: the same prompt read in full by the model (documents
@@ -382,7 +383,7 @@ def answer_with_full_prompt(model, tokenizer, examples: Sequence[dict], *, max_d
         `dict[str, str]`: example id -> answer.
 
     Raises:
-        ValueError: bad rows or arguments (naming them). TypeError: `examples` not a sequence of dicts.
+        ValueError: bad rows or arguments (naming them). TypeError: `examples` not an iterable of mappings.
     """
     examples = _check(examples, batch_size, max_new_tokens)
     pad = _generation_kwargs(tokenizer, max_new_tokens)["pad_token_id"]
