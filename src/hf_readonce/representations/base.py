@@ -8,6 +8,8 @@ A family adds one file to this folder that defines its adapter and declares the 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import json
 import math
@@ -113,6 +115,50 @@ def tokenizer_fingerprint(tokenizer) -> str:
             _TOKENIZER_FINGERPRINTS.pop(next(iter(_TOKENIZER_FINGERPRINTS)), None)
         _TOKENIZER_FINGERPRINTS[key] = digest
     return digest
+
+
+# the tokenizer of the task call under way and its fingerprint, once computed ([`one_tokenizer_fingerprint`])
+_CALL_TOKENIZER: contextvars.ContextVar = contextvars.ContextVar("hf_readonce_call_tokenizer", default=None)
+
+
+@contextlib.contextmanager
+def one_tokenizer_fingerprint(tokenizer):
+    """Within the block, [`scoped_tokenizer_fingerprint`] of `tokenizer` (this object) is computed once, the first
+    time it is asked for, and then returned as it is: what a task entry point wraps its work in, since it builds
+    several adapters of one tokenizer (one that finds the stored space, the default one it prefers, the one that
+    reads it), each of which serialized the whole tokenizer to hash it (about 0.05 s for SmolLM2's). The value is
+    [`tokenizer_fingerprint`]'s, so the same stores are found. The tokenizer must not be changed within the block (an
+    added token, another normalizer); the truncation and padding state that tokenizing leaves never counts. A block
+    nested in one of the same tokenizer shares its digest.
+
+    Args:
+        tokenizer: the call's tokenizer (nothing is computed on entering: a tokenizer of the wrong type is refused
+            where an adapter is built, as without the block).
+    """
+    held = _CALL_TOKENIZER.get()
+    if held is not None and held[0] is tokenizer:
+        yield
+        return
+    token = _CALL_TOKENIZER.set([tokenizer, None])
+    try:
+        yield
+    finally:
+        _CALL_TOKENIZER.reset(token)
+
+
+def scoped_tokenizer_fingerprint(tokenizer) -> str:
+    """[`tokenizer_fingerprint`], computed once per [`one_tokenizer_fingerprint`] block of this tokenizer (what the
+    adapters record in their settings); outside such a block, computed on each call.
+
+    Raises:
+        TypeError: if the tokenizer is not a fast (Rust-backed) tokenizer.
+    """
+    held = _CALL_TOKENIZER.get()
+    if held is None or held[0] is not tokenizer:
+        return tokenizer_fingerprint(tokenizer)
+    if held[1] is None:
+        held[1] = tokenizer_fingerprint(tokenizer)
+    return held[1]
 
 
 class DocumentError(ValueError):
@@ -563,5 +609,5 @@ class AdapterBase:
 
 
 __all__ = ["AdapterBase", "DocumentError", "RecomputeCheck", "RepresentationAdapter", "check_positive_ints",
-           "current_fingerprint", "kl_divergence", "masked_log_softmax", "pad_batch", "pad_rows", "tokenizer_fingerprint",
-           "weights_digest"]
+           "current_fingerprint", "kl_divergence", "masked_log_softmax", "one_tokenizer_fingerprint", "pad_batch", "pad_rows",
+           "scoped_tokenizer_fingerprint", "tokenizer_fingerprint", "weights_digest"]

@@ -15,7 +15,7 @@ from ..models.block_attention_llama.modeling_block_attention_llama import (
     _check_rope,
     rope_setting,
 )
-from .base import AdapterBase, DocumentError, check_positive_ints, tokenizer_fingerprint
+from .base import AdapterBase, DocumentError, check_positive_ints, scoped_tokenizer_fingerprint
 from .registry import CardText, register_family
 
 
@@ -87,7 +87,7 @@ class BlockAttentionLlamaAdapter(AdapterBase):
         self.max_document_length = max_document_length if max_document_length is not None else positions
         self.add_special_tokens = add_special_tokens
         self.batch_size = batch_size
-        self._tokenizer_hash = tokenizer_fingerprint(tokenizer)
+        self._tokenizer_hash = scoped_tokenizer_fingerprint(tokenizer)
 
     @classmethod
     def load_model(cls, name_or_path: str, **kwargs):

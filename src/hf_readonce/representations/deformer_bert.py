@@ -16,7 +16,14 @@ from ..models.deformer_bert.modeling_deformer_bert import (
     DeformerPassageOutput,
 )
 from ..models.deformer_bert.pipeline_deformer_bert import DeformerQuestionAnsweringPipeline, passage_windows
-from .base import AdapterBase, DocumentError, masked_log_softmax, pad_batch, pad_rows, tokenizer_fingerprint
+from .base import (
+    AdapterBase,
+    DocumentError,
+    masked_log_softmax,
+    pad_batch,
+    pad_rows,
+    scoped_tokenizer_fingerprint,
+)
 from .registry import CardText, register_family
 
 
@@ -225,7 +232,7 @@ class DeformerBertAdapter(AdapterBase):
         self.max_passage_length = max_passage_length
         self.doc_stride = doc_stride
         self.batch_size = batch_size
-        self._tokenizer_hash = tokenizer_fingerprint(tokenizer)
+        self._tokenizer_hash = scoped_tokenizer_fingerprint(tokenizer)
 
     @classmethod
     def load_model(cls, name_or_path: str, num_decomposed_layers: int | None = None, **kwargs):
@@ -257,7 +264,7 @@ class DeformerBertAdapter(AdapterBase):
         """Whether stored `settings` were made by this adapter type with this tokenizer (used to find the space of
         a store when the window settings are not given)."""
         return settings.get("representation") == cls.representation and settings.get(
-            "tokenizer") == tokenizer_fingerprint(tokenizer)
+            "tokenizer") == scoped_tokenizer_fingerprint(tokenizer)
 
     def num_tokens(self, tensors: dict) -> int:
         """Tokens stored for one document (window tokens, `[SEP]`s included)."""

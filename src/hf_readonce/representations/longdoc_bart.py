@@ -16,7 +16,7 @@ from ..models.longdoc_bart.modeling_longdoc_bart import (
     LongDocBartPreTrainedModel,
 )
 from ..models.longdoc_bart.pipeline_longdoc_bart import LongDocSummarizationPipeline
-from .base import AdapterBase, check_positive_ints, pad_rows, tokenizer_fingerprint
+from .base import AdapterBase, check_positive_ints, pad_rows, scoped_tokenizer_fingerprint
 from .registry import CardText, register_family
 
 
@@ -90,7 +90,7 @@ class LongDocBartAdapter(AdapterBase):
                              f"max_position_embeddings {positions} (learned positions); extend the position table.")
         self.model, self.tokenizer = model, tokenizer
         self.max_document_length, self.batch_size = max_document_length, batch_size
-        self._tokenizer_hash = tokenizer_fingerprint(tokenizer)
+        self._tokenizer_hash = scoped_tokenizer_fingerprint(tokenizer)
 
     @classmethod
     def load_model(cls, name_or_path: str, **kwargs):

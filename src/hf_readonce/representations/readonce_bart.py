@@ -15,7 +15,7 @@ from ..models.readonce_bart.pipeline_readonce_bart import (
     ReadOnceSummarizationPipeline,
     ReadOnceText2TextGenerationPipeline,
 )
-from .base import AdapterBase, check_positive_ints, pad_rows, tokenizer_fingerprint
+from .base import AdapterBase, check_positive_ints, pad_rows, scoped_tokenizer_fingerprint
 from .registry import CardText, register_family
 
 
@@ -69,7 +69,7 @@ class ReadOnceBartAdapter(AdapterBase):
         self.compression_ratio = compression_ratio if compression_ratio is not None else model.config.compression_ratio
         self.max_document_length = (max_document_length if max_document_length is not None
                                     else model.config.default_document_length(self.compression_ratio))
-        self._tokenizer_hash = tokenizer_fingerprint(tokenizer)
+        self._tokenizer_hash = scoped_tokenizer_fingerprint(tokenizer)
 
     @classmethod
     def load_model(cls, name_or_path: str, **kwargs):

@@ -26,7 +26,7 @@ from ..models.readtwice_bert.pipeline_readtwice_bert import (
     check_overflow_windows,
     entity_spans_for_segment,
 )
-from .base import AdapterBase, masked_log_softmax, tokenizer_fingerprint
+from .base import AdapterBase, masked_log_softmax, scoped_tokenizer_fingerprint
 from .registry import CardText, register_family
 
 
@@ -103,7 +103,7 @@ class ReadTwiceBertAdapter(AdapterBase):
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"`batch_size` must be an int >= 1, got {batch_size!r}.")
         self.model, self.tokenizer, self.mention_fn, self.batch_size = model, tokenizer, mention_fn, batch_size
-        self._tokenizer_hash = tokenizer_fingerprint(tokenizer)
+        self._tokenizer_hash = scoped_tokenizer_fingerprint(tokenizer)
 
     @classmethod
     def load_model(cls, name_or_path: str, **kwargs):
