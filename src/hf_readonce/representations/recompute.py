@@ -9,7 +9,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from ..store import RepresentationStore, canonical_settings
-from .base import current_fingerprint
+from .base import current_fingerprint, one_tokenizer_fingerprint
 from .registry import get_adapter_class
 
 
@@ -108,55 +108,63 @@ def recompute_store(store: RepresentationStore, model, tokenizer, num_documents:
     texts = texts or {}
     store.refresh()
     dtypes = {key: space["dtypes"] for key, space in store.info()["spaces"].items()}
-    reports, own = [], None
-    for space in sorted(store.spaces(), key=lambda s: s.key):
-        if space.model_type not in (None, adapter_class.model_type):
-            continue
-        if space.settings.get("representation") != getattr(adapter_class, "representation", None):
-            continue
-        try:
-            adapter = adapter_class(model, tokenizer, **adapter_class.settings_kwargs(space.settings))
-        except (TypeError, ValueError) as error:
-            adapter, reason = None, f"cannot rebuild the adapter from the stored settings: {error}"
-        if adapter is None:  # whose space it is, without the adapter: the model's own fingerprint (hashed once)
-            if own is None:
-                own = current_fingerprint(model)
-            if own != space.fingerprint:
-                continue  # another model's space (e.g. one whose settings this model refuses)
-        elif current_fingerprint(adapter) != space.fingerprint:
-            continue  # another model's space
-        entries = sorted(store.entries(space.fingerprint, space.settings), key=lambda e: e.content_hash)
-        report = SpaceRecomputeReport(space=space.key, model_type=space.model_type or adapter_class.model_type,
-                                      fingerprint=space.fingerprint, settings=dict(space.settings),
-                                      dtypes=list(dtypes.get(space.key, [])), stored_documents=len(entries))
-        reports.append(report)
-        if adapter is None:
-            report.skipped = reason
-            continue
-        if canonical_settings(adapter.settings()) != canonical_settings(space.settings):
-            differing = sorted(k for k in set(adapter.settings()) | set(space.settings)
-                               if adapter.settings().get(k) != space.settings.get(k))
-            report.skipped = (f"this model and tokenizer give other settings ({', '.join(differing)} differ): the "
-                              "documents cannot be recomputed as they were stored")
-            continue
-        chosen = []
-        for entry in entries:
-            if entry.content_hash in exclude:
+    reports, own, digested = [], None, False
+    # each space's adapter records the tokenizer's fingerprint: the tokenizer is serialized once
+    with one_tokenizer_fingerprint(tokenizer):
+        for space in sorted(store.spaces(), key=lambda s: s.key):
+            if space.model_type not in (None, adapter_class.model_type):
                 continue
-            text = texts.get(entry.content_hash)
-            if text is None and adapter.recompute_needs_text:
-                report.unavailable += 1
+            if space.settings.get("representation") != getattr(adapter_class, "representation", None):
                 continue
-            chosen.append((entry, text))
-            if len(chosen) == num_documents:
-                break
-        if not chosen and report.unavailable:
-            report.skipped = (f"{adapter_class.model_type} representations keep no tokens: recomputing needs the "
-                              "documents' texts, and none of this space's documents was given "
-                              + ("(pass them with --documents)" if not texts else "in the texts passed"))
-        for entry, text in chosen:
-            tensors = store.read_entry(entry)
-            report.checks.append((entry.content_hash, entry.name, adapter.check_recompute(tensors, text)))
+            try:
+                adapter = adapter_class(model, tokenizer, **adapter_class.settings_kwargs(space.settings))
+            except (TypeError, ValueError) as error:
+                adapter, reason = None, f"cannot rebuild the adapter from the stored settings: {error}"
+            if adapter is None:  # whose space it is, without the adapter: the model's own fingerprint (hashed once)
+                if own is None:
+                    own = current_fingerprint(model)
+                    digested = True
+                if own != space.fingerprint:
+                    continue  # another model's space (e.g. one whose settings this model refuses)
+            else:
+                # the weights digested once per call (which refreshes the model's cached fingerprint if they
+                # changed); the other spaces' adapters, of the same model, read that cache
+                fingerprint = adapter.fingerprint() if digested else current_fingerprint(adapter)
+                digested = True
+                if fingerprint != space.fingerprint:
+                    continue  # another model's space
+            entries = sorted(store.entries(space.fingerprint, space.settings), key=lambda e: e.content_hash)
+            report = SpaceRecomputeReport(space=space.key, model_type=space.model_type or adapter_class.model_type,
+                                          fingerprint=space.fingerprint, settings=dict(space.settings),
+                                          dtypes=list(dtypes.get(space.key, [])), stored_documents=len(entries))
+            reports.append(report)
+            if adapter is None:
+                report.skipped = reason
+                continue
+            if canonical_settings(adapter.settings()) != canonical_settings(space.settings):
+                differing = sorted(k for k in set(adapter.settings()) | set(space.settings)
+                                   if adapter.settings().get(k) != space.settings.get(k))
+                report.skipped = (f"this model and tokenizer give other settings ({', '.join(differing)} differ): the "
+                                  "documents cannot be recomputed as they were stored")
+                continue
+            chosen = []
+            for entry in entries:
+                if entry.content_hash in exclude:
+                    continue
+                text = texts.get(entry.content_hash)
+                if text is None and adapter.recompute_needs_text:
+                    report.unavailable += 1
+                    continue
+                chosen.append((entry, text))
+                if len(chosen) == num_documents:
+                    break
+            if not chosen and report.unavailable:
+                report.skipped = (f"{adapter_class.model_type} representations keep no tokens: recomputing needs the "
+                                  "documents' texts, and none of this space's documents was given "
+                                  + ("(pass them with --documents)" if not texts else "in the texts passed"))
+            for entry, text in chosen:
+                tensors = store.read_entry(entry)
+                report.checks.append((entry.content_hash, entry.name, adapter.check_recompute(tensors, text)))
     return reports
 
 

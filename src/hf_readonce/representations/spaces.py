@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 
 from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore
 from ..store.maintenance import unindexed_note
-from .base import current_fingerprint
+from .base import current_fingerprint, one_tokenizer_fingerprint
 from .registry import get_adapter, get_adapter_class
 
 
@@ -188,7 +188,7 @@ def probe_adapter(model, tokenizer, store: RepresentationStore, settings: Mappin
 
 
 def adapter_for_store(model, tokenizer, store: RepresentationStore, *, settings: Mapping | None = None,
-                      encode_missing: bool = False, batch_size: int = 8):
+                      encode_missing: bool = False, batch_size: int = 8, fingerprint: str | None = None):
     """The adapter that reads `model`'s representations in `store`: with the settings of the store's only space of
     this model among those with `settings` ([`find_space`]), or, with `encode_missing` and nothing of this model
     stored yet, with `settings` (else the adapter's defaults), for what will be encoded.
@@ -200,9 +200,13 @@ def adapter_for_store(model, tokenizer, store: RepresentationStore, *, settings:
             `{"compression_ratio": 8}`); the others are read from the store.
         encode_missing (`bool`, defaults to `False`): whether the caller will encode what is missing.
         batch_size (`int`, defaults to 8): the adapter's encoding batch.
+        fingerprint (`str`, *optional*): the adapter's [`current_fingerprint`] (its model's) when the caller has just
+            computed it (it hashes the weights: a task computes it once per call); computed here when omitted.
 
     Returns:
-        the family's adapter (`adapter.settings()` are those of the space read or written).
+        the family's adapter (`adapter.settings()` are those of the space read or written). The tokenizer is
+        serialized for its fingerprint once however many adapters are built to find the space
+        ([`one_tokenizer_fingerprint`]).
 
     Raises:
         MissingRepresentationError: nothing of this family and tokenizer stored, without `encode_missing`.
@@ -212,9 +216,17 @@ def adapter_for_store(model, tokenizer, store: RepresentationStore, *, settings:
     """
     adapter_class = adapter_class_of(model)
     settings = own_settings(adapter_class, settings)
+    with one_tokenizer_fingerprint(tokenizer):  # the probe, the default adapter and the one returned
+        return _adapter_for_store(model, tokenizer, store, adapter_class, settings, encode_missing, batch_size,
+                                  fingerprint)
+
+
+def _adapter_for_store(model, tokenizer, store, adapter_class, settings, encode_missing, batch_size, fingerprint):
+    """[`adapter_for_store`] once its arguments are checked."""
     try:
         probe = probe_adapter(model, tokenizer, store, settings)
-        found = find_space(store, adapter_class, current_fingerprint(probe), probe.settings(), given=settings,
+        fingerprint = fingerprint if fingerprint is not None else current_fingerprint(probe)
+        found = find_space(store, adapter_class, fingerprint, probe.settings(), given=settings,
                            prefer=default_settings(model, tokenizer, settings))
     except RepresentationMismatchError:
         if not encode_missing:

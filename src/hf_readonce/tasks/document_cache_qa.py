@@ -30,7 +30,7 @@ from ..models.block_attention_llama.modeling_block_attention_llama import (
     check_context_length,
     check_recompute_ratio,
 )
-from ..representations.base import current_fingerprint
+from ..representations.base import current_fingerprint, one_tokenizer_fingerprint
 from ..representations.block_attention_llama import BlockAttentionLlamaAdapter
 from ..representations.fill import check_given_fingerprint, check_store_arguments, ensure_stored
 from ..representations.spaces import _choose_space, _spaces_with
@@ -262,19 +262,22 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
     check_store_arguments(model, store, dtype)
     examples = _check(examples, batch_size, max_new_tokens)
     recompute_ratio = check_recompute_ratio(recompute_ratio)
-    # the adapter's own checks cost nothing, so they come before the weights are hashed: a model of another type, a
-    # rope type whose caches cannot be composed, a `max_document_length` past the model's positions, a slow tokenizer
-    BlockAttentionLlamaAdapter(model, tokenizer, max_document_length=max_document_length)
-    # the weights are hashed once per call: the same fingerprint finds the space and reads it
-    fingerprint = current_fingerprint(model)
-    try:
-        settings = find_document_cache_space(store, model, tokenizer, max_document_length, fingerprint=fingerprint)
-    except (MissingRepresentationError, RepresentationMismatchError):  # nothing of this model's stored yet
-        if not encode_missing:
-            raise
-        settings = {"max_document_length": max_document_length, "add_special_tokens": False}
-    adapter = BlockAttentionLlamaAdapter(model, tokenizer, max_document_length=settings["max_document_length"],
-                                         add_special_tokens=settings.get("add_special_tokens", False))
+    with one_tokenizer_fingerprint(tokenizer):  # the tokenizer serialized once: for every adapter built here
+        # the adapter's own checks cost nothing, so they come before the weights are hashed: a model of another type,
+        # a rope type whose caches cannot be composed, a `max_document_length` past the model's positions, a slow
+        # tokenizer
+        BlockAttentionLlamaAdapter(model, tokenizer, max_document_length=max_document_length)
+        # the weights are hashed once per call: the same fingerprint finds the space and reads it
+        fingerprint = current_fingerprint(model)
+        try:
+            settings = find_document_cache_space(store, model, tokenizer, max_document_length,
+                                                 fingerprint=fingerprint)
+        except (MissingRepresentationError, RepresentationMismatchError):  # nothing of this model's stored yet
+            if not encode_missing:
+                raise
+            settings = {"max_document_length": max_document_length, "add_special_tokens": False}
+        adapter = BlockAttentionLlamaAdapter(model, tokenizer, max_document_length=settings["max_document_length"],
+                                             add_special_tokens=settings.get("add_special_tokens", False))
     if settings_used is not None:
         settings_used.update(max_document_length=adapter.settings()["max_document_length"],
                              prompt=f"<passage caches>{QUESTION_TEMPLATE!r}",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..representations.base import check_positive_ints
+from ..representations.base import check_positive_ints, current_fingerprint
 from ..representations.fill import check_store_arguments, ensure_stored
 from ..representations.spaces import adapter_class_of, adapter_for_store
 from ..store import RepresentationStore
@@ -75,11 +75,14 @@ def answer_from_representations(model, tokenizer, store: RepresentationStore, ex
     if getattr(adapter_class, "summary_prompt", None) is None:
         raise ValueError(f"{adapter_class.model_type} models read no question with a document's representations: "
                          "they cannot answer from the store.")
+    # the weights are hashed once per call: the same fingerprint finds the space and reads it
+    fingerprint = current_fingerprint(model) if hasattr(model, "representation_fingerprint") else None
     adapter = adapter_for_store(model, tokenizer, store, settings=settings, encode_missing=encode_missing,
-                                batch_size=batch_size)
+                                batch_size=batch_size, fingerprint=fingerprint)
     texts = list(dict.fromkeys(e["context"] for e in examples))
-    fingerprint, stored_settings, by_text = ensure_stored(adapter, store, texts, encode_missing=encode_missing, dtype=dtype,
-                                                          name_of=question_of_context(examples))
+    fingerprint, stored_settings, by_text = ensure_stored(adapter, store, texts, encode_missing=encode_missing,
+                                                          dtype=dtype, name_of=question_of_context(examples),
+                                                          fingerprint=fingerprint)
     if settings_used is not None:
         settings_used.update({name: stored_settings.get(name) for name in adapter_class.cli_settings})
         settings_used.update(decoding="greedy", prompt="the question")

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..representations.base import check_positive_ints, current_fingerprint, tokenizer_fingerprint
+from ..representations.base import (
+    check_positive_ints,
+    current_fingerprint,
+    one_tokenizer_fingerprint,
+    scoped_tokenizer_fingerprint,
+)
 from ..representations.deformer_bert import DeformerBertAdapter
 from ..representations.fill import check_store_arguments, ensure_stored
 from ..representations.spaces import default_settings, find_space
@@ -24,10 +29,14 @@ from .question_answering import (
 
 
 def find_deformer_space(store: RepresentationStore, model, tokenizer, *, max_passage_length: int | None = None,
-                        doc_stride: int | None = None) -> dict:
+                        doc_stride: int | None = None, fingerprint: str | None = None) -> dict:
     """The settings of the only DeFormer space in `store` made by this model (fingerprint, k) and tokenizer, among
     those with the given window length and stride (either may be given alone; the other is then the stored one):
     [`hf_readonce.representations.spaces.find_space`], with DeFormer's words when nothing is stored.
+
+    `fingerprint` (*optional*): the model's [`current_fingerprint`] when the caller has just computed it (it hashes
+    the weights); computed here when omitted. The tokenizer is serialized for its fingerprint once per call
+    ([`one_tokenizer_fingerprint`]).
 
     Raises:
         RepresentationMismatchError: if the store holds DeFormer states only for other fingerprints (names both).
@@ -40,17 +49,21 @@ def find_deformer_space(store: RepresentationStore, model, tokenizer, *, max_pas
     wanted = {name: value for name, value in (("max_passage_length", max_passage_length), ("doc_stride", doc_stride))
               if value is not None}
     k = int(model.config.num_decomposed_layers)
-    settings = {"representation": DeformerBertAdapter.representation, "tokenizer": tokenizer_fingerprint(tokenizer),
-                "num_decomposed_layers": k, **wanted}  # DeformerBertAdapter.settings(), the windows free
-    fingerprint = current_fingerprint(model)  # the weights as they are now (also after a `.data` edit)
-    found = find_space(store, DeformerBertAdapter, fingerprint, settings, given=wanted,
-                       prefer=default_settings(model, tokenizer, wanted))  # the windows the checkpoint records
-    if found is not None:
-        return found
-    names = ("num_decomposed_layers", "max_passage_length", "doc_stride")
-    others = sorted({", ".join(f"{name}={s.settings.get(name)}" for name in names)
-                     + (" (this model's)" if s.fingerprint == fingerprint else " (another fingerprint: other weights, k or compute dtype)")
-                     for s in store.spaces() if DeformerBertAdapter.settings_match(s.settings, tokenizer)})
+    with one_tokenizer_fingerprint(tokenizer):  # the settings below, the default adapter's and each space's check
+        settings = {"representation": DeformerBertAdapter.representation,
+                    "tokenizer": scoped_tokenizer_fingerprint(tokenizer),
+                    "num_decomposed_layers": k, **wanted}  # DeformerBertAdapter.settings(), the windows free
+        # the weights as they are now (also after a `.data` edit)
+        fingerprint = fingerprint if fingerprint is not None else current_fingerprint(model)
+        found = find_space(store, DeformerBertAdapter, fingerprint, settings, given=wanted,
+                           prefer=default_settings(model, tokenizer, wanted))  # the windows the checkpoint records
+        if found is not None:
+            return found
+        names = ("num_decomposed_layers", "max_passage_length", "doc_stride")
+        others = sorted({", ".join(f"{name}={s.settings.get(name)}" for name in names)
+                         + (" (this model's)" if s.fingerprint == fingerprint
+                            else " (another fingerprint: other weights, k or compute dtype)")
+                         for s in store.spaces() if DeformerBertAdapter.settings_match(s.settings, tokenizer)})
     held = sorted({s.model_type or "?" for s in store.spaces()})
     note = unindexed_note(store)
     this = ", ".join(f"{name}={value}" for name, value in {"num_decomposed_layers": k, **wanted}.items())
@@ -138,21 +151,25 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
     check_positive_ints({"batch_size": batch_size, "passages_per_chunk": passages_per_chunk,
                          "max_question_length": max_question_length})
     check_decoding_arguments(n_best_size, max_answer_length, allow_no_answer, null_score_diff_threshold, examples)
-    if max_passage_length is None or doc_stride is None:
-        try:
-            found = find_deformer_space(store, model, tokenizer, max_passage_length=max_passage_length,
-                                        doc_stride=doc_stride)
-        except (MissingRepresentationError, RepresentationMismatchError):
-            if not encode_missing:
-                raise
-            # Nothing of this model stored yet: the window `hf-readonce encode` would take (what the checkpoint
-            # records it was trained with, else the adapter's defaults), the given one kept.
-            found = window_defaults(model)
-            found.update({name: value for name, value in (("max_passage_length", max_passage_length),
-                                                          ("doc_stride", doc_stride)) if value is not None})
-        max_passage_length, doc_stride = found["max_passage_length"], found["doc_stride"]
-    adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=max_passage_length, doc_stride=doc_stride,
-                                   batch_size=batch_size)
+    # the weights are hashed once per call, and the tokenizer serialized once: the same fingerprint and tokenizer
+    # digest find the windows and read them (a model of another type gets None here and the adapter's error below)
+    fingerprint = current_fingerprint(model) if hasattr(model, "representation_fingerprint") else None
+    with one_tokenizer_fingerprint(tokenizer):
+        if max_passage_length is None or doc_stride is None:
+            try:
+                found = find_deformer_space(store, model, tokenizer, max_passage_length=max_passage_length,
+                                            doc_stride=doc_stride, fingerprint=fingerprint)
+            except (MissingRepresentationError, RepresentationMismatchError):
+                if not encode_missing:
+                    raise
+                # Nothing of this model stored yet: the window `hf-readonce encode` would take (what the checkpoint
+                # records it was trained with, else the adapter's defaults), the given one kept.
+                found = window_defaults(model)
+                found.update({name: value for name, value in (("max_passage_length", max_passage_length),
+                                                              ("doc_stride", doc_stride)) if value is not None})
+            max_passage_length, doc_stride = found["max_passage_length"], found["doc_stride"]
+        adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=max_passage_length, doc_stride=doc_stride,
+                                       batch_size=batch_size)
     if settings_used is not None:
         settings_used.update(max_passage_length=max_passage_length, doc_stride=doc_stride)
     contexts: dict[str, int] = {}
@@ -161,7 +178,8 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
     texts = list(contexts)
     fingerprint, settings, by_text = ensure_stored(adapter, store, texts, encode_missing=encode_missing, dtype=dtype,
                                                    what="passages",
-                                                   name_of=question_of_context(examples, "the passage"))
+                                                   name_of=question_of_context(examples, "the passage"),
+                                                   fingerprint=fingerprint)
     hashes = [by_text[t] for t in texts]
     questions = tokenize_questions(tokenizer, [e["question"] for e in examples], max_question_length)
     by_passage: dict[int, list[int]] = {}

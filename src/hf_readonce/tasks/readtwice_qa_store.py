@@ -23,19 +23,23 @@ from .question_answering import (
 
 
 def _adapter(model, tokenizer, store: RepresentationStore, mention_fn, batch_size: int,
-             mentions: str | None = None) -> ReadTwiceBertAdapter:
-    """The adapter that reads this model's stored first reads; for entity memories without `mention_fn` or
-    `mentions`, the mention finder the checkpoint records (`config.mentions`), else the one (of
-    [`MENTION_FUNCTIONS`], by name) the store's first reads of this model were made with."""
-    recorded = None
+             mentions: str | None = None) -> tuple[ReadTwiceBertAdapter, str | None]:
+    """`(adapter, fingerprint)`: the adapter that reads this model's stored first reads; for entity memories without
+    `mention_fn` or `mentions`, the mention finder the checkpoint records (`config.mentions`), else the one (of
+    [`MENTION_FUNCTIONS`], by name) the store's first reads of this model were made with, looked up by the model's
+    [`current_fingerprint`], which is returned for reading them (`None` when it was not needed here)."""
+    recorded = fingerprint = None
     if mentions is None and mention_fn is None and model.config.memory_type == "entity":
         recorded = mentions = getattr(model.config, "mentions", None)  # what the checkpoint records, as `encode`
         if mentions is None:
-            fingerprint = current_fingerprint(model.bert if hasattr(model, "bert") else model)
+            # the adapter's fingerprint (its `model`'s weights digested, as `ensure_stored` would: read it once)
+            fingerprint = current_fingerprint(model)
             mentions = next((s.settings["mentions"] for s in store.spaces() if s.fingerprint == fingerprint
                              and s.settings.get("mentions") in MENTION_FUNCTIONS), None)
     try:
-        return ReadTwiceBertAdapter(model, tokenizer, mention_fn=mention_fn, batch_size=batch_size, mentions=mentions)
+        adapter = ReadTwiceBertAdapter(model, tokenizer, mention_fn=mention_fn, batch_size=batch_size,
+                                       mentions=mentions)
+        return adapter, fingerprint
     except ValueError as error:
         if recorded is None:
             raise
@@ -96,7 +100,7 @@ def answer_from_readtwice_store(model, tokenizer, store: RepresentationStore, ex
     check_positive_ints({"batch_size": batch_size, "documents_per_chunk": documents_per_chunk,
                          "max_question_length": max_question_length})
     check_decoding_arguments(n_best_size, max_answer_length, examples=examples)
-    adapter = _adapter(model, tokenizer, store, mention_fn, batch_size, mentions)
+    adapter, fingerprint = _adapter(model, tokenizer, store, mention_fn, batch_size, mentions)
     if settings_used is not None:
         settings_used.update({name: adapter.settings()[name]
                               for name in ("segment_length", "segment_overlap", "memory_type")})
@@ -105,7 +109,7 @@ def answer_from_readtwice_store(model, tokenizer, store: RepresentationStore, ex
         contexts.setdefault(example["context"], len(contexts))
     texts = list(contexts)
     fingerprint, settings, by_text = ensure_stored(adapter, store, texts, encode_missing=encode_missing, dtype=dtype,
-                                                   name_of=question_of_context(examples))
+                                                   name_of=question_of_context(examples), fingerprint=fingerprint)
     hashes = [by_text[t] for t in texts]
     questions = [list(ids) for ids in tokenizer([e["question"].strip() for e in examples], truncation=True,
                                                 max_length=max_question_length)["input_ids"]]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..representations.base import current_fingerprint
+from ..representations.base import current_fingerprint, one_tokenizer_fingerprint
 from ..representations.fill import check_store_arguments, ensure_stored
 from ..representations.registry import family_of, get_adapter_class, registered_families
 from ..representations.spaces import adapter_for_store, default_settings, find_space, own_settings, probe_adapter
@@ -41,7 +41,7 @@ def _adapter_class(model):
 
 
 def find_summarization_space(store: RepresentationStore, model, tokenizer,
-                             settings: Mapping | None = None) -> dict | None:
+                             settings: Mapping | None = None, *, fingerprint: str | None = None) -> dict | None:
     """The settings of the only representation space in `store` that `model` (its current weights: fingerprint) and
     `tokenizer` wrote, among those with the given `settings` (e.g. `{"max_document_length": 1024}`); the settings
     the adapter does not take from the command line (format, tokenizer, compute dtype...) must equal the adapter's.
@@ -51,6 +51,9 @@ def find_summarization_space(store: RepresentationStore, model, tokenizer,
         store ([`RepresentationStore`]), model, tokenizer: as [`summarize_from_store`].
         settings (`Mapping`, *optional*): adapter settings to match (the family's `cli_settings` names); the others
             are free.
+        fingerprint (`str`, *optional*): the model's [`current_fingerprint`] when the caller has just computed it (it
+            hashes the weights); computed here when omitted. The tokenizer is serialized for its fingerprint once
+            ([`one_tokenizer_fingerprint`]).
 
     Returns:
         `dict` or `None`: the space's settings; `None` when the store holds nothing of this family for this tokenizer
@@ -63,9 +66,11 @@ def find_summarization_space(store: RepresentationStore, model, tokenizer,
     """
     adapter_class = _adapter_class(model)
     settings = own_settings(adapter_class, settings)
-    probe = probe_adapter(model, tokenizer, store, settings)
-    return find_space(store, adapter_class, current_fingerprint(probe), probe.settings(), given=settings,
-                      prefer=default_settings(model, tokenizer, settings))
+    with one_tokenizer_fingerprint(tokenizer):  # the probe and the default adapter
+        probe = probe_adapter(model, tokenizer, store, settings)
+        fingerprint = fingerprint if fingerprint is not None else current_fingerprint(probe)
+        return find_space(store, adapter_class, fingerprint, probe.settings(), given=settings,
+                          prefer=default_settings(model, tokenizer, settings))
 
 
 def summarize_from_store(model, tokenizer, store: RepresentationStore, documents: Sequence[str], *,
@@ -147,15 +152,19 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
     if length is not None and length > limit:
         raise ValueError(f"`prompt` holds {length} tokens; {adapter_class.model_type} models read at most {limit} "
                          "with each document (it would be cut): pass a shorter one.")
+    # the weights are hashed once per call: the same fingerprint finds the space and reads it (a model without
+    # `representation_fingerprint` gets None here and its adapter's own fingerprint below)
+    fingerprint = current_fingerprint(model) if hasattr(model, "representation_fingerprint") else None
     adapter = adapter_for_store(model, tokenizer, store, settings=settings, encode_missing=encode_missing,
-                                batch_size=batch_size)
+                                batch_size=batch_size, fingerprint=fingerprint)
     order: dict[str, int] = {}
     for text in documents:
         order.setdefault(text, len(order))
     texts = list(order)
     fingerprint, stored_settings, by_text = ensure_stored(adapter, store, texts, encode_missing=encode_missing,
                                                           dtype=dtype,
-                                                          name_of=lambda text: f"document {documents.index(text)}")
+                                                          name_of=lambda text: f"document {documents.index(text)}",
+                                                          fingerprint=fingerprint)
     if settings_used is not None:
         settings_used.update({name: stored_settings.get(name) for name in type(adapter).cli_settings})
     if counts is not None:  # tokenized a batch at a time: a large document set is not held as token lists at once

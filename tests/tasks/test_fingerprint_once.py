@@ -1,0 +1,134 @@
+"""Each task entry point that reads a store digests the model's weights once per call and serializes the tokenizer
+once for its fingerprint (both cost tens of milliseconds on a real model: `weights_digest` reads every parameter,
+`tokenizer_fingerprint` serializes the whole vocabulary), however many adapters it builds to find the stored space;
+and it still finds the stores written before (the same keys: fingerprint and settings)."""
+
+import pytest
+import torch
+
+from hf_readonce import BlockAttentionLlamaConfig, BlockAttentionLlamaForCausalLM
+from hf_readonce.representations import DeformerBertAdapter, ReadTwiceBertAdapter, base, fill_store, get_adapter
+from hf_readonce.representations.recompute import recompute_store
+from hf_readonce.store import RepresentationStore
+from hf_readonce.tasks.document_cache_qa import answer_with_document_caches, find_document_cache_space
+from hf_readonce.tasks.generative_qa_store import answer_from_representations
+from hf_readonce.tasks.question_answering_store import answer_from_store, find_deformer_space
+from hf_readonce.tasks.readtwice_qa_store import answer_from_readtwice_store
+from hf_readonce.tasks.summarization_store import find_summarization_space, summarize_from_store
+from tests.conftest import tiny_model
+from tests.hub.test_pipeline_readtwice import DOCUMENT, QUESTIONS, tiny_readtwice
+from tests.tasks.test_summarization_store import DOCUMENTS, longdoc, readonce
+
+ROWS = [{"id": f"q{i}", "question": "Who approved the budget?", "context": text} for i, text in enumerate(DOCUMENTS)]
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Counts of `weights_digest` calls and of tokenizer serializations fingerprinted (`tokenizer_fingerprint` keys
+    each serialization once, `_tokenizer_cache_key`)."""
+    counted = {"weights": 0, "tokenizer": 0}
+    digest, key = base.weights_digest, base._tokenizer_cache_key
+
+    def counting(name, function):
+        def wrapper(argument):
+            counted[name] += 1
+            return function(argument)
+        return wrapper
+
+    monkeypatch.setattr(base, "weights_digest", counting("weights", digest))
+    monkeypatch.setattr(base, "_tokenizer_cache_key", counting("tokenizer", key))
+    return counted
+
+
+def once(calls, run, weights=1):
+    """`run()` twice (the first computes what a model caches), the second counted: its result."""
+    run()
+    calls.update(weights=0, tokenizer=0)
+    result = run()
+    assert calls == {"weights": weights, "tokenizer": 1}
+    return result
+
+
+def deformer_store(tokenizer, path):
+    """A tiny DeFormer and a store it filled (outside any task: the keys a store written before carries)."""
+    model = tiny_model()
+    model.config.max_passage_length, model.config.doc_stride = 32, 8
+    store = RepresentationStore(path)
+    fill_store(DeformerBertAdapter(model, tokenizer), store, DOCUMENTS)
+    return model, store
+
+
+def test_answer_from_store(tokenizer, tmp_path, calls):
+    model, store = deformer_store(tokenizer, tmp_path / "store")
+    assert once(calls, lambda: find_deformer_space(store, model, tokenizer)) == DeformerBertAdapter(
+        model, tokenizer).settings()
+    answers = once(calls, lambda: answer_from_store(model, tokenizer, store, ROWS))
+    assert list(answers) == [row["id"] for row in ROWS]
+    once(calls, lambda: answer_from_store(model, tokenizer, store, ROWS, max_passage_length=32, doc_stride=8))
+
+
+def test_answer_from_store_encoding_what_is_missing(tokenizer, tmp_path, calls):
+    model, _ = deformer_store(tokenizer, tmp_path / "store")
+    answer_from_store(model, tokenizer, RepresentationStore(tmp_path / "warm"), ROWS, encode_missing=True)
+    calls.update(weights=0, tokenizer=0)
+    empty = RepresentationStore(tmp_path / "empty")
+    answer_from_store(model, tokenizer, empty, ROWS, encode_missing=True)
+    # the lookup, then `fill_store` writing the missing passages (its own entry point)
+    assert calls == {"weights": 2, "tokenizer": 1} and len(empty) == len(DOCUMENTS)
+
+
+def test_answer_from_readtwice_store_with_the_stored_mention_finder(tokenizer, tmp_path, calls):
+    model = tiny_readtwice(memory_type="entity")  # no recorded mention finder: looked up in the store by fingerprint
+    store = RepresentationStore(tmp_path / "store")
+    fill_store(ReadTwiceBertAdapter(model, tokenizer, mentions="capitalized_mentions"), store, [DOCUMENT])
+    rows = [{"id": f"a{i}", "question": question, "context": DOCUMENT} for i, question in enumerate(QUESTIONS)]
+    answers = once(calls, lambda: answer_from_readtwice_store(model, tokenizer, store, rows, max_question_length=12))
+    assert list(answers) == [row["id"] for row in rows]
+
+
+@pytest.mark.parametrize("build", [longdoc, readonce], ids=["longdoc_bart", "readonce_bart"])
+def test_summarize_from_store(tokenizer, tmp_path, calls, build):
+    model = build(tokenizer)
+    store = RepresentationStore(tmp_path / "store")
+    written = get_adapter(model, tokenizer, max_document_length=48)  # not the adapter's default length
+    fill_store(written, store, DOCUMENTS)
+    assert once(calls, lambda: find_summarization_space(store, model, tokenizer)) == written.settings()
+    counts = {}
+    summaries = once(calls, lambda: summarize_from_store(model, tokenizer, store, DOCUMENTS, max_new_tokens=2,
+                                                         counts=counts))
+    assert len(summaries) == len(DOCUMENTS) and counts["documents"] == len(DOCUMENTS)
+    if build is readonce:
+        answers = once(calls, lambda: answer_from_representations(model, tokenizer, store, ROWS, max_new_tokens=2))
+        assert list(answers) == [row["id"] for row in ROWS]
+
+
+def test_summarize_from_store_encoding_what_is_missing(tokenizer, tmp_path, calls):
+    model = longdoc(tokenizer)
+    summarize_from_store(model, tokenizer, RepresentationStore(tmp_path / "warm"), DOCUMENTS, max_new_tokens=2,
+                         encode_missing=True)
+    calls.update(weights=0, tokenizer=0)
+    empty = RepresentationStore(tmp_path / "empty")
+    summarize_from_store(model, tokenizer, empty, DOCUMENTS, max_new_tokens=2, encode_missing=True)
+    assert calls == {"weights": 2, "tokenizer": 1} and len(empty) == len(DOCUMENTS)
+
+
+def test_answer_with_document_caches_serializes_the_tokenizer_once(tokenizer, tmp_path, calls):
+    torch.manual_seed(0)
+    model = BlockAttentionLlamaForCausalLM(BlockAttentionLlamaConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, pad_token_id=0)).eval()
+    store = RepresentationStore(tmp_path / "store")
+    fill_store(get_adapter(model, tokenizer, max_document_length=32), store, DOCUMENTS[:2], dtype="float32")
+    rows = [{"id": "a", "question": "Who approved it?", "context": DOCUMENTS[0]}]
+    assert once(calls, lambda: find_document_cache_space(store, model, tokenizer))["max_document_length"] == 32
+    assert list(once(calls, lambda: answer_with_document_caches(model, tokenizer, store, rows,
+                                                                max_new_tokens=2))) == ["a"]
+
+
+def test_recompute_store_over_several_spaces(tokenizer, tmp_path, calls):
+    model, store = deformer_store(tokenizer, tmp_path / "store")
+    fill_store(DeformerBertAdapter(model, tokenizer, max_passage_length=24, doc_stride=4), store, DOCUMENTS[:1])
+    other = tiny_model(seed=1)  # another model's space of the family: its adapter is built, its fingerprint compared
+    fill_store(DeformerBertAdapter(other, tokenizer, max_passage_length=32, doc_stride=8), store, DOCUMENTS[:1])
+    reports = once(calls, lambda: recompute_store(store, model, tokenizer, 1))
+    assert len(reports) == 2 and not any(report.mismatched or report.skipped for report in reports)
