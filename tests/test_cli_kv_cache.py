@@ -343,6 +343,31 @@ def test_encode_missing_beside_another_models_caches(tmp_path, llama_checkpoint,
     assert len({space.fingerprint for space in RepresentationStore(store, readonly=True).spaces()}) == 2
 
 
+def test_answer_counts_the_passages_cut_to_the_length_read(tmp_path, llama_checkpoint, tokenizer, capsys):
+    """A passage longer than the caches read is answered from its first tokens only: `answer` says how many, with
+    --encode-missing (whose encoding said nothing of it) and from a store `encode` filled, as `summarize` does; a
+    store of short passages gives no note."""
+    lengths = [len(tokenizer(p, add_special_tokens=False).input_ids) for p in PASSAGES]
+    assert min(lengths) > 12 and min(lengths) <= 20 < max(lengths)
+    questions = write_jsonl(tmp_path / "q.jsonl", ROWS)
+    store = tmp_path / "store"
+    answer = ["answer", str(llama_checkpoint), "--store", str(store), "--questions", str(questions), "--output",
+              str(tmp_path / "p.jsonl"), "--no-progress", "--device", "cpu", "--max-answer-length", "2"]
+    assert cli_main([*answer, "--encode-missing", "--max-document-length", "12"]) == 0
+    captured = capsys.readouterr()
+    assert "--encode-missing encoded 4 of these passages first" in captured.out
+    assert "note: 4 of the 4 distinct passage(s) held more than the 12 tokens read per passage" in captured.err
+    assert cli_main(answer) == 0  # from the store: the same passages, the same note
+    assert "note: 4 of the 4 distinct passage(s) held more than the 12 tokens" in capsys.readouterr().err
+    cut = sum(length > 20 for length in lengths)
+    assert encode(llama_checkpoint, tmp_path / "s20", ROWS, tmp_path, "--max-document-length", "20") == 0
+    assert f"note: {cut} document(s) held more than the 20 tokens" in capsys.readouterr().err  # encode says it too
+    assert cli_main([*answer[:3], str(tmp_path / "s20"), *answer[4:]]) == 0
+    assert f"note: {cut} of the 4 distinct passage(s) held more than the 20 tokens" in capsys.readouterr().err
+    assert cli_main([*answer[:3], str(tmp_path / "s256"), *answer[4:], "--encode-missing"]) == 0  # all of them read
+    assert "held more than" not in capsys.readouterr().err
+
+
 def dynamic_rope_checkpoint(path, tokenizer):
     """A tiny Llama checkpoint of dynamic RoPE (whose caches cannot be composed) at `path`."""
     torch.manual_seed(0)

@@ -1213,6 +1213,9 @@ def _answer_generative(args, store, examples, output) -> int:
         options["recompute_ratio"] = args.recompute_ratio or 0.0
     if "settings_used" in accepted:
         options["settings_used"] = used
+    counts: dict = {}
+    if "counts" in accepted:  # families that read at most max_document_length tokens of a passage
+        options["counts"] = counts
     counted = _entries_of(store, {p for e in examples for p in passages_of(e)}) if args.encode_missing else None
     start = time.perf_counter()
     try:
@@ -1233,6 +1236,11 @@ def _answer_generative(args, store, examples, output) -> int:
           f"predictions written to {output}", flush=True)
     print(f"settings: max_new_tokens {args.max_answer_length}"
           + "".join(f", {name} {value}" for name, value in used.items()), flush=True)
+    if counts.get("passages_cut"):  # the answers (and EM/F1) come from the first tokens of these passages
+        print(f"hf-readonce answer: note: {counts['passages_cut']} of the {counts['passages']} distinct passage(s) "
+              f"held more than the {used.get('max_document_length')} tokens read per passage: they were cut to them "
+              "when encoded, and the answers come from those tokens only (`--max-document-length`, with `encode` or "
+              "`--encode-missing`, reads more where the model's positions allow)", file=sys.stderr)
     scored = _with_gold_answers(examples)
     if scored is not None:
         from .tasks.question_answering import format_scores, score_qa, trivial_baselines

@@ -33,6 +33,20 @@ def test_answers_from_the_store_equal_the_pipeline_reading_the_documents(tokeniz
     assert timings["read_seconds"] > 0 and timings["generate_seconds"] > 0
 
 
+def test_counts_the_documents_cut_to_the_length_read(tokenizer, tmp_path):
+    model = readonce(tokenizer)
+    lengths = [len(tokenizer(text).input_ids) for text in DOCUMENTS]
+    store = RepresentationStore(tmp_path / "store")
+    counts = {}
+    answer_from_representations(model, tokenizer, store, ROWS, max_new_tokens=2, encode_missing=True,
+                                settings={"max_document_length": 24}, counts=counts)
+    assert counts == {"passages": 3, "passages_cut": sum(length > 24 for length in lengths)}
+    assert 0 < counts["passages_cut"] < 3
+    counts.clear()
+    answer_from_representations(model, tokenizer, store, ROWS[1:2], max_new_tokens=2, counts=counts)
+    assert counts == {"passages": 1, "passages_cut": 0}
+
+
 def test_missing_and_bad_rows_are_named(tokenizer, tmp_path):
     model = readonce(tokenizer)
     store = RepresentationStore(tmp_path / "store")

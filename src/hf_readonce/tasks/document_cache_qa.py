@@ -222,7 +222,8 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
                                 max_document_length: int | None = None, batch_size: int = 8,
                                 max_new_tokens: int = 30, encode_missing: bool = False, dtype: str = "float16",
                                 progress: bool = False, timings: dict | None = None,
-                                recompute_ratio: float = 0.0, settings_used: dict | None = None) -> dict[str, str]:
+                                recompute_ratio: float = 0.0, settings_used: dict | None = None,
+                                counts: dict | None = None) -> dict[str, str]:
     """Answer questions with a causal LM from the stored key/value caches of their passages: per row, the stored
     caches of its passages (in order) are composed in front of its question prompt (see the module docstring) and
     the answer is generated greedily (`generate(document_caches=...)`, rows batched with left padding).
@@ -245,6 +246,10 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
             0 answers from the stored caches as they are, 1 as the full prompt. The store is only read.
         settings_used (`dict`, *optional*): filled with the stored document length read and the prompt, decoding
             and recompute ratio used (what `hf-readonce answer` prints).
+        counts (`dict`, *optional*): filled with `passages` (distinct passages read) and `passages_cut` (how many of
+            them hold more tokens than the caches read, `max_document_length`: they were cut to it when encoded, and
+            the answers come from their first tokens only; counting tokenizes them, so it is done only when `counts`
+            is given).
 
     Returns:
         `dict[str, str]`: example id -> answer, in example order.
@@ -292,6 +297,9 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
 
     fingerprint, settings, hashes = ensure_stored(adapter, store, texts, encode_missing=encode_missing, dtype=dtype,
                                                   what="passages", name_of=name_of, fingerprint=fingerprint)
+    if counts is not None:  # tokenized a batch at a time: a large passage set is not held as token lists at once
+        cut = sum(adapter.documents_cut(texts[start : start + 256]) for start in range(0, len(texts), 256))
+        counts.update({"passages": len(texts), "passages_cut": cut})
     timings = timings if timings is not None else {}
     timings.setdefault("read_seconds", 0.0)
     timings.setdefault("generate_seconds", 0.0)

@@ -35,7 +35,8 @@ def check_example(example: dict) -> None:
 def answer_from_representations(model, tokenizer, store: RepresentationStore, examples: Sequence[dict], *,
                                 settings: Mapping | None = None, batch_size: int = 8, max_new_tokens: int = 30,
                                 encode_missing: bool = False, dtype: str = "float16", progress: bool = False,
-                                timings: dict | None = None, settings_used: dict | None = None) -> dict[str, str]:
+                                timings: dict | None = None, settings_used: dict | None = None,
+                                counts: dict | None = None) -> dict[str, str]:
     """Answer questions from the stored representations of their documents: per row, the question is the prompt the
     model reads with its document's representations (`adapter.generation_inputs(read, prompt=questions)`), and the
     answer is generated greedily. With a float32 store the answers equal the family's text-to-text pipeline reading
@@ -56,6 +57,10 @@ def answer_from_representations(model, tokenizer, store: RepresentationStore, ex
         progress (`bool`, defaults to `False`): a tqdm bar on stderr.
         timings (`dict`, *optional*): accumulates `read_seconds` and `generate_seconds`.
         settings_used (`dict`, *optional*): filled with the stored settings read and the decoding used.
+        counts (`dict`, *optional*): filled with `passages` (distinct documents read) and `passages_cut` (how many of
+            them hold more tokens than the representations read, `max_document_length`: they were cut to it when
+            encoded, and the answers come from their first tokens only; counting tokenizes them, so it is done only
+            when `counts` is given).
 
     Returns:
         `dict[str, str]`: example id -> answer (stripped), in example order.
@@ -86,6 +91,9 @@ def answer_from_representations(model, tokenizer, store: RepresentationStore, ex
     if settings_used is not None:
         settings_used.update({name: stored_settings.get(name) for name in adapter_class.cli_settings})
         settings_used.update(decoding="greedy", prompt="the question")
+    if counts is not None:  # tokenized a batch at a time: a large document set is not held as token lists at once
+        cut = sum(adapter.documents_cut(texts[start : start + 256]) for start in range(0, len(texts), 256))
+        counts.update({"passages": len(texts), "passages_cut": cut})
     answers = generate_from_store(model, tokenizer, store, adapter, fingerprint,
                                   [by_text[e["context"]] for e in examples],
                                   [e["question"].strip() for e in examples], batch_size=batch_size,
