@@ -247,3 +247,21 @@ def test_encode_function_names_a_call_without_batched(tmp_path, tokenizer):
     function = make_encode_function(adapter, RepresentationStore(tmp_path / "store"))
     with pytest.raises(TypeError, match="must be a list of texts .*batched=True.*got a single str"):
         function({"context": "A text."})
+
+
+def test_ensure_stored_names_a_text_it_cannot_encode(tmp_path, tokenizer):
+    """`encode_missing` sets aside a text the adapter cannot encode (`fill_store` stores the others): the call fails
+    naming it and why, not with a content hash "not in store" when the task reads it."""
+    from hf_readonce.representations.fill import ensure_stored
+    from hf_readonce.store import RepresentationStore
+
+    adapter = DeformerBertAdapter(tiny_model(), tokenizer, max_passage_length=32, doc_stride=8)
+    store = RepresentationStore(tmp_path / "store")
+    texts = ["Emma is a novel by Jane Austen.", "\u200b\u200b", "Persuasion was her last novel."]
+    with pytest.raises(ValueError, match=r"1 of 3 passages cannot be encoded \(first: text 1, which has no token "
+                                         r"after tokenization .*\); the others are stored: correct that one"):
+        ensure_stored(adapter, store, texts, encode_missing=True, what="passages", name_of=lambda t: f"text "
+                      f"{texts.index(t)}")
+    assert len(store) == 2
+    fingerprint, _, hashes = ensure_stored(adapter, store, texts[::2])  # the others: stored, nothing to encode
+    assert len(hashes) == 2 and len(store) == 2

@@ -307,7 +307,9 @@ def ensure_stored(adapter, store: RepresentationStore, texts: Sequence[str], *, 
         MissingRepresentationError / RepresentationMismatchError: texts not stored for this space (counted, the first
             named; the latter when the store holds them for other models or settings, both named), with a note when
             the store holds shard files its index does not list.
-        ValueError: a `fingerprint` that is not the adapter's model's (stale, or another model's).
+        ValueError: a `fingerprint` that is not the adapter's model's (stale, or another model's); with
+            `encode_missing`, texts the adapter cannot encode (counted, the first named with the reason, e.g. no
+            token after tokenization; [`fill_store`] sets them aside and stores the others).
     """
     from ..store import MissingRepresentationError, RepresentationMismatchError
     from ..store.maintenance import unindexed_note
@@ -319,12 +321,21 @@ def ensure_stored(adapter, store: RepresentationStore, texts: Sequence[str], *, 
     settings = adapter.settings()
     hashes = {text: content_hash(text) for text in texts}
     missing = store.missing(fingerprint, settings, list(hashes.values()))
+    def named(text: str) -> str:
+        return name_of(text) if name_of is not None else f"number {list(hashes).index(text)}"
+
     if missing and encode_missing:
-        by_hash = {h: text for text, h in hashes.items()}
-        fill_store(adapter, store, [(h[:16], by_hash[h]) for h in missing], dtype=dtype)
+        by_id = {h[:16]: text for text, h in hashes.items() if h in set(missing)}
+        rejected = fill_store(adapter, store, list(by_id.items()), dtype=dtype).rejected
+        if rejected:  # the others are stored; with nothing to read for these, the task cannot go on
+            doc_id, reason = rejected[0]
+            raise ValueError(f"{len(rejected)} of {len(hashes)} {what} cannot be encoded (first: {named(by_id[doc_id])}, "
+                             f"which {reason.rstrip('.')}); the others are stored: "
+                             + ("correct that one or leave it out." if len(rejected) == 1 else
+                                "correct those or leave them out."))
     elif missing:
         first = next(text for text, h in hashes.items() if h == missing[0])
-        name = name_of(first) if name_of is not None else f"number {list(hashes).index(first)}"
+        name = named(first)
         try:
             store.entry(fingerprint, settings, missing[0])
             error_type, details = MissingRepresentationError, "stored meanwhile by another process; run again"
