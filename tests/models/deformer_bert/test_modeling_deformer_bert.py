@@ -103,6 +103,12 @@ def test_from_pretrained_fields_are_validated(tmp_path):
             DeformerBertForQuestionAnswering.from_pretrained(tmp_path, **kwargs)
     config = DeformerBertConfig.from_pretrained(tmp_path, num_decomposed_layers=1, max_passage_length=32, doc_stride=8)
     assert (config.num_decomposed_layers, config.max_passage_length, config.doc_stride) == (1, 32, 8)
+    # BERT fields given beside (num_hidden_layers=6 with k=5) are checked together, not against the saved 4 layers
+    config = DeformerBertConfig.from_pretrained(tmp_path, num_hidden_layers=6, num_decomposed_layers=5)
+    assert (config.num_hidden_layers, config.num_decomposed_layers) == (6, 5)
+    assert DeformerBertConfig.from_pretrained(tmp_path, num_hidden_layers=8).num_decomposed_layers == 6  # 3n/4
+    with pytest.raises(ValueError, match="passage_position_offset"):
+        DeformerBertConfig.from_pretrained(tmp_path, max_position_embeddings=8, passage_position_offset=10)
 
 def test_auto_classes_registered():
     config = AutoConfig.for_model("deformer_bert", **TINY, num_decomposed_layers=1)

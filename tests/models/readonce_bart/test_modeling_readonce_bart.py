@@ -60,6 +60,10 @@ def test_from_pretrained_fields_are_validated_and_derive_defaults(tmp_path):
             ReadOnceBartConfig.from_pretrained(tmp_path / "bart", **bad)
     config = ReadOnceBartConfig.from_pretrained(tmp_path / "bart", compression_ratio=16, append_layer=3)
     assert (config.compression_ratio, config.window_size, config.append_layer) == (16, 16, 3)
+    # BART fields given beside are checked together: append_layer=5 of encoder_layers=6 given (the checkpoint has 4)
+    config = ReadOnceBartConfig.from_pretrained(tmp_path / "bart", encoder_layers=6, append_layer=5)
+    assert (config.encoder_layers, config.append_layer) == (6, 5)
+    assert ReadOnceBartConfig.from_pretrained(tmp_path / "bart", encoder_layers=6).append_layer == 3  # half of them
     ReadOnceBartConfig.from_pretrained(tmp_path / "bart", compression_ratio=4, window_size=6).save_pretrained(
         tmp_path / "readonce")
     config = ReadOnceBartConfig.from_pretrained(tmp_path / "readonce", compression_ratio=8)

@@ -54,3 +54,19 @@ def test_from_pretrained_fields_are_validated_and_derive_defaults(tmp_path):
     config, unused = ReadTwiceBertConfig.from_pretrained(tmp_path / "bert", return_unused_kwargs=True,
                                                          memory_type="cls", hidden_dropout_prob=0.0, foo=1)
     assert (config.memory_type, config.hidden_dropout_prob, unused) == ("cls", 0.0, {"foo": 1})
+
+
+def test_from_pretrained_base_and_own_fields_are_validated_together(tmp_path):
+    """BERT fields given beside ReadTwice's (`num_hidden_layers=8, num_second_read_layers=6`) build the config
+    together: the own field is checked against the base field given, not the checkpoint's (it raised for a valid
+    pair), a base field given alone re-derives the defaults that follow it and is checked with them."""
+    import pytest
+
+    BertConfig(**TINY, max_position_embeddings=64).save_pretrained(tmp_path / "bert")
+    config = ReadTwiceBertConfig.from_pretrained(tmp_path / "bert", num_hidden_layers=8, num_second_read_layers=6)
+    assert (config.num_hidden_layers, config.num_second_read_layers) == (8, 6)
+    config = ReadTwiceBertConfig.from_pretrained(tmp_path / "bert", max_position_embeddings=128, segment_length=128)
+    assert (config.max_position_embeddings, config.segment_length, config.segment_overlap) == (128, 128, 32)
+    assert ReadTwiceBertConfig.from_pretrained(tmp_path / "bert", max_position_embeddings=32).segment_length == 32
+    with pytest.raises(ValueError, match="`num_second_read_layers`"):
+        ReadTwiceBertConfig.from_pretrained(tmp_path / "bert", num_hidden_layers=1)

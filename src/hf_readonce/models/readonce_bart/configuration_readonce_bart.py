@@ -5,7 +5,7 @@ Transformers", ACL 2021)."""
 
 import inspect
 
-from transformers import BartConfig
+from transformers import BartConfig, PretrainedConfig
 
 AGGREGATIONS = ("linear", "mean", "max")
 FUSIONS = ("append", "attention")
@@ -191,15 +191,19 @@ class ReadOnceBartConfig(BartConfig):
         """As [`~transformers.PreTrainedConfig.from_dict`]; a saved config with `append_layer` but no
         `append_layer_convention` (written by hf-readonce 0.1.x) is read in the 0.1.x `"before"` convention.
 
-        The keyword arguments that are this class's own fields (the arguments of `__init__`, e.g.
-        `from_pretrained(bart_checkpoint, compression_ratio=16)`) build the config with the saved values instead of
-        being set on it afterwards (what transformers does with the others): they are validated as in `__init__` (a
-        `ValueError` naming the field), and the defaults derived from them follow them: a `window_size` the
-        checkpoint does not record is k, one it records keeps its overlap `w - k` at a new k (§5.2, as the ReadOnce
-        recipe fine-tunes a checkpoint at another k), and a given `append_layer` is in the current convention."""
+        The keyword arguments that are fields of this class or of `BartConfig` (the arguments of their `__init__`,
+        e.g. `from_pretrained(bart_checkpoint, compression_ratio=16)`; not `PreTrainedConfig`'s own, which
+        transformers handles) build the config with the saved values instead of being set on it afterwards (what
+        transformers does with the others): they are validated together as in `__init__` (a `ValueError` naming the
+        field; `encoder_layers=4, append_layer=3` is checked against the 4 given), and the defaults derived from them
+        follow them: a `window_size` the checkpoint does not record is k, one it records keeps its overlap `w - k` at
+        a new k (§5.2, as the ReadOnce recipe fine-tunes a checkpoint at another k), and a given `append_layer` is in
+        the current convention."""
         if "append_layer" in config_dict and "append_layer_convention" not in config_dict:
             config_dict = {**config_dict, "append_layer_convention": "before"}
-        own = set(inspect.signature(cls.__init__).parameters) - {"self", "kwargs"}
+        own = {name for klass in cls.__mro__[:cls.__mro__.index(PretrainedConfig)] if "__init__" in vars(klass)
+               for name in inspect.signature(klass.__init__).parameters}
+        own -= {"self", "args", "kwargs", *inspect.signature(PretrainedConfig.__init__).parameters}
         given = {key: kwargs.pop(key) for key in list(kwargs) if key in own}
         if "append_layer" in given:
             given.setdefault("append_layer_convention", "after")

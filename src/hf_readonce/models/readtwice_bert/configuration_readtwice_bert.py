@@ -5,7 +5,7 @@ Memories")."""
 
 import inspect
 
-from transformers import BertConfig
+from transformers import BertConfig, PretrainedConfig
 
 MEMORY_TYPES = ("cls", "sts", "entity")
 MEMORY_OUTPUT_INITS = ("identity", "zero")
@@ -163,12 +163,16 @@ class ReadTwiceBertConfig(BertConfig):
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
-        """As [`~transformers.PreTrainedConfig.from_dict`], but the keyword arguments that are this class's own fields
-        (the arguments of `__init__`, as `from_pretrained(checkpoint, field=value)` passes them) build the config with
-        the saved values instead of being set on it afterwards (what transformers does with the others): they are
-        validated as in `__init__` (a `ValueError` naming the field), and the defaults `__init__` derives from them
+        """As [`~transformers.PreTrainedConfig.from_dict`], but the keyword arguments that are fields of this class or of
+        the transformers config it extends (the arguments of their `__init__`, as `from_pretrained(checkpoint,
+        field=value)` passes them; not `PreTrainedConfig`'s own, which transformers handles) build the config with the
+        saved values instead of being set on it afterwards (what transformers does with the others): they are
+        validated together as in `__init__` (a `ValueError` naming the field; `num_hidden_layers=8,
+        num_second_read_layers=6` is checked against the 8 given), and the defaults `__init__` derives from them
         follow them where the checkpoint does not record those (ReadTwice: `segment_overlap` from `segment_length`)."""
-        own = set(inspect.signature(cls.__init__).parameters) - {"self", "kwargs"}
+        own = {name for klass in cls.__mro__[:cls.__mro__.index(PretrainedConfig)] if "__init__" in vars(klass)
+               for name in inspect.signature(klass.__init__).parameters}
+        own -= {"self", "args", "kwargs", *inspect.signature(PretrainedConfig.__init__).parameters}
         given = {key: kwargs.pop(key) for key in list(kwargs) if key in own}
         return super().from_dict({**config_dict, **given}, **kwargs)
 
