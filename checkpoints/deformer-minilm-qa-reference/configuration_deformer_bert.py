@@ -151,7 +151,8 @@ class DeformerBertConfig(BertConfig):
         saved values instead of being set on it afterwards (what transformers does with the others): they are
         validated together as in `__init__` (a `ValueError` naming the field; `num_hidden_layers=8,
         num_second_read_layers=6` is checked against the 8 given), and the defaults `__init__` derives from them
-        follow them where the checkpoint does not record those (ReadTwice: `segment_overlap` from `segment_length`)."""
+        follow them where the checkpoint does not record those (e.g. ReadTwice's `segment_overlap` from
+        `segment_length`, DeFormer's `num_decomposed_layers` from `num_hidden_layers`)."""
         own = {name for klass in cls.__mro__[:cls.__mro__.index(PretrainedConfig)] if "__init__" in vars(klass)
                for name in inspect.signature(klass.__init__).parameters}
         own -= {"self", "args", "kwargs", *inspect.signature(PretrainedConfig.__init__).parameters}

@@ -301,7 +301,7 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
     def __init__(self, config: DeformerBertConfig):
         super().__init__(config)
         self.config = config
-        k = config.num_decomposed_layers  # `from_pretrained(..., num_decomposed_layers=k)` sets it after validation
+        k = config.num_decomposed_layers  # the config checks it when built; again here for one edited afterwards
         if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= config.num_hidden_layers:
             raise ValueError(f"`num_decomposed_layers` must be an int between 0 and num_hidden_layers="
                              f"{config.num_hidden_layers}, got {k!r}.")

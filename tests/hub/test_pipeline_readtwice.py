@@ -214,6 +214,9 @@ def test_entity_checkpoint_recording_its_mention_finder_needs_no_mention_fn(toke
     model.config.mentions = "spacy"  # a finder no file carries: still required, and the message says why
     with pytest.raises(ValueError, match=r"records no mention finder of \['capitalized_mentions'\] .*'spacy'"):
         pipe(question="Who?", context=DOCUMENT)
+    model.config.mentions = ["capitalized_mentions"]  # hand-edited into no name: the same message, not a bare
+    with pytest.raises(ValueError, match=r"records no mention finder"):  # TypeError 'unhashable type: list'
+        pipe(question="Who?", context=DOCUMENT)
     model.config.mentions = "capitalized_mentions"
     model.save_pretrained(tmp_path / "ckpt")
     tokenizer.save_pretrained(tmp_path / "ckpt")

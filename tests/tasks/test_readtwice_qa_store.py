@@ -149,3 +149,12 @@ def test_cli_encodes_entity_memories_with_the_mentions_option(tokenizer, tmp_pat
     tokenizer.save_pretrained(sts)
     assert cli_main(["encode", str(sts), *common, "--mentions", "capitalized_mentions"]) == 2
     assert "applies to entity memories only" in capsys.readouterr().err
+
+
+def test_a_mentions_setting_that_is_no_name_is_refused_by_name(tokenizer):
+    """`mentions` is the name of a finder in `MENTION_FUNCTIONS`: a list (a hand-edited config, a stored setting) is
+    refused as any unknown name is, naming `mentions`, not with a bare "unhashable type" TypeError."""
+    model = tiny_readtwice(memory_type="entity")
+    with pytest.raises(ValueError, match=r"`mentions` \(--mentions\) must be one of \['capitalized_mentions'\]"):
+        ReadTwiceBertAdapter(model, tokenizer, mentions=["capitalized_mentions"])
+    assert ReadTwiceBertAdapter.settings_kwargs({"mentions": ["capitalized_mentions"]}) == {}

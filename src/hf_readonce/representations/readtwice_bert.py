@@ -77,7 +77,7 @@ class ReadTwiceBertAdapter(AdapterBase):
     def settings_kwargs(cls, settings) -> dict:
         """Constructor arguments of a stored space's settings: the mention function when it is the package's
         `capitalized_mentions` (another one cannot be rebuilt from its name: pass it yourself)."""
-        if settings.get("mentions") in MENTION_FUNCTIONS:
+        if isinstance(settings.get("mentions"), str) and settings["mentions"] in MENTION_FUNCTIONS:
             return {"mention_fn": MENTION_FUNCTIONS[settings["mentions"]]}
         return {}
 
@@ -88,7 +88,7 @@ class ReadTwiceBertAdapter(AdapterBase):
                 "ReadTwice first reads are document-only (storable) only with question_in_first_read=False."
             )
         if mentions is not None:
-            if mentions not in MENTION_FUNCTIONS:
+            if not isinstance(mentions, str) or mentions not in MENTION_FUNCTIONS:
                 raise ValueError(f"`mentions` (--mentions) must be one of {sorted(MENTION_FUNCTIONS)}, got "
                                  f"{mentions!r}.")
             if config.memory_type != "entity":

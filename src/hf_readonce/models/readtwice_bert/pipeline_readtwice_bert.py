@@ -468,7 +468,8 @@ class ReadTwiceQuestionAnsweringPipeline(_TokenizerPipeline):
             max_question_len = getattr(config, "max_question_length", None) or _DEFAULT_MAX_QUESTION_LEN
         entity = getattr(config, "memory_type", None) == "entity"
         if entity and mention_fn is None:  # the finder the checkpoint was trained with, where it records one
-            mention_fn = MENTION_FUNCTIONS.get(getattr(config, "mentions", None))
+            recorded = getattr(config, "mentions", None)  # a name; anything else (a hand-edited list) is no finder
+            mention_fn = MENTION_FUNCTIONS.get(recorded) if isinstance(recorded, str) else None
         if entity and mention_fn is None:
             raise ValueError("this ReadTwice model uses entity memories (memory_type='entity') and records no mention "
                              f"finder of {sorted(MENTION_FUNCTIONS)} (config.mentions = "
