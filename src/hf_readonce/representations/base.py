@@ -52,14 +52,20 @@ class RepresentationAdapter(Protocol):
         """JSON-ready representation settings (the store key of everything else that changes the tensors)."""
 
     def encode(self, texts: Sequence[str]) -> list[dict[str, torch.Tensor]]:
-        """One dict of named tensors per text (what the store keeps)."""
+        """One dict of named tensors per text (what the store keeps), in the order of `texts`. The names, shapes and
+        dtypes are the family's, listed in its adapter's class docstring (e.g. LongDoc BART's `hidden_states` of
+        shape `(n, d_model)` and `num_tokens` of shape `(1,)` for a document of n tokens)."""
 
     def num_tokens(self, tensors: Mapping[str, torch.Tensor]) -> int:
-        """Tokens read for one stored document."""
+        """Tokens read for one stored document (`tensors`: one dict as [`encode`] writes it, the family's names and
+        shapes)."""
 
     def read(self, stored: Sequence[Mapping[str, torch.Tensor]], *, device=None, dtype=None) -> Any:
-        """Stored tensors of several documents -> the model's own input dataclass (e.g.
-        [`DeformerPassageOutput`], [`ReadOnceDocumentEncoderOutput`]), carrying the fingerprint and settings."""
+        """Stored tensors of several documents (dicts as [`encode`] writes them) -> the model's own input dataclass
+        (e.g. [`DeformerPassageOutput`], [`ReadOnceDocumentEncoderOutput`]), carrying the fingerprint and settings.
+        Its tensors are the documents' right-padded to the longest and stacked: first dimension `len(stored)`, or
+        one row per window (DeFormer) or segment (ReadTwice) of every document; each adapter's `read` gives the
+        shapes."""
 
 
 # the fingerprints of the last tokenizer serializations seen (a few entries, keyed by `_tokenizer_cache_key`, which
@@ -532,7 +538,8 @@ class AdapterBase:
 
     def recompute_from_stored(self, stored: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Recompute one document's tensors from the token ids stored with it (families whose
-        `recompute_needs_text` is False override this).
+        `recompute_needs_text` is False override this). `stored` and the result are one document's dict as `encode`
+        writes it (same names and shapes).
 
         Raises:
             ValueError: the family keeps no tokens: recomputing needs the document's text.
@@ -542,7 +549,8 @@ class AdapterBase:
 
     def recompute(self, stored: Mapping[str, torch.Tensor], text: str | None = None) -> dict[str, torch.Tensor]:
         """Fresh tensors for one stored document: from `text` through the whole `encode` path when given, else from
-        the stored token ids ([`recompute_from_stored`]).
+        the stored token ids ([`recompute_from_stored`]). `stored` and the result are one document's dict as
+        `encode` writes it (same names and shapes).
 
         Raises:
             ValueError: no `text` for a family that keeps no tokens; errors of `encode`.
@@ -552,8 +560,9 @@ class AdapterBase:
         return self.recompute_from_stored(stored)
 
     def comparable(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """One document's tensors as [`check_recompute`] compares them: by default as they are; a family whose
-        tensors carry padding that depends on the batch they were encoded in removes it here."""
+        """One document's tensors as [`check_recompute`] compares them: by default as they are (a copy of the dict,
+        same names and shapes); a family whose tensors carry padding that depends on the batch they were encoded in
+        removes it here (a shorter padded dimension)."""
         return dict(tensors)
 
     def output_log_probs(self, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor | None:

@@ -109,15 +109,20 @@ class BlockAttentionLlamaAdapter(AdapterBase):
                 "compute_dtype": str(self.model.dtype).removeprefix("torch."), "tokenizer": self._tokenizer_hash}
 
     def num_tokens(self, tensors: Mapping[str, torch.Tensor]) -> int:
-        """Document tokens read for one stored document."""
+        """Document tokens read for one stored document: its `num_tokens` tensor of shape `(1,)`, n.
+
+        Raises:
+            KeyError: tensors without `num_tokens`.
+        """
         return int(tensors["num_tokens"][0])
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         """The token ids each text is read as (truncated to `max_document_length`).
 
         Raises:
-            TypeError: a single str instead of a sequence. ValueError: naming an empty or non-string text, or a
-                text that has no token.
+            TypeError: a single str instead of a sequence.
+            DocumentError (a `ValueError`): naming the index of an empty or non-string text, or of a text that has
+                no token.
         """
         if isinstance(texts, str):
             raise TypeError("`texts` must be a sequence of str, not a single str.")
@@ -133,8 +138,9 @@ class BlockAttentionLlamaAdapter(AdapterBase):
 
     @torch.no_grad()
     def encode(self, texts: Sequence[str]) -> list[dict[str, torch.Tensor]]:
-        """Encode documents (`Sequence[str]`) -> one tensor dict per text (see the class docstring), in fp32 on CPU
-        (the store casts them to its dtype).
+        """Encode documents (`Sequence[str]`) -> one tensor dict per text, in fp32 on CPU (the store casts them to
+        its dtype): for a document of n tokens `keys` and `values` of shape `(num_layers, num_key_value_heads, n,
+        head_dim)`, `input_ids` `(n,)` and `num_tokens` `(1,)` (see the class docstring).
 
         Raises:
             TypeError / ValueError: as [`tokenize`]; errors of `encode_documents`.
@@ -164,8 +170,8 @@ class BlockAttentionLlamaAdapter(AdapterBase):
 
     @torch.no_grad()
     def recompute_from_stored(self, stored: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Recompute one stored document's cache from its stored token ids, without its text (the tensors
-        [`encode`] writes).
+        """Recompute one stored document's cache from its stored token ids `input_ids` of shape `(n,)`, without its
+        text (the tensors [`encode`] writes, same names and shapes).
 
         Raises:
             KeyError: tensors without `input_ids`.

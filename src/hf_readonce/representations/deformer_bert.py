@@ -267,7 +267,12 @@ class DeformerBertAdapter(AdapterBase):
             "tokenizer") == scoped_tokenizer_fingerprint(tokenizer)
 
     def num_tokens(self, tensors: dict) -> int:
-        """Tokens stored for one document (window tokens, `[SEP]`s included)."""
+        """Tokens stored for one document (window tokens, `[SEP]`s included): T, the length of its `input_ids` of
+        shape `(T,)`.
+
+        Raises:
+            KeyError: tensors without `input_ids`.
+        """
         return int(tensors["input_ids"].shape[0])
 
     def windows(self, texts: Sequence[str]) -> list[list[PassageWindow]]:
@@ -292,7 +297,9 @@ class DeformerBertAdapter(AdapterBase):
         """Encode documents; returns one tensor dict per text (see the class docstring for names and shapes).
 
         Raises:
-            ValueError: naming an empty or non-string text; errors of `encode_passages`.
+            TypeError: if `texts` is a single str.
+            DocumentError (a `ValueError`): naming the index of an empty or non-string text, or of a text with no
+                token after tokenization ([`windows`]); errors of `encode_passages`.
         """
         if isinstance(texts, str):
             raise TypeError("`texts` must be a sequence of str, not a single str.")
@@ -315,7 +322,8 @@ class DeformerBertAdapter(AdapterBase):
     @torch.no_grad()
     def recompute_from_stored(self, stored: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Recompute one stored document's passage states from its stored windows (token ids, offsets, window
-        lengths), without its text: the same tensors [`encode`] writes, the states freshly computed.
+        lengths), without its text: the same tensors [`encode`] writes, the states freshly computed
+        (`hidden_states` of shape `(T, hidden_size)`, the other tensors `stored`'s).
 
         Raises:
             KeyError: tensors that are not a DeFormer document's (no `input_ids` / `window_lengths`).

@@ -202,7 +202,8 @@ class StoreEncodeFunction:
         dtype (`str`, defaults to `"float16"`): storage dtype.
 
     Raises (on call):
-        ValueError: missing `text_column`, or an empty / non-string text (naming its row in the batch).
+        ValueError: missing `text_column`, an empty / non-string text (naming its row in the batch), or rows the
+            adapter cannot encode (naming them; raised after the batch's other rows are stored).
         TypeError: the column holds a single str instead of a list (a call without `batched=True`).
         ReadOnlyStoreError: if the store cannot be written.
     """
@@ -216,7 +217,11 @@ class StoreEncodeFunction:
         self.dtype = dtype
 
     def __call__(self, batch: Mapping[str, Sequence]) -> dict[str, list]:
-        """Store one `Dataset.map` batch (see the class docstring); raises as the class docstring says."""
+        """Store one `Dataset.map` batch (see the class docstring).
+
+        Raises:
+            ValueError, TypeError, ReadOnlyStoreError: as the class docstring says.
+        """
         if self.text_column not in batch:
             raise ValueError(f"text_column {self.text_column!r} not in the batch columns {sorted(batch)}.")
         if isinstance(batch[self.text_column], (str, bytes)):

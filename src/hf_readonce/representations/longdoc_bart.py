@@ -109,7 +109,11 @@ class LongDocBartAdapter(AdapterBase):
                 "tokenizer": self._tokenizer_hash}
 
     def num_tokens(self, tensors: Mapping[str, torch.Tensor]) -> int:
-        """Document tokens read for one stored document."""
+        """Document tokens read for one stored document: its `num_tokens` tensor of shape `(1,)`, n.
+
+        Raises:
+            KeyError: tensors without `num_tokens`.
+        """
         return int(tensors["num_tokens"][0])
 
     def tokenize(self, texts: Sequence[str]):
@@ -134,7 +138,8 @@ class LongDocBartAdapter(AdapterBase):
 
     @torch.no_grad()
     def encode(self, texts: Sequence[str]) -> list[dict[str, torch.Tensor]]:
-        """Encode documents (`Sequence[str]`) -> one tensor dict per text (see the class docstring).
+        """Encode documents (`Sequence[str]`) -> one tensor dict per text (see the class docstring): `hidden_states`
+        of shape `(n, d_model)` (fp32, on CPU) and `num_tokens` `(1,)` int32 for a document of n tokens.
 
         Raises:
             TypeError, ValueError: as [`tokenize`].

@@ -88,12 +88,18 @@ class ReadOnceBartAdapter(AdapterBase):
                 "max_document_length": self.max_document_length, "tokenizer": self._tokenizer_hash}
 
     def num_tokens(self, tensors: dict) -> int:
-        """Document tokens read for one stored document."""
+        """Document tokens read for one stored document: its `num_tokens` tensor of shape `(1,)`, n.
+
+        Raises:
+            KeyError: tensors without `num_tokens`.
+        """
         return int(tensors["num_tokens"][0])
 
     @torch.no_grad()
     def encode(self, texts):
-        """Encode documents (`Sequence[str]`) -> one tensor dict per text (see the class docstring).
+        """Encode documents (`Sequence[str]`) -> one tensor dict per text (see the class docstring):
+        `representations` of shape `(m, d_model)` (fp32, on CPU; m = ceil(n / k)) and `num_tokens` `(1,)` int32 for a
+        document of n tokens.
 
         Raises:
             ValueError: an empty document (from the model).

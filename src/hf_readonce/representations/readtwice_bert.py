@@ -152,7 +152,12 @@ class ReadTwiceBertAdapter(AdapterBase):
                 "tokenizer": self._tokenizer_hash}
 
     def num_tokens(self, tensors: Mapping[str, torch.Tensor]) -> int:
-        """Segment tokens stored for one document (special tokens and overlaps included)."""
+        """Segment tokens stored for one document (special tokens and overlaps included): the sum of its
+        `attention_mask` of shape `(S, T)`.
+
+        Raises:
+            KeyError: tensors without `attention_mask`.
+        """
         return int(tensors["attention_mask"].sum())
 
     @torch.no_grad()
@@ -233,8 +238,9 @@ class ReadTwiceBertAdapter(AdapterBase):
 
     @torch.no_grad()
     def recompute_from_stored(self, stored: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Recompute one stored document's first read from its stored segments (token ids, mask, offsets and, for
-        entity memories, mention spans), without its text: the same tensors [`encode`] writes.
+        """Recompute one stored document's first read from its stored segments (`input_ids`, `attention_mask` of
+        shape `(S, T)`, `offsets` `(S, T, 2)` and, for entity memories, `entity_spans` `(S, max_mentions, 2)`),
+        without its text: the same tensors [`encode`] writes, same names and shapes.
 
         Raises:
             KeyError: tensors that are not a ReadTwice document's.
@@ -247,7 +253,8 @@ class ReadTwiceBertAdapter(AdapterBase):
 
     def comparable(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """`entity_spans` are padded (-1) to the most mentions of a segment in the batch a document was encoded in:
-        compared without that padding."""
+        compared without that padding (shape `(S, max_mentions, 2)` cut to the document's own most mentions per
+        segment, at least 1); the other tensors as they are."""
         out = dict(tensors)
         spans = out.get("entity_spans")
         if spans is not None and spans.ndim == 3:
@@ -283,7 +290,12 @@ class ReadTwiceBertAdapter(AdapterBase):
             device, dtype: where and in which floating dtype to put the states (default: as stored, on CPU).
 
         Returns:
-            [`ReadTwiceDocumentOutput`]: segments of every document in order, right-padded to the longest one.
+            [`ReadTwiceDocumentOutput`]: segments of every document in order, right-padded to the longest one:
+            `first_read_hidden_state` of shape `(total_segments, max T, hidden_size)`, `attention_mask` (and
+            `entity_token_mask` for entity memories) `(total_segments, max T)`, `document_ids` and
+            `segment_positions` `(total_segments,)`, `memory_values` `(total_memories, hidden_size)` and the
+            memories' `memory_document_ids`, `memory_segment_positions`, `memory_segment_index`
+            `(total_memories,)`.
 
         Raises:
             ValueError: if `stored` is empty.
