@@ -82,10 +82,14 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
+        """True when `corruptions` is empty and `quarantine_problem` is `None` (orphans and leftovers alone do not
+        make a store not ok)."""
         return not self.corruptions and self.quarantine_problem is None
 
     @property
     def corrupted_documents(self) -> list:
+        """Every [`DocumentEntry`] that cannot be trusted, in the order of `corruptions` (their `documents`
+        concatenated)."""
         return [entry for c in self.corruptions for entry in c.documents]
 
 

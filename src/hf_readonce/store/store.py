@@ -578,7 +578,9 @@ class RepresentationStore:
             verify (`bool`, *optional*): override `verify_reads`.
 
         Returns:
-            `dict[str, torch.Tensor]`: the tensors as stored (floating tensors in the dtype chosen at write time).
+            `dict[str, torch.Tensor]`: the tensors as stored, each of the shape it was written with (the store keeps
+            any shape; each family's adapter lists its names and shapes), floating tensors in the dtype chosen at
+            write time.
 
         Raises:
             RepresentationMismatchError, MissingRepresentationError: see [`entry`].
@@ -592,8 +594,13 @@ class RepresentationStore:
 
     def get_many(self, fingerprint: str, settings: Mapping, document_hashes: Sequence[str], *, device=None,
                  verify: bool | None = None) -> list[dict[str, torch.Tensor]]:
-        """[`get`] for several documents (same order). Raises as [`get`] on the first failing document, and
-        `TypeError` for a single string instead of a list (it would be read as one hash per character)."""
+        """[`get`] for several documents (same order): one dict per hash, each tensor of the shape it was written
+        with (documents are not padded to one another).
+
+        Raises:
+            As [`get`], on the first failing document.
+            TypeError: a single string instead of a list (it would be read as one hash per character).
+        """
         document_hashes = check_document_hashes(document_hashes)
         return [self.get(fingerprint, settings, h, device=device, verify=verify) for h in document_hashes]
 
@@ -854,7 +861,8 @@ class StoreWriter:
 
         Args:
             document_hash (`str`): [`content_hash`] of the document text (64 hex characters).
-            tensors (`dict[str, torch.Tensor]`): the representation; floating tensors are cast to `dtype`.
+            tensors (`dict[str, torch.Tensor]`): the representation, a non-empty dict of tensors of any shape (kept
+                as given; a 0-d or empty tensor included); floating tensors are cast to `dtype`.
             meta (`dict`, *optional*): small JSON-serializable metadata (e.g. `{"id": ...}`).
 
         Returns:
