@@ -490,12 +490,23 @@ def training_features(tokenizer, examples: Sequence[dict], max_document_length: 
 
 class DocumentQACollator:
     """Right-pads [`training_features`] rows into a batch: `input_ids` (pad id), `attention_mask`, `labels` (-100),
-    and `block_ids` (-1) when the rows have them. Returns `torch.LongTensor`s of shape `(batch_size, longest)`."""
+    and `block_ids` (-1) when the rows have them. Returns `torch.LongTensor`s of shape `(batch_size, longest)`.
+
+    Args:
+        pad_token_id (`int`): the id that pads `input_ids`.
+    """
 
     def __init__(self, pad_token_id: int):
         self.pad_token_id = pad_token_id
 
     def __call__(self, rows: Sequence[dict]) -> dict[str, torch.Tensor]:
+        """Batch `rows` (dicts of token-id lists: `input_ids`, and `labels` / `block_ids` when the first row has
+        them), each right-padded to the longest `input_ids`.
+
+        Returns:
+            `dict[str, torch.LongTensor]`: `input_ids`, `attention_mask` (1 on real tokens) and the rows' `labels` /
+            `block_ids`, each of shape `(len(rows), longest)`.
+        """
         width = max(len(r["input_ids"]) for r in rows)
         fills = {"input_ids": self.pad_token_id, "labels": -100, "block_ids": -1}
         batch = {}

@@ -455,7 +455,8 @@ def postprocess_qa_predictions(examples, features, windows, logits, n_best_size:
     tune it on held-out data with [`find_best_null_threshold`].
 
     Args:
-        logits: per feature `(start, end, null_score)` as returned by [`predict_pairs`] / [`predict_cached`].
+        logits: per feature `(start, end, null_score)` as returned by [`predict_pairs`] / [`predict_cached`]: start
+            and end logits of shape `(window_length,)` and a float.
         n_best_size (`int`, defaults to 20): start and end candidates tried per window.
         max_answer_length (`int`, defaults to 30): longest answer, in tokens.
         allow_no_answer (`bool`, defaults to `False`): allow the empty answer.
@@ -645,7 +646,9 @@ def format_scores(name: str, scores: dict[str, float]) -> str:
 
 def postprocess(examples, features, windows, logits, n_best: int = 20, max_answer_length: int = 30,
                 allow_no_answer: bool = False, **kwargs):
-    """Deprecated 0.1.0 name of [`postprocess_qa_predictions`] (`n_best` is its `n_best_size`)."""
+    """Deprecated 0.1.0 name of [`postprocess_qa_predictions`] (`n_best` is its `n_best_size`): the same arguments
+    (`logits`: per feature, start and end logits of shape `(window_length,)` and the no-answer score), result and
+    errors, and a `DeprecationWarning`."""
     warnings.warn("`postprocess(..., n_best=)` is deprecated; use `postprocess_qa_predictions(..., n_best_size=)`.",
                   DeprecationWarning, stacklevel=2)
     return postprocess_qa_predictions(examples, features, windows, logits, n_best_size=n_best,

@@ -63,6 +63,7 @@ class ReadTwiceQAFeature:
 
     @property
     def num_segments(self) -> int:
+        """Segments of the example (`len(input_ids)`)."""
         return len(self.input_ids)
 
 
@@ -226,6 +227,11 @@ class ReadTwiceQACollator:
     `(num_segments, max_mentions, 2)` (`-1` pad) when `with_entities`; read-once layout: `question_input_ids`,
     `question_attention_mask`, `question_token_type_ids` `(num_questions, question_length)`,
     `question_document_ids` `(num_questions,)`.
+
+    Args:
+        pad_token_id (`int`, defaults to 0): the id that pads `input_ids` and `question_input_ids`.
+        with_entities (`bool`, defaults to `False`): add `entity_spans` (for `memory_type="entity"`).
+        with_labels (`bool`, defaults to `True`): add `start_positions` and `end_positions`.
     """
 
     def __init__(self, pad_token_id: int = 0, with_entities: bool = False, with_labels: bool = True):
@@ -235,6 +241,10 @@ class ReadTwiceQACollator:
 
     def __call__(self, features: Sequence[ReadTwiceQAFeature]) -> dict[str, torch.Tensor]:
         """Batch `features` (a non-empty sequence of [`ReadTwiceQAFeature`] of one layout).
+
+        Returns:
+            `dict[str, torch.Tensor]`: long tensors, the keys and shapes of the class docstring (`input_ids`
+            `(num_segments, max_length)`, `num_segments` summed over `features`, ...).
 
         Raises:
             TypeError: an element that is not a `ReadTwiceQAFeature` (e.g. a row of a `datasets.Dataset`, which holds
@@ -313,6 +323,15 @@ def postprocess_readtwice_qa(examples: Sequence[dict], features: Sequence[ReadTw
     segments"): for each segment the `n_best_size` highest start and end logits over context tokens, spans with
     `start <= end < start + max_answer_length`, score `start + end`, mapped back to context characters (the span
     search of the ReadTwice pipeline, `segment_span_candidates`, one implementation for both).
+
+    Args:
+        examples (`Sequence[dict]`): the examples, with `context` (and `id`, else the index names the prediction).
+        features (`Sequence[ReadTwiceQAFeature]`): their features, as `prepare_readtwice_qa_features` returns.
+        logits: per feature, `(start_logits, end_logits, question_length)` as [`predict_readtwice_qa`] returns:
+            arrays or tensors of shape `(num_segments, row_length)`, a segment's tokens at the columns from
+            `question_length` on (0 in the paper's layout).
+        n_best_size (`int`, defaults to 20): start and end candidates per segment.
+        max_answer_length (`int`, defaults to 30): longest span, in tokens.
 
     Returns:
         `dict[str, str]`: example id (or index) -> predicted text ("" when no valid span exists).
