@@ -131,6 +131,7 @@ def qa_rows_from_metrics(scores: Mapping, dataset_type: str, dataset_name: str, 
     `baselines` (`{"first_span": {"f1": ...}, ...}`, the same keys without prefix) beside each.
 
     Raises:
+        TypeError: if `scores` is not a mapping.
         ValueError: if `scores` has neither `{prefix}exact_match` nor `{prefix}f1` (naming the prefix).
     """
     if not isinstance(scores, Mapping):
@@ -158,6 +159,7 @@ def summarization_rows_from_metrics(scores: Mapping, dataset_type: str, dataset_
     gold summaries) where recorded. A ROUGE score is never shown without lead-3 beside it.
 
     Raises:
+        TypeError: if `scores` is not a mapping.
         ValueError: if `scores` has none of the three ROUGE scores (naming the prefix), or a ROUGE score has no lead-3
             score of the same metric in `baselines` (naming the metrics).
     """
