@@ -339,6 +339,15 @@ class RecurrentCache(DynamicCache):
     every row its own cache (`rows`) and runs the rows one at a time on their real tokens: positions, windows and
     the recurrent vector of each row are then exactly those of the row generated alone (tested), at the cost of
     running the rows one after another. Unpadded batches keep the batched path.
+
+    Args:
+        config (`PretrainedConfig`, *optional*): passed to `DynamicCache`.
+        recurrent_state (`torch.FloatTensor` of shape `(batch_size, hidden_size)`, *optional*): the vector inserted
+            at layer L in the current window (see `Attributes`; `None` in a stream's first window).
+        memory (`torch.FloatTensor`, *optional*): the 0.1.0 name of `recurrent_state`.
+
+    Raises:
+        ValueError: if both `recurrent_state` and `memory` are given.
     """
 
     def __init__(self, config=None, recurrent_state: torch.Tensor | None = None, memory: torch.Tensor | None = None):
