@@ -283,6 +283,10 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
     The DeFormer-BERT encoder (no pooler). Parameter names are those of `BertModel` (`embeddings.*`,
     `encoder.layer.N.*`), so any BERT checkpoint loads unchanged; the decomposition adds no parameters.
 
+    It computes eq. 5 of the DeFormer slides (Cao et al., ACL 2020), `[A^n; B^n] = L_{k+1:n}([L_{1:k}(A^0);
+    L_{1:k}(B^0)])`: the question A and the passage B go through the lower layers 1..k separately (question-wide and
+    passage-wide self-attention), through the upper layers k+1..n jointly, with k = `config.num_decomposed_layers`.
+
     Three ways to run it:
 
     1. `forward(input_ids, attention_mask, token_type_ids)` on the usual pair encoding
@@ -293,6 +297,13 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
        and layers 1..k, giving [`DeformerPassageOutput`] to cache.
     3. `forward(input_ids=<question segment>, passage_states=<DeformerPassageOutput>)`: the question alone through
        layers 1..k, then the joint upper layers over `[question; passage]`. Same result as (1) on the same pair.
+
+    Args:
+        config ([`DeformerBertConfig`]): the model configuration.
+
+    Raises:
+        ValueError: if `config.num_decomposed_layers` is not an int between 0 and `config.num_hidden_layers` (the
+            config checks it when built; checked again for a config edited afterwards).
     """
 
     # `get_input_embeddings` / `set_input_embeddings` (transformers' defaults) find `embeddings.word_embeddings`
