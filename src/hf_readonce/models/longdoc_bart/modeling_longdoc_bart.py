@@ -550,7 +550,9 @@ class LongDocBartDecoderLayer(BartDecoderLayer):
 
 class LongDocBartPreTrainedModel(BartPreTrainedModel):
     r"""BART's pre-trained model base with [`LongDocBartConfig`]; initializes the convolutions of convolutional
-    attention as documented in [`LongDocConvolution`] (window mean and spread back; identity at kernel 1, stride 1).
+    attention (Kosaraju, Ang and Nabulsi, §2.3 "Convolutional Model", Fig. 1) as documented in [`LongDocConvolution`]
+    (window mean and spread back; identity at kernel 1, stride 1). The report does not say how its convolutions are
+    initialized: this initialization is hf-readonce's, chosen so that a BART checkpoint starts from BART's attention.
     """
 
     config_class = LongDocBartConfig
@@ -870,7 +872,9 @@ class LongDocBartDecoder(LongDocBartPreTrainedModel, BartDecoder):
 
 
 class LongDocBartModel(LongDocBartPreTrainedModel, BartModel):
-    r"""[`~transformers.BartModel`] with [`LongDocBartEncoder`] and [`LongDocBartDecoder`]; `forward` is BART's
+    r"""[`~transformers.BartModel`] with [`LongDocBartEncoder`] and [`LongDocBartDecoder`]: the encoder
+    self-attention of Kosaraju, Ang and Nabulsi's §2.3 ("Proposed Models", Fig. 1; `config.encoder_attention_type`),
+    the decoder's BART's or causal neighborhood attention (`config.decoder_attention_type`). `forward` is BART's
     (inputs `(batch, n)`, decoder inputs `(batch, target_length)`, output `(batch, target_length, d_model)`), except
     that a keyword argument it does not take raises a `TypeError` naming it ([`_keyword_arguments_hook`]) where
     BART's `**kwargs` would swallow it."""
@@ -958,7 +962,8 @@ def _check_encoder_outputs_inputs(model, encoder_outputs, attention_mask) -> Non
 
 class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForConditionalGeneration):
     r"""
-    LongDoc BART for summarization: [`LongDocBartModel`] and BART's LM head. `forward` (with `@can_return_tuple`),
+    LongDoc BART for summarization (Kosaraju, Ang and Nabulsi, "Faster Transformers for Document Summarization",
+    §2.3 "Proposed Models", Fig. 1): [`LongDocBartModel`] and BART's LM head. `forward` (with `@can_return_tuple`),
     `generate()` (greedy, beam, batched, `encoder_outputs` reused) and the loss are BART's; parameter names are
     BART's, so `from_pretrained(<any BART checkpoint>)` loads every BART weight unchanged and reports only the new
     `conv.conv` / `conv.deconv` weights of convolutional types as missing (initialized as documented in
