@@ -17,6 +17,12 @@ class OneLineArgumentParser(argparse.ArgumentParser):
     full usage of a command with twenty options buried the reason)."""
 
     def error(self, message):
+        """Print `message` and the pointer to `--help` to stderr on one line and exit with status 2 (argparse's own
+        `error` prints the whole usage first).
+
+        Raises:
+            SystemExit: always (status 2).
+        """
         self.exit(USAGE_ERROR, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
 
 
