@@ -250,7 +250,9 @@ def _segment_mask_function(segment_ids: torch.Tensor):
 
 
 class DeformerBertPreTrainedModel(BertPreTrainedModel):
-    """Base class of the DeFormer-BERT models: BERT's weight initialization and loading, DeFormer's config."""
+    """Base class of the DeFormer-BERT models (Cao et al., ACL 2020, "DeFormer: Decomposing Pre-trained Transformers
+    for Faster Question Answering"; the decomposition is eq. 5 of its slides, see [`DeformerBertModel`]): BERT's
+    weight initialization and loading, DeFormer's config."""
 
     config_class = DeformerBertConfig
     config: DeformerBertConfig
