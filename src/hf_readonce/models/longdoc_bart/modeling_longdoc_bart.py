@@ -466,7 +466,7 @@ class LongDocBartAttention(BartAttention):
             key_value_states (`torch.FloatTensor` of shape `(batch, source_length, d_model)`, *optional*): encoder
                 states for cross-attention (always BART's full attention).
             past_key_values (`Cache`, *optional*): the decoder's KV cache (`cache`: its name from transformers 5.24
-                on, what `BartDecoderLayer` passes there; either name, not both).
+                on, what `BartDecoderLayer` passes there; either name, not both: a `ValueError`).
             attention_mask: `"full"`: BART's mask. Neighborhood and convolutional types: a `(batch, 1, 1, kv)`
                 padding mask (True for real tokens) or `None`; with FlexAttention, a `BlockMask` (neighborhood)
                 or the same padding mask (convolutional types).
@@ -728,10 +728,20 @@ def _padding_mask_4d(attention_mask: torch.Tensor | None, batch: int, length: in
 
 class LongDocBartEncoder(LongDocBartPreTrainedModel, BartEncoder):
     r"""
-    BART's encoder with [`LongDocBartEncoderLayer`]s. For every type but `"full"` it prepares the mask once for all
-    layers before BART's forward: with FlexAttention and `"neighborhood"`, a `BlockMask` from transformers'
-    `create_bidirectional_mask(..., and_mask_function=sliding_window_bidirectional_overlay(r))` (O(n·r) blocks);
-    otherwise a `(batch, 1, 1, n)` padding mask. `forward` takes and returns what `BartEncoder.forward` does.
+    BART's encoder with [`LongDocBartEncoderLayer`]s, whose self-attention is `config.encoder_attention_type` (the
+    neighborhood or convolutional attention of Kosaraju, Ang and Nabulsi, §2.3, Fig. 1). For every type but `"full"`
+    it prepares the mask once for all layers before BART's forward: with FlexAttention and `"neighborhood"`, a
+    `BlockMask` from transformers' `create_bidirectional_mask(...,
+    and_mask_function=sliding_window_bidirectional_overlay(r))` (O(n·r) blocks); otherwise a `(batch, 1, 1, n)`
+    padding mask. `forward` takes and returns what `BartEncoder.forward` does.
+
+    Args:
+        config ([`LongDocBartConfig`]): the model configuration.
+
+    Raises:
+        ValueError: naming the field, if the config's LongDoc fields are invalid
+            ([`LongDocBartConfig.validate_longdoc_settings`], checked again here for fields that `from_pretrained`
+            set after the config's `__init__`).
     """
 
     def __init__(self, config: LongDocBartConfig):
@@ -804,12 +814,21 @@ class LongDocBartEncoder(LongDocBartPreTrainedModel, BartEncoder):
 
 class LongDocBartDecoder(LongDocBartPreTrainedModel, BartDecoder):
     r"""
-    BART's decoder with [`LongDocBartDecoderLayer`]s. With `decoder_attention_type="neighborhood"` it prepares the
+    BART's decoder with [`LongDocBartDecoderLayer`]s, whose self-attention is BART's or, with
+    `decoder_attention_type="neighborhood"`, the causal form of the neighborhood attention of Kosaraju, Ang and
+    Nabulsi (§2.3 "Neighborhood Attention"). With `decoder_attention_type="neighborhood"` it prepares the
     self-attention mask before BART's forward: with FlexAttention, a `BlockMask` from transformers'
     `create_causal_mask(..., and_mask_function=sliding_window_overlay(r + 1))` (keys `t - r .. t`, KV cache
     included); otherwise a `(batch, 1, 1, past + length)` padding mask, and each layer's
     [`neighborhood_attention_forward`] keeps only the last r + 1 cached keys a query can see. `forward` takes and
     returns what `BartDecoder.forward` does.
+
+    Args:
+        config ([`LongDocBartConfig`]): the model configuration.
+
+    Raises:
+        ValueError: naming the field, if the config's LongDoc fields are invalid
+            ([`LongDocBartConfig.validate_longdoc_settings`]).
     """
 
     def __init__(self, config: LongDocBartConfig):
@@ -838,7 +857,8 @@ class LongDocBartDecoder(LongDocBartPreTrainedModel, BartDecoder):
         Raises:
             ValueError: decoder rows (`labels` / `decoder_input_ids`) and `encoder_hidden_states` of different batch
                 sizes; a decoder token id outside `[0, vocab_size)`, naming it and the vocabulary size (checked when
-                the embedding lookup fails). TypeError: decoder ids (`labels`) that are not integers.
+                the embedding lookup fails); both `past_key_values` and `cache`. TypeError: decoder ids (`labels`)
+                that are not integers.
         """
         try:
             return self._longdoc_forward(input_ids, attention_mask, encoder_hidden_states, encoder_attention_mask,
