@@ -367,7 +367,7 @@ class ReadOnceBartFusedAttention(BartAttention):
         Args:
             hidden_states (`torch.FloatTensor` of shape `(batch_size, length, d_model)`): H^{l-1}.
             key_value_states, past_key_values, attention_mask: as for `BartAttention` (used by `Attn` only).
-            cache: the name of `past_key_values` from transformers 5.24 on; either name, not both.
+            cache: the name of `past_key_values` from transformers 5.24 on; either name, not both (a `ValueError`).
             document_representations (`torch.FloatTensor` of shape `(batch_size, m, d_model)`, *optional*): R.
             document_attention_mask (`torch.Tensor` of shape `(batch_size, m)`, *optional*): 1 for real
                 representations.
@@ -411,7 +411,8 @@ class ReadOnceBartDecoderLayer(BartDecoderLayer):
                 document_attention_mask: torch.Tensor | None = None, cache=None, **kwargs) -> torch.Tensor:
         r"""As `BartDecoderLayer.forward`, plus `document_representations` `(batch_size, m, d_model)` and
         `document_attention_mask` `(batch_size, m)` for the fused self-attention. The cache is `past_key_values`
-        or, from transformers 5.24 on, `cache`. Returns `(batch_size, target_length, d_model)`."""
+        or, from transformers 5.24 on, `cache` (both: a `ValueError`). Returns `(batch_size, target_length,
+        d_model)`."""
         past_key_values = _either_cache(past_key_values, cache)
         attended, _ = self.self_attn(hidden_states, attention_mask=attention_mask,
                                      document_representations=document_representations,
@@ -429,7 +430,8 @@ class ReadOnceBartDecoderLayer(BartDecoderLayer):
 
 
 class ReadOnceBartDecoder(BartDecoder):
-    r"""BART's decoder with [`ReadOnceBartDecoderLayer`]s (`fusion="attention"` only). `forward` takes BART's
+    r"""BART's decoder with [`ReadOnceBartDecoderLayer`]s (`fusion="attention"` only, App. A.1: every decoder
+    layer's self-attention averaged with an attention over the representations, eq. 4). `forward` takes BART's
     arguments plus `document_representations` / `document_attention_mask`, which reach every layer."""
 
     def __init__(self, config: ReadOnceBartConfig):
@@ -439,6 +441,12 @@ class ReadOnceBartDecoder(BartDecoder):
 
 
 class ReadOnceBartPreTrainedModel(BartPreTrainedModel):
+    r"""Base class of the ReadOnce BART models (Lin et al., ACL 2021, "ReadOnce Transformers: Reusable
+    Representations of Text for Transformers"): BART's weight initialization and loading with
+    [`ReadOnceBartConfig`]. The scoring layer of the `"linear"` aggregation (eq. 1, the weights of eq. 2's weighted
+    sum, [`ReadOnceAggregation`]) starts at zero where a checkpoint does not hold it, so the weighted sum starts as
+    the window mean."""
+
     config_class = ReadOnceBartConfig
     config: ReadOnceBartConfig
 
@@ -698,8 +706,9 @@ def _unpack_representations(representations, mask, batch: int, d_model: int):
 
 
 class ReadOnceBartModel(BartModel):
-    r"""[`~transformers.BartModel`] whose encoder is [`ReadOnceBartEncoder`]: the decoder cross-attends to the
-    question states and the representation states (the combined mask of [`ReadOnceEncoderOutput`])."""
+    r"""[`~transformers.BartModel`] whose encoder is [`ReadOnceBartEncoder`], the representation+text model of §3.2
+    (Fig. 3): the decoder cross-attends to the question states and the representation states (the combined mask of
+    [`ReadOnceEncoderOutput`]); with `fusion="attention"` (App. A.1) the decoder is [`ReadOnceBartDecoder`]."""
 
     config_class = ReadOnceBartConfig
 
