@@ -620,8 +620,10 @@ class ReadTwiceSecondReadEncoder(nn.Module):
 
 # ------------------------------------------------------------------------------------------------ models
 class ReadTwiceBertPreTrainedModel(BertPreTrainedModel):
-    """Base class of the ReadTwice-BERT models: BERT's weight initialisation and loading, ReadTwice's config, and the
-    warm start of BERT₂ from BERT₁'s last layers when a plain BERT checkpoint is loaded."""
+    """Base class of the ReadTwice-BERT models (Zemlyanskiy et al., 2021, "ReadTwice: Reading Very Large Documents
+    with Memories", §2.1: BERT₁, memories, BERT₂): BERT's weight initialisation and loading, ReadTwice's config, and
+    the warm start of BERT₂ from BERT₁'s last layers when a plain BERT checkpoint is loaded (this library's, see
+    `from_pretrained`: the paper pre-trains BERT₂ with BERT₁, §2.2)."""
 
     config_class = ReadTwiceBertConfig
     config: ReadTwiceBertConfig
