@@ -71,6 +71,10 @@ class RecurrentGPT2Attention(GPT2Attention):
 
         Returns:
             `(attn_output (batch_size, w, hidden_size), attn_weights or None)`.
+
+        Raises:
+            ValueError: `encoder_hidden_states` with `memory_states` (no cross-attention over the recurrent vector),
+                or both `past_key_values` and `cache`.
         """
         # Arguments, docs and the memory_attention_forward call look like those of RecurrentLlamaAttention on purpose:
         # each family projects the memory with its own weights (c_attn / k_proj, v_proj) and RoPE rules, and what

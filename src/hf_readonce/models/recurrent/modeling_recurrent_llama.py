@@ -66,7 +66,7 @@ class RecurrentLlamaAttention(LlamaAttention):
             memory_states (`torch.FloatTensor` of shape `(batch_size, 1, hidden_size)`, *optional*): the recurrent
                 vector after `input_layernorm`.
             cache (`Cache`, *optional*): the name of `past_key_values` from transformers 5.24 on (what
-                `LlamaDecoderLayer` passes there); either name is accepted, not both.
+                `LlamaDecoderLayer` passes there); either name is accepted, not both (a `ValueError`).
 
         Returns:
             `(attn_output (batch_size, w, hidden_size), attn_weights or None)`.
