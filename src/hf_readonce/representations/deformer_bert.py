@@ -379,6 +379,9 @@ class DeformerBertAdapter(AdapterBase):
         Returns:
             [`DeformerPassageOutput`]: `last_hidden_state` `(total_windows, max_window_length, hidden_size)`,
             `attention_mask` `(total_windows, max_window_length)`, the model fingerprint and k of this adapter.
+
+        Raises:
+            ValueError: if `stored` is empty.
         """
         states = [state for tensors in stored for state in self.unpack(tensors)[1]]
         hidden, mask = pad_rows(states, device=device, dtype=dtype)

@@ -140,6 +140,9 @@ class ReadOnceBartAdapter(AdapterBase):
         Returns:
             [`ReadOnceDocumentEncoderOutput`]: `representations` `(len(stored), max m, d_model)`, `attention_mask`
             `(len(stored), max m)`, this adapter's k and the model fingerprint.
+
+        Raises:
+            ValueError: if `stored` is empty.
         """
         representations, mask = pad_rows([t["representations"] for t in stored], device=device, dtype=dtype)
         return ReadOnceDocumentEncoderOutput(representations=representations, attention_mask=mask,
