@@ -81,7 +81,11 @@ def question_prompt(question: str) -> str:
 
 
 def question_ids(tokenizer, question: str) -> list[int]:
-    """Token ids of [`question_prompt`] (no special tokens)."""
+    """Token ids of [`question_prompt`] (no special tokens).
+
+    Raises:
+        ValueError: an empty or non-string question (as [`question_prompt`]).
+    """
     return list(tokenizer(question_prompt(question), add_special_tokens=False)["input_ids"])
 
 
@@ -367,6 +371,9 @@ def prompt_ids(tokenizer, passages: Sequence[str], question: str, max_document_l
     Returns:
         `(input_ids, block_ids)`: `block_ids[t]` is the passage index of token t, -1 for the question prompt (the
         Block-Attention training mask's blocks).
+
+    Raises:
+        ValueError: an empty or non-string question ([`question_prompt`]).
     """
     ids, blocks = [], []
     for b, passage in enumerate(passages):
@@ -446,7 +453,11 @@ def add_distractor_passages(examples: Sequence[dict], num_distractors: int = 3, 
 
 def answer_kept(tokenizer, example: dict, max_document_length: int, add_special_tokens: bool = False) -> bool:
     """Whether a row's first gold answer lies inside the part of its passage (`context`) that is read
-    (`max_document_length` tokens); always False for a row without an answer."""
+    (`max_document_length` tokens); always False for a row without an answer.
+
+    Raises:
+        ValueError: `answers` not of the SQuAD shape ([`gold_answers`], naming the row's `id`).
+    """
     texts, starts = gold_answers(example)
     if not texts or not starts:
         return False
@@ -472,6 +483,11 @@ def training_features(tokenizer, examples: Sequence[dict], max_document_length: 
 
     Returns:
         `list[dict]` of int lists.
+
+    Raises:
+        ValueError: naming the row's id, for `answers` not of the SQuAD shape ([`gold_answers`]), no passage or an
+            empty one ([`passages_of`]), or an empty question ([`question_prompt`]).
+        KeyError: an answered row without `question`.
     """
     features = []
     for example in examples:

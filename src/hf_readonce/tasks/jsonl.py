@@ -98,7 +98,11 @@ def iter_documents(path, text_field: str = "context", id_field: str | None = "id
                    problems: list | None = None) -> Iterator[tuple[str, str]]:
     """Yield `(doc_id, text)` from a JSONL file; `doc_id` is the row's `id_field` (as str) or `line N`. Rows whose
     `text_field` is missing, not a string or blank are reported in `problems` (with the line number) and skipped,
-    as are malformed lines (see [`iter_jsonl`])."""
+    as are malformed lines (see [`iter_jsonl`]).
+
+    Raises:
+        FileNotFoundError, IsADirectoryError: as [`iter_jsonl`].
+    """
     problems = problems if problems is not None else []
     for number, row in iter_jsonl(path, problems):
         problem = field_problem(row, text_field)

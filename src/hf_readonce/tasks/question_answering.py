@@ -566,6 +566,10 @@ def training_rows(examples, tokenizer, max_question_length=48, max_passage_lengt
     `negative_window_fraction` keeps that fraction of the windows of *answerable* questions that do not contain the
     answer (HF's QA examples keep them all; long Quoref passages make most windows such negatives, so sampling them
     spends the budget on windows that teach spans). Windows of unanswerable questions are always kept.
+
+    Raises:
+        ValueError: as [`build_features`] (a row without `context` / `question`, answers that do not match the
+            context, naming the example).
     """
     features, windows, _ = build_features(examples, tokenizer, max_question_length=max_question_length,
                                           max_passage_length=max_passage_length, doc_stride=doc_stride,
@@ -625,7 +629,11 @@ def score_qa(predictions: dict[str, str], examples: Sequence[dict]) -> dict[str,
 
 def trivial_baselines(examples: Sequence[dict]) -> dict[str, dict[str, float]]:
     """[`score_qa`] of the trivial baselines on `examples`: `always_empty` (only when some question is
-    unanswerable), `first_span` (first 3 words) and `first_sentence`. Print them beside every model score."""
+    unanswerable), `first_span` (first 3 words) and `first_sentence`. Print them beside every model score.
+
+    Raises:
+        ValueError: a row whose `answers` are not of the SQuAD shape ([`gold_answers`], naming its `id`).
+    """
     out = {}
     if any(not gold_answers(e)[0] for e in examples):
         out["always_empty"] = score_qa(always_empty_predictions(examples), examples)

@@ -400,7 +400,11 @@ class GlobalNormBertForQuestionAnswering(BertForQuestionAnswering):
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, document_ids=None,
                 segment_positions=None, entity_spans=None, start_positions=None, end_positions=None, **kwargs):
         """Shapes as [`ReadTwiceQACollator`]; returns loss (eq. 7), `start_logits`/`end_logits` `(num_segments,
-        segment_length)` and `group_ids` (= `document_ids`)."""
+        segment_length)` and `group_ids` (= `document_ids`).
+
+        Raises:
+            ValueError: with labels, `document_ids` not of shape `(num_segments,)` ([`readtwice_span_loss`]).
+        """
         out = super().forward(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         if document_ids is None:
             document_ids = torch.zeros(input_ids.shape[0], dtype=torch.long, device=input_ids.device)
