@@ -579,7 +579,11 @@ class DeformerQuestionAnsweringPipeline(_TokenizerPipeline):
     # ------------------------------------------------------------------ the representation store
     def store_settings(self, max_passage_len: int, doc_stride: int) -> tuple[str, dict]:
         """`(fingerprint, settings)`: the store space of this model's passage states with these windows, exactly as
-        hf-readonce's DeFormer adapter keys them (`DeformerBertAdapter.fingerprint()`, `.settings()`)."""
+        hf-readonce's DeFormer adapter keys them (`DeformerBertAdapter.fingerprint()`, `.settings()`).
+
+        Raises:
+            TypeError: if the pipeline's tokenizer is not a fast (Rust-backed) tokenizer (no fingerprint).
+        """
         return self.model.representation_fingerprint(), self._settings(max_passage_len, doc_stride,
                                                                        tokenizer_fingerprint(self.tokenizer))
 
