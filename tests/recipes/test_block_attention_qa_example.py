@@ -95,3 +95,9 @@ def test_example_end_to_end_on_a_tiny_llama(example, block_attention, tmp_path, 
     assert 4 <= saved["eval_stored_passages_encoded"] <= 16  # the 4 questions' passages, each once
     assert metrics["eval_stored_read_seconds"] >= 0
     assert (out / "config.json").is_file() and (out / "tokenizer.json").is_file()  # the fine-tuned model is saved
+
+
+def test_the_collator_refuses_an_empty_batch_by_name():
+    """`DocumentQACollator()([])`: a `ValueError` naming `rows` (it was "max() arg is an empty sequence")."""
+    with pytest.raises(ValueError, match="`rows` is empty"):
+        DocumentQACollator(pad_token_id=0)([])

@@ -61,6 +61,16 @@ def test_store_round_trip_gives_the_models_own_outputs(model_type, tokenizer, tm
         check(adapter, read)
 
 
+
+@pytest.mark.parametrize("model_type", sorted(registered_adapters()))
+def test_reading_nothing_is_refused_naming_stored(model_type, tokenizer):
+    """`adapter.read([])` is a `ValueError` naming `stored`, the argument given, in every family (DeFormer's,
+    ReadOnce's and LongDoc's said "`rows` is empty", the name inside their padding helper)."""
+    model, settings, _ = HARNESSES[model_type](tokenizer)
+    with pytest.raises(ValueError, match="`stored` is empty"):
+        get_adapter(model, tokenizer, **settings).read([])
+
+
 CUTTING = sorted(model_type for model_type, adapter_class in registered_adapters().items()
                  if "max_document_length" in adapter_class.cli_settings)
 

@@ -383,6 +383,8 @@ class DeformerBertAdapter(AdapterBase):
         Raises:
             ValueError: if `stored` is empty.
         """
+        if not stored:
+            raise ValueError("nothing to read: `stored` is empty.")
         states = [state for tensors in stored for state in self.unpack(tensors)[1]]
         hidden, mask = pad_rows(states, device=device, dtype=dtype)
         return DeformerPassageOutput(last_hidden_state=hidden, attention_mask=mask,

@@ -188,6 +188,8 @@ class LongDocBartAdapter(AdapterBase):
         Raises:
             ValueError: if `stored` is empty.
         """
+        if not stored:
+            raise ValueError("nothing to read: `stored` is empty.")
         states, mask = pad_rows([t["hidden_states"] for t in stored], device=device,
                                 dtype=self.model.dtype if dtype is None else dtype)
         return LongDocEncoderOutput(last_hidden_state=states, attention_mask=mask,

@@ -144,6 +144,8 @@ class ReadOnceBartAdapter(AdapterBase):
         Raises:
             ValueError: if `stored` is empty.
         """
+        if not stored:
+            raise ValueError("nothing to read: `stored` is empty.")
         representations, mask = pad_rows([t["representations"] for t in stored], device=device, dtype=dtype)
         return ReadOnceDocumentEncoderOutput(representations=representations, attention_mask=mask,
                                        compression_ratio=self.compression_ratio, model_fingerprint=self.fingerprint())

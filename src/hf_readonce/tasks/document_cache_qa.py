@@ -522,7 +522,12 @@ class DocumentQACollator:
         Returns:
             `dict[str, torch.LongTensor]`: `input_ids`, `attention_mask` (1 on real tokens) and the rows' `labels` /
             `block_ids`, each of shape `(len(rows), longest)`.
+
+        Raises:
+            ValueError: if `rows` is empty.
         """
+        if not rows:
+            raise ValueError("nothing to batch: `rows` is empty.")
         width = max(len(r["input_ids"]) for r in rows)
         fills = {"input_ids": self.pad_token_id, "labels": -100, "block_ids": -1}
         batch = {}
