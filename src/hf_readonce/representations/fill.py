@@ -330,7 +330,8 @@ def ensure_stored(adapter, store: RepresentationStore, texts: Sequence[str], *, 
         return name_of(text) if name_of is not None else f"number {list(hashes).index(text)}"
 
     if missing and encode_missing:
-        by_id = {h[:16]: text for text, h in hashes.items() if h in set(missing)}
+        absent = set(missing)  # once: a set built per text made this quadratic (minutes for 100k passages)
+        by_id = {h[:16]: text for text, h in hashes.items() if h in absent}
         rejected = fill_store(adapter, store, list(by_id.items()), dtype=dtype).rejected
         if rejected:  # the others are stored; with nothing to read for these, the task cannot go on
             doc_id, reason = rejected[0]
