@@ -132,3 +132,25 @@ def test_recompute_store_over_several_spaces(tokenizer, tmp_path, calls):
     fill_store(DeformerBertAdapter(other, tokenizer, max_passage_length=32, doc_stride=8), store, DOCUMENTS[:1])
     reports = once(calls, lambda: recompute_store(store, model, tokenizer, 1))
     assert len(reports) == 2 and not any(report.mismatched or report.skipped for report in reports)
+
+
+def test_recompute_store_beside_a_space_whose_settings_this_model_refuses(tokenizer, tmp_path, calls):
+    """A space this model's adapter refuses (another model's, of a document length past this model's positions)
+    listed after one of its own: the weights are still digested once (the refused space was compared with a second
+    digest, `current_fingerprint(model)`, when it came after a space whose adapter was built)."""
+    def llama(positions, seed):
+        torch.manual_seed(seed)
+        return BlockAttentionLlamaForCausalLM(BlockAttentionLlamaConfig(
+            vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=positions, pad_token_id=0)).eval()
+
+    model, other = llama(128, 0), llama(256, 1)
+    store = RepresentationStore(tmp_path / "store")
+    for length in (16, 24, 32):
+        fill_store(get_adapter(model, tokenizer, max_document_length=length), store, DOCUMENTS[:1], dtype="float32")
+    fill_store(get_adapter(other, tokenizer, max_document_length=230), store, DOCUMENTS[:1], dtype="float32")
+    order = [s.settings["max_document_length"] for s in sorted(store.spaces(), key=lambda s: s.key)]
+    assert order.index(230) > 0  # one of this model's spaces (its adapter built) comes first
+    reports = once(calls, lambda: recompute_store(store, model, tokenizer, 1))
+    assert sorted(report.settings["max_document_length"] for report in reports) == [16, 24, 32]
+    assert not any(report.mismatched or report.skipped for report in reports)

@@ -108,7 +108,7 @@ def recompute_store(store: RepresentationStore, model, tokenizer, num_documents:
     texts = texts or {}
     store.refresh()
     dtypes = {key: space["dtypes"] for key, space in store.info()["spaces"].items()}
-    reports, own, digested = [], None, False
+    reports, own = [], None  # own: the model's fingerprint, once its weights are digested (once per call)
     # each space's adapter records the tokenizer's fingerprint: the tokenizer is serialized once
     with one_tokenizer_fingerprint(tokenizer):
         for space in sorted(store.spaces(), key=lambda s: s.key):
@@ -123,14 +123,13 @@ def recompute_store(store: RepresentationStore, model, tokenizer, num_documents:
             if adapter is None:  # whose space it is, without the adapter: the model's own fingerprint (hashed once)
                 if own is None:
                     own = current_fingerprint(model)
-                    digested = True
                 if own != space.fingerprint:
                     continue  # another model's space (e.g. one whose settings this model refuses)
             else:
                 # the weights digested once per call (which refreshes the model's cached fingerprint if they
                 # changed); the other spaces' adapters, of the same model, read that cache
-                fingerprint = adapter.fingerprint() if digested else current_fingerprint(adapter)
-                digested = True
+                fingerprint = adapter.fingerprint() if own is not None else current_fingerprint(adapter)
+                own = fingerprint  # every adapter's fingerprint is its model's (`representation_fingerprint()`)
                 if fingerprint != space.fingerprint:
                     continue  # another model's space
             entries = sorted(store.entries(space.fingerprint, space.settings), key=lambda e: e.content_hash)
