@@ -154,3 +154,29 @@ def test_recompute_store_beside_a_space_whose_settings_this_model_refuses(tokeni
     reports = once(calls, lambda: recompute_store(store, model, tokenizer, 1))
     assert sorted(report.settings["max_document_length"] for report in reports) == [16, 24, 32]
     assert not any(report.mismatched or report.skipped for report in reports)
+
+
+def test_a_given_fingerprint_that_is_not_the_models_is_refused(tokenizer, tmp_path):
+    """`fingerprint=` spares hashing the weights, not checking them: another model's fingerprint, or one computed
+    before the weights changed, found that model's space, whose settings were returned as this model's (as
+    `find_document_cache_space` and `ensure_stored` refuse it)."""
+    from hf_readonce.representations.base import current_fingerprint
+    from hf_readonce.representations.spaces import adapter_for_store
+
+    model, store = deformer_store(tokenizer, tmp_path / "deformer")
+    other = tiny_model(seed=1)
+    with pytest.raises(ValueError, match="`fingerprint` .* is not this model's fingerprint"):
+        find_deformer_space(store, other, tokenizer, fingerprint=current_fingerprint(model))
+    before = current_fingerprint(model)
+    with torch.no_grad():
+        model.bert.embeddings.word_embeddings.weight.add_(1e-3)  # in place: the model's cache is refreshed
+    with pytest.raises(ValueError, match="`fingerprint` .* is not this model's fingerprint"):
+        find_deformer_space(store, model, tokenizer, fingerprint=before)
+    written, reader = longdoc(tokenizer), longdoc(tokenizer, seed=1)
+    summaries = RepresentationStore(tmp_path / "longdoc")
+    fill_store(get_adapter(written, tokenizer, max_document_length=48), summaries, DOCUMENTS)
+    for find in (find_summarization_space, lambda store, model, tokenizer, fingerprint:
+                 adapter_for_store(model, tokenizer, store, fingerprint=fingerprint)):
+        with pytest.raises(ValueError, match="`fingerprint` .* is not this model's fingerprint"):
+            find(summaries, reader, tokenizer, fingerprint=current_fingerprint(written))
+        assert find(summaries, written, tokenizer, fingerprint=current_fingerprint(written)) is not None

@@ -267,15 +267,17 @@ def check_store_arguments(model, store, dtype=None) -> None:
 
 def check_given_fingerprint(adapter, fingerprint) -> None:
     """Refuse a `fingerprint` that a caller passes for `adapter`'s [`current_fingerprint`] (to spare hashing the
-    weights again) but that is not its model's: it is compared with `adapter.fingerprint()`, which the model caches
-    while its weights are unchanged, so the check hashes nothing right after that `current_fingerprint` call. A stale
-    fingerprint (the weights changed since) or another model's would find that model's space, and what it holds,
-    read through this adapter, would pass as this model's.
+    weights again) but that is not its model's: it is compared with `adapter.fingerprint()` (a model's
+    `representation_fingerprint()` when `adapter` is the model itself), which the model caches while its weights are
+    unchanged, so the check hashes nothing right after that `current_fingerprint` call. A stale fingerprint (the
+    weights changed since) or another model's would find that model's space, and what it holds, read through this
+    adapter, would pass as this model's.
 
     Raises:
         ValueError: naming `fingerprint`, both fingerprints and the way out.
     """
-    own = adapter.fingerprint()
+    ask = getattr(adapter, "representation_fingerprint", None)  # a model's; an adapter's is `fingerprint()`
+    own = ask() if callable(ask) else adapter.fingerprint()
     if fingerprint != own:
         raise ValueError(f"`fingerprint` {str(fingerprint)[:16]}... is not this model's fingerprint {own[:16]}... (the "
                          "weights changed since it was computed, or it is another model's): pass "

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore
 from ..store.maintenance import unindexed_note
 from .base import current_fingerprint, one_tokenizer_fingerprint
+from .fill import check_given_fingerprint
 from .registry import get_adapter, get_adapter_class
 
 
@@ -201,7 +202,8 @@ def adapter_for_store(model, tokenizer, store: RepresentationStore, *, settings:
         encode_missing (`bool`, defaults to `False`): whether the caller will encode what is missing.
         batch_size (`int`, defaults to 8): the adapter's encoding batch.
         fingerprint (`str`, *optional*): the adapter's [`current_fingerprint`] (its model's) when the caller has just
-            computed it (it hashes the weights: a task computes it once per call); computed here when omitted.
+            computed it (it hashes the weights: a task computes it once per call); computed here when omitted, and
+            checked against the model's cached fingerprint when given ([`check_given_fingerprint`]).
 
     Returns:
         the family's adapter (`adapter.settings()` are those of the space read or written). The tokenizer is
@@ -212,7 +214,8 @@ def adapter_for_store(model, tokenizer, store: RepresentationStore, *, settings:
         MissingRepresentationError: nothing of this family and tokenizer stored, without `encode_missing`.
         RepresentationMismatchError: only other models' representations, without `encode_missing`; or a stored space
             whose settings the adapter does not rebuild exactly.
-        TypeError / ValueError: as [`adapter_class_of`] and [`find_space`]; `settings` not of the family's own.
+        TypeError / ValueError: as [`adapter_class_of`] and [`find_space`]; `settings` not of the family's own; a
+            `fingerprint` that is not this model's (stale, or another model's).
     """
     adapter_class = adapter_class_of(model)
     settings = own_settings(adapter_class, settings)
@@ -225,7 +228,10 @@ def _adapter_for_store(model, tokenizer, store, adapter_class, settings, encode_
     """[`adapter_for_store`] once its arguments are checked."""
     try:
         probe = probe_adapter(model, tokenizer, store, settings)
-        fingerprint = fingerprint if fingerprint is not None else current_fingerprint(probe)
+        if fingerprint is None:
+            fingerprint = current_fingerprint(probe)
+        else:  # a stale one, or another model's, would find that model's space
+            check_given_fingerprint(probe, fingerprint)
         found = find_space(store, adapter_class, fingerprint, probe.settings(), given=settings,
                            prefer=default_settings(model, tokenizer, settings))
     except RepresentationMismatchError:

@@ -12,7 +12,7 @@ from ..representations.base import (
     scoped_tokenizer_fingerprint,
 )
 from ..representations.deformer_bert import DeformerBertAdapter
-from ..representations.fill import check_store_arguments, ensure_stored
+from ..representations.fill import check_given_fingerprint, check_store_arguments, ensure_stored
 from ..representations.spaces import default_settings, find_space
 from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore
 from ..store.maintenance import unindexed_note
@@ -35,7 +35,8 @@ def find_deformer_space(store: RepresentationStore, model, tokenizer, *, max_pas
     [`hf_readonce.representations.spaces.find_space`], with DeFormer's words when nothing is stored.
 
     `fingerprint` (*optional*): the model's [`current_fingerprint`] when the caller has just computed it (it hashes
-    the weights); computed here when omitted. The tokenizer is serialized for its fingerprint once per call
+    the weights); computed here when omitted, checked against the model's cached fingerprint when given
+    ([`hf_readonce.representations.fill.check_given_fingerprint`]). The tokenizer is serialized for its fingerprint once per call
     ([`one_tokenizer_fingerprint`]).
 
     Raises:
@@ -44,7 +45,8 @@ def find_deformer_space(store: RepresentationStore, model, tokenizer, *, max_pas
             when given); it names the DeFormer states it holds instead (another k, other windows), and says so when
             the store holds shard files its index does not list (a damaged index), rather than "empty".
         ValueError: if several window settings are stored for this model and none is the checkpoint's recorded
-            (default) one (pass them explicitly).
+            (default) one (pass them explicitly); a `fingerprint` that is not this model's (stale, or another
+            model's).
     """
     wanted = {name: value for name, value in (("max_passage_length", max_passage_length), ("doc_stride", doc_stride))
               if value is not None}
@@ -54,7 +56,10 @@ def find_deformer_space(store: RepresentationStore, model, tokenizer, *, max_pas
                     "tokenizer": scoped_tokenizer_fingerprint(tokenizer),
                     "num_decomposed_layers": k, **wanted}  # DeformerBertAdapter.settings(), the windows free
         # the weights as they are now (also after a `.data` edit)
-        fingerprint = fingerprint if fingerprint is not None else current_fingerprint(model)
+        if fingerprint is None:
+            fingerprint = current_fingerprint(model)
+        else:  # a stale one, or another model's, would find that model's space
+            check_given_fingerprint(model, fingerprint)
         found = find_space(store, DeformerBertAdapter, fingerprint, settings, given=wanted,
                            prefer=default_settings(model, tokenizer, wanted))  # the windows the checkpoint records
         if found is not None:

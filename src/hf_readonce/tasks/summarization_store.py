@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ..representations.base import current_fingerprint, one_tokenizer_fingerprint
-from ..representations.fill import check_store_arguments, ensure_stored
+from ..representations.fill import check_given_fingerprint, check_store_arguments, ensure_stored
 from ..representations.registry import family_of, get_adapter_class, registered_families
 from ..representations.spaces import adapter_for_store, default_settings, find_space, own_settings, probe_adapter
 from ..store import RepresentationStore
@@ -52,7 +52,8 @@ def find_summarization_space(store: RepresentationStore, model, tokenizer,
         settings (`Mapping`, *optional*): adapter settings to match (the family's `cli_settings` names); the others
             are free.
         fingerprint (`str`, *optional*): the model's [`current_fingerprint`] when the caller has just computed it (it
-            hashes the weights); computed here when omitted. The tokenizer is serialized for its fingerprint once
+            hashes the weights); computed here when omitted, checked against the model's cached fingerprint when
+            given ([`hf_readonce.representations.fill.check_given_fingerprint`]). The tokenizer is serialized for its fingerprint once
             ([`one_tokenizer_fingerprint`]).
 
     Returns:
@@ -62,13 +63,16 @@ def find_summarization_space(store: RepresentationStore, model, tokenizer,
     Raises:
         RepresentationMismatchError: the store holds such representations only for other models (both fingerprints
             named). ValueError: several spaces match (their settings named: pass one of them), bad `settings`, or a
-            family that does not summarize.
+            family that does not summarize; a `fingerprint` that is not this model's (stale, or another model's).
     """
     adapter_class = _adapter_class(model)
     settings = own_settings(adapter_class, settings)
     with one_tokenizer_fingerprint(tokenizer):  # the probe and the default adapter
         probe = probe_adapter(model, tokenizer, store, settings)
-        fingerprint = fingerprint if fingerprint is not None else current_fingerprint(probe)
+        if fingerprint is None:
+            fingerprint = current_fingerprint(probe)
+        else:  # a stale one, or another model's, would find that model's space
+            check_given_fingerprint(probe, fingerprint)
         return find_space(store, adapter_class, fingerprint, probe.settings(), given=settings,
                           prefer=default_settings(model, tokenizer, settings))
 
