@@ -69,3 +69,15 @@ def test_entering_a_block_refuses_nothing():
     with one_tokenizer_fingerprint(not_a_tokenizer):  # nothing computed on entering: refused where it is asked for
         with pytest.raises(TypeError, match="a fast tokenizer is needed"):
             scoped_tokenizer_fingerprint(not_a_tokenizer)
+
+
+def test_a_token_added_within_a_block_is_seen():
+    """The block's digest is computed again when the vocabulary grew inside it (`add_tokens`, which a caller must
+    not do there, but which would otherwise have left adapters recording the digest of the tokenizer before)."""
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())  # its own copy: tokens are added to it
+    with one_tokenizer_fingerprint(tokenizer):
+        before = scoped_tokenizer_fingerprint(tokenizer)
+        tokenizer.add_tokens(["<passage>"])
+        after = scoped_tokenizer_fingerprint(tokenizer)
+    assert before == MINILM_TOKENIZER_FINGERPRINT
+    assert after == tokenizer_fingerprint(tokenizer) != before

@@ -133,9 +133,10 @@ def one_tokenizer_fingerprint(tokenizer):
     time it is asked for, and then returned as it is: what a task entry point wraps its work in, since it builds
     several adapters of one tokenizer (one that finds the stored space, the default one it prefers, the one that
     reads it), each of which serialized the whole tokenizer to hash it (about 0.05 s for SmolLM2's). The value is
-    [`tokenizer_fingerprint`]'s, so the same stores are found. The tokenizer must not be changed within the block (an
-    added token, another normalizer); the truncation and padding state that tokenizing leaves never counts. A block
-    nested in one of the same tokenizer shares its digest.
+    [`tokenizer_fingerprint`]'s, so the same stores are found. The tokenizer must not be changed within the block
+    (another normalizer); an added token is caught all the same (the vocabulary's size is compared on each use, and
+    the digest computed again when it changed). The truncation and padding state that tokenizing leaves never
+    counts. A block nested in one of the same tokenizer shares its digest.
 
     Args:
         tokenizer: the call's tokenizer (nothing is computed on entering: a tokenizer of the wrong type is refused
@@ -163,8 +164,10 @@ def scoped_tokenizer_fingerprint(tokenizer) -> str:
     if held is None or held[0] is not tokenizer:
         return tokenizer_fingerprint(tokenizer)
     if held[1] is None:
-        held[1] = tokenizer_fingerprint(tokenizer)
-    return held[1]
+        held[1] = (tokenizer_fingerprint(tokenizer), len(tokenizer))
+    elif held[1][1] != len(tokenizer):  # a token added within the block (which it must not see): computed again
+        held[1] = (tokenizer_fingerprint(tokenizer), len(tokenizer))
+    return held[1][0]
 
 
 class DocumentError(ValueError):
