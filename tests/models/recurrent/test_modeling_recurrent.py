@@ -658,3 +658,32 @@ def test_a_misspelled_keyword_argument_is_a_type_error_naming_it(family):
     torch.testing.assert_close(out.logits, expected)
     with pytest.raises(ValueError, match="recurrent_states"):  # generate(): transformers' own check names it
         model.generate(ids(1, 10, seed=2), recurrent_states=state, max_new_tokens=2, do_sample=False)
+
+
+def test_a_config_of_the_other_family_is_a_type_error_naming_config():
+    # it was an AttributeError from deep inside the constructor ('RecurrentLlamaConfig' object has no attribute
+    # 'embd_pdrop', 'GPT2Config' object has no attribute 'max_positions_attribute')
+    for model_class, config in [(RecurrentGPT2LMHeadModel, tiny("llama").config),
+                                (RecurrentLlamaForCausalLM, tiny("gpt2").config),
+                                (RecurrentGPT2LMHeadModel, GPT2Config(**GPT2_TINY)),
+                                (RecurrentLlamaForCausalLM, LlamaConfig(**LLAMA_TINY))]:
+        with pytest.raises(TypeError, match="`config` of .* must be a Recurrent"):
+            model_class(config)
+
+
+def test_a_checkpoint_of_the_other_family_is_refused_naming_its_class(tmp_path):
+    # a GPT-2 config.json read by the Llama config built Llama's defaults (a 7B model, killed for memory), a Llama
+    # checkpoint read by the GPT-2 class a random GPT-2: both behind only transformers' warning
+    GPT2LMHeadModel(GPT2Config(**GPT2_TINY)).save_pretrained(tmp_path / "gpt2")
+    LlamaForCausalLM(LlamaConfig(**LLAMA_TINY)).save_pretrained(tmp_path / "llama")
+    tiny("gpt2").save_pretrained(tmp_path / "recurrent_gpt2")
+    with pytest.raises(ValueError, match="model_type 'gpt2'.*RecurrentGPT2LMHeadModel"):
+        RecurrentLlamaConfig.from_pretrained(tmp_path / "gpt2")
+    with pytest.raises(ValueError, match="model_type 'recurrent_gpt2'"):
+        RecurrentLlamaConfig.from_pretrained(tmp_path / "recurrent_gpt2")
+    with pytest.raises(ValueError, match="model_type 'llama'.*RecurrentLlamaForCausalLM"):
+        RecurrentGPT2LMHeadModel.from_pretrained(tmp_path / "llama")
+    # each family still reads its own plain and recurrent checkpoints
+    assert RecurrentGPT2LMHeadModel.from_pretrained(tmp_path / "gpt2").config.n_layer == GPT2_TINY["n_layer"]
+    assert RecurrentGPT2Config.from_pretrained(tmp_path / "recurrent_gpt2").window_size == RECURRENCE["window_size"]
+    assert RecurrentLlamaForCausalLM.from_pretrained(tmp_path / "llama").config.num_hidden_layers == 3

@@ -12,6 +12,10 @@ from transformers.activations import ACT2FN
 
 DEFAULT_WINDOW_SIZE = 300
 DEFAULT_RECURRENCE_HIDDEN_SIZES = (200, 200, 200)
+# the backbone family of the checkpoint model types the recurrent configs know: a GPT-2 checkpoint read into the
+# Llama config (or the reverse) would build a model of the other family's defaults (a 7B Llama from a GPT-2
+# config.json, killed for memory) with none of its weights, behind only transformers' warning
+BACKBONE_OF_MODEL_TYPE = {"gpt2": "gpt2", "recurrent_gpt2": "gpt2", "llama": "llama", "recurrent_llama": "llama"}
 
 
 # ----------------------------------------------------------------------------------------------------- config
@@ -104,6 +108,7 @@ class RecurrenceConfigMixin:
 
     max_positions_attribute: str = "max_position_embeddings"
     num_layers_attribute: str = "num_hidden_layers"
+    backbone: str = ""  # the key of BACKBONE_OF_MODEL_TYPE this config reads ("gpt2", "llama")
     # the cache output is `past_key_values` before transformers 5.24, `cache` from 5.24 on
     keys_to_ignore_at_inference = ["past_key_values", "cache", "recurrent_state", "num_windows"]
 
@@ -127,6 +132,26 @@ class RecurrenceConfigMixin:
             recurrence_hidden_sizes=recurrence_hidden_sizes,
             recurrence_activation=recurrence_activation,
         )
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        r"""`PreTrainedConfig.from_dict` (what `from_pretrained` calls with a checkpoint's `config.json` or GGUF
+        metadata), refusing a checkpoint of the other backbone family.
+
+        Raises:
+            ValueError: `config_dict["model_type"]` is a GPT-2 type for a Llama config or the reverse, naming the
+                class that reads it.
+        """
+        model_type = config_dict.get("model_type") if isinstance(config_dict, dict) else None
+        backbone = BACKBONE_OF_MODEL_TYPE.get(model_type)
+        if backbone is not None and cls.backbone and backbone != cls.backbone:
+            right = {"gpt2": "RecurrentGPT2Config / RecurrentGPT2LMHeadModel",
+                     "llama": "RecurrentLlamaConfig / RecurrentLlamaForCausalLM"}[backbone]
+            raise ValueError(
+                f"{cls.__name__} cannot read a checkpoint of model_type {model_type!r} (a {backbone} model, whose "
+                f"fields and weights it does not have): load it with {right}."
+            )
+        return super().from_dict(config_dict, **kwargs)
 
 
 __all__ = ["RecurrenceConfigMixin", "set_recurrence_config"]

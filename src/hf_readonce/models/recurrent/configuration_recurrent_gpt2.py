@@ -54,6 +54,7 @@ class RecurrentGPT2Config(RecurrenceConfigMixin, GPT2Config):
     model_type = "recurrent_gpt2"
     max_positions_attribute = "n_positions"
     num_layers_attribute = "n_layer"
+    backbone = "gpt2"
     # transformers turns config subclasses into dataclasses and would generate an `__init__` over the mixin's
     # unless the class defines one itself
     __init__ = RecurrenceConfigMixin.__init__

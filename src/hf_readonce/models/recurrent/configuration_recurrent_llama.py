@@ -54,6 +54,7 @@ class RecurrentLlamaConfig(RecurrenceConfigMixin, LlamaConfig):
     model_type = "recurrent_llama"
     max_positions_attribute = "max_position_embeddings"
     num_layers_attribute = "num_hidden_layers"
+    backbone = "llama"
     # transformers turns config subclasses into dataclasses and would generate an `__init__` over the mixin's
     # unless the class defines one itself
     __init__ = RecurrenceConfigMixin.__init__
