@@ -572,6 +572,13 @@ def test_a_config_edited_after_building_is_checked_on_every_path():
     for use_cache in (False, True):
         with pytest.raises(ValueError, match="window_size=16 / overlap=40"):
             model(ids(1, 20), use_cache=use_cache)
+    # a window beyond the position table: GPT-2 raised an IndexError, Llama ran RoPE past its table in silence
+    for family in FAMILIES:
+        model = tiny(family)
+        model.config.window_size = 48
+        for use_cache in (False, True):
+            with pytest.raises(ValueError, match="`window_size`=48 exceeds the model's 32 position embeddings"):
+                model(ids(1, 60), use_cache=use_cache)
 
 
 def test_token_ids_of_other_integer_types_are_named():

@@ -515,21 +515,30 @@ def _roll_rows(tensor: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
     return tensor.gather(1, index)
 
 
-def window_spans(length: int, window_size: int, overlap: int) -> list[tuple[int, int, int]]:
+def window_spans(length: int, window_size: int, overlap: int,
+                 max_positions: int | None = None) -> list[tuple[int, int, int]]:
     r"""Windows of a stream of `length` tokens (§4.2): window j covers `[start, end)`, `start_0 = 0`,
     `start_j = end_{j-1} - overlap`, `end_j = min(start_j + window_size, length)`; `new_from` is the first
     window position whose token is new (0 for the first window, `overlap` after). The last window may be short.
+
+    Args:
+        length (`int`), window_size (`int`), overlap (`int`): the stream and its windows.
+        max_positions (`int`, *optional*): the model's position table; a window must fit in it (positions restart
+            in every window).
 
     Returns:
         `list[tuple[int, int, int]]`: `(start, end, new_from)` per window.
 
     Raises:
-        ValueError: if `length < 1` or the window/overlap are invalid.
+        ValueError: if `length < 1`, the window/overlap are invalid, or the window exceeds `max_positions`.
     """
     if length < 1:
         raise ValueError(f"a stream needs at least one token, got length {length}.")
     if window_size < 1 or not 0 <= overlap < window_size:
         raise ValueError(f"invalid window_size={window_size} / overlap={overlap}.")
+    if max_positions is not None and window_size > max_positions:
+        raise ValueError(f"`window_size`={window_size} exceeds the model's {max_positions} position embeddings "
+                         "(positions restart in every window, so a window must fit in the position table).")
     spans = [(0, min(window_size, length), 0)]
     while spans[-1][1] < length:
         start = spans[-1][1] - overlap
@@ -916,7 +925,8 @@ class RecurrentCausalLMMixin:
         checkpointing but with gradients, every window's activations are kept for backward anyway, and one LM head
         runs over the whole stream, as in the plain model."""
         config = self.config
-        spans = window_spans(input_ids.shape[1], config.window_size, config.window_overlap)
+        spans = window_spans(input_ids.shape[1], config.window_size, config.window_overlap,
+                             getattr(config, config.max_positions_attribute))
         use_checkpoint = self._checkpointing_windows()
         if attention_mask is not None and attention_mask.shape[1] != input_ids.shape[1]:
             raise ValueError(
@@ -961,7 +971,8 @@ class RecurrentCausalLMMixin:
         the recurrent vector, re-reading the last `window_overlap` tokens) whenever it is full (generation path)."""
         config = self.config
         window, overlap = config.window_size, config.window_overlap
-        window_spans(1, window, overlap)  # the config may have been edited since it was built: same check as uncached
+        # the config may have been edited since it was built: same check as uncached
+        window_spans(1, window, overlap, getattr(config, config.max_positions_attribute))
         if not isinstance(cache, RecurrentCache):
             if cache is not None and (not isinstance(cache, Cache) or cache.get_seq_length() > 0):
                 raise ValueError(
