@@ -98,6 +98,12 @@ def test_bad_arguments(plain):
         evaluate_perplexity(plain, doc(1), window_size=8)
     with pytest.raises(TypeError, match="input_ids"):
         evaluate_perplexity(plain, [1, 2, 3], window_size=8)
+    # a zero batch was range()'s "arg 3 must not be zero"; a word count of 0 or below gave no or a meaningless word ppl
+    with pytest.raises(ValueError, match="`batch_size` must be a positive int"):
+        evaluate_perplexity(plain, doc(10), window_size=8, batch_size=0)
+    for words in (0, -3, 2.5):
+        with pytest.raises(ValueError, match="`num_words` must be a positive int"):
+            evaluate_perplexity(plain, doc(10), window_size=8, num_words=words)
     with pytest.raises(TypeError, match="GPT2LMHeadModel or LlamaForCausalLM"):
         to_recurrent(torch.nn.Linear(2, 2))
     assert stream_samples(list(range(10)), 4) == [[0, 1, 2, 3], [4, 5, 6, 7]]
@@ -135,6 +141,7 @@ def test_table2_script_trains_one_recurrent_model_per_overlap(tmp_path):
     # a data folder without the books is named before any model is loaded (the folder that holds austen/)
     with pytest.raises(FileNotFoundError, match=r"--data_dir .*: no austen/emma.txt \(the folder that holds austen/"):
         script.main(["--data_dir", str(tmp_path / "austen"), "--do_train", "--output_dir", str(tmp_path)])
+
 
 
 def test_recurrent_evaluation_memory_does_not_grow_with_the_document():

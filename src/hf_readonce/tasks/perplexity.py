@@ -111,10 +111,15 @@ def evaluate_perplexity(model, input_ids: torch.Tensor, *, window_size: int, win
     Raises:
         TypeError / ValueError: `input_ids` not a single document of at least 2 tokens, a window size below 2 or
             beyond the model's positions, an overlap outside `[0, window_size)`.
+        ValueError: `batch_size` not a positive int, `num_words` neither `None` nor a positive int.
         ValueError: a recurrent model asked for a `window_overlap` other than its `config.window_overlap` (the
             message names both) without `allow_overlap_mismatch=True`.
     """
     input_ids = _check(input_ids, window_size, window_overlap, _max_positions(model.config))
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}.")
+    if num_words is not None and (isinstance(num_words, bool) or not isinstance(num_words, int) or num_words < 1):
+        raise ValueError(f"`num_words` must be a positive int (the words of the text) or None, got {num_words!r}.")
     if isinstance(model, RecurrentCausalLMMixin) and window_overlap != model.config.window_overlap \
             and not allow_overlap_mismatch:
         raise ValueError(
