@@ -269,17 +269,20 @@ class DocumentCacheOutput(ModelOutput):
         return out
 
 
-def _per_layer_type_rope(rope) -> bool:
-    """Whether `rope_parameters` holds one set of parameters per layer type (Gemma 3's `{"full_attention": {...},
-    "sliding_attention": {...}}`) rather than one set (`{"rope_type": ..., "rope_theta": ...}`)."""
-    return isinstance(rope, Mapping) and bool(rope) and all(isinstance(value, Mapping) for value in rope.values())
+def _rope_layer_types(rope) -> list[str]:
+    """The layer types of a `rope_parameters` that holds one set of parameters per layer type (Gemma 3's
+    `{"full_attention": {...}, "sliding_attention": {...}}`, beside which transformers < 5.24 also sets a top-level
+    `rope_type` and a `rope_theta` of None); `[]` for one set (`{"rope_type": ..., "rope_theta": ...}`)."""
+    if not isinstance(rope, Mapping):
+        return []
+    return [str(key) for key, value in rope.items() if isinstance(value, Mapping)]
 
 
 def _check_rope(config) -> None:
     rope = getattr(config, "rope_parameters", None) or {}
-    if _per_layer_type_rope(rope):
+    if _rope_layer_types(rope):
         raise ValueError(
-            f"cannot compose document caches for RoPE parameters per layer type ({', '.join(map(str, rope))}): "
+            f"cannot compose document caches for RoPE parameters per layer type ({', '.join(_rope_layer_types(rope))}): "
             "stored keys are re-rotated with one RoPE setting for every layer (Llama-family models)."
         )
     rope_type = rope.get("rope_type", "default") if isinstance(rope, dict) else "default"
@@ -447,9 +450,9 @@ def _check_rotary_config(config, argument: str = "config") -> None:
         raise TypeError(f"`{argument}` must be the model's config (a LlamaConfig), got {type(config).__name__}"
                         + (": pass `model.config`." if hasattr(config, "config") else "."))
     rope = getattr(config, "rope_parameters", None)
-    if _per_layer_type_rope(rope):
+    if _rope_layer_types(rope):
         raise ValueError(f"`{argument}` ({type(config).__name__}) has rotary parameters per layer type "
-                         f"(rope_parameters of {', '.join(map(str, rope))}): stored caches can be re-positioned only "
+                         f"(rope_parameters of {', '.join(_rope_layer_types(rope))}): stored caches can be re-positioned only "
                          "for rotary Llama-family models, whose layers share one RoPE setting.")
     missing = [] if isinstance(rope, Mapping) and "rope_type" in rope and "rope_theta" in rope else [
         "rope_parameters (rope_type, rope_theta)"]
