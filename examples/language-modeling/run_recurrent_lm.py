@@ -36,10 +36,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, HfArgumentParser, Trainer, TrainingArguments
-from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    GPT2LMHeadModel,
+    HfArgumentParser,
+    LlamaForCausalLM,
+    Trainer,
+    TrainingArguments,
+)
 
-from hf_readonce.models.recurrent.convert_to_recurrent import to_recurrent
+from hf_readonce.models.recurrent.convert_to_recurrent import RECURRENCE_SETTINGS, to_recurrent
 from hf_readonce.tasks.language_modeling import AUSTEN_SPLITS, load_smollm2, read_books, stream_samples
 from hf_readonce.tasks.perplexity import evaluate_perplexity, flops_per_token, recurrence_zeroed
 from hf_readonce.tasks.trainers import TimeBudgetCallback
@@ -99,21 +106,26 @@ def resolve_overlaps(args: RecurrentLMArguments) -> None:
             )
 
 
-def plain_model(model, base_config):
+def plain_model(model):
     """The baseline printed beside a recurrent model's perplexity: the plain causal LM (`GPT2LMHeadModel`,
     `LlamaForCausalLM`) with the recurrent model's weights, less the recurrence, so every window sees only its own
-    tokens (context cut at the window) and the two differ by the recurrence alone. A plain model is returned as is.
+    tokens (context cut at the window) and the two differ by the recurrence alone. Its config is the recurrent
+    model's less the recurrence settings, so a recurrent checkpoint given as `--model_name_or_path` gets its baseline
+    too. A plain model is returned as is.
 
     Args:
         model: the model being evaluated, recurrent or not.
-        base_config: the configuration of the plain model it was converted from.
 
     Returns:
         the plain model, in eval mode, on `model`'s device and in its dtype.
     """
     if not hasattr(model, "recurrence"):
         return model
-    plain = MODEL_FOR_CAUSAL_LM_MAPPING[type(base_config)](base_config)
+    plain_class = {"gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM}[model.config.backbone]
+    settings = model.config.to_dict()
+    for key in (*RECURRENCE_SETTINGS, "model_type", "architectures", "auto_map", "transformers_version"):
+        settings.pop(key, None)
+    plain = plain_class(plain_class.config_class(**settings))
     state = {name: value for name, value in model.state_dict().items() if not name.startswith("recurrence.")}
     plain.load_state_dict(state)
     return plain.to(device=next(model.parameters()).device, dtype=model.dtype).eval()
@@ -188,7 +200,7 @@ def main(argv=None):
         # a run that only scores (the pretrained row) never met a Trainer, which is what moves a model to the GPU
         model.to(training_args.device).eval()
         # every perplexity is printed beside its baseline: the plain model on the same windows, no recurrence
-        baseline = plain_model(model, base_config)
+        baseline = plain_model(model)
         splits = {"validation": AUSTEN_SPLITS["validation"], "test": AUSTEN_SPLITS["test"]}
         for split, names in splits.items():
             ids, books = encode(names)

@@ -184,6 +184,41 @@ def test_example_prints_the_plain_models_perplexity_beside_the_recurrent_ones(tm
         assert f"without the recurrence: token ppl {row['plain_token_perplexity']:.3f}" in printed
 
 
+def test_example_gives_a_saved_recurrent_checkpoint_its_plain_baseline(tmp_path):
+    """A recurrent checkpoint (what `--do_train --recurrent true` saves) scored with `--recurrent false --do_eval`
+    gets its baseline, the plain model with its weights less the recurrence (the baseline was built from the loaded
+    config's class, the recurrent one, and failed on the missing `recurrence.*` weights)."""
+    import importlib.util
+
+    from transformers import AutoTokenizer
+
+    from hf_readonce.weights import minilm_path
+    from tests.conftest import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location(
+        "run_recurrent_lm", REPO_ROOT / "examples" / "language-modeling" / "run_recurrent_lm.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    torch.manual_seed(0)
+    plain = GPT2LMHeadModel(GPT2Config(**{**TINY, "vocab_size": tokenizer.vocab_size})).eval()
+    to_recurrent(plain, window_size=16, window_overlap=4).save_pretrained(tmp_path / "recurrent")
+    tokenizer.save_pretrained(tmp_path / "recurrent")
+    (tmp_path / "data" / "austen").mkdir(parents=True)
+    for name in ("northangerabbey", "persuasion"):
+        (tmp_path / "data" / "austen" / f"{name}.txt").write_text(f"{name} said emma to harriet and knightley. " * 12)
+    metrics = script.main(["--model_name_or_path", str(tmp_path / "recurrent"), "--recurrent", "false",
+                           "--window_size", "16", "--eval_overlaps", "4", "--validation_overlaps", "4", "--do_eval",
+                           "--max_eval_tokens", "60", "--data_dir", str(tmp_path / "data"), "--use_cpu",
+                           "--report_to", "none", "--output_dir", str(tmp_path / "out")])
+    tokens = torch.tensor(tokenizer("persuasion said emma to harriet and knightley. " * 12,
+                                    add_special_tokens=False)["input_ids"][:60])
+    expected = evaluate_perplexity(plain, tokens, window_size=16, window_overlap=4)
+    row = metrics["test_persuasion_overlap4"]
+    assert row["plain_token_perplexity"] == pytest.approx(expected.token_perplexity, rel=1e-5)
+    assert row["plain_token_perplexity"] != pytest.approx(row["token_perplexity"])  # the recurrent model's own
+
+
 def test_recurrent_evaluation_memory_does_not_grow_with_the_document():
     """Issue 11 (item 2): `evaluate_perplexity` streams a recurrent model window by window (no `(T, vocab)` logits
     nor `(T, hidden)` states for the whole document): the peak of evaluating 20 windows stays within 1.3x of one
