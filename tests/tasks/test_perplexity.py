@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -104,6 +105,14 @@ def test_bad_arguments(plain):
     for words in (0, -3, 2.5):
         with pytest.raises(ValueError, match="`num_words` must be a positive int"):
             evaluate_perplexity(plain, doc(10), window_size=8, num_words=words)
+    for words in (True, torch.tensor(True)):
+        with pytest.raises(ValueError, match="`num_words` must be a positive int"):
+            evaluate_perplexity(plain, doc(10), window_size=8, num_words=words)
+    # a word count counted with numpy or torch is the whole number it holds (it worked before the check)
+    expected = evaluate_perplexity(plain, doc(10), window_size=8, num_words=5, batch_size=2).word_perplexity
+    for words, batch in ((np.int64(5), np.int64(2)), (torch.tensor(5), torch.tensor(2))):
+        result = evaluate_perplexity(plain, doc(10), window_size=8, num_words=words, batch_size=batch)
+        assert result.word_perplexity == expected and type(result.num_words) is int
     with pytest.raises(TypeError, match="GPT2LMHeadModel or LlamaForCausalLM"):
         to_recurrent(torch.nn.Linear(2, 2))
     assert stream_samples(list(range(10)), 4) == [[0, 1, 2, 3], [4, 5, 6, 7]]
@@ -141,7 +150,6 @@ def test_table2_script_trains_one_recurrent_model_per_overlap(tmp_path):
     # a data folder without the books is named before any model is loaded (the folder that holds austen/)
     with pytest.raises(FileNotFoundError, match=r"--data_dir .*: no austen/emma.txt \(the folder that holds austen/"):
         script.main(["--data_dir", str(tmp_path / "austen"), "--do_train", "--output_dir", str(tmp_path)])
-
 
 
 def test_example_prints_the_plain_models_perplexity_beside_the_recurrent_ones(tmp_path, capsys):

@@ -18,6 +18,7 @@ paper's word-level perplexity: `exp(total NLL / number of words)`).
 from __future__ import annotations
 
 import math
+import operator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -83,6 +84,18 @@ def _max_positions(config) -> int | None:
     return getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
 
 
+def _positive_count(value) -> int | None:
+    """`value` as a Python int when it is a whole number >= 1 (an int, a numpy integer, a 0-d integer tensor: what
+    `operator.index` takes; never a bool), else `None`."""
+    if isinstance(value, bool) or getattr(value, "dtype", None) == torch.bool:
+        return None
+    try:
+        value = operator.index(value)
+    except TypeError:
+        return None
+    return value if value >= 1 else None
+
+
 @torch.no_grad()
 def evaluate_perplexity(model, input_ids: torch.Tensor, *, window_size: int, window_overlap: int = 0,
                         num_words: int | None = None, batch_size: int = 8,
@@ -111,15 +124,18 @@ def evaluate_perplexity(model, input_ids: torch.Tensor, *, window_size: int, win
     Raises:
         TypeError / ValueError: `input_ids` not a single document of at least 2 tokens, a window size below 2 or
             beyond the model's positions, an overlap outside `[0, window_size)`.
-        ValueError: `batch_size` not a positive int, `num_words` neither `None` nor a positive int.
+        ValueError: `batch_size` not a positive whole number, `num_words` neither `None` nor one (a bool is
+            neither; a numpy integer or a 0-d integer tensor is).
         ValueError: a recurrent model asked for a `window_overlap` other than its `config.window_overlap` (the
             message names both) without `allow_overlap_mismatch=True`.
     """
     input_ids = _check(input_ids, window_size, window_overlap, _max_positions(model.config))
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+    if _positive_count(batch_size) is None:
         raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}.")
-    if num_words is not None and (isinstance(num_words, bool) or not isinstance(num_words, int) or num_words < 1):
+    if num_words is not None and _positive_count(num_words) is None:
         raise ValueError(f"`num_words` must be a positive int (the words of the text) or None, got {num_words!r}.")
+    batch_size = _positive_count(batch_size)  # numpy integers and 0-d integer tensors count as the int they hold
+    num_words = None if num_words is None else _positive_count(num_words)
     if isinstance(model, RecurrentCausalLMMixin) and window_overlap != model.config.window_overlap \
             and not allow_overlap_mismatch:
         raise ValueError(

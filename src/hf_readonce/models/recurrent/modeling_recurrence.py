@@ -587,8 +587,6 @@ class RecurrentCausalLMMixin:
     _supports_attention_backend = False
 
     def __init__(self, config, *args, **kwargs):
-        # `from_pretrained(path, window_overlap=..., recurrence_layer=...)` sets fields after the config validated
-        # them: validate again at load, before layer L is looked up (a ValueError naming the field, not an IndexError)
         expected = getattr(type(self), "config_class", None)
         if expected is not None and getattr(config, "backbone", None) != expected.backbone:
             # a plain GPT2Config / LlamaConfig, or the other family's recurrent config, has not the fields read below
@@ -597,6 +595,8 @@ class RecurrentCausalLMMixin:
                 f"(model_type {getattr(config, 'model_type', None)!r}); a plain model converts with "
                 "`to_recurrent(model, ...)`."
             )
+        # `from_pretrained(path, window_overlap=..., recurrence_layer=...)` sets fields after the config validated
+        # them: validate again at load, before layer L is looked up (a ValueError naming the field, not an IndexError)
         set_recurrence_config(
             config, max_positions=getattr(config, config.max_positions_attribute),
             num_layers=getattr(config, config.num_layers_attribute), window_size=config.window_size,
