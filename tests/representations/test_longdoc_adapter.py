@@ -97,7 +97,7 @@ def test_bad_texts_raise(tokenizer):
         adapter.encode(["fine", "  "])
     with pytest.raises(TypeError, match="texts"):
         adapter.encode("a single string")
-    with pytest.raises(ValueError, match="rows"):
+    with pytest.raises(ValueError, match="`stored` is empty"):
         adapter.read([])
 
 
