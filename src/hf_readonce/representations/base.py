@@ -459,7 +459,8 @@ class AdapterBase:
         `EncodeStats.truncated` and `hf-readonce encode` reports. 0 for an adapter that reads every token (windows).
 
         Texts of the adapter's last `encode` call are not tokenized again: that call's tokenization noted which it
-        cut (`_tokenize_documents`); any other text is tokenized here, without truncation, to count its tokens.
+        cut (`_tokenize_documents`); any other text is tokenized here, without truncation, to count its tokens, 256
+        texts at a time.
 
         Args:
             texts (`Sequence[str]`): the documents as given to `encode`.
@@ -483,8 +484,10 @@ class AdapterBase:
             return cut
         if hasattr(self.tokenizer, "deprecation_warnings"):  # the lengths of long documents are what is asked for
             self.tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
-        lengths = self.tokenizer(rest, add_special_tokens=special, return_length=True)["length"]
-        return cut + sum(1 for length in lengths if length > self.max_document_length)
+        for start in range(0, len(rest), 256):  # a batch at a time: a large set is not held as token lists at once
+            lengths = self.tokenizer(rest[start : start + 256], add_special_tokens=special, return_length=True)["length"]
+            cut += sum(1 for length in lengths if length > self.max_document_length)
+        return cut
 
     def _tokenize_documents(self, texts: list[str], *, new_call: bool = True, **kwargs):
         """`self.tokenizer(texts, truncation=True, max_length=self.max_document_length, **kwargs)`, the one

@@ -301,9 +301,8 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
 
     fingerprint, settings, hashes = ensure_stored(adapter, store, texts, encode_missing=encode_missing, dtype=dtype,
                                                   what="passages", name_of=name_of, fingerprint=fingerprint)
-    if counts is not None:  # tokenized a batch at a time: a large passage set is not held as token lists at once
-        cut = sum(adapter.documents_cut(texts[start : start + 256]) for start in range(0, len(texts), 256))
-        counts.update({"passages": len(texts), "passages_cut": cut})
+    if counts is not None:
+        counts.update({"passages": len(texts), "passages_cut": adapter.documents_cut(texts)})
     timings = timings if timings is not None else {}
     timings.setdefault("read_seconds", 0.0)
     timings.setdefault("generate_seconds", 0.0)

@@ -91,9 +91,8 @@ def answer_from_representations(model, tokenizer, store: RepresentationStore, ex
     if settings_used is not None:
         settings_used.update({name: stored_settings.get(name) for name in adapter_class.cli_settings})
         settings_used.update(decoding="greedy", prompt="the question")
-    if counts is not None:  # tokenized a batch at a time: a large document set is not held as token lists at once
-        cut = sum(adapter.documents_cut(texts[start : start + 256]) for start in range(0, len(texts), 256))
-        counts.update({"passages": len(texts), "passages_cut": cut})
+    if counts is not None:
+        counts.update({"passages": len(texts), "passages_cut": adapter.documents_cut(texts)})
     answers = generate_from_store(model, tokenizer, store, adapter, fingerprint,
                                   [by_text[e["context"]] for e in examples],
                                   [e["question"].strip() for e in examples], batch_size=batch_size,

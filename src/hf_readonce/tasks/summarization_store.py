@@ -171,9 +171,8 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
                                                           fingerprint=fingerprint)
     if settings_used is not None:
         settings_used.update({name: stored_settings.get(name) for name in type(adapter).cli_settings})
-    if counts is not None:  # tokenized a batch at a time: a large document set is not held as token lists at once
-        cut = sum(adapter.documents_cut(texts[start : start + 256]) for start in range(0, len(texts), 256))
-        counts.update({"documents": len(texts), "documents_cut": cut})
+    if counts is not None:
+        counts.update({"documents": len(texts), "documents_cut": adapter.documents_cut(texts)})
     kwargs = {"max_new_tokens": max_new_tokens, "num_beams": num_beams, "do_sample": False, **generate_kwargs}
     summaries = generate_from_store(model, tokenizer, store, adapter, fingerprint, [by_text[t] for t in texts],
                                     None if prompt is None else [prompt] * len(texts), batch_size=batch_size,
