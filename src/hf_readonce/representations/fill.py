@@ -265,23 +265,27 @@ def check_store_arguments(model, store, dtype=None) -> None:
         resolve_dtype(dtype)
 
 
-def check_given_fingerprint(adapter, fingerprint) -> None:
-    """Refuse a `fingerprint` that a caller passes for `adapter`'s [`current_fingerprint`] (to spare hashing the
-    weights again) but that is not its model's: it is compared with `adapter.fingerprint()` (a model's
+def given_or_current_fingerprint(adapter, fingerprint: str | None = None) -> str:
+    """The fingerprint of `adapter`'s model as its weights are now: [`current_fingerprint`] (which hashes the
+    weights) when `fingerprint` is None, else `fingerprint` once checked. A caller that has just computed it passes it
+    on to spare hashing the weights again; it is compared with `adapter.fingerprint()` (a model's
     `representation_fingerprint()` when `adapter` is the model itself), which the model caches while its weights are
     unchanged, so the check hashes nothing right after that `current_fingerprint` call. A stale fingerprint (the
     weights changed since) or another model's would find that model's space, and what it holds, read through this
     adapter, would pass as this model's.
 
     Raises:
-        ValueError: naming `fingerprint`, both fingerprints and the way out.
+        ValueError: a `fingerprint` that is not the model's, naming `fingerprint`, both fingerprints and the way out.
     """
+    if fingerprint is None:
+        return current_fingerprint(adapter)
     ask = getattr(adapter, "representation_fingerprint", None)  # a model's; an adapter's is `fingerprint()`
     own = ask() if callable(ask) else adapter.fingerprint()
     if fingerprint != own:
         raise ValueError(f"`fingerprint` {str(fingerprint)[:16]}... is not this model's fingerprint {own[:16]}... (the "
                          "weights changed since it was computed, or it is another model's): pass "
                          "`current_fingerprint(adapter)` as just computed, or leave it out.")
+    return fingerprint
 
 
 def ensure_stored(adapter, store: RepresentationStore, texts: Sequence[str], *, encode_missing: bool = False,
@@ -304,7 +308,7 @@ def ensure_stored(adapter, store: RepresentationStore, texts: Sequence[str], *, 
             of question id 'q7'"`); defaults to its index.
         fingerprint (`str`, *optional*): the adapter's [`current_fingerprint`] when the caller has just computed it
             (it hashes the weights: a task computes it once per call); computed here when omitted. Checked against
-            the model's cached `fingerprint()` ([`check_given_fingerprint`]: no hashing while the weights are
+            the model's cached `fingerprint()` ([`given_or_current_fingerprint`]: no hashing while the weights are
             unchanged).
 
     Returns:
@@ -321,10 +325,7 @@ def ensure_stored(adapter, store: RepresentationStore, texts: Sequence[str], *, 
     from ..store import MissingRepresentationError, RepresentationMismatchError
     from ..store.maintenance import unindexed_note
 
-    if fingerprint is None:
-        fingerprint = current_fingerprint(adapter)
-    else:
-        check_given_fingerprint(adapter, fingerprint)
+    fingerprint = given_or_current_fingerprint(adapter, fingerprint)
     settings = adapter.settings()
     hashes = {text: content_hash(text) for text in texts}
     missing = store.missing(fingerprint, settings, list(hashes.values()))

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 
 from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore
 from ..store.maintenance import unindexed_note
-from .base import current_fingerprint, one_tokenizer_fingerprint
-from .fill import check_given_fingerprint
+from .base import one_tokenizer_fingerprint
+from .fill import given_or_current_fingerprint
 from .registry import get_adapter, get_adapter_class
 
 
@@ -203,7 +203,7 @@ def adapter_for_store(model, tokenizer, store: RepresentationStore, *, settings:
         batch_size (`int`, defaults to 8): the adapter's encoding batch.
         fingerprint (`str`, *optional*): the adapter's [`current_fingerprint`] (its model's) when the caller has just
             computed it (it hashes the weights: a task computes it once per call); computed here when omitted, and
-            checked against the model's cached fingerprint when given ([`check_given_fingerprint`]).
+            checked against the model's cached fingerprint when given ([`given_or_current_fingerprint`]).
 
     Returns:
         the family's adapter (`adapter.settings()` are those of the space read or written). The tokenizer is
@@ -228,10 +228,8 @@ def _adapter_for_store(model, tokenizer, store, adapter_class, settings, encode_
     """[`adapter_for_store`] once its arguments are checked."""
     try:
         probe = probe_adapter(model, tokenizer, store, settings)
-        if fingerprint is None:
-            fingerprint = current_fingerprint(probe)
-        else:  # a stale one, or another model's, would find that model's space
-            check_given_fingerprint(probe, fingerprint)
+        # a given one is checked: a stale one, or another model's, would find that model's space
+        fingerprint = given_or_current_fingerprint(probe, fingerprint)
         found = find_space(store, adapter_class, fingerprint, probe.settings(), given=settings,
                            prefer=default_settings(model, tokenizer, settings))
     except RepresentationMismatchError:

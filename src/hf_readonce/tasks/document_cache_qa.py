@@ -32,7 +32,7 @@ from ..models.block_attention_llama.modeling_block_attention_llama import (
 )
 from ..representations.base import current_fingerprint, one_tokenizer_fingerprint
 from ..representations.block_attention_llama import BlockAttentionLlamaAdapter
-from ..representations.fill import check_given_fingerprint, check_store_arguments, ensure_stored
+from ..representations.fill import check_store_arguments, ensure_stored, given_or_current_fingerprint
 from ..representations.spaces import _choose_space, _spaces_with
 from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore
 from .jsonl import field_problem
@@ -111,7 +111,7 @@ def find_document_cache_space(store: RepresentationStore, model, tokenizer,
 
     `fingerprint` (*optional*): the model's [`current_fingerprint`] when the caller has just computed it (it hashes
     the weights); computed here when omitted. Checked against the model's cached fingerprint
-    ([`hf_readonce.representations.fill.check_given_fingerprint`]): a stale one or another model's would find that
+    ([`hf_readonce.representations.fill.given_or_current_fingerprint`]): a stale one or another model's would find that
     model's caches, which would then be read as this model's.
 
     Raises:
@@ -124,10 +124,8 @@ def find_document_cache_space(store: RepresentationStore, model, tokenizer,
     probe = BlockAttentionLlamaAdapter(model, tokenizer, **given)
     # which special tokens a document was read with is the encoder's choice (`add_special_tokens`), read back from
     # the space found: the default's space first, else either (as the family's own settings not given)
-    if fingerprint is None:
-        fingerprint = current_fingerprint(probe)
-    else:
-        check_given_fingerprint(probe, fingerprint)
+    # a given one is checked: a stale one, or another model's, would find that model's space
+    fingerprint = given_or_current_fingerprint(probe, fingerprint)
     exact = probe.settings()
     wanted = {name: value for name, value in exact.items() if name != "add_special_tokens"}
     # [`find_space`] over one listing of the store's spaces: those read as the default reads them, else either way

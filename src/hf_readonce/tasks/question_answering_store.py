@@ -12,7 +12,7 @@ from ..representations.base import (
     scoped_tokenizer_fingerprint,
 )
 from ..representations.deformer_bert import DeformerBertAdapter
-from ..representations.fill import check_given_fingerprint, check_store_arguments, ensure_stored
+from ..representations.fill import check_store_arguments, ensure_stored, given_or_current_fingerprint
 from ..representations.spaces import default_settings, find_space
 from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore
 from ..store.maintenance import unindexed_note
@@ -36,7 +36,7 @@ def find_deformer_space(store: RepresentationStore, model, tokenizer, *, max_pas
 
     `fingerprint` (*optional*): the model's [`current_fingerprint`] when the caller has just computed it (it hashes
     the weights); computed here when omitted, checked against the model's cached fingerprint when given
-    ([`hf_readonce.representations.fill.check_given_fingerprint`]). The tokenizer is serialized for its fingerprint once per call
+    ([`hf_readonce.representations.fill.given_or_current_fingerprint`]). The tokenizer is serialized for its fingerprint once per call
     ([`one_tokenizer_fingerprint`]).
 
     Raises:
@@ -56,10 +56,8 @@ def find_deformer_space(store: RepresentationStore, model, tokenizer, *, max_pas
                     "tokenizer": scoped_tokenizer_fingerprint(tokenizer),
                     "num_decomposed_layers": k, **wanted}  # DeformerBertAdapter.settings(), the windows free
         # the weights as they are now (also after a `.data` edit)
-        if fingerprint is None:
-            fingerprint = current_fingerprint(model)
-        else:  # a stale one, or another model's, would find that model's space
-            check_given_fingerprint(model, fingerprint)
+        # a given one is checked: a stale one, or another model's, would find that model's space
+        fingerprint = given_or_current_fingerprint(model, fingerprint)
         found = find_space(store, DeformerBertAdapter, fingerprint, settings, given=wanted,
                            prefer=default_settings(model, tokenizer, wanted))  # the windows the checkpoint records
         if found is not None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ..representations.base import current_fingerprint, one_tokenizer_fingerprint
-from ..representations.fill import check_given_fingerprint, check_store_arguments, ensure_stored
+from ..representations.fill import check_store_arguments, ensure_stored, given_or_current_fingerprint
 from ..representations.registry import family_of, get_adapter_class, registered_families
 from ..representations.spaces import adapter_for_store, default_settings, find_space, own_settings, probe_adapter
 from ..store import RepresentationStore
@@ -53,7 +53,7 @@ def find_summarization_space(store: RepresentationStore, model, tokenizer,
             are free.
         fingerprint (`str`, *optional*): the model's [`current_fingerprint`] when the caller has just computed it (it
             hashes the weights); computed here when omitted, checked against the model's cached fingerprint when
-            given ([`hf_readonce.representations.fill.check_given_fingerprint`]). The tokenizer is serialized for its fingerprint once
+            given ([`hf_readonce.representations.fill.given_or_current_fingerprint`]). The tokenizer is serialized for its fingerprint once
             ([`one_tokenizer_fingerprint`]).
 
     Returns:
@@ -69,10 +69,8 @@ def find_summarization_space(store: RepresentationStore, model, tokenizer,
     settings = own_settings(adapter_class, settings)
     with one_tokenizer_fingerprint(tokenizer):  # the probe and the default adapter
         probe = probe_adapter(model, tokenizer, store, settings)
-        if fingerprint is None:
-            fingerprint = current_fingerprint(probe)
-        else:  # a stale one, or another model's, would find that model's space
-            check_given_fingerprint(probe, fingerprint)
+        # a given one is checked: a stale one, or another model's, would find that model's space
+        fingerprint = given_or_current_fingerprint(probe, fingerprint)
         return find_space(store, adapter_class, fingerprint, probe.settings(), given=settings,
                           prefer=default_settings(model, tokenizer, settings))
 
