@@ -163,9 +163,8 @@ def scoped_tokenizer_fingerprint(tokenizer) -> str:
     held = _CALL_TOKENIZER.get()
     if held is None or held[0] is not tokenizer:
         return tokenizer_fingerprint(tokenizer)
-    if held[1] is None:
-        held[1] = (tokenizer_fingerprint(tokenizer), len(tokenizer))
-    elif held[1][1] != len(tokenizer):  # a token added within the block (which it must not see): computed again
+    # computed again after a token was added within the block (which it must not see)
+    if held[1] is None or held[1][1] != len(tokenizer):
         held[1] = (tokenizer_fingerprint(tokenizer), len(tokenizer))
     return held[1][0]
 
