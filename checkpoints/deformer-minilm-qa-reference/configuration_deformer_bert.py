@@ -8,6 +8,18 @@ import inspect
 from transformers import BertConfig, PretrainedConfig
 
 
+# Copied from hf_readonce.models.readtwice_bert.configuration_readtwice_bert._pop_init_fields
+def _pop_init_fields(config_class, kwargs: dict) -> dict:
+    """Remove from `kwargs` and return the keyword arguments that are fields of `config_class` or of the transformers
+    config it extends (the arguments of their `__init__`; not `PreTrainedConfig`'s own, which transformers handles):
+    what a config's `from_dict` builds the config with, so that `__init__` validates them together and derives its
+    defaults from them, instead of transformers setting them unchecked after `__init__`."""
+    own = {name for klass in config_class.__mro__[:config_class.__mro__.index(PretrainedConfig)]
+           if "__init__" in vars(klass) for name in inspect.signature(klass.__init__).parameters}
+    own -= {"self", "args", "kwargs", *inspect.signature(PretrainedConfig.__init__).parameters}
+    return {key: kwargs.pop(key) for key in list(kwargs) if key in own}
+
+
 class DeformerBertConfig(BertConfig):
     r"""
     Configuration of a DeFormer-BERT model: a BERT whose lower `num_decomposed_layers` layers read the question
@@ -153,10 +165,7 @@ class DeformerBertConfig(BertConfig):
         num_second_read_layers=6` is checked against the 8 given), and the defaults `__init__` derives from them
         follow them where the checkpoint does not record those (e.g. ReadTwice's `segment_overlap` from
         `segment_length`, DeFormer's `num_decomposed_layers` from `num_hidden_layers`)."""
-        own = {name for klass in cls.__mro__[:cls.__mro__.index(PretrainedConfig)] if "__init__" in vars(klass)
-               for name in inspect.signature(klass.__init__).parameters}
-        own -= {"self", "args", "kwargs", *inspect.signature(PretrainedConfig.__init__).parameters}
-        given = {key: kwargs.pop(key) for key in list(kwargs) if key in own}
+        given = _pop_init_fields(cls, kwargs)
         return super().from_dict({**config_dict, **given}, **kwargs)
 
     @classmethod

@@ -15,6 +15,18 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+# Copied from hf_readonce.models.readtwice_bert.configuration_readtwice_bert._pop_init_fields
+def _pop_init_fields(config_class, kwargs: dict) -> dict:
+    """Remove from `kwargs` and return the keyword arguments that are fields of `config_class` or of the transformers
+    config it extends (the arguments of their `__init__`; not `PreTrainedConfig`'s own, which transformers handles):
+    what a config's `from_dict` builds the config with, so that `__init__` validates them together and derives its
+    defaults from them, instead of transformers setting them unchecked after `__init__`."""
+    own = {name for klass in config_class.__mro__[:config_class.__mro__.index(PretrainedConfig)]
+           if "__init__" in vars(klass) for name in inspect.signature(klass.__init__).parameters}
+    own -= {"self", "args", "kwargs", *inspect.signature(PretrainedConfig.__init__).parameters}
+    return {key: kwargs.pop(key) for key in list(kwargs) if key in own}
+
+
 class ReadOnceBartConfig(BartConfig):
     r"""
     Configuration of [`ReadOnceBartForConditionalGeneration`]: a BART document encoder that compresses a document
@@ -201,10 +213,7 @@ class ReadOnceBartConfig(BartConfig):
         the current convention."""
         if "append_layer" in config_dict and "append_layer_convention" not in config_dict:
             config_dict = {**config_dict, "append_layer_convention": "before"}
-        own = {name for klass in cls.__mro__[:cls.__mro__.index(PretrainedConfig)] if "__init__" in vars(klass)
-               for name in inspect.signature(klass.__init__).parameters}
-        own -= {"self", "args", "kwargs", *inspect.signature(PretrainedConfig.__init__).parameters}
-        given = {key: kwargs.pop(key) for key in list(kwargs) if key in own}
+        given = _pop_init_fields(cls, kwargs)
         if "append_layer" in given:
             given.setdefault("append_layer_convention", "after")
         saved_k, saved_w = config_dict.get("compression_ratio"), config_dict.get("window_size")
