@@ -955,6 +955,16 @@ def _encoded_first(args, store, counted: tuple[set, int] | None, what: str) -> s
         " (none missing: --encode-missing encoded nothing)"
 
 
+def _note_cut(command: str, cut: int, total: int, what: str, length, outputs: str) -> None:
+    """The note of `answer` / `summarize` on stderr: `cut` of the `total` distinct `what`s (passage, document) held
+    more than the `length` tokens the stored representations read, so `outputs` (the answers, their summaries) come
+    from their first tokens only."""
+    print(f"hf-readonce {command}: note: {cut} of the {total} distinct {what}(s) held more than the {length} tokens "
+          f"read per {what}: they were cut to them when encoded, and {outputs} come from those tokens only "
+          "(`--max-document-length`, with `encode` or `--encode-missing`, reads more where the model's positions "
+          "allow)", file=sys.stderr)
+
+
 def _answer(args) -> int:
     from .store import MissingRepresentationError, RepresentationMismatchError
     from .tasks.jsonl import BadLine, field_problem, iter_jsonl
@@ -1237,10 +1247,8 @@ def _answer_generative(args, store, examples, output) -> int:
     print(f"settings: max_new_tokens {args.max_answer_length}"
           + "".join(f", {name} {value}" for name, value in used.items()), flush=True)
     if counts.get("passages_cut"):  # the answers (and EM/F1) come from the first tokens of these passages
-        print(f"hf-readonce answer: note: {counts['passages_cut']} of the {counts['passages']} distinct passage(s) "
-              f"held more than the {used.get('max_document_length')} tokens read per passage: they were cut to them "
-              "when encoded, and the answers come from those tokens only (`--max-document-length`, with `encode` or "
-              "`--encode-missing`, reads more where the model's positions allow)", file=sys.stderr)
+        _note_cut("answer", counts["passages_cut"], counts["passages"], "passage", used.get("max_document_length"),
+                  "the answers")
     scored = _with_gold_answers(examples)
     if scored is not None:
         from .tasks.question_answering import format_scores, score_qa, trivial_baselines
@@ -1366,11 +1374,8 @@ def _summarize(args) -> int:
           + f"; representations of {shown or 'the default settings'}, computed in {dtype_name(model.dtype)}",
           flush=True)
     if counts.get("documents_cut"):  # the summaries (and ROUGE) come from the first tokens of these documents
-        length = used.get("max_document_length")
-        print(f"hf-readonce summarize: note: {counts['documents_cut']} of the {counts['documents']} distinct "
-              f"document(s) held more than the {length} tokens read per document: they were cut to them when "
-              "encoded, and their summaries come from those tokens only (`--max-document-length`, with `encode` "
-              "or `--encode-missing`, reads more where the model's positions allow)", file=sys.stderr)
+        _note_cut("summarize", counts["documents_cut"], counts["documents"], "document",
+                  used.get("max_document_length"), "their summaries")
     references = _with_references(rows, args.summary_field or "summary", named=args.summary_field is not None)
     if references is not None:
         from .tasks.summarization import format_rouge, lead_baselines, rouge_scores
