@@ -121,7 +121,7 @@ def test_no_issue_numbers_or_history(path):
 def test_demo_help_states_the_recorded_demo_time():
     """`hf-readonce demo --help` (the module docstring) gives the wall time and CPU of the recorded default run,
     `benchmarks/results/demo/deformer_demo.json`, which it names (it said 58 s on an Intel Xeon; the record is
-    91.4 s on an AMD EPYC)."""
+    88.2 s on an AMD EPYC)."""
     from hf_readonce.recipes import demo
 
     record = json.loads((REPO_ROOT / "benchmarks/results/demo/deformer_demo.json").read_text())

@@ -1,6 +1,6 @@
 """`hf-readonce demo`: the package's main job, end to end, offline, on real weights and real data.
 
-By default (91.4 s measured on 2 cores of an AMD EPYC: `benchmarks/results/demo/deformer_demo.json`):
+By default (88.2 s measured on 2 cores of an AMD EPYC: `benchmarks/results/demo/deformer_demo.json`):
 
 1. Loads the reference DeFormer shipped with hf-readonce (its SHA-256 is verified first): all-MiniLM-L6-v2 fine-tuned
    as a full `BertForQuestionAnswering` (`python -m hf_readonce.recipes.reference_qa`, shipped as
