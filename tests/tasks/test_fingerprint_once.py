@@ -10,6 +10,7 @@ from hf_readonce import BlockAttentionLlamaConfig, BlockAttentionLlamaForCausalL
 from hf_readonce.representations import DeformerBertAdapter, ReadTwiceBertAdapter, base, fill_store, get_adapter
 from hf_readonce.representations.recompute import recompute_store
 from hf_readonce.store import RepresentationStore
+from hf_readonce.tasks import generative_qa_store, question_answering_store, summarization_store
 from hf_readonce.tasks.document_cache_qa import answer_with_document_caches, find_document_cache_space
 from hf_readonce.tasks.generative_qa_store import answer_from_representations
 from hf_readonce.tasks.question_answering_store import answer_from_store, find_deformer_space
@@ -180,3 +181,14 @@ def test_a_given_fingerprint_that_is_not_the_models_is_refused(tokenizer, tmp_pa
         with pytest.raises(ValueError, match="`fingerprint` .* is not this model's fingerprint"):
             find(summaries, reader, tokenizer, fingerprint=current_fingerprint(written))
         assert find(summaries, written, tokenizer, fingerprint=current_fingerprint(written)) is not None
+
+
+def test_the_tasks_that_take_any_model_fingerprint_it_with_one_helper():
+    """`current_fingerprint_if_any`: a model's [`current_fingerprint`], `None` for an object without
+    `representation_fingerprint()` (the task's adapter then names what it expects); the three tasks that compute
+    their once-per-call fingerprint this way (DeFormer answering, summarizing, generative answering) share it."""
+    model = tiny_model()
+    assert base.current_fingerprint_if_any(model) == base.current_fingerprint(model)
+    assert base.current_fingerprint_if_any(torch.nn.Linear(2, 2)) is None
+    for module in (question_answering_store, summarization_store, generative_qa_store):
+        assert module.current_fingerprint_if_any is base.current_fingerprint_if_any, module.__name__

@@ -300,6 +300,25 @@ def current_fingerprint(adapter_or_model) -> str:
     return ask()
 
 
+def current_fingerprint_if_any(model) -> str | None:
+    """[`current_fingerprint`] of `model` when it has `representation_fingerprint()` (every model of a registered
+    family), else `None`. What a store-reading task computes once at its start and passes on as `fingerprint=` to
+    the steps that find, fill and read its space, so that the weights are digested once per call; a model of another
+    type gets `None`, and the task's own check of the model (its family adapter) then names what it expects.
+
+    Args:
+        model: the task's model (any object).
+
+    Returns:
+        `str` or `None`: 64 hex characters, or `None` for an object without `representation_fingerprint`.
+
+    Raises:
+        TypeError: as [`current_fingerprint`], for an object with `representation_fingerprint` that is not a
+            `torch.nn.Module`.
+    """
+    return current_fingerprint(model) if hasattr(model, "representation_fingerprint") else None
+
+
 def check_positive_ints(settings: Mapping[str, Any], optional: Sequence[str] = ()) -> None:
     """Check an adapter's integer settings: each value of `settings` must be an int >= 1 (a bool is not an int);
     the names in `optional` may also be `None` (the adapter then derives a default from the model).
@@ -623,5 +642,6 @@ class AdapterBase:
 
 
 __all__ = ["AdapterBase", "DocumentError", "RecomputeCheck", "RepresentationAdapter", "check_positive_ints",
-           "current_fingerprint", "kl_divergence", "masked_log_softmax", "one_tokenizer_fingerprint", "pad_batch", "pad_rows",
-           "scoped_tokenizer_fingerprint", "tokenizer_fingerprint", "weights_digest"]
+           "current_fingerprint", "current_fingerprint_if_any", "kl_divergence", "masked_log_softmax",
+           "one_tokenizer_fingerprint", "pad_batch", "pad_rows", "scoped_tokenizer_fingerprint", "tokenizer_fingerprint",
+           "weights_digest"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..representations.base import check_positive_ints, current_fingerprint
+from ..representations.base import check_positive_ints, current_fingerprint_if_any
 from ..representations.fill import check_store_arguments, ensure_stored
 from ..representations.spaces import adapter_class_of, adapter_for_store
 from ..store import RepresentationStore
@@ -81,7 +81,7 @@ def answer_from_representations(model, tokenizer, store: RepresentationStore, ex
         raise ValueError(f"{adapter_class.model_type} models read no question with a document's representations: "
                          "they cannot answer from the store.")
     # the weights are hashed once per call: the same fingerprint finds the space and reads it
-    fingerprint = current_fingerprint(model) if hasattr(model, "representation_fingerprint") else None
+    fingerprint = current_fingerprint_if_any(model)
     adapter = adapter_for_store(model, tokenizer, store, settings=settings, encode_missing=encode_missing,
                                 batch_size=batch_size, fingerprint=fingerprint)
     texts = list(dict.fromkeys(e["context"] for e in examples))

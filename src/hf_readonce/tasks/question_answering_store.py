@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from ..representations.base import (
     check_positive_ints,
-    current_fingerprint,
+    current_fingerprint_if_any,
     one_tokenizer_fingerprint,
     scoped_tokenizer_fingerprint,
 )
@@ -156,7 +156,7 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
     check_decoding_arguments(n_best_size, max_answer_length, allow_no_answer, null_score_diff_threshold, examples)
     # the weights are hashed once per call, and the tokenizer serialized once: the same fingerprint and tokenizer
     # digest find the windows and read them (a model of another type gets None here and the adapter's error below)
-    fingerprint = current_fingerprint(model) if hasattr(model, "representation_fingerprint") else None
+    fingerprint = current_fingerprint_if_any(model)
     with one_tokenizer_fingerprint(tokenizer):
         if max_passage_length is None or doc_stride is None:
             try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..representations.base import current_fingerprint, one_tokenizer_fingerprint
+from ..representations.base import current_fingerprint_if_any, one_tokenizer_fingerprint
 from ..representations.fill import check_store_arguments, ensure_stored, given_or_current_fingerprint
 from ..representations.registry import family_of, get_adapter_class, registered_families
 from ..representations.spaces import adapter_for_store, default_settings, find_space, own_settings, probe_adapter
@@ -156,7 +156,7 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
                          "with each document (it would be cut): pass a shorter one.")
     # the weights are hashed once per call: the same fingerprint finds the space and reads it (a model without
     # `representation_fingerprint` gets None here and its adapter's own fingerprint below)
-    fingerprint = current_fingerprint(model) if hasattr(model, "representation_fingerprint") else None
+    fingerprint = current_fingerprint_if_any(model)
     adapter = adapter_for_store(model, tokenizer, store, settings=settings, encode_missing=encode_missing,
                                 batch_size=batch_size, fingerprint=fingerprint)
     order: dict[str, int] = {}
