@@ -160,6 +160,23 @@ def test_fill_store_checks_its_arguments_and_keeps_finished_work(tmp_path, token
     assert len(RepresentationStore(tmp_path / "t")) == 4
 
 
+def test_fill_store_takes_the_fingerprint_its_caller_computed_checked(tmp_path, tokenizer):
+    """`fingerprint=`: the caller's [`current_fingerprint`] (a task filling what its lookup found missing) keys what
+    is written; another model's, or one computed before the weights changed, is refused before anything is written
+    (what it keys would pass as this model's)."""
+    from hf_readonce.representations.base import current_fingerprint
+
+    model, other = tiny_model(), tiny_model(seed=1)
+    adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=32, doc_stride=8)
+    store = RepresentationStore(tmp_path / "s")
+    with pytest.raises(ValueError, match="`fingerprint` .* is not this model's fingerprint"):
+        fill_store(adapter, store, ["A passage about the mill."], fingerprint=current_fingerprint(other))
+    assert len(store) == 0
+    fingerprint = current_fingerprint(adapter)
+    assert fill_store(adapter, store, ["A passage about the mill."], fingerprint=fingerprint).encoded == 1
+    assert [space.fingerprint for space in store.spaces()] == [fingerprint]
+
+
 def test_answer_from_store_refuses_bad_decoding_arguments_by_name(tmp_path, tokenizer, qa_rows):
     model = tiny_model()
     store = RepresentationStore(tmp_path / "s")

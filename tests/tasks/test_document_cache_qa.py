@@ -49,14 +49,14 @@ def test_the_weights_are_hashed_once_per_call(model, tokenizer, store, monkeypat
     assert calls == [model]
 
 
-def test_encode_missing_hashes_the_weights_once_to_look_up(model, tokenizer, tmp_path, monkeypatch):
+def test_encode_missing_hashes_the_weights_once(model, tokenizer, tmp_path, monkeypatch):
     calls = []
     digest = base.weights_digest
     monkeypatch.setattr(base, "weights_digest", lambda module: calls.append(module) or digest(module))
     empty = RepresentationStore(tmp_path / "empty")
     answer_with_document_caches(model, tokenizer, empty, ROWS, max_new_tokens=2, encode_missing=True,
                                 dtype="float32", max_document_length=32)
-    assert len(calls) == 2  # the lookup, then `fill_store` writing the missing passages (its own entry point)
+    assert len(calls) == 1  # the lookup; `fill_store` writes the missing passages under the fingerprint it found
     assert len(empty.spaces()) == 1
 
 

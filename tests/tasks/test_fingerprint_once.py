@@ -68,14 +68,28 @@ def test_answer_from_store(tokenizer, tmp_path, calls):
     once(calls, lambda: answer_from_store(model, tokenizer, store, ROWS, max_passage_length=32, doc_stride=8))
 
 
+def encoding_what_is_missing(calls, tmp_path, run, fill):
+    """`run(store)` (a task with `encode_missing=True`) counted on a store holding none of `DOCUMENTS` and on one
+    holding the first (`fill(store, documents)`, outside the count), after a first call on a store of its own (what a
+    model caches): the weights are digested once either way (the lookup's fingerprint is the one `fill_store` writes
+    the missing documents under; it digested them again), and every document is stored after."""
+    run(RepresentationStore(tmp_path / "warm"))
+    for stored in (0, 1):
+        store = RepresentationStore(tmp_path / f"holding-{stored}")
+        if stored:
+            fill(store, DOCUMENTS[:stored])
+        calls.update(weights=0, tokenizer=0)
+        run(store)
+        assert calls == {"weights": 1, "tokenizer": 1}, f"{stored} of {len(DOCUMENTS)} stored before"
+        assert len(store) == len(DOCUMENTS)
+
+
 def test_answer_from_store_encoding_what_is_missing(tokenizer, tmp_path, calls):
     model, _ = deformer_store(tokenizer, tmp_path / "store")
-    answer_from_store(model, tokenizer, RepresentationStore(tmp_path / "warm"), ROWS, encode_missing=True)
-    calls.update(weights=0, tokenizer=0)
-    empty = RepresentationStore(tmp_path / "empty")
-    answer_from_store(model, tokenizer, empty, ROWS, encode_missing=True)
-    # the lookup, then `fill_store` writing the missing passages (its own entry point)
-    assert calls == {"weights": 2, "tokenizer": 1} and len(empty) == len(DOCUMENTS)
+    encoding_what_is_missing(calls, tmp_path, lambda store: answer_from_store(model, tokenizer, store, ROWS,
+                                                                              encode_missing=True),
+                             lambda store, documents: fill_store(DeformerBertAdapter(model, tokenizer), store,
+                                                                 documents))
 
 
 def test_answer_from_readtwice_store_with_the_stored_mention_finder(tokenizer, tmp_path, calls):
@@ -103,14 +117,28 @@ def test_summarize_from_store(tokenizer, tmp_path, calls, build):
         assert list(answers) == [row["id"] for row in ROWS]
 
 
-def test_summarize_from_store_encoding_what_is_missing(tokenizer, tmp_path, calls):
-    model = longdoc(tokenizer)
-    summarize_from_store(model, tokenizer, RepresentationStore(tmp_path / "warm"), DOCUMENTS, max_new_tokens=2,
-                         encode_missing=True)
-    calls.update(weights=0, tokenizer=0)
-    empty = RepresentationStore(tmp_path / "empty")
-    summarize_from_store(model, tokenizer, empty, DOCUMENTS, max_new_tokens=2, encode_missing=True)
-    assert calls == {"weights": 2, "tokenizer": 1} and len(empty) == len(DOCUMENTS)
+@pytest.mark.parametrize("build", [longdoc, readonce], ids=["longdoc_bart", "readonce_bart"])
+def test_summarize_from_store_encoding_what_is_missing(tokenizer, tmp_path, calls, build):
+    model = build(tokenizer)
+
+    def fill(store, documents):
+        fill_store(get_adapter(model, tokenizer), store, documents)
+
+    encoding_what_is_missing(calls, tmp_path / "summarize", lambda store: summarize_from_store(
+        model, tokenizer, store, DOCUMENTS, max_new_tokens=2, encode_missing=True), fill)
+    if build is readonce:  # `hf-readonce answer` for this family
+        encoding_what_is_missing(calls, tmp_path / "answer", lambda store: answer_from_representations(
+            model, tokenizer, store, ROWS, max_new_tokens=2, encode_missing=True), fill)
+
+
+def test_answer_with_document_caches_encoding_what_is_missing(tokenizer, tmp_path, calls):
+    torch.manual_seed(0)
+    model = BlockAttentionLlamaForCausalLM(BlockAttentionLlamaConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, pad_token_id=0)).eval()
+    encoding_what_is_missing(calls, tmp_path, lambda store: answer_with_document_caches(
+        model, tokenizer, store, ROWS, max_document_length=32, max_new_tokens=2, encode_missing=True),
+        lambda store, documents: fill_store(get_adapter(model, tokenizer, max_document_length=32), store, documents))
 
 
 def test_answer_with_document_caches_serializes_the_tokenizer_once(tokenizer, tmp_path, calls):

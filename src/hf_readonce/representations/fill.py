@@ -46,7 +46,8 @@ class EncodeStats:
 def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtype: str = "float16",
                      shard_size_bytes: int = DEFAULT_SHARD_SIZE_BYTES, documents_per_batch: int | None = None,
                      rank: int = 0, num_processes: int = 1, progress: bool = False, total: int | None = None,
-                     on_batch: Callable[[EncodeStats], None] | None = None) -> EncodeStats:
+                     on_batch: Callable[[EncodeStats], None] | None = None,
+                     fingerprint: str | None = None) -> EncodeStats:
     """Encode the documents not yet stored and write them into `store`, in shards.
 
     Documents already stored for the adapter's (fingerprint, settings) are skipped without model work, so re-running
@@ -68,6 +69,10 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
             end, also when an error or Ctrl-C stops the run (after what was computed is committed) (`encoded`:
             documents this call committed to the store so far, which a writer does shard by shard; `seconds` so
             far).
+        fingerprint (`str`, *optional*): the adapter's [`current_fingerprint`] when the caller has just computed it
+            (it digests the weights: a task that fills what is missing passes the one it looked the space up with);
+            computed here when omitted, checked against the model's cached `fingerprint()` when given
+            ([`given_or_current_fingerprint`]: no hashing while the weights are unchanged).
 
     Returns:
         [`EncodeStats`].
@@ -83,7 +88,8 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
             document that is not a string (naming it); `rank`, `num_processes` or `documents_per_batch` not an int;
             `store` not a [`RepresentationStore`], `adapter` not an adapter (e.g. the model itself).
         ValueError: `num_processes` < 1, `rank` outside [0, num_processes), `documents_per_batch` < 1, bad dtype; a
-            tuple that is not `(id, text)` (naming its position).
+            tuple that is not `(id, text)` (naming its position); a `fingerprint` that is not the adapter's model's
+            (stale, or another model's).
     """
     from tqdm.auto import tqdm
 
@@ -100,7 +106,8 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
     if not all(callable(getattr(adapter, name, None)) for name in ("encode", "settings", "num_tokens")):
         raise TypeError(f"`adapter` must be a representation adapter, got {type(adapter).__name__} (build one with "
                         "`hf_readonce.representations.get_adapter(model, tokenizer)`).")
-    fingerprint, settings = current_fingerprint(adapter), adapter.settings()  # the weights as they are now
+    # the weights as they are now: digested here, or by the caller that passes the fingerprint on (checked)
+    fingerprint, settings = given_or_current_fingerprint(adapter, fingerprint), adapter.settings()
     per_batch = documents_per_batch or getattr(adapter, "batch_size", 32)
     stats = EncodeStats()
     start = time.perf_counter()
@@ -335,7 +342,8 @@ def ensure_stored(adapter, store: RepresentationStore, texts: Sequence[str], *, 
     if missing and encode_missing:
         absent = set(missing)  # once: a set built per text made this quadratic (minutes for 100k passages)
         by_id = {h[:16]: text for text, h in hashes.items() if h in absent}
-        rejected = fill_store(adapter, store, list(by_id.items()), dtype=dtype).rejected
+        # the fingerprint just looked up with: the weights are not digested again
+        rejected = fill_store(adapter, store, list(by_id.items()), dtype=dtype, fingerprint=fingerprint).rejected
         if rejected:  # the others are stored; with nothing to read for these, the task cannot go on
             doc_id, reason = rejected[0]
             raise ValueError(f"{len(rejected)} of {len(hashes)} {what} cannot be encoded (first: {named(by_id[doc_id])}, "
