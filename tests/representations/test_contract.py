@@ -103,3 +103,45 @@ def test_documents_cut_are_counted_from_the_one_tokenization(model_type, tokeniz
     assert adapter.documents_cut(DOCUMENTS) == 1 and len(tokenized) == len(DOCUMENTS)  # from the same notes
     fresh = get_adapter(model, tokenizer, **{**settings, "max_document_length": limit})
     assert fresh.documents_cut(DOCUMENTS) == 1 and fresh.documents_cut(DOCUMENTS[::2]) == 0  # tokenized here
+
+
+@pytest.mark.parametrize("model_type", CUTTING)
+def test_documents_cut_are_counted_from_the_stored_token_counts(model_type, tokenizer, tmp_path, monkeypatch):
+    """The tokens an adapter that cuts documents stores as read (`num_tokens` in the store's metadata of each document,
+    what `fill_store` records) are `min(length, max_document_length)`, so `stored_documents_cut` tokenizes only the
+    documents stored with exactly `max_document_length` tokens (cut, or of exactly that length) and those stored
+    without a count, and counts what a fresh adapter counts by tokenizing them all (it tokenized every document on
+    every call of a task that reads a store)."""
+    from hf_readonce.representations.fill import stored_documents_cut
+
+    model, settings, _ = HARNESSES[model_type](tokenizer)
+    special = getattr(get_adapter(model, tokenizer, **settings), "add_special_tokens", True)
+    lengths = [len(tokenizer(text, add_special_tokens=special)["input_ids"]) for text in DOCUMENTS]
+    limit = lengths[0]  # DOCUMENTS[0] fits exactly, DOCUMENTS[1] is cut, DOCUMENTS[2] is read whole
+    assert lengths[1] > limit > lengths[2]
+    adapter = get_adapter(model, tokenizer, **{**settings, "max_document_length": limit})
+    store = RepresentationStore(tmp_path / "store")
+    fill_store(adapter, store, DOCUMENTS, dtype="float32")
+    fingerprint, stored_settings = adapter.fingerprint(), adapter.settings()
+    hashes = {text: content_hash(text) for text in DOCUMENTS}
+    assert [store.entry(fingerprint, stored_settings, h).meta["num_tokens"] for h in hashes.values()] == [
+        min(length, limit) for length in lengths]
+
+    tokenized = []
+    call = type(tokenizer).__call__
+
+    def counting(self, text=None, *args, **kwargs):
+        tokenized.extend(t for t in (text if isinstance(text, (list, tuple)) else [text]) if t in DOCUMENTS)
+        return call(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(type(tokenizer), "__call__", counting)
+    fresh = get_adapter(model, tokenizer, **{**settings, "max_document_length": limit})  # no notes of an encode
+    assert stored_documents_cut(fresh, store, fingerprint, stored_settings, hashes) == 1
+    assert sorted(tokenized) == sorted(DOCUMENTS[:2])  # not the one stored with fewer tokens than the limit
+    # a document stored without a count (written by other means) is tokenized to tell
+    other = RepresentationStore(tmp_path / "other")
+    for text, tensors in zip(DOCUMENTS, adapter.encode(DOCUMENTS), strict=True):
+        other.put(fingerprint, stored_settings, content_hash(text), tensors, meta={"id": text[:8]})
+    tokenized.clear()
+    assert stored_documents_cut(fresh, other, fingerprint, stored_settings, hashes) == 1
+    assert sorted(tokenized) == sorted(DOCUMENTS)

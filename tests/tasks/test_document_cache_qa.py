@@ -60,6 +60,21 @@ def test_encode_missing_hashes_the_weights_once(model, tokenizer, tmp_path, monk
     assert len(empty.spaces()) == 1
 
 
+def test_the_passages_read_whole_are_not_tokenized_to_count_those_cut(model, tokenizer, tmp_path, monkeypatch):
+    """`counts`: the passages cut are counted from the tokens stored as read with each; a passage stored with fewer
+    than `max_document_length` tokens is not tokenized again (every distinct passage was, on every call)."""
+    from tests.tasks.test_generative_qa_store import counting_tokenizations
+
+    short, long = (len(tokenizer(text, add_special_tokens=False).input_ids) for text in PASSAGES)
+    assert short < long
+    store = RepresentationStore(tmp_path / "store")
+    fill_store(get_adapter(model, tokenizer, max_document_length=short + 1), store, PASSAGES, dtype="float32")
+    tokenized = counting_tokenizations(tokenizer, PASSAGES, monkeypatch)
+    counts = {}
+    answer_with_document_caches(model, tokenizer, store, ROWS, max_new_tokens=2, counts=counts)
+    assert counts == {"passages": 2, "passages_cut": 1} and tokenized == [PASSAGES[1]]
+
+
 def test_the_adapters_checks_come_before_the_weights_are_hashed(model, tokenizer, store, monkeypatch):
     """A `max_document_length` past the model's positions and a model of dynamic RoPE are refused by the adapter's
     cheap checks, before any weight is hashed (the weights were hashed first)."""

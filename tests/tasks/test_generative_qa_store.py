@@ -47,6 +47,43 @@ def test_counts_the_documents_cut_to_the_length_read(tokenizer, tmp_path):
     assert counts == {"passages": 1, "passages_cut": 0}
 
 
+def counting_tokenizations(tokenizer, texts, monkeypatch) -> list:
+    """The list each of `texts` is added to whenever `tokenizer` is called on it (alone or in a batch)."""
+    tokenized = []
+    call = type(tokenizer).__call__
+
+    def counting(self, text=None, *args, **kwargs):
+        tokenized.extend(t for t in (text if isinstance(text, (list, tuple)) else [text]) if t in texts)
+        return call(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(type(tokenizer), "__call__", counting)
+    return tokenized
+
+
+def test_the_documents_read_whole_are_not_tokenized_to_count_those_cut(tokenizer, tmp_path, monkeypatch):
+    """The count of documents cut comes from the tokens stored as read with each: only the documents stored with
+    `max_document_length` tokens are tokenized to tell (every distinct document was tokenized on every call:
+    seconds per thousands of passages), for answers and summaries alike."""
+    from hf_readonce.tasks.summarization_store import summarize_from_store
+
+    model = readonce(tokenizer)
+    lengths = {text: len(tokenizer(text).input_ids) for text in DOCUMENTS}
+    store = RepresentationStore(tmp_path / "store")
+    fill_store(get_adapter(model, tokenizer, max_document_length=24), store, DOCUMENTS, dtype="float32")
+    cut = sum(length > 24 for length in lengths.values())
+    assert any(length < 24 for length in lengths.values()) and cut
+    tokenized = counting_tokenizations(tokenizer, DOCUMENTS, monkeypatch)
+    counts = {}
+    answer_from_representations(model, tokenizer, store, ROWS, max_new_tokens=2, counts=counts)
+    assert counts == {"passages": 3, "passages_cut": cut}
+    assert set(tokenized) == {text for text, length in lengths.items() if length >= 24}
+    tokenized.clear()
+    counts = {}
+    summarize_from_store(model, tokenizer, store, DOCUMENTS, max_new_tokens=2, counts=counts)
+    assert counts == {"documents": 3, "documents_cut": cut}
+    assert set(tokenized) == {text for text, length in lengths.items() if length >= 24}
+
+
 def test_missing_and_bad_rows_are_named(tokenizer, tmp_path):
     model = readonce(tokenizer)
     store = RepresentationStore(tmp_path / "store")

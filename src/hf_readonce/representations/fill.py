@@ -365,6 +365,41 @@ def ensure_stored(adapter, store: RepresentationStore, texts: Sequence[str], *, 
     return fingerprint, settings, hashes
 
 
+def stored_documents_cut(adapter, store: RepresentationStore, fingerprint: str, settings: Mapping,
+                         hashes: Mapping[str, str]) -> int:
+    """How many of the stored documents `hashes` names hold more tokens than `adapter` reads (`max_document_length`):
+    what `adapter.documents_cut(list(hashes))` counts (`AdapterBase.documents_cut`), without tokenizing the documents
+    that were read whole. [`fill_store`] records with each document the tokens its adapter read (`num_tokens` in the
+    store's metadata of the document: `min(length, max_document_length)`), so a document stored with fewer than
+    `max_document_length` tokens was not cut; only those stored with exactly `max_document_length` tokens (cut, or
+    exactly that long) or with no count (written by other means) are tokenized to tell. What the tasks that read a
+    store count for their note on cut documents, after [`ensure_stored`].
+
+    Args:
+        adapter: the family adapter of the space read (its `max_document_length`; `None`: it reads every token).
+        store ([`RepresentationStore`]).
+        fingerprint (`str`), settings (`Mapping`): the space read, as [`ensure_stored`] returns them.
+        hashes (`Mapping[str, str]`): text -> [`content_hash`] of the stored documents to count (as
+            [`ensure_stored`] returns it).
+
+    Returns:
+        `int`: the number of documents of `hashes` longer than `max_document_length` tokens (0 for an adapter that
+        reads every token).
+
+    Raises:
+        MissingRepresentationError / RepresentationMismatchError: a document of `hashes` not stored in this space.
+    """
+    limit = getattr(adapter, "max_document_length", None)
+    if limit is None:
+        return adapter.documents_cut(list(hashes))  # 0: an adapter that cuts nothing
+    unsure = []
+    for text, document_hash in hashes.items():
+        tokens = store.entry(fingerprint, settings, document_hash).meta.get("num_tokens")
+        if not (isinstance(tokens, int) and not isinstance(tokens, bool) and tokens < limit):
+            unsure.append(text)
+    return adapter.documents_cut(unsure)
+
+
 def make_encode_function(adapter, store: RepresentationStore, text_column: str = "context",
                          id_column: str | None = None, dtype: str = "float16") -> StoreEncodeFunction:
     """A [`StoreEncodeFunction`] for `Dataset.map(..., batched=True)`.
@@ -380,4 +415,5 @@ def make_encode_function(adapter, store: RepresentationStore, text_column: str =
     return StoreEncodeFunction(adapter, store, text_column=text_column, id_column=id_column, dtype=dtype)
 
 
-__all__ = ["EncodeStats", "StoreEncodeFunction", "ensure_stored", "fill_store", "make_encode_function"]
+__all__ = ["EncodeStats", "StoreEncodeFunction", "ensure_stored", "fill_store", "make_encode_function",
+           "stored_documents_cut"]

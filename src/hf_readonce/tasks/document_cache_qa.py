@@ -32,7 +32,12 @@ from ..models.block_attention_llama.modeling_block_attention_llama import (
 )
 from ..representations.base import current_fingerprint, one_tokenizer_fingerprint
 from ..representations.block_attention_llama import BlockAttentionLlamaAdapter
-from ..representations.fill import check_store_arguments, ensure_stored, given_or_current_fingerprint
+from ..representations.fill import (
+    check_store_arguments,
+    ensure_stored,
+    given_or_current_fingerprint,
+    stored_documents_cut,
+)
 from ..representations.spaces import _choose_space, _spaces_with
 from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore
 from .jsonl import field_problem
@@ -250,8 +255,9 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
             and recompute ratio used (what `hf-readonce answer` prints).
         counts (`dict`, *optional*): filled with `passages` (distinct passages read) and `passages_cut` (how many of
             them hold more tokens than the caches read, `max_document_length`: they were cut to it when encoded, and
-            the answers come from their first tokens only; counting tokenizes them, so it is done only when `counts`
-            is given).
+            the answers come from their first tokens only; counted from the token counts stored with them, tokenizing
+            only those stored with exactly `max_document_length` tokens,
+            [`hf_readonce.representations.fill.stored_documents_cut`]).
 
     Returns:
         `dict[str, str]`: example id -> answer, in example order.
@@ -300,7 +306,8 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
     fingerprint, settings, hashes = ensure_stored(adapter, store, texts, encode_missing=encode_missing, dtype=dtype,
                                                   what="passages", name_of=name_of, fingerprint=fingerprint)
     if counts is not None:
-        counts.update({"passages": len(texts), "passages_cut": adapter.documents_cut(texts)})
+        counts.update({"passages": len(texts),
+                       "passages_cut": stored_documents_cut(adapter, store, fingerprint, settings, hashes)})
     timings = timings if timings is not None else {}
     timings.setdefault("read_seconds", 0.0)
     timings.setdefault("generate_seconds", 0.0)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ..representations.base import check_positive_ints, current_fingerprint_if_any
-from ..representations.fill import check_store_arguments, ensure_stored
+from ..representations.fill import check_store_arguments, ensure_stored, stored_documents_cut
 from ..representations.spaces import adapter_class_of, adapter_for_store
 from ..store import RepresentationStore
 from .jsonl import field_problem
@@ -59,8 +59,9 @@ def answer_from_representations(model, tokenizer, store: RepresentationStore, ex
         settings_used (`dict`, *optional*): filled with the stored settings read and the decoding used.
         counts (`dict`, *optional*): filled with `passages` (distinct documents read) and `passages_cut` (how many of
             them hold more tokens than the representations read, `max_document_length`: they were cut to it when
-            encoded, and the answers come from their first tokens only; counting tokenizes them, so it is done only
-            when `counts` is given).
+            encoded, and the answers come from their first tokens only; counted from the token counts stored with
+            them, tokenizing only those stored with exactly `max_document_length` tokens,
+            [`hf_readonce.representations.fill.stored_documents_cut`]).
 
     Returns:
         `dict[str, str]`: example id -> answer (stripped), in example order.
@@ -92,7 +93,8 @@ def answer_from_representations(model, tokenizer, store: RepresentationStore, ex
         settings_used.update({name: stored_settings.get(name) for name in adapter_class.cli_settings})
         settings_used.update(decoding="greedy", prompt="the question")
     if counts is not None:
-        counts.update({"passages": len(texts), "passages_cut": adapter.documents_cut(texts)})
+        counts.update({"passages": len(texts),
+                       "passages_cut": stored_documents_cut(adapter, store, fingerprint, stored_settings, by_text)})
     answers = generate_from_store(model, tokenizer, store, adapter, fingerprint,
                                   [by_text[e["context"]] for e in examples],
                                   [e["question"].strip() for e in examples], batch_size=batch_size,

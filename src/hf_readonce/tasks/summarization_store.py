@@ -8,7 +8,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ..representations.base import current_fingerprint_if_any, one_tokenizer_fingerprint
-from ..representations.fill import check_store_arguments, ensure_stored, given_or_current_fingerprint
+from ..representations.fill import (
+    check_store_arguments,
+    ensure_stored,
+    given_or_current_fingerprint,
+    stored_documents_cut,
+)
 from ..representations.registry import family_of, get_adapter_class, registered_families
 from ..representations.spaces import adapter_for_store, default_settings, find_space, own_settings, probe_adapter
 from ..store import RepresentationStore
@@ -110,7 +115,8 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
             representations read or written.
         counts (`dict`, *optional*): filled with `documents` (distinct documents summarized) and `documents_cut`
             (how many of them hold more tokens than the representations read, `max_document_length`: their summaries
-            come from their first tokens only; counting tokenizes them, so it is done only when `counts` is given).
+            come from their first tokens only; counted from the token counts stored with them, tokenizing only those
+            stored with exactly `max_document_length` tokens, [`hf_readonce.representations.fill.stored_documents_cut`]).
         **generate_kwargs: further `generate()` arguments (`length_penalty`, `no_repeat_ngram_size`, ...).
 
     Returns:
@@ -170,7 +176,8 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
     if settings_used is not None:
         settings_used.update({name: stored_settings.get(name) for name in type(adapter).cli_settings})
     if counts is not None:
-        counts.update({"documents": len(texts), "documents_cut": adapter.documents_cut(texts)})
+        counts.update({"documents": len(texts),
+                       "documents_cut": stored_documents_cut(adapter, store, fingerprint, stored_settings, by_text)})
     kwargs = {"max_new_tokens": max_new_tokens, "num_beams": num_beams, "do_sample": False, **generate_kwargs}
     summaries = generate_from_store(model, tokenizer, store, adapter, fingerprint, [by_text[t] for t in texts],
                                     None if prompt is None else [prompt] * len(texts), batch_size=batch_size,
