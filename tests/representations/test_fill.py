@@ -301,7 +301,7 @@ def test_ensure_stored_reads_the_missing_list_once_not_once_per_text(tmp_path, t
             return super().__iter__()
 
     monkeypatch.setattr(store, "missing", lambda fingerprint, settings, hashes: Missing(hashes))
-    monkeypatch.setattr(fill, "fill_store", lambda adapter, store, documents, dtype: asked.extend(documents)
+    monkeypatch.setattr(fill, "fill_store", lambda adapter, store, documents, **options: asked.extend(documents)
                         or EncodeStats())
     ensure_stored(adapter, store, texts, encode_missing=True)
     assert sorted(text for _, text in asked) == sorted(texts) and len(reads) <= 2
