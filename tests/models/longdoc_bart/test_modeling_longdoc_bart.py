@@ -666,6 +666,32 @@ def test_a_misspelled_keyword_argument_is_a_type_error_naming_it():
         model.generate(attention_mask=mask, encoder_output=encoder_outputs, max_new_tokens=2)
 
 
+def test_the_decoder_refuses_a_misspelled_keyword_argument():
+    """The decoder (`get_decoder()`, what a user runs over stored encoder states) took any name into BART's
+    `**kwargs`: `encoder_attention_masks=` attended to the padding of the documents."""
+    model = longdoc(encoder_attention_type="neighborhood", decoder_attention_type="neighborhood",
+                    neighborhood_radius=3)
+    ids, mask = padded_batch(20)
+    states = model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+    decoder, labels = model.get_decoder(), tokens(2, 5, seed=5)
+    with pytest.raises(TypeError) as error:
+        decoder(input_ids=labels, encoder_hidden_states=states, encoder_attention_masks=mask)
+    assert str(error.value) == ("LongDocBartDecoder.forward() got an unexpected keyword argument "
+                                "'encoder_attention_masks'. Did you mean 'encoder_attention_mask'?")
+    expected = decoder(input_ids=labels, encoder_hidden_states=states, encoder_attention_mask=mask).last_hidden_state
+    # what transformers passes down through the model (`return_dict`, output switches, `TransformersKwargs` such as
+    # `num_items_in_batch`), and a `None`
+    out = decoder(input_ids=labels, encoder_hidden_states=states, encoder_attention_mask=mask, return_dict=True,
+                  output_attentions=False, num_items_in_batch=torch.tensor(10), encoder_attention_masks=None)
+    torch.testing.assert_close(out.last_hidden_state, expected)
+    # the model hands its decoder what it takes: the loss (as Trainer computes it) and generate() run unchanged
+    model.train()
+    model(ids, attention_mask=mask, labels=labels, num_items_in_batch=torch.tensor(10)).loss.backward()
+    model.eval()
+    for num_beams in (1, 2):
+        assert model.generate(ids, attention_mask=mask, max_new_tokens=3, num_beams=num_beams).shape[0] == 2
+
+
 def test_the_encoder_refuses_a_misspelled_keyword_argument():
     """The encoder (`get_encoder()`, what a user runs to encode documents once for the store) took any name into
     BART's `**kwargs`: `atention_mask=` read the padding as text."""

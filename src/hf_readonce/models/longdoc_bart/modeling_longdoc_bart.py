@@ -857,9 +857,13 @@ class LongDocBartDecoder(LongDocBartPreTrainedModel, BartDecoder):
         Raises:
             ValueError: decoder rows (`labels` / `decoder_input_ids`) and `encoder_hidden_states` of different batch
                 sizes; a decoder token id outside `[0, vocab_size)`, naming it and the vocabulary size (checked when
-                the embedding lookup fails); both `past_key_values` and `cache`. TypeError: decoder ids (`labels`)
-                that are not integers.
+                the embedding lookup fails); both `past_key_values` and `cache`.
+            TypeError: decoder ids (`labels`) that are not integers; a keyword argument it does not take (a
+                misspelling such as `encoder_attention_masks=`), named with the argument it probably meant, where
+                BART's `**kwargs` would swallow it. Accepted besides its own: what [`_check_keyword_arguments`]
+                accepts (`TransformersKwargs`, what `generate()` and `Trainer` pass down through the model).
         """
+        _check_keyword_arguments(self, kwargs)
         try:
             return self._longdoc_forward(input_ids, attention_mask, encoder_hidden_states, encoder_attention_mask,
                                          _either_cache(past_key_values, cache), inputs_embeds, use_cache, **kwargs)
