@@ -516,6 +516,57 @@ def test_recurrent_cache_refuses_both_names_of_the_state():
         RecurrentCache(recurrent_state=torch.zeros(1, 32), memory=state)
 
 
+def test_a_recurrent_state_not_a_float_tensor_of_batch_size_by_hidden_size_is_refused_by_name():
+    """An integer or bool `recurrent_state` was cast to the model's dtype silently (and one held by a
+    `RecurrentCache` was never checked): each is refused naming the argument, the dtype or the expected
+    `(batch_size, hidden_size)`; a floating state of another precision is still cast, as before."""
+    model = tiny("gpt2")
+    state = model(ids(2, 20), use_cache=False).recurrent_state
+    x = ids(2, 10, seed=2)
+    for bad in (state.long(), state.bool(), torch.zeros(2, 32, dtype=torch.int32)):
+        for call, arguments in ((model, dict(use_cache=False)), (model, dict(use_cache=True)),
+                                (model.generate, dict(max_new_tokens=2, do_sample=False, pad_token_id=0))):
+            with pytest.raises(ValueError, match=rf"`recurrent_state` must be a floating-point tensor .*{bad.dtype}"):
+                call(x, recurrent_state=bad, **arguments)
+        with pytest.raises(ValueError, match="`recurrent_state` must be a floating-point tensor"):
+            RecurrentCache(config=model.config, recurrent_state=bad)
+    with pytest.raises(ValueError, match="`memory` must be a floating-point tensor"):
+        RecurrentCache(memory=state.long())
+    shape = r"must have shape \(batch_size, hidden_size\) = \(2, 32\), got \(2, 1, 32\)"
+    with pytest.raises(ValueError, match=rf"`recurrent_state` {shape}"):
+        model(x, recurrent_state=state[:, None], use_cache=False)
+    with pytest.raises(ValueError, match=r"`recurrent_state` must have shape \(batch_size, hidden_size\) = "
+                                         r"\(_, 32\), got \(2, 7\)"):
+        RecurrentCache(config=model.config, recurrent_state=torch.zeros(2, 7))
+    with pytest.raises(ValueError, match=r"The `recurrent_state` of `past_key_values` must have shape "
+                                         r"\(batch_size, hidden_size\) = \(3, 32\), got \(2, 32\)"):
+        model(ids(3, 10), past_key_values=RecurrentCache(config=model.config, recurrent_state=state))
+    with pytest.raises(ValueError, match=r"`recurrent_state` must be a floating-point tensor .*got list"):
+        model(x, recurrent_state=state.tolist(), use_cache=False)
+    with torch.no_grad():  # what was accepted still is: a state of another precision, or held by the cache
+        expected = model(x, recurrent_state=state, use_cache=False).logits
+        torch.testing.assert_close(model(x, recurrent_state=state.double(), use_cache=False).logits, expected)
+        cache = RecurrentCache(config=model.config, recurrent_state=state)
+        torch.testing.assert_close(model(x, past_key_values=cache).logits, expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_padded_stream_starts_from_the_state_its_cache_holds(family):
+    """A `RecurrentCache(recurrent_state=...)` starting a padded batch (each row then runs with a cache of its own)
+    lost the state it held: the rows started afresh. They now start from it, as with `recurrent_state=`."""
+    model = tiny(family)
+    state = model(ids(2, 20), use_cache=False).recurrent_state
+    x, mask = ids(2, 10, seed=2), torch.ones(2, 10, dtype=torch.long)
+    mask[0, :3] = 0
+    with torch.no_grad():
+        expected = model(x, attention_mask=mask, recurrent_state=state, use_cache=True)
+        fresh = model(x, attention_mask=mask, use_cache=True)
+        out = model(x, attention_mask=mask, past_key_values=RecurrentCache(config=model.config, recurrent_state=state))
+    assert not torch.allclose(fresh.logits, expected.logits, atol=1e-3)
+    torch.testing.assert_close(out.logits, expected.logits)
+    torch.testing.assert_close(out.recurrent_state, expected.recurrent_state)
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_stream_of_another_batch_is_refused_and_no_position_warning_is_printed(family, monkeypatch):
     from transformers.generation import stopping_criteria

@@ -313,6 +313,24 @@ def masked_layer_sum(hidden_states: torch.Tensor, valid: torch.Tensor | None) ->
 
 
 # ----------------------------------------------------------------------------------------------------- cache
+def _check_recurrent_state(state, batch_size: int | None, hidden_size: int | None,
+                           name: str = "`recurrent_state`") -> None:
+    """Raise a `ValueError` naming `name` (and the expected `(batch_size, hidden_size)`) for a recurrent state that is
+    not a 2-D floating-point tensor of that shape (a `None` size is not checked). The state is cast to the model's
+    dtype where it is inserted: an integer or bool tensor (`torch.zeros(1, 32, dtype=torch.long)`) would otherwise be
+    read as a vector silently, and a tensor of another shape would fail deep inside the attention or be broadcast."""
+    expected = ", ".join(str(size) if size is not None else "_" for size in (batch_size, hidden_size))
+    wanted = f"{name} must be a floating-point tensor of shape (batch_size, hidden_size) = ({expected})"
+    if not torch.is_tensor(state):
+        raise ValueError(f"{wanted}, got {type(state).__name__}.")
+    if not state.is_floating_point():
+        raise ValueError(f"{wanted} (the recurrent_state a previous call returned), got dtype {state.dtype}.")
+    if state.dim() != 2 or any(size is not None and size != got for size, got in zip((batch_size, hidden_size),
+                                                                                      state.shape)):
+        raise ValueError(f"{name} must have shape (batch_size, hidden_size) = ({expected}), got "
+                         f"{tuple(state.shape)}.")
+
+
 class RecurrentCache(DynamicCache):
     r"""KV cache of the *current* window plus the recurrent state, so that `generate()` can run past the position
     table: the prompt is consumed window by window, generation continues in the current window with this cache, and
@@ -347,7 +365,9 @@ class RecurrentCache(DynamicCache):
         memory (`torch.FloatTensor`, *optional*): the 0.1.0 name of `recurrent_state`.
 
     Raises:
-        ValueError: if both `recurrent_state` and `memory` are given.
+        ValueError: if both `recurrent_state` and `memory` are given, or if the state is not a floating-point tensor of
+            shape `(batch_size, hidden_size)` (`hidden_size` checked when `config` has one; the batch size is
+            checked when the stream starts).
     """
 
     def __init__(self, config=None, recurrent_state: torch.Tensor | None = None, memory: torch.Tensor | None = None):
@@ -355,6 +375,9 @@ class RecurrentCache(DynamicCache):
         if recurrent_state is not None and memory is not None:
             raise ValueError("pass `recurrent_state` only (`memory` is its old name), not both.")
         self.recurrent_state = recurrent_state if recurrent_state is not None else memory
+        if self.recurrent_state is not None:
+            _check_recurrent_state(self.recurrent_state, None, getattr(config, "hidden_size", None),
+                                   "`recurrent_state`" if recurrent_state is not None else "`memory`")
         self.window_ids = None
         self.layer_sums = None
         self.token_counts = None
@@ -752,8 +775,9 @@ class RecurrentCausalLMMixin:
         Raises:
             ValueError: for missing/empty/non-2-D `input_ids`, `labels` or `attention_mask` of the wrong shape,
                 `inputs_embeds`, `position_ids`, `token_type_ids`, `output_attentions`/`output_hidden_states`, a
-                `recurrent_state` of the wrong shape, a foreign non-empty cache, padding on the cached path of a
-                stream begun without padding, or both `past_key_values` and `cache`.
+                `recurrent_state` (given, or held by the [`RecurrentCache`] a stream starts from) that is not a
+                floating-point tensor of shape `(batch_size, hidden_size)`, a foreign non-empty cache, padding on the
+                cached path of a stream begun without padding, or both `past_key_values` and `cache`.
             TypeError: if `input_ids` / `labels` are not torch.long or torch.int32 tensors, or `logits_to_keep` not
                 an int/tensor; a keyword argument it does not take (a misspelling such as `recurrent_states=`), named
                 with the argument it probably meant.
@@ -839,10 +863,7 @@ class RecurrentCausalLMMixin:
                                            or attention_mask.shape[0] != input_ids.shape[0]):
             raise ValueError("`attention_mask` must be a 2-D (batch, length) tensor of 0/1.")
         if recurrent_state is not None:
-            expected = (input_ids.shape[0], self.config.hidden_size)
-            if not torch.is_tensor(recurrent_state) or tuple(recurrent_state.shape) != expected:
-                shape = tuple(recurrent_state.shape) if torch.is_tensor(recurrent_state) else recurrent_state
-                raise ValueError(f"`recurrent_state` must have shape (batch, hidden_size) = {expected}, got {shape}.")
+            _check_recurrent_state(recurrent_state, input_ids.shape[0], self.config.hidden_size)
 
     @staticmethod
     def _keep_indices(length: int, logits_to_keep, device) -> torch.Tensor:
@@ -982,6 +1003,12 @@ class RecurrentCausalLMMixin:
             cache = RecurrentCache(config=config)
         if recurrent_state is not None and cache.tokens_seen > 0:
             raise ValueError("`recurrent_state` can only start a stream: the cache already holds one.")
+        if recurrent_state is None and cache.tokens_seen == 0 and cache.recurrent_state is not None:
+            # a stream started from a `RecurrentCache(recurrent_state=...)`: its state is checked for this batch and
+            # starts every row (a padded batch's per-row caches below included)
+            recurrent_state = cache.recurrent_state
+            _check_recurrent_state(recurrent_state, input_ids.shape[0], config.hidden_size,
+                                   "The `recurrent_state` of `past_key_values`")
         cached_rows = (len(cache.rows) if cache.rows is not None
                        else cache.window_ids.shape[0] if cache.window_ids is not None else None)
         if cached_rows is not None and cached_rows != input_ids.shape[0]:
