@@ -10,6 +10,7 @@ from hf_readonce.models.block_attention_llama.modeling_block_attention_llama imp
     block_attention_mask,
     compose_document_caches,
     document_cache_fingerprint,
+    rope_setting,
     selective_recompute,
 )
 from tests.conftest import run_without_hf_readonce
@@ -374,6 +375,72 @@ def test_configs_that_are_not_one_rotary_llama_setting_are_refused_by_name():
     with pytest.raises(ValueError, match=r"RoPE parameters per layer type \(sliding_attention, full_attention\)"):
         selective_recompute(Gemma3ForCausalLM(gemma).eval(), without, 0.5)
 
+
+
+def test_configs_whose_keys_are_not_rotary_over_every_head_dimension_and_layer_are_refused_by_name():
+    """Keys were re-rotated over the whole head in every layer whatever the config said: a `partial_rotary_factor`
+    below 1 (StableLM, Phi, GLM rotate only part of each head) or layers without RoPE (SmolLM3's `no_rope_layers`)
+    gave a composed cache that is not the model's own (both passed the rotary check); each is refused naming the
+    field, on every path that re-positions keys."""
+    from transformers import SmolLM3Config, SmolLM3ForCausalLM, StableLmConfig, StableLmForCausalLM
+
+    model = tiny()
+    with torch.no_grad():
+        cache = model.encode_documents(ids(6, 1))
+    shape = {key: TINY[key] for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                        "num_attention_heads", "num_key_value_heads", "pad_token_id", "bos_token_id",
+                                        "eos_token_id")}
+    stablelm = StableLmConfig(**shape)  # partial_rotary_factor 0.25
+    # caches as a store adapter over a StableLM model reads them: its RoPE setting, no fingerprint to check
+    as_stablelm = DocumentCacheOutput(key_states=cache.key_states, value_states=cache.value_states,
+                                      attention_mask=cache.attention_mask, position_ids=cache.position_ids,
+                                      rope_setting=rope_setting(stablelm))
+    with pytest.raises(ValueError, match=r"partial_rotary_factor 0.25 \(rope_parameters of StableLmConfig\)"):
+        compose_document_caches(as_stablelm, stablelm)
+    with pytest.raises(ValueError, match="partial_rotary_factor 0.25"):
+        selective_recompute(StableLmForCausalLM(stablelm).eval(), cache, 0.5)
+    smollm3 = SmolLM3Config(**shape, no_rope_layers=[1, 0])
+    as_smollm3 = DocumentCacheOutput(**{**as_stablelm, "rope_setting": rope_setting(smollm3)})
+    with pytest.raises(ValueError, match=r"no_rope_layers \[1, 0\] \(SmolLM3Config\): layers \[1\] use no RoPE"):
+        compose_document_caches(as_smollm3, smollm3)
+    with pytest.raises(ValueError, match="no_rope_layers"):
+        selective_recompute(SmolLM3ForCausalLM(smollm3).eval(), cache, 0.5)
+    outside = LlamaConfig(**TINY)
+    outside.partial_rotary_factor = 0.5  # the field beside `rope_parameters`, where transformers < 5 kept it
+    with pytest.raises(ValueError, match=r"for partial_rotary_factor 0.5 \(LlamaConfig\)"):
+        compose_document_caches(cache, outside)
+    partial = tiny(partial_rotary_factor=0.5)  # the block-attention model itself, on every path
+    with torch.no_grad():
+        own = partial.encode_documents(ids(6, 1))
+    for call in (lambda: partial.compose_document_caches(own), lambda: partial.compose_batch(own, 1),
+                 lambda: partial.generate(ids(4, 2), document_caches=own, max_new_tokens=2)):
+        with pytest.raises(ValueError, match="partial_rotary_factor 0.5"):
+            call()
+    # every dimension and layer rotary, said explicitly, is accepted as before (a cache without a RoPE setting to
+    # compare: the settings' JSON differs from TINY's by the explicit fields)
+    without = DocumentCacheOutput(key_states=cache.key_states, value_states=cache.value_states,
+                                  attention_mask=cache.attention_mask, position_ids=cache.position_ids)
+    for config in (LlamaConfig(**TINY, partial_rotary_factor=1.0), SmolLM3Config(**shape, no_rope_layers=[1, 1])):
+        assert compose_document_caches(without, config).get_seq_length() == 6
+
+
+@pytest.mark.parametrize("offset", [0, 9])
+def test_a_head_dim_other_than_hidden_size_over_heads_composes_as_the_full_prompt(offset):
+    """`head_dim` set apart from `hidden_size // num_attention_heads` (as Qwen3's and Gemma's configs do): the
+    rotation reads the config's head size, so each composed document is the plain model's cache of that document
+    read at its place (the cache a block-masked prompt makes)."""
+    model = tiny(head_dim=16)
+    llama = plain(model)
+    documents, starts = [ids(7, 1), ids(5, 2)], [offset, offset + 7]
+    with torch.no_grad():
+        caches = [model.encode_documents(document) for document in documents]
+        direct = [llama.model(document, position_ids=torch.arange(start, start + document.shape[1])[None],
+                              use_cache=True).past_key_values for document, start in zip(documents, starts)]
+    composed = compose_document_caches(caches, llama.config, offset=offset)
+    assert composed.layers[0].keys.shape == (1, TINY["num_key_value_heads"], 12, 16)
+    for layer in range(model.config.num_hidden_layers):
+        expected = torch.cat([cache.layers[layer].keys for cache in direct], dim=2)
+        torch.testing.assert_close(composed.layers[layer].keys, expected, atol=ATOL, rtol=0)
 
 
 # Each public entry point with each tensor argument given as a numpy array or a list: a TypeError naming that

@@ -279,6 +279,14 @@ def _rope_layer_types(rope) -> list[str]:
 
 
 def _check_rope(config) -> None:
+    """A ValueError naming the field unless every stored key of a model with `config` can be re-positioned by one
+    rotation over its whole head in transformers' `rotate_half` layout: one set of rotary parameters (not one per
+    layer type), a `rope_type` of `EXACT_ROPE_TYPES`, a `partial_rotary_factor` of 1 (models that honour a smaller
+    one, e.g. StableLM, Phi, GLM, rotate only part of each head, which Llama's rotary embedding does not know; the
+    config alone does not say whether the model honours it) and every layer rotary (`no_rope_layers` of SmolLM3 and
+    Llama 4: the keys of a layer without RoPE carry no position). The head size (`head_dim`, also when it is not
+    `hidden_size // num_attention_heads`) is read from the config where keys are rotated, as Llama's attention
+    reads it."""
     rope = getattr(config, "rope_parameters", None) or {}
     if _rope_layer_types(rope):
         raise ValueError(
@@ -290,6 +298,23 @@ def _check_rope(config) -> None:
         raise ValueError(
             f"cannot compose document caches for rope_type {rope_type!r}: rotating stored keys by a position delta "
             f"is exact only for {sorted(EXACT_ROPE_TYPES)} (whose frequencies do not depend on the length read)."
+        )
+    for where, factor in (("rope_parameters of ", rope.get("partial_rotary_factor") if isinstance(rope, Mapping)
+                           else None), ("", getattr(config, "partial_rotary_factor", None))):
+        if factor is not None and factor != 1:
+            raise ValueError(
+                f"cannot compose document caches for partial_rotary_factor {factor!r} ({where}"
+                f"{type(config).__name__}): a model that rotates only that part of each head (StableLM, Phi, GLM, "
+                "...) would get keys re-rotated over the whole head; only partial_rotary_factor 1 (every dimension "
+                "rotary, as in Llama) is supported."
+            )
+    no_rope = getattr(config, "no_rope_layers", None)
+    if isinstance(no_rope, Sequence) and not all(no_rope):
+        layers = [index for index, rotary in enumerate(no_rope) if not rotary]
+        raise ValueError(
+            f"cannot compose document caches for no_rope_layers {list(no_rope)!r} ({type(config).__name__}): layers "
+            f"{layers} use no RoPE, and their stored keys, which carry no position, would be rotated; only models "
+            "whose every layer is rotary are supported."
         )
 
 
@@ -745,9 +770,11 @@ def selective_recompute(model, document_caches, recompute_ratio: float, *, model
         not modified.
 
     Raises:
-        ValueError: `recompute_ratio` outside [0, 1]; a model without rotary positions (naming its class), or a
-            rope type for which re-positioning is not exact; caches of another RoPE setting or model (fingerprint)
-            or shape; a cache without `input_ids` when the ratio is above 0. TypeError: caches of another type.
+        ValueError: `recompute_ratio` outside [0, 1]; a model without rotary positions (naming its class), a
+            rope type for which re-positioning is not exact, a `partial_rotary_factor` other than 1 or layers
+            without RoPE (`no_rope_layers`), each naming the field; caches of another RoPE setting or model
+            (fingerprint) or shape; a cache without `input_ids` when the ratio is above 0. TypeError: caches of
+            another type.
     """
     ratio = check_recompute_ratio(recompute_ratio)
     decoder = _check_rotary_model(model)
@@ -800,10 +827,12 @@ def compose_document_caches(document_caches, config, *, offset: int = 0, model_f
 
     Raises:
         ValueError: a config without rotary positions (e.g. GPT-2's), with rotary parameters per layer type (e.g.
-            Gemma 3's), without `num_key_value_heads` (e.g. GPT-NeoX's), or a rope type for which the rotation is
-            not exact (see `EXACT_ROPE_TYPES`), a negative `offset` or one that places the documents past
-            `max_position_embeddings`, caches of another shape or fingerprint, or no document. TypeError: a `config`
-            that is not a config (e.g. the model itself), caches of another type.
+            Gemma 3's), without `num_key_value_heads` (e.g. GPT-NeoX's), a rope type for which the rotation is
+            not exact (see `EXACT_ROPE_TYPES`), a `partial_rotary_factor` other than 1 (e.g. StableLM's, whose keys
+            are rotary over part of each head only) or layers without RoPE (`no_rope_layers`, e.g. SmolLM3's), each
+            naming the field, a negative `offset` or one that places the documents past `max_position_embeddings`,
+            caches of another shape or fingerprint, or no document. TypeError: a `config` that is not a config (e.g.
+            the model itself), caches of another type.
     """
     if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
         raise ValueError(f"`offset` must be an int >= 0, got {offset!r}.")
@@ -1018,7 +1047,8 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
 
         Raises:
             ValueError: caches made by another model (fingerprint), of another shape, a rope type for which the
-                rotation is not exact, a negative offset. TypeError: caches of another type.
+                rotation is not exact, a `partial_rotary_factor` other than 1 in the config (naming it), a negative
+                offset. TypeError: caches of another type.
         """
         return compose_document_caches(document_caches, self.config, offset=offset,
                                        model_fingerprint=self.representation_fingerprint(), device=self.device,
