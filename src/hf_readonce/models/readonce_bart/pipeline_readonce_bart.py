@@ -83,6 +83,28 @@ def _note_documents_cut(batch, max_length: int, argument: str, limit: int | None
     return cut
 
 
+def _note_texts_cut(batch, max_length: int, noun: str) -> int:
+    """Say how many texts (questions, prompts) of a tokenized `batch` were cut to `max_length` tokens, in one warning
+    on this module's logger, as [`_note_documents_cut`] does for documents: what is generated for them reads their
+    first tokens only. Counted from a fast tokenizer's `overflowing` tokens (a slow tokenizer's batch counts none).
+
+    Args:
+        batch (`BatchEncoding`): the texts, tokenized with `truncation=True, max_length=max_length`.
+        max_length (`int`): the tokens read per text (the call's `max_question_len`).
+        noun (`str`): what the warning calls a text ("question", "prompt").
+
+    Returns:
+        `int`: the number of texts cut.
+    """
+    encodings = getattr(batch, "encodings", None) or []
+    cut = sum(1 for encoding in encodings if encoding.overflowing)
+    if cut:
+        logger.warning(f"{cut} of {len(encodings)} {noun}(s) held more than the {max_length} tokens read per {noun} "
+                       f"and were cut to them: what is generated for them reads those tokens only "
+                       "(`max_question_len` reads more).")
+    return cut
+
+
 # Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._check_int
 def _check_int(name: str, value, low: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
@@ -135,7 +157,8 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
         document (`str` or `list[str]`): one document for every text, or one per text (equal lengths).
         max_new_tokens (`int`, defaults to 32): tokens generated per text.
         num_beams (`int`, defaults to 1): beam search width.
-        max_question_len (`int`, defaults to 32): text tokens read (longer texts are truncated).
+        max_question_len (`int`, defaults to 32): text tokens read (longer texts are truncated; a warning counts
+            them).
         max_document_len (`int`, *optional*): document tokens read (longer documents are truncated; a warning
             counts them). Defaults to the length the checkpoint records (`config.max_document_length`), else
             `config.document_chunk_length * k`, the T·k capacity of §5.5: a document longer than one chunk of T
@@ -155,6 +178,7 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
 
     output_key = "generated_text"
     default_prompt = None
+    text_noun = "question"  # what the warning about texts cut to `max_question_len` calls a text
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -245,6 +269,7 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
     def preprocess(self, group, max_question_len=32, max_document_len=None, compression_ratio=None):
         """Tokenize the distinct documents (at most `max_document_len` tokens, default the recorded length, else
         T·k) and the texts (at most `max_question_len` tokens), right-padded whatever `tokenizer.padding_side` is.
+        One warning each says how many documents and how many texts were cut (none when nothing was).
 
         Returns:
             `dict` with `document_input_ids` / `document_attention_mask` `(num_distinct, length)`, `input_ids` /
@@ -260,6 +285,7 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
         _note_documents_cut(docs, max_document_len, "max_document_len")
         texts = self.tokenizer(group["texts"], truncation=True, max_length=max_question_len, padding=True,
                                padding_side="right", return_tensors="pt")
+        _note_texts_cut(texts, max_question_len, self.text_noun)
         return {"document_input_ids": docs["input_ids"], "document_attention_mask": docs["attention_mask"],
                 "input_ids": texts["input_ids"], "attention_mask": texts["attention_mask"],
                 "document_index": torch.tensor(group["document_index"], dtype=torch.long)}
@@ -319,6 +345,7 @@ class ReadOnceSummarizationPipeline(ReadOnceText2TextGenerationPipeline):
     """
 
     output_key = "summary_text"
+    text_noun = "prompt"
 
     def __call__(self, documents=None, prompt="summary", batch_size=None, **kwargs):
         """Summarize, each document read once; the class docstring has the arguments and returns.

@@ -1,0 +1,48 @@
+"""ReadOnce BART pipelines (models/readonce_bart/pipeline_readonce_bart.py): what they say about inputs they cut. The
+generations themselves, loading and remote code are tested in tests/hub/test_pipeline_readonce.py."""
+
+import logging
+
+from hf_readonce.models.readonce_bart.pipeline_readonce_bart import (
+    ReadOnceSummarizationPipeline,
+    ReadOnceText2TextGenerationPipeline,
+)
+from tests.hub.test_pipeline_readonce import DOCUMENTS, tiny_readonce
+
+LONG_QUESTION = "Who wrote the novel about youthful hubris that was published in December 1815 in London?"
+LOGGER = "hf_readonce.models.readonce_bart.pipeline_readonce_bart"
+
+
+def cut_warnings(caplog, noun):
+    return [record.getMessage() for record in caplog.records
+            if record.name == LOGGER and f"{noun}(s) held more than" in record.getMessage()]
+
+
+def test_questions_and_prompts_cut_to_max_question_len_are_said_once_per_call(tokenizer, caplog):
+    """A question longer than `max_question_len` was cut silently (documents cut to `max_document_len` were
+    said): one warning per call counts the questions (the summarization pipeline's prompts) cut and names the limit,
+    however many `generate` batches the call runs; texts read whole give none."""
+    model = tiny_readonce()
+    pipe = ReadOnceText2TextGenerationPipeline(model=model, tokenizer=tokenizer)
+    assert len(tokenizer(LONG_QUESTION).input_ids) > 8 >= len(tokenizer("Who wrote Emma?").input_ids)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        pipe([LONG_QUESTION, "Who wrote Emma?", LONG_QUESTION], document=DOCUMENTS[0], max_new_tokens=2,
+             max_question_len=8, batch_size=1)
+    assert cut_warnings(caplog, "question") == [
+        "2 of 3 question(s) held more than the 8 tokens read per question and were cut to them: what is generated "
+        "for them reads those tokens only (`max_question_len` reads more)."]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        pipe([LONG_QUESTION, "Who wrote Emma?"], document=DOCUMENTS[0], max_new_tokens=2)  # 32 tokens: read whole
+    assert cut_warnings(caplog, "question") == []
+
+    summarize = ReadOnceSummarizationPipeline(model=model, tokenizer=tokenizer)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        summarize(DOCUMENTS, prompt=LONG_QUESTION, max_new_tokens=2, max_question_len=8)
+    assert [message.split(":")[0] for message in cut_warnings(caplog, "prompt")] == [
+        "2 of 2 prompt(s) held more than the 8 tokens read per prompt and were cut to them"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        summarize(DOCUMENTS, max_new_tokens=2)  # the default prompt "summary"
+    assert cut_warnings(caplog, "prompt") == []
