@@ -13,10 +13,11 @@ What lives here (no family specifics):
 - [`RecurrencePooling`] (eq. 1), [`RecurrenceFeedForward`], [`RecurrenceModule`] (the `recurrence` submodule of every
   recurrent model: all new parameters);
 - [`memory_attention_mask`] and [`memory_attention_forward`]: attention of one layer over `[memory; keys]`;
+  [`MemoryAttentionMixin`]: the memory-aware attention of layer L, over a family's own projections;
 - [`RecurrentCache`]: the KV cache of the current window plus the recurrent state, for `generate()`;
 - [`RecurrentCausalLMMixin`]: windowing, loss (each target counted once), backpropagation through time, window-level
   gradient checkpointing (§3.2), the cached streaming path and `generate()` support. A family only provides
-  `_window_hidden_states` (run its blocks on one window with the memory at layer L) and an attention subclass.
+  the backbone hooks of [`RecurrentCausalLMMixin`] and the projection hooks of [`MemoryAttentionMixin`].
 
 This file travels with saved checkpoints (`trust_remote_code=True`): it imports only torch and transformers.
 """
@@ -294,6 +295,127 @@ def memory_attention_forward(
         memory_attention_implementation(module.config), eager_attention
     )
     return attention_interface(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+
+
+class MemoryAttentionMixin:
+    r"""The attention of layer L over `[memory; keys]` (§3.1, Figure 2), the same algorithm for every family: mixed
+    in before a family's transformers attention class (`class RecurrentLlamaAttention(MemoryAttentionMixin,
+    LlamaAttention)`), whose parameters it reuses, so pretrained weights load unchanged.
+
+    Without `memory_states` `forward` is the family's own attention, unchanged (the first window is the pretrained
+    model). With `memory_states` (the recurrent vector after the block's pre-attention norm), the window's queries,
+    keys and values are projected as the family does, the keys/values go through the KV cache, the recurrent vector
+    is projected by the layer's own key/value weights into one extra key and value (never a query, never cached:
+    it is recomputed at each call from the cached recurrent vector), [`memory_attention_forward`] attends the `w`
+    queries over the `1 + past + w` keys, and the `w` outputs are projected back: 301 inputs to layer L for a
+    300-token window, still 300 outputs.
+
+    A family provides its projections as hooks:
+
+    - `_project_window(hidden_states, position_embeddings)` -> `(query, key, value)` of the window;
+    - `_project_memory(memory_states)` -> `(memory_key, memory_value)`;
+    - `_project_output(attn_output)` -> the layer's output;
+    - `_attention_dropout()` -> the dropout probability of the attention weights in training;
+    - `_eager_attention`: the family's eager attention function (class attribute, a `staticmethod`).
+    """
+
+    _eager_attention = None
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        memory_states: torch.Tensor | None = None,
+        cache: Cache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ):
+        r"""
+        Args:
+            hidden_states (`torch.FloatTensor` of shape `(batch_size, w, hidden_size)`): normalized window states.
+            position_embeddings (`tuple(cos, sin)`, *optional*): rotary embeddings of the window positions, for the
+                families that use them (`None` for absolute positions).
+            attention_mask (`torch.Tensor`): the usual causal mask, or with `memory_states` the mask of
+                [`memory_attention_mask`] (`(batch_size, 1, w, 1 + past + w)`).
+            past_key_values (`Cache`, *optional*): KV cache of the current window.
+            memory_states (`torch.FloatTensor` of shape `(batch_size, 1, hidden_size)`, *optional*): the recurrent
+                vector after the block's pre-attention norm.
+            cache (`Cache`, *optional*): the name of `past_key_values` from transformers 5.24 on (what the decoder
+                blocks pass there); either name is accepted, not both.
+            kwargs: passed on to the attention function (and, without `memory_states`, to the family's attention).
+
+        Returns:
+            `(attn_output (batch_size, w, hidden_size), attn_weights or None)`.
+
+        Raises:
+            ValueError: both `past_key_values` and `cache`.
+        """
+        past_key_values = either_cache(past_key_values, cache)
+        if memory_states is None:
+            if position_embeddings is not None:
+                kwargs["position_embeddings"] = position_embeddings
+            return super().forward(hidden_states, attention_mask=attention_mask, **{CACHE_NAME: past_key_values},
+                                   **kwargs)
+        query, key, value = self._project_window(hidden_states, position_embeddings)
+        if past_key_values is not None:
+            key, value = past_key_values.update(key, value, self.layer_idx)
+        memory_key, memory_value = self._project_memory(memory_states)
+        attn_output, attn_weights = memory_attention_forward(
+            self,
+            query,
+            key,
+            value,
+            memory_key,
+            memory_value,
+            attention_mask,
+            self._eager_attention,
+            dropout=self._attention_dropout() if self.training else 0.0,
+            scaling=self.scaling,
+            **kwargs,
+        )
+        attn_output = attn_output.reshape(*attn_output.shape[:-2], -1).contiguous()
+        return self._project_output(attn_output), attn_weights
+
+    def _project_window(self, hidden_states, position_embeddings):
+        r"""The window's query, key and value, as the family's attention computes them (rotary embeddings applied
+        where the family uses them), before the KV cache.
+
+        Args:
+            hidden_states (`torch.FloatTensor` of shape `(batch_size, w, hidden_size)`).
+            position_embeddings (`tuple(cos, sin)` or `None`).
+
+        Returns:
+            `(query (batch_size, num_heads, w, head_dim), key, value (batch_size, num_kv_heads, w, head_dim))`.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must define `_project_window`.")
+
+    def _project_memory(self, memory_states):
+        r"""The recurrent vector as one extra key and value of this layer (§3.1), by the layer's own key/value
+        weights; no query (the memory is never a query) and no rotation (it has no position in the window).
+
+        Args:
+            memory_states (`torch.FloatTensor` of shape `(batch_size, 1, hidden_size)`).
+
+        Returns:
+            `(memory_key, memory_value)`, each `(batch_size, num_kv_heads, 1, head_dim)`.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must define `_project_memory`.")
+
+    def _project_output(self, attn_output):
+        r"""The output projection of the attended values (§3.1: one output per window position).
+
+        Args:
+            attn_output (`torch.FloatTensor` of shape `(batch_size, w, num_heads * head_dim)`).
+
+        Returns:
+            `torch.FloatTensor` of shape `(batch_size, w, hidden_size)`.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must define `_project_output`.")
+
+    def _attention_dropout(self) -> float:
+        """The dropout probability of the attention weights in training (0 is used in eval)."""
+        raise NotImplementedError(f"{type(self).__name__} must define `_attention_dropout`.")
 
 
 def masked_layer_sum(hidden_states: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
@@ -575,7 +697,7 @@ class RecurrentCausalLMMixin:
     `forward`, loss (each target counted once), backpropagation through time, window-level gradient checkpointing
     (§3.2), the cached streaming path and `generate()` support. Mixed into a family's `PreTrainedModel` subclass,
     which defines `self.recurrence` ([`RecurrenceModule`]), an LM head (`get_output_embeddings()`), a memory-aware
-    attention at layer L, and these hooks over its transformers backbone:
+    attention at layer L ([`MemoryAttentionMixin`]), and these hooks over its transformers backbone:
 
     - `_decoder_layers()`: the blocks, in order;
     - `_embed(input_ids, position_ids)`: `(batch, w, hidden)` input states (token + absolute position embeddings);
@@ -1166,6 +1288,7 @@ class RecurrentCausalLMMixin:
 
 
 __all__ = [
+    "MemoryAttentionMixin",
     "RecurrenceFeedForward",
     "RecurrenceModule",
     "RecurrencePooling",

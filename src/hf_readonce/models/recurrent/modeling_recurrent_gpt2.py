@@ -26,16 +26,10 @@ from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs
 
 from .configuration_recurrent_gpt2 import RecurrentGPT2Config
-from .modeling_recurrence import (
-    CACHE_NAME,
-    RecurrenceModule,
-    RecurrentCausalLMMixin,
-    either_cache,
-    memory_attention_forward,
-)
+from .modeling_recurrence import MemoryAttentionMixin, RecurrenceModule, RecurrentCausalLMMixin
 
 
-class RecurrentGPT2Attention(GPT2Attention):
+class RecurrentGPT2Attention(MemoryAttentionMixin, GPT2Attention):
     r"""GPT-2 self-attention that can attend to one extra key/value: the recurrent vector (§3.1, Figure 2).
 
     Same parameters as [`~transformers.models.gpt2.modeling_gpt2.GPT2Attention`] (`c_attn`, `c_proj`), so GPT-2
@@ -43,8 +37,11 @@ class RecurrentGPT2Attention(GPT2Attention):
     (`(batch_size, 1, hidden_size)`, already normalized by the block's `ln_1`), the memory is projected by this
     layer's own `c_attn`; its key and value are prepended to the window's keys and values and its query is dropped:
     the window's `w` queries attend over `1 + w` keys and the layer still has `w` outputs. The memory's key/value are
-    not written to the KV cache (they are recomputed at each call from the cached recurrent vector).
+    not written to the KV cache (they are recomputed at each call from the cached recurrent vector). The algorithm is
+    [`MemoryAttentionMixin`]'s; GPT-2's projections are its hooks here.
     """
+
+    _eager_attention = staticmethod(eager_attention_forward)
 
     def forward(
         self,
@@ -58,16 +55,13 @@ class RecurrentGPT2Attention(GPT2Attention):
         cache: Cache | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ):
-        r"""
+        r"""[`MemoryAttentionMixin.forward`] with `GPT2Attention`'s arguments, in its order (the cache second).
+
         Args:
-            hidden_states (`torch.FloatTensor` of shape `(batch_size, w, hidden_size)`): normalized window states.
-            past_key_values (`Cache`, *optional*): KV cache of the current window.
-            attention_mask (`torch.Tensor`): the usual causal mask, or with `memory_states` the mask of
-                `modeling_recurrence.memory_attention_mask` (`(batch_size, 1, w, 1 + past + w)`).
-            memory_states (`torch.FloatTensor` of shape `(batch_size, 1, hidden_size)`, *optional*): the recurrent
-                vector after `ln_1`.
-            cache (`Cache`, *optional*): the name of `past_key_values` from transformers 5.24 on (what `GPT2Block`
-                passes there); either name is accepted, not both.
+            encoder_hidden_states, encoder_attention_mask, output_attentions: `GPT2Attention`'s, used only without
+                `memory_states` (GPT-2's own attention then runs, cross-attention included).
+            hidden_states, past_key_values, attention_mask, memory_states, cache, kwargs: see
+                [`MemoryAttentionMixin.forward`] (`memory_states` is the recurrent vector after `ln_1`).
 
         Returns:
             `(attn_output (batch_size, w, hidden_size), attn_weights or None)`.
@@ -76,51 +70,59 @@ class RecurrentGPT2Attention(GPT2Attention):
             ValueError: `encoder_hidden_states` with `memory_states` (no cross-attention over the recurrent vector),
                 or both `past_key_values` and `cache`.
         """
-        # Arguments, docs and the memory_attention_forward call look like those of RecurrentLlamaAttention on purpose:
-        # each family projects the memory with its own weights (c_attn / k_proj, v_proj) and RoPE rules, and what
-        # they share (the attention over [memory; keys]) is memory_attention_forward.
-        past_key_values = either_cache(past_key_values, cache)
         if memory_states is None:
-            return super().forward(
-                hidden_states,
-                attention_mask=attention_mask,
-                encoder_hidden_states=encoder_hidden_states,
-                encoder_attention_mask=encoder_attention_mask,
-                output_attentions=output_attentions,
-                **{CACHE_NAME: past_key_values},
-                **kwargs,
-            )
-        if encoder_hidden_states is not None:
+            kwargs.update(encoder_hidden_states=encoder_hidden_states, encoder_attention_mask=encoder_attention_mask,
+                          output_attentions=output_attentions)
+        elif encoder_hidden_states is not None:
             raise ValueError("RecurrentGPT2Attention does not support cross-attention.")
-        # Adapted from transformers' GPT2Attention.forward (self-attention branch), plus the memory's key/value
+        return super().forward(hidden_states, attention_mask=attention_mask, past_key_values=past_key_values,
+                               memory_states=memory_states, cache=cache, **kwargs)
+
+    # ------------------------------------------------------------------ projection hooks of MemoryAttentionMixin
+    def _project_window(self, hidden_states, position_embeddings):
+        r"""The window's query, key and value by `c_attn`, as in `GPT2Attention.forward` (absolute positions:
+        `position_embeddings` is unused).
+
+        Args:
+            hidden_states (`torch.FloatTensor` of shape `(batch_size, w, hidden_size)`): the window after `ln_1`.
+            position_embeddings: ignored (`None` from `GPT2Block`).
+
+        Returns:
+            `(query, key, value)`, each `(batch_size, num_heads, w, head_dim)`.
+        """
+        # Adapted from transformers' GPT2Attention.forward (self-attention branch)
         query_states, key_states, value_states = self.c_attn(hidden_states).split(self.split_size, dim=2)
         shape = (*hidden_states.shape[:-1], -1, self.head_dim)
-        query_states = query_states.view(shape).transpose(1, 2)
-        key_states = key_states.view(shape).transpose(1, 2)
-        value_states = value_states.view(shape).transpose(1, 2)
-        if past_key_values is not None:
-            key_states, value_states = past_key_values.update(key_states, value_states, self.layer_idx)
-        # the memory's query (first third of c_attn's output) is discarded: the memory is never a query
+        return tuple(states.view(shape).transpose(1, 2) for states in (query_states, key_states, value_states))
+
+    def _project_memory(self, memory_states):
+        r"""The recurrent vector's key and value by this layer's `c_attn` (§3.1); the query third of `c_attn`'s
+        output is discarded: the memory is never a query.
+
+        Args:
+            memory_states (`torch.FloatTensor` of shape `(batch_size, 1, hidden_size)`): the vector after `ln_1`.
+
+        Returns:
+            `(memory_key, memory_value)`, each `(batch_size, num_heads, 1, head_dim)`.
+        """
         _, memory_key, memory_value = self.c_attn(memory_states).split(self.split_size, dim=2)
-        memory_shape = (*memory_states.shape[:-1], -1, self.head_dim)
-        memory_key = memory_key.view(memory_shape).transpose(1, 2)
-        memory_value = memory_value.view(memory_shape).transpose(1, 2)
-        attn_output, attn_weights = memory_attention_forward(
-            self,
-            query_states,
-            key_states,
-            value_states,
-            memory_key,
-            memory_value,
-            attention_mask,
-            eager_attention_forward,
-            dropout=self.attn_dropout.p if self.training else 0.0,
-            scaling=self.scaling,
-            **kwargs,
-        )
-        attn_output = attn_output.reshape(*attn_output.shape[:-2], -1).contiguous()
-        attn_output = self.resid_dropout(self.c_proj(attn_output))
-        return attn_output, attn_weights
+        shape = (*memory_states.shape[:-1], -1, self.head_dim)
+        return memory_key.view(shape).transpose(1, 2), memory_value.view(shape).transpose(1, 2)
+
+    def _project_output(self, attn_output):
+        r"""`c_proj` and the residual dropout, as in `GPT2Attention.forward` (§3.1: `w` outputs for `w` queries).
+
+        Args:
+            attn_output (`torch.FloatTensor` of shape `(batch_size, w, hidden_size)`): the heads concatenated.
+
+        Returns:
+            `torch.FloatTensor` of shape `(batch_size, w, hidden_size)`.
+        """
+        return self.resid_dropout(self.c_proj(attn_output))
+
+    def _attention_dropout(self) -> float:
+        """GPT-2's attention-weight dropout probability (`attn_dropout.p`, `config.attn_pdrop`), used in training."""
+        return self.attn_dropout.p
 
 
 class RecurrentGPT2LMHeadModel(RecurrentCausalLMMixin, GPT2PreTrainedModel, GenerationMixin):

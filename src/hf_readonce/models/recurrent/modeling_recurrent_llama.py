@@ -12,9 +12,7 @@ This file travels with saved checkpoints (`trust_remote_code=True`): it imports 
 files next to it.
 """
 
-import torch
 from torch import nn
-from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
 from transformers.models.llama.modeling_llama import (
     LlamaAttention,
@@ -23,94 +21,80 @@ from transformers.models.llama.modeling_llama import (
     apply_rotary_pos_emb,
     eager_attention_forward,
 )
-from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs
 
 from .configuration_recurrent_llama import RecurrentLlamaConfig
-from .modeling_recurrence import (
-    CACHE_NAME,
-    RecurrenceModule,
-    RecurrentCausalLMMixin,
-    either_cache,
-    memory_attention_forward,
-)
+from .modeling_recurrence import MemoryAttentionMixin, RecurrenceModule, RecurrentCausalLMMixin
 
 
-class RecurrentLlamaAttention(LlamaAttention):
+class RecurrentLlamaAttention(MemoryAttentionMixin, LlamaAttention):
     r"""Llama self-attention that can attend to one extra key/value: the recurrent vector (§3.1, Figure 2).
 
     Same parameters as `LlamaAttention` (`q_proj`, `k_proj`, `v_proj`, `o_proj`). Without `memory_states` it is
     exactly Llama's attention. With `memory_states` (`(batch_size, 1, hidden_size)`, already normalized by the
     layer's `input_layernorm`), the memory is projected by this layer's own `k_proj`/`v_proj` (no query is computed
     for it), its key is left unrotated (RoPE at position 0, i.e. the identity) and key/value are prepended to the
-    window's (grouped-query heads included). The memory is not written to the KV cache.
+    window's (grouped-query heads included). The memory is not written to the KV cache. `forward` is
+    [`MemoryAttentionMixin.forward`], whose arguments are `LlamaAttention`'s (plus `memory_states` and `cache`);
+    Llama's projections are its hooks here.
     """
 
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
-        attention_mask: torch.Tensor | None = None,
-        past_key_values: Cache | None = None,
-        memory_states: torch.Tensor | None = None,
-        cache: Cache | None = None,
-        **kwargs: Unpack[TransformersKwargs],
-    ):
-        r"""
+    _eager_attention = staticmethod(eager_attention_forward)
+
+    # ------------------------------------------------------------------ projection hooks of MemoryAttentionMixin
+    def _project_window(self, hidden_states, position_embeddings):
+        r"""The window's query, key and value by `q_proj`/`k_proj`/`v_proj`, rotated by RoPE, as in
+        `LlamaAttention.forward`.
+
         Args:
-            hidden_states (`torch.FloatTensor` of shape `(batch_size, w, hidden_size)`): normalized window states.
+            hidden_states (`torch.FloatTensor` of shape `(batch_size, w, hidden_size)`): the window after
+                `input_layernorm`.
             position_embeddings (`tuple(cos, sin)`): rotary embeddings of the window positions.
-            attention_mask (`torch.Tensor`): the usual causal mask, or with `memory_states` the mask of
-                `modeling_recurrence.memory_attention_mask` (`(batch_size, 1, w, 1 + past + w)`).
-            past_key_values (`Cache`, *optional*): KV cache of the current window.
-            memory_states (`torch.FloatTensor` of shape `(batch_size, 1, hidden_size)`, *optional*): the recurrent
-                vector after `input_layernorm`.
-            cache (`Cache`, *optional*): the name of `past_key_values` from transformers 5.24 on (what
-                `LlamaDecoderLayer` passes there); either name is accepted, not both (a `ValueError`).
 
         Returns:
-            `(attn_output (batch_size, w, hidden_size), attn_weights or None)`.
+            `(query (batch_size, num_attention_heads, w, head_dim), key, value (batch_size, num_key_value_heads, w,
+            head_dim))`.
         """
-        # Arguments, docs and the memory_attention_forward call look like those of RecurrentGPT2Attention on purpose:
-        # each family projects the memory with its own weights (c_attn / k_proj, v_proj) and RoPE rules, and what
-        # they share (the attention over [memory; keys]) is memory_attention_forward.
-        past_key_values = either_cache(past_key_values, cache)
-        if memory_states is None:
-            return super().forward(
-                hidden_states,
-                position_embeddings=position_embeddings,
-                attention_mask=attention_mask,
-                **{CACHE_NAME: past_key_values},
-                **kwargs,
-            )
-        # Adapted from transformers' LlamaAttention.forward, plus the memory's key/value (unrotated)
-        input_shape = hidden_states.shape[:-1]
-        hidden_shape = (*input_shape, -1, self.head_dim)
+        # Adapted from transformers' LlamaAttention.forward
+        hidden_shape = (*hidden_states.shape[:-1], -1, self.head_dim)
         query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
         cos, sin = position_embeddings
         query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
-        if past_key_values is not None:
-            key_states, value_states = past_key_values.update(key_states, value_states, self.layer_idx)
+        return query_states, key_states, value_states
+
+    def _project_memory(self, memory_states):
+        r"""The recurrent vector's key and value by this layer's `k_proj`/`v_proj` (§3.1): no query is computed (the
+        memory is never a query) and the key is not rotated (RoPE at position 0 is the identity).
+
+        Args:
+            memory_states (`torch.FloatTensor` of shape `(batch_size, 1, hidden_size)`): the vector after
+                `input_layernorm`.
+
+        Returns:
+            `(memory_key, memory_value)`, each `(batch_size, num_key_value_heads, 1, head_dim)`.
+        """
         memory_shape = (*memory_states.shape[:-1], -1, self.head_dim)
         memory_key = self.k_proj(memory_states).view(memory_shape).transpose(1, 2)
         memory_value = self.v_proj(memory_states).view(memory_shape).transpose(1, 2)
-        attn_output, attn_weights = memory_attention_forward(
-            self,
-            query_states,
-            key_states,
-            value_states,
-            memory_key,
-            memory_value,
-            attention_mask,
-            eager_attention_forward,
-            dropout=0.0 if not self.training else self.attention_dropout,
-            scaling=self.scaling,
-            **kwargs,
-        )
-        attn_output = attn_output.reshape(*input_shape, -1).contiguous()
-        return self.o_proj(attn_output), attn_weights
+        return memory_key, memory_value
+
+    def _project_output(self, attn_output):
+        r"""`o_proj`, as in `LlamaAttention.forward` (§3.1: `w` outputs for `w` queries).
+
+        Args:
+            attn_output (`torch.FloatTensor` of shape `(batch_size, w, num_attention_heads * head_dim)`): the heads
+                concatenated.
+
+        Returns:
+            `torch.FloatTensor` of shape `(batch_size, w, hidden_size)`.
+        """
+        return self.o_proj(attn_output)
+
+    def _attention_dropout(self) -> float:
+        """Llama's attention-weight dropout probability (`attention_dropout`, `config.attention_dropout`), used in
+        training."""
+        return self.attention_dropout
 
 
 class RecurrentLlamaForCausalLM(RecurrentCausalLMMixin, LlamaPreTrainedModel, GenerationMixin):
