@@ -476,6 +476,78 @@ def test_memory_attention_follows_the_attention_interface(family):
     assert model(x, use_cache=False, return_dict=False)[0].shape == sdpa.shape  # @can_return_tuple
 
 
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_memory_attention_is_the_plain_attention_over_memory_then_window(family, implementation):
+    """Layer L's attention with `memory_states` (`MemoryAttentionMixin.forward` over the family's projection hooks),
+    called in two steps through a KV cache, equals the family's own attention run on `[memory; window]` with a causal
+    mask, the memory's output row dropped: the memory is one extra key/value visible to every query, never a query,
+    at RoPE position 0 (unrotated), and it is not written to the KV cache."""
+    from transformers import DynamicCache
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Attention
+    from transformers.models.llama.modeling_llama import LlamaAttention
+
+    from hf_readonce.models.recurrent.modeling_recurrence import (
+        CACHE_NAME,
+        MemoryAttentionMixin,
+        memory_attention_mask,
+    )
+
+    model = tiny(family, attn_implementation=implementation)
+    attention = model.transformer.h[1].attn if family == "gpt2" else model.model.layers[1].self_attn
+    assert isinstance(attention, MemoryAttentionMixin)
+    generator = torch.Generator().manual_seed(5)
+    window = torch.randn(2, 5, 32, generator=generator)
+    memory = torch.randn(2, 1, 32, generator=generator)
+
+    def rope(hidden, positions):
+        return None if family == "gpt2" else model.model.rotary_emb(hidden, position_ids=torch.tensor([positions]))
+
+    def mask(query_length, kv_length, memory_column):
+        allowed = torch.ones(query_length, kv_length, dtype=torch.bool).tril(kv_length - query_length)
+        if memory_column:
+            allowed = torch.cat([torch.ones(query_length, 1, dtype=torch.bool), allowed], dim=1)
+        allowed = allowed[None, None].expand(2, 1, -1, -1)
+        if implementation == "sdpa":
+            return allowed
+        return torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)
+
+    cache = DynamicCache(config=model.config)
+    outputs = []
+    with torch.no_grad():
+        for start, end in ((0, 3), (3, 5)):
+            step_mask = memory_attention_mask(None, 2, end - start, start, torch.float32, torch.device("cpu"),
+                                              implementation)
+            torch.testing.assert_close(step_mask, mask(end - start, end, True), atol=0, rtol=0)
+            output, _ = attention(window[:, start:end].contiguous(), attention_mask=step_mask, memory_states=memory,
+                                  position_embeddings=rope(window, list(range(start, end))), **{CACHE_NAME: cache})
+            outputs.append(output)
+        assert cache.get_seq_length(1) == 5  # layer L holds the window's keys only, not the memory's
+        plain = GPT2Attention if family == "gpt2" else LlamaAttention
+        sequence = torch.cat([memory, window], dim=1)
+        kwargs = {} if family == "gpt2" else {"position_embeddings": rope(sequence, [0, 0, 1, 2, 3, 4])}
+        expected, _ = plain.forward(attention, sequence, attention_mask=mask(6, 6, False), **kwargs)
+    torch.testing.assert_close(torch.cat(outputs, dim=1), expected[:, 1:], atol=1e-6, rtol=0)
+
+
+def test_gpt2_memory_attention_keeps_gpt2_argument_order_and_refuses_cross_attention():
+    """`RecurrentGPT2Attention.forward` takes `GPT2Attention`'s arguments in its order (the cache second, as a
+    positional argument) and refuses `encoder_hidden_states` with `memory_states`, naming cross-attention."""
+    from transformers import DynamicCache
+
+    model = tiny("gpt2")
+    attention = model.transformer.h[1].attn
+    window = torch.randn(1, 4, 32, generator=torch.Generator().manual_seed(5))
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        attention(window, cache)
+        assert cache.get_seq_length(1) == 4
+        with pytest.raises(ValueError, match="cross-attention"):
+            attention(window, memory_states=window[:, :1], encoder_hidden_states=window)
+        with pytest.raises(ValueError, match="not both"):
+            attention(window, DynamicCache(config=model.config), cache=DynamicCache(config=model.config))
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_logits_to_keep_beyond_the_sequence_keeps_all_of_it_as_transformers_does(family):
     model, x = tiny(family), ids(2, 40)
