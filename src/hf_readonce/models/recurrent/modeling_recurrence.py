@@ -317,6 +317,11 @@ class MemoryAttentionMixin:
     - `_project_output(attn_output)` -> the layer's output;
     - `_attention_dropout()` -> the dropout probability of the attention weights in training;
     - `_eager_attention`: the family's eager attention function (class attribute, a `staticmethod`).
+
+    `forward` takes its arguments in the order of transformers' `LlamaAttention` (`hidden_states`,
+    `position_embeddings`, `attention_mask`, cache, then `memory_states`, `cache`); a family whose transformers
+    attention orders them otherwise keeps that order in a thin `forward` of its own that calls this one (GPT-2: the
+    cache second, and the cross-attention arguments). A hook left undefined raises `NotImplementedError`.
     """
 
     _eager_attention = None
