@@ -177,6 +177,32 @@ def test_fill_store_takes_the_fingerprint_its_caller_computed_checked(tmp_path, 
     assert [space.fingerprint for space in store.spaces()] == [fingerprint]
 
 
+def test_a_fingerprint_given_to_the_writer_from_before_a_data_edit_is_refused(tmp_path, tokenizer):
+    """An edit through `.data` bumps no version counter, so the model's cached fingerprint stays the one computed
+    before it: a `fingerprint=` from before such an edit, checked against that cache alone, keyed the new weights'
+    representations under the old weights' fingerprint (in the store for good, read back as the old model's). The
+    writer digests the weights itself ([`current_fingerprint`]) and refuses it, writing nothing; so does
+    `ensure_stored` filling what is missing under it."""
+    from hf_readonce.representations.base import current_fingerprint
+    from hf_readonce.representations.fill import ensure_stored
+
+    model = tiny_model()
+    adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=32, doc_stride=8)
+    before = current_fingerprint(adapter)
+    with torch.no_grad():
+        next(model.parameters()).data.add_(1e-2)
+    store = RepresentationStore(tmp_path / "s")
+    with pytest.raises(ValueError, match="`fingerprint` .* is not this model's fingerprint"):
+        fill_store(adapter, store, ["A passage about the mill."], fingerprint=before)
+    with pytest.raises(ValueError, match="`fingerprint` .* is not this model's fingerprint"):
+        ensure_stored(adapter, store, ["A passage about the mill."], encode_missing=True, fingerprint=before)
+    assert len(store) == 0 and store.spaces() == []
+    after = current_fingerprint(adapter)
+    assert after != before
+    assert fill_store(adapter, store, ["A passage about the mill."], fingerprint=after).encoded == 1
+    assert [space.fingerprint for space in store.spaces()] == [after]
+
+
 def test_answer_from_store_refuses_bad_decoding_arguments_by_name(tmp_path, tokenizer, qa_rows):
     model = tiny_model()
     store = RepresentationStore(tmp_path / "s")

@@ -220,3 +220,30 @@ def test_the_tasks_that_take_any_model_fingerprint_it_with_one_helper():
     assert base.current_fingerprint_if_any(torch.nn.Linear(2, 2)) is None
     for module in (question_answering_store, summarization_store, generative_qa_store):
         assert module.current_fingerprint_if_any is base.current_fingerprint_if_any, module.__name__
+
+
+def test_the_weights_are_digested_once_within_a_task_call_and_on_each_call_outside(tokenizer, calls):
+    """`one_weights_digest`: within the block (a task's call, `digests_weights_once`) `current_fingerprint` of the
+    model or of an adapter of it digests the weights on its first call only; outside it, on every call, so that an
+    edit through `.data` between two calls (which bumps no version counter) is seen; another model is digested as
+    outside."""
+    model, other = tiny_model(), tiny_model(seed=1)
+    adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=32, doc_stride=8)
+    with base.one_weights_digest(model):
+        first = base.current_fingerprint(model)
+        assert base.current_fingerprint(adapter) == first and calls["weights"] == 1
+        base.current_fingerprint(other)
+        base.current_fingerprint(other)
+        assert calls["weights"] == 3
+        with base.one_weights_digest(model):  # nested: the same digest
+            assert base.current_fingerprint(model) == first and calls["weights"] == 3
+    with torch.no_grad():
+        next(model.parameters()).data.add_(1e-2)
+    assert base.current_fingerprint(adapter) != first and calls["weights"] == 4
+
+    @base.digests_weights_once
+    def task(model, times):
+        return {base.current_fingerprint(model) for _ in range(times)}
+
+    calls.update(weights=0)
+    assert len(task(model, 3)) == 1 and len(task(model=model, times=2)) == 1 and calls["weights"] == 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import hashlib
 import json
 import math
@@ -248,6 +249,47 @@ def weights_digest(model: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
+# the model of the task call under way, and whether its weights were digested in it ([`one_weights_digest`])
+_CALL_WEIGHTS: contextvars.ContextVar = contextvars.ContextVar("hf_readonce_call_weights", default=None)
+
+
+@contextlib.contextmanager
+def one_weights_digest(model):
+    """Within the block, [`current_fingerprint`] of `model` (this object, or an adapter of it) digests its weights
+    once, the first time it is asked for, and then returns the model's cached fingerprint: what a task entry point
+    that reads a store wraps its work in, since the steps it runs (finding the space, filling what is missing with
+    [`hf_readonce.representations.fill.fill_store`], reading) each take the weights as they are now. The weights must
+    not be changed within the block (the task's own code runs in it, no caller's); outside it, every call digests
+    them. A block nested in one of the same model shares its digest.
+
+    Args:
+        model: the call's model (nothing is computed on entering; any object).
+    """
+    held = _CALL_WEIGHTS.get()
+    if held is not None and held[0] is model:
+        yield
+        return
+    token = _CALL_WEIGHTS.set([model, False])
+    try:
+        yield
+    finally:
+        _CALL_WEIGHTS.reset(token)
+
+
+def digests_weights_once(task):
+    """Decorator of a task entry point `task(model, ...)` that reads a store: its whole call runs within a
+    [`one_weights_digest`] block of its `model` (the first argument, or `model=`), so that the steps it runs digest
+    the weights once between them ([`hf_readonce.representations.fill.fill_store`] included, which checks the
+    fingerprint it is given against the weights as they are now)."""
+
+    @functools.wraps(task)
+    def call(*args, **kwargs):
+        with one_weights_digest(args[0] if args else kwargs.get("model")):
+            return task(*args, **kwargs)
+
+    return call
+
+
 def current_fingerprint(adapter_or_model) -> str:
     """The representation fingerprint of the model's weights as they are *now*: what keys a store lookup or write.
 
@@ -259,7 +301,8 @@ def current_fingerprint(adapter_or_model) -> str:
     first call for the model) it marks every parameter as modified (`torch.autograd.graph.increment_version`: no
     byte is written), so the model hashes its weights again. The store's entry points ([`fill_store`],
     `answer_from_store`, `answer_with_document_caches`, `recompute_store`) call it once per call; a model's own
-    checks in between use the refreshed cache.
+    checks in between use the refreshed cache. Within a [`one_weights_digest`] block of the model (a task's call)
+    only its first call digests the weights.
 
     Cost, measured on a bert-base-sized DeFormer (fp32, one shared CPU core; `benchmarks/results/
     current_fingerprint_cost.json`): about 0.1 s per call with the weights unchanged (the digest), 0.66 s (k=4) to
@@ -285,7 +328,13 @@ def current_fingerprint(adapter_or_model) -> str:
     if not callable(ask) or not isinstance(model, torch.nn.Module):
         raise TypeError(f"expected a representation adapter or a model with `representation_fingerprint()`, got "
                         f"{type(adapter_or_model).__name__}.")
+    held = _CALL_WEIGHTS.get()
+    scoped = held is not None and held[0] is model
+    if scoped and held[1]:  # digested in this task call, whose weights do not change
+        return ask()
     digest = weights_digest(model)
+    if scoped:
+        held[1] = True
     if model.__dict__.get("_hf_readonce_weights_digest") != digest:
         increment = getattr(torch.autograd.graph, "increment_version", None)
         try:
@@ -642,6 +691,6 @@ class AdapterBase:
 
 
 __all__ = ["AdapterBase", "DocumentError", "RecomputeCheck", "RepresentationAdapter", "check_positive_ints",
-           "current_fingerprint", "current_fingerprint_if_any", "kl_divergence", "masked_log_softmax",
-           "one_tokenizer_fingerprint", "pad_batch", "pad_rows", "scoped_tokenizer_fingerprint", "tokenizer_fingerprint",
-           "weights_digest"]
+           "current_fingerprint", "current_fingerprint_if_any", "digests_weights_once", "kl_divergence",
+           "masked_log_softmax", "one_tokenizer_fingerprint", "one_weights_digest", "pad_batch", "pad_rows",
+           "scoped_tokenizer_fingerprint", "tokenizer_fingerprint", "weights_digest"]

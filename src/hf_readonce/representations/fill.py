@@ -69,10 +69,11 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
             end, also when an error or Ctrl-C stops the run (after what was computed is committed) (`encoded`:
             documents this call committed to the store so far, which a writer does shard by shard; `seconds` so
             far).
-        fingerprint (`str`, *optional*): the adapter's [`current_fingerprint`] when the caller has just computed it
-            (it digests the weights: a task that fills what is missing passes the one it looked the space up with);
-            computed here when omitted, checked against the model's cached `fingerprint()` when given
-            ([`given_or_current_fingerprint`]: no hashing while the weights are unchanged).
+        fingerprint (`str`, *optional*): the fingerprint the caller expects the documents to be written under (a
+            task that fills what is missing passes the one it looked the space up with); checked against
+            [`current_fingerprint`], which this call computes whether or not it is given (the weights are digested
+            once per task call within its [`one_weights_digest`] block, else on each call), so that one computed
+            before the weights changed, even through `.data`, or another model's, never keys what is written.
 
     Returns:
         [`EncodeStats`].
@@ -106,8 +107,12 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
     if not all(callable(getattr(adapter, name, None)) for name in ("encode", "settings", "num_tokens")):
         raise TypeError(f"`adapter` must be a representation adapter, got {type(adapter).__name__} (build one with "
                         "`hf_readonce.representations.get_adapter(model, tokenizer)`).")
-    # the weights as they are now: digested here, or by the caller that passes the fingerprint on (checked)
-    fingerprint, settings = given_or_current_fingerprint(adapter, fingerprint), adapter.settings()
+    # the weights as they are now, digested here whatever the caller passes: the writer keys what it writes for good
+    # (once per task call within its `one_weights_digest` block)
+    current, settings = current_fingerprint(adapter), adapter.settings()
+    if fingerprint is not None and fingerprint != current:
+        raise _not_this_models(fingerprint, current)
+    fingerprint = current
     per_batch = documents_per_batch or getattr(adapter, "batch_size", 32)
     stats = EncodeStats()
     start = time.perf_counter()
@@ -289,10 +294,15 @@ def given_or_current_fingerprint(adapter, fingerprint: str | None = None) -> str
     ask = getattr(adapter, "representation_fingerprint", None)  # a model's; an adapter's is `fingerprint()`
     own = ask() if callable(ask) else adapter.fingerprint()
     if fingerprint != own:
-        raise ValueError(f"`fingerprint` {str(fingerprint)[:16]}... is not this model's fingerprint {own[:16]}... (the "
-                         "weights changed since it was computed, or it is another model's): pass "
-                         "`current_fingerprint(adapter)` as just computed, or leave it out.")
+        raise _not_this_models(fingerprint, own)
     return fingerprint
+
+
+def _not_this_models(fingerprint, own: str) -> ValueError:
+    """The error of a given `fingerprint` that is not the model's `own`."""
+    return ValueError(f"`fingerprint` {str(fingerprint)[:16]}... is not this model's fingerprint {own[:16]}... (the "
+                      "weights changed since it was computed, or it is another model's): pass "
+                      "`current_fingerprint(adapter)` as just computed, or leave it out.")
 
 
 def ensure_stored(adapter, store: RepresentationStore, texts: Sequence[str], *, encode_missing: bool = False,
@@ -316,7 +326,8 @@ def ensure_stored(adapter, store: RepresentationStore, texts: Sequence[str], *, 
         fingerprint (`str`, *optional*): the adapter's [`current_fingerprint`] when the caller has just computed it
             (it hashes the weights: a task computes it once per call); computed here when omitted. Checked against
             the model's cached `fingerprint()` ([`given_or_current_fingerprint`]: no hashing while the weights are
-            unchanged).
+            unchanged); what is missing is written under it only once [`fill_store`] has checked it against the
+            weights as they are now.
 
     Returns:
         `(fingerprint, settings, hashes)`: the space read, and text -> [`content_hash`].
@@ -342,7 +353,8 @@ def ensure_stored(adapter, store: RepresentationStore, texts: Sequence[str], *, 
     if missing and encode_missing:
         absent = set(missing)  # once: a set built per text made this quadratic (minutes for 100k passages)
         by_id = {h[:16]: text for text, h in hashes.items() if h in absent}
-        # the fingerprint just looked up with: the weights are not digested again
+        # the fingerprint just looked up with, checked by the writer against the weights as they are now (not
+        # digested again within the task's `one_weights_digest` block)
         rejected = fill_store(adapter, store, list(by_id.items()), dtype=dtype, fingerprint=fingerprint).rejected
         if rejected:  # the others are stored; with nothing to read for these, the task cannot go on
             doc_id, reason = rejected[0]

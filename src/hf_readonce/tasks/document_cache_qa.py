@@ -30,7 +30,7 @@ from ..models.block_attention_llama.modeling_block_attention_llama import (
     check_context_length,
     check_recompute_ratio,
 )
-from ..representations.base import current_fingerprint, one_tokenizer_fingerprint
+from ..representations.base import current_fingerprint, digests_weights_once, one_tokenizer_fingerprint
 from ..representations.block_attention_llama import BlockAttentionLlamaAdapter
 from ..representations.fill import (
     check_store_arguments,
@@ -225,6 +225,7 @@ def _check(examples, batch_size, max_new_tokens) -> list[Mapping]:
     return examples
 
 
+@digests_weights_once
 def answer_with_document_caches(model, tokenizer, store: RepresentationStore, examples: Iterable[Mapping], *,
                                 max_document_length: int | None = None, batch_size: int = 8,
                                 max_new_tokens: int = 30, encode_missing: bool = False, dtype: str = "float16",

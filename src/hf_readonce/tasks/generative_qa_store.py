@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..representations.base import check_positive_ints, current_fingerprint_if_any
+from ..representations.base import check_positive_ints, current_fingerprint_if_any, digests_weights_once
 from ..representations.fill import check_store_arguments, ensure_stored, stored_documents_cut
 from ..representations.spaces import adapter_class_of, adapter_for_store
 from ..store import RepresentationStore
@@ -32,6 +32,7 @@ def check_example(example: dict) -> None:
                          "'context' string (not a list, not 'contexts').")
 
 
+@digests_weights_once
 def answer_from_representations(model, tokenizer, store: RepresentationStore, examples: Sequence[dict], *,
                                 settings: Mapping | None = None, batch_size: int = 8, max_new_tokens: int = 30,
                                 encode_missing: bool = False, dtype: str = "float16", progress: bool = False,

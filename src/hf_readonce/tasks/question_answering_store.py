@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from ..representations.base import (
     check_positive_ints,
     current_fingerprint_if_any,
+    digests_weights_once,
     one_tokenizer_fingerprint,
     scoped_tokenizer_fingerprint,
 )
@@ -98,6 +99,7 @@ def window_defaults(model) -> dict:
     return out
 
 
+@digests_weights_once
 def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Sequence[dict], *,
                       max_passage_length: int | None = None, doc_stride: int | None = None,
                       max_question_length: int | None = None, batch_size: int = 32, n_best_size: int = 20,

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import torch
 
 from ..models.readtwice_bert.pipeline_readtwice_bert import segment_span_candidates
-from ..representations.base import check_positive_ints, current_fingerprint, pad_batch
+from ..representations.base import check_positive_ints, current_fingerprint, digests_weights_once, pad_batch
 from ..representations.fill import check_store_arguments, ensure_stored
 from ..representations.readtwice_bert import MENTION_FUNCTIONS, ReadTwiceBertAdapter
 from ..store import RepresentationStore
@@ -47,6 +47,7 @@ def _adapter(model, tokenizer, store: RepresentationStore, mention_fn, batch_siz
                          "(--mentions) to read with another, or correct the config)") from None
 
 
+@digests_weights_once
 def answer_from_readtwice_store(model, tokenizer, store: RepresentationStore, examples: Sequence[dict], *,
                                 max_question_length: int | None = None, batch_size: int = 8, n_best_size: int = 20,
                                 max_answer_length: int = 30, documents_per_chunk: int = 16,

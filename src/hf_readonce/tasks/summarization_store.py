@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ..representations.base import current_fingerprint_if_any, one_tokenizer_fingerprint
+from ..representations.base import current_fingerprint_if_any, digests_weights_once, one_tokenizer_fingerprint
 from ..representations.fill import (
     check_store_arguments,
     ensure_stored,
@@ -80,6 +80,7 @@ def find_summarization_space(store: RepresentationStore, model, tokenizer,
                           prefer=default_settings(model, tokenizer, settings))
 
 
+@digests_weights_once
 def summarize_from_store(model, tokenizer, store: RepresentationStore, documents: Sequence[str], *,
                          settings: Mapping | None = None, prompt: str | None = None, max_new_tokens: int = 60,
                          num_beams: int = 1, batch_size: int = 8, encode_missing: bool = False,
