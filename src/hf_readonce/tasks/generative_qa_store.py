@@ -61,7 +61,7 @@ def answer_from_representations(model, tokenizer, store: RepresentationStore, ex
         counts (`dict`, *optional*): filled with `passages` (distinct documents read) and `passages_cut` (how many of
             them hold more tokens than the representations read, `max_document_length`: they were cut to it when
             encoded, and the answers come from their first tokens only; counted from the token counts stored with
-            them, tokenizing only those stored with exactly `max_document_length` tokens,
+            them, tokenizing only those stored with exactly `max_document_length` tokens or without a count,
             [`hf_readonce.representations.fill.stored_documents_cut`]).
 
     Returns:
