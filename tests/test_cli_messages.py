@@ -205,6 +205,33 @@ def test_a_publish_stopped_once_the_folder_is_in_place_says_it_was_written(tmp_p
                     "stop."), line
 
 
+@pytest.mark.parametrize("module", ["httpx2._exceptions", "httpcore._exceptions", "huggingface_hub.errors"])
+def test_an_unreachable_hub_on_upload_is_said_as_such(tmp_path, checkpoint, capsys, monkeypatch, module):
+    """`publish` without `--local-dir` on a machine that cannot reach the Hub: huggingface_hub 2.x raises the errors
+    of its HTTP client, `httpx2` (an `httpx2.ConnectError`, no `OSError`), which the command called an unexpected
+    error ("please report it"); it is the Hub's error line, naming the network, `hf auth login` and --local-dir."""
+    import huggingface_hub
+
+    base = type("TransportError", (Exception,), {"__module__": module})
+    connect_error = type("ConnectError", (base,), {"__module__": "somewhere_else"})  # known by its base class too
+
+    class UnreachableHub:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def create_repo(self, *args, **kwargs):
+            raise connect_error("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", UnreachableHub)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    assert cli_main(["publish", str(checkpoint), "--repo-id", "someone/tiny", "--max-passage-length", "64",
+                     "--doc-stride", "16", "--no-progress"]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert line.startswith("hf-readonce publish: error: cannot upload to the Hub ([Errno -2] Name or service not "
+                           "known"), line
+    assert "hf auth login" in line and "--local-dir DIR" in line and "please report it" not in line, line
+
+
 # ---------------------------------------------------------------------------------------------- a file as MODEL
 def test_a_file_given_as_model_is_named_by_every_command(tmp_path, checkpoint, qa_rows, capsys):
     docs = write_jsonl(tmp_path / "passages.jsonl", qa_rows[:2])

@@ -1853,8 +1853,14 @@ def cmd_publish(args) -> int:
     return EXIT_OK
 
 
+# the packages whose errors mean the Hub could not be reached or refused the upload: huggingface_hub itself and the
+# HTTP clients it has used (requests up to 0.x, httpx, and the httpx2 fork of huggingface_hub 2.x, over httpcore)
+_HUB_ERROR_PACKAGES = ("huggingface_hub", "requests", "httpx", "httpx2", "httpcore", "urllib3")
+
+
 def _is_hub_error(error: BaseException) -> bool:
-    return type(error).__module__.split(".")[0] in ("huggingface_hub", "requests", "httpx", "urllib3")
+    """Whether `error` (or one of its base classes) comes from the Hub client or the HTTP stack under it."""
+    return any(getattr(cls, "__module__", "").split(".")[0] in _HUB_ERROR_PACKAGES for cls in type(error).__mro__)
 
 
 def _hub_error(error: BaseException) -> str:
