@@ -760,6 +760,11 @@ def test_demo_refuses_a_model_that_is_not_a_deformer_and_a_missing_one(tmp_path,
                                                          "readonce_bart")):
         err = _demo_error([*data, "--model", str(model)], capsys)
         assert f"--model {model} is a {found} checkpoint, not a DeFormer" in err, err
+    untyped = tmp_path / "untyped"
+    untyped.mkdir()
+    (untyped / "config.json").write_text("{}")  # the line read "is a checkpoint without a model_type checkpoint"
+    err = _demo_error([*data, "--model", str(untyped)], capsys)
+    assert f"--model {untyped} is a checkpoint whose config.json records no model_type, not a DeFormer" in err, err
     err = _demo_error([*data, "--model", str(tmp_path / "nothing")], capsys)
     assert "--model: model" in err and "does not exist (no such folder; shipped checkpoints:" in err, err
     monkeypatch.chdir(tmp_path)  # `runs/nothing` could be a Hub id: offline, the Hub cannot provide it

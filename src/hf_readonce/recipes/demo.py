@@ -90,7 +90,8 @@ def _check_model_type(option: str, model: str, types: tuple[str, ...], wanted: s
         _fail(f"{option}: cannot load model {model!r}: {where}{lines[0].rstrip('.')}.")
     found = config.get("model_type")
     if found not in types:
-        _fail(f"{option} {model} is a {found or 'checkpoint without a model_type'} checkpoint, not {wanted}.")
+        what = f"a {found} checkpoint" if found else "a checkpoint whose config.json records no model_type"
+        _fail(f"{option} {model} is {what}, not {wanted}.")
     architectures = config.get("architectures") or []
     if architecture and architectures and not any(name.endswith(architecture) for name in architectures):
         _fail(f"{option} {model} is a {', '.join(architectures)} checkpoint, not {wanted}.")
