@@ -244,3 +244,37 @@ def test_a_failed_run_removes_the_output_folder_it_made_under_a_literal_tilde(tm
                      str(docs), "--output", "~/new/o.jsonl", "--no-progress"]) == 2
     assert "does not generate summaries" in capsys.readouterr().err
     assert not any((tmp_path / "cwd").iterdir()) and not any((tmp_path / "home").iterdir())
+
+
+def test_summarize_offers_the_settings_of_the_summarizing_families_only(tmp_path, folders, xsum_rows, capsys):
+    """`summarize --help` listed DeFormer's `--max-passage-length` ("deformer_bert: window length ... (default 256)")
+    and `--doc-stride` and ReadTwice's `--mentions`, families that do not summarize (`hf-readonce info` lists those
+    options for encode, answer and publish only); each command now takes the settings of the families it serves."""
+    import argparse
+
+    from hf_readonce.cli import build_parser
+    from hf_readonce.representations import registered_families
+
+    parser = build_parser(family_options=True)
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    specs = registered_families().values()
+    serves = {"encode": lambda spec: True, "publish": lambda spec: True,
+              "answer": lambda spec: spec.answer is not None, "summarize": lambda spec: spec.summarize}
+    for command, takes in serves.items():
+        options = {option for action in commands[command]._actions for option in action.option_strings}
+        for spec in specs:
+            for option, _, _ in (spec.adapter.cli_settings.values() if spec.adapter is not None else ()):
+                if takes(spec):
+                    assert option in options, (command, spec.name, option)
+    summarize = {option for action in commands["summarize"]._actions for option in action.option_strings}
+    assert {"--max-passage-length", "--doc-stride", "--mentions"}.isdisjoint(summarize), summarize
+    assert "--compression-ratio" in summarize and "--mentions" in \
+        {option for action in commands["answer"]._actions for option in action.option_strings}
+    # given anyway, the option is refused in one line, naming the command's help
+    docs = write_jsonl(tmp_path / "xsum.jsonl", xsum_rows[:1])
+    with pytest.raises(SystemExit) as stop:
+        cli_main(["summarize", str(folders["longdoc"]), "--store", str(tmp_path / "store"), "--documents", str(docs),
+                  "--output", str(tmp_path / "o.jsonl"), "--no-progress", "--doc-stride", "8"])
+    assert stop.value.code == 2 and not (tmp_path / "store").exists()
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --doc-stride 8" in err and "Traceback" not in err, err

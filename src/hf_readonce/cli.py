@@ -1933,7 +1933,7 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
                         help="verify first; drop corrupted documents (quarantining their shards) and recompute them")
     encode.add_argument("--strict", action="store_true", help="exit 1 if any input line was set aside")
     if family_options:
-        _family_options(encode)
+        _family_options(encode, "encode")
     encode.set_defaults(func=cmd_encode)
 
     answer = command("answer", help="answer SQuAD-style questions from stored representations: "
@@ -1967,7 +1967,7 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
                              "before the question is read (selective recompute, CacheBlend), in [0, 1]; 0 (default): "
                              "the stored caches as they are, 1: the full prompt. The store is only read")
     if family_options:
-        _family_options(answer)
+        _family_options(answer, "answer")
     answer.set_defaults(func=cmd_answer)
 
     summarize = command("summarize", help="summarize a JSONL file's documents from their stored "
@@ -2000,7 +2000,7 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
     summarize.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
     summarize.add_argument("--compute-dtype", choices=COMPUTE_DTYPE_CHOICES, default="auto", help=compute_dtype_help)
     if family_options:
-        _family_options(summarize)
+        _family_options(summarize, "summarize")
     summarize.set_defaults(func=cmd_summarize)
 
     info = command("info", help="a store's documents, size on disk, fingerprints; without --store, the "
@@ -2082,7 +2082,7 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
                              help=f"representation format: {name} to declare (default: the value the checkpoint "
                                   "records, else the family's; a --store must hold it)")
     if family_options:
-        _family_options(publish)
+        _family_options(publish, "publish")
     publish.set_defaults(func=cmd_publish)
 
     checkpoints = command("checkpoints", help="the checkpoints shipped with hf-readonce: the names MODEL "
@@ -2107,14 +2107,19 @@ def _setting_type(adapter_class, name: str, default) -> type:
     return str if annotation is not None and "str" in str(annotation.annotation) else int
 
 
-def _family_options(parser: argparse.ArgumentParser) -> None:
-    """Add to `parser` an option for every adapter setting (`cli_settings`) it has no option for yet."""
+def _family_options(parser: argparse.ArgumentParser, command: str) -> None:
+    """Add to `parser`, the parser of `command`, an option for every setting (`cli_settings`) of the adapters of the
+    families that `command` serves (`answer`: those that answer; `summarize`: those that summarize; `encode` and
+    `publish`: every family with an adapter) that it has no option for yet."""
     from . import register_models
-    from .representations import registered_adapters
+    from .representations import registered_families
 
     register_models()
+    serves = {"answer": lambda spec: spec.answer is not None, "summarize": lambda spec: spec.summarize}
     taken = {option for action in parser._actions for option in action.option_strings}
-    for adapter_class in registered_adapters().values():
+    adapters = [spec.adapter for spec in registered_families().values()
+                if spec.adapter is not None and serves.get(command, lambda spec: True)(spec)]
+    for adapter_class in adapters:
         for name, (option, default, text) in adapter_class.cli_settings.items():
             if option in taken:
                 continue
