@@ -136,3 +136,40 @@ def test_model_cards_speak_of_no_issue(path):
     """A model card is read on the Hub by people who never saw this project's tracker: no 'the issue asks ...'
     (two cards said so, from the warnings of their results files)."""
     assert not re.search(r"\bissue(s|'s)?\b", path.read_text(), re.I), path.name
+
+
+def test_the_deformer_pages_training_commands_parse(monkeypatch):
+    """The DeFormer page's training commands are not run (minutes to hours of training: a skipped example and the
+    inline "How it was made" recipe with its follow-up runs), so their options are parsed here with
+    `run_deformer_qa.py`'s own parser: a renamed or removed option fails here, not after a newcomer's copy-paste."""
+    import shlex
+
+    import transformers.training_args
+    from transformers import HfArgumentParser, TrainingArguments
+
+    for name in ("is_torch_bf16_gpu_available", "is_torch_bf16_cpu_available"):  # --bf16: parsed, not run
+        if hasattr(transformers.training_args, name):
+            monkeypatch.setattr(transformers.training_args, name, lambda *args, **kwargs: True)
+    script = "examples/question-answering/run_deformer_qa.py"
+    spec = importlib.util.spec_from_file_location("run_deformer_qa", REPO_ROOT / script)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    parser = HfArgumentParser((example.ModelArguments, example.DataArguments, TrainingArguments))
+    page = (REPO_ROOT / "docs" / "models" / "deformer_bert.md").read_text()
+
+    block = re.search(r'<!-- skip: next "trains for[^"]*" -->\s*```bash\n(.*?)```', page, re.S).group(1)
+    command = next(line for line in block.replace("\\\n", " ").splitlines() if line.startswith("python "))
+    argv = shlex.split(command.replace("$REF", "reference-qa-folder"))
+    assert argv[1] == script
+    model_args, data_args, training = parser.parse_args_into_dataclasses(args=argv[2:])
+    assert model_args.num_decomposed_layers == 4 and data_args.allow_no_answer and training.max_steps == 300
+
+    recipe = page.split("How it was made", 1)[1].split("Every candidate was chosen", 1)[0]
+    spans = [span.replace("\n", " ") for span in re.findall(r"`([^`]+)`", recipe)]
+    base = shlex.split(spans[0])
+    assert base[:2] == ["python", script], spans[0]
+    follow_ups = [shlex.split(span) for span in spans[1:] if span.startswith("--")]
+    assert len(follow_ups) == 4, spans  # +800, KD on Quoref too, +2,000 (its steps), +1,500
+    for extra in [[], *follow_ups]:
+        model_args, data_args, training = parser.parse_args_into_dataclasses(args=base[2:] + extra)
+        assert model_args.num_decomposed_layers == 3 and data_args.eval_paths == "both" and training.bf16
