@@ -544,6 +544,8 @@ def _retire(store, rel: str, quarantine: Path, moved: list) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     os.replace(source, target)
     moved.append(rel)
+    if rel.startswith("index/"):  # the in-memory index follows, so a refresh does not reload it all
+        store._forget_manifest(rel.removeprefix("index/"))
 
 
 def _retire_layout(store, rel: str, quarantine: Path, moved: list) -> None:

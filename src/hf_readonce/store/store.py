@@ -388,6 +388,19 @@ class RepresentationStore:
                                                doc.get("meta") or {}, doc.get("xxh3_128", ""))
             self._by_hash.setdefault(doc_hash, set()).add(space.key)
 
+    def _forget_manifest(self, name: str) -> None:
+        """Drop the manifest `index/<name>` from the in-memory index, as if it had never been read (its shard's
+        entries too): `repair` calls it for each manifest it moves to `quarantine/`. Without it, the next
+        [`refresh`] (e.g. the one under the lock of [`commit_shard`], while `repair` salvages the next damaged shard)
+        would take the move for another process's and reload the whole index from disk, bringing back the entries of
+        the damaged shards `repair` had set aside: their intact documents would then count as stored and be
+        dropped with the shard."""
+        self._manifests_loaded.discard(name)
+        self._bad_manifests.pop(name, None)
+        stem = name.removesuffix(".json")
+        for shard in [shard for shard in self._shards if Path(shard).stem == stem]:
+            self._forget_shard(shard)
+
     def _forget_shard(self, shard: str) -> None:
         """Drop one shard from the in-memory index (`repair`); a document it shadowed in another loaded shard (a
         duplicate, e.g. left by a killed repair) is served from there again."""
