@@ -1,9 +1,13 @@
 """`repair` on stores with several faults at once: every document whose tensor bytes pass their checksums is kept,
-whatever else is damaged beside it (several damaged shards, a damaged shard beside an unreadable manifest)."""
+whatever else is damaged beside it (several damaged shards, a damaged shard beside an unreadable manifest), and a
+store written before the read checksum existed is re-indexed from its shards' headers."""
 
+import hashlib
 import json
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import save as safetensors_save
 
 from hf_readonce.store import RepresentationStore, content_hash
 
@@ -81,3 +85,28 @@ def test_repair_keeps_a_damaged_shards_intact_documents_beside_an_unreadable_man
     result = RepresentationStore(path).repair()
     assert result["dropped"] == [layout[2][1][-1]]
     assert_kept(path, hashes, {layout[2][1][-1]})
+
+
+def test_repair_reindexes_a_shard_written_before_the_read_checksum_existed(tmp_path):
+    """A shard of an earlier release (no `xxh3_128` in its header nor its manifest) whose manifest is lost: repair
+    indexes it where it lies with a manifest that passes its schema (no empty `xxh3_128`), keeping every document."""
+    path, hashes = build(tmp_path, 2)
+    (shard_rel, _), = shards_in_order(path)
+    shard = path / shard_rel
+    with safe_open(str(shard), framework="pt") as handle:
+        metadata, tensors = handle.metadata(), {key: handle.get_tensor(key) for key in handle.keys()}
+    documents = json.loads(metadata["documents"])
+    for record in documents.values():
+        del record["xxh3_128"]
+    metadata["documents"] = json.dumps(documents)
+    shard.write_bytes(safetensors_save(tensors, metadata=metadata))
+    manifest_of(path, shard_rel).unlink()
+    store = RepresentationStore(path)
+    assert not store.verify().ok  # an orphan holding documents the index lacks
+    result = store.repair()
+    assert result["dropped"] == [] and sorted(result["salvaged"]) == sorted(hashes)
+    store = RepresentationStore(path)
+    assert store._bad_manifests == {} and store.verify().ok
+    assert_kept(path, hashes, set())
+    record = json.loads(next((path / "index").glob("*.json")).read_text())
+    assert hashlib.sha256(shard.read_bytes()).hexdigest() == record["file_sha256"]  # indexed in place

@@ -731,6 +731,7 @@ class RepresentationStore:
                     "dtype": dtype, "file_size": file_size, "file_sha256": file_sha256, "created": time.time(),
                     "documents": documents}
         name = f"{Path(shard_rel).stem}.json"
+        check_manifest(manifest, name)  # never write one that the next refresh would refuse
         _atomic_write(self.path / "index" / name, json.dumps(manifest, separators=(",", ":")).encode(),
                       self.path / "tmp")
         self._manifests_loaded.add(name)
@@ -757,8 +758,10 @@ class RepresentationStore:
         with self.lock():
             path = self.path / shard_rel
             self._write_manifest(shard_rel, space, dtype, path.stat().st_size, _file_sha256(path),
-                                 {e.content_hash: {"tensors": e.tensors, "sha256": e.sha256, "xxh3_128": e.xxh3_128,
-                                                   "meta": e.meta} for e in entries})
+                                 {e.content_hash: {"tensors": e.tensors, "sha256": e.sha256, "meta": e.meta,
+                                                   # a shard of an earlier release records no read checksum
+                                                   **({"xxh3_128": e.xxh3_128} if e.xxh3_128 else {})}
+                                  for e in entries})
             return [e.content_hash for e in entries]
 
     # ----------------------------------------------------------------- maintenance
