@@ -717,7 +717,15 @@ class RepresentationStore:
             committed = [h for h, _, _ in todo]
             with _interrupts_held():  # the shard and its manifest together: Ctrl-C / SIGTERM never splits them
                 _atomic_write(shard_path, data, self.path / "tmp")
-                self._write_manifest(shard_rel, space, _dtype_name(dtype), len(data), digest, docs)
+                try:
+                    self._write_manifest(shard_rel, space, _dtype_name(dtype), len(data), digest, docs)
+                except BaseException:
+                    # no manifest names the shard (e.g. the disk filled up between the two): nobody can read it,
+                    # so it goes rather than stay an orphan that `verify` reports and that takes space
+                    if not (self.path / "index" / f"{Path(shard_rel).stem}.json").exists():
+                        with contextlib.suppress(OSError):
+                            shard_path.unlink()
+                    raise
                 if on_commit is not None:
                     on_commit(committed)
             return committed
