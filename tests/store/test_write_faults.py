@@ -1,6 +1,8 @@
-"""Faults while a store is written: a write that fails between a shard and its manifest leaves no orphan."""
+"""Faults while a store is written: a write that fails between a shard and its manifest leaves no orphan, and several
+processes may create the same store at once."""
 
 import errno
+import multiprocessing
 
 import pytest
 import torch
@@ -39,3 +41,48 @@ def test_a_manifest_that_cannot_be_written_leaves_no_orphan_shard(tmp_path, monk
     assert len(list((tmp_path / "s" / "shards").rglob("*.safetensors"))) == 1
     torch.testing.assert_close(store.get(FP, SETTINGS, first), states(0))
     assert store.put(FP, SETTINGS, content_hash("lost"), states(1))  # a re-run stores it
+
+
+def _open(path, barrier, results):
+    barrier.wait()
+    try:
+        RepresentationStore(path)
+        results.put("ok")
+    except Exception as error:  # noqa: BLE001 - reported to the parent
+        results.put(f"{type(error).__name__}: {error}")
+
+
+def test_a_folder_holding_the_empty_skeleton_of_a_store_being_created_opens(tmp_path):
+    """What another process creating the store leaves for a moment (its folders, the marker's temporary file, not
+    yet the marker): opened as a new store, not refused as a store whose store.json was deleted."""
+    path = tmp_path / "s"
+    for sub in ("index", "shards", "tmp"):
+        (path / sub).mkdir(parents=True)
+    (path / "tmp" / ".tmp-0123456789abcdef.json").write_bytes(b"{")
+    with pytest.raises(ValueError, match="no store"):
+        RepresentationStore(path, readonly=True)
+    store = RepresentationStore(path)
+    store.put(FP, SETTINGS, content_hash("a"), states(0))
+    assert RepresentationStore(path).verify().ok
+    (path / "store.json").unlink()  # a store that holds documents is still never taken for a new one
+    with pytest.raises(ValueError, match="no store.json"):
+        RepresentationStore(path)
+
+
+def test_processes_creating_the_same_store_at_once_all_open_it(tmp_path):
+    """Jobs started together on a new store (a job array, two terminals): none is told the store lost its
+    store.json, or is not a store, because another was half-way through creating it."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("needs fork (spawned processes take too long to start for the race to show)")
+    context = multiprocessing.get_context("fork")
+    for attempt in range(4):
+        path = tmp_path / f"s{attempt}"
+        barrier, results = context.Barrier(4), context.Queue()
+        processes = [context.Process(target=_open, args=(str(path), barrier, results)) for _ in range(4)]
+        for process in processes:
+            process.start()
+        for process in processes:
+            process.join(60)
+        outcomes = [results.get(timeout=10) for _ in processes]
+        assert outcomes == ["ok"] * 4, outcomes
+        assert RepresentationStore(path).verify().ok

@@ -124,6 +124,28 @@ def _interrupts_held():
 _LAYOUT = ("shards", "index", "tmp")
 
 
+def _being_created(path: Path) -> bool:
+    """Whether the folder `path` (which has no `store.json`) holds nothing but the empty skeleton of a store that
+    another process is creating right now: `index/`, `shards/` and `tmp/` folders (not links), the first two empty,
+    `tmp/` holding only the store's own temporary files (`.tmp-*`, the marker being written), and perhaps `.lock`.
+    Such a folder is created again (the marker written by whichever process gets there first or last: they are
+    alike) instead of being taken for a store whose marker was deleted: nothing is stored in it."""
+    try:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                if entry.name == ".lock" and entry.is_file(follow_symlinks=False):
+                    continue
+                if entry.name not in _LAYOUT or not entry.is_dir(follow_symlinks=False):
+                    return False
+                with os.scandir(entry.path) as inside:
+                    if any(entry.name != "tmp" or not item.name.startswith(".tmp-")
+                           or not item.is_file(follow_symlinks=False) for item in inside):
+                        return False
+    except OSError:
+        return False
+    return True
+
+
 class _StoreLock:
     """The store's write lock: a `filelock.FileLock` (re-entrant) that says once, as a `logging` warning, when it
     waits for another process for more than `notice_after` seconds, instead of waiting in silence for up to
@@ -211,7 +233,11 @@ class RepresentationStore:
         if marker.is_file() or marker.is_symlink() or marker.exists():
             self._check_marker(marker)
         else:
-            if self.path.is_dir() and any(self.path.iterdir()):
+            # a folder holding only the empty skeleton another process is creating right now counts as empty
+            occupied = self.path.is_dir() and any(self.path.iterdir()) and not _being_created(self.path)
+            if occupied and (marker.exists() or marker.is_symlink()):  # that process has just written its marker
+                self._check_marker(marker)
+            elif occupied:
                 if (self.path / "index").is_dir() and (self.path / "shards").is_dir():
                     raise ValueError(
                         f"store path {self.path} has a store's index/ and shards/ folders but no store.json (deleted?); "
@@ -222,9 +248,10 @@ class RepresentationStore:
                     f"store path {self.path} is a non-empty directory that is not a hf-readonce store (no store.json); "
                     + ("pass an empty or new directory." if create and not readonly else "give the folder of a store.")
                 )
-            if not create or readonly:
+            elif not create or readonly:
                 raise StoreNotFoundError(f"no store at {self.path} (and `create=False` or `readonly=True`).")
-            self._create()
+            else:
+                self._create()
         self._manifests_loaded: set[str] = set()
         self._entries: dict[RepresentationKey, DocumentEntry] = {}  # plain (space, hash) tuples hash the same
         self._spaces: dict[str, RepresentationSpace] = {}
