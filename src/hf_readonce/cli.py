@@ -955,6 +955,15 @@ def _encoded_first(args, store, counted: tuple[set, int] | None, what: str) -> s
         " (none missing: --encode-missing encoded nothing)"
 
 
+def _store_os_error(args, store, error: OSError, what: str) -> CommandError:
+    """The one line of `answer` / `summarize` when the store fails them with an `OSError` (a full disk while
+    `--encode-missing` writes, an I/O error reading a shard), said as `encode` says it: the store, the cause and,
+    with `--encode-missing`, that what it committed before is kept."""
+    kept = (f"; the {what} --encode-missing committed before it are kept, so a re-run encodes only the rest"
+            if args.encode_missing else "")
+    return CommandError(f"store {store.path}: {_one_line(error)}{kept}.")
+
+
 def _note_cut(command: str, cut: int, total: int, what: str, length, outputs: str) -> None:
     """The note of `answer` / `summarize` on stderr: `cut` of the `total` distinct `what`s (passage, document) held
     more than the `length` tokens the stored representations read, so `outputs` (the answers, their summaries) come
@@ -1081,6 +1090,8 @@ def _answer(args) -> int:
                                                     num_decomposed_layers=args.num_decomposed_layers)) from None
     except (MissingRepresentationError, ValueError) as error:
         raise CommandError(str(error)) from None
+    except OSError as error:  # e.g. the disk filled up while --encode-missing wrote
+        raise _store_os_error(args, store, error, "passages") from None
     seconds = time.perf_counter() - start
     _write_predictions(output, examples, predictions)
     args.output_written = True  # said if the command is stopped from here on
@@ -1235,6 +1246,8 @@ def _answer_generative(args, store, examples, output) -> int:
                                                     allow_readonce=True)) from None
     except (MissingRepresentationError, ValueError) as error:
         raise CommandError(str(error)) from None
+    except OSError as error:  # e.g. the disk filled up while --encode-missing wrote
+        raise _store_os_error(args, store, error, "passages") from None
     seconds = time.perf_counter() - start
     _write_predictions(output, examples, predictions)
     args.output_written = True  # said if the command is stopped from here on
@@ -1358,6 +1371,8 @@ def _summarize(args) -> int:
         for name, option in options.items():  # summarize_from_store's and the adapter's names, said as the options
             message = message.replace(f"`{name}`", option)
         raise CommandError(message) from None
+    except OSError as error:  # e.g. the disk filled up while --encode-missing wrote
+        raise _store_os_error(args, store, error, "documents") from None
     seconds = time.perf_counter() - start
     _write_predictions(output, rows, {row["id"]: text for row, text in zip(rows, summaries)}, key="summary_text")
     args.output_written = True

@@ -86,3 +86,61 @@ def test_processes_creating_the_same_store_at_once_all_open_it(tmp_path):
         outcomes = [results.get(timeout=10) for _ in processes]
         assert outcomes == ["ok"] * 4, outcomes
         assert RepresentationStore(path).verify().ok
+
+
+# ------------------------------------------------------------------------------------------ --encode-missing
+def _disk_full_on_shard_writes(monkeypatch):
+    real = store_module._atomic_write
+
+    def full(path, data, tmp_dir):
+        if path.suffix == ".safetensors":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, data, tmp_dir)
+
+    monkeypatch.setattr(store_module, "_atomic_write", full)
+
+
+def _cli(capsys, *argv):
+    from hf_readonce.cli import main as cli_main
+
+    status = cli_main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if ": error:" in line]
+    assert "Traceback" not in err and len(errors) == 1, err
+    return status, errors[0]
+
+
+def test_answer_encode_missing_on_a_full_disk_is_a_store_error(tmp_path, checkpoint, monkeypatch, capsys):
+    """A disk that fills up while `answer --encode-missing` stores the passages: one line naming the store and
+    the cause, as `encode` says it (not the line of an unexpected error), and what was stored before is kept."""
+    from tests.conftest import write_jsonl
+
+    questions = write_jsonl(tmp_path / "q.jsonl", [{"id": "q", "question": "Where?", "context": "On the mat."}])
+    store = RepresentationStore(tmp_path / "s")
+    store.put(FP, SETTINGS, content_hash("stored before"), states(0))
+    _disk_full_on_shard_writes(monkeypatch)
+    status, line = _cli(capsys, "answer", checkpoint, "--store", tmp_path / "s", "--questions", questions,
+                        "--output", tmp_path / "p.jsonl", "--encode-missing", "--no-progress",
+                        "--max-passage-length", "32", "--doc-stride", "8")
+    assert status == 2 and line.startswith("hf-readonce answer: error:")
+    assert "No space left on device" in line and str(tmp_path / "s") in line and "unexpected" not in line
+    monkeypatch.undo()
+    store = RepresentationStore(tmp_path / "s")
+    assert len(store) == 1 and store.verify().ok and not (tmp_path / "p.jsonl").exists()
+
+
+def test_summarize_encode_missing_on_a_full_disk_is_a_store_error(tmp_path, tokenizer, monkeypatch, capsys):
+    from tests.conftest import write_jsonl
+    from tests.tasks.test_summarization_store import longdoc
+
+    model = tmp_path / "longdoc"
+    longdoc(tokenizer).save_pretrained(model)
+    tokenizer.save_pretrained(model)
+    docs = write_jsonl(tmp_path / "d.jsonl", [{"id": "d", "document": "The cat sat on the mat in the hall."}])
+    _disk_full_on_shard_writes(monkeypatch)
+    status, line = _cli(capsys, "summarize", model, "--store", tmp_path / "s", "--documents", docs,
+                        "--output", tmp_path / "out.jsonl", "--encode-missing", "--max-new-tokens", "2",
+                        "--no-progress")
+    assert status == 2 and line.startswith("hf-readonce summarize: error:")
+    assert "No space left on device" in line and str(tmp_path / "s") in line and "unexpected" not in line
+    assert not (tmp_path / "s").exists()  # the store this run created held nothing: removed
