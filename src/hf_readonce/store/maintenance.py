@@ -21,7 +21,13 @@ from pathlib import Path
 
 from .errors import CorruptedShardError, ReadOnlyStoreError
 from .keys import DocumentEntry, RepresentationSpace, printable
-from .manifest import is_store_file, manifest_header_differences, path_problem, read_shard_header
+from .manifest import (
+    is_store_file,
+    manifest_header_differences,
+    path_problem,
+    read_shard_header,
+    strict_json_problem,
+)
 from .shards import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -439,6 +445,11 @@ def verify_store(store, progress: bool = False) -> VerifyReport:
         report.documents_checked += sum(1 for h in manifest["documents"]
                                         if getattr(store._entries.get((manifest["space"], h)), "shard", None) == shard)
         corruption = _check_shard(store, shard, manifest)
+        ambiguous = _ambiguous_manifest(store, shard)
+        if ambiguous is not None and corruption is not None and corruption.shard == ambiguous.shard:
+            corruption.reason = f"{ambiguous.reason}; {corruption.reason}"
+        elif ambiguous is not None:
+            report.corruptions.append(ambiguous)
         if corruption is not None:
             report.corruptions.append(corruption)
     report.orphans = [f for f in files if f not in store._shards]
@@ -457,6 +468,24 @@ def verify_store(store, progress: bool = False) -> VerifyReport:
                         "stored nowhere else (index lost or damaged; `encode --repair` re-indexes them from the shard)",
                 lost))
     return report
+
+
+def _ambiguous_manifest(store, shard: str) -> Corruption | None:
+    """The corruption of a loaded manifest whose bytes are not one unambiguous JSON object (see
+    [`hf_readonce.store.manifest.strict_json_problem`]: a key given twice, a NaN), else `None`. Its documents are
+    read as the last values say, so none is listed: `repair` rebuilds the manifest from the shard's header."""
+    name = f"index/{Path(shard).stem}.json"
+    if path_problem(store.path, name) is not None:
+        return None  # gone or replaced since it was loaded: the next refresh names it
+    try:
+        problem = strict_json_problem((store.path / name).read_bytes())
+    except OSError:
+        return None
+    if problem is None:
+        return None
+    return Corruption(name, f"the manifest is not one unambiguous JSON object: {problem} (its reader keeps the last "
+                            "value; `encode --repair` or `repair()` rebuilds it from the shard's header, keeping every "
+                            "document)", [])
 
 
 def _check_shard(store, shard: str, manifest: dict) -> Corruption | None:
@@ -652,12 +681,12 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
 
         # shards whose file differs from their manifest: forget them all first, so that a document indexed only by
         # one of them (e.g. in two swapped shard files) is salvaged from wherever its bytes are intact
-        damaged = {}
-        for corruption in report.corruptions:
-            if corruption.shard.startswith("index/"):
+        damaged = {c.shard: store._shards[c.shard] for c in report.corruptions
+                   if not c.shard.startswith("index/") and c.shard in store._shards}
+        for corruption in report.corruptions:  # (a damaged shard's own manifest is retired with it, below)
+            if corruption.shard.startswith("index/") and not any(
+                    Path(shard).stem == Path(corruption.shard).stem for shard in damaged):
                 _retire(store, corruption.shard, quarantine, moved)
-            elif corruption.shard in store._shards:
-                damaged[corruption.shard] = store._shards[corruption.shard]
         for shard in damaged:
             store._forget_shard(shard)
         for shard, manifest in damaged.items():

@@ -183,6 +183,38 @@ def check_manifest(manifest, name: str) -> dict:
     return manifest
 
 
+def strict_json_problem(data: bytes) -> str | None:
+    """Why the bytes of a manifest that Python's JSON reader parses are still not one unambiguous JSON object: a key
+    given twice in one object (the reader keeps the last value, another reader may keep the first, and a hand edit
+    may have meant either) or a `NaN` / `Infinity` (not JSON). The store never writes either; `verify` names such a
+    manifest and `repair` rebuilds it from its shard's header.
+
+    Args:
+        data (`bytes`): the manifest file's bytes.
+
+    Returns:
+        `str` or `None`: the first such problem as a phrase (e.g. "the key 'documents' is given twice in one
+        object"), `None` when there is none or when the bytes are not JSON at all (the index reader names those).
+    """
+    found = []
+
+    def pairs(items):
+        keys = [key for key, _ in items]
+        if len(set(keys)) != len(keys) and not found:
+            twice = next(key for i, key in enumerate(keys) if key in keys[:i])
+            found.append(f"the key {printable(twice)[:70]!r} is given twice in one object")
+        return dict(items)
+
+    def constant(name):
+        found.append(f"it holds {name}, which JSON does not have")
+
+    try:
+        json.loads(data.decode("utf-8"), object_pairs_hook=pairs, parse_constant=constant)
+    except (ValueError, RecursionError):
+        return None
+    return found[0] if found else None
+
+
 def read_shard_header(metadata: Mapping[str, str] | None, tensor_specs: Mapping[str, dict], shard: str):
     """Rebuild what a shard's manifest said from the shard itself: its safetensors metadata (format, space,
     fingerprint, settings, dtype, model type, and per document in commit order its content hash, sha256 and meta)
@@ -305,4 +337,4 @@ def manifest_header_differences(manifest: Mapping, space: RepresentationSpace, d
 
 
 __all__ = ["check_manifest", "check_tensor_specs", "expected_shard_path", "is_store_file",
-           "manifest_header_differences", "path_problem", "printable", "read_shard_header"]
+           "manifest_header_differences", "path_problem", "printable", "read_shard_header", "strict_json_problem"]

@@ -1,0 +1,85 @@
+"""`verify` checks the index as strictly as the data: a manifest that only reads as intended because the JSON reader
+keeps the last of two values under one key (or accepts NaN, which JSON does not have) is named; `repair` rebuilds it
+from the shard's header and keeps every document."""
+
+import json
+
+import pytest
+import torch
+
+from hf_readonce.store import RepresentationStore, content_hash
+
+FP = "f" * 64
+SETTINGS = {"k": 2, "representation": "test/v1"}
+
+
+def states(i):
+    return {"hidden_states": torch.randn(4, 8, generator=torch.Generator().manual_seed(i))}
+
+
+def _duplicate_document(text, manifest):
+    """The first document listed twice: a wrong record (another shape) first, the right one last."""
+    doc_hash, record = next(iter(manifest["documents"].items()))
+    wrong = json.loads(json.dumps(record))
+    wrong["tensors"]["hidden_states"]["shape"] = [5, 8]
+    listed = json.dumps(manifest["documents"], separators=(",", ":"))  # as the store writes it
+    assert listed in text
+    return text.replace(listed, "{" + json.dumps(doc_hash) + ":" + json.dumps(wrong) + "," + listed[1:])
+
+
+EDITS = {
+    "duplicate-document-key": _duplicate_document,
+    "duplicate-top-level-key": lambda text, manifest: '{"documents": {}, ' + text[1:],
+    "duplicate-file-sha256": lambda text, manifest: '{"file_sha256": "' + "0" * 64 + '", ' + text[1:],
+    "nan": lambda text, manifest: text[:-1] + ', "created": NaN}',
+}
+
+
+@pytest.mark.parametrize("case", list(EDITS))
+def test_verify_names_index_damage_the_json_reader_passes_over_and_repair_keeps_every_document(tmp_path, case):
+    path = tmp_path / "s"
+    store = RepresentationStore(path)
+    hashes = [content_hash(f"document {i}") for i in range(3)]
+    with store.writer(FP, SETTINGS, dtype="fp32") as writer:
+        for i, h in enumerate(hashes):
+            writer.add(h, states(i), meta={"id": f"doc-{i}"})
+    manifest_path = next((path / "index").glob("*.json"))
+    text = manifest_path.read_text()
+    edited = EDITS[case](text, json.loads(text))
+    assert edited != text
+    manifest_path.write_text(edited)
+    store = RepresentationStore(path)
+    for i, h in enumerate(hashes):  # reads are served as before: the last value is the one written
+        torch.testing.assert_close(store.get(FP, SETTINGS, h), states(i))
+    report = store.verify()
+    assert not report.ok and [c.shard for c in report.corruptions] == [f"index/{manifest_path.name}"]
+    result = store.repair()
+    assert result["dropped"] == [] and sorted(result["salvaged"]) == sorted(hashes)
+    store = RepresentationStore(path)
+    assert store.verify().ok
+    for i, h in enumerate(hashes):
+        torch.testing.assert_close(store.get(FP, SETTINGS, h), states(i))
+
+
+def test_an_ambiguous_manifest_of_a_damaged_shard_is_one_corruption_and_repair_keeps_the_intact_documents(tmp_path):
+    path = tmp_path / "s"
+    store = RepresentationStore(path)
+    hashes = [content_hash(f"document {i}") for i in range(3)]
+    with store.writer(FP, SETTINGS, dtype="fp32") as writer:
+        for i, h in enumerate(hashes):
+            writer.add(h, states(i))
+    manifest_path = next((path / "index").glob("*.json"))
+    manifest_path.write_text('{"format_version": 1, ' + manifest_path.read_text()[1:])
+    shard = next((path / "shards").rglob("*.safetensors"))
+    data = bytearray(shard.read_bytes())
+    data[-4:] = bytes(b ^ 0xFF for b in data[-4:])  # the last document's tensor bytes
+    shard.write_bytes(bytes(data))
+    store = RepresentationStore(path)
+    report = store.verify()
+    assert {c.shard for c in report.corruptions} == {f"index/{manifest_path.name}", str(shard.relative_to(path))}
+    result = store.repair()
+    assert result["dropped"] == [hashes[-1]]
+    store = RepresentationStore(path)
+    assert store.verify().ok and len(store) == 2
+    for i, h in enumerate(hashes[:-1]):
+        torch.testing.assert_close(store.get(FP, SETTINGS, h), states(i))
