@@ -252,18 +252,30 @@ def test_reads_check_the_fast_checksum_verify_checks_both(tmp_path, monkeypatch)
 
 
 def test_stores_of_earlier_releases_without_xxh3_are_checked_by_sha256(tmp_path):
-    """A manifest written before `xxh3_128` existed: reads still succeed, and flipped bytes are still found on read."""
+    """A shard and manifest written before `xxh3_128` existed (neither records it): reads still succeed, and flipped
+    bytes are still found on read."""
+    import hashlib
+
+    from safetensors import safe_open
+    from safetensors.torch import save as safetensors_save
+
     store = RepresentationStore(tmp_path / "s")
     h = content_hash("old document")
     store.put(FP, SETTINGS, h, rand_states(6))
+    shard = next((tmp_path / "s" / "shards").rglob("*.safetensors"))
+    with safe_open(str(shard), framework="pt") as handle:
+        metadata, tensors = handle.metadata(), {key: handle.get_tensor(key) for key in handle.keys()}
+    documents = json.loads(metadata["documents"])
+    del documents[h]["xxh3_128"]
+    shard.write_bytes(safetensors_save(tensors, metadata={**metadata, "documents": json.dumps(documents)}))
     manifest_path = _manifest_paths(tmp_path / "s")[0]
     manifest = json.loads(manifest_path.read_text())
     del manifest["documents"][h]["xxh3_128"]
+    manifest.update(file_size=shard.stat().st_size, file_sha256=hashlib.sha256(shard.read_bytes()).hexdigest())
     manifest_path.write_text(json.dumps(manifest))
     old = RepresentationStore(tmp_path / "s")
     torch.testing.assert_close(old.get(FP, SETTINGS, h)["hidden_states"], rand_states(6)["hidden_states"])
     assert old.verify().ok
-    shard = next((tmp_path / "s" / "shards").rglob("*.safetensors"))
     data = bytearray(shard.read_bytes())
     data[-8:] = bytes(b ^ 0xFF for b in data[-8:])
     shard.write_bytes(bytes(data))

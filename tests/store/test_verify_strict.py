@@ -1,6 +1,7 @@
 """`verify` checks the index as strictly as the data: a manifest that only reads as intended because the JSON reader
-keeps the last of two values under one key (or accepts NaN, which JSON does not have) is named; `repair` rebuilds it
-from the shard's header and keeps every document."""
+keeps the last of two values under one key (or accepts NaN, which JSON does not have), or that lost the read
+checksum its shard's header records, is named; `repair` rebuilds it from the shard's header and keeps every
+document."""
 
 import json
 
@@ -32,6 +33,9 @@ EDITS = {
     "duplicate-top-level-key": lambda text, manifest: '{"documents": {}, ' + text[1:],
     "duplicate-file-sha256": lambda text, manifest: '{"file_sha256": "' + "0" * 64 + '", ' + text[1:],
     "nan": lambda text, manifest: text[:-1] + ', "created": NaN}',
+    "read-checksum-stripped": lambda text, manifest: json.dumps(
+        {**manifest, "documents": {h: {k: v for k, v in d.items() if k != "xxh3_128"}
+                                   for h, d in manifest["documents"].items()}}),
 }
 
 

@@ -327,6 +327,8 @@ def manifest_header_differences(manifest: Mapping, space: RepresentationSpace, d
             problems.append(f"{where}.sha256 disagrees with the shard's header")
         if doc.get("xxh3_128") and entry.xxh3_128 and doc["xxh3_128"] != entry.xxh3_128:
             problems.append(f"{where}.xxh3_128 disagrees with the shard's header")
+        elif entry.xxh3_128 and not doc.get("xxh3_128"):  # (a shard of an earlier release records none)
+            problems.append(f"{where}.xxh3_128 is missing, the shard's header records one")
         if (doc.get("meta") or {}) != (entry.meta or {}):
             problems.append(f"{where}.meta disagrees with the shard's header")
         if len(problems) > before:
