@@ -331,3 +331,24 @@ def test_ensure_stored_reads_the_missing_list_once_not_once_per_text(tmp_path, t
                         or EncodeStats())
     ensure_stored(adapter, store, texts, encode_missing=True)
     assert sorted(text for _, text in asked) == sorted(texts) and len(reads) <= 2
+
+
+def test_tokens_count_only_the_documents_this_run_committed(tmp_path, tokenizer):
+    """A document another process stores while this run holds it in its buffer is dropped from this run's shard:
+    neither `encoded` nor `tokens` counts it (the `encode` summary line printed both)."""
+    model = tiny_model()
+    adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=32, doc_stride=8)
+    texts = ["The cat sat on the mat.", "A dog ran across the long green field to the river."]
+    other = RepresentationStore(tmp_path / "s")
+
+    def documents():
+        yield texts[0]
+        # another process stores the first document meanwhile (it sits in this run's writer, not yet committed)
+        with other.writer(adapter.fingerprint(), adapter.settings(), dtype="fp32") as writer:
+            writer.add(content_hash(texts[0]), adapter.encode([texts[0]])[0])
+        yield texts[1]
+
+    stats = fill_store(adapter, RepresentationStore(tmp_path / "s"), documents(), dtype="fp32", documents_per_batch=1)
+    second = adapter.num_tokens(adapter.encode([texts[1]])[0])
+    assert stats.encoded_hashes == [content_hash(texts[1])] and stats.already_stored == 1
+    assert stats.tokens == second

@@ -121,6 +121,13 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
     store.refresh()
     space = writer.space.key
     seen: set[str] = set()
+    tokens_of: dict[str, int] = {}  # per document buffered: counted in `tokens` once its shard is committed
+    counted = [0]  # how many of `writer.committed` `stats.tokens` counts
+
+    def count_committed_tokens():  # not the documents another process stored meanwhile (dropped from the shard)
+        stats.tokens += sum(tokens_of.pop(h) for h in writer.committed[counted[0]:])
+        counted[0] = len(writer.committed)
+
     pending: list[tuple[str, str, str]] = []
     bar = tqdm(total=total, desc="encode", unit="doc", disable=not progress, dynamic_ncols=True)
 
@@ -142,12 +149,13 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
         for (doc_hash, doc_id, _), tensors in zip(pending, encoded):
             tokens = adapter.num_tokens(tensors)
             if writer.add(doc_hash, tensors, meta={"id": doc_id, "num_tokens": tokens}):
-                stats.tokens += tokens
+                tokens_of[doc_hash] = tokens
         pending.clear()
 
     def report():  # the running stats: what is committed to the store so far
         if on_batch is not None:
             stats.encoded, stats.seconds = len(writer.committed), time.perf_counter() - start
+            count_committed_tokens()
             on_batch(stats)
 
     try:
@@ -193,6 +201,7 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
     finally:
         bar.close()
         stats.encoded = len(writer.committed)
+        count_committed_tokens()
         stats.already_stored += len(writer.skipped)  # stored meanwhile by another process
         stats.encoded_hashes = list(writer.committed)
         stats.seconds = time.perf_counter() - start
