@@ -413,8 +413,9 @@ def verify_store(store, progress: bool = False) -> VerifyReport:
       link would lead reads and writes outside the store) nor files; a `quarantine` that is not a folder is named in
       `quarantine_problem` (not a corruption: it is to be moved away by hand, `repair` refuses to run until then);
     - every manifest against its schema (see [`hf_readonce.store.manifest.check_manifest`]; e.g. `null`, a list, a
-      shard path outside the store), and every file it reads must be a regular file (a FIFO would block a read
-      forever);
+      shard path outside the store), as one unambiguous JSON object (no key given twice, no NaN: see
+      [`hf_readonce.store.manifest.strict_json_problem`]), and every file it reads must be a regular file (a FIFO
+      would block a read forever);
     - every shard's whole-file SHA-256 against its manifest. When it agrees, every field of the manifest is checked
       against the shard's own header (space, fingerprint, settings, dtype, model type, the documents listed, each
       document's tensor keys, dtypes, shapes, checksums and meta; a disagreement is a corruption of the manifest,
