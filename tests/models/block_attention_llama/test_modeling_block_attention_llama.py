@@ -405,23 +405,54 @@ def test_configs_whose_keys_are_not_rotary_over_every_head_dimension_and_layer_a
         compose_document_caches(as_smollm3, smollm3)
     with pytest.raises(ValueError, match="no_rope_layers"):
         selective_recompute(SmolLM3ForCausalLM(smollm3).eval(), cache, 0.5)
-    outside = LlamaConfig(**TINY)
-    outside.partial_rotary_factor = 0.5  # the field beside `rope_parameters`, where transformers < 5 kept it
-    with pytest.raises(ValueError, match=r"for partial_rotary_factor 0.5 \(LlamaConfig\)"):
-        compose_document_caches(cache, outside)
-    partial = tiny(partial_rotary_factor=0.5)  # the block-attention model itself, on every path
-    with torch.no_grad():
-        own = partial.encode_documents(ids(6, 1))
-    for call in (lambda: partial.compose_document_caches(own), lambda: partial.compose_batch(own, 1),
-                 lambda: partial.generate(ids(4, 2), document_caches=own, max_new_tokens=2)):
-        with pytest.raises(ValueError, match="partial_rotary_factor 0.5"):
-            call()
+    # a Llama config whose rotary frequencies honour the factor (linear scaling does) rotates part of each head:
+    # refused naming the field, the Llama model itself cannot run with it
+    linear = LlamaConfig(**TINY, rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0,
+                                                  "partial_rotary_factor": 0.5})
+    with pytest.raises(ValueError, match=r"partial_rotary_factor 0.5 \(rope_parameters of LlamaConfig\)"):
+        compose_document_caches(without_setting(cache), linear)
     # every dimension and layer rotary, said explicitly, is accepted as before (a cache without a RoPE setting to
     # compare: the settings' JSON differs from TINY's by the explicit fields)
-    without = DocumentCacheOutput(key_states=cache.key_states, value_states=cache.value_states,
-                                  attention_mask=cache.attention_mask, position_ids=cache.position_ids)
     for config in (LlamaConfig(**TINY, partial_rotary_factor=1.0), SmolLM3Config(**shape, no_rope_layers=[1, 1])):
-        assert compose_document_caches(without, config).get_seq_length() == 6
+        assert compose_document_caches(without_setting(cache), config).get_seq_length() == 6
+
+
+def without_setting(cache):
+    """`cache` without its RoPE setting and fingerprint (what a cache made before they were recorded carries)."""
+    return DocumentCacheOutput(key_states=cache.key_states, value_states=cache.value_states,
+                               attention_mask=cache.attention_mask, position_ids=cache.position_ids)
+
+
+@pytest.mark.parametrize("outside", [False, True])
+def test_a_llama_config_whose_rotary_embedding_ignores_partial_rotary_factor_composes_as_the_full_prompt(outside):
+    """Llama's default rotary embedding reads no `partial_rotary_factor`: a Llama (or block-attention Llama) config
+    carrying one below 1 still rotates every dimension of each head, so its caches compose exactly, on every path.
+    They were refused as if the model were StableLM's."""
+    if outside:  # the field beside `rope_parameters`, where transformers < 5 kept it
+        model = tiny()
+        model.config.partial_rotary_factor = 0.5
+    else:
+        model = tiny(partial_rotary_factor=0.5)
+        assert model.config.rope_parameters["partial_rotary_factor"] == 0.5
+    llama = plain(model)
+    assert 2 * llama.model.rotary_emb.inv_freq.numel() == model.config.head_dim  # the whole head is rotary
+    documents, offset = [ids(7, 1), ids(5, 2)], 9
+    starts = [offset, offset + 7]
+    with torch.no_grad():
+        caches = [model.encode_documents(document) for document in documents]
+        direct = [llama.model(document, position_ids=torch.arange(start, start + document.shape[1])[None],
+                              use_cache=True).past_key_values for document, start in zip(documents, starts)]
+    # (the plain config holds the factor in `rope_parameters`, a RoPE setting of another JSON: caches without one)
+    for composed in (compose_document_caches([without_setting(cache) for cache in caches], llama.config,
+                                             offset=offset),
+                     model.compose_document_caches(caches, offset=offset)):
+        for layer in range(model.config.num_hidden_layers):
+            expected = torch.cat([cache.layers[layer].keys for cache in direct], dim=2)
+            torch.testing.assert_close(composed.layers[layer].keys, expected, atol=ATOL, rtol=0)
+    with torch.no_grad():
+        model.compose_batch(caches, 1)
+        selective_recompute(model, caches, 0.5)
+        model.generate(ids(4, 3), document_caches=caches, max_new_tokens=2)
 
 
 @pytest.mark.parametrize("offset", [0, 9])

@@ -20,6 +20,7 @@ This file travels with saved checkpoints (`trust_remote_code=True`): it imports 
 standard library and the configuration next to it.
 """
 
+import copy
 import difflib
 import functools
 import hashlib
@@ -44,6 +45,10 @@ from .configuration_block_attention_llama import BlockAttentionLlamaConfig
 # then exactly the key computed at the new position ("yarn" scales cos and sin by one constant factor, which the
 # stored key already carries). "dynamic" and "longrope" change their frequencies with the length read.
 EXACT_ROPE_TYPES = frozenset({"default", "linear", "llama3", "yarn"})
+
+# The model types whose model is transformers' Llama (a plain Llama checkpoint, or this family's): a config field
+# Llama's own modules do not read (`partial_rotary_factor` with the default rotary type) changes none of its keys.
+LLAMA_MODEL_TYPES = frozenset({"llama", "block_attention_llama"})
 
 # transformers 5.24 renamed `past_key_values` to `cache`: the field of every ModelOutput and the argument of `forward`,
 # `generate`, the decoder layers, the attention modules and the mask functions (the old name stays accepted there,
@@ -283,8 +288,9 @@ def _check_rope(config) -> None:
     rotation over its whole head in transformers' `rotate_half` layout: one set of rotary parameters (not one per
     layer type), a `rope_type` of `EXACT_ROPE_TYPES`, a `partial_rotary_factor` of 1 (models that honour a smaller
     one, e.g. StableLM, Phi, GLM, rotate only part of each head, which Llama's rotary embedding does not know; the
-    config alone does not say whether the model honours it) and every layer rotary (`no_rope_layers` of SmolLM3 and
-    Llama 4: the keys of a layer without RoPE carry no position). The head size (`head_dim`, also when it is not
+    config alone does not say whether the model honours it, except a Llama config's: see
+    [`_llama_rotates_whole_head`]) and every layer rotary (`no_rope_layers` of SmolLM3 and Llama 4: the keys of a
+    layer without RoPE carry no position). The head size (`head_dim`, also when it is not
     `hidden_size // num_attention_heads`) is read from the config where keys are rotated, as Llama's attention
     reads it."""
     rope = getattr(config, "rope_parameters", None) or {}
@@ -301,7 +307,7 @@ def _check_rope(config) -> None:
         )
     for where, factor in (("rope_parameters of ", rope.get("partial_rotary_factor") if isinstance(rope, Mapping)
                            else None), ("", getattr(config, "partial_rotary_factor", None))):
-        if factor is not None and factor != 1:
+        if factor is not None and factor != 1 and not _llama_rotates_whole_head(config):
             raise ValueError(
                 f"cannot compose document caches for partial_rotary_factor {factor!r} ({where}"
                 f"{type(config).__name__}): a model that rotates only that part of each head (StableLM, Phi, GLM, "
@@ -316,6 +322,19 @@ def _check_rope(config) -> None:
             f"{layers} use no RoPE, and their stored keys, which carry no position, would be rotated; only models "
             "whose every layer is rotary are supported."
         )
+
+
+def _llama_rotates_whole_head(config) -> bool:
+    """Whether `config` is a Llama one (`LLAMA_MODEL_TYPES`) whose rotary frequencies span the whole head: Llama's
+    attention rotates every dimension with the frequencies of its rotary embedding, which for the default type reads
+    no `partial_rotary_factor`, so its keys are re-positioned exactly whatever that field says. (Where they honour
+    it, e.g. linear scaling, they span part of the head only, and the Llama model itself cannot run.) Read on a
+    copy: building the rotary embedding may move a `partial_rotary_factor` into `rope_parameters`, which would change
+    the config's [`rope_setting`]."""
+    if getattr(config, "model_type", None) not in LLAMA_MODEL_TYPES:
+        return False
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return 2 * LlamaRotaryEmbedding(config=copy.deepcopy(config)).inv_freq.numel() == head_dim
 
 
 def rope_setting(config) -> str:
@@ -771,10 +790,10 @@ def selective_recompute(model, document_caches, recompute_ratio: float, *, model
 
     Raises:
         ValueError: `recompute_ratio` outside [0, 1]; a model without rotary positions (naming its class), a
-            rope type for which re-positioning is not exact, a `partial_rotary_factor` other than 1 or layers
-            without RoPE (`no_rope_layers`), each naming the field; caches of another RoPE setting or model
-            (fingerprint) or shape; a cache without `input_ids` when the ratio is above 0. TypeError: caches of
-            another type.
+            rope type for which re-positioning is not exact, a `partial_rotary_factor` other than 1 (unless the
+            model is Llama and its rotary embedding ignores it) or layers without RoPE (`no_rope_layers`), each
+            naming the field; caches of another RoPE setting or model (fingerprint) or shape; a cache without
+            `input_ids` when the ratio is above 0. TypeError: caches of another type.
     """
     ratio = check_recompute_ratio(recompute_ratio)
     decoder = _check_rotary_model(model)
@@ -829,8 +848,8 @@ def compose_document_caches(document_caches, config, *, offset: int = 0, model_f
         ValueError: a config without rotary positions (e.g. GPT-2's), with rotary parameters per layer type (e.g.
             Gemma 3's), without `num_key_value_heads` (e.g. GPT-NeoX's), a rope type for which the rotation is
             not exact (see `EXACT_ROPE_TYPES`), a `partial_rotary_factor` other than 1 (e.g. StableLM's, whose keys
-            are rotary over part of each head only) or layers without RoPE (`no_rope_layers`, e.g. SmolLM3's), each
-            naming the field, a negative `offset` or one that places the documents past `max_position_embeddings`,
+            are rotary over part of each head only; a Llama config's whose rotary frequencies ignore it passes) or
+            layers without RoPE (`no_rope_layers`, e.g. SmolLM3's), each naming the field, a negative `offset` or one that places the documents past `max_position_embeddings`,
             caches of another shape or fingerprint, or no document. TypeError: a `config` that is not a config (e.g.
             the model itself), caches of another type.
     """
@@ -1047,7 +1066,7 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
 
         Raises:
             ValueError: caches made by another model (fingerprint), of another shape, a rope type for which the
-                rotation is not exact, a `partial_rotary_factor` other than 1 in the config (naming it), a negative
+                rotation is not exact, a `partial_rotary_factor` other than 1 that the rotary frequencies honour (naming it), a negative
                 offset. TypeError: caches of another type.
         """
         return compose_document_caches(document_caches, self.config, offset=offset,
