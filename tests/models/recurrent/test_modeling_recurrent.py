@@ -622,6 +622,22 @@ def test_a_recurrent_state_not_a_float_tensor_of_batch_size_by_hidden_size_is_re
         torch.testing.assert_close(model(x, past_key_values=cache).logits, expected, atol=1e-5, rtol=0)
 
 
+def test_a_cache_state_that_generate_did_not_repeat_for_beams_is_refused_with_the_remedy():
+    """`generate()` repeats `input_ids` and the `recurrent_state=` argument for `num_beams` / `num_return_sequences`,
+    not a cache passed in: a `RecurrentCache(recurrent_state=...)` of the caller's batch met the repeated rows
+    (a RuntimeError inside the attention before the state was checked, then a ValueError asking for a batch the
+    caller never passed). The error says why and what to pass; the state given as `recurrent_state=` runs."""
+    model = tiny("gpt2")
+    state = model(ids(1, 20), use_cache=False).recurrent_state
+    x = ids(1, 10, seed=2)
+    for arguments in (dict(num_beams=2), dict(do_sample=True, num_return_sequences=2)):
+        with pytest.raises(ValueError, match=r"got \(1, 32\): where `generate\(\)` repeated each row 2 times .* "
+                                             r"pass the state as `recurrent_state=`"):
+            model.generate(x, past_key_values=RecurrentCache(config=model.config, recurrent_state=state),
+                           max_new_tokens=2, pad_token_id=0, **arguments)
+        assert model.generate(x, recurrent_state=state, max_new_tokens=2, pad_token_id=0, **arguments).shape[1] == 12
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_a_padded_stream_starts_from_the_state_its_cache_holds(family):
     """A `RecurrentCache(recurrent_state=...)` starting a padded batch (each row then runs with a cache of its own)

@@ -1133,9 +1133,20 @@ class RecurrentCausalLMMixin:
         if recurrent_state is None and cache.tokens_seen == 0 and cache.recurrent_state is not None:
             # a stream started from a `RecurrentCache(recurrent_state=...)`: its state is checked for this batch and
             # starts every row (a padded batch's per-row caches below included)
-            recurrent_state = cache.recurrent_state
-            _check_recurrent_state(recurrent_state, input_ids.shape[0], config.hidden_size,
-                                   "The `recurrent_state` of `past_key_values`")
+            recurrent_state, name = cache.recurrent_state, "The `recurrent_state` of `past_key_values`"
+            batch_size = input_ids.shape[0]
+            _check_recurrent_state(recurrent_state, None, config.hidden_size, name)
+            rows = recurrent_state.shape[0]
+            if 0 < rows < batch_size and batch_size % rows == 0:
+                # generate() repeats `input_ids` (and a `recurrent_state=` argument) for beams and returned
+                # sequences, not a cache passed in
+                raise ValueError(
+                    f"{name} must have shape (batch_size, hidden_size) = "
+                    f"({batch_size}, {config.hidden_size}), got {tuple(recurrent_state.shape)}: where `generate()` "
+                    f"repeated each row {batch_size // rows} times (`num_beams` / `num_return_sequences`), it does "
+                    "not repeat a cache passed in; pass the state as `recurrent_state=` (which it repeats), or a "
+                    f"cache holding `state.repeat_interleave({batch_size // rows}, dim=0)`.")
+            _check_recurrent_state(recurrent_state, batch_size, config.hidden_size, name)
         cached_rows = (len(cache.rows) if cache.rows is not None
                        else cache.window_ids.shape[0] if cache.window_ids is not None else None)
         if cached_rows is not None and cached_rows != input_ids.shape[0]:
