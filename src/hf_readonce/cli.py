@@ -964,6 +964,34 @@ def _store_os_error(args, store, error: OSError, what: str) -> CommandError:
     return CommandError(f"store {store.path}: {_one_line(error)}{kept}.")
 
 
+def _answer_and_write(args, answer, model, tokenizer, store, examples, options: dict, output: Path,
+                      **load_kwargs) -> tuple[dict, float]:
+    """Run a family's store-reading `answer(model, tokenizer, store, examples, **options)` for `answer` (extractive
+    and generative alike), write its predictions to `output` and return `(predictions, seconds)`.
+
+    Every failure is one [`CommandError`] line: a representation mismatch with the compute-dtype hint
+    ([`_with_compute_dtype_hint`], given `load_kwargs` to reload the model with), a missing representation or a
+    `ValueError` as its message, an `OSError` of the store (a full disk while `--encode-missing` wrote) as
+    [`_store_os_error`] says it. `args.output_written` is set once the file is in place.
+    """
+    from .store import MissingRepresentationError, RepresentationMismatchError
+
+    start = time.perf_counter()
+    try:
+        predictions = answer(model, tokenizer, store, examples, **options)
+    except RepresentationMismatchError as error:  # e.g. the same weights computed in another dtype: named
+        raise CommandError(_with_compute_dtype_hint(str(error), model, store, args.model, _device(args.device),
+                                                    **load_kwargs)) from None
+    except (MissingRepresentationError, ValueError) as error:
+        raise CommandError(str(error)) from None
+    except OSError as error:  # e.g. the disk filled up while --encode-missing wrote
+        raise _store_os_error(args, store, error, "passages") from None
+    seconds = time.perf_counter() - start
+    _write_predictions(output, examples, predictions)
+    args.output_written = True  # said if the command is stopped from here on
+    return predictions, seconds
+
+
 def _note_cut(command: str, cut: int, total: int, what: str, length, outputs: str) -> None:
     """The note of `answer` / `summarize` on stderr: `cut` of the `total` distinct `what`s (passage, document) held
     more than the `length` tokens the stored representations read, so `outputs` (the answers, their summaries) come
@@ -975,7 +1003,6 @@ def _note_cut(command: str, cut: int, total: int, what: str, length, outputs: st
 
 
 def _answer(args) -> int:
-    from .store import MissingRepresentationError, RepresentationMismatchError
     from .tasks.jsonl import BadLine, field_problem, iter_jsonl
     from .tasks.question_answering import passages_of, recorded_answer_settings
 
@@ -1082,19 +1109,8 @@ def _answer(args) -> int:
     if "settings_used" in accepted:
         options["settings_used"] = used
     counted = _entries_of(store, {e["context"] for e in examples}) if args.encode_missing else None
-    start = time.perf_counter()
-    try:
-        predictions = answer(model, tokenizer, store, examples, **options)
-    except RepresentationMismatchError as error:
-        raise CommandError(_with_compute_dtype_hint(str(error), model, store, args.model, _device(args.device),
-                                                    num_decomposed_layers=args.num_decomposed_layers)) from None
-    except (MissingRepresentationError, ValueError) as error:
-        raise CommandError(str(error)) from None
-    except OSError as error:  # e.g. the disk filled up while --encode-missing wrote
-        raise _store_os_error(args, store, error, "passages") from None
-    seconds = time.perf_counter() - start
-    _write_predictions(output, examples, predictions)
-    args.output_written = True  # said if the command is stopped from here on
+    predictions, seconds = _answer_and_write(args, answer, model, tokenizer, store, examples, options, output,
+                                             num_decomposed_layers=args.num_decomposed_layers)
     passages = len({e["context"] for e in examples})
     print(f"answered {len(examples)} question(s) over {passages} stored passage(s)"
           f"{_encoded_first(args, store, counted, 'passages')} in {seconds:.2f} s "
@@ -1209,7 +1225,6 @@ def _answer_generative(args, store, examples, output) -> int:
     document_cache_qa`; a question read with a document's stored vectors, `hf_readonce.tasks.generative_qa_store`)."""
     from .representations import family_of
     from .representations.registry import answer_function
-    from .store import MissingRepresentationError, RepresentationMismatchError
     from .tasks.question_answering import passages_of
 
     model, tokenizer = load_qa_model(args.model, None, _device(args.device), allow_readonce=True,
@@ -1238,19 +1253,8 @@ def _answer_generative(args, store, examples, output) -> int:
     if "counts" in accepted:  # families that read at most max_document_length tokens of a passage
         options["counts"] = counts
     counted = _entries_of(store, {p for e in examples for p in passages_of(e)}) if args.encode_missing else None
-    start = time.perf_counter()
-    try:
-        predictions = answer(model, tokenizer, store, examples, **options)
-    except RepresentationMismatchError as error:  # e.g. the same weights computed in another dtype: named
-        raise CommandError(_with_compute_dtype_hint(str(error), model, store, args.model, _device(args.device),
-                                                    allow_readonce=True)) from None
-    except (MissingRepresentationError, ValueError) as error:
-        raise CommandError(str(error)) from None
-    except OSError as error:  # e.g. the disk filled up while --encode-missing wrote
-        raise _store_os_error(args, store, error, "passages") from None
-    seconds = time.perf_counter() - start
-    _write_predictions(output, examples, predictions)
-    args.output_written = True  # said if the command is stopped from here on
+    predictions, seconds = _answer_and_write(args, answer, model, tokenizer, store, examples, options, output,
+                                             allow_readonce=True)
     passages = len({p for e in examples for p in passages_of(e)})
     print(f"answered {len(examples)} question(s) over {passages} stored passage(s)"
           f"{_encoded_first(args, store, counted, 'passages')} in {seconds:.2f} s "
