@@ -285,6 +285,24 @@ def test_encode_and_answer_default_to_the_checkpoint_settings(tmp_path, recorded
     assert "allow_no_answer False" in capsys.readouterr().out
 
 
+def test_answer_notes_the_questions_cut_to_max_question_length(tmp_path, recorded_checkpoint, tokenizer, capsys):
+    """A question longer than `--max-question-length` (the checkpoint's recorded 20 by default) was cut to it in
+    silence: a note on stderr now counts them, in the words of the note about passages cut."""
+    long_question = ("Which country in western Europe with many rivers and old towns has Paris as its capital, "
+                     "according to the passage?")
+    assert len(tokenizer(long_question).input_ids) > 20
+    questions = write_jsonl(tmp_path / "q.jsonl", [*ROWS, {**ROWS[0], "id": "q3", "question": long_question}])
+    answer = ["answer", str(recorded_checkpoint), "--store", str(tmp_path / "store"), "--questions", str(questions),
+              "--output", str(tmp_path / "p.jsonl"), "--no-progress", "--encode-missing"]
+    assert cli_main(answer) == 0
+    err = capsys.readouterr().err
+    assert ("hf-readonce answer: note: 1 of the 3 question(s) held more than the 20 tokens read per question: they "
+            "were cut to them, and the answers come from those tokens only (`--max-question-length` reads more, up "
+            "to the model's positions)") in err
+    assert cli_main([*answer, "--max-question-length", "64"]) == 0  # read whole: no note
+    assert "question(s) held more" not in capsys.readouterr().err
+
+
 def test_errors_speak_the_cli_language(tmp_path, recorded_checkpoint, capsys):
     absent = tmp_path / "nowhere"
     for command in (["info", "--store", str(absent)], ["verify", "--store", str(absent)]):

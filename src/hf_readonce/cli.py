@@ -1002,6 +1002,14 @@ def _note_cut(command: str, cut: int, total: int, what: str, length, outputs: st
           "allow)", file=sys.stderr)
 
 
+def _note_questions_cut(cut: int, total: int, length, more: str) -> None:
+    """The note of `answer` on stderr, in [`_note_cut`]'s words: `cut` of the `total` questions held more than the
+    `length` tokens read per question, so their answers come from their first tokens only; `more` says what reads
+    more (an option, or that the model reads no more)."""
+    print(f"hf-readonce answer: note: {cut} of the {total} question(s) held more than the {length} tokens read per "
+          f"question: they were cut to them, and the answers come from those tokens only ({more})", file=sys.stderr)
+
+
 def _answer(args) -> int:
     from .tasks.jsonl import BadLine, field_problem, iter_jsonl
     from .tasks.question_answering import passages_of, recorded_answer_settings
@@ -1108,6 +1116,9 @@ def _answer(args) -> int:
     used: dict = {}
     if "settings_used" in accepted:
         options["settings_used"] = used
+    counts: dict = {}
+    if "counts" in accepted:  # families that count the questions cut to max_question_length
+        options["counts"] = counts
     counted = _entries_of(store, {e["context"] for e in examples}) if args.encode_missing else None
     predictions, seconds = _answer_and_write(args, answer, model, tokenizer, store, examples, options, output,
                                              num_decomposed_layers=args.num_decomposed_layers)
@@ -1125,6 +1136,9 @@ def _answer(args) -> int:
     print("settings: " + ("" if split is None else f"num_decomposed_layers {split}, ")
           + f"max_question_length {max_question_length}{decision}; stored states"
           + (f" of {read}" if read else "") + f", computed in {dtype_name(model.dtype)}", flush=True)
+    if counts.get("questions_cut"):  # the answers (and EM/F1) come from the first tokens of these questions
+        _note_questions_cut(counts["questions_cut"], counts["questions"], max_question_length,
+                            "`--max-question-length` reads more, up to the model's positions")
     scored = _with_gold_answers(examples)
     if scored is not None:
         from .tasks.question_answering import format_scores, score_qa, trivial_baselines
@@ -1250,7 +1264,7 @@ def _answer_generative(args, store, examples, output) -> int:
     if "settings_used" in accepted:
         options["settings_used"] = used
     counts: dict = {}
-    if "counts" in accepted:  # families that read at most max_document_length tokens of a passage
+    if "counts" in accepted:  # families that cut a passage to max_document_length tokens (or a question)
         options["counts"] = counts
     counted = _entries_of(store, {p for e in examples for p in passages_of(e)}) if args.encode_missing else None
     predictions, seconds = _answer_and_write(args, answer, model, tokenizer, store, examples, options, output,
@@ -1266,6 +1280,9 @@ def _answer_generative(args, store, examples, output) -> int:
     if counts.get("passages_cut"):  # the answers (and EM/F1) come from the first tokens of these passages
         _note_cut("answer", counts["passages_cut"], counts["passages"], "passage", used.get("max_document_length"),
                   "the answers")
+    if counts.get("questions_cut"):  # a generative family reads a fixed number of question tokens
+        _note_questions_cut(counts["questions_cut"], counts["questions"], used.get("max_question_length"),
+                            f"{model.config.model_type} models read no more of a question")
     scored = _with_gold_answers(examples)
     if scored is not None:
         from .tasks.question_answering import format_scores, score_qa, trivial_baselines

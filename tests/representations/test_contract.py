@@ -71,6 +71,26 @@ def test_reading_nothing_is_refused_naming_stored(model_type, tokenizer):
         get_adapter(model, tokenizer, **settings).read([])
 
 
+@pytest.mark.parametrize("model_type", sorted(registered_adapters()))
+def test_questions_cut_are_counted_against_the_length_read(model_type, tokenizer):
+    """`questions_cut` counts the questions longer than a given length (an answering call's `max_question_length`),
+    else than the tokens the adapter reads of a question with the stored representations (`max_prompt_length`; none
+    for an adapter that cuts no question); where the adapter reads prompts itself (`generation_inputs`), exactly
+    those come back cut."""
+    model, settings, _ = HARNESSES[model_type](tokenizer)
+    adapter = get_adapter(model, tokenizer, **settings)
+    questions = [QUESTION, QUESTION + " And" + " what happened after that, and why?" * 8]
+    limit = len(tokenizer(QUESTION).input_ids)
+    assert adapter.questions_cut(questions, limit) == 1 and adapter.questions_cut(questions, limit - 1) == 2
+    own = adapter.max_prompt_length
+    assert adapter.questions_cut(questions) == (0 if own is None else 1)
+    if own is not None and hasattr(adapter, "generation_inputs"):
+        assert len(tokenizer(questions[0]).input_ids) <= own < len(tokenizer(questions[1]).input_ids)
+        read = adapter.read(adapter.encode(DOCUMENTS[:2]))
+        lengths = adapter.generation_inputs(read, prompt=questions)["attention_mask"].sum(-1).tolist()
+        assert lengths == [len(tokenizer(questions[0]).input_ids), own]
+
+
 CUTTING = sorted(model_type for model_type, adapter_class in registered_adapters().items()
                  if "max_document_length" in adapter_class.cli_settings)
 

@@ -40,11 +40,35 @@ def test_counts_the_documents_cut_to_the_length_read(tokenizer, tmp_path):
     counts = {}
     answer_from_representations(model, tokenizer, store, ROWS, max_new_tokens=2, encode_missing=True,
                                 settings={"max_document_length": 24}, counts=counts)
-    assert counts == {"passages": 3, "passages_cut": sum(length > 24 for length in lengths)}
+    assert counts == {"passages": 3, "passages_cut": sum(length > 24 for length in lengths), "questions": 4,
+                      "questions_cut": 0}
     assert 0 < counts["passages_cut"] < 3
     counts.clear()
     answer_from_representations(model, tokenizer, store, ROWS[1:2], max_new_tokens=2, counts=counts)
-    assert counts == {"passages": 1, "passages_cut": 0}
+    assert counts == {"passages": 1, "passages_cut": 0, "questions": 1, "questions_cut": 0}
+
+
+LONG_QUESTION = ("Which of the members of the council who spoke during the long debate about school funding and "
+                 "road repairs on Tuesday voted against the new budget, and why did they do so?")
+
+
+def test_counts_the_questions_cut_to_the_tokens_read(tokenizer, tmp_path):
+    """The model reads at most `max_prompt_length` (32) tokens of a question with a document (as the pipeline's
+    `max_question_len`): a longer question was cut without a word; `counts` now says how many, and
+    `settings_used` the length."""
+    model = readonce(tokenizer)
+    assert len(tokenizer(LONG_QUESTION).input_ids) > 32 >= max(len(tokenizer(r["question"]).input_ids) for r in ROWS)
+    store = RepresentationStore(tmp_path / "store")
+    rows = [*ROWS, {"id": "e", "question": LONG_QUESTION, "context": DOCUMENTS[0]}]
+    counts, used = {}, {}
+    answers = answer_from_representations(model, tokenizer, store, rows, max_new_tokens=2, encode_missing=True,
+                                          counts=counts, settings_used=used)
+    assert counts["questions"] == 5 and counts["questions_cut"] == 1 and used["max_question_length"] == 32
+    # cut, not refused: the answer is the one of its first 32 tokens
+    first = tokenizer.decode(tokenizer(LONG_QUESTION, truncation=True, max_length=32,
+                                       add_special_tokens=False).input_ids[:30])
+    assert answers["e"] == answer_from_representations(model, tokenizer, store, [{**rows[-1], "question": first}],
+                                                       max_new_tokens=2)["e"]
 
 
 def counting_tokenizations(tokenizer, texts, monkeypatch) -> list:
@@ -75,7 +99,7 @@ def test_the_documents_read_whole_are_not_tokenized_to_count_those_cut(tokenizer
     tokenized = counting_tokenizations(tokenizer, DOCUMENTS, monkeypatch)
     counts = {}
     answer_from_representations(model, tokenizer, store, ROWS, max_new_tokens=2, counts=counts)
-    assert counts == {"passages": 3, "passages_cut": cut}
+    assert counts == {"passages": 3, "passages_cut": cut, "questions": 4, "questions_cut": 0}
     assert set(tokenized) == {text for text, length in lengths.items() if length >= 24}
     tokenized.clear()
     counts = {}
@@ -141,3 +165,25 @@ def test_cli_answers_from_readonce_stores(tokenizer, tmp_path, capsys):
                           (["--n-best-size", "3"], "--n-best-size does not apply to generative models")):
         assert cli_main(common + ["--compression-ratio", "8", *option]) == 2
         assert words in capsys.readouterr().err
+
+
+def test_cli_notes_the_questions_cut_to_the_tokens_read(tokenizer, tmp_path, capsys):
+    """`hf-readonce answer` said nothing when a question was cut to the 32 tokens the model reads with a document;
+    now a note counts them, in the words of the note about passages cut, and the settings line gives the length."""
+    from hf_readonce.cli import main as cli_main
+    from tests.conftest import write_jsonl
+
+    folder = tmp_path / "readonce"
+    readonce(tokenizer).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    rows = [*ROWS, {"id": "e", "question": LONG_QUESTION, "context": DOCUMENTS[0]}]
+    common = ["answer", str(folder), "--store", str(tmp_path / "store"), "--output", str(tmp_path / "p.jsonl"),
+              "--max-answer-length", "2", "--encode-missing", "--no-progress", "--questions"]
+    assert cli_main(common + [str(write_jsonl(tmp_path / "q.jsonl", rows))]) == 0
+    captured = capsys.readouterr()
+    assert ("hf-readonce answer: note: 1 of the 5 question(s) held more than the 32 tokens read per question: they "
+            "were cut to them, and the answers come from those tokens only (readonce_bart models read no more of a "
+            "question)") in captured.err
+    assert "max_question_length 32" in captured.out and "Traceback" not in captured.err
+    assert cli_main(common + [str(write_jsonl(tmp_path / "short.jsonl", ROWS))]) == 0  # none cut: no note
+    assert "question(s) held more" not in capsys.readouterr().err

@@ -39,3 +39,21 @@ def test_bad_arguments_are_named(stored, tokenizer):
         answer_from_store(model, tokenizer, store, [{**rows[0], "question": ["Who?"]}])
     with pytest.raises(ValueError, match="`dtype` must be one of"):
         answer_from_store(model, tokenizer, store, rows, dtype="int8")
+
+
+def test_counts_the_questions_cut_to_max_question_length(stored, tokenizer):
+    """A question longer than `max_question_length` is cut to it (its answer reads its first tokens only): `counts`
+    says how many were, as `hf-readonce answer` notes; only the questions that reached the limit are tokenized again
+    to tell."""
+    model, store, rows = stored
+    lengths = [len(tokenizer(r["question"]).input_ids) for r in rows]
+    limit = sorted(lengths)[len(lengths) // 2]
+    cut = sum(length > limit for length in lengths)
+    assert 0 < cut < len(rows)
+    counts = {}
+    spans = answer_from_store(model, tokenizer, store, rows, max_question_length=limit, counts=counts)
+    assert counts == {"questions": len(rows), "questions_cut": cut}
+    assert answer_from_store(model, tokenizer, store, rows, max_question_length=limit) == spans  # counting only
+    counts.clear()
+    answer_from_store(model, tokenizer, store, rows, max_question_length=max(lengths), counts=counts)
+    assert counts == {"questions": len(rows), "questions_cut": 0}

@@ -37,6 +37,27 @@ def test_answers_from_the_store_equal_the_pipeline_reading_the_documents(tokeniz
     assert any(answers.values())  # spans, not a vacuous agreement on empty answers
 
 
+def test_counts_the_questions_cut_to_max_question_length(tokenizer, tmp_path):
+    """A question longer than `max_question_length` is cut to it (its answer reads its first tokens only): `counts`
+    says how many were, as `hf-readonce answer` notes."""
+    model = tiny_readtwice()
+    store = RepresentationStore(tmp_path / "store")
+    examples = _examples()
+    lengths = [len(tokenizer(e["question"]).input_ids) for e in examples]
+    limit = min(lengths)
+    cut = sum(length > limit for length in lengths)
+    assert 0 < cut < len(examples)
+    counts = {}
+    answers = answer_from_readtwice_store(model, tokenizer, store, examples, encode_missing=True,
+                                          max_question_length=limit, counts=counts)
+    assert counts == {"questions": len(examples), "questions_cut": cut}
+    assert answer_from_readtwice_store(model, tokenizer, store, examples, max_question_length=limit) == answers
+    counts.clear()
+    answer_from_readtwice_store(model, tokenizer, store, examples, max_question_length=MAX_QUESTION_LEN,
+                                counts=counts)
+    assert counts == {"questions": len(examples), "questions_cut": 0}
+
+
 def test_missing_foreign_and_bad_input(tokenizer, tmp_path):
     model = tiny_readtwice()
     store = RepresentationStore(tmp_path / "store")
@@ -93,6 +114,15 @@ def test_cli_encodes_and_answers_readtwice_stores(tokenizer, tmp_path, capsys):
     assert got == answer_from_readtwice_store(model, tokenizer, RepresentationStore(store), _examples(),
                                              max_question_length=MAX_QUESTION_LEN, max_answer_length=15)
     assert "segment_length 24, segment_overlap 6, memory_type sts" in out and "baseline: first-span" in out
+    assert "question(s) held more" not in capsys.readouterr().err  # none cut: no note
+    # questions cut to a shorter --max-question-length are counted in a note (they were cut without a word)
+    lengths = [len(tokenizer(e["question"]).input_ids) for e in examples]
+    assert cli_main(["answer", str(folder), "--store", str(store), "--questions", str(questions), "--output",
+                     str(output), "--max-question-length", str(min(lengths)), "--no-progress"]) == 0
+    cut = sum(length > min(lengths) for length in lengths)
+    assert (f"hf-readonce answer: note: {cut} of the {len(examples)} question(s) held more than the {min(lengths)} "
+            "tokens read per question: they were cut to them, and the answers come from those tokens only "
+            "(`--max-question-length` reads more, up to the model's positions)") in capsys.readouterr().err
     assert cli_main(["answer", str(folder), "--store", str(store), "--questions", str(questions), "--output",
                      str(output), "--doc-stride", "8", "--no-progress"]) == 2
     assert "--doc-stride does not apply to readtwice_bert" in capsys.readouterr().err

@@ -497,6 +497,34 @@ class RecomputeCheck:
                 "recomputed_from": self.recomputed_from}
 
 
+def texts_cut(tokenizer, texts: Sequence[str], max_length: int, *, add_special_tokens: bool = True) -> int:
+    """How many of `texts` hold more than `max_length` tokens, i.e. are cut by
+    `tokenizer(texts, truncation=True, max_length=max_length, add_special_tokens=add_special_tokens)`. Tokenized
+    without truncation, 256 texts at a time (a large set is not held as token lists at once); the tokenizer's warning
+    about sequences longer than the model's maximum is not shown (those lengths are what is asked for).
+
+    Args:
+        tokenizer: a transformers tokenizer.
+        texts (`Sequence[str]`): documents, questions or prompts.
+        max_length (`int`): tokens read per text, special tokens included.
+        add_special_tokens (`bool`, defaults to `True`): as the text is read.
+
+    Returns:
+        `int`: the number of texts longer than `max_length` tokens.
+    """
+    texts = list(texts)
+    if not texts:
+        return 0
+    if hasattr(tokenizer, "deprecation_warnings"):
+        tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
+    cut = 0
+    for start in range(0, len(texts), 256):
+        lengths = tokenizer(texts[start : start + 256], add_special_tokens=add_special_tokens,
+                            return_length=True)["length"]
+        cut += sum(1 for length in lengths if length > max_length)
+    return cut
+
+
 class AdapterBase:
     r"""Behaviour shared by the adapters of this folder (they inherit it; the [`RepresentationAdapter`] protocol
     does not require it): rebuilding an adapter from a stored space's settings, and recomputing a stored document to
@@ -510,12 +538,16 @@ class AdapterBase:
       stored tensors feed (next-token, answer-span start/end, first decoder step);
     - `generation_inputs(read, prompt=None)` when its family is registered with `summarize=True`: the `generate()`
       arguments of what [`read`] returns ([`hf_readonce.tasks.summarization_store.summarize_from_store`]), and
-      `summary_prompt`, the default text read with each document (`None`: the family takes no prompt).
+      `summary_prompt`, the default text read with each document (`None`: the family takes no prompt);
+    - `max_prompt_length` (`int`) where it reads a question or a prompt with the stored representations and cuts it
+      to a fixed number of tokens (what [`questions_cut`] counts by default).
     """
 
     recompute_needs_text: ClassVar[bool] = True
     summary_prompt: ClassVar[str | None] = None
     max_document_length: int | None = None  # tokens read per document, where an adapter cuts longer ones
+    # tokens read of a question or prompt with the stored representations, where the adapter cuts longer ones
+    max_prompt_length: ClassVar[int | None] = None
     output_distribution: ClassVar[str | None] = None
     # fixed probe text read with the stored states where the output distribution needs a question or a prompt
     probe_question: ClassVar[str] = "What is this document about?"
@@ -549,12 +581,25 @@ class AdapterBase:
                 rest.append(text)
         if not rest:
             return cut
-        if hasattr(self.tokenizer, "deprecation_warnings"):  # the lengths of long documents are what is asked for
-            self.tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
-        for start in range(0, len(rest), 256):  # a batch at a time: a large set is not held as token lists at once
-            lengths = self.tokenizer(rest[start : start + 256], add_special_tokens=special, return_length=True)["length"]
-            cut += sum(1 for length in lengths if length > self.max_document_length)
-        return cut
+        return cut + texts_cut(self.tokenizer, rest, self.max_document_length, add_special_tokens=special)
+
+    def questions_cut(self, questions: Sequence[str], max_length: int | None = None) -> int:
+        """How many of `questions` (the questions or prompts read with stored representations) hold more tokens than
+        are read of each, with the special tokens the tokenizer adds, i.e. were cut to them: what the answering
+        functions count in `counts["questions_cut"]` and `hf-readonce answer` notes. Each question is tokenized
+        ([`texts_cut`]).
+
+        Args:
+            questions (`Sequence[str]`): the texts as they are tokenized (stripped where the caller strips them).
+            max_length (`int`, *optional*): tokens read per question (an answering call's `max_question_length`);
+                defaults to the adapter's `max_prompt_length`.
+
+        Returns:
+            `int`: the number of questions cut; 0 where no length is given and the adapter has no
+            `max_prompt_length` (it cuts no question).
+        """
+        limit = max_length if max_length is not None else self.max_prompt_length
+        return 0 if limit is None else texts_cut(self.tokenizer, questions, limit)
 
     def _tokenize_documents(self, texts: list[str], *, new_call: bool = True, **kwargs):
         """`self.tokenizer(texts, truncation=True, max_length=self.max_document_length, **kwargs)`, the one
@@ -693,4 +738,4 @@ class AdapterBase:
 __all__ = ["AdapterBase", "DocumentError", "RecomputeCheck", "RepresentationAdapter", "check_positive_ints",
            "current_fingerprint", "current_fingerprint_if_any", "digests_weights_once", "kl_divergence",
            "masked_log_softmax", "one_tokenizer_fingerprint", "one_weights_digest", "pad_batch", "pad_rows",
-           "scoped_tokenizer_fingerprint", "tokenizer_fingerprint", "weights_digest"]
+           "scoped_tokenizer_fingerprint", "texts_cut", "tokenizer_fingerprint", "weights_digest"]

@@ -52,7 +52,9 @@ class ReadOnceBartAdapter(AdapterBase):
     }
     recompute_needs_text = True  # only the representations are stored, not the tokens
     summary_prompt = "summary"  # what hf-readonce's summarization training pairs with every article
-    max_prompt_length = 32  # tokens of a prompt read with the vectors, as the pipeline's `max_question_len`
+    # tokens of a question or prompt read with the vectors, as the pipeline's `max_question_len` (longer ones are cut;
+    # `questions_cut` counts them, `hf-readonce answer` notes them, `summarize_from_store` refuses a longer prompt)
+    max_prompt_length = 32
     output_distribution = "first decoder step's token distribution for a fixed probe question"
 
     @classmethod
@@ -158,9 +160,9 @@ class ReadOnceBartAdapter(AdapterBase):
         Args:
             read ([`ReadOnceDocumentEncoderOutput`]): [`read`]'s output for n documents (on the model's device).
             prompt (`str` or `list[str]`, *optional*): the text read with every document (or one per document, e.g.
-                questions), at most `max_prompt_length` (32) tokens, as the pipeline reads it (longer ones are cut
-                there); defaults to `summary_prompt` (`"summary"`,
-                what hf-readonce's summarization training pairs with every article).
+                questions), at most `max_prompt_length` (32) tokens, as the pipeline reads it: longer ones are cut to
+                them, as there ([`questions_cut`] counts them); defaults to `summary_prompt` (`"summary"`, what
+                hf-readonce's summarization training pairs with every article).
 
         Returns:
             `dict`: `input_ids` and `attention_mask` `(n, prompt tokens)` (right-padded) and
@@ -180,8 +182,8 @@ class ReadOnceBartAdapter(AdapterBase):
         for i, text in enumerate(prompts):
             if not text.strip():
                 raise ValueError(f"prompt {i} is empty: give the text read with each document (default \"summary\").")
-        batch = self.tokenizer(list(prompts), truncation=True, max_length=self.max_prompt_length, padding=True, padding_side="right",
-                               return_tensors="pt")  # right: learned positions count from the first column
+        batch = self.tokenizer(list(prompts), truncation=True, max_length=self.max_prompt_length, padding=True,
+                               padding_side="right", return_tensors="pt")  # right: positions count from column 0
         device = read.representations.device
         return {"input_ids": batch.input_ids.to(device), "attention_mask": batch.attention_mask.to(device),
                 "document_representations": read}

@@ -83,9 +83,12 @@ class FamilySpec:
             passes the options its signature takes: extractive, `max_question_length`, `batch_size`, `n_best_size`,
             `max_answer_length`, `encode_missing`, `progress`, the no-answer decision; generative, `batch_size`,
             `max_new_tokens`, `encode_missing`, `progress`, `timings`, `recompute_ratio`; both, the family's
-            representation settings by name (or all of them as `settings`) and `settings_used` (a dict it fills
-            with what it read, printed). A function may carry `check_example(row)` (raising `ValueError`): the CLI
-            sets aside the question lines it refuses, as it does rows without a question.
+            representation settings by name (or all of them as `settings`), `settings_used` (a dict it fills
+            with what it read, printed) and `counts` (a dict it fills with `passages` / `passages_cut`, the passages
+            cut to `max_document_length`, and `questions` / `questions_cut`, the questions cut to the tokens it reads
+            of one, [`AdapterBase.questions_cut`]; the CLI notes those cut). A function may carry
+            `check_example(row)` (raising `ValueError`): the CLI sets aside the question lines it refuses, as it does
+            rows without a question.
         summarize (`bool`, defaults to `False`): whether `hf-readonce summarize` (and
             [`hf_readonce.tasks.summarization_store.summarize_from_store`]) generates summaries from the family's
             stored representations; its adapter then provides `generation_inputs(read)`, the `generate()` arguments

@@ -57,12 +57,15 @@ def answer_from_representations(model, tokenizer, store: RepresentationStore, ex
             documents that are missing (in `dtype`) instead of raising.
         progress (`bool`, defaults to `False`): a tqdm bar on stderr.
         timings (`dict`, *optional*): accumulates `read_seconds` and `generate_seconds`.
-        settings_used (`dict`, *optional*): filled with the stored settings read and the decoding used.
+        settings_used (`dict`, *optional*): filled with the stored settings read, the decoding used and
+            `max_question_length`, the question tokens read with a document (the adapter's `max_prompt_length`).
         counts (`dict`, *optional*): filled with `passages` (distinct documents read) and `passages_cut` (how many of
             them hold more tokens than the representations read, `max_document_length`: they were cut to it when
             encoded, and the answers come from their first tokens only; counted from the token counts stored with
             them, tokenizing only those stored with exactly `max_document_length` tokens or without a count,
-            [`hf_readonce.representations.fill.stored_documents_cut`]).
+            [`hf_readonce.representations.fill.stored_documents_cut`]), and `questions` (the rows) and
+            `questions_cut` (how many questions hold more tokens than the model reads with a document, the adapter's
+            `max_prompt_length`: their answers come from their first tokens only; `adapter.questions_cut`).
 
     Returns:
         `dict[str, str]`: example id -> answer (stripped), in example order.
@@ -90,15 +93,18 @@ def answer_from_representations(model, tokenizer, store: RepresentationStore, ex
     fingerprint, stored_settings, by_text = ensure_stored(adapter, store, texts, encode_missing=encode_missing,
                                                           dtype=dtype, name_of=question_of_context(examples),
                                                           fingerprint=fingerprint)
+    questions = [e["question"].strip() for e in examples]
     if settings_used is not None:
         settings_used.update({name: stored_settings.get(name) for name in adapter_class.cli_settings})
         settings_used.update(decoding="greedy", prompt="the question")
+        if adapter.max_prompt_length is not None:
+            settings_used["max_question_length"] = adapter.max_prompt_length
     if counts is not None:
         counts.update({"passages": len(texts),
-                       "passages_cut": stored_documents_cut(adapter, store, fingerprint, stored_settings, by_text)})
+                       "passages_cut": stored_documents_cut(adapter, store, fingerprint, stored_settings, by_text),
+                       "questions": len(questions), "questions_cut": adapter.questions_cut(questions)})
     answers = generate_from_store(model, tokenizer, store, adapter, fingerprint,
-                                  [by_text[e["context"]] for e in examples],
-                                  [e["question"].strip() for e in examples], batch_size=batch_size,
+                                  [by_text[e["context"]] for e in examples], questions, batch_size=batch_size,
                                   progress=progress, desc="answer", timings=timings, max_new_tokens=max_new_tokens,
                                   num_beams=1, do_sample=False)
     return {str(e.get("id", i)): answer for i, (e, answer) in enumerate(zip(examples, answers))}

@@ -106,7 +106,8 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
                       max_answer_length: int = 30, allow_no_answer: bool | None = None,
                       null_score_diff_threshold: float | None = None, passages_per_chunk: int = 64,
                       encode_missing: bool = False, dtype: str = "float16", progress: bool = False,
-                      n_best: int | None = None, settings_used: dict | None = None) -> dict[str, str]:
+                      n_best: int | None = None, settings_used: dict | None = None,
+                      counts: dict | None = None) -> dict[str, str]:
     """Answer extractive questions with a DeFormer model from passage states stored in `store`: only the questions
     and the upper layers run; the passage windows, offsets and lower-layer states come from the store.
 
@@ -132,6 +133,9 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
         progress (`bool`, defaults to `False`): a tqdm bar on stderr counting answered questions.
         settings_used (`dict`, *optional*): filled with the window read (`max_passage_length`, `doc_stride`), e.g.
             for a report of what was looked up in the store.
+        counts (`dict`, *optional*): filled with `questions` (the rows) and `questions_cut` (how many questions hold
+            more than `max_question_length` tokens, `[CLS]`/`[SEP]` included: they were cut to them, and their answers
+            come from those tokens only; `adapter.questions_cut`). Passages are read whole, window by window.
 
     Returns:
         `dict[str, str]`: example id -> answer text, in example order.
@@ -187,6 +191,10 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
                                                    fingerprint=fingerprint)
     hashes = [by_text[t] for t in texts]
     questions = tokenize_questions(tokenizer, [e["question"] for e in examples], max_question_length)
+    if counts is not None:  # only a question that reached the limit can have been cut: those are tokenized again
+        counts.update(questions=len(examples), questions_cut=adapter.questions_cut(
+            [e["question"] for e, ids in zip(examples, questions) if len(ids) >= max_question_length],
+            max_question_length))
     by_passage: dict[int, list[int]] = {}
     for i, example in enumerate(examples):
         by_passage.setdefault(contexts[example["context"]], []).append(i)

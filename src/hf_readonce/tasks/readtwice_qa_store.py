@@ -53,7 +53,7 @@ def answer_from_readtwice_store(model, tokenizer, store: RepresentationStore, ex
                                 max_answer_length: int = 30, documents_per_chunk: int = 16,
                                 encode_missing: bool = False, dtype: str = "float16", mention_fn=None,
                                 mentions: str | None = None, progress: bool = False,
-                                settings_used: dict | None = None) -> dict[str, str]:
+                                settings_used: dict | None = None, counts: dict | None = None) -> dict[str, str]:
     """Answer extractive questions with a read-once ReadTwice model from the first reads stored in `store`: only the
     questions and the second read run. Each row pairs a question with a segment of its document; the answer is the
     best span over all segments (App. C.1: "the most confident prediction amongst all the segments"), found by the
@@ -83,6 +83,9 @@ def answer_from_readtwice_store(model, tokenizer, store: RepresentationStore, ex
         progress (`bool`, defaults to `False`): a tqdm bar on stderr counting answered questions.
         settings_used (`dict`, *optional*): filled with the stored segmentation read (`segment_length`,
             `segment_overlap`, `memory_type`).
+        counts (`dict`, *optional*): filled with `questions` (the rows) and `questions_cut` (how many questions hold
+            more than `max_question_length` tokens, `[CLS]`/`[SEP]` included: they were cut to them, and their answers
+            come from those tokens only; `adapter.questions_cut`). Documents are read whole, segment by segment.
 
     Returns:
         `dict[str, str]`: example id -> answer text, in example order (`""` when a document has no context token).
@@ -112,8 +115,13 @@ def answer_from_readtwice_store(model, tokenizer, store: RepresentationStore, ex
     fingerprint, settings, by_text = ensure_stored(adapter, store, texts, encode_missing=encode_missing, dtype=dtype,
                                                    name_of=question_of_context(examples), fingerprint=fingerprint)
     hashes = [by_text[t] for t in texts]
-    questions = [list(ids) for ids in tokenizer([e["question"].strip() for e in examples], truncation=True,
-                                                max_length=max_question_length)["input_ids"]]
+    texts_read = [e["question"].strip() for e in examples]
+    questions = [list(ids) for ids in
+                 tokenizer(texts_read, truncation=True, max_length=max_question_length)["input_ids"]]
+    if counts is not None:  # only a question that reached the limit can have been cut: those are tokenized again
+        counts.update(questions=len(examples), questions_cut=adapter.questions_cut(
+            [text for text, ids in zip(texts_read, questions) if len(ids) >= max_question_length],
+            max_question_length))
     by_context: dict[int, list[int]] = {}
     for i, example in enumerate(examples):
         by_context.setdefault(contexts[example["context"]], []).append(i)
