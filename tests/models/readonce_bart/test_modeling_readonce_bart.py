@@ -642,6 +642,55 @@ def test_a_misspelled_keyword_argument_is_a_type_error_naming_it(fusion):
         model.generate(q, document_representation=reps, max_new_tokens=2)
 
 
+def test_the_attention_decoder_refuses_a_misspelled_keyword_argument():
+    """The decoder of `fusion="attention"` (`get_decoder()`, what a user runs over stored encoder states) took any
+    name into BART's `**kwargs`: `document_representation=` decoded without the document's vectors (eq. 4's second
+    attention skipped), `encoder_attention_masks=` attended to the padding of the question."""
+    model, q, doc = _strengthen_representation_attention(tiny(fusion="attention")), tokens(2, 6), tokens(2, 20, seed=3)
+    mask = torch.ones_like(q)
+    mask[1, 4:] = 0
+    encoded = model.get_encoder()(q, mask, document_representations=model.encode_documents(doc))
+    states, cross_mask = encoded.last_hidden_state, encoded.attention_mask
+    reps, reps_mask = encoded.document_representations, encoded.document_attention_mask
+    decoder, labels = model.get_decoder(), tokens(2, 5, seed=5)
+    for call, message in [
+            (lambda: decoder(input_ids=labels, encoder_hidden_states=states, encoder_attention_mask=cross_mask,
+                             document_representation=reps),
+             "ReadOnceBartDecoder.forward() got an unexpected keyword argument 'document_representation'. "
+             "Did you mean 'document_representations'?"),
+            (lambda: decoder(input_ids=labels, encoder_hidden_states=states, encoder_attention_masks=cross_mask,
+                             document_representations=reps, document_attention_mask=reps_mask),
+             "ReadOnceBartDecoder.forward() got an unexpected keyword argument 'encoder_attention_masks'. "
+             "Did you mean 'encoder_attention_mask'?")]:
+        with pytest.raises(TypeError) as error:
+            call()
+        assert str(error.value) == message
+    expected = decoder(input_ids=labels, encoder_hidden_states=states, encoder_attention_mask=cross_mask,
+                       document_representations=reps, document_attention_mask=reps_mask).last_hidden_state
+    without = decoder(input_ids=labels, encoder_hidden_states=states, encoder_attention_mask=cross_mask)
+    assert not torch.allclose(without.last_hidden_state, expected)  # the vectors count: leaving them out is no no-op
+    # the model's decoder output is this one
+    decoded, _ = model.model(q, mask, document_representations=model.encode_documents(doc), decoder_input_ids=labels)
+    torch.testing.assert_close(decoded.last_hidden_state, expected)
+    # what transformers passes down through the model (`return_dict`, output switches, `TransformersKwargs` such as
+    # `num_items_in_batch`), and a `None`
+    out = decoder(input_ids=labels, encoder_hidden_states=states, encoder_attention_mask=cross_mask,
+                  document_representations=reps, document_attention_mask=reps_mask, return_dict=True,
+                  output_attentions=False, num_items_in_batch=torch.tensor(10), document_representation=None)
+    torch.testing.assert_close(out.last_hidden_state, expected)
+    # the model hands its decoder what it takes: the loss (as Trainer computes it) and generate() run unchanged
+    model.train()
+    model(q, attention_mask=mask, document_input_ids=doc, labels=labels,
+          num_items_in_batch=torch.tensor(10)).loss.backward()
+    assert model.get_parameter("model.decoder.layers.0.self_attn.representation_attn.v_proj.weight").grad.abs().sum() > 0
+    model.eval()
+    reps = model.encode_documents(doc)
+    for num_beams in (1, 2):
+        out = model.generate(q, attention_mask=mask, document_representations=reps, max_new_tokens=3,
+                             num_beams=num_beams, do_sample=False)
+        assert out.shape[0] == 2
+
+
 @pytest.mark.parametrize("fusion", ["append", "attention"])
 def test_the_encoder_refuses_a_misspelled_keyword_argument(fusion):
     """The encoder (`get_encoder()`, what a user runs to encode a question with its documents once) took any name

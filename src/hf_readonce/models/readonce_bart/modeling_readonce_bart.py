@@ -439,6 +439,48 @@ class ReadOnceBartDecoder(BartDecoder):
         self.layers = nn.ModuleList(ReadOnceBartDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers))
         self.post_init()
 
+    def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
+                encoder_hidden_states: torch.Tensor | None = None, encoder_attention_mask: torch.Tensor | None = None,
+                past_key_values=None, inputs_embeds: torch.Tensor | None = None, use_cache: bool | None = None,
+                document_representations: torch.Tensor | None = None,
+                document_attention_mask: torch.Tensor | None = None, cache=None,
+                **kwargs: Unpack[TransformersKwargs]):
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, target_length)`, *optional*): decoder tokens (the new
+                ones when the cache holds earlier ones).
+            attention_mask (`torch.Tensor` of shape `(batch_size, past + target_length)`, *optional*): decoder
+                padding mask.
+            encoder_hidden_states (`(batch_size, length, d_model)`), encoder_attention_mask (`(batch_size, length)`),
+                past_key_values, inputs_embeds, use_cache: as `BartDecoder.forward` (what [`ReadOnceBartModel`]
+                passes: the question and representation states of [`ReadOnceEncoderOutput`] and their combined mask).
+            document_representations (`torch.FloatTensor` of shape `(batch_size, m, d_model)`, *optional*): R, which
+                every layer's self-attention also attends to (eq. 4); without it the decoder is BART's.
+            document_attention_mask (`torch.Tensor` of shape `(batch_size, m)`, *optional*): 1 for real
+                representations.
+            cache: the name of `past_key_values` from transformers 5.24 on (what `BartModel` passes there); either
+                name, not both.
+
+        Returns:
+            `BaseModelOutputWithPastAndCrossAttentions`, as BART's: `last_hidden_state` `(batch_size, target_length,
+            d_model)`.
+
+        Raises:
+            ValueError: both `past_key_values` and `cache`.
+            TypeError: a keyword argument it does not take (a misspelling such as `document_representation=` or
+                `encoder_attention_masks=`), named with the argument it probably meant, where BART's `**kwargs` would
+                swallow it and the decoder would run without it. Accepted besides its own: what
+                [`_check_keyword_arguments`] accepts (`TransformersKwargs`, what `generate()` and `Trainer` pass down
+                through the model).
+        """
+        _check_keyword_arguments(self, kwargs)
+        return super().forward(input_ids=input_ids, attention_mask=attention_mask,
+                               encoder_hidden_states=encoder_hidden_states,
+                               encoder_attention_mask=encoder_attention_mask, inputs_embeds=inputs_embeds,
+                               use_cache=use_cache, document_representations=document_representations,
+                               document_attention_mask=document_attention_mask,
+                               **{CACHE_NAME: _either_cache(past_key_values, cache)}, **kwargs)
+
 
 class ReadOnceBartPreTrainedModel(BartPreTrainedModel):
     r"""Base class of the ReadOnce BART models (Lin et al., ACL 2021, "ReadOnce Transformers: Reusable
