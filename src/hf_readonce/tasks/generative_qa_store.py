@@ -94,15 +94,18 @@ def answer_from_representations(model, tokenizer, store: RepresentationStore, ex
                                                           dtype=dtype, name_of=question_of_context(examples),
                                                           fingerprint=fingerprint)
     questions = [e["question"].strip() for e in examples]
+    # an adapter outside `AdapterBase` (the protocol does not require it) cuts no question, as far as it says
+    question_length = getattr(adapter, "max_prompt_length", None)
     if settings_used is not None:
         settings_used.update({name: stored_settings.get(name) for name in adapter_class.cli_settings})
         settings_used.update(decoding="greedy", prompt="the question")
-        if adapter.max_prompt_length is not None:
-            settings_used["max_question_length"] = adapter.max_prompt_length
+        if question_length is not None:
+            settings_used["max_question_length"] = question_length
     if counts is not None:
         counts.update({"passages": len(texts),
                        "passages_cut": stored_documents_cut(adapter, store, fingerprint, stored_settings, by_text),
-                       "questions": len(questions), "questions_cut": adapter.questions_cut(questions)})
+                       "questions": len(questions),
+                       "questions_cut": adapter.questions_cut(questions) if question_length is not None else 0})
     answers = generate_from_store(model, tokenizer, store, adapter, fingerprint,
                                   [by_text[e["context"]] for e in examples], questions, batch_size=batch_size,
                                   progress=progress, desc="answer", timings=timings, max_new_tokens=max_new_tokens,
