@@ -2,7 +2,9 @@
 and every example that the suite does not run says why."""
 
 import argparse
+import ast
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -116,6 +118,51 @@ def test_no_issue_numbers_or_history(path):
     text = path.read_text()
     assert not re.search(r"\bissues? ?#?\d+", text, re.I), path.name
     assert not re.search(r"previous release|earlier run|before this release", text, re.I), path.name
+
+
+CARDS = sorted((REPO_ROOT / "model_cards").glob("*.md"))
+# encode-once APIs that run without gradients themselves (`@torch.no_grad()`): their examples need no `no_grad` block
+RUN_WITHOUT_GRADIENTS = {"block_attention": ("BlockAttentionLlamaForCausalLM", "encode_documents")}
+
+
+def _encodes_once(call: ast.Call) -> bool:
+    """`model.encode_passages(...)`, `model.encode_documents(...)` or `model.get_encoder()(...)`."""
+    function = call.func
+    if isinstance(function, ast.Attribute) and function.attr in ("encode_passages", "encode_documents"):
+        return True
+    return (isinstance(function, ast.Call) and isinstance(function.func, ast.Attribute)
+            and function.func.attr == "get_encoder")
+
+
+def _without_gradients(item: ast.withitem) -> bool:
+    """`with torch.no_grad():` or `with torch.inference_mode():`."""
+    context = item.context_expr
+    return (isinstance(context, ast.Call) and isinstance(context.func, ast.Attribute)
+            and context.func.attr in ("no_grad", "inference_mode"))
+
+
+@pytest.mark.parametrize("path", [*DOC_FILES, *CARDS], ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_states_read_once_are_cached_without_gradients(path):
+    """An example that reads documents once and keeps the result (passage states, document representations, encoder
+    outputs) does so under `torch.no_grad()` / `torch.inference_mode()`: a newcomer copies it to cache many passages,
+    and outside such a block every cached output keeps its autograd graph (the encoder's activations) alive. (The
+    README's quick start, the DeFormer page and the cards called `encode_passages` outside one.)"""
+    family = next((name for name in RUN_WITHOUT_GRADIENTS if name in path.stem.replace("-", "_")), None)
+    if family is not None:  # the method is decorated: check that it still is
+        import hf_readonce
+
+        cls, method = RUN_WITHOUT_GRADIENTS[family]
+        source = inspect.getsource(getattr(getattr(hf_readonce, cls), method))
+        assert source.lstrip().startswith("@torch.no_grad()"), f"{cls}.{method} no longer runs without gradients"
+        return
+    for block in re.findall(r"^```python\n(.*?)^```", path.read_text(), re.S | re.M):
+        tree = ast.parse(block)
+        guarded = {id(node) for with_node in ast.walk(tree) if isinstance(with_node, ast.With)
+                   and any(_without_gradients(item) for item in with_node.items) for node in ast.walk(with_node)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and _encodes_once(node):
+                assert id(node) in guarded, (f"{path.name}: `{ast.unparse(node)}` (line {node.lineno} of its example) "
+                                             "is not under `with torch.no_grad():`")
 
 
 def test_demo_help_states_the_recorded_demo_time():

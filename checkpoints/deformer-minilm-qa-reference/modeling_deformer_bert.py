@@ -442,6 +442,10 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
         r"""
         Run passages alone through the embeddings and the decomposed layers 1..k (L_{1:k}(B^0) in eq. 5).
 
+        Gradients are tracked as in any forward (a training step may backpropagate through the states). To cache
+        states for inference, call it under `torch.no_grad()` (or `torch.inference_mode()`): otherwise every cached
+        output keeps its autograd graph, the activations of the k layers, alive.
+
         Args:
             input_ids (`torch.LongTensor` of shape `(batch_size, passage_length)`):
                 Passage tokens as they appear in the pair encoding, i.e. `passage [SEP]` without `[CLS]`.
@@ -719,7 +723,8 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
     def encode_passages(self, input_ids, attention_mask=None, token_type_ids=None) -> DeformerPassageOutput:
         """Cache passage states (the passage half of the lower k layers, §3): `(batch, passage_length)` ids ->
         [`DeformerPassageOutput`] with `(batch, passage_length, hidden_size)` states; see
-        [`DeformerBertModel.encode_passages`].
+        [`DeformerBertModel.encode_passages`]. Gradients are tracked: cache states for inference under
+        `torch.no_grad()`, or each cached output keeps its autograd graph alive.
 
         Raises:
             ValueError: as [`DeformerBertModel.encode_passages`] (k = 0, mis-shaped inputs, a passage beyond the

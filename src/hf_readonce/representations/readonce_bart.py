@@ -219,13 +219,14 @@ register_family(
             pipeline_tag="text2text-generation",
             widget=None,  # its pipeline reads a question with a document: no single-text example can run it
             usage=(
-                "```python\nfrom transformers import AutoModelForSeq2SeqLM, AutoTokenizer\n\n"
+                "```python\nimport torch\nfrom transformers import AutoModelForSeq2SeqLM, AutoTokenizer\n\n"
                 "model = AutoModelForSeq2SeqLM.from_pretrained(\"{repo_id}\", trust_remote_code=True).eval()\n"
                 "tokenizer = AutoTokenizer.from_pretrained(\"{repo_id}\"{trust})\n"
                 "passages = [\"Emma is a novel by Jane Austen, published in December 1815.\"]\n"
                 "questions = [\"Who wrote Emma?\"]   # one per passage, in order\n"
                 "doc = tokenizer(passages, truncation=True, max_length=256, padding=True, return_tensors=\"pt\")\n"
-                "reps = model.encode_documents(doc.input_ids, doc.attention_mask)   # read once\n"
+                "with torch.no_grad():   # else the representations keep their autograd graph alive\n"
+                "    reps = model.encode_documents(doc.input_ids, doc.attention_mask)   # read once\n"
                 "q = tokenizer(questions, padding=True, return_tensors=\"pt\")\n"
                 "answers = model.generate(input_ids=q.input_ids, attention_mask=q.attention_mask,\n"
                 "                         document_representations=reps, max_new_tokens=24)\n```"
