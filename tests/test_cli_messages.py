@@ -1,7 +1,8 @@
 """What `hf-readonce` says where a newcomer looked for it: what a stopped command left behind (each command its own
 line), `--no-progress` taken by every command, a file given as MODEL named as such, the counts a summary line left
 out, a note before a plain `encode` recomputes what a lost index no longer lists, and a store's mismatch said once,
-the specific reason first."""
+the specific reason first; the lines `verify --recompute --documents` sets aside, a setting's range error in the words
+of the option typed, a config.json without model_type, and what `--output` creates."""
 
 import pytest
 
@@ -334,3 +335,30 @@ def test_a_store_of_another_compute_dtype_gets_the_specific_reason_alone(tmp_pat
     assert line == (f"hf-readonce {command}: error: store {store} holds this checkpoint's states computed in "
                     "bfloat16; this run computes in float32: pass --compute-dtype bfloat16 to read them, or encode "
                     "again with this compute dtype."), line
+
+
+# ---------------------------------------------------------------------------------------------- newcomer's inputs
+def test_verify_recompute_reports_the_documents_lines_it_set_aside(tmp_path, checkpoint, qa_rows, capsys):
+    """`verify --recompute --documents` names the lines of the file it could not read, as `encode` and `answer` do
+    (it left them out in silence); verify's exit status still speaks of the store alone."""
+    import json
+
+    rows = qa_rows[:2]
+    docs = write_jsonl(tmp_path / "docs.jsonl", rows)
+    store = tmp_path / "store"
+    assert cli_main(["encode", str(checkpoint), "--documents", str(docs), "--store", str(store), "--no-progress",
+                     "--max-passage-length", "64", "--doc-stride", "16"]) == 0
+    capsys.readouterr()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(b"{not json\n" + json.dumps(rows[0]).encode() + b"\n" + b'{"context": "caf\xe9"}\n'
+                    + json.dumps({"id": "x", "context": " "}).encode() + b"\n" + json.dumps(rows[1]).encode() + b"\n")
+    for extra in ([], ["--json"]):
+        assert cli_main(["verify", "--store", str(store), "--recompute", "2", "--model", str(checkpoint),
+                         "--documents", str(bad), "--no-progress", *extra]) == 0
+        out, err = capsys.readouterr()
+        assert f"hf-readonce: {bad}: set aside 3 line(s):" in err, err
+        assert "line 1: not valid JSON" in err and "line 3: not valid UTF-8" in err and "line 4: empty document" in err
+        if extra:
+            assert json.loads(out)["recompute"][0]["recomputed"] == 2, out  # stdout stays one JSON document
+        else:
+            assert "2 of 2 document(s) recomputed from text" in out, out

@@ -1696,8 +1696,10 @@ def _recompute(args, store, corrupted):
             raise CommandError(f"--documents {documents} is not a file.")
         # verify's 1 means a damaged store
         args.text_field, _ = _input_fields(documents, args.text_field or None, status=EXIT_ERROR)
+        problems = []  # lines set aside, reported as `encode` reports them (not silently left out)
         texts = {content_hash(text): text for _, text in iter_documents(documents, text_field=args.text_field,
-                                                                          id_field=None, problems=[])}
+                                                                          id_field=None, problems=problems)}
+        _report_bad_lines(problems, documents)
     device = _device(args.device)
     reports, covered = [], set()
     for name in args.model:
