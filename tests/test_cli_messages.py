@@ -362,3 +362,39 @@ def test_verify_recompute_reports_the_documents_lines_it_set_aside(tmp_path, che
             assert json.loads(out)["recompute"][0]["recomputed"] == 2, out  # stdout stays one JSON document
         else:
             assert "2 of 2 document(s) recomputed from text" in out, out
+
+
+def test_a_setting_out_of_range_is_named_by_the_option_typed(tmp_path, checkpoint, qa_rows, capsys):
+    """A family setting's range error names the option the user typed (`--max-passage-length`), not the Python field
+    the library checks (`max_passage_length`); a value the checkpoint recorded, not typed, keeps the field's name."""
+    import json
+
+    docs = write_jsonl(tmp_path / "docs.jsonl", qa_rows[:1])
+    encode = ["encode", str(checkpoint), "--documents", str(docs), "--store", str(tmp_path / "s"), "--no-progress"]
+    for extra, said in ((["--num-decomposed-layers", "9"], "--num-decomposed-layers must be between 0 and "
+                                                           "num_hidden_layers=4, got 9."),
+                        (["--max-passage-length", "9999"], "--max-passage-length must be in [2, 128]"),
+                        (["--max-passage=9999"], "--max-passage-length must be in [2, 128]"),  # an abbreviation
+                        (["--max-passage-length", "64", "--doc-stride", "64"], "--doc-stride must be in [0, 63), got "
+                                                                               "64.")):
+        assert cli_main([*encode, *extra]) == 2, extra
+        line = _one_line(capsys.readouterr().err)
+        assert said in line and "_length`" not in line and "layers`" not in line and "stride`" not in line, line
+    assert not (tmp_path / "s").exists()
+    questions = write_jsonl(tmp_path / "q.jsonl", qa_rows[:1])
+    assert cli_main(["answer", str(checkpoint), "--questions", str(questions), "--store", str(tmp_path / "s"),
+                     "--output", str(tmp_path / "p.jsonl"), "--encode-missing", "--no-progress",
+                     "--max-passage-length", "64", "--doc-stride", "16", "--max-question-length", "2"]) == 2
+    assert "error: --max-question-length must be >= 3, got 2." in _one_line(capsys.readouterr().err)
+    recorded = tmp_path / "recorded"  # the checkpoint's own value: no option was typed, the field is named
+    recorded.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"):
+        (recorded / name).write_bytes((checkpoint / name).read_bytes())
+    config = json.loads((recorded / "config.json").read_text())
+    (recorded / "config.json").write_text(json.dumps({**config, "max_passage_length": 9999}))
+    encode[1] = str(recorded)
+    assert cli_main(encode) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "`max_passage_length` must be in [2, 128]" in line and "--max-passage-length 9999 (the checkpoint's)" in line
+    assert cli._in_option_words("`mentions` (--mentions) must be one of", {"mentions": "--mentions"}) == \
+        "--mentions must be one of"

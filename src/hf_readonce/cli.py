@@ -2181,7 +2181,7 @@ def main(argv=None) -> int:
         `int`: the exit status (0 success, 1 problems found, 2 errors; see the module docstring).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = None
+    args, typed = None, {}
     if argv and argv[0] == "demo":
         # the demo parses its own arguments, `--no-progress` included (it also turns off its own bars and Trainer's)
         demo_argv = argv[1:]
@@ -2208,6 +2208,7 @@ def main(argv=None) -> int:
             commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
             commands.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
         command = args.command
+        typed = _typed_options(parser, command, argv)
         restore = silence_progress_bars() if getattr(args, "no_progress", False) else None
 
         def run() -> int:
@@ -2215,8 +2216,8 @@ def main(argv=None) -> int:
     previous_term = _terminate_as_interrupt()  # (set, previous handler)
     try:
         return run()
-    except CommandError as error:
-        print(f"hf-readonce {command}: error: {error}", file=sys.stderr)
+    except CommandError as error:  # the library names a setting by its field: the user typed an option
+        print(f"hf-readonce {command}: error: {_in_option_words(str(error), typed)}", file=sys.stderr)
         return error.status
     except KeyboardInterrupt as stop:
         print(f"hf-readonce {command}: interrupted{_interrupted(command, args)}", file=sys.stderr)
@@ -2235,6 +2236,38 @@ def main(argv=None) -> int:
             restore()
         if previous_term[0]:
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous_term[1] is None else previous_term[1])
+
+
+def _typed_options(parser: argparse.ArgumentParser, command: str, argv) -> dict[str, str]:
+    """The options of `command` that `argv` gives, by destination: `{dest: option}`, e.g. `{"max_passage_length":
+    "--max-passage-length"}` (also for `--option=value`; an abbreviation argparse accepted counts as the option it
+    stands for; nothing after `--`)."""
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    strings = commands.choices[command]._option_string_actions
+    typed = {}
+    for arg in argv:
+        if arg == "--":
+            break
+        name = arg.split("=", 1)[0]
+        if not name.startswith("--"):
+            continue
+        matches = [name] if name in strings else sorted(s for s in strings if s.startswith(name))
+        if len({strings[s].dest for s in matches}) == 1:  # one option (an ambiguous abbreviation was refused)
+            typed[strings[matches[0]].dest] = matches[0]
+    return typed
+
+
+def _in_option_words(message: str, typed: dict[str, str]) -> str:
+    """`message` in the words of the command line: a setting the library's errors name by its field
+    (`` `max_passage_length` must be in [2, 512] ``, `` `num_decomposed_layers` must be ... ``), when its option
+    was given (`typed`, see [`_typed_options`]), is named by that option, `--max-passage-length` (spelled out where
+    an abbreviation was typed; a `(--option)` the message already adds after the field is not repeated). A field
+    whose value came from elsewhere (the checkpoint's config, a default) keeps its name."""
+    import re
+
+    for dest, option in typed.items():
+        message = re.sub(rf"`{re.escape(dest)}`(?: \({re.escape(option)}\))?", option, message)
+    return message
 
 
 def _interrupted(command: str, args) -> str:
