@@ -398,3 +398,37 @@ def test_a_setting_out_of_range_is_named_by_the_option_typed(tmp_path, checkpoin
     assert "`max_passage_length` must be in [2, 128]" in line and "--max-passage-length 9999 (the checkpoint's)" in line
     assert cli._in_option_words("`mentions` (--mentions) must be one of", {"mentions": "--mentions"}) == \
         "--mentions must be one of"
+
+
+@pytest.mark.parametrize("command", ["encode", "answer", "summarize", "verify"])
+def test_a_config_without_model_type_says_what_to_add(tmp_path, checkpoint, qa_rows, capsys, command):
+    """A checkpoint whose config.json records no model_type gets one line saying so and what to do, as the demo's
+    does, not transformers' "Unrecognized model in ... Should have a `model_type` key"."""
+    import json
+
+    docs = write_jsonl(tmp_path / "docs.jsonl", qa_rows[:1])
+    store = tmp_path / "store"
+    assert cli_main(["encode", str(checkpoint), "--documents", str(docs), "--store", str(store), "--no-progress",
+                     "--max-passage-length", "64", "--doc-stride", "16"]) == 0
+    capsys.readouterr()
+    untyped = tmp_path / "untyped"
+    untyped.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "model.safetensors"):
+        (untyped / name).write_bytes((checkpoint / name).read_bytes())
+    config = json.loads((checkpoint / "config.json").read_text())
+    model = str(untyped)
+    argv = {"encode": ["encode", model, "--documents", str(docs), "--store", str(tmp_path / "new")],
+            "answer": ["answer", model, "--store", str(store), "--questions", str(docs), "--output",
+                       str(tmp_path / "p.jsonl")],
+            "summarize": ["summarize", model, "--store", str(store), "--documents", str(docs), "--text-field",
+                          "context", "--output", str(tmp_path / "s.jsonl")],
+            "verify": ["verify", "--store", str(store), "--recompute", "1", "--model", model]}[command]
+    # with the `auto_map` a saved family model records (transformers then asks for remote code), and without it
+    for drop in (("model_type",), ("model_type", "auto_map")):
+        (untyped / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k not in drop}))
+        assert cli_main([*argv, "--no-progress"]) == 2
+        line = _one_line(capsys.readouterr().err)
+        assert f"cannot load model {model!r}: {untyped / 'config.json'} records no model_type" in line, line
+        assert 'add to it the "model_type" of the model it holds (one of ' in line and "deformer_bert" in line, line
+        assert "save_pretrained" in line and "Unrecognized" not in line, line
+    assert not (tmp_path / "new").exists() and not (tmp_path / "p.jsonl").exists()

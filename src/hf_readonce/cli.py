@@ -349,7 +349,8 @@ def _hub_unreachable(timeout: float = 3.0) -> str | None:
 
 def _config_error(name_or_path: str, error: Exception) -> str:
     """The one-line reason `AutoConfig.from_pretrained(name_or_path)` failed, in the words of this package: a local
-    folder whose `model_type` no installed family or transformers architecture knows points to `hf-readonce info`;
+    folder whose config.json records no `model_type` says so and what to add (transformers' own line gives no way
+    out); one whose `model_type` no installed family or transformers architecture knows points to `hf-readonce info`;
     a name that is neither a folder nor a shipped checkpoint and that the Hub could not provide names the shipped
     checkpoints (the closest first) instead of transformers' advice to check the internet connection."""
     import difflib
@@ -365,7 +366,13 @@ def _config_error(name_or_path: str, error: Exception) -> str:
             return f"cannot load model {name_or_path!r}: {config_file} is not a JSON object ({_one_line(error)})."
         from transformers import CONFIG_MAPPING
 
-        if model_type and model_type not in CONFIG_MAPPING:
+        if not model_type:  # transformers: "Unrecognized model ... Should have a `model_type` key", without a way out
+            types = dict.fromkeys(t for s in registered_families().values() if s.adapter is not None
+                                  for t in s.checkpoint_model_types)
+            return (f"cannot load model {name_or_path!r}: {config_file} records no model_type, so no architecture "
+                    f"can be chosen for it: add to it the \"model_type\" of the model it holds (one of "
+                    f"{', '.join(types)}), or save the checkpoint again with `save_pretrained`, which records it.")
+        if model_type not in CONFIG_MAPPING:
             families = ", ".join(t for s in registered_families().values() for t in s.model_types)
             return (f"cannot load model {name_or_path!r}: its model_type {model_type!r} is neither a transformers "
                     f"architecture nor an hf-readonce family (installed families: {families}; `hf-readonce info` "
