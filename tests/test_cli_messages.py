@@ -432,3 +432,16 @@ def test_a_config_without_model_type_says_what_to_add(tmp_path, checkpoint, qa_r
         assert 'add to it the "model_type" of the model it holds (one of ' in line and "deformer_bert" in line, line
         assert "save_pretrained" in line and "Unrecognized" not in line, line
     assert not (tmp_path / "new").exists() and not (tmp_path / "p.jsonl").exists()
+
+
+@pytest.mark.parametrize("command", ["answer", "summarize"])
+def test_output_help_says_missing_folders_are_created(command):
+    """`--output a/new/folder/out.jsonl` creates the missing folders (and removes them when the command stops before
+    writing the file): the option's help says so, and docs/cli.md, which lists it, too."""
+    import argparse
+
+    parser = cli.build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    output = next(a for a in commands[command]._actions if "--output" in a.option_strings)
+    assert "missing folders of its path are created" in output.help
+    assert "removed again if the command stops before writing it" in output.help

@@ -1986,7 +1986,9 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
                                     "info`), EM/F1 beside the baselines when rows carry answers")
     model_options(answer)
     answer.add_argument("--questions", required=True, help="JSONL with id, question, context (answers optional)")
-    answer.add_argument("--output", required=True, help="predictions JSONL (id, prediction_text)")
+    answer.add_argument("--output", required=True,
+                        help="predictions JSONL (id, prediction_text); missing folders of its path are created "
+                             "(and removed again if the command stops before writing it)")
     answer.add_argument("--max-question-length", type=_positive_int, default=None,
                         help="question tokens, [CLS] and [SEP] included (default: the checkpoint's, else 64)")
     answer.add_argument("--n-best-size", type=_positive_int, default=None,
@@ -2022,7 +2024,9 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
                                          "representations (`hf-readonce info` lists them)")
     summarize.add_argument("--store", required=True, help="store directory (`hf-readonce encode` fills it)")
     summarize.add_argument("--documents", required=True, help="JSONL file, one document per line")
-    summarize.add_argument("--output", required=True, help="summaries JSONL (id, summary_text)")
+    summarize.add_argument("--output", required=True,
+                           help="summaries JSONL (id, summary_text); missing folders of its path are created "
+                                "(and removed again if the command stops before writing it)")
     summarize.add_argument("--text-field", default="document", help="field holding the text (default: document)")
     summarize.add_argument("--id-field", default=None, help="field naming the document (default: id)")
     summarize.add_argument("--summary-field", default=None,
