@@ -352,3 +352,31 @@ def test_tokens_count_only_the_documents_this_run_committed(tmp_path, tokenizer)
     second = adapter.num_tokens(adapter.encode([texts[1]])[0])
     assert stats.encoded_hashes == [content_hash(texts[1])] and stats.already_stored == 1
     assert stats.tokens == second
+
+
+def test_ctrl_c_during_a_shard_an_add_commits_stops_the_run_as_an_interrupt(tmp_path, tokenizer, monkeypatch):
+    """Ctrl-C while the shard that `writer.add` fills up is written is held until its manifest is written, then
+    delivered from inside `add`: the run stops with the `KeyboardInterrupt` (the documents committed counted, their
+    tokens too), not with a `KeyError` of the token count of the document that `add` had no time to record."""
+    import os
+    import signal
+
+    from hf_readonce.store import store as store_module
+
+    model = tiny_model()
+    adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=32, doc_stride=8)
+    texts = ["The cat sat on the mat.", "A dog ran across the long green field to the river."]
+    original = store_module._atomic_write
+
+    def interrupted(path, data, tmp_dir):  # Ctrl-C arrives while the first shard is written
+        if path.suffix == ".safetensors" and not list((tmp_path / "s" / "index").iterdir()):
+            os.kill(os.getpid(), signal.SIGINT)
+        return original(path, data, tmp_dir)
+
+    monkeypatch.setattr(store_module, "_atomic_write", interrupted)
+    seen = []
+    with pytest.raises(KeyboardInterrupt):
+        fill_store(adapter, RepresentationStore(tmp_path / "s"), texts, dtype="fp32", documents_per_batch=2,
+                   shard_size_bytes=1, on_batch=lambda stats: seen.append((stats.encoded, stats.tokens)))
+    first = adapter.num_tokens(adapter.encode([texts[0]])[0])
+    assert len(RepresentationStore(tmp_path / "s")) == 1 and seen[-1] == (1, first)

@@ -148,8 +148,10 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
             stats.truncated += cut([text for _, _, text in pending])
         for (doc_hash, doc_id, _), tensors in zip(pending, encoded):
             tokens = adapter.num_tokens(tensors)
-            if writer.add(doc_hash, tensors, meta={"id": doc_id, "num_tokens": tokens}):
-                tokens_of[doc_hash] = tokens
+            # recorded before `add`, which may commit the document's shard and then deliver a Ctrl-C held meanwhile
+            tokens_of[doc_hash] = tokens
+            if not writer.add(doc_hash, tensors, meta={"id": doc_id, "num_tokens": tokens}):
+                del tokens_of[doc_hash]
         pending.clear()
 
     def report():  # the running stats: what is committed to the store so far
