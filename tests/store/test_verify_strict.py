@@ -87,3 +87,26 @@ def test_an_ambiguous_manifest_of_a_damaged_shard_is_one_corruption_and_repair_k
     assert store.verify().ok and len(store) == 2
     for i, h in enumerate(hashes[:-1]):
         torch.testing.assert_close(store.get(FP, SETTINGS, h), states(i))
+
+
+@pytest.mark.parametrize("meta", [{1: "a", "1": "b"}, {"id": "x", "extra": {True: 1, "true": 2}}, {None: 0, "null": 1}])
+def test_metadata_whose_keys_collide_as_json_is_refused_not_written_as_a_manifest_verify_calls_corrupted(tmp_path,
+                                                                                                          meta):
+    """JSON keys are strings: `1` and `"1"` would both be written as `"1"`, a manifest (and shard header) with one
+    key given twice, which `verify` names as corrupted. `add` refuses such metadata before anything is written."""
+    store = RepresentationStore(tmp_path / "s")
+    with pytest.raises(TypeError, match="`meta`.*given twice"):
+        store.put(FP, SETTINGS, content_hash("document"), states(0), meta=meta)
+    store.put(FP, SETTINGS, content_hash("document"), states(0), meta={1: "a", "2": "b"})  # distinct as JSON: kept
+    assert store.verify().ok and store.get_meta(FP, SETTINGS, content_hash("document")) == {"1": "a", "2": "b"}
+
+
+def test_metadata_is_kept_as_json_gives_it_back_so_the_writing_process_verifies_its_own_manifest(tmp_path):
+    """Metadata with an int key or a tuple is indexed as JSON gives it back (`"1"`, a list) in the process that wrote
+    it too: `verify` there found its in-memory manifest disagreeing with the shard's header."""
+    store = RepresentationStore(tmp_path / "s")
+    store.put(FP, SETTINGS, content_hash("document"), states(0), meta={1: "a", "span": (3, 7)})
+    assert store.verify().ok
+    expected = {"1": "a", "span": [3, 7]}
+    assert store.get_meta(FP, SETTINGS, content_hash("document")) == expected
+    assert RepresentationStore(tmp_path / "s").get_meta(FP, SETTINGS, content_hash("document")) == expected

@@ -72,7 +72,7 @@ from .keys import (
     space_key,
 )
 from .maintenance import VerifyReport, prune_store, repair_store, store_info, verify_store
-from .manifest import check_manifest, is_store_file, path_problem
+from .manifest import check_manifest, is_store_file, path_problem, strict_json_problem
 from .shards import (
     _STORABLE,
     DEFAULT_SHARD_SIZE_BYTES,
@@ -921,7 +921,7 @@ class StoreWriter:
 
         Raises:
             ValueError: bad hash or tensor names, fp16 overflow. TypeError: non-tensors, unsupported dtypes,
-            metadata that is not JSON.
+            metadata that is not JSON (or whose keys collide as JSON strings, e.g. `1` and `"1"`).
         """
         if not isinstance(document_hash, str):
             raise ValueError(f"`document_hash` must be a 64-character lowercase hex SHA-256, got {document_hash!r}.")
@@ -931,9 +931,13 @@ class StoreWriter:
                             f"{type(meta).__name__}.")
         meta = dict(meta or {})
         try:
-            json.dumps(meta, allow_nan=False)
+            written = json.dumps(meta, allow_nan=False)
         except (TypeError, ValueError) as error:
             raise TypeError(f"`meta` must be JSON-serializable: {error}") from None
+        problem = strict_json_problem(written.encode())
+        if problem is not None:  # e.g. {1: ..., "1": ...}: JSON keys are strings, so both become "1"
+            raise TypeError(f"`meta` must be JSON-serializable as one unambiguous object: as JSON, {problem}.")
+        meta = json.loads(written)  # as every reader gets it back (int keys as str, tuples as lists)
         if document_hash in self._buffered_hashes or self.store.has(self.space.key, document_hash):
             self.skipped.append(document_hash)
             return False
