@@ -233,6 +233,107 @@ def test_an_unreachable_hub_on_upload_is_said_as_such(tmp_path, checkpoint, caps
     assert "hf auth login" in line and "--local-dir DIR" in line and "please report it" not in line, line
 
 
+class _NoHub:
+    """An `HfApi` that fails the test if the command reaches the Hub."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def create_repo(self, *args, **kwargs):
+        raise AssertionError("the command reached the Hub")
+
+
+@pytest.fixture
+def no_hub(monkeypatch):
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", _NoHub)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+
+
+def test_a_checkpoint_without_weights_is_not_called_a_hub_or_local_dir_problem(tmp_path, checkpoint, capsys, no_hub):
+    """A checkpoint folder without its weights file: `publish` said "cannot upload to the Hub (Error no file named
+    model.safetensors ...); check the network and your token" (and with --local-dir "cannot write the repo folder
+    --local-dir ...; Pass a folder you can write to"), a local folder's problem told as the network's or the output
+    folder's; it names the missing weights, with or without --local-dir."""
+    import shutil
+
+    model = tmp_path / "no-weights"
+    shutil.copytree(checkpoint, model)
+    (model / "model.safetensors").unlink()
+    options = ["--repo-id", "someone/tiny", "--max-passage-length", "64", "--doc-stride", "16", "--no-progress"]
+    for local_dir in ([], ["--local-dir", str(tmp_path / "out")]):
+        assert cli_main(["publish", str(model), *options, *local_dir]) == 2
+        line = _one_line(capsys.readouterr().err)
+        assert f"MODEL_DIR '{model}' has no loadable weights" in line, line
+        assert "the Hub" not in line and "hf auth login" not in line and "a folder you can write to" not in line, line
+        assert not (tmp_path / "out").exists()
+
+
+def test_a_full_disk_while_assembling_the_upload_is_not_called_a_hub_problem(tmp_path, checkpoint, capsys, no_hub,
+                                                                            monkeypatch):
+    """Without --local-dir the repo folder is assembled in a temporary folder before the upload: a full disk there
+    (an `OSError` of this machine) was "cannot upload to the Hub ([Errno 28] No space left on device ...); check the
+    network and your token"; the line says it is a local error and where the folder is assembled."""
+    import errno
+    import tempfile
+
+    import transformers
+
+    def full_disk(self, folder, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(folder))
+
+    monkeypatch.setattr(transformers.PreTrainedModel, "save_pretrained", full_disk)
+    assert cli_main(["publish", str(checkpoint), "--repo-id", "someone/tiny", "--max-passage-length", "64",
+                     "--doc-stride", "16", "--no-progress"]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "No space left on device" in line and tempfile.gettempdir() in line and "TMPDIR" in line, line
+    assert "check the network" not in line and "hf auth login" not in line, line
+
+
+def test_a_config_field_of_the_wrong_type_is_not_called_a_hub_problem(tmp_path, checkpoint, capsys, no_hub):
+    """transformers' configs validate their fields with huggingface_hub's strict dataclasses: a config.json field of
+    the wrong type raises a `huggingface_hub.errors.StrictDataclassFieldValidationError`, which `publish` called a Hub
+    upload failure ("check the network and your token") or, with --local-dir, an unexpected error ("please report
+    it"); it is the checkpoint's problem, named in one line."""
+    import json
+    import shutil
+
+    model = tmp_path / "bad-config"
+    shutil.copytree(checkpoint, model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "hidden_size": "x"}))
+    for local_dir in ([], ["--local-dir", str(tmp_path / "out")]):
+        assert cli_main(["publish", str(model), "--repo-id", "someone/tiny", "--no-progress", *local_dir]) == 2
+        line = _one_line(capsys.readouterr().err)
+        assert f"MODEL_DIR '{model}' is not a loadable checkpoint" in line and "hidden_size" in line, line
+        assert "the Hub" not in line and "please report it" not in line, line
+
+
+def test_hub_errors_are_those_of_the_hub_client_and_its_http_stack():
+    """`_is_hub_error`: the errors of huggingface_hub's HTTP clients (httpx2 over httpcore2 in huggingface_hub 2.x),
+    of hf_xet (its upload client; a rejected token is an `XetAuthenticationError`, a `PermissionError`) and
+    connection errors are the Hub's; a local `OSError` and huggingface_hub's strict-dataclass errors (a config.json
+    field of the wrong type) are not."""
+    import errno
+
+    from huggingface_hub.errors import StrictDataclassFieldValidationError
+
+    def error_of(module, base=Exception):
+        return type("SomeError", (base,), {"__module__": module})("x")
+
+    for module in ("httpx2._exceptions", "httpcore2._exceptions", "httpx", "requests.exceptions", "urllib3",
+                   "hf_xet", "huggingface_hub.errors"):
+        assert cli._is_hub_error(error_of(module)), module
+    assert cli._is_hub_error(error_of("hf_xet", PermissionError))
+    assert cli._is_hub_error(ConnectionRefusedError(errno.ECONNREFUSED, "refused"))
+    assert cli._is_hub_error(TimeoutError("timed out"))
+    assert not cli._is_hub_error(OSError(errno.ENOSPC, "No space left on device"))
+    assert not cli._is_hub_error(PermissionError(errno.EACCES, "Permission denied"))
+    assert not cli._is_hub_error(StrictDataclassFieldValidationError("hidden_size", ValueError("expected int")))
+    assert not cli._is_hub_error(KeyError("a programming error"))
+
+
 # ---------------------------------------------------------------------------------------------- a file as MODEL
 def test_a_file_given_as_model_is_named_by_every_command(tmp_path, checkpoint, qa_rows, capsys):
     docs = write_jsonl(tmp_path / "passages.jsonl", qa_rows[:2])

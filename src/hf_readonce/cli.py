@@ -1876,10 +1876,18 @@ def cmd_publish(args) -> int:
         message = message.replace("pass `representation_settings`", "pass its family's setting options (`hf-readonce "
                                   "info` lists them)").replace("`model_dir`", "MODEL_DIR")
         raise CommandError(message) from None
-    except OSError as error:  # a read-only or full --local-dir, or the Hub unreachable (requests' errors are OSErrors)
+    except OSError as error:  # a read-only or full --local-dir, the Hub unreachable (requests' errors are OSErrors),
+        # or this machine's error while the repo folder is assembled before the upload (a full temporary folder)
         if args.local_dir:
             raise CommandError(f"cannot write the repo folder --local-dir {args.local_dir}: {_one_line(error)}; "
                                "nothing was left half-written. Pass a folder you can write to.") from None
+        if not _is_hub_error(error):
+            import tempfile
+
+            raise CommandError(f"cannot assemble the repo folder to upload: {_one_line(error)} (an error of this "
+                               f"machine, not the Hub's); it is assembled under {tempfile.gettempdir()} before the "
+                               "upload: free space there or set TMPDIR, or pass --local-dir DIR to write it there "
+                               "without uploading.") from None
         raise CommandError(_hub_error(error)) from None
     except Exception as error:
         if args.local_dir or not _is_hub_error(error):
@@ -1898,14 +1906,29 @@ def cmd_publish(args) -> int:
     return EXIT_OK
 
 
-# the packages whose errors mean the Hub could not be reached or refused the upload: huggingface_hub itself and the
-# HTTP clients it has used (requests up to 0.x, httpx, and the httpx2 fork of huggingface_hub 2.x, over httpcore)
-_HUB_ERROR_PACKAGES = ("huggingface_hub", "requests", "httpx", "httpx2", "httpcore", "urllib3")
+# the packages whose errors mean the Hub could not be reached or refused the upload: huggingface_hub itself, the
+# HTTP clients it has used (requests up to 0.x, httpx over httpcore, and httpx2 over httpcore2 in 2.x) and hf_xet,
+# its upload client
+_HUB_ERROR_PACKAGES = ("huggingface_hub", "requests", "httpx", "httpx2", "httpcore", "httpcore2", "urllib3", "hf_xet")
 
 
 def _is_hub_error(error: BaseException) -> bool:
-    """Whether `error` (or one of its base classes) comes from the Hub client or the HTTP stack under it."""
-    return any(getattr(cls, "__module__", "").split(".")[0] in _HUB_ERROR_PACKAGES for cls in type(error).__mro__)
+    """Whether `error` says the Hub could not be reached or refused the upload: an error of a package of
+    `_HUB_ERROR_PACKAGES`, known by any of its classes (huggingface_hub's HTTP errors derive from its HTTP client's),
+    or a connection or timeout error of any origin. Not a local `OSError` (a full disk, a folder that cannot be read)
+    nor huggingface_hub's strict-dataclass errors, which transformers' configs raise for a config.json field of the
+    wrong type."""
+    import socket
+    import ssl
+
+    from huggingface_hub.errors import StrictDataclassError
+
+    if isinstance(error, StrictDataclassError):
+        return False
+    if isinstance(error, (ConnectionError, TimeoutError, socket.gaierror, ssl.SSLError)):
+        return True
+    return any((getattr(cls, "__module__", None) or "").split(".")[0] in _HUB_ERROR_PACKAGES
+               for cls in type(error).__mro__)
 
 
 def _hub_error(error: BaseException) -> str:

@@ -143,6 +143,7 @@ def representation_format_for(model, tokenizer, *, dtype: str = "float16", setti
 
 def _load(model_dir: Path):
     import transformers
+    from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoConfig, AutoTokenizer
 
     from .. import register_models
@@ -152,8 +153,9 @@ def _load(model_dir: Path):
     register_models()
     try:
         config = AutoConfig.from_pretrained(model_dir)
-    except (OSError, ValueError) as error:
-        raise ValueError(f"`model_dir` {str(model_dir)!r} is not a loadable checkpoint: {error}") from None
+    except (OSError, ValueError, StrictDataclassError) as error:  # the last: a field of the wrong type
+        raise ValueError(f"`model_dir` {str(model_dir)!r} is not a loadable checkpoint: "
+                         f"{' '.join(str(error).split())}") from None
     spec = next((s for s in registered_families().values() if config.model_type in s.model_types), None)
     if spec is None:
         loaders: dict[str, list[str]] = {}
@@ -166,7 +168,12 @@ def _load(model_dir: Path):
         known = sorted(t for s in registered_families().values() for t in s.model_types)
         raise ValueError(f"`model_dir` holds a {config.model_type!r} model; publish takes hf-readonce models: "
                          f"{known}{hint}.")
-    model = load_quietly(getattr(transformers, spec.auto_class).from_pretrained, model_dir, dtype="auto").eval()
+    try:
+        model = load_quietly(getattr(transformers, spec.auto_class).from_pretrained, model_dir, dtype="auto").eval()
+    except OSError as error:  # no weights file, or one that cannot be read: the folder's problem, not the output's
+        raise ValueError(f"`model_dir` {str(model_dir)!r} has no loadable weights ({' '.join(str(error).split()).rstrip('.')}); "
+                         "a published model needs config.json and its weights (model.safetensors) as "
+                         "`save_pretrained` writes them.") from None
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
     except (OSError, ValueError, TypeError) as error:
@@ -297,7 +304,7 @@ def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, s
         [`PublishResult`].
 
     Raises:
-        ValueError: a bad `repo_id`, a `model_dir` that is not an hf-readonce checkpoint or lacks a tokenizer, a
+        ValueError: a bad `repo_id`, a `model_dir` that is not an hf-readonce checkpoint or lacks its weights or a tokenizer, a
             non-empty `local_dir` (or, with `store`, a non-empty `<local_dir>-representations/`), a store without this model's representations (`RepresentationMismatchError`, a
             `ValueError`, naming what differs).
         TypeError: arguments of the wrong type (naming them).
