@@ -548,6 +548,26 @@ def test_gpt2_memory_attention_keeps_gpt2_argument_order_and_refuses_cross_atten
             attention(window, DynamicCache(config=model.config), cache=DynamicCache(config=model.config))
 
 
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_memory_attention_without_an_eager_attention_hook_says_so(implementation):
+    """`MemoryAttentionMixin` says a hook left undefined raises `NotImplementedError`; its `_eager_attention` (a class
+    attribute, `None` on the mixin) did not: the eager path called `None` ("'NoneType' object is not callable") and
+    the sdpa path ran without it. A family that forgets it is told so on either path, by name."""
+    from hf_readonce.models.recurrent.modeling_recurrent_llama import RecurrentLlamaAttention
+
+    class Forgetful(RecurrentLlamaAttention):
+        _eager_attention = None
+
+    model = tiny("llama", attn_implementation=implementation)
+    attention = Forgetful(model.config, layer_idx=1)
+    window = torch.randn(1, 3, 32, generator=torch.Generator().manual_seed(5))
+    rope = model.model.rotary_emb(window, position_ids=torch.arange(3)[None])
+    with torch.no_grad(), pytest.raises(NotImplementedError, match="Forgetful must define `_eager_attention`"):
+        attention(window, position_embeddings=rope, attention_mask=None, memory_states=window[:, :1])
+    with torch.no_grad():  # without the memory it is the family's own attention: no hook is needed
+        assert attention(window, position_embeddings=rope, attention_mask=None)[0].shape == window.shape
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_logits_to_keep_beyond_the_sequence_keeps_all_of_it_as_transformers_does(family):
     model, x = tiny(family), ids(2, 40)

@@ -355,6 +355,8 @@ class MemoryAttentionMixin:
 
         Raises:
             ValueError: both `past_key_values` and `cache`.
+            NotImplementedError: with `memory_states`, a projection hook or `_eager_attention` the family left
+                undefined.
         """
         past_key_values = either_cache(past_key_values, cache)
         if memory_states is None:
@@ -362,6 +364,9 @@ class MemoryAttentionMixin:
                 kwargs["position_embeddings"] = position_embeddings
             return super().forward(hidden_states, attention_mask=attention_mask, **{CACHE_NAME: past_key_values},
                                    **kwargs)
+        if self._eager_attention is None:  # the interface's default: needed in eager mode, checked in every mode
+            raise NotImplementedError(f"{type(self).__name__} must define `_eager_attention` (the family's eager "
+                                      "attention function, a staticmethod).")
         query, key, value = self._project_window(hidden_states, position_embeddings)
         if past_key_values is not None:
             key, value = past_key_values.update(key, value, self.layer_idx)
