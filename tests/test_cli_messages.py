@@ -328,6 +328,7 @@ def test_hub_errors_are_those_of_the_hub_client_and_its_http_stack():
     assert cli._is_hub_error(error_of("hf_xet", PermissionError))
     assert cli._is_hub_error(ConnectionRefusedError(errno.ECONNREFUSED, "refused"))
     assert cli._is_hub_error(TimeoutError("timed out"))
+    assert cli._is_hub_error(OSError(errno.ENETUNREACH, "Network is unreachable"))  # no ConnectionError subclass
     assert not cli._is_hub_error(OSError(errno.ENOSPC, "No space left on device"))
     assert not cli._is_hub_error(PermissionError(errno.EACCES, "Permission denied"))
     assert not cli._is_hub_error(StrictDataclassFieldValidationError("hidden_size", ValueError("expected int")))

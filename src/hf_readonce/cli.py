@@ -1915,9 +1915,10 @@ _HUB_ERROR_PACKAGES = ("huggingface_hub", "requests", "httpx", "httpx2", "httpco
 def _is_hub_error(error: BaseException) -> bool:
     """Whether `error` says the Hub could not be reached or refused the upload: an error of a package of
     `_HUB_ERROR_PACKAGES`, known by any of its classes (huggingface_hub's HTTP errors derive from its HTTP client's),
-    or a connection or timeout error of any origin. Not a local `OSError` (a full disk, a folder that cannot be read)
-    nor huggingface_hub's strict-dataclass errors, which transformers' configs raise for a config.json field of the
-    wrong type."""
+    or a connection, network or timeout error of any origin. Not a local `OSError` (a full disk, a folder that cannot
+    be read) nor huggingface_hub's strict-dataclass errors, which transformers' configs raise for a config.json field
+    of the wrong type."""
+    import errno
     import socket
     import ssl
 
@@ -1925,7 +1926,8 @@ def _is_hub_error(error: BaseException) -> bool:
 
     if isinstance(error, StrictDataclassError):
         return False
-    if isinstance(error, (ConnectionError, TimeoutError, socket.gaierror, ssl.SSLError)):
+    if isinstance(error, (ConnectionError, TimeoutError, socket.gaierror, ssl.SSLError)) or getattr(
+            error, "errno", None) in (errno.ENETUNREACH, errno.ENETDOWN, errno.EHOSTUNREACH, errno.EHOSTDOWN):
         return True
     return any((getattr(cls, "__module__", None) or "").split(".")[0] in _HUB_ERROR_PACKAGES
                for cls in type(error).__mro__)
