@@ -171,9 +171,9 @@ def _load(model_dir: Path):
     try:
         model = load_quietly(getattr(transformers, spec.auto_class).from_pretrained, model_dir, dtype="auto").eval()
     except OSError as error:  # no weights file, or one that cannot be read: the folder's problem, not the output's
-        raise ValueError(f"`model_dir` {str(model_dir)!r} has no loadable weights ({' '.join(str(error).split()).rstrip('.')}); "
-                         "a published model needs config.json and its weights (model.safetensors) as "
-                         "`save_pretrained` writes them.") from None
+        reason = " ".join(str(error).split()).rstrip(".")
+        raise ValueError(f"`model_dir` {str(model_dir)!r} has no loadable weights ({reason}); a published model needs "
+                         "config.json and its weights (model.safetensors) as `save_pretrained` writes them.") from None
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
     except (OSError, ValueError, TypeError) as error:
@@ -304,8 +304,8 @@ def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, s
         [`PublishResult`].
 
     Raises:
-        ValueError: a bad `repo_id`, a `model_dir` that is not an hf-readonce checkpoint or lacks its weights or a tokenizer, a
-            non-empty `local_dir` (or, with `store`, a non-empty `<local_dir>-representations/`), a store without this model's representations (`RepresentationMismatchError`, a
+        ValueError: a bad `repo_id`, a `model_dir` that is not an hf-readonce checkpoint or lacks its weights or a
+            tokenizer, a non-empty `local_dir` (or, with `store`, a non-empty `<local_dir>-representations/`), a store without this model's representations (`RepresentationMismatchError`, a
             `ValueError`, naming what differs).
         TypeError: arguments of the wrong type (naming them).
         FileNotFoundError: a missing `model_dir`, `metrics` file or store.
