@@ -536,6 +536,37 @@ def test_a_config_without_model_type_says_what_to_add(tmp_path, checkpoint, qa_r
     assert not (tmp_path / "new").exists() and not (tmp_path / "p.jsonl").exists()
 
 
+@pytest.mark.parametrize("command", ["encode", "answer", "summarize", "verify"])
+def test_a_config_field_of_the_wrong_type_is_the_checkpoints_error(tmp_path, checkpoint, qa_rows, capsys, command):
+    """A config.json field of the wrong type (`"hidden_size": "x"`) makes transformers' config raise huggingface_hub's
+    `StrictDataclassFieldValidationError`, which the loading commands called an unexpected error ("please report
+    it"): it is one line naming the model and the field, exit status 2, and nothing is created."""
+    import json
+    import shutil
+
+    docs = write_jsonl(tmp_path / "docs.jsonl", qa_rows[:1])
+    store = tmp_path / "store"
+    assert cli_main(["encode", str(checkpoint), "--documents", str(docs), "--store", str(store), "--no-progress",
+                     "--max-passage-length", "64", "--doc-stride", "16"]) == 0
+    capsys.readouterr()
+    bad = tmp_path / "bad-config"
+    shutil.copytree(checkpoint, bad)
+    config = json.loads((bad / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps({**config, "hidden_size": "x"}))
+    model = str(bad)
+    argv = {"encode": ["encode", model, "--documents", str(docs), "--store", str(tmp_path / "new")],
+            "answer": ["answer", model, "--store", str(store), "--questions", str(docs), "--output",
+                       str(tmp_path / "p.jsonl")],
+            "summarize": ["summarize", model, "--store", str(store), "--documents", str(docs), "--text-field",
+                          "context", "--output", str(tmp_path / "s.jsonl")],
+            "verify": ["verify", "--store", str(store), "--recompute", "1", "--model", model]}[command]
+    assert cli_main([*argv, "--no-progress"]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"cannot load model {model!r}" in line and "hidden_size" in line, line
+    assert "please report it" not in line and "unexpected" not in line, line
+    assert not (tmp_path / "new").exists() and not (tmp_path / "p.jsonl").exists() and not (tmp_path / "s.jsonl").exists()
+
+
 @pytest.mark.parametrize("command", ["answer", "summarize"])
 def test_output_help_says_missing_folders_are_created(command):
     """`--output a/new/folder/out.jsonl` creates the missing folders (and removes them when the command stops before

@@ -400,6 +400,7 @@ def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, d
     Raises:
         CommandError: if the checkpoint cannot be loaded or no adapter is registered for its model type.
     """
+    from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoConfig, AutoTokenizer, set_seed
 
     from . import register_models
@@ -410,7 +411,7 @@ def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, d
 
     try:
         config = AutoConfig.from_pretrained(name_or_path)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, StrictDataclassError) as error:  # the last: a config.json field of the wrong type
         raise CommandError(_config_error(name_or_path, error)) from None
     try:
         adapter_class = get_adapter_class(config.model_type)
@@ -473,6 +474,7 @@ def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, d
 def _family_of(name_or_path: str):
     """The [`FamilySpec`] of a checkpoint's model type (or of a checkpoint type a family's adapter loads), or None
     when the config cannot be read or no family has it (the model loader then says why, in its own words)."""
+    from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoConfig
 
     from . import register_models
@@ -481,7 +483,7 @@ def _family_of(name_or_path: str):
     register_models()
     try:
         return family_of(AutoConfig.from_pretrained(name_or_path).model_type)
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, StrictDataclassError):  # the last: a config.json field of the wrong type
         return None
 
 
@@ -1802,6 +1804,7 @@ def _publish_settings(args, model_dir) -> dict | None:
     settings = {name: getattr(args, name) for name in _setting_names() if getattr(args, name, None) is not None}
     if not settings:
         return None
+    from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoConfig
 
     from . import register_models
@@ -1810,7 +1813,7 @@ def _publish_settings(args, model_dir) -> dict | None:
     register_models()
     try:
         model_type = AutoConfig.from_pretrained(model_dir).model_type
-    except (OSError, ValueError):
+    except (OSError, ValueError, StrictDataclassError):
         return settings  # publish() says what is wrong with the folder
     if model_type not in registered_adapters() and any(model_type in adapter.checkpoint_model_types
                                                        for adapter in registered_adapters().values()):
