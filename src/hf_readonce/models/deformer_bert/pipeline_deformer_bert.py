@@ -28,6 +28,9 @@ import zlib
 import torch
 from transformers import AutoModelForQuestionAnswering
 from transformers.pipelines import PIPELINE_REGISTRY, Pipeline
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
 
 _DEFAULT_MAX_QUESTION_LEN = 64
 _DEFAULT_MAX_PASSAGE_LEN = 320
@@ -211,6 +214,39 @@ def _check_bool(name: str, value) -> bool:
     return value
 
 
+def _questions_cut(batch) -> int:
+    """How many questions of a tokenized `batch` were cut to the `max_length` they were tokenized with: those whose
+    encoding holds `overflowing` tokens. Read from the tokenization the pipeline does anyway, so no question is
+    tokenized again; a batch without encodings (not from a fast tokenizer) counts none.
+
+    Args:
+        batch (`BatchEncoding`): questions tokenized with `truncation=True, max_length=...` (one or several).
+
+    Returns:
+        `int`: the number of questions cut.
+    """
+    return sum(1 for encoding in getattr(batch, "encodings", None) or [] if encoding.overflowing)
+
+
+def _note_questions_cut(cut: int, total: int, max_length: int, limit: int | None = None) -> None:
+    """Say in one warning on this module's logger that `cut` of the `total` questions of a call held more than the
+    `max_length` tokens read per question and were cut to them: their answers come from those tokens only (what
+    `hf-readonce answer` notes for the same questions). Nothing is said when `cut` is 0.
+
+    Args:
+        cut (`int`): the questions cut. total (`int`): the questions of the call.
+        max_length (`int`): the tokens read per question (the call's `max_question_len`).
+        limit (`int`, *optional*): the largest `max_question_len` the model reads (e.g. its positions); `None`: no
+            bound.
+    """
+    if not cut:
+        return
+    more = ("the model reads no more of a question" if limit is not None and max_length >= limit
+            else "`max_question_len` reads more" + (f", up to {limit}" if limit is not None else ""))
+    logger.warning(f"{cut} of {total} question(s) held more than the {max_length} tokens read per question and were "
+                   f"cut to them: their answers come from those tokens only ({more}).")
+
+
 def passage_windows(input_ids: list[int], offsets: list, max_passage_len: int, doc_stride: int,
                     sep_token_id: int) -> tuple[list[list[int]], list[list]]:
     """Cut a passage's tokens (no special tokens) into windows of `max_passage_len - 1` tokens + `[SEP]`,
@@ -355,7 +391,8 @@ class DeformerQuestionAnsweringPipeline(_TokenizerPipeline):
             once.
         max_answer_len (`int`, defaults to 15): longest answer in tokens.
         max_question_len (`int`, *optional*): question length in tokens, `[CLS]` and `[SEP]` included (longer
-            questions are truncated). Defaults to the checkpoint's `max_question_length`, else 64.
+            questions are truncated; one warning per call counts them). Defaults to the checkpoint's
+            `max_question_length`, else 64 (as `hf-readonce answer`).
         max_passage_len (`int`, *optional*): window length in tokens, `[SEP]` included. Defaults to the checkpoint's
             `max_passage_length`, else `max_seq_len - max_question_len` when `max_seq_len` is given, else 320 (at
             most `max_position_embeddings - passage_position_offset`).
@@ -562,11 +599,15 @@ class DeformerQuestionAnsweringPipeline(_TokenizerPipeline):
             groups.setdefault(c, []).append(index)
         self._prepare(list(groups), preprocess_params, forward_params)
         results: list = [None] * len(pairs)
+        cut = 0  # questions cut to max_question_len, over every context: one warning per call
         for c, indices in groups.items():
             group = {"context": c, "questions": [pairs[i][0] for i in indices]}
-            answers = self.run_single(group, preprocess_params, forward_params, postprocess_params)
+            model_inputs = self.preprocess(group, **preprocess_params)
+            cut += model_inputs["questions_cut"]
+            answers = self.postprocess(self.forward(model_inputs, **forward_params), **postprocess_params)
             for i, answer in zip(indices, answers):
                 results[i] = answer
+        _note_questions_cut(cut, len(pairs), model_inputs["max_question_len"], model_inputs["question_limit"])
         single = inputs is None and isinstance(question, str) or isinstance(inputs, dict)
         return results[0] if single else results
 
@@ -669,7 +710,9 @@ class DeformerQuestionAnsweringPipeline(_TokenizerPipeline):
     def preprocess(self, group, max_question_len=None, max_passage_len=None, max_seq_len=None, doc_stride=None):
         """Tokenize one context into windows and its questions. Returns a dict with `window_ids` (list of id lists,
         `[SEP]` last), `window_offsets` (per window `(start, end)` character spans, `None` for `[SEP]`),
-        `question_ids` and `context`."""
+        `question_ids`, `context`, `questions_cut` (how many questions held more than `max_question_len` tokens and
+        were cut to them), `max_question_len` (the length used) and `question_limit` (the largest the model reads,
+        `max_position_embeddings`); `__call__` says in one warning how many questions of the call were cut."""
         max_question_len, max_passage_len, doc_stride = self._window_settings(
             max_question_len, max_passage_len, max_seq_len, doc_stride)
         tokenizer = self.tokenizer
@@ -680,9 +723,11 @@ class DeformerQuestionAnsweringPipeline(_TokenizerPipeline):
         if not ids:
             raise ValueError("`context` has no token.")
         window_ids, window_offsets = passage_windows(ids, offsets, max_passage_len, doc_stride, tokenizer.sep_token_id)
-        questions = tokenizer(group["questions"], truncation=True, max_length=max_question_len)["input_ids"]
+        questions = tokenizer(group["questions"], truncation=True, max_length=max_question_len)
         return {"context": group["context"], "window_ids": window_ids, "window_offsets": window_offsets,
-                "question_ids": [list(q) for q in questions]}
+                "question_ids": [list(q) for q in questions["input_ids"]], "questions_cut": _questions_cut(questions),
+                "max_question_len": max_question_len,
+                "question_limit": int(self.model.config.max_position_embeddings)}
 
     @staticmethod
     def _pad(rows, value=0) -> torch.Tensor:

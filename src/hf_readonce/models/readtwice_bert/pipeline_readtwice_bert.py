@@ -23,6 +23,9 @@ from collections.abc import Sequence
 import torch
 from transformers import AutoModelForQuestionAnswering
 from transformers.pipelines import PIPELINE_REGISTRY, Pipeline
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
 
 _DEFAULT_MAX_QUESTION_LEN = 64
 
@@ -115,6 +118,41 @@ def _check_bool(name: str, value) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"`{name}` must be a bool, got {value!r}.")
     return value
+
+
+# Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._questions_cut
+def _questions_cut(batch) -> int:
+    """How many questions of a tokenized `batch` were cut to the `max_length` they were tokenized with: those whose
+    encoding holds `overflowing` tokens. Read from the tokenization the pipeline does anyway, so no question is
+    tokenized again; a batch without encodings (not from a fast tokenizer) counts none.
+
+    Args:
+        batch (`BatchEncoding`): questions tokenized with `truncation=True, max_length=...` (one or several).
+
+    Returns:
+        `int`: the number of questions cut.
+    """
+    return sum(1 for encoding in getattr(batch, "encodings", None) or [] if encoding.overflowing)
+
+
+# Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._note_questions_cut
+def _note_questions_cut(cut: int, total: int, max_length: int, limit: int | None = None) -> None:
+    """Say in one warning on this module's logger that `cut` of the `total` questions of a call held more than the
+    `max_length` tokens read per question and were cut to them: their answers come from those tokens only (what
+    `hf-readonce answer` notes for the same questions). Nothing is said when `cut` is 0.
+
+    Args:
+        cut (`int`): the questions cut. total (`int`): the questions of the call.
+        max_length (`int`): the tokens read per question (the call's `max_question_len`).
+        limit (`int`, *optional*): the largest `max_question_len` the model reads (e.g. its positions); `None`: no
+            bound.
+    """
+    if not cut:
+        return
+    more = ("the model reads no more of a question" if limit is not None and max_length >= limit
+            else "`max_question_len` reads more" + (f", up to {limit}" if limit is not None else ""))
+    logger.warning(f"{cut} of {total} question(s) held more than the {max_length} tokens read per question and were "
+                   f"cut to them: their answers come from those tokens only ({more}).")
 
 
 def check_overflow_windows(tokenizer, encoded, texts: Sequence[str], sequence_id: int) -> None:
@@ -305,7 +343,8 @@ class ReadTwiceQuestionAnsweringPipeline(_TokenizerPipeline):
             once.
         max_answer_len (`int`, defaults to 15): longest answer in tokens.
         max_question_len (`int`, *optional*): question length in ids (read-once: `[CLS]` and `[SEP]` included;
-            paper layout: question tokens only). Defaults to the checkpoint's `max_question_length`, else 64.
+            paper layout: question tokens only); longer questions are truncated, and one warning per call counts
+            them. Defaults to the checkpoint's `max_question_length`, else 64 (as `hf-readonce answer`).
         handle_impossible_answer (`bool`, defaults to `False`): allow the empty answer.
         n_best_size (`int`, defaults to 20): start and end candidates per segment.
         mention_fn (`Callable[[str], list[tuple[int, int]]]`, *optional*): character spans of entity mentions,
@@ -437,11 +476,15 @@ class ReadTwiceQuestionAnsweringPipeline(_TokenizerPipeline):
             groups.setdefault(c, []).append(index)
         self._prepare(list(groups), preprocess_params, forward_params)
         results: list = [None] * len(pairs)
+        cut = 0  # questions cut to max_question_len, over every context: one warning per call
         for c, indices in groups.items():
             group = {"context": c, "questions": [pairs[i][0] for i in indices]}
-            answers = self.run_single(group, preprocess_params, forward_params, postprocess_params)
+            model_inputs = self.preprocess(group, **preprocess_params)
+            cut += model_inputs["questions_cut"]
+            answers = self.postprocess(self.forward(model_inputs, **forward_params), **postprocess_params)
             for i, answer in zip(indices, answers):
                 results[i] = answer
+        _note_questions_cut(cut, len(pairs), model_inputs["max_question_len"], model_inputs["question_limit"])
         single = inputs is None and isinstance(question, str) or isinstance(inputs, dict)
         return results[0] if single else results
 
@@ -457,7 +500,12 @@ class ReadTwiceQuestionAnsweringPipeline(_TokenizerPipeline):
             by every question) or one per question, each with `input_ids`, `token_type_ids` (per segment, unpadded,
             at most `segment_length`), `offsets` (per segment and token, the character span in the context or
             `None` for special and question tokens), `entity_spans` (per segment, inclusive token spans) and, for
-            the read-once layout, `question_ids` (per question, `[CLS] question [SEP]`).
+            the read-once layout, `question_ids` (per question, `[CLS] question [SEP]`); `num_questions`,
+            `questions_cut` (how many questions held more than `max_question_len` tokens and were cut to them),
+            `max_question_len` (the length used) and `question_limit` (the largest the model reads: its
+            `max_position_embeddings` read once, the question tokens that leave a segment more than
+            `segment_overlap` document tokens in the paper layout); `__call__` says in one warning how many
+            questions of the call were cut.
 
         Raises:
             ValueError: entity memories without `mention_fn` and no recorded finder (`config.mentions`); a
@@ -506,18 +554,20 @@ class ReadTwiceQuestionAnsweringPipeline(_TokenizerPipeline):
                                 return_overflowing_tokens=True, return_offsets_mapping=True)
             check_overflow_windows(tokenizer, encoded, [context], 0)
             document = segments(encoded, 0)
-            document["question_ids"] = [list(q) for q in tokenizer(
-                [q.strip() for q in group["questions"]], truncation=True, max_length=max_question_len)["input_ids"]]
-            documents = [document]
+            questions = tokenizer([q.strip() for q in group["questions"]], truncation=True,
+                                  max_length=max_question_len)
+            document["question_ids"] = [list(q) for q in questions["input_ids"]]
+            documents, cut, limit = [document], _questions_cut(questions), int(config.max_position_embeddings)
         else:
-            documents = []
+            # a segment is [CLS] question [SEP] part [SEP], the part more than segment_overlap tokens
+            documents, cut, limit = [], 0, length - overlap - 4
             for question in group["questions"]:
                 question = question.strip()
                 # the first max_question_len tokens, cut from the question's own text at the last one's end (case
                 # kept, so mentions line up with the tokens; `hf_readonce.tasks.readtwice_qa.truncate_question`)
                 encoded = tokenizer(question, truncation=True, max_length=max_question_len, add_special_tokens=False,
                                     return_offsets_mapping=True)
-                part = encoded["input_ids"]
+                part, cut = encoded["input_ids"], cut + _questions_cut(encoded)
                 if len(part) >= max_question_len:
                     question = question[: encoded["offset_mapping"][-1][1]]
                 if length - len(part) - 3 <= overlap:
@@ -529,7 +579,8 @@ class ReadTwiceQuestionAnsweringPipeline(_TokenizerPipeline):
                 check_overflow_windows(tokenizer, encoded, [context], 1)
                 documents.append(segments(encoded, 1, mention_fn(question) if entity else ()))
         return {"context": context, "read_once": read_once, "documents": documents,
-                "num_questions": len(group["questions"])}
+                "num_questions": len(group["questions"]), "questions_cut": cut, "max_question_len": max_question_len,
+                "question_limit": limit}
 
     @staticmethod
     def _pad(rows, value=0) -> torch.Tensor:

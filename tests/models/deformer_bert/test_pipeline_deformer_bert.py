@@ -1,0 +1,89 @@
+"""DeFormer question-answering pipeline (models/deformer_bert/pipeline_deformer_bert.py): what it says about the
+questions it cuts. The answers themselves, the store, loading and remote code are tested in
+tests/hub/test_pipeline_deformer.py and tests/hub/test_pipeline_store.py."""
+
+import logging
+
+from hf_readonce.models.deformer_bert.pipeline_deformer_bert import DeformerQuestionAnsweringPipeline
+from hf_readonce.representations import DeformerBertAdapter, fill_store
+from hf_readonce.store import RepresentationStore
+from hf_readonce.tasks.question_answering import recorded_answer_settings
+from hf_readonce.tasks.question_answering_store import answer_from_store
+from tests.conftest import tiny_model
+from tests.hub.test_pipeline_deformer import CONTEXTS, WINDOWS
+
+LONG_QUESTION = "Who wrote the novel about youthful hubris that was published in December 1815 in London?"
+LOGGER = "hf_readonce.models.deformer_bert.pipeline_deformer_bert"
+
+
+def cut_warnings(caplog):
+    return [record.getMessage() for record in caplog.records
+            if record.name == LOGGER and "question(s) held more than" in record.getMessage()]
+
+
+def ask(pipe, caplog, questions, context, **kwargs):
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        answers = pipe(question=questions, context=context, max_passage_len=WINDOWS["max_passage_len"],
+                       doc_stride=WINDOWS["doc_stride"], **kwargs)
+    return answers, cut_warnings(caplog)
+
+
+def test_questions_cut_to_max_question_len_are_said_once_per_call(tokenizer, caplog):
+    """A question longer than `max_question_len` was cut in silence: one warning per call counts the questions cut
+    and names the limit and the argument that reads more, however many contexts and model batches the call runs; a
+    question of exactly `max_question_len` tokens (`[CLS]`/`[SEP]` included) is read whole and says nothing."""
+    pipe = DeformerQuestionAnsweringPipeline(model=tiny_model(), tokenizer=tokenizer)
+    length = len(tokenizer(LONG_QUESTION).input_ids)
+    assert length > len(tokenizer("Who wrote Emma?").input_ids)
+
+    _, warnings = ask(pipe, caplog, LONG_QUESTION, CONTEXTS[0], max_question_len=length)  # exactly at the limit
+    assert warnings == []
+    _, warnings = ask(pipe, caplog, LONG_QUESTION, CONTEXTS[0], max_question_len=length - 1)
+    assert warnings == [
+        f"1 of 1 question(s) held more than the {length - 1} tokens read per question and were cut to them: their "
+        "answers come from those tokens only (`max_question_len` reads more, up to 128)."]
+
+    # a batched call: two contexts (two preprocess steps), several model batches, one warning counting all of them
+    questions = [LONG_QUESTION, "Who wrote Emma?", LONG_QUESTION, LONG_QUESTION, "Who wrote Emma?"]
+    contexts = [CONTEXTS[0], CONTEXTS[0], CONTEXTS[1], CONTEXTS[0], CONTEXTS[1]]
+    answers, warnings = ask(pipe, caplog, questions, contexts, max_question_len=length - 1, batch_size=1)
+    assert len(answers) == 5 and [w.split(":")[0] for w in warnings] == [
+        f"3 of 5 question(s) held more than the {length - 1} tokens read per question and were cut to them"]
+    _, warnings = ask(pipe, caplog, questions, contexts, max_question_len=length)
+    assert warnings == []
+
+    # cut at the model's 128 positions: nothing reads more
+    longest = "Who wrote " + "the very " * 70 + "novel?"
+    _, warnings = ask(pipe, caplog, longest, CONTEXTS[0], max_question_len=128)
+    assert [w.split(": ", 1)[1] for w in warnings] == [
+        "their answers come from those tokens only (the model reads no more of a question)."]
+
+
+def test_the_default_limit_and_the_count_are_those_of_hf_readonce_answer(tokenizer, tmp_path, caplog):
+    """Without `max_question_len`, the pipeline reads the checkpoint's recorded `max_question_length` (else 64), the
+    length `hf-readonce answer` reads (`recorded_answer_settings`, `answer_from_store`): both count the same questions
+    cut to the same limit."""
+    model = tiny_model()
+    model.config.max_passage_length, model.config.doc_stride = WINDOWS["max_passage_len"], WINDOWS["doc_stride"]
+    model.config.max_question_length = len(tokenizer(LONG_QUESTION).input_ids) - 2
+    rows = [{"id": str(i), "question": q, "context": CONTEXTS[i % 2]}
+            for i, q in enumerate([LONG_QUESTION, "Who wrote Emma?", LONG_QUESTION + " Or who?"])]
+    store = RepresentationStore(tmp_path / "store")
+    fill_store(DeformerBertAdapter(model, tokenizer), store, CONTEXTS)
+    limit = recorded_answer_settings(model.config)["max_question_length"]  # what `hf-readonce answer` reads
+    assert limit == model.config.max_question_length
+    counts = {}
+    answer_from_store(model, tokenizer, store, rows, counts=counts)
+    assert counts == {"questions": 3, "questions_cut": 2}
+
+    pipe = DeformerQuestionAnsweringPipeline(model=model, tokenizer=tokenizer)
+    _, warnings = ask(pipe, caplog, [r["question"] for r in rows], [r["context"] for r in rows])
+    assert [w.split(":")[0] for w in warnings] == [
+        f"{counts['questions_cut']} of {counts['questions']} question(s) held more than the "
+        f"{limit} tokens read per question and were cut to them"]
+    model.config.max_question_length = None  # nothing recorded: 64, read whole by both
+    assert recorded_answer_settings(model.config)["max_question_length"] == 64
+    counts.clear()
+    answer_from_store(model, tokenizer, store, rows, counts=counts)
+    assert counts["questions_cut"] == 0 and ask(pipe, caplog, LONG_QUESTION, CONTEXTS[0])[1] == []

@@ -1,0 +1,87 @@
+"""ReadTwice question-answering pipeline (models/readtwice_bert/pipeline_readtwice_bert.py): what it says about the
+questions it cuts, in both layouts. The answers themselves, loading and remote code are tested in
+tests/hub/test_pipeline_readtwice.py."""
+
+import logging
+
+import pytest
+
+from hf_readonce.models.readtwice_bert.pipeline_readtwice_bert import ReadTwiceQuestionAnsweringPipeline
+from hf_readonce.store import RepresentationStore
+from hf_readonce.tasks.question_answering import recorded_answer_settings
+from hf_readonce.tasks.readtwice_qa_store import answer_from_readtwice_store
+from tests.hub.test_pipeline_deformer import CONTEXTS
+from tests.hub.test_pipeline_readtwice import DOCUMENT, tiny_readtwice
+
+QUESTION = "Who was handsome, clever and rich?"
+LONG_QUESTION = "Who wrote the novel about youthful hubris that was published in December 1815 in London?"
+LOGGER = "hf_readonce.models.readtwice_bert.pipeline_readtwice_bert"
+
+
+def ask(pipe, caplog, questions, context, **kwargs):
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        answers = pipe(question=questions, context=context, **kwargs)
+    return answers, [record.getMessage() for record in caplog.records
+                     if record.name == LOGGER and "question(s) held more than" in record.getMessage()]
+
+
+@pytest.mark.parametrize("question_in_first_read", [False, True], ids=["read-once", "paper"])
+def test_questions_cut_to_max_question_len_are_said_once_per_call(tokenizer, caplog, question_in_first_read):
+    """A question longer than `max_question_len` was cut in silence: one warning per call counts the questions cut
+    and names the limit and the argument that reads more, however many documents and model batches the call runs; a
+    question of exactly `max_question_len` ids (read once: `[CLS]`/`[SEP]` included; paper layout: its tokens only)
+    is read whole and says nothing."""
+    pipe = ReadTwiceQuestionAnsweringPipeline(model=tiny_readtwice(question_in_first_read), tokenizer=tokenizer)
+    length = len(tokenizer(QUESTION, add_special_tokens=not question_in_first_read).input_ids)
+    assert length > len(tokenizer("Who?", add_special_tokens=not question_in_first_read).input_ids)
+
+    _, warnings = ask(pipe, caplog, QUESTION, DOCUMENT, max_question_len=length)  # exactly at the limit
+    assert warnings == []
+    room = 64 if not question_in_first_read else 24 - 6 - 4  # positions; a segment's room beside 6 overlap tokens
+    _, warnings = ask(pipe, caplog, QUESTION, DOCUMENT, max_question_len=length - 1)
+    assert warnings == [
+        f"1 of 1 question(s) held more than the {length - 1} tokens read per question and were cut to them: their "
+        f"answers come from those tokens only (`max_question_len` reads more, up to {room})."]
+
+    # a batched call: two documents (two preprocess steps), several model batches, one warning counting all of them
+    questions = [QUESTION, "Who?", QUESTION, QUESTION, "Who?"]
+    contexts = [DOCUMENT, DOCUMENT, CONTEXTS[1], DOCUMENT, CONTEXTS[1]]
+    answers, warnings = ask(pipe, caplog, questions, contexts, max_question_len=length - 1, batch_size=1)
+    assert len(answers) == 5 and [w.split(":")[0] for w in warnings] == [
+        f"3 of 5 question(s) held more than the {length - 1} tokens read per question and were cut to them"]
+    assert ask(pipe, caplog, questions, contexts, max_question_len=length)[1] == []
+
+    # cut where the model reads no more (its 64 positions; the paper layout's room in a segment)
+    longest = LONG_QUESTION if question_in_first_read else "Who wrote " + "the very " * 40 + "novel?"
+    _, warnings = ask(pipe, caplog, longest, DOCUMENT, max_question_len=room)
+    assert [w.split(": ", 1)[1] for w in warnings] == [
+        "their answers come from those tokens only (the model reads no more of a question)."]
+
+
+def test_the_default_limit_and_the_count_are_those_of_hf_readonce_answer(tokenizer, tmp_path, caplog):
+    """Without `max_question_len`, the read-once pipeline reads the checkpoint's recorded `max_question_length`
+    (else 64), the length `hf-readonce answer` reads (`recorded_answer_settings`, `answer_from_readtwice_store`): both
+    count the same questions cut to the same limit."""
+    model = tiny_readtwice()
+    model.config.max_question_length = len(tokenizer(QUESTION).input_ids) - 1
+    rows = [{"id": str(i), "question": q, "context": c} for i, (q, c) in
+            enumerate([(QUESTION, DOCUMENT), ("Who?", DOCUMENT), (f" {QUESTION} Or who? ", CONTEXTS[1])])]
+    limit = recorded_answer_settings(model.config)["max_question_length"]  # what `hf-readonce answer` reads
+    assert limit == model.config.max_question_length
+    counts = {}
+    answer_from_readtwice_store(model, tokenizer, RepresentationStore(tmp_path / "store"), rows, encode_missing=True,
+                                counts=counts)
+    assert counts == {"questions": 3, "questions_cut": 2}
+
+    pipe = ReadTwiceQuestionAnsweringPipeline(model=model, tokenizer=tokenizer)
+    _, warnings = ask(pipe, caplog, [r["question"] for r in rows], [r["context"] for r in rows])
+    assert [w.split(":")[0] for w in warnings] == [
+        f"{counts['questions_cut']} of {counts['questions']} question(s) held more than the {limit} tokens read per "
+        "question and were cut to them"]
+    model.config.max_question_length = None  # nothing recorded: 64, read whole by both
+    assert recorded_answer_settings(model.config)["max_question_length"] == 64
+    counts.clear()
+    answer_from_readtwice_store(model, tokenizer, RepresentationStore(tmp_path / "store"), rows, encode_missing=True,
+                                counts=counts)
+    assert counts["questions_cut"] == 0 and ask(pipe, caplog, QUESTION, DOCUMENT)[1] == []
