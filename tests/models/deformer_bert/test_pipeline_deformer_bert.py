@@ -4,6 +4,8 @@ tests/hub/test_pipeline_deformer.py and tests/hub/test_pipeline_store.py."""
 
 import logging
 
+import torch
+
 from hf_readonce.models.deformer_bert.pipeline_deformer_bert import DeformerQuestionAnsweringPipeline
 from hf_readonce.representations import DeformerBertAdapter, fill_store
 from hf_readonce.store import RepresentationStore
@@ -87,3 +89,24 @@ def test_the_default_limit_and_the_count_are_those_of_hf_readonce_answer(tokeniz
     counts.clear()
     answer_from_store(model, tokenizer, store, rows, counts=counts)
     assert counts["questions_cut"] == 0 and ask(pipe, caplog, LONG_QUESTION, CONTEXTS[0])[1] == []
+
+
+def test_a_call_runs_the_model_without_autograd(tokenizer, monkeypatch):
+    """`__call__` runs preprocess, forward and postprocess itself (to count the questions cut over a call): the model
+    work still goes through `Pipeline.forward`, so passage encoding and every (question, window) read run without
+    autograd, over one context or several."""
+    pipe = DeformerQuestionAnsweringPipeline(model=tiny_model(), tokenizer=tokenizer)
+    grad_enabled, encode = [], pipe.model.encode_passages
+
+    def encode_passages(*args, **kwargs):
+        grad_enabled.append(("encode_passages", torch.is_grad_enabled()))
+        return encode(*args, **kwargs)
+
+    monkeypatch.setattr(pipe.model, "encode_passages", encode_passages)
+    hook = pipe.model.register_forward_hook(lambda *_: grad_enabled.append(("forward", torch.is_grad_enabled())))
+    try:
+        pipe(question=["Who wrote Emma?", LONG_QUESTION], context=CONTEXTS, **WINDOWS)
+    finally:
+        hook.remove()
+    assert {name for name, _ in grad_enabled} == {"encode_passages", "forward"}
+    assert not any(enabled for _, enabled in grad_enabled)

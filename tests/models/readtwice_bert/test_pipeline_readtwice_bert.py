@@ -5,6 +5,7 @@ tests/hub/test_pipeline_readtwice.py."""
 import logging
 
 import pytest
+import torch
 
 from hf_readonce.models.readtwice_bert.pipeline_readtwice_bert import ReadTwiceQuestionAnsweringPipeline
 from hf_readonce.store import RepresentationStore
@@ -85,3 +86,17 @@ def test_the_default_limit_and_the_count_are_those_of_hf_readonce_answer(tokeniz
     answer_from_readtwice_store(model, tokenizer, RepresentationStore(tmp_path / "store"), rows, encode_missing=True,
                                 counts=counts)
     assert counts["questions_cut"] == 0 and ask(pipe, caplog, QUESTION, DOCUMENT)[1] == []
+
+
+@pytest.mark.parametrize("question_in_first_read", [False, True], ids=["read-once", "paper"])
+def test_a_call_runs_the_model_without_autograd(tokenizer, question_in_first_read):
+    """`__call__` runs preprocess, forward and postprocess itself (to count the questions cut over a call): the model
+    work still goes through `Pipeline.forward`, so it runs without autograd, over one document or several."""
+    pipe = ReadTwiceQuestionAnsweringPipeline(model=tiny_readtwice(question_in_first_read), tokenizer=tokenizer)
+    grad_enabled = []
+    hook = pipe.model.register_forward_hook(lambda *_: grad_enabled.append(torch.is_grad_enabled()))
+    try:
+        pipe(question=[QUESTION, "Who?"], context=[DOCUMENT, CONTEXTS[1]], max_question_len=10)
+    finally:
+        hook.remove()
+    assert grad_enabled and not any(grad_enabled)
