@@ -502,29 +502,36 @@ def test_a_setting_out_of_range_is_named_by_the_option_typed(tmp_path, checkpoin
         "--mentions must be one of"
 
 
+def _loading_command(command: str, model: str, tmp_path, checkpoint, qa_rows, capsys) -> list[str]:
+    """The command line of `command` (encode, answer, summarize, verify --recompute) that loads `model`, over a store
+    in `tmp_path / "store"` that `checkpoint` fills here with one Disfl-QA passage; `encode` writes to
+    `tmp_path / "new"`, `answer` and `summarize` to `p.jsonl` / `s.jsonl` in `tmp_path`."""
+    docs = write_jsonl(tmp_path / "docs.jsonl", qa_rows[:1])
+    store = tmp_path / "store"
+    assert cli_main(["encode", str(checkpoint), "--documents", str(docs), "--store", str(store), "--no-progress",
+                     "--max-passage-length", "64", "--doc-stride", "16"]) == 0
+    capsys.readouterr()
+    return {"encode": ["encode", model, "--documents", str(docs), "--store", str(tmp_path / "new")],
+            "answer": ["answer", model, "--store", str(store), "--questions", str(docs), "--output",
+                       str(tmp_path / "p.jsonl")],
+            "summarize": ["summarize", model, "--store", str(store), "--documents", str(docs), "--text-field",
+                          "context", "--output", str(tmp_path / "s.jsonl")],
+            "verify": ["verify", "--store", str(store), "--recompute", "1", "--model", model]}[command]
+
+
 @pytest.mark.parametrize("command", ["encode", "answer", "summarize", "verify"])
 def test_a_config_without_model_type_says_what_to_add(tmp_path, checkpoint, qa_rows, capsys, command):
     """A checkpoint whose config.json records no model_type gets one line saying so and what to do, as the demo's
     does, not transformers' "Unrecognized model in ... Should have a `model_type` key"."""
     import json
 
-    docs = write_jsonl(tmp_path / "docs.jsonl", qa_rows[:1])
-    store = tmp_path / "store"
-    assert cli_main(["encode", str(checkpoint), "--documents", str(docs), "--store", str(store), "--no-progress",
-                     "--max-passage-length", "64", "--doc-stride", "16"]) == 0
-    capsys.readouterr()
     untyped = tmp_path / "untyped"
     untyped.mkdir()
     for name in ("tokenizer.json", "tokenizer_config.json", "model.safetensors"):
         (untyped / name).write_bytes((checkpoint / name).read_bytes())
     config = json.loads((checkpoint / "config.json").read_text())
     model = str(untyped)
-    argv = {"encode": ["encode", model, "--documents", str(docs), "--store", str(tmp_path / "new")],
-            "answer": ["answer", model, "--store", str(store), "--questions", str(docs), "--output",
-                       str(tmp_path / "p.jsonl")],
-            "summarize": ["summarize", model, "--store", str(store), "--documents", str(docs), "--text-field",
-                          "context", "--output", str(tmp_path / "s.jsonl")],
-            "verify": ["verify", "--store", str(store), "--recompute", "1", "--model", model]}[command]
+    argv = _loading_command(command, model, tmp_path, checkpoint, qa_rows, capsys)
     # with the `auto_map` a saved family model records (transformers then asks for remote code), and without it
     for drop in (("model_type",), ("model_type", "auto_map")):
         (untyped / "config.json").write_text(json.dumps({k: v for k, v in config.items() if k not in drop}))
@@ -544,22 +551,12 @@ def test_a_config_field_of_the_wrong_type_is_the_checkpoints_error(tmp_path, che
     import json
     import shutil
 
-    docs = write_jsonl(tmp_path / "docs.jsonl", qa_rows[:1])
-    store = tmp_path / "store"
-    assert cli_main(["encode", str(checkpoint), "--documents", str(docs), "--store", str(store), "--no-progress",
-                     "--max-passage-length", "64", "--doc-stride", "16"]) == 0
-    capsys.readouterr()
     bad = tmp_path / "bad-config"
     shutil.copytree(checkpoint, bad)
     config = json.loads((bad / "config.json").read_text())
     (bad / "config.json").write_text(json.dumps({**config, "hidden_size": "x"}))
     model = str(bad)
-    argv = {"encode": ["encode", model, "--documents", str(docs), "--store", str(tmp_path / "new")],
-            "answer": ["answer", model, "--store", str(store), "--questions", str(docs), "--output",
-                       str(tmp_path / "p.jsonl")],
-            "summarize": ["summarize", model, "--store", str(store), "--documents", str(docs), "--text-field",
-                          "context", "--output", str(tmp_path / "s.jsonl")],
-            "verify": ["verify", "--store", str(store), "--recompute", "1", "--model", model]}[command]
+    argv = _loading_command(command, model, tmp_path, checkpoint, qa_rows, capsys)
     assert cli_main([*argv, "--no-progress"]) == 2
     line = _one_line(capsys.readouterr().err)
     assert f"cannot load model {model!r}" in line and "hidden_size" in line, line
