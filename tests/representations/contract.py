@@ -8,3 +8,16 @@ DOCUMENTS = [
     "Northanger Abbey is a coming-of-age novel.",
 ]
 QUESTION = "Who wrote the novel and when was it published?"
+
+
+def counting_tokenizations(tokenizer, texts, monkeypatch) -> list:
+    """The list each of `texts` is added to whenever `tokenizer` is called on it (alone or in a batch)."""
+    tokenized = []
+    call = type(tokenizer).__call__
+
+    def counting(self, text=None, *args, **kwargs):
+        tokenized.extend(t for t in (text if isinstance(text, (list, tuple)) else [text]) if t in texts)
+        return call(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(type(tokenizer), "__call__", counting)
+    return tokenized

@@ -14,7 +14,7 @@ import torch
 
 from hf_readonce.representations import fill_store, get_adapter, registered_adapters, registered_families
 from hf_readonce.store import RepresentationStore, content_hash
-from tests.representations.contract import DOCUMENTS, QUESTION  # noqa: F401  (DOCUMENTS: read by test_recompute)
+from tests.representations.contract import DOCUMENTS, QUESTION, counting_tokenizations  # noqa: F401  (DOCUMENTS: read by test_recompute)
 
 
 def _harnesses() -> dict:
@@ -107,14 +107,7 @@ def test_documents_cut_are_counted_from_the_one_tokenization(model_type, tokeniz
     adapter = get_adapter(model, tokenizer, **{**settings, "max_document_length": limit}, batch_size=2)
     assert len(tokenizer(DOCUMENTS[1], add_special_tokens=special)["input_ids"]) > limit  # the long one is cut
 
-    tokenized = []
-    call = type(tokenizer).__call__
-
-    def counting(self, text=None, *args, **kwargs):
-        tokenized.extend(t for t in (text if isinstance(text, (list, tuple)) else [text]) if t in DOCUMENTS)
-        return call(self, text, *args, **kwargs)
-
-    monkeypatch.setattr(type(tokenizer), "__call__", counting)
+    tokenized = counting_tokenizations(tokenizer, DOCUMENTS, monkeypatch)
     # 3 documents per encode call, 2 per model call: a batch tokenized in parts (LongDoc) is counted whole
     stats = fill_store(adapter, RepresentationStore(tmp_path / "store"), DOCUMENTS, dtype="float32",
                        documents_per_batch=3)
@@ -147,14 +140,7 @@ def test_documents_cut_are_counted_from_the_stored_token_counts(model_type, toke
     assert [store.entry(fingerprint, stored_settings, h).meta["num_tokens"] for h in hashes.values()] == [
         min(length, limit) for length in lengths]
 
-    tokenized = []
-    call = type(tokenizer).__call__
-
-    def counting(self, text=None, *args, **kwargs):
-        tokenized.extend(t for t in (text if isinstance(text, (list, tuple)) else [text]) if t in DOCUMENTS)
-        return call(self, text, *args, **kwargs)
-
-    monkeypatch.setattr(type(tokenizer), "__call__", counting)
+    tokenized = counting_tokenizations(tokenizer, DOCUMENTS, monkeypatch)
     fresh = get_adapter(model, tokenizer, **{**settings, "max_document_length": limit})  # no notes of an encode
     assert stored_documents_cut(fresh, store, fingerprint, stored_settings, hashes) == 1
     assert sorted(tokenized) == sorted(DOCUMENTS[:2])  # not the one stored with fewer tokens than the limit

@@ -63,7 +63,7 @@ def test_encode_missing_hashes_the_weights_once(model, tokenizer, tmp_path, monk
 def test_the_passages_read_whole_are_not_tokenized_to_count_those_cut(model, tokenizer, tmp_path, monkeypatch):
     """`counts`: the passages cut are counted from the tokens stored as read with each; a passage stored with fewer
     than `max_document_length` tokens is not tokenized again (every distinct passage was, on every call)."""
-    from tests.tasks.test_generative_qa_store import counting_tokenizations
+    from tests.representations.contract import counting_tokenizations
 
     short, long = (len(tokenizer(text, add_special_tokens=False).input_ids) for text in PASSAGES)
     assert short < long

@@ -10,6 +10,7 @@ from hf_readonce.models.readonce_bart.pipeline_readonce_bart import ReadOnceText
 from hf_readonce.representations import fill_store, get_adapter
 from hf_readonce.store import MissingRepresentationError, RepresentationStore
 from hf_readonce.tasks.generative_qa_store import answer_from_representations
+from tests.representations.contract import counting_tokenizations
 from tests.tasks.test_summarization_store import DOCUMENTS, longdoc, readonce
 
 ROWS = [{"id": "a", "question": "Who approved the budget?", "context": DOCUMENTS[0]},
@@ -69,19 +70,6 @@ def test_counts_the_questions_cut_to_the_tokens_read(tokenizer, tmp_path):
                                        add_special_tokens=False).input_ids[:30])
     assert answers["e"] == answer_from_representations(model, tokenizer, store, [{**rows[-1], "question": first}],
                                                        max_new_tokens=2)["e"]
-
-
-def counting_tokenizations(tokenizer, texts, monkeypatch) -> list:
-    """The list each of `texts` is added to whenever `tokenizer` is called on it (alone or in a batch)."""
-    tokenized = []
-    call = type(tokenizer).__call__
-
-    def counting(self, text=None, *args, **kwargs):
-        tokenized.extend(t for t in (text if isinstance(text, (list, tuple)) else [text]) if t in texts)
-        return call(self, text, *args, **kwargs)
-
-    monkeypatch.setattr(type(tokenizer), "__call__", counting)
-    return tokenized
 
 
 def test_the_documents_read_whole_are_not_tokenized_to_count_those_cut(tokenizer, tmp_path, monkeypatch):
