@@ -126,9 +126,8 @@ def test_flops_per_token():
     assert 1.0 < flops_per_token(recurrent, 300, 0, recurrent=True) / disjoint < 1.01
 
 
-def test_table2_script_trains_one_recurrent_model_per_overlap(tmp_path):
-    """`run_recurrent_lm.py` refuses, before loading any model, to test a recurrent model at an overlap it was not
-    trained with, and defaults a recurrent run's overlaps to its training overlap."""
+def _run_recurrent_lm_script():
+    """`examples/language-modeling/run_recurrent_lm.py`, imported as a module (the example is no package)."""
     import importlib.util
 
     from tests.conftest import REPO_ROOT
@@ -137,6 +136,15 @@ def test_table2_script_trains_one_recurrent_model_per_overlap(tmp_path):
     spec = importlib.util.spec_from_file_location("run_recurrent_lm", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script
+
+
+def test_table2_script_trains_one_recurrent_model_per_overlap(tmp_path):
+    """`run_recurrent_lm.py` refuses, before loading any model, to test a recurrent model at an overlap it was not
+    trained with, and defaults a recurrent run's overlaps to its training overlap."""
+    from tests.conftest import REPO_ROOT
+
+    script = _run_recurrent_lm_script()
     with pytest.raises(ValueError, match=r"--train_window_overlap 0 .* \[5, 30\]"):
         script.main(["--recurrent", "true", "--eval_overlaps", "0,5,30", "--output_dir", str(tmp_path)])
     args = script.RecurrentLMArguments(recurrent=True, train_window_overlap=5)
@@ -156,17 +164,11 @@ def test_example_prints_the_plain_models_perplexity_beside_the_recurrent_ones(tm
     """`run_recurrent_lm.py --recurrent true --do_eval` prints and records, beside each perplexity, the baseline: the
     plain model with the same weights less the recurrence, on the same windows (it printed the recurrent figure
     alone)."""
-    import importlib.util
-
     from transformers import AutoTokenizer
 
     from hf_readonce.weights import minilm_path
-    from tests.conftest import REPO_ROOT
 
-    spec = importlib.util.spec_from_file_location(
-        "run_recurrent_lm", REPO_ROOT / "examples" / "language-modeling" / "run_recurrent_lm.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = _run_recurrent_lm_script()
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
     torch.manual_seed(0)
     GPT2LMHeadModel(GPT2Config(**{**TINY, "vocab_size": tokenizer.vocab_size})).save_pretrained(tmp_path / "gpt2")
@@ -196,17 +198,11 @@ def test_example_gives_a_saved_recurrent_checkpoint_its_plain_baseline(tmp_path)
     """A recurrent checkpoint (what `--do_train --recurrent true` saves) scored with `--recurrent false --do_eval`
     gets its baseline, the plain model with its weights less the recurrence (the baseline was built from the loaded
     config's class, the recurrent one, and failed on the missing `recurrence.*` weights)."""
-    import importlib.util
-
     from transformers import AutoTokenizer
 
     from hf_readonce.weights import minilm_path
-    from tests.conftest import REPO_ROOT
 
-    spec = importlib.util.spec_from_file_location(
-        "run_recurrent_lm", REPO_ROOT / "examples" / "language-modeling" / "run_recurrent_lm.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = _run_recurrent_lm_script()
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
     torch.manual_seed(0)
     plain = GPT2LMHeadModel(GPT2Config(**{**TINY, "vocab_size": tokenizer.vocab_size})).eval()
