@@ -124,6 +124,22 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return digest
 
 
+@contextlib.contextmanager
+def _call_scope(variable: contextvars.ContextVar, owner, initial):
+    """Hold `[owner, initial]` in `variable` for the block (the state a task call keeps of one object, e.g. its
+    tokenizer's fingerprint once computed), restored on leaving; within a block already open for the same `owner`
+    (by identity) the open one's state is shared."""
+    held = variable.get()
+    if held is not None and held[0] is owner:
+        yield
+        return
+    token = variable.set([owner, initial])
+    try:
+        yield
+    finally:
+        variable.reset(token)
+
+
 # the tokenizer of the task call under way and its fingerprint, once computed ([`one_tokenizer_fingerprint`])
 _CALL_TOKENIZER: contextvars.ContextVar = contextvars.ContextVar("hf_readonce_call_tokenizer", default=None)
 
@@ -143,15 +159,8 @@ def one_tokenizer_fingerprint(tokenizer):
         tokenizer: the call's tokenizer (nothing is computed on entering: a tokenizer of the wrong type is refused
             where an adapter is built, as without the block).
     """
-    held = _CALL_TOKENIZER.get()
-    if held is not None and held[0] is tokenizer:
+    with _call_scope(_CALL_TOKENIZER, tokenizer, None):
         yield
-        return
-    token = _CALL_TOKENIZER.set([tokenizer, None])
-    try:
-        yield
-    finally:
-        _CALL_TOKENIZER.reset(token)
 
 
 def scoped_tokenizer_fingerprint(tokenizer) -> str:
@@ -265,15 +274,8 @@ def one_weights_digest(model):
     Args:
         model: the call's model (nothing is computed on entering; any object).
     """
-    held = _CALL_WEIGHTS.get()
-    if held is not None and held[0] is model:
+    with _call_scope(_CALL_WEIGHTS, model, False):
         yield
-        return
-    token = _CALL_WEIGHTS.set([model, False])
-    try:
-        yield
-    finally:
-        _CALL_WEIGHTS.reset(token)
 
 
 def digests_weights_once(task):
