@@ -72,7 +72,7 @@ def test_reading_nothing_is_refused_naming_stored(model_type, tokenizer):
 
 
 @pytest.mark.parametrize("model_type", sorted(registered_adapters()))
-def test_questions_cut_are_counted_against_the_length_read(model_type, tokenizer):
+def test_questions_cut_are_counted_against_the_length_read(model_type, tokenizer, monkeypatch):
     """`questions_cut` counts the questions longer than a given length (an answering call's `max_question_length`),
     else than the tokens the adapter reads of a question with the stored representations (`max_prompt_length`; none
     for an adapter that cuts no question); where the adapter reads prompts itself (`generation_inputs`), exactly
@@ -82,6 +82,12 @@ def test_questions_cut_are_counted_against_the_length_read(model_type, tokenizer
     questions = [QUESTION, QUESTION + " And" + " what happened after that, and why?" * 8]
     limit = len(tokenizer(QUESTION).input_ids)
     assert adapter.questions_cut(questions, limit) == 1 and adapter.questions_cut(questions, limit - 1) == 2
+    # given the ids each was read as, only the questions that reached the limit are tokenized again
+    read_as = [ids[:limit] for ids in tokenizer(questions).input_ids]
+    tokenized = counting_tokenizations(tokenizer, questions, monkeypatch)
+    assert adapter.questions_cut(questions, limit, token_ids=read_as) == 1 and tokenized == questions
+    tokenized.clear()
+    assert adapter.questions_cut(questions, limit + 1, token_ids=read_as) == 0 and tokenized == []
     own = adapter.max_prompt_length
     assert adapter.questions_cut(questions) == (0 if own is None else 1)
     if own is not None and hasattr(adapter, "generation_inputs"):

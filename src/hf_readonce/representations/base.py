@@ -585,23 +585,31 @@ class AdapterBase:
             return cut
         return cut + texts_cut(self.tokenizer, rest, self.max_document_length, add_special_tokens=special)
 
-    def questions_cut(self, questions: Sequence[str], max_length: int | None = None) -> int:
+    def questions_cut(self, questions: Sequence[str], max_length: int | None = None,
+                      token_ids: Sequence[Sequence[int]] | None = None) -> int:
         """How many of `questions` (the questions or prompts read with stored representations) hold more tokens than
         are read of each, with the special tokens the tokenizer adds, i.e. were cut to them: what the answering
         functions count in `counts["questions_cut"]` and `hf-readonce answer` notes. Each question is tokenized
-        ([`texts_cut`]).
+        ([`texts_cut`]), or, given `token_ids`, only those that reached the limit.
 
         Args:
             questions (`Sequence[str]`): the texts as they are tokenized (stripped where the caller strips them).
             max_length (`int`, *optional*): tokens read per question (an answering call's `max_question_length`);
                 defaults to the adapter's `max_prompt_length`.
+            token_ids (`Sequence[Sequence[int]]`, *optional*): the ids each question was read as (truncated to the
+                limit), one sequence per question in order: a question read with fewer ids than the limit was read
+                whole, so only those that reached it are tokenized again.
 
         Returns:
             `int`: the number of questions cut; 0 where no length is given and the adapter has no
             `max_prompt_length` (it cuts no question).
         """
         limit = max_length if max_length is not None else self.max_prompt_length
-        return 0 if limit is None else texts_cut(self.tokenizer, questions, limit)
+        if limit is None:
+            return 0
+        if token_ids is not None:
+            questions = [text for text, ids in zip(questions, token_ids, strict=True) if len(ids) >= limit]
+        return texts_cut(self.tokenizer, questions, limit)
 
     def _tokenize_documents(self, texts: list[str], *, new_call: bool = True, **kwargs):
         """`self.tokenizer(texts, truncation=True, max_length=self.max_document_length, **kwargs)`, the one

@@ -190,11 +190,11 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
                                                    name_of=question_of_context(examples, "the passage"),
                                                    fingerprint=fingerprint)
     hashes = [by_text[t] for t in texts]
-    questions = tokenize_questions(tokenizer, [e["question"] for e in examples], max_question_length)
-    if counts is not None:  # only a question that reached the limit can have been cut: those are tokenized again
-        counts.update(questions=len(examples), questions_cut=adapter.questions_cut(
-            [e["question"] for e, ids in zip(examples, questions) if len(ids) >= max_question_length],
-            max_question_length))
+    texts_read = [e["question"] for e in examples]
+    questions = tokenize_questions(tokenizer, texts_read, max_question_length)
+    if counts is not None:
+        counts.update(questions=len(examples),
+                      questions_cut=adapter.questions_cut(texts_read, max_question_length, token_ids=questions))
     by_passage: dict[int, list[int]] = {}
     for i, example in enumerate(examples):
         by_passage.setdefault(contexts[example["context"]], []).append(i)

@@ -118,10 +118,9 @@ def answer_from_readtwice_store(model, tokenizer, store: RepresentationStore, ex
     texts_read = [e["question"].strip() for e in examples]
     questions = [list(ids) for ids in
                  tokenizer(texts_read, truncation=True, max_length=max_question_length)["input_ids"]]
-    if counts is not None:  # only a question that reached the limit can have been cut: those are tokenized again
-        counts.update(questions=len(examples), questions_cut=adapter.questions_cut(
-            [text for text, ids in zip(texts_read, questions) if len(ids) >= max_question_length],
-            max_question_length))
+    if counts is not None:
+        counts.update(questions=len(examples),
+                      questions_cut=adapter.questions_cut(texts_read, max_question_length, token_ids=questions))
     by_context: dict[int, list[int]] = {}
     for i, example in enumerate(examples):
         by_context.setdefault(contexts[example["context"]], []).append(i)
