@@ -14,12 +14,12 @@ One command, one GPU:
 
     python reproduce/readtwice_quoref.py --output_dir runs/reproduce_readtwice
 
-Wall time on one H100 (measured 2026-11-26, six rows side by side, bf16 autocast over float32 weights): the
-whole command took 320 s with `--time_budget_s 230` (the device call's clock; that results file predates
-`wall_seconds`); the baseline, CLS, STS, E and E(SS) rows trained all 1,951
-steps in 134-160 s, and the read-once row reached 1,732 steps in its 230 s (so about 260 s for all of them, an
-extrapolation); evaluation takes 6-8 s per row (`benchmarks/results/reproduce/readtwice_quoref/`). On CPU use
-`--smoke` (2 steps on 8 questions with a tiny model via `--warm_start`).
+Wall time (measured, six rows side by side, bf16 autocast over float32 weights): on one H200 (2026-11-28) the whole
+command took 325 s (seed 42) and 298 s (seed 1) by its `wall_seconds`; every row trained all 1,951 steps, the
+baseline, CLS, STS, E and E(SS) rows in 123-156 s and the read-once row in 236-250 s. On one H100 (2026-11-26) the
+command took 320 s with `--time_budget_s 230`, where the read-once row stopped at 1,732 steps.
+Evaluation takes 6-11 s per row (`benchmarks/results/reproduce/readtwice_quoref/`). On CPU use `--smoke` (2 steps
+on 8 questions with a tiny model via `--warm_start`).
 
 Writes `<output_dir>/<row>/readtwice_results.json` (each run's command, scores and baselines), `results.json`
 (benchmark schema: one row per model with EM/F1, steps, epochs and training seconds; the baselines beside) and
