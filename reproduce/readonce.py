@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""Reproduce the ReadOnce learning table (Zhao et al., "Read Once Transformers", Tables 2-3 / §5): plain BART reading
-the document as text (the baseline, the upper bound of a model that reads the document with its question) beside
+"""Reproduce the ReadOnce learning table (Lin, Sabharwal & Khot, "Read Once Transformers", ACL 2021,
+Tables 2-3 / §5): plain BART reading the document as text (the baseline, the upper bound of a model that reads the document with its question) beside
 ReadOnce BART at k = 2 and k = 8, every row warm-started from all-MiniLM-L6-v2 (BERT converted to BART) with the same
 budget, in the paper's two stages:
 
@@ -26,7 +26,7 @@ storing representations and the evaluations (generation on 2,595 questions at fo
 default 5,000 QA steps, about 14 minutes (an estimate scaled from those step times, not a measurement). A device
 call limited to 10 minutes needs `--qa_steps` or `--time_budget_s` (each training stage stops
 there and reports the steps it reached), e.g. `--time_budget_s 240`. On 2 CPU cores shared with other work (load
-average about 14) a QA step of batch 32 took 51-81 s: use `--smoke` there (2 steps on a few rows, a tiny model via
+average about 14) a QA step of batch 32 took 51-81 s (seen in a log, not in a results file): use `--smoke` there (2 steps on a few rows, a tiny model via
 `--warm_start`).
 
 Writes `<output_dir>/qa_<row>/` and `xsum_<row>/` (each run's model and `readonce_results.json`), `results.json`

@@ -17,7 +17,8 @@ One command, one GPU:
 Wall time (measured, six rows side by side, bf16 autocast over float32 weights): on one H200 (2026-11-28) the whole
 command took 325 s (seed 42) and 298 s (seed 1) by its `wall_seconds`; every row trained all 1,951 steps, the
 baseline, CLS, STS, E and E(SS) rows in 123-156 s and the read-once row in 236-250 s. On one H100 (2026-11-26) the
-command took 320 s with `--time_budget_s 230`, where the read-once row stopped at 1,732 steps.
+command took 320 s with `--time_budget_s 230` by the device call's clock (that results file predates
+`wall_seconds`), where the read-once row stopped at 1,732 steps.
 Evaluation takes 6-11 s per row (`benchmarks/results/reproduce/readtwice_quoref/`). On CPU use `--smoke` (2 steps
 on 8 questions with a tiny model via `--warm_start`).
 

@@ -21,7 +21,7 @@ Wall time on one H100, measured (2026-11-27, `--time_budget_s 300`, the eight ru
 0.17 s (1,782 steps in 304 s) and a recurrent step 0.65-0.70 s (436-468 steps in 303-304 s; it reads its four windows
 one after the other), so 2,000 recurrent steps take about 23 minutes and the whole table about 27 (an estimate from
 these). Scoring whole books on the GPU took 5-11 s per book and overlap for the baseline and 48-53 s per pass for a
-recurrent model at overlap 0 or 5 (validation, test, test with the recurrence zeroed); the pretrained row scored on the
+recurrent model (from the runs' logs; the results file keeps no scoring times) at overlap 0 or 5 (validation, test, test with the recurrence zeroed); the pretrained row scored on the
 CPU until `run_recurrent_lm.py` moved it to the GPU. With `--time_budget_s 300` the command had not ended when a 545 s
 limit stopped it (both overlap-30 recurrent rows still scoring): a device call limited to 10 minutes should pass
 `--time_budget_s 200`. A time budget stops the baseline about 4x further than the recurrent rows; the results and the
