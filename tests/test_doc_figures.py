@@ -662,6 +662,31 @@ def block_attention() -> list[str]:
              for d in ("disfl_qa", "quoref")]
     figures.append(f"(+{f(gains[0][0], 1)} / +{f(gains[1][0], 1)} F1 and +{f(gains[0][1], 1)} / +{f(gains[1][1], 1)} EM "
                    "at ratio 0)")
+    for name in ("first_newline", "text_answer"):  # the raw-prompt runs 1 and 2
+        for dataset, rows in load(f"selective_recompute/{name}.json")["datasets"].items():
+            figures += [_chat_row(dataset, path, row) for path, row in rows["paths"].items()]
+            figures += [f"| {dataset} ({rows['questions']}) | baseline: {b} | {f(value['exact_match'], 1)} | "
+                        f"{f(value['f1'], 1)} |" for b, value in rows["baselines"].items()]
+    for name, label in (("memory_before_compose_fix", "before (concatenation + padded copy)"),
+                        ("memory_per_layer", "one copy, one tensor per layer"),
+                        ("memory_views", "+ `split()` views (final)")):
+        peaks = [r["paths"] for r in _jsonl(f"selective_recompute/{name}.jsonl") if "paths" in r]
+        cells = [" / ".join(f(p[path]["peak_rss_growth_mb"], 1) for p in peaks)
+                 for path in ("full", "r=0", "r=0.05", "r=0.15", "r=0.3", "r=1")]
+        figures.append(f"| {label} | {cells[0]}{' MB' if name.endswith('fix') else ''} | {' | '.join(cells[1:])} | "
+                       f"`{name}.jsonl` |")
+    oracle = {r: load(f"selective_recompute/oracle_after_prefix_r{r}.json")["rules"] for r in ("0.15", "0.3", "0.5")}
+    for ratio, rules in oracle.items():
+        cells = [f"{f(rules[rule][d]['agreement_em'], 1)} / {f(rules[rule][d]['agreement_f1'], 1)}"
+                 for d in ("disfl_qa", "quoref") for rule in ("library", "oracle")]
+        figures.append(f"| {ratio} | {f(rules['library']['disfl_qa']['flop_fraction_mean'], 3)} | {' | '.join(cells)} |")
+    rounding = load("selective_recompute/rounding_bf16_store.json")["datasets"]
+    shown = {d: {p: f"{f(rounding[d]['paths'][p]['agreement_em'], 1)} / {f(rounding[d]['paths'][p]['agreement_f1'], 1)}"
+                 for p in ("full@bf16", "full@fp16", "r=0.15")} for d in rounding}
+    figures.append(f"Disfl-QA bf16 EM {shown['disfl_qa']['full@bf16'].replace(' / ', ' / F1 ')}, fp16 "
+                   f"{shown['disfl_qa']['full@fp16']}; Quoref bf16 {shown['quoref']['full@bf16']}, fp16 "
+                   f"{shown['quoref']['full@fp16']}")
+    figures.append(f"agreement EM / F1 {shown['disfl_qa']['r=0.15']} (Disfl-QA) and {shown['quoref']['r=0.15']} (Quoref)")
     return figures
 
 
