@@ -34,9 +34,9 @@ Bounds (what the figures can reach; printed and in the JSON):
   parameters, L layers, d_attn = heads x head_dim; `prefill_flops`), plus the LM head for the one position
   `generate` keeps. The TTFT bound is full prefill / (question prefill + the rotation of the stored keys, 6 FLOPs
   per key number). At SmolLM2 size with 4 x 250 passage tokens it is 72x for a 12-token question, 58x for 15 and
-  44x for 20 (`bounds`; the full prefill is ~250 GFLOP, 255 at the 28-token questions of `bench_kv_cache_smollm2.json`, one
-      decoding step ~0.34 GFLOP). `prefill_flops` is checked
-  against torch's FLOP counter on a Llama forward (`tests/models/block_attention_llama/test_bench_kv_cache.py`).
+  44x for 20 (`bounds`; the full prefill is ~250 GFLOP, 255 at the 28-token questions of
+  `bench_kv_cache_smollm2.json`, one decoding step ~0.34 GFLOP). `prefill_flops` is checked against torch's FLOP
+  counter on a Llama forward (`tests/models/block_attention_llama/test_bench_kv_cache.py`).
 - Memory: on 2 CPU cores a 15-token prefill does not saturate the cores; each forward still streams the weights
   (~0.54 GB at fp32 for SmolLM2), so the composed TTFT has a floor of about one decoding step, and reading the
   store moves 2 x L x kv_heads x head_dim x bytes per passage token (23 KB at bf16 for SmolLM2: ~23 MB for 1,000

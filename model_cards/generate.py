@@ -610,7 +610,8 @@ def recurrent_card():
                f"budget.",
                f"Forward GFLOPs per predicted token (window {main['window_size']}): "
                + ", ".join(f"overlap {o} {per_token[o][0] / 1e9:.3f}" for o in AUSTEN_OVERLAPS)
-               + f" (the recurrence's own FLOPs add at most {100 * extra_flops:.3f}% to the baseline's per token)."]
+               + f" (the recurrence's own FLOPs add at most {100 * extra_flops:.3f}% to the baseline's FLOPs per "
+               "token)."]
     zeroed = [(o, runs[f"recurrent_ov{o}"][f"test_persuasion_overlap{o}"]) for o in AUSTEN_OVERLAPS]
     figures.append("How much each recurrent model owes to its recurrence: test perplexity with every recurrent vector "
                    "zeroed (`hf_readonce.tasks.perplexity.recurrence_zeroed`) against as trained: "
