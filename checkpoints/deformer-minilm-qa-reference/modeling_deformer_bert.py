@@ -16,7 +16,6 @@ import hashlib
 import inspect
 import json
 import sys
-import warnings
 from dataclasses import dataclass
 
 import torch
@@ -362,12 +361,6 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
             _check_token_ids(input_ids, self.config.vocab_size, "input_ids")
             _check_token_ids(kwargs.get("token_type_ids"), self.config.type_vocab_size, "token_type_ids")
             raise
-
-    def passage_encoder_fingerprint(self) -> str:
-        """Deprecated 0.1.0 name of [`representation_fingerprint`] (the one fingerprint name of every model)."""
-        warnings.warn("`passage_encoder_fingerprint()` is deprecated; use `representation_fingerprint()`.",
-                      DeprecationWarning, stacklevel=2)
-        return self.representation_fingerprint()
 
     def _bidirectional_mask(self, hidden_states, attention_mask, segment_ids=None):
         return create_bidirectional_mask(

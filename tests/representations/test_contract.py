@@ -54,9 +54,7 @@ def test_store_round_trip_gives_the_models_own_outputs(model_type, tokenizer, tm
     reopened = RepresentationStore(tmp_path / "store", readonly=True)  # another process would see the same
     stored = reopened.get_many(adapter.fingerprint(), adapter.settings(), [content_hash(d) for d in DOCUMENTS])
     read = adapter.read(stored)
-    # ReadTwice-BERT names its representation fingerprint `fingerprint()` (the model's own API)
-    model_fingerprint = getattr(model, "representation_fingerprint", None) or model.fingerprint
-    assert read.model_fingerprint == model_fingerprint() == adapter.fingerprint()
+    assert read.model_fingerprint == model.representation_fingerprint() == adapter.fingerprint()
     with torch.no_grad():
         check(adapter, read)
 

@@ -591,7 +591,7 @@ def test_fingerprint_readonce_stage1_forward_hashes_nothing_until_asked(monkeypa
     assert model.encode_documents(ids).model_fingerprint == model.representation_fingerprint()
 
 
-def test_fingerprint_readtwice_has_the_common_name_and_sees_config_fields():
+def test_fingerprint_readtwice_sees_config_fields():
     from hf_readonce import ReadTwiceBertConfig, ReadTwiceBertModel
 
     def make(**overrides):
@@ -600,7 +600,7 @@ def test_fingerprint_readtwice_has_the_common_name_and_sees_config_fields():
         return _same_weights(ReadTwiceBertModel, config)
 
     base = make()
-    assert base.representation_fingerprint() == base.fingerprint()
+    assert len(base.representation_fingerprint()) == 64
     other = make(hidden_act="relu")
     other.load_state_dict(base.state_dict())
     assert other.representation_fingerprint() != base.representation_fingerprint()

@@ -275,7 +275,7 @@ def test_read_once_stored_equals_recomputed(memory_type):
     q_docs = torch.tensor([0, 1, 1])
     extra = {"entity_spans": SPANS} if memory_type == "entity" else {}
     stored = model.encode_documents(ids, document_ids=DOCS, **extra)
-    assert isinstance(stored, ReadTwiceDocumentOutput) and stored.model_fingerprint == model.fingerprint()
+    assert isinstance(stored, ReadTwiceDocumentOutput) and stored.model_fingerprint == model.representation_fingerprint()
     assert stored.first_read_hidden_state.shape == (5, 12, 32)
     a = model(question_input_ids=questions, question_attention_mask=q_mask, question_document_ids=q_docs,
               document_states=stored)

@@ -23,7 +23,6 @@ import hashlib
 import inspect
 import json
 import math
-import warnings
 from dataclasses import dataclass, fields
 
 import torch
@@ -251,9 +250,6 @@ class ReadOnceDocumentEncoderOutput(ModelOutput):
     attention_mask: torch.LongTensor | None = None
     compression_ratio: int | None = None
     model_fingerprint: str | None = None
-
-
-ReadOnceRepresentations = ReadOnceDocumentEncoderOutput  # 0.1.0 name, kept
 
 
 @dataclass
@@ -534,12 +530,6 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
             digest.update(p.detach().to("cpu", torch.float32).contiguous().numpy().data)
         self._fingerprint_cache = (state, digest.hexdigest())
         return self._fingerprint_cache[1]
-
-    def fingerprint(self) -> str:
-        """Deprecated 0.1.0 name of [`representation_fingerprint`] (the one fingerprint name of every model)."""
-        warnings.warn("`fingerprint()` is deprecated; use `representation_fingerprint()`.", DeprecationWarning,
-                      stacklevel=2)
-        return self.representation_fingerprint()
 
     def forward(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
                 compression_ratio: int | None = None, with_fingerprint: bool = True) -> ReadOnceDocumentEncoderOutput:

@@ -214,7 +214,7 @@ class ReadTwiceDocumentOutput(ModelOutput):
             `entity_spans`, to align `entity_ids` with memories (coreference loss).
         memory_type (`str`): the `memory_type` the table was built with.
         model_fingerprint (`str`): SHA-256 of the weights and settings that produced these states (see
-            [`ReadTwiceBertModel.fingerprint`]).
+            [`ReadTwiceBertModel.representation_fingerprint`]).
     """
 
     first_read_hidden_state: torch.FloatTensor | None = None
@@ -750,10 +750,6 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
         self._fingerprint_cache = (state, digest.hexdigest())
         return self._fingerprint_cache[1]
 
-    def fingerprint(self) -> str:
-        """Same as [`representation_fingerprint`] (ReadTwice's first name for it, kept)."""
-        return self.representation_fingerprint()
-
     def check_document_states(self, document_states: ReadTwiceDocumentOutput) -> None:
         """Raise unless `document_states` came from this model's first read.
 
@@ -1160,10 +1156,6 @@ class ReadTwiceBertForQuestionAnswering(ReadTwiceBertPreTrainedModel):
 
     def representation_fingerprint(self) -> str:
         """See [`ReadTwiceBertModel.representation_fingerprint`]."""
-        return self.bert.representation_fingerprint()
-
-    def fingerprint(self) -> str:
-        """Same as [`representation_fingerprint`] (kept)."""
         return self.bert.representation_fingerprint()
 
     @can_return_tuple
