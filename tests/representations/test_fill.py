@@ -215,8 +215,7 @@ def test_answer_from_store_refuses_bad_decoding_arguments_by_name(tmp_path, toke
                                  ({"max_answer_length": 0}, ValueError, "`max_answer_length` must be >= 1"),
                                  ({"passages_per_chunk": 0}, ValueError, "`passages_per_chunk` must be >= 1"),
                                  ({"null_score_diff_threshold": "x"}, TypeError, "`null_score_diff_threshold`"),
-                                 ({"allow_no_answer": "no"}, TypeError, "`allow_no_answer` must be a bool"),
-                                 ({"n_best": 1, "n_best_size": 5}, ValueError, "not both")]:
+                                 ({"allow_no_answer": "no"}, TypeError, "`allow_no_answer` must be a bool")]:
         with pytest.raises(error, match=words):
             answer_from_store(model, tokenizer, store, rows, max_passage_length=32, doc_stride=8, **kwargs)
     with pytest.raises(ValueError, match="`examples` is empty"):
@@ -224,7 +223,6 @@ def test_answer_from_store_refuses_bad_decoding_arguments_by_name(tmp_path, toke
     twice = [rows[0], {**rows[1], "id": rows[0]["id"]}]
     with pytest.raises(ValueError, match="two examples have the id"):
         answer_from_store(model, tokenizer, store, twice, max_passage_length=32, doc_stride=8)
-    assert answer_from_store(model, tokenizer, store, rows, max_passage_length=32, doc_stride=8, n_best=20) == good
     with pytest.raises(ValueError, match="NaN"):
         answer_from_store(model, tokenizer, store, rows, max_passage_length=32, doc_stride=8,
                           null_score_diff_threshold=float("nan"))

@@ -13,7 +13,6 @@ import math
 import operator
 import random
 import re
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -509,7 +508,8 @@ def find_best_null_threshold(best_spans: dict[str, str], score_diffs: dict[str, 
     data, never on the evaluation set.
 
     Args:
-        best_spans, score_diffs: from [`postprocess`] with `return_score_diffs=True`, keyed by example id.
+        best_spans, score_diffs: from [`postprocess_qa_predictions`] with `return_score_diffs=True`, keyed by
+            example id.
         examples: the SQuAD-style rows scored (`answers.text` empty for unanswerable questions).
 
     Returns:
@@ -652,17 +652,6 @@ def format_scores(name: str, scores: dict[str, float]) -> str:
     return line
 
 
-def postprocess(examples, features, windows, logits, n_best: int = 20, max_answer_length: int = 30,
-                allow_no_answer: bool = False, **kwargs):
-    """Deprecated 0.1.0 name of [`postprocess_qa_predictions`] (`n_best` is its `n_best_size`): the same arguments
-    (`logits`: per feature, start and end logits of shape `(window_length,)` and the no-answer score), result and
-    errors, and a `DeprecationWarning`."""
-    warnings.warn("`postprocess(..., n_best=)` is deprecated; use `postprocess_qa_predictions(..., n_best_size=)`.",
-                  DeprecationWarning, stacklevel=2)
-    return postprocess_qa_predictions(examples, features, windows, logits, n_best_size=n_best,
-                                      max_answer_length=max_answer_length, allow_no_answer=allow_no_answer, **kwargs)
-
-
 def squad_em_f1(predictions: dict[str, str], examples: Sequence[dict]) -> dict[str, float]:
     """SQuAD exact match and F1 (percent) with torchmetrics' `SQuAD` (the official normalization). Unanswerable
     gold (empty `answers.text`) counts as the single gold answer "". Answers may be held in lists, tuples or 1-d
@@ -712,7 +701,6 @@ __all__ = [
     "pad_batch",
     "pair_inputs",
     "question_of_context",
-    "postprocess",
     "postprocess_qa_predictions",
     "predict_cached",
     "predict_pairs",

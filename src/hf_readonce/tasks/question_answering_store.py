@@ -1,5 +1,5 @@
 """Extractive QA from a [`RepresentationStore`]: DeFormer-BERT answers questions from stored passage states, so only
-the questions and the upper layers run. (0.1.0: `hf_readonce.store.answer_from_store`.)"""
+the questions and the upper layers run."""
 
 from __future__ import annotations
 
@@ -106,8 +106,7 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
                       max_answer_length: int = 30, allow_no_answer: bool | None = None,
                       null_score_diff_threshold: float | None = None, passages_per_chunk: int = 64,
                       encode_missing: bool = False, dtype: str = "float16", progress: bool = False,
-                      n_best: int | None = None, settings_used: dict | None = None,
-                      counts: dict | None = None) -> dict[str, str]:
+                      settings_used: dict | None = None, counts: dict | None = None) -> dict[str, str]:
     """Answer extractive questions with a DeFormer model from passage states stored in `store`: only the questions
     and the upper layers run; the passage windows, offsets and lower-layer states come from the store.
 
@@ -125,8 +124,7 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
             what the checkpoint records in its config (what it was trained and tuned with, as `hf-readonce answer`
             reads them), else 64, `False` and 0.0.
         batch_size, n_best_size, max_answer_length: as in
-            [`hf_readonce.tasks.question_answering.postprocess_qa_predictions`] (`n_best` is the 0.1.0 name of
-            `n_best_size`, still accepted).
+            [`hf_readonce.tasks.question_answering.postprocess_qa_predictions`].
         passages_per_chunk (`int`, defaults to 64): passages whose states are held in memory at once.
         encode_missing (`bool`, defaults to `False`): encode and store passages that are missing instead of raising.
         dtype (`str`): storage dtype for `encode_missing`.
@@ -144,14 +142,10 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
         MissingRepresentationError / RepresentationMismatchError: passages not stored for this model and settings
             (the message counts them and names the first, and the fingerprints involved).
         ValueError: no examples, an example without a non-empty `question`/`context`, two examples with one id,
-            `n_best` and `n_best_size` both given, a count < 1 (`batch_size`, `passages_per_chunk`,
-            `max_question_length`, `n_best_size`, `max_answer_length`).
+            a count < 1 (`batch_size`, `passages_per_chunk`, `max_question_length`, `n_best_size`,
+            `max_answer_length`).
         TypeError: an argument of the wrong type (named).
     """
-    if n_best is not None:
-        if n_best_size != 20:
-            raise ValueError("pass `n_best_size` only (`n_best` is its old name), not both.")
-        n_best_size = n_best
     check_store_arguments(model, store, dtype)
     examples = check_question_rows(examples)
     recorded = recorded_answer_settings(model.config, max_question_length, allow_no_answer, null_score_diff_threshold)
