@@ -199,14 +199,12 @@ def test_cli_encode_readonce_representations(tmp_path, tokenizer, qa_rows, capsy
     docs = write_jsonl(tmp_path / "docs.jsonl", qa_rows[:10])
     assert cli_main(["encode", str(tmp_path / "ro"), "--documents", str(docs), "--store", str(tmp_path / "s"),
                      "--no-progress", "--max-document-length", "64"]) == 0
-    # the 0.1.0 spelling still means the document length for ReadOnce (nothing new to encode: same settings) ...
-    assert cli_main(["encode", str(tmp_path / "ro"), "--documents", str(docs), "--store", str(tmp_path / "s"),
-                     "--no-progress", "--max-passage-length", "64"]) == 0
-    assert "read as --max-document-length" in capsys.readouterr().err
-    # ... and a DeFormer-only option is refused, naming the family's own options
-    assert cli_main(["encode", str(tmp_path / "ro"), "--documents", str(docs), "--store", str(tmp_path / "s"),
-                     "--no-progress", "--doc-stride", "8"]) == 2
-    assert "--doc-stride" in capsys.readouterr().err
+    # a DeFormer-only option is refused, naming the family's own options
+    for option in (["--max-passage-length", "64"], ["--doc-stride", "8"]):
+        assert cli_main(["encode", str(tmp_path / "ro"), "--documents", str(docs), "--store", str(tmp_path / "s"),
+                         "--no-progress", *option]) == 2
+        err = capsys.readouterr().err
+        assert f"{option[0]} does not apply to readonce_bart models" in err and "--max-document-length" in err, err
     store = RepresentationStore(tmp_path / "s")
     adapter = ReadOnceBartAdapter(model, tokenizer, max_document_length=64)
     text = qa_rows[0]["context"]
@@ -225,16 +223,15 @@ def test_cli_encode_readonce_representations(tmp_path, tokenizer, qa_rows, capsy
                                                    content_hash(text))["representations"].shape == (8, 32)
 
 
-def test_option_names_per_family_and_hidden_0_1_0_spellings():
+def test_option_names_per_family():
     from hf_readonce.cli import build_parser
 
     parser = build_parser()
     common = ["answer", "m", "--store", "s", "--questions", "q", "--output", "o"]
     assert parser.parse_args(common + ["--n-best-size", "7"]).n_best_size == 7
-    assert parser.parse_args(common + ["--n-best", "5"]).n_best_size == 5  # 0.1.0 spelling, hidden
     assert parser.parse_args(common).n_best_size is None  # 20 for extractive models; refused for causal LMs
     answer_help = parser._subparsers._group_actions[0].choices["answer"].format_help()
-    assert "--n-best-size" in answer_help and "--n-best " not in answer_help
+    assert "--n-best-size" in answer_help
     encode = parser.parse_args(["encode", "m", "--store", "s", "--documents", "d", "--max-document-length", "99"])
     assert (encode.max_document_length, encode.max_passage_length, encode.doc_stride) == (99, None, None)
 

@@ -63,7 +63,7 @@ def _option_rows(parser: argparse.ArgumentParser) -> list[str]:
     rows = []
     for action in parser._actions:
         if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)) or action.help == argparse.SUPPRESS:
-            continue  # hidden options (an old spelling) stay hidden
+            continue  # hidden options stay hidden
         if action.option_strings:
             name = ", ".join(f"`{option}`" for option in action.option_strings)
             if action.nargs != 0 and not isinstance(action, argparse.BooleanOptionalAction):

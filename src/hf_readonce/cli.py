@@ -523,13 +523,6 @@ def _adapter_settings(args, adapter_class) -> dict:
     """
     given = {name: getattr(args, name, None) for name in _setting_names()}
     own = adapter_class.cli_settings
-    if "max_document_length" in own and "max_passage_length" not in own and given["max_passage_length"] is not None:
-        if given["max_document_length"] is None:  # 0.1.0 spelling: --max-passage-length meant document length here
-            print("hf-readonce encode: --max-passage-length is read as --max-document-length for "
-                  f"{adapter_class.model_type} models (the 0.1.0 spelling); use --max-document-length.",
-                  file=sys.stderr)
-            given["max_document_length"] = given["max_passage_length"]
-        given["max_passage_length"] = None
     foreign = [name for name, value in given.items() if value is not None and name not in own]
     if foreign:
         raise _foreign_settings(foreign, adapter_class)
@@ -2021,7 +2014,6 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
                         help="question tokens, [CLS] and [SEP] included (default: the checkpoint's, else 64)")
     answer.add_argument("--n-best-size", type=_positive_int, default=None,
                         help="start and end candidates per window (default 20)")
-    answer.add_argument("--n-best", dest="n_best_size", type=_positive_int, help=argparse.SUPPRESS)  # 0.1.0 spelling
     answer.add_argument("--max-answer-length", type=_positive_int, default=30,
                         help="longest answer in tokens (default 30; generative models: new tokens generated at "
                              "most)")
