@@ -601,13 +601,6 @@ def test_to_recurrent_keeps_the_weights_and_refuses_a_misspelled_setting(family)
             to_recurrent(plain, **typo)
 
 
-def test_recurrent_cache_refuses_both_names_of_the_state():
-    state = torch.ones(1, 32)
-    assert torch.equal(RecurrentCache(memory=state).recurrent_state, state)
-    with pytest.raises(ValueError, match="not both"):
-        RecurrentCache(recurrent_state=torch.zeros(1, 32), memory=state)
-
-
 def test_a_recurrent_state_not_a_float_tensor_of_batch_size_by_hidden_size_is_refused_by_name():
     """An integer or bool `recurrent_state` was cast to the model's dtype silently (and one held by a
     `RecurrentCache` was never checked): each is refused naming the argument, the dtype or the expected
@@ -622,8 +615,6 @@ def test_a_recurrent_state_not_a_float_tensor_of_batch_size_by_hidden_size_is_re
                 call(x, recurrent_state=bad, **arguments)
         with pytest.raises(ValueError, match="`recurrent_state` must be a floating-point tensor"):
             RecurrentCache(config=model.config, recurrent_state=bad)
-    with pytest.raises(ValueError, match="`memory` must be a floating-point tensor"):
-        RecurrentCache(memory=state.long())
     shape = r"must have shape \(batch_size, hidden_size\) = \(2, 32\), got \(2, 1, 32\)"
     with pytest.raises(ValueError, match=rf"`recurrent_state` {shape}"):
         model(x, recurrent_state=state[:, None], use_cache=False)

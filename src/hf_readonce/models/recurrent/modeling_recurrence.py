@@ -41,7 +41,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.processing_utils import Unpack
 from transformers.utils import TransformersKwargs, can_return_tuple
 
-from .configuration_recurrence import _is_int, set_recurrence_config  # noqa: F401  (set_recurrence_config: 0.1.0 import path)
+from .configuration_recurrence import _is_int, set_recurrence_config
 
 IGNORE_INDEX = -100
 
@@ -472,7 +472,7 @@ class RecurrentCache(DynamicCache):
     Attributes:
         recurrent_state (`torch.FloatTensor` of shape `(batch_size, hidden_size)` or `None`): vector inserted at
             layer L in the current window (`None` in the first window); the `recurrent_state` of `forward`'s
-            arguments and outputs. (`memory` is its 0.1.0 name, kept as an alias.)
+            arguments and outputs.
         window_ids (`torch.LongTensor` of shape `(batch_size, window_length)` or `None`): tokens of the current window.
         layer_sums (`torch.FloatTensor` of shape `(batch_size, N, hidden_size)` or `None`): per-layer sums of the
             current window's hidden states (eq. 1 numerator).
@@ -494,37 +494,24 @@ class RecurrentCache(DynamicCache):
         config (`PretrainedConfig`, *optional*): passed to `DynamicCache`.
         recurrent_state (`torch.FloatTensor` of shape `(batch_size, hidden_size)`, *optional*): the vector inserted
             at layer L in the current window (see `Attributes`; `None` in a stream's first window).
-        memory (`torch.FloatTensor`, *optional*): the 0.1.0 name of `recurrent_state`.
 
     Raises:
-        ValueError: if both `recurrent_state` and `memory` are given, or if the state is not a floating-point tensor of
-            shape `(batch_size, hidden_size)` (`hidden_size` checked when `config` has one; the batch size is
-            checked when the stream starts).
+        ValueError: if the state is not a floating-point tensor of shape `(batch_size, hidden_size)` (`hidden_size`
+            checked when `config` has one; the batch size is checked when the stream starts).
     """
 
-    def __init__(self, config=None, recurrent_state: torch.Tensor | None = None, memory: torch.Tensor | None = None):
+    def __init__(self, config=None, recurrent_state: torch.Tensor | None = None):
         super().__init__(config=config)
-        if recurrent_state is not None and memory is not None:
-            raise ValueError("pass `recurrent_state` only (`memory` is its old name), not both.")
-        self.recurrent_state = recurrent_state if recurrent_state is not None else memory
+        self.recurrent_state = recurrent_state
         if self.recurrent_state is not None:
             _check_recurrent_state(self.recurrent_state, None, getattr(config, "hidden_size", None),
-                                   "`recurrent_state`" if recurrent_state is not None else "`memory`")
+                                   "`recurrent_state`")
         self.window_ids = None
         self.layer_sums = None
         self.token_counts = None
         self.tokens_seen = 0
         self.num_windows = 1
         self.rows = None
-
-    @property
-    def memory(self) -> torch.Tensor | None:
-        """The 0.1.0 name of [`recurrent_state`]."""
-        return self.recurrent_state
-
-    @memory.setter
-    def memory(self, value: torch.Tensor | None) -> None:
-        self.recurrent_state = value
 
     @property
     def window_length(self) -> int:
@@ -1318,6 +1305,5 @@ __all__ = [
     "RecurrentCausalLMOutputWithPast",
     "memory_attention_forward",
     "memory_attention_mask",
-    "set_recurrence_config",
     "window_spans",
 ]
