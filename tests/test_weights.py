@@ -49,13 +49,13 @@ def test_shipped_checkpoints_carry_the_current_model_code_and_auto_map(tmp_path)
 
 
 def test_environment_folder_comes_first(tmp_path, monkeypatch):
-    folder = _copy_small(weights.REFERENCE_QA_DIR, tmp_path / "minilm-qa-reference")
+    folder = _copy_small(weights.SOURCE_CHECKPOINTS_DIR / weights.REFERENCE_QA.name, tmp_path / "minilm-qa-reference")
     monkeypatch.setenv(weights.CHECKPOINTS_ENV, str(tmp_path))
     assert weights.reference_qa_path() == folder
 
 
 def test_damaged_file_is_named(tmp_path, monkeypatch):
-    folder = _copy_small(weights.REFERENCE_QA_DIR, tmp_path / "minilm-qa-reference")
+    folder = _copy_small(weights.SOURCE_CHECKPOINTS_DIR / weights.REFERENCE_QA.name, tmp_path / "minilm-qa-reference")
     (folder / "model.safetensors").write_bytes(b"changed")
     monkeypatch.setenv(weights.CHECKPOINTS_ENV, str(tmp_path))
     with pytest.raises(ValueError, match="model.safetensors"):
@@ -85,7 +85,7 @@ def test_shipped_names(tmp_path, monkeypatch):
         weights.reference_deformer_path(verify=False)
     assert weights.shipped_checkpoint_path("minilm-qa-reference", verify=False) == weights.reference_qa_path(verify=False)
     assert weights.shipped_checkpoint_path("runs/demo") is None
-    folder = _copy_small(weights.REFERENCE_QA_DIR, tmp_path / "minilm-qa-reference")
+    folder = _copy_small(weights.SOURCE_CHECKPOINTS_DIR / weights.REFERENCE_QA.name, tmp_path / "minilm-qa-reference")
     monkeypatch.setenv(weights.CHECKPOINTS_ENV, str(tmp_path))
     assert weights.shipped_checkpoint_path("reference-qa") == folder
 
@@ -98,7 +98,7 @@ def test_hub_cache_is_used_offline_when_no_local_copy(tmp_path, monkeypatch):
     checkpoint = weights.REFERENCE_DEFORMER
     repo_folder = tmp_path / "hub" / f"models--{checkpoint.repo_id.replace('/', '--')}"
     commit = "0" * 40
-    _copy_small(weights.REFERENCE_DEFORMER_DIR, repo_folder / "snapshots" / commit)
+    _copy_small(weights.SOURCE_CHECKPOINTS_DIR / weights.REFERENCE_DEFORMER.name, repo_folder / "snapshots" / commit)
     (repo_folder / "refs").mkdir()
     (repo_folder / "refs" / checkpoint.revision).write_text(commit)
     monkeypatch.setattr(weights, "SOURCE_CHECKPOINTS_DIR", tmp_path / "no-checkout")

@@ -49,9 +49,6 @@ SHIPPED_NAMES = {
                                                "Disfl-QA; what `hf-readonce demo` answers with"),
     "reference-qa": (REFERENCE_QA, "full MiniLM BertForQuestionAnswering, Quoref + Disfl-QA; the DeFormer's teacher"),
 }
-# kept for callers that name the checkout folders directly
-REFERENCE_QA_DIR = SOURCE_CHECKPOINTS_DIR / REFERENCE_QA.name
-REFERENCE_DEFORMER_DIR = SOURCE_CHECKPOINTS_DIR / REFERENCE_DEFORMER.name
 
 
 def minilm_path() -> Path:

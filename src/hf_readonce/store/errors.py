@@ -1,5 +1,5 @@
 """The store's exceptions. Each is also a builtin exception type (`ValueError`, `KeyError`, `PermissionError`), so
-callers that caught those in 0.1.0 still catch them."""
+a caller may catch either the store's type or the builtin one."""
 
 from __future__ import annotations
 

@@ -71,7 +71,7 @@ def space_key(fingerprint: str, settings: Mapping[str, Any]) -> str:
 class RepresentationKey(NamedTuple):
     """The one key of a stored representation: the [`space_key`] of (model fingerprint, settings) and the
     [`content_hash`] of the document. A `NamedTuple`, so it equals, hashes and unpacks as the plain
-    `(space_key, content_hash)` tuple of 0.1.0 (the store's index is keyed by it).
+    `(space_key, content_hash)` tuple (the store's index is keyed by it).
 
     Attributes:
         space (`str`): 64 hex characters. content_hash (`str`): 64 hex characters.
