@@ -196,6 +196,45 @@ def test_no_compat_attic():
     assert not found, found
 
 
+def _aliases(path) -> list[str]:
+    """The second names `path` gives to something, whatever its comments say: a module-level `Old = New` of a class
+    or function of the module, a method whose one statement (its docstring and a `warnings.warn` aside) returns
+    another method of `self` called without arguments, a property that returns another attribute of `self`, and an
+    option hidden from `--help` (`help=argparse.SUPPRESS`)."""
+    tree = ast.parse(path.read_text())
+    own = {node.name for node in tree.body if isinstance(node, (ast.ClassDef, ast.FunctionDef))}
+    found = [f"{node.targets[0].id} = {node.value.id}" for node in tree.body
+             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+             and isinstance(node.value, ast.Name) and node.value.id in own]
+    for cls in (node for node in ast.walk(tree) if isinstance(node, ast.ClassDef)):
+        for method in (node for node in cls.body if isinstance(node, ast.FunctionDef)):
+            body = [s for s in method.body if not (isinstance(s, ast.Expr) and (
+                isinstance(s.value, ast.Constant) or (isinstance(s.value, ast.Call)
+                                                       and getattr(s.value.func, "attr", None) == "warn")))]
+            if method.name.startswith("__") or len(body) != 1 or not isinstance(body[0], ast.Return):
+                continue
+            value = body[0].value
+            if isinstance(value, ast.Call) and not value.args and not value.keywords:
+                value = value.func
+            elif not any(getattr(d, "id", None) == "property" for d in method.decorator_list):
+                continue
+            if isinstance(value, ast.Attribute) and getattr(value.value, "id", None) == "self" \
+                    and value.attr != method.name:
+                found.append(f"{cls.name}.{method.name} -> self.{value.attr}")
+    found += [f"line {node.lineno}: an option hidden from --help" for node in ast.walk(tree)
+              if isinstance(node, ast.keyword) and node.arg == "help" and isinstance(node.value, ast.Attribute)
+              and node.value.attr == "SUPPRESS"]
+    return found
+
+
+def test_no_alias_whatever_its_comment_says():
+    """`test_no_compat_attic` reads the words that describe an alias; this finds the alias itself (each kind the
+    package once carried: `ReadOnceRepresentations = ReadOnceDocumentEncoderOutput`, `fingerprint()` returning
+    `self.representation_fingerprint()`, the `RecurrentCache.memory` property, the hidden `answer --n-best`)."""
+    found = {str(path.relative_to(PACKAGE)): names for path in sorted(PACKAGE.rglob("*.py")) if (names := _aliases(path))}
+    assert not found, found
+
+
 def _family_words() -> dict[str, set[str]]:
     """family -> the words that name it in code: its name, model types and config class stems (lower case)."""
     from hf_readonce.representations import registered_families
