@@ -83,11 +83,10 @@ class DeformerBertConfig(BertConfig):
 
     model_type = "deformer_bert"
     # fields the passage states never read, besides the ones no family's representation reads
-    # (`modeling_deformer_bert._FINGERPRINT_IGNORED_FIELDS`): training losses and the QA settings a training run
-    # records (the windows are part of the store's settings instead)
+    # (`modeling_deformer_bert._FINGERPRINT_IGNORED_FIELDS`, `max_question_length` among them): training losses and
+    # the other QA settings a training run records (the windows are part of the store's settings instead)
     fingerprint_ignored_fields = ("distillation_temperature", "kd_loss_weight", "lrs_loss_weight",
-                                  "max_question_length", "max_passage_length", "doc_stride", "allow_no_answer",
-                                  "null_score_diff_threshold")
+                                  "max_passage_length", "doc_stride", "allow_no_answer", "null_score_diff_threshold")
 
     def __init__(
         self,

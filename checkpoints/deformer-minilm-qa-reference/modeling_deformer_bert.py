@@ -36,7 +36,9 @@ logger = logging.get_logger(__name__)
 # The fingerprint policy of every family (one source: the other modeling files hold checked copies of these two
 # definitions). Config fields that never change a representation, in any family: metadata, output switches, token ids
 # (an embedding's padding index changes only gradients), the dtype (the weights are hashed as they are), initializer
-# settings (the weights are hashed), task heads and labels, and generation settings. A family adds the fields its own
+# settings (the weights are hashed), task heads and labels, generation settings, and the question length a QA
+# checkpoint records it was trained with (`max_question_length`, one name in every family: no stored representation
+# holds a question, and a call reads questions at the length it is given). A family adds the fields its own
 # representation never reads through its config class only (`fingerprint_ignored_fields` and
 # `fingerprint_ignored_prefixes`, e.g. training losses or the decoder's fields). Every other field of
 # `config.to_dict()` is part of the representation fingerprint, with the transformers major version.
@@ -47,7 +49,7 @@ _FINGERPRINT_IGNORED_FIELDS = frozenset({
     "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id", "cls_token_id", "mask_token_id", "unk_token_id",
     "decoder_start_token_id", "forced_bos_token_id", "forced_eos_token_id", "initializer_range", "init_std",
     "initializer_factor", "tie_word_embeddings", "classifier_dropout", "max_length", "min_length", "num_beams",
-    "no_repeat_ngram_size", "early_stopping", "length_penalty", "custom_pipelines",
+    "no_repeat_ngram_size", "early_stopping", "length_penalty", "custom_pipelines", "max_question_length",
 })
 
 

@@ -7,6 +7,7 @@ config part of every family is byte-identical to its pre-issue-32 one for the fa
 DeFormer's fingerprint is pinned). A representation stored under any other fingerprint is refused with
 `RepresentationMismatchError` naming both fingerprints, never served."""
 
+import copy
 import importlib
 import json
 import sys
@@ -146,8 +147,18 @@ OLD_POLICY = {
 
 
 # Fields added to a config class since, that configs written before do not hold (a config saved then loads them at
-# their default): the old code never saw them.
-_ADDED_SINCE = {"readonce_bart": {"max_document_length": None}, "longdoc_bart": {"max_document_length": None}}
+# their default): the old code never saw them. `max_question_length` (the recorded question length of the QA
+# families) is ignored by every family; DeFormer declared and ignored it already.
+_ADDED_SINCE = {"readonce_bart": {"max_document_length": None, "max_question_length": None},
+                "longdoc_bart": {"max_document_length": None}, "readtwice_bert": {"max_question_length": None}}
+
+
+def as_written_before(config, family):
+    """`config` as a checkpoint written before the fields added since: they load at their default."""
+    config = copy.deepcopy(config)
+    for field, default in _ADDED_SINCE.get(family, {}).items():
+        setattr(config, field, default)
+    return config
 
 
 def old_config_fingerprint(config, family):
@@ -164,7 +175,7 @@ def test_fingerprints_are_those_stores_were_written_with(family):
     """The config part of the fingerprint is byte-identical to the pre-issue-32 one for the family's default config
     and its test model's (the weights part is the same code), so stored representations are still found."""
     model, module, config_class = fingerprinted_families()[family]
-    for config in (config_class(), model.config):
+    for config in (config_class(), as_written_before(model.config, family)):
         assert module._config_fingerprint(config, config_class) == old_config_fingerprint(config, family)
 
 
@@ -200,3 +211,35 @@ def test_representations_of_another_fingerprint_are_refused_naming_both(tmp_path
     with pytest.raises(RepresentationMismatchError) as error:
         store.get(new, settings, "c" * 64)
     assert f"fingerprint {old[:16]}" in str(error.value) and f"fingerprint {new[:16]}" in str(error.value)
+
+
+QA_FAMILIES = ("deformer_bert", "readtwice_bert", "readonce_bart")
+
+
+@pytest.mark.parametrize("family", QA_FAMILIES)
+def test_the_recorded_question_length_keeps_the_fingerprint(family, tmp_path):
+    """Each QA family records the question length it was trained with under one name, `max_question_length`, a
+    declared field of its config, ignored by every family's fingerprint (no stored representation holds a question):
+    a checkpoint written before it was recorded (its `config.json` without the field) and the same checkpoint
+    recording it have one fingerprint, so the representations stored with either are read with the other."""
+    model, _, config_class = fingerprinted_families()[family]
+    assert "max_question_length" in COMMON and "max_question_length" in config_class().to_dict()
+    assert "max_question_length" not in getattr(config_class, "fingerprint_ignored_fields", ())  # one place
+    model.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+
+    def load(**fields):
+        written = {key: value for key, value in saved.items() if key != "max_question_length"}
+        (tmp_path / "config.json").write_text(json.dumps({**written, **fields}))
+        return type(model).from_pretrained(tmp_path).eval()
+
+    before = load()
+    assert before.config.max_question_length is None
+    recorded = load(max_question_length=48)
+    assert recorded.config.max_question_length == 48
+    assert recorded.representation_fingerprint() == before.representation_fingerprint()
+    # the test can fail: a field no policy ignores changes it
+    assert load(max_question_length=48, some_new_field=1).representation_fingerprint() != \
+        before.representation_fingerprint()
+    with pytest.raises(ValueError, match="max_question_length"):
+        config_class(max_question_length=0)

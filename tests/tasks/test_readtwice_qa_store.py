@@ -188,3 +188,45 @@ def test_a_mentions_setting_that_is_no_name_is_refused_by_name(tokenizer):
     with pytest.raises(ValueError, match=r"`mentions` \(--mentions\) must be one of \['capitalized_mentions'\]"):
         ReadTwiceBertAdapter(model, tokenizer, mentions=["capitalized_mentions"])
     assert ReadTwiceBertAdapter.settings_kwargs({"mentions": ["capitalized_mentions"]}) == {}
+
+
+def test_the_recorded_question_length_reads_the_first_reads_stored_before(tokenizer, tmp_path, capsys):
+    """`run_readtwice_qa.py` records the question length a checkpoint was trained with (`config.max_question_length`,
+    a declared field as DeFormer's): `hf-readonce answer` and the store path read questions at it, and the first reads
+    the same weights stored before it was recorded are read (the fingerprint ignores the field: recording it wrote
+    another key, and every stored first read was refused as another model's)."""
+    import json
+
+    from hf_readonce import ReadTwiceBertForQuestionAnswering
+    from hf_readonce.cli import main as cli_main
+    from tests.conftest import write_jsonl
+
+    examples = _examples()
+    lengths = [len(tokenizer(e["question"]).input_ids) for e in examples]
+    limit = min(lengths)
+    cut = sum(length > limit for length in lengths)
+    old, new = tmp_path / "old", tmp_path / "new"
+    model = tiny_readtwice()
+    model.save_pretrained(old)
+    written = json.loads((old / "config.json").read_text())
+    model.save_pretrained(new)
+    (new / "config.json").write_text(json.dumps({**written, "max_question_length": limit}))
+    (old / "config.json").write_text(json.dumps({k: v for k, v in written.items() if k != "max_question_length"}))
+    for folder in (old, new):
+        tokenizer.save_pretrained(folder)
+    store = RepresentationStore(tmp_path / "store")
+    before = ReadTwiceBertForQuestionAnswering.from_pretrained(old).eval()
+    assert before.config.max_question_length is None
+    assert fill_store(ReadTwiceBertAdapter(before, tokenizer), store, [DOCUMENT, OTHER]).encoded == 2
+    recorded = ReadTwiceBertForQuestionAnswering.from_pretrained(new).eval()
+    assert recorded.config.max_question_length == limit
+    counts = {}
+    answers = answer_from_readtwice_store(recorded, tokenizer, store, examples, counts=counts)  # nothing encoded
+    assert counts == {"questions": len(examples), "questions_cut": cut} and len(store) == 2
+    assert answers == answer_from_readtwice_store(before, tokenizer, store, examples, max_question_length=limit)
+    assert cli_main(["answer", str(new), "--store", str(tmp_path / "store"), "--questions",
+                     str(write_jsonl(tmp_path / "q.jsonl", examples)), "--output", str(tmp_path / "p.jsonl"),
+                     "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert f"max_question_length {limit};" in captured.out
+    assert f"note: {cut} of the {len(examples)} question(s) held more than the {limit} tokens" in captured.err

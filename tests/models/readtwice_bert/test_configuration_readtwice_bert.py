@@ -70,3 +70,22 @@ def test_from_pretrained_base_and_own_fields_are_validated_together(tmp_path):
     assert ReadTwiceBertConfig.from_pretrained(tmp_path / "bert", max_position_embeddings=32).segment_length == 32
     with pytest.raises(ValueError, match="`num_second_read_layers`"):
         ReadTwiceBertConfig.from_pretrained(tmp_path / "bert", num_hidden_layers=1)
+
+
+def test_the_recorded_question_length_is_a_checked_field(tmp_path):
+    """`max_question_length`, the question length a checkpoint was trained with (`run_readtwice_qa.py` records it), is
+    a field of the config as of DeFormer's and ReadOnce's: `None` (unknown) by default, saved and loaded, checked (a
+    `ValueError` naming it), also when given to `from_pretrained` as the example script gives it."""
+    import pytest
+
+    assert ReadTwiceBertConfig(**TINY).max_question_length is None
+    config = ReadTwiceBertConfig(**TINY, max_question_length=48)
+    config.save_pretrained(tmp_path / "saved")
+    assert ReadTwiceBertConfig.from_pretrained(tmp_path / "saved").max_question_length == 48
+    BertConfig(**TINY).save_pretrained(tmp_path / "bert")
+    assert ReadTwiceBertConfig.from_pretrained(tmp_path / "bert", max_question_length=20).max_question_length == 20
+    for bad in (2, 0, "64", 64.0, True):
+        with pytest.raises(ValueError, match="`max_question_length` must be None or an int >= 3"):
+            ReadTwiceBertConfig(**TINY, max_question_length=bad)
+        with pytest.raises(ValueError, match="`max_question_length`"):
+            ReadTwiceBertConfig.from_pretrained(tmp_path / "bert", max_question_length=bad)

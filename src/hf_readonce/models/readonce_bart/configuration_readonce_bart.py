@@ -84,9 +84,15 @@ class ReadOnceBartConfig(BartConfig):
             Tokens read per document when the checkpoint was trained (recorded by the ReadOnce recipe): the default
             of the store adapter and `hf-readonce encode`, so stored representations match training. `None`: T * k.
             Not part of the representation fingerprint (the store keys it as a setting).
+        max_question_length (`int`, *optional*):
+            Tokens read of a question (or prompt), special tokens included, when the checkpoint was trained (recorded
+            by the ReadOnce recipe): the default of the `text2text-generation` and `summarization` pipelines, of the
+            store adapter and of `hf-readonce answer` / `summarize`. `None`: 32. Not part of the representation
+            fingerprint (the document encoder never reads a question).
 
     Raises:
-        ValueError: if k or w is not a positive int, `max_document_length` is not None or a positive int, `w < k`, the aggregation or fusion is unknown, L is not in
+        ValueError: if k or w is not a positive int, `max_document_length` or `max_question_length` is not None or a
+            positive int, `w < k`, the aggregation or fusion is unknown, L is not in
             `[0, encoder_layers]` (`[1, encoder_layers]` in the 0.1.x `"before"` convention), the convention is
             unknown, the chunk length is not in `[1, max_position_embeddings]`, or the chunk overlap is
             not in `[0, chunk_length)` or is not a multiple of k (chunks must start on a window boundary).
@@ -125,12 +131,16 @@ class ReadOnceBartConfig(BartConfig):
         layer_norm_eps: float = 1e-5,
         append_layer_convention: str = "after",
         max_document_length: int | None = None,
+        max_question_length: int | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         if max_document_length is not None and (not _is_int(max_document_length) or max_document_length < 1):
             raise ValueError(f"`max_document_length` must be None or a positive int, got {max_document_length!r}.")
         self.max_document_length = max_document_length
+        if max_question_length is not None and (not _is_int(max_question_length) or max_question_length < 1):
+            raise ValueError(f"`max_question_length` must be None or a positive int, got {max_question_length!r}.")
+        self.max_question_length = max_question_length
         if isinstance(layer_norm_eps, bool) or not isinstance(layer_norm_eps, (int, float)) or layer_norm_eps <= 0:
             raise ValueError(f"`layer_norm_eps` must be a positive number, got {layer_norm_eps!r}.")
         self.layer_norm_eps = float(layer_norm_eps)

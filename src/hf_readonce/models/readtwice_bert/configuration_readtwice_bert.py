@@ -80,13 +80,20 @@ class ReadTwiceBertConfig(BertConfig):
         coref_loss_weight (`float`, *optional*, defaults to 1.0):
             Weight of the coreference auxiliary loss (App. B) in [`ReadTwiceBertForMaskedLM`]; used only when
             `entity_ids` are passed. `0` disables it.
+        max_question_length (`int`, *optional*):
+            Question length the checkpoint was trained with, counted as the layout reads a question (read-once:
+            `[CLS] question [SEP]` ids; the paper's layout: the question's own tokens); recorded by
+            `run_readtwice_qa.py`, it is the default of `hf-readonce answer` and of the `question-answering`
+            pipeline (64 where it is `None`, unknown). Not part of the representation fingerprint: no stored first
+            read holds a question.
 
     Raises:
         ValueError: naming the field, if `memory_type` or `memory_output_init` is not one of the allowed strings, if an
             integer field has the wrong type or range (`span_length >= 1`, `1 <= num_second_read_layers <=
             num_hidden_layers`, `max_relative_segment_distance >= 0`, `memory_top_k >= 1` or `None`,
-            `2 <= segment_length <= max_position_embeddings`, `0 <= segment_overlap < segment_length`), if a boolean
-            field is not a `bool`, or if `coref_loss_weight` is negative.
+            `2 <= segment_length <= max_position_embeddings`, `0 <= segment_overlap < segment_length`,
+            `max_question_length >= 3` or `None`), if a boolean field is not a `bool`, or if `coref_loss_weight` is
+            negative.
 
     Example:
 
@@ -121,6 +128,7 @@ class ReadTwiceBertConfig(BertConfig):
         question_in_first_read: bool = True,
         memory_output_init: str = "identity",
         coref_loss_weight: float = 1.0,
+        max_question_length: int | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -159,6 +167,8 @@ class ReadTwiceBertConfig(BertConfig):
             coref_loss_weight >= 0
         ):
             raise ValueError(f"`coref_loss_weight` must be a float >= 0, got {coref_loss_weight!r}.")
+        if max_question_length is not None and (not _is_int(max_question_length) or max_question_length < 3):
+            raise ValueError(f"`max_question_length` must be None or an int >= 3, got {max_question_length!r}.")
         self.memory_type = memory_type
         self.span_length = span_length
         self.num_second_read_layers = num_second_read_layers
@@ -170,6 +180,7 @@ class ReadTwiceBertConfig(BertConfig):
         self.question_in_first_read = question_in_first_read
         self.memory_output_init = memory_output_init
         self.coref_loss_weight = float(coref_loss_weight)
+        self.max_question_length = max_question_length
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
