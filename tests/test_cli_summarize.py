@@ -162,7 +162,7 @@ def test_a_prompt_longer_than_read_is_refused_and_an_absent_summary_field_noted(
                  "--max-new-tokens", "3", "--no-progress"]
     assert cli_main([*summarize, "--output", str(tmp_path / "a.jsonl"), "--prompt", "word " * 40]) == 2
     err = capsys.readouterr().err
-    assert "--prompt holds 42 tokens; readonce_bart models read at most 32" in err and "Traceback" not in err
+    assert "--prompt holds 42 tokens; this readonce_bart model reads at most 32" in err and "Traceback" not in err
     assert not (tmp_path / "a.jsonl").exists()
     assert cli_main([*summarize, "--output", str(tmp_path / "b.jsonl"), "--summary-field", "nope"]) == 0
     captured = capsys.readouterr()

@@ -1283,8 +1283,10 @@ def _answer_generative(args, store, examples, output) -> int:
         _note_cut("answer", counts["passages_cut"], counts["passages"], "passage", used.get("max_document_length"),
                   "the answers")
     if counts.get("questions_cut"):  # a generative family reads a fixed number of question tokens
+        recorded = getattr(model.config, "max_question_length", None) is not None
         _note_questions_cut(counts["questions_cut"], counts["questions"], used.get("max_question_length"),
-                            f"{model.config.model_type} models read no more of a question")
+                            "the checkpoint was trained reading no more of a question, its max_question_length"
+                            if recorded else f"{model.config.model_type} models read no more of a question")
     scored = _with_gold_answers(examples)
     if scored is not None:
         from .tasks.question_answering import format_scores, score_qa, trivial_baselines

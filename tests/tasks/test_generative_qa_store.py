@@ -175,3 +175,48 @@ def test_cli_notes_the_questions_cut_to_the_tokens_read(tokenizer, tmp_path, cap
     assert "max_question_length 32" in captured.out and "Traceback" not in captured.err
     assert cli_main(common + [str(write_jsonl(tmp_path / "short.jsonl", ROWS))]) == 0  # none cut: no note
     assert "question(s) held more" not in capsys.readouterr().err
+
+
+def test_the_question_length_the_checkpoint_records_is_read_everywhere(tokenizer, tmp_path, capsys):
+    """A ReadOnce checkpoint records the question length it was trained with (`config.max_question_length`, as the
+    ReadOnce recipe writes it; the 32 tokens were a constant of the adapter): the store path, the pipeline, `hf-readonce
+    answer` and `summarize_from_store` read questions (prompts) at that length, and the representations stored by the
+    same weights before the length was recorded are read, not encoded again (the fingerprint ignores the field)."""
+    from hf_readonce import ReadOnceBartForConditionalGeneration
+    from hf_readonce.cli import main as cli_main
+    from hf_readonce.tasks.summarization_store import summarize_from_store
+    from tests.conftest import write_jsonl
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    model = readonce(tokenizer)
+    model.save_pretrained(old)
+    model.config.max_question_length = 6
+    model.save_pretrained(new)
+    for folder in (old, new):
+        tokenizer.save_pretrained(folder)
+    assert "max_question_length" not in json.loads((old / "config.json").read_text()) or \
+        json.loads((old / "config.json").read_text())["max_question_length"] is None
+    store = RepresentationStore(tmp_path / "store")
+    before = ReadOnceBartForConditionalGeneration.from_pretrained(old).eval()
+    assert fill_store(get_adapter(before, tokenizer), store, DOCUMENTS, dtype="float32").encoded == len(DOCUMENTS)
+    recorded = ReadOnceBartForConditionalGeneration.from_pretrained(new).eval()
+    assert get_adapter(recorded, tokenizer).max_prompt_length == 6 and get_adapter(before, tokenizer).max_prompt_length == 32
+    lengths = [len(tokenizer(row["question"]).input_ids) for row in ROWS]
+    assert 0 < sum(length > 6 for length in lengths) < len(ROWS)
+    counts, used = {}, {}
+    answers = answer_from_representations(recorded, tokenizer, store, ROWS, max_new_tokens=3, counts=counts,
+                                          settings_used=used)  # no encode_missing: the stored ones are read
+    assert used["max_question_length"] == 6 and counts["questions_cut"] == sum(length > 6 for length in lengths)
+    pipe = ReadOnceText2TextGenerationPipeline(model=recorded, tokenizer=tokenizer)
+    assert answers == {row["id"]: pipe(text=row["question"], document=row["context"], max_new_tokens=3)[0][
+        "generated_text"] for row in ROWS}
+    # the CLI reads the same store and says which length it read, and why no more
+    assert cli_main(["answer", str(new), "--store", str(tmp_path / "store"), "--questions",
+                     str(write_jsonl(tmp_path / "q.jsonl", ROWS)), "--output", str(tmp_path / "p.jsonl"),
+                     "--max-answer-length", "3", "--no-progress"]) == 0
+    captured = capsys.readouterr()
+    assert "max_question_length 6" in captured.out
+    assert "(the checkpoint was trained reading no more of a question, its max_question_length)" in captured.err
+    with pytest.raises(ValueError, match="reads at most 6 with each document"):
+        summarize_from_store(recorded, tokenizer, store, DOCUMENTS[:1], prompt="a prompt of more than six tokens")
+    assert len(store) == len(DOCUMENTS)  # nothing encoded again

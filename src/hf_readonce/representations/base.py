@@ -542,7 +542,9 @@ class AdapterBase:
       arguments of what [`read`] returns ([`hf_readonce.tasks.summarization_store.summarize_from_store`]), and
       `summary_prompt`, the default text read with each document (`None`: the family takes no prompt);
     - `max_prompt_length` (`int`) where it reads a question or a prompt with the stored representations and cuts it
-      to a fixed number of tokens (what [`questions_cut`] counts by default).
+      to a number of tokens: the family's default as a class attribute, and on an adapter the checkpoint's own
+      ([`prompt_length_of`]: the `max_question_length` its config records, else the default); what
+      [`questions_cut`] counts by default.
     """
 
     recompute_needs_text: ClassVar[bool] = True
@@ -553,6 +555,24 @@ class AdapterBase:
     output_distribution: ClassVar[str | None] = None
     # fixed probe text read with the stored states where the output distribution needs a question or a prompt
     probe_question: ClassVar[str] = "What is this document about?"
+
+    @classmethod
+    def prompt_length_of(cls, config) -> int | None:
+        """Tokens read of a question or prompt with the stored representations for a checkpoint of this family: the
+        question length its config records it was trained with (`config.max_question_length`, the one name of every
+        family), else the family's default `max_prompt_length`.
+
+        Args:
+            config (`PretrainedConfig`): the checkpoint's config (only `max_question_length` is read).
+
+        Returns:
+            `int` or `None`: `None` where the family reads no question with the stored representations (whatever the
+            config records).
+        """
+        if cls.max_prompt_length is None:
+            return None
+        recorded = getattr(config, "max_question_length", None)
+        return recorded if recorded is not None else cls.max_prompt_length
 
     def documents_cut(self, texts: Sequence[str]) -> int:
         """How many of `texts` hold more tokens than the adapter reads (`max_document_length`, with the special tokens

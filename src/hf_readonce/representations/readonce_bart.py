@@ -52,8 +52,10 @@ class ReadOnceBartAdapter(AdapterBase):
     }
     recompute_needs_text = True  # only the representations are stored, not the tokens
     summary_prompt = "summary"  # what hf-readonce's summarization training pairs with every article
-    # tokens of a question or prompt read with the vectors, as the pipeline's `max_question_len` (longer ones are cut;
-    # `questions_cut` counts them, `hf-readonce answer` notes them, `summarize_from_store` refuses a longer prompt)
+    # tokens of a question or prompt read with the vectors where the checkpoint records none (an adapter reads the
+    # `max_question_length` its config records, `prompt_length_of`), as the pipeline's `max_question_len` (longer ones
+    # are cut; `questions_cut` counts them, `hf-readonce answer` notes them, `summarize_from_store` refuses a longer
+    # prompt)
     max_prompt_length = 32
     output_distribution = "first decoder step's token distribution for a fixed probe question"
 
@@ -71,6 +73,7 @@ class ReadOnceBartAdapter(AdapterBase):
         self.compression_ratio = compression_ratio if compression_ratio is not None else model.config.compression_ratio
         self.max_document_length = (max_document_length if max_document_length is not None
                                     else model.config.default_document_length(self.compression_ratio))
+        self.max_prompt_length = self.prompt_length_of(model.config)  # what the checkpoint was trained with
         self._tokenizer_hash = scoped_tokenizer_fingerprint(tokenizer)
 
     @classmethod
@@ -160,8 +163,8 @@ class ReadOnceBartAdapter(AdapterBase):
         Args:
             read ([`ReadOnceDocumentEncoderOutput`]): [`read`]'s output for n documents (on the model's device).
             prompt (`str` or `list[str]`, *optional*): the text read with every document (or one per document, e.g.
-                questions), at most `max_prompt_length` (32) tokens, as the pipeline reads it: longer ones are cut to
-                them, as there ([`questions_cut`] counts them); defaults to `summary_prompt` (`"summary"`, what
+                questions), at most `max_prompt_length` tokens (the checkpoint's `max_question_length`, else 32), as
+                the pipeline reads it: longer ones are cut to them, as there ([`questions_cut`] counts them); defaults to `summary_prompt` (`"summary"`, what
                 hf-readonce's summarization training pairs with every article).
 
         Returns:

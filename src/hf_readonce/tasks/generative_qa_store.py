@@ -58,14 +58,15 @@ def answer_from_representations(model, tokenizer, store: RepresentationStore, ex
         progress (`bool`, defaults to `False`): a tqdm bar on stderr.
         timings (`dict`, *optional*): accumulates `read_seconds` and `generate_seconds`.
         settings_used (`dict`, *optional*): filled with the stored settings read, the decoding used and
-            `max_question_length`, the question tokens read with a document (the adapter's `max_prompt_length`).
+            `max_question_length`, the question tokens read with a document (the adapter's `max_prompt_length`: the
+            length the checkpoint records it was trained with, else the family's default).
         counts (`dict`, *optional*): filled with `passages` (distinct documents read) and `passages_cut` (how many of
             them hold more tokens than the representations read, `max_document_length`: they were cut to it when
             encoded, and the answers come from their first tokens only; counted from the token counts stored with
             them, tokenizing only those stored with exactly `max_document_length` tokens or without a count,
             [`hf_readonce.representations.fill.stored_documents_cut`]), and `questions` (the rows) and
             `questions_cut` (how many questions hold more tokens than the model reads with a document, the adapter's
-            `max_prompt_length`: their answers come from their first tokens only; `adapter.questions_cut`).
+            `max_prompt_length`, as above: their answers come from their first tokens only; `adapter.questions_cut`).
 
     Returns:
         `dict[str, str]`: example id -> answer (stripped), in example order.

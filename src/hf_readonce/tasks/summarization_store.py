@@ -131,8 +131,8 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
         ValueError: no documents, an empty document (its index named), a model type that does not summarize from
             stored representations, a count < 1 (`max_new_tokens`, `num_beams`, `batch_size`),
             `num_return_sequences` other than 1, a `prompt` the family does not take or longer than it reads
-            (`max_prompt_length` of its adapter), `max_new_tokens` beyond the decoder's positions, several stored
-            spaces.
+            (the checkpoint's recorded `max_question_length`, else the `max_prompt_length` of its adapter),
+            `max_new_tokens` beyond the decoder's positions, several stored spaces.
     """
     from ..representations.base import check_positive_ints
 
@@ -157,10 +157,13 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
     if positions is not None and max_new_tokens > positions:
         raise ValueError(f"`max_new_tokens` {max_new_tokens} does not fit the model's {positions} decoder positions: "
                          "pass fewer.")
-    limit = getattr(adapter_class, "max_prompt_length", None)
+    # the checkpoint's own (the question length it records it was trained with), else the family's default
+    prompt_length_of = getattr(adapter_class, "prompt_length_of", None)
+    limit = (prompt_length_of(model.config) if prompt_length_of is not None
+             else getattr(adapter_class, "max_prompt_length", None))
     length = None if prompt is None or limit is None else len(tokenizer(prompt)["input_ids"])
     if length is not None and length > limit:
-        raise ValueError(f"`prompt` holds {length} tokens; {adapter_class.model_type} models read at most {limit} "
+        raise ValueError(f"`prompt` holds {length} tokens; this {adapter_class.model_type} model reads at most {limit} "
                          "with each document (it would be cut): pass a shorter one.")
     # the weights are hashed once per call: the same fingerprint finds the space and reads it (a model without
     # `representation_fingerprint` gets None here and its adapter's own fingerprint below)

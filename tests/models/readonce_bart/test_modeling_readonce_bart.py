@@ -563,7 +563,7 @@ def test_generate_with_raw_document_tokens_reads_the_document():
         model.generate(q, document_input_attention_mask=torch.ones(2, 20))
 
 
-def test_recorded_max_document_length_is_the_adapter_default_and_not_in_the_fingerprint(tmp_path):
+def test_recorded_document_and_question_lengths_are_the_adapter_defaults_and_not_in_the_fingerprint(tmp_path):
     from transformers import AutoTokenizer
 
     from hf_readonce.representations import get_adapter
@@ -587,6 +587,16 @@ def test_recorded_max_document_length_is_the_adapter_default_and_not_in_the_fing
     assert get_adapter(fresh, tokenizer, compression_ratio=2).max_document_length == chunk * 2
     with pytest.raises(ValueError, match="max_document_length"):
         ReadOnceBartConfig(**TINY, max_document_length=0)
+    # the question length is recorded the same way (`max_question_length`, the name of every QA family's config)
+    assert loaded.config.max_question_length is None and get_adapter(loaded, tokenizer).max_prompt_length == 32
+    loaded.config.max_question_length = 12
+    loaded.save_pretrained(tmp_path / "recorded")
+    recorded = ReadOnceBartForConditionalGeneration.from_pretrained(tmp_path / "recorded")
+    assert recorded.config.max_question_length == 12 and recorded.representation_fingerprint() == before
+    assert get_adapter(recorded, tokenizer).max_prompt_length == 12
+    for bad in (0, "32", 3.0, True):
+        with pytest.raises(ValueError, match="`max_question_length` must be None or a positive int"):
+            ReadOnceBartConfig(**TINY, max_question_length=bad)
 
 
 def test_texts_and_targets_beyond_the_position_table_are_refused_by_name():

@@ -46,3 +46,34 @@ def test_questions_and_prompts_cut_to_max_question_len_are_said_once_per_call(to
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         summarize(DOCUMENTS, max_new_tokens=2)  # the default prompt "summary"
     assert cut_warnings(caplog, "prompt") == []
+
+
+def test_the_question_length_defaults_to_the_checkpoints(tokenizer, caplog):
+    """Without `max_question_len`, the pipelines read the question length the checkpoint records it was trained with
+    (`config.max_question_length`, as the ReadOnce recipe writes it), else 32; a given one still wins."""
+    model = tiny_readonce()
+    pipe = ReadOnceText2TextGenerationPipeline(model=model, tokenizer=tokenizer)
+    model.config.max_question_length = 8
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        recorded = pipe([LONG_QUESTION, "Who wrote Emma?"], document=DOCUMENTS[0], max_new_tokens=2)
+    assert [message.split(":")[0] for message in cut_warnings(caplog, "question")] == [
+        "1 of 2 question(s) held more than the 8 tokens read per question and were cut to them"]
+    assert recorded == pipe([LONG_QUESTION, "Who wrote Emma?"], document=DOCUMENTS[0], max_new_tokens=2,
+                            max_question_len=8)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        pipe([LONG_QUESTION], document=DOCUMENTS[0], max_new_tokens=2, max_question_len=32)  # given: read whole
+        ReadOnceSummarizationPipeline(model=model, tokenizer=tokenizer)(DOCUMENTS[0], prompt=LONG_QUESTION,
+                                                                        max_new_tokens=2)
+    assert cut_warnings(caplog, "question") == []
+    assert [message.split(":")[0] for message in cut_warnings(caplog, "prompt")] == [
+        "1 of 1 prompt(s) held more than the 8 tokens read per prompt and were cut to them"]
+    model.config.max_question_length = None  # nothing recorded: 32, the adapter's default as well
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        pipe([LONG_QUESTION], document=DOCUMENTS[0], max_new_tokens=2)
+    assert cut_warnings(caplog, "question") == []
+    from hf_readonce.models.readonce_bart import pipeline_readonce_bart
+    from hf_readonce.representations import ReadOnceBartAdapter
+
+    assert pipeline_readonce_bart._DEFAULT_MAX_QUESTION_LEN == ReadOnceBartAdapter.max_prompt_length == 32

@@ -20,6 +20,10 @@ from transformers.pipelines import PIPELINE_REGISTRY, Pipeline
 from transformers.utils import logging
 
 logger = logging.get_logger(__name__)
+# question (prompt) tokens read where the checkpoint records none (`config.max_question_length`); the store adapter's
+# `max_prompt_length`, as `hf-readonce answer` reads
+_DEFAULT_MAX_QUESTION_LEN = 32
+
 
 # Copied from hf_readonce.dtypes.resolve_compute_dtype
 def resolve_compute_dtype(requested, device, checkpoint_dtype):
@@ -157,8 +161,9 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
         document (`str` or `list[str]`): one document for every text, or one per text (equal lengths).
         max_new_tokens (`int`, defaults to 32): tokens generated per text.
         num_beams (`int`, defaults to 1): beam search width.
-        max_question_len (`int`, defaults to 32): text tokens read (longer texts are truncated; a warning counts
-            them).
+        max_question_len (`int`, *optional*): text tokens read, special tokens included (longer texts are
+            truncated; a warning counts them). Defaults to the length the checkpoint records it was trained with
+            (`config.max_question_length`), else 32 (as `hf-readonce answer`).
         max_document_len (`int`, *optional*): document tokens read (longer documents are truncated; a warning
             counts them). Defaults to the length the checkpoint records (`config.max_document_length`), else
             `config.document_chunk_length * k`, the T·k capacity of §5.5: a document longer than one chunk of T
@@ -266,9 +271,10 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
             return outputs[0]
         return [output[0] for output in outputs] if all(len(output) == 1 for output in outputs) else outputs
 
-    def preprocess(self, group, max_question_len=32, max_document_len=None, compression_ratio=None):
+    def preprocess(self, group, max_question_len=None, max_document_len=None, compression_ratio=None):
         """Tokenize the distinct documents (at most `max_document_len` tokens, default the recorded length, else
-        T·k) and the texts (at most `max_question_len` tokens), right-padded whatever `tokenizer.padding_side` is.
+        T·k) and the texts (at most `max_question_len` tokens, default the recorded length, else 32), right-padded
+        whatever `tokenizer.padding_side` is.
         One warning each says how many documents and how many texts were cut (none when nothing was).
 
         Returns:
@@ -278,6 +284,8 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
         """
         if max_document_len is None:  # what the checkpoint was trained with, else T·k (as the store adapter)
             max_document_len = self.model.config.default_document_length(compression_ratio)
+        if max_question_len is None:  # what the checkpoint was trained with, else 32 (as the store adapter)
+            max_question_len = getattr(self.model.config, "max_question_length", None) or _DEFAULT_MAX_QUESTION_LEN
         # right padding whatever `tokenizer.padding_side` says: the text's learned positions count from the first
         # column, so a left-padded text would be read at shifted positions and differ from the same text alone
         docs = self.tokenizer(group["documents"], truncation=True, max_length=max_document_len, padding=True,
