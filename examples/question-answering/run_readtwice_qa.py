@@ -80,7 +80,9 @@ class DataArguments:
     validation_file: str = field(default=os.path.join(DATA, "validation.jsonl"))
     segment_length: int = field(default=128)
     segment_overlap: int = field(default=32)
-    max_question_length: int = field(default=64)
+    max_question_length: int = field(default=64, metadata={
+        "help": "Questions are cut to this many tokens ([CLS] and [SEP] included in the read-once layout); recorded "
+                "in a ReadTwice checkpoint's config (not the --baseline's)."})
     max_segments: int = field(default=128, metadata={"help": "Segments kept per document (paper: 128)."})
     max_train_samples: int = field(default=None)
     max_eval_samples: int = field(default=None)
@@ -151,6 +153,8 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
             memory_output_init=model_args.memory_output_init,
             segment_length=data_args.segment_length,
             segment_overlap=data_args.segment_overlap,
+            # recorded, as run_deformer_qa.py records it: the default of `hf-readonce answer` and of the pipeline
+            max_question_length=data_args.max_question_length,
         )
     if with_entities and model_args.entity_source == "capitalized":
         # recorded, as the ReadOnce and LongDoc recipes record their reading settings: `hf-readonce encode`,

@@ -28,7 +28,7 @@ def test_load_rows(data_dir):
 def test_readonce_two_stages_with_store_and_baseline(data_dir, tmp_path):
     common = dict(train_file=str(data_dir / "disfl_qa" / "train.jsonl"),
                   validation_file=str(data_dir / "disfl_qa" / "validation.jsonl"), max_train_samples=8,
-                  max_eval_samples=4, max_document_length=64, generation_max_tokens=4)
+                  max_eval_samples=4, max_document_length=64, generation_max_tokens=4, max_question_length=24)
     metrics = run(ReadOnceArguments(task="qa", compression_ratio=8, stage2_steps=1, eval_compression_ratios="4",
                                     **common), _args(tmp_path / "ro"))
     assert metrics["eval_loss"] > 0 and metrics["eval_examples"] == 4 and 0 <= metrics["eval_f1"] <= 100 and "eval_k4" in metrics
@@ -37,12 +37,17 @@ def test_readonce_two_stages_with_store_and_baseline(data_dir, tmp_path):
     assert len(store) == metrics["store_documents"] > 0 and store.verify().ok
     saved = json.loads((tmp_path / "ro" / "config.json").read_text())
     assert saved["model_type"] == "readonce_bart" and saved["compression_ratio"] == 8
+    # the lengths read at training, recorded: the defaults of the adapter, the pipelines and `hf-readonce answer`
+    assert (saved["max_document_length"], saved["max_question_length"]) == (64, 24)
     baseline = run(ReadOnceArguments(task="summarization", variant="baseline",
                                      train_file=str(data_dir / "xsum" / "train.jsonl"),
                                      validation_file=str(data_dir / "xsum" / "validation.jsonl"), max_train_samples=8,
                                      max_eval_samples=2, max_document_length=64, generation_max_tokens=4),
                    _args(tmp_path / "base", max_steps=1))
     assert 0 <= baseline["eval_rougeL"] <= 100
+    # the baseline reads question and document as one text (the question never cut): it records neither length
+    saved = json.loads((tmp_path / "base" / "config.json").read_text())
+    assert saved.get("max_question_length") is None and saved.get("max_document_length") is None
     # downstream from the QA-trained checkpoint (§3.4): no stage 1, document encoder frozen, stored representations;
     # two validation files are scored separately
     from hf_readonce import ReadOnceBartForConditionalGeneration

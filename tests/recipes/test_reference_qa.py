@@ -74,3 +74,24 @@ def test_average_refuses_bad_weights_and_writes_nothing(tmp_path, weights, match
         main(["average", "--model_dirs", str(tmp_path / "a"), str(tmp_path / "b"), "--weights", *weights,
               "--output_dir", str(tmp_path / "o")])
     assert not (tmp_path / "o").exists()
+
+
+def test_train_records_the_question_length_it_trained_with(tmp_path):
+    """`train` records `max_question_length` in the checkpoint's config, as the DeFormer recipe does: `hf-readonce
+    answer` reads this plain BERT as a DeFormer and reads questions at the length it was trained with (one step of a
+    tiny random BERT on a few synthetic rows)."""
+    from tests.conftest import write_jsonl
+
+    _save(tmp_path / "bert", None, seed=0)
+    rows = [{"id": f"r{i}", "question": f"Who is number {i}?", "context": f"The list says that Ann is number {i}.",
+             "answers": {"text": ["Ann"], "answer_start": [len("The list says that ")]}} for i in range(24)]
+    (tmp_path / "data" / "tiny").mkdir(parents=True)
+    write_jsonl(tmp_path / "data" / "tiny" / "train.jsonl", rows)
+    main(["train", "--output_dir", str(tmp_path / "out"), "--data_dir", str(tmp_path / "data"), "--datasets", "tiny",
+          "--model_name_or_path", str(tmp_path / "bert"), "--max_steps", "1", "--batch_size", "2",
+          "--max_seq_length", "64", "--max_question_length", "20", "--doc_stride", "16", "--warmup_steps", "0"])
+    saved = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert saved["model_type"] == "bert" and saved["max_question_length"] == 20
+    from hf_readonce.tasks.question_answering import recorded_answer_settings
+
+    assert recorded_answer_settings(DeformerBertConfig.from_pretrained(tmp_path / "out"))["max_question_length"] == 20

@@ -80,7 +80,8 @@ class ReadOnceArguments:
     balance_sources: bool = field(default=True, metadata={
         "help": "with several --train_file files, draw as many training questions from each (the smaller ones "
                 "repeated, §3.3) with datasets.interleave_datasets; --no_balance_sources concatenates them"})
-    max_question_length: int = field(default=32)
+    max_question_length: int = field(default=32, metadata={
+        "help": "question (or prompt) tokens read, special tokens included; recorded in a readonce checkpoint's config"})
     max_target_length: int = field(default=32)
     max_train_samples: int = field(default=None)
     max_eval_samples: int = field(default=None)
@@ -458,6 +459,8 @@ def run(args: ReadOnceArguments, training_args: Seq2SeqTrainingArguments) -> dic
     os.makedirs(training_args.output_dir, exist_ok=True)
     if args.variant == "readonce":  # the adapter's and `hf-readonce encode`'s default, so stores match training
         model.config.max_document_length = args.max_document_length
+        # the question (prompt) tokens read with the representations: the pipelines' and `hf-readonce answer`'s
+        model.config.max_question_length = args.max_question_length
     model.save_pretrained(training_args.output_dir)
     tokenizer.save_pretrained(training_args.output_dir)
     with open(os.path.join(training_args.output_dir, "readonce_results.json"), "w") as handle:

@@ -71,6 +71,8 @@ def train(args) -> dict:
         "attention_probs_dropout_prob": args.attention_probs_dropout_prob}
     # fp32 master weights, also when continuing from the fp16 export
     model = BertForQuestionAnswering.from_pretrained(path, dtype=torch.float32, **overrides)
+    # recorded, as the DeFormer recipe records it: `hf-readonce answer` and the pipelines read questions at this length
+    model.config.max_question_length = args.max_question_length
     data_dir = Path(args.data_dir)
     rows, counts = [], {}
     for name in args.datasets:
