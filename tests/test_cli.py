@@ -1040,3 +1040,28 @@ def test_an_output_that_is_the_input_is_refused_and_bad_lines_say_why(tmp_path, 
     for line, reason in ((1, "'context' is null"), (2, "'question' is of type int, not a string"),
                          (3, "no 'context' field"), (4, "'question' is blank")):
         assert f"line {line}: {reason}" in err, err
+
+
+def test_answer_encode_missing_names_the_window_it_took_and_the_checkpoints_limit(tmp_path, checkpoint, capsys):
+    """`answer --encode-missing` with nothing stored, on a checkpoint with fewer positions than the default window
+    (256), said "`max_passage_length` must be in [2, 128] ..., got 256", a value the user never typed: it now says
+    the window is the default one, the checkpoint's limit and the option to pass; an option the user typed is named
+    as typed; no store is left behind."""
+    questions = write_jsonl(tmp_path / "q.jsonl", [{"id": "a", "question": "Who wrote Emma?",
+                                                    "context": "Emma is a novel by Jane Austen."}])
+    common = ["answer", str(checkpoint), "--store", str(tmp_path / "store"), "--questions", str(questions),
+              "--output", str(tmp_path / "p.jsonl"), "--encode-missing", "--no-progress"]
+    assert cli_main(common) == 2
+    err = capsys.readouterr().err
+    assert ("nothing of this model is stored yet, so --encode-missing windows the passages as `hf-readonce encode` "
+            "would: with windows of 256 tokens, the default (the checkpoint records no `max_passage_length`), which "
+            "do not fit this checkpoint's 128 passage positions") in err
+    assert err.rstrip().endswith("pass `max_passage_length` (--max-passage-length) of at most 128.") and "got" not in err
+    assert cli_main(common + ["--max-passage-length", "200"]) == 2
+    assert "error: --max-passage-length must be in [2, 128]" in capsys.readouterr().err
+    assert cli_main(common + ["--max-passage-length", "32"]) == 2
+    err = capsys.readouterr().err
+    assert "with a stride of 64 tokens, the default (the checkpoint records no `doc_stride`)" in err
+    assert "pass `doc_stride` (--doc-stride) of at most 30." in err
+    assert not (tmp_path / "store").exists()
+    assert cli_main(common + ["--max-passage-length", "128"]) == 0

@@ -57,3 +57,29 @@ def test_counts_the_questions_cut_to_max_question_length(stored, tokenizer):
     counts.clear()
     answer_from_store(model, tokenizer, store, rows, max_question_length=max(lengths), counts=counts)
     assert counts == {"questions": len(rows), "questions_cut": 0}
+
+
+def test_a_window_encode_missing_takes_that_does_not_fit_names_where_it_came_from(tmp_path, tokenizer):
+    """With nothing of the model stored, `encode_missing` windows the passages as `hf-readonce encode` would: a window
+    it takes (the checkpoint's recorded one, else the defaults 256 / 64) that the model cannot read is refused before
+    any work, saying where the value came from and the checkpoint's limit; the adapter's own error named the value as
+    if the caller had passed it (`max_passage_length` ... got 256)."""
+    rows = [{"id": "a", "question": "Who wrote Emma?", "context": "Emma is a novel by Jane Austen."}]
+    store = RepresentationStore(tmp_path / "store")
+    model = tiny_model()  # 128 positions, no window recorded
+    with pytest.raises(ValueError, match=r"with windows of 256 tokens, the default \(the checkpoint records no "
+                                         r"`max_passage_length`\), which do not fit this checkpoint's 128 passage "
+                                         r"positions .*: pass `max_passage_length` \(--max-passage-length\) of at most "
+                                         r"128\.$"):
+        answer_from_store(model, tokenizer, store, rows, encode_missing=True)
+    model.config.max_passage_length = 200  # recorded by hand beyond the positions
+    with pytest.raises(ValueError, match=r"with windows of 200 tokens, the value the checkpoint records "
+                                         r"\(`max_passage_length`\), which do not fit"):
+        answer_from_store(model, tokenizer, store, rows, encode_missing=True)
+    with pytest.raises(ValueError, match=r"with a stride of 64 tokens, the default \(the checkpoint records no "
+                                         r"`doc_stride`\), which does not fit windows of 32 tokens .*of at most 30\."):
+        answer_from_store(model, tokenizer, store, rows, encode_missing=True, max_passage_length=32)
+    with pytest.raises(ValueError, match=r"^`max_passage_length` must be in \[2, 128\].*got 300\.$"):
+        answer_from_store(model, tokenizer, store, rows, encode_missing=True, max_passage_length=300)  # given: named
+    assert len(store) == 0
+    assert answer_from_store(model, tokenizer, store, rows, encode_missing=True, max_passage_length=128).keys() == {"a"}

@@ -99,6 +99,46 @@ def window_defaults(model) -> dict:
     return out
 
 
+def _check_window_taken(model, window: dict, given: dict) -> None:
+    """Refuse, before any passage is encoded, a window `encode_missing` took rather than was given (the checkpoint's
+    recorded one, else [`DeformerBertAdapter`]'s defaults, see [`window_defaults`]) that the model cannot read,
+    naming where the value came from and the checkpoint's limit (the adapter's own error would name a value as if the
+    caller had passed it). A window given by the caller is left to the adapter, which names it.
+
+    Args:
+        model: the DeFormer (only its `config` is read).
+        window (`dict`): `max_passage_length` and `doc_stride` to encode with.
+        given (`dict`): the same names, the caller's values (`None`: not given).
+
+    Raises:
+        ValueError: a taken `max_passage_length` above the model's passage positions, or a taken `doc_stride` not
+            below `max_passage_length - 1`; each names its option (`--max-passage-length`, `--doc-stride`).
+    """
+    config = model.config
+    length, stride = window["max_passage_length"], window["doc_stride"]
+    options = {name: option for name, (option, _, _) in DeformerBertAdapter.cli_settings.items()}
+
+    def source(name):
+        return (f"the value the checkpoint records (`{name}`)" if getattr(config, name, None) is not None
+                else f"the default (the checkpoint records no `{name}`)")
+
+    taken = "nothing of this model is stored yet, so `encode_missing` windows the passages as `hf-readonce encode` would"
+    offset = getattr(config, "passage_position_offset", 0) or 0
+    positions = getattr(config, "max_position_embeddings", None)
+    room = None if positions is None else positions - offset
+    if given["max_passage_length"] is None and room is not None and length > room:
+        raise ValueError(
+            f"{taken}: with windows of {length} tokens, {source('max_passage_length')}, which do not fit this "
+            f"checkpoint's {room} passage positions (max_position_embeddings={positions} - "
+            f"passage_position_offset={offset}): pass `max_passage_length` ({options['max_passage_length']}) of at "
+            f"most {room}.")
+    if given["doc_stride"] is None and isinstance(length, int) and not stride < length - 1:
+        raise ValueError(
+            f"{taken}: with a stride of {stride} tokens, {source('doc_stride')}, which does not fit windows of "
+            f"{length} tokens (a stride is below {length - 1}): pass `doc_stride` ({options['doc_stride']}) of at most "
+            f"{length - 2}.")
+
+
 @digests_weights_once
 def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Sequence[dict], *,
                       max_passage_length: int | None = None, doc_stride: int | None = None,
@@ -170,6 +210,8 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
                 found = window_defaults(model)
                 found.update({name: value for name, value in (("max_passage_length", max_passage_length),
                                                               ("doc_stride", doc_stride)) if value is not None})
+                _check_window_taken(model, found, {"max_passage_length": max_passage_length,
+                                                   "doc_stride": doc_stride})
             max_passage_length, doc_stride = found["max_passage_length"], found["doc_stride"]
         adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=max_passage_length, doc_stride=doc_stride,
                                        batch_size=batch_size)
