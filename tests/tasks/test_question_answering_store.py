@@ -83,3 +83,16 @@ def test_a_window_encode_missing_takes_that_does_not_fit_names_where_it_came_fro
         answer_from_store(model, tokenizer, store, rows, encode_missing=True, max_passage_length=300)  # given: named
     assert len(store) == 0
     assert answer_from_store(model, tokenizer, store, rows, encode_missing=True, max_passage_length=128).keys() == {"a"}
+
+
+def test_a_given_window_the_model_cannot_read_is_named_before_the_stride_it_would_take(tmp_path, tokenizer):
+    """A `max_passage_length` the caller gives that no window can have (below 2 tokens) is named as given, as the
+    adapter names it, rather than refused for the default stride with a stride "of at most -1" to pass."""
+    rows = [{"id": "a", "question": "Who wrote Emma?", "context": "Emma is a novel by Jane Austen."}]
+    store = RepresentationStore(tmp_path / "store")
+    for length in (1, 0):
+        with pytest.raises(ValueError, match=rf"^`max_passage_length` must be in \[2, 128\].*got {length}\.$"):
+            answer_from_store(tiny_model(), tokenizer, store, rows, encode_missing=True, max_passage_length=length)
+    with pytest.raises(ValueError, match=r"with a stride of 64 tokens, .*of at most 0\.$"):  # the smallest window
+        answer_from_store(tiny_model(), tokenizer, store, rows, encode_missing=True, max_passage_length=2)
+    assert len(store) == 0

@@ -112,7 +112,8 @@ def _check_window_taken(model, window: dict, given: dict) -> None:
 
     Raises:
         ValueError: a taken `max_passage_length` above the model's passage positions, or a taken `doc_stride` not
-            below `max_passage_length - 1`; each names its option (`--max-passage-length`, `--doc-stride`).
+            below `max_passage_length - 1` for a window the model reads; each names its option
+            (`--max-passage-length`, `--doc-stride`).
     """
     config = model.config
     length, stride = window["max_passage_length"], window["doc_stride"]
@@ -132,7 +133,9 @@ def _check_window_taken(model, window: dict, given: dict) -> None:
             f"checkpoint's {room} passage positions (max_position_embeddings={positions} - "
             f"passage_position_offset={offset}): pass `max_passage_length` ({options['max_passage_length']}) of at "
             f"most {room}.")
-    if given["doc_stride"] is None and isinstance(length, int) and not stride < length - 1:
+    # a given window the model cannot read is the adapter's to name (a stride fits no window below 2 tokens)
+    readable = isinstance(length, int) and length >= 2 and (room is None or length <= room)
+    if given["doc_stride"] is None and readable and not stride < length - 1:
         raise ValueError(
             f"{taken}: with a stride of {stride} tokens, {source('doc_stride')}, which does not fit windows of "
             f"{length} tokens (a stride is below {length - 1}): pass `doc_stride` ({options['doc_stride']}) of at most "
