@@ -81,7 +81,8 @@ class ReadOnceArguments:
         "help": "with several --train_file files, draw as many training questions from each (the smaller ones "
                 "repeated, §3.3) with datasets.interleave_datasets; --no_balance_sources concatenates them"})
     max_question_length: int = field(default=32, metadata={
-        "help": "question (or prompt) tokens read, special tokens included; recorded in a readonce checkpoint's config"})
+        "help": "question (or prompt) tokens read, special tokens included; recorded in a readonce checkpoint's "
+                "config"})
     max_target_length: int = field(default=32)
     max_train_samples: int = field(default=None)
     max_eval_samples: int = field(default=None)

@@ -164,8 +164,9 @@ class ReadOnceBartAdapter(AdapterBase):
             read ([`ReadOnceDocumentEncoderOutput`]): [`read`]'s output for n documents (on the model's device).
             prompt (`str` or `list[str]`, *optional*): the text read with every document (or one per document, e.g.
                 questions), at most `max_prompt_length` tokens (the checkpoint's `max_question_length`, else 32), as
-                the pipeline reads it: longer ones are cut to them, as there ([`questions_cut`] counts them); defaults to `summary_prompt` (`"summary"`, what
-                hf-readonce's summarization training pairs with every article).
+                the pipeline reads it: longer ones are cut to them, as there ([`questions_cut`] counts them);
+                defaults to `summary_prompt` (`"summary"`, what hf-readonce's summarization training pairs with every
+                article).
 
         Returns:
             `dict`: `input_ids` and `attention_mask` `(n, prompt tokens)` (right-padded) and

@@ -123,7 +123,8 @@ def _check_window_taken(model, window: dict, given: dict) -> None:
         return (f"the value the checkpoint records (`{name}`)" if getattr(config, name, None) is not None
                 else f"the default (the checkpoint records no `{name}`)")
 
-    taken = "nothing of this model is stored yet, so `encode_missing` windows the passages as `hf-readonce encode` would"
+    taken = ("nothing of this model is stored yet, so `encode_missing` windows the passages as `hf-readonce encode` "
+             "would")
     offset = getattr(config, "passage_position_offset", 0) or 0
     positions = getattr(config, "max_position_embeddings", None)
     room = None if positions is None else positions - offset
@@ -138,8 +139,8 @@ def _check_window_taken(model, window: dict, given: dict) -> None:
     if given["doc_stride"] is None and readable and not stride < length - 1:
         raise ValueError(
             f"{taken}: with a stride of {stride} tokens, {source('doc_stride')}, which does not fit windows of "
-            f"{length} tokens (a stride is below {length - 1}): pass `doc_stride` ({options['doc_stride']}) of at most "
-            f"{length - 2}.")
+            f"{length} tokens (a stride is below {length - 1}): pass `doc_stride` ({options['doc_stride']}) of at "
+            f"most {length - 2}.")
 
 
 @digests_weights_once

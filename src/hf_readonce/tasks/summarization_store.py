@@ -163,8 +163,8 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
              else getattr(adapter_class, "max_prompt_length", None))
     length = None if prompt is None or limit is None else len(tokenizer(prompt)["input_ids"])
     if length is not None and length > limit:
-        raise ValueError(f"`prompt` holds {length} tokens; this {adapter_class.model_type} model reads at most {limit} "
-                         "with each document (it would be cut): pass a shorter one.")
+        raise ValueError(f"`prompt` holds {length} tokens; this {adapter_class.model_type} model reads at most "
+                         f"{limit} with each document (it would be cut): pass a shorter one.")
     # the weights are hashed once per call: the same fingerprint finds the space and reads it (a model without
     # `representation_fingerprint` gets None here and its adapter's own fingerprint below)
     fingerprint = current_fingerprint_if_any(model)
