@@ -179,6 +179,18 @@ def test_fingerprints_are_those_stores_were_written_with(family):
         assert module._config_fingerprint(config, config_class) == old_config_fingerprint(config, family)
 
 
+def test_a_readtwice_config_that_set_max_question_length_by_hand_gets_a_new_fingerprint():
+    """The one fingerprint `max_question_length` changed: ReadTwice did not declare it before, so a config that set it
+    by hand (no hf-readonce script wrote it for ReadTwice) counted it; every family now ignores it. Stores written with
+    such a config are refused naming both fingerprints (test above), never served; configs without it are unchanged."""
+    model, module, config_class = fingerprinted_families()["readtwice_bert"]
+    assert model.config.max_question_length is not None
+    assert module._config_fingerprint(model.config, config_class) != old_config_fingerprint(model.config,
+                                                                                               "readtwice_bert")
+    assert module._config_fingerprint(model.config, config_class) == module._config_fingerprint(
+        as_written_before(model.config, "readtwice_bert"), config_class)
+
+
 def test_the_shipped_deformer_keeps_its_fingerprint():
     from hf_readonce import DeformerBertForQuestionAnswering
     from hf_readonce.weights import reference_deformer_path
