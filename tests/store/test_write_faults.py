@@ -69,6 +69,42 @@ def test_a_folder_holding_the_empty_skeleton_of_a_store_being_created_opens(tmp_
         RepresentationStore(path)
 
 
+@pytest.mark.parametrize("made", ["shards", "shards+index", "lock", "lock+shards+index+tmp"])
+def test_each_skeleton_a_store_being_created_or_emptied_leaves_opens(tmp_path, made):
+    """The folders `_create` makes, in its order, and the empty `.lock` the lock leaves (`rm -r STORE/*` keeps it)."""
+    path = tmp_path / "s"
+    path.mkdir()
+    for part in made.split("+"):
+        if part == "lock":
+            (path / ".lock").touch()
+        else:
+            (path / part).mkdir()
+    store = RepresentationStore(path)
+    assert store.put(FP, SETTINGS, content_hash("a"), states(0)) and RepresentationStore(path).verify().ok
+
+
+@pytest.mark.parametrize("made", ["lock with bytes", "tmp", "tmp with a file", "index", "index+tmp",
+                                  "lock with bytes+shards+index+tmp"])
+def test_a_folder_no_store_creation_leaves_is_refused_and_kept_as_it_is(tmp_path, made):
+    """A `.lock` holding bytes (the lock never writes into it), or a `tmp/` or `index/` without the folders a store
+    makes before it, is no store's making: the folder may be a user's, and is refused, not taken over."""
+    path = tmp_path / "s"
+    path.mkdir()
+    for part in made.split("+"):
+        if part == "lock with bytes":
+            (path / ".lock").write_text("my notes")
+        else:
+            (path / part.split()[0]).mkdir()
+            if part == "tmp with a file":
+                (path / "tmp" / ".tmp-mine.json").write_text("{}")
+    before = sorted(p.relative_to(path).as_posix() for p in path.rglob("*"))
+    with pytest.raises(ValueError, match="no store.json"):
+        RepresentationStore(path)
+    assert sorted(p.relative_to(path).as_posix() for p in path.rglob("*")) == before
+    if "lock" in made:
+        assert (path / ".lock").read_text() == "my notes"
+
+
 def test_processes_creating_the_same_store_at_once_all_open_it(tmp_path):
     """Jobs started together on a new store (a job array, two terminals): none is told the store lost its
     store.json, or is not a store, because another was half-way through creating it."""

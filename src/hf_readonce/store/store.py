@@ -39,6 +39,7 @@ import logging
 import math
 import os
 import signal
+import stat
 import threading
 import time
 import uuid
@@ -126,24 +127,33 @@ _LAYOUT = ("shards", "index", "tmp")
 
 def _being_created(path: Path) -> bool:
     """Whether the folder `path` (which has no `store.json`) holds nothing but the empty skeleton of a store that
-    another process is creating right now: `index/`, `shards/` and `tmp/` folders (not links), the first two empty,
-    `tmp/` holding only the store's own temporary files (`.tmp-*`, the marker being written), and perhaps `.lock`.
+    another process is creating right now: the folders `_create` makes, in the order it makes them (`shards/`, then
+    `index/`, then `tmp/`, so only `shards/`; `shards/` and `index/`; or all three), not links, the first two empty,
+    `tmp/` holding only the store's own temporary files (`.tmp-*`, the marker being written), and perhaps `.lock`
+    when it is an empty file (the lock never writes into it; `rm -r STORE/*` of a store leaves it, as a dot file).
     Such a folder is created again (the marker written by whichever process gets there first or last: they are
-    alike) instead of being taken for a store whose marker was deleted: nothing is stored in it."""
+    alike) instead of being taken for a store whose marker was deleted: nothing is stored in it. A `.lock` holding
+    bytes, or a `tmp/` or `index/` without the folders made before it, is no store's making and may be a user's:
+    such a folder is refused, never taken over."""
+    found = set()
     try:
         with os.scandir(path) as entries:
             for entry in entries:
-                if entry.name == ".lock" and entry.is_file(follow_symlinks=False):
-                    continue
+                if entry.name == ".lock":
+                    lock = entry.stat(follow_symlinks=False)
+                    if stat.S_ISREG(lock.st_mode) and lock.st_size == 0:
+                        continue
+                    return False
                 if entry.name not in _LAYOUT or not entry.is_dir(follow_symlinks=False):
                     return False
                 with os.scandir(entry.path) as inside:
                     if any(entry.name != "tmp" or not item.name.startswith(".tmp-")
                            or not item.is_file(follow_symlinks=False) for item in inside):
                         return False
+                found.add(entry.name)
     except OSError:
         return False
-    return True
+    return tuple(sorted(found, key=_LAYOUT.index)) == _LAYOUT[: len(found)]
 
 
 class _StoreLock:
