@@ -1,15 +1,19 @@
-"""Store integrity: `repair` deletes nothing (leftovers of `tmp/` go to `quarantine/`, and are reported), never
+"""Store integrity: `repair` deletes nothing (leftovers of `tmp/` go to `quarantine/`, and are reported; a killed
+writer's temporary file at once, a running one's never), never
 moves a file through a `quarantine` that is a link or not a folder (verify names it, repair refuses before changing
 anything), and `put` refuses an overflow hidden beside a NaN and a `meta` that is not a dict, naming it."""
 
 import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
 import torch
 
 from hf_readonce.store import RepresentationStore, content_hash
+from hf_readonce.store.shards import _process_scope
 from tests.conftest import write_jsonl
 from tests.store.test_campaign import FP, N_DOCS, SETTINGS, assert_all_present, build, one_error_line, run_cli, shards
 
@@ -61,6 +65,62 @@ def test_repair_and_verify_leave_fresh_temporary_files_of_the_store_to_the_work_
     assert RepresentationStore(path).repair()["quarantined"] == [f"tmp/{writing.name}"]
     assert [p.read_bytes() for p in (path / "quarantine").glob(f"*/tmp/{writing.name}")] == [b"half"]
     assert probe.exists()
+    assert_all_present(path, hashes)
+
+
+_STALLED_WRITER = """
+import os, sys, time
+import torch
+from hf_readonce.store import RepresentationStore, content_hash
+
+def stall(*args, **kwargs):  # the temporary file is made; its rename (or removal) never comes
+    print("stalled", flush=True)
+    time.sleep(600)
+
+store = RepresentationStore(sys.argv[1])
+if sys.argv[2] == "shard":  # an encode committing a shard: under the lock
+    os.replace = stall
+    store.put("f" * 64, {"k": 2, "representation": "test/v1"}, content_hash("killed"), {"x": torch.zeros(4, 8)})
+else:  # an encode's writability probe: without the lock
+    os.unlink = stall
+    store.check_writable()
+"""
+
+
+@pytest.mark.parametrize("write", ["shard", "probe"])
+def test_a_killed_writers_temporary_file_is_a_leftover_at_once_and_a_running_ones_never(tmp_path, capsys, write):
+    """A temporary file names its writer's process (`.tmp-<hex>-p<pid>-<scope><suffix>`): once that process is
+    gone (SIGKILL midway), `verify` lists the file and `repair` moves it to quarantine/ at once, instead of after
+    five minutes; while it runs, never. A name whose process id belongs to another machine or container (another
+    scope) proves nothing: it waits for the five minutes."""
+    if _process_scope() is None:
+        pytest.skip("needs /proc (Linux): the boot id and the PID namespace that scope a process id")
+    path, hashes = build(tmp_path)
+    writer = subprocess.Popen([sys.executable, "-c", _STALLED_WRITER, str(path), write], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline() == "stalled\n", writer.communicate()[1]
+        (temp,) = (path / "tmp").iterdir()
+        assert temp.name.startswith(".tmp-") and f"-p{writer.pid}-{_process_scope()}." in temp.name, temp.name
+        assert RepresentationStore(path).verify().leftovers == []  # its writer runs
+        if write == "probe":  # made without the lock: a repair runs beside it, and leaves it
+            assert RepresentationStore(path).repair()["quarantined"] == [] and temp.exists()
+    finally:
+        writer.kill()
+        writer.communicate(timeout=60)  # reaped: a zombie still holds its process id
+    assert writer.returncode == -9
+    written = temp.read_bytes()
+    elsewhere = "0" * 16 if _process_scope() != "0" * 16 else "1" * 16
+    foreign = path / "tmp" / f".tmp-{'a' * 32}-p{writer.pid}-{elsewhere}.safetensors"  # another container's
+    foreign.write_bytes(b"half")
+    report = RepresentationStore(path).verify()
+    assert report.ok and report.leftovers == [f"tmp/{temp.name}"], report.leftovers
+    status, out, _ = run_cli(capsys, "verify", "--store", path, "--no-progress")
+    assert status == 0 and "note: 1 file(s) left in tmp/" in out and temp.name in out, out
+    result = RepresentationStore(path).repair()
+    assert result["quarantined"] == [f"tmp/{temp.name}"], result["quarantined"]
+    assert [p.read_bytes() for p in (path / "quarantine").glob(f"*/tmp/{temp.name}")] == [written]
+    assert foreign.read_bytes() == b"half" and RepresentationStore(path).verify().leftovers == []
     assert_all_present(path, hashes)
 
 

@@ -34,6 +34,7 @@ from .shards import (
     _atomic_write,
     _checksums_match,
     _file_sha256,
+    _temp_writer_gone,
     read_store_marker,
     resolve_dtype,
 )
@@ -72,8 +73,8 @@ class VerifyReport:
         files that no manifest references (left by a crash before commit, or whose manifest was lost). An orphan
         holding documents the index lacks is also a corruption; `repair` re-indexes it and moves it away.
         leftovers (`list[str]`): what lies in `tmp/` (a write killed midway, or a file or folder put there; not the
-        store's own temporary files of the last five minutes, see [`tmp_leftovers`]): harmless, never read; `repair`
-        moves it to `quarantine/`.
+        store's own temporary files of the last five minutes, unless their writer has provably ended: see
+        [`tmp_leftovers`]): harmless, never read; `repair` moves it to `quarantine/`.
         quarantine_problem (`str` or `None`): why the store's `quarantine/` cannot take what `repair` sets aside
         (e.g. "is a symbolic link"; see [`quarantine_problem`]), `None` when it is a folder or missing. Not a
         corruption (nothing of the store is damaged), but `repair` refuses to run until it is moved away.
@@ -180,28 +181,33 @@ def orphan_shards(store, space: str | None = None) -> list[str]:
 
 
 LIVE_TMP_SECONDS = 300
-"""How long (seconds) a temporary file of the store's own in `tmp/` counts as belonging to work under way."""
+"""How long (seconds) a temporary file of the store's own in `tmp/` counts as belonging to work under way, unless its
+writer has provably ended ([`hf_readonce.store.shards._temp_writer_gone`])."""
 
 
 def _live_tmp(entry: os.DirEntry, now: float) -> bool:
     """Whether an entry of `tmp/` may belong to work under way: a regular file named as the store names its own
     temporary files (`.tmp-<hex><suffix>`: every write, and the writability probe `.tmp-<hex>.probe` that
     `check_writable` makes and removes without the write lock), modified less than [`LIVE_TMP_SECONDS`] ago (or in
-    the future). An entry that vanishes while looked at is live too (its writer removed it)."""
+    the future), whose writer has not provably ended: a name that records the writer's process id (on Linux, this
+    release on) of a process of this machine and PID namespace that no longer runs (killed midway) is a leftover at
+    once ([`_temp_writer_gone`]). An entry that vanishes while looked at is live too (its writer removed it)."""
     if not entry.name.startswith(".tmp-"):
         return False
     try:
         st = entry.stat(follow_symlinks=False)
     except OSError:
         return True
-    return stat.S_ISREG(st.st_mode) and st.st_mtime > now - LIVE_TMP_SECONDS
+    return stat.S_ISREG(st.st_mode) and st.st_mtime > now - LIVE_TMP_SECONDS and not _temp_writer_gone(entry.name)
 
 
 def tmp_leftovers(store) -> list[str]:
     """What lies in the store's `tmp/` and belongs to no work under way (`tmp/<name>`, files, folders and links,
     sorted; nothing when `tmp/` is a link or not a folder): temporary files of a write killed midway, or whatever was
     put there by hand. The store's own temporary files modified in the last five minutes ([`LIVE_TMP_SECONDS`]) are
-    left out: a write under the lock, or a writability probe (made without the lock), may be using them."""
+    left out (a write under the lock, or a writability probe made without the lock, may be using them), unless
+    their name shows that their writer, a process of this machine and PID namespace, no longer runs (a killed
+    `encode`'s: [`_temp_writer_gone`]): those are leftovers at once."""
     if path_problem(store.path, "tmp", folder=True) is not None:
         return []
     now = time.time()
@@ -639,7 +645,9 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
     left in `tmp/` (a write killed midway, or a file or folder put there by hand) is moved to
     `quarantine/<time>/tmp/` and listed in `quarantined`, never deleted; the store's own temporary files
     (`.tmp-*`) modified in the last five minutes are left where they are (a writability probe of an `encode`
-    starting beside it, made without the lock, may be one: [`tmp_leftovers`]), for a later repair. A `quarantine` that is a link, file, FIFO or device is refused before
+    starting beside it, made without the lock, may be one), for a later repair, except those whose name shows that
+    their writer, a process of this machine and PID namespace, no longer runs (a killed `encode`'s: moved at once;
+    [`tmp_leftovers`]). A `quarantine` that is a link, file, FIFO or device is refused before
     anything is moved (a link would carry the store's files outside it).
 
     Args:

@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -112,8 +113,61 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
+_PROCESS_SCOPE: tuple[int | None, str | None] = (None, None)  # (the pid it was read in, the scope)
+_TEMP_NAME = re.compile(r"\.tmp-[0-9a-f]{32}-p([1-9][0-9]{0,9})-([0-9a-f]{16})(?:\.[0-9A-Za-z]+)?")
+
+
+def _process_scope() -> str | None:
+    """16 hex digits naming where this process's id names one process: this boot of this machine
+    (`/proc/sys/kernel/random/boot_id`) and this process's PID namespace (`/proc/self/ns/pid`: a container has its
+    own). `None` where either cannot be read (not Linux, `/proc` not mounted or not this namespace's)."""
+    global _PROCESS_SCOPE
+    pid = os.getpid()
+    if _PROCESS_SCOPE[0] != pid:  # read again in a forked child (it may be in another namespace)
+        try:
+            boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+            namespace = os.readlink("/proc/self/ns/pid")
+            scope = hashlib.sha256(f"{boot}\0{namespace}".encode()).hexdigest()[:16] if boot and namespace else None
+        except (OSError, UnicodeDecodeError):
+            scope = None
+        _PROCESS_SCOPE = (pid, scope)
+    return _PROCESS_SCOPE[1]
+
+
+def _temp_writer_gone(name: str) -> bool:
+    """Whether the process that made the store's temporary file `name` has provably ended: the name records its
+    process id and where that id applies (`.tmp-<hex>-p<pid>-<scope><suffix>`, [`_make_temp`]), the scope is this
+    process's (same boot, same PID namespace) and no process has that id (`os.kill(pid, 0)` fails with
+    `ProcessLookupError`; a zombie not yet reaped still has it). False whenever that cannot be proved: a name of an
+    earlier release or of another machine or container, an id taken by another process since (a writer is never
+    taken for dead; its file is then judged by its age), or a platform without `/proc`.
+
+    Args:
+        name (`str`): a file name in the store's `tmp/`.
+
+    Returns:
+        `bool`: True only when the file's writer is certainly not running.
+    """
+    match = _TEMP_NAME.fullmatch(name)
+    if match is None or match.group(2) != _process_scope():  # (never reached without /proc: Windows' os.kill kills)
+        return False
+    pid = int(match.group(1))
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (OSError, OverflowError, ValueError):  # PermissionError: it runs, as another user
+        return False
+    return False
+
+
 def _make_temp(directory: Path, suffix: str) -> tuple[int, str]:
-    """Create a new temporary file in `directory` (same file system as the destination, so the rename is atomic).
+    """Create a new temporary file in `directory` (same file system as the destination, so the rename is atomic),
+    named `.tmp-<32 hex><suffix>`, or on Linux `.tmp-<32 hex>-p<pid>-<scope><suffix>`: the writer's process id and
+    where it applies ([`_process_scope`]), so that `verify` and `repair` tell a file whose writer was killed from one
+    being written ([`_temp_writer_gone`]).
 
     It is created with mode 0o666 less the process's umask, as `open()` creates files (unlike `tempfile.mkstemp`,
     whose 0o600 would keep a store written by one user or service account unreadable to every other): under the
@@ -123,8 +177,10 @@ def _make_temp(directory: Path, suffix: str) -> tuple[int, str]:
         `(int, str)`: an open file descriptor (write-only) and the file's path.
     """
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    scope = _process_scope()
+    writer = "" if scope is None else f"-p{os.getpid()}-{scope}"
     for _ in range(100):
-        path = os.path.join(directory, f".tmp-{uuid.uuid4().hex}{suffix}")
+        path = os.path.join(directory, f".tmp-{uuid.uuid4().hex}{writer}{suffix}")
         try:
             return os.open(path, flags, 0o666), path
         except FileExistsError:  # pragma: no cover - 122 random bits

@@ -10,8 +10,9 @@ STORE/
   shards/<space>/<shard>.safetensors   # the tensors of many documents (safetensors: no code is ever loaded)
   index/<shard>.json              # manifest of one shard: the commit point; the index is the union of manifests
   quarantine/<time>/...           # shards and manifests retired by `repair` (never deleted)
-  tmp/                            # temporary files (.tmp-<hex><suffix>) of writes in progress and of the
-                                  # writability probe (.tmp-<hex>.probe, made and removed without the lock)
+  tmp/                            # temporary files (.tmp-<hex><suffix>; on Linux .tmp-<hex>-p<pid>-<scope><suffix>,
+                                  # naming the writer's process) of writes in progress and of the writability
+                                  # probe (.tmp-<hex>.probe, made and removed without the lock)
 ```
 
 A *representation space* is one (model fingerprint, settings) pair; its key is the SHA-256 of both (canonical
@@ -314,7 +315,8 @@ class RepresentationStore:
         """Raise [`ReadOnlyStoreError`] unless this process can write to the store (opened read-only, or a probe
         file cannot be created in it). Called before any model work so that a run fails before it starts. The probe,
         `tmp/.tmp-<hex>.probe`, is made and removed without the write lock; `repair` leaves the store's own
-        temporary files of the last five minutes in `tmp/` alone, so it never moves a probe away under a writer.
+        temporary files of the last five minutes in `tmp/` alone unless their writer has provably ended (its process
+        id, in the name, names no process), so it never moves a probe away under a writer.
 
         Args:
             layout (`bool`, defaults to `True`): also refuse a store whose `index/`, `shards/` or `tmp/` is not a
