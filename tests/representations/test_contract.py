@@ -120,15 +120,18 @@ def test_documents_cut_are_counted_from_the_one_tokenization(model_type, tokeniz
     assert adapter.documents_cut(DOCUMENTS) == 1 and len(tokenized) == len(DOCUMENTS)  # from the same notes
     fresh = get_adapter(model, tokenizer, **{**settings, "max_document_length": limit})
     assert fresh.documents_cut(DOCUMENTS) == 1 and fresh.documents_cut(DOCUMENTS[::2]) == 0  # tokenized here
+    assert fresh.documents_cut_each(DOCUMENTS) == adapter.documents_cut_each(DOCUMENTS) == [False, True, False]
 
 
 @pytest.mark.parametrize("model_type", CUTTING)
 def test_documents_cut_are_counted_from_the_stored_token_counts(model_type, tokenizer, tmp_path, monkeypatch):
     """The tokens an adapter that cuts documents stores as read (`num_tokens` in the store's metadata of each document,
-    what `fill_store` records) are `min(length, max_document_length)`, so `stored_documents_cut` tokenizes only the
-    documents stored with exactly `max_document_length` tokens (cut, or of exactly that length) and those stored
-    without a count, and counts what a fresh adapter counts by tokenizing them all (it tokenized every document on
-    every call of a task that reads a store)."""
+    what `fill_store` records) are `min(length, max_document_length)`, and `fill_store` records whether each was cut
+    (`cut`, from the tokenization that encoded it), so `stored_documents_cut` tokenizes none of the documents it
+    wrote; of a store written by an earlier release (no `cut`), only the documents stored with exactly
+    `max_document_length` tokens (cut, or of exactly that length), and those stored without a count; and it counts
+    what a fresh adapter counts by tokenizing them all (it tokenized every document on every call of a task that
+    reads a store)."""
     from hf_readonce.representations.fill import stored_documents_cut
 
     model, settings, _ = HARNESSES[model_type](tokenizer)
@@ -141,16 +144,26 @@ def test_documents_cut_are_counted_from_the_stored_token_counts(model_type, toke
     fill_store(adapter, store, DOCUMENTS, dtype="float32")
     fingerprint, stored_settings = adapter.fingerprint(), adapter.settings()
     hashes = {text: content_hash(text) for text in DOCUMENTS}
-    assert [store.entry(fingerprint, stored_settings, h).meta["num_tokens"] for h in hashes.values()] == [
-        min(length, limit) for length in lengths]
+    metas = [store.entry(fingerprint, stored_settings, h).meta for h in hashes.values()]
+    assert [meta["num_tokens"] for meta in metas] == [min(length, limit) for length in lengths]
+    assert [meta["cut"] for meta in metas] == [False, True, False]
 
     tokenized = counting_tokenizations(tokenizer, DOCUMENTS, monkeypatch)
     fresh = get_adapter(model, tokenizer, **{**settings, "max_document_length": limit})  # no notes of an encode
-    assert stored_documents_cut(fresh, store, fingerprint, stored_settings, hashes) == 1
-    assert sorted(tokenized) == sorted(DOCUMENTS[:2])  # not the one stored with fewer tokens than the limit
+    assert stored_documents_cut(fresh, store, fingerprint, stored_settings, hashes) == 1 and tokenized == []
+    encoded = adapter.encode(DOCUMENTS)
+    # an earlier release's store (no `cut`), or a `cut` that is not a bool: those at the limit are tokenized
+    for name, extra in [("earlier", {}), ("garbled", {"cut": "yes"})]:
+        earlier = RepresentationStore(tmp_path / name)
+        for text, tensors, meta in zip(DOCUMENTS, encoded, metas, strict=True):
+            earlier.put(fingerprint, stored_settings, content_hash(text), tensors,
+                        meta={"id": meta["id"], "num_tokens": meta["num_tokens"], **extra})
+        tokenized.clear()
+        assert stored_documents_cut(fresh, earlier, fingerprint, stored_settings, hashes) == 1
+        assert sorted(tokenized) == sorted(DOCUMENTS[:2])  # not the one stored with fewer tokens than the limit
     # a document stored without a count (written by other means) is tokenized to tell
     other = RepresentationStore(tmp_path / "other")
-    for text, tensors in zip(DOCUMENTS, adapter.encode(DOCUMENTS), strict=True):
+    for text, tensors in zip(DOCUMENTS, encoded, strict=True):
         other.put(fingerprint, stored_settings, content_hash(text), tensors, meta={"id": text[:8]})
     tokenized.clear()
     assert stored_documents_cut(fresh, other, fingerprint, stored_settings, hashes) == 1

@@ -514,16 +514,22 @@ def texts_cut(tokenizer, texts: Sequence[str], max_length: int, *, add_special_t
     Returns:
         `int`: the number of texts longer than `max_length` tokens.
     """
+    return sum(_texts_cut_each(tokenizer, texts, max_length, add_special_tokens=add_special_tokens))
+
+
+def _texts_cut_each(tokenizer, texts: Sequence[str], max_length: int, *, add_special_tokens: bool = True
+                    ) -> list[bool]:
+    """[`texts_cut`] per text: whether each of `texts` holds more than `max_length` tokens, in order."""
     texts = list(texts)
     if not texts:
-        return 0
+        return []
     if hasattr(tokenizer, "deprecation_warnings"):
         tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
-    cut = 0
+    cut = []
     for start in range(0, len(texts), 256):
         lengths = tokenizer(texts[start : start + 256], add_special_tokens=add_special_tokens,
                             return_length=True)["length"]
-        cut += sum(1 for length in lengths if length > max_length)
+        cut += [length > max_length for length in lengths]
     return cut
 
 
@@ -578,6 +584,21 @@ class AdapterBase:
         """How many of `texts` hold more tokens than the adapter reads (`max_document_length`, with the special tokens
         it adds), i.e. were cut to it when encoded: what [`hf_readonce.representations.fill_store`] counts in
         `EncodeStats.truncated` and `hf-readonce encode` reports. 0 for an adapter that reads every token (windows).
+        The sum of [`documents_cut_each`].
+
+        Args:
+            texts (`Sequence[str]`): the documents as given to `encode`.
+
+        Returns:
+            `int`: the number of documents longer than `max_document_length` tokens.
+        """
+        return sum(self.documents_cut_each(texts))
+
+    def documents_cut_each(self, texts: Sequence[str]) -> list[bool]:
+        """Whether each of `texts` holds more tokens than the adapter reads (`max_document_length`), in order:
+        [`documents_cut`] per document, what [`hf_readonce.representations.fill_store`] records with each document it
+        stores (`cut` in the store's metadata of the document) so that [`~fill.stored_documents_cut`] need not
+        tokenize it again. All False for an adapter that reads every token (windows).
 
         Texts of the adapter's last `encode` call are not tokenized again: that call's tokenization noted which it
         cut (`_tokenize_documents`); any other text is tokenized here, without truncation, to count its tokens, 256
@@ -587,23 +608,19 @@ class AdapterBase:
             texts (`Sequence[str]`): the documents as given to `encode`.
 
         Returns:
-            `int`: the number of documents longer than `max_document_length` tokens.
+            `list[bool]`: one per text, True where it is longer than `max_document_length` tokens.
         """
+        texts = list(texts)
         if self.max_document_length is None:
-            return 0
+            return [False] * len(texts)
         special = getattr(self, "add_special_tokens", True)
         key, noted = self.__dict__.get("_documents_cut_noted", (None, {}))
         if key != (self.max_document_length, special, id(self.tokenizer)):
             noted = {}
-        cut, rest = 0, []
-        for text in texts:
-            if text in noted:
-                cut += noted[text]
-            else:
-                rest.append(text)
-        if not rest:
-            return cut
-        return cut + texts_cut(self.tokenizer, rest, self.max_document_length, add_special_tokens=special)
+        rest = [text for text in texts if text not in noted]
+        found = dict(zip(rest, _texts_cut_each(self.tokenizer, rest, self.max_document_length,
+                                               add_special_tokens=special), strict=True))
+        return [bool(noted[text]) if text in noted else found[text] for text in texts]
 
     def questions_cut(self, questions: Sequence[str], max_length: int | None = None,
                       token_ids: Sequence[Sequence[int]] | None = None) -> int:

@@ -78,6 +78,10 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
     Returns:
         [`EncodeStats`].
 
+    Each document is stored with its metadata `{"id": ..., "num_tokens": ...}` (the tokens the adapter read), and,
+    from an adapter that cuts documents to a `max_document_length`, `"cut"`: whether it was cut (from the
+    tokenization that encoded it), which [`stored_documents_cut`] reads instead of tokenizing it again.
+
     An empty (or whitespace-only) document, and one the adapter cannot encode (a [`DocumentError`]: e.g. a text of
     only control or zero-width characters, which no token is left of), is set aside in `EncodeStats.rejected`, named
     by its id; the others are stored. Whatever stops the run (an error, Ctrl-C), the documents already computed are
@@ -143,14 +147,20 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
                 stats.rejected.append((doc_id, error.reason))
         else:
             return
-        cut = getattr(adapter, "documents_cut", None)
-        if cut is not None:
-            stats.truncated += cut([text for _, _, text in pending])
-        for (doc_hash, doc_id, _), tensors in zip(pending, encoded):
+        texts = [text for _, _, text in pending]
+        cut = [None] * len(pending)  # per document: whether it was cut to `max_document_length` (None: not told)
+        if getattr(adapter, "max_document_length", None) is not None and callable(
+                getattr(adapter, "documents_cut_each", None)):
+            cut = [bool(flag) for flag in adapter.documents_cut_each(texts)]
+            stats.truncated += sum(cut)
+        elif callable(getattr(adapter, "documents_cut", None)):
+            stats.truncated += adapter.documents_cut(texts)
+        for (doc_hash, doc_id, _), tensors, was_cut in zip(pending, encoded, cut):
             tokens = adapter.num_tokens(tensors)
             # recorded before `add`, which may commit the document's shard and then deliver a Ctrl-C held meanwhile
             tokens_of[doc_hash] = tokens
-            if not writer.add(doc_hash, tensors, meta={"id": doc_id, "num_tokens": tokens}):
+            meta = {"id": doc_id, "num_tokens": tokens, **({} if was_cut is None else {"cut": was_cut})}
+            if not writer.add(doc_hash, tensors, meta=meta):
                 del tokens_of[doc_hash]
         pending.clear()
 
@@ -392,11 +402,13 @@ def stored_documents_cut(adapter, store: RepresentationStore, fingerprint: str, 
                          hashes: Mapping[str, str]) -> int:
     """How many of the stored documents `hashes` names hold more tokens than `adapter` reads (`max_document_length`):
     what `adapter.documents_cut(list(hashes))` counts (`AdapterBase.documents_cut`), without tokenizing the documents
-    that were read whole. [`fill_store`] records with each document the tokens its adapter read (`num_tokens` in the
-    store's metadata of the document: `min(length, max_document_length)`), so a document stored with fewer than
-    `max_document_length` tokens was not cut; only those stored with exactly `max_document_length` tokens (cut, or
-    exactly that long) or with no count (written by other means) are tokenized to tell. What the tasks that read a
-    store count for their note on cut documents, after [`ensure_stored`].
+    whose store metadata tells. [`fill_store`] records with each document the tokens its adapter read (`num_tokens`:
+    `min(length, max_document_length)`) and, this release on, whether it was cut (`cut`, from the tokenization that
+    encoded it), so a document stored with fewer than `max_document_length` tokens was not cut, and one stored with
+    exactly `max_document_length` tokens and a `cut` says which it is; only those stored with exactly
+    `max_document_length` tokens and no `cut` (written by an earlier release: cut, or exactly that long) or with no
+    count (written by other means) are tokenized to tell. What the tasks that read a store count for their note on
+    cut documents, after [`ensure_stored`].
 
     Args:
         adapter: the family adapter of the space read (its `max_document_length`; `None`: it reads every token).
@@ -415,12 +427,17 @@ def stored_documents_cut(adapter, store: RepresentationStore, fingerprint: str, 
     limit = getattr(adapter, "max_document_length", None)
     if limit is None:
         return adapter.documents_cut(list(hashes))  # 0: an adapter that cuts nothing
-    unsure = []
+    cut, unsure = 0, []
     for text, document_hash in hashes.items():
-        tokens = store.entry(fingerprint, settings, document_hash).meta.get("num_tokens")
-        if not (isinstance(tokens, int) and not isinstance(tokens, bool) and tokens < limit):
+        meta = store.entry(fingerprint, settings, document_hash).meta
+        tokens, was_cut = meta.get("num_tokens"), meta.get("cut")
+        if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens < limit:
+            continue  # read whole
+        if tokens == limit and isinstance(tokens, int) and isinstance(was_cut, bool):
+            cut += was_cut
+        else:
             unsure.append(text)
-    return adapter.documents_cut(unsure)
+    return cut + adapter.documents_cut(unsure)
 
 
 def make_encode_function(adapter, store: RepresentationStore, text_column: str = "context",

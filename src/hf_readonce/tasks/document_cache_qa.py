@@ -256,8 +256,9 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
             and recompute ratio used (what `hf-readonce answer` prints).
         counts (`dict`, *optional*): filled with `passages` (distinct passages read) and `passages_cut` (how many of
             them hold more tokens than the caches read, `max_document_length`: they were cut to it when encoded, and
-            the answers come from their first tokens only; counted from the token counts stored with them, tokenizing
-            only those stored with exactly `max_document_length` tokens or without a count,
+            the answers come from their first tokens only; counted from the token counts and cut flags stored with
+            them, tokenizing only those they cannot tell about (stored with `max_document_length` tokens and no flag, by
+            an earlier release, or without a count),
             [`hf_readonce.representations.fill.stored_documents_cut`]).
 
     Returns:

@@ -62,8 +62,9 @@ def answer_from_representations(model, tokenizer, store: RepresentationStore, ex
             length the checkpoint records it was trained with, else the family's default).
         counts (`dict`, *optional*): filled with `passages` (distinct documents read) and `passages_cut` (how many of
             them hold more tokens than the representations read, `max_document_length`: they were cut to it when
-            encoded, and the answers come from their first tokens only; counted from the token counts stored with
-            them, tokenizing only those stored with exactly `max_document_length` tokens or without a count,
+            encoded, and the answers come from their first tokens only; counted from the token counts and cut flags
+            stored with them, tokenizing only those they cannot tell about (stored with `max_document_length` tokens and
+            no flag, by an earlier release, or without a count),
             [`hf_readonce.representations.fill.stored_documents_cut`]), and `questions` (the rows) and
             `questions_cut` (how many questions hold more tokens than the model reads with a document, the adapter's
             `max_prompt_length`, as above: their answers come from their first tokens only; `adapter.questions_cut`).

@@ -116,8 +116,9 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
             representations read or written.
         counts (`dict`, *optional*): filled with `documents` (distinct documents summarized) and `documents_cut`
             (how many of them hold more tokens than the representations read, `max_document_length`: their summaries
-            come from their first tokens only; counted from the token counts stored with them, tokenizing only those
-            stored with exactly `max_document_length` tokens or without a count,
+            come from their first tokens only; counted from the token counts and cut flags stored with them,
+            tokenizing only those they cannot tell about (stored with `max_document_length` tokens and no flag, by an
+            earlier release, or without a count),
             [`hf_readonce.representations.fill.stored_documents_cut`]).
         **generate_kwargs: further `generate()` arguments (`length_penalty`, `no_repeat_ngram_size`, ...).
 
