@@ -87,7 +87,9 @@ def test_each_skeleton_a_store_being_created_or_emptied_leaves_opens(tmp_path, m
                                   "lock with bytes+shards+index+tmp"])
 def test_a_folder_no_store_creation_leaves_is_refused_and_kept_as_it_is(tmp_path, made):
     """A `.lock` holding bytes (the lock never writes into it), or a `tmp/` or `index/` without the folders a store
-    makes before it, is no store's making: the folder may be a user's, and is refused, not taken over."""
+    makes before it, is no store's making: the folder may be a user's, and is refused, not taken over. The refusal
+    names what the folder holds: a `.lock` alone (left by `rm -r STORE/*` after a killed writer whose lock wrote into
+    it, on a file system without `flock`) is a folder that `ls` shows empty."""
     path = tmp_path / "s"
     path.mkdir()
     for part in made.split("+"):
@@ -98,8 +100,11 @@ def test_a_folder_no_store_creation_leaves_is_refused_and_kept_as_it_is(tmp_path
             if part == "tmp with a file":
                 (path / "tmp" / ".tmp-mine.json").write_text("{}")
     before = sorted(p.relative_to(path).as_posix() for p in path.rglob("*"))
-    with pytest.raises(ValueError, match="no store.json"):
+    with pytest.raises(ValueError, match="no store.json") as refused:
         RepresentationStore(path)
+    if "shards" not in made:  # (a folder with index/ and shards/ is named as a store that lost its store.json)
+        held = sorted(".lock" if part.startswith("lock") else part.split()[0] + "/" for part in made.split("+"))
+        assert f"it holds {', '.join(held)})" in str(refused.value), str(refused.value)
     assert sorted(p.relative_to(path).as_posix() for p in path.rglob("*")) == before
     if "lock" in made:
         assert (path / ".lock").read_text() == "my notes"

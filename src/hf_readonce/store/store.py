@@ -157,6 +157,21 @@ def _being_created(path: Path) -> bool:
     return tuple(sorted(found, key=_LAYOUT.index)) == _LAYOUT[: len(found)]
 
 
+def _some_entries(path: Path, shown: int = 5) -> str:
+    """The names in the folder `path`, sorted, for an error message: at most `shown` of them, then how many more
+    (dot files too, e.g. a `.lock` that `ls` does not show, which alone makes a folder look empty); "nothing readable"
+    when it cannot be listed."""
+    try:
+        names = sorted(entry.name + ("/" if entry.is_dir(follow_symlinks=False) else "")
+                       for entry in os.scandir(path))
+    except OSError:
+        return "nothing readable"
+    if not names:
+        return "nothing now"
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
 class _StoreLock:
     """The store's write lock: a `filelock.FileLock` (re-entrant) that says once, as a `logging` warning, when it
     waits for another process for more than `notice_after` seconds, instead of waiting in silence for up to
@@ -256,7 +271,8 @@ class RepresentationStore:
                         f"{self.path} --repair` (or `hf_readonce.store.restore_store_marker({str(self.path)!r})`), "
                         "which also checks every shard.")
                 raise ValueError(
-                    f"store path {self.path} is a non-empty directory that is not a hf-readonce store (no store.json); "
+                    f"store path {self.path} is a non-empty directory that is not a hf-readonce store (no store.json; "
+                    f"it holds {_some_entries(self.path)}); "
                     + ("pass an empty or new directory." if create and not readonly else "give the folder of a store.")
                 )
             elif not create or readonly:
