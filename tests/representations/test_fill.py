@@ -378,3 +378,38 @@ def test_ctrl_c_during_a_shard_an_add_commits_stops_the_run_as_an_interrupt(tmp_
                    shard_size_bytes=1, on_batch=lambda stats: seen.append((stats.encoded, stats.tokens)))
     first = adapter.num_tokens(adapter.encode([texts[0]])[0])
     assert len(RepresentationStore(tmp_path / "s")) == 1 and seen[-1] == (1, first)
+
+
+def test_an_adapter_giving_not_one_cut_flag_per_document_is_named_not_obeyed(tmp_path):
+    """`fill_store` stores each document with the flag `documents_cut_each` gives it: an adapter (a third party's)
+    giving fewer flags than documents is named; the documents past the last flag were silently not stored (no error,
+    nothing in `rejected`)."""
+
+    class Toy:
+        model_type, max_document_length, model = "toy", 4, torch.nn.Linear(1, 1)
+
+        def fingerprint(self):
+            return "a" * 64
+
+        def settings(self):
+            return {"representation": "toy/v1", "max_document_length": 4}
+
+        def num_tokens(self, tensors):
+            return int(tensors["x"].shape[0])
+
+        def encode(self, texts):
+            return [{"x": torch.zeros(min(len(text.split()), 4), 2)} for text in texts]
+
+        def documents_cut_each(self, texts):
+            return [len(text.split()) > 4 for text in texts][:1]
+
+    store = RepresentationStore(tmp_path / "s")
+    with pytest.raises(ValueError, match=r"`Toy.documents_cut_each` gave 1 flag\(s\) for 3 documents"):
+        fill_store(Toy(), store, ["one two", "three four five six seven", "eight"], progress=False)
+    assert len(store) == 0  # the batch it was asked about is not stored, rather than stored in part
+    Toy.documents_cut_each = lambda self, texts: [len(text.split()) > 4 for text in texts]
+    texts = ["one two", "three four five six seven", "eight"]
+    stats = fill_store(Toy(), store, texts, progress=False)
+    assert stats.encoded == 3 and stats.truncated == 1 and len(store) == 3
+    metas = [store.entry("a" * 64, Toy().settings(), content_hash(text)).meta for text in texts]
+    assert [(meta["num_tokens"], meta["cut"]) for meta in metas] == [(2, False), (4, True), (1, False)]

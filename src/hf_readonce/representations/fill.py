@@ -94,7 +94,8 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
             `store` not a [`RepresentationStore`], `adapter` not an adapter (e.g. the model itself).
         ValueError: `num_processes` < 1, `rank` outside [0, num_processes), `documents_per_batch` < 1, bad dtype; a
             tuple that is not `(id, text)` (naming its position); a `fingerprint` that is not the adapter's model's
-            (stale, or another model's).
+            (stale, or another model's); an adapter whose `documents_cut_each` gives not one flag per document (the
+            batch it was asked about is not stored).
     """
     from tqdm.auto import tqdm
 
@@ -152,6 +153,9 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
         if getattr(adapter, "max_document_length", None) is not None and callable(
                 getattr(adapter, "documents_cut_each", None)):
             cut = [bool(flag) for flag in adapter.documents_cut_each(texts)]
+            if len(cut) != len(pending):  # zip would store only the first len(cut) documents, and say nothing
+                raise ValueError(f"`{type(adapter).__name__}.documents_cut_each` gave {len(cut)} flag(s) for "
+                                 f"{len(pending)} documents; it must give one per document, in order.")
             stats.truncated += sum(cut)
         elif callable(getattr(adapter, "documents_cut", None)):
             stats.truncated += adapter.documents_cut(texts)
