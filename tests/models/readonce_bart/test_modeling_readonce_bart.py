@@ -759,3 +759,25 @@ def test_inputs_embeds_are_read_by_the_encoder_and_a_none_is_harmless(fusion):
     torch.testing.assert_close(decoder_out.last_hidden_state, decoder_expected.last_hidden_state)
     with pytest.raises(ValueError, match="exactly one of `input_ids` or `inputs_embeds`"):
         model(q, inputs_embeds=embeds, document_representations=reps, labels=labels)
+
+
+@pytest.mark.parametrize("pad_to_multiple_of", [None, 8])
+def test_resize_token_embeddings_resizes_the_document_encoder_and_the_checkpoint_loads(tmp_path, pad_to_multiple_of):
+    # the document encoder keeps its own token table: resizing only BART's left it at the old size, so documents
+    # with an added token failed and the saved checkpoint (the config's new vocab_size) no longer loaded
+    model = tiny()
+    old = model.document_encoder.encoder.embed_tokens.weight.detach().clone()
+    model.resize_token_embeddings(103, pad_to_multiple_of=pad_to_multiple_of)
+    size = 103 if pad_to_multiple_of is None else 104
+    assert model.config.vocab_size == size and model.lm_head.weight.shape[0] == size
+    assert model.document_encoder.encoder.embed_tokens.weight.shape == (size, 32)
+    assert torch.equal(model.document_encoder.encoder.embed_tokens.weight[:99], old)  # the old rows kept
+    doc = torch.cat([tokens(1, 10), torch.tensor([[size - 1]])], dim=1)  # an added token in the document
+    q = tokens(1, 5)
+    with torch.no_grad():
+        expected = model(q, document_input_ids=doc, decoder_input_ids=tokens(1, 3)).logits
+    assert expected.shape[-1] == size
+    model.save_pretrained(tmp_path)
+    again = ReadOnceBartForConditionalGeneration.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(again(q, document_input_ids=doc, decoder_input_ids=tokens(1, 3)).logits, expected)

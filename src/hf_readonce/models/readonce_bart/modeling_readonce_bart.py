@@ -863,6 +863,32 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         """The representation+text model's encoder ([`ReadOnceBartEncoder`]), what `generate` runs once."""
         return self.model.encoder
 
+    def resize_token_embeddings(self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None,
+                                mean_resizing: bool = True) -> nn.Embedding:
+        r"""[`~transformers.PreTrainedModel.resize_token_embeddings`] for every token table of the model: BART's
+        (`model.shared`, the encoder's and decoder's, `lm_head`, `final_logits_bias`) and the document encoder's own
+        (`document_encoder.encoder.embed_tokens`, separate weights), so that documents may hold the added tokens and
+        the saved checkpoint loads again (its `vocab_size` is that of every table).
+
+        Args:
+            new_num_tokens (`int`, *optional*), pad_to_multiple_of (`int`, *optional*), mean_resizing (`bool`,
+                defaults to `True`): as in transformers; the document encoder's added rows are drawn from its own
+                embeddings' mean and covariance (or as at initialization with `mean_resizing=False`).
+
+        Returns:
+            `torch.nn.Embedding`: the input embeddings (`model.shared`).
+        """
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        document_embeddings = self.document_encoder.encoder.embed_tokens
+        if document_embeddings.num_embeddings != embeddings.num_embeddings:
+            requires_grad = document_embeddings.weight.requires_grad
+            resized = self._get_resized_embeddings(document_embeddings, embeddings.num_embeddings,
+                                                   mean_resizing=mean_resizing)
+            resized.requires_grad_(requires_grad)
+            self.document_encoder.encoder.embed_tokens = resized
+        self.document_encoder.config.vocab_size = embeddings.num_embeddings
+        return embeddings
+
     def freeze_document_encoder(self, freeze: bool = True) -> None:
         """Stop (or restart) training the document encoder, for downstream fine-tuning on precomputed
         representations (§3.4)."""
