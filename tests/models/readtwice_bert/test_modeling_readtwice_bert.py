@@ -392,6 +392,28 @@ def test_trainer_step(tmp_path):
             "bert.encoder.layer.0.attention.self.query.weight", "qa_outputs.weight"} <= changed
 
 
+
+@pytest.mark.parametrize("question_in_first_read", [True, False])
+def test_trainer_evaluate_and_predict(tmp_path, question_in_first_read):
+    # the output's `question_length` is a Python int, which accelerate cannot pad across the evaluation batches: the
+    # config lists it in `keys_to_ignore_at_inference`, so `evaluate` / `predict` gather the logits without it
+    model = tiny_qa(memory_type="entity", question_in_first_read=question_in_first_read)
+    features = tiny_features(question_in_first_read=question_in_first_read)
+    args = TrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=2, report_to="none", use_cpu=True,
+                             remove_unused_columns=False)
+    trainer = Trainer(model=model, args=args, data_collator=ReadTwiceQACollator(0, with_entities=True))
+    metrics = trainer.evaluate(features)
+    assert math.isfinite(metrics["eval_loss"])
+    predictions = trainer.predict(features)
+    start_logits = predictions.predictions[0]
+    rows = sum(len(feature.input_ids) for feature in features)
+    assert start_logits.shape[0] == rows
+    collate = ReadTwiceQACollator(0, with_entities=True)
+    with torch.no_grad():
+        first = model(**collate(features[:2]))
+    width = first.start_logits.shape[1]
+    assert np.allclose(start_logits[: first.start_logits.shape[0], :width], first.start_logits.numpy(), atol=1e-5)
+
 def test_gradient_checkpointing_same_gradients():
     batch = ReadTwiceQACollator(0, with_entities=True)(tiny_features())
     grads = []

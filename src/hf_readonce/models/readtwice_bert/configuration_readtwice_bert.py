@@ -114,6 +114,9 @@ class ReadTwiceBertConfig(BertConfig):
     # (`modeling_readtwice_bert._FINGERPRINT_IGNORED_FIELDS`): a training loss weight, and the recorded mention finder
     # (`mentions`, a reading setting the store keys as such, as the other families' recorded lengths)
     fingerprint_ignored_fields = ("coref_loss_weight", "mentions")
+    # what `Trainer.evaluate` / `predict` leave out of the predictions they gather: `question_length` is a Python int
+    # (the width of the question states at the start of each row), which accelerate cannot pad or concatenate
+    keys_to_ignore_at_inference = ["question_length"]
 
     def __init__(
         self,
