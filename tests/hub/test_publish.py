@@ -425,3 +425,34 @@ def test_publish_setting_options_are_checked_in_the_cli_words(checkpoint_dir, tm
     model.config.max_passage_length, model.config.doc_stride = 32, 0
     tokenizer = AutoTokenizer.from_pretrained(checkpoint_dir)
     assert representation_format_for(model, tokenizer)["settings"]["doc_stride"] == 0
+
+
+def test_a_readtwice_checkpoint_of_the_paper_layout_publishes_without_a_representation_format(tmp_path, tokenizer):
+    # with the question in its first read (the paper's layout) a ReadTwice stores nothing: publish refused it
+    # ("first reads are document-only (storable) only with question_in_first_read=False"); it now writes the folder
+    # without representation_format.json, and the folder answers where hf-readonce is absent
+    from hf_readonce.hub.publish import representation_format_for
+    from hf_readonce.representations import ReadTwiceBertAdapter
+    from tests.hub.test_pipeline_readtwice import tiny_readtwice
+
+    model = tiny_readtwice(question_in_first_read=True)
+    assert not ReadTwiceBertAdapter.stores_representations(model)
+    assert ReadTwiceBertAdapter.stores_representations(tiny_readtwice(question_in_first_read=False))
+    model.save_pretrained(tmp_path / "ckpt")
+    tokenizer.save_pretrained(tmp_path / "ckpt")
+    result = publish(tmp_path / "ckpt", "someone/tiny-readtwice-paper", local_dir=tmp_path / "out")
+    assert result.representation_format is None and "representation_format.json" not in result.files
+    assert {"pipeline_readtwice_bert.py", "modeling_readtwice_bert.py", "README.md"} <= set(result.files)
+    with pytest.raises(ValueError, match="this readtwice_bert model stores no representations"):
+        representation_format_for(model, tokenizer, settings={"mentions": "capitalized_mentions"})
+    with pytest.raises(ValueError, match="this readtwice_bert model stores no representations"):
+        publish(tmp_path / "ckpt", "someone/tiny-readtwice-paper", local_dir=tmp_path / "out2",
+                store=RepresentationStore(tmp_path / "store"))
+    run = run_without_hf_readonce(f"""
+        from transformers import pipeline
+        qa = pipeline("question-answering", model={str(tmp_path / 'out')!r}, trust_remote_code=True)
+        answers = qa(question=["Who wrote Emma?", "When?"], context={CONTEXTS[0]!r})
+        assert len(answers) == 2 and all(set(a) == {{"score", "start", "end", "answer"}} for a in answers), answers
+        print("OK")
+    """)
+    assert run.returncode == 0 and "OK" in run.stdout, run.stderr[-3000:]

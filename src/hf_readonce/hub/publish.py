@@ -88,7 +88,9 @@ def representation_format_for(model, tokenizer, *, dtype: str = "float16", setti
     """The representation format of `model` (see `hf_readonce.store.format_check`): its family's adapter settings
     (k or compression ratio, window and stride or document length, tokenizer fingerprint) with the checkpoint's
     recorded values as defaults (as `hf-readonce encode` uses them), its fingerprint, the fingerprint scheme, the
-    storage `dtype` and the store format version. `None` for families that store no representations.
+    storage `dtype` and the store format version. `None` for models that store no representations: those of a
+    family without an adapter, and those whose adapter says they have none to store (`stores_representations`, e.g.
+    a ReadTwice checkpoint that reads the question in its first read).
 
     Args:
         model, tokenizer: the checkpoint's model and fast tokenizer.
@@ -111,6 +113,12 @@ def representation_format_for(model, tokenizer, *, dtype: str = "float16", setti
                              "representations.")
         return None
     adapter_class = get_adapter_class(model_type)
+    stores = getattr(adapter_class, "stores_representations", None)  # an adapter need not inherit AdapterBase
+    if stores is not None and not stores(model):
+        if settings:
+            raise ValueError(f"`settings` {sorted(settings)} do not apply: this {model_type} model stores no "
+                             "representations.")
+        return None
     chosen = {}
     for name, (_, default, _) in adapter_class.cli_settings.items():
         recorded = getattr(model.config, name, None)
@@ -349,7 +357,7 @@ def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, s
     space = None
     if store_obj is not None:
         if representation_format is None:
-            raise ValueError(f"`store` given, but {model.config.model_type} models store no representations.")
+            raise ValueError(f"`store` given, but this {model.config.model_type} model stores no representations.")
         from ..store import RepresentationMismatchError
         from ..store.format_check import check_store_format
         from ..store.keys import space_key

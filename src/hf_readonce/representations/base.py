@@ -550,7 +550,8 @@ class AdapterBase:
     - `max_prompt_length` (`int`) where it reads a question or a prompt with the stored representations and cuts it
       to a number of tokens: the family's default as a class attribute, and on an adapter the checkpoint's own
       ([`prompt_length_of`]: the `max_question_length` its config records, else the default); what
-      [`questions_cut`] counts by default.
+      [`questions_cut`] counts by default;
+    - [`stores_representations`] where some models of its family have nothing to store.
     """
 
     recompute_needs_text: ClassVar[bool] = True
@@ -579,6 +580,17 @@ class AdapterBase:
             return None
         recorded = getattr(config, "max_question_length", None)
         return recorded if recorded is not None else cls.max_prompt_length
+
+    @classmethod
+    def stores_representations(cls, model) -> bool:
+        """Whether `model` computes document representations that can be stored (`True` here): an adapter returns
+        `False` for the models of its family whose document part depends on the question, which
+        [`hf_readonce.hub.publish.publish`] then publishes without a `representation_format.json`.
+
+        Args:
+            model: a model of the adapter's family.
+        """
+        return True
 
     def documents_cut(self, texts: Sequence[str]) -> int:
         """How many of `texts` hold more tokens than the adapter reads (`max_document_length`, with the special tokens

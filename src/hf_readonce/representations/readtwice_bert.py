@@ -81,6 +81,12 @@ class ReadTwiceBertAdapter(AdapterBase):
             return {"mention_fn": MENTION_FUNCTIONS[settings["mentions"]]}
         return {}
 
+    @classmethod
+    def stores_representations(cls, model) -> bool:
+        """Whether `model`'s first read depends on the document alone (`question_in_first_read=False`), so that it
+        can be stored; a checkpoint of the paper's layout reads each segment with its question and stores nothing."""
+        return not model.config.question_in_first_read
+
     def __init__(self, model, tokenizer, mention_fn=None, batch_size: int = 8, mentions: str | None = None):
         config = model.config
         if config.question_in_first_read:
