@@ -361,6 +361,30 @@ def test_attention_fusion_generate_cached_beam_batch_and_training():
         assert grad is not None and grad.abs().sum() > 0, name
 
 
+
+@pytest.mark.parametrize("fusion", ["append", "attention"])
+@pytest.mark.parametrize("use_reentrant", [True, False])
+def test_gradient_checkpointing_gives_the_gradients_of_the_plain_backward(fusion, use_reentrant):
+    # with use_reentrant=True (PEFT's default) only tensors passed positionally to a checkpointed layer get their
+    # gradients: the fused layers took the representations as keyword arguments, and the backward pass ran through
+    # the document encoder's graph a second time (RuntimeError)
+    model = _strengthen_representation_attention(tiny(fusion=fusion)) if fusion == "attention" else tiny()
+    model.train()
+    inputs = dict(input_ids=tokens(2, 6), document_input_ids=tokens(2, 16, seed=4), labels=tokens(2, 4, seed=5))
+    model(**inputs).loss.backward()
+    expected = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": use_reentrant})
+    model(**inputs).loss.backward()
+    got = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+    assert got.keys() == expected.keys()
+    assert "document_encoder.encoder.layers.0.fc1.weight" in got
+    if fusion == "attention":
+        assert "model.decoder.layers.0.self_attn.representation_attn.v_proj.weight" in got
+        assert "model.encoder.layers.3.self_attn.representation_attn.q_proj.weight" in got
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], atol=1e-6, rtol=1e-5, msg=name)
+
 def test_errors():
     model = tiny()
     q = tokens(2, 5)

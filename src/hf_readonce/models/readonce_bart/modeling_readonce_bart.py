@@ -35,6 +35,7 @@ from transformers.models.bart.modeling_bart import (
     BartDecoder,
     BartDecoderLayer,
     BartEncoder,
+    BartEncoderLayer,
     BartForConditionalGeneration,
     BartModel,
     BartPreTrainedModel,
@@ -387,6 +388,31 @@ class ReadOnceBartFusedAttention(BartAttention):
         return (output + extra) / 2, weights
 
 
+class ReadOnceBartEncoderLayer(BartEncoderLayer):
+    r"""A BART encoder layer whose self-attention is [`ReadOnceBartFusedAttention`] (`fusion="attention"`, layers
+    `L+1..N` of [`ReadOnceBartEncoder`], App. A.1, eq. 4). It takes the representations as positional arguments: with
+    gradient checkpointing and `use_reentrant=True` (PEFT's default) only positional tensors get their gradients, and
+    representations captured as keyword arguments made the backward pass run through the document encoder's graph
+    once per layer ("Trying to backward through the graph a second time"). Without representations it is exactly
+    `BartEncoderLayer`.
+
+    Args:
+        config ([`ReadOnceBartConfig`]), layer_idx (`int`, *optional*): as for `BartEncoderLayer`.
+    """
+
+    def __init__(self, config: ReadOnceBartConfig, layer_idx: int | None = None):
+        super().__init__(config, layer_idx=layer_idx)
+        self.self_attn = ReadOnceBartFusedAttention(config, config.encoder_attention_heads, layer_idx=layer_idx)
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                document_representations: torch.Tensor | None = None,
+                document_attention_mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
+        r"""`BartEncoderLayer.forward` with R `(batch_size, m, d_model)` and its mask `(batch_size, m)` for the fused
+        self-attention. Returns `(batch_size, length, d_model)`."""
+        return super().forward(hidden_states, attention_mask, document_representations=document_representations,
+                               document_attention_mask=document_attention_mask, **kwargs)
+
+
 class ReadOnceBartDecoderLayer(BartDecoderLayer):
     r"""A BART decoder layer whose self-attention is [`ReadOnceBartFusedAttention`] (`fusion="attention"`, App. A.1:
     "for the decoder ... we also compute the hidden states of each layer as per eqn. 4"). The representations go to
@@ -402,15 +428,24 @@ class ReadOnceBartDecoderLayer(BartDecoderLayer):
         block_output = nn.functional.dropout(block_output, p=self.dropout, training=self.training)
         return norm(residual + block_output)  # post-LN, as BART
 
+    def __call__(self, hidden_states, attention_mask=None, encoder_hidden_states=None, document_representations=None,
+                 document_attention_mask=None, **kwargs):
+        # BART's decoder hands the representations on as keyword arguments; they go on as positional ones, as BART
+        # passes `encoder_hidden_states`: with gradient checkpointing and `use_reentrant=True` only positional tensors
+        # get their gradients (captured ones made the backward pass run through the document encoder's graph again)
+        return super().__call__(hidden_states, attention_mask, encoder_hidden_states, document_representations,
+                                document_attention_mask, **kwargs)
+
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                encoder_hidden_states: torch.Tensor | None = None, encoder_attention_mask: torch.Tensor | None = None,
-                past_key_values=None, use_cache: bool | None = True,
+                encoder_hidden_states: torch.Tensor | None = None,
                 document_representations: torch.Tensor | None = None,
-                document_attention_mask: torch.Tensor | None = None, cache=None, **kwargs) -> torch.Tensor:
+                document_attention_mask: torch.Tensor | None = None, encoder_attention_mask: torch.Tensor | None = None,
+                past_key_values=None, use_cache: bool | None = True, cache=None, **kwargs) -> torch.Tensor:
         r"""As `BartDecoderLayer.forward`, plus `document_representations` `(batch_size, m, d_model)` and
-        `document_attention_mask` `(batch_size, m)` for the fused self-attention. The cache is `past_key_values`
-        or, from transformers 5.24 on, `cache` (both: a `ValueError`). Returns `(batch_size, target_length,
-        d_model)`."""
+        `document_attention_mask` `(batch_size, m)` for the fused self-attention (4th and 5th, positional for
+        gradient checkpointing; `encoder_attention_mask` and the cache come after them). The cache is
+        `past_key_values` or, from transformers 5.24 on, `cache` (both: a `ValueError`). Returns `(batch_size,
+        target_length, d_model)`."""
         past_key_values = _either_cache(past_key_values, cache)
         attended, _ = self.self_attn(hidden_states, attention_mask=attention_mask,
                                      document_representations=document_representations,
@@ -617,8 +652,7 @@ class ReadOnceBartEncoder(BartEncoder):
         super().__init__(config)
         if config.fusion == "attention":
             for index in range(config.append_layer, config.encoder_layers):  # layers L+1..N (1-based)
-                self.layers[index].self_attn = ReadOnceBartFusedAttention(
-                    config, config.encoder_attention_heads, layer_idx=index)
+                self.layers[index] = ReadOnceBartEncoderLayer(config, layer_idx=index)
             self.post_init()
 
     def forward(
@@ -690,14 +724,14 @@ class ReadOnceBartEncoder(BartEncoder):
         fused = self.config.fusion == "attention" and representations is not None
         appending = not fused and representations is not None
         for index, layer in enumerate(self.layers):
-            extra = {}
+            extra = ()
             if fused and index >= append_at:  # eq. 4: attend to R beside the text, keep the text's length
-                extra = {"document_representations": representations, "document_attention_mask": rep_mask}
+                extra = (representations, rep_mask)  # positional: see ReadOnceBartEncoderLayer
             elif appending and index == append_at:  # Fig. 3: append R to the text after layer L
                 hidden_states, mask, layer_mask = self._append(hidden_states, attention_mask, representations, rep_mask)
             if self.training and self.layerdrop > 0.0 and torch.rand([]) < self.layerdrop:
                 continue
-            hidden_states = layer(hidden_states, layer_mask, **extra, **kwargs)
+            hidden_states = layer(hidden_states, layer_mask, *extra, **kwargs)
         if appending and append_at == len(self.layers):  # L = N: appended after the last encoder layer
             hidden_states, mask, _ = self._append(hidden_states, attention_mask, representations, rep_mask)
         if fused:
@@ -1098,6 +1132,7 @@ __all__ = [
     "ReadOnceBartDecoderLayer",
     "ReadOnceBartDocumentEncoder",
     "ReadOnceBartEncoder",
+    "ReadOnceBartEncoderLayer",
     "ReadOnceBartForConditionalGeneration",
     "ReadOnceBartFusedAttention",
     "ReadOnceBartModel",
