@@ -114,6 +114,30 @@ def test_published_pipelines_load_without_hf_readonce(published, tokenizer, tmp_
     assert json.loads(line[4:]) == expected
 
 
+
+def test_saving_one_pipeline_keeps_the_other_the_checkpoint_declares(published, tmp_path):
+    # transformers' Pipeline.save_pretrained writes `custom_pipelines` with the saved pipeline's task alone: the
+    # saved folder (and the model's config) lost `text2text-generation` when the `summarization` pipeline was saved
+    result = run_without_hf_readonce(f"""
+        import json
+        from transformers import pipeline
+        summarize = pipeline("summarization", model={str(published.folder)!r}, trust_remote_code=True)
+        summarize.save_pretrained({str(tmp_path / "saved")!r})
+        print("MODEL", sorted(summarize.model.config.custom_pipelines))
+        t2t = pipeline("text2text-generation", model={str(tmp_path / "saved")!r}, trust_remote_code=True)
+        print("CLASS", type(t2t).__name__)
+        summarize.save_pretrained({str(tmp_path / "saved" / "config.json")!r})  # a file: nothing written
+    """, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "MODEL ['summarization', 'text2text-generation']" in result.stdout
+    assert "CLASS ReadOnceText2TextGenerationPipeline" in result.stdout
+    saved = json.loads((tmp_path / "saved" / "config.json").read_text())
+    declared = json.loads((published.folder / "config.json").read_text())
+    assert saved["custom_pipelines"] == declared["custom_pipelines"]
+    assert {k: v for k, v in saved.items() if k != "_name_or_path"} == {
+        k: v for k, v in declared.items() if k != "_name_or_path"}
+    assert (tmp_path / "saved" / "pipeline_readonce_bart.py").is_file()
+
 def test_long_documents_are_read_in_chunks_up_to_t_times_k(tokenizer):
     """§5.5: a document longer than the model's positions is read in chunks of T tokens, up to the T·k capacity
     by default (not cut at 256 tokens), by the pipeline and by the store adapter alike."""

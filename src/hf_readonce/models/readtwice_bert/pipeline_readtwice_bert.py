@@ -310,6 +310,26 @@ class _TokenizerPipeline(Pipeline):
         if requested is not None:
             self.model.to(resolve_compute_dtype(requested, self.device, self.model.dtype))
 
+    def save_pretrained(self, save_directory, **kwargs):
+        r"""[`~transformers.Pipeline.save_pretrained`], keeping the other pipelines of this file that the model's
+        config declares. transformers writes `custom_pipelines` with this class's task alone (and sets that on the
+        model's config), so saving one pipeline of a checkpoint that declares two (ReadOnce BART's `summarization`
+        and `text2text-generation`) dropped the other from the saved folder and from the model. The tasks whose
+        class is in this file, whose code the saved folder holds, are kept in both.
+
+        Args:
+            save_directory (`str` or `os.PathLike`), **kwargs: as for [`~transformers.Pipeline.save_pretrained`].
+        """
+        declared = dict(getattr(self.model.config, "custom_pipelines", None) or {})
+        super().save_pretrained(save_directory, **kwargs)
+        written = getattr(self.model.config, "custom_pipelines", None) or {}
+        module = type(self).__module__.rsplit(".", 1)[-1]
+        kept = {task: info for task, info in declared.items() if task not in written and isinstance(info, dict)
+                and str(info.get("impl", "")).split(".")[0] == module}
+        if kept:  # (a `save_directory` that is a file: transformers wrote nothing and changed nothing)
+            self.model.config.custom_pipelines = {**kept, **written}
+            self.model.config.save_pretrained(save_directory)
+
 
 class ReadTwiceQuestionAnsweringPipeline(_TokenizerPipeline):
     r"""
