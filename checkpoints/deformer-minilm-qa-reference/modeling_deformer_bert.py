@@ -582,6 +582,10 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
                 raise ValueError(f"`position_ids` must be (batch_size, sequence_length) or (1, sequence_length) for "
                                  f"`{source}` of shape {tuple(shape)}, got {tuple(position_ids.shape)}.")
         all_hidden_states = [] if output_hidden_states else None
+        if kwargs.get("output_attentions", getattr(config, "output_attentions", False)):
+            # BERT returns the attention weights it is asked for; the decomposed layers do not record them
+            logger.warning_once("A DeFormer returns no attention weights: `output_attentions` is ignored (the "
+                                "output has no `attentions`).")
         layer_kwargs = {key: value for key, value in kwargs.items() if key not in ("return_dict", "output_attentions")}
 
         if passage_states is not None:

@@ -605,3 +605,25 @@ def test_the_hint_for_an_unexpected_keyword_names_an_argument_a_user_writes():
         with pytest.raises(TypeError) as error:
             model(ids, mask, types, **{name: 1})
         assert str(error.value) == f"{prefix} '{name}'{hint}"
+
+
+def test_output_attentions_is_said_to_be_ignored(monkeypatch):
+    # BERT returns the attention weights it is asked for; a DeFormer returned `attentions=None` without a word
+    from hf_readonce.models.deformer_bert import modeling_deformer_bert
+
+    said = []
+    monkeypatch.setattr(modeling_deformer_bert.logger, "warning_once", lambda message, *a, **k: said.append(message))
+    model = tiny_deformer()
+    ids = torch.tensor([[2, 5, 6, 3, 7, 8, 9, 3]])
+    types = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 1]])
+    with torch.no_grad():
+        plain = model(ids, token_type_ids=types).start_logits
+        assert not said
+        out = model(ids, token_type_ids=types, output_attentions=True)
+    assert out.attentions is None and torch.equal(out.start_logits, plain)
+    assert len(said) == 1 and "returns no attention weights" in said[0]
+    model.set_attn_implementation("eager")  # (transformers refuses `config.output_attentions` under sdpa)
+    model.config.output_attentions = True
+    with torch.no_grad():
+        model(ids, token_type_ids=types)
+    assert len(said) == 2

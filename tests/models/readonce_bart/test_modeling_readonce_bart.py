@@ -805,3 +805,21 @@ def test_resize_token_embeddings_resizes_the_document_encoder_and_the_checkpoint
     again = ReadOnceBartForConditionalGeneration.from_pretrained(tmp_path).eval()
     with torch.no_grad():
         torch.testing.assert_close(again(q, document_input_ids=doc, decoder_input_ids=tokens(1, 3)).logits, expected)
+
+
+def test_output_attentions_and_hidden_states_are_said_to_be_ignored(monkeypatch):
+    # BART returns the attention weights and hidden states it is asked for; ReadOnce BART returned neither without a
+    # word
+    from hf_readonce.models.readonce_bart import modeling_readonce_bart
+
+    said = []
+    monkeypatch.setattr(modeling_readonce_bart.logger, "warning_once", lambda message, *a, **k: said.append(message))
+    model = tiny()
+    inputs = dict(input_ids=tokens(1, 6), document_input_ids=tokens(1, 16), decoder_input_ids=tokens(1, 3))
+    with torch.no_grad():
+        plain = model(**inputs).logits
+        model.generate(tokens(1, 6), document_input_ids=tokens(1, 16), max_new_tokens=3)
+        assert not said
+        out = model(**inputs, output_hidden_states=True, output_attentions=True)
+    assert torch.equal(out.logits, plain) and out.decoder_hidden_states is None
+    assert len(said) == 1 and "output_attentions and output_hidden_states ignored" in said[0]

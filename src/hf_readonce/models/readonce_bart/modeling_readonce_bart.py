@@ -42,9 +42,11 @@ from transformers.models.bart.modeling_bart import (
     shift_tokens_right,
 )
 from transformers.processing_utils import Unpack
-from transformers.utils import ModelOutput, TransformersKwargs, can_return_tuple
+from transformers.utils import ModelOutput, TransformersKwargs, can_return_tuple, logging
 
 from .configuration_readonce_bart import ReadOnceBartConfig
+
+logger = logging.get_logger(__name__)
 
 # Copied from hf_readonce.models.block_attention_llama.modeling_block_attention_llama.CACHE_NAME with CausalLMOutputWithPast->Seq2SeqLMOutput
 # transformers 5.24 renamed `past_key_values` to `cache`: the field of every ModelOutput and the argument of `forward`,
@@ -1095,8 +1097,11 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         _check_representations_type(document_representations)
         _check_text_inputs(labels, None, "labels")
         past_key_values = _either_cache(past_key_values, cache)
-        for key in ("output_attentions", "output_hidden_states"):  # not returned: the fused layers do not record them
-            kwargs.pop(key, None)
+        asked = [key for key in ("output_attentions", "output_hidden_states")
+                 if kwargs.pop(key, getattr(self.config, key, False))]
+        if asked:  # not returned: the fused layers do not record them
+            logger.warning_once(f"ReadOnce BART returns no attention weights or hidden states: {' and '.join(asked)} "
+                                "ignored (the output holds the loss, logits, cache and encoder states only).")
         if document_input_ids is not None:
             document_representations = self._encode_document_tokens(
                 document_input_ids, document_input_attention_mask, document_representations, document_attention_mask)
