@@ -823,3 +823,24 @@ def test_output_attentions_and_hidden_states_are_said_to_be_ignored(monkeypatch)
         out = model(**inputs, output_hidden_states=True, output_attentions=True)
     assert torch.equal(out.logits, plain) and out.decoder_hidden_states is None
     assert len(said) == 1 and "output_attentions and output_hidden_states ignored" in said[0]
+
+
+@pytest.mark.parametrize("fusion", ["append", "attention"])
+def test_device_map_keeps_every_layer_on_one_device(fusion):
+    # `device_map="auto"` splits a model between modules, except inside the classes of `_no_split_modules` (matched
+    # by name): the fused layers of `fusion="attention"` were not listed, so a layer's self-attention and its
+    # feed-forward (and the residual added across them) could be placed on two GPUs
+    from transformers.integrations.accelerate import infer_auto_device_map
+
+    model = tiny(fusion=fusion)
+    layers = {name: module for name, module in model.named_modules() if name.endswith(tuple(
+        f"layers.{index}" for index in range(len(model.model.encoder.layers))))}
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    for share in range(3, 38):  # device 0 holds 3/40 .. 37/40 of the model, device 1 and the CPU the rest
+        device_map = infer_auto_device_map(model, max_memory={0: total * share // 40, 1: total, "cpu": 4 * total},
+                                           no_split_module_classes=model._no_split_modules)
+        for name in layers:
+            devices = {device for key, device in device_map.items()
+                       if key.startswith(name + ".") or name == key or name.startswith(key + ".")}
+            assert len(devices) == 1, (share, name, devices)
+    assert {type(layer).__name__ for layer in layers.values()} <= set(model._no_split_modules)

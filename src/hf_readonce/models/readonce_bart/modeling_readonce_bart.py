@@ -526,6 +526,9 @@ class ReadOnceBartPreTrainedModel(BartPreTrainedModel):
 
     config_class = ReadOnceBartConfig
     config: ReadOnceBartConfig
+    # BART's layers and the fused ones (`fusion="attention"`): `device_map="auto"` keeps each on one device (matched by
+    # class name, so BART's list alone let a fused layer's residual and attention land on two GPUs)
+    _no_split_modules = ["BartEncoderLayer", "BartDecoderLayer", "ReadOnceBartEncoderLayer", "ReadOnceBartDecoderLayer"]
 
     def _init_weights(self, module):
         super()._init_weights(module)
