@@ -56,6 +56,7 @@ import inspect
 import json
 import math
 import os
+import re
 import signal
 import sys
 import time
@@ -1873,6 +1874,9 @@ def cmd_publish(args) -> int:
             message = message.replace(f"`{name}`", f"`--{name.replace('_', '-')}`")
         message = message.replace("pass `representation_settings`", "pass its family's setting options (`hf-readonce "
                                   "info` lists them)").replace("`model_dir`", "MODEL_DIR")
+        # the setting options given for a checkpoint that stores nothing (a ReadTwice of the paper's layout)
+        message = re.sub(r"`settings` \[([^\]]*)\] do not apply", lambda found: _do_not_apply(
+            "--" + name.strip(" '").replace("_", "-") for name in found.group(1).split(",")), message)
         raise CommandError(message) from None
     except OSError as error:  # a read-only or full --local-dir, the Hub unreachable (requests' errors are OSErrors),
         # or this machine's error while the repo folder is assembled before the upload (a full temporary folder)

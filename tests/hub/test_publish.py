@@ -456,3 +456,17 @@ def test_a_readtwice_checkpoint_of_the_paper_layout_publishes_without_a_represen
         print("OK")
     """)
     assert run.returncode == 0 and "OK" in run.stdout, run.stderr[-3000:]
+
+
+def test_setting_options_for_a_readtwice_of_the_paper_layout_are_refused_in_the_cli_words(tmp_path, tokenizer, capsys):
+    # such a checkpoint stores nothing, so `--mentions` has nothing to declare: the error named publish()'s argument
+    # (`settings` ['mentions']) where the command line took the option
+    from tests.hub.test_pipeline_readtwice import tiny_readtwice
+
+    tiny_readtwice(question_in_first_read=True).save_pretrained(tmp_path / "ckpt")
+    tokenizer.save_pretrained(tmp_path / "ckpt")
+    assert cli_main(["publish", str(tmp_path / "ckpt"), "--repo-id", "a/b", "--local-dir", str(tmp_path / "o"),
+                     "--mentions", "capitalized_mentions"]) == 2
+    err = capsys.readouterr().err
+    assert "--mentions does not apply: this readtwice_bert model stores no representations" in err, err
+    assert "`settings`" not in err and not (tmp_path / "o").exists()
