@@ -1,6 +1,7 @@
 """Where the reference checkpoints are found (checkout, $HF_READONCE_CHECKPOINTS, Hub cache) and how a missing or
 damaged one is reported."""
 
+import json
 import shutil
 
 import pytest
@@ -43,6 +44,14 @@ def test_shipped_checkpoints_carry_the_current_model_code_and_auto_map(tmp_path)
     copy = tmp_path / "checkpoints" / shipped.name
     shutil.copytree(shipped, copy)
     (copy / "modeling_deformer_bert.py").write_text((copy / "modeling_deformer_bert.py").read_text() + "# edited\n")
+    assert refresh_checkpoints.main(["--check", "--checkpoints", str(copy.parent)]) == 1
+    assert refresh_checkpoints.main(["--checkpoints", str(copy.parent)]) == 0
+    assert refresh_checkpoints.stale_files(copy) == [] and weights.verify_checksums(copy) is None
+    # current code under a listing of older code (what a merge that kept one side's checksums.json leaves)
+    listing = json.loads((copy / "checksums.json").read_text())
+    listing["files"]["modeling_deformer_bert.py"] = "0" * 64
+    (copy / "checksums.json").write_text(json.dumps(listing))
+    assert refresh_checkpoints.stale_files(copy) == ["checksums.json"]
     assert refresh_checkpoints.main(["--check", "--checkpoints", str(copy.parent)]) == 1
     assert refresh_checkpoints.main(["--checkpoints", str(copy.parent)]) == 0
     assert refresh_checkpoints.stale_files(copy) == [] and weights.verify_checksums(copy) is None

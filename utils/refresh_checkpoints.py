@@ -32,10 +32,11 @@ def stale_files(folder: Path, write: bool = False) -> list[str]:
             stale ones and rewrite `checksums.json`.
 
     Returns:
-        `list[str]`: the stale file names (`[]` for a checkpoint without hf-readonce code, e.g. a plain BERT).
+        `list[str]`: the stale file names (`[]` for a checkpoint without hf-readonce code, e.g. a plain BERT), with
+        `checksums.json` when it lists another SHA-256 for a code file or `config.json` than the file has.
     """
     import hf_readonce
-    from hf_readonce.weights import write_checksums
+    from hf_readonce.weights import CHECKSUMS_FILE, sha256_file, write_checksums
 
     config = json.loads((folder / "config.json").read_text())
     if not config.get("auto_map"):
@@ -59,6 +60,12 @@ def stale_files(folder: Path, write: bool = False) -> list[str]:
                 stale.append(path.name)
                 if write:
                     (folder / path.name).write_text(fresh)
+        # the listing must follow the refreshed files too: a merge can keep a `checksums.json` older than its code
+        listed = json.loads((folder / CHECKSUMS_FILE).read_text())["files"] if (folder / CHECKSUMS_FILE).is_file() \
+            else {}
+        refreshed = [p.name for p in sorted(Path(saved).iterdir()) if p.suffix == ".py" or p.name == "config.json"]
+        if any(listed.get(name) != sha256_file(folder / name) for name in refreshed if (folder / name).is_file()):
+            stale.append(CHECKSUMS_FILE)
         if stale and write:
             write_checksums(folder)
     return stale
