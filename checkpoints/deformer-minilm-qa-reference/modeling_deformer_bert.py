@@ -67,6 +67,24 @@ def _config_fingerprint(config, config_class) -> str:
                       default=str)
 
 
+def _weights_fingerprint(owner, tag: str, config_json: str, params, hash_dtypes: bool) -> str:
+    """SHA-256 (64 hex characters) of `tag`, `config_json` (from [`_config_fingerprint`]) and each of `params` (the
+    `(name, parameter)` pairs a representation depends on): its name, its dtype when `hash_dtypes`, and its values as
+    float32. Cached on `owner._fingerprint_cache` and recomputed only when the config changes or a parameter is
+    replaced or modified in place (torch's version counters), so calling it per batch is cheap."""
+    state = (config_json, *((name, p.data_ptr(), p._version, p.dtype) for name, p in params))
+    if owner._fingerprint_cache is not None and owner._fingerprint_cache[0] == state:
+        return owner._fingerprint_cache[1]
+    digest = hashlib.sha256(tag.encode() + config_json.encode())
+    for name, p in params:
+        digest.update(name.encode())
+        if hash_dtypes:
+            digest.update(str(p.dtype).encode())
+        digest.update(p.detach().to("cpu", torch.float32).contiguous().numpy().data)  # no copy for fp32
+    owner._fingerprint_cache = (state, digest.hexdigest())
+    return owner._fingerprint_cache[1]
+
+
 def _check_token_ids(ids, bound: int, argument: str) -> None:
     """Raise a `ValueError` naming `argument` and the bound if a token id of `ids` is outside `[0, bound)` (called
     when the embedding lookup fails, so the normal path costs nothing)."""
@@ -343,16 +361,7 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
         for i in range(k):
             params += list(self.encoder.layer[i].named_parameters(prefix=f"encoder.layer.{i}"))
         config_json = _config_fingerprint(self.config, DeformerBertConfig)
-        state = (config_json, *((name, p.data_ptr(), p._version, p.dtype) for name, p in params))
-        if self._fingerprint_cache is not None and self._fingerprint_cache[0] == state:
-            return self._fingerprint_cache[1]
-        digest = hashlib.sha256(f"deformer_bert|k={k}|".encode() + config_json.encode())
-        for name, p in params:
-            digest.update(name.encode())
-            digest.update(str(p.dtype).encode())
-            digest.update(p.detach().to("cpu", torch.float32).contiguous().numpy().data)  # no copy for fp32
-        self._fingerprint_cache = (state, digest.hexdigest())
-        return self._fingerprint_cache[1]
+        return _weights_fingerprint(self, f"deformer_bert|k={k}|", config_json, params, hash_dtypes=True)
 
     def _embed(self, input_ids, **kwargs):
         """`self.embeddings(input_ids=input_ids, **kwargs)`; a token id outside the vocabulary raises a `ValueError`

@@ -119,6 +119,25 @@ def _config_fingerprint(config, config_class) -> str:
                       default=str)
 
 
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._weights_fingerprint
+def _weights_fingerprint(owner, tag: str, config_json: str, params, hash_dtypes: bool) -> str:
+    """SHA-256 (64 hex characters) of `tag`, `config_json` (from [`_config_fingerprint`]) and each of `params` (the
+    `(name, parameter)` pairs a representation depends on): its name, its dtype when `hash_dtypes`, and its values as
+    float32. Cached on `owner._fingerprint_cache` and recomputed only when the config changes or a parameter is
+    replaced or modified in place (torch's version counters), so calling it per batch is cheap."""
+    state = (config_json, *((name, p.data_ptr(), p._version, p.dtype) for name, p in params))
+    if owner._fingerprint_cache is not None and owner._fingerprint_cache[0] == state:
+        return owner._fingerprint_cache[1]
+    digest = hashlib.sha256(tag.encode() + config_json.encode())
+    for name, p in params:
+        digest.update(name.encode())
+        if hash_dtypes:
+            digest.update(str(p.dtype).encode())
+        digest.update(p.detach().to("cpu", torch.float32).contiguous().numpy().data)  # no copy for fp32
+    owner._fingerprint_cache = (state, digest.hexdigest())
+    return owner._fingerprint_cache[1]
+
+
 def default_neighborhood_block_size(radius: int) -> int:
     r"""Query block size b of [`neighborhood_attention_forward`] for radius r: 32 for r >= 32, else 16.
 
@@ -1067,15 +1086,7 @@ class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForCon
         """
         params = list(self.get_encoder().named_parameters())
         config_json = _config_fingerprint(self.config, LongDocBartConfig)
-        state = (config_json, *((name, p.data_ptr(), p._version, p.dtype) for name, p in params))
-        if self._fingerprint_cache is not None and self._fingerprint_cache[0] == state:
-            return self._fingerprint_cache[1]
-        digest = hashlib.sha256(b"longdoc_bart_encoder|" + config_json.encode())
-        for name, p in params:
-            digest.update(name.encode())
-            digest.update(p.detach().to("cpu", torch.float32).contiguous().numpy().data)
-        self._fingerprint_cache = (state, digest.hexdigest())
-        return self._fingerprint_cache[1]
+        return _weights_fingerprint(self, "longdoc_bart_encoder|", config_json, params, hash_dtypes=False)
 
 
 LongDocBartConfig.register_for_auto_class()

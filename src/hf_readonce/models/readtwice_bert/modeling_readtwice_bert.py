@@ -92,6 +92,25 @@ def _config_fingerprint(config, config_class) -> str:
                       default=str)
 
 
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._weights_fingerprint
+def _weights_fingerprint(owner, tag: str, config_json: str, params, hash_dtypes: bool) -> str:
+    """SHA-256 (64 hex characters) of `tag`, `config_json` (from [`_config_fingerprint`]) and each of `params` (the
+    `(name, parameter)` pairs a representation depends on): its name, its dtype when `hash_dtypes`, and its values as
+    float32. Cached on `owner._fingerprint_cache` and recomputed only when the config changes or a parameter is
+    replaced or modified in place (torch's version counters), so calling it per batch is cheap."""
+    state = (config_json, *((name, p.data_ptr(), p._version, p.dtype) for name, p in params))
+    if owner._fingerprint_cache is not None and owner._fingerprint_cache[0] == state:
+        return owner._fingerprint_cache[1]
+    digest = hashlib.sha256(tag.encode() + config_json.encode())
+    for name, p in params:
+        digest.update(name.encode())
+        if hash_dtypes:
+            digest.update(str(p.dtype).encode())
+        digest.update(p.detach().to("cpu", torch.float32).contiguous().numpy().data)  # no copy for fp32
+    owner._fingerprint_cache = (state, digest.hexdigest())
+    return owner._fingerprint_cache[1]
+
+
 # Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._check_token_ids
 def _check_token_ids(ids, bound: int, argument: str) -> None:
     """Raise a `ValueError` naming `argument` and the bound if a token id of `ids` is outside `[0, bound)` (called
@@ -741,16 +760,7 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
         for prefix in ("embeddings", "encoder", "memory_extractor"):
             params += list(getattr(self, prefix).named_parameters(prefix=prefix))
         config_json = _config_fingerprint(self.config, ReadTwiceBertConfig)
-        state = (config_json, *((name, p.data_ptr(), p._version, p.dtype) for name, p in params))
-        if self._fingerprint_cache is not None and self._fingerprint_cache[0] == state:
-            return self._fingerprint_cache[1]
-        digest = hashlib.sha256(b"readtwice_bert|" + config_json.encode())
-        for name, p in params:
-            digest.update(name.encode())
-            digest.update(str(p.dtype).encode())
-            digest.update(p.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
-        self._fingerprint_cache = (state, digest.hexdigest())
-        return self._fingerprint_cache[1]
+        return _weights_fingerprint(self, "readtwice_bert|", config_json, params, hash_dtypes=True)
 
     def check_document_states(self, document_states: ReadTwiceDocumentOutput) -> None:
         """Raise unless `document_states` came from this model's first read.
