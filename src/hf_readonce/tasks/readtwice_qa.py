@@ -8,7 +8,8 @@ Two layouts, matching `ReadTwiceBertConfig.question_in_first_read`:
 - `True` (paper, App. C): every segment is `[CLS] question [SEP] document part [SEP]` (`truncation="only_second"`).
 - `False` (read-once): segments are `[CLS] document part [SEP]` (token type 1) and the question is encoded once as
   `[CLS] question [SEP]` (token type 0); rows seen by the loss are `[question; segment]`, so gold positions are shifted
-  by the padded question length in the collator.
+  by the padded question length in the collator (the batch's longest question, or the collator's fixed
+  `question_length`, which `Trainer.predict` needs to line up the rows of its batches: see `logits_per_feature`).
 """
 
 from __future__ import annotations
@@ -228,16 +229,39 @@ class ReadTwiceQACollator:
     `question_attention_mask`, `question_token_type_ids` `(num_questions, question_length)`,
     `question_document_ids` `(num_questions,)`.
 
+    In the read-once layout the questions are padded to the longest question of the batch by default, so the model's
+    rows (`[question; segment]`) put a segment's tokens at another column in each batch: what `Trainer.predict` and
+    `Trainer.evaluate` concatenate (they drop the output's per-batch `question_length`) can then not be mapped back to
+    tokens. Pass `question_length` (e.g. the checkpoint's `config.max_question_length`, the length
+    [`prepare_readtwice_qa_features`] cut the questions to) to pad every batch's questions to that one width: token
+    `j` of a segment is then column `question_length + j` of every row, and [`logits_per_feature`] splits the
+    concatenated predictions per feature for [`postprocess_readtwice_qa`]. Real tokens are read the same either way
+    (question padding is masked); only the row width, and the labels' shift, change.
+
     Args:
         pad_token_id (`int`, defaults to 0): the id that pads `input_ids` and `question_input_ids`.
         with_entities (`bool`, defaults to `False`): add `entity_spans` (for `memory_type="entity"`).
         with_labels (`bool`, defaults to `True`): add `start_positions` and `end_positions`.
+        question_length (`int`, *optional*): read-once layout: pad `question_input_ids` (and their mask and token
+            types) to this many tokens in every batch, instead of to the batch's longest question; ignored in the
+            paper's layout, whose rows are the segments themselves (a segment's tokens start at column 0).
+
+    Raises:
+        TypeError: `question_length` that is not an int (or `None`).
+        ValueError: `question_length` below 1.
     """
 
-    def __init__(self, pad_token_id: int = 0, with_entities: bool = False, with_labels: bool = True):
+    def __init__(self, pad_token_id: int = 0, with_entities: bool = False, with_labels: bool = True,
+                 question_length: int | None = None):
+        if question_length is not None:
+            if not isinstance(question_length, int) or isinstance(question_length, bool):
+                raise TypeError(f"`question_length` must be an int or None, got {type(question_length).__name__}.")
+            if question_length < 1:
+                raise ValueError(f"`question_length` must be >= 1, got {question_length}.")
         self.pad_token_id = pad_token_id
         self.with_entities = with_entities
         self.with_labels = with_labels
+        self.question_length = question_length
 
     def __call__(self, features: Sequence[ReadTwiceQAFeature]) -> dict[str, torch.Tensor]:
         """Batch `features` (a non-empty sequence of [`ReadTwiceQAFeature`] of one layout).
@@ -249,7 +273,8 @@ class ReadTwiceQACollator:
         Raises:
             TypeError: an element that is not a `ReadTwiceQAFeature` (e.g. a row of a `datasets.Dataset`, which holds
                 no dataclasses: pass the list `prepare_readtwice_qa_features` returns).
-            ValueError: no features, or features of both layouts (read-once and question-in-first-read) mixed.
+            ValueError: no features, features of both layouts (read-once and question-in-first-read) mixed, or (with
+                `question_length`) a question longer than `question_length` tokens.
         """
         if not features:
             raise ValueError("`features` is empty: a batch needs at least one ReadTwiceQAFeature.")
@@ -272,8 +297,17 @@ class ReadTwiceQACollator:
         shift = 0
         if read_once:
             questions = [f.question_ids for f in features]
-            batch["question_input_ids"] = _pad(questions, self.pad_token_id)
-            batch["question_attention_mask"] = _pad([[1] * len(q) for q in questions], 0)
+            width = self.question_length
+            if width is not None:
+                longest = max(features, key=lambda f: len(f.question_ids))
+                if len(longest.question_ids) > width:
+                    raise ValueError(
+                        f"example {longest.example_index}: its question has {len(longest.question_ids)} tokens, more "
+                        f"than the collator's `question_length` {width}: prepare the features with "
+                        f"`max_question_length` <= {width}, or pass a larger `question_length`."
+                    )
+            batch["question_input_ids"] = _pad(questions, self.pad_token_id, width)
+            batch["question_attention_mask"] = _pad([[1] * len(q) for q in questions], 0, width)
             batch["question_token_type_ids"] = torch.zeros_like(batch["question_input_ids"])
             batch["question_document_ids"] = torch.arange(len(features))
             shift = batch["question_input_ids"].shape[1]
@@ -317,6 +351,71 @@ def predict_readtwice_qa(model, features: Sequence[ReadTwiceQAFeature], collator
     return results
 
 
+def logits_per_feature(predictions, features: Sequence[ReadTwiceQAFeature],
+                       collator: ReadTwiceQACollator) -> list[tuple[np.ndarray, np.ndarray, int]]:
+    """Split what `Trainer.predict` returns for a ReadTwice QA model into the per-feature logits that
+    [`postprocess_readtwice_qa`] takes (as [`predict_readtwice_qa`] returns them).
+
+    `Trainer.predict` concatenates the rows of every batch (pads them to one width with `-100`, at the end) and drops
+    the output's `question_length` (`keys_to_ignore_at_inference`). The rows come in the order of `features`, each
+    feature's segments in order (the model's rows are question-major in the read-once layout), so the only thing to
+    know is where a segment's tokens start: column 0 in the paper's layout, and in the read-once layout the fixed
+    question width of `collator` (`ReadTwiceQACollator(question_length=...)`), or the questions' common length when
+    they all have the same number of tokens.
+
+    Args:
+        predictions: `PredictionOutput.predictions` of `Trainer.predict(features)` with `collator` as its
+            `data_collator`: a tuple whose first two entries are the start and end logits, arrays of shape
+            `(num_rows, width)` with `num_rows` the segments of all `features`.
+        features (`Sequence[ReadTwiceQAFeature]`): the features that were predicted, in the same order (an
+            evaluation `DataLoader` keeps it).
+        collator ([`ReadTwiceQACollator`]): the collator that batched them.
+
+    Returns:
+        `list[tuple[np.ndarray, np.ndarray, int]]`: per feature, `(start_logits (num_segments, width), end_logits,
+        question_length)`; a segment's tokens are at the columns from `question_length` on.
+
+    Raises:
+        ValueError: read-once features whose questions differ in length with a collator that pads each batch to its
+            longest question (`question_length=None`: the columns differ between batches, so the predictions cannot
+            be mapped back to tokens); logits that are not two `(num_rows, width)` arrays; a number of rows other
+            than the segments of `features`; rows too narrow for the question width and the longest segment.
+    """
+    if not isinstance(predictions, (tuple, list)) or len(predictions) < 2:
+        raise ValueError("`predictions` must be the tuple `Trainer.predict(...).predictions`, starting with the start "
+                         "and end logits.")
+    start, end = np.asarray(predictions[0]), np.asarray(predictions[1])
+    if start.ndim != 2 or start.shape != end.shape:
+        raise ValueError(f"`predictions` must start with start and end logits of one shape (num_rows, width), got "
+                         f"{start.shape} and {end.shape}.")
+    shift = 0
+    if any(f.question_ids is not None for f in features):
+        lengths = {len(f.question_ids) for f in features if f.question_ids is not None}
+        shift = collator.question_length
+        if shift is None and len(lengths) > 1:
+            raise ValueError(
+                "the read-once questions have different lengths and the collator padded each batch to its longest "
+                "question, so a segment's tokens start at another column in each batch: predict with "
+                "`ReadTwiceQACollator(..., question_length=model.config.max_question_length)` (or another fixed "
+                "width) to map the predictions back to tokens."
+            )
+        if shift is None:
+            shift = lengths.pop()
+    counts = [f.num_segments for f in features]
+    if start.shape[0] != sum(counts):
+        raise ValueError(f"`predictions` hold {start.shape[0]} rows, but `features` have {sum(counts)} segments: pass "
+                         "the features that were predicted, in order (and no `dataloader_drop_last`).")
+    longest = max((len(ids) for f in features for ids in f.input_ids), default=0)
+    if start.shape[1] < shift + longest:
+        raise ValueError(f"`predictions` rows are {start.shape[1]} wide, less than the question width {shift} plus "
+                         f"the longest segment's {longest} tokens: were they predicted with this collator?")
+    results, row = [], 0
+    for count in counts:
+        results.append((start[row : row + count], end[row : row + count], shift))
+        row += count
+    return results
+
+
 def postprocess_readtwice_qa(examples: Sequence[dict], features: Sequence[ReadTwiceQAFeature], logits,
                              n_best_size: int = 20, max_answer_length: int = 30) -> dict[str, str]:
     """Best span across all segments of each document (App. C.1, "picks the most confident prediction amongst all the
@@ -327,9 +426,9 @@ def postprocess_readtwice_qa(examples: Sequence[dict], features: Sequence[ReadTw
     Args:
         examples (`Sequence[dict]`): the examples, with `context` (and `id`, else the index names the prediction).
         features (`Sequence[ReadTwiceQAFeature]`): their features, as `prepare_readtwice_qa_features` returns.
-        logits: per feature, `(start_logits, end_logits, question_length)` as [`predict_readtwice_qa`] returns:
-            arrays or tensors of shape `(num_segments, row_length)`, a segment's tokens at the columns from
-            `question_length` on (0 in the paper's layout).
+        logits: per feature, `(start_logits, end_logits, question_length)` as [`predict_readtwice_qa`] returns
+            (or [`logits_per_feature`], from `Trainer.predict`): arrays or tensors of shape `(num_segments,
+            row_length)`, a segment's tokens at the columns from `question_length` on (0 in the paper's layout).
         n_best_size (`int`, defaults to 20): start and end candidates per segment.
         max_answer_length (`int`, defaults to 30): longest span, in tokens.
 
@@ -423,6 +522,7 @@ __all__ = [
     "capitalized_mentions",
     "entity_spans_for_segment",
     "first_mention_baseline",
+    "logits_per_feature",
     "postprocess_readtwice_qa",
     "predict_readtwice_qa",
     "prepare_readtwice_qa_features",

@@ -115,7 +115,8 @@ class ReadTwiceBertConfig(BertConfig):
     # (`mentions`, a reading setting the store keys as such, as the other families' recorded lengths)
     fingerprint_ignored_fields = ("coref_loss_weight", "mentions")
     # what `Trainer.evaluate` / `predict` leave out of the predictions they gather: `question_length` is a Python int
-    # (the width of the question states at the start of each row), which accelerate cannot pad or concatenate
+    # (the width of the question states at the start of each row), which accelerate cannot pad or concatenate; rows
+    # of several batches line up when their questions are padded to one width (`ReadTwiceBertModel.forward`)
     keys_to_ignore_at_inference = ["question_length"]
 
     def __init__(

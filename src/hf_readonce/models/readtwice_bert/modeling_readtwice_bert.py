@@ -274,7 +274,12 @@ class ReadTwiceBertModelOutput(ModelOutput):
         segment_index (`torch.LongTensor` of shape `(num_rows,)`): the segment (row of `input_ids`) of each row.
         question_index (`torch.LongTensor` of shape `(num_rows,)`, *optional*): question of each pair (read-once
             setup with questions only).
-        question_length (`int`): tokens of question states at the start of each row (0 without separate questions).
+        question_length (`int`): tokens of question states at the start of each row (0 without separate questions):
+            the width of `question_input_ids`, i.e. the padded question length of this batch, so token `j` of a
+            segment is column `question_length + j` of its rows. A Python int, which `Trainer.evaluate` / `predict`
+            leave out (`keys_to_ignore_at_inference`) when they concatenate the batches: pad every batch's questions
+            to one width (e.g. `config.max_question_length`) for their rows to line up, see
+            [`ReadTwiceBertModel.forward`].
         memory_values (`torch.FloatTensor` of shape `(num_memories, hidden_size)`): the memory table used.
         memory_document_ids (`torch.LongTensor` of shape `(num_memories,)`).
         memory_mention_index (`torch.LongTensor` of shape `(num_memories,)`, *optional*): see
@@ -312,7 +317,10 @@ class ReadTwiceQuestionAnsweringModelOutput(ModelOutput):
         loss (`torch.FloatTensor` of shape `()`, *optional*, returned when `start_positions` and `end_positions` are
             given): OR-model loss with global normalisation (eq. 7), `(L_b + L_e) / 2`, averaged over the groups that
             have at least one gold position.
-        start_logits, end_logits (`torch.FloatTensor` of shape `(num_rows, row_length)`): Z⁽ᵇ⁾ and Z⁽ᵉ⁾ (eqs. 5-6).
+        start_logits, end_logits (`torch.FloatTensor` of shape `(num_rows, row_length)`): Z⁽ᵇ⁾ and Z⁽ᵉ⁾ (eqs. 5-6), in
+            row coordinates: in the read-once setup the first `question_length` columns are the question's, and
+            token `j` of the row's segment is column `question_length + j`. With questions padded to one width in
+            every batch, what `Trainer.predict` concatenates lines up (see [`ReadTwiceBertModel.forward`]).
         attention_mask (`torch.LongTensor` of shape `(num_rows, row_length)`).
         group_ids, segment_index, question_index, question_length: see [`ReadTwiceBertModelOutput`].
         hidden_states (`tuple(torch.FloatTensor)`, *optional*): see [`ReadTwiceBertModelOutput`].
@@ -929,7 +937,15 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
                 `document_states` is given.
             question_input_ids, question_attention_mask, question_token_type_ids (`torch.LongTensor` of shape
                 `(num_questions, question_length)`, *optional*): read-once setup only (`question_in_first_read=False`):
-                `[CLS] question [SEP]`, read alone by BERT₁.
+                `[CLS] question [SEP]`, read alone by BERT₁, right-padded (padding is masked). Every (question,
+                segment) row starts with the `question_length` question columns, padding included, so the segment's
+                tokens start at column `question_length`, the output's `question_length`. `Trainer.evaluate` /
+                `predict` concatenate the rows of all batches and drop that int: pad the questions of every batch to
+                one width (the checkpoint's `config.max_question_length`, e.g. with
+                `hf_readonce.tasks.readtwice_qa.ReadTwiceQACollator(question_length=...)`, or a tokenizer's
+                `padding="max_length"`), and token `j` of a segment is column `question_length + j` of every row of
+                the predictions (the default, padding to each batch's longest question, moves it from batch to batch).
+                The real tokens' states do not depend on the padding.
             question_document_ids (`torch.LongTensor` of shape `(num_questions,)`, *optional*): the document id of
                 each question; defaults to 0 for every question when all segments belong to one document.
             document_states ([`ReadTwiceDocumentOutput`], *optional*): a stored first read (skips BERT₁ on the
@@ -1198,7 +1214,9 @@ class ReadTwiceBertForQuestionAnswering(ReadTwiceBertPreTrainedModel):
                 `question_length`), `-1` where the row holds no answer; see [`readtwice_span_loss`].
 
         Returns:
-            [`ReadTwiceQuestionAnsweringModelOutput`]; logits `(num_rows, row_length)`.
+            [`ReadTwiceQuestionAnsweringModelOutput`]; logits `(num_rows, row_length)` in row coordinates (a
+            segment's token `j` at column `question_length + j`; for `Trainer.predict` over batches, pad the questions
+            to one width, see `question_input_ids` in [`ReadTwiceBertModel.forward`]).
 
         Raises:
             ValueError: as [`ReadTwiceBertModel.forward`]; no questions with `question_in_first_read=False`; one of
