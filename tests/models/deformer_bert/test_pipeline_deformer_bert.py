@@ -89,6 +89,19 @@ def test_the_default_limit_and_the_count_are_those_of_hf_readonce_answer(tokeniz
     counts.clear()
     answer_from_store(model, tokenizer, store, rows, counts=counts)
     assert counts["questions_cut"] == 0 and ask(pipe, caplog, LONG_QUESTION, CONTEXTS[0])[1] == []
+    # and both cut a longer question at 64: the pipeline's own default (the remote code cannot import
+    # `recorded_answer_settings`) is the same number
+    from hf_readonce.models.deformer_bert import pipeline_deformer_bert
+
+    assert pipeline_deformer_bert._DEFAULT_MAX_QUESTION_LEN == 64
+    longest = "Who wrote " + "the very " * 40 + "novel?"
+    assert len(tokenizer(longest).input_ids) > 64
+    counts.clear()
+    answer_from_store(model, tokenizer, store, [{"id": "0", "question": longest, "context": CONTEXTS[0]}],
+                      counts=counts)
+    assert counts == {"questions": 1, "questions_cut": 1}
+    assert [w.split(":")[0] for w in ask(pipe, caplog, longest, CONTEXTS[0])[1]] == [
+        "1 of 1 question(s) held more than the 64 tokens read per question and were cut to them"]
 
 
 def test_a_call_runs_the_model_without_autograd(tokenizer, monkeypatch):

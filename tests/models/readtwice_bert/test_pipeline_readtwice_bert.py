@@ -86,6 +86,19 @@ def test_the_default_limit_and_the_count_are_those_of_hf_readonce_answer(tokeniz
     answer_from_readtwice_store(model, tokenizer, RepresentationStore(tmp_path / "store"), rows, encode_missing=True,
                                 counts=counts)
     assert counts["questions_cut"] == 0 and ask(pipe, caplog, QUESTION, DOCUMENT)[1] == []
+    # and both cut a longer question at 64: the pipeline's own default (the remote code cannot import
+    # `recorded_answer_settings`) is the same number
+    from hf_readonce.models.readtwice_bert import pipeline_readtwice_bert
+
+    assert pipeline_readtwice_bert._DEFAULT_MAX_QUESTION_LEN == 64
+    longest = "Who wrote " + "the very " * 40 + "novel?"
+    assert len(tokenizer(longest).input_ids) > 64
+    counts.clear()
+    answer_from_readtwice_store(model, tokenizer, RepresentationStore(tmp_path / "store"),
+                                [{"id": "0", "question": longest, "context": DOCUMENT}], counts=counts)
+    assert counts == {"questions": 1, "questions_cut": 1}
+    assert [w.split(":")[0] for w in ask(pipe, caplog, longest, DOCUMENT)[1]] == [
+        "1 of 1 question(s) held more than the 64 tokens read per question and were cut to them"]
 
 
 @pytest.mark.parametrize("question_in_first_read", [False, True], ids=["read-once", "paper"])
