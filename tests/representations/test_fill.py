@@ -413,3 +413,67 @@ def test_an_adapter_giving_not_one_cut_flag_per_document_is_named_not_obeyed(tmp
     assert stats.encoded == 3 and stats.truncated == 1 and len(store) == 3
     metas = [store.entry("a" * 64, Toy().settings(), content_hash(text)).meta for text in texts]
     assert [(meta["num_tokens"], meta["cut"]) for meta in metas] == [(2, False), (4, True), (1, False)]
+
+
+def test_an_adapter_overriding_only_documents_cut_is_counted_by_it_when_storing_and_reading(tmp_path, tokenizer):
+    """A new family's adapter (an `AdapterBase` subclass) that overrides the count `documents_cut` and not the flags
+    `documents_cut_each` counts its own way: `fill_store` counts with it and records no `cut` flag, and
+    `stored_documents_cut` agrees with it. The flags came from the inherited `documents_cut_each` (the tokenizer's
+    count with [CLS] and [SEP]: it takes the 4-word text for cut), so `truncated` and `stored_documents_cut` said 2
+    where the adapter says 1. An adapter overriding `documents_cut_each` has its flags recorded and read back."""
+    from hf_readonce.representations.base import AdapterBase, documents_cut_each_of
+    from hf_readonce.representations.fill import stored_documents_cut
+
+    class Toy(AdapterBase):
+        model_type, max_document_length, model = "toy", 4, torch.nn.Linear(1, 1)
+
+        def __init__(self):
+            self.tokenizer = tokenizer
+
+        def fingerprint(self):
+            return "a" * 64
+
+        def settings(self):
+            return {"representation": "toy/v1", "max_document_length": 4}
+
+        def num_tokens(self, tensors):
+            return int(tensors["x"].shape[0])
+
+        def encode(self, texts):  # reads the first 4 words of each text
+            return [{"x": torch.zeros(min(len(text.split()), 4), 2)} for text in texts]
+
+    class CountsWords(Toy):
+        def documents_cut(self, texts):  # cut: more than 4 words
+            return sum(len(text.split()) > 4 for text in texts)
+
+    class FlagsWords(Toy):
+        def documents_cut_each(self, texts):
+            return [len(text.split()) > 4 for text in texts]
+
+    texts = ["one two", "three four five six", "seven eight nine ten eleven"]
+    hashes = {text: content_hash(text) for text in texts}
+    settings, fingerprint = Toy().settings(), "a" * 64
+    assert CountsWords().documents_cut_each(texts) == [False, True, True]  # the inherited tokenizer count
+    assert documents_cut_each_of(CountsWords()) is None and documents_cut_each_of(FlagsWords()) is not None
+    assert documents_cut_each_of(Toy()) is not None
+
+    store = RepresentationStore(tmp_path / "counts")
+    stats = fill_store(CountsWords(), store, texts, progress=False)
+    assert stats.encoded == 3 and stats.truncated == 1 == CountsWords().documents_cut(texts)
+    metas = [store.entry(fingerprint, settings, hashes[text]).meta for text in texts]
+    assert ["cut" in meta for meta in metas] == [False, False, False]
+    assert stored_documents_cut(CountsWords(), store, fingerprint, settings, hashes) == 1
+
+    store = RepresentationStore(tmp_path / "flags")
+    stats = fill_store(FlagsWords(), store, texts, progress=False)
+    assert stats.truncated == 1
+    metas = [store.entry(fingerprint, settings, hashes[text]).meta for text in texts]
+    assert [meta["cut"] for meta in metas] == [False, False, True]
+    assert stored_documents_cut(FlagsWords(), store, fingerprint, settings, hashes) == 1
+
+    # a store whose flags another adapter of the space recorded (here: all cut) is read by the one counting its own
+    # way: its count, not the flags
+    store = RepresentationStore(tmp_path / "all")
+    fill_store(type("FlagsAll", (Toy,), {"documents_cut_each": lambda self, texts: [True] * len(texts)})(), store,
+               texts, progress=False)
+    assert stored_documents_cut(CountsWords(), store, fingerprint, settings, hashes) == 1

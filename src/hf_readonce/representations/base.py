@@ -533,6 +533,42 @@ def _texts_cut_each(tokenizer, texts: Sequence[str], max_length: int, *, add_spe
     return cut
 
 
+def _defined_at(obj, name: str) -> int:
+    """Where `obj` takes its attribute `name` from: -1 for its own (instance) attribute, else the index in its type's
+    MRO of the first class that defines it (the MRO's length where none does)."""
+    if name in getattr(obj, "__dict__", {}):
+        return -1
+    mro = type(obj).__mro__
+    return next((index for index, klass in enumerate(mro) if name in vars(klass)), len(mro))
+
+
+def documents_cut_each_of(adapter):
+    """The method giving `adapter`'s per-document cut flags (its `documents_cut_each`), where they are the
+    per-document form of its own count (`documents_cut`); what [`hf_readonce.representations.fill_store`] records as
+    `cut` with each document and [`~fill.stored_documents_cut`] reads back.
+
+    `documents_cut_each` is the one hook an adapter overrides to say which documents it cuts ([`AdapterBase`] derives
+    `documents_cut` from it). An adapter whose `documents_cut` is defined below the class that gives its
+    `documents_cut_each` (an [`AdapterBase`] subclass overriding the count alone, as adapters did before the flags
+    existed) counts in its own way, which the inherited flags would contradict: it gets `None`, and then no flag is
+    recorded and its `documents_cut` counts.
+
+    Args:
+        adapter: a representation adapter (any object).
+
+    Returns:
+        the bound `documents_cut_each`, or `None`: the adapter has none (not callable), or it overrides
+        `documents_cut` without it.
+    """
+    each = getattr(adapter, "documents_cut_each", None)
+    if not callable(each):
+        return None
+    if callable(getattr(adapter, "documents_cut", None)) and (
+            _defined_at(adapter, "documents_cut") < _defined_at(adapter, "documents_cut_each")):
+        return None
+    return each
+
+
 class AdapterBase:
     r"""Behaviour shared by the adapters of this folder (they inherit it; the [`RepresentationAdapter`] protocol
     does not require it): rebuilding an adapter from a stored space's settings, and recomputing a stored document to
@@ -551,7 +587,12 @@ class AdapterBase:
       to a number of tokens: the family's default as a class attribute, and on an adapter the checkpoint's own
       ([`prompt_length_of`]: the `max_question_length` its config records, else the default); what
       [`questions_cut`] counts by default;
-    - [`stores_representations`] where some models of its family have nothing to store.
+    - [`stores_representations`] where some models of its family have nothing to store;
+    - [`documents_cut_each`] where it tells otherwise which documents it cuts (by default: those its tokenizer makes
+      longer than `max_document_length` tokens): the one hook, which [`documents_cut`] sums and
+      [`hf_readonce.representations.fill_store`] records with each document. An adapter that overrides
+      [`documents_cut`] alone (the count, without the flags) keeps its count: `fill_store` then records no `cut` flag
+      and counts with it, and [`~fill.stored_documents_cut`] asks it ([`documents_cut_each_of`]).
     """
 
     recompute_needs_text: ClassVar[bool] = True
@@ -596,7 +637,10 @@ class AdapterBase:
         """How many of `texts` hold more tokens than the adapter reads (`max_document_length`, with the special tokens
         it adds), i.e. were cut to it when encoded: what [`hf_readonce.representations.fill_store`] counts in
         `EncodeStats.truncated` and `hf-readonce encode` reports. 0 for an adapter that reads every token (windows).
-        The sum of [`documents_cut_each`].
+        The sum of [`documents_cut_each`], which is what an adapter overrides to cut otherwise. An adapter that
+        overrides this count alone is still obeyed: `fill_store` counts with it and records no `cut` flag (the flags
+        of the inherited [`documents_cut_each`] could contradict it), and [`~fill.stored_documents_cut`] counts with
+        it the documents stored with `max_document_length` tokens.
 
         Args:
             texts (`Sequence[str]`): the documents as given to `encode`.
@@ -610,7 +654,9 @@ class AdapterBase:
         """Whether each of `texts` holds more tokens than the adapter reads (`max_document_length`), in order:
         [`documents_cut`] per document, what [`hf_readonce.representations.fill_store`] records with each document it
         stores (`cut` in the store's metadata of the document) so that [`~fill.stored_documents_cut`] need not
-        tokenize it again. All False for an adapter that reads every token (windows).
+        tokenize it again. All False for an adapter that reads every token (windows). The hook to override where an
+        adapter cuts documents otherwise ([`documents_cut`] sums it); not used where a subclass overrides
+        [`documents_cut`] without it ([`documents_cut_each_of`]).
 
         Texts of the adapter's last `encode` call are not tokenized again: that call's tokenization noted which it
         cut (`_tokenize_documents`); any other text is tokenized here, without truncation, to count its tokens, 256
@@ -795,6 +841,6 @@ class AdapterBase:
 
 
 __all__ = ["AdapterBase", "DocumentError", "RecomputeCheck", "RepresentationAdapter", "check_positive_ints",
-           "current_fingerprint", "current_fingerprint_if_any", "digests_weights_once", "kl_divergence",
-           "masked_log_softmax", "one_tokenizer_fingerprint", "one_weights_digest", "pad_batch", "pad_rows",
-           "scoped_tokenizer_fingerprint", "texts_cut", "tokenizer_fingerprint", "weights_digest"]
+           "current_fingerprint", "current_fingerprint_if_any", "digests_weights_once", "documents_cut_each_of",
+           "kl_divergence", "masked_log_softmax", "one_tokenizer_fingerprint", "one_weights_digest", "pad_batch",
+           "pad_rows", "scoped_tokenizer_fingerprint", "texts_cut", "tokenizer_fingerprint", "weights_digest"]

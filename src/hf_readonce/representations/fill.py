@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from ..store import RepresentationStore, content_hash, rank_of
 from ..store.shards import DEFAULT_SHARD_SIZE_BYTES, resolve_dtype
 from ..store.store import check_store_argument
-from .base import DocumentError, check_positive_ints, current_fingerprint
+from .base import DocumentError, check_positive_ints, current_fingerprint, documents_cut_each_of
 
 
 @dataclass
@@ -79,8 +79,11 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
         [`EncodeStats`].
 
     Each document is stored with its metadata `{"id": ..., "num_tokens": ...}` (the tokens the adapter read), and,
-    from an adapter that cuts documents to a `max_document_length`, `"cut"`: whether it was cut (from the
-    tokenization that encoded it), which [`stored_documents_cut`] reads instead of tokenizing it again.
+    from an adapter that cuts documents to a `max_document_length`, `"cut"`: whether it was cut (its
+    `documents_cut_each`, from the tokenization that encoded it), which [`stored_documents_cut`] reads instead of
+    tokenizing it again. An adapter that overrides `documents_cut` (the count) without `documents_cut_each` gets no
+    `"cut"` recorded, and `EncodeStats.truncated` is its own count
+    ([`~hf_readonce.representations.base.documents_cut_each_of`]).
 
     An empty (or whitespace-only) document, and one the adapter cannot encode (a [`DocumentError`]: e.g. a text of
     only control or zero-width characters, which no token is left of), is set aside in `EncodeStats.rejected`, named
@@ -133,6 +136,8 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
         stats.tokens += sum(tokens_of.pop(h) for h in writer.committed[counted[0]:])
         counted[0] = len(writer.committed)
 
+    # the flags recorded with each document; None for an adapter that overrides `documents_cut` alone (its own count)
+    cut_each = documents_cut_each_of(adapter)
     pending: list[tuple[str, str, str]] = []
     bar = tqdm(total=total, desc="encode", unit="doc", disable=not progress, dynamic_ncols=True)
 
@@ -150,9 +155,8 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
             return
         texts = [text for _, _, text in pending]
         cut = [None] * len(pending)  # per document: whether it was cut to `max_document_length` (None: not told)
-        if getattr(adapter, "max_document_length", None) is not None and callable(
-                getattr(adapter, "documents_cut_each", None)):
-            cut = [bool(flag) for flag in adapter.documents_cut_each(texts)]
+        if getattr(adapter, "max_document_length", None) is not None and cut_each is not None:
+            cut = [bool(flag) for flag in cut_each(texts)]
             if len(cut) != len(pending):  # zip would store only the first len(cut) documents, and say nothing
                 raise ValueError(f"`{type(adapter).__name__}.documents_cut_each` gave {len(cut)} flag(s) for "
                                  f"{len(pending)} documents; it must give one per document, in order.")
@@ -411,8 +415,10 @@ def stored_documents_cut(adapter, store: RepresentationStore, fingerprint: str, 
     encoded it), so a document stored with fewer than `max_document_length` tokens was not cut, and one stored with
     exactly `max_document_length` tokens and a `cut` says which it is; only those stored with exactly
     `max_document_length` tokens and no `cut` (written by an earlier release: cut, or exactly that long) or with no
-    count (written by other means) are tokenized to tell. What the tasks that read a store count for their note on
-    cut documents, after [`ensure_stored`].
+    count (written by other means) are tokenized to tell. An adapter that overrides `documents_cut` without
+    `documents_cut_each` counts those stored with `max_document_length` tokens itself, `cut` or not
+    ([`~hf_readonce.representations.base.documents_cut_each_of`]), so the result is its own count. What the tasks
+    that read a store count for their note on cut documents, after [`ensure_stored`].
 
     Args:
         adapter: the family adapter of the space read (its `max_document_length`; `None`: it reads every token).
@@ -431,13 +437,15 @@ def stored_documents_cut(adapter, store: RepresentationStore, fingerprint: str, 
     limit = getattr(adapter, "max_document_length", None)
     if limit is None:
         return adapter.documents_cut(list(hashes))  # 0: an adapter that cuts nothing
+    # an adapter counting its own way (`documents_cut` overridden alone) is asked, whatever flags are stored
+    flags_agree = documents_cut_each_of(adapter) is not None
     cut, unsure = 0, []
     for text, document_hash in hashes.items():
         meta = store.entry(fingerprint, settings, document_hash).meta
         tokens, was_cut = meta.get("num_tokens"), meta.get("cut")
         if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens < limit:
             continue  # read whole
-        if tokens == limit and isinstance(tokens, int) and isinstance(was_cut, bool):
+        if tokens == limit and isinstance(tokens, int) and isinstance(was_cut, bool) and flags_agree:
             cut += was_cut
         else:
             unsure.append(text)
