@@ -502,6 +502,37 @@ def test_a_setting_out_of_range_is_named_by_the_option_typed(tmp_path, checkpoin
         "--mentions must be one of"
 
 
+def test_typed_options_are_read_from_the_parsers_own_record():
+    """`_typed_options` names each option typed by its destination, from what the CLI's parsers recorded as they were
+    built (`OneLineArgumentParser.commands` / `option_dests`), not from argparse's private attributes (`_actions`,
+    `_SubParsersAction`, `_option_string_actions`, which argparse may rename): an abbreviation argparse accepted
+    counts as its option, `--option=value` too, the parent's `--no-progress` and a family's own option are known,
+    an ambiguous abbreviation is not, and nothing after `--` is read."""
+    import ast
+    import inspect
+
+    parser = cli.build_parser(family_options=True)
+    argv = ["encode", "m", "--max-passage=9", "--doc-stride", "3", "--no-prog", "--max", "x", "--", "--dtype", "fp32"]
+    assert cli._typed_options(parser, "encode", argv) == {"max_passage_length": "--max-passage-length",
+                                                           "doc_stride": "--doc-stride",
+                                                           "no_progress": "--no-progress"}
+    encode = parser.commands["encode"]
+    assert encode.option_dests["--store"] == "store" and encode.option_dests["--help"] == "help"
+    assert encode.option_dests["--no-progress"] == "no_progress"  # from the shared parent parser
+    assert set(parser.commands) >= {"encode", "answer", "summarize", "info", "verify", "prune", "publish",
+                                    "checkpoints", "demo"}
+    group = encode.add_argument_group("more").add_argument("--toy-option", dest="toy")
+    assert group.dest == "toy" and encode.option_dests["--toy-option"] == "toy"
+    exclusive = encode.add_mutually_exclusive_group()
+    exclusive.add_argument("--toy-a", action="store_true")
+    assert encode.option_dests["--toy-a"] == "toy_a"
+    private = ("_actions", "_SubParsersAction", "_option_string_actions")
+    for module in (cli, __import__("hf_readonce.arguments", fromlist=["_"])):
+        names = {node.attr for node in ast.walk(ast.parse(inspect.getsource(module)))
+                 if isinstance(node, ast.Attribute)}
+        assert not names & set(private), (module.__name__, names & set(private))
+
+
 def _loading_command(command: str, model: str, tmp_path, checkpoint, qa_rows, capsys) -> list[str]:
     """The command line of `command` (encode, answer, summarize, verify --recompute) that loads `model`, over a store
     in `tmp_path / "store"` that `checkpoint` fills here with one Disfl-QA passage; `encode` writes to

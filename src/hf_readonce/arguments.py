@@ -5,6 +5,7 @@ usage errors, the option types of counts and rates, and what a MODEL argument na
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 from pathlib import Path
 
@@ -14,7 +15,55 @@ USAGE_ERROR = 2  # the exit status of a usage error, as argparse's
 class OneLineArgumentParser(argparse.ArgumentParser):
     """argparse's parser whose usage errors are one line, like every other error of the CLI: `hf-readonce encode:
     error: argument --dtype: invalid choice ... (hf-readonce encode --help lists the options)`, exit status 2 (the
-    full usage of a command with twenty options buried the reason)."""
+    full usage of a command with twenty options buried the reason).
+
+    It also records, through argparse's public calls only, what the CLI asks of its parsers afterwards:
+
+    - `option_dests` (`dict[str, str]`): each option string it takes -> the destination it sets (`{"--help":
+      "help", "--max-passage-length": "max_passage_length", ...}`), from the actions that `add_argument` (its own,
+      and that of the groups it makes) returns, and from its `parents` that are parsers of this class (argparse
+      copies a parent's options without calling `add_argument`);
+    - `commands` (`dict[str, OneLineArgumentParser]`): the parser of each subcommand, by name, as the code that
+      builds the subcommands fills it (`hf_readonce.cli.build_parser`).
+    """
+
+    def __init__(self, *args, **kwargs):
+        self.option_dests: dict[str, str] = {}
+        self.commands: dict[str, OneLineArgumentParser] = {}
+        try:
+            parents = inspect.signature(argparse.ArgumentParser).bind(*args, **kwargs).arguments.get("parents", ())
+        except TypeError:  # arguments argparse refuses: it says so below
+            parents = ()
+        for parent in parents:
+            self.option_dests.update(getattr(parent, "option_dests", {}))
+        super().__init__(*args, **kwargs)
+
+    def _record(self, action: argparse.Action) -> argparse.Action:
+        self.option_dests.update(dict.fromkeys(action.option_strings, action.dest))
+        return action
+
+    def add_argument(self, *args, **kwargs) -> argparse.Action:
+        """`argparse.ArgumentParser.add_argument`, recording the option strings of the action in `option_dests`.
+
+        Returns:
+            `argparse.Action`: the action added.
+        """
+        return self._record(super().add_argument(*args, **kwargs))
+
+    def _recording(self, group):
+        add = group.add_argument
+        group.add_argument = lambda *args, **kwargs: self._record(add(*args, **kwargs))
+        return group
+
+    def add_argument_group(self, *args, **kwargs):
+        """`argparse.ArgumentParser.add_argument_group`; the options added to the group are recorded in
+        `option_dests`."""
+        return self._recording(super().add_argument_group(*args, **kwargs))
+
+    def add_mutually_exclusive_group(self, **kwargs):
+        """`argparse.ArgumentParser.add_mutually_exclusive_group`; the options added to the group are recorded in
+        `option_dests`."""
+        return self._recording(super().add_mutually_exclusive_group(**kwargs))
 
     def error(self, message):
         """Print `message` and the pointer to `--help` to stderr on one line and exit with status 2 (argparse's own

@@ -1944,7 +1944,7 @@ def _hub_error(error: BaseException) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------- parser
-def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
+def build_parser(family_options: bool = False) -> _Parser:
     """The argparse parser of every subcommand except `demo` (which parses its own arguments). With
     `family_options`, `encode`, `answer`, `summarize` and `publish` also take the option of every setting a registered
     adapter declares in its `cli_settings` that the fixed options do not cover (this loads the families)."""
@@ -1958,11 +1958,13 @@ def build_parser(family_options: bool = False) -> argparse.ArgumentParser:
                         help="no progress bars (weight loading, encoding, answering, uploads; every command takes it)")
 
     def command(name: str, **kwargs) -> argparse.ArgumentParser:
-        return sub.add_parser(name, parents=[shared], **kwargs)
+        parser.commands[name] = sub.add_parser(name, parents=[shared], **kwargs)
+        return parser.commands[name]
 
-    sub.add_parser("demo", help="the shipped DeFormer answers Disfl-QA validation from cached passage states: EM/F1 "
-                                "beside baselines, and the speed-up (--distill distils one here first; see "
-                                "`hf-readonce demo --help`)", add_help=False)
+    parser.commands["demo"] = sub.add_parser(
+        "demo", help="the shipped DeFormer answers Disfl-QA validation from cached passage states: EM/F1 beside "
+                     "baselines, and the speed-up (--distill distils one here first; see `hf-readonce demo --help`)",
+        add_help=False)
 
     compute_dtype_help = ("dtype the model computes in: auto (default) is float32 on a CPU (fast fp32 kernels; the "
                           "shipped checkpoints are saved in fp16) and the checkpoint's dtype on CUDA; bfloat16 is "
@@ -2191,7 +2193,7 @@ def _family_options(parser: argparse.ArgumentParser, command: str) -> None:
 
     register_models()
     serves = {"answer": lambda spec: spec.answer is not None, "summarize": lambda spec: spec.summarize}
-    taken = {option for action in parser._actions for option in action.option_strings}
+    taken = set(parser.option_dests)
     adapters = [spec.adapter for spec in registered_families().values()
                 if spec.adapter is not None and serves.get(command, lambda spec: True)(spec)]
     for adapter_class in adapters:
@@ -2242,8 +2244,7 @@ def main(argv=None) -> int:
             parser = build_parser(family_options=True)
             args, unknown = parser.parse_known_args(argv)
         if unknown:  # the command's own one-line usage error, naming the command
-            commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-            commands.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+            parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
         command = args.command
         typed = _typed_options(parser, command, argv)
         restore = silence_progress_bars() if getattr(args, "no_progress", False) else None
@@ -2275,12 +2276,12 @@ def main(argv=None) -> int:
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous_term[1] is None else previous_term[1])
 
 
-def _typed_options(parser: argparse.ArgumentParser, command: str, argv) -> dict[str, str]:
+def _typed_options(parser: _Parser, command: str, argv) -> dict[str, str]:
     """The options of `command` that `argv` gives, by destination: `{dest: option}`, e.g. `{"max_passage_length":
     "--max-passage-length"}` (also for `--option=value`; an abbreviation argparse accepted counts as the option it
-    stands for; nothing after `--`)."""
-    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    strings = commands.choices[command]._option_string_actions
+    stands for; nothing after `--`). `parser` is [`build_parser`]'s: the options of each command are those its
+    parser recorded (`OneLineArgumentParser.commands` and `option_dests`)."""
+    strings = parser.commands[command].option_dests
     typed = {}
     for arg in argv:
         if arg == "--":
@@ -2289,8 +2290,8 @@ def _typed_options(parser: argparse.ArgumentParser, command: str, argv) -> dict[
         if not name.startswith("--"):
             continue
         matches = [name] if name in strings else sorted(s for s in strings if s.startswith(name))
-        if len({strings[s].dest for s in matches}) == 1:  # one option (an ambiguous abbreviation was refused)
-            typed[strings[matches[0]].dest] = matches[0]
+        if len({strings[s] for s in matches}) == 1:  # one option (an ambiguous abbreviation was refused)
+            typed[strings[matches[0]]] = matches[0]
     return typed
 
 
