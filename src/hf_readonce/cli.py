@@ -790,27 +790,14 @@ def _count_paths(paths, root) -> str:
 def _remove_empty_store(path: Path, top: Path) -> None:
     """Undo the creation of a store this run made (`answer --encode-missing` that failed): only when it holds no
     shard and no manifest, only the store's own skeleton files, and only the folders this run created (`path` up to
-    `top`). Nothing a user stored is ever removed."""
-    import contextlib
+    `top`). The check and the removal run under the store's write lock, in a folder renamed away first
+    ([`hf_readonce.store.maintenance.remove_empty_store`]), so a shard another process commits into the store
+    meanwhile keeps it. Nothing a user or another process stored is ever removed."""
+    from .store.maintenance import remove_empty_store
 
-    if any((path / "shards").rglob("*.safetensors")) or any((path / "index").glob("*.json")):
+    if not remove_empty_store(path) or path == top:
         return
-    for name in ("store.json", ".lock"):
-        with contextlib.suppress(OSError):
-            (path / name).unlink()
-    for sub in ("tmp", "index", "shards"):
-        folder = path / sub
-        if folder.is_dir() and not folder.is_symlink():
-            for leftover in folder.iterdir():
-                if leftover.name.startswith(".tmp-"):
-                    with contextlib.suppress(OSError):
-                        leftover.unlink()
-            for empty in sorted(folder.rglob("*"), reverse=True):
-                with contextlib.suppress(OSError):
-                    empty.rmdir()
-            with contextlib.suppress(OSError):
-                folder.rmdir()
-    folder = path
+    folder = path.parent
     while True:
         try:
             folder.rmdir()

@@ -2,7 +2,8 @@
 against its shard's own header; names each corrupted shard, manifest and document), `repair` (keep every
 document whose tensor bytes pass their checksum, re-index what only lost its index, quarantine the rest; nothing is
 deleted) and `prune` (delete the representation spaces, and the `quarantine/` folder, a user no longer needs: the
-only operation that deletes). The store's `info()`, `verify()`, `repair()` and `prune()` methods call these
+only operation that deletes stored documents; [`remove_empty_store`] removes only the skeleton of a store that holds
+none). The store's `info()`, `verify()`, `repair()` and `prune()` methods call these
 functions."""
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from filelock import FileLock, Timeout
+
 from .errors import CorruptedShardError, ReadOnlyStoreError
 from .keys import DocumentEntry, RepresentationSpace, printable
 from .manifest import (
@@ -29,11 +32,13 @@ from .manifest import (
     strict_json_problem,
 )
 from .shards import (
+    _TEMP_NAME,
     FORMAT_NAME,
     FORMAT_VERSION,
     _atomic_write,
     _checksums_match,
     _file_sha256,
+    _process_scope,
     _temp_writer_gone,
     read_store_marker,
     resolve_dtype,
@@ -954,6 +959,118 @@ def restore_store_marker(path) -> bool:
     return True
 
 
+def _own_temp(name: str) -> bool:
+    """Whether the store's temporary file `name` was made by this very process (its name records this process's id
+    and scope, [`hf_readonce.store.shards._make_temp`]; never on a platform without `/proc`)."""
+    match = _TEMP_NAME.fullmatch(name)
+    return match is not None and int(match.group(1)) == os.getpid() and match.group(2) == _process_scope()
+
+
+def _only_a_skeleton(path: Path) -> bool:
+    """Whether the folder `path` holds nothing but the skeleton of a store with nothing stored: at most `store.json`
+    and `.lock` (regular files), `shards/` holding only empty folders (a space's, made before its first shard),
+    an empty `index/`, and a `tmp/` holding only the store's own temporary files that no other process may be using
+    (this process's, or leftovers: [`_live_tmp`]); none of them a link. Anything else (a shard, a manifest, a
+    `quarantine/`, a file put there by hand, a writability probe of another process starting to use the store) may
+    be someone's: False."""
+    now = time.time()
+    try:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                if entry.name in ("store.json", ".lock"):
+                    if not entry.is_file(follow_symlinks=False):
+                        return False
+                elif entry.name == "shards" and entry.is_dir(follow_symlinks=False):
+                    for root, folders, files in os.walk(entry.path):
+                        if files or any(os.path.islink(os.path.join(root, name)) for name in folders):
+                            return False
+                elif entry.name == "index" and entry.is_dir(follow_symlinks=False):
+                    with os.scandir(entry.path) as inside:
+                        if any(True for _ in inside):
+                            return False
+                elif entry.name == "tmp" and entry.is_dir(follow_symlinks=False):
+                    with os.scandir(entry.path) as inside:
+                        for item in inside:
+                            if not (item.name.startswith(".tmp-") and item.is_file(follow_symlinks=False)):
+                                return False
+                            if _live_tmp(item, now) and not _own_temp(item.name):
+                                return False
+                else:
+                    return False
+    except OSError:
+        return False
+    return True
+
+
+def remove_empty_store(path) -> bool:
+    """Remove the folder of a store that holds nothing stored, only the skeleton a [`RepresentationStore`] creates
+    (`store.json`, `.lock`, empty `shards/` space folders, `index/`, `tmp/` with no temporary file of a write under
+    way): what a command undoes when it created a store and failed before storing anything (`hf-readonce answer
+    --encode-missing`). Nothing a user or another process stored is ever removed:
+
+    - the store's write lock (`STORE/.lock`, which every shard commit and `repair` holds) is taken without waiting:
+      a process holding it may be committing, and the store is kept;
+    - under it, the folder is checked, then renamed to a hidden sibling (`.<name>.removing-<hex>`, atomically: a
+      process opening the store from then on finds no folder and creates a new store, never a half-removed one),
+      checked again (a writability probe is made without the lock) and only then emptied and removed; where the
+      second check finds anything, the folder is renamed back.
+
+    A process that opened the store before and commits after the removal gets an error (the store is gone) instead
+    of writing into a store whose marker was deleted.
+
+    Args:
+        path (`str` or `os.PathLike`): the store's folder.
+
+    Returns:
+        `bool`: True if the folder was removed; False if it holds anything else, is missing, is a link, its lock is
+        held, or it could not be renamed (then nothing is removed).
+    """
+    path = Path(path).expanduser().absolute()
+    if path.is_symlink() or not path.is_dir() or not _only_a_skeleton(path):
+        return False  # before the lock: no `.lock` is made in a folder that is not a store's skeleton
+    lock = FileLock(str(path / ".lock"), timeout=0)
+    try:
+        lock.acquire()
+    except (Timeout, OSError):  # held: a writer may be committing into it
+        return False
+    try:
+        if not _only_a_skeleton(path):  # a shard committed between the first look and the lock
+            return False
+        hidden = path.with_name(f".{path.name}.removing-{uuid.uuid4().hex[:16]}")
+        try:
+            os.rename(path, hidden)
+        except OSError:
+            return False
+        if not _only_a_skeleton(hidden):
+            with contextlib.suppress(OSError):
+                os.rename(hidden, path)
+            return False
+        for sub in ("tmp", "index", "shards"):
+            folder = hidden / sub
+            if folder.is_dir() and not folder.is_symlink():
+                for root, folders, files in os.walk(folder, topdown=False):
+                    for name in files:
+                        with contextlib.suppress(OSError):
+                            os.unlink(os.path.join(root, name))
+                    for name in folders:
+                        with contextlib.suppress(OSError):
+                            os.rmdir(os.path.join(root, name))
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+        with contextlib.suppress(OSError):
+            (hidden / "store.json").unlink()
+    finally:
+        with contextlib.suppress(Exception):
+            lock.release()
+    with contextlib.suppress(OSError):
+        (hidden / ".lock").unlink()
+    try:
+        hidden.rmdir()
+    except OSError:
+        return False
+    return True
+
+
 def bytes_per_1000_tokens(store, fingerprint: str, settings: Mapping,
                           tokens_tensor: str = "input_ids") -> float:
     """Shard bytes on disk per 1,000 stored tokens of one space (tokens counted as the first dimension of
@@ -966,4 +1083,5 @@ def bytes_per_1000_tokens(store, fingerprint: str, settings: Mapping,
 
 
 __all__ = ["Corruption", "VerifyReport", "bytes_per_1000_tokens", "layout_problems", "orphan_shards", "prune_store",
-           "quarantine_problem", "read_orphan", "repair_store", "resolve_spaces", "restore_store_marker", "store_info", "verify_store"]
+           "quarantine_problem", "read_orphan", "remove_empty_store", "repair_store", "resolve_spaces",
+           "restore_store_marker", "store_info", "verify_store"]
