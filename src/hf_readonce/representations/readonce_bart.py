@@ -9,6 +9,7 @@ import torch
 from ..models.readonce_bart.configuration_readonce_bart import ReadOnceBartConfig
 from ..models.readonce_bart.modeling_readonce_bart import (
     ReadOnceBartForConditionalGeneration,
+    ReadOnceBartModel,
     ReadOnceDocumentEncoderOutput,
 )
 from ..models.readonce_bart.pipeline_readonce_bart import (
@@ -198,7 +199,7 @@ __all__ = ["ReadOnceBartAdapter"]
 register_family(
     name="readonce_bart",
     configs=(ReadOnceBartConfig,),
-    auto_models={"AutoModelForSeq2SeqLM": ReadOnceBartForConditionalGeneration},
+    auto_models={"AutoModel": ReadOnceBartModel, "AutoModelForSeq2SeqLM": ReadOnceBartForConditionalGeneration},
     auto_class="AutoModelForSeq2SeqLM",
     pipelines={"text2text-generation": ReadOnceText2TextGenerationPipeline,
                "summarization": ReadOnceSummarizationPipeline},

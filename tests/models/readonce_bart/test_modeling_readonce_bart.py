@@ -460,6 +460,86 @@ def test_save_and_remote_code_round_trip(tmp_path, fusion):
     assert isinstance(model.encode_documents(doc), ReadOnceDocumentEncoderOutput)
 
 
+
+def test_auto_model_loads_the_bare_model_of_a_saved_checkpoint_without_hf_readonce(tmp_path):
+    """`AutoModel` on a saved ReadOnce checkpoint gives `ReadOnceBartModel` with the checkpoint's `model.*` weights, as
+    `AutoModel` gives a `BartModel` for a `BartForConditionalGeneration` checkpoint, also from the folder's own code
+    where hf-readonce is absent (`save_pretrained` writes `AutoModel` into `auto_map`); its outputs are the full
+    model's `model` outputs (both fusions, a `layer_norm_eps` other than BART's hard-coded default)."""
+    from transformers import AutoModel
+
+    from hf_readonce.models.readonce_bart.modeling_readonce_bart import ReadOnceBartModel
+
+    q, doc, labels = tokens(2, 6), tokens(2, 20, seed=4), tokens(2, 5, seed=5)
+    expected, inputs = {}, {"q": q, "labels": labels}
+    for fusion in ("append", "attention"):
+        model = tiny(fusion=fusion, layer_norm_eps=1e-3)
+        folder = tmp_path / fusion
+        model.save_pretrained(folder)
+        auto_map = json.loads((folder / "config.json").read_text())["auto_map"]
+        assert auto_map["AutoModel"] == "modeling_readonce_bart.ReadOnceBartModel"
+        with torch.no_grad():
+            reps = model.encode_documents(doc)
+            full = model(q, document_representations=reps, decoder_input_ids=labels)
+            base = model.model(q, document_representations=reps, decoder_input_ids=labels)
+        # the full model's logits are its LM head over these states
+        torch.testing.assert_close(model.lm_head(base.last_hidden_state) + model.final_logits_bias, full.logits,
+                                   atol=0, rtol=0)
+        bare, info = AutoModel.from_pretrained(folder, output_loading_info=True)
+        assert type(bare) is ReadOnceBartModel and bare.config.fusion == fusion
+        assert not any(info.values()), info  # nothing missing; the document encoder and the head are left quietly
+        with torch.no_grad():
+            got = bare.eval()(q, document_representations=reps.representations,
+                              document_attention_mask=reps.attention_mask, decoder_input_ids=labels)
+        assert torch.equal(got.last_hidden_state, base.last_hidden_state)
+        assert torch.equal(got.encoder_last_hidden_state, base.encoder_last_hidden_state)
+        inputs[fusion] = (reps.representations, reps.attention_mask)
+        expected[fusion] = base
+    torch.save(inputs, tmp_path / "inputs.pt")
+    result = run_without_hf_readonce(f"""
+        import json, torch
+        from transformers import AutoModel
+        d = torch.load({str(tmp_path / 'inputs.pt')!r})
+        for fusion in ("append", "attention"):
+            model = AutoModel.from_pretrained({str(tmp_path)!r} + "/" + fusion, trust_remote_code=True).eval()
+            reps, mask = d[fusion]
+            with torch.no_grad():
+                out = model(d["q"], document_representations=reps, document_attention_mask=mask,
+                            decoder_input_ids=d["labels"])
+            print("BARE", fusion, type(model).__module__.split(".")[0], type(model).__name__,
+                  json.dumps([out.last_hidden_state.flatten().tolist(), out.encoder_last_hidden_state.flatten().tolist()]))
+    """, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for line in (line for line in result.stdout.splitlines() if line.startswith("BARE ")):
+        _, fusion, package, name, values = line.split(" ", 4)
+        assert (package, name) == ("transformers_modules", "ReadOnceBartModel")
+        states, encoder_states = json.loads(values)
+        assert torch.equal(torch.tensor(states), expected.pop(fusion).last_hidden_state.flatten())
+        assert len(encoder_states) == 2 * 6 * 32 + (2 * 5 * 32 if fusion == "append" else 0)  # the reps appended
+    assert not expected  # both fusions came back
+
+
+def test_the_bare_model_returns_barts_output_and_defaults_the_decoder_inputs_as_bart():
+    """`ReadOnceBartModel.forward` returns BART's `Seq2SeqModelOutput` (a tuple with `return_dict=False`), and without
+    decoder inputs reads `input_ids` shifted right, as `BartModel` does."""
+    from transformers.modeling_outputs import Seq2SeqModelOutput
+    from transformers.models.bart.modeling_bart import shift_tokens_right
+
+    model = tiny()
+    q, doc = tokens(2, 6), tokens(2, 20, seed=4)
+    with torch.no_grad():
+        reps = model.encode_documents(doc)
+        out = model.model(q, document_representations=reps)
+        shifted = model.model(q, document_representations=reps,
+                              decoder_input_ids=shift_tokens_right(q, TINY["pad_token_id"],
+                                                                   TINY["decoder_start_token_id"]))
+        as_tuple = model.model(q, document_representations=reps, return_dict=False)
+    assert type(out) is Seq2SeqModelOutput and out.last_hidden_state.shape == (2, 6, 32)
+    assert torch.equal(out.last_hidden_state, shifted.last_hidden_state)
+    assert isinstance(as_tuple, tuple) and torch.equal(as_tuple[0], out.last_hidden_state)
+    with pytest.raises(ValueError, match="`decoder_input_ids` or `decoder_inputs_embeds`, or `input_ids`"):
+        model.model(inputs_embeds=model.model.shared(q), document_representations=reps)
+
 def test_bert_to_bart_converter_is_exact_on_minilm(tmp_path):
     from transformers import AutoTokenizer, BertModel
 
@@ -704,7 +784,7 @@ def test_the_attention_decoder_refuses_a_misspelled_keyword_argument():
     without = decoder(input_ids=labels, encoder_hidden_states=states, encoder_attention_mask=cross_mask)
     assert not torch.allclose(without.last_hidden_state, expected)  # the vectors count: leaving them out is no no-op
     # the model's decoder output is this one
-    decoded, _ = model.model(q, mask, document_representations=model.encode_documents(doc), decoder_input_ids=labels)
+    decoded = model.model(q, mask, document_representations=model.encode_documents(doc), decoder_input_ids=labels)
     torch.testing.assert_close(decoded.last_hidden_state, expected)
     # what transformers passes down through the model (`return_dict`, output switches, `TransformersKwargs` such as
     # `num_items_in_batch`), and a `None`
@@ -778,8 +858,8 @@ def test_inputs_embeds_are_read_by_the_encoder_and_a_none_is_harmless(fusion):
     out = model(inputs_embeds=embeds, document_representations=reps, labels=labels)
     torch.testing.assert_close(out.logits, expected.logits)
     torch.testing.assert_close(out.loss, expected.loss)
-    decoder_out, _ = model.model(inputs_embeds=embeds, document_representations=reps, decoder_input_ids=labels)
-    decoder_expected, _ = model.model(q, document_representations=reps, decoder_input_ids=labels)
+    decoder_out = model.model(inputs_embeds=embeds, document_representations=reps, decoder_input_ids=labels)
+    decoder_expected = model.model(q, document_representations=reps, decoder_input_ids=labels)
     torch.testing.assert_close(decoder_out.last_hidden_state, decoder_expected.last_hidden_state)
     with pytest.raises(ValueError, match="exactly one of `input_ids` or `inputs_embeds`"):
         model(q, inputs_embeds=embeds, document_representations=reps, labels=labels)

@@ -23,13 +23,14 @@ import hashlib
 import inspect
 import json
 import math
+import sys
 from dataclasses import dataclass, fields
 
 import torch
 import transformers
 from torch import nn
 from transformers.masking_utils import create_bidirectional_mask
-from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
+from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
 from transformers.models.bart.modeling_bart import (
     BartAttention,
     BartDecoder,
@@ -549,6 +550,33 @@ class ReadOnceBartPreTrainedModel(BartPreTrainedModel):
     # class name, so BART's list alone let a fused layer's residual and attention land on two GPUs)
     _no_split_modules = ["BartEncoderLayer", "BartDecoderLayer", "ReadOnceBartEncoderLayer", "ReadOnceBartDecoderLayer"]
 
+    # Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert.DeformerBertPreTrainedModel.save_pretrained
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        r"""`PreTrainedModel.save_pretrained`, with every Auto class that a model class of this file is registered
+        for (`register_for_auto_class`) in the saved config's `auto_map`, not only the saved class's own (all that
+        transformers writes): the folder then loads through each of them (`AutoModel`, the task heads) with
+        `trust_remote_code=True`, also where hf-readonce is not installed. Entries the config already has are
+        kept; `auto_map` is not part of the representation fingerprint."""
+        module = sys.modules[__name__]
+        auto_map = dict(getattr(self.config, "auto_map", None) or {})
+        for name in getattr(module, "__all__", ()):
+            cls = getattr(module, name, None)
+            if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
+                head = cls.__dict__.get("_auto_class")
+                if head is not None:
+                    auto_map.setdefault(head, f"{__name__.rsplit('.', 1)[-1]}.{cls.__name__}")
+        if auto_map:
+            self.config.auto_map = auto_map
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+    def initialize_representation_attention(self) -> None:
+        r"""With `fusion="attention"`, copy every fused layer's self-attention weights into its `representation_attn`
+        (App. A.1). Called at construction, by `from_pretrained` when a checkpoint lacks those weights, and by
+        the BERT->BART converter; a no-op with `fusion="append"`."""
+        for module in self.modules():
+            if isinstance(module, ReadOnceBartFusedAttention):
+                module.copy_self_attention_weights()
+
     def _init_weights(self, module):
         super()._init_weights(module)
         if isinstance(module, ReadOnceAggregation) and module.score is not None:
@@ -789,12 +817,23 @@ def _unpack_representations(representations, mask, batch: int, d_model: int):
     return representations, mask
 
 
-class ReadOnceBartModel(BartModel):
+class ReadOnceBartModel(ReadOnceBartPreTrainedModel, BartModel):
     r"""[`~transformers.BartModel`] whose encoder is [`ReadOnceBartEncoder`], the representation+text model of §3.2
     (Fig. 3): the decoder cross-attends to the question states and the representation states (the combined mask of
-    [`ReadOnceEncoderOutput`]); with `fusion="attention"` (App. A.1) the decoder is [`ReadOnceBartDecoder`]."""
+    [`ReadOnceEncoderOutput`]); with `fusion="attention"` (App. A.1) the decoder is [`ReadOnceBartDecoder`].
 
-    config_class = ReadOnceBartConfig
+    It is the `model` of [`ReadOnceBartForConditionalGeneration`] and what `AutoModel` loads: `AutoModel.from_pretrained`
+    of a ReadOnce checkpoint (`trust_remote_code=True` where hf-readonce is not installed) gives this model with the
+    checkpoint's `model.*` weights (BART's `base_model_prefix`), as `AutoModel` gives a `BartModel` for a
+    `BartForConditionalGeneration` checkpoint; the document encoder and the LM head are left out (the documents come
+    as `document_representations`, e.g. from the full model's `encode_documents` or a store). Its outputs are the
+    full model's `model` outputs. A plain BART checkpoint loads too (with `fusion="attention"`, the representation
+    attention starts as a copy of the self-attention, as in the full model).
+    """
+
+    # a ReadOnce checkpoint (of the full model) also holds what this model leaves out
+    _keys_to_ignore_on_load_unexpected = [*BartModel._keys_to_ignore_on_load_unexpected, r"^document_encoder\.",
+                                          r"^final_logits_bias$", r"^lm_head\."]
 
     def __init__(self, config: ReadOnceBartConfig):
         super().__init__(config)
@@ -803,23 +842,66 @@ class ReadOnceBartModel(BartModel):
         if config.fusion == "attention":
             self.decoder = ReadOnceBartDecoder(config)
             self.decoder.embed_tokens = self.shared
+        for module in self.modules():  # BART hard-codes nn.LayerNorm's default epsilon; honour the config's
+            if isinstance(module, nn.LayerNorm):
+                module.eps = config.layer_norm_eps
         self.post_init()
+        self.initialize_representation_attention()
 
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        r"""[`~transformers.PreTrainedModel.from_pretrained`]; from a checkpoint without App. A.1's weights (a plain
+        BART with `fusion="attention"`), the representation attention starts as a copy of the self-attention."""
+        want_info = kwargs.pop("output_loading_info", False)
+        model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
+        fusion_missing = [key for key in info["missing_keys"] if ".representation_attn." in key]
+        if fusion_missing:
+            model.initialize_representation_attention()
+            info["missing_keys"] = [key for key in info["missing_keys"] if key not in set(fusion_missing)]
+        return (model, info) if want_info else model
+
+    @can_return_tuple
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
                 encoder_outputs=None, past_key_values=None, document_representations=None,
                 document_attention_mask=None, decoder_inputs_embeds=None, use_cache=None, cache=None,
-                inputs_embeds=None, **kwargs):
+                inputs_embeds=None, **kwargs) -> Seq2SeqModelOutput:
         r"""As [`~transformers.BartModel.forward`], plus `document_representations` / `document_attention_mask`
-        (see [`ReadOnceBartEncoder`]); the cache is `past_key_values` or (transformers >= 5.24's name) `cache`;
-        `inputs_embeds` (`(batch_size, text_length, d_model)`, instead of `input_ids`, as in BART) go to the
-        encoder, last in the signature so that positional calls keep their meaning. Returns
-        `(decoder_outputs, encoder_outputs)`.
+        (see [`ReadOnceBartEncoder`]).
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, text_length)`): the question / task text.
+            attention_mask (`torch.Tensor` of shape `(batch_size, text_length)`, *optional*).
+            decoder_input_ids (`torch.LongTensor` of shape `(batch_size, target_length)`, *optional*): without them
+                (and without `decoder_inputs_embeds`), `input_ids` shifted right, as in BART.
+            decoder_attention_mask (`torch.Tensor` of shape `(batch_size, target_length)`, *optional*).
+            encoder_outputs ([`ReadOnceEncoderOutput`], *optional*): the encoder's output, computed once (what
+                `generate` passes); its `attention_mask` is the cross-attention mask.
+            past_key_values (`EncoderDecoderCache`, *optional*), cache: the decoder's KV cache; `cache` is its name
+                from transformers 5.24 on. Either name, not both.
+            document_representations (`(batch_size, m, d_model)` tensor or [`ReadOnceDocumentEncoderOutput`],
+                *optional*), document_attention_mask (`torch.Tensor` of shape `(batch_size, m)`, *optional*): the
+                documents' representations; without them the model reads the text alone (BART closed-book). A
+                [`ReadOnceDocumentEncoderOutput`]'s fingerprint is not checked here (this model has no document
+                encoder): the full model checks it.
+            decoder_inputs_embeds (`(batch_size, target_length, d_model)`, *optional*), use_cache: as in BART.
+            inputs_embeds (`torch.FloatTensor` of shape `(batch_size, text_length, d_model)`, *optional*): instead of
+                `input_ids`, as in BART; last in the signature, so that positional calls keep their meaning.
+
+            return_dict (`bool`, *optional*, keyword): return a tuple when False (`@can_return_tuple`, as
+                `BartModel`).
+
+        Returns:
+            [`~transformers.modeling_outputs.Seq2SeqModelOutput`], as BART's: `last_hidden_state` `(batch_size,
+            target_length, d_model)` (the decoder's), its cache (`past_key_values`, `cache` from transformers
+            5.24), and `encoder_last_hidden_state` `(batch_size, text_length + m, d_model)` (`fusion="append"`;
+            `(batch_size, text_length, d_model)` with `fusion="attention"`).
 
         Raises:
             TypeError: an input that is not a tensor (a list, a numpy array), or token ids that are not integers; a
                 keyword argument it does not take (a misspelling such as `encoder_output=`), named with the argument
                 it probably meant.
-            ValueError: as [`ReadOnceBartEncoder.forward`]; decoder rows that do not match the encoder's batch.
+            ValueError: as [`ReadOnceBartEncoder.forward`]; neither decoder inputs nor `input_ids`; decoder rows
+                that do not match the encoder's batch; both `past_key_values` and `cache`.
         """
         _check_keyword_arguments(self, kwargs)
         _check_tensor_arguments({"input_ids": input_ids, "decoder_input_ids": decoder_input_ids},
@@ -828,6 +910,12 @@ class ReadOnceBartModel(BartModel):
                                  "decoder_inputs_embeds": decoder_inputs_embeds})
         _check_representations_type(document_representations)
         past_key_values = _either_cache(past_key_values, cache)
+        if decoder_input_ids is None and decoder_inputs_embeds is None:  # BART's default
+            if input_ids is None:
+                raise ValueError("Pass `decoder_input_ids` or `decoder_inputs_embeds`, or `input_ids` (shifted "
+                                 "right into the decoder's inputs, as in BART).")
+            decoder_input_ids = shift_tokens_right(input_ids, self.config.pad_token_id,
+                                                   self.config.decoder_start_token_id)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
                                            document_representations=document_representations,
@@ -846,7 +934,15 @@ class ReadOnceBartModel(BartModel):
             encoder_hidden_states=encoder_outputs[0], encoder_attention_mask=cross_mask,
             inputs_embeds=decoder_inputs_embeds, use_cache=use_cache, **{CACHE_NAME: past_key_values}, **kwargs,
         )
-        return decoder_outputs, encoder_outputs
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs[0], **{CACHE_NAME: getattr(decoder_outputs, CACHE_NAME, None)},
+            decoder_hidden_states=getattr(decoder_outputs, "hidden_states", None),
+            decoder_attentions=getattr(decoder_outputs, "attentions", None),
+            cross_attentions=getattr(decoder_outputs, "cross_attentions", None),
+            encoder_last_hidden_state=encoder_outputs[0],
+            encoder_hidden_states=getattr(encoder_outputs, "hidden_states", None),
+            encoder_attentions=getattr(encoder_outputs, "attentions", None),
+        )
 
 
 class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForConditionalGeneration):
@@ -900,14 +996,6 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         state = {name: tensor for name, tensor in self.model.encoder.state_dict().items()
                  if ".representation_attn." not in name}
         self.document_encoder.encoder.load_state_dict(state)
-
-    def initialize_representation_attention(self) -> None:
-        r"""With `fusion="attention"`, copy every fused layer's self-attention weights into its `representation_attn`
-        (App. A.1). Called at construction, by `from_pretrained` when a checkpoint lacks those weights, and by
-        the BERT->BART converter; a no-op with `fusion="append"`."""
-        for module in self.modules():
-            if isinstance(module, ReadOnceBartFusedAttention):
-                module.copy_self_attention_weights()
 
     def get_encoder(self):
         """The representation+text model's encoder ([`ReadOnceBartEncoder`]), what `generate` runs once."""
@@ -1125,24 +1213,26 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
             if decoder_input_ids is None:
                 decoder_input_ids = shift_tokens_right(labels, self.config.pad_token_id,
                                                        self.config.decoder_start_token_id)
-        decoder_outputs, encoder_outputs = self.model(
+        outputs = self.model(
             input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask, encoder_outputs=encoder_outputs,
             document_representations=document_representations, document_attention_mask=document_attention_mask,
-            use_cache=use_cache, **{CACHE_NAME: past_key_values}, **kwargs,
+            use_cache=use_cache, **{CACHE_NAME: past_key_values}, **kwargs, return_dict=True,
         )
-        logits = self.lm_head(decoder_outputs[0]) + self.final_logits_bias.to(decoder_outputs[0].device)
+        hidden_states = outputs.last_hidden_state
+        logits = self.lm_head(hidden_states) + self.final_logits_bias.to(hidden_states.device)
         loss = None
         if labels is not None:
             loss = nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
                                                labels.to(logits.device).reshape(-1), ignore_index=-100)
         return Seq2SeqLMOutput(
-            loss=loss, logits=logits, encoder_last_hidden_state=encoder_outputs[0],
-            **{CACHE_NAME: getattr(decoder_outputs, CACHE_NAME)},
+            loss=loss, logits=logits, encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            **{CACHE_NAME: getattr(outputs, CACHE_NAME)},
         )
 
 
 ReadOnceBartConfig.register_for_auto_class()
+ReadOnceBartModel.register_for_auto_class("AutoModel")
 ReadOnceBartForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 
 __all__ = [
