@@ -22,7 +22,8 @@ for _case in CASES:
 
 
 def test_the_families_with_several_heads_are_covered():
-    assert {"deformer_bert", "longdoc_bart", "readtwice_bert"} <= set(MULTI_HEAD)
+    assert {"deformer_bert", "longdoc_bart", "readtwice_bert", "readonce_bart", "block_attention_llama"} <= set(
+        MULTI_HEAD)
 
 
 def test_a_saved_folder_loads_through_every_auto_class_without_hf_readonce(tmp_path):

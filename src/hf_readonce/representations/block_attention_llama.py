@@ -11,6 +11,7 @@ import torch
 from ..models.block_attention_llama.configuration_block_attention_llama import BlockAttentionLlamaConfig
 from ..models.block_attention_llama.modeling_block_attention_llama import (
     BlockAttentionLlamaForCausalLM,
+    BlockAttentionLlamaModel,
     DocumentCacheOutput,
     _check_rope,
     rope_setting,
@@ -245,7 +246,7 @@ __all__ = ["BlockAttentionLlamaAdapter"]
 register_family(
     name="block_attention_llama",
     configs=(BlockAttentionLlamaConfig,),
-    auto_models={"AutoModelForCausalLM": BlockAttentionLlamaForCausalLM},
+    auto_models={"AutoModel": BlockAttentionLlamaModel, "AutoModelForCausalLM": BlockAttentionLlamaForCausalLM},
     auto_class="AutoModelForCausalLM",
     adapter=BlockAttentionLlamaAdapter,  # transformers' own text-generation pipeline runs the model
     answer="generative",

@@ -1,6 +1,8 @@
 """BlockAttentionLlamaForCausalLM (Block-Attention, TurboRAG): per-document KV caches, composition by re-rotating
 keys, generate() from composed caches, the block training mask; on tiny random Llama configs in fp32."""
 
+import json
+
 import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
@@ -548,6 +550,54 @@ def test_save_load_and_remote_code_round_trip(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "OK BlockAttentionLlamaForCausalLM (1, 11)" in result.stdout
 
+
+
+def test_auto_model_loads_the_bare_model_of_a_saved_causal_lm_without_hf_readonce(tmp_path):
+    """`AutoModel` on a saved causal LM gives `BlockAttentionLlamaModel` with the LM's `model.*` weights, as `AutoModel`
+    gives a `LlamaModel` for a `LlamaForCausalLM` checkpoint, also from the folder's own code where hf-readonce is
+    absent (`save_pretrained` writes `AutoModel` into `auto_map`); its hidden states are those under the causal LM's
+    head, with Llama's causal mask and with the Block-Attention training mask (`block_ids`, left padding)."""
+    from transformers import AutoModel
+
+    from hf_readonce.models.block_attention_llama.modeling_block_attention_llama import BlockAttentionLlamaModel
+
+    model = tiny()
+    model.save_pretrained(tmp_path / "ckpt")
+    auto_map = json.loads((tmp_path / "ckpt" / "config.json").read_text())["auto_map"]
+    assert auto_map["AutoModel"] == "modeling_block_attention_llama.BlockAttentionLlamaModel"
+    tokens = ids(12, 3, batch=2)
+    mask = torch.ones_like(tokens)
+    mask[1, :3] = 0
+    block_ids = torch.tensor([[0] * 4 + [1] * 4 + [-1] * 4, [-1] * 3 + [0] * 5 + [-1] * 4])
+    with torch.no_grad():
+        causal = model.model(tokens, attention_mask=mask).last_hidden_state
+        blocked_logits = model(tokens, attention_mask=mask, block_ids=block_ids).logits
+    bare, info = AutoModel.from_pretrained(tmp_path / "ckpt", output_loading_info=True)
+    assert type(bare) is BlockAttentionLlamaModel and not any(info.values()), info  # the LM head is left quietly
+    with torch.no_grad():
+        assert torch.equal(bare.eval()(tokens, attention_mask=mask).last_hidden_state, causal)
+        blocked = bare(tokens, attention_mask=mask, block_ids=block_ids).last_hidden_state
+    assert torch.equal(model.lm_head(blocked), blocked_logits)
+    assert not torch.allclose(blocked, causal)  # the block mask counts
+    torch.save({"tokens": tokens, "mask": mask, "block_ids": block_ids}, tmp_path / "inputs.pt")
+    result = run_without_hf_readonce(f"""
+        import json, torch
+        from transformers import AutoModel
+        model = AutoModel.from_pretrained({str(tmp_path / 'ckpt')!r}, trust_remote_code=True).eval()
+        d = torch.load({str(tmp_path / 'inputs.pt')!r})
+        with torch.no_grad():
+            causal = model(d["tokens"], attention_mask=d["mask"]).last_hidden_state
+            blocked = model(d["tokens"], attention_mask=d["mask"], block_ids=d["block_ids"]).last_hidden_state
+        print("BARE", type(model).__module__.split(".")[0], type(model).__name__,
+              json.dumps([causal.flatten().tolist(), blocked.flatten().tolist()]))
+    """, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    _, package, name, values = next(line for line in result.stdout.splitlines() if line.startswith("BARE ")).split(
+        " ", 3)
+    assert (package, name) == ("transformers_modules", "BlockAttentionLlamaModel")
+    got_causal, got_blocked = json.loads(values)
+    assert torch.equal(torch.tensor(got_causal), causal.flatten())
+    assert torch.equal(torch.tensor(got_blocked), blocked.flatten())
 
 def test_lora_training_step_with_block_mask():
     from peft import LoraConfig, get_peft_model

@@ -28,6 +28,7 @@ import inspect
 import json
 import math
 import numbers
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, make_dataclass
 
@@ -35,7 +36,7 @@ import torch
 import transformers
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
-from transformers.models.llama.modeling_llama import LlamaForCausalLM, LlamaRotaryEmbedding, rotate_half
+from transformers.models.llama.modeling_llama import LlamaForCausalLM, LlamaModel, LlamaRotaryEmbedding, rotate_half
 from transformers.processing_utils import Unpack
 from transformers.utils import ModelOutput, TransformersKwargs, can_return_tuple
 
@@ -920,6 +921,34 @@ def _positions_from_mask(attention_mask: torch.Tensor) -> torch.LongTensor:
     return positions.masked_fill(attention_mask == 0, 0)
 
 
+def _block_attention_inputs(block_ids, input_ids, inputs_embeds, attention_mask, position_ids, past_key_values,
+                            dtype: torch.dtype) -> tuple[torch.Tensor, torch.LongTensor]:
+    """The attention mask and position ids of `forward(block_ids=...)` (the causal LM's and the bare model's): the
+    4-D [`block_attention_mask`] in `dtype` and, unless given, positions counted from the first real token.
+
+    Returns:
+        `(attention_mask (batch_size, 1, seq_length, seq_length), position_ids (batch_size or 1, seq_length))`.
+
+    Raises:
+        ValueError: a non-empty `past_key_values`, `block_ids` of another shape than the input's `(batch_size,
+            seq_length)`, an `attention_mask` that is not the 2-D padding mask; as [`block_attention_mask`].
+    """
+    if past_key_values is not None and past_key_values.get_seq_length() > 0:
+        raise ValueError("`block_ids` masks a whole sequence: it cannot be used with a non-empty "
+                         "`past_key_values`.")
+    reference = input_ids if input_ids is not None else inputs_embeds
+    if reference is None or tuple(block_ids.shape) != tuple(reference.shape[:2]):
+        shape = None if reference is None else tuple(reference.shape[:2])
+        raise ValueError(f"`block_ids` must have the shape (batch_size, seq_length) of the input {shape}, "
+                         f"got {tuple(getattr(block_ids, 'shape', ()))}.")
+    if attention_mask is not None and attention_mask.ndim != 2:
+        raise ValueError("with `block_ids`, `attention_mask` must be the 2-D padding mask.")
+    if position_ids is None:
+        position_ids = (_positions_from_mask(attention_mask) if attention_mask is not None
+                        else torch.arange(block_ids.shape[1], device=block_ids.device)[None])
+    return block_attention_mask(block_ids, attention_mask, dtype=dtype), position_ids
+
+
 _COMPOSED_DOCUMENT_CACHE_DOC = r"""
     Document caches composed as the prefix of a batch (output of `BlockAttentionLlamaForCausalLM.compose_batch`).
 
@@ -941,6 +970,95 @@ ComposedDocumentCache = make_dataclass(
 )
 
 
+class BlockAttentionLlamaModel(LlamaModel):
+    r"""The bare block-attention Llama: `LlamaModel` with [`BlockAttentionLlamaConfig`], the `model` part of
+    [`BlockAttentionLlamaForCausalLM`] (no LM head), and what `AutoModel` loads.
+
+    `AutoModel.from_pretrained` of a block-attention checkpoint (`trust_remote_code=True` where hf-readonce is not
+    installed) gives this model with the checkpoint's `model.*` weights (Llama's `base_model_prefix`), as `AutoModel`
+    gives a `LlamaModel` for a `LlamaForCausalLM` checkpoint; its hidden states are those of the causal LM's `model`.
+    Same parameters as `LlamaModel`, so a plain Llama checkpoint loads too. `forward` is Llama's plus the
+    Block-Attention training mask (`block_ids`, as in [`BlockAttentionLlamaForCausalLM.forward`]). Document caches
+    are encoded and composed by the causal LM; a composed cache ([`compose_document_caches`], which takes this
+    model's config) reads here as `past_key_values`, with the attention mask over prefix and input.
+    """
+
+    config_class = BlockAttentionLlamaConfig
+    # a checkpoint of the causal LM also holds its head
+    _keys_to_ignore_on_load_unexpected = [r"^lm_head\."]
+
+    # Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert.DeformerBertPreTrainedModel.save_pretrained
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        r"""`PreTrainedModel.save_pretrained`, with every Auto class that a model class of this file is registered
+        for (`register_for_auto_class`) in the saved config's `auto_map`, not only the saved class's own (all that
+        transformers writes): the folder then loads through each of them (`AutoModel`, the task heads) with
+        `trust_remote_code=True`, also where hf-readonce is not installed. Entries the config already has are
+        kept; `auto_map` is not part of the representation fingerprint."""
+        module = sys.modules[__name__]
+        auto_map = dict(getattr(self.config, "auto_map", None) or {})
+        for name in getattr(module, "__all__", ()):
+            cls = getattr(module, name, None)
+            if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
+                head = cls.__dict__.get("_auto_class")
+                if head is not None:
+                    auto_map.setdefault(head, f"{__name__.rsplit('.', 1)[-1]}.{cls.__name__}")
+        if auto_map:
+            self.config.auto_map = auto_map
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.FloatTensor | None = None,
+        use_cache: bool | None = None,
+        block_ids: torch.LongTensor | None = None,
+        cache: Cache | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ):
+        r"""
+        `LlamaModel.forward`, plus the Block-Attention training mask.
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, seq_length)`, *optional*): tokens.
+            attention_mask (`torch.Tensor` of shape `(batch_size, past_length + seq_length)`, *optional*): 1 for real
+                tokens.
+            position_ids (`torch.LongTensor` of shape `(batch_size, seq_length)`, *optional*): default: counted from
+                the first real token with `block_ids`, else Llama's default.
+            past_key_values (`Cache`, *optional*), inputs_embeds, use_cache: as in `LlamaModel`.
+            block_ids (`torch.LongTensor` of shape `(batch_size, seq_length)`, *optional*): the Block-Attention
+                training mask ([`block_attention_mask`]), as in [`BlockAttentionLlamaForCausalLM.forward`].
+            cache (`Cache`, *optional*): the name of `past_key_values` from transformers 5.24 on; either name is
+                accepted with every supported transformers, not both.
+
+            return_dict (`bool`, *optional*, keyword): return a tuple when False, as `LlamaModel`.
+
+        Returns:
+            [`~transformers.modeling_outputs.BaseModelOutputWithPast`]: `last_hidden_state` `(batch_size, seq_length,
+            hidden_size)`, the hidden states under the causal LM's head.
+
+        Raises:
+            ValueError: `block_ids` of another shape than the input or with a non-empty cache; both
+                `past_key_values` and `cache`.
+            TypeError: `input_ids`, `attention_mask`, `position_ids`, `inputs_embeds` or `block_ids` that are not
+                tensors (a list, a numpy array); floating `input_ids` or `block_ids`; a keyword argument it does not
+                take (a misspelling such as `block_id=`), named with the argument it probably meant.
+        """
+        _check_keyword_arguments(self, kwargs)
+        _check_tensor_arguments({"input_ids": input_ids},
+                                {"attention_mask": attention_mask, "position_ids": position_ids,
+                                 "inputs_embeds": inputs_embeds, "block_ids": block_ids})
+        past_key_values = _either_cache(past_key_values, cache)
+        if block_ids is not None:
+            attention_mask, position_ids = _block_attention_inputs(block_ids, input_ids, inputs_embeds, attention_mask,
+                                                                   position_ids, past_key_values, self.dtype)
+        return super().forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                               inputs_embeds=inputs_embeds, use_cache=use_cache, **{CACHE_NAME: past_key_values},
+                               **kwargs)
+
+
 class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
     r"""A Llama-family causal LM that reads each document once into a key/value cache and answers from composed
     caches: Block-Attention (Ma, Wang & Lan 2025) and TurboRAG (Lu et al. 2024) inside transformers' `generate()`.
@@ -958,6 +1076,25 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
     """
 
     config_class = BlockAttentionLlamaConfig
+
+    # Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert.DeformerBertPreTrainedModel.save_pretrained
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        r"""`PreTrainedModel.save_pretrained`, with every Auto class that a model class of this file is registered
+        for (`register_for_auto_class`) in the saved config's `auto_map`, not only the saved class's own (all that
+        transformers writes): the folder then loads through each of them (`AutoModel`, the task heads) with
+        `trust_remote_code=True`, also where hf-readonce is not installed. Entries the config already has are
+        kept; `auto_map` is not part of the representation fingerprint."""
+        module = sys.modules[__name__]
+        auto_map = dict(getattr(self.config, "auto_map", None) or {})
+        for name in getattr(module, "__all__", ()):
+            cls = getattr(module, name, None)
+            if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
+                head = cls.__dict__.get("_auto_class")
+                if head is not None:
+                    auto_map.setdefault(head, f"{__name__.rsplit('.', 1)[-1]}.{cls.__name__}")
+        if auto_map:
+            self.config.auto_map = auto_map
+        return super().save_pretrained(save_directory, *args, **kwargs)
 
     def representation_fingerprint(self) -> str:
         """[`document_cache_fingerprint`] of this model: the key under which its document caches are stored and
@@ -1230,20 +1367,8 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
         if block_ids is not None:
             if document_caches is not None:
                 raise ValueError("Pass `block_ids` (training mask over full sequences) or `document_caches`, not both.")
-            if past_key_values is not None and past_key_values.get_seq_length() > 0:
-                raise ValueError("`block_ids` masks a whole sequence: it cannot be used with a non-empty "
-                                 "`past_key_values`.")
-            reference = input_ids if input_ids is not None else inputs_embeds
-            if reference is None or tuple(block_ids.shape) != tuple(reference.shape[:2]):
-                shape = None if reference is None else tuple(reference.shape[:2])
-                raise ValueError(f"`block_ids` must have the shape (batch_size, seq_length) of the input {shape}, "
-                                 f"got {tuple(getattr(block_ids, 'shape', ()))}.")
-            if attention_mask is not None and attention_mask.ndim != 2:
-                raise ValueError("with `block_ids`, `attention_mask` must be the 2-D padding mask.")
-            if position_ids is None:
-                position_ids = (_positions_from_mask(attention_mask) if attention_mask is not None
-                                else torch.arange(block_ids.shape[1], device=block_ids.device)[None])
-            attention_mask = block_attention_mask(block_ids, attention_mask, dtype=self.dtype)
+            attention_mask, position_ids = _block_attention_inputs(block_ids, input_ids, inputs_embeds, attention_mask,
+                                                                   position_ids, past_key_values, self.dtype)
         elif document_caches is None and recompute_ratio:
             raise ValueError("`recompute_ratio` applies to `document_caches`, none were given.")
         elif document_caches is not None:
@@ -1333,10 +1458,12 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
 
 
 BlockAttentionLlamaConfig.register_for_auto_class()
+BlockAttentionLlamaModel.register_for_auto_class("AutoModel")
 BlockAttentionLlamaForCausalLM.register_for_auto_class("AutoModelForCausalLM")
 
 __all__ = [
     "BlockAttentionLlamaForCausalLM",
+    "BlockAttentionLlamaModel",
     "ComposedDocumentCache",
     "DocumentCacheOutput",
     "block_attention_mask",
