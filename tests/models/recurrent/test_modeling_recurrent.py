@@ -457,6 +457,24 @@ def test_save_and_remote_code_round_trip(family, tmp_path):
     assert "OK" in result.stdout and "(1, 45)" in result.stdout
 
 
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_there_is_no_bare_model_and_auto_model_says_so(family, tmp_path):
+    """The recurrence lives in the causal LM (its windows, its recurrent vector), not in a bare model, so the family
+    registers no `AutoModel` (docs/models/recurrent.md): a saved checkpoint maps only `AutoConfig` and
+    `AutoModelForCausalLM`, and `AutoModel` refuses it with transformers' `ValueError` instead of handing out the
+    backbone, which reads one window without the recurrent vector."""
+    import json
+
+    from transformers import AutoModel
+
+    model = tiny(family)
+    model.save_pretrained(tmp_path)
+    assert set(json.loads((tmp_path / "config.json").read_text())["auto_map"]) == {"AutoConfig",
+                                                                                   "AutoModelForCausalLM"}
+    with pytest.raises(ValueError, match="Unrecognized configuration class"):
+        AutoModel.from_pretrained(tmp_path)
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_memory_attention_follows_the_attention_interface(family):
     """The memory layer uses the model's attention implementation (eager or sdpa) through
