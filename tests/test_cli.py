@@ -744,10 +744,10 @@ def test_demo_counts_are_whole_numbers_of_at_least_one(tmp_path, capsys):
                    "--max-train-samples", "--max-steps", "--batch-size", "--num-decomposed-layers"):
         for value in ("0", "-5", "2.5"):
             err = _demo_error([option, value, "--data-dir", str(tmp_path)], capsys)
-            name = option.lstrip("-").replace("-", "_")
-            assert f"--{name}/--{name.replace('_', '-')}" in err and "whole number >= 1" in err, err
+            name = option.lstrip("-").replace("_", "-")
+            assert f"--{name}/--{name.replace('-', '_')}" in err and "whole number >= 1" in err, err
     for value in ("0", "-1e-4", "nan"):
-        assert "--learning_rate/--learning-rate: expected a number > 0" in _demo_error([f"--learning-rate={value}"],
+        assert "--learning-rate/--learning_rate: expected a number > 0" in _demo_error([f"--learning-rate={value}"],
                                                                                       capsys)
 
 

@@ -4,6 +4,8 @@ out, a note before a plain `encode` recomputes what a lost index no longer lists
 the specific reason first; the lines `verify --recompute --documents` sets aside, a setting's range error in the words
 of the option typed, a config.json without model_type, and what `--output` creates."""
 
+import re
+
 import pytest
 
 import hf_readonce.cli as cli
@@ -606,3 +608,53 @@ def test_output_help_says_missing_folders_are_created(command):
     output = next(a for a in commands[command]._actions if "--output" in a.option_strings)
     assert "missing folders of its path are created" in output.help
     assert "removed again if the command stops before writing it" in output.help
+
+
+# ---------------------------------------------------------------------------------------------- --help
+def _every_command_parser():
+    """(name, parser) of every subcommand, the demo's own parser included (captured as the docs build does)."""
+    import argparse
+    import importlib.util
+
+    from tests.conftest import REPO_ROOT
+
+    parser = cli.build_parser(family_options=True)
+    commands = dict(next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices)
+    spec = importlib.util.spec_from_file_location("docs_hooks", REPO_ROOT / "utils" / "docs_hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    commands["demo"] = hooks._demo_parser()
+    return commands
+
+
+def test_every_option_with_a_default_states_it_in_its_help():
+    """`encode --batch-size` (32) and the demo's `--batch-size`, `--learning-rate`, `--speed-rounds`, ... had a
+    default that their help did not give: every option whose value is not None, False or empty when not given says
+    "default" in its help."""
+    import argparse
+
+    missing = []
+    for name, parser in _every_command_parser().items():
+        for action in parser._actions:
+            if (not action.option_strings or isinstance(action, (argparse._HelpAction, argparse._VersionAction))
+                    or action.help == argparse.SUPPRESS or action.default in (None, False, [], argparse.SUPPRESS)):
+                continue
+            if "default" not in (action.help or ""):
+                missing.append(f"{name} {action.option_strings[0]} (default {action.default!r})")
+    assert not missing, missing
+
+
+def test_the_demo_shows_the_hyphenated_spelling_of_every_other_command(capsys):
+    """`hf-readonce demo --help` showed `--data_dir`, `--no_progress`, `--max_eval_samples` while README.md, the demo's
+    own description and every other command spell options with hyphens: the usage line and the option list now show
+    the hyphenated spelling first (the underscore one, the training recipes', is still read)."""
+    from hf_readonce.recipes import demo
+
+    with pytest.raises(SystemExit):
+        demo.main(["--help"])
+    out = capsys.readouterr().out
+    usage = out.split("\n\n")[0]
+    assert "--data-dir" in usage and "--no-progress" in usage and "--max-eval-samples" in usage, usage
+    assert not [option for option in re.findall(r"--[\w-]+", usage) if "_" in option], usage
+    description = out.split("options:")[0]
+    assert not re.search(r"`--[a-z]+_[a-z_]+", description), description

@@ -1974,7 +1974,7 @@ def build_parser(family_options: bool = False) -> _Parser:
                        help="families that read windows: tokens shared by consecutive windows (encode default: the "
                             "checkpoint's, else the family's)")
         p.add_argument("--batch-size", type=_positive_int, default=32,
-                       help="windows (encode) or features (answer) per batch")
+                       help="windows (encode) or features (answer) per batch (default 32)")
         p.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
         p.add_argument("--compute-dtype", choices=COMPUTE_DTYPE_CHOICES, default="auto", help=compute_dtype_help)
 

@@ -11,9 +11,9 @@ By default (88.2 s measured on 2 cores of an AMD EPYC: `benchmarks/results/demo/
    states, with the no-answer threshold (SQuAD 2.0's `null_score_diff_threshold`) recorded in the checkpoint (tuned
    on 10% of the Disfl-QA *train* passages held out of all training).
 3. Prints EM/F1 (with SQuAD 2.0's HasAns / NoAns breakdown) beside the trivial baselines of the same questions and,
-   when every validation question was answered (no smaller `--max_eval_samples`), the full teacher's recorded
+   when every validation question was answered (no smaller `--max-eval-samples`), the full teacher's recorded
    scores, and the speed-up measured against the same model reading every question+passage pair: the first
-   `--speed_eval_samples` (300) questions, split by passage into `--speed_rounds` (3) rounds, each timed on both
+   `--speed-eval-samples` (300) questions, split by passage into `--speed-rounds` (3) rounds, each timed on both
    paths in alternating order; the median of the rounds' ratios is printed with their range, and one more line says
    the figure is unreliable when the rounds disagree (max / min > 1.5) or the 1-minute load average exceeded 1.5
    times the usable CPUs. Progress bars (encode, answer, timing; `--no-progress` hides them) and notes go to stderr.
@@ -22,15 +22,15 @@ By default (88.2 s measured on 2 cores of an AMD EPYC: `benchmarks/results/demo/
 `disfl_qa/validation.jsonl` is read then (`train.jsonl` is needed by `--distill` alone). DIR must hold the model's
 tokenizer as well (`tokenizer.save_pretrained(DIR)`): the demo reads the data with it and has no option for another.
 
-With `--distill` it redoes step 1's distillation from the shipped full model instead (`--num_decomposed_layers`,
-default 4; `--max_steps`, default 60 of 16 examples), then tunes the threshold on
+With `--distill` it redoes step 1's distillation from the shipped full model instead (`--num-decomposed-layers`,
+default 4; `--max-steps`, default 60 of 16 examples), then tunes the threshold on
 the held-out train passages and answers as above. Sixty steps show the process but do not reach the shipped
 DeFormer's accuracy, which took thousands of steps (see its `train_results.json`). Answers are computed in the dtype
-of `hf_readonce.dtypes` (`--compute_dtype auto`: float32 on a CPU, the checkpoint's dtype on CUDA); training uses
+of `hf_readonce.dtypes` (`--compute-dtype auto`: float32 on a CPU, the checkpoint's dtype on CUDA); training uses
 bf16 autocast only where the CPU has native bf16 (AVX-512 BF16 or AMX), else fp32.
 
-Without `--output_dir` the run works in a temporary folder that is removed at the end (so a `--distill` model is not
-kept); with `--output_dir DIR` (a new or empty folder: one with files is refused), the results (`eval_results.json`)
+Without `--output-dir` the run works in a temporary folder that is removed at the end (so a `--distill` model is not
+kept); with `--output-dir DIR` (a new or empty folder: one with files is refused), the results (`eval_results.json`)
 and, with `--distill`, the distilled model are written to DIR, which the last line names (`hf-readonce publish DIR ...`
 publishes that model).
 """
@@ -202,57 +202,60 @@ def main(argv=None) -> dict:
     """
     parser = OneLineArgumentParser(prog="hf-readonce demo", description=__doc__,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data_dir", "--data-dir", default=_default_data_dir(),
+    parser.add_argument("--data-dir", "--data_dir", default=_default_data_dir(),
                         help="folder holding disfl_qa/{train,validation}.jsonl (default ../shared/data or "
                              "$HF_READONCE_DATA)")
     parser.add_argument("--distill", action="store_true",
                         help="distil a DeFormer from the full reference model here instead of answering with the "
-                             "shipped one: --max_steps (60) steps of about 2.3 s each on 2 idle CPU cores, about 2.5 "
+                             "shipped one: --max-steps (60) steps of about 2.3 s each on 2 idle CPU cores, about 2.5 "
                              "minutes of training; then the threshold is tuned on the held-out train passages and the "
-                             "questions are answered as by the default demo; far longer on a busy machine)")
+                             "questions are answered as by the default demo (far longer on a busy machine)")
     parser.add_argument("--model", default=None,
                         help="DeFormer checkpoint (model_type deformer_bert) to answer with (default: the shipped "
                              "reference DeFormer); ignored with --distill")
     parser.add_argument("--teacher", default=None,
                         help="with --distill: full BERT QA checkpoint (BertForQuestionAnswering) to decompose and "
                              "distil from (default: the shipped reference)")
-    parser.add_argument("--num_decomposed_layers", "--num-decomposed-layers", type=positive_int, default=4,
-                        help="with --distill: k")
-    parser.add_argument("--max_steps", "--max-steps", type=positive_int, default=60,
-                        help="with --distill: steps of --batch_size examples")
-    parser.add_argument("--batch_size", "--batch-size", type=positive_int, default=16)
-    parser.add_argument("--learning_rate", "--learning-rate", type=positive_float, default=1e-4)
-    parser.add_argument("--no_distillation", "--no-distillation", action="store_true",
+    parser.add_argument("--num-decomposed-layers", "--num_decomposed_layers", type=positive_int, default=4,
+                        help="with --distill: k (default 4)")
+    parser.add_argument("--max-steps", "--max_steps", type=positive_int, default=60,
+                        help="with --distill: steps of --batch-size examples (default 60)")
+    parser.add_argument("--batch-size", "--batch_size", type=positive_int, default=16,
+                        help="with --distill: training examples per step (default 16)")
+    parser.add_argument("--learning-rate", "--learning_rate", type=positive_float, default=1e-4,
+                        help="with --distill: peak learning rate (default 1e-4)")
+    parser.add_argument("--no-distillation", "--no_distillation", action="store_true",
                         help="with --distill: train on the span loss only (no KD+LRS from the teacher)")
-    parser.add_argument("--max_train_samples", "--max-train-samples", type=positive_int, default=None,
-                        help="read only the first N train rows (quick tries; the calibration split comes from them)")
-    parser.add_argument("--max_eval_samples", "--max-eval-samples", type=positive_int, default=None,
-                        help="limit validation questions")
-    parser.add_argument("--speed_eval_samples", "--speed-eval-samples", type=positive_int, default=300,
-                        help="questions timed on both paths for the speed-up (accuracy always uses all)")
-    parser.add_argument("--speed_rounds", "--speed-rounds", type=positive_int, default=3,
+    parser.add_argument("--max-train-samples", "--max_train_samples", type=positive_int, default=None,
+                        help="read only the first N train rows (quick tries; the calibration split comes from them; "
+                             "default: all)")
+    parser.add_argument("--max-eval-samples", "--max_eval_samples", type=positive_int, default=None,
+                        help="answer only the first N validation questions (default: all)")
+    parser.add_argument("--speed-eval-samples", "--speed_eval_samples", type=positive_int, default=300,
+                        help="questions timed on both paths for the speed-up (accuracy always uses all; default 300)")
+    parser.add_argument("--speed-rounds", "--speed_rounds", type=positive_int, default=3,
                         help="interleaved rounds the timed questions are split into, by passage (the order of the "
                              "two paths alternates from round to round); the speed-up printed is the median of the "
-                             "rounds' ratios, with their range")
-    parser.add_argument("--output_dir", "--output-dir", default=None,
+                             "rounds' ratios, with their range (default 3)")
+    parser.add_argument("--output-dir", "--output_dir", default=None,
                         help="where to write the results and, with --distill, the model (default: a temporary folder, "
                              "removed at the end)")
-    parser.add_argument("--compute_dtype", "--compute-dtype", default="auto",
+    parser.add_argument("--compute-dtype", "--compute_dtype", default="auto",
                         choices=("auto", "float32", "bfloat16", "float16"),
-                        help="dtype answers are computed in (hf_readonce.dtypes): auto = float32 on a CPU, the "
+                        help="dtype answers are computed in (hf_readonce.dtypes): auto (default) = float32 on a CPU, the "
                              "checkpoint's dtype on CUDA")
     parser.add_argument("--json", action="store_true",
                         help="print every metric as one JSON object instead of the summary")
-    parser.add_argument("--no_bf16", "--no-bf16", action="store_true",
-                        help="train in fp32 even where the CPU has native bf16 (answers: see --compute_dtype)")
-    parser.add_argument("--no_progress", "--no-progress", action="store_true",
+    parser.add_argument("--no-bf16", "--no_bf16", action="store_true",
+                        help="train in fp32 even where the CPU has native bf16 (answers: see --compute-dtype)")
+    parser.add_argument("--no-progress", "--no_progress", action="store_true",
                         help="no progress bars (weight loading, training, encoding, answering and timing)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
     output_dir = Path(args.output_dir).expanduser() if args.output_dir is not None else None
     if output_dir is not None and (output_dir.is_file() or (output_dir.is_dir() and any(output_dir.iterdir()))):
-        _fail(f"--output_dir {args.output_dir} is not an empty folder: the demo writes a model and its results there "
+        _fail(f"--output-dir {args.output_dir} is not an empty folder: the demo writes a model and its results there "
               "and would replace files of the same names; give a new or empty folder.")
     data_dir = Path(args.data_dir).expanduser()
     if not (data_dir / "disfl_qa").is_dir() and (data_dir / "train.jsonl").is_file():
@@ -456,7 +459,7 @@ def _run(args, argv, output_dir: str, train_file: Path, validation_file: Path, k
     elif keep:
         lines.append(f"Results written to {output_dir}/eval_results.json.")
     elif args.distill:
-        lines.append("The distilled model was not kept (pass --output_dir DIR to keep it).")
+        lines.append("The distilled model was not kept (pass --output-dir DIR to keep it).")
     print("\n".join(lines), flush=True)
     return metrics
 
