@@ -121,6 +121,26 @@ def test_missing_documents_no_store_and_other_families(tmp_path, folders, checkp
     assert not (tmp_path / "new").exists()
 
 
+def test_the_first_missing_document_is_named_by_its_id_and_line(tmp_path, folders, xsum_rows, capsys):
+    """`summarize` named the first document not stored as "document 1", its index in a list the user never saw, where
+    `answer` names the question's id: it is named by its `--id-field` and line number (by its line alone without
+    an id)."""
+    store = tmp_path / "store"
+    assert cli_main(["encode", str(folders["longdoc"]), "--documents", str(write_jsonl(tmp_path / "one.jsonl",
+                     xsum_rows[:1])), "--store", str(store), "--text-field", "document", "--no-progress"]) == 0
+    capsys.readouterr()
+    base = ["summarize", str(folders["longdoc"]), "--store", str(store), "--output", str(tmp_path / "o.jsonl"),
+            "--no-progress", "--max-new-tokens", "2"]
+    docs = write_jsonl(tmp_path / "xsum.jsonl", xsum_rows[:3])
+    assert cli_main(base + ["--documents", str(docs)]) == 2
+    err = capsys.readouterr().err
+    assert "2 of 3 documents are not stored" in err and f"(first: the document of id {xsum_rows[1]['id']!r} " \
+        "(line 2))" in err, err
+    nameless = write_jsonl(tmp_path / "nameless.jsonl", [{"document": r["document"]} for r in xsum_rows[:3]])
+    assert cli_main(base + ["--documents", str(nameless)]) == 2
+    assert "(first: the document on line 2)" in capsys.readouterr().err
+
+
 def test_documents_file_problems(tmp_path, folders, xsum_rows, capsys):
     base = ["summarize", str(folders["longdoc"]), "--store", str(tmp_path / "s"), "--output",
             str(tmp_path / "o.jsonl"), "--no-progress"]

@@ -1296,7 +1296,8 @@ def _summarizing_model_types() -> str:
 
 
 def _read_summarize_rows(path: Path, text_field: str, id_field: str) -> list[dict]:
-    """The rows of `summarize`'s `--documents`: `{"id", "document", "row"}` (`row`: the whole JSON object); bad
+    """The rows of `summarize`'s `--documents`: `{"id", "document", "row", "line"}` (`row`: the whole JSON object,
+    `line`: its line number); bad
     lines are reported on stderr and set aside.
 
     Raises:
@@ -1317,10 +1318,17 @@ def _read_summarize_rows(path: Path, text_field: str, id_field: str) -> list[dic
             duplicates.append((doc_id, first_line[doc_id], number))
             continue
         first_line[doc_id] = number
-        rows.append({"id": doc_id, "document": text, "row": row})
+        rows.append({"id": doc_id, "document": text, "row": row, "line": number})
     _report_bad_lines(problems, path)
     _refuse_duplicate_ids(path, duplicates, "document", "Summaries")
     return rows
+
+
+def _document_name(row: dict, id_field: str) -> str:
+    """How `summarize` names a row of `--documents` in its errors: by its id and line, as the user wrote them."""
+    if row["row"].get(id_field) is None:
+        return f"the document on line {row['line']}"
+    return f"the document of {id_field} {row['id']!r} (line {row['line']})"
 
 
 def _with_references(rows: list[dict], summary_field: str, named: bool = False) -> list[str] | None:
@@ -1373,6 +1381,7 @@ def _summarize(args) -> int:
                                          prompt=args.prompt, batch_size=args.batch_size,
                                          encode_missing=args.encode_missing, dtype=args.dtype,
                                          progress=not args.no_progress, settings_used=used, counts=counts,
+                                         document_names=[_document_name(row, id_field) for row in rows],
                                          **family_options, **generate)
     except RepresentationMismatchError as error:
         raise CommandError(_with_compute_dtype_hint(str(error), model, store, args.model, device,

@@ -112,6 +112,8 @@ def test_missing_documents_are_named_or_encoded_on_request(tokenizer, tmp_path):
     fill_store(get_adapter(model, tokenizer, max_document_length=48), store, DOCUMENTS[:1])
     with pytest.raises(MissingRepresentationError, match=r"2 of 3 documents .* \(first: document 1\)"):
         summarize_from_store(model, tokenizer, store, DOCUMENTS)
+    with pytest.raises(MissingRepresentationError, match=r"2 of 3 documents .* \(first: the row 'b'\)"):
+        summarize_from_store(model, tokenizer, store, DOCUMENTS, document_names=["the row 'a'", "the row 'b'", "c"])
     summaries = summarize_from_store(model, tokenizer, store, DOCUMENTS, encode_missing=True, max_new_tokens=3)
     assert len(summaries) == 3 and len(store) == 3
     # encode_missing into an empty store takes the adapter's defaults (document length = the model's positions)
@@ -180,6 +182,8 @@ def test_readonce_reads_another_prompt_and_its_own_k(tokenizer, tmp_path):
     (DOCUMENTS, {"num_beams": 0}, ValueError, "num_beams"),
     (DOCUMENTS, {"max_new_tokens": 0}, ValueError, "max_new_tokens"),
     (DOCUMENTS, {"num_return_sequences": 2}, ValueError, "num_return_sequences"),
+    (DOCUMENTS, {"document_names": ["a", "b"]}, ValueError, r"`document_names` must hold one name per document \(3\)"),
+    (DOCUMENTS, {"document_names": "abc"}, ValueError, "document_names"),
     (DOCUMENTS, {"prompt": "title"}, ValueError, "prompt"),
     (DOCUMENTS, {"settings": {"max_passage_length": 8}}, ValueError, "max_passage_length"),
 ])

@@ -85,7 +85,8 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
                          settings: Mapping | None = None, prompt: str | None = None, max_new_tokens: int = 60,
                          num_beams: int = 1, batch_size: int = 8, encode_missing: bool = False,
                          dtype: str = "float16", progress: bool = False, settings_used: dict | None = None,
-                         counts: dict | None = None, **generate_kwargs) -> list[str]:
+                         counts: dict | None = None, document_names: Sequence[str] | None = None,
+                         **generate_kwargs) -> list[str]:
     """Summarize documents from their representations stored in `store`: only the decoder (and, for ReadOnce, the
     representation+text model) runs; each distinct document is read from the store once.
 
@@ -120,6 +121,9 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
             tokenizing only those they cannot tell about (stored with `max_document_length` tokens and no flag, by an
             earlier release, or without a count),
             [`hf_readonce.representations.fill.stored_documents_cut`]).
+        document_names (`Sequence[str]`, *optional*): one name per document, used as it stands in the error that
+            names the first document not stored (e.g. `"the document of id 'xsum-4' (line 3)"`); by default
+            `"document <its index>"`.
         **generate_kwargs: further `generate()` arguments (`length_penalty`, `no_repeat_ngram_size`, ...).
 
     Returns:
@@ -127,11 +131,11 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
 
     Raises:
         MissingRepresentationError / RepresentationMismatchError: documents not stored for this model and settings
-            (counted, the first named by its index) or stored only by another model (both fingerprints named).
+            (counted, the first named by its index or `document_names`) or stored only by another model (both fingerprints named).
         TypeError: `documents` is a single str or holds a non-str; `model` is not a transformers model.
         ValueError: no documents, an empty document (its index named), a model type that does not summarize from
             stored representations, a count < 1 (`max_new_tokens`, `num_beams`, `batch_size`),
-            `num_return_sequences` other than 1, a `prompt` the family does not take or longer than it reads
+            `num_return_sequences` other than 1, `document_names` not one per document, a `prompt` the family does not take or longer than it reads
             (the checkpoint's recorded `max_question_length`, else the `max_prompt_length` of its adapter),
             `max_new_tokens` beyond the decoder's positions, several stored spaces.
     """
@@ -148,6 +152,11 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
         if not text.strip():
             raise ValueError(f"`documents[{i}]` is empty: nothing to summarize.")
     check_positive_ints({"max_new_tokens": max_new_tokens, "num_beams": num_beams, "batch_size": batch_size})
+    if document_names is not None and (isinstance(document_names, (str, bytes)) or len(document_names) != len(documents)):
+        raise ValueError(f"`document_names` must hold one name per document ({len(documents)}), got "
+                         f"{1 if isinstance(document_names, (str, bytes)) else len(document_names)}.")
+    names = (list(document_names) if document_names is not None
+             else [f"document {i}" for i in range(len(documents))])
     if generate_kwargs.get("num_return_sequences", 1) != 1:
         raise ValueError("`num_return_sequences` must be 1: summarize_from_store returns one summary per document.")
     adapter_class = _adapter_class(model)
@@ -177,7 +186,7 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
     texts = list(order)
     fingerprint, stored_settings, by_text = ensure_stored(adapter, store, texts, encode_missing=encode_missing,
                                                           dtype=dtype,
-                                                          name_of=lambda text: f"document {documents.index(text)}",
+                                                          name_of=lambda text: names[documents.index(text)],
                                                           fingerprint=fingerprint)
     if settings_used is not None:
         settings_used.update({name: stored_settings.get(name) for name in type(adapter).cli_settings})
