@@ -711,3 +711,22 @@ def test_the_encoder_refuses_a_misspelled_keyword_argument():
     greedy = dict(max_new_tokens=3, do_sample=False)
     torch.testing.assert_close(model.generate(ids, attention_mask=mask, labels=tokens(2, 5, seed=5), **greedy),
                                model.generate(ids, attention_mask=mask, **greedy))
+
+
+def test_generate_takes_what_a_bert_tokenizer_returns():
+    """`model.generate(**tokenizer(text, return_tensors="pt"))` with the BERT tokenizer the LongDoc recipe saves
+    stopped in transformers ("The following `model_kwargs` are not used by the model: ['token_type_ids']") though
+    `model(**tokenizer(text))` runs: generate drops the token types too, as `forward` ignores them."""
+    from transformers import AutoTokenizer
+
+    from hf_readonce.weights import minilm_path
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    model = longdoc(vocab_size=tokenizer.vocab_size, encoder_attention_type="neighborhood", neighborhood_radius=3)
+    encoded = tokenizer(["Emma is a novel by Jane Austen.", "Persuasion was published in 1817."], padding=True,
+                        return_tensors="pt")
+    assert "token_type_ids" in encoded
+    greedy = dict(max_new_tokens=3, do_sample=False)
+    torch.testing.assert_close(model.generate(**encoded, **greedy),
+                               model.generate(input_ids=encoded.input_ids, attention_mask=encoded.attention_mask,
+                                              **greedy))

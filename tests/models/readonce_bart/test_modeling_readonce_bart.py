@@ -924,3 +924,24 @@ def test_device_map_keeps_every_layer_on_one_device(fusion):
                        if key.startswith(name + ".") or name == key or name.startswith(key + ".")}
             assert len(devices) == 1, (share, name, devices)
     assert {type(layer).__name__ for layer in layers.values()} <= set(model._no_split_modules)
+
+
+def test_generate_takes_what_a_bert_tokenizer_returns():
+    """`model.generate(**tokenizer(question, return_tensors="pt"), document_representations=...)` with a BERT
+    tokenizer stopped in transformers ("The following `model_kwargs` are not used by the model: ['token_type_ids']")
+    though `forward` takes them: generate drops the token types too, as `forward` ignores them."""
+    from transformers import AutoTokenizer
+
+    from hf_readonce.weights import minilm_path
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    model = tiny(vocab_size=tokenizer.vocab_size, init_std=0.3)
+    document = tokenizer(["Emma is a novel by Jane Austen, published in December 1815."], return_tensors="pt")
+    with torch.no_grad():
+        representations = model.encode_documents(document.input_ids, document.attention_mask)
+    question = tokenizer(["Who wrote Emma?"], return_tensors="pt")
+    assert "token_type_ids" in question
+    greedy = dict(max_new_tokens=3, do_sample=False, document_representations=representations)
+    torch.testing.assert_close(model.generate(**question, **greedy),
+                               model.generate(input_ids=question.input_ids, attention_mask=question.attention_mask,
+                                              **greedy))

@@ -1049,7 +1049,9 @@ class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForCon
         r"""`GenerationMixin.generate`. Stored encoder outputs (`encoder_outputs=`, e.g. `LongDocBartAdapter.read`
         of a store) are checked against this model's fingerprint and cast to its dtype once per call
         ([`_checked_stored_outputs`]), and are never modified: beam search expands a new object, so the same
-        outputs can be passed again.
+        outputs can be passed again. `token_type_ids`, which a BERT tokenizer returns with the ids
+        (`model.generate(**tokenizer(text, return_tensors="pt"))`), are dropped: BART has no token types, and `forward`
+        ignores them too (`GenerationMixin` would refuse them as unused).
 
         Raises:
             ValueError: `encoder_outputs` that carry another model's `model_fingerprint`, or whose states do not match
@@ -1057,6 +1059,7 @@ class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForCon
             TypeError: `input_ids` or `attention_mask` that are not tensors (a list, a numpy array); `input_ids` that
                 are not integers.
         """
+        kwargs.pop("token_type_ids", None)
         input_ids = args[0] if args else kwargs.get("inputs", kwargs.get("input_ids"))
         _check_tensor_arguments({"input_ids": input_ids}, {"attention_mask": kwargs.get("attention_mask")})
         if input_ids is not None and input_ids.numel() == 0:

@@ -1076,6 +1076,9 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         once, e.g. from a store) or as raw `document_input_ids` (+ `document_input_attention_mask`), which are
         encoded here once, before decoding starts (generation's encoder runs once, so the document must be turned
         into its representations first: passed on to every decoding step, raw tokens would never reach it).
+        `token_type_ids`, which a BERT tokenizer returns with the ids (`model.generate(**tokenizer(question,
+        return_tensors="pt"), document_representations=...)`), are dropped: BART has no token types, and `forward`
+        ignores them too (`GenerationMixin` would refuse them as unused).
 
         Raises:
             ValueError: both `document_representations` and `document_input_ids`; `document_attention_mask` given
@@ -1083,6 +1086,7 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
             TypeError: `input_ids` (or `inputs`), a mask, `document_input_ids` or `document_representations` that are
                 not tensors (a list, a numpy array); token ids that are not integers.
         """
+        kwargs.pop("token_type_ids", None)
         _check_tensor_arguments(
             {"input_ids": args[0] if args else kwargs.get("input_ids"), "inputs": kwargs.get("inputs"),
              "document_input_ids": kwargs.get("document_input_ids"),
