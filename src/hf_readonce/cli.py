@@ -1991,8 +1991,8 @@ def build_parser(family_options: bool = False) -> _Parser:
     model_options(encode)
     encode.add_argument("--documents", required=True, help="JSONL file, one document per line")
     encode.add_argument("--max-document-length", type=int, default=None,
-                        help="families that read whole documents: tokens read per document (default: the family's, "
-                             "as `hf-readonce info` lists it)")
+                        help="families that read whole documents: tokens read per document (default: the length the "
+                             "checkpoint records, else the family's, as `hf-readonce info` lists them)")
     encode.add_argument("--text-field", default=None,
                         help="field holding the text (default: context, or document where no line has a context)")
     encode.add_argument("--id-field", default=None, help="field naming the document in reports (default: id)")
@@ -2032,7 +2032,7 @@ def build_parser(family_options: bool = False) -> _Parser:
                         help="encode and store passages that are not stored (otherwise an error)")
     answer.add_argument("--max-document-length", type=int, default=None,
                         help="families that read whole documents: the stored document length to read (default: the "
-                             "store's only one for the model)")
+                             "store's only one for the model; of several, the one `encode` writes by default)")
     answer.add_argument("--recompute-ratio", type=float, default=None,
                         help="causal LMs: fraction of passage tokens whose keys and values are recomputed per layer "
                              "before the question is read (selective recompute, CacheBlend), in [0, 1]; 0 (default): "
@@ -2065,7 +2065,8 @@ def build_parser(family_options: bool = False) -> _Parser:
     summarize.add_argument("--batch-size", type=_positive_int, default=8, help="documents per generate() call "
                                                                                "(default 8)")
     summarize.add_argument("--max-document-length", type=int, default=None,
-                           help="the stored document length to read (default: the store's only one for the model)")
+                           help="the stored document length to read (default: the store's only one for the model; of "
+                                "several, the one `encode` writes by default)")
     summarize.add_argument("--encode-missing", action="store_true",
                            help="encode and store documents that are not stored (otherwise an error)")
     summarize.add_argument("--dtype", type=_storage_dtype, default="float16", metavar="{fp16,bf16,fp32}",
