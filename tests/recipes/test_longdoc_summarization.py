@@ -237,3 +237,34 @@ def test_saved_model_records_the_document_length_it_trained_with(tokenizer, tmp_
     for bad in (0, -5):  # set on the loaded config after __init__: checked when the model is built
         with pytest.raises(ValueError, match=f"`max_document_length` must be None or a positive int, got {bad}"):
             LongDocBartForConditionalGeneration.from_pretrained(tmp_path / "out", max_document_length=bad)
+
+
+def test_evaluation_shows_its_progress_unless_disabled(tokenizer, tmp_path, capsys):
+    """The recipe scored every validation row (205 XSum articles by default) twice and generated their summaries
+    with no sign of life between Trainer's bar and the results: the loss and the generation have their own bars on
+    stderr, which `--disable_tqdm` hides with Trainer's."""
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    from hf_readonce.recipes.longdoc_summarization import LongDocSummarizationArguments, run
+
+    torch.manual_seed(0)
+    BartForConditionalGeneration(BartConfig(
+        vocab_size=tokenizer.vocab_size, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=24, decoder_ffn_dim=24, max_position_embeddings=64,
+    )).save_pretrained(tmp_path / "bart")
+    tokenizer.save_pretrained(tmp_path / "bart")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps({"id": str(i), "document": f"Anne Elliot walks to Lyme, day {i}.",
+                                        "summary": "Anne."}) + "\n" for i in range(3)))
+    args = LongDocSummarizationArguments(model_name_or_path=str(tmp_path / "bart"), train_file=str(rows),
+                                         validation_file=str(rows), max_document_length=24, max_target_length=8,
+                                         generation_max_tokens=2, neighborhood_radius=4)
+    for disable in (False, True):
+        run(args, Seq2SeqTrainingArguments(output_dir=str(tmp_path / f"out{disable}"), do_train=True, do_eval=True,
+                                           max_steps=1, per_device_train_batch_size=2, per_device_eval_batch_size=2,
+                                           use_cpu=True, report_to="none", save_strategy="no", disable_tqdm=disable))
+        err = capsys.readouterr().err
+        for desc in ("eval loss", "generate"):
+            assert (f"{desc}: 100%" in err) is not disable, (disable, desc, err)
+        if not disable:
+            assert err.count("eval loss: 100%") >= 2  # before and after training

@@ -195,37 +195,49 @@ def _to_device(features: dict, device) -> dict:
 
 
 @torch.no_grad()
-def teacher_forced_loss(model, collator: LongDocSummarizationCollator, rows: list[dict], batch_size: int = 8) -> float:
+def teacher_forced_loss(model, collator: LongDocSummarizationCollator, rows: list[dict], batch_size: int = 8,
+                        progress: bool = False) -> float:
     """Mean cross-entropy (nats per gold summary token, the end token included) of the gold summaries under
-    teacher forcing; `math.exp` of it is the perplexity.
+    teacher forcing; `math.exp` of it is the perplexity. With `progress`, a tqdm bar on stderr counts the rows
+    scored (`desc` "eval loss").
 
     Raises:
         ValueError: if `rows` is empty.
     """
     if not rows:
         raise ValueError("`rows` is empty: no summary to score.")
+    from tqdm.auto import tqdm
+
     model.eval()
     total, count = 0.0, 0
-    for start in range(0, len(rows), batch_size):
-        features = _to_device(collator(rows[start : start + batch_size]), model.device)
-        logits = model(**features).logits
-        total += float(nn.functional.cross_entropy(logits.flatten(0, 1).float(), features["labels"].flatten(),
-                                                   ignore_index=-100, reduction="sum"))
-        count += int((features["labels"] != -100).sum())
+    with tqdm(total=len(rows), desc="eval loss", unit="row", disable=not progress, dynamic_ncols=True) as bar:
+        for start in range(0, len(rows), batch_size):
+            features = _to_device(collator(rows[start : start + batch_size]), model.device)
+            logits = model(**features).logits
+            total += float(nn.functional.cross_entropy(logits.flatten(0, 1).float(), features["labels"].flatten(),
+                                                       ignore_index=-100, reduction="sum"))
+            count += int((features["labels"] != -100).sum())
+            bar.update(len(rows[start : start + batch_size]))
     return total / count
 
 
 @torch.no_grad()
 def generate_summaries(model, tokenizer, collator: LongDocSummarizationCollator, rows: list[dict],
-                       max_new_tokens: int = 64, num_beams: int = 1, batch_size: int = 8) -> list[str]:
-    """One decoded summary per row (greedy or beam search, special tokens removed), in row order."""
+                       max_new_tokens: int = 64, num_beams: int = 1, batch_size: int = 8,
+                       progress: bool = False) -> list[str]:
+    """One decoded summary per row (greedy or beam search, special tokens removed), in row order. With `progress`, a
+    tqdm bar on stderr counts the rows summarized (`desc` "generate")."""
+    from tqdm.auto import tqdm
+
     model.eval()
     predictions = []
-    for start in range(0, len(rows), batch_size):
-        chunk = [{**r, "train": False} for r in rows[start : start + batch_size]]
-        features = _to_device(collator(chunk), model.device)
-        out = model.generate(**features, max_new_tokens=max_new_tokens, num_beams=num_beams, do_sample=False)
-        predictions += tokenizer.batch_decode(out, skip_special_tokens=True)
+    with tqdm(total=len(rows), desc="generate", unit="row", disable=not progress, dynamic_ncols=True) as bar:
+        for start in range(0, len(rows), batch_size):
+            chunk = [{**r, "train": False} for r in rows[start : start + batch_size]]
+            features = _to_device(collator(chunk), model.device)
+            out = model.generate(**features, max_new_tokens=max_new_tokens, num_beams=num_beams, do_sample=False)
+            predictions += tokenizer.batch_decode(out, skip_special_tokens=True)
+            bar.update(len(chunk))
     return predictions
 
 
@@ -293,9 +305,10 @@ def run(args: LongDocSummarizationArguments, training_args: Seq2SeqTrainingArgum
                 and not rows:
             raise ValueError(f"`{name}` holds no row with a document and a summary.")
     batch = training_args.per_device_eval_batch_size
+    progress = not training_args.disable_tqdm  # Trainer's own bars follow the same setting
     if training_args.do_train:
         if eval_rows:
-            loss = teacher_forced_loss(model, collator, eval_rows, batch)
+            loss = teacher_forced_loss(model, collator, eval_rows, batch, progress=progress)
             metrics.update(eval_loss_before_training=round(loss, 4),
                            eval_perplexity_before_training=round(math.exp(loss), 2))
         trainer_args = dataclasses.replace(training_args, remove_unused_columns=False)
@@ -314,10 +327,10 @@ def run(args: LongDocSummarizationArguments, training_args: Seq2SeqTrainingArgum
                        train_document_tokens_per_second=round(read / seconds, 1))
     if training_args.do_eval:
         model.float()
-        loss = teacher_forced_loss(model, collator, eval_rows, batch)
+        loss = teacher_forced_loss(model, collator, eval_rows, batch, progress=progress)
         start = time.perf_counter()
         predictions = generate_summaries(model, tokenizer, collator, eval_rows, args.generation_max_tokens,
-                                         args.num_beams, batch)
+                                         args.num_beams, batch, progress=progress)
         scores = score_generations("summarization", predictions, eval_rows)
         metrics.update(eval_seconds=round(time.perf_counter() - start, 1), eval_examples=len(eval_rows),
                        eval_loss=round(loss, 4), eval_perplexity=round(math.exp(loss), 2),
