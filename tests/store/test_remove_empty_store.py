@@ -141,3 +141,141 @@ def test_a_probe_of_another_running_process_keeps_the_store(tmp_path):
     probe = path / "tmp" / f".tmp-{'b' * 32}-p{os.getppid()}-{_process_scope()}.probe"
     probe.write_bytes(b"")
     assert not remove_empty_store(path) and probe.exists() and (path / "store.json").is_file()
+
+
+def _on_renaming(monkeypatch, path, before=None, after=None):
+    """Call `before()` right before the removal renames `path` away (after its look under the lock) and `after(hidden)`
+    right after: what another process does between the two."""
+    real_rename = os.rename
+
+    def rename(src, dst, *args, **kwargs):
+        if os.fspath(src) == str(path) and ".removing-" in os.fspath(dst):
+            if before is not None:
+                before()
+            real_rename(src, dst, *args, **kwargs)
+            if after is not None:
+                after(pathlib.Path(dst))
+            return None
+        return real_rename(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rename", rename)
+
+
+def _hidden(folder):
+    return [p.name for p in folder.iterdir() if ".removing-" in p.name]
+
+
+def test_a_file_put_in_the_store_just_before_it_is_renamed_away_keeps_it(tmp_path, monkeypatch):
+    """A file put into the store after the look under the lock, before the rename (a writability probe, made without
+    the lock, or a file put there by hand), is found by the look after the rename: the store is renamed back, the
+    file kept. Without that look the removal emptied `tmp/` of it."""
+    path = tmp_path / "s"
+    RepresentationStore(path)
+    _on_renaming(monkeypatch, path, before=lambda: (path / "tmp" / "notes.txt").write_text("mine"))
+    assert not remove_empty_store(path)
+    monkeypatch.undo()
+    assert (path / "tmp" / "notes.txt").read_text() == "mine" and (path / "store.json").is_file()
+    assert not _hidden(tmp_path)
+
+
+def test_a_store_that_cannot_be_renamed_back_is_named(tmp_path, monkeypatch, caplog):
+    """When the folder renamed away holds something after all and cannot be renamed back (another process created a
+    new store at the path meanwhile), it stays where it is and a warning names it: never hidden in silence."""
+    path = tmp_path / "s"
+    RepresentationStore(path)
+    _on_renaming(monkeypatch, path, before=lambda: (path / "tmp" / "notes.txt").write_text("mine"),
+                 after=lambda hidden: RepresentationStore(path))
+    with caplog.at_level("WARNING", logger="hf_readonce.store.maintenance"):
+        assert not remove_empty_store(path)
+    monkeypatch.undo()
+    [hidden] = _hidden(tmp_path)
+    assert (tmp_path / hidden / "tmp" / "notes.txt").read_text() == "mine"
+    assert hidden in caplog.text and str(path) in caplog.text
+    assert RepresentationStore(path, create=False).verify().ok  # the other process's store
+
+
+def test_something_written_into_the_renamed_folder_is_put_back(tmp_path, monkeypatch):
+    """A process that still reaches the renamed folder by its old path (a network file system's client caching the
+    path for a while) writes into it after the lock is released: the folder is not removed but renamed back, in
+    view (it no longer holds `store.json`: opening it says so), never left hidden."""
+    import hf_readonce.store.maintenance as maintenance
+
+    path = tmp_path / "s"
+    RepresentationStore(path)
+    hidden = []
+    _on_renaming(monkeypatch, path, after=hidden.append)
+
+    class Lock(FileLock):
+        def release(self, *args, **kwargs):
+            super().release(*args, **kwargs)
+            (hidden[0] / "theirs.txt").write_text("theirs")
+
+    monkeypatch.setattr(maintenance, "FileLock", Lock)
+    assert not remove_empty_store(path)
+    monkeypatch.undo()
+    assert (path / "theirs.txt").read_text() == "theirs" and not _hidden(tmp_path)
+
+
+def test_a_folder_that_cannot_be_listed_keeps_the_store(tmp_path, monkeypatch):
+    """A space folder under `shards/` that cannot be listed (another account's, say) may hold a shard: the store is
+    kept as it is, marker included. `os.walk` skipped the folder in silence, so it looked empty; the store was
+    renamed away, its `store.json` deleted and the folder left hidden, holding the shard."""
+    path = tmp_path / "s"
+    RepresentationStore(path)
+    space = path / "shards" / ("0" * 24)
+    space.mkdir()
+    (space / "theirs.safetensors").write_bytes(b"shard")
+    real_scandir = os.scandir
+
+    def scandir(where="."):
+        if os.path.basename(os.fspath(where)) == space.name:
+            raise PermissionError(13, "Permission denied", os.fspath(where))
+        return real_scandir(where)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    assert not remove_empty_store(path)
+    monkeypatch.undo()
+    assert (space / "theirs.safetensors").read_bytes() == b"shard" and (path / "store.json").is_file()
+    assert not _hidden(tmp_path)
+
+
+def test_a_folder_whose_store_json_or_lock_is_not_a_stores_is_kept(tmp_path):
+    """`store.json` that is not a hf-readonce store's marker, or a `.lock` holding bytes (a store's lock file is
+    empty), is someone else's file: the folder is kept. Both were removed as a store's skeleton."""
+    mine = tmp_path / "project"
+    mine.mkdir()
+    (mine / "store.json").write_text('{"my": "settings"}')
+    assert not remove_empty_store(mine) and (mine / "store.json").read_text() == '{"my": "settings"}'
+    (mine / "store.json").write_text("not json")
+    assert not remove_empty_store(mine) and (mine / "store.json").read_text() == "not json"
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / ".lock").write_text("pid 12")
+    assert not remove_empty_store(locked) and (locked / ".lock").read_text() == "pid 12"
+    # a store's own marker (also of another format version) and an empty lock file go
+    store = tmp_path / "s"
+    RepresentationStore(store)
+    (store / ".lock").touch()
+    assert remove_empty_store(store) and not store.exists()
+
+
+def test_a_store_whose_skeleton_cannot_be_emptied_stays_whole(tmp_path, monkeypatch):
+    """A leftover temporary file that cannot be deleted (a read-only mount, another account's file) keeps the store
+    where it was, its `store.json` included: it still opens. The marker was deleted anyway and the folder left
+    hidden."""
+    path = tmp_path / "s"
+    RepresentationStore(path)
+    leftover = path / "tmp" / f".tmp-{'c' * 32}.safetensors"
+    leftover.write_bytes(b"half")
+    os.utime(leftover, (0, 0))  # long ago: a killed writer's
+    real_unlink = os.unlink
+
+    def unlink(where, *args, **kwargs):
+        if os.path.basename(os.fspath(where)) == leftover.name:
+            raise PermissionError(13, "Permission denied", os.fspath(where))
+        return real_unlink(where, *args, **kwargs)
+
+    monkeypatch.setattr(os, "unlink", unlink)
+    assert not remove_empty_store(path)
+    monkeypatch.undo()
+    assert leftover.exists() and RepresentationStore(path, create=False).verify().ok and not _hidden(tmp_path)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import logging
 import math
 import os
 import stat
@@ -43,6 +44,8 @@ from .shards import (
     read_store_marker,
     resolve_dtype,
 )
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -966,22 +969,40 @@ def _own_temp(name: str) -> bool:
     return match is not None and int(match.group(1)) == os.getpid() and match.group(2) == _process_scope()
 
 
-def _only_a_skeleton(path: Path) -> bool:
+def _walk_error(error: OSError):
+    raise error
+
+
+def _only_a_skeleton(path: Path, lock_held: bool = False) -> bool:
     """Whether the folder `path` holds nothing but the skeleton of a store with nothing stored: at most `store.json`
-    and `.lock` (regular files), `shards/` holding only empty folders (a space's, made before its first shard),
-    an empty `index/`, and a `tmp/` holding only the store's own temporary files that no other process may be using
-    (this process's, or leftovers: [`_live_tmp`]); none of them a link. Anything else (a shard, a manifest, a
-    `quarantine/`, a file put there by hand, a writability probe of another process starting to use the store) may
-    be someone's: False."""
+    (a regular file, a hf-readonce store's marker: [`hf_readonce.store.shards.read_store_marker`] gives its `format`)
+    and `.lock` (a regular file; empty unless `lock_held`: a lock falling back to a soft lock, where the file system
+    has no `flock`, writes its holder into it), `shards/` holding only empty folders (a space's, made before its first
+    shard), an empty `index/`, and a `tmp/` holding only the store's own temporary files that no other process may be
+    using (this process's, or leftovers: [`_live_tmp`]); none of them a link. Anything else (a shard, a manifest, a
+    `quarantine/`, a file put there by hand, another program's `store.json` or `.lock`, a writability probe of
+    another process starting to use the store) may be someone's: False; also when any of it cannot be listed or read
+    (an unlisted folder may hold a shard)."""
     now = time.time()
     try:
         with os.scandir(path) as entries:
             for entry in entries:
-                if entry.name in ("store.json", ".lock"):
+                if entry.name == "store.json":
                     if not entry.is_file(follow_symlinks=False):
                         return False
+                    try:
+                        marker = read_store_marker(Path(entry.path))
+                    except ValueError:
+                        return False
+                    if not isinstance(marker, dict) or marker.get("format") != FORMAT_NAME:
+                        return False
+                elif entry.name == ".lock":
+                    if not entry.is_file(follow_symlinks=False):
+                        return False
+                    if not lock_held and entry.stat(follow_symlinks=False).st_size:
+                        return False
                 elif entry.name == "shards" and entry.is_dir(follow_symlinks=False):
-                    for root, folders, files in os.walk(entry.path):
+                    for root, folders, files in os.walk(entry.path, onerror=_walk_error):
                         if files or any(os.path.islink(os.path.join(root, name)) for name in folders):
                             return False
                 elif entry.name == "index" and entry.is_dir(follow_symlinks=False):
@@ -1002,21 +1023,40 @@ def _only_a_skeleton(path: Path) -> bool:
     return True
 
 
+def _put_back(hidden: Path, path: Path) -> None:
+    """Rename the store's folder, renamed away to `hidden` by [`remove_empty_store`], back to `path`, where it holds
+    something after all; where it cannot be (a new folder at `path`: another process created a store there
+    meanwhile), it stays at `hidden` and a warning names it, so that what it holds is never hidden in silence."""
+    try:
+        os.rename(hidden, path)
+    except OSError as error:
+        logger.warning("hf-readonce: the empty store %s was renamed to %s to be removed, but something was put into "
+                       "it meanwhile and it cannot be renamed back (%s); it is kept at %s: look into it and move "
+                       "what it holds where it belongs.", path, hidden, error.strerror or error, hidden)
+
+
 def remove_empty_store(path) -> bool:
     """Remove the folder of a store that holds nothing stored, only the skeleton a [`RepresentationStore`] creates
-    (`store.json`, `.lock`, empty `shards/` space folders, `index/`, `tmp/` with no temporary file of a write under
-    way): what a command undoes when it created a store and failed before storing anything (`hf-readonce answer
-    --encode-missing`). Nothing a user or another process stored is ever removed:
+    (`store.json`, an empty `.lock`, empty `shards/` space folders, `index/`, `tmp/` with no temporary file of a
+    write under way): what a command undoes when it created a store and failed before storing anything
+    (`hf-readonce answer --encode-missing`). Nothing a user or another process stored is ever removed:
 
+    - a folder holding anything else (a shard, a manifest, a file put there by hand, a `store.json` that is not a
+      hf-readonce store's marker, a `.lock` holding bytes, a folder that cannot be listed) is kept untouched;
     - the store's write lock (`STORE/.lock`, which every shard commit and `repair` holds) is taken without waiting:
       a process holding it may be committing, and the store is kept;
     - under it, the folder is checked, then renamed to a hidden sibling (`.<name>.removing-<hex>`, atomically: a
       process opening the store from then on finds no folder and creates a new store, never a half-removed one),
-      checked again (a writability probe is made without the lock) and only then emptied and removed; where the
-      second check finds anything, the folder is renamed back.
+      checked again (a writability probe is made without the lock) and only then emptied; `store.json` goes last,
+      once the store's folders are gone, and the folder is removed once the lock is released. Where the second
+      check finds anything, or anything is left that cannot be removed, the folder is renamed back (where a new
+      folder has taken its name meanwhile, it stays hidden and a `logging` warning names it).
 
     A process that opened the store before and commits after the removal gets an error (the store is gone) instead
-    of writing into a store whose marker was deleted.
+    of writing into a store whose marker was deleted. On a network file system whose clients cache paths (NFS), a
+    process on another machine may still reach the renamed folder by the old path for a while: what it writes there
+    keeps the folder, renamed back. On Windows, where a folder holding an open file (the held `.lock`) cannot be
+    renamed, the store is kept.
 
     Args:
         path (`str` or `os.PathLike`): the store's folder.
@@ -1034,16 +1074,15 @@ def remove_empty_store(path) -> bool:
     except (Timeout, OSError):  # held: a writer may be committing into it
         return False
     try:
-        if not _only_a_skeleton(path):  # a shard committed between the first look and the lock
+        if not _only_a_skeleton(path, lock_held=True):  # a shard committed between the first look and the lock
             return False
         hidden = path.with_name(f".{path.name}.removing-{uuid.uuid4().hex[:16]}")
         try:
             os.rename(path, hidden)
         except OSError:
             return False
-        if not _only_a_skeleton(hidden):
-            with contextlib.suppress(OSError):
-                os.rename(hidden, path)
+        if not _only_a_skeleton(hidden, lock_held=True):
+            _put_back(hidden, path)
             return False
         for sub in ("tmp", "index", "shards"):
             folder = hidden / sub
@@ -1057,6 +1096,9 @@ def remove_empty_store(path) -> bool:
                             os.rmdir(os.path.join(root, name))
                 with contextlib.suppress(OSError):
                     folder.rmdir()
+        if any(os.path.lexists(hidden / sub) for sub in ("tmp", "index", "shards")):
+            _put_back(hidden, path)  # something could not be removed: the store stays whole, marker included
+            return False
         with contextlib.suppress(OSError):
             (hidden / "store.json").unlink()
     finally:
@@ -1066,7 +1108,8 @@ def remove_empty_store(path) -> bool:
         (hidden / ".lock").unlink()
     try:
         hidden.rmdir()
-    except OSError:
+    except OSError:  # written into after all (by its old path, on a network file system): back in view
+        _put_back(hidden, path)
         return False
     return True
 
