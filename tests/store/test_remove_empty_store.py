@@ -10,7 +10,7 @@ import torch
 from filelock import FileLock, Timeout
 
 from hf_readonce import cli
-from hf_readonce.store import RepresentationStore, content_hash
+from hf_readonce.store import ReadOnlyStoreError, RepresentationStore, content_hash
 from hf_readonce.store.maintenance import remove_empty_store
 from hf_readonce.store.shards import _process_scope
 from tests.store.test_campaign import FP, SETTINGS
@@ -279,3 +279,14 @@ def test_a_store_whose_skeleton_cannot_be_emptied_stays_whole(tmp_path, monkeypa
     assert not remove_empty_store(path)
     monkeypatch.undo()
     assert leftover.exists() and RepresentationStore(path, create=False).verify().ok and not _hidden(tmp_path)
+
+
+def test_a_process_that_had_the_removed_store_open_is_told_it_is_gone(tmp_path):
+    """A process that opened the store before it was removed and writes afterwards is refused with an error saying
+    the store no longer exists, not that it lacks write permission and "can still be read"."""
+    path = tmp_path / "s"
+    theirs = RepresentationStore(path)
+    assert remove_empty_store(path)
+    with pytest.raises(ReadOnlyStoreError, match="no longer exists: its folder was removed or moved") as caught:
+        theirs.put(FP, SETTINGS, content_hash(TEXT), {"x": torch.ones(3)})
+    assert "permission" not in str(caught.value) and not path.exists()

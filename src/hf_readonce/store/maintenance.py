@@ -1055,8 +1055,8 @@ def remove_empty_store(path) -> bool:
     A process that opened the store before and commits after the removal gets an error (the store is gone) instead
     of writing into a store whose marker was deleted. On a network file system whose clients cache paths (NFS), a
     process on another machine may still reach the renamed folder by the old path for a while: what it writes there
-    keeps the folder, renamed back. On Windows, where a folder holding an open file (the held `.lock`) cannot be
-    renamed, the store is kept.
+    keeps the folder, renamed back. On Windows a folder holding an open file (the held `.lock`) can usually not be
+    renamed: the store is then kept.
 
     Args:
         path (`str` or `os.PathLike`): the store's folder.

@@ -328,8 +328,8 @@ class RepresentationStore:
             raise ReadOnlyStoreError(f"cannot create a store at {self.path}: {error}") from None
 
     def check_writable(self, *, layout: bool = True) -> None:
-        """Raise [`ReadOnlyStoreError`] unless this process can write to the store (opened read-only, or a probe
-        file cannot be created in it). Called before any model work so that a run fails before it starts. The probe,
+        """Raise [`ReadOnlyStoreError`] unless this process can write to the store (opened read-only, a probe
+        file cannot be created in it, or its folder no longer exists: removed or moved since it was opened). Called before any model work so that a run fails before it starts. The probe,
         `tmp/.tmp-<hex>.probe`, is made and removed without the write lock; `repair` leaves the store's own
         temporary files of the last five minutes in `tmp/` alone unless their writer has provably ended (its process
         id, in the name, names no process), so it never moves a probe away under a writer.
@@ -363,6 +363,12 @@ class RepresentationStore:
             os.close(fd)
             os.unlink(probe)
         except OSError as error:
+            if not self.path.is_dir():  # removed (or renamed) since it was opened: no permission would help
+                raise ReadOnlyStoreError(
+                    f"store {self.path} no longer exists: its folder was removed or moved while this process had it "
+                    "open (e.g. by a failed `hf-readonce answer --encode-missing` that had created it and removed it "
+                    "again, empty); nothing is written. Open it again (a new `RepresentationStore`, or run the command "
+                    "again), which creates it anew.") from None
             raise ReadOnlyStoreError(f"store {self.path} is not writable ({error.strerror or error}): writing needs "
                                      "write permission on its folder and on index/, shards/ and tmp/; it can still "
                                      "be read (answer, summarize, verify, info), or encode into another store."
