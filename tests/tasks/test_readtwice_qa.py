@@ -125,3 +125,16 @@ def test_collator_question_length_is_checked(tokenizer):
         ReadTwiceQACollator(question_length=0)
     with pytest.raises(TypeError, match="`question_length` must be an int or None, got float"):
         ReadTwiceQACollator(question_length=16.0)
+
+
+def test_logits_per_feature_refuses_rows_narrower_than_the_collators_question_width(tokenizer):
+    """Predictions made with another collator (here: rows 8 question columns wide) than the one given (64) cannot be
+    split at its width: refused, naming both widths, instead of sliced past the end of each row."""
+    features = prepare_readtwice_qa_features(tokenizer, PREDICTED[:2], 24, 6, question_in_first_read=False,
+                                             max_question_length=16)
+    rows = sum(f.num_segments for f in features)
+    narrow = (np.zeros((rows, 8 + 24)), np.zeros((rows, 8 + 24)))
+    with pytest.raises(ValueError, match="rows are 32 wide, less than the question width 64 plus"):
+        logits_per_feature(narrow, features, ReadTwiceQACollator(tokenizer.pad_token_id, question_length=64))
+    assert [shift for _, _, shift in logits_per_feature(narrow, features, ReadTwiceQACollator(question_length=8))] \
+        == [8, 8]
