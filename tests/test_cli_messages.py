@@ -528,6 +528,11 @@ def test_typed_options_are_read_from_the_parsers_own_record():
     exclusive = encode.add_mutually_exclusive_group()
     exclusive.add_argument("--toy-a", action="store_true")
     assert encode.option_dests["--toy-a"] == "toy_a"
+    # argparse's titled exclusive group: an exclusive group made from an argument group records its options too
+    titled = encode.add_argument_group("titled").add_mutually_exclusive_group()
+    titled.add_argument("--toy-b", action="store_true")
+    assert encode.option_dests["--toy-b"] == "toy_b"
+    assert cli._typed_options(parser, "encode", ["encode", "m", "--toy-b"]) == {"toy_b": "--toy-b"}
     private = ("_actions", "_SubParsersAction", "_option_string_actions")
     for module in (cli, __import__("hf_readonce.arguments", fromlist=["_"])):
         names = {node.attr for node in ast.walk(ast.parse(inspect.getsource(module)))

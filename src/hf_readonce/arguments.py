@@ -51,8 +51,14 @@ class OneLineArgumentParser(argparse.ArgumentParser):
         return self._record(super().add_argument(*args, **kwargs))
 
     def _recording(self, group):
+        """`group`, whose `add_argument` records in `option_dests`, as do the groups made from it (argparse's titled
+        exclusive group: `add_argument_group(...).add_mutually_exclusive_group()`)."""
         add = group.add_argument
         group.add_argument = lambda *args, **kwargs: self._record(add(*args, **kwargs))
+        for name in ("add_argument_group", "add_mutually_exclusive_group"):
+            make = getattr(group, name, None)
+            if make is not None:
+                setattr(group, name, lambda *args, _make=make, **kwargs: self._recording(_make(*args, **kwargs)))
         return group
 
     def add_argument_group(self, *args, **kwargs):
