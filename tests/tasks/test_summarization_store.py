@@ -183,7 +183,9 @@ def test_readonce_reads_another_prompt_and_its_own_k(tokenizer, tmp_path):
     (DOCUMENTS, {"max_new_tokens": 0}, ValueError, "max_new_tokens"),
     (DOCUMENTS, {"num_return_sequences": 2}, ValueError, "num_return_sequences"),
     (DOCUMENTS, {"document_names": ["a", "b"]}, ValueError, r"`document_names` must hold one name per document \(3\)"),
-    (DOCUMENTS, {"document_names": "abc"}, ValueError, "document_names"),
+    (DOCUMENTS, {"document_names": "abc"}, TypeError, "`document_names` must be a list of str, one per .*, got str"),
+    (DOCUMENTS, {"document_names": (name for name in "abc")}, TypeError, "`document_names` must be a list of str"),
+    (DOCUMENTS, {"document_names": ["a", 2, "c"]}, TypeError, r"`document_names\[1\]` must be a str, got int"),
     (DOCUMENTS, {"prompt": "title"}, ValueError, "prompt"),
     (DOCUMENTS, {"settings": {"max_passage_length": 8}}, ValueError, "max_passage_length"),
 ])

@@ -121,9 +121,9 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
             tokenizing only those they cannot tell about (stored with `max_document_length` tokens and no flag, by an
             earlier release, or without a count),
             [`hf_readonce.representations.fill.stored_documents_cut`]).
-        document_names (`Sequence[str]`, *optional*): one name per document, used as it stands in the error that
-            names the first document not stored (e.g. `"the document of id 'xsum-4' (line 3)"`); by default
-            `"document <its index>"`.
+        document_names (`Sequence[str]`, *optional*): one name per document, used as it stands in the errors that
+            name the first document not stored, or with `encode_missing` the first one that cannot be encoded (e.g.
+            `"the document of id 'xsum-4' (line 3)"`); by default `"document <its index>"`.
         **generate_kwargs: further `generate()` arguments (`length_penalty`, `no_repeat_ngram_size`, ...).
 
     Returns:
@@ -131,13 +131,16 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
 
     Raises:
         MissingRepresentationError / RepresentationMismatchError: documents not stored for this model and settings
-            (counted, the first named by its index or `document_names`) or stored only by another model (both fingerprints named).
-        TypeError: `documents` is a single str or holds a non-str; `model` is not a transformers model.
+            (counted, the first named by its index or `document_names`) or stored only by another model (both
+            fingerprints named).
+        TypeError: `documents` or `document_names` is a single str or holds a non-str; `model` is not a
+            transformers model.
         ValueError: no documents, an empty document (its index named), a model type that does not summarize from
             stored representations, a count < 1 (`max_new_tokens`, `num_beams`, `batch_size`),
-            `num_return_sequences` other than 1, `document_names` not one per document, a `prompt` the family does not take or longer than it reads
-            (the checkpoint's recorded `max_question_length`, else the `max_prompt_length` of its adapter),
-            `max_new_tokens` beyond the decoder's positions, several stored spaces.
+            `num_return_sequences` other than 1, `document_names` not one per document, a `prompt` the family does
+            not take or longer than it reads (the checkpoint's recorded `max_question_length`, else the
+            `max_prompt_length` of its adapter), `max_new_tokens` beyond the decoder's positions, several stored
+            spaces; with `encode_missing`, documents the model cannot encode (counted, the first named).
     """
     from ..representations.base import check_positive_ints
 
@@ -152,9 +155,16 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
         if not text.strip():
             raise ValueError(f"`documents[{i}]` is empty: nothing to summarize.")
     check_positive_ints({"max_new_tokens": max_new_tokens, "num_beams": num_beams, "batch_size": batch_size})
-    if document_names is not None and (isinstance(document_names, (str, bytes)) or len(document_names) != len(documents)):
-        raise ValueError(f"`document_names` must hold one name per document ({len(documents)}), got "
-                         f"{1 if isinstance(document_names, (str, bytes)) else len(document_names)}.")
+    if document_names is not None:
+        if isinstance(document_names, (str, bytes)) or not isinstance(document_names, Sequence):
+            raise TypeError(f"`document_names` must be a list of str, one per document, got "
+                            f"{type(document_names).__name__}.")
+        if len(document_names) != len(documents):
+            raise ValueError(f"`document_names` must hold one name per document ({len(documents)}), got "
+                             f"{len(document_names)}.")
+        for i, name in enumerate(document_names):
+            if not isinstance(name, str):
+                raise TypeError(f"`document_names[{i}]` must be a str, got {type(name).__name__}.")
     names = (list(document_names) if document_names is not None
              else [f"document {i}" for i in range(len(documents))])
     if generate_kwargs.get("num_return_sequences", 1) != 1:
