@@ -663,3 +663,17 @@ def test_the_demo_shows_the_hyphenated_spelling_of_every_other_command(capsys):
     assert not [option for option in re.findall(r"--[\w-]+", usage) if "_" in option], usage
     description = out.split("options:")[0]
     assert not re.search(r"`--[a-z]+_[a-z_]+", description), description
+
+
+def test_the_demo_data_dir_help_gives_the_order_its_default_is_taken_in(monkeypatch, tmp_path):
+    """`demo --data-dir` said "default ../shared/data or $HF_READONCE_DATA", the reverse of the order the default is
+    taken in: the variable when set, else ../shared/data."""
+    from hf_readonce.recipes import demo
+
+    data_dir = next(a for a in _every_command_parser()["demo"]._actions if "--data-dir" in a.option_strings)
+    assert "default: $HF_READONCE_DATA when set, else ../shared/data" in data_dir.help, data_dir.help
+    monkeypatch.setenv("HF_READONCE_DATA", str(tmp_path))
+    assert demo._default_data_dir() == str(tmp_path)
+    monkeypatch.delenv("HF_READONCE_DATA")
+    monkeypatch.chdir(tmp_path)
+    assert demo._default_data_dir() == str(tmp_path.parent / "shared" / "data")

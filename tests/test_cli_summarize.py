@@ -298,3 +298,32 @@ def test_summarize_offers_the_settings_of_the_summarizing_families_only(tmp_path
     assert stop.value.code == 2 and not (tmp_path / "store").exists()
     err = capsys.readouterr().err
     assert "unrecognized arguments: --doc-stride 8" in err and "Traceback" not in err, err
+
+
+def test_of_several_stored_lengths_the_default_is_read_and_none_is_an_error(tmp_path, folders, xsum_rows, capsys):
+    """`--max-document-length`'s help says what `summarize` (and `answer`) read without it: the store's only length,
+    of several the one `encode` writes by default, and where none of them is, an error naming them (the help left the
+    last case out)."""
+    import argparse
+
+    from hf_readonce.cli import build_parser
+
+    docs, store = write_jsonl(tmp_path / "xsum.jsonl", xsum_rows[:2]), tmp_path / "store"
+    encode = ["encode", str(folders["longdoc"]), "--documents", str(docs), "--store", str(store), "--text-field",
+              "document", "--no-progress"]
+    summarize = ["summarize", str(folders["longdoc"]), "--store", str(store), "--documents", str(docs), "--output",
+                 str(tmp_path / "o.jsonl"), "--no-progress", "--max-new-tokens", "2"]
+    for length in ("32", "64"):  # the tiny model's default is its 96 positions
+        assert cli_main(encode + ["--max-document-length", length]) == 0
+    capsys.readouterr()
+    assert cli_main(summarize) == 2
+    assert "several settings (max_document_length=32; max_document_length=64)" in capsys.readouterr().err
+    assert cli_main(encode) == 0
+    capsys.readouterr()
+    assert cli_main(summarize) == 0
+    assert "representations of max_document_length 96" in capsys.readouterr().out
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for command in ("answer", "summarize"):
+        option = next(a for a in commands[command]._actions if "--max-document-length" in a.option_strings)
+        assert "of several, the one `encode` writes by default, and where none is, an error names them" in \
+            option.help, (command, option.help)

@@ -1297,8 +1297,7 @@ def _summarizing_model_types() -> str:
 
 def _read_summarize_rows(path: Path, text_field: str, id_field: str) -> list[dict]:
     """The rows of `summarize`'s `--documents`: `{"id", "document", "row", "line"}` (`row`: the whole JSON object,
-    `line`: its line number); bad
-    lines are reported on stderr and set aside.
+    `line`: its line number, from 1); bad lines are reported on stderr and set aside.
 
     Raises:
         CommandError: duplicate ids (status 2). (That the input holds a usable document, and a given `id_field` on
@@ -2032,7 +2031,8 @@ def build_parser(family_options: bool = False) -> _Parser:
                         help="encode and store passages that are not stored (otherwise an error)")
     answer.add_argument("--max-document-length", type=int, default=None,
                         help="families that read whole documents: the stored document length to read (default: the "
-                             "store's only one for the model; of several, the one `encode` writes by default)")
+                             "store's only one for the model; of several, the one `encode` writes by default, and "
+                             "where none is, an error names them)")
     answer.add_argument("--recompute-ratio", type=float, default=None,
                         help="causal LMs: fraction of passage tokens whose keys and values are recomputed per layer "
                              "before the question is read (selective recompute, CacheBlend), in [0, 1]; 0 (default): "
@@ -2066,7 +2066,7 @@ def build_parser(family_options: bool = False) -> _Parser:
                                                                                "(default 8)")
     summarize.add_argument("--max-document-length", type=int, default=None,
                            help="the stored document length to read (default: the store's only one for the model; of "
-                                "several, the one `encode` writes by default)")
+                                "several, the one `encode` writes by default, and where none is, an error names them)")
     summarize.add_argument("--encode-missing", action="store_true",
                            help="encode and store documents that are not stored (otherwise an error)")
     summarize.add_argument("--dtype", type=_storage_dtype, default="float16", metavar="{fp16,bf16,fp32}",

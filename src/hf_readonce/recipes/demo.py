@@ -203,8 +203,8 @@ def main(argv=None) -> dict:
     parser = OneLineArgumentParser(prog="hf-readonce demo", description=__doc__,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", "--data_dir", default=_default_data_dir(),
-                        help="folder holding disfl_qa/{train,validation}.jsonl (default ../shared/data or "
-                             "$HF_READONCE_DATA)")
+                        help="folder holding disfl_qa/{train,validation}.jsonl (default: $HF_READONCE_DATA when set, "
+                             "else ../shared/data)")
     parser.add_argument("--distill", action="store_true",
                         help="distil a DeFormer from the full reference model here instead of answering with the "
                              "shipped one: --max-steps (60) steps of about 2.3 s each on 2 idle CPU cores, about 2.5 "
