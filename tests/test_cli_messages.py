@@ -635,7 +635,7 @@ def _every_command_parser():
 def test_every_option_with_a_default_states_it_in_its_help():
     """`encode --batch-size` (32) and the demo's `--batch-size`, `--learning-rate`, `--speed-rounds`, ... had a
     default that their help did not give: every option whose value is not None, False or empty when not given says
-    "default" in its help."""
+    "default" in its help, and a numeric default is the number its help states."""
     import argparse
 
     missing = []
@@ -646,6 +646,11 @@ def test_every_option_with_a_default_states_it_in_its_help():
                 continue
             if "default" not in (action.help or ""):
                 missing.append(f"{name} {action.option_strings[0]} (default {action.default!r})")
+            elif isinstance(action.default, (int, float)) and not isinstance(action.default, bool):
+                # a number stated as the default is the parser's own (not one left behind by a changed default)
+                stated = re.findall(r"default:? (\d[\d.e+-]*)", action.help)
+                if not any(float(value.rstrip(".")) == action.default for value in stated):
+                    missing.append(f"{name} {action.option_strings[0]} (default {action.default!r}, help {stated})")
     assert not missing, missing
 
 
