@@ -24,9 +24,15 @@ from torch import nn
 from torch.nn import functional as F
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import QuestionAnsweringModelOutput
-from transformers.models.bert.modeling_bert import BertEmbeddings, BertEncoder, BertPreTrainedModel
+from transformers.models.bert.modeling_bert import (
+    BertEmbeddings,
+    BertEncoder,
+    BertPreTrainedModel,
+    BertSelfAttention,
+)
 from transformers.processing_utils import Unpack
 from transformers.utils import ModelOutput, TransformersKwargs, can_return_tuple, logging
+from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_deformer_bert import DeformerBertConfig
 
@@ -249,11 +255,23 @@ class DeformerBertModelOutput(ModelOutput):
             Embeddings and the output of every layer, each `(batch_size, sequence_length, hidden_size)`; returned
             when `output_hidden_states=True`. With `passage_states` only the joint layers k+1..n are returned
             (the lower layers of the passage were not run).
+        attentions (`tuple(torch.FloatTensor)`, *optional*):
+            The self-attention weights (after the softmax) of every layer, each `(batch_size, num_attention_heads,
+            sequence_length, sequence_length)`, as `BertModel` returns them; returned when `output_attentions=True`
+            with `attn_implementation="eager"` (other implementations compute no weights: an empty tuple, after
+            transformers' warning, as for BERT). A decomposed lower layer 1..k (DeFormer §3, eq. 5: question and
+            passage read separately) gives its question-wide and passage-wide attentions in this one full-sequence
+            matrix, block diagonal: a query gives weight 0 to every key of the other segment (and to padding, which
+            joins the question segment), so each real token's row sums to 1 over its own segment. Upper layers
+            k+1..n attend jointly. With `passage_states` only the n - k joint layers are returned, over
+            `question_length + passage_length` positions (the passage's lower layers ran in `encode_passages`; the
+            question's are left out as for `hidden_states`).
     """
 
     last_hidden_state: torch.FloatTensor | None = None
     attention_mask: torch.LongTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 def _segment_mask_function(segment_ids: torch.Tensor):
@@ -279,6 +297,10 @@ class DeformerBertPreTrainedModel(BertPreTrainedModel):
     supports_gradient_checkpointing = True
     # BERT checkpoints carry a pooler that a QA model does not use (as `BertForQuestionAnswering` has none).
     _keys_to_ignore_on_load_unexpected = [r"pooler\."]
+    # `output_attentions=True`: BERT's self-attention weights, recorded by transformers' output hooks
+    # (`capture_outputs`) over the layers the output covers ([`DeformerBertModel._encode`]). Hidden states are the
+    # model's own (with `passage_states` they cover the joint layers only), so they are not recorded by hooks.
+    _can_record_outputs = {"attentions": BertSelfAttention}
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         r"""`PreTrainedModel.save_pretrained`, with every Auto class that a model class of this file is registered
@@ -524,6 +546,10 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
                 Cached passage states from [`encode_passages`]; the passage's lower layers are then skipped.
             output_hidden_states (`bool`, *optional*):
                 Also return the embeddings and every layer's output.
+            output_attentions (`bool`, *optional*, keyword):
+                Also return every layer's attention weights (`attentions` of [`DeformerBertModelOutput`]: block
+                diagonal in the decomposed layers), as `BertModel` does: with `attn_implementation="eager"`.
+                Defaults to `config.output_attentions`.
             position_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)` or `(1, sequence_length)`,
                 *optional*): as in `BertModel`, with `num_decomposed_layers=0` only (after DeFormer's own arguments
                 here, so that positional calls written for this model keep their meaning; the QA head takes BERT's
@@ -591,11 +617,13 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
                 raise ValueError(f"`position_ids` must be (batch_size, sequence_length) or (1, sequence_length) for "
                                  f"`{source}` of shape {tuple(shape)}, got {tuple(position_ids.shape)}.")
         all_hidden_states = [] if output_hidden_states else None
-        if kwargs.get("output_attentions", getattr(config, "output_attentions", False)):
-            # BERT returns the attention weights it is asked for; the decomposed layers do not record them
-            logger.warning_once("A DeFormer returns no attention weights: `output_attentions` is ignored (the "
-                                "output has no `attentions`).")
-        layer_kwargs = {key: value for key, value in kwargs.items() if key not in ("return_dict", "output_attentions")}
+        output_attentions = kwargs.pop("output_attentions", None)
+        # what `BertModel` reads (the argument, else the config); handed on to the layers, as BERT does, so that an
+        # attention implementation without weights says so (transformers' SDPA warning)
+        layer_kwargs = {key: value for key, value in kwargs.items() if key != "return_dict"}
+        layer_kwargs["output_attentions"] = bool(
+            output_attentions if output_attentions is not None else config.output_attentions
+        )
 
         if passage_states is not None:
             return self._forward_with_passage_states(
@@ -633,8 +661,9 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
             if all_hidden_states is not None:
                 all_hidden_states.append(hidden_states)
             lower_mask = self._bidirectional_mask(hidden_states, attention_mask, segment_ids)
-            hidden_states = self._run_layers(hidden_states, lower_mask, 0, k, all_hidden_states, **layer_kwargs)
-        return self._joint_layers(hidden_states, attention_mask, all_hidden_states, layer_kwargs)
+            return self._encode(hidden_states, attention_mask, all_hidden_states, lower_mask=lower_mask,
+                                return_dict=True, **layer_kwargs)
+        return self._encode(hidden_states, attention_mask, all_hidden_states, return_dict=True, **layer_kwargs)
 
     def _forward_with_passage_states(
         self, input_ids, inputs_embeds, attention_mask, token_type_ids, passage_states, all_hidden_states, layer_kwargs
@@ -666,19 +695,29 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
                              f"max_position_embeddings={config.max_position_embeddings}: truncate the questions.")
         hidden_states = self._embed(input_ids, token_type_ids=token_type_ids, inputs_embeds=inputs_embeds)
         mask = self._bidirectional_mask(hidden_states, attention_mask)
+        # the question's lower layers run outside `_encode`: their attentions are not returned (see the output)
         hidden_states = self._run_layers(hidden_states, mask, 0, k, None, **layer_kwargs)
         hidden_states = torch.cat([hidden_states, passage_hidden.to(hidden_states.dtype)], dim=1)
         joint_mask = torch.cat([attention_mask, passage_mask.to(attention_mask.dtype)], dim=1)
         if all_hidden_states is not None:
             all_hidden_states.append(hidden_states)
-        return self._joint_layers(hidden_states, joint_mask, all_hidden_states, layer_kwargs)
+        return self._encode(hidden_states, joint_mask, all_hidden_states, return_dict=True, **layer_kwargs)
 
-    def _joint_layers(self, hidden_states, attention_mask, all_hidden_states, layer_kwargs) -> DeformerBertModelOutput:
-        """Layers k+1..n (all layers when k = 0) over the joint question+passage sequence `(batch, length,
-        hidden_size)` with its key mask `(batch, length)`, and the model output."""
+    @capture_outputs
+    def _encode(self, hidden_states, attention_mask, all_hidden_states, lower_mask=None,
+                **layer_kwargs) -> DeformerBertModelOutput:
+        """The layers whose outputs the model returns: with `lower_mask` (the segment mask of the pair encoding),
+        the decomposed layers 1..k under it first; then layers k+1..n (all layers when k = 0) over the joint
+        question+passage sequence `(batch, length, hidden_size)` with its key mask `(batch, length)`; and the
+        model output. transformers' `capture_outputs` records the attention weights of exactly these layers
+        (`_can_record_outputs`) when `layer_kwargs["output_attentions"]` is set (`return_dict=True`, given by every
+        caller, keeps the output a dataclass whatever `config.return_dict` says)."""
+        k = self.config.num_decomposed_layers
+        if lower_mask is not None:
+            hidden_states = self._run_layers(hidden_states, lower_mask, 0, k, all_hidden_states, **layer_kwargs)
         mask = self._bidirectional_mask(hidden_states, attention_mask)
-        hidden_states = self._run_layers(hidden_states, mask, self.config.num_decomposed_layers,
-                                         self.config.num_hidden_layers, all_hidden_states, **layer_kwargs)
+        hidden_states = self._run_layers(hidden_states, mask, k, self.config.num_hidden_layers, all_hidden_states,
+                                         **layer_kwargs)
         return DeformerBertModelOutput(
             last_hidden_state=hidden_states,
             attention_mask=attention_mask,
@@ -777,6 +816,8 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
                 The teacher's `hidden_states` (embeddings + n layers, each `(batch_size, sequence_length, hidden)`),
                 for L_lrs; the teacher must have the same depth and hidden size.
             output_hidden_states (`bool`, *optional*): return every layer's states.
+            output_attentions (`bool`, *optional*, keyword): return every layer's attention weights (with
+                `attn_implementation="eager"`), see [`DeformerBertModelOutput`].
             return_dict (`bool`, *optional*, keyword): return a tuple when False (`@can_return_tuple`, as
                 `BertForQuestionAnswering`).
 
@@ -840,7 +881,8 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
 
         hidden_states = outputs.hidden_states if output_hidden_states else None
         return QuestionAnsweringModelOutput(
-            loss=total_loss, start_logits=start_logits, end_logits=end_logits, hidden_states=hidden_states
+            loss=total_loss, start_logits=start_logits, end_logits=end_logits, hidden_states=hidden_states,
+            attentions=outputs.attentions,
         )
 
     def distillation_loss(

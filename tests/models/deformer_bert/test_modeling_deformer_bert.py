@@ -607,23 +607,94 @@ def test_the_hint_for_an_unexpected_keyword_names_an_argument_a_user_writes():
         assert str(error.value) == f"{prefix} '{name}'{hint}"
 
 
-def test_output_attentions_is_said_to_be_ignored(monkeypatch):
-    # BERT returns the attention weights it is asked for; a DeFormer returned `attentions=None` without a word
-    from hf_readonce.models.deformer_bert import modeling_deformer_bert
+def eager(model):
+    model.set_attn_implementation("eager")
+    return model
 
-    said = []
-    monkeypatch.setattr(modeling_deformer_bert.logger, "warning_once", lambda message, *a, **k: said.append(message))
-    model = tiny_deformer()
-    ids = torch.tensor([[2, 5, 6, 3, 7, 8, 9, 3]])
-    types = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 1]])
+
+def test_output_attentions_at_k0_are_bert_s():
+    """`output_attentions=True` returned no weights (a warning and `attentions=None`); with k = 0 they are
+    `BertForQuestionAnswering`'s, layer by layer, and nothing else of the output changes."""
+    torch.manual_seed(0)
+    bert = eager(BertForQuestionAnswering(BertConfig(**TINY)).eval())
+    deformer = eager(tiny_deformer(k=0))
+    deformer.load_state_dict(bert.state_dict())
+    (ids, types, mask), _, _ = make_pairs([5, 7, 4], [9, 6, 11])
     with torch.no_grad():
-        plain = model(ids, token_type_ids=types).start_logits
-        assert not said
-        out = model(ids, token_type_ids=types, output_attentions=True)
-    assert out.attentions is None and torch.equal(out.start_logits, plain)
-    assert len(said) == 1 and "returns no attention weights" in said[0]
-    model.set_attn_implementation("eager")  # (transformers refuses `config.output_attentions` under sdpa)
+        expected = bert(ids, attention_mask=mask, token_type_ids=types, output_attentions=True)
+        got = deformer(ids, attention_mask=mask, token_type_ids=types, output_attentions=True)
+        plain = deformer(ids, attention_mask=mask, token_type_ids=types)
+    assert plain.attentions is None
+    assert len(got.attentions) == len(expected.attentions) == TINY["num_hidden_layers"]
+    for ours, theirs in zip(got.attentions, expected.attentions):
+        assert ours.shape == (3, TINY["num_attention_heads"], ids.shape[1], ids.shape[1])
+        torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0)
+    assert torch.equal(got.start_logits, plain.start_logits) and torch.equal(got.end_logits, plain.end_logits)
+
+
+def test_decomposed_layers_attend_within_each_segment_as_bert_reads_it_alone():
+    """Lower layers 1..k (§3, eq. 5): one full-sequence matrix, block diagonal; its question block is BERT's
+    attention over the question alone, its passage block BERT's over the passage alone (token type 1, positions
+    from `passage_position_offset`). Upper layers attend jointly (rows sum to 1 over the whole pair)."""
+    from transformers import BertModel
+
+    k = 2
+    deformer = eager(tiny_deformer(k=k))
+    bert = eager(BertModel(BertConfig(**TINY), add_pooling_layer=False).eval())
+    bert.load_state_dict(deformer.bert.state_dict())
+    (ids, types, mask), (q_ids, _), (p_ids, _) = make_pairs([5, 5], [7, 7])
+    offset = deformer.config.passage_position_offset
+    with torch.no_grad():
+        attentions = deformer(ids, mask, types, output_attentions=True).attentions
+        alone_q = bert(q_ids, output_attentions=True).attentions
+        alone_p = bert(p_ids, token_type_ids=torch.ones_like(p_ids), output_attentions=True,
+                       position_ids=torch.arange(7)[None] + offset).attentions
+    assert len(attentions) == TINY["num_hidden_layers"]
+    question = slice(0, 5)
+    passage = slice(5, 12)
+    for layer in range(k):
+        weights = attentions[layer]
+        assert weights.shape == (2, TINY["num_attention_heads"], 12, 12)
+        assert torch.all(weights[..., question, passage] == 0) and torch.all(weights[..., passage, question] == 0)
+        torch.testing.assert_close(weights[..., question, question], alone_q[layer], atol=1e-6, rtol=0)
+        torch.testing.assert_close(weights[..., passage, passage], alone_p[layer], atol=1e-6, rtol=0)
+    for weights in attentions[k:]:
+        assert torch.all(weights[..., question, passage] > 0) and torch.all(weights[..., passage, question] > 0)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(2, TINY["num_attention_heads"], 12))
+
+
+def test_attentions_with_passage_states_are_the_joint_layers():
+    """With cached passages, the n - k joint layers, equal to the pair encoding's (same layout here: no padding);
+    `return_dict=False` keeps them in the tuple; the logits do not depend on the switch."""
+    k = 3
+    model = eager(tiny_deformer(k=k))
+    (ids, types, mask), (q_ids, q_mask), (p_ids, p_mask) = make_pairs([5, 5], [7, 7])
+    with torch.no_grad():
+        full = model(ids, mask, types, output_attentions=True).attentions
+        cache = model.encode_passages(p_ids, attention_mask=p_mask)
+        cached = model(q_ids, q_mask, passage_states=cache, output_attentions=True)
+        plain = model(q_ids, q_mask, passage_states=cache)
+        as_tuple = model(q_ids, q_mask, passage_states=cache, output_attentions=True, return_dict=False)
+    assert len(cached.attentions) == TINY["num_hidden_layers"] - k
+    for ours, pair in zip(cached.attentions, full[k:]):
+        torch.testing.assert_close(ours, pair, atol=1e-5, rtol=0)
+    assert torch.equal(cached.start_logits, plain.start_logits)
+    assert len(as_tuple) == 3 and all(torch.equal(a, b) for a, b in zip(as_tuple[2], cached.attentions))
+
+
+def test_attentions_follow_the_config_and_sdpa_warns_as_for_bert(monkeypatch):
+    model = eager(tiny_deformer(k=2))
+    (ids, types, mask), _, _ = make_pairs([5], [7])
     model.config.output_attentions = True
     with torch.no_grad():
-        model(ids, token_type_ids=types)
-    assert len(said) == 2
+        assert len(model(ids, mask, types).attentions) == TINY["num_hidden_layers"]
+        assert model(ids, mask, types, output_attentions=False).attentions is None
+    model.config.output_attentions = False
+    model.set_attn_implementation("sdpa")  # no weights: transformers' warning, an empty tuple, as BertModel's
+    from transformers.integrations import sdpa_attention
+
+    said = []
+    monkeypatch.setattr(sdpa_attention.logger, "warning_once", lambda message, *a, **k: said.append(message))
+    with torch.no_grad():
+        assert model(ids, mask, types, output_attentions=True).attentions == ()
+    assert said and "output_attentions" in said[0]
