@@ -887,22 +887,102 @@ def test_resize_token_embeddings_resizes_the_document_encoder_and_the_checkpoint
         torch.testing.assert_close(again(q, document_input_ids=doc, decoder_input_ids=tokens(1, 3)).logits, expected)
 
 
-def test_output_attentions_and_hidden_states_are_said_to_be_ignored(monkeypatch):
-    # BART returns the attention weights and hidden states it is asked for; ReadOnce BART returned neither without a
-    # word
-    from hf_readonce.models.readonce_bart import modeling_readonce_bart
+def eager(model):
+    model.set_attn_implementation("eager")
+    return model
 
-    said = []
-    monkeypatch.setattr(modeling_readonce_bart.logger, "warning_once", lambda message, *a, **k: said.append(message))
-    model = tiny()
-    inputs = dict(input_ids=tokens(1, 6), document_input_ids=tokens(1, 16), decoder_input_ids=tokens(1, 3))
+
+OUTPUT_FIELDS = ("encoder_attentions", "decoder_attentions", "cross_attentions", "encoder_hidden_states",
+                 "decoder_hidden_states")
+
+
+@pytest.mark.parametrize("fusion", ["append", "attention"])
+def test_without_representations_attentions_and_hidden_states_are_bart_s(tmp_path, fusion):
+    """`output_attentions` / `output_hidden_states` were ignored with a warning (`None` everywhere); without
+    representations the model is BART, and so are they, field by field."""
+    torch.manual_seed(0)
+    bart = eager(BartForConditionalGeneration(BartConfig(**TINY)).eval())
+    bart.save_pretrained(tmp_path / "bart")
+    model = eager(ReadOnceBartForConditionalGeneration.from_pretrained(
+        tmp_path / "bart", compression_ratio=4, fusion=fusion, append_layer=2).eval())
+    q, dec = tokens(2, 7), tokens(2, 5, seed=2)
+    mask = torch.ones_like(q)
+    mask[1, -2:] = 0
     with torch.no_grad():
-        plain = model(**inputs).logits
-        model.generate(tokens(1, 6), document_input_ids=tokens(1, 16), max_new_tokens=3)
-        assert not said
-        out = model(**inputs, output_hidden_states=True, output_attentions=True)
-    assert torch.equal(out.logits, plain) and out.decoder_hidden_states is None
-    assert len(said) == 1 and "output_attentions and output_hidden_states ignored" in said[0]
+        expected = bart(q, attention_mask=mask, decoder_input_ids=dec, output_attentions=True, output_hidden_states=True)
+        got = model(q, attention_mask=mask, decoder_input_ids=dec, output_attentions=True, output_hidden_states=True)
+        plain = model(q, attention_mask=mask, decoder_input_ids=dec)
+    for name in OUTPUT_FIELDS:
+        ours, theirs = getattr(got, name), getattr(expected, name)
+        assert len(ours) == len(theirs) > 0 and getattr(plain, name) is None, name
+        for a, b in zip(ours, theirs):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    assert [tuple(a.shape) for a in got.encoder_attentions] == [(2, 4, 7, 7)] * 4
+    assert torch.equal(got.logits, plain.logits)
+
+
+def test_appended_representations_enter_the_attentions_after_layer_L():
+    """`fusion="append"` (Fig. 3): layers 1..L attend over the text alone (as BART would), layers L+1..N over
+    `[text; R]`; the decoder cross-attends to both; the logits do not depend on the switch."""
+    model = eager(tiny(append_layer=2))
+    q, doc, dec = tokens(2, 6), tokens(2, 20, seed=5), tokens(2, 3, seed=2)
+    with torch.no_grad():
+        reps = model.encode_documents(doc)
+        plain = model(q, document_representations=reps, decoder_input_ids=dec)
+        out = model(q, document_representations=reps, decoder_input_ids=dec, output_attentions=True,
+                    output_hidden_states=True, return_dict=True)
+        alone = model(q, decoder_input_ids=dec, output_attentions=True)
+    m = reps.representations.shape[1]
+    assert [tuple(a.shape) for a in out.encoder_attentions] == [(2, 4, 6, 6)] * 2 + [(2, 4, 6 + m, 6 + m)] * 2
+    assert [tuple(h.shape) for h in out.encoder_hidden_states] == [(2, 6, 32)] * 3 + [(2, 6 + m, 32)] * 2
+    for layer in range(2):
+        torch.testing.assert_close(out.encoder_attentions[layer], alone.encoder_attentions[layer], atol=1e-6, rtol=0)
+    assert [tuple(a.shape) for a in out.cross_attentions] == [(2, 4, 3, 6 + m)] * 2
+    assert [tuple(a.shape) for a in out.decoder_attentions] == [(2, 4, 3, 3)] * 2
+    assert torch.all(out.encoder_attentions[2][..., :6, 6:] > 0)  # the text attends to R
+    assert torch.equal(out.logits, plain.logits)
+
+
+def test_fused_layers_return_the_weights_of_their_self_attention():
+    """`fusion="attention"` (App. A.1, eq. 4): every layer keeps the text's length; a fused layer's weights are
+    those of `Attn` (over the text), one tensor per layer: not `Attn'`'s over R. generate() returns them too."""
+    model = eager(tiny(fusion="attention", append_layer=2))
+    q, doc, dec = tokens(2, 6), tokens(2, 20, seed=5), tokens(2, 3, seed=2)
+    with torch.no_grad():
+        reps = model.encode_documents(doc)
+        out = model(q, document_representations=reps, decoder_input_ids=dec, output_attentions=True)
+        plain = model(q, document_representations=reps, decoder_input_ids=dec)
+        generated = model.generate(q, document_representations=reps, max_new_tokens=3, do_sample=False,
+                                   output_attentions=True, return_dict_in_generate=True)
+    assert [tuple(a.shape) for a in out.encoder_attentions] == [(2, 4, 6, 6)] * 4
+    assert [tuple(a.shape) for a in out.decoder_attentions] == [(2, 4, 3, 3)] * 2
+    assert [tuple(a.shape) for a in out.cross_attentions] == [(2, 4, 3, 6)] * 2
+    for weights in out.encoder_attentions + out.decoder_attentions:
+        torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
+    assert torch.all(out.decoder_attentions[0].triu(1) == 0)  # causal
+    assert torch.equal(out.logits, plain.logits)
+    steps = generated.sequences.shape[1] - 1
+    assert len(generated.encoder_attentions) == 4 and len(generated.decoder_attentions) == steps >= 1
+    assert [tuple(a.shape) for a in generated.cross_attentions[-1]] == [(2, 4, 1, 6)] * 2
+
+
+def test_the_config_switches_attentions_on_and_sdpa_warns_as_for_bart(monkeypatch):
+    from transformers.integrations import sdpa_attention
+
+    model = eager(tiny())
+    inputs = dict(input_ids=tokens(1, 6), document_input_ids=tokens(1, 16), decoder_input_ids=tokens(1, 3))
+    model.config.output_attentions = True
+    with torch.no_grad():
+        out = model(**inputs)
+    assert len(out.encoder_attentions) == 4 and len(out.decoder_attentions) == len(out.cross_attentions) == 2
+    model.config.output_attentions = False
+    model.set_attn_implementation("sdpa")
+    said = []
+    monkeypatch.setattr(sdpa_attention.logger, "warning_once", lambda message, *a, **k: said.append(message))
+    with torch.no_grad():
+        out = model(**inputs, output_attentions=True)
+    assert out.encoder_attentions == out.decoder_attentions == ()
+    assert said and "output_attentions" in said[0]
 
 
 @pytest.mark.parametrize("fusion", ["append", "attention"])

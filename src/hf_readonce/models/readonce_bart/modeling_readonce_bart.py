@@ -44,6 +44,7 @@ from transformers.models.bart.modeling_bart import (
 )
 from transformers.processing_utils import Unpack
 from transformers.utils import ModelOutput, TransformersKwargs, can_return_tuple, logging
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_readonce_bart import ReadOnceBartConfig
 
@@ -293,6 +294,18 @@ class ReadOnceEncoderOutput(BaseModelOutput):
             with `fusion="attention"` only: the representations R, which every decoder layer also attends to
             (App. A.1). They travel here so that `generate()` expands them with the encoder output for beam search.
         document_attention_mask (`torch.LongTensor` of shape `(batch_size, num_representations)`): their mask.
+        hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned when `output_hidden_states=True`): the
+            embeddings and the output of each encoder layer, as BART's encoder returns them; with
+            `fusion="append"` the outputs of layers `L+1..N` are `(batch_size, text_length + num_representations,
+            d_model)` (R appended after layer L, Fig. 3), the others `(batch_size, text_length, d_model)`.
+        attentions (`tuple(torch.FloatTensor)`, *optional*, returned when `output_attentions=True` with
+            `attn_implementation="eager"`): each encoder layer's self-attention weights `(batch_size, num_heads,
+            length, length)`, as BART's encoder returns them: `length` is `text_length` for layers `1..L` and
+            `text_length + num_representations` for layers `L+1..N` with `fusion="append"` (text and
+            representations attend to each other there), `text_length` in every layer with `fusion="attention"`,
+            where a fused layer's weights are those of its self-attention `Attn` over the text (eq. 4; the weights of
+            `Attn'` over R are not returned). Other attention implementations compute no weights (an empty tuple,
+            after transformers' warning for SDPA, as for BART).
     """
 
     attention_mask: torch.LongTensor | None = None
@@ -488,6 +501,15 @@ class ReadOnceBartDecoder(BartDecoder):
     r"""BART's decoder with [`ReadOnceBartDecoderLayer`]s (`fusion="attention"` only, App. A.1: every decoder
     layer's self-attention averaged with an attention over the representations, eq. 4). `forward` takes BART's
     arguments plus `document_representations` / `document_attention_mask`, which reach every layer."""
+
+    # BART's recorders, with the self-attention matched by its path (the module name ends in `self_attn`), not by
+    # class: the `representation_attn` (Attn') inside a fused self-attention is a `BartAttention` under `self_attn`
+    # too, and its weights over R are not the layer's self-attention weights.
+    _can_record_outputs = {
+        "hidden_states": BartDecoderLayer,
+        "attentions": OutputRecorder(None, index=1, class_name="self_attn"),
+        "cross_attentions": OutputRecorder(BartAttention, index=1, layer_name="encoder_attn"),
+    }
 
     def __init__(self, config: ReadOnceBartConfig):
         super().__init__(config)
@@ -692,6 +714,13 @@ class ReadOnceBartEncoder(BartEncoder):
     [`ReadOnceBartFusedAttention`] over the text and the representations instead, and the output keeps the text's
     length. Without representations it is exactly BART's encoder."""
 
+    # `output_hidden_states` / `output_attentions`: recorded by transformers' output hooks (`capture_outputs`), as in
+    # BART's encoder; the self-attention is matched by its path, not by class (see [`ReadOnceBartDecoder`]).
+    _can_record_outputs = {
+        "hidden_states": BartEncoderLayer,
+        "attentions": OutputRecorder(None, index=1, class_name="self_attn"),
+    }
+
     def __init__(self, config: ReadOnceBartConfig):
         super().__init__(config)
         if config.fusion == "attention":
@@ -699,6 +728,8 @@ class ReadOnceBartEncoder(BartEncoder):
                 self.layers[index] = ReadOnceBartEncoderLayer(config, layer_idx=index)
             self.post_init()
 
+    # `hidden_states` are the layers' outputs, not replaced by `last_hidden_state` (which holds R too at L = N)
+    @capture_outputs(tie_last_hidden_states=False)
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -722,6 +753,11 @@ class ReadOnceBartEncoder(BartEncoder):
             document_attention_mask (`torch.Tensor` of shape `(batch_size, m)`, *optional*): defaults to the mask
                 inside [`ReadOnceDocumentEncoderOutput`], or all ones.
 
+            output_hidden_states, output_attentions (`bool`, *optional*, keyword): also return every layer's states /
+                self-attention weights (`attn_implementation="eager"`), see [`ReadOnceEncoderOutput`]; default: the
+                config's.
+            return_dict (`bool`, *optional*, keyword): return a tuple when False (as BART's encoder).
+
         Returns:
             [`ReadOnceEncoderOutput`] (`last_hidden_state` `(batch_size, text_length + m, d_model)` and the combined
             `attention_mask`).
@@ -736,8 +772,9 @@ class ReadOnceBartEncoder(BartEncoder):
                 the `labels` of `Seq2SeqTrainer`'s `predict_with_generate`).
         """
         _check_keyword_arguments(self, kwargs, passed_to=(ReadOnceBartForConditionalGeneration.forward,))
-        for key in ("output_attentions", "output_hidden_states", "return_dict"):
-            kwargs.pop(key, None)
+        # what the layers record is `capture_outputs`'s (hooks); `output_attentions` goes on to the attention
+        # functions, as in BART, so that one without weights says so (transformers' SDPA warning)
+        kwargs.pop("output_hidden_states", None)
         _check_tensor_arguments({"input_ids": input_ids}, {"attention_mask": attention_mask,
                                                            "inputs_embeds": inputs_embeds,
                                                            "document_attention_mask": document_attention_mask})
@@ -886,6 +923,8 @@ class ReadOnceBartModel(ReadOnceBartPreTrainedModel, BartModel):
             decoder_inputs_embeds (`(batch_size, target_length, d_model)`, *optional*), use_cache: as in BART.
             inputs_embeds (`torch.FloatTensor` of shape `(batch_size, text_length, d_model)`, *optional*): instead of
                 `input_ids`, as in BART; last in the signature, so that positional calls keep their meaning.
+            output_attentions, output_hidden_states (`bool`, *optional*, keyword): reach the encoder and the decoder,
+                as in BART (attention weights need `attn_implementation="eager"`).
 
             return_dict (`bool`, *optional*, keyword): return a tuple when False (`@can_return_tuple`, as
                 `BartModel`).
@@ -917,9 +956,10 @@ class ReadOnceBartModel(ReadOnceBartPreTrainedModel, BartModel):
             decoder_input_ids = shift_tokens_right(input_ids, self.config.pad_token_id,
                                                    self.config.decoder_start_token_id)
         if encoder_outputs is None:
+            asked = {key: kwargs[key] for key in ("output_attentions", "output_hidden_states") if key in kwargs}
             encoder_outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
                                            document_representations=document_representations,
-                                           document_attention_mask=document_attention_mask)
+                                           document_attention_mask=document_attention_mask, return_dict=True, **asked)
         cross_mask = getattr(encoder_outputs, "attention_mask", None)
         if cross_mask is None:
             cross_mask = attention_mask
@@ -1178,6 +1218,13 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
                 ignored); decoder inputs are the labels shifted right, as in BART.
             past_key_values (`EncoderDecoderCache`, *optional*), cache: the decoder's KV cache, as in BART; `cache`
                 is its name from transformers 5.24 on (what `generate` passes there). Either name, not both.
+            output_attentions, output_hidden_states (`bool`, *optional*, keyword): as in BART (default: the config's):
+                `encoder_attentions` / `encoder_hidden_states` as [`ReadOnceEncoderOutput`] describes them (R appended
+                after layer L with `fusion="append"`), and the decoder's `decoder_attentions`, `cross_attentions`
+                (over the text and, with `fusion="append"`, the representations) and `decoder_hidden_states`.
+                Attention weights need `attn_implementation="eager"`; with `fusion="attention"` they are those of each
+                fused self-attention's `Attn` (eq. 4), not of `Attn'` over R. The document encoder's own layers (with
+                `document_input_ids`) are not returned.
 
             return_dict (`bool`, *optional*, keyword): return a tuple when False (`@can_return_tuple`, as
                 `BartForConditionalGeneration`).
@@ -1203,11 +1250,6 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         _check_representations_type(document_representations)
         _check_text_inputs(labels, None, "labels")
         past_key_values = _either_cache(past_key_values, cache)
-        asked = [key for key in ("output_attentions", "output_hidden_states")
-                 if kwargs.pop(key, getattr(self.config, key, False))]
-        if asked:  # not returned: the fused layers do not record them
-            logger.warning_once(f"ReadOnce BART returns no attention weights or hidden states: {' and '.join(asked)} "
-                                "ignored (the output holds the loss, logits, cache and encoder states only).")
         if document_input_ids is not None:
             document_representations = self._encode_document_tokens(
                 document_input_ids, document_input_attention_mask, document_representations, document_attention_mask)
@@ -1231,6 +1273,9 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
                                                labels.to(logits.device).reshape(-1), ignore_index=-100)
         return Seq2SeqLMOutput(
             loss=loss, logits=logits, encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            decoder_hidden_states=outputs.decoder_hidden_states, decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions, encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
             **{CACHE_NAME: getattr(outputs, CACHE_NAME)},
         )
 
