@@ -151,6 +151,71 @@ def test_first_read_equals_bert_and_zero_memory_is_layernorm(tmp_path):
         torch.testing.assert_close(got.start_logits[i, :n], logits[i, :n, 0], atol=1e-5, rtol=0)
 
 
+
+def test_output_attentions_return_bert1_s_attentions_then_bert2_s(tmp_path):
+    """`output_attentions=True` returned MemoryAttention's α only (`memory_attentions`); BERT's self-attention
+    weights are now `attentions` too, as `BertModel` returns them (eager): BERT₁'s layers, which are `BertModel`'s
+    on the segments, then BERT₂'s. A stored first read gives BERT₂'s alone, the same; the logits do not change."""
+    torch.manual_seed(0)
+    bert = BertModel(BertConfig(**TINY), add_pooling_layer=False).eval()
+    bert.set_attn_implementation("eager")
+    bert.save_pretrained(tmp_path)
+    model = ReadTwiceBertForQuestionAnswering.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    ids = segments(3)
+    mask = torch.ones_like(ids)
+    mask[1, 9:] = 0
+    doc_ids = torch.tensor([0, 0, 1])
+    with torch.no_grad():
+        out = model(ids, attention_mask=mask, document_ids=doc_ids, output_attentions=True)
+        plain = model(ids, attention_mask=mask, document_ids=doc_ids)
+        expected = bert(ids, attention_mask=mask, output_attentions=True).attentions
+        stored = model(document_states=model.encode_documents(ids, attention_mask=mask, document_ids=doc_ids),
+                       output_attentions=True)
+    first, second = TINY["num_hidden_layers"], model.config.num_second_read_layers
+    assert plain.attentions is None and plain.memory_attentions is None
+    assert len(out.attentions) == first + second and out.memory_attentions.shape[:2] == (3, 12)
+    for ours, theirs in zip(out.attentions[:first], expected):
+        torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0)
+    assert len(stored.attentions) == second
+    for ours, again in zip(out.attentions[first:], stored.attentions):
+        assert ours.shape == (3, TINY["num_attention_heads"], 12, 12)
+        torch.testing.assert_close(ours, again, atol=1e-6, rtol=0)
+        assert torch.all(ours[1, :, :, 9:] == 0)  # padding keys
+        torch.testing.assert_close(ours.sum(-1), torch.ones(3, TINY["num_attention_heads"], 12))
+    assert torch.equal(out.start_logits, plain.start_logits)
+
+
+def test_read_once_attentions_are_bert2_s_over_question_and_segment(tmp_path):
+    """Read-once setup: BERT₁ read the questions and the segments apart, so only BERT₂'s layers are returned, over
+    the (question, segment) rows; the masked-LM head returns them too; under SDPA they are an empty tuple after
+    transformers' warning, and α is still returned."""
+    from transformers.integrations import sdpa_attention
+
+    model = tiny_qa(question_in_first_read=False)
+    model.set_attn_implementation("eager")
+    ids, questions, q_docs = segments(5), segments(3, length=6, seed=4), torch.tensor([0, 1, 1])
+    with torch.no_grad():
+        out = model(ids, document_ids=DOCS, question_input_ids=questions, question_document_ids=q_docs,
+                    output_attentions=True)
+        stored = model(document_states=model.encode_documents(ids, document_ids=DOCS), question_input_ids=questions,
+                       question_document_ids=q_docs, output_attentions=True, return_dict=True)
+    assert [tuple(a.shape) for a in out.attentions] == [(7, TINY["num_attention_heads"], 18, 18)] * 2
+    for ours, again in zip(out.attentions, stored.attentions):
+        torch.testing.assert_close(ours, again, atol=1e-6, rtol=0)
+    torch.manual_seed(0)
+    mlm = ReadTwiceBertForMaskedLM(tiny_config()).eval()
+    mlm.set_attn_implementation("eager")
+    with torch.no_grad():
+        assert len(mlm(ids, document_ids=DOCS, output_attentions=True).attentions) == TINY["num_hidden_layers"] + 2
+    model.set_attn_implementation("sdpa")
+    said = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sdpa_attention.logger, "warning_once", lambda message, *a, **k: said.append(message))
+        with torch.no_grad():
+            out = model(ids, document_ids=DOCS, question_input_ids=questions, question_document_ids=q_docs,
+                        output_attentions=True)
+    assert out.attentions == () and out.memory_attentions is not None and said
+
 @pytest.mark.parametrize("memory_type", ["cls", "sts", "entity"])
 def test_memories_cross_segments_but_not_documents_or_ss(memory_type):
     ids = segments(5)

@@ -41,10 +41,12 @@ from transformers.models.bert.modeling_bert import (
     BertLayer,
     BertOnlyMLMHead,
     BertPreTrainedModel,
+    BertSelfAttention,
 )
 from transformers.processing_utils import Unpack
 from transformers.utils import ModelOutput, TransformersKwargs, logging
 from transformers.utils.generic import can_return_tuple
+from transformers.utils.output_capturing import capture_outputs
 
 from .configuration_readtwice_bert import ReadTwiceBertConfig
 
@@ -289,6 +291,12 @@ class ReadTwiceBertModelOutput(ModelOutput):
             segments and the first read ran in this call), then H³, then every BERT₂ layer.
         memory_attentions (`torch.FloatTensor` of shape `(num_rows, row_length, 1 + num_memories)`, *optional*):
             α of eq. 1 (column 0 is the no-op memory M₀), returned when `output_attentions=True`.
+        attentions (`tuple(torch.FloatTensor)`, *optional*, returned when `output_attentions=True` with
+            `attn_implementation="eager"`): the self-attention weights of BERT's layers, each `(num_rows,
+            num_attention_heads, row_length, row_length)`, as `BertModel` returns them: every BERT₁ layer (only when
+            rows are segments and the first read ran in this call, as for `hidden_states`), then every BERT₂ layer.
+            Other attention implementations compute no weights (an empty tuple, after transformers' warning for
+            SDPA, as for BERT); `memory_attentions` are returned with any implementation.
     """
 
     last_hidden_state: torch.FloatTensor | None = None
@@ -305,6 +313,7 @@ class ReadTwiceBertModelOutput(ModelOutput):
     memory_mention_index: torch.LongTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
     memory_attentions: torch.FloatTensor | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 @dataclass
@@ -324,6 +333,8 @@ class ReadTwiceQuestionAnsweringModelOutput(ModelOutput):
         attention_mask (`torch.LongTensor` of shape `(num_rows, row_length)`).
         group_ids, segment_index, question_index, question_length: see [`ReadTwiceBertModelOutput`].
         hidden_states (`tuple(torch.FloatTensor)`, *optional*): see [`ReadTwiceBertModelOutput`].
+        attentions (`tuple(torch.FloatTensor)`, *optional*), memory_attentions (`torch.FloatTensor`, *optional*):
+            returned when `output_attentions=True`, see [`ReadTwiceBertModelOutput`].
     """
 
     loss: torch.FloatTensor | None = None
@@ -335,6 +346,8 @@ class ReadTwiceQuestionAnsweringModelOutput(ModelOutput):
     question_index: torch.LongTensor | None = None
     question_length: int | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
+    memory_attentions: torch.FloatTensor | None = None
 
 
 @dataclass
@@ -348,10 +361,13 @@ class ReadTwiceMaskedLMOutput(MaskedLMOutput):
             output (§2.2).
         mlm_loss (`torch.FloatTensor` of shape `()`, *optional*): cross-entropy over positions with `labels != -100`.
         coref_loss (`torch.FloatTensor` of shape `()`, *optional*): App. B logistic loss (only with `entity_ids`).
+        hidden_states, attentions, memory_attentions: returned when `output_hidden_states=True` /
+            `output_attentions=True`, see [`ReadTwiceBertModelOutput`].
     """
 
     mlm_loss: torch.FloatTensor | None = None
     coref_loss: torch.FloatTensor | None = None
+    memory_attentions: torch.FloatTensor | None = None
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -660,6 +676,10 @@ class ReadTwiceBertPreTrainedModel(BertPreTrainedModel):
     supports_gradient_checkpointing = True
     _supports_flash_attn = False
     _supports_flex_attn = False
+    # `output_attentions=True`: the weights of BERT₁'s and BERT₂'s self-attention, recorded by transformers' output
+    # hooks (`capture_outputs`) over the layers the output covers ([`ReadTwiceBertModel._read`]); hidden states are
+    # the model's own (H³ sits between the two reads), not recorded by hooks.
+    _can_record_outputs = {"attentions": BertSelfAttention}
 
     # Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert.DeformerBertPreTrainedModel.save_pretrained
     def save_pretrained(self, save_directory, *args, **kwargs):
@@ -951,7 +971,9 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
             document_states ([`ReadTwiceDocumentOutput`], *optional*): a stored first read (skips BERT₁ on the
                 segments).
             output_hidden_states (`bool`, *optional*), output_attentions (`bool`, *optional*): return the hidden
-                states / MemoryAttention weights α.
+                states / the attention weights: MemoryAttention's α (`memory_attentions`) and, with
+                `attn_implementation="eager"`, BERT's self-attention weights (`attentions`), see
+                [`ReadTwiceBertModelOutput`]. Default: the config's.
 
         Returns:
             [`ReadTwiceBertModelOutput`].
@@ -982,69 +1004,92 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
                 "`question_input_ids` are for the read-once setup (question_in_first_read=False); with "
                 "question_in_first_read=True put the question in every segment."
             )
-        all_hidden = [] if output_hidden_states and document_states is None and question_input_ids is None else None
-        if document_states is None:
-            input_ids, attention_mask, token_type_ids, document_ids, segment_positions = self._check_segments(
-                input_ids, attention_mask, token_type_ids, document_ids, segment_positions
-            )
-            hidden = self._bert1(input_ids, attention_mask, token_type_ids, all_hidden, **kwargs)
-            document_states = self._gather(hidden, attention_mask, document_ids, segment_positions, entity_spans)
-        else:
-            self.check_document_states(document_states)
-        doc = document_states
-        num_segments = doc.first_read_hidden_state.shape[0]
+        segments = (input_ids, attention_mask, token_type_ids, document_ids, segment_positions, entity_spans)
+        read = dict(output_hidden_states=output_hidden_states, output_attentions=output_attentions, return_dict=True)
+        if question_input_ids is None:  # a row is a segment: BERT₁'s layers are part of the output if they run here
+            return self._read(segments, document_states, **read, **kwargs)
+        # read-once setup: a row is a (question, segment) pair; BERT₁ read the question and the segment apart, so its
+        # layers are not part of the output (as for the hidden states)
+        doc = self._first_read(segments, document_states, None, **kwargs)
         device = doc.first_read_hidden_state.device
-
-        question_index = None
-        question_length = 0
-        if question_input_ids is None:
-            rows = doc.first_read_hidden_state
-            row_mask = doc.attention_mask
-            segment_index = torch.arange(num_segments, device=device)
-            group_ids = doc.document_ids
-            query_mask = doc.entity_token_mask
-        else:
-            if not torch.is_tensor(question_input_ids) or question_input_ids.dim() != 2:
-                raise ValueError("`question_input_ids` must be a (num_questions, question_length) tensor.")
-            _check_integer_tensors(question_input_ids=question_input_ids, question_document_ids=question_document_ids)
-            if question_attention_mask is None:
-                question_attention_mask = torch.ones_like(question_input_ids)
-            if question_token_type_ids is None:
-                question_token_type_ids = torch.zeros_like(question_input_ids)
-            for name, tensor in (("question_attention_mask", question_attention_mask),
-                                 ("question_token_type_ids", question_token_type_ids)):
-                if tuple(tensor.shape) != tuple(question_input_ids.shape):
-                    raise ValueError(f"`{name}` has shape {tuple(tensor.shape)}, expected that of "
-                                     f"`question_input_ids` {tuple(question_input_ids.shape)}.")
-            if question_document_ids is None:
-                if bool((doc.document_ids != doc.document_ids[0]).any()):
-                    raise ValueError("`question_document_ids` is required when the segments span several documents.")
-                question_document_ids = doc.document_ids[:1].expand(question_input_ids.shape[0])
-            if tuple(question_document_ids.shape) != (question_input_ids.shape[0],):
-                raise ValueError("`question_document_ids` must have shape (num_questions,).")
-            if question_input_ids.shape[1] > config.max_position_embeddings:
-                raise ValueError(f"`question_input_ids` holds {question_input_ids.shape[1]} tokens per question, more "
-                                 f"than the model's max_position_embeddings {config.max_position_embeddings}: "
-                                 "truncate the questions (e.g. `max_question_length`).")
-            questions = self._bert1(question_input_ids, question_attention_mask, question_token_type_ids, **kwargs)
-            match = question_document_ids.to(device)[:, None] == doc.document_ids[None, :]
-            orphan = ~match.any(dim=1)
-            if bool(orphan.any()):
-                raise ValueError(f"Question(s) {orphan.nonzero().flatten().tolist()} have no segment of their document.")
-            question_index, segment_index = match.nonzero(as_tuple=True)
-            question_length = question_input_ids.shape[1]
-            rows = torch.cat([questions[question_index], doc.first_read_hidden_state[segment_index]], dim=1)
-            row_mask = torch.cat(
-                [question_attention_mask[question_index], doc.attention_mask[segment_index].to(question_attention_mask)],
-                dim=1,
+        if not torch.is_tensor(question_input_ids) or question_input_ids.dim() != 2:
+            raise ValueError("`question_input_ids` must be a (num_questions, question_length) tensor.")
+        _check_integer_tensors(question_input_ids=question_input_ids, question_document_ids=question_document_ids)
+        if question_attention_mask is None:
+            question_attention_mask = torch.ones_like(question_input_ids)
+        if question_token_type_ids is None:
+            question_token_type_ids = torch.zeros_like(question_input_ids)
+        for name, tensor in (("question_attention_mask", question_attention_mask),
+                             ("question_token_type_ids", question_token_type_ids)):
+            if tuple(tensor.shape) != tuple(question_input_ids.shape):
+                raise ValueError(f"`{name}` has shape {tuple(tensor.shape)}, expected that of "
+                                 f"`question_input_ids` {tuple(question_input_ids.shape)}.")
+        if question_document_ids is None:
+            if bool((doc.document_ids != doc.document_ids[0]).any()):
+                raise ValueError("`question_document_ids` is required when the segments span several documents.")
+            question_document_ids = doc.document_ids[:1].expand(question_input_ids.shape[0])
+        if tuple(question_document_ids.shape) != (question_input_ids.shape[0],):
+            raise ValueError("`question_document_ids` must have shape (num_questions,).")
+        if question_input_ids.shape[1] > config.max_position_embeddings:
+            raise ValueError(f"`question_input_ids` holds {question_input_ids.shape[1]} tokens per question, more "
+                             f"than the model's max_position_embeddings {config.max_position_embeddings}: "
+                             "truncate the questions (e.g. `max_question_length`).")
+        questions = self._bert1(question_input_ids, question_attention_mask, question_token_type_ids, **kwargs)
+        match = question_document_ids.to(device)[:, None] == doc.document_ids[None, :]
+        orphan = ~match.any(dim=1)
+        if bool(orphan.any()):
+            raise ValueError(f"Question(s) {orphan.nonzero().flatten().tolist()} have no segment of their document.")
+        question_index, segment_index = match.nonzero(as_tuple=True)
+        question_length = question_input_ids.shape[1]
+        rows = torch.cat([questions[question_index], doc.first_read_hidden_state[segment_index]], dim=1)
+        row_mask = torch.cat(
+            [question_attention_mask[question_index], doc.attention_mask[segment_index].to(question_attention_mask)],
+            dim=1,
+        )
+        query_mask = None
+        if doc.entity_token_mask is not None:
+            query_mask = torch.cat(
+                [torch.zeros_like(row_mask[:, :question_length], dtype=torch.bool),
+                 doc.entity_token_mask[segment_index]], dim=1
             )
-            group_ids = question_index
-            query_mask = None
-            if doc.entity_token_mask is not None:
-                query_mask = torch.cat(
-                    [torch.zeros_like(row_mask[:, :question_length], dtype=torch.bool),
-                     doc.entity_token_mask[segment_index]], dim=1
-                )
+        pairs = (rows, row_mask, segment_index, question_index, query_mask, question_index, question_length)
+        return self._read(None, doc, pairs, **read, **kwargs)
+
+    def _first_read(self, segments, document_states, all_hidden, **kwargs) -> ReadTwiceDocumentOutput:
+        """`document_states` checked, or, without them, the first read of `segments` (`(input_ids, attention_mask,
+        token_type_ids, document_ids, segment_positions, entity_spans)`, checked: BERT₁ and the memory table, its
+        layers' states appended to `all_hidden` when it is a list)."""
+        if document_states is not None:
+            self.check_document_states(document_states)
+            return document_states
+        input_ids, attention_mask, token_type_ids, document_ids, segment_positions, entity_spans = segments
+        input_ids, attention_mask, token_type_ids, document_ids, segment_positions = self._check_segments(
+            input_ids, attention_mask, token_type_ids, document_ids, segment_positions
+        )
+        hidden = self._bert1(input_ids, attention_mask, token_type_ids, all_hidden, **kwargs)
+        return self._gather(hidden, attention_mask, document_ids, segment_positions, entity_spans)
+
+    @capture_outputs
+    def _read(self, segments, document_states, pairs=None, output_hidden_states=False, output_attentions=False,
+              **kwargs) -> ReadTwiceBertModelOutput:
+        """The part of `forward` whose layers make the output: the first read of `segments` when no
+        `document_states` are given and the rows are segments (`pairs` is `None`), then MemoryAttention over the rows
+        and BERT₂. `pairs`: the rows of the read-once setup, `(rows, row_mask, segment_index, group_ids, query_mask,
+        question_index, question_length)`, built by `forward` from its question states. transformers'
+        `capture_outputs` records the self-attention weights of exactly the BERT layers run here
+        (`_can_record_outputs`) when `output_attentions` is set (`return_dict=True`, given by `forward`, keeps the
+        output a dataclass whatever `config.return_dict` says)."""
+        config = self.config
+        kwargs["output_attentions"] = output_attentions  # to BERT's attention functions, as `BertModel` passes it
+        all_hidden = [] if output_hidden_states and document_states is None and pairs is None else None
+        doc = document_states  # checked by `forward` with `pairs`
+        if pairs is None:
+            doc = self._first_read(segments, document_states, all_hidden, **kwargs)
+            num_segments = doc.first_read_hidden_state.shape[0]
+            segment_index = torch.arange(num_segments, device=doc.first_read_hidden_state.device)
+            pairs = (doc.first_read_hidden_state, doc.attention_mask, segment_index, doc.document_ids,
+                     doc.entity_token_mask, None, 0)
+        rows, row_mask, segment_index, group_ids, query_mask, question_index, question_length = pairs
         row_document_ids = doc.document_ids[segment_index]
         merged, memory_attentions = self.memory_attention(
             rows,
@@ -1082,7 +1127,6 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
             hidden_states=tuple(all_hidden) if output_hidden_states else None,
             memory_attentions=memory_attentions,
         )
-
 
 def readtwice_span_loss(
     start_logits: torch.Tensor,
@@ -1265,6 +1309,8 @@ class ReadTwiceBertForQuestionAnswering(ReadTwiceBertPreTrainedModel):
             question_index=outputs.question_index,
             question_length=outputs.question_length,
             hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+            memory_attentions=outputs.memory_attentions,
         )
 
 
@@ -1365,7 +1411,8 @@ class ReadTwiceBertForMaskedLM(ReadTwiceBertPreTrainedModel):
                 weighted = self.config.coref_loss_weight * coref_loss
                 loss = weighted if loss is None else loss + weighted
         return ReadTwiceMaskedLMOutput(
-            loss=loss, logits=logits, mlm_loss=mlm_loss, coref_loss=coref_loss, hidden_states=outputs.hidden_states
+            loss=loss, logits=logits, mlm_loss=mlm_loss, coref_loss=coref_loss, hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions, memory_attentions=outputs.memory_attentions,
         )
 
     def coreference_loss(
