@@ -42,6 +42,14 @@ def test_full_attention_weights_are_the_eager_layers_own():
         torch.testing.assert_close(effective_attention(model, IDS, layer=layer), eager[layer][0], atol=1e-6, rtol=0)
 
 
+def test_neighborhood_weights_are_the_eager_layers_own():
+    model = tiny("neighborhood", attn_implementation="eager")
+    with torch.no_grad():
+        eager = model.get_encoder()(input_ids=IDS, output_attentions=True).attentions
+    for layer in (0, 1):
+        torch.testing.assert_close(effective_attention(model, IDS, layer=layer), eager[layer][0], atol=1e-6, rtol=0)
+
+
 @pytest.mark.parametrize("encoder_attention_type, kernel, stride", [
     ("neighborhood", 3, 3), ("convolutional", 3, 3), ("convolutional", 3, 2), ("convolutional_per_head", 3, 3),
     ("neighborhood_convolutional", 3, 3)])

@@ -1,9 +1,11 @@
 """Effective attention of LongDoc BART's encoder layers for one short document, and a heatmap PNG of it (the
 report's future work, §4: "look at attention heatmaps").
 
-Neighborhood and convolutional layers return no attention weights (the blocked kernel never builds the n x n
-matrix), so [`effective_attention`] recomputes them densely from the layer's own projections: fine for a document of
-a few hundred tokens, O(n^2) memory, never used by the model itself.
+With `attn_implementation="eager"`, `output_attentions=True` returns each layer's weights as the layer holds them:
+token to token for `"full"` and `"neighborhood"` (0 outside the band), over the compressed positions for the
+convolutional types. [`effective_attention`] puts every type on the token grid, recomputing the weights densely from
+the layer's own projections under any attention implementation: fine for a document of a few hundred tokens, O(n^2)
+memory, never used by the model itself.
 """
 
 from __future__ import annotations

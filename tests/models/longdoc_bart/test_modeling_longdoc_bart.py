@@ -185,6 +185,87 @@ def test_blocked_equals_dense_banded_reference(n, q, radius, block, causal, padd
     torch.testing.assert_close(got[valid], expected[valid], atol=1e-5, rtol=0)
 
 
+
+@pytest.mark.parametrize("n, q, radius, block, causal", [
+    (17, 17, 3, None, False), (17, 17, 3, 5, False), (9, 9, 0, None, False), (10, 10, 30, None, False),
+    (23, 23, 5, 6, True), (23, 1, 5, None, True), (23, 3, 4, 2, True), (30, 7, 3, 4, False),
+])
+def test_blocked_eager_weights_are_the_dense_banded_softmax(n, q, radius, block, causal):
+    """`output_attentions=True` with the eager kernel: the weights the blocks applied, on the `(q, kv)` grid (the
+    dense banded softmax; 0 outside the band, on padding and on the keys of a KV cache no query reaches); they
+    reproduce the output. Without the switch, or with SDPA, none (no q x kv matrix)."""
+    generator = torch.Generator().manual_seed(n * 100 + radius)
+    query = torch.randn(2, 3, q, 8, generator=generator)
+    key, value = torch.randn(2, 2, 3, n, 8, generator=generator)
+    padding = torch.ones(2, n, dtype=torch.bool)
+    padding[1, n - 5:] = False
+    padding[0, :2] = False
+    got, weights = neighborhood_attention_forward(None, query, key, value, padding, scaling=0.35, radius=radius,
+                                                  causal=causal, block_size=block, use_sdpa=False,
+                                                  output_attentions=True)
+    scores = (query @ key.transpose(-1, -2)) * 0.35
+    position = torch.arange(n)[None, :] - torch.arange(n - q, n)[:, None]  # key position - query position
+    allowed = (position >= -radius) & (position <= (0 if causal else radius)) & padding[:, None, None, :]
+    expected = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min).softmax(-1) * allowed
+    valid = padding[:, n - q:]  # rows of padding queries are not compared (no real key may be in their band)
+    assert weights.shape == (2, 3, q, n)
+    torch.testing.assert_close(weights.transpose(1, 2)[valid], expected.transpose(1, 2)[valid], atol=1e-6, rtol=0)
+    assert torch.all(weights.masked_fill(allowed, 0).transpose(1, 2)[valid] == 0)
+    torch.testing.assert_close(got[valid], (weights @ value).transpose(1, 2)[valid], atol=1e-5, rtol=0)
+    for use_sdpa, asked in ((False, False), (True, True)):
+        assert neighborhood_attention_forward(None, query, key, value, padding, radius=radius, causal=causal,
+                                              use_sdpa=use_sdpa, output_attentions=asked)[1] is None
+
+
+@pytest.mark.parametrize("decoder_attention_type", ["full", "neighborhood"])
+def test_neighborhood_covering_the_input_returns_bart_s_attentions(decoder_attention_type):
+    """The neighborhood layers returned no weights (`output_attentions=True` gave BART's full layers only, here none:
+    an empty `encoder_attentions`); with eager they are BART's when the band covers the input, field by field."""
+    reference = bart()
+    reference.config._attn_implementation = "eager"
+    model = from_bart(reference, attn_implementation="eager", encoder_attention_type="neighborhood",
+                      neighborhood_radius=20, decoder_attention_type=decoder_attention_type)
+    ids, mask = padded_batch(20)
+    decoder_ids = tokens(2, 9, seed=3)
+    with torch.no_grad():
+        expected = reference(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids, output_attentions=True)
+        got = model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids, output_attentions=True)
+        plain = model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids)
+    for name in ("encoder_attentions", "decoder_attentions", "cross_attentions"):
+        assert len(getattr(got, name)) == 2, name
+        for ours, theirs in zip(getattr(got, name), getattr(expected, name)):
+            torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=0)
+    assert torch.equal(got.logits, plain.logits)
+
+
+def test_banded_attentions_follow_the_config_and_the_sdpa_kernel_says_it_has_none(monkeypatch):
+    """A radius shorter than the input: every layer's `(batch, heads, n, n)` weights, 0 outside the band, also when
+    the config asks for them; the convolutional types give the attention over their compressed positions."""
+    from hf_readonce.models.longdoc_bart import modeling_longdoc_bart
+
+    model = longdoc(attn_implementation="eager", encoder_attention_type="neighborhood", neighborhood_radius=3)
+    ids, mask = padded_batch(20)
+    model.config.output_attentions = True
+    with torch.no_grad():
+        weights = model.get_encoder()(input_ids=ids, attention_mask=mask).attentions
+    position = torch.arange(20)
+    outside = (position[:, None] - position[None, :]).abs() > 3
+    assert len(weights) == 2 and all(w.shape == (2, 4, 20, 20) for w in weights)
+    for w in weights:  # the rows of real queries (padding queries, whose band holds no real key, are not read)
+        assert torch.all(w[0][:, outside] == 0) and torch.all(w[1, :, :14][:, outside[:14]] == 0)
+        assert torch.all(w[1, :, :14, 14:] == 0)  # padding keys
+    model.config.output_attentions = False
+    convolutional = longdoc(attn_implementation="eager", encoder_attention_type="convolutional")
+    with torch.no_grad():
+        compressed = convolutional.get_encoder()(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
+    assert [tuple(w.shape) for w in compressed] == [(2, 4, 7, 7)] * 2  # m = ceil(20 / 3)
+    said = []
+    monkeypatch.setattr(modeling_longdoc_bart.logger, "warning_once", lambda message, *a, **k: said.append(message))
+    model.config._attn_implementation = "sdpa"
+    with torch.no_grad():
+        assert model.get_encoder()(input_ids=ids, attention_mask=mask, output_attentions=True).attentions == ()
+    assert said and "'eager'" in said[0]
+
 def test_blocked_kernel_validates_its_arguments():
     x = torch.randn(1, 1, 4, 8)
     with pytest.raises(ValueError, match="keys"):

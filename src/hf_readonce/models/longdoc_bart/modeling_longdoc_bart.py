@@ -56,9 +56,11 @@ from transformers.models.bart.modeling_bart import (
     eager_attention_forward,
 )
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs
+from transformers.utils import TransformersKwargs, logging
 
 from .configuration_longdoc_bart import LongDocBartConfig
+
+logger = logging.get_logger(__name__)
 
 try:  # torch >= 2.5
     from torch.nn.attention.flex_attention import BlockMask
@@ -171,8 +173,9 @@ def neighborhood_attention_forward(
     causal: bool = False,
     block_size: int | None = None,
     use_sdpa: bool = True,
+    output_attentions: bool = False,
     **kwargs,
-) -> tuple[torch.Tensor, None]:
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     r"""
     Blocked neighborhood attention (paper §2.3, "Neighborhood Attention": each token attends to the 2r + 1 tokens
     around it), in O(n·(b + 2r)) time and memory, with the signature of transformers' attention functions
@@ -207,10 +210,15 @@ def neighborhood_attention_forward(
         block_size (`int`, *optional*): b; defaults to [`default_neighborhood_block_size`]`(radius)`, capped at q.
         use_sdpa (`bool`, defaults to `True`): SDPA per block; `False` computes `softmax(QK^T * scale + mask) V`
             explicitly (the `"eager"` implementation).
+        output_attentions (`bool`, defaults to `False`): with `use_sdpa=False`, also return the weights the blocks
+            applied, put on the `(q, kv)` grid (built only when asked: O(q·kv) memory). Ignored with SDPA, which
+            computes no weights.
 
     Returns:
-        `(attn_output, None)`: `attn_output` of shape `(batch, q, heads, head_dim)` (transformers' convention); no
-        attention weights (they are never built as an n x n matrix).
+        `(attn_output, attn_weights)`: `attn_output` of shape `(batch, q, heads, head_dim)` (transformers'
+        convention); `attn_weights` `(batch, heads, q, kv)` (after dropout, as transformers' eager attention returns
+        them), 0 outside each query's band and on padding keys, when `output_attentions` and not `use_sdpa`, else
+        `None` (no q x kv matrix is built).
 
     Raises:
         ValueError: if `kv < q`, `radius < 0`, `block_size < 1`, or `attention_mask` is not `(batch, kv)`.
@@ -276,7 +284,17 @@ def neighborhood_attention_forward(
         output = torch.matmul(weights, values)
     output = output.view(batch, num_blocks, heads, block, head_dim).transpose(1, 2)
     output = output.reshape(batch, heads, num_blocks * block, head_dim)[:, :, :q_len]
-    return output.transpose(1, 2).contiguous(), None
+    dense = None
+    if output_attentions and not use_sdpa:
+        # block i holds rows [i*b, i*b + b) over columns [i*b, i*b + window) of the padded keys sliced at q_offset,
+        # where column c is key `c + q_offset - radius` (of the keys after `start`)
+        blocked = weights.view(batch, num_blocks, heads, block, window)
+        grid = weights.new_zeros(batch, heads, num_blocks * block, (num_blocks - 1) * block + window)
+        for i in range(num_blocks):
+            grid[:, :, i * block : (i + 1) * block, i * block : i * block + window] = blocked[:, i]
+        first = radius - q_offset  # >= 0: keys out of every band were dropped above
+        dense = nn.functional.pad(grid[:, :, :q_len, first : first + kv_len], (start, 0))
+    return output.transpose(1, 2).contiguous(), dense
 
 
 def compress_padding_mask(mask: torch.Tensor | None, kernel_size: int, stride: int) -> torch.Tensor | None:
@@ -468,9 +486,15 @@ class LongDocBartAttention(BartAttention):
             return interface(self, query, key, value, attention_mask, dropout=dropout, scaling=self.scaling,
                              **kwargs)
         padding = _padding_from_mask(attention_mask)
+        use_sdpa = self.config._attn_implementation != "eager"
+        output_attentions = bool(kwargs.get("output_attentions"))
+        if output_attentions and use_sdpa:
+            logger.warning_once("LongDoc's neighborhood attention computes no attention weights under "
+                                f"attn_implementation={self.config._attn_implementation!r}: set it to 'eager' for "
+                                "`output_attentions=True`.")
         return neighborhood_attention_forward(
             self, query, key, value, padding, scaling=self.scaling, dropout=dropout, radius=self.radius,
-            causal=self.is_causal, use_sdpa=self.config._attn_implementation != "eager")
+            causal=self.is_causal, use_sdpa=use_sdpa, output_attentions=output_attentions)
 
     def forward(
         self,
@@ -493,8 +517,12 @@ class LongDocBartAttention(BartAttention):
                 or the same padding mask (convolutional types).
 
         Returns:
-            `(attn_output (batch, length, d_model), attn_weights or None)`: weights only from `"full"` and the
-            convolutional types' full attention (over compressed positions) with `"eager"`.
+            `(attn_output (batch, length, d_model), attn_weights or None)`: with `"eager"` (what transformers records
+            for `output_attentions=True`): `"full"`, BART's `(batch, heads, length, kv)`; `"neighborhood"`, the
+            band's weights on the same grid, 0 outside `|i - j| <= radius` (built only when `output_attentions` is
+            in `kwargs`); the convolutional types, the attention over the `m = ceil(length / stride)` compressed
+            positions, `(batch, heads, m, m)` (banded for `"neighborhood_convolutional"`). Other implementations:
+            `None` (for the neighborhood kernels a warning when `output_attentions` is asked).
         """
         past_key_values = _either_cache(past_key_values, cache)
         if self.attention_type == "full" or key_value_states is not None:
@@ -747,6 +775,14 @@ def _padding_mask_4d(attention_mask: torch.Tensor | None, batch: int, length: in
     return _padding_from_mask(attention_mask).to(device)[:, None, None, :]
 
 
+def _pass_on_output_attentions(config, kwargs: dict) -> None:
+    """`output_attentions=True` from the config made explicit in `kwargs` (when they do not name it), as BART's
+    `capture_outputs` reads it: the layers receive it, and a neighborhood layer builds its weights only when asked
+    ([`neighborhood_attention_forward`])."""
+    if "output_attentions" not in kwargs and getattr(config, "output_attentions", False):
+        kwargs["output_attentions"] = True
+
+
 class LongDocBartEncoder(LongDocBartPreTrainedModel, BartEncoder):
     r"""
     BART's encoder with [`LongDocBartEncoderLayer`]s, whose self-attention is `config.encoder_attention_type` (the
@@ -829,6 +865,7 @@ class LongDocBartEncoder(LongDocBartPreTrainedModel, BartEncoder):
                     and_mask_function=sliding_window_bidirectional_overlay(config.neighborhood_radius))
             else:
                 attention_mask = _padding_mask_4d(attention_mask, batch, length, reference.device)
+        _pass_on_output_attentions(config, kwargs)
         return super().forward(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
                                **kwargs)
 
@@ -910,6 +947,7 @@ class LongDocBartDecoder(LongDocBartPreTrainedModel, BartDecoder):
                     **{CACHE_NAME: self_attention_cache})
             else:
                 attention_mask = _padding_mask_4d(attention_mask, batch, past + length, reference.device)
+        _pass_on_output_attentions(config, kwargs)
         return super().forward(input_ids=input_ids, attention_mask=attention_mask,
                                encoder_hidden_states=encoder_hidden_states,
                                encoder_attention_mask=encoder_attention_mask, inputs_embeds=inputs_embeds,
