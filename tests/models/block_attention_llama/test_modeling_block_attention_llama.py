@@ -159,6 +159,30 @@ def test_one_document_is_exactly_the_plain_causal_lm():
         assert listed.sequences.tolist() == model.generate(question, document_caches=cache, **greedy()).sequences.tolist()
 
 
+
+def test_output_attentions_are_llama_s_over_the_composed_prefix():
+    """Llama's own recording (eager): with `document_caches` the question's rows over prefix + question, equal to the
+    plain causal LM's rows of the question over document + question (one document), with and without selective
+    recomputation (run before Llama's layers, so it adds no entries); with `block_ids`, 0 across blocks."""
+    model = tiny()
+    model.set_attn_implementation("eager")
+    llama = plain(model)
+    llama.set_attn_implementation("eager")
+    document, question = ids(24, 1), ids(7, 2)
+    with torch.no_grad():
+        cache = model.encode_documents(document)
+        full = llama(torch.cat([document, question], dim=1), output_attentions=True).attentions
+        for ratio in (0.0, 0.5):
+            composed = model(question, document_caches=cache, output_attentions=True, recompute_ratio=ratio)
+            assert [tuple(a.shape) for a in composed.attentions] == [(1, 4, 7, 31)] * 2
+        composed = model(question, document_caches=cache, output_attentions=True).attentions
+        blocked = model(torch.cat([ids(11, 3), ids(6, 4), question], dim=1), output_attentions=True,
+                        block_ids=torch.tensor([[0] * 11 + [1] * 6 + [-1] * 7])).attentions
+    for ours, theirs in zip(composed, full):
+        torch.testing.assert_close(ours, theirs[:, :, 24:], atol=1e-6, rtol=0)
+    for weights in blocked:
+        assert torch.all(weights[..., 11:17, :11] == 0) and torch.all(weights[..., 17:, :17] > 0)
+
 def test_generate_batched_with_left_padding_equals_plain_generate():
     model = tiny()
     llama = plain(model)
