@@ -422,6 +422,23 @@ def test_bad_inputs_are_clear_errors():
         model(ids(1, 10), attention_mask=torch.ones(1, 7, dtype=torch.long), use_cache=True)
 
 
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_attention_weights_and_hidden_states_are_refused_also_from_the_config(family):
+    """A stream has no one (sequence, sequence) attention matrix per layer: `output_attentions=True` was refused,
+    but the same switch in the config was ignored without a word (transformers reads the argument, else the config)."""
+    model = tiny(family)
+    model.set_attn_implementation("eager")
+    for name in ("output_attentions", "output_hidden_states"):
+        with pytest.raises(ValueError, match=f"`{name}` is not supported by the windowed models"):
+            model(ids(1, 10), **{name: True})
+        setattr(model.config, name, True)
+        with pytest.raises(ValueError, match=f"`config.{name}`"):
+            model(ids(1, 10))
+        with torch.no_grad():  # the argument wins over the config
+            assert model(ids(1, 10), **{name: False}).logits.shape == (1, 10, model.config.vocab_size)
+        setattr(model.config, name, False)
+
 # ------------------------------------------------------------------------------------------------ hub
 @pytest.mark.parametrize("family", FAMILIES)
 def test_save_and_remote_code_round_trip(family, tmp_path):

@@ -893,7 +893,8 @@ class RecurrentCausalLMMixin:
 
         Raises:
             ValueError: for missing/empty/non-2-D `input_ids`, `labels` or `attention_mask` of the wrong shape,
-                `inputs_embeds`, `position_ids`, `token_type_ids`, `output_attentions`/`output_hidden_states`, a
+                `inputs_embeds`, `position_ids`, `token_type_ids`, `output_attentions`/`output_hidden_states` (given
+                or set in the config: a stream has no one attention matrix or hidden state per layer), a
                 `recurrent_state` (given, or held by the [`RecurrentCache`] a stream starts from) that is not a
                 floating-point tensor of shape `(batch_size, hidden_size)`, a foreign non-empty cache, padding on the
                 cached path of a stream begun without padding, or both `past_key_values` and `cache`.
@@ -963,8 +964,13 @@ class RecurrentCausalLMMixin:
         for name in ("position_ids", "token_type_ids"):
             if kwargs.get(name) is not None:
                 raise ValueError(f"`{name}` is not supported: positions restart in every window (§3).")
-        if kwargs.get("output_attentions") or kwargs.get("output_hidden_states"):
-            raise ValueError("`output_attentions` / `output_hidden_states` are not supported by the windowed models.")
+        for name in ("output_attentions", "output_hidden_states"):
+            if kwargs.get(name, getattr(self.config, name, False)):  # the argument, else the config, as transformers
+                raise ValueError(
+                    f"`{name}` is not supported by the windowed models: a stream is read window by window (positions "
+                    "restart in each, and layer L attends to the recurrent vector as one more key, §3), so it has no "
+                    "one (sequence, sequence) attention matrix or hidden state per layer; pass "
+                    f"`{name}=False` and turn `config.{name}` off.")
         if not torch.is_tensor(input_ids):
             raise TypeError(f"`input_ids` must be a torch.LongTensor, got {type(input_ids).__name__}.")
         if input_ids.dim() != 2 or input_ids.shape[0] == 0 or input_ids.shape[1] == 0:
