@@ -259,13 +259,13 @@ class DeformerBertModelOutput(ModelOutput):
             The self-attention weights (after the softmax) of every layer, each `(batch_size, num_attention_heads,
             sequence_length, sequence_length)`, as `BertModel` returns them; returned when `output_attentions=True`
             with `attn_implementation="eager"` (other implementations compute no weights: an empty tuple, after
-            transformers' warning, as for BERT). A decomposed lower layer 1..k (DeFormer §3, eq. 5: question and
-            passage read separately) gives its question-wide and passage-wide attentions in this one full-sequence
+            transformers' warning for SDPA, as for BERT). A decomposed lower layer 1..k (DeFormer §3, eq. 5: question
+            and passage read separately) gives its question-wide and passage-wide attentions in this one full-sequence
             matrix, block diagonal: a query gives weight 0 to every key of the other segment (and to padding, which
-            joins the question segment), so each real token's row sums to 1 over its own segment. Upper layers
-            k+1..n attend jointly. With `passage_states` only the n - k joint layers are returned, over
-            `question_length + passage_length` positions (the passage's lower layers ran in `encode_passages`; the
-            question's are left out as for `hidden_states`).
+            joins the question segment), so each real token's row sums to 1 over its own segment. Upper layers k+1..n
+            attend jointly. With `passage_states` only the n - k joint layers are returned, over `question_length +
+            passage_length` positions (the passage's lower layers ran in `encode_passages`; the question's are left
+            out as for `hidden_states`).
     """
 
     last_hidden_state: torch.FloatTensor | None = None
