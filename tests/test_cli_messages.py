@@ -682,3 +682,45 @@ def test_the_demo_data_dir_help_gives_the_order_its_default_is_taken_in(monkeypa
     monkeypatch.delenv("HF_READONCE_DATA")
     monkeypatch.chdir(tmp_path)
     assert demo._default_data_dir() == str(tmp_path.parent / "shared" / "data")
+
+
+# ---------------------------------------------------------------------------------------------- which space is whose
+def test_info_names_the_model_that_wrote_each_space(tmp_path, checkpoint, tokenizer, qa_rows, capsys, monkeypatch):
+    """Two checkpoints of one family encoded into one store were told apart by fingerprint only, so a newcomer could
+    not tell which space `prune --space` should get: `encode` records MODEL with the space (a local folder as its
+    absolute path, a shipped name as typed) and `info` (and `prune --dry-run`) show it; a store written before names
+    were recorded still reads, and `info` says how to find a model's spaces then."""
+    import json
+    import shutil
+
+    from tests.conftest import REPO_ROOT, tiny_model
+
+    second = tmp_path / "runs" / "second"
+    tiny_model(seed=1).save_pretrained(second)
+    tokenizer.save_pretrained(second)
+    docs = write_jsonl(tmp_path / "passages.jsonl", qa_rows[:2])
+    store = tmp_path / "reps"
+    window = ["--max-passage-length", "64", "--doc-stride", "16", "--no-progress"]
+    monkeypatch.chdir(tmp_path)
+    for model in (str(checkpoint), "runs/second"):  # the second as a path relative to the working directory
+        assert cli_main(["encode", model, "--documents", str(docs), "--store", str(store), *window]) == 0
+    capsys.readouterr()
+    assert cli_main(["info", "--store", str(store)]) == 0
+    out = capsys.readouterr().out
+    spaces = re.findall(r"^- space (\w+): .*\n    model (.*)$", out, flags=re.MULTILINE)
+    assert sorted(name for _, name in spaces) == sorted([str(checkpoint), str(second)]), out
+    assert "not recorded" not in out
+    assert cli_main(["info", "--store", str(store), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["spaces"]
+    assert sorted(space["model_names"] for space in listed.values()) == sorted([[str(checkpoint)], [str(second)]])
+    key = next(key for key, name in spaces if name == str(second))
+    assert cli_main(["prune", "--store", str(store), "--space", key, "--dry-run"]) == 0
+    assert f"would delete space {key} (deformer_bert, model {second}, fingerprint " in capsys.readouterr().out
+    assert cli._model_name("reference-deformer") == "reference-deformer"  # a shipped name, not its folder
+    # a store of an earlier release: no name recorded; info says so and how to find a model's spaces
+    shutil.copytree(REPO_ROOT / "tests" / "fixtures" / "v0_1_0" / "store", tmp_path / "old")
+    assert cli_main(["info", "--store", str(tmp_path / "old")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("    model not recorded\n") == 2, out
+    assert f"`hf-readonce verify --store {tmp_path / 'old'} --recompute 1 --model MODEL` names the spaces" in out
+

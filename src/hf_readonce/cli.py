@@ -17,7 +17,8 @@ Subcommands:
   document's stored representations (families registered with `summarize=True`: their encoder never runs again);
   prints ROUGE-1/2/L beside lead-1 and lead-3 when every document carries a reference summary
   (`hf_readonce.tasks.summarization_store`).
-- `info --store DIR`: documents, size on disk, fingerprints and settings.
+- `info --store DIR`: documents, size on disk, and per representation space its fingerprint, settings and the model
+  `encode` was given (MODEL as typed; a local folder as its absolute path), to tell which space `prune --space` gets.
 - `verify --store DIR`: check every checksum, and every manifest field against its shard's own header; exits 1
   naming each corrupted shard, manifest (and field) and document. With
   `--recompute N --model MODEL [--documents FILE.jsonl]`, also recompute N documents of each representation space
@@ -314,6 +315,15 @@ def _resolve_model(name: str) -> str:
     return name
 
 
+def _model_name(name: str) -> str:
+    """The name `encode` records with the representation spaces it writes (`hf-readonce info --store` shows it, so
+    that the spaces of two checkpoints of one family can be told apart): MODEL as given, a shipped checkpoint's name
+    or a Hub id, or for a local folder its absolute path (`~` expanded, links kept), which names it from any working
+    directory."""
+    path = Path(name).expanduser()
+    return os.path.abspath(path) if path.exists() else name
+
+
 def _cached_on_this_machine(repo_id: str) -> bool:
     """Whether the Hub cache of this machine holds `repo_id`'s `config.json` (transformers then loads it offline)."""
     try:
@@ -601,6 +611,7 @@ def cmd_encode(args) -> int:
     if args.shard_size_mb * 1024 * 1024 >= 2 ** 63:
         raise CommandError(f"--shard-size-mb {args.shard_size_mb:g} is too large; shards of a few hundred MiB at "
                            "most are practical (default 64).")
+    model_name = _model_name(args.model)  # recorded with the space, as typed (a shipped name, not its folder)
     args.model = _resolve_model(args.model)
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         _device(args.device)  # a device this machine lacks is refused before a store is created
@@ -710,7 +721,7 @@ def cmd_encode(args) -> int:
         stats = fill_store(adapter, store, doc_iter, dtype=dtype,
                                  shard_size_bytes=int(args.shard_size_mb * 1024 * 1024),
                                  rank=rank, num_processes=world, progress=main_process and not args.no_progress,
-                                 total=total, on_batch=committed)
+                                 total=total, on_batch=committed, model_name=model_name)
     except (ValueError, TypeError, ReadOnlyStoreError) as error:
         raise CommandError(str(error)) from None
     except OSError as error:  # e.g. disk full: committed shards are kept, nothing half-written is left
@@ -1504,8 +1515,12 @@ def cmd_info(args) -> int:
         print(f"  of which {_human_bytes(info['quarantine_bytes'])} in {info['quarantine_files']} file(s) under "
               "quarantine/: damaged files `encode --repair` moved aside, never read again (`hf-readonce prune "
               f"--store {info['path']} --quarantine` deletes them once you no longer need them)")
+    from .store.keys import printable
+
     for key, space in info["spaces"].items():
         print(f"- space {key[:16]}: model_type {space['model_type']}, fingerprint {space['fingerprint']}")
+        names = [printable(name) for name in space["model_names"]]  # what `encode` was given as MODEL
+        print(f"    model{'s' if len(names) > 1 else ''} {', '.join(names)}" if names else "    model not recorded")
         print(f"    settings {json.dumps(space['settings'], sort_keys=True)}")
         written = ""
         if space.get("first_written") is not None:
@@ -1514,6 +1529,10 @@ def cmd_info(args) -> int:
             written = f", written {first}" + (f" to {last}" if last != first else "")
         print(f"    documents {space['documents']}, shards {space['shards']}, {_human_bytes(space['bytes'])}, "
               f"stored as {', '.join(space['dtypes'])}{written}")
+    if any(not space["model_names"] for space in info["spaces"].values()):
+        print(f"note: a space whose model is not recorded was written by an earlier release, or through the Python API "
+              f"without a model_name; `hf-readonce verify --store {info['path']} --recompute 1 --model MODEL` names "
+              "the spaces MODEL wrote")
     if info["duplicates"]:
         print(f"documents listed by two index files: {info['duplicates']} (harmless: reads use the first; a shard and "
               "its manifest copied within the store?)")
@@ -1611,6 +1630,7 @@ def cmd_prune(args) -> int:
                            f"{args.store}` lists the spaces) and/or --quarantine.")
     store = _open_store(args.store, readonly=args.dry_run, create=False, command="prune")
     from .store import ReadOnlyStoreError
+    from .store.keys import printable
 
     spaces = {space.key: space for space in store.spaces()}  # as they were before the prune
     try:
@@ -1627,7 +1647,8 @@ def cmd_prune(args) -> int:
     verb = "would delete" if args.dry_run else "deleted"
     for key in result["spaces"]:
         space = spaces.get(key)
-        about = (f" ({space.model_type or 'model type not recorded'}, fingerprint {space.fingerprint[:16]}...)"
+        named = f", model {printable(space.model_name)}" if space is not None and space.model_name else ""
+        about = (f" ({space.model_type or 'model type not recorded'}{named}, fingerprint {space.fingerprint[:16]}...)"
                  if space is not None else " (orphan shards only)")
         partly = key in result["skipped_spaces"]
         print(f"{verb} {'part of ' if partly else ''}space {key[:16]}{about}")
@@ -2077,8 +2098,9 @@ def build_parser(family_options: bool = False) -> _Parser:
         _family_options(summarize, "summarize")
     summarize.set_defaults(func=cmd_summarize)
 
-    info = command("info", help="a store's documents, size on disk, fingerprints; without --store, the "
-                                "registered model families and what each command does with them")
+    info = command("info", help="a store's documents, size on disk, and per representation space its "
+                                "fingerprint, settings and the model that wrote it; without --store, the registered "
+                                "model families and what each command does with them")
     info.add_argument("--store", default=None, help="the store to describe (default: list the model families)")
     info.add_argument("--json", action="store_true", help="machine-readable output")
     info.set_defaults(func=cmd_info)

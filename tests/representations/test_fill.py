@@ -177,6 +177,27 @@ def test_fill_store_takes_the_fingerprint_its_caller_computed_checked(tmp_path, 
     assert [space.fingerprint for space in store.spaces()] == [fingerprint]
 
 
+def test_fill_store_records_the_model_name_with_the_space(tmp_path, tokenizer):
+    """What `hf-readonce info --store` shows of each space: the `model_name` given, else the model's
+    `config.name_or_path` (the folder it was loaded from); nothing for a model built from a config."""
+    from hf_readonce.representations import get_adapter
+
+    folder = tmp_path / "runs" / "tiny"
+    tiny_model().save_pretrained(folder)
+    loaded = DeformerBertForQuestionAnswering.from_pretrained(folder).eval()
+    store = RepresentationStore(tmp_path / "s")
+    fill_store(get_adapter(loaded, tokenizer, max_passage_length=32, doc_stride=8), store, ["The mill."])
+    fill_store(get_adapter(loaded, tokenizer, max_passage_length=32, doc_stride=8), store, ["The river."],
+               model_name="tiny, by its name")
+    fill_store(DeformerBertAdapter(tiny_model(seed=1), tokenizer, max_passage_length=32, doc_stride=8), store,
+               ["The mill."])
+    names = sorted(space["model_names"] for space in store.info()["spaces"].values())
+    assert names == [[], [str(folder), "tiny, by its name"]], names
+    with pytest.raises(TypeError, match="`model_name` must be a str or None"):
+        fill_store(get_adapter(loaded, tokenizer, max_passage_length=32, doc_stride=8), store, ["New."],
+                   model_name=folder)
+
+
 def test_a_fingerprint_given_to_the_writer_from_before_a_data_edit_is_refused(tmp_path, tokenizer):
     """An edit through `.data` bumps no version counter, so the model's cached fingerprint stays the one computed
     before it: a `fingerprint=` from before such an edit, checked against that cache alone, keyed the new weights'

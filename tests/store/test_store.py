@@ -389,3 +389,61 @@ def test_a_writer_stopped_by_an_interrupt_held_during_its_commit_counts_that_sha
         assert len(RepresentationStore(tmp_path / "s")) == 2
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_the_model_name_a_writer_gives_is_recorded_per_space_and_checked(tmp_path):
+    """Two checkpoints of one family write two spaces that `info` told apart by fingerprint only: the name a writer
+    gives (`model_name`, an opaque string) is recorded in each shard's manifest and header, listed per space by
+    `info` (distinct names, first written first), compared by `verify`, and kept when `repair` re-indexes a shard
+    whose manifest was lost. A store written without names (earlier releases) still reads, with no name listed."""
+    root = tmp_path / "s"
+    store = RepresentationStore(root)
+    other = "e" * 64
+    h1, h2, h3 = (content_hash(t) for t in ("one", "two", "three"))
+    store.put(FP, SETTINGS, h1, rand_states(2), model_type="deformer_bert", model_name="runs/a")
+    store.put(FP, SETTINGS, h2, rand_states(2), model_name="/copies/a")  # the same weights, copied elsewhere
+    store.put(other, SETTINGS, h1, rand_states(2), model_type="deformer_bert", model_name="runs/b")
+    store.put(other, SETTINGS, h3, rand_states(2))  # no name given: nothing recorded for this shard
+    spaces = RepresentationStore(root).info()["spaces"]
+    assert spaces[space_key(FP, SETTINGS)]["model_names"] == ["runs/a", "/copies/a"]
+    assert spaces[space_key(other, SETTINGS)]["model_names"] == ["runs/b"]
+    assert {s.key: s.model_name for s in RepresentationStore(root).spaces()}[space_key(other, SETTINGS)] == "runs/b"
+    with pytest.raises(TypeError, match="`model_name` must be a str or None"):
+        store.writer(FP, SETTINGS, model_name=3)
+    assert RepresentationStore(root).verify().ok
+    # a manifest whose name disagrees with its shard's header is named by verify
+    manifests = _manifest_paths(root)
+    named = next(p for p in manifests if json.loads(p.read_text()).get("model_name") == "runs/b")
+    manifest = json.loads(named.read_text())
+    named.write_text(json.dumps({**manifest, "model_name": "runs/c"}))
+    report = RepresentationStore(root).verify()
+    assert not report.ok and "`model_name` is 'runs/c', the shard's header says 'runs/b'" in report.corruptions[0].reason
+    named.write_text(json.dumps({**manifest, "model_name": 7}))  # and one of the wrong type, by the schema
+    damaged = RepresentationStore(root).verify()
+    assert any("`model_name` must be a str or null" in c.reason for c in damaged.corruptions), damaged.corruptions
+    # a lost manifest is rebuilt from the shard's header, name included
+    named.unlink()
+    RepresentationStore(root).repair()
+    assert RepresentationStore(root).info()["spaces"][space_key(other, SETTINGS)]["model_names"] == ["runs/b"]
+    # a manifest an earlier release rewrote (it records no name; the header still does): read and verified as before
+    for path in _manifest_paths(root):
+        manifest = json.loads(path.read_text())
+        manifest.pop("model_name", None)
+        path.write_text(json.dumps(manifest))
+    rewritten = RepresentationStore(root)
+    assert all(space["model_names"] == [] for space in rewritten.info()["spaces"].values())
+    assert rewritten.get(FP, SETTINGS, h1)["hidden_states"].shape == (2, 8) and rewritten.verify().ok
+
+
+def test_a_store_of_an_earlier_release_lists_no_model_name(tmp_path):
+    """The 0.1.0 store (tests/fixtures/v0_1_0: no `model_name` in any manifest or shard header) reads and verifies,
+    and `info` lists no name for its spaces; a document added now records its name beside them."""
+    import shutil
+    from pathlib import Path
+
+    shutil.copytree(Path(__file__).parents[1] / "fixtures" / "v0_1_0" / "store", tmp_path / "s")
+    store = RepresentationStore(tmp_path / "s")
+    assert store.verify().ok and [s["model_names"] for s in store.info()["spaces"].values()] == [[], []]
+    store.put(FP, SETTINGS, content_hash("new"), rand_states(2), model_name="runs/new")
+    spaces = RepresentationStore(tmp_path / "s").info()["spaces"]
+    assert spaces[space_key(FP, SETTINGS)]["model_names"] == ["runs/new"] and RepresentationStore(tmp_path / "s").verify().ok

@@ -47,7 +47,7 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
                      shard_size_bytes: int = DEFAULT_SHARD_SIZE_BYTES, documents_per_batch: int | None = None,
                      rank: int = 0, num_processes: int = 1, progress: bool = False, total: int | None = None,
                      on_batch: Callable[[EncodeStats], None] | None = None,
-                     fingerprint: str | None = None) -> EncodeStats:
+                     fingerprint: str | None = None, model_name: str | None = None) -> EncodeStats:
     """Encode the documents not yet stored and write them into `store`, in shards.
 
     Documents already stored for the adapter's (fingerprint, settings) are skipped without model work, so re-running
@@ -74,6 +74,10 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
             [`current_fingerprint`], which this call computes whether or not it is given (the weights are digested
             once per task call within its [`one_weights_digest`] block, else on each call), so that one computed
             before the weights changed, even through `.data`, or another model's, never keys what is written.
+        model_name (`str`, *optional*): the model's name or path, recorded with the shards written (what `hf-readonce
+            info --store` shows of each space, to tell the spaces of two checkpoints of one family apart; the store
+            keeps it as an opaque string). Defaults to the adapter's model's `config.name_or_path` (the folder or Hub
+            id it was loaded from; nothing is recorded when that is empty, as for a model built from a config).
 
     Returns:
         [`EncodeStats`].
@@ -94,7 +98,8 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
         ReadOnlyStoreError: before any model work if the store cannot be written.
         TypeError: `documents` is a single str (it would be read as one document per character) or bytes; a
             document that is not a string (naming it); `rank`, `num_processes` or `documents_per_batch` not an int;
-            `store` not a [`RepresentationStore`], `adapter` not an adapter (e.g. the model itself).
+            `store` not a [`RepresentationStore`], `adapter` not an adapter (e.g. the model itself); a `model_name`
+            that is not a str.
         ValueError: `num_processes` < 1, `rank` outside [0, num_processes), `documents_per_batch` < 1, bad dtype; a
             tuple that is not `(id, text)` (naming its position); a `fingerprint` that is not the adapter's model's
             (stale, or another model's); an adapter whose `documents_cut_each` gives not one flag per document (the
@@ -124,8 +129,11 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
     per_batch = documents_per_batch or getattr(adapter, "batch_size", 32)
     stats = EncodeStats()
     start = time.perf_counter()
+    if model_name is None:  # what the model was loaded from, if anything
+        model_name = getattr(getattr(getattr(adapter, "model", None), "config", None), "name_or_path", None)
+        model_name = model_name if isinstance(model_name, str) and model_name else None
     writer = store.writer(fingerprint, settings, dtype=dtype, shard_size_bytes=shard_size_bytes,
-                          model_type=adapter.model_type)  # raises ReadOnlyStoreError before any model work
+                          model_type=adapter.model_type, model_name=model_name)  # raises ReadOnlyStoreError first
     store.refresh()
     space = writer.space.key
     seen: set[str] = set()

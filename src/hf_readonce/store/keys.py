@@ -169,12 +169,16 @@ class RepresentationSpace:
         fingerprint (`str`): model fingerprint.
         settings (`dict`): representation settings.
         model_type (`str` or `None`): the model family that wrote it (e.g. `"deformer_bert"`), informative only.
+        model_name (`str` or `None`): the name the writer gave the model (`hf-readonce encode` records its MODEL
+            argument, `fill_store` the model's `config.name_or_path`), informative only: an opaque string the store
+            never interprets; `None` where none was given (and in stores written before it was recorded).
     """
 
     key: str
     fingerprint: str
     settings: dict = field(hash=False, compare=False)
     model_type: str | None = field(default=None, compare=False)
+    model_name: str | None = field(default=None, compare=False)
 
     def describe(self) -> str:
         """One line naming the fingerprint (first 16 hex digits) and the settings."""

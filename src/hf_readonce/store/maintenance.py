@@ -111,17 +111,24 @@ class VerifyReport:
 def store_info(store) -> dict:
     """Summary: documents, shards, bytes on disk (`quarantine_bytes` / `quarantine_files` of them under
     `quarantine/`, where `repair` moved damaged files: kept for inspection, never read, safe to delete), and per space
-    its fingerprint, settings, model type, dtypes, documents, bytes and `first_written` / `last_written` (Unix times
-    of its first and last committed shard, `None` if unrecorded); `duplicates` (entries shadowed by an identical
+    its fingerprint, settings, model type, `model_names` (the distinct model names its shards record, in the order
+    they were first written; `[]` where none is recorded: shards written without one, or by earlier releases),
+    dtypes, documents, bytes and `first_written` / `last_written` (Unix times of its first and last committed shard,
+    `None` if unrecorded); `duplicates` (entries shadowed by an identical
     key, harmless), `orphans` (shard files without a manifest) and `bad_manifests`."""
     store.refresh()
     per_space = {}
     for key, space in store._spaces.items():
         per_space[key] = {"fingerprint": space.fingerprint, "settings": space.settings,
-                          "model_type": space.model_type, "documents": 0, "shards": 0, "bytes": 0, "dtypes": [],
-                          "first_written": None, "last_written": None}
+                          "model_type": space.model_type, "model_names": [], "documents": 0, "shards": 0, "bytes": 0,
+                          "dtypes": [], "first_written": None, "last_written": None}
+    named: dict[str, list] = {}  # per space: (when written, model name) of each shard that records one
     for manifest in store._shards.values():
         s = per_space[manifest["space"]]
+        if manifest.get("model_name"):
+            when = manifest.get("created")
+            when = when if isinstance(when, (int, float)) and not isinstance(when, bool) else math.inf
+            named.setdefault(manifest["space"], []).append((when, manifest["model_name"]))
         s["shards"] += 1
         s["bytes"] += int(manifest.get("file_size", 0))
         created = manifest.get("created")  # a Unix time; anything else (garbled, out of range) is left out
@@ -130,6 +137,8 @@ def store_info(store) -> dict:
             s["last_written"] = created if s["last_written"] is None else max(s["last_written"], created)
         if manifest.get("dtype") not in s["dtypes"]:
             s["dtypes"].append(manifest.get("dtype"))
+    for space, names in named.items():
+        per_space[space]["model_names"] = list(dict.fromkeys(name for _, name in sorted(names)))
     for space, _ in store._entries:
         per_space[space]["documents"] += 1
     total = quarantined = quarantined_files = 0
@@ -708,7 +717,7 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
             store._forget_shard(shard)
         for shard, manifest in damaged.items():
             space = RepresentationSpace(manifest["space"], manifest["fingerprint"], manifest["settings"],
-                                        manifest.get("model_type"))
+                                        manifest.get("model_type"), manifest.get("model_name"))
             keep, vouched = [], set()  # vouched: tensor keys of the shard whose manifest record passed
             layout = _lazy_layout(_manifest_entries(manifest, shard))  # used only if the shard's header is garbled
             for entry in _manifest_entries(manifest, shard):

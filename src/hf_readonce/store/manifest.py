@@ -118,9 +118,9 @@ def check_tensor_specs(tensors, where: str) -> None:
 def check_manifest(manifest, name: str) -> dict:
     """Validate a manifest read from `index/<name>` against its schema (format version 1): an object with `space`
     (64 hex), `fingerprint` (non-empty str), `settings` (object; `space` must be their space key), `model_type` (str
-    or null), `dtype`, `file_size` (int >= 0), `file_sha256` (64 hex), `shard` (exactly
-    `shards/<space[:24]>/<shard id>.safetensors`: never a path outside the store) and `documents` (object: 64-hex
-    content hash -> {tensors, sha256 (64 hex), xxh3_128 (32 hex, optional: absent in stores of earlier releases), meta (object,
+    or null), `model_name` (str or null, optional: absent in stores of earlier releases), `dtype`, `file_size` (int
+    >= 0), `file_sha256` (64 hex), `shard` (exactly `shards/<space[:24]>/<shard id>.safetensors`: never a path
+    outside the store) and `documents` (object: 64-hex content hash -> {tensors, sha256 (64 hex), xxh3_128 (32 hex, optional: absent in stores of earlier releases), meta (object,
     optional)}).
 
     Returns:
@@ -147,6 +147,8 @@ def check_manifest(manifest, name: str) -> dict:
         _fail(name, f"bad settings ({printable(error)})")
     if manifest.get("model_type") is not None and not isinstance(manifest.get("model_type"), str):
         _fail(name, "`model_type` must be a str or null")
+    if manifest.get("model_name") is not None and not isinstance(manifest.get("model_name"), str):
+        _fail(name, "`model_name` must be a str or null")
     if manifest.get("dtype") not in _DTYPES:
         _fail(name, f"unknown dtype {printable(repr(manifest.get('dtype')))}")
     if not _is_int(manifest.get("file_size")) or manifest["file_size"] < 0:
@@ -217,8 +219,8 @@ def strict_json_problem(data: bytes) -> str | None:
 
 def read_shard_header(metadata: Mapping[str, str] | None, tensor_specs: Mapping[str, dict], shard: str):
     """Rebuild what a shard's manifest said from the shard itself: its safetensors metadata (format, space,
-    fingerprint, settings, dtype, model type, and per document in commit order its content hash, sha256 and meta)
-    and its tensors (`"<i>/<name>"` -> dtype and shape; `i` is the document's position).
+    fingerprint, settings, dtype, model type, model name if recorded, and per document in commit order its content
+    hash, sha256 and meta) and its tensors (`"<i>/<name>"` -> dtype and shape; `i` is the document's position).
 
     Args:
         metadata (`dict[str, str]`): `safe_open(...).metadata()`.
@@ -248,6 +250,7 @@ def read_shard_header(metadata: Mapping[str, str] | None, tensor_specs: Mapping[
     if dtype not in _DTYPES:
         raise ValueError(f"shard metadata: unknown dtype {printable(dtype)!r}")
     model_type = metadata.get("model_type") or None
+    model_name = metadata.get("model_name") or None  # (absent in shards of earlier releases)
     per_doc: dict[int, dict] = {}
     for key, spec in tensor_specs.items():
         index, _, tensor_name = key.partition("/")
@@ -265,13 +268,13 @@ def read_shard_header(metadata: Mapping[str, str] | None, tensor_specs: Mapping[
             raise ValueError(f"shard header: bad `xxh3_128` for document {i}")
         meta = doc.get("meta") if isinstance(doc.get("meta"), dict) else {}
         entries.append(DocumentEntry(space, doc_hash, shard, per_doc[i], doc["sha256"], meta, read_checksum))
-    return RepresentationSpace(space, fingerprint, settings, model_type), dtype, entries
+    return RepresentationSpace(space, fingerprint, settings, model_type, model_name), dtype, entries
 
 
 def manifest_header_differences(manifest: Mapping, space: RepresentationSpace, dtype: str,
                                 entries: list[DocumentEntry]) -> tuple[list[str], set[str]]:
     """Every field of a manifest that disagrees with its shard's own header (see [`read_shard_header`]): `space`,
-    `fingerprint`, `settings`, `dtype`, `model_type`, the documents listed, and per document its tensors (names,
+    `fingerprint`, `settings`, `dtype`, `model_type`, `model_name`, the documents listed, and per document its tensors (names,
     keys, dtypes, shapes), checksums and `meta`. A manifest whose whole-file checksum agrees with its shard is
     checked this way, so index damage that keeps the JSON valid (a flipped shape digit, a swapped tensor key, an
     emptied document list) is found by `verify` instead of failing every later read.
@@ -290,9 +293,12 @@ def manifest_header_differences(manifest: Mapping, space: RepresentationSpace, d
                                 ("settings", json.dumps(space.settings, sort_keys=True),
                                  json.dumps(manifest.get("settings"), sort_keys=True)),
                                 ("dtype", dtype, manifest.get("dtype")),
-                                ("model_type", space.model_type or None, manifest.get("model_type") or None)):
+                                ("model_type", space.model_type or None, manifest.get("model_type") or None),
+                                ("model_name", space.model_name or None, manifest.get("model_name") or None)):
         if name == "model_type" and wanted is None:
             continue  # informative only, and not in the headers of stores written by 0.1.0
+        if name == "model_name" and (wanted is None or found is None):
+            continue  # informative only: absent from stores of earlier releases, and from a manifest one rewrote
         if wanted != found:
             problems.append(f"`{name}` is {printable(found)!r}, the shard's header says {printable(wanted)!r}")
     documents = manifest.get("documents") or {}

@@ -436,7 +436,7 @@ class RepresentationStore:
     def _load_manifest(self, manifest: dict, name: str) -> None:
         check_manifest(manifest, name)
         space = RepresentationSpace(manifest["space"], manifest["fingerprint"], manifest["settings"],
-                                    manifest.get("model_type"))
+                                    manifest.get("model_type"), manifest.get("model_name"))
         shard = manifest["shard"]
         self._spaces.setdefault(space.key, space)
         self._shards[shard] = manifest
@@ -684,18 +684,21 @@ class RepresentationStore:
 
     # ----------------------------------------------------------------- writes
     def writer(self, fingerprint: str, settings: Mapping, *, dtype: str | torch.dtype = "float16",
-               shard_size_bytes: int = DEFAULT_SHARD_SIZE_BYTES, model_type: str | None = None) -> StoreWriter:
-        """A [`StoreWriter`] that buffers documents and commits them in shards of about `shard_size_bytes`.
+               shard_size_bytes: int = DEFAULT_SHARD_SIZE_BYTES, model_type: str | None = None,
+               model_name: str | None = None) -> StoreWriter:
+        """A [`StoreWriter`] that buffers documents and commits them in shards of about `shard_size_bytes`
+        (`model_type` and `model_name`: recorded with each shard, see [`StoreWriter`]).
 
         Raises:
             ReadOnlyStoreError: if the store cannot be written.
-            TypeError / ValueError: bad fingerprint, settings, dtype or shard size.
+            TypeError / ValueError: bad fingerprint, settings, dtype, shard size, model type or model name.
         """
         return StoreWriter(self, fingerprint, settings, dtype=dtype, shard_size_bytes=shard_size_bytes,
-                           model_type=model_type)
+                           model_type=model_type, model_name=model_name)
 
     def put(self, fingerprint: str, settings: Mapping, document_hash: str, tensors: Mapping[str, torch.Tensor], *,
-            meta: Mapping | None = None, dtype: str | torch.dtype = "float32", model_type: str | None = None) -> bool:
+            meta: Mapping | None = None, dtype: str | torch.dtype = "float32", model_type: str | None = None,
+            model_name: str | None = None) -> bool:
         """Store one document now (one shard). Prefer [`writer`] for many documents.
 
         Args:
@@ -707,6 +710,7 @@ class RepresentationStore:
                 `fill_store` (float16, half the bytes), one document put by hand is kept exactly by default; pass
                 `"float16"` to store it as they do.
             model_type (`str`, *optional*): recorded with the space (what `info` shows).
+            model_name (`str`, *optional*): the model's name or path, recorded with the space (what `info` shows).
 
         Raises:
             ReadOnlyStoreError: the store cannot be written. ValueError / TypeError: as [`writer`] and
@@ -715,7 +719,7 @@ class RepresentationStore:
         Returns:
             `bool`: True if written, False if the document was already stored for this space (nothing changes).
         """
-        with self.writer(fingerprint, settings, dtype=dtype, model_type=model_type) as writer:
+        with self.writer(fingerprint, settings, dtype=dtype, model_type=model_type, model_name=model_name) as writer:
             writer.add(document_hash, tensors, meta=meta)
         return bool(writer.committed)
 
@@ -763,6 +767,7 @@ class RepresentationStore:
             header = {"format": FORMAT_NAME, "format_version": str(FORMAT_VERSION), "space": space.key,
                       "fingerprint": space.fingerprint, "settings": canonical_settings(space.settings),
                       "dtype": _dtype_name(dtype), "model_type": space.model_type or "",
+                      **({"model_name": space.model_name} if space.model_name else {}),
                       "documents": json.dumps({h: {"sha256": d["sha256"], "xxh3_128": d["xxh3_128"], "meta": d["meta"]}
                                               for h, d in docs.items()})}
             data = safetensors_save(tensors, metadata=header)
@@ -797,6 +802,7 @@ class RepresentationStore:
         manifest is an orphan). Called under the write lock."""
         manifest = {"format_version": FORMAT_VERSION, "shard": shard_rel, "space": space.key,
                     "fingerprint": space.fingerprint, "settings": space.settings, "model_type": space.model_type,
+                    **({"model_name": space.model_name} if space.model_name else {}),
                     "dtype": dtype, "file_size": file_size, "file_sha256": file_sha256, "created": time.time(),
                     "documents": documents}
         name = f"{Path(shard_rel).stem}.json"
@@ -880,18 +886,22 @@ class StoreWriter:
             bf16); integer and bool tensors keep their dtype.
         shard_size_bytes (`int`, defaults to 64 MiB): commit a shard once this many tensor bytes are buffered.
         model_type (`str`, *optional*): recorded in the index for `info`.
+        model_name (`str`, *optional*): the model's name or path as the caller names it (`hf-readonce encode`: its
+            MODEL argument), recorded in the index and each shard's header for `info`, so that spaces of several
+            checkpoints of one family can be told apart; an opaque string (never read as a path). `None` or `""`:
+            nothing recorded.
 
     Attributes:
         committed (`list[str]`): hashes written by this writer; skipped (`list[str]`): already stored, not rewritten.
 
     Raises:
         ReadOnlyStoreError: at creation, if the store cannot be written.
-        TypeError / ValueError: bad arguments (see each method).
+        TypeError / ValueError: bad arguments (see each method); a `model_type` or `model_name` that is not a str.
     """
 
     def __init__(self, store: RepresentationStore, fingerprint: str, settings: Mapping, *,
                  dtype: str | torch.dtype = "float16", shard_size_bytes: int = DEFAULT_SHARD_SIZE_BYTES,
-                 model_type: str | None = None):
+                 model_type: str | None = None, model_name: str | None = None):
         _check_fingerprint(fingerprint)
         settings = json.loads(canonical_settings(settings))
         if (isinstance(shard_size_bytes, bool) or not isinstance(shard_size_bytes, (int, float))
@@ -899,10 +909,13 @@ class StoreWriter:
             raise ValueError(f"`shard_size_bytes` must be a positive finite number, got {shard_size_bytes!r}.")
         if model_type is not None and not isinstance(model_type, str):
             raise TypeError(f"`model_type` must be a str or None, got {type(model_type).__name__}.")
+        if model_name is not None and not isinstance(model_name, str):
+            raise TypeError(f"`model_name` must be a str or None, got {type(model_name).__name__}.")
         self.store = store
         self.dtype = resolve_dtype(dtype)
         self.shard_size_bytes = shard_size_bytes
-        self.space = RepresentationSpace(space_key(fingerprint, settings), fingerprint, settings, model_type)
+        self.space = RepresentationSpace(space_key(fingerprint, settings), fingerprint, settings, model_type,
+                                         model_name or None)
         store.check_writable()
         self._buffer: list[tuple[str, dict, dict]] = []
         self._buffered_hashes: set[str] = set()
