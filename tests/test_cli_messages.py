@@ -724,3 +724,24 @@ def test_info_names_the_model_that_wrote_each_space(tmp_path, checkpoint, tokeni
     assert out.count("    model not recorded\n") == 2, out
     assert f"`hf-readonce verify --store {tmp_path / 'old'} --recompute 1 --model MODEL` names the spaces" in out
 
+
+# ---------------------------------------------------------------------------------------------- --dtype spelling
+def test_the_storage_dtype_is_spelled_one_way_in_every_help(capsys):
+    """`publish --dtype` showed {float16,bfloat16,float32} while `encode` and `summarize --dtype` showed
+    {fp16,bf16,fp32}: every --dtype, and the error for a value none takes, now shows the spelling the docs use; the
+    torch names are still read."""
+    import argparse
+
+    parser = cli.build_parser(family_options=True)
+    for name in ("encode", "summarize", "publish"):
+        action = next(a for a in parser.commands[name]._actions if "--dtype" in a.option_strings)
+        assert action.metavar == "{fp16,bf16,fp32}", name
+        assert not re.search(r"float|bfloat", action.help), (name, action.help)
+        assert "--dtype {fp16,bf16,fp32}" in parser.commands[name].format_help(), name
+        for given, read in (("fp16", "float16"), ("bf16", "bfloat16"), ("float32", "float32")):
+            assert action.type(given) == read, (name, given)
+    with pytest.raises(argparse.ArgumentTypeError) as error:
+        cli._storage_dtype("float17")
+    assert str(error.value) == "invalid choice: 'float17' (choose from fp16, bf16, fp32)"
+    assert cli._storage_dtype_option("bfloat16") == "bf16"
+

@@ -249,21 +249,28 @@ def _finite(value: float, option: str, positive: bool = False) -> float:
     return value
 
 
-_STORAGE_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+_STORAGE_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
+# how help, docs and messages spell the storage dtype options (`encode`, `summarize`, `publish --dtype`)
+STORAGE_DTYPE_METAVAR = "{" + ",".join(_STORAGE_DTYPES) + "}"
 
 
 def _storage_dtype(value: str) -> str:
-    """A storage dtype option (`encode --dtype`, `publish --dtype`) in either spelling, `fp16` or `float16` (the
-    spelling of `--compute-dtype`): the torch name (`"float16"`).
+    """A storage dtype option (`encode --dtype`, `summarize --dtype`, `publish --dtype`): `fp16`, `bf16` or `fp32`,
+    the spelling help, docs and messages show; the torch names (`float16`, the spelling of `--compute-dtype`) are
+    read too, without being offered. Returns the torch name (`"float16"`).
 
     Raises:
-        argparse.ArgumentTypeError: for any other value (argparse's usage error, exit status 2).
+        argparse.ArgumentTypeError: for any other value (argparse's usage error, exit status 2), naming the choices.
     """
     name = _STORAGE_DTYPES.get(value, value)
     if name not in _STORAGE_DTYPES.values():
-        raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from fp16, bf16, fp32 or float16, "
-                                         "bfloat16, float32)")
+        raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from {', '.join(_STORAGE_DTYPES)})")
     return name
+
+
+def _storage_dtype_option(name: str) -> str:
+    """A storage dtype's torch name (`"float16"`) as the `--dtype` option spells it (`fp16`)."""
+    return next((short for short, long in _STORAGE_DTYPES.items() if long == name), name)
 
 
 def _one_line(error: BaseException) -> str:
@@ -759,7 +766,8 @@ def cmd_encode(args) -> int:
         other = [d for d in stored_as if d != wanted]
         if stats.already_stored and other:
             print(f"hf-readonce encode: note: {stats.already_stored} document(s) were already stored as "
-                  f"{', '.join(other)} and are kept as they are; --dtype {args.dtype} applies to newly encoded ones "
+                  f"{', '.join(other)} and are kept as they are; --dtype {_storage_dtype_option(args.dtype)} applies "
+                  "to newly encoded ones "
                   "(`hf-readonce prune --space KEY` and encoding again rewrites them)", file=sys.stderr)
         if (problems or stats.rejected) and args.strict:
             status = EXIT_PROBLEMS
@@ -2016,8 +2024,8 @@ def build_parser(family_options: bool = False) -> _Parser:
     encode.add_argument("--text-field", default=None,
                         help="field holding the text (default: context, or document where no line has a context)")
     encode.add_argument("--id-field", default=None, help="field naming the document in reports (default: id)")
-    encode.add_argument("--dtype", type=_storage_dtype, default="fp16", metavar="{fp16,bf16,fp32}",
-                        help="storage dtype of the states (default fp16; float16, bfloat16, float32 also read)")
+    encode.add_argument("--dtype", type=_storage_dtype, default="fp16", metavar=STORAGE_DTYPE_METAVAR,
+                        help="storage dtype of the states (default fp16)")
     encode.add_argument("--shard-size-mb", type=float, default=64.0, help="shard size in MiB (default 64)")
     encode.add_argument("--repair", action="store_true",
                         help="verify first; drop corrupted documents (quarantining their shards) and recompute them")
@@ -2090,7 +2098,7 @@ def build_parser(family_options: bool = False) -> _Parser:
                                 "several, the one `encode` writes by default, and where none is, an error names them)")
     summarize.add_argument("--encode-missing", action="store_true",
                            help="encode and store documents that are not stored (otherwise an error)")
-    summarize.add_argument("--dtype", type=_storage_dtype, default="float16", metavar="{fp16,bf16,fp32}",
+    summarize.add_argument("--dtype", type=_storage_dtype, default="fp16", metavar=STORAGE_DTYPE_METAVAR,
                            help="with --encode-missing: storage dtype (default fp16)")
     summarize.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
     summarize.add_argument("--compute-dtype", choices=COMPUTE_DTYPE_CHOICES, default="auto", help=compute_dtype_help)
@@ -2159,9 +2167,8 @@ def build_parser(family_options: bool = False) -> _Parser:
                                                        "dataset (beside --local-dir, or pushed) and linked from the card")
     publish.add_argument("--representations-repo", default=None,
                          help="dataset repo of the representations (default: REPO_ID-representations)")
-    publish.add_argument("--dtype", type=_storage_dtype, default=None, metavar="{float16,bfloat16,float32}",
-                         help="storage dtype to declare (default: the store's, else float16; fp16, bf16, fp32 also "
-                              "read)")
+    publish.add_argument("--dtype", type=_storage_dtype, default=None, metavar=STORAGE_DTYPE_METAVAR,
+                         help="storage dtype to declare (default: the store's, else fp16)")
     publish.add_argument("--metrics", default=None, help="the run's metrics JSON (eval_results.json of a QA run, "
                                                          "or a summarization run's results with ROUGE): fills the "
                                                          "card's model-index and results table, baselines beside; "
