@@ -745,3 +745,18 @@ def test_the_storage_dtype_is_spelled_one_way_in_every_help(capsys):
     assert str(error.value) == "invalid choice: 'float17' (choose from fp16, bf16, fp32)"
     assert cli._storage_dtype_option("bfloat16") == "bf16"
 
+
+# ---------------------------------------------------------------------------------------------- publish refuses first
+def test_publish_refuses_a_non_empty_local_dir_before_any_output(tmp_path, capsys):
+    """`publish reference-deformer --local-dir DIR` printed its "card results: ..." note, then refused DIR for not
+    being empty: an error is the only line a refused command prints (the note comes once the folder is written)."""
+    folder = tmp_path / "hub"
+    folder.mkdir()
+    (folder / "README.md").write_text("mine")
+    assert cli_main(["publish", "reference-deformer", "--repo-id", "a/b", "--local-dir", str(folder),
+                     "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    line = _one_line(captured.err)
+    assert line.startswith("hf-readonce publish: error: `--local-dir`") and "not an empty directory" in line, line
+    assert "card results" not in captured.err + captured.out and captured.out == ""
+    assert (folder / "README.md").read_text() == "mine"

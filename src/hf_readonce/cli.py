@@ -1850,11 +1850,12 @@ def _publish_settings(args, model_dir) -> dict | None:
     return settings
 
 
-def _recorded_card_metrics(name: str, model_dir: str, card: dict) -> str | None:
+def _recorded_card_metrics(name: str, model_dir: str, card: dict) -> tuple[str, str] | None:
     """Without `--metrics`, a shipped checkpoint named on the command line (`reference-deformer`) brings its own
-    recorded evaluation: the path of that file, with its data set filled into `card` (and a line on stderr saying so);
-    `None` for any other model, or when `--dataset-type` / `--dataset-name` were given (they describe a `--metrics`
-    file the user must name)."""
+    recorded evaluation: `(path of that file, the note saying so)`, with its data set filled into `card`; `None` for
+    any other model, or when `--dataset-type` / `--dataset-name` were given (they describe a `--metrics` file the
+    user must name). The caller prints the note (stderr) once `publish` has written the folder or uploaded it, so
+    that an error (a non-empty `--local-dir`) is the only line a refused command prints."""
     from .weights import shipped_checkpoint
 
     checkpoint = None if Path(name).expanduser().exists() else shipped_checkpoint(name)
@@ -1864,9 +1865,8 @@ def _recorded_card_metrics(name: str, model_dir: str, card: dict) -> str | None:
     if not path.is_file():
         return None
     card["dataset_type"], card["dataset_name"] = checkpoint.card_dataset_type, checkpoint.card_dataset_name
-    print(f"card results: {name}'s recorded evaluation ({path.name}, {checkpoint.card_dataset_name}); pass --metrics "
-          "to use another file.", file=sys.stderr)
-    return str(path)
+    return str(path), (f"card results: {name}'s recorded evaluation ({path.name}, {checkpoint.card_dataset_name}); "
+                       "pass --metrics to use another file.")
 
 
 def cmd_publish(args) -> int:
@@ -1886,7 +1886,8 @@ def cmd_publish(args) -> int:
                            "files to the store's own (verify then reports them); give a folder outside it.")
     model_dir = _resolve_model(args.model_dir)
     settings = _publish_settings(args, model_dir)
-    metrics = args.metrics if args.metrics is not None else _recorded_card_metrics(args.model_dir, model_dir, card)
+    recorded = _recorded_card_metrics(args.model_dir, model_dir, card) if args.metrics is None else None
+    metrics, note = recorded if recorded is not None else (args.metrics, None)
     try:
         result = publish(model_dir, args.repo_id, local_dir=args.local_dir, private=args.private,
                          store=store, metrics=metrics, card=card or None,
@@ -1920,6 +1921,8 @@ def cmd_publish(args) -> int:
             raise
         raise CommandError(_hub_error(error)) from None
     args.published = True  # said if the command is stopped from here on
+    if note is not None:  # said once published: a refused command prints its error line only
+        print(note, file=sys.stderr)
     if args.local_dir:
         print(f"wrote {len(result.files)} files to {result.folder}: {', '.join(result.files)}")
         if result.representations_dir is not None:
