@@ -327,3 +327,34 @@ def test_of_several_stored_lengths_the_default_is_read_and_none_is_an_error(tmp_
         option = next(a for a in commands[command]._actions if "--max-document-length" in a.option_strings)
         assert "of several, the one `encode` writes by default, and where none is, an error names them" in \
             option.help, (command, option.help)
+
+
+def test_empty_summaries_are_counted_in_a_note(tmp_path, folders, xsum_rows, capsys, monkeypatch):
+    """An undertrained model may generate nothing but special tokens: `summarize` wrote those empty summaries without
+    a word; one note on stderr now counts them, in the words of its other notes."""
+    import functools
+
+    import hf_readonce.tasks.summarization_store as summarization_store
+
+    generate = summarization_store.summarize_from_store
+
+    @functools.wraps(generate)  # (the CLI reads its signature)
+    def two_empty(*args, **kwargs):  # the first two documents' summaries as such a model gives them
+        summaries = generate(*args, **kwargs)
+        return ["", " \n"] + summaries[2:]
+
+    docs = write_jsonl(tmp_path / "xsum.jsonl", xsum_rows[:3])
+    output = tmp_path / "o.jsonl"
+    summarize = ["summarize", str(folders["longdoc"]), "--store", str(tmp_path / "store"), "--documents", str(docs),
+                 "--output", str(output), "--max-new-tokens", "3", "--max-document-length", "64", "--encode-missing",
+                 "--no-progress"]
+    assert cli_main(summarize) == 0
+    assert "summaries are empty" not in capsys.readouterr().err
+    monkeypatch.setattr(summarization_store, "summarize_from_store", two_empty)
+    assert cli_main(summarize) == 0
+    err = capsys.readouterr().err
+    notes = [line for line in err.splitlines() if "are empty" in line]
+    assert notes == ["hf-readonce summarize: note: 2 of the 3 summaries are empty: the model generated no text for "
+                     "their documents (only special tokens or whitespace, as an undertrained checkpoint does), and "
+                     'they are written as ""'], err
+    assert [line["summary_text"] for line in _lines(output)][:2] == ["", " \n"]

@@ -1011,6 +1011,17 @@ def _note_cut(command: str, cut: int, total: int, what: str, length, outputs: st
           "allow)", file=sys.stderr)
 
 
+def _note_empty_summaries(empty: int, total: int) -> None:
+    """The note of `summarize` on stderr, in [`_note_cut`]'s words: `empty` of the `total` summaries written are empty
+    (the model generated nothing but special tokens or whitespace, as an undertrained checkpoint does), so the output
+    holds `""` for them; nothing is said when none is."""
+    if not empty:
+        return
+    print(f"hf-readonce summarize: note: {empty} of the {total} summaries are empty: the model generated no text "
+          "for their documents (only special tokens or whitespace, as an undertrained checkpoint does), and they are "
+          "written as \"\"", file=sys.stderr)
+
+
 def _note_questions_cut(cut: int, total: int, length, more: str) -> None:
     """The note of `answer` on stderr, in [`_note_cut`]'s words: `cut` of the `total` questions held more than the
     `length` tokens read per question, so their answers come from their first tokens only; `more` says what reads
@@ -1431,6 +1442,7 @@ def _summarize(args) -> int:
     if counts.get("documents_cut"):  # the summaries (and ROUGE) come from the first tokens of these documents
         _note_cut("summarize", counts["documents_cut"], counts["documents"], "document",
                   used.get("max_document_length"), "their summaries")
+    _note_empty_summaries(sum(not text.strip() for text in summaries), len(summaries))
     references = _with_references(rows, args.summary_field or "summary", named=args.summary_field is not None)
     if references is not None:
         from .tasks.summarization import format_rouge, lead_baselines, rouge_scores
