@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from transformers import AutoTokenizer, HfArgumentParser, Trainer, TrainingArguments
+from transformers import AutoTokenizer, HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 from hf_readonce import ReadTwiceBertForQuestionAnswering
 from hf_readonce.tasks.question_answering import format_scores, load_qa_examples, squad_em_f1, trivial_baselines
@@ -134,6 +134,9 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Tra
                     file, len(features), float(np.mean(counts)), max(counts), 100 * float(np.mean(np.array(counts) > 1)))
         return examples, features
 
+    # seeded before the model is built: the weights the warm start lacks (second read, memory layers, QA heads) are
+    # drawn at load time, before Trainer seeds anything, so without this `--seed` left them (and every figure) to chance
+    set_seed(training_args.seed)
     # float32 weights whatever the checkpoint's saved dtype: transformers loads a float16 checkpoint (such as the
     # fp16 warm start a GPU lease carries) as float16, and AdamW on float16 weights does not learn (`--bf16` is
     # autocast over float32 master weights).
