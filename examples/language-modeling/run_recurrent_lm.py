@@ -45,6 +45,7 @@ from transformers import (
     LlamaForCausalLM,
     Trainer,
     TrainingArguments,
+    set_seed,
 )
 
 from hf_readonce.models.recurrent.convert_to_recurrent import RECURRENCE_SETTINGS, to_recurrent
@@ -144,6 +145,9 @@ def main(argv=None):
                                 "austen/, e.g. shared/data; or set $HF_READONCE_DATA).")
     if not (training_args.do_train or training_args.do_eval):
         print("run_recurrent_lm.py: neither --do_train nor --do_eval: only the settings are recorded.", file=sys.stderr)
+    # seeded before the model is built: `to_recurrent` draws the new recurrence weights from torch's generator, before
+    # Trainer seeds anything (and an evaluation-only run never seeds), so without this `--seed` left them to chance
+    set_seed(training_args.seed)
     if args.model_name_or_path and args.model_name_or_path.endswith(".gguf"):
         model, tokenizer = load_smollm2(gguf_path=args.model_name_or_path)
     elif args.model_name_or_path:

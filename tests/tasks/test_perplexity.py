@@ -272,3 +272,39 @@ def test_recurrence_zeroed_equals_a_recurrence_whose_output_layer_is_zero(plain)
     with pytest.raises(TypeError, match="`model` must be a recurrent model"):
         with recurrence_zeroed(plain):
             pass
+
+
+def test_example_seeds_the_new_recurrence_weights(tmp_path):
+    """`run_recurrent_lm.py --recurrent true` gives the same weights and loss for the same `--seed` whatever torch's
+    state before: the recurrence weights `to_recurrent` adds are drawn when the model is built, before Trainer seeds
+    anything."""
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer
+
+    from hf_readonce.tasks.language_modeling import AUSTEN_SPLITS
+    from hf_readonce.weights import minilm_path
+
+    script = _run_recurrent_lm_script()
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(**{**TINY, "vocab_size": tokenizer.vocab_size})).save_pretrained(tmp_path / "gpt2")
+    tokenizer.eos_token = tokenizer.sep_token  # the training stream ends each book with it
+    tokenizer.save_pretrained(tmp_path / "gpt2")
+    (tmp_path / "data" / "austen").mkdir(parents=True)
+    for name in AUSTEN_SPLITS["train"]:
+        (tmp_path / "data" / "austen" / f"{name}.txt").write_text(f"{name} said emma to harriet and knightley. " * 12)
+    runs = []
+    for state in (1, 2):
+        torch.manual_seed(state)  # what ran before (another run, a notebook cell) must not matter
+        out = tmp_path / f"out{state}"
+        metrics = script.main(["--model_name_or_path", str(tmp_path / "gpt2"), "--recurrent", "true", "--window_size",
+                               "16", "--windows_per_sample", "2", "--max_train_tokens", "200", "--do_train",
+                               "--max_steps", "1", "--per_device_train_batch_size", "2", "--save_strategy", "no",
+                               "--data_dir", str(tmp_path / "data"), "--use_cpu", "--report_to", "none", "--seed", "7",
+                               "--output_dir", str(out)])
+        runs.append((metrics["train_loss"], load_file(out / "model.safetensors")))
+    (loss_a, weights_a), (loss_b, weights_b) = runs
+    assert any(name.startswith("recurrence.") for name in weights_a)
+    assert weights_a.keys() == weights_b.keys()
+    assert all(torch.equal(weights_a[name], weights_b[name]) for name in weights_a)
+    assert loss_a == loss_b
