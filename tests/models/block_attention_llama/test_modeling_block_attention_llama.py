@@ -575,7 +575,6 @@ def test_save_load_and_remote_code_round_trip(tmp_path):
     assert "OK BlockAttentionLlamaForCausalLM (1, 11)" in result.stdout
 
 
-
 def test_auto_model_loads_the_bare_model_of_a_saved_causal_lm_without_hf_readonce(tmp_path):
     """`AutoModel` on a saved causal LM gives `BlockAttentionLlamaModel` with the LM's `model.*` weights, as `AutoModel`
     gives a `LlamaModel` for a `LlamaForCausalLM` checkpoint, also from the folder's own code where hf-readonce is
@@ -622,6 +621,37 @@ def test_auto_model_loads_the_bare_model_of_a_saved_causal_lm_without_hf_readonc
     got_causal, got_blocked = json.loads(values)
     assert torch.equal(torch.tensor(got_causal), causal.flatten())
     assert torch.equal(torch.tensor(got_blocked), blocked.flatten())
+
+
+@pytest.mark.parametrize("tie", [False, True])
+def test_the_causal_lms_model_is_the_bare_model_and_takes_block_ids(tie):
+    """`BlockAttentionLlamaForCausalLM.model` is `BlockAttentionLlamaModel`, so `model.model(block_ids=...)` applies the
+    block mask (the states under the LM's head with `block_ids`) instead of a `LlamaModel` swallowing `block_ids`
+    into its `**kwargs` and returning the causal states, and refuses a misspelled keyword; the causal LM is still
+    initialized as `LlamaForCausalLM` (same weights for a seed, nothing drawn twice)."""
+    from hf_readonce.models.block_attention_llama.modeling_block_attention_llama import BlockAttentionLlamaModel
+
+    model = tiny(tie_word_embeddings=tie)
+    after = torch.rand(4)
+    torch.manual_seed(0)
+    llama = LlamaForCausalLM(LlamaConfig(**TINY, tie_word_embeddings=tie))
+    assert torch.equal(torch.rand(4), after)  # the same random draws, no more
+    assert model.state_dict().keys() == llama.state_dict().keys()
+    assert all(torch.equal(value, llama.state_dict()[key]) for key, value in model.state_dict().items())
+    assert (model.lm_head.weight is model.model.embed_tokens.weight) == tie
+    assert type(model.model) is BlockAttentionLlamaModel
+    tokens = ids(12, 3, batch=2)
+    mask = torch.ones_like(tokens)
+    mask[1, :3] = 0
+    block_ids = torch.tensor([[0] * 4 + [1] * 4 + [-1] * 4, [-1] * 3 + [0] * 5 + [-1] * 4])
+    with torch.no_grad():
+        blocked = model.model(tokens, attention_mask=mask, block_ids=block_ids).last_hidden_state
+        causal = model.model(tokens, attention_mask=mask).last_hidden_state
+        assert torch.equal(model.lm_head(blocked), model(tokens, attention_mask=mask, block_ids=block_ids).logits)
+        assert not torch.allclose(blocked, causal)
+        with pytest.raises(TypeError, match="'block_id'. Did you mean 'block_ids'"):
+            model.model(tokens, attention_mask=mask, block_id=block_ids)
+
 
 def test_lora_training_step_with_block_mask():
     from peft import LoraConfig, get_peft_model

@@ -1063,8 +1063,8 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
     r"""A Llama-family causal LM that reads each document once into a key/value cache and answers from composed
     caches: Block-Attention (Ma, Wang & Lan 2025) and TurboRAG (Lu et al. 2024) inside transformers' `generate()`.
 
-    Same parameters and same outputs as `LlamaForCausalLM` (any Llama checkpoint loads, nothing is newly initialized).
-    It adds:
+    Same parameters and same outputs as `LlamaForCausalLM` (any Llama checkpoint loads, nothing is newly initialized);
+    its `model` is [`BlockAttentionLlamaModel`] (a `LlamaModel` that also takes `block_ids`). It adds:
 
     - [`encode_documents`]: each document encoded alone at positions 0..n-1 -> [`DocumentCacheOutput`] with the
       model fingerprint;
@@ -1095,6 +1095,17 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
         if auto_map:
             self.config.auto_map = auto_map
         return super().save_pretrained(save_directory, *args, **kwargs)
+
+    def __init__(self, config: BlockAttentionLlamaConfig):
+        # `LlamaForCausalLM.__init__` with [`BlockAttentionLlamaModel`] as `model`, so that `model.model(block_ids=...)`
+        # applies the block mask as the `AutoModel` of a saved checkpoint does (a `LlamaModel` swallowed `block_ids`
+        # into its `**kwargs` and returned the causal hidden states). Built once, in the same order: the same modules,
+        # parameter names and random initialization as `LlamaForCausalLM`, so fingerprints and checkpoints are unchanged.
+        super(LlamaForCausalLM, self).__init__(config)
+        self.model = BlockAttentionLlamaModel(config)
+        self.vocab_size = config.vocab_size
+        self.lm_head = torch.nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
 
     def representation_fingerprint(self) -> str:
         """[`document_cache_fingerprint`] of this model: the key under which its document caches are stored and
