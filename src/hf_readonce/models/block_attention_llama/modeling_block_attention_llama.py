@@ -1077,6 +1077,17 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
 
     config_class = BlockAttentionLlamaConfig
 
+    def __init__(self, config: BlockAttentionLlamaConfig):
+        # `LlamaForCausalLM.__init__` with `BlockAttentionLlamaModel` as `model`, so that `model.model(block_ids=...)`
+        # applies the block mask as the `AutoModel` of a saved checkpoint does (a `LlamaModel` swallowed `block_ids`
+        # into its `**kwargs` and returned the causal hidden states). Built once, in the same order: the same modules,
+        # parameter names and random initialization as `LlamaForCausalLM`, so fingerprints and checkpoints are unchanged.
+        super(LlamaForCausalLM, self).__init__(config)
+        self.model = BlockAttentionLlamaModel(config)
+        self.vocab_size = config.vocab_size
+        self.lm_head = torch.nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
     # Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert.DeformerBertPreTrainedModel.save_pretrained
     def save_pretrained(self, save_directory, *args, **kwargs):
         r"""`PreTrainedModel.save_pretrained`, with every Auto class that a model class of this file is registered
@@ -1095,17 +1106,6 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
         if auto_map:
             self.config.auto_map = auto_map
         return super().save_pretrained(save_directory, *args, **kwargs)
-
-    def __init__(self, config: BlockAttentionLlamaConfig):
-        # `LlamaForCausalLM.__init__` with [`BlockAttentionLlamaModel`] as `model`, so that `model.model(block_ids=...)`
-        # applies the block mask as the `AutoModel` of a saved checkpoint does (a `LlamaModel` swallowed `block_ids`
-        # into its `**kwargs` and returned the causal hidden states). Built once, in the same order: the same modules,
-        # parameter names and random initialization as `LlamaForCausalLM`, so fingerprints and checkpoints are unchanged.
-        super(LlamaForCausalLM, self).__init__(config)
-        self.model = BlockAttentionLlamaModel(config)
-        self.vocab_size = config.vocab_size
-        self.lm_head = torch.nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.post_init()
 
     def representation_fingerprint(self) -> str:
         """[`document_cache_fingerprint`] of this model: the key under which its document caches are stored and
