@@ -447,3 +447,16 @@ def test_a_store_of_an_earlier_release_lists_no_model_name(tmp_path):
     store.put(FP, SETTINGS, content_hash("new"), rand_states(2), model_name="runs/new")
     spaces = RepresentationStore(tmp_path / "s").info()["spaces"]
     assert spaces[space_key(FP, SETTINGS)]["model_names"] == ["runs/new"] and RepresentationStore(tmp_path / "s").verify().ok
+
+
+def test_a_model_name_utf8_cannot_hold_is_recorded_escaped(tmp_path):
+    """A local folder under a directory whose name is not UTF-8 (`os.fsdecode` gives its bytes as lone surrogates)
+    made the first shard's commit fail after the model work (safetensors headers are UTF-8 JSON), where the same
+    `encode` wrote before names were recorded: the name is recorded with those bytes escaped."""
+    root = tmp_path / "s"
+    RepresentationStore(root).put(FP, SETTINGS, content_hash("one"), rand_states(2), model_name="/home/caf\udce9/a")
+    RepresentationStore(root).put(FP, SETTINGS, content_hash("two"), rand_states(2), model_name="b\ud800")
+    store = RepresentationStore(root)
+    assert store.info()["spaces"][space_key(FP, SETTINGS)]["model_names"] == ["/home/caf\\xe9/a", "b\\ud800"]
+    assert store.verify().ok and len(store) == 2
+

@@ -875,6 +875,22 @@ class RepresentationStore:
         return f"RepresentationStore({str(self.path)!r}, documents={len(self._entries)}, spaces={len(self._spaces)})"
 
 
+def _utf8_name(name: str | None) -> str | None:
+    """`name` as UTF-8 can hold it (safetensors headers are UTF-8 JSON): a path's undecodable bytes (the lone
+    surrogates `os.fsdecode` gives for them) written as `\\xNN`, any other lone surrogate as `\\udNNN`."""
+    if name is None:
+        return None
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        pass
+    try:
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return name.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 class StoreWriter:
     """Buffers documents of one representation space and commits them in shards (see
     [`RepresentationStore.writer`]). Use as a context manager: leaving the block commits what is buffered; an
@@ -889,7 +905,8 @@ class StoreWriter:
         model_name (`str`, *optional*): the model's name or path as the caller names it (`hf-readonce encode`: its
             MODEL argument), recorded in the index and each shard's header for `info`, so that spaces of several
             checkpoints of one family can be told apart; an opaque string (never read as a path). `None` or `""`:
-            nothing recorded.
+            nothing recorded. Characters UTF-8 cannot hold (the undecodable bytes of a path, as `os.fsdecode` gives
+            them) are recorded as backslash escapes (`"caf\\xe9"`), since shard headers are UTF-8 JSON.
 
     Attributes:
         committed (`list[str]`): hashes written by this writer; skipped (`list[str]`): already stored, not rewritten.
@@ -915,7 +932,7 @@ class StoreWriter:
         self.dtype = resolve_dtype(dtype)
         self.shard_size_bytes = shard_size_bytes
         self.space = RepresentationSpace(space_key(fingerprint, settings), fingerprint, settings, model_type,
-                                         model_name or None)
+                                         _utf8_name(model_name) or None)
         store.check_writable()
         self._buffer: list[tuple[str, dict, dict]] = []
         self._buffered_hashes: set[str] = set()
