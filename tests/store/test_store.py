@@ -460,3 +460,37 @@ def test_a_model_name_utf8_cannot_hold_is_recorded_escaped(tmp_path):
     assert store.info()["spaces"][space_key(FP, SETTINGS)]["model_names"] == ["/home/caf\\xe9/a", "b\\ud800"]
     assert store.verify().ok and len(store) == 2
 
+
+def test_verify_names_a_manifest_that_records_a_model_name_its_shard_does_not(tmp_path):
+    """A manifest is written from its shard's header, so a `model_name` only the manifest records is index damage
+    (it would name a model that wrote nothing there): `verify` names it, as it does a name the two disagree on."""
+    root = tmp_path / "s"
+    RepresentationStore(root).put(FP, SETTINGS, content_hash("one"), rand_states(2))
+    (path,) = _manifest_paths(root)
+    path.write_text(json.dumps({**json.loads(path.read_text()), "model_name": "runs/never"}))
+    report = RepresentationStore(root).verify()
+    assert not report.ok and "`model_name` is 'runs/never', the shard's header records none" in \
+        report.corruptions[0].reason, report.corruptions
+
+
+def test_repair_keeps_the_model_name_of_the_documents_it_salvages(tmp_path):
+    """`repair` rewrites the intact documents of a damaged shard into a new one: the new shard's manifest and header
+    record the model name of the one it replaces."""
+    root = tmp_path / "s"
+    store = RepresentationStore(root)
+    with store.writer(FP, SETTINGS, dtype="fp32", model_name="runs/a") as writer:
+        for i in range(3):
+            writer.add(content_hash(f"document {i}"), rand_states(4, seed=i))
+    (victim,) = (root / "shards").rglob("*.safetensors")
+    data = bytearray(victim.read_bytes())
+    data[-10:] = bytes(b ^ 0xFF for b in data[-10:])  # inside the last document's tensor bytes
+    victim.write_bytes(bytes(data))
+    result = RepresentationStore(root).repair()
+    assert len(result["dropped"]) == 1 and len(result["salvaged"]) == 2, result
+    (manifest,) = [json.loads(p.read_text()) for p in _manifest_paths(root)]
+    assert manifest["model_name"] == "runs/a"
+    from safetensors import safe_open
+
+    with safe_open(root / manifest["shard"], "pt") as shard:
+        assert shard.metadata()["model_name"] == "runs/a"
+    assert RepresentationStore(root).info()["spaces"][space_key(FP, SETTINGS)]["model_names"] == ["runs/a"]

@@ -297,10 +297,11 @@ def manifest_header_differences(manifest: Mapping, space: RepresentationSpace, d
                                 ("model_name", space.model_name or None, manifest.get("model_name") or None)):
         if name == "model_type" and wanted is None:
             continue  # informative only, and not in the headers of stores written by 0.1.0
-        if name == "model_name" and (wanted is None or found is None):
-            continue  # informative only: absent from stores of earlier releases, and from a manifest one rewrote
+        if name == "model_name" and found is None:
+            continue  # absent from a manifest an earlier release rewrote (a header without one has none to lose)
         if wanted != found:
-            problems.append(f"`{name}` is {printable(found)!r}, the shard's header says {printable(wanted)!r}")
+            said = "records none" if wanted is None else f"says {printable(wanted)!r}"
+            problems.append(f"`{name}` is {printable(found)!r}, the shard's header {said}")
     documents = manifest.get("documents") or {}
     header = {entry.content_hash: entry for entry in entries}
     unlisted = [h for h in header if h not in documents]
