@@ -760,3 +760,24 @@ def test_publish_refuses_a_non_empty_local_dir_before_any_output(tmp_path, capsy
     assert line.startswith("hf-readonce publish: error: `--local-dir`") and "not an empty directory" in line, line
     assert "card results" not in captured.err + captured.out and captured.out == ""
     assert (folder / "README.md").read_text() == "mine"
+
+
+def test_prune_dry_run_names_every_model_info_lists_for_the_space(tmp_path, capsys):
+    """`prune --dry-run` named the model of whichever of a space's shards was loaded first, so a space two writers
+    wrote (a checkpoint and its copy, the second shard the first without a name as an earlier release wrote it) was
+    named by one model or none while `info` listed both: it names the models `info` lists."""
+    import torch
+
+    from hf_readonce.store import content_hash, space_key
+
+    fingerprint, settings = "f" * 64, {"max_passage_length": 64}
+    store = RepresentationStore(tmp_path / "s")
+    for text, name in (("one", None), ("two", "/runs/a"), ("three", "/copies/a")):
+        store.put(fingerprint, settings, content_hash(text), {"h": torch.ones(2, 2)}, model_name=name)
+    key = space_key(fingerprint, settings)[:16]
+    assert cli_main(["info", "--store", str(tmp_path / "s")]) == 0
+    assert "    models /runs/a, /copies/a\n" in capsys.readouterr().out
+    assert cli_main(["prune", "--store", str(tmp_path / "s"), "--space", key, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"would delete space {key} (model type not recorded, models /runs/a, /copies/a, fingerprint ffff" in out, \
+        out

@@ -1651,8 +1651,10 @@ def cmd_prune(args) -> int:
     store = _open_store(args.store, readonly=args.dry_run, create=False, command="prune")
     from .store import ReadOnlyStoreError
     from .store.keys import printable
+    from .store.maintenance import model_names
 
     spaces = {space.key: space for space in store.spaces()}  # as they were before the prune
+    names = model_names(store)  # every name a space's shards record, as `info` lists them
     try:
         result = store.prune(args.space, quarantine=args.quarantine, dry_run=args.dry_run)
     except ReadOnlyStoreError as error:
@@ -1667,7 +1669,8 @@ def cmd_prune(args) -> int:
     verb = "would delete" if args.dry_run else "deleted"
     for key in result["spaces"]:
         space = spaces.get(key)
-        named = f", model {printable(space.model_name)}" if space is not None and space.model_name else ""
+        named = [printable(name) for name in names.get(key, [])]
+        named = f", model{'s' if len(named) > 1 else ''} {', '.join(named)}" if named else ""
         about = (f" ({space.model_type or 'model type not recorded'}{named}, fingerprint {space.fingerprint[:16]}...)"
                  if space is not None else " (orphan shards only)")
         partly = key in result["skipped_spaces"]

@@ -171,7 +171,8 @@ class RepresentationSpace:
         model_type (`str` or `None`): the model family that wrote it (e.g. `"deformer_bert"`), informative only.
         model_name (`str` or `None`): the name the writer gave the model (`hf-readonce encode` records its MODEL
             argument, `fill_store` the model's `config.name_or_path`), informative only: an opaque string the store
-            never interprets; `None` where none was given (and in stores written before it was recorded).
+            never interprets; `None` where none was given (and in stores written before it was recorded). Of a space
+            several writers wrote, the name one of its shards records; `RepresentationStore.info()` lists them all.
     """
 
     key: str

@@ -108,6 +108,19 @@ class VerifyReport:
         return [entry for c in self.corruptions for entry in c.documents]
 
 
+def model_names(store) -> dict[str, list[str]]:
+    """Per space key (of the spaces whose shards record one), the distinct model names its loaded shards record, in
+    the order they were first written (what `info` lists as `model_names`; a space's
+    [`RepresentationSpace.model_name`] is that of one of its shards only)."""
+    named: dict[str, list] = {}  # per space: (when written, model name) of each shard that records one
+    for manifest in store._shards.values():
+        if manifest.get("model_name"):
+            when = manifest.get("created")
+            when = when if isinstance(when, (int, float)) and not isinstance(when, bool) else math.inf
+            named.setdefault(manifest["space"], []).append((when, manifest["model_name"]))
+    return {space: list(dict.fromkeys(name for _, name in sorted(names))) for space, names in named.items()}
+
+
 def store_info(store) -> dict:
     """Summary: documents, shards, bytes on disk (`quarantine_bytes` / `quarantine_files` of them under
     `quarantine/`, where `repair` moved damaged files: kept for inspection, never read, safe to delete), and per space
@@ -122,13 +135,10 @@ def store_info(store) -> dict:
         per_space[key] = {"fingerprint": space.fingerprint, "settings": space.settings,
                           "model_type": space.model_type, "model_names": [], "documents": 0, "shards": 0, "bytes": 0,
                           "dtypes": [], "first_written": None, "last_written": None}
-    named: dict[str, list] = {}  # per space: (when written, model name) of each shard that records one
+    for space, names in model_names(store).items():
+        per_space[space]["model_names"] = names
     for manifest in store._shards.values():
         s = per_space[manifest["space"]]
-        if manifest.get("model_name"):
-            when = manifest.get("created")
-            when = when if isinstance(when, (int, float)) and not isinstance(when, bool) else math.inf
-            named.setdefault(manifest["space"], []).append((when, manifest["model_name"]))
         s["shards"] += 1
         s["bytes"] += int(manifest.get("file_size", 0))
         created = manifest.get("created")  # a Unix time; anything else (garbled, out of range) is left out
@@ -137,8 +147,6 @@ def store_info(store) -> dict:
             s["last_written"] = created if s["last_written"] is None else max(s["last_written"], created)
         if manifest.get("dtype") not in s["dtypes"]:
             s["dtypes"].append(manifest.get("dtype"))
-    for space, names in named.items():
-        per_space[space]["model_names"] = list(dict.fromkeys(name for _, name in sorted(names)))
     for space, _ in store._entries:
         per_space[space]["documents"] += 1
     total = quarantined = quarantined_files = 0
@@ -1134,6 +1142,6 @@ def bytes_per_1000_tokens(store, fingerprint: str, settings: Mapping,
     return size / tokens * 1000 if tokens else math.nan
 
 
-__all__ = ["Corruption", "VerifyReport", "bytes_per_1000_tokens", "layout_problems", "orphan_shards", "prune_store",
-           "quarantine_problem", "read_orphan", "remove_empty_store", "repair_store", "resolve_spaces",
+__all__ = ["Corruption", "VerifyReport", "bytes_per_1000_tokens", "layout_problems", "model_names", "orphan_shards",
+           "prune_store", "quarantine_problem", "read_orphan", "remove_empty_store", "repair_store", "resolve_spaces",
            "restore_store_marker", "store_info", "verify_store"]
