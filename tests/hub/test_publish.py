@@ -470,3 +470,18 @@ def test_setting_options_for_a_readtwice_of_the_paper_layout_are_refused_in_the_
     err = capsys.readouterr().err
     assert "--mentions does not apply: this readtwice_bert model stores no representations" in err, err
     assert "`settings`" not in err and not (tmp_path / "o").exists()
+
+
+def test_the_exported_representations_carry_no_model_name(published, store_dir, checkpoint_dir):
+    """A store records the model that wrote each space, a local folder as its absolute path (it may name a user's
+    home): the dataset `publish` writes (and uploads) from it carries no such name, in no row, column or metadata,
+    nor does its card, so an import lists none."""
+    import pyarrow.parquet as pq
+
+    store = RepresentationStore(store_dir, create=False, readonly=True)
+    assert [space["model_names"] for space in store.info()["spaces"].values()] == [[str(checkpoint_dir)]]
+    table = pq.read_table(published.representations_dir / "data" / "train-00000-of-00001.parquet")
+    assert "model_name" not in table.column_names
+    shipped = [json.dumps(table.to_pylist(), default=repr), repr(table.schema.metadata)]
+    shipped += [p.read_text() for p in published.representations_dir.rglob("*.md")]
+    assert not any(str(checkpoint_dir) in text or checkpoint_dir.name in text for text in shipped)
