@@ -1914,6 +1914,9 @@ def cmd_publish(args) -> int:
             message = message.replace(f"`{name}`", f"`--{name.replace('_', '-')}`")
         message = message.replace("pass `representation_settings`", "pass its family's setting options (`hf-readonce "
                                   "info` lists them)").replace("`model_dir`", "MODEL_DIR")
+        message = message.replace("(pass check_dtype=False to accept another dtype)",  # an argument of Python only
+                                  "(`--dtype` declares it; without --dtype, the dtype the store holds is declared "
+                                  "where it holds one)")
         # the setting options given for a checkpoint that stores nothing (a ReadTwice of the paper's layout)
         message = re.sub(r"`settings` \[([^\]]*)\] do not apply", lambda found: _do_not_apply(
             "--" + name.strip(" '").replace("_", "-") for name in found.group(1).split(",")), message)

@@ -485,3 +485,19 @@ def test_the_exported_representations_carry_no_model_name(published, store_dir, 
     shipped = [json.dumps(table.to_pylist(), default=repr), repr(table.schema.metadata)]
     shipped += [p.read_text() for p in published.representations_dir.rglob("*.md")]
     assert not any(str(checkpoint_dir) in text or checkpoint_dir.name in text for text in shipped)
+
+
+def test_cli_publish_a_dtype_the_store_does_not_hold_says_what_the_cli_takes(checkpoint_dir, store_dir, tmp_path,
+                                                                           capsys):
+    """`publish --store S --dtype bf16` over an fp16 store was told to "pass check_dtype=False", an argument of
+    `check_store_format` no command takes: the CLI says what --dtype does instead, and publishes without it."""
+    folder = tmp_path / "hub"
+    assert cli_main(["publish", str(checkpoint_dir), "--repo-id", "a/b", "--local-dir", str(folder), "--store",
+                     str(store_dir), "--dtype", "bf16", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "as float16; the checkpoint declares bfloat16 (`--dtype` declares it; without --dtype, the dtype the " \
+           "store holds is declared where it holds one)" in err and "check_dtype" not in err, err
+    assert not folder.exists()
+    assert cli_main(["publish", str(checkpoint_dir), "--repo-id", "a/b", "--local-dir", str(folder), "--store",
+                     str(store_dir), "--no-progress"]) == 0
+    assert json.loads((folder / "representation_format.json").read_text())["dtype"] == "float16"
