@@ -781,3 +781,23 @@ def test_prune_dry_run_names_every_model_info_lists_for_the_space(tmp_path, caps
     out = capsys.readouterr().out
     assert f"would delete space {key} (model type not recorded, models /runs/a, /copies/a, fingerprint ffff" in out, \
         out
+
+
+def test_answer_encode_missing_names_the_model_as_encode_does(tmp_path, checkpoint, qa_rows, capsys, monkeypatch):
+    """`answer --encode-missing` wrote its spaces under the model's `config.name_or_path`, the path as typed (relative:
+    no name from another directory), so `info` listed one checkpoint under two names once `encode` had added to the
+    space: both record MODEL as `encode` does (a local folder as its absolute path)."""
+    import json
+
+    window = ["--max-passage-length", "64", "--doc-stride", "16", "--no-progress"]
+    questions = write_jsonl(tmp_path / "q.jsonl", qa_rows[:2])
+    docs = write_jsonl(tmp_path / "passages.jsonl", qa_rows[2:4])
+    store = tmp_path / "reps"
+    monkeypatch.chdir(checkpoint.parent)
+    assert cli_main(["answer", checkpoint.name, "--store", str(store), "--questions", str(questions), "--output",
+                     str(tmp_path / "o.jsonl"), "--encode-missing", *window]) == 0
+    assert cli_main(["encode", checkpoint.name, "--documents", str(docs), "--store", str(store), *window]) == 0
+    capsys.readouterr()
+    assert cli_main(["info", "--store", str(store), "--json"]) == 0
+    spaces = json.loads(capsys.readouterr().out)["spaces"]
+    assert [space["model_names"] for space in spaces.values()] == [[str(checkpoint)]], spaces

@@ -358,3 +358,16 @@ def test_empty_summaries_are_counted_in_a_note(tmp_path, folders, xsum_rows, cap
                      "their documents (only special tokens or whitespace, as an undertrained checkpoint does), and "
                      'they are written as ""'], err
     assert [line["summary_text"] for line in _lines(output)][:2] == ["", " \n"]
+
+
+def test_summarize_encode_missing_names_the_model_as_encode_does(tmp_path, folders, xsum_rows, monkeypatch):
+    """`summarize --encode-missing MODEL` records MODEL with the space it writes as `encode` does (a local folder as
+    its absolute path), not the relative path the model was loaded from."""
+    docs = write_jsonl(tmp_path / "xsum.jsonl", xsum_rows[:2])
+    store = tmp_path / "store"
+    monkeypatch.chdir(folders["longdoc"].parent)
+    assert cli_main(["summarize", folders["longdoc"].name, "--store", str(store), "--documents", str(docs),
+                     "--output", str(tmp_path / "o.jsonl"), "--max-new-tokens", "2", "--max-document-length", "64",
+                     "--encode-missing", "--no-progress"]) == 0
+    spaces = RepresentationStore(store).info()["spaces"]
+    assert [space["model_names"] for space in spaces.values()] == [[str(folders["longdoc"])]], spaces

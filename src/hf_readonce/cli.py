@@ -331,6 +331,14 @@ def _model_name(name: str) -> str:
     return os.path.abspath(path) if path.exists() else name
 
 
+def _named_as_encode_names_it(model, name: str) -> None:
+    """Set `model.config.name_or_path` to what `encode` records for MODEL `name` ([`_model_name`]), which
+    `fill_store` records by default: `answer` and `summarize --encode-missing` then name the spaces they write as
+    `encode` does, not by the relative path or the shipped checkpoint's folder the model was loaded from (`info`
+    listed one model under two names). `name_or_path` is no part of a representation fingerprint."""
+    model.config.name_or_path = _model_name(name)
+
+
 def _cached_on_this_machine(repo_id: str) -> bool:
     """Whether the Hub cache of this machine holds `repo_id`'s `config.json` (transformers then loads it offline)."""
     try:
@@ -1038,6 +1046,7 @@ def _answer(args) -> int:
     if not questions.is_file():
         raise CommandError(f"--questions {questions} is not a file.")
     output = _output_file(args.output, ("--questions", questions), store=args.store)
+    args.model_as_given = args.model  # (what --encode-missing records with the spaces it writes)
     args.model = _resolve_model(args.model)
     spec = _family_of(args.model)
     generative = spec is not None and spec.answer == "generative"
@@ -1100,6 +1109,7 @@ def _answer(args) -> int:
         return _answer_generative(args, store, examples, output)
     model, tokenizer = load_qa_model(args.model, args.num_decomposed_layers, _device(args.device),
                                      compute_dtype=args.compute_dtype)
+    _named_as_encode_names_it(model, args.model_as_given)
     config = model.config
     from .representations import family_of
     from .representations.registry import answer_function
@@ -1263,6 +1273,7 @@ def _answer_generative(args, store, examples, output) -> int:
 
     model, tokenizer = load_qa_model(args.model, None, _device(args.device), allow_readonce=True,
                                      compute_dtype=args.compute_dtype)
+    _named_as_encode_names_it(model, args.model_as_given)
     positions = getattr(model.config, "max_position_embeddings", None)
     if positions is not None and args.max_answer_length >= positions:
         raise CommandError(f"--max-answer-length {args.max_answer_length} new tokens do not fit the model's "
@@ -1384,6 +1395,7 @@ def _summarize(args) -> int:
     if not documents.is_file():
         raise CommandError(f"--documents {documents} is not a file.")
     output = _output_file(args.output, ("--documents", documents), store=args.store)
+    model_as_given = args.model  # (what --encode-missing records with the spaces it writes)
     args.model = _resolve_model(args.model)
     spec = _family_of(args.model)
     if spec is not None and not spec.summarize:
@@ -1395,6 +1407,7 @@ def _summarize(args) -> int:
     store = _open_store_to_read(args, "summarize", "documents")
     device = _device(args.device)
     model, tokenizer = load_qa_model(args.model, None, device, allow_readonce=True, compute_dtype=args.compute_dtype)
+    _named_as_encode_names_it(model, model_as_given)
     adapter_class = get_adapter_class(model.config.model_type)
     family_options = _family_setting_options(args, summarize_from_store, model.config.model_type)
     if args.prompt is not None and getattr(adapter_class, "summary_prompt", None) is None:
