@@ -985,6 +985,24 @@ def test_the_config_switches_attentions_on_and_sdpa_warns_as_for_bart(monkeypatc
     assert said and "output_attentions" in said[0]
 
 
+def test_hidden_states_are_the_layers_outputs_when_R_is_appended_after_the_last_layer():
+    """At L = N (R appended after layer N) `last_hidden_state` is `[H^N; R]`, but the last hidden state is layer N's
+    output, over the text: transformers' default would replace it by `last_hidden_state` (R included)."""
+    model = eager(tiny(append_layer=4))
+    q, doc = tokens(2, 6), tokens(2, 20, seed=5)
+    with torch.no_grad():
+        reps = model.encode_documents(doc)
+        out = model.get_encoder()(q, document_representations=reps, output_hidden_states=True, output_attentions=True)
+        alone = model.get_encoder()(q, output_hidden_states=True)
+    m = reps.representations.shape[1]
+    assert tuple(out.last_hidden_state.shape) == (2, 6 + m, 32)
+    assert [tuple(h.shape) for h in out.hidden_states] == [(2, 6, 32)] * 5
+    assert [tuple(a.shape) for a in out.attentions] == [(2, 4, 6, 6)] * 4
+    for ours, text_only in zip(out.hidden_states, alone.hidden_states):
+        assert torch.equal(ours, text_only)
+    assert torch.equal(out.hidden_states[-1], out.last_hidden_state[:, :6])
+
+
 @pytest.mark.parametrize("fusion", ["append", "attention"])
 def test_device_map_keeps_every_layer_on_one_device(fusion):
     # `device_map="auto"` splits a model between modules, except inside the classes of `_no_split_modules` (matched
