@@ -1004,6 +1004,45 @@ def test_hidden_states_are_the_layers_outputs_when_R_is_appended_after_the_last_
 
 
 @pytest.mark.parametrize("fusion", ["append", "attention"])
+@pytest.mark.parametrize("asked", [False, True])
+def test_the_encoder_s_tuple_output_feeds_the_decoder_as_its_output_object_does(fusion, asked):
+    """`return_dict=False` makes the encoder return a tuple (as BART's): fed back as `encoder_outputs`, it gave an
+    opaque size error (`fusion="append"`: the combined cross-attention mask was lost) or, with `fusion="attention"`,
+    other logits without a word (R, which every decoder layer attends to, was lost)."""
+    model = eager(tiny(fusion=fusion, append_layer=2))
+    q, doc, dec = tokens(2, 6), tokens(2, 20, seed=5), tokens(2, 3, seed=2)
+    mask = torch.ones_like(q)
+    mask[1, -2:] = 0
+    switches = dict(output_attentions=True, output_hidden_states=True) if asked else {}
+    with torch.no_grad():
+        reps = model.encode_documents(doc)
+        expected = model(q, attention_mask=mask, document_representations=reps, decoder_input_ids=dec, **switches)
+        encoded = model.get_encoder()(q, attention_mask=mask, document_representations=reps, return_dict=False,
+                                      **switches)
+        assert isinstance(encoded, tuple)
+        got = model(attention_mask=mask, encoder_outputs=encoded, decoder_input_ids=dec, **switches)
+        as_list = model(attention_mask=mask, encoder_outputs=list(encoded), decoder_input_ids=dec)
+    assert torch.equal(got.logits, expected.logits) and torch.equal(as_list.logits, expected.logits)
+    for name in ("encoder_hidden_states", "encoder_attentions"):
+        ours, theirs = getattr(got, name), getattr(expected, name)
+        assert (ours is None) == (theirs is None) == (not asked), name
+        assert asked is False or all(torch.equal(a, b) for a, b in zip(ours, theirs))
+
+
+def test_a_bart_style_encoder_tuple_is_read_as_before():
+    """BART's `(last_hidden_state,)` without representations: the text's own mask is the cross-attention mask."""
+    model = tiny()
+    q, dec = tokens(2, 6), tokens(2, 3, seed=2)
+    mask = torch.ones_like(q)
+    mask[0, -1] = 0
+    with torch.no_grad():
+        expected = model(q, attention_mask=mask, decoder_input_ids=dec)
+        hidden = model.get_encoder()(q, attention_mask=mask).last_hidden_state
+        got = model(attention_mask=mask, encoder_outputs=(hidden,), decoder_input_ids=dec)
+    assert torch.equal(got.logits, expected.logits)
+
+
+@pytest.mark.parametrize("fusion", ["append", "attention"])
 def test_device_map_keeps_every_layer_on_one_device(fusion):
     # `device_map="auto"` splits a model between modules, except inside the classes of `_no_split_modules` (matched
     # by name): the fused layers of `fusion="attention"` were not listed, so a layer's self-attention and its

@@ -829,6 +829,33 @@ class ReadOnceBartEncoder(BartEncoder):
         return hidden_states, mask, layer_mask
 
 
+def _encoder_output_from_tuple(encoder_outputs) -> ReadOnceEncoderOutput:
+    """The [`ReadOnceEncoderOutput`] of a tuple (or list) `encoder_outputs`, as BART wraps a tuple in a
+    `BaseModelOutput`: what [`ReadOnceBartEncoder`] returns with `return_dict=False` (the output's fields in order,
+    `None` left out: `last_hidden_state`; `hidden_states` and/or `attentions`, tuples; `attention_mask`, the
+    cross-attention mask; with `fusion="attention"`, `document_representations` and `document_attention_mask`), or
+    BART's `(last_hidden_state, hidden_states?, attentions?)`. Read by position, the combined mask and R were lost:
+    a size error in cross-attention, or a decoder that silently did not attend to R."""
+    last_hidden_state, *rest = encoder_outputs
+    recorded = [value for value in rest if isinstance(value, (tuple, list))]
+    tensors = [value for value in rest if torch.is_tensor(value)]
+    hidden_states = attentions = None
+    if len(recorded) == 2:
+        hidden_states, attentions = recorded
+    elif len(recorded) == 1:  # hidden states are (batch, length, d_model) and never empty; attention weights 4-D
+        only = recorded[0]
+        if len(only) and only[0].dim() == 3:
+            hidden_states = only
+        else:
+            attentions = only
+    attention_mask, representations, representation_mask = (tensors + [None] * 3)[:3]
+    return ReadOnceEncoderOutput(
+        last_hidden_state=last_hidden_state, hidden_states=hidden_states, attentions=attentions,
+        attention_mask=attention_mask, document_representations=representations,
+        document_attention_mask=representation_mask,
+    )
+
+
 def _unpack_representations(representations, mask, batch: int, d_model: int):
     if representations is None:
         if mask is not None:
@@ -912,7 +939,8 @@ class ReadOnceBartModel(ReadOnceBartPreTrainedModel, BartModel):
                 (and without `decoder_inputs_embeds`), `input_ids` shifted right, as in BART.
             decoder_attention_mask (`torch.Tensor` of shape `(batch_size, target_length)`, *optional*).
             encoder_outputs ([`ReadOnceEncoderOutput`], *optional*): the encoder's output, computed once (what
-                `generate` passes); its `attention_mask` is the cross-attention mask.
+                `generate` passes); its `attention_mask` is the cross-attention mask. The tuple the encoder returns
+                with `return_dict=False` is read as that output (its fields in order, `None` left out).
             past_key_values (`EncoderDecoderCache`, *optional*), cache: the decoder's KV cache; `cache` is its name
                 from transformers 5.24 on. Either name, not both.
             document_representations (`(batch_size, m, d_model)` tensor or [`ReadOnceDocumentEncoderOutput`],
@@ -955,6 +983,8 @@ class ReadOnceBartModel(ReadOnceBartPreTrainedModel, BartModel):
                                  "right into the decoder's inputs, as in BART).")
             decoder_input_ids = shift_tokens_right(input_ids, self.config.pad_token_id,
                                                    self.config.decoder_start_token_id)
+        if isinstance(encoder_outputs, (tuple, list)):  # the encoder's `return_dict=False` output, or BART's
+            encoder_outputs = _encoder_output_from_tuple(encoder_outputs)
         if encoder_outputs is None:
             asked = {key: kwargs[key] for key in ("output_attentions", "output_hidden_states") if key in kwargs}
             encoder_outputs = self.encoder(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds,
