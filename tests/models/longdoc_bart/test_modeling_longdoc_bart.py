@@ -266,6 +266,30 @@ def test_banded_attentions_follow_the_config_and_the_sdpa_kernel_says_it_has_non
         assert model.get_encoder()(input_ids=ids, attention_mask=mask, output_attentions=True).attentions == ()
     assert said and "'eager'" in said[0]
 
+def test_a_neighborhood_decoder_returns_its_banded_weights_when_the_config_asks():
+    """`config.output_attentions=True` reaches the decoder's neighborhood layers too (BART's decoder records what the
+    config asks, but the blocked kernel builds its weights only when `output_attentions` reaches it): every decoder
+    layer's causal band, 0 before `t - r` and after `t`; and a cached decoding step's row, over the whole cache."""
+    model = longdoc(attn_implementation="eager", encoder_attention_type="full", decoder_attention_type="neighborhood",
+                    neighborhood_radius=2)
+    ids, mask = padded_batch(12)
+    decoder_ids = tokens(2, 9, seed=3)
+    model.config.output_attentions = True
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids)
+        generated = model.generate(ids, attention_mask=mask, max_new_tokens=4, min_new_tokens=4, do_sample=False,
+                                   output_attentions=True, return_dict_in_generate=True)
+    position = torch.arange(9)
+    outside = (position[:, None] - position[None, :] > 2) | (position[None, :] > position[:, None])
+    assert len(out.decoder_attentions) == TINY["decoder_layers"]
+    for weights in out.decoder_attentions:
+        assert weights.shape == (2, 4, 9, 9) and torch.all(weights[..., outside] == 0)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 9))
+    last_step = generated.decoder_attentions[-1]
+    assert [tuple(w.shape) for w in last_step] == [(2, 4, 1, 4)] * TINY["decoder_layers"]
+    assert all(torch.all(w[..., 0] == 0) for w in last_step)  # key 0 is more than r = 2 before the query
+
+
 def test_blocked_kernel_validates_its_arguments():
     x = torch.randn(1, 1, 4, 8)
     with pytest.raises(ValueError, match="keys"):

@@ -519,9 +519,10 @@ class LongDocBartAttention(BartAttention):
         Returns:
             `(attn_output (batch, length, d_model), attn_weights or None)`: with `"eager"` (what transformers records
             for `output_attentions=True`): `"full"`, BART's `(batch, heads, length, kv)`; `"neighborhood"`, the
-            band's weights on the same grid, 0 outside `|i - j| <= radius` (built only when `output_attentions` is
-            in `kwargs`); the convolutional types, the attention over the `m = ceil(length / stride)` compressed
-            positions, `(batch, heads, m, m)` (banded for `"neighborhood_convolutional"`). Other implementations:
+            band's weights on the same grid, 0 outside `|i - j| <= radius` (and after `i` in the causal decoder),
+            built only when `kwargs` hold `output_attentions=True`; the convolutional types, the attention over the
+            `m = ceil(length / stride)` compressed positions, `(batch, heads, m, m)` (banded for
+            `"neighborhood_convolutional"`). Other implementations:
             `None` (for the neighborhood kernels a warning when `output_attentions` is asked).
         """
         past_key_values = _either_cache(past_key_values, cache)
