@@ -159,7 +159,6 @@ def test_one_document_is_exactly_the_plain_causal_lm():
         assert listed.sequences.tolist() == model.generate(question, document_caches=cache, **greedy()).sequences.tolist()
 
 
-
 def test_output_attentions_are_llama_s_over_the_composed_prefix():
     """Llama's own recording (eager): with `document_caches` the question's rows over prefix + question, equal to the
     plain causal LM's rows of the question over document + question (one document), with and without selective
@@ -182,6 +181,7 @@ def test_output_attentions_are_llama_s_over_the_composed_prefix():
         torch.testing.assert_close(ours, theirs[:, :, 24:], atol=1e-6, rtol=0)
     for weights in blocked:
         assert torch.all(weights[..., 11:17, :11] == 0) and torch.all(weights[..., 17:, :17] > 0)
+
 
 def test_generate_batched_with_left_padding_equals_plain_generate():
     model = tiny()
@@ -402,7 +402,6 @@ def test_configs_that_are_not_one_rotary_llama_setting_are_refused_by_name():
         selective_recompute(Gemma3ForCausalLM(gemma).eval(), without, 0.5)
 
 
-
 def test_configs_whose_keys_are_not_rotary_over_every_head_dimension_and_layer_are_refused_by_name():
     """Keys were re-rotated over the whole head in every layer whatever the config said: a `partial_rotary_factor`
     below 1 (StableLM, Phi, GLM rotate only part of each head) or layers without RoPE (SmolLM3's `no_rope_layers`)
@@ -540,6 +539,7 @@ def test_arrays_and_lists_are_refused_naming_the_argument(entry, argument, conve
     with torch.no_grad(), pytest.raises(TypeError, match=rf"^`{argument}` must be a torch.Tensor, got "
                                                          rf"{'ndarray' if convert == 'numpy' else 'list'}"):
         function(**call)
+
 
 # ----------------------------------------------------------------------------------------------------- hub, training
 def test_save_load_and_remote_code_round_trip(tmp_path):

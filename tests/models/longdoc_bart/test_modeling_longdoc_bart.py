@@ -185,7 +185,6 @@ def test_blocked_equals_dense_banded_reference(n, q, radius, block, causal, padd
     torch.testing.assert_close(got[valid], expected[valid], atol=1e-5, rtol=0)
 
 
-
 @pytest.mark.parametrize("n, q, radius, block, causal", [
     (17, 17, 3, None, False), (17, 17, 3, 5, False), (9, 9, 0, None, False), (10, 10, 30, None, False),
     (23, 23, 5, 6, True), (23, 1, 5, None, True), (23, 3, 4, 2, True), (30, 7, 3, 4, False),
@@ -265,6 +264,7 @@ def test_banded_attentions_follow_the_config_and_the_sdpa_kernel_says_it_has_non
     with torch.no_grad():
         assert model.get_encoder()(input_ids=ids, attention_mask=mask, output_attentions=True).attentions == ()
     assert said and "'eager'" in said[0]
+
 
 def test_a_neighborhood_decoder_returns_its_banded_weights_when_the_config_asks():
     """`config.output_attentions=True` reaches the decoder's neighborhood layers too (BART's decoder records what the

@@ -151,7 +151,6 @@ def test_first_read_equals_bert_and_zero_memory_is_layernorm(tmp_path):
         torch.testing.assert_close(got.start_logits[i, :n], logits[i, :n, 0], atol=1e-5, rtol=0)
 
 
-
 def test_output_attentions_return_bert1_s_attentions_then_bert2_s(tmp_path):
     """`output_attentions=True` returned MemoryAttention's α only (`memory_attentions`); BERT's self-attention
     weights are now `attentions` too, as `BertModel` returns them (eager): BERT₁'s layers, which are `BertModel`'s
@@ -215,6 +214,7 @@ def test_read_once_attentions_are_bert2_s_over_question_and_segment(tmp_path):
             out = model(ids, document_ids=DOCS, question_input_ids=questions, question_document_ids=q_docs,
                         output_attentions=True)
     assert out.attentions == () and out.memory_attentions is not None and said
+
 
 @pytest.mark.parametrize("memory_type", ["cls", "sts", "entity"])
 def test_memories_cross_segments_but_not_documents_or_ss(memory_type):
@@ -457,7 +457,6 @@ def test_trainer_step(tmp_path):
             "bert.encoder.layer.0.attention.self.query.weight", "qa_outputs.weight"} <= changed
 
 
-
 @pytest.mark.parametrize("question_in_first_read", [True, False])
 def test_trainer_evaluate_and_predict(tmp_path, question_in_first_read):
     # the output's `question_length` is a Python int, which accelerate cannot pad across the evaluation batches: the
@@ -478,6 +477,7 @@ def test_trainer_evaluate_and_predict(tmp_path, question_in_first_read):
         first = model(**collate(features[:2]))
     width = first.start_logits.shape[1]
     assert np.allclose(start_logits[: first.start_logits.shape[0], :width], first.start_logits.numpy(), atol=1e-5)
+
 
 def test_gradient_checkpointing_same_gradients():
     batch = ReadTwiceQACollator(0, with_entities=True)(tiny_features())

@@ -422,7 +422,6 @@ def test_bad_inputs_are_clear_errors():
         model(ids(1, 10), attention_mask=torch.ones(1, 7, dtype=torch.long), use_cache=True)
 
 
-
 @pytest.mark.parametrize("family", FAMILIES)
 def test_attention_weights_and_hidden_states_are_refused_also_from_the_config(family):
     """A stream has no one (sequence, sequence) attention matrix per layer: `output_attentions=True` was refused,
@@ -438,6 +437,7 @@ def test_attention_weights_and_hidden_states_are_refused_also_from_the_config(fa
         with torch.no_grad():  # the argument wins over the config
             assert model(ids(1, 10), **{name: False}).logits.shape == (1, 10, model.config.vocab_size)
         setattr(model.config, name, False)
+
 
 # ------------------------------------------------------------------------------------------------ hub
 @pytest.mark.parametrize("family", FAMILIES)
@@ -474,7 +474,6 @@ def test_save_and_remote_code_round_trip(family, tmp_path):
     assert "OK" in result.stdout and "(1, 45)" in result.stdout
 
 
-
 @pytest.mark.parametrize("family", FAMILIES)
 def test_there_is_no_bare_model_and_auto_model_says_so(family, tmp_path):
     """The recurrence lives in the causal LM (its windows, its recurrent vector), not in a bare model, so the family
@@ -491,6 +490,7 @@ def test_there_is_no_bare_model_and_auto_model_says_so(family, tmp_path):
                                                                                    "AutoModelForCausalLM"}
     with pytest.raises(ValueError, match="Unrecognized configuration class"):
         AutoModel.from_pretrained(tmp_path)
+
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_memory_attention_follows_the_attention_interface(family):

@@ -1128,6 +1128,7 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
             memory_attentions=memory_attentions,
         )
 
+
 def readtwice_span_loss(
     start_logits: torch.Tensor,
     end_logits: torch.Tensor,
