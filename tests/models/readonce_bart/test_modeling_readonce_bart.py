@@ -1082,3 +1082,22 @@ def test_generate_takes_what_a_bert_tokenizer_returns():
     torch.testing.assert_close(model.generate(**question, **greedy),
                                model.generate(input_ids=question.input_ids, attention_mask=question.attention_mask,
                                               **greedy))
+
+
+def test_documents_are_read_with_return_dict_false_in_the_config():
+    """With `config.return_dict=False` (or the output switches set in the config), the document encoder's BART
+    encoder followed the config and returned a tuple, so `encode_documents` and `forward(document_input_ids=...)`
+    raised `AttributeError: 'tuple' object has no attribute 'last_hidden_state'`; the representations are those of
+    the default config."""
+    model = tiny().eval()
+    docs = torch.randint(5, 50, (2, 16))
+    text = torch.randint(5, 50, (2, 7))
+    with torch.no_grad():
+        expected = model.encode_documents(docs)
+        logits = model(input_ids=text, decoder_input_ids=text[:, :3], document_input_ids=docs).logits
+        model.config.return_dict = False
+        model.config.output_hidden_states = True
+        got = model.encode_documents(docs)
+        assert torch.equal(got.representations, expected.representations)
+        out = model(input_ids=text, decoder_input_ids=text[:, :3], document_input_ids=docs, return_dict=True)
+        assert torch.equal(out.logits, logits)

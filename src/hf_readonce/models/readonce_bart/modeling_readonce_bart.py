@@ -691,7 +691,9 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
             run_mask = mask.clone()
             run_mask[mask.sum(-1) == 0, 0] = 1  # rows already finished: compute something finite, masked below
             try:
-                states = self.encoder(input_ids=ids, attention_mask=run_mask).last_hidden_state
+                # the output as a dataclass whatever `config.return_dict` says, and nothing recorded that is thrown away
+                states = self.encoder(input_ids=ids, attention_mask=run_mask, return_dict=True,
+                                      output_attentions=False, output_hidden_states=False).last_hidden_state
             except (IndexError, RuntimeError):
                 _check_token_ids(input_ids, config.vocab_size, "input_ids")
                 raise
