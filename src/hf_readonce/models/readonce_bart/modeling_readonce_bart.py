@@ -572,6 +572,13 @@ class ReadOnceBartPreTrainedModel(BartPreTrainedModel):
     # class name, so BART's list alone let a fused layer's residual and attention land on two GPUs)
     _no_split_modules = ["BartEncoderLayer", "BartDecoderLayer", "ReadOnceBartEncoderLayer", "ReadOnceBartDecoderLayer"]
 
+    def _honour_layer_norm_eps(self) -> None:
+        """Set the epsilon of every `nn.LayerNorm` of this model to `config.layer_norm_eps` (BART's modules hard-code
+        `nn.LayerNorm`'s default, 1e-5). Called at the end of `__init__`, before `post_init`."""
+        for module in self.modules():
+            if isinstance(module, nn.LayerNorm):
+                module.eps = self.config.layer_norm_eps
+
     # Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert.DeformerBertPreTrainedModel.save_pretrained
     def save_pretrained(self, save_directory, *args, **kwargs):
         r"""`PreTrainedModel.save_pretrained`, with every Auto class that a model class of this file is registered
@@ -908,9 +915,7 @@ class ReadOnceBartModel(ReadOnceBartPreTrainedModel, BartModel):
         if config.fusion == "attention":
             self.decoder = ReadOnceBartDecoder(config)
             self.decoder.embed_tokens = self.shared
-        for module in self.modules():  # BART hard-codes nn.LayerNorm's default epsilon; honour the config's
-            if isinstance(module, nn.LayerNorm):
-                module.eps = config.layer_norm_eps
+        self._honour_layer_norm_eps()
         self.post_init()
         self.initialize_representation_attention()
 
@@ -1038,9 +1043,7 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         self.document_encoder = ReadOnceBartDocumentEncoder(config)
         self.final_logits_bias = nn.Buffer(torch.zeros((1, self.model.shared.num_embeddings)))
         self.lm_head = nn.Linear(config.d_model, self.model.shared.num_embeddings, bias=False)
-        for module in self.modules():  # BART hard-codes nn.LayerNorm's default epsilon; honour the config's
-            if isinstance(module, nn.LayerNorm):
-                module.eps = config.layer_norm_eps
+        self._honour_layer_norm_eps()
         self.post_init()
         self.initialize_representation_attention()
 
