@@ -423,19 +423,34 @@ def test_bad_inputs_are_clear_errors():
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_attention_weights_and_hidden_states_are_refused_also_from_the_config(family):
-    """A stream has no one (sequence, sequence) attention matrix per layer: `output_attentions=True` was refused,
-    but the same switch in the config was ignored without a word (transformers reads the argument, else the config)."""
-    model = tiny(family)
+def test_attention_weights_and_hidden_states_are_refused_and_the_config_switch_is_ignored_with_a_warning(family,
+                                                                                                            caplog):
+    """A stream has no one (sequence, sequence) attention matrix per layer: `output_attentions=True` is refused; the
+    same switch set only in the config (a checkpoint saved with it on; `generate`, which leaves a False flag out, so
+    passing False cannot undo it there) is ignored with one warning, and the model still answers and generates."""
+    from transformers.utils import logging as hf_logging
+
+    model = tiny(family).eval()
     model.set_attn_implementation("eager")
+    with torch.no_grad():
+        expected = model(ids(1, 10)).logits
+        generated = model.generate(ids(1, 6), max_new_tokens=3, do_sample=False)
     for name in ("output_attentions", "output_hidden_states"):
         with pytest.raises(ValueError, match=f"`{name}` is not supported by the windowed models"):
             model(ids(1, 10), **{name: True})
         setattr(model.config, name, True)
-        with pytest.raises(ValueError, match=f"`config.{name}`"):
-            model(ids(1, 10))
-        with torch.no_grad():  # the argument wins over the config
-            assert model(ids(1, 10), **{name: False}).logits.shape == (1, 10, model.config.vocab_size)
+        type(hf_logging.get_logger("x")).warning_once.cache_clear()  # said once per process: each family here
+        hf_logging.enable_propagation()
+        try:
+            with caplog.at_level("WARNING"), torch.no_grad():
+                out = model(ids(1, 10))
+                assert torch.equal(out.logits, expected)
+                assert getattr(out, "attentions", None) is None and getattr(out, "hidden_states", None) is None
+                assert torch.equal(model.generate(ids(1, 6), max_new_tokens=3, do_sample=False), generated)
+        finally:
+            hf_logging.disable_propagation()
+        assert f"`config.{name}` is ignored by the windowed models" in caplog.text
+        caplog.clear()
         setattr(model.config, name, False)
 
 

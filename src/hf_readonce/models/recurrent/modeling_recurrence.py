@@ -39,9 +39,11 @@ from transformers.masking_utils import create_causal_mask
 from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from transformers.processing_utils import Unpack
-from transformers.utils import TransformersKwargs, can_return_tuple
+from transformers.utils import TransformersKwargs, can_return_tuple, logging
 
 from .configuration_recurrence import _is_int, set_recurrence_config
+
+logger = logging.get_logger(__name__)
 
 IGNORE_INDEX = -100
 
@@ -893,8 +895,9 @@ class RecurrentCausalLMMixin:
 
         Raises:
             ValueError: for missing/empty/non-2-D `input_ids`, `labels` or `attention_mask` of the wrong shape,
-                `inputs_embeds`, `position_ids`, `token_type_ids`, `output_attentions`/`output_hidden_states` (given
-                or set in the config: a stream has no one attention matrix or hidden state per layer), a
+                `inputs_embeds`, `position_ids`, `token_type_ids`, `output_attentions`/`output_hidden_states` given as
+                True (a stream has no one attention matrix or hidden state per layer; set in the config only, they
+                are ignored with a warning), a
                 `recurrent_state` (given, or held by the [`RecurrentCache`] a stream starts from) that is not a
                 floating-point tensor of shape `(batch_size, hidden_size)`, a foreign non-empty cache, padding on the
                 cached path of a stream begun without padding, or both `past_key_values` and `cache`.
@@ -965,12 +968,16 @@ class RecurrentCausalLMMixin:
             if kwargs.get(name) is not None:
                 raise ValueError(f"`{name}` is not supported: positions restart in every window (§3).")
         for name in ("output_attentions", "output_hidden_states"):
-            if kwargs.get(name, getattr(self.config, name, False)):  # the argument, else the config, as transformers
-                raise ValueError(
-                    f"`{name}` is not supported by the windowed models: a stream is read window by window (positions "
-                    "restart in each, and layer L attends to the recurrent vector as one more key, §3), so it has no "
-                    "one (sequence, sequence) attention matrix or hidden state per layer; pass "
-                    f"`{name}=False` and turn `config.{name}` off.")
+            why = ("a stream is read window by window (positions restart in each, and layer L attends to the recurrent "
+                   "vector as one more key, §3), so it has no one (sequence, sequence) attention matrix or hidden "
+                   "state per layer")
+            if kwargs.get(name):
+                raise ValueError(f"`{name}` is not supported by the windowed models: {why}; pass `{name}=False`.")
+            if name not in kwargs and getattr(self.config, name, False):
+                # only the config asks (a checkpoint saved with it on, or `generate`, which leaves a False flag out):
+                # say so once and return none, as transformers does where an attention implementation has no weights
+                logger.warning_once(f"`config.{name}` is ignored by the windowed models ({why}): no {name[7:]} "
+                                    "are returned.")
         if not torch.is_tensor(input_ids):
             raise TypeError(f"`input_ids` must be a torch.LongTensor, got {type(input_ids).__name__}.")
         if input_ids.dim() != 2 or input_ids.shape[0] == 0 or input_ids.shape[1] == 0:
