@@ -36,7 +36,13 @@ import torch
 import transformers
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
-from transformers.models.llama.modeling_llama import LlamaForCausalLM, LlamaModel, LlamaRotaryEmbedding, rotate_half
+from transformers.models.llama.modeling_llama import (
+    LlamaForCausalLM,
+    LlamaModel,
+    LlamaPreTrainedModel,
+    LlamaRotaryEmbedding,
+    rotate_half,
+)
 from transformers.processing_utils import Unpack
 from transformers.utils import ModelOutput, TransformersKwargs, can_return_tuple
 
@@ -970,22 +976,12 @@ ComposedDocumentCache = make_dataclass(
 )
 
 
-class BlockAttentionLlamaModel(LlamaModel):
-    r"""The bare block-attention Llama: `LlamaModel` with [`BlockAttentionLlamaConfig`], the `model` part of
-    [`BlockAttentionLlamaForCausalLM`] (no LM head), and what `AutoModel` loads.
-
-    `AutoModel.from_pretrained` of a block-attention checkpoint (`trust_remote_code=True` where hf-readonce is not
-    installed) gives this model with the checkpoint's `model.*` weights (Llama's `base_model_prefix`), as `AutoModel`
-    gives a `LlamaModel` for a `LlamaForCausalLM` checkpoint; its hidden states are those of the causal LM's `model`.
-    Same parameters as `LlamaModel`, so a plain Llama checkpoint loads too. `forward` is Llama's plus the
-    Block-Attention training mask (`block_ids`, as in [`BlockAttentionLlamaForCausalLM.forward`]). Document caches
-    are encoded and composed by the causal LM; a composed cache ([`compose_document_caches`], which takes this
-    model's config) reads here as `past_key_values`, with the attention mask over prefix and input.
-    """
+class BlockAttentionLlamaPreTrainedModel(LlamaPreTrainedModel):
+    r"""Base class of the block-attention Llama models ([`BlockAttentionLlamaModel`],
+    [`BlockAttentionLlamaForCausalLM`]): Llama's weight initialization and loading with [`BlockAttentionLlamaConfig`],
+    and a `save_pretrained` that writes every Auto class of this file into `auto_map`."""
 
     config_class = BlockAttentionLlamaConfig
-    # a checkpoint of the causal LM also holds its head
-    _keys_to_ignore_on_load_unexpected = [r"^lm_head\."]
 
     # Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert.DeformerBertPreTrainedModel.save_pretrained
     def save_pretrained(self, save_directory, *args, **kwargs):
@@ -1005,6 +1001,23 @@ class BlockAttentionLlamaModel(LlamaModel):
         if auto_map:
             self.config.auto_map = auto_map
         return super().save_pretrained(save_directory, *args, **kwargs)
+
+
+class BlockAttentionLlamaModel(BlockAttentionLlamaPreTrainedModel, LlamaModel):
+    r"""The bare block-attention Llama: `LlamaModel` with [`BlockAttentionLlamaConfig`], the `model` part of
+    [`BlockAttentionLlamaForCausalLM`] (no LM head), and what `AutoModel` loads.
+
+    `AutoModel.from_pretrained` of a block-attention checkpoint (`trust_remote_code=True` where hf-readonce is not
+    installed) gives this model with the checkpoint's `model.*` weights (Llama's `base_model_prefix`), as `AutoModel`
+    gives a `LlamaModel` for a `LlamaForCausalLM` checkpoint; its hidden states are those of the causal LM's `model`.
+    Same parameters as `LlamaModel`, so a plain Llama checkpoint loads too. `forward` is Llama's plus the
+    Block-Attention training mask (`block_ids`, as in [`BlockAttentionLlamaForCausalLM.forward`]). Document caches
+    are encoded and composed by the causal LM; a composed cache ([`compose_document_caches`], which takes this
+    model's config) reads here as `past_key_values`, with the attention mask over prefix and input.
+    """
+
+    # a checkpoint of the causal LM also holds its head
+    _keys_to_ignore_on_load_unexpected = [r"^lm_head\."]
 
     def forward(
         self,
@@ -1059,7 +1072,7 @@ class BlockAttentionLlamaModel(LlamaModel):
                                **kwargs)
 
 
-class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
+class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaForCausalLM):
     r"""A Llama-family causal LM that reads each document once into a key/value cache and answers from composed
     caches: Block-Attention (Ma, Wang & Lan 2025) and TurboRAG (Lu et al. 2024) inside transformers' `generate()`.
 
@@ -1075,8 +1088,6 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
     - `forward(block_ids=...)`: the Block-Attention training mask (each document attends only to itself).
     """
 
-    config_class = BlockAttentionLlamaConfig
-
     def __init__(self, config: BlockAttentionLlamaConfig):
         # `LlamaForCausalLM.__init__` with `BlockAttentionLlamaModel` as `model`, so that `model.model(block_ids=...)`
         # applies the block mask as the `AutoModel` of a saved checkpoint does (a `LlamaModel` swallowed `block_ids`
@@ -1087,25 +1098,6 @@ class BlockAttentionLlamaForCausalLM(LlamaForCausalLM):
         self.vocab_size = config.vocab_size
         self.lm_head = torch.nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
-
-    # Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert.DeformerBertPreTrainedModel.save_pretrained
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        r"""`PreTrainedModel.save_pretrained`, with every Auto class that a model class of this file is registered
-        for (`register_for_auto_class`) in the saved config's `auto_map`, not only the saved class's own (all that
-        transformers writes): the folder then loads through each of them (`AutoModel`, the task heads) with
-        `trust_remote_code=True`, also where hf-readonce is not installed. Entries the config already has are
-        kept; `auto_map` is not part of the representation fingerprint."""
-        module = sys.modules[__name__]
-        auto_map = dict(getattr(self.config, "auto_map", None) or {})
-        for name in getattr(module, "__all__", ()):
-            cls = getattr(module, name, None)
-            if isinstance(cls, type) and issubclass(cls, transformers.PreTrainedModel):
-                head = cls.__dict__.get("_auto_class")
-                if head is not None:
-                    auto_map.setdefault(head, f"{__name__.rsplit('.', 1)[-1]}.{cls.__name__}")
-        if auto_map:
-            self.config.auto_map = auto_map
-        return super().save_pretrained(save_directory, *args, **kwargs)
 
     def representation_fingerprint(self) -> str:
         """[`document_cache_fingerprint`] of this model: the key under which its document caches are stored and
@@ -1475,6 +1467,7 @@ BlockAttentionLlamaForCausalLM.register_for_auto_class("AutoModelForCausalLM")
 __all__ = [
     "BlockAttentionLlamaForCausalLM",
     "BlockAttentionLlamaModel",
+    "BlockAttentionLlamaPreTrainedModel",
     "ComposedDocumentCache",
     "DocumentCacheOutput",
     "block_attention_mask",
