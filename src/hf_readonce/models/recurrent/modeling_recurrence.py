@@ -45,6 +45,11 @@ from .configuration_recurrence import _is_int, set_recurrence_config
 
 logger = logging.get_logger(__name__)
 
+# why `output_attentions` / `output_hidden_states` have nothing to return here (said by the refusal and the warning)
+_NO_PER_LAYER_OUTPUTS = ("a stream is read window by window (positions restart in each, and layer L attends to the "
+                         "recurrent vector as one more key, §3), so it has no one (sequence, sequence) attention "
+                         "matrix or hidden state per layer")
+
 IGNORE_INDEX = -100
 
 # Copied from hf_readonce.models.block_attention_llama.modeling_block_attention_llama.CACHE_NAME
@@ -968,16 +973,14 @@ class RecurrentCausalLMMixin:
             if kwargs.get(name) is not None:
                 raise ValueError(f"`{name}` is not supported: positions restart in every window (§3).")
         for name in ("output_attentions", "output_hidden_states"):
-            why = ("a stream is read window by window (positions restart in each, and layer L attends to the recurrent "
-                   "vector as one more key, §3), so it has no one (sequence, sequence) attention matrix or hidden "
-                   "state per layer")
             if kwargs.get(name):
-                raise ValueError(f"`{name}` is not supported by the windowed models: {why}; pass `{name}=False`.")
+                raise ValueError(f"`{name}` is not supported by the windowed models: {_NO_PER_LAYER_OUTPUTS}; pass "
+                                 f"`{name}=False`.")
             if name not in kwargs and getattr(self.config, name, False):
                 # only the config asks (a checkpoint saved with it on, or `generate`, which leaves a False flag out):
                 # say so once and return none, as transformers does where an attention implementation has no weights
-                logger.warning_once(f"`config.{name}` is ignored by the windowed models ({why}): no {name[7:]} "
-                                    "are returned.")
+                logger.warning_once(f"`config.{name}` is ignored by the windowed models ({_NO_PER_LAYER_OUTPUTS}): "
+                                    f"no {name[7:]} are returned.")
         if not torch.is_tensor(input_ids):
             raise TypeError(f"`input_ids` must be a torch.LongTensor, got {type(input_ids).__name__}.")
         if input_ids.dim() != 2 or input_ids.shape[0] == 0 or input_ids.shape[1] == 0:
