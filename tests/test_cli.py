@@ -4,6 +4,7 @@ words, baselines beside scores)."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -655,6 +656,49 @@ def test_a_hub_id_that_cannot_be_fetched_fails_at_once(tmp_path, qa_rows, capsys
     monkeypatch.delenv("HTTPS_PROXY")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     assert cli._hub_unreachable(timeout=2) is None
+
+
+def test_an_encode_that_fails_keeps_what_another_job_stored_in_its_new_store(tmp_path, checkpoint, capsys,
+                                                                            monkeypatch):
+    """`encode` of a model that cannot be loaded removes the new store it made only while it holds nothing, under
+    the store's lock: a document another job commits into it just after the removal's first look found it empty is
+    kept, and so is the store. The removal looked, then deleted the folder (`shutil.rmtree`) with whatever it held by
+    then."""
+    import hf_readonce.store.maintenance as maintenance
+    from hf_readonce.store.store import RepresentationStore as Store
+
+    docs = write_jsonl(tmp_path / "d.jsonl", [{"id": "a", "context": "The cat sat on the mat."}])
+    unknown = tmp_path / "foo_model"
+    unknown.mkdir()
+    (unknown / "config.json").write_text(json.dumps({"model_type": "foo"}))
+    store = tmp_path / "new" / "s"
+    stored = []
+
+    def then_another_job_commits(look):
+        def looked(*args, **kwargs):
+            found = look(*args, **kwargs)
+            if not stored:
+                stored.append(Store(store).put("f" * 64, {"k": 1}, content_hash("theirs"), {"x": torch.ones(2)}))
+            return found
+
+        return looked
+
+    real_rmtree = shutil.rmtree
+
+    def rmtree(path, *args, **kwargs):  # as the removal was: its looks were done when it deleted the folder
+        if os.fspath(path) == str(store):
+            then_another_job_commits(lambda: None)()
+        return real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(maintenance, "_only_a_skeleton", then_another_job_commits(maintenance._only_a_skeleton))
+    monkeypatch.setattr(shutil, "rmtree", rmtree)
+    assert cli_main(["encode", str(unknown), "--documents", str(docs), "--store", str(store)]) == 2
+    monkeypatch.undo()
+    assert stored == [True] and "model_type 'foo'" in capsys.readouterr().err
+    kept = RepresentationStore(store, create=False)
+    assert kept.get("f" * 64, {"k": 1}, content_hash("theirs"))["x"].tolist() == [1.0, 1.0] and kept.verify().ok
+    assert cli_main(["encode", str(unknown), "--documents", str(docs), "--store", str(tmp_path / "other" / "s")]) == 2
+    assert not (tmp_path / "other").exists()  # the folders it made go with the empty store, up to the first
 
 
 def test_a_mistyped_model_or_option_gets_one_line_in_the_cli_words(tmp_path, qa_rows, capsys):

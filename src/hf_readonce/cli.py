@@ -582,19 +582,6 @@ def _open_store(path: str, readonly: bool = False, create: bool = True, command:
         raise CommandError(str(error)) from None
 
 
-def _remove_if_empty(store) -> None:
-    """Remove the folder of `store` if it holds nothing at all (no document, no shard, no file but the empty store's
-    own skeleton), as a just-created store does; anything else is kept."""
-    import shutil
-
-    info = store.info()
-    skeleton = {"store.json", "index", "shards", "tmp"}
-    if (info["documents"] == 0 and info["shards"] == 0 and not info["orphans"]
-            and {p.name for p in store.path.iterdir()} <= skeleton
-            and not any(p.is_file() for name in ("index", "shards", "tmp") for p in (store.path / name).rglob("*"))):
-        shutil.rmtree(store.path, ignore_errors=True)
-
-
 def _distributed_state(device: str = "auto"):
     """accelerate's PartialState when launched with several processes (`accelerate launch --multi_gpu
     --num_processes N`, or `torchrun --nproc_per_node N`), else None (no process group needed).
@@ -645,7 +632,8 @@ def cmd_encode(args) -> int:
                       "unreadable one is kept in quarantine/)", file=sys.stderr)
         except OSError as error:
             raise CommandError(str(error)) from None
-    created = main_process and not Path(args.store).exists()
+    store_path = Path(args.store).expanduser().absolute()
+    created = [p for p in (store_path, *store_path.parents) if not p.exists()] if main_process else []
     store = _open_store(args.store) if main_process else None
     # shard files no index entry lists (a lost index), listed before any process of this run writes a shard
     unindexed = set(orphan_shards(store)) if store is not None and not args.repair else set()
@@ -677,8 +665,8 @@ def cmd_encode(args) -> int:
                              if name in settings and settings[name] is not None)
             raise CommandError(f"{error}" + (f" (settings: {used})" if used else "")) from None
     except CommandError:
-        if created:  # a store this call made, for a model that cannot encode: leave nothing behind
-            _remove_if_empty(store)
+        if created:  # a store this call made, for a model that cannot encode: leave nothing behind (only while it
+            _remove_empty_store(store_path, created[-1])  # is empty, under its lock: another job may write into it)
         raise
 
     dropped_by_space, dropped_spaces = {}, {}
