@@ -658,6 +658,47 @@ def test_a_hub_id_that_cannot_be_fetched_fails_at_once(tmp_path, qa_rows, capsys
     assert cli._hub_unreachable(timeout=2) is None
 
 
+@pytest.mark.parametrize("command", ["encode", "answer"])
+def test_a_job_whose_new_store_another_failed_job_removed_still_stores(tmp_path, checkpoint, qa_rows, capsys,
+                                                                       monkeypatch, command):
+    """Two jobs started together on one new `--store` (under folders that do not exist yet): the other one fails
+    before storing anything, and its clean-up (`_remove_empty_store`, as `answer --encode-missing` and `encode` run
+    it) removes the empty store and those folders after this job opened the store and before its first commit.
+    This job creates the store anew and succeeds: its documents are stored, `verify` is clean. It failed with "the
+    store no longer exists"."""
+    from hf_readonce import cli
+    from hf_readonce.store.store import RepresentationStore as Store
+
+    top = tmp_path / "new"
+    store = top / "stores" / "s"
+    rows = qa_rows[:2]
+    real_commit, removed = Store.commit_shard, []
+
+    def commit_shard(self, *args, **kwargs):
+        if not removed:  # the failed job's clean-up, between this job's open and its first commit
+            cli._remove_empty_store(store, top)
+            removed.append(not top.exists())
+        return real_commit(self, *args, **kwargs)
+
+    monkeypatch.setattr(Store, "commit_shard", commit_shard)
+    window = ["--max-passage-length", "64", "--doc-stride", "16", "--no-progress"]
+    if command == "encode":
+        argv = ["encode", str(checkpoint), "--documents", str(write_jsonl(tmp_path / "d.jsonl", rows)),
+                "--text-field", "context", "--store", str(store), *window]
+    else:
+        argv = ["answer", str(checkpoint), "--questions", str(write_jsonl(tmp_path / "q.jsonl", rows)), "--store",
+                str(store), "--output", str(tmp_path / "p.jsonl"), "--encode-missing", *window]
+    assert cli_main(argv) == 0, capsys.readouterr().err
+    monkeypatch.undo()
+    assert removed == [True]
+    contexts = {row["context"] for row in rows}
+    reopened = RepresentationStore(store, create=False)
+    assert {entry.content_hash for entry in reopened.entries()} == {content_hash(c) for c in contexts}
+    assert reopened.verify().ok and not reopened.verify().orphans
+    if command == "answer":
+        assert len((tmp_path / "p.jsonl").read_text().splitlines()) == len(rows)
+
+
 def test_an_encode_that_fails_keeps_what_another_job_stored_in_its_new_store(tmp_path, checkpoint, capsys,
                                                                             monkeypatch):
     """`encode` of a model that cannot be loaded removes the new store it made only while it holds nothing, under

@@ -281,12 +281,101 @@ def test_a_store_whose_skeleton_cannot_be_emptied_stays_whole(tmp_path, monkeypa
     assert leftover.exists() and RepresentationStore(path, create=False).verify().ok and not _hidden(tmp_path)
 
 
-def test_a_process_that_had_the_removed_store_open_is_told_it_is_gone(tmp_path):
-    """A process that opened the store before it was removed and writes afterwards is refused with an error saying
-    the store no longer exists, not that it lacks write permission and "can still be read"."""
+@pytest.mark.parametrize("removed", ["before the writer", "before the commit"])
+def test_a_second_job_on_the_removed_store_creates_it_anew_and_commits(tmp_path, caplog, removed):
+    """Two jobs open one new store; the first fails before storing anything and its clean-up removes the store (and
+    the folders it created above it); the second, which opened the store before, writes afterwards: the store is
+    created anew at the same path, as opening it creates a new one, and its documents read back, `verify` clean. A
+    third handle, also opened before, then commits into that store as it is. The writer failed with "the store no
+    longer exists"."""
+    top = tmp_path / "new"
+    path = top / "sub" / "store"
+    RepresentationStore(path)  # the failed job's handle
+    second, third = RepresentationStore(path), RepresentationStore(path)
+    states = {"x": torch.arange(3.0)}
+    with caplog.at_level("WARNING", logger="hf_readonce.store.store"):
+        if removed == "before the writer":
+            cli._remove_empty_store(path, top)
+            assert not top.exists()
+        with second.writer(FP, SETTINGS, dtype="fp32") as writer:
+            writer.add(content_hash(TEXT), states, meta={"id": "second"})
+            if removed == "before the commit":
+                cli._remove_empty_store(path, top)
+                assert not top.exists()
+    assert writer.committed == [content_hash(TEXT)] and str(path) in caplog.text and "created anew" in caplog.text
+    assert third.put(FP, SETTINGS, content_hash("third"), {"x": torch.ones(2)})
+    for store in (second, third, RepresentationStore(path, create=False)):
+        assert store.get(FP, SETTINGS, content_hash(TEXT))["x"].tolist() == [0.0, 1.0, 2.0]
+        assert store.get_meta(FP, SETTINGS, content_hash(TEXT)) == {"id": "second"}
+    report = RepresentationStore(path, create=False).verify()
+    assert report.ok and not report.orphans and len(RepresentationStore(path, create=False)) == 2
+    assert sorted(p.name for p in path.iterdir()) == [".lock", "index", "shards", "store.json", "tmp"]
+    assert not _hidden(path.parent) and not list((path / "tmp").iterdir())
+
+
+def test_a_store_removed_between_the_check_and_the_lock_is_written_only_under_its_new_lock(tmp_path, monkeypatch):
+    """The store is renamed away and created anew by another process just after the writer opened its lock file and
+    before it locked it: the writer holds the lock of the folder renamed away, which guards nothing at the path. It
+    lets it go and takes the lock of the store at the path, here held by that other process (the writer, not
+    waiting, gives up): nothing is written into either folder. The writer committed without the lock."""
+    path = tmp_path / "s"
+    mine = RepresentationStore(path, lock_timeout=0)
+    moved = tmp_path / ".s.moved"
+    others = []
+    real_acquire = FileLock.acquire
+
+    def acquire(self, *args, **kwargs):
+        held = real_acquire(self, *args, **kwargs)
+        if not others and os.fspath(self.lock_file) == str(path / ".lock"):
+            os.rename(path, moved)
+            RepresentationStore(path)
+            others.append(FileLock(str(path / ".lock"), timeout=0))
+            real_acquire(others[0])
+        return held
+
+    monkeypatch.setattr(FileLock, "acquire", acquire)
+    with pytest.raises(Timeout):
+        mine.put(FP, SETTINGS, content_hash(TEXT), {"x": torch.ones(3)})
+    monkeypatch.undo()
+    others[0].release()
+    for folder in (path, moved):
+        assert not list((folder / "shards").rglob("*.safetensors")) and not list((folder / "index").iterdir())
+    assert mine.put(FP, SETTINGS, content_hash(TEXT), {"x": torch.ones(3)})  # the lock free: into the store at path
+    assert RepresentationStore(path, create=False).verify().ok and len(RepresentationStore(path)) == 1
+    assert not list((moved / "shards").rglob("*.safetensors"))
+
+
+def test_what_was_put_at_the_removed_stores_path_is_never_written_into(tmp_path):
+    """After the removal, a folder holding anything else than an empty store's skeleton is at the path (a user's
+    files; a store's folders whose store.json is missing): the writer that had the store open is refused naming the
+    path and what it holds, and nothing in the folder is changed. Before, the layout folders were made in it and the
+    shard written there."""
     path = tmp_path / "s"
     theirs = RepresentationStore(path)
     assert remove_empty_store(path)
+    path.mkdir()
+    (path / "mine.txt").write_text("mine")
+    with pytest.raises(ReadOnlyStoreError, match="has no store.json now and its folder holds mine.txt") as caught:
+        theirs.put(FP, SETTINGS, content_hash(TEXT), {"x": torch.ones(3)})
+    assert str(path) in str(caught.value) and sorted(p.name for p in path.iterdir()) == ["mine.txt"]
+    (path / "mine.txt").unlink()
+    path.rmdir()
+    other = RepresentationStore(path)
+    other.put(FP, SETTINGS, content_hash("other"), {"x": torch.ones(3)})
+    (path / "store.json").unlink()  # a store's folders holding a shard, without its marker
+    before = sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+    with pytest.raises(ReadOnlyStoreError, match="restore_store_marker"):
+        theirs.put(FP, SETTINGS, content_hash(TEXT), {"x": torch.ones(3)})
+    assert sorted(str(p.relative_to(path)) for p in path.rglob("*")) == before
+
+
+def test_a_store_opened_with_create_false_is_not_made_anew(tmp_path):
+    """A handle opened with `create=False` (the store must exist) is refused when the store was removed since, saying
+    that it no longer exists (not that it lacks write permission); nothing is created."""
+    path = tmp_path / "s"
+    RepresentationStore(path)
+    theirs = RepresentationStore(path, create=False)
+    assert remove_empty_store(path)
     with pytest.raises(ReadOnlyStoreError, match="no longer exists: its folder was removed or moved") as caught:
         theirs.put(FP, SETTINGS, content_hash(TEXT), {"x": torch.ones(3)})
-    assert "permission" not in str(caught.value) and not path.exists()
+    assert "create=False" in str(caught.value) and "permission" not in str(caught.value) and not path.exists()

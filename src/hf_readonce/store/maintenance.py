@@ -1069,8 +1069,10 @@ def remove_empty_store(path) -> bool:
       check finds anything, or anything is left that cannot be removed, the folder is renamed back (where a new
       folder has taken its name meanwhile, it stays hidden and a `logging` warning names it).
 
-    A process that opened the store before and commits after the removal gets an error (the store is gone) instead
-    of writing into a store whose marker was deleted. On a network file system whose clients cache paths (NFS), a
+    A process that opened the store before (a second job started together with the failed one on the same new
+    store) and writes after the removal creates the store anew at the same path, as opening a new store creates it,
+    under its write lock, and commits into that: its job succeeds, and it never writes into the folder being removed
+    ([`RepresentationStore.check_writable`]). On a network file system whose clients cache paths (NFS), a
     process on another machine may still reach the renamed folder by the old path for a while: what it writes there
     keeps the folder, renamed back. On Windows a folder holding an open file (the held `.lock`) can usually not be
     renamed: the store is then kept.

@@ -157,6 +157,25 @@ def _being_created(path: Path) -> bool:
     return tuple(sorted(found, key=_LAYOUT.index)) == _LAYOUT[: len(found)]
 
 
+def _holds_lock_file(lock: FileLock, path: Path) -> bool:
+    """Whether the lock file `lock` holds (the file its open descriptor locks) is the file at `path` now. False when
+    the store's folder was renamed away or removed between `lock` opening its file and locking it (by
+    [`hf_readonce.store.maintenance.remove_empty_store`], which holds the lock while it renames the folder): that
+    lock guards no file of whatever store is at the path now. True where filelock keeps no descriptor this can read
+    (then nothing is known against it)."""
+    context = getattr(lock, "_context", None)
+    fd = getattr(context, "lock_file_fd", getattr(lock, "_lock_file_fd", None))
+    if not isinstance(fd, int) or isinstance(fd, bool):
+        return True
+    try:
+        return os.path.samestat(os.fstat(fd), os.stat(path))
+    except OSError:
+        return False
+
+
+_RECREATE_ATTEMPTS = 5  # how often a writer creates anew a store removed again and again under it before giving up
+
+
 def _some_entries(path: Path, shown: int = 5) -> str:
     """The names in the folder `path`, sorted, for an error message: at most `shown` of them, then how many more
     (dot files too, e.g. a `.lock` that `ls` does not show, which alone makes a folder look empty); "nothing readable"
@@ -253,6 +272,7 @@ class RepresentationStore:
                              f"takes, as filelock's -1), got {lock_timeout!r}.")
         self.lock_timeout = float(lock_timeout)
         self._lock = None
+        self._may_create = bool(create) and not self.readonly  # also anew, where the folder is removed while open
         if self.path.exists() and not self.path.is_dir():
             raise ValueError(f"store path {self.path} is a file, not a directory; pass a directory.")
         marker = self.path / "store.json"
@@ -328,51 +348,151 @@ class RepresentationStore:
             raise ReadOnlyStoreError(f"cannot create a store at {self.path}: {error}") from None
 
     def check_writable(self, *, layout: bool = True) -> None:
-        """Raise [`ReadOnlyStoreError`] unless this process can write to the store (opened read-only, a probe
-        file cannot be created in it, or its folder no longer exists: removed or moved since it was opened). Called before any model work so that a run fails before it starts. The probe,
+        """Raise [`ReadOnlyStoreError`] unless this process can write to the store (opened read-only, or a probe
+        file cannot be created in it). Called before any model work so that a run fails before it starts. The probe,
         `tmp/.tmp-<hex>.probe`, is made and removed without the write lock; `repair` leaves the store's own
         temporary files of the last five minutes in `tmp/` alone unless their writer has provably ended (its process
         id, in the name, names no process), so it never moves a probe away under a writer.
+
+        A store whose folder was removed since this object opened it (by
+        [`hf_readonce.store.maintenance.remove_empty_store`]: a command that had created the store beside this
+        process failed before storing anything, and removed it, empty) is created anew at its path, as opening a new
+        store creates it, under its write lock ([`_recreate_if_removed`]); so is one whose folder holds only an
+        empty skeleton without `store.json`. Every write ([`commit_shard`]) makes this check first.
 
         Args:
             layout (`bool`, defaults to `True`): also refuse a store whose `index/`, `shards/` or `tmp/` is not a
                 folder (a file, link or FIFO in its place: nothing is written into it). `False` before [`repair`],
                 which moves such a path to `quarantine/`; the probe is then made in the store's own folder.
+
+        Raises:
+            ReadOnlyStoreError: opened read-only; not writable; `index/`, `shards/` or `tmp/` damaged (with
+                `layout=True`); or its `store.json` is gone and it cannot be created anew: opened with `create=False`,
+                or its path now holds something else than an empty store (named; nothing in it is changed).
         """
         if self.readonly:
             raise ReadOnlyStoreError(f"store {self.path} was opened read-only.")
-        damaged = False
-        for sub in _LAYOUT:
-            problem = path_problem(self.path, sub, folder=True)
-            if problem is not None and problem != "is missing":
-                damaged = True
-                if layout:
-                    raise ReadOnlyStoreError(
-                        f"store {self.path} is damaged: {sub}/ {problem}; nothing is written into it. `hf-readonce "
-                        f"encode MODEL --documents FILE --store {self.path} --repair` (or `RepresentationStore."
-                        "repair()`) moves it to quarantine/ and rebuilds the index from the shards.")
-        try:
-            if damaged:  # left to repair: probe the store's own folder
-                fd, probe = _make_temp(self.path, ".probe")
+        for attempt in range(_RECREATE_ATTEMPTS):
+            self._recreate_if_removed()
+            damaged = False
+            for sub in _LAYOUT:
+                problem = path_problem(self.path, sub, folder=True)
+                if problem is not None and problem != "is missing":
+                    damaged = True
+                    if layout:
+                        raise ReadOnlyStoreError(
+                            f"store {self.path} is damaged: {sub}/ {problem}; nothing is written into it. "
+                            f"`hf-readonce encode MODEL --documents FILE --store {self.path} --repair` (or "
+                            "`RepresentationStore.repair()`) moves it to quarantine/ and rebuilds the index from the "
+                            "shards.")
+            try:
+                if damaged:  # left to repair: probe the store's own folder
+                    fd, probe = _make_temp(self.path, ".probe")
+                    os.close(fd)
+                    os.unlink(probe)
+                    return
+                for sub in _LAYOUT:
+                    (self.path / sub).mkdir(exist_ok=True)
+                fd, probe = _make_temp(self.path / "tmp", ".probe")
                 os.close(fd)
                 os.unlink(probe)
                 return
-            for sub in _LAYOUT:
-                (self.path / sub).mkdir(exist_ok=True)
-            fd, probe = _make_temp(self.path / "tmp", ".probe")
-            os.close(fd)
-            os.unlink(probe)
-        except OSError as error:
-            if not self.path.is_dir():  # removed (or renamed) since it was opened: no permission would help
-                raise ReadOnlyStoreError(
-                    f"store {self.path} no longer exists: its folder was removed or moved while this process had it "
-                    "open (e.g. by a failed `hf-readonce answer --encode-missing` that had created it and removed it "
-                    "again, empty); nothing is written. Open it again (a new `RepresentationStore`, or run the command "
-                    "again), which creates it anew.") from None
-            raise ReadOnlyStoreError(f"store {self.path} is not writable ({error.strerror or error}): writing needs "
-                                     "write permission on its folder and on index/, shards/ and tmp/; it can still "
-                                     "be read (answer, summarize, verify, info), or encode into another store."
-                                     ) from None
+            except OSError as error:
+                if attempt + 1 < _RECREATE_ATTEMPTS and not os.path.lexists(self.path / "store.json"):
+                    continue  # removed again meanwhile: created anew by the next round
+                raise ReadOnlyStoreError(f"store {self.path} is not writable ({error.strerror or error}): writing "
+                                         "needs write permission on its folder and on index/, shards/ and tmp/; it "
+                                         "can still be read (answer, summarize, verify, info), or encode into another "
+                                         "store.") from None
+
+    def _recreate_if_removed(self) -> None:
+        """Create the store anew at `self.path` when it has no `store.json` there and nothing else either: its folder
+        is missing (removed or renamed away since this object opened it, e.g. by
+        [`hf_readonce.store.maintenance.remove_empty_store`] of another command that had created the store and
+        failed before storing anything) or holds only the empty skeleton a store's creation makes ([`_being_created`]:
+        a process creating it at the same time, or the lock file alone). It is created as opening a new store creates
+        it, under the store's write lock, looked at again under it (another process may have created it meanwhile:
+        then it is taken as it is); the in-memory index, of a folder that is gone, is emptied and a `logging` warning
+        says what happened. Nothing is done while `store.json` is there (a store, as any process opened it).
+
+        Raises:
+            ReadOnlyStoreError: the store was opened with `create=False` (it is not made anew); the path is a file or
+                a folder holding anything else (a user's files, or a store whose `store.json` was deleted: named,
+                nothing in it is changed or written); the folder cannot be created; or it was removed again each
+                time it was created anew.
+        """
+        marker = self.path / "store.json"
+        if os.path.lexists(marker):
+            return
+        if not self._may_create:
+            raise ReadOnlyStoreError(
+                f"store {self.path} no longer exists: its folder was removed or moved while this process had it open "
+                "(e.g. by a failed `hf-readonce answer --encode-missing` that had created it and removed it again, "
+                "empty), and it was opened with `create=False`; nothing is written. Open it again with `create=True` "
+                "(or run the command again), which creates it anew.")
+        for _ in range(_RECREATE_ATTEMPTS):
+            self._refuse_unless_empty()
+            try:
+                self.path.mkdir(parents=True, exist_ok=True)
+            except FileNotFoundError:  # a parent removed between two of mkdir's steps: again
+                continue
+            except OSError as error:
+                raise ReadOnlyStoreError(f"cannot create the store at {self.path} anew: {error}") from None
+            lock = self.lock()
+            with lock:
+                if not _holds_lock_file(lock._inner, self.path / ".lock"):
+                    continue  # the folder was renamed away again before the lock was taken
+                if not os.path.lexists(marker):  # else another process has just created it
+                    self._refuse_unless_empty()
+                    self._create()
+                    logger.warning("hf-readonce: store %s was removed or moved while this process had it open (as a "
+                                   "command that created it and failed before storing anything removes it); created "
+                                   "anew to write into.", self.path)
+                self._reset_index()
+                return
+        raise ReadOnlyStoreError(f"store {self.path} was removed again each of the {_RECREATE_ATTEMPTS} times this "
+                                 "process created it anew to write into it; nothing is written.")
+
+    def _refuse_unless_empty(self) -> None:
+        """Raise [`ReadOnlyStoreError`] unless `self.path` is missing or a folder holding only an empty store's
+        skeleton without `store.json` ([`_being_created`]): what [`_recreate_if_removed`] may create a store in."""
+        if not os.path.lexists(self.path):
+            return
+        if not self.path.is_dir():
+            raise ReadOnlyStoreError(f"store {self.path} no longer exists: something that is not a folder (a file, "
+                                     "or a link to nothing) is at its path now; nothing is written into it.")
+        if os.path.lexists(self.path / "store.json") or _being_created(self.path):
+            return
+        if (self.path / "index").is_dir() and (self.path / "shards").is_dir():
+            hint = (" If it is this store and its store.json was deleted, `hf-readonce encode MODEL --documents "
+                    f"FILE.jsonl --store {self.path} --repair` (or `hf_readonce.store.restore_store_marker("
+                    f"{str(self.path)!r})`) writes a new one, after checking every shard.")
+        else:
+            hint = ""
+        raise ReadOnlyStoreError(f"store {self.path} has no store.json now and its folder holds "
+                                 f"{_some_entries(self.path)}, not an empty store's skeleton; nothing is written into "
+                                 "it." + hint)
+
+    @contextlib.contextmanager
+    def _write_lock(self):
+        """The write lock, held on the store that is at `self.path` now, for a commit: [`check_writable`] first
+        (which creates anew a store removed since it was opened), then the lock, then under it a look that the lock
+        file it holds is the one at the path and `store.json` is there. Where the store was removed (or removed and
+        created anew) between the check and the lock, the lock is released and all of it is done again, so nothing is
+        ever written into a folder being removed.
+
+        Raises:
+            ReadOnlyStoreError: as [`check_writable`]; also when the store was removed again each time.
+        """
+        for _ in range(_RECREATE_ATTEMPTS):
+            self.check_writable()
+            lock = self.lock()
+            with lock:
+                if _holds_lock_file(lock._inner, self.path / ".lock") and os.path.lexists(self.path / "store.json"):
+                    yield lock
+                    return
+        raise ReadOnlyStoreError(f"store {self.path} was removed again each of the {_RECREATE_ATTEMPTS} times this "
+                                 "process created it anew to write into it; nothing is written.")
 
     def lock(self) -> _StoreLock:
         """The store's write lock (`filelock.FileLock` on `STORE/.lock`, re-entrant within this object); writers
@@ -747,8 +867,7 @@ class RepresentationStore:
         Raises:
             ReadOnlyStoreError: if the store cannot be written.
         """
-        self.check_writable()
-        with self.lock():
+        with self._write_lock():
             self.refresh()
             todo = [(h, t, m) for h, t, m in documents if (space.key, h) not in self._entries]
             if not todo:
@@ -829,8 +948,7 @@ class RepresentationStore:
         Raises:
             ReadOnlyStoreError: if the store cannot be written.
         """
-        self.check_writable()
-        with self.lock():
+        with self._write_lock():
             path = self.path / shard_rel
             self._write_manifest(shard_rel, space, dtype, path.stat().st_size, _file_sha256(path),
                                  {e.content_hash: {"tensors": e.tensors, "sha256": e.sha256, "meta": e.meta,
