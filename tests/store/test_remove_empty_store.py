@@ -347,9 +347,9 @@ def test_a_store_removed_between_the_check_and_the_lock_is_written_only_under_it
 
 def test_what_was_put_at_the_removed_stores_path_is_never_written_into(tmp_path):
     """After the removal, a folder holding anything else than an empty store's skeleton is at the path (a user's
-    files; a store's folders whose store.json is missing): the writer that had the store open is refused naming the
-    path and what it holds, and nothing in the folder is changed. Before, the layout folders were made in it and the
-    shard written there."""
+    files; a store's folders whose store.json is missing), or a file: the writer that had the store open is refused
+    naming the path and what it holds, and nothing there is changed. Before, the layout folders were made in the
+    folder and the shard written there."""
     path = tmp_path / "s"
     theirs = RepresentationStore(path)
     assert remove_empty_store(path)
@@ -360,6 +360,11 @@ def test_what_was_put_at_the_removed_stores_path_is_never_written_into(tmp_path)
     assert str(path) in str(caught.value) and sorted(p.name for p in path.iterdir()) == ["mine.txt"]
     (path / "mine.txt").unlink()
     path.rmdir()
+    path.write_text("a file")
+    with pytest.raises(ReadOnlyStoreError, match="something that is not a folder"):
+        theirs.put(FP, SETTINGS, content_hash(TEXT), {"x": torch.ones(3)})
+    assert path.read_text() == "a file"
+    path.unlink()
     other = RepresentationStore(path)
     other.put(FP, SETTINGS, content_hash("other"), {"x": torch.ones(3)})
     (path / "store.json").unlink()  # a store's folders holding a shard, without its marker
