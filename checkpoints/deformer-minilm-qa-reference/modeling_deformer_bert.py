@@ -191,6 +191,33 @@ def _check_no_cache_arguments(model, kwargs: dict, reuse: str, method: str = "fo
                              f"no key/value cache: {reuse}.")
 
 
+def _check_peft_token_type_ids(model, token_type_ids, reads_segments: bool) -> None:
+    """Refuse a call that peft's question-answering wrapper stripped of its token types: raise a `ValueError` when
+    `reads_segments` (the call reads text whose token types matter: a question+passage pair, a document segment),
+    `token_type_ids` is `None` and `model` is wrapped by peft with `task_type="QUESTION_ANS"` (a `peft_config` of that
+    task type, which peft's tuners set on the model they inject into).
+
+    `PeftModelForQuestionAnswering.forward` (what `get_peft_model` and `PeftModel.from_pretrained` give for that task
+    type) takes `token_type_ids` and `position_ids` as its own parameters and hands neither on to the model it wraps,
+    so every token would be read as segment 0: other logits than the same inputs give the model itself, in training
+    and at inference, without a word. A `PeftModel` without a task type passes every argument on, and transformers'
+    own `model.add_adapter(...)` (`_hf_peft_config_loaded`) keeps the model's `forward`; neither is refused. A direct
+    call of the wrapped model with `token_type_ids` (`peft_model.get_base_model()(...)`) passes too."""
+    if token_type_ids is not None or not reads_segments or getattr(model, "_hf_peft_config_loaded", False):
+        return
+    configs = getattr(model, "peft_config", None)
+    if not isinstance(configs, dict) or not any(getattr(config, "task_type", None) == "QUESTION_ANS"
+                                                for config in configs.values()):
+        return
+    raise ValueError(
+        f"{type(model).__name__} got no `token_type_ids` and is wrapped by peft with task_type=\"QUESTION_ANS\", "
+        "whose `PeftModelForQuestionAnswering.forward` does not pass `token_type_ids` (nor `position_ids`) on: the "
+        "model would read every token as segment 0, a different answer. Wrap it without a task type, keeping the QA "
+        "head trainable: `get_peft_model(model, LoraConfig(target_modules=[...], modules_to_save=[\"qa_outputs\"]))` "
+        "(a `PeftModel`, which passes every argument on)."
+    )
+
+
 # How a DeFormer reuses work, for [`_check_no_cache_arguments`]'s message.
 _DEFORMER_REUSE = "it reuses passages through `passage_states=` (from `encode_passages`)"
 
@@ -829,12 +856,15 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
             ValueError: as [`DeformerBertModel.forward`]; teacher tensors whose shapes do not match, or one teacher
                 logits tensor without the other; one of `start_positions` / `end_positions` without the other, a
                 float one, or one of another shape than `(batch_size,)`; a cache argument that is not `None`, as
-                there (`use_cache` is accepted and ignored, as by `BertForQuestionAnswering`).
+                there (`use_cache` is accepted and ignored, as by `BertForQuestionAnswering`); a pair without
+                `token_type_ids` while the model is wrapped by peft with `task_type="QUESTION_ANS"`, whose wrapper
+                drops them (see [`_check_peft_token_type_ids`]).
             TypeError: as [`DeformerBertModel.forward`], a keyword argument it does not take (e.g. `passage_state=`)
                 included.
         """
         _check_keyword_arguments(self, kwargs)
         _check_no_cache_arguments(self, kwargs, _DEFORMER_REUSE)
+        _check_peft_token_type_ids(self, token_type_ids, reads_segments=passage_states is None)
         if (teacher_start_logits is None) != (teacher_end_logits is None):
             given = "teacher_start_logits" if teacher_end_logits is None else "teacher_end_logits"
             raise ValueError(f"`{given}` was given without its pair: pass both `teacher_start_logits` and "

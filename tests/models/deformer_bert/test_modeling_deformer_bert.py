@@ -456,6 +456,37 @@ def test_lora_query_value():
     assert peft_model(input_ids=q_ids, attention_mask=q_mask, passage_states=cache).start_logits.shape[1] == 14
 
 
+@pytest.mark.parametrize("k", [0, 2])
+def test_peft_question_answering_wrapper_is_refused_where_it_drops_token_type_ids(k):
+    """peft's `PeftModelForQuestionAnswering` (`task_type="QUESTION_ANS"`) takes `token_type_ids` and `position_ids`
+    as its own parameters and hands neither on: at k = 0 (plain BERT) a pair was read as segment 0 only, other logits
+    without a word; at k > 0 the model asked for the `token_type_ids` the caller had given. Both are refused, naming
+    the wrapper and the way round it; the cached path (a question alone, segment 0) is not."""
+    from peft import LoraConfig, get_peft_model
+
+    (ids, types, mask), (q_ids, q_mask), (p_ids, p_mask) = make_pairs([5, 6], [7, 8])
+    pair = dict(input_ids=ids, attention_mask=mask, token_type_ids=types)
+    base = tiny_deformer(k=k)
+    expected = base(**pair).start_logits
+    if k == 0:  # what dropping them did
+        assert not torch.allclose(base(input_ids=ids, attention_mask=mask).start_logits, expected)
+    config = LoraConfig(task_type="QUESTION_ANS", target_modules=["query", "value"], r=4)
+    peft_model = get_peft_model(tiny_deformer(k=k), config).eval()
+    received = []
+    peft_model.get_base_model().register_forward_pre_hook(
+        lambda module, args, kwargs: received.append(sorted(kwargs)), with_kwargs=True)
+    with pytest.raises(ValueError, match=r'task_type="QUESTION_ANS".*modules_to_save=\["qa_outputs"\]'):
+        peft_model(**pair)
+    assert "input_ids" in received[0] and "token_type_ids" not in received[0]  # what peft hands on
+    torch.testing.assert_close(peft_model.get_base_model()(**pair).start_logits, expected)  # called with them
+    if k:
+        states = peft_model.encode_passages(p_ids, attention_mask=p_mask)
+        torch.testing.assert_close(
+            peft_model(input_ids=q_ids, attention_mask=q_mask, passage_states=states).start_logits,
+            base(input_ids=q_ids, attention_mask=q_mask,
+                 passage_states=base.encode_passages(p_ids, attention_mask=p_mask)).start_logits)
+
+
 # ----------------------------------------------------------------------------------------------- save / load
 def test_save_load_round_trip(tmp_path):
     model = tiny_deformer(k=2)

@@ -515,6 +515,35 @@ def test_lora_query_value():
     torch.testing.assert_close(again.start_logits, out.start_logits, atol=1e-5, rtol=0)
 
 
+def read_once_features():
+    """[`tiny_features`] in the read-once layout as `prepare_readtwice_qa_features` writes it: segments of type 1."""
+    features = tiny_features(question_in_first_read=False)
+    for feature in features:
+        feature.token_type_ids = [[1] * len(ids) for ids in feature.input_ids]
+    return features
+
+
+def test_peft_question_answering_wrapper_is_refused_where_it_drops_token_type_ids():
+    """peft's `PeftModelForQuestionAnswering` (`task_type="QUESTION_ANS"`) takes `token_type_ids` as its own
+    parameter and does not hand it on: segments the collator typed 1 were read as type 0, other logits without a
+    word, in training and at inference, while `encode_documents` (called on the model) read them as typed. A call
+    with segments is refused, naming the wrapper and the way round it; questions over a stored first read are not."""
+    from peft import LoraConfig, get_peft_model
+
+    batch = ReadTwiceQACollator(0)(read_once_features())
+    base = tiny_qa(memory_type="sts", question_in_first_read=False)
+    expected = base(**batch).start_logits
+    assert not torch.allclose(base(**{**batch, "token_type_ids": None}).start_logits, expected)  # what dropping did
+    config = LoraConfig(task_type="QUESTION_ANS", target_modules=["query", "value"], r=4)
+    peft_model = get_peft_model(tiny_qa(memory_type="sts", question_in_first_read=False), config).eval()
+    with pytest.raises(ValueError, match=r'task_type="QUESTION_ANS".*modules_to_save=\["qa_outputs"\]'):
+        peft_model(**batch)
+    segments = [batch[key] for key in ("input_ids", "attention_mask", "token_type_ids", "document_ids")]
+    questions = {key: value for key, value in batch.items() if key.startswith("question_")}
+    torch.testing.assert_close(peft_model(**questions, document_states=peft_model.encode_documents(*segments)).start_logits,
+                               base(**questions, document_states=base.encode_documents(*segments)).start_logits)
+
+
 # ----------------------------------------------------------------------------------------------- save / load
 def test_save_load_round_trip(tmp_path):
     model = tiny_qa(memory_type="cls", memory_top_k=2)
