@@ -671,6 +671,44 @@ def test_lora_training_step_with_block_mask():
     assert model.representation_fingerprint() != before  # LoRA weights are part of the cache fingerprint
 
 
+def test_lora_causal_lm_round_trip_generate_and_document_caches(tmp_path):
+    """`task_type="CAUSAL_LM"` (peft's `PeftModelForCausalLM`) hands `block_ids` and `document_caches` on: one
+    `Trainer` step on a `block_ids` column, save, reload, merge and load with `trust_remote_code=True` keep the trained
+    logits; caches encoded through the wrapper answer and generate as the merged model's do, and those of the same
+    weights with the adapter disabled (or another adapter active) are refused (the fingerprint holds the adapters'
+    state, not only their weights)."""
+    from peft import LoraConfig
+
+    from tests.models.peft_checks import lora_round_trip
+
+    document, question = ids(12, 1), ids(5, 2)
+    sequence = torch.cat([document, question], dim=1).expand(2, -1)
+    block_ids = torch.tensor([[0] * 6 + [1] * 6 + [-1] * 5] * 2)
+    labels = sequence.masked_fill(block_ids != -1, -100)
+    inputs = dict(input_ids=sequence, block_ids=block_ids, labels=labels)
+    rows = [{key: value[i] for key, value in inputs.items()} for i in range(2)]
+    config = LoraConfig(task_type="CAUSAL_LM", target_modules=["q_proj", "k_proj", "v_proj"], r=4)
+    peft_model, merged = lora_round_trip(tiny, config, inputs, rows, AutoModelForCausalLM, tmp_path)
+    generate = dict(max_new_tokens=4, min_new_tokens=4, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        caches = peft_model.encode_documents(document)
+        torch.testing.assert_close(peft_model(question, document_caches=caches).logits,
+                                   merged(question, document_caches=merged.encode_documents(document)).logits,
+                                   atol=1e-5, rtol=1e-4)
+        expected = merged.generate(question, document_caches=merged.encode_documents(document), **generate)
+        assert torch.equal(peft_model.generate(question, document_caches=caches, **generate), expected)
+        assert torch.equal(peft_model.generate(input_ids=question, document_caches=caches, **generate), expected)
+        with peft_model.disable_adapter():
+            without = peft_model.encode_documents(document)
+        assert not torch.allclose(without.key_states, caches.key_states)
+        with pytest.raises(ValueError, match="was made by model"):
+            peft_model(question, document_caches=without)
+        peft_model.add_adapter("other", LoraConfig(task_type="CAUSAL_LM", target_modules=["q_proj", "v_proj"], r=4))
+        peft_model.set_adapter("other")
+        with pytest.raises(ValueError, match="was made by model"):
+            peft_model(question, document_caches=caches)
+
+
 def test_trainer_step_with_block_ids(tmp_path):
     """`Trainer` keeps the `block_ids` column (a `forward` argument) and trains on it."""
     from datasets import Dataset

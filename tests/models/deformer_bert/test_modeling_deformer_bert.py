@@ -487,6 +487,38 @@ def test_peft_question_answering_wrapper_is_refused_where_it_drops_token_type_id
                  passage_states=base.encode_passages(p_ids, attention_mask=p_mask)).start_logits)
 
 
+def test_lora_without_task_type_round_trip_and_cached_passages(tmp_path):
+    """The way round the QA wrapper (docs/models/deformer_bert.md): a `PeftModel` without a task type and the QA head
+    in `modules_to_save` hands `token_type_ids` on; trained one `Trainer` step, saved, reloaded, merged and loaded
+    with `trust_remote_code=True`, the logits stay the trained ones. Passage states encoded through the wrapper answer
+    as its pairs do, and states of the same weights with the adapter disabled are refused (the fingerprint holds the
+    adapters' state, not only their weights)."""
+    from peft import LoraConfig
+
+    from tests.models.peft_checks import lora_round_trip
+
+    (ids, types, mask), (q_ids, q_mask), (p_ids, p_mask) = make_pairs([5, 6], [7, 8])
+    pair = dict(input_ids=ids, attention_mask=mask, token_type_ids=types)
+    rows = [{**{key: value[i] for key, value in pair.items()}, "start_positions": torch.tensor(6 + i),
+             "end_positions": torch.tensor(8 + i)} for i in range(2)]
+    config = LoraConfig(target_modules=["query", "value"], modules_to_save=["qa_outputs"], r=4, lora_alpha=8)
+    peft_model, _ = lora_round_trip(lambda: tiny_deformer(k=2), config, pair, rows, AutoModelForQuestionAnswering,
+                                    tmp_path, output="start_logits")
+    with torch.no_grad():
+        full = peft_model(**pair).start_logits
+        states = peft_model.encode_passages(p_ids, attention_mask=p_mask)
+        cached = peft_model(input_ids=q_ids, attention_mask=q_mask, passage_states=states).start_logits
+        for i in range(2):
+            q, p = int(q_mask[i].sum()), int(p_mask[i].sum())
+            torch.testing.assert_close(cached[i, :q], full[i, :q], atol=1e-5, rtol=0)
+            torch.testing.assert_close(cached[i, q_ids.shape[1]:q_ids.shape[1] + p], full[i, q:q + p], atol=1e-5, rtol=0)
+        with peft_model.disable_adapter():
+            without = peft_model.encode_passages(p_ids, attention_mask=p_mask)
+        assert not torch.allclose(without.last_hidden_state, states.last_hidden_state)
+        with pytest.raises(ValueError, match="re-encode the passages"):
+            peft_model(input_ids=q_ids, attention_mask=q_mask, passage_states=without)
+
+
 # ----------------------------------------------------------------------------------------------- save / load
 def test_save_load_round_trip(tmp_path):
     model = tiny_deformer(k=2)

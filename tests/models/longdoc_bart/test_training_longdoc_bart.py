@@ -88,3 +88,32 @@ def test_batched_beam_search_decodes_each_row_as_alone(encoder_attention_type):
         alone = [model.generate(ids[i : i + 1, : int(mask[i].sum())], **kwargs)[0] for i in range(2)]
     assert batched.shape == (2, 7)
     assert all(torch.equal(batched[i], alone[i]) for i in range(2))
+
+
+def test_lora_seq2seq_round_trip_generate_and_stored_encoder_outputs(tmp_path):
+    """`task_type="SEQ_2_SEQ_LM"`: one `Seq2SeqTrainer` step through the wrapper, save, reload, merge and load with
+    `trust_remote_code=True` keep the trained logits; `generate()` through the wrapper, from the document or from
+    encoder outputs kept once, gives the merged model's tokens; with the adapter disabled the representation
+    fingerprint (what a store keys encoder outputs by) is another one, so a store never mixes the two."""
+    from peft import LoraConfig
+    from transformers import AutoModelForSeq2SeqLM
+
+    from tests.models.peft_checks import lora_round_trip
+
+    inputs = stack(rows(2))
+    config = LoraConfig(task_type="SEQ_2_SEQ_LM", target_modules=["q_proj", "v_proj"], r=4)
+    peft_model, merged = lora_round_trip(lambda: longdoc(neighborhood_radius=3), config, inputs, rows(2),
+                                         AutoModelForSeq2SeqLM, tmp_path, trainer_class=Seq2SeqTrainer,
+                                         args_class=Seq2SeqTrainingArguments)
+    document = dict(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
+    greedy = dict(max_new_tokens=4, min_new_tokens=4, do_sample=False)
+    with torch.no_grad():
+        expected = merged.generate(**document, **greedy)
+        assert torch.equal(peft_model.generate(**document, **greedy), expected)
+        encoded = peft_model.get_encoder()(**document)
+        assert torch.equal(peft_model.generate(encoder_outputs=encoded, attention_mask=document["attention_mask"],
+                                               **greedy), expected)
+        with_adapter = peft_model.representation_fingerprint()
+        with peft_model.disable_adapter():
+            assert peft_model.representation_fingerprint() != with_adapter
+        assert peft_model.representation_fingerprint() == with_adapter

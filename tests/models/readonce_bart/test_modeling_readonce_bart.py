@@ -432,6 +432,38 @@ def test_training_step_joint_and_frozen_lora_and_groups(tmp_path):
          labels=tokens(2, 4)).loss.backward()
 
 
+def test_lora_seq2seq_round_trip_generate_and_stored_representations(tmp_path):
+    """`task_type="SEQ_2_SEQ_LM"` (peft's `PeftModelForSeq2SeqLM`) hands ReadOnce's own arguments on: the wrapper
+    trains one `Seq2SeqTrainer` step on `document_input_ids`, saves, reloads, merges and loads with
+    `trust_remote_code=True` with the trained logits; representations encoded through the wrapper answer and generate
+    as the merged model does, and those of the same weights with the adapter disabled are refused (the fingerprint
+    holds the adapters' state, not only their weights)."""
+    from peft import LoraConfig
+    from transformers import AutoModelForSeq2SeqLM, Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+    from tests.models.peft_checks import lora_round_trip
+
+    question, document, labels = tokens(2, 6), tokens(2, 20, seed=4), tokens(2, 4, seed=5)
+    inputs = dict(input_ids=question, document_input_ids=document, labels=labels)
+    rows = [{key: value[i] for key, value in inputs.items()} for i in range(2)]
+    config = LoraConfig(task_type="SEQ_2_SEQ_LM", target_modules=["q_proj", "v_proj"], r=4)
+    peft_model, merged = lora_round_trip(tiny, config, inputs, rows, AutoModelForSeq2SeqLM, tmp_path,
+                                         trainer_class=Seq2SeqTrainer, args_class=Seq2SeqTrainingArguments)
+    greedy = dict(max_new_tokens=4, min_new_tokens=4, do_sample=False)
+    with torch.no_grad():
+        reps = peft_model.encode_documents(document)
+        torch.testing.assert_close(peft_model(input_ids=question, document_representations=reps, labels=labels).logits,
+                                   peft_model(**inputs).logits, atol=1e-5, rtol=0)
+        expected = merged.generate(question, document_representations=merged.encode_documents(document), **greedy)
+        assert torch.equal(peft_model.generate(input_ids=question, document_representations=reps, **greedy), expected)
+        assert torch.equal(peft_model.generate(input_ids=question, document_input_ids=document, **greedy), expected)
+        with peft_model.disable_adapter():
+            without = peft_model.encode_documents(document)
+        assert not torch.allclose(without.representations, reps.representations)
+        with pytest.raises(ValueError, match="re-encode the documents"):
+            peft_model(input_ids=question, document_representations=without, labels=labels)
+
+
 @pytest.mark.parametrize("fusion", ["append", "attention"])
 def test_save_and_remote_code_round_trip(tmp_path, fusion):
     model = tiny(fusion=fusion)

@@ -544,6 +544,35 @@ def test_peft_question_answering_wrapper_is_refused_where_it_drops_token_type_id
                                base(**questions, document_states=base.encode_documents(*segments)).start_logits)
 
 
+def test_lora_without_task_type_round_trip_and_stored_first_read(tmp_path):
+    """The way round the QA wrapper (docs/models/readtwice_bert.md): a `PeftModel` without a task type and the QA head
+    in `modules_to_save` hands `token_type_ids` on; trained one `Trainer` step, saved, reloaded, merged and loaded
+    with `trust_remote_code=True`, the logits stay the trained ones. A first read stored through the wrapper answers
+    as its full read does, and one of the same weights with the adapter disabled is refused (the fingerprint holds
+    the adapters' state, not only their weights)."""
+    from peft import LoraConfig
+
+    from tests.models.peft_checks import lora_round_trip
+
+    features = read_once_features()
+    batch = ReadTwiceQACollator(0)(features)
+    config = LoraConfig(target_modules=["query", "value"], modules_to_save=["qa_outputs"], r=4, lora_alpha=8)
+    peft_model, _ = lora_round_trip(lambda: tiny_qa(memory_type="sts", question_in_first_read=False), config, batch,
+                                    features[:2], AutoModelForQuestionAnswering, tmp_path, output="start_logits",
+                                    data_collator=ReadTwiceQACollator(0))
+    segments = [batch[key] for key in ("input_ids", "attention_mask", "token_type_ids", "document_ids")]
+    questions = {key: value for key, value in batch.items() if key.startswith("question_")}
+    with torch.no_grad():
+        stored = peft_model.encode_documents(*segments)
+        torch.testing.assert_close(peft_model(**questions, document_states=stored).start_logits,
+                                   peft_model(**batch).start_logits, atol=1e-5, rtol=0)
+        with peft_model.disable_adapter():
+            without = peft_model.encode_documents(*segments)
+        assert not torch.allclose(without.first_read_hidden_state, stored.first_read_hidden_state)
+        with pytest.raises(ValueError, match="re-encode the documents"):
+            peft_model(**questions, document_states=without)
+
+
 # ----------------------------------------------------------------------------------------------- save / load
 def test_save_load_round_trip(tmp_path):
     model = tiny_qa(memory_type="cls", memory_top_k=2)

@@ -190,11 +190,39 @@ def _decoder(model):
     return decoder if decoder is not None and hasattr(decoder, "layers") else model
 
 
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._peft_adapter_state
+def _peft_adapter_state(owner, params) -> tuple:
+    """What the peft layers among `owner`'s modules contribute to a representation beyond their weights, for those
+    holding one of `params` (the `(name, parameter)` pairs a representation fingerprint hashes): for each (a tuner
+    layer such as LoRA's, which wraps its `base_layer`, or a `modules_to_save` copy of its `original_module`), its path
+    in `owner`, its active adapters, whether adapters are disabled, the merged ones and its scaling (LoRA's
+    `alpha / r` per adapter, which `set_scale` changes). Every adapter's weights stay in the model whichever is
+    active, so the weights alone cannot tell the representations of adapter `a` from those of adapter `b`
+    (`set_adapter`) or of the model without adapters (`with peft_model.disable_adapter():`). Read through attributes
+    (no peft import); `()` when no name of `params` runs through a peft layer (a model without adapters), at the cost
+    of one scan of the names."""
+    markers = (".base_layer.", ".original_module.", ".modules_to_save.")
+    if not any(marker in name for name, _ in params for marker in markers):
+        return ()
+    hashed = {id(p) for _, p in params}
+    state = []
+    for path, layer in owner.named_modules():
+        if ("base_layer" in layer._modules or "original_module" in layer._modules) and any(
+                id(p) in hashed for p in layer.parameters()):
+            scaling = getattr(layer, "scaling", None)
+            state.append((path, tuple(getattr(layer, "active_adapters", ())),
+                          bool(getattr(layer, "disable_adapters", False)), tuple(getattr(layer, "merged_adapters", ())),
+                          tuple(sorted(scaling.items())) if isinstance(scaling, dict) else None))
+    return tuple(state)
+
+
 def document_cache_fingerprint(model) -> str:
     """SHA-256 hex of what a document's key/value cache depends on: the weights of the decoder that compute keys and
     values (token embeddings and every layer; not the final norm nor the LM head), every config field that can change
     them (rotary settings, heads, epsilon, activation, ...; `config.to_dict()` minus the metadata of
-    `_FINGERPRINT_IGNORED_FIELDS`) and the transformers major version.
+    `_FINGERPRINT_IGNORED_FIELDS`) and the transformers major version; under peft, also the adapters' state
+    ([`_peft_adapter_state`]: active, disabled, merged, scaling), so that switching or disabling an adapter is another
+    fingerprint (a model without peft layers hashes as before).
 
     Works for any Llama-family causal LM (`LlamaForCausalLM`, [`BlockAttentionLlamaForCausalLM`]) or `LlamaModel`.
     Cached on the model until the config changes or a parameter is replaced or modified in place (torch's version
@@ -212,13 +240,17 @@ def document_cache_fingerprint(model) -> str:
     config = getattr(model, "config", None)
     if config is None:
         raise TypeError(f"`model` must be a transformers model with a config, got {type(model).__name__}.")
-    params = [(name, p) for name, p in _decoder(model).named_parameters() if not name.startswith("norm.")]
+    decoder = _decoder(model)
+    params = [(name, p) for name, p in decoder.named_parameters() if not name.startswith("norm.")]
     config_json = _config_fingerprint(config, BlockAttentionLlamaConfig)
-    state = (config_json, *((name, p.data_ptr(), p._version, p.dtype) for name, p in params))
+    adapters = _peft_adapter_state(decoder, params)
+    state = (config_json, adapters, *((name, p.data_ptr(), p._version, p.dtype) for name, p in params))
     cached = model.__dict__.get("_document_cache_fingerprint")
     if cached is not None and cached[0] == state:
         return cached[1]
     digest = hashlib.sha256(b"llama_kv_cache|" + config_json.encode())
+    if adapters:
+        digest.update(repr(adapters).encode())
     for name, p in params:
         digest.update(name.encode())
         digest.update(p.detach().to("cpu", torch.float32).contiguous().numpy().data)

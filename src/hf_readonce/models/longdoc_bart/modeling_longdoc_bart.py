@@ -121,16 +121,47 @@ def _config_fingerprint(config, config_class) -> str:
                       default=str)
 
 
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._peft_adapter_state
+def _peft_adapter_state(owner, params) -> tuple:
+    """What the peft layers among `owner`'s modules contribute to a representation beyond their weights, for those
+    holding one of `params` (the `(name, parameter)` pairs a representation fingerprint hashes): for each (a tuner
+    layer such as LoRA's, which wraps its `base_layer`, or a `modules_to_save` copy of its `original_module`), its path
+    in `owner`, its active adapters, whether adapters are disabled, the merged ones and its scaling (LoRA's
+    `alpha / r` per adapter, which `set_scale` changes). Every adapter's weights stay in the model whichever is
+    active, so the weights alone cannot tell the representations of adapter `a` from those of adapter `b`
+    (`set_adapter`) or of the model without adapters (`with peft_model.disable_adapter():`). Read through attributes
+    (no peft import); `()` when no name of `params` runs through a peft layer (a model without adapters), at the cost
+    of one scan of the names."""
+    markers = (".base_layer.", ".original_module.", ".modules_to_save.")
+    if not any(marker in name for name, _ in params for marker in markers):
+        return ()
+    hashed = {id(p) for _, p in params}
+    state = []
+    for path, layer in owner.named_modules():
+        if ("base_layer" in layer._modules or "original_module" in layer._modules) and any(
+                id(p) in hashed for p in layer.parameters()):
+            scaling = getattr(layer, "scaling", None)
+            state.append((path, tuple(getattr(layer, "active_adapters", ())),
+                          bool(getattr(layer, "disable_adapters", False)), tuple(getattr(layer, "merged_adapters", ())),
+                          tuple(sorted(scaling.items())) if isinstance(scaling, dict) else None))
+    return tuple(state)
+
+
 # Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._weights_fingerprint
 def _weights_fingerprint(owner, tag: str, config_json: str, params, hash_dtypes: bool) -> str:
     """SHA-256 (64 hex characters) of `tag`, `config_json` (from [`_config_fingerprint`]) and each of `params` (the
     `(name, parameter)` pairs a representation depends on): its name, its dtype when `hash_dtypes`, and its values as
-    float32. Cached on `owner._fingerprint_cache` and recomputed only when the config changes or a parameter is
-    replaced or modified in place (torch's version counters), so calling it per batch is cheap."""
-    state = (config_json, *((name, p.data_ptr(), p._version, p.dtype) for name, p in params))
+    float32; under peft, also the adapters' state ([`_peft_adapter_state`]: active, disabled, merged, scaling), so
+    that switching or disabling an adapter is another fingerprint (a model without peft layers hashes as before).
+    Cached on `owner._fingerprint_cache` and recomputed only when the config or the adapters' state changes or a
+    parameter is replaced or modified in place (torch's version counters), so calling it per batch is cheap."""
+    adapters = _peft_adapter_state(owner, params)
+    state = (config_json, adapters, *((name, p.data_ptr(), p._version, p.dtype) for name, p in params))
     if owner._fingerprint_cache is not None and owner._fingerprint_cache[0] == state:
         return owner._fingerprint_cache[1]
     digest = hashlib.sha256(tag.encode() + config_json.encode())
+    if adapters:
+        digest.update(repr(adapters).encode())
     for name, p in params:
         digest.update(name.encode())
         if hash_dtypes:
