@@ -400,6 +400,36 @@ def test_trainer_step_and_lora(tmp_path):
         lora(input_ids=x, labels=x).loss.backward()
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_lora_causal_lm_round_trip_generate_and_recurrent_state(family, tmp_path):
+    """`task_type="CAUSAL_LM"` (peft's `PeftModelForCausalLM`, whose `generate` swaps in its own
+    `prepare_inputs_for_generation` around the model's) with the recurrence in `modules_to_save`: one `Trainer` step
+    on streams longer than a window, save, reload, merge and load with `trust_remote_code=True` keep the trained
+    logits; `generate()` through the wrapper (left-padded prompts beyond a window, or continuing a
+    `recurrent_state`) gives the merged model's tokens."""
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM
+
+    from tests.models.peft_checks import lora_round_trip
+
+    stream = ids(2, 40)
+    rows = [{"input_ids": stream[i], "labels": stream[i]} for i in range(2)]
+    targets = ["c_attn"] if family == "gpt2" else ["q_proj", "v_proj"]
+    config = LoraConfig(task_type="CAUSAL_LM", target_modules=targets, modules_to_save=["recurrence"], r=4)
+    peft_model, merged = lora_round_trip(lambda: tiny(family), config, dict(input_ids=stream, labels=stream), rows,
+                                         AutoModelForCausalLM, tmp_path)
+    greedy = dict(max_new_tokens=4, min_new_tokens=4, do_sample=False, pad_token_id=0)
+    mask = torch.ones_like(stream)
+    mask[1, :5] = 0
+    with torch.no_grad():
+        assert torch.equal(peft_model.generate(stream, attention_mask=mask, **greedy),
+                           merged.generate(stream, attention_mask=mask, **greedy))
+        state = peft_model(stream[:, :20]).recurrent_state
+        torch.testing.assert_close(state, merged(stream[:, :20]).recurrent_state, atol=1e-5, rtol=1e-4)
+        assert torch.equal(peft_model.generate(stream[:, 20:], recurrent_state=state, **greedy),
+                           merged.generate(stream[:, 20:], recurrent_state=state, **greedy))
+
+
 # ------------------------------------------------------------------------------------------------ errors
 def test_bad_inputs_are_clear_errors():
     model = tiny("gpt2")
