@@ -240,6 +240,31 @@ def test_generate_with_other_documents_per_row():
         model.generate(question, document_caches=[[caches[0]]], max_new_tokens=2)
 
 
+@pytest.mark.parametrize("per_row", [False, True])
+def test_generate_without_the_cache_equals_generate_with_it(per_row):
+    """`use_cache=False` reads the question and the tokens so far after the composed documents at every step, as
+    `use_cache=True` does once. The composed prefix was passed as a cache and `generate` fed it the whole sequence at
+    every step, so the cache grew by the question again and again: other tokens, without a word."""
+    model = tiny()
+    documents = [ids(9, 1), ids(14, 2), ids(5, 3)]
+    question = torch.zeros(3, 6, dtype=torch.long)
+    for row, length in enumerate((6, 3, 4)):  # left-padded questions
+        question[row, 6 - length:] = ids(length, 4 + row)[0]
+    mask = (question != 0).long()
+    with torch.no_grad():
+        caches = [model.encode_documents(d) for d in documents]
+        document_caches = [[caches[0], caches[1]], [caches[2]], [caches[1]]] if per_row else caches[:2]
+        for settings in (greedy(), dict(greedy(), num_beams=3, num_return_sequences=2, output_scores=True),
+                         dict(greedy(), recompute_ratio=0.5)):
+            cached = model.generate(question, attention_mask=mask, document_caches=document_caches, **settings)
+            uncached = model.generate(question, attention_mask=mask, document_caches=document_caches,
+                                      use_cache=False, **settings)
+            assert uncached.sequences.tolist() == cached.sequences.tolist()
+            assert_same_generation(cached, uncached)
+            if "num_beams" in settings:
+                torch.testing.assert_close(uncached.sequences_scores, cached.sequences_scores, atol=ATOL, rtol=0)
+
+
 # ----------------------------------------------------------------------------------------------------- block mask
 def test_block_mask_forward_equals_composed_caches_plus_question():
     model = tiny()

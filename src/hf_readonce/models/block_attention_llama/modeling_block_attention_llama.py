@@ -431,8 +431,12 @@ def check_context_length(num_documents: int, prefix_length: int, question_length
 def _check_context_length(documents: Sequence[DocumentCacheOutput], question_length: int, config,
                           argument: str) -> None:
     """[`check_context_length`] of one row's documents (unpadded, one per document), named as `argument`."""
-    prefix = sum(int(document.attention_mask.sum()) for document in documents)
-    check_context_length(len(documents), prefix, question_length, config, f"`{argument}`")
+    check_context_length(len(documents), _prefix_length(documents), question_length, config, f"`{argument}`")
+
+
+def _prefix_length(documents: Sequence[DocumentCacheOutput]) -> int:
+    """The real tokens of one row's documents (unpadded, one per document): the positions their composition takes."""
+    return sum(int(document.attention_mask.sum()) for document in documents)
 
 
 def _as_documents(document_caches, argument: str = "document_caches") -> list[DocumentCacheOutput]:
@@ -461,6 +465,21 @@ def _as_documents(document_caches, argument: str = "document_caches") -> list[Do
     if not documents:
         raise ValueError(f"`{argument}` holds no document.")
     return documents
+
+
+def _per_row_documents(document_caches, batch_size: int) -> bool:
+    """Whether `document_caches` holds one sequence of documents per row (`[[a, b], [c]]`) rather than the same
+    documents for every row (`a`, `[a, b]`).
+
+    Raises:
+        ValueError: per-row lists that are not `batch_size`.
+    """
+    per_row = (isinstance(document_caches, Sequence) and not isinstance(document_caches, (str, bytes))
+               and len(document_caches) > 0 and not isinstance(document_caches[0], DocumentCacheOutput))
+    if per_row and len(document_caches) != batch_size:
+        raise ValueError(f"`document_caches` holds {len(document_caches)} per-row lists for a batch of {batch_size} "
+                         "rows.")
+    return per_row
 
 
 def _check_fingerprints(documents: list[DocumentCacheOutput], expected: str | None, argument: str) -> None:
@@ -1281,12 +1300,8 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
                 raise ValueError(f"`{name}` must be >= 1, got {value}.")
         ratio = check_recompute_ratio(recompute_ratio)
         fingerprint = self.representation_fingerprint()
-        per_row = (isinstance(document_caches, Sequence) and not isinstance(document_caches, (str, bytes))
-                   and len(document_caches) > 0 and not isinstance(document_caches[0], DocumentCacheOutput))
+        per_row = _per_row_documents(document_caches, batch_size)
         if per_row:
-            if len(document_caches) != batch_size:
-                raise ValueError(f"`document_caches` holds {len(document_caches)} per-row lists for a batch of "
-                                 f"{batch_size} rows.")
             rows = []
             for i, row in enumerate(document_caches):
                 documents = _as_documents(row, f"document_caches[{i}]")
@@ -1383,7 +1398,7 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
         Returns:
             [`~transformers.modeling_outputs.CausalLMOutputWithPast`]: logits `(batch_size, seq_length, vocab_size)`
             of `input_ids` (and the loss with `labels`); its cache (`past_key_values`, `cache` from transformers 5.24)
-            includes the composed prefix.
+            includes the composed prefix (none with `document_caches` and `use_cache=False`).
 
         Raises:
             ValueError: `block_ids` of another shape than `input_ids`, with a non-empty cache or with
@@ -1424,11 +1439,16 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
             attention_mask = torch.cat([prefix.attention_mask, attention_mask.to(prefix.attention_mask)], dim=1)
             if position_ids is None:
                 position_ids = _positions_from_mask(attention_mask)[:, -length:]
-        return super().forward(
+        outputs = super().forward(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
             inputs_embeds=inputs_embeds, labels=labels, use_cache=use_cache, logits_to_keep=logits_to_keep,
-            **{CACHE_NAME: past_key_values}, **kwargs,
+            **{CACHE_NAME: past_key_values}, **kwargs, return_dict=True,
         )
+        if document_caches is not None and use_cache is False:
+            # the prefix was composed for this call only: no cache is returned, as Llama returns none without
+            # `use_cache` (`generate(use_cache=False)` would pass it back beside `document_caches` at the next step)
+            outputs = type(outputs)(**{key: value for key, value in outputs.items() if key != CACHE_NAME})
+        return outputs
 
     def generate(self, input_ids: torch.LongTensor | None = None, document_caches=None, recompute_ratio: float = 0.0,
                  **kwargs):
@@ -1438,7 +1458,9 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
         ([`compose_batch`], copied for beams and returned sequences), `attention_mask` is extended over the prefix,
         and position ids continue after it, so that with one document this is exactly the plain causal LM
         generating from document + question (greedy tokens identical, logits to float rounding), batched with left
-        padding, and with beams.
+        padding, and with beams. With `use_cache=False` nothing is carried from step to step: every step reads the
+        question and the tokens so far after the prefix composed anew (`forward(document_caches=...)`), the same
+        tokens as with the cache, the composition (and any recompute) repeated at every step.
 
         Args:
             input_ids (`torch.LongTensor` of shape `(batch_size, question_length)`): the questions (left-padded).
@@ -1482,13 +1504,28 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
         generation_config = kwargs.get("generation_config") or self.generation_config
         num_beams = kwargs.get("num_beams") or generation_config.num_beams or 1
         num_return = kwargs.get("num_return_sequences") or generation_config.num_return_sequences or 1
-        prefix = self.compose_batch(document_caches, input_ids.shape[0], repeat=max(num_beams, num_return),
+        repeat = max(num_beams, num_return)  # the copies of each row that `generate` makes
+        use_cache = kwargs.get("use_cache")
+        if (generation_config.use_cache if use_cache is None else use_cache) is False:
+            # No cache between steps: each forward composes the prefix itself, for the rows `generate` expanded. The
+            # positions continue after each row's prefix (`generate` would count them from the question's mask).
+            if _per_row_documents(document_caches, input_ids.shape[0]):
+                prefix_lengths = [_prefix_length(_as_documents(row, f"document_caches[{i}]"))
+                                  for i, row in enumerate(document_caches)]
+                document_caches = [row for row in document_caches for _ in range(repeat)]
+            else:
+                prefix_lengths = [_prefix_length(_as_documents(document_caches))] * input_ids.shape[0]
+            if kwargs.get("position_ids") is None:
+                positions = _positions_from_mask(attention_mask) + torch.tensor(prefix_lengths)[:, None].to(input_ids)
+                kwargs["position_ids"] = positions.masked_fill(attention_mask == 0, 0)
+            return super().generate(input_ids, attention_mask=attention_mask, document_caches=document_caches,
+                                    recompute_ratio=recompute_ratio, **kwargs)
+        prefix = self.compose_batch(document_caches, input_ids.shape[0], repeat=repeat,
                                     recompute_ratio=recompute_ratio,
                                     question_length=attention_mask.sum(dim=1))  # left padding takes no position
         # Only the question's ids go in; the mask covers prefix + question, so `generate` feeds every question
         # token (its ids are shorter than the mask) and counts positions from the mask.
-        mask = torch.cat([prefix.attention_mask[:: max(num_beams, num_return)],
-                          attention_mask.to(prefix.attention_mask)], dim=1)
+        mask = torch.cat([prefix.attention_mask[::repeat], attention_mask.to(prefix.attention_mask)], dim=1)
         return super().generate(input_ids, attention_mask=mask, **{CACHE_NAME: getattr(prefix, CACHE_NAME)}, **kwargs)
 
 
