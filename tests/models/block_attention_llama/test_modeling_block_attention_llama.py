@@ -265,6 +265,22 @@ def test_generate_without_the_cache_equals_generate_with_it(per_row):
                 torch.testing.assert_close(uncached.sequences_scores, cached.sequences_scores, atol=ATOL, rtol=0)
 
 
+def test_generate_takes_the_prompt_as_inputs_as_llama_does():
+    """`GenerationMixin.generate` names its prompt `inputs`: `generate(inputs=ids)` raised a TypeError (the prompt
+    given twice) on this model, where `LlamaForCausalLM` generates."""
+    model = tiny()
+    llama = plain(model)
+    document, question = ids(12, 1), ids(5, 2, batch=2)
+    with torch.no_grad():
+        cache = model.encode_documents(document)
+        assert torch.equal(model.generate(inputs=question, **greedy()).sequences,
+                           llama.generate(inputs=question, **greedy()).sequences)
+        assert torch.equal(model.generate(inputs=question, document_caches=cache, **greedy()).sequences,
+                           model.generate(question, document_caches=cache, **greedy()).sequences)
+        with pytest.raises(ValueError, match="`input_ids` or `inputs`"):
+            model.generate(question, inputs=question, max_new_tokens=2)
+
+
 # ----------------------------------------------------------------------------------------------------- block mask
 def test_block_mask_forward_equals_composed_caches_plus_question():
     model = tiny()

@@ -1463,7 +1463,8 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
         tokens as with the cache, the composition (and any recompute) repeated at every step.
 
         Args:
-            input_ids (`torch.LongTensor` of shape `(batch_size, question_length)`): the questions (left-padded).
+            input_ids (`torch.LongTensor` of shape `(batch_size, question_length)`): the questions (left-padded);
+                `inputs`, `GenerationMixin.generate`'s name for it, is taken too.
             document_caches: as in [`compose_batch`].
             recompute_ratio (`float`, defaults to 0): fraction of document tokens whose keys and values are
                 recomputed per layer before the question is read (CacheBlend, [`selective_recompute`]): 0 answers
@@ -1477,13 +1478,17 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
             As `generate`: the questions followed by the new tokens (the prefix is not repeated).
 
         Raises:
-            ValueError: `document_caches` without `input_ids`, with `past_key_values` (or `cache`) or
-                `inputs_embeds`, a question mask of another shape, caches of another model (fingerprint), RoPE
-                setting or shape, `recompute_ratio` outside [0, 1] or without `document_caches`, documents and
-                question longer together than `config.max_position_embeddings`.
+            ValueError: both `input_ids` and `inputs`; `document_caches` without `input_ids`, with
+                `past_key_values` (or `cache`) or `inputs_embeds`, a question mask of another shape, caches of
+                another model (fingerprint), RoPE setting or shape, `recompute_ratio` outside [0, 1] or without
+                `document_caches`, documents and question longer together than `config.max_position_embeddings`.
             TypeError: `input_ids`, `attention_mask`, `position_ids` or `inputs_embeds` that are not tensors (a list,
                 a numpy array); floating `input_ids`.
         """
+        if kwargs.get("inputs") is not None:
+            if input_ids is not None:
+                raise ValueError("Pass the prompt as `input_ids` or `inputs` (the same argument), not both.")
+            input_ids = kwargs.pop("inputs")
         _check_tensor_arguments({"input_ids": input_ids}, {name: kwargs.get(name) for name in
                                                            ("attention_mask", "position_ids", "inputs_embeds")})
         if document_caches is None:
