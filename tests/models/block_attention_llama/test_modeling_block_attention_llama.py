@@ -201,6 +201,28 @@ def test_generate_batched_with_left_padding_equals_plain_generate():
     assert torch.equal(composed.sequences[:, :6], q)
 
 
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_generate_infers_the_questions_mask_from_the_pad_token_as_llama_does(use_cache):
+    """Left-padded questions without `attention_mask`: `LlamaForCausalLM.generate` infers the mask from
+    `pad_token_id` (when the prompt holds it and it is no eos token); with `document_caches` the padding was read as
+    question tokens, other tokens without a word."""
+    model = tiny()
+    llama = plain(model)
+    document = ids(16, 1)
+    q = torch.zeros(2, 6, dtype=torch.long)
+    q[0], q[1, 3:] = ids(6, 2)[0], ids(3, 3)[0]
+    full = torch.zeros(2, 22, dtype=torch.long)
+    full[0], full[1, 3:] = torch.cat([document[0], q[0]]), torch.cat([document[0], q[1, 3:]])
+    with torch.no_grad():
+        cache = model.encode_documents(document)
+        given = model.generate(q, attention_mask=(q != 0).long(), document_caches=cache, use_cache=use_cache,
+                               **greedy())
+        inferred = model.generate(q, document_caches=cache, use_cache=use_cache, **greedy())
+        reference = llama.generate(full, **greedy())  # Llama infers the mask of the padded full prompts
+    assert_same_generation(given, inferred)
+    assert_same_generation(reference, inferred)
+
+
 def test_generate_with_beams_equals_plain_generate():
     model = tiny()
     llama = plain(model)

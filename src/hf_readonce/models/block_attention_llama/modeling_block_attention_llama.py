@@ -1471,8 +1471,9 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
                 from the stored caches as they are (Block-Attention / TurboRAG composition), 1 is the full prompt
                 (to float rounding); in between, the tokens whose values deviate most from a full prefill
                 (measured at layer 1, narrowed layer by layer) are recomputed.
-            **kwargs: as for `generate` (`attention_mask` is the questions' `(batch_size, question_length)`;
-                `max_length` counts question and new tokens, not the prefix: prefer `max_new_tokens`).
+            **kwargs: as for `generate` (`attention_mask` is the questions' `(batch_size, question_length)`, inferred
+                from `pad_token_id` when not given, as `generate` infers it; `max_length` counts question and new
+                tokens, not the prefix: prefer `max_new_tokens`).
 
         Returns:
             As `generate`: the questions followed by the new tokens (the prefix is not repeated).
@@ -1500,13 +1501,18 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
         for name in ("past_key_values", "cache", "inputs_embeds"):
             if kwargs.get(name) is not None:
                 raise ValueError(f"Pass `document_caches` or `{name}`, not both.")
+        generation_config = kwargs.get("generation_config") or self.generation_config
         attention_mask = kwargs.pop("attention_mask", None)
         if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
+            # as `generate` infers it: from the padding, when the questions hold `pad_token_id` and it is no eos token
+            pad = kwargs.get("pad_token_id", generation_config.pad_token_id)
+            eos = kwargs.get("eos_token_id", generation_config.eos_token_id)
+            eos = [] if eos is None else torch.as_tensor(eos).flatten().tolist()
+            infer = pad is not None and pad not in eos and bool((input_ids == pad).any())
+            attention_mask = input_ids.ne(pad).long() if infer else torch.ones_like(input_ids)
         if attention_mask.shape != input_ids.shape:
             raise ValueError(f"`attention_mask` must be the questions' {tuple(input_ids.shape)}, got "
                              f"{tuple(attention_mask.shape)}.")
-        generation_config = kwargs.get("generation_config") or self.generation_config
         num_beams = kwargs.get("num_beams") or generation_config.num_beams or 1
         num_return = kwargs.get("num_return_sequences") or generation_config.num_return_sequences or 1
         repeat = max(num_beams, num_return)  # the copies of each row that `generate` makes
