@@ -239,6 +239,27 @@ def test_generate_with_beams_equals_plain_generate():
     torch.testing.assert_close(composed.sequences_scores, reference.sequences_scores, atol=ATOL, rtol=0)
 
 
+def test_generate_settles_its_settings_as_generate_does():
+    """Beams and returned sequences set in the model's `generation_config` apply under a `generation_config` given
+    without them, as `generate` merges the two: the prefix was composed for one copy of each row, and `generate` made
+    six (a RuntimeError from `torch.cat`)."""
+    from transformers import GenerationConfig
+
+    model = tiny()
+    llama = plain(model)
+    document, question = ids(16, 1), ids(5, 2, batch=2)
+    for each in (model, llama):
+        each.generation_config.num_beams, each.generation_config.num_return_sequences = 3, 2
+    given = GenerationConfig(max_new_tokens=5, min_new_tokens=5, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        cache = model.encode_documents(document)
+        reference = llama.generate(torch.cat([document.expand(2, -1), question], 1), generation_config=given)
+        for use_cache in (True, False):
+            model.generation_config.use_cache = use_cache
+            composed = model.generate(question, document_caches=cache, generation_config=given)
+            assert reference.shape == (4, 26) and torch.equal(composed, reference[:, 16:]), use_cache
+
+
 def test_generate_with_other_documents_per_row():
     model = tiny()
     llama = plain(model)

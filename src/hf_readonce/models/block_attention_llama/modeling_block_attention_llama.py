@@ -1501,23 +1501,23 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
         for name in ("past_key_values", "cache", "inputs_embeds"):
             if kwargs.get(name) is not None:
                 raise ValueError(f"Pass `document_caches` or `{name}`, not both.")
-        generation_config = kwargs.get("generation_config") or self.generation_config
+        # the settings `generate` will use: the keyword arguments over a given `generation_config` over the model's
+        settings, _ = self._prepare_generation_config(
+            kwargs.get("generation_config"), **{key: value for key, value in kwargs.items()
+                                                if key not in ("generation_config", "attention_mask")})
         attention_mask = kwargs.pop("attention_mask", None)
         if attention_mask is None:
             # as `generate` infers it: from the padding, when the questions hold `pad_token_id` and it is no eos token
-            pad = kwargs.get("pad_token_id", generation_config.pad_token_id)
-            eos = kwargs.get("eos_token_id", generation_config.eos_token_id)
+            pad, eos = settings.pad_token_id, settings.eos_token_id
             eos = [] if eos is None else torch.as_tensor(eos).flatten().tolist()
             infer = pad is not None and pad not in eos and bool((input_ids == pad).any())
             attention_mask = input_ids.ne(pad).long() if infer else torch.ones_like(input_ids)
         if attention_mask.shape != input_ids.shape:
             raise ValueError(f"`attention_mask` must be the questions' {tuple(input_ids.shape)}, got "
                              f"{tuple(attention_mask.shape)}.")
-        num_beams = kwargs.get("num_beams") or generation_config.num_beams or 1
-        num_return = kwargs.get("num_return_sequences") or generation_config.num_return_sequences or 1
-        repeat = max(num_beams, num_return)  # the copies of each row that `generate` makes
-        use_cache = kwargs.get("use_cache")
-        if (generation_config.use_cache if use_cache is None else use_cache) is False:
+        # the copies of each row that `generate` makes (beams, returned sequences)
+        repeat = max(settings.num_beams or 1, settings.num_return_sequences or 1)
+        if settings.use_cache is False:
             # No cache between steps: each forward composes the prefix itself, for the rows `generate` expanded. The
             # positions continue after each row's prefix (`generate` would count them from the question's mask).
             if _per_row_documents(document_caches, input_ids.shape[0]):
