@@ -436,6 +436,8 @@ def test_bad_inputs_are_clear_errors():
         model(question, block_ids=torch.zeros(1, 4, dtype=torch.long), document_caches=cache)
     with pytest.raises(ValueError, match="past_key_values"):
         model.generate(question, document_caches=cache, past_key_values=model.compose_document_caches(cache))
+    with pytest.raises(ValueError, match=r"`cache_implementation` \('static'\) cannot be used with `document_caches`"):
+        model.generate(question, document_caches=cache, cache_implementation="static", max_new_tokens=2)
     with pytest.raises(TypeError, match="document_caches"):
         model(question, document_caches="not a cache")
     with pytest.raises(TypeError, match=r"document_caches\[1\]"):

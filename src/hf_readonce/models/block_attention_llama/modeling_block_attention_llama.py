@@ -1482,7 +1482,8 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
             ValueError: both `input_ids` and `inputs`; `document_caches` without `input_ids`, with
                 `past_key_values` (or `cache`) or `inputs_embeds`, a question mask of another shape, caches of
                 another model (fingerprint), RoPE setting or shape, `recompute_ratio` outside [0, 1] or without
-                `document_caches`, documents and question longer together than `config.max_position_embeddings`.
+                `document_caches`, documents and question longer together than `config.max_position_embeddings`, a
+                `cache_implementation` with `document_caches`.
             TypeError: `input_ids`, `attention_mask`, `position_ids` or `inputs_embeds` that are not tensors (a list,
                 a numpy array); floating `input_ids`.
         """
@@ -1531,6 +1532,9 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
                 kwargs["position_ids"] = positions.masked_fill(attention_mask == 0, 0)
             return super().generate(input_ids, attention_mask=attention_mask, document_caches=document_caches,
                                     recompute_ratio=recompute_ratio, **kwargs)
+        if settings.cache_implementation is not None:
+            raise ValueError(f"`cache_implementation` ({settings.cache_implementation!r}) cannot be used with "
+                             "`document_caches`: their composed prefix is the cache (a DynamicCache).")
         prefix = self.compose_batch(document_caches, input_ids.shape[0], repeat=repeat,
                                     recompute_ratio=recompute_ratio,
                                     question_length=attention_mask.sum(dim=1))  # left padding takes no position
