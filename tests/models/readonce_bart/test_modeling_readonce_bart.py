@@ -385,6 +385,33 @@ def test_gradient_checkpointing_gives_the_gradients_of_the_plain_backward(fusion
     for name in expected:
         torch.testing.assert_close(got[name], expected[name], atol=1e-6, rtol=1e-5, msg=name)
 
+
+@pytest.mark.parametrize("fusion", ["append", "attention"])
+def test_representations_given_as_encoder_outputs_are_refused_by_name(fusion):
+    """`encode_documents` returns the documents' representations, not the encoder's output: given as
+    `encoder_outputs`, they were read as the encoder's states (the question never read: other tokens, without a
+    word). And once `encoder_outputs` are given, `document_representations` (or document tokens) can no longer reach
+    the encoder: they were ignored, the answer closed-book."""
+    model = _strengthen_representation_attention(tiny(fusion=fusion)) if fusion == "attention" else tiny()
+    q, doc = tokens(2, 6), tokens(2, 20, seed=4)
+    settings = dict(max_new_tokens=3, min_new_tokens=3, do_sample=False)
+    with torch.no_grad():
+        reps = model.encode_documents(doc)
+        encoded = model.get_encoder()(input_ids=q, document_representations=reps)
+        expected = model.generate(q, document_representations=reps, **settings)
+        assert torch.equal(model.generate(encoder_outputs=encoded, **settings), expected)
+        for call in (lambda: model(q, encoder_outputs=reps, decoder_input_ids=q),
+                     lambda: model.model(q, encoder_outputs=reps, decoder_input_ids=q),
+                     lambda: model.generate(q, encoder_outputs=reps, **settings),
+                     lambda: model.generate(encoder_outputs=reps, num_beams=2, **settings)):
+            with pytest.raises(TypeError, match=r"`encoder_outputs` must be the encoder's output .*, got a "
+                                                r"ReadOnceDocumentEncoderOutput: .* `document_representations=`"):
+                call()
+        for documents in (dict(document_representations=reps), dict(document_input_ids=doc)):
+            with pytest.raises(ValueError, match="Pass the documents with the text .* or `encoder_outputs`"):
+                model.generate(encoder_outputs=model.get_encoder()(input_ids=q), **documents, **settings)
+
+
 def test_errors():
     model = tiny()
     q = tokens(2, 5)

@@ -253,6 +253,16 @@ def _check_representations_type(document_representations) -> None:
                         f"ReadOnceDocumentEncoderOutput, got {type(representations).__name__}.")
 
 
+def _check_encoder_outputs_type(encoder_outputs) -> None:
+    """Raise a `TypeError` naming `encoder_outputs` when it holds the documents' representations (a
+    [`ReadOnceDocumentEncoderOutput`] from `encode_documents`): read as the encoder's states, the text would never be
+    read, with no error."""
+    if isinstance(encoder_outputs, ReadOnceDocumentEncoderOutput):
+        raise TypeError("`encoder_outputs` must be the encoder's output (`model.get_encoder()(input_ids=..., "
+                        "document_representations=...)`), got a ReadOnceDocumentEncoderOutput: the representations "
+                        "`encode_documents` returns go in as `document_representations=`.")
+
+
 def _check_text_inputs(input_ids, attention_mask, input_name: str = "input_ids",
                        mask_name: str = "attention_mask") -> None:
     """Raise a `TypeError` for token ids that are not integers and a `ValueError` for a 2-D padding mask whose shape
@@ -1004,7 +1014,8 @@ class ReadOnceBartModel(ReadOnceBartPreTrainedModel, BartModel):
         Raises:
             TypeError: an input that is not a tensor (a list, a numpy array), or token ids that are not integers; a
                 keyword argument it does not take (a misspelling such as `encoder_output=`), named with the argument
-                it probably meant.
+                it probably meant; `encoder_outputs` that are a [`ReadOnceDocumentEncoderOutput`] (representations,
+                which go in as `document_representations`).
             ValueError: as [`ReadOnceBartEncoder.forward`]; neither decoder inputs nor `input_ids`; decoder rows
                 that do not match the encoder's batch; both `past_key_values` and `cache`.
         """
@@ -1014,6 +1025,7 @@ class ReadOnceBartModel(ReadOnceBartPreTrainedModel, BartModel):
                                  "document_attention_mask": document_attention_mask,
                                  "decoder_inputs_embeds": decoder_inputs_embeds})
         _check_representations_type(document_representations)
+        _check_encoder_outputs_type(encoder_outputs)
         past_key_values = _either_cache(past_key_values, cache)
         if decoder_input_ids is None and decoder_inputs_embeds is None:  # BART's default
             if input_ids is None:
@@ -1188,11 +1200,19 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
 
         Raises:
             ValueError: both `document_representations` and `document_input_ids`; `document_attention_mask` given
-                for `document_input_ids`; as `forward`.
+                for `document_input_ids`; documents with `encoder_outputs` (the encoder has read the text already:
+                the documents could no longer reach it); as `forward`.
             TypeError: `input_ids` (or `inputs`), a mask, `document_input_ids` or `document_representations` that are
-                not tensors (a list, a numpy array); token ids that are not integers.
+                not tensors (a list, a numpy array); token ids that are not integers; `encoder_outputs` that are a
+                [`ReadOnceDocumentEncoderOutput`] (pass it as `document_representations`).
         """
         kwargs.pop("token_type_ids", None)
+        _check_encoder_outputs_type(kwargs.get("encoder_outputs"))
+        if kwargs.get("encoder_outputs") is not None and any(
+                kwargs.get(name) is not None for name in ("document_representations", "document_input_ids")):
+            raise ValueError("Pass the documents with the text (`document_representations` or `document_input_ids`, "
+                             "read by the encoder once) or `encoder_outputs` (the encoder's output, which holds them "
+                             "already), not both: the encoder does not run again.")
         _check_tensor_arguments(
             {"input_ids": args[0] if args else kwargs.get("input_ids"), "inputs": kwargs.get("inputs"),
              "document_input_ids": kwargs.get("document_input_ids"),
