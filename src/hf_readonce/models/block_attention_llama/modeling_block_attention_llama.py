@@ -467,6 +467,17 @@ def _as_documents(document_caches, argument: str = "document_caches") -> list[Do
     return documents
 
 
+def _check_cache_arguments(past_key_values, cache) -> None:
+    """Raise a `TypeError` naming the argument when `past_key_values` or `cache` holds document caches (a
+    [`DocumentCacheOutput`], from `encode_documents` or a store) instead of a transformers `Cache` (Llama would fail
+    on a missing `Cache` method, naming neither)."""
+    for name, value in (("past_key_values", past_key_values), ("cache", cache)):
+        if isinstance(value, DocumentCacheOutput):
+            raise TypeError(f"`{name}` got a DocumentCacheOutput (from `encode_documents` or a store), not a Cache: "
+                            "pass it to the causal LM as `document_caches=`, or compose it into a cache first "
+                            "(`compose_document_caches`).")
+
+
 def _per_row_documents(document_caches, batch_size: int) -> bool:
     """Whether `document_caches` holds one sequence of documents per row (`[[a, b], [c]]`) rather than the same
     documents for every row (`a`, `[a, b]`).
@@ -1108,12 +1119,14 @@ class BlockAttentionLlamaModel(BlockAttentionLlamaPreTrainedModel, LlamaModel):
                 `past_key_values` and `cache`.
             TypeError: `input_ids`, `attention_mask`, `position_ids`, `inputs_embeds` or `block_ids` that are not
                 tensors (a list, a numpy array); floating `input_ids` or `block_ids`; a keyword argument it does not
-                take (a misspelling such as `block_id=`), named with the argument it probably meant.
+                take (a misspelling such as `block_id=`), named with the argument it probably meant; a
+                [`DocumentCacheOutput`] as `past_key_values` / `cache`.
         """
         _check_keyword_arguments(self, kwargs)
         _check_tensor_arguments({"input_ids": input_ids},
                                 {"attention_mask": attention_mask, "position_ids": position_ids,
                                  "inputs_embeds": inputs_embeds, "block_ids": block_ids})
+        _check_cache_arguments(past_key_values, cache)
         past_key_values = _either_cache(past_key_values, cache)
         if block_ids is not None:
             attention_mask, position_ids = _block_attention_inputs(block_ids, input_ids, inputs_embeds, attention_mask,
@@ -1407,12 +1420,14 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
             TypeError: `input_ids`, `attention_mask`, `position_ids`, `inputs_embeds`, `labels` or `block_ids` that
                 are not tensors (a list, a numpy array); floating `input_ids`, `labels` or `block_ids`; a keyword
                 argument it does not take (a misspelling such as `document_cache=`), named with the argument it
-                probably meant.
+                probably meant; a [`DocumentCacheOutput`] as `past_key_values` / `cache` (it goes in as
+                `document_caches`).
         """
         _check_keyword_arguments(self, kwargs)
         _check_tensor_arguments({"input_ids": input_ids, "labels": labels},
                                 {"attention_mask": attention_mask, "position_ids": position_ids,
                                  "inputs_embeds": inputs_embeds, "block_ids": block_ids})
+        _check_cache_arguments(past_key_values, cache)
         past_key_values = _either_cache(past_key_values, cache)
         if block_ids is not None:
             if document_caches is not None:
@@ -1485,7 +1500,8 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
                 `document_caches`, documents and question longer together than `config.max_position_embeddings`, a
                 `cache_implementation` with `document_caches`.
             TypeError: `input_ids`, `attention_mask`, `position_ids` or `inputs_embeds` that are not tensors (a list,
-                a numpy array); floating `input_ids`.
+                a numpy array); floating `input_ids`; a [`DocumentCacheOutput`] as `past_key_values` / `cache` (it
+                goes in as `document_caches`).
         """
         if kwargs.get("inputs") is not None:
             if input_ids is not None:
@@ -1493,6 +1509,7 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
             input_ids = kwargs.pop("inputs")
         _check_tensor_arguments({"input_ids": input_ids}, {name: kwargs.get(name) for name in
                                                            ("attention_mask", "position_ids", "inputs_embeds")})
+        _check_cache_arguments(kwargs.get("past_key_values"), kwargs.get("cache"))
         if document_caches is None:
             if recompute_ratio:
                 raise ValueError("`recompute_ratio` applies to `document_caches`, none were given.")
