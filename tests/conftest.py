@@ -144,3 +144,13 @@ def smollm2():
 
     with gguf_tensor_name_map_once():
         return load_quietly(load_smollm2)
+
+
+@pytest.fixture(scope="session")
+def smollm2_block(smollm2):
+    """`to_block_attention(llama)` of the `smollm2` fixture's model: SmolLM2-135M-Instruct as a
+    `BlockAttentionLlamaForCausalLM` (a copy of the weights, fp32, eval mode), made once for the session; the tests
+    that read it must not change it either."""
+    from hf_readonce.tasks.document_cache_qa import to_block_attention
+
+    return to_block_attention(smollm2[0])

@@ -19,7 +19,6 @@ from hf_readonce.tasks.document_cache_qa import (
     prompt_ids,
     question_ids,
     question_prompt,
-    to_block_attention,
 )
 from tests.conftest import write_jsonl
 
@@ -420,12 +419,12 @@ SMOLLM2_PASSAGE_TOKENS = 64
 
 
 @pytest.fixture(scope="module")
-def smollm2_checkpoint(smollm2, tmp_path_factory):
+def smollm2_checkpoint(smollm2, smollm2_block, tmp_path_factory):
     """SmolLM2-135M-Instruct (fp32) saved once as a block-attention checkpoint folder with its tokenizer (the
-    documented route for a GGUF model), and that block-attention model."""
-    llama, tokenizer = smollm2
+    documented route for a GGUF model: `to_block_attention(llama)`, the session's), and that block-attention model."""
+    _, tokenizer = smollm2
     path = tmp_path_factory.mktemp("smollm2")
-    model = to_block_attention(llama)
+    model = smollm2_block
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path, model

@@ -11,7 +11,7 @@ from hf_readonce.models.block_attention_llama.modeling_block_attention_llama imp
     CACHE_NAME,
     compose_document_caches,
 )
-from hf_readonce.tasks.document_cache_qa import prompt_ids, question_ids, to_block_attention
+from hf_readonce.tasks.document_cache_qa import prompt_ids, question_ids
 
 PASSAGE_TOKENS = 64  # each passage cut to its first 64 tokens: the second passage's cache moves 64 positions
 # fp32 over 30 layers: the same weights computed in another order differ by float rounding only (about 1e-5 here)
@@ -22,10 +22,11 @@ GREEDY = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=Fa
 
 
 @pytest.fixture(scope="module")
-def case(smollm2, qa_rows):
-    """The plain and the block-attention model (same weights), a question over two passages (the one that answers
-    it first), as token tensors (`full`, the whole prompt, with its `block_ids`; `question`); and, computed once for
-    the tests, the plain model's logits on the full prompt (`full_logits`) and each passage's cache (`caches`)."""
+def case(smollm2, smollm2_block, qa_rows):
+    """The plain and the block-attention model (same weights: the session's `to_block_attention(llama)`), a question
+    over two passages (the one that answers it first), as token tensors (`full`, the whole prompt, with its
+    `block_ids`; `question`); and, computed once for the tests, the plain model's logits on the full prompt
+    (`full_logits`) and each passage's cache (`caches`)."""
     llama, tokenizer = smollm2
     rows = {row["id"]: row for row in qa_rows}
     asked, other = rows["disflqa-23"], rows["disflqa-46"]  # European Union law; the Vistula (another passage)
@@ -34,7 +35,7 @@ def case(smollm2, qa_rows):
     question = question_ids(tokenizer, asked["question"])
     documents = [torch.tensor([ids[:PASSAGE_TOKENS]]), torch.tensor([ids[PASSAGE_TOKENS:2 * PASSAGE_TOKENS]])]
     assert blocks.count(0) == blocks.count(1) == PASSAGE_TOKENS and ids[2 * PASSAGE_TOKENS:] == question
-    block = to_block_attention(llama)
+    block = smollm2_block
     with torch.no_grad():
         full_logits = llama(torch.tensor([ids])).logits
         caches = [block.encode_documents(document) for document in documents]
