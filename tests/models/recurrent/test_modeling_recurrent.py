@@ -823,6 +823,7 @@ def test_token_ids_of_other_integer_types_are_named():
         torch.testing.assert_close(model(x.int(), labels=x.int()).loss, model(x, labels=x).loss)
 
 
+@pytest.mark.smollm2
 def test_gguf_checkpoint_loads_as_a_plain_model_that_trains_and_saves(tmp_path):
     """`from_pretrained(dir, gguf_file=...)` (the class docstring's SmolLM2 route): transformers dequantizes GGUF
     weights but marks the model quantized, which Trainer and save_pretrained refuse; it loads unmarked here. (The GGUF
