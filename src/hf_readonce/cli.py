@@ -596,9 +596,52 @@ def _distributed_state(device: str = "auto"):
     return PartialState(cpu=device == "cpu" or not torch.cuda.is_available())
 
 
+def _encode_settings(args, model) -> tuple[dict, dict]:
+    """The representation settings `encode` builds its adapter with for `model`: each of its family's own settings
+    (the adapter's `cli_settings`) from its option when given, else the value the checkpoint records (a DeFormer's
+    training windows), else the adapter's default. `args` is left as it is.
+
+    Returns:
+        `(settings, sources)`: setting name -> value (the adapter's keyword arguments), and setting name -> where the
+        value came from (`"given"`, `"the checkpoint's"` or `"default"`).
+
+    Raises:
+        CommandError: an option of a setting the family does not take.
+    """
+    from .representations import get_adapter_class
+
+    adapter_class = get_adapter_class(model.config.model_type)
+    filled = argparse.Namespace(**vars(args))
+    given = {name for name in adapter_class.cli_settings if getattr(args, name, None) is not None}
+    for name in adapter_class.cli_settings:
+        if getattr(filled, name, None) is None and getattr(model.config, name, None) is not None:
+            setattr(filled, name, getattr(model.config, name))  # (a recorded 0, e.g. doc_stride, counts)
+    sources = {name: "given" if name in given else "the checkpoint's" if getattr(filled, name, None) is not None
+               else "default" for name in adapter_class.cli_settings}
+    return _adapter_settings(filled, adapter_class), sources
+
+
+def _encode_adapter(model, tokenizer, settings: dict, sources: dict, batch_size: int = 32):
+    """The adapter `encode` writes with: the family's adapter of `model` built with `settings` and `batch_size`
+    ([`_encode_settings`] gives `settings` and `sources`).
+
+    Raises:
+        CommandError: a setting's value the adapter refuses, said with where each value came from (`sources`).
+    """
+    from .representations import get_adapter, get_adapter_class
+
+    try:
+        return get_adapter(model, tokenizer, **settings, batch_size=batch_size)
+    except (ValueError, TypeError) as error:  # a setting's value, said with where it came from
+        own = get_adapter_class(model.config.model_type).cli_settings
+        used = ", ".join(f"{option} {settings[name]} ({sources[name]})" for name, (option, _, _) in own.items()
+                         if name in settings and settings[name] is not None)
+        raise CommandError(f"{error}" + (f" (settings: {used})" if used else "")) from None
+
+
 # ---------------------------------------------------------------------------------------------------------- encode
 def cmd_encode(args) -> int:
-    from .representations import fill_store, get_adapter, get_adapter_class
+    from .representations import fill_store
     from .store import ReadOnlyStoreError, RepresentationStore, space_key
     from .store.keys import printable
     from .store.maintenance import orphan_shards
@@ -648,22 +691,8 @@ def cmd_encode(args) -> int:
     try:
         model, tokenizer = load_qa_model(args.model, args.num_decomposed_layers, device, allow_readonce=True,
                                          compute_dtype=args.compute_dtype)
-        # Defaults the checkpoint recorded (a DeFormer's training windows) come before the adapter's own defaults.
-        adapter_class = get_adapter_class(model.config.model_type)
-        given = {name for name in adapter_class.cli_settings if getattr(args, name, None) is not None}
-        for name in adapter_class.cli_settings:
-            if getattr(args, name, None) is None and getattr(model.config, name, None) is not None:
-                setattr(args, name, getattr(model.config, name))  # (a recorded 0, e.g. doc_stride, counts)
-        settings = _adapter_settings(args, adapter_class)
-        try:
-            adapter = get_adapter(model, tokenizer, **settings, batch_size=args.batch_size)
-        except (ValueError, TypeError) as error:  # a setting's value, said with where it came from
-            source = {name: "given" if name in given else "the checkpoint's" if getattr(args, name, None) is not None
-                      else "default" for name in adapter_class.cli_settings}
-            used = ", ".join(f"{option} {settings[name]} ({source[name]})"
-                             for name, (option, _, _) in adapter_class.cli_settings.items()
-                             if name in settings and settings[name] is not None)
-            raise CommandError(f"{error}" + (f" (settings: {used})" if used else "")) from None
+        settings, sources = _encode_settings(args, model)
+        adapter = _encode_adapter(model, tokenizer, settings, sources, args.batch_size)
     except CommandError:
         if created:  # a store this call made, for a model that cannot encode: leave nothing behind (only while it
             _remove_empty_store(store_path, created[-1])  # is empty, under its lock: another job may write into it)
