@@ -19,6 +19,11 @@ Subcommands:
   (`hf_readonce.tasks.summarization_store`).
 - `info --store DIR`: documents, size on disk, and per representation space its fingerprint, settings and the model
   `encode` was given (MODEL as typed; a local folder as its absolute path), to tell which space `prune --space` gets.
+- `info MODEL [--store DIR]`: the store key `encode` would write MODEL's representations under: its fingerprint per
+  compute dtype (`--compute-dtype auto` keys a CPU's float32 and CUDA's checkpoint dtype apart) and settings, computed
+  by the same loading and adapter as `encode` (the fingerprint hashes the weights, so they are loaded, on the CPU; no
+  document is read); with `--store`, which spaces of the store have that key and, for the others, whether the
+  fingerprint, the settings or the compute dtype differs, and the `encode` command that stores the model's.
 - `verify --store DIR`: check every checksum, and every manifest field against its shard's own header; exits 1
   naming each corrupted shard, manifest (and field) and document. With
   `--recompute N --model MODEL [--documents FILE.jsonl]`, also recompute N documents of each representation space
@@ -41,7 +46,7 @@ Models compute in the dtype of `hf_readonce.dtypes` (`--compute-dtype auto`: flo
 dtype on CUDA); `encode --dtype` is the storage dtype, a separate setting.
 
 Exit status: 0 success; 1 corruption found (`verify`), documents left unrepaired, shards a `prune` left behind a
-link, bad input lines with `--strict`,
+link, bad input lines with `--strict`, no space of the store under the model's key (`info MODEL --store`),
 or an input file that holds no documents / questions (or none under `--text-field`); 2 usage errors and errors that
 stop a command (one line saying why and what to do; never a traceback: set `HF_READONCE_TRACEBACK=1` to see one for
 an unexpected error); 130 (143 for SIGTERM) when stopped, with one line saying what the command left (`encode`: the
@@ -1529,7 +1534,259 @@ def _answer_function_options(spec) -> list[str]:
     return [option for option, parameter in _ANSWER_FUNCTION_OPTIONS.items() if parameter in parameters]
 
 
+# the devices whose `--compute-dtype auto` may differ (`hf_readonce.dtypes`): where `encode` computes decides its
+# dtype, and the dtype is part of the fingerprint
+_KEY_DEVICES = (("cpu", "encode on a CPU"), ("cuda", "encode on CUDA or another accelerator"))
+# the `info` arguments read with or without MODEL; every other one (the compute dtype, k, the families' settings)
+# is read only with MODEL, and given when its value is not the one it has when not given (None; "auto" for these)
+_INFO_ARGUMENTS = ("command", "func", "model", "store", "json", "no_progress")
+_INFO_MODEL_UNSET = {"compute_dtype": "auto"}
+
+
+def _short(value) -> str:
+    """A setting's value in a line: JSON, a long string (a tokenizer's fingerprint) cut to its first 16 characters."""
+    if isinstance(value, str) and len(value) > 24:
+        return json.dumps(value[:16] + "...")
+    return json.dumps(value)
+
+
+def _option_words(option: str, value) -> list[str]:
+    """The command-line words that give a setting `value` through `option` (`--no-X` for a false boolean)."""
+    if isinstance(value, bool):
+        return [option if value else "--no-" + option.removeprefix("--")]
+    return [option, str(value)]
+
+
+def _model_keys(args, name: str, notes: bool = True) -> tuple[dict, list[dict]]:
+    """The store keys `encode` would write `name`'s representations under, with `args`' options: one per compute
+    dtype that `--compute-dtype` gives on a CPU and on CUDA (one when both are the same). The model is loaded as
+    `encode` loads it ([`load_qa_model`]), on the CPU in the compute dtype of each device (the fingerprint hashes the
+    weights and their dtype, not where they are), and keyed as `encode` keys what it writes: the fingerprint and
+    settings of the adapter it builds ([`_encode_settings`], [`_encode_adapter`]). No document is read.
+
+    Args:
+        args: the parsed `info` arguments (`model` as typed, `compute_dtype`, `num_decomposed_layers`, the
+            families' settings).
+        name (`str`): the checkpoint folder or Hub id MODEL names ([`_resolve_model`]).
+        notes (`bool`, defaults to `True`): print [`load_qa_model`]'s notes on stderr at the first load.
+
+    Returns:
+        `(about, keys)`: `about` the model (`model` as typed, `path`, `model_name`: what `encode` records with the
+        spaces it writes), its `model_type`, the model type and family it is read as (`read_as`, `family`), its
+        `representation`, `checkpoint_dtype` and its family's own settings (`options`: setting -> `option`, `value`,
+        `source`); `keys` one dict per compute dtype: `device` (`"cpu"`, `"cuda"` or `"any"`), `label`,
+        `compute_dtype`, `fingerprint`, `settings`, `space`.
+
+    Raises:
+        CommandError: as [`load_qa_model`] (not a checkpoint, no adapter for its model type, ...) and `encode`'s
+            settings (an option the family does not take, a value it refuses).
+    """
+    from transformers import AutoConfig
+
+    from .dtypes import checkpoint_dtype, dtype_name, resolve_compute_dtype
+    from .representations import family_of, get_adapter_class
+    from .representations.base import current_fingerprint
+    from .store import space_key
+
+    model, tokenizer = load_qa_model(name, args.num_decomposed_layers, "cpu", allow_readonce=True,
+                                     compute_dtype=args.compute_dtype, notes=notes)
+    config = AutoConfig.from_pretrained(name)  # (load_qa_model read it: it is readable)
+    saved = checkpoint_dtype(config)
+    settings, sources = _encode_settings(args, model)
+    adapter_class = get_adapter_class(model.config.model_type)
+    keys = []
+    for device, label in _KEY_DEVICES:
+        dtype = resolve_compute_dtype(args.compute_dtype, device, saved)
+        if any(key["compute_dtype"] == dtype_name(dtype) for key in keys):
+            continue
+        if dtype != model.dtype:  # as `encode` on that device loads it (the notes were printed at the first load)
+            model, tokenizer = load_qa_model(name, args.num_decomposed_layers, "cpu", allow_readonce=True,
+                                             compute_dtype=dtype_name(dtype), notes=False)
+        adapter = _encode_adapter(model, tokenizer, settings, sources)
+        fingerprint, stored_settings = current_fingerprint(adapter), adapter.settings()  # as `fill_store` keys
+        keys.append({"device": device, "label": label, "compute_dtype": dtype_name(dtype),
+                     "fingerprint": fingerprint, "settings": stored_settings,
+                     "space": space_key(fingerprint, stored_settings)})
+    if len(keys) == 1:
+        keys[0].update(device="any", label="encode on any device")
+    about = {"model": args.model, "path": name, "model_name": _model_name(args.model),
+             "model_type": config.model_type, "read_as": adapter_class.model_type,
+             "family": family_of(adapter_class.model_type).name, "representation": adapter_class.representation,
+             "checkpoint_dtype": dtype_name(saved) if saved else None,
+             "options": {setting: {"option": option, "value": settings.get(setting), "source": sources[setting]}
+                         for setting, (option, _, _) in adapter_class.cli_settings.items()}}
+    return about, keys
+
+
+def _other_compute_dtypes(args, name: str, keys: list[dict]) -> list[dict]:
+    """The keys of `name` in the compute dtypes `keys` leave out (of float32, float16 and bfloat16), each loaded as
+    `encode --compute-dtype DTYPE` loads it ([`_model_keys`], without its notes): what tells a store written in
+    another compute dtype from a stale one (asked only when no space of a store has one of `keys`). A dtype the
+    checkpoint cannot be loaded in is left out."""
+    probe = argparse.Namespace(**vars(args))
+    found = []
+    for dtype in ("float32", "float16", "bfloat16"):
+        if any(key["compute_dtype"] == dtype for key in keys + found):
+            continue
+        probe.compute_dtype = dtype
+        try:
+            _, (key,) = _model_keys(probe, name, notes=False)
+        except CommandError:  # a dtype this checkpoint cannot be loaded in tells nothing about the store
+            continue
+        key.update(device=None, label=f"--compute-dtype {dtype}")
+        found.append(key)
+    return found
+
+
+def _compare_spaces(store, about: dict, keys: list[dict], others: list[dict] = ()) -> list[dict]:
+    """Each space of `store` against a model's `keys` ([`_model_keys`], which gives `about`; `others`: its keys in
+    other compute dtypes, [`_other_compute_dtypes`]).
+
+    Returns:
+        `list[dict]`: per space, `space`, `model_type`, `model_names` (what `encode` recorded for it),
+        `same_model_name` (whether one of them is the model's `about["model_name"]`), `documents`, `dtypes`
+        (storage), `fingerprint`, `match` (the `label` of the key of `keys` that is its key, else `None`),
+        `fingerprint_of` (the `label` of a key with its fingerprint, else `None`), `compute_dtype` (that key's),
+        `other_compute_dtype` (whether that key is one of `others`), and `differing_settings`: setting ->
+        `{"stored": ..., "model": ...}` against that key (else against the key whose settings differ least).
+    """
+    from .store.format_check import differing_settings
+
+    rows = []
+    for key, space in store.info()["spaces"].items():
+        same = next((k for k in (*keys, *others) if k["space"] == key), None)
+        same_fingerprint = same or next((k for k in (*keys, *others) if k["fingerprint"] == space["fingerprint"]),
+                                        None)
+        nearest = same_fingerprint or min(keys, key=lambda k: len(differing_settings(space["settings"],
+                                                                                     k["settings"])))
+        rows.append({"space": key, "model_type": space["model_type"], "model_names": space["model_names"],
+                     "same_model_name": about["model_name"] in space["model_names"],
+                     "documents": space["documents"], "dtypes": space["dtypes"], "fingerprint": space["fingerprint"],
+                     "match": same["label"] if same is not None and same in keys else None,
+                     "fingerprint_of": same_fingerprint["label"] if same_fingerprint is not None else None,
+                     "compute_dtype": same_fingerprint["compute_dtype"] if same_fingerprint is not None else None,
+                     "other_compute_dtype": same_fingerprint is not None and same_fingerprint not in keys,
+                     "differing_settings": {name: {"stored": space["settings"].get(name),
+                                                   "model": nearest["settings"].get(name)}
+                                            for name in differing_settings(space["settings"], nearest["settings"])}})
+    return rows
+
+
+def _space_line(row: dict, options: dict) -> str:
+    """One space of [`_compare_spaces`] as `info MODEL --store` prints it: whether it has the model's key, and if
+    not, which key fields differ (fingerprint, settings, compute dtype) and the options that key it where options can
+    (`options`: setting -> its option, of the model's family)."""
+    from .store.keys import printable
+
+    names = [printable(name) for name in row["model_names"]]
+    model = f"model{'s' if len(names) > 1 else ''} {', '.join(names)}" if names else "model not recorded"
+    head = (f"- space {row['space'][:16]} ({row['model_type'] or 'model type not recorded'}, {model}, "
+            f"{row['documents']} document(s), stored as {', '.join(row['dtypes']) or '?'})")
+    if row["match"]:
+        return f"{head}: matches ({row['match']}, compute dtype {row['compute_dtype']})"
+    differ = "; ".join(f"{name} {_short(values['stored'])} stored, {_short(values['model'])} here"
+                       for name, values in row["differing_settings"].items())
+    words = [word for name, values in row["differing_settings"].items() if name in options
+             and values["stored"] is not None for word in _option_words(options[name], values["stored"])]
+    if row["other_compute_dtype"]:
+        words = ["--compute-dtype", row["compute_dtype"], *words]
+        what = f"this checkpoint's weights computed in {row['compute_dtype']}"
+    elif row["fingerprint_of"]:
+        what = f"this model's fingerprint ({row['fingerprint_of']})"
+    else:
+        what = "another fingerprint (other weights, config or compute dtype)"
+        if row["same_model_name"]:  # encode was given this MODEL: the checkpoint changed since
+            what += ", though encode recorded this model for it (its weights or config changed since?)"
+    what += f"; settings differ: {differ}" if differ else "; the same settings"
+    if words and row["fingerprint_of"]:
+        fixable = all(name in options for name in row["differing_settings"])
+        what += f" ({'pass' if fixable else 'with'} {' '.join(words)} to key {'it' if fixable else 'those'})"
+    return f"{head}: {what}"
+
+
+def _info_model(args) -> int:
+    """`hf-readonce info MODEL [--store STORE]`: the key `encode` would store MODEL's representations under (per
+    compute dtype: fingerprint, settings, space; [`_model_keys`]) and, with `--store`, which of the store's spaces
+    have it, and for the others which key fields differ ([`_compare_spaces`]).
+
+    Returns:
+        `int`: `EXIT_OK`, or `EXIT_PROBLEMS` when `--store` holds no space under one of the model's keys.
+
+    Raises:
+        CommandError: a MODEL that is no checkpoint or has no representation adapter, a missing store, an option the
+            family does not take.
+    """
+    import shlex
+
+    name = _resolve_model(args.model)
+    store = _open_store(args.store, readonly=True, create=False, command="info") if args.store is not None else None
+    about, keys = _model_keys(args, name)
+    rows = None
+    if store is not None:
+        rows = _compare_spaces(store, about, keys)
+        if not any(row["match"] for row in rows) and any(
+                row["fingerprint_of"] is None and row["model_type"] in (about["read_as"], None) for row in rows):
+            rows = _compare_spaces(store, about, keys, _other_compute_dtypes(args, name, keys))
+    matching = [row for row in rows or () if row["match"]]
+    status = EXIT_PROBLEMS if store is not None and not matching else EXIT_OK
+    encode = None
+    if store is not None:
+        words = ["hf-readonce", "encode", args.model, "--documents", "FILE.jsonl", "--store", str(store.path)]
+        words += ["--compute-dtype", args.compute_dtype] if args.compute_dtype != "auto" else []
+        words += (["--num-decomposed-layers", str(args.num_decomposed_layers)]
+                  if args.num_decomposed_layers is not None else [])
+        for option in about["options"].values():
+            if option["source"] == "given" and option["value"] is not None:
+                words += _option_words(option["option"], option["value"])
+        encode = shlex.join(words)
+    if args.json:
+        result = {**about, "keys": keys}
+        if store is not None:
+            result["store"] = {"path": str(store.path), "current": bool(matching), "spaces": rows, "encode": encode}
+        print(json.dumps(result, indent=2))
+        return status
+    read_as = f", read as {about['read_as']}" if about["read_as"] != about["model_type"] else ""
+    print(f"model {about['model']}: model_type {about['model_type']}{read_as} (family {about['family']}); stores "
+          f"{about['representation']}")
+    if about["options"]:
+        print("its family's settings: " + ", ".join(f"{o['option']} {_short(o['value'])} ({o['source']})"
+                                                     for o in about["options"].values()))
+    print("the store key `encode` writes and reads under (its fingerprint hashes the model's weights: they were "
+          "loaded, on the CPU, to compute it; no document was read):")
+    for key in keys:
+        dtype = key["compute_dtype"] + (" (the checkpoint's)" if key["device"] == "cuda" and args.compute_dtype ==
+                                        "auto" and about["checkpoint_dtype"] == key["compute_dtype"] else "")
+        print(f"- {key['label']}: compute dtype {dtype}, space {key['space'][:16]}")
+        print(f"    fingerprint {key['fingerprint']}")
+        print(f"    settings {json.dumps(key['settings'], sort_keys=True)}")
+    if store is None:
+        return status
+    options = {setting: option["option"] for setting, option in about["options"].items()}
+    print(f"store {store.path}: {len(rows)} representation space(s)")
+    for row in rows:
+        print(_space_line(row, options))
+    if matching:
+        print(f"current: the store holds this model's representations under the key `encode` uses ("
+              f"{matching[0]['match']}: space {matching[0]['space'][:16]}, {matching[0]['documents']} document(s))")
+    else:
+        print(f"not current: no space of {store.path} is this model's key with these options; `{encode}` stores its "
+              "representations (the other spaces are kept; `hf-readonce prune --store "
+              f"{shlex.quote(str(store.path))} --space KEY` deletes one no longer needed)")
+    return status
+
+
 def cmd_info(args) -> int:
+    if args.model is not None:
+        restore = silence_progress_bars()  # (no weight-loading bar: a query)
+        try:
+            return _info_model(args)
+        finally:
+            restore()
+    given = ["--" + dest.replace("_", "-") for dest, value in vars(args).items()
+             if dest not in _INFO_ARGUMENTS and value != _INFO_MODEL_UNSET.get(dest)]
+    if given:
+        raise CommandError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} read only with MODEL (`hf-readonce "
+                           "info MODEL [--store STORE]`: the key encode stores that model's representations under).")
     if args.store is None:  # the registered families and what each command does with them
         families = _families_info()
         if args.json:
@@ -2022,8 +2279,9 @@ def _hub_error(error: BaseException) -> str:
 # ---------------------------------------------------------------------------------------------------------- parser
 def build_parser(family_options: bool = False) -> _Parser:
     """The argparse parser of every subcommand except `demo` (which parses its own arguments). With
-    `family_options`, `encode`, `answer`, `summarize` and `publish` also take the option of every setting a registered
-    adapter declares in its `cli_settings` that the fixed options do not cover (this loads the families)."""
+    `family_options`, `encode`, `answer`, `summarize`, `publish` and `info` also take the option of every setting a
+    registered adapter declares in its `cli_settings` that the fixed options do not cover (this loads the
+    families)."""
     parser = _Parser(prog="hf-readonce", description="Read a document once, reuse it everywhere.",
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"hf-readonce {_installed_version()}")
@@ -2160,9 +2418,35 @@ def build_parser(family_options: bool = False) -> _Parser:
 
     info = command("info", help="a store's documents, size on disk, and per representation space its "
                                 "fingerprint, settings and the model that wrote it; without --store, the registered "
-                                "model families and what each command does with them")
-    info.add_argument("--store", default=None, help="the store to describe (default: list the model families)")
+                                "model families and what each command does with them; with MODEL, the fingerprint "
+                                "and settings encode keys its representations by, and with --store also whether the "
+                                "store holds them")
+    info.add_argument("model", nargs="?", default=None,
+                      help="a checkpoint folder, Hub id or shipped checkpoint name: print the store key `encode` "
+                           "would write its representations under (model_type, fingerprint per compute dtype, "
+                           "settings); the fingerprint hashes the weights, so they are loaded (on the CPU; no "
+                           "document is read)")
+    info.add_argument("--store", default=None, help="the store to describe (default: list the model families); with "
+                                                    "MODEL, which of its spaces hold that model's representations "
+                                                    "(exit 1 when none does) and what differs in the others")
     info.add_argument("--json", action="store_true", help="machine-readable output")
+    info.add_argument("--compute-dtype", choices=COMPUTE_DTYPE_CHOICES, default="auto",
+                      help="with MODEL: the compute dtype of the encode to key (default auto: the keys of an encode "
+                           "on a CPU, float32, and on CUDA, the checkpoint's dtype, where they differ)")
+    info.add_argument("--num-decomposed-layers", type=int, default=None,
+                      help="with MODEL: the k of a checkpoint whose config has num_decomposed_layers, as encode takes "
+                           "it (default: the checkpoint's)")
+    info.add_argument("--max-passage-length", type=int, default=None,
+                      help="with MODEL: families that read windows: window length, as encode takes it (default: the "
+                           "checkpoint's recorded value, else the family's)")
+    info.add_argument("--doc-stride", type=int, default=None,
+                      help="with MODEL: families that read windows: window overlap, as encode takes it (default: the "
+                           "checkpoint's, else the family's)")
+    info.add_argument("--max-document-length", type=int, default=None,
+                      help="with MODEL: families that read whole documents: tokens read per document, as encode "
+                           "takes it (default: the length the checkpoint records, else the family's)")
+    if family_options:
+        _family_options(info, "info")
     info.set_defaults(func=cmd_info)
 
     verify = command("verify", help="check every checksum and every index field; exit 1 naming corrupted "
@@ -2250,7 +2534,7 @@ def build_parser(family_options: bool = False) -> _Parser:
 
 
 # the commands that take the options of the families' own settings (`_family_options`)
-_FAMILY_OPTION_COMMANDS = ("encode", "answer", "summarize", "publish")
+_FAMILY_OPTION_COMMANDS = ("encode", "answer", "summarize", "publish", "info")
 
 
 def _setting_type(adapter_class, name: str, default) -> type:
@@ -2264,8 +2548,8 @@ def _setting_type(adapter_class, name: str, default) -> type:
 
 def _family_options(parser: argparse.ArgumentParser, command: str) -> None:
     """Add to `parser`, the parser of `command`, an option for every setting (`cli_settings`) of the adapters of the
-    families that `command` serves (`answer`: those that answer; `summarize`: those that summarize; `encode` and
-    `publish`: every family with an adapter) that it has no option for yet."""
+    families that `command` serves (`answer`: those that answer; `summarize`: those that summarize; `encode`,
+    `publish` and `info`: every family with an adapter) that it has no option for yet."""
     from . import register_models
     from .representations import registered_families
 
