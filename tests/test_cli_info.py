@@ -175,7 +175,24 @@ def test_info_model_keys_each_compute_dtype_as_encode_does(tmp_path, half_checkp
     assert "this checkpoint's weights computed in float32; the same settings (pass --compute-dtype float32" in out
 
 
-def test_info_model_of_a_plain_llama_read_as_another_family(tmp_path, capsys):
+def test_info_model_says_when_a_family_keys_two_compute_dtypes_as_one(tmp_path, tokenizer, capsys):
+    """A family whose key leaves the compute dtype out (LongDoc BART: neither its fingerprint nor its settings hold
+    it): a float16 checkpoint's CPU and CUDA keys are one space, and the line says so."""
+    from tests.tasks.test_summarization_store import longdoc
+
+    path = tmp_path / "longdoc16"
+    longdoc(tokenizer).half().save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    status, info = _info_json(capsys, path, "--max-document-length", "32")
+    assert status == 0 and [key["compute_dtype"] for key in info["keys"]] == ["float32", "float16"]
+    assert info["keys"][0]["space"] == info["keys"][1]["space"]
+    assert cli_main(["info", str(path), "--max-document-length", "32"]) == 0
+    out = capsys.readouterr().out
+    assert (f"compute dtype float16 (the checkpoint's), space {info['keys'][0]['space'][:16]} (the same key as encode "
+            "on a CPU: this family's key leaves the compute dtype out, so both write and read one space)") in out, out
+
+
+def test_info_model_of_a_plain_llama_read_as_another_family(tmp_path, checkpoint, capsys):
     """A second family: a plain Llama checkpoint, read as the family whose adapter loads it; its settings carry the
     compute dtype, and the key info prints is the one encode wrote."""
     path = tmp_path / "llama"
@@ -196,6 +213,40 @@ def test_info_model_of_a_plain_llama_read_as_another_family(tmp_path, capsys):
     status, info = _info_json(capsys, path, "--store", store, "--max-document-length", "16")
     assert status == 1
     assert info["store"]["spaces"][0]["differing_settings"] == {"max_document_length": {"stored": 32, "model": 16}}
+    # a store that also holds a DeFormer's passage states: that space is another model type's
+    _encode(checkpoint, store, docs, *WINDOWS)
+    capsys.readouterr()
+    status, info = _info_json(capsys, path, "--store", store, "--max-document-length", "32")
+    assert status == 0 and sorted(row["other_model_type"] for row in info["store"]["spaces"]) == [False, True]
+    assert cli_main(["info", str(path), "--store", str(store), "--max-document-length", "32"]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if "(deformer_bert, model " in line]
+    assert line.endswith("stored as float16): another model type's representations"), line
+
+
+def test_info_model_names_the_compute_dtype_a_family_keys_by_its_settings(tmp_path, capsys):
+    """A family whose fingerprint leaves the dtype out keys the compute dtype by its settings: a float16 Llama has two
+    keys of one fingerprint, and a store written in float16 read with --compute-dtype float32 is named with the
+    option that reads it."""
+    path = tmp_path / "llama16"
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    torch.manual_seed(0)
+    LlamaForCausalLM(LlamaConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=48,
+                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                 max_position_embeddings=128)).half().save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    docs, store = write_jsonl(tmp_path / "docs.jsonl", DOCUMENTS), tmp_path / "store"
+    length = ["--max-document-length", "32"]
+    _encode(path, store, docs, *length, "--compute-dtype", "float16")
+    (written,) = RepresentationStore(store).spaces()
+    capsys.readouterr()
+    status, info = _info_json(capsys, path, "--store", store, *length)
+    assert status == 0 and [key["compute_dtype"] for key in info["keys"]] == ["float32", "float16"]
+    assert info["keys"][0]["fingerprint"] == info["keys"][1]["fingerprint"] == written.fingerprint
+    assert info["keys"][1]["space"] == written.key and info["store"]["spaces"][0]["match"] == info["keys"][1]["label"]
+    assert cli_main(["info", str(path), "--store", str(store), *length, "--compute-dtype", "float32"]) == 1
+    out = capsys.readouterr().out
+    assert ('settings differ: compute_dtype "float16" stored, "float32" here (pass --compute-dtype float16 to key '
+            "it)") in out, out
 
 
 def test_info_model_bad_input_is_one_line(tmp_path, checkpoint, capsys):

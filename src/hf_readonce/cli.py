@@ -1644,7 +1644,8 @@ def _compare_spaces(store, about: dict, keys: list[dict], others: list[dict] = (
 
     Returns:
         `list[dict]`: per space, `space`, `model_type`, `model_names` (what `encode` recorded for it),
-        `same_model_name` (whether one of them is the model's `about["model_name"]`), `documents`, `dtypes`
+        `same_model_name` (whether one of them is the model's `about["model_name"]`), `other_model_type` (whether
+        it holds another model type's representations than the one the model is read as), `documents`, `dtypes`
         (storage), `fingerprint`, `match` (the `label` of the key of `keys` that is its key, else `None`),
         `fingerprint_of` (the `label` of a key with its fingerprint, else `None`), `compute_dtype` (that key's),
         `other_compute_dtype` (whether that key is one of `others`), and `differing_settings`: setting ->
@@ -1661,6 +1662,7 @@ def _compare_spaces(store, about: dict, keys: list[dict], others: list[dict] = (
                                                                                      k["settings"])))
         rows.append({"space": key, "model_type": space["model_type"], "model_names": space["model_names"],
                      "same_model_name": about["model_name"] in space["model_names"],
+                     "other_model_type": space["model_type"] not in (about["read_as"], None),
                      "documents": space["documents"], "dtypes": space["dtypes"], "fingerprint": space["fingerprint"],
                      "match": same["label"] if same is not None and same in keys else None,
                      "fingerprint_of": same_fingerprint["label"] if same_fingerprint is not None else None,
@@ -1675,7 +1677,7 @@ def _compare_spaces(store, about: dict, keys: list[dict], others: list[dict] = (
 def _space_line(row: dict, options: dict) -> str:
     """One space of [`_compare_spaces`] as `info MODEL --store` prints it: whether it has the model's key, and if
     not, which key fields differ (fingerprint, settings, compute dtype) and the options that key it where options can
-    (`options`: setting -> its option, of the model's family)."""
+    (`options`: setting -> its option: the model's family's, and `--compute-dtype` for a `compute_dtype` setting)."""
     from .store.keys import printable
 
     names = [printable(name) for name in row["model_names"]]
@@ -1684,10 +1686,13 @@ def _space_line(row: dict, options: dict) -> str:
             f"{row['documents']} document(s), stored as {', '.join(row['dtypes']) or '?'})")
     if row["match"]:
         return f"{head}: matches ({row['match']}, compute dtype {row['compute_dtype']})"
+    if row["other_model_type"]:  # (its settings are another family's: no use listing them)
+        return f"{head}: another model type's representations"
     differ = "; ".join(f"{name} {_short(values['stored'])} stored, {_short(values['model'])} here"
                        for name, values in row["differing_settings"].items())
     words = [word for name, values in row["differing_settings"].items() if name in options
-             and values["stored"] is not None for word in _option_words(options[name], values["stored"])]
+             and values["stored"] is not None and not (row["other_compute_dtype"] and name == "compute_dtype")
+             for word in _option_words(options[name], values["stored"])]
     if row["other_compute_dtype"]:
         words = ["--compute-dtype", row["compute_dtype"], *words]
         what = f"this checkpoint's weights computed in {row['compute_dtype']}"
@@ -1753,15 +1758,19 @@ def _info_model(args) -> int:
                                                      for o in about["options"].values()))
     print("the store key `encode` writes and reads under (its fingerprint hashes the model's weights: they were "
           "loaded, on the CPU, to compute it; no document was read):")
-    for key in keys:
+    for index, key in enumerate(keys):
         dtype = key["compute_dtype"] + (" (the checkpoint's)" if key["device"] == "cuda" and args.compute_dtype ==
                                         "auto" and about["checkpoint_dtype"] == key["compute_dtype"] else "")
-        print(f"- {key['label']}: compute dtype {dtype}, space {key['space'][:16]}")
+        same = next((other for other in keys[:index] if other["space"] == key["space"]), None)
+        print(f"- {key['label']}: compute dtype {dtype}, space {key['space'][:16]}" + (
+            f" (the same key as {same['label']}: this family's key leaves the compute dtype out, so both write and "
+            "read one space)" if same is not None else ""))
         print(f"    fingerprint {key['fingerprint']}")
         print(f"    settings {json.dumps(key['settings'], sort_keys=True)}")
     if store is None:
         return status
     options = {setting: option["option"] for setting, option in about["options"].items()}
+    options.setdefault("compute_dtype", "--compute-dtype")  # (families whose settings, not fingerprint, key it)
     print(f"store {store.path}: {len(rows)} representation space(s)")
     for row in rows:
         print(_space_line(row, options))
