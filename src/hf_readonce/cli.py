@@ -1535,7 +1535,7 @@ def _answer_function_options(spec) -> list[str]:
 
 
 # the devices whose `--compute-dtype auto` may differ (`hf_readonce.dtypes`): where `encode` computes decides its
-# dtype, and the dtype is part of the fingerprint
+# dtype, which most families' keys hold (in the fingerprint or the settings)
 _KEY_DEVICES = (("cpu", "encode on a CPU"), ("cuda", "encode on CUDA or another accelerator"))
 # the `info` arguments read with or without MODEL; every other one (the compute dtype, k, the families' settings)
 # is read only with MODEL, and given when its value is not the one it has when not given (None; "auto" for these)
@@ -1560,8 +1560,8 @@ def _option_words(option: str, value) -> list[str]:
 def _model_keys(args, name: str, notes: bool = True) -> tuple[dict, list[dict]]:
     """The store keys `encode` would write `name`'s representations under, with `args`' options: one per compute
     dtype that `--compute-dtype` gives on a CPU and on CUDA (one when both are the same). The model is loaded as
-    `encode` loads it ([`load_qa_model`]), on the CPU in the compute dtype of each device (the fingerprint hashes the
-    weights and their dtype, not where they are), and keyed as `encode` keys what it writes: the fingerprint and
+    `encode` loads it ([`load_qa_model`]), on the CPU in the compute dtype of each device (a key depends on the
+    weights' values and dtype, not on where they are), and keyed as `encode` keys what it writes: the fingerprint and
     settings of the adapter it builds ([`_encode_settings`], [`_encode_adapter`]). No document is read.
 
     Args:
