@@ -249,6 +249,25 @@ def test_info_model_names_the_compute_dtype_a_family_keys_by_its_settings(tmp_pa
             "it)") in out, out
 
 
+def test_info_model_names_a_damaged_index_as_info_store_does(tmp_path, checkpoint, capsys):
+    """A store whose index file of the model's space is unreadable shows no space: `info MODEL --store` says so (the
+    unreadable index files, the orphan shards they listed, and the commands that name and repair them), as `info
+    --store` does, instead of only that the store is not current; exit 1, the store untouched."""
+    docs, store = write_jsonl(tmp_path / "docs.jsonl", DOCUMENTS), tmp_path / "store"
+    _encode(checkpoint, store, docs, *WINDOWS)
+    (manifest,) = (store / "index").glob("*.json")
+    manifest.write_text("{not json")
+    capsys.readouterr()
+    status, info = _info_json(capsys, checkpoint, "--store", store, *WINDOWS)
+    assert status == 1 and info["store"]["spaces"] == [] and info["store"]["current"] is False
+    assert info["store"]["bad_manifests"] == [manifest.name] and len(info["store"]["orphans"]) == 1
+    assert cli_main(["info", str(checkpoint), "--store", str(store), *WINDOWS]) == 1
+    out = capsys.readouterr().out
+    assert f"unreadable index files: {manifest.name}" in out and "orphan shard files" in out, out
+    assert f"hf-readonce verify --store {store}" in out and f"{info['store']['encode']} --repair" in out, out
+    assert manifest.read_text() == "{not json"
+
+
 def test_info_model_bad_input_is_one_line(tmp_path, checkpoint, capsys):
     """Not a checkpoint, an unregistered model_type, a model type no adapter stores, a missing store, an option of
     another family or one given without MODEL: one line, exit 2, nothing created."""

@@ -1712,7 +1712,8 @@ def _space_line(row: dict, options: dict) -> str:
 def _info_model(args) -> int:
     """`hf-readonce info MODEL [--store STORE]`: the key `encode` would store MODEL's representations under (per
     compute dtype: fingerprint, settings, space; [`_model_keys`]) and, with `--store`, which of the store's spaces
-    have it, and for the others which key fields differ ([`_compare_spaces`]).
+    have it, and for the others which key fields differ ([`_compare_spaces`]); its unreadable index files and orphan
+    shards (whose spaces cannot be listed), as `info --store` names them.
 
     Returns:
         `int`: `EXIT_OK`, or `EXIT_PROBLEMS` when `--store` holds no space under one of the model's keys.
@@ -1734,6 +1735,9 @@ def _info_model(args) -> int:
             rows = _compare_spaces(store, about, keys, _other_compute_dtypes(args, name, keys))
     matching = [row for row in rows or () if row["match"]]
     status = EXIT_PROBLEMS if store is not None and not matching else EXIT_OK
+    # index files that cannot be read list no space, and the shards they listed are orphans: said as `info --store`
+    # says them (a space of this model may be among them)
+    damage = {name: store.info()[name] for name in ("bad_manifests", "orphans")} if store is not None else {}
     encode = None
     if store is not None:
         words = ["hf-readonce", "encode", args.model, "--documents", "FILE.jsonl", "--store", str(store.path)]
@@ -1747,7 +1751,8 @@ def _info_model(args) -> int:
     if args.json:
         result = {**about, "keys": keys}
         if store is not None:
-            result["store"] = {"path": str(store.path), "current": bool(matching), "spaces": rows, "encode": encode}
+            result["store"] = {"path": str(store.path), "current": bool(matching), "spaces": rows, "encode": encode,
+                               **damage}
         print(json.dumps(result, indent=2))
         return status
     read_as = f", read as {about['read_as']}" if about["read_as"] != about["model_type"] else ""
@@ -1774,6 +1779,18 @@ def _info_model(args) -> int:
     print(f"store {store.path}: {len(rows)} representation space(s)")
     for row in rows:
         print(_space_line(row, options))
+    if damage["bad_manifests"] or damage["orphans"]:
+        from .store.keys import printable
+
+        where = shlex.quote(str(store.path))
+        if damage["bad_manifests"]:
+            print(f"unreadable index files: {', '.join(printable(name) for name in damage['bad_manifests'])} (the "
+                  "spaces and documents they list are not shown above)")
+        if damage["orphans"]:
+            print(f"orphan shard files (no index file lists them: an interrupted write or a lost or unreadable "
+                  f"index): {len(damage['orphans'])}")
+        print(f"note: the store is damaged; `hf-readonce verify --store {where}` names what, and `{encode} --repair` "
+              "re-indexes its intact shards (and encodes what is missing)")
     if matching:
         print(f"current: the store holds this model's representations under the key `encode` uses ("
               f"{matching[0]['match']}: space {matching[0]['space'][:16]}, {matching[0]['documents']} document(s))")
