@@ -144,6 +144,22 @@ def test_info_model_defaults_as_encode_does_and_names_settings_that_differ(tmp_p
             "here (pass --max-passage-length 48 to key it)") in out
 
 
+def test_encode_settings_take_the_checkpoints_windows_and_leave_args_as_they_are():
+    """`encode` and `info MODEL` share `_encode_settings`: a given option, else the checkpoint's recorded value, else
+    the family's default, each with where it came from; the parsed arguments are not changed (`info` builds the keys
+    of several compute dtypes from the same arguments, and names only the options given)."""
+    from hf_readonce.cli import _encode_settings, build_parser
+
+    model = tiny_model()
+    model.config.max_passage_length = 48
+    args = build_parser().parse_args(["info", "MODEL", "--doc-stride", "8"])
+    before = vars(args).copy()
+    settings, sources = _encode_settings(args, model)
+    assert settings == {"max_passage_length": 48, "doc_stride": 8}
+    assert sources == {"max_passage_length": "the checkpoint's", "doc_stride": "given"}
+    assert vars(args) == before
+
+
 def test_info_model_keys_each_compute_dtype_as_encode_does(tmp_path, half_checkpoint, capsys):
     """A float16 checkpoint has a float32 key (encode on a CPU) and a float16 key (on CUDA, where `auto` keeps the
     saved dtype; encode --compute-dtype float16 computes the same on a CPU); a store of one of them matches it, and
