@@ -191,21 +191,32 @@ def test_info_model_keys_each_compute_dtype_as_encode_does(tmp_path, half_checkp
     assert "this checkpoint's weights computed in float32; the same settings (pass --compute-dtype float32" in out
 
 
-def test_info_model_says_when_a_family_keys_two_compute_dtypes_as_one(tmp_path, tokenizer, capsys):
-    """A family whose key leaves the compute dtype out (LongDoc BART: neither its fingerprint nor its settings hold
-    it): a float16 checkpoint's CPU and CUDA keys are one space, and the line says so."""
-    from tests.tasks.test_summarization_store import longdoc
+@pytest.mark.parametrize("family", ["longdoc_bart", "readonce_bart"])
+def test_a_bart_familys_float16_checkpoint_has_a_key_per_compute_dtype(family, tmp_path, tokenizer, capsys):
+    """LongDoc and ReadOnce BART, whose fingerprint hashed no dtype at first: a float16 checkpoint encoded with
+    --compute-dtype float32 and then float16 into one store writes two spaces (the second run finds nothing already
+    stored), and `info MODEL --store` reports each as the key of its compute dtype."""
+    from tests.tasks.test_summarization_store import longdoc, readonce
 
-    path = tmp_path / "longdoc16"
-    longdoc(tokenizer).half().save_pretrained(path)
+    path, store = tmp_path / "half", tmp_path / "store"
+    {"longdoc_bart": longdoc, "readonce_bart": readonce}[family](tokenizer).half().save_pretrained(path)
     tokenizer.save_pretrained(path)
-    status, info = _info_json(capsys, path, "--max-document-length", "32")
+    docs = write_jsonl(tmp_path / "docs.jsonl", DOCUMENTS)
+    for dtype in ("float32", "float16"):
+        _encode(path, store, docs, "--compute-dtype", dtype)
+        out = capsys.readouterr().out
+        assert "encoded 2 document(s)" in out and "already stored 0" in out, out
+    assert len(RepresentationStore(store).spaces()) == 2
+    status, info = _info_json(capsys, path, "--store", store)
     assert status == 0 and [key["compute_dtype"] for key in info["keys"]] == ["float32", "float16"]
-    assert info["keys"][0]["space"] == info["keys"][1]["space"]
-    assert cli_main(["info", str(path), "--max-document-length", "32"]) == 0
+    assert info["keys"][0]["fingerprint"] != info["keys"][1]["fingerprint"]
+    assert info["keys"][0]["settings"] == info["keys"][1]["settings"]  # the fingerprint keys the dtype
+    assert sorted(row["match"] for row in info["store"]["spaces"]) == sorted(key["label"] for key in info["keys"])
+    assert cli_main(["info", str(path), "--store", str(store)]) == 0
     out = capsys.readouterr().out
-    assert (f"compute dtype float16 (the checkpoint's), space {info['keys'][0]['space'][:16]} (the same key as encode "
-            "on a CPU: this family's key leaves the compute dtype out, so both write and read one space)") in out, out
+    assert "leaves the compute dtype out" not in out
+    for key in info["keys"]:
+        assert f"matches ({key['label']}, compute dtype {key['compute_dtype']})" in out, out
 
 
 def test_info_model_of_a_plain_llama_read_as_another_family(tmp_path, checkpoint, capsys):

@@ -255,3 +255,85 @@ def test_the_recorded_question_length_keeps_the_fingerprint(family, tmp_path):
         before.representation_fingerprint()
     with pytest.raises(ValueError, match="max_question_length"):
         config_class(max_question_length=0)
+
+
+# The families whose fingerprint hashed no dtype at first (`hash_dtypes=False`): (their tag, the part hashed).
+_UNTYPED = {"longdoc_bart": ("longdoc_bart_encoder|", lambda model: model.get_encoder()),
+            "readonce_bart": ("readonce_bart|", lambda model: model.document_encoder)}
+
+
+def fingerprint_before_compute_dtypes(model, family) -> str:
+    """The fingerprint the code before compute dtypes were keyed gave `model` (LongDoc, ReadOnce): the same
+    weights part, with no dtype of any parameter."""
+    _, module, config_class = fingerprinted_families()[family]
+    tag, part = _UNTYPED[family]
+    owner = type("Owner", (), {"_fingerprint_cache": None})()
+    return module._weights_fingerprint(owner, tag, module._config_fingerprint(model.config, config_class),
+                                       list(part(model).named_parameters()), hash_dtypes=False)
+
+
+def _tiny(family):
+    from transformers import AutoTokenizer
+
+    from hf_readonce.weights import minilm_path
+    from tests.tasks.test_summarization_store import longdoc, readonce
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    return {"longdoc_bart": longdoc, "readonce_bart": readonce}[family](tokenizer), tokenizer
+
+
+@pytest.mark.parametrize("family", sorted(_UNTYPED))
+def test_the_bart_families_key_each_compute_dtype_and_keep_the_float32_key(family):
+    """LongDoc and ReadOnce hashed no dtype, so a float16 checkpoint computing in float32 (a CPU) and in float16
+    (CUDA, or `--compute-dtype float16`) had one fingerprint: states of two compute dtypes in one space. Now every
+    parameter that is not float32 adds its dtype: float32 keeps the fingerprint stores were written with, float16 and
+    bfloat16 each have their own."""
+    model, _ = _tiny(family)
+    half = copy.deepcopy(model).half()  # a float16 checkpoint computing in float16
+    from_half = copy.deepcopy(half).float()  # the same checkpoint computing in float32 (`auto` on a CPU)
+    bf16 = copy.deepcopy(from_half).to(torch.bfloat16)
+    assert from_half.representation_fingerprint() == fingerprint_before_compute_dtypes(from_half, family)
+    assert model.representation_fingerprint() == fingerprint_before_compute_dtypes(model, family)
+    # the old code gave float16 compute the float32 key
+    assert fingerprint_before_compute_dtypes(half, family) == from_half.representation_fingerprint()
+    prints = {m.representation_fingerprint() for m in (half, from_half, bf16)}
+    assert len(prints) == 3
+    # one parameter in another dtype is another fingerprint too
+    mixed = copy.deepcopy(from_half)
+    next(_UNTYPED[family][1](mixed).parameters()).data = next(_UNTYPED[family][1](half).parameters()).data.clone()
+    assert mixed.representation_fingerprint() not in prints | {fingerprint_before_compute_dtypes(model, family)}
+
+
+@pytest.mark.parametrize("family", sorted(_UNTYPED))
+def test_bart_stores_written_before_compute_dtypes_were_keyed(family, tmp_path):
+    """A store written before: float32 compute's states are read (same key); float16 compute's states of a float32
+    checkpoint (the old key of its fp16-rounded weights) are refused naming both fingerprints, never served to the
+    same checkpoint computing in float16."""
+    from hf_readonce.representations import fill_store, get_adapter
+    from hf_readonce.representations.base import current_fingerprint
+    from hf_readonce.store import content_hash
+
+    model, tokenizer = _tiny(family)
+    documents = ["Paris is the capital of France.", "Berlin is the capital of Germany."]
+    hashes = [content_hash(text) for text in documents]
+    fresh = RepresentationStore(tmp_path / "fresh")
+    for compute in (model, copy.deepcopy(model).half()):
+        fill_store(get_adapter(compute, tokenizer), fresh, documents)
+    for compute in (model, copy.deepcopy(model).half()):
+        adapter = get_adapter(compute, tokenizer)
+        old = fingerprint_before_compute_dtypes(compute, family)
+        store = RepresentationStore(tmp_path / f"old_{compute.dtype}".replace("torch.", ""))
+        for doc_hash in hashes:  # as the code before wrote them
+            store.put(old, adapter.settings(), doc_hash, fresh.get(current_fingerprint(adapter), adapter.settings(),
+                                                                   doc_hash), model_type=family)
+        if compute.dtype == torch.float32:
+            assert old == current_fingerprint(adapter) and len(store.get_many(old, adapter.settings(), hashes)) == 2
+            assert fill_store(adapter, store, documents).already_stored == 2
+            continue
+        new = current_fingerprint(adapter)
+        assert new != old
+        with pytest.raises(RepresentationMismatchError) as error:
+            store.get_many(new, adapter.settings(), hashes)
+        assert f"fingerprint {old[:16]}" in str(error.value) and f"fingerprint {new[:16]}" in str(error.value)
+        stats = fill_store(adapter, store, documents)  # encoded again under its own key, the old space untouched
+        assert stats.encoded == 2 and stats.already_stored == 0 and len(store.spaces()) == 2

@@ -171,6 +171,17 @@ def _weights_fingerprint(owner, tag: str, config_json: str, params, hash_dtypes:
     return owner._fingerprint_cache[1]
 
 
+def _compute_dtype_tag(params) -> str:
+    """The part of a representation fingerprint's tag that keys the compute dtype, for the families whose fingerprint
+    hashed no dtype at first (LongDoc BART, ReadOnce BART): `""` when every one of `params` (`(name, parameter)`
+    pairs) is float32, so that float32 compute keeps the fingerprint it always had (stores written before still
+    read), else `"dtypes=<name>:<dtype>,...|"` naming each parameter that is not float32, so that the same weights
+    computing in float16 or bfloat16 have a fingerprint of their own (their outputs differ by the rounding of the
+    compute dtype, `hf_readonce.dtypes`)."""
+    other = [f"{name}:{str(p.dtype).removeprefix('torch.')}" for name, p in params if p.dtype != torch.float32]
+    return f"dtypes={','.join(other)}|" if other else ""
+
+
 def default_neighborhood_block_size(radius: int) -> int:
     r"""Query block size b of [`neighborhood_attention_forward`] for radius r: 32 for r >= 32, else 16.
 
@@ -1146,9 +1157,12 @@ class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForCon
         """SHA-256 hex of what the encoder's outputs depend on: the encoder's weights (`model.encoder.*`, the
         shared token embeddings included), every config field that can change them (all of `config.to_dict()`
         except the metadata in `_FINGERPRINT_IGNORED_FIELDS` and the `decoder_*` fields: `encoder_attention_type`,
-        `neighborhood_radius`, `conv_kernel_size`, `conv_stride`, dimensions, activation, ...) and the transformers
-        major version. The key under which stored encoder outputs (read once, §2.3's encoder run once per document)
-        are found again; the decoder and LM head are not hashed, so fine-tuning only the decoder keeps the key.
+        `neighborhood_radius`, `conv_kernel_size`, `conv_stride`, dimensions, activation, ...), the transformers
+        major version and the compute dtype (the dtype of each encoder weight that is not float32,
+        [`_compute_dtype_tag`]: float32 weights hash as they did before dtypes were keyed, so a float16 checkpoint
+        computing in float32 and in float16 has two fingerprints). The key under which stored encoder outputs (read
+        once, §2.3's encoder run once per document) are found again; the decoder and LM head are not hashed, so
+        fine-tuning only the decoder keeps the key.
 
         Computed only when asked (storing or checking encoder outputs; a training forward never hashes), and cached
         until the config changes or an encoder parameter is replaced or modified in place (torch's version
@@ -1159,7 +1173,8 @@ class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForCon
         """
         params = list(self.get_encoder().named_parameters())
         config_json = _config_fingerprint(self.config, LongDocBartConfig)
-        return _weights_fingerprint(self, "longdoc_bart_encoder|", config_json, params, hash_dtypes=False)
+        tag = "longdoc_bart_encoder|" + _compute_dtype_tag(params)
+        return _weights_fingerprint(self, tag, config_json, params, hash_dtypes=False)
 
 
 LongDocBartConfig.register_for_auto_class()

@@ -152,6 +152,18 @@ def _weights_fingerprint(owner, tag: str, config_json: str, params, hash_dtypes:
     return owner._fingerprint_cache[1]
 
 
+# Copied from hf_readonce.models.longdoc_bart.modeling_longdoc_bart._compute_dtype_tag
+def _compute_dtype_tag(params) -> str:
+    """The part of a representation fingerprint's tag that keys the compute dtype, for the families whose fingerprint
+    hashed no dtype at first (LongDoc BART, ReadOnce BART): `""` when every one of `params` (`(name, parameter)`
+    pairs) is float32, so that float32 compute keeps the fingerprint it always had (stores written before still
+    read), else `"dtypes=<name>:<dtype>,...|"` naming each parameter that is not float32, so that the same weights
+    computing in float16 or bfloat16 have a fingerprint of their own (their outputs differ by the rounding of the
+    compute dtype, `hf_readonce.dtypes`)."""
+    other = [f"{name}:{str(p.dtype).removeprefix('torch.')}" for name, p in params if p.dtype != torch.float32]
+    return f"dtypes={','.join(other)}|" if other else ""
+
+
 # Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._check_token_ids
 def _check_token_ids(ids, bound: int, argument: str) -> None:
     """Raise a `ValueError` naming `argument` and the bound if a token id of `ids` is outside `[0, bound)` (called
@@ -670,7 +682,10 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
     def representation_fingerprint(self) -> str:
         """SHA-256 hex of the document encoder's weights, of every config field that can change representations
         (aggregation, window, chunking, activation, attention heads, ...; all of `config.to_dict()` except the
-        metadata in `_FINGERPRINT_IGNORED_FIELDS` and the `decoder_*` fields) and of the transformers major version.
+        metadata in `_FINGERPRINT_IGNORED_FIELDS` and the `decoder_*` fields), of the transformers major version and
+        of the compute dtype (the dtype of each weight that is not float32, [`_compute_dtype_tag`]: float32 weights
+        hash as they did before dtypes were keyed, so a float16 checkpoint computing in float32 and in float16 has two
+        fingerprints).
 
         Computed only when asked (storing or checking representations; a training forward never hashes), and cached
         until the config changes or a parameter is replaced or modified in place (torch's version counters).
@@ -680,7 +695,8 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
         """
         params = list(self.named_parameters())
         config_json = _config_fingerprint(self.config, ReadOnceBartConfig)
-        return _weights_fingerprint(self, "readonce_bart|", config_json, params, hash_dtypes=False)
+        return _weights_fingerprint(self, "readonce_bart|" + _compute_dtype_tag(params), config_json, params,
+                                    hash_dtypes=False)
 
     def forward(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
                 compression_ratio: int | None = None, with_fingerprint: bool = True) -> ReadOnceDocumentEncoderOutput:
