@@ -16,9 +16,12 @@ used only when asked for.
 The storage dtype (`hf-readonce encode --dtype`, `fill_store(dtype=...)`) is another setting: states are computed
 in the compute dtype, then cast to the storage dtype when written.
 
-Stored representations are keyed by the model's `representation_fingerprint()`, which hashes every parameter's
-dtype with its values, so a model computing in fp32 and the same checkpoint computing in fp16 or bf16 write and read
-different representation spaces (their states differ by the rounding of the compute dtype). When a store holds
+Stored representations are keyed by the compute dtype, so a model computing in fp32 and the same checkpoint computing
+in fp16 or bf16 write and read different representation spaces (their states differ by the rounding of the compute
+dtype): through the model's `representation_fingerprint()`, which hashes every parameter's dtype with its values
+(DeFormer, ReadTwice) or the dtype of every parameter that is not float32 (LongDoc BART, ReadOnce BART, whose float32
+fingerprint is the one they had before they keyed the dtype), or through the adapter's settings (block-attention
+Llama's `compute_dtype`). When a store holds
 states only for another compute dtype of the same weights, [`compute_dtype_hint`] finds which one, and the error
 says so (`hf-readonce answer` then names `--compute-dtype`).
 
