@@ -519,6 +519,58 @@ def test_lora_without_task_type_round_trip_and_cached_passages(tmp_path):
             peft_model(input_ids=q_ids, attention_mask=q_mask, passage_states=without)
 
 
+def test_fingerprint_tells_apart_adapter_states_of_the_same_weights():
+    """Every adapter's weights stay in the model, so what tells their passage states apart is the adapters' state
+    (`_peft_adapter_state`): switching between two adapters already there (`set_adapter`), a LoRA scale
+    (`set_scale`) and disabling an adapter that is only a `modules_to_save` copy of the embeddings each give another
+    fingerprint, and the states encoded before are refused; going back gives the first fingerprint again."""
+    from peft import LoraConfig, get_peft_model
+
+    _, _, (p_ids, p_mask) = make_pairs([5, 6], [7, 8])
+    q_ids, q_mask = torch.tensor([[2, 7, 3], [2, 9, 3]]), torch.ones(2, 3, dtype=torch.long)
+
+    def refused(model, states):
+        with pytest.raises(ValueError, match="re-encode the passages"):
+            model(input_ids=q_ids, attention_mask=q_mask, passage_states=states)
+
+    lora = dict(target_modules=["query", "value"], r=4, lora_alpha=8, init_lora_weights=False)
+    model = get_peft_model(tiny_deformer(k=2), LoraConfig(**lora)).eval()
+    model.add_adapter("other", LoraConfig(**lora))
+    with torch.no_grad():
+        first, states = model.representation_fingerprint(), model.encode_passages(p_ids, attention_mask=p_mask)
+        model.set_adapter("other")
+        assert model.representation_fingerprint() != first
+        other = model.encode_passages(p_ids, attention_mask=p_mask)
+        assert not torch.allclose(other.last_hidden_state, states.last_hidden_state)
+        refused(model, states)
+        model.set_adapter("default")
+        assert model.representation_fingerprint() == first
+        refused(model, other)
+
+        layers = [module for module in model.modules() if hasattr(module, "set_scale") and hasattr(module, "scaling")]
+        assert layers
+        for layer in layers:
+            layer.set_scale("default", 0.5)
+        assert model.representation_fingerprint() != first
+        refused(model, states)
+        for layer in layers:
+            layer.set_scale("default", 1.0)
+        assert model.representation_fingerprint() == first
+
+    # the LoRA layer is above the cached layers: only the embeddings' copy is on the passages' path
+    saved = get_peft_model(tiny_deformer(k=2), LoraConfig(target_modules=["qa_outputs"], modules_to_save=["embeddings"],
+                                                          r=4)).eval()
+    with torch.no_grad():
+        saved.get_base_model().bert.embeddings.modules_to_save["default"].word_embeddings.weight.add_(0.5)
+        adapted = saved.encode_passages(p_ids, attention_mask=p_mask)
+        with saved.disable_adapter():
+            plain = saved.encode_passages(p_ids, attention_mask=p_mask)
+            assert plain.model_fingerprint != adapted.model_fingerprint
+            refused(saved, adapted)
+        assert not torch.allclose(plain.last_hidden_state, adapted.last_hidden_state)
+        refused(saved, plain)
+
+
 # ----------------------------------------------------------------------------------------------- save / load
 def test_save_load_round_trip(tmp_path):
     model = tiny_deformer(k=2)
