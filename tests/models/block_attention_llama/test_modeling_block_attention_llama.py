@@ -410,6 +410,29 @@ def test_caches_of_another_model_are_refused():
     assert tiny(eos_token_id=5).representation_fingerprint() == before
 
 
+def test_fingerprint_without_adapters_is_the_one_stored_caches_carry():
+    """A model without peft layers hashes exactly what it hashed before the adapters' state entered the fingerprint
+    (caches stored before stay readable): the tag, the config's fingerprint, then each decoder parameter's name and
+    float32 values (not the final norm); a LoRA adapter unloaded again leaves no trace."""
+    import hashlib
+
+    from peft import LoraConfig, get_peft_model
+
+    from hf_readonce.models.block_attention_llama.modeling_block_attention_llama import _config_fingerprint
+
+    model = tiny()
+    digest = hashlib.sha256(b"llama_kv_cache|" + _config_fingerprint(model.config, BlockAttentionLlamaConfig).encode())
+    for name, p in model.model.named_parameters():
+        if not name.startswith("norm."):
+            digest.update(name.encode())
+            digest.update(p.detach().to(torch.float32).contiguous().numpy().data)
+    assert model.representation_fingerprint() == digest.hexdigest()
+    assert document_cache_fingerprint(plain(model)) == digest.hexdigest()
+    wrapped = get_peft_model(tiny(), LoraConfig(target_modules=["q_proj", "v_proj"], r=4))  # B = 0: the same outputs
+    assert wrapped.representation_fingerprint() != digest.hexdigest()  # the adapters' state is hashed
+    assert wrapped.unload().representation_fingerprint() == digest.hexdigest()
+
+
 # ----------------------------------------------------------------------------------------------------- errors
 def test_bad_inputs_are_clear_errors():
     model = tiny()
