@@ -487,6 +487,25 @@ def test_peft_question_answering_wrapper_is_refused_where_it_drops_token_type_id
                  passage_states=base.encode_passages(p_ids, attention_mask=p_mask)).start_logits)
 
 
+def test_peft_adapters_that_keep_the_model_forward_are_not_refused():
+    """Only peft's question-answering wrapper drops `token_type_ids`: a plain-BERT DeFormer called without them (one
+    segment) under a `PeftModel` without a task type, or with a `QUESTION_ANS`-typed LoRA injected the way
+    transformers' `model.add_adapter` does (`_hf_peft_config_loaded`, then peft's `inject_adapter_in_model`; the
+    model's own `forward` is called), answers as the model does."""
+    from peft import LoraConfig, get_peft_model, inject_adapter_in_model
+
+    (ids, _, mask), _, _ = make_pairs([5, 6], [7, 8])
+    with torch.no_grad():
+        expected = tiny_deformer(k=0)(input_ids=ids, attention_mask=mask).start_logits
+        untyped = get_peft_model(tiny_deformer(k=0), LoraConfig(target_modules=["query", "value"], r=4)).eval()
+        torch.testing.assert_close(untyped(input_ids=ids, attention_mask=mask).start_logits, expected)
+        model = tiny_deformer(k=0)
+        model._hf_peft_config_loaded = True  # what `add_adapter` sets before injecting (it needs peft >= 0.22)
+        inject_adapter_in_model(LoraConfig(task_type="QUESTION_ANS", target_modules=["query", "value"], r=4), model)
+        assert model.peft_config["default"].task_type == "QUESTION_ANS"
+        torch.testing.assert_close(model(input_ids=ids, attention_mask=mask).start_logits, expected)
+
+
 def test_lora_without_task_type_round_trip_and_cached_passages(tmp_path):
     """The way round the QA wrapper (docs/models/deformer_bert.md): a `PeftModel` without a task type and the QA head
     in `modules_to_save` hands `token_type_ids` on; trained one `Trainer` step, saved, reloaded, merged and loaded
