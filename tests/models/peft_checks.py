@@ -1,8 +1,8 @@
 """One PEFT LoRA round trip for every model family (used by the families' `test_lora_*` tests): the peft wrapper a
 user gets from `get_peft_model`, its outputs at initialisation (LoRA's B is zero: the model's own), one `Trainer` step
-that moves the adapters, `save_pretrained` of the adapter and `PeftModel.from_pretrained` on a fresh model (the
-trained outputs), `merge_and_unload()` (the same outputs without peft) and the merged model saved and loaded through
-its auto class with `trust_remote_code=True`."""
+that moves the adapters and every `modules_to_save` copy, `save_pretrained` of the adapter and
+`PeftModel.from_pretrained` on a fresh model (the trained outputs), `merge_and_unload()` (the same outputs without
+peft) and the merged model saved and loaded through its auto class with `trust_remote_code=True`."""
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
@@ -24,6 +24,11 @@ def lora_round_trip(build, lora_config: LoraConfig, inputs: dict, rows: list, au
 
     lora_b = {name: p.detach().clone() for name, p in peft_model.named_parameters() if "lora_B" in name}
     assert lora_b
+    # each `modules_to_save` name wraps a module (peft skips a name that matches none without a word) whose copy
+    # the step must move, so that saving, reloading and merging it are checked below
+    copies = {name: p.detach().clone() for name, p in peft_model.named_parameters() if ".modules_to_save." in name}
+    for wanted in lora_config.modules_to_save or ():
+        assert any(name.split(".modules_to_save.")[0].endswith(wanted) for name in copies), wanted
     args = args_class(output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=2, use_cpu=True,
                       report_to="none", save_strategy="no", learning_rate=1e-2,
                       remove_unused_columns=data_collator is None)
@@ -38,6 +43,9 @@ def lora_round_trip(build, lora_config: LoraConfig, inputs: dict, rows: list, au
     assert received and batch_keys <= received[0], batch_keys - received[0]  # nothing dropped on the way
     moved = dict(peft_model.named_parameters())
     assert all(not torch.equal(moved[name], before) for name, before in lora_b.items())
+    for wrapper in {name.split(".modules_to_save.")[0] for name in copies}:
+        assert any(not torch.equal(moved[name], before) for name, before in copies.items()
+                   if name.startswith(wrapper + ".modules_to_save.")), wrapper
     peft_model.eval()
     with torch.no_grad():
         trained = getattr(peft_model(**inputs), output)
