@@ -232,7 +232,13 @@ def _check_peft_token_type_ids(model, token_type_ids, reads_segments: bool) -> N
     so every token would be read as segment 0: other logits than the same inputs give the model itself, in training
     and at inference, without a word. A `PeftModel` without a task type passes every argument on, and transformers'
     own `model.add_adapter(...)` (`_hf_peft_config_loaded`) keeps the model's `forward`; neither is refused. A direct
-    call of the wrapped model with `token_type_ids` (`peft_model.get_base_model()(...)`) passes too."""
+    call of the wrapped model with `token_type_ids` (`peft_model.get_base_model()(...)`) passes too.
+
+    The model does not see who calls it, only its `peft_config`: a direct call of the wrapped model without
+    `token_type_ids` is refused as well (the message says to pass them, zeros for one segment), and peft's
+    prompt-learning methods (prompt tuning, p-tuning), which set no `peft_config` on the model, are not seen: under
+    `task_type="QUESTION_ANS"` they drop `token_type_ids` too, which a k > 0 DeFormer then asks for and ReadTwice
+    refuses (it takes no `inputs_embeds`), but a plain-BERT DeFormer (k = 0) reads the pair as segment 0."""
     if token_type_ids is not None or not reads_segments or getattr(model, "_hf_peft_config_loaded", False):
         return
     configs = getattr(model, "peft_config", None)
@@ -244,7 +250,8 @@ def _check_peft_token_type_ids(model, token_type_ids, reads_segments: bool) -> N
         "whose `PeftModelForQuestionAnswering.forward` does not pass `token_type_ids` (nor `position_ids`) on: the "
         "model would read every token as segment 0, a different answer. Wrap it without a task type, keeping the QA "
         "head trainable: `get_peft_model(model, LoraConfig(target_modules=[...], modules_to_save=[\"qa_outputs\"]))` "
-        "(a `PeftModel`, which passes every argument on)."
+        "(a `PeftModel`, which passes every argument on). Calling the wrapped model itself "
+        "(`peft_model.get_base_model()(...)`), pass its `token_type_ids` (zeros for one segment)."
     )
 
 

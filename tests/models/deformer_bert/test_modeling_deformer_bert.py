@@ -479,6 +479,8 @@ def test_peft_question_answering_wrapper_is_refused_where_it_drops_token_type_id
         peft_model(**pair)
     assert "input_ids" in received[0] and "token_type_ids" not in received[0]  # what peft hands on
     torch.testing.assert_close(peft_model.get_base_model()(**pair).start_logits, expected)  # called with them
+    with pytest.raises(ValueError, match=r"Calling the wrapped model itself .*pass its `token_type_ids`"):
+        peft_model.get_base_model()(input_ids=ids, attention_mask=mask)  # it cannot tell who calls it
     if k:
         states = peft_model.encode_passages(p_ids, attention_mask=p_mask)
         torch.testing.assert_close(
