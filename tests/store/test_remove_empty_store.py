@@ -2,6 +2,7 @@
 `hf_readonce.store.maintenance.remove_empty_store`): only the skeleton of a store that holds nothing, never what a user
 or another process stored, also when another process writes into it while it is being removed."""
 
+import inspect
 import os
 import pathlib
 
@@ -344,6 +345,42 @@ def test_a_store_removed_between_the_check_and_the_lock_is_written_only_under_it
     assert RepresentationStore(path, create=False).verify().ok and len(RepresentationStore(path)) == 1
     assert not list((moved / "shards").rglob("*.safetensors"))
 
+
+
+def test_a_writer_waiting_for_the_lock_while_the_store_is_renamed_away_creates_it_anew(tmp_path, monkeypatch):
+    """The failed job's clean-up holds the store's lock while a writer that opened the store wants it (the writer
+    waits, trying again and again) and renames the folder away meanwhile: the writer's next try finds no folder at
+    the path. It creates the store anew and commits, as when the store was gone before it looked. It failed with a
+    bare `FileNotFoundError` (filelock does not make the lock file's folder again during a wait)."""
+    if "cancel_check" not in inspect.signature(FileLock.acquire).parameters:
+        pytest.skip("this filelock's acquire takes no cancel_check, to act between two tries of a wait")
+    path = tmp_path / "s"
+    RepresentationStore(path)  # the failed job's handle
+    writer = RepresentationStore(path)
+    removal = FileLock(str(path / ".lock"), thread_local=False)  # as remove_empty_store holds it
+    removal.acquire()
+    real_acquire, renamed = FileLock.acquire, []
+
+    def acquire(self, *args, **kwargs):
+        if renamed or self is removal or os.fspath(self.lock_file) != str(path / ".lock"):
+            return real_acquire(self, *args, **kwargs)
+
+        def between_two_tries():  # the clean-up renames the folder away under its lock, then lets the lock go
+            if not renamed:
+                os.rename(path, tmp_path / ".s.removing")
+                renamed.append(True)
+                removal.release()
+            return False
+
+        return real_acquire(self, *args, cancel_check=between_two_tries, **kwargs)
+
+    monkeypatch.setattr(FileLock, "acquire", acquire)
+    assert writer.put(FP, SETTINGS, content_hash(TEXT), {"x": torch.ones(3)})
+    monkeypatch.undo()
+    assert renamed == [True]
+    reopened = RepresentationStore(path, create=False)
+    assert reopened.get(FP, SETTINGS, content_hash(TEXT))["x"].tolist() == [1.0, 1.0, 1.0] and reopened.verify().ok
+    assert not list((tmp_path / ".s.removing" / "shards").rglob("*.safetensors"))
 
 def test_what_was_put_at_the_removed_stores_path_is_never_written_into(tmp_path):
     """After the removal, a folder holding anything else than an empty store's skeleton is at the path (a user's

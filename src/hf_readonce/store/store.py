@@ -438,8 +438,10 @@ class RepresentationStore:
                 continue
             except OSError as error:
                 raise ReadOnlyStoreError(f"cannot create the store at {self.path} anew: {error}") from None
-            lock = self.lock()
-            with lock:
+            lock = self._acquire_unless_gone()
+            if lock is None:
+                continue  # the folder was renamed away again while this process waited for its lock
+            try:
                 if not _holds_lock_file(lock._inner, self.path / ".lock"):
                     continue  # the folder was renamed away again before the lock was taken
                 if not os.path.lexists(marker):  # else another process has just created it
@@ -450,6 +452,8 @@ class RepresentationStore:
                                    "anew to write into.", self.path)
                 self._reset_index()
                 return
+            finally:
+                lock.release()
         raise ReadOnlyStoreError(f"store {self.path} was removed again each of the {_RECREATE_ATTEMPTS} times this "
                                  "process created it anew to write into it; nothing is written.")
 
@@ -478,21 +482,37 @@ class RepresentationStore:
         """The write lock, held on the store that is at `self.path` now, for a commit: [`check_writable`] first
         (which creates anew a store removed since it was opened), then the lock, then under it a look that the lock
         file it holds is the one at the path and `store.json` is there. Where the store was removed (or removed and
-        created anew) between the check and the lock, the lock is released and all of it is done again, so nothing is
-        ever written into a folder being removed.
+        created anew) between the check and the lock, or while this process waited for the lock, the lock is released
+        and all of it is done again, so nothing is ever written into a folder being removed.
 
         Raises:
             ReadOnlyStoreError: as [`check_writable`]; also when the store was removed again each time.
         """
         for _ in range(_RECREATE_ATTEMPTS):
             self.check_writable()
-            lock = self.lock()
-            with lock:
+            lock = self._acquire_unless_gone()
+            if lock is None:
+                continue  # renamed away while this process waited for its lock: created anew by the next round
+            try:
                 if _holds_lock_file(lock._inner, self.path / ".lock") and os.path.lexists(self.path / "store.json"):
                     yield lock
                     return
+            finally:
+                lock.release()
         raise ReadOnlyStoreError(f"store {self.path} was removed again each of the {_RECREATE_ATTEMPTS} times this "
                                  "process created it anew to write into it; nothing is written.")
+
+    def _acquire_unless_gone(self) -> _StoreLock | None:
+        """Take the write lock ([`lock`]) and return it; `None` where the store's folder is gone by the time a try
+        opens the lock file (filelock makes the lock file's folder before its first try only, and raises
+        `FileNotFoundError` on a later one: the folder was renamed away by
+        [`hf_readonce.store.maintenance.remove_empty_store`], which held the lock, while this process waited)."""
+        lock = self.lock()
+        try:
+            lock.acquire()
+        except FileNotFoundError:  # the caller looks again and creates the store anew, or refuses, a few times at most
+            return None
+        return lock
 
     def lock(self) -> _StoreLock:
         """The store's write lock (`filelock.FileLock` on `STORE/.lock`, re-entrant within this object); writers
