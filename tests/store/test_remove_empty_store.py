@@ -8,8 +8,10 @@ import pathlib
 
 import pytest
 import torch
-from filelock import FileLock, Timeout
+from filelock import FileLock, SoftFileLock, Timeout
 
+import hf_readonce.store.maintenance as maintenance
+import hf_readonce.store.store as store_module
 from hf_readonce import cli
 from hf_readonce.store import ReadOnlyStoreError, RepresentationStore, content_hash
 from hf_readonce.store.maintenance import remove_empty_store
@@ -381,6 +383,23 @@ def test_a_writer_waiting_for_the_lock_while_the_store_is_renamed_away_creates_i
     reopened = RepresentationStore(path, create=False)
     assert reopened.get(FP, SETTINGS, content_hash(TEXT))["x"].tolist() == [1.0, 1.0, 1.0] and reopened.verify().ok
     assert not list((tmp_path / ".s.removing" / "shards").rglob("*.safetensors"))
+
+
+def test_a_store_removed_under_a_soft_lock_is_created_anew(tmp_path, monkeypatch):
+    """Where the file system has no `flock`, filelock falls back to a soft lock, which writes its holder into `.lock`
+    (`SoftFileLock` here): the writer creating a removed store anew holds such a `.lock`, its own, and takes the
+    folder for an empty store's skeleton, as `remove_empty_store` does with the lock held. It refused it ("its
+    folder holds .lock"), leaving an empty folder at the path."""
+    monkeypatch.setattr(store_module, "FileLock", SoftFileLock)
+    monkeypatch.setattr(maintenance, "FileLock", SoftFileLock)
+    path = tmp_path / "s"
+    RepresentationStore(path)
+    writer = RepresentationStore(path)
+    assert remove_empty_store(path) and not path.exists()
+    assert writer.put(FP, SETTINGS, content_hash(TEXT), {"x": torch.ones(3)})
+    monkeypatch.undo()
+    reopened = RepresentationStore(path, create=False)
+    assert reopened.get(FP, SETTINGS, content_hash(TEXT))["x"].tolist() == [1.0, 1.0, 1.0] and reopened.verify().ok
 
 def test_what_was_put_at_the_removed_stores_path_is_never_written_into(tmp_path):
     """After the removal, a folder holding anything else than an empty store's skeleton is at the path (a user's

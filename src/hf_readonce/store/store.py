@@ -126,23 +126,25 @@ def _interrupts_held():
 _LAYOUT = ("shards", "index", "tmp")
 
 
-def _being_created(path: Path) -> bool:
+def _being_created(path: Path, lock_held: bool = False) -> bool:
     """Whether the folder `path` (which has no `store.json`) holds nothing but the empty skeleton of a store that
     another process is creating right now: the folders `_create` makes, in the order it makes them (`shards/`, then
     `index/`, then `tmp/`, so only `shards/`; `shards/` and `index/`; or all three), not links, the first two empty,
     `tmp/` holding only the store's own temporary files (`.tmp-*`, the marker being written), and perhaps `.lock`
-    when it is an empty file (the lock never writes into it; `rm -r STORE/*` of a store leaves it, as a dot file).
+    when it is an empty file (the lock never writes into it; `rm -r STORE/*` of a store leaves it, as a dot file),
+    or any regular file with `lock_held` (this process holds the lock on it: a soft lock, which filelock falls back
+    to where the file system has no `flock`, writes its holder into it).
     Such a folder is created again (the marker written by whichever process gets there first or last: they are
     alike) instead of being taken for a store whose marker was deleted: nothing is stored in it. A `.lock` holding
-    bytes, or a `tmp/` or `index/` without the folders made before it, is no store's making and may be a user's:
-    such a folder is refused, never taken over."""
+    bytes (without `lock_held`), or a `tmp/` or `index/` without the folders made before it, is no store's making and
+    may be a user's: such a folder is refused, never taken over."""
     found = set()
     try:
         with os.scandir(path) as entries:
             for entry in entries:
                 if entry.name == ".lock":
                     lock = entry.stat(follow_symlinks=False)
-                    if stat.S_ISREG(lock.st_mode) and lock.st_size == 0:
+                    if stat.S_ISREG(lock.st_mode) and (lock_held or lock.st_size == 0):
                         continue
                     return False
                 if entry.name not in _LAYOUT or not entry.is_dir(follow_symlinks=False):
@@ -445,7 +447,7 @@ class RepresentationStore:
                 if not _holds_lock_file(lock._inner, self.path / ".lock"):
                     continue  # the folder was renamed away again before the lock was taken
                 if not os.path.lexists(marker):  # else another process has just created it
-                    self._refuse_unless_empty()
+                    self._refuse_unless_empty(lock_held=True)
                     self._create()
                     logger.warning("hf-readonce: store %s was removed or moved while this process had it open (as a "
                                    "command that created it and failed before storing anything removes it); created "
@@ -457,15 +459,16 @@ class RepresentationStore:
         raise ReadOnlyStoreError(f"store {self.path} was removed again each of the {_RECREATE_ATTEMPTS} times this "
                                  "process created it anew to write into it; nothing is written.")
 
-    def _refuse_unless_empty(self) -> None:
+    def _refuse_unless_empty(self, lock_held: bool = False) -> None:
         """Raise [`ReadOnlyStoreError`] unless `self.path` is missing or a folder holding only an empty store's
-        skeleton without `store.json` ([`_being_created`]): what [`_recreate_if_removed`] may create a store in."""
+        skeleton without `store.json` ([`_being_created`]; with `lock_held`, its `.lock` may hold bytes: the soft
+        lock this process holds): what [`_recreate_if_removed`] may create a store in."""
         if not os.path.lexists(self.path):
             return
         if not self.path.is_dir():
             raise ReadOnlyStoreError(f"store {self.path} no longer exists: something that is not a folder (a file, "
                                      "or a link to nothing) is at its path now; nothing is written into it.")
-        if os.path.lexists(self.path / "store.json") or _being_created(self.path):
+        if os.path.lexists(self.path / "store.json") or _being_created(self.path, lock_held):
             return
         if (self.path / "index").is_dir() and (self.path / "shards").is_dir():
             hint = (" If it is this store and its store.json was deleted, `hf-readonce encode MODEL --documents "
