@@ -5,6 +5,7 @@ or another process stored, also when another process writes into it while it is 
 import inspect
 import os
 import pathlib
+import shutil
 
 import pytest
 import torch
@@ -400,6 +401,36 @@ def test_a_store_removed_under_a_soft_lock_is_created_anew(tmp_path, monkeypatch
     monkeypatch.undo()
     reopened = RepresentationStore(path, create=False)
     assert reopened.get(FP, SETTINGS, content_hash(TEXT))["x"].tolist() == [1.0, 1.0, 1.0] and reopened.verify().ok
+
+
+@pytest.mark.parametrize("how", ["removed", "moved"])
+def test_a_store_known_to_hold_documents_is_not_started_anew(tmp_path, how):
+    """A store that held documents when its folder was removed (`rm -r`) or moved (`mv`) while writers had it open
+    was not removed by `remove_empty_store` (which removes a store holding nothing): the writer that committed into
+    it, and one that only read its index, are refused at their next write, saying it no longer exists, instead of
+    starting a second, new store at the old path (a run then ended as if all it committed were there); nothing is
+    created at the path, and the moved store is as it was. A handle that never saw a manifest still creates it anew."""
+    path = tmp_path / "s"
+    writer = RepresentationStore(path)
+    unaware = RepresentationStore(path)  # opened before the first commit, and has not looked since
+    assert writer.put(FP, SETTINGS, content_hash("first"), {"x": torch.ones(2)})
+    reader = RepresentationStore(path)
+    if how == "removed":
+        shutil.rmtree(path)
+    else:
+        os.rename(path, tmp_path / "moved")
+    for store in (writer, reader):
+        with pytest.raises(ReadOnlyStoreError, match="no longer exists: its folder was removed or moved") as caught:
+            store.put(FP, SETTINGS, content_hash(TEXT), {"x": torch.ones(3)})
+        assert "held documents" in str(caught.value) and not path.exists()
+        with pytest.raises(ReadOnlyStoreError, match="no longer exists"):
+            store.writer(FP, SETTINGS)
+    assert not path.exists()
+    if how == "moved":
+        moved = RepresentationStore(tmp_path / "moved", create=False)
+        assert len(moved) == 1 and moved.verify().ok
+    assert unaware.put(FP, SETTINGS, content_hash(TEXT), {"x": torch.ones(3)})  # as a second job's, before its first
+    assert len(RepresentationStore(path, create=False)) == 1
 
 def test_what_was_put_at_the_removed_stores_path_is_never_written_into(tmp_path):
     """After the removal, a folder holding anything else than an empty store's skeleton is at the path (a user's

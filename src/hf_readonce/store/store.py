@@ -275,6 +275,9 @@ class RepresentationStore:
         self.lock_timeout = float(lock_timeout)
         self._lock = None
         self._may_create = bool(create) and not self.readonly  # also anew, where the folder is removed while open
+        # whether a manifest was ever seen at the path: a store holding documents is never what `remove_empty_store`
+        # removes, so it is not created anew when its folder is gone (removed or moved by hand: `_recreate_if_removed`)
+        self._held_documents = False
         if self.path.exists() and not self.path.is_dir():
             raise ValueError(f"store path {self.path} is a file, not a directory; pass a directory.")
         marker = self.path / "store.json"
@@ -360,7 +363,8 @@ class RepresentationStore:
         [`hf_readonce.store.maintenance.remove_empty_store`]: a command that had created the store beside this
         process failed before storing anything, and removed it, empty) is created anew at its path, as opening a new
         store creates it, under its write lock ([`_recreate_if_removed`]); so is one whose folder holds only an
-        empty skeleton without `store.json`. Every write ([`commit_shard`]) makes this check first.
+        empty skeleton without `store.json`; not one this object saw holding documents (removed or moved by hand).
+        Every write ([`commit_shard`]) makes this check first.
 
         Args:
             layout (`bool`, defaults to `True`): also refuse a store whose `index/`, `shards/` or `tmp/` is not a
@@ -370,7 +374,8 @@ class RepresentationStore:
         Raises:
             ReadOnlyStoreError: opened read-only; not writable; `index/`, `shards/` or `tmp/` damaged (with
                 `layout=True`); or its `store.json` is gone and it cannot be created anew: opened with `create=False`,
-                or its path now holds something else than an empty store (named; nothing in it is changed).
+                seen holding documents (removed or moved by hand), or its path now holds something else than an
+                empty store (named; nothing in it is changed).
         """
         if self.readonly:
             raise ReadOnlyStoreError(f"store {self.path} was opened read-only.")
@@ -415,10 +420,14 @@ class RepresentationStore:
         a process creating it at the same time, or the lock file alone). It is created as opening a new store creates
         it, under the store's write lock, looked at again under it (another process may have created it meanwhile:
         then it is taken as it is); the in-memory index, of a folder that is gone, is emptied and a `logging` warning
-        says what happened. Nothing is done while `store.json` is there (a store, as any process opened it).
+        says what happened. Nothing is done while `store.json` is there (a store, as any process opened it). A store
+        this object saw holding documents (a manifest in its index, read or written) is never made anew:
+        `remove_empty_store` removes only a store holding nothing, so its folder was removed or moved by hand (`rm -r`,
+        `mv`), and a second store at its path would hold only part of what was written.
 
         Raises:
-            ReadOnlyStoreError: the store was opened with `create=False` (it is not made anew); the path is a file or
+            ReadOnlyStoreError: the store was opened with `create=False`, or this object saw it holding documents (it
+                is not made anew: it "no longer exists", nothing is created); the path is a file or
                 a folder holding anything else (a user's files, or a store whose `store.json` was deleted: named,
                 nothing in it is changed or written); the folder cannot be created; or it was removed again each
                 time it was created anew.
@@ -432,6 +441,14 @@ class RepresentationStore:
                 "(e.g. by a failed `hf-readonce answer --encode-missing` that had created it and removed it again, "
                 "empty), and it was opened with `create=False`; nothing is written. Open it again with `create=True` "
                 "(or run the command again), which creates it anew.")
+        if self._held_documents:  # removed or moved by hand: remove_empty_store removes only a store holding nothing
+            self._refuse_unless_empty()  # something else at the path is named as such
+            raise ReadOnlyStoreError(
+                f"store {self.path} no longer exists: its folder was removed or moved while this process had it open, "
+                "and it held documents (this process saw its index), so it was not an empty store that a failed "
+                "command removed; nothing is written, and no new store is started at its path. If it was moved, "
+                "write into it where it is now; to start a new store at this path, open it again (or run the command "
+                "again).")
         for _ in range(_RECREATE_ATTEMPTS):
             self._refuse_unless_empty()
             try:
@@ -545,6 +562,7 @@ class RepresentationStore:
                 p.name for p in index_dir.iterdir() if p.suffix == ".json" and not p.name.startswith("."))
         except (FileNotFoundError, NotADirectoryError):
             names = []
+        self._held_documents = self._held_documents or bool(names)
         if self._manifests_loaded - set(names):
             self._reset_index()
         new = 0
@@ -952,6 +970,7 @@ class RepresentationStore:
         _atomic_write(self.path / "index" / name, json.dumps(manifest, separators=(",", ":")).encode(),
                       self.path / "tmp")
         self._manifests_loaded.add(name)
+        self._held_documents = True
         self._load_manifest(manifest, name)
 
     def index_shard(self, shard_rel: str, space: RepresentationSpace, dtype: str, entries: list) -> list[str]:
