@@ -17,6 +17,7 @@ from hf_readonce import cli
 from hf_readonce.store import ReadOnlyStoreError, RepresentationStore, content_hash
 from hf_readonce.store.maintenance import remove_empty_store
 from hf_readonce.store.shards import _process_scope
+from hf_readonce.store.store import _holds_lock_file
 from tests.store.test_campaign import FP, SETTINGS
 
 TEXT = "A document another process stores meanwhile."
@@ -431,6 +432,89 @@ def test_a_store_known_to_hold_documents_is_not_started_anew(tmp_path, how):
         assert len(moved) == 1 and moved.verify().ok
     assert unaware.put(FP, SETTINGS, content_hash(TEXT), {"x": torch.ones(3)})  # as a second job's, before its first
     assert len(RepresentationStore(path, create=False)) == 1
+
+
+def test_a_store_renamed_away_just_before_the_writer_takes_its_lock_is_written_only_when_made_anew(tmp_path,
+                                                                                                   monkeypatch):
+    """The store is renamed away after the writer's check and before it takes the lock: filelock makes the folder
+    and a new `.lock` in it, so the lock the writer holds is the file at the path, but no store is there. The writer
+    lets it go, creates the store anew and commits into that; nothing is written into the folder renamed away."""
+    path = tmp_path / "s"
+    RepresentationStore(path)
+    writer = RepresentationStore(path)
+    real_acquire, renamed = FileLock.acquire, []
+
+    def acquire(self, *args, **kwargs):
+        if not renamed and os.fspath(self.lock_file) == str(path / ".lock"):
+            os.rename(path, tmp_path / ".s.removing")
+            renamed.append(True)
+        return real_acquire(self, *args, **kwargs)
+
+    monkeypatch.setattr(FileLock, "acquire", acquire)
+    assert writer.put(FP, SETTINGS, content_hash(TEXT), {"x": torch.ones(3)})
+    monkeypatch.undo()
+    reopened = RepresentationStore(path, create=False)
+    assert renamed == [True] and len(reopened) == 1 and reopened.verify().ok
+    assert not list((tmp_path / ".s.removing").rglob("*.safetensors")) and not list(
+        (tmp_path / ".s.removing" / "index").iterdir())
+
+
+def test_a_store_removed_between_the_writers_check_and_its_probe_is_created_anew(tmp_path, monkeypatch):
+    """The failed job's clean-up removes the store after the writer found its `store.json` and before the writer's
+    writability probe: the probe fails for want of a folder, not of a permission, and the writer creates the store
+    anew and commits (not "not writable ... write permission")."""
+    path = tmp_path / "s"
+    RepresentationStore(path)
+    writer = RepresentationStore(path)
+    real_make_temp, removed = store_module._make_temp, []
+
+    def make_temp(folder, suffix=""):
+        if not removed and suffix == ".probe":
+            removed.append(remove_empty_store(path))
+        return real_make_temp(folder, suffix)
+
+    monkeypatch.setattr(store_module, "_make_temp", make_temp)
+    assert writer.put(FP, SETTINGS, content_hash(TEXT), {"x": torch.ones(3)})
+    monkeypatch.undo()
+    reopened = RepresentationStore(path, create=False)
+    assert removed == [True] and len(reopened) == 1 and reopened.verify().ok
+
+
+def test_a_file_put_at_the_path_before_the_store_is_made_anew_under_the_lock_is_never_taken_over(tmp_path,
+                                                                                                 monkeypatch):
+    """Something is put into the folder the writer has just made to create the removed store anew in, before the
+    writer holds its lock: the look under the lock finds it, and the writer is refused naming it; no `store.json` is
+    written beside it and the file is untouched."""
+    path = tmp_path / "s"
+    writer = RepresentationStore(path)
+    assert remove_empty_store(path)
+    real_acquire, put = FileLock.acquire, []
+
+    def acquire(self, *args, **kwargs):
+        if not put and os.fspath(self.lock_file) == str(path / ".lock"):
+            (path / "mine.txt").write_text("mine")
+            put.append(True)
+        return real_acquire(self, *args, **kwargs)
+
+    monkeypatch.setattr(FileLock, "acquire", acquire)
+    with pytest.raises(ReadOnlyStoreError, match="mine.txt"):
+        writer.put(FP, SETTINGS, content_hash(TEXT), {"x": torch.ones(3)})
+    monkeypatch.undo()
+    assert put == [True] and (path / "mine.txt").read_text() == "mine"
+    assert sorted(p.name for p in path.iterdir()) == [".lock", "mine.txt"]
+
+
+def test_the_lock_file_a_held_lock_locks_is_known(tmp_path):
+    """`_holds_lock_file` reads the descriptor filelock keeps for a held lock (`_context.lock_file_fd`, not public;
+    where it cannot, it answers True and a writer could commit holding the lock of a folder renamed away): this
+    fails when a filelock release moves or renames it."""
+    lock = FileLock(str(tmp_path / ".lock"))
+    with lock:
+        assert _holds_lock_file(lock, tmp_path / ".lock")
+        os.rename(tmp_path / ".lock", tmp_path / ".lock.away")
+        assert not _holds_lock_file(lock, tmp_path / ".lock"), "filelock no longer keeps _context.lock_file_fd"
+        (tmp_path / ".lock").touch()
+        assert not _holds_lock_file(lock, tmp_path / ".lock")
 
 def test_what_was_put_at_the_removed_stores_path_is_never_written_into(tmp_path):
     """After the removal, a folder holding anything else than an empty store's skeleton is at the path (a user's
