@@ -387,6 +387,30 @@ def test_a_writer_waiting_for_the_lock_while_the_store_is_renamed_away_creates_i
     assert not list((tmp_path / ".s.removing" / "shards").rglob("*.safetensors"))
 
 
+
+def test_a_store_renamed_away_while_filelock_makes_its_folder_is_created_anew(tmp_path, monkeypatch):
+    """filelock makes the lock file's folder before it takes the lock (`mkdir(parents=True, exist_ok=True)`): the
+    store's folder is there when it tries, and renamed away (by the failed job's clean-up) before it looks whether
+    what is there is a folder, so filelock raises `FileExistsError`. The writer creates the store anew and commits
+    (it failed with that bare error)."""
+    path = tmp_path / "s"
+    RepresentationStore(path)
+    writer = RepresentationStore(path)
+    real_mkdir, renamed = os.mkdir, []
+
+    def mkdir(where, *args, **kwargs):
+        if not renamed and os.fspath(where) == str(path):  # there when tried, gone when looked at
+            os.rename(path, tmp_path / ".s.removing")
+            renamed.append(True)
+            raise FileExistsError(17, "File exists", os.fspath(where))
+        return real_mkdir(where, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    assert writer.put(FP, SETTINGS, content_hash(TEXT), {"x": torch.ones(3)})
+    monkeypatch.undo()
+    reopened = RepresentationStore(path, create=False)
+    assert renamed == [True] and len(reopened) == 1 and reopened.verify().ok
+
 def test_a_store_removed_under_a_soft_lock_is_created_anew(tmp_path, monkeypatch):
     """Where the file system has no `flock`, filelock falls back to a soft lock, which writes its holder into `.lock`
     (`SoftFileLock` here): the writer creating a removed store anew holds such a `.lock`, its own, and takes the

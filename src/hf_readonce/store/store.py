@@ -526,12 +526,13 @@ class RepresentationStore:
         """Take the write lock ([`lock`]) and return it; `None` where the store's folder is gone by the time a try
         opens the lock file (filelock makes the lock file's folder before its first try only, and raises
         `FileNotFoundError` on a later one: the folder was renamed away by
-        [`hf_readonce.store.maintenance.remove_empty_store`], which held the lock, while this process waited)."""
+        [`hf_readonce.store.maintenance.remove_empty_store`], which held the lock, while this process waited), or
+        while filelock makes that folder (`FileExistsError`: there when tried, gone when looked at)."""
         lock = self.lock()
         try:
             lock.acquire()
-        except FileNotFoundError:  # the caller looks again and creates the store anew, or refuses, a few times at most
-            return None
+        except (FileNotFoundError, FileExistsError):  # the caller looks again and creates the store anew, or refuses
+            return None  # (a file at the path), a few times at most
         return lock
 
     def lock(self) -> _StoreLock:
