@@ -1056,7 +1056,8 @@ def remove_empty_store(path) -> bool:
     """Remove the folder of a store that holds nothing stored, only the skeleton a [`RepresentationStore`] creates
     (`store.json`, an empty `.lock`, empty `shards/` space folders, `index/`, `tmp/` with no temporary file of a
     write under way): what a command undoes when it created a store and failed before storing anything
-    (`hf-readonce answer --encode-missing`). Nothing a user or another process stored is ever removed:
+    (`hf-readonce answer --encode-missing`; `encode` of a model that cannot be loaded). Nothing a user or another
+    process stored is ever removed:
 
     - a folder holding anything else (a shard, a manifest, a file put there by hand, a `store.json` that is not a
       hf-readonce store's marker, a `.lock` holding bytes, a folder that cannot be listed) is kept untouched;
