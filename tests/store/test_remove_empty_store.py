@@ -286,6 +286,33 @@ def test_a_store_whose_skeleton_cannot_be_emptied_stays_whole(tmp_path, monkeypa
     assert leftover.exists() and RepresentationStore(path, create=False).verify().ok and not _hidden(tmp_path)
 
 
+
+def test_an_empty_folder_a_writer_makes_in_the_renamed_folder_is_removed_with_it(tmp_path, monkeypatch, caplog):
+    """A writer about to write looked the store's path up just before the removal renamed it away; its writability
+    check (made without the lock) then makes `index/` in the renamed folder, after the removal emptied it, and the
+    writer creates the store anew at the path. What was made is an empty folder of a store's skeleton, as the
+    removal takes away: the renamed folder is emptied again and removed, and the new store is left as it is. It was
+    left hidden beside the store, with a warning to look into it and move what it holds."""
+    path = tmp_path / "s"
+    RepresentationStore(path)
+    writer = RepresentationStore(path)
+    real_rmdir, made = os.rmdir, []
+
+    def rmdir(where, *args, **kwargs):
+        real_rmdir(where, *args, **kwargs)
+        where = pathlib.Path(os.fspath(where))
+        if not made and where.name == "shards" and ".removing-" in where.parent.name:
+            (where.parent / "index").mkdir()
+            made.append(writer.put(FP, SETTINGS, content_hash(TEXT), {"x": torch.ones(3)}))
+
+    monkeypatch.setattr(os, "rmdir", rmdir)
+    with caplog.at_level("WARNING", logger="hf_readonce.store.maintenance"):
+        assert remove_empty_store(path)
+    monkeypatch.undo()
+    assert made == [True] and not _hidden(tmp_path) and "cannot be renamed back" not in caplog.text
+    reopened = RepresentationStore(path, create=False)
+    assert len(reopened) == 1 and reopened.verify().ok
+
 @pytest.mark.parametrize("removed", ["before the writer", "before the commit"])
 def test_a_second_job_on_the_removed_store_creates_it_anew_and_commits(tmp_path, caplog, removed):
     """Two jobs open one new store; the first fails before storing anything and its clean-up removes the store (and

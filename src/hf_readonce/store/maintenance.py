@@ -1068,7 +1068,9 @@ def remove_empty_store(path) -> bool:
       checked again (a writability probe is made without the lock) and only then emptied; `store.json` goes last,
       once the store's folders are gone, and the folder is removed once the lock is released. Where the second
       check finds anything, or anything is left that cannot be removed, the folder is renamed back (where a new
-      folder has taken its name meanwhile, it stays hidden and a `logging` warning names it).
+      folder has taken its name meanwhile, it stays hidden and a `logging` warning names it); empty folders of the
+      skeleton made again meanwhile (by a writer's check, made without the lock, that looked the path up just before
+      the rename) are emptied again, a few times at most.
 
     A process that opened the store before (a second job started together with the failed one on the same new
     store) and writes after the removal creates the store anew at the same path, as opening a new store creates it,
@@ -1104,18 +1106,22 @@ def remove_empty_store(path) -> bool:
         if not _only_a_skeleton(hidden, lock_held=True):
             _put_back(hidden, path)
             return False
-        for sub in ("tmp", "index", "shards"):
-            folder = hidden / sub
-            if folder.is_dir() and not folder.is_symlink():
-                for root, folders, files in os.walk(folder, topdown=False):
-                    for name in files:
-                        with contextlib.suppress(OSError):
-                            os.unlink(os.path.join(root, name))
-                    for name in folders:
-                        with contextlib.suppress(OSError):
-                            os.rmdir(os.path.join(root, name))
-                with contextlib.suppress(OSError):
-                    folder.rmdir()
+        for _ in range(3):  # again where only a skeleton's folders came back: a writer looked the path up just
+            for sub in ("tmp", "index", "shards"):  # before the rename, and its check made them here without the lock
+                folder = hidden / sub
+                if folder.is_dir() and not folder.is_symlink():
+                    for root, folders, files in os.walk(folder, topdown=False):
+                        for name in files:
+                            with contextlib.suppress(OSError):
+                                os.unlink(os.path.join(root, name))
+                        for name in folders:
+                            with contextlib.suppress(OSError):
+                                os.rmdir(os.path.join(root, name))
+                    with contextlib.suppress(OSError):
+                        folder.rmdir()
+            if not any(os.path.lexists(hidden / sub) for sub in ("tmp", "index", "shards")) or not _only_a_skeleton(
+                    hidden, lock_held=True):
+                break
         if any(os.path.lexists(hidden / sub) for sub in ("tmp", "index", "shards")):
             _put_back(hidden, path)  # something could not be removed: the store stays whole, marker included
             return False
