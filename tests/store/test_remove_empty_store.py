@@ -438,6 +438,29 @@ def test_a_store_renamed_away_while_filelock_makes_its_folder_is_created_anew(tm
     reopened = RepresentationStore(path, create=False)
     assert renamed == [True] and len(reopened) == 1 and reopened.verify().ok
 
+
+@pytest.mark.parametrize("left", [("tmp",), ("index", "tmp"), ("tmp", "lock")])
+def test_a_skeletons_folders_made_out_of_order_at_the_path_are_taken_for_an_empty_store(tmp_path, left):
+    """A writer's check makes `shards/`, `index/` and `tmp/` one after the other without the lock: when the store is
+    renamed away between two of them and a new folder is at the path by then (filelock makes it for a writer taking
+    the lock), the later ones land there, e.g. `tmp/` alone. Such folders, empty, are an empty store's as much as
+    those of a creation under way: the writers create the store there and commit. They were refused ("not an empty
+    store's skeleton") and the path stayed unusable."""
+    path = tmp_path / "s"
+    RepresentationStore(path)
+    writer, other = RepresentationStore(path), RepresentationStore(path)
+    assert remove_empty_store(path)
+    path.mkdir()
+    for name in left:
+        if name == "lock":
+            (path / ".lock").touch()
+        else:
+            (path / name).mkdir()
+    assert writer.put(FP, SETTINGS, content_hash(TEXT), {"x": torch.ones(3)})
+    assert other.put(FP, SETTINGS, content_hash("other"), {"x": torch.ones(2)})
+    reopened = RepresentationStore(path, create=False)
+    assert len(reopened) == 2 and reopened.verify().ok
+
 def test_a_store_removed_under_a_soft_lock_is_created_anew(tmp_path, monkeypatch):
     """Where the file system has no `flock`, filelock falls back to a soft lock, which writes its holder into `.lock`
     (`SoftFileLock` here): the writer creating a removed store anew holds such a `.lock`, its own, and takes the

@@ -126,7 +126,7 @@ def _interrupts_held():
 _LAYOUT = ("shards", "index", "tmp")
 
 
-def _being_created(path: Path, lock_held: bool = False) -> bool:
+def _being_created(path: Path, lock_held: bool = False, any_order: bool = False) -> bool:
     """Whether the folder `path` (which has no `store.json`) holds nothing but the empty skeleton of a store that
     another process is creating right now: the folders `_create` makes, in the order it makes them (`shards/`, then
     `index/`, then `tmp/`, so only `shards/`; `shards/` and `index/`; or all three), not links, the first two empty,
@@ -137,7 +137,9 @@ def _being_created(path: Path, lock_held: bool = False) -> bool:
     Such a folder is created again (the marker written by whichever process gets there first or last: they are
     alike) instead of being taken for a store whose marker was deleted: nothing is stored in it. A `.lock` holding
     bytes (without `lock_held`), or a `tmp/` or `index/` without the folders made before it, is no store's making and
-    may be a user's: such a folder is refused, never taken over."""
+    may be a user's: such a folder is refused, never taken over. With `any_order`, the store's folders, empty, are
+    taken in any number and order (a writer's check, made without the lock, makes them one by one: when the store
+    is renamed away between two of them, the later ones land in the folder that is at the path by then)."""
     found = set()
     try:
         with os.scandir(path) as entries:
@@ -156,7 +158,7 @@ def _being_created(path: Path, lock_held: bool = False) -> bool:
                 found.add(entry.name)
     except OSError:
         return False
-    return tuple(sorted(found, key=_LAYOUT.index)) == _LAYOUT[: len(found)]
+    return any_order or tuple(sorted(found, key=_LAYOUT.index)) == _LAYOUT[: len(found)]
 
 
 def _holds_lock_file(lock: FileLock, path: Path) -> bool:
@@ -417,7 +419,7 @@ class RepresentationStore:
         is missing (removed or renamed away since this object opened it, e.g. by
         [`hf_readonce.store.maintenance.remove_empty_store`] of another command that had created the store and
         failed before storing anything) or holds only the empty skeleton a store's creation makes ([`_being_created`]:
-        a process creating it at the same time, or the lock file alone). It is created as opening a new store creates
+        a process creating it at the same time, the lock file alone, or empty folders a writer's check made). It is created as opening a new store creates
         it, under the store's write lock, looked at again under it (another process may have created it meanwhile:
         then it is taken as it is); the in-memory index, of a folder that is gone, is emptied and a `logging` warning
         says what happened. Nothing is done while `store.json` is there (a store, as any process opened it). A store
@@ -478,14 +480,14 @@ class RepresentationStore:
 
     def _refuse_unless_empty(self, lock_held: bool = False) -> None:
         """Raise [`ReadOnlyStoreError`] unless `self.path` is missing or a folder holding only an empty store's
-        skeleton without `store.json` ([`_being_created`]; with `lock_held`, its `.lock` may hold bytes: the soft
-        lock this process holds): what [`_recreate_if_removed`] may create a store in."""
+        skeleton without `store.json` ([`_being_created`], its folders in any order; with `lock_held`, its `.lock`
+        may hold bytes: the soft lock this process holds): what [`_recreate_if_removed`] may create a store in."""
         if not os.path.lexists(self.path):
             return
         if not self.path.is_dir():
             raise ReadOnlyStoreError(f"store {self.path} no longer exists: something that is not a folder (a file, "
                                      "or a link to nothing) is at its path now; nothing is written into it.")
-        if os.path.lexists(self.path / "store.json") or _being_created(self.path, lock_held):
+        if os.path.lexists(self.path / "store.json") or _being_created(self.path, lock_held, any_order=True):
             return
         if (self.path / "index").is_dir() and (self.path / "shards").is_dir():
             hint = (" If it is this store and its store.json was deleted, `hf-readonce encode MODEL --documents "
