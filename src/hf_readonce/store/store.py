@@ -419,20 +419,21 @@ class RepresentationStore:
         is missing (removed or renamed away since this object opened it, e.g. by
         [`hf_readonce.store.maintenance.remove_empty_store`] of another command that had created the store and
         failed before storing anything) or holds only the empty skeleton a store's creation makes ([`_being_created`]:
-        a process creating it at the same time, the lock file alone, or empty folders a writer's check made). It is created as opening a new store creates
-        it, under the store's write lock, looked at again under it (another process may have created it meanwhile:
-        then it is taken as it is); the in-memory index, of a folder that is gone, is emptied and a `logging` warning
-        says what happened. Nothing is done while `store.json` is there (a store, as any process opened it). A store
-        this object saw holding documents (a manifest in its index, read or written) is never made anew:
-        `remove_empty_store` removes only a store holding nothing, so its folder was removed or moved by hand (`rm -r`,
-        `mv`), and a second store at its path would hold only part of what was written.
+        a process creating it at the same time, the lock file alone, or empty folders a writer's check made). It is
+        created as opening a new store creates it, under the store's write lock, looked at again under it (another
+        process may have created it meanwhile: then it is taken as it is); the in-memory index, of a folder that is
+        gone, is emptied and a `logging` warning says what happened. Nothing is done while `store.json` is there (a
+        store, as any process opened it). A store this object saw holding documents (a manifest in its index, read or
+        written) is never made anew: `remove_empty_store` removes only a store holding nothing, so its folder was
+        removed or moved by hand (`rm -r`, `mv`), and a second store at its path would hold only part of what was
+        written.
 
         Raises:
             ReadOnlyStoreError: the store was opened with `create=False`, or this object saw it holding documents (it
-                is not made anew: it "no longer exists", nothing is created); the path is a file or
-                a folder holding anything else (a user's files, or a store whose `store.json` was deleted: named,
-                nothing in it is changed or written); the folder cannot be created; or it was removed again each
-                time it was created anew.
+                is not made anew: it "no longer exists", nothing is created); the path is a file or a folder holding
+                anything else (a user's files, or a store whose `store.json` was deleted: named, nothing in it is
+                changed or written); the folder cannot be created; or it was removed again each time it was created
+                anew.
         """
         marker = self.path / "store.json"
         if os.path.lexists(marker):
