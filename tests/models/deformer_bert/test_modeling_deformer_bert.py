@@ -690,8 +690,35 @@ def test_a_misspelled_keyword_argument_is_a_type_error_naming_it():
     # what transformers passes (`TransformersKwargs`, `return_dict`), and a `None`, which changes nothing
     expected = model(q_ids, q_mask, q_types, passage_states=cache).start_logits
     out = model(q_ids, q_mask, q_types, passage_states=cache, return_dict=True, output_attentions=False,
-                num_items_in_batch=torch.tensor(2), passage_state=None)
+                use_cache=False, passage_state=None)
     torch.testing.assert_close(out.start_logits, expected)
+
+
+# keywords `TransformersKwargs` (or transformers' plumbing) lets through that neither model reads: each changed nothing
+UNREAD = {"cu_seq_lens_q": torch.tensor([0, 6, 13], dtype=torch.int32),
+          "cu_seq_lens_k": torch.tensor([0, 6, 13], dtype=torch.int32), "max_length_q": 7, "max_length_k": 7,
+          "seq_idx": torch.zeros(1, 13, dtype=torch.int32), "is_causal": True, "output_router_logits": True,
+          "logits_to_keep": 1, "num_items_in_batch": torch.tensor(2), "debug_io": True, "debug_io_dir": "debug",
+          "prune_layers": 1}
+
+
+@pytest.mark.parametrize("k", [0, 2])
+@pytest.mark.parametrize("name", sorted(UNREAD))
+def test_a_keyword_it_does_not_read_is_refused_naming_it(name, k):
+    """The keywords of `TransformersKwargs` that reach no layer that reads them were accepted and ran as without
+    them: flash attention's packing arguments (a flattened batch read as one sequence, each packed sequence attending
+    to the others), `is_causal=True` (causal only in the layers SDPA gave no mask), `num_items_in_batch` (the loss is
+    a batch mean), `logits_to_keep`, `output_router_logits`, transformers' I/O debugger options."""
+    model = tiny_deformer(k=k)
+    (ids, types, mask), _, _ = make_pairs([6], [7])
+    for call in (lambda: model(ids, mask, types, **{name: UNREAD[name]}),
+                 lambda: model.bert(ids, mask, types, **{name: UNREAD[name]})):
+        with pytest.raises(ValueError, match=f"got `{name}`, which it does not read"):
+            call()
+    # the values that ask for what the model does anyway pass: a bidirectional read, every position's logits
+    expected = model(ids, mask, types).start_logits
+    torch.testing.assert_close(model(ids, mask, types, is_causal=False, logits_to_keep=0, output_router_logits=False,
+                                     debug_io=False).start_logits, expected)
 
 
 def test_the_accepted_keywords_follow_the_installed_transformers_kwargs(monkeypatch):

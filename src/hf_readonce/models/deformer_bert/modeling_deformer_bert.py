@@ -205,6 +205,66 @@ def _check_keyword_arguments(model, kwargs: dict, method: str = "forward", passe
             raise TypeError(f"{type(model).__name__}.{method}() got an unexpected keyword argument '{name}'{hint}")
 
 
+# What no model of this project reads among the keywords [`_accepted_keywords`] lets through (`TransformersKwargs`,
+# transformers' own plumbing), refused by [`_refuse_unread_keywords`] where a forward would swallow them: each name
+# maps to `(neutral, why)`, `neutral` being the value that asks for what the model does anyway (`None`: none) and
+# `why` the reason and what to use instead. Flash attention's packing arguments (what `DataCollatorWithFlattening`
+# returns) and the router logits of mixture-of-experts models; a family adds its own.
+_PACKED_SEQUENCES = (
+    "it reads one sequence per row, so the packed sequences of a flattened batch (flash attention's "
+    "`cu_seq_lens_q` / `cu_seq_lens_k` / `max_length_q` / `max_length_k`, `seq_idx`, as `DataCollatorWithFlattening` "
+    "returns them) would be read as one sequence, each attending to the others. Pad the batch instead, one sequence "
+    "per row (e.g. `DataCollatorWithPadding`)"
+)
+_UNREAD_KEYWORDS = {
+    **dict.fromkeys(("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx"),
+                    (None, _PACKED_SEQUENCES)),
+    "output_router_logits": (False, "the model has no mixture-of-experts router, so there are no router logits to "
+                                    "return; leave it out"),
+}
+# transformers' I/O debugger, which its own forwards run when asked (`debug_io=True`); a forward of this project that
+# calls none of them refuses it
+_DEBUG_IO = ("transformers' I/O debugger does not run inside this forward: wrap the call in `with "
+             "transformers.model_addition_debugger_context(model, debug_path):` instead")
+_UNREAD_DEBUG_KEYWORDS = {"debug_io": (False, _DEBUG_IO), "debug_io_dir": (None, _DEBUG_IO),
+                          "prune_layers": (None, _DEBUG_IO)}
+
+
+def _refuse_unread_keywords(model, kwargs: dict, unread: dict, method: str = "forward") -> None:
+    """Raise a `ValueError` for a key of `kwargs` (what `model.<method>` received in its `**kwargs`) that `unread`
+    lists: a name [`_check_keyword_arguments`] accepts (a key of `TransformersKwargs`, or what transformers passes to
+    any model) but that this forward never reads, so that the model would run as without it, a different result
+    without a word (e.g. packed sequences read as one, positions that are not the ones given). `unread` maps each
+    name to `(neutral, why)`: `None` passes, and so does `neutral` when it is not `None` (the value that asks for what
+    the model does anyway: `False` for a switch, `0` for `logits_to_keep`); any other value is refused, the message
+    naming the argument and ending with `why` (the reason and what to use instead).
+
+    Raises:
+        ValueError: a value of an unread argument that is neither `None` nor its neutral value.
+    """
+    for name, (neutral, why) in unread.items():
+        value = kwargs.get(name)
+        if value is None or (neutral is not None and type(value) in (bool, int) and value == neutral):
+            continue
+        raise ValueError(f"{type(model).__name__}.{method}() got `{name}`, which it does not read: {why}.")
+
+
+# What a BERT encoder of this project (DeFormer, ReadTwice; the bare models and their heads) leaves unread besides
+# [`_UNREAD_KEYWORDS`], for [`_refuse_unread_keywords`].
+_ENCODER_UNREAD_KEYWORDS = {
+    **_UNREAD_KEYWORDS,
+    **_UNREAD_DEBUG_KEYWORDS,
+    "is_causal": (False, "the model reads its input bidirectionally, as BERT; `is_causal=True` would make only some "
+                         "attention layers causal (under SDPA, those of a batch without padding)"),
+    "logits_to_keep": (0, "the model scores every position (its span or token logits); slice the logits afterwards "
+                          "instead"),
+    "num_items_in_batch": (None, "its loss is not a sum to divide by a token count: the heads average over the "
+                                 "batch, and `Trainer` scales that mean for gradient accumulation itself "
+                                 "(`accepts_loss_kwargs = False`, so it passes no `num_items_in_batch`); a bare "
+                                 "model computes no loss"),
+}
+
+
 def _check_no_cache_arguments(model, kwargs: dict, reuse: str, method: str = "forward") -> None:
     """Refuse the cache arguments of an encoder-only model (DeFormer, ReadTwice: no KV cache): raise a `ValueError`
     naming `past_key_values` (or `cache`, its name from transformers 5.24 on) or `cache_position` when its value is not
@@ -633,12 +693,17 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
                 k or hidden size, or `passage_states` with a pair encoding (`token_type_ids` 1 on real tokens); a
                 `past_key_values` / `cache` / `cache_position` that is not `None`: the model is an encoder and keeps
                 no key/value cache (`use_cache` is accepted and ignored, as by `BertModel`; see
-                [`_check_no_cache_arguments`]).
+                [`_check_no_cache_arguments`]); a keyword of `TransformersKwargs` it does not read
+                ([`_ENCODER_UNREAD_KEYWORDS`]): flash attention's packed-sequence arguments (`cu_seq_lens_q`, ...,
+                `seq_idx`), `is_causal=True`, `output_router_logits=True`, `logits_to_keep` other than 0,
+                `num_items_in_batch`, transformers' `debug_io` options (`is_causal=False` and
+                `logits_to_keep=0` ask for what the model does and pass).
             TypeError: an input that is not a tensor, or `input_ids` / `token_type_ids` / `position_ids` that do not
                 hold integers (each named); a keyword argument it does not take (a misspelling such as
                 `passage_state=`), named with the argument it probably meant.
         """
         _check_keyword_arguments(self, kwargs)
+        _refuse_unread_keywords(self, kwargs, _ENCODER_UNREAD_KEYWORDS)
         _check_no_cache_arguments(self, kwargs, _DEFORMER_REUSE)
         config = self.config
         k = config.num_decomposed_layers
@@ -893,13 +958,16 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
             ValueError: as [`DeformerBertModel.forward`]; teacher tensors whose shapes do not match, or one teacher
                 logits tensor without the other; one of `start_positions` / `end_positions` without the other, a
                 float one, or one of another shape than `(batch_size,)`; a cache argument that is not `None`, as
-                there (`use_cache` is accepted and ignored, as by `BertForQuestionAnswering`); a pair without
+                there (`use_cache` is accepted and ignored, as by `BertForQuestionAnswering`), and a keyword of
+                `TransformersKwargs` it does not read, as there (`num_items_in_batch` included: the loss is a batch
+                mean, which `Trainer` scales for gradient accumulation itself); a pair without
                 `token_type_ids` while the model is wrapped by peft with `task_type="QUESTION_ANS"`, whose wrapper
                 drops them (see [`_check_peft_token_type_ids`]).
             TypeError: as [`DeformerBertModel.forward`], a keyword argument it does not take (e.g. `passage_state=`)
                 included.
         """
         _check_keyword_arguments(self, kwargs)
+        _refuse_unread_keywords(self, kwargs, _ENCODER_UNREAD_KEYWORDS)
         _check_no_cache_arguments(self, kwargs, _DEFORMER_REUSE)
         _check_peft_token_type_ids(self, token_type_ids, reads_segments=passage_states is None)
         if (teacher_start_logits is None) != (teacher_end_logits is None):
