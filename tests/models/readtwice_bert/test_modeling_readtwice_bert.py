@@ -828,5 +828,85 @@ def test_a_misspelled_keyword_argument_is_a_type_error_naming_it():
     # what transformers passes, a `None` (it changes nothing), and what a head hands on to `ReadTwiceBertModel`
     expected = model(ids, document_ids=DOCS).start_logits
     torch.testing.assert_close(model(ids, document_ids=DOCS, return_dict=True, output_attentions=False,
-                                     num_items_in_batch=torch.tensor(3), document_state=None).start_logits, expected)
+                                     use_cache=False, document_state=None).start_logits, expected)
     assert mlm(document_states=mlm.bert.encode_documents(ids, document_ids=DOCS)).logits.shape == (5, 12, 99)
+
+
+# ----------------------------------------------------------------------------------------------- keywords not read
+# keywords `TransformersKwargs` (or transformers' plumbing) lets through that no ReadTwice forward reads: each changed
+# nothing, whatever its value
+UNREAD = {"position_ids": torch.arange(3, 15).expand(5, -1), "cu_seq_lens_q": torch.tensor([0, 6, 12], dtype=torch.int32),
+          "cu_seq_lens_k": torch.tensor([0, 6, 12], dtype=torch.int32), "max_length_q": 6, "max_length_k": 6,
+          "seq_idx": torch.zeros(5, 12, dtype=torch.int32), "is_causal": True, "output_router_logits": True,
+          "logits_to_keep": 1, "num_items_in_batch": torch.tensor(3), "debug_io": True, "debug_io_dir": "debug",
+          "prune_layers": 1}
+
+
+@pytest.mark.parametrize("name", sorted(UNREAD))
+def test_a_keyword_it_does_not_read_is_refused_naming_it(name):
+    """`position_ids` reached BERT's layers, which do not read them: the segments were read at positions 0.. whatever
+    was given (other positions, the same logits). Flash attention's packing arguments, `is_causal=True` (causal only
+    where SDPA got no mask), `num_items_in_batch` (the losses are means), `logits_to_keep`, `output_router_logits`
+    and transformers' I/O debugger options went the same way. Each is refused, by every forward."""
+    model = tiny_qa(memory_type="sts")
+    mlm = ReadTwiceBertForMaskedLM(tiny_config(memory_type="sts")).eval()
+    ids, value = segments(5), {name: UNREAD[name]}
+    question = {"question_input_ids": segments(2, length=6, seed=2), "question_document_ids": torch.tensor([0, 1])}
+    read_once = tiny_qa(memory_type="sts", question_in_first_read=False)
+    for call, where in [(lambda: model(ids, document_ids=DOCS, **value), "ReadTwiceBertForQuestionAnswering.forward"),
+                        (lambda: model.bert(ids, document_ids=DOCS, **value), "ReadTwiceBertModel.forward"),
+                        (lambda: read_once(ids, document_ids=DOCS, **question, **value),
+                         "ReadTwiceBertForQuestionAnswering.forward"),
+                        (lambda: mlm(ids, document_ids=DOCS, **value), "ReadTwiceBertForMaskedLM.forward"),
+                        (lambda: model.encode_documents(ids, document_ids=DOCS, **value),
+                         "ReadTwiceBertForQuestionAnswering.encode_documents"),
+                        (lambda: model.bert.encode_documents(ids, document_ids=DOCS, **value),
+                         "ReadTwiceBertModel.encode_documents")]:
+        with pytest.raises(ValueError, match=rf"^{where}\(\) got `{name}`, which it does not read"):
+            call()
+
+
+def test_the_values_a_keyword_it_does_not_read_takes_by_default_pass():
+    """`is_causal=False` (a bidirectional read), `logits_to_keep=0` (every position) and the switches left off ask
+    for what the model does: they pass, and change nothing."""
+    model = tiny_qa(memory_type="sts")
+    ids = segments(5)
+    expected = model(ids, document_ids=DOCS).start_logits
+    neutral = dict(is_causal=False, logits_to_keep=0, output_router_logits=False, debug_io=False)
+    torch.testing.assert_close(model(ids, document_ids=DOCS, **neutral).start_logits, expected)
+    stored = model.encode_documents(ids, document_ids=DOCS)
+    again = model.encode_documents(ids, document_ids=DOCS, output_attentions=False, output_hidden_states=False,
+                                   return_dict=True, **neutral)
+    torch.testing.assert_close(again.first_read_hidden_state, stored.first_read_hidden_state)
+
+
+@pytest.mark.parametrize("name, value", [("output_attentions", True), ("output_hidden_states", True),
+                                         ("return_dict", False)])
+def test_encode_documents_refuses_the_outputs_it_does_not_return(name, value):
+    """`encode_documents` returns a `ReadTwiceDocumentOutput` (the first read and its memories): asked for attentions,
+    hidden states or a tuple, it returned that output without them, without a word."""
+    model = tiny_qa(memory_type="sts")
+    with pytest.raises(ValueError, match=rf"encode_documents\(\) got `{name}`, which it does not read"):
+        model.encode_documents(segments(5), document_ids=DOCS, **{name: value})
+
+
+def test_masked_lm_loss_under_gradient_accumulation_is_the_whole_batch_s(tmp_path):
+    """`Trainer` took `ReadTwiceBertForMaskedLM` (a `**kwargs` forward, no `accepts_loss_kwargs`) for a model that
+    divides its loss by `num_items_in_batch`, passed it, and left the losses of the accumulated batches unscaled;
+    the loss (a mean) did not read it: two half batches trained with about twice the whole batch's gradients."""
+    from tests.models.loss_checks import assert_accumulation_equals_one_batch
+
+    ids = segments(4)
+    labels = torch.full_like(ids, -100)
+    labels[:, 3] = ids[:, 3]  # one target per row: the mean over each half batch is half the whole batch's sum
+    masked = ids.clone()
+    masked[:, 3] = 4
+    # every segment a document of its own: no memory crosses rows, so the rows do not depend on how they are batched
+    rows = [{"input_ids": masked[i], "labels": labels[i], "document_ids": torch.tensor(i)} for i in range(4)]
+
+    def build():
+        torch.manual_seed(0)
+        return ReadTwiceBertForMaskedLM(tiny_config(memory_type="sts"))
+
+    assert assert_accumulation_equals_one_batch(build, rows, tmp_path) is False
+

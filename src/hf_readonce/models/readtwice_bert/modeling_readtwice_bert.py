@@ -217,6 +217,76 @@ def _check_keyword_arguments(model, kwargs: dict, method: str = "forward", passe
             raise TypeError(f"{type(model).__name__}.{method}() got an unexpected keyword argument '{name}'{hint}")
 
 
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._PACKED_SEQUENCES
+# What no model of this project reads among the keywords [`_accepted_keywords`] lets through (`TransformersKwargs`,
+# transformers' own plumbing), refused by [`_refuse_unread_keywords`] where a forward would swallow them: each name
+# maps to `(neutral, why)`, `neutral` being the value that asks for what the model does anyway (`None`: none) and
+# `why` the reason and what to use instead. Flash attention's packing arguments (what `DataCollatorWithFlattening`
+# returns) and the router logits of mixture-of-experts models; a family adds its own.
+_PACKED_SEQUENCES = (
+    "it reads one sequence per row, so the packed sequences of a flattened batch (flash attention's "
+    "`cu_seq_lens_q` / `cu_seq_lens_k` / `max_length_q` / `max_length_k`, `seq_idx`, as `DataCollatorWithFlattening` "
+    "returns them) would be read as one sequence, each attending to the others. Pad the batch instead, one sequence "
+    "per row (e.g. `DataCollatorWithPadding`)"
+)
+
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._UNREAD_KEYWORDS
+_UNREAD_KEYWORDS = {
+    **dict.fromkeys(("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx"),
+                    (None, _PACKED_SEQUENCES)),
+    "output_router_logits": (False, "the model has no mixture-of-experts router, so there are no router logits to "
+                                    "return; leave it out"),
+}
+
+
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._DEBUG_IO
+# transformers' I/O debugger, which its own forwards run when asked (`debug_io=True`); a forward of this project that
+# calls none of them refuses it
+_DEBUG_IO = ("transformers' I/O debugger does not run inside this forward: wrap the call in `with "
+             "transformers.model_addition_debugger_context(model, debug_path):` instead")
+
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._UNREAD_DEBUG_KEYWORDS
+_UNREAD_DEBUG_KEYWORDS = {"debug_io": (False, _DEBUG_IO), "debug_io_dir": (None, _DEBUG_IO),
+                          "prune_layers": (None, _DEBUG_IO)}
+
+
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._refuse_unread_keywords
+def _refuse_unread_keywords(model, kwargs: dict, unread: dict, method: str = "forward") -> None:
+    """Raise a `ValueError` for a key of `kwargs` (what `model.<method>` received in its `**kwargs`) that `unread`
+    lists: a name [`_check_keyword_arguments`] accepts (a key of `TransformersKwargs`, or what transformers passes to
+    any model) but that this forward never reads, so that the model would run as without it, a different result
+    without a word (e.g. packed sequences read as one, positions that are not the ones given). `unread` maps each
+    name to `(neutral, why)`: `None` passes, and so does `neutral` when it is not `None` (the value that asks for what
+    the model does anyway: `False` for a switch, `0` for `logits_to_keep`); any other value is refused, the message
+    naming the argument and ending with `why` (the reason and what to use instead).
+
+    Raises:
+        ValueError: a value of an unread argument that is neither `None` nor its neutral value.
+    """
+    for name, (neutral, why) in unread.items():
+        value = kwargs.get(name)
+        if value is None or (neutral is not None and type(value) in (bool, int) and value == neutral):
+            continue
+        raise ValueError(f"{type(model).__name__}.{method}() got `{name}`, which it does not read: {why}.")
+
+
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._ENCODER_UNREAD_KEYWORDS
+# What a BERT encoder of this project (DeFormer, ReadTwice; the bare models and their heads) leaves unread besides
+# [`_UNREAD_KEYWORDS`], for [`_refuse_unread_keywords`].
+_ENCODER_UNREAD_KEYWORDS = {
+    **_UNREAD_KEYWORDS,
+    **_UNREAD_DEBUG_KEYWORDS,
+    "is_causal": (False, "the model reads its input bidirectionally, as BERT; `is_causal=True` would make only some "
+                         "attention layers causal (under SDPA, those of a batch without padding)"),
+    "logits_to_keep": (0, "the model scores every position (its span or token logits); slice the logits afterwards "
+                          "instead"),
+    "num_items_in_batch": (None, "its loss is not a sum to divide by a token count: the heads average over the "
+                                 "batch, and `Trainer` scales that mean for gradient accumulation itself "
+                                 "(`accepts_loss_kwargs = False`, so it passes no `num_items_in_batch`); a bare "
+                                 "model computes no loss"),
+}
+
+
 # Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._check_no_cache_arguments
 def _check_no_cache_arguments(model, kwargs: dict, reuse: str, method: str = "forward") -> None:
     """Refuse the cache arguments of an encoder-only model (DeFormer, ReadTwice: no KV cache): raise a `ValueError`
@@ -271,6 +341,23 @@ def _check_peft_token_type_ids(model, token_type_ids, reads_segments: bool) -> N
 
 # How a ReadTwice model reuses work, for [`_check_no_cache_arguments`]'s message.
 _READTWICE_REUSE = "it reuses a first read through `document_states=` (from `encode_documents`)"
+# What ReadTwice's forwards leave unread, for [`_refuse_unread_keywords`]: an encoder's (`is_causal`, packing, ...),
+# and `position_ids`: BERT₁ reads every segment and every question at the positions 0.. of its own (§2.1), which is
+# what the model was trained with, and BERT₂ reads its states with no position embedding.
+_READTWICE_UNREAD_KEYWORDS = {
+    **_ENCODER_UNREAD_KEYWORDS,
+    "position_ids": (None, "ReadTwice reads every segment and every question at positions 0.. of its own (BERT's, "
+                           "§2.1); the place of a segment in its document is `segment_positions=`"),
+}
+# `encode_documents` returns the first read and its memories only, as a `ReadTwiceDocumentOutput`
+_READTWICE_ENCODE_UNREAD_KEYWORDS = {
+    **_READTWICE_UNREAD_KEYWORDS,
+    **dict.fromkeys(("output_attentions", "output_hidden_states"), (False, (
+        "`encode_documents` returns the first read and its memories (a `ReadTwiceDocumentOutput`), no per-layer "
+        "outputs; call the model (`forward`) with it to get the attentions or hidden states"))),
+    "return_dict": (True, "`encode_documents` always returns a `ReadTwiceDocumentOutput` (its fields are read by "
+                          "name), never a tuple"),
+}
 
 
 @dataclass
@@ -935,11 +1022,16 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
             ValueError: on missing or mis-shaped inputs, or `memory_type="entity"` without `entity_spans`; a
                 `past_key_values` / `cache` / `cache_position` that is not `None` (the model is an encoder and keeps
                 no key/value cache; `use_cache` is accepted and ignored, as by `BertModel`; see
-                [`_check_no_cache_arguments`]).
+                [`_check_no_cache_arguments`]); a keyword of `TransformersKwargs` it does not read
+                ([`_READTWICE_ENCODE_UNREAD_KEYWORDS`]: `position_ids`, flash attention's packed-sequence arguments,
+                `is_causal=True`, `output_attentions=True` / `output_hidden_states=True` (the output holds no
+                per-layer outputs), `return_dict=False`, `num_items_in_batch`, `logits_to_keep` other than 0,
+                `output_router_logits=True`, transformers' `debug_io` options).
             TypeError: ids, positions or spans that are not integer tensors; a keyword argument it does not take (a
                 misspelling such as `attention_masks=`), named with the argument it probably meant.
         """
         _check_keyword_arguments(self, kwargs, "encode_documents")
+        _refuse_unread_keywords(self, kwargs, _READTWICE_ENCODE_UNREAD_KEYWORDS, "encode_documents")
         _check_no_cache_arguments(self, kwargs, _READTWICE_REUSE, "encode_documents")
         input_ids, attention_mask, token_type_ids, document_ids, segment_positions = self._check_segments(
             input_ids, attention_mask, token_type_ids, document_ids, segment_positions
@@ -1049,12 +1141,18 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
                 with `question_in_first_read=True`, if a question's document has no segment, on bad shapes, or for
                 `memory_type="entity"` without `entity_spans`; a `past_key_values` / `cache` / `cache_position` that
                 is not `None` (the model is an encoder and keeps no key/value cache; `use_cache` is accepted and
-                ignored, as by `BertModel`; see [`_check_no_cache_arguments`]).
+                ignored, as by `BertModel`; see [`_check_no_cache_arguments`]); a keyword of `TransformersKwargs` it
+                does not read ([`_READTWICE_UNREAD_KEYWORDS`]): `position_ids` (every segment and question is read
+                at positions 0.. of its own), flash attention's packed-sequence arguments (`cu_seq_lens_q`, ...,
+                `seq_idx`), `is_causal=True`, `num_items_in_batch` (the heads' losses are batch means, which
+                `Trainer` scales for gradient accumulation itself), `logits_to_keep` other than 0,
+                `output_router_logits=True`, transformers' `debug_io` options.
             TypeError: if `document_states` is not a [`ReadTwiceDocumentOutput`]; ids, positions or spans that are
                 not integer tensors; a keyword argument it does not take (a misspelling such as `document_state=`),
                 named with the argument it probably meant.
         """
         _check_keyword_arguments(self, kwargs)
+        _refuse_unread_keywords(self, kwargs, _READTWICE_UNREAD_KEYWORDS)
         _check_no_cache_arguments(self, kwargs, _READTWICE_REUSE)
         config = self.config
         output_hidden_states = bool(
@@ -1287,9 +1385,10 @@ class ReadTwiceBertForQuestionAnswering(ReadTwiceBertPreTrainedModel):
         Raises:
             ValueError / TypeError: as [`ReadTwiceBertModel.encode_documents`] (missing or mis-shaped inputs,
                 `memory_type="entity"` without `entity_spans`, indices that are not integers, a keyword argument it
-                does not take, a cache argument that is not `None`).
+                does not take, a cache argument that is not `None`, a keyword of `TransformersKwargs` it does not read).
         """
         _check_keyword_arguments(self, kwargs, "encode_documents", (ReadTwiceBertModel.encode_documents,))
+        _refuse_unread_keywords(self, kwargs, _READTWICE_ENCODE_UNREAD_KEYWORDS, "encode_documents")
         _check_no_cache_arguments(self, kwargs, _READTWICE_REUSE, "encode_documents")
         return self.bert.encode_documents(*args, **kwargs)
 
@@ -1330,7 +1429,8 @@ class ReadTwiceBertForQuestionAnswering(ReadTwiceBertPreTrainedModel):
             to one width, see `question_input_ids` in [`ReadTwiceBertModel.forward`]).
 
         Raises:
-            ValueError: as [`ReadTwiceBertModel.forward`]; no questions with `question_in_first_read=False`; one of
+            ValueError: as [`ReadTwiceBertModel.forward`] (`position_ids`, `num_items_in_batch` and the other
+                keywords it does not read included); no questions with `question_in_first_read=False`; one of
                 `start_positions` / `end_positions` without the other; segments without `token_type_ids` while the
                 model is wrapped by peft with `task_type="QUESTION_ANS"`, whose wrapper drops them (see
                 [`_check_peft_token_type_ids`]).
@@ -1338,6 +1438,7 @@ class ReadTwiceBertForQuestionAnswering(ReadTwiceBertPreTrainedModel):
                 it does not take (e.g. `document_state=`) included.
         """
         _check_keyword_arguments(self, kwargs)
+        _refuse_unread_keywords(self, kwargs, _READTWICE_UNREAD_KEYWORDS)
         _check_no_cache_arguments(self, kwargs, _READTWICE_REUSE)
         _check_peft_token_type_ids(self, token_type_ids, reads_segments=input_ids is not None)
         if not self.config.question_in_first_read and question_input_ids is None:
@@ -1398,6 +1499,10 @@ class ReadTwiceBertForMaskedLM(ReadTwiceBertPreTrainedModel):
         "cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
         "cls.predictions.decoder.bias": "cls.predictions.bias",
     }
+    # The loss is a mean over the masked tokens plus the coreference loss, a mean over memory pairs: Trainer must scale
+    # it for gradient accumulation itself (with `**kwargs` and no such flag it passed `num_items_in_batch`, which the
+    # loss did not read, and left the sum over accumulated batches unscaled).
+    accepts_loss_kwargs = False
 
     def __init__(self, config: ReadTwiceBertConfig):
         super().__init__(config)
@@ -1447,12 +1552,15 @@ class ReadTwiceBertForMaskedLM(ReadTwiceBertPreTrainedModel):
             [`ReadTwiceMaskedLMOutput`] with logits `(num_segments, segment_length, vocab_size)`.
 
         Raises:
-            ValueError: as [`ReadTwiceBertModel.forward`]; `entity_ids` whose shape differs from
+            ValueError: as [`ReadTwiceBertModel.forward`] (`position_ids` and the other keywords it does not read
+                included; `num_items_in_batch` too: the loss is a mean, which `Trainer` scales for gradient
+                accumulation itself, `accepts_loss_kwargs = False`); `entity_ids` whose shape differs from
                 `entity_spans.shape[:2]`, or `entity_ids` with a memory type other than `"entity"`.
             TypeError: as [`ReadTwiceBertModel.forward`], a keyword argument that neither this forward nor
                 [`ReadTwiceBertModel.forward`] takes (e.g. `entity_span=`) included.
         """
         _check_keyword_arguments(self, kwargs, passed_to=(ReadTwiceBertModel.forward,))
+        _refuse_unread_keywords(self, kwargs, _READTWICE_UNREAD_KEYWORDS)
         _check_no_cache_arguments(self, kwargs, _READTWICE_REUSE)
         outputs = self.bert(
             input_ids,
