@@ -246,7 +246,7 @@ def _refuse_unread_keywords(model, kwargs: dict, unread: dict, method: str = "fo
         value = kwargs.get(name)
         if value is None or (neutral is not None and type(value) in (bool, int) and value == neutral):
             continue
-        raise ValueError(f"{type(model).__name__}.{method}() got `{name}`, which it does not read: {why}.")
+        raise ValueError(f"{type(model).__name__}.{method}() got `{name}`, which it does not support: {why}.")
 
 
 # What a BERT encoder of this project (DeFormer, ReadTwice; the bare models and their heads) leaves unread besides

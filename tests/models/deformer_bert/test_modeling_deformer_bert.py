@@ -713,7 +713,7 @@ def test_a_keyword_it_does_not_read_is_refused_naming_it(name, k):
     (ids, types, mask), _, _ = make_pairs([6], [7])
     for call in (lambda: model(ids, mask, types, **{name: UNREAD[name]}),
                  lambda: model.bert(ids, mask, types, **{name: UNREAD[name]})):
-        with pytest.raises(ValueError, match=f"got `{name}`, which it does not read"):
+        with pytest.raises(ValueError, match=f"got `{name}`, which it does not support"):
             call()
     # the values that ask for what the model does anyway pass: a bidirectional read, every position's logits
     expected = model(ids, mask, types).start_logits

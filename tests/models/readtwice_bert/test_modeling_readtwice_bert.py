@@ -862,7 +862,7 @@ def test_a_keyword_it_does_not_read_is_refused_naming_it(name):
                          "ReadTwiceBertForQuestionAnswering.encode_documents"),
                         (lambda: model.bert.encode_documents(ids, document_ids=DOCS, **value),
                          "ReadTwiceBertModel.encode_documents")]:
-        with pytest.raises(ValueError, match=rf"^{where}\(\) got `{name}`, which it does not read"):
+        with pytest.raises(ValueError, match=rf"^{where}\(\) got `{name}`, which it does not support"):
             call()
 
 
@@ -886,7 +886,7 @@ def test_encode_documents_refuses_the_outputs_it_does_not_return(name, value):
     """`encode_documents` returns a `ReadTwiceDocumentOutput` (the first read and its memories): asked for attentions,
     hidden states or a tuple, it returned that output without them, without a word."""
     model = tiny_qa(memory_type="sts")
-    with pytest.raises(ValueError, match=rf"encode_documents\(\) got `{name}`, which it does not read"):
+    with pytest.raises(ValueError, match=rf"encode_documents\(\) got `{name}`, which it does not support"):
         model.encode_documents(segments(5), document_ids=DOCS, **{name: value})
 
 
