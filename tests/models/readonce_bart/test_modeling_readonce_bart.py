@@ -1160,3 +1160,91 @@ def test_documents_are_read_with_return_dict_false_in_the_config():
         assert torch.equal(got.representations, expected.representations)
         out = model(input_ids=text, decoder_input_ids=text[:, :3], document_input_ids=docs, return_dict=True)
         assert torch.equal(out.logits, logits)
+
+
+# ----------------------------------------------------------------------------------------------- keywords not read
+# keywords `TransformersKwargs` (or transformers' plumbing) lets through that neither ReadOnce model reads: each
+# changed nothing, whatever its value
+UNREAD = {"position_ids": torch.arange(2, 8)[None], "is_causal": True, "logits_to_keep": 1,
+          "cu_seq_lens_q": torch.tensor([0, 3, 6], dtype=torch.int32),
+          "cu_seq_lens_k": torch.tensor([0, 3, 6], dtype=torch.int32), "max_length_q": 3, "max_length_k": 3,
+          "seq_idx": torch.zeros(1, 6, dtype=torch.int32), "output_router_logits": True}
+
+
+@pytest.mark.parametrize("fusion", ["append", "attention"])
+@pytest.mark.parametrize("name", sorted(UNREAD))
+def test_a_keyword_it_does_not_read_is_refused_naming_it(name, fusion):
+    """`position_ids` went on to BART's layers, which do not read them (the text's positions are BART's own: the same
+    logits); `is_causal` reached the decoder only (`False` made it read its targets bidirectionally, `True` left the
+    encoder as it was); flash attention's packing arguments, `logits_to_keep` and `output_router_logits` changed
+    nothing. Each is refused by the model and the bare model."""
+    model, q, doc = tiny(fusion=fusion), tokens(2, 6), tokens(2, 20, seed=3)
+    reps, labels, value = model.encode_documents(doc), tokens(2, 5, seed=4), {name: UNREAD[name]}
+    for call, where in [(lambda: model(q, document_representations=reps, labels=labels, **value),
+                         "ReadOnceBartForConditionalGeneration"),
+                        (lambda: model.model(q, document_representations=reps, decoder_input_ids=labels, **value),
+                         "ReadOnceBartModel")]:
+        with pytest.raises(ValueError, match=rf"^{where}\.forward\(\) got `{name}`, which it does not support"):
+            call()
+    if name == "is_causal":
+        with pytest.raises(ValueError, match="got `is_causal`"):
+            model(q, document_representations=reps, labels=labels, is_causal=False)
+
+
+def test_token_types_of_a_second_text_are_refused_and_zeros_pass():
+    """A BERT tokenizer's text pair (`tokenizer(question, document)`) gave `token_type_ids` that BART does not read:
+    the pair was read as one question, without a word. One text's zeros pass, as before."""
+    model, q, doc = tiny(), tokens(2, 6), tokens(2, 20, seed=3)
+    reps, labels = model.encode_documents(doc), tokens(2, 5, seed=4)
+    pair = torch.zeros_like(q)
+    pair[:, 3:] = 1
+    for call in (lambda: model(q, document_representations=reps, labels=labels, token_type_ids=pair),
+                 lambda: model.model(q, document_representations=reps, decoder_input_ids=labels, token_type_ids=pair)):
+        with pytest.raises(ValueError, match="`token_type_ids` marking a second segment, which it does not support"):
+            call()
+    expected = model(q, document_representations=reps, labels=labels)
+    out = model(q, document_representations=reps, labels=labels, token_type_ids=torch.zeros_like(q), is_causal=None,
+                logits_to_keep=0, output_router_logits=False)
+    torch.testing.assert_close(out.logits, expected.logits)
+    torch.testing.assert_close(out.loss, expected.loss)
+
+
+def test_the_bare_model_refuses_num_items_in_batch():
+    """The bare model computes no loss: `num_items_in_batch` changed nothing."""
+    model, q, labels = tiny(), tokens(2, 6), tokens(2, 5, seed=4)
+    with pytest.raises(ValueError, match=r"ReadOnceBartModel\.forward\(\) got `num_items_in_batch`"):
+        model.model(q, decoder_input_ids=labels, num_items_in_batch=torch.tensor(10))
+
+
+def test_num_items_in_batch_divides_the_summed_loss_and_gradient_accumulation_is_the_whole_batch_s(tmp_path):
+    """`Trainer` passes `num_items_in_batch` (the targets of all the batches it accumulates) to a model whose forward
+    takes `**kwargs` and leaves the accumulated losses unscaled; the loss was the mean over each batch's targets
+    whatever it was given, as `BartForConditionalGeneration`'s: two half batches trained with about twice the whole
+    batch's gradients. The loss is now the targets' summed cross-entropy divided by it."""
+    from tests.models.loss_checks import assert_accumulation_equals_one_batch
+
+    model, q, doc = tiny(), tokens(2, 6), tokens(2, 20, seed=3)
+    labels = tokens(2, 5, seed=4)
+    labels[0, 2:] = -100  # 5 + 2 targets
+    mean = model(q, document_input_ids=doc, labels=labels).loss
+    summed = model(q, document_input_ids=doc, labels=labels, num_items_in_batch=torch.tensor(10)).loss
+    torch.testing.assert_close(summed, mean * 7 / 10)
+    torch.testing.assert_close(model(q, document_input_ids=doc, labels=labels, num_items_in_batch=7).loss, mean)
+
+    ids, docs, targets = tokens(4, 6), tokens(4, 20, seed=3), tokens(4, 5, seed=4)
+    targets[0, 1:] = -100  # uneven counts: 1 + 5 targets in one half batch, 10 in the other
+    rows = [{"input_ids": ids[i], "document_input_ids": docs[i], "labels": targets[i]} for i in range(4)]
+    assert assert_accumulation_equals_one_batch(lambda: tiny(dropout=0.0).train(), rows, tmp_path) is True
+
+
+def test_labels_with_decoder_inputs_embeds_read_the_embeddings():
+    """With `labels`, decoder inputs shifted from them were added to the given `decoder_inputs_embeds` (BART's
+    default applies only when neither is given): `You must specify exactly one of decoder_input_ids or
+    decoder_inputs_embeds`."""
+    model, q, doc = tiny(), tokens(2, 6), tokens(2, 20, seed=3)
+    reps, labels, decoder_ids = model.encode_documents(doc), tokens(2, 5, seed=4), tokens(2, 5, seed=5)
+    expected = model(q, document_representations=reps, decoder_input_ids=decoder_ids, labels=labels)
+    embeds = model.get_input_embeddings()(decoder_ids)
+    out = model(q, document_representations=reps, decoder_inputs_embeds=embeds, labels=labels)
+    torch.testing.assert_close(out.logits, expected.logits)
+    torch.testing.assert_close(out.loss, expected.loss)

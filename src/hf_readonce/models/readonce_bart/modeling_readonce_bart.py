@@ -252,6 +252,82 @@ def _check_keyword_arguments(model, kwargs: dict, method: str = "forward", passe
             raise TypeError(f"{type(model).__name__}.{method}() got an unexpected keyword argument '{name}'{hint}")
 
 
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._PACKED_SEQUENCES
+# What no model of this project reads among the keywords [`_accepted_keywords`] lets through (`TransformersKwargs`,
+# transformers' own plumbing), refused by [`_refuse_unread_keywords`] where a forward would swallow them: each name
+# maps to `(neutral, why)`, `neutral` being the value that asks for what the model does anyway (`None`: none) and
+# `why` the reason and what to use instead. Flash attention's packing arguments (what `DataCollatorWithFlattening`
+# returns) and the router logits of mixture-of-experts models; a family adds its own.
+_PACKED_SEQUENCES = (
+    "it reads one sequence per row, so the packed sequences of a flattened batch (flash attention's "
+    "`cu_seq_lens_q` / `cu_seq_lens_k` / `max_length_q` / `max_length_k`, `seq_idx`, as `DataCollatorWithFlattening` "
+    "returns them) would be read as one sequence, each attending to the others. Pad the batch instead, one sequence "
+    "per row (e.g. `DataCollatorWithPadding`)"
+)
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._UNREAD_KEYWORDS
+_UNREAD_KEYWORDS = {
+    **dict.fromkeys(("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx"),
+                    (None, _PACKED_SEQUENCES)),
+    "output_router_logits": (False, "the model has no mixture-of-experts router, so there are no router logits to "
+                                    "return; leave it out"),
+}
+
+
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._refuse_unread_keywords
+def _refuse_unread_keywords(model, kwargs: dict, unread: dict, method: str = "forward") -> None:
+    """Raise a `ValueError` for a key of `kwargs` (what `model.<method>` received in its `**kwargs`) that `unread`
+    lists: a name [`_check_keyword_arguments`] accepts (a key of `TransformersKwargs`, or what transformers passes to
+    any model) but that this forward never reads, so that the model would run as without it, a different result
+    without a word (e.g. packed sequences read as one, positions that are not the ones given). `unread` maps each
+    name to `(neutral, why)`: `None` passes, and so does `neutral` when it is not `None` (the value that asks for what
+    the model does anyway: `False` for a switch, `0` for `logits_to_keep`); any other value is refused, the message
+    naming the argument and ending with `why` (the reason and what to use instead).
+
+    Raises:
+        ValueError: a value of an unread argument that is neither `None` nor its neutral value.
+    """
+    for name, (neutral, why) in unread.items():
+        value = kwargs.get(name)
+        if value is None or (neutral is not None and type(value) in (bool, int) and value == neutral):
+            continue
+        raise ValueError(f"{type(model).__name__}.{method}() got `{name}`, which it does not support: {why}.")
+
+
+# What a BART model of this project (ReadOnce, LongDoc; the bare models and the conditional generation heads) leaves
+# unread besides [`_UNREAD_KEYWORDS`], for [`_refuse_unread_keywords`]. BART itself reads none of them: its encoder and
+# decoder number their positions themselves, and its LM head scores every position.
+_BART_UNREAD_KEYWORDS = {
+    **_UNREAD_KEYWORDS,
+    "position_ids": (None, "the model numbers positions itself, as BART does (learned positions from 0 for the text, "
+                           "the decoder's following its cache); `BartModel` does not read `position_ids` either"),
+    "is_causal": (None, "the encoder reads bidirectionally and the decoder causally, as in BART; `is_causal` would "
+                        "turn only some of their attention layers the other way"),
+    "logits_to_keep": (0, "the LM head scores every decoder position; slice `logits[:, -k:]` afterwards instead"),
+}
+# a bare model (no LM head) computes no loss
+_BART_MODEL_UNREAD_KEYWORDS = {
+    **_BART_UNREAD_KEYWORDS,
+    "num_items_in_batch": (None, "the bare model computes no loss to divide by it; the conditional generation model "
+                                 "(with `labels`) reads it"),
+}
+
+
+def _check_no_token_types(model, token_type_ids, instead: str, method: str = "forward") -> None:
+    """Raise a `ValueError` when `token_type_ids` mark a second segment (a value other than 0): a BERT tokenizer
+    returns them with the ids and BART's forward takes them without reading them (BART has no token-type embeddings),
+    so a text pair (`tokenizer(question, document)`) would be read as one text without a word. All zeros (one text,
+    `model(**tokenizer(text))`), `None` and anything that is not a tensor pass. `instead` ends the message: how this
+    model reads a second text.
+
+    Raises:
+        ValueError: `token_type_ids` holding a value other than 0.
+    """
+    if torch.is_tensor(token_type_ids) and bool((token_type_ids != 0).any()):
+        raise ValueError(f"{type(model).__name__}.{method}() got `token_type_ids` marking a second segment, which it "
+                         f"does not support: BART has no token types, so a text pair would be read as one text. "
+                         f"{instead}")
+
+
 def _check_representations_type(document_representations) -> None:
     """Raise a `TypeError` naming `document_representations` unless it is a tensor, a
     [`ReadOnceDocumentEncoderOutput`] holding a tensor, or `None` (a list or a numpy array would fail deep inside
@@ -309,6 +385,11 @@ def _check_decoder_batch(decoder_input_ids, decoder_inputs_embeds, encoder_hidde
         raise ValueError(f"{name} hold {reference.shape[0]} rows for an encoder batch of "
                          f"{encoder_hidden_states.shape[0]} (`input_ids` / `encoder_outputs`): one target row per "
                          "input row.")
+
+
+# How ReadOnce reads a second text, for [`_check_no_token_types`]'s message.
+_READONCE_SECOND_TEXT = ("Tokenize the question or task text alone and pass the document apart (`document_input_ids=` "
+                         "or `document_representations=`).")
 
 
 @dataclass
@@ -1033,9 +1114,13 @@ class ReadOnceBartModel(ReadOnceBartPreTrainedModel, BartModel):
                 it probably meant; `encoder_outputs` that are a [`ReadOnceDocumentEncoderOutput`] (representations,
                 which go in as `document_representations`).
             ValueError: as [`ReadOnceBartEncoder.forward`]; neither decoder inputs nor `input_ids`; decoder rows
-                that do not match the encoder's batch; both `past_key_values` and `cache`.
+                that do not match the encoder's batch; both `past_key_values` and `cache`; `token_type_ids` marking a
+                second segment; a keyword of `TransformersKwargs` it does not read ([`_BART_MODEL_UNREAD_KEYWORDS`]:
+                those of [`ReadOnceBartForConditionalGeneration.forward`], and `num_items_in_batch`: no loss here).
         """
         _check_keyword_arguments(self, kwargs)
+        _refuse_unread_keywords(self, kwargs, _BART_MODEL_UNREAD_KEYWORDS)
+        _check_no_token_types(self, kwargs.pop("token_type_ids", None), _READONCE_SECOND_TEXT)
         _check_tensor_arguments({"input_ids": input_ids, "decoder_input_ids": decoder_input_ids},
                                 {"attention_mask": attention_mask, "decoder_attention_mask": decoder_attention_mask,
                                  "document_attention_mask": document_attention_mask,
@@ -1317,7 +1402,17 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
             inputs_embeds (`torch.FloatTensor` of shape `(batch_size, text_length, d_model)`, *optional*, keyword):
                 the text's embeddings instead of `input_ids` (exactly one of the two), as in BART.
             labels (`torch.LongTensor` of shape `(batch_size, target_length)`, *optional*): target tokens (`-100`
-                ignored); decoder inputs are the labels shifted right, as in BART.
+                ignored); decoder inputs are the labels shifted right (unless `decoder_input_ids` or
+                `decoder_inputs_embeds` are given), as in BART.
+            num_items_in_batch (`int` or `torch.Tensor`, *optional*, keyword): with `labels`, the loss is the sum of
+                the target tokens' cross-entropies divided by it (what `Trainer` passes: the number of targets of all
+                the batches it accumulates for one step), instead of their mean, as transformers' causal LMs take it
+                (`BartForConditionalGeneration` does not read it, so `Trainer` trained it with the gradients of the
+                accumulated batches added).
+            token_type_ids (`torch.LongTensor`, *optional*, keyword): what a BERT tokenizer returns with the ids; all
+                zeros (one text) are accepted and not read, a second segment is refused.
+            cache_position (keyword): accepted, not read: the decoder's positions follow its cache, as in
+                transformers' BART (from 5.24 on, BART reads none; `generate()` of earlier releases passes it).
             past_key_values (`EncoderDecoderCache`, *optional*), cache: the decoder's KV cache, as in BART; `cache`
                 is its name from transformers 5.24 on (what `generate` passes there). Either name, not both.
             output_attentions, output_hidden_states (`bool`, *optional*, keyword): as in BART (default: the config's):
@@ -1338,12 +1433,19 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         Raises:
             ValueError: representations from another document encoder, of the wrong hidden size or batch; both
                 representations and document tokens given; both `past_key_values` and `cache`; a mask whose shape
-                differs from its ids'; `labels` / `decoder_input_ids` with another number of rows than the input.
+                differs from its ids'; `labels` / `decoder_input_ids` with another number of rows than the input;
+                `token_type_ids` marking a second segment ([`_check_no_token_types`]); a keyword of
+                `TransformersKwargs` it does not read ([`_BART_UNREAD_KEYWORDS`]): `position_ids`, `is_causal`,
+                `logits_to_keep` other than 0, flash attention's packed-sequence arguments (`cu_seq_lens_q`, ...,
+                `seq_idx`), `output_router_logits=True`.
             TypeError: token ids or `labels` that are not integers; an input, a mask or `labels` that is not a tensor
                 (a list, a numpy array); a keyword argument it does not take (a misspelling such as
                 `document_representation=` or `encoder_output=`), named with the argument it probably meant.
         """
         _check_keyword_arguments(self, kwargs)
+        _refuse_unread_keywords(self, kwargs, _BART_UNREAD_KEYWORDS)
+        _check_no_token_types(self, kwargs.pop("token_type_ids", None), _READONCE_SECOND_TEXT)
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)
         _check_tensor_arguments({"input_ids": input_ids, "labels": labels, "decoder_input_ids": decoder_input_ids,
                                  "document_input_ids": document_input_ids},
                                 {"attention_mask": attention_mask, "document_attention_mask": document_attention_mask,
@@ -1358,7 +1460,7 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         self._check_fingerprint(document_representations)
         if labels is not None:
             use_cache = False
-            if decoder_input_ids is None:
+            if decoder_input_ids is None and kwargs.get("decoder_inputs_embeds") is None:  # BART's default
                 decoder_input_ids = shift_tokens_right(labels, self.config.pad_token_id,
                                                        self.config.decoder_start_token_id)
         outputs = self.model(
@@ -1371,8 +1473,14 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         logits = self.lm_head(hidden_states) + self.final_logits_bias.to(hidden_states.device)
         loss = None
         if labels is not None:
+            # the mean over the target tokens, or, given `num_items_in_batch` (`Trainer`'s count of the targets of all
+            # the batches it accumulates), their sum divided by it, as transformers' own losses take it
             loss = nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
-                                               labels.to(logits.device).reshape(-1), ignore_index=-100)
+                                               labels.to(logits.device).reshape(-1), ignore_index=-100,
+                                               reduction="mean" if num_items_in_batch is None else "sum")
+            if num_items_in_batch is not None:
+                loss = loss / (num_items_in_batch.to(loss.device) if torch.is_tensor(num_items_in_batch)
+                               else num_items_in_batch)
         return Seq2SeqLMOutput(
             loss=loss, logits=logits, encoder_last_hidden_state=outputs.encoder_last_hidden_state,
             decoder_hidden_states=outputs.decoder_hidden_states, decoder_attentions=outputs.decoder_attentions,
