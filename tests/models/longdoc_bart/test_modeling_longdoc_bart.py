@@ -835,3 +835,95 @@ def test_generate_takes_what_a_bert_tokenizer_returns():
     torch.testing.assert_close(model.generate(**encoded, **greedy),
                                model.generate(input_ids=encoded.input_ids, attention_mask=encoded.attention_mask,
                                               **greedy))
+
+
+# ----------------------------------------------------------------------------------------------- keywords not read
+# keywords `TransformersKwargs` (or transformers' plumbing) lets through that BART's forward takes and that no layer of
+# LongDoc reads (or only some do): each changed nothing, or the attention of some layers only
+UNREAD = {"position_ids": torch.arange(2, 22)[None], "is_causal": True, "logits_to_keep": 1,
+          "cu_seq_lens_q": torch.tensor([0, 10, 20], dtype=torch.int32),
+          "cu_seq_lens_k": torch.tensor([0, 10, 20], dtype=torch.int32), "max_length_q": 10, "max_length_k": 10,
+          "seq_idx": torch.zeros(1, 20, dtype=torch.int32), "output_router_logits": True}
+
+
+@pytest.mark.parametrize("name", sorted(UNREAD))
+def test_a_keyword_it_does_not_read_is_refused_naming_it(name):
+    """`position_ids` went on to BART's layers, which do not read them (the same logits for other positions); flash
+    attention's packing arguments, `logits_to_keep` and `output_router_logits` changed nothing; `is_causal` reached
+    BART's encoder and decoder functions but not the neighborhood kernel. Each is refused, by the model and the bare
+    model."""
+    model = longdoc(encoder_attention_type="neighborhood", neighborhood_radius=3)
+    ids, mask = padded_batch(20)
+    labels, value = tokens(2, 5, seed=5), {name: UNREAD[name]}
+    for call, where in [(lambda: model(ids, attention_mask=mask, labels=labels, **value),
+                         "LongDocBartForConditionalGeneration"),
+                        (lambda: model.model(ids, attention_mask=mask, decoder_input_ids=labels, **value),
+                         "LongDocBartModel")]:
+        with pytest.raises(ValueError, match=rf"^{where}\.forward\(\) got `{name}`, which it does not support"):
+            call()
+    if name == "is_causal":  # the decoder of a causal LM made bidirectional: refused too
+        with pytest.raises(ValueError, match="got `is_causal`"):
+            model(ids, attention_mask=mask, labels=labels, is_causal=False)
+
+
+def test_token_types_of_a_second_text_are_refused_and_zeros_pass():
+    """A BERT tokenizer's text pair gave `token_type_ids` that BART does not read: the pair was summarized as one
+    text, without a word. One text's zeros pass, as before (`model(**tokenizer(text))`)."""
+    model = longdoc()
+    ids, mask = padded_batch(20)
+    labels = tokens(2, 5, seed=5)
+    pair = torch.zeros_like(ids)
+    pair[:, 10:] = 1
+    for call in (lambda: model(ids, attention_mask=mask, labels=labels, token_type_ids=pair),
+                 lambda: model.model(ids, attention_mask=mask, decoder_input_ids=labels, token_type_ids=pair)):
+        with pytest.raises(ValueError, match="`token_type_ids` marking a second segment, which it does not support"):
+            call()
+    expected = model(ids, attention_mask=mask, labels=labels)
+    out = model(ids, attention_mask=mask, labels=labels, token_type_ids=torch.zeros_like(ids), logits_to_keep=0,
+                output_router_logits=False)
+    torch.testing.assert_close(out.logits, expected.logits)
+    torch.testing.assert_close(out.loss, expected.loss)
+
+
+def test_the_bare_model_refuses_num_items_in_batch():
+    """The bare model computes no loss: `num_items_in_batch` changed nothing."""
+    model = longdoc()
+    ids, mask = padded_batch(20)
+    with pytest.raises(ValueError, match=r"LongDocBartModel\.forward\(\) got `num_items_in_batch`"):
+        model.model(ids, attention_mask=mask, decoder_input_ids=tokens(2, 5, seed=5), num_items_in_batch=10)
+
+
+def test_num_items_in_batch_divides_the_summed_loss_and_gradient_accumulation_is_the_whole_batch_s(tmp_path):
+    """`Trainer` passes `num_items_in_batch` (the targets of all the batches it accumulates) to a model whose forward
+    takes `**kwargs`, and leaves the accumulated losses unscaled; BART's loss, a mean over each batch's targets, does
+    not read it (as `BartForConditionalGeneration`'s, which trains so too): two half batches trained with about twice
+    the whole batch's gradients. The loss is now the targets' summed cross-entropy divided by it; the signature
+    `generate()` and `Trainer` read is still BART's."""
+    import inspect
+
+    from tests.models.loss_checks import assert_accumulation_equals_one_batch
+
+    model = longdoc(encoder_attention_type="neighborhood", neighborhood_radius=3)
+    assert inspect.signature(model.forward).parameters.keys() == inspect.signature(
+        BartForConditionalGeneration.forward).parameters.keys() - {"self"}
+    ids, mask = padded_batch(20)
+    labels = tokens(2, 5, seed=5)
+    labels[0, 2:] = -100  # 5 + 2 targets
+    mean = model(ids, attention_mask=mask, labels=labels).loss
+    summed = model(ids, attention_mask=mask, labels=labels, num_items_in_batch=torch.tensor(10))
+    torch.testing.assert_close(summed.loss, mean * 7 / 10)
+    as_tuple = model(ids, attention_mask=mask, labels=labels, num_items_in_batch=7, return_dict=False)
+    torch.testing.assert_close(as_tuple[0], mean)
+    torch.testing.assert_close(as_tuple[1], summed.logits)
+    # positional labels (BART's order) are found too
+    positional = model(ids, mask, None, None, None, None, None, None, labels, num_items_in_batch=14)
+    torch.testing.assert_close(positional.loss, mean / 2)
+
+    ids, targets = tokens(4, 20), tokens(4, 5, seed=5)
+    targets[0, 1:] = -100  # uneven counts: 1 + 5 targets in one half batch, 10 in the other
+    rows = [{"input_ids": ids[i], "labels": targets[i]} for i in range(4)]
+
+    def build():
+        return longdoc(encoder_attention_type="neighborhood", neighborhood_radius=3).train()
+
+    assert assert_accumulation_equals_one_batch(build, rows, tmp_path) is True

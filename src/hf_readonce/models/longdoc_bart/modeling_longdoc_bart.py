@@ -771,6 +771,89 @@ def _check_keyword_arguments(model, kwargs: dict, method: str = "forward", passe
             raise TypeError(f"{type(model).__name__}.{method}() got an unexpected keyword argument '{name}'{hint}")
 
 
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._PACKED_SEQUENCES
+# What no model of this project reads among the keywords [`_accepted_keywords`] lets through (`TransformersKwargs`,
+# transformers' own plumbing), refused by [`_refuse_unread_keywords`] where a forward would swallow them: each name
+# maps to `(neutral, why)`, `neutral` being the value that asks for what the model does anyway (`None`: none) and
+# `why` the reason and what to use instead. Flash attention's packing arguments (what `DataCollatorWithFlattening`
+# returns) and the router logits of mixture-of-experts models; a family adds its own.
+_PACKED_SEQUENCES = (
+    "it reads one sequence per row, so the packed sequences of a flattened batch (flash attention's "
+    "`cu_seq_lens_q` / `cu_seq_lens_k` / `max_length_q` / `max_length_k`, `seq_idx`, as `DataCollatorWithFlattening` "
+    "returns them) would be read as one sequence, each attending to the others. Pad the batch instead, one sequence "
+    "per row (e.g. `DataCollatorWithPadding`)"
+)
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._UNREAD_KEYWORDS
+_UNREAD_KEYWORDS = {
+    **dict.fromkeys(("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx"),
+                    (None, _PACKED_SEQUENCES)),
+    "output_router_logits": (False, "the model has no mixture-of-experts router, so there are no router logits to "
+                                    "return; leave it out"),
+}
+
+
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._refuse_unread_keywords
+def _refuse_unread_keywords(model, kwargs: dict, unread: dict, method: str = "forward") -> None:
+    """Raise a `ValueError` for a key of `kwargs` (what `model.<method>` received in its `**kwargs`) that `unread`
+    lists: a name [`_check_keyword_arguments`] accepts (a key of `TransformersKwargs`, or what transformers passes to
+    any model) but that this forward never reads, so that the model would run as without it, a different result
+    without a word (e.g. packed sequences read as one, positions that are not the ones given). `unread` maps each
+    name to `(neutral, why)`: `None` passes, and so does `neutral` when it is not `None` (the value that asks for what
+    the model does anyway: `False` for a switch, `0` for `logits_to_keep`); any other value is refused, the message
+    naming the argument and ending with `why` (the reason and what to use instead).
+
+    Raises:
+        ValueError: a value of an unread argument that is neither `None` nor its neutral value.
+    """
+    for name, (neutral, why) in unread.items():
+        value = kwargs.get(name)
+        if value is None or (neutral is not None and type(value) in (bool, int) and value == neutral):
+            continue
+        raise ValueError(f"{type(model).__name__}.{method}() got `{name}`, which it does not support: {why}.")
+
+
+# Copied from hf_readonce.models.readonce_bart.modeling_readonce_bart._BART_UNREAD_KEYWORDS
+# What a BART model of this project (ReadOnce, LongDoc; the bare models and the conditional generation heads) leaves
+# unread besides [`_UNREAD_KEYWORDS`], for [`_refuse_unread_keywords`]. BART itself reads none of them: its encoder and
+# decoder number their positions themselves, and its LM head scores every position.
+_BART_UNREAD_KEYWORDS = {
+    **_UNREAD_KEYWORDS,
+    "position_ids": (None, "the model numbers positions itself, as BART does (learned positions from 0 for the text, "
+                           "the decoder's following its cache); `BartModel` does not read `position_ids` either"),
+    "is_causal": (None, "the encoder reads bidirectionally and the decoder causally, as in BART; `is_causal` would "
+                        "turn only some of their attention layers the other way"),
+    "logits_to_keep": (0, "the LM head scores every decoder position; slice `logits[:, -k:]` afterwards instead"),
+}
+# Copied from hf_readonce.models.readonce_bart.modeling_readonce_bart._BART_MODEL_UNREAD_KEYWORDS
+# a bare model (no LM head) computes no loss
+_BART_MODEL_UNREAD_KEYWORDS = {
+    **_BART_UNREAD_KEYWORDS,
+    "num_items_in_batch": (None, "the bare model computes no loss to divide by it; the conditional generation model "
+                                 "(with `labels`) reads it"),
+}
+
+
+# Copied from hf_readonce.models.readonce_bart.modeling_readonce_bart._check_no_token_types
+def _check_no_token_types(model, token_type_ids, instead: str, method: str = "forward") -> None:
+    """Raise a `ValueError` when `token_type_ids` mark a second segment (a value other than 0): a BERT tokenizer
+    returns them with the ids and BART's forward takes them without reading them (BART has no token-type embeddings),
+    so a text pair (`tokenizer(question, document)`) would be read as one text without a word. All zeros (one text,
+    `model(**tokenizer(text))`), `None` and anything that is not a tensor pass. `instead` ends the message: how this
+    model reads a second text.
+
+    Raises:
+        ValueError: `token_type_ids` holding a value other than 0.
+    """
+    if torch.is_tensor(token_type_ids) and bool((token_type_ids != 0).any()):
+        raise ValueError(f"{type(model).__name__}.{method}() got `token_type_ids` marking a second segment, which it "
+                         f"does not support: BART has no token types, so a text pair would be read as one text. "
+                         f"{instead}")
+
+
+# How LongDoc reads a second text, for [`_check_no_token_types`]'s message.
+_LONGDOC_SECOND_TEXT = "Tokenize the document alone (one text per row)."
+
+
 # Copied from hf_readonce.models.readonce_bart.modeling_readonce_bart._check_text_inputs
 def _check_text_inputs(input_ids, attention_mask, input_name: str = "input_ids",
                        mask_name: str = "attention_mask") -> None:
@@ -1003,7 +1086,8 @@ class LongDocBartModel(LongDocBartPreTrainedModel, BartModel):
     the decoder's BART's or causal neighborhood attention (`config.decoder_attention_type`). `forward` is BART's
     (inputs `(batch, n)`, decoder inputs `(batch, target_length)`, output `(batch, target_length, d_model)`), except
     that a keyword argument it does not take raises a `TypeError` naming it ([`_keyword_arguments_hook`]) where
-    BART's `**kwargs` would swallow it."""
+    BART's `**kwargs` would swallow it, and one it takes but does not read (`position_ids`, `is_causal`,
+    `num_items_in_batch`: no loss here, ...) a `ValueError`."""
 
     def __init__(self, config: LongDocBartConfig):
         BartModel.__init__(self, config)
@@ -1046,8 +1130,14 @@ def _keyword_arguments_hook(model, args, kwargs):
     """Forward pre-hook of [`LongDocBartModel`] (and, through [`_stored_encoder_outputs_hook`], of
     [`LongDocBartForConditionalGeneration`]), whose `forward` is BART's: a keyword argument BART's `forward` does not
     take (a misspelling such as `encoder_output=`) would be swallowed by its `**kwargs` and the model would run
-    without it; it raises a `TypeError` naming it instead ([`_check_keyword_arguments`])."""
+    without it; it raises a `TypeError` naming it instead ([`_check_keyword_arguments`]). A keyword it takes but does
+    not read (`position_ids`, `is_causal`, flash attention's packing arguments, ...: [`_BART_UNREAD_KEYWORDS`], and
+    `num_items_in_batch` for the bare model, which computes no loss) and `token_type_ids` marking a second segment
+    raise a `ValueError` naming them ([`_refuse_unread_keywords`], [`_check_no_token_types`])."""
     _check_keyword_arguments(model, kwargs)
+    unread = _BART_MODEL_UNREAD_KEYWORDS if isinstance(model, LongDocBartModel) else _BART_UNREAD_KEYWORDS
+    _refuse_unread_keywords(model, kwargs, unread)
+    _check_no_token_types(model, kwargs.get("token_type_ids"), _LONGDOC_SECOND_TEXT)
 
 
 def _stored_encoder_outputs_hook(model, args, kwargs):
@@ -1086,16 +1176,24 @@ def _check_encoder_outputs_inputs(model, encoder_outputs, attention_mask) -> Non
                          "encoded with, row for row.")
 
 
+# where [`LongDocBartForConditionalGeneration.forward`] finds `labels` among BART's arguments
+_BART_FORWARD_SIGNATURE = inspect.signature(BartForConditionalGeneration.forward)
+
+
 class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForConditionalGeneration):
     r"""
     LongDoc BART for summarization (Kosaraju, Ang and Nabulsi, "Faster Transformers for Document Summarization",
     §2.3 "Proposed Models", Fig. 1): [`LongDocBartModel`] and BART's LM head. `forward` (with `@can_return_tuple`),
-    `generate()` (greedy, beam, batched, `encoder_outputs` reused) and the loss are BART's; parameter names are
+    `generate()` (greedy, beam, batched, `encoder_outputs` reused) and the loss are BART's (the loss reads
+    `num_items_in_batch`, which BART's does not, see [`forward`]); parameter names are
     BART's, so `from_pretrained(<any BART checkpoint>)` loads every BART weight unchanged and reports only the new
     `conv.conv` / `conv.deconv` weights of convolutional types as missing (initialized as documented in
     [`LongDocConvolution`]). One difference: a keyword argument BART's `forward` does not take (a misspelling such as
-    `encoder_output=`) raises a `TypeError` naming it, where BART's `**kwargs` would swallow it
-    ([`_stored_encoder_outputs_hook`]).
+    `encoder_output=`) raises a `TypeError` naming it, where BART's `**kwargs` would swallow it, and one it takes but
+    does not read (`position_ids`, `is_causal`, `logits_to_keep` other than 0, flash attention's packing arguments,
+    `output_router_logits=True`, `token_type_ids` marking a second segment) a `ValueError`
+    ([`_stored_encoder_outputs_hook`]). `cache_position` is accepted and not read: the decoder's positions follow its
+    cache, as in transformers' BART (which reads none from 5.24 on).
 
     Equivalences (tested): with `neighborhood_radius >= ` the input length, `"neighborhood"` (encoder and decoder)
     computes `BartForConditionalGeneration`'s logits; `"convolutional"` with kernel 1, stride 1 and the initial
@@ -1152,6 +1250,42 @@ class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForCon
             # a new object either way: generate expands it in place for beams
             kwargs["encoder_outputs"] = copy.copy(encoder_outputs) if checked is encoder_outputs else checked
         return super().generate(*args, **kwargs)
+
+    # BART's signature (`inspect.signature` follows `__wrapped__`), as `generate()` and `Trainer` read it
+    @functools.wraps(BartForConditionalGeneration.forward, assigned=(), updated=())
+    def forward(self, *args, **kwargs):
+        r"""`BartForConditionalGeneration.forward`: its arguments (by position or keyword), outputs and errors, with
+        one difference in the loss. Given `labels` and `num_items_in_batch` (`int` or `torch.Tensor`, keyword: what
+        `Trainer` passes, the number of targets of all the batches it accumulates for one step), the loss is the sum
+        of the target tokens' cross-entropies divided by `num_items_in_batch`, as transformers' causal LMs take it,
+        instead of their mean: BART's forward does not read it, so `Trainer`, which leaves the losses of the
+        batches it accumulates unscaled for a model that takes it, trained with their gradients added (twice those
+        of the whole batch at two accumulated batches). Without labels it changes nothing (no loss).
+
+        Returns:
+            `Seq2SeqLMOutput` (or BART's tuple with `return_dict=False`), the loss first when `labels` are given.
+
+        Raises:
+            As `BartForConditionalGeneration.forward`, and as the checks of [`_stored_encoder_outputs_hook`] (a
+            keyword argument it does not take, one it takes but does not read, stored encoder outputs of another
+            model).
+        """
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+        outputs = super().forward(*args, **kwargs)
+        if num_items_in_batch is None:
+            return outputs
+        labels = _BART_FORWARD_SIGNATURE.bind(self, *args, **kwargs).arguments.get("labels")
+        if labels is None:
+            return outputs
+        logits = outputs[1] if isinstance(outputs, tuple) else outputs.logits
+        loss = nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
+                                           labels.to(logits.device).reshape(-1), ignore_index=-100, reduction="sum")
+        loss = loss / (num_items_in_batch.to(loss.device) if torch.is_tensor(num_items_in_batch)
+                       else num_items_in_batch)
+        if isinstance(outputs, tuple):
+            return (loss, *outputs[1:])
+        outputs.loss = loss
+        return outputs
 
     def representation_fingerprint(self) -> str:
         """SHA-256 hex of what the encoder's outputs depend on: the encoder's weights (`model.encoder.*`, the
