@@ -927,3 +927,26 @@ def test_a_checkpoint_of_the_other_family_is_refused_naming_its_class(tmp_path):
     assert RecurrentGPT2LMHeadModel.from_pretrained(tmp_path / "gpt2").config.n_layer == GPT2_TINY["n_layer"]
     assert RecurrentGPT2Config.from_pretrained(tmp_path / "recurrent_gpt2").window_size == RECURRENCE["window_size"]
     assert RecurrentLlamaForCausalLM.from_pretrained(tmp_path / "llama").config.num_hidden_layers == 3
+
+
+# keywords `TransformersKwargs` (or transformers' plumbing) lets through that the windowed stream does not read: each
+# changed nothing, whatever its value
+UNREAD = {"cache_position": torch.arange(5, 45), "is_causal": False,
+          "cu_seq_lens_q": torch.tensor([0, 20, 40], dtype=torch.int32),
+          "cu_seq_lens_k": torch.tensor([0, 20, 40], dtype=torch.int32), "max_length_q": 20, "max_length_k": 20,
+          "seq_idx": torch.zeros(1, 40, dtype=torch.int32), "output_router_logits": True, "debug_io": True,
+          "debug_io_dir": "debug", "prune_layers": 1}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("name", sorted(UNREAD))
+def test_a_keyword_it_does_not_read_is_refused_naming_it(name, family):
+    """`cache_position` (a stream counts its own positions), flash attention's packing arguments (a flattened batch
+    read as one stream), `is_causal=False`, `output_router_logits` and transformers' I/O debugger options were
+    accepted and changed nothing. Each is refused; `is_causal=True` (what the stream does) passes."""
+    model, tokens = tiny(family), ids(1, 40)
+    with pytest.raises(ValueError, match=rf"\.forward\(\) got `{name}`, which it does not support"):
+        model(tokens, labels=tokens, **{name: UNREAD[name]})
+    expected = model(tokens, labels=tokens)
+    out = model(tokens, labels=tokens, is_causal=True, output_router_logits=False, debug_io=False)
+    torch.testing.assert_close(out.logits, expected.logits)

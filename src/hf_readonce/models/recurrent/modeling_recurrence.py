@@ -130,6 +130,67 @@ def _check_keyword_arguments(model, kwargs: dict, method: str = "forward", passe
             raise TypeError(f"{type(model).__name__}.{method}() got an unexpected keyword argument '{name}'{hint}")
 
 
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._PACKED_SEQUENCES
+# What no model of this project reads among the keywords [`_accepted_keywords`] lets through (`TransformersKwargs`,
+# transformers' own plumbing), refused by [`_refuse_unread_keywords`] where a forward would swallow them: each name
+# maps to `(neutral, why)`, `neutral` being the value that asks for what the model does anyway (`None`: none) and
+# `why` the reason and what to use instead. Flash attention's packing arguments (what `DataCollatorWithFlattening`
+# returns) and the router logits of mixture-of-experts models; a family adds its own.
+_PACKED_SEQUENCES = (
+    "it reads one sequence per row, so the packed sequences of a flattened batch (flash attention's "
+    "`cu_seq_lens_q` / `cu_seq_lens_k` / `max_length_q` / `max_length_k`, `seq_idx`, as `DataCollatorWithFlattening` "
+    "returns them) would be read as one sequence, each attending to the others. Pad the batch instead, one sequence "
+    "per row (e.g. `DataCollatorWithPadding`)"
+)
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._UNREAD_KEYWORDS
+_UNREAD_KEYWORDS = {
+    **dict.fromkeys(("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx"),
+                    (None, _PACKED_SEQUENCES)),
+    "output_router_logits": (False, "the model has no mixture-of-experts router, so there are no router logits to "
+                                    "return; leave it out"),
+}
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._DEBUG_IO
+# transformers' I/O debugger, which its own forwards run when asked (`debug_io=True`); a forward of this project that
+# calls none of them refuses it
+_DEBUG_IO = ("transformers' I/O debugger does not run inside this forward: wrap the call in `with "
+             "transformers.model_addition_debugger_context(model, debug_path):` instead")
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._UNREAD_DEBUG_KEYWORDS
+_UNREAD_DEBUG_KEYWORDS = {"debug_io": (False, _DEBUG_IO), "debug_io_dir": (None, _DEBUG_IO),
+                          "prune_layers": (None, _DEBUG_IO)}
+
+
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._refuse_unread_keywords
+def _refuse_unread_keywords(model, kwargs: dict, unread: dict, method: str = "forward") -> None:
+    """Raise a `ValueError` for a key of `kwargs` (what `model.<method>` received in its `**kwargs`) that `unread`
+    lists: a name [`_check_keyword_arguments`] accepts (a key of `TransformersKwargs`, or what transformers passes to
+    any model) but that this forward never reads, so that the model would run as without it, a different result
+    without a word (e.g. packed sequences read as one, positions that are not the ones given). `unread` maps each
+    name to `(neutral, why)`: `None` passes, and so does `neutral` when it is not `None` (the value that asks for what
+    the model does anyway: `False` for a switch, `0` for `logits_to_keep`); any other value is refused, the message
+    naming the argument and ending with `why` (the reason and what to use instead).
+
+    Raises:
+        ValueError: a value of an unread argument that is neither `None` nor its neutral value.
+    """
+    for name, (neutral, why) in unread.items():
+        value = kwargs.get(name)
+        if value is None or (neutral is not None and type(value) in (bool, int) and value == neutral):
+            continue
+        raise ValueError(f"{type(model).__name__}.{method}() got `{name}`, which it does not support: {why}.")
+
+
+# What the recurrent models' forward leaves unread besides [`_UNREAD_KEYWORDS`] and transformers' I/O debugger options,
+# for [`_refuse_unread_keywords`] (`position_ids`, `token_type_ids` and `inputs_embeds` are refused on their own).
+_RECURRENT_UNREAD_KEYWORDS = {
+    **_UNREAD_KEYWORDS,
+    **_UNREAD_DEBUG_KEYWORDS,
+    "is_causal": (True, "a stream is read causally, window by window (§3); `is_causal=False` would not make it "
+                        "bidirectional"),
+    "cache_position": (None, "a stream counts its own positions, which restart in every window (§3): continue a "
+                             "stream with its `past_key_values` (the `RecurrentCache`) or its `recurrent_state`"),
+}
+
+
 # ----------------------------------------------------------------------------------------------------- modules
 class RecurrencePooling(nn.Module):
     r"""Eq. 1: mean over the positions of a window, weighted sum over the layers.
@@ -905,7 +966,10 @@ class RecurrentCausalLMMixin:
                 are ignored with a warning), a
                 `recurrent_state` (given, or held by the [`RecurrentCache`] a stream starts from) that is not a
                 floating-point tensor of shape `(batch_size, hidden_size)`, a foreign non-empty cache, padding on the
-                cached path of a stream begun without padding, or both `past_key_values` and `cache`.
+                cached path of a stream begun without padding, or both `past_key_values` and `cache`; a keyword of
+                `TransformersKwargs` it does not read ([`_RECURRENT_UNREAD_KEYWORDS`]): `cache_position` (a stream
+                counts its own positions), `is_causal=False`, flash attention's packed-sequence arguments
+                (`cu_seq_lens_q`, ..., `seq_idx`), `output_router_logits=True`, transformers' `debug_io` options.
             TypeError: if `input_ids` / `labels` are not torch.long or torch.int32 tensors, or `logits_to_keep` not
                 an int/tensor; a keyword argument it does not take (a misspelling such as `recurrent_states=`), named
                 with the argument it probably meant.
@@ -915,6 +979,7 @@ class RecurrentCausalLMMixin:
             raise ValueError("`input_ids` is required.")
         self._check_stream_inputs(input_ids, labels, attention_mask, recurrent_state, inputs_embeds, kwargs)
         _check_keyword_arguments(self, kwargs)
+        _refuse_unread_keywords(self, kwargs, _RECURRENT_UNREAD_KEYWORDS)
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
         use_cache = use_cache if use_cache is not None else self.config.use_cache
         batch_size, length = input_ids.shape
