@@ -184,6 +184,55 @@ def _check_keyword_arguments(model, kwargs: dict, method: str = "forward", passe
             raise TypeError(f"{type(model).__name__}.{method}() got an unexpected keyword argument '{name}'{hint}")
 
 
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._refuse_unread_keywords
+def _refuse_unread_keywords(model, kwargs: dict, unread: dict, method: str = "forward") -> None:
+    """Raise a `ValueError` for a key of `kwargs` (what `model.<method>` received in its `**kwargs`) that `unread`
+    lists: a name [`_check_keyword_arguments`] accepts (a key of `TransformersKwargs`, or what transformers passes to
+    any model) but that this forward never reads, so that the model would run as without it, a different result
+    without a word (e.g. packed sequences read as one, positions that are not the ones given). `unread` maps each
+    name to `(neutral, why)`: `None` passes, and so does `neutral` when it is not `None` (the value that asks for what
+    the model does anyway: `False` for a switch, `0` for `logits_to_keep`); any other value is refused, the message
+    naming the argument and ending with `why` (the reason and what to use instead).
+
+    Raises:
+        ValueError: a value of an unread argument that is neither `None` nor its neutral value.
+    """
+    for name, (neutral, why) in unread.items():
+        value = kwargs.get(name)
+        if value is None or (neutral is not None and type(value) in (bool, int) and value == neutral):
+            continue
+        raise ValueError(f"{type(model).__name__}.{method}() got `{name}`, which it does not support: {why}.")
+
+
+# Why flash attention's packing arguments are refused where nothing reads them ([`_block_attention_unread_keywords`]).
+_BLOCK_ATTENTION_PACKED = (
+    "only flash attention reads the packed sequences of a flattened batch apart (`cu_seq_lens_q` / `cu_seq_lens_k` / "
+    "`max_length_q` / `max_length_k`, as `DataCollatorWithFlattening` returns them), with "
+    "`attn_implementation=\"flash_attention_2\"` and neither `block_ids` nor `document_caches` (whose mask the model "
+    "builds itself): here they would be read as one sequence, each attending to the others. Pad the batch instead, "
+    "one sequence per row (e.g. `DataCollatorWithPadding`)"
+)
+
+
+def _block_attention_unread_keywords(config, block_ids, document_caches) -> dict:
+    """The keywords of `TransformersKwargs` a forward with these arguments would leave unread, for
+    [`_refuse_unread_keywords`]: `seq_idx` (no Llama attention reads it); flash attention's packing arguments unless
+    `config` asks for flash attention and neither `block_ids` nor `document_caches` are given (Llama's forward then
+    reads them, as `LlamaForCausalLM`); and, with `block_ids` or `document_caches`, `is_causal=False` (the model
+    builds the mask of such a call itself: causal within each block, or after the composed documents). Without
+    either, `is_causal` is read as Llama reads it."""
+    masked = block_ids is not None or document_caches is not None
+    unread = {"seq_idx": (None, "no attention of Llama reads it (it marks the sequences of a packed batch for "
+                                "state-space layers). Pad the batch instead, one sequence per row")}
+    if masked or "flash" not in str(getattr(config, "_attn_implementation", None) or ""):
+        unread.update(dict.fromkeys(("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k"),
+                                    (None, _BLOCK_ATTENTION_PACKED)))
+    if masked:
+        unread["is_causal"] = (True, "with `block_ids` or `document_caches` the model builds the attention mask "
+                                     "itself (causal within each block, or after the composed documents)")
+    return unread
+
+
 def _decoder(model):
     """The `LlamaModel` (decoder stack) of a causal LM or the decoder itself."""
     decoder = getattr(model, "model", None)
@@ -1116,7 +1165,9 @@ class BlockAttentionLlamaModel(BlockAttentionLlamaPreTrainedModel, LlamaModel):
 
         Raises:
             ValueError: `block_ids` of another shape than the input or with a non-empty cache; both
-                `past_key_values` and `cache`.
+                `past_key_values` and `cache`; a keyword of `TransformersKwargs` nothing would read
+                ([`_block_attention_unread_keywords`]): `seq_idx`, flash attention's packed-sequence arguments
+                without flash attention or with `block_ids`, `is_causal=False` with `block_ids`.
             TypeError: `input_ids`, `attention_mask`, `position_ids`, `inputs_embeds` or `block_ids` that are not
                 tensors (a list, a numpy array); floating `input_ids` or `block_ids`; a keyword argument it does not
                 take (a misspelling such as `block_id=`), named with the argument it probably meant; a
@@ -1128,6 +1179,7 @@ class BlockAttentionLlamaModel(BlockAttentionLlamaPreTrainedModel, LlamaModel):
                                  "inputs_embeds": inputs_embeds, "block_ids": block_ids})
         _check_cache_arguments(past_key_values, cache)
         past_key_values = _either_cache(past_key_values, cache)
+        _refuse_unread_keywords(self, kwargs, _block_attention_unread_keywords(self.config, block_ids, None))
         if block_ids is not None:
             attention_mask, position_ids = _block_attention_inputs(block_ids, input_ids, inputs_embeds, attention_mask,
                                                                    position_ids, past_key_values, self.dtype)
@@ -1416,7 +1468,10 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
         Raises:
             ValueError: `block_ids` of another shape than `input_ids`, with a non-empty cache or with
                 `document_caches`; `document_caches` with `past_key_values`; caches of another model (fingerprint);
-                both `past_key_values` and `cache`.
+                both `past_key_values` and `cache`; a keyword of `TransformersKwargs` nothing would read
+                ([`_block_attention_unread_keywords`]): `seq_idx`, flash attention's packed-sequence arguments
+                without flash attention or with `block_ids` or `document_caches` (a flattened batch would be read as
+                one sequence), `is_causal=False` with `block_ids` or `document_caches`.
             TypeError: `input_ids`, `attention_mask`, `position_ids`, `inputs_embeds`, `labels` or `block_ids` that
                 are not tensors (a list, a numpy array); floating `input_ids`, `labels` or `block_ids`; a keyword
                 argument it does not take (a misspelling such as `document_cache=`), named with the argument it
@@ -1429,6 +1484,7 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
                                  "inputs_embeds": inputs_embeds, "block_ids": block_ids})
         _check_cache_arguments(past_key_values, cache)
         past_key_values = _either_cache(past_key_values, cache)
+        _refuse_unread_keywords(self, kwargs, _block_attention_unread_keywords(self.config, block_ids, document_caches))
         if block_ids is not None:
             if document_caches is not None:
                 raise ValueError("Pass `block_ids` (training mask over full sequences) or `document_caches`, not both.")
