@@ -308,6 +308,42 @@ def test_generate_without_the_cache_equals_generate_with_it(per_row):
                 torch.testing.assert_close(uncached.sequences_scores, cached.sequences_scores, atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_generate_runs_past_max_position_embeddings_as_llama_does(use_cache, caplog):
+    """Documents and question are checked against `max_position_embeddings` before the first step (refused past it);
+    the new tokens may run past it, as `LlamaForCausalLM.generate`'s do on the full prompt, with transformers'
+    reminder when Llama gives it, the documents counted. Without the cache, every step's forward refused the question
+    grown by the tokens so far (mid-generation, the tokens lost); with it, the reminder never counted the documents."""
+    from transformers.utils import logging as hf_logging
+
+    def reminded(generate, *args, **kwargs):
+        type(hf_logging.get_logger("x")).warning_once.cache_clear()  # said once per process
+        caplog.clear()
+        hf_logging.enable_propagation()
+        try:
+            with caplog.at_level("WARNING"), torch.no_grad():
+                out = generate(*args, **kwargs)
+        finally:
+            hf_logging.disable_propagation()
+        return out, "exceeded the model's predefined maximum length (29)" in caplog.text
+
+    model = tiny(max_position_embeddings=29)
+    llama = plain(model)
+    document, question = ids(20, 1), ids(6, 2)
+    with torch.no_grad():
+        cache = model.encode_documents(document)
+    for new_tokens, past in ((3, False), (4, False), (6, True)):  # 26 + 3 = 29 positions; the 30th is never read
+        settings = dict(greedy(), max_new_tokens=new_tokens, min_new_tokens=new_tokens)
+        reference, llama_reminded = reminded(llama.generate, torch.cat([document, question], 1), **settings)
+        composed, composed_reminded = reminded(model.generate, question, document_caches=cache, use_cache=use_cache,
+                                               **settings)
+        assert_same_generation(reference, composed, new_tokens)
+        assert llama_reminded is past and composed_reminded is past, new_tokens
+    with pytest.raises(ValueError, match="a question of 10 tokens make 30 positions, more than the model's "
+                                         "max_position_embeddings 29"):
+        model.generate(ids(10, 3), document_caches=cache, use_cache=use_cache, **greedy())
+
+
 def test_generate_takes_the_prompt_as_inputs_as_llama_does():
     """`GenerationMixin.generate` names its prompt `inputs`: `generate(inputs=ids)` raised a TypeError (the prompt
     given twice) on this model, where `LlamaForCausalLM` generates."""

@@ -20,6 +20,8 @@ This file travels with saved checkpoints (`trust_remote_code=True`): it imports 
 standard library and the configuration next to it.
 """
 
+import contextlib
+import contextvars
 import copy
 import difflib
 import functools
@@ -35,6 +37,7 @@ from dataclasses import dataclass, field, fields, make_dataclass
 import torch
 import transformers
 from transformers.cache_utils import Cache, DynamicCache
+from transformers.generation.stopping_criteria import StoppingCriteria
 from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.models.llama.modeling_llama import (
     LlamaForCausalLM,
@@ -44,9 +47,11 @@ from transformers.models.llama.modeling_llama import (
     rotate_half,
 )
 from transformers.processing_utils import Unpack
-from transformers.utils import ModelOutput, TransformersKwargs, can_return_tuple
+from transformers.utils import ModelOutput, TransformersKwargs, can_return_tuple, logging
 
 from .configuration_block_attention_llama import BlockAttentionLlamaConfig
+
+logger = logging.get_logger(__name__)
 
 # Rotary types whose frequencies do not depend on the sequence length: rotating a stored key by a position delta is
 # then exactly the key computed at the new position ("yarn" scales cos and sin by one constant factor, which the
@@ -62,6 +67,12 @@ LLAMA_MODEL_TYPES = frozenset({"llama", "block_attention_llama"})
 # deprecated). Earlier 5.x releases know only `past_key_values`. This file accepts both names and passes on the one of
 # the installed transformers.
 CACHE_NAME = "cache" if "cache" in {f.name for f in fields(CausalLMOutputWithPast)} else "past_key_values"
+
+# While `generate(document_caches=...)` runs: the real tokens of its longest composed prefix. Its prompt (documents and
+# question) was checked against `max_position_embeddings` before the first step; the tokens it generates may run past
+# them, as those of `LlamaForCausalLM.generate` may ([`BlockAttentionLlamaForCausalLM._get_stopping_criteria`]).
+_GENERATING_AFTER_PREFIX: contextvars.ContextVar = contextvars.ContextVar("hf_readonce_generating_after_prefix",
+                                                                          default=None)
 
 
 def _either_cache(past_key_values, cache):
@@ -1504,8 +1515,11 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
             if attention_mask.shape != (batch_size, length):
                 raise ValueError(f"with `document_caches`, `attention_mask` must be the question's "
                                  f"{(batch_size, length)}, got {tuple(attention_mask.shape)}.")
+            # within `generate(use_cache=False)`, `input_ids` are the question and the tokens generated so far: the
+            # prompt was checked before the first step, and the new tokens may run past the positions (as Llama's)
+            generating = _GENERATING_AFTER_PREFIX.get() is not None
             prefix = self.compose_batch(document_caches, batch_size, recompute_ratio=recompute_ratio,
-                                        question_length=attention_mask.sum(dim=1))
+                                        question_length=0 if generating else attention_mask.sum(dim=1))
             past_key_values = getattr(prefix, CACHE_NAME)
             attention_mask = torch.cat([prefix.attention_mask, attention_mask.to(prefix.attention_mask)], dim=1)
             if position_ids is None:
@@ -1531,7 +1545,10 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
         generating from document + question (greedy tokens identical, logits to float rounding), batched with left
         padding, and with beams. With `use_cache=False` nothing is carried from step to step: every step reads the
         question and the tokens so far after the prefix composed anew (`forward(document_caches=...)`), the same
-        tokens as with the cache, the composition (and any recompute) repeated at every step.
+        tokens as with the cache, the composition (and any recompute) repeated at every step. Documents and question
+        are checked against `config.max_position_embeddings` before the first step; the new tokens may run past it,
+        as `LlamaForCausalLM.generate`'s may, with transformers' "exceeded the model's predefined maximum length"
+        reminder counting the documents, with or without the cache.
 
         Args:
             input_ids (`torch.LongTensor` of shape `(batch_size, question_length)`): the questions (left-padded);
@@ -1591,30 +1608,85 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
                              f"{tuple(attention_mask.shape)}.")
         # the copies of each row that `generate` makes (beams, returned sequences)
         repeat = max(settings.num_beams or 1, settings.num_return_sequences or 1)
+        question_lengths = attention_mask.sum(dim=1).tolist()  # left padding takes no position
         if settings.use_cache is False:
             # No cache between steps: each forward composes the prefix itself, for the rows `generate` expanded. The
             # positions continue after each row's prefix (`generate` would count them from the question's mask).
             if _per_row_documents(document_caches, input_ids.shape[0]):
-                prefix_lengths = [_prefix_length(_as_documents(row, f"document_caches[{i}]"))
-                                  for i, row in enumerate(document_caches)]
+                rows = [(_as_documents(row, f"document_caches[{i}]"), f"document_caches[{i}]", length)
+                        for i, (row, length) in enumerate(zip(document_caches, question_lengths, strict=True))]
                 document_caches = [row for row in document_caches for _ in range(repeat)]
-            else:
-                prefix_lengths = [_prefix_length(_as_documents(document_caches))] * input_ids.shape[0]
+            else:  # the same documents for every row: the longest question decides
+                rows = [(_as_documents(document_caches), "document_caches", max(question_lengths))]
+            for documents, argument, length in rows:  # the prompt, before the first step (as `compose_batch`)
+                _check_context_length(documents, length, self.config, argument)
+            prefix_lengths = [_prefix_length(documents) for documents, _, _ in rows]
             if kwargs.get("position_ids") is None:
-                positions = _positions_from_mask(attention_mask) + torch.tensor(prefix_lengths)[:, None].to(input_ids)
+                positions = _positions_from_mask(attention_mask) + torch.tensor(
+                    prefix_lengths if len(rows) > 1 else prefix_lengths * input_ids.shape[0])[:, None].to(input_ids)
                 kwargs["position_ids"] = positions.masked_fill(attention_mask == 0, 0)
-            return super().generate(input_ids, attention_mask=attention_mask, document_caches=document_caches,
-                                    recompute_ratio=recompute_ratio, **kwargs)
+            with _generating_after(max(prefix_lengths)):
+                return super().generate(input_ids, attention_mask=attention_mask, document_caches=document_caches,
+                                        recompute_ratio=recompute_ratio, **kwargs)
         if settings.cache_implementation is not None:
             raise ValueError(f"`cache_implementation` ({settings.cache_implementation!r}) cannot be used with "
                              "`document_caches`: their composed prefix is the cache (a DynamicCache).")
         prefix = self.compose_batch(document_caches, input_ids.shape[0], repeat=repeat,
-                                    recompute_ratio=recompute_ratio,
-                                    question_length=attention_mask.sum(dim=1))  # left padding takes no position
+                                    recompute_ratio=recompute_ratio, question_length=question_lengths)
         # Only the question's ids go in; the mask covers prefix + question, so `generate` feeds every question
         # token (its ids are shorter than the mask) and counts positions from the mask.
         mask = torch.cat([prefix.attention_mask[::repeat], attention_mask.to(prefix.attention_mask)], dim=1)
-        return super().generate(input_ids, attention_mask=mask, **{CACHE_NAME: getattr(prefix, CACHE_NAME)}, **kwargs)
+        with _generating_after(int(prefix.attention_mask.sum(dim=1).max())):
+            return super().generate(input_ids, attention_mask=mask, **{CACHE_NAME: getattr(prefix, CACHE_NAME)},
+                                    **kwargs)
+
+    def _get_stopping_criteria(self, *args, **kwargs):
+        """transformers' stopping criteria; within `generate(document_caches=...)`, the "exceeded the model's
+        predefined maximum length" reminder of `MaxLengthCriteria` counts the composed prefix too
+        ([`_PositionsReminder`]: the sequences `generate` sees hold the questions and new tokens only), so that it
+        comes when the new tokens run past `max_position_embeddings`, as it does for `LlamaForCausalLM.generate` on
+        the full prompt."""
+        criteria = super()._get_stopping_criteria(*args, **kwargs)
+        prefix = _GENERATING_AFTER_PREFIX.get()
+        for criterion in list(criteria) if prefix else ():
+            limit = getattr(criterion, "max_position_embeddings", None)
+            if limit is not None:
+                criterion.max_position_embeddings = None
+                criteria.append(_PositionsReminder(prefix, limit, criterion.max_length))
+        return criteria
+
+
+class _PositionsReminder(StoppingCriteria):
+    """Stops nothing: the reminder of transformers' `MaxLengthCriteria` (said once, when a generation runs past
+    `max_position_embeddings`) for a generation after a composed prefix of `prefix_length` tokens, which the
+    sequences `generate` sees (questions and new tokens) do not hold."""
+
+    def __init__(self, prefix_length: int, max_position_embeddings: int, max_length: int):
+        self.prefix_length = prefix_length
+        self.max_position_embeddings = max_position_embeddings
+        self.max_length = max_length
+
+    def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+        # as `MaxLengthCriteria`: once a step will read a position past the limit (not after the last token)
+        if input_ids.shape[1] < self.max_length and \
+                self.prefix_length + input_ids.shape[1] > self.max_position_embeddings:
+            logger.warning_once(
+                "This is a friendly reminder - the current text generation call has exceeded the model's predefined "
+                f"maximum length ({self.max_position_embeddings}), counting the {self.prefix_length} positions of the "
+                "composed documents. Depending on the model, you may observe exceptions, performance degradation, or "
+                "nothing at all."
+            )
+        return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+
+@contextlib.contextmanager
+def _generating_after(prefix_length: int):
+    """Hold `prefix_length` in `_GENERATING_AFTER_PREFIX` for the block (a `generate` call from composed caches)."""
+    token = _GENERATING_AFTER_PREFIX.set(prefix_length)
+    try:
+        yield
+    finally:
+        _GENERATING_AFTER_PREFIX.reset(token)
 
 
 BlockAttentionLlamaConfig.register_for_auto_class()
