@@ -204,6 +204,10 @@ def test_documents_and_question_past_the_positions_are_refused_before_any_work(r
     for call in (lambda: model.generate(ids(3, 1), document_caches=caches, recompute_ratio=ratio, max_new_tokens=2),
                  lambda: model(ids(3, 1), document_caches=caches, recompute_ratio=ratio),
                  lambda: model.generate(ids(3, 1, batch=2), document_caches=[caches[:1], caches],
+                                        recompute_ratio=ratio, max_new_tokens=2),
+                 lambda: model.generate(ids(3, 1), document_caches=caches, recompute_ratio=ratio, max_new_tokens=2,
+                                        use_cache=False),
+                 lambda: model.generate(ids(3, 1, batch=2), document_caches=[caches[:1], caches], use_cache=False,
                                         recompute_ratio=ratio, max_new_tokens=2)):
         with pytest.raises(ValueError, match=r"28 tokens and a question of 3 tokens make 31 positions.*"
                                              r"max_position_embeddings 30"):
