@@ -227,6 +227,24 @@ def test_documents_and_question_past_the_positions_are_refused_before_any_work(r
             model.compose_batch(caches, 1, question_length=bad)
 
 
+def test_a_batch_recomputes_shared_documents_once_and_each_per_row_list_once(monkeypatch):
+    """As `compose_batch` says: the documents of every row are composed (and recomputed) once for the batch, a per-row
+    list once per row (two rows with the same documents: twice), and the copies for beams are copies."""
+    import hf_readonce.models.block_attention_llama.modeling_block_attention_llama as modeling
+
+    model = tiny()
+    _, caches = documents(model)
+    composed = []
+    original = modeling._compose_row
+    monkeypatch.setattr(modeling, "_compose_row", lambda *a, **k: composed.append(a[4]) or original(*a, **k))
+    for document_caches, repeat, expected in ((caches, 1, ["document_caches"]), (caches, 3, ["document_caches"]),
+                                              ([caches, caches[:1], caches], 2,
+                                               ["document_caches[0]", "document_caches[1]", "document_caches[2]"])):
+        composed.clear()
+        prefix = model.compose_batch(document_caches, 3, repeat=repeat, recompute_ratio=0.5)
+        assert composed == expected and prefix.attention_mask.shape[0] == 3 * repeat
+
+
 def test_ratio_without_documents_is_refused():
     model = tiny()
     with pytest.raises(ValueError, match="recompute_ratio"):

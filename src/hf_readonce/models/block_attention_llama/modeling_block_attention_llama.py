@@ -1354,7 +1354,9 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
             repeat (`int`, defaults to 1): copies of each row, adjacent (beams, returned sequences).
             recompute_ratio (`float`, defaults to 0): fraction of document tokens whose keys and values are
                 recomputed per layer ([`selective_recompute`], CacheBlend §4); 0: the stored caches as they are,
-                1: the full prompt's cache. Each distinct row is recomputed once.
+                1: the full prompt's cache. The same documents for every row are composed (and recomputed) once for
+                the batch; per-row lists are composed once each, also where two rows hold the same documents; the
+                `repeat` copies of a row are copies.
             question_length (`int`, a sequence of `batch_size` ints or a `(batch_size,)` tensor, defaults to 0): the
                 real (unpadded) tokens that will follow each row's prefix (its question), counted with it against
                 `config.max_position_embeddings` before anything is composed.
