@@ -219,8 +219,17 @@ def test_generate_infers_the_questions_mask_from_the_pad_token_as_llama_does(use
                                **greedy())
         inferred = model.generate(q, document_caches=cache, use_cache=use_cache, **greedy())
         reference = llama.generate(full, **greedy())  # Llama infers the mask of the padded full prompts
+        # a pad token that is the eos token (as many Llama tokenizers set it): no mask is inferred, a question
+        # holding it reads it, as Llama reads it in the full prompt
+        eos = model.config.eos_token_id
+        question = q[:1].clone()
+        question[0, 2] = eos
+        eos_settings = dict(greedy(), pad_token_id=eos)
+        eos_reference = llama.generate(torch.cat([document, question], 1), **eos_settings)
+        eos_composed = model.generate(question, document_caches=cache, use_cache=use_cache, **eos_settings)
     assert_same_generation(given, inferred)
     assert_same_generation(reference, inferred)
+    assert_same_generation(eos_reference, eos_composed)
 
 
 def test_generate_with_beams_equals_plain_generate():
