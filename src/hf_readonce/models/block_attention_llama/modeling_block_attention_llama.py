@@ -1594,7 +1594,10 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
         for name in ("past_key_values", "cache", "inputs_embeds"):
             if kwargs.get(name) is not None:
                 raise ValueError(f"Pass `document_caches` or `{name}`, not both.")
-        # the settings `generate` will use: the keyword arguments over a given `generation_config` over the model's
+        # the settings `generate` will use: the keyword arguments over a given `generation_config` over the model's,
+        # merged by `generate`'s own (private) step, as transformers' models that override `generate` read them (RAG,
+        # MusicGen, Whisper); no public method does it (its signature and body compared in 5.6, 5.10, 5.15, 5.20 and
+        # 5.24: the same)
         settings, _ = self._prepare_generation_config(
             kwargs.get("generation_config"), **{key: value for key, value in kwargs.items()
                                                 if key not in ("generation_config", "attention_mask")})
