@@ -506,6 +506,12 @@ def test_bad_inputs_are_clear_errors():
         model.generate(question, document_caches=cache, past_key_values=model.compose_document_caches(cache))
     with pytest.raises(ValueError, match=r"`cache_implementation` \('static'\) cannot be used with `document_caches`"):
         model.generate(question, document_caches=cache, cache_implementation="static", max_new_tokens=2)
+    # "paged" switches `generate` to continuous batching, which reads no `document_caches`, with or without the cache
+    # (it returned the questions without a new token, its error only logged)
+    for use_cache in (True, False):
+        with pytest.raises(ValueError, match=r"`cache_implementation` \('paged'\) cannot be used with `document_caches`"):
+            model.generate(question, document_caches=cache, cache_implementation="paged", use_cache=use_cache,
+                           max_new_tokens=2)
     for name in ("past_key_values", "cache"):  # document caches where a Cache goes: an AttributeError deep in Llama
         for call in (model, model.model, lambda *args, **kwargs: model.generate(*args, max_new_tokens=2, **kwargs)):
             with pytest.raises(TypeError, match=rf"`{name}` got a DocumentCacheOutput .* `document_caches=`"):

@@ -1573,7 +1573,7 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
                 `past_key_values` (or `cache`) or `inputs_embeds`, a question mask of another shape, caches of
                 another model (fingerprint), RoPE setting or shape, `recompute_ratio` outside [0, 1] or without
                 `document_caches`, documents and question longer together than `config.max_position_embeddings`, a
-                `cache_implementation` with `document_caches`.
+                `cache_implementation` with `document_caches` (with the cache; "paged" with or without it).
             TypeError: `input_ids`, `attention_mask`, `position_ids` or `inputs_embeds` that are not tensors (a list,
                 a numpy array); floating `input_ids`; a [`DocumentCacheOutput`] as `past_key_values` / `cache` (it
                 goes in as `document_caches`).
@@ -1614,6 +1614,9 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
         # the copies of each row that `generate` makes (beams, returned sequences)
         repeat = max(settings.num_beams or 1, settings.num_return_sequences or 1)
         question_lengths = attention_mask.sum(dim=1).tolist()  # left padding takes no position
+        if kwargs.get("cache_implementation") == "paged":  # what `generate` switches to continuous batching on
+            raise ValueError("`cache_implementation` ('paged') cannot be used with `document_caches`: `generate` "
+                             "switches to continuous batching, which reads no document caches.")
         if settings.use_cache is False:
             # No cache between steps: each forward composes the prefix itself, for the rows `generate` expanded. The
             # positions continue after each row's prefix (`generate` would count them from the question's mask).
