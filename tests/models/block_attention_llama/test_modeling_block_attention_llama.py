@@ -353,6 +353,27 @@ def test_generate_runs_past_max_position_embeddings_as_llama_does(use_cache, cap
         model.generate(ids(10, 3), document_caches=cache, use_cache=use_cache, **greedy())
 
 
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_generate_s_default_length_counts_the_documents_as_llama_s_does(use_cache):
+    """Without `max_new_tokens` or `max_length`, `generate` makes 20 new tokens, no more than `max_position_embeddings`
+    in all: on the full prompt the documents count there; after composed caches they did not (20 new tokens where
+    Llama stops at the limit)."""
+    model = tiny(max_position_embeddings=36)
+    llama = plain(model)
+    document, question = ids(20, 1), ids(6, 2)
+    settings = dict(do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        cache = model.encode_documents(document)
+        reference = llama.generate(torch.cat([document, question], 1), **settings)
+        composed = model.generate(question, document_caches=cache, use_cache=use_cache, **settings)
+        assert reference.shape == (1, 36) and torch.equal(composed, reference[:, 20:])
+        # within the limit (256 positions), the default's 20 new tokens
+        roomy = tiny()
+        composed = roomy.generate(question, document_caches=roomy.encode_documents(document), use_cache=use_cache,
+                                  **settings)
+        assert composed.shape == (1, 26)
+
+
 def test_generate_takes_the_prompt_as_inputs_as_llama_does():
     """`GenerationMixin.generate` names its prompt `inputs`: `generate(inputs=ids)` raised a TypeError (the prompt
     given twice) on this model, where `LlamaForCausalLM` generates."""

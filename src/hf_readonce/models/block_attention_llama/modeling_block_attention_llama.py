@@ -68,9 +68,11 @@ LLAMA_MODEL_TYPES = frozenset({"llama", "block_attention_llama"})
 # the installed transformers.
 CACHE_NAME = "cache" if "cache" in {f.name for f in fields(CausalLMOutputWithPast)} else "past_key_values"
 
-# While `generate(document_caches=...)` runs: the real tokens of its longest composed prefix. Its prompt (documents and
-# question) was checked against `max_position_embeddings` before the first step; the tokens it generates may run past
-# them, as those of `LlamaForCausalLM.generate` may ([`BlockAttentionLlamaForCausalLM._get_stopping_criteria`]).
+# While `generate(document_caches=...)` runs: the positions its composed documents add to the sequences `generate`
+# sees (the longest row's documents and question, less the questions' width), so that its length settings count them
+# as they count the full prompt's for `LlamaForCausalLM.generate`
+# ([`BlockAttentionLlamaForCausalLM._prepare_generated_length`], [`_get_stopping_criteria`]). Its prompt (documents
+# and question) was checked against `max_position_embeddings` before the first step; the new tokens may run past it.
 _GENERATING_AFTER_PREFIX: contextvars.ContextVar = contextvars.ContextVar("hf_readonce_generating_after_prefix",
                                                                           default=None)
 
@@ -1550,7 +1552,8 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
         tokens as with the cache, the composition (and any recompute) repeated at every step. Documents and question
         are checked against `config.max_position_embeddings` before the first step; the new tokens may run past it,
         as `LlamaForCausalLM.generate`'s may, with transformers' "exceeded the model's predefined maximum length"
-        reminder counting the documents, with or without the cache.
+        reminder counting the documents, with or without the cache; without `max_new_tokens` or `max_length`,
+        `generate`'s default (20 new tokens, within `max_position_embeddings`) counts them too, as in the full prompt.
 
         Args:
             input_ids (`torch.LongTensor` of shape `(batch_size, question_length)`): the questions (left-padded);
@@ -1629,11 +1632,12 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
             for documents, argument, length in rows:  # the prompt, before the first step (as `compose_batch`)
                 _check_context_length(documents, length, self.config, argument)
             prefix_lengths = [_prefix_length(documents) for documents, _, _ in rows]
+            prefix_lengths *= input_ids.shape[0] // len(rows)  # one per row
             if kwargs.get("position_ids") is None:
-                positions = _positions_from_mask(attention_mask) + torch.tensor(
-                    prefix_lengths if len(rows) > 1 else prefix_lengths * input_ids.shape[0])[:, None].to(input_ids)
+                positions = _positions_from_mask(attention_mask) + torch.tensor(prefix_lengths)[:, None].to(input_ids)
                 kwargs["position_ids"] = positions.masked_fill(attention_mask == 0, 0)
-            with _generating_after(max(prefix_lengths)):
+            longest = max(p + q for p, q in zip(prefix_lengths, question_lengths, strict=True))
+            with _generating_after(longest - input_ids.shape[1]):
                 return super().generate(input_ids, attention_mask=attention_mask, document_caches=document_caches,
                                         recompute_ratio=recompute_ratio, **kwargs)
         if settings.cache_implementation is not None:
@@ -1644,53 +1648,65 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
         # Only the question's ids go in; the mask covers prefix + question, so `generate` feeds every question
         # token (its ids are shorter than the mask) and counts positions from the mask.
         mask = torch.cat([prefix.attention_mask[::repeat], attention_mask.to(prefix.attention_mask)], dim=1)
-        with _generating_after(int(prefix.attention_mask.sum(dim=1).max())):
+        longest = int((prefix.attention_mask[::repeat].sum(dim=1).cpu() + torch.tensor(question_lengths)).max())
+        with _generating_after(longest - input_ids.shape[1]):
             return super().generate(input_ids, attention_mask=mask, **{CACHE_NAME: getattr(prefix, CACHE_NAME)},
                                     **kwargs)
 
+    def _prepare_generated_length(self, *args, **kwargs):
+        """transformers' generated length; within `generate(document_caches=...)`, its default (20 new tokens, and no
+        more than `max_position_embeddings` in all, when neither `max_new_tokens` nor `max_length` is set) counts the
+        composed documents, as it counts them in the full prompt of `LlamaForCausalLM.generate` (the sequences
+        `generate` sees hold the questions and new tokens only)."""
+        generation_config = super()._prepare_generated_length(*args, **kwargs)
+        extra = _GENERATING_AFTER_PREFIX.get()
+        limit = getattr(self.config, "max_position_embeddings", None)
+        if extra and limit is not None and kwargs.get("has_default_max_length") and \
+                generation_config.max_new_tokens is None:
+            generation_config.max_length = min(generation_config.max_length, limit - extra)
+        return generation_config
+
     def _get_stopping_criteria(self, *args, **kwargs):
         """transformers' stopping criteria; within `generate(document_caches=...)`, the "exceeded the model's
-        predefined maximum length" reminder of `MaxLengthCriteria` counts the composed prefix too
+        predefined maximum length" reminder of `MaxLengthCriteria` counts the composed documents too
         ([`_PositionsReminder`]: the sequences `generate` sees hold the questions and new tokens only), so that it
         comes when the new tokens run past `max_position_embeddings`, as it does for `LlamaForCausalLM.generate` on
         the full prompt."""
         criteria = super()._get_stopping_criteria(*args, **kwargs)
-        prefix = _GENERATING_AFTER_PREFIX.get()
-        for criterion in list(criteria) if prefix else ():
+        extra = _GENERATING_AFTER_PREFIX.get()
+        for criterion in list(criteria) if extra else ():
             limit = getattr(criterion, "max_position_embeddings", None)
             if limit is not None:
                 criterion.max_position_embeddings = None
-                criteria.append(_PositionsReminder(prefix, limit, criterion.max_length))
+                criteria.append(_PositionsReminder(extra, limit, criterion.max_length))
         return criteria
 
 
 class _PositionsReminder(StoppingCriteria):
     """Stops nothing: the reminder of transformers' `MaxLengthCriteria` (said once, when a generation runs past
-    `max_position_embeddings`) for a generation after a composed prefix of `prefix_length` tokens, which the
-    sequences `generate` sees (questions and new tokens) do not hold."""
+    `max_position_embeddings`) for a generation after composed documents, which add `extra` positions to the sequences
+    `generate` sees (questions and new tokens)."""
 
-    def __init__(self, prefix_length: int, max_position_embeddings: int, max_length: int):
-        self.prefix_length = prefix_length
+    def __init__(self, extra: int, max_position_embeddings: int, max_length: int):
+        self.extra = extra
         self.max_position_embeddings = max_position_embeddings
         self.max_length = max_length
 
     def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
         # as `MaxLengthCriteria`: once a step will read a position past the limit (not after the last token)
-        if input_ids.shape[1] < self.max_length and \
-                self.prefix_length + input_ids.shape[1] > self.max_position_embeddings:
+        if input_ids.shape[1] < self.max_length and self.extra + input_ids.shape[1] > self.max_position_embeddings:
             logger.warning_once(
                 "This is a friendly reminder - the current text generation call has exceeded the model's predefined "
-                f"maximum length ({self.max_position_embeddings}), counting the {self.prefix_length} positions of the "
-                "composed documents. Depending on the model, you may observe exceptions, performance degradation, or "
-                "nothing at all."
+                f"maximum length ({self.max_position_embeddings}), the composed documents counted. Depending on the "
+                "model, you may observe exceptions, performance degradation, or nothing at all."
             )
         return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
 
 
 @contextlib.contextmanager
-def _generating_after(prefix_length: int):
-    """Hold `prefix_length` in `_GENERATING_AFTER_PREFIX` for the block (a `generate` call from composed caches)."""
-    token = _GENERATING_AFTER_PREFIX.set(prefix_length)
+def _generating_after(extra: int):
+    """Hold `extra` in `_GENERATING_AFTER_PREFIX` for the block (a `generate` call from composed caches)."""
+    token = _GENERATING_AFTER_PREFIX.set(extra)
     try:
         yield
     finally:
