@@ -6,6 +6,7 @@ it."""
 import pytest
 import torch
 
+from tests.conftest import refuses_unread_keyword
 from tests.models.block_attention_llama.test_modeling_block_attention_llama import ids, plain, tiny
 
 PACKING = {"cu_seq_lens_q": torch.tensor([0, 5, 12], dtype=torch.int32),
@@ -26,7 +27,7 @@ def test_packing_arguments_nothing_reads_are_refused(name):
                         (lambda: model(tokens, block_ids=block_ids, **value), "BlockAttentionLlamaForCausalLM"),
                         (lambda: model.model(tokens, block_ids=block_ids, **value), "BlockAttentionLlamaModel"),
                         (lambda: model(tokens, document_caches=caches, **value), "BlockAttentionLlamaForCausalLM")]:
-        with pytest.raises(ValueError, match=rf"^{where}\.forward\(\) got `{name}`, which it does not support"):
+        with refuses_unread_keyword(name, rf"^{where}\.forward\(\) got `{name}`, which it does not support"):
             call()
 
 
