@@ -1638,9 +1638,10 @@ def _other_compute_dtypes(args, name: str, keys: list[dict]) -> list[dict]:
     return found
 
 
-def _compare_spaces(store, about: dict, keys: list[dict], others: list[dict] = ()) -> list[dict]:
-    """Each space of `store` against a model's `keys` ([`_model_keys`], which gives `about`; `others`: its keys in
-    other compute dtypes, [`_other_compute_dtypes`]).
+def _compare_spaces(spaces: dict, about: dict, keys: list[dict], others: list[dict] = ()) -> list[dict]:
+    """Each of a store's `spaces` (`store.info()["spaces"]`: space key -> its fingerprint, settings, ...) against a
+    model's `keys` ([`_model_keys`], which gives `about`; `others`: its keys in other compute dtypes,
+    [`_other_compute_dtypes`]).
 
     Returns:
         `list[dict]`: per space, `space`, `model_type`, `model_names` (what `encode` recorded for it),
@@ -1654,7 +1655,7 @@ def _compare_spaces(store, about: dict, keys: list[dict], others: list[dict] = (
     from .store.format_check import differing_settings
 
     rows = []
-    for key, space in store.info()["spaces"].items():
+    for key, space in spaces.items():
         same = next((k for k in (*keys, *others) if k["space"] == key), None)
         same_fingerprint = same or next((k for k in (*keys, *others) if k["fingerprint"] == space["fingerprint"]),
                                         None)
@@ -1728,16 +1729,17 @@ def _info_model(args) -> int:
     store = _open_store(args.store, readonly=True, create=False, command="info") if args.store is not None else None
     about, keys = _model_keys(args, name)
     rows = None
+    summary = store.info() if store is not None else None  # (walks the store's folder: once)
     if store is not None:
-        rows = _compare_spaces(store, about, keys)
+        rows = _compare_spaces(summary["spaces"], about, keys)
         if not any(row["match"] for row in rows) and any(
                 row["fingerprint_of"] is None and row["model_type"] in (about["read_as"], None) for row in rows):
-            rows = _compare_spaces(store, about, keys, _other_compute_dtypes(args, name, keys))
+            rows = _compare_spaces(summary["spaces"], about, keys, _other_compute_dtypes(args, name, keys))
     matching = [row for row in rows or () if row["match"]]
     status = EXIT_PROBLEMS if store is not None and not matching else EXIT_OK
     # index files that cannot be read list no space, and the shards they listed are orphans: said as `info --store`
     # says them (a space of this model may be among them)
-    damage = {name: store.info()[name] for name in ("bad_manifests", "orphans")} if store is not None else {}
+    damage = {name: summary[name] for name in ("bad_manifests", "orphans")} if store is not None else {}
     encode = None
     if store is not None:
         words = ["hf-readonce", "encode", args.model, "--documents", "FILE.jsonl", "--store", str(store.path)]
