@@ -1052,6 +1052,32 @@ def _put_back(hidden: Path, path: Path) -> None:
                        "what it holds where it belongs.", path, hidden, error.strerror or error, hidden)
 
 
+_SKELETON_FOLDERS = ("tmp", "index", "shards")
+
+
+def _empty_skeleton_folders(folder: Path) -> None:
+    """Remove what [`remove_empty_store`] found in the store's folders under `folder` (the store's own temporary
+    files, empty space folders) and the folders themselves, bottom up; what cannot be removed stays (no error)."""
+    for sub in _SKELETON_FOLDERS:
+        top = folder / sub
+        if top.is_dir() and not top.is_symlink():
+            for root, folders, files in os.walk(top, topdown=False):
+                for name in files:
+                    with contextlib.suppress(OSError):
+                        os.unlink(os.path.join(root, name))
+                for name in folders:
+                    with contextlib.suppress(OSError):
+                        os.rmdir(os.path.join(root, name))
+            with contextlib.suppress(OSError):
+                top.rmdir()
+
+
+def _skeleton_folders_left(folder: Path) -> bool:
+    """Whether any of the store's folders (`tmp/`, `index/`, `shards/`; a link or file of that name counts) is at
+    `folder`."""
+    return any(os.path.lexists(folder / sub) for sub in _SKELETON_FOLDERS)
+
+
 def remove_empty_store(path) -> bool:
     """Remove the folder of a store that holds nothing stored, only the skeleton a [`RepresentationStore`] creates
     (`store.json`, an empty `.lock`, empty `shards/` space folders, `index/`, `tmp/` with no temporary file of a
@@ -1107,22 +1133,10 @@ def remove_empty_store(path) -> bool:
             _put_back(hidden, path)
             return False
         for _ in range(3):  # again where only a skeleton's folders came back: a writer looked the path up just
-            for sub in ("tmp", "index", "shards"):  # before the rename, and its check made them here without the lock
-                folder = hidden / sub
-                if folder.is_dir() and not folder.is_symlink():
-                    for root, folders, files in os.walk(folder, topdown=False):
-                        for name in files:
-                            with contextlib.suppress(OSError):
-                                os.unlink(os.path.join(root, name))
-                        for name in folders:
-                            with contextlib.suppress(OSError):
-                                os.rmdir(os.path.join(root, name))
-                    with contextlib.suppress(OSError):
-                        folder.rmdir()
-            if not any(os.path.lexists(hidden / sub) for sub in ("tmp", "index", "shards")) or not _only_a_skeleton(
-                    hidden, lock_held=True):
+            _empty_skeleton_folders(hidden)  # before the rename, and its check made them here without the lock
+            if not _skeleton_folders_left(hidden) or not _only_a_skeleton(hidden, lock_held=True):
                 break
-        if any(os.path.lexists(hidden / sub) for sub in ("tmp", "index", "shards")):
+        if _skeleton_folders_left(hidden):
             _put_back(hidden, path)  # something could not be removed: the store stays whole, marker included
             return False
         with contextlib.suppress(OSError):
