@@ -476,8 +476,7 @@ class RepresentationStore:
                 return
             finally:
                 lock.release()
-        raise ReadOnlyStoreError(f"store {self.path} was removed again each of the {_RECREATE_ATTEMPTS} times this "
-                                 "process created it anew to write into it; nothing is written.")
+        raise self._removed_again()
 
     def _refuse_unless_empty(self, lock_held: bool = False) -> None:
         """Raise [`ReadOnlyStoreError`] unless `self.path` is missing or a folder holding only an empty store's
@@ -522,8 +521,13 @@ class RepresentationStore:
                     return
             finally:
                 lock.release()
-        raise ReadOnlyStoreError(f"store {self.path} was removed again each of the {_RECREATE_ATTEMPTS} times this "
-                                 "process created it anew to write into it; nothing is written.")
+        raise self._removed_again()
+
+    def _removed_again(self) -> ReadOnlyStoreError:
+        """The error of a writer whose store was removed again each time it created it anew
+        ([`_recreate_if_removed`], [`_write_lock`])."""
+        return ReadOnlyStoreError(f"store {self.path} was removed again each of the {_RECREATE_ATTEMPTS} times this "
+                                  "process created it anew to write into it; nothing is written.")
 
     def _acquire_unless_gone(self) -> _StoreLock | None:
         """Take the write lock ([`lock`]) and return it; `None` where the store's folder is gone by the time a try
