@@ -681,7 +681,7 @@ def cmd_encode(args) -> int:
         except OSError as error:
             raise CommandError(str(error)) from None
     store_path = Path(args.store).expanduser().absolute()
-    created = [p for p in (store_path, *store_path.parents) if not p.exists()] if main_process else []
+    created = _missing_folders(store_path) if main_process else []
     store = _open_store(args.store) if main_process else None
     # shard files no index entry lists (a lost index), listed before any process of this run writes a shard
     unindexed = set(orphan_shards(store)) if store is not None and not args.repair else set()
@@ -836,6 +836,12 @@ def _count_paths(paths, root) -> str:
     return f"{folders} folder(s)" if folders else f"{files} file(s)"
 
 
+def _missing_folders(path: Path) -> list[Path]:
+    """The folders that do not exist yet among `path` and its parents, deepest first: what a run that makes `path`
+    creates, and what it removes again (while empty) when it fails."""
+    return [p for p in (path, *path.parents) if not p.exists()]
+
+
 def _remove_empty_store(path: Path, top: Path) -> None:
     """Undo the creation of a store this run made (`answer` / `summarize --encode-missing` that failed, `encode` of a
     model that cannot be loaded): only when it holds no shard and no manifest, only the store's own skeleton files,
@@ -867,9 +873,9 @@ def _undoing_an_empty_store(run):
         import contextlib
 
         store_path = Path(args.store).expanduser().absolute()
-        created = [p for p in (store_path, *store_path.parents) if not p.exists()]  # what this run would create
+        created = _missing_folders(store_path)  # what this run would create
         output_folder = Path(args.output).absolute().parent  # as `_output_file` makes it (no `~` expansion)
-        folders = [p for p in (output_folder, *output_folder.parents) if not p.exists()]
+        folders = _missing_folders(output_folder)
         try:
             return run(args)
         except BaseException:
