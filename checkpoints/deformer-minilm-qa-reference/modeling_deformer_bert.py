@@ -145,6 +145,22 @@ def _check_tensor_arguments(ids: dict, masks: dict | None = None) -> None:
             raise TypeError(f"`{name}` must hold integer token ids, got {value.dtype}.")
 
 
+def _output_attentions_switch(output_attentions, config) -> bool:
+    """Whether a call returns attention weights: `output_attentions`, else `config.output_attentions`, as
+    transformers' models read the switch.
+
+    Raises:
+        TypeError: an `output_attentions` that is neither `None` nor a `bool` (a string such as `"False"` would
+            otherwise read as true).
+    """
+    if output_attentions is None:
+        return bool(getattr(config, "output_attentions", False))
+    if not isinstance(output_attentions, bool):
+        raise TypeError(f"`output_attentions` must be a bool (or None: `config.output_attentions`), got "
+                        f"{type(output_attentions).__name__}.")
+    return output_attentions
+
+
 @functools.cache
 def _accepted_keywords(model_class: type, method: str, passed_to: tuple = (), declared_only: bool = False) -> frozenset:
     """The keyword names `model_class.<method>` accepts into its `**kwargs` (see [`_check_keyword_arguments`]): the
@@ -355,12 +371,21 @@ class DeformerPassageOutput(ModelOutput):
         model_fingerprint (`str`):
             Hex digest identifying the weights and configuration that produced the states (see
             [`DeformerBertModel.representation_fingerprint`]).
+        attentions (`tuple(torch.FloatTensor)`, *optional*):
+            The self-attention weights (after the softmax) of the decomposed layers 1..k over the passage alone, one
+            `(batch_size, num_attention_heads, passage_length, passage_length)` tensor per layer, as `BertModel`
+            returns them for the passage read alone (token type 1, positions from `passage_position_offset`): the
+            passage block of the pair encoding's lower-layer attentions ([`DeformerBertModelOutput`]). Returned when
+            `output_attentions=True` with `attn_implementation="eager"` (other implementations compute no weights: an
+            empty tuple, after transformers' warning for SDPA, as for BERT). Not part of the passage states:
+            `forward(passage_states=...)` and the representation stores read the fields above only.
     """
 
     last_hidden_state: torch.FloatTensor | None = None
     attention_mask: torch.LongTensor | None = None
     num_decomposed_layers: int | None = None
     model_fingerprint: str | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 @dataclass
@@ -388,8 +413,8 @@ class DeformerBertModelOutput(ModelOutput):
             matrix, block diagonal: a query gives weight 0 to every key of the other segment (and to padding, which
             joins the question segment), so each real token's row sums to 1 over its own segment. Upper layers k+1..n
             attend jointly. With `passage_states` only the n - k joint layers are returned, over `question_length +
-            passage_length` positions (the passage's lower layers ran in `encode_passages`; the question's are left
-            out as for `hidden_states`).
+            passage_length` positions (the passage's lower layers ran in `encode_passages`, which returns their
+            weights with `output_attentions=True`; the question's are left out as for `hidden_states`).
     """
 
     last_hidden_state: torch.FloatTensor | None = None
@@ -422,8 +447,9 @@ class DeformerBertPreTrainedModel(BertPreTrainedModel):
     # BERT checkpoints carry a pooler that a QA model does not use (as `BertForQuestionAnswering` has none).
     _keys_to_ignore_on_load_unexpected = [r"pooler\."]
     # `output_attentions=True`: BERT's self-attention weights, recorded by transformers' output hooks
-    # (`capture_outputs`) over the layers the output covers ([`DeformerBertModel._encode`]). Hidden states are the
-    # model's own (with `passage_states` they cover the joint layers only), so they are not recorded by hooks.
+    # (`capture_outputs`) over the layers the output covers ([`DeformerBertModel._encode`], and
+    # [`DeformerBertModel._encode_passage_layers`] for `encode_passages`). Hidden states are the model's own (with
+    # `passage_states` they cover the joint layers only), so they are not recorded by hooks.
     _can_record_outputs = {"attentions": BertSelfAttention}
 
     def save_pretrained(self, save_directory, *args, **kwargs):
@@ -588,6 +614,7 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
         input_ids: torch.LongTensor,
         attention_mask: torch.LongTensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
+        output_attentions: bool | None = None,
     ) -> DeformerPassageOutput:
         r"""
         Run passages alone through the embeddings and the decomposed layers 1..k (L_{1:k}(B^0) in eq. 5).
@@ -603,20 +630,27 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
                 1 for tokens, 0 for padding; defaults to all ones.
             token_type_ids (`torch.LongTensor` of shape `(batch_size, passage_length)`, *optional*):
                 Defaults to all ones (the passage is BERT's second segment).
+            output_attentions (`bool`, *optional*):
+                Also return the attention weights of layers 1..k over the passage (`attentions` of
+                [`DeformerPassageOutput`]), as `forward` returns those of the layers it runs: with
+                `attn_implementation="eager"`. Defaults to `config.output_attentions`. The states do not depend on it.
 
         Returns:
-            [`DeformerPassageOutput`] with `last_hidden_state` `(batch_size, passage_length, hidden_size)`.
+            [`DeformerPassageOutput`] with `last_hidden_state` `(batch_size, passage_length, hidden_size)`, and
+            `attentions` (k tensors `(batch_size, num_attention_heads, passage_length, passage_length)`) when asked.
 
         Raises:
             ValueError: if `num_decomposed_layers == 0` (nothing can be cached: plain BERT), if `input_ids` is not
                 2-D or is empty, if shapes disagree, or if the passage is longer than the position table allows.
-            TypeError: an input that is not a tensor, or ids that are not integers (each named).
+            TypeError: an input that is not a tensor, or ids that are not integers (each named); an
+                `output_attentions` that is not a bool.
         """
         if self.config.num_decomposed_layers == 0:
             raise ValueError(
                 "encode_passages needs num_decomposed_layers > 0: with 0 the model is plain BERT and passage states "
                 "depend on the question."
             )
+        output_attentions = _output_attentions_switch(output_attentions, self.config)
         _check_tensor_arguments({"input_ids": input_ids, "token_type_ids": token_type_ids},
                                 {"attention_mask": attention_mask})
         if input_ids.dim() != 2:
@@ -636,13 +670,25 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
         position_ids = self._passage_position_ids(batch_size, length, input_ids.device)
         hidden_states = self._embed(input_ids, token_type_ids=token_type_ids, position_ids=position_ids)
         mask = self._bidirectional_mask(hidden_states, attention_mask)
-        hidden_states = self._run_layers(hidden_states, mask, 0, self.config.num_decomposed_layers, None)
+        encoded = self._encode_passage_layers(hidden_states, mask, output_attentions=output_attentions,
+                                              return_dict=True)
         return DeformerPassageOutput(
-            last_hidden_state=hidden_states,
+            last_hidden_state=encoded.last_hidden_state,
             attention_mask=attention_mask,
             num_decomposed_layers=self.config.num_decomposed_layers,
             model_fingerprint=self.representation_fingerprint(),
+            attentions=encoded.attentions,
         )
+
+    @capture_outputs
+    def _encode_passage_layers(self, hidden_states, mask, **layer_kwargs) -> DeformerPassageOutput:
+        """Layers 1..k over embedded passages `(batch, passage_length, hidden_size)` under their mask, for
+        [`encode_passages`]: a [`DeformerPassageOutput`] holding `last_hidden_state`, and `attentions` when
+        `layer_kwargs["output_attentions"]` is set (recorded by transformers' `capture_outputs`, as in [`_encode`];
+        handed on to the layers too, as BERT does, so that an attention implementation without weights says so)."""
+        hidden_states = self._run_layers(hidden_states, mask, 0, self.config.num_decomposed_layers, None,
+                                         **layer_kwargs)
+        return DeformerPassageOutput(last_hidden_state=hidden_states)
 
     # ------------------------------------------------------------------ forward
     def forward(
@@ -896,17 +942,23 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
         [`DeformerBertModel.representation_fingerprint`]."""
         return self.bert.representation_fingerprint()
 
-    def encode_passages(self, input_ids, attention_mask=None, token_type_ids=None) -> DeformerPassageOutput:
+    def encode_passages(self, input_ids, attention_mask=None, token_type_ids=None,
+                        output_attentions=None) -> DeformerPassageOutput:
         """Cache passage states (the passage half of the lower k layers, §3): `(batch, passage_length)` ids ->
-        [`DeformerPassageOutput`] with `(batch, passage_length, hidden_size)` states; see
-        [`DeformerBertModel.encode_passages`]. Gradients are tracked: cache states for inference under
+        [`DeformerPassageOutput`] with `(batch, passage_length, hidden_size)` states, and with
+        `output_attentions=True` (default: `config.output_attentions`; `attn_implementation="eager"`) the k layers'
+        attention weights over the passage, each `(batch, num_attention_heads, passage_length, passage_length)`;
+        see [`DeformerBertModel.encode_passages`]. Gradients are tracked: cache states for inference under
         `torch.no_grad()`, or each cached output keeps its autograd graph alive.
 
         Raises:
             ValueError: as [`DeformerBertModel.encode_passages`] (k = 0, mis-shaped inputs, a passage beyond the
                 position table).
+            TypeError: as [`DeformerBertModel.encode_passages`] (inputs that are not integer tensors, an
+                `output_attentions` that is not a bool).
         """
-        return self.bert.encode_passages(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        return self.bert.encode_passages(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                                         output_attentions=output_attentions)
 
     @can_return_tuple
     def forward(

@@ -861,3 +861,58 @@ def test_attentions_follow_the_config_and_sdpa_warns_as_for_bert(monkeypatch):
     with torch.no_grad():
         assert model(ids, mask, types, output_attentions=True).attentions == ()
     assert said and "output_attentions" in said[0]
+
+
+def test_encode_passages_returns_the_lower_layers_attentions_of_bert_on_the_passage_alone():
+    """`encode_passages` took no `output_attentions` (a TypeError) and ignored `config.output_attentions` (no field):
+    now the k decomposed layers' weights, each BertModel's on the passage read alone (token type 1, positions from
+    `passage_position_offset`, padding included) and the passage block of the pair encoding's lower layers; the
+    states and the fingerprint do not depend on the switch, and such an output still serves `passage_states`."""
+    from transformers import BertModel
+
+    k = 2
+    model = eager(tiny_deformer(k=k))
+    bert = eager(BertModel(BertConfig(**TINY), add_pooling_layer=False).eval())
+    bert.load_state_dict(model.bert.state_dict())
+    (ids, types, mask), (q_ids, q_mask), (p_ids, p_mask) = make_pairs([5, 5], [7, 4])
+    offset = model.config.passage_position_offset
+    with torch.no_grad():
+        plain = model.encode_passages(p_ids, attention_mask=p_mask)
+        cached = model.encode_passages(p_ids, attention_mask=p_mask, output_attentions=True)
+        alone = bert(p_ids, attention_mask=p_mask, token_type_ids=torch.ones_like(p_ids), output_attentions=True,
+                     position_ids=torch.arange(p_ids.shape[1])[None] + offset).attentions
+        pair = model(ids, mask, types, output_attentions=True).attentions
+        with_states = model(q_ids, q_mask, passage_states=cached)
+        without = model(q_ids, q_mask, passage_states=plain)
+    assert plain.attentions is None
+    assert len(cached.attentions) == k
+    for layer, weights in enumerate(cached.attentions):
+        assert weights.shape == (2, TINY["num_attention_heads"], 7, 7)
+        torch.testing.assert_close(weights, alone[layer], atol=1e-6, rtol=0)
+        # row 0 has no padding, so its pair encoding's passage block is this matrix (positions 5..11)
+        torch.testing.assert_close(weights[0], pair[layer][0, :, 5:12, 5:12], atol=1e-6, rtol=0)
+        assert torch.all(weights[1, :, :4, 4:] == 0)  # padding keys of the shorter passage
+    assert torch.equal(cached.last_hidden_state, plain.last_hidden_state)
+    assert cached.model_fingerprint == plain.model_fingerprint
+    assert torch.equal(with_states.start_logits, without.start_logits)
+
+
+def test_encode_passages_attentions_follow_the_config_and_sdpa_warns_as_for_bert(monkeypatch):
+    model = eager(tiny_deformer(k=3))
+    _, _, (p_ids, p_mask) = make_pairs([5], [7])
+    model.config.output_attentions = True
+    with torch.no_grad():
+        assert len(model.encode_passages(p_ids, p_mask).attentions) == 3
+        assert len(model.bert.encode_passages(p_ids, p_mask).attentions) == 3
+        assert model.encode_passages(p_ids, p_mask, output_attentions=False).attentions is None
+    model.config.output_attentions = False
+    with pytest.raises(TypeError, match="`output_attentions` must be a bool"):
+        model.encode_passages(p_ids, p_mask, output_attentions="False")
+    model.set_attn_implementation("sdpa")  # no weights: transformers' warning, an empty tuple, as BertModel's
+    from transformers.integrations import sdpa_attention
+
+    said = []
+    monkeypatch.setattr(sdpa_attention.logger, "warning_once", lambda message, *a, **k: said.append(message))
+    with torch.no_grad():
+        assert model.encode_passages(p_ids, p_mask, output_attentions=True).attentions == ()
+    assert said and "output_attentions" in said[0]
