@@ -1248,3 +1248,95 @@ def test_labels_with_decoder_inputs_embeds_read_the_embeddings():
     out = model(q, document_representations=reps, decoder_inputs_embeds=embeds, labels=labels)
     torch.testing.assert_close(out.logits, expected.logits)
     torch.testing.assert_close(out.loss, expected.loss)
+
+
+def _bart_encoder_of(model):
+    """transformers' own `BartEncoder` with the document encoder's weights."""
+    from transformers.models.bart.modeling_bart import BartEncoder
+
+    encoder = BartEncoder(BartConfig(**TINY))
+    encoder.load_state_dict(model.document_encoder.encoder.state_dict())
+    encoder.config._attn_implementation = "eager"
+    return encoder.eval()
+
+
+def test_document_encoder_attentions_are_bart_encoder_s_on_the_document():
+    """`encode_documents` / the document encoder took no `output_attentions` (a TypeError) and ignored
+    `config.output_attentions` (it asked BART's encoder for none): now one `(batch, 1, heads, n, n)` tensor per layer
+    for documents that fit one chunk, `BartEncoder`'s weights on the documents; the representations and the
+    fingerprint do not depend on the switch, and such an output still serves `document_representations`."""
+    model = eager(tiny())
+    docs = tokens(2, 12)
+    mask = torch.ones_like(docs)
+    mask[1, 8:] = 0
+    docs[1, 8:] = 1
+    with torch.no_grad():
+        plain = model.encode_documents(docs, mask)
+        out = model.encode_documents(docs, mask, output_attentions=True)
+        expected = _bart_encoder_of(model)(docs, attention_mask=mask, output_attentions=True).attentions
+        q, dec = tokens(2, 5, seed=2), tokens(2, 3, seed=3)
+        with_attentions = model(q, document_representations=out, decoder_input_ids=dec).logits
+        without = model(q, document_representations=plain, decoder_input_ids=dec).logits
+    assert plain.attentions is None
+    assert len(out.attentions) == TINY["encoder_layers"]
+    for ours, theirs in zip(out.attentions, expected):
+        assert ours.shape == (2, 1, 4, 12, 12)
+        torch.testing.assert_close(ours[:, 0], theirs, atol=1e-6, rtol=0)
+        assert torch.all(ours[1, 0, :, :, 8:] == 0)  # padding keys
+    assert torch.equal(out.representations, plain.representations)
+    assert out.model_fingerprint == plain.model_fingerprint
+    assert torch.equal(with_attentions, without)
+
+
+def test_document_encoder_attentions_are_given_chunk_by_chunk():
+    """Documents longer than `document_chunk_length`: chunk c's weights are `BartEncoder`'s on that chunk's tokens
+    alone (overlapping chunks included), a shorter last chunk is zero-padded, a chunk past a shorter document is
+    zeros in its row, and a left-padded batch gives the weights of the right-padded one (reading order)."""
+    model = eager(tiny(document_chunk_length=8, document_chunk_overlap=4))
+    docs = tokens(2, 18)
+    mask = torch.ones_like(docs)
+    mask[1, 6:] = 0
+    docs[1, 6:] = 1
+    left_docs, left_mask = torch.ones_like(docs), torch.zeros_like(mask)
+    left_docs[0], left_mask[0] = docs[0], 1
+    left_docs[1, 12:], left_mask[1, 12:] = docs[1, :6], 1
+    encoder = _bart_encoder_of(model)
+    with torch.no_grad():
+        out = model.document_encoder(docs, mask, output_attentions=True)
+        left = model.document_encoder(left_docs, left_mask, output_attentions=True)
+        chunks = [(docs[:, start : start + 8], mask[:, start : start + 8]) for start in (0, 4, 8, 12)]
+        expected = [encoder(ids, attention_mask=m, output_attentions=True).attentions for ids, m in chunks]
+    assert [tuple(a.shape) for a in out.attentions] == [(2, 4, 4, 8, 8)] * TINY["encoder_layers"]
+    for layer, weights in enumerate(out.attentions):
+        for c, (ids, _) in enumerate(chunks):
+            n = ids.shape[1]  # 6 for the last chunk
+            torch.testing.assert_close(weights[0, c, :, :n, :n], expected[c][layer][0], atol=1e-6, rtol=0)
+            assert torch.all(weights[:, c, :, n:] == 0) and torch.all(weights[:, c, :, :, n:] == 0)
+        torch.testing.assert_close(weights[1, :2], torch.stack([expected[0][layer][1], expected[1][layer][1]]),
+                                   atol=1e-6, rtol=0)  # the second document ends in the second chunk
+        assert torch.all(weights[1, 2:] == 0)
+        torch.testing.assert_close(left.attentions[layer], weights, atol=1e-6, rtol=0)
+
+
+def test_document_encoder_attentions_follow_the_config_and_sdpa_warns_as_for_bart(monkeypatch):
+    from transformers.integrations import sdpa_attention
+
+    model = eager(tiny())
+    docs = tokens(1, 16)
+    model.config.output_attentions = True
+    with torch.no_grad():
+        assert len(model.encode_documents(docs).attentions) == TINY["encoder_layers"]
+        assert len(model.document_encoder(docs).attentions) == TINY["encoder_layers"]
+        assert model.encode_documents(docs, output_attentions=False).attentions is None
+        # `forward(document_input_ids=...)` returns the text model's attentions, not the document encoder's
+        out = model(tokens(1, 6), document_input_ids=docs, decoder_input_ids=tokens(1, 3))
+    assert [a.dim() for a in out.encoder_attentions] == [4] * TINY["encoder_layers"]
+    model.config.output_attentions = False
+    with pytest.raises(TypeError, match="`output_attentions` must be a bool"):
+        model.encode_documents(docs, output_attentions=1)
+    model.set_attn_implementation("sdpa")
+    said = []
+    monkeypatch.setattr(sdpa_attention.logger, "warning_once", lambda message, *a, **k: said.append(message))
+    with torch.no_grad():
+        assert model.encode_documents(docs, output_attentions=True).attentions == ()
+    assert said and "output_attentions" in said[0]

@@ -190,6 +190,23 @@ def _check_tensor_arguments(ids: dict, masks: dict | None = None) -> None:
             raise TypeError(f"`{name}` must hold integer token ids, got {value.dtype}.")
 
 
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._output_attentions_switch
+def _output_attentions_switch(output_attentions, config) -> bool:
+    """Whether a call returns attention weights: `output_attentions`, else `config.output_attentions`, as
+    transformers' models read the switch.
+
+    Raises:
+        TypeError: an `output_attentions` that is neither `None` nor a `bool` (a string such as `"False"` would
+            otherwise read as true).
+    """
+    if output_attentions is None:
+        return bool(getattr(config, "output_attentions", False))
+    if not isinstance(output_attentions, bool):
+        raise TypeError(f"`output_attentions` must be a bool (or None: `config.output_attentions`), got "
+                        f"{type(output_attentions).__name__}.")
+    return output_attentions
+
+
 # Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._accepted_keywords
 @functools.cache
 def _accepted_keywords(model_class: type, method: str, passed_to: tuple = (), declared_only: bool = False) -> frozenset:
@@ -404,12 +421,25 @@ class ReadOnceDocumentEncoderOutput(ModelOutput):
             1 for representations of real tokens, 0 for padding (shorter documents in the batch).
         compression_ratio (`int`): the k used.
         model_fingerprint (`str`): SHA-256 of the document encoder's weights and settings that made them.
+        attentions (`tuple(torch.FloatTensor)`, *optional*, returned when `output_attentions=True` with
+            `attn_implementation="eager"`): the self-attention weights of each layer of the document encoder's BART
+            encoder, one tensor per layer of shape `(batch_size, num_chunks, num_heads, chunk_length,
+            chunk_length)`. Documents are read in chunks of at most `document_chunk_length` tokens (one chunk for a
+            document that fits, §5.5), each by BART's encoder alone, and chunk c holds `BartEncoder`'s weights on
+            that chunk's tokens; `chunk_length` is the first chunk's token count (a shorter last chunk is
+            zero-padded). The tokens are in reading order: each row's real tokens first, in their order, then its
+            padding, as the representations follow them (with right padding, the input's own order). A chunk that
+            holds none of a row's tokens (a shorter document of the batch) has zero weights in that row. Other
+            attention implementations compute no weights (an empty tuple, after transformers' warning for SDPA, as
+            for BART). Not part of the representations: the representation+text model and the stores do not read
+            them.
     """
 
     representations: torch.FloatTensor | None = None
     attention_mask: torch.LongTensor | None = None
     compression_ratio: int | None = None
     model_fingerprint: str | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 @dataclass
@@ -780,7 +810,8 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
                                     hash_dtypes=False)
 
     def forward(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
-                compression_ratio: int | None = None, with_fingerprint: bool = True) -> ReadOnceDocumentEncoderOutput:
+                compression_ratio: int | None = None, with_fingerprint: bool = True,
+                output_attentions: bool | None = None) -> ReadOnceDocumentEncoderOutput:
         r"""
         Args:
             input_ids (`torch.LongTensor` of shape `(batch_size, n)`): document tokens (any n).
@@ -792,6 +823,10 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
             with_fingerprint (`bool`, defaults to `True`): record [`representation_fingerprint`] in the output (for
                 representations that leave the model); the joint-training forward passes `False`, so a training
                 step never hashes the encoder.
+            output_attentions (`bool`, *optional*): also return the BART encoder's attention weights, chunk by
+                chunk (`attentions` of [`ReadOnceDocumentEncoderOutput`]), as `BartEncoder` returns them: with
+                `attn_implementation="eager"`. Defaults to `config.output_attentions`. The representations do not
+                depend on it.
 
         Returns:
             [`ReadOnceDocumentEncoderOutput`].
@@ -799,9 +834,11 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
         Raises:
             ValueError: empty `input_ids` or a document with no real token; a token id outside the vocabulary; a
                 bad k; a chunk overlap that is not a multiple of k.
-            TypeError: `input_ids` not an integer tensor, `attention_mask` not a tensor (a list, a numpy array).
+            TypeError: `input_ids` not an integer tensor, `attention_mask` not a tensor (a list, a numpy array); an
+                `output_attentions` that is not a bool.
         """
         config = self.config
+        output_attentions = _output_attentions_switch(output_attentions, config)
         _check_tensor_arguments({"input_ids": input_ids}, {"attention_mask": attention_mask})
         if input_ids.dim() != 2 or input_ids.shape[1] == 0 or input_ids.shape[0] == 0:
             raise ValueError(f"`input_ids` must be a non-empty (batch, length) tensor, got {tuple(input_ids.shape)}.")
@@ -829,7 +866,7 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
         starts = [0]
         while starts[-1] + chunk < length:
             starts.append(starts[-1] + chunk - overlap)
-        pieces, masks = [], []
+        pieces, masks, chunk_attentions = [], [], []
         for index, start in enumerate(starts):
             ids = input_ids[:, start : start + chunk]
             mask = attention_mask[:, start : start + chunk]
@@ -837,12 +874,14 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
             run_mask[mask.sum(-1) == 0, 0] = 1  # rows already finished: compute something finite, masked below
             try:
                 # the output as a dataclass whatever `config.return_dict` says, and nothing recorded that is thrown away
-                states = self.encoder(input_ids=ids, attention_mask=run_mask, return_dict=True,
-                                      output_attentions=False, output_hidden_states=False).last_hidden_state
+                encoded = self.encoder(input_ids=ids, attention_mask=run_mask, return_dict=True,
+                                       output_attentions=output_attentions, output_hidden_states=False)
             except (IndexError, RuntimeError):
                 _check_token_ids(input_ids, config.vocab_size, "input_ids")
                 raise
-            reps, rep_mask = self.aggregation(states, mask, k, window)
+            if output_attentions:
+                chunk_attentions.append((encoded.attentions, mask.sum(-1) > 0))
+            reps, rep_mask = self.aggregation(encoded.last_hidden_state, mask, k, window)
             if index > 0 and overlap:
                 reps, rep_mask = reps[:, overlap // k :], rep_mask[:, overlap // k :]
             pieces.append(reps)
@@ -850,7 +889,29 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
         return ReadOnceDocumentEncoderOutput(
             representations=torch.cat(pieces, 1), attention_mask=torch.cat(masks, 1), compression_ratio=k,
             model_fingerprint=self.representation_fingerprint() if with_fingerprint else None,
+            attentions=_stack_chunk_attentions(chunk_attentions) if output_attentions else None,
         )
+
+
+def _stack_chunk_attentions(chunk_attentions) -> tuple[torch.Tensor, ...]:
+    """The document encoder's attention weights, per layer `(batch, num_chunks, heads, chunk_length, chunk_length)`
+    (see [`ReadOnceDocumentEncoderOutput`]), from what `BartEncoder` returned for each chunk: a list of
+    `(attentions, present)` pairs, `attentions` one `(batch, heads, length_c, length_c)` tensor per layer and
+    `present` `(batch,)`, False for the rows that have no token in the chunk (their weights, computed over a stand-in
+    token, become zeros). Later chunks, shorter than the first, are zero-padded to its length. `()` when the attention
+    implementation computed no weights (an empty tuple from the encoder, as BART's under SDPA)."""
+    if any(len(attentions) == 0 for attentions, _ in chunk_attentions):
+        return ()
+    length = chunk_attentions[0][0][0].shape[-1]
+    layers = []
+    for layer in range(len(chunk_attentions[0][0])):
+        chunks = []
+        for attentions, present in chunk_attentions:
+            weights = attentions[layer] * present[:, None, None, None].to(attentions[layer].dtype)
+            pad = length - weights.shape[-1]
+            chunks.append(nn.functional.pad(weights, (0, pad, 0, pad)) if pad else weights)
+        layers.append(torch.stack(chunks, dim=1))
+    return tuple(layers)
 
 
 class ReadOnceBartEncoder(BartEncoder):
@@ -1258,21 +1319,27 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         return self.document_encoder.representation_fingerprint()
 
     def encode_documents(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
-                         compression_ratio: int | None = None) -> ReadOnceDocumentEncoderOutput:
+                         compression_ratio: int | None = None,
+                         output_attentions: bool | None = None) -> ReadOnceDocumentEncoderOutput:
         r"""Read documents once: `(batch, n)` token ids -> [`ReadOnceDocumentEncoderOutput`] with
         `(batch, ceil(n / k), d_model)` vectors (Fig. 2, eq. 1-2; documents longer than T read in chunks, §5.5).
 
         Args:
             input_ids (`torch.LongTensor` of shape `(batch, n)`), attention_mask (`(batch, n)`, *optional*).
             compression_ratio (`int`, *optional*): k at inference (§5.2), default `config.compression_ratio`.
+            output_attentions (`bool`, *optional*): also return the document encoder's attention weights, one
+                `(batch, num_chunks, num_heads, chunk_length, chunk_length)` tensor per layer (`attentions` of
+                [`ReadOnceDocumentEncoderOutput`]; `attn_implementation="eager"`). Defaults to
+                `config.output_attentions`.
 
         Raises:
             TypeError: `input_ids` that are not integer ids, or `input_ids` / `attention_mask` that are not tensors (a
-                list, a numpy array).
+                list, a numpy array); an `output_attentions` that is not a bool.
             ValueError: an empty or non-2-D `input_ids`, a mask of another shape, an empty document, a k that is not
                 a positive int or does not divide the chunk overlap (see [`ReadOnceBartDocumentEncoder.forward`]).
         """
-        return self.document_encoder(input_ids, attention_mask=attention_mask, compression_ratio=compression_ratio)
+        return self.document_encoder(input_ids, attention_mask=attention_mask, compression_ratio=compression_ratio,
+                                     output_attentions=output_attentions)
 
     def optimizer_parameter_groups(self, bart_learning_rate: float = 1e-5, new_learning_rate: float = 1e-4,
                                    weight_decay: float = 0.0) -> list[dict]:
@@ -1351,8 +1418,9 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
                                 {"document_input_attention_mask": document_input_attention_mask})
         _check_text_inputs(document_input_ids, document_input_attention_mask, "document_input_ids",
                            "document_input_attention_mask")
+        # the document encoder's attentions are not part of `forward`'s output (`encode_documents` returns them)
         return self.document_encoder(document_input_ids, attention_mask=document_input_attention_mask,
-                                     with_fingerprint=False)
+                                     with_fingerprint=False, output_attentions=False)
 
     def _check_fingerprint(self, document_representations):
         if isinstance(document_representations, ReadOnceDocumentEncoderOutput) and \
@@ -1421,7 +1489,7 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
                 (over the text and, with `fusion="append"`, the representations) and `decoder_hidden_states`.
                 Attention weights need `attn_implementation="eager"`; with `fusion="attention"` they are those of each
                 fused self-attention's `Attn` (eq. 4), not of `Attn'` over R. The document encoder's own layers (with
-                `document_input_ids`) are not returned.
+                `document_input_ids`) are not returned: `encode_documents(..., output_attentions=True)` returns them.
 
             return_dict (`bool`, *optional*, keyword): return a tuple when False (`@can_return_tuple`, as
                 `BartForConditionalGeneration`).
