@@ -112,7 +112,9 @@ class ReadOnceBartAdapter(AdapterBase):
         """
         batch = self._tokenize_documents(list(texts), padding=True, padding_side="right",
                                          return_tensors="pt").to(self.model.device)
-        reps = self.model.encode_documents(batch.input_ids, batch.attention_mask, self.compression_ratio)
+        # the representations only: no attention weights, whatever `config.output_attentions` asks for
+        reps = self.model.encode_documents(batch.input_ids, batch.attention_mask, self.compression_ratio,
+                                           output_attentions=False)
         out = []
         for row in range(len(texts)):
             present = reps.attention_mask[row].bool()  # by the mask, not by assuming a valid prefix
