@@ -250,6 +250,45 @@ def test_info_model_of_a_plain_llama_read_as_another_family(tmp_path, checkpoint
     assert line.endswith("stored as float16): another model type's representations"), line
 
 
+def test_info_model_prints_its_report_and_no_loading_notes(tmp_path, capsys):
+    """`info MODEL` is a report: the notes loading a checkpoint prints for the commands that answer with it (a plain
+    checkpoint read as a family's model, a QA head initialized at random) and transformers' load report (a BERT's
+    unused pooler) are not printed, on stdout or stderr; the report says what the checkpoint is read as. A fresh
+    process for a plain BERT without QA head (transformers' log handler writes to the stderr it found at import
+    time), in-process for a plain Llama read as block-attention Llama, and with --json, whose stdout stays JSON."""
+    import os
+    import subprocess
+    import sys
+
+    from transformers import BertConfig, BertModel
+
+    bert, llama = tmp_path / "bert", tmp_path / "llama"
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    torch.manual_seed(0)
+    BertModel(BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                         intermediate_size=64, max_position_embeddings=128)).save_pretrained(bert)  # a pooler, no head
+    LlamaForCausalLM(LlamaConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=48,
+                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                 max_position_embeddings=128)).save_pretrained(llama)
+    for path in (bert, llama):
+        tokenizer.save_pretrained(path)
+    done = subprocess.run([sys.executable, "-m", "hf_readonce.cli", "info", str(bert), "--no-progress",
+                           *WINDOWS], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"model {bert}: model_type bert, read as deformer_bert "), done.stdout
+    assert done.stderr == "", done.stderr  # was: the notes on a plain BERT and its random QA head
+    for output in (done.stdout, done.stderr):
+        assert "note" not in output and "pooler" not in output and "LOAD REPORT" not in output, output
+    capsys.readouterr()
+    assert cli_main(["info", str(llama), "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(f"model {llama}: model_type llama, read as block_attention_llama "), out
+    assert "note" not in out and err == "", (out, err)
+    status, info = _info_json(capsys, llama)  # (json.loads of the whole stdout)
+    assert status == 0 and info["read_as"] == "block_attention_llama" and capsys.readouterr().err == ""
+
+
 def test_info_model_names_the_compute_dtype_a_family_keys_by_its_settings(tmp_path, capsys):
     """A family whose fingerprint leaves the dtype out keys the compute dtype by its settings: a float16 Llama has two
     keys of one fingerprint, and a store written in float16 read with --compute-dtype float32 is named with the

@@ -58,6 +58,7 @@ as it was; `publish`: nothing written); 141, quietly, when the reader of the out
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import json
 import math
@@ -426,7 +427,7 @@ def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, d
     `allow_readonce` (what `answer` passes) only families that answer from stored representations
     (`FamilySpec.answer`) are accepted; `encode` accepts every family with an adapter. `notes=False` leaves out the
     notes on stderr (a plain checkpoint read as a family's model, a QA head initialized at random): a reload of the
-    same checkpoint, whose notes were printed at the first load.
+    same checkpoint, whose notes were printed at the first load, or `info MODEL`, which does not answer with it.
 
     Raises:
         CommandError: if the checkpoint cannot be loaded or no adapter is registered for its model type.
@@ -1563,18 +1564,38 @@ def _option_words(option: str, value) -> list[str]:
     return [option, str(value)]
 
 
-def _model_keys(args, name: str, notes: bool = True) -> tuple[dict, list[dict]]:
+@contextlib.contextmanager
+def _loading_quietly():
+    """A block in which loading a checkpoint prints nothing: transformers' log below ERROR (a load report, notes on
+    the config or the generation config) and Python warnings are silenced, and both are put back as they were on
+    leaving it. Errors still raise. For `info MODEL`, a report: only its own lines are printed, on stdout."""
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
+def _model_keys(args, name: str) -> tuple[dict, list[dict]]:
     """The store keys `encode` would write `name`'s representations under, with `args`' options: one per compute
     dtype that `--compute-dtype` gives on a CPU and on CUDA (one when both are the same). The model is loaded as
     `encode` loads it ([`load_qa_model`]), on the CPU in the compute dtype of each device (a key depends on the
     weights' values and dtype, not on where they are), and keyed as `encode` keys what it writes: the fingerprint and
-    settings of the adapter it builds ([`_encode_settings`], [`_encode_adapter`]). No document is read.
+    settings of the adapter it builds ([`_encode_settings`], [`_encode_adapter`]). No document is read. The loading
+    prints nothing ([`_loading_quietly`], and without [`load_qa_model`]'s notes, which are about answering with the
+    model): `info` prints only its report (`about` says what the checkpoint is read as).
 
     Args:
         args: the parsed `info` arguments (`model` as typed, `compute_dtype`, `num_decomposed_layers`, the
             families' settings).
         name (`str`): the checkpoint folder or Hub id MODEL names ([`_resolve_model`]).
-        notes (`bool`, defaults to `True`): print [`load_qa_model`]'s notes on stderr at the first load.
 
     Returns:
         `(about, keys)`: `about` the model (`model` as typed, `path`, `model_name`: what `encode` records with the
@@ -1594,9 +1615,10 @@ def _model_keys(args, name: str, notes: bool = True) -> tuple[dict, list[dict]]:
     from .representations.base import current_fingerprint
     from .store import space_key
 
-    model, tokenizer = load_qa_model(name, args.num_decomposed_layers, "cpu", allow_readonce=True,
-                                     compute_dtype=args.compute_dtype, notes=notes)
-    config = AutoConfig.from_pretrained(name)  # (load_qa_model read it: it is readable)
+    with _loading_quietly():
+        model, tokenizer = load_qa_model(name, args.num_decomposed_layers, "cpu", allow_readonce=True,
+                                         compute_dtype=args.compute_dtype, notes=False)
+        config = AutoConfig.from_pretrained(name)  # (load_qa_model read it: it is readable)
     saved = checkpoint_dtype(config)
     settings, sources = _encode_settings(args, model)
     adapter_class = get_adapter_class(model.config.model_type)
@@ -1605,9 +1627,10 @@ def _model_keys(args, name: str, notes: bool = True) -> tuple[dict, list[dict]]:
         dtype = resolve_compute_dtype(args.compute_dtype, device, saved)
         if any(key["compute_dtype"] == dtype_name(dtype) for key in keys):
             continue
-        if dtype != model.dtype:  # as `encode` on that device loads it (the notes were printed at the first load)
-            model, tokenizer = load_qa_model(name, args.num_decomposed_layers, "cpu", allow_readonce=True,
-                                             compute_dtype=dtype_name(dtype), notes=False)
+        if dtype != model.dtype:  # as `encode` on that device loads it
+            with _loading_quietly():
+                model, tokenizer = load_qa_model(name, args.num_decomposed_layers, "cpu", allow_readonce=True,
+                                                 compute_dtype=dtype_name(dtype), notes=False)
         adapter = _encode_adapter(model, tokenizer, settings, sources)
         fingerprint, stored_settings = current_fingerprint(adapter), adapter.settings()  # as `fill_store` keys
         keys.append({"device": device, "label": label, "compute_dtype": dtype_name(dtype),
@@ -1626,7 +1649,7 @@ def _model_keys(args, name: str, notes: bool = True) -> tuple[dict, list[dict]]:
 
 def _other_compute_dtypes(args, name: str, keys: list[dict]) -> list[dict]:
     """The keys of `name` in the compute dtypes `keys` leave out (of float32, float16 and bfloat16), each loaded as
-    `encode --compute-dtype DTYPE` loads it ([`_model_keys`], without its notes): what tells a store written in
+    `encode --compute-dtype DTYPE` loads it ([`_model_keys`]): what tells a store written in
     another compute dtype from a stale one (asked only when no space of a store has one of `keys`). A dtype the
     checkpoint cannot be loaded in is left out."""
     probe = argparse.Namespace(**vars(args))
@@ -1636,7 +1659,7 @@ def _other_compute_dtypes(args, name: str, keys: list[dict]) -> list[dict]:
             continue
         probe.compute_dtype = dtype
         try:
-            _, (key,) = _model_keys(probe, name, notes=False)
+            _, (key,) = _model_keys(probe, name)
         except CommandError:  # a dtype this checkpoint cannot be loaded in tells nothing about the store
             continue
         key.update(device=None, label=f"--compute-dtype {dtype}")
