@@ -114,7 +114,8 @@ def test_info_model_says_when_a_stale_space_was_written_from_the_same_model(tmp_
     status, info = _info_json(capsys, mine, "--store", store, *WINDOWS)
     (row,) = info["store"]["spaces"]
     assert status == 1 and row["fingerprint_of"] is None and row["same_model_name"] is True
-    assert row["model_names"] == [str(mine)] and info["model_name"] == str(mine)
+    # (a folder beside the store is recorded relative to it, and read where the store is)
+    assert row["model_names"] == ["../mine"] == [info["model_name"]] and row["model_locations"] == [str(mine)]
     assert cli_main(["info", str(mine), "--store", str(store), *WINDOWS, "--no-progress"]) == 1
     out = capsys.readouterr().out
     assert ("another fingerprint (other weights, config or compute dtype), though encode recorded this model for it "

@@ -688,8 +688,9 @@ def test_the_demo_data_dir_help_gives_the_order_its_default_is_taken_in(monkeypa
 def test_info_names_the_model_that_wrote_each_space(tmp_path, checkpoint, tokenizer, qa_rows, capsys, monkeypatch):
     """Two checkpoints of one family encoded into one store were told apart by fingerprint only, so a newcomer could
     not tell which space `prune --space` should get: `encode` records MODEL with the space (a local folder as its
-    absolute path, a shipped name as typed) and `info` (and `prune --dry-run`) show it; a store written before names
-    were recorded still reads, and `info` says how to find a model's spaces then."""
+    absolute path, or relative to the store when it lies beside it; a shipped name as typed) and `info` (and `prune
+    --dry-run`) show it; a store written before names were recorded still reads, and `info` says how to find a
+    model's spaces then."""
     import json
     import shutil
 
@@ -712,7 +713,9 @@ def test_info_names_the_model_that_wrote_each_space(tmp_path, checkpoint, tokeni
     assert "not recorded" not in out
     assert cli_main(["info", "--store", str(store), "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)["spaces"]
-    assert sorted(space["model_names"] for space in listed.values()) == sorted([[str(checkpoint)], [str(second)]])
+    assert sorted(space["model_names"] for space in listed.values()) == sorted([[str(checkpoint)],
+                                                                               ["../runs/second"]])  # beside reps
+    assert sorted(space["model_locations"] for space in listed.values()) == sorted([[str(checkpoint)], [str(second)]])
     key = next(key for key, name in spaces if name == str(second))
     assert cli_main(["prune", "--store", str(store), "--space", key, "--dry-run"]) == 0
     assert f"would delete space {key} (deformer_bert, model {second}, fingerprint " in capsys.readouterr().out
@@ -760,6 +763,120 @@ def test_publish_refuses_a_non_empty_local_dir_before_any_output(tmp_path, capsy
     assert line.startswith("hf-readonce publish: error: `--local-dir`") and "not an empty directory" in line, line
     assert "card results" not in captured.err + captured.out and captured.out == ""
     assert (folder / "README.md").read_text() == "mine"
+
+
+def _saved_model(folder, tokenizer):
+    from tests.conftest import tiny_model
+
+    tiny_model().save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+WINDOW = ["--max-passage-length", "64", "--doc-stride", "16", "--no-progress"]
+
+
+def test_a_store_copied_with_the_model_beside_it_names_the_copy(tmp_path, tokenizer, qa_rows, capsys):
+    """`encode` recorded a local model folder by its absolute path, so a store copied or moved together with the
+    model beside it (`cp -r work/ other/`) still named the folder it was copied from: `info --store` named the old
+    folder, `info MODEL --store` of the copy did not know that the copy's space was recorded for it, `verify
+    --recompute` did not say which model the space was recorded for, and after a move the name pointed nowhere,
+    unsaid. A folder beside the store (under the store's parent) is now recorded relative to the store and read
+    where the store is; a recorded folder that is not here is said, naming the commands that take the model; the
+    space's key and fingerprint are as before."""
+    import json
+    import shutil
+
+    work, other = tmp_path / "work", tmp_path / "other"
+    _saved_model(work / "model", tokenizer)
+    docs = write_jsonl(work / "docs.jsonl", qa_rows[:2])
+    assert cli_main(["encode", str(work / "model"), "--documents", str(docs), "--store", str(work / "store"),
+                     *WINDOW]) == 0
+    (written,) = RepresentationStore(work / "store").spaces()
+    shutil.copytree(work, other)
+    capsys.readouterr()
+    assert cli_main(["info", "--store", str(other / "store"), "--json"]) == 0
+    (space,) = json.loads(capsys.readouterr().out)["spaces"].values()
+    assert space["model_names"] == ["../model"] and space["model_locations"] == [str(other / "model")], space
+    assert cli_main(["info", "--store", str(other / "store")]) == 0
+    out = capsys.readouterr().out
+    assert f"    model {other / 'model'}\n" in out and str(work) not in out and "no such folder" not in out, out
+    # the copy holds the same space (key, fingerprint): encode of the copied model finds every document stored
+    assert [(s.key, s.fingerprint) for s in RepresentationStore(other / "store").spaces()] == [
+        (written.key, written.fingerprint)]
+    assert cli_main(["encode", str(other / "model"), "--documents", str(other / "docs.jsonl"), "--store",
+                     str(other / "store"), *WINDOW]) == 0
+    assert "encoded 0 document(s)" in capsys.readouterr().out
+    # the copied model changed in place since (trained further): the space is said to be recorded for it
+    config = json.loads((other / "model" / "config.json").read_text())
+    (other / "model" / "config.json").write_text(json.dumps({**config, "layer_norm_eps": 1e-5}))
+    assert cli_main(["info", str(other / "model"), "--store", str(other / "store"), *WINDOW]) == 1
+    assert "though encode recorded this model for it (its weights or config changed since?)" in \
+        capsys.readouterr().out
+    verify = ["verify", "--recompute", "1", "--model", str(other / "model"), "--no-progress", "--store"]
+    assert cli_main([*verify, str(other / "store")]) == 2
+    err = capsys.readouterr().err
+    assert f"fingerprint {written.fingerprint[:16]}..., model {other / 'model'})); pass the checkpoint" in err, err
+    assert (f"encode recorded {other / 'model'} for space {written.key[:16]}, but its fingerprint is not that "
+            "model's now") in err, err
+    # the store moved without its model: the recorded folder is not here, said with the commands that take one
+    (tmp_path / "elsewhere").mkdir()
+    shutil.move(work / "store", tmp_path / "elsewhere" / "store")
+    assert cli_main(["info", "--store", str(tmp_path / "elsewhere" / "store")]) == 0
+    out = capsys.readouterr().out
+    assert f"    model {tmp_path / 'elsewhere' / 'model'}\n    no such folder here: " in out, out
+    assert "note: a model folder recorded for a space is not here" in out and "--model MODEL` recomputes" in out
+    assert cli_main([*verify, str(tmp_path / "elsewhere" / "store")]) == 2
+    assert f"model {tmp_path / 'elsewhere' / 'model'} (no such folder here))" in capsys.readouterr().err
+
+
+def test_a_model_recorded_by_its_absolute_path_reads_as_before(tmp_path, tokenizer, qa_rows, capsys):
+    """A space whose model is recorded by its absolute path (as `encode` recorded every local folder before, or a
+    folder not beside the store) is listed by that path after the store is copied, with the same key and
+    fingerprint; `encode` of the same model beside the store adds its relative name to the same space (listed once
+    while both name one folder); a recorded folder that is gone is said."""
+    import json
+    import shutil
+
+    from hf_readonce import DeformerBertForQuestionAnswering
+    from hf_readonce.representations import fill_store, get_adapter
+
+    work, other = tmp_path / "work", tmp_path / "other"
+    model = _saved_model(work / "model", tokenizer)
+    docs = write_jsonl(work / "docs.jsonl", qa_rows[:2])
+    loaded = DeformerBertForQuestionAnswering.from_pretrained(model).eval()
+    adapter = get_adapter(loaded, tokenizer, max_passage_length=64, doc_stride=16)
+    fill_store(adapter, RepresentationStore(work / "store"), [row["context"] for row in qa_rows[:2]],
+               model_name=str(model))  # the record of an earlier release
+    (written,) = RepresentationStore(work / "store").spaces()
+    assert cli_main(["encode", str(model), "--documents", str(docs), "--store", str(work / "store"), *WINDOW]) == 0
+    assert "encoded 0 document(s)" in capsys.readouterr().out  # the same space
+    assert cli_main(["encode", str(model), "--documents", str(docs), "--store", str(work / "store"), *WINDOW,
+                     "--dtype", "fp32"]) == 0  # (the same space: a stored document is not written again)
+    capsys.readouterr()
+    assert cli_main(["info", "--store", str(work / "store"), "--json"]) == 0
+    (space,) = json.loads(capsys.readouterr().out)["spaces"].values()
+    assert space["model_names"] == [str(model)] and space["model_locations"] == [str(model)]
+    shutil.copytree(work, other)
+    for store in (work / "store", other / "store"):
+        assert [(s.key, s.fingerprint) for s in RepresentationStore(store).spaces()] == [
+            (written.key, written.fingerprint)]
+        assert cli_main(["info", "--store", str(store)]) == 0
+        out = capsys.readouterr().out
+        assert f"    model {model}\n" in out and "no such folder" not in out, out
+    shutil.rmtree(model)
+    assert cli_main(["info", "--store", str(other / "store")]) == 0
+    out = capsys.readouterr().out
+    assert f"    model {model}\n    no such folder here: {model}\n" in out, out
+    # a document encoded by the copy beside the copied store adds the relative name to the same space
+    more = write_jsonl(other / "more.jsonl", qa_rows[2:3])
+    assert cli_main(["encode", str(other / "model"), "--documents", str(more), "--store", str(other / "store"),
+                     *WINDOW]) == 0
+    capsys.readouterr()
+    assert cli_main(["info", "--store", str(other / "store"), "--json"]) == 0
+    (space,) = json.loads(capsys.readouterr().out)["spaces"].values()
+    assert space["model_names"] == [str(model), "../model"], space
+    assert space["model_locations"] == [str(model), str(other / "model")], space
 
 
 def test_prune_dry_run_names_every_model_info_lists_for_the_space(tmp_path, capsys):

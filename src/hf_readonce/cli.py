@@ -18,7 +18,8 @@ Subcommands:
   prints ROUGE-1/2/L beside lead-1 and lead-3 when every document carries a reference summary
   (`hf_readonce.tasks.summarization_store`).
 - `info --store DIR`: documents, size on disk, and per representation space its fingerprint, settings and the model
-  `encode` was given (MODEL as typed; a local folder as its absolute path), to tell which space `prune --space` gets.
+  `encode` was given (MODEL as typed; a local folder as its absolute path, or relative to the store when it lies
+  beside it, shown where the store is now), to tell which space `prune --space` gets.
 - `info MODEL [--store DIR]`: the store key `encode` would write MODEL's representations under: its fingerprint per
   compute dtype (`--compute-dtype auto` keys a CPU's float32 and CUDA's checkpoint dtype apart) and settings, computed
   by the same loading and adapter as `encode` (the fingerprint hashes the weights, so they are loaded, on the CPU; no
@@ -328,21 +329,67 @@ def _resolve_model(name: str) -> str:
     return name
 
 
-def _model_name(name: str) -> str:
+# the start of a model name `encode` recorded relative to the store's folder ([`_model_name`]): a Hub id, a shipped
+# name or an absolute path never starts with it
+_BESIDE_THE_STORE = "../"
+
+
+def _model_name(name: str, store=None) -> str:
     """The name `encode` records with the representation spaces it writes (`hf-readonce info --store` shows it, so
     that the spaces of two checkpoints of one family can be told apart): MODEL as given, a shipped checkpoint's name
     or a Hub id, or for a local folder its absolute path (`~` expanded, links kept), which names it from any working
-    directory."""
+    directory. With `store` (the store folder it is recorded in), a local folder that lies beside the store, under
+    the store folder's parent (`work/model` for `work/store`; not the file system's root), is recorded as its path
+    relative to the store folder, `../model`: the name then still names it once both are copied or moved together
+    (`cp -r work/ other/`), where an absolute path named the folder they were copied from. A folder that holds the
+    store (the store's parent itself, or above) keeps its absolute path. [`_recorded_model`] reads it back."""
     path = Path(name).expanduser()
-    return os.path.abspath(path) if path.exists() else name
+    if not path.exists():
+        return name
+    folder = os.path.abspath(path)
+    if store is not None:
+        home = os.path.abspath(Path(store).expanduser())
+        parent = os.path.dirname(home)
+        try:  # (paths on two drives have no common path)
+            beside = (os.path.commonpath([folder, parent]) == parent and os.path.commonpath([folder, home]) != home
+                      and folder != parent and parent != os.path.dirname(parent))
+        except ValueError:
+            beside = False
+        if beside:  # (`../...`)
+            return Path(os.path.relpath(folder, home)).as_posix()
+    return folder
 
 
-def _named_as_encode_names_it(model, name: str) -> None:
-    """Set `model.config.name_or_path` to what `encode` records for MODEL `name` ([`_model_name`]), which
-    `fill_store` records by default: `answer` and `summarize --encode-missing` then name the spaces they write as
-    `encode` does, not by the relative path or the shipped checkpoint's folder the model was loaded from (`info`
-    listed one model under two names). `name_or_path` is no part of a representation fingerprint."""
-    model.config.name_or_path = _model_name(name)
+def _recorded_model(name: str, store) -> str:
+    """A model name a store records as MODEL names it from any working directory: one `encode` recorded relative to
+    the store folder ([`_model_name`], `../model`) joined to `store`, where the store is now; any other (an absolute
+    path, a Hub id, a shipped name) as it is."""
+    if name.startswith(_BESIDE_THE_STORE):
+        return os.path.normpath(os.path.join(os.path.abspath(Path(store).expanduser()), name))
+    return name
+
+
+def _recorded_models(names, store) -> tuple[list[str], list[str]]:
+    """The models a store records for a space (`names`: its `model_names`), each as [`_recorded_model`] names it
+    (one folder recorded under two names, absolute and relative, once), and those of them that are local folders
+    (an absolute path, or a path relative to the store) that do not exist here: a store copied or moved without
+    them, or a folder moved or removed since.
+
+    Returns:
+        `(models, missing)`: both lists of names, in the order `names` gives.
+    """
+    models = list(dict.fromkeys(_recorded_model(name, store) for name in names))
+    missing = [model for model in models if os.path.isabs(model) and not os.path.isdir(model)]
+    return models, missing
+
+
+def _named_as_encode_names_it(model, name: str, store=None) -> None:
+    """Set `model.config.name_or_path` to what `encode` records for MODEL `name` in `store` ([`_model_name`]),
+    which `fill_store` records by default: `answer` and `summarize --encode-missing` then name the spaces they write
+    as `encode` does, not by the relative path or the shipped checkpoint's folder the model was loaded from (`info`
+    listed one model under two names). `name_or_path` is no part of a representation fingerprint, and nothing loads
+    from it after the model is loaded."""
+    model.config.name_or_path = _model_name(name, store)
 
 
 def _cached_on_this_machine(repo_id: str) -> bool:
@@ -662,7 +709,8 @@ def cmd_encode(args) -> int:
     if args.shard_size_mb * 1024 * 1024 >= 2 ** 63:
         raise CommandError(f"--shard-size-mb {args.shard_size_mb:g} is too large; shards of a few hundred MiB at "
                            "most are practical (default 64).")
-    model_name = _model_name(args.model)  # recorded with the space, as typed (a shipped name, not its folder)
+    # recorded with the space, as typed (a shipped name, not its folder; a folder beside the store relative to it)
+    model_name = _model_name(args.model, args.store)
     args.model = _resolve_model(args.model)
     if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         _device(args.device)  # a device this machine lacks is refused before a store is created
@@ -1139,7 +1187,7 @@ def _answer(args) -> int:
         return _answer_generative(args, store, examples, output)
     model, tokenizer = load_qa_model(args.model, args.num_decomposed_layers, _device(args.device),
                                      compute_dtype=args.compute_dtype)
-    _named_as_encode_names_it(model, args.model_as_given)
+    _named_as_encode_names_it(model, args.model_as_given, args.store)
     config = model.config
     from .representations import family_of
     from .representations.registry import answer_function
@@ -1303,7 +1351,7 @@ def _answer_generative(args, store, examples, output) -> int:
 
     model, tokenizer = load_qa_model(args.model, None, _device(args.device), allow_readonce=True,
                                      compute_dtype=args.compute_dtype)
-    _named_as_encode_names_it(model, args.model_as_given)
+    _named_as_encode_names_it(model, args.model_as_given, args.store)
     positions = getattr(model.config, "max_position_embeddings", None)
     if positions is not None and args.max_answer_length >= positions:
         raise CommandError(f"--max-answer-length {args.max_answer_length} new tokens do not fit the model's "
@@ -1437,7 +1485,7 @@ def _summarize(args) -> int:
     store = _open_store_to_read(args, "summarize", "documents")
     device = _device(args.device)
     model, tokenizer = load_qa_model(args.model, None, device, allow_readonce=True, compute_dtype=args.compute_dtype)
-    _named_as_encode_names_it(model, model_as_given)
+    _named_as_encode_names_it(model, model_as_given, args.store)
     adapter_class = get_adapter_class(model.config.model_type)
     family_options = _family_setting_options(args, summarize_from_store, model.config.model_type)
     if args.prompt is not None and getattr(adapter_class, "summary_prompt", None) is None:
@@ -1599,10 +1647,10 @@ def _model_keys(args, name: str) -> tuple[dict, list[dict]]:
 
     Returns:
         `(about, keys)`: `about` the model (`model` as typed, `path`, `model_name`: what `encode` records with the
-        spaces it writes), its `model_type`, the model type and family it is read as (`read_as`, `family`), its
-        `representation`, `checkpoint_dtype` and its family's own settings (`options`: setting -> `option`, `value`,
-        `source`); `keys` one dict per compute dtype: `device` (`"cpu"`, `"cuda"` or `"any"`), `label`,
-        `compute_dtype`, `fingerprint`, `settings`, `space`.
+        spaces it writes in `args.store`, [`_model_name`]), its `model_type`, the model type and family it is read as
+        (`read_as`, `family`), its `representation`, `checkpoint_dtype` and its family's own settings (`options`:
+        setting -> `option`, `value`, `source`); `keys` one dict per compute dtype: `device` (`"cpu"`, `"cuda"` or
+        `"any"`), `label`, `compute_dtype`, `fingerprint`, `settings`, `space`.
 
     Raises:
         CommandError: as [`load_qa_model`] (not a checkpoint, no adapter for its model type, ...) and `encode`'s
@@ -1638,7 +1686,7 @@ def _model_keys(args, name: str) -> tuple[dict, list[dict]]:
                      "space": space_key(fingerprint, stored_settings)})
     if len(keys) == 1:
         keys[0].update(device="any", label="encode on any device")
-    about = {"model": args.model, "path": name, "model_name": _model_name(args.model),
+    about = {"model": args.model, "path": name, "model_name": _model_name(args.model, args.store),
              "model_type": config.model_type, "read_as": adapter_class.model_type,
              "family": family_of(adapter_class.model_type).name, "representation": adapter_class.representation,
              "checkpoint_dtype": dtype_name(saved) if saved else None,
@@ -1667,31 +1715,34 @@ def _other_compute_dtypes(args, name: str, keys: list[dict]) -> list[dict]:
     return found
 
 
-def _compare_spaces(spaces: dict, about: dict, keys: list[dict], others: list[dict] = ()) -> list[dict]:
+def _compare_spaces(spaces: dict, about: dict, keys: list[dict], others: list[dict] = (), *, store) -> list[dict]:
     """Each of a store's `spaces` (`store.info()["spaces"]`: space key -> its fingerprint, settings, ...) against a
     model's `keys` ([`_model_keys`], which gives `about`; `others`: its keys in other compute dtypes,
-    [`_other_compute_dtypes`]).
+    [`_other_compute_dtypes`]); `store` is the store's folder, which names recorded relative to it are read against.
 
     Returns:
-        `list[dict]`: per space, `space`, `model_type`, `model_names` (what `encode` recorded for it),
-        `same_model_name` (whether one of them is the model's `about["model_name"]`), `other_model_type` (whether
-        it holds another model type's representations than the one the model is read as), `documents`, `dtypes`
-        (storage), `fingerprint`, `match` (the `label` of the key of `keys` that is its key, else `None`),
-        `fingerprint_of` (the `label` of a key with its fingerprint, else `None`), `compute_dtype` (that key's),
-        `other_compute_dtype` (whether that key is one of `others`), and `differing_settings`: setting ->
-        `{"stored": ..., "model": ...}` against that key (else against the key whose settings differ least).
+        `list[dict]`: per space, `space`, `model_type`, `model_names` (what `encode` recorded for it), `model_locations`
+        (those names as MODEL names them from anywhere, [`_recorded_models`]), `same_model_name` (whether one of them
+        names the folder or name of the model's `about["model_name"]`), `other_model_type` (whether it holds another
+        model type's representations than the one the model is read as), `documents`, `dtypes` (storage), `fingerprint`,
+        `match` (the `label` of the key of `keys` that is its key, else `None`), `fingerprint_of` (the `label` of a key
+        with its fingerprint, else `None`), `compute_dtype` (that key's), `other_compute_dtype` (whether that key is one
+        of `others`), and `differing_settings`: setting -> `{"stored": ..., "model": ...}` against that key (else
+        against the key whose settings differ least).
     """
     from .store.format_check import differing_settings
 
     rows = []
+    model = _recorded_model(about["model_name"], store)
     for key, space in spaces.items():
+        locations, _ = _recorded_models(space["model_names"], store)
         same = next((k for k in (*keys, *others) if k["space"] == key), None)
         same_fingerprint = same or next((k for k in (*keys, *others) if k["fingerprint"] == space["fingerprint"]),
                                         None)
         nearest = same_fingerprint or min(keys, key=lambda k: len(differing_settings(space["settings"],
                                                                                      k["settings"])))
         rows.append({"space": key, "model_type": space["model_type"], "model_names": space["model_names"],
-                     "same_model_name": about["model_name"] in space["model_names"],
+                     "model_locations": locations, "same_model_name": model in locations,
                      "other_model_type": space["model_type"] not in (about["read_as"], None),
                      "documents": space["documents"], "dtypes": space["dtypes"], "fingerprint": space["fingerprint"],
                      "match": same["label"] if same is not None and same in keys else None,
@@ -1710,7 +1761,7 @@ def _space_line(row: dict, options: dict) -> str:
     (`options`: setting -> its option: the model's family's, and `--compute-dtype` for a `compute_dtype` setting)."""
     from .store.keys import printable
 
-    names = [printable(name) for name in row["model_names"]]
+    names = [printable(name) for name in row["model_locations"]]
     model = f"model{'s' if len(names) > 1 else ''} {', '.join(names)}" if names else "model not recorded"
     head = (f"- space {row['space'][:16]} ({row['model_type'] or 'model type not recorded'}, {model}, "
             f"{row['documents']} document(s), stored as {', '.join(row['dtypes']) or '?'})")
@@ -1760,10 +1811,11 @@ def _info_model(args) -> int:
     rows = None
     summary = store.info() if store is not None else None  # (walks the store's folder: once)
     if store is not None:
-        rows = _compare_spaces(summary["spaces"], about, keys)
+        rows = _compare_spaces(summary["spaces"], about, keys, store=store.path)
         if not any(row["match"] for row in rows) and any(
                 row["fingerprint_of"] is None and row["model_type"] in (about["read_as"], None) for row in rows):
-            rows = _compare_spaces(summary["spaces"], about, keys, _other_compute_dtypes(args, name, keys))
+            rows = _compare_spaces(summary["spaces"], about, keys, _other_compute_dtypes(args, name, keys),
+                                   store=store.path)
     matching = [row for row in rows or () if row["match"]]
     status = EXIT_PROBLEMS if store is not None and not matching else EXIT_OK
     # index files that cannot be read list no space, and the shards they listed are orphans: said as `info --store`
@@ -1870,6 +1922,9 @@ def cmd_info(args) -> int:
         return EXIT_OK
     store = _open_store(args.store, readonly=True, create=False, command="info")
     info = store.info()
+    missing = {}  # per space, the local model folders it records that are not here
+    for key, space in info["spaces"].items():  # (the names as recorded, and as MODEL names them from anywhere)
+        space["model_locations"], missing[key] = _recorded_models(space["model_names"], store.path)
     if args.json:
         print(json.dumps(info, indent=2))
         return EXIT_OK
@@ -1884,8 +1939,10 @@ def cmd_info(args) -> int:
 
     for key, space in info["spaces"].items():
         print(f"- space {key[:16]}: model_type {space['model_type']}, fingerprint {space['fingerprint']}")
-        names = [printable(name) for name in space["model_names"]]  # what `encode` was given as MODEL
+        names = [printable(name) for name in space["model_locations"]]  # what `encode` was given as MODEL
         print(f"    model{'s' if len(names) > 1 else ''} {', '.join(names)}" if names else "    model not recorded")
+        if missing[key]:
+            print(f"    no such folder here: {', '.join(printable(name) for name in missing[key])}")
         print(f"    settings {json.dumps(space['settings'], sort_keys=True)}")
         written = ""
         if space.get("first_written") is not None:
@@ -1898,6 +1955,12 @@ def cmd_info(args) -> int:
         print(f"note: a space whose model is not recorded was written by an earlier release, or through the Python API "
               f"without a model_name; `hf-readonce verify --store {info['path']} --recompute 1 --model MODEL` names "
               "the spaces MODEL wrote")
+    if any(missing.values()):
+        where = info["path"]
+        print(f"note: a model folder recorded for a space is not here (the store was copied or moved without it, or "
+              f"the folder was moved or removed since): `hf-readonce info MODEL --store {where}` tells whether a "
+              f"checkpoint MODEL has a space's key, and `hf-readonce verify --store {where} --recompute 1 --model "
+              "MODEL` recomputes the documents of the spaces it wrote")
     if info["duplicates"]:
         print(f"documents listed by two index files: {info['duplicates']} (harmless: reads use the first; a shard and "
               "its manifest copied within the store?)")
@@ -2014,7 +2077,7 @@ def cmd_prune(args) -> int:
     verb = "would delete" if args.dry_run else "deleted"
     for key in result["spaces"]:
         space = spaces.get(key)
-        named = [printable(name) for name in names.get(key, [])]
+        named = [printable(name) for name in _recorded_models(names.get(key, []), store.path)[0]]
         named = f", model{'s' if len(named) > 1 else ''} {', '.join(named)}" if named else ""
         about = (f" ({space.model_type or 'model type not recorded'}{named}, fingerprint {space.fingerprint[:16]}...)"
                  if space is not None else " (orphan shards only)")
@@ -2109,10 +2172,7 @@ def _recompute(args, store, corrupted):
         del model
     others = [space for space in store.spaces() if space.key not in covered]
     if not reports:
-        held = "; ".join(f"{s.model_type or '?'} space {s.key[:16]} (fingerprint {s.fingerprint[:16]}...)"
-                         for s in others) or "nothing"  # spaces of one model that differ in settings stay apart
-        raise CommandError(f"no representation space of {store.path} was made by --model {', '.join(args.model)} "
-                           f"(the store holds: {held}); pass the checkpoint that wrote it.")
+        raise CommandError(_made_by_no_model_given(store, others, args.model))
     if others and not args.json:
         for space in others:
             print(f"recompute: space {space.key[:16]} ({space.model_type or '?'}, fingerprint "
@@ -2128,6 +2188,33 @@ def _recompute(args, store, corrupted):
         if args.max_diff is not None and any(c.max_abs_diff > args.max_diff for _, _, c in report.checks):
             status = EXIT_PROBLEMS
     return reports, status
+
+
+def _made_by_no_model_given(store, spaces, models) -> str:
+    """The message of `verify --recompute` when no space of `store` was made by any of `models` (the --model
+    arguments): each of its `spaces` with the model `encode` recorded for it ([`_recorded_models`]: a folder recorded
+    relative to the store read where the store is now) and, where that folder is not here, that it is missing; a
+    space recorded for one of `models` whose fingerprint is not that model's is said to be (the checkpoint changed
+    since)."""
+    from .store.keys import printable
+    from .store.maintenance import model_names
+
+    names = model_names(store)
+    given = {_model_name(name) for name in models}  # (a local folder as its absolute path)
+    held, changed = [], []
+    for space in spaces:  # spaces of one model that differ in settings stay apart
+        recorded, missing = _recorded_models(names.get(space.key, []), store.path)
+        model = ", model " + ", ".join(printable(name) + (" (no such folder here)" if name in missing else "")
+                                       for name in recorded) if recorded else ""
+        held.append(f"{space.model_type or '?'} space {space.key[:16]} (fingerprint {space.fingerprint[:16]}..."
+                    f"{model})")
+        changed += [f"{printable(name)} for space {space.key[:16]}" for name in recorded if name in given]
+    message = (f"no representation space of {store.path} was made by --model {', '.join(models)} (the store holds: "
+               f"{'; '.join(held) or 'nothing'}); pass the checkpoint that wrote it as --model.")
+    if changed:
+        message += (f" encode recorded {'; '.join(changed)}, but its fingerprint is not that model's now: its weights "
+                    "or config changed since the space was written.")
+    return message
 
 
 def _note_documents_not_read(reports, documents) -> None:
