@@ -807,6 +807,12 @@ def test_a_store_copied_with_the_model_beside_it_names_the_copy(tmp_path, tokeni
     assert cli_main(["encode", str(other / "model"), "--documents", str(other / "docs.jsonl"), "--store",
                      str(other / "store"), *WINDOW]) == 0
     assert "encoded 0 document(s)" in capsys.readouterr().out
+    # `answer --encode-missing` records the model beside its store as `encode` does
+    questions = write_jsonl(other / "q.jsonl", qa_rows[:1])
+    assert cli_main(["answer", str(other / "model"), "--store", str(other / "answered"), "--questions",
+                     str(questions), "--output", str(other / "p.jsonl"), "--encode-missing", *WINDOW]) == 0
+    assert [space["model_names"] for space in RepresentationStore(other / "answered").info()["spaces"].values()] == [
+        ["../model"]]
     # the copied model changed in place since (trained further): the space is said to be recorded for it
     config = json.loads((other / "model" / "config.json").read_text())
     (other / "model" / "config.json").write_text(json.dumps({**config, "layer_norm_eps": 1e-5}))
