@@ -836,6 +836,45 @@ def test_a_store_copied_with_the_model_beside_it_names_the_copy(tmp_path, tokeni
     assert f"model {tmp_path / 'elsewhere' / 'model'} (no such folder here))" in capsys.readouterr().err
 
 
+def test_a_store_reached_through_a_link_names_the_model_the_file_system_finds(tmp_path, tokenizer, qa_rows, capsys):
+    """`../model` read from a store folder that is a symbolic link is, for the file system, beside the link's
+    target, not beside the link: a model beside a linked store (`work/store -> data/store`) was recorded as
+    `../model` and `info --store data/store` said `no such folder here: data/model` (an absolute path, as before,
+    named it from both). It is recorded by its absolute path; and a store recorded relative to it that is opened
+    through a link elsewhere (`elsewhere/link -> other/store`) names the model beside its target."""
+    import json
+    import shutil
+
+    work, data, other, elsewhere = (tmp_path / name for name in ("work", "data", "other", "elsewhere"))
+    _saved_model(work / "model", tokenizer)
+    (data / "store").mkdir(parents=True)
+    elsewhere.mkdir()
+    try:
+        (work / "store").symlink_to(data / "store", target_is_directory=True)
+    except OSError:
+        pytest.skip("no symbolic links on this file system")
+    docs = write_jsonl(work / "docs.jsonl", qa_rows[:1])
+    assert cli_main(["encode", str(work / "model"), "--documents", str(docs), "--store", str(work / "store"),
+                     *WINDOW]) == 0
+    capsys.readouterr()
+    for store in (work / "store", data / "store"):
+        assert cli_main(["info", "--store", str(store), "--json"]) == 0
+        (space,) = json.loads(capsys.readouterr().out)["spaces"].values()
+        assert space["model_names"] == space["model_locations"] == [str(work / "model")], space
+    # a store beside its model (recorded as `../model`), copied, then opened through a link to the copy
+    (work / "store").unlink()
+    assert cli_main(["encode", str(work / "model"), "--documents", str(docs), "--store", str(work / "store"),
+                     *WINDOW]) == 0
+    shutil.copytree(work, other)
+    (elsewhere / "link").symlink_to(other / "store", target_is_directory=True)
+    capsys.readouterr()
+    assert cli_main(["info", "--store", str(elsewhere / "link"), "--json"]) == 0
+    (space,) = json.loads(capsys.readouterr().out)["spaces"].values()
+    assert space["model_names"] == ["../model"] and space["model_locations"] == [str(other / "model")], space
+    assert cli_main(["info", "--store", str(elsewhere / "link")]) == 0
+    assert "no such folder" not in capsys.readouterr().out
+
+
 def test_a_model_recorded_by_its_absolute_path_reads_as_before(tmp_path, tokenizer, qa_rows, capsys):
     """A space whose model is recorded by its absolute path (as `encode` recorded every local folder before, or a
     folder not beside the store) is listed by that path after the store is copied, with the same key and
