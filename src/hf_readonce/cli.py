@@ -342,7 +342,9 @@ def _model_name(name: str, store=None) -> str:
     the store folder's parent (`work/model` for `work/store`; not the file system's root), is recorded as its path
     relative to the store folder, `../model`: the name then still names it once both are copied or moved together
     (`cp -r work/ other/`), where an absolute path named the folder they were copied from. A folder that holds the
-    store (the store's parent itself, or above) keeps its absolute path. [`_recorded_model`] reads it back."""
+    store (the store's parent itself, or above) keeps its absolute path, and so does a folder beside a store folder
+    that is a symbolic link (for the file system, `../model` is beside the link's target). [`_recorded_model`] reads
+    it back."""
     path = Path(name).expanduser()
     if not path.exists():
         return name
@@ -355,17 +357,24 @@ def _model_name(name: str, store=None) -> str:
                       and folder != parent and parent != os.path.dirname(parent))
         except ValueError:
             beside = False
-        if beside:  # (`../...`)
-            return Path(os.path.relpath(folder, home)).as_posix()
+        relative = os.path.relpath(folder, home) if beside else None
+        # (`../...`), unless the store folder is a link: `..` is then, for the file system, its target's parent
+        if relative is not None and os.path.realpath(os.path.join(home, relative)) == os.path.realpath(folder):
+            return Path(relative).as_posix()
     return folder
 
 
 def _recorded_model(name: str, store) -> str:
     """A model name a store records as MODEL names it from any working directory: one `encode` recorded relative to
-    the store folder ([`_model_name`], `../model`) joined to `store`, where the store is now; any other (an absolute
-    path, a Hub id, a shipped name) as it is."""
+    the store folder ([`_model_name`], `../model`) joined to `store`, where the store is now (a store opened through
+    a symbolic link: beside the link's target, where the file system reads `..`); any other (an absolute path, a Hub
+    id, a shipped name) as it is."""
     if name.startswith(_BESIDE_THE_STORE):
-        return os.path.normpath(os.path.join(os.path.abspath(Path(store).expanduser()), name))
+        home = os.path.abspath(Path(store).expanduser())
+        folder = os.path.normpath(os.path.join(home, name))
+        if os.path.realpath(folder) != os.path.realpath(os.path.join(home, name)):  # a store opened through a link:
+            folder = os.path.normpath(os.path.join(os.path.realpath(home), name))  # `..` is beside its target
+        return folder
     return name
 
 
