@@ -5,6 +5,7 @@ A tiny random DeFormer (hidden 32, 4 layers, k=2) with the real MiniLM WordPiece
 cheap; the documents are real Disfl-QA passages.
 """
 
+import os
 import pytest
 import torch
 
@@ -498,3 +499,20 @@ def test_an_adapter_overriding_only_documents_cut_is_counted_by_it_when_storing_
     fill_store(type("FlagsAll", (Toy,), {"documents_cut_each": lambda self, texts: [True] * len(texts)})(), store,
                texts, progress=False)
     assert stored_documents_cut(CountsWords(), store, fingerprint, settings, hashes) == 1
+
+
+def test_fill_store_records_a_folder_loaded_by_a_relative_path_by_its_absolute_path(tmp_path, tokenizer, monkeypatch):
+    """A model loaded from `../tiny` (relative to the working directory) is recorded as the absolute folder: a `../`
+    name in a store is read relative to the store by `hf-readonce`, which would name another folder."""
+    from hf_readonce.representations import get_adapter
+
+    folder = tmp_path / "tiny"
+    tiny_model().save_pretrained(folder)
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    loaded = DeformerBertForQuestionAnswering.from_pretrained("../tiny").eval()
+    assert loaded.config.name_or_path == "../tiny"
+    store = RepresentationStore(tmp_path / "deep" / "er" / "s")
+    fill_store(get_adapter(loaded, tokenizer, max_passage_length=32, doc_stride=8), store, ["The mill."])
+    names = [space["model_names"] for space in store.info()["spaces"].values()]
+    assert names == [[os.path.abspath("../tiny")]], names

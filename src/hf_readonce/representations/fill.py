@@ -5,6 +5,7 @@ into a store."""
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -77,7 +78,8 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
         model_name (`str`, *optional*): the model's name or path, recorded with the shards written (what `hf-readonce
             info --store` shows of each space, to tell the spaces of two checkpoints of one family apart; the store
             keeps it as an opaque string). Defaults to the adapter's model's `config.name_or_path` (the folder or Hub
-            id it was loaded from; nothing is recorded when that is empty, as for a model built from a config).
+            id it was loaded from, a folder given relative to the working directory by its absolute path; nothing
+            is recorded when that is empty, as for a model built from a config).
 
     Returns:
         [`EncodeStats`].
@@ -132,6 +134,10 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
     if model_name is None:  # what the model was loaded from, if anything
         model_name = getattr(getattr(getattr(adapter, "model", None), "config", None), "name_or_path", None)
         model_name = model_name if isinstance(model_name, str) and model_name else None
+        if model_name is not None and not os.path.isabs(model_name) and os.path.isdir(model_name):
+            # a folder named relative to this process's working directory (`from_pretrained` reads a local folder
+            # before a Hub id): recorded by its absolute path, as `hf-readonce` reads a `../` name relative to the store
+            model_name = os.path.abspath(model_name)
     writer = store.writer(fingerprint, settings, dtype=dtype, shard_size_bytes=shard_size_bytes,
                           model_type=adapter.model_type, model_name=model_name)  # raises ReadOnlyStoreError first
     store.refresh()
