@@ -6,6 +6,7 @@ cheap; the documents are real Disfl-QA passages.
 """
 
 import os
+
 import pytest
 import torch
 
