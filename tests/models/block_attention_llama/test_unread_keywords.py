@@ -46,6 +46,24 @@ def test_flash_attention_reads_the_packing_arguments_without_the_model_s_own_mas
     assert names <= _block_attention_unread_keywords(config, None, object()).keys()
 
 
+def test_a_continuous_batching_step_reads_the_packing_arguments_without_the_model_s_own_mask():
+    """In a step of continuous batching (a paged cache: `paged=True`) Llama's paged cache and attention read the
+    packed batch's `cu_seq_lens_*` / `max_length_*` whatever the attention implementation: passed on, as by
+    `LlamaForCausalLM`; with `block_ids` or `document_caches` still refused (the forward refuses a paged cache there
+    first, `test_continuous_batching.py`)."""
+    from hf_readonce.models.block_attention_llama.modeling_block_attention_llama import (
+        _block_attention_unread_keywords,
+    )
+
+    config = tiny().config
+    names = {"cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k"}
+    assert names <= _block_attention_unread_keywords(config, None, None).keys()
+    assert not names & _block_attention_unread_keywords(config, None, None, paged=True).keys()
+    assert names <= _block_attention_unread_keywords(config, torch.zeros(1, 3), None, paged=True).keys()
+    assert names <= _block_attention_unread_keywords(config, None, object(), paged=True).keys()
+    assert "seq_idx" in _block_attention_unread_keywords(config, None, None, paged=True)
+
+
 def test_is_causal_false_under_the_model_s_own_mask_is_refused():
     """With `block_ids` the model's mask made `is_causal=False` a no-op; after `document_caches` it read the question
     bidirectionally. `is_causal=True`, what the mask does, passes."""

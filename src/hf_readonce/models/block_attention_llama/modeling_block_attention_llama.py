@@ -217,6 +217,64 @@ def _refuse_unread_keywords(model, kwargs: dict, unread: dict, method: str = "fo
         raise ValueError(f"{type(model).__name__}.{method}() got `{name}`, which it does not support: {why}.")
 
 
+# transformers' continuous batching (`generate(cache_implementation="paged")`, `generate_batch`): its cache, and the
+# keywords it passes to `forward` (its `PagedAttentionArgs`: the packed batch's `cu_seq_lens_*` and `max_length_*`
+# (`max_seqlen_*` before 5.24), the cache's `read_index` / `write_index` / `block_table`, the runner's
+# `logits_indices` / `logits_processor_args`, ...), read from the installed release; the names of 5.6 to 5.24 where it
+# has none.
+try:
+    from transformers.generation.continuous_batching import PagedAttentionCache
+    from transformers.generation.continuous_batching.input_outputs import PagedAttentionArgs
+
+    PAGED_KEYWORDS = frozenset(PagedAttentionArgs.__annotations__)
+except Exception:  # a release without continuous batching, or another layout of it
+    PagedAttentionCache = None
+    PAGED_KEYWORDS = frozenset({
+        "input_ids", "attention_mask", "position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q",
+        "max_length_k", "max_seqlen_q", "max_seqlen_k", "write_index", "read_index", "logits_indices", "cache",
+        "block_table", "logits_processor_args", "use_cache", "is_causal",
+    })
+
+
+def _is_paged(cache) -> bool:
+    """Whether `cache` is continuous batching's `PagedAttentionCache` (its batch is packed into one row)."""
+    return PagedAttentionCache is not None and isinstance(cache, PagedAttentionCache)
+
+
+def _check_paged_call(model, cache, block_ids, document_caches) -> bool:
+    """Whether this forward is a step of continuous batching (`cache` is a `PagedAttentionCache`): the plain Llama
+    forward, whose attention reads the packed batch apart (the cache's indices, the mask or the sequence lengths it
+    passes), as `LlamaForCausalLM`'s does.
+
+    Raises:
+        ValueError: a paged cache with `block_ids` or `document_caches`, whose masks are built for a padded batch
+            (one sequence per row) and would read the packed sequences as one.
+    """
+    if not _is_paged(cache):
+        return False
+    for name, value in (("block_ids", block_ids), ("document_caches", document_caches)):
+        if value is not None:
+            raise ValueError(f"{type(model).__name__}.forward() got `{name}` with a paged cache (continuous batching: "
+                             "`generate(cache_implementation=\"paged\")`, `generate_batch`), which packs the batch "
+                             f"into one row: `{name}` is read for one sequence per row, and would read the packed "
+                             "sequences as one. Use `generate` or `forward` without a paged cache (a padded batch).")
+    return True
+
+
+def _without_paged_keywords(kwargs: dict) -> dict:
+    """`kwargs` less continuous batching's keywords (`PAGED_KEYWORDS`), for [`_check_keyword_arguments`] in a step
+    of continuous batching, where Llama's layers read them (its paged cache and attention) or take them unread, as in
+    `LlamaForCausalLM` (`logits_indices`, `logits_processor_args`: the runner's own, read by it)."""
+    return {name: value for name, value in kwargs.items() if name not in PAGED_KEYWORDS}
+
+
+def _cache_name(paged: bool) -> str:
+    """The keyword Llama's forward takes the cache as: `CACHE_NAME`, or, for a paged cache, `cache`, as continuous
+    batching passes it (before transformers 5.24 no Llama argument of that name: its `paged|` attention functions
+    read the cache from their keyword arguments)."""
+    return "cache" if paged else CACHE_NAME
+
+
 # Why flash attention's packing arguments are refused where nothing reads them ([`_block_attention_unread_keywords`]).
 _BLOCK_ATTENTION_PACKED = (
     "only flash attention reads the packed sequences of a flattened batch apart (`cu_seq_lens_q` / `cu_seq_lens_k` / "
@@ -227,17 +285,18 @@ _BLOCK_ATTENTION_PACKED = (
 )
 
 
-def _block_attention_unread_keywords(config, block_ids, document_caches) -> dict:
+def _block_attention_unread_keywords(config, block_ids, document_caches, paged: bool = False) -> dict:
     """The keywords of `TransformersKwargs` a forward with these arguments would leave unread, for
     [`_refuse_unread_keywords`]: `seq_idx` (no Llama attention reads it); flash attention's packing arguments unless
-    `config` asks for flash attention and neither `block_ids` nor `document_caches` are given (Llama's forward then
-    reads them, as `LlamaForCausalLM`); and, with `block_ids` or `document_caches`, `is_causal=False` (the model
-    builds the mask of such a call itself: causal within each block, or after the composed documents). Without
+    neither `block_ids` nor `document_caches` are given and either `config` asks for flash attention or the call is
+    a step of continuous batching (`paged`: its paged cache and the attention it runs read them; Llama's forward
+    then reads them, as `LlamaForCausalLM`'s); and, with `block_ids` or `document_caches`, `is_causal=False` (the
+    model builds the mask of such a call itself: causal within each block, or after the composed documents). Without
     either, `is_causal` is read as Llama reads it."""
     masked = block_ids is not None or document_caches is not None
     unread = {"seq_idx": (None, "no attention of Llama reads it (it marks the sequences of a packed batch for "
                                 "state-space layers). Pad the batch instead, one sequence per row")}
-    if masked or "flash" not in str(getattr(config, "_attn_implementation", None) or ""):
+    if masked or not (paged or "flash" in str(getattr(config, "_attn_implementation", None) or "")):
         unread.update(dict.fromkeys(("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k"),
                                     (None, _BLOCK_ATTENTION_PACKED)))
     if masked:
@@ -1156,7 +1215,8 @@ class BlockAttentionLlamaModel(BlockAttentionLlamaPreTrainedModel, LlamaModel):
         **kwargs: Unpack[TransformersKwargs],
     ):
         r"""
-        `LlamaModel.forward`, plus the Block-Attention training mask.
+        `LlamaModel.forward`, plus the Block-Attention training mask. A step of continuous batching (a
+        `PagedAttentionCache` as `cache`, with the keywords of its packed batch) is `LlamaModel`'s.
 
         Args:
             input_ids (`torch.LongTensor` of shape `(batch_size, seq_length)`, *optional*): tokens.
@@ -1180,25 +1240,28 @@ class BlockAttentionLlamaModel(BlockAttentionLlamaPreTrainedModel, LlamaModel):
             ValueError: `block_ids` of another shape than the input or with a non-empty cache; both
                 `past_key_values` and `cache`; a keyword of `TransformersKwargs` nothing would read
                 ([`_block_attention_unread_keywords`]): `seq_idx`, flash attention's packed-sequence arguments
-                without flash attention or with `block_ids`, `is_causal=False` with `block_ids`.
+                without flash attention (or continuous batching's paged cache) or with `block_ids`,
+                `is_causal=False` with `block_ids`; `block_ids` with a paged cache (continuous batching, which
+                packs the batch into one row).
             TypeError: `input_ids`, `attention_mask`, `position_ids`, `inputs_embeds` or `block_ids` that are not
                 tensors (a list, a numpy array); floating `input_ids` or `block_ids`; a keyword argument it does not
                 take (a misspelling such as `block_id=`), named with the argument it probably meant; a
                 [`DocumentCacheOutput`] as `past_key_values` / `cache`.
         """
-        _check_keyword_arguments(self, kwargs)
+        _check_cache_arguments(past_key_values, cache)
+        past_key_values = _either_cache(past_key_values, cache)
+        paged = _check_paged_call(self, past_key_values, block_ids, None)
+        _check_keyword_arguments(self, _without_paged_keywords(kwargs) if paged else kwargs)
         _check_tensor_arguments({"input_ids": input_ids},
                                 {"attention_mask": attention_mask, "position_ids": position_ids,
                                  "inputs_embeds": inputs_embeds, "block_ids": block_ids})
-        _check_cache_arguments(past_key_values, cache)
-        past_key_values = _either_cache(past_key_values, cache)
-        _refuse_unread_keywords(self, kwargs, _block_attention_unread_keywords(self.config, block_ids, None))
+        _refuse_unread_keywords(self, kwargs, _block_attention_unread_keywords(self.config, block_ids, None, paged))
         if block_ids is not None:
             attention_mask, position_ids = _block_attention_inputs(block_ids, input_ids, inputs_embeds, attention_mask,
                                                                    position_ids, past_key_values, self.dtype)
         return super().forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                               inputs_embeds=inputs_embeds, use_cache=use_cache, **{CACHE_NAME: past_key_values},
-                               **kwargs)
+                               inputs_embeds=inputs_embeds, use_cache=use_cache,
+                               **{_cache_name(paged): past_key_values}, **kwargs)
 
 
 class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaForCausalLM):
@@ -1451,7 +1514,9 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
         **kwargs: Unpack[TransformersKwargs],
     ) -> CausalLMOutputWithPast:
         r"""
-        `LlamaForCausalLM.forward`, plus the block mask for training and composed document caches as the prefix.
+        `LlamaForCausalLM.forward`, plus the block mask for training and composed document caches as the prefix. A
+        step of continuous batching (a `PagedAttentionCache` as `cache`, with the keywords of its packed batch) is
+        `LlamaForCausalLM`'s.
 
         Args:
             input_ids (`torch.LongTensor` of shape `(batch_size, seq_length)`, *optional*): tokens.
@@ -1485,21 +1550,25 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
                 `document_caches`; `document_caches` with `past_key_values`; caches of another model (fingerprint);
                 both `past_key_values` and `cache`; a keyword of `TransformersKwargs` nothing would read
                 ([`_block_attention_unread_keywords`]): `seq_idx`, flash attention's packed-sequence arguments
-                without flash attention or with `block_ids` or `document_caches` (a flattened batch would be read as
-                one sequence), `is_causal=False` with `block_ids` or `document_caches`.
+                without flash attention (or continuous batching's paged cache) or with `block_ids` or
+                `document_caches` (a flattened batch would be read as one sequence), `is_causal=False` with
+                `block_ids` or `document_caches`; `block_ids` or `document_caches` with a paged cache (continuous
+                batching, which packs the batch into one row).
             TypeError: `input_ids`, `attention_mask`, `position_ids`, `inputs_embeds`, `labels` or `block_ids` that
                 are not tensors (a list, a numpy array); floating `input_ids`, `labels` or `block_ids`; a keyword
                 argument it does not take (a misspelling such as `document_cache=`), named with the argument it
                 probably meant; a [`DocumentCacheOutput`] as `past_key_values` / `cache` (it goes in as
                 `document_caches`).
         """
-        _check_keyword_arguments(self, kwargs)
+        _check_cache_arguments(past_key_values, cache)
+        past_key_values = _either_cache(past_key_values, cache)
+        paged = _check_paged_call(self, past_key_values, block_ids, document_caches)
+        _check_keyword_arguments(self, _without_paged_keywords(kwargs) if paged else kwargs)
         _check_tensor_arguments({"input_ids": input_ids, "labels": labels},
                                 {"attention_mask": attention_mask, "position_ids": position_ids,
                                  "inputs_embeds": inputs_embeds, "block_ids": block_ids})
-        _check_cache_arguments(past_key_values, cache)
-        past_key_values = _either_cache(past_key_values, cache)
-        _refuse_unread_keywords(self, kwargs, _block_attention_unread_keywords(self.config, block_ids, document_caches))
+        _refuse_unread_keywords(self, kwargs, _block_attention_unread_keywords(self.config, block_ids, document_caches,
+                                                                               paged))
         if block_ids is not None:
             if document_caches is not None:
                 raise ValueError("Pass `block_ids` (training mask over full sequences) or `document_caches`, not both.")
@@ -1531,7 +1600,7 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
         outputs = super().forward(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
             inputs_embeds=inputs_embeds, labels=labels, use_cache=use_cache, logits_to_keep=logits_to_keep,
-            **{CACHE_NAME: past_key_values}, **kwargs, return_dict=True,
+            **{_cache_name(paged): past_key_values}, **kwargs, return_dict=True,
         )
         if document_caches is not None and use_cache is False:
             # the prefix was composed for this call only: no cache is returned, as Llama returns none without
@@ -1543,11 +1612,12 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
                  **kwargs):
         r"""`GenerationMixin.generate`, with composed document caches as the prefix of `input_ids`.
 
-        Without `document_caches` this is Llama's `generate`. With them, the caches are composed
-        ([`compose_batch`], copied for beams and returned sequences), `attention_mask` is extended over the prefix,
-        and position ids continue after it, so that with one document this is exactly the plain causal LM
-        generating from document + question (greedy tokens identical, logits to float rounding), batched with left
-        padding, and with beams. With `use_cache=False` nothing is carried from step to step: every step reads the
+        Without `document_caches` this is Llama's `generate`, continuous batching included
+        (`cache_implementation="paged"`, and `generate_batch`): the same tokens as `LlamaForCausalLM`. With them, the
+        caches are composed ([`compose_batch`], copied for beams and returned sequences), `attention_mask` is extended
+        over the prefix, and position ids continue after it, so that with one document this is exactly the plain
+        causal LM generating from document + question (greedy tokens identical, logits to float rounding), batched
+        with left padding, and with beams. With `use_cache=False` nothing is carried from step to step: every step reads the
         question and the tokens so far after the prefix composed anew (`forward(document_caches=...)`), the same
         tokens as with the cache, the composition (and any recompute) repeated at every step. Documents and question
         are checked against `config.max_position_embeddings` before the first step; the new tokens may run past it,
