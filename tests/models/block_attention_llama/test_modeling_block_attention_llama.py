@@ -390,6 +390,42 @@ def test_generate_takes_the_prompt_as_inputs_as_llama_does():
             model.generate(question, inputs=question, max_new_tokens=2)
 
 
+def test_generate_takes_the_generation_config_second_by_position_as_llama_does():
+    """`GenerationMixin.generate`'s second positional argument is `generation_config`: `generate(ids,
+    GenerationConfig(...))` was read as `document_caches` (a TypeError about document caches) on this model, where
+    `LlamaForCausalLM` generates. `document_caches` and `recompute_ratio` are keyword-only; anything else second is a
+    TypeError naming `generation_config` (document caches there point to `document_caches=`)."""
+    import inspect
+
+    from transformers import GenerationConfig
+
+    model = tiny()
+    llama = plain(model)
+    document, question = ids(12, 1), ids(5, 2, batch=2)
+    given = GenerationConfig(max_new_tokens=6, min_new_tokens=6, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        cache = model.encode_documents(document)
+        expected = llama.generate(question, given)
+        assert expected.shape == (2, 11)
+        assert torch.equal(model.generate(question, given), expected)
+        composed = model.generate(question, given, document_caches=cache)
+        assert torch.equal(composed, model.generate(question, generation_config=given, document_caches=cache))
+        assert torch.equal(composed, llama.generate(torch.cat([document.expand(2, -1), question], 1), given)[:, 12:])
+        assert torch.equal(model.generate(question, given, document_caches=cache, recompute_ratio=1), composed)
+        for wrong in (cache, [cache], [[cache], [cache]]):
+            with pytest.raises(TypeError, match=r"`generation_config` must be a GenerationConfig, got \w+ \(the "
+                                                r"second positional argument.*`document_caches=` \(keyword-only\)"):
+                model.generate(question, wrong)
+        with pytest.raises(TypeError, match=r"`generation_config` must be a GenerationConfig, got dict\.$"):
+            model.generate(question, {"max_new_tokens": 2})
+        with pytest.raises(TypeError, match=r"`generation_config` must be a GenerationConfig, got str\.$"):
+            model.generate(question, generation_config="greedy", document_caches=cache)
+    parameters = inspect.signature(model.generate).parameters
+    assert list(parameters)[:2] == ["input_ids", "generation_config"]
+    assert {parameters[name].kind for name in ("document_caches", "recompute_ratio")} == {
+        inspect.Parameter.KEYWORD_ONLY}
+
+
 # ----------------------------------------------------------------------------------------------------- block mask
 def test_block_mask_forward_equals_composed_caches_plus_question():
     model = tiny()

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, fields, make_dataclass
 import torch
 import transformers
 from transformers.cache_utils import Cache, DynamicCache
+from transformers.generation import GenerationConfig
 from transformers.generation.stopping_criteria import StoppingCriteria
 from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.models.llama.modeling_llama import (
@@ -597,6 +598,15 @@ def _check_cache_arguments(past_key_values, cache) -> None:
             raise TypeError(f"`{name}` got a DocumentCacheOutput (from `encode_documents` or a store), not a Cache: "
                             "pass it to the causal LM as `document_caches=`, or compose it into a cache first "
                             "(`compose_document_caches`).")
+
+
+def _holds_document_caches(value) -> bool:
+    """Whether `value` is a [`DocumentCacheOutput`], or a sequence holding one (or a sequence of them, per row)."""
+    if isinstance(value, DocumentCacheOutput):
+        return True
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes)) and any(
+        isinstance(item, DocumentCacheOutput) or (isinstance(item, Sequence) and any(
+            isinstance(inner, DocumentCacheOutput) for inner in item)) for item in value)
 
 
 def _per_row_documents(document_caches, batch_size: int) -> bool:
@@ -1608,8 +1618,8 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
             outputs = type(outputs)(**{key: value for key, value in outputs.items() if key != CACHE_NAME})
         return outputs
 
-    def generate(self, input_ids: torch.LongTensor | None = None, document_caches=None, recompute_ratio: float = 0.0,
-                 **kwargs):
+    def generate(self, input_ids: torch.LongTensor | None = None, generation_config: GenerationConfig | None = None,
+                 *, document_caches=None, recompute_ratio: float = 0.0, **kwargs):
         r"""`GenerationMixin.generate`, with composed document caches as the prefix of `input_ids`.
 
         Without `document_caches` this is Llama's `generate`, continuous batching included
@@ -1628,9 +1638,12 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
         Args:
             input_ids (`torch.LongTensor` of shape `(batch_size, question_length)`): the questions (left-padded);
                 `inputs`, `GenerationMixin.generate`'s name for it, is taken too.
-            document_caches: as in [`compose_batch`].
-            recompute_ratio (`float`, defaults to 0): fraction of document tokens whose keys and values are
-                recomputed per layer before the question is read (CacheBlend, [`selective_recompute`]): 0 answers
+            generation_config (`GenerationConfig`, *optional*): as in `GenerationMixin.generate`, whose second
+                positional argument it is too (`generate(input_ids, GenerationConfig(...))`); the arguments after it
+                are keyword-only.
+            document_caches (keyword-only): as in [`compose_batch`].
+            recompute_ratio (`float`, defaults to 0, keyword-only): fraction of document tokens whose keys and values
+                are recomputed per layer before the question is read (CacheBlend, [`selective_recompute`]): 0 answers
                 from the stored caches as they are (Block-Attention / TurboRAG composition), 1 is the full prompt
                 (to float rounding); in between, the tokens whose values deviate most from a full prefill
                 (measured at layer 1, narrowed layer by layer) are recomputed.
@@ -1649,8 +1662,16 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
                 `cache_implementation` with `document_caches` (with the cache; "paged" with or without it).
             TypeError: `input_ids`, `attention_mask`, `position_ids` or `inputs_embeds` that are not tensors (a list,
                 a numpy array); floating `input_ids`; a [`DocumentCacheOutput`] as `past_key_values` / `cache` (it
-                goes in as `document_caches`).
+                goes in as `document_caches`); a `generation_config` that is no `GenerationConfig` (document caches
+                given second, by position: they go in as `document_caches=`).
         """
+        if generation_config is not None:
+            if not isinstance(generation_config, GenerationConfig):
+                hint = (" (the second positional argument, as in `GenerationMixin.generate`): pass document caches "
+                        "as `document_caches=` (keyword-only)" if _holds_document_caches(generation_config) else "")
+                raise TypeError(f"`generation_config` must be a GenerationConfig, got "
+                                f"{type(generation_config).__name__}{hint}.")
+            kwargs["generation_config"] = generation_config
         if kwargs.get("inputs") is not None:
             if input_ids is not None:
                 raise ValueError("Pass the prompt as `input_ids` or `inputs` (the same argument), not both.")
