@@ -91,3 +91,22 @@ def test_a_paged_cache_with_block_ids_or_document_caches_is_refused():
     unpaged = {key: value for key, value in step.items() if key != "cache"}
     with pytest.raises(TypeError, match="unexpected keyword argument '(logits_indices|max_seqlen_q)'"):
         model(**unpaged)
+
+
+def test_generate_batch_refuses_what_continuous_batching_would_drop():
+    """`generate_batch` reads only `max_new_tokens` of its keyword arguments: `document_caches=` (or `block_ids=`,
+    `recompute_ratio=`) was dropped without a word, and the model answered from the prompt alone (Llama's tokens, a
+    different answer). Refused by name, before any continuous batching starts, as through
+    `generate(cache_implementation="paged")`, which hands its keywords to `generate_batch`."""
+    model, _ = models()
+    question = ids(5, 2)
+    caches = model.encode_documents(ids(12, 1))
+    given = dict(generation_config=settings(), continuous_batching_config=small())
+    for name, value in [("document_caches", caches), ("document_caches", [caches]), ("recompute_ratio", 0.5),
+                        ("block_ids", torch.zeros_like(question))]:
+        with pytest.raises(ValueError, match=rf"generate_batch\(\) got `{name}`.*continuous batching"):
+            model.generate_batch([question[0].tolist()], **given, **{name: value})
+    with pytest.raises(ValueError, match=r"generate_batch\(\) got `block_ids`"):
+        model.generate(question, cache_implementation="paged", block_ids=torch.zeros_like(question),
+                       max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0,
+                       continuous_batching_config=small())

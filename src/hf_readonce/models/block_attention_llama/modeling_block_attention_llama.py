@@ -1744,6 +1744,32 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
             return super().generate(input_ids, attention_mask=mask, **{CACHE_NAME: getattr(prefix, CACHE_NAME)},
                                     **kwargs)
 
+    def generate_batch(self, inputs, generation_config: GenerationConfig | None = None, *args, **kwargs):
+        r"""`generate_batch` (continuous batching), Llama's: the prompts packed into one row per step, the same
+        tokens as `LlamaForCausalLM`. It reads no document caches and no block mask (of its keyword arguments
+        transformers reads `max_new_tokens` only, and would drop the others without a word).
+
+        Args:
+            inputs (`list[list[int]]`): the prompts, as in `generate_batch`.
+            generation_config (`GenerationConfig`, *optional*): as in `generate_batch`.
+            *args, **kwargs: as in `generate_batch`.
+
+        Returns:
+            As `generate_batch`: a dict of request ids to their outputs.
+
+        Raises:
+            ValueError: `document_caches`, `block_ids` or a non-zero `recompute_ratio` (also through
+                `generate(cache_implementation="paged")`): the answer would be the prompt's alone. Use
+                `generate(input_ids, document_caches=...)`.
+        """
+        for name in ("document_caches", "block_ids", "recompute_ratio"):
+            value = kwargs.get(name)
+            if value is not None and not (name == "recompute_ratio" and type(value) in (int, float) and value == 0):
+                raise ValueError(f"{type(self).__name__}.generate_batch() got `{name}`, which continuous batching "
+                                 "does not read (it would answer from the prompts alone): use "
+                                 "`generate(input_ids, document_caches=...)` without a paged cache.")
+        return super().generate_batch(inputs, generation_config, *args, **kwargs)
+
     def _prepare_generated_length(self, *args, **kwargs):
         """transformers' generated length; within `generate(document_caches=...)`, its default (20 new tokens, and no
         more than `max_position_embeddings` in all, when neither `max_new_tokens` nor `max_length` is set) counts the
