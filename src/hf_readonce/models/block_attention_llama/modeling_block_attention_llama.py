@@ -221,15 +221,18 @@ def _refuse_unread_keywords(model, kwargs: dict, unread: dict, method: str = "fo
 # transformers' continuous batching (`generate(cache_implementation="paged")`, `generate_batch`): its cache, and the
 # keywords it passes to `forward` (its `PagedAttentionArgs`: the packed batch's `cu_seq_lens_*` and `max_length_*`
 # (`max_seqlen_*` before 5.24), the cache's `read_index` / `write_index` / `block_table`, the runner's
-# `logits_indices` / `logits_processor_args`, ...), read from the installed release; the names of 5.6 to 5.24 where it
-# has none.
+# `logits_indices` / `logits_processor_args`, ...), read from the installed release; where the cache is found but
+# not those arguments, the names of 5.6 to 5.24. Without the cache, no step is taken for one (continuous batching
+# is refused as any unread keyword).
 try:
     from transformers.generation.continuous_batching import PagedAttentionCache
+except Exception:  # a release without continuous batching, or another layout of it
+    PagedAttentionCache = None
+try:
     from transformers.generation.continuous_batching.input_outputs import PagedAttentionArgs
 
     PAGED_KEYWORDS = frozenset(PagedAttentionArgs.__annotations__)
-except Exception:  # a release without continuous batching, or another layout of it
-    PagedAttentionCache = None
+except Exception:
     PAGED_KEYWORDS = frozenset({
         "input_ids", "attention_mask", "position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q",
         "max_length_k", "max_seqlen_q", "max_seqlen_k", "write_index", "read_index", "logits_indices", "cache",
