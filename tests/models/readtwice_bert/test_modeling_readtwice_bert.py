@@ -217,6 +217,76 @@ def test_read_once_attentions_are_bert2_s_over_question_and_segment(tmp_path):
     assert out.attentions == () and out.memory_attentions is not None and said
 
 
+def test_encode_documents_returns_bert1_s_attentions_of_bert_on_each_segment(tmp_path):
+    """`encode_documents` refused `output_attentions=True` and ignored `config.output_attentions` (no field): now
+    BERT₁'s weights, `BertModel`'s on each segment read alone (§2.1) and what `forward` records for the same first
+    read, in a new last field; the first read, its memories and the fingerprint do not depend on the switch, and
+    such an output still serves `document_states`."""
+    torch.manual_seed(0)
+    bert = BertModel(BertConfig(**TINY), add_pooling_layer=False).eval()
+    bert.set_attn_implementation("eager")
+    bert.save_pretrained(tmp_path)
+    model = ReadTwiceBertForQuestionAnswering.from_pretrained(tmp_path, attn_implementation="eager",
+                                                              question_in_first_read=False).eval()
+    ids = segments(3)
+    mask, types = torch.ones_like(ids), torch.ones_like(ids)  # token type 1: the read-once layout's segments
+    mask[1, 9:] = 0
+    doc_ids = torch.tensor([0, 0, 1])
+    questions = segments(2, length=6, seed=4)
+    with torch.no_grad():
+        plain = model.encode_documents(ids, mask, types, doc_ids)
+        out = model.encode_documents(ids, mask, types, doc_ids, output_attentions=True)
+        expected = bert(ids, attention_mask=mask, token_type_ids=types, output_attentions=True).attentions
+        recorded = model.bert(ids, attention_mask=mask, token_type_ids=types, document_ids=doc_ids,
+                              output_attentions=True).attentions
+        answers = [model(document_states=states, question_input_ids=questions,
+                         question_document_ids=torch.tensor([0, 1])).start_logits for states in (plain, out)]
+    first = TINY["num_hidden_layers"]
+    assert plain.attentions is None
+    assert len(out.attentions) == first
+    for layer, weights in enumerate(out.attentions):
+        assert weights.shape == (3, TINY["num_attention_heads"], 12, 12)
+        torch.testing.assert_close(weights, expected[layer], atol=1e-6, rtol=0)
+        torch.testing.assert_close(weights, recorded[layer], atol=1e-6, rtol=0)
+        assert torch.all(weights[1, :, :, 9:] == 0)  # padding keys
+    # a new last field: the fields before it, and so every tuple position, are those of the output without it
+    assert list(out.keys()) == [*plain.keys(), "attentions"]
+    for name in plain.keys():
+        assert (torch.equal(out[name], plain[name]) if torch.is_tensor(plain[name]) else out[name] == plain[name])
+    assert torch.equal(answers[0], answers[1])
+
+
+def test_encode_documents_attentions_follow_the_config_and_sdpa_warns_as_for_bert(monkeypatch):
+    from transformers.integrations import sdpa_attention
+
+    model = tiny_qa(memory_type="sts", question_in_first_read=False)
+    model.set_attn_implementation("eager")
+    ids = segments(5)
+    with torch.no_grad():
+        plain = model.encode_documents(ids, document_ids=DOCS)
+        model.config.output_attentions = True
+        for encode in (model.encode_documents, model.bert.encode_documents):
+            out = encode(ids, document_ids=DOCS)
+            assert len(out.attentions) == TINY["num_hidden_layers"]
+            assert torch.equal(out.first_read_hidden_state, plain.first_read_hidden_state)
+            assert torch.equal(out.memory_values, plain.memory_values)
+            assert out.model_fingerprint == plain.model_fingerprint
+            assert encode(ids, document_ids=DOCS, output_attentions=False).attentions is None
+    model.config.output_attentions = False
+    for value in (1, "False"):
+        for encode in (model.encode_documents, model.bert.encode_documents):
+            with pytest.raises(TypeError, match="`output_attentions` must be a bool"):
+                encode(ids, document_ids=DOCS, output_attentions=value)
+    model.set_attn_implementation("sdpa")
+    said = []
+    monkeypatch.setattr(sdpa_attention.logger, "warning_once", lambda message, *a, **k: said.append(message))
+    with torch.no_grad():
+        out = model.encode_documents(ids, document_ids=DOCS, output_attentions=True)
+    assert out.attentions == () and torch.allclose(out.first_read_hidden_state, plain.first_read_hidden_state,
+                                                   atol=1e-5)
+    assert said and "output_attentions" in said[0]
+
+
 @pytest.mark.parametrize("memory_type", ["cls", "sts", "entity"])
 def test_memories_cross_segments_but_not_documents_or_ss(memory_type):
     ids = segments(5)
@@ -881,11 +951,11 @@ def test_the_values_a_keyword_it_does_not_read_takes_by_default_pass():
     torch.testing.assert_close(again.first_read_hidden_state, stored.first_read_hidden_state)
 
 
-@pytest.mark.parametrize("name, value", [("output_attentions", True), ("output_hidden_states", True),
-                                         ("return_dict", False)])
+@pytest.mark.parametrize("name, value", [("output_hidden_states", True), ("return_dict", False)])
 def test_encode_documents_refuses_the_outputs_it_does_not_return(name, value):
-    """`encode_documents` returns a `ReadTwiceDocumentOutput` (the first read and its memories): asked for attentions,
-    hidden states or a tuple, it returned that output without them, without a word."""
+    """`encode_documents` returns a `ReadTwiceDocumentOutput` (the first read and its memories, and BERT₁'s attention
+    weights when asked): asked for hidden states or a tuple, it returned that output without them, without a
+    word."""
     model = tiny_qa(memory_type="sts")
     with pytest.raises(ValueError, match=rf"encode_documents\(\) got `{name}`, which it does not support"):
         model.encode_documents(segments(5), document_ids=DOCS, **{name: value})

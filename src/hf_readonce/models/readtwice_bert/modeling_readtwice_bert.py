@@ -155,6 +155,23 @@ def _check_token_ids(ids, bound: int, argument: str) -> None:
                              f"[0, {bound}) of this model.") from None
 
 
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._output_attentions_switch
+def _output_attentions_switch(output_attentions, config) -> bool:
+    """Whether a call returns attention weights: `output_attentions`, else `config.output_attentions`, as
+    transformers' models read the switch.
+
+    Raises:
+        TypeError: an `output_attentions` that is neither `None` nor a `bool` (a string such as `"False"` would
+            otherwise read as true).
+    """
+    if output_attentions is None:
+        return bool(getattr(config, "output_attentions", False))
+    if not isinstance(output_attentions, bool):
+        raise TypeError(f"`output_attentions` must be a bool (or None: `config.output_attentions`), got "
+                        f"{type(output_attentions).__name__}.")
+    return output_attentions
+
+
 # Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._accepted_keywords
 @functools.cache
 def _accepted_keywords(model_class: type, method: str, passed_to: tuple = (), declared_only: bool = False) -> frozenset:
@@ -349,12 +366,14 @@ _READTWICE_UNREAD_KEYWORDS = {
     "position_ids": (None, "ReadTwice reads every segment and every question at positions 0.. of its own (BERT's, "
                            "§2.1); the place of a segment in its document is `segment_positions=`"),
 }
-# `encode_documents` returns the first read and its memories only, as a `ReadTwiceDocumentOutput`
+# `encode_documents` returns the first read and its memories, as a `ReadTwiceDocumentOutput`, and BERT₁'s attention
+# weights when asked (`output_attentions`, one of its parameters): no per-layer hidden states
 _READTWICE_ENCODE_UNREAD_KEYWORDS = {
     **_READTWICE_UNREAD_KEYWORDS,
-    **dict.fromkeys(("output_attentions", "output_hidden_states"), (False, (
-        "`encode_documents` returns the first read and its memories (a `ReadTwiceDocumentOutput`), no per-layer "
-        "outputs; call the model (`forward`) with it to get the attentions or hidden states"))),
+    "output_hidden_states": (False, (
+        "`encode_documents` returns the first read and its memories (a `ReadTwiceDocumentOutput`), and BERT₁'s "
+        "attention weights with `output_attentions=True`, but no per-layer hidden states; call the model (`forward`) "
+        "on the segments, without questions, to get BERT₁'s hidden states")),
     "return_dict": (True, "`encode_documents` always returns a `ReadTwiceDocumentOutput` (its fields are read by "
                           "name), never a tuple"),
 }
@@ -391,6 +410,18 @@ class ReadTwiceDocumentOutput(ModelOutput):
         memory_type (`str`): the `memory_type` the table was built with.
         model_fingerprint (`str`): SHA-256 of the weights and settings that produced these states (see
             [`ReadTwiceBertModel.representation_fingerprint`]).
+        attentions (`tuple(torch.FloatTensor)`, *optional*, returned when `output_attentions=True` with
+            `attn_implementation="eager"`): BERT₁'s self-attention weights (after the softmax), one `(num_segments,
+            num_attention_heads, segment_length, segment_length)` tensor per BERT₁ layer (`num_hidden_layers` of
+            them), as `BertModel` returns them for each segment read alone (§2.1: the first read is standard BERT on
+            each segment, at positions 0.. of its own, with its token types): the first `num_hidden_layers` tensors
+            of `forward`'s `attentions` when its rows are these segments. Padding keys get weight 0. Other attention
+            implementations compute no weights (an empty tuple, after transformers' warning for SDPA, as for BERT).
+            Not part of the first read: `forward(document_states=...)` and the representation stores read the fields
+            above only, and the fingerprint does not depend on them. MemoryAttention's α (`memory_attentions` of
+            [`ReadTwiceBertModelOutput`]) is not computed here: it is the attention of the rows that read the memory
+            table (in the read-once setup, each (question, segment) pair), returned by `forward(...,
+            output_attentions=True)`, also from stored `document_states`.
     """
 
     first_read_hidden_state: torch.FloatTensor | None = None
@@ -405,6 +436,7 @@ class ReadTwiceDocumentOutput(ModelOutput):
     memory_mention_index: torch.LongTensor | None = None
     memory_type: str | None = None
     model_fingerprint: str | None = None
+    attentions: tuple[torch.FloatTensor, ...] | None = None
 
 
 @dataclass
@@ -448,8 +480,10 @@ class ReadTwiceBertModelOutput(ModelOutput):
             `attn_implementation="eager"`): the self-attention weights of BERT's layers, each `(num_rows,
             num_attention_heads, row_length, row_length)`, as `BertModel` returns them: every BERT₁ layer (only when
             rows are segments and the first read ran in this call, as for `hidden_states`), then every BERT₂ layer.
-            Other attention implementations compute no weights (an empty tuple, after transformers' warning for
-            SDPA, as for BERT); `memory_attentions` are returned with any implementation.
+            A first read stored by `encode_documents` returns BERT₁'s with `output_attentions=True`
+            ([`ReadTwiceDocumentOutput`]). Other attention implementations compute no weights (an empty tuple,
+            after transformers' warning for SDPA, as for BERT); `memory_attentions` are returned with any
+            implementation.
     """
 
     last_hidden_state: torch.FloatTensor | None = None
@@ -830,8 +864,9 @@ class ReadTwiceBertPreTrainedModel(BertPreTrainedModel):
     _supports_flash_attn = False
     _supports_flex_attn = False
     # `output_attentions=True`: the weights of BERT₁'s and BERT₂'s self-attention, recorded by transformers' output
-    # hooks (`capture_outputs`) over the layers the output covers ([`ReadTwiceBertModel._read`]); hidden states are
-    # the model's own (H³ sits between the two reads), not recorded by hooks.
+    # hooks (`capture_outputs`) over the layers the output covers ([`ReadTwiceBertModel._read`], and
+    # [`ReadTwiceBertModel._encode_first_read`] for `encode_documents`); hidden states are the model's own (H³ sits
+    # between the two reads), not recorded by hooks.
     _can_record_outputs = {"attentions": BertSelfAttention}
 
     # Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert.DeformerBertPreTrainedModel.save_pretrained
@@ -998,6 +1033,7 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
         document_ids: torch.LongTensor | None = None,
         segment_positions: torch.LongTensor | None = None,
         entity_spans: torch.LongTensor | None = None,
+        output_attentions: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> ReadTwiceDocumentOutput:
         r"""
@@ -1014,9 +1050,15 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
                 appearance within each document ([`default_segment_positions`]).
             entity_spans (`torch.LongTensor` of shape `(num_segments, max_mentions, 2)`, *optional*): inclusive token
                 spans of entity mentions, `(-1, -1)` padding; required for `memory_type="entity"`.
+            output_attentions (`bool`, *optional*): also return BERT₁'s attention weights over each segment
+                (`attentions` of [`ReadTwiceDocumentOutput`]), as `forward` returns those of the BERT layers it
+                runs: with `attn_implementation="eager"`. Defaults to `config.output_attentions`. The first read,
+                the memory table and the fingerprint do not depend on it. MemoryAttention does not run here, so
+                there is no `memory_attentions`: `forward(document_states=..., output_attentions=True)` returns them.
 
         Returns:
-            [`ReadTwiceDocumentOutput`].
+            [`ReadTwiceDocumentOutput`], with `attentions` (`num_hidden_layers` tensors `(num_segments,
+            num_attention_heads, segment_length, segment_length)`) when asked.
 
         Raises:
             ValueError: on missing or mis-shaped inputs, or `memory_type="entity"` without `entity_spans`; a
@@ -1024,22 +1066,41 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
                 no key/value cache; `use_cache` is accepted and ignored, as by `BertModel`; see
                 [`_check_no_cache_arguments`]); a keyword of `TransformersKwargs` it does not read
                 ([`_READTWICE_ENCODE_UNREAD_KEYWORDS`]: `position_ids`, flash attention's packed-sequence arguments,
-                `is_causal=True`, `output_attentions=True` / `output_hidden_states=True` (the output holds no
-                per-layer outputs), `return_dict=False`, `num_items_in_batch`, `logits_to_keep` other than 0,
+                `is_causal=True`, `output_hidden_states=True` (the output holds no per-layer hidden states),
+                `return_dict=False`, `num_items_in_batch`, `logits_to_keep` other than 0,
                 `output_router_logits=True`, transformers' `debug_io` options).
-            TypeError: ids, positions or spans that are not integer tensors; a keyword argument it does not take (a
-                misspelling such as `attention_masks=`), named with the argument it probably meant.
+            TypeError: ids, positions or spans that are not integer tensors; an `output_attentions` that is not a
+                bool; a keyword argument it does not take (a misspelling such as `attention_masks=`), named with the
+                argument it probably meant.
         """
         _check_keyword_arguments(self, kwargs, "encode_documents")
         _refuse_unread_keywords(self, kwargs, _READTWICE_ENCODE_UNREAD_KEYWORDS, "encode_documents")
         _check_no_cache_arguments(self, kwargs, _READTWICE_REUSE, "encode_documents")
+        output_attentions = _output_attentions_switch(output_attentions, self.config)
+        # neutral values only (the check above): the output is a dataclass, with no hidden states
+        kwargs.pop("return_dict", None)
+        kwargs.pop("output_hidden_states", None)
         input_ids, attention_mask, token_type_ids, document_ids, segment_positions = self._check_segments(
             input_ids, attention_mask, token_type_ids, document_ids, segment_positions
         )
-        hidden = self._bert1(input_ids, attention_mask, token_type_ids, **kwargs)
-        return self._gather(hidden, attention_mask, document_ids, segment_positions, entity_spans, True)
+        first_read = self._encode_first_read(input_ids, attention_mask, token_type_ids,
+                                             output_attentions=output_attentions, return_dict=True, **kwargs)
+        return self._gather(first_read.first_read_hidden_state, attention_mask, document_ids, segment_positions,
+                            entity_spans, True, attentions=first_read.attentions)
 
-    def _gather(self, hidden, attention_mask, document_ids, segment_positions, entity_spans, with_fingerprint=False):
+    @capture_outputs
+    def _encode_first_read(self, input_ids, attention_mask, token_type_ids, **kwargs) -> ReadTwiceDocumentOutput:
+        """BERT₁ over checked segments `(num_segments, segment_length)`, for [`encode_documents`]: a
+        [`ReadTwiceDocumentOutput`] holding `first_read_hidden_state`, and `attentions` when
+        `kwargs["output_attentions"]` is set (recorded by transformers' `capture_outputs` over the BERT₁ layers run
+        here, as in [`_read`]; handed on to the layers too, as `BertModel` does, so that an attention implementation
+        without weights says so)."""
+        return ReadTwiceDocumentOutput(
+            first_read_hidden_state=self._bert1(input_ids, attention_mask, token_type_ids, **kwargs)
+        )
+
+    def _gather(self, hidden, attention_mask, document_ids, segment_positions, entity_spans, with_fingerprint=False,
+                attentions=None):
         values, segment_index, mention_index = self.memory_extractor(hidden, attention_mask, entity_spans)
         entity_token_mask = None
         if self.config.memory_type == "entity":
@@ -1060,6 +1121,7 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
             memory_mention_index=mention_index,
             memory_type=self.config.memory_type,
             model_fingerprint=self.representation_fingerprint() if with_fingerprint else None,
+            attentions=attentions,
         )
 
     def _check_segments(self, input_ids, attention_mask, token_type_ids, document_ids, segment_positions):
@@ -1380,12 +1442,15 @@ class ReadTwiceBertForQuestionAnswering(ReadTwiceBertPreTrainedModel):
 
     def encode_documents(self, *args, **kwargs) -> ReadTwiceDocumentOutput:
         """The stored first read (§2.1): `(num_segments, segment_length)` segments -> [`ReadTwiceDocumentOutput`];
-        the arguments, shapes and errors of [`ReadTwiceBertModel.encode_documents`].
+        the arguments, shapes and errors of [`ReadTwiceBertModel.encode_documents`]. With `output_attentions=True`
+        (default: `config.output_attentions`; `attn_implementation="eager"`) also BERT₁'s attention weights, one
+        `(num_segments, num_attention_heads, segment_length, segment_length)` tensor per layer.
 
         Raises:
             ValueError / TypeError: as [`ReadTwiceBertModel.encode_documents`] (missing or mis-shaped inputs,
-                `memory_type="entity"` without `entity_spans`, indices that are not integers, a keyword argument it
-                does not take, a cache argument that is not `None`, a keyword of `TransformersKwargs` it does not read).
+                `memory_type="entity"` without `entity_spans`, indices that are not integers, an `output_attentions`
+                that is not a bool, a keyword argument it does not take, a cache argument that is not `None`, a
+                keyword of `TransformersKwargs` it does not read).
         """
         _check_keyword_arguments(self, kwargs, "encode_documents", (ReadTwiceBertModel.encode_documents,))
         _refuse_unread_keywords(self, kwargs, _READTWICE_ENCODE_UNREAD_KEYWORDS, "encode_documents")
