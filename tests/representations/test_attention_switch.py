@@ -3,8 +3,13 @@
 
 import torch
 
-from hf_readonce import ReadOnceBartConfig, ReadOnceBartForConditionalGeneration
-from hf_readonce.representations import DeformerBertAdapter, ReadOnceBartAdapter
+from hf_readonce import (
+    ReadOnceBartConfig,
+    ReadOnceBartForConditionalGeneration,
+    ReadTwiceBertConfig,
+    ReadTwiceBertForQuestionAnswering,
+)
+from hf_readonce.representations import DeformerBertAdapter, ReadOnceBartAdapter, ReadTwiceBertAdapter
 from tests.conftest import tiny_model
 
 TEXTS = ["The river flows north past the old mill.", "A short one."]
@@ -49,3 +54,24 @@ def test_readonce_adapter_does_not_compute_attentions_the_config_asks_for(tokeni
     assert seen and all(out.attentions is None for out in seen)
     for a, b in zip(got, expected):
         assert torch.equal(a["representations"], b["representations"])
+
+
+def test_readtwice_adapter_does_not_compute_attentions_the_config_asks_for(tokenizer):
+    torch.manual_seed(0)
+    model = ReadTwiceBertForQuestionAnswering(ReadTwiceBertConfig(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+        max_position_embeddings=64, num_second_read_layers=1, memory_type="sts", span_length=4, memory_top_k=None,
+        segment_length=8, segment_overlap=2, question_in_first_read=False)).eval()
+    model.set_attn_implementation("eager")
+    expected = ReadTwiceBertAdapter(model, tokenizer).encode(TEXTS)
+    model.config.output_attentions = True
+    seen = _spy(model.bert, "encode_documents")
+    adapter = ReadTwiceBertAdapter(model, tokenizer)
+    got = adapter.encode(TEXTS)
+    again = adapter.recompute_from_stored(got[0])
+    assert len(seen) == 2 and all(out.attentions is None for out in seen)
+    assert adapter.fingerprint() == ReadTwiceBertAdapter(model, tokenizer).fingerprint()
+    for a, b in zip([*got, again], [*expected, expected[0]]):
+        assert a.keys() == b.keys()
+        for name in a:
+            assert torch.equal(a[name], b[name]), name
