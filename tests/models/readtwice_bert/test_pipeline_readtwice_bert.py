@@ -113,3 +113,18 @@ def test_a_call_runs_the_model_without_autograd(tokenizer, question_in_first_rea
     finally:
         hook.remove()
     assert grad_enabled and not any(grad_enabled)
+
+
+def test_the_first_read_computes_no_attention_weights_the_config_asks_for(tokenizer):
+    """The read-once pipeline keeps the first read's states and memories only: a model whose config asks for
+    attention weights (eager) does not make `encode_documents` compute and hold BERT₁'s, and answers the same."""
+    model = tiny_readtwice()
+    model.set_attn_implementation("eager")
+    pipe = ReadTwiceQuestionAnsweringPipeline(model=model, tokenizer=tokenizer)
+    expected = pipe(question=[QUESTION, "Who?"], context=DOCUMENT)
+    model.config.output_attentions = True
+    seen, encode = [], model.encode_documents
+    model.encode_documents = lambda *args, **kwargs: seen.append(encode(*args, **kwargs)) or seen[-1]
+    got = pipe(question=[QUESTION, "Who?"], context=DOCUMENT)
+    assert seen and all(out.attentions is None for out in seen)
+    assert got == expected
