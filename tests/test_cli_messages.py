@@ -407,6 +407,32 @@ def test_a_plain_encode_over_a_lost_index_says_repair_reindexes(tmp_path, checkp
     assert "note" not in capsys.readouterr().err
 
 
+
+def test_encode_repair_of_a_store_another_job_removed_empty_meanwhile(tmp_path, checkpoint, qa_rows, monkeypatch,
+                                                                      capsys):
+    """Another job had created the store and removes it again, empty, while `encode --repair` loads its model (the
+    clean-up of a job that failed before storing anything): the repair finds nothing to repair, the store is created
+    anew and the documents are encoded into it. It stopped saying the store had no write permission."""
+    from hf_readonce.store.maintenance import remove_empty_store
+
+    docs = write_jsonl(tmp_path / "docs.jsonl", qa_rows[:2])
+    store = tmp_path / "store"
+    RepresentationStore(store)  # the other job's
+    real_load, removed = cli.load_qa_model, []
+
+    def load_qa_model(*args, **kwargs):
+        removed.append(remove_empty_store(store))
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(cli, "load_qa_model", load_qa_model)
+    assert cli_main(["encode", str(checkpoint), "--documents", str(docs), "--store", str(store), "--no-progress",
+                     "--max-passage-length", "64", "--doc-stride", "16", "--repair"]) == 0
+    err = capsys.readouterr().err
+    assert removed == [True] and "Traceback" not in err and "permission" not in err, err
+    assert "repair: verify found nothing to repair" in err, err
+    assert len(RepresentationStore(store, create=False)) == len({row["context"] for row in qa_rows[:2]})
+
+
 # ---------------------------------------------------------------------------------------------- mismatches
 def test_a_deformer_store_of_another_k_is_said_without_contradiction(tmp_path, checkpoint, qa_rows, capsys):
     rows = qa_rows[:2]

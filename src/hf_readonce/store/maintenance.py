@@ -641,6 +641,25 @@ def _storage_dtype(documents, fallback: str):
     return resolve_dtype(fallback) if fallback in ("float32", "float16", "bfloat16") else resolve_dtype("fp32")
 
 
+def _unwritable_folder(path: Path) -> bool:
+    """Whether a folder is at `path` that this process cannot write into (write and search permission). False when
+    nothing is at the path (a store's folder renamed away by [`remove_empty_store`]: its caller looks again under
+    the store's lock) or something that is not a folder is. The folder is opened once and judged through that
+    descriptor, so a folder renamed away and made anew meanwhile is never taken for an unwritable one."""
+    try:
+        descriptor = os.open(path, getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0))
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:  # not even opened (no search permission on a parent folder): as the path says
+        return os.path.isdir(path) and not os.access(path, os.W_OK | os.X_OK)
+    try:
+        if os.access in os.supports_dir_fd:
+            return not os.access(".", os.W_OK | os.X_OK, dir_fd=descriptor)
+        return os.path.isdir(path) and not os.access(path, os.W_OK | os.X_OK)
+    finally:
+        os.close(descriptor)
+
+
 def repair_store(store, report: VerifyReport | None = None) -> dict:
     """Make the store consistent again after `verify` found problems, dropping only documents whose tensor bytes
     fail their checksums. Nothing is deleted, only moved to `quarantine/<time>/`, and nothing outside the store's
@@ -648,7 +667,12 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
 
     Everything runs under the store's write lock, and the index is re-read under it, so a shard another process
     committed after `report` was made is never mistaken for an orphan (`report` is then only a hint: without it,
-    `verify` runs under the same lock).
+    `verify` runs under the same lock). The lock is the one of the store at the path when the repair starts: a store
+    removed since it was opened, or while the repair waited for its lock, by the command that had created it and
+    failed before storing anything ([`remove_empty_store`]), held nothing to repair; it is created anew, as every
+    writer creates it ([`RepresentationStore.check_writable`]: a `logging` warning says so), and the repair finds
+    nothing to do. Where it is not created anew (opened with `create=False`, or seen holding documents: removed or
+    moved by hand), [`ReadOnlyStoreError`] says that it no longer exists.
 
     - A store folder that is a link or not a folder (`index/`, `tmp/`, `shards/`, `shards/<space>/`): moved to
       `quarantine/` (a link as a link: its target is never touched), and the folder made anew.
@@ -686,16 +710,19 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
         went, `None` when nothing moved) and `report` (the [`VerifyReport`] acted on, naming the store folders moved).
 
     Raises:
-        ReadOnlyStoreError: if the store cannot be written, or its `quarantine` is not a folder (then nothing changes).
+        ReadOnlyStoreError: if the store cannot be written, or its `quarantine` is not a folder (then nothing changes);
+            if it no longer exists and is not created anew (see above: nothing is written).
     """
     if store.readonly:
         raise ReadOnlyStoreError(f"store {store.path} was opened read-only.")
-    if not os.access(store.path, os.W_OK | os.X_OK):
+    if _unwritable_folder(store.path):  # a store removed meanwhile is no unwritable one: looked at under the lock
         raise ReadOnlyStoreError(f"store {store.path} is not writable (no write permission on the folder).")
     problem = quarantine_problem(store.path)
     if problem is not None:  # before the lock: not even `.lock` is written
         raise _quarantine_refusal(store.path, problem)
-    with store.lock():
+    # the lock of the store at the path now, `store.json` there: a store removed (empty) since it was opened, or while
+    # this process waited for its lock, is created anew first as every writer creates it, or refused as gone
+    with store._write_lock(layout=False):
         problem = quarantine_problem(store.path)  # again under the lock, before anything moves
         if problem is not None:
             raise _quarantine_refusal(store.path, problem)

@@ -500,18 +500,23 @@ class RepresentationStore:
                                  "it." + hint)
 
     @contextlib.contextmanager
-    def _write_lock(self):
-        """The write lock, held on the store that is at `self.path` now, for a commit: [`check_writable`] first
-        (which creates anew a store removed since it was opened), then the lock, then under it a look that the lock
-        file it holds is the one at the path and `store.json` is there. Where the store was removed (or removed and
-        created anew) between the check and the lock, or while this process waited for the lock, the lock is released
-        and all of it is done again, so nothing is ever written into a folder being removed.
+    def _write_lock(self, layout: bool = True):
+        """The write lock, held on the store that is at `self.path` now, for a commit or a `repair`:
+        [`check_writable`] first (which creates anew a store removed since it was opened), then the lock, then under
+        it a look that the lock file it holds is the one at the path and `store.json` is there. Where the store was
+        removed (or removed and created anew) between the check and the lock, or while this process waited for the
+        lock, the lock is released and all of it is done again, so nothing is ever written into a folder being
+        removed.
+
+        Args:
+            layout (`bool`, defaults to `True`): passed to [`check_writable`]; `False` for `repair`, which moves a
+                damaged `index/`, `shards/` or `tmp/` to `quarantine/`.
 
         Raises:
             ReadOnlyStoreError: as [`check_writable`]; also when the store was removed again each time.
         """
         for _ in range(_RECREATE_ATTEMPTS):
-            self.check_writable()
+            self.check_writable(layout=layout)
             lock = self._acquire_unless_gone()
             if lock is None:
                 continue  # renamed away while this process waited for its lock: created anew by the next round
@@ -1022,10 +1027,12 @@ class RepresentationStore:
 
     def repair(self, report: VerifyReport | None = None) -> dict:
         """Salvage intact documents and quarantine corrupted shards; see
-        [`hf_readonce.store.maintenance.repair_store`].
+        [`hf_readonce.store.maintenance.repair_store`] (a store removed, empty, since it was opened is created anew
+        first, as by every write, and has nothing to repair).
 
         Raises:
-            ReadOnlyStoreError: if the store cannot be written.
+            ReadOnlyStoreError: if the store cannot be written, or no longer exists and is not created anew (opened
+                with `create=False`, or seen holding documents).
         """
         return repair_store(self, report)
 
