@@ -1,6 +1,7 @@
 """Removing the store a failed `answer --encode-missing` created (`hf_readonce.cli._remove_empty_store`, through
 `hf_readonce.store.maintenance.remove_empty_store`): only the skeleton of a store that holds nothing, never what a user
-or another process stored, also when another process writes into it while it is being removed."""
+or another process stored, also when another process writes into it while it is being removed; a process opening it
+meanwhile opens, creates or misses the store that is at the path then."""
 
 import inspect
 import os
@@ -14,7 +15,7 @@ from filelock import FileLock, SoftFileLock, Timeout
 import hf_readonce.store.maintenance as maintenance
 import hf_readonce.store.store as store_module
 from hf_readonce import cli
-from hf_readonce.store import ReadOnlyStoreError, RepresentationStore, content_hash
+from hf_readonce.store import ReadOnlyStoreError, RepresentationStore, StoreNotFoundError, content_hash
 from hf_readonce.store.maintenance import remove_empty_store
 from hf_readonce.store.shards import _process_scope
 from hf_readonce.store.store import _holds_lock_file
@@ -629,3 +630,50 @@ def test_a_store_opened_with_create_false_is_not_made_anew(tmp_path):
     with pytest.raises(ReadOnlyStoreError, match="no longer exists: its folder was removed or moved") as caught:
         theirs.put(FP, SETTINGS, content_hash(TEXT), {"x": torch.ones(3)})
     assert "create=False" in str(caught.value) and "permission" not in str(caught.value) and not path.exists()
+
+
+@pytest.mark.parametrize("create", [True, False])
+def test_a_store_removed_while_it_is_opened_is_opened_as_it_is_now(tmp_path, monkeypatch, create):
+    """The store is renamed away (by the clean-up of the command that created it) between the opening's look at its
+    `store.json` and the read of it: the opening looks again and creates the store anew (`create=True`) or says
+    there is no store (`create=False`). It said "store.json cannot be read (No such file or directory); check its
+    permissions", as if the store were damaged."""
+    path = tmp_path / "s"
+    RepresentationStore(path)
+    real_read, renamed = store_module.read_store_marker, []
+
+    def read_store_marker(marker):
+        if not renamed:
+            os.rename(path, tmp_path / ".s.removing")
+            renamed.append(True)
+        return real_read(marker)
+
+    monkeypatch.setattr(store_module, "read_store_marker", read_store_marker)
+    if create:
+        assert len(RepresentationStore(path)) == 0
+        monkeypatch.undo()
+        assert RepresentationStore(path, create=False).verify().ok
+    else:
+        with pytest.raises(StoreNotFoundError, match="no store at"):
+            RepresentationStore(path, create=False)
+        assert not path.exists()
+    assert renamed == [True]
+
+
+def test_a_store_renamed_away_between_two_looks_at_its_path_is_not_called_a_file(tmp_path, monkeypatch):
+    """The store is renamed away between the opening's look whether something is at its path and whether it is a
+    folder: the store is created anew, never refused as "a file, not a directory"."""
+    path = tmp_path / "s"
+    RepresentationStore(path)
+    real_is_dir, renamed = pathlib.Path.is_dir, []
+
+    def is_dir(self, *args, **kwargs):
+        if not renamed and self == path:
+            os.rename(path, tmp_path / ".s.removing")
+            renamed.append(True)
+        return real_is_dir(self, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "is_dir", is_dir)
+    RepresentationStore(path)
+    monkeypatch.undo()
+    assert RepresentationStore(path, create=False).verify().ok

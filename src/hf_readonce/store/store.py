@@ -177,6 +177,18 @@ def _holds_lock_file(lock: FileLock, path: Path) -> bool:
         return False
 
 
+def _folder_state(path: Path) -> tuple | None:
+    """What one look at the store folder `path` finds, to tell whether it was renamed away or made anew between two
+    looks ([`hf_readonce.store.maintenance.remove_empty_store`] renames it away, a creating process makes a new one):
+    the folder's device, inode, modification and change times, and whether `store.json` is in it; `None` when
+    nothing is at the path."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino, found.st_mtime_ns, found.st_ctime_ns, os.path.lexists(path / "store.json")
+
+
 _RECREATE_ATTEMPTS = 5  # how often a writer creates anew a store removed again and again under it before giving up
 
 
@@ -280,7 +292,40 @@ class RepresentationStore:
         # whether a manifest was ever seen at the path: a store holding documents is never what `remove_empty_store`
         # removes, so it is not created anew when its folder is gone (removed or moved by hand: `_recreate_if_removed`)
         self._held_documents = False
-        if self.path.exists() and not self.path.is_dir():
+        for attempt in range(_RECREATE_ATTEMPTS):
+            before = _folder_state(self.path)
+            try:
+                self._open_or_create(create, readonly)
+                break
+            except StoreNotFoundError:
+                raise
+            except (ValueError, OSError):
+                # where the folder is gone now, or is another one than at the start (renamed away by
+                # `remove_empty_store` of a command that had created the store and failed before storing anything, or
+                # made anew), what was looked at is no longer there: look again, to open, create or say missing what
+                # is at the path now
+                after = _folder_state(self.path)
+                if attempt + 1 == _RECREATE_ATTEMPTS or (after is not None and after == before):
+                    raise
+        self._manifests_loaded: set[str] = set()
+        self._entries: dict[RepresentationKey, DocumentEntry] = {}  # plain (space, hash) tuples hash the same
+        self._spaces: dict[str, RepresentationSpace] = {}
+        self._by_hash: dict[str, set[str]] = {}
+        self._shards: dict[str, dict] = {}
+        self._duplicates = 0
+        self._bad_manifests: dict[str, str] = {}
+        self._handles: OrderedDict[str, Any] = OrderedDict()
+        self.refresh()
+
+    # ----------------------------------------------------------------- creation
+    def _open_or_create(self, create: bool, readonly: bool) -> None:
+        """Look at `self.path` once: check the marker of the store there, create one where the path is missing or
+        holds only an empty store's skeleton (with `create` and not `readonly`), or raise (see the class's Raises)."""
+        try:
+            found = os.stat(self.path)
+        except OSError:
+            found = None
+        if found is not None and not stat.S_ISDIR(found.st_mode):
             raise ValueError(f"store path {self.path} is a file, not a directory; pass a directory.")
         marker = self.path / "store.json"
         if marker.is_file() or marker.is_symlink() or marker.exists():
@@ -306,17 +351,7 @@ class RepresentationStore:
                 raise StoreNotFoundError(f"no store at {self.path} (and `create=False` or `readonly=True`).")
             else:
                 self._create()
-        self._manifests_loaded: set[str] = set()
-        self._entries: dict[RepresentationKey, DocumentEntry] = {}  # plain (space, hash) tuples hash the same
-        self._spaces: dict[str, RepresentationSpace] = {}
-        self._by_hash: dict[str, set[str]] = {}
-        self._shards: dict[str, dict] = {}
-        self._duplicates = 0
-        self._bad_manifests: dict[str, str] = {}
-        self._handles: OrderedDict[str, Any] = OrderedDict()
-        self.refresh()
 
-    # ----------------------------------------------------------------- creation
     def _check_marker(self, marker: Path) -> None:
         problem = path_problem(self.path, "store.json")
         if problem is not None:
