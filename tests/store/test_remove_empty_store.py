@@ -677,3 +677,25 @@ def test_a_store_renamed_away_between_two_looks_at_its_path_is_not_called_a_file
     RepresentationStore(path)
     monkeypatch.undo()
     assert RepresentationStore(path, create=False).verify().ok
+
+
+def test_a_store_folder_renamed_away_while_the_writer_makes_it_anew_is_made_again(tmp_path, monkeypatch):
+    """The writer making the removed store's folder anew finds one there (another process made it) that is renamed
+    away before `mkdir` looks whether it is a folder (`FileExistsError`): the writer tries again, creates the store
+    and commits. It failed with "cannot create the store at ... anew: [Errno 17] File exists"."""
+    path = tmp_path / "s"
+    writer = RepresentationStore(path)
+    assert remove_empty_store(path)
+    real_mkdir, raced = os.mkdir, []
+
+    def mkdir(where, *args, **kwargs):
+        if not raced and os.fspath(where) == str(path):  # there when made, gone when looked at
+            raced.append(True)
+            raise FileExistsError(17, "File exists", os.fspath(where))
+        return real_mkdir(where, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    assert writer.put(FP, SETTINGS, content_hash(TEXT), {"x": torch.ones(3)})
+    monkeypatch.undo()
+    reopened = RepresentationStore(path, create=False)
+    assert raced == [True] and len(reopened) == 1 and reopened.verify().ok

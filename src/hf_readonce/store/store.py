@@ -491,8 +491,8 @@ class RepresentationStore:
             self._refuse_unless_empty()
             try:
                 self.path.mkdir(parents=True, exist_ok=True)
-            except FileNotFoundError:  # a parent removed between two of mkdir's steps: again
-                continue
+            except (FileNotFoundError, FileExistsError):  # a parent removed between two of mkdir's steps, or the
+                continue  # folder there when made and renamed away when looked at (FileExistsError): again
             except OSError as error:
                 raise ReadOnlyStoreError(f"cannot create the store at {self.path} anew: {error}") from None
             lock = self._acquire_unless_gone()
