@@ -1,6 +1,7 @@
 """`repair` of a store that the command which created it removes again, empty ([`remove_empty_store`]), while the
 repair starts or waits for the store's lock: the repair finds nothing to repair (the store is created anew, as every
-writer creates it) or says that the store no longer exists; never a bare `FileNotFoundError`, nor "not writable"."""
+writer creates it) or says that the store no longer exists; never a bare `FileNotFoundError`, nor "not writable".
+Nor is a store being created taken for one that lost its marker."""
 
 import inspect
 import os
@@ -105,3 +106,25 @@ def test_a_repair_whose_lock_is_taken_on_the_folder_renamed_away_repairs_the_sto
     assert renamed == [True] and RepresentationStore(path, create=False).verify().ok
     assert sorted(p.name for p in away.iterdir()) == [".lock", "index", "shards", "store.json", "tmp"]
 
+
+
+@pytest.mark.parametrize("made", [("shards", "index"), ("shards", "index", "tmp"), ("shards", "index", "tmp", ".lock")])
+def test_no_marker_is_restored_into_a_store_being_created(tmp_path, made):
+    """`encode --repair` first writes a missing `store.json` into a folder with a store's `index/` and `shards/`
+    (`restore_store_marker`): a folder holding only the empty skeleton another process is creating right now (its
+    marker comes next) is left to it, and `encode --repair` does not say the store had lost its marker. A
+    "restored" marker was written, and the repair said the store "had a store's folders but no readable store.json"."""
+    from hf_readonce.store import restore_store_marker
+
+    path = tmp_path / "s"
+    path.mkdir()
+    for name in made:
+        if name == ".lock":
+            (path / name).touch()
+        else:
+            (path / name).mkdir()
+    (path / "tmp").mkdir(exist_ok=True)
+    (path / "tmp" / ".tmp-0123456789abcdef.json").write_text("{")  # the creator's marker being written
+    assert restore_store_marker(path) is False and not (path / "store.json").exists()
+    (path / "index" / "lost.json").write_text("{}")  # a store's folders holding something: its marker is restored
+    assert restore_store_marker(path) is True and (path / "store.json").is_file()

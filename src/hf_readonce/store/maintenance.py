@@ -37,6 +37,7 @@ from .shards import (
     FORMAT_NAME,
     FORMAT_VERSION,
     _atomic_write,
+    _being_created,
     _checksums_match,
     _file_sha256,
     _process_scope,
@@ -967,8 +968,9 @@ def restore_store_marker(path) -> bool:
         path (`str` or `os.PathLike`): the store's folder.
 
     Returns:
-        `bool`: True if the marker was written, False if a readable one exists or the folder does not look like a
-        store (then nothing is written or moved).
+        `bool`: True if the marker was written; False (nothing is written or moved) if a readable one exists, the
+        folder does not look like a store, or it holds only an empty store's skeleton (a store another process is
+        creating right now, whose marker comes next, or an empty one, which opening creates anew).
 
     Raises:
         ReadOnlyStoreError: if the marker cannot be written (or the unreadable one moved: also when `quarantine` is a
@@ -981,6 +983,9 @@ def restore_store_marker(path) -> bool:
     if path_problem(path, "index", folder=True) is not None or path_problem(path, "shards", folder=True) is not None:
         return False
     unreadable = marker.exists()
+    if not unreadable and _being_created(path, any_order=True):
+        return False  # an empty store's skeleton: a store being created right now (its marker comes next), or one
+        # holding nothing, which opening creates as a new store
     if unreadable:
         try:
             read_store_marker(marker)  # as the store reads it

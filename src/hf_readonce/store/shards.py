@@ -1,5 +1,5 @@
 """The on-disk format of a store (format version 1, unchanged since 0.1.0): format constants, storable dtypes,
-tensor checksums, and atomic, fsync'ed file writes."""
+tensor checksums, atomic, fsync'ed file writes, and the skeleton a store's creation makes."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -220,6 +221,45 @@ def _checksums_match(entry, tensors: Mapping[str, torch.Tensor], strong: bool) -
     if strong or not entry.xxh3_128:
         return tensors_checksum(tensors) == entry.sha256
     return True
+
+
+
+_LAYOUT = ("shards", "index", "tmp")
+
+
+def _being_created(path: Path, lock_held: bool = False, any_order: bool = False) -> bool:
+    """Whether the folder `path` (which has no `store.json`) holds nothing but the empty skeleton of a store that
+    another process is creating right now: the folders `RepresentationStore._create` makes, in the order it makes
+    them (`shards/`, then `index/`, then `tmp/`, so only `shards/`; `shards/` and `index/`; or all three), not
+    links, the first two empty, `tmp/` holding only the store's own temporary files (`.tmp-*`, the marker being
+    written), and perhaps `.lock` when it is an empty file (the lock never writes into it; `rm -r STORE/*` of a
+    store leaves it, as a dot file), or any regular file with `lock_held` (this process holds the lock on it: a soft
+    lock, which filelock falls back to where the file system has no `flock`, writes its holder into it).
+    Such a folder is created again (the marker written by whichever process gets there first or last: they are alike)
+    instead of being taken for a store whose marker was deleted: nothing is stored in it. A `.lock` holding bytes
+    (without `lock_held`), or a `tmp/` or `index/` without the folders made before it, is no store's making and may
+    be a user's: such a folder is refused, never taken over. With `any_order`, the store's folders, empty, are taken
+    in any number and order (a writer's check, made without the lock, makes them one by one: when the store is
+    renamed away between two of them, the later ones land in the folder that is at the path by then)."""
+    found = set()
+    try:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                if entry.name == ".lock":
+                    lock = entry.stat(follow_symlinks=False)
+                    if stat.S_ISREG(lock.st_mode) and (lock_held or lock.st_size == 0):
+                        continue
+                    return False
+                if entry.name not in _LAYOUT or not entry.is_dir(follow_symlinks=False):
+                    return False
+                with os.scandir(entry.path) as inside:
+                    if any(entry.name != "tmp" or not item.name.startswith(".tmp-")
+                           or not item.is_file(follow_symlinks=False) for item in inside):
+                        return False
+                found.add(entry.name)
+    except OSError:
+        return False
+    return any_order or tuple(sorted(found, key=_LAYOUT.index)) == _LAYOUT[: len(found)]
 
 
 __all__ = ["DEFAULT_SHARD_SIZE_BYTES", "FORMAT_NAME", "FORMAT_VERSION", "resolve_dtype", "tensors_checksum",

@@ -76,11 +76,13 @@ from .keys import (
 from .maintenance import VerifyReport, prune_store, repair_store, store_info, verify_store
 from .manifest import check_manifest, is_store_file, path_problem, strict_json_problem
 from .shards import (
+    _LAYOUT,
     _STORABLE,
     DEFAULT_SHARD_SIZE_BYTES,
     FORMAT_NAME,
     FORMAT_VERSION,
     _atomic_write,
+    _being_created,
     _checksums_match,
     _dtype_name,
     _file_sha256,
@@ -122,44 +124,6 @@ def _interrupts_held():
                 handler(signum, frame)
             elif handler == signal.SIG_DFL:
                 signal.raise_signal(signum)
-
-_LAYOUT = ("shards", "index", "tmp")
-
-
-def _being_created(path: Path, lock_held: bool = False, any_order: bool = False) -> bool:
-    """Whether the folder `path` (which has no `store.json`) holds nothing but the empty skeleton of a store that
-    another process is creating right now: the folders `_create` makes, in the order it makes them (`shards/`, then
-    `index/`, then `tmp/`, so only `shards/`; `shards/` and `index/`; or all three), not links, the first two empty,
-    `tmp/` holding only the store's own temporary files (`.tmp-*`, the marker being written), and perhaps `.lock`
-    when it is an empty file (the lock never writes into it; `rm -r STORE/*` of a store leaves it, as a dot file),
-    or any regular file with `lock_held` (this process holds the lock on it: a soft lock, which filelock falls back
-    to where the file system has no `flock`, writes its holder into it).
-    Such a folder is created again (the marker written by whichever process gets there first or last: they are
-    alike) instead of being taken for a store whose marker was deleted: nothing is stored in it. A `.lock` holding
-    bytes (without `lock_held`), or a `tmp/` or `index/` without the folders made before it, is no store's making and
-    may be a user's: such a folder is refused, never taken over. With `any_order`, the store's folders, empty, are
-    taken in any number and order (a writer's check, made without the lock, makes them one by one: when the store
-    is renamed away between two of them, the later ones land in the folder that is at the path by then)."""
-    found = set()
-    try:
-        with os.scandir(path) as entries:
-            for entry in entries:
-                if entry.name == ".lock":
-                    lock = entry.stat(follow_symlinks=False)
-                    if stat.S_ISREG(lock.st_mode) and (lock_held or lock.st_size == 0):
-                        continue
-                    return False
-                if entry.name not in _LAYOUT or not entry.is_dir(follow_symlinks=False):
-                    return False
-                with os.scandir(entry.path) as inside:
-                    if any(entry.name != "tmp" or not item.name.startswith(".tmp-")
-                           or not item.is_file(follow_symlinks=False) for item in inside):
-                        return False
-                found.add(entry.name)
-    except OSError:
-        return False
-    return any_order or tuple(sorted(found, key=_LAYOUT.index)) == _LAYOUT[: len(found)]
-
 
 def _holds_lock_file(lock: FileLock, path: Path) -> bool:
     """Whether the lock file `lock` holds (the file its open descriptor locks) is the file at `path` now. False when
