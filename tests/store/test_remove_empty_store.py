@@ -699,3 +699,28 @@ def test_a_store_folder_renamed_away_while_the_writer_makes_it_anew_is_made_agai
     monkeypatch.undo()
     reopened = RepresentationStore(path, create=False)
     assert raced == [True] and len(reopened) == 1 and reopened.verify().ok
+
+
+def test_a_skeleton_renamed_away_while_the_writer_looks_into_it_is_not_refused(tmp_path, monkeypatch):
+    """The writer whose store was removed finds at the path the skeleton of a store another process is creating,
+    which that process's clean-up renames away while the writer lists it: the writer is not refused for a folder
+    "holding nothing readable"; it creates the store anew and commits, and nothing is written into the folder renamed
+    away."""
+    path, away = tmp_path / "s", tmp_path / ".s.removing"
+    writer = RepresentationStore(path)
+    assert remove_empty_store(path)
+    (path / "shards").mkdir(parents=True)
+    real_being_created, renamed = store_module._being_created, []
+
+    def being_created(where, *args, **kwargs):
+        if not renamed and pathlib.Path(where) == path:
+            os.rename(path, away)  # while it is listed: the listing fails, and nothing is found empty
+            renamed.append(True)
+        return real_being_created(where, *args, **kwargs)
+
+    monkeypatch.setattr(store_module, "_being_created", being_created)
+    assert writer.put(FP, SETTINGS, content_hash(TEXT), {"x": torch.ones(3)})
+    monkeypatch.undo()
+    reopened = RepresentationStore(path, create=False)
+    assert renamed == [True] and len(reopened) == 1 and reopened.verify().ok
+    assert sorted(p.name for p in away.iterdir()) == ["shards"] and not list((away / "shards").iterdir())

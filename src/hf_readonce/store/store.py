@@ -480,23 +480,32 @@ class RepresentationStore:
     def _refuse_unless_empty(self, lock_held: bool = False) -> None:
         """Raise [`ReadOnlyStoreError`] unless `self.path` is missing or a folder holding only an empty store's
         skeleton without `store.json` ([`_being_created`], its folders in any order; with `lock_held`, its `.lock`
-        may hold bytes: the soft lock this process holds): what [`_recreate_if_removed`] may create a store in."""
+        may hold bytes: the soft lock this process holds): what [`_recreate_if_removed`] may create a store in.
+        Without `lock_held`, a folder renamed away or made anew while it was looked at (a new store's skeleton that
+        its creator's clean-up removes) is not refused: the caller looks at the path again under the lock."""
+        before = _folder_state(self.path)
+        refusal = self._refusal_unless_empty(lock_held)
+        if refusal is not None and (lock_held or _folder_state(self.path) == before):
+            raise refusal
+
+    def _refusal_unless_empty(self, lock_held: bool) -> ReadOnlyStoreError | None:
+        """The error [`_refuse_unless_empty`] raises for what is at `self.path` now, or `None`."""
         if not os.path.lexists(self.path):
-            return
+            return None
         if not self.path.is_dir():
-            raise ReadOnlyStoreError(f"store {self.path} no longer exists: something that is not a folder (a file, "
-                                     "or a link to nothing) is at its path now; nothing is written into it.")
+            return ReadOnlyStoreError(f"store {self.path} no longer exists: something that is not a folder (a file, "
+                                      "or a link to nothing) is at its path now; nothing is written into it.")
         if os.path.lexists(self.path / "store.json") or _being_created(self.path, lock_held, any_order=True):
-            return
+            return None
         if (self.path / "index").is_dir() and (self.path / "shards").is_dir():
             hint = (" If it is this store and its store.json was deleted, `hf-readonce encode MODEL --documents "
                     f"FILE.jsonl --store {self.path} --repair` (or `hf_readonce.store.restore_store_marker("
                     f"{str(self.path)!r})`) writes a new one, after checking every shard.")
         else:
             hint = ""
-        raise ReadOnlyStoreError(f"store {self.path} has no store.json now and its folder holds "
-                                 f"{_some_entries(self.path)}, not an empty store's skeleton; nothing is written into "
-                                 "it." + hint)
+        return ReadOnlyStoreError(f"store {self.path} has no store.json now and its folder holds "
+                                  f"{_some_entries(self.path)}, not an empty store's skeleton; nothing is written "
+                                  "into it." + hint)
 
     @contextlib.contextmanager
     def _write_lock(self, layout: bool = True):
