@@ -543,10 +543,10 @@ def test_a_store_removed_between_the_writers_check_and_its_probe_is_created_anew
     writer = RepresentationStore(path)
     real_make_temp, removed = store_module._make_temp, []
 
-    def make_temp(folder, suffix=""):
+    def make_temp(folder, suffix="", **kwargs):
         if not removed and suffix == ".probe":
             removed.append(remove_empty_store(path))
-        return real_make_temp(folder, suffix)
+        return real_make_temp(folder, suffix, **kwargs)
 
     monkeypatch.setattr(store_module, "_make_temp", make_temp)
     assert writer.put(FP, SETTINGS, content_hash(TEXT), {"x": torch.ones(3)})
@@ -724,3 +724,27 @@ def test_a_skeleton_renamed_away_while_the_writer_looks_into_it_is_not_refused(t
     reopened = RepresentationStore(path, create=False)
     assert renamed == [True] and len(reopened) == 1 and reopened.verify().ok
     assert sorted(p.name for p in away.iterdir()) == ["shards"] and not list((away / "shards").iterdir())
+
+
+def test_a_writability_probe_is_removed_from_the_folder_renamed_away_under_it(tmp_path, monkeypatch):
+    """The store is renamed away (by the clean-up of the command that created it) between the writer making its
+    writability probe and removing it: the probe is removed where the folder went, so the clean-up finds nothing of
+    a running process in it. The probe was left there (its path was gone), and the clean-up kept the folder, hidden,
+    warning that something had been put into it."""
+    path, away = tmp_path / "s", tmp_path / ".s.removing"
+    RepresentationStore(path)
+    writer = RepresentationStore(path)
+    real_make_temp, renamed = store_module._make_temp, []
+
+    def make_temp(folder, suffix="", **kwargs):
+        made = real_make_temp(folder, suffix, **kwargs)
+        if not renamed and suffix == ".probe":
+            os.rename(path, away)
+            renamed.append(True)
+        return made
+
+    monkeypatch.setattr(store_module, "_make_temp", make_temp)
+    assert writer.put(FP, SETTINGS, content_hash(TEXT), {"x": torch.ones(3)})
+    monkeypatch.undo()
+    assert renamed == [True] and len(RepresentationStore(path, create=False)) == 1
+    assert not list((away / "tmp").iterdir())

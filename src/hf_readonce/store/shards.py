@@ -164,7 +164,7 @@ def _temp_writer_gone(name: str) -> bool:
     return False
 
 
-def _make_temp(directory: Path, suffix: str) -> tuple[int, str]:
+def _make_temp(directory: Path, suffix: str, dir_fd: int | None = None) -> tuple[int, str]:
     """Create a new temporary file in `directory` (same file system as the destination, so the rename is atomic),
     named `.tmp-<32 hex><suffix>`, or on Linux `.tmp-<32 hex>-p<pid>-<scope><suffix>`: the writer's process id and
     where it applies ([`_process_scope`]), so that `verify` and `repair` tell a file whose writer was killed from one
@@ -173,6 +173,11 @@ def _make_temp(directory: Path, suffix: str) -> tuple[int, str]:
     It is created with mode 0o666 less the process's umask, as `open()` creates files (unlike `tempfile.mkstemp`,
     whose 0o600 would keep a store written by one user or service account unreadable to every other): under the
     usual umask 022 a store's files are readable by group and others, under 077 by their owner only.
+
+    Args:
+        directory (`Path`): the folder. suffix (`str`): the name's end (e.g. `.json`, `.probe`).
+        dir_fd (`int`, *optional*): an open descriptor of `directory`: the file is created through it (in that
+            folder, also if it was renamed meanwhile); the path returned is then the name joined to `directory`.
 
     Returns:
         `(int, str)`: an open file descriptor (write-only) and the file's path.
@@ -183,7 +188,7 @@ def _make_temp(directory: Path, suffix: str) -> tuple[int, str]:
     for _ in range(100):
         path = os.path.join(directory, f".tmp-{uuid.uuid4().hex}{writer}{suffix}")
         try:
-            return os.open(path, flags, 0o666), path
+            return os.open(path if dir_fd is None else os.path.basename(path), flags, 0o666, dir_fd=dir_fd), path
         except FileExistsError:  # pragma: no cover - 122 random bits
             continue
     raise FileExistsError(f"no free temporary file name in {directory}")

@@ -153,6 +153,31 @@ def _folder_state(path: Path) -> tuple | None:
     return found.st_dev, found.st_ino, found.st_mtime_ns, found.st_ctime_ns, os.path.lexists(path / "store.json")
 
 
+def _probe(folder: Path) -> None:
+    """Make and remove a temporary file in `folder` ([`_make_temp`], suffix `.probe`): the writability probe of
+    [`RepresentationStore.check_writable`], made without the write lock. Both go through one descriptor of the folder
+    (where the platform has `openat`/`unlinkat`), so the probe is removed also when the store's folder is renamed
+    away in between ([`hf_readonce.store.maintenance.remove_empty_store`]): a probe left in it, a file of a process
+    still running, would keep that empty store from being removed (kept hidden, with a warning).
+
+    Raises:
+        OSError: the folder cannot be opened or written (as `os.open` raises it).
+    """
+    if os.open not in os.supports_dir_fd or os.unlink not in os.supports_dir_fd:
+        fd, probe = _make_temp(folder, ".probe")
+        os.close(fd)
+        os.unlink(probe)
+        return
+    # O_PATH where there is one: a folder that can be written but not listed (-wx) is probed as well
+    descriptor = os.open(folder, getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0))
+    try:
+        fd, probe = _make_temp(folder, ".probe", dir_fd=descriptor)
+        os.close(fd)
+        os.unlink(os.path.basename(probe), dir_fd=descriptor)
+    finally:
+        os.close(descriptor)
+
+
 _RECREATE_ATTEMPTS = 5  # how often a writer creates anew a store removed again and again under it before giving up
 
 
@@ -395,15 +420,11 @@ class RepresentationStore:
                             "shards.")
             try:
                 if damaged:  # left to repair: probe the store's own folder
-                    fd, probe = _make_temp(self.path, ".probe")
-                    os.close(fd)
-                    os.unlink(probe)
+                    _probe(self.path)
                     return
                 for sub in _LAYOUT:
                     (self.path / sub).mkdir(exist_ok=True)
-                fd, probe = _make_temp(self.path / "tmp", ".probe")
-                os.close(fd)
-                os.unlink(probe)
+                _probe(self.path / "tmp")
                 return
             except OSError as error:
                 if attempt + 1 < _RECREATE_ATTEMPTS and not os.path.lexists(self.path / "store.json"):
