@@ -4,6 +4,7 @@ or another process stored, also when another process writes into it while it is 
 meanwhile opens, creates or misses the store that is at the path then."""
 
 import inspect
+import json
 import os
 import pathlib
 import shutil
@@ -17,7 +18,7 @@ import hf_readonce.store.store as store_module
 from hf_readonce import cli
 from hf_readonce.store import ReadOnlyStoreError, RepresentationStore, StoreNotFoundError, content_hash
 from hf_readonce.store.maintenance import remove_empty_store
-from hf_readonce.store.shards import _process_scope
+from hf_readonce.store.shards import FORMAT_NAME, FORMAT_VERSION, _process_scope
 from hf_readonce.store.store import _holds_lock_file
 from tests.store.test_campaign import FP, SETTINGS
 
@@ -748,3 +749,28 @@ def test_a_writability_probe_is_removed_from_the_folder_renamed_away_under_it(tm
     monkeypatch.undo()
     assert renamed == [True] and len(RepresentationStore(path, create=False)) == 1
     assert not list((away / "tmp").iterdir())
+
+
+def test_a_marker_its_creator_writes_while_the_writer_looks_under_the_lock_is_taken_as_a_store(tmp_path,
+                                                                                                monkeypatch):
+    """The writer whose store was removed looks, under the store's lock, into the skeleton another process is
+    creating at the path (without the lock), which writes its `store.json` while the writer lists the folder: the
+    writer takes it for the store it is, and commits. It was refused: "has no store.json now and its folder holds
+    .lock, shards/, store.json"."""
+    path = tmp_path / "s"
+    writer = RepresentationStore(path)
+    assert remove_empty_store(path)
+    (path / "shards").mkdir(parents=True)  # the other process's creation, under way
+    real_being_created, written = store_module._being_created, []
+
+    def being_created(where, lock_held=False, *args, **kwargs):
+        if lock_held and not written:
+            (path / "store.json").write_text(json.dumps({"format": FORMAT_NAME, "format_version": FORMAT_VERSION}))
+            written.append(True)
+        return real_being_created(where, lock_held, *args, **kwargs)
+
+    monkeypatch.setattr(store_module, "_being_created", being_created)
+    assert writer.put(FP, SETTINGS, content_hash(TEXT), {"x": torch.ones(3)})
+    monkeypatch.undo()
+    reopened = RepresentationStore(path, create=False)
+    assert written == [True] and len(reopened) == 1 and reopened.verify().ok

@@ -516,7 +516,10 @@ class RepresentationStore:
         if not self.path.is_dir():
             return ReadOnlyStoreError(f"store {self.path} no longer exists: something that is not a folder (a file, "
                                       "or a link to nothing) is at its path now; nothing is written into it.")
-        if os.path.lexists(self.path / "store.json") or _being_created(self.path, lock_held, any_order=True):
+        marker = self.path / "store.json"
+        if os.path.lexists(marker) or _being_created(self.path, lock_held, any_order=True):
+            return None
+        if os.path.lexists(marker):  # written by its creator (without the lock) while the folder was listed
             return None
         if (self.path / "index").is_dir() and (self.path / "shards").is_dir():
             hint = (" If it is this store and its store.json was deleted, `hf-readonce encode MODEL --documents "
