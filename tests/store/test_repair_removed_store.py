@@ -128,3 +128,28 @@ def test_no_marker_is_restored_into_a_store_being_created(tmp_path, made):
     assert restore_store_marker(path) is False and not (path / "store.json").exists()
     (path / "index" / "lost.json").write_text("{}")  # a store's folders holding something: its marker is restored
     assert restore_store_marker(path) is True and (path / "store.json").is_file()
+
+
+@pytest.mark.parametrize("damage", ["manifests lost", "index is a file", "quarantine"])
+def test_a_repair_of_a_damaged_store_moved_by_hand_says_it_no_longer_exists(tmp_path, damage):
+    """A store whose index lists nothing, but which holds shards (its manifests deleted, or `index/` made a file), or
+    a `quarantine/` of an earlier repair, is no empty store that a failed command removes: moved away by hand while
+    `encode --repair` had it open, it is said to no longer exist, and no new store is started at its path. It was
+    created anew, empty, and the repair said there was nothing to repair (the shards left behind, where it was moved)."""
+    path, away = tmp_path / "s", tmp_path / "moved"
+    RepresentationStore(path).put(FP, SETTINGS, content_hash("kept"), {"x": torch.ones(2)})
+    if damage == "manifests lost":
+        for manifest in (path / "index").iterdir():
+            manifest.unlink()
+    elif damage == "index is a file":
+        shutil.rmtree(path / "index")
+        (path / "index").write_text("not a folder")
+    else:
+        (path / "quarantine").mkdir()
+        shutil.rmtree(path / "index")
+        shutil.rmtree(path / "shards")
+    repairer = RepresentationStore(path)
+    os.rename(path, away)  # `mv` by hand, while the repair loads its model
+    with pytest.raises(ReadOnlyStoreError, match="no longer exists"):
+        repairer.repair()
+    assert not path.exists()
