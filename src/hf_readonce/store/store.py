@@ -153,6 +153,33 @@ def _folder_state(path: Path) -> tuple | None:
     return found.st_dev, found.st_ino, found.st_mtime_ns, found.st_ctime_ns, os.path.lexists(path / "store.json")
 
 
+def _holds_stored_data(path: Path) -> bool:
+    """Whether the store folder `path` holds what no empty store's skeleton holds, though its index lists nothing: a
+    file or link anywhere under `shards/` (a shard whose manifest was lost), an `index/` or `shards/` that is not a
+    folder, or a `quarantine/` (an earlier repair's). Such a store is never what
+    [`hf_readonce.store.maintenance.remove_empty_store`] removes, so its folder gone means it was removed or moved by
+    hand: it is not created anew ([`RepresentationStore._recreate_if_removed`]). False when nothing is at the path;
+    True when a folder of it cannot be listed (it may hold a shard)."""
+    if os.path.lexists(path / "quarantine"):
+        return True
+    for sub in ("index", "shards"):
+        problem = path_problem(path, sub, folder=True)
+        if problem is not None and problem != "is missing":
+            return True
+
+    def unlisted(error: OSError) -> None:
+        if not isinstance(error, (FileNotFoundError, NotADirectoryError)):
+            raise error
+
+    try:
+        for root, folders, files in os.walk(path / "shards", onerror=unlisted):
+            if files or any(os.path.islink(os.path.join(root, name)) for name in folders):
+                return True
+    except OSError:
+        return True
+    return False
+
+
 def _probe(folder: Path) -> None:
     """Make and remove a temporary file in `folder` ([`_make_temp`], suffix `.probe`): the writability probe of
     [`RepresentationStore.check_writable`], made without the write lock. Both go through one descriptor of the folder
@@ -278,8 +305,8 @@ class RepresentationStore:
         self.lock_timeout = float(lock_timeout)
         self._lock = None
         self._may_create = bool(create) and not self.readonly  # also anew, where the folder is removed while open
-        # whether a manifest was ever seen at the path: a store holding documents is never what `remove_empty_store`
-        # removes, so it is not created anew when its folder is gone (removed or moved by hand: `_recreate_if_removed`)
+        # whether a manifest, a shard or a quarantine/ was ever seen at the path (`refresh`): a store holding
+        # documents is never what `remove_empty_store` removes, so it is not created anew when its folder is gone (removed or moved by hand: `_recreate_if_removed`)
         self._held_documents = False
         for attempt in range(_RECREATE_ATTEMPTS):
             before = _folder_state(self.path)
@@ -444,7 +471,7 @@ class RepresentationStore:
         process may have created it meanwhile: then it is taken as it is); the in-memory index, of a folder that is
         gone, is emptied and a `logging` warning says what happened. Nothing is done while `store.json` is there (a
         store, as any process opened it). A store this object saw holding documents (a manifest in its index, read or
-        written) is never made anew: `remove_empty_store` removes only a store holding nothing, so its folder was
+        written, or, its index listing nothing, a shard or a `quarantine/`: [`_holds_stored_data`]) is never made anew: `remove_empty_store` removes only a store holding nothing, so its folder was
         removed or moved by hand (`rm -r`, `mv`), and a second store at its path would hold only part of what was
         written.
 
@@ -468,7 +495,7 @@ class RepresentationStore:
             self._refuse_unless_empty()  # something else at the path is named as such
             raise ReadOnlyStoreError(
                 f"store {self.path} no longer exists: its folder was removed or moved while this process had it open, "
-                "and it held documents (this process saw its index), so it was not an empty store that a failed "
+                "and it held documents (this process saw them), so it was not an empty store that a failed "
                 "command removed; nothing is written, and no new store is started at its path. If it was moved, "
                 "write into it where it is now; to start a new store at this path, open it again (or run the command "
                 "again).")
@@ -607,7 +634,9 @@ class RepresentationStore:
                 p.name for p in index_dir.iterdir() if p.suffix == ".json" and not p.name.startswith("."))
         except (FileNotFoundError, NotADirectoryError):
             names = []
-        self._held_documents = self._held_documents or bool(names)
+        # a store whose index lists nothing may still hold shards (its manifests lost) or an earlier repair's
+        # quarantine/: as much a store holding documents as one whose index lists them
+        self._held_documents = self._held_documents or bool(names) or _holds_stored_data(self.path)
         if self._manifests_loaded - set(names):
             self._reset_index()
         new = 0
