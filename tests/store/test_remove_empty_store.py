@@ -774,3 +774,25 @@ def test_a_marker_its_creator_writes_while_the_writer_looks_under_the_lock_is_ta
     monkeypatch.undo()
     reopened = RepresentationStore(path, create=False)
     assert written == [True] and len(reopened) == 1 and reopened.verify().ok
+
+
+def test_the_writability_probe_of_a_folder_that_cannot_be_listed_falls_back_to_its_path(tmp_path, monkeypatch):
+    """Where the platform has no `O_PATH` (macOS), the probe's folder descriptor is opened for reading, which a folder
+    that can be written but not listed (`chmod 300`) refuses: the probe is then made and removed by its path, as
+    before, and the write goes through. It was refused as "not writable" (simulated here: the tests may run as
+    root, whom no permission stops)."""
+    path = tmp_path / "s"
+    writer = RepresentationStore(path)
+    monkeypatch.delattr(os, "O_PATH", raising=False)
+    real_open = os.open
+
+    def open_(where, flags, *args, **kwargs):
+        if flags & getattr(os, "O_DIRECTORY", 0) and pathlib.Path(where) in (path, path / "tmp"):
+            raise PermissionError(13, "Permission denied", os.fspath(where))  # no read permission on the folder
+        return real_open(where, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_)
+    monkeypatch.setattr(os, "supports_dir_fd", os.supports_dir_fd | {open_})  # as the platform's own `open`
+    assert writer.put(FP, SETTINGS, content_hash(TEXT), {"x": torch.ones(3)})
+    monkeypatch.undo()
+    assert len(RepresentationStore(path, create=False)) == 1 and not list((path / "tmp").iterdir())
