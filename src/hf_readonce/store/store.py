@@ -185,18 +185,23 @@ def _probe(folder: Path) -> None:
     [`RepresentationStore.check_writable`], made without the write lock. Both go through one descriptor of the folder
     (where the platform has `openat`/`unlinkat`), so the probe is removed also when the store's folder is renamed
     away in between ([`hf_readonce.store.maintenance.remove_empty_store`]): a probe left in it, a file of a process
-    still running, would keep that empty store from being removed (kept hidden, with a warning).
+    still running, would keep that empty store from being removed (kept hidden, with a warning). Without those calls
+    (Windows), or where the folder cannot be opened for one (no `O_PATH`, as on macOS, and a folder that can be
+    written but not listed), the probe is made and removed by its path.
 
     Raises:
-        OSError: the folder cannot be opened or written (as `os.open` raises it).
+        OSError: the folder cannot be written (as `os.open` raises it).
     """
-    if os.open not in os.supports_dir_fd or os.unlink not in os.supports_dir_fd:
+    descriptor = None
+    if os.open in os.supports_dir_fd and os.unlink in os.supports_dir_fd:
+        # O_PATH where there is one: a folder that can be written but not listed (-wx) is probed as well
+        with contextlib.suppress(PermissionError):  # without O_PATH, such a folder cannot be opened: by its path
+            descriptor = os.open(folder, getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0))
+    if descriptor is None:
         fd, probe = _make_temp(folder, ".probe")
         os.close(fd)
         os.unlink(probe)
         return
-    # O_PATH where there is one: a folder that can be written but not listed (-wx) is probed as well
-    descriptor = os.open(folder, getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0))
     try:
         fd, probe = _make_temp(folder, ".probe", dir_fd=descriptor)
         os.close(fd)
