@@ -258,3 +258,28 @@ def test_info_leaves_out_a_written_time_it_cannot_read(two_spaces, capsys):
     manifest.write_text(json.dumps(data))
     assert main(["info", "--store", str(path)]) == 0
     assert "written" in capsys.readouterr().out  # the other spaces' times still shown
+
+
+def test_a_prune_of_a_store_moved_away_since_it_was_opened_says_it_no_longer_exists(two_spaces, monkeypatch):
+    """A store removed or moved after it was opened is reported as gone, not as "not writable"; nothing is created at
+    the path, and the moved store keeps every space. Also when it goes while the prune waits for its lock."""
+    path, store = two_spaces
+    moved = path.with_name("moved")
+    path.rename(moved)
+    with pytest.raises(ReadOnlyStoreError, match="no longer exists"):
+        prune_store(store, [space_key(OLD, SETTINGS)])
+    assert not path.exists()
+    assert len(RepresentationStore(moved, create=False).spaces()) == 2
+    moved.rename(path)
+    real_lock = RepresentationStore.lock
+
+    def lock_after_a_move(self, *args, **kwargs):
+        path.rename(moved)  # gone while this process waited
+        return real_lock(self, *args, **kwargs)
+
+    monkeypatch.setattr(RepresentationStore, "lock", lock_after_a_move)
+    with pytest.raises(ReadOnlyStoreError, match="no longer exists"):
+        prune_store(store, [space_key(OLD, SETTINGS)])
+    monkeypatch.undo()
+    assert not (path / "store.json").exists()  # no store made there (at most the lock file the wait opened)
+    assert len(RepresentationStore(moved, create=False).spaces()) == 2

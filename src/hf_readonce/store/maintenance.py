@@ -895,16 +895,20 @@ def prune_store(store, spaces=(), *, quarantine: bool = False, dry_run: bool = F
     Raises:
         ValueError: if neither a space nor `quarantine=True` is given, or as [`resolve_spaces`].
         TypeError: as [`resolve_spaces`].
-        ReadOnlyStoreError: if the store was opened read-only or cannot be written (not with `dry_run`).
+        ReadOnlyStoreError: if the store was opened read-only, cannot be written, or no longer exists (removed or
+            moved since it was opened; not with `dry_run`).
     """
     import shutil
 
     if not dry_run:
         if store.readonly:
             raise ReadOnlyStoreError(f"store {store.path} was opened read-only.")
-        if not os.access(store.path, os.W_OK | os.X_OK):
+        if _unwritable_folder(store.path):  # a store removed meanwhile is no unwritable one: looked at under the lock
             raise ReadOnlyStoreError(f"store {store.path} is not writable (no write permission on the folder).")
-    lock = contextlib.nullcontext() if dry_run else store.lock()
+    # the lock of the store at the path now, as `repair` takes it: a store moved or removed by hand since it was
+    # opened is said to no longer exist (one removed empty by the command that created it is created anew, empty,
+    # and then holds no space to prune)
+    lock = contextlib.nullcontext() if dry_run else store._write_lock(layout=False)
     with lock:
         store._reset_index()
         store.refresh()
