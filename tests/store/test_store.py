@@ -494,3 +494,13 @@ def test_repair_keeps_the_model_name_of_the_documents_it_salvages(tmp_path):
     with safe_open(root / manifest["shard"], "pt") as shard:
         assert shard.metadata()["model_name"] == "runs/a"
     assert RepresentationStore(root).info()["spaces"][space_key(FP, SETTINGS)]["model_names"] == ["runs/a"]
+
+
+def test_a_store_path_that_is_a_link_to_a_missing_folder_is_named_as_such(tmp_path):
+    """`RepresentationStore(path)` where `path` is a symbolic link whose target does not exist: the error says so and
+    names the target (it was mkdir's bare "[Errno 17] File exists"); nothing is created, the link is left as it is."""
+    link = tmp_path / "store"
+    link.symlink_to(tmp_path / "elsewhere" / "store")
+    with pytest.raises(ReadOnlyStoreError, match="symbolic link to .*elsewhere/store, which does not exist"):
+        RepresentationStore(link)
+    assert link.is_symlink() and not (tmp_path / "elsewhere").exists()

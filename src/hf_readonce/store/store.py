@@ -408,6 +408,10 @@ class RepresentationStore:
         except PermissionError as error:
             raise ReadOnlyStoreError(f"cannot create a store at {self.path}: {error}") from None
         except OSError as error:
+            if os.path.islink(self.path) and not os.path.exists(self.path):
+                raise ReadOnlyStoreError(f"cannot create a store at {self.path}: it is a symbolic link to "
+                                         f"{os.readlink(self.path)}, which does not exist; create that folder, or "
+                                         "give another path.") from None
             raise ReadOnlyStoreError(f"cannot create a store at {self.path}: {error}") from None
 
     def check_writable(self, *, layout: bool = True) -> None:
