@@ -190,21 +190,20 @@ def _check_tensor_arguments(ids: dict, masks: dict | None = None) -> None:
             raise TypeError(f"`{name}` must hold integer token ids, got {value.dtype}.")
 
 
-# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._output_attentions_switch
-def _output_attentions_switch(output_attentions, config) -> bool:
-    """Whether a call returns attention weights: `output_attentions`, else `config.output_attentions`, as
-    transformers' models read the switch.
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._output_switch
+def _output_switch(name: str, value, config) -> bool:
+    """Whether a call returns the per-layer outputs that the switch `name` (`"output_attentions"` or
+    `"output_hidden_states"`) asks for: `value`, else `config.<name>`, as transformers' models read the switch.
 
     Raises:
-        TypeError: an `output_attentions` that is neither `None` nor a `bool` (a string such as `"False"` would
-            otherwise read as true).
+        TypeError: a `value` that is neither `None` nor a `bool`, naming `name` (a string such as `"False"` would
+            otherwise read as true; a list of hidden-state indices, which `capture_outputs` can select, is not taken).
     """
-    if output_attentions is None:
-        return bool(getattr(config, "output_attentions", False))
-    if not isinstance(output_attentions, bool):
-        raise TypeError(f"`output_attentions` must be a bool (or None: `config.output_attentions`), got "
-                        f"{type(output_attentions).__name__}.")
-    return output_attentions
+    if value is None:
+        return bool(getattr(config, name, False))
+    if not isinstance(value, bool):
+        raise TypeError(f"`{name}` must be a bool (or None: `config.{name}`), got {type(value).__name__}.")
+    return value
 
 
 # Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._accepted_keywords
@@ -838,7 +837,7 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
                 `output_attentions` that is not a bool.
         """
         config = self.config
-        output_attentions = _output_attentions_switch(output_attentions, config)
+        output_attentions = _output_switch("output_attentions", output_attentions, config)
         _check_tensor_arguments({"input_ids": input_ids}, {"attention_mask": attention_mask})
         if input_ids.dim() != 2 or input_ids.shape[1] == 0 or input_ids.shape[0] == 0:
             raise ValueError(f"`input_ids` must be a non-empty (batch, length) tensor, got {tuple(input_ids.shape)}.")

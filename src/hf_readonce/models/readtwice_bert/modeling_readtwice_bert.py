@@ -155,21 +155,20 @@ def _check_token_ids(ids, bound: int, argument: str) -> None:
                              f"[0, {bound}) of this model.") from None
 
 
-# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._output_attentions_switch
-def _output_attentions_switch(output_attentions, config) -> bool:
-    """Whether a call returns attention weights: `output_attentions`, else `config.output_attentions`, as
-    transformers' models read the switch.
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._output_switch
+def _output_switch(name: str, value, config) -> bool:
+    """Whether a call returns the per-layer outputs that the switch `name` (`"output_attentions"` or
+    `"output_hidden_states"`) asks for: `value`, else `config.<name>`, as transformers' models read the switch.
 
     Raises:
-        TypeError: an `output_attentions` that is neither `None` nor a `bool` (a string such as `"False"` would
-            otherwise read as true).
+        TypeError: a `value` that is neither `None` nor a `bool`, naming `name` (a string such as `"False"` would
+            otherwise read as true; a list of hidden-state indices, which `capture_outputs` can select, is not taken).
     """
-    if output_attentions is None:
-        return bool(getattr(config, "output_attentions", False))
-    if not isinstance(output_attentions, bool):
-        raise TypeError(f"`output_attentions` must be a bool (or None: `config.output_attentions`), got "
-                        f"{type(output_attentions).__name__}.")
-    return output_attentions
+    if value is None:
+        return bool(getattr(config, name, False))
+    if not isinstance(value, bool):
+        raise TypeError(f"`{name}` must be a bool (or None: `config.{name}`), got {type(value).__name__}.")
+    return value
 
 
 # Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._accepted_keywords
@@ -1076,7 +1075,7 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
         _check_keyword_arguments(self, kwargs, "encode_documents")
         _refuse_unread_keywords(self, kwargs, _READTWICE_ENCODE_UNREAD_KEYWORDS, "encode_documents")
         _check_no_cache_arguments(self, kwargs, _READTWICE_REUSE, "encode_documents")
-        output_attentions = _output_attentions_switch(output_attentions, self.config)
+        output_attentions = _output_switch("output_attentions", output_attentions, self.config)
         # neutral values only (the check above): the output is a dataclass, with no hidden states
         kwargs.pop("return_dict", None)
         kwargs.pop("output_hidden_states", None)
