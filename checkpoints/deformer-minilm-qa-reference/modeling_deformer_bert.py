@@ -378,6 +378,13 @@ class DeformerPassageOutput(ModelOutput):
             `output_attentions=True` with `attn_implementation="eager"` (other implementations compute no weights: an
             empty tuple, after transformers' warning for SDPA, as for BERT). Not part of the passage states:
             `forward(passage_states=...)` and the representation stores read the fields above only.
+        hidden_states (`tuple(torch.FloatTensor)`, *optional*):
+            The passage's embeddings and the output of each decomposed layer 1..k, k + 1 tensors of shape
+            `(batch_size, passage_length, hidden_size)` (the last is `last_hidden_state`), as `BertModel` returns the
+            first k + 1 of its `hidden_states` for the passage read alone (token type 1, positions from
+            `passage_position_offset`): the passage block of the pair encoding's lower-layer `hidden_states`
+            ([`DeformerBertModelOutput`]). Returned when `output_hidden_states=True`, with any attention
+            implementation. Not part of the passage states, as `attentions`.
     """
 
     last_hidden_state: torch.FloatTensor | None = None
@@ -385,6 +392,7 @@ class DeformerPassageOutput(ModelOutput):
     num_decomposed_layers: int | None = None
     model_fingerprint: str | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
 
 
 @dataclass
@@ -402,7 +410,8 @@ class DeformerBertModelOutput(ModelOutput):
         hidden_states (`tuple(torch.FloatTensor)`, *optional*):
             Embeddings and the output of every layer, each `(batch_size, sequence_length, hidden_size)`; returned
             when `output_hidden_states=True`. With `passage_states` only the joint layers k+1..n are returned
-            (the lower layers of the passage were not run).
+            (the lower layers of the passage were not run here: `encode_passages` returns the passage's with
+            `output_hidden_states=True`).
         attentions (`tuple(torch.FloatTensor)`, *optional*):
             The self-attention weights (after the softmax) of every layer, each `(batch_size, num_attention_heads,
             sequence_length, sequence_length)`, as `BertModel` returns them; returned when `output_attentions=True`
@@ -614,6 +623,7 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
         attention_mask: torch.LongTensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
         output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
     ) -> DeformerPassageOutput:
         r"""
         Run passages alone through the embeddings and the decomposed layers 1..k (L_{1:k}(B^0) in eq. 5).
@@ -633,16 +643,21 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
                 Also return the attention weights of layers 1..k over the passage (`attentions` of
                 [`DeformerPassageOutput`]), as `forward` returns those of the layers it runs: with
                 `attn_implementation="eager"`. Defaults to `config.output_attentions`. The states do not depend on it.
+            output_hidden_states (`bool`, *optional*):
+                Also return the passage's embeddings and the output of each of layers 1..k (`hidden_states` of
+                [`DeformerPassageOutput`]), as `forward` returns those of the layers it runs. Defaults to
+                `config.output_hidden_states`. The states do not depend on it.
 
         Returns:
             [`DeformerPassageOutput`] with `last_hidden_state` `(batch_size, passage_length, hidden_size)`, and
-            `attentions` (k tensors `(batch_size, num_attention_heads, passage_length, passage_length)`) when asked.
+            `attentions` (k tensors `(batch_size, num_attention_heads, passage_length, passage_length)`) and
+            `hidden_states` (k + 1 tensors `(batch_size, passage_length, hidden_size)`) when asked.
 
         Raises:
             ValueError: if `num_decomposed_layers == 0` (nothing can be cached: plain BERT), if `input_ids` is not
                 2-D or is empty, if shapes disagree, or if the passage is longer than the position table allows.
             TypeError: an input that is not a tensor, or ids that are not integers (each named); an
-                `output_attentions` that is not a bool.
+                `output_attentions` or `output_hidden_states` that is not a bool.
         """
         if self.config.num_decomposed_layers == 0:
             raise ValueError(
@@ -650,6 +665,7 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
                 "depend on the question."
             )
         output_attentions = _output_switch("output_attentions", output_attentions, self.config)
+        output_hidden_states = _output_switch("output_hidden_states", output_hidden_states, self.config)
         _check_tensor_arguments({"input_ids": input_ids, "token_type_ids": token_type_ids},
                                 {"attention_mask": attention_mask})
         if input_ids.dim() != 2:
@@ -669,23 +685,26 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
         position_ids = self._passage_position_ids(batch_size, length, input_ids.device)
         hidden_states = self._embed(input_ids, token_type_ids=token_type_ids, position_ids=position_ids)
         mask = self._bidirectional_mask(hidden_states, attention_mask)
-        encoded = self._encode_passage_layers(hidden_states, mask, output_attentions=output_attentions,
-                                              return_dict=True)
+        all_hidden_states = [hidden_states] if output_hidden_states else None
+        encoded = self._encode_passage_layers(hidden_states, mask, all_hidden_states,
+                                              output_attentions=output_attentions, return_dict=True)
         return DeformerPassageOutput(
             last_hidden_state=encoded.last_hidden_state,
             attention_mask=attention_mask,
             num_decomposed_layers=self.config.num_decomposed_layers,
             model_fingerprint=self.representation_fingerprint(),
             attentions=encoded.attentions,
+            hidden_states=tuple(all_hidden_states) if all_hidden_states is not None else None,
         )
 
     @capture_outputs
-    def _encode_passage_layers(self, hidden_states, mask, **layer_kwargs) -> DeformerPassageOutput:
+    def _encode_passage_layers(self, hidden_states, mask, all_hidden_states, **layer_kwargs) -> DeformerPassageOutput:
         """Layers 1..k over embedded passages `(batch, passage_length, hidden_size)` under their mask, for
         [`encode_passages`]: a [`DeformerPassageOutput`] holding `last_hidden_state`, and `attentions` when
         `layer_kwargs["output_attentions"]` is set (recorded by transformers' `capture_outputs`, as in [`_encode`];
-        handed on to the layers too, as BERT does, so that an attention implementation without weights says so)."""
-        hidden_states = self._run_layers(hidden_states, mask, 0, self.config.num_decomposed_layers, None,
+        handed on to the layers too, as BERT does, so that an attention implementation without weights says so).
+        Each layer's output is appended to `all_hidden_states` unless it is `None`, as in [`_encode`]."""
+        hidden_states = self._run_layers(hidden_states, mask, 0, self.config.num_decomposed_layers, all_hidden_states,
                                          **layer_kwargs)
         return DeformerPassageOutput(last_hidden_state=hidden_states)
 
@@ -941,23 +960,24 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
         [`DeformerBertModel.representation_fingerprint`]."""
         return self.bert.representation_fingerprint()
 
-    def encode_passages(self, input_ids, attention_mask=None, token_type_ids=None,
-                        output_attentions=None) -> DeformerPassageOutput:
+    def encode_passages(self, input_ids, attention_mask=None, token_type_ids=None, output_attentions=None,
+                        output_hidden_states=None) -> DeformerPassageOutput:
         """Cache passage states (the passage half of the lower k layers, §3): `(batch, passage_length)` ids ->
         [`DeformerPassageOutput`] with `(batch, passage_length, hidden_size)` states, and with
         `output_attentions=True` (default: `config.output_attentions`; `attn_implementation="eager"`) the k layers'
-        attention weights over the passage, each `(batch, num_attention_heads, passage_length, passage_length)`;
-        see [`DeformerBertModel.encode_passages`]. Gradients are tracked: cache states for inference under
+        attention weights over the passage, each `(batch, num_attention_heads, passage_length, passage_length)`,
+        with `output_hidden_states=True` (default: `config.output_hidden_states`) the passage's embeddings and the k
+        layers' outputs, each `(batch, passage_length, hidden_size)`; see [`DeformerBertModel.encode_passages`]. Gradients are tracked: cache states for inference under
         `torch.no_grad()`, or each cached output keeps its autograd graph alive.
 
         Raises:
             ValueError: as [`DeformerBertModel.encode_passages`] (k = 0, mis-shaped inputs, a passage beyond the
                 position table).
             TypeError: as [`DeformerBertModel.encode_passages`] (inputs that are not integer tensors, an
-                `output_attentions` that is not a bool).
+                `output_attentions` or `output_hidden_states` that is not a bool).
         """
         return self.bert.encode_passages(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                                         output_attentions=output_attentions)
+                                         output_attentions=output_attentions, output_hidden_states=output_hidden_states)
 
     @can_return_tuple
     def forward(

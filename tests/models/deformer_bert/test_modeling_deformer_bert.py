@@ -916,3 +916,62 @@ def test_encode_passages_attentions_follow_the_config_and_sdpa_warns_as_for_bert
     with torch.no_grad():
         assert model.encode_passages(p_ids, p_mask, output_attentions=True).attentions == ()
     assert said and "output_attentions" in said[0]
+
+
+def test_encode_passages_returns_the_lower_layers_hidden_states_of_bert_on_the_passage_alone():
+    """`encode_passages` took no `output_hidden_states` (a TypeError) and ignored `config.output_hidden_states` (no
+    field): now the passage's embeddings and the k decomposed layers' outputs, the first k + 1 `hidden_states` of
+    BertModel on the passage read alone (token type 1, positions from `passage_position_offset`) and the passage
+    block of the pair encoding's lower layers, in a new last field; the states and the fingerprint do not depend on
+    the switch, and such an output still serves `passage_states`."""
+    from transformers import BertModel
+
+    k = 2
+    model = tiny_deformer(k=k)
+    bert = BertModel(BertConfig(**TINY), add_pooling_layer=False).eval()
+    bert.load_state_dict(model.bert.state_dict())
+    (ids, types, mask), (q_ids, q_mask), (p_ids, p_mask) = make_pairs([5, 5], [7, 4])
+    offset = model.config.passage_position_offset
+    with torch.no_grad():
+        plain = model.encode_passages(p_ids, attention_mask=p_mask)
+        cached = model.encode_passages(p_ids, attention_mask=p_mask, output_hidden_states=True)
+        alone = bert(p_ids, attention_mask=p_mask, token_type_ids=torch.ones_like(p_ids), output_hidden_states=True,
+                     position_ids=torch.arange(p_ids.shape[1])[None] + offset).hidden_states
+        pair = model(ids, mask, types, output_hidden_states=True).hidden_states
+        with_states = model(q_ids, q_mask, passage_states=cached)
+        without = model(q_ids, q_mask, passage_states=plain)
+    assert plain.hidden_states is None
+    assert len(cached.hidden_states) == k + 1
+    for layer, states in enumerate(cached.hidden_states):
+        assert states.shape == (2, 7, TINY["hidden_size"])
+        real = p_mask.bool()
+        torch.testing.assert_close(states[real], alone[layer][real], atol=1e-5, rtol=0)
+        # row 0 has no padding, so its pair encoding's passage block is this one (positions 5..11)
+        torch.testing.assert_close(states[0], pair[layer][0, 5:12], atol=1e-5, rtol=0)
+    assert torch.equal(cached.hidden_states[-1], cached.last_hidden_state)
+    # a new last field: the fields before it, and so every tuple position, are those of the output without it
+    assert list(cached.keys()) == [*plain.keys(), "hidden_states"]
+    assert torch.equal(cached.last_hidden_state, plain.last_hidden_state)
+    assert cached.model_fingerprint == plain.model_fingerprint
+    assert torch.equal(with_states.start_logits, without.start_logits)
+
+
+def test_encode_passages_hidden_states_follow_the_config_and_come_with_the_attentions():
+    model = tiny_deformer(k=3)
+    _, _, (p_ids, p_mask) = make_pairs([5], [7])
+    with torch.no_grad():
+        plain = model.encode_passages(p_ids, p_mask)
+        model.config.output_hidden_states = True
+        for encode in (model.encode_passages, model.bert.encode_passages):
+            out = encode(p_ids, p_mask)
+            assert len(out.hidden_states) == 4 and out.attentions is None
+            assert torch.equal(out.last_hidden_state, plain.last_hidden_state)
+            assert encode(p_ids, p_mask, output_hidden_states=False).hidden_states is None
+        model.set_attn_implementation("eager")
+        both = model.encode_passages(p_ids, p_mask, output_attentions=True)  # SDPA gives the states too (above)
+    assert len(both.attentions) == 3 and len(both.hidden_states) == 4
+    assert list(both.keys())[-2:] == ["attentions", "hidden_states"]
+    model.config.output_hidden_states = False
+    for value in (1, "False", [-1]):
+        with pytest.raises(TypeError, match="`output_hidden_states` must be a bool"):
+            model.encode_passages(p_ids, p_mask, output_hidden_states=value)
