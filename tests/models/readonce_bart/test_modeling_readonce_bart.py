@@ -1340,3 +1340,92 @@ def test_document_encoder_attentions_follow_the_config_and_sdpa_warns_as_for_bar
     with torch.no_grad():
         assert model.encode_documents(docs, output_attentions=True).attentions == ()
     assert said and "output_attentions" in said[0]
+
+
+def test_document_encoder_hidden_states_are_bart_encoder_s_on_the_document():
+    """`encode_documents` / the document encoder took no `output_hidden_states` (a TypeError) and overrode
+    `config.output_hidden_states` with False: now `encoder_layers + 1` tensors `(batch, 1, n, d_model)` for documents
+    that fit one chunk, `BartEncoder`'s `hidden_states` on the documents, in a new last field; the representations
+    and the fingerprint do not depend on the switch, and such an output still serves `document_representations`."""
+    model = tiny()
+    docs = tokens(2, 12)
+    mask = torch.ones_like(docs)
+    mask[1, 8:] = 0
+    docs[1, 8:] = 1
+    with torch.no_grad():
+        plain = model.encode_documents(docs, mask)
+        out = model.encode_documents(docs, mask, output_hidden_states=True)
+        expected = _bart_encoder_of(model)(docs, attention_mask=mask, output_hidden_states=True).hidden_states
+        q, dec = tokens(2, 5, seed=2), tokens(2, 3, seed=3)
+        with_states = model(q, document_representations=out, decoder_input_ids=dec).logits
+        without = model(q, document_representations=plain, decoder_input_ids=dec).logits
+    assert plain.hidden_states is None and out.attentions is None
+    assert len(out.hidden_states) == TINY["encoder_layers"] + 1
+    for ours, theirs in zip(out.hidden_states, expected):
+        assert ours.shape == (2, 1, 12, TINY["d_model"])
+        torch.testing.assert_close(ours[:, 0], theirs, atol=1e-5, rtol=0)
+    # a new last field: the fields before it, and so every tuple position, are those of the output without it
+    assert list(out.keys()) == [*plain.keys(), "hidden_states"]
+    assert torch.equal(out.representations, plain.representations)
+    assert out.model_fingerprint == plain.model_fingerprint
+    assert torch.equal(with_states, without)
+
+
+def test_document_encoder_hidden_states_are_given_chunk_by_chunk():
+    """Documents longer than `document_chunk_length`: chunk c's states are `BartEncoder`'s on that chunk's tokens
+    alone (overlapping chunks included), a shorter last chunk is zero-padded, a chunk past a shorter document is
+    zeros in its row, a left-padded batch gives the states of the right-padded one (reading order), and the
+    attentions come alongside, chunked the same way."""
+    model = eager(tiny(document_chunk_length=8, document_chunk_overlap=4))
+    docs = tokens(2, 18)
+    mask = torch.ones_like(docs)
+    mask[1, 6:] = 0
+    docs[1, 6:] = 1
+    left_docs, left_mask = torch.ones_like(docs), torch.zeros_like(mask)
+    left_docs[0], left_mask[0] = docs[0], 1
+    left_docs[1, 12:], left_mask[1, 12:] = docs[1, :6], 1
+    encoder = _bart_encoder_of(model)
+    with torch.no_grad():
+        out = model.document_encoder(docs, mask, output_hidden_states=True, output_attentions=True)
+        left = model.document_encoder(left_docs, left_mask, output_hidden_states=True)
+        plain = model.document_encoder(docs, mask)
+        chunks = [(docs[:, start : start + 8], mask[:, start : start + 8]) for start in (0, 4, 8, 12)]
+        expected = [encoder(ids, attention_mask=m, output_hidden_states=True).hidden_states for ids, m in chunks]
+    d = TINY["d_model"]
+    assert [tuple(h.shape) for h in out.hidden_states] == [(2, 4, 8, d)] * (TINY["encoder_layers"] + 1)
+    assert [tuple(a.shape) for a in out.attentions] == [(2, 4, 4, 8, 8)] * TINY["encoder_layers"]
+    for layer, states in enumerate(out.hidden_states):
+        for c, (ids, _) in enumerate(chunks):
+            n = ids.shape[1]  # 6 for the last chunk
+            torch.testing.assert_close(states[0, c, :n], expected[c][layer][0], atol=1e-5, rtol=0)
+            assert torch.all(states[:, c, n:] == 0)
+        torch.testing.assert_close(states[1, :2], torch.stack([expected[0][layer][1], expected[1][layer][1]]),
+                                   atol=1e-5, rtol=0)  # the second document ends in the second chunk
+        assert torch.all(states[1, 2:] == 0)
+        torch.testing.assert_close(left.hidden_states[layer], states, atol=1e-5, rtol=0)
+    assert torch.equal(out.representations, plain.representations)
+
+
+def test_document_encoder_hidden_states_follow_the_config_and_not_forward():
+    model = tiny()
+    docs = tokens(1, 16)
+    with torch.no_grad():
+        plain = model.encode_documents(docs)
+        model.config.output_hidden_states = True
+        assert len(model.encode_documents(docs).hidden_states) == TINY["encoder_layers"] + 1
+        assert len(model.document_encoder(docs).hidden_states) == TINY["encoder_layers"] + 1
+        assert torch.equal(model.encode_documents(docs).representations, plain.representations)
+        assert model.encode_documents(docs, output_hidden_states=False).hidden_states is None
+        # `forward(document_input_ids=...)` returns the text model's states, not the document encoder's
+        seen = []
+        hook = model.document_encoder.register_forward_hook(lambda module, args, output: seen.append(output))
+        try:
+            out = model(tokens(1, 6), document_input_ids=docs, decoder_input_ids=tokens(1, 3))
+        finally:
+            hook.remove()
+    assert len(out.encoder_hidden_states) == TINY["encoder_layers"] + 1
+    assert seen and all(output.hidden_states is None for output in seen)
+    model.config.output_hidden_states = False
+    for value in (1, "False"):
+        with pytest.raises(TypeError, match="`output_hidden_states` must be a bool"):
+            model.encode_documents(docs, output_hidden_states=value)

@@ -432,6 +432,13 @@ class ReadOnceDocumentEncoderOutput(ModelOutput):
             attention implementations compute no weights (an empty tuple, after transformers' warning for SDPA, as
             for BART). Not part of the representations: the representation+text model and the stores do not read
             them.
+        hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned when `output_hidden_states=True`): the
+            document encoder's BART encoder states, chunk by chunk as `attentions`: the embeddings and the output of
+            each layer (`encoder_layers + 1` tensors), each of shape `(batch_size, num_chunks, chunk_length,
+            d_model)`, chunk c holding `BartEncoder`'s `hidden_states` on that chunk's tokens (padding tokens
+            included, as BART computes them), in reading order; a shorter last chunk is zero-padded, and a chunk that
+            holds none of a row's tokens is zeros in that row. The last tensor is what the aggregation reads. Returned
+            with any attention implementation. Not part of the representations, as `attentions`.
     """
 
     representations: torch.FloatTensor | None = None
@@ -439,6 +446,7 @@ class ReadOnceDocumentEncoderOutput(ModelOutput):
     compression_ratio: int | None = None
     model_fingerprint: str | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
 
 
 @dataclass
@@ -810,7 +818,8 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
 
     def forward(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
                 compression_ratio: int | None = None, with_fingerprint: bool = True,
-                output_attentions: bool | None = None) -> ReadOnceDocumentEncoderOutput:
+                output_attentions: bool | None = None,
+                output_hidden_states: bool | None = None) -> ReadOnceDocumentEncoderOutput:
         r"""
         Args:
             input_ids (`torch.LongTensor` of shape `(batch_size, n)`): document tokens (any n).
@@ -826,6 +835,9 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
                 chunk (`attentions` of [`ReadOnceDocumentEncoderOutput`]), as `BartEncoder` returns them: with
                 `attn_implementation="eager"`. Defaults to `config.output_attentions`. The representations do not
                 depend on it.
+            output_hidden_states (`bool`, *optional*): also return the BART encoder's embeddings and layer outputs,
+                chunk by chunk (`hidden_states` of [`ReadOnceDocumentEncoderOutput`]), as `BartEncoder` returns them.
+                Defaults to `config.output_hidden_states`. The representations do not depend on it.
 
         Returns:
             [`ReadOnceDocumentEncoderOutput`].
@@ -834,10 +846,11 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
             ValueError: empty `input_ids` or a document with no real token; a token id outside the vocabulary; a
                 bad k; a chunk overlap that is not a multiple of k.
             TypeError: `input_ids` not an integer tensor, `attention_mask` not a tensor (a list, a numpy array); an
-                `output_attentions` that is not a bool.
+                `output_attentions` or `output_hidden_states` that is not a bool.
         """
         config = self.config
         output_attentions = _output_switch("output_attentions", output_attentions, config)
+        output_hidden_states = _output_switch("output_hidden_states", output_hidden_states, config)
         _check_tensor_arguments({"input_ids": input_ids}, {"attention_mask": attention_mask})
         if input_ids.dim() != 2 or input_ids.shape[1] == 0 or input_ids.shape[0] == 0:
             raise ValueError(f"`input_ids` must be a non-empty (batch, length) tensor, got {tuple(input_ids.shape)}.")
@@ -865,7 +878,7 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
         starts = [0]
         while starts[-1] + chunk < length:
             starts.append(starts[-1] + chunk - overlap)
-        pieces, masks, chunk_attentions = [], [], []
+        pieces, masks, chunk_attentions, chunk_hidden_states = [], [], [], []
         for index, start in enumerate(starts):
             ids = input_ids[:, start : start + chunk]
             mask = attention_mask[:, start : start + chunk]
@@ -874,12 +887,14 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
             try:
                 # the output as a dataclass whatever `config.return_dict` says, and nothing recorded that is thrown away
                 encoded = self.encoder(input_ids=ids, attention_mask=run_mask, return_dict=True,
-                                       output_attentions=output_attentions, output_hidden_states=False)
+                                       output_attentions=output_attentions, output_hidden_states=output_hidden_states)
             except (IndexError, RuntimeError):
                 _check_token_ids(input_ids, config.vocab_size, "input_ids")
                 raise
             if output_attentions:
                 chunk_attentions.append((encoded.attentions, mask.sum(-1) > 0))
+            if output_hidden_states:
+                chunk_hidden_states.append((encoded.hidden_states, mask.sum(-1) > 0))
             reps, rep_mask = self.aggregation(encoded.last_hidden_state, mask, k, window)
             if index > 0 and overlap:
                 reps, rep_mask = reps[:, overlap // k :], rep_mask[:, overlap // k :]
@@ -888,27 +903,31 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
         return ReadOnceDocumentEncoderOutput(
             representations=torch.cat(pieces, 1), attention_mask=torch.cat(masks, 1), compression_ratio=k,
             model_fingerprint=self.representation_fingerprint() if with_fingerprint else None,
-            attentions=_stack_chunk_attentions(chunk_attentions) if output_attentions else None,
+            attentions=_stack_chunk_outputs(chunk_attentions, square=True) if output_attentions else None,
+            hidden_states=_stack_chunk_outputs(chunk_hidden_states, square=False) if output_hidden_states else None,
         )
 
 
-def _stack_chunk_attentions(chunk_attentions) -> tuple[torch.Tensor, ...]:
-    """The document encoder's attention weights, per layer `(batch, num_chunks, heads, chunk_length, chunk_length)`
-    (see [`ReadOnceDocumentEncoderOutput`]), from what `BartEncoder` returned for each chunk: a list of
-    `(attentions, present)` pairs, `attentions` one `(batch, heads, length_c, length_c)` tensor per layer and
-    `present` `(batch,)`, False for the rows that have no token in the chunk (their weights, computed over a stand-in
-    token, become zeros). Later chunks, shorter than the first, are zero-padded to its length. `()` when the attention
-    implementation computed no weights (an empty tuple from the encoder, as BART's under SDPA)."""
-    if any(len(attentions) == 0 for attentions, _ in chunk_attentions):
+def _stack_chunk_outputs(chunk_outputs, square: bool) -> tuple[torch.Tensor, ...]:
+    """The document encoder's per-layer outputs chunk by chunk (see [`ReadOnceDocumentEncoderOutput`]), from what
+    `BartEncoder` returned for each chunk: a list of `(outputs, present)` pairs, `outputs` one tensor per layer and
+    `present` `(batch,)`, False for the rows that have no token in the chunk (their outputs, computed over a stand-in
+    token, become zeros). Attention weights (`square=True`) are `(batch, heads, length_c, length_c)` per chunk and
+    come out `(batch, num_chunks, heads, chunk_length, chunk_length)`; hidden states (`square=False`) are `(batch,
+    length_c, d_model)` and come out `(batch, num_chunks, chunk_length, d_model)`. Later chunks, shorter than the
+    first, are zero-padded to its length. `()` when the encoder returned none (an empty tuple, as BART's attentions
+    under SDPA)."""
+    if any(len(outputs) == 0 for outputs, _ in chunk_outputs):
         return ()
-    length = chunk_attentions[0][0][0].shape[-1]
+    length = chunk_outputs[0][0][0].shape[-2]
     layers = []
-    for layer in range(len(chunk_attentions[0][0])):
+    for layer in range(len(chunk_outputs[0][0])):
         chunks = []
-        for attentions, present in chunk_attentions:
-            weights = attentions[layer] * present[:, None, None, None].to(attentions[layer].dtype)
-            pad = length - weights.shape[-1]
-            chunks.append(nn.functional.pad(weights, (0, pad, 0, pad)) if pad else weights)
+        for outputs, present in chunk_outputs:
+            values = outputs[layer]
+            values = values * present.view(-1, *[1] * (values.dim() - 1)).to(values.dtype)
+            pad = length - values.shape[-2]
+            chunks.append(nn.functional.pad(values, (0, pad, 0, pad) if square else (0, 0, 0, pad)) if pad else values)
         layers.append(torch.stack(chunks, dim=1))
     return tuple(layers)
 
@@ -1318,8 +1337,8 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         return self.document_encoder.representation_fingerprint()
 
     def encode_documents(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
-                         compression_ratio: int | None = None,
-                         output_attentions: bool | None = None) -> ReadOnceDocumentEncoderOutput:
+                         compression_ratio: int | None = None, output_attentions: bool | None = None,
+                         output_hidden_states: bool | None = None) -> ReadOnceDocumentEncoderOutput:
         r"""Read documents once: `(batch, n)` token ids -> [`ReadOnceDocumentEncoderOutput`] with
         `(batch, ceil(n / k), d_model)` vectors (Fig. 2, eq. 1-2; documents longer than T read in chunks, §5.5).
 
@@ -1330,15 +1349,18 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
                 `(batch, num_chunks, num_heads, chunk_length, chunk_length)` tensor per layer (`attentions` of
                 [`ReadOnceDocumentEncoderOutput`]; `attn_implementation="eager"`). Defaults to
                 `config.output_attentions`.
+            output_hidden_states (`bool`, *optional*): also return the document encoder's embeddings and layer
+                outputs, `encoder_layers + 1` tensors `(batch, num_chunks, chunk_length, d_model)` (`hidden_states` of
+                [`ReadOnceDocumentEncoderOutput`]). Defaults to `config.output_hidden_states`.
 
         Raises:
             TypeError: `input_ids` that are not integer ids, or `input_ids` / `attention_mask` that are not tensors (a
-                list, a numpy array); an `output_attentions` that is not a bool.
+                list, a numpy array); an `output_attentions` or `output_hidden_states` that is not a bool.
             ValueError: an empty or non-2-D `input_ids`, a mask of another shape, an empty document, a k that is not
                 a positive int or does not divide the chunk overlap (see [`ReadOnceBartDocumentEncoder.forward`]).
         """
         return self.document_encoder(input_ids, attention_mask=attention_mask, compression_ratio=compression_ratio,
-                                     output_attentions=output_attentions)
+                                     output_attentions=output_attentions, output_hidden_states=output_hidden_states)
 
     def optimizer_parameter_groups(self, bart_learning_rate: float = 1e-5, new_learning_rate: float = 1e-4,
                                    weight_decay: float = 0.0) -> list[dict]:
@@ -1417,9 +1439,10 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
                                 {"document_input_attention_mask": document_input_attention_mask})
         _check_text_inputs(document_input_ids, document_input_attention_mask, "document_input_ids",
                            "document_input_attention_mask")
-        # the document encoder's attentions are not part of `forward`'s output (`encode_documents` returns them)
+        # the document encoder's attentions and hidden states are not part of `forward`'s output
+        # (`encode_documents` returns them)
         return self.document_encoder(document_input_ids, attention_mask=document_input_attention_mask,
-                                     with_fingerprint=False, output_attentions=False)
+                                     with_fingerprint=False, output_attentions=False, output_hidden_states=False)
 
     def _check_fingerprint(self, document_representations):
         if isinstance(document_representations, ReadOnceDocumentEncoderOutput) and \
@@ -1488,7 +1511,8 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
                 (over the text and, with `fusion="append"`, the representations) and `decoder_hidden_states`.
                 Attention weights need `attn_implementation="eager"`; with `fusion="attention"` they are those of each
                 fused self-attention's `Attn` (eq. 4), not of `Attn'` over R. The document encoder's own layers (with
-                `document_input_ids`) are not returned: `encode_documents(..., output_attentions=True)` returns them.
+                `document_input_ids`) are not returned: `encode_documents(..., output_attentions=True,
+                output_hidden_states=True)` returns them.
 
             return_dict (`bool`, *optional*, keyword): return a tuple when False (`@can_return_tuple`, as
                 `BartForConditionalGeneration`).
