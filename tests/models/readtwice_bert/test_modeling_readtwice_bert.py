@@ -287,6 +287,69 @@ def test_encode_documents_attentions_follow_the_config_and_sdpa_warns_as_for_ber
     assert said and "output_attentions" in said[0]
 
 
+def test_encode_documents_returns_bert1_s_hidden_states_of_bert_on_each_segment(tmp_path):
+    """`encode_documents` refused `output_hidden_states=True` (a ValueError) and ignored `config.output_hidden_states`
+    (no field): now the embeddings and every BERT₁ layer's output, `BertModel`'s `hidden_states` on each segment read
+    alone (§2.1) and the first read's part of `forward`'s `hidden_states` for the same segments, in a new last
+    field; the first read, its memories and the fingerprint do not depend on the switch, and such an output still
+    serves `document_states`."""
+    torch.manual_seed(0)
+    bert = BertModel(BertConfig(**TINY), add_pooling_layer=False).eval()
+    bert.save_pretrained(tmp_path)
+    model = ReadTwiceBertForQuestionAnswering.from_pretrained(tmp_path, question_in_first_read=False).eval()
+    ids = segments(3)
+    mask, types = torch.ones_like(ids), torch.ones_like(ids)  # token type 1: the read-once layout's segments
+    mask[1, 9:] = 0
+    doc_ids = torch.tensor([0, 0, 1])
+    questions = segments(2, length=6, seed=4)
+    with torch.no_grad():
+        plain = model.encode_documents(ids, mask, types, doc_ids)
+        out = model.encode_documents(ids, mask, types, doc_ids, output_hidden_states=True)
+        expected = bert(ids, attention_mask=mask, token_type_ids=types, output_hidden_states=True).hidden_states
+        returned = model.bert(ids, attention_mask=mask, token_type_ids=types, document_ids=doc_ids,
+                              output_hidden_states=True).hidden_states
+        answers = [model(document_states=states, question_input_ids=questions,
+                         question_document_ids=torch.tensor([0, 1])).start_logits for states in (plain, out)]
+    first = TINY["num_hidden_layers"]
+    assert plain.hidden_states is None and out.attentions is None
+    assert len(out.hidden_states) == first + 1
+    for layer, states in enumerate(out.hidden_states):
+        assert states.shape == (3, 12, TINY["hidden_size"])
+        torch.testing.assert_close(states, expected[layer], atol=1e-5, rtol=0)
+        torch.testing.assert_close(states, returned[layer], atol=1e-6, rtol=0)
+    assert torch.equal(out.hidden_states[-1], out.first_read_hidden_state)
+    # a new last field: the fields before it, and so every tuple position, are those of the output without it
+    assert list(out.keys()) == [*plain.keys(), "hidden_states"]
+    for name in plain.keys():
+        assert (torch.equal(out[name], plain[name]) if torch.is_tensor(plain[name]) else out[name] == plain[name])
+    assert torch.equal(answers[0], answers[1])
+
+
+def test_encode_documents_hidden_states_follow_the_config_and_come_with_the_attentions():
+    model = tiny_qa(memory_type="sts", question_in_first_read=False)
+    ids = segments(5)
+    with torch.no_grad():
+        plain = model.encode_documents(ids, document_ids=DOCS)
+        model.config.output_hidden_states = True
+        for encode in (model.encode_documents, model.bert.encode_documents):
+            out = encode(ids, document_ids=DOCS)
+            assert len(out.hidden_states) == TINY["num_hidden_layers"] + 1 and out.attentions is None
+            assert torch.equal(out.first_read_hidden_state, plain.first_read_hidden_state)
+            assert torch.equal(out.memory_values, plain.memory_values)
+            assert out.model_fingerprint == plain.model_fingerprint
+            assert encode(ids, document_ids=DOCS, output_hidden_states=False).hidden_states is None
+        model.set_attn_implementation("eager")
+        both = model.encode_documents(ids, document_ids=DOCS, output_attentions=True)  # SDPA gave states (above)
+    assert len(both.attentions) == TINY["num_hidden_layers"]
+    assert len(both.hidden_states) == TINY["num_hidden_layers"] + 1
+    assert list(both.keys())[-2:] == ["attentions", "hidden_states"]
+    model.config.output_hidden_states = False
+    for value in (1, "False"):
+        for encode in (model.encode_documents, model.bert.encode_documents):
+            with pytest.raises(TypeError, match="`output_hidden_states` must be a bool"):
+                encode(ids, document_ids=DOCS, output_hidden_states=value)
+
+
 @pytest.mark.parametrize("memory_type", ["cls", "sts", "entity"])
 def test_memories_cross_segments_but_not_documents_or_ss(memory_type):
     ids = segments(5)
@@ -951,14 +1014,12 @@ def test_the_values_a_keyword_it_does_not_read_takes_by_default_pass():
     torch.testing.assert_close(again.first_read_hidden_state, stored.first_read_hidden_state)
 
 
-@pytest.mark.parametrize("name, value", [("output_hidden_states", True), ("return_dict", False)])
-def test_encode_documents_refuses_the_outputs_it_does_not_return(name, value):
+def test_encode_documents_refuses_the_tuple_it_does_not_return():
     """`encode_documents` returns a `ReadTwiceDocumentOutput` (the first read and its memories, and BERT₁'s attention
-    weights when asked): asked for hidden states or a tuple, it returned that output without them, without a
-    word."""
+    weights and hidden states when asked): asked for a tuple, it returned that output, without a word."""
     model = tiny_qa(memory_type="sts")
-    with pytest.raises(ValueError, match=rf"encode_documents\(\) got `{name}`, which it does not support"):
-        model.encode_documents(segments(5), document_ids=DOCS, **{name: value})
+    with pytest.raises(ValueError, match=r"encode_documents\(\) got `return_dict`, which it does not support"):
+        model.encode_documents(segments(5), document_ids=DOCS, return_dict=False)
 
 
 def test_masked_lm_loss_under_gradient_accumulation_is_the_whole_batch_s(tmp_path):

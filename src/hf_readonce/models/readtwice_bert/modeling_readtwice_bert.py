@@ -366,13 +366,9 @@ _READTWICE_UNREAD_KEYWORDS = {
                            "§2.1); the place of a segment in its document is `segment_positions=`"),
 }
 # `encode_documents` returns the first read and its memories, as a `ReadTwiceDocumentOutput`, and BERT₁'s attention
-# weights when asked (`output_attentions`, one of its parameters): no per-layer hidden states
+# weights and hidden states when asked (`output_attentions`, `output_hidden_states`, two of its parameters)
 _READTWICE_ENCODE_UNREAD_KEYWORDS = {
     **_READTWICE_UNREAD_KEYWORDS,
-    "output_hidden_states": (False, (
-        "`encode_documents` returns the first read and its memories (a `ReadTwiceDocumentOutput`), and BERT₁'s "
-        "attention weights with `output_attentions=True`, but no per-layer hidden states; call the model (`forward`) "
-        "on the segments, without questions, to get BERT₁'s hidden states")),
     "return_dict": (True, "`encode_documents` always returns a `ReadTwiceDocumentOutput` (its fields are read by "
                           "name), never a tuple"),
 }
@@ -421,6 +417,12 @@ class ReadTwiceDocumentOutput(ModelOutput):
             [`ReadTwiceBertModelOutput`]) is not computed here: it is the attention of the rows that read the memory
             table (in the read-once setup, each (question, segment) pair), returned by `forward(...,
             output_attentions=True)`, also from stored `document_states`.
+        hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned when `output_hidden_states=True`): the
+            embeddings and the output of every BERT₁ layer, `num_hidden_layers + 1` tensors of shape `(num_segments,
+            segment_length, hidden_size)` (the last is `first_read_hidden_state`), as `BertModel` returns its
+            `hidden_states` for each segment read alone: the first `num_hidden_layers + 1` tensors of `forward`'s
+            `hidden_states` when its rows are these segments. Returned with any attention implementation. Not part
+            of the first read, as `attentions`: H³ and BERT₂'s layers run in `forward`, which returns them.
     """
 
     first_read_hidden_state: torch.FloatTensor | None = None
@@ -436,6 +438,7 @@ class ReadTwiceDocumentOutput(ModelOutput):
     memory_type: str | None = None
     model_fingerprint: str | None = None
     attentions: tuple[torch.FloatTensor, ...] | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
 
 
 @dataclass
@@ -472,7 +475,8 @@ class ReadTwiceBertModelOutput(ModelOutput):
             [`ReadTwiceDocumentOutput`].
         hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned when `output_hidden_states=True`):
             Each `(num_rows, row_length, hidden_size)`: the embeddings and every BERT₁ layer (only when rows are
-            segments and the first read ran in this call), then H³, then every BERT₂ layer.
+            segments and the first read ran in this call), then H³, then every BERT₂ layer. A first read stored by
+            `encode_documents` returns BERT₁'s with `output_hidden_states=True` ([`ReadTwiceDocumentOutput`]).
         memory_attentions (`torch.FloatTensor` of shape `(num_rows, row_length, 1 + num_memories)`, *optional*):
             α of eq. 1 (column 0 is the no-op memory M₀), returned when `output_attentions=True`.
         attentions (`tuple(torch.FloatTensor)`, *optional*, returned when `output_attentions=True` with
@@ -1033,6 +1037,7 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
         segment_positions: torch.LongTensor | None = None,
         entity_spans: torch.LongTensor | None = None,
         output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> ReadTwiceDocumentOutput:
         r"""
@@ -1054,10 +1059,15 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
                 runs: with `attn_implementation="eager"`. Defaults to `config.output_attentions`. The first read,
                 the memory table and the fingerprint do not depend on it. MemoryAttention does not run here, so
                 there is no `memory_attentions`: `forward(document_states=..., output_attentions=True)` returns them.
+            output_hidden_states (`bool`, *optional*): also return the embeddings and every BERT₁ layer's output
+                over each segment (`hidden_states` of [`ReadTwiceDocumentOutput`]), as `forward` returns those of the
+                first read when it runs it. Defaults to `config.output_hidden_states`. The first read, the memory
+                table and the fingerprint do not depend on it.
 
         Returns:
             [`ReadTwiceDocumentOutput`], with `attentions` (`num_hidden_layers` tensors `(num_segments,
-            num_attention_heads, segment_length, segment_length)`) when asked.
+            num_attention_heads, segment_length, segment_length)`) and `hidden_states` (`num_hidden_layers + 1`
+            tensors `(num_segments, segment_length, hidden_size)`) when asked.
 
         Raises:
             ValueError: on missing or mis-shaped inputs, or `memory_type="entity"` without `entity_spans`; a
@@ -1065,41 +1075,44 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
                 no key/value cache; `use_cache` is accepted and ignored, as by `BertModel`; see
                 [`_check_no_cache_arguments`]); a keyword of `TransformersKwargs` it does not read
                 ([`_READTWICE_ENCODE_UNREAD_KEYWORDS`]: `position_ids`, flash attention's packed-sequence arguments,
-                `is_causal=True`, `output_hidden_states=True` (the output holds no per-layer hidden states),
-                `return_dict=False`, `num_items_in_batch`, `logits_to_keep` other than 0,
+                `is_causal=True`, `return_dict=False`, `num_items_in_batch`, `logits_to_keep` other than 0,
                 `output_router_logits=True`, transformers' `debug_io` options).
-            TypeError: ids, positions or spans that are not integer tensors; an `output_attentions` that is not a
-                bool; a keyword argument it does not take (a misspelling such as `attention_masks=`), named with the
-                argument it probably meant.
+            TypeError: ids, positions or spans that are not integer tensors; an `output_attentions` or
+                `output_hidden_states` that is not a bool; a keyword argument it does not take (a misspelling such as
+                `attention_masks=`), named with the argument it probably meant.
         """
         _check_keyword_arguments(self, kwargs, "encode_documents")
         _refuse_unread_keywords(self, kwargs, _READTWICE_ENCODE_UNREAD_KEYWORDS, "encode_documents")
         _check_no_cache_arguments(self, kwargs, _READTWICE_REUSE, "encode_documents")
         output_attentions = _output_switch("output_attentions", output_attentions, self.config)
-        # neutral values only (the check above): the output is a dataclass, with no hidden states
+        output_hidden_states = _output_switch("output_hidden_states", output_hidden_states, self.config)
+        # a neutral value only (the check above): the output is a dataclass
         kwargs.pop("return_dict", None)
-        kwargs.pop("output_hidden_states", None)
         input_ids, attention_mask, token_type_ids, document_ids, segment_positions = self._check_segments(
             input_ids, attention_mask, token_type_ids, document_ids, segment_positions
         )
-        first_read = self._encode_first_read(input_ids, attention_mask, token_type_ids,
+        all_hidden_states = [] if output_hidden_states else None
+        first_read = self._encode_first_read(input_ids, attention_mask, token_type_ids, all_hidden_states,
                                              output_attentions=output_attentions, return_dict=True, **kwargs)
         return self._gather(first_read.first_read_hidden_state, attention_mask, document_ids, segment_positions,
-                            entity_spans, True, attentions=first_read.attentions)
+                            entity_spans, True, attentions=first_read.attentions,
+                            hidden_states=tuple(all_hidden_states) if output_hidden_states else None)
 
     @capture_outputs
-    def _encode_first_read(self, input_ids, attention_mask, token_type_ids, **kwargs) -> ReadTwiceDocumentOutput:
+    def _encode_first_read(self, input_ids, attention_mask, token_type_ids, all_hidden_states,
+                           **kwargs) -> ReadTwiceDocumentOutput:
         """BERT₁ over checked segments `(num_segments, segment_length)`, for [`encode_documents`]: a
         [`ReadTwiceDocumentOutput`] holding `first_read_hidden_state`, and `attentions` when
         `kwargs["output_attentions"]` is set (recorded by transformers' `capture_outputs` over the BERT₁ layers run
         here, as in [`_read`]; handed on to the layers too, as `BertModel` does, so that an attention implementation
-        without weights says so)."""
+        without weights says so). The embeddings and each layer's output are appended to `all_hidden_states` unless
+        it is `None` ([`_bert1`])."""
         return ReadTwiceDocumentOutput(
-            first_read_hidden_state=self._bert1(input_ids, attention_mask, token_type_ids, **kwargs)
+            first_read_hidden_state=self._bert1(input_ids, attention_mask, token_type_ids, all_hidden_states, **kwargs)
         )
 
     def _gather(self, hidden, attention_mask, document_ids, segment_positions, entity_spans, with_fingerprint=False,
-                attentions=None):
+                attentions=None, hidden_states=None):
         values, segment_index, mention_index = self.memory_extractor(hidden, attention_mask, entity_spans)
         entity_token_mask = None
         if self.config.memory_type == "entity":
@@ -1121,6 +1134,7 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
             memory_type=self.config.memory_type,
             model_fingerprint=self.representation_fingerprint() if with_fingerprint else None,
             attentions=attentions,
+            hidden_states=hidden_states,
         )
 
     def _check_segments(self, input_ids, attention_mask, token_type_ids, document_ids, segment_positions):
@@ -1443,13 +1457,15 @@ class ReadTwiceBertForQuestionAnswering(ReadTwiceBertPreTrainedModel):
         """The stored first read (§2.1): `(num_segments, segment_length)` segments -> [`ReadTwiceDocumentOutput`];
         the arguments, shapes and errors of [`ReadTwiceBertModel.encode_documents`]. With `output_attentions=True`
         (default: `config.output_attentions`; `attn_implementation="eager"`) also BERT₁'s attention weights, one
-        `(num_segments, num_attention_heads, segment_length, segment_length)` tensor per layer.
+        `(num_segments, num_attention_heads, segment_length, segment_length)` tensor per layer; with
+        `output_hidden_states=True` (default: `config.output_hidden_states`) the embeddings and every BERT₁ layer's
+        output, each `(num_segments, segment_length, hidden_size)`.
 
         Raises:
             ValueError / TypeError: as [`ReadTwiceBertModel.encode_documents`] (missing or mis-shaped inputs,
                 `memory_type="entity"` without `entity_spans`, indices that are not integers, an `output_attentions`
-                that is not a bool, a keyword argument it does not take, a cache argument that is not `None`, a
-                keyword of `TransformersKwargs` it does not read).
+                or `output_hidden_states` that is not a bool, a keyword argument it does not take, a cache argument
+                that is not `None`, a keyword of `TransformersKwargs` it does not read).
         """
         _check_keyword_arguments(self, kwargs, "encode_documents", (ReadTwiceBertModel.encode_documents,))
         _refuse_unread_keywords(self, kwargs, _READTWICE_ENCODE_UNREAD_KEYWORDS, "encode_documents")
