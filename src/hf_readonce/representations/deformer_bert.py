@@ -152,8 +152,8 @@ def encode_windows(model, windows, batch_size: int = 32, pad_token_id: int = 0,
         items = flat[begin : begin + batch_size]
         ids = pad_batch([item[2].input_ids for item in items], pad_token_id).to(device)
         mask = pad_batch([[1] * len(item[2].input_ids) for item in items]).to(device)
-        # the states only: no attention weights, whatever `config.output_attentions` asks for
-        states = model.encode_passages(ids, attention_mask=mask, output_attentions=False)
+        # the states only: no attention weights or per-layer states, whatever the config's output switches ask for
+        states = model.encode_passages(ids, attention_mask=mask, output_attentions=False, output_hidden_states=False)
         for row, (p, w, window) in enumerate(items):
             cache[(p, w)] = states.last_hidden_state[row, : len(window.input_ids)]
         cache.model_fingerprint, cache.num_decomposed_layers = states.model_fingerprint, states.num_decomposed_layers

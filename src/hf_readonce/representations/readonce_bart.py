@@ -112,9 +112,10 @@ class ReadOnceBartAdapter(AdapterBase):
         """
         batch = self._tokenize_documents(list(texts), padding=True, padding_side="right",
                                          return_tensors="pt").to(self.model.device)
-        # the representations only: no attention weights, whatever `config.output_attentions` asks for
+        # the representations only: no attention weights or per-layer states, whatever the config's output switches
+        # ask for
         reps = self.model.encode_documents(batch.input_ids, batch.attention_mask, self.compression_ratio,
-                                           output_attentions=False)
+                                           output_attentions=False, output_hidden_states=False)
         out = []
         for row in range(len(texts)):
             present = reps.attention_mask[row].bool()  # by the mask, not by assuming a valid prefix

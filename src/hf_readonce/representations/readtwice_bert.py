@@ -218,10 +218,12 @@ class ReadTwiceBertAdapter(AdapterBase):
         segment s) -> one tensor dict per document (see the class docstring)."""
         device = self._encoder.device
         document_ids = torch.tensor(owner)
-        # the first read and its memories only: no attention weights, whatever `config.output_attentions` asks for
+        # the first read and its memories only: no attention weights or per-layer states, whatever the config's
+        # output switches ask for
         states = self._encoder.encode_documents(
             ids.to(device), mask.to(device), torch.ones_like(ids).to(device), document_ids.to(device),
             entity_spans=entity_spans.to(device) if entity_spans is not None else None, output_attentions=False,
+            output_hidden_states=False,
         )
         result = []
         for d in range(num_documents):
