@@ -4,6 +4,7 @@ tests/hub/test_pipeline_deformer.py and tests/hub/test_pipeline_store.py."""
 
 import logging
 
+import pytest
 import torch
 
 from hf_readonce.models.deformer_bert.pipeline_deformer_bert import DeformerQuestionAnsweringPipeline
@@ -123,3 +124,21 @@ def test_a_call_runs_the_model_without_autograd(tokenizer, monkeypatch):
         hook.remove()
     assert {name for name, _ in grad_enabled} == {"encode_passages", "forward"}
     assert not any(enabled for _, enabled in grad_enabled)
+
+
+@pytest.mark.parametrize("switch, field", [("output_attentions", "attentions"), ("output_hidden_states", "hidden_states")])
+def test_passage_encoding_computes_no_per_layer_outputs_the_config_asks_for(tokenizer, monkeypatch, switch, field):
+    """The pipeline keeps the passage states only: a model whose config asks for attention weights (eager) or
+    per-layer hidden states does not make `encode_passages` compute and hold the k layers' (they followed the
+    config), and answers the same."""
+    model = tiny_model()
+    model.set_attn_implementation("eager")
+    pipe = DeformerQuestionAnsweringPipeline(model=model, tokenizer=tokenizer)
+    expected = pipe(question=["Who wrote Emma?", LONG_QUESTION], context=CONTEXTS, **WINDOWS)
+    setattr(model.config, switch, True)
+    seen, encode = [], model.encode_passages
+    monkeypatch.setattr(model, "encode_passages", lambda *args, **kwargs: seen.append(encode(*args, **kwargs))
+                        or seen[-1])
+    got = pipe(question=["Who wrote Emma?", LONG_QUESTION], context=CONTEXTS, **WINDOWS)
+    assert seen and all(getattr(out, field) is None for out in seen)
+    assert got == expected

@@ -3,6 +3,8 @@ generations themselves, loading and remote code are tested in tests/hub/test_pip
 
 import logging
 
+import pytest
+
 from hf_readonce.models.readonce_bart.pipeline_readonce_bart import (
     ReadOnceSummarizationPipeline,
     ReadOnceText2TextGenerationPipeline,
@@ -77,3 +79,23 @@ def test_the_question_length_defaults_to_the_checkpoints(tokenizer, caplog):
     from hf_readonce.representations import ReadOnceBartAdapter
 
     assert pipeline_readonce_bart._DEFAULT_MAX_QUESTION_LEN == ReadOnceBartAdapter.max_prompt_length == 32
+
+
+@pytest.mark.parametrize("switch, field", [("output_attentions", "attentions"), ("output_hidden_states", "hidden_states")])
+def test_document_encoding_computes_no_per_layer_outputs_the_config_asks_for(tokenizer, switch, field):
+    """The pipelines keep the representations only: a model whose config asks for attention weights (eager) or
+    per-layer hidden states does not make `encode_documents` compute and hold the document encoder's (they followed
+    the config), and generates the same."""
+    model = tiny_readonce()
+    model.set_attn_implementation("eager")
+    pipe = ReadOnceText2TextGenerationPipeline(model=model, tokenizer=tokenizer)
+    summarize = ReadOnceSummarizationPipeline(model=model, tokenizer=tokenizer)
+    expected = (pipe(["Who wrote Emma?", LONG_QUESTION], document=DOCUMENTS[0], max_new_tokens=3),
+                summarize(DOCUMENTS, max_new_tokens=3))
+    setattr(model.config, switch, True)
+    seen, encode = [], model.encode_documents
+    model.encode_documents = lambda *args, **kwargs: seen.append(encode(*args, **kwargs)) or seen[-1]
+    got = (pipe(["Who wrote Emma?", LONG_QUESTION], document=DOCUMENTS[0], max_new_tokens=3),
+           summarize(DOCUMENTS, max_new_tokens=3))
+    assert len(seen) == 2 and all(getattr(out, field) is None for out in seen)
+    assert got == expected

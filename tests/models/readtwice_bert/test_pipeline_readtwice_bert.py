@@ -115,16 +115,18 @@ def test_a_call_runs_the_model_without_autograd(tokenizer, question_in_first_rea
     assert grad_enabled and not any(grad_enabled)
 
 
-def test_the_first_read_computes_no_attention_weights_the_config_asks_for(tokenizer):
+@pytest.mark.parametrize("switch, field", [("output_attentions", "attentions"), ("output_hidden_states", "hidden_states")])
+def test_the_first_read_computes_no_per_layer_outputs_the_config_asks_for(tokenizer, switch, field):
     """The read-once pipeline keeps the first read's states and memories only: a model whose config asks for
-    attention weights (eager) does not make `encode_documents` compute and hold BERT₁'s, and answers the same."""
+    attention weights (eager) or per-layer hidden states does not make `encode_documents` compute and hold BERT₁'s,
+    and answers the same."""
     model = tiny_readtwice()
     model.set_attn_implementation("eager")
     pipe = ReadTwiceQuestionAnsweringPipeline(model=model, tokenizer=tokenizer)
     expected = pipe(question=[QUESTION, "Who?"], context=DOCUMENT)
-    model.config.output_attentions = True
+    setattr(model.config, switch, True)
     seen, encode = [], model.encode_documents
     model.encode_documents = lambda *args, **kwargs: seen.append(encode(*args, **kwargs)) or seen[-1]
     got = pipe(question=[QUESTION, "Who?"], context=DOCUMENT)
-    assert seen and all(out.attentions is None for out in seen)
+    assert seen and all(getattr(out, field) is None for out in seen)
     assert got == expected
