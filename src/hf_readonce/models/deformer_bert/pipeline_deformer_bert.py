@@ -765,7 +765,9 @@ class DeformerQuestionAnsweringPipeline(_TokenizerPipeline):
             chunk = windows[begin : begin + model_batch_size]
             ids = self._pad(chunk, pad).to(device)
             mask = self._pad([[1] * len(w) for w in chunk]).to(device)
-            encoded = model.encode_passages(ids, attention_mask=mask)
+            # the states only: no attention weights or per-layer states, whatever the config's output switches ask for
+            encoded = model.encode_passages(ids, attention_mask=mask, output_attentions=False,
+                                            output_hidden_states=False)
             for row, window in enumerate(chunk):
                 states[begin + row] = encoded.last_hidden_state[row, : len(window)]
         return states

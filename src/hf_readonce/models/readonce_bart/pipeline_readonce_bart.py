@@ -322,8 +322,10 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
                  model_batch_size=32):
         """Encode each distinct document once, then generate for the texts in batches."""
         model = self.model
+        # the representations only: no attention weights or per-layer states, whatever the config's output switches
+        # ask for
         reps = model.encode_documents(inputs["document_input_ids"], inputs["document_attention_mask"],
-                                      compression_ratio)
+                                      compression_ratio, output_attentions=False, output_hidden_states=False)
         kwargs = {"max_new_tokens": max_new_tokens, "num_beams": num_beams, "do_sample": False,
                   **(generate_kwargs or {})}
         sequences = []

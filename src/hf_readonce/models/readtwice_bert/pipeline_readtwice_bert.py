@@ -639,8 +639,9 @@ class ReadTwiceQuestionAnsweringPipeline(_TokenizerPipeline):
         if inputs["read_once"]:
             document = inputs["documents"][0]
             batch = self._segment_batch([document], device)
-            # the document's first read and memories, once; no attention weights, whatever the config asks for
-            states = model.encode_documents(**batch, output_attentions=False)
+            # the document's first read and memories, once; no attention weights or per-layer states, whatever the
+            # config's output switches ask for
+            states = model.encode_documents(**batch, output_attentions=False, output_hidden_states=False)
             lengths = [len(ids) for ids in document["input_ids"]]
             questions = document["question_ids"]
             for begin in range(0, len(questions), model_batch_size):
