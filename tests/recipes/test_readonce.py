@@ -190,3 +190,37 @@ def test_example_reports_a_bad_argument_as_a_usage_error(tmp_path, capsys, argv,
     assert exit_.value.code == 2
     message = capsys.readouterr().err.replace(str(tmp_path / "missing.jsonl"), "MISSING")
     assert words in message, message
+
+
+@pytest.mark.parametrize("switch, field", [("output_attentions", "attentions"), ("output_hidden_states", "hidden_states")])
+def test_evaluation_encodes_the_documents_without_per_layer_outputs_the_config_asks_for(switch, field):
+    """`evaluate` keeps the representations only: a model whose config asks for attention weights (eager) or
+    per-layer hidden states does not make `encode_documents` compute and hold the document encoder's (they followed
+    the config), and generates the same."""
+    from transformers import AutoTokenizer
+
+    from hf_readonce import ReadOnceBartConfig, ReadOnceBartForConditionalGeneration
+    from hf_readonce.recipes.readonce import evaluate
+    from hf_readonce.weights import minilm_path
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    torch.manual_seed(0)
+    model = ReadOnceBartForConditionalGeneration(ReadOnceBartConfig(
+        vocab_size=tokenizer.vocab_size, d_model=16, encoder_layers=2, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
+        compression_ratio=4, pad_token_id=0, bos_token_id=101, eos_token_id=102, decoder_start_token_id=101)).eval()
+    model.set_attn_implementation("eager")
+    rows = [{"id": str(i), "question": "who?", "document": document, "targets": ["Jane Austen"]}
+            for i, document in enumerate(["Emma was written by Jane Austen in 1815.", "A short one."])]
+    args = ReadOnceArguments(max_document_length=32, generation_max_tokens=3)
+
+    def predictions():
+        metrics = evaluate(model, tokenizer, rows, args, batch_size=1)
+        return {key: value for key, value in metrics.items() if key != "seconds"}
+
+    expected = predictions()
+    setattr(model.config, switch, True)
+    seen, encode = [], model.encode_documents
+    model.encode_documents = lambda *a, **k: seen.append(encode(*a, **k)) or seen[-1]
+    assert predictions() == expected
+    assert len(seen) == 2 and all(getattr(out, field) is None for out in seen)
