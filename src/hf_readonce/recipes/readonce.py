@@ -327,8 +327,10 @@ def evaluate(model, tokenizer, rows, args: ReadOnceArguments, store_lookup=None,
         chunk = [{**r, "train": False} for r in rows[i : i + batch_size]]
         features = _to_device(collator(chunk), model.device)
         if "document_input_ids" in features:  # k=None: the model's own compression ratio
+            # the representations only: no attention weights or per-layer states, whatever the config asks for
             features["document_representations"] = model.encode_documents(
-                features.pop("document_input_ids"), features.pop("document_input_attention_mask"), compression_ratio)
+                features.pop("document_input_ids"), features.pop("document_input_attention_mask"), compression_ratio,
+                output_attentions=False, output_hidden_states=False)
         out = model.generate(**features, max_new_tokens=args.generation_max_tokens, num_beams=args.num_beams,
                              do_sample=False)
         predictions += tokenizer.batch_decode(out, skip_special_tokens=True)
