@@ -967,7 +967,8 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
         `output_attentions=True` (default: `config.output_attentions`; `attn_implementation="eager"`) the k layers'
         attention weights over the passage, each `(batch, num_attention_heads, passage_length, passage_length)`,
         with `output_hidden_states=True` (default: `config.output_hidden_states`) the passage's embeddings and the k
-        layers' outputs, each `(batch, passage_length, hidden_size)`; see [`DeformerBertModel.encode_passages`]. Gradients are tracked: cache states for inference under
+        layers' outputs, k + 1 tensors `(batch, passage_length, hidden_size)`; see
+        [`DeformerBertModel.encode_passages`]. Gradients are tracked: cache states for inference under
         `torch.no_grad()`, or each cached output keeps its autograd graph alive.
 
         Raises:
