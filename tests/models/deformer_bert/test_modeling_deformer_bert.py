@@ -975,3 +975,18 @@ def test_encode_passages_hidden_states_follow_the_config_and_come_with_the_atten
     for value in (1, "False", [-1]):
         with pytest.raises(TypeError, match="`output_hidden_states` must be a bool"):
             model.encode_passages(p_ids, p_mask, output_hidden_states=value)
+
+
+def test_hidden_states_with_passage_states_are_the_joint_layers_input_and_outputs():
+    """With `passage_states`, `hidden_states` holds n - k + 1 tensors over question + passage: the joint layers'
+    input (the question's layer-k states, then the stored passage's) and the outputs of layers k+1..n."""
+    model = tiny_deformer(k=2)
+    n = model.config.num_hidden_layers
+    question, passage = torch.randint(5, 90, (2, 5)), torch.randint(5, 90, (2, 7))
+    stored = model.encode_passages(passage, attention_mask=torch.ones_like(passage))
+    out = model.bert(input_ids=question, attention_mask=torch.ones_like(question), passage_states=stored,
+                     output_hidden_states=True)
+    assert len(out.hidden_states) == n - 2 + 1
+    assert all(h.shape == (2, 12, model.config.hidden_size) for h in out.hidden_states)
+    torch.testing.assert_close(out.hidden_states[0][:, 5:], stored.last_hidden_state)
+    torch.testing.assert_close(out.hidden_states[-1], out.last_hidden_state)

@@ -409,9 +409,10 @@ class DeformerBertModelOutput(ModelOutput):
             The key mask used by the upper (joint) layers, aligned with `last_hidden_state`.
         hidden_states (`tuple(torch.FloatTensor)`, *optional*):
             Embeddings and the output of every layer, each `(batch_size, sequence_length, hidden_size)`; returned
-            when `output_hidden_states=True`. With `passage_states` only the joint layers k+1..n are returned
-            (the lower layers of the passage were not run here: `encode_passages` returns the passage's with
-            `output_hidden_states=True`).
+            when `output_hidden_states=True`. With `passage_states`, n - k + 1 tensors over `question_length +
+            passage_length` positions: the joint layers' input (the question's layer-k states, then the stored
+            passage's) and the outputs of layers k+1..n (the lower layers of the passage were not run here:
+            `encode_passages` returns the passage's with `output_hidden_states=True`).
         attentions (`tuple(torch.FloatTensor)`, *optional*):
             The self-attention weights (after the softmax) of every layer, each `(batch_size, num_attention_heads,
             sequence_length, sequence_length)`, as `BertModel` returns them; returned when `output_attentions=True`
