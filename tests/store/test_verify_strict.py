@@ -110,3 +110,19 @@ def test_metadata_is_kept_as_json_gives_it_back_so_the_writing_process_verifies_
     expected = {"1": "a", "span": [3, 7]}
     assert store.get_meta(FP, SETTINGS, content_hash("document")) == expected
     assert RepresentationStore(tmp_path / "s").get_meta(FP, SETTINGS, content_hash("document")) == expected
+
+
+def test_verify_of_a_store_moved_away_since_it_was_opened_is_no_sound_report(tmp_path):
+    """`verify_store` (and `RepresentationStore.verify`) on a store whose folder was moved or removed after it was
+    opened raises `StoreNotFoundError`: it reported an empty store as sound (`ok=True`)."""
+    from hf_readonce.store import StoreNotFoundError
+    from hf_readonce.store.maintenance import verify_store
+
+    store = RepresentationStore(tmp_path / "store")
+    with store.writer("a" * 64, {"k": 1}, dtype="fp32", model_type="toy") as writer:
+        writer.add(content_hash("one"), {"h": torch.randn(2, 3)})
+    assert verify_store(store).ok
+    (tmp_path / "store").rename(tmp_path / "moved")
+    with pytest.raises(StoreNotFoundError, match="any more"):
+        verify_store(store)
+    assert RepresentationStore(tmp_path / "moved", create=False).verify().ok

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from .errors import CorruptedShardError, ReadOnlyStoreError
+from .errors import CorruptedShardError, ReadOnlyStoreError, StoreNotFoundError
 from .keys import DocumentEntry, RepresentationSpace, printable
 from .manifest import (
     is_store_file,
@@ -463,9 +463,16 @@ def verify_store(store, progress: bool = False) -> VerifyReport:
 
     Returns:
         [`VerifyReport`].
+
+    Raises:
+        StoreNotFoundError: if no folder is at the store's path any more (removed or moved since the store was
+            opened): an empty report would read as a sound store.
     """
     from tqdm.auto import tqdm
 
+    if not os.path.isdir(store.path):
+        raise StoreNotFoundError(f"no store at {store.path} any more (removed or moved since it was opened): nothing "
+                                 "to verify.")
     report = VerifyReport(quarantine_problem=quarantine_problem(store.path))  # not a corruption: repair refuses it
     for rel, problem in layout_problems(store):
         report.corruptions.append(_layout_corruption(rel, problem))

@@ -1092,6 +1092,9 @@ class RepresentationStore:
 
         Returns:
             [`VerifyReport`].
+
+        Raises:
+            StoreNotFoundError: if the store's folder was moved or removed since it was opened.
         """
         return verify_store(self, progress=progress)
 
