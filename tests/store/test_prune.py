@@ -283,3 +283,46 @@ def test_a_prune_of_a_store_moved_away_since_it_was_opened_says_it_no_longer_exi
     monkeypatch.undo()
     assert not (path / "store.json").exists()  # no store made there (at most the lock file the wait opened)
     assert len(RepresentationStore(moved, create=False).spaces()) == 2
+
+
+@pytest.mark.parametrize("spaces, quarantine", [([], True), (["abcdef"], False)])
+def test_a_prune_of_a_store_removed_empty_since_it_was_opened_creates_no_store(tmp_path, spaces, quarantine):
+    """A store opened empty and then removed is said to no longer exist: prune deletes, it never creates a store where
+    there is none (it created one anew, as a writer does, and then pruned nothing or refused the space)."""
+    path = tmp_path / "store"
+    store = RepresentationStore(path)
+    path.rename(tmp_path / "gone")
+    with pytest.raises(ReadOnlyStoreError, match="no longer exists"):
+        prune_store(store, spaces, quarantine=quarantine)
+    assert not path.exists()
+
+
+def test_a_dry_run_prune_of_a_store_moved_away_says_it_no_longer_exists(two_spaces):
+    """`dry_run=True` on a store moved since it was opened names it gone (it said the store was empty, that the space
+    named no space of it)."""
+    from hf_readonce.store import StoreNotFoundError
+
+    path, store = two_spaces
+    path.rename(path.with_name("moved"))
+    with pytest.raises(StoreNotFoundError, match="any more"):
+        prune_store(store, [space_key(OLD, SETTINGS)], dry_run=True)
+    assert not path.exists()
+
+
+def test_cli_prune_of_a_store_moved_away_meanwhile_is_one_line_without_a_permission_hint(two_spaces, capsys,
+                                                                                        monkeypatch):
+    """`hf-readonce prune` on a store moved between its open and the prune: one line saying it no longer exists and
+    that nothing was deleted, not the advice to run as the store's owner, nor to open it with `create=True`."""
+    path, _ = two_spaces
+    real_prune = RepresentationStore.prune
+
+    def prune_after_a_move(self, *args, **kwargs):
+        path.rename(path.with_name("moved"))
+        return real_prune(self, *args, **kwargs)
+
+    monkeypatch.setattr(RepresentationStore, "prune", prune_after_a_move)
+    assert main(["prune", "--store", str(path), "--space", space_key(OLD, SETTINGS)]) != 0
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "no longer exists" in err and "Nothing was deleted" in err, err
+    assert "owner" not in err and "create=True" not in err and "unexpected" not in err, err
+    assert not path.exists()

@@ -126,3 +126,24 @@ def test_verify_of_a_store_moved_away_since_it_was_opened_is_no_sound_report(tmp
     with pytest.raises(StoreNotFoundError, match="any more"):
         verify_store(store)
     assert RepresentationStore(tmp_path / "moved", create=False).verify().ok
+
+
+def test_cli_verify_of_a_store_moved_away_since_it_was_opened_is_one_line(tmp_path, capsys, monkeypatch):
+    """`hf-readonce verify` on a store moved between its open and the verify: one line saying it is gone, not an
+    "unexpected here, please report it" error."""
+    from hf_readonce.cli import main
+
+    path = tmp_path / "store"
+    store = RepresentationStore(path)
+    with store.writer("a" * 64, {"k": 1}, dtype="fp32", model_type="toy") as writer:
+        writer.add(content_hash("one"), {"h": torch.randn(2, 3)})
+    real_verify = RepresentationStore.verify
+
+    def verify_after_a_move(self, *args, **kwargs):
+        path.rename(tmp_path / "moved")
+        return real_verify(self, *args, **kwargs)
+
+    monkeypatch.setattr(RepresentationStore, "verify", verify_after_a_move)
+    assert main(["verify", "--store", str(path), "--no-progress"]) != 0
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "any more" in err and "unexpected" not in err, err
