@@ -1983,6 +1983,7 @@ def cmd_info(args) -> int:
 
 
 def cmd_verify(args) -> int:
+    from .store import StoreNotFoundError
     from .store.keys import printable
 
     if args.recompute is not None and not args.model:
@@ -2002,7 +2003,10 @@ def cmd_verify(args) -> int:
     store = _open_store(args.store, readonly=True, create=False, command="verify")
     for name in args.model or ():  # a --model that names no checkpoint is said before the store is read
         _resolve_model(name)
-    report = store.verify(progress=not args.no_progress)
+    try:
+        report = store.verify(progress=not args.no_progress)
+    except StoreNotFoundError as error:  # moved or removed since it was opened
+        raise CommandError(str(error)) from None
     recomputed, status = [], EXIT_OK if report.ok else EXIT_PROBLEMS
     duplicates = store.info()["duplicates"]  # documents listed by two index files: harmless, said
     if args.recompute is not None:
@@ -2075,6 +2079,8 @@ def cmd_prune(args) -> int:
     try:
         result = store.prune(args.space, quarantine=args.quarantine, dry_run=args.dry_run)
     except ReadOnlyStoreError as error:
+        if not (store.path / "store.json").exists():  # moved or removed since it was opened: no permission problem
+            raise CommandError(str(error)) from None  # (it says that nothing is deleted)
         raise CommandError(f"{error} Nothing was deleted; run prune as the store's owner or on a writable mount "
                            "(`--dry-run` reads a read-only store).") from None
     except ValueError as error:

@@ -323,6 +323,6 @@ def test_cli_prune_of_a_store_moved_away_meanwhile_is_one_line_without_a_permiss
     monkeypatch.setattr(RepresentationStore, "prune", prune_after_a_move)
     assert main(["prune", "--store", str(path), "--space", space_key(OLD, SETTINGS)]) != 0
     err = capsys.readouterr().err
-    assert len(err.strip().splitlines()) == 1 and "no longer exists" in err and "Nothing was deleted" in err, err
+    assert len(err.strip().splitlines()) == 1 and "no longer exists" in err and "nothing is deleted" in err, err
     assert "owner" not in err and "create=True" not in err and "unexpected" not in err, err
     assert not path.exists()

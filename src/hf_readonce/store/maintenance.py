@@ -903,19 +903,23 @@ def prune_store(store, spaces=(), *, quarantine: bool = False, dry_run: bool = F
         ValueError: if neither a space nor `quarantine=True` is given, or as [`resolve_spaces`].
         TypeError: as [`resolve_spaces`].
         ReadOnlyStoreError: if the store was opened read-only, cannot be written, or no longer exists (removed or
-            moved since it was opened; not with `dry_run`).
+            moved since it was opened, also one that was empty: prune never creates a store; not with `dry_run`).
+        StoreNotFoundError: with `dry_run`, if no folder is at the store's path any more (removed or moved since the
+            store was opened): it is not an empty store.
     """
     import shutil
 
+    if dry_run and not os.path.isdir(store.path):
+        raise StoreNotFoundError(f"no store at {store.path} any more (removed or moved since it was opened): nothing "
+                                 "to prune.")
     if not dry_run:
         if store.readonly:
             raise ReadOnlyStoreError(f"store {store.path} was opened read-only.")
         if _unwritable_folder(store.path):  # a store removed meanwhile is no unwritable one: looked at under the lock
             raise ReadOnlyStoreError(f"store {store.path} is not writable (no write permission on the folder).")
-    # the lock of the store at the path now, as `repair` takes it: a store moved or removed by hand since it was
-    # opened is said to no longer exist (one removed empty by the command that created it is created anew, empty,
-    # and then holds no space to prune)
-    lock = contextlib.nullcontext() if dry_run else store._write_lock(layout=False)
+    # the lock of the store at the path now, as `repair` takes it: a store moved or removed since it was opened (by
+    # hand, or empty by the command that created it) is said to no longer exist; prune deletes, it never creates one
+    lock = contextlib.nullcontext() if dry_run else store._write_lock(layout=False, recreate=False)
     with lock:
         store._reset_index()
         store.refresh()

@@ -414,7 +414,7 @@ class RepresentationStore:
                                          "give another path.") from None
             raise ReadOnlyStoreError(f"cannot create a store at {self.path}: {error}") from None
 
-    def check_writable(self, *, layout: bool = True) -> None:
+    def check_writable(self, *, layout: bool = True, recreate: bool = True) -> None:
         """Raise [`ReadOnlyStoreError`] unless this process can write to the store (opened read-only, or a probe
         file cannot be created in it). Called before any model work so that a run fails before it starts. The probe,
         `tmp/.tmp-<hex>.probe`, is made and removed without the write lock; `repair` leaves the store's own
@@ -432,17 +432,19 @@ class RepresentationStore:
             layout (`bool`, defaults to `True`): also refuse a store whose `index/`, `shards/` or `tmp/` is not a
                 folder (a file, link or FIFO in its place: nothing is written into it). `False` before [`repair`],
                 which moves such a path to `quarantine/`; the probe is then made in the store's own folder.
+            recreate (`bool`, defaults to `True`): create anew a store removed since it was opened, as above. `False`
+                for `prune`, which deletes and never creates: such a store is said to no longer exist.
 
         Raises:
             ReadOnlyStoreError: opened read-only; not writable; `index/`, `shards/` or `tmp/` damaged (with
                 `layout=True`); or its `store.json` is gone and it cannot be created anew: opened with `create=False`,
-                seen holding documents (removed or moved by hand), or its path now holds something else than an
-                empty store (named; nothing in it is changed).
+                `recreate=False`, seen holding documents (removed or moved by hand), or its path now holds something
+                else than an empty store (named; nothing in it is changed).
         """
         if self.readonly:
             raise ReadOnlyStoreError(f"store {self.path} was opened read-only.")
         for attempt in range(_RECREATE_ATTEMPTS):
-            self._recreate_if_removed()
+            self._recreate_if_removed(recreate)
             damaged = False
             for sub in _LAYOUT:
                 problem = path_problem(self.path, sub, folder=True)
@@ -470,7 +472,7 @@ class RepresentationStore:
                                          "can still be read (answer, summarize, verify, info), or encode into another "
                                          "store.") from None
 
-    def _recreate_if_removed(self) -> None:
+    def _recreate_if_removed(self, recreate: bool = True) -> None:
         """Create the store anew at `self.path` when it has no `store.json` there and nothing else either: its folder
         is missing (removed or renamed away since this object opened it, e.g. by
         [`hf_readonce.store.maintenance.remove_empty_store`] of another command that had created the store and
@@ -484,8 +486,12 @@ class RepresentationStore:
         removed or moved by hand (`rm -r`, `mv`), and a second store at its path would hold only part of what was
         written.
 
+        With `recreate=False` (a `prune`, which never creates a store) a store missing at the path is never made
+        anew: it no longer exists.
+
         Raises:
-            ReadOnlyStoreError: the store was opened with `create=False`, or this object saw it holding documents (it
+            ReadOnlyStoreError: the store was opened with `create=False`, or `recreate=False`, or this object saw it
+                holding documents (it
                 is not made anew: it "no longer exists", nothing is created); the path is a file or a folder holding
                 anything else (a user's files, or a store whose `store.json` was deleted: named, nothing in it is
                 changed or written); the folder cannot be created; or it was removed again each time it was created
@@ -494,6 +500,10 @@ class RepresentationStore:
         marker = self.path / "store.json"
         if os.path.lexists(marker):
             return
+        if not recreate:  # a prune: nothing to delete in a store that is not there, and none is made to delete from
+            self._refuse_unless_empty()  # something else at the path is named as such
+            raise ReadOnlyStoreError(f"store {self.path} no longer exists: its folder was removed or moved while this "
+                                     "process had it open; nothing is deleted, and no store is created at its path.")
         if not self._may_create:
             raise ReadOnlyStoreError(
                 f"store {self.path} no longer exists: its folder was removed or moved while this process had it open "
@@ -568,7 +578,7 @@ class RepresentationStore:
                                   "into it." + hint)
 
     @contextlib.contextmanager
-    def _write_lock(self, layout: bool = True):
+    def _write_lock(self, layout: bool = True, recreate: bool = True):
         """The write lock, held on the store that is at `self.path` now, for a commit or a `repair`:
         [`check_writable`] first (which creates anew a store removed since it was opened), then the lock, then under
         it a look that the lock file it holds is the one at the path and `store.json` is there. Where the store was
@@ -579,12 +589,14 @@ class RepresentationStore:
         Args:
             layout (`bool`, defaults to `True`): passed to [`check_writable`]; `False` for `repair`, which moves a
                 damaged `index/`, `shards/` or `tmp/` to `quarantine/`.
+            recreate (`bool`, defaults to `True`): passed to [`check_writable`]; `False` for `prune`, which never
+                creates a store (one removed since it was opened is said to no longer exist).
 
         Raises:
             ReadOnlyStoreError: as [`check_writable`]; also when the store was removed again each time.
         """
         for _ in range(_RECREATE_ATTEMPTS):
-            self.check_writable(layout=layout)
+            self.check_writable(layout=layout, recreate=recreate)
             lock = self._acquire_unless_gone()
             if lock is None:
                 continue  # renamed away while this process waited for its lock: created anew by the next round
