@@ -438,6 +438,15 @@ def _ranges_from_header(handle, size: int, entry: DocumentEntry) -> dict | None:
     return ranges
 
 
+def _check_still_there(store, action: str) -> None:
+    """Raise [`StoreNotFoundError`] when no folder is at the store's path any more (removed or moved since `store`
+    was opened), before a read-only pass over it (`verify`, a dry-run `prune`): its index, refreshed, would list
+    nothing, and the empty report would read as a sound, empty store."""
+    if not os.path.isdir(store.path):
+        raise StoreNotFoundError(f"no store at {store.path} any more (removed or moved since it was opened): nothing "
+                                 f"to {action}.")
+
+
 def verify_store(store, progress: bool = False) -> VerifyReport:
     """Check the whole store, never modifying it:
 
@@ -470,9 +479,7 @@ def verify_store(store, progress: bool = False) -> VerifyReport:
     """
     from tqdm.auto import tqdm
 
-    if not os.path.isdir(store.path):
-        raise StoreNotFoundError(f"no store at {store.path} any more (removed or moved since it was opened): nothing "
-                                 "to verify.")
+    _check_still_there(store, "verify")
     report = VerifyReport(quarantine_problem=quarantine_problem(store.path))  # not a corruption: repair refuses it
     for rel, problem in layout_problems(store):
         report.corruptions.append(_layout_corruption(rel, problem))
@@ -909,9 +916,8 @@ def prune_store(store, spaces=(), *, quarantine: bool = False, dry_run: bool = F
     """
     import shutil
 
-    if dry_run and not os.path.isdir(store.path):
-        raise StoreNotFoundError(f"no store at {store.path} any more (removed or moved since it was opened): nothing "
-                                 "to prune.")
+    if dry_run:
+        _check_still_there(store, "prune")
     if not dry_run:
         if store.readonly:
             raise ReadOnlyStoreError(f"store {store.path} was opened read-only.")
