@@ -228,7 +228,6 @@ def _checksums_match(entry, tensors: Mapping[str, torch.Tensor], strong: bool) -
     return True
 
 
-
 _LAYOUT = ("shards", "index", "tmp")
 
 

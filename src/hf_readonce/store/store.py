@@ -311,7 +311,8 @@ class RepresentationStore:
         self._lock = None
         self._may_create = bool(create) and not self.readonly  # also anew, where the folder is removed while open
         # whether a manifest, a shard or a quarantine/ was ever seen at the path (`refresh`): a store holding
-        # documents is never what `remove_empty_store` removes, so it is not created anew when its folder is gone (removed or moved by hand: `_recreate_if_removed`)
+        # documents is never what `remove_empty_store` removes, so it is not created anew when its folder is gone
+        # (removed or moved by hand: `_recreate_if_removed`)
         self._held_documents = False
         for attempt in range(_RECREATE_ATTEMPTS):
             before = _folder_state(self.path)
@@ -482,20 +483,19 @@ class RepresentationStore:
         process may have created it meanwhile: then it is taken as it is); the in-memory index, of a folder that is
         gone, is emptied and a `logging` warning says what happened. Nothing is done while `store.json` is there (a
         store, as any process opened it). A store this object saw holding documents (a manifest in its index, read or
-        written, or, its index listing nothing, a shard or a `quarantine/`: [`_holds_stored_data`]) is never made anew: `remove_empty_store` removes only a store holding nothing, so its folder was
-        removed or moved by hand (`rm -r`, `mv`), and a second store at its path would hold only part of what was
-        written.
+        written, or, its index listing nothing, a shard or a `quarantine/`: [`_holds_stored_data`]) is never made
+        anew: `remove_empty_store` removes only a store holding nothing, so its folder was removed or moved by hand
+        (`rm -r`, `mv`), and a second store at its path would hold only part of what was written.
 
         With `recreate=False` (a `prune`, which never creates a store) a store missing at the path is never made
         anew: it no longer exists.
 
         Raises:
             ReadOnlyStoreError: the store was opened with `create=False`, or `recreate=False`, or this object saw it
-                holding documents (it
-                is not made anew: it "no longer exists", nothing is created); the path is a file or a folder holding
-                anything else (a user's files, or a store whose `store.json` was deleted: named, nothing in it is
-                changed or written); the folder cannot be created; or it was removed again each time it was created
-                anew.
+                holding documents (it is not made anew: it "no longer exists", nothing is created); the path is a
+                file or a folder holding anything else (a user's files, or a store whose `store.json` was deleted:
+                named, nothing in it is changed or written); the folder cannot be created; or it was removed again
+                each time it was created anew.
         """
         marker = self.path / "store.json"
         if os.path.lexists(marker):

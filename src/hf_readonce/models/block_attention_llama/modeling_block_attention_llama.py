@@ -1628,15 +1628,15 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
         Without `document_caches` this is Llama's `generate`, continuous batching included
         (`cache_implementation="paged"`, and `generate_batch`): the same tokens as `LlamaForCausalLM`. With them, the
         caches are composed ([`compose_batch`], copied for beams and returned sequences), `attention_mask` is extended
-        over the prefix, and position ids continue after it, so that with one document this is exactly the plain
-        causal LM generating from document + question (greedy tokens identical, logits to float rounding), batched
-        with left padding, and with beams. With `use_cache=False` nothing is carried from step to step: every step reads the
-        question and the tokens so far after the prefix composed anew (`forward(document_caches=...)`), the same
-        tokens as with the cache, the composition (and any recompute) repeated at every step. Documents and question
-        are checked against `config.max_position_embeddings` before the first step; the new tokens may run past it,
-        as `LlamaForCausalLM.generate`'s may, with transformers' "exceeded the model's predefined maximum length"
-        reminder counting the documents, with or without the cache; without `max_new_tokens` or `max_length`,
-        `generate`'s default (20 new tokens, within `max_position_embeddings`) counts them too, as in the full prompt.
+        over the prefix, and position ids continue after it, so that with one document this is exactly the plain causal
+        LM generating from document + question (greedy tokens identical, logits to float rounding), batched with left
+        padding, and with beams. With `use_cache=False` nothing is carried from step to step: every step reads the
+        question and the tokens so far after the prefix composed anew (`forward(document_caches=...)`), the same tokens
+        as with the cache, the composition (and any recompute) repeated at every step. Documents and question are
+        checked against `config.max_position_embeddings` before the first step; the new tokens may run past it, as
+        `LlamaForCausalLM.generate`'s may, with transformers' "exceeded the model's predefined maximum length" reminder
+        counting the documents, with or without the cache; without `max_new_tokens` or `max_length`, `generate`'s
+        default (20 new tokens, within `max_position_embeddings`) counts them too, as in the full prompt.
 
         Args:
             input_ids (`torch.LongTensor` of shape `(batch_size, question_length)`): the questions (left-padded);
