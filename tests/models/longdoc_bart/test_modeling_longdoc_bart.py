@@ -616,9 +616,10 @@ def test_every_type_runs_sdpa_fused_kernels(encoder_attention_type):
         with fused():
             got = model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids).logits
             got_alone = model.get_encoder()(input_ids=ids[:1]).last_hidden_state
-    # fused and math kernels sum in another order: float rounding, relative to logits of size ~1
-    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(got_alone, expected_alone, atol=1e-5, rtol=1e-4)
+    # fused and math kernels sum in another order (flash's online softmax): float rounding, relative to the largest
+    # value (logits reach ~4.4 here; on an AVX-512 CPU convolutional attention differs by 1.9e-5 at a logit of 0.03)
+    torch.testing.assert_close(got, expected, atol=1e-5 * float(expected.abs().max()), rtol=1e-4)
+    torch.testing.assert_close(got_alone, expected_alone, atol=1e-5 * float(expected_alone.abs().max()), rtol=1e-4)
     model.train()
     with fused():
         model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_ids, labels=decoder_ids).loss.backward()
