@@ -560,7 +560,7 @@ def test_a_file_put_at_the_path_before_the_store_is_made_anew_under_the_lock_is_
                                                                                                  monkeypatch):
     """Something is put into the folder the writer has just made to create the removed store anew in, before the
     writer holds its lock: the look under the lock finds it, and the writer is refused naming it; no `store.json` is
-    written beside it and the file is untouched."""
+    written beside it, the `.lock` the writer made is not left there, and the file is untouched."""
     path = tmp_path / "s"
     writer = RepresentationStore(path)
     assert remove_empty_store(path)
@@ -577,7 +577,7 @@ def test_a_file_put_at_the_path_before_the_store_is_made_anew_under_the_lock_is_
         writer.put(FP, SETTINGS, content_hash(TEXT), {"x": torch.ones(3)})
     monkeypatch.undo()
     assert put == [True] and (path / "mine.txt").read_text() == "mine"
-    assert sorted(p.name for p in path.iterdir()) == [".lock", "mine.txt"]
+    assert sorted(p.name for p in path.iterdir()) == ["mine.txt"]  # the writer's `.lock` is not left beside it
 
 
 def test_the_lock_file_a_held_lock_locks_is_known(tmp_path):

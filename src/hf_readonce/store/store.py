@@ -131,14 +131,83 @@ def _holds_lock_file(lock: FileLock, path: Path) -> bool:
     [`hf_readonce.store.maintenance.remove_empty_store`], which holds the lock while it renames the folder): that
     lock guards no file of whatever store is at the path now. True where filelock keeps no descriptor this can read
     (then nothing is known against it)."""
-    context = getattr(lock, "_context", None)
-    fd = getattr(context, "lock_file_fd", getattr(lock, "_lock_file_fd", None))
-    if not isinstance(fd, int) or isinstance(fd, bool):
+    fd = _lock_descriptor(lock)
+    if fd is None:
         return True
     try:
         return os.path.samestat(os.fstat(fd), os.stat(path))
     except OSError:
         return False
+
+
+def _lock_descriptor(lock: FileLock) -> int | None:
+    """The open descriptor of the lock file `lock` holds (filelock's `_context.lock_file_fd`), or `None` where
+    filelock keeps none this can read (a soft lock)."""
+    context = getattr(lock, "_context", None)
+    fd = getattr(context, "lock_file_fd", getattr(lock, "_lock_file_fd", None))
+    return fd if isinstance(fd, int) and not isinstance(fd, bool) else None
+
+
+class _FolderLook:
+    """One look at the store folder `path` that a later look compares with ([`_FolderLook.replaced`]): the folder is
+    held open (`O_PATH` where there is one), so that its inode cannot be taken by a folder made at the path after it
+    was removed (`rm -r`), and the folder at the path then is known to be another one; where it cannot be opened, its
+    device and inode are kept instead. Use as a context manager (the descriptor is closed on leaving)."""
+
+    def __init__(self, path: Path):
+        self.path, self._fd, self._id = path, None, None
+        try:
+            self._fd = os.open(path, getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0))
+        except OSError:
+            with contextlib.suppress(OSError):
+                found = os.stat(path)
+                self._id = (found.st_dev, found.st_ino) if stat.S_ISDIR(found.st_mode) else None
+
+    def replaced(self) -> bool:
+        """Whether a folder is at the path now that is not the one looked at (none was there, or another one)."""
+        try:
+            now = os.stat(self.path)
+        except OSError:
+            return False
+        if not stat.S_ISDIR(now.st_mode):
+            return False
+        if self._fd is not None:
+            return not os.path.samestat(os.fstat(self._fd), now)
+        return self._id != (now.st_dev, now.st_ino)
+
+    def __enter__(self) -> _FolderLook:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _remove_lock_file_made(lock: FileLock, path: Path, made: tuple[bool, bool]) -> None:
+    """Remove what taking the store's write lock `lock` made at the store folder `path`, where the caller writes
+    nothing under it (no store is at the path). `made` says what taking it made, as [`_FolderLook`]s just before and
+    just after it found: whether the folder at the path was made meanwhile (filelock makes the lock file's folder: a
+    store moved or removed by hand since the caller's check would leave its old path holding only `.lock`), and
+    whether `.lock` was (it was not there before). The `.lock` is removed when it was made so, provided it is the
+    very file the lock holds, a regular file and empty; then a folder made meanwhile is removed if it is empty.
+    Called while the lock is held; nothing else is ever removed (`rmdir` of a folder holding anything fails, and it
+    is left so)."""
+    folder_made, lock_made = made
+    if not (folder_made or lock_made):
+        return
+    fd = _lock_descriptor(lock)
+    lock_file = path / ".lock"
+    try:
+        here = os.lstat(lock_file)
+        if fd is None or not stat.S_ISREG(here.st_mode) or here.st_size or not os.path.samestat(os.fstat(fd), here):
+            return
+        os.unlink(lock_file)
+    except OSError:
+        return
+    if folder_made:
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
 
 
 def _folder_state(path: Path) -> tuple | None:
@@ -526,12 +595,14 @@ class RepresentationStore:
                 continue  # folder there when made and renamed away when looked at (FileExistsError): again
             except OSError as error:
                 raise ReadOnlyStoreError(f"cannot create the store at {self.path} anew: {error}") from None
-            lock = self._acquire_unless_gone()
-            if lock is None:
+            taken = self._acquire_unless_gone()
+            if taken is None:
                 continue  # the folder was renamed away again while this process waited for its lock
+            lock, made = taken
+            if not _holds_lock_file(lock._inner, self.path / ".lock"):
+                lock.release()
+                continue  # the folder was renamed away again before the lock was taken
             try:
-                if not _holds_lock_file(lock._inner, self.path / ".lock"):
-                    continue  # the folder was renamed away again before the lock was taken
                 if not os.path.lexists(marker):  # else another process has just created it
                     self._refuse_unless_empty(lock_held=True)
                     self._create()
@@ -539,9 +610,11 @@ class RepresentationStore:
                                    "command that created it and failed before storing anything removes it); created "
                                    "anew to write into.", self.path)
                 self._reset_index()
-                return
-            finally:
-                lock.release()
+            except BaseException:
+                self._release_unused(lock, made)  # refused: the `.lock` it made is not left beside what is there
+                raise
+            lock.release()
+            return
         raise self._removed_again()
 
     def _refuse_unless_empty(self, lock_held: bool = False) -> None:
@@ -597,13 +670,21 @@ class RepresentationStore:
         """
         for _ in range(_RECREATE_ATTEMPTS):
             self.check_writable(layout=layout, recreate=recreate)
-            lock = self._acquire_unless_gone()
-            if lock is None:
+            taken = self._acquire_unless_gone()
+            if taken is None:
                 continue  # renamed away while this process waited for its lock: created anew by the next round
+            lock, made = taken
+            if not _holds_lock_file(lock._inner, self.path / ".lock"):
+                lock.release()
+                continue  # renamed away before the lock was taken: looked at again by the next round
+            if not os.path.lexists(self.path / "store.json"):
+                # moved or removed after the check: the `.lock` (and the folder) taking the lock made go again, and
+                # the next round creates the store anew or says that it no longer exists
+                self._release_unused(lock, made)
+                continue
             try:
-                if _holds_lock_file(lock._inner, self.path / ".lock") and os.path.lexists(self.path / "store.json"):
-                    yield lock
-                    return
+                yield lock
+                return
             finally:
                 lock.release()
         raise self._removed_again()
@@ -614,18 +695,35 @@ class RepresentationStore:
         return ReadOnlyStoreError(f"store {self.path} was removed again each of the {_RECREATE_ATTEMPTS} times this "
                                   "process created it anew to write into it; nothing is written.")
 
-    def _acquire_unless_gone(self) -> _StoreLock | None:
-        """Take the write lock ([`lock`]) and return it; `None` where the store's folder is gone by the time a try
-        opens the lock file (filelock makes the lock file's folder before its first try only, and raises
-        `FileNotFoundError` on a later one: the folder was renamed away by
-        [`hf_readonce.store.maintenance.remove_empty_store`], which held the lock, while this process waited), or
-        while filelock makes that folder (`FileExistsError`: there when tried, gone when looked at)."""
+    def _acquire_unless_gone(self) -> tuple[_StoreLock, tuple[bool, bool]] | None:
+        """Take the write lock ([`lock`]) and return it with what taking it made, from a look just before and just
+        after ([`_FolderLook`]): whether the store's folder was made meanwhile (filelock makes the lock file's
+        folder), and whether its `.lock` was (so that [`_release_unused`] removes them where the caller writes
+        nothing); `None` where the store's folder is gone by the time a try opens the lock file (filelock makes the
+        lock file's folder before its first try only, and raises `FileNotFoundError` on a later one: the folder was
+        renamed away by [`hf_readonce.store.maintenance.remove_empty_store`], which held the lock, while this process
+        waited), or while filelock makes that folder (`FileExistsError`: there when tried, gone when looked at)."""
         lock = self.lock()
+        with _FolderLook(self.path) as before:
+            lock_there = os.path.lexists(self.path / ".lock")
+            try:
+                lock.acquire()
+            except (FileNotFoundError, FileExistsError):  # the caller looks again and creates the store anew, or
+                return None  # refuses (a file at the path), a few times at most
+            folder_made = before.replaced()
+        return lock, (folder_made, folder_made or not lock_there)
+
+    def _release_unused(self, lock: _StoreLock, made: tuple[bool, bool]) -> None:
+        """Release the write lock `lock`, taken by [`_acquire_unless_gone`] (which says what taking it made: `made`),
+        that the caller does not write under because no store is at the path (its `store.json` is missing):
+        first, where it is the outermost hold, remove the `.lock` taking it made, and the folder where filelock made
+        it for the lock file ([`_remove_lock_file_made`]), so that a store moved or removed by hand leaves nothing at
+        its path and an empty folder's owner finds it as they left it."""
         try:
-            lock.acquire()
-        except (FileNotFoundError, FileExistsError):  # the caller looks again and creates the store anew, or refuses
-            return None  # (a file at the path), a few times at most
-        return lock
+            if getattr(lock._inner, "lock_counter", 1) == 1 and not os.path.lexists(self.path / "store.json"):
+                _remove_lock_file_made(lock._inner, self.path, made)
+        finally:
+            lock.release()
 
     def lock(self) -> _StoreLock:
         """The store's write lock (`filelock.FileLock` on `STORE/.lock`, re-entrant within this object); writers

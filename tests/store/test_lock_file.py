@@ -1,0 +1,119 @@
+"""The store's lock file (`STORE/.lock`): which operations make one, and that none is left where no store is. A store
+moved or removed by hand while a writer has it open, between the writer's check and its lock (filelock makes the lock
+file's folder), leaves nothing at its old path: the store can be moved back with `mv`. A read-only open, `verify`
+and `info` make no lock file; an empty `.lock` inside a store is its own and harmless, and `verify` is silent
+about it."""
+
+import os
+import shutil
+
+import pytest
+import torch
+from filelock import FileLock
+
+from hf_readonce.store import ReadOnlyStoreError, RepresentationStore, content_hash
+from tests.store.test_campaign import FP, SETTINGS, run_cli
+
+
+def _on_first_lock(monkeypatch, path, act):
+    """Call `act()` when a lock on `path / ".lock"` is first taken, before filelock opens the lock file (a store
+    moved or removed by hand between a writer's check and its lock)."""
+    real_acquire, done = FileLock.acquire, []
+
+    def acquire(self, *args, **kwargs):
+        if not done and os.fspath(self.lock_file) == str(path / ".lock"):
+            done.append(True)
+            act()
+        return real_acquire(self, *args, **kwargs)
+
+    monkeypatch.setattr(FileLock, "acquire", acquire)
+    return done
+
+
+@pytest.mark.parametrize("operation", ["put", "repair", "prune"])
+@pytest.mark.parametrize("how", ["moved", "removed"])
+def test_a_store_moved_or_removed_before_the_writers_lock_leaves_nothing_at_its_path(tmp_path, monkeypatch, how,
+                                                                                     operation):
+    """The writer (a commit, `repair`, `prune`) is refused, saying the store no longer exists, and its path is left
+    as the user left it: no folder holding only `.lock` is made there, so `mv` puts the moved store back where it was
+    (into a folder at the path it would go inside it)."""
+    path = tmp_path / "s"
+    store = RepresentationStore(path)
+    assert store.put(FP, SETTINGS, content_hash("first"), {"x": torch.ones(2)})
+    space = store.spaces()[0].key
+
+    def away():
+        if how == "moved":
+            os.rename(path, tmp_path / "moved")
+        else:
+            shutil.rmtree(path)
+
+    done = _on_first_lock(monkeypatch, path, away)
+    with pytest.raises(ReadOnlyStoreError, match="no longer exists"):
+        if operation == "put":
+            store.put(FP, SETTINGS, content_hash("second"), {"x": torch.zeros(2)})
+        elif operation == "repair":
+            store.repair()
+        else:
+            store.prune([space])
+    monkeypatch.undo()
+    assert done == [True]
+    assert not os.path.lexists(path), sorted(os.listdir(path))
+    if how == "moved":
+        os.rename(tmp_path / "moved", path)  # `mv moved s`
+        back = RepresentationStore(path, create=False)
+        assert len(back) == 1 and back.verify().ok and back.contains(FP, SETTINGS, content_hash("first"))
+
+
+@pytest.mark.parametrize("operation", ["put", "repair"])
+@pytest.mark.parametrize("when", ["before the write", "after the writer's check"])
+def test_an_empty_folder_made_at_a_moved_stores_path_is_left_as_it_is(tmp_path, monkeypatch, when, operation):
+    """The store is moved away and an empty folder made at its path (`mv s moved; mkdir s`) while a writer has it
+    open, before its write or between the check its lock follows and the lock: the writer is refused and the folder
+    stays empty, without a `.lock` of the writer's in it."""
+    path = tmp_path / "s"
+    store = RepresentationStore(path)
+    assert store.put(FP, SETTINGS, content_hash("first"), {"x": torch.ones(2)})
+
+    def away():
+        os.rename(path, tmp_path / "moved")
+        path.mkdir()
+
+    if when == "before the write":
+        away()
+    else:  # the check right before the lock: a writer's second (its first is made when it is created), repair's first
+        real_check, calls = RepresentationStore.check_writable, []
+
+        def check_writable(self, *args, **kwargs):
+            real_check(self, *args, **kwargs)
+            calls.append(True)
+            if len(calls) == {"put": 2, "repair": 1}[operation]:
+                away()
+
+        monkeypatch.setattr(RepresentationStore, "check_writable", check_writable)
+    with pytest.raises(ReadOnlyStoreError, match="no longer exists"):
+        if operation == "put":
+            store.put(FP, SETTINGS, content_hash("second"), {"x": torch.zeros(2)})
+        else:
+            store.repair()
+    monkeypatch.undo()
+    assert path.is_dir() and os.listdir(path) == []
+    assert len(RepresentationStore(tmp_path / "moved", create=False)) == 1
+
+
+def test_reading_makes_no_lock_file_and_a_stores_own_is_harmless(tmp_path, capsys):
+    """A read-only open, `verify` and `info` make no `.lock`; the empty `.lock` a writer leaves in its store is not
+    named by `verify`, and a store without one (copied without dot files) is written and verified as well."""
+    path = tmp_path / "s"
+    RepresentationStore(path).put(FP, SETTINGS, content_hash("first"), {"x": torch.ones(2)})
+    assert (path / ".lock").is_file() and (path / ".lock").stat().st_size == 0
+    (path / ".lock").unlink()
+    reader = RepresentationStore(path, readonly=True, create=False)
+    assert reader.verify().ok and reader.info()["documents"] == 1
+    for command in (["verify", "--store", path], ["info", "--store", path]):
+        assert run_cli(capsys, *command)[0] == 0
+    assert not os.path.lexists(path / ".lock")
+    RepresentationStore(path).put(FP, SETTINGS, content_hash("second"), {"x": torch.zeros(2)})
+    assert (path / ".lock").is_file()
+    status, out, err = run_cli(capsys, "verify", "--store", path)
+    assert status == 0 and ".lock" not in out + err and "OK: 2 shard(s), 2 document(s)" in out
