@@ -633,14 +633,33 @@ def _foreign_settings(names, adapter_class) -> CommandError:
 
 def _open_store(path: str, readonly: bool = False, create: bool = True, command: str = "answer"):
     from .store import RepresentationStore, StoreNotFoundError
+    from .store.shards import _no_store_reason
 
     try:
         return RepresentationStore(path, readonly=readonly, create=create)
     except StoreNotFoundError:  # said in the CLI's words, with the command that makes one
         hint = ("run `hf-readonce encode MODEL --documents FILE.jsonl --store {0}` first"
                 + (", or pass --encode-missing" if command in ("answer", "summarize") else "")).format(path)
-        raise CommandError(f"no store at {path} ({hint}).") from None
+        there = ""
+        if os.path.lexists(path):  # e.g. an empty folder made where a store was: it is not one
+            there = f": {_no_store_reason(Path(path))}"
+            hint = f"if the store was moved, give the folder it is in now; to start one here, {hint}"
+        raise CommandError(f"no store at {path}{there} ({hint}).") from None
     except (ValueError, TypeError, PermissionError) as error:
+        raise CommandError(str(error)) from None
+
+
+def _store_info(store) -> dict:
+    """`store.info()`, a store moved or removed since the command opened it said as one error line.
+
+    Raises:
+        CommandError: no store is at the store's path any more (`StoreNotFoundError`).
+    """
+    from .store import StoreNotFoundError
+
+    try:
+        return store.info()
+    except StoreNotFoundError as error:
         raise CommandError(str(error)) from None
 
 
@@ -844,7 +863,7 @@ def cmd_encode(args) -> int:
                   f"{adapter.max_document_length} tokens read per document and were cut to them "
                   "(`--max-document-length` reads more, up to the model's positions)", file=sys.stderr)
         store.refresh()
-        info = store.info()
+        info = _store_info(store)
         print(f"store {store.path}: {info['documents']} document(s), {info['shards']} shard(s), "
               f"{_human_bytes(info['bytes_on_disk'])}", flush=True)
         from .store.shards import resolve_dtype
@@ -1818,7 +1837,7 @@ def _info_model(args) -> int:
     store = _open_store(args.store, readonly=True, create=False, command="info") if args.store is not None else None
     about, keys = _model_keys(args, name)
     rows = None
-    summary = store.info() if store is not None else None  # (walks the store's folder: once)
+    summary = _store_info(store) if store is not None else None  # (walks the store's folder: once)
     if store is not None:
         rows = _compare_spaces(summary["spaces"], about, keys, store=store.path)
         if not any(row["match"] for row in rows) and any(
@@ -1930,7 +1949,7 @@ def cmd_info(args) -> int:
               "Class(model=model, tokenizer=tokenizer).")
         return EXIT_OK
     store = _open_store(args.store, readonly=True, create=False, command="info")
-    info = store.info()
+    info = _store_info(store)
     missing = {}  # per space, the local model folders it records that are not here
     for key, space in info["spaces"].items():  # (the names as recorded, and as MODEL names them from anywhere)
         space["model_locations"], missing[key] = _recorded_models(space["model_names"], store.path)
@@ -2008,7 +2027,7 @@ def cmd_verify(args) -> int:
     except StoreNotFoundError as error:  # moved or removed since it was opened
         raise CommandError(str(error)) from None
     recomputed, status = [], EXIT_OK if report.ok else EXIT_PROBLEMS
-    duplicates = store.info()["duplicates"]  # documents listed by two index files: harmless, said
+    duplicates = _store_info(store)["duplicates"]  # documents listed by two index files: harmless, said
     if args.recompute is not None:
         recomputed, recompute_status = _recompute(args, store, {e.content_hash for e in report.corrupted_documents})
         status = max(status, recompute_status)
@@ -2109,7 +2128,7 @@ def cmd_prune(args) -> int:
     if args.quarantine:
         print(f"{verb} quarantine/: {_human_bytes(result['quarantine_bytes'])}")
     if not args.dry_run:
-        info = store.info()
+        info = _store_info(store)
         print(f"store {store.path}: {info['documents']} document(s), {info['shards']} shard(s), "
               f"{_human_bytes(info['bytes_on_disk'])}")
     return status

@@ -40,6 +40,7 @@ from .shards import (
     _being_created,
     _checksums_match,
     _file_sha256,
+    _no_store_reason,
     _process_scope,
     _temp_writer_gone,
     read_store_marker,
@@ -129,7 +130,14 @@ def store_info(store) -> dict:
     they were first written; `[]` where none is recorded: shards written without one, or by earlier releases),
     dtypes, documents, bytes and `first_written` / `last_written` (Unix times of its first and last committed shard,
     `None` if unrecorded); `duplicates` (entries shadowed by an identical
-    key, harmless), `orphans` (shard files without a manifest) and `bad_manifests`."""
+    key, harmless), `orphans` (shard files without a manifest) and `bad_manifests`.
+
+    Raises:
+        StoreNotFoundError: if no store is at the store's path any more (its folder removed or moved since the store
+            was opened, or a folder without `store.json` there now): an empty summary would describe a store that is
+            not there.
+    """
+    _check_still_there(store, "describe")
     store.refresh()
     per_space = {}
     for key, space in store._spaces.items():
@@ -439,12 +447,24 @@ def _ranges_from_header(handle, size: int, entry: DocumentEntry) -> dict | None:
 
 
 def _check_still_there(store, action: str) -> None:
-    """Raise [`StoreNotFoundError`] when no folder is at the store's path any more (removed or moved since `store`
-    was opened), before a read-only pass over it (`verify`, a dry-run `prune`): its index, refreshed, would list
-    nothing, and the empty report would read as a sound, empty store."""
+    """Raise [`StoreNotFoundError`] when no store is at the store's path any more, before a read-only pass over it
+    (`verify`, `info`, a dry-run `prune`): no folder is there (removed or moved since `store` was opened), or a folder
+    without `store.json` (a folder made anew at the path of a store moved away, `mv` then `mkdir`; or the store's
+    marker deleted). Its index, refreshed, would list nothing, and the empty report would read as a sound, empty
+    store."""
     if not os.path.isdir(store.path):
         raise StoreNotFoundError(f"no store at {store.path} any more (removed or moved since it was opened): nothing "
                                  f"to {action}.")
+    if os.path.lexists(store.path / "store.json"):
+        return
+    hint = ""
+    if path_problem(store.path, "index", folder=True) is None and path_problem(store.path, "shards",
+                                                                                  folder=True) is None:
+        hint = (" If it is this store and its store.json was deleted, `hf-readonce encode MODEL --documents "
+                f"FILE.jsonl --store {store.path} --repair` (or `hf_readonce.store.restore_store_marker("
+                f"{str(store.path)!r})`) writes a new one, after checking every shard.")
+    raise StoreNotFoundError(f"no store at {store.path} any more (moved or removed since it was opened): "
+                             f"{_no_store_reason(store.path)}; nothing to {action}." + hint)
 
 
 def verify_store(store, progress: bool = False) -> VerifyReport:
@@ -474,8 +494,9 @@ def verify_store(store, progress: bool = False) -> VerifyReport:
         [`VerifyReport`].
 
     Raises:
-        StoreNotFoundError: if no folder is at the store's path any more (removed or moved since the store was
-            opened): an empty report would read as a sound store.
+        StoreNotFoundError: if no store is at the store's path any more: no folder (removed or moved since the store
+            was opened), or a folder without `store.json` (one made anew at the path, or the marker deleted): an empty
+            report would read as a sound store.
     """
     from tqdm.auto import tqdm
 
@@ -911,8 +932,8 @@ def prune_store(store, spaces=(), *, quarantine: bool = False, dry_run: bool = F
         TypeError: as [`resolve_spaces`].
         ReadOnlyStoreError: if the store was opened read-only, cannot be written, or no longer exists (removed or
             moved since it was opened, also one that was empty: prune never creates a store; not with `dry_run`).
-        StoreNotFoundError: with `dry_run`, if no folder is at the store's path any more (removed or moved since the
-            store was opened): it is not an empty store.
+        StoreNotFoundError: with `dry_run`, if no store is at the store's path any more (its folder removed or moved
+            since the store was opened, or a folder without `store.json` there now): it is not an empty store.
     """
     import shutil
 

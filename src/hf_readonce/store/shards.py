@@ -231,6 +231,36 @@ def _checksums_match(entry, tensors: Mapping[str, torch.Tensor], strong: bool) -
 _LAYOUT = ("shards", "index", "tmp")
 
 
+def _some_entries(path: Path, shown: int = 5) -> str:
+    """The names in the folder `path`, sorted, for an error message: at most `shown` of them, then how many more
+    (dot files too, e.g. a `.lock` that `ls` does not show, which alone makes a folder look empty); "nothing readable"
+    when it cannot be listed."""
+    try:
+        names = sorted(entry.name + ("/" if entry.is_dir(follow_symlinks=False) else "")
+                       for entry in os.scandir(path))
+    except OSError:
+        return "nothing readable"
+    if not names:
+        return "nothing now"
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
+def _no_store_reason(path: Path) -> str:
+    """What is at `path`, which holds no store, for a message saying so: nothing, something that is not a folder, an
+    empty folder, or a folder holding no `store.json` (naming what it holds, [`_some_entries`]). A folder without
+    `store.json` is not a store, also an empty one made where a store was (a store moved away and `mkdir` run at its
+    old path)."""
+    if not os.path.lexists(path):
+        return "nothing is there"
+    if not os.path.isdir(path):
+        return "it is not a folder"
+    held = _some_entries(path)
+    if held == "nothing now":
+        return "it is an empty folder, with no store.json, and a folder without one is not a store"
+    return f"its folder holds no store.json, only {held}, and a folder without one is not a store"
+
+
 def _being_created(path: Path, lock_held: bool = False, any_order: bool = False) -> bool:
     """Whether the folder `path` (which has no `store.json`) holds nothing but the empty skeleton of a store that
     another process is creating right now: the folders `RepresentationStore._create` makes, in the order it makes

@@ -87,6 +87,8 @@ from .shards import (
     _dtype_name,
     _file_sha256,
     _make_temp,
+    _no_store_reason,
+    _some_entries,
     read_store_marker,
     resolve_dtype,
     tensors_checksum,
@@ -282,21 +284,6 @@ def _probe(folder: Path) -> None:
 _RECREATE_ATTEMPTS = 5  # how often a writer creates anew a store removed again and again under it before giving up
 
 
-def _some_entries(path: Path, shown: int = 5) -> str:
-    """The names in the folder `path`, sorted, for an error message: at most `shown` of them, then how many more
-    (dot files too, e.g. a `.lock` that `ls` does not show, which alone makes a folder look empty); "nothing readable"
-    when it cannot be listed."""
-    try:
-        names = sorted(entry.name + ("/" if entry.is_dir(follow_symlinks=False) else "")
-                       for entry in os.scandir(path))
-    except OSError:
-        return "nothing readable"
-    if not names:
-        return "nothing now"
-    more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return ", ".join(names[:shown]) + more
-
-
 class _StoreLock:
     """The store's write lock: a `filelock.FileLock` (re-entrant) that says once, as a `logging` warning, when it
     waits for another process for more than `notice_after` seconds, instead of waiting in silence for up to
@@ -439,7 +426,8 @@ class RepresentationStore:
                     + ("pass an empty or new directory." if create and not readonly else "give the folder of a store.")
                 )
             elif not create or readonly:
-                raise StoreNotFoundError(f"no store at {self.path} (and `create=False` or `readonly=True`).")
+                raise StoreNotFoundError(f"no store at {self.path}: {_no_store_reason(self.path)} (and `create=False` "
+                                         "or `readonly=True`).")
             else:
                 self._create()
 
@@ -1194,7 +1182,12 @@ class RepresentationStore:
 
     # ----------------------------------------------------------------- maintenance
     def info(self) -> dict:
-        """Summary of the store; see [`hf_readonce.store.maintenance.store_info`]."""
+        """Summary of the store; see [`hf_readonce.store.maintenance.store_info`].
+
+        Raises:
+            StoreNotFoundError: if no store is at the path any more (its folder moved or removed since it was opened,
+                also where a folder without `store.json` is there now).
+        """
         return store_info(self)
 
     def verify(self, progress: bool = False) -> VerifyReport:
@@ -1204,7 +1197,8 @@ class RepresentationStore:
             [`VerifyReport`].
 
         Raises:
-            StoreNotFoundError: if the store's folder was moved or removed since it was opened.
+            StoreNotFoundError: if the store's folder was moved or removed since it was opened (also where a folder
+                without `store.json` is at its path now: an empty folder is not a store).
         """
         return verify_store(self, progress=progress)
 
