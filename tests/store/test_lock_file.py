@@ -16,8 +16,8 @@ from tests.store.test_campaign import FP, SETTINGS, run_cli
 
 
 def _on_first_lock(monkeypatch, path, act):
-    """Call `act()` when a lock on `path / ".lock"` is first taken, before filelock opens the lock file (a store
-    moved or removed by hand between a writer's check and its lock)."""
+    """Call `act()` when a lock on `path / ".lock"` is first taken, before filelock opens the lock file: after the
+    writer's look at its folder, as while it waits for a lock another process holds."""
     real_acquire, done = FileLock.acquire, []
 
     def acquire(self, *args, **kwargs):
@@ -27,6 +27,21 @@ def _on_first_lock(monkeypatch, path, act):
         return real_acquire(self, *args, **kwargs)
 
     monkeypatch.setattr(FileLock, "acquire", acquire)
+    return done
+
+
+def _before_the_lock(monkeypatch, act):
+    """Call `act()` when a writer first asks for its store's write lock (`RepresentationStore.lock`), right after
+    its check (a store moved or removed by hand between a writer's check and its lock)."""
+    real_lock, done = RepresentationStore.lock, []
+
+    def lock(self):
+        if not done:
+            done.append(True)
+            act()
+        return real_lock(self)
+
+    monkeypatch.setattr(RepresentationStore, "lock", lock)
     return done
 
 
@@ -48,7 +63,7 @@ def test_a_store_moved_or_removed_before_the_writers_lock_leaves_nothing_at_its_
         else:
             shutil.rmtree(path)
 
-    done = _on_first_lock(monkeypatch, path, away)
+    done = _before_the_lock(monkeypatch, away)
     with pytest.raises(ReadOnlyStoreError, match="no longer exists"):
         if operation == "put":
             store.put(FP, SETTINGS, content_hash("second"), {"x": torch.zeros(2)})
@@ -99,6 +114,40 @@ def test_an_empty_folder_made_at_a_moved_stores_path_is_left_as_it_is(tmp_path, 
     monkeypatch.undo()
     assert path.is_dir() and os.listdir(path) == []
     assert len(RepresentationStore(tmp_path / "moved", create=False)) == 1
+
+
+@pytest.mark.parametrize("operation", ["put", "repair", "prune"])
+@pytest.mark.parametrize("how", ["moved", "removed"])
+def test_a_folder_made_at_the_stores_path_while_the_writer_waits_for_its_lock_is_kept(tmp_path, monkeypatch, how,
+                                                                                      operation):
+    """The store is moved away (or removed) and an empty folder made at its path (`mv s moved; mkdir s`) while the
+    writer waits for its lock (another process holds it): the writer is refused, and the folder made by hand is kept,
+    empty (the writer's `.lock` is not left in it), not removed as a folder made for the lock file."""
+    path = tmp_path / "s"
+    store = RepresentationStore(path)
+    assert store.put(FP, SETTINGS, content_hash("first"), {"x": torch.ones(2)})
+    space = store.spaces()[0].key
+
+    def away():
+        if how == "moved":
+            os.rename(path, tmp_path / "moved")
+        else:
+            shutil.rmtree(path)
+        path.mkdir()
+
+    done = _on_first_lock(monkeypatch, path, away)
+    with pytest.raises(ReadOnlyStoreError, match="no longer exists"):
+        if operation == "put":
+            store.put(FP, SETTINGS, content_hash("second"), {"x": torch.zeros(2)})
+        elif operation == "repair":
+            store.repair()
+        else:
+            store.prune([space])
+    monkeypatch.undo()
+    assert done == [True]
+    assert path.is_dir() and os.listdir(path) == []
+    if how == "moved":
+        assert len(RepresentationStore(tmp_path / "moved", create=False)) == 1
 
 
 def test_reading_makes_no_lock_file_and_a_stores_own_is_harmless(tmp_path, capsys):

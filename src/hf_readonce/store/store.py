@@ -154,10 +154,12 @@ class _FolderLook:
     """One look at the store folder `path` that a later look compares with ([`_FolderLook.replaced`]): the folder is
     held open (`O_PATH` where there is one), so that its inode cannot be taken by a folder made at the path after it
     was removed (`rm -r`), and the folder at the path then is known to be another one; where it cannot be opened, its
-    device and inode are kept instead. Use as a context manager (the descriptor is closed on leaving)."""
+    device and inode are kept instead. `found` says whether anything was at the path. Use as a context manager (the
+    descriptor is closed on leaving)."""
 
     def __init__(self, path: Path):
         self.path, self._fd, self._id = path, None, None
+        self.found = os.path.lexists(path)
         try:
             self._fd = os.open(path, getattr(os, "O_PATH", os.O_RDONLY) | getattr(os, "O_DIRECTORY", 0))
         except OSError:
@@ -189,12 +191,14 @@ class _FolderLook:
 def _remove_lock_file_made(lock: FileLock, path: Path, made: tuple[bool, bool]) -> None:
     """Remove what taking the store's write lock `lock` made at the store folder `path`, where the caller writes
     nothing under it (no store is at the path). `made` says what taking it made, as [`_FolderLook`]s just before and
-    just after it found: whether the folder at the path was made meanwhile (filelock makes the lock file's folder: a
-    store moved or removed by hand since the caller's check would leave its old path holding only `.lock`), and
-    whether `.lock` was (it was not there before). The `.lock` is removed when it was made so, provided it is the
-    very file the lock holds, a regular file and empty; then a folder made meanwhile is removed if it is empty.
-    Called while the lock is held; nothing else is ever removed (`rmdir` of a folder holding anything fails, and it
-    is left so)."""
+    just after it found: whether the folder at the path was made meanwhile where nothing was there before (filelock
+    makes the lock file's folder: a store moved or removed by hand since the caller's check would leave its old path
+    holding only `.lock`), and whether `.lock` was (it was not there before, or the folder is another one now). The
+    `.lock` is removed when it was made so, provided it is the very file the lock holds, a regular file and empty;
+    then a folder made meanwhile is removed if it is empty. A folder that replaced the one looked at (a store moved
+    away and a folder made at its path, `mv` then `mkdir`, while the lock was waited for) is never removed: it may be
+    the user's. Called while the lock is held; nothing else is ever removed (`rmdir` of a folder holding anything
+    fails, and it is left so)."""
     folder_made, lock_made = made
     if not (folder_made or lock_made):
         return
@@ -685,9 +689,9 @@ class RepresentationStore:
 
     def _acquire_unless_gone(self) -> tuple[_StoreLock, tuple[bool, bool]] | None:
         """Take the write lock ([`lock`]) and return it with what taking it made, from a look just before and just
-        after ([`_FolderLook`]): whether the store's folder was made meanwhile (filelock makes the lock file's
-        folder), and whether its `.lock` was (so that [`_release_unused`] removes them where the caller writes
-        nothing); `None` where the store's folder is gone by the time a try opens the lock file (filelock makes the
+        after ([`_FolderLook`]): whether the store's folder was made meanwhile where nothing was (filelock makes the
+        lock file's folder), and whether its `.lock` was (so that [`_release_unused`] removes them where the caller
+        writes nothing); `None` where the store's folder is gone by the time a try opens the lock file (filelock makes the
         lock file's folder before its first try only, and raises `FileNotFoundError` on a later one: the folder was
         renamed away by [`hf_readonce.store.maintenance.remove_empty_store`], which held the lock, while this process
         waited), or while filelock makes that folder (`FileExistsError`: there when tried, gone when looked at)."""
@@ -698,8 +702,10 @@ class RepresentationStore:
                 lock.acquire()
             except (FileNotFoundError, FileExistsError):  # the caller looks again and creates the store anew, or
                 return None  # refuses (a file at the path), a few times at most
-            folder_made = before.replaced()
-        return lock, (folder_made, folder_made or not lock_there)
+            replaced = before.replaced()
+        # a folder made where nothing was is filelock's (it makes the lock file's folder as it starts); one that took
+        # the place of the folder looked at may be the user's (`mv`, then `mkdir`, while the lock was waited for)
+        return lock, (replaced and not before.found, replaced or not lock_there)
 
     def _release_unused(self, lock: _StoreLock, made: tuple[bool, bool]) -> None:
         """Release the write lock `lock`, taken by [`_acquire_unless_gone`] (which says what taking it made: `made`),
