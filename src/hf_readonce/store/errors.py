@@ -51,7 +51,8 @@ class CorruptedManifestError(StoreError, ValueError):
 
 class StoreNotFoundError(StoreError, ValueError):
     """No store exists at the path, and the store was opened with `create=False` or `readonly=True`; or a store's
-    folder was moved or removed since it was opened (`verify`, a dry-run `prune`)."""
+    folder was moved or removed since it was opened, or a folder without `store.json` is at its path now (`verify`,
+    `info`, a dry-run `prune`)."""
 
 
 class ReadOnlyStoreError(StoreError, PermissionError):
