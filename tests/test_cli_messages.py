@@ -991,3 +991,40 @@ def test_answer_encode_missing_names_the_model_as_encode_does(tmp_path, checkpoi
     assert cli_main(["info", "--store", str(store), "--json"]) == 0
     spaces = json.loads(capsys.readouterr().out)["spaces"]
     assert [space["model_names"] for space in spaces.values()] == [[str(checkpoint)]], spaces
+
+
+# ---------------------------------------------------------------------------------------------- unreadable input
+def test_an_unreadable_input_file_is_named_by_its_option(tmp_path, checkpoint, qa_rows, capsys, monkeypatch):
+    """A `--documents` / `--questions` file without read permission stops each command with one line naming the
+    option and the file, before a store or an output is created (a root user passes chmod, so the refusal of the
+    file system is simulated for that one path)."""
+    import builtins
+
+    docs = write_jsonl(tmp_path / "passages.jsonl", qa_rows[:2])
+    store = tmp_path / "store"
+    assert cli_main(["encode", str(checkpoint), "--documents", str(docs), "--store", str(store), "--no-progress",
+                     "--max-passage-length", "64", "--doc-stride", "16"]) == 0
+    capsys.readouterr()
+    locked = write_jsonl(tmp_path / "locked.jsonl", qa_rows[:2])
+    real_open = builtins.open
+
+    def refusing_open(file, *args, **kwargs):
+        if str(file) == str(locked):
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", refusing_open)
+    new_store, output = tmp_path / "new_store", tmp_path / "out" / "p.jsonl"
+    for option, argv in (
+            ("--documents", ["encode", str(checkpoint), "--documents", str(locked), "--store", str(new_store)]),
+            ("--questions", ["answer", str(checkpoint), "--store", str(store), "--questions", str(locked),
+                             "--output", str(output)]),
+            ("--documents", ["summarize", str(checkpoint), "--store", str(store), "--documents", str(locked),
+                             "--output", str(output)]),
+            ("--documents", ["verify", "--store", str(store), "--recompute", "1", "--model", str(checkpoint),
+                             "--documents", str(locked)])):
+        assert cli_main([*argv, "--no-progress"]) == 2, argv
+        line = _one_line(capsys.readouterr().err)
+        assert f"{option} {locked} cannot be read (Permission denied)" in line, line
+        assert "unexpected" not in line, line
+    assert not new_store.exists() and not output.parent.exists()

@@ -165,6 +165,24 @@ def _scan_head(path: Path, text_field: str | None, id_field: str | None) -> dict
             "problems": problems, "id_seen": id_seen}
 
 
+def _refuse_unreadable(path: Path, option: str) -> None:
+    """Stop before any model work when an input file the command reads (`--documents`, `--questions`) exists but
+    cannot be opened for reading, e.g. without read permission. A path that is not a regular file (a FIFO, which
+    opening would block on until a writer comes) is left to the reader.
+
+    Raises:
+        CommandError: naming `option`, the path and the reason (exit status 2).
+    """
+    if not path.is_file():
+        return
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as error:
+        reason = (error.strerror or type(error).__name__).rstrip(".")
+        raise CommandError(f"{option} {path} cannot be read ({reason}); give a file you can read.") from None
+
+
 def _input_fields(path: Path, text_field: str | None, id_field: str | None = None, option: str = "--text-field",
                   status: int = EXIT_PROBLEMS) -> tuple[str, str]:
     """The text and id fields `encode` and `verify` read, and their input checked before any model work, in one read
@@ -733,6 +751,7 @@ def cmd_encode(args) -> int:
         raise CommandError(f"--documents {documents} does not exist.")
     if documents.is_dir():
         raise CommandError(f"--documents {documents} is a directory, expected a JSONL file.")
+    _refuse_unreadable(documents, "--documents")
     _finite(args.shard_size_mb, "--shard-size-mb", positive=True)
     if args.shard_size_mb * 1024 * 1024 >= 2 ** 63:
         raise CommandError(f"--shard-size-mb {args.shard_size_mb:g} is too large; shards of a few hundred MiB at "
@@ -1151,6 +1170,7 @@ def _answer(args) -> int:
     questions = Path(args.questions)
     if not questions.is_file():
         raise CommandError(f"--questions {questions} is not a file.")
+    _refuse_unreadable(questions, "--questions")
     output = _output_file(args.output, ("--questions", questions), store=args.store)
     args.model_as_given = args.model  # (what --encode-missing records with the spaces it writes)
     args.model = _resolve_model(args.model)
@@ -1500,6 +1520,7 @@ def _summarize(args) -> int:
     documents = Path(args.documents)
     if not documents.is_file():
         raise CommandError(f"--documents {documents} is not a file.")
+    _refuse_unreadable(documents, "--documents")
     output = _output_file(args.output, ("--documents", documents), store=args.store)
     model_as_given = args.model  # (what --encode-missing records with the spaces it writes)
     args.model = _resolve_model(args.model)
@@ -2180,6 +2201,7 @@ def _recompute(args, store, corrupted):
         documents = Path(args.documents)
         if not documents.is_file():
             raise CommandError(f"--documents {documents} is not a file.")
+        _refuse_unreadable(documents, "--documents")
         # verify's 1 means a damaged store
         args.text_field, _ = _input_fields(documents, args.text_field or None, status=EXIT_ERROR)
         problems = []  # lines set aside, reported as `encode` reports them (not silently left out)
