@@ -1028,3 +1028,50 @@ def test_an_unreadable_input_file_is_named_by_its_option(tmp_path, checkpoint, q
         assert f"{option} {locked} cannot be read (Permission denied)" in line, line
         assert "unexpected" not in line, line
     assert not new_store.exists() and not output.parent.exists()
+
+
+@pytest.mark.parametrize("refused", ["folder", "shards"])
+def test_a_store_the_user_may_not_read_is_named_by_store(tmp_path, checkpoint, qa_rows, capsys, monkeypatch, refused):
+    """A store whose folder, or whose shards/ folder, the user may not read (a store of another user, `chmod 000`)
+    stops every command that reads it with one line naming `--store` and the file refused, and leaves the store as
+    it was. A root user passes chmod, so the refusal is simulated: what the file system refuses in such a folder
+    (the status of the files in it, listing it) raises `PermissionError` for those paths alone."""
+    import os
+    from pathlib import Path
+
+    docs = write_jsonl(tmp_path / "passages.jsonl", qa_rows[:2])
+    store = tmp_path / "store"
+    assert cli_main(["encode", str(checkpoint), "--documents", str(docs), "--store", str(store), "--no-progress",
+                     "--max-passage-length", "64", "--doc-stride", "16"]) == 0
+    capsys.readouterr()
+    before = sorted((p.relative_to(store), p.stat().st_size) for p in store.rglob("*") if p.is_file())
+    locked = store if refused == "folder" else store / "shards"
+    real = {name: getattr(os, name) for name in ("stat", "lstat", "scandir", "listdir")}
+
+    def refusing(name):
+        def call(path=".", *args, **kwargs):
+            where = Path(os.fsdecode(path)).absolute() if not isinstance(path, int) else None
+            inside = where is not None and locked in where.parents
+            if inside or (name in ("scandir", "listdir") and where == locked):
+                raise PermissionError(13, "Permission denied", os.fsdecode(path))
+            return real[name](path, *args, **kwargs)
+        return call
+
+    for name in real:
+        monkeypatch.setattr(os, name, refusing(name))
+    output = tmp_path / "p.jsonl"
+    for argv in (["info", "--store", str(store)],
+                 ["verify", "--store", str(store)],
+                 ["prune", "--store", str(store), "--space", "0000"],
+                 ["encode", str(checkpoint), "--documents", str(docs), "--store", str(store)],
+                 ["answer", str(checkpoint), "--store", str(store), "--questions", str(docs), "--output",
+                  str(output)]):
+        if refused == "shards" and argv[0] == "answer":
+            continue  # answer opens the shards it needs by name: a shard it cannot read is named as such
+        assert cli_main([*argv, "--no-progress"]) == 2, argv
+        line = _one_line(capsys.readouterr().err)
+        assert f"error: --store {store}: Permission denied on {locked}" in line, line
+        assert "unexpected" not in line, line
+    monkeypatch.undo()
+    assert sorted((p.relative_to(store), p.stat().st_size) for p in store.rglob("*") if p.is_file()) == before
+    assert not output.exists()

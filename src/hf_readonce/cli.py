@@ -664,7 +664,42 @@ def _open_store(path: str, readonly: bool = False, create: bool = True, command:
             hint = f"if the store was moved, give the folder it is in now; to start one here, {hint}"
         raise CommandError(f"no store at {path}{there} ({hint}).") from None
     except (ValueError, TypeError, PermissionError) as error:
-        raise CommandError(str(error)) from None
+        raise _store_error(path, error) from None
+
+
+def _store_error(path, error: Exception) -> CommandError:
+    """The `CommandError` for an error opening the store at `path` (`--store`): the file system's refusal to read
+    (a `PermissionError` with a file name, e.g. a folder without read permission) names `--store`, the file and what
+    to do; any other error (the store's own, e.g. a file given as the store) keeps its message."""
+    if type(error) is PermissionError and error.filename:
+        return CommandError(_access_refused(error, {"--store": path}))
+    return CommandError(str(error))
+
+
+def _access_refused(error: PermissionError, paths: dict) -> str:
+    """The one line for the file system's refusal of access (`error`, a `PermissionError` with a file name) to a
+    file or folder under one of the paths the command was given: that option, its value and the file refused, e.g.
+    `--store work/reps: Permission denied on work/reps/shards; ...`.
+
+    Args:
+        error (`PermissionError`): with `filename` set, as `open`, `os.scandir` and the like raise it.
+        paths (`dict`): `{option: path as given}`, e.g. `{"--store": "work/reps", "--output": "p.jsonl"}`;
+            the positional MODEL as `{"MODEL": ...}`.
+
+    Returns:
+        `str`: the message, naming the first option whose path is the refused file or a folder above it (without
+        one, the file alone).
+    """
+    refused = Path(os.fsdecode(error.filename)).expanduser().absolute()
+    reason = (error.strerror or "Permission denied").rstrip(".")
+    for option, given in paths.items():
+        if not isinstance(given, str) or not given:
+            continue
+        top = Path(given).expanduser().absolute()
+        if refused == top or top in refused.parents:
+            return (f"{option} {given}: {reason} on {error.filename}; run the command as a user who may read (and, "
+                    f"where the command writes, write) it, or give another {option}.")
+    return f"{reason}: {error.filename}; run the command as a user who may read (and, where it writes, write) it."
 
 
 def _store_info(store) -> dict:
@@ -775,7 +810,7 @@ def cmd_encode(args) -> int:
                 print(f"repair: {args.store} had a store's folders but no readable store.json: wrote a new one (an "
                       "unreadable one is kept in quarantine/)", file=sys.stderr)
         except OSError as error:
-            raise CommandError(str(error)) from None
+            raise _store_error(args.store, error) from None
     store_path = Path(args.store).expanduser().absolute()
     created = _missing_folders(store_path) if main_process else []
     store = _open_store(args.store) if main_process else None
@@ -2828,6 +2863,11 @@ def main(argv=None) -> int:
     except Exception as error:  # the last line of defence: a user never sees a traceback
         if os.environ.get("HF_READONCE_TRACEBACK", "") not in ("", "0"):
             raise
+        if type(error) is PermissionError and error.filename:  # a folder or file of the user's without permission
+            paths = {"MODEL": getattr(args, "model", None)} | {option: getattr(args, dest, None)
+                                                                for dest, option in typed.items()}
+            print(f"hf-readonce {command}: error: {_access_refused(error, paths)}", file=sys.stderr)
+            return EXIT_ERROR
         print(f"hf-readonce {command}: error: {_one_line(error)} ({type(error).__name__}; unexpected here: set "
               "HF_READONCE_TRACEBACK=1 to see where, and please report it)", file=sys.stderr)
         return EXIT_ERROR
