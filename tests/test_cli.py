@@ -486,15 +486,15 @@ def test_a_model_folder_without_config_is_named_before_anything_is_made(tmp_path
 
 
 def test_one_unreadable_line_is_named_and_verify_bad_documents_exit_2(tmp_path, checkpoint, qa_rows, capsys):
-    """A file whose only line cannot be read says why (a byte-order mark here), not only "no JSON object line";
+    """A file whose only line cannot be read says why (a line cut short here), not only "no JSON object line";
     `verify --recompute --documents` without usable texts exits 2 (a usage error: verify's 1 means a damaged store);
     without `--text-field`, a file with `document` but no `context` is read from `document`, said on stderr."""
-    bom = tmp_path / "bom.jsonl"
-    bom.write_bytes(b"\xef\xbb\xbf" + json.dumps({"id": "a", "context": qa_rows[0]["context"]}).encode() + b"\n")
-    assert cli_main(["encode", str(checkpoint), "--documents", str(bom), "--store", str(tmp_path / "s"),
+    cut = tmp_path / "cut.jsonl"
+    cut.write_text(json.dumps({"id": "a", "context": qa_rows[0]["context"]})[:40] + "\n")
+    assert cli_main(["encode", str(checkpoint), "--documents", str(cut), "--store", str(tmp_path / "s"),
                      "--no-progress"]) == 1
-    assert "no JSON object line; line 1: not valid JSON (Unexpected UTF-8 BOM" in capsys.readouterr().err
-    assert cli_main(["answer", str(checkpoint), "--questions", str(bom), "--store", str(tmp_path / "s"), "--output",
+    assert "no JSON object line; line 1: not valid JSON (" in capsys.readouterr().err
+    assert cli_main(["answer", str(checkpoint), "--questions", str(cut), "--store", str(tmp_path / "s"), "--output",
                      str(tmp_path / "p.jsonl")]) == 1
     assert "holds no questions (no JSON object line; line 1: not valid JSON" in capsys.readouterr().err
     store = tmp_path / "store"

@@ -16,3 +16,18 @@ def test_field_problems_are_named_whatever_the_field_is_called(tmp_path):
         (2, "no 'blank_text' field"), (3, "'blank_text' is null"), (4, "'blank_text' is of type int, not a string"),
         (5, "empty document ('blank_text' is blank)")]
     assert field_problem({"question": "Who?"}, "question") is None
+
+
+def test_a_byte_order_mark_opening_the_file_is_not_read_as_text(tmp_path):
+    """A UTF-8 file saved with a byte order mark (as Windows editors write it) keeps its first row; a mark anywhere
+    else is no JSON and its line is set aside."""
+    rows = [{"id": "first", "context": "A text."}, {"id": "second", "context": "Another text."}]
+    path = tmp_path / "docs.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(row) + "\n" for row in rows).encode("utf-8"))
+    problems = []
+    assert list(iter_documents(path, problems=problems)) == [("first", "A text."), ("second", "Another text.")]
+    assert problems == []
+    path.write_bytes(b"".join(json.dumps(row).encode("utf-8") + b"\n" for row in rows[:1])
+                     + b"\xef\xbb\xbf" + json.dumps(rows[1]).encode("utf-8") + b"\n")
+    assert list(iter_documents(path, problems=problems)) == [("first", "A text.")]
+    assert [p.line for p in problems] == [2]

@@ -24,7 +24,7 @@ def iter_jsonl(path, problems: list | None = None) -> Iterator[tuple[int, dict]]
     """Yield `(line_number, row)` for every JSON-object line of a JSONL file, reading line by line (FIFOs and huge
     files work). Lines that are not UTF-8, not JSON, nested too deeply, not an object, or that hold a lone
     surrogate escape (`"\\ud800"`: not valid Unicode text) are appended to `problems` as [`BadLine`] (with their
-    line number) and skipped; blank lines are ignored.
+    line number) and skipped; blank lines are ignored, and so is a UTF-8 byte order mark opening the file.
 
     Raises:
         FileNotFoundError: if `path` does not exist. IsADirectoryError: if it is a directory.
@@ -35,8 +35,8 @@ def iter_jsonl(path, problems: list | None = None) -> Iterator[tuple[int, dict]]
     problems = problems if problems is not None else []
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8")
+            try:  # the first line may open with a UTF-8 byte order mark (Windows editors write one): not text
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as error:
                 problems.append(BadLine(number, f"not valid UTF-8 ({error.reason} at byte {error.start})"))
                 continue
