@@ -1075,3 +1075,18 @@ def test_a_store_the_user_may_not_read_is_named_by_store(tmp_path, checkpoint, q
     monkeypatch.undo()
     assert sorted((p.relative_to(store), p.stat().st_size) for p in store.rglob("*") if p.is_file()) == before
     assert not output.exists()
+
+
+def test_publish_metrics_given_a_folder_says_it_is_a_folder(tmp_path, checkpoint, capsys):
+    """`--metrics` naming a folder (e.g. the training run's output folder instead of its eval_results.json) is said
+    to be a folder, not a file that does not exist; nothing is written."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "eval_results.json").write_text('{"eval_f1": 50.0}')
+    repo = tmp_path / "repo"
+    assert cli_main(["publish", str(checkpoint), "--repo-id", "a/b", "--local-dir", str(repo), "--metrics", str(run),
+                     "--dataset-type", "squad", "--no-progress"]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"`--metrics` '{run}' is a directory; pass the metrics JSON file itself" in line, line
+    assert "does not exist" not in line, line
+    assert not repo.exists()

@@ -410,11 +410,13 @@ def card_from_metrics_file(path: str | os.PathLike, *, dataset_type: str | None,
         **card_kwargs: passed to [`build_model_card`] (`repo_id`, `model_type`, `title`, `summary` are required).
 
     Raises:
-        FileNotFoundError: a missing file. ValueError: unreadable JSON, JSON that is not an object, no scores under
-            `prefix`, no `dataset_type` (a placeholder would put a data set that does not exist on the card), or a
-            ROUGE score without lead-3 beside it ([`summarization_rows_from_metrics`]).
+        FileNotFoundError: a missing file. ValueError: a directory, unreadable JSON, JSON that is not an object, no
+            scores under `prefix`, no `dataset_type` (a placeholder would put a data set that does not exist on the
+            card), or a ROUGE score without lead-3 beside it ([`summarization_rows_from_metrics`]).
     """
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"metrics file {path} is a directory; pass the metrics JSON file itself.")
     if not path.is_file():
         raise FileNotFoundError(f"metrics file {path} does not exist.")
     try:

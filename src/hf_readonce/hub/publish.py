@@ -314,7 +314,7 @@ def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, s
     Raises:
         ValueError: a bad `repo_id`, a `model_dir` that is not an hf-readonce checkpoint or lacks its weights or a
             tokenizer, a non-empty `local_dir` (or, with `store`, a non-empty `<local_dir>-representations/`), a store without this model's representations (`RepresentationMismatchError`, a
-            `ValueError`, naming what differs).
+            `ValueError`, naming what differs), a `metrics` path that is a directory.
         TypeError: arguments of the wrong type (naming them).
         FileNotFoundError: a missing `model_dir`, `metrics` file or store.
     """
@@ -326,6 +326,9 @@ def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, s
     model_dir = Path(model_dir)
     if not (model_dir / "config.json").is_file():
         raise FileNotFoundError(f"`model_dir` {str(model_dir)!r} has no config.json: not a saved checkpoint.")
+    if metrics is not None and Path(metrics).is_dir():
+        raise ValueError(f"`metrics` {str(metrics)!r} is a directory; pass the metrics JSON file itself (e.g. "
+                         "its eval_results.json).")
     if metrics is not None and not Path(metrics).is_file():
         raise FileNotFoundError(f"`metrics` file {str(metrics)!r} does not exist.")
     if card is not None and not isinstance(card, Mapping):
