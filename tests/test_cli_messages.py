@@ -1090,3 +1090,35 @@ def test_publish_metrics_given_a_folder_says_it_is_a_folder(tmp_path, checkpoint
     assert f"`--metrics` '{run}' is a directory; pass the metrics JSON file itself" in line, line
     assert "does not exist" not in line, line
     assert not repo.exists()
+
+
+# ---------------------------------------------------------------------------------------------- out of memory
+def test_running_out_of_memory_names_the_options_that_size_the_batches(tmp_path, checkpoint, qa_rows, capsys,
+                                                                      monkeypatch):
+    """An allocation that fails (a `--batch-size` or `--num-beams` far beyond the machine's memory; torch's CPU
+    allocator raises a `RuntimeError`) is one line saying so, with how much was asked for and the options given that
+    size the batches, not an unexpected error; an existing `--output` is left as it was."""
+    from hf_readonce import DeformerBertForQuestionAnswering
+
+    docs = write_jsonl(tmp_path / "passages.jsonl", qa_rows[:2])
+    store = tmp_path / "store"
+    assert cli_main(["encode", str(checkpoint), "--documents", str(docs), "--store", str(store), "--no-progress",
+                     "--max-passage-length", "64", "--doc-stride", "16"]) == 0
+    output = tmp_path / "preds.jsonl"
+    output.write_text("kept\n")
+    capsys.readouterr()
+
+    def exhausted(self, *args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+                           "you tried to allocate 48835200000 bytes. Error code 12 (Cannot allocate memory)")
+
+    monkeypatch.setattr(DeformerBertForQuestionAnswering, "forward", exhausted)
+    answer = ["answer", str(checkpoint), "--store", str(store), "--questions", str(docs), "--output", str(output),
+              "--no-progress"]
+    assert cli_main([*answer, "--batch-size", "4096"]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "error: out of memory (it tried to allocate 45.5 GiB); --batch-size 4096 asked for more" in line, line
+    assert "unexpected" not in line, line
+    assert cli_main(answer) == 2  # no option given: the one that sizes the batches is suggested
+    assert "out of memory (it tried to allocate 45.5 GiB); pass a smaller --batch-size." in capsys.readouterr().err
+    assert output.read_text() == "kept\n"

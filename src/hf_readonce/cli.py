@@ -676,6 +676,43 @@ def _store_error(path, error: Exception) -> CommandError:
     return CommandError(str(error))
 
 
+# the options whose values set how much memory a command's batches take, in the order they are named
+MEMORY_OPTIONS = ("batch_size", "num_beams", "max_new_tokens", "max_answer_length", "n_best_size",
+                  "max_document_length", "max_passage_length", "max_question_length")
+
+
+def _memory_exhausted(error: BaseException) -> bool:
+    """Whether `error` says an allocation failed: Python's `MemoryError`, torch's `OutOfMemoryError` (CUDA), or the
+    `RuntimeError` of torch's CPU allocator (`DefaultCPUAllocator: can't allocate memory`)."""
+    if isinstance(error, MemoryError):
+        return True
+    if type(error).__name__ == "OutOfMemoryError":
+        return True
+    text = str(error)
+    return isinstance(error, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text.lower())
+
+
+def _out_of_memory(error: BaseException, args, typed: dict) -> str:
+    """The one line for a command stopped by a failed allocation ([`_memory_exhausted`]): how much it tried to
+    allocate when torch says so, and the options given (`typed`, `{dest: option}`) among [`MEMORY_OPTIONS`] with
+    their values, to pass smaller; without any, `--batch-size` where the command has it."""
+    found = re.search(r"tried to allocate (\d+) bytes", str(error))
+    if found:
+        detail = f" (it tried to allocate {_human_bytes(int(found.group(1)))})"
+    else:
+        found = re.search(r"tried to allocate ([\d.]+ [KMGT]iB)", str(error))
+        detail = f" (it tried to allocate {found.group(1)})" if found else ""
+    given = [f"{typed[dest]} {getattr(args, dest)}" for dest in MEMORY_OPTIONS
+             if dest in typed and getattr(args, dest, None) is not None]
+    if given:
+        advice = f"{', '.join(given)} asked for more memory than this machine has: pass smaller values"
+    elif args is not None and hasattr(args, "batch_size"):
+        advice = "pass a smaller --batch-size"
+    else:
+        advice = "free memory or use a machine with more"
+    return f"out of memory{detail}; {advice}."
+
+
 def _access_refused(error: PermissionError, paths: dict) -> str:
     """The one line for the file system's refusal of access (`error`, a `PermissionError` with a file name) to a
     file or folder under one of the paths the command was given: that option, its value and the file refused, e.g.
@@ -2863,6 +2900,9 @@ def main(argv=None) -> int:
     except Exception as error:  # the last line of defence: a user never sees a traceback
         if os.environ.get("HF_READONCE_TRACEBACK", "") not in ("", "0"):
             raise
+        if _memory_exhausted(error):  # e.g. a --num-beams or --batch-size far beyond this machine's memory
+            print(f"hf-readonce {command}: error: {_out_of_memory(error, args, typed)}", file=sys.stderr)
+            return EXIT_ERROR
         if type(error) is PermissionError and error.filename:  # a folder or file of the user's without permission
             paths = {"MODEL": getattr(args, "model", None)} | {option: getattr(args, dest, None)
                                                                 for dest, option in typed.items()}
