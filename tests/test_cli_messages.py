@@ -1122,3 +1122,28 @@ def test_running_out_of_memory_names_the_options_that_size_the_batches(tmp_path,
     assert cli_main(answer) == 2  # no option given: the one that sizes the batches is suggested
     assert "out of memory (it tried to allocate 45.5 GiB); pass a smaller --batch-size." in capsys.readouterr().err
     assert output.read_text() == "kept\n"
+
+
+# ---------------------------------------------------------------------------------------------- empty paths
+def test_an_empty_path_is_refused_instead_of_naming_the_current_folder(tmp_path, checkpoint, qa_rows, capsys,
+                                                                       monkeypatch):
+    """`--store "$STORE"` with the variable unset gives an empty path, which would name the current folder: an empty
+    one would become a store (or a published repo) without a word. Every argument naming a file or folder refuses
+    it by name, and the current folder stays empty."""
+    docs = write_jsonl(tmp_path / "passages.jsonl", qa_rows[:2])
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    for argv, name in ((["encode", str(checkpoint), "--documents", str(docs), "--store", ""], "--store"),
+                       (["encode", "", "--documents", str(docs), "--store", str(tmp_path / "s")], "model"),
+                       (["publish", str(checkpoint), "--repo-id", "a/b", "--local-dir", ""], "--local-dir"),
+                       (["answer", str(checkpoint), "--store", str(tmp_path / "s"), "--questions", str(docs),
+                         "--output", " "], "--output"),
+                       (["info", "--store", ""], "--store"),
+                       (["verify", "--store", str(tmp_path / "s"), "--recompute", "1", "--model", ""], "--model")):
+        with pytest.raises(SystemExit) as stop:  # argparse's usage error
+            cli_main([*argv, "--no-progress"])
+        assert stop.value.code == 2, argv
+        line = _one_line(capsys.readouterr().err)
+        assert f"error: argument {name}: expected a path, got" in line, line
+    assert list(here.iterdir()) == [] and not (tmp_path / "s").exists()

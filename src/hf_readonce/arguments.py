@@ -112,6 +112,20 @@ def positive_float(value: str) -> float:
     return number
 
 
+def path_argument(value: str) -> str:
+    """The type of an option or argument that names a file or folder (`--store`, `--documents`, `--output`, MODEL):
+    any non-empty string, as given. An empty one (`--store "$STORE"` with the variable unset) would name the current
+    folder, so a store, an output or a published repo would land there without a word.
+
+    Raises:
+        argparse.ArgumentTypeError: an empty or blank string (argparse's usage error naming the option, exit status
+            2).
+    """
+    if not value.strip():
+        raise argparse.ArgumentTypeError(f"expected a path, got {value!r} (an empty variable?)")
+    return value
+
+
 def local_model_or_hub_id(name: str) -> str:
     """What a MODEL argument names, as far as this machine can tell: an existing folder stays (an existing file is an
     error); a shipped checkpoint's name (`reference-deformer`, `reference-qa`, their folder names or repo ids; see
@@ -188,4 +202,5 @@ def silence_progress_bars():
     return restore
 
 
-__all__ = ["OneLineArgumentParser", "local_model_or_hub_id", "positive_float", "positive_int", "silence_progress_bars"]
+__all__ = ["OneLineArgumentParser", "local_model_or_hub_id", "path_argument", "positive_float", "positive_int",
+           "silence_progress_bars"]

@@ -71,6 +71,7 @@ import time
 from pathlib import Path
 
 from .arguments import OneLineArgumentParser as _Parser
+from .arguments import path_argument as _path
 from .arguments import positive_int as _positive_int
 from .arguments import silence_progress_bars
 
@@ -2578,11 +2579,11 @@ def build_parser(family_options: bool = False) -> _Parser:
                           "hf_readonce.dtypes)")
 
     def model_options(p):
-        p.add_argument("model", help="checkpoint folder, Hub id, or the name of a shipped checkpoint "
-                                     "(reference-deformer, reference-qa: `hf-readonce checkpoints`) of a registered "
-                                     "family (`hf-readonce info` lists them: encode takes every family with an "
-                                     "adapter, answer those that answer)")
-        p.add_argument("--store", required=True, help="store directory")
+        p.add_argument("model", type=_path,
+                       help="checkpoint folder, Hub id, or the name of a shipped checkpoint (reference-deformer, "
+                            "reference-qa: `hf-readonce checkpoints`) of a registered family (`hf-readonce info` "
+                            "lists them: encode takes every family with an adapter, answer those that answer)")
+        p.add_argument("--store", type=_path, required=True, help="store directory")
         p.add_argument("--num-decomposed-layers", type=int, default=None,
                        help="DeFormer: override k, the lower layers that read the passage alone (default: the "
                             "checkpoint's)")
@@ -2599,7 +2600,7 @@ def build_parser(family_options: bool = False) -> _Parser:
 
     encode = command("encode", help="store the representations of a JSONL file's documents")
     model_options(encode)
-    encode.add_argument("--documents", required=True, help="JSONL file, one document per line")
+    encode.add_argument("--documents", type=_path, required=True, help="JSONL file, one document per line")
     encode.add_argument("--max-document-length", type=int, default=None,
                         help="families that read whole documents: tokens read per document (default: the length the "
                              "checkpoint records, else the family's, as `hf-readonce info` lists them)")
@@ -2620,8 +2621,9 @@ def build_parser(family_options: bool = False) -> _Parser:
                                     "extracted spans or generated answers, as the family does (`hf-readonce "
                                     "info`), EM/F1 beside the baselines when rows carry answers")
     model_options(answer)
-    answer.add_argument("--questions", required=True, help="JSONL with id, question, context (answers optional)")
-    answer.add_argument("--output", required=True,
+    answer.add_argument("--questions", type=_path, required=True,
+                        help="JSONL with id, question, context (answers optional)")
+    answer.add_argument("--output", type=_path, required=True,
                         help="predictions JSONL (id, prediction_text); missing folders of its path are created "
                              "(and removed again if the command stops before writing it)")
     answer.add_argument("--max-question-length", type=_positive_int, default=None,
@@ -2655,11 +2657,13 @@ def build_parser(family_options: bool = False) -> _Parser:
     summarize = command("summarize", help="summarize a JSONL file's documents from their stored "
                                           "representations (ROUGE beside lead-1 and lead-3 when they carry "
                                           "reference summaries)")
-    summarize.add_argument("model", help="a checkpoint folder or Hub id of a family that summarizes from stored "
-                                         "representations (`hf-readonce info` lists them)")
-    summarize.add_argument("--store", required=True, help="store directory (`hf-readonce encode` fills it)")
-    summarize.add_argument("--documents", required=True, help="JSONL file, one document per line")
-    summarize.add_argument("--output", required=True,
+    summarize.add_argument("model", type=_path,
+                           help="a checkpoint folder or Hub id of a family that summarizes from stored "
+                                "representations (`hf-readonce info` lists them)")
+    summarize.add_argument("--store", type=_path, required=True,
+                           help="store directory (`hf-readonce encode` fills it)")
+    summarize.add_argument("--documents", type=_path, required=True, help="JSONL file, one document per line")
+    summarize.add_argument("--output", type=_path, required=True,
                            help="summaries JSONL (id, summary_text); missing folders of its path are created "
                                 "(and removed again if the command stops before writing it)")
     summarize.add_argument("--text-field", default="document", help="field holding the text (default: document)")
@@ -2693,14 +2697,15 @@ def build_parser(family_options: bool = False) -> _Parser:
                                 "model families and what each command does with them; with MODEL, the fingerprint "
                                 "and settings encode keys its representations by, and with --store also whether the "
                                 "store holds them")
-    info.add_argument("model", nargs="?", default=None,
+    info.add_argument("model", type=_path, nargs="?", default=None,
                       help="a checkpoint folder, Hub id or shipped checkpoint name: print the store key `encode` "
                            "would write its representations under (model_type, fingerprint per compute dtype, "
                            "settings); the fingerprint hashes the weights, so they are loaded (on the CPU; no "
                            "document is read)")
-    info.add_argument("--store", default=None, help="the store to describe (default: list the model families); with "
-                                                    "MODEL, which of its spaces hold that model's representations "
-                                                    "(exit 1 when none does) and what differs in the others")
+    info.add_argument("--store", type=_path, default=None,
+                      help="the store to describe (default: list the model families); with "
+                           "MODEL, which of its spaces hold that model's representations "
+                           "(exit 1 when none does) and what differs in the others")
     info.add_argument("--json", action="store_true", help="machine-readable output")
     info.add_argument("--compute-dtype", choices=COMPUTE_DTYPE_CHOICES, default="auto",
                       help="with MODEL: the compute dtype of the encode to key (default auto: the keys of an encode "
@@ -2724,16 +2729,16 @@ def build_parser(family_options: bool = False) -> _Parser:
     verify = command("verify", help="check every checksum and every index field; exit 1 naming corrupted "
                                     "shards, manifests and documents; "
                                     "with --recompute N --model M, recompute N documents and compare")
-    verify.add_argument("--store", required=True, help="store directory")
+    verify.add_argument("--store", type=_path, required=True, help="store directory")
     verify.add_argument("--json", action="store_true", help="machine-readable output")
     verify.add_argument("--recompute", type=int, default=None, metavar="N",
                         help="also recompute N stored documents per representation space of --model (the first N by "
                              "content hash) and report the largest |stored - fresh| and the KL(fresh || stored) of "
                              "the model's output distribution (next token for causal LMs; answer start/end for QA "
                              "encoders; first decoder token for BART families)")
-    verify.add_argument("--model", action="append", default=None,
+    verify.add_argument("--model", type=_path, action="append", default=None,
                         help="with --recompute: the checkpoint that wrote the store (repeat for several models)")
-    verify.add_argument("--documents", default=None,
+    verify.add_argument("--documents", type=_path, default=None,
                         help="with --recompute: JSONL of the documents' texts (needed for families whose stored "
                              "tensors keep no tokens; used for every family for the documents it holds, and a "
                              "note names a space it was not read for)")
@@ -2752,7 +2757,7 @@ def build_parser(family_options: bool = False) -> _Parser:
 
     prune = command("prune", help="delete the representation spaces a store no longer needs (e.g. an old "
                                   "model's), and with --quarantine the damaged files repair set aside")
-    prune.add_argument("--store", required=True, help="store directory")
+    prune.add_argument("--store", type=_path, required=True, help="store directory")
     prune.add_argument("--space", action="append", default=[], metavar="KEY",
                        help="a space to delete, as `hf-readonce info --store DIR` prints it (its first 16 "
                             "characters; any prefix of 4 or more that names one space); repeatable")
@@ -2764,23 +2769,27 @@ def build_parser(family_options: bool = False) -> _Parser:
 
     publish = command("publish", help="assemble a Hub repo (weights, code, pipeline, tokenizer, model card) "
                                       "and write it to --local-dir or upload it")
-    publish.add_argument("model_dir", help="a saved hf-readonce checkpoint folder, with its tokenizer, or the name of "
-                                           "a shipped hf-readonce checkpoint (reference-deformer; reference-qa is a "
-                                           "plain BERT: load it as a family's model and save it first)")
+    publish.add_argument("model_dir", type=_path,
+                         help="a saved hf-readonce checkpoint folder, with its tokenizer, or the name of "
+                              "a shipped hf-readonce checkpoint (reference-deformer; reference-qa is a "
+                              "plain BERT: load it as a family's model and save it first)")
     publish.add_argument("--repo-id", required=True, help="OWNER/NAME of the model repo")
-    publish.add_argument("--local-dir", default=None, help="write the repo folder here (new or empty) and stop; "
-                                                           "nothing is uploaded")
+    publish.add_argument("--local-dir", type=_path, default=None,
+                         help="write the repo folder here (new or empty) and stop; "
+                              "nothing is uploaded")
     publish.add_argument("--private", action="store_true", help="create the repo(s) private")
-    publish.add_argument("--store", default=None, help="a store of this model's representations: exported as a "
-                                                       "dataset (beside --local-dir, or pushed) and linked from the card")
+    publish.add_argument("--store", type=_path, default=None,
+                         help="a store of this model's representations: exported as a "
+                              "dataset (beside --local-dir, or pushed) and linked from the card")
     publish.add_argument("--representations-repo", default=None,
                          help="dataset repo of the representations (default: REPO_ID-representations)")
     publish.add_argument("--dtype", type=_storage_dtype, default=None, metavar=STORAGE_DTYPE_METAVAR,
                          help="storage dtype to declare (default: the store's, else fp16)")
-    publish.add_argument("--metrics", default=None, help="the run's metrics JSON (eval_results.json of a QA run, "
-                                                         "or a summarization run's results with ROUGE): fills the "
-                                                         "card's model-index and results table, baselines beside; "
-                                                         "needs --dataset-type")
+    publish.add_argument("--metrics", type=_path, default=None,
+                         help="the run's metrics JSON (eval_results.json of a QA run, "
+                              "or a summarization run's results with ROUGE): fills the "
+                              "card's model-index and results table, baselines beside; "
+                              "needs --dataset-type")
     publish.add_argument("--dataset-type", default=None, help="Hub id of the evaluation data set of --metrics "
                                                               "(e.g. quoref, EdinburghNLP/xsum)")
     publish.add_argument("--dataset-name", default=None, help="its shown name")
