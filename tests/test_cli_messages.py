@@ -1077,6 +1077,51 @@ def test_a_store_the_user_may_not_read_is_named_by_store(tmp_path, checkpoint, q
     assert not output.exists()
 
 
+def test_a_refused_file_is_named_by_the_nearest_path_given(tmp_path, checkpoint, qa_rows, capsys, monkeypatch):
+    """A file refused under two of the paths given (a store kept inside the model's folder) is named by the nearest
+    one, `--store`, not MODEL; one under none of them (a cache file) is named alone, by no option. A root user passes
+    chmod, so the refusal of the file system is simulated for the paths under shards/ alone."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    model = tmp_path / "model"
+    shutil.copytree(checkpoint, model)
+    docs = write_jsonl(tmp_path / "passages.jsonl", qa_rows[:2])
+    store = model / "reps"
+    assert cli_main(["encode", str(model), "--documents", str(docs), "--store", str(store), "--no-progress",
+                     "--max-passage-length", "64", "--doc-stride", "16"]) == 0
+    capsys.readouterr()
+    shards = store / "shards"
+    real = {name: getattr(os, name) for name in ("stat", "lstat", "scandir", "listdir")}
+
+    def refusing(name):
+        def call(path=".", *args, **kwargs):
+            where = Path(os.fsdecode(path)).absolute() if not isinstance(path, int) else None
+            if where is not None and (shards in where.parents or (name in ("scandir", "listdir") and where == shards)):
+                raise PermissionError(13, "Permission denied", os.fsdecode(path))
+            return real[name](path, *args, **kwargs)
+        return call
+
+    with monkeypatch.context() as patch:
+        for name in real:
+            patch.setattr(os, name, refusing(name))
+        assert cli_main(["encode", str(model), "--documents", str(docs), "--store", str(store), "--no-progress",
+                         "--max-passage-length", "64", "--doc-stride", "16"]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"error: --store {store}: Permission denied on {shards}" in line, line
+    assert "MODEL" not in line, line
+    cached = tmp_path / "cache" / "lock"
+
+    def refused(name):
+        raise PermissionError(13, "Permission denied", str(cached))
+
+    monkeypatch.setattr(cli, "_resolve_model", refused)
+    assert cli_main(["encode", str(model), "--documents", str(docs), "--store", str(store), "--no-progress"]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert f"error: Permission denied: {cached}; run the command as a user who may read" in line, line
+
+
 def test_publish_metrics_given_a_folder_says_it_is_a_folder(tmp_path, checkpoint, capsys):
     """`--metrics` naming a folder (e.g. the training run's output folder instead of its eval_results.json) is said
     to be a folder, not a file that does not exist; nothing is written."""

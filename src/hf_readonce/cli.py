@@ -721,22 +721,27 @@ def _access_refused(error: PermissionError, paths: dict) -> str:
 
     Args:
         error (`PermissionError`): with `filename` set, as `open`, `os.scandir` and the like raise it.
-        paths (`dict`): `{option: path as given}`, e.g. `{"--store": "work/reps", "--output": "p.jsonl"}`;
-            the positional MODEL as `{"MODEL": ...}`.
+        paths (`dict`): `{option: path as given}` (or a list of paths, for a repeated option), e.g.
+            `{"--store": "work/reps", "--output": "p.jsonl"}`; a positional argument by its name, `{"MODEL": ...}`.
 
     Returns:
-        `str`: the message, naming the first option whose path is the refused file or a folder above it (without
-        one, the file alone).
+        `str`: the message, naming the option whose path is the refused file or the folder above it nearest to it
+        (`--store MODEL/reps` for a file under `MODEL/reps`, not `MODEL`); without one, the file alone.
     """
     refused = Path(os.fsdecode(error.filename)).expanduser().absolute()
     reason = (error.strerror or "Permission denied").rstrip(".")
-    for option, given in paths.items():
-        if not isinstance(given, str) or not given:
-            continue
-        top = Path(given).expanduser().absolute()
-        if refused == top or top in refused.parents:
-            return (f"{option} {given}: {reason} on {error.filename}; run the command as a user who may read (and, "
-                    f"where the command writes, write) it, or give another {option}.")
+    best = None  # (depth, option, path as given) of the nearest folder above the refused file
+    for option, values in paths.items():
+        for given in values if isinstance(values, (list, tuple)) else [values]:
+            if not isinstance(given, str) or not given:
+                continue
+            top = Path(given).expanduser().absolute()
+            if (refused == top or top in refused.parents) and (best is None or len(top.parts) > best[0]):
+                best = (len(top.parts), option, given)
+    if best is not None:
+        _, option, given = best
+        return (f"{option} {given}: {reason} on {error.filename}; run the command as a user who may read (and, "
+                f"where the command writes, write) it, or give another {option}.")
     return f"{reason}: {error.filename}; run the command as a user who may read (and, where it writes, write) it."
 
 
@@ -752,6 +757,21 @@ def _store_info(store) -> dict:
         return store.info()
     except StoreNotFoundError as error:
         raise CommandError(str(error)) from None
+
+
+def _path_arguments(parser: _Parser, command: str, args) -> dict:
+    """The file and folder arguments of `command` (those of type [`path_argument`]) as `args` holds them when parsed,
+    i.e. as the user gave them: `{option: value}` (a list for a repeated option), a positional argument by its name
+    in capitals (`MODEL`, `MODEL_DIR`); arguments not given (`None`) are left out."""
+    paths = {}
+    for action in parser.commands[command]._actions:
+        value = getattr(args, action.dest, None)
+        if action.type is not _path or value is None:
+            continue
+        long = [option for option in action.option_strings if option.startswith("--")]
+        paths[long[0] if long else action.option_strings[0] if action.option_strings else action.dest.upper()] = (
+            list(value) if isinstance(value, list) else value)
+    return paths
 
 
 def _distributed_state(device: str = "auto"):
@@ -2863,7 +2883,7 @@ def main(argv=None) -> int:
         `int`: the exit status (0 success, 1 problems found, 2 errors; see the module docstring).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
-    args, typed = None, {}
+    args, typed, paths = None, {}, {}
     if argv and argv[0] == "demo":
         # the demo parses its own arguments, `--no-progress` included (it also turns off its own bars and Trainer's)
         demo_argv = argv[1:]
@@ -2890,6 +2910,7 @@ def main(argv=None) -> int:
             parser.commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
         command = args.command
         typed = _typed_options(parser, command, argv)
+        paths = _path_arguments(parser, command, args)  # as given: a command may replace MODEL by its folder
         restore = silence_progress_bars() if getattr(args, "no_progress", False) else None
 
         def run() -> int:
@@ -2913,8 +2934,6 @@ def main(argv=None) -> int:
             print(f"hf-readonce {command}: error: {_out_of_memory(error, args, typed)}", file=sys.stderr)
             return EXIT_ERROR
         if type(error) is PermissionError and error.filename:  # a folder or file of the user's without permission
-            paths = {"MODEL": getattr(args, "model", None)} | {option: getattr(args, dest, None)
-                                                                for dest, option in typed.items()}
             print(f"hf-readonce {command}: error: {_access_refused(error, paths)}", file=sys.stderr)
             return EXIT_ERROR
         print(f"hf-readonce {command}: error: {_one_line(error)} ({type(error).__name__}; unexpected here: set "
