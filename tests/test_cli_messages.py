@@ -1143,6 +1143,8 @@ def test_running_out_of_memory_names_the_options_that_size_the_batches(tmp_path,
     """An allocation that fails (a `--batch-size` or `--num-beams` far beyond the machine's memory; torch's CPU
     allocator raises a `RuntimeError`) is one line saying so, with how much was asked for and the options given that
     size the batches, not an unexpected error; an existing `--output` is left as it was."""
+    import torch
+
     from hf_readonce import DeformerBertForQuestionAnswering
 
     docs = write_jsonl(tmp_path / "passages.jsonl", qa_rows[:2])
@@ -1166,6 +1168,19 @@ def test_running_out_of_memory_names_the_options_that_size_the_batches(tmp_path,
     assert "unexpected" not in line, line
     assert cli_main(answer) == 2  # no option given: the one that sizes the batches is suggested
     assert "out of memory (it tried to allocate 45.5 GiB); pass a smaller --batch-size." in capsys.readouterr().err
+    assert output.read_text() == "kept\n"
+    # CUDA's allocator says it with a capital T, in GiB; Windows' CPU allocator says "not enough memory"
+    for error, amount in ((torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total "
+                                                  "capacity of 139.72 GiB of which 1.20 GiB is free."), "20.00 GiB"),
+                          (RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough "
+                                        "memory: you tried to allocate 48835200000 bytes."), "45.5 GiB")):
+        def failing(self, *args, error=error, **kwargs):
+            raise error
+
+        monkeypatch.setattr(DeformerBertForQuestionAnswering, "forward", failing)
+        assert cli_main(answer) == 2
+        line = _one_line(capsys.readouterr().err)
+        assert f"error: out of memory (it tried to allocate {amount}); pass a smaller --batch-size." in line, line
     assert output.read_text() == "kept\n"
 
 

@@ -684,24 +684,26 @@ MEMORY_OPTIONS = ("batch_size", "num_beams", "max_new_tokens", "max_answer_lengt
 
 def _memory_exhausted(error: BaseException) -> bool:
     """Whether `error` says an allocation failed: Python's `MemoryError`, torch's `OutOfMemoryError` (CUDA), or the
-    `RuntimeError` of torch's CPU allocator (`DefaultCPUAllocator: can't allocate memory`)."""
+    `RuntimeError` of torch's CPU allocator (`DefaultCPUAllocator: can't allocate memory`, on Windows `not enough
+    memory`)."""
     if isinstance(error, MemoryError):
         return True
     if type(error).__name__ == "OutOfMemoryError":
         return True
     text = str(error)
-    return isinstance(error, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text.lower())
+    return isinstance(error, RuntimeError) and ("can't allocate memory" in text or "not enough memory" in text
+                                                  or "out of memory" in text.lower())
 
 
 def _out_of_memory(error: BaseException, args, typed: dict) -> str:
     """The one line for a command stopped by a failed allocation ([`_memory_exhausted`]): how much it tried to
     allocate when torch says so, and the options given (`typed`, `{dest: option}`) among [`MEMORY_OPTIONS`] with
     their values, to pass smaller; without any, `--batch-size` where the command has it."""
-    found = re.search(r"tried to allocate (\d+) bytes", str(error))
+    found = re.search(r"tried to allocate (\d+) bytes", str(error), re.IGNORECASE)  # CPU: "you tried", MPS
     if found:
         detail = f" (it tried to allocate {_human_bytes(int(found.group(1)))})"
-    else:
-        found = re.search(r"tried to allocate ([\d.]+ [KMGT]iB)", str(error))
+    else:  # CUDA: "CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of ..."
+        found = re.search(r"tried to allocate ([\d.]+ [KMGT]iB)", str(error), re.IGNORECASE)
         detail = f" (it tried to allocate {found.group(1)})" if found else ""
     given = [f"{typed[dest]} {getattr(args, dest)}" for dest in MEMORY_OPTIONS
              if dest in typed and getattr(args, dest, None) is not None]
