@@ -2,7 +2,7 @@
 
 import json
 
-from hf_readonce.tasks.jsonl import field_problem, iter_documents
+from hf_readonce.tasks.jsonl import field_problem, iter_documents, iter_jsonl
 
 
 def test_field_problems_are_named_whatever_the_field_is_called(tmp_path):
@@ -31,3 +31,9 @@ def test_a_byte_order_mark_opening_the_file_is_not_read_as_text(tmp_path):
                      + b"\xef\xbb\xbf" + json.dumps(rows[1]).encode("utf-8") + b"\n")
     assert list(iter_documents(path, problems=problems)) == [("first", "A text.")]
     assert [p.line for p in problems] == [2]
+    # a line that is not UTF-8 is reported at its byte in the file's line, the mark counted
+    path.write_bytes(b"\xef\xbb\xbf" + b'{"id": "\xff"}\n' + b'{"id": "\xff"}\n')
+    problems = []
+    assert list(iter_jsonl(path, problems)) == []
+    assert [str(p) for p in problems] == ["line 1: not valid UTF-8 (invalid start byte at byte 11)",
+                                          "line 2: not valid UTF-8 (invalid start byte at byte 8)"]

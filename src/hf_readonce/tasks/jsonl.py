@@ -4,6 +4,7 @@ failing a long run (used by the CLI, the QA helpers and the recipes)."""
 from __future__ import annotations
 
 import json
+from codecs import BOM_UTF8
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,10 +36,12 @@ def iter_jsonl(path, problems: list | None = None) -> Iterator[tuple[int, dict]]
     problems = problems if problems is not None else []
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
-            try:  # the first line may open with a UTF-8 byte order mark (Windows editors write one): not text
-                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError as error:
-                problems.append(BadLine(number, f"not valid UTF-8 ({error.reason} at byte {error.start})"))
+            # the first line may open with a UTF-8 byte order mark (Windows editors write one): not text
+            mark = len(BOM_UTF8) if number == 1 and raw.startswith(BOM_UTF8) else 0
+            try:
+                line = raw[mark:].decode("utf-8")
+            except UnicodeDecodeError as error:  # the byte counted in the line as it is in the file
+                problems.append(BadLine(number, f"not valid UTF-8 ({error.reason} at byte {mark + error.start})"))
                 continue
             if not line.strip():
                 continue
