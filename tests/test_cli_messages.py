@@ -547,6 +547,8 @@ def test_typed_options_are_read_from_the_parsers_own_record():
     encode = parser.commands["encode"]
     assert encode.option_dests["--store"] == "store" and encode.option_dests["--help"] == "help"
     assert encode.option_dests["--no-progress"] == "no_progress"  # from the shared parent parser
+    # the file and folder arguments, as an error the file system raises under one of them names it
+    assert encode.path_arguments == {"model": "MODEL", "store": "--store", "documents": "--documents"}
     assert set(parser.commands) >= {"encode", "answer", "summarize", "info", "verify", "prune", "publish",
                                     "checkpoints", "demo"}
     group = encode.add_argument_group("more").add_argument("--toy-option", dest="toy")

@@ -23,12 +23,16 @@ class OneLineArgumentParser(argparse.ArgumentParser):
       "help", "--max-passage-length": "max_passage_length", ...}`), from the actions that `add_argument` (its own,
       and that of the groups it makes) returns, and from its `parents` that are parsers of this class (argparse
       copies a parent's options without calling `add_argument`);
+    - `path_arguments` (`dict[str, str]`): the destination of each argument of type [`path_argument`] -> how the
+      CLI names it (`{"store": "--store", "model": "MODEL"}`: its long option, a positional argument by its
+      destination in capitals), recorded as `option_dests` is;
     - `commands` (`dict[str, OneLineArgumentParser]`): the parser of each subcommand, by name, as the code that
       builds the subcommands fills it (`hf_readonce.cli.build_parser`).
     """
 
     def __init__(self, *args, **kwargs):
         self.option_dests: dict[str, str] = {}
+        self.path_arguments: dict[str, str] = {}
         self.commands: dict[str, OneLineArgumentParser] = {}
         try:
             parents = inspect.signature(argparse.ArgumentParser).bind(*args, **kwargs).arguments.get("parents", ())
@@ -36,10 +40,14 @@ class OneLineArgumentParser(argparse.ArgumentParser):
             parents = ()
         for parent in parents:
             self.option_dests.update(getattr(parent, "option_dests", {}))
+            self.path_arguments.update(getattr(parent, "path_arguments", {}))
         super().__init__(*args, **kwargs)
 
     def _record(self, action: argparse.Action) -> argparse.Action:
         self.option_dests.update(dict.fromkeys(action.option_strings, action.dest))
+        if action.type is path_argument:
+            long = [option for option in action.option_strings if option.startswith("--")] or action.option_strings
+            self.path_arguments[action.dest] = long[0] if long else action.dest.upper()
         return action
 
     def add_argument(self, *args, **kwargs) -> argparse.Action:

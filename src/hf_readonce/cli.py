@@ -762,17 +762,15 @@ def _store_info(store) -> dict:
 
 
 def _path_arguments(parser: _Parser, command: str, args) -> dict:
-    """The file and folder arguments of `command` (those of type [`path_argument`]) as `args` holds them when parsed,
-    i.e. as the user gave them: `{option: value}` (a list for a repeated option), a positional argument by its name
-    in capitals (`MODEL`, `MODEL_DIR`); arguments not given (`None`) are left out."""
+    """The file and folder arguments of `command` (those of type [`path_argument`], as its parser recorded them in
+    `path_arguments`) as `args` holds them when parsed, i.e. as the user gave them: `{option: value}` (a list for a
+    repeated option), a positional argument by its name in capitals (`MODEL`, `MODEL_DIR`); arguments not given
+    (`None`) are left out."""
     paths = {}
-    for action in parser.commands[command]._actions:
-        value = getattr(args, action.dest, None)
-        if action.type is not _path or value is None:
-            continue
-        long = [option for option in action.option_strings if option.startswith("--")]
-        paths[long[0] if long else action.option_strings[0] if action.option_strings else action.dest.upper()] = (
-            list(value) if isinstance(value, list) else value)
+    for dest, name in parser.commands[command].path_arguments.items():
+        value = getattr(args, dest, None)
+        if value is not None:
+            paths[name] = list(value) if isinstance(value, list) else value
     return paths
 
 
