@@ -579,8 +579,9 @@ def test_auto_model_loads_the_bare_model_of_a_saved_checkpoint_without_hf_readon
 
 
 def test_the_bare_model_returns_barts_output_and_defaults_the_decoder_inputs_as_bart():
-    """`ReadOnceBartModel.forward` returns BART's `Seq2SeqModelOutput` (a tuple with `return_dict=False`), and without
-    decoder inputs reads `input_ids` shifted right, as `BartModel` does."""
+    """`ReadOnceBartModel.forward` returns BART's `Seq2SeqModelOutput` (a subclass whose added fields, `Attn'`'s
+    weights, come last; a tuple with `return_dict=False`), and without decoder inputs reads `input_ids` shifted
+    right, as `BartModel` does."""
     from transformers.modeling_outputs import Seq2SeqModelOutput
     from transformers.models.bart.modeling_bart import shift_tokens_right
 
@@ -593,7 +594,7 @@ def test_the_bare_model_returns_barts_output_and_defaults_the_decoder_inputs_as_
                               decoder_input_ids=shift_tokens_right(q, TINY["pad_token_id"],
                                                                    TINY["decoder_start_token_id"]))
         as_tuple = model.model(q, document_representations=reps, return_dict=False)
-    assert type(out) is Seq2SeqModelOutput and out.last_hidden_state.shape == (2, 6, 32)
+    assert isinstance(out, Seq2SeqModelOutput) and out.last_hidden_state.shape == (2, 6, 32)
     assert torch.equal(out.last_hidden_state, shifted.last_hidden_state)
     assert isinstance(as_tuple, tuple) and torch.equal(as_tuple[0], out.last_hidden_state)
     with pytest.raises(ValueError, match="`decoder_input_ids` or `decoder_inputs_embeds`, or `input_ids`"):
@@ -1025,6 +1026,108 @@ def test_fused_layers_return_the_weights_of_their_self_attention():
     assert [tuple(a.shape) for a in generated.cross_attentions[-1]] == [(2, 4, 1, 6)] * 2
 
 
+def _attn_prime_by_hand(attention, states, representations, mask):
+    """The weights of `Attn'` (eq. 4) computed by hand: per head, softmax over R of `q(h) . k(r) / sqrt(head_dim)`,
+    padding representations (`mask` 0) excluded; `(batch, heads, length, m)`."""
+    batch, length, d_model = states.shape
+    heads = attention.num_heads
+    head_dim = d_model // heads
+    query = attention.q_proj(states).view(batch, length, heads, head_dim).transpose(1, 2)
+    key = attention.k_proj(representations).view(batch, -1, heads, head_dim).transpose(1, 2)
+    scores = query @ key.transpose(-1, -2) / math.sqrt(head_dim)
+    return scores.masked_fill(~mask.bool()[:, None, None, :], float("-inf")).softmax(-1)
+
+
+def _fused_with_padded_representations():
+    """A tiny `fusion="attention"` model (L = 2: encoder layers 3, 4 fused) with `Attn'` moved away from `Attn`, and
+    two documents of different lengths (the second's representations padded)."""
+    model = eager(tiny(fusion="attention", append_layer=2))
+    generator = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if ".representation_attn." in name:
+                parameter.add_(0.3 * torch.randn(parameter.shape, generator=generator))
+    doc, doc_mask = tokens(2, 20, seed=5), torch.ones(2, 20, dtype=torch.long)
+    doc_mask[1, 9:] = 0
+    with torch.no_grad():
+        reps = model.encode_documents(doc, doc_mask)
+    assert reps.attention_mask[1].tolist() == [1, 1, 1, 0, 0]
+    return model, reps
+
+
+def test_fused_layers_return_the_weights_of_attn_prime_over_the_representations():
+    """`fusion="attention"` with `output_attentions=True` returned only `Attn`'s weights; those of `Attn'` over R
+    (eq. 4) were computed and dropped. They are the last two fields, one tensor per fused encoder layer and per decoder
+    layer, equal to the softmax computed by hand, rows summing to 1 over the real representations, 0 on padding."""
+    model, reps = _fused_with_padded_representations()
+    q, dec = tokens(2, 6), tokens(2, 3, seed=2)
+    q_mask = torch.ones_like(q)
+    q_mask[1, -2:] = 0
+    inputs = dict(attention_mask=q_mask, document_representations=reps, decoder_input_ids=dec)
+    with torch.no_grad():
+        out = model(q, **inputs, output_attentions=True, output_hidden_states=True)
+        plain = model(q, **inputs)
+        as_tuple = model(q, **inputs, output_attentions=True, return_dict=False)
+        encoder = model.get_encoder()(q, attention_mask=q_mask, document_representations=reps,
+                                      output_attentions=True)
+        bare = model.model(q, **inputs, output_attentions=True)
+    m = reps.representations.shape[1]
+    assert [tuple(a.shape) for a in out.encoder_representation_attentions] == [(2, 4, 6, m)] * 2
+    assert [tuple(a.shape) for a in out.decoder_representation_attentions] == [(2, 4, 3, m)] * 2
+    encoder_layers, decoder_layers = model.model.encoder.layers, model.model.decoder.layers
+    with torch.no_grad():
+        expected = [_attn_prime_by_hand(encoder_layers[i].self_attn.representation_attn, out.encoder_hidden_states[i],
+                                        reps.representations, reps.attention_mask) for i in (2, 3)]
+        expected += [_attn_prime_by_hand(decoder_layers[i].self_attn.representation_attn,
+                                         out.decoder_hidden_states[i], reps.representations, reps.attention_mask)
+                     for i in (0, 1)]
+    got = out.encoder_representation_attentions + out.decoder_representation_attentions
+    for weights, by_hand in zip(got, expected, strict=True):
+        torch.testing.assert_close(weights, by_hand, atol=1e-6, rtol=0)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]), atol=1e-6, rtol=0)
+        assert torch.all(weights[1, ..., 3:] == 0) and torch.all(weights[1, ..., :3] > 0)
+        assert not torch.allclose(weights[0], weights[0, :1, :1].expand_as(weights[0]))  # not uniform
+    # the same weights through the encoder and the bare model; nothing else depends on the switch
+    for ours, theirs in zip(out.encoder_representation_attentions, encoder.representation_attentions, strict=True):
+        assert torch.equal(ours, theirs)
+    for name in ("encoder_representation_attentions", "decoder_representation_attentions"):
+        assert all(torch.equal(a, b) for a, b in zip(getattr(out, name), getattr(bare, name), strict=True))
+        assert getattr(plain, name) is None
+    assert torch.equal(out.logits, plain.logits)
+    # last in the tuple: BART's fields keep their positions
+    # (logits, cache, decoder_attentions, cross_attentions, encoder_last_hidden_state, encoder_attentions, +2)
+    assert len(as_tuple) == 8
+    assert all(torch.equal(a, b) for a, b in zip(as_tuple[5], out.encoder_attentions, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(as_tuple[-2], out.encoder_representation_attentions, strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(as_tuple[-1], out.decoder_representation_attentions, strict=True))
+    assert torch.equal(as_tuple[0], out.logits)
+
+
+def test_attn_prime_weights_follow_the_attention_switch():
+    """The weights of `Attn'` come with those of `Attn`: from the config, `False` overriding it; `None` with
+    `fusion="append"` (no `Attn'`), and an empty tuple without representations (no `Attn'` runs)."""
+    model, reps = _fused_with_padded_representations()
+    q, dec = tokens(2, 6), tokens(2, 3, seed=2)
+    model.config.output_attentions = True
+    with torch.no_grad():
+        from_config = model(q, document_representations=reps, decoder_input_ids=dec)
+        off = model(q, document_representations=reps, decoder_input_ids=dec, output_attentions=False)
+        closed_book = model(q, decoder_input_ids=dec)
+    assert len(from_config.encoder_representation_attentions) == len(from_config.decoder_representation_attentions) == 2
+    assert off.encoder_representation_attentions is None and off.decoder_representation_attentions is None
+    assert off.encoder_attentions is None
+    assert closed_book.encoder_representation_attentions == closed_book.decoder_representation_attentions == ()
+    model.config.output_attentions = False
+    with pytest.raises(TypeError, match="output_representation_attentions"):
+        model.get_encoder()(q, document_representations=reps, output_representation_attentions=True)
+    appended = eager(tiny(append_layer=2))
+    with torch.no_grad():
+        out = appended(q, document_representations=appended.encode_documents(tokens(2, 20, seed=5)),
+                       decoder_input_ids=dec, output_attentions=True)
+    assert len(out.encoder_attentions) == 4
+    assert out.encoder_representation_attentions is None and out.decoder_representation_attentions is None
+
+
 def test_the_config_switches_attentions_on_and_sdpa_warns_as_for_bart(monkeypatch):
     from transformers.integrations import sdpa_attention
 
@@ -1086,6 +1189,10 @@ def test_the_encoder_s_tuple_output_feeds_the_decoder_as_its_output_object_does(
         ours, theirs = getattr(got, name), getattr(expected, name)
         assert (ours is None) == (theirs is None) == (not asked), name
         assert asked is False or all(torch.equal(a, b) for a, b in zip(ours, theirs))
+    # `Attn'`'s weights (fusion="attention") come back from the tuple too, after `attentions`
+    ours, theirs = got.encoder_representation_attentions, expected.encoder_representation_attentions
+    assert (ours is None) == (theirs is None) == (not asked or fusion == "append")
+    assert ours is None or (len(ours) == 2 and all(torch.equal(a, b) for a, b in zip(ours, theirs)))
 
 
 def test_a_bart_style_encoder_tuple_is_read_as_before():

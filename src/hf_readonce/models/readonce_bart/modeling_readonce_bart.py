@@ -30,7 +30,12 @@ import torch
 import transformers
 from torch import nn
 from transformers.masking_utils import create_bidirectional_mask
-from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
 from transformers.models.bart.modeling_bart import (
     BartAttention,
     BartDecoder,
@@ -474,14 +479,121 @@ class ReadOnceEncoderOutput(BaseModelOutput):
             length, length)`, as BART's encoder returns them: `length` is `text_length` for layers `1..L` and
             `text_length + num_representations` for layers `L+1..N` with `fusion="append"` (text and
             representations attend to each other there), `text_length` in every layer with `fusion="attention"`,
-            where a fused layer's weights are those of its self-attention `Attn` over the text (eq. 4; the weights of
-            `Attn'` over R are not returned). Other attention implementations compute no weights (an empty tuple,
-            after transformers' warning for SDPA, as for BART).
+            where a fused layer's weights are those of its self-attention `Attn` over the text (eq. 4; those of
+            `Attn'` over R are `representation_attentions`). Other attention implementations compute no weights (an
+            empty tuple, after transformers' warning for SDPA, as for BART).
+        representation_attentions (`tuple(torch.FloatTensor)`, *optional*, `fusion="attention"` only, returned with
+            `attentions`: when `output_attentions=True`): the weights of `Attn'` (eq. 4), the attention of each fused
+            layer (`L+1..N`) over the representations R, one tensor per fused layer of shape `(batch_size,
+            num_heads, text_length, num_representations)`: a softmax over R, each row summing to 1 over the real
+            representations, 0 on padding ones (`document_attention_mask`). An empty tuple without representations
+            (no `Attn'` runs) or at `L = N` (no fused encoder layer), and with an attention implementation that
+            computes no weights (SDPA, as `attentions`). `None` with `fusion="append"`.
     """
 
     attention_mask: torch.LongTensor | None = None
     document_representations: torch.FloatTensor | None = None
     document_attention_mask: torch.LongTensor | None = None
+    representation_attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
+class ReadOnceDecoderOutput(BaseModelOutputWithPastAndCrossAttentions):
+    r"""
+    Output of [`ReadOnceBartDecoder`] (`fusion="attention"`): BART's decoder output, plus the weights of each
+    layer's `Attn'` over the representations.
+
+    Args:
+        last_hidden_state, cache / past_key_values, hidden_states, attentions, cross_attentions: as
+            `BaseModelOutputWithPastAndCrossAttentions` (BART's decoder); `attentions` are those of each layer's
+            self-attention `Attn` over the target tokens, `(batch_size, num_heads, target_length, past +
+            target_length)`.
+        representation_attentions (`tuple(torch.FloatTensor)`, *optional*, returned with `attentions`: when
+            `output_attentions=True`): the weights of each decoder layer's `Attn'` over the representations R
+            (eq. 4), one tensor per layer of shape `(batch_size, num_heads, target_length, num_representations)`,
+            each row summing to 1 over the real representations, 0 on padding ones. An empty tuple without
+            representations and with an attention implementation that computes no weights (SDPA).
+    """
+
+    representation_attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
+class ReadOnceSeq2SeqModelOutput(Seq2SeqModelOutput):
+    r"""
+    Output of [`ReadOnceBartModel`]: BART's `Seq2SeqModelOutput` (its fields and their order unchanged), plus, last,
+    the weights of the attention `Attn'` over the representations (`fusion="attention"`, App. A.1, eq. 4), which no
+    field of BART's output holds.
+
+    Args:
+        last_hidden_state, cache / past_key_values, decoder_hidden_states, decoder_attentions, cross_attentions,
+            encoder_last_hidden_state, encoder_hidden_states, encoder_attentions: as `Seq2SeqModelOutput`.
+        encoder_representation_attentions (`tuple(torch.FloatTensor)`, *optional*, `fusion="attention"` only,
+            returned with `encoder_attentions`: when `output_attentions=True`): `Attn'`'s weights in each fused
+            encoder layer (`L+1..N`), `(batch_size, num_heads, text_length, num_representations)` each
+            ([`ReadOnceEncoderOutput`]'s `representation_attentions`).
+        decoder_representation_attentions (`tuple(torch.FloatTensor)`, *optional*, `fusion="attention"` only,
+            returned with `decoder_attentions`): `Attn'`'s weights in each decoder layer, `(batch_size, num_heads,
+            target_length, num_representations)` each ([`ReadOnceDecoderOutput`]'s `representation_attentions`).
+    """
+
+    encoder_representation_attentions: tuple[torch.FloatTensor, ...] | None = None
+    decoder_representation_attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+@dataclass
+class ReadOnceSeq2SeqLMOutput(Seq2SeqLMOutput):
+    r"""
+    Output of [`ReadOnceBartForConditionalGeneration`]: BART's `Seq2SeqLMOutput` (its fields and their order
+    unchanged: `loss`, `logits` `(batch_size, target_length, vocab_size)`, the cache, the decoder's and encoder's
+    states and weights), plus, last, the weights of `Attn'` over the representations (`fusion="attention"`).
+
+    Args:
+        loss, logits, cache / past_key_values, decoder_hidden_states, decoder_attentions, cross_attentions,
+            encoder_last_hidden_state, encoder_hidden_states, encoder_attentions: as `Seq2SeqLMOutput`.
+        encoder_representation_attentions, decoder_representation_attentions (`tuple(torch.FloatTensor)`,
+            *optional*, `fusion="attention"` only, returned when `output_attentions=True`): as
+            [`ReadOnceSeq2SeqModelOutput`]: one `(batch_size, num_heads, text_length, num_representations)` tensor
+            per fused encoder layer, one `(batch_size, num_heads, target_length, num_representations)` tensor per
+            decoder layer. `generate(..., return_dict_in_generate=True, output_attentions=True)` does not return
+            them: transformers' generation output has no field for them (it collects `encoder_attentions`,
+            `decoder_attentions` and `cross_attentions` only); run `forward` on the generated tokens
+            (`decoder_input_ids`) with `output_attentions=True` for them.
+    """
+
+    encoder_representation_attentions: tuple[torch.FloatTensor, ...] | None = None
+    decoder_representation_attentions: tuple[torch.FloatTensor, ...] | None = None
+
+
+# The switch `capture_outputs` reads for the key `representation_attentions` of `_can_record_outputs` (`output_<key>`):
+# set from `output_attentions` by [`_record_representation_attentions`], never by a caller.
+_REPRESENTATION_SWITCH = "output_representation_attentions"
+
+
+def _record_representation_attentions(forward):
+    """Decorate a `forward` below transformers' `capture_outputs` (encoder) or one that calls such a forward
+    (decoder) so that the weights of `Attn'` (`representation_attentions`, recorded by the hooks of
+    `_can_record_outputs`) are recorded exactly when those of `Attn` are: with `fusion="attention"`, the switch
+    `output_representation_attentions` that `capture_outputs` reads is set to what it reads for `attentions`
+    (`output_attentions` if given, else `config.output_attentions`); with `fusion="append"` it is left out (no field).
+    The wrapped `forward` pops it before its layers run.
+
+    Raises:
+        TypeError: a caller passing `output_representation_attentions` (not an argument: `output_attentions`
+            switches both).
+    """
+
+    @functools.wraps(forward)
+    def wrapper(self, *args, **kwargs):
+        if _REPRESENTATION_SWITCH in kwargs:
+            raise TypeError(f"{type(self).__name__}.forward() got an unexpected keyword argument "
+                            f"'{_REPRESENTATION_SWITCH}'. Did you mean 'output_attentions'?")
+        if getattr(self.config, "fusion", "append") == "attention":
+            kwargs[_REPRESENTATION_SWITCH] = kwargs.get("output_attentions",
+                                                        getattr(self.config, "output_attentions", False))
+        return forward(self, *args, **kwargs)
+
+    return wrapper
 
 
 class ReadOnceAggregation(nn.Module):
@@ -638,7 +750,9 @@ class ReadOnceBartDecoderLayer(BartDecoderLayer):
                  document_attention_mask=None, **kwargs):
         # BART's decoder hands the representations on as keyword arguments; they go on as positional ones, as BART
         # passes `encoder_hidden_states`: with gradient checkpointing and `use_reentrant=True` only positional tensors
-        # get their gradients (captured ones made the backward pass run through the document encoder's graph again)
+        # get their gradients (captured ones made the backward pass run through the document encoder's graph again).
+        # The switch of `Attn'`'s weights is read by the decoder's `capture_outputs`, not by the layer.
+        kwargs.pop(_REPRESENTATION_SWITCH, None)
         return super().__call__(hidden_states, attention_mask, encoder_hidden_states, document_representations,
                                 document_attention_mask, **kwargs)
 
@@ -675,11 +789,13 @@ class ReadOnceBartDecoder(BartDecoder):
 
     # BART's recorders, with the self-attention matched by its path (the module name ends in `self_attn`), not by
     # class: the `representation_attn` (Attn') inside a fused self-attention is a `BartAttention` under `self_attn`
-    # too, and its weights over R are not the layer's self-attention weights.
+    # too, and its weights over R are not the layer's self-attention weights: they are recorded apart
+    # (`representation_attentions`, switched by `output_attentions`, [`_record_representation_attentions`]).
     _can_record_outputs = {
         "hidden_states": BartDecoderLayer,
         "attentions": OutputRecorder(None, index=1, class_name="self_attn"),
         "cross_attentions": OutputRecorder(BartAttention, index=1, layer_name="encoder_attn"),
+        "representation_attentions": OutputRecorder(BartAttention, index=1, layer_name="representation_attn"),
     }
 
     def __init__(self, config: ReadOnceBartConfig):
@@ -687,12 +803,13 @@ class ReadOnceBartDecoder(BartDecoder):
         self.layers = nn.ModuleList(ReadOnceBartDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers))
         self.post_init()
 
+    @_record_representation_attentions
     def forward(self, input_ids: torch.LongTensor | None = None, attention_mask: torch.Tensor | None = None,
                 encoder_hidden_states: torch.Tensor | None = None, encoder_attention_mask: torch.Tensor | None = None,
                 past_key_values=None, inputs_embeds: torch.Tensor | None = None, use_cache: bool | None = None,
                 document_representations: torch.Tensor | None = None,
                 document_attention_mask: torch.Tensor | None = None, cache=None,
-                **kwargs: Unpack[TransformersKwargs]):
+                **kwargs: Unpack[TransformersKwargs]) -> ReadOnceDecoderOutput:
         r"""
         Args:
             input_ids (`torch.LongTensor` of shape `(batch_size, target_length)`, *optional*): decoder tokens (the new
@@ -708,10 +825,15 @@ class ReadOnceBartDecoder(BartDecoder):
                 representations.
             cache: the name of `past_key_values` from transformers 5.24 on (what `BartModel` passes there); either
                 name, not both.
+            output_attentions, output_hidden_states (`bool`, *optional*, keyword): as in BART (default: the
+                config's); `output_attentions` also returns the weights of each layer's `Attn'` over R.
+            return_dict (`bool`, *optional*, keyword): return a tuple when False, as BART's decoder (default:
+                `config.return_dict`).
 
         Returns:
-            `BaseModelOutputWithPastAndCrossAttentions`, as BART's: `last_hidden_state` `(batch_size, target_length,
-            d_model)`.
+            [`ReadOnceDecoderOutput`]: BART's `BaseModelOutputWithPastAndCrossAttentions` (`last_hidden_state`
+            `(batch_size, target_length, d_model)`, the cache, `hidden_states`, `attentions`, `cross_attentions`)
+            and `representation_attentions`, the weights of `Attn'`, last.
 
         Raises:
             ValueError: both `past_key_values` and `cache`.
@@ -721,13 +843,24 @@ class ReadOnceBartDecoder(BartDecoder):
                 [`_check_keyword_arguments`] accepts (`TransformersKwargs`, what `generate()` and `Trainer` pass down
                 through the model).
         """
+        # set by the decorator (with `fusion="attention"`), for the `capture_outputs` of BART's decoder
+        switch = {_REPRESENTATION_SWITCH: kwargs.pop(_REPRESENTATION_SWITCH)} if _REPRESENTATION_SWITCH in kwargs else {}
         _check_keyword_arguments(self, kwargs)
-        return super().forward(input_ids=input_ids, attention_mask=attention_mask,
-                               encoder_hidden_states=encoder_hidden_states,
-                               encoder_attention_mask=encoder_attention_mask, inputs_embeds=inputs_embeds,
-                               use_cache=use_cache, document_representations=document_representations,
-                               document_attention_mask=document_attention_mask,
-                               **{CACHE_NAME: _either_cache(past_key_values, cache)}, **kwargs)
+        return_dict = kwargs.pop("return_dict", getattr(self.config, "return_dict", True))
+        outputs = super().forward(input_ids=input_ids, attention_mask=attention_mask,
+                                  encoder_hidden_states=encoder_hidden_states,
+                                  encoder_attention_mask=encoder_attention_mask, inputs_embeds=inputs_embeds,
+                                  use_cache=use_cache, document_representations=document_representations,
+                                  document_attention_mask=document_attention_mask,
+                                  **{CACHE_NAME: _either_cache(past_key_values, cache)}, **kwargs,
+                                  **switch, return_dict=True)
+        # `capture_outputs` set `representation_attentions` on BART's output object, which has no such field
+        outputs = ReadOnceDecoderOutput(
+            **{field.name: getattr(outputs, field.name, None) for field in fields(ReadOnceDecoderOutput)
+               if field.name != "representation_attentions"},
+            representation_attentions=outputs.get("representation_attentions"),
+        )
+        return outputs if return_dict is not False else outputs.to_tuple()
 
 
 class ReadOnceBartPreTrainedModel(BartPreTrainedModel):
@@ -941,10 +1074,13 @@ class ReadOnceBartEncoder(BartEncoder):
     length. Without representations it is exactly BART's encoder."""
 
     # `output_hidden_states` / `output_attentions`: recorded by transformers' output hooks (`capture_outputs`), as in
-    # BART's encoder; the self-attention is matched by its path, not by class (see [`ReadOnceBartDecoder`]).
+    # BART's encoder; the self-attention is matched by its path, not by class (see [`ReadOnceBartDecoder`]), and the
+    # `Attn'` of the fused layers (`representation_attn`) by its own path, switched by `output_attentions`
+    # ([`_record_representation_attentions`]).
     _can_record_outputs = {
         "hidden_states": BartEncoderLayer,
         "attentions": OutputRecorder(None, index=1, class_name="self_attn"),
+        "representation_attentions": OutputRecorder(BartAttention, index=1, layer_name="representation_attn"),
     }
 
     def __init__(self, config: ReadOnceBartConfig):
@@ -955,6 +1091,7 @@ class ReadOnceBartEncoder(BartEncoder):
             self.post_init()
 
     # `hidden_states` are the layers' outputs, not replaced by `last_hidden_state` (which holds R too at L = N)
+    @_record_representation_attentions
     @capture_outputs(tie_last_hidden_states=False)
     def forward(
         self,
@@ -980,8 +1117,9 @@ class ReadOnceBartEncoder(BartEncoder):
                 inside [`ReadOnceDocumentEncoderOutput`], or all ones.
 
             output_hidden_states, output_attentions (`bool`, *optional*, keyword): also return every layer's states /
-                self-attention weights (`attn_implementation="eager"`), see [`ReadOnceEncoderOutput`]; default: the
-                config's.
+                self-attention weights (`attn_implementation="eager"`), and with `fusion="attention"` the weights of
+                each fused layer's `Attn'` over R (`representation_attentions`), see [`ReadOnceEncoderOutput`];
+                default: the config's.
             return_dict (`bool`, *optional*, keyword): return a tuple when False (as BART's encoder).
 
         Returns:
@@ -997,6 +1135,7 @@ class ReadOnceBartEncoder(BartEncoder):
                 [`ReadOnceBartForConditionalGeneration.forward`], which `generate()` hands on to this encoder (e.g.
                 the `labels` of `Seq2SeqTrainer`'s `predict_with_generate`).
         """
+        kwargs.pop(_REPRESENTATION_SWITCH, None)  # read by `capture_outputs`, not by the layers
         _check_keyword_arguments(self, kwargs, passed_to=(ReadOnceBartForConditionalGeneration.forward,))
         # what the layers record is `capture_outputs`'s (hooks); `output_attentions` goes on to the attention
         # functions, as in BART, so that one without weights says so (transformers' SDPA warning)
@@ -1057,28 +1196,26 @@ class ReadOnceBartEncoder(BartEncoder):
 
 def _encoder_output_from_tuple(encoder_outputs) -> ReadOnceEncoderOutput:
     """The [`ReadOnceEncoderOutput`] of a tuple (or list) `encoder_outputs`, as BART wraps a tuple in a
-    `BaseModelOutput`: what [`ReadOnceBartEncoder`] returns with `return_dict=False` (the output's fields in order,
-    `None` left out: `last_hidden_state`; `hidden_states` and/or `attentions`, tuples; `attention_mask`, the
-    cross-attention mask; with `fusion="attention"`, `document_representations` and `document_attention_mask`), or
-    BART's `(last_hidden_state, hidden_states?, attentions?)`. Read by position, the combined mask and R were lost:
-    a size error in cross-attention, or a decoder that silently did not attend to R."""
+    `BaseModelOutput`: what [`ReadOnceBartEncoder`] returns with `return_dict=False` (the output's values, `None`
+    left out: `last_hidden_state`; the tensors `attention_mask`, the cross-attention mask, and with
+    `fusion="attention"` `document_representations` and `document_attention_mask`; the recorded tuples, in the order
+    `hidden_states`, `attentions`, `representation_attentions`, each when asked), or BART's `(last_hidden_state,
+    hidden_states?, attentions?)`. Read by position, the combined mask and R were lost: a size error in
+    cross-attention, or a decoder that silently did not attend to R."""
     last_hidden_state, *rest = encoder_outputs
     recorded = [value for value in rest if isinstance(value, (tuple, list))]
     tensors = [value for value in rest if torch.is_tensor(value)]
-    hidden_states = attentions = None
-    if len(recorded) == 2:
-        hidden_states, attentions = recorded
-    elif len(recorded) == 1:  # hidden states are (batch, length, d_model) and never empty; attention weights 4-D
-        only = recorded[0]
-        if len(only) and only[0].dim() == 3:
-            hidden_states = only
-        else:
-            attentions = only
+    hidden_states = None
+    # hidden states are (batch, length, d_model) and never empty; attention weights (both kinds) are 4-D, and the
+    # weights of Attn' are recorded only with those of Attn, after them
+    if recorded and any(torch.is_tensor(value) and value.dim() == 3 for value in recorded[0]):
+        hidden_states, recorded = recorded[0], recorded[1:]
+    attentions, representation_attentions = (recorded + [None] * 2)[:2]
     attention_mask, representations, representation_mask = (tensors + [None] * 3)[:3]
     return ReadOnceEncoderOutput(
         last_hidden_state=last_hidden_state, hidden_states=hidden_states, attentions=attentions,
         attention_mask=attention_mask, document_representations=representations,
-        document_attention_mask=representation_mask,
+        document_attention_mask=representation_mask, representation_attentions=representation_attentions,
     )
 
 
@@ -1152,7 +1289,7 @@ class ReadOnceBartModel(ReadOnceBartPreTrainedModel, BartModel):
     def forward(self, input_ids=None, attention_mask=None, decoder_input_ids=None, decoder_attention_mask=None,
                 encoder_outputs=None, past_key_values=None, document_representations=None,
                 document_attention_mask=None, decoder_inputs_embeds=None, use_cache=None, cache=None,
-                inputs_embeds=None, **kwargs) -> Seq2SeqModelOutput:
+                inputs_embeds=None, **kwargs) -> ReadOnceSeq2SeqModelOutput:
         r"""As [`~transformers.BartModel.forward`], plus `document_representations` / `document_attention_mask`
         (see [`ReadOnceBartEncoder`]).
 
@@ -1176,16 +1313,19 @@ class ReadOnceBartModel(ReadOnceBartPreTrainedModel, BartModel):
             inputs_embeds (`torch.FloatTensor` of shape `(batch_size, text_length, d_model)`, *optional*): instead of
                 `input_ids`, as in BART; last in the signature, so that positional calls keep their meaning.
             output_attentions, output_hidden_states (`bool`, *optional*, keyword): reach the encoder and the decoder,
-                as in BART (attention weights need `attn_implementation="eager"`).
+                as in BART (attention weights need `attn_implementation="eager"`); with `fusion="attention"`,
+                `output_attentions` also returns the weights of `Attn'` over R ([`ReadOnceSeq2SeqModelOutput`]).
 
             return_dict (`bool`, *optional*, keyword): return a tuple when False (`@can_return_tuple`, as
                 `BartModel`).
 
         Returns:
-            [`~transformers.modeling_outputs.Seq2SeqModelOutput`], as BART's: `last_hidden_state` `(batch_size,
-            target_length, d_model)` (the decoder's), its cache (`past_key_values`, `cache` from transformers
-            5.24), and `encoder_last_hidden_state` `(batch_size, text_length + m, d_model)` (`fusion="append"`;
-            `(batch_size, text_length, d_model)` with `fusion="attention"`).
+            [`ReadOnceSeq2SeqModelOutput`], BART's `Seq2SeqModelOutput` with its fields in their order:
+            `last_hidden_state` `(batch_size, target_length, d_model)` (the decoder's), its cache (`past_key_values`,
+            `cache` from transformers 5.24), and `encoder_last_hidden_state` `(batch_size, text_length + m, d_model)`
+            (`fusion="append"`; `(batch_size, text_length, d_model)` with `fusion="attention"`); last, with
+            `fusion="attention"` and `output_attentions=True`, the weights of `Attn'` over R
+            (`encoder_representation_attentions`, `decoder_representation_attentions`).
 
         Raises:
             TypeError: an input that is not a tensor (a list, a numpy array), or token ids that are not integers; a
@@ -1234,7 +1374,7 @@ class ReadOnceBartModel(ReadOnceBartPreTrainedModel, BartModel):
             encoder_hidden_states=encoder_outputs[0], encoder_attention_mask=cross_mask,
             inputs_embeds=decoder_inputs_embeds, use_cache=use_cache, **{CACHE_NAME: past_key_values}, **kwargs,
         )
-        return Seq2SeqModelOutput(
+        return ReadOnceSeq2SeqModelOutput(
             last_hidden_state=decoder_outputs[0], **{CACHE_NAME: getattr(decoder_outputs, CACHE_NAME, None)},
             decoder_hidden_states=getattr(decoder_outputs, "hidden_states", None),
             decoder_attentions=getattr(decoder_outputs, "attentions", None),
@@ -1242,6 +1382,8 @@ class ReadOnceBartModel(ReadOnceBartPreTrainedModel, BartModel):
             encoder_last_hidden_state=encoder_outputs[0],
             encoder_hidden_states=getattr(encoder_outputs, "hidden_states", None),
             encoder_attentions=getattr(encoder_outputs, "attentions", None),
+            encoder_representation_attentions=getattr(encoder_outputs, "representation_attentions", None),
+            decoder_representation_attentions=getattr(decoder_outputs, "representation_attentions", None),
         )
 
 
@@ -1472,7 +1614,7 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         document_input_attention_mask: torch.Tensor | None = None,
         cache=None,
         **kwargs: Unpack[TransformersKwargs],
-    ) -> Seq2SeqLMOutput:
+    ) -> ReadOnceSeq2SeqLMOutput:
         # The text and document arguments and their docs repeat ReadOnceBartEncoder.forward's: this forward passes them
         # through, and transformers documents each public forward in full.
         r"""
@@ -1510,7 +1652,12 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
                 after layer L with `fusion="append"`), and the decoder's `decoder_attentions`, `cross_attentions`
                 (over the text and, with `fusion="append"`, the representations) and `decoder_hidden_states`.
                 Attention weights need `attn_implementation="eager"`; with `fusion="attention"` they are those of each
-                fused self-attention's `Attn` (eq. 4), not of `Attn'` over R. The document encoder's own layers (with
+                fused self-attention's `Attn` (eq. 4), and those of `Attn'` over R are returned apart, in
+                `encoder_representation_attentions` (one `(batch_size, num_heads, text_length, m)` tensor per fused
+                encoder layer) and `decoder_representation_attentions` (one `(batch_size, num_heads, target_length,
+                m)` tensor per decoder layer). `generate(..., return_dict_in_generate=True,
+                output_attentions=True)` does not return `Attn'`'s weights (transformers' generation output has no
+                field for them). The document encoder's own layers (with
                 `document_input_ids`) are not returned: `encode_documents(..., output_attentions=True,
                 output_hidden_states=True)` returns them.
 
@@ -1518,8 +1665,9 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
                 `BartForConditionalGeneration`).
 
         Returns:
-            [`~transformers.modeling_outputs.Seq2SeqLMOutput`] with the loss first when `labels` are given (its
-            cache field is `past_key_values`, `cache` from transformers 5.24).
+            [`ReadOnceSeq2SeqLMOutput`]: BART's `Seq2SeqLMOutput` with its fields in their order, the loss first when
+            `labels` are given (its cache field is `past_key_values`, `cache` from transformers 5.24), and last the
+            weights of `Attn'` over R (`fusion="attention"`, `output_attentions=True`).
 
         Raises:
             ValueError: representations from another document encoder, of the wrong hidden size or batch; both
@@ -1572,11 +1720,13 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
             if num_items_in_batch is not None:
                 loss = loss / (num_items_in_batch.to(loss.device) if torch.is_tensor(num_items_in_batch)
                                else num_items_in_batch)
-        return Seq2SeqLMOutput(
+        return ReadOnceSeq2SeqLMOutput(
             loss=loss, logits=logits, encoder_last_hidden_state=outputs.encoder_last_hidden_state,
             decoder_hidden_states=outputs.decoder_hidden_states, decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions, encoder_hidden_states=outputs.encoder_hidden_states,
             encoder_attentions=outputs.encoder_attentions,
+            encoder_representation_attentions=outputs.encoder_representation_attentions,
+            decoder_representation_attentions=outputs.decoder_representation_attentions,
             **{CACHE_NAME: getattr(outputs, CACHE_NAME)},
         )
 
@@ -1596,6 +1746,9 @@ __all__ = [
     "ReadOnceBartFusedAttention",
     "ReadOnceBartModel",
     "ReadOnceBartPreTrainedModel",
+    "ReadOnceDecoderOutput",
     "ReadOnceDocumentEncoderOutput",
     "ReadOnceEncoderOutput",
+    "ReadOnceSeq2SeqLMOutput",
+    "ReadOnceSeq2SeqModelOutput",
 ]
