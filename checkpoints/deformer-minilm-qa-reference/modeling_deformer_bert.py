@@ -734,7 +734,7 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
             passage_states ([`DeformerPassageOutput`], *optional*):
                 Cached passage states from [`encode_passages`]; the passage's lower layers are then skipped.
             output_hidden_states (`bool`, *optional*):
-                Also return the embeddings and every layer's output.
+                Also return the embeddings and every layer's output. Defaults to `config.output_hidden_states`.
             output_attentions (`bool`, *optional*, keyword):
                 Also return every layer's attention weights (`attentions` of [`DeformerBertModelOutput`]: block
                 diagonal in the decomposed layers), as `BertModel` does: with `attn_implementation="eager"`.
@@ -764,17 +764,19 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
                 `num_items_in_batch`, transformers' `debug_io` options (`is_causal=False` and
                 `logits_to_keep=0` ask for what the model does and pass).
             TypeError: an input that is not a tensor, or `input_ids` / `token_type_ids` / `position_ids` that do not
-                hold integers (each named); a keyword argument it does not take (a misspelling such as
-                `passage_state=`), named with the argument it probably meant.
+                hold integers (each named); an `output_attentions` or `output_hidden_states` that is neither a bool
+                nor `None` (a string `"False"` would read as true; a list of hidden-state indices, which
+                transformers' `capture_outputs` can select, is not supported); a keyword argument it does not take (a
+                misspelling such as `passage_state=`), named with the argument it probably meant.
         """
         _check_keyword_arguments(self, kwargs)
         _refuse_unread_keywords(self, kwargs, _ENCODER_UNREAD_KEYWORDS)
         _check_no_cache_arguments(self, kwargs, _DEFORMER_REUSE)
         config = self.config
         k = config.num_decomposed_layers
-        output_hidden_states = (
-            output_hidden_states if output_hidden_states is not None else config.output_hidden_states
-        )
+        # the argument, else the config (as `BertModel` reads them); anything but a bool or `None` is refused
+        output_hidden_states = _output_switch("output_hidden_states", output_hidden_states, config)
+        output_attentions = _output_switch("output_attentions", kwargs.pop("output_attentions", None), config)
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("`input_ids` is required (or `inputs_embeds` instead of it; exactly one of the two).")
         _check_tensor_arguments({"input_ids": input_ids, "token_type_ids": token_type_ids,
@@ -811,13 +813,10 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
                 raise ValueError(f"`position_ids` must be (batch_size, sequence_length) or (1, sequence_length) for "
                                  f"`{source}` of shape {tuple(shape)}, got {tuple(position_ids.shape)}.")
         all_hidden_states = [] if output_hidden_states else None
-        output_attentions = kwargs.pop("output_attentions", None)
-        # what `BertModel` reads (the argument, else the config); handed on to the layers, as BERT does, so that an
-        # attention implementation without weights says so (transformers' SDPA warning)
+        # handed on to the layers, as BERT does, so that an attention implementation without weights says so
+        # (transformers' SDPA warning)
         layer_kwargs = {key: value for key, value in kwargs.items() if key != "return_dict"}
-        layer_kwargs["output_attentions"] = bool(
-            output_attentions if output_attentions is not None else config.output_attentions
-        )
+        layer_kwargs["output_attentions"] = output_attentions
 
         if passage_states is not None:
             return self._forward_with_passage_states(
@@ -1017,9 +1016,11 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
             teacher_hidden_states (`tuple(torch.FloatTensor)`, *optional*):
                 The teacher's `hidden_states` (embeddings + n layers, each `(batch_size, sequence_length, hidden)`),
                 for L_lrs; the teacher must have the same depth and hidden size.
-            output_hidden_states (`bool`, *optional*): return every layer's states.
+            output_hidden_states (`bool`, *optional*): return every layer's states. Defaults to
+                `config.output_hidden_states`, as in `BertForQuestionAnswering`.
             output_attentions (`bool`, *optional*, keyword): return every layer's attention weights (with
-                `attn_implementation="eager"`), see [`DeformerBertModelOutput`].
+                `attn_implementation="eager"`), see [`DeformerBertModelOutput`]. Defaults to
+                `config.output_attentions`.
             return_dict (`bool`, *optional*, keyword): return a tuple when False (`@can_return_tuple`, as
                 `BertForQuestionAnswering`).
 
@@ -1048,6 +1049,8 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
             raise ValueError(f"`{given}` was given without its pair: pass both `teacher_start_logits` and "
                              "`teacher_end_logits` for the distillation loss L_kd, or neither.")
         need_states = teacher_hidden_states is not None and self.config.lrs_loss_weight > 0
+        # `None`: the config's, as `BertForQuestionAnswering` reads it; anything but a bool or `None` is refused
+        output_hidden_states = _output_switch("output_hidden_states", output_hidden_states, self.config)
         outputs = self.bert(
             input_ids,
             attention_mask=attention_mask,
@@ -1055,7 +1058,7 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
             passage_states=passage_states,
-            output_hidden_states=bool(output_hidden_states) or need_states,
+            output_hidden_states=output_hidden_states or need_states,
             **kwargs,
         )  # DeformerBertModel always returns its output dataclass
         sequence_output = outputs.last_hidden_state

@@ -897,6 +897,40 @@ def test_encode_passages_returns_the_lower_layers_attentions_of_bert_on_the_pass
     assert torch.equal(with_states.start_logits, without.start_logits)
 
 
+@pytest.mark.parametrize("k", [0, 2])
+def test_forward_output_switches_are_bools_or_none_for_the_config(k):
+    """The model's and the QA head's `forward` read `output_attentions` / `output_hidden_states` with `bool()`: a
+    string `"False"` returned the weights, a list of hidden-state indices all the states (transformers 5.24 would
+    keep only those selected), without a word; and the QA head read `output_hidden_states=None` as False, so
+    `config.output_hidden_states=True` returned none (`BertForQuestionAnswering` returns them). Now a non-bool is a
+    TypeError naming the argument, and `None` is the config's, as in the encode paths."""
+    model = eager(tiny_deformer(k=k))
+    (ids, types, mask), _, _ = make_pairs([4, 5], [6, 3])
+    with torch.no_grad():
+        plain = model(ids, attention_mask=mask, token_type_ids=types)
+        model.config.output_hidden_states = model.config.output_attentions = True
+        for run in (model, model.bert):
+            from_config = run(ids, attention_mask=mask, token_type_ids=types)
+            assert len(from_config.hidden_states) == 5 and len(from_config.attentions) == 4
+            asked_none = run(ids, attention_mask=mask, token_type_ids=types, output_hidden_states=None,
+                             output_attentions=None)
+            assert len(asked_none.hidden_states) == 5 and len(asked_none.attentions) == 4
+            off = run(ids, attention_mask=mask, token_type_ids=types, output_hidden_states=False,
+                      output_attentions=False)
+            assert off.hidden_states is None and off.attentions is None
+        assert torch.equal(from_config.last_hidden_state, model.bert(ids, attention_mask=mask,
+                                                                     token_type_ids=types).last_hidden_state)
+    assert torch.equal(off.last_hidden_state, from_config.last_hidden_state)
+    model.config.output_hidden_states = model.config.output_attentions = False
+    for name, value in [("output_attentions", "False"), ("output_attentions", torch.tensor(True)),
+                        ("output_hidden_states", "False"), ("output_hidden_states", [-1]),
+                        ("output_hidden_states", 1)]:
+        for run in (model, model.bert):
+            with pytest.raises(TypeError, match=f"`{name}` must be a bool"):
+                run(ids, attention_mask=mask, token_type_ids=types, **{name: value})
+    assert plain.hidden_states is None
+
+
 def test_encode_passages_attentions_follow_the_config_and_sdpa_warns_as_for_bert(monkeypatch):
     model = eager(tiny_deformer(k=3))
     _, _, (p_ids, p_mask) = make_pairs([5], [7])

@@ -350,6 +350,37 @@ def test_encode_documents_hidden_states_follow_the_config_and_come_with_the_atte
                 encode(ids, document_ids=DOCS, output_hidden_states=value)
 
 
+def test_forward_output_switches_are_bools_or_none_for_the_config():
+    """The model's `forward` (and through it the heads') read `output_attentions` / `output_hidden_states` with
+    `bool()`: a string `"False"` returned the weights, a list of hidden-state indices all the states, without a word.
+    Now a non-bool is a TypeError naming the argument, and `None` is the config's, as in `encode_documents`."""
+    model = tiny_qa(memory_type="sts")
+    model.set_attn_implementation("eager")
+    mlm = ReadTwiceBertForMaskedLM(tiny_config(memory_type="sts")).eval()
+    ids = segments(5)
+    with torch.no_grad():
+        plain = model(ids, document_ids=DOCS)
+        for run in (model, model.bert):
+            asked = run(ids, document_ids=DOCS, output_attentions=True, output_hidden_states=True)
+            assert len(asked.hidden_states) == 2 * TINY["num_hidden_layers"] + 1 and len(asked.attentions) > 0
+            model.config.output_hidden_states = model.config.output_attentions = True
+            for given in ({}, dict(output_attentions=None, output_hidden_states=None)):
+                out = run(ids, document_ids=DOCS, **given)
+                for field in ("hidden_states", "attentions", "memory_attentions"):
+                    ours, theirs = getattr(out, field), getattr(asked, field)
+                    assert len(ours) == len(theirs) and all(torch.equal(a, b) for a, b in zip(ours, theirs)), field
+            off = run(ids, document_ids=DOCS, output_attentions=False, output_hidden_states=False)
+            assert off.hidden_states is None and off.attentions is None and off.memory_attentions is None
+            model.config.output_hidden_states = model.config.output_attentions = False
+            assert run is model.bert or torch.equal(off.start_logits, plain.start_logits)
+    for name, value in [("output_attentions", "False"), ("output_attentions", torch.tensor(True)),
+                        ("output_hidden_states", "False"), ("output_hidden_states", [-1]),
+                        ("output_hidden_states", 1)]:
+        for run in (model, model.bert, mlm):
+            with pytest.raises(TypeError, match=f"`{name}` must be a bool"):
+                run(ids, document_ids=DOCS, **{name: value})
+
+
 @pytest.mark.parametrize("memory_type", ["cls", "sts", "entity"])
 def test_memories_cross_segments_but_not_documents_or_ss(memory_type):
     ids = segments(5)

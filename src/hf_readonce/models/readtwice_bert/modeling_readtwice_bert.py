@@ -1223,17 +1223,18 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
                 `Trainer` scales for gradient accumulation itself), `logits_to_keep` other than 0,
                 `output_router_logits=True`, transformers' `debug_io` options.
             TypeError: if `document_states` is not a [`ReadTwiceDocumentOutput`]; ids, positions or spans that are
-                not integer tensors; a keyword argument it does not take (a misspelling such as `document_state=`),
-                named with the argument it probably meant.
+                not integer tensors; an `output_attentions` or `output_hidden_states` that is neither a bool nor
+                `None` (a string `"False"` would read as true; a list of hidden-state indices, which transformers'
+                `capture_outputs` can select, is not supported); a keyword argument it does not take (a misspelling
+                such as `document_state=`), named with the argument it probably meant.
         """
         _check_keyword_arguments(self, kwargs)
         _refuse_unread_keywords(self, kwargs, _READTWICE_UNREAD_KEYWORDS)
         _check_no_cache_arguments(self, kwargs, _READTWICE_REUSE)
         config = self.config
-        output_hidden_states = bool(
-            output_hidden_states if output_hidden_states is not None else config.output_hidden_states
-        )
-        output_attentions = bool(output_attentions if output_attentions is not None else config.output_attentions)
+        # the argument, else the config (as `BertModel` reads them); anything but a bool or `None` is refused
+        output_hidden_states = _output_switch("output_hidden_states", output_hidden_states, config)
+        output_attentions = _output_switch("output_attentions", output_attentions, config)
         kwargs.pop("output_attentions", None)
         kwargs.pop("output_hidden_states", None)
         if (input_ids is None) == (document_states is None):
