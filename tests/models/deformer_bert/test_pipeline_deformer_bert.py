@@ -142,3 +142,27 @@ def test_passage_encoding_computes_no_per_layer_outputs_the_config_asks_for(toke
     got = pipe(question=["Who wrote Emma?", LONG_QUESTION], context=CONTEXTS, **WINDOWS)
     assert seen and all(getattr(out, field) is None for out in seen)
     assert got == expected
+
+
+def test_answering_computes_no_per_layer_outputs_the_config_asks_for(tokenizer):
+    """The pipeline reads the start and end logits only, but ran the model without the output switches, so a
+    config saved with `output_attentions=True` / `output_hidden_states=True` made every (question, window) read
+    compute and hold all the layers' weights and states, then dropped them. The model gets both False; the answers
+    are the same."""
+    model = tiny_model()
+    model.set_attn_implementation("eager")
+    pipe = DeformerQuestionAnsweringPipeline(model=model, tokenizer=tokenizer)
+    expected = pipe(question=["Who wrote Emma?", LONG_QUESTION], context=CONTEXTS, **WINDOWS)
+    model.config.output_attentions = model.config.output_hidden_states = True
+    calls = []
+    hook = model.register_forward_hook(lambda module, args, kwargs, out: calls.append(
+        ({name: kwargs.get(name) for name in ("output_attentions", "output_hidden_states")},
+         out.attentions, out.hidden_states)), with_kwargs=True)
+    try:
+        got = pipe(question=["Who wrote Emma?", LONG_QUESTION], context=CONTEXTS, **WINDOWS)
+    finally:
+        hook.remove()
+    assert calls and all(switches == {"output_attentions": False, "output_hidden_states": False}
+                         and attentions is None and hidden_states is None
+                         for switches, attentions, hidden_states in calls)
+    assert got == expected

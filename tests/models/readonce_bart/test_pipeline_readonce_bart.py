@@ -4,6 +4,7 @@ generations themselves, loading and remote code are tested in tests/hub/test_pip
 import logging
 
 import pytest
+import torch
 
 from hf_readonce.models.readonce_bart.pipeline_readonce_bart import (
     ReadOnceSummarizationPipeline,
@@ -99,3 +100,48 @@ def test_document_encoding_computes_no_per_layer_outputs_the_config_asks_for(tok
            summarize(DOCUMENTS, max_new_tokens=3))
     assert len(seen) == 2 and all(getattr(out, field) is None for out in seen)
     assert got == expected
+
+
+PER_LAYER_FIELDS = ("attentions", "hidden_states", "encoder_attentions", "encoder_hidden_states", "decoder_attentions",
+                    "decoder_hidden_states", "cross_attentions", "encoder_representation_attentions",
+                    "decoder_representation_attentions")
+
+
+def record_model_calls(*modules):
+    """Forward hooks on `modules` recording, per call, the output switches it was given and the per-layer fields
+    its output holds; returns the list they fill and a function removing the hooks."""
+    calls = []
+
+    def hook(module, args, kwargs, output):
+        calls.append(({name: kwargs.get(name) for name in ("output_attentions", "output_hidden_states")},
+                      [name for name in PER_LAYER_FIELDS if getattr(output, name, None) is not None]))
+
+    handles = [module.register_forward_hook(hook, with_kwargs=True) for module in modules]
+    return calls, lambda: [handle.remove() for handle in handles]
+
+
+@pytest.mark.parametrize("fusion", ["append", "attention"])
+def test_generation_computes_no_per_layer_outputs_the_config_asks_for(tokenizer, fusion):
+    """The pipelines return the generated text only, but `generate` passes the output switches on only when its
+    generation config asks for them, so a model config saved with `output_attentions=True` /
+    `output_hidden_states=True` made every decoding step compute and hold the weights and states (the encoder's too),
+    then dropped them. Every call now gets both switches False, and the text is the same."""
+    config = tiny_readonce().config
+    torch.manual_seed(0)
+    model = type(tiny_readonce())(type(config).from_dict({**config.to_dict(), "fusion": fusion})).eval()
+    model.set_attn_implementation("eager")
+    pipe = ReadOnceText2TextGenerationPipeline(model=model, tokenizer=tokenizer)
+    summarize = ReadOnceSummarizationPipeline(model=model, tokenizer=tokenizer)
+    expected = pipe(["Who wrote Emma?", "Who?"], document=DOCUMENTS[0], max_new_tokens=3, num_beams=2)
+    expected_summary = summarize(DOCUMENTS, max_new_tokens=3)
+    model.config.output_attentions = model.config.output_hidden_states = True
+    calls, remove = record_model_calls(model, model.get_encoder())
+    try:
+        got = pipe(["Who wrote Emma?", "Who?"], document=DOCUMENTS[0], max_new_tokens=3, num_beams=2)
+        got_summary = summarize(DOCUMENTS, max_new_tokens=3)
+    finally:
+        remove()
+    assert len(calls) > 2
+    assert all(switches == {"output_attentions": False, "output_hidden_states": False} and not fields
+               for switches, fields in calls), calls
+    assert got == expected and got_summary == expected_summary

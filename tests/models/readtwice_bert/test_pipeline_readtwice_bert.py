@@ -130,3 +130,27 @@ def test_the_first_read_computes_no_per_layer_outputs_the_config_asks_for(tokeni
     got = pipe(question=[QUESTION, "Who?"], context=DOCUMENT)
     assert seen and all(getattr(out, field) is None for out in seen)
     assert got == expected
+
+
+@pytest.mark.parametrize("question_in_first_read", [False, True], ids=["read-once", "paper"])
+def test_answering_computes_no_per_layer_outputs_the_config_asks_for(tokenizer, question_in_first_read):
+    """The pipeline reads the start and end logits only, but ran the model without the output switches, so a
+    config saved with `output_attentions=True` / `output_hidden_states=True` made every read compute and hold the
+    layers' weights, states and memory attentions, then dropped them. The model gets both False; the answers are the
+    same."""
+    model = tiny_readtwice(question_in_first_read)
+    model.set_attn_implementation("eager")
+    pipe = ReadTwiceQuestionAnsweringPipeline(model=model, tokenizer=tokenizer)
+    expected = pipe(question=[QUESTION, "Who?"], context=[DOCUMENT, CONTEXTS[1]], max_question_len=10)
+    model.config.output_attentions = model.config.output_hidden_states = True
+    calls = []
+    hook = model.register_forward_hook(lambda module, args, kwargs, out: calls.append(
+        ({name: kwargs.get(name) for name in ("output_attentions", "output_hidden_states")},
+         out.attentions, out.hidden_states, out.memory_attentions)), with_kwargs=True)
+    try:
+        got = pipe(question=[QUESTION, "Who?"], context=[DOCUMENT, CONTEXTS[1]], max_question_len=10)
+    finally:
+        hook.remove()
+    assert calls and all(switches == {"output_attentions": False, "output_hidden_states": False}
+                         and outputs == [None, None, None] for switches, *outputs in calls)
+    assert got == expected

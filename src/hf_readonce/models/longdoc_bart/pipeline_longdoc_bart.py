@@ -296,9 +296,13 @@ class LongDocSummarizationPipeline(_TokenizerPipeline):
         states = []
         for begin in range(0, input_ids.shape[0], model_batch_size):
             rows = slice(begin, begin + model_batch_size)
-            states.append(encoder(input_ids=input_ids[rows], attention_mask=mask[rows]).last_hidden_state)
+            # the states only: no attention weights or per-layer states, whatever the config's switches ask for
+            states.append(encoder(input_ids=input_ids[rows], attention_mask=mask[rows], output_attentions=False,
+                                  output_hidden_states=False).last_hidden_state)
         states = torch.cat(states)
-        kwargs = dict(generate_kwargs or {})
+        # the sequences only (the decoding steps then compute no weights or per-layer states either, as the model's
+        # `prepare_inputs_for_generation` says)
+        kwargs = {**(generate_kwargs or {}), "output_attentions": False, "output_hidden_states": False}
         num_return = kwargs.get("num_return_sequences") or model.generation_config.num_return_sequences or 1
         sequences = []
         for begin in range(0, inputs["document_index"].shape[0], model_batch_size):
