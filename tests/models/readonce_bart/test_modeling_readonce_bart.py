@@ -1536,3 +1536,26 @@ def test_document_encoder_hidden_states_follow_the_config_and_not_forward():
     for value in (1, "False"):
         with pytest.raises(TypeError, match="`output_hidden_states` must be a bool"):
             model.encode_documents(docs, output_hidden_states=value)
+
+
+@pytest.mark.parametrize("family", ["readonce", "longdoc"])
+def test_prepare_inputs_for_generation_leaves_the_output_switches_to_the_caller_as_bart(family):
+    """The inputs of a decoding step (`prepare_inputs_for_generation`) hold the output switches only when the caller
+    passes them, as BART's: a decoding loop that adds its own (`model(**inputs, output_hidden_states=True)`, as
+    transformers' contrastive search and DoLa do) works, and without them the step follows the config."""
+    from tests.models.longdoc_bart.cases import tiny_longdoc
+
+    model = eager(tiny(fusion="attention") if family == "readonce" else tiny_longdoc())
+    q = tokens(2, 6)
+    with torch.no_grad():
+        encoder_outputs = model.get_encoder()(q)
+        step = model.prepare_inputs_for_generation(torch.full((2, 1), model.config.decoder_start_token_id),
+                                                   encoder_outputs=encoder_outputs, use_cache=False)
+        assert "output_attentions" not in step and "output_hidden_states" not in step
+        out = model(**step, output_hidden_states=True, output_attentions=False)
+        assert len(out.decoder_hidden_states) == model.config.decoder_layers + 1 and out.decoder_attentions is None
+        model.config.output_attentions = True
+        assert len(model(**step).decoder_attentions) == model.config.decoder_layers
+        asked = model.prepare_inputs_for_generation(step["decoder_input_ids"], encoder_outputs=encoder_outputs,
+                                                    output_attentions=False)
+        assert asked["output_attentions"] is False and model(**asked).decoder_attentions is None

@@ -107,25 +107,49 @@ PER_LAYER_FIELDS = ("attentions", "hidden_states", "encoder_attentions", "encode
                     "decoder_representation_attentions")
 
 
-def record_model_calls(*modules):
-    """Forward hooks on `modules` recording, per call, the output switches it was given and the per-layer fields
-    its output holds; returns the list they fill and a function removing the hooks."""
-    calls = []
+def ask_for_per_layer_outputs(model):
+    """Switch every per-layer output on in the model's config and its generation config (as a config saved with
+    them does: `GenerationConfig.from_model_config` copies them, and asks for a dict from `generate`)."""
+    model.config.output_attentions = model.config.output_hidden_states = True
+    model.generation_config.update(output_attentions=True, output_hidden_states=True, return_dict_in_generate=True)
+
+
+def record_encoder_and_generate_calls(model):
+    """Record, per call of the model's encoder, the output switches it was given and the per-layer fields its
+    output holds, and the type of what each `generate` call returns; returns the two lists and a function undoing
+    the recording."""
+    encoder_calls, generated = [], []
 
     def hook(module, args, kwargs, output):
-        calls.append(({name: kwargs.get(name) for name in ("output_attentions", "output_hidden_states")},
-                      [name for name in PER_LAYER_FIELDS if getattr(output, name, None) is not None]))
+        encoder_calls.append(({name: kwargs.get(name) for name in ("output_attentions", "output_hidden_states")},
+                              [name for name in PER_LAYER_FIELDS if getattr(output, name, None) is not None]))
 
-    handles = [module.register_forward_hook(hook, with_kwargs=True) for module in modules]
-    return calls, lambda: [handle.remove() for handle in handles]
+    handle = model.get_encoder().register_forward_hook(hook, with_kwargs=True)
+    generate = model.generate
+
+    def recording_generate(*args, **kwargs):
+        out = generate(*args, **kwargs)
+        generated.append(type(out))
+        return out
+
+    model.generate = recording_generate
+
+    def remove():
+        handle.remove()
+        del model.generate
+
+    return encoder_calls, generated, remove
 
 
 @pytest.mark.parametrize("fusion", ["append", "attention"])
 def test_generation_computes_no_per_layer_outputs_the_config_asks_for(tokenizer, fusion):
-    """The pipelines return the generated text only, but `generate` passes the output switches on only when its
-    generation config asks for them, so a model config saved with `output_attentions=True` /
-    `output_hidden_states=True` made every decoding step compute and hold the weights and states (the encoder's too),
-    then dropped them. Every call now gets both switches False, and the text is the same."""
+    """The pipelines return the generated text only, but ran `generate` with the generation config's switches, so
+    a model saved with `output_attentions=True` / `output_hidden_states=True` made `generate`'s text encoder compute
+    and hold every layer's weights and states, and a generation config asking for a dict
+    (`return_dict_in_generate`, which `GenerationConfig.from_model_config` sets with them) failed with an
+    AttributeError. `generate` gets both switches False and returns the sequences (a tensor): its encoder computes
+    no weights or states (its decoding steps read the model config's, as for any transformers model); the text is
+    the same."""
     config = tiny_readonce().config
     torch.manual_seed(0)
     model = type(tiny_readonce())(type(config).from_dict({**config.to_dict(), "fusion": fusion})).eval()
@@ -134,14 +158,15 @@ def test_generation_computes_no_per_layer_outputs_the_config_asks_for(tokenizer,
     summarize = ReadOnceSummarizationPipeline(model=model, tokenizer=tokenizer)
     expected = pipe(["Who wrote Emma?", "Who?"], document=DOCUMENTS[0], max_new_tokens=3, num_beams=2)
     expected_summary = summarize(DOCUMENTS, max_new_tokens=3)
-    model.config.output_attentions = model.config.output_hidden_states = True
-    calls, remove = record_model_calls(model, model.get_encoder())
+    ask_for_per_layer_outputs(model)
+    encoder_calls, generated, remove = record_encoder_and_generate_calls(model)
     try:
         got = pipe(["Who wrote Emma?", "Who?"], document=DOCUMENTS[0], max_new_tokens=3, num_beams=2)
         got_summary = summarize(DOCUMENTS, max_new_tokens=3)
     finally:
         remove()
-    assert len(calls) > 2
+    assert len(encoder_calls) == len(generated) == 2
     assert all(switches == {"output_attentions": False, "output_hidden_states": False} and not fields
-               for switches, fields in calls), calls
+               for switches, fields in encoder_calls), encoder_calls
+    assert generated == [torch.Tensor] * 2
     assert got == expected and got_summary == expected_summary

@@ -1223,22 +1223,6 @@ class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForCon
         self.post_init()
         self.register_forward_pre_hook(_stored_encoder_outputs_hook, with_kwargs=True)
 
-    # Copied from hf_readonce.models.readonce_bart.modeling_readonce_bart.ReadOnceBartForConditionalGeneration.prepare_inputs_for_generation
-    def prepare_inputs_for_generation(self, *args, **kwargs):
-        r"""`GenerationMixin.prepare_inputs_for_generation` (the inputs of each decoding step of `generate`), with
-        `output_attentions=False` / `output_hidden_states=False` where `generate` passes no switch. `generate` passes
-        them on only when its generation config asks for them (and then collects them); without them `forward` would
-        read the model config's, so a config saved with `output_attentions=True` made every decoding step compute
-        and hold the weights (or per-layer states) that `generate` drops. What `generate` returns is the same.
-
-        Returns:
-            `dict`: the keyword arguments of `forward` for the step.
-        """
-        model_inputs = super().prepare_inputs_for_generation(*args, **kwargs)
-        for switch in ("output_attentions", "output_hidden_states"):
-            model_inputs.setdefault(switch, False)
-        return model_inputs
-
     @torch.no_grad()
     def generate(self, *args, **kwargs):
         r"""`GenerationMixin.generate`. Stored encoder outputs (`encoder_outputs=`, e.g. `LongDocBartAdapter.read`

@@ -300,9 +300,11 @@ class LongDocSummarizationPipeline(_TokenizerPipeline):
             states.append(encoder(input_ids=input_ids[rows], attention_mask=mask[rows], output_attentions=False,
                                   output_hidden_states=False).last_hidden_state)
         states = torch.cat(states)
-        # the sequences only (the decoding steps then compute no weights or per-layer states either, as the model's
-        # `prepare_inputs_for_generation` says)
-        kwargs = {**(generate_kwargs or {}), "output_attentions": False, "output_hidden_states": False}
+        # the sequences only, as a tensor: `generate` collects no weights or per-layer states, whatever the
+        # generation config asks for (its decoding steps read the model config's switches, as for any transformers
+        # model: `generate` passes them on only when true)
+        kwargs = {**(generate_kwargs or {}), "output_attentions": False, "output_hidden_states": False,
+                  "return_dict_in_generate": False}
         num_return = kwargs.get("num_return_sequences") or model.generation_config.num_return_sequences or 1
         sequences = []
         for begin in range(0, inputs["document_index"].shape[0], model_batch_size):

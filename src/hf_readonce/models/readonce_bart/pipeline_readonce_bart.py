@@ -326,10 +326,12 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
         # ask for
         reps = model.encode_documents(inputs["document_input_ids"], inputs["document_attention_mask"],
                                       compression_ratio, output_attentions=False, output_hidden_states=False)
-        # the sequences only: no attention weights or per-layer states (the decoding steps compute none either, as
-        # the model's `prepare_inputs_for_generation` says)
+        # the sequences only, as a tensor: `generate`'s text encoder computes no attention weights or per-layer
+        # states and `generate` collects none, whatever the generation config asks for (its decoding steps read the
+        # model config's switches, as for any transformers model: `generate` passes them on only when true)
         kwargs = {"max_new_tokens": max_new_tokens, "num_beams": num_beams, "do_sample": False,
-                  **(generate_kwargs or {}), "output_attentions": False, "output_hidden_states": False}
+                  **(generate_kwargs or {}), "output_attentions": False, "output_hidden_states": False,
+                  "return_dict_in_generate": False}
         sequences = []
         for begin in range(0, inputs["input_ids"].shape[0], model_batch_size):
             rows = slice(begin, begin + model_batch_size)
