@@ -951,8 +951,11 @@ def cmd_encode(args) -> int:
     except (ValueError, TypeError, ReadOnlyStoreError) as error:
         raise CommandError(str(error)) from None
     except OSError as error:  # e.g. disk full: committed shards are kept, nothing half-written is left
-        raise CommandError(f"cannot write to store {store.path}: {error}; committed documents are kept, re-run "
-                           "to finish.") from None
+        if _store_raised(error, store.path):
+            raise CommandError(f"cannot write to store {store.path}: {error}; committed documents are kept, re-run "
+                               "to finish.") from None
+        raise CommandError(f"cannot encode: {_one_line(error)}; committed documents are kept, re-run to "
+                           "finish.") from None
     if state is not None:
         state.wait_for_everyone()
     prefix = f"[rank {rank}/{world}] " if world > 1 else ""
@@ -1190,13 +1193,48 @@ def _encoded_first(args, store, counted: tuple[set, int] | None, what: str) -> s
         " (none missing: --encode-missing encoded nothing)"
 
 
-def _store_os_error(args, store, error: OSError, what: str) -> CommandError:
-    """The one line of `answer` / `summarize` when the store fails them with an `OSError` (a full disk while
-    `--encode-missing` writes, an I/O error reading a shard), said as `encode` says it: the store, the cause and,
-    with `--encode-missing`, that what it committed before is kept."""
+def _error_file(error: OSError) -> str | None:
+    """The file an `OSError` names (`filename`, as `open` and `os.replace` set it), as a `str`; `None` without one
+    (a failed `write` on a full disk, an error of a library that names no file)."""
+    name = error.filename
+    if isinstance(name, (str, bytes, os.PathLike)) and os.fspath(name):
+        return os.fsdecode(name)
+    return None
+
+
+def _store_raised(error: OSError, store_path) -> bool:
+    """Whether `error` comes from the files of the store at `store_path`: the file it names is in the store's folder
+    (compared as given and with links resolved); without a file name, the innermost frame of this package it passed
+    through is the store's code (`hf_readonce.store`), as for a `write` that fills the disk. An error of a model's
+    forward, a tokenizer file or the Hugging Face cache is not the store's."""
+    name = _error_file(error)
+    if name is not None:
+        file, top = Path(name).expanduser(), Path(store_path).expanduser()
+        return (file.absolute() == top.absolute() or top.absolute() in file.absolute().parents
+                or Path(os.path.realpath(file)).is_relative_to(os.path.realpath(top)))
+    import traceback
+
+    package = Path(__file__).resolve().parent
+    innermost = None
+    for frame, _ in traceback.walk_tb(error.__traceback__):
+        code_file = Path(frame.f_code.co_filename).resolve()
+        if code_file.is_relative_to(package):
+            innermost = code_file
+    return innermost is not None and innermost.is_relative_to(package / "store")
+
+
+def _store_os_error(args, store, error: OSError, what: str, doing: str) -> CommandError:
+    """The one line of `answer` / `summarize` when an `OSError` stops them. One of the store's own files
+    ([`_store_raised`]: a full disk while `--encode-missing` writes, an I/O error reading a shard) is said as `encode`
+    says it: the store and the cause; any other (a model's or tokenizer's file, the Hugging Face cache) names its own
+    file and not the store, e.g. `cannot answer the questions: No such file or directory: /cache/tokenizer.json`
+    (`doing`: `"answer the questions"`). With `--encode-missing`, either says that what it committed before is
+    kept."""
     kept = (f"; the {what} --encode-missing committed before it are kept, so a re-run encodes only the rest"
             if args.encode_missing else "")
-    return CommandError(f"store {store.path}: {_one_line(error)}{kept}.")
+    if _store_raised(error, store.path):
+        return CommandError(f"store {store.path}: {_one_line(error)}{kept}.")
+    return CommandError(f"cannot {doing}: {_one_line(error)}{kept}.")
 
 
 def _answer_and_write(args, answer, model, tokenizer, store, examples, options: dict, output: Path,
@@ -1206,8 +1244,9 @@ def _answer_and_write(args, answer, model, tokenizer, store, examples, options: 
 
     Every failure is one [`CommandError`] line: a representation mismatch with the compute-dtype hint
     ([`_with_compute_dtype_hint`], given `load_kwargs` to reload the model with), a missing representation or a
-    `ValueError` as its message, an `OSError` of the store (a full disk while `--encode-missing` wrote) as
-    [`_store_os_error`] says it. `args.output_written` is set once the file is in place.
+    `ValueError` as its message, an `OSError` (of the store, e.g. a full disk while `--encode-missing` wrote, or of
+    another file, e.g. the model's) as [`_store_os_error`] says it. `args.output_written` is set once the file is in
+    place.
     """
     from .store import MissingRepresentationError, RepresentationMismatchError
 
@@ -1219,8 +1258,8 @@ def _answer_and_write(args, answer, model, tokenizer, store, examples, options: 
                                                     **load_kwargs)) from None
     except (MissingRepresentationError, ValueError) as error:
         raise CommandError(str(error)) from None
-    except OSError as error:  # e.g. the disk filled up while --encode-missing wrote
-        raise _store_os_error(args, store, error, "passages") from None
+    except OSError as error:  # e.g. the disk filled up while --encode-missing wrote; or a model's file
+        raise _store_os_error(args, store, error, "passages", "answer the questions") from None
     seconds = time.perf_counter() - start
     _write_predictions(output, examples, predictions)
     args.output_written = True  # said if the command is stopped from here on
@@ -1656,7 +1695,7 @@ def _summarize(args) -> int:
             message = message.replace(f"`{name}`", option)
         raise CommandError(message) from None
     except OSError as error:  # e.g. the disk filled up while --encode-missing wrote
-        raise _store_os_error(args, store, error, "documents") from None
+        raise _store_os_error(args, store, error, "documents", "summarize the documents") from None
     seconds = time.perf_counter() - start
     _write_predictions(output, rows, {row["id"]: text for row, text in zip(rows, summaries)}, key="summary_text")
     args.output_written = True

@@ -1,0 +1,109 @@
+"""What the CLI blames and how it names what it reads: an `OSError` of a file outside the store (a model's, a
+tokenizer's, the Hugging Face cache's) named as that file, not as the store's; JSON files a user gives read as UTF-8
+with a byte order mark tolerated; a missing, a directory and a non-file input said alike for every input option; a
+negative number in scientific notation after an option; and suggested commands quoted so that they can be pasted."""
+
+import errno
+
+import pytest
+import torch
+
+from hf_readonce.cli import main as cli_main
+from hf_readonce.store import RepresentationStore
+from tests.conftest import write_jsonl
+
+QUESTIONS = [{"id": "q1", "question": "Where did the cat sit?", "context": "The cat sat on the mat in the hall."},
+             {"id": "q2", "question": "What sat?", "context": "The cat sat on the mat in the hall."}]
+WINDOWS = ["--max-question-length", "16", "--max-passage-length", "32", "--doc-stride", "8"]
+
+
+def _error_line(err: str, command: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith(f"hf-readonce {command}: error:")]
+    assert "Traceback" not in err and len(errors) == 1, err
+    return errors[0]
+
+
+def _failing_embedding(monkeypatch, error: OSError) -> None:
+    """Every embedding lookup (the first step of a model's forward) raises `error`."""
+
+    def forward(self, *args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(torch.nn.Embedding, "forward", forward)
+
+
+# ------------------------------------------------------------------------------------------ who an OSError blames
+@pytest.fixture(scope="module")
+def encoded(tmp_path_factory, checkpoint):
+    path = tmp_path_factory.mktemp("encoded")
+    docs = write_jsonl(path / "q.jsonl", QUESTIONS)
+    assert cli_main(["encode", str(checkpoint), "--store", str(path / "s"), "--documents", str(docs),
+                     "--no-progress", *WINDOWS[2:]]) == 0
+    return path
+
+
+@pytest.mark.parametrize("named", [True, False], ids=["a-file-outside-the-store", "no-file-named"])
+def test_answer_does_not_blame_the_store_for_another_files_error(tmp_path, checkpoint, encoded, monkeypatch,
+                                                                 capsys, named):
+    """An `OSError` raised while the model answers (here from its forward; in use a tokenizer file or the Hugging
+    Face cache) names its own file, or none, never `store PATH:`; the store is untouched and no output written."""
+    cache = tmp_path / "hf-cache" / "tokenizer.json"
+    error = (OSError(errno.EIO, "Input/output error", str(cache)) if named
+             else OSError(errno.EIO, "Input/output error"))
+    before = len(RepresentationStore(encoded / "s", readonly=True))
+    _failing_embedding(monkeypatch, error)
+    output = tmp_path / "p.jsonl"
+    status = cli_main(["answer", str(checkpoint), "--store", str(encoded / "s"), "--questions",
+                       str(encoded / "q.jsonl"), "--output", str(output), "--no-progress", *WINDOWS])
+    line = _error_line(capsys.readouterr().err, "answer")
+    assert status == 2
+    assert "store " not in line and str(encoded / "s") not in line, line
+    assert "cannot answer the questions: Input/output error" in line, line
+    assert (str(cache) in line) == named, line
+    monkeypatch.undo()
+    assert len(RepresentationStore(encoded / "s", readonly=True)) == before and not output.exists()
+
+
+def test_answer_blames_the_store_for_its_own_files(tmp_path, checkpoint, encoded, monkeypatch, capsys):
+    """An `OSError` naming a file inside the store (here a shard that cannot be read) is the store's: said with the
+    store's path."""
+    shard = next((encoded / "s" / "shards").rglob("*.safetensors"))
+    _failing_embedding(monkeypatch, OSError(errno.EIO, "Input/output error", str(shard)))
+    status = cli_main(["answer", str(checkpoint), "--store", str(encoded / "s"), "--questions",
+                       str(encoded / "q.jsonl"), "--output", str(tmp_path / "p.jsonl"), "--no-progress", *WINDOWS])
+    line = _error_line(capsys.readouterr().err, "answer")
+    assert status == 2 and f"store {encoded / 's'}: Input/output error: {shard}" in line, line
+
+
+def test_encode_does_not_say_it_cannot_write_the_store_for_a_models_error(tmp_path, checkpoint, monkeypatch,
+                                                                           capsys):
+    """`encode`: an `OSError` of the model's forward is not "cannot write to store"; it names its file."""
+    docs = write_jsonl(tmp_path / "d.jsonl", QUESTIONS)
+    weights = tmp_path / "elsewhere" / "weights.bin"
+    _failing_embedding(monkeypatch, OSError(errno.EIO, "Input/output error", str(weights)))
+    status = cli_main(["encode", str(checkpoint), "--store", str(tmp_path / "s"), "--documents", str(docs),
+                       "--no-progress", *WINDOWS[2:]])
+    line = _error_line(capsys.readouterr().err, "encode")
+    assert status == 2 and "cannot write to store" not in line, line
+    assert f"cannot encode: Input/output error: {weights}" in line, line
+
+
+def test_summarize_does_not_blame_the_store_for_another_files_error(tmp_path, tokenizer, monkeypatch, capsys):
+    """`summarize --encode-missing`: an `OSError` of the model's forward names its file, not the store, and the
+    store this run created (empty) is removed as for any other failure."""
+    from tests.tasks.test_summarization_store import longdoc
+
+    model = tmp_path / "longdoc"
+    longdoc(tokenizer).save_pretrained(model)
+    tokenizer.save_pretrained(model)
+    docs = write_jsonl(tmp_path / "d.jsonl", [{"id": "d", "document": "The cat sat on the mat in the hall."}])
+    cache = tmp_path / "hf-cache" / "generation_config.json"
+    _failing_embedding(monkeypatch, OSError(errno.EIO, "Input/output error", str(cache)))
+    status = cli_main(["summarize", str(model), "--store", str(tmp_path / "s"), "--documents", str(docs),
+                       "--output", str(tmp_path / "out.jsonl"), "--encode-missing", "--max-new-tokens", "2",
+                       "--no-progress"])
+    line = _error_line(capsys.readouterr().err, "summarize")
+    assert status == 2 and "store " not in line, line
+    assert f"cannot summarize the documents: Input/output error: {cache}" in line, line
+    assert not (tmp_path / "s").exists()
