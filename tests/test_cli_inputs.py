@@ -107,3 +107,25 @@ def test_summarize_does_not_blame_the_store_for_another_files_error(tmp_path, to
     assert status == 2 and "store " not in line, line
     assert f"cannot summarize the documents: Input/output error: {cache}" in line, line
     assert not (tmp_path / "s").exists()
+
+
+# ------------------------------------------------------------------------------------------ JSON files read as UTF-8
+def test_publish_reads_a_metrics_file_with_a_byte_order_mark(tmp_path, capsys):
+    """`--metrics` saved by an editor that writes a UTF-8 byte order mark (Notepad) is read as the same JSON; the
+    published `representation_format.json`, rewritten so, is read too."""
+    import codecs
+    import json
+
+    from hf_readonce.store.format_check import load_representation_format
+
+    metrics = tmp_path / "eval_results.json"
+    metrics.write_bytes(codecs.BOM_UTF8 + json.dumps({"eval_exact_match": 12.5, "eval_f1": 20.25}).encode())
+    repo = tmp_path / "repo"
+    assert cli_main(["publish", "reference-deformer", "--repo-id", "someone/deformer", "--local-dir", str(repo),
+                     "--metrics", str(metrics), "--dataset-type", "quoref", "--no-progress"]) == 0, \
+        capsys.readouterr().err
+    assert "| quoref, validation | F1 | **20.25** |" in (repo / "README.md").read_text(encoding="utf-8")
+    fmt = repo / "representation_format.json"
+    expected = load_representation_format(fmt)
+    fmt.write_bytes(codecs.BOM_UTF8 + fmt.read_bytes())
+    assert load_representation_format(fmt) == expected

@@ -468,7 +468,7 @@ def _config_error(name_or_path: str, error: Exception) -> str:
     config_file = Path(name_or_path) / "config.json"
     if config_file.is_file():
         try:
-            model_type = json.loads(config_file.read_text()).get("model_type")
+            model_type = json.loads(config_file.read_text(encoding="utf-8-sig")).get("model_type")
         except (OSError, ValueError, AttributeError):
             return f"cannot load model {name_or_path!r}: {config_file} is not a JSON object ({_one_line(error)})."
         from transformers import CONFIG_MAPPING

@@ -420,7 +420,7 @@ def card_from_metrics_file(path: str | os.PathLike, *, dataset_type: str | None,
     if not path.is_file():
         raise FileNotFoundError(f"metrics file {path} does not exist.")
     try:
-        metrics = json.loads(path.read_text())
+        metrics = json.loads(path.read_text(encoding="utf-8-sig"))  # UTF-8, a byte order mark tolerated
     except (ValueError, OSError) as error:
         raise ValueError(f"{path} is not a readable JSON file: {error}") from None
     if not isinstance(metrics, dict):

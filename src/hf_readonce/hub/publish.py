@@ -197,7 +197,7 @@ def _declare_every_head(folder: Path, heads: dict) -> None:
     `AutoModel.from_pretrained(repo, trust_remote_code=True)` loads the bare model of a checkpoint published from a
     task head, as it does for transformers' own architectures."""
     path = folder / "config.json"
-    config = json.loads(path.read_text())
+    config = json.loads(path.read_text(encoding="utf-8"))
     auto_map = config.setdefault("auto_map", {})
     for head, cls in heads.items():
         module = cls.__module__.rsplit(".", 1)[-1]
@@ -507,9 +507,9 @@ def _drop_local_settings(path: Path) -> None:
     offline)."""
     if not path.is_file():
         return
-    config = json.loads(path.read_text())
+    config = json.loads(path.read_text(encoding="utf-8"))
     if config.pop("local_files_only", None) is not None:
-        path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
+        path.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 class _Staging:

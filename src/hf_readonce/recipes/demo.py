@@ -60,7 +60,7 @@ def _compute_dtype_name(requested: str, checkpoint) -> str:
 
     if not isinstance(checkpoint, torch.dtype):
         path = Path(checkpoint) / "config.json"
-        checkpoint = checkpoint_dtype(json.loads(path.read_text())) if path.is_file() else None
+        checkpoint = checkpoint_dtype(json.loads(path.read_text(encoding="utf-8-sig"))) if path.is_file() else None
     return dtype_name(resolve_compute_dtype(requested, "cuda" if torch.cuda.is_available() else "cpu", checkpoint))
 
 
@@ -170,7 +170,7 @@ def _config(model: str) -> dict:
 def _recorded(folder: str, name: str) -> dict:
     """A JSON record shipped beside a checkpoint (`metrics.json`, `train_results.json`), or `{}`."""
     path = Path(folder) / name
-    return json.loads(path.read_text()) if path.is_file() else {}
+    return json.loads(path.read_text(encoding="utf-8-sig")) if path.is_file() else {}
 
 
 def _write_train_results(output_dir: str, argv, args, metrics: dict) -> None:

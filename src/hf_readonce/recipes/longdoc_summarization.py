@@ -35,6 +35,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -257,7 +258,9 @@ def load_model(args: LongDocSummarizationArguments, seed: int = 0):
     tokenizer = AutoTokenizer.from_pretrained(path)
     given = {name: getattr(args, name) for name in _LONGDOC_FIELDS if getattr(args, name) is not None}
     config_file = os.path.join(path, "config.json")
-    model_type = json.load(open(config_file)).get("model_type") if os.path.isfile(config_file) else None
+    model_type = None
+    if os.path.isfile(config_file):
+        model_type = json.loads(Path(config_file).read_text(encoding="utf-8-sig")).get("model_type")
     if model_type in ("longdoc_bart", "bart"):
         # the fields go through the config's __init__ (from_dict), which validates them
         saved = load_quietly(LongDocBartConfig.from_pretrained, path).to_dict()

@@ -28,6 +28,7 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from transformers import AutoTokenizer, Seq2SeqTrainer, Seq2SeqTrainingArguments
@@ -400,7 +401,8 @@ def run(args: ReadOnceArguments, training_args: Seq2SeqTrainingArguments) -> dic
     path = args.model_name_or_path or str(minilm_path())
     tokenizer = AutoTokenizer.from_pretrained(path)
     config_file = os.path.join(path, "config.json")
-    if os.path.isfile(config_file) and json.load(open(config_file)).get("model_type") == "readonce_bart":
+    saved = json.loads(Path(config_file).read_text(encoding="utf-8-sig")) if os.path.isfile(config_file) else {}
+    if saved.get("model_type") == "readonce_bart":
         config = ReadOnceBartConfig.from_pretrained(path)
         if args.compression_ratio is not None and args.compression_ratio != config.compression_ratio:
             # §5.2: the checkpoint fine-tuned at another k; the window keeps its overlap w - k.

@@ -152,9 +152,9 @@ def evaluate(args) -> dict:
         results[name] = metrics
     train_info = Path(args.model_dir) / "train_results.json"
     metrics_file = Path(args.model_dir) / "metrics.json"
-    previous = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
+    previous = json.loads(metrics_file.read_text(encoding="utf-8")) if metrics_file.is_file() else {}
     command = "python -m hf_readonce.recipes.reference_qa evaluate " + " ".join(args.argv)
-    summary = {"train": json.loads(train_info.read_text()) if train_info.is_file() else None,
+    summary = {"train": json.loads(train_info.read_text(encoding="utf-8")) if train_info.is_file() else None,
                "validation": {**previous.get("validation", {}), **results},  # datasets scored earlier are kept
                "commands": {**previous.get("commands", {}), **{name: command for name in results}}}
     with open(Path(args.model_dir) / "metrics.json", "w") as handle:

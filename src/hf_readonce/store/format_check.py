@@ -117,7 +117,7 @@ def load_representation_format(path: str | os.PathLike) -> dict:
         raise FileNotFoundError(f"no {REPRESENTATION_FORMAT_FILE} at {path.parent}: the checkpoint does not declare a "
                                 "representation format (publish it with `hf-readonce publish`).")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8-sig"))
     except ValueError as error:
         raise ValueError(f"{path} is not valid JSON: {error}") from None
     return validate_representation_format(data)
