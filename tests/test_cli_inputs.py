@@ -129,3 +129,36 @@ def test_publish_reads_a_metrics_file_with_a_byte_order_mark(tmp_path, capsys):
     expected = load_representation_format(fmt)
     fmt.write_bytes(codecs.BOM_UTF8 + fmt.read_bytes())
     assert load_representation_format(fmt) == expected
+
+
+# ------------------------------------------------------------------------------------------ input files said alike
+@pytest.mark.parametrize("command, option", [("encode", "--documents"), ("answer", "--questions"),
+                                             ("summarize", "--documents")])
+@pytest.mark.parametrize("case", ["missing", "directory"])
+def test_an_input_file_that_is_not_there_is_said_alike(tmp_path, command, option, case, capsys):
+    """Each input option says a missing file and a folder in the same words, before any model is loaded and
+    without creating the store or the output."""
+    path = tmp_path / ("absent.jsonl" if case == "missing" else "folder")
+    if case == "directory":
+        path.mkdir()
+    argv = [command, "no-such-model", option, str(path), "--store", str(tmp_path / "s"), "--no-progress"]
+    if command != "encode":
+        argv += ["--output", str(tmp_path / "out.jsonl")]
+    assert cli_main(argv) == 2
+    line = _error_line(capsys.readouterr().err, command)
+    said = "does not exist." if case == "missing" else "is a directory, expected a JSONL file."
+    assert line.endswith(f"error: {option} {path} {said}"), line
+    assert not (tmp_path / "s").exists() and not (tmp_path / "out.jsonl").exists()
+
+
+def test_a_questions_pipe_is_not_a_regular_file(tmp_path, capsys):
+    """`answer` takes a regular --questions file: a FIFO is refused as not a regular file (not as missing), without
+    blocking on it."""
+    import os
+
+    fifo = tmp_path / "q.fifo"
+    os.mkfifo(fifo)
+    assert cli_main(["answer", "no-such-model", "--questions", str(fifo), "--store", str(tmp_path / "s"),
+                     "--output", str(tmp_path / "out.jsonl"), "--no-progress"]) == 2
+    line = _error_line(capsys.readouterr().err, "answer")
+    assert line.endswith(f"error: --questions {fifo} is not a regular file, expected a JSONL file."), line

@@ -151,7 +151,7 @@ def test_documents_file_problems(tmp_path, folders, xsum_rows, capsys):
     assert cli_main(base + ["--documents", str(twice)]) == 2
     assert "duplicate document id" in capsys.readouterr().err
     assert cli_main(base + ["--documents", str(tmp_path)]) == 2
-    assert "is not a file" in capsys.readouterr().err
+    assert f"--documents {tmp_path} is a directory, expected a JSONL file." in capsys.readouterr().err
 
 
 def test_encode_missing_beside_another_models_representations(tmp_path, folders, tokenizer, xsum_rows, capsys):

@@ -184,6 +184,33 @@ def _refuse_unreadable(path: Path, option: str) -> None:
         raise CommandError(f"{option} {path} cannot be read ({reason}); give a file you can read.") from None
 
 
+def _input_file(value: str, option: str, pipe: bool = False) -> Path:
+    """The input file an option names (`--documents`, `--questions`), checked before any model work, every input
+    option said alike: `--questions q.jsonl does not exist.`, `... is a directory, expected a JSONL file.`, `... is
+    not a regular file, expected a JSONL file.` (a FIFO or device, unless `pipe`: `encode` reads its documents from
+    one), then [`_refuse_unreadable`].
+
+    Args:
+        value (`str`): the path as given. option (`str`): the option named in the message. pipe (`bool`, defaults to
+            `False`): also take a path that is not a regular file (a FIFO, `/dev/stdin`).
+
+    Returns:
+        `Path`: the path.
+
+    Raises:
+        CommandError: naming `option` and the path, as above (exit status 2).
+    """
+    path = Path(value)
+    if not path.exists():
+        raise CommandError(f"{option} {path} does not exist.")
+    if path.is_dir():
+        raise CommandError(f"{option} {path} is a directory, expected a JSONL file.")
+    if not pipe and not path.is_file():
+        raise CommandError(f"{option} {path} is not a regular file, expected a JSONL file.")
+    _refuse_unreadable(path, option)
+    return path
+
+
 def _input_fields(path: Path, text_field: str | None, id_field: str | None = None, option: str = "--text-field",
                   status: int = EXIT_PROBLEMS) -> tuple[str, str]:
     """The text and id fields `encode` and `verify` read, and their input checked before any model work, in one read
@@ -839,12 +866,7 @@ def cmd_encode(args) -> int:
     from .store.maintenance import orphan_shards
     from .tasks.jsonl import iter_documents
 
-    documents = Path(args.documents)
-    if not documents.exists():
-        raise CommandError(f"--documents {documents} does not exist.")
-    if documents.is_dir():
-        raise CommandError(f"--documents {documents} is a directory, expected a JSONL file.")
-    _refuse_unreadable(documents, "--documents")
+    documents = _input_file(args.documents, "--documents", pipe=True)
     _finite(args.shard_size_mb, "--shard-size-mb", positive=True)
     if args.shard_size_mb * 1024 * 1024 >= 2 ** 63:
         raise CommandError(f"--shard-size-mb {args.shard_size_mb:g} is too large; shards of a few hundred MiB at "
@@ -1299,10 +1321,7 @@ def _answer(args) -> int:
     from .tasks.jsonl import BadLine, field_problem, iter_jsonl
     from .tasks.question_answering import passages_of, recorded_answer_settings
 
-    questions = Path(args.questions)
-    if not questions.is_file():
-        raise CommandError(f"--questions {questions} is not a file.")
-    _refuse_unreadable(questions, "--questions")
+    questions = _input_file(args.questions, "--questions")
     output = _output_file(args.output, ("--questions", questions), store=args.store)
     args.model_as_given = args.model  # (what --encode-missing records with the spaces it writes)
     args.model = _resolve_model(args.model)
@@ -1649,10 +1668,7 @@ def _summarize(args) -> int:
     from .store import MissingRepresentationError, RepresentationMismatchError
     from .tasks.summarization_store import summarize_from_store
 
-    documents = Path(args.documents)
-    if not documents.is_file():
-        raise CommandError(f"--documents {documents} is not a file.")
-    _refuse_unreadable(documents, "--documents")
+    documents = _input_file(args.documents, "--documents")
     output = _output_file(args.output, ("--documents", documents), store=args.store)
     model_as_given = args.model  # (what --encode-missing records with the spaces it writes)
     args.model = _resolve_model(args.model)
@@ -2330,10 +2346,7 @@ def _recompute(args, store, corrupted):
 
     texts = {}
     if args.documents:
-        documents = Path(args.documents)
-        if not documents.is_file():
-            raise CommandError(f"--documents {documents} is not a file.")
-        _refuse_unreadable(documents, "--documents")
+        documents = _input_file(args.documents, "--documents")
         # verify's 1 means a damaged store
         args.text_field, _ = _input_fields(documents, args.text_field or None, status=EXIT_ERROR)
         problems = []  # lines set aside, reported as `encode` reports them (not silently left out)
