@@ -162,3 +162,46 @@ def test_a_questions_pipe_is_not_a_regular_file(tmp_path, capsys):
                      "--output", str(tmp_path / "out.jsonl"), "--no-progress"]) == 2
     line = _error_line(capsys.readouterr().err, "answer")
     assert line.endswith(f"error: --questions {fifo} is not a regular file, expected a JSONL file."), line
+
+
+# ------------------------------------------------------------------------------------------ negative numbers
+def _argparse_reads_as_a_number(value: str) -> bool:
+    """Whether this Python's argparse itself reads `value` after an option as its value (3.14 reads `-1e3`)."""
+    import argparse
+
+    plain = argparse.ArgumentParser(exit_on_error=False)
+    plain.add_argument("--x", type=float)
+    try:
+        plain.parse_args(["--x", value])
+    except argparse.ArgumentError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("value", ["-1e3", "-2.5E-6", "-1_000", "-inf"])
+def test_a_negative_number_argparse_reads_as_an_option_is_told_how_to_write_it(tmp_path, value, capsys):
+    """argparse reads `-1e3` after an option as another option (before Python 3.14 it takes only `-1` and `-0.5` as
+    numbers): the usage error says so and gives the `--option=VALUE` form, which is then read as the number."""
+    import hf_readonce.cli as cli
+
+    argv = ["answer", "no-such-model", "--questions", str(tmp_path / "q.jsonl"), "--store", str(tmp_path / "s"),
+            "--output", str(tmp_path / "out.jsonl"), "--no-progress"]
+    args = cli.build_parser().parse_args([*argv, f"--null-score-diff-threshold={value}"])
+    assert args.null_score_diff_threshold == float(value)
+    if _argparse_reads_as_a_number(value):  # nothing to tell: read as the number
+        args = cli.build_parser().parse_args([*argv, "--null-score-diff-threshold", value])
+        assert args.null_score_diff_threshold == float(value)
+        return
+    with pytest.raises(SystemExit) as stopped:
+        cli_main([*argv, "--null-score-diff-threshold", value])
+    assert stopped.value.code == 2
+    line = _error_line(capsys.readouterr().err, "answer")
+    assert (f"argument --null-score-diff-threshold: expected one argument; {value} is read as an option here: "
+            f"write --null-score-diff-threshold={value}") in line, line
+
+
+def test_an_option_without_its_value_gets_no_negative_number_hint(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        cli_main(["verify", "--store", str(tmp_path / "s"), "--max-kl"])
+    line = _error_line(capsys.readouterr().err, "verify")
+    assert "argument --max-kl: expected one argument (`hf-readonce verify --help`" in line and "write" not in line

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import inspect
+import re
 import sys
 from pathlib import Path
 
@@ -79,14 +80,46 @@ class OneLineArgumentParser(argparse.ArgumentParser):
         `option_dests`."""
         return self._recording(super().add_mutually_exclusive_group(**kwargs))
 
+    def parse_known_args(self, args=None, namespace=None):
+        """`argparse.ArgumentParser.parse_known_args`, keeping the argument strings it parses for [`error`]."""
+        self._argument_strings = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
     def error(self, message):
         """Print `message` and the pointer to `--help` to stderr on one line and exit with status 2 (argparse's own
-        `error` prints the whole usage first).
+        `error` prints the whole usage first). An option left without its value because the value is a negative
+        number argparse reads as an option (`--max-diff -1e3`: argparse takes `-1`, `-0.5` as numbers, not
+        `-1e3`, `-1_000` or `-inf`) is told to give it as `--max-diff=-1e3`, the form argparse always reads.
 
         Raises:
             SystemExit: always (status 2).
         """
-        self.exit(USAGE_ERROR, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
+        hint = self._negative_value_hint(message)
+        self.exit(USAGE_ERROR, f"{self.prog}: error: {message}{hint} (`{self.prog} --help` lists the options)\n")
+
+    def _negative_value_hint(self, message: str) -> str:
+        """`; -1e3 is read as an option here: write --opt=-1e3` when `message` says an option got no value and the
+        string after it on the command line is a negative number; else `""`."""
+        found = re.fullmatch(r"argument (\S+): expected (?:one argument|at least one argument|\d+ arguments)", message)
+        if found is None:
+            return ""
+        strings = getattr(self, "_argument_strings", None) or sys.argv[1:]
+        names = found.group(1).split("/")
+        for option, value in zip(strings, strings[1:]):
+            if option in names and _negative_number(value):
+                return f"; {value} is read as an option here: write {option}={value}"
+        return ""
+
+
+def _negative_number(text: str) -> bool:
+    """Whether `text` is a negative number as `float` reads it (`-1e3`, `-1_000`, `-inf`)."""
+    if not text.startswith("-"):
+        return False
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def positive_int(value: str) -> int:
