@@ -205,3 +205,48 @@ def test_an_option_without_its_value_gets_no_negative_number_hint(tmp_path, caps
         cli_main(["verify", "--store", str(tmp_path / "s"), "--max-kl"])
     line = _error_line(capsys.readouterr().err, "verify")
     assert "argument --max-kl: expected one argument (`hf-readonce verify --help`" in line and "write" not in line
+
+
+# ------------------------------------------------------------------------------------------ commands to paste
+def _pasted_commands(text: str) -> list[list[str]]:
+    """Every `hf-readonce ...` command quoted in backticks in `text`, split as a shell splits it."""
+    import re
+    import shlex
+
+    return [shlex.split(command) for command in re.findall(r"`(hf-readonce [^`]*)`", text)]
+
+
+def _store_named(commands: list[list[str]]) -> list[str]:
+    return [words[words.index("--store") + 1] for words in commands if "--store" in words]
+
+
+@pytest.mark.parametrize("case", ["answer-without-a-store", "prune-without-a-space", "store-without-store-json",
+                                  "verify-finds-a-damaged-shard"])
+def test_a_suggested_command_names_a_store_with_spaces_as_one_word(tmp_path, case, capsys):
+    """A store folder whose name holds spaces (and a quote): every command the CLI prints for pasting names it as one
+    shell word."""
+    store = tmp_path / "my store's reps"
+    if case == "answer-without-a-store":
+        questions = write_jsonl(tmp_path / "q.jsonl", QUESTIONS)
+        status = cli_main(["answer", "reference-deformer", "--store", str(store), "--questions", str(questions),
+                           "--output", str(tmp_path / "p.jsonl"), "--no-progress"])
+    elif case == "prune-without-a-space":
+        status = cli_main(["prune", "--store", str(store), "--no-progress"])
+    elif case == "store-without-store-json":
+        (store / "index").mkdir(parents=True)
+        (store / "shards").mkdir()
+        status = cli_main(["info", "--store", str(store), "--no-progress"])
+    else:
+        from hf_readonce.store import content_hash
+
+        RepresentationStore(store).put("f" * 64, {"k": 2, "representation": "test/v1"}, content_hash("a text"),
+                                       {"hidden_states": torch.zeros(4, 8)})
+        shard = next((store / "shards").rglob("*.safetensors"))
+        data = bytearray(shard.read_bytes())
+        data[-1] ^= 0xFF  # one flipped byte of the tensor data: the checksum no longer matches
+        shard.write_bytes(bytes(data))
+        status = cli_main(["verify", "--store", str(store), "--no-progress"])
+    captured = capsys.readouterr()
+    named = _store_named(_pasted_commands(captured.out + captured.err))
+    assert status != 0 and named, captured
+    assert set(named) == {str(store)}, named

@@ -65,6 +65,7 @@ import json
 import math
 import os
 import re
+import shlex
 import signal
 import sys
 import time
@@ -324,6 +325,12 @@ def _storage_dtype(value: str) -> str:
 def _storage_dtype_option(name: str) -> str:
     """A storage dtype's torch name (`"float16"`) as the `--dtype` option spells it (`fp16`)."""
     return next((short for short, long in _STORAGE_DTYPES.items() if long == name), name)
+
+
+def _quoted(path) -> str:
+    """`path` (a `str` or `Path`) as a command this CLI prints for pasting into a shell names it: quoted where it holds
+    a space or another character the shell reads (`'my store'`), as given otherwise."""
+    return shlex.quote(str(path))
 
 
 def _one_line(error: BaseException) -> str:
@@ -685,7 +692,7 @@ def _open_store(path: str, readonly: bool = False, create: bool = True, command:
         return RepresentationStore(path, readonly=readonly, create=create)
     except StoreNotFoundError:  # said in the CLI's words, with the command that makes one
         hint = ("run `hf-readonce encode MODEL --documents FILE.jsonl --store {0}` first"
-                + (", or pass --encode-missing" if command in ("answer", "summarize") else "")).format(path)
+                + (", or pass --encode-missing" if command in ("answer", "summarize") else "")).format(_quoted(path))
         there = ""
         if os.path.lexists(path):  # e.g. an empty folder made where a store was: it is not one
             there = f": {_no_store_reason(Path(path))}"
@@ -2000,8 +2007,6 @@ def _info_model(args) -> int:
         CommandError: a MODEL that is no checkpoint or has no representation adapter, a missing store, an option the
             family does not take.
     """
-    import shlex
-
     name = _resolve_model(args.model)
     store = _open_store(args.store, readonly=True, create=False, command="info") if args.store is not None else None
     about, keys = _model_keys(args, name)
@@ -2062,7 +2067,7 @@ def _info_model(args) -> int:
     if damage["bad_manifests"] or damage["orphans"]:
         from .store.keys import printable
 
-        where = shlex.quote(str(store.path))
+        where = _quoted(store.path)
         if damage["bad_manifests"]:
             print(f"unreadable index files: {', '.join(printable(name) for name in damage['bad_manifests'])} (the "
                   "spaces and documents they list are not shown above)")
@@ -2077,7 +2082,7 @@ def _info_model(args) -> int:
     else:
         print(f"not current: no space of {store.path} is this model's key with these options; `{encode}` stores its "
               "representations (the other spaces are kept; `hf-readonce prune --store "
-              f"{shlex.quote(str(store.path))} --space KEY` deletes one no longer needed)")
+              f"{_quoted(store.path)} --space KEY` deletes one no longer needed)")
     return status
 
 
@@ -2131,7 +2136,7 @@ def cmd_info(args) -> int:
     if info["quarantine_files"]:
         print(f"  of which {_human_bytes(info['quarantine_bytes'])} in {info['quarantine_files']} file(s) under "
               "quarantine/: damaged files `encode --repair` moved aside, never read again (`hf-readonce prune "
-              f"--store {info['path']} --quarantine` deletes them once you no longer need them)")
+              f"--store {_quoted(info['path'])} --quarantine` deletes them once you no longer need them)")
     from .store.keys import printable
 
     for key, space in info["spaces"].items():
@@ -2150,10 +2155,10 @@ def cmd_info(args) -> int:
               f"stored as {', '.join(space['dtypes'])}{written}")
     if any(not space["model_names"] for space in info["spaces"].values()):
         print(f"note: a space whose model is not recorded was written by an earlier release, or through the Python API "
-              f"without a model_name; `hf-readonce verify --store {info['path']} --recompute 1 --model MODEL` names "
-              "the spaces MODEL wrote")
+              f"without a model_name; `hf-readonce verify --store {_quoted(info['path'])} --recompute 1 --model "
+              "MODEL` names the spaces MODEL wrote")
     if any(missing.values()):
-        where = info["path"]
+        where = _quoted(info["path"])
         print(f"note: a model folder recorded for a space is not here (the store was copied or moved without it, or "
               f"the folder was moved or removed since): `hf-readonce info MODEL --store {where}` tells whether a "
               f"checkpoint MODEL has a space's key, and `hf-readonce verify --store {where} --recompute 1 --model "
@@ -2243,8 +2248,8 @@ def cmd_verify(args) -> int:
             first = "move quarantine/ away, then " if report.quarantine_problem is not None else ""
             print(f"FAILED: {len(report.corruptions)} corrupted shard(s) or index file(s), "
                   f"{len(report.corrupted_documents)} document(s) affected ({report.documents_checked} indexed and "
-                  f"checked); {first}`hf-readonce encode MODEL --documents FILE --store {store.path} --repair` keeps "
-                  "every intact document and recomputes the others")
+                  f"checked); {first}`hf-readonce encode MODEL --documents FILE --store {_quoted(store.path)} "
+                  "--repair` keeps every intact document and recomputes the others")
             if any(c.reason.startswith("shard file is missing") for c in report.corruptions):
                 print("(if you were pruning the space of a missing shard file, an interrupted `hf-readonce prune` "
                       "left it so: run the same prune again to finish it; otherwise the shard was lost: repair)")
@@ -2256,7 +2261,7 @@ def cmd_verify(args) -> int:
 def cmd_prune(args) -> int:
     if not args.space and not args.quarantine:
         raise CommandError("name what to delete: --space KEY (repeatable; `hf-readonce info --store "
-                           f"{args.store}` lists the spaces) and/or --quarantine.")
+                           f"{_quoted(args.store)}` lists the spaces) and/or --quarantine.")
     store = _open_store(args.store, readonly=args.dry_run, create=False, command="prune")
     from .store import ReadOnlyStoreError
     from .store.keys import printable

@@ -40,6 +40,7 @@ import contextlib
 import json
 import logging
 import os
+import shlex
 import sys
 import tempfile
 import time
@@ -454,8 +455,8 @@ def _run(args, argv, output_dir: str, train_file: Path, validation_file: Path, k
     lines.append(f"Demo time: {metrics['demo_seconds']:.0f} s (every metric: --json).")
     if keep and args.distill:
         lines.append(f"Model and results written to {output_dir} (its config records the windowing and threshold; "
-                     f"`hf-readonce encode/answer {output_dir} ...` use them by default; `hf-readonce publish "
-                     f"{output_dir} --repo-id OWNER/NAME` publishes it).")
+                     f"`hf-readonce encode/answer {shlex.quote(str(output_dir))} ...` use them by default; "
+                     f"`hf-readonce publish {shlex.quote(str(output_dir))} --repo-id OWNER/NAME` publishes it).")
     elif keep:
         lines.append(f"Results written to {output_dir}/eval_results.json.")
     elif args.distill:

@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import os
+import shlex
 import stat
 import time
 import uuid
@@ -200,8 +201,8 @@ def unindexed_note(store) -> str:
     if not orphans:
         return ""
     return (f" The store holds {len(orphans)} shard file(s) its index does not list (a lost or damaged index): "
-            f"`hf-readonce verify --store {store.path}` names them and `hf-readonce encode ... --repair` re-indexes "
-            "them.")
+            f"`hf-readonce verify --store {shlex.quote(str(store.path))}` names them and `hf-readonce encode ... "
+            "--repair` re-indexes them.")
 
 
 def orphan_shards(store, space: str | None = None) -> list[str]:
@@ -461,8 +462,9 @@ def _check_still_there(store, action: str) -> None:
     if path_problem(store.path, "index", folder=True) is None and path_problem(store.path, "shards",
                                                                                   folder=True) is None:
         hint = (" If it is this store and its store.json was deleted, `hf-readonce encode MODEL --documents "
-                f"FILE.jsonl --store {store.path} --repair` (or `hf_readonce.store.restore_store_marker("
-                f"{str(store.path)!r})`) writes a new one, after checking every shard.")
+                f"FILE.jsonl --store {shlex.quote(str(store.path))} --repair` (or "
+                f"`hf_readonce.store.restore_store_marker({str(store.path)!r})`) writes a new one, after checking "
+                "every shard.")
     raise StoreNotFoundError(f"no store at {store.path} any more (moved or removed since it was opened): "
                              f"{_no_store_reason(store.path)}; nothing to {action}." + hint)
 
@@ -895,7 +897,7 @@ def resolve_spaces(store, spaces, also: Iterable[str] = ()) -> list[str]:
         if len(matches) != 1:
             why = "names several" if matches else "names no"
             raise ValueError(f"space {name!r} {why} representation space of store {store.path} (its spaces: "
-                             f"{listed}; `hf-readonce info --store {store.path}` prints them).")
+                             f"{listed}; `hf-readonce info --store {shlex.quote(str(store.path))}` prints them).")
         if matches[0] not in found:
             found.append(matches[0])
     return found

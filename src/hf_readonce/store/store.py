@@ -39,6 +39,7 @@ import json
 import logging
 import math
 import os
+import shlex
 import signal
 import stat
 import threading
@@ -422,8 +423,9 @@ class RepresentationStore:
                     raise ValueError(
                         f"store path {self.path} has a store's index/ and shards/ folders but no store.json (deleted?); "
                         "recreate it with `hf-readonce encode MODEL --documents FILE.jsonl --store "
-                        f"{self.path} --repair` (or `hf_readonce.store.restore_store_marker({str(self.path)!r})`), "
-                        "which also checks every shard.")
+                        f"{shlex.quote(str(self.path))} --repair` (or "
+                        f"`hf_readonce.store.restore_store_marker({str(self.path)!r})`), which also checks every "
+                        "shard.")
                 raise ValueError(
                     f"store path {self.path} is a non-empty directory that is not a hf-readonce store (no store.json; "
                     f"it holds {_some_entries(self.path)}); "
@@ -445,14 +447,14 @@ class RepresentationStore:
             raise ValueError(f"{marker} cannot be read ({error.strerror or error}); check its permissions.") from None
         except ValueError as error:
             raise ValueError(f"{marker} is unreadable ({error}); is {self.path} a hf-readonce store? If it is (it holds "
-                             f"index/ and shards/), `hf-readonce encode MODEL --documents FILE --store {self.path} "
-                             "--repair` (or `hf_readonce.store.restore_store_marker`) moves the unreadable file to "
-                             "quarantine/ and writes a new one.") from None
+                             "index/ and shards/), `hf-readonce encode MODEL --documents FILE --store "
+                             f"{shlex.quote(str(self.path))} --repair` (or `hf_readonce.store.restore_store_marker`) "
+                             "moves the unreadable file to quarantine/ and writes a new one.") from None
         if not isinstance(info, dict) or info.get("format") != FORMAT_NAME:
             raise ValueError(f"{marker} does not describe a hf-readonce store (no \"format\": \"{FORMAT_NAME}\"); if "
                              f"{self.path} is a store whose store.json was overwritten (it holds index/ and shards/), "
                              "move that file away and run `hf-readonce encode MODEL --documents FILE --store "
-                             f"{self.path} --repair`, which writes a new one.")
+                             f"{shlex.quote(str(self.path))} --repair`, which writes a new one.")
         if info.get("format_version") != FORMAT_VERSION:
             raise ValueError(
                 f"store {self.path} has format_version {info.get('format_version')}, this hf-readonce reads "
@@ -515,9 +517,9 @@ class RepresentationStore:
                     if layout:
                         raise ReadOnlyStoreError(
                             f"store {self.path} is damaged: {sub}/ {problem}; nothing is written into it. "
-                            f"`hf-readonce encode MODEL --documents FILE --store {self.path} --repair` (or "
-                            "`RepresentationStore.repair()`) moves it to quarantine/ and rebuilds the index from the "
-                            "shards.")
+                            "`hf-readonce encode MODEL --documents FILE --store "
+                            f"{shlex.quote(str(self.path))} --repair` (or `RepresentationStore.repair()`) moves it to "
+                            "quarantine/ and rebuilds the index from the shards.")
             try:
                 if damaged:  # left to repair: probe the store's own folder
                     _probe(self.path)
@@ -634,8 +636,9 @@ class RepresentationStore:
             return None
         if (self.path / "index").is_dir() and (self.path / "shards").is_dir():
             hint = (" If it is this store and its store.json was deleted, `hf-readonce encode MODEL --documents "
-                    f"FILE.jsonl --store {self.path} --repair` (or `hf_readonce.store.restore_store_marker("
-                    f"{str(self.path)!r})`) writes a new one, after checking every shard.")
+                    f"FILE.jsonl --store {shlex.quote(str(self.path))} --repair` (or "
+                    f"`hf_readonce.store.restore_store_marker({str(self.path)!r})`) writes a new one, after checking "
+                    "every shard.")
         else:
             hint = ""
         return ReadOnlyStoreError(f"store {self.path} has no store.json now and its folder holds "
@@ -950,7 +953,8 @@ class RepresentationStore:
                     "while it was being read (a `prune` of its space, or a `repair`); run the command again.") from None
             raise CorruptedShardError(
                 f"shard {printable(entry.shard)} of store {self.path} is unreadable ({printable(error)}) while "
-                f"reading document {entry.name}; run `hf-readonce verify --store {self.path}` and `encode --repair`.",
+                f"reading document {entry.name}; run `hf-readonce verify --store {shlex.quote(str(self.path))}` and "
+                "`encode --repair`.",
                 entry.shard, [entry.content_hash],
             ) from None
         # the shard's own header names the document at each position: even without checksums (verify_reads=False)
