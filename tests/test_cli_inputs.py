@@ -131,6 +131,24 @@ def test_publish_reads_a_metrics_file_with_a_byte_order_mark(tmp_path, capsys):
     assert load_representation_format(fmt) == expected
 
 
+def test_a_model_config_with_a_byte_order_mark_is_named_as_such(tmp_path, checkpoint, capsys):
+    """transformers reads config.json as UTF-8 without a byte order mark (one saved so is "not a valid JSON file" to
+    it): the CLI names the mark instead of calling a readable JSON file invalid, and writes no store."""
+    import codecs
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(checkpoint, model)
+    config = model / "config.json"
+    config.write_bytes(codecs.BOM_UTF8 + config.read_bytes())
+    docs = write_jsonl(tmp_path / "d.jsonl", QUESTIONS)
+    status = cli_main(["encode", str(model), "--store", str(tmp_path / "s"), "--documents", str(docs),
+                       "--no-progress"])
+    line = _error_line(capsys.readouterr().err, "encode")
+    assert status == 2 and f"{config} starts with a UTF-8 byte order mark" in line, line
+    assert not (tmp_path / "s" / "store.json").exists()
+
+
 # ------------------------------------------------------------------------------------------ input files said alike
 @pytest.mark.parametrize("command, option", [("encode", "--documents"), ("answer", "--questions"),
                                              ("summarize", "--documents")])

@@ -59,6 +59,7 @@ as it was; `publish`: nothing written); 141, quietly, when the reader of the out
 from __future__ import annotations
 
 import argparse
+import codecs
 import contextlib
 import inspect
 import json
@@ -491,7 +492,8 @@ def _hub_unreachable(timeout: float = 3.0) -> str | None:
 def _config_error(name_or_path: str, error: Exception) -> str:
     """The one-line reason `AutoConfig.from_pretrained(name_or_path)` failed, in the words of this package: a local
     folder whose config.json records no `model_type` says so and what to add (transformers' own line gives no way
-    out); one whose `model_type` no installed family or transformers architecture knows points to `hf-readonce info`;
+    out); one whose config.json starts with a UTF-8 byte order mark (transformers reads it as an invalid JSON file)
+    says so; one whose `model_type` no installed family or transformers architecture knows points to `hf-readonce info`;
     a name that is neither a folder nor a shipped checkpoint and that the Hub could not provide names the shipped
     checkpoints (the closest first) instead of transformers' advice to check the internet connection."""
     import difflib
@@ -502,7 +504,11 @@ def _config_error(name_or_path: str, error: Exception) -> str:
     config_file = Path(name_or_path) / "config.json"
     if config_file.is_file():
         try:
-            model_type = json.loads(config_file.read_text(encoding="utf-8-sig")).get("model_type")
+            raw = config_file.read_bytes()
+            if raw.startswith(codecs.BOM_UTF8):  # transformers reads config.json as UTF-8 without a mark
+                return (f"cannot load model {name_or_path!r}: {config_file} starts with a UTF-8 byte order mark, "
+                        "which transformers does not read: save it as UTF-8 without a byte order mark.")
+            model_type = json.loads(raw.decode("utf-8")).get("model_type")
         except (OSError, ValueError, AttributeError):
             return f"cannot load model {name_or_path!r}: {config_file} is not a JSON object ({_one_line(error)})."
         from transformers import CONFIG_MAPPING
