@@ -218,6 +218,22 @@ def test_a_negative_number_argparse_reads_as_an_option_is_told_how_to_write_it(t
             f"write --null-score-diff-threshold={value}") in line, line
 
 
+def test_the_hint_names_an_abbreviated_option_as_it_was_typed(tmp_path, capsys):
+    """argparse takes `--null-score` for `--null-score-diff-threshold`; `--null-score -1e3` is told to write
+    `--null-score=-1e3`, which is then read as the number."""
+    import hf_readonce.cli as cli
+
+    if _argparse_reads_as_a_number("-1e3"):
+        pytest.skip("this Python's argparse reads -1e3 as a number")
+    argv = ["answer", "no-such-model", "--questions", str(tmp_path / "q.jsonl"), "--store", str(tmp_path / "s"),
+            "--output", str(tmp_path / "out.jsonl"), "--no-progress"]
+    with pytest.raises(SystemExit):
+        cli_main([*argv, "--null-score", "-1e3"])
+    line = _error_line(capsys.readouterr().err, "answer")
+    assert "; -1e3 is read as an option here: write --null-score=-1e3" in line, line
+    assert cli.build_parser().parse_args([*argv, "--null-score=-1e3"]).null_score_diff_threshold == -1000.0
+
+
 def test_an_option_without_its_value_gets_no_negative_number_hint(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli_main(["verify", "--store", str(tmp_path / "s"), "--max-kl"])

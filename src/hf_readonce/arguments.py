@@ -99,14 +99,23 @@ class OneLineArgumentParser(argparse.ArgumentParser):
 
     def _negative_value_hint(self, message: str) -> str:
         """`; -1e3 is read as an option here: write --opt=-1e3` when `message` says an option got no value and the
-        string after it on the command line is a negative number; else `""`."""
+        string after it on the command line is a negative number; else `""`. The option is named as it was typed,
+        also as an abbreviation argparse accepts (`--null-score -1e3` for `--null-score-diff-threshold`)."""
         found = re.fullmatch(r"argument (\S+): expected (?:one argument|at least one argument|\d+ arguments)", message)
         if found is None:
             return ""
-        strings = getattr(self, "_argument_strings", None) or sys.argv[1:]
+        strings = getattr(self, "_argument_strings", None)
+        strings = sys.argv[1:] if strings is None else strings
         names = found.group(1).split("/")
+
+        def names_it(option: str) -> bool:
+            return option in names or (self.allow_abbrev and option.startswith("--") and len(option) > 2
+                                       and "=" not in option and any(name.startswith(option) for name in names))
+
         for option, value in zip(strings, strings[1:]):
-            if option in names and _negative_number(value):
+            if option == "--":  # what follows is positional
+                break
+            if names_it(option) and _negative_number(value):
                 return f"; {value} is read as an option here: write {option}={value}"
         return ""
 
