@@ -517,3 +517,19 @@ def test_fill_store_records_a_folder_loaded_by_a_relative_path_by_its_absolute_p
     fill_store(get_adapter(loaded, tokenizer, max_passage_length=32, doc_stride=8), store, ["The mill."])
     names = [space["model_names"] for space in store.info()["spaces"].values()]
     assert names == [[os.path.abspath("../tiny")]], names
+
+
+def test_fill_store_refuses_a_mapping_of_documents(tmp_path, tokenizer):
+    """`{id: text}` iterates over its ids: `fill_store` would store the ids as the documents; it names `.items()`
+    instead, and nothing is written."""
+    adapter = DeformerBertAdapter(tiny_model(), tokenizer, max_passage_length=32, doc_stride=8)
+    store = RepresentationStore(tmp_path / "s")
+    documents = {"d0": "A passage about the river Ash and its mill.", "d1": "Another passage about the mill."}
+    with pytest.raises(TypeError, match=r"`documents` .* not a dict .*documents\.items\(\)"):
+        fill_store(adapter, store, documents, dtype="fp32")
+    assert len(RepresentationStore(tmp_path / "s")) == 0
+    stats = fill_store(adapter, store, documents.items(), dtype="fp32")  # what was meant: (id, text) pairs
+    assert stats.encoded == 2
+    fingerprint, settings = adapter.model.representation_fingerprint(), adapter.settings()
+    assert [store.get_meta(fingerprint, settings, content_hash(text))["id"] for text in documents.values()] == \
+        ["d0", "d1"]

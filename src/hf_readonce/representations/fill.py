@@ -98,10 +98,11 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
 
     Raises:
         ReadOnlyStoreError: before any model work if the store cannot be written.
-        TypeError: `documents` is a single str (it would be read as one document per character) or bytes; a
-            document that is not a string (naming it); `rank`, `num_processes` or `documents_per_batch` not an int;
-            `store` not a [`RepresentationStore`], `adapter` not an adapter (e.g. the model itself); a `model_name`
-            that is not a str.
+        TypeError: `documents` is a single str (it would be read as one document per character) or bytes, or a
+            mapping such as `{id: text}` (its keys would be read as the documents: pass `.items()`); a document that
+            is not a string (naming it); `rank`, `num_processes` or `documents_per_batch` not an int; `store` not a
+            [`RepresentationStore`], `adapter` not an adapter (e.g. the model itself); a `model_name` that is not a
+            str.
         ValueError: `num_processes` < 1, `rank` outside [0, num_processes), `documents_per_batch` < 1, bad dtype; a
             tuple that is not `(id, text)` (naming its position); a `fingerprint` that is not the adapter's model's
             (stale, or another model's); an adapter whose `documents_cut_each` gives not one flag per document (the
@@ -112,6 +113,10 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
     if isinstance(documents, (str, bytes)):
         raise TypeError("`documents` must be an iterable of texts or (id, text) pairs, not a single "
                         f"{type(documents).__name__} (it would be stored one character at a time); pass [text].")
+    if isinstance(documents, Mapping):
+        raise TypeError("`documents` must be an iterable of texts or (id, text) pairs, not a "
+                        f"{type(documents).__name__} (iterating over it gives its keys, which would be stored as the "
+                        "documents); pass `documents.items()` for {id: text}, or `documents.values()`.")
     if isinstance(rank, bool) or not isinstance(rank, int):
         raise TypeError(f"`rank` must be an int, got {type(rank).__name__} {rank!r}.")
     check_positive_ints({"num_processes": num_processes, "documents_per_batch": documents_per_batch},
