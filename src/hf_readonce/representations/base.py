@@ -623,6 +623,24 @@ class AdapterBase:
         return recorded if recorded is not None else cls.max_prompt_length
 
     @classmethod
+    def check_model(cls, model) -> None:
+        """Raise unless `model` is a model of this adapter's family (`model.config.model_type == cls.model_type`),
+        before its constructor reads a setting of that family's config.
+
+        Args:
+            model: the model given to the adapter's constructor.
+
+        Raises:
+            TypeError: a model of another family (e.g. a ReadOnce model given to the DeFormer adapter), or an object
+                without a transformers config, naming its class and model type.
+        """
+        model_type = getattr(getattr(model, "config", None), "model_type", None)
+        if model_type != cls.model_type:
+            raise TypeError(f"`model` must be a {cls.model_type} model for {cls.__name__}, got {type(model).__name__} "
+                            f"(model_type {model_type!r}); `hf_readonce.representations.get_adapter(model, tokenizer)` "
+                            "builds the adapter of a model's own family.")
+
+    @classmethod
     def stores_representations(cls, model) -> bool:
         """Whether `model` computes document representations that can be stored (`True` here): an adapter returns
         `False` for the models of its family whose document part depends on the question, which

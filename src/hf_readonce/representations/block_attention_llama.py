@@ -43,7 +43,8 @@ class BlockAttentionLlamaAdapter(AdapterBase):
         batch_size (`int`, defaults to 8): documents per `encode_documents` call.
 
     Raises:
-        TypeError: a model without `encode_documents`, a setting of the wrong type, a slow tokenizer.
+        TypeError: a model without `encode_documents` or of another family ([`AdapterBase.check_model`]), a setting
+            of the wrong type, a slow tokenizer.
         ValueError: a setting below 1 (naming it), a `max_document_length` above `config.max_position_embeddings`,
             a model whose `rope_type` (`dynamic`, `longrope`) makes its caches impossible to compose (refused before
             anything is encoded or stored).
@@ -72,6 +73,7 @@ class BlockAttentionLlamaAdapter(AdapterBase):
         if not callable(getattr(model, "encode_documents", None)) or not hasattr(model, "representation_fingerprint"):
             raise TypeError(f"`model` must be a BlockAttentionLlamaForCausalLM, got {type(model).__name__} (load a "
                             "Llama checkpoint with BlockAttentionLlamaForCausalLM.from_pretrained).")
+        self.check_model(model)
         check_positive_ints({"max_document_length": max_document_length, "batch_size": batch_size},
                             optional=("max_document_length",))
         if not isinstance(add_special_tokens, bool):

@@ -189,7 +189,7 @@ class DeformerBertAdapter(AdapterBase):
     Raises:
         ValueError: if k = 0, if windows would exceed `max_position_embeddings - passage_position_offset`, or for
             window settings [`split_passages`] rejects.
-        TypeError: if the tokenizer is not fast.
+        TypeError: if the tokenizer is not fast; a `model` of another family ([`AdapterBase.check_model`]).
     """
 
     model_type = "deformer_bert"
@@ -205,6 +205,7 @@ class DeformerBertAdapter(AdapterBase):
 
     def __init__(self, model, tokenizer, max_passage_length: int | None = None, doc_stride: int | None = None,
                  batch_size: int = 32):
+        self.check_model(model)
         config = model.config
         if getattr(config, "num_decomposed_layers", 0) <= 0:
             raise ValueError("`model` must have num_decomposed_layers > 0 to cache passage states.")

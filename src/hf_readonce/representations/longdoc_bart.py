@@ -64,7 +64,8 @@ class LongDocBartAdapter(AdapterBase):
         batch_size (`int`, defaults to 8): documents per encoder call.
 
     Raises:
-        TypeError: a setting that is not an int; a tokenizer that is not fast.
+        TypeError: a setting that is not an int; a tokenizer that is not fast; a `model` of another family
+            ([`AdapterBase.check_model`]).
         ValueError: a setting below 1, or `max_document_length > config.max_position_embeddings` (naming it).
     """
 
@@ -80,6 +81,7 @@ class LongDocBartAdapter(AdapterBase):
     output_distribution = "first decoder step's token distribution (decoder started at decoder_start_token_id)"
 
     def __init__(self, model, tokenizer, max_document_length: int | None = None, batch_size: int = 8):
+        self.check_model(model)
         check_positive_ints({"max_document_length": max_document_length, "batch_size": batch_size},
                             optional=("max_document_length",))
         positions = model.config.max_position_embeddings

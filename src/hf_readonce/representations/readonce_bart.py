@@ -37,7 +37,8 @@ class ReadOnceBartAdapter(AdapterBase):
         batch_size (`int`, defaults to 32): documents per `encode_documents` call.
 
     Raises:
-        TypeError: a setting that is not an int. ValueError: a setting below 1 (naming it).
+        TypeError: a setting that is not an int; a `model` of another family ([`AdapterBase.check_model`]).
+        ValueError: a setting below 1 (naming it).
     """
 
     model_type = "readonce_bart"
@@ -67,6 +68,7 @@ class ReadOnceBartAdapter(AdapterBase):
 
     def __init__(self, model, tokenizer, max_document_length: int | None = None, compression_ratio: int | None = None,
                  batch_size: int = 32):
+        self.check_model(model)
         check_positive_ints({"max_document_length": max_document_length, "compression_ratio": compression_ratio,
                              "batch_size": batch_size}, optional=("max_document_length", "compression_ratio"))
         self.model, self.tokenizer = model, tokenizer

@@ -58,7 +58,7 @@ class ReadTwiceBertAdapter(AdapterBase):
         ValueError: if the model reads the question in its first read (nothing document-only to store),
             `memory_type="entity"` without a mention finder, `mentions` not a known name, or given for other
             memories, or with a different `mention_fn`; `batch_size < 1`.
-        TypeError: if the tokenizer is not fast.
+        TypeError: if the tokenizer is not fast; a `model` of another family ([`AdapterBase.check_model`]).
     """
 
     model_type = "readtwice_bert"
@@ -88,6 +88,7 @@ class ReadTwiceBertAdapter(AdapterBase):
         return not model.config.question_in_first_read
 
     def __init__(self, model, tokenizer, mention_fn=None, batch_size: int = 8, mentions: str | None = None):
+        self.check_model(model)
         config = model.config
         if config.question_in_first_read:
             raise ValueError(

@@ -48,7 +48,9 @@ def find_deformer_space(store: RepresentationStore, model, tokenizer, *, max_pas
         ValueError: if several window settings are stored for this model and none is the checkpoint's recorded
             (default) one (pass them explicitly); a `fingerprint` that is not this model's (stale, or another
             model's).
+        TypeError: a `model` that is not a DeFormer ([`AdapterBase.check_model`]).
     """
+    DeformerBertAdapter.check_model(model)
     wanted = {name: value for name, value in (("max_passage_length", max_passage_length), ("doc_stride", doc_stride))
               if value is not None}
     k = int(model.config.num_decomposed_layers)
@@ -188,7 +190,7 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
         ValueError: no examples, an example without a non-empty `question`/`context`, two examples with one id,
             a count < 1 (`batch_size`, `passages_per_chunk`, `max_question_length`, `n_best_size`,
             `max_answer_length`).
-        TypeError: an argument of the wrong type (named).
+        TypeError: an argument of the wrong type (named); a `model` that is not a DeFormer.
     """
     check_store_arguments(model, store, dtype)
     examples = check_question_rows(examples)

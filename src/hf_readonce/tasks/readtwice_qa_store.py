@@ -28,6 +28,7 @@ def _adapter(model, tokenizer, store: RepresentationStore, mention_fn, batch_siz
     `mention_fn` or `mentions`, the mention finder the checkpoint records (`config.mentions`), else the one (of
     [`MENTION_FUNCTIONS`], by name) the store's first reads of this model were made with, looked up by the model's
     [`current_fingerprint`], which is returned for reading them (`None` when it was not needed here)."""
+    ReadTwiceBertAdapter.check_model(model)  # before its config's ReadTwice settings are read
     recorded = fingerprint = None
     if mentions is None and mention_fn is None and model.config.memory_type == "entity":
         recorded = mentions = getattr(model.config, "mentions", None)  # what the checkpoint records, as `encode`
@@ -96,7 +97,8 @@ def answer_from_readtwice_store(model, tokenizer, store: RepresentationStore, ex
         ValueError: the model reads the question in its first read (nothing document-only is stored); no examples;
             an example without a non-empty `question`/`context`; two examples with one id; a count < 1; entity
             memories without a mention function.
-        TypeError: `examples` is not a list of dicts; an argument of the wrong type (named).
+        TypeError: `examples` is not a list of dicts; an argument of the wrong type (named); a `model` that is not
+            a ReadTwice model.
     """
     check_store_arguments(model, store, dtype)
     examples = check_question_rows(examples)
