@@ -1559,3 +1559,29 @@ def test_prepare_inputs_for_generation_leaves_the_output_switches_to_the_caller_
         asked = model.prepare_inputs_for_generation(step["decoder_input_ids"], encoder_outputs=encoder_outputs,
                                                     output_attentions=False)
         assert asked["output_attentions"] is False and model(**asked).decoder_attentions is None
+
+
+@pytest.mark.parametrize("fusion", ["append", "attention"])
+def test_question_and_decoder_ids_outside_the_vocabulary_or_not_2d_are_refused_by_name(fusion):
+    """The question / task text and the decoder ids, as the documents already are: an id outside `[0, vocab_size)`
+    is named with the vocabulary size (not torch's bare `IndexError` from the embedding lookup), in `forward` and
+    `generate`; 1-D or empty question ids are named too."""
+    model = tiny(fusion=fusion)
+    docs = model.encode_documents(tokens(2, 16))
+    question = tokens(2, 5, seed=2)
+    question[1, 3] = 99 + 4
+    with pytest.raises(ValueError, match=r"`input_ids` holds token id 103, outside the vocabulary \[0, 99\)"):
+        model(question, document_representations=docs, decoder_input_ids=tokens(2, 3))
+    with pytest.raises(ValueError, match=r"`input_ids` holds token id 103, outside the vocabulary \[0, 99\)"):
+        model.generate(question, document_representations=docs, max_new_tokens=2)
+    with pytest.raises(ValueError, match=r"`decoder_input_ids` / `labels` holds token id 120, outside the "
+                                         r"vocabulary \[0, 99\)"):
+        model(tokens(2, 5), document_representations=docs, decoder_input_ids=torch.tensor([[2, 120], [2, 5]]))
+    with pytest.raises(ValueError, match=r"`decoder_input_ids` / `labels` holds token id -100"):
+        model(tokens(2, 5), document_representations=docs, decoder_input_ids=torch.tensor([[2, -100], [2, 5]]))
+    with pytest.raises(ValueError, match=r"`input_ids` must be a non-empty \(batch_size, text_length\) tensor, got "
+                                         r"shape \(5,\)"):
+        model.generate(tokens(2, 5)[0], document_representations=docs, max_new_tokens=2)
+    with pytest.raises(ValueError, match=r"`input_ids` must be a non-empty .* got shape \(2, 0\)"):
+        model(tokens(2, 5)[:, :0], document_representations=docs, decoder_input_ids=tokens(2, 3))
+    model(tokens(2, 5), document_representations=docs, decoder_input_ids=torch.tensor([[2, 98], [2, 0]]))  # in range

@@ -1127,7 +1127,10 @@ class ReadOnceBartEncoder(BartEncoder):
             `attention_mask`).
 
         Raises:
-            ValueError: representations of the wrong hidden size or batch, a mask of the wrong shape.
+            ValueError: representations of the wrong hidden size or batch, a mask of the wrong shape; `input_ids`
+                that are not 2-D (`inputs_embeds` not 3-D) or are empty; a token id of
+                `input_ids` outside `[0, vocab_size)`, naming it and the vocabulary size (checked when the embedding
+                lookup fails).
             TypeError: `input_ids` that are not integer token ids; an argument that is not a tensor (a list, a numpy
                 array); a keyword argument it does not take (a misspelling such as `atention_mask=` or
                 `document_representation=`), named with the argument it probably meant. Accepted besides its own:
@@ -1147,14 +1150,23 @@ class ReadOnceBartEncoder(BartEncoder):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `input_ids` or `inputs_embeds`.")
         _check_text_inputs(input_ids, attention_mask)
-        length = (input_ids if input_ids is not None else inputs_embeds).shape[1]
+        given, name, dims = ((input_ids, "input_ids", 2) if input_ids is not None
+                             else (inputs_embeds, "inputs_embeds", 3))
+        if given.dim() != dims or given.shape[0] == 0 or given.shape[1] == 0:
+            axes = "batch_size, text_length" + (", d_model" if dims == 3 else "")
+            raise ValueError(f"`{name}` must be a non-empty ({axes}) tensor, got shape {tuple(given.shape)}.")
+        length = given.shape[1]
         if length > self.config.max_position_embeddings:
             raise ValueError(f"`{'input_ids' if input_ids is not None else 'inputs_embeds'}` hold {length} tokens, "
                              f"more than the model's {self.config.max_position_embeddings}"
                              " positions: truncate the question / task text (`max_length` in the tokenizer); documents"
                              " of any length go to `document_input_ids` or `encode_documents`, read in chunks.")
         if inputs_embeds is None:
-            inputs_embeds = self.embed_tokens(input_ids)
+            try:
+                inputs_embeds = self.embed_tokens(input_ids)
+            except (IndexError, RuntimeError):  # torch's "index out of range": name the argument and the bound
+                _check_token_ids(input_ids, self.config.vocab_size, "input_ids")
+                raise
         batch, text_length = inputs_embeds.shape[:2]
         if attention_mask is None:
             attention_mask = torch.ones(batch, text_length, dtype=torch.long, device=inputs_embeds.device)
@@ -1333,7 +1345,8 @@ class ReadOnceBartModel(ReadOnceBartPreTrainedModel, BartModel):
                 it probably meant; `encoder_outputs` that are a [`ReadOnceDocumentEncoderOutput`] (representations,
                 which go in as `document_representations`).
             ValueError: as [`ReadOnceBartEncoder.forward`]; neither decoder inputs nor `input_ids`; decoder rows
-                that do not match the encoder's batch; both `past_key_values` and `cache`; `token_type_ids` marking a
+                that do not match the encoder's batch; a decoder token id outside `[0, vocab_size)`, naming it and the
+                vocabulary size (checked when the embedding lookup fails); both `past_key_values` and `cache`; `token_type_ids` marking a
                 second segment; a keyword of `TransformersKwargs` it does not read ([`_BART_MODEL_UNREAD_KEYWORDS`]:
                 those of [`ReadOnceBartForConditionalGeneration.forward`], and `num_items_in_batch`: no loss here).
         """
@@ -1369,11 +1382,15 @@ class ReadOnceBartModel(ReadOnceBartPreTrainedModel, BartModel):
         if representations is not None:  # fusion="attention": every decoder layer attends to R too (App. A.1)
             kwargs["document_representations"] = representations
             kwargs["document_attention_mask"] = encoder_outputs.document_attention_mask
-        decoder_outputs = self.decoder(
-            input_ids=decoder_input_ids, attention_mask=decoder_attention_mask,
-            encoder_hidden_states=encoder_outputs[0], encoder_attention_mask=cross_mask,
-            inputs_embeds=decoder_inputs_embeds, use_cache=use_cache, **{CACHE_NAME: past_key_values}, **kwargs,
-        )
+        try:
+            decoder_outputs = self.decoder(
+                input_ids=decoder_input_ids, attention_mask=decoder_attention_mask,
+                encoder_hidden_states=encoder_outputs[0], encoder_attention_mask=cross_mask,
+                inputs_embeds=decoder_inputs_embeds, use_cache=use_cache, **{CACHE_NAME: past_key_values}, **kwargs,
+            )
+        except (IndexError, RuntimeError):  # torch's "index out of range": name the argument and the bound
+            _check_token_ids(decoder_input_ids, self.config.vocab_size, "decoder_input_ids` / `labels")
+            raise
         return ReadOnceSeq2SeqModelOutput(
             last_hidden_state=decoder_outputs[0], **{CACHE_NAME: getattr(decoder_outputs, CACHE_NAME, None)},
             decoder_hidden_states=getattr(decoder_outputs, "hidden_states", None),
