@@ -597,6 +597,33 @@ def test_bad_inputs_are_clear_errors():
         compose_document_caches(cache, model)
 
 
+def test_question_ids_outside_the_vocabulary_and_an_empty_question_are_refused_by_name():
+    """As `encode_documents` does for the documents: a question id outside `[0, vocab_size)` is named with the
+    vocabulary size (not torch's bare `IndexError` from the embedding lookup), in `forward` (with or without document
+    caches), the bare model and `generate`; an empty question after document caches is named too (not a reshape
+    error deep in Llama's attention)."""
+    model = tiny()
+    with torch.no_grad():
+        cache = model.encode_documents(ids(6, 1))
+    question = ids(4, 2)
+    question[0, 2] = model.config.vocab_size + 9
+    vocabulary = rf"`input_ids` holds token id {model.config.vocab_size + 9}, outside the vocabulary \[0, 101\)"
+    for call in (lambda: model(question), lambda: model.model(question), lambda: model(question, document_caches=cache),
+                 lambda: model.generate(question, max_new_tokens=2),
+                 lambda: model.generate(question, document_caches=cache, max_new_tokens=2)):
+        with pytest.raises(ValueError, match=vocabulary):
+            call()
+    with pytest.raises(ValueError, match=r"`input_ids` holds token id -1"):
+        model(torch.tensor([[5, -1, 7]]))
+    empty = torch.zeros(1, 0, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"`input_ids` \(the question\) is empty \(shape \(1, 0\)\)"):
+        model.generate(empty, document_caches=cache, max_new_tokens=2)
+    with pytest.raises(ValueError, match=r"`input_ids` \(the question\) is empty"):
+        model(empty, document_caches=cache)
+    question[0, 2] = model.config.vocab_size - 1  # the last id is in the vocabulary
+    model.generate(question, document_caches=cache, max_new_tokens=2)
+
+
 def test_configs_that_are_not_one_rotary_llama_setting_are_refused_by_name():
     """`compose_document_caches(caches, config)` with a config that passed the rotary check and failed later: Gemma
     3's rotary parameters per layer type (a bare KeyError 'rope_type'), a config without `num_key_value_heads`

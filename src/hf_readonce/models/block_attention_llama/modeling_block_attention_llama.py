@@ -136,6 +136,17 @@ def _check_tensor_arguments(ids: dict, masks: dict | None = None) -> None:
             raise TypeError(f"`{name}` must hold integer token ids, got {value.dtype}.")
 
 
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._check_token_ids
+def _check_token_ids(ids, bound: int, argument: str) -> None:
+    """Raise a `ValueError` naming `argument` and the bound if a token id of `ids` is outside `[0, bound)` (called
+    when the embedding lookup fails, so the normal path costs nothing)."""
+    if torch.is_tensor(ids) and ids.numel() and not ids.is_floating_point():
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= bound:
+            raise ValueError(f"`{argument}` holds token id {low if low < 0 else high}, outside the vocabulary "
+                             f"[0, {bound}) of this model.") from None
+
+
 # Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._accepted_keywords
 @functools.cache
 def _accepted_keywords(model_class: type, method: str, passed_to: tuple = (), declared_only: bool = False) -> frozenset:
@@ -1251,7 +1262,8 @@ class BlockAttentionLlamaModel(BlockAttentionLlamaPreTrainedModel, LlamaModel):
 
         Raises:
             ValueError: `block_ids` of another shape than the input or with a non-empty cache; both
-                `past_key_values` and `cache`; a keyword of `TransformersKwargs` nothing would read
+                `past_key_values` and `cache`; a token id of `input_ids` outside `[0, vocab_size)`, naming it and the
+                vocabulary size (checked when the embedding lookup fails); a keyword of `TransformersKwargs` nothing would read
                 ([`_block_attention_unread_keywords`]): `seq_idx`, flash attention's packed-sequence arguments
                 without flash attention (or continuous batching's paged cache) or with `block_ids`,
                 `is_causal=False` with `block_ids`; `block_ids` with a paged cache (continuous batching, which
@@ -1272,9 +1284,13 @@ class BlockAttentionLlamaModel(BlockAttentionLlamaPreTrainedModel, LlamaModel):
         if block_ids is not None:
             attention_mask, position_ids = _block_attention_inputs(block_ids, input_ids, inputs_embeds, attention_mask,
                                                                    position_ids, past_key_values, self.dtype)
-        return super().forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                               inputs_embeds=inputs_embeds, use_cache=use_cache,
-                               **{_cache_name(paged): past_key_values}, **kwargs)
+        try:
+            return super().forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                                   inputs_embeds=inputs_embeds, use_cache=use_cache,
+                                   **{_cache_name(paged): past_key_values}, **kwargs)
+        except (IndexError, RuntimeError):  # torch's "index out of range": name the argument and the bound
+            _check_token_ids(input_ids, self.config.vocab_size, "input_ids")
+            raise
 
 
 class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaForCausalLM):
@@ -1561,6 +1577,8 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
         Raises:
             ValueError: `block_ids` of another shape than `input_ids`, with a non-empty cache or with
                 `document_caches`; `document_caches` with `past_key_values`; caches of another model (fingerprint);
+                a token id of `input_ids` outside `[0, vocab_size)` (as [`BlockAttentionLlamaModel.forward`]); an
+                empty question with `document_caches`;
                 both `past_key_values` and `cache`; a keyword of `TransformersKwargs` nothing would read
                 ([`_block_attention_unread_keywords`]): `seq_idx`, flash attention's packed-sequence arguments
                 without flash attention (or continuous batching's paged cache) or with `block_ids` or
@@ -1596,6 +1614,10 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
             if reference is None:
                 raise ValueError("`input_ids` (the question) are needed with `document_caches`.")
             batch_size, length = reference.shape[:2]
+            if batch_size == 0 or length == 0:
+                raise ValueError(f"`{'input_ids' if input_ids is not None else 'inputs_embeds'}` (the question) is "
+                                 f"empty (shape {tuple(reference.shape)}): at least one token is read after "
+                                 "`document_caches`.")
             if attention_mask is None:
                 attention_mask = torch.ones(batch_size, length, dtype=torch.long, device=reference.device)
             if attention_mask.shape != (batch_size, length):
@@ -1658,8 +1680,9 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
             As `generate`: the questions followed by the new tokens (the prefix is not repeated).
 
         Raises:
-            ValueError: both `input_ids` and `inputs`; `document_caches` without `input_ids`, with
-                `past_key_values` (or `cache`) or `inputs_embeds`, a question mask of another shape, caches of
+            ValueError: both `input_ids` and `inputs`; `document_caches` without `input_ids` (or with an empty
+                question), with `past_key_values` (or `cache`) or `inputs_embeds`, a question mask of another shape;
+                a token id outside `[0, vocab_size)` (naming it and the vocabulary size); caches of
                 another model (fingerprint), RoPE setting or shape, `recompute_ratio` outside [0, 1] or without
                 `document_caches`, documents and question longer together than `config.max_position_embeddings`, a
                 `cache_implementation` with `document_caches` (with the cache; "paged" with or without it).
@@ -1688,6 +1711,9 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
             return super().generate(input_ids, **kwargs)
         if input_ids is None or not torch.is_tensor(input_ids) or input_ids.ndim != 2:
             raise ValueError("`input_ids` (batch_size, question_length) are needed with `document_caches`.")
+        if input_ids.numel() == 0:
+            raise ValueError(f"`input_ids` (the question) is empty (shape {tuple(input_ids.shape)}): at least one "
+                             "token is read after `document_caches`.")
         for name in ("past_key_values", "cache", "inputs_embeds"):
             if kwargs.get(name) is not None:
                 raise ValueError(f"Pass `document_caches` or `{name}`, not both.")
