@@ -206,6 +206,34 @@ def test_left_padded_batch_generates_as_each_prompt_alone(family, num_beams):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+def test_generate_refuses_right_padded_prompts_and_names_ids_outside_the_vocabulary(family):
+    """A row padded on the right has no logits at its last column (zeros): `generate` continued it with token 0
+    whatever its text (every row right-padded: a `TypeError` inside transformers); it is refused, naming the rows
+    and the left padding that works. An id outside `[0, vocab_size)` is named with the vocabulary size in `forward`
+    and `generate` (torch's bare `IndexError` from the embedding lookup)."""
+    model = tiny(family)
+    batch = ids(2, 20, seed=5)
+    right = torch.ones_like(batch)
+    right[1, 12:] = 0
+    settings = dict(max_new_tokens=3, do_sample=False, pad_token_id=0, eos_token_id=None)
+    with torch.no_grad():
+        for mask, rows in ((right, r"\[1\]"), (torch.cat([torch.ones(2, 12), torch.zeros(2, 8)], 1).long(),
+                                                 r"\[0, 1\]")):
+            with pytest.raises(ValueError, match=rf"`attention_mask` pads row\(s\) {rows} on the right: .* pad the "
+                                                 r"prompts on the left"):
+                model.generate(batch, attention_mask=mask, **settings)
+        model.generate(batch, attention_mask=right.flip(1), **settings)  # left padding is taken
+        bad = batch.clone()
+        bad[0, 7] = 99 + 3
+        with pytest.raises(ValueError, match=r"`input_ids` holds token id 102, outside the vocabulary \[0, 99\)"):
+            model(bad)
+        with pytest.raises(ValueError, match=r"`input_ids` holds token id 102, outside the vocabulary \[0, 99\)"):
+            model.generate(bad, **settings)
+        with pytest.raises(ValueError, match=r"`input_ids` holds token id -1"):
+            model(torch.tensor([[5, -1, 7]]))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_bf16_generation_path_recurrent_vector_equals_training_path(family):
     """Issue 11 (item 3): the cached/generation path sums eq. 1 token by token, the training path once per window;
     both accumulate in float32, so in bf16 they pool the same window representation (the input of the recurrence

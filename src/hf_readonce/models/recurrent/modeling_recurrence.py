@@ -68,6 +68,17 @@ def either_cache(past_key_values, cache):
     return past_key_values if past_key_values is not None else cache
 
 
+# Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._check_token_ids
+def _check_token_ids(ids, bound: int, argument: str) -> None:
+    """Raise a `ValueError` naming `argument` and the bound if a token id of `ids` is outside `[0, bound)` (called
+    when the embedding lookup fails, so the normal path costs nothing)."""
+    if torch.is_tensor(ids) and ids.numel() and not ids.is_floating_point():
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or high >= bound:
+            raise ValueError(f"`{argument}` holds token id {low if low < 0 else high}, outside the vocabulary "
+                             f"[0, {bound}) of this model.") from None
+
+
 # Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._accepted_keywords
 @functools.cache
 def _accepted_keywords(model_class: type, method: str, passed_to: tuple = (), declared_only: bool = False) -> frozenset:
@@ -970,6 +981,8 @@ class RecurrentCausalLMMixin:
                 `TransformersKwargs` it does not read ([`_RECURRENT_UNREAD_KEYWORDS`]): `cache_position` (a stream
                 counts its own positions), `is_causal=False`, flash attention's packed-sequence arguments
                 (`cu_seq_lens_q`, ..., `seq_idx`), `output_router_logits=True`, transformers' `debug_io` options.
+            ValueError: a token id of `input_ids` outside `[0, vocab_size)`, naming it and the vocabulary size
+                (checked when the embedding lookup fails).
             TypeError: if `input_ids` / `labels` are not torch.long or torch.int32 tensors, or `logits_to_keep` not
                 an int/tensor; a keyword argument it does not take (a misspelling such as `recurrent_states=`), named
                 with the argument it probably meant.
@@ -1008,17 +1021,21 @@ class RecurrentCausalLMMixin:
             # Trainer's default `logits_to_keep=0` with labels: each window's loss is computed inside its
             # checkpointed segment and no `(T, vocab)` logits are assembled, so memory stays bounded by the window
             keep = torch.zeros_like(keep)
-        if cached:
-            loss_sum, logits, cache, state, num_windows = self._cached_stream(
-                input_ids, attention_mask, targets, keep, past_key_values, recurrent_state
-            )
-        else:
-            loss_sum, logits, state, num_windows = self._windowed_stream(
-                input_ids, attention_mask, targets, keep, recurrent_state
-            )
-            cache = None
-            if shifts is not None and logits is not None:
-                logits = _roll_rows(logits, shifts)[:, wanted] if bool(wanted.any()) else None
+        try:
+            if cached:
+                loss_sum, logits, cache, state, num_windows = self._cached_stream(
+                    input_ids, attention_mask, targets, keep, past_key_values, recurrent_state
+                )
+            else:
+                loss_sum, logits, state, num_windows = self._windowed_stream(
+                    input_ids, attention_mask, targets, keep, recurrent_state
+                )
+                cache = None
+        except (IndexError, RuntimeError):  # torch's "index out of range": name the argument and the bound
+            _check_token_ids(input_ids, self.config.vocab_size, "input_ids")
+            raise
+        if not cached and shifts is not None and logits is not None:
+            logits = _roll_rows(logits, shifts)[:, wanted] if bool(wanted.any()) else None
         loss = None
         if labels is not None:
             if num_items_in_batch is not None:
@@ -1347,7 +1364,8 @@ class RecurrentCausalLMMixin:
 
         Raises:
             ValueError: for `inputs_embeds`, or an `attention_mask` whose shape does not match the prompt (an
-                all-ones mask is otherwise dropped, so a wrong one would pass unnoticed).
+                all-ones mask is otherwise dropped, so a wrong one would pass unnoticed), or that pads a row on the
+                right (its last column 0: the row would continue from zero logits, i.e. with token 0).
         """
         past_key_values = either_cache(past_key_values, cache)
         if inputs_embeds is not None:
@@ -1358,6 +1376,12 @@ class RecurrentCausalLMMixin:
                                            or attention_mask.shape[1] != total):
             raise ValueError(f"`attention_mask` {tuple(attention_mask.shape)} does not match `input_ids` "
                              f"{tuple(input_ids.shape)}: one column per token.")
+        if attention_mask is not None and not bool(attention_mask[:, -1].bool().all()):
+            # the next token of each row is read from its last column: a padded one has no logits (zeros), so the
+            # row would continue with token 0 whatever its text
+            rows = (attention_mask[:, -1] == 0).nonzero().flatten().tolist()
+            raise ValueError(f"`attention_mask` pads row(s) {rows} on the right: `generate` continues every row after "
+                             "its last column; pad the prompts on the left (`tokenizer.padding_side = 'left'`).")
         if seen:
             input_ids = input_ids[:, seen:]
         elif next_sequence_length is not None:
