@@ -504,3 +504,32 @@ def test_a_store_path_that_is_a_link_to_a_missing_folder_is_named_as_such(tmp_pa
     with pytest.raises(ReadOnlyStoreError, match="symbolic link to .*elsewhere/store, which does not exist"):
         RepresentationStore(link)
     assert link.is_symlink() and not (tmp_path / "elsewhere").exists()
+
+
+def test_switches_given_as_strings_or_numbers_are_refused_by_name(tmp_path):
+    """`create="no"`, `readonly="false"`, `prune(quarantine="no")`: a string reads as true, so a store was created
+    where the caller said not to, opened read-only where it said writable, and `quarantine/` deleted where it said
+    no; each switch is a bool, or a `TypeError` naming it, and nothing is created or deleted."""
+    path = tmp_path / "store"
+    with pytest.raises(TypeError, match=r"`create` must be a bool, got str 'no'"):
+        RepresentationStore(path, create="no")
+    assert not path.exists()
+    store = RepresentationStore(path)
+    store.put(FP, SETTINGS, content_hash("a"), {"x": torch.ones(2)})
+    for name, value in (("readonly", "false"), ("verify_reads", 0), ("create", None)):
+        with pytest.raises(TypeError, match=rf"`{name}` must be a bool, got"):
+            RepresentationStore(path, **{name: value})
+    assert RepresentationStore(path, readonly=False, verify_reads=False).readonly is False
+    with pytest.raises(TypeError, match=r"`verify` must be a bool or None, got str 'no'"):
+        store.get(FP, SETTINGS, content_hash("a"), verify="no")
+    with pytest.raises(TypeError, match=r"`verify` must be a bool or None"):
+        store.get_many(FP, SETTINGS, [content_hash("a")], verify=1)
+    with pytest.raises(TypeError, match=r"`verify` must be a bool, got NoneType"):
+        store.read_entry(next(store.entries()), verify=None)
+    (path / "quarantine").mkdir()
+    (path / "quarantine" / "kept.bin").write_bytes(b"aside")
+    for name, value in (("quarantine", "no"), ("dry_run", "False")):
+        with pytest.raises(TypeError, match=rf"`{name}` must be a bool, got str"):
+            store.prune(**{"quarantine": True, name: value})
+    assert (path / "quarantine" / "kept.bin").read_bytes() == b"aside"
+    assert store.get(FP, SETTINGS, content_hash("a"), verify=False)["x"].tolist() == [1.0, 1.0]

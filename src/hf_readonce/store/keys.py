@@ -116,6 +116,19 @@ def check_document_hashes(document_hashes, name: str = "document_hashes") -> lis
     return [check_document_hash(h, f"{name}[{i}]") for i, h in enumerate(hashes)]
 
 
+def check_bool(value, name: str, optional: bool = False) -> bool | None:
+    """`value` if it is a `bool` (or `None` where `optional`), else a `TypeError` naming `name`: a string such as
+    `"false"` or `"no"` would read as true (a store opened writable or created where it should not be, a folder
+    deleted), a number as whatever its truth is.
+
+    Raises:
+        TypeError: `value` is not a `bool` (nor `None` where `optional`).
+    """
+    if isinstance(value, bool) or (optional and value is None):
+        return value
+    raise TypeError(f"`{name}` must be a bool{' or None' if optional else ''}, got {type(value).__name__} {value!r}.")
+
+
 def representation_key(fingerprint: str, settings: Mapping[str, Any], text_or_hash: str, *,
                        is_hash: bool = False) -> RepresentationKey:
     """The full key under which a document's representation is stored.
@@ -214,5 +227,6 @@ class DocumentEntry:
         return f"{printable(doc_id)} ({self.content_hash[:16]})" if doc_id is not None else self.content_hash[:16]
 
 
-__all__ = ["DocumentEntry", "RepresentationKey", "RepresentationSpace", "canonical_settings", "check_document_hash",
+__all__ = ["DocumentEntry", "RepresentationKey", "RepresentationSpace", "canonical_settings", "check_bool",
+           "check_document_hash",
            "check_document_hashes", "content_hash", "printable", "rank_of", "representation_key", "space_key"]

@@ -25,7 +25,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 
 from .errors import CorruptedShardError, ReadOnlyStoreError, StoreNotFoundError
-from .keys import DocumentEntry, RepresentationSpace, printable
+from .keys import DocumentEntry, RepresentationSpace, check_bool, printable
 from .manifest import (
     is_store_file,
     manifest_header_differences,
@@ -931,7 +931,8 @@ def prune_store(store, spaces=(), *, quarantine: bool = False, dry_run: bool = F
 
     Raises:
         ValueError: if neither a space nor `quarantine=True` is given, or as [`resolve_spaces`].
-        TypeError: as [`resolve_spaces`].
+        TypeError: as [`resolve_spaces`]; a `quarantine` or `dry_run` that is not a bool (a string such as `"no"`
+            would read as true).
         ReadOnlyStoreError: if the store was opened read-only, cannot be written, or no longer exists (removed or
             moved since it was opened, also one that was empty: prune never creates a store; not with `dry_run`).
         StoreNotFoundError: with `dry_run`, if no store is at the store's path any more (its folder removed or moved
@@ -939,6 +940,8 @@ def prune_store(store, spaces=(), *, quarantine: bool = False, dry_run: bool = F
     """
     import shutil
 
+    check_bool(quarantine, "quarantine")  # a string such as "no" would read as true: quarantine/ deleted
+    check_bool(dry_run, "dry_run")
     if dry_run:
         _check_still_there(store, "prune")
     if not dry_run:

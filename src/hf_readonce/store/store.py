@@ -69,6 +69,7 @@ from .keys import (
     RepresentationSpace,
     _check_fingerprint,
     canonical_settings,
+    check_bool,
     check_document_hash,
     check_document_hashes,
     printable,
@@ -345,6 +346,8 @@ class RepresentationStore:
     Raises:
         ValueError: if `path` is a file, is a non-empty directory that is not a store, or holds a store of an
             unknown format version; if `lock_timeout` is not a number (or NaN).
+        TypeError: `path` that is not a str or path; `create`, `readonly` or `verify_reads` that is not a bool (a
+            string such as `"false"` would read as true).
         StoreNotFoundError: (a `ValueError`) if the store does not exist and `create=False` or `readonly=True`.
         ReadOnlyStoreError: if the store must be created but the directory cannot be written.
 
@@ -362,9 +365,11 @@ class RepresentationStore:
                  lock_timeout: float = 600.0):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"`path` must be a str or path, got {type(path).__name__}.")
+        for name, value in (("create", create), ("readonly", readonly), ("verify_reads", verify_reads)):
+            check_bool(value, name)
         self.path = Path(path).expanduser().absolute()
-        self.readonly = bool(readonly)
-        self.verify_reads = bool(verify_reads)
+        self.readonly = readonly
+        self.verify_reads = verify_reads
         if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float)) or math.isnan(lock_timeout):
             raise ValueError(f"`lock_timeout` must be a number of seconds (negative or `math.inf`: wait as long as it "
                              f"takes, as filelock's -1), got {lock_timeout!r}.")
@@ -985,8 +990,9 @@ class RepresentationStore:
 
         Raises:
             CorruptedShardError: if the shard is unreadable or the document's checksum or shapes do not match.
+            TypeError: a `verify` that is not a bool.
         """
-        return self._read(entry, verify)
+        return self._read(entry, check_bool(verify, "verify"))
 
     @property
     def loaded_manifests(self) -> list[str]:
@@ -1011,7 +1017,9 @@ class RepresentationStore:
         Raises:
             RepresentationMismatchError, MissingRepresentationError: see [`entry`].
             CorruptedShardError: if the shard is unreadable or the document's checksum does not match.
+            TypeError: a `verify` that is neither a bool nor None.
         """
+        check_bool(verify, "verify", optional=True)
         entry = self.entry(fingerprint, settings, document_hash)
         tensors = self._read(entry, self.verify_reads if verify is None else verify)
         if device is not None:
@@ -1025,8 +1033,10 @@ class RepresentationStore:
 
         Raises:
             As [`get`], on the first failing document.
-            TypeError: a single string instead of a list (it would be read as one hash per character).
+            TypeError: a single string instead of a list (it would be read as one hash per character); a `verify`
+                that is neither a bool nor None.
         """
+        check_bool(verify, "verify", optional=True)
         document_hashes = check_document_hashes(document_hashes)
         return [self.get(fingerprint, settings, h, device=device, verify=verify) for h in document_hashes]
 
@@ -1230,6 +1240,7 @@ class RepresentationStore:
         Raises:
             ValueError: nothing to prune, or a space key that names no space (or several) of this store.
             ReadOnlyStoreError: if the store cannot be written (not with `dry_run=True`).
+            TypeError: a `quarantine` or `dry_run` that is not a bool.
         """
         return prune_store(self, spaces, quarantine=quarantine, dry_run=dry_run)
 
