@@ -533,3 +533,17 @@ def test_fill_store_refuses_a_mapping_of_documents(tmp_path, tokenizer):
     fingerprint, settings = adapter.model.representation_fingerprint(), adapter.settings()
     assert [store.get_meta(fingerprint, settings, content_hash(text))["id"] for text in documents.values()] == \
         ["d0", "d1"]
+
+
+def test_encode_missing_and_on_batch_of_the_wrong_type_are_refused_before_anything_is_written(tmp_path, tokenizer):
+    """`encode_missing="no"` read as true, so a task wrote into the store it was told only to read; an `on_batch`
+    that is not callable failed with Python's bare "object is not callable" once the first batch was encoded."""
+    model = tiny_model()
+    model.config.max_passage_length, model.config.doc_stride = 32, 8
+    store = RepresentationStore(tmp_path / "s")
+    rows = [{"id": "q", "question": "What is by the river?", "context": "A mill stands by the river Ash."}]
+    with pytest.raises(TypeError, match=r"`encode_missing` must be a bool, got str 'no'"):
+        answer_from_store(model, tokenizer, store, rows, encode_missing="no", max_passage_length=32, doc_stride=8)
+    with pytest.raises(TypeError, match=r"`on_batch` must be a callable .* got int"):
+        fill_store(DeformerBertAdapter(model, tokenizer), store, [rows[0]["context"]], on_batch=5)
+    assert len(RepresentationStore(tmp_path / "s")) == 0

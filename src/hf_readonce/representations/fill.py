@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..store import RepresentationStore, content_hash, rank_of
+from ..store.keys import check_bool
 from ..store.shards import DEFAULT_SHARD_SIZE_BYTES, resolve_dtype
 from ..store.store import check_store_argument
 from .base import DocumentError, check_positive_ints, current_fingerprint, documents_cut_each_of
@@ -102,7 +103,7 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
             mapping such as `{id: text}` (its keys would be read as the documents: pass `.items()`); a document that
             is not a string (naming it); `rank`, `num_processes` or `documents_per_batch` not an int; `store` not a
             [`RepresentationStore`], `adapter` not an adapter (e.g. the model itself); a `model_name` that is not a
-            str.
+            str; an `on_batch` that is not callable (before any model work).
         ValueError: `num_processes` < 1, `rank` outside [0, num_processes), `documents_per_batch` < 1, bad dtype; a
             tuple that is not `(id, text)` (naming its position); a `fingerprint` that is not the adapter's model's
             (stale, or another model's); an adapter whose `documents_cut_each` gives not one flag per document (the
@@ -124,6 +125,9 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
     if not 0 <= rank < num_processes:
         raise ValueError(f"`rank` must be in [0, num_processes={num_processes}), got {rank}.")
     check_store_argument(store)
+    if on_batch is not None and not callable(on_batch):
+        raise TypeError(f"`on_batch` must be a callable (it is called with the running `EncodeStats`) or None, got "
+                        f"{type(on_batch).__name__}.")
     if not all(callable(getattr(adapter, name, None)) for name in ("encode", "settings", "num_tokens")):
         raise TypeError(f"`adapter` must be a representation adapter, got {type(adapter).__name__} (build one with "
                         "`hf_readonce.representations.get_adapter(model, tokenizer)`).")
@@ -387,10 +391,12 @@ def ensure_stored(adapter, store: RepresentationStore, texts: Sequence[str], *, 
         ValueError: a `fingerprint` that is not the adapter's model's (stale, or another model's); with
             `encode_missing`, texts the adapter cannot encode (counted, the first named with the reason, e.g. no
             token after tokenization; [`fill_store`] sets them aside and stores the others).
+        TypeError: an `encode_missing` that is not a bool, before anything is looked up or written.
     """
     from ..store import MissingRepresentationError, RepresentationMismatchError
     from ..store.maintenance import unindexed_note
 
+    check_bool(encode_missing, "encode_missing")  # a string such as "no" would read as true: the store written
     fingerprint = given_or_current_fingerprint(adapter, fingerprint)
     settings = adapter.settings()
     hashes = {text: content_hash(text) for text in texts}
