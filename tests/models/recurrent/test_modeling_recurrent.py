@@ -233,6 +233,46 @@ def test_generate_refuses_right_padded_prompts_and_names_ids_outside_the_vocabul
             model(torch.tensor([[5, -1, 7]]))
 
 
+class ScalarReads(TorchDispatchMode):
+    """Counts the tensor values read back to Python (`bool(t)`, `.item()`, `.tolist()`): each one waits for the
+    device on GPU."""
+
+    def __init__(self):
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten._local_scalar_dense.default:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_right_padding_is_looked_for_in_the_prompt_not_at_each_decoding_step(family):
+    """`prepare_inputs_for_generation` runs at every decoding step: the right-padding refusal reads the prompt's
+    mask at the first step only (a decoding step appends real columns), so a step of a left-padded batch reads no
+    tensor value back (each read is a device sync on GPU); a stream continued with a right-padded prompt is still
+    refused at its first step."""
+    model = tiny(family)
+    batch = ids(2, 12, seed=5)
+    left = torch.ones_like(batch)
+    left[1, :5] = 0
+    cache = RecurrentCache(config=model.config)
+    with torch.no_grad():
+        model(batch, attention_mask=left, past_key_values=cache, use_cache=True)
+    assert cache.rows is not None and cache.tokens_seen == 12
+    grown = torch.cat([batch, torch.tensor([[7], [8]])], 1)
+    mask = torch.cat([left, torch.ones(2, 1, dtype=left.dtype)], 1)
+    reads = ScalarReads()
+    with reads:
+        inputs = model.prepare_inputs_for_generation(grown, next_sequence_length=1, past_key_values=cache,
+                                                     attention_mask=mask, use_cache=True)
+    assert reads.count == 0 and inputs["input_ids"].tolist() == [[7], [8]]
+    mask[0, -1] = 0
+    with pytest.raises(ValueError, match=r"`attention_mask` pads row\(s\) \[0\] on the right"):
+        model.prepare_inputs_for_generation(grown, past_key_values=cache, attention_mask=mask, is_first_iteration=True)
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_bf16_generation_path_recurrent_vector_equals_training_path(family):
     """Issue 11 (item 3): the cached/generation path sums eq. 1 token by token, the training path once per window;

@@ -1365,7 +1365,9 @@ class RecurrentCausalLMMixin:
         Raises:
             ValueError: for `inputs_embeds`, or an `attention_mask` whose shape does not match the prompt (an
                 all-ones mask is otherwise dropped, so a wrong one would pass unnoticed), or that pads a row on the
-                right (its last column 0: the row would continue from zero logits, i.e. with token 0).
+                right (its last column 0: the row would continue from zero logits, i.e. with token 0), or holds
+                a row of padding only; checked on the prompt (the first step, or a stream's first tokens), not at
+                each decoding step.
         """
         past_key_values = either_cache(past_key_values, cache)
         if inputs_embeds is not None:
@@ -1376,12 +1378,14 @@ class RecurrentCausalLMMixin:
                                            or attention_mask.shape[1] != total):
             raise ValueError(f"`attention_mask` {tuple(attention_mask.shape)} does not match `input_ids` "
                              f"{tuple(input_ids.shape)}: one column per token.")
-        if attention_mask is not None and not bool(attention_mask[:, -1].bool().all()):
+        if attention_mask is not None and (not seen or is_first_iteration) and not bool(attention_mask[:, -1].all()):
             # the next token of each row is read from its last column: a padded one has no logits (zeros), so the
-            # row would continue with token 0 whatever its text
+            # row would continue with token 0 whatever its text. Checked on the prompt only (later steps append
+            # real columns), so that no decoding step waits on the device for it
             rows = (attention_mask[:, -1] == 0).nonzero().flatten().tolist()
             raise ValueError(f"`attention_mask` pads row(s) {rows} on the right: `generate` continues every row after "
-                             "its last column; pad the prompts on the left (`tokenizer.padding_side = 'left'`).")
+                             "its last column; pad the prompts on the left (`tokenizer.padding_side = 'left'`) and give "
+                             "every row a token at least.")
         if seen:
             input_ids = input_ids[:, seen:]
         elif next_sequence_length is not None:
