@@ -1585,3 +1585,23 @@ def test_question_and_decoder_ids_outside_the_vocabulary_or_not_2d_are_refused_b
     with pytest.raises(ValueError, match=r"`input_ids` must be a non-empty .* got shape \(2, 0\)"):
         model(tokens(2, 5)[:, :0], document_representations=docs, decoder_input_ids=tokens(2, 3))
     model(tokens(2, 5), document_representations=docs, decoder_input_ids=torch.tensor([[2, 98], [2, 0]]))  # in range
+
+
+def test_one_text_of_1d_ids_is_refused_by_name_without_decoder_inputs():
+    """`forward` without decoder inputs shifts the question ids (or the labels) into the decoder's, as BART: 1-D or
+    empty ids are named there too (BART's shift raised a bare `IndexError`), as `generate` and the encoder name
+    them."""
+    model = tiny()
+    docs = model.encode_documents(tokens(2, 16))
+    question = tokens(2, 5, seed=2)
+    shape = r"must be a non-empty \(batch_size, text_length\) tensor, got shape"
+    for call, name, got in ((lambda: model(question[0], document_representations=docs), "input_ids", r"\(5,\)"),
+                            (lambda: model.model(question[:, :0], document_representations=docs), "input_ids",
+                             r"\(2, 0\)"),
+                            (lambda: model(question, document_representations=docs, labels=tokens(2, 3)[0]),
+                             "labels", r"\(3,\)"),
+                            (lambda: model(question, document_representations=docs, labels=tokens(2, 3)[:, :0]),
+                             "labels", r"\(2, 0\)")):
+        with pytest.raises(ValueError, match=rf"`{name}` {shape} {got}"):
+            call()
+    assert model(question, document_representations=docs, labels=tokens(2, 3)).loss is not None

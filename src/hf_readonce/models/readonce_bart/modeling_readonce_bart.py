@@ -387,6 +387,15 @@ def _check_text_inputs(input_ids, attention_mask, input_name: str = "input_ids",
                          f"{tuple(input_ids.shape)}.")
 
 
+def _check_batch_of_texts(value, name: str, dims: int = 2) -> None:
+    """Raise a `ValueError` naming `name` unless `value` (a tensor, or `None`) has `dims` dimensions and neither an
+    empty batch nor an empty text: `(batch_size, text_length)` ids, `(batch_size, text_length, d_model)` embeddings
+    (1-D ids of one text would otherwise fail as a bare `IndexError` in BART's shift or a reshape error)."""
+    if torch.is_tensor(value) and (value.dim() != dims or value.shape[0] == 0 or value.shape[1] == 0):
+        axes = "batch_size, text_length" + (", d_model" if dims == 3 else "")
+        raise ValueError(f"`{name}` must be a non-empty ({axes}) tensor, got shape {tuple(value.shape)}.")
+
+
 def _check_decoder_batch(decoder_input_ids, decoder_inputs_embeds, encoder_hidden_states,
                          max_positions: int | None = None) -> None:
     """Raise a `ValueError` when the decoder rows (`labels` / `decoder_input_ids`) and the encoder's batch
@@ -1150,12 +1159,9 @@ class ReadOnceBartEncoder(BartEncoder):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Pass exactly one of `input_ids` or `inputs_embeds`.")
         _check_text_inputs(input_ids, attention_mask)
-        given, name, dims = ((input_ids, "input_ids", 2) if input_ids is not None
-                             else (inputs_embeds, "inputs_embeds", 3))
-        if given.dim() != dims or given.shape[0] == 0 or given.shape[1] == 0:
-            axes = "batch_size, text_length" + (", d_model" if dims == 3 else "")
-            raise ValueError(f"`{name}` must be a non-empty ({axes}) tensor, got shape {tuple(given.shape)}.")
-        length = given.shape[1]
+        _check_batch_of_texts(input_ids, "input_ids")
+        _check_batch_of_texts(inputs_embeds, "inputs_embeds", dims=3)
+        length = (input_ids if input_ids is not None else inputs_embeds).shape[1]
         if length > self.config.max_position_embeddings:
             raise ValueError(f"`{'input_ids' if input_ids is not None else 'inputs_embeds'}` hold {length} tokens, "
                              f"more than the model's {self.config.max_position_embeddings}"
@@ -1344,7 +1350,8 @@ class ReadOnceBartModel(ReadOnceBartPreTrainedModel, BartModel):
                 keyword argument it does not take (a misspelling such as `encoder_output=`), named with the argument
                 it probably meant; `encoder_outputs` that are a [`ReadOnceDocumentEncoderOutput`] (representations,
                 which go in as `document_representations`).
-            ValueError: as [`ReadOnceBartEncoder.forward`]; neither decoder inputs nor `input_ids`; decoder rows
+            ValueError: as [`ReadOnceBartEncoder.forward`] (`input_ids` not 2-D or empty, also before they are
+                shifted into the decoder's inputs); neither decoder inputs nor `input_ids`; decoder rows
                 that do not match the encoder's batch; a decoder token id outside `[0, vocab_size)`, naming it and the
                 vocabulary size (checked when the embedding lookup fails); both `past_key_values` and `cache`; `token_type_ids` marking a
                 second segment; a keyword of `TransformersKwargs` it does not read ([`_BART_MODEL_UNREAD_KEYWORDS`]:
@@ -1364,6 +1371,7 @@ class ReadOnceBartModel(ReadOnceBartPreTrainedModel, BartModel):
             if input_ids is None:
                 raise ValueError("Pass `decoder_input_ids` or `decoder_inputs_embeds`, or `input_ids` (shifted "
                                  "right into the decoder's inputs, as in BART).")
+            _check_batch_of_texts(input_ids, "input_ids")  # before BART's shift reads its second axis
             decoder_input_ids = shift_tokens_right(input_ids, self.config.pad_token_id,
                                                    self.config.decoder_start_token_id)
         if isinstance(encoder_outputs, (tuple, list)):  # the encoder's `return_dict=False` output, or BART's
@@ -1690,6 +1698,7 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
             ValueError: representations from another document encoder, of the wrong hidden size or batch; both
                 representations and document tokens given; both `past_key_values` and `cache`; a mask whose shape
                 differs from its ids'; `labels` / `decoder_input_ids` with another number of rows than the input;
+                `input_ids` or `labels` that are not 2-D or are empty (as [`ReadOnceBartEncoder.forward`]);
                 `token_type_ids` marking a second segment ([`_check_no_token_types`]); a keyword of
                 `TransformersKwargs` it does not read ([`_BART_UNREAD_KEYWORDS`]): `position_ids`, `is_causal`,
                 `logits_to_keep` other than 0, flash attention's packed-sequence arguments (`cu_seq_lens_q`, ...,
@@ -1709,6 +1718,7 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
                                  "document_input_attention_mask": document_input_attention_mask})
         _check_representations_type(document_representations)
         _check_text_inputs(labels, None, "labels")
+        _check_batch_of_texts(labels, "labels")
         past_key_values = _either_cache(past_key_values, cache)
         if document_input_ids is not None:
             document_representations = self._encode_document_tokens(
