@@ -1605,3 +1605,20 @@ def test_one_text_of_1d_ids_is_refused_by_name_without_decoder_inputs():
         with pytest.raises(ValueError, match=rf"`{name}` {shape} {got}"):
             call()
     assert model(question, document_representations=docs, labels=tokens(2, 3)).loss is not None
+
+
+def test_1d_or_empty_decoder_inputs_are_refused_by_name():
+    """1-D or empty `decoder_input_ids` / `decoder_inputs_embeds` are named (BART raised a bare `ValueError` while
+    unpacking their shape, or a reshape error); a decoding step's `(batch, 1)` ids still run."""
+    model = tiny()
+    docs = model.encode_documents(tokens(2, 16))
+    question = tokens(2, 5, seed=2)
+    shape = r"must be a non-empty \(batch_size, text_length(, d_model)?\) tensor, got shape"
+    embeds = torch.zeros(2, 3, TINY["d_model"])
+    for kwargs, name, got in (({"decoder_input_ids": tokens(2, 3)[0]}, "decoder_input_ids", r"\(3,\)"),
+                              ({"decoder_input_ids": tokens(2, 3)[:, :0]}, "decoder_input_ids", r"\(2, 0\)"),
+                              ({"decoder_inputs_embeds": embeds[0]}, "decoder_inputs_embeds", r"\(3, \d+\)"),
+                              ({"decoder_inputs_embeds": embeds[:, :0]}, "decoder_inputs_embeds", r"\(2, 0, \d+\)")):
+        with pytest.raises(ValueError, match=rf"`{name}` {shape} {got}"):
+            model(question, document_representations=docs, **kwargs)
+    assert model(question, document_representations=docs, decoder_input_ids=tokens(2, 1)).logits.shape[:2] == (2, 1)

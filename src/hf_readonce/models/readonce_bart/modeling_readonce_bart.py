@@ -1351,8 +1351,9 @@ class ReadOnceBartModel(ReadOnceBartPreTrainedModel, BartModel):
                 it probably meant; `encoder_outputs` that are a [`ReadOnceDocumentEncoderOutput`] (representations,
                 which go in as `document_representations`).
             ValueError: as [`ReadOnceBartEncoder.forward`] (`input_ids` not 2-D or empty, also before they are
-                shifted into the decoder's inputs); neither decoder inputs nor `input_ids`; decoder rows
-                that do not match the encoder's batch; a decoder token id outside `[0, vocab_size)`, naming it and the
+                shifted into the decoder's inputs); neither decoder inputs nor `input_ids`; `decoder_input_ids`
+                that are not 2-D (`decoder_inputs_embeds` not 3-D) or are empty; decoder rows that do not match the
+                encoder's batch; a decoder token id outside `[0, vocab_size)`, naming it and the
                 vocabulary size (checked when the embedding lookup fails); both `past_key_values` and `cache`; `token_type_ids` marking a
                 second segment; a keyword of `TransformersKwargs` it does not read ([`_BART_MODEL_UNREAD_KEYWORDS`]:
                 those of [`ReadOnceBartForConditionalGeneration.forward`], and `num_items_in_batch`: no loss here).
@@ -1384,6 +1385,8 @@ class ReadOnceBartModel(ReadOnceBartPreTrainedModel, BartModel):
         cross_mask = getattr(encoder_outputs, "attention_mask", None)
         if cross_mask is None:
             cross_mask = attention_mask
+        _check_batch_of_texts(decoder_input_ids, "decoder_input_ids")  # BART would fail unpacking their shape
+        _check_batch_of_texts(decoder_inputs_embeds, "decoder_inputs_embeds", dims=3)
         _check_decoder_batch(decoder_input_ids, decoder_inputs_embeds, encoder_outputs[0],
                              self.config.max_position_embeddings)
         representations = getattr(encoder_outputs, "document_representations", None)
@@ -1698,7 +1701,8 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
             ValueError: representations from another document encoder, of the wrong hidden size or batch; both
                 representations and document tokens given; both `past_key_values` and `cache`; a mask whose shape
                 differs from its ids'; `labels` / `decoder_input_ids` with another number of rows than the input;
-                `input_ids` or `labels` that are not 2-D or are empty (as [`ReadOnceBartEncoder.forward`]);
+                `input_ids`, `labels` or `decoder_input_ids` that are not 2-D or are empty (as
+                [`ReadOnceBartEncoder.forward`]);
                 `token_type_ids` marking a second segment ([`_check_no_token_types`]); a keyword of
                 `TransformersKwargs` it does not read ([`_BART_UNREAD_KEYWORDS`]): `position_ids`, `is_causal`,
                 `logits_to_keep` other than 0, flash attention's packed-sequence arguments (`cu_seq_lens_q`, ...,
