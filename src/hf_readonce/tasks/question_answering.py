@@ -30,6 +30,7 @@ from ..representations.deformer_bert import (
     split_passages,
     tokenize_questions,
 )
+from ..store.keys import check_bool
 from .jsonl import field_problem, read_jsonl
 
 
@@ -423,8 +424,7 @@ def check_decoding_arguments(n_best_size=20, max_answer_length=30, allow_no_answ
         ValueError: a count < 1, a NaN threshold, or two examples with the same id (named).
     """
     check_positive_ints({"n_best_size": n_best_size, "max_answer_length": max_answer_length})
-    if not isinstance(allow_no_answer, bool):
-        raise TypeError(f"`allow_no_answer` must be a bool, got {type(allow_no_answer).__name__} {allow_no_answer!r}.")
+    check_bool(allow_no_answer, "allow_no_answer")
     if isinstance(null_score_diff_threshold, bool) or not isinstance(null_score_diff_threshold, (int, float)):
         raise TypeError(f"`null_score_diff_threshold` must be a number, got "
                         f"{type(null_score_diff_threshold).__name__} {null_score_diff_threshold!r}.")

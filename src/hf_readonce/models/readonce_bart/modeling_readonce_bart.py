@@ -994,8 +994,7 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
         output_attentions = _output_switch("output_attentions", output_attentions, config)
         output_hidden_states = _output_switch("output_hidden_states", output_hidden_states, config)
         _check_tensor_arguments({"input_ids": input_ids}, {"attention_mask": attention_mask})
-        if input_ids.dim() != 2 or input_ids.shape[1] == 0 or input_ids.shape[0] == 0:
-            raise ValueError(f"`input_ids` must be a non-empty (batch, length) tensor, got {tuple(input_ids.shape)}.")
+        _check_batch_of_texts(input_ids, "input_ids")
         k = config.compression_ratio if compression_ratio is None else compression_ratio
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError(f"`compression_ratio` must be a positive int, got {compression_ratio!r}.")
