@@ -596,11 +596,8 @@ class RepresentationStore:
                 raise ReadOnlyStoreError(f"cannot create the store at {self.path} anew: {error}") from None
             taken = self._acquire_unless_gone()
             if taken is None:
-                continue  # the folder was renamed away again while this process waited for its lock
+                continue  # the folder was renamed away again while this process waited for its lock, or before
             lock, made = taken
-            if not _holds_lock_file(lock._inner, self.path / ".lock"):
-                lock.release()
-                continue  # the folder was renamed away again before the lock was taken
             try:
                 if not os.path.lexists(marker):  # else another process has just created it
                     self._refuse_unless_empty(lock_held=True)
@@ -672,11 +669,9 @@ class RepresentationStore:
             self.check_writable(layout=layout, recreate=recreate)
             taken = self._acquire_unless_gone()
             if taken is None:
-                continue  # renamed away while this process waited for its lock: created anew by the next round
+                continue  # renamed away while this process waited for its lock, or before it took it: looked at
+                # again (and created anew) by the next round
             lock, made = taken
-            if not _holds_lock_file(lock._inner, self.path / ".lock"):
-                lock.release()
-                continue  # renamed away before the lock was taken: looked at again by the next round
             if not os.path.lexists(self.path / "store.json"):
                 # moved or removed after the check: the `.lock` (and the folder) taking the lock made go again, and
                 # the next round creates the store anew or says that it no longer exists
@@ -702,7 +697,9 @@ class RepresentationStore:
         writes nothing); `None` where the store's folder is gone by the time a try opens the lock file (filelock makes the
         lock file's folder before its first try only, and raises `FileNotFoundError` on a later one: the folder was
         renamed away by [`hf_readonce.store.maintenance.remove_empty_store`], which held the lock, while this process
-        waited), or while filelock makes that folder (`FileExistsError`: there when tried, gone when looked at)."""
+        waited), or while filelock makes that folder (`FileExistsError`: there when tried, gone when looked at), or
+        where the lock file it holds is no longer the one at the path ([`_holds_lock_file`]: the folder was renamed
+        away before the lock was taken; the lock is released)."""
         lock = self.lock()
         with _FolderLook(self.path) as before:
             lock_there = os.path.lexists(self.path / ".lock")
@@ -711,6 +708,9 @@ class RepresentationStore:
             except (FileNotFoundError, FileExistsError):  # the caller looks again and creates the store anew, or
                 return None  # refuses (a file at the path), a few times at most
             replaced = before.replaced()
+        if not _holds_lock_file(lock._inner, self.path / ".lock"):
+            lock.release()
+            return None
         # a folder made where nothing was is filelock's (it makes the lock file's folder as it starts); one that took
         # the place of the folder looked at may be the user's (`mv`, then `mkdir`, while the lock was waited for)
         return lock, (replaced and not before.found, replaced or not lock_there)
