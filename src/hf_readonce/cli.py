@@ -778,7 +778,7 @@ def _access_refused(error: PermissionError, paths: dict) -> str:
             if not isinstance(given, str) or not given:
                 continue
             top = Path(given).expanduser().absolute()
-            if (refused == top or top in refused.parents) and (best is None or len(top.parts) > best[0]):
+            if refused.is_relative_to(top) and (best is None or len(top.parts) > best[0]):
                 best = (len(top.parts), option, given)
     if best is not None:
         _, option, given = best
@@ -1245,7 +1245,7 @@ def _store_raised(error: OSError, store_path) -> bool:
     name = _error_file(error)
     if name is not None:
         file, top = Path(name).expanduser(), Path(store_path).expanduser()
-        return (file.absolute() == top.absolute() or top.absolute() in file.absolute().parents
+        return (file.absolute().is_relative_to(top.absolute())
                 or Path(os.path.realpath(file)).is_relative_to(os.path.realpath(top)))
     import traceback
 
