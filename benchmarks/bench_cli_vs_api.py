@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """`hf-readonce encode` / `answer` against the Python API (`fill_store` / `answer_from_store`), side by side.
 
-Issue 38's goals: on the first `--questions` (default 300) Disfl-QA validation questions and their distinct
+The goals: on the first `--questions` (default 300) Disfl-QA validation questions and their distinct
 passages, with the shipped reference DeFormer,
 
 - `hf-readonce encode MODEL --documents P.jsonl --store S` (a new process each time, start-up, model loading and

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Per-document KV caches for decoder LLMs (issue 15): a question over retrieved passages answered from the full
+"""Per-document KV caches for decoder LLMs: a question over retrieved passages answered from the full
 prompt vs from the passages' stored caches, composed in front of the question. Everything side by side in one run:
 
 1. Time to first token (TTFT) and total answer time, one question at a time (batch 1, the RAG latency case):
@@ -47,7 +47,7 @@ Bounds (what the figures can reach; printed and in the JSON):
     python benchmarks/bench_kv_cache.py --json runs/bench_kv_cache.json       # SmolLM2-135M, 2 threads (minutes)
     python benchmarks/bench_kv_cache.py --tiny                                 # smoke test, seconds
 
-Goal (issue 15): >= 5x faster TTFT with at most 10% of it spent reading the store; load >= 20x faster than recompute.
+Goal: >= 5x faster TTFT with at most 10% of it spent reading the store; load >= 20x faster than recompute.
 """
 
 from __future__ import annotations

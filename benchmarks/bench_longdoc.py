@@ -1,10 +1,10 @@
 #!/usr/bin/env python
-"""Speed and memory of LongDoc BART's encoder attention types against full attention and transformers' LED
-(issue 13, "Measured"): encoder forward and one training step at 1k, 4k and 16k input tokens, bart-base dimensions,
+"""Speed and memory of LongDoc BART's encoder attention types against full attention and transformers' LED:
+encoder forward and one training step at 1k, 4k and 16k input tokens, bart-base dimensions,
 random weights, 2 threads. Every ratio to full attention is printed beside its FLOP bound, computed from the
 dimensions (the feed-forward and projection FLOPs stay, so the bound is well below n / (2r + 1)).
 
-    PYTHONPATH=src python benchmarks/bench_longdoc.py                       # the issue's table (long: hours on CPU)
+    PYTHONPATH=src python benchmarks/bench_longdoc.py                       # the full table (long: hours on CPU)
     PYTHONPATH=src python benchmarks/bench_longdoc.py --lengths 64,128 --d_model 32 --heads 2 --ffn 64 \\
         --layers 1 --radius 4 --in_process                                  # smoke run, seconds
 

@@ -2,7 +2,7 @@
 """ReadTwice-BERT vs `BertForQuestionAnswering` reading the same segments: forward and training-step time, parameter
 count, the read-once variant's questions per second, and (optionally) peak memory on a whole Austen novel.
 
-Paper figure (§4.1): ReadTwice is about 30% slower than its base model and has 12% more parameters. Issue goal:
+Paper figure (§4.1): ReadTwice is about 30% slower than its base model and has 12% more parameters. Goal:
 <= 1.3x time.
 
 Shapes: bert-base dimensions (12 layers, hidden 768), random weights (speed does not depend on weight values),

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Peak memory of the recurrent Llama at SmolLM2-135M size (random weights): bounded by the window, not the stream.
 
-Issue 11, item 2. Two measurements, each point in a fresh subprocess (the model is built, its gradient buffers
+Two measurements, each point in a fresh subprocess (the model is built, its gradient buffers
 allocated where a step trains, the Linux peak-RSS counter VmHWM is reset, then the measured work runs; reported:
 the peak resident MiB and the increment over the loaded model):
 

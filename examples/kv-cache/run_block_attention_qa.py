@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Fine-tune SmolLM2-135M (or any Llama checkpoint) as a block-attention Llama for generative QA over retrieved
-passages, then answer from composed per-document KV caches (issue 15, the quality rows).
+passages, then answer from composed per-document KV caches (the quality rows).
 
 Each Quoref question comes with its own passage and `--num_distractors` (3) other passages of the same split
 (deterministic: seeded by `--distractor_seed` and the question id), its passage at a random position among them.
@@ -18,7 +18,7 @@ Scores (SQuAD EM/F1 on the validation rows) are printed beside the always-empty 
 question's own passage) baselines, and written with the run's settings to
 `<output_dir>/block_attention_qa_results.json`; predictions to `<output_dir>/predictions_<mode>.jsonl`.
 
-The issue's three rows (same budget for each). Measured on a lent H100 (README, `benchmarks/results/
+The three rows (same budget for each). Measured on a lent H100 (README, `benchmarks/results/
 block_attention_qa_h100/`), F1 on all 1,299 Quoref validation questions: full attention from the full prompt 34.44,
 the same model from composed caches 26.15, the block-attention fine-tune from composed caches 35.73 (first span
 10.34, always-empty 0.00):

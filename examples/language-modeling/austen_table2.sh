@@ -2,7 +2,7 @@
 # Table 2 on Jane Austen with SmolLM2-135M: baseline vs recurrent, same budget (50 steps x 1,024 tokens), window 128.
 # Protocol of the paper (§4.2, §5): the baseline is trained once and evaluated at overlaps 0, 5 and 30; a recurrent
 # model is trained at the overlap it is tested with, so every recurrent row is three runs (one per overlap).
-# STEPS=2000 bash examples/language-modeling/austen_table2.sh   # the issue-11 budget (GPU: drop --use_cpu)
+# STEPS=2000 bash examples/language-modeling/austen_table2.sh   # the full budget (GPU: drop --use_cpu)
 set -e
 STEPS=${STEPS:-50}
 OVERLAPS=${OVERLAPS:-"0 5 30"}

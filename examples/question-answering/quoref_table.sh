@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's Quoref table (issue 11, item 9): full fine-tune vs DeFormer k = 4 with and without KD + LRS, every row
+# The README's Quoref table: full fine-tune vs DeFormer k = 4 with and without KD + LRS, every row
 # from all-MiniLM-L6-v2 with the same budget (STEPS steps of 16 windows on quoref/train.jsonl), all 1,299 validation
 # questions scored. Row 3's teacher is row 1. Each run writes <OUT>/<row>/eval_results.json (with the baselines),
 # recorded with its command, step count and hardware as <OUT>/<row>.json; copied to benchmarks/results/quoref_table/,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The ReadTwice Quoref table (issue 12): the segment-independent MiniLM baseline with global normalisation,
+# The ReadTwice Quoref table: the segment-independent MiniLM baseline with global normalisation,
 # ReadTwice-CLS, -STS, -E, -E(SS) and -E read-once, every row from the packaged all-MiniLM-L6-v2 with the same budget
 # (STEPS steps of BATCH questions, each cut into 128-token segments with overlap 32), all 1,299 validation questions
 # scored beside the no-learning baselines. Each run writes <OUT>/<row>/readtwice_results.json; the command of each row

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""LongDoc BART on long-document summarization (issue 13): BART with the neighborhood or convolutional encoder
+"""LongDoc BART on long-document summarization: BART with the neighborhood or convolutional encoder
 attention of Kosaraju, Ang and Nabulsi's report (§2.3), trained with `Seq2SeqTrainer` and scored on every
 validation row with ROUGE-1/2/L and perplexity, lead-1 and lead-3 beside.
 

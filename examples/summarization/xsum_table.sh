@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 13's quality table: LongDoc BART with full, neighborhood (r = 100), convolutional (kernel 3, stride 3) and
+# The quality table: LongDoc BART with full, neighborhood (r = 100), convolutional (kernel 3, stride 3) and
 # convolutional-per-head encoder attention, every row warm-started from the packaged all-MiniLM-L6-v2 (bert_to_bart)
 # with the same budget (STEPS steps of BATCH XSum train documents, up to 1,024 tokens each), all 205 validation
 # documents scored (ROUGE-1/2/L, perplexity, lead-1/lead-3 beside). Each run writes
