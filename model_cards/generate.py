@@ -16,7 +16,7 @@ Generated (every figure read from the files named in `SOURCES`):
                                     the run's command and train figures)
   - block-attention-smollm2-135m-quoref.md <- benchmarks/results/block_attention_qa_h100/{run,train_full,train_block,
                                     eval_full_full,eval_full_stored,eval_block_full,eval_block_stored}.json (the
-                                    issue-15 quality rows of examples/kv-cache/run_block_attention_qa.py on a lent H100)
+                                    quality rows of examples/kv-cache/run_block_attention_qa.py on a lent H100)
 
   - longdoc-bart-minilm-xsum.md <- benchmarks/results/xsum_table/{run,full,neighborhood,convolutional,
                                     convolutional_per_head}.json (examples/summarization/xsum_table.sh's four rows),
@@ -107,7 +107,7 @@ def reference_card():
                      f"{f['calibration_questions_held_out']:,} held out for threshold calibration, "
                      f"{f['features']:,} features" for n, f in stage3["features"].items())
     budget = (f"stage 1: {stage1['stopped_at_step']} of {stage1['scheduled_steps']} scheduled steps on Disfl-QA + "
-              f"Quoref ({_f(stage1['epochs_seen'])} epoch; stopped when a session's time ran out), stage 2: "
+              f"Quoref ({_f(stage1['epochs_seen'])} epoch; the rest of that schedule not run), stage 2: "
               f"{stage2['global_step']} steps (2 epochs) on Disfl-QA alone, stage 3: {stage3['global_step']} steps "
               f"({stage3['epochs']} epochs) on Disfl-QA + Quoref, each from the previous stage's weights with a fresh "
               f"linear schedule. Batch {stage3['batch_size']}, lr {stage3['learning_rate']:g}, "
