@@ -659,6 +659,15 @@ def block_attention() -> list[str]:
         cells = [" / ".join(f(p[path]["peak_rss_growth_mb"], 1) for p in peaks)
                  for path in ("full", "r=0", "r=0.05", "r=0.15", "r=0.3", "r=1")]
         figures.append(f"| {label} | {cells[0]} MB | {' | '.join(cells[1:])} | `{name}.jsonl` |")
+    for name in ("chat_memory_5q", "chat_memory_5q_before_streaming"):  # 5 questions per dataset: median [max]
+        rows = [r for r in _jsonl(f"selective_recompute/{name}.jsonl") if "paths" in r]
+        for path, label in (("full", "full prompt" if name == "chat_memory_5q" else "full"), ("r=0", "r=0"),
+                            ("r=0.15", "r=0.15"), ("r=1", "r=1")):
+            cells = []
+            for prefix in ("disflqa-", "quoref-"):
+                peaks = [r["paths"][path]["peak_rss_growth_mb"] for r in rows if r["id"].startswith(prefix)]
+                cells.append(f"{f(statistics.median(peaks), 1)} [{f(max(peaks), 1)}]")
+            figures.append(f"{label} {' / '.join(cells)}")
     alone = load("selective_recompute/chat_answer.json")["datasets"]
     after = load("selective_recompute/chat_answer_after_prefix.json")["datasets"]
     for dataset, label in (("disfl_qa", "Disfl-QA"), ("quoref", "Quoref")):
