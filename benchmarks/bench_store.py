@@ -14,6 +14,7 @@
 
     python benchmarks/bench_store.py                  # all four, about 5 minutes on 2 CPU cores
     python benchmarks/bench_store.py --parts 1 2 --batch_size 16 --repeats 5
+    python benchmarks/bench_store.py --parts 4 --flops_only  # part 4's FLOP bound and answer check, no timing
 
 Speed does not depend on weight values, so parts 1, 2 and 4 use random weights for bert-base (no BERT-base weights
 are reachable here) and MiniLM's real weights where a checkpoint is loaded.
@@ -180,9 +181,12 @@ def part_encode_processes(results: harness.Results) -> None:
                   flush=True)
 
 
-def part_answer(tokenizer, results: harness.Results, limit: int | None, repeats: int) -> None:
+def part_answer(tokenizer, results: harness.Results, limit: int | None, repeats: int, flops_only: bool = False) -> None:
     """Every question answered by the plain model vs from the store (opened afresh, warm), and the one-time fill of
-    a fresh store, round robin (`repeats` rounds after one warm-up round)."""
+    a fresh store, round robin (`repeats` rounds after one warm-up round). The speed-up's bound is the FLOP ratio of
+    the two paths, counted by `harness.count_flops` on one untimed pass of each over the same questions (the padding
+    of each path's batches included). `flops_only` counts that ratio and checks the answers, and times
+    nothing."""
     examples, _ = load_qa_examples(DATA / "disfl_qa" / "validation.jsonl", limit=limit)
     model = DeformerBertForQuestionAnswering.from_pretrained(minilm_path(), num_decomposed_layers=4).eval()
     kwargs = dict(max_question_length=64, max_passage_length=320, doc_stride=128)
@@ -208,23 +212,32 @@ def part_answer(tokenizer, results: harness.Results, limit: int | None, repeats:
                                                                                        readonly=True),
                                                  examples, max_question_length=64)
 
-        times = harness.interleave({"plain": plain, "store": stored, "fill": fill}, repeats=repeats, warmup=1)
+        flops = {"plain": harness.count_flops(plain), "store": harness.count_flops(stored)}
+        if not flops_only:
+            times = harness.interleave({"plain": plain, "store": stored, "fill": fill}, repeats=repeats, warmup=1)
     plain_answers, stored_answers = answers["plain"], answers["store"]
     agree = sum(plain_answers[k] == stored_answers[k] for k in plain_answers) / len(plain_answers)
     n, p = len(examples), stats.encoded
     params = {"questions": n, "passages": p, "store_dtype": "float16"}
+    c = model.config
+    flop_ratio = flops["plain"] / flops["store"]
+    results.extra["answer"] = {"questions": n, "passages": p, "same_answer_fraction": agree,
+                               "flops_plain": flops["plain"], "flops_store": flops["store"], "flop_ratio": flop_ratio}
+    print(f"[4] {n} questions over {p} passages: FLOPs plain {flops['plain']:.4g}, from the store "
+          f"{flops['store']:.4g}, FLOP bound of the speed-up {flop_ratio:.2f}x (k = {c.num_decomposed_layers} of "
+          f"{c.num_hidden_layers} layers); same answer for {agree:.1%} (fp16 storage)", flush=True)
+    if flops_only:
+        return
     results.add(f"[4] answer {n} questions: plain model", times["plain"], params=params)
     results.add(f"[4] answer {n} questions: from the store", times["store"], params=params)
     results.add(f"[4] fill the store with {p} passages (once)", times["fill"], params=params)
-    c = model.config
     results.add_ratio("[4] speed-up from the store", times["plain"], times["store"], harness.bound(
-        "none", derivation="windows differ per question (question + passage windows vs question alone + stored "
-                           f"states, k = {c.num_decomposed_layers} of {c.num_hidden_layers} layers); see "
-                           "bench_deformer.py for the FLOP ratio at fixed shapes"), params=params)
+        "flop", flop_ratio, "FLOPs of the plain path over those of the store path, counted on one pass of each over "
+                            f"the same questions (count_flops; k = {c.num_decomposed_layers} of "
+                            f"{c.num_hidden_layers} layers, padding included)"), params=params)
     results.add("[4] speed-up with the one-time fill counted",
                 [a / (b + f) for a, b, f in zip(times["plain"], times["store"], times["fill"])], "x",
                 harness.bound("none", derivation="as the speed-up from the store"), params=params)
-    results.extra["answer"] = {"questions": n, "passages": p, "same_answer_fraction": agree}
     print(f"[4] answer {n} questions over {p} passages ({n / p:.1f} per passage): plain "
           f"{statistics.median(times['plain']):.1f} s | from the store {statistics.median(times['store']):.1f} s | "
           f"fill {statistics.median(times['fill']):.1f} s; same answer for {agree:.1%} (fp16 storage)", flush=True)
@@ -237,6 +250,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--batch_size", type=int, default=16, help="passages per batch in part 1")
     parser.add_argument("--repeats", type=int, default=harness.MIN_REPEATS, help="timed rounds of parts 1 and 4")
     parser.add_argument("--max_questions", type=int, default=None, help="limit part 4 (default: all)")
+    parser.add_argument("--flops_only", action="store_true",
+                        help="part 4: count the FLOP bound of the speed-up and check the answers; time nothing")
     parser.add_argument("--note", default="2 CPU cores shared with other jobs", help="hardware note for the results")
     parser.add_argument("--output", default=None, help="write the figures as JSON (harness schema) here")
     harness.add_threads_argument(parser)
@@ -244,6 +259,9 @@ def main(argv=None) -> dict:
     harness.set_threads(args.threads)
     if any(part not in (1, 2, 3, 4) for part in args.parts):
         raise harness.fail("--parts", f"parts are 1, 2, 3 and 4, got {args.parts}.")
+    if args.flops_only and (args.parts != [4] or args.output):
+        raise harness.fail("--flops_only", "counts part 4's FLOPs and times nothing: pass it with --parts 4 alone "
+                                           "and without --output (no results file is written)")
     if args.repeats < 1 or args.batch_size < 1:
         raise harness.fail("--repeats" if args.repeats < 1 else "--batch_size", "must be >= 1.")
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
@@ -256,7 +274,9 @@ def main(argv=None) -> dict:
     if 3 in args.parts:
         part_encode_processes(results)
     if 4 in args.parts:
-        part_answer(tokenizer, results, args.max_questions, args.repeats)
+        part_answer(tokenizer, results, args.max_questions, args.repeats, args.flops_only)
+    if args.flops_only:
+        return results.doc
     print(results.table())
     return results.write(args.output)
 

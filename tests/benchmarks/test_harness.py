@@ -149,12 +149,28 @@ def _run(script: str, argv: list[str]):
     ("bench_recurrent", ["--throughput_modes", "inference,decode"], "--throughput_modes"),
     ("bench_recurrent_memory", ["--size", "tiny", "--window_size", "1000"], "--window_size"),
     ("bench_store", ["--parts", "5"], "--parts"),
+    ("bench_store", ["--parts", "1", "4", "--flops_only"], "--flops_only"),
 ])
 def test_bad_options_exit_naming_the_option(script, argv, option, capsys):
     """Before any model is built: status 2 and the option named on stderr (the script's own message)."""
     with pytest.raises(SystemExit) as raised:
         _run(script, argv)
     assert raised.value.code == 2 and option in str(raised.value) and option in capsys.readouterr().err
+
+
+def test_bench_store_counts_the_flop_bound_of_answering_from_the_store(capsys):
+    """Part 4's speed-up bound is counted (`count_flops` on one pass of each path over the same questions), not left
+    out: the plain path reads every pair at every layer, so it does more FLOPs than the store path. `--flops_only`
+    times nothing and writes no results file."""
+    data = os.environ.get("HF_READONCE_DATA", str(REPO_ROOT.parent / "shared" / "data"))
+    validation = REPO_ROOT.joinpath(data, "disfl_qa", "validation.jsonl")  # an absolute `data` replaces REPO_ROOT
+    if not validation.is_file():
+        pytest.skip(f"{validation} not found; set $HF_READONCE_DATA")
+    doc = _run("bench_store", ["--parts", "4", "--flops_only", "--max_questions", "3", "--threads", "1"])
+    answer = doc["extra"]["answer"]
+    assert doc["measurements"] == []
+    assert answer["flop_ratio"] == answer["flops_plain"] / answer["flops_store"] > 1
+    assert f"FLOP bound of the speed-up {answer['flop_ratio']:.2f}x" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("script", sorted(p.stem for p in (REPO_ROOT / "benchmarks").glob("bench_*.py")))
