@@ -8,6 +8,7 @@ naming the figure the page should show. (`tests/test_readme.py` checks the READM
 generated tables of `docs/benchmarks.md` come from the files themselves.)"""
 
 import json
+import math
 import re
 import statistics
 
@@ -705,6 +706,162 @@ def block_attention() -> list[str]:
                    f"{shown['disfl_qa']['full@fp16']}; Quoref bf16 {shown['quoref']['full@bf16']}, fp16 "
                    f"{shown['quoref']['full@fp16']}")
     figures.append(f"agreement EM / F1 {shown['disfl_qa']['r=0.15']} (Disfl-QA) and {shown['quoref']['r=0.15']} (Quoref)")
+    return figures + _selection_rules() + _recompute_prose()
+
+
+def _agreement(rows: list[dict], answer) -> dict:
+    """Agreement EM / F1 of `answer(row)` with the full prompt's answer over `rows` (`squad_em_f1`, as the
+    benchmarks score it)."""
+    from hf_readonce.tasks.question_answering import squad_em_f1
+
+    reference = [{"id": str(i), "answers": {"text": [r["full"]], "answer_start": [0]}} for i, r in enumerate(rows)]
+    return squad_em_f1({str(i): answer(r) for i, r in enumerate(rows)}, reference)
+
+
+def _selection_rules() -> list[str]:
+    """The selection-rule table (`selection_rules_r0.15_{a,b,c}.jsonl`, 40 questions per dataset at ratio 0.15):
+    agreement per rule, its FLOP fraction, and how many questions it answers better / worse than `base` by F1."""
+    rows = {}
+    for part in "abc":
+        for r in _jsonl(f"selective_recompute/selection_rules_r0.15_{part}.jsonl"):
+            row = rows.setdefault((r["dataset"], r["id"]), {"dataset": r["dataset"], "flops": {}})
+            row.update(r["answers"])
+            row["flops"].update(r["flop_fraction"])
+    labels = {"flat": "flat (= fixed set from layer 1)", "base": "base (library)"}
+    figures, f1 = [], {}
+    for rule in ("base", "kv", "k", "sink4", "sink16", "flat", "rank_l1", "steep", "kv_sink4", "kv_flat",
+                 "kv_rank_l1", "kv_steep"):
+        cells, moved = [], []
+        for dataset in ("disfl_qa", "quoref"):
+            some = [r for r in rows.values() if r["dataset"] == dataset]
+            agree = _agreement(some, lambda r, rule=rule: r[rule])
+            f1[rule, dataset] = agree["f1"]
+            cells += [f(agree["exact_match"], 1), f(agree["f1"], 1)]
+            per = [_agreement([r], lambda r, rule=rule: r[rule])["f1"] - _agreement([r], lambda r: r["base"])["f1"]
+                   for r in some]
+            moved.append(f"+{sum(x > 0 for x in per)}/-{sum(x < 0 for x in per)}")
+        fractions = " / ".join(f(statistics.mean(r["flops"][rule] for r in rows.values() if r["dataset"] == d), 3)
+                               for d in ("disfl_qa", "quoref"))
+        figures.append(f"| {labels.get(rule, rule)} | {' | '.join(cells)} | {fractions} | "
+                       f"{'-' if rule == 'base' else '; '.join(moved)} |")
+    figures.append(f"key+value deviation gains {f(f1['kv', 'quoref'] - f1['base', 'quoref'], 1)} F1 on Quoref and "
+                   f"loses {f(f1['base', 'disfl_qa'] - f1['kv', 'disfl_qa'], 1)} on Disfl-QA")
+    first = {d: [{"full": r["paths"]["full"]["answer"], **{p: r["paths"][p]["answer"] for p in ("r=0.15", "r=0.3")}}
+                 for r in _jsonl(f"selective_recompute/chat_answer_{d}.jsonl") if r.get("position", 99) < 40]
+             for d in ("disfl_qa", "quoref")}
+    high = {d: _agreement(first[d], lambda r: r["r=0.3"])["f1"] for d in first}
+    low = {d: _agreement(first[d], lambda r: r["r=0.15"])["f1"] for d in first}
+    figures.append(f"reaches only {f(high['disfl_qa'], 1)} / {f(high['quoref'], 1)} agreement F1 against "
+                   f"{f(low['disfl_qa'], 1)} / {f(low['quoref'], 1)} at 0.15 ({f(high['disfl_qa'] - low['disfl_qa'], 1)}"
+                   f" / {f(high['quoref'] - low['quoref'], 1)} points more;")
+    return figures
+
+
+def _recompute_prose() -> list[str]:
+    """The selective-recompute prose beside the tables: query-aware rules, the oracle, a bf16 store, the raw-prompt
+    runs 1 and 2 (speed-ups with their FLOP bounds, time per question, peak memory) and the chat run's own
+    counts, each from its results file."""
+    one = lambda x: f(x, 1)  # noqa: E731
+    pair = lambda d, key, fmt=one: f"{fmt(d['disfl_qa'][key])} / {fmt(d['quoref'][key])}"  # noqa: E731
+    query = load("selective_recompute/selection_rules_r0.15_query_after_prefix.json")["rules"]
+    figures = ["(agreement EM / F1): library " + " and ".join(
+        f"{one(query['library'][d]['agreement_em'])} / {one(query['library'][d]['agreement_f1'])}"
+        for d in ("disfl_qa", "quoref")) + "; " + "; ".join(
+        f"`{rule}` " + " and ".join(f"{one(query[rule][d]['agreement_em'])} / {one(query[rule][d]['agreement_f1'])}"
+                                  for d in ("disfl_qa", "quoref")) for rule in ("qmass", "qmass_dev")),
+        f"(FLOP fraction {pair(query['qmass'], 'flop_fraction_mean', lambda x: f(x, 3))} with the question's extra "
+        f"pass, library {pair(query['library'], 'flop_fraction_mean', lambda x: f(x, 3))})",
+        f"the corrected formula gives the library rule {pair(query['library'], 'flop_fraction_mean', lambda x: f(x, 3))}"]
+    full = load("selective_recompute/oracle_after_prefix_r0.15_300.json")["rules"]
+    figures.append(f"| 0.15, all 300 questions | {pair(full['library'], 'flop_fraction_mean', lambda x: f(x, 3))} | "
+                   + " | ".join(f"{one(full[rule][d]['agreement_em'])} / {one(full[rule][d]['agreement_f1'])}"
+                                for d in ("disfl_qa", "quoref") for rule in ("library", "oracle")) + " |")
+    figures.append(f"(library {one(full['library']['quoref']['agreement_f1'])}, oracle "
+                   f"{one(full['oracle']['quoref']['agreement_f1'])};")
+    v = load("selective_recompute/oracle_after_prefix_r0.15.json")["rules"]["oracle_v"]
+    figures.append(f"(`oracle_v`, values only, at 0.15: {one(v['disfl_qa']['agreement_em'])} / "
+                   f"{one(v['disfl_qa']['agreement_f1'])} and {one(v['quoref']['agreement_em'])} / "
+                   f"{one(v['quoref']['agreement_f1'])}.)")
+    half = load("selective_recompute/oracle_after_prefix_r0.5.json")["rules"]["library"]["disfl_qa"]
+    figures.append(f"costs {f(half['flop_fraction_mean'])} of the full prompt's (a FLOP bound of "
+                   f"{one(1 / half['flop_fraction_mean'])}x")
+    figures.append(f"stay below 90 % ({one(half['agreement_f1'])} on 40 questions, above)")
+    rounding = load("selective_recompute/rounding_bf16_store.json")["datasets"]
+    chat = load("selective_recompute/chat_answer.json")["datasets"]
+    bf16 = {d: rounding[d]["paths"]["r=0.15"] for d in rounding}
+    same, timed = [], {"chat": 0.0, "streamed": 0.0}
+    for d in ("disfl_qa", "quoref"):
+        fp32 = {r["id"]: r for r in _jsonl(f"selective_recompute/chat_answer_{d}.jsonl") if "paths" in r}
+        rounded = [r for r in _jsonl(f"selective_recompute/rounding_bf16_store_{d}.jsonl") if "paths" in r]
+        same.append(sum(r["paths"]["r=0.15"]["answer"] == fp32[r["id"]]["paths"]["r=0.15"]["answer"] for r in rounded))
+        timed["chat"] += sum(sum(p["total"] for p in r["paths"].values()) + r["encode_seconds"]
+                             for r in fp32.values() if r["position"] >= 8)
+        timed["streamed"] += sum(sum(p["total"] for p in r["paths"].values()) + r["encode_seconds"]
+                                 for r in _jsonl(f"selective_recompute/chat_answer_streamed_{d}.jsonl") if "paths" in r)
+    figures += [f"{same[0]} and {same[1]} of 300 answers are the same as from fp32 caches",
+                f"F1 vs gold {pair(bf16, 'f1')} (full prompt {pair({d: chat[d]['paths']['full'] for d in chat}, 'f1')}",
+                f"TTFT speed-up {f(bf16['disfl_qa']['ttft_speedup_median'])}x / {f(bf16['quoref']['ttft_speedup_median'])}x "
+                f"(FLOP bound {f(bf16['disfl_qa']['ttft_flop_bound_median'])}x / "
+                f"{f(bf16['quoref']['ttft_flop_bound_median'])}x)",
+                f"the 584 questions after the pilot spent {timed['chat']:,.0f} s generating and encoding passages, "
+                f"~{timed['chat'] / 584:.1f} s per question",
+                f"({timed['streamed']:,.0f} s generating and encoding passages, summed over the two files.)"]
+    after = load("selective_recompute/chat_answer_after_prefix.json")["datasets"]
+    figures.append("TTFT in this run (other work ran on the machine beside it): " + " at 0.15 and ".join(
+        " / ".join(f(after[d]["paths"][p]["ttft_speedup_median"], digits) + "x" for d in ("disfl_qa", "quoref"))
+        for p, digits in (("r=0.15", 2), ("r=0", 1))) + " at 0 (FLOP bounds " + " and ".join(
+        " / ".join(f(after[d]["paths"][p]["ttft_flop_bound_median"], digits) + "x" for d in ("disfl_qa", "quoref"))
+        for p, digits in (("r=0.15", 2), ("r=0", 1))) + ")")
+    words, contained, encode = [], [], []
+    for d in ("disfl_qa", "quoref"):
+        rows = [r for r in _jsonl(f"selective_recompute/chat_answer_{d}.jsonl") if "paths" in r]
+        words.append(statistics.median(len(r["paths"]["full"]["answer"].split()) for r in rows))
+        contained.append(sum(any(g.lower() in r["paths"]["full"]["answer"].lower() for g in r["gold"]["text"])
+                             for r in rows))
+        encode += [r["encode_seconds"] for r in rows]
+    figures += [f"(median full answer {words[0]:.0f} / {words[1]:.0f} words; a gold answer appears inside the full "
+                f"prompt's answer for {contained[0]} of 300 Disfl-QA and {contained[1]} of 300 Quoref questions)",
+                f"took a median {f(statistics.median(encode))} s per question"]
+    ratio_one = {d: chat[d]["paths"]["r=1"] for d in chat}
+    figures.append(f"TTFT {pair(ratio_one, 'ttft_speedup_median', f)}x (FLOP bound "
+                   f"{pair(ratio_one, 'ttft_flop_bound_median', f)}x)".replace(" / ", "x / "))
+    # the raw-prompt runs 1 (`first_newline`) and 2 (`text_answer`)
+    run1 = {d: v["paths"] for d, v in load("selective_recompute/first_newline.json")["datasets"].items()}
+    run2 = {d: v["paths"] for d, v in load("selective_recompute/text_answer.json")["datasets"].items()}
+    speed = lambda run, p, digits=1: " / ".join(  # noqa: E731
+        f(run[d][p]["ttft_speedup_median"], digits) + "x" for d in ("disfl_qa", "quoref"))
+    bound = lambda run, p: "-".join(  # noqa: E731
+        sorted({f(run[d][p]["ttft_flop_bound_median"], 1) for d in ("disfl_qa", "quoref")}, key=float))
+    figures.append(f"{speed(run1, 'r=0')} at ratio 0, {speed(run1, 'r=0.05')} at 0.05, {speed(run1, 'r=0.15')} at "
+                   f"0.15, {f(run1['disfl_qa']['r=0.3']['ttft_speedup_median'], 1)}x at 0.3, "
+                   f"{f(run1['disfl_qa']['r=1']['ttft_speedup_median'], 1)}x at 1 (FLOP bounds {bound(run1, 'r=0')}x, "
+                   f"{bound(run1, 'r=0.05')}x, {bound(run1, 'r=0.15')}x, {bound(run1, 'r=0.3')}x and "
+                   f"{f(run1['disfl_qa']['r=1']['ttft_flop_bound_median'])}x)")
+    assert {f(run1[d]["r=0.3"]["ttft_speedup_median"], 1) for d in run1} == {f(run1["disfl_qa"]["r=0.3"][
+        "ttft_speedup_median"], 1)} and {f(run1[d]["r=1"]["ttft_speedup_median"], 1) for d in run1} == {
+        f(run1["disfl_qa"]["r=1"]["ttft_speedup_median"], 1)}, "the page gives one figure for both datasets"
+    figures.append(f"run 2: {speed(run2, 'r=0.15', 2)} (bound " + " / ".join(
+        f(run2[d]["r=0.15"]["ttft_flop_bound_median"]) + "x" for d in ("disfl_qa", "quoref")) + ")")
+    figures.append(f"run 1, 0: {speed(run1, 'r=0')} (bound " + " / ".join(
+        f(run1[d]["r=0"]["ttft_flop_bound_median"], 1) + "x" for d in ("disfl_qa", "quoref")) + "), agreement EM "
+        + " / ".join(f(run1[d]["r=0"]["agreement_em"], 1) for d in ("disfl_qa", "quoref")) + f"; 1: "
+        f"{speed(run1, 'r=1', 2)} (bound {f(run1['quoref']['r=1']['ttft_flop_bound_median'])}x)")
+    per_question = []
+    for d in ("disfl_qa", "quoref"):
+        rows = [r for r in _jsonl(f"selective_recompute/first_newline_{d}.jsonl") if "paths" in r]
+        per_question.append(statistics.median(sum(p["total"] for p in r["paths"].values()) + r["encode_seconds"]
+                                              for r in rows))
+    figures += [f"at a median {per_question[0]:.0f} / {per_question[1]:.0f} s per question",
+                f"about {300 * per_question[0] / 3600:.1f} / {300 * per_question[1] / 3600:.1f} hours for each process",
+                f"gave a median {per_question[0]:.0f} / {per_question[1]:.0f} s per question"]
+    views = [r["paths"] for r in _jsonl("selective_recompute/memory_views.jsonl") if "paths" in r]
+    spread_mb = max(abs(v[p]["peak_rss_growth_mb"] - v["r=0"]["peak_rss_growth_mb"]) for v in views for p in v
+                    if p != "full")
+    above = [v["r=0"]["peak_rss_growth_mb"] - v["full"]["peak_rss_growth_mb"] for v in views]
+    share = [100 * a / v["full"]["peak_rss_growth_mb"] for a, v in zip(above, views)]
+    figures += [f"(every ratio equals r=0 to {math.ceil(spread_mb * 100) / 100:.2f} MB)",  # the largest gap, rounded up
+                f"peaks {above[0]:.1f} / {above[1]:.1f} MB ({share[0]:.0f} / {share[1]:.0f} %) above the full prompt",
+                f"**missed** by {above[0]:.1f} / {above[1]:.1f} MB"]
     return figures
 
 
