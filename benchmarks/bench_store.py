@@ -14,7 +14,7 @@
 
     python benchmarks/bench_store.py                  # all four, about 5 minutes on 2 CPU cores
     python benchmarks/bench_store.py --parts 1 2 --batch_size 16 --repeats 5
-    python benchmarks/bench_store.py --parts 4 --flops_only  # part 4's FLOP bound and answer check, no timing
+    python benchmarks/bench_store.py --parts 3 4 --flops_only  # FLOP bounds of parts 3 and 4, no timing
 
 Speed does not depend on weight values, so parts 1, 2 and 4 use random weights for bert-base (no BERT-base weights
 are reachable here) and MiniLM's real weights where a checkpoint is loaded.
@@ -151,9 +151,48 @@ def _encode_run(command: list[str], docs: Path, store: Path, checkpoint: Path) -
     return wall, max(seconds), encoded
 
 
-def part_encode_processes(results: harness.Results) -> None:
+def encode_flops(limit: int | None = None) -> dict:
+    """The FLOPs of part 3's two runs, counted by `harness.count_flops` in this process (nothing timed): the
+    adapter `hf-readonce encode` builds (MiniLM, k = 4, windows of 320 tokens, stride 128, 32 windows per batch) fills
+    a fresh store with every passage as one process, then with each of 2 processes' shares (`fill_store`'s
+    `rank` / `num_processes`, the split the CLI uses under `accelerate launch`).
+
+    Args:
+        limit (`int`, *optional*): encode only the first `limit` unique passages (default: all of them, as part 3).
+
+    Returns:
+        `dict`: `documents`, `flops_1_process` (FLOPs), `flops_2_processes` (FLOPs of rank 0 and rank 1, a list),
+        `flop_ratio` (one process's FLOPs over the two processes' together: the bound of the documents/s ratio on
+        the same cores) and `largest_share_bound` (one process's FLOPs over the larger share's: the ceiling if each
+        of the 2 processes had a core to itself and the one process used a single core).
+    """
+    texts = passages(limit)
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    model = DeformerBertForQuestionAnswering.from_pretrained(minilm_path(), num_decomposed_layers=4).eval()
+    adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=320, doc_stride=128, batch_size=32)
+    with tempfile.TemporaryDirectory(prefix="bench_store_flops_") as tmp:
+        def fill(rank: int, world: int):
+            store = RepresentationStore(Path(tmp) / f"{world}_{rank}")
+            return lambda: fill_store(adapter, store, texts, dtype="float16", rank=rank, num_processes=world)
+
+        with torch.no_grad():
+            one = harness.count_flops(fill(0, 1))
+            two = [harness.count_flops(fill(rank, 2)) for rank in range(2)]
+    return {"documents": len(texts), "flops_1_process": one, "flops_2_processes": two,
+            "flop_ratio": one / sum(two), "largest_share_bound": one / max(two)}
+
+
+def part_encode_processes(results: harness.Results, flops_only: bool = False, limit: int | None = None) -> None:
     """`hf-readonce encode` with 1 and 2 processes, one run each (start-up included in the wall time): documents/s
-    as the CLI reports them (one value each)."""
+    as the CLI reports them (one value each). `flops_only` counts the two runs' FLOPs (`encode_flops`), the bound
+    of their documents/s ratio, and runs nothing else; `limit` caps the passages there."""
+    if flops_only:
+        flops = results.extra["encode_flops"] = encode_flops(limit)
+        print(f"[3] encode {flops['documents']} passages: FLOPs 1 process {flops['flops_1_process']:.4g}, "
+              f"2 processes {' + '.join(f'{x:.4g}' for x in flops['flops_2_processes'])}; FLOP bound of the "
+              f"documents/s ratio on the same cores {flops['flop_ratio']:.2f}x (with a core per process and one "
+              f"core for the single process: {flops['largest_share_bound']:.2f}x)", flush=True)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         checkpoint = tmp / "minilm-deformer"
@@ -250,8 +289,11 @@ def main(argv=None) -> dict:
     parser.add_argument("--batch_size", type=int, default=16, help="passages per batch in part 1")
     parser.add_argument("--repeats", type=int, default=harness.MIN_REPEATS, help="timed rounds of parts 1 and 4")
     parser.add_argument("--max_questions", type=int, default=None, help="limit part 4 (default: all)")
+    parser.add_argument("--max_passages", type=int, default=None,
+                        help="with --flops_only: limit part 3's passages (default: all)")
     parser.add_argument("--flops_only", action="store_true",
-                        help="part 4: count the FLOP bound of the speed-up and check the answers; time nothing")
+                        help="parts 3 and 4: count the FLOP bound of each comparison (and check part 4's answers); "
+                             "time nothing")
     parser.add_argument("--note", default="2 CPU cores shared with other jobs", help="hardware note for the results")
     parser.add_argument("--output", default=None, help="write the figures as JSON (harness schema) here")
     harness.add_threads_argument(parser)
@@ -259,11 +301,14 @@ def main(argv=None) -> dict:
     harness.set_threads(args.threads)
     if any(part not in (1, 2, 3, 4) for part in args.parts):
         raise harness.fail("--parts", f"parts are 1, 2, 3 and 4, got {args.parts}.")
-    if args.flops_only and (args.parts != [4] or args.output):
-        raise harness.fail("--flops_only", "counts part 4's FLOPs and times nothing: pass it with --parts 4 alone "
-                                           "and without --output (no results file is written)")
-    if args.repeats < 1 or args.batch_size < 1:
-        raise harness.fail("--repeats" if args.repeats < 1 else "--batch_size", "must be >= 1.")
+    if args.flops_only and (not set(args.parts) <= {3, 4} or args.output):
+        raise harness.fail("--flops_only", "counts the FLOPs of parts 3 and 4 and times nothing: pass it with "
+                                           "--parts 3, 4 or both, and without --output (no results file is written)")
+    if args.max_passages is not None and not args.flops_only:
+        raise harness.fail("--max_passages", "limits part 3's FLOP count only: pass it with --flops_only.")
+    for name in ("repeats", "batch_size", "max_passages"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise harness.fail(f"--{name}", "must be >= 1.")
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
     results = harness.Results("bench_store", argv, settings=vars(args), note=args.note)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs", flush=True)
@@ -272,7 +317,7 @@ def main(argv=None) -> dict:
     if 2 in args.parts:
         part_bytes(tokenizer, results)
     if 3 in args.parts:
-        part_encode_processes(results)
+        part_encode_processes(results, args.flops_only, args.max_passages)
     if 4 in args.parts:
         part_answer(tokenizer, results, args.max_questions, args.repeats, args.flops_only)
     if args.flops_only:

@@ -150,6 +150,8 @@ def _run(script: str, argv: list[str]):
     ("bench_recurrent_memory", ["--size", "tiny", "--window_size", "1000"], "--window_size"),
     ("bench_store", ["--parts", "5"], "--parts"),
     ("bench_store", ["--parts", "1", "4", "--flops_only"], "--flops_only"),
+    ("bench_store", ["--parts", "3", "--max_passages", "2"], "--max_passages"),
+    ("bench_store", ["--parts", "3", "--flops_only", "--max_passages", "0"], "--max_passages"),
 ])
 def test_bad_options_exit_naming_the_option(script, argv, option, capsys):
     """Before any model is built: status 2 and the option named on stderr (the script's own message)."""
@@ -171,6 +173,23 @@ def test_bench_store_counts_the_flop_bound_of_answering_from_the_store(capsys):
     assert doc["measurements"] == []
     assert answer["flop_ratio"] == answer["flops_plain"] / answer["flops_store"] > 1
     assert f"FLOP bound of the speed-up {answer['flop_ratio']:.2f}x" in capsys.readouterr().out
+
+
+def test_bench_store_counts_the_flop_bound_of_encoding_with_two_processes(capsys):
+    """Part 3 compares `hf-readonce encode` with 1 and 2 processes on the same cores; `--flops_only` counts both
+    runs' FLOPs (`count_flops` on `fill_store` with the CLI's adapter, one process and each of 2 processes' shares),
+    times nothing and writes no results file. Both runs encode the same passages, so the FLOP ratio is the bound of
+    their documents/s ratio, and one share alone is the ceiling with a core per process."""
+    data = os.environ.get("HF_READONCE_DATA", str(REPO_ROOT.parent / "shared" / "data"))
+    if not REPO_ROOT.joinpath(data, "disfl_qa", "validation.jsonl").is_file():
+        pytest.skip("Disfl-QA validation not found; set $HF_READONCE_DATA")
+    doc = _run("bench_store", ["--parts", "3", "--flops_only", "--max_passages", "6", "--threads", "1"])
+    flops = doc["extra"]["encode_flops"]
+    one, two = flops["flops_1_process"], flops["flops_2_processes"]
+    assert doc["measurements"] == [] and flops["documents"] == 6 and len(two) == 2 and one > 0
+    assert flops["flop_ratio"] == one / sum(two) and flops["largest_share_bound"] == one / max(two)
+    assert flops["largest_share_bound"] >= flops["flop_ratio"]
+    assert f"FLOP bound of the documents/s ratio on the same cores {flops['flop_ratio']:.2f}x" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("script", sorted(p.stem for p in (REPO_ROOT / "benchmarks").glob("bench_*.py")))
