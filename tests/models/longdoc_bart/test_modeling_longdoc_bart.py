@@ -110,7 +110,7 @@ def test_inputs_the_position_table_cannot_hold_are_named():
     assert model(tokens(1, limit), labels=tokens(1, 5)).loss is not None
     with pytest.raises(ValueError, match=f"`input_ids` holds {limit + 1} tokens, more than the model's {limit} "):
         model(tokens(1, limit + 1), labels=tokens(1, 5))
-    with pytest.raises(ValueError, match=r"`input_ids` must be 2-D \(batch, n\), got shape \(7,\)"):
+    with pytest.raises(ValueError, match=r"`input_ids` must be a non-empty .* got shape \(7,\)"):
         model(tokens(1, 7)[0], labels=tokens(1, 5))
 
 
@@ -464,7 +464,7 @@ def test_encoder_outputs_with_a_mask_of_other_rows_or_states_of_another_width_ar
             model.generate(ids.numpy(), attention_mask=mask, max_new_tokens=2)
         with pytest.raises(TypeError, match="`attention_mask` must be a torch.Tensor, got list"):
             model.generate(ids, attention_mask=mask.tolist(), max_new_tokens=2)
-        with pytest.raises(ValueError, match=r"`input_ids` of shape \(0, 20\) hold no token"):
+        with pytest.raises(ValueError, match=r"`input_ids` must be a non-empty .* got shape \(0, 20\)"):
             model.generate(ids[:0], max_new_tokens=2)
         narrow = BaseModelOutput(last_hidden_state=states[1:2, :, :8])
         with pytest.raises(ValueError, match="`encoder_outputs` hold states of width 8"):
@@ -720,10 +720,52 @@ def test_mismatched_inputs_are_refused_by_name(attention_type):
 def test_empty_input_and_targets_beyond_the_positions_are_refused_by_name():
     torch.manual_seed(0)
     model = LongDocBartForConditionalGeneration(LongDocBartConfig(**TINY)).eval()
-    with pytest.raises(ValueError, match="holds no token"):
+    with pytest.raises(ValueError, match=r"`input_ids` must be a non-empty .* got shape \(1, 0\)"):
         model.get_encoder()(input_ids=torch.zeros(1, 0, dtype=torch.long))
     with pytest.raises(ValueError, match=r"hold 80 tokens, more than the model's 64 positions"):
         model(input_ids=torch.randint(3, 99, (1, 20)), labels=torch.randint(3, 99, (1, 80)))
+
+
+def test_1d_or_empty_inputs_labels_and_decoder_inputs_are_refused_by_name():
+    """As ReadOnce BART: 1-D or empty `input_ids`, `labels`, `decoder_input_ids` / `decoder_inputs_embeds` are named
+    in `forward` (with and without decoder inputs), the bare model, the encoder, the decoder and `generate` (BART's
+    shift raised a bare `IndexError`, its shape unpacking a bare `ValueError`, an empty batch a reshape error, and
+    1-D `decoder_inputs_embeds` were read as 3 rows); well-formed calls and a decoding step's `(batch, 1)` ids run."""
+    model = longdoc(encoder_attention_type="neighborhood", neighborhood_radius=3)
+    ids, labels = tokens(2, 12), tokens(2, 4, seed=3)
+    embeds = torch.zeros(2, 3, TINY["d_model"])
+    states = torch.zeros(2, 12, TINY["d_model"])
+    shape = r"must be a non-empty \(batch_size, text_length(, d_model)?\) tensor, got shape"
+    for call, name, got in [
+            (lambda: model(input_ids=ids[0]), "input_ids", r"\(12,\)"),
+            (lambda: model(input_ids=ids[:, :0]), "input_ids", r"\(2, 0\)"),
+            (lambda: model(input_ids=ids[:0]), "input_ids", r"\(0, 12\)"),
+            (lambda: model(ids[0], decoder_input_ids=labels), "input_ids", r"\(12,\)"),
+            (lambda: model(input_ids=ids, labels=labels[0]), "labels", r"\(4,\)"),
+            (lambda: model(input_ids=ids, labels=labels[:, :0]), "labels", r"\(2, 0\)"),
+            (lambda: model(input_ids=ids, decoder_input_ids=labels[0]), "decoder_input_ids", r"\(4,\)"),
+            (lambda: model(ids, None, labels[:, :0]), "decoder_input_ids", r"\(2, 0\)"),
+            (lambda: model(input_ids=ids, decoder_inputs_embeds=embeds[0]), "decoder_inputs_embeds", r"\(3, 32\)"),
+            (lambda: model(input_ids=ids, decoder_inputs_embeds=embeds[:, :0]), "decoder_inputs_embeds",
+             r"\(2, 0, 32\)"),
+            (lambda: model.model(input_ids=ids[0]), "input_ids", r"\(12,\)"),
+            (lambda: model.model(input_ids=ids, decoder_input_ids=labels[0]), "decoder_input_ids", r"\(4,\)"),
+            (lambda: model.get_encoder()(input_ids=ids[:0]), "input_ids", r"\(0, 12\)"),
+            (lambda: model.get_encoder()(inputs_embeds=embeds[0]), "inputs_embeds", r"\(3, 32\)"),
+            (lambda: model.get_decoder()(input_ids=labels[0], encoder_hidden_states=states),
+             "decoder_input_ids` / `labels", r"\(4,\)"),
+            (lambda: model.get_decoder()(input_ids=labels[:, :0], encoder_hidden_states=states),
+             "decoder_input_ids` / `labels", r"\(2, 0\)"),
+            (lambda: model.generate(ids[0], max_new_tokens=2), "input_ids", r"\(12,\)"),
+            (lambda: model.generate(ids, decoder_input_ids=labels[0], max_new_tokens=2), "decoder_input_ids",
+             r"\(4,\)")]:
+        with pytest.raises(ValueError, match=rf"`{name}` {shape} {got}"):
+            call()
+    assert model(input_ids=ids, labels=labels).loss.isfinite()
+    assert model(input_ids=ids).logits.shape[:2] == (2, 12)  # the ids shifted into the decoder's, as BART
+    assert model(input_ids=ids, decoder_inputs_embeds=embeds).logits.shape[:2] == (2, 3)
+    assert model(input_ids=ids, decoder_input_ids=labels[:, :1]).logits.shape[:2] == (2, 1)
+    assert model.generate(ids, decoder_input_ids=labels[:, :1], max_new_tokens=2, num_beams=2).shape[0] == 2
 
 
 @pytest.mark.parametrize("encoder_attention_type", ["neighborhood", "full", "convolutional"])

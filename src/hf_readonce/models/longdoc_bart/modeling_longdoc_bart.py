@@ -870,6 +870,16 @@ def _check_text_inputs(input_ids, attention_mask, input_name: str = "input_ids",
                          f"{tuple(input_ids.shape)}.")
 
 
+# Copied from hf_readonce.models.readonce_bart.modeling_readonce_bart._check_batch_of_texts
+def _check_batch_of_texts(value, name: str, dims: int = 2) -> None:
+    """Raise a `ValueError` naming `name` unless `value` (a tensor, or `None`) has `dims` dimensions and neither an
+    empty batch nor an empty text: `(batch_size, text_length)` ids, `(batch_size, text_length, d_model)` embeddings
+    (1-D ids of one text would otherwise fail as a bare `IndexError` in BART's shift or a reshape error)."""
+    if torch.is_tensor(value) and (value.dim() != dims or value.shape[0] == 0 or value.shape[1] == 0):
+        axes = "batch_size, text_length" + (", d_model" if dims == 3 else "")
+        raise ValueError(f"`{name}` must be a non-empty ({axes}) tensor, got shape {tuple(value.shape)}.")
+
+
 # Copied from hf_readonce.models.readonce_bart.modeling_readonce_bart._check_decoder_batch
 def _check_decoder_batch(decoder_input_ids, decoder_inputs_embeds, encoder_hidden_states,
                          max_positions: int | None = None) -> None:
@@ -946,8 +956,9 @@ class LongDocBartEncoder(LongDocBartPreTrainedModel, BartEncoder):
 
         Raises:
             ValueError: an input longer than the position table (`n > max_position_embeddings`; BART's embedding
-                lookup would fail with an `IndexError`), `input_ids` / `inputs_embeds` that are not 2-D / 3-D, or a
-                2-D `attention_mask` of another shape than `input_ids`.
+                lookup would fail with an `IndexError`), `input_ids` / `inputs_embeds` that are not 2-D / 3-D or
+                hold an empty batch or text ([`_check_batch_of_texts`]), or a 2-D `attention_mask` of another shape
+                than `input_ids`.
             ValueError: a token id outside `[0, vocab_size)`, naming it and the vocabulary size (checked when the
                 embedding lookup fails).
             TypeError: `input_ids` that are not integer token ids; a keyword argument it does not take (a
@@ -966,14 +977,10 @@ class LongDocBartEncoder(LongDocBartPreTrainedModel, BartEncoder):
     def _longdoc_forward(self, input_ids, attention_mask, inputs_embeds, **kwargs):
         config = self.config
         _check_text_inputs(input_ids, attention_mask)
-        reference, name, dims = ((input_ids, "input_ids", 2) if input_ids is not None
-                                 else (inputs_embeds, "inputs_embeds", 3))
+        _check_batch_of_texts(input_ids, "input_ids")
+        _check_batch_of_texts(inputs_embeds, "inputs_embeds", dims=3)
+        reference, name = (input_ids, "input_ids") if input_ids is not None else (inputs_embeds, "inputs_embeds")
         if torch.is_tensor(reference):
-            if reference.dim() != dims:
-                shape = "(batch, n)" if dims == 2 else "(batch, n, d_model)"
-                raise ValueError(f"`{name}` must be {dims}-D {shape}, got shape {tuple(reference.shape)}.")
-            if reference.shape[1] == 0:
-                raise ValueError(f"`{name}` holds no token (shape {tuple(reference.shape)}): nothing to encode.")
             if reference.shape[1] > config.max_position_embeddings:
                 raise ValueError(f"`{name}` holds {reference.shape[1]} tokens, more than the model's "
                                  f"{config.max_position_embeddings} positions: truncate the documents "
@@ -1039,8 +1046,9 @@ class LongDocBartDecoder(LongDocBartPreTrainedModel, BartDecoder):
             `BaseModelOutputWithPastAndCrossAttentions`, as BART's.
 
         Raises:
-            ValueError: decoder rows (`labels` / `decoder_input_ids`) and `encoder_hidden_states` of different batch
-                sizes; a decoder token id outside `[0, vocab_size)`, naming it and the vocabulary size (checked when
+            ValueError: decoder ids (`input_ids`: `labels` / `decoder_input_ids`) that are not 2-D
+                (`inputs_embeds` not 3-D) or hold an empty batch or text ([`_check_batch_of_texts`]); decoder rows and
+                `encoder_hidden_states` of different batch sizes; a decoder token id outside `[0, vocab_size)`, naming it and the vocabulary size (checked when
                 the embedding lookup fails); both `past_key_values` and `cache`.
             TypeError: decoder ids (`labels`) that are not integers; a keyword argument it does not take (a
                 misspelling such as `encoder_attention_masks=`), named with the argument it probably meant, where
@@ -1057,6 +1065,8 @@ class LongDocBartDecoder(LongDocBartPreTrainedModel, BartDecoder):
 
     def _longdoc_forward(self, input_ids, attention_mask, encoder_hidden_states, encoder_attention_mask,
                          past_key_values, inputs_embeds, use_cache, **kwargs):
+        _check_batch_of_texts(input_ids, "decoder_input_ids` / `labels")  # BART would fail unpacking their shape
+        _check_batch_of_texts(inputs_embeds, "decoder_inputs_embeds", dims=3)
         _check_decoder_batch(input_ids, inputs_embeds, encoder_hidden_states, self.config.max_position_embeddings)
         config = self.config
         if config.decoder_attention_type == "neighborhood" and not isinstance(attention_mask, BlockMask) and not (
@@ -1087,7 +1097,8 @@ class LongDocBartModel(LongDocBartPreTrainedModel, BartModel):
     (inputs `(batch, n)`, decoder inputs `(batch, target_length)`, output `(batch, target_length, d_model)`), except
     that a keyword argument it does not take raises a `TypeError` naming it ([`_keyword_arguments_hook`]) where
     BART's `**kwargs` would swallow it, and one it takes but does not read (`position_ids`, `is_causal`,
-    `num_items_in_batch`: no loss here, ...) a `ValueError`."""
+    `num_items_in_batch`: no loss here, ...) a `ValueError`, as do `input_ids` / `decoder_input_ids` that are not 2-D
+    (`decoder_inputs_embeds` not 3-D) or hold an empty batch or text ([`_check_forward_batches`])."""
 
     def __init__(self, config: LongDocBartConfig):
         BartModel.__init__(self, config)
@@ -1097,6 +1108,12 @@ class LongDocBartModel(LongDocBartPreTrainedModel, BartModel):
         self.decoder.embed_tokens = self.shared
         self.post_init()
         self.register_forward_pre_hook(_keyword_arguments_hook, with_kwargs=True)
+
+
+# where [`LongDocBartForConditionalGeneration.forward`] finds `labels` among BART's arguments, and
+# [`_check_forward_batches`] the token inputs
+_BART_FORWARD_SIGNATURE = inspect.signature(BartForConditionalGeneration.forward)
+_BART_MODEL_SIGNATURE = inspect.signature(BartModel.forward)
 
 
 def _checked_stored_outputs(model, encoder_outputs):
@@ -1133,11 +1150,36 @@ def _keyword_arguments_hook(model, args, kwargs):
     without it; it raises a `TypeError` naming it instead ([`_check_keyword_arguments`]). A keyword it takes but does
     not read (`position_ids`, `is_causal`, flash attention's packing arguments, ...: [`_BART_UNREAD_KEYWORDS`], and
     `num_items_in_batch` for the bare model, which computes no loss) and `token_type_ids` marking a second segment
-    raise a `ValueError` naming them ([`_refuse_unread_keywords`], [`_check_no_token_types`])."""
+    raise a `ValueError` naming them ([`_refuse_unread_keywords`], [`_check_no_token_types`]); so do `input_ids`,
+    `labels` or `decoder_input_ids` that are not 2-D (`decoder_inputs_embeds` not 3-D) or are empty
+    ([`_check_forward_batches`])."""
     _check_keyword_arguments(model, kwargs)
     unread = _BART_MODEL_UNREAD_KEYWORDS if isinstance(model, LongDocBartModel) else _BART_UNREAD_KEYWORDS
     _refuse_unread_keywords(model, kwargs, unread)
     _check_no_token_types(model, kwargs.get("token_type_ids"), _LONGDOC_SECOND_TEXT)
+    _check_forward_batches(model, args, kwargs)
+
+
+def _check_forward_batches(model, args, kwargs) -> None:
+    """The token inputs of BART's `forward` (by position or keyword) checked by name before it reads them: BART
+    shifts `labels` (or, without decoder inputs and labels, `input_ids`) right into the decoder's inputs, which
+    fails on 1-D or empty ids with a bare `IndexError`, and unpacks the decoder inputs' shape with a bare
+    `ValueError` or a reshape error.
+
+    Raises:
+        ValueError: `labels`, `decoder_input_ids` or `input_ids` that are not `(batch_size, text_length)`, or
+            `decoder_inputs_embeds` not `(batch_size, text_length, d_model)`, or any of them with an empty batch or
+            text ([`_check_batch_of_texts`]).
+    """
+    signature = _BART_FORWARD_SIGNATURE if isinstance(model, BartForConditionalGeneration) else _BART_MODEL_SIGNATURE
+    try:
+        arguments = signature.bind(model, *args, **kwargs).arguments
+    except TypeError:  # BART's own call raises it, naming the argument
+        return
+    _check_batch_of_texts(arguments.get("labels"), "labels")
+    _check_batch_of_texts(arguments.get("input_ids"), "input_ids")
+    _check_batch_of_texts(arguments.get("decoder_input_ids"), "decoder_input_ids")
+    _check_batch_of_texts(arguments.get("decoder_inputs_embeds"), "decoder_inputs_embeds", dims=3)
 
 
 def _stored_encoder_outputs_hook(model, args, kwargs):
@@ -1176,8 +1218,6 @@ def _check_encoder_outputs_inputs(model, encoder_outputs, attention_mask) -> Non
                          "encoded with, row for row.")
 
 
-# where [`LongDocBartForConditionalGeneration.forward`] finds `labels` among BART's arguments
-_BART_FORWARD_SIGNATURE = inspect.signature(BartForConditionalGeneration.forward)
 
 
 class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForConditionalGeneration):
@@ -1234,15 +1274,16 @@ class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForCon
 
         Raises:
             ValueError: `encoder_outputs` that carry another model's `model_fingerprint`, or whose states do not match
-                `attention_mask` or `d_model` ([`_check_encoder_outputs_inputs`]); `input_ids` without a token.
+                `attention_mask` or `d_model` ([`_check_encoder_outputs_inputs`]); `input_ids` or `decoder_input_ids`
+                that are not 2-D or hold an empty batch or text ([`_check_batch_of_texts`]).
             TypeError: `input_ids` or `attention_mask` that are not tensors (a list, a numpy array); `input_ids` that
                 are not integers.
         """
         kwargs.pop("token_type_ids", None)
         input_ids = args[0] if args else kwargs.get("inputs", kwargs.get("input_ids"))
         _check_tensor_arguments({"input_ids": input_ids}, {"attention_mask": kwargs.get("attention_mask")})
-        if input_ids is not None and input_ids.numel() == 0:
-            raise ValueError(f"`input_ids` of shape {tuple(input_ids.shape)} hold no token: nothing to summarize.")
+        _check_batch_of_texts(input_ids, "input_ids")
+        _check_batch_of_texts(kwargs.get("decoder_input_ids"), "decoder_input_ids")
         encoder_outputs = kwargs.get("encoder_outputs")
         if encoder_outputs is not None:
             _check_encoder_outputs_inputs(self, encoder_outputs, kwargs.get("attention_mask"))
@@ -1268,7 +1309,8 @@ class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForCon
         Raises:
             As `BartForConditionalGeneration.forward`, and as the checks of [`_stored_encoder_outputs_hook`] (a
             keyword argument it does not take, one it takes but does not read, stored encoder outputs of another
-            model).
+            model); `ValueError` naming `input_ids`, `labels` or `decoder_input_ids` when they are not 2-D
+            (`decoder_inputs_embeds` not 3-D) or hold an empty batch or text ([`_check_forward_batches`]).
         """
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
         outputs = super().forward(*args, **kwargs)
