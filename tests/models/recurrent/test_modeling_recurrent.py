@@ -206,6 +206,52 @@ def test_left_padded_batch_generates_as_each_prompt_alone(family, num_beams):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("num_beams", [1, 2])
+def test_chunked_prefill_of_a_left_padded_batch_generates_as_the_unchunked_prefill(family, num_beams, monkeypatch):
+    """`prefill_chunk_size` (keyword or `GenerationConfig` field) smaller than a row's left padding and than the
+    window (16): the same greedy tokens as the unchunked prefill and the same logits up to rounding, for a
+    left-padded batch with a row without padding and for an unpadded one (transformers' chunk loop refused the
+    padded batch as right-padded and emptied the unpadded one's later chunks); each backbone call of the prompt
+    reads at most the chunk's new tokens plus the `window_overlap` re-read at a roll (4)."""
+    from transformers import GenerationConfig
+
+    model = tiny(family)
+    prompts = [ids(1, 5, seed=2)[0], ids(1, 23, seed=3)[0], ids(1, 40, seed=4)[0]]  # padding 35 and 17, then none
+    longest = max(len(p) for p in prompts)
+    batch = torch.zeros(len(prompts), longest, dtype=torch.long)
+    mask = torch.zeros_like(batch)
+    for row, prompt in enumerate(prompts):
+        batch[row, longest - len(prompt):] = prompt
+        mask[row, longest - len(prompt):] = 1
+    settings = dict(max_new_tokens=8, do_sample=False, num_beams=num_beams, pad_token_id=0, eos_token_id=None,
+                    output_logits=True, return_dict_in_generate=True)
+    widths = []
+    window_pass = type(model)._window_hidden_states
+
+    def recording(self, input_ids, *args, **kwargs):
+        widths.append(input_ids.shape[1])
+        return window_pass(self, input_ids, *args, **kwargs)
+
+    with torch.no_grad():
+        for inputs in ({"input_ids": batch, "attention_mask": mask}, {"input_ids": ids(2, 40, seed=7)}):
+            whole = model.generate(**inputs, **settings)
+            for chunked in ({"prefill_chunk_size": 3},
+                            {"generation_config": GenerationConfig(prefill_chunk_size=7, **settings)}):
+                monkeypatch.setattr(type(model), "_window_hidden_states", recording)
+                widths.clear()
+                got = model.generate(**inputs, **({} if "generation_config" in chunked else settings), **chunked)
+                monkeypatch.undo()
+                chunk = chunked.get("prefill_chunk_size") or chunked["generation_config"].prefill_chunk_size
+                assert torch.equal(got.sequences, whole.sequences)
+                torch.testing.assert_close(torch.stack(got.logits), torch.stack(whole.logits), atol=1e-4, rtol=0)
+                assert max(widths) <= chunk + RECURRENCE["window_overlap"] and max(widths) > 1
+    assert model._prefill_chunk_size is None  # the setting lasts one call
+    for bad in (0, -2, 2.5, True):
+        with pytest.raises(ValueError, match=rf"`prefill_chunk_size` must be an int >= 1 \(or None\), got {bad}"):
+            model.generate(batch, attention_mask=mask, max_new_tokens=2, prefill_chunk_size=bad)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_generate_refuses_right_padded_prompts_and_names_ids_outside_the_vocabulary(family):
     """A row padded on the right has no logits at its last column (zeros): `generate` continued it with token 0
     whatever its text (every row right-padded: a `TypeError` inside transformers); it is refused, naming the rows

@@ -802,6 +802,9 @@ class RecurrentCausalLMMixin:
 
     supports_gradient_checkpointing = True
     reentrant_window_checkpointing = True
+    # the most new tokens one backbone call of the cached path reads (`prefill_chunk_size` of the running
+    # `generate()`, see [`generate`]); None: a whole window
+    _prefill_chunk_size = None
     _can_compile_fullgraph = False
     _supports_flash_attn = False
     _supports_flex_attn = False
@@ -1275,6 +1278,8 @@ class RecurrentCausalLMMixin:
                 take = window - overlap
             else:
                 take = window - cache.window_length
+            if self._prefill_chunk_size is not None:
+                take = min(take, self._prefill_chunk_size)
             new_ids = input_ids[:, position : position + take]
             take = new_ids.shape[1]
             chunk = new_ids if context is None else torch.cat([context, new_ids], dim=1)
@@ -1334,6 +1339,44 @@ class RecurrentCausalLMMixin:
         return loss_sum, logits, cache, state, max(windows)
 
     # ------------------------------------------------------------------ generation
+    def generate(self, *args, **kwargs):
+        r"""`GenerationMixin.generate`, with chunked prefill (`prefill_chunk_size`, a keyword or a `GenerationConfig`
+        field) done by the model itself: the prompt goes in as one call and the cached path reads it in pieces of at
+        most `prefill_chunk_size` new tokens per backbone call (plus the `window_overlap` tokens re-read when a window
+        rolls), never more than the rest of the current window; each row of a left-padded batch is read on its own
+        real tokens (see [`RecurrentCache`]), so padding wider than a chunk is skipped as without chunking. The
+        greedy tokens are those of the unchunked prefill and the logits equal them up to rounding (tested).
+        transformers' own chunked prefill is not used: it hands each chunk to `prepare_inputs_for_generation`
+        with the mask up to the chunk's end, so a left-padded row's first chunks look right-padded, and a chunk
+        cannot be told from the whole sequence of a stream that continues a cache.
+
+        Args:
+            *args, **kwargs: those of `GenerationMixin.generate`. `prefill_chunk_size` (`int >= 1`, *optional*) is
+                read from the keyword, else from the `generation_config` passed, else from `model.generation_config`.
+
+        Returns:
+            what `GenerationMixin.generate` returns.
+
+        Raises:
+            ValueError: `prefill_chunk_size` that is not an int >= 1 (a bool is refused too); and whatever
+                `GenerationMixin.generate` and [`prepare_inputs_for_generation`] raise (right-padded prompts, ...).
+        """
+        if "prefill_chunk_size" in kwargs:
+            chunk = kwargs["prefill_chunk_size"]
+        else:
+            generation_config = kwargs.get("generation_config", args[1] if len(args) > 1 else None)
+            chunk = getattr(generation_config, "prefill_chunk_size", None)
+            if chunk is None:
+                chunk = getattr(self.generation_config, "prefill_chunk_size", None)
+        if chunk is not None and (isinstance(chunk, bool) or not _is_int(chunk) or chunk < 1):
+            raise ValueError(f"`prefill_chunk_size` must be an int >= 1 (or None), got {chunk!r}.")
+        kwargs["prefill_chunk_size"] = None  # chunked below, in the cached path
+        previous, self._prefill_chunk_size = self._prefill_chunk_size, chunk
+        try:
+            return super().generate(*args, **kwargs)
+        finally:
+            self._prefill_chunk_size = previous
+
     def _get_stopping_criteria(self, *args, **kwargs):
         """transformers' stopping criteria, without the "exceeded the model's predefined maximum length" warning of
         `MaxLengthCriteria`: these models read any length in windows (§3), the position table bounds a window, not
@@ -1360,7 +1403,8 @@ class RecurrentCausalLMMixin:
         (left-padded prompts: each row then runs on its own tokens, with the positions, windows and tokens it gets
         alone; see [`RecurrentCache`]), and `use_cache` / `logits_to_keep` / `recurrent_state` (the latter only at
         the start of a stream). `generate()` passes the cache as `past_key_values`, or as `cache` from transformers
-        5.24 on; it goes on under the same name.
+        5.24 on; it goes on under the same name. With `prefill_chunk_size` too the prompt comes here whole: the model's
+        [`generate`] reads it in chunks in the cached path.
 
         Raises:
             ValueError: for `inputs_embeds`, or an `attention_mask` whose shape does not match the prompt (an
