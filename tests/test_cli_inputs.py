@@ -4,6 +4,7 @@ with a byte order mark tolerated; a missing, a directory and a non-file input sa
 negative number in scientific notation after an option; and suggested commands quoted so that they can be pasted."""
 
 import errno
+from pathlib import Path
 
 import pytest
 import torch
@@ -180,6 +181,81 @@ def test_a_questions_pipe_is_not_a_regular_file(tmp_path, capsys):
                      "--output", str(tmp_path / "out.jsonl"), "--no-progress"]) == 2
     line = _error_line(capsys.readouterr().err, "answer")
     assert line.endswith(f"error: --questions {fifo} is not a regular file, expected a JSONL file."), line
+
+
+def _failing_reads(monkeypatch, path, lines_read: int) -> None:
+    """The JSONL reader gets the first `lines_read` lines of `path`, then an I/O error that names no file, as a read
+    failing in the middle of a file raises it (`[Errno 5] Input/output error`); other files read as they are."""
+    import builtins
+
+    from hf_readonce.tasks import jsonl
+
+    class Failing:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+        def __iter__(self):
+            for number, line in enumerate(self.handle):
+                if number == lines_read:
+                    raise OSError(errno.EIO, "Input/output error")
+                yield line
+
+    def reading(file, *args, **kwargs):
+        handle = builtins.open(file, *args, **kwargs)
+        return Failing(handle) if Path(file) == path else handle
+
+    monkeypatch.setattr(jsonl, "open", reading, raising=False)
+
+
+def test_encode_names_the_documents_file_whose_read_fails_midway_and_keeps_what_it_committed(tmp_path, checkpoint,
+                                                                                           monkeypatch, capsys):
+    """An I/O error while the encoder reads `--documents` (after the checks read its head) is one error line naming
+    the option and the path (it was the errno text alone), saying that the documents committed before it are kept;
+    they are, and a re-run finishes."""
+    rows = [{"id": f"d{i}", "context": f"The cat number {i} sat on the mat in hall {i}."} for i in range(4)]
+    docs = write_jsonl(tmp_path / "d.jsonl", rows)
+    _failing_reads(monkeypatch, docs, lines_read=2)
+    argv = ["encode", str(checkpoint), "--store", str(tmp_path / "s"), "--documents", str(docs), "--no-progress",
+            "--batch-size", "1", *WINDOWS[2:]]
+    assert cli_main(argv) == 2
+    line = _error_line(capsys.readouterr().err, "encode")
+    assert line.endswith(f"error: --documents {docs} cannot be read (Input/output error); the documents committed "
+                         "before it are kept, re-run to finish."), line
+    assert len(RepresentationStore(tmp_path / "s", readonly=True)) == 2
+    monkeypatch.undo()
+    assert cli_main(argv) == 0
+    assert len(RepresentationStore(tmp_path / "s", readonly=True)) == 4
+
+
+@pytest.mark.parametrize("command, option", [("encode", "--documents"), ("answer", "--questions"),
+                                             ("summarize", "--documents")])
+def test_an_input_file_whose_first_read_fails_is_named(tmp_path, checkpoint, tokenizer, monkeypatch, command, option,
+                                                       capsys):
+    """An I/O error on the first read of an input file (the checks before any model work) names the option and the
+    path, in the words of a file that cannot be opened, and nothing is created."""
+    model = checkpoint
+    if command == "summarize":
+        from tests.tasks.test_summarization_store import longdoc
+
+        model = tmp_path / "longdoc"
+        longdoc(tokenizer).save_pretrained(model)
+        tokenizer.save_pretrained(model)
+    path = write_jsonl(tmp_path / "in.jsonl", [{**QUESTIONS[0], "document": QUESTIONS[0]["context"]}])
+    _failing_reads(monkeypatch, path, lines_read=0)
+    argv = [command, str(model), option, str(path), "--store", str(tmp_path / "s"), "--no-progress"]
+    if command != "encode":
+        argv += ["--output", str(tmp_path / "out.jsonl")]
+    assert cli_main(argv) == 2
+    line = _error_line(capsys.readouterr().err, command)
+    assert line.endswith(f"error: {option} {path} cannot be read (Input/output error); give a file you can read."), \
+        line
+    assert not (tmp_path / "s").exists() and not (tmp_path / "out.jsonl").exists()
 
 
 # ------------------------------------------------------------------------------------------ negative numbers

@@ -178,12 +178,41 @@ def _refuse_unreadable(path: Path, option: str) -> None:
     """
     if not path.is_file():
         return
-    try:
+    with _reading_input(path, option):
         with open(path, "rb"):
             pass
+
+
+@contextlib.contextmanager
+def _reading_input(path: Path, option: str, then: str = "give a file you can read"):
+    """Around code that reads the input file `path` an option names (`--documents`, `--questions`): an `OSError`
+    raised there (an I/O error in the middle of the file, which names no file; the file removed, or swapped for a
+    folder, since it was checked) becomes one error line naming the option and the path, e.g. `--documents
+    docs.jsonl cannot be read (Input/output error); give a file you can read.`
+
+    Args:
+        path (`Path`): the file. option (`str`): the option named. then (`str`, defaults to "give a file you can
+            read"): what the message advises, after the reason.
+
+    Raises:
+        CommandError: for an `OSError` raised inside the block (exit status 2).
+    """
+    try:
+        yield
     except OSError as error:
-        reason = (error.strerror or type(error).__name__).rstrip(".")
-        raise CommandError(f"{option} {path} cannot be read ({reason}); give a file you can read.") from None
+        reason = (error.strerror or str(error) or type(error).__name__).rstrip(".")
+        raise CommandError(f"{option} {path} cannot be read ({reason}); {then}.") from None
+
+
+def _input_rows(rows, path: Path, option: str, then: str):
+    """`rows` (an iterator reading the input file `path`, e.g. `iter_documents`) passed on one by one, an `OSError`
+    raised while reading it said as [`_reading_input`] says it, with `then` as the advice.
+
+    Raises:
+        CommandError: as [`_reading_input`].
+    """
+    with _reading_input(path, option, then):
+        yield from rows
 
 
 def _input_file(value: str, option: str, pipe: bool = False) -> Path:
@@ -214,7 +243,7 @@ def _input_file(value: str, option: str, pipe: bool = False) -> Path:
 
 
 def _input_fields(path: Path, text_field: str | None, id_field: str | None = None, option: str = "--text-field",
-                  status: int = EXIT_PROBLEMS) -> tuple[str, str]:
+                  status: int = EXIT_PROBLEMS, input_option: str = "--documents") -> tuple[str, str]:
     """The text and id fields `encode` and `verify` read, and their input checked before any model work, in one read
     from the start of `path` ([`_scan_head`]). Without `--text-field` (`text_field` `None`) texts are read from
     `context` if a line holds a text there, else from `document` if one does (an XSum-style file; said on stderr),
@@ -227,12 +256,15 @@ def _input_fields(path: Path, text_field: str | None, id_field: str | None = Non
         `(text_field, id_field)`.
 
     Raises:
-        CommandError: as [`_refuse_without_documents`] (with `option` and `status`); an `id_field` no line has.
+        CommandError: as [`_refuse_without_documents`] (with `option` and `status`); an `id_field` no line has; the
+            file failing to be read, naming `input_option` (the option that gave `path`) and the path
+            ([`_reading_input`]).
     """
     id_field_read = id_field if id_field is not None else "id"
     if not path.is_file():
         return text_field if text_field is not None else DEFAULT_TEXT_FIELDS[0], id_field_read
-    scan = _scan_head(path, text_field, id_field)
+    with _reading_input(path, input_option):
+        scan = _scan_head(path, text_field, id_field)
     if text_field is None and scan["text_field"] != DEFAULT_TEXT_FIELDS[0]:
         print(f"--text-field: no line of {path} has a 'context'; reading 'document'.", file=sys.stderr)
     _refuse_without_documents(path, scan, option, status)
@@ -962,9 +994,13 @@ def cmd_encode(args) -> int:
         # distinct documents, as the summary does
         from .store import content_hash
 
-        total = len({content_hash(text) for _, text in iter_documents(documents, text_field=args.text_field,
-                                                                      id_field=args.id_field, problems=[])})
-    doc_iter = iter_documents(documents, text_field=args.text_field, id_field=args.id_field, problems=problems)
+        with _reading_input(documents, "--documents"):
+            total = len({content_hash(text) for _, text in iter_documents(documents, text_field=args.text_field,
+                                                                          id_field=args.id_field, problems=[])})
+    # an I/O error while the encoder reads the file names it (and what is kept), not only its errno text
+    doc_iter = _input_rows(iter_documents(documents, text_field=args.text_field, id_field=args.id_field,
+                                          problems=problems),
+                           documents, "--documents", "the documents committed before it are kept, re-run to finish")
     dtype = args.dtype
     adapter_space = space_key(adapter.fingerprint(), adapter.settings())
     unindexed = [rel for rel in orphan_shards(store, adapter_space) if rel in unindexed] if unindexed else []
@@ -1358,7 +1394,8 @@ def _answer(args) -> int:
                            f"per layer), got {ratio}.")
     _finite(getattr(args, "null_score_diff_threshold", None), "--null-score-diff-threshold")
     problems, examples, first_line, duplicates = [], [], {}, []
-    for number, row in iter_jsonl(questions, problems):
+    for number, row in _input_rows(iter_jsonl(questions, problems), questions, "--questions",
+                                   "give a file you can read"):
         # a generative row has one passage (`context`) or several (`contexts`, or a list in `context`)
         keys = ("question",) if generative else ("question", "context")
         bad = [problem for key in keys if (problem := field_problem(row, key)) is not None]
@@ -1388,7 +1425,8 @@ def _answer(args) -> int:
     if not examples:
         if not problems or all("JSON" in p.reason or "UTF-8" in p.reason for p in problems):
             raise CommandError(_no_object_line(questions, "questions", problems), status=EXIT_PROBLEMS)
-        first = next((row for _, row in iter_jsonl(questions, [])), {})
+        with _reading_input(questions, "--questions"):
+            first = next((row for _, row in iter_jsonl(questions, [])), {})
         needs = "'question' and 'context' (or 'contexts', a list of passages)" if generative else \
             "'question' and 'context'"
         raise CommandError(f"{questions}: no usable question (each line needs {needs}; the first "
@@ -1631,13 +1669,14 @@ def _read_summarize_rows(path: Path, text_field: str, id_field: str) -> list[dic
     `line`: its line number, from 1); bad lines are reported on stderr and set aside.
 
     Raises:
-        CommandError: duplicate ids (status 2). (That the input holds a usable document, and a given `id_field` on
-            some line, the caller checks first with [`_input_fields`].)
+        CommandError: duplicate ids (status 2); the file failing to be read, naming `--documents` and the path
+            ([`_reading_input`]). (That the input holds a usable document, and a given `id_field` on some line,
+            the caller checks first with [`_input_fields`].)
     """
     from .tasks.jsonl import BadLine, field_problem, iter_jsonl
 
     problems, rows, first_line, duplicates = [], [], {}, []
-    for number, row in iter_jsonl(path, problems):
+    for number, row in _input_rows(iter_jsonl(path, problems), path, "--documents", "give a file you can read"):
         problem = field_problem(row, text_field)
         if problem is not None:
             problems.append(BadLine(number, problem))
@@ -2361,8 +2400,9 @@ def _recompute(args, store, corrupted):
         # verify's 1 means a damaged store
         args.text_field, _ = _input_fields(documents, args.text_field or None, status=EXIT_ERROR)
         problems = []  # lines set aside, reported as `encode` reports them (not silently left out)
-        texts = {content_hash(text): text for _, text in iter_documents(documents, text_field=args.text_field,
-                                                                          id_field=None, problems=problems)}
+        with _reading_input(documents, "--documents"):
+            texts = {content_hash(text): text for _, text in iter_documents(documents, text_field=args.text_field,
+                                                                              id_field=None, problems=problems)}
         _report_bad_lines(problems, documents)
     device = _device(args.device)
     reports, covered = [], set()
