@@ -6,6 +6,9 @@ about it."""
 
 import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -166,3 +169,60 @@ def test_reading_makes_no_lock_file_and_a_stores_own_is_harmless(tmp_path, capsy
     assert (path / ".lock").is_file()
     status, out, err = run_cli(capsys, "verify", "--store", path)
     assert status == 0 and ".lock" not in out + err and "OK: 2 shard(s), 2 document(s)" in out
+
+
+# a process holding the store's lock (`sys.argv[1]`) that renames the store's folder away to `sys.argv[2]` while it
+# holds it, a second after a line on stdin says that the writer is about to wait (its first tries fail meanwhile)
+_HOLDER = """
+import os, sys, time
+from filelock import FileLock
+with FileLock(os.path.join(sys.argv[1], ".lock")):
+    print("held", flush=True)
+    sys.stdin.readline()
+    time.sleep(1.0)
+    os.rename(sys.argv[1], sys.argv[2])
+"""
+
+
+def test_a_store_moved_away_while_a_writer_waits_for_another_processs_lock_leaves_nothing_at_its_path(tmp_path,
+                                                                                                      monkeypatch):
+    """Real processes: another process holds the store's lock, the writer waits for it, and the store is moved away
+    meanwhile. The writer is refused (the store no longer exists) and nothing is left at the old path: a filelock
+    that made the lock file's folder again at each try (before 4.2.1) left an empty folder there, which `mv`
+    would then move the store into."""
+    path, moved = tmp_path / "s", tmp_path / "moved"
+    store = RepresentationStore(path)
+    assert store.put(FP, SETTINGS, content_hash("first"), {"x": torch.ones(2)})
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(path), str(moved)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+
+        def waiting():
+            holder.stdin.write("waiting\n")
+            holder.stdin.flush()
+
+        done = _on_first_lock(monkeypatch, path, waiting)
+        with pytest.raises(ReadOnlyStoreError, match="no longer exists"):
+            store.put(FP, SETTINGS, content_hash("second"), {"x": torch.zeros(2)})
+        monkeypatch.undo()
+    finally:
+        holder.stdin.close()
+        assert holder.wait(timeout=60) == 0
+    assert done == [True]
+    assert not os.path.lexists(path), sorted(os.listdir(path))
+    assert len(RepresentationStore(moved, create=False)) == 1
+
+
+def test_the_filelock_requirement_leaves_out_the_releases_that_make_a_waited_for_locks_folder_again():
+    """The store's lock relies on filelock making the lock file's folder once, before its first try (4.2.1 on,
+    checked with real processes above; 3.12 to 4.2.0 make it at every try): the declared requirement admits no
+    earlier release."""
+    from packaging.requirements import Requirement
+
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    with open(Path(__file__).resolve().parents[2] / "pyproject.toml", "rb") as handle:
+        dependencies = [Requirement(line) for line in tomllib.load(handle)["project"]["dependencies"]]
+    specifier = next(requirement.specifier for requirement in dependencies if requirement.name == "filelock")
+    assert specifier.contains("4.2.1") and specifier.contains("4.3.1")
+    assert not any(specifier.contains(version) for version in ("3.12.4", "3.32.7", "4.0.0", "4.2.0"))
