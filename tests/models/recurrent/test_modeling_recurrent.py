@@ -245,10 +245,79 @@ def test_chunked_prefill_of_a_left_padded_batch_generates_as_the_unchunked_prefi
                 assert torch.equal(got.sequences, whole.sequences)
                 torch.testing.assert_close(torch.stack(got.logits), torch.stack(whole.logits), atol=1e-4, rtol=0)
                 assert max(widths) <= chunk + RECURRENCE["window_overlap"] and max(widths) > 1
-    assert model._prefill_chunk_size is None  # the setting lasts one call
     for bad in (0, -2, 2.5, True):
         with pytest.raises(ValueError, match=rf"`prefill_chunk_size` must be an int >= 1 \(or None\), got {bad}"):
             model.generate(batch, attention_mask=mask, max_new_tokens=2, prefill_chunk_size=bad)
+
+
+def test_chunked_prefill_is_no_state_of_the_model_and_a_generation_config_draws_no_warning(monkeypatch):
+    """`prefill_chunk_size` travels with the prefill's inputs: a forward of the same model run while a chunked
+    `generate()` is under way (here from its streamer; another thread alike) reads whole windows, and a
+    `generate(generation_config=...)` draws no "generation_config together with generation-related arguments"
+    warning (nothing is added to the user's keywords)."""
+    from transformers import GenerationConfig
+    from transformers.generation.streamers import BaseStreamer
+    from transformers.utils import logging as hf_logging
+
+    model = tiny("gpt2")
+    widths = []
+    window_pass = type(model)._window_hidden_states
+
+    def recording(self, input_ids, *args, **kwargs):
+        widths.append(input_ids.shape[1])
+        return window_pass(self, input_ids, *args, **kwargs)
+
+    class ForwardOnPut(BaseStreamer):
+        def put(self, value):
+            widths.clear()
+            model(ids(1, 12, seed=5), use_cache=True)
+            self.widths = list(widths)
+
+        def end(self):
+            pass
+
+    monkeypatch.setattr(type(model), "_window_hidden_states", recording)
+    streamer = ForwardOnPut()
+    with torch.no_grad():
+        model.generate(ids(1, 30, seed=6), max_new_tokens=2, pad_token_id=0, prefill_chunk_size=3, streamer=streamer)
+    assert streamer.widths == [12]
+    messages = []
+    monkeypatch.setattr(hf_logging.get_logger("transformers.generation.utils"), "warning_once",
+                        lambda message, *args, **kwargs: messages.append(str(message)))
+    with torch.no_grad():
+        model.generate(ids(1, 10), generation_config=GenerationConfig(max_new_tokens=2, pad_token_id=0))
+    assert not [message for message in messages if "generation_config" in message], messages
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_forward_prefill_chunk_size_reads_the_cached_path_in_chunks(family, monkeypatch):
+    """`forward(prefill_chunk_size=k)` on the cached path: each backbone call reads at most k new tokens (plus the
+    `window_overlap` re-read at a roll), the logits and the next call's cache equal the unchunked ones up to
+    rounding; without the cached path, or not an int >= 1, a `ValueError` naming it."""
+    model = tiny(family)
+    x, more = ids(2, 37, seed=8), ids(2, 5, seed=9)
+    widths = []
+    window_pass = type(model)._window_hidden_states
+
+    def recording(self, input_ids, *args, **kwargs):
+        widths.append(input_ids.shape[1])
+        return window_pass(self, input_ids, *args, **kwargs)
+
+    with torch.no_grad():
+        whole = model(x, use_cache=True)
+        monkeypatch.setattr(type(model), "_window_hidden_states", recording)
+        chunked = model(x, use_cache=True, prefill_chunk_size=5)
+        monkeypatch.undo()
+        assert max(widths) <= 5 + RECURRENCE["window_overlap"] and len(widths) > 3
+        torch.testing.assert_close(chunked.logits, whole.logits, atol=1e-4, rtol=0)
+        name = "cache" if getattr(whole, "cache", None) is not None else "past_key_values"
+        after_whole = model(more, **{name: getattr(whole, name)})
+        after_chunked = model(more, **{name: getattr(chunked, name)})
+        torch.testing.assert_close(after_chunked.logits, after_whole.logits, atol=1e-4, rtol=0)
+        with pytest.raises(ValueError, match="`prefill_chunk_size` is read on the cached path only"):
+            model(x, use_cache=False, prefill_chunk_size=5)
+        with pytest.raises(ValueError, match=r"`prefill_chunk_size` must be an int >= 1 \(or None\), got 0"):
+            model(x, use_cache=True, prefill_chunk_size=0)
 
 
 @pytest.mark.parametrize("family", FAMILIES)

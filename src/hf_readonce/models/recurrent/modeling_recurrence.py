@@ -68,6 +68,12 @@ def either_cache(past_key_values, cache):
     return past_key_values if past_key_values is not None else cache
 
 
+def _check_prefill_chunk_size(chunk) -> None:
+    """Raise a `ValueError` unless `prefill_chunk_size` is None or an int >= 1 (a bool is refused)."""
+    if chunk is not None and (isinstance(chunk, bool) or not _is_int(chunk) or chunk < 1):
+        raise ValueError(f"`prefill_chunk_size` must be an int >= 1 (or None), got {chunk!r}.")
+
+
 # Copied from hf_readonce.models.deformer_bert.modeling_deformer_bert._check_token_ids
 def _check_token_ids(ids, bound: int, argument: str) -> None:
     """Raise a `ValueError` naming `argument` and the bound if a token id of `ids` is outside `[0, bound)` (called
@@ -802,9 +808,6 @@ class RecurrentCausalLMMixin:
 
     supports_gradient_checkpointing = True
     reentrant_window_checkpointing = True
-    # the most new tokens one backbone call of the cached path reads (`prefill_chunk_size` of the running
-    # `generate()`, see [`generate`]); None: a whole window
-    _prefill_chunk_size = None
     _can_compile_fullgraph = False
     _supports_flash_attn = False
     _supports_flex_attn = False
@@ -929,6 +932,7 @@ class RecurrentCausalLMMixin:
         logits_to_keep: int | torch.Tensor = 0,
         inputs_embeds: torch.Tensor | None = None,
         cache: Cache | None = None,
+        prefill_chunk_size: int | None = None,
         **kwargs: Unpack[TransformersKwargs],
     ) -> RecurrentCausalLMOutputWithPast:
         r"""
@@ -965,6 +969,10 @@ class RecurrentCausalLMMixin:
             inputs_embeds: not supported (raises); accepted for the `generate()` signature.
             cache ([`RecurrentCache`], *optional*): the name of `past_key_values` from transformers 5.24 on (what
                 `generate()` passes there); either name is accepted with every supported transformers, not both.
+            prefill_chunk_size (`int`, *optional*): on the cached path, the most new tokens of `input_ids` one
+                backbone call reads (plus the `window_overlap` tokens re-read when a window rolls); `None` (default):
+                the rest of the current window. Bounds the activations of a long prompt; the logits equal the
+                unchunked ones up to rounding. `generate()` passes its `prefill_chunk_size` here for the prompt.
             return_dict (`bool`, *optional*, keyword): return a tuple when False (`@can_return_tuple`).
             num_items_in_batch (`int` or `torch.Tensor`, *optional*, keyword): loss denominator (from `Trainer`).
 
@@ -975,7 +983,8 @@ class RecurrentCausalLMMixin:
 
         Raises:
             ValueError: for missing/empty/non-2-D `input_ids`, `labels` or `attention_mask` of the wrong shape,
-                `inputs_embeds`, `position_ids`, `token_type_ids`, `output_attentions`/`output_hidden_states` given as
+                `inputs_embeds`, `position_ids`, `token_type_ids`, `prefill_chunk_size` not an int >= 1 or given without the cached path,
+                `output_attentions`/`output_hidden_states` given as
                 True (a stream has no one attention matrix or hidden state per layer; set in the config only, they
                 are ignored with a warning), a
                 `recurrent_state` (given, or held by the [`RecurrentCache`] a stream starts from) that is not a
@@ -1002,6 +1011,10 @@ class RecurrentCausalLMMixin:
         device = input_ids.device
         keep = self._keep_indices(length, logits_to_keep, device)
         cached = past_key_values is not None or (use_cache and not self.training)
+        _check_prefill_chunk_size(prefill_chunk_size)
+        if prefill_chunk_size is not None and not cached:
+            raise ValueError("`prefill_chunk_size` is read on the cached path only (`use_cache=True` in eval mode, or "
+                             "`past_key_values`): without a cache every window is read whole.")
         targets = None
         if labels is not None:
             # as for each row alone (what the cached path scores): a real token predicts the next *real* token's
@@ -1027,7 +1040,7 @@ class RecurrentCausalLMMixin:
         try:
             if cached:
                 loss_sum, logits, cache, state, num_windows = self._cached_stream(
-                    input_ids, attention_mask, targets, keep, past_key_values, recurrent_state
+                    input_ids, attention_mask, targets, keep, past_key_values, recurrent_state, prefill_chunk_size
                 )
             else:
                 loss_sum, logits, state, num_windows = self._windowed_stream(
@@ -1207,9 +1220,10 @@ class RecurrentCausalLMMixin:
         logits = torch.cat(pieces, dim=1) if len(pieces) > 1 else (pieces[0] if pieces else None)
         return loss_sum, logits, memory, len(spans)
 
-    def _cached_stream(self, input_ids, attention_mask, targets, keep, cache, recurrent_state):
+    def _cached_stream(self, input_ids, attention_mask, targets, keep, cache, recurrent_state, chunk_size=None):
         """With a [`RecurrentCache`]: continue the current window with the KV cache, roll into a new window (carrying
-        the recurrent vector, re-reading the last `window_overlap` tokens) whenever it is full (generation path)."""
+        the recurrent vector, re-reading the last `window_overlap` tokens) whenever it is full (generation path);
+        at most `chunk_size` new tokens per backbone call when given (`forward`'s `prefill_chunk_size`)."""
         config = self.config
         window, overlap = config.window_size, config.window_overlap
         # the config may have been edited since it was built: same check as uncached
@@ -1261,7 +1275,7 @@ class RecurrentCausalLMMixin:
                     )
                 cache.rows = [RecurrentCache(config=config) for _ in range(input_ids.shape[0])]
         if cache.rows is not None:
-            return self._cached_rows(input_ids, attention_mask, targets, keep, cache, recurrent_state)
+            return self._cached_rows(input_ids, attention_mask, targets, keep, cache, recurrent_state, chunk_size)
         if recurrent_state is not None:
             cache.recurrent_state = recurrent_state
         loss_sum = torch.zeros((), dtype=torch.float32, device=input_ids.device)
@@ -1278,8 +1292,8 @@ class RecurrentCausalLMMixin:
                 take = window - overlap
             else:
                 take = window - cache.window_length
-            if self._prefill_chunk_size is not None:
-                take = min(take, self._prefill_chunk_size)
+            if chunk_size is not None:
+                take = min(take, chunk_size)
             new_ids = input_ids[:, position : position + take]
             take = new_ids.shape[1]
             chunk = new_ids if context is None else torch.cat([context, new_ids], dim=1)
@@ -1297,7 +1311,7 @@ class RecurrentCausalLMMixin:
         logits = torch.cat(pieces, dim=1) if pieces else None
         return loss_sum, logits, cache, state, cache.num_windows - start_windows + 1
 
-    def _cached_rows(self, input_ids, attention_mask, targets, keep, cache, recurrent_state):
+    def _cached_rows(self, input_ids, attention_mask, targets, keep, cache, recurrent_state, chunk_size=None):
         """[`_cached_stream`] of a padded batch: each row on its own real tokens (`attention_mask` of the new tokens,
         `(batch, T)`, or `None`: all real), with its own cache in `cache.rows`. Kept logits at padded columns are
         zeros; the loss sums every row's targets at its real columns."""
@@ -1319,7 +1333,7 @@ class RecurrentCausalLMMixin:
                 continue
             row_targets = None if targets is None else targets[row : row + 1, columns]
             step_loss, row_logits, _, state, _ = self._cached_stream(
-                input_ids[row : row + 1, columns], None, row_targets, keep[columns], row_cache, row_state)
+                input_ids[row : row + 1, columns], None, row_targets, keep[columns], row_cache, row_state, chunk_size)
             loss_sum = loss_sum + step_loss
             states.append(state)
             windows.append(row_cache.num_windows)
@@ -1339,43 +1353,37 @@ class RecurrentCausalLMMixin:
         return loss_sum, logits, cache, state, max(windows)
 
     # ------------------------------------------------------------------ generation
-    def generate(self, *args, **kwargs):
-        r"""`GenerationMixin.generate`, with chunked prefill (`prefill_chunk_size`, a keyword or a `GenerationConfig`
-        field) done by the model itself: the prompt goes in as one call and the cached path reads it in pieces of at
-        most `prefill_chunk_size` new tokens per backbone call (plus the `window_overlap` tokens re-read when a window
-        rolls), never more than the rest of the current window; each row of a left-padded batch is read on its own
-        real tokens (see [`RecurrentCache`]), so padding wider than a chunk is skipped as without chunking. The
-        greedy tokens are those of the unchunked prefill and the logits equal them up to rounding (tested).
-        transformers' own chunked prefill is not used: it hands each chunk to `prepare_inputs_for_generation`
-        with the mask up to the chunk's end, so a left-padded row's first chunks look right-padded, and a chunk
-        cannot be told from the whole sequence of a stream that continues a cache.
+    def _prefill(self, input_ids, generation_config, model_kwargs, *args, **kwargs):
+        r"""`GenerationMixin._prefill` (the first forward of `generate()`), with chunked prefill
+        (`prefill_chunk_size` of the resolved generation config: a `generate()` keyword, a `GenerationConfig` field,
+        or `model.generation_config`) done by the model itself: the prompt goes to `forward` in one call with
+        `prefill_chunk_size`, and the cached path reads it in pieces of at most that many new tokens per backbone
+        call (see `forward`). Each row of a left-padded batch is read on its own real tokens (see
+        [`RecurrentCache`]), so padding wider than a chunk is skipped as without chunking; the greedy tokens are
+        those of the unchunked prefill and the logits equal them up to rounding. transformers' own chunk loop is
+        not used: it hands each chunk to `prepare_inputs_for_generation` with the mask up to the chunk's end, so a
+        left-padded row's first chunks look right-padded, and a chunk cannot be told from the whole sequence of a
+        stream that continues a cache. The setting travels with this call's inputs only: nothing is stored on the
+        model, so concurrent `generate()` calls on one model do not see each other's setting.
 
         Args:
-            *args, **kwargs: those of `GenerationMixin.generate`. `prefill_chunk_size` (`int >= 1`, *optional*) is
-                read from the keyword, else from the `generation_config` passed, else from `model.generation_config`.
+            input_ids (`torch.LongTensor` of shape `(batch_size, T)`), generation_config, model_kwargs, *args,
+                **kwargs: those of `GenerationMixin._prefill` (`model_kwargs` is not modified).
 
         Returns:
-            what `GenerationMixin.generate` returns.
+            what `GenerationMixin._prefill` returns (the prefill's model output).
 
         Raises:
-            ValueError: `prefill_chunk_size` that is not an int >= 1 (a bool is refused too); and whatever
-                `GenerationMixin.generate` and [`prepare_inputs_for_generation`] raise (right-padded prompts, ...).
+            ValueError: `prefill_chunk_size` that is not an int >= 1 (a bool is refused too); without a cache
+                (`use_cache=False`), transformers' "Cannot use prefill chunking without a cache".
         """
-        if "prefill_chunk_size" in kwargs:
-            chunk = kwargs["prefill_chunk_size"]
-        else:
-            generation_config = kwargs.get("generation_config", args[1] if len(args) > 1 else None)
-            chunk = getattr(generation_config, "prefill_chunk_size", None)
-            if chunk is None:
-                chunk = getattr(self.generation_config, "prefill_chunk_size", None)
-        if chunk is not None and (isinstance(chunk, bool) or not _is_int(chunk) or chunk < 1):
-            raise ValueError(f"`prefill_chunk_size` must be an int >= 1 (or None), got {chunk!r}.")
-        kwargs["prefill_chunk_size"] = None  # chunked below, in the cached path
-        previous, self._prefill_chunk_size = self._prefill_chunk_size, chunk
-        try:
-            return super().generate(*args, **kwargs)
-        finally:
-            self._prefill_chunk_size = previous
+        chunk = getattr(generation_config, "prefill_chunk_size", None)
+        if chunk is None or either_cache(model_kwargs.get("past_key_values"), model_kwargs.get("cache")) is None:
+            return super()._prefill(input_ids, generation_config, model_kwargs, *args, **kwargs)
+        _check_prefill_chunk_size(chunk)
+        unchunked = copy.copy(generation_config)
+        unchunked.prefill_chunk_size = None
+        return super()._prefill(input_ids, unchunked, {**model_kwargs, "prefill_chunk_size": chunk}, *args, **kwargs)
 
     def _get_stopping_criteria(self, *args, **kwargs):
         """transformers' stopping criteria, without the "exceeded the model's predefined maximum length" warning of
@@ -1403,8 +1411,8 @@ class RecurrentCausalLMMixin:
         (left-padded prompts: each row then runs on its own tokens, with the positions, windows and tokens it gets
         alone; see [`RecurrentCache`]), and `use_cache` / `logits_to_keep` / `recurrent_state` (the latter only at
         the start of a stream). `generate()` passes the cache as `past_key_values`, or as `cache` from transformers
-        5.24 on; it goes on under the same name. With `prefill_chunk_size` too the prompt comes here whole: the model's
-        [`generate`] reads it in chunks in the cached path.
+        5.24 on; it goes on under the same name. With `prefill_chunk_size` the prompt comes here whole (see
+        [`_prefill`]) and the setting goes on to `forward`, which reads the prompt in chunks on the cached path.
 
         Raises:
             ValueError: for `inputs_embeds`, or an `attention_mask` whose shape does not match the prompt (an
@@ -1440,7 +1448,7 @@ class RecurrentCausalLMMixin:
             model_inputs["attention_mask"] = attention_mask
         if past_key_values is not None:
             model_inputs[CACHE_NAME] = past_key_values
-        for key in ("use_cache", "logits_to_keep"):
+        for key in ("use_cache", "logits_to_keep", "prefill_chunk_size"):
             if key in kwargs:
                 model_inputs[key] = kwargs[key]
         if kwargs.get("recurrent_state") is not None and not seen:
