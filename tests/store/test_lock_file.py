@@ -214,15 +214,40 @@ def test_a_store_moved_away_while_a_writer_waits_for_another_processs_lock_leave
     assert len(RepresentationStore(moved, create=False)) == 1
 
 
-def test_the_filelock_requirement_leaves_out_the_releases_that_make_a_waited_for_locks_folder_again():
-    """The store's lock relies on filelock making the lock file's folder once, before its first try (4.2.1 on,
-    checked with real processes above; 3.12 to 4.2.0 make it at every try): the declared requirement admits no
-    earlier release."""
+def _filelock_specifier(python_version: str):
+    """The filelock requirement of pyproject.toml that applies under `python_version` (its marker evaluated)."""
     from packaging.requirements import Requirement
 
     tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
     with open(Path(__file__).resolve().parents[2] / "pyproject.toml", "rb") as handle:
-        dependencies = [Requirement(line) for line in tomllib.load(handle)["project"]["dependencies"]]
-    specifier = next(requirement.specifier for requirement in dependencies if requirement.name == "filelock")
-    assert specifier.contains("4.2.1") and specifier.contains("4.3.1")
-    assert not any(specifier.contains(version) for version in ("3.12.4", "3.32.7", "4.0.0", "4.2.0"))
+        project = tomllib.load(handle)["project"]
+    environment = {"python_version": python_version, "python_full_version": f"{python_version}.0"}
+    applying = [requirement.specifier for requirement in map(Requirement, project["dependencies"])
+                if requirement.name == "filelock"
+                and (requirement.marker is None or requirement.marker.evaluate(environment))]
+    assert len(applying) == 1, applying
+    return applying[0]
+
+
+def test_the_filelock_requirement_leaves_out_the_releases_that_make_a_waited_for_locks_folder_again():
+    """The store's lock relies on filelock making the lock file's folder once, before its first try (4.2.1 on,
+    checked with real processes above; 3.12 to 4.2.0 make it at every try): on the Pythons those releases support
+    (3.11 on) the declared requirement admits no earlier release."""
+    for python_version in ("3.11", "3.13"):
+        specifier = _filelock_specifier(python_version)
+        assert specifier.contains("4.2.1") and specifier.contains("4.3.1")
+        assert not any(specifier.contains(version) for version in ("3.12.4", "3.32.7", "4.0.0", "4.2.0"))
+
+
+def test_the_filelock_requirement_is_installable_on_the_oldest_python_the_package_supports():
+    """filelock 4.2.0 on declare `Requires-Python >=3.11` (4.0.0 and 4.1 still take 3.10): on the oldest Python of
+    `requires-python` the filelock requirement admits a release that installs there."""
+    from packaging.specifiers import SpecifierSet
+
+    tomllib = pytest.importorskip("tomllib")
+    with open(Path(__file__).resolve().parents[2] / "pyproject.toml", "rb") as handle:
+        requires_python = SpecifierSet(tomllib.load(handle)["project"]["requires-python"])
+    oldest = next(version for version in ("3.9", "3.10", "3.11") if requires_python.contains(f"{version}.0"))
+    if oldest != "3.10":
+        pytest.skip(f"the oldest Python supported is {oldest}")
+    assert _filelock_specifier(oldest).contains("4.0.0")
