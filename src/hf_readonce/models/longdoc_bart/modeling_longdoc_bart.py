@@ -1048,8 +1048,9 @@ class LongDocBartDecoder(LongDocBartPreTrainedModel, BartDecoder):
         Raises:
             ValueError: decoder ids (`input_ids`: `labels` / `decoder_input_ids`) that are not 2-D
                 (`inputs_embeds` not 3-D) or hold an empty batch or text ([`_check_batch_of_texts`]); decoder rows and
-                `encoder_hidden_states` of different batch sizes; a decoder token id outside `[0, vocab_size)`, naming it and the vocabulary size (checked when
-                the embedding lookup fails); both `past_key_values` and `cache`.
+                `encoder_hidden_states` of different batch sizes; a decoder token id outside `[0, vocab_size)`,
+                naming it and the vocabulary size (checked when the embedding lookup fails); both `past_key_values`
+                and `cache`.
             TypeError: decoder ids (`labels`) that are not integers; a keyword argument it does not take (a
                 misspelling such as `encoder_attention_masks=`), named with the argument it probably meant, where
                 BART's `**kwargs` would swallow it. Accepted besides its own: what [`_check_keyword_arguments`]
@@ -1216,8 +1217,6 @@ def _check_encoder_outputs_inputs(model, encoder_outputs, attention_mask) -> Non
         raise ValueError(f"`attention_mask` of shape {tuple(attention_mask.shape)} does not match `encoder_outputs` "
                          f"of (batch_size, length) {tuple(states.shape[:2])}: pass the mask the documents were "
                          "encoded with, row for row.")
-
-
 
 
 class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForConditionalGeneration):
