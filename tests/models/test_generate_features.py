@@ -1,0 +1,61 @@
+"""transformers' `generate()` features on every generating family (tiny random models): the same tokens as the plain
+call where the feature should change nothing or just stop early, a clear error naming the feature where it cannot
+apply."""
+
+import pytest
+import torch
+
+from tests.hub.test_pipeline_readonce import tiny_readonce
+from tests.models.block_attention_llama.cases import tiny_block_attention
+from tests.models.longdoc_bart.cases import tiny_longdoc
+from tests.models.recurrent.cases import tiny_recurrent
+
+DOCUMENT = "emma woodhouse handsome clever and rich with a comfortable home and happy disposition seemed to unite"
+QUESTION = "who is handsome and clever"
+LONG_PROMPT = " ".join(["emma", "knightley", "harriet"] * 12)  # beyond the recurrent models' 32 positions
+
+
+def _family_calls(tokenizer):
+    """`{name: (model, generate)}`: each family's model and a call of its `generate` on one prompt with the given
+    keyword arguments (ReadOnce with the document's tokens, block attention with document caches)."""
+    document = tokenizer([DOCUMENT], return_tensors="pt")
+    question = tokenizer([QUESTION], return_tensors="pt")
+    readonce, longdoc, block = tiny_readonce(), tiny_longdoc(), tiny_block_attention()
+    caches = block.encode_documents(document.input_ids)
+    block_question = tokenizer([QUESTION], add_special_tokens=False, return_tensors="pt").input_ids
+    long_prompt = tokenizer([LONG_PROMPT], return_tensors="pt").input_ids
+    gpt2, llama = tiny_recurrent("gpt2"), tiny_recurrent("llama")
+    return {
+        "readonce_bart": (readonce, lambda **kw: readonce.generate(
+            question.input_ids, attention_mask=question.attention_mask, document_input_ids=document.input_ids,
+            document_input_attention_mask=document.attention_mask, **kw)),
+        "longdoc_bart": (longdoc, lambda **kw: longdoc.generate(
+            document.input_ids, attention_mask=document.attention_mask, **kw)),
+        "block_attention_llama": (block, lambda **kw: block.generate(block_question, document_caches=caches, **kw)),
+        "block_attention_llama_plain": (block, lambda **kw: block.generate(document.input_ids, **kw)),
+        "recurrent_gpt2": (gpt2, lambda **kw: gpt2.generate(long_prompt, **kw)),
+        "recurrent_llama": (llama, lambda **kw: llama.generate(long_prompt, **kw)),
+    }
+
+
+FAMILIES = ["readonce_bart", "longdoc_bart", "block_attention_llama", "block_attention_llama_plain", "recurrent_gpt2",
+            "recurrent_llama"]
+
+
+@pytest.fixture(scope="module")
+def family_calls(tokenizer):
+    return _family_calls(tokenizer)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_stop_strings_stop_at_the_string(family, family_calls, tokenizer):
+    """`stop_strings` with `tokenizer=` (which `generate()` hands on to the model with the inputs) ends the greedy
+    tokens at the first new whole word that is the stop string: the same tokens as without it, up to there."""
+    _, generate = family_calls[family]
+    greedy = generate(max_new_tokens=6, do_sample=False)
+    new = greedy[0, -6:].tolist()
+    # the last new token that decodes to a word of its own, at its first place (a stop string matches text)
+    at = max(new.index(t) for t in new if tokenizer.decode([t]).isalnum())
+    stopped = generate(max_new_tokens=6, do_sample=False, stop_strings=[tokenizer.decode([new[at]])],
+                       tokenizer=tokenizer)
+    assert torch.equal(stopped, greedy[:, :greedy.shape[1] - 6 + at + 1])
