@@ -59,3 +59,16 @@ def test_stop_strings_stop_at_the_string(family, family_calls, tokenizer):
     stopped = generate(max_new_tokens=6, do_sample=False, stop_strings=[tokenizer.decode([new[at]])],
                        tokenizer=tokenizer)
     assert torch.equal(stopped, greedy[:, :greedy.shape[1] - 6 + at + 1])
+
+
+@pytest.mark.parametrize("family", ["recurrent_gpt2", "recurrent_llama"])
+@pytest.mark.parametrize("feature", ["assistant_model", "prompt_lookup_num_tokens"])
+def test_recurrent_assisted_decoding_is_refused_up_front(family, feature, family_calls):
+    """Assisted decoding would crop the recurrent cache after rejected candidates: a `ValueError` naming it, before
+    the first step."""
+    import copy
+
+    model, generate = family_calls[family]
+    value = copy.deepcopy(model) if feature == "assistant_model" else 2
+    with pytest.raises(ValueError, match="assisted generation is not supported"):
+        generate(max_new_tokens=4, do_sample=False, **{feature: value})

@@ -794,6 +794,9 @@ class RecurrentCausalLMMixin:
       layer L);
     - `_final_norm(hidden_states)`.
 
+    `generate()` raises a `ValueError` for assisted decoding (`assistant_model`, `prompt_lookup_num_tokens`), before
+    the first step: a [`RecurrentCache`] cannot drop the candidate tokens the model rejects (`_is_stateful`).
+
     Gradient checkpointing (§3.2): `gradient_checkpointing_enable()` checkpoints whole windows, so between windows
     only the recurrent vectors (and the window boundaries) are kept and each window is recomputed during backward;
     the blocks inside a window are not checkpointed a second time. The window checkpoint is reentrant by default
@@ -815,6 +818,10 @@ class RecurrentCausalLMMixin:
     _supports_flash_attn = False
     _supports_flex_attn = False
     _supports_attention_backend = False
+    # the recurrent vector and the window a RecurrentCache holds cannot be rolled back to drop rejected tokens:
+    # transformers refuses assisted decoding (`assistant_model`, `prompt_lookup_num_tokens`) with a `ValueError`
+    # before the first step
+    _is_stateful = True
 
     def __init__(self, config, *args, **kwargs):
         expected = getattr(type(self), "config_class", None)
