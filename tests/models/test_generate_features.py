@@ -72,3 +72,28 @@ def test_recurrent_assisted_decoding_is_refused_up_front(family, feature, family
     value = copy.deepcopy(model) if feature == "assistant_model" else 2
     with pytest.raises(ValueError, match="assisted generation is not supported"):
         generate(max_new_tokens=4, do_sample=False, **{feature: value})
+
+
+@pytest.mark.parametrize("family", ["readonce_bart", "longdoc_bart", "block_attention_llama",
+                                    "block_attention_llama_plain"])
+def test_prompt_lookup_gives_the_greedy_tokens(family, family_calls):
+    """Speculative decoding from the prompt keeps only the tokens greedy decoding picks."""
+    _, generate = family_calls[family]
+    assert torch.equal(generate(max_new_tokens=6, do_sample=False, prompt_lookup_num_tokens=2),
+                       generate(max_new_tokens=6, do_sample=False))
+
+
+@pytest.mark.parametrize("documents", ["document_input_ids", "document_representations"])
+def test_readonce_assistant_model_is_refused_clearly(documents, tokenizer):
+    """The assistant's own encoder would read the question without the documents: a `ValueError` naming
+    `assistant_model`, whether the documents come as tokens or as (differentiable) representations."""
+    import copy
+
+    model = tiny_readonce()
+    document = tokenizer([DOCUMENT], return_tensors="pt")
+    question = tokenizer([QUESTION], return_tensors="pt")
+    given = ({"document_input_ids": document.input_ids} if documents == "document_input_ids" else
+             {"document_representations": model.encode_documents(document.input_ids)})
+    with pytest.raises(ValueError, match="`assistant_model`.*not supported by ReadOnce BART.*prompt_lookup_num_tokens"):
+        model.generate(question.input_ids, assistant_model=copy.deepcopy(model), max_new_tokens=4, do_sample=False,
+                       **given)
