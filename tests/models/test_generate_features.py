@@ -97,3 +97,43 @@ def test_readonce_assistant_model_is_refused_clearly(documents, tokenizer):
     with pytest.raises(ValueError, match="`assistant_model`.*not supported by ReadOnce BART.*prompt_lookup_num_tokens"):
         model.generate(question.input_ids, assistant_model=copy.deepcopy(model), max_new_tokens=4, do_sample=False,
                        **given)
+
+
+def _longdoc_batch(tokenizer):
+    """A tiny LongDoc BART, two documents of different lengths (right-padded) and their encoder outputs."""
+    model = tiny_longdoc()
+    documents = tokenizer([DOCUMENT, "knightley"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        encoded = model.get_encoder()(input_ids=documents.input_ids, attention_mask=documents.attention_mask)
+    return model, documents, encoded
+
+
+@pytest.mark.parametrize("stored", [False, True])
+def test_longdoc_prefill_chunk_size_gives_the_unchunked_tokens(stored, tokenizer):
+    """`prefill_chunk_size` (a `generate()` keyword) chunks nothing of the document, which the encoder has read: the
+    padded batch's tokens and logits are those of the unchunked call, from the text or from stored outputs."""
+    model, documents, encoded = _longdoc_batch(tokenizer)
+    inputs = ({"encoder_outputs": encoded} if stored else {"input_ids": documents.input_ids})
+    settings = dict(attention_mask=documents.attention_mask, max_new_tokens=5, do_sample=False,
+                    return_dict_in_generate=True, output_logits=True)
+    plain = model.generate(**inputs, **settings)
+    for chunk in (1, 3):
+        chunked = model.generate(**inputs, prefill_chunk_size=chunk, **settings)
+        assert torch.equal(chunked.sequences, plain.sequences)
+        torch.testing.assert_close(torch.stack(chunked.logits), torch.stack(plain.logits))
+
+
+def test_longdoc_assistant_model(tokenizer):
+    """Assisted decoding with a copy of the model gives the greedy tokens from the text; with stored encoder outputs
+    (which the assistant's encoder cannot read) a `ValueError` names `assistant_model` and what to pass instead."""
+    import copy
+
+    model, documents, encoded = _longdoc_batch(tokenizer)
+    settings = dict(attention_mask=documents.attention_mask[:1], max_new_tokens=5, do_sample=False)
+    greedy = model.generate(documents.input_ids[:1], **settings)
+    assert torch.equal(model.generate(documents.input_ids[:1], assistant_model=copy.deepcopy(model), **settings),
+                       greedy)
+    one = type(encoded)(last_hidden_state=encoded.last_hidden_state[:1])
+    assert torch.equal(model.generate(encoder_outputs=one, prompt_lookup_num_tokens=2, **settings), greedy)
+    with pytest.raises(ValueError, match="`assistant_model`.*`encoder_outputs`.*`input_ids`"):
+        model.generate(encoder_outputs=one, assistant_model=copy.deepcopy(model), **settings)

@@ -1272,12 +1272,14 @@ class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForCon
         ([`_checked_stored_outputs`]), and are never modified: beam search expands a new object, so the same
         outputs can be passed again. `token_type_ids`, which a BERT tokenizer returns with the ids
         (`model.generate(**tokenizer(text, return_tensors="pt"))`), are dropped: BART has no token types, and `forward`
-        ignores them too (`GenerationMixin` would refuse them as unused).
+        ignores them too (`GenerationMixin` would refuse them as unused). `prefill_chunk_size` reads the decoder's
+        prompt in one call (see [`_prefill`]).
 
         Raises:
             ValueError: `encoder_outputs` that carry another model's `model_fingerprint`, or whose states do not match
                 `attention_mask` or `d_model` ([`_check_encoder_outputs_inputs`]); `input_ids` or `decoder_input_ids`
-                that are not 2-D or hold an empty batch or text ([`_check_batch_of_texts`]).
+                that are not 2-D or hold an empty batch or text ([`_check_batch_of_texts`]); `assistant_model` with
+                `encoder_outputs` (the assistant's encoder reads the text itself: pass `input_ids`).
             TypeError: `input_ids` or `attention_mask` that are not tensors (a list, a numpy array); `input_ids` that
                 are not integers.
         """
@@ -1287,12 +1289,37 @@ class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForCon
         _check_batch_of_texts(input_ids, "input_ids")
         _check_batch_of_texts(kwargs.get("decoder_input_ids"), "decoder_input_ids")
         encoder_outputs = kwargs.get("encoder_outputs")
+        if encoder_outputs is not None and kwargs.get("assistant_model") is not None:
+            raise ValueError("`assistant_model` (assisted decoding) cannot be used with `encoder_outputs`: the "
+                             "assistant runs its own encoder on the text, which stored encoder outputs do not carry. "
+                             "Pass the document as `input_ids` (with `attention_mask`), or use "
+                             "`prompt_lookup_num_tokens=` with the stored outputs.")
         if encoder_outputs is not None:
             _check_encoder_outputs_inputs(self, encoder_outputs, kwargs.get("attention_mask"))
             checked = _checked_stored_outputs(self, encoder_outputs)
             # a new object either way: generate expands it in place for beams
             kwargs["encoder_outputs"] = copy.copy(encoder_outputs) if checked is encoder_outputs else checked
         return super().generate(*args, **kwargs)
+
+    def _prefill(self, input_ids, generation_config, model_kwargs, *args, **kwargs):
+        r"""`GenerationMixin._prefill` (the first decoder forward of `generate()`), with the decoder's prompt read in
+        one call whatever `prefill_chunk_size` says: transformers' chunk loop cuts `attention_mask` to the decoder's
+        chunk, and here `attention_mask` is the encoder's (the document's), which the cross-attention reads whole.
+        The document itself is read by the encoder, before this step; the decoder's prompt is its start token (or
+        the `decoder_input_ids` given), so the tokens are those of the unchunked call.
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch_size, decoder_length)`), generation_config, model_kwargs,
+                *args, **kwargs: those of `GenerationMixin._prefill` (neither `generation_config` nor `model_kwargs`
+                is modified).
+
+        Returns:
+            what `GenerationMixin._prefill` returns (the prefill's model output).
+        """
+        if getattr(generation_config, "prefill_chunk_size", None) is not None:
+            generation_config = copy.copy(generation_config)
+            generation_config.prefill_chunk_size = None
+        return super()._prefill(input_ids, generation_config, model_kwargs, *args, **kwargs)
 
     # BART's signature (`inspect.signature` follows `__wrapped__`), as `generate()` and `Trainer` read it
     @functools.wraps(BartForConditionalGeneration.forward, assigned=(), updated=())
