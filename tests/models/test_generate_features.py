@@ -61,6 +61,20 @@ def test_stop_strings_stop_at_the_string(family, family_calls, tokenizer):
     assert torch.equal(stopped, greedy[:, :greedy.shape[1] - 6 + at + 1])
 
 
+@pytest.mark.parametrize("family", ["deformer_bert", "readonce_bart", "longdoc_bart", "block_attention_llama"])
+def test_forward_refuses_a_tokenizer_given_by_hand(family, family_calls, tokenizer):
+    """Generation drops the `tokenizer` it hands on with the inputs; `forward` itself still refuses one as a keyword
+    it does not read (a misplaced argument is caught), on a family without `generate` (DeFormer) as on the
+    generating ones."""
+    from tests.conftest import tiny_model
+
+    text = tokenizer([QUESTION], [DOCUMENT], return_tensors="pt") if family == "deformer_bert" else None
+    model = tiny_model() if family == "deformer_bert" else family_calls[family][0]
+    inputs = dict(text) if text is not None else {"input_ids": tokenizer([QUESTION], return_tensors="pt").input_ids}
+    with pytest.raises(TypeError, match="unexpected keyword argument 'tokenizer'"):
+        model(**inputs, tokenizer=tokenizer)
+
+
 @pytest.mark.parametrize("family", ["recurrent_gpt2", "recurrent_llama"])
 @pytest.mark.parametrize("feature", ["assistant_model", "prompt_lookup_num_tokens"])
 def test_recurrent_assisted_decoding_is_refused_up_front(family, feature, family_calls):

@@ -95,10 +95,8 @@ def _accepted_keywords(model_class: type, method: str, passed_to: tuple = (), de
     model whose arguments `generate()` hands on to it), the keys of transformers'
     `TransformersKwargs` (read from the installed release, bases included), the keywords transformers itself passes
     to a model whatever its signature (`generate()`, `Trainer`, `@can_return_tuple`, the debugging options of its
-    forward decorators; `tokenizer`, given to `generate()` for `stop_strings`, which its greedy, sampling and beam
-    search hand on to the model with the inputs), and `token_type_ids`, which a BERT tokenizer returns and
-    `model(**tokenizer(text))` hands to a model without token types (BART's and Llama's `forward` ignore it). Computed
-    once per class.
+    forward decorators), and `token_type_ids`, which a BERT tokenizer returns and `model(**tokenizer(text))` hands to
+    a model without token types (BART's and Llama's `forward` ignore it). Computed once per class.
 
     With `declared_only=True`, only the names a user writes, those [`_check_keyword_arguments`] may suggest: the
     declared parameters and `return_dict`, `use_cache`, `output_attentions`, `output_hidden_states`; not the
@@ -107,8 +105,7 @@ def _accepted_keywords(model_class: type, method: str, passed_to: tuple = (), de
     names = {"return_dict", "use_cache", "output_attentions", "output_hidden_states"}
     if not declared_only:
         names.update({"cache", "past_key_values", "cache_position", "position_ids", "logits_to_keep",
-                      "num_items_in_batch", "debug_io", "debug_io_dir", "prune_layers", "token_type_ids",
-                      "tokenizer"})
+                      "num_items_in_batch", "debug_io", "debug_io_dir", "prune_layers", "token_type_ids"})
         for typed_dict in (TransformersKwargs, *getattr(TransformersKwargs, "__orig_bases__", ())):
             if isinstance(typed_dict, type):  # a TypedDict's keys include its bases'; `__annotations__` too
                 names.update(getattr(typed_dict, "__required_keys__", ()),
