@@ -97,20 +97,41 @@ def test_prompt_lookup_gives_the_greedy_tokens(family, family_calls):
                        generate(max_new_tokens=6, do_sample=False))
 
 
-@pytest.mark.parametrize("documents", ["document_input_ids", "document_representations"])
+@pytest.mark.parametrize("documents", ["document_input_ids", "document_representations", "encoder_outputs"])
 def test_readonce_assistant_model_is_refused_clearly(documents, tokenizer):
-    """The assistant's own encoder would read the question without the documents: a `ValueError` naming
-    `assistant_model`, whether the documents come as tokens or as (differentiable) representations."""
+    """The assistant runs its own `generate` and encoder, which the documents cannot reach: a `ValueError` naming
+    `assistant_model` and how the documents came, as tokens, as (differentiable) representations, or inside the
+    encoder's outputs."""
     import copy
 
     model = tiny_readonce()
     document = tokenizer([DOCUMENT], return_tensors="pt")
     question = tokenizer([QUESTION], return_tensors="pt")
-    given = ({"document_input_ids": document.input_ids} if documents == "document_input_ids" else
-             {"document_representations": model.encode_documents(document.input_ids)})
-    with pytest.raises(ValueError, match="`assistant_model`.*not supported by ReadOnce BART.*prompt_lookup_num_tokens"):
-        model.generate(question.input_ids, assistant_model=copy.deepcopy(model), max_new_tokens=4, do_sample=False,
-                       **given)
+    representations = model.encode_documents(document.input_ids)
+    if documents == "encoder_outputs":
+        with torch.no_grad():
+            encoded = model.get_encoder()(input_ids=question.input_ids, attention_mask=question.attention_mask,
+                                          document_representations=representations)
+        given = {"encoder_outputs": encoded, "attention_mask": encoded.attention_mask}
+    else:
+        given = ({"document_input_ids": document.input_ids} if documents == "document_input_ids" else
+                 {"document_representations": representations})
+    with pytest.raises(ValueError, match=f"`assistant_model`.*not supported by ReadOnce BART with `{documents}`"
+                                         ".*prompt_lookup_num_tokens"):
+        model.generate(question.input_ids if documents != "encoder_outputs" else None,
+                       assistant_model=copy.deepcopy(model), max_new_tokens=4, do_sample=False, **given)
+
+
+def test_readonce_assistant_model_without_documents_gives_the_greedy_tokens(tokenizer):
+    """A question without documents is BART's generation: assisted decoding with a copy of the model keeps the
+    greedy tokens."""
+    import copy
+
+    model = tiny_readonce()
+    question = tokenizer([QUESTION], return_tensors="pt")
+    settings = dict(attention_mask=question.attention_mask, max_new_tokens=6, do_sample=False)
+    assert torch.equal(model.generate(question.input_ids, assistant_model=copy.deepcopy(model), **settings),
+                       model.generate(question.input_ids, **settings))
 
 
 def _longdoc_batch(tokenizer):

@@ -1559,19 +1559,22 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         Raises:
             ValueError: both `document_representations` and `document_input_ids`; `document_attention_mask` given
                 for `document_input_ids`; documents with `encoder_outputs` (the encoder has read the text already:
-                the documents could no longer reach it); `assistant_model` (assisted decoding: the assistant's
-                encoder would read the question without the documents; `prompt_lookup_num_tokens` works); as
-                `forward`.
+                the documents could no longer reach it); `assistant_model` (assisted decoding) with documents or
+                `encoder_outputs` (the assistant runs its own `generate` and encoder on this call's inputs, which
+                cannot carry the documents to it; `prompt_lookup_num_tokens` works); as `forward`. A question without documents
+                takes an `assistant_model` (then this is BART's assisted decoding, the greedy tokens).
             TypeError: `input_ids` (or `inputs`), a mask, `document_input_ids` or `document_representations` that are
                 not tensors (a list, a numpy array); token ids that are not integers; `encoder_outputs` that are a
                 [`ReadOnceDocumentEncoderOutput`] (pass it as `document_representations`).
         """
         kwargs.pop("token_type_ids", None)
-        if kwargs.get("assistant_model") is not None:
-            raise ValueError("`assistant_model` (assisted decoding) is not supported by ReadOnce BART: the assistant "
-                             "runs its own encoder, which would read the question without the documents. Generate "
-                             "without it, or use `prompt_lookup_num_tokens=` for speculative decoding from the "
-                             "prompt.")
+        documents = [name for name in ("document_representations", "document_input_ids", "encoder_outputs")
+                     if kwargs.get(name) is not None]
+        if kwargs.get("assistant_model") is not None and documents:
+            raise ValueError(f"`assistant_model` (assisted decoding) is not supported by ReadOnce BART with "
+                             f"`{documents[0]}`: the assistant runs its own `generate` and encoder on this call's "
+                             "inputs, which cannot carry the documents to it. Generate without it, or use "
+                             "`prompt_lookup_num_tokens=` for speculative decoding from the prompt.")
         _check_encoder_outputs_type(kwargs.get("encoder_outputs"))
         if kwargs.get("encoder_outputs") is not None and any(
                 kwargs.get(name) is not None for name in ("document_representations", "document_input_ids")):
