@@ -88,13 +88,28 @@ def test_recurrent_assisted_decoding_is_refused_up_front(family, feature, family
         generate(max_new_tokens=4, do_sample=False, **{feature: value})
 
 
-@pytest.mark.parametrize("family", ["readonce_bart", "longdoc_bart", "block_attention_llama",
-                                    "block_attention_llama_plain"])
+@pytest.mark.parametrize("family", ["readonce_bart", "longdoc_bart", "block_attention_llama"])
 def test_prompt_lookup_gives_the_greedy_tokens(family, family_calls):
     """Speculative decoding from the prompt keeps only the tokens greedy decoding picks."""
     _, generate = family_calls[family]
     assert torch.equal(generate(max_new_tokens=6, do_sample=False, prompt_lookup_num_tokens=2),
                        generate(max_new_tokens=6, do_sample=False))
+
+
+@pytest.mark.parametrize("lookup", [{}, {"prompt_lookup_num_tokens": 2}])
+def test_block_attention_without_documents_generates_as_llama(lookup, family_calls, tokenizer):
+    """Without document caches, block-attention Llama generates the tokens of transformers' `LlamaForCausalLM` with
+    the same weights, greedy and with prompt lookup (compared with the vanilla model rather than with greedy
+    decoding: on transformers 5.6 prompt lookup leaves greedy's tokens for `LlamaForCausalLM` itself)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    block, generate = family_calls["block_attention_llama_plain"]
+    fields = LlamaConfig().to_dict()
+    llama = LlamaForCausalLM(LlamaConfig(**{k: v for k, v in block.config.to_dict().items() if k in fields})).eval()
+    llama.load_state_dict(block.state_dict())
+    ids = tokenizer([DOCUMENT], return_tensors="pt").input_ids
+    assert torch.equal(generate(max_new_tokens=6, do_sample=False, **lookup),
+                       llama.generate(ids, max_new_tokens=6, do_sample=False, **lookup))
 
 
 @pytest.mark.parametrize("documents", ["document_input_ids", "document_representations", "encoder_outputs"])
