@@ -268,3 +268,39 @@ def test_evaluation_shows_its_progress_unless_disabled(tokenizer, tmp_path, caps
             assert (f"{desc}: 100%" in err) is not disable, (disable, desc, err)
         if not disable:
             assert err.count("eval loss: 100%") >= 2  # before and after training
+
+
+def test_label_smoothing_trains_on_the_summary(tokenizer, tmp_path):
+    """`label_smoothing_factor`: the Trainer takes `labels` out of the batch before the forward; the collator's
+    batches held no `decoder_input_ids`, so the decoder read the shifted document instead of the summary (a shape
+    error in the smoother, or where the widths agreed, a loss over the wrong logits). The step's loss is the
+    label-smoothed cross-entropy of the summary's teacher-forced logits."""
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    from hf_readonce.recipes.longdoc_summarization import LongDocSummarizationArguments, run
+
+    torch.manual_seed(0)
+    BartForConditionalGeneration(BartConfig(
+        vocab_size=tokenizer.vocab_size, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=24, decoder_ffn_dim=24, max_position_embeddings=64,
+        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+    )).save_pretrained(tmp_path / "bart")
+    tokenizer.save_pretrained(tmp_path / "bart")
+    document = " ".join(f"Sentence {i} of a long story about Anne Elliot." for i in range(10))
+    rows = [{"id": str(i), "document": document, "summary": "Anne Elliot marries."} for i in range(2)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    args = LongDocSummarizationArguments(model_name_or_path=str(tmp_path / "bart"), train_file=str(tmp_path / "rows.jsonl"),
+                                         max_document_length=24, max_target_length=8, neighborhood_radius=4)
+    metrics = run(args, Seq2SeqTrainingArguments(output_dir=str(tmp_path / "out"), do_train=True, max_steps=1,
+                                                 per_device_train_batch_size=2, use_cpu=True, report_to="none",
+                                                 save_strategy="no", learning_rate=1e-30, label_smoothing_factor=0.1))
+    model = LongDocBartForConditionalGeneration.from_pretrained(tmp_path / "out").eval()  # as before the step
+    features = LongDocSummarizationCollator(tokenizer, 24, 8, model.config.eos_token_id)(
+        [{"document": document, "targets": ["Anne Elliot marries."]}] * 2)
+    with torch.no_grad():
+        log_probs = torch.log_softmax(model(**features).logits, dim=-1)
+    labels = features["labels"]
+    keep = labels != -100
+    nll = -log_probs.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)[keep].mean()
+    expected = 0.9 * nll - 0.1 * log_probs.mean(-1)[keep].mean()
+    assert metrics["train_loss"] == pytest.approx(float(expected), abs=2e-4)

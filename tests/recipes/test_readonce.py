@@ -224,3 +224,38 @@ def test_evaluation_encodes_the_documents_without_per_layer_outputs_the_config_a
     model.encode_documents = lambda *a, **k: seen.append(encode(*a, **k)) or seen[-1]
     assert predictions() == expected
     assert len(seen) == 2 and all(getattr(out, field) is None for out in seen)
+
+
+def test_label_smoothing_trains_on_the_targets(tmp_path):
+    """`label_smoothing_factor`: the Trainer takes `labels` out of the batch before the forward; the collator's
+    batches held no `decoder_input_ids`, so the decoder read the shifted question instead of the targets (a shape
+    error in the smoother, or where the widths agreed, a loss over the wrong logits). The step's loss is the
+    label-smoothed cross-entropy of the targets' teacher-forced logits."""
+    from transformers import AutoTokenizer
+
+    from hf_readonce import ReadOnceBartConfig, ReadOnceBartForConditionalGeneration
+    from hf_readonce.recipes.readonce import ReadOnceCollator, _train
+    from hf_readonce.weights import minilm_path
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    torch.manual_seed(0)
+    model = ReadOnceBartForConditionalGeneration(ReadOnceBartConfig(
+        vocab_size=tokenizer.vocab_size, d_model=16, encoder_layers=2, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
+        compression_ratio=4, pad_token_id=0, bos_token_id=101, eos_token_id=102, decoder_start_token_id=101,
+        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0))
+    rows = [{"id": str(i), "question": "who wrote it?", "document": "Emma was written by Jane Austen in 1815.",
+             "targets": ["Jane Austen wrote Emma"]} for i in range(4)]
+    args = ReadOnceArguments(max_document_length=32)
+    collator = ReadOnceCollator(tokenizer, args)
+    features = collator(rows)
+    with torch.no_grad():
+        logits = model(**features).logits
+    labels = features["labels"]
+    log_probs = torch.log_softmax(logits, dim=-1)
+    keep = labels != -100
+    nll = -log_probs.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)[keep].mean()
+    expected = 0.9 * nll - 0.1 * log_probs.mean(-1)[keep].mean()
+    _, stats = _train(model, rows, collator, _args(tmp_path, max_steps=1, label_smoothing_factor=0.1), 1,
+                      (1e-30, 1e-30))
+    assert stats["train_loss"] == pytest.approx(float(expected), rel=1e-3)

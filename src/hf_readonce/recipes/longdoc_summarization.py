@@ -45,7 +45,7 @@ from transformers.models.bart.modeling_bart import BartLearnedPositionalEmbeddin
 from ..models.longdoc_bart.configuration_longdoc_bart import ENCODER_ATTENTION_TYPES, LongDocBartConfig
 from ..models.longdoc_bart.convert_bert_to_longdoc_bart import bart_config_from_bert, bart_state_dict_from_bert
 from ..models.longdoc_bart.modeling_longdoc_bart import LongDocBartForConditionalGeneration
-from ..tasks.trainers import TimeBudgetCallback, trained_model
+from ..tasks.trainers import DecoderInputsCollator, TimeBudgetCallback, trained_model
 from ..weights import load_quietly, minilm_path
 from .readonce import load_rows, score_generations, trivial_generation_baselines
 
@@ -316,7 +316,10 @@ def run(args: LongDocSummarizationArguments, training_args: Seq2SeqTrainingArgum
                            eval_perplexity_before_training=round(math.exp(loss), 2))
         trainer_args = dataclasses.replace(training_args, remove_unused_columns=False)
         callbacks = [TimeBudgetCallback(args.train_time_budget_s)] if args.train_time_budget_s else None
-        trainer = Seq2SeqTrainer(model=model, args=trainer_args, train_dataset=train_rows, data_collator=collator,
+        # decoder inputs made from the labels: the loss reads the same, and `label_smoothing_factor` (which takes
+        # the labels out of the batch) still trains on the targets
+        trainer = Seq2SeqTrainer(model=model, args=trainer_args, train_dataset=train_rows,
+                                 data_collator=DecoderInputsCollator(collator, model),
                                  callbacks=callbacks)
         start = time.perf_counter()
         result = trainer.train()

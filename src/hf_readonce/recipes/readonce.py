@@ -47,7 +47,7 @@ from ..tasks.question_answering import (
     read_jsonl,
 )
 from ..tasks.summarization import lead_baselines, lead_sentences, rouge_scores
-from ..tasks.trainers import TimeBudgetCallback, trained_model
+from ..tasks.trainers import DecoderInputsCollator, TimeBudgetCallback, trained_model
 from ..weights import minilm_path
 
 
@@ -283,7 +283,10 @@ def _train(model, rows, collator, training_args, steps: int, rates: tuple[float,
                                   betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon)
     # rows are plain dicts batched by the collator, so a list is the dataset
     callbacks = [TimeBudgetCallback(time_budget_s)] if time_budget_s else None
-    trainer = _TimedTrainer(model=model, args=args, train_dataset=rows, data_collator=collator,
+    # decoder inputs made from the labels: the loss reads the same, and `label_smoothing_factor` (which takes the
+    # labels out of the batch) still trains on the targets
+    trainer = _TimedTrainer(model=model, args=args, train_dataset=rows,
+                            data_collator=DecoderInputsCollator(collator, model),
                             optimizers=(optimizer, None), callbacks=callbacks)
     result = trainer.train()
     times = sorted(trainer.step_times)

@@ -28,6 +28,33 @@ def trained_model(trainer: Trainer) -> torch.nn.Module:
     return model
 
 
+class DecoderInputsCollator:
+    """Wraps a seq2seq collator whose batches hold `labels` `(batch, target_length)` (-100 where ignored) and adds
+    the `decoder_input_ids` `(batch, target_length)` the model would make from them
+    (`model.prepare_decoder_input_ids_from_labels`), as `DataCollatorForSeq2Seq(model=...)` does. The loss is the
+    same with or without them; with `label_smoothing_factor` the Trainer takes `labels` out of the batch before the
+    forward, and without `decoder_input_ids` a BART decoder would read the shifted encoder input instead.
+
+    Args:
+        collator (`Callable[[list], dict]`): the wrapped collator.
+        model: a model with `prepare_decoder_input_ids_from_labels` (a BART family).
+
+    Raises:
+        TypeError: `model` has no `prepare_decoder_input_ids_from_labels`.
+    """
+
+    def __init__(self, collator, model):
+        if not callable(getattr(model, "prepare_decoder_input_ids_from_labels", None)):
+            raise TypeError(f"model: {type(model).__name__} has no `prepare_decoder_input_ids_from_labels`.")
+        self.collator, self.model = collator, model
+
+    def __call__(self, rows: list) -> dict:
+        features = self.collator(rows)
+        if "labels" in features and "decoder_input_ids" not in features:
+            features["decoder_input_ids"] = self.model.prepare_decoder_input_ids_from_labels(labels=features["labels"])
+        return features
+
+
 class TimeBudgetCallback(TrainerCallback):
     """Stop training once `seconds` of wall time have passed since training began (checked after every optimizer
     step), asking the trainer to save; evaluation after training runs as usual. The step reached is the trainer's
@@ -109,4 +136,4 @@ class DeformerDistillationTrainer(Trainer):
         return super().compute_loss(model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch)
 
 
-__all__ = ["DeformerDistillationTrainer", "TimeBudgetCallback", "trained_model"]
+__all__ = ["DecoderInputsCollator", "DeformerDistillationTrainer", "TimeBudgetCallback", "trained_model"]
