@@ -42,3 +42,20 @@ def assert_accumulation_equals_one_batch(build, rows: list, tmp_path, data_colla
     for name, gradient in whole.items():
         torch.testing.assert_close(halves[name], gradient, atol=atol, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
     return accepts
+
+
+def assert_label_smoothing_scores_the_next_token(model, rows: list, output_dir, epsilon: float = 0.1):
+    """`Trainer(label_smoothing_factor=epsilon)` scores a causal LM's logits at position t against `labels[t + 1]`:
+    its evaluation loss over `rows` (one batch) is the label-smoothed cross-entropy of the shifted labels,
+    `(1 - epsilon) * nll + epsilon * mean(-log p)`, both means over the targets."""
+    args = TrainingArguments(output_dir=str(output_dir), per_device_eval_batch_size=len(rows), use_cpu=True,
+                             report_to="none", label_smoothing_factor=epsilon, remove_unused_columns=False)
+    loss = Trainer(model=model, args=args).evaluate(rows)["eval_loss"]
+    batch = {key: torch.stack([row[key] for row in rows]) for key in rows[0]}
+    with torch.no_grad():
+        log_probs = torch.log_softmax(model(**batch).logits[:, :-1].float(), dim=-1)
+    labels = batch["labels"][:, 1:]
+    keep = labels != -100
+    nll = -log_probs.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)[keep].mean()
+    expected = (1 - epsilon) * nll - epsilon * log_probs.mean(-1)[keep].mean()
+    torch.testing.assert_close(torch.tensor(loss), expected, atol=1e-5, rtol=1e-5)

@@ -1016,3 +1016,18 @@ def test_a_misspelled_keyword_argument_is_a_type_error_naming_it():
         torch.testing.assert_close(out.logits, expected)
         with pytest.raises(ValueError, match="document_cache"):  # generate(): transformers' own check names it
             model.generate(question, document_cache=cache, **greedy())
+
+
+def test_trainer_label_smoothing_scores_the_next_token(tmp_path):
+    """`label_smoothing_factor`: `Trainer` shifts the labels only for the causal-LM class names transformers knows;
+    `BlockAttentionLlamaForCausalLM` was not among them, so each position's logits were scored against its own
+    token."""
+    from tests.models.loss_checks import assert_label_smoothing_scores_the_next_token
+
+    block_ids = torch.tensor([0] * 8 + [1] * 7 + [-1] * 5)
+    rows = []
+    for seed in range(4):
+        sequence = ids(20, seed)[0]
+        rows.append({"input_ids": sequence, "block_ids": block_ids,
+                     "labels": torch.where(block_ids == -1, sequence, torch.full_like(sequence, -100))})
+    assert_label_smoothing_scores_the_next_token(tiny(), rows, tmp_path)

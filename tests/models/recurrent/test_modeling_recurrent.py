@@ -1133,3 +1133,14 @@ def test_a_keyword_it_does_not_read_is_refused_naming_it(name, family):
     expected = model(tokens, labels=tokens)
     out = model(tokens, labels=tokens, is_causal=True, output_router_logits=False, debug_io=False)
     torch.testing.assert_close(out.logits, expected.logits)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_trainer_label_smoothing_scores_the_next_token(family, tmp_path):
+    """`label_smoothing_factor`: `Trainer` shifts the labels only for the causal-LM class names transformers knows;
+    the recurrent classes were not among them, so each position's logits were scored against its own token."""
+    from tests.models.loss_checks import assert_label_smoothing_scores_the_next_token
+
+    stream = ids(4, 40)
+    rows = [{"input_ids": stream[i], "labels": stream[i]} for i in range(4)]
+    assert_label_smoothing_scores_the_next_token(tiny(family), rows, tmp_path)

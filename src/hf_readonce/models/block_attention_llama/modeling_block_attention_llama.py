@@ -40,6 +40,7 @@ from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationConfig
 from transformers.generation.stopping_criteria import StoppingCriteria
 from transformers.modeling_outputs import CausalLMOutputWithPast
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 from transformers.models.llama.modeling_llama import (
     LlamaForCausalLM,
     LlamaModel,
@@ -1878,6 +1879,9 @@ def _generating_after(extra: int):
 BlockAttentionLlamaConfig.register_for_auto_class()
 BlockAttentionLlamaModel.register_for_auto_class("AutoModel")
 BlockAttentionLlamaForCausalLM.register_for_auto_class("AutoModelForCausalLM")
+# `Trainer`'s label smoother (`label_smoothing_factor`) shifts the labels by one only for the causal-LM class names
+# of this mapping; without the entry it scored each position's logits against that position's own token
+MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.setdefault(BlockAttentionLlamaConfig.model_type, BlockAttentionLlamaForCausalLM.__name__)
 
 __all__ = [
     "BlockAttentionLlamaForCausalLM",

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 from transformers.models.gpt2.modeling_gpt2 import (
     GPT2Attention,
     GPT2Model,
@@ -194,5 +195,8 @@ class RecurrentGPT2LMHeadModel(RecurrentCausalLMMixin, GPT2PreTrainedModel, Gene
 
 RecurrentGPT2Config.register_for_auto_class()
 RecurrentGPT2LMHeadModel.register_for_auto_class("AutoModelForCausalLM")
+# `Trainer`'s label smoother (`label_smoothing_factor`) shifts the labels by one only for the causal-LM class names
+# of this mapping; without the entry it scored each position's logits against that position's own token
+MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.setdefault(RecurrentGPT2Config.model_type, RecurrentGPT2LMHeadModel.__name__)
 
 __all__ = ["RecurrentGPT2Attention", "RecurrentGPT2LMHeadModel"]

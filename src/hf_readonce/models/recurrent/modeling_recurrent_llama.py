@@ -14,6 +14,7 @@ files next to it.
 
 from torch import nn
 from transformers.generation import GenerationMixin
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 from transformers.models.llama.modeling_llama import (
     LlamaAttention,
     LlamaModel,
@@ -155,5 +156,8 @@ class RecurrentLlamaForCausalLM(RecurrentCausalLMMixin, LlamaPreTrainedModel, Ge
 
 RecurrentLlamaConfig.register_for_auto_class()
 RecurrentLlamaForCausalLM.register_for_auto_class("AutoModelForCausalLM")
+# `Trainer`'s label smoother (`label_smoothing_factor`) shifts the labels by one only for the causal-LM class names
+# of this mapping; without the entry it scored each position's logits against that position's own token
+MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.setdefault(RecurrentLlamaConfig.model_type, RecurrentLlamaForCausalLM.__name__)
 
 __all__ = ["RecurrentLlamaAttention", "RecurrentLlamaForCausalLM"]
