@@ -59,3 +59,32 @@ def assert_label_smoothing_scores_the_next_token(model, rows: list, output_dir, 
     nll = -log_probs.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)[keep].mean()
     expected = (1 - epsilon) * nll - epsilon * log_probs.mean(-1)[keep].mean()
     torch.testing.assert_close(torch.tensor(loss), expected, atol=1e-5, rtol=1e-5)
+
+
+def assert_label_smoothing_needs_decoder_inputs(build, rows: list, output_dir):
+    """`Trainer(label_smoothing_factor=0.1)` takes `labels` out of the batch before the forward: a seq2seq model
+    given rows without `decoder_input_ids` refuses the training step with a `ValueError` naming the setting (its
+    decoder would read the shifted encoder input); with `decoder_input_ids` made from the labels (as
+    `DataCollatorForSeq2Seq(model=...)` adds them) the step's loss is the label-smoothed cross-entropy of the
+    targets' logits. `build()` gives the same model every call (seeded, no dropout)."""
+    import pytest
+
+    args = TrainingArguments(output_dir=str(output_dir), per_device_train_batch_size=len(rows), max_steps=1,
+                             learning_rate=0.0, use_cpu=True, report_to="none", save_strategy="no",
+                             label_smoothing_factor=0.1, remove_unused_columns=False, logging_steps=1)
+    with pytest.raises(ValueError, match="label_smoothing_factor.*decoder_input_ids"):
+        Trainer(model=build(), args=args, train_dataset=rows).train()
+    model = build()
+    rows = [{**row, "decoder_input_ids": model.prepare_decoder_input_ids_from_labels(labels=row["labels"][None])[0]}
+            for row in rows]
+    trainer = Trainer(model=model, args=args, train_dataset=rows)
+    trainer.train()
+    batch = {key: torch.stack([row[key] for row in rows]) for key in rows[0]}
+    model.eval()
+    with torch.no_grad():
+        log_probs = torch.log_softmax(model(**batch).logits.float(), dim=-1)
+    keep = batch["labels"] != -100
+    nll = -log_probs.gather(-1, batch["labels"].clamp(min=0).unsqueeze(-1)).squeeze(-1)[keep].mean()
+    expected = 0.9 * nll - 0.1 * log_probs.mean(-1)[keep].mean()
+    loss = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry][0]
+    torch.testing.assert_close(torch.tensor(loss), expected, atol=1e-4, rtol=1e-4)

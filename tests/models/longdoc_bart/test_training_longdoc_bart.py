@@ -117,3 +117,19 @@ def test_lora_seq2seq_round_trip_generate_and_stored_encoder_outputs(tmp_path):
         with peft_model.disable_adapter():
             assert peft_model.representation_fingerprint() != with_adapter
         assert peft_model.representation_fingerprint() == with_adapter
+
+
+def test_label_smoothing_without_decoder_inputs_is_refused_naming_the_setting(tmp_path):
+    """`Trainer(label_smoothing_factor=...)` takes `labels` out of the batch: without `decoder_input_ids` the
+    decoder read the shifted document and the label smoother failed on the shapes (a RuntimeError deep in
+    transformers), or, where the widths agreed, scored the wrong logits."""
+    from tests.models.loss_checks import assert_label_smoothing_needs_decoder_inputs
+
+    model = longdoc(encoder_attention_type="neighborhood", neighborhood_radius=3)
+    with pytest.raises(ValueError, match="got `num_items_in_batch` .* but no `labels`, `decoder_input_ids`"):
+        model(tokens(2, 20), num_items_in_batch=5)
+    with pytest.raises(TypeError, match="label"):  # BART's own message for an argument it does not take
+        model(tokens(2, 20), label=tokens(2, 5), num_items_in_batch=5)
+    assert model(tokens(2, 20)).logits.shape == (2, 20, 99)  # a plain call keeps BART's default
+    assert_label_smoothing_needs_decoder_inputs(
+        lambda: longdoc(encoder_attention_type="neighborhood", neighborhood_radius=3), rows(4), tmp_path)

@@ -1622,3 +1622,18 @@ def test_1d_or_empty_decoder_inputs_are_refused_by_name():
         with pytest.raises(ValueError, match=rf"`{name}` {shape} {got}"):
             model(question, document_representations=docs, **kwargs)
     assert model(question, document_representations=docs, decoder_input_ids=tokens(2, 1)).logits.shape[:2] == (2, 1)
+
+
+def test_label_smoothing_without_decoder_inputs_is_refused_naming_the_setting(tmp_path):
+    """`Trainer(label_smoothing_factor=...)` takes `labels` out of the batch: without `decoder_input_ids` the decoder
+    read the shifted question and the label smoother failed on the shapes (a RuntimeError deep in transformers), or,
+    where the widths agreed, scored the wrong logits."""
+    from tests.models.loss_checks import assert_label_smoothing_needs_decoder_inputs
+
+    model = tiny()
+    with pytest.raises(ValueError, match="got `num_items_in_batch` .* but no `labels`, `decoder_input_ids`"):
+        model(tokens(2, 6), num_items_in_batch=5)
+    assert model(tokens(2, 6)).logits.shape == (2, 6, 99)  # a plain call keeps BART's default
+    ids, docs, targets = tokens(4, 6), tokens(4, 20, seed=3), tokens(4, 5, seed=4)
+    rows = [{"input_ids": ids[i], "document_input_ids": docs[i], "labels": targets[i]} for i in range(4)]
+    assert_label_smoothing_needs_decoder_inputs(lambda: tiny(dropout=0.0), rows, tmp_path)

@@ -833,6 +833,25 @@ _BART_MODEL_UNREAD_KEYWORDS = {
 }
 
 
+# Copied from hf_readonce.models.readonce_bart.modeling_readonce_bart._check_loss_count_has_decoder_inputs
+def _check_loss_count_has_decoder_inputs(model, num_items_in_batch, labels, decoder_input_ids,
+                                         decoder_inputs_embeds) -> None:
+    """Raise a `ValueError` when `num_items_in_batch` (`Trainer`'s count of the step's target tokens) comes without
+    `labels`, `decoder_input_ids` or `decoder_inputs_embeds`: `Trainer` takes `labels` out of the batch before the
+    forward for `label_smoothing_factor` (or a `compute_loss_func`) and scores the logits itself, and BART's decoder
+    with neither labels nor decoder inputs reads the encoder input shifted right, so the loss would be over the wrong
+    logits (or a shape error inside the label smoother). Without `num_items_in_batch` (a plain call) nothing is
+    checked: BART's denoising default stays."""
+    if num_items_in_batch is not None and labels is None and decoder_input_ids is None \
+            and decoder_inputs_embeds is None:
+        raise ValueError(
+            f"{type(model).__name__}.forward() got `num_items_in_batch` (Trainer's count of target tokens) but no "
+            "`labels`, `decoder_input_ids` or `decoder_inputs_embeds`: the decoder would read the encoder input "
+            "shifted right, not the targets. Trainer takes `labels` out of the batch for `label_smoothing_factor` "
+            "(or a `compute_loss_func`): give the batches `decoder_input_ids` made from the labels "
+            "(`DataCollatorForSeq2Seq(tokenizer, model=model)` adds them).")
+
+
 # Copied from hf_readonce.models.readonce_bart.modeling_readonce_bart._check_no_token_types
 def _check_no_token_types(model, token_type_ids, instead: str, method: str = "forward") -> None:
     """Raise a `ValueError` when `token_type_ids` mark a second segment (a value other than 0): a BERT tokenizer
@@ -1352,9 +1371,18 @@ class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForCon
             As `BartForConditionalGeneration.forward`, and as the checks of [`_stored_encoder_outputs_hook`] (a
             keyword argument it does not take, one it takes but does not read, stored encoder outputs of another
             model); `ValueError` naming `input_ids`, `labels` or `decoder_input_ids` when they are not 2-D
-            (`decoder_inputs_embeds` not 3-D) or hold an empty batch or text ([`_check_forward_batches`]).
+            (`decoder_inputs_embeds` not 3-D) or hold an empty batch or text ([`_check_forward_batches`]), and
+            naming `num_items_in_batch` when it comes without `labels`, `decoder_input_ids` or
+            `decoder_inputs_embeds` ([`_check_loss_count_has_decoder_inputs`]).
         """
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+        if num_items_in_batch is not None:
+            try:
+                bound = _BART_FORWARD_SIGNATURE.bind(self, *args, **kwargs).arguments
+            except TypeError:  # arguments BART does not take: its forward names them below
+                bound = {"labels": True}
+            _check_loss_count_has_decoder_inputs(self, num_items_in_batch, bound.get("labels"),
+                                                 bound.get("decoder_input_ids"), bound.get("decoder_inputs_embeds"))
         outputs = super().forward(*args, **kwargs)
         if num_items_in_batch is None:
             return outputs

@@ -333,6 +333,24 @@ _BART_MODEL_UNREAD_KEYWORDS = {
 }
 
 
+def _check_loss_count_has_decoder_inputs(model, num_items_in_batch, labels, decoder_input_ids,
+                                         decoder_inputs_embeds) -> None:
+    """Raise a `ValueError` when `num_items_in_batch` (`Trainer`'s count of the step's target tokens) comes without
+    `labels`, `decoder_input_ids` or `decoder_inputs_embeds`: `Trainer` takes `labels` out of the batch before the
+    forward for `label_smoothing_factor` (or a `compute_loss_func`) and scores the logits itself, and BART's decoder
+    with neither labels nor decoder inputs reads the encoder input shifted right, so the loss would be over the wrong
+    logits (or a shape error inside the label smoother). Without `num_items_in_batch` (a plain call) nothing is
+    checked: BART's denoising default stays."""
+    if num_items_in_batch is not None and labels is None and decoder_input_ids is None \
+            and decoder_inputs_embeds is None:
+        raise ValueError(
+            f"{type(model).__name__}.forward() got `num_items_in_batch` (Trainer's count of target tokens) but no "
+            "`labels`, `decoder_input_ids` or `decoder_inputs_embeds`: the decoder would read the encoder input "
+            "shifted right, not the targets. Trainer takes `labels` out of the batch for `label_smoothing_factor` "
+            "(or a `compute_loss_func`): give the batches `decoder_input_ids` made from the labels "
+            "(`DataCollatorForSeq2Seq(tokenizer, model=model)` adds them).")
+
+
 def _check_no_token_types(model, token_type_ids, instead: str, method: str = "forward") -> None:
     """Raise a `ValueError` when `token_type_ids` mark a second segment (a value other than 0): a BERT tokenizer
     returns them with the ids and BART's forward takes them without reading them (BART has no token-type embeddings),
@@ -1726,7 +1744,8 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
                 representations and document tokens given; both `past_key_values` and `cache`; a mask whose shape
                 differs from its ids'; `labels` / `decoder_input_ids` with another number of rows than the input;
                 `input_ids`, `labels` or `decoder_input_ids` that are not 2-D or are empty (as
-                [`ReadOnceBartEncoder.forward`]);
+                [`ReadOnceBartEncoder.forward`]); `num_items_in_batch` without `labels`, `decoder_input_ids` or
+                `decoder_inputs_embeds` ([`_check_loss_count_has_decoder_inputs`]);
                 `token_type_ids` marking a second segment ([`_check_no_token_types`]); a keyword of
                 `TransformersKwargs` it does not read ([`_BART_UNREAD_KEYWORDS`]): `position_ids`, `is_causal`,
                 `logits_to_keep` other than 0, flash attention's packed-sequence arguments (`cu_seq_lens_q`, ...,
@@ -1739,6 +1758,8 @@ class ReadOnceBartForConditionalGeneration(ReadOnceBartPreTrainedModel, BartForC
         _refuse_unread_keywords(self, kwargs, _BART_UNREAD_KEYWORDS)
         _check_no_token_types(self, kwargs.pop("token_type_ids", None), _READONCE_SECOND_TEXT)
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
+        _check_loss_count_has_decoder_inputs(self, num_items_in_batch, labels, decoder_input_ids,
+                                             kwargs.get("decoder_inputs_embeds"))
         _check_tensor_arguments({"input_ids": input_ids, "labels": labels, "decoder_input_ids": decoder_input_ids,
                                  "document_input_ids": document_input_ids},
                                 {"attention_mask": attention_mask, "document_attention_mask": document_attention_mask,
