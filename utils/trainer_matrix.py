@@ -236,6 +236,16 @@ def s_smooth(spec, tmp):
     return f"eval_loss = smoothed ({expected:.4f})"
 
 
+def s_smooth_bare(spec, tmp):
+    """Label smoothing on seq2seq rows without `decoder_input_ids` (the Trainer takes the labels out)."""
+    if not spec["seq2seq"]:
+        return "n/a"
+    trainer = trainer_for(spec, spec["build"](), args_for(spec, tmp / "lsb", label_smoothing_factor=0.1,
+                                                          max_steps=1))
+    trainer.train()
+    raise Wrong(f"trained without decoder inputs: losses {losses(trainer)}")
+
+
 def _s_eval(spec, tmp, loss_only):
     eval_rows = spec["rows"][:4]
     model = spec["build"]()
@@ -319,7 +329,8 @@ def s_roundtrip(spec, tmp):
     return f"same logits ({type(loaded).__name__})"
 
 
-SETTINGS = {"gc": s_gc, "accum": s_accum, "bf16": s_bf16, "smooth": s_smooth, "eval_loss_only": s_eval_loss_only,
+SETTINGS = {"gc": s_gc, "accum": s_accum, "bf16": s_bf16, "smooth": s_smooth, "smooth_bare": s_smooth_bare,
+            "eval_loss_only": s_eval_loss_only,
             "eval_full": s_eval_full, "generate": s_generate, "tokens": s_tokens, "resume": s_resume,
             "roundtrip": s_roundtrip}
 
@@ -332,7 +343,7 @@ def run_cell(family, setting):
         except Wrong as error:
             return "WRONG", str(error)
         except (ValueError, TypeError) as error:
-            return "refused?", f"{type(error).__name__}: {str(error)[:300]}"
+            return "refused", f"{type(error).__name__}: {str(error)[:300]}"
         except Exception as error:  # noqa: BLE001
             tb = traceback.extract_tb(error.__traceback__)[-1]
             return "CRASH", f"{type(error).__name__}: {str(error)[:200]} ({Path(tb.filename).name}:{tb.lineno})"
