@@ -28,3 +28,15 @@ def test_decoder_inputs_are_the_models_shift_of_the_labels():
 def test_a_model_without_the_shift_is_refused_by_name():
     with pytest.raises(TypeError, match="model: Linear has no `prepare_decoder_input_ids_from_labels`"):
         DecoderInputsCollator(lambda rows: rows, torch.nn.Linear(2, 2))
+
+
+def test_labels_that_are_not_a_2d_integer_tensor_are_refused_by_name():
+    """A collator returning `labels` as lists, 1-D or float tensors: a `TypeError` naming `labels`, not an error
+    inside BART's `shift_tokens_right`; `labels=None` (prediction batches) passes unchanged."""
+    model = longdoc()
+    for labels, got in [([[5, 6]], "list"), (torch.tensor([5, 6]), r"\(2,\) torch.int64"),
+                        (torch.ones(1, 2), r"\(1, 2\) torch.float32")]:
+        with pytest.raises(TypeError, match=rf"labels: .* 2-D integer tensor .*got {got}"):
+            DecoderInputsCollator(lambda rows, labels=labels: {"input_ids": tokens(1, 8), "labels": labels}, model)([])
+    batch = DecoderInputsCollator(lambda rows: {"input_ids": tokens(1, 8), "labels": None}, model)([])
+    assert "decoder_input_ids" not in batch

@@ -1,5 +1,6 @@
 """Training glue: a `transformers.Trainer` that feeds a teacher's outputs to DeFormer's auxiliary losses,
-[`TimeBudgetCallback`] (stop after a wall-time budget) and [`trained_model`], the plain model back from any Trainer."""
+[`DecoderInputsCollator`] (seq2seq batches with the decoder inputs made from their labels), [`TimeBudgetCallback`]
+(stop after a wall-time budget) and [`trained_model`], the plain model back from any Trainer."""
 
 import time
 
@@ -30,17 +31,23 @@ def trained_model(trainer: Trainer) -> torch.nn.Module:
 
 class DecoderInputsCollator:
     """Wraps a seq2seq collator whose batches hold `labels` `(batch, target_length)` (-100 where ignored) and adds
-    the `decoder_input_ids` `(batch, target_length)` the model would make from them
-    (`model.prepare_decoder_input_ids_from_labels`), as `DataCollatorForSeq2Seq(model=...)` does. The loss is the
+    the `decoder_input_ids` `(batch, target_length)` the model makes from them
+    (`model.prepare_decoder_input_ids_from_labels`: the labels shifted right after the decoder start token, -100
+    replaced by the padding id), as `DataCollatorForSeq2Seq(model=...)` does for tokenized features. The loss is the
     same with or without them; with `label_smoothing_factor` the Trainer takes `labels` out of the batch before the
     forward, and without `decoder_input_ids` a BART decoder would read the shifted encoder input instead.
 
+    A batch that already holds `decoder_input_ids`, or holds no `labels` (prediction), is returned unchanged. The
+    collator keeps a reference to `model` (pickled with it for dataloader workers started by spawn, as
+    `DataCollatorForSeq2Seq` is).
+
     Args:
-        collator (`Callable[[list], dict]`): the wrapped collator.
+        collator (`Callable[[list], Mapping]`): the wrapped collator; its batches are dicts (or `BatchEncoding`s).
         model: a model with `prepare_decoder_input_ids_from_labels` (a BART family).
 
     Raises:
-        TypeError: `model` has no `prepare_decoder_input_ids_from_labels`.
+        TypeError: `model` has no `prepare_decoder_input_ids_from_labels` (at construction); a batch whose `labels`
+            are not a 2-D integer tensor (when called).
     """
 
     def __init__(self, collator, model):
@@ -49,9 +56,16 @@ class DecoderInputsCollator:
         self.collator, self.model = collator, model
 
     def __call__(self, rows: list) -> dict:
+        """The wrapped collator's batch for `rows`, with `decoder_input_ids` `(batch, target_length)` (int64) added
+        when it holds `labels` and no `decoder_input_ids`."""
         features = self.collator(rows)
-        if "labels" in features and "decoder_input_ids" not in features:
-            features["decoder_input_ids"] = self.model.prepare_decoder_input_ids_from_labels(labels=features["labels"])
+        labels = features.get("labels")
+        if labels is not None and "decoder_input_ids" not in features:
+            if not (torch.is_tensor(labels) and labels.dim() == 2 and not labels.is_floating_point()):
+                got = f"{tuple(labels.shape)} {labels.dtype}" if torch.is_tensor(labels) else type(labels).__name__
+                raise TypeError(f"labels: DecoderInputsCollator needs the wrapped collator's `labels` as a 2-D "
+                                f"integer tensor (batch, target_length), got {got}.")
+            features["decoder_input_ids"] = self.model.prepare_decoder_input_ids_from_labels(labels=labels)
         return features
 
 
