@@ -149,9 +149,12 @@ def args_for(spec, output_dir, **overrides):
 
 def trainer_for(spec, model, args, **kwargs):
     from transformers import Seq2SeqTrainer, Trainer
+    from transformers.trainer_callback import PrinterCallback
 
     cls = Seq2SeqTrainer if spec["seq2seq"] else Trainer
-    return cls(model=model, args=args, train_dataset=spec["rows"], data_collator=spec["collator"], **kwargs)
+    trainer = cls(model=model, args=args, train_dataset=spec["rows"], data_collator=spec["collator"], **kwargs)
+    trainer.remove_callback(PrinterCallback)  # the logs stay in `state.log_history`; stdout keeps only the matrix
+    return trainer
 
 
 def losses(trainer, after=0):
