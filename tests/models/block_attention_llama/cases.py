@@ -25,6 +25,9 @@ doc = tokenizer({CONTEXTS[1]!r}, return_tensors="pt").input_ids
 question = tokenizer({QUESTIONS[1][0]!r}, add_special_tokens=False, return_tensors="pt").input_ids
 outputs = {{"logits": model(torch.cat([doc, question], dim=1)).logits,
             "composed": model(question, document_caches=model.encode_documents(doc)).logits}}
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+# Trainer(label_smoothing_factor=...) shifts the labels by one only for the causal-LM class names listed there
+assert type(model).__name__ in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values(), type(model).__name__
 """, [("text-generation", [LLAMA_PROMPT], GENERATE)], "text-generation", "block-attention"),
 ]
 

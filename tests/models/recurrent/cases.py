@@ -35,10 +35,16 @@ CASES = [
 ids = tokenizer({RECURRENT_PROMPT!r}, return_tensors="pt").input_ids
 assert ids.shape[1] > 32  # beyond n_positions
 outputs = {{"logits": model(input_ids=ids).logits, "generated": model.generate(ids, max_new_tokens=6, do_sample=False)}}
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+# Trainer(label_smoothing_factor=...) shifts the labels by one only for the causal-LM class names listed there
+assert type(model).__name__ in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values(), type(model).__name__
 """, [("text-generation", [RECURRENT_PROMPT], GENERATE)], "text-generation", "recurrent-transformer"),
     FamilyCase("recurrent_llama", lambda: tiny_recurrent("llama"), "AutoModelForCausalLM", f"""
 ids = tokenizer({RECURRENT_PROMPT!r}, return_tensors="pt").input_ids
 assert ids.shape[1] > 32  # beyond max_position_embeddings
 outputs = {{"logits": model(input_ids=ids).logits, "generated": model.generate(ids, max_new_tokens=6, do_sample=False)}}
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+# Trainer(label_smoothing_factor=...) shifts the labels by one only for the causal-LM class names listed there
+assert type(model).__name__ in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values(), type(model).__name__
 """, [("text-generation", [RECURRENT_PROMPT], GENERATE)], "text-generation", "recurrent-transformer"),
 ]

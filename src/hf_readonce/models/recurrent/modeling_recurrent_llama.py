@@ -156,8 +156,14 @@ class RecurrentLlamaForCausalLM(RecurrentCausalLMMixin, LlamaPreTrainedModel, Ge
 
 RecurrentLlamaConfig.register_for_auto_class()
 RecurrentLlamaForCausalLM.register_for_auto_class("AutoModelForCausalLM")
-# `Trainer`'s label smoother (`label_smoothing_factor`) shifts the labels by one only for the causal-LM class names
-# of this mapping; without the entry it scored each position's logits against that position's own token
+# Importing this file (from hf_readonce, or the copy saved next to a checkpoint and loaded with
+# `trust_remote_code=True`) lists the class among transformers' causal LMs, `MODEL_FOR_CAUSAL_LM_MAPPING_NAMES`:
+# `Trainer`'s label smoother (`label_smoothing_factor`) shifts the labels by one only for the class names listed
+# there, and would otherwise score each position's logits against that position's own token. `setdefault` makes it
+# idempotent (importing again, or another copy of this file, adds nothing) and keeps any name transformers lists for
+# the type. The Auto classes pair these names only with the config types transformers ships
+# (`CONFIG_MAPPING_NAMES`), so no `AutoModelForCausalLM` / `AutoConfig` lookup changes; the text-generation
+# pipeline's supported-model check and `Trainer`'s model card read the class as a causal LM.
 MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.setdefault(RecurrentLlamaConfig.model_type, RecurrentLlamaForCausalLM.__name__)
 
 __all__ = ["RecurrentLlamaAttention", "RecurrentLlamaForCausalLM"]
