@@ -53,10 +53,15 @@ def resolve_compute_dtype(requested, device, checkpoint_dtype):
 def _call_parameters(pipeline, batch_size, kwargs: dict) -> tuple[dict, dict, dict]:
     """The preprocess, forward and postprocess parameters of one call: the call's `kwargs` (checked by the
     pipeline's `_sanitize_parameters`, with `batch_size`, else the pipeline's own, as `model_batch_size`) over those
-    the pipeline was built with."""
+    the pipeline was built with.
+
+    Raises:
+        TypeError / ValueError: a `batch_size` (the call's or the pipeline's) that is not an int >= 1, named
+            `batch_size` (the argument the user passed).
+    """
     batch_size = batch_size if batch_size is not None else pipeline._batch_size
     if batch_size is not None:
-        kwargs["model_batch_size"] = batch_size
+        kwargs["model_batch_size"] = _check_int("batch_size", batch_size, 1)
     preprocess, forward, postprocess = pipeline._sanitize_parameters(**kwargs)
     return ({**pipeline._preprocess_params, **preprocess}, {**pipeline._forward_params, **forward},
             {**pipeline._postprocess_params, **postprocess})

@@ -1,0 +1,47 @@
+"""transformers' pipeline parameters on every family's pipeline: `batch_size` (the call's or the pipeline's) checked
+and named as the user passed it, generation lengths set through `generate_kwargs` honoured, the inputs a pipeline
+passes to `generate` refused when `generate_kwargs` sets them, and question-answering settings or contexts the
+model cannot read refused with the argument named."""
+
+import pytest
+
+from hf_readonce.models.deformer_bert.pipeline_deformer_bert import DeformerQuestionAnsweringPipeline
+from hf_readonce.models.longdoc_bart.pipeline_longdoc_bart import LongDocSummarizationPipeline
+from hf_readonce.models.readonce_bart.pipeline_readonce_bart import (
+    ReadOnceSummarizationPipeline,
+)
+from hf_readonce.models.readtwice_bert.pipeline_readtwice_bert import ReadTwiceQuestionAnsweringPipeline
+from tests.conftest import tiny_model
+from tests.hub.test_pipeline_deformer import CONTEXTS
+from tests.hub.test_pipeline_readonce import DOCUMENTS, tiny_readonce
+from tests.hub.test_pipeline_readtwice import tiny_readtwice
+from tests.models.longdoc_bart.cases import LONG_DOCUMENTS, tiny_longdoc
+
+QA = {"question": "Who was handsome, clever and rich?", "context": CONTEXTS[0]}
+
+
+def _build(family, tokenizer, **kwargs):
+    if family == "deformer_bert":
+        return DeformerQuestionAnsweringPipeline(model=tiny_model(), tokenizer=tokenizer, **kwargs), (QA,)
+    if family == "readtwice_bert":
+        return ReadTwiceQuestionAnsweringPipeline(model=tiny_readtwice(), tokenizer=tokenizer, **kwargs), (QA,)
+    if family == "readonce_bart":
+        return ReadOnceSummarizationPipeline(model=tiny_readonce(), tokenizer=tokenizer, **kwargs), (DOCUMENTS[0],)
+    return LongDocSummarizationPipeline(model=tiny_longdoc(), tokenizer=tokenizer, **kwargs), (LONG_DOCUMENTS[0],)
+
+
+FAMILIES = ["deformer_bert", "readtwice_bert", "readonce_bart", "longdoc_bart"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_batch_size_is_checked_and_named_batch_size(family, tokenizer):
+    pipe, args = _build(family, tokenizer)
+    generation = {} if family.endswith("bert") else {"max_new_tokens": 2}
+    with pytest.raises(ValueError, match=r"^`batch_size` must be >= 1, got 0\.$"):
+        pipe(*args, batch_size=0, **generation)
+    with pytest.raises(TypeError, match=r"^`batch_size` must be an int, got str"):
+        pipe(*args, batch_size="2", **generation)
+    built, args = _build(family, tokenizer, batch_size=0)  # the pipeline's own batch size, checked at the call
+    with pytest.raises(ValueError, match=r"^`batch_size` must be >= 1, got 0\.$"):
+        built(*args, **generation)
+    assert pipe(*args, batch_size=1, **generation) == pipe(*args, batch_size=2, **generation)
