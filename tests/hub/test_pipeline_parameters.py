@@ -9,6 +9,7 @@ from hf_readonce.models.deformer_bert.pipeline_deformer_bert import DeformerQues
 from hf_readonce.models.longdoc_bart.pipeline_longdoc_bart import LongDocSummarizationPipeline
 from hf_readonce.models.readonce_bart.pipeline_readonce_bart import (
     ReadOnceSummarizationPipeline,
+    ReadOnceText2TextGenerationPipeline,
 )
 from hf_readonce.models.readtwice_bert.pipeline_readtwice_bert import ReadTwiceQuestionAnsweringPipeline
 from tests.conftest import tiny_model
@@ -45,3 +46,24 @@ def test_batch_size_is_checked_and_named_batch_size(family, tokenizer):
     with pytest.raises(ValueError, match=r"^`batch_size` must be >= 1, got 0\.$"):
         built(*args, **generation)
     assert pipe(*args, batch_size=1, **generation) == pipe(*args, batch_size=2, **generation)
+
+
+@pytest.mark.parametrize("cls", [ReadOnceSummarizationPipeline, ReadOnceText2TextGenerationPipeline])
+def test_readonce_generation_length_from_generate_kwargs(cls, tokenizer):
+    pipe = cls(model=tiny_readonce(), tokenizer=tokenizer)
+    args = (DOCUMENTS[0],) if cls is ReadOnceSummarizationPipeline else ("Who wrote Emma?", DOCUMENTS[0])
+    three = pipe(*args, max_new_tokens=3)
+    default = pipe(*args)
+    assert len(tokenizer(three[0][pipe.output_key], add_special_tokens=False).input_ids) == 3
+    assert default != three  # 32 new tokens by default
+    # `max_length` counts the decoder's start token: 4 is 3 new tokens
+    assert pipe(*args, generate_kwargs={"max_length": 4}) == three
+    assert pipe(*args, generate_kwargs={"max_new_tokens": 3}) == three
+    assert cls(model=pipe.model, tokenizer=tokenizer, generate_kwargs={"max_length": 4})(*args) == three
+
+
+@pytest.mark.parametrize("name", ["input_ids", "attention_mask", "document_representations", "encoder_outputs"])
+def test_readonce_generate_kwargs_may_not_set_the_pipeline_inputs(name, tokenizer):
+    pipe = ReadOnceSummarizationPipeline(model=tiny_readonce(), tokenizer=tokenizer)
+    with pytest.raises(ValueError, match=rf"`generate_kwargs` must not set \['{name}'\]"):
+        pipe(DOCUMENTS[0], max_new_tokens=2, generate_kwargs={name: None})

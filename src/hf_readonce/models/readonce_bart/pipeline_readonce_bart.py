@@ -23,6 +23,11 @@ logger = logging.get_logger(__name__)
 # question (prompt) tokens read where the checkpoint records none (`config.max_question_length`); the store adapter's
 # `max_prompt_length`, as `hf-readonce answer` reads
 _DEFAULT_MAX_QUESTION_LEN = 32
+# tokens generated per text where neither the call nor `generate_kwargs` says (`max_new_tokens`, `max_length`)
+_DEFAULT_MAX_NEW_TOKENS = 32
+# the `generate` inputs the pipeline itself passes: `generate_kwargs` may not set them
+_PIPELINE_GENERATE_INPUTS = frozenset({"input_ids", "attention_mask", "document_representations", "encoder_outputs",
+                                       "inputs_embeds"})
 
 
 # Copied from hf_readonce.dtypes.resolve_compute_dtype
@@ -184,7 +189,8 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
     Args:
         text (`str` or `list[str]`): the question(s) or prompt(s).
         document (`str` or `list[str]`): one document for every text, or one per text (equal lengths).
-        max_new_tokens (`int`, defaults to 32): tokens generated per text.
+        max_new_tokens (`int`, *optional*): tokens generated per text. Defaults to what `generate_kwargs` sets
+            (`max_new_tokens`, or `max_length`, which counts the decoder's start token), else 32.
         num_beams (`int`, defaults to 1): beam search width.
         max_question_len (`int`, *optional*): text tokens read, special tokens included (longer texts are
             truncated; a warning counts them). Defaults to the length the checkpoint records it was trained with
@@ -194,7 +200,10 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
             `config.document_chunk_length * k`, the T·k capacity of §5.5: a document longer than one chunk of T
             tokens is read in chunks by the model itself, not cut.
         compression_ratio (`int`, *optional*): k at inference (§5.2); defaults to the model's.
-        generate_kwargs (`dict`, *optional*): further `generate` arguments.
+        generate_kwargs (`dict`, *optional*): further `generate` arguments (`max_length`, `min_length`,
+            `do_sample`, `num_return_sequences`, ...); they override `num_beams`'s default and greedy decoding, and
+            may not set the inputs the pipeline passes (`input_ids`, `attention_mask`,
+            `document_representations`, `encoder_outputs`, `inputs_embeds`).
         batch_size (`int`, defaults to 32): texts per `generate` call.
 
     Returns:
@@ -202,7 +211,8 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
         (a list of such lists with `num_return_sequences` > 1), as transformers' text2text pipeline returns.
 
     Raises:
-        ValueError: an empty text or document, lists of different lengths, a setting out of range (naming it).
+        ValueError: an empty text or document, lists of different lengths, a setting out of range (naming it),
+            `generate_kwargs` that set the inputs the pipeline passes.
         TypeError: a text or document that is not a string, a setting of the wrong type.
     """
 
@@ -234,6 +244,10 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
         if generate_kwargs is not None:
             if not isinstance(generate_kwargs, dict):
                 raise TypeError(f"`generate_kwargs` must be a dict, got {type(generate_kwargs).__name__}.")
+            clash = sorted(set(generate_kwargs) & _PIPELINE_GENERATE_INPUTS)
+            if clash:
+                raise ValueError(f"`generate_kwargs` must not set {clash}: the pipeline passes the texts and their "
+                                 "documents' representations.")
             forward["generate_kwargs"] = dict(generate_kwargs)
         if "compression_ratio" in forward:  # the default document length (unless recorded) is T * k at this call's k
             preprocess["compression_ratio"] = forward["compression_ratio"]
@@ -323,10 +337,15 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
                 "input_ids": texts["input_ids"], "attention_mask": texts["attention_mask"],
                 "document_index": torch.tensor(group["document_index"], dtype=torch.long)}
 
-    def _forward(self, inputs, max_new_tokens=32, num_beams=1, compression_ratio=None, generate_kwargs=None,
+    def _forward(self, inputs, max_new_tokens=None, num_beams=1, compression_ratio=None, generate_kwargs=None,
                  model_batch_size=32):
-        """Encode each distinct document once, then generate for the texts in batches."""
+        """Encode each distinct document once, then generate for the texts in batches. The length is
+        `max_new_tokens`, else what `generate_kwargs` sets (`max_new_tokens` or `max_length`), else 32 new tokens."""
         model = self.model
+        generate_kwargs = dict(generate_kwargs or {})
+        if max_new_tokens is None and "max_length" not in generate_kwargs:
+            max_new_tokens = generate_kwargs.pop("max_new_tokens", _DEFAULT_MAX_NEW_TOKENS)
+        length = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
         # the representations only: no attention weights or per-layer states, whatever the config's output switches
         # ask for
         reps = model.encode_documents(inputs["document_input_ids"], inputs["document_attention_mask"],
@@ -334,8 +353,8 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
         # the sequences only, as a tensor: `generate`'s text encoder computes no attention weights or per-layer
         # states and `generate` collects none, whatever the generation config asks for (its decoding steps read the
         # model config's switches, as for any transformers model: `generate` passes them on only when true)
-        kwargs = {"max_new_tokens": max_new_tokens, "num_beams": num_beams, "do_sample": False,
-                  **(generate_kwargs or {}), "output_attentions": False, "output_hidden_states": False,
+        kwargs = {**length, "num_beams": num_beams, "do_sample": False,
+                  **generate_kwargs, "output_attentions": False, "output_hidden_states": False,
                   "return_dict_in_generate": False}
         sequences = []
         for begin in range(0, inputs["input_ids"].shape[0], model_batch_size):
