@@ -67,3 +67,22 @@ def test_readonce_generate_kwargs_may_not_set_the_pipeline_inputs(name, tokenize
     pipe = ReadOnceSummarizationPipeline(model=tiny_readonce(), tokenizer=tokenizer)
     with pytest.raises(ValueError, match=rf"`generate_kwargs` must not set \['{name}'\]"):
         pipe(DOCUMENTS[0], max_new_tokens=2, generate_kwargs={name: None})
+
+
+def test_readtwice_question_length_beyond_positions_is_refused_naming_max_question_len(tokenizer):
+    pipe = ReadTwiceQuestionAnsweringPipeline(model=tiny_readtwice(), tokenizer=tokenizer)  # 64 positions
+    with pytest.raises(ValueError, match=r"`max_question_len` must be <= max_position_embeddings=64.*got 65"):
+        pipe(question="Who? " * 80, context=CONTEXTS[0], max_question_len=65)
+    assert pipe(question="Who? " * 80, context=CONTEXTS[0], max_question_len=64)["answer"]
+
+
+@pytest.mark.parametrize("build", [lambda: tiny_model(), lambda: tiny_readtwice(False), lambda: tiny_readtwice(True)],
+                         ids=["deformer", "readtwice-read-once", "readtwice-paper"])
+def test_context_without_a_token_is_refused(build, tokenizer):
+    model = build()
+    cls = DeformerQuestionAnsweringPipeline if model.config.model_type == "deformer_bert" else \
+        ReadTwiceQuestionAnsweringPipeline
+    pipe = cls(model=model, tokenizer=tokenizer)
+    assert tokenizer("\u200b\u200b", add_special_tokens=False).input_ids == []  # characters the tokenizer drops
+    with pytest.raises(ValueError, match="`context` has no token"):
+        pipe(question="Who?", context="\u200b\u200b")

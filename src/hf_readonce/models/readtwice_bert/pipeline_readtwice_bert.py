@@ -369,7 +369,8 @@ class ReadTwiceQuestionAnsweringPipeline(_TokenizerPipeline):
         max_answer_len (`int`, defaults to 15): longest answer in tokens.
         max_question_len (`int`, *optional*): question length in ids (read-once: `[CLS]` and `[SEP]` included;
             paper layout: question tokens only); longer questions are truncated, and one warning per call counts
-            them. Defaults to the checkpoint's `max_question_length`, else 64 (as `hf-readonce answer`).
+            them. Defaults to the checkpoint's `max_question_length`, else 64 (as `hf-readonce answer`); read-once
+            checkpoints read at most `max_position_embeddings`.
         handle_impossible_answer (`bool`, defaults to `False`): allow the empty answer.
         n_best_size (`int`, defaults to 20): start and end candidates per segment.
         mention_fn (`Callable[[str], list[tuple[int, int]]]`, *optional*): character spans of entity mentions,
@@ -385,8 +386,10 @@ class ReadTwiceQuestionAnsweringPipeline(_TokenizerPipeline):
 
     Raises:
         ValueError: an empty question or context (naming which), `question` and `context` lists of different lengths,
-            a setting out of range (naming it), a paper-layout question that leaves no room for the document in a
-            segment, or an entity-memory model without `mention_fn` that records no mention finder.
+            a setting out of range (naming it: a read-once `max_question_len` beyond `max_position_embeddings`),
+            a paper-layout question that leaves no room for the document in a segment, a context without a token
+            (only characters the tokenizer drops), or an entity-memory model without `mention_fn` that records no
+            mention finder.
         TypeError: a question or context that is not a string, a setting of the wrong type, a slow tokenizer, or a
             model that is not ReadTwice (no `segment_length` in its config).
 
@@ -534,11 +537,16 @@ class ReadTwiceQuestionAnsweringPipeline(_TokenizerPipeline):
 
         Raises:
             ValueError: entity memories without `mention_fn` and no recorded finder (`config.mentions`); a
-                paper-layout question leaving no room in a segment.
+                paper-layout question leaving no room in a segment; a read-once `max_question_len` beyond
+                `max_position_embeddings`; a context without a token (only characters the tokenizer drops).
         """
         config, tokenizer = self.model.config, self.tokenizer
         if max_question_len is None:
             max_question_len = getattr(config, "max_question_length", None) or _DEFAULT_MAX_QUESTION_LEN
+        read_once = not config.question_in_first_read
+        if read_once and max_question_len > config.max_position_embeddings:
+            raise ValueError(f"`max_question_len` must be <= max_position_embeddings={config.max_position_embeddings}"
+                             f" (a question is read alone), got {max_question_len}.")
         entity = getattr(config, "memory_type", None) == "entity"
         if entity and mention_fn is None:  # the finder the checkpoint was trained with, where it records one
             recorded = getattr(config, "mentions", None)  # a name; anything else (a hand-edited list) is no finder
@@ -551,7 +559,6 @@ class ReadTwiceQuestionAnsweringPipeline(_TokenizerPipeline):
         length, overlap = config.segment_length, config.segment_overlap
         context = group["context"]
         context_mentions = mention_fn(context) if entity else []
-        read_once = not config.question_in_first_read
         if hasattr(tokenizer, "deprecation_warnings"):  # whole documents are tokenized on purpose (segmented)
             tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
 
@@ -603,6 +610,8 @@ class ReadTwiceQuestionAnsweringPipeline(_TokenizerPipeline):
                                     return_overflowing_tokens=True, return_offsets_mapping=True)
                 check_overflow_windows(tokenizer, encoded, [context], 1)
                 documents.append(segments(encoded, 1, mention_fn(question) if entity else ()))
+        if not any(o is not None for segment in documents[0]["offsets"] for o in segment):
+            raise ValueError("`context` has no token.")
         return {"context": context, "read_once": read_once, "documents": documents,
                 "num_questions": len(group["questions"]), "questions_cut": cut, "max_question_len": max_question_len,
                 "question_limit": limit}
