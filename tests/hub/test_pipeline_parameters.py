@@ -86,3 +86,18 @@ def test_context_without_a_token_is_refused(build, tokenizer):
     assert tokenizer("\u200b\u200b", add_special_tokens=False).input_ids == []  # characters the tokenizer drops
     with pytest.raises(ValueError, match="`context` has no token"):
         pipe(question="Who?", context="\u200b\u200b")
+
+
+def test_readonce_call_arguments_win_over_generate_kwargs_and_the_checkpoint_length_is_kept(tokenizer):
+    model = tiny_readonce()
+    pipe = ReadOnceText2TextGenerationPipeline(model=model, tokenizer=tokenizer)
+    args = ("Who wrote Emma?", DOCUMENTS[0])
+    three = pipe(*args, max_new_tokens=3)
+    assert pipe(*args, max_new_tokens=3, generate_kwargs={"max_new_tokens": 6}) == three
+    assert pipe(*args, max_new_tokens=3, generate_kwargs={"max_length": None}) == three
+    assert pipe(*args, max_new_tokens=3, num_beams=2, generate_kwargs={"num_beams": 1, "num_return_sequences": 2}) \
+        == pipe(*args, max_new_tokens=3, generate_kwargs={"num_beams": 2, "num_return_sequences": 2})
+    model.generation_config.max_new_tokens = 3  # a length the checkpoint's generation config records
+    assert pipe(*args) == three
+    model.generation_config.max_new_tokens, model.generation_config.max_length = None, 4
+    assert pipe(*args) == three

@@ -23,7 +23,7 @@ logger = logging.get_logger(__name__)
 # question (prompt) tokens read where the checkpoint records none (`config.max_question_length`); the store adapter's
 # `max_prompt_length`, as `hf-readonce answer` reads
 _DEFAULT_MAX_QUESTION_LEN = 32
-# tokens generated per text where neither the call nor `generate_kwargs` says (`max_new_tokens`, `max_length`)
+# tokens generated per text where neither the call, `generate_kwargs` nor the model's `generation_config` sets a length
 _DEFAULT_MAX_NEW_TOKENS = 32
 # the `generate` inputs the pipeline itself passes: `generate_kwargs` may not set them
 _PIPELINE_GENERATE_INPUTS = frozenset({"input_ids", "attention_mask", "document_representations", "encoder_outputs",
@@ -189,9 +189,11 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
     Args:
         text (`str` or `list[str]`): the question(s) or prompt(s).
         document (`str` or `list[str]`): one document for every text, or one per text (equal lengths).
-        max_new_tokens (`int`, *optional*): tokens generated per text. Defaults to what `generate_kwargs` sets
-            (`max_new_tokens`, or `max_length`, which counts the decoder's start token), else 32.
-        num_beams (`int`, defaults to 1): beam search width.
+        max_new_tokens (`int`, *optional*): tokens generated per text; wins over `generate_kwargs`. Defaults to what
+            `generate_kwargs` sets (`max_new_tokens`; `max_length`, which counts the decoder's start token; a
+            `generation_config`), else what the model's `generation_config` sets, else 32.
+        num_beams (`int`, *optional*): beam search width; wins over `generate_kwargs`. Defaults to what
+            `generate_kwargs` sets, else 1.
         max_question_len (`int`, *optional*): text tokens read, special tokens included (longer texts are
             truncated; a warning counts them). Defaults to the length the checkpoint records it was trained with
             (`config.max_question_length`), else 32 (as `hf-readonce answer`).
@@ -337,15 +339,23 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
                 "input_ids": texts["input_ids"], "attention_mask": texts["attention_mask"],
                 "document_index": torch.tensor(group["document_index"], dtype=torch.long)}
 
-    def _forward(self, inputs, max_new_tokens=None, num_beams=1, compression_ratio=None, generate_kwargs=None,
+    def _forward(self, inputs, max_new_tokens=None, num_beams=None, compression_ratio=None, generate_kwargs=None,
                  model_batch_size=32):
-        """Encode each distinct document once, then generate for the texts in batches. The length is
-        `max_new_tokens`, else what `generate_kwargs` sets (`max_new_tokens` or `max_length`), else 32 new tokens."""
+        """Encode each distinct document once, then generate for the texts in batches. `max_new_tokens` and
+        `num_beams` passed to the call (or the pipeline) win over `generate_kwargs`; without them the length is what
+        `generate_kwargs` sets (`max_new_tokens`, `max_length`, a `generation_config`), else what the model's
+        `generation_config` sets, else 32 new tokens, and decoding is greedy with one beam unless `generate_kwargs`
+        say otherwise."""
         model = self.model
-        generate_kwargs = dict(generate_kwargs or {})
-        if max_new_tokens is None and "max_length" not in generate_kwargs:
-            max_new_tokens = generate_kwargs.pop("max_new_tokens", _DEFAULT_MAX_NEW_TOKENS)
-        length = {} if max_new_tokens is None else {"max_new_tokens": max_new_tokens}
+        lengths = ("max_new_tokens", "max_length")
+        # a length of None is no length: `generate` would read it as one
+        generate_kwargs = {k: v for k, v in (generate_kwargs or {}).items() if not (k in lengths and v is None)}
+        config = generate_kwargs.get("generation_config") or model.generation_config
+        defaults = {"num_beams": 1, "do_sample": False}
+        if not any(name in generate_kwargs or getattr(config, name, None) is not None for name in lengths):
+            defaults["max_new_tokens"] = _DEFAULT_MAX_NEW_TOKENS
+        given = {name: value for name, value in (("max_new_tokens", max_new_tokens), ("num_beams", num_beams))
+                 if value is not None}
         # the representations only: no attention weights or per-layer states, whatever the config's output switches
         # ask for
         reps = model.encode_documents(inputs["document_input_ids"], inputs["document_attention_mask"],
@@ -353,8 +363,7 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
         # the sequences only, as a tensor: `generate`'s text encoder computes no attention weights or per-layer
         # states and `generate` collects none, whatever the generation config asks for (its decoding steps read the
         # model config's switches, as for any transformers model: `generate` passes them on only when true)
-        kwargs = {**length, "num_beams": num_beams, "do_sample": False,
-                  **generate_kwargs, "output_attentions": False, "output_hidden_states": False,
+        kwargs = {**defaults, **generate_kwargs, **given, "output_attentions": False, "output_hidden_states": False,
                   "return_dict_in_generate": False}
         sequences = []
         for begin in range(0, inputs["input_ids"].shape[0], model_batch_size):
