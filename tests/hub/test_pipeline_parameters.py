@@ -101,3 +101,13 @@ def test_readonce_call_arguments_win_over_generate_kwargs_and_the_checkpoint_len
     assert pipe(*args) == three
     model.generation_config.max_new_tokens, model.generation_config.max_length = None, 4
     assert pipe(*args) == three
+
+
+@pytest.mark.parametrize("family", ["readonce_bart", "longdoc_bart"])
+def test_generate_kwargs_of_the_call_merge_with_the_pipeline_ones(family, tokenizer):
+    three, args = _build(family, tokenizer, max_new_tokens=3)
+    expected = three(*args)
+    assert three(*args, generate_kwargs={"do_sample": False}) == expected  # the pipeline's length is kept
+    built, args = _build(family, tokenizer, generate_kwargs={"max_new_tokens": 3})
+    assert built(*args) == expected
+    assert built(*args, generate_kwargs={"do_sample": False}) == expected

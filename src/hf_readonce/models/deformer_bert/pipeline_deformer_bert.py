@@ -191,7 +191,7 @@ def _weights_digest(model) -> tuple:
 def _call_parameters(pipeline, batch_size, kwargs: dict) -> tuple[dict, dict, dict]:
     """The preprocess, forward and postprocess parameters of one call: the call's `kwargs` (checked by the
     pipeline's `_sanitize_parameters`, with `batch_size`, else the pipeline's own, as `model_batch_size`) over those
-    the pipeline was built with.
+    the pipeline was built with; `generate_kwargs` key by key, as transformers' pipelines merge generate arguments.
 
     Raises:
         TypeError / ValueError: a `batch_size` (the call's or the pipeline's) that is not an int >= 1, named
@@ -201,7 +201,10 @@ def _call_parameters(pipeline, batch_size, kwargs: dict) -> tuple[dict, dict, di
     if batch_size is not None:
         kwargs["model_batch_size"] = _check_int("batch_size", batch_size, 1)
     preprocess, forward, postprocess = pipeline._sanitize_parameters(**kwargs)
-    return ({**pipeline._preprocess_params, **preprocess}, {**pipeline._forward_params, **forward},
+    built = pipeline._forward_params
+    if "generate_kwargs" in forward and "generate_kwargs" in built:
+        forward["generate_kwargs"] = {**built["generate_kwargs"], **forward["generate_kwargs"]}
+    return ({**pipeline._preprocess_params, **preprocess}, {**built, **forward},
             {**pipeline._postprocess_params, **postprocess})
 
 
