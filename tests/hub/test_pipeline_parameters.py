@@ -111,3 +111,21 @@ def test_generate_kwargs_of_the_call_merge_with_the_pipeline_ones(family, tokeni
     built, args = _build(family, tokenizer, generate_kwargs={"max_new_tokens": 3})
     assert built(*args) == expected
     assert built(*args, generate_kwargs={"do_sample": False}) == expected
+
+
+def test_readonce_decodes_as_the_checkpoints_generation_config_says(tokenizer):
+    """Beams (or sampling) recorded in the model's `generation_config`, or in a `generation_config` given through
+    `generate_kwargs`, are the pipeline's decoding, as `generate` reads them (the pipeline forced greedy decoding
+    with one beam over both); `num_beams` of the call still wins."""
+    from transformers import GenerationConfig
+
+    model = tiny_readonce()
+    pipe = ReadOnceText2TextGenerationPipeline(model=model, tokenizer=tokenizer)
+    args = ("Who wrote Emma?", DOCUMENTS[0])
+    beams = pipe(*args, max_new_tokens=6, num_beams=3, generate_kwargs={"num_return_sequences": 3})
+    greedy = pipe(*args, max_new_tokens=6, generate_kwargs={"num_return_sequences": 1})
+    assert pipe(*args, max_new_tokens=6, generate_kwargs={
+        "generation_config": GenerationConfig(num_beams=3, num_return_sequences=3)}) == beams
+    model.generation_config.num_beams, model.generation_config.num_return_sequences = 3, 3
+    assert pipe(*args, max_new_tokens=6) == beams
+    assert pipe(*args, max_new_tokens=6, num_beams=1, generate_kwargs={"num_return_sequences": 1}) == greedy

@@ -186,7 +186,8 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
 
     Every distinct document of a call is tokenized (at most `max_document_len` tokens) and encoded once by the
     document encoder; each text is tokenized alone (at most `max_question_len` tokens) and generated from with its
-    document's representations (`model.generate(..., document_representations=...)`), greedy unless `num_beams` or
+    document's representations (`model.generate(..., document_representations=...)`), decoded as the model's
+    `generation_config` says (greedy with one beam unless it records otherwise) unless `num_beams` or
     `generate_kwargs` say otherwise.
 
     Args:
@@ -196,7 +197,7 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
             `generate_kwargs` sets (`max_new_tokens`; `max_length`, which counts the decoder's start token; a
             `generation_config`), else what the model's `generation_config` sets, else 32.
         num_beams (`int`, *optional*): beam search width; wins over `generate_kwargs`. Defaults to what
-            `generate_kwargs` sets, else 1.
+            `generate_kwargs` sets, else what the model's `generation_config` sets, else 1.
         max_question_len (`int`, *optional*): text tokens read, special tokens included (longer texts are
             truncated; a warning counts them). Defaults to the length the checkpoint records it was trained with
             (`config.max_question_length`), else 32 (as `hf-readonce answer`).
@@ -206,7 +207,8 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
             tokens is read in chunks by the model itself, not cut.
         compression_ratio (`int`, *optional*): k at inference (§5.2); defaults to the model's.
         generate_kwargs (`dict`, *optional*): further `generate` arguments (`max_length`, `min_length`,
-            `do_sample`, `num_return_sequences`, ...); they override `num_beams`'s default and greedy decoding, and
+            `do_sample`, `num_return_sequences`, a `generation_config`, ...); they override the model's
+            `generation_config`, and
             may not set the inputs the pipeline passes (`input_ids`, `attention_mask`,
             `document_representations`, `encoder_outputs`, `inputs_embeds`).
         batch_size (`int`, defaults to 32): texts per `generate` call.
@@ -347,14 +349,15 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
         """Encode each distinct document once, then generate for the texts in batches. `max_new_tokens` and
         `num_beams` passed to the call (or the pipeline) win over `generate_kwargs`; without them the length is what
         `generate_kwargs` sets (`max_new_tokens`, `max_length`, a `generation_config`), else what the model's
-        `generation_config` sets, else 32 new tokens, and decoding is greedy with one beam unless `generate_kwargs`
-        say otherwise."""
+        `generation_config` sets, else 32 new tokens; the decoding (beams, sampling) is what `generate_kwargs` set,
+        else what the model's `generation_config` records (as `generate` itself reads it: greedy with one beam where
+        it records nothing)."""
         model = self.model
         lengths = ("max_new_tokens", "max_length")
         # a length of None is no length: `generate` would read it as one
         generate_kwargs = {k: v for k, v in (generate_kwargs or {}).items() if not (k in lengths and v is None)}
         config = generate_kwargs.get("generation_config") or model.generation_config
-        defaults = {"num_beams": 1, "do_sample": False}
+        defaults = {}
         if not any(name in generate_kwargs or getattr(config, name, None) is not None for name in lengths):
             defaults["max_new_tokens"] = _DEFAULT_MAX_NEW_TOKENS
         given = {name: value for name, value in (("max_new_tokens", max_new_tokens), ("num_beams", num_beams))
