@@ -129,3 +129,15 @@ def test_readonce_decodes_as_the_checkpoints_generation_config_says(tokenizer):
     model.generation_config.num_beams, model.generation_config.num_return_sequences = 3, 3
     assert pipe(*args, max_new_tokens=6) == beams
     assert pipe(*args, max_new_tokens=6, num_beams=1, generate_kwargs={"num_return_sequences": 1}) == greedy
+
+
+@pytest.mark.parametrize("family", ["readonce_bart", "longdoc_bart"])
+def test_output_options_of_transformers_pipelines_are_named_as_not_taken(family, tokenizer):
+    """transformers' output options (`return_tensors`, `truncation`, ...) are not sent to `generate_kwargs` (where
+    they would fail again): the message says this pipeline does not take them; a generation setting given beside
+    them is still sent there."""
+    pipe, args = _build(family, tokenizer, max_new_tokens=3)
+    with pytest.raises(TypeError, match=r"\['return_tensors', 'truncation'\] are not parameters of this pipeline") as info:
+        pipe(*args, return_tensors=True, truncation=True, do_sample=False)
+    assert "such as ['do_sample'] in `generate_kwargs`" in str(info.value)
+    assert "'return_tensors'] in `generate_kwargs`" not in str(info.value)

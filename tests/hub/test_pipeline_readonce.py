@@ -80,7 +80,7 @@ def test_generations_equal_by_hand_and_documents_read_once(tokenizer, monkeypatc
         pipe("Who?", document=" ")
     with pytest.raises(ValueError, match="`text` has 2 entries but `document` has 3"):
         pipe(TEXTS, document=DOCUMENTS + ["x"])
-    with pytest.raises(TypeError, match="pass generate arguments in `generate_kwargs`"):
+    with pytest.raises(TypeError, match=r"pass generate arguments such as \['temperature'\] in `generate_kwargs`"):
         pipe("Who?", document=DOCUMENTS[0], temperature=0.5)
     with pytest.raises(ValueError, match="`max_new_tokens` must be >= 1"):
         pipe("Who?", document=DOCUMENTS[0], max_new_tokens=0)

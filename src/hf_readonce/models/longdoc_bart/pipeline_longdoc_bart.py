@@ -15,7 +15,7 @@ only torch, transformers and the standard library.
 from __future__ import annotations
 
 import torch
-from transformers import AutoModelForSeq2SeqLM
+from transformers import AutoModelForSeq2SeqLM, GenerationConfig
 from transformers.modeling_outputs import BaseModelOutput
 from transformers.pipelines import PIPELINE_REGISTRY, Pipeline
 from transformers.utils import logging
@@ -65,6 +65,22 @@ def _call_parameters(pipeline, batch_size, kwargs: dict) -> tuple[dict, dict, di
         forward["generate_kwargs"] = {**built["generate_kwargs"], **forward["generate_kwargs"]}
     return ({**pipeline._preprocess_params, **preprocess}, {**built, **forward},
             {**pipeline._postprocess_params, **postprocess})
+
+
+def _unexpected_arguments(pipeline_name: str, names) -> str:
+    """The `TypeError` message for keyword arguments a document pipeline does not take: generation settings (fields
+    of `GenerationConfig`, e.g. `temperature`, `do_sample`, `max_length`) are sent to `generate_kwargs`; the others
+    (e.g. `return_tensors`, `truncation`) are named as not parameters of this pipeline, which returns text only and
+    cuts over-long documents itself (`max_document_len`, with a warning)."""
+    settings = sorted(name for name in names if hasattr(GenerationConfig(), name))
+    others = sorted(name for name in names if name not in settings)
+    parts = [f"unexpected argument(s) {sorted(names)} for {pipeline_name}"]
+    if settings:
+        parts.append(f"pass generate arguments such as {settings} in `generate_kwargs`")
+    if others:
+        parts.append(f"{others} are not parameters of this pipeline (it returns the generated text only and cuts "
+                     "documents longer than `max_document_len` tokens itself, with a warning)")
+    return "; ".join(parts) + "."
 
 
 def _note_documents_cut(batch, max_length: int, argument: str, limit: int | None = None) -> int:
@@ -206,8 +222,7 @@ class LongDocSummarizationPipeline(_TokenizerPipeline):
     def _sanitize_parameters(self, max_new_tokens=None, min_new_tokens=None, num_beams=None, max_document_len=None,
                              generate_kwargs=None, model_batch_size=None, **kwargs):
         if kwargs:
-            raise TypeError(f"unexpected argument(s) {sorted(kwargs)} for {type(self).__name__}; pass generate "
-                            "arguments in `generate_kwargs`.")
+            raise TypeError(_unexpected_arguments(type(self).__name__, kwargs))
         preprocess, forward = {}, {}
         if max_document_len is not None:
             preprocess["max_document_len"] = _check_int("max_document_len", max_document_len, 1)

@@ -15,7 +15,7 @@ and the standard library.
 from __future__ import annotations
 
 import torch
-from transformers import AutoModelForSeq2SeqLM
+from transformers import AutoModelForSeq2SeqLM, GenerationConfig
 from transformers.pipelines import PIPELINE_REGISTRY, Pipeline
 from transformers.utils import logging
 
@@ -73,6 +73,23 @@ def _call_parameters(pipeline, batch_size, kwargs: dict) -> tuple[dict, dict, di
         forward["generate_kwargs"] = {**built["generate_kwargs"], **forward["generate_kwargs"]}
     return ({**pipeline._preprocess_params, **preprocess}, {**built, **forward},
             {**pipeline._postprocess_params, **postprocess})
+
+
+# Copied from hf_readonce.models.longdoc_bart.pipeline_longdoc_bart._unexpected_arguments
+def _unexpected_arguments(pipeline_name: str, names) -> str:
+    """The `TypeError` message for keyword arguments a document pipeline does not take: generation settings (fields
+    of `GenerationConfig`, e.g. `temperature`, `do_sample`, `max_length`) are sent to `generate_kwargs`; the others
+    (e.g. `return_tensors`, `truncation`) are named as not parameters of this pipeline, which returns text only and
+    cuts over-long documents itself (`max_document_len`, with a warning)."""
+    settings = sorted(name for name in names if hasattr(GenerationConfig(), name))
+    others = sorted(name for name in names if name not in settings)
+    parts = [f"unexpected argument(s) {sorted(names)} for {pipeline_name}"]
+    if settings:
+        parts.append(f"pass generate arguments such as {settings} in `generate_kwargs`")
+    if others:
+        parts.append(f"{others} are not parameters of this pipeline (it returns the generated text only and cuts "
+                     "documents longer than `max_document_len` tokens itself, with a warning)")
+    return "; ".join(parts) + "."
 
 
 # Copied from hf_readonce.models.longdoc_bart.pipeline_longdoc_bart._note_documents_cut
@@ -238,8 +255,7 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
     def _sanitize_parameters(self, max_new_tokens=None, num_beams=None, max_question_len=None, max_document_len=None,
                              compression_ratio=None, generate_kwargs=None, model_batch_size=None, **kwargs):
         if kwargs:
-            raise TypeError(f"unexpected argument(s) {sorted(kwargs)} for {type(self).__name__}; pass generate "
-                            "arguments in `generate_kwargs`.")
+            raise TypeError(_unexpected_arguments(type(self).__name__, kwargs))
         preprocess, forward = {}, {}
         for name, value, low, target in (
             ("max_question_len", max_question_len, 1, preprocess), ("max_document_len", max_document_len, 1, preprocess),
