@@ -1191,11 +1191,14 @@ def _check_forward_batches(model, args, kwargs) -> None:
             `decoder_inputs_embeds` not `(batch_size, text_length, d_model)`, or any of them with an empty batch or
             text ([`_check_batch_of_texts`]).
     """
-    signature = _BART_FORWARD_SIGNATURE if isinstance(model, BartForConditionalGeneration) else _BART_MODEL_SIGNATURE
-    try:
-        arguments = signature.bind(model, *args, **kwargs).arguments
-    except TypeError:  # BART's own call raises it, naming the argument
-        return
+    if args:  # by position too: matched to BART's signature
+        signature = _BART_FORWARD_SIGNATURE if isinstance(model, BartForConditionalGeneration) else _BART_MODEL_SIGNATURE
+        try:
+            arguments = signature.bind(model, *args, **kwargs).arguments
+        except TypeError:  # BART's own call raises it, naming the argument
+            return
+    else:  # keywords only, as `generate` and the conditional model call it at every step: nothing to bind
+        arguments = kwargs
     _check_batch_of_texts(arguments.get("labels"), "labels")
     _check_batch_of_texts(arguments.get("input_ids"), "input_ids")
     _check_batch_of_texts(arguments.get("decoder_input_ids"), "decoder_input_ids")
