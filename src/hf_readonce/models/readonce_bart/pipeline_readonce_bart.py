@@ -81,7 +81,8 @@ def _unexpected_arguments(pipeline_name: str, names) -> str:
     of `GenerationConfig`, e.g. `temperature`, `do_sample`, `max_length`) are sent to `generate_kwargs`; the others
     (e.g. `return_tensors`, `truncation`) are named as not parameters of this pipeline, which returns text only and
     cuts over-long documents itself (`max_document_len`, with a warning)."""
-    settings = sorted(name for name in names if hasattr(GenerationConfig(), name))
+    fields = GenerationConfig()
+    settings = sorted(name for name in names if hasattr(fields, name))
     others = sorted(name for name in names if name not in settings)
     parts = [f"unexpected argument(s) {sorted(names)} for {pipeline_name}"]
     if settings:
