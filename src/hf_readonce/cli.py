@@ -204,9 +204,9 @@ def _reading_input(path: Path, option: str, then: str = "give a file you can rea
         raise CommandError(f"{option} {path} cannot be read ({reason}); {then}.") from None
 
 
-def _input_rows(rows, path: Path, option: str, then: str):
+def _input_rows(rows, path: Path, option: str, then: str = "give a file you can read"):
     """`rows` (an iterator reading the input file `path`, e.g. `iter_documents`) passed on one by one, an `OSError`
-    raised while reading it said as [`_reading_input`] says it, with `then` as the advice.
+    raised while reading it said as [`_reading_input`] says it, with `then` as the advice (the same default).
 
     Raises:
         CommandError: as [`_reading_input`].
@@ -1394,8 +1394,7 @@ def _answer(args) -> int:
                            f"per layer), got {ratio}.")
     _finite(getattr(args, "null_score_diff_threshold", None), "--null-score-diff-threshold")
     problems, examples, first_line, duplicates = [], [], {}, []
-    for number, row in _input_rows(iter_jsonl(questions, problems), questions, "--questions",
-                                   "give a file you can read"):
+    for number, row in _input_rows(iter_jsonl(questions, problems), questions, "--questions"):
         # a generative row has one passage (`context`) or several (`contexts`, or a list in `context`)
         keys = ("question",) if generative else ("question", "context")
         bad = [problem for key in keys if (problem := field_problem(row, key)) is not None]
@@ -1676,7 +1675,7 @@ def _read_summarize_rows(path: Path, text_field: str, id_field: str) -> list[dic
     from .tasks.jsonl import BadLine, field_problem, iter_jsonl
 
     problems, rows, first_line, duplicates = [], [], {}, []
-    for number, row in _input_rows(iter_jsonl(path, problems), path, "--documents", "give a file you can read"):
+    for number, row in _input_rows(iter_jsonl(path, problems), path, "--documents"):
         problem = field_problem(row, text_field)
         if problem is not None:
             problems.append(BadLine(number, problem))
