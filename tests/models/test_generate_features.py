@@ -88,6 +88,23 @@ def test_recurrent_assisted_decoding_is_refused_up_front(family, feature, family
         generate(max_new_tokens=4, do_sample=False, **{feature: value})
 
 
+def test_recurrent_model_as_another_models_assistant_is_named():
+    """As the `assistant_model` of a stock Llama, a recurrent Llama cannot be rolled back after rejected candidates:
+    the error names assisted decoding and `assistant_model`, not only the cache."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from hf_readonce.models.recurrent.configuration_recurrent_llama import RecurrentLlamaConfig
+    from hf_readonce.models.recurrent.modeling_recurrent_llama import RecurrentLlamaForCausalLM
+
+    torch.manual_seed(0)
+    sizes = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2)
+    model = LlamaForCausalLM(LlamaConfig(**sizes)).eval()
+    assistant = RecurrentLlamaForCausalLM(RecurrentLlamaConfig(**sizes)).eval()
+    with pytest.raises(NotImplementedError, match="assisted decoding.*`assistant_model`"):
+        model.generate(torch.randint(0, 64, (1, 12)), assistant_model=assistant, max_new_tokens=20, do_sample=False)
+
+
 @pytest.mark.parametrize("family", ["readonce_bart", "longdoc_bart", "block_attention_llama"])
 def test_prompt_lookup_gives_the_greedy_tokens(family, family_calls):
     """Speculative decoding from the prompt keeps only the tokens greedy decoding picks."""

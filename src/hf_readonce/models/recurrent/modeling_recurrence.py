@@ -684,8 +684,18 @@ class RecurrentCache(DynamicCache):
         self._map_state(lambda t: t[indices])
 
     def crop(self, tokens_to_remove: int) -> None:
-        """Not supported: the pooled state of the window cannot be un-added. Raises `NotImplementedError`."""
-        raise NotImplementedError("RecurrentCache cannot be cropped (assisted decoding is not supported).")
+        """Not supported: the pooled state of the window cannot be un-added. transformers crops the cache in assisted
+        decoding (`assistant_model=`, `prompt_lookup_num_tokens=`); a recurrent model refuses those as the model
+        (`_is_stateful`) before the first step, and as another model's `assistant_model` it raises here, after the
+        first round of candidate tokens and before `generate` returns anything.
+
+        Raises:
+            NotImplementedError: always, naming assisted decoding as the cause.
+        """
+        raise NotImplementedError(
+            "RecurrentCache cannot be cropped: a recurrent model cannot take part in assisted decoding, neither as the "
+            "model nor as another model's `assistant_model` (its pooled window state cannot be rolled back to fewer "
+            "tokens). Generate without `assistant_model` / `prompt_lookup_num_tokens`.")
 
 
 # ----------------------------------------------------------------------------------------------------- outputs
