@@ -59,7 +59,7 @@ def test_bad_input_raises_naming_the_argument(summarize, tokenizer):
         summarize(["A document.", "  "])
     with pytest.raises(TypeError, match="`documents` 0 must be a str"):
         summarize([3])
-    with pytest.raises(TypeError, match="`documents` must be a str or a list of str"):
+    with pytest.raises(TypeError, match="`documents` must be a str, a list of str or an iterable of str"):
         summarize(7)
     with pytest.raises(ValueError, match="`documents` is empty"):
         summarize([])

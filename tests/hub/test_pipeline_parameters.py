@@ -84,7 +84,7 @@ def test_context_without_a_token_is_refused(build, tokenizer):
         ReadTwiceQuestionAnsweringPipeline
     pipe = cls(model=model, tokenizer=tokenizer)
     assert tokenizer("\u200b\u200b", add_special_tokens=False).input_ids == []  # characters the tokenizer drops
-    with pytest.raises(ValueError, match="`context` has no token"):
+    with pytest.raises(ValueError, match="`context` 0 has no token"):
         pipe(question="Who?", context="\u200b\u200b")
 
 
@@ -132,12 +132,12 @@ def test_readonce_decodes_as_the_checkpoints_generation_config_says(tokenizer):
 
 
 @pytest.mark.parametrize("family", ["readonce_bart", "longdoc_bart"])
-def test_output_options_of_transformers_pipelines_are_named_as_not_taken(family, tokenizer):
-    """transformers' output options (`return_tensors`, `truncation`, ...) are not sent to `generate_kwargs` (where
-    they would fail again): the message says this pipeline does not take them; a generation setting given beside
-    them is still sent there."""
+def test_options_of_transformers_pipelines_not_taken_are_named_as_not_taken(family, tokenizer):
+    """transformers' options these pipelines do not take (`truncation`, `return_type`) are not sent to
+    `generate_kwargs` (where they would fail again): the message says this pipeline does not take them; a generation
+    setting given beside them is still sent there."""
     pipe, args = _build(family, tokenizer, max_new_tokens=3)
-    with pytest.raises(TypeError, match=r"\['return_tensors', 'truncation'\] are not parameters of this pipeline") as info:
-        pipe(*args, return_tensors=True, truncation=True, do_sample=False)
+    with pytest.raises(TypeError, match=r"\['return_type', 'truncation'\] are not parameters of this pipeline") as info:
+        pipe(*args, return_type=1, truncation=True, do_sample=False)
     assert "such as ['do_sample'] in `generate_kwargs`" in str(info.value)
-    assert "'return_tensors'] in `generate_kwargs`" not in str(info.value)
+    assert "'truncation'] in `generate_kwargs`" not in str(info.value)

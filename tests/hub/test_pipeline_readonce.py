@@ -215,7 +215,7 @@ def test_summarization_pipeline_names_its_own_arguments(tokenizer):
         summarize(DOCUMENTS[0], prompt=[])
     with pytest.raises(ValueError, match="`prompt` is empty"):
         summarize(DOCUMENTS, prompt=[])
-    with pytest.raises(TypeError, match="`prompt` must be a str or a list of str, got int"):
+    with pytest.raises(TypeError, match="`prompt` must be a str, a list of str or an iterable of str, got int"):
         summarize(DOCUMENTS, prompt=5)
     with pytest.raises(ValueError, match="`documents` is required"):
         summarize()

@@ -21,9 +21,11 @@ the entries `hf-readonce encode` writes and `hf-readonce answer` reads; the stor
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import zlib
+from collections.abc import Iterable
 
 import torch
 from transformers import AutoModelForQuestionAnswering
@@ -203,9 +205,71 @@ def _call_parameters(pipeline, batch_size, kwargs: dict) -> tuple[dict, dict, di
     preprocess, forward, postprocess = pipeline._sanitize_parameters(**kwargs)
     built = pipeline._forward_params
     if "generate_kwargs" in forward and "generate_kwargs" in built:
-        forward["generate_kwargs"] = {**built["generate_kwargs"], **forward["generate_kwargs"]}
+        forward["generate_kwargs"] = _merge_generate_kwargs(built["generate_kwargs"], forward["generate_kwargs"])
     return ({**pipeline._preprocess_params, **preprocess}, {**built, **forward},
             {**pipeline._postprocess_params, **postprocess})
+
+
+def _merge_generate_kwargs(base: dict, over: dict) -> dict:
+    """`generate` arguments: `over`'s on top of `base`'s, key by key (transformers' rule for a call's arguments over
+    a pipeline's), except that a length counts as one setting: when `over` sets `max_new_tokens` or `max_length`
+    (`min_new_tokens` or `min_length`), `base`'s keys of that pair are dropped, so a call's `max_length` is not
+    overruled by a `max_new_tokens` the pipeline was built with (`generate` reads `max_new_tokens` first). A length
+    of `None` in `over` sets nothing.
+
+    Args:
+        base (`dict`): the arguments overridden (the pipeline's, or `generate_kwargs` under a call's own
+            `max_new_tokens`). over (`dict`): the arguments that win.
+
+    Returns:
+        `dict`: a new dict (neither argument is changed).
+    """
+    pairs = (("max_new_tokens", "max_length"), ("min_new_tokens", "min_length"))
+    lengths = {name for pair in pairs for name in pair}
+    over = {name: value for name, value in over.items() if not (name in lengths and value is None)}
+    merged = dict(base)
+    for pair in pairs:
+        if any(name in over for name in pair):
+            for name in pair:
+                merged.pop(name, None)
+    merged.update(over)
+    return merged
+
+
+def _stream(inputs):
+    """An iterator over `inputs` when a call reads them lazily, else `None`: a generator or any other iterable that is
+    not a `str`, `bytes`, `dict`, `list` or `tuple` (a `datasets.Dataset`, transformers' `KeyDataset`, a
+    `torch.utils.data.Dataset`). A map-style torch dataset (with `__len__`) is read by index, `0 .. len - 1`;
+    nothing is read before the iterator is advanced.
+
+    Returns:
+        `Iterator` or `None`.
+    """
+    if inputs is None or isinstance(inputs, (str, bytes, dict, list, tuple)):
+        return None
+    dataset = torch.utils.data.Dataset
+    if isinstance(inputs, dataset) and not isinstance(inputs, torch.utils.data.IterableDataset) \
+            and hasattr(inputs, "__len__"):
+        return (inputs[index] for index in range(len(inputs)))
+    if isinstance(inputs, Iterable):
+        return iter(inputs)
+    return None
+
+
+def _groups(items, size: int):
+    """The items of an iterator in groups of `size` (the last one shorter), each pulled only when the one before it
+    has been used: `(start, group)`, `start` the position of the group's first item in the whole input.
+
+    Args:
+        items (`Iterator`): the inputs. size (`int`): items per group (>= 1).
+    """
+    start = 0
+    while True:
+        group = list(itertools.islice(items, size))
+        if not group:
+            return
+        yield start, group
+        start += len(group)
 
 
 def _check_int(name: str, value, low: int) -> int:
@@ -220,6 +284,15 @@ def _check_bool(name: str, value) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"`{name}` must be a bool, got {value!r}.")
     return value
+
+
+def _no_token_message(group: dict) -> str:
+    """The error for a context without a token (only characters the tokenizer drops), naming the input it came from:
+    `group["positions"]`, the positions of the inputs that share the context, when the group has them."""
+    positions = group.get("positions") or []
+    where = f" {positions[0]}" if positions else ""
+    also = f" (the context of inputs {positions})" if len(positions) > 1 else ""
+    return f"`context`{where}{also} has no token: it holds only characters the tokenizer drops."
 
 
 def _questions_cut(batch) -> int:
@@ -412,8 +485,10 @@ class DeformerQuestionAnsweringPipeline(_TokenizerPipeline):
     Args:
         question (`str` or `list[str]`): the question(s).
         context (`str` or `list[str]`): one context for every question, or one per question (equal lengths).
-            Instead of `question`/`context`, a dict `{"question": ..., "context": ...}` or a list of them may be
-            passed as the first argument.
+            Instead of `question`/`context`, a dict `{"question": ..., "context": ...}`, a list of them, or an
+            iterable of them (a generator, a `datasets.Dataset` of such rows, a `torch.utils.data.Dataset`) may be
+            passed as the first argument; an iterable is read lazily, `batch_size` inputs at a time (see
+            `batch_size`), and the call returns an iterator.
         top_k (`int`, defaults to 1): answers per question; with `top_k=1` each question gets one dict, otherwise a
             list (fewer when fewer distinct spans exist). Identical character spans from overlapping windows count
             once.
@@ -432,7 +507,10 @@ class DeformerQuestionAnsweringPipeline(_TokenizerPipeline):
         null_score_diff_threshold (`float`, *optional*): the no-answer margin in logits; defaults to the
             checkpoint's tuned value, else 0.
         n_best_size (`int`, defaults to 20): start and end candidates per window.
-        batch_size (`int`, defaults to 32): windows or (question, window) pairs per model call.
+        batch_size (`int`, defaults to 32): windows or (question, window) pairs per model call. With an iterable
+            input, also the inputs pulled at a time: each group is answered as one list call (a context repeated
+            within it is read once; one warning per group counts its questions cut), and the next group is pulled
+            when the answers of this one have been taken.
         store (`hf_readonce.store.RepresentationStore`, *optional*): read each context's passage states from this
             store instead of computing them, and write those it lacks. Entries are keyed as `hf-readonce encode`
             keys them: the model's `representation_fingerprint()`, the settings `{"representation":
@@ -444,7 +522,8 @@ class DeformerQuestionAnsweringPipeline(_TokenizerPipeline):
             are those of the store's only space for this model and tokenizer (if there is one). Any object with the
             methods `spaces()` (records with `fingerprint` and `settings`), `missing(fingerprint, settings,
             hashes)`, `get(fingerprint, settings, hash)` and `writer(fingerprint, settings, dtype=, model_type=)`
-            (a context manager with `add(hash, tensors, meta=)`) works; the store decides nothing else.
+            (a context manager with `add(hash, tensors, meta=)`) works; the store decides nothing else. With an
+            iterable input, each group of `batch_size` inputs reads and writes the store as a call does.
         update_store (`bool`, *optional*): write the passage states of contexts the store lacks. Defaults to
             `True` unless the store was opened read-only (`store.readonly`); with `False` they are computed for
             this call only. Existing entries are never rewritten.
@@ -454,17 +533,20 @@ class DeformerQuestionAnsweringPipeline(_TokenizerPipeline):
     Returns:
         For one question, a dict `{"score": float, "start": int, "end": int, "answer": str}` (`start`/`end` are
         character offsets in the context, `answer == context[start:end]`), or a list of `top_k` of them; for several
-        questions, a list with one such result per question, in order.
+        questions, a list with one such result per question, in order; for an iterable, an iterator yielding one
+        such result per input, in order (the results of the list call).
 
     Raises:
-        ValueError: an empty question or context, `question` and `context` lists of different lengths, a setting out
-            of range (naming it), or a model whose `num_decomposed_layers` is 0 (nothing can be cached); a `store`
-            that holds DeFormer passage states only for other models or tokenizers (fingerprints differ: raised
-            before anything is computed or written), several window settings for this model with none given, or
-            an entry whose windows are not this tokenizer's.
-        TypeError: a question or context that is not a string, or a setting of the wrong type; a `store` without
-            the methods above.
+        ValueError: an empty question or context (naming its position), `question` and `context` lists of different
+            lengths, a setting out of range (naming it), a context without a token (only characters the tokenizer
+            drops; naming its position), or a model whose `num_decomposed_layers` is 0 (nothing can be cached); a
+            `store` that holds DeFormer passage states only for other models or tokenizers (fingerprints differ:
+            raised before anything is computed or written), several window settings for this model with none
+            given, or an entry whose windows are not this tokenizer's.
+        TypeError: a question or context that is not a string, an input that is not a dict (naming its position),
+            or a setting of the wrong type; a `store` without the methods above.
         PermissionError: `update_store=True` with a store that cannot be written (before any model work).
+        With an iterable input, a bad setting is raised by the call, a bad input when the iterator reaches its group.
 
     Example:
 
@@ -475,6 +557,8 @@ class DeformerQuestionAnsweringPipeline(_TokenizerPipeline):
     [{'score': ..., 'start': ..., 'end': ..., 'answer': ...}, {...}]
     ```
     """
+
+    default_batch_size = 32  # `batch_size` when neither the call nor the pipeline sets it
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -561,8 +645,9 @@ class DeformerQuestionAnsweringPipeline(_TokenizerPipeline):
 
     # ------------------------------------------------------------------ inputs
     @staticmethod
-    def _normalize(inputs, question, context) -> list[tuple[str, str]]:
-        """`[(question, context), ...]` from the accepted call forms.
+    def _normalize(inputs, question, context, start: int = 0) -> list[tuple[str, str]]:
+        """`[(question, context), ...]` from the accepted call forms; errors name an input by its position, counted
+        from `start` (the position of `inputs[0]` in an iterable the call reads in groups).
 
         Raises:
             ValueError / TypeError: see the class docstring.
@@ -571,11 +656,14 @@ class DeformerQuestionAnsweringPipeline(_TokenizerPipeline):
             if question is not None or context is not None:
                 raise ValueError("pass either a dict (or list of dicts) or `question=`/`context=`, not both.")
             items = [inputs] if isinstance(inputs, dict) else inputs
-            if not isinstance(items, (list, tuple)) or not all(isinstance(item, dict) for item in items):
-                raise TypeError("the first argument must be a dict {'question': ..., 'context': ...} or a list of "
-                                f"them, got {type(inputs).__name__}.")
+            if not isinstance(items, (list, tuple)):
+                raise TypeError("the first argument must be a dict {'question': ..., 'context': ...}, a list of "
+                                f"them or an iterable of them (a generator, a dataset), got {type(inputs).__name__}.")
             pairs = []
-            for i, item in enumerate(items):
+            for i, item in enumerate(items, start):
+                if not isinstance(item, dict):
+                    raise TypeError(f"input {i} must be a dict {{'question': ..., 'context': ...}}, got "
+                                    f"{type(item).__name__}.")
                 if "question" not in item or "context" not in item:
                     raise ValueError(f"input {i} needs 'question' and 'context' keys, got {sorted(item)}.")
                 pairs.append((item["question"], item["context"]))
@@ -584,7 +672,8 @@ class DeformerQuestionAnsweringPipeline(_TokenizerPipeline):
                 raise ValueError("both `question` and `context` are required.")
             questions = [question] if isinstance(question, str) else question
             if not isinstance(questions, (list, tuple)):
-                raise TypeError(f"`question` must be a str or a list of str, got {type(question).__name__}.")
+                raise TypeError(f"`question` must be a str or a list of str, got {type(question).__name__} (an "
+                                "iterable of {'question': ..., 'context': ...} dicts is the first argument).")
             if isinstance(context, str):
                 contexts = [context] * len(questions)
             elif isinstance(context, (list, tuple)):
@@ -597,7 +686,7 @@ class DeformerQuestionAnsweringPipeline(_TokenizerPipeline):
             pairs = list(zip(questions, contexts))
         if not pairs:
             raise ValueError("`question` is empty: nothing to answer.")
-        for i, (q, c) in enumerate(pairs):
+        for i, (q, c) in enumerate(pairs, start):
             for name, value in (("question", q), ("context", c)):
                 if not isinstance(value, str):
                     raise TypeError(f"`{name}` {i} must be a str, got {type(value).__name__}.")
@@ -620,7 +709,29 @@ class DeformerQuestionAnsweringPipeline(_TokenizerPipeline):
             if args:
                 raise TypeError("at most two positional arguments (question, context).")
         inputs = args[0] if args else kwargs.pop("inputs", None)
+        items = _stream(inputs)
+        if items is not None:
+            if question is not None or context is not None:
+                raise ValueError("pass either an iterable of {'question': ..., 'context': ...} dicts or "
+                                 "`question=`/`context=`, not both.")
+            _call_parameters(self, batch_size, dict(kwargs))  # settings are checked now, before any input is read
+            return self._answer_stream(items, batch_size, kwargs)
         pairs = self._normalize(inputs, question, context)
+        results = self._answer(pairs, batch_size, kwargs)
+        single = inputs is None and isinstance(question, str) or isinstance(inputs, dict)
+        return results[0] if single else results
+
+    def _answer_stream(self, items, batch_size, kwargs: dict):
+        """The answers to an iterable of `{"question", "context"}` dicts, one per input, in order: the inputs are
+        pulled `batch_size` at a time (the call's, else the pipeline's, else `default_batch_size`) and each group is
+        answered as one list call, its contexts read once."""
+        size = batch_size if batch_size is not None else self._batch_size or self.default_batch_size
+        for start, group in _groups(items, size):
+            yield from self._answer(self._normalize(group, None, None, start), batch_size, dict(kwargs), start)
+
+    def _answer(self, pairs, batch_size, kwargs: dict, start: int = 0) -> list:
+        """The answer to each `(question, context)` pair, in order, each distinct context read once; `start` is the
+        position of the first pair in the call's input (errors name an input by it)."""
         preprocess_params, forward_params, postprocess_params = _call_parameters(self, batch_size, kwargs)
         groups: dict[str, list[int]] = {}
         for index, (_, c) in enumerate(pairs):
@@ -629,15 +740,15 @@ class DeformerQuestionAnsweringPipeline(_TokenizerPipeline):
         results: list = [None] * len(pairs)
         cut = 0  # questions cut to max_question_len, over every context: one warning per call
         for c, indices in groups.items():
-            group = {"context": c, "questions": [pairs[i][0] for i in indices]}
+            group = {"context": c, "questions": [pairs[i][0] for i in indices],
+                     "positions": [start + i for i in indices]}
             model_inputs = self.preprocess(group, **preprocess_params)
             cut += model_inputs["questions_cut"]
             answers = self.postprocess(self.forward(model_inputs, **forward_params), **postprocess_params)
             for i, answer in zip(indices, answers):
                 results[i] = answer
         _note_questions_cut(cut, len(pairs), model_inputs["max_question_len"], model_inputs["question_limit"])
-        single = inputs is None and isinstance(question, str) or isinstance(inputs, dict)
-        return results[0] if single else results
+        return results
 
     def _prepare(self, contexts: list[str], preprocess_params: dict, forward_params: dict) -> None:
         """What a call resolves before any model work: the store space, when a `store` is given
@@ -749,7 +860,7 @@ class DeformerQuestionAnsweringPipeline(_TokenizerPipeline):
         encoded = tokenizer(group["context"], add_special_tokens=False, return_offsets_mapping=True)
         ids, offsets = list(encoded["input_ids"]), [tuple(o) for o in encoded["offset_mapping"]]
         if not ids:
-            raise ValueError("`context` has no token.")
+            raise ValueError(_no_token_message(group))
         window_ids, window_offsets = passage_windows(ids, offsets, max_passage_len, doc_stride, tokenizer.sep_token_id)
         questions = tokenizer(group["questions"], truncation=True, max_length=max_question_len)
         return {"context": group["context"], "window_ids": window_ids, "window_offsets": window_offsets,

@@ -14,6 +14,10 @@ only torch, transformers and the standard library.
 
 from __future__ import annotations
 
+import copy
+import itertools
+from collections.abc import Iterable
+
 import torch
 from transformers import AutoModelForSeq2SeqLM, GenerationConfig
 from transformers.modeling_outputs import BaseModelOutput
@@ -62,7 +66,7 @@ def _call_parameters(pipeline, batch_size, kwargs: dict) -> tuple[dict, dict, di
     preprocess, forward, postprocess = pipeline._sanitize_parameters(**kwargs)
     built = pipeline._forward_params
     if "generate_kwargs" in forward and "generate_kwargs" in built:
-        forward["generate_kwargs"] = {**built["generate_kwargs"], **forward["generate_kwargs"]}
+        forward["generate_kwargs"] = _merge_generate_kwargs(built["generate_kwargs"], forward["generate_kwargs"])
     return ({**pipeline._preprocess_params, **preprocess}, {**built, **forward},
             {**pipeline._postprocess_params, **postprocess})
 
@@ -70,8 +74,9 @@ def _call_parameters(pipeline, batch_size, kwargs: dict) -> tuple[dict, dict, di
 def _unexpected_arguments(pipeline_name: str, names) -> str:
     """The `TypeError` message for keyword arguments a document pipeline does not take: generation settings (fields
     of `GenerationConfig`, e.g. `temperature`, `do_sample`, `max_length`) are sent to `generate_kwargs`; the others
-    (e.g. `return_tensors`, `truncation`) are named as not parameters of this pipeline, which returns text only and
-    cuts over-long documents itself (`max_document_len`, with a warning)."""
+    (e.g. `truncation`, `return_type`) are named as not parameters of this pipeline, whose output options are
+    `return_text`, `return_tensors` and `clean_up_tokenization_spaces` and which cuts over-long documents itself
+    (`max_document_len`, with a warning)."""
     fields = GenerationConfig()
     settings = sorted(name for name in names if hasattr(fields, name))
     others = sorted(name for name in names if name not in settings)
@@ -79,9 +84,117 @@ def _unexpected_arguments(pipeline_name: str, names) -> str:
     if settings:
         parts.append(f"pass generate arguments such as {settings} in `generate_kwargs`")
     if others:
-        parts.append(f"{others} are not parameters of this pipeline (it returns the generated text only and cuts "
-                     "documents longer than `max_document_len` tokens itself, with a warning)")
+        parts.append(f"{others} are not parameters of this pipeline (its output options are `return_text`, "
+                     "`return_tensors` and `clean_up_tokenization_spaces`; it cuts documents longer than "
+                     "`max_document_len` tokens itself, with a warning)")
     return "; ".join(parts) + "."
+
+
+def _output_options(return_tensors=None, return_text=None, clean_up_tokenization_spaces=None) -> dict:
+    """The postprocess parameters of transformers' output options, each checked to be a bool (`None`: not given).
+
+    Raises:
+        TypeError: an option that is not a bool, named.
+    """
+    options = {"return_tensors": return_tensors, "return_text": return_text,
+               "clean_up_tokenization_spaces": clean_up_tokenization_spaces}
+    return {name: _check_bool(name, value) for name, value in options.items() if value is not None}
+
+
+def _check_outputs(postprocess_params: dict) -> None:
+    """Refuse output options that leave nothing to return (`return_text=False` without `return_tensors=True`), with
+    the call's and the pipeline's options merged, before any model work.
+
+    Raises:
+        ValueError: naming `return_text` and `return_tensors`.
+    """
+    tensors = postprocess_params.get("return_tensors", False)
+    if not postprocess_params.get("return_text", not tensors) and not tensors:
+        raise ValueError("`return_text=False` without `return_tensors=True` leaves nothing to return: pass "
+                         "`return_tensors=True` for the token ids, or keep `return_text`.")
+
+
+def _generate_arguments(generate_kwargs: dict, added: dict) -> dict:
+    """The keyword arguments of one `generate` call: `generate_kwargs` with `added` (the pipeline's own settings) on
+    top. With a `generation_config` among them, every generation setting goes into a copy of it (the caller's object
+    is not changed) and the other arguments (e.g. `logits_processor`) stay keyword arguments: `generate` reads them as
+    it would read them passed beside the config, without warning that this is deprecated.
+
+    Args:
+        generate_kwargs (`dict`): the user's `generate` arguments. added (`dict`): the pipeline's, which win.
+
+    Returns:
+        `dict`: the arguments to pass to `generate`.
+
+    Raises:
+        TypeError: a `generation_config` that is not a `transformers.GenerationConfig`.
+    """
+    kwargs = {**generate_kwargs, **added}
+    config = kwargs.pop("generation_config", None)
+    if config is None:
+        return kwargs
+    if not isinstance(config, GenerationConfig):
+        raise TypeError("`generate_kwargs['generation_config']` must be a transformers GenerationConfig, got "
+                        f"{type(config).__name__}.")
+    config = copy.deepcopy(config)
+    unused = config.update(**kwargs)
+    return {**unused, "generation_config": config}
+
+
+def _without_padding(sequences, model, kwargs: dict) -> list:
+    """Each generated sequence up to its first end-of-sequence token (the first token, the decoder's start, aside):
+    the padding a batched `generate` adds after a sequence that ended early is dropped, so a sequence's ids do not
+    depend on the other texts of its batch (`batch_size`). Sequences without an end token are kept whole.
+
+    Args:
+        sequences (`Iterable[torch.LongTensor]`): 1-d id tensors, as `generate` returned them.
+        model: the model that generated them. kwargs (`dict`): the `generate` arguments used (their
+            `eos_token_id`, else their `generation_config`'s, else the model's).
+
+    Returns:
+        `list[torch.LongTensor]`.
+    """
+    config = kwargs.get("generation_config") or model.generation_config
+    eos = kwargs.get("eos_token_id", config.eos_token_id)
+    ends = [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]) if e is not None]
+    trimmed = []
+    for sequence in sequences:
+        hits = torch.isin(sequence[1:], torch.tensor(ends, dtype=sequence.dtype)).nonzero() if ends else []
+        trimmed.append(sequence[: int(hits[0]) + 2] if len(hits) else sequence)
+    return trimmed
+
+
+def _records(tokenizer, outputs: dict, prefix: str, return_tensors: bool = False, return_text: bool | None = None,
+             clean_up_tokenization_spaces: bool | None = None) -> list[list[dict]]:
+    """Per input, its `num_return_sequences` records, as transformers' text2text-generation and summarization
+    pipelines return them: `{f"{prefix}_text": str}` (decoded without special tokens, surrounding spaces stripped),
+    and with `return_tensors=True` `{f"{prefix}_token_ids": torch.LongTensor}` (the generated ids, the decoder's
+    start token first; text too only when `return_text=True` is also given).
+
+    Args:
+        tokenizer: decodes the ids. outputs (`dict`): `sequences` (1-d id tensors) and `num_return_sequences`.
+        prefix (`str`): `"generated"` or `"summary"`.
+        return_tensors (`bool`, defaults to `False`): include the token ids.
+        return_text (`bool`, *optional*): include the text; defaults to `not return_tensors`.
+        clean_up_tokenization_spaces (`bool`, *optional*): passed to `batch_decode`; defaults to the tokenizer's
+            own setting.
+
+    Returns:
+        `list[list[dict]]`: one list of records per input.
+    """
+    sequences, n = outputs["sequences"], outputs["num_return_sequences"]
+    if return_text is None:
+        return_text = not return_tensors
+    records = [{} for _ in sequences]
+    if return_text:
+        options = {} if clean_up_tokenization_spaces is None else \
+            {"clean_up_tokenization_spaces": clean_up_tokenization_spaces}
+        for record, text in zip(records, tokenizer.batch_decode(sequences, skip_special_tokens=True, **options)):
+            record[f"{prefix}_text"] = text.strip()
+    if return_tensors:
+        for record, ids in zip(records, sequences):
+            record[f"{prefix}_token_ids"] = ids
+    return [records[i : i + n] for i in range(0, len(records), n)]
 
 
 def _note_documents_cut(batch, max_length: int, argument: str, limit: int | None = None) -> int:
@@ -106,6 +219,78 @@ def _note_documents_cut(batch, max_length: int, argument: str, limit: int | None
         logger.warning(f"{cut} of {len(encodings)} document(s) held more than the {max_length} tokens read per "
                        f"document and were cut to them: their outputs come from those tokens only ({more}).")
     return cut
+
+
+# Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._merge_generate_kwargs
+def _merge_generate_kwargs(base: dict, over: dict) -> dict:
+    """`generate` arguments: `over`'s on top of `base`'s, key by key (transformers' rule for a call's arguments over
+    a pipeline's), except that a length counts as one setting: when `over` sets `max_new_tokens` or `max_length`
+    (`min_new_tokens` or `min_length`), `base`'s keys of that pair are dropped, so a call's `max_length` is not
+    overruled by a `max_new_tokens` the pipeline was built with (`generate` reads `max_new_tokens` first). A length
+    of `None` in `over` sets nothing.
+
+    Args:
+        base (`dict`): the arguments overridden (the pipeline's, or `generate_kwargs` under a call's own
+            `max_new_tokens`). over (`dict`): the arguments that win.
+
+    Returns:
+        `dict`: a new dict (neither argument is changed).
+    """
+    pairs = (("max_new_tokens", "max_length"), ("min_new_tokens", "min_length"))
+    lengths = {name for pair in pairs for name in pair}
+    over = {name: value for name, value in over.items() if not (name in lengths and value is None)}
+    merged = dict(base)
+    for pair in pairs:
+        if any(name in over for name in pair):
+            for name in pair:
+                merged.pop(name, None)
+    merged.update(over)
+    return merged
+
+
+# Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._stream
+def _stream(inputs):
+    """An iterator over `inputs` when a call reads them lazily, else `None`: a generator or any other iterable that is
+    not a `str`, `bytes`, `dict`, `list` or `tuple` (a `datasets.Dataset`, transformers' `KeyDataset`, a
+    `torch.utils.data.Dataset`). A map-style torch dataset (with `__len__`) is read by index, `0 .. len - 1`;
+    nothing is read before the iterator is advanced.
+
+    Returns:
+        `Iterator` or `None`.
+    """
+    if inputs is None or isinstance(inputs, (str, bytes, dict, list, tuple)):
+        return None
+    dataset = torch.utils.data.Dataset
+    if isinstance(inputs, dataset) and not isinstance(inputs, torch.utils.data.IterableDataset) \
+            and hasattr(inputs, "__len__"):
+        return (inputs[index] for index in range(len(inputs)))
+    if isinstance(inputs, Iterable):
+        return iter(inputs)
+    return None
+
+
+# Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._groups
+def _groups(items, size: int):
+    """The items of an iterator in groups of `size` (the last one shorter), each pulled only when the one before it
+    has been used: `(start, group)`, `start` the position of the group's first item in the whole input.
+
+    Args:
+        items (`Iterator`): the inputs. size (`int`): items per group (>= 1).
+    """
+    start = 0
+    while True:
+        group = list(itertools.islice(items, size))
+        if not group:
+            return
+        yield start, group
+        start += len(group)
+
+
+# Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._check_bool
+def _check_bool(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"`{name}` must be a bool, got {value!r}.")
+    return value
 
 
 # Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._check_int
@@ -180,8 +365,10 @@ class LongDocSummarizationPipeline(_TokenizerPipeline):
     Generation follows the model's `generation_config` except for the arguments passed here.
 
     Args:
-        documents (`str` or `list[str]`): the document(s).
-        max_new_tokens (`int`, *optional*): tokens generated per summary.
+        documents (`str`, `list[str]` or an iterable of `str`): the document(s). An iterable that is not a list or
+            tuple (a generator, `KeyDataset(dataset, "article")`, a `torch.utils.data.Dataset` of strings) is read
+            lazily, `batch_size` documents at a time (see `batch_size`), and the call returns an iterator.
+        max_new_tokens (`int`, *optional*): tokens generated per summary; wins over a length in `generate_kwargs`.
         min_new_tokens (`int`, *optional*): tokens generated at least.
         num_beams (`int`, *optional*): beam search width.
         max_document_len (`int`, *optional*): document tokens read (longer documents are truncated; a warning
@@ -189,18 +376,35 @@ class LongDocSummarizationPipeline(_TokenizerPipeline):
             recorded by the LongDoc summarization recipe), else `config.max_position_embeddings` (BART's positions
             are learned: no more fit).
         generate_kwargs (`dict`, *optional*): further `generate` arguments (e.g. `num_return_sequences`,
-            `length_penalty`, `no_repeat_ngram_size`).
-        batch_size (`int`, defaults to 8): documents per encoder call and summaries per `generate` call.
+            `length_penalty`, `no_repeat_ngram_size`, a `generation_config`). A call's arguments win over the
+            pipeline's key by key, and a length the call sets (`max_new_tokens` or `max_length`) replaces the
+            pipeline's length.
+        return_text (`bool`, *optional*): include `"summary_text"`; defaults to `True` unless `return_tensors=True`.
+        return_tensors (`bool`, defaults to `False`): include `"summary_token_ids"`, the generated ids
+            (`torch.LongTensor` of shape `(length,)`, the decoder's start token first, up to the end-of-sequence
+            token: no batch padding), as transformers' summarization pipeline does; with it alone, the text is left
+            out.
+        clean_up_tokenization_spaces (`bool`, *optional*): passed to the tokenizer's decoding; defaults to the
+            tokenizer's own setting.
+        batch_size (`int`, defaults to 8): documents per encoder call and summaries per `generate` call. With an
+            iterable input, also the documents pulled at a time: each group is summarized as one list call (a
+            document repeated within it is encoded once), and the next group is pulled when the summaries of this
+            one have been taken.
 
     Returns:
         For one document, `[{"summary_text": str}, ...]` (one entry per returned sequence); for several, one
         `{"summary_text": str}` per document, in order (a list of such lists with `num_return_sequences` > 1), as
-        transformers' summarization pipeline returns.
+        transformers' summarization pipeline returns; for an iterable, an iterator yielding one such result per
+        document, in order (the results of the list call).
 
     Raises:
-        ValueError: no document, an empty document (naming its index), a setting out of range (naming it), a
-            `max_document_len` beyond the position table, `generate_kwargs` that set the encoder inputs.
-        TypeError: a document that is not a string, a setting of the wrong type, a model without an encoder.
+        ValueError: no document, an empty document (naming its position), a setting out of range (naming it), a
+            `max_document_len` beyond the position table, `generate_kwargs` that set the encoder inputs,
+            `return_text=False` without `return_tensors=True`.
+        TypeError: a document that is not a string (naming its position), a setting of the wrong type, a
+            `generation_config` that is not a `GenerationConfig`, a model without an encoder.
+        With an iterable input, a bad setting is raised by the call, a bad document when the iterator reaches its
+        group.
 
     Example:
 
@@ -212,6 +416,8 @@ class LongDocSummarizationPipeline(_TokenizerPipeline):
     ```
     """
 
+    default_batch_size = 8  # `batch_size` when neither the call nor the pipeline sets it
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if not callable(getattr(self.model, "get_encoder", None)) or not hasattr(self.model, "generate"):
@@ -221,9 +427,11 @@ class LongDocSummarizationPipeline(_TokenizerPipeline):
             raise TypeError(f"{type(self).__name__} needs a tokenizer.")
 
     def _sanitize_parameters(self, max_new_tokens=None, min_new_tokens=None, num_beams=None, max_document_len=None,
-                             generate_kwargs=None, model_batch_size=None, **kwargs):
+                             generate_kwargs=None, model_batch_size=None, return_tensors=None, return_text=None,
+                             clean_up_tokenization_spaces=None, **kwargs):
         if kwargs:
             raise TypeError(_unexpected_arguments(type(self).__name__, kwargs))
+        postprocess = _output_options(return_tensors, return_text, clean_up_tokenization_spaces)
         preprocess, forward = {}, {}
         if max_document_len is not None:
             preprocess["max_document_len"] = _check_int("max_document_len", max_document_len, 1)
@@ -245,19 +453,27 @@ class LongDocSummarizationPipeline(_TokenizerPipeline):
             if clash:
                 raise ValueError(f"`generate_kwargs` must not set {clash}: the pipeline passes the documents' encoder "
                                  "outputs.")
-            generate = {**generate_kwargs, **generate}
+            generate = _merge_generate_kwargs(generate_kwargs, generate)
         if generate:
             forward["generate_kwargs"] = generate
-        return preprocess, forward, {}
+        return preprocess, forward, postprocess
 
     @staticmethod
-    def _documents(documents) -> list[str]:
+    def _documents(documents, start: int = 0) -> list[str]:
+        """The documents of a call as a list, each checked; an error names a document by its position, counted from
+        `start` (the position of `documents[0]` in an iterable the call reads in groups).
+
+        Raises:
+            TypeError: `documents` neither a str, a list nor a tuple, or a document that is not a str.
+            ValueError: no document, or an empty one.
+        """
         docs = [documents] if isinstance(documents, str) else documents
         if not isinstance(docs, (list, tuple)):
-            raise TypeError(f"`documents` must be a str or a list of str, got {type(documents).__name__}.")
+            raise TypeError(f"`documents` must be a str, a list of str or an iterable of str (a generator, a "
+                            f"dataset), got {type(documents).__name__}.")
         if not docs:
             raise ValueError("`documents` is empty: nothing to summarize.")
-        for i, doc in enumerate(docs):
+        for i, doc in enumerate(docs, start):
             if not isinstance(doc, str):
                 raise TypeError(f"`documents` {i} must be a str, got {type(doc).__name__}.")
             if not doc.strip():
@@ -275,14 +491,31 @@ class LongDocSummarizationPipeline(_TokenizerPipeline):
             documents = kwargs.pop("inputs", None)
         if documents is None:
             raise ValueError("`documents` is required.")
-        docs = self._documents(documents)
-        preprocess_params, forward_params, postprocess_params = _call_parameters(self, batch_size, kwargs)
-        distinct = list(dict.fromkeys(docs))
-        group = {"documents": distinct, "document_index": [distinct.index(d) for d in docs]}
-        outputs = self.run_single(group, preprocess_params, forward_params, postprocess_params)
+        items = _stream(documents)
+        if items is not None:  # settings are checked now, before any document is read
+            _check_outputs(_call_parameters(self, batch_size, dict(kwargs))[2])
+            return self._summarize_stream(items, batch_size, kwargs)
+        outputs = self._summarize(self._documents(documents), batch_size, kwargs)
         if isinstance(documents, str):
             return outputs[0]
         return [output[0] for output in outputs] if all(len(output) == 1 for output in outputs) else outputs
+
+    def _summarize_stream(self, items, batch_size, kwargs: dict):
+        """The summaries of an iterable of documents, one result per document, in order (a dict, or a list with
+        `num_return_sequences` > 1): `batch_size` documents (the call's, else the pipeline's, else
+        `default_batch_size`) are pulled and summarized as one list call at a time."""
+        size = batch_size if batch_size is not None else self._batch_size or self.default_batch_size
+        for start, group in _groups(items, size):
+            for output in self._summarize(self._documents(group, start), batch_size, dict(kwargs)):
+                yield output[0] if len(output) == 1 else output
+
+    def _summarize(self, docs: list[str], batch_size, kwargs: dict) -> list[list[dict]]:
+        """Per document, its list of records; each distinct document encoded once."""
+        preprocess_params, forward_params, postprocess_params = _call_parameters(self, batch_size, kwargs)
+        _check_outputs(postprocess_params)
+        distinct = list(dict.fromkeys(docs))
+        group = {"documents": distinct, "document_index": [distinct.index(d) for d in docs]}
+        return self.run_single(group, preprocess_params, forward_params, postprocess_params)
 
     def preprocess(self, group, max_document_len=None):
         """Tokenize the distinct documents (special tokens added, at most `max_document_len` tokens, right padding
@@ -327,9 +560,8 @@ class LongDocSummarizationPipeline(_TokenizerPipeline):
         # the sequences only, as a tensor: `generate` collects no weights or per-layer states, whatever the
         # generation config asks for (its decoding steps read the model config's switches, as for any transformers
         # model: `generate` passes them on only when true)
-        kwargs = {**(generate_kwargs or {}), "output_attentions": False, "output_hidden_states": False,
-                  "return_dict_in_generate": False}
-        num_return = kwargs.get("num_return_sequences") or model.generation_config.num_return_sequences or 1
+        kwargs = _generate_arguments(generate_kwargs or {}, {"output_attentions": False, "output_hidden_states": False,
+                                                             "return_dict_in_generate": False})
         sequences = []
         for begin in range(0, inputs["document_index"].shape[0], model_batch_size):
             index = inputs["document_index"][begin : begin + model_batch_size].to(states.device)
@@ -337,13 +569,14 @@ class LongDocSummarizationPipeline(_TokenizerPipeline):
             out = model.generate(encoder_outputs=BaseModelOutput(last_hidden_state=states[index]),
                                  attention_mask=mask.to(states.device)[index], **kwargs)
             sequences += list(out.cpu())
-        return {"sequences": sequences, "num_return_sequences": num_return}
+        # sequences per document, from what generate returned (a `generation_config` may set the count too)
+        num_return = max(len(sequences) // max(inputs["document_index"].shape[0], 1), 1)
+        return {"sequences": _without_padding(sequences, model, kwargs), "num_return_sequences": num_return}
 
-    def postprocess(self, outputs):
-        """`[{"summary_text": str}, ...]` per document (`num_return_sequences` entries each)."""
-        texts = [t.strip() for t in self.tokenizer.batch_decode(outputs["sequences"], skip_special_tokens=True)]
-        n = outputs["num_return_sequences"]
-        return [[{"summary_text": text} for text in texts[i : i + n]] for i in range(0, len(texts), n)]
+    def postprocess(self, outputs, return_tensors=False, return_text=None, clean_up_tokenization_spaces=None):
+        """`[{"summary_text": str}, ...]` per document (`num_return_sequences` entries each), with
+        `"summary_token_ids"` for `return_tensors=True` (see [`_records`] and the class docstring)."""
+        return _records(self.tokenizer, outputs, "summary", return_tensors, return_text, clean_up_tokenization_spaces)
 
 
 # Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._register_pipeline

@@ -14,6 +14,10 @@ and the standard library.
 
 from __future__ import annotations
 
+import copy
+import itertools
+from collections.abc import Iterable
+
 import torch
 from transformers import AutoModelForSeq2SeqLM, GenerationConfig
 from transformers.pipelines import PIPELINE_REGISTRY, Pipeline
@@ -70,7 +74,7 @@ def _call_parameters(pipeline, batch_size, kwargs: dict) -> tuple[dict, dict, di
     preprocess, forward, postprocess = pipeline._sanitize_parameters(**kwargs)
     built = pipeline._forward_params
     if "generate_kwargs" in forward and "generate_kwargs" in built:
-        forward["generate_kwargs"] = {**built["generate_kwargs"], **forward["generate_kwargs"]}
+        forward["generate_kwargs"] = _merge_generate_kwargs(built["generate_kwargs"], forward["generate_kwargs"])
     return ({**pipeline._preprocess_params, **preprocess}, {**built, **forward},
             {**pipeline._postprocess_params, **postprocess})
 
@@ -79,8 +83,9 @@ def _call_parameters(pipeline, batch_size, kwargs: dict) -> tuple[dict, dict, di
 def _unexpected_arguments(pipeline_name: str, names) -> str:
     """The `TypeError` message for keyword arguments a document pipeline does not take: generation settings (fields
     of `GenerationConfig`, e.g. `temperature`, `do_sample`, `max_length`) are sent to `generate_kwargs`; the others
-    (e.g. `return_tensors`, `truncation`) are named as not parameters of this pipeline, which returns text only and
-    cuts over-long documents itself (`max_document_len`, with a warning)."""
+    (e.g. `truncation`, `return_type`) are named as not parameters of this pipeline, whose output options are
+    `return_text`, `return_tensors` and `clean_up_tokenization_spaces` and which cuts over-long documents itself
+    (`max_document_len`, with a warning)."""
     fields = GenerationConfig()
     settings = sorted(name for name in names if hasattr(fields, name))
     others = sorted(name for name in names if name not in settings)
@@ -88,8 +93,9 @@ def _unexpected_arguments(pipeline_name: str, names) -> str:
     if settings:
         parts.append(f"pass generate arguments such as {settings} in `generate_kwargs`")
     if others:
-        parts.append(f"{others} are not parameters of this pipeline (it returns the generated text only and cuts "
-                     "documents longer than `max_document_len` tokens itself, with a warning)")
+        parts.append(f"{others} are not parameters of this pipeline (its output options are `return_text`, "
+                     "`return_tensors` and `clean_up_tokenization_spaces`; it cuts documents longer than "
+                     "`max_document_len` tokens itself, with a warning)")
     return "; ".join(parts) + "."
 
 
@@ -138,6 +144,233 @@ def _note_texts_cut(batch, max_length: int, noun: str) -> int:
                        f"and were cut to them: what is generated for them reads those tokens only "
                        "(`max_question_len` reads more).")
     return cut
+
+
+# Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._merge_generate_kwargs
+def _merge_generate_kwargs(base: dict, over: dict) -> dict:
+    """`generate` arguments: `over`'s on top of `base`'s, key by key (transformers' rule for a call's arguments over
+    a pipeline's), except that a length counts as one setting: when `over` sets `max_new_tokens` or `max_length`
+    (`min_new_tokens` or `min_length`), `base`'s keys of that pair are dropped, so a call's `max_length` is not
+    overruled by a `max_new_tokens` the pipeline was built with (`generate` reads `max_new_tokens` first). A length
+    of `None` in `over` sets nothing.
+
+    Args:
+        base (`dict`): the arguments overridden (the pipeline's, or `generate_kwargs` under a call's own
+            `max_new_tokens`). over (`dict`): the arguments that win.
+
+    Returns:
+        `dict`: a new dict (neither argument is changed).
+    """
+    pairs = (("max_new_tokens", "max_length"), ("min_new_tokens", "min_length"))
+    lengths = {name for pair in pairs for name in pair}
+    over = {name: value for name, value in over.items() if not (name in lengths and value is None)}
+    merged = dict(base)
+    for pair in pairs:
+        if any(name in over for name in pair):
+            for name in pair:
+                merged.pop(name, None)
+    merged.update(over)
+    return merged
+
+
+# Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._stream
+def _stream(inputs):
+    """An iterator over `inputs` when a call reads them lazily, else `None`: a generator or any other iterable that is
+    not a `str`, `bytes`, `dict`, `list` or `tuple` (a `datasets.Dataset`, transformers' `KeyDataset`, a
+    `torch.utils.data.Dataset`). A map-style torch dataset (with `__len__`) is read by index, `0 .. len - 1`;
+    nothing is read before the iterator is advanced.
+
+    Returns:
+        `Iterator` or `None`.
+    """
+    if inputs is None or isinstance(inputs, (str, bytes, dict, list, tuple)):
+        return None
+    dataset = torch.utils.data.Dataset
+    if isinstance(inputs, dataset) and not isinstance(inputs, torch.utils.data.IterableDataset) \
+            and hasattr(inputs, "__len__"):
+        return (inputs[index] for index in range(len(inputs)))
+    if isinstance(inputs, Iterable):
+        return iter(inputs)
+    return None
+
+
+# Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._groups
+def _groups(items, size: int):
+    """The items of an iterator in groups of `size` (the last one shorter), each pulled only when the one before it
+    has been used: `(start, group)`, `start` the position of the group's first item in the whole input.
+
+    Args:
+        items (`Iterator`): the inputs. size (`int`): items per group (>= 1).
+    """
+    start = 0
+    while True:
+        group = list(itertools.islice(items, size))
+        if not group:
+            return
+        yield start, group
+        start += len(group)
+
+
+# Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._check_bool
+def _check_bool(name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"`{name}` must be a bool, got {value!r}.")
+    return value
+
+
+# Copied from hf_readonce.models.longdoc_bart.pipeline_longdoc_bart._output_options
+def _output_options(return_tensors=None, return_text=None, clean_up_tokenization_spaces=None) -> dict:
+    """The postprocess parameters of transformers' output options, each checked to be a bool (`None`: not given).
+
+    Raises:
+        TypeError: an option that is not a bool, named.
+    """
+    options = {"return_tensors": return_tensors, "return_text": return_text,
+               "clean_up_tokenization_spaces": clean_up_tokenization_spaces}
+    return {name: _check_bool(name, value) for name, value in options.items() if value is not None}
+
+
+# Copied from hf_readonce.models.longdoc_bart.pipeline_longdoc_bart._check_outputs
+def _check_outputs(postprocess_params: dict) -> None:
+    """Refuse output options that leave nothing to return (`return_text=False` without `return_tensors=True`), with
+    the call's and the pipeline's options merged, before any model work.
+
+    Raises:
+        ValueError: naming `return_text` and `return_tensors`.
+    """
+    tensors = postprocess_params.get("return_tensors", False)
+    if not postprocess_params.get("return_text", not tensors) and not tensors:
+        raise ValueError("`return_text=False` without `return_tensors=True` leaves nothing to return: pass "
+                         "`return_tensors=True` for the token ids, or keep `return_text`.")
+
+
+# Copied from hf_readonce.models.longdoc_bart.pipeline_longdoc_bart._generate_arguments
+def _generate_arguments(generate_kwargs: dict, added: dict) -> dict:
+    """The keyword arguments of one `generate` call: `generate_kwargs` with `added` (the pipeline's own settings) on
+    top. With a `generation_config` among them, every generation setting goes into a copy of it (the caller's object
+    is not changed) and the other arguments (e.g. `logits_processor`) stay keyword arguments: `generate` reads them as
+    it would read them passed beside the config, without warning that this is deprecated.
+
+    Args:
+        generate_kwargs (`dict`): the user's `generate` arguments. added (`dict`): the pipeline's, which win.
+
+    Returns:
+        `dict`: the arguments to pass to `generate`.
+
+    Raises:
+        TypeError: a `generation_config` that is not a `transformers.GenerationConfig`.
+    """
+    kwargs = {**generate_kwargs, **added}
+    config = kwargs.pop("generation_config", None)
+    if config is None:
+        return kwargs
+    if not isinstance(config, GenerationConfig):
+        raise TypeError("`generate_kwargs['generation_config']` must be a transformers GenerationConfig, got "
+                        f"{type(config).__name__}.")
+    config = copy.deepcopy(config)
+    unused = config.update(**kwargs)
+    return {**unused, "generation_config": config}
+
+
+# Copied from hf_readonce.models.longdoc_bart.pipeline_longdoc_bart._without_padding
+def _without_padding(sequences, model, kwargs: dict) -> list:
+    """Each generated sequence up to its first end-of-sequence token (the first token, the decoder's start, aside):
+    the padding a batched `generate` adds after a sequence that ended early is dropped, so a sequence's ids do not
+    depend on the other texts of its batch (`batch_size`). Sequences without an end token are kept whole.
+
+    Args:
+        sequences (`Iterable[torch.LongTensor]`): 1-d id tensors, as `generate` returned them.
+        model: the model that generated them. kwargs (`dict`): the `generate` arguments used (their
+            `eos_token_id`, else their `generation_config`'s, else the model's).
+
+    Returns:
+        `list[torch.LongTensor]`.
+    """
+    config = kwargs.get("generation_config") or model.generation_config
+    eos = kwargs.get("eos_token_id", config.eos_token_id)
+    ends = [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]) if e is not None]
+    trimmed = []
+    for sequence in sequences:
+        hits = torch.isin(sequence[1:], torch.tensor(ends, dtype=sequence.dtype)).nonzero() if ends else []
+        trimmed.append(sequence[: int(hits[0]) + 2] if len(hits) else sequence)
+    return trimmed
+
+
+# Copied from hf_readonce.models.longdoc_bart.pipeline_longdoc_bart._records
+def _records(tokenizer, outputs: dict, prefix: str, return_tensors: bool = False, return_text: bool | None = None,
+             clean_up_tokenization_spaces: bool | None = None) -> list[list[dict]]:
+    """Per input, its `num_return_sequences` records, as transformers' text2text-generation and summarization
+    pipelines return them: `{f"{prefix}_text": str}` (decoded without special tokens, surrounding spaces stripped),
+    and with `return_tensors=True` `{f"{prefix}_token_ids": torch.LongTensor}` (the generated ids, the decoder's
+    start token first; text too only when `return_text=True` is also given).
+
+    Args:
+        tokenizer: decodes the ids. outputs (`dict`): `sequences` (1-d id tensors) and `num_return_sequences`.
+        prefix (`str`): `"generated"` or `"summary"`.
+        return_tensors (`bool`, defaults to `False`): include the token ids.
+        return_text (`bool`, *optional*): include the text; defaults to `not return_tensors`.
+        clean_up_tokenization_spaces (`bool`, *optional*): passed to `batch_decode`; defaults to the tokenizer's
+            own setting.
+
+    Returns:
+        `list[list[dict]]`: one list of records per input.
+    """
+    sequences, n = outputs["sequences"], outputs["num_return_sequences"]
+    if return_text is None:
+        return_text = not return_tensors
+    records = [{} for _ in sequences]
+    if return_text:
+        options = {} if clean_up_tokenization_spaces is None else \
+            {"clean_up_tokenization_spaces": clean_up_tokenization_spaces}
+        for record, text in zip(records, tokenizer.batch_decode(sequences, skip_special_tokens=True, **options)):
+            record[f"{prefix}_text"] = text.strip()
+    if return_tensors:
+        for record, ids in zip(records, sequences):
+            record[f"{prefix}_token_ids"] = ids
+    return [records[i : i + n] for i in range(0, len(records), n)]
+
+
+def _pair_stream(first, second, names: tuple[str, str]):
+    """`(first item, second item)` pairs pulled lazily from a call's two inputs, at least one of them an iterable read
+    lazily (see [`_stream`]): a `str` is paired with every item of the other; two iterables (or a list beside one)
+    are zipped, one item of each per pair.
+
+    Args:
+        first, second: the inputs (`str`, `list`, `tuple` or an iterable). names (`tuple[str, str]`): the caller's
+            names of the two arguments, said in the errors.
+
+    Returns:
+        `Iterator[tuple]`.
+
+    Raises:
+        TypeError: an input that is neither a str nor iterable (at the call). ValueError: one iterable has fewer
+            items than the other (when the iterator reaches the end of the shorter).
+    """
+    iterators = []
+    for value, name in zip((first, second), names):
+        if isinstance(value, str):
+            iterators.append(itertools.repeat(value))
+        elif isinstance(value, (list, tuple)):
+            iterators.append(iter(value))
+        else:
+            items = _stream(value)
+            if items is None:
+                raise TypeError(f"`{name}` must be a str, a list of str or an iterable of str (a generator, a "
+                                f"dataset), got {type(value).__name__}.")
+            iterators.append(items)
+    shared = [isinstance(value, str) for value in (first, second)]
+
+    def pairs():
+        end, count = object(), 0
+        for a, b in zip(*iterators) if any(shared) else itertools.zip_longest(*iterators, fillvalue=end):
+            if a is end or b is end:
+                short, long = (names[0], names[1]) if a is end else (names[1], names[0])
+                raise ValueError(f"`{short}` has {count} entries but `{long}` has more; pass one "
+                                 f"{names[1].rstrip('s')} for all {names[0]}s or one per {names[0]}.")
+            yield a, b
+            count += 1
+
+    return pairs()
 
 
 # Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._check_int
@@ -209,8 +442,12 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
     `generate_kwargs` say otherwise.
 
     Args:
-        text (`str` or `list[str]`): the question(s) or prompt(s).
-        document (`str` or `list[str]`): one document for every text, or one per text (equal lengths).
+        text (`str`, `list[str]` or an iterable of `str`): the question(s) or prompt(s). An iterable that is not a
+            list or tuple (a generator, `KeyDataset(dataset, "question")`, a `torch.utils.data.Dataset` of strings)
+            is read lazily, `batch_size` texts at a time (see `batch_size`), and the call returns an iterator.
+        document (`str`, `list[str]` or an iterable of `str`): one document for every text, or one per text (equal
+            lengths; with an iterable `text`, a list or an iterable read along with it; an iterable `document` with
+            a `str` text asks that text of every document).
         max_new_tokens (`int`, *optional*): tokens generated per text; wins over `generate_kwargs`. Defaults to what
             `generate_kwargs` sets (`max_new_tokens`; `max_length`, which counts the decoder's start token; a
             `generation_config`), else what the model's `generation_config` sets, else 32.
@@ -226,23 +463,40 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
         compression_ratio (`int`, *optional*): k at inference (§5.2); defaults to the model's.
         generate_kwargs (`dict`, *optional*): further `generate` arguments (`max_length`, `min_length`,
             `do_sample`, `num_return_sequences`, a `generation_config`, ...); they override the model's
-            `generation_config`, and
-            may not set the inputs the pipeline passes (`input_ids`, `attention_mask`,
-            `document_representations`, `encoder_outputs`, `inputs_embeds`).
-        batch_size (`int`, defaults to 32): texts per `generate` call.
+            `generation_config`, and may not set the inputs the pipeline passes (`input_ids`, `attention_mask`,
+            `document_representations`, `encoder_outputs`, `inputs_embeds`). A call's arguments win over the
+            pipeline's (`pipeline(..., max_new_tokens=...)`) key by key, and a length the call sets
+            (`max_new_tokens` or `max_length`) replaces the pipeline's length.
+        return_text (`bool`, *optional*): include `"generated_text"` (`"summary_text"`); defaults to `True` unless
+            `return_tensors=True`.
+        return_tensors (`bool`, defaults to `False`): include `"generated_token_ids"` (`"summary_token_ids"`), the
+            generated ids (`torch.LongTensor` of shape `(length,)`, the decoder's start token first, up to the
+            end-of-sequence token: no batch padding), as transformers' text2text and summarization pipelines do;
+            with it alone, the text is left out.
+        clean_up_tokenization_spaces (`bool`, *optional*): passed to the tokenizer's decoding; defaults to the
+            tokenizer's own setting.
+        batch_size (`int`, defaults to 32): texts per `generate` call. With an iterable input, also the texts
+            pulled at a time: each group is generated for as one list call (a document repeated within it is read
+            once), and the next group is pulled when the results of this one have been taken.
 
     Returns:
         For one text, `[{"generated_text": str}]`; for several, one `{"generated_text": str}` per text, in order
-        (a list of such lists with `num_return_sequences` > 1), as transformers' text2text pipeline returns.
+        (a list of such lists with `num_return_sequences` > 1), as transformers' text2text pipeline returns; for an
+        iterable, an iterator yielding one such result per text, in order (the results of the list call).
 
     Raises:
-        ValueError: an empty text or document, lists of different lengths, a setting out of range (naming it),
-            `generate_kwargs` that set the inputs the pipeline passes.
-        TypeError: a text or document that is not a string, a setting of the wrong type.
+        ValueError: an empty text or document (naming its position), lists (or iterables) of different lengths, a
+            setting out of range (naming it), `generate_kwargs` that set the inputs the pipeline passes,
+            `return_text=False` without `return_tensors=True`.
+        TypeError: a text or document that is not a string (naming its position), a setting of the wrong type, a
+            `generation_config` that is not a `GenerationConfig`.
+        With an iterable input, a bad setting is raised by the call, a bad text or document when the iterator
+        reaches its group.
     """
 
     output_key = "generated_text"
     default_prompt = None
+    default_batch_size = 32  # `batch_size` when neither the call nor the pipeline sets it
     text_noun = "question"  # what the warning about texts cut to `max_question_len` calls a text
 
     def __init__(self, *args, **kwargs):
@@ -254,13 +508,15 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
             raise TypeError(f"{type(self).__name__} needs a tokenizer.")
 
     def _sanitize_parameters(self, max_new_tokens=None, num_beams=None, max_question_len=None, max_document_len=None,
-                             compression_ratio=None, generate_kwargs=None, model_batch_size=None, **kwargs):
+                             compression_ratio=None, generate_kwargs=None, model_batch_size=None, return_tensors=None,
+                             return_text=None, clean_up_tokenization_spaces=None, **kwargs):
         if kwargs:
             raise TypeError(_unexpected_arguments(type(self).__name__, kwargs))
-        preprocess, forward = {}, {}
+        postprocess = _output_options(return_tensors, return_text, clean_up_tokenization_spaces)
+        preprocess, forward, generate = {}, {}, {}
         for name, value, low, target in (
             ("max_question_len", max_question_len, 1, preprocess), ("max_document_len", max_document_len, 1, preprocess),
-            ("max_new_tokens", max_new_tokens, 1, forward), ("num_beams", num_beams, 1, forward),
+            ("max_new_tokens", max_new_tokens, 1, generate), ("num_beams", num_beams, 1, generate),
             ("compression_ratio", compression_ratio, 1, forward), ("model_batch_size", model_batch_size, 1, forward),
         ):
             if value is not None:
@@ -272,14 +528,19 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
             if clash:
                 raise ValueError(f"`generate_kwargs` must not set {clash}: the pipeline passes the texts and their "
                                  "documents' representations.")
-            forward["generate_kwargs"] = dict(generate_kwargs)
+            # `max_new_tokens` and `num_beams` given beside `generate_kwargs` win over them
+            generate = _merge_generate_kwargs(generate_kwargs, generate)
+        if generate:
+            forward["generate_kwargs"] = generate
         if "compression_ratio" in forward:  # the default document length (unless recorded) is T * k at this call's k
             preprocess["compression_ratio"] = forward["compression_ratio"]
-        return preprocess, forward, {}
+        return preprocess, forward, postprocess
 
-    def _pairs(self, text, document, names: tuple[str, str] = ("text", "document")) -> list[tuple[str, str]]:
+    def _pairs(self, text, document, names: tuple[str, str] = ("text", "document"),
+               start: int = 0) -> list[tuple[str, str]]:
         """`(text, document)` pairs, one per text; `names` are the caller's names of the two arguments, said in the
-        errors (the summarization pipeline's are `prompt` and `documents`).
+        errors (the summarization pipeline's are `prompt` and `documents`), which name an entry by its position
+        counted from `start` (the position of the first pair in an iterable the call reads in groups).
 
         Raises:
             TypeError: an argument or an entry that is not a str. ValueError: lists of different lengths, no text, an
@@ -288,7 +549,7 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
         text_name, document_name = names
         texts = [text] if isinstance(text, str) else text
         if not isinstance(texts, (list, tuple)):
-            raise TypeError(f"`{text_name}` must be a str or a list of str, got {type(text).__name__}.")
+            raise TypeError(f"`{text_name}` must be a str, a list of str or an iterable of str, got {type(text).__name__}.")
         if isinstance(document, str):
             documents = [document] * len(texts)
         elif isinstance(document, (list, tuple)):
@@ -298,10 +559,10 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
                                  f"pass one {document_name.rstrip('s')} for all {text_name}s or one per "
                                  f"{text_name}.")
         else:
-            raise TypeError(f"`{document_name}` must be a str or a list of str, got {type(document).__name__}.")
+            raise TypeError(f"`{document_name}` must be a str, a list of str or an iterable of str, got {type(document).__name__}.")
         if not texts:
             raise ValueError(f"`{text_name}` is empty: nothing to generate from.")
-        for i, (t, d) in enumerate(zip(texts, documents)):
+        for i, (t, d) in enumerate(zip(texts, documents), start):
             for name, value in ((text_name, t), (document_name, d)):
                 if not isinstance(value, str):
                     raise TypeError(f"`{name}` {i} must be a str, got {type(value).__name__}.")
@@ -319,20 +580,43 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
         """
         if text is None or document is None:
             raise ValueError("both `text` and `document` are required.")
+        if _stream(text) is not None or _stream(document) is not None:
+            return self._run_stream(_pair_stream(text, document, ("text", "document")), ("text", "document"),
+                                    batch_size, kwargs)
         pairs = self._pairs(text, document)
         return self._run(pairs, single=isinstance(text, str), batch_size=batch_size, **kwargs)
 
+    def _run_stream(self, pairs, names: tuple[str, str], batch_size, kwargs: dict):
+        """Check the call's settings, then return the iterator over the results of `pairs` (an iterator of
+        `(text, document)`), one per pair, in order: `batch_size` pairs (the call's, else the pipeline's, else
+        `default_batch_size`) are pulled and generated for as one list call at a time."""
+        _check_outputs(_call_parameters(self, batch_size, dict(kwargs))[2])
+        size = batch_size if batch_size is not None else self._batch_size or self.default_batch_size
+
+        def results():
+            for start, group in _groups(pairs, size):
+                checked = self._pairs([t for t, _ in group], [d for _, d in group], names, start)
+                for output in self._generate(checked, batch_size, dict(kwargs)):
+                    yield output[0] if len(output) == 1 else output
+
+        return results()
+
     def _run(self, pairs, single, batch_size=None, **kwargs):
+        outputs = self._generate(pairs, batch_size, kwargs)
+        if single:
+            return outputs[0]
+        return [output[0] for output in outputs] if all(len(output) == 1 for output in outputs) else outputs
+
+    def _generate(self, pairs, batch_size, kwargs: dict) -> list[list[dict]]:
+        """Per `(text, document)` pair, its list of records; each distinct document read once."""
         preprocess_params, forward_params, postprocess_params = _call_parameters(self, batch_size, kwargs)
+        _check_outputs(postprocess_params)
         documents: dict[str, list[int]] = {}
         for index, (_, d) in enumerate(pairs):
             documents.setdefault(d, []).append(index)
         group = {"documents": list(documents), "texts": [t for t, _ in pairs],
                  "document_index": [list(documents).index(d) for _, d in pairs]}
-        outputs = self.run_single(group, preprocess_params, forward_params, postprocess_params)
-        if single:
-            return outputs[0]
-        return [output[0] for output in outputs] if all(len(output) == 1 for output in outputs) else outputs
+        return self.run_single(group, preprocess_params, forward_params, postprocess_params)
 
     def preprocess(self, group, max_question_len=None, max_document_len=None, compression_ratio=None):
         """Tokenize the distinct documents (at most `max_document_len` tokens, default the recorded length, else
@@ -361,14 +645,13 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
                 "input_ids": texts["input_ids"], "attention_mask": texts["attention_mask"],
                 "document_index": torch.tensor(group["document_index"], dtype=torch.long)}
 
-    def _forward(self, inputs, max_new_tokens=None, num_beams=None, compression_ratio=None, generate_kwargs=None,
-                 model_batch_size=32):
-        """Encode each distinct document once, then generate for the texts in batches. `max_new_tokens` and
-        `num_beams` passed to the call (or the pipeline) win over `generate_kwargs`; without them the length is what
-        `generate_kwargs` sets (`max_new_tokens`, `max_length`, a `generation_config`), else what the model's
-        `generation_config` sets, else 32 new tokens; the decoding (beams, sampling) is what `generate_kwargs` set,
-        else what the model's `generation_config` records (as `generate` itself reads it: greedy with one beam where
-        it records nothing)."""
+    def _forward(self, inputs, compression_ratio=None, generate_kwargs=None, model_batch_size=32):
+        """Encode each distinct document once, then generate for the texts in batches. `generate_kwargs` holds the
+        call's and the pipeline's generate arguments (`max_new_tokens` and `num_beams` among them); the length is what
+        they set (`max_new_tokens`, `max_length`, a `generation_config`), else what the model's `generation_config`
+        sets, else 32 new tokens; the decoding (beams, sampling) is what they set, else what the model's
+        `generation_config` records (as `generate` itself reads it: greedy with one beam where it records nothing).
+        """
         model = self.model
         lengths = ("max_new_tokens", "max_length")
         # a length of None is no length: `generate` would read it as one
@@ -377,8 +660,6 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
         defaults = {}
         if not any(name in generate_kwargs or getattr(config, name, None) is not None for name in lengths):
             defaults["max_new_tokens"] = _DEFAULT_MAX_NEW_TOKENS
-        given = {name: value for name, value in (("max_new_tokens", max_new_tokens), ("num_beams", num_beams))
-                 if value is not None}
         # the representations only: no attention weights or per-layer states, whatever the config's output switches
         # ask for
         reps = model.encode_documents(inputs["document_input_ids"], inputs["document_attention_mask"],
@@ -386,8 +667,8 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
         # the sequences only, as a tensor: `generate`'s text encoder computes no attention weights or per-layer
         # states and `generate` collects none, whatever the generation config asks for (its decoding steps read the
         # model config's switches, as for any transformers model: `generate` passes them on only when true)
-        kwargs = {**defaults, **generate_kwargs, **given, "output_attentions": False, "output_hidden_states": False,
-                  "return_dict_in_generate": False}
+        kwargs = _generate_arguments({**defaults, **generate_kwargs}, {
+            "output_attentions": False, "output_hidden_states": False, "return_dict_in_generate": False})
         sequences = []
         for begin in range(0, inputs["input_ids"].shape[0], model_batch_size):
             rows = slice(begin, begin + model_batch_size)
@@ -401,14 +682,14 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
             sequences += [row for row in out.cpu()]
         # sequences per text, from what generate returned (a `generation_config` may set it too)
         num_return = max(len(sequences) // max(inputs["input_ids"].shape[0], 1), 1)
-        return {"sequences": sequences, "num_return_sequences": num_return}
+        return {"sequences": _without_padding(sequences, model, kwargs), "num_return_sequences": num_return}
 
-    def postprocess(self, outputs):
-        """`[{output_key: text}, ...]` per input text, `num_return_sequences` entries each (`__call__` returns the
-        dicts themselves for several texts when each has one)."""
-        texts = [t.strip() for t in self.tokenizer.batch_decode(outputs["sequences"], skip_special_tokens=True)]
-        n = outputs.get("num_return_sequences", 1)
-        return [[{self.output_key: text} for text in texts[i : i + n]] for i in range(0, len(texts), n)]
+    def postprocess(self, outputs, return_tensors=False, return_text=None, clean_up_tokenization_spaces=None):
+        """`[{output_key: text}, ...]` per input text, `num_return_sequences` entries each, with the token ids
+        (`"generated_token_ids"`, `"summary_token_ids"`) for `return_tensors=True` (see [`_records`]); `__call__`
+        returns the dicts themselves for several texts when each has one."""
+        return _records(self.tokenizer, {"num_return_sequences": 1, **outputs}, self.output_key.rsplit("_", 1)[0],
+                        return_tensors, return_text, clean_up_tokenization_spaces)
 
 
 class ReadOnceSummarizationPipeline(ReadOnceText2TextGenerationPipeline):
@@ -418,10 +699,15 @@ class ReadOnceSummarizationPipeline(ReadOnceText2TextGenerationPipeline):
     pairs with every article). Several prompts about one document: `pipe(document, prompt=["summary", "title"])`.
 
     Args:
-        documents (`str` or `list[str]`): the document(s).
-        prompt (`str` or `list[str]`, defaults to `"summary"`): one prompt for every document, or a list: with one
-            document, one summary per prompt; with several, one prompt per document.
-        Other arguments: as [`ReadOnceText2TextGenerationPipeline`].
+        documents (`str`, `list[str]` or an iterable of `str`): the document(s). An iterable that is not a list or
+            tuple (a generator, `KeyDataset(dataset, "article")`, a `torch.utils.data.Dataset` of strings) is read
+            lazily, `batch_size` documents at a time, and the call returns an iterator yielding one result per
+            document, in order (the results of the list call).
+        prompt (`str`, `list[str]` or an iterable of `str`, defaults to `"summary"`): one prompt for every document,
+            or a list: with one document, one summary per prompt; with several, one prompt per document (an iterable
+            is read along with iterable documents, or asked of one document lazily).
+        Other arguments: as [`ReadOnceText2TextGenerationPipeline`] (`return_tensors=True` gives
+            `"summary_token_ids"`).
 
     Returns:
         For one document, `[{"summary_text": str}]`; for several documents (or prompts), one `{"summary_text":
@@ -446,8 +732,11 @@ class ReadOnceSummarizationPipeline(ReadOnceText2TextGenerationPipeline):
         """
         if documents is None:
             raise ValueError("`documents` is required.")
+        if _stream(documents) is not None or _stream(prompt) is not None:
+            return self._run_stream(_pair_stream(prompt, documents, ("prompt", "documents")), ("prompt", "documents"),
+                                    batch_size, kwargs)
         if not isinstance(prompt, (str, list, tuple)):
-            raise TypeError(f"`prompt` must be a str or a list of str, got {type(prompt).__name__}.")
+            raise TypeError(f"`prompt` must be a str, a list of str or an iterable of str, got {type(prompt).__name__}.")
         if not isinstance(prompt, str) and not prompt:
             raise ValueError("`prompt` is empty: give a prompt (default \"summary\") or one per document.")
         if isinstance(documents, str) and not isinstance(prompt, str):
@@ -456,7 +745,7 @@ class ReadOnceSummarizationPipeline(ReadOnceText2TextGenerationPipeline):
         else:
             docs = [documents] if isinstance(documents, str) else documents
             if not isinstance(docs, (list, tuple)):
-                raise TypeError(f"`documents` must be a str or a list of str, got {type(documents).__name__}.")
+                raise TypeError(f"`documents` must be a str, a list of str or an iterable of str, got {type(documents).__name__}.")
             if not docs:
                 raise ValueError("`documents` is empty: nothing to summarize.")
             prompts = [prompt] * len(docs) if isinstance(prompt, str) else prompt
