@@ -224,6 +224,23 @@ def test_token_ids_do_not_depend_on_the_batch(tokenizer):
     assert torch.equal(batched[1]["summary_token_ids"], alone[1])
 
 
+
+def test_token_ids_end_at_the_models_end_token_under_a_generation_config(tokenizer):
+    """A `generation_config` that leaves `eos_token_id` unset ends sequences at the model's end token (`generate`
+    fills unset fields from the model's config): the ids stop there too, without the batch's padding (ReadOnce's
+    pipeline shares this code, a copy; its tiny model gives every document the same tokens, so no row ends first)."""
+    pipe, docs = _generating("longdoc_bart", tokenizer)
+    alone = [pipe(doc, max_new_tokens=4, return_tensors=True)[0]["summary_token_ids"] for doc in docs[:2]]
+    end = next(int(t) for t in alone[0][1:] if int(t) not in alone[1].tolist())  # ends the first summary only
+    pipe.model.generation_config.eos_token_id = end
+    config = GenerationConfig(max_new_tokens=4)
+    assert config.eos_token_id is None
+    short = pipe(docs[0], return_tensors=True, generate_kwargs={"generation_config": config})[0]["summary_token_ids"]
+    assert short.shape[0] < alone[0].shape[0] and int(short[-1]) == end
+    batched = pipe(docs[:2], return_tensors=True, batch_size=2, generate_kwargs={"generation_config": config})
+    assert torch.equal(batched[0]["summary_token_ids"], short)
+    assert torch.equal(batched[1]["summary_token_ids"], alone[1])
+
 def test_text2text_returns_generated_token_ids(tokenizer):
     pipe = ReadOnceText2TextGenerationPipeline(model=tiny_readonce(), tokenizer=tokenizer)
     got = pipe(TEXTS[:2], document=DOCUMENTS[0], max_new_tokens=3, return_tensors=True)

@@ -148,14 +148,20 @@ def _without_padding(sequences, model, kwargs: dict) -> list:
 
     Args:
         sequences (`Iterable[torch.LongTensor]`): 1-d id tensors, as `generate` returned them.
-        model: the model that generated them. kwargs (`dict`): the `generate` arguments used (their
-            `eos_token_id`, else their `generation_config`'s, else the model's).
+        model: the model that generated them. kwargs (`dict`): the `generate` arguments used. The end token is
+            read as `generate` reads it: their `eos_token_id`, else their `generation_config`'s, else (where that
+            config leaves it unset) the model's `generation_config`'s.
 
     Returns:
         `list[torch.LongTensor]`.
     """
-    config = kwargs.get("generation_config") or model.generation_config
-    eos = kwargs.get("eos_token_id", config.eos_token_id)
+    config = kwargs.get("generation_config")
+    if "eos_token_id" in kwargs:
+        eos = kwargs["eos_token_id"]
+    else:
+        eos = config.eos_token_id if config is not None else None
+        if eos is None:  # `generate` fills what a given config leaves unset from the model's
+            eos = model.generation_config.eos_token_id
     ends = [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]) if e is not None]
     trimmed = []
     for sequence in sequences:
