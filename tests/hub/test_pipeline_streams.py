@@ -294,3 +294,28 @@ def test_a_published_pipeline_streams_a_dataset_column(tmp_path, tokenizer):
     summarize = pipeline("summarization", model=str(folder), trust_remote_code=True)
     column = KeyDataset(datasets.Dataset.from_dict({"article": LONG_DOCUMENTS}), "article")
     assert list(summarize(column, max_new_tokens=3, batch_size=1)) == summarize(LONG_DOCUMENTS, max_new_tokens=3)
+
+
+def test_unordered_or_mapping_inputs_are_not_read_as_iterables(tokenizer):
+    """A set has no order (its results could not be matched to its inputs): refused at the call, naming the argument.
+    A mapping that is not a dict is one input, not an iterable of its keys: refused at the call as a list call would.
+    A whole `datasets.Dataset` yields rows (dicts): the error points to `KeyDataset`."""
+    import collections
+
+    import datasets
+
+    qa = _qa("deformer_bert", tokenizer)
+    with pytest.raises(TypeError, match=r"^`inputs` is a set, which has no order"):
+        qa(set(), batch_size=2)
+    with pytest.raises(TypeError, match=r"^the first argument must be a dict .*got UserDict"):
+        qa(collections.UserDict(ROWS[0]))
+    summarize = LongDocSummarizationPipeline(model=tiny_longdoc(), tokenizer=tokenizer)
+    with pytest.raises(TypeError, match=r"^`documents` is a frozenset, which has no order"):
+        summarize(frozenset(LONG_DOCUMENTS), max_new_tokens=2)
+    with pytest.raises(TypeError, match=r"^`documents` 0 must be a str, got dict \(a dataset's row: .*KeyDataset"):
+        list(summarize(datasets.Dataset.from_dict({"article": LONG_DOCUMENTS}), max_new_tokens=2))
+    generate = ReadOnceText2TextGenerationPipeline(model=tiny_readonce(), tokenizer=tokenizer)
+    with pytest.raises(TypeError, match=r"^`document` is a set, which has no order"):
+        generate(TEXTS[0], document=set(DOCUMENTS))
+    with pytest.raises(TypeError, match=r"^`prompt` is a set, which has no order"):
+        ReadOnceSummarizationPipeline(model=generate.model, tokenizer=tokenizer)(DOCUMENTS[0], prompt={"summary"})

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import torch
 from transformers import AutoModelForSeq2SeqLM, GenerationConfig
@@ -255,17 +255,26 @@ def _merge_generate_kwargs(base: dict, over: dict) -> dict:
 
 
 # Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._stream
-def _stream(inputs):
+def _stream(inputs, name: str = "inputs"):
     """An iterator over `inputs` when a call reads them lazily, else `None`: a generator or any other iterable that is
-    not a `str`, `bytes`, `dict`, `list` or `tuple` (a `datasets.Dataset`, transformers' `KeyDataset`, a
-    `torch.utils.data.Dataset`). A map-style torch dataset (with `__len__`) is read by index, `0 .. len - 1`;
-    nothing is read before the iterator is advanced.
+    not a `str`, `bytes`, mapping (a `dict`, `UserDict`: one input, never its keys), `list` or `tuple` (a
+    `datasets.Dataset`, transformers' `KeyDataset`, a `torch.utils.data.Dataset`). A map-style torch dataset (with
+    `__len__`) is read by index, `0 .. len - 1`; nothing is read before the iterator is advanced.
+
+    Args:
+        inputs: the call's input. name (`str`, defaults to `"inputs"`): its argument's name, said in the error.
 
     Returns:
         `Iterator` or `None`.
+
+    Raises:
+        TypeError: `inputs` is a `set` or `frozenset`: it has no order, so results could not be matched to inputs.
     """
-    if inputs is None or isinstance(inputs, (str, bytes, dict, list, tuple)):
+    if inputs is None or isinstance(inputs, (str, bytes, Mapping, list, tuple)):
         return None
+    if isinstance(inputs, (set, frozenset)):
+        raise TypeError(f"`{name}` is a {type(inputs).__name__}, which has no order: the results could not be "
+                        "matched to the inputs. Pass a list or another ordered iterable.")
     dataset = torch.utils.data.Dataset
     if isinstance(inputs, dataset) and not isinstance(inputs, torch.utils.data.IterableDataset) \
             and hasattr(inputs, "__len__"):
@@ -481,7 +490,9 @@ class LongDocSummarizationPipeline(_TokenizerPipeline):
             raise ValueError("`documents` is empty: nothing to summarize.")
         for i, doc in enumerate(docs, start):
             if not isinstance(doc, str):
-                raise TypeError(f"`documents` {i} must be a str, got {type(doc).__name__}.")
+                row = " (a dataset's row: pass its text column, `KeyDataset(dataset, \"article\")`)" \
+                    if isinstance(doc, Mapping) else ""
+                raise TypeError(f"`documents` {i} must be a str, got {type(doc).__name__}{row}.")
             if not doc.strip():
                 raise ValueError(f"`documents` {i} is empty.")
         return list(docs)
@@ -497,7 +508,7 @@ class LongDocSummarizationPipeline(_TokenizerPipeline):
             documents = kwargs.pop("inputs", None)
         if documents is None:
             raise ValueError("`documents` is required.")
-        items = _stream(documents)
+        items = _stream(documents, "documents")
         if items is not None:  # settings are checked now, before any document is read
             _check_outputs(_call_parameters(self, batch_size, dict(kwargs))[2])
             return self._summarize_stream(items, batch_size, kwargs)

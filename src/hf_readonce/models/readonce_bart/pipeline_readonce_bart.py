@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import torch
 from transformers import AutoModelForSeq2SeqLM, GenerationConfig
@@ -174,17 +174,26 @@ def _merge_generate_kwargs(base: dict, over: dict) -> dict:
 
 
 # Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._stream
-def _stream(inputs):
+def _stream(inputs, name: str = "inputs"):
     """An iterator over `inputs` when a call reads them lazily, else `None`: a generator or any other iterable that is
-    not a `str`, `bytes`, `dict`, `list` or `tuple` (a `datasets.Dataset`, transformers' `KeyDataset`, a
-    `torch.utils.data.Dataset`). A map-style torch dataset (with `__len__`) is read by index, `0 .. len - 1`;
-    nothing is read before the iterator is advanced.
+    not a `str`, `bytes`, mapping (a `dict`, `UserDict`: one input, never its keys), `list` or `tuple` (a
+    `datasets.Dataset`, transformers' `KeyDataset`, a `torch.utils.data.Dataset`). A map-style torch dataset (with
+    `__len__`) is read by index, `0 .. len - 1`; nothing is read before the iterator is advanced.
+
+    Args:
+        inputs: the call's input. name (`str`, defaults to `"inputs"`): its argument's name, said in the error.
 
     Returns:
         `Iterator` or `None`.
+
+    Raises:
+        TypeError: `inputs` is a `set` or `frozenset`: it has no order, so results could not be matched to inputs.
     """
-    if inputs is None or isinstance(inputs, (str, bytes, dict, list, tuple)):
+    if inputs is None or isinstance(inputs, (str, bytes, Mapping, list, tuple)):
         return None
+    if isinstance(inputs, (set, frozenset)):
+        raise TypeError(f"`{name}` is a {type(inputs).__name__}, which has no order: the results could not be "
+                        "matched to the inputs. Pass a list or another ordered iterable.")
     dataset = torch.utils.data.Dataset
     if isinstance(inputs, dataset) and not isinstance(inputs, torch.utils.data.IterableDataset) \
             and hasattr(inputs, "__len__"):
@@ -359,7 +368,7 @@ def _pair_stream(first, second, names: tuple[str, str]):
         elif isinstance(value, (list, tuple)):
             iterators.append(iter(value))
         else:
-            items = _stream(value)
+            items = _stream(value, name)
             if items is None:
                 raise TypeError(f"`{name}` must be a str, a list of str or an iterable of str (a generator, a "
                                 f"dataset), got {type(value).__name__}.")
@@ -571,7 +580,9 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
         for i, (t, d) in enumerate(zip(texts, documents), start):
             for name, value in ((text_name, t), (document_name, d)):
                 if not isinstance(value, str):
-                    raise TypeError(f"`{name}` {i} must be a str, got {type(value).__name__}.")
+                    row = " (a dataset's row: pass its text column, `KeyDataset(dataset, \"column\")`)" \
+                        if isinstance(value, Mapping) else ""
+                    raise TypeError(f"`{name}` {i} must be a str, got {type(value).__name__}{row}.")
                 if not value.strip():
                     raise ValueError(f"`{name}` {i} is empty.")
         return list(zip(texts, documents))
@@ -586,7 +597,7 @@ class ReadOnceText2TextGenerationPipeline(_TokenizerPipeline):
         """
         if text is None or document is None:
             raise ValueError("both `text` and `document` are required.")
-        if _stream(text) is not None or _stream(document) is not None:
+        if _stream(text, "text") is not None or _stream(document, "document") is not None:
             return self._run_stream(_pair_stream(text, document, ("text", "document")), ("text", "document"),
                                     batch_size, kwargs)
         pairs = self._pairs(text, document)
@@ -738,7 +749,7 @@ class ReadOnceSummarizationPipeline(ReadOnceText2TextGenerationPipeline):
         """
         if documents is None:
             raise ValueError("`documents` is required.")
-        if _stream(documents) is not None or _stream(prompt) is not None:
+        if _stream(documents, "documents") is not None or _stream(prompt, "prompt") is not None:
             return self._run_stream(_pair_stream(prompt, documents, ("prompt", "documents")), ("prompt", "documents"),
                                     batch_size, kwargs)
         if not isinstance(prompt, (str, list, tuple)):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 from transformers import AutoModelForQuestionAnswering
@@ -141,17 +141,26 @@ def _merge_generate_kwargs(base: dict, over: dict) -> dict:
 
 
 # Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._stream
-def _stream(inputs):
+def _stream(inputs, name: str = "inputs"):
     """An iterator over `inputs` when a call reads them lazily, else `None`: a generator or any other iterable that is
-    not a `str`, `bytes`, `dict`, `list` or `tuple` (a `datasets.Dataset`, transformers' `KeyDataset`, a
-    `torch.utils.data.Dataset`). A map-style torch dataset (with `__len__`) is read by index, `0 .. len - 1`;
-    nothing is read before the iterator is advanced.
+    not a `str`, `bytes`, mapping (a `dict`, `UserDict`: one input, never its keys), `list` or `tuple` (a
+    `datasets.Dataset`, transformers' `KeyDataset`, a `torch.utils.data.Dataset`). A map-style torch dataset (with
+    `__len__`) is read by index, `0 .. len - 1`; nothing is read before the iterator is advanced.
+
+    Args:
+        inputs: the call's input. name (`str`, defaults to `"inputs"`): its argument's name, said in the error.
 
     Returns:
         `Iterator` or `None`.
+
+    Raises:
+        TypeError: `inputs` is a `set` or `frozenset`: it has no order, so results could not be matched to inputs.
     """
-    if inputs is None or isinstance(inputs, (str, bytes, dict, list, tuple)):
+    if inputs is None or isinstance(inputs, (str, bytes, Mapping, list, tuple)):
         return None
+    if isinstance(inputs, (set, frozenset)):
+        raise TypeError(f"`{name}` is a {type(inputs).__name__}, which has no order: the results could not be "
+                        "matched to the inputs. Pass a list or another ordered iterable.")
     dataset = torch.utils.data.Dataset
     if isinstance(inputs, dataset) and not isinstance(inputs, torch.utils.data.IterableDataset) \
             and hasattr(inputs, "__len__"):
