@@ -296,6 +296,21 @@ def test_a_published_pipeline_streams_a_dataset_column(tmp_path, tokenizer):
     assert list(summarize(column, max_new_tokens=3, batch_size=1)) == summarize(LONG_DOCUMENTS, max_new_tokens=3)
 
 
+def test_a_table_is_refused_not_read_as_its_column_names(tokenizer):
+    """Iterating a pandas `DataFrame` gives its column names: summarizing those would be a silent wrong answer, so a
+    table is refused at the call, naming the argument and pointing to a column or its rows."""
+    pandas = pytest.importorskip("pandas")
+    table = pandas.DataFrame({"article": LONG_DOCUMENTS})
+    summarize = LongDocSummarizationPipeline(model=tiny_longdoc(), tokenizer=tokenizer)
+    with pytest.raises(TypeError, match=r"^`documents` is a DataFrame, a table: iterating it gives its column names"):
+        summarize(table, max_new_tokens=2)
+    qa = _qa("deformer_bert", tokenizer)
+    with pytest.raises(TypeError, match=r"^`inputs` is a DataFrame, a table.*to_dict"):
+        qa(pandas.DataFrame(ROWS[:2]), batch_size=2)
+    assert [out["summary_text"] for out in summarize(table["article"], max_new_tokens=2)] == \
+        [out["summary_text"] for out in summarize(list(LONG_DOCUMENTS), max_new_tokens=2)]
+
+
 def test_unordered_or_mapping_inputs_are_not_read_as_iterables(tokenizer):
     """A set has no order (its results could not be matched to its inputs): refused at the call, naming the argument.
     A mapping that is not a dict is one input, not an iterable of its keys: refused at the call as a list call would.

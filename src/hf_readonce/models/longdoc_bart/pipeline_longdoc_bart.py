@@ -268,13 +268,18 @@ def _stream(inputs, name: str = "inputs"):
         `Iterator` or `None`.
 
     Raises:
-        TypeError: `inputs` is a `set` or `frozenset`: it has no order, so results could not be matched to inputs.
+        TypeError: `inputs` is a `set` or `frozenset`: it has no order, so results could not be matched to inputs;
+            or a table with columns (a pandas `DataFrame`): iterating it gives its column names, not its rows.
     """
     if inputs is None or isinstance(inputs, (str, bytes, Mapping, list, tuple)):
         return None
     if isinstance(inputs, (set, frozenset)):
         raise TypeError(f"`{name}` is a {type(inputs).__name__}, which has no order: the results could not be "
                         "matched to the inputs. Pass a list or another ordered iterable.")
+    if hasattr(inputs, "columns") and hasattr(inputs, "iloc"):
+        raise TypeError(f"`{name}` is a {type(inputs).__name__}, a table: iterating it gives its column names, not "
+                        "its rows. Pass one column (`table[\"article\"]`) or its rows as dicts "
+                        "(`table.to_dict(\"records\")`).")
     dataset = torch.utils.data.Dataset
     if isinstance(inputs, dataset) and not isinstance(inputs, torch.utils.data.IterableDataset) \
             and hasattr(inputs, "__len__"):
