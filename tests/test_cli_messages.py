@@ -793,6 +793,36 @@ def test_publish_refuses_a_non_empty_local_dir_before_any_output(tmp_path, capsy
     assert (folder / "README.md").read_text() == "mine"
 
 
+def test_publish_names_the_runs_metrics_file_its_card_leaves_out(tmp_path, checkpoint, capsys):
+    """A run's folder (`hf-readonce demo --distill --output-dir DIR`, `run_deformer_qa.py`) holds its scores in
+    `eval_results.json`; `publish DIR` without `--metrics` wrote a card saying "No evaluation was recorded" and said
+    nothing. A note now names the file and the options that put its scores on the card, and those options do; a
+    folder without scores gets no note."""
+    import json
+    import shlex
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(checkpoint, run)
+    (run / "eval_results.json").write_text(json.dumps({"eval_exact_match": 30.5, "eval_f1": 41.25}))
+    assert cli_main(["publish", str(run), "--repo-id", "someone/tiny", "--local-dir", str(tmp_path / "bare"),
+                     *WINDOW]) == 0
+    err = capsys.readouterr().err
+    assert "No evaluation was recorded" in (tmp_path / "bare" / "README.md").read_text()
+    note = next(line for line in err.splitlines() if line.startswith("card results: none"))
+    assert str(run / "eval_results.json") in note, note
+    options = shlex.split(re.search(r"`(--metrics [^`]*)`", note).group(1).replace("ID", "quoref"))
+    assert cli_main(["publish", str(run), "--repo-id", "someone/tiny", "--local-dir", str(tmp_path / "scored"),
+                     *options, *WINDOW]) == 0
+    card = (tmp_path / "scored" / "README.md").read_text()
+    assert "No evaluation was recorded" not in card and "value: 41.25" in card, card
+    assert "card results" not in capsys.readouterr().err
+    (run / "eval_results.json").write_text(json.dumps({"train_loss": 1.0}))  # no scores: nothing to name
+    assert cli_main(["publish", str(run), "--repo-id", "someone/tiny", "--local-dir", str(tmp_path / "none"),
+                     *WINDOW]) == 0
+    assert "card results" not in capsys.readouterr().err
+
+
 def _saved_model(folder, tokenizer):
     from tests.conftest import tiny_model
 

@@ -2567,6 +2567,33 @@ def _recorded_card_metrics(name: str, model_dir: str, card: dict) -> tuple[str, 
                        "pass --metrics to use another file.")
 
 
+# the metrics files the recipes write into a run's folder (`hf-readonce demo --output-dir`, examples/*/run_*.py),
+# in the order a note names them
+_RUN_METRICS_FILES = ("eval_results.json", "readonce_results.json", "readtwice_results.json", "longdoc_results.json",
+                      "block_attention_qa_results.json")
+
+
+def _unused_metrics_note(model_dir: str) -> str | None:
+    """Without `--metrics`, the note saying that the card will hold no results although the checkpoint's folder holds
+    a metrics file a recipe wrote with scores a card reads (`{eval_,cached_}` EM/F1 or ROUGE as numbers), naming the
+    options that put them on the card; `None` when the folder holds none (a Hub repo id, a folder without a run's
+    results)."""
+    scored = ("exact_match", "f1", "rouge1", "rouge2", "rougeL")
+    for name in _RUN_METRICS_FILES:
+        path = Path(model_dir) / name
+        try:
+            metrics = json.loads(path.read_text(encoding="utf-8-sig")) if path.is_file() else None
+        except (ValueError, OSError):
+            continue
+        if isinstance(metrics, dict) and any(
+                isinstance(metrics.get(prefix + key), (int, float)) and not isinstance(metrics.get(prefix + key), bool)
+                for prefix in ("eval_", "cached_") for key in scored):
+            return (f"card results: none, so the card says no evaluation was recorded; {path} holds the run's "
+                    f"scores: pass `--metrics {shlex.quote(str(path))} --dataset-type ID` (the Hub id of the data set "
+                    "it scored) to put them on the card.")
+    return None
+
+
 def cmd_publish(args) -> int:
     from .hub.publish import publish
 
@@ -2586,6 +2613,8 @@ def cmd_publish(args) -> int:
     settings = _publish_settings(args, model_dir)
     recorded = _recorded_card_metrics(args.model_dir, model_dir, card) if args.metrics is None else None
     metrics, note = recorded if recorded is not None else (args.metrics, None)
+    if metrics is None:
+        note = _unused_metrics_note(model_dir)
     try:
         result = publish(model_dir, args.repo_id, local_dir=args.local_dir, private=args.private,
                          store=store, metrics=metrics, card=card or None,
