@@ -1,6 +1,8 @@
 """End to end on the real packaged MiniLM weights and real QA data (small budget)."""
 
 import json
+import re
+import shlex
 
 import pytest
 import torch
@@ -142,6 +144,12 @@ def test_demo_command(data_dir, tmp_path, capsys):
     assert "baseline: always-empty" in out and "baseline: first-span" in out and "HasAns" in out
     assert "full MiniLM (teacher, recorded)" not in out and "are left out: 12 were answered here" in out
     assert f"Model and results written to {tmp_path / 'text'}" in out
+    # the publish command that line gives puts the run's scores on the card
+    line = next(line for line in out.splitlines() if line.startswith("Model and results written to"))
+    publish = shlex.split(re.search(r"`(hf-readonce publish [^`]*)`", line).group(1).replace("OWNER/NAME", "a/b"))
+    assert main([*publish[1:], "--local-dir", str(tmp_path / "repo"), "--no-progress"]) == 0
+    card = (tmp_path / "repo" / "README.md").read_text()
+    assert "No evaluation was recorded" not in card and "name: Disfl-QA" in card, card
     assert (tmp_path / "text" / "eval_results.json").is_file()
     made = json.loads((tmp_path / "text" / "train_results.json").read_text())
     assert made["command"].startswith("hf-readonce demo --distill") and made["max_steps"] == 2

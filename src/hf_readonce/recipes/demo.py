@@ -51,6 +51,7 @@ from transformers import TrainingArguments
 
 from ..arguments import OneLineArgumentParser, local_model_or_hub_id, positive_float, positive_int
 from ..tasks.question_answering import format_scores
+from ..weights import REFERENCE_DEFORMER
 from .deformer_qa import DataArguments, ModelArguments, busy_machine_note, run
 from .reference_qa import CALIBRATION_FRACTION, hardware_description
 
@@ -456,7 +457,10 @@ def _run(args, argv, output_dir: str, train_file: Path, validation_file: Path, k
     if keep and args.distill:
         lines.append(f"Model and results written to {output_dir} (its config records the windowing and threshold; "
                      f"`hf-readonce encode/answer {shlex.quote(str(output_dir))} ...` use them by default; "
-                     f"`hf-readonce publish {shlex.quote(str(output_dir))} --repo-id OWNER/NAME` publishes it).")
+                     f"`hf-readonce publish {shlex.quote(str(output_dir))} --repo-id OWNER/NAME --metrics "
+                     f"{shlex.quote(str(Path(output_dir) / 'eval_results.json'))} --dataset-type "
+                     f"{REFERENCE_DEFORMER.card_dataset_type} --dataset-name {REFERENCE_DEFORMER.card_dataset_name}` "
+                     "publishes it with these scores on its card).")
     elif keep:
         lines.append(f"Results written to {output_dir}/eval_results.json.")
     elif args.distill:
