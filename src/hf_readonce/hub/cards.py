@@ -397,7 +397,8 @@ def card_from_metrics_file(path: str | os.PathLike, *, dataset_type: str | None,
     `{prefix}baselines`) beside each figure, the number of examples scored beside the split (`{prefix}examples`,
     `eval_questions`, ...: a run limited with `--max_eval_samples` is not shown as the whole split), and, where
     recorded, `speedup_precomputed` / `speedup_including_encoding` (with the range of their interleaved rounds,
-    `speedup_*_range` over `speed_rounds`, where recorded) and the training budget: `train_seconds` (and
+    `speedup_*_range` over `speed_rounds`, where recorded; a line calling them unreliable when the run timed them on a
+    busy machine, by `hf-readonce demo`'s rule) and the training budget: `train_seconds` (and
     `train_steps`), or the ReadOnce recipe's stages (`stage1_train_seconds` / `stage2_train_seconds` and their
     `_train_steps`: the budget lists each stage, the wall time is their sum). A `training` argument's entries win.
 
@@ -472,6 +473,11 @@ def card_from_metrics_file(path: str | os.PathLike, *, dataset_type: str | None,
                           + _speed_range(metrics, "including_encoding", rounds) + " including encoding them"
                           + _flop_ratio(metrics.get("flop_ratio_including_encoding"))
                           if _number(metrics.get("speedup_including_encoding")) is not None else "") + ".")
+        from ..recipes.deformer_qa import busy_machine_reasons
+
+        busy = busy_machine_reasons(metrics)
+        if busy:  # the run said so when it printed them; the card says it too
+            figures.append(f"These speed-ups were timed on a busy machine ({'; '.join(busy)}): they are unreliable.")
     training = dict(card_kwargs.pop("training", None) or {})
     for key, value in _recorded_training(metrics).items():
         training.setdefault(key, value)

@@ -11,6 +11,7 @@ import logging
 import os
 import statistics
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -532,6 +533,27 @@ BUSY_RANGE_RATIO = 1.5
 BUSY_LOAD_FACTOR = 1.5
 
 
+def busy_machine_reasons(metrics: Mapping) -> list[str]:
+    """What says the measured speed-ups of `metrics` are unreliable (the clauses [`busy_machine_note`] joins): the
+    1-minute load average against the usable CPUs, and each speed-up whose rounds spread wide; empty when nothing
+    does.
+
+    Args:
+        metrics (`Mapping`): what [`run`] returns (`speedup_*_range`, `speed_load_average`, `speed_cpus`, each
+            optional; missing or non-numeric values are not counted).
+    """
+    reasons = []
+    load, cpus = metrics.get("speed_load_average"), metrics.get("speed_cpus")
+    if isinstance(load, (int, float)) and isinstance(cpus, int) and load > BUSY_LOAD_FACTOR * cpus:
+        reasons.append(f"1-minute load average {load:.2f} on {cpus} usable CPU{'s' if cpus != 1 else ''}")
+    for name, what in (("precomputed", "with passages precomputed"), ("including_encoding", "including encoding")):
+        low, high = (metrics.get(f"speedup_{name}_range") or (None, None))[:2]
+        if isinstance(low, (int, float)) and isinstance(high, (int, float)) and low > 0 \
+                and high / low > BUSY_RANGE_RATIO:
+            reasons.append(f"the rounds' speed-ups {what} range {low:.2f}-{high:.2f}x")
+    return reasons
+
+
 def busy_machine_note(metrics: dict) -> str | None:
     """One line saying the measured speed-ups are unreliable, or `None` when nothing suggests so.
 
@@ -544,15 +566,7 @@ def busy_machine_note(metrics: dict) -> str | None:
         metrics (`dict`): what [`run`] returns (`speedup_*_range`, `speed_load_average`, `speed_cpus`, each
             optional).
     """
-    reasons = []
-    load, cpus = metrics.get("speed_load_average"), metrics.get("speed_cpus")
-    if isinstance(load, (int, float)) and isinstance(cpus, int) and load > BUSY_LOAD_FACTOR * cpus:
-        reasons.append(f"1-minute load average {load:.2f} on {cpus} usable CPU{'s' if cpus != 1 else ''}")
-    for name, what in (("precomputed", "with passages precomputed"), ("including_encoding", "including encoding")):
-        low, high = (metrics.get(f"speedup_{name}_range") or (None, None))[:2]
-        if isinstance(low, (int, float)) and isinstance(high, (int, float)) and low > 0 \
-                and high / low > BUSY_RANGE_RATIO:
-            reasons.append(f"the rounds' speed-ups {what} range {low:.2f}-{high:.2f}x")
+    reasons = busy_machine_reasons(metrics)
     if not reasons:
         return None
     return (f"The machine was busy while timing ({'; '.join(reasons)}): the speed-up is unreliable; rerun on an "
