@@ -427,6 +427,7 @@ def test_publish_setting_options_are_checked_in_the_cli_words(checkpoint_dir, tm
                      "--mentions", "capitalized_mentions"]) == 2  # a plain BERT: refused as such, not by option
     err = capsys.readouterr().err
     assert "holds a 'bert' model" in err and "does not apply" not in err and "`model_dir`" not in err, err
+    assert f"MODEL_DIR {str(reference_qa_path())!r} holds a 'bert' model" in err, err  # which folder, as typed or found
     with pytest.raises(ValueError, match="recurrent_gpt2 models store no representations"):
         representation_format_for(SimpleNamespace(config=SimpleNamespace(model_type="recurrent_gpt2")), None,
                                   settings={"max_passage_length": 77})

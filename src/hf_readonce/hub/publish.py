@@ -174,8 +174,8 @@ def _load(model_dir: Path):
         hint = (f" (load a {config.model_type} checkpoint as a {' or '.join(sorted(loaders[config.model_type]))} "
                 "model and save it first)" if config.model_type in loaders else "")
         known = sorted(t for s in registered_families().values() for t in s.model_types)
-        raise ValueError(f"`model_dir` holds a {config.model_type!r} model; publish takes hf-readonce models: "
-                         f"{known}{hint}.")
+        raise ValueError(f"`model_dir` {str(model_dir)!r} holds a {config.model_type!r} model; publish takes "
+                         f"hf-readonce models: {known}{hint}.")
     try:
         model = load_quietly(getattr(transformers, spec.auto_class).from_pretrained, model_dir, dtype="auto").eval()
     except OSError as error:  # no weights file, or one that cannot be read: the folder's problem, not the output's
