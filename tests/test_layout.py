@@ -64,7 +64,7 @@ def test_nothing_imports_the_cli():
 # layers, never a higher layer or another folder of its own layer. `tasks/` sits above `representations/`: the adapters
 # define how documents become stored tensors; the tasks (QA, LM, answering from a store) use them.
 # `arguments` (the argument handling the CLI and the demo share) sits just below the recipes and the CLI.
-LAYERS = {"models": 0, "weights": 0, "dtypes": 0, "store": 1, "representations": 2, "tasks": 3, "": 4, "arguments": 4,
+LAYERS = {"models": 0, "weights": 0, "dtypes": 0, "timing": 0, "store": 1, "representations": 2, "tasks": 3, "": 4, "arguments": 4,
           "recipes": 5, "hub": 5, "cli": 6}
 
 

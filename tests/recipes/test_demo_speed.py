@@ -7,12 +7,8 @@ import logging
 
 import pytest
 
-from hf_readonce.recipes.deformer_qa import (
-    busy_machine_note,
-    interleaved_rounds,
-    speed_round_groups,
-    summarize_speed_rounds,
-)
+from hf_readonce.recipes.deformer_qa import interleaved_rounds, speed_round_groups, summarize_speed_rounds
+from hf_readonce.timing import busy_machine_note, busy_machine_reasons
 
 
 def features_of(passages):
@@ -181,3 +177,16 @@ def test_demo_no_progress_silences_the_weight_loading_bar_only_while_it_runs(fak
     main("--no_progress")
     main()
     assert seen == [False, True] and hf_logging.is_progress_bar_enabled()
+
+
+def test_busy_machine_reasons_read_a_metrics_file_safely():
+    """A card reads the rule from a user's metrics file: malformed entries (a one-element range, a bool load, zero
+    CPUs, strings) count as not recorded instead of raising."""
+    calm = {"speed_load_average": 1.0, "speed_cpus": 2}
+    assert busy_machine_reasons(calm) == []
+    for odd in ({"speedup_precomputed_range": [1.0]}, {"speedup_precomputed_range": "1-3"},
+                {"speed_load_average": True, "speed_cpus": 0}, {"speed_load_average": "9", "speed_cpus": 2},
+                {"speedup_including_encoding_range": [True, 5.0]}):
+        assert busy_machine_reasons({**calm, **odd}) == [], odd
+    assert busy_machine_reasons({**calm, "speedup_precomputed_range": (1.0, 2.0, 9.0)}) == \
+        ["the rounds' speed-ups with passages precomputed range 1.00-2.00x"]

@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..timing import busy_machine_reasons
+
 
 def _cards() -> dict:
     """Model type -> [`~hf_readonce.representations.CardText`] of every registered family (the method text of each
@@ -473,8 +475,6 @@ def card_from_metrics_file(path: str | os.PathLike, *, dataset_type: str | None,
                           + _speed_range(metrics, "including_encoding", rounds) + " including encoding them"
                           + _flop_ratio(metrics.get("flop_ratio_including_encoding"))
                           if _number(metrics.get("speedup_including_encoding")) is not None else "") + ".")
-        from ..recipes.deformer_qa import busy_machine_reasons
-
         busy = busy_machine_reasons(metrics)
         if busy:  # the run said so when it printed them; the card says it too
             figures.append(f"These speed-ups were timed on a busy machine ({'; '.join(busy)}): they are unreliable.")

@@ -11,7 +11,6 @@ import logging
 import os
 import statistics
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -40,6 +39,7 @@ from ..tasks.question_answering import (
     trivial_baselines,
 )
 from ..tasks.trainers import DeformerDistillationTrainer, trained_model
+from ..timing import busy_machine_note, machine_load
 from ..weights import load_quietly, minilm_path
 
 logger = logging.getLogger(__name__)
@@ -505,72 +505,6 @@ def summarize_speed_rounds(rounds: list[dict]) -> dict:
                       ("cached_answer_seconds", "answer")):
         out[key] = round(sum(r[name] for r in rounds), 2)
     return out
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity where the OS reports one, else `os.cpu_count()`, else 1)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def machine_load() -> dict:
-    """`{"speed_load_average": 1-minute load average (rounded to 2 decimals), "speed_cpus": usable CPUs}`, read
-    right after the timing; `{"speed_cpus": ...}` alone where the OS has no load average (`os.getloadavg`)."""
-    out = {"speed_cpus": usable_cpus()}
-    try:
-        out["speed_load_average"] = round(os.getloadavg()[0], 2)
-    except (AttributeError, OSError):
-        pass
-    return out
-
-
-# a speed-up measured while the machine was busy: the spread of the rounds (max / min) beyond this is flagged
-BUSY_RANGE_RATIO = 1.5
-# ... or a 1-minute load average beyond this many times the usable CPUs: the timed paths' own threads make up to one
-# per CPU, so on an idle machine the load sits near the CPU count; past 1.5x, other work shared the cores
-BUSY_LOAD_FACTOR = 1.5
-
-
-def busy_machine_reasons(metrics: Mapping) -> list[str]:
-    """What says the measured speed-ups of `metrics` are unreliable (the clauses [`busy_machine_note`] joins): the
-    1-minute load average against the usable CPUs, and each speed-up whose rounds spread wide; empty when nothing
-    does.
-
-    Args:
-        metrics (`Mapping`): what [`run`] returns (`speedup_*_range`, `speed_load_average`, `speed_cpus`, each
-            optional; missing or non-numeric values are not counted).
-    """
-    reasons = []
-    load, cpus = metrics.get("speed_load_average"), metrics.get("speed_cpus")
-    if isinstance(load, (int, float)) and isinstance(cpus, int) and load > BUSY_LOAD_FACTOR * cpus:
-        reasons.append(f"1-minute load average {load:.2f} on {cpus} usable CPU{'s' if cpus != 1 else ''}")
-    for name, what in (("precomputed", "with passages precomputed"), ("including_encoding", "including encoding")):
-        low, high = (metrics.get(f"speedup_{name}_range") or (None, None))[:2]
-        if isinstance(low, (int, float)) and isinstance(high, (int, float)) and low > 0 \
-                and high / low > BUSY_RANGE_RATIO:
-            reasons.append(f"the rounds' speed-ups {what} range {low:.2f}-{high:.2f}x")
-    return reasons
-
-
-def busy_machine_note(metrics: dict) -> str | None:
-    """One line saying the measured speed-ups are unreliable, or `None` when nothing suggests so.
-
-    A figure is flagged when a speed-up's per-round ratios spread wide (max / min > `BUSY_RANGE_RATIO`, 1.5) or the
-    1-minute load average after the timing exceeded 1.5 times the usable CPUs (`speed_load_average` >
-    `BUSY_LOAD_FACTOR * speed_cpus`, as [`machine_load`] records them; the timed paths' own threads account for up
-    to one per CPU, so beyond that other work shared the cores with them).
-
-    Args:
-        metrics (`dict`): what [`run`] returns (`speedup_*_range`, `speed_load_average`, `speed_cpus`, each
-            optional).
-    """
-    reasons = busy_machine_reasons(metrics)
-    if not reasons:
-        return None
-    return (f"The machine was busy while timing ({'; '.join(reasons)}): the speed-up is unreliable; rerun on an "
-            "idle machine for a figure to quote.")
 
 
 def speedup_flop_ratios(model, examples, tokenizer, feature_kwargs: dict, batch_size: int, autocast,

@@ -51,8 +51,9 @@ from transformers import TrainingArguments
 
 from ..arguments import OneLineArgumentParser, local_model_or_hub_id, positive_float, positive_int
 from ..tasks.question_answering import format_scores
+from ..timing import busy_machine_note
 from ..weights import REFERENCE_DEFORMER
-from .deformer_qa import DataArguments, ModelArguments, busy_machine_note, run
+from .deformer_qa import DataArguments, ModelArguments, run
 from .reference_qa import CALIBRATION_FRACTION, hardware_description
 
 
