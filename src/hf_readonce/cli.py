@@ -3046,19 +3046,26 @@ def main(argv=None) -> int:
 
         def run() -> int:
             return args.func(args)
-    previous_term = _terminate_as_interrupt()  # (set, previous handler)
+    stops: list[int] = []  # the signals that stopped the command (SIGINT, SIGTERM), in the order received
+    previous_term = _terminate_as_interrupt(stops)  # (set, previous handler)
+    previous_int = _record_interrupts(stops)
     try:
         return run()
-    except CommandError as error:  # the library names a setting by its field: the user typed an option
-        print(f"hf-readonce {command}: error: {_in_option_words(str(error), typed)}", file=sys.stderr)
-        return error.status
     except KeyboardInterrupt as stop:
         print(f"hf-readonce {command}: interrupted{_interrupted(command, args)}", file=sys.stderr)
         return 143 if isinstance(stop, _Terminated) else 130
-    except BrokenPipeError:  # the reader of stdout stopped (`hf-readonce info | head -1`): as `head` expects, quietly
-        _silence_stdout()
-        return EXIT_BROKEN_PIPE
-    except Exception as error:  # the last line of defence: a user never sees a traceback
+    except Exception as error:
+        if stops:  # a Ctrl-C or SIGTERM that a library swallowed and turned into another error (an import it stopped
+            # midway fails again as a `ModuleNotFoundError` or `RecursionError`): the command was stopped, not broken
+            print(f"hf-readonce {command}: interrupted{_interrupted(command, args)}", file=sys.stderr)
+            return 143 if stops[0] == getattr(signal, "SIGTERM", None) else 130
+        if isinstance(error, CommandError):  # the library names a setting by its field: the user typed an option
+            print(f"hf-readonce {command}: error: {_in_option_words(str(error), typed)}", file=sys.stderr)
+            return error.status
+        if isinstance(error, BrokenPipeError):  # the reader of stdout stopped (`hf-readonce info | head -1`): as
+            _silence_stdout()  # `head` expects, quietly
+            return EXIT_BROKEN_PIPE
+        # the last line of defence: a user never sees a traceback
         if os.environ.get("HF_READONCE_TRACEBACK", "") not in ("", "0"):
             raise
         if _memory_exhausted(error):  # e.g. a --num-beams or --batch-size far beyond this machine's memory
@@ -3075,6 +3082,8 @@ def main(argv=None) -> int:
             restore()
         if previous_term[0]:
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous_term[1] is None else previous_term[1])
+        if previous_int is not None:
+            signal.signal(signal.SIGINT, previous_int)
 
 
 def _typed_options(parser: _Parser, command: str, argv) -> dict[str, str]:
@@ -3152,19 +3161,41 @@ class _Terminated(KeyboardInterrupt):
     ([`_interrupted`])."""
 
 
-def _terminate_as_interrupt() -> tuple[bool, object]:
-    """Make SIGTERM raise [`_Terminated`] in the main thread. Returns `(set, previous handler)`: `set` is False where
-    signals cannot be set (another thread, or a platform without SIGTERM); a previous handler of `None` (one not
-    installed from Python) is restored as the default action."""
+def _terminate_as_interrupt(stops: list[int] | None = None) -> tuple[bool, object]:
+    """Make SIGTERM raise [`_Terminated`] in the main thread, appending `signal.SIGTERM` to `stops` (when given)
+    first. Returns `(set, previous handler)`: `set` is False where signals cannot be set (another thread, or a
+    platform without SIGTERM); a previous handler of `None` (one not installed from Python) is restored as the default
+    action."""
     import threading
 
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGTERM"):
         return False, None
 
     def terminate(signum, frame):
+        if stops is not None:
+            stops.append(signum)
         raise _Terminated()
 
     return True, signal.signal(signal.SIGTERM, terminate)
+
+
+def _record_interrupts(stops: list[int]):
+    """Make Ctrl-C (SIGINT) append `signal.SIGINT` to `stops` before it raises `KeyboardInterrupt` as Python's own
+    handler does, so that [`main`] knows the command was stopped also where a library catches that exception and
+    fails otherwise. Only in the main thread, and only where Python's own handler is in place (a SIGINT ignored, as
+    in a background job of a shell, stays ignored). Returns the previous handler, to restore, or `None` where nothing
+    was set."""
+    import threading
+
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        return None
+
+    def interrupt(signum, frame):
+        stops.append(signum)
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGINT, interrupt)
 
 
 def _silence_stdout() -> None:
