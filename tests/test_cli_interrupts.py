@@ -1,10 +1,16 @@
 """A stopped command says so in one line, whenever the stop comes: a Ctrl-C or SIGTERM that a library catches while
-it imports (and then fails otherwise) is still reported as the interruption."""
+it imports (and then fails otherwise) is still reported as the interruption, and `python -m hf_readonce.cli` (as
+`torchrun` and `accelerate launch` start it) defers importing the model families as the console script does, so a
+Ctrl-C while it starts reaches the command's own handling instead of printing a traceback."""
 
+import os
 import signal
+import subprocess
+import sys
 
 import pytest
 
+import hf_readonce
 import hf_readonce.cli as cli
 from hf_readonce.cli import main as cli_main
 from hf_readonce.store import RepresentationStore
@@ -43,3 +49,39 @@ def test_an_error_without_a_stop_is_still_an_error(tmp_path, monkeypatch, capsys
     assert cli_main(["verify", "--store", str(tmp_path / "store"), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "error: Could not import module 'LlamaConfig' (ModuleNotFoundError" in err and "interrupted" not in err
+
+
+@pytest.mark.parametrize("orig", [["python", "-m", "hf_readonce.cli", "verify", "--store", "s"],
+                                  ["python", "-X", "importtime", "-um", "hf_readonce.cli", "verify", "--store", "s"],
+                                  ["python", "-mhf_readonce.cli", "verify", "--store", "s"]])
+def test_python_dash_m_of_the_cli_counts_as_the_console_script(monkeypatch, orig):
+    """While `python -m hf_readonce.cli ARGS` imports the package, `sys.argv` is `["-m", *ARGS]`."""
+    monkeypatch.setattr(sys, "argv", ["-m", "verify", "--store", "s"])
+    monkeypatch.setattr(sys, "orig_argv", orig)
+    assert hf_readonce._is_console_script()
+
+
+@pytest.mark.parametrize(("argv", "orig"), [
+    (["-m", "verify"], ["python", "-m", "hf_readonce.recipes.demo", "verify"]),  # another module of the package
+    (["-m", "hf_readonce.cli"], ["python", "-m", "mymodule", "hf_readonce.cli"]),  # the name as an argument
+    (["train.py"], ["python", "train.py"]),  # a script importing hf_readonce
+    (["-c"], ["python", "-c", "import hf_readonce"]),
+])
+def test_other_processes_register_the_families_on_import(monkeypatch, argv, orig):
+    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.setattr(sys, "orig_argv", orig)
+    assert not hf_readonce._is_console_script()
+
+
+def test_python_dash_m_verify_imports_no_model(tmp_path):
+    """`python -m hf_readonce.cli verify` starts without importing a model family (`-X importtime` lists every
+    module the process imports), as the console script does."""
+    RepresentationStore(tmp_path / "store")
+    src = os.path.dirname(os.path.dirname(hf_readonce.__file__))
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "hf_readonce.cli", "verify", "--store",
+                           str(tmp_path / "store"), "--no-progress"], capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=src))
+    assert done.returncode == 0, done.stderr
+    imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time")]
+    assert "hf_readonce" in imported and "hf_readonce.store" in imported  # the list is read right
+    assert not [m for m in imported if m.startswith(("hf_readonce.models", "transformers.models"))]

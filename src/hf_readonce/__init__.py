@@ -12,10 +12,11 @@ Only the models and their adapters are imported here. [`RepresentationStore`] an
 lazily (e.g. `DeformerDistillationTrainer`) are imported on first access, so `import hf_readonce` pulls in no
 `Trainer`, store or `datasets`.
 
-One exception: when the process is the `hf-readonce` console script, registration (which imports torch and
-transformers' modeling code, several seconds) is deferred to the first access of a model name or to
-[`register_models`], which the commands that load a model call. So `hf-readonce --help`, `info --store` and `verify`
-start without importing any model.
+One exception: when the process is the `hf-readonce` command (its console script, or `python -m hf_readonce.cli`),
+registration (which imports torch and transformers' modeling code, several seconds) is deferred to the first access
+of a model name or to [`register_models`], which the commands that load a model call. So `hf-readonce --help`,
+`info --store` and `verify` start without importing any model, and a Ctrl-C while a command starts stops it with its
+one line.
 """
 
 import importlib
@@ -52,7 +53,16 @@ def register_models() -> None:
 
 
 def _is_console_script() -> bool:
-    return bool(sys.argv) and os.path.basename(sys.argv[0]) in ("hf-readonce", "hf-readonce.exe")
+    """Whether this process is the `hf-readonce` command: its console script, or `python -m hf_readonce.cli` (as
+    `torchrun` and `accelerate launch` start it), whose package is imported while `sys.argv[0]` is still `"-m"` and
+    the module named in `sys.orig_argv` just before the command's own arguments is `hf_readonce.cli`."""
+    if sys.argv and os.path.basename(sys.argv[0]) in ("hf-readonce", "hf-readonce.exe"):
+        return True
+    original = list(getattr(sys, "orig_argv", ()))
+    if not sys.argv or sys.argv[0] != "-m" or len(original) < len(sys.argv) + 1:
+        return False
+    module = original[len(original) - len(sys.argv)]  # `-m hf_readonce.cli`, `-um hf_readonce.cli` or `-mhf_readonce.cli`
+    return module == "hf_readonce.cli" or (module.startswith("-") and module.endswith("mhf_readonce.cli"))
 
 
 if not _is_console_script():
