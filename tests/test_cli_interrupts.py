@@ -85,3 +85,24 @@ def test_python_dash_m_verify_imports_no_model(tmp_path):
     imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time")]
     assert "hf_readonce" in imported and "hf_readonce.store" in imported  # the list is read right
     assert not [m for m in imported if m.startswith(("hf_readonce.models", "transformers.models"))]
+
+
+def test_a_stop_that_lands_in_a_finalizer_is_reported_once(tmp_path, monkeypatch, capsys):
+    """Python drops an exception raised in `__del__` (printing `Exception ignored in ...` and a traceback) and goes
+    on: a Ctrl-C landing there is still the command's one `interrupted` line and exit 130, with nothing else."""
+    RepresentationStore(tmp_path / "store")
+
+    class Finalized:
+        def __del__(self):
+            signal.raise_signal(signal.SIGINT)
+
+    def finishes(args):
+        Finalized()  # collected at once: the Ctrl-C lands in its finalizer
+        return 0
+
+    monkeypatch.setattr(cli, "cmd_verify", finishes)
+    hook = sys.unraisablehook
+    assert cli_main(["verify", "--store", str(tmp_path / "store"), "--no-progress"]) == 130
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if line.strip()] == ["hf-readonce verify: interrupted."], err
+    assert sys.unraisablehook is hook

@@ -3049,8 +3049,13 @@ def main(argv=None) -> int:
     stops: list[int] = []  # the signals that stopped the command (SIGINT, SIGTERM), in the order received
     previous_term = _terminate_as_interrupt(stops)  # (set, previous handler)
     previous_int = _record_interrupts(stops)
+    previous_hook = _hide_dropped_stops(stops)
     try:
-        return run()
+        status = run()
+        if stops:  # the stop landed where Python drops it (a finalizer, `__del__`): the command went on to its end
+            print(f"hf-readonce {command}: interrupted{_interrupted(command, args)}", file=sys.stderr)
+            return 143 if stops[0] == getattr(signal, "SIGTERM", None) else 130
+        return status
     except KeyboardInterrupt as stop:
         print(f"hf-readonce {command}: interrupted{_interrupted(command, args)}", file=sys.stderr)
         return 143 if isinstance(stop, _Terminated) else 130
@@ -3084,6 +3089,7 @@ def main(argv=None) -> int:
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous_term[1] is None else previous_term[1])
         if previous_int is not None:
             signal.signal(signal.SIGINT, previous_int)
+        sys.unraisablehook = previous_hook
 
 
 def _typed_options(parser: _Parser, command: str, argv) -> dict[str, str]:
@@ -3196,6 +3202,22 @@ def _record_interrupts(stops: list[int]):
         raise KeyboardInterrupt
 
     return signal.signal(signal.SIGINT, interrupt)
+
+
+def _hide_dropped_stops(stops: list[int]):
+    """Set `sys.unraisablehook` so that the `KeyboardInterrupt` of a Ctrl-C or SIGTERM recorded in `stops` that lands
+    in a finalizer (an object's `__del__`, where Python drops the exception and prints `Exception ignored in ...` with
+    a traceback) prints nothing: [`main`] reports the stop in its one line. Every other unraisable exception goes to
+    the hook that was in place. Returns that hook, to restore."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        if stops and isinstance(unraisable.exc_value, KeyboardInterrupt):
+            return
+        previous(unraisable)
+
+    sys.unraisablehook = hook
+    return previous
 
 
 def _silence_stdout() -> None:
