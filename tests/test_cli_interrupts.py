@@ -35,8 +35,50 @@ def test_a_stop_that_a_library_swallows_is_still_an_interrupt(tmp_path, monkeypa
     assert cli_main(["verify", "--store", str(tmp_path / "store"), "--no-progress"]) == status
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
-    assert lines == ["hf-readonce verify: interrupted."], err
+    assert lines == ["hf-readonce verify: interrupted. After the stop it failed: Could not import module "
+                     "'LlamaConfig' (ModuleNotFoundError)."], err
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers  # restored
+
+
+def test_an_error_of_its_own_after_a_swallowed_stop_is_named(tmp_path, monkeypatch, capsys):
+    """The error a command fails with after a stop a library swallowed may be its own (the disk filled up while it
+    went on): the `interrupted` line names it, so it is not lost."""
+    RepresentationStore(tmp_path / "store")
+
+    def full_disk(args):
+        try:
+            signal.raise_signal(signal.SIGINT)
+        except KeyboardInterrupt:
+            pass
+        raise OSError(28, "No space left on device", str(tmp_path / "store" / "shard.bin"))
+
+    monkeypatch.setattr(cli, "cmd_verify", full_disk)
+    assert cli_main(["verify", "--store", str(tmp_path / "store"), "--no-progress"]) == 130
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("hf-readonce verify: interrupted."), err
+    assert f"No space left on device: {tmp_path / 'store' / 'shard.bin'} (OSError)" in lines[0], err
+
+
+def test_a_broken_pipe_after_a_stop_is_quiet(tmp_path, monkeypatch, capsys):
+    """Ctrl-C stops the whole pipeline (`hf-readonce info | head`): the reader of stdout is gone too, which is no error
+    of the command's; stdout is pointed at the null device so that the interpreter's last flush cannot fail again."""
+    RepresentationStore(tmp_path / "store")
+    silenced = []
+
+    def stopped_pipeline(args):
+        try:
+            signal.raise_signal(signal.SIGINT)
+        except KeyboardInterrupt:
+            pass
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(cli, "cmd_verify", stopped_pipeline)
+    monkeypatch.setattr(cli, "_silence_stdout", lambda: silenced.append(True))
+    assert cli_main(["verify", "--store", str(tmp_path / "store"), "--no-progress"]) == 130
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if line.strip()] == ["hf-readonce verify: interrupted."], err
+    assert silenced == [True]
 
 
 def test_an_error_without_a_stop_is_still_an_error(tmp_path, monkeypatch, capsys):

@@ -3053,8 +3053,7 @@ def main(argv=None) -> int:
     try:
         status = run()
         if stops:  # the stop landed where Python drops it (a finalizer, `__del__`): the command went on to its end
-            print(f"hf-readonce {command}: interrupted{_interrupted(command, args)}", file=sys.stderr)
-            return 143 if stops[0] == getattr(signal, "SIGTERM", None) else 130
+            return _report_stop(command, args, stops)
         return status
     except KeyboardInterrupt as stop:
         print(f"hf-readonce {command}: interrupted{_interrupted(command, args)}", file=sys.stderr)
@@ -3062,8 +3061,10 @@ def main(argv=None) -> int:
     except Exception as error:
         if stops:  # a Ctrl-C or SIGTERM that a library swallowed and turned into another error (an import it stopped
             # midway fails again as a `ModuleNotFoundError` or `RecursionError`): the command was stopped, not broken
-            print(f"hf-readonce {command}: interrupted{_interrupted(command, args)}", file=sys.stderr)
-            return 143 if stops[0] == getattr(signal, "SIGTERM", None) else 130
+            if isinstance(error, BrokenPipeError):  # the reader of stdout was stopped too (Ctrl-C stops a pipeline)
+                _silence_stdout()
+                return _report_stop(command, args, stops)
+            return _report_stop(command, args, stops, error)
         if isinstance(error, CommandError):  # the library names a setting by its field: the user typed an option
             print(f"hf-readonce {command}: error: {_in_option_words(str(error), typed)}", file=sys.stderr)
             return error.status
@@ -3159,6 +3160,19 @@ def _interrupted(command: str, args) -> str:
                 "assembled for it was removed), but a repo already created, or representations already pushed to "
                 "the dataset repo, stay on the Hub.")
     return "."
+
+
+def _report_stop(command: str, args, stops: list[int], error: Exception | None = None) -> int:
+    """Print the line of a command stopped by the signals in `stops` (non-empty, in the order received) whose
+    `KeyboardInterrupt` did not reach [`main`]: Python dropped it (in a finalizer) or a library caught it. `error` is
+    the exception the command failed with after the stop, if any: the line names it too (with its type), since it may
+    be one of its own (a disk that filled up) rather than a consequence of the stop. Returns the exit status: 143
+    where the first stop was SIGTERM, else 130."""
+    line = f"hf-readonce {command}: interrupted{_interrupted(command, args)}"
+    if error is not None:
+        line += f" After the stop it failed: {_one_line(error)} ({type(error).__name__})."
+    print(line, file=sys.stderr)
+    return 143 if stops[0] == getattr(signal, "SIGTERM", None) else 130
 
 
 class _Terminated(KeyboardInterrupt):
