@@ -81,6 +81,26 @@ def test_a_broken_pipe_after_a_stop_is_quiet(tmp_path, monkeypatch, capsys):
     assert silenced == [True]
 
 
+def test_an_ignored_sigterm_stays_ignored(tmp_path, monkeypatch, capsys):
+    """A SIGTERM the parent process set to be ignored (`SIG_IGN`, inherited across `exec`) does not stop the
+    command, as an ignored Ctrl-C does not, and is still ignored afterwards."""
+    RepresentationStore(tmp_path / "store")
+
+    def terminated(args):
+        signal.raise_signal(signal.SIGTERM)
+        return 0
+
+    monkeypatch.setattr(cli, "cmd_verify", terminated)
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        status = cli_main(["verify", "--store", str(tmp_path / "store"), "--no-progress"])
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert status == 0, capsys.readouterr().err
+    assert "interrupted" not in capsys.readouterr().err
+
+
 def test_an_error_without_a_stop_is_still_an_error(tmp_path, monkeypatch, capsys):
     RepresentationStore(tmp_path / "store")
 

@@ -3184,11 +3184,13 @@ class _Terminated(KeyboardInterrupt):
 def _terminate_as_interrupt(stops: list[int] | None = None) -> tuple[bool, object]:
     """Make SIGTERM raise [`_Terminated`] in the main thread, appending `signal.SIGTERM` to `stops` (when given)
     first. Returns `(set, previous handler)`: `set` is False where signals cannot be set (another thread, or a
-    platform without SIGTERM); a previous handler of `None` (one not installed from Python) is restored as the default
-    action."""
+    platform without SIGTERM), and where SIGTERM is ignored (`SIG_IGN`, as the parent process left it), which stays
+    ignored; a previous handler of `None` (one not installed from Python) is restored as the default action."""
     import threading
 
     if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "SIGTERM"):
+        return False, None
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN:
         return False, None
 
     def terminate(signum, frame):
