@@ -101,6 +101,40 @@ def test_an_ignored_sigterm_stays_ignored(tmp_path, monkeypatch, capsys):
     assert "interrupted" not in capsys.readouterr().err
 
 
+def test_a_command_run_in_another_thread_leaves_the_unraisable_hook_as_it_was(tmp_path, monkeypatch):
+    """A command run in another thread while one runs in the main thread, and ending after it: the process's
+    `sys.unraisablehook` is the one in place before both, not one a command left behind."""
+    import threading
+
+    started, release = threading.Event(), threading.Event()
+    statuses = {}
+
+    def command(args):
+        if args.store.endswith("worker"):
+            started.set()
+            assert release.wait(60)  # ends after the main thread's command
+        else:
+            worker.start()
+            assert started.wait(60)
+        return 0
+
+    def in_worker():
+        statuses["worker"] = cli_main(["verify", "--store", str(tmp_path / "worker"), "--no-progress"])
+
+    monkeypatch.setattr(cli, "cmd_verify", command)
+    for name in ("main", "worker"):
+        RepresentationStore(tmp_path / name)
+    worker = threading.Thread(target=in_worker)
+    hook = sys.unraisablehook
+    try:
+        statuses["main"] = cli_main(["verify", "--store", str(tmp_path / "main"), "--no-progress"])
+    finally:
+        release.set()
+        worker.join(120)
+    assert statuses == {"main": 0, "worker": 0}
+    assert sys.unraisablehook is hook
+
+
 def test_an_error_without_a_stop_is_still_an_error(tmp_path, monkeypatch, capsys):
     RepresentationStore(tmp_path / "store")
 

@@ -3049,7 +3049,7 @@ def main(argv=None) -> int:
     stops: list[int] = []  # the signals that stopped the command (SIGINT, SIGTERM), in the order received
     previous_term = _terminate_as_interrupt(stops)  # (set, previous handler)
     previous_int = _record_interrupts(stops)
-    previous_hook = _hide_dropped_stops(stops)
+    previous_hook = _hide_dropped_stops(stops)  # (set, previous hook)
     try:
         status = run()
         if stops:  # the stop landed where Python drops it (a finalizer, `__del__`): the command went on to its end
@@ -3090,7 +3090,8 @@ def main(argv=None) -> int:
             signal.signal(signal.SIGTERM, signal.SIG_DFL if previous_term[1] is None else previous_term[1])
         if previous_int is not None:
             signal.signal(signal.SIGINT, previous_int)
-        sys.unraisablehook = previous_hook
+        if previous_hook[0]:
+            sys.unraisablehook = previous_hook[1]
 
 
 def _typed_options(parser: _Parser, command: str, argv) -> dict[str, str]:
@@ -3220,12 +3221,18 @@ def _record_interrupts(stops: list[int]):
     return signal.signal(signal.SIGINT, interrupt)
 
 
-def _hide_dropped_stops(stops: list[int]):
+def _hide_dropped_stops(stops: list[int]) -> tuple[bool, object]:
     """Set `sys.unraisablehook` so that the `KeyboardInterrupt` of a Ctrl-C or SIGTERM recorded in `stops` that lands
     in a finalizer (an object's `__del__`, where Python drops the exception and prints `Exception ignored in ...` with
     a traceback) prints nothing: [`main`] reports the stop in its one line. Every other unraisable exception goes to
-    the hook that was in place. Returns that hook, to restore."""
+    the hook that was in place. Only in the main thread, the one signal handlers run in, so that commands run at once
+    in other threads never swap the process's hook under each other. Returns `(set, previous hook)`: `set` is False
+    where nothing was set (another thread); else the previous hook is to be restored."""
+    import threading
+
     previous = sys.unraisablehook
+    if threading.current_thread() is not threading.main_thread():
+        return False, previous
 
     def hook(unraisable) -> None:
         if stops and isinstance(unraisable.exc_value, KeyboardInterrupt):
@@ -3233,7 +3240,7 @@ def _hide_dropped_stops(stops: list[int]):
         previous(unraisable)
 
     sys.unraisablehook = hook
-    return previous
+    return True, previous
 
 
 def _silence_stdout() -> None:
