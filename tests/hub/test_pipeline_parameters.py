@@ -141,3 +141,34 @@ def test_options_of_transformers_pipelines_not_taken_are_named_as_not_taken(fami
         pipe(*args, return_type=1, truncation=True, do_sample=False)
     assert "such as ['do_sample'] in `generate_kwargs`" in str(info.value)
     assert "'truncation'] in `generate_kwargs`" not in str(info.value)
+
+
+SPELLINGS = {
+    "deformer_bert": {"max_answer_length": "max_answer_len", "max_question_length": "max_question_len",
+                      "max_passage_length": "max_passage_len", "max_seq_length": "max_seq_len"},
+    "readtwice_bert": {"max_answer_length": "max_answer_len", "max_question_length": "max_question_len"},
+    "readonce_bart": {"max_document_length": "max_document_len", "max_question_length": "max_question_len"},
+    "longdoc_bart": {"max_document_length": "max_document_len"},
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_api_spelling_of_a_length_names_the_pipeline_spelling(family, tokenizer):
+    # the Python API, the CLI and config fields say `max_answer_length`; the pipelines, as transformers', `_len`
+    pipe, args = _build(family, tokenizer)
+    for given, spelled in SPELLINGS[family].items():
+        with pytest.raises(TypeError, match=rf"spells `{given}` as `{spelled}`") as raised:
+            pipe(*args, **{given: 16})
+        assert f"'{given}'" in str(raised.value)
+        value = 100 if spelled == "max_seq_len" else 16  # room for the question's 64 tokens
+        assert pipe(*args, **{spelled: value}) is not None  # the pipeline's own spelling is a parameter
+
+
+def test_deformer_pipeline_call_dtype_names_store_dtype(tokenizer):
+    pipe, args = _build("deformer_bert", tokenizer)
+    with pytest.raises(TypeError, match=r"`dtype` is the compute dtype, given when the pipeline is built.*"
+                                        r"storage dtype of `store=` is `store_dtype`"):
+        pipe(*args, dtype="float16")
+    with pytest.raises(TypeError, match=r"not parameters of this pipeline") as raised:  # no hint where none applies
+        _build("longdoc_bart", tokenizer)[0](LONG_DOCUMENTS[0], dtype="float16")
+    assert "store_dtype" not in str(raised.value)

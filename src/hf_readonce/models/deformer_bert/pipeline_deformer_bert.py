@@ -21,6 +21,7 @@ the entries `hf-readonce encode` writes and `hf-readonce answer` reads; the stor
 from __future__ import annotations
 
 import hashlib
+import inspect
 import itertools
 import json
 import math
@@ -188,6 +189,34 @@ def _weights_digest(model) -> tuple:
             else:
                 sums.append(device_checksum(flat))
     return crc, tuple(torch.stack(sums).tolist()) if sums else ()  # one synchronization
+
+
+# a setting as the Python API, the CLI and config fields spell it -> as the pipelines spell it (transformers' pipeline
+# names: `max_answer_len`, `max_question_len`, `max_seq_len`, and `_len` for the lengths of their own)
+_PIPELINE_SPELLINGS = {
+    "max_answer_length": "max_answer_len", "max_question_length": "max_question_len",
+    "max_seq_length": "max_seq_len", "max_passage_length": "max_passage_len",
+    "max_document_length": "max_document_len", "dtype": "store_dtype",
+}
+
+
+def _spelling_hints(names, parameters) -> list[str]:
+    """For the unexpected keyword arguments `names` of a pipeline call, the pipeline's own name of each one that the
+    Python API, the CLI or a config field spells otherwise (`max_answer_length` -> `max_answer_len`; `dtype` ->
+    `store_dtype`, the storage dtype of `store=`, where the call's `dtype` is no compute dtype: that one is given when
+    the pipeline is built), when `parameters` (the pipeline's call parameters) hold it: one phrase per name, for the
+    `TypeError` that names them. Returns `[]` when none is a spelling of a parameter."""
+    hints = []
+    for name in sorted(names):
+        spelled = _PIPELINE_SPELLINGS.get(name)
+        if spelled is None or spelled not in parameters:
+            continue
+        if name == "dtype":
+            hints.append("`dtype` is the compute dtype, given when the pipeline is built (`pipeline(..., "
+                         "dtype=...)`); the storage dtype of `store=` is `store_dtype`")
+        else:
+            hints.append(f"this pipeline spells `{name}` as `{spelled}`, as transformers' pipelines do")
+    return hints
 
 
 def _call_parameters(pipeline, batch_size, kwargs: dict) -> tuple[dict, dict, dict]:
@@ -589,7 +618,9 @@ class DeformerQuestionAnsweringPipeline(_TokenizerPipeline):
                              null_score_diff_threshold=None, n_best_size=None, model_batch_size=None, store=None,
                              update_store=None, store_dtype=None, **kwargs):
         if kwargs:
-            raise TypeError(f"unexpected argument(s) {sorted(kwargs)} for the question-answering pipeline.")
+            hints = _spelling_hints(kwargs, inspect.signature(self._sanitize_parameters).parameters)
+            raise TypeError("; ".join([f"unexpected argument(s) {sorted(kwargs)} for the question-answering pipeline",
+                                       *hints]) + ".")
         preprocess, forward, postprocess = {}, {}, {}
         if store is not None:
             lacking = [name for name in _STORE_METHODS if not callable(getattr(store, name, None))]

@@ -15,6 +15,7 @@ only torch, transformers and the standard library.
 from __future__ import annotations
 
 import copy
+import inspect
 import itertools
 from collections.abc import Iterable, Mapping
 
@@ -50,6 +51,36 @@ def resolve_compute_dtype(requested, device, checkpoint_dtype):
     return dtype
 
 
+# Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._PIPELINE_SPELLINGS
+# a setting as the Python API, the CLI and config fields spell it -> as the pipelines spell it (transformers' pipeline
+# names: `max_answer_len`, `max_question_len`, `max_seq_len`, and `_len` for the lengths of their own)
+_PIPELINE_SPELLINGS = {
+    "max_answer_length": "max_answer_len", "max_question_length": "max_question_len",
+    "max_seq_length": "max_seq_len", "max_passage_length": "max_passage_len",
+    "max_document_length": "max_document_len", "dtype": "store_dtype",
+}
+
+
+# Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._spelling_hints
+def _spelling_hints(names, parameters) -> list[str]:
+    """For the unexpected keyword arguments `names` of a pipeline call, the pipeline's own name of each one that the
+    Python API, the CLI or a config field spells otherwise (`max_answer_length` -> `max_answer_len`; `dtype` ->
+    `store_dtype`, the storage dtype of `store=`, where the call's `dtype` is no compute dtype: that one is given when
+    the pipeline is built), when `parameters` (the pipeline's call parameters) hold it: one phrase per name, for the
+    `TypeError` that names them. Returns `[]` when none is a spelling of a parameter."""
+    hints = []
+    for name in sorted(names):
+        spelled = _PIPELINE_SPELLINGS.get(name)
+        if spelled is None or spelled not in parameters:
+            continue
+        if name == "dtype":
+            hints.append("`dtype` is the compute dtype, given when the pipeline is built (`pipeline(..., "
+                         "dtype=...)`); the storage dtype of `store=` is `store_dtype`")
+        else:
+            hints.append(f"this pipeline spells `{name}` as `{spelled}`, as transformers' pipelines do")
+    return hints
+
+
 # Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._call_parameters
 def _call_parameters(pipeline, batch_size, kwargs: dict) -> tuple[dict, dict, dict]:
     """The preprocess, forward and postprocess parameters of one call: the call's `kwargs` (checked by the
@@ -71,18 +102,23 @@ def _call_parameters(pipeline, batch_size, kwargs: dict) -> tuple[dict, dict, di
             {**pipeline._postprocess_params, **postprocess})
 
 
-def _unexpected_arguments(pipeline_name: str, names) -> str:
+def _unexpected_arguments(pipeline_name: str, names, parameters=()) -> str:
     """The `TypeError` message for keyword arguments a document pipeline does not take: generation settings (fields
-    of `GenerationConfig`, e.g. `temperature`, `do_sample`, `max_length`) are sent to `generate_kwargs`; the others
+    of `GenerationConfig`, e.g. `temperature`, `do_sample`, `max_length`) are sent to `generate_kwargs`; a setting
+    the Python API, the CLI or a config field spells otherwise than `parameters` (the pipeline's call parameters) is
+    given the pipeline's spelling ([`_spelling_hints`]: `max_document_length` -> `max_document_len`); the others
     (e.g. `truncation`, `return_type`) are named as not parameters of this pipeline, whose output options are
     `return_text`, `return_tensors` and `clean_up_tokenization_spaces` and which cuts over-long documents itself
     (`max_document_len`, with a warning)."""
     fields = GenerationConfig()
     settings = sorted(name for name in names if hasattr(fields, name))
-    others = sorted(name for name in names if name not in settings)
+    hints = _spelling_hints([name for name in names if name not in settings], parameters)
+    spelled = {name for name in names if _PIPELINE_SPELLINGS.get(name) in parameters}
+    others = sorted(name for name in names if name not in settings and name not in spelled)
     parts = [f"unexpected argument(s) {sorted(names)} for {pipeline_name}"]
     if settings:
         parts.append(f"pass generate arguments such as {settings} in `generate_kwargs`")
+    parts.extend(hints)
     if others:
         parts.append(f"{others} are not parameters of this pipeline (its output options are `return_text`, "
                      "`return_tensors` and `clean_up_tokenization_spaces`; it cuts documents longer than "
@@ -450,7 +486,8 @@ class LongDocSummarizationPipeline(_TokenizerPipeline):
                              generate_kwargs=None, model_batch_size=None, return_tensors=None, return_text=None,
                              clean_up_tokenization_spaces=None, **kwargs):
         if kwargs:
-            raise TypeError(_unexpected_arguments(type(self).__name__, kwargs))
+            raise TypeError(_unexpected_arguments(type(self).__name__, kwargs,
+                                                  inspect.signature(self._sanitize_parameters).parameters))
         postprocess = _output_options(return_tensors, return_text, clean_up_tokenization_spaces)
         preprocess, forward = {}, {}
         if max_document_len is not None:

@@ -16,6 +16,7 @@ imports only torch, transformers and the standard library.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 import re
@@ -90,6 +91,36 @@ def resolve_compute_dtype(requested, device, checkpoint_dtype):
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ValueError(f"compute dtype must be 'auto', 'float32', 'bfloat16' or 'float16', got {requested!r}.")
     return dtype
+
+
+# Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._PIPELINE_SPELLINGS
+# a setting as the Python API, the CLI and config fields spell it -> as the pipelines spell it (transformers' pipeline
+# names: `max_answer_len`, `max_question_len`, `max_seq_len`, and `_len` for the lengths of their own)
+_PIPELINE_SPELLINGS = {
+    "max_answer_length": "max_answer_len", "max_question_length": "max_question_len",
+    "max_seq_length": "max_seq_len", "max_passage_length": "max_passage_len",
+    "max_document_length": "max_document_len", "dtype": "store_dtype",
+}
+
+
+# Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._spelling_hints
+def _spelling_hints(names, parameters) -> list[str]:
+    """For the unexpected keyword arguments `names` of a pipeline call, the pipeline's own name of each one that the
+    Python API, the CLI or a config field spells otherwise (`max_answer_length` -> `max_answer_len`; `dtype` ->
+    `store_dtype`, the storage dtype of `store=`, where the call's `dtype` is no compute dtype: that one is given when
+    the pipeline is built), when `parameters` (the pipeline's call parameters) hold it: one phrase per name, for the
+    `TypeError` that names them. Returns `[]` when none is a spelling of a parameter."""
+    hints = []
+    for name in sorted(names):
+        spelled = _PIPELINE_SPELLINGS.get(name)
+        if spelled is None or spelled not in parameters:
+            continue
+        if name == "dtype":
+            hints.append("`dtype` is the compute dtype, given when the pipeline is built (`pipeline(..., "
+                         "dtype=...)`); the storage dtype of `store=` is `store_dtype`")
+        else:
+            hints.append(f"this pipeline spells `{name}` as `{spelled}`, as transformers' pipelines do")
+    return hints
 
 
 # Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._call_parameters
@@ -520,7 +551,9 @@ class ReadTwiceQuestionAnsweringPipeline(_TokenizerPipeline):
                              handle_impossible_answer=None, n_best_size=None, model_batch_size=None, mention_fn=None,
                              **kwargs):
         if kwargs:
-            raise TypeError(f"unexpected argument(s) {sorted(kwargs)} for the question-answering pipeline.")
+            hints = _spelling_hints(kwargs, inspect.signature(self._sanitize_parameters).parameters)
+            raise TypeError("; ".join([f"unexpected argument(s) {sorted(kwargs)} for the question-answering pipeline",
+                                       *hints]) + ".")
         preprocess, forward, postprocess = {}, {}, {}
         for name, value, low, target in (
             ("max_question_len", max_question_len, 3, preprocess), ("top_k", top_k, 1, postprocess),
