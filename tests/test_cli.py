@@ -341,6 +341,20 @@ def test_answer_encode_missing_on_a_new_store_windows_as_the_checkpoint_records(
     assert (space.settings["max_passage_length"], space.settings["doc_stride"]) == (48, 8)
 
 
+def test_answer_encode_missing_stores_in_the_dtype_of_dtype(tmp_path, recorded_checkpoint, capsys):
+    """`answer --encode-missing --dtype` stores in that dtype, as `summarize --encode-missing --dtype` and `encode
+    --dtype` do (and as the Python answering functions' `dtype=`); without it, fp16."""
+    questions = write_jsonl(tmp_path / "q.jsonl", ROWS)
+    for given, stored in ((["--dtype", "fp32"], ["float32"]), ([], ["float16"])):
+        store = tmp_path / f"store{len(given)}"
+        assert cli_main(["answer", str(recorded_checkpoint), "--store", str(store), "--questions", str(questions),
+                         "--output", str(tmp_path / f"p{len(given)}.jsonl"), "--no-progress", "--encode-missing",
+                         *given]) == 0
+        capsys.readouterr()
+        (space,) = RepresentationStore(store, readonly=True).info()["spaces"].values()
+        assert space["dtypes"] == stored
+
+
 def test_loading_a_bert_checkpoint_is_quiet_but_says_the_head_is_untrained(tmp_path):
     import os
     import subprocess

@@ -337,14 +337,14 @@ def _finite(value: float, option: str, positive: bool = False) -> float:
 
 
 _STORAGE_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
-# how help, docs and messages spell the storage dtype options (`encode`, `summarize`, `publish --dtype`)
+# how help, docs and messages spell the storage dtype options (`encode`, `answer`, `summarize`, `publish --dtype`)
 STORAGE_DTYPE_METAVAR = "{" + ",".join(_STORAGE_DTYPES) + "}"
 
 
 def _storage_dtype(value: str) -> str:
-    """A storage dtype option (`encode --dtype`, `summarize --dtype`, `publish --dtype`): `fp16`, `bf16` or `fp32`,
-    the spelling help, docs and messages show; the torch names (`float16`, the spelling of `--compute-dtype`) are
-    read too, without being offered. Returns the torch name (`"float16"`).
+    """A storage dtype option (`encode --dtype`, `answer --dtype`, `summarize --dtype`, `publish --dtype`): `fp16`,
+    `bf16` or `fp32`, the spelling help, docs and messages show; the torch names (`float16`, the spelling of
+    `--compute-dtype`) are read too, without being offered. Returns the torch name (`"float16"`).
 
     Raises:
         argparse.ArgumentTypeError: for any other value (argparse's usage error, exit status 2), naming the choices.
@@ -353,6 +353,23 @@ def _storage_dtype(value: str) -> str:
     if name not in _STORAGE_DTYPES.values():
         raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from {', '.join(_STORAGE_DTYPES)})")
     return name
+
+
+def _storage_dtype_options(args, accepted, model_type: str) -> dict:
+    """`answer`'s storage dtype for `--encode-missing` as its answering function takes it (`dtype`, the name of
+    [`~hf_readonce.representations.fill_store`]'s): `{"dtype": "float16"}` for `--dtype fp16`, `{}` without the option
+    (the function's default, float16).
+
+    Raises:
+        CommandError: `--dtype` given to a family whose answering function takes no `dtype` (its `--encode-missing`
+            would store in another dtype than asked).
+    """
+    if args.dtype is None:
+        return {}
+    if "dtype" not in accepted:
+        raise CommandError(f"--dtype does not apply to {model_type} models: their answering function stores what "
+                           "--encode-missing encodes in its own dtype.")
+    return {"dtype": args.dtype}
 
 
 def _storage_dtype_option(name: str) -> str:
@@ -1466,6 +1483,7 @@ def _answer(args) -> int:
     options = {"max_question_length": max_question_length, "batch_size": args.batch_size,
                "n_best_size": args.n_best_size or 20, "max_answer_length": args.max_answer_length,
                "encode_missing": args.encode_missing, "progress": not args.no_progress}
+    options.update(_storage_dtype_options(args, accepted, config.model_type))
     if "allow_no_answer" in accepted:
         options.update(allow_no_answer=recorded["allow_no_answer"],
                        null_score_diff_threshold=recorded["null_score_diff_threshold"])
@@ -1617,6 +1635,7 @@ def _answer_generative(args, store, examples, output) -> int:
     options = {"batch_size": args.batch_size, "max_new_tokens": args.max_answer_length,
                "encode_missing": args.encode_missing, "progress": not args.no_progress, "timings": timings,
                **_family_setting_options(args, answer, model.config.model_type)}
+    options.update(_storage_dtype_options(args, accepted, model.config.model_type))
     if "recompute_ratio" in accepted:
         options["recompute_ratio"] = args.recompute_ratio or 0.0
     if "settings_used" in accepted:
@@ -2793,6 +2812,8 @@ def build_parser(family_options: bool = False) -> _Parser:
                         help="no-answer margin in logits (default: the checkpoint's tuned value, else 0)")
     answer.add_argument("--encode-missing", action="store_true",
                         help="encode and store passages that are not stored (otherwise an error)")
+    answer.add_argument("--dtype", type=_storage_dtype, default=None, metavar=STORAGE_DTYPE_METAVAR,
+                        help="with --encode-missing: storage dtype (default fp16)")
     answer.add_argument("--max-document-length", type=int, default=None,
                         help="families that read whole documents: the stored document length to read (default: the "
                              "store's only one for the model; of several, the one `encode` writes by default, and "
