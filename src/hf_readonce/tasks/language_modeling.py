@@ -69,8 +69,10 @@ def read_books(data_dir, names) -> dict[str, str]:
 
 
 def stream_samples(token_ids: list[int], length: int, stride: int | None = None) -> list[list[int]]:
-    """Cut one long token stream into training samples of exactly `length` tokens (`stride` defaults to `length`:
-    disjoint samples; the tail shorter than `length` is dropped).
+    """Cut one long token stream into training samples of exactly `length` tokens, one starting every `stride`
+    tokens (the step between sample starts, as in a convolution, not the overlap that tokenizers' `stride` and QA's
+    `doc_stride` count; the overlap is `length - stride`). `stride` defaults to `length`: disjoint samples; the tail
+    shorter than `length` is dropped.
 
     Raises:
         ValueError: if `length < 2` or `stride < 1`.
