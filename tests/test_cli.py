@@ -355,6 +355,21 @@ def test_answer_encode_missing_stores_in_the_dtype_of_dtype(tmp_path, recorded_c
         assert space["dtypes"] == stored
 
 
+@pytest.mark.parametrize("command", ["answer", "summarize"])
+def test_storage_dtype_without_encode_missing_is_refused(command, tmp_path, capsys):
+    """`--dtype` is the dtype `--encode-missing` stores in; without it nothing is stored, so the option (easily taken
+    for the compute dtype) is refused by name before any model is loaded, and nothing is written."""
+    rows = write_jsonl(tmp_path / "in.jsonl", ROWS)
+    inputs = ["--questions", str(rows)] if command == "answer" else ["--documents", str(rows)]
+    output = tmp_path / "out.jsonl"
+    code = cli_main([command, str(tmp_path / "no-model"), "--store", str(tmp_path / "store"), *inputs,
+                     "--output", str(output), "--no-progress", "--dtype", "fp32"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--dtype fp32 is the storage dtype of what --encode-missing stores" in err, err
+    assert "--compute-dtype" in err and not output.exists()
+
+
 def test_loading_a_bert_checkpoint_is_quiet_but_says_the_head_is_untrained(tmp_path):
     import os
     import subprocess

@@ -355,6 +355,19 @@ def _storage_dtype(value: str) -> str:
     return name
 
 
+def _check_storage_dtype_use(args) -> None:
+    """`answer` / `summarize --dtype` sets the dtype `--encode-missing` stores in: refused without it, where nothing
+    is stored and the option would be ignored (the dtype models compute in is `--compute-dtype`).
+
+    Raises:
+        CommandError: `--dtype` given without `--encode-missing`.
+    """
+    if args.dtype is not None and not args.encode_missing:
+        raise CommandError(f"--dtype {_storage_dtype_option(args.dtype)} is the storage dtype of what "
+                           "--encode-missing stores, and without --encode-missing nothing is stored: pass both, or "
+                           "drop --dtype (the dtype the model computes in is --compute-dtype).")
+
+
 def _storage_dtype_options(args, accepted, model_type: str) -> dict:
     """`answer`'s storage dtype for `--encode-missing` as its answering function takes it (`dtype`, the name of
     [`~hf_readonce.representations.fill_store`]'s): `{"dtype": "float16"}` for `--dtype fp16`, `{}` without the option
@@ -1387,6 +1400,7 @@ def _answer(args) -> int:
     from .tasks.jsonl import BadLine, field_problem, iter_jsonl
     from .tasks.question_answering import passages_of, recorded_answer_settings
 
+    _check_storage_dtype_use(args)
     questions = _input_file(args.questions, "--questions")
     output = _output_file(args.output, ("--questions", questions), store=args.store)
     args.model_as_given = args.model  # (what --encode-missing records with the spaces it writes)
@@ -1738,6 +1752,7 @@ def _summarize(args) -> int:
     from .store import MissingRepresentationError, RepresentationMismatchError
     from .tasks.summarization_store import summarize_from_store
 
+    _check_storage_dtype_use(args)
     documents = _input_file(args.documents, "--documents")
     output = _output_file(args.output, ("--documents", documents), store=args.store)
     model_as_given = args.model  # (what --encode-missing records with the spaces it writes)
@@ -1766,7 +1781,7 @@ def _summarize(args) -> int:
     try:
         summaries = summarize_from_store(model, tokenizer, store, [row["document"] for row in rows],
                                          prompt=args.prompt, batch_size=args.batch_size,
-                                         encode_missing=args.encode_missing, dtype=args.dtype,
+                                         encode_missing=args.encode_missing, dtype=args.dtype or "float16",
                                          progress=not args.no_progress, settings_used=used, counts=counts,
                                          document_names=[_document_name(row, id_field) for row in rows],
                                          **family_options, **generate)
@@ -2856,7 +2871,7 @@ def build_parser(family_options: bool = False) -> _Parser:
                                 "several, the one `encode` writes by default, and where none is, an error names them)")
     summarize.add_argument("--encode-missing", action="store_true",
                            help="encode and store documents that are not stored (otherwise an error)")
-    summarize.add_argument("--dtype", type=_storage_dtype, default="fp16", metavar=STORAGE_DTYPE_METAVAR,
+    summarize.add_argument("--dtype", type=_storage_dtype, default=None, metavar=STORAGE_DTYPE_METAVAR,
                            help="with --encode-missing: storage dtype (default fp16)")
     summarize.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
     summarize.add_argument("--compute-dtype", choices=COMPUTE_DTYPE_CHOICES, default="auto", help=compute_dtype_help)
