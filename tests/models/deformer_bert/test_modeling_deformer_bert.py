@@ -278,6 +278,23 @@ def test_other_bad_inputs():
         tiny_deformer(k=0).encode_passages(torch.randint(5, 99, (1, 5)))
 
 
+def test_compiled_forward_is_one_graph_that_still_checks_its_inputs():
+    """`torch.compile(fullgraph=True)` of a pair forward: one graph (a Python branch on a tensor value, e.g. the
+    no-question check, would split it and fail here), eager's logits, and the input checks still run (as graph ops:
+    a `RuntimeError` with the eager `ValueError`'s message)."""
+    model = tiny_deformer(k=2)
+    (ids, types, mask), _, _ = make_pairs([5, 6], [7, 8])
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True, dynamic=False)
+    with torch.no_grad():
+        eager, got = (m(ids, token_type_ids=types, attention_mask=mask) for m in (model, compiled))
+        torch.testing.assert_close(got.start_logits, eager.start_logits, atol=1e-6, rtol=0)
+        torch.testing.assert_close(got.end_logits, eager.end_logits, atol=1e-6, rtol=0)
+        no_question = types.clone()
+        no_question[1] = 1
+        with pytest.raises(RuntimeError, match="no question token"):
+            compiled(ids, token_type_ids=no_question, attention_mask=mask)
+
+
 def test_inputs_that_are_no_tensors_or_no_integer_ids_are_named():
     """Lists, numpy arrays, float or bool ids failed deep inside torch (an `AttributeError` or the embedding's
     "Expected tensor ... Long"), and `encode_passages` took `token_type_ids` of another shape: each is named."""

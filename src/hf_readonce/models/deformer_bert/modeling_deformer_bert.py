@@ -131,6 +131,22 @@ def _check_token_ids(ids, bound: int, argument: str) -> None:
                              f"[0, {bound}) of this model.") from None
 
 
+def _check_all(ok: torch.Tensor, message: str) -> None:
+    """Raise a `ValueError` with `message` unless every element of the bool tensor `ok` is true.
+
+    Under `torch.compile` the check is a graph op (`torch._assert_async`, which raises a `RuntimeError` with the same
+    message when the compiled code runs) instead of a Python branch on a tensor value, which would split the graph:
+    compiled models check their inputs too.
+
+    Raises:
+        ValueError: some element of `ok` is false (`RuntimeError` under `torch.compile`).
+    """
+    if torch.compiler.is_compiling():
+        torch._assert_async(ok.all(), message)
+    elif not bool(ok.all()):
+        raise ValueError(message)
+
+
 def _check_tensor_arguments(ids: dict, masks: dict | None = None) -> None:
     """Raise a `TypeError` naming the argument for an input that is not a `torch.Tensor` (a list or a numpy array: the
     model would fail deep inside torch), or, among `ids` (token ids, token types), one that does not hold integers
@@ -754,7 +770,9 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
         Raises:
             ValueError: neither or both of `input_ids` and `inputs_embeds`, an empty batch, mismatched shapes,
                 `position_ids` while `num_decomposed_layers > 0`, pair input without `token_type_ids` while
-                `num_decomposed_layers > 0`, an example with no question token, `passage_states` from another model,
+                `num_decomposed_layers > 0`, an example with no question token or a segment longer than
+                `max_position_embeddings` (these two a `RuntimeError` with the same message when run under
+                `torch.compile`, where they are graph ops), `passage_states` from another model,
                 k or hidden size, or `passage_states` with a pair encoding (`token_type_ids` 1 on real tokens); a
                 `past_key_values` / `cache` / `cache_position` that is not `None`: the model is an encoder and keeps
                 no key/value cache (`use_cache` is accepted and ignored, as by `BertModel`; see
@@ -840,15 +858,13 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
             segment_ids = torch.where(attention_mask.bool(), token_type_ids, torch.zeros_like(token_type_ids))
             is_question = (segment_ids == 0) & attention_mask.bool()
             question_lengths = is_question.sum(dim=1, keepdim=True)
-            if bool((question_lengths == 0).any()):
-                raise ValueError("An example has no question token (`token_type_ids == 0` with attention_mask 1).")
+            _check_all(question_lengths > 0,
+                       "An example has no question token (`token_type_ids == 0` with attention_mask 1).")
             positions = torch.arange(shape[1], device=device).unsqueeze(0)
             passage_positions = positions - question_lengths + config.passage_position_offset
             position_ids = torch.where(segment_ids == 0, positions, passage_positions.clamp(min=0))
-            if int(position_ids.max()) >= config.max_position_embeddings:
-                raise ValueError(
-                    f"A segment is longer than max_position_embeddings={config.max_position_embeddings}."
-                )
+            _check_all(position_ids < config.max_position_embeddings,
+                       f"A segment is longer than max_position_embeddings={config.max_position_embeddings}.")
             hidden_states = self._embed(input_ids, token_type_ids=token_type_ids, position_ids=position_ids,
                                         inputs_embeds=inputs_embeds)
             if all_hidden_states is not None:
