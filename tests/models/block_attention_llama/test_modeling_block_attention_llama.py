@@ -482,6 +482,21 @@ def test_block_attention_mask_values():
                        [0, 1, 1, 1, 1, 1]]
 
 
+def test_compiled_block_ids_forward_is_one_graph_that_still_checks_the_ids():
+    """`torch.compile(fullgraph=True)` of a `block_ids` forward: one graph (a Python branch on a tensor value, e.g.
+    the `block_ids >= -1` check, would split it and fail here), eager's logits, and ids below -1 still refused (as a
+    graph op: a `RuntimeError` with the eager `ValueError`'s message)."""
+    model = tiny()
+    sequence = ids(12, 1)
+    block_ids = torch.tensor([[0] * 5 + [1] * 4 + [-1] * 3])
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True, dynamic=False)
+    with torch.no_grad():
+        eager, got = (m(sequence, block_ids=block_ids).logits for m in (model, compiled))
+        torch.testing.assert_close(got, eager, atol=1e-6, rtol=0)
+        with pytest.raises(RuntimeError, match="must be >= -1"):
+            compiled(sequence, block_ids=block_ids - 2)
+
+
 # ----------------------------------------------------------------------------------------------------- fingerprints
 def test_caches_of_another_model_are_refused():
     model, other = tiny(seed=0), tiny(seed=1)

@@ -1105,14 +1105,17 @@ def block_attention_mask(block_ids: torch.Tensor, attention_mask: torch.Tensor |
 
     Raises:
         TypeError: `block_ids` that are not an integer tensor, an `attention_mask` that is not a tensor (a list, a
-            numpy array). ValueError: `block_ids` not 2-D, ids below -1, or an `attention_mask` of another shape.
+            numpy array). ValueError: `block_ids` not 2-D, ids below -1 (a `RuntimeError` with the same message
+            when run under `torch.compile`, where the check is a graph op), or an `attention_mask` of another shape.
     """
     _check_tensor_arguments({}, {"block_ids": block_ids, "attention_mask": attention_mask})
     if block_ids.is_floating_point() or block_ids.dtype == torch.bool:
         raise TypeError("`block_ids` must be an integer tensor (batch_size, seq_length).")
     if block_ids.ndim != 2:
         raise ValueError(f"`block_ids` must be (batch_size, seq_length), got shape {tuple(block_ids.shape)}.")
-    if block_ids.numel() and int(block_ids.min()) < -1:
+    if torch.compiler.is_compiling():  # a graph op, not a Python branch on a tensor value (which splits the graph)
+        torch._assert_async((block_ids >= -1).all(), "`block_ids` must be >= -1 (-1: global tokens).")
+    elif block_ids.numel() and int(block_ids.min()) < -1:
         raise ValueError(f"`block_ids` must be >= -1 (-1: global tokens), got {int(block_ids.min())}.")
     length = block_ids.shape[1]
     causal = torch.ones(length, length, dtype=torch.bool, device=block_ids.device).tril()
