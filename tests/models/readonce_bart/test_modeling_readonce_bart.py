@@ -1269,6 +1269,23 @@ def test_documents_are_read_with_return_dict_false_in_the_config():
         assert torch.equal(out.logits, logits)
 
 
+def test_compiled_forward_with_document_input_ids_is_one_graph_that_still_checks_them():
+    """`torch.compile(fullgraph=True)` of a forward that reads its documents (`document_input_ids`): one graph (a
+    Python branch on a tensor value, e.g. the empty-document check, would split it and fail here), eager's logits, and
+    an empty document still refused (as a graph op: a `RuntimeError` with the eager `ValueError`'s message)."""
+    model = tiny()
+    questions, documents, labels = tokens(2, 6), tokens(2, 20, seed=3), tokens(2, 5, seed=4)
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True, dynamic=False)
+    with torch.no_grad():
+        eager, got = (m(questions, document_input_ids=documents, labels=labels) for m in (model, compiled))
+        torch.testing.assert_close(got.logits, eager.logits, atol=1e-6, rtol=0)
+        torch.testing.assert_close(got.loss, eager.loss, atol=1e-6, rtol=0)
+        empty = torch.ones_like(documents)
+        empty[1] = 0
+        with pytest.raises(RuntimeError, match="empty: nothing to encode"):
+            compiled(questions, document_input_ids=documents, document_input_attention_mask=empty, labels=labels)
+
+
 # ----------------------------------------------------------------------------------------------- keywords not read
 # keywords `TransformersKwargs` (or transformers' plumbing) lets through that neither ReadOnce model reads: each
 # changed nothing, whatever its value

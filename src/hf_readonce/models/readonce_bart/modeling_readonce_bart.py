@@ -1003,8 +1003,9 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
             [`ReadOnceDocumentEncoderOutput`].
 
         Raises:
-            ValueError: empty `input_ids` or a document with no real token; a token id outside the vocabulary; a
-                bad k; a chunk overlap that is not a multiple of k.
+            ValueError: empty `input_ids` or a document with no real token (a `RuntimeError` when run under
+                `torch.compile`, where the check is a graph op); a token id outside the vocabulary; a bad k; a chunk
+                overlap that is not a multiple of k.
             TypeError: `input_ids` not an integer tensor, `attention_mask` not a tensor (a list, a numpy array); an
                 `output_attentions` or `output_hidden_states` that is not a bool.
         """
@@ -1022,9 +1023,13 @@ class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
         if attention_mask.shape != input_ids.shape:
             raise ValueError(f"`attention_mask` {tuple(attention_mask.shape)} must match `input_ids` "
                              f"{tuple(input_ids.shape)}.")
-        empty = (attention_mask.sum(-1) == 0).nonzero().flatten().tolist()
-        if empty:
-            raise ValueError(f"document(s) {empty} of the batch are empty: nothing to encode.")
+        if torch.compiler.is_compiling():  # a graph op, not a Python branch on tensor values (which splits the graph)
+            torch._assert_async((attention_mask.sum(-1) > 0).all(), "a document of the batch is empty: nothing to "
+                                 "encode.")
+        else:
+            empty = (attention_mask.sum(-1) == 0).nonzero().flatten().tolist()
+            if empty:
+                raise ValueError(f"document(s) {empty} of the batch are empty: nothing to encode.")
         # Padding anywhere (left, right, inside): each row's real tokens are moved to the front in their order (a
         # stable sort on the mask), so windows start at the document's first real token and positions at 0 whatever
         # the tokenizer's padding side, and the real representations form a prefix of each row.
