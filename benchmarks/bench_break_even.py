@@ -262,13 +262,13 @@ def measure_family(name: str, args, folder: Path, results: harness.Results) -> d
     fingerprint, settings = adapter.fingerprint(), adapter.settings()
     hashes = [content_hash(t) for t in texts]
     store = RepresentationStore(folder / name / "kept")
-    fill_store(adapter, store, texts, dtype=args.store_dtype)
+    fill_store(adapter, store, texts, store_dtype=args.store_dtype)
     dtype = model.dtype
     counter = iter(range(10**6))
 
     def encode_store():
         fresh = RepresentationStore(folder / name / f"fill{next(counter)}")
-        fill_store(adapter, fresh, texts, dtype=args.store_dtype)
+        fill_store(adapter, fresh, texts, store_dtype=args.store_dtype)
 
     def with_store():
         answer(adapter.read(store.get_many(fingerprint, settings, hashes), dtype=dtype))

@@ -140,7 +140,7 @@ def main(argv=None) -> dict:
             shutil.rmtree(state["api_store"].path, ignore_errors=True)
         state["api_store"] = RepresentationStore(work / f"api-store-{state['round']}")
         begin = time.process_time()
-        fill_store(adapter, state["api_store"], [(f"p{i}", t) for i, t in enumerate(passages)], dtype="float16")
+        fill_store(adapter, state["api_store"], [(f"p{i}", t) for i, t in enumerate(passages)], store_dtype="float16")
         cpu["api_encode"].append(time.process_time() - begin)
 
     def cli_encode():

@@ -264,7 +264,7 @@ def run(model, tokenizer, questions: list[dict], *, passage_tokens: int = 250, m
         sizes = {}
         for dtype in DTYPES:  # part 2: one store per dtype
             store = RepresentationStore(folder / dtype, verify_reads=verify_reads)
-            fill_store(adapter, store, texts, dtype=dtype)
+            fill_store(adapter, store, texts, store_dtype=dtype)
             sizes[dtype] = bytes_per_1000_tokens(store, fingerprint, settings)
             del store
         gc.collect()  # no memory map of the fill stays open

@@ -171,12 +171,12 @@ def main(argv=None) -> dict:
 
     with tempfile.TemporaryDirectory() as root:
         store = RepresentationStore(Path(root) / "store")
-        fill_store(adapter, store, texts, dtype=args.store_dtype)
+        fill_store(adapter, store, texts, store_dtype=args.store_dtype)
         counter = iter(range(10**6))
 
         def fill():  # the one-time cost, into a fresh store each round
             fill_store(adapter, RepresentationStore(Path(root) / f"fill{next(counter)}"), texts,
-                       dtype=args.store_dtype)
+                       store_dtype=args.store_dtype)
 
         def reuse():
             outputs["reuse"] = []

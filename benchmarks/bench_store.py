@@ -83,7 +83,7 @@ def part_load_vs_recompute(tokenizer, batch_size: int, repeats: int, results: ha
         adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=320, doc_stride=128, batch_size=batch_size)
         with tempfile.TemporaryDirectory(prefix="bench_store_", dir=REPO) as tmp:  # not a tmpfs: pages can drop
             store = RepresentationStore(tmp)
-            fill_store(adapter, store, texts, dtype="float16")
+            fill_store(adapter, store, texts, store_dtype="float16")
             fingerprint, settings = adapter.fingerprint(), adapter.settings()
             tokens = sum(adapter.num_tokens(t) for t in store.get_many(fingerprint, settings, hashes))
             del store
@@ -130,7 +130,7 @@ def part_bytes(tokenizer, results: harness.Results) -> None:
         for dtype in ("float32", "float16", "bfloat16"):
             with tempfile.TemporaryDirectory() as tmp:
                 store = RepresentationStore(tmp)
-                fill_store(adapter, store, texts, dtype=dtype)
+                fill_store(adapter, store, texts, store_dtype=dtype)
                 per_1000 = bytes_per_1000_tokens(store, adapter.fingerprint(), adapter.settings())
             results.extra.setdefault("bytes_per_1000_tokens", {}).setdefault(size, {})[dtype] = per_1000
             print(f"[2] {size:9s} {dtype:8s}: {per_1000 / 1024:8.1f} KiB per 1,000 tokens (hidden "
@@ -173,7 +173,7 @@ def encode_flops(limit: int | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="bench_store_flops_") as tmp:
         def fill(rank: int, world: int):
             store = RepresentationStore(Path(tmp) / f"{world}_{rank}")
-            return lambda: fill_store(adapter, store, texts, dtype="float16", rank=rank, num_processes=world)
+            return lambda: fill_store(adapter, store, texts, store_dtype="float16", rank=rank, num_processes=world)
 
         with torch.no_grad():
             one = harness.count_flops(fill(0, 1))
@@ -233,11 +233,12 @@ def part_answer(tokenizer, results: harness.Results, limit: int | None, repeats:
     contexts = [e["context"] for e in examples]
     answers = {}
     with tempfile.TemporaryDirectory(prefix="bench_store_", dir=REPO) as tmp:
-        stats = fill_store(adapter, RepresentationStore(Path(tmp) / "kept"), contexts, dtype="float16")
+        stats = fill_store(adapter, RepresentationStore(Path(tmp) / "kept"), contexts, store_dtype="float16")
         counter = iter(range(10**6))
 
         def fill():
-            fill_store(adapter, RepresentationStore(Path(tmp) / f"fill{next(counter)}"), contexts, dtype="float16")
+            fill_store(adapter, RepresentationStore(Path(tmp) / f"fill{next(counter)}"), contexts,
+                       store_dtype="float16")
 
         @torch.no_grad()
         def plain():

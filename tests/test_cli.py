@@ -341,24 +341,42 @@ def test_answer_encode_missing_on_a_new_store_windows_as_the_checkpoint_records(
     assert (space.settings["max_passage_length"], space.settings["doc_stride"]) == (48, 8)
 
 
-def test_answer_encode_missing_stores_in_the_dtype_of_dtype(tmp_path, recorded_checkpoint, capsys):
-    """`answer --encode-missing --dtype` stores in that dtype, as `summarize --encode-missing --dtype` and `encode
-    --dtype` do (and as the Python answering functions' `dtype=`); without it, fp16."""
+def test_answer_encode_missing_stores_in_the_dtype_of_store_dtype(tmp_path, recorded_checkpoint, capsys):
+    """`answer --encode-missing --store-dtype` stores in that dtype, as `summarize --encode-missing --store-dtype` and
+    `encode --store-dtype` do (and as the Python answering functions' `store_dtype=`); `--dtype`, its other spelling,
+    stores the same; without either, fp16."""
     questions = write_jsonl(tmp_path / "q.jsonl", ROWS)
-    for given, stored in ((["--dtype", "fp32"], ["float32"]), ([], ["float16"])):
-        store = tmp_path / f"store{len(given)}"
+    for number, (given, stored) in enumerate(((["--store-dtype", "fp32"], ["float32"]),
+                                              (["--dtype", "fp32"], ["float32"]), ([], ["float16"]))):
+        store = tmp_path / f"store{number}"
         assert cli_main(["answer", str(recorded_checkpoint), "--store", str(store), "--questions", str(questions),
-                         "--output", str(tmp_path / f"p{len(given)}.jsonl"), "--no-progress", "--encode-missing",
+                         "--output", str(tmp_path / f"p{number}.jsonl"), "--no-progress", "--encode-missing",
                          *given]) == 0
         capsys.readouterr()
         (space,) = RepresentationStore(store, readonly=True).info()["spaces"].values()
         assert space["dtypes"] == stored
 
 
+def test_encode_store_dtype_and_its_other_spelling_dtype_store_alike(tmp_path, recorded_checkpoint, capsys):
+    """`--store-dtype` is the storage dtype's option; `--dtype`, the spelling recorded commands use, is the same
+    option: `encode` with either stores bfloat16 when given bf16."""
+    documents = write_jsonl(tmp_path / "d.jsonl", ROWS)
+    stored = {}
+    for option in ("--store-dtype", "--dtype"):
+        store = tmp_path / option.strip("-")
+        assert cli_main(["encode", str(recorded_checkpoint), "--documents", str(documents), "--store", str(store),
+                         "--no-progress", option, "bf16"]) == 0
+        (space,) = RepresentationStore(store, readonly=True).info()["spaces"].values()
+        stored[option] = space["dtypes"]
+    capsys.readouterr()
+    assert stored == {"--store-dtype": ["bfloat16"], "--dtype": ["bfloat16"]}
+
+
 @pytest.mark.parametrize("command", ["answer", "summarize"])
 def test_storage_dtype_without_encode_missing_is_refused(command, tmp_path, capsys):
-    """`--dtype` is the dtype `--encode-missing` stores in; without it nothing is stored, so the option (easily taken
-    for the compute dtype) is refused by name before any model is loaded, and nothing is written."""
+    """`--store-dtype` (or `--dtype`) is the dtype `--encode-missing` stores in; without it nothing is stored, so the
+    option (easily taken for the compute dtype) is refused by name before any model is loaded, and nothing is
+    written."""
     rows = write_jsonl(tmp_path / "in.jsonl", ROWS)
     inputs = ["--questions", str(rows)] if command == "answer" else ["--documents", str(rows)]
     output = tmp_path / "out.jsonl"
@@ -366,7 +384,7 @@ def test_storage_dtype_without_encode_missing_is_refused(command, tmp_path, caps
                      "--output", str(output), "--no-progress", "--dtype", "fp32"])
     assert code == 2
     err = capsys.readouterr().err
-    assert "--dtype fp32 is the storage dtype of what --encode-missing stores" in err, err
+    assert "--store-dtype fp32 is the storage dtype of what --encode-missing stores" in err, err
     assert "--compute-dtype" in err and not output.exists()
 
 
@@ -805,9 +823,10 @@ def test_a_mistyped_model_or_option_gets_one_line_in_the_cli_words(tmp_path, qa_
         assert len(err.strip().splitlines()) == 1 and "--help` lists the options" in err and "usage" not in err, err
     from hf_readonce.cli import build_parser
 
-    for spelling in ("fp16", "float16"):
-        parsed = build_parser().parse_args(["encode", "m", "--documents", "d", "--store", "s", "--dtype", spelling])
-        assert parsed.dtype == "float16"
+    for option in ("--store-dtype", "--dtype"):
+        for spelling in ("fp16", "float16"):
+            parsed = build_parser().parse_args(["encode", "m", "--documents", "d", "--store", "s", option, spelling])
+            assert parsed.store_dtype == "float16"
 
 
 def test_a_reader_that_stops_early_is_no_error(monkeypatch, capsys):
@@ -1018,7 +1037,7 @@ def test_repair_names_the_space_of_another_model_it_cannot_recompute(tmp_path, c
             "--max-passage-length", "64", "--doc-stride", "8", "--dtype", "fp32"]
     assert cli_main(args) == 0
     other = DeformerBertAdapter(tiny_model(seed=1), tokenizer, max_passage_length=32, doc_stride=8)
-    fill_store(other, RepresentationStore(store_dir), [r["context"] for r in rows], dtype="fp32")
+    fill_store(other, RepresentationStore(store_dir), [r["context"] for r in rows], store_dtype="fp32")
     other_key = space_key(other.fingerprint(), other.settings())
     for shard in (store_dir / "shards").rglob("*.safetensors"):  # the last document's bytes, in both spaces
         data = bytearray(shard.read_bytes())
@@ -1088,11 +1107,12 @@ def test_frictions_a_newcomer_met(tmp_path, qa_rows, capsys):
                      str(output), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "it is empty" not in err and "its index does not list" in err and "--repair" in err, err
-    # --dtype over documents stored in another dtype
+    # --store-dtype (here by its other spelling, --dtype) over documents stored in another dtype
     assert cli_main(["encode", str(checkpoint), "--store", str(new), "--documents", str(docs), "--no-progress",
                      "--max-passage-length", "64", "--doc-stride", "16", "--dtype", "fp32"]) == 0
     err = capsys.readouterr().err  # the option as its help spells it, not the torch name it is read as
-    assert "already stored as float16 and are kept as they are; --dtype fp32 applies to newly encoded ones" in err, err
+    assert "already stored as float16 and are kept as they are; --store-dtype fp32 applies to newly encoded ones" \
+        in err, err
     if not torch.cuda.is_available():
         assert cli_main(["encode", str(checkpoint), "--store", str(tmp_path / "gpu"), "--documents", str(docs),
                          "--device", "cuda", "--no-progress"]) == 2

@@ -158,7 +158,7 @@ def test_a_stopped_encode_counts_only_what_it_committed(tmp_path, checkpoint, qa
             yield from documents
             # another process encodes two other passages into the same space, then this run is stopped
             fill_store(adapter, RepresentationStore(store.path), [row["context"] for row in rows[3:]],
-                       dtype="float32")
+                       store_dtype="float32")
             raise KeyboardInterrupt
         return fill_store(adapter, store, mine_then_stop(), **{**kwargs, "documents_per_batch": 1})
 
@@ -760,15 +760,16 @@ def test_info_names_the_model_that_wrote_each_space(tmp_path, checkpoint, tokeni
 def test_the_storage_dtype_is_spelled_one_way_in_every_help(capsys):
     """`publish --dtype` showed {float16,bfloat16,float32} while `encode` and `summarize --dtype` showed
     {fp16,bf16,fp32}: every --dtype, and the error for a value none takes, now shows the spelling the docs use; the
-    torch names are still read."""
+    torch names are still read. `--store-dtype` is shown first, `--dtype` is the same option (one destination)."""
     import argparse
 
     parser = cli.build_parser(family_options=True)
     for name in ("encode", "summarize", "publish"):
         action = next(a for a in parser.commands[name]._actions if "--dtype" in a.option_strings)
+        assert action.option_strings == ["--store-dtype", "--dtype"] and action.dest == "store_dtype", name
         assert action.metavar == "{fp16,bf16,fp32}", name
         assert not re.search(r"float|bfloat", action.help), (name, action.help)
-        assert "--dtype {fp16,bf16,fp32}" in parser.commands[name].format_help(), name
+        assert "--store-dtype {fp16,bf16,fp32}, --dtype {fp16,bf16,fp32}" in parser.commands[name].format_help(), name
         for given, read in (("fp16", "float16"), ("bf16", "bfloat16"), ("float32", "float32")):
             assert action.type(given) == read, (name, given)
     with pytest.raises(argparse.ArgumentTypeError) as error:

@@ -137,7 +137,7 @@ def evaluate(model, tokenizer, examples, data_args, training_args, mode) -> tupl
     store = RepresentationStore(folder)
     adapter = BlockAttentionLlamaAdapter(model, tokenizer, max_document_length=data_args.max_document_length)
     texts = list(dict.fromkeys(p for e in examples for p in e["contexts"]))
-    stats = fill_store(adapter, store, texts, dtype=data_args.store_dtype)
+    stats = fill_store(adapter, store, texts, store_dtype=data_args.store_dtype)
     timings["encode_seconds"], timings["passages_encoded"] = stats.seconds, stats.encoded
     predictions = answer_with_document_caches(model, tokenizer, store, examples,
                                               max_document_length=data_args.max_document_length,

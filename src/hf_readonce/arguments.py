@@ -15,8 +15,8 @@ USAGE_ERROR = 2  # the exit status of a usage error, as argparse's
 
 class OneLineArgumentParser(argparse.ArgumentParser):
     """argparse's parser whose usage errors are one line, like every other error of the CLI: `hf-readonce encode:
-    error: argument --dtype: invalid choice ... (hf-readonce encode --help lists the options)`, exit status 2 (the
-    full usage of a command with twenty options buried the reason).
+    error: argument --store-dtype/--dtype: invalid choice ... (hf-readonce encode --help lists the options)`, exit
+    status 2 (the full usage of a command with twenty options buried the reason).
 
     It also records, through argparse's public calls only, what the CLI asks of its parsers afterwards:
 

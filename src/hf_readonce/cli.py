@@ -44,7 +44,7 @@ Subcommands:
   accept their names (`reference-deformer`, `reference-qa`) wherever they accept a folder.
 
 Models compute in the dtype of `hf_readonce.dtypes` (`--compute-dtype auto`: float32 on a CPU, the checkpoint's
-dtype on CUDA); `encode --dtype` is the storage dtype, a separate setting.
+dtype on CUDA); `encode --store-dtype` (also spelled `--dtype`) is the storage dtype, a separate setting.
 
 Exit status: 0 success; 1 corruption found (`verify`), documents left unrepaired, shards a `prune` left behind a
 link, bad input lines with `--strict`, no space of the store under the model's key (`info MODEL --store`),
@@ -337,13 +337,16 @@ def _finite(value: float, option: str, positive: bool = False) -> float:
 
 
 _STORAGE_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
-# how help, docs and messages spell the storage dtype options (`encode`, `answer`, `summarize`, `publish --dtype`)
+# how help, docs and messages spell the storage dtype options (`encode`, `answer`, `summarize`, `publish
+# --store-dtype`, also spelled `--dtype`)
 STORAGE_DTYPE_METAVAR = "{" + ",".join(_STORAGE_DTYPES) + "}"
+# the storage dtype options' help says that `--dtype`, which recorded commands use, is the same option
+DTYPE_ALIAS = "; --dtype is another spelling of --store-dtype"
 
 
 def _storage_dtype(value: str) -> str:
-    """A storage dtype option (`encode --dtype`, `answer --dtype`, `summarize --dtype`, `publish --dtype`): `fp16`,
-    `bf16` or `fp32`, the spelling help, docs and messages show; the torch names (`float16`, the spelling of
+    """A storage dtype option (`--store-dtype`, alias `--dtype`, of `encode`, `answer`, `summarize`, `publish`):
+    `fp16`, `bf16` or `fp32`, the spelling help, docs and messages show; the torch names (`float16`, the spelling of
     `--compute-dtype`) are read too, without being offered. Returns the torch name (`"float16"`).
 
     Raises:
@@ -356,37 +359,37 @@ def _storage_dtype(value: str) -> str:
 
 
 def _check_storage_dtype_use(args) -> None:
-    """`answer` / `summarize --dtype` sets the dtype `--encode-missing` stores in: refused without it, where nothing
-    is stored and the option would be ignored (the dtype models compute in is `--compute-dtype`).
+    """`answer` / `summarize --store-dtype` sets the dtype `--encode-missing` stores in: refused without it, where
+    nothing is stored and the option would be ignored (the dtype models compute in is `--compute-dtype`).
 
     Raises:
-        CommandError: `--dtype` given without `--encode-missing`.
+        CommandError: `--store-dtype` (or `--dtype`) given without `--encode-missing`.
     """
-    if args.dtype is not None and not args.encode_missing:
-        raise CommandError(f"--dtype {_storage_dtype_option(args.dtype)} is the storage dtype of what "
+    if args.store_dtype is not None and not args.encode_missing:
+        raise CommandError(f"--store-dtype {_storage_dtype_option(args.store_dtype)} is the storage dtype of what "
                            "--encode-missing stores, and without --encode-missing nothing is stored: pass both, or "
-                           "drop --dtype (the dtype the model computes in is --compute-dtype).")
+                           "drop --store-dtype (the dtype the model computes in is --compute-dtype).")
 
 
 def _storage_dtype_options(args, accepted, model_type: str) -> dict:
-    """`answer`'s storage dtype for `--encode-missing` as its answering function takes it (`dtype`, the name of
-    [`~hf_readonce.representations.fill_store`]'s): `{"dtype": "float16"}` for `--dtype fp16`, `{}` without the option
-    (the function's default, float16).
+    """`answer`'s storage dtype for `--encode-missing` as its answering function takes it (`store_dtype`, the name
+    of [`~hf_readonce.representations.fill_store`]'s): `{"store_dtype": "float16"}` for `--store-dtype fp16`, `{}`
+    without the option (the function's default, float16).
 
     Raises:
-        CommandError: `--dtype` given to a family whose answering function takes no `dtype` (its `--encode-missing`
-            would store in another dtype than asked).
+        CommandError: `--store-dtype` given to a family whose answering function takes no `store_dtype` (its
+            `--encode-missing` would store in another dtype than asked).
     """
-    if args.dtype is None:
+    if args.store_dtype is None:
         return {}
-    if "dtype" not in accepted:
-        raise CommandError(f"--dtype does not apply to {model_type} models: their answering function stores what "
-                           "--encode-missing encodes in its own dtype.")
-    return {"dtype": args.dtype}
+    if "store_dtype" not in accepted:
+        raise CommandError(f"--store-dtype does not apply to {model_type} models: their answering function stores "
+                           "what --encode-missing encodes in its own dtype.")
+    return {"store_dtype": args.store_dtype}
 
 
 def _storage_dtype_option(name: str) -> str:
-    """A storage dtype's torch name (`"float16"`) as the `--dtype` option spells it (`fp16`)."""
+    """A storage dtype's torch name (`"float16"`) as the `--store-dtype` option spells it (`fp16`)."""
     return next((short for short, long in _STORAGE_DTYPES.items() if long == name), name)
 
 
@@ -1031,7 +1034,7 @@ def cmd_encode(args) -> int:
     doc_iter = _input_rows(iter_documents(documents, text_field=args.text_field, id_field=args.id_field,
                                           problems=problems),
                            documents, "--documents", "the documents committed before it are kept, re-run to finish")
-    dtype = args.dtype
+    store_dtype = args.store_dtype
     adapter_space = space_key(adapter.fingerprint(), adapter.settings())
     unindexed = [rel for rel in orphan_shards(store, adapter_space) if rel in unindexed] if unindexed else []
     if unindexed:  # their documents are encoded again beside them: say so before the work, and what avoids it
@@ -1045,10 +1048,10 @@ def cmd_encode(args) -> int:
         args.committed = running.encoded
 
     try:
-        stats = fill_store(adapter, store, doc_iter, dtype=dtype,
-                                 shard_size_bytes=int(args.shard_size_mb * 1024 * 1024),
-                                 rank=rank, num_processes=world, progress=main_process and not args.no_progress,
-                                 total=total, on_batch=committed, model_name=model_name)
+        stats = fill_store(adapter, store, doc_iter, store_dtype=store_dtype,
+                           shard_size_bytes=int(args.shard_size_mb * 1024 * 1024),
+                           rank=rank, num_processes=world, progress=main_process and not args.no_progress,
+                           total=total, on_batch=committed, model_name=model_name)
     except (ValueError, TypeError, ReadOnlyStoreError) as error:
         raise CommandError(str(error)) from None
     except OSError as error:  # e.g. disk full: committed shards are kept, nothing half-written is left
@@ -1085,11 +1088,12 @@ def cmd_encode(args) -> int:
         from .store.shards import resolve_dtype
 
         stored_as = info["spaces"].get(adapter_space, {}).get("dtypes", [])
-        wanted = str(resolve_dtype(dtype)).removeprefix("torch.")
+        wanted = str(resolve_dtype(store_dtype)).removeprefix("torch.")
         other = [d for d in stored_as if d != wanted]
         if stats.already_stored and other:
             print(f"hf-readonce encode: note: {stats.already_stored} document(s) were already stored as "
-                  f"{', '.join(other)} and are kept as they are; --dtype {_storage_dtype_option(args.dtype)} applies "
+                  f"{', '.join(other)} and are kept as they are; "
+                  f"--store-dtype {_storage_dtype_option(args.store_dtype)} applies "
                   "to newly encoded ones "
                   "(`hf-readonce prune --space KEY` and encoding again rewrites them)", file=sys.stderr)
         if (problems or stats.rejected) and args.strict:
@@ -1781,7 +1785,8 @@ def _summarize(args) -> int:
     try:
         summaries = summarize_from_store(model, tokenizer, store, [row["document"] for row in rows],
                                          prompt=args.prompt, batch_size=args.batch_size,
-                                         encode_missing=args.encode_missing, dtype=args.dtype or "float16",
+                                         encode_missing=args.encode_missing,
+                                         store_dtype=args.store_dtype or "float16",
                                          progress=not args.no_progress, settings_used=used, counts=counts,
                                          document_names=[_document_name(row, id_field) for row in rows],
                                          **family_options, **generate)
@@ -2652,17 +2657,17 @@ def cmd_publish(args) -> int:
     try:
         result = publish(model_dir, args.repo_id, local_dir=args.local_dir, private=args.private,
                          store=store, metrics=metrics, card=card or None,
-                         representations_repo=args.representations_repo, dtype=args.dtype,
+                         representations_repo=args.representations_repo, store_dtype=args.store_dtype,
                          representation_settings=settings or None)
     except (ValueError, TypeError, FileNotFoundError) as error:  # publish()'s argument names said as the options
         message = str(error)
-        for name in ("local_dir", "repo_id", "metrics", "representations_repo", "dtype", "store"):
+        for name in ("local_dir", "repo_id", "metrics", "representations_repo", "store_dtype", "store"):
             message = message.replace(f"`{name}`", f"`--{name.replace('_', '-')}`")
         message = message.replace("pass `representation_settings`", "pass its family's setting options (`hf-readonce "
                                   "info` lists them)").replace("`model_dir`", "MODEL_DIR")
         message = message.replace("(pass check_dtype=False to accept another dtype)",  # an argument of Python only
-                                  "(`--dtype` declares it; without --dtype, the dtype the store holds is declared "
-                                  "where it holds one)")
+                                  "(`--store-dtype` declares it; without --store-dtype, the dtype the store holds "
+                                  "is declared where it holds one)")
         # the setting options given for a checkpoint that stores nothing (a ReadTwice of the paper's layout)
         message = re.sub(r"`settings` \[([^\]]*)\] do not apply", lambda found: _do_not_apply(
             "--" + name.strip(" '").replace("_", "-") for name in found.group(1).split(",")), message)
@@ -2792,8 +2797,8 @@ def build_parser(family_options: bool = False) -> _Parser:
     encode.add_argument("--text-field", default=None,
                         help="field holding the text (default: context, or document where no line has a context)")
     encode.add_argument("--id-field", default=None, help="field naming the document in reports (default: id)")
-    encode.add_argument("--dtype", type=_storage_dtype, default="fp16", metavar=STORAGE_DTYPE_METAVAR,
-                        help="storage dtype of the states (default fp16)")
+    encode.add_argument("--store-dtype", "--dtype", dest="store_dtype", type=_storage_dtype, default="fp16",
+                        metavar=STORAGE_DTYPE_METAVAR, help="storage dtype of the states (default fp16)" + DTYPE_ALIAS)
     encode.add_argument("--shard-size-mb", type=float, default=64.0, help="shard size in MiB (default 64)")
     encode.add_argument("--repair", action="store_true",
                         help="verify first; drop corrupted documents (quarantining their shards) and recompute them")
@@ -2827,8 +2832,9 @@ def build_parser(family_options: bool = False) -> _Parser:
                         help="no-answer margin in logits (default: the checkpoint's tuned value, else 0)")
     answer.add_argument("--encode-missing", action="store_true",
                         help="encode and store passages that are not stored (otherwise an error)")
-    answer.add_argument("--dtype", type=_storage_dtype, default=None, metavar=STORAGE_DTYPE_METAVAR,
-                        help="with --encode-missing: storage dtype (default fp16)")
+    answer.add_argument("--store-dtype", "--dtype", dest="store_dtype", type=_storage_dtype, default=None,
+                        metavar=STORAGE_DTYPE_METAVAR,
+                        help="with --encode-missing: storage dtype (default fp16)" + DTYPE_ALIAS)
     answer.add_argument("--max-document-length", type=int, default=None,
                         help="families that read whole documents: the stored document length to read (default: the "
                              "store's only one for the model; of several, the one `encode` writes by default, and "
@@ -2871,8 +2877,9 @@ def build_parser(family_options: bool = False) -> _Parser:
                                 "several, the one `encode` writes by default, and where none is, an error names them)")
     summarize.add_argument("--encode-missing", action="store_true",
                            help="encode and store documents that are not stored (otherwise an error)")
-    summarize.add_argument("--dtype", type=_storage_dtype, default=None, metavar=STORAGE_DTYPE_METAVAR,
-                           help="with --encode-missing: storage dtype (default fp16)")
+    summarize.add_argument("--store-dtype", "--dtype", dest="store_dtype", type=_storage_dtype, default=None,
+                           metavar=STORAGE_DTYPE_METAVAR,
+                           help="with --encode-missing: storage dtype (default fp16)" + DTYPE_ALIAS)
     summarize.add_argument("--device", default="auto", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
     summarize.add_argument("--compute-dtype", choices=COMPUTE_DTYPE_CHOICES, default="auto", help=compute_dtype_help)
     if family_options:
@@ -2970,8 +2977,9 @@ def build_parser(family_options: bool = False) -> _Parser:
                               "dataset (beside --local-dir, or pushed) and linked from the card")
     publish.add_argument("--representations-repo", default=None,
                          help="dataset repo of the representations (default: REPO_ID-representations)")
-    publish.add_argument("--dtype", type=_storage_dtype, default=None, metavar=STORAGE_DTYPE_METAVAR,
-                         help="storage dtype to declare (default: the store's, else fp16)")
+    publish.add_argument("--store-dtype", "--dtype", dest="store_dtype", type=_storage_dtype, default=None,
+                         metavar=STORAGE_DTYPE_METAVAR,
+                         help="storage dtype to declare (default: the store's, else fp16)" + DTYPE_ALIAS)
     publish.add_argument("--metrics", type=_path, default=None,
                          help="the run's metrics JSON (eval_results.json of a QA run, "
                               "or a summarization run's results with ROUGE): fills the "

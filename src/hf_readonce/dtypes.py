@@ -13,8 +13,11 @@ have no fast fp16 matrix kernels: one DeFormer forward of 32 windows of 256 toke
 5.1 s in fp32 on the same 2 cores. bf16 is fast only on CPUs with native bf16 (AVX-512 BF16 or AMX), so it is
 used only when asked for.
 
-The storage dtype (`hf-readonce encode --dtype`, `fill_store(dtype=...)`) is another setting: states are computed
-in the compute dtype, then cast to the storage dtype when written.
+The storage dtype (`hf-readonce encode --store-dtype`, `fill_store(store_dtype=...)`) is another setting: states are
+computed in the compute dtype, then cast to the storage dtype when written. The two keep apart by name: `dtype` is
+the compute dtype (transformers' `from_pretrained(dtype=...)`, `pipeline(dtype=...)`), `store_dtype` the storage
+dtype (`fill_store`, `ensure_stored`, the tasks that read a store, `hf_readonce.hub.publish`, the DeFormer
+pipeline's `store=` calls); [`takes_store_dtype`] refuses a `dtype=` given to one of the storage functions.
 
 Stored representations are keyed by the compute dtype, so a model computing in fp32 and the same checkpoint computing
 in fp16 or bf16 write and read different representation spaces (their states differ by the rounding of the compute
@@ -32,6 +35,7 @@ The pipelines under `hf_readonce/models/` travel to the Hub without hf-readonce,
 from __future__ import annotations
 
 import copy
+import functools
 
 import torch
 
@@ -120,5 +124,33 @@ def dtype_name(dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def takes_store_dtype(function):
+    """Decorator of the functions that take the storage dtype of what they write as `store_dtype`
+    ([`~hf_readonce.representations.fill_store`], [`~hf_readonce.representations.fill.ensure_stored`], the tasks that
+    read a store, `hf_readonce.hub.publish`): a `dtype=` keyword given to one is refused, before any work, with a
+    `TypeError` naming `store_dtype`. In hf-readonce, as in transformers, `dtype` is the dtype a model computes in
+    (`from_pretrained(..., dtype=...)`); the refusal holds for a function that takes `**kwargs` too, which would
+    otherwise carry `dtype` on (e.g. to `generate()`). The signature is the function's (`inspect.signature` reads it
+    through `__wrapped__`).
+
+    Args:
+        function (`Callable`): a function (or `__init__`) with a keyword argument `store_dtype`.
+
+    Returns:
+        `Callable`: the function, refusing `dtype=`.
+    """
+    shown = function.__qualname__.removesuffix(".__init__")
+
+    @functools.wraps(function)
+    def refusing_dtype(*args, **kwargs):
+        if "dtype" in kwargs:
+            raise TypeError(f"{shown}() takes the storage dtype as `store_dtype`, not `dtype` (got "
+                            f"dtype={kwargs['dtype']!r}): pass store_dtype={kwargs['dtype']!r}; the dtype the model "
+                            "computes in is set when it is loaded (`from_pretrained(..., dtype=...)`).")
+        return function(*args, **kwargs)
+
+    return refusing_dtype
+
+
 __all__ = ["COMPUTE_DTYPE_CHOICES", "checkpoint_dtype", "compute_dtype_hint", "dtype_name", "load_dtype",
-           "resolve_compute_dtype"]
+           "resolve_compute_dtype", "takes_store_dtype"]

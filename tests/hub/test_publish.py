@@ -38,7 +38,7 @@ def store_dir(tmp_path_factory, checkpoint_dir, tokenizer):
     path = tmp_path_factory.mktemp("reps") / "store"
     model = DeformerBertAdapter.load_model(str(checkpoint_dir)).eval()
     adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=24, doc_stride=8)
-    fill_store(adapter, RepresentationStore(path), CONTEXTS, dtype="float16")
+    fill_store(adapter, RepresentationStore(path), CONTEXTS, store_dtype="float16")
     return path
 
 
@@ -435,6 +435,14 @@ def test_publish_setting_options_are_checked_in_the_cli_words(checkpoint_dir, tm
     model.config.max_passage_length, model.config.doc_stride = 32, 0
     tokenizer = AutoTokenizer.from_pretrained(checkpoint_dir)
     assert representation_format_for(model, tokenizer)["settings"]["doc_stride"] == 0
+    # the declared storage dtype is `store_dtype` (the format's `dtype` field); `dtype=`, the compute dtype's name, is
+    # refused naming it, in `publish` too (before the checkpoint is read)
+    assert representation_format_for(model, tokenizer, store_dtype="bf16")["dtype"] == "bfloat16"
+    with pytest.raises(TypeError, match=r"^representation_format_for\(\) takes the storage dtype as `store_dtype`"):
+        representation_format_for(model, tokenizer, dtype="bf16")
+    with pytest.raises(TypeError, match=r"^publish\(\) takes the storage dtype as `store_dtype`"):
+        publish(checkpoint_dir, "a/b", local_dir=tmp_path / "p", dtype="bf16")
+    assert not (tmp_path / "p").exists()
 
 
 def test_a_readtwice_checkpoint_of_the_paper_layout_publishes_without_a_representation_format(tmp_path, tokenizer):
@@ -500,13 +508,14 @@ def test_the_exported_representations_carry_no_model_name(published, store_dir, 
 def test_cli_publish_a_dtype_the_store_does_not_hold_says_what_the_cli_takes(checkpoint_dir, store_dir, tmp_path,
                                                                            capsys):
     """`publish --store S --dtype bf16` over an fp16 store was told to "pass check_dtype=False", an argument of
-    `check_store_format` no command takes: the CLI says what --dtype does instead, and publishes without it."""
+    `check_store_format` no command takes: the CLI says what --store-dtype (given here by its other spelling,
+    `--dtype`) does instead, and publishes without it."""
     folder = tmp_path / "hub"
     assert cli_main(["publish", str(checkpoint_dir), "--repo-id", "a/b", "--local-dir", str(folder), "--store",
                      str(store_dir), "--dtype", "bf16", "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert "as float16; the checkpoint declares bfloat16 (`--dtype` declares it; without --dtype, the dtype the " \
-           "store holds is declared where it holds one)" in err and "check_dtype" not in err, err
+    assert "as float16; the checkpoint declares bfloat16 (`--store-dtype` declares it; without --store-dtype, the " \
+           "dtype the store holds is declared where it holds one)" in err and "check_dtype" not in err, err
     assert not folder.exists()
     assert cli_main(["publish", str(checkpoint_dir), "--repo-id", "a/b", "--local-dir", str(folder), "--store",
                      str(store_dir), "--no-progress"]) == 0

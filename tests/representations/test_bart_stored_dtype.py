@@ -28,7 +28,7 @@ def test_float16_states_of_an_old_key_read_back_as_recorded(family, tmp_path):
     settings = cpu_adapter.settings()
     assert settings == half_adapter.settings()
     computed = RepresentationStore(tmp_path / "computed")
-    fill_store(half_adapter, computed, DOCUMENTS, dtype="fp16")
+    fill_store(half_adapter, computed, DOCUMENTS, store_dtype="fp16")
     old_key = fingerprint_before_compute_dtypes(half, family)
     assert old_key == current_fingerprint(cpu_adapter) != current_fingerprint(half_adapter)
     old = RepresentationStore(tmp_path / "old")  # as the code before wrote float16 compute's states
@@ -36,7 +36,7 @@ def test_float16_states_of_an_old_key_read_back_as_recorded(family, tmp_path):
         for doc_hash in hashes:
             writer.add(doc_hash, computed.get(current_fingerprint(half_adapter), settings, doc_hash))
     fresh = RepresentationStore(tmp_path / "fresh")
-    fill_store(cpu_adapter, fresh, DOCUMENTS, dtype="fp16")
+    fill_store(cpu_adapter, fresh, DOCUMENTS, store_dtype="fp16")
     for store in (old, fresh):
         (space,) = store.info()["spaces"].values()
         assert space["dtypes"] == ["float16"]

@@ -24,7 +24,7 @@ def tiny(tokenizer, seed=0):
 
 def stored(adapter, path, dtype):
     store = RepresentationStore(path)
-    fill_store(adapter, store, DOCUMENTS, dtype=dtype)
+    fill_store(adapter, store, DOCUMENTS, store_dtype=dtype)
     tensors = store.get_many(adapter.fingerprint(), adapter.settings(), [content_hash(d) for d in DOCUMENTS])
     size = sum(p.stat().st_size for p in (path / "shards").rglob("*.safetensors"))
     return tensors, size

@@ -49,7 +49,7 @@ def test_store_round_trip_gives_the_models_own_outputs(model_type, tokenizer, tm
     adapter = get_adapter(model, tokenizer, **settings)
     assert type(adapter) is registered_adapters()[model_type]
     store = RepresentationStore(tmp_path / "store")
-    stats = fill_store(adapter, store, DOCUMENTS, dtype="float32")
+    stats = fill_store(adapter, store, DOCUMENTS, store_dtype="float32")
     assert stats.encoded == len(DOCUMENTS)
     reopened = RepresentationStore(tmp_path / "store", readonly=True)  # another process would see the same
     stored = reopened.get_many(adapter.fingerprint(), adapter.settings(), [content_hash(d) for d in DOCUMENTS])
@@ -113,7 +113,7 @@ def test_documents_cut_are_counted_from_the_one_tokenization(model_type, tokeniz
 
     tokenized = counting_tokenizations(tokenizer, DOCUMENTS, monkeypatch)
     # 3 documents per encode call, 2 per model call: a batch tokenized in parts (LongDoc) is counted whole
-    stats = fill_store(adapter, RepresentationStore(tmp_path / "store"), DOCUMENTS, dtype="float32",
+    stats = fill_store(adapter, RepresentationStore(tmp_path / "store"), DOCUMENTS, store_dtype="float32",
                        documents_per_batch=3)
     assert stats.encoded == 3 and stats.truncated == 1
     assert sorted(tokenized) == sorted(DOCUMENTS)  # each document once
@@ -141,7 +141,7 @@ def test_documents_cut_are_counted_from_the_stored_token_counts(model_type, toke
     assert lengths[1] > limit > lengths[2]
     adapter = get_adapter(model, tokenizer, **{**settings, "max_document_length": limit})
     store = RepresentationStore(tmp_path / "store")
-    fill_store(adapter, store, DOCUMENTS, dtype="float32")
+    fill_store(adapter, store, DOCUMENTS, store_dtype="float32")
     fingerprint, stored_settings = adapter.fingerprint(), adapter.settings()
     hashes = {text: content_hash(text) for text in DOCUMENTS}
     metas = [store.entry(fingerprint, stored_settings, h).meta for h in hashes.values()]

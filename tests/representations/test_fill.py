@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from hf_readonce import DeformerBertConfig, DeformerBertForQuestionAnswering
-from hf_readonce.representations import DeformerBertAdapter, fill_store, make_encode_function
+from hf_readonce.representations import DeformerBertAdapter, StoreEncodeFunction, fill_store, make_encode_function
+from hf_readonce.representations.fill import ensure_stored
 from hf_readonce.store import (
     RepresentationMismatchError,
     RepresentationStore,
@@ -69,11 +70,11 @@ def test_encode_skips_stored_and_answers_equal_in_memory(tmp_path, tokenizer, qa
     adapter.encode = lambda texts: calls.append(len(texts)) or original(texts)
     store = RepresentationStore(tmp_path / "s")
     contexts = [r["context"] for r in qa_rows]
-    first = fill_store(adapter, store, contexts, dtype="fp32")
+    first = fill_store(adapter, store, contexts, store_dtype="fp32")
     unique = len(set(contexts))
     assert first.encoded == unique and first.duplicates == len(contexts) - unique and sum(calls) == unique
     calls.clear()
-    again = fill_store(adapter, store, contexts, dtype="fp32")
+    again = fill_store(adapter, store, contexts, store_dtype="fp32")
     assert again.encoded == 0 and again.already_stored == unique and calls == []  # no model work
     # answers from the store equal the in-memory cached path
     predictions = answer_from_store(model, tokenizer, RepresentationStore(tmp_path / "s"), qa_rows,
@@ -129,7 +130,7 @@ def test_progress_bar_counts_distinct_documents(tmp_path, tokenizer, qa_rows, mo
     passages = list(dict.fromkeys(r["context"] for r in qa_rows))[:6]
     contexts = passages + passages[:3]  # several questions share a passage: the case that matters
     distinct = len(passages)
-    stats = fill_store(adapter, RepresentationStore(tmp_path / "s"), contexts, dtype="fp32", progress=True,
+    stats = fill_store(adapter, RepresentationStore(tmp_path / "s"), contexts, store_dtype="fp32", progress=True,
                        total=distinct)
     (bar,) = bars
     assert bar.n == bar.total == distinct == stats.encoded == stats.seen - stats.duplicates
@@ -151,15 +152,38 @@ def test_fill_store_checks_its_arguments_and_keeps_finished_work(tmp_path, token
     assert len(store) == 0
     # an empty document is set aside by name, as an unencodable one is; the others are stored
     stats = fill_store(adapter, store, [(f"d{i}", t) for i, t in enumerate(docs[:4] + ["  "] + docs[4:])],
-                       documents_per_batch=2, dtype="fp32")
+                       documents_per_batch=2, store_dtype="fp32")
     assert stats.rejected == [("d4", "the text is empty")] and stats.encoded == 6 and len(store) == 6
     # an error in the middle of a run keeps the documents computed before it
     fresh = RepresentationStore(tmp_path / "t")
     with pytest.raises(TypeError, match="document 4 is of type int"):
-        fill_store(adapter, fresh, docs[:4] + [7] + docs[4:], documents_per_batch=2, dtype="fp32")
+        fill_store(adapter, fresh, docs[:4] + [7] + docs[4:], documents_per_batch=2, store_dtype="fp32")
     with pytest.raises(ValueError, match=r"document 0: a tuple must be \(id, text\), got 3 items"):
-        fill_store(adapter, RepresentationStore(tmp_path / "u"), [("a", docs[0], "text")], dtype="fp32")
+        fill_store(adapter, RepresentationStore(tmp_path / "u"), [("a", docs[0], "text")], store_dtype="fp32")
     assert len(RepresentationStore(tmp_path / "t")) == 4
+
+
+def test_the_storage_dtype_is_store_dtype_and_a_dtype_keyword_is_refused(tmp_path, tokenizer):
+    """`dtype` is the compute dtype in hf-readonce, as in transformers: the functions that write a store take the
+    storage dtype as `store_dtype`, and a `dtype=` given to one is refused with a `TypeError` naming `store_dtype`,
+    before anything is written (not taken as the storage dtype, nor as a compute dtype)."""
+    adapter = DeformerBertAdapter(tiny_model(), tokenizer, max_passage_length=32, doc_stride=8)
+    store = RepresentationStore(tmp_path / "s")
+    texts = ["The river Ash runs past the old mill at Hartley."]
+    calls = {"fill_store": lambda: fill_store(adapter, store, texts, dtype="fp32"),
+             "ensure_stored": lambda: ensure_stored(adapter, store, texts, encode_missing=True, dtype="fp32"),
+             "make_encode_function": lambda: make_encode_function(adapter, store, dtype="fp32"),
+             "StoreEncodeFunction": lambda: StoreEncodeFunction(adapter, store, dtype="fp32")}
+    for name, call in calls.items():
+        with pytest.raises(TypeError, match=rf"^{name}\(\) takes the storage dtype as `store_dtype`, not `dtype` .*"
+                                            r"pass store_dtype='fp32'"):
+            call()
+    assert len(RepresentationStore(tmp_path / "s")) == 0
+    with pytest.raises(ValueError, match="`store_dtype` must be one of fp32, fp16, bf16"):
+        fill_store(adapter, store, texts, store_dtype="int8")
+    assert fill_store(adapter, store, texts, store_dtype="bf16").encoded == 1
+    (space,) = store.info()["spaces"].values()
+    assert space["dtypes"] == ["bfloat16"]
 
 
 def test_fill_store_takes_the_fingerprint_its_caller_computed_checked(tmp_path, tokenizer):
@@ -369,7 +393,8 @@ def test_tokens_count_only_the_documents_this_run_committed(tmp_path, tokenizer)
             writer.add(content_hash(texts[0]), adapter.encode([texts[0]])[0])
         yield texts[1]
 
-    stats = fill_store(adapter, RepresentationStore(tmp_path / "s"), documents(), dtype="fp32", documents_per_batch=1)
+    stats = fill_store(adapter, RepresentationStore(tmp_path / "s"), documents(), store_dtype="fp32",
+                       documents_per_batch=1)
     second = adapter.num_tokens(adapter.encode([texts[1]])[0])
     assert stats.encoded_hashes == [content_hash(texts[1])] and stats.already_stored == 1
     assert stats.tokens == second
@@ -397,7 +422,7 @@ def test_ctrl_c_during_a_shard_an_add_commits_stops_the_run_as_an_interrupt(tmp_
     monkeypatch.setattr(store_module, "_atomic_write", interrupted)
     seen = []
     with pytest.raises(KeyboardInterrupt):
-        fill_store(adapter, RepresentationStore(tmp_path / "s"), texts, dtype="fp32", documents_per_batch=2,
+        fill_store(adapter, RepresentationStore(tmp_path / "s"), texts, store_dtype="fp32", documents_per_batch=2,
                    shard_size_bytes=1, on_batch=lambda stats: seen.append((stats.encoded, stats.tokens)))
     first = adapter.num_tokens(adapter.encode([texts[0]])[0])
     assert len(RepresentationStore(tmp_path / "s")) == 1 and seen[-1] == (1, first)
@@ -526,9 +551,9 @@ def test_fill_store_refuses_a_mapping_of_documents(tmp_path, tokenizer):
     store = RepresentationStore(tmp_path / "s")
     documents = {"d0": "A passage about the river Ash and its mill.", "d1": "Another passage about the mill."}
     with pytest.raises(TypeError, match=r"`documents` .* not a dict .*documents\.items\(\)"):
-        fill_store(adapter, store, documents, dtype="fp32")
+        fill_store(adapter, store, documents, store_dtype="fp32")
     assert len(RepresentationStore(tmp_path / "s")) == 0
-    stats = fill_store(adapter, store, documents.items(), dtype="fp32")  # what was meant: (id, text) pairs
+    stats = fill_store(adapter, store, documents.items(), store_dtype="fp32")  # what was meant: (id, text) pairs
     assert stats.encoded == 2
     fingerprint, settings = adapter.model.representation_fingerprint(), adapter.settings()
     assert [store.get_meta(fingerprint, settings, content_hash(text))["id"] for text in documents.values()] == \

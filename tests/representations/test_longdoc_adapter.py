@@ -45,11 +45,11 @@ def test_one_stored_read_serves_summaries_of_several_lengths(tokenizer, tmp_path
     model = tiny(tokenizer).eval()
     adapter = LongDocBartAdapter(model, tokenizer, max_document_length=48)
     store = RepresentationStore(tmp_path / "store")
-    first = fill_store(adapter, store, DOCUMENTS, dtype="float32")
+    first = fill_store(adapter, store, DOCUMENTS, store_dtype="float32")
     assert first.encoded == 3 and first.truncated == 1  # the long document was cut to 48 tokens, and counted
     assert adapter.documents_cut(DOCUMENTS) == 1 and adapter.documents_cut(DOCUMENTS[:2]) == 0
     assert LongDocBartAdapter(model, tokenizer, max_document_length=96).documents_cut(DOCUMENTS) == 0
-    again = fill_store(adapter, store, DOCUMENTS, dtype="float32")
+    again = fill_store(adapter, store, DOCUMENTS, store_dtype="float32")
     assert again.already_stored == 3 and again.truncated == 0  # read once; nothing encoded, nothing cut
     batch = adapter.tokenize(DOCUMENTS)
     for length in (3, 7):

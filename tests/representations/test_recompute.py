@@ -19,7 +19,7 @@ def test_every_registered_adapter_has_the_recompute_side():
 
 def stored_documents(adapter, path, dtype):
     store = RepresentationStore(path)
-    fill_store(adapter, store, DOCUMENTS, dtype=dtype)
+    fill_store(adapter, store, DOCUMENTS, store_dtype=dtype)
     return store.get_many(adapter.fingerprint(), adapter.settings(), [content_hash(d) for d in DOCUMENTS])
 
 
@@ -100,7 +100,7 @@ def test_a_model_the_adapter_refuses_reports_its_own_spaces_only(tokenizer, tmp_
     model, settings, _ = HARNESSES["block_attention_llama"](tokenizer)
     adapter = get_adapter(model, tokenizer, **settings)
     store = RepresentationStore(tmp_path / "store")
-    fill_store(adapter, store, DOCUMENTS, dtype="float32")
+    fill_store(adapter, store, DOCUMENTS, store_dtype="float32")
     dynamic = BlockAttentionLlamaForCausalLM(BlockAttentionLlamaConfig(**{
         **model.config.to_dict(), "rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}}))
     assert recompute_store(store, dynamic, tokenizer, 1) == []

@@ -284,7 +284,7 @@ def test_item3_answer_from_store_refuses_states_of_the_old_weights(tmp_path, tok
     example = {"id": "q", "question": "Where did the cat sit?", "context": "The cat sat on the mat in the hall."}
     store = RepresentationStore(tmp_path / "s")
     fill_store(DeformerBertAdapter(model, tokenizer, max_passage_length=32, doc_stride=8), store,
-               [example["context"]], dtype="float32")
+               [example["context"]], store_dtype="float32")
     kwargs = dict(max_passage_length=32, doc_stride=8, max_question_length=16)
     answer_from_store(model, tokenizer, store, [example], **kwargs)
     model.bert.embeddings.word_embeddings.weight.data.add_(1e-3)
@@ -332,7 +332,7 @@ def publishable(tmp_path_factory, tokenizer):
     tokenizer.save_pretrained(root / "model")
     fill_store(DeformerBertAdapter(model, tokenizer, max_passage_length=24, doc_stride=8),
                RepresentationStore(root / "store"), ["The cat sat on the mat.", "A dog ran in the park."],
-               dtype="float16")
+               store_dtype="float16")
     return root
 
 

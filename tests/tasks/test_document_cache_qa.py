@@ -33,7 +33,7 @@ def model(tokenizer):
 @pytest.fixture
 def store(model, tokenizer, tmp_path):
     store = RepresentationStore(tmp_path / "store")
-    fill_store(get_adapter(model, tokenizer, max_document_length=32), store, PASSAGES, dtype="float32")
+    fill_store(get_adapter(model, tokenizer, max_document_length=32), store, PASSAGES, store_dtype="float32")
     return store
 
 
@@ -55,7 +55,7 @@ def test_encode_missing_hashes_the_weights_once(model, tokenizer, tmp_path, monk
     monkeypatch.setattr(base, "weights_digest", lambda module: calls.append(module) or digest(module))
     empty = RepresentationStore(tmp_path / "empty")
     answer_with_document_caches(model, tokenizer, empty, ROWS, max_new_tokens=2, encode_missing=True,
-                                dtype="float32", max_document_length=32)
+                                store_dtype="float32", max_document_length=32)
     assert len(calls) == 1  # the lookup; `fill_store` writes the missing passages under the fingerprint it found
     assert len(empty.spaces()) == 1
 
@@ -69,7 +69,7 @@ def test_the_passages_read_whole_are_not_tokenized_to_count_those_cut(model, tok
     short, long = (len(tokenizer(text, add_special_tokens=False).input_ids) for text in PASSAGES)
     assert short < long
     store = RepresentationStore(tmp_path / "store")
-    fill_store(get_adapter(model, tokenizer, max_document_length=short + 1), store, PASSAGES, dtype="float32")
+    fill_store(get_adapter(model, tokenizer, max_document_length=short + 1), store, PASSAGES, store_dtype="float32")
     tokenized = counting_tokenizations(tokenizer, PASSAGES, monkeypatch)
     counts = {}
     answer_with_document_caches(model, tokenizer, store, ROWS, max_new_tokens=2, counts=counts)
@@ -126,7 +126,7 @@ def test_a_stale_fingerprint_is_refused_not_served(tokenizer, tmp_path):
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, pad_token_id=0)).eval()
     store = RepresentationStore(tmp_path / "store")
     adapter = get_adapter(model, tokenizer, max_document_length=32)
-    fill_store(adapter, store, PASSAGES, dtype="float32")
+    fill_store(adapter, store, PASSAGES, store_dtype="float32")
     stale = base.current_fingerprint(model)
     assert find_document_cache_space(store, model, tokenizer, 32, fingerprint=stale)["max_document_length"] == 32
     assert ensure_stored(adapter, store, PASSAGES, fingerprint=stale)[0] == stale  # the right one is accepted

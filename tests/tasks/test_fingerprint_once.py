@@ -147,7 +147,7 @@ def test_answer_with_document_caches_serializes_the_tokenizer_once(tokenizer, tm
         vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, pad_token_id=0)).eval()
     store = RepresentationStore(tmp_path / "store")
-    fill_store(get_adapter(model, tokenizer, max_document_length=32), store, DOCUMENTS[:2], dtype="float32")
+    fill_store(get_adapter(model, tokenizer, max_document_length=32), store, DOCUMENTS[:2], store_dtype="float32")
     rows = [{"id": "a", "question": "Who approved it?", "context": DOCUMENTS[0]}]
     assert once(calls, lambda: find_document_cache_space(store, model, tokenizer))["max_document_length"] == 32
     assert list(once(calls, lambda: answer_with_document_caches(model, tokenizer, store, rows,
@@ -176,8 +176,9 @@ def test_recompute_store_beside_a_space_whose_settings_this_model_refuses(tokeni
     model, other = llama(128, 0), llama(256, 1)
     store = RepresentationStore(tmp_path / "store")
     for length in (16, 24, 32):
-        fill_store(get_adapter(model, tokenizer, max_document_length=length), store, DOCUMENTS[:1], dtype="float32")
-    fill_store(get_adapter(other, tokenizer, max_document_length=230), store, DOCUMENTS[:1], dtype="float32")
+        fill_store(get_adapter(model, tokenizer, max_document_length=length), store, DOCUMENTS[:1],
+                   store_dtype="float32")
+    fill_store(get_adapter(other, tokenizer, max_document_length=230), store, DOCUMENTS[:1], store_dtype="float32")
     order = [s.settings["max_document_length"] for s in sorted(store.spaces(), key=lambda s: s.key)]
     assert order.index(230) > 0  # one of this model's spaces (its adapter built) comes first
     reports = once(calls, lambda: recompute_store(store, model, tokenizer, 1))

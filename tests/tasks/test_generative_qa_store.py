@@ -22,7 +22,7 @@ ROWS = [{"id": "a", "question": "Who approved the budget?", "context": DOCUMENTS
 def test_answers_from_the_store_equal_the_pipeline_reading_the_documents(tokenizer, tmp_path):
     model = readonce(tokenizer)
     store = RepresentationStore(tmp_path / "store")
-    fill_store(get_adapter(model, tokenizer, max_document_length=48), store, DOCUMENTS, dtype="float32")
+    fill_store(get_adapter(model, tokenizer, max_document_length=48), store, DOCUMENTS, store_dtype="float32")
     used, timings = {}, {}
     answers = answer_from_representations(model, tokenizer, store, ROWS, batch_size=3, max_new_tokens=5,
                                           settings_used=used, timings=timings)
@@ -81,7 +81,7 @@ def test_the_documents_read_whole_are_not_tokenized_to_count_those_cut(tokenizer
     model = readonce(tokenizer)
     lengths = {text: len(tokenizer(text).input_ids) for text in DOCUMENTS}
     store = RepresentationStore(tmp_path / "store")
-    fill_store(get_adapter(model, tokenizer, max_document_length=24), store, DOCUMENTS, dtype="float32")
+    fill_store(get_adapter(model, tokenizer, max_document_length=24), store, DOCUMENTS, store_dtype="float32")
     cut = sum(length > 24 for length in lengths.values())
     assert any(length < 24 for length in lengths.values()) and cut
     tokenized = counting_tokenizations(tokenizer, DOCUMENTS, monkeypatch)
@@ -195,7 +195,8 @@ def test_the_question_length_the_checkpoint_records_is_read_everywhere(tokenizer
         json.loads((old / "config.json").read_text())["max_question_length"] is None
     store = RepresentationStore(tmp_path / "store")
     before = ReadOnceBartForConditionalGeneration.from_pretrained(old).eval()
-    assert fill_store(get_adapter(before, tokenizer), store, DOCUMENTS, dtype="float32").encoded == len(DOCUMENTS)
+    stored = fill_store(get_adapter(before, tokenizer), store, DOCUMENTS, store_dtype="float32")
+    assert stored.encoded == len(DOCUMENTS)
     recorded = ReadOnceBartForConditionalGeneration.from_pretrained(new).eval()
     assert get_adapter(recorded, tokenizer).max_prompt_length == 6 and get_adapter(before, tokenizer).max_prompt_length == 32
     lengths = [len(tokenizer(row["question"]).input_ids) for row in ROWS]

@@ -37,8 +37,12 @@ def test_bad_arguments_are_named(stored, tokenizer):
         answer_from_store(tokenizer, model, store, rows)
     with pytest.raises(TypeError, match="'question' is of type list, not a string"):
         answer_from_store(model, tokenizer, store, [{**rows[0], "question": ["Who?"]}])
-    with pytest.raises(ValueError, match="`dtype` must be one of"):
-        answer_from_store(model, tokenizer, store, rows, dtype="int8")
+    with pytest.raises(ValueError, match="`store_dtype` must be one of"):
+        answer_from_store(model, tokenizer, store, rows, store_dtype="int8")
+    # `dtype` is the compute dtype: the storage dtype of `encode_missing` is `store_dtype`, and `dtype=` is refused
+    with pytest.raises(TypeError, match=r"^answer_from_store\(\) takes the storage dtype as `store_dtype`, not "
+                                        r"`dtype` \(got dtype='float32'\)"):
+        answer_from_store(model, tokenizer, store, rows, encode_missing=True, dtype="float32")
 
 
 def test_counts_the_questions_cut_to_max_question_length(stored, tokenizer):

@@ -25,7 +25,7 @@ def test_answers_from_the_store_equal_the_pipeline_reading_the_documents(tokeniz
         "mention_fn"]} if memory_type == "entity" else {}
     store = RepresentationStore(tmp_path / "store")
     assert fill_store(ReadTwiceBertAdapter(model, tokenizer, **mentions), store, [DOCUMENT, OTHER],
-                      dtype="float32").encoded == 2
+                      store_dtype="float32").encoded == 2
     examples = _examples()
     # two documents in one store read, questions of both in one batch; the mention function found from the store
     answers = answer_from_readtwice_store(model, tokenizer, store, examples, max_question_length=MAX_QUESTION_LEN,

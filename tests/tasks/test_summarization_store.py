@@ -82,7 +82,7 @@ def test_summaries_from_the_store_equal_the_model_reading_the_documents(tokenize
     model = build(tokenizer)
     adapter = get_adapter(model, tokenizer, max_document_length=48)
     store = RepresentationStore(tmp_path / "store")
-    assert fill_store(adapter, store, DOCUMENTS, dtype="float32").encoded == 3
+    assert fill_store(adapter, store, DOCUMENTS, store_dtype="float32").encoded == 3
     kwargs = dict(max_new_tokens=6, min_new_tokens=6, num_beams=num_beams)
     summaries = summarize_from_store(model, tokenizer, store, DOCUMENTS, batch_size=2, **kwargs)
     assert summaries == read_alone(model, tokenizer, DOCUMENTS, 48, do_sample=False, **kwargs)
@@ -92,7 +92,7 @@ def test_summaries_from_the_store_equal_the_model_reading_the_documents(tokenize
 def test_each_distinct_document_is_read_once_and_answers_keep_the_order(tokenizer, tmp_path, monkeypatch):
     model = longdoc(tokenizer)
     store = RepresentationStore(tmp_path / "store")
-    fill_store(get_adapter(model, tokenizer, max_document_length=48), store, DOCUMENTS, dtype="float32")
+    fill_store(get_adapter(model, tokenizer, max_document_length=48), store, DOCUMENTS, store_dtype="float32")
     reads = []
     get_many = store.get_many
     monkeypatch.setattr(store, "get_many", lambda *a, **k: reads.extend(a[2]) or get_many(*a, **k))
@@ -102,6 +102,21 @@ def test_each_distinct_document_is_read_once_and_answers_keep_the_order(tokenize
     alone = dict(zip(DOCUMENTS, read_alone(model, tokenizer, DOCUMENTS, 48, max_new_tokens=5, min_new_tokens=5,
                                            do_sample=False)))
     assert summaries == [alone[text] for text in order]
+
+
+def test_a_dtype_keyword_is_refused_not_passed_on_to_generate(tokenizer, tmp_path):
+    """`summarize_from_store` passes its further keywords on to `generate()`: a `dtype=` (the compute dtype's name,
+    not the storage dtype's, `store_dtype`) is refused naming `store_dtype` before anything is read or written."""
+    model = longdoc(tokenizer)
+    store = RepresentationStore(tmp_path / "store")
+    with pytest.raises(TypeError, match=r"^summarize_from_store\(\) takes the storage dtype as `store_dtype`"):
+        summarize_from_store(model, tokenizer, store, DOCUMENTS, encode_missing=True, dtype="float32",
+                             max_new_tokens=2)
+    assert len(RepresentationStore(tmp_path / "store")) == 0
+    summarize_from_store(model, tokenizer, store, DOCUMENTS[:1], encode_missing=True, store_dtype="float32",
+                         max_new_tokens=2)
+    (space,) = store.info()["spaces"].values()
+    assert space["dtypes"] == ["float32"]
 
 
 def test_missing_documents_are_named_or_encoded_on_request(tokenizer, tmp_path):
@@ -140,7 +155,7 @@ def test_several_stored_settings_need_a_choice(tokenizer, tmp_path):
     model = longdoc(tokenizer)
     store = RepresentationStore(tmp_path / "store")
     for length in (32, 48):
-        fill_store(get_adapter(model, tokenizer, max_document_length=length), store, DOCUMENTS, dtype="float32")
+        fill_store(get_adapter(model, tokenizer, max_document_length=length), store, DOCUMENTS, store_dtype="float32")
     with pytest.raises(ValueError, match="max_document_length=32.*max_document_length=48"):
         summarize_from_store(model, tokenizer, store, DOCUMENTS)
     assert find_summarization_space(store, model, tokenizer, {"max_document_length": 32})["max_document_length"] == 32
@@ -156,7 +171,7 @@ def test_readonce_reads_another_prompt_and_its_own_k(tokenizer, tmp_path):
     store = RepresentationStore(tmp_path / "store")
     for k in (4, 8):
         fill_store(get_adapter(model, tokenizer, max_document_length=48, compression_ratio=k), store, DOCUMENTS,
-                   dtype="float32")
+                   store_dtype="float32")
     kwargs = dict(max_new_tokens=4, min_new_tokens=4)
     k8 = summarize_from_store(model, tokenizer, store, DOCUMENTS, settings={"compression_ratio": 8}, **kwargs)
     docs = tokenizer(DOCUMENTS, truncation=True, max_length=48, padding=True, return_tensors="pt")

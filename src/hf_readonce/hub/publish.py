@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..dtypes import takes_store_dtype
+
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 
 FINGERPRINT_SCHEME = "{model_type}.representation_fingerprint/sha256-v1"
@@ -84,22 +86,25 @@ def _own_settings_hint(store, representation_format: Mapping) -> str:
     return ""
 
 
-def representation_format_for(model, tokenizer, *, dtype: str = "float16", settings: Mapping | None = None) -> dict | None:
+@takes_store_dtype
+def representation_format_for(model, tokenizer, *, store_dtype: str = "float16",
+                              settings: Mapping | None = None) -> dict | None:
     """The representation format of `model` (see `hf_readonce.store.format_check`): its family's adapter settings
     (k or compression ratio, window and stride or document length, tokenizer fingerprint) with the checkpoint's
     recorded values as defaults (as `hf-readonce encode` uses them), its fingerprint, the fingerprint scheme, the
-    storage `dtype` and the store format version. `None` for models that store no representations: those of a
-    family without an adapter, and those whose adapter says they have none to store (`stores_representations`, e.g.
-    a ReadTwice checkpoint that reads the question in its first read).
+    storage dtype (`store_dtype`, declared as the format's `dtype` field) and the store format version. `None` for
+    models that store no representations: those of a family without an adapter, and those whose adapter says they have
+    none to store (`stores_representations`, e.g. a ReadTwice checkpoint that reads the question in its first read).
 
     Args:
         model, tokenizer: the checkpoint's model and fast tokenizer.
-        dtype (`str`, defaults to `"float16"`): storage dtype of the representations.
+        store_dtype (`str`, defaults to `"float16"`): storage dtype of the representations (fp32, fp16, bf16).
         settings (`Mapping`, *optional*): adapter settings that override the checkpoint's recorded ones (e.g.
             `{"max_passage_length": 128, "doc_stride": 32}`).
 
     Raises:
-        ValueError: settings the adapter rejects (naming them); a `dtype` that is not a floating dtype name.
+        ValueError: settings the adapter rejects (naming them); a `store_dtype` that is not a floating dtype name.
+        TypeError: a `dtype=` keyword (the storage dtype is `store_dtype`).
     """
     from ..representations import get_adapter_class, registered_adapters
     from ..store import FORMAT_VERSION
@@ -133,7 +138,7 @@ def representation_format_for(model, tokenizer, *, dtype: str = "float16", setti
         raise ValueError(f"cannot declare the representation format of this {model_type} model with settings "
                          f"{chosen}: {error} Record the settings in its config.json (as training does) or pass "
                          "`representation_settings`.") from None
-    dtype_name = str(resolve_dtype(dtype)).removeprefix("torch.")
+    dtype_name = str(resolve_dtype(store_dtype, "store_dtype")).removeprefix("torch.")
     return {
         "format": REPRESENTATION_FORMAT_NAME,
         "format_version": REPRESENTATION_FORMAT_VERSION,
@@ -277,8 +282,9 @@ def _read_metrics_card(metrics, model, repo_id, representation_format, represent
                                   prefix=base.pop("prefix", None), **base)
 
 
+@takes_store_dtype
 def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, store=None, metrics=None,
-            card: Mapping | None = None, representations_repo: str | None = None, dtype: str | None = None,
+            card: Mapping | None = None, representations_repo: str | None = None, store_dtype: str | None = None,
             representation_settings: Mapping | None = None,
             commit_message: str = "Upload hf-readonce model", token: str | None = None, api=None) -> PublishResult:
     """Assemble a Hub repo folder for the checkpoint in `model_dir` and write it to `local_dir` or upload it.
@@ -300,7 +306,7 @@ def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, s
         card (`Mapping`, *optional*): extra [`build_model_card`] arguments (`title`, `summary`, `base_model`,
             `datasets`, `training`, `limitations`, `dataset_type`, `dataset_name`, `prefix`, ...).
         representations_repo (`str`, *optional*): dataset repo id; defaults to `<repo_id>-representations`.
-        dtype (`str`, *optional*): the representations' storage dtype to declare; defaults to the store's, else
+        store_dtype (`str`, *optional*): the representations' storage dtype to declare; defaults to the store's, else
             `"float16"` (the default of `hf-readonce encode`).
         representation_settings (`Mapping`, *optional*): adapter settings overriding the checkpoint's recorded
             ones (see [`representation_format_for`]).
@@ -315,7 +321,8 @@ def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, s
         ValueError: a bad `repo_id`, a `model_dir` that is not an hf-readonce checkpoint or lacks its weights or a
             tokenizer, a non-empty `local_dir` (or, with `store`, a non-empty `<local_dir>-representations/`), a store without this model's representations (`RepresentationMismatchError`, a
             `ValueError`, naming what differs), a `metrics` path that is a directory.
-        TypeError: arguments of the wrong type (naming them).
+        TypeError: arguments of the wrong type (naming them); a `dtype=` keyword (the storage dtype is
+            `store_dtype`).
         FileNotFoundError: a missing `model_dir`, `metrics` file or store.
     """
     check_repo_id(repo_id)
@@ -352,7 +359,8 @@ def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, s
 
     model, tokenizer = _load(model_dir)
     format_model = _model_computing_like(store_obj, model, model_dir) if store_obj is not None else model
-    representation_format = representation_format_for(format_model, tokenizer, dtype=dtype or "float16",
+    representation_format = representation_format_for(format_model, tokenizer,
+                                                      store_dtype=store_dtype or "float16",
                                                       settings=representation_settings)
     if representation_format is not None:
         representation_format["fingerprints"] = _fingerprints_per_compute_dtype(
@@ -366,7 +374,7 @@ def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, s
         from ..store.keys import space_key
 
         key = space_key(representation_format["fingerprint"], representation_format["settings"])
-        if dtype is None:  # declare the dtype the store holds (checked below, like every other field)
+        if store_dtype is None:  # declare the dtype the store holds (checked below, like every other field)
             dtypes = {info.get("dtype") for entry in store_obj.entries() if entry.space == key
                       for info in entry.tensors.values()} & {"float32", "float16", "bfloat16"}
             if len(dtypes) == 1:

@@ -447,7 +447,7 @@ def run(args: ReadOnceArguments, training_args: Seq2SeqTrainingArguments) -> dic
         eval_rows = [row for rows in eval_sets.values() for row in rows]
         documents = list(dict.fromkeys(r["document"] for r in train_rows + eval_rows))
         start = time.perf_counter()
-        encoded = fill_store(adapter, store, documents, dtype="float16")
+        encoded = fill_store(adapter, store, documents, store_dtype="float16")
         metrics["store_encode_seconds"] = round(time.perf_counter() - start, 1)
         metrics["store_documents"] = encoded.encoded + encoded.already_stored
         lookup = store_lookup_fn(store, adapter)

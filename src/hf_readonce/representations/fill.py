@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ..dtypes import takes_store_dtype
 from ..store import RepresentationStore, content_hash, rank_of
 from ..store.keys import check_bool
 from ..store.shards import DEFAULT_SHARD_SIZE_BYTES, resolve_dtype
@@ -45,11 +46,12 @@ class EncodeStats:
         return {k: v for k, v in self.__dict__.items() if k != "encoded_hashes"}
 
 
-def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtype: str = "float16",
-                     shard_size_bytes: int = DEFAULT_SHARD_SIZE_BYTES, documents_per_batch: int | None = None,
-                     rank: int = 0, num_processes: int = 1, progress: bool = False, total: int | None = None,
-                     on_batch: Callable[[EncodeStats], None] | None = None,
-                     fingerprint: str | None = None, model_name: str | None = None) -> EncodeStats:
+@takes_store_dtype
+def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, store_dtype: str = "float16",
+               shard_size_bytes: int = DEFAULT_SHARD_SIZE_BYTES, documents_per_batch: int | None = None,
+               rank: int = 0, num_processes: int = 1, progress: bool = False, total: int | None = None,
+               on_batch: Callable[[EncodeStats], None] | None = None,
+               fingerprint: str | None = None, model_name: str | None = None) -> EncodeStats:
     """Encode the documents not yet stored and write them into `store`, in shards.
 
     Documents already stored for the adapter's (fingerprint, settings) are skipped without model work, so re-running
@@ -61,7 +63,8 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
         store ([`RepresentationStore`]): written into.
         documents (`Iterable[str]` or `Iterable[tuple[str, str]]`): texts, or `(doc_id, text)` pairs (the id is
             kept as metadata to name documents in reports).
-        dtype (`str`, defaults to `"float16"`): storage dtype of floating tensors (fp32, fp16, bf16).
+        store_dtype (`str` or `torch.dtype`, defaults to `"float16"`): storage dtype of floating tensors (fp32, fp16,
+            bf16); the model computes in its own dtype and its states are cast to this one when written.
         shard_size_bytes (`int`, defaults to 64 MiB): bytes buffered before a shard is committed.
         documents_per_batch (`int`, *optional*): documents per adapter call (defaults to the adapter's batch size).
         rank, num_processes (`int`): this process's share of the corpus.
@@ -103,11 +106,13 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
             mapping such as `{id: text}` (its keys would be read as the documents: pass `.items()`); a document that
             is not a string (naming it); `rank`, `num_processes` or `documents_per_batch` not an int; `store` not a
             [`RepresentationStore`], `adapter` not an adapter (e.g. the model itself); a `model_name` that is not a
-            str; an `on_batch` that is not callable (before any model work).
-        ValueError: `num_processes` < 1, `rank` outside [0, num_processes), `documents_per_batch` < 1, bad dtype; a
-            tuple that is not `(id, text)` (naming its position); a `fingerprint` that is not the adapter's model's
-            (stale, or another model's); an adapter whose `documents_cut_each` gives not one flag per document (the
-            batch it was asked about is not stored).
+            str; an `on_batch` that is not callable (before any model work); a `dtype=` keyword (the storage dtype is
+            `store_dtype`, [`~hf_readonce.dtypes.takes_store_dtype`]).
+        ValueError: `num_processes` < 1, `rank` outside [0, num_processes), `documents_per_batch` < 1, a
+            `store_dtype` that is not fp32, fp16 or bf16 (before any model work); a tuple that is not `(id, text)`
+            (naming its position); a `fingerprint` that is not the adapter's model's (stale, or another model's); an
+            adapter whose `documents_cut_each` gives not one flag per document (the batch it was asked about is not
+            stored).
     """
     from tqdm.auto import tqdm
 
@@ -125,6 +130,7 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
     if not 0 <= rank < num_processes:
         raise ValueError(f"`rank` must be in [0, num_processes={num_processes}), got {rank}.")
     check_store_argument(store)
+    resolve_dtype(store_dtype, "store_dtype")
     if on_batch is not None and not callable(on_batch):
         raise TypeError(f"`on_batch` must be a callable (it is called with the running `EncodeStats`) or None, got "
                         f"{type(on_batch).__name__}.")
@@ -147,7 +153,7 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, dtyp
             # a folder named relative to this process's working directory (`from_pretrained` reads a local folder
             # before a Hub id): recorded by its absolute path, as `hf-readonce` reads a `../` name relative to the store
             model_name = os.path.abspath(model_name)
-    writer = store.writer(fingerprint, settings, dtype=dtype, shard_size_bytes=shard_size_bytes,
+    writer = store.writer(fingerprint, settings, dtype=store_dtype, shard_size_bytes=shard_size_bytes,
                           model_type=adapter.model_type, model_name=model_name)  # raises ReadOnlyStoreError first
     store.refresh()
     space = writer.space.key
@@ -263,7 +269,10 @@ class StoreEncodeFunction:
         adapter: a store adapter. store ([`RepresentationStore`]).
         text_column (`str`, defaults to `"context"`): column holding the document text.
         id_column (`str`, *optional*): column whose value names the document in reports.
-        dtype (`str`, defaults to `"float16"`): storage dtype.
+        store_dtype (`str`, defaults to `"float16"`): storage dtype of floating tensors (fp32, fp16, bf16).
+
+    Raises:
+        TypeError: a `dtype=` keyword (the storage dtype is `store_dtype`, [`~hf_readonce.dtypes.takes_store_dtype`]).
 
     Raises (on call):
         ValueError: missing `text_column`, an empty / non-string text (naming its row in the batch), or rows the
@@ -272,13 +281,14 @@ class StoreEncodeFunction:
         ReadOnlyStoreError: if the store cannot be written.
     """
 
+    @takes_store_dtype
     def __init__(self, adapter, store: RepresentationStore, text_column: str = "context", id_column: str | None = None,
-                 dtype: str = "float16"):
+                 store_dtype: str = "float16"):
         self.adapter = adapter
         self.store = store
         self.text_column = text_column
         self.id_column = id_column
-        self.dtype = dtype
+        self.store_dtype = store_dtype
 
     def __call__(self, batch: Mapping[str, Sequence]) -> dict[str, list]:
         """Store one `Dataset.map` batch (see the class docstring).
@@ -298,7 +308,7 @@ class StoreEncodeFunction:
                 raise ValueError(f"row {i} of the batch: column {self.text_column!r} is empty or not a string.")
         documents = [(str(doc_id) if doc_id is not None else None, text) for doc_id, text in zip(ids, texts)]
         documents = [(d if d is not None else content_hash(t)[:16], t) for d, t in documents]
-        stats = fill_store(self.adapter, self.store, documents, dtype=self.dtype)
+        stats = fill_store(self.adapter, self.store, documents, store_dtype=self.store_dtype)
         if stats.rejected:
             rows = [i for i, d in enumerate(documents) if d[0] in {doc_id for doc_id, _ in stats.rejected}]
             raise ValueError(f"row(s) {rows[:10]} of the batch cannot be encoded: {stats.rejected[0][1]}")
@@ -309,24 +319,25 @@ class StoreEncodeFunction:
                 "num_tokens": [int(e.meta.get("num_tokens", -1)) for e in entries]}
 
 
-def check_store_arguments(model, store, dtype=None) -> None:
+def check_store_arguments(model, store, store_dtype=None) -> None:
     """The checks every store-reading task makes of its arguments before any work: `store` is a
-    [`RepresentationStore`], `model` a transformers model (arguments given in another order are named), and `dtype`
-    (the storage dtype of what `encode_missing` would write) a storage dtype, whether or not anything is encoded.
+    [`RepresentationStore`], `model` a transformers model (arguments given in another order are named), and
+    `store_dtype` (the storage dtype of what `encode_missing` would write) a storage dtype, whether or not anything is
+    encoded.
 
     Args:
-        model: the task's model. store: the task's store. dtype (`str` or `torch.dtype`, *optional*): the storage
-            dtype argument (`None`: not checked).
+        model: the task's model. store: the task's store. store_dtype (`str` or `torch.dtype`, *optional*): the
+            storage dtype argument (`None`: not checked).
 
     Raises:
-        TypeError: `store` or `model` of another type. ValueError: a `dtype` that is not fp32, fp16 or bf16.
+        TypeError: `store` or `model` of another type. ValueError: a `store_dtype` that is not fp32, fp16 or bf16.
     """
     check_store_argument(store)
     if getattr(getattr(model, "config", None), "model_type", None) is None:
         raise TypeError(f"`model` must be a transformers model, got {type(model).__name__} (the arguments are model, "
                         "tokenizer, store, ...).")
-    if dtype is not None:
-        resolve_dtype(dtype)
+    if store_dtype is not None:
+        resolve_dtype(store_dtype, "store_dtype")
 
 
 def given_or_current_fingerprint(adapter, fingerprint: str | None = None) -> str:
@@ -357,8 +368,9 @@ def _not_this_models(fingerprint, own: str) -> ValueError:
                       "`current_fingerprint(adapter)` as just computed, or leave it out.")
 
 
+@takes_store_dtype
 def ensure_stored(adapter, store: RepresentationStore, texts: Sequence[str], *, encode_missing: bool = False,
-                  dtype: str = "float16", what: str = "documents",
+                  store_dtype: str = "float16", what: str = "documents",
                   name_of: Callable[[str], str] | None = None,
                   fingerprint: str | None = None) -> tuple[str, dict, dict[str, str]]:
     """Make sure every text of `texts` is stored in `adapter`'s representation space of `store` (its fingerprint of
@@ -370,8 +382,8 @@ def ensure_stored(adapter, store: RepresentationStore, texts: Sequence[str], *, 
         adapter: the family adapter (its model, tokenizer and settings).
         store ([`RepresentationStore`]).
         texts (`Sequence[str]`): the texts to find (duplicates allowed).
-        encode_missing (`bool`, defaults to `False`), dtype (`str`, defaults to `"float16"`): encode what is missing,
-            stored in `dtype`.
+        encode_missing (`bool`, defaults to `False`), store_dtype (`str`, defaults to `"float16"`): encode what is
+            missing, stored in `store_dtype`.
         what (`str`, defaults to `"documents"`): what the texts are, for the message (e.g. `"passages"`).
         name_of (`Callable[[str], str]`, *optional*): names the first missing text in the message (e.g. `"the passage
             of question id 'q7'"`); defaults to its index.
@@ -391,7 +403,8 @@ def ensure_stored(adapter, store: RepresentationStore, texts: Sequence[str], *, 
         ValueError: a `fingerprint` that is not the adapter's model's (stale, or another model's); with
             `encode_missing`, texts the adapter cannot encode (counted, the first named with the reason, e.g. no
             token after tokenization; [`fill_store`] sets them aside and stores the others).
-        TypeError: an `encode_missing` that is not a bool, before anything is looked up or written.
+        TypeError: an `encode_missing` that is not a bool, before anything is looked up or written; a `dtype=`
+            keyword (the storage dtype is `store_dtype`, [`~hf_readonce.dtypes.takes_store_dtype`]).
     """
     from ..store import MissingRepresentationError, RepresentationMismatchError
     from ..store.maintenance import unindexed_note
@@ -409,7 +422,8 @@ def ensure_stored(adapter, store: RepresentationStore, texts: Sequence[str], *, 
         by_id = {h[:16]: text for text, h in hashes.items() if h in absent}
         # the fingerprint just looked up with, checked by the writer against the weights as they are now (not
         # digested again within the task's `one_weights_digest` block)
-        rejected = fill_store(adapter, store, list(by_id.items()), dtype=dtype, fingerprint=fingerprint).rejected
+        rejected = fill_store(adapter, store, list(by_id.items()), store_dtype=store_dtype,
+                              fingerprint=fingerprint).rejected
         if rejected:  # the others are stored; with nothing to read for these, the task cannot go on
             doc_id, reason = rejected[0]
             raise ValueError(f"{len(rejected)} of {len(hashes)} {what} cannot be encoded (first: {named(by_id[doc_id])}, "
@@ -477,9 +491,11 @@ def stored_documents_cut(adapter, store: RepresentationStore, fingerprint: str, 
     return cut + adapter.documents_cut(unsure)
 
 
+@takes_store_dtype
 def make_encode_function(adapter, store: RepresentationStore, text_column: str = "context",
-                         id_column: str | None = None, dtype: str = "float16") -> StoreEncodeFunction:
-    """A [`StoreEncodeFunction`] for `Dataset.map(..., batched=True)`.
+                         id_column: str | None = None, store_dtype: str = "float16") -> StoreEncodeFunction:
+    """A [`StoreEncodeFunction`] for `Dataset.map(..., batched=True)` (the arguments are its own, `store_dtype` the
+    storage dtype; a `dtype=` keyword raises `TypeError`, [`~hf_readonce.dtypes.takes_store_dtype`]).
 
     Example:
 
@@ -489,7 +505,7 @@ def make_encode_function(adapter, store: RepresentationStore, text_column: str =
     ```
     (`new_fingerprint` spares `datasets` from hashing the model to name its cache.)
     """
-    return StoreEncodeFunction(adapter, store, text_column=text_column, id_column=id_column, dtype=dtype)
+    return StoreEncodeFunction(adapter, store, text_column=text_column, id_column=id_column, store_dtype=store_dtype)
 
 
 __all__ = ["EncodeStats", "StoreEncodeFunction", "ensure_stored", "fill_store", "make_encode_function",

@@ -82,9 +82,9 @@ class FamilySpec:
             import its adapter): `function(model, tokenizer, store, examples, **options) -> {id: answer}`. The CLI
             passes the options its signature takes: extractive, `max_question_length`, `batch_size`, `n_best_size`,
             `max_answer_length`, `encode_missing`, `progress`, the no-answer decision; generative, `batch_size`,
-            `max_new_tokens`, `encode_missing`, `progress`, `timings`, `recompute_ratio`; both, `dtype` (the
-            storage dtype of `--encode-missing`, given with `--dtype`; a function without it is refused that
-            option), the family's
+            `max_new_tokens`, `encode_missing`, `progress`, `timings`, `recompute_ratio`; both, `store_dtype`
+            (the storage dtype of `--encode-missing`, given with `--store-dtype`; a function without it is refused
+            that option), the family's
             representation settings by name (or all of them as `settings`), `settings_used` (a dict it fills
             with what it read, printed) and `counts` (a dict it fills with `passages` / `passages_cut`, the passages
             cut to `max_document_length`, and `questions` / `questions_cut`, the questions cut to the tokens it reads

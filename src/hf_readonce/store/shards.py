@@ -31,19 +31,24 @@ _STORABLE = {
 }
 
 
-def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+def resolve_dtype(dtype: str | torch.dtype, name: str = "dtype") -> torch.dtype:
     """Storage dtype of floating tensors from `"fp32"/"float32"`, `"fp16"/"float16"`, `"bf16"/"bfloat16"` or a
     `torch.dtype` among those three.
 
+    Args:
+        dtype (`str` or `torch.dtype`): the storage dtype asked for.
+        name (`str`, defaults to `"dtype"`): the argument the error names (`"store_dtype"` for the functions that
+            take the storage dtype beside a compute dtype, e.g. [`~hf_readonce.representations.fill_store`]).
+
     Raises:
-        ValueError: for any other value.
+        ValueError: for any other value, naming `name`.
     """
     if isinstance(dtype, torch.dtype):
         if dtype in (torch.float32, torch.float16, torch.bfloat16):
             return dtype
     elif isinstance(dtype, str) and dtype.lower() in _DTYPES:
         return _DTYPES[dtype.lower()]
-    raise ValueError(f"`dtype` must be one of fp32, fp16, bf16 (or float32/float16/bfloat16), got {dtype!r}.")
+    raise ValueError(f"`{name}` must be one of fp32, fp16, bf16 (or float32/float16/bfloat16), got {dtype!r}.")
 
 
 def read_store_marker(path: Path):

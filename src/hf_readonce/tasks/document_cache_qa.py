@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
 
+from ..dtypes import takes_store_dtype
 from ..models.block_attention_llama.modeling_block_attention_llama import (
     check_context_length,
     check_recompute_ratio,
@@ -225,10 +226,11 @@ def _check(examples, batch_size, max_new_tokens) -> list[Mapping]:
     return examples
 
 
+@takes_store_dtype
 @digests_weights_once
 def answer_with_document_caches(model, tokenizer, store: RepresentationStore, examples: Iterable[Mapping], *,
                                 max_document_length: int | None = None, batch_size: int = 8,
-                                max_new_tokens: int = 30, encode_missing: bool = False, dtype: str = "float16",
+                                max_new_tokens: int = 30, encode_missing: bool = False, store_dtype: str = "float16",
                                 progress: bool = False, timings: dict | None = None,
                                 recompute_ratio: float = 0.0, settings_used: dict | None = None,
                                 counts: dict | None = None) -> dict[str, str]:
@@ -246,7 +248,8 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
         batch_size (`int`, defaults to 8): questions per `generate` call.
         max_new_tokens (`int`, defaults to 30): answer tokens generated at most.
         encode_missing (`bool`, defaults to `False`): encode and store passages that are missing instead of raising.
-        dtype (`str`, defaults to `"float16"`): storage dtype for `encode_missing`.
+        store_dtype (`str`, defaults to `"float16"`): storage dtype of what `encode_missing` stores (fp32, fp16,
+            bf16); the caches are computed in the model's dtype.
         progress (`bool`): a tqdm bar on stderr counting answered questions.
         timings (`dict`, *optional*): filled with `read_seconds` (reading the store) and `generate_seconds`.
         recompute_ratio (`float`, defaults to 0): fraction of passage tokens whose keys and values are recomputed
@@ -272,9 +275,9 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
             compose (both refused before the weights are hashed); a row whose passages and question run past the
             model's `max_position_embeddings` (naming the question and the lengths).
         TypeError: `examples` not an iterable of mappings (e.g. one row given alone), a `model` or `store` of
-            another type.
+            another type; a `dtype=` keyword (the storage dtype is `store_dtype`).
     """
-    check_store_arguments(model, store, dtype)
+    check_store_arguments(model, store, store_dtype)
     examples = _check(examples, batch_size, max_new_tokens)
     recompute_ratio = check_recompute_ratio(recompute_ratio)
     with one_tokenizer_fingerprint(tokenizer):  # the tokenizer serialized once: for every adapter built here
@@ -305,8 +308,9 @@ def answer_with_document_caches(model, tokenizer, store: RepresentationStore, ex
         return f"a passage of question id {first.get('id')!r}" + (
             f", title {first['title']!r}" if first.get("title") else "")
 
-    fingerprint, settings, hashes = ensure_stored(adapter, store, texts, encode_missing=encode_missing, dtype=dtype,
-                                                  what="passages", name_of=name_of, fingerprint=fingerprint)
+    fingerprint, settings, hashes = ensure_stored(adapter, store, texts, encode_missing=encode_missing,
+                                                  store_dtype=store_dtype, what="passages", name_of=name_of,
+                                                  fingerprint=fingerprint)
     if counts is not None:
         counts.update({"passages": len(texts),
                        "passages_cut": stored_documents_cut(adapter, store, fingerprint, settings, hashes)})

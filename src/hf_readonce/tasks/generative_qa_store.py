@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from ..dtypes import takes_store_dtype
 from ..representations.base import check_positive_ints, current_fingerprint_if_any, digests_weights_once
 from ..representations.fill import check_store_arguments, ensure_stored, stored_documents_cut
 from ..representations.spaces import adapter_class_of, adapter_for_store
@@ -32,10 +33,11 @@ def check_example(example: dict) -> None:
                          "'context' string (not a list, not 'contexts').")
 
 
+@takes_store_dtype
 @digests_weights_once
 def answer_from_representations(model, tokenizer, store: RepresentationStore, examples: Sequence[dict], *,
                                 settings: Mapping | None = None, batch_size: int = 8, max_new_tokens: int = 30,
-                                encode_missing: bool = False, dtype: str = "float16", progress: bool = False,
+                                encode_missing: bool = False, store_dtype: str = "float16", progress: bool = False,
                                 timings: dict | None = None, settings_used: dict | None = None,
                                 counts: dict | None = None) -> dict[str, str]:
     """Answer questions from the stored representations of their documents: per row, the question is the prompt the
@@ -53,8 +55,9 @@ def answer_from_representations(model, tokenizer, store: RepresentationStore, ex
             store's only space of this model.
         batch_size (`int`, defaults to 8): questions per `generate()` call.
         max_new_tokens (`int`, defaults to 30): answer tokens generated at most.
-        encode_missing (`bool`, defaults to `False`), dtype (`str`, defaults to `"float16"`): encode and store the
-            documents that are missing (in `dtype`) instead of raising.
+        encode_missing (`bool`, defaults to `False`), store_dtype (`str`, defaults to `"float16"`): encode and store
+            the documents that are missing (in the storage dtype `store_dtype`: fp32, fp16 or bf16) instead of
+            raising.
         progress (`bool`, defaults to `False`): a tqdm bar on stderr.
         timings (`dict`, *optional*): accumulates `read_seconds` and `generate_seconds`.
         settings_used (`dict`, *optional*): filled with the stored settings read, the decoding used and
@@ -77,9 +80,9 @@ def answer_from_representations(model, tokenizer, store: RepresentationStore, ex
             first named by its question's id).
         ValueError: no examples, a row without a non-empty `question` or with other than one `context` str, two rows
             with one id, a count < 1, a family that reads no prompt, several stored spaces.
-        TypeError: `examples` is not a list of dicts.
+        TypeError: `examples` is not a list of dicts; a `dtype=` keyword (the storage dtype is `store_dtype`).
     """
-    check_store_arguments(model, store, dtype)
+    check_store_arguments(model, store, store_dtype)
     examples = check_question_rows(examples, check_example)
     check_positive_ints({"batch_size": batch_size, "max_new_tokens": max_new_tokens})
     check_decoding_arguments(examples=examples)
@@ -93,7 +96,8 @@ def answer_from_representations(model, tokenizer, store: RepresentationStore, ex
                                 batch_size=batch_size, fingerprint=fingerprint)
     texts = list(dict.fromkeys(e["context"] for e in examples))
     fingerprint, stored_settings, by_text = ensure_stored(adapter, store, texts, encode_missing=encode_missing,
-                                                          dtype=dtype, name_of=question_of_context(examples),
+                                                          store_dtype=store_dtype,
+                                                          name_of=question_of_context(examples),
                                                           fingerprint=fingerprint)
     questions = [e["question"].strip() for e in examples]
     # an adapter outside `AdapterBase` (the protocol does not require it) cuts no question, as far as it says

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..dtypes import takes_store_dtype
 from ..representations.base import (
     check_positive_ints,
     current_fingerprint_if_any,
@@ -13,7 +14,11 @@ from ..representations.base import (
     scoped_tokenizer_fingerprint,
 )
 from ..representations.deformer_bert import DeformerBertAdapter
-from ..representations.fill import check_store_arguments, ensure_stored, given_or_current_fingerprint
+from ..representations.fill import (
+    check_store_arguments,
+    ensure_stored,
+    given_or_current_fingerprint,
+)
 from ..representations.spaces import default_settings, find_space
 from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore
 from ..store.maintenance import unindexed_note
@@ -145,13 +150,14 @@ def _check_window_taken(model, window: dict, given: dict) -> None:
             f"most {length - 2}.")
 
 
+@takes_store_dtype
 @digests_weights_once
 def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Sequence[dict], *,
                       max_passage_length: int | None = None, doc_stride: int | None = None,
                       max_question_length: int | None = None, batch_size: int = 32, n_best_size: int = 20,
                       max_answer_length: int = 30, allow_no_answer: bool | None = None,
                       null_score_diff_threshold: float | None = None, passages_per_chunk: int = 64,
-                      encode_missing: bool = False, dtype: str = "float16", progress: bool = False,
+                      encode_missing: bool = False, store_dtype: str = "float16", progress: bool = False,
                       settings_used: dict | None = None, counts: dict | None = None) -> dict[str, str]:
     """Answer extractive questions with a DeFormer model from passage states stored in `store`: only the questions
     and the upper layers run; the passage windows, offsets and lower-layer states come from the store.
@@ -173,7 +179,8 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
             [`hf_readonce.tasks.question_answering.postprocess_qa_predictions`].
         passages_per_chunk (`int`, defaults to 64): passages whose states are held in memory at once.
         encode_missing (`bool`, defaults to `False`): encode and store passages that are missing instead of raising.
-        dtype (`str`): storage dtype for `encode_missing`.
+        store_dtype (`str`, defaults to `"float16"`): storage dtype of what `encode_missing` stores (fp32, fp16,
+            bf16); the model computes in its own dtype.
         progress (`bool`, defaults to `False`): a tqdm bar on stderr counting answered questions.
         settings_used (`dict`, *optional*): filled with the window read (`max_passage_length`, `doc_stride`), e.g.
             for a report of what was looked up in the store.
@@ -190,9 +197,10 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
         ValueError: no examples, an example without a non-empty `question`/`context`, two examples with one id,
             a count < 1 (`batch_size`, `passages_per_chunk`, `max_question_length`, `n_best_size`,
             `max_answer_length`).
-        TypeError: an argument of the wrong type (named); a `model` that is not a DeFormer.
+        TypeError: an argument of the wrong type (named); a `model` that is not a DeFormer; a `dtype=` keyword (the
+            storage dtype is `store_dtype`).
     """
-    check_store_arguments(model, store, dtype)
+    check_store_arguments(model, store, store_dtype)
     examples = check_question_rows(examples)
     recorded = recorded_answer_settings(model.config, max_question_length, allow_no_answer, null_score_diff_threshold)
     max_question_length, allow_no_answer = recorded["max_question_length"], recorded["allow_no_answer"]
@@ -227,8 +235,8 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
     for example in examples:
         contexts.setdefault(example["context"], len(contexts))
     texts = list(contexts)
-    fingerprint, settings, by_text = ensure_stored(adapter, store, texts, encode_missing=encode_missing, dtype=dtype,
-                                                   what="passages",
+    fingerprint, settings, by_text = ensure_stored(adapter, store, texts, encode_missing=encode_missing,
+                                                   store_dtype=store_dtype, what="passages",
                                                    name_of=question_of_context(examples, "the passage"),
                                                    fingerprint=fingerprint)
     hashes = [by_text[t] for t in texts]

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import torch
 
+from ..dtypes import takes_store_dtype
 from ..models.readtwice_bert.pipeline_readtwice_bert import segment_span_candidates
 from ..representations.base import check_positive_ints, current_fingerprint, digests_weights_once, pad_batch
 from ..representations.fill import check_store_arguments, ensure_stored
@@ -48,11 +49,12 @@ def _adapter(model, tokenizer, store: RepresentationStore, mention_fn, batch_siz
                          "(--mentions) to read with another, or correct the config)") from None
 
 
+@takes_store_dtype
 @digests_weights_once
 def answer_from_readtwice_store(model, tokenizer, store: RepresentationStore, examples: Sequence[dict], *,
                                 max_question_length: int | None = None, batch_size: int = 8, n_best_size: int = 20,
                                 max_answer_length: int = 30, documents_per_chunk: int = 16,
-                                encode_missing: bool = False, dtype: str = "float16", mention_fn=None,
+                                encode_missing: bool = False, store_dtype: str = "float16", mention_fn=None,
                                 mentions: str | None = None, progress: bool = False,
                                 settings_used: dict | None = None, counts: dict | None = None) -> dict[str, str]:
     """Answer extractive questions with a read-once ReadTwice model from the first reads stored in `store`: only the
@@ -75,7 +77,8 @@ def answer_from_readtwice_store(model, tokenizer, store: RepresentationStore, ex
             candidates per segment; longest answer in tokens).
         documents_per_chunk (`int`, defaults to 16): documents whose first reads are held in memory at once.
         encode_missing (`bool`, defaults to `False`): encode and store documents that are missing instead of raising.
-        dtype (`str`, defaults to `"float16"`): storage dtype for `encode_missing`.
+        store_dtype (`str`, defaults to `"float16"`): storage dtype of what `encode_missing` stores (fp32, fp16,
+            bf16); the model computes in its own dtype.
         mention_fn (`Callable[[str], list[tuple[int, int]]]`, *optional*): the entity mention function of
             `memory_type="entity"` checkpoints (default: `capitalized_mentions` when the store's first reads were
             made with it).
@@ -98,9 +101,9 @@ def answer_from_readtwice_store(model, tokenizer, store: RepresentationStore, ex
             an example without a non-empty `question`/`context`; two examples with one id; a count < 1; entity
             memories without a mention function.
         TypeError: `examples` is not a list of dicts; an argument of the wrong type (named); a `model` that is not
-            a ReadTwice model.
+            a ReadTwice model; a `dtype=` keyword (the storage dtype is `store_dtype`).
     """
-    check_store_arguments(model, store, dtype)
+    check_store_arguments(model, store, store_dtype)
     examples = check_question_rows(examples)
     max_question_length = recorded_answer_settings(model.config, max_question_length)["max_question_length"]
     check_positive_ints({"batch_size": batch_size, "documents_per_chunk": documents_per_chunk,
@@ -114,8 +117,9 @@ def answer_from_readtwice_store(model, tokenizer, store: RepresentationStore, ex
     for example in examples:
         contexts.setdefault(example["context"], len(contexts))
     texts = list(contexts)
-    fingerprint, settings, by_text = ensure_stored(adapter, store, texts, encode_missing=encode_missing, dtype=dtype,
-                                                   name_of=question_of_context(examples), fingerprint=fingerprint)
+    fingerprint, settings, by_text = ensure_stored(adapter, store, texts, encode_missing=encode_missing,
+                                                   store_dtype=store_dtype, name_of=question_of_context(examples),
+                                                   fingerprint=fingerprint)
     hashes = [by_text[t] for t in texts]
     texts_read = [e["question"].strip() for e in examples]
     questions = [list(ids) for ids in

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from ..dtypes import takes_store_dtype
 from ..representations.base import current_fingerprint_if_any, digests_weights_once, one_tokenizer_fingerprint
 from ..representations.fill import (
     check_store_arguments,
@@ -80,11 +81,12 @@ def find_summarization_space(store: RepresentationStore, model, tokenizer,
                           prefer=default_settings(model, tokenizer, settings))
 
 
+@takes_store_dtype
 @digests_weights_once
 def summarize_from_store(model, tokenizer, store: RepresentationStore, documents: Sequence[str], *,
                          settings: Mapping | None = None, prompt: str | None = None, max_new_tokens: int = 60,
                          num_beams: int = 1, batch_size: int = 8, encode_missing: bool = False,
-                         dtype: str = "float16", progress: bool = False, settings_used: dict | None = None,
+                         store_dtype: str = "float16", progress: bool = False, settings_used: dict | None = None,
                          counts: dict | None = None, document_names: Sequence[str] | None = None,
                          **generate_kwargs) -> list[str]:
     """Summarize documents from their representations stored in `store`: only the decoder (and, for ReadOnce, the
@@ -111,7 +113,8 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
         batch_size (`int`, defaults to 8): documents per `generate()` call (and per read from the store).
         encode_missing (`bool`, defaults to `False`): encode and store documents that are missing instead of raising
             (into this model's own space, also when the store holds only other models' representations).
-        dtype (`str`, defaults to `"float16"`): storage dtype for `encode_missing`.
+        store_dtype (`str`, defaults to `"float16"`): storage dtype of what `encode_missing` stores (fp32, fp16,
+            bf16); the model computes in its own dtype.
         progress (`bool`, defaults to `False`): a tqdm bar on stderr counting summarized documents.
         settings_used (`dict`, *optional*): filled with the family's settings (`cli_settings` names) of the
             representations read or written.
@@ -134,7 +137,8 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
             (counted, the first named by its index or `document_names`) or stored only by another model (both
             fingerprints named).
         TypeError: `documents` or `document_names` is a single str or holds a non-str; `model` is not a
-            transformers model.
+            transformers model; a `dtype=` keyword (the storage dtype is `store_dtype`), which `**generate_kwargs`
+            would otherwise carry to `generate()`.
         ValueError: no documents, an empty document (its index named), a model type that does not summarize from
             stored representations, a count < 1 (`max_new_tokens`, `num_beams`, `batch_size`),
             `num_return_sequences` other than 1, `document_names` not one per document, a `prompt` the family does
@@ -144,7 +148,7 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
     """
     from ..representations.base import check_positive_ints
 
-    check_store_arguments(model, store, dtype)
+    check_store_arguments(model, store, store_dtype)
     if isinstance(documents, (str, bytes)) or not isinstance(documents, Sequence):
         raise TypeError(f"`documents` must be a list of str, got {type(documents).__name__}.")
     if not documents:
@@ -195,7 +199,7 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
         order.setdefault(text, len(order))
     texts = list(order)
     fingerprint, stored_settings, by_text = ensure_stored(adapter, store, texts, encode_missing=encode_missing,
-                                                          dtype=dtype,
+                                                          store_dtype=store_dtype,
                                                           name_of=lambda text: names[documents.index(text)],
                                                           fingerprint=fingerprint)
     if settings_used is not None:

@@ -893,7 +893,7 @@ def test_store_adapter_round_trip_equals_reading_the_documents(tmp_path, memory_
     adapter = get_adapter(model, tokenizer, mention_fn=mention_fn)
     assert type(adapter) is ReadTwiceBertAdapter
     store = RepresentationStore(tmp_path / "store")
-    fill_store(adapter, store, texts, dtype="float32")
+    fill_store(adapter, store, texts, store_dtype="float32")
     stored = store.get_many(adapter.fingerprint(), adapter.settings(), [content_hash(t) for t in texts])
     states = adapter.read(stored)
     assert isinstance(states, ReadTwiceDocumentOutput)
