@@ -26,7 +26,7 @@ newline after some text or at its end-of-turn token, on every path:
   question, its keys and values rounded to that dtype, then the question; it changes the cache by storage rounding
   only, so its agreement with `full` is how far a perturbation that small moves this model's answers.
 
-`--cache_dtype bf16` rounds the stored passage caches as a store written with `hf-readonce encode --dtype bf16`
+`--cache_dtype bf16` rounds the stored passage caches as a store written with `hf-readonce encode --store-dtype bf16`
 holds them (default fp32).
 
 The paths of one question run back to back in one process, their order rotated from question to question
@@ -84,7 +84,7 @@ from hf_readonce.tasks.question_answering import first_span_predictions, squad_e
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("HF_READONCE_DATA", REPO.parent / "shared" / "data"))
 RATIOS = (0.0, 0.05, 0.15, 0.3, 1.0)
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # the store's `--dtype` names
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}  # the store's `--store-dtype` names
 DATASETS = ("disfl_qa", "quoref")
 
 
@@ -124,7 +124,7 @@ def parser() -> argparse.ArgumentParser:
                         "P..P+n-1, attention over the prefix; needs a prompt with a prefix, i.e. --prompt chat)")
     p.add_argument("--cache_dtype", choices=tuple(DTYPES), default="fp32",
                    help="the passages' (and prefix block's) caches rounded to this dtype once encoded, as a store "
-                        "written with `hf-readonce encode --dtype` holds them (default fp32: not rounded)")
+                        "written with `hf-readonce encode --store-dtype` holds them (default fp32: not rounded)")
     p.add_argument("--rounded_full", choices=tuple(d for d in DTYPES if d != "fp32"), nargs="*", default=[],
                    help="reference paths `full@<dtype>`: the full prompt's own cache of the passages (prefix and "
                         "passages prefilled together), its keys/values rounded to <dtype>, then the question; how "
