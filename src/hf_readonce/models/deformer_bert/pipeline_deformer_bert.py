@@ -191,8 +191,10 @@ def _weights_digest(model) -> tuple:
     return crc, tuple(torch.stack(sums).tolist()) if sums else ()  # one synchronization
 
 
-# a setting as the Python API, the CLI and config fields spell it -> as the pipelines spell it (transformers' pipeline
-# names: `max_answer_len`, `max_question_len`, `max_seq_len`, and `_len` for the lengths of their own)
+# a keyword given to a pipeline call -> the pipeline's parameter it stands for: a length as the Python API, the CLI and
+# config fields spell it -> as the pipelines spell it (transformers' pipeline names: `max_answer_len`,
+# `max_question_len`, `max_seq_len`, and `_len` for the lengths of their own); `dtype`, which is the compute dtype
+# (given when a pipeline is built) -> `store_dtype`, the storage dtype of `store=`, so named in the Python API too
 _PIPELINE_SPELLINGS = {
     "max_answer_length": "max_answer_len", "max_question_length": "max_question_len",
     "max_seq_length": "max_seq_len", "max_passage_length": "max_passage_len",
@@ -201,11 +203,12 @@ _PIPELINE_SPELLINGS = {
 
 
 def _spelling_hints(names, parameters) -> list[str]:
-    """For the unexpected keyword arguments `names` of a pipeline call, the pipeline's own name of each one that the
-    Python API, the CLI or a config field spells otherwise (`max_answer_length` -> `max_answer_len`; `dtype` ->
-    `store_dtype`, the storage dtype of `store=`, where the call's `dtype` is no compute dtype: that one is given when
-    the pipeline is built), when `parameters` (the pipeline's call parameters) hold it: one phrase per name, for the
-    `TypeError` that names them. Returns `[]` when none is a spelling of a parameter."""
+    """For the unexpected keyword arguments `names` of a pipeline call, a hint for each one that stands for a
+    parameter of the call (`parameters`, the pipeline's call parameters hold it): a length the Python API, the CLI
+    or a config field spells otherwise (`max_answer_length` -> `max_answer_len`), and `dtype` where the call takes
+    `store_dtype` (`dtype` is the compute dtype, given when the pipeline is built; the storage dtype of `store=` is
+    `store_dtype`, as in the Python API). One phrase per name, for the `TypeError` that names them. Returns `[]`
+    when none stands for a parameter."""
     hints = []
     for name in sorted(names):
         spelled = _PIPELINE_SPELLINGS.get(name)
