@@ -58,6 +58,36 @@ def test_cli_reference_lists_every_command_and_option():
     # a default the help states is not repeated as this machine's value
     assert "SUPPRESS" not in page and "shared/data`" not in page
 
+def _option_aliases() -> dict[str, str]:
+    """Each other spelling of a CLI option -> the spelling its help shows first (`{"--dtype": "--store-dtype"}`);
+    argparse's `--x` / `--no-x` pairs are two options, not spellings of one."""
+    from hf_readonce.cli import build_parser
+
+    aliases = {}
+    for command in build_parser(family_options=True).commands.values():
+        for action in command._actions:
+            spellings = [option for option in action.option_strings if option.startswith("--")]
+            if len(spellings) < 2 or isinstance(action, argparse.BooleanOptionalAction):
+                continue
+            aliases.update(dict.fromkeys(spellings[1:], spellings[0]))
+    return aliases
+
+
+@pytest.mark.parametrize("path", DOC_FILES, ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_docs_name_an_option_by_its_shown_spelling(path):
+    """An option with another spelling (`--store-dtype`, also `--dtype`) is named in the docs as its help shows it
+    first; the other spelling appears only in a paragraph (or list item) that also names the shown one."""
+    aliases = _option_aliases()
+    assert aliases, "the CLI has no option with another spelling: this test checks nothing"
+    text = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.M | re.S)  # commands in blocks too, below
+    blocks = re.split(r"\n\s*\n|\n(?=\s*[-*] )", text) + re.findall(r"^```.*?^```", path.read_text(), re.M | re.S)
+    for block in blocks:
+        for alias, shown in aliases.items():
+            if re.search(rf"(?<![\w-]){re.escape(alias)}(?![\w-])", block):
+                assert re.search(rf"(?<![\w-]){re.escape(shown)}(?![\w-])", block), \
+                    f"{path.name}: {alias} named without {shown}, the spelling --help shows first:\n{block.strip()}"
+
+
 
 def test_benchmark_tables_come_from_every_results_file():
     hooks = _hooks()
