@@ -372,8 +372,9 @@ def test_encode_store_dtype_and_its_other_spelling_dtype_store_alike(tmp_path, r
     assert stored == {"--store-dtype": ["bfloat16"], "--dtype": ["bfloat16"]}
 
 
+@pytest.mark.parametrize("option", ["--store-dtype", "--dtype"])
 @pytest.mark.parametrize("command", ["answer", "summarize"])
-def test_storage_dtype_without_encode_missing_is_refused(command, tmp_path, capsys):
+def test_storage_dtype_without_encode_missing_is_refused(command, option, tmp_path, capsys):
     """`--store-dtype` (or `--dtype`) is the dtype `--encode-missing` stores in; without it nothing is stored, so the
     option (easily taken for the compute dtype) is refused by name before any model is loaded, and nothing is
     written."""
@@ -381,7 +382,7 @@ def test_storage_dtype_without_encode_missing_is_refused(command, tmp_path, caps
     inputs = ["--questions", str(rows)] if command == "answer" else ["--documents", str(rows)]
     output = tmp_path / "out.jsonl"
     code = cli_main([command, str(tmp_path / "no-model"), "--store", str(tmp_path / "store"), *inputs,
-                     "--output", str(output), "--no-progress", "--dtype", "fp32"])
+                     "--output", str(output), "--no-progress", option, "fp32"])
     assert code == 2
     err = capsys.readouterr().err
     assert "--store-dtype fp32 is the storage dtype of what --encode-missing stores" in err, err

@@ -764,7 +764,7 @@ def test_the_storage_dtype_is_spelled_one_way_in_every_help(capsys):
     import argparse
 
     parser = cli.build_parser(family_options=True)
-    for name in ("encode", "summarize", "publish"):
+    for name in ("encode", "answer", "summarize", "publish"):
         action = next(a for a in parser.commands[name]._actions if "--dtype" in a.option_strings)
         assert action.option_strings == ["--store-dtype", "--dtype"] and action.dest == "store_dtype", name
         assert action.metavar == "{fp16,bf16,fp32}", name
