@@ -138,6 +138,9 @@ def takes_store_dtype(function):
 
     Returns:
         `Callable`: the function, refusing `dtype=`.
+
+    Raises (on call):
+        TypeError: a `dtype=` keyword, naming the function and `store_dtype` (nothing of the function has run).
     """
     shown = function.__qualname__.removesuffix(".__init__")
 
