@@ -488,13 +488,11 @@ class ReadTwiceQuestionAnsweringPipeline(_TokenizerPipeline):
     Args:
         question (`str` or `list[str]`): the question(s).
         context (`str` or `list[str]`): one document for every question, or one per question (equal lengths).
-            Instead of `question`/`context`, a dict `{"question": ..., "context": ...}`, a list of them, or an
-            iterable of them (a generator, a `datasets.Dataset` of such rows, a `torch.utils.data.Dataset`) may be
-            passed as the first argument; an iterable is read lazily, `batch_size` inputs at a time (see
-            `batch_size`), and the call returns an iterator.
-        top_k (`int`, defaults to 1): answers per question; with `top_k=1` each question gets one dict, otherwise a
-            list (fewer when fewer distinct spans exist). Identical character spans from overlapping segments count
-            once.
+            The first argument may instead be a dict `{"question": ..., "context": ...}`, a list of such dicts, or
+            an iterable of them (a generator, a `datasets.Dataset` of such rows, a `torch.utils.data.Dataset`): the
+            call then returns an iterator and reads the inputs lazily, `batch_size` at a time (see `batch_size`).
+        top_k (`int`, defaults to 1): answers per question: one dict per question with `top_k=1`, else a list (fewer
+            when fewer distinct spans exist); identical character spans from overlapping segments count once.
         max_answer_len (`int`, defaults to 15): longest answer in tokens.
         max_question_len (`int`, *optional*): question length in ids (read-once: `[CLS]` and `[SEP]` included;
             paper layout: question tokens only); longer questions are truncated, and one warning per call counts
@@ -514,8 +512,8 @@ class ReadTwiceQuestionAnsweringPipeline(_TokenizerPipeline):
     Returns:
         For one question, a dict `{"score": float, "start": int, "end": int, "answer": str}` (`start`/`end` are
         character offsets in the context, `answer == context[start:end]`), or a list of `top_k` of them; for several
-        questions, a list with one such result per question, in order; for an iterable, an iterator yielding one
-        such result per input, in order (the results of the list call).
+        questions, a list with one such result per question, in order; for an iterable, an iterator over the list
+        call's results, one per input, in order.
 
     Raises:
         ValueError: an empty question or context (naming which), `question` and `context` lists of different lengths,
