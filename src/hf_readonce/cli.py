@@ -2614,19 +2614,18 @@ _RUN_METRICS_FILES = ("eval_results.json", "readonce_results.json", "readtwice_r
 
 def _unused_metrics_note(model_dir: str) -> str | None:
     """Without `--metrics`, the note saying that the card will hold no results although the checkpoint's folder holds
-    a metrics file a recipe wrote with scores a card reads (`{eval_,cached_}` EM/F1 or ROUGE as numbers), naming the
+    a metrics file a recipe wrote with scores a card reads ([`~hf_readonce.hub.cards.has_card_scores`]), naming the
     options that put them on the card; `None` when the folder holds none (a Hub repo id, a folder without a run's
     results)."""
-    scored = ("exact_match", "f1", "rouge1", "rouge2", "rougeL")
+    from .hub.cards import has_card_scores
+
     for name in _RUN_METRICS_FILES:
         path = Path(model_dir) / name
         try:
             metrics = json.loads(path.read_text(encoding="utf-8-sig")) if path.is_file() else None
         except (ValueError, OSError):
             continue
-        if isinstance(metrics, dict) and any(
-                isinstance(metrics.get(prefix + key), (int, float)) and not isinstance(metrics.get(prefix + key), bool)
-                for prefix in ("eval_", "cached_") for key in scored):
+        if isinstance(metrics, dict) and has_card_scores(metrics):
             return (f"card results: none, so the card says no evaluation was recorded; {path} holds the run's "
                     f"scores: pass `--metrics {shlex.quote(str(path))} --dataset-type ID` (the Hub id of the data set "
                     "it scored) to put them on the card.")

@@ -106,6 +106,19 @@ def _number(value) -> float | None:
         else None
 
 
+# the scores a card reads from a run's metrics file, each under one of the prefixes its runs record them with
+# (`eval_` for a Trainer evaluation, `cached_` for `hf-readonce demo`'s answers from cached states)
+CARD_SCORES = ("f1", "exact_match", "rouge1", "rouge2", "rougeL")
+CARD_SCORE_PREFIXES = ("eval_", "cached_")
+
+
+def has_card_scores(metrics: Mapping) -> bool:
+    """Whether a run's metrics (`metrics`, a metrics file read) hold a score [`card_from_metrics_file`] puts on a
+    card: one of `CARD_SCORES` under one of `CARD_SCORE_PREFIXES`, as a finite number (a bool is not one)."""
+    return any(_number(metrics.get(prefix + key)) is not None
+               for prefix in CARD_SCORE_PREFIXES for key in CARD_SCORES)
+
+
 def _examples_scored(scores: Mapping, prefix: str) -> int | None:
     """How many examples an evaluation scored, as hf-readonce's runs record it: `{prefix}examples` (the LongDoc and
     ReadOnce recipes, per validation file), `{prefix}questions`, else the run's `eval_examples` / `eval_questions`
@@ -429,9 +442,8 @@ def card_from_metrics_file(path: str | os.PathLike, *, dataset_type: str | None,
     if not isinstance(metrics, dict):
         raise ValueError(f"metrics file {path} holds a JSON {type(metrics).__name__}, not an object of metrics (e.g. "
                          "the `eval_results.json` of a training run: {\"eval_exact_match\": ..., \"eval_f1\": ...}).")
-    scored = ("f1", "exact_match", "rouge1", "rouge2", "rougeL")
     if prefix is None:
-        prefix = next((p for p in ("eval_", "cached_") if any(f"{p}{key}" in metrics for key in scored)), "eval_")
+        prefix = next((p for p in CARD_SCORE_PREFIXES if any(f"{p}{key}" in metrics for key in CARD_SCORES)), "eval_")
     if not isinstance(dataset_type, str) or not dataset_type.strip():
         raise ValueError(f"a metrics file ({path}) needs `dataset_type` (`--dataset-type`): the Hub id of the set it "
                          "scored (e.g. `quoref`, `EdinburghNLP/xsum`), which the card's model-index names.")
@@ -485,5 +497,5 @@ def card_from_metrics_file(path: str | os.PathLike, *, dataset_type: str | None,
 
 
 # (`METHODS` and `PIPELINE_TAGS` are read from the family registry on access)
-__all__ = ["BASELINE_NAMES", "DEFAULT_WIDGETS", "EvalRow", "build_model_card", "card_from_metrics_file",
-           "qa_rows_from_metrics", "summarization_rows_from_metrics"]
+__all__ = ["BASELINE_NAMES", "CARD_SCORES", "CARD_SCORE_PREFIXES", "DEFAULT_WIDGETS", "EvalRow", "build_model_card",
+           "card_from_metrics_file", "has_card_scores", "qa_rows_from_metrics", "summarization_rows_from_metrics"]
