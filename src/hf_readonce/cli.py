@@ -938,6 +938,10 @@ def _encode_adapter(model, tokenizer, settings: dict, sources: dict, batch_size:
 
 # ---------------------------------------------------------------------------------------------------------- encode
 def cmd_encode(args) -> int:
+    """`hf-readonce encode`: compute the representations of `args.documents` with `args.model` and store the missing
+    ones in `args.store` ([`fill_store`]). Returns the exit status: 0, or 1 when every document was set aside, when
+    `--strict` meets a set-aside document or problem, or when `--repair` leaves documents missing; raises
+    [`CommandError`] (printed as one line by [`main`]) for bad input, a read-only store or a model no family reads."""
     from .representations import fill_store
     from .store import ReadOnlyStoreError, RepresentationStore, space_key
     from .store.keys import printable
@@ -1187,6 +1191,10 @@ def _undoing_an_empty_store(run):
 
 
 def cmd_answer(args) -> int:
+    """`hf-readonce answer`: answer `args.questions` from the representations stored in `args.store` (the family's
+    store-reading task), computing the missing ones first with `--encode-missing`, and write the predictions to
+    `args.output`. Returns the exit status; raises [`CommandError`] for bad input. A store this run created and left
+    empty is removed ([`_undoing_an_empty_store`])."""
     return _undoing_an_empty_store(_answer)(args)
 
 
@@ -1833,6 +1841,9 @@ def _summarize(args) -> int:
 
 
 def cmd_summarize(args) -> int:
+    """`hf-readonce summarize`: summarize `args.documents` from their stored representations (with
+    `--encode-missing`, computing the missing ones first) and write the summaries to `args.output`. Returns the exit
+    status; raises [`CommandError`] for bad input. A store this run created and left empty is removed."""
     return _undoing_an_empty_store(_summarize)(args)
 
 
@@ -2170,6 +2181,9 @@ def _info_model(args) -> int:
 
 
 def cmd_info(args) -> int:
+    """`hf-readonce info`: describe a store (its spaces, documents and bytes), a model (its family and what the CLI
+    can do with it) or, with neither, the installed version and the registered families. Returns 0; raises
+    [`CommandError`] for a path that is no store or a model no family reads."""
     if args.model is not None:
         restore = silence_progress_bars()  # (no weight-loading bar: a query)
         try:
@@ -2259,6 +2273,9 @@ def cmd_info(args) -> int:
 
 
 def cmd_verify(args) -> int:
+    """`hf-readonce verify`: check every stored document and the index against each other (and, with
+    `--recompute N --model M`, N documents per space against a fresh computation). Returns 0 when all is intact,
+    1 when problems were found (each printed), 2 for errors ([`CommandError`])."""
     from .store import StoreNotFoundError
     from .store.keys import printable
 
@@ -2342,6 +2359,10 @@ def cmd_verify(args) -> int:
 
 
 def cmd_prune(args) -> int:
+    """`hf-readonce prune`: delete the named representation spaces (`--space`, repeatable) and/or the quarantined
+    files (`--quarantine`) of `args.store`. Returns 0, or 1 when part of a named space was left in place (a shard
+    folder that links out of the store); raises [`CommandError`] when nothing to delete is named, a named space is
+    unknown or the store is read-only (nothing is deleted then)."""
     if not args.space and not args.quarantine:
         raise CommandError("name what to delete: --space KEY (repeatable; `hf-readonce info --store "
                            f"{_quoted(args.store)}` lists the spaces) and/or --quarantine.")
@@ -2633,6 +2654,10 @@ def _unused_metrics_note(model_dir: str) -> str | None:
 
 
 def cmd_publish(args) -> int:
+    """`hf-readonce publish`: write a checkpoint folder ready for the Hub (weights, remote code, generated model
+    card, optional metrics) and, with `--repo-id`, upload it ([`hf_readonce.hub.publish.publish`]). Returns 0;
+    raises [`CommandError`] for bad input or an output folder that exists and is not empty (publish never
+    overwrites it)."""
     from .hub.publish import publish
 
     card = {}

@@ -273,6 +273,8 @@ def average(args) -> Path:
 
 
 def main(argv=None):
+    """Command line of the recipe (`python -m hf_readonce.recipes.reference_qa {train,evaluate,export,average} ...`; `--help` lists
+    the arguments). `argv` defaults to `sys.argv[1:]`; argparse exits with status 2 on bad arguments."""
     parser = argparse.ArgumentParser(prog="python -m hf_readonce.recipes.reference_qa", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="fine-tune the full MiniLM QA reference model")

@@ -899,7 +899,10 @@ class DeformerQuestionAnsweringPipeline(_TokenizerPipeline):
         `[SEP]` last), `window_offsets` (per window `(start, end)` character spans, `None` for `[SEP]`),
         `question_ids`, `context`, `questions_cut` (how many questions held more than `max_question_len` tokens and
         were cut to them), `max_question_len` (the length used) and `question_limit` (the largest the model reads,
-        `max_position_embeddings`); `__call__` says in one warning how many questions of the call were cut."""
+        `max_position_embeddings`); `__call__` says in one warning how many questions of the call were cut.
+
+        Raises:
+            `ValueError`: the context has no token (empty or only characters the tokenizer drops), naming the input."""
         max_question_len, max_passage_len, doc_stride = self._window_settings(
             max_question_len, max_passage_len, max_seq_len, doc_stride)
         tokenizer = self.tokenizer
