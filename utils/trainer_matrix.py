@@ -6,7 +6,8 @@ differs) or `CRASH` (another exception).
     PYTHONPATH=src python utils/trainer_matrix.py [--families deformer,longdoc] [--settings gc,accum] [--compile]
 
 Run from the repository root (it builds its tiny models and batches with the test suite's helpers). CPU only; the
-`compile` column (`torch_compile=True`) runs each family in a subprocess and stops it after 60 s."""
+`compile` column (`torch_compile=True`) runs each family in a subprocess and stops it after `--compile-timeout`
+seconds (default 600: compiling a family's training step takes minutes on 2 CPU cores)."""
 
 import argparse
 import math
@@ -352,16 +353,18 @@ def run_cell(family, setting):
             return "CRASH", f"{type(error).__name__}: {str(error)[:200]} ({Path(tb.filename).name}:{tb.lineno})"
 
 
-def run_compile(family):
+def run_compile(family, timeout: float = 600.0):
+    """The `compile` cell of `family`: two `torch_compile=True` steps against two eager ones in a subprocess, stopped
+    (`skipped`) after `timeout` seconds."""
     code = (f"import sys; sys.argv=['x']; from utils.trainer_matrix import *; spec = FAMILIES[{family!r}]();"
             "import tempfile, pathlib; d = pathlib.Path(tempfile.mkdtemp());"
             "l, _ = train_losses(spec, d / 'c', torch_compile=True, max_steps=2);"
             "p, _ = train_losses(spec, d / 'p', max_steps=2); print('LOSSES', l, p, close(l, p, rtol=1e-3))")
     start = time.time()
     try:
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return "skipped", "over 60 s"
+        return "skipped", f"over {timeout:g} s (--compile-timeout)"
     lines = [line for line in done.stdout.splitlines() if line.startswith("LOSSES")]
     if done.returncode or not lines:
         return "CRASH", done.stderr.strip().splitlines()[-1][:200] if done.stderr.strip() else "no output"
@@ -372,14 +375,16 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", default=",".join(FAMILIES))
     parser.add_argument("--settings", default=",".join(SETTINGS))
-    parser.add_argument("--compile", action="store_true", help="also run torch_compile=True (60 s per family)")
+    parser.add_argument("--compile", action="store_true", help="also run torch_compile=True (each family in a subprocess)")
+    parser.add_argument("--compile-timeout", type=float, default=600.0, metavar="SECONDS",
+                        help="stop a family's compile cell after this long (default: 600)")
     options = parser.parse_args()
     for family in options.families.split(","):
         for setting in [s for s in options.settings.split(",") if s]:
             outcome, detail = run_cell(family, setting)
             print(f"{family:17s} {setting:15s} {outcome:9s} {detail}", flush=True)
         if options.compile:
-            outcome, detail = run_compile(family)
+            outcome, detail = run_compile(family, options.compile_timeout)
             print(f"{family:17s} {'compile':15s} {outcome:9s} {detail}", flush=True)
 
 
