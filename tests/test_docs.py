@@ -89,6 +89,31 @@ def test_docs_name_an_option_by_its_shown_spelling(path):
 
 
 
+# names a page shows as an example of what a user writes, not as a part of hf-readonce
+HYPOTHETICAL_NAMES = {"hf_readonce.tasks.my_bert_qa"}  # docs/contributing.md: a new family's answer function
+
+
+@pytest.mark.parametrize("path", [*DOC_FILES, *sorted((REPO_ROOT / "model_cards").glob("*.md"))],
+                         ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_every_dotted_hf_readonce_name_exists(path):
+    """Each `hf_readonce.module.name` a page or card names is importable as written: a module, or an attribute of
+    the longest module prefix that imports (the recurrent card named `hf_readonce.tasks.evaluate_perplexity`, which
+    lives in `hf_readonce.tasks.perplexity`)."""
+    import importlib
+
+    for name in sorted(set(re.findall(r"\bhf_readonce(?:\.\w+)+", path.read_text())) - HYPOTHETICAL_NAMES):
+        parts = name.split(".")
+        for cut in range(len(parts), 0, -1):
+            try:
+                found = importlib.import_module(".".join(parts[:cut]))
+                break
+            except ImportError:
+                continue
+        for attribute in parts[cut:]:
+            assert hasattr(found, attribute), f"{path.name}: `{name}` does not exist ({found!r} has no {attribute})"
+            found = getattr(found, attribute)
+
+
 def test_benchmark_tables_come_from_every_results_file():
     hooks = _hooks()
     page = hooks.render_benchmark_tables()

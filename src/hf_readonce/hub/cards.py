@@ -342,9 +342,9 @@ def build_model_card(*, repo_id: str, model_type: str, title: str, summary: str,
                  "the teacher-forced cross-entropy per summary token); lead-1 and lead-3 are scored on the same "
                  "documents by the same scorer.", "", _results_table(eval_rows), ""]
     elif eval_rows and all(row.metric_type == "perplexity" for row in eval_rows):
-        body += ["Measured by the run's own evaluation (`hf_readonce.tasks.evaluate_perplexity`: the text is read in "
-                 "the model's windows, perplexity is the exp of the mean cross-entropy per predicted token); the "
-                 "baselines are scored on the same tokens by the same code.", "", _results_table(eval_rows), ""]
+        body += ["Measured by the run's own evaluation (`hf_readonce.tasks.perplexity.evaluate_perplexity`: the text "
+                 "is read in the model's windows, perplexity is the exp of the mean cross-entropy per predicted "
+                 "token); the baselines are scored on the same tokens by the same code.", "", _results_table(eval_rows), ""]
     elif eval_rows:
         body += ["Measured by the run's own evaluation (SQuAD EM/F1 from torchmetrics); the trivial baselines are "
                  "scored on the same questions by the same scorer.", "", _results_table(eval_rows), ""]
