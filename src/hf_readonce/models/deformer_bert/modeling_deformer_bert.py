@@ -726,6 +726,7 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
         return DeformerPassageOutput(last_hidden_state=hidden_states)
 
     # ------------------------------------------------------------------ forward
+    @can_return_tuple
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -763,9 +764,12 @@ class DeformerBertModel(DeformerBertPreTrainedModel):
             inputs_embeds (`torch.FloatTensor` of shape `(batch_size, sequence_length, hidden_size)`, *optional*):
                 word embeddings instead of `input_ids` (exactly one of the two), as in `BertModel`; position and
                 token-type embeddings are added as for `input_ids`.
+            return_dict (`bool`, *optional*, keyword): return a tuple (`last_hidden_state`, `attention_mask`, then
+                `hidden_states` and `attentions` where returned) when False (`@can_return_tuple`, as `BertModel`).
+                Defaults to `config.return_dict`.
 
         Returns:
-            [`DeformerBertModelOutput`].
+            [`DeformerBertModelOutput`], or its tuple with `return_dict=False`.
 
         Raises:
             ValueError: neither or both of `input_ids` and `inputs_embeds`, an empty batch, mismatched shapes,
@@ -1075,8 +1079,9 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
             inputs_embeds=inputs_embeds,
             passage_states=passage_states,
             output_hidden_states=output_hidden_states or need_states,
+            return_dict=True,
             **kwargs,
-        )  # DeformerBertModel always returns its output dataclass
+        )
         sequence_output = outputs.last_hidden_state
         logits = self.qa_outputs(sequence_output)
         start_logits, end_logits = logits.split(1, dim=-1)
