@@ -471,6 +471,9 @@ class DeformerBertPreTrainedModel(BertPreTrainedModel):
     supports_gradient_checkpointing = True
     # BERT checkpoints carry a pooler that a QA model does not use (as `BertForQuestionAnswering` has none).
     _keys_to_ignore_on_load_unexpected = [r"pooler\."]
+    # `device_map="auto"` places whole BERT layers: a layer's attention, feed-forward and the residuals across them on
+    # one device
+    _no_split_modules = ["BertLayer"]
     # `output_attentions=True`: BERT's self-attention weights, recorded by transformers' output hooks
     # (`capture_outputs`) over the layers the output covers ([`DeformerBertModel._encode`], and
     # [`DeformerBertModel._encode_passage_layers`] for `encode_passages`). Hidden states are the model's own (with

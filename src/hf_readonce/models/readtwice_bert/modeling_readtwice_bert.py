@@ -866,6 +866,9 @@ class ReadTwiceBertPreTrainedModel(BertPreTrainedModel):
     supports_gradient_checkpointing = True
     _supports_flash_attn = False
     _supports_flex_attn = False
+    # `device_map="auto"` places whole BERT layers (BERT₁'s and BERT₂'s): a layer's attention, feed-forward and the
+    # residuals across them on one device
+    _no_split_modules = ["BertLayer"]
     # `output_attentions=True`: the weights of BERT₁'s and BERT₂'s self-attention, recorded by transformers' output
     # hooks (`capture_outputs`) over the layers the output covers ([`ReadTwiceBertModel._read`], and
     # [`ReadTwiceBertModel._encode_first_read`] for `encode_documents`); hidden states are the model's own (H³ sits
@@ -1584,6 +1587,9 @@ class ReadTwiceBertForMaskedLM(ReadTwiceBertPreTrainedModel):
     # it for gradient accumulation itself (with `**kwargs` and no such flag it passed `num_items_in_batch`, which the
     # loss did not read, and left the sum over accumulated batches unscaled).
     accepts_loss_kwargs = False
+    # `device_map="auto"` keeps the MLM head whole: its decoder's bias is the head's own `bias` (tied), which
+    # transformers' tied-parameter sizing (`infer_auto_device_map`) cannot place once the head is split
+    _no_split_modules = ["BertLayer", "BertLMPredictionHead"]
 
     def __init__(self, config: ReadTwiceBertConfig):
         super().__init__(config)
