@@ -61,3 +61,34 @@ def contract_harness(tokenizer):
         assert torch.equal(single, full[:, documents[0].shape[1]:])
 
     return model, settings, check
+
+
+# ----------------------------------------------------------------- the common model checks (test_modeling_common.py)
+def common_config(model_type):
+    """A tiny config of `model_type`, without dropout, for `tests/models/test_modeling_common.py`."""
+    return BlockAttentionLlamaConfig(vocab_size=99, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                     pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def common_base_class(model_class):
+    """The plain transformers class whose checkpoints `model_class` loads."""
+    from transformers import LlamaModel
+
+    return LlamaModel
+
+
+def common_inputs(model, seed=0):
+    """`model`'s forward arguments: two document blocks, then a global question (`block_ids`), labels where the class
+    computes a loss."""
+    ids = torch.randint(3, model.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(seed))
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
+              "block_ids": torch.tensor([[0] * 4 + [1] * 4 + [-1] * 4] * 2)}
+    if isinstance(model, BlockAttentionLlamaForCausalLM):
+        inputs["labels"] = ids
+    return inputs
+
+
+def common_output_lengths(config, model_class):
+    """Output field -> how many tensors it holds with `output_hidden_states=True`, `output_attentions=True`."""
+    return {"hidden_states": config.num_hidden_layers + 1, "attentions": config.num_hidden_layers}

@@ -55,3 +55,36 @@ def contract_harness(tokenizer):
                                            atol=1e-5, rtol=0)
 
     return model, settings, check
+
+
+# ----------------------------------------------------------------- the common model checks (test_modeling_common.py)
+def common_config(model_type):
+    """A tiny config of `model_type`, without dropout, for `tests/models/test_modeling_common.py`."""
+    return DeformerBertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                              intermediate_size=37, max_position_embeddings=64, num_decomposed_layers=2,
+                              hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def common_base_class(model_class):
+    """The plain transformers class whose checkpoints `model_class` loads."""
+    from transformers import BertModel
+
+    return BertModel
+
+
+def common_inputs(model, seed=0):
+    """`model`'s forward arguments: `[CLS] question [SEP] passage [SEP]` pairs (token types 0 then 1, one padded),
+    answer spans where the class computes a loss."""
+    ids = torch.randint(5, model.config.vocab_size, (2, 14), generator=torch.Generator().manual_seed(seed))
+    types = torch.tensor([[0] * 5 + [1] * 9] * 2)
+    mask = torch.ones_like(ids)
+    mask[1, -3:] = 0
+    inputs = {"input_ids": ids, "token_type_ids": types, "attention_mask": mask}
+    if isinstance(model, DeformerBertForQuestionAnswering):
+        inputs.update(start_positions=torch.tensor([6, 8]), end_positions=torch.tensor([7, 10]))
+    return inputs
+
+
+def common_output_lengths(config, model_class):
+    """Output field -> how many tensors it holds with `output_hidden_states=True`, `output_attentions=True`."""
+    return {"hidden_states": config.num_hidden_layers + 1, "attentions": config.num_hidden_layers}

@@ -65,3 +65,42 @@ def contract_harness(tokenizer):
             assert stored_tokens.shape == (len(DOCUMENTS), 7) and torch.equal(stored_tokens, own_tokens)
 
     return model, settings, check
+
+
+# ----------------------------------------------------------------- the common model checks (test_modeling_common.py)
+def common_config(model_type):
+    """A tiny config of `model_type`, without dropout, for `tests/models/test_modeling_common.py`: neighborhood
+    attention (radius 4, shorter than the inputs) with the convolution's parameters."""
+    return LongDocBartConfig(
+        vocab_size=99, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=64, dropout=0.0,
+        attention_dropout=0.0, activation_dropout=0.0, encoder_attention_type="neighborhood_convolutional",
+        neighborhood_radius=4, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
+        forced_eos_token_id=None)
+
+
+def common_base_class(model_class):
+    """The plain transformers class whose checkpoints `model_class` loads."""
+    from transformers import BartModel
+
+    return BartModel
+
+
+def common_inputs(model, seed=0):
+    """`model`'s forward arguments: a padded batch of two documents, decoder inputs (labels where the class computes
+    a loss)."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, model.config.vocab_size, (2, 18), generator=generator)
+    mask = torch.ones_like(ids)
+    mask[1, -5:] = 0
+    targets = torch.randint(3, model.config.vocab_size, (2, 5), generator=generator)
+    if isinstance(model, LongDocBartForConditionalGeneration):
+        return {"input_ids": ids, "attention_mask": mask, "labels": targets}
+    return {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": targets}
+
+
+def common_output_lengths(config, model_class):
+    """Output field -> how many tensors it holds with `output_hidden_states=True`, `output_attentions=True`."""
+    return {"encoder_hidden_states": config.encoder_layers + 1, "decoder_hidden_states": config.decoder_layers + 1,
+            "encoder_attentions": config.encoder_layers, "decoder_attentions": config.decoder_layers,
+            "cross_attentions": config.decoder_layers}

@@ -51,3 +51,51 @@ def contract_harness(tokenizer):
         assert torch.equal(stored_tokens, own_tokens)
 
     return model, settings, check
+
+
+# ----------------------------------------------------------------- the common model checks (test_modeling_common.py)
+def common_config(model_type):
+    """A tiny config of `model_type`, without dropout, for `tests/models/test_modeling_common.py`: the attention fusion
+    (`Attn'` over the representations in the upper encoder layers and every decoder layer)."""
+    from hf_readonce import ReadOnceBartConfig
+
+    return ReadOnceBartConfig(
+        vocab_size=99, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=64, dropout=0.0,
+        attention_dropout=0.0, activation_dropout=0.0, compression_ratio=4, fusion="attention", pad_token_id=1,
+        bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=None)
+
+
+def common_base_class(model_class):
+    """The plain transformers class whose checkpoints `model_class` loads."""
+    from transformers import BartModel
+
+    return BartModel
+
+
+def common_inputs(model, seed=0):
+    """`model`'s forward arguments: a question, its document (read by the document encoder of the full model, stored
+    representations for the base model), decoder inputs (labels where the class computes a loss)."""
+    generator = torch.Generator().manual_seed(seed)
+    vocab = model.config.vocab_size
+    question = torch.randint(3, vocab, (2, 7), generator=generator)
+    document = torch.randint(3, vocab, (2, 16), generator=generator)
+    document_mask = torch.ones_like(document)
+    document_mask[1, -4:] = 0
+    targets = torch.randint(3, vocab, (2, 5), generator=generator)
+    if isinstance(model, ReadOnceBartForConditionalGeneration):
+        return {"input_ids": question, "attention_mask": torch.ones_like(question), "document_input_ids": document,
+                "document_input_attention_mask": document_mask, "labels": targets}
+    # the base model reads stored representations: four per document, the last of the second one padding
+    representations = torch.randn(2, 4, model.config.d_model, generator=generator).to(model.dtype)
+    return {"input_ids": question, "attention_mask": torch.ones_like(question), "decoder_input_ids": targets,
+            "document_representations": representations, "document_attention_mask": torch.tensor([[1] * 4, [1] * 3 + [0]])}
+
+
+def common_output_lengths(config, model_class):
+    """Output field -> how many tensors it holds with `output_hidden_states=True`, `output_attentions=True`."""
+    fused = config.encoder_layers - config.append_layer
+    return {"encoder_hidden_states": config.encoder_layers + 1, "decoder_hidden_states": config.decoder_layers + 1,
+            "encoder_attentions": config.encoder_layers, "decoder_attentions": config.decoder_layers,
+            "cross_attentions": config.decoder_layers, "encoder_representation_attentions": fused,
+            "decoder_representation_attentions": config.decoder_layers}

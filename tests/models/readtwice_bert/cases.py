@@ -2,6 +2,8 @@
 `CASES`, each published and loaded where hf-readonce is absent (`tests/hub/family_cases.py`), and
 `contract_harness`, the adapter's store round trip (`tests/representations/test_contract.py`)."""
 
+import inspect
+
 import torch
 
 from hf_readonce import ReadTwiceBertConfig, ReadTwiceBertForQuestionAnswering
@@ -64,3 +66,45 @@ def contract_harness(tokenizer):
                                        getattr(itself, name)[:, :width][real], atol=1e-5, rtol=0)
 
     return model, settings, check
+
+
+# ----------------------------------------------------------------- the common model checks (test_modeling_common.py)
+def common_config(model_type):
+    """A tiny config of `model_type`, without dropout, for `tests/models/test_modeling_common.py`: the paper setup
+    (every row a segment), summary-token memories."""
+    return ReadTwiceBertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                               intermediate_size=37, max_position_embeddings=64, num_second_read_layers=1,
+                               memory_type="sts", span_length=4, segment_length=12, segment_overlap=2,
+                               hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def common_base_class(model_class):
+    """The plain transformers class whose checkpoints `model_class` loads."""
+    from transformers import BertModel
+
+    return BertModel
+
+
+def common_inputs(model, seed=0):
+    """`model`'s forward arguments: five segments of two documents, answer positions (QA) or masked-token labels (MLM)
+    where the class computes a loss."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, model.config.vocab_size, (5, 12), generator=generator)
+    mask = torch.ones_like(ids)
+    mask[4, -3:] = 0
+    inputs = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids),
+              "document_ids": torch.tensor([0, 0, 0, 1, 1])}
+    if isinstance(model, ReadTwiceBertForQuestionAnswering):
+        inputs.update(start_positions=torch.tensor([-1, 3, -1, 2, -1]), end_positions=torch.tensor([-1, 5, -1, 4, -1]))
+    elif "labels" in inspect.signature(model.forward).parameters:
+        labels = torch.full_like(ids, -100)
+        labels[:, 3] = ids[:, 3]
+        inputs["labels"] = labels
+    return inputs
+
+
+def common_output_lengths(config, model_class):
+    """Output field -> how many tensors it holds with `output_hidden_states=True`, `output_attentions=True`: BERT₁'s
+    embeddings and layers, H³, BERT₂'s layers."""
+    return {"hidden_states": config.num_hidden_layers + 1 + 1 + config.num_second_read_layers,
+            "attentions": config.num_hidden_layers + config.num_second_read_layers}

@@ -48,3 +48,39 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 assert type(model).__name__ in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values(), type(model).__name__
 """, [("text-generation", [RECURRENT_PROMPT], GENERATE)], "text-generation", "recurrent-transformer"),
 ]
+
+
+# ----------------------------------------------------------------- the common model checks (test_modeling_common.py)
+def common_config(model_type):
+    """A tiny config of `model_type`, without dropout, for `tests/models/test_modeling_common.py`: 16-token windows
+    overlapping by 4, the memory entering at layer 1."""
+    from hf_readonce import RecurrentGPT2Config, RecurrentLlamaConfig
+
+    recurrence = dict(window_size=16, window_overlap=4, recurrence_layer=1)
+    if model_type == RecurrentGPT2Config.model_type:
+        return RecurrentGPT2Config(vocab_size=99, n_positions=32, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0,
+                                   embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0, **recurrence)
+    return RecurrentLlamaConfig(vocab_size=99, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                                bos_token_id=0, eos_token_id=0, pad_token_id=0, **recurrence)
+
+
+def common_base_class(model_class):
+    """The plain transformers class whose checkpoints `model_class` loads."""
+    from transformers import GPT2Model, LlamaModel
+
+    from hf_readonce import RecurrentGPT2Config
+
+    return GPT2Model if model_class.config_class is RecurrentGPT2Config else LlamaModel
+
+
+def common_inputs(model, seed=0):
+    """`model`'s forward arguments: 30 tokens, three windows (the memory reaching the later ones), labels."""
+    ids = torch.randint(3, model.config.vocab_size, (2, 30), generator=torch.Generator().manual_seed(seed))
+    return {"input_ids": ids, "labels": ids}
+
+
+def common_output_lengths(config, model_class):
+    """`None`: the windowed models refuse `output_hidden_states=True` and `output_attentions=True` (a `ValueError`: a
+    stream read window by window has no one hidden state or attention matrix per layer)."""
+    return None
