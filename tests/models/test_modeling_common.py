@@ -186,9 +186,11 @@ def _implementations_agree(cases, model_class, implementations, folder):
 
 @pytest.mark.parametrize(("cases", "model_class", "head"), CLASSES)
 def test_attention_implementations_agree(cases, model_class, head, tmp_path):
-    """eager and SDPA give the same outputs; a class that says it cannot run SDPA or FlexAttention refuses it."""
+    """eager and SDPA give the same outputs; a class that says it cannot run SDPA, FlexAttention or flash attention
+    refuses it (a `ValueError`, before any kernel is looked for)."""
     _implementations_agree(cases, model_class, ["sdpa"] * model_class._supports_sdpa, tmp_path)
-    for implementation, flag in (("sdpa", "_supports_sdpa"), ("flex_attention", "_supports_flex_attn")):
+    for implementation, flag in (("sdpa", "_supports_sdpa"), ("flex_attention", "_supports_flex_attn"),
+                                 ("flash_attention_2", "_supports_flash_attn")):
         if not getattr(model_class, flag):
             with pytest.raises(ValueError):
                 model_class.from_pretrained(tmp_path, attn_implementation=implementation)

@@ -18,6 +18,7 @@ import hf_readonce
 from hf_readonce import (
     DeformerBertConfig,
     DeformerBertForQuestionAnswering,
+    DeformerBertModel,
     DeformerDistillationTrainer,
     DeformerPassageOutput,
 )
@@ -1041,3 +1042,25 @@ def test_hidden_states_with_passage_states_are_the_joint_layers_input_and_output
     assert all(h.shape == (2, 12, model.config.hidden_size) for h in out.hidden_states)
     torch.testing.assert_close(out.hidden_states[0][:, 5:], stored.last_hidden_state)
     torch.testing.assert_close(out.hidden_states[-1], out.last_hidden_state)
+
+
+def test_flash_attention_is_refused_as_its_mask_drops_the_segments():
+    # transformers' flash attention mask keeps the padding only: the decomposed lower layers' segment mask would be
+    # dropped and the question would attend to the passage there, so the model refuses flash attention
+    from transformers.masking_utils import create_bidirectional_mask
+
+    from hf_readonce.models.deformer_bert.modeling_deformer_bert import _segment_mask_function
+
+    config = DeformerBertConfig(num_decomposed_layers=2, **TINY)
+    segments = torch.tensor([[0, 0, 0, 1, 1, 1]])
+    mask_arguments = dict(inputs_embeds=torch.zeros(1, 6, TINY["hidden_size"]),
+                          attention_mask=torch.ones(1, 6, dtype=torch.long),
+                          and_mask_function=_segment_mask_function(segments))
+    config._attn_implementation = "sdpa"
+    assert not create_bidirectional_mask(config=config, **mask_arguments)[0, 0, 0, 3]  # a question token, a passage key
+    config._attn_implementation = "flash_attention_2"
+    assert create_bidirectional_mask(config=config, **mask_arguments) is None  # nothing but padding, here none
+    for model_class in (DeformerBertModel, DeformerBertForQuestionAnswering):
+        with pytest.raises(ValueError, match="Flash Attention"):
+            model_class._from_config(DeformerBertConfig(num_decomposed_layers=2, **TINY),
+                                     attn_implementation="flash_attention_2")

@@ -471,6 +471,10 @@ class DeformerBertPreTrainedModel(BertPreTrainedModel):
     supports_gradient_checkpointing = True
     # BERT checkpoints carry a pooler that a QA model does not use (as `BertForQuestionAnswering` has none).
     _keys_to_ignore_on_load_unexpected = [r"pooler\."]
+    # Flash attention reads a padding mask only: transformers' flash mask drops the segment mask of the decomposed
+    # lower layers (`_segment_mask_function`), which would then attend across question and passage. SDPA, eager and
+    # FlexAttention take it.
+    _supports_flash_attn = False
     # `device_map="auto"` places whole BERT layers: a layer's attention, feed-forward and the residuals across them on
     # one device
     _no_split_modules = ["BertLayer"]
