@@ -1046,3 +1046,22 @@ def test_trainer_label_smoothing_scores_the_next_token(tmp_path):
         rows.append({"input_ids": sequence, "block_ids": block_ids,
                      "labels": torch.where(block_ids == -1, sequence, torch.full_like(sequence, -100))})
     assert_label_smoothing_scores_the_next_token(tiny(), rows, tmp_path)
+
+
+@pytest.mark.parametrize("implementation", ["flash_attention_2", "flash_attention_3", "kernels-community/flash-attn"])
+@pytest.mark.parametrize("bare", [False, True])
+def test_block_ids_are_refused_under_flash_attention(implementation, bare):
+    """Flash attention reads a padding mask only, so the 4-D block mask of `block_ids` would not reach it (transformers
+    hands a 4-D mask on as it is, and flash takes it for padding): the causal LM and the bare model refuse `block_ids`
+    under any flash implementation, naming the implementation and the one to load, before any attention runs (no
+    flash package is needed to see it); with SDPA the same call runs."""
+    model = tiny()
+    target = model.model if bare else model
+    ids = torch.randint(0, TINY["vocab_size"], (1, 8))
+    blocks = torch.tensor([[0, 0, 0, 1, 1, 1, 2, 2]])
+    with torch.no_grad():
+        target(input_ids=ids, block_ids=blocks)  # SDPA: runs
+        target.config._attn_implementation = implementation
+        with pytest.raises(ValueError, match=rf"`block_ids` needs the 4-D block mask, which flash attention cannot "
+                                             rf"read .*attn_implementation='{implementation}'.*\"sdpa\""):
+            target(input_ids=ids, block_ids=blocks)

@@ -1139,7 +1139,7 @@ def _positions_from_mask(attention_mask: torch.Tensor) -> torch.LongTensor:
 
 
 def _block_attention_inputs(block_ids, input_ids, inputs_embeds, attention_mask, position_ids, past_key_values,
-                            dtype: torch.dtype) -> tuple[torch.Tensor, torch.LongTensor]:
+                            dtype: torch.dtype, config=None) -> tuple[torch.Tensor, torch.LongTensor]:
     """The attention mask and position ids of `forward(block_ids=...)` (the causal LM's and the bare model's): the
     4-D [`block_attention_mask`] in `dtype` and, unless given, positions counted from the first real token.
 
@@ -1148,8 +1148,15 @@ def _block_attention_inputs(block_ids, input_ids, inputs_embeds, attention_mask,
 
     Raises:
         ValueError: a non-empty `past_key_values`, `block_ids` of another shape than the input's `(batch_size,
-            seq_length)`, an `attention_mask` that is not the 2-D padding mask; as [`block_attention_mask`].
+            seq_length)`, an `attention_mask` that is not the 2-D padding mask, a `config` that runs flash attention
+            (it reads a padding mask only, not the block mask); as [`block_attention_mask`].
     """
+    implementation = str(getattr(config, "_attn_implementation", None) or "")
+    if "flash" in implementation:
+        raise ValueError(f"`block_ids` needs the 4-D block mask, which flash attention cannot read (it takes a padding "
+                         f"mask only); the model runs "
+                         f"attn_implementation={implementation!r}: load it with attn_implementation=\"sdpa\" (or "
+                         f"\"eager\", \"flex_attention\") to train with `block_ids`.")
     if past_key_values is not None and past_key_values.get_seq_length() > 0:
         raise ValueError("`block_ids` masks a whole sequence: it cannot be used with a non-empty "
                          "`past_key_values`.")
@@ -1265,7 +1272,8 @@ class BlockAttentionLlamaModel(BlockAttentionLlamaPreTrainedModel, LlamaModel):
             hidden_size)`, the hidden states under the causal LM's head.
 
         Raises:
-            ValueError: `block_ids` of another shape than the input or with a non-empty cache; both
+            ValueError: `block_ids` of another shape than the input, with a non-empty cache or under flash
+                attention (which cannot read the block mask: load with `attn_implementation="sdpa"`); both
                 `past_key_values` and `cache`; a token id of `input_ids` outside `[0, vocab_size)`, naming it and the
                 vocabulary size (checked when the embedding lookup fails); a keyword of `TransformersKwargs` nothing would read
                 ([`_block_attention_unread_keywords`]): `seq_idx`, flash attention's packed-sequence arguments
@@ -1287,7 +1295,8 @@ class BlockAttentionLlamaModel(BlockAttentionLlamaPreTrainedModel, LlamaModel):
         _refuse_unread_keywords(self, kwargs, _block_attention_unread_keywords(self.config, block_ids, None, paged))
         if block_ids is not None:
             attention_mask, position_ids = _block_attention_inputs(block_ids, input_ids, inputs_embeds, attention_mask,
-                                                                   position_ids, past_key_values, self.dtype)
+                                                                   position_ids, past_key_values, self.dtype,
+                                                                   self.config)
         try:
             return super().forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                                    inputs_embeds=inputs_embeds, use_cache=use_cache,
@@ -1579,8 +1588,8 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
             includes the composed prefix (none with `document_caches` and `use_cache=False`).
 
         Raises:
-            ValueError: `block_ids` of another shape than `input_ids`, with a non-empty cache or with
-                `document_caches`; `document_caches` with `past_key_values`; caches of another model (fingerprint);
+            ValueError: `block_ids` of another shape than `input_ids`, with a non-empty cache, under flash
+                attention (which cannot read the block mask) or with `document_caches`; `document_caches` with `past_key_values`; caches of another model (fingerprint);
                 a token id of `input_ids` outside `[0, vocab_size)` (as [`BlockAttentionLlamaModel.forward`]); an
                 empty question with `document_caches`;
                 both `past_key_values` and `cache`; a keyword of `TransformersKwargs` nothing would read
@@ -1608,7 +1617,8 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
             if document_caches is not None:
                 raise ValueError("Pass `block_ids` (training mask over full sequences) or `document_caches`, not both.")
             attention_mask, position_ids = _block_attention_inputs(block_ids, input_ids, inputs_embeds, attention_mask,
-                                                                   position_ids, past_key_values, self.dtype)
+                                                                   position_ids, past_key_values, self.dtype,
+                                                                   self.config)
         elif document_caches is None and recompute_ratio:
             raise ValueError("`recompute_ratio` applies to `document_caches`, none were given.")
         elif document_caches is not None:
