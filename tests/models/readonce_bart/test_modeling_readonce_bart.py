@@ -1654,3 +1654,34 @@ def test_label_smoothing_without_decoder_inputs_is_refused_naming_the_setting(tm
     ids, docs, targets = tokens(4, 6), tokens(4, 20, seed=3), tokens(4, 5, seed=4)
     rows = [{"input_ids": ids[i], "document_input_ids": docs[i], "labels": targets[i]} for i in range(4)]
     assert_label_smoothing_needs_decoder_inputs(lambda: tiny(dropout=0.0), rows, tmp_path)
+
+
+@pytest.mark.parametrize("source", ["config", "bart_checkpoint"])
+def test_linear_aggregation_begins_as_the_mean(source, tmp_path):
+    """`aggregation="linear"` starts with a zero score (uniform weights: eq. 1's weighted sum begins as the mean of
+    the window), whether the model is built from its config or loaded from a plain BART checkpoint that lacks the
+    score; a score a checkpoint holds is loaded as saved. BART's initialization of the `score` Linear drew over the
+    zeros set from its parent module (std 0.02 weights)."""
+    config = ReadOnceBartConfig(**{**TINY, "compression_ratio": 4, "aggregation": "linear"})
+    torch.manual_seed(0)
+    if source == "config":
+        model = ReadOnceBartForConditionalGeneration(config)
+    else:
+        BartForConditionalGeneration(BartConfig(**TINY)).save_pretrained(tmp_path / "bart")
+        model = ReadOnceBartForConditionalGeneration.from_pretrained(tmp_path / "bart", config=config)
+    score = model.document_encoder.aggregation.score
+    assert torch.count_nonzero(score.weight) == 0 and torch.count_nonzero(score.bias) == 0
+    ids = tokens(2, 16)
+    mean = ReadOnceBartForConditionalGeneration(ReadOnceBartConfig(**{**TINY, "compression_ratio": 4,
+                                                                      "aggregation": "mean"}))
+    mean.load_state_dict(model.state_dict(), strict=False)  # the same weights, without a score
+    with torch.no_grad():
+        linear = model.eval().encode_documents(ids).representations
+        averaged = mean.eval().encode_documents(ids).representations
+    torch.testing.assert_close(linear, averaged)
+
+    with torch.no_grad():
+        score.weight.normal_()
+    model.save_pretrained(tmp_path / "trained")
+    loaded = ReadOnceBartForConditionalGeneration.from_pretrained(tmp_path / "trained")
+    assert torch.equal(loaded.document_encoder.aggregation.score.weight, score.weight)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, fields
 import torch
 import transformers
 from torch import nn
+from transformers import initialization as init
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -634,6 +635,8 @@ class ReadOnceAggregation(nn.Module):
         super().__init__()
         self.aggregation = config.aggregation
         self.score = nn.Linear(config.d_model, 1) if config.aggregation == "linear" else None
+        if self.score is not None:  # zero at start: uniform weights, the linear sum begins as the mean
+            self.score.readonce_init_zeros = True  # read by `ReadOnceBartPreTrainedModel._init_weights`
 
     def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor, stride: int, window: int):
         r"""
@@ -939,9 +942,12 @@ class ReadOnceBartPreTrainedModel(BartPreTrainedModel):
 
     def _init_weights(self, module):
         super()._init_weights(module)
-        if isinstance(module, ReadOnceAggregation) and module.score is not None:
-            nn.init.zeros_(module.score.weight)  # uniform weights at start: the linear sum begins as the mean
-            nn.init.zeros_(module.score.bias)
+        # On the score itself, not on `ReadOnceAggregation`: transformers skips, for remote code, a module whose own
+        # parameters are all initialized, which a module without direct parameters always is, and BART's own
+        # initialization of the `score` Linear drew over zeros set from its parent.
+        if isinstance(module, nn.Linear) and getattr(module, "readonce_init_zeros", False):
+            init.zeros_(module.weight)  # uniform weights at start: the linear sum begins as the mean
+            init.zeros_(module.bias)
 
 
 class ReadOnceBartDocumentEncoder(ReadOnceBartPreTrainedModel):
