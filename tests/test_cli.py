@@ -469,13 +469,20 @@ def test_input_that_holds_nothing_fails_before_a_store_is_made(tmp_path, checkpo
 
 def test_encode_exits_1_when_every_document_is_set_aside(tmp_path, checkpoint, capsys):
     """A file whose every document has no token after tokenization (zero-width characters) holds nothing to encode:
-    exit 1 as an empty file, without `--strict`; one encodable document beside them is exit 0."""
+    exit 1 as an empty file, without `--strict`, leaving no store (nor the folders) it created, and a store that
+    was there as it was; one encodable document beside them is exit 0."""
     docs = write_jsonl(tmp_path / "docs.jsonl", [{"id": "a", "context": "\u200b\u200b"},
                                                  {"id": "b", "context": "\u200b"}])
     common = ["--store", str(tmp_path / "s"), "--max-passage-length", "64", "--doc-stride", "8", "--no-progress"]
-    assert cli_main(["encode", str(checkpoint), "--documents", str(docs), *common]) == 1
+    new_store = tmp_path / "new" / "deeper" / "s"
+    assert cli_main(["encode", str(checkpoint), "--documents", str(docs), "--store", str(new_store),
+                     *common[2:]]) == 1
     err = capsys.readouterr().err
     assert "set aside 2 document(s)" in err and "every document of" in err
+    assert not (tmp_path / "new").exists()
+    RepresentationStore(tmp_path / "s")  # a store that exists (empty) is kept
+    assert cli_main(["encode", str(checkpoint), "--documents", str(docs), *common]) == 1
+    assert "every document of" in capsys.readouterr().err and (tmp_path / "s" / "store.json").is_file()
     more = write_jsonl(tmp_path / "more.jsonl", [{"id": "a", "context": "\u200b"}, {"id": "c", "context": "Paris."}])
     assert cli_main(["encode", str(checkpoint), "--documents", str(more), *common]) == 0
 

@@ -939,7 +939,8 @@ def _encode_adapter(model, tokenizer, settings: dict, sources: dict, batch_size:
 # ---------------------------------------------------------------------------------------------------------- encode
 def cmd_encode(args) -> int:
     """`hf-readonce encode`: compute the representations of `args.documents` with `args.model` and store the missing
-    ones in `args.store` ([`fill_store`]). Returns the exit status: 0, or 1 when every document was set aside, when
+    ones in `args.store` ([`fill_store`]). Returns the exit status: 0, or 1 when every document was set aside (a store
+    this call created is removed again, [`_remove_empty_store`]), when
     `--strict` meets a set-aside document or problem, or when `--repair` leaves documents missing; raises
     [`CommandError`] (printed as one line by [`main`]) for bad input, a read-only store or a model no family reads."""
     from .representations import fill_store
@@ -1085,6 +1086,13 @@ def cmd_encode(args) -> int:
             print(f"hf-readonce encode: note: {stats.truncated} document(s) held more than the "
                   f"{adapter.max_document_length} tokens read per document and were cut to them "
                   "(`--max-document-length` reads more, up to the model's positions)", file=sys.stderr)
+        if stats.rejected and not stats.encoded and not stats.already_stored and not stats.other_rank:
+            print(f"hf-readonce encode: every document of {documents} was set aside: nothing to encode.",
+                  file=sys.stderr)
+            status = EXIT_PROBLEMS  # the input held nothing to work on, as an empty file
+            if created:  # a store this call made holds nothing: leave nothing behind, as for an empty file (only
+                _remove_empty_store(store_path, created[-1])  # while empty, under its lock: another job may use it)
+                return status
         store.refresh()
         info = _store_info(store)
         print(f"store {store.path}: {info['documents']} document(s), {info['shards']} shard(s), "
@@ -1102,10 +1110,6 @@ def cmd_encode(args) -> int:
                   "(`hf-readonce prune --space KEY` and encoding again rewrites them)", file=sys.stderr)
         if (problems or stats.rejected) and args.strict:
             status = EXIT_PROBLEMS
-        if stats.rejected and not stats.encoded and not stats.already_stored and not stats.other_rank:
-            print(f"hf-readonce encode: every document of {documents} was set aside: nothing to encode.",
-                  file=sys.stderr)
-            status = EXIT_PROBLEMS  # the input held nothing to work on, as an empty file
 
         for space, hashes in sorted(dropped_by_space.items()):
             if space != adapter_space:  # another model's or setting's: this run cannot recompute them
@@ -1145,7 +1149,7 @@ def _missing_folders(path: Path) -> list[Path]:
 
 def _remove_empty_store(path: Path, top: Path) -> None:
     """Undo the creation of a store this run made (`answer` / `summarize --encode-missing` that failed, `encode` of a
-    model that cannot be loaded): only when it holds no shard and no manifest, only the store's own skeleton files,
+    model that cannot be loaded or of documents all set aside): only when it holds no shard and no manifest, only the store's own skeleton files,
     and only the folders this run created (`path` up to `top`). The check and the removal run under the store's
     write lock, in a folder renamed away first ([`hf_readonce.store.maintenance.remove_empty_store`]), so a shard
     another process commits into the store meanwhile keeps it, and a process that had opened it and writes
