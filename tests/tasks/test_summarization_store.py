@@ -89,6 +89,25 @@ def test_summaries_from_the_store_equal_the_model_reading_the_documents(tokenize
     assert all(summaries)  # 6 new tokens each: a vacuous comparison of empty strings cannot pass
 
 
+@pytest.mark.parametrize("build", [longdoc, readonce], ids=["longdoc_bart", "readonce_bart"])
+def test_summaries_from_the_store_equal_the_family_pipeline(tokenizer, tmp_path, build):
+    """What `summarize_from_store` serves from a float32 store equals the family's `summarization` pipeline reading
+    each document itself (same document length, greedy)."""
+    from hf_readonce.models.longdoc_bart.pipeline_longdoc_bart import LongDocSummarizationPipeline
+    from hf_readonce.models.readonce_bart.pipeline_readonce_bart import ReadOnceSummarizationPipeline
+
+    model = build(tokenizer)
+    store = RepresentationStore(tmp_path / "store")
+    fill_store(get_adapter(model, tokenizer, max_document_length=48), store, DOCUMENTS, store_dtype="float32")
+    summaries = summarize_from_store(model, tokenizer, store, DOCUMENTS, max_new_tokens=6, min_new_tokens=6)
+    family = ReadOnceSummarizationPipeline if model.config.model_type == "readonce_bart" else \
+        LongDocSummarizationPipeline
+    pipe = family(model=model, tokenizer=tokenizer)
+    expected = [pipe(text, max_document_len=48, max_new_tokens=6, generate_kwargs={"min_new_tokens": 6})[0]
+                ["summary_text"] for text in DOCUMENTS]
+    assert summaries == expected and all(summaries)
+
+
 def test_each_distinct_document_is_read_once_and_answers_keep_the_order(tokenizer, tmp_path, monkeypatch):
     model = longdoc(tokenizer)
     store = RepresentationStore(tmp_path / "store")
