@@ -1149,8 +1149,8 @@ def _missing_folders(path: Path) -> list[Path]:
 
 def _remove_empty_store(path: Path, top: Path) -> None:
     """Undo the creation of a store this run made (`answer` / `summarize --encode-missing` that failed, `encode` of a
-    model that cannot be loaded or of documents all set aside): only when it holds no shard and no manifest, only the store's own skeleton files,
-    and only the folders this run created (`path` up to `top`). The check and the removal run under the store's
+    model that cannot be loaded or of documents all set aside): only when it holds no shard and no manifest, only
+    the store's own skeleton files, and only the folders this run created (`path` up to `top`). The check and the removal run under the store's
     write lock, in a folder renamed away first ([`hf_readonce.store.maintenance.remove_empty_store`]), so a shard
     another process commits into the store meanwhile keeps it, and a process that had opened it and writes
     afterwards creates it anew. Nothing a user or another process stored is ever removed."""
