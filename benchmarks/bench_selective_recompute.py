@@ -353,7 +353,7 @@ def run_question(model, tokenizer, question: dict, caches: dict, ratios, fmt: Pr
                  rounded_full=()) -> dict:
     """One question on every path (`"full"`, `"r=<ratio>"` for each of `ratios`, `"full@<dtype>"` for each of
     `rounded_full`), in an order rotated by `order_shift`; per path the answer, the generated text, TTFT and total
-    seconds (and with `memory` the peak resident-set growth in MB).
+    seconds (and with `memory` the peak resident-set growth in MiB, stored as `peak_rss_growth_mb`).
 
     `full@<dtype>` ([`rounded_prefix_cache`]): the prompt up to the question prefilled in full, its cache's keys and
     values rounded to `<dtype>` and back, then the question prefilled after it and the answer generated; its TTFT

@@ -659,7 +659,7 @@ def block_attention() -> list[str]:
         peaks = [r["paths"] for r in _jsonl(f"selective_recompute/{name}.jsonl") if "paths" in r]
         cells = [" / ".join(f(p[path]["peak_rss_growth_mb"], 1) for p in peaks)
                  for path in ("full", "r=0", "r=0.05", "r=0.15", "r=0.3", "r=1")]
-        figures.append(f"| {label} | {cells[0]} MB | {' | '.join(cells[1:])} | `{name}.jsonl` |")
+        figures.append(f"| {label} | {cells[0]} MiB | {' | '.join(cells[1:])} | `{name}.jsonl` |")
     for name in ("chat_memory_5q", "chat_memory_5q_before_streaming"):  # 5 questions per dataset: median [max]
         rows = [r for r in _jsonl(f"selective_recompute/{name}.jsonl") if "paths" in r]
         for path, label in (("full", "full prompt" if name == "chat_memory_5q" else "full"), ("r=0", "r=0"),
@@ -692,7 +692,7 @@ def block_attention() -> list[str]:
         peaks = [r["paths"] for r in _jsonl(f"selective_recompute/{name}.jsonl") if "paths" in r]
         cells = [" / ".join(f(p[path]["peak_rss_growth_mb"], 1) for p in peaks)
                  for path in ("full", "r=0", "r=0.05", "r=0.15", "r=0.3", "r=1")]
-        figures.append(f"| {label} | {cells[0]}{' MB' if name.endswith('fix') else ''} | {' | '.join(cells[1:])} | "
+        figures.append(f"| {label} | {cells[0]}{' MiB' if name.endswith('fix') else ''} | {' | '.join(cells[1:])} | "
                        f"`{name}.jsonl` |")
     oracle = {r: load(f"selective_recompute/oracle_after_prefix_r{r}.json")["rules"] for r in ("0.15", "0.3", "0.5")}
     for ratio, rules in oracle.items():
@@ -859,9 +859,9 @@ def _recompute_prose() -> list[str]:
                     if p != "full")
     above = [v["r=0"]["peak_rss_growth_mb"] - v["full"]["peak_rss_growth_mb"] for v in views]
     share = [100 * a / v["full"]["peak_rss_growth_mb"] for a, v in zip(above, views)]
-    figures += [f"(every ratio equals r=0 to {math.ceil(spread_mb * 100) / 100:.2f} MB)",  # the largest gap, rounded up
-                f"peaks {above[0]:.1f} / {above[1]:.1f} MB ({share[0]:.0f} / {share[1]:.0f} %) above the full prompt",
-                f"**missed** by {above[0]:.1f} / {above[1]:.1f} MB"]
+    figures += [f"(every ratio equals r=0 to {math.ceil(spread_mb * 100) / 100:.2f} MiB)",  # the largest gap, rounded up
+                f"peaks {above[0]:.1f} / {above[1]:.1f} MiB ({share[0]:.0f} / {share[1]:.0f} %) above the full prompt",
+                f"**missed** by {above[0]:.1f} / {above[1]:.1f} MiB"]
     return figures
 
 
