@@ -364,8 +364,9 @@ def test_auxiliary_losses():
 
 def test_losses_follow_the_authors_code():
     """L_kd = T^2 KL(teacher || student) (the authors' `kl_div_loss`: sum teacher * (log teacher - log student)) and
-    L_lrs = mean over the upper layers k+1..n of the per-element squared error over real tokens (their
-    `mean_squared_error` per upper-encoder output divided by the number of upper layers)."""
+    L_lrs = mean over the upper layers k+1..n of the per-element squared error over each example's real tokens,
+    averaged over the examples (their `mean_squared_error` per upper-encoder output, over fixed-length rows that weigh
+    the same, divided by the number of upper layers)."""
     model = tiny_deformer(k=1)  # 4 layers: upper layers 2..4
     (ids, types, mask), _, _ = make_pairs([5, 6], [7, 8])
     student = model(ids, mask, types, output_hidden_states=True)
@@ -381,12 +382,34 @@ def test_losses_follow_the_authors_code():
     torch.testing.assert_close(model.distillation_loss(student.start_logits, t.start_logits, real), expected,
                                atol=1e-5, rtol=1e-5)
     n = model.config.num_hidden_layers
-    per_layer = [((student.hidden_states[i] - t.hidden_states[i])[real] ** 2).mean() for i in range(2, n + 1)]
+    per_layer = [torch.stack([((student.hidden_states[i][b] - t.hidden_states[i][b])[real[b]] ** 2).mean()
+                              for b in range(ids.shape[0])]).mean() for i in range(2, n + 1)]
     lrs = model.layerwise_similarity_loss(student.hidden_states, t.hidden_states, real)
     torch.testing.assert_close(lrs, torch.stack(per_layer).mean(), atol=1e-6, rtol=1e-5)
     # the output of the last decomposed layer (index k) is not compared, and k = n leaves nothing to align
     n_layers = model.config.num_hidden_layers
     assert tiny_deformer(k=n_layers).layerwise_similarity_loss(student.hidden_states, t.hidden_states, real) == 0
+
+
+def test_distillation_loss_of_a_batch_is_the_mean_of_its_halves():
+    """Rows of different lengths: the loss (span + L_kd + L_lrs) of a batch is the mean of its halves' losses, as
+    `DistributedDataParallel` (each process a half, gradients averaged) and `Trainer`'s gradient accumulation (each
+    micro-batch's loss divided by their number) read it. L_lrs as a mean over all the batch's tokens weighed the
+    longer half more."""
+    model = tiny_deformer(k=1).train()
+    teacher = tiny_deformer(k=0, seed=3)
+    (ids, types, mask), _, _ = make_pairs([5, 6, 4, 7], [3, 4, 12, 13])
+    starts, ends = torch.tensor([3, 4, 5, 6]), torch.tensor([4, 5, 6, 7])
+
+    def loss(rows):
+        with torch.no_grad():
+            t = teacher(ids[rows], mask[rows], types[rows], output_hidden_states=True)
+        return model(ids[rows], mask[rows], types[rows], start_positions=starts[rows], end_positions=ends[rows],
+                     teacher_start_logits=t.start_logits, teacher_end_logits=t.end_logits,
+                     teacher_hidden_states=t.hidden_states).loss
+
+    whole, halves = loss(slice(0, 4)), (loss(slice(0, 2)) + loss(slice(2, 4))) / 2
+    torch.testing.assert_close(whole, halves, atol=1e-6, rtol=1e-5)
 
 
 def test_distillation_trainer_step(tmp_path):

@@ -963,10 +963,14 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
       (`kl_div_loss`: sum teacher * (log teacher - log student)) and in Hinton et al.; the slides write the arguments
       the other way round (D_KL(P_DeFormer || P_Full)); we follow the code, whose figures the paper reports;
     - L_lrs = the mean over the n - k upper layers i = k+1..n of the mean squared difference between the
-      DeFormer's and the full model's outputs of layer i, over every real token and hidden unit (the authors'
-      `tf.losses.mean_squared_error` per upper-encoder output, divided by the number of upper layers). One deviation:
-      padding positions are excluded from the mean (the original's fixed-length TPU batches include them), so the
-      loss does not depend on how a batch was padded.
+      DeFormer's and the full model's outputs of layer i, over each example's real tokens and hidden units, averaged
+      over the examples of the batch (the authors' `tf.losses.mean_squared_error` per upper-encoder output, divided
+      by the number of upper layers). One deviation: padding positions are excluded from each example's mean (the
+      original's fixed-length TPU batches include them, every example weighing the same), so the loss does not
+      depend on how a batch was padded.
+
+    Every term is a mean over the examples of the batch: a batch split over `DistributedDataParallel` processes or
+    over accumulated micro-batches of equal size (which `Trainer` averages) trains as the whole batch would.
 
     The auxiliary terms are added only when the teacher's outputs are passed (see
     [`hf_readonce.DeformerDistillationTrainer`], which runs the teacher).
@@ -1157,9 +1161,11 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
         self, student_states: tuple[torch.Tensor, ...], teacher_states: tuple[torch.Tensor, ...], mask: torch.Tensor
     ) -> torch.Tensor:
         r"""Layerwise representation similarity
-        L_lrs = 1 / (n - k) * sum_{i=k+1}^{n} mean_j ||v_j^i - u_j^i||^2 / hidden_size,
-        over the real tokens j of the batch (u: DeFormer, v: full model; `hidden_states` index i is layer i's
-        output, index 0 the embeddings): the upper layers' outputs, as the authors' code compares them. Zero when
+        L_lrs = 1 / (n - k) * sum_{i=k+1}^{n} mean_b mean_j ||v_bj^i - u_bj^i||^2 / hidden_size,
+        over the examples b of the batch and the real tokens j of each (u: DeFormer, v: full model; `hidden_states`
+        index i is layer i's output, index 0 the embeddings): the upper layers' outputs, as the authors' code compares
+        them. Each example weighs the same, whatever its number of real tokens (an example without any weighs 0), so
+        the loss of a batch is the mean of its examples' losses, as the span and distillation losses are. Zero when
         k = 0 or k = n (no upper layer to align).
 
         Args:
@@ -1179,7 +1185,8 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
                 f"teacher_hidden_states must hold {n + 1} tensors (embeddings + {n} layers), got {len(teacher_states)}."
             )
         weights = mask.to(student_states[0].dtype).unsqueeze(-1)
-        count = weights.sum() * student_states[0].shape[-1]
+        # per example: its real tokens times the hidden units (at least 1, so that a row without tokens adds 0)
+        count = (weights.sum(dim=(1, 2)) * student_states[0].shape[-1]).clamp(min=1)
         loss = student_states[0].new_zeros(())
         upper = range(self.config.num_decomposed_layers + 1, n + 1)
         for i in upper:
@@ -1189,7 +1196,7 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
                     f"{tuple(student_states[i].shape)}."
                 )
             diff = (student_states[i] - teacher_states[i].detach().to(student_states[i].dtype)) * weights
-            loss = loss + diff.pow(2).sum() / count
+            loss = loss + (diff.pow(2).sum(dim=(1, 2)) / count).mean()
         return loss / max(len(upper), 1)
 
 
