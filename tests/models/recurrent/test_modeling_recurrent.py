@@ -484,6 +484,42 @@ def test_checkpointed_and_plain_training_same_gradients(family):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+def test_window_checkpointing_hands_each_gradient_over_once_under_several_processes(family, monkeypatch):
+    """`DistributedDataParallel` all-reduces a parameter's gradient when autograd first accumulates it, once per
+    backward. The reentrant window checkpoint accumulates it once per window (one process: what keeps the step's
+    memory bounded); in a `torch.distributed` group of several processes the non-reentrant checkpoint is used, which
+    accumulates it once, with the same gradients. Before, the last window's gradients were averaged across the
+    processes and the other windows' added unsynchronized."""
+
+    def accumulations(model):
+        counts = {}
+        hooks = [p.register_post_accumulate_grad_hook(lambda p, name=name: counts.__setitem__(name, counts.get(name, 0)
+                                                                                                + 1))
+                 for name, p in model.named_parameters()]
+        x = ids(2, 50)  # 4 windows
+        model(x, labels=x).loss.backward()
+        for hook in hooks:
+            hook.remove()
+        return counts, {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+
+    if not torch.distributed.is_available():
+        pytest.skip("torch is built without torch.distributed")
+    plain_counts, plain_grads = accumulations(tiny(family).train())
+    model = tiny(family).train()
+    getattr(model, "activation_checkpointing_enable", model.gradient_checkpointing_enable)()
+    assert model.reentrant_window_checkpointing
+    one_process, _ = accumulations(model)
+    assert max(one_process.values()) == 4  # each window's backward adds into `.grad` on its own
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda *args, **kwargs: 2)
+    model.zero_grad(set_to_none=True)
+    several, grads = accumulations(model)
+    assert several == plain_counts and set(several.values()) == {1}
+    for name, gradient in plain_grads.items():
+        torch.testing.assert_close(grads[name], gradient, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 def test_checkpointing_keeps_only_recurrent_vectors_between_windows(family):
     """§3.2: with checkpointing, what autograd saves for backward does not grow with the windows (only the window
     inputs and recurrent vectors); without it, every window's activations are kept."""

@@ -723,6 +723,13 @@ class RecurrentCausalLMOutputWithPast(CausalLMOutputWithPast):
     num_windows: int | None = None
 
 
+def _several_processes() -> bool:
+    """Whether `torch.distributed` runs a process group of more than one process (`torchrun`, `accelerate launch`),
+    where the model's gradients are synchronized by hooks that expect each parameter's gradient once per backward."""
+    return (torch.distributed.is_available() and torch.distributed.is_initialized()
+            and torch.distributed.get_world_size() > 1)
+
+
 def _targets_of_real_tokens(labels: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
     """`(batch, T)` targets of a padded batch: at each real column (`real`, bool `(batch, T)`) the label of the next
     real column of its row (a hole of padding skipped), `-100` after the row's last real token and at padding."""
@@ -813,10 +820,13 @@ class RecurrentCausalLMMixin:
     of its own until the last window is back-propagated: one extra copy of all parameter gradients (540 MB for
     SmolLM2-135M in fp32) held beside `.grad` during backward. With the reentrant checkpoint the parameters are not
     in the graph of the returned loss, so `torch.autograd.grad(loss, parameters)` and `loss.backward(inputs=...)` do
-    not work (torch raises: the tensors "appear to not have been used in the graph"), and under
-    `DistributedDataParallel` a parameter becomes ready once per window (DDP's `static_graph=True`; not tested). Set
+    not work (torch raises: the tensors "appear to not have been used in the graph"); set
     `model.reentrant_window_checkpointing = False` for the non-reentrant checkpoint there: same losses and
-    gradients, one more copy of the gradients during backward.
+    gradients, one more copy of the gradients during backward. While `torch.distributed` runs more than one process
+    (`torchrun`, `accelerate launch`: `DistributedDataParallel`, which all-reduces each parameter's gradient once,
+    when autograd first hands it over) the non-reentrant checkpoint is used whatever the flag says: a reentrant one
+    hands each parameter over once per window, and DDP would average the last window's gradients across processes
+    and add the other windows' unsynchronized (the processes' parameters then drift apart).
     """
 
     supports_gradient_checkpointing = True
@@ -1189,8 +1199,8 @@ class RecurrentCausalLMMixin:
         """No KV cache: windows in sequence, each run in full, the recurrent vector carried (training path).
 
         Memory: with gradient checkpointing each window (its LM head and loss included) is one checkpointed segment
-        (reentrant by default, so each window's parameter gradients go into `.grad` when its backward ends; see the
-        class docstring);
+        (reentrant by default on one process, so each window's parameter gradients go into `.grad` when its backward
+        ends; non-reentrant in a `torch.distributed` group of several processes; see the class docstring);
         without gradients (evaluation) each window's head and loss are computed and freed before the next window,
         so neither holds a `(T, vocab)` or `(T, hidden)` tensor for the whole stream (only the kept logits). Without
         checkpointing but with gradients, every window's activations are kept for backward anyway, and one LM head
@@ -1199,6 +1209,7 @@ class RecurrentCausalLMMixin:
         spans = window_spans(input_ids.shape[1], config.window_size, config.window_overlap,
                              getattr(config, config.max_positions_attribute))
         use_checkpoint = self._checkpointing_windows()
+        reentrant = use_checkpoint and self.reentrant_window_checkpointing and not _several_processes()
         if attention_mask is not None and attention_mask.shape[1] != input_ids.shape[1]:
             raise ValueError(
                 f"`attention_mask` has {attention_mask.shape[1]} columns for {input_ids.shape[1]} tokens."
@@ -1221,7 +1232,7 @@ class RecurrentCausalLMMixin:
             window_targets = targets[:, start + new_from : end] if targets is not None else None
             arguments = (input_ids[:, start:end], window_mask, memory, window_targets, keep[start + new_from : end],
                          new_from)
-            if use_checkpoint and self.reentrant_window_checkpointing:
+            if use_checkpoint and reentrant:
                 # the anchor requires grad so that the first window (no recurrent vector, integer inputs only) is
                 # back-propagated too; a reentrant checkpoint passes gradients only through inputs that require grad
                 anchor = torch.empty(0, device=input_ids.device, requires_grad=True)
