@@ -590,6 +590,28 @@ def test_masked_lm_loss_and_coreference():
     torch.testing.assert_close(again.coref_loss, torch.stack(terms).mean(), atol=1e-5, rtol=1e-5)
 
 
+
+@pytest.mark.parametrize("memory_type, entity_ids", [("sts", None), ("entity", None),
+                                                     ("entity", [[0, -1], [-1, -1], [-1, -1], [2, -1], [-1, -1]])])
+def test_masked_lm_loss_without_a_coreference_pair_gives_every_parameter_a_gradient(memory_type, entity_ids):
+    """Without a coreference pair (no `entity_ids`, or no two linked mentions of one document) the loss is the MLM
+    loss and `coref_bias` gets a zero gradient: under `DistributedDataParallel` without `find_unused_parameters`
+    (Trainer's choice with gradient checkpointing) a parameter without a gradient on some process stops training
+    ("Expected to have finished reduction in the prior iteration")."""
+    torch.manual_seed(0)
+    model = ReadTwiceBertForMaskedLM(tiny_config(memory_type=memory_type)).train()
+    ids = segments(5)
+    masked, labels = readtwice_mlm_masking(ids, torch.ones_like(ids), 4, 99, entity_spans=SPANS,
+                                           generator=torch.Generator().manual_seed(1))
+    extra = {} if entity_ids is None else {"entity_ids": torch.tensor(entity_ids)}
+    out = model(masked, document_ids=DOCS, entity_spans=SPANS, labels=labels, **extra)
+    assert out.coref_loss is None
+    assert torch.equal(out.loss, out.mlm_loss)
+    out.loss.backward()
+    missing = [name for name, p in model.named_parameters() if p.grad is None]
+    assert missing == []
+    assert torch.equal(model.coref_bias.grad, torch.zeros(1))
+
 # ----------------------------------------------------------------------------------------------- training tools
 def tiny_features(n=4, seed=0, question_in_first_read=True):
     g = torch.Generator().manual_seed(seed)

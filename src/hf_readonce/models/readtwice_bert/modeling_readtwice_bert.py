@@ -1576,7 +1576,10 @@ class ReadTwiceBertForMaskedLM(ReadTwiceBertPreTrainedModel):
     contiguous spans at 15% elsewhere), plus, for `memory_type="entity"` with `entity_ids`, the coreference auxiliary
     loss of App. B: for memories m ≠ m' of the same document whose mentions are linked (`entity_ids >= 0`),
     `y = σ(M_mᵀ M_m' + b₀)` with target 1 iff both link to the same entity, averaged logistic loss, weighted by
-    `coref_loss_weight`.
+    `coref_loss_weight`. Without a coreference pair (another memory type, no `entity_ids`, or no two linked mentions
+    of one document) b₀ (`coref_bias`) enters the loss with weight 0: its gradient is 0 rather than missing, so that
+    every parameter has a gradient on every process and `DistributedDataParallel` trains with Trainer's defaults
+    (`find_unused_parameters=False` under gradient checkpointing).
     """
 
     _tied_weights_keys = {
@@ -1675,6 +1678,11 @@ class ReadTwiceBertForMaskedLM(ReadTwiceBertPreTrainedModel):
             if coref_loss is not None:
                 weighted = self.config.coref_loss_weight * coref_loss
                 loss = weighted if loss is None else loss + weighted
+        if loss is not None and coref_loss is None and torch.is_grad_enabled():
+            # b₀ takes part in every loss (weight 0 without a coreference pair: its gradient is 0, not missing), so
+            # that `DistributedDataParallel` without `find_unused_parameters` (Trainer's choice under gradient
+            # checkpointing) gets its gradient from every process, whether or not that process's batch has a pair
+            loss = loss + 0.0 * self.coref_bias.float().sum()
         return ReadTwiceMaskedLMOutput(
             loss=loss, logits=logits, mlm_loss=mlm_loss, coref_loss=coref_loss, hidden_states=outputs.hidden_states,
             attentions=outputs.attentions, memory_attentions=outputs.memory_attentions,
