@@ -259,3 +259,24 @@ def test_label_smoothing_trains_on_the_targets(tmp_path):
     _, stats = _train(model, rows, collator, _args(tmp_path, max_steps=1, label_smoothing_factor=0.1), 1,
                       (1e-30, 1e-30))
     assert stats["train_loss"] == pytest.approx(float(expected), rel=1e-3)
+
+
+def test_baseline_trains_with_the_document_encoder_frozen(data_dir, tmp_path, monkeypatch):
+    """The baseline reads no document: its document encoder is frozen, so that `DistributedDataParallel` with
+    Trainer's defaults under gradient checkpointing (`find_unused_parameters=False`) finds no trainable parameter
+    without a gradient ("Expected to have finished reduction in the prior iteration")."""
+    import hf_readonce.recipes.readonce as recipe
+
+    seen = []
+
+    def spy(model, *args, **kwargs):
+        seen.append(sorted({name.split(".")[0] for name, p in model.named_parameters() if p.requires_grad}))
+        return model, {}
+
+    monkeypatch.setattr(recipe, "_train", spy)
+    run(ReadOnceArguments(task="summarization", variant="baseline", train_file=str(data_dir / "xsum" / "train.jsonl"),
+                          validation_file=str(data_dir / "xsum" / "validation.jsonl"), max_train_samples=2,
+                          max_eval_samples=1, max_document_length=32, generation_max_tokens=2),
+        _args(tmp_path, max_steps=1))
+    assert seen == [["model"]]  # the representation+text model (its LM head tied to its embeddings)
+

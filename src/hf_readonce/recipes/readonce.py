@@ -4,7 +4,7 @@
 Variants, all from the same warm start (a BART built from a BERT checkpoint, [`hf_readonce.models.readonce_bart.convert_bert_to_readonce_bart`]):
 
 - `baseline`: plain BART reading `[CLS] question [SEP] document [SEP]` as text (the representation+text model with no
-  representations is exactly BART);
+  representations is exactly BART; its document encoder, which reads nothing, is frozen);
 - `readonce`: the question as text and the document as ReadOnce representations (k = `compression_ratio`).
   Stage 1 trains both parts jointly (the document encoder reads the tokens, §3.3). With `stage2_steps > 0`, stage 2
   freezes the document encoder, stores every training and validation document's representations once in a
@@ -430,6 +430,11 @@ def run(args: ReadOnceArguments, training_args: Seq2SeqTrainingArguments) -> dic
                "model": path, "max_document_length": args.max_document_length, "bart_learning_rate": rates[0],
                "new_learning_rate": rates[1]}
     batch = training_args.per_device_eval_batch_size
+    if args.variant == "baseline":
+        # the baseline reads no document: frozen, the document encoder is left out of the optimizer and of
+        # DistributedDataParallel, which (without `find_unused_parameters`, Trainer's choice under gradient
+        # checkpointing) stops at a trainable parameter without a gradient
+        model.freeze_document_encoder()
     stage1_steps = training_args.max_steps if args.stage1_steps is None else args.stage1_steps
     if training_args.do_train and stage1_steps > 0:
         for name, rows in eval_sets.items():
