@@ -394,8 +394,8 @@ def test_losses_follow_the_authors_code():
 def test_distillation_loss_of_a_batch_is_the_mean_of_its_halves():
     """Rows of different lengths: the loss (span + L_kd + L_lrs) of a batch is the mean of its halves' losses, as
     `DistributedDataParallel` (each process a half, gradients averaged) and `Trainer`'s gradient accumulation (each
-    micro-batch's loss divided by their number) read it. L_lrs as a mean over all the batch's tokens weighed the
-    longer half more."""
+    micro-batch's loss divided by their number) read it (an L_lrs over all the batch's tokens at once would weigh the
+    half with more tokens more)."""
     model = tiny_deformer(k=1).train()
     teacher = tiny_deformer(k=0, seed=3)
     (ids, types, mask), _, _ = make_pairs([5, 6, 4, 7], [3, 4, 12, 13])

@@ -488,8 +488,8 @@ def test_window_checkpointing_hands_each_gradient_over_once_under_several_proces
     """`DistributedDataParallel` all-reduces a parameter's gradient when autograd first accumulates it, once per
     backward. The reentrant window checkpoint accumulates it once per window (one process: what keeps the step's
     memory bounded); in a `torch.distributed` group of several processes the non-reentrant checkpoint is used, which
-    accumulates it once, with the same gradients. Before, the last window's gradients were averaged across the
-    processes and the other windows' added unsynchronized."""
+    accumulates it once, with the same gradients (with the reentrant one, DDP would average the last window's
+    gradients across the processes and add the other windows' unsynchronized)."""
 
     def accumulations(model):
         counts = {}
