@@ -4,10 +4,17 @@ a direct computation), `refused` (a `ValueError` / `TypeError` naming the settin
 differs) or `CRASH` (another exception).
 
     PYTHONPATH=src python utils/trainer_matrix.py [--families deformer,longdoc] [--settings gc,accum] [--compile]
+    PYTHONPATH=src python utils/trainer_matrix.py --ddp [--families ...]
 
 Run from the repository root (it builds its tiny models and batches with the test suite's helpers). CPU only; the
 `compile` column (`torch_compile=True`) runs each family in a subprocess and stops it after `--compile-timeout`
-seconds (default 600: compiling a family's training step takes minutes on 2 CPU cores)."""
+seconds (default 600: compiling a family's training step takes minutes on 2 CPU cores).
+
+`--ddp` prints the `ddp` and `ddp_gc` columns instead: one `torchrun --nproc_per_node 2` run (gloo) trains every
+family for two steps under `DistributedDataParallel` with Trainer's defaults (`ddp_gc`: `gradient_checkpointing=True`,
+for which Trainer passes `find_unused_parameters=False`), and each cell is `ok` when both processes' parameters and
+buffers equal those of one process reading the same global batches, `WRONG` when they differ, `CRASH` with the
+first line of a process's error."""
 
 import argparse
 import math
@@ -38,6 +45,12 @@ def _deformer():
                 auto="AutoModelForQuestionAnswering", seq2seq=False, output="start_logits")
 
 
+def _deformer_distillation():
+    from tests.models.deformer_bert.test_modeling_deformer_bert import tiny_deformer
+
+    return {**_deformer(), "teacher": lambda: tiny_deformer(k=0, seed=5)}
+
+
 def _readonce(with_documents):
     def make():
         from tests.models.readonce_bart.test_modeling_readonce_bart import tiny, tokens
@@ -50,8 +63,13 @@ def _readonce(with_documents):
             if with_documents:
                 row["document_input_ids"] = docs[i]
             rows.append(row)
-        return dict(build=lambda: tiny(dropout=0.0).train(), rows=rows, collator=None,
-                    auto="AutoModelForSeq2SeqLM", seq2seq=True, output="logits")
+        def build():
+            model = tiny(dropout=0.0).train()
+            if not with_documents:  # closed-book reads no document: frozen as in the recipe's baseline (see --ddp)
+                model.freeze_document_encoder()
+            return model
+
+        return dict(build=build, rows=rows, collator=None, auto="AutoModelForSeq2SeqLM", seq2seq=True, output="logits")
     return make
 
 
@@ -116,7 +134,7 @@ def _recurrent(family):
     return make
 
 
-FAMILIES = {"deformer": _deformer, "readonce_seq2seq": _readonce(False), "readonce_qa": _readonce(True),
+FAMILIES = {"deformer": _deformer, "deformer_distillation": _deformer_distillation, "readonce_seq2seq": _readonce(False), "readonce_qa": _readonce(True),
             "readtwice_qa": _readtwice_qa, "readtwice_mlm": _readtwice_mlm, "longdoc": _longdoc,
             "block_attention": _block_attention, "recurrent_gpt2": _recurrent("gpt2"),
             "recurrent_llama": _recurrent("llama")}
@@ -153,6 +171,10 @@ def trainer_for(spec, model, args, **kwargs):
     from transformers.trainer_callback import PrinterCallback
 
     cls = Seq2SeqTrainer if spec["seq2seq"] else Trainer
+    if spec.get("teacher"):  # DeFormer's auxiliary supervision: the teacher's outputs go into the student's loss
+        from hf_readonce import DeformerDistillationTrainer
+
+        cls, kwargs = DeformerDistillationTrainer, {**kwargs, "teacher_model": spec["teacher"]()}
     trainer = cls(model=model, args=args, train_dataset=spec["rows"], data_collator=spec["collator"], **kwargs)
     trainer.remove_callback(PrinterCallback)  # the logs stay in `state.log_history`; stdout keeps only the matrix
     return trainer
@@ -371,6 +393,101 @@ def run_compile(family, timeout: float = 600.0):
     return ("ok" if lines[0].endswith("True") else "WRONG"), f"{lines[0]} ({time.time() - start:.0f} s)"
 
 
+# ------------------------------------------------------------------------------------------------------ ddp
+# `--ddp`: two optimizer steps of each family under `DistributedDataParallel` (torchrun, 2 CPU processes, gloo) with
+# Trainer's DDP defaults, against one process reading the same global batches. Plain SGD: an update proportional to
+# the gradient, so a loss divided wrongly for the global batch shows (Adam's first steps do not depend on its scale).
+DDP_SETTINGS = {"ddp": {}, "ddp_gc": {"gradient_checkpointing": True}}
+DDP_RANKS, DDP_BATCH, DDP_RTOL = 2, 2, 1e-4
+
+
+def ddp_state(spec, output_dir, world_size, setting):
+    """Parameters and buffers `{name: tensor}` after two `Trainer` steps of `DDP_RANKS * DDP_BATCH` rows each, read
+    `DDP_BATCH` rows per process on `world_size` processes (1 or `DDP_RANKS`)."""
+    args = args_for(spec, output_dir, max_steps=2, per_device_train_batch_size=DDP_BATCH * DDP_RANKS // world_size,
+                    optim="sgd", learning_rate=0.1, ddp_timeout=120, **DDP_SETTINGS[setting])
+    trainer = trainer_for(spec, spec["build"](), args)
+    trainer.train()
+    wrapped = type(trainer.model_wrapped).__name__
+    if trainer.args.world_size != world_size or (world_size > 1) != (wrapped == "DistributedDataParallel"):
+        raise RuntimeError(f"expected {world_size} process(es), ran {trainer.args.world_size} around {wrapped}")
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    return {name: tensor.detach().clone() for name, tensor in [*model.named_parameters(), *model.named_buffers()]}
+
+
+def ddp_worker(output_dir: Path, families, settings):
+    """Run under `torchrun --nproc_per_node DDP_RANKS`: each cell's final state (or its one-line error) goes to
+    `output_dir/rank<r>.pt`. A cell that leaves the ranks out of step (one failed, one waits) ends the run."""
+    import torch.distributed as dist
+
+    results = {}
+    rank = None
+    for family in families:
+        spec = FAMILIES[family]()
+        for setting in settings:
+            with tempfile.TemporaryDirectory() as tmp:
+                try:
+                    results[family, setting] = ddp_state(spec, Path(tmp), DDP_RANKS, setting)
+                except Exception as error:  # noqa: BLE001
+                    tb = traceback.extract_tb(error.__traceback__)[-1]
+                    first = (str(error).strip().splitlines() or [""])[0][:200]
+                    results[family, setting] = f"{type(error).__name__}: {first} ({Path(tb.filename).name}:{tb.lineno})"
+            rank = dist.get_rank()
+            torch.save(results, output_dir / f"rank{rank}.pt")
+            try:
+                dist.monitored_barrier(timeout=__import__("datetime").timedelta(seconds=120))
+            except Exception:  # noqa: BLE001
+                return
+
+
+def run_ddp(families, settings=tuple(DDP_SETTINGS), timeout: float = 900.0) -> dict:
+    """`{(family, setting): (outcome, detail)}`: `ok` when both ranks' parameters and buffers after two DDP steps
+    equal those of one process reading the same global batches (within `DDP_RTOL` of the largest update), `WRONG`
+    when they differ, `CRASH` (the error's first line) when a rank raised or did not finish within `timeout` s."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={DDP_RANKS}",
+                   str(Path(__file__).resolve()), "--ddp-worker", str(tmp), "--families", ",".join(families),
+                   "--settings", ",".join(settings)]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+            failure = None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["no output"])[-1]
+        except subprocess.TimeoutExpired:
+            failure = f"torchrun over {timeout:g} s"
+        ranks = [torch.load(tmp / f"rank{r}.pt") if (tmp / f"rank{r}.pt").exists() else {} for r in range(DDP_RANKS)]
+        table = {}
+        for family in families:
+            spec = FAMILIES[family]()
+            start = dict(spec["build"]().named_parameters())
+            for setting in settings:
+                got = [r.get((family, setting)) for r in ranks]
+                errors = [g for g in got if isinstance(g, str)]
+                if errors or any(g is None for g in got):
+                    table[family, setting] = "CRASH", errors[0] if errors else f"not run ({failure})"
+                    continue
+                reference = ddp_state(spec, tmp / f"ref-{family}-{setting}", 1, setting)
+                table[family, setting] = compare_states(reference, got, start)
+    return table
+
+
+def compare_states(reference: dict, ranks: list, start: dict):
+    """`(outcome, detail)` of the DDP ranks' final states against the single-process `reference`."""
+    scale = max(float((reference[name] - p).abs().max()) for name, p in start.items())
+    if not scale > 0:
+        return "WRONG", "the single-process steps changed no parameter"
+    worst, where = 0.0, None
+    for r, state in enumerate(ranks):
+        if state.keys() != reference.keys():
+            return "WRONG", f"rank {r} has other tensors: {sorted(state.keys() ^ reference.keys())[:3]}"
+        for name, tensor in reference.items():
+            diff = float((state[name].double() - tensor.double()).abs().max()) if tensor.numel() else 0.0
+            if diff > worst:
+                worst, where = diff, f"rank {r} {name}"
+    if worst > DDP_RTOL * scale:
+        return "WRONG", f"{where} differs by {worst:.3g} (largest update {scale:.3g})"
+    return "ok", f"= 1 process (worst {worst / scale:.1e} of the largest update)"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", default=",".join(FAMILIES))
@@ -378,14 +495,25 @@ def main():
     parser.add_argument("--compile", action="store_true", help="also run torch_compile=True (each family in a subprocess)")
     parser.add_argument("--compile-timeout", type=float, default=600.0, metavar="SECONDS",
                         help="stop a family's compile cell after this long (default: 600)")
+    parser.add_argument("--ddp", action="store_true",
+                        help="only the DDP columns: two steps on 2 processes (torchrun, gloo) against one process")
+    parser.add_argument("--ddp-worker", type=Path, help=argparse.SUPPRESS)
     options = parser.parse_args()
+    families = options.families.split(",")
+    if options.ddp_worker:
+        return ddp_worker(options.ddp_worker, families, options.settings.split(","))
+    if options.ddp:
+        settings = [s for s in options.settings.split(",") if s in DDP_SETTINGS] or list(DDP_SETTINGS)
+        for (family, setting), (outcome, detail) in run_ddp(families, settings).items():
+            print(f"{family:21s} {setting:15s} {outcome:9s} {detail}", flush=True)
+        return None
     for family in options.families.split(","):
         for setting in [s for s in options.settings.split(",") if s]:
             outcome, detail = run_cell(family, setting)
-            print(f"{family:17s} {setting:15s} {outcome:9s} {detail}", flush=True)
+            print(f"{family:21s} {setting:15s} {outcome:9s} {detail}", flush=True)
         if options.compile:
             outcome, detail = run_compile(family, options.compile_timeout)
-            print(f"{family:17s} {'compile':15s} {outcome:9s} {detail}", flush=True)
+            print(f"{family:21s} {'compile':15s} {outcome:9s} {detail}", flush=True)
 
 
 if __name__ == "__main__":
