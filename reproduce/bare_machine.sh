@@ -21,7 +21,8 @@ fi
 export PYTHONPATH="$deps:$(pwd)/src${PYTHONPATH:+:$PYTHONPATH}"
 data_root=${REPRO_DATA:-/tmp/shared/data}
 if [ -f "$carry/data.tar.gz" ]; then
-  mkdir -p "$(dirname "$data_root")" && tar xzf "$carry/data.tar.gz" -C "$(dirname "$data_root")"
+  # the tar holds data/<folder>/...: its top folder becomes $data_root, whatever that folder is named
+  mkdir -p "$data_root" && tar xzf "$carry/data.tar.gz" -C "$data_root" --strip-components=1
 fi
 python3 - <<'PY'
 import torch, transformers, datasets, tokenizers

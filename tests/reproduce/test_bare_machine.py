@@ -77,3 +77,24 @@ def test_bare_machine_stops_on_a_corrupt_part(bare, tmp_path):
     done = _run(carry, env, tmp_path / "out")
     assert done.returncode == 2 and "bundle.tar.part-001" in done.stderr and "Traceback" not in done.stderr
     assert not (reference / "model.safetensors").exists() and not (tmp_path / "out" / "results.json").exists()
+
+
+def test_data_unpacks_into_repro_data_whatever_its_name(tmp_path):
+    """The data tar holds `data/<folder>/...`; its folders land in `$REPRO_DATA` itself, the `--data_dir` the entry
+    point is given, also when that folder is not named `data`."""
+    rows = tmp_path / "rows" / "data" / "quoref"
+    rows.mkdir(parents=True)
+    (rows / "train.jsonl").write_text('{"id": "q1"}\n')
+    carry = tmp_path / "carry"
+    carry.mkdir()
+    with tarfile.open(carry / "data.tar.gz", "w:gz") as tar:
+        tar.add(tmp_path / "rows" / "data", arcname="data")
+    env = dict(os.environ, REPRO_DATA=str(tmp_path / "machine" / "shared_rows"),
+               PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    show = "import sys, os; d = sys.argv[sys.argv.index('--data_dir') + 1]; print('DATA', d, sorted(os.listdir(d)))"
+    done = subprocess.run(["bash", "reproduce/bare_machine.sh", str(carry), sys.executable, "-c", show],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"DATA {tmp_path / 'machine' / 'shared_rows'} ['quoref']" in done.stdout
+    assert (tmp_path / "machine" / "shared_rows" / "quoref" / "train.jsonl").read_text() == '{"id": "q1"}\n'
+    assert not (tmp_path / "machine" / "data").exists()
