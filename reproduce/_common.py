@@ -126,17 +126,30 @@ def pack(files: list[Path], out_dir: Path, part_bytes: int = PART_BYTES, archive
     return path
 
 
-def unpack(parts_dir: Path, output_dir: Path, only: list[str] | None = None) -> list[Path]:
+def unpack(parts_dir: Path, output_dir: Path, only: list[str] | None = None, overwrite: bool = False) -> list[Path]:
     """Reassemble the archive described by `parts_dir/parts.json` and extract its members (or only those named in
     `only`) into `output_dir`, checking every part's, the archive's and every member's SHA-256.
 
+    Args:
+        parts_dir (`Path`): the folder [`pack`] wrote (`parts.json` and the parts).
+        output_dir (`Path`): where the members go (made if missing).
+        only (`list[str]`, *optional*): the members to extract (default: all).
+        overwrite (`bool`, defaults to `False`): replace files of those names already in `output_dir`; without it
+            such a file is refused before anything is written.
+
     Raises:
-        ValueError: naming the first part, archive or member whose digest differs (nothing is left under a final
-            name for a member that differs).
+        ValueError: naming the first part, archive or member whose digest differs, with both digests (nothing is
+            left under a final name for a member that differs).
         FileNotFoundError: a missing part.
+        FileExistsError: a member's file is already in `output_dir` and `overwrite` is False (all such named).
     """
     parts_dir, output_dir = Path(parts_dir), Path(output_dir)
     manifest = json.loads((parts_dir / MANIFEST).read_text())
+    taken = [name for name in manifest["members"] if (only is None or name in only)
+             and ((output_dir / name).exists() or (output_dir / name).is_symlink())]
+    if taken and not overwrite:
+        raise FileExistsError(f"{output_dir} already holds {', '.join(sorted(taken))}: unpack into a fresh folder, "
+                              "or pass --overwrite to replace them.")
     output_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=output_dir) as tmp:
         tar_path = Path(tmp) / manifest["archive"]
@@ -144,12 +157,15 @@ def unpack(parts_dir: Path, output_dir: Path, only: list[str] | None = None) -> 
         with open(tar_path, "wb") as handle:
             for part in manifest["parts"]:
                 data = (parts_dir / part["name"]).read_bytes()
-                if hashlib.sha256(data).hexdigest() != part["sha256"]:
-                    raise ValueError(f"{parts_dir / part['name']}: SHA-256 differs from {MANIFEST}; copy it again.")
+                actual = hashlib.sha256(data).hexdigest()
+                if actual != part["sha256"]:
+                    raise ValueError(f"{parts_dir / part['name']} has SHA-256 {actual}, but {MANIFEST} expects "
+                                     f"{part['sha256']}: copy it again.")
                 digest.update(data)
                 handle.write(data)
         if digest.hexdigest() != manifest["sha256"]:
-            raise ValueError(f"{manifest['archive']}: reassembled SHA-256 differs from {MANIFEST}.")
+            raise ValueError(f"{manifest['archive']}: reassembled SHA-256 {digest.hexdigest()}, but {MANIFEST} "
+                             f"expects {manifest['sha256']}.")
         written = []
         with tarfile.open(tar_path) as tar:
             for member in tar.getmembers():
@@ -160,8 +176,10 @@ def unpack(parts_dir: Path, output_dir: Path, only: list[str] | None = None) -> 
                     raise ValueError(f"{manifest['archive']}: unexpected member {name!r}")
                 tar.extract(member, Path(tmp) / "x", filter="data")
                 extracted = Path(tmp) / "x" / name
-                if sha256_file(extracted) != manifest["members"].get(name):
-                    raise ValueError(f"{name}: SHA-256 differs from {MANIFEST}.")
+                actual = sha256_file(extracted)
+                if actual != manifest["members"].get(name):
+                    raise ValueError(f"{name} has SHA-256 {actual}, but {MANIFEST} expects "
+                                     f"{manifest['members'].get(name)}.")
                 os.replace(extracted, output_dir / name)
                 written.append(output_dir / name)
     return written

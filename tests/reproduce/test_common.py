@@ -36,8 +36,10 @@ def test_pack_unpack_round_trip_and_a_corrupt_part_is_named(tmp_path):
     data = bytearray(part.read_bytes())
     data[10] ^= 0xFF
     part.write_bytes(bytes(data))
-    with pytest.raises(ValueError, match=parts[1]):
+    with pytest.raises(ValueError, match=parts[1]) as error:
         common.unpack(tmp_path / "parts", tmp_path / "bad")
+    listed = next(p["sha256"] for p in manifest["parts"] if p["name"] == parts[1])
+    assert listed in str(error.value) and common.sha256_file(part) in str(error.value)  # both digests
     assert not [p for p in (tmp_path / "bad").iterdir()]
     with pytest.raises(ValueError, match="two files"):
         common.pack([files[0], files[0]], tmp_path / "twice")
@@ -51,6 +53,24 @@ def test_unpack_cli_reassembles_and_fails_with_one_line(tmp_path, capsys):
     (tmp_path / "parts" / "bundle.tar.part-000").unlink()
     assert unpack.main([str(tmp_path / "parts"), "--output_dir", str(tmp_path / "out2")]) == 1
     assert capsys.readouterr().err.startswith("unpack: ")
+
+
+def test_unpack_refuses_to_replace_a_file_already_there(tmp_path, capsys):
+    """Files of an earlier run in --output_dir (a table's recorded results.json) are kept: the command is refused,
+    naming them, before anything is written; --overwrite replaces them."""
+    unpack = entry_point("unpack")
+    common.pack(_files(tmp_path), tmp_path / "parts", part_bytes=4096)
+    recorded = tmp_path / "recorded"
+    recorded.mkdir()
+    (recorded / "b.json").write_text("recorded")
+    assert unpack.main([str(tmp_path / "parts"), "--output_dir", str(recorded)]) == 1
+    assert "b.json" in capsys.readouterr().err
+    assert (recorded / "b.json").read_text() == "recorded" and sorted(p.name for p in recorded.iterdir()) == ["b.json"]
+    with pytest.raises(FileExistsError, match="b.json"):
+        common.unpack(tmp_path / "parts", recorded, only=["b.json"])
+    assert [p.name for p in common.unpack(tmp_path / "parts", recorded, only=["a.bin"])] == ["a.bin"]
+    assert unpack.main([str(tmp_path / "parts"), "--output_dir", str(recorded), "--overwrite"]) == 0
+    assert (recorded / "b.json").read_text() == (tmp_path / "src" / "b.json").read_text()
 
 
 @pytest.fixture
