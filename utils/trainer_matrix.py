@@ -1,7 +1,8 @@
 """Runs every trainable family on a tiny random config through `transformers.Trainer` / `Seq2SeqTrainer` with the
-`TrainingArguments` users set, and prints a family x setting matrix: `ok` (it runs and the figure checked agrees with
-a direct computation), `refused` (a `ValueError` / `TypeError` naming the setting), `WRONG` (it runs but a figure
-differs) or `CRASH` (another exception).
+`TrainingArguments` users set, and prints one line per family and setting: `ok` (it runs and the figure checked agrees
+with a direct computation), `refused` (a `ValueError` / `TypeError`, its message beside: read it to see that it names
+the setting), `WRONG` (it runs but a figure differs), `CRASH` (another exception) or, for `compile`, `skipped` (over
+`--compile-timeout`).
 
     PYTHONPATH=src python utils/trainer_matrix.py [--families deformer,longdoc] [--settings gc,accum] [--compile]
     PYTHONPATH=src python utils/trainer_matrix.py --ddp [--families ...]
