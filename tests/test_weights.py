@@ -67,8 +67,12 @@ def test_damaged_file_is_named(tmp_path, monkeypatch):
     folder = _copy_small(weights.SOURCE_CHECKPOINTS_DIR / weights.REFERENCE_QA.name, tmp_path / "minilm-qa-reference")
     (folder / "model.safetensors").write_bytes(b"changed")
     monkeypatch.setenv(weights.CHECKPOINTS_ENV, str(tmp_path))
-    with pytest.raises(ValueError, match="model.safetensors"):
+    with pytest.raises(ValueError, match="model.safetensors") as error:
         weights.reference_qa_path()
+    listed = json.loads((folder / "checksums.json").read_text())["files"]["model.safetensors"]
+    # both digests and what to do
+    assert listed in str(error.value) and weights.sha256_file(folder / "model.safetensors") in str(error.value)
+    assert "reinstall it" in str(error.value)
 
 
 def test_missing_everywhere_names_repo_and_command(tmp_path, monkeypatch):
@@ -79,7 +83,7 @@ def test_missing_everywhere_names_repo_and_command(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError) as error:
         weights.reference_deformer_path()
     assert "hf-readonce/deformer-minilm-qa-reference" in str(error.value)
-    assert "hf download" in str(error.value)
+    assert "`hf download hf-readonce/deformer-minilm-qa-reference --revision main`" in str(error.value)
 
 
 def test_unknown_name():

@@ -170,8 +170,8 @@ def write_checksums(folder: Path) -> Path:
 
 def reference_qa_path(verify: bool = True) -> Path:
     """Folder of the reference extractive-QA checkpoint shipped with hf-readonce: all-MiniLM-L6-v2 fine-tuned as a
-    plain `BertForQuestionAnswering` on Quoref + Disfl-QA train, then on Disfl-QA train (two stages, both recorded in
-    `train_results.json`; fp16 safetensors, about 45 MB; its training commands,
+    plain `BertForQuestionAnswering` on Quoref + Disfl-QA train, then on Disfl-QA train, then on both again (three
+    stages, all recorded in `train_results.json`; fp16 safetensors, about 45 MB; its training commands,
     wall time, hardware and validation scores are in `metrics.json` beside the weights). It is the DeFormer
     teacher of `hf-readonce demo` (DeFormer §3: a DeFormer starts from a QA-fine-tuned BERT). Load it with
     `dtype=torch.float32` to compute in fp32.
@@ -194,7 +194,8 @@ def reference_qa_path(verify: bool = True) -> Path:
 def reference_deformer_path(verify: bool = True) -> Path:
     """Folder of the reference DeFormer shipped with hf-readonce: the reference QA model of [`reference_qa_path`]
     decomposed at k = 3 of its 6 layers (`num_decomposed_layers=3`) and distilled from it with KD + LRS (DeFormer
-    §3) on Disfl-QA train, once, by the command recorded in its `train_results.json` (fp16 safetensors, about 45 MB,
+    §3) in four consecutive runs (Disfl-QA train, then Disfl-QA + Quoref train) and a uniform average of four of their
+    checkpoints, the commands recorded in its `train_results.json` (fp16 safetensors, about 45 MB,
     with its model code so it loads with `trust_remote_code=True`). Its config records the windowing and the no-answer threshold it was evaluated
     with. It is the model `hf-readonce demo` answers with by default.
 
