@@ -80,9 +80,10 @@ class FamilySpec:
         answer_function (`str`, *optional*): with `answer`, the function that answers from the stored
             representations, as `"module:name"` (imported when a command needs it, so a family's task module may
             import its adapter): `function(model, tokenizer, store, examples, **options) -> {id: answer}`. The CLI
-            passes the options its signature takes: extractive, `max_question_length`, `batch_size`, `n_best_size`,
-            `max_answer_length`, `encode_missing`, `progress`, the no-answer decision; generative, `batch_size`,
-            `max_new_tokens`, `encode_missing`, `progress`, `timings`, `recompute_ratio`; both, `store_dtype`
+            always passes, extractive, `max_question_length`, `batch_size`, `n_best_size`, `max_answer_length`,
+            `encode_missing`, `progress`; generative, `batch_size`, `max_new_tokens`, `encode_missing`, `progress`,
+            `timings`; and only where the signature takes them: extractive, the no-answer decision; generative,
+            `recompute_ratio`; both, `store_dtype`
             (the storage dtype of `--encode-missing`, given with `--store-dtype`; a function without it is refused
             that option), the family's
             representation settings by name (or all of them as `settings`), `settings_used` (a dict it fills
