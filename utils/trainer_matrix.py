@@ -489,7 +489,7 @@ def compare_states(reference: dict, ranks: list, start: dict):
     return "ok", f"= 1 process (worst {worst / scale:.1e} of the largest update)"
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", default=",".join(FAMILIES))
     parser.add_argument("--settings", default=",".join(SETTINGS))
@@ -499,17 +499,24 @@ def main():
     parser.add_argument("--ddp", action="store_true",
                         help="only the DDP columns: two steps on 2 processes (torchrun, gloo) against one process")
     parser.add_argument("--ddp-worker", type=Path, help=argparse.SUPPRESS)
-    options = parser.parse_args()
-    families = options.families.split(",")
+    options = parser.parse_args(argv)
+    families = [f for f in options.families.split(",") if f]
+    settings = [s for s in options.settings.split(",") if s]
+    for option, names, known in (("--families", families, FAMILIES),
+                                 ("--settings", settings, [*SETTINGS, *DDP_SETTINGS])):
+        unknown = [name for name in names if name not in known]
+        if unknown:  # a misspelt name would otherwise read as a CRASH of every family
+            parser.error(f"{option}: unknown {', '.join(unknown)}; known: {', '.join(known)}")
     if options.ddp_worker:
-        return ddp_worker(options.ddp_worker, families, options.settings.split(","))
+        return ddp_worker(options.ddp_worker, families, settings)
     if options.ddp:
-        settings = [s for s in options.settings.split(",") if s in DDP_SETTINGS] or list(DDP_SETTINGS)
+        settings = [s for s in settings if s in DDP_SETTINGS] or list(DDP_SETTINGS)
         for (family, setting), (outcome, detail) in run_ddp(families, settings).items():
             print(f"{family:21s} {setting:15s} {outcome:9s} {detail}", flush=True)
         return None
-    for family in options.families.split(","):
-        for setting in [s for s in options.settings.split(",") if s]:
+    settings = [s for s in settings if s in SETTINGS]
+    for family in families:
+        for setting in settings:
             outcome, detail = run_cell(family, setting)
             print(f"{family:21s} {setting:15s} {outcome:9s} {detail}", flush=True)
         if options.compile:
