@@ -8,8 +8,9 @@ machine lacks and cannot fetch.
 The folder holds
 
 - `wheels/`: the Python packages missing on the machine's image, downloaded here with
-  `pip download --no-deps --only-binary=:all: --python-version 3.12 datasets dill multiprocess` (pinned to the
-  versions installed here where they are), plus `gguf` for recurrent Table 2;
+  `pip download --no-deps --only-binary=:all: --python-version 3.12 datasets dill multiprocess tokenizers` (pinned to
+  the versions installed here where they are; the image's tokenizers 0.23.2 is refused), plus `gguf` for recurrent
+  Table 2;
 - `data.tar.gz`: the `../shared/data` folders the chosen tables read (`data/<folder>/...`);
 - `weights/`: `minilm-qa-reference/model.safetensors` (the DeFormer teacher, checked against
   `checkpoints/minilm-qa-reference/checksums.json`), `all-MiniLM-L6-v2/` (the warm start of LongDoc, ReadOnce and
