@@ -412,6 +412,26 @@ def test_distillation_loss_of_a_batch_is_the_mean_of_its_halves():
     torch.testing.assert_close(whole, halves, atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_layerwise_loss_of_half_precision_states_counts_in_float32(dtype):
+    """An example whose real tokens x hidden units exceed float16's largest number (65,504) keeps its L_lrs in a
+    half-precision model (a count of inf divided its squared error to 0), and bfloat16 states give float32's figure
+    to their own rounding; the loss keeps the states' dtype."""
+    model = tiny_deformer(k=1)
+    n, hidden = model.config.num_hidden_layers, model.config.hidden_size
+    length = 65_504 // hidden + 16  # rows of one example are over 65,504 elements
+    g = torch.Generator().manual_seed(0)
+    student = tuple(torch.randn(2, length, hidden, generator=g) for _ in range(n + 1))
+    teacher = tuple(s + 0.1 * torch.randn(s.shape, generator=g) for s in student)
+    mask = torch.ones(2, length, dtype=torch.bool)
+    mask[1, length // 2:] = False
+    expected = model.layerwise_similarity_loss(student, teacher, mask)
+    got = model.layerwise_similarity_loss(tuple(s.to(dtype) for s in student), tuple(t.to(dtype) for t in teacher),
+                                          mask)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.float(), expected, rtol=1e-2, atol=0)
+
+
 def test_distillation_trainer_step(tmp_path):
     student = tiny_deformer(k=2).train()
     teacher = tiny_deformer(k=0, seed=5)

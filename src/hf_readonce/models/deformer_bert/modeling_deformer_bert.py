@@ -1174,7 +1174,8 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
             mask (`torch.BoolTensor` of shape `(batch_size, sequence_length)`).
 
         Returns:
-            Scalar `torch.Tensor`.
+            Scalar `torch.Tensor` of the student states' dtype, summed and divided in float32 (a teacher of another
+            dtype is compared in float32 too).
 
         Raises:
             ValueError: if the teacher has a different number of layers or state shapes.
@@ -1184,10 +1185,12 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
             raise ValueError(
                 f"teacher_hidden_states must hold {n + 1} tensors (embeddings + {n} layers), got {len(teacher_states)}."
             )
-        weights = mask.to(student_states[0].dtype).unsqueeze(-1)
+        # float32 sums and counts: a count of real tokens x hidden units over 65,504 is inf in float16 and inexact in
+        # bfloat16 from 256 on
+        weights = mask.to(torch.float32).unsqueeze(-1)
         # per example: its real tokens times the hidden units (at least 1, so that a row without tokens adds 0)
         count = (weights.sum(dim=(1, 2)) * student_states[0].shape[-1]).clamp(min=1)
-        loss = student_states[0].new_zeros(())
+        loss = student_states[0].new_zeros((), dtype=torch.float32)
         upper = range(self.config.num_decomposed_layers + 1, n + 1)
         for i in upper:
             if teacher_states[i].shape != student_states[i].shape:
@@ -1195,9 +1198,9 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
                     f"teacher hidden state {i} has shape {tuple(teacher_states[i].shape)}, expected "
                     f"{tuple(student_states[i].shape)}."
                 )
-            diff = (student_states[i] - teacher_states[i].detach().to(student_states[i].dtype)) * weights
+            diff = (student_states[i].float() - teacher_states[i].detach().float()) * weights
             loss = loss + (diff.pow(2).sum(dim=(1, 2)) / count).mean()
-        return loss / max(len(upper), 1)
+        return (loss / max(len(upper), 1)).to(student_states[0].dtype)
 
 
 DeformerBertConfig.register_for_auto_class()
