@@ -400,6 +400,7 @@ def run_compile(family, timeout: float = 600.0):
 # the gradient, so a loss divided wrongly for the global batch shows (Adam's first steps do not depend on its scale).
 DDP_SETTINGS = {"ddp": {}, "ddp_gc": {"gradient_checkpointing": True}}
 DDP_RANKS, DDP_BATCH, DDP_RTOL = 2, 2, 1e-4
+DDP_STOP_TIMEOUT = 60.0  # seconds torchrun gets to stop its workers after SIGTERM (it waits 30 s for them)
 
 
 def ddp_state(spec, output_dir, world_size, setting):
@@ -444,17 +445,27 @@ def ddp_worker(output_dir: Path, families, settings):
 def run_ddp(families, settings=tuple(DDP_SETTINGS), timeout: float = 900.0) -> dict:
     """`{(family, setting): (outcome, detail)}`: `ok` when both ranks' parameters and buffers after two DDP steps
     equal those of one process reading the same global batches (within `DDP_RTOL` of the largest update), `WRONG`
-    when they differ, `CRASH` (the error's first line) when a rank raised or did not finish within `timeout` s."""
+    when they differ, `CRASH` (the error's first line) when a rank raised or did not finish within `timeout` s
+    (torchrun and its workers are then stopped: SIGTERM, SIGKILL after `DDP_STOP_TIMEOUT` s)."""
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={DDP_RANKS}",
                    str(Path(__file__).resolve()), "--ddp-worker", str(tmp), "--families", ",".join(families),
                    "--settings", ",".join(settings)]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-            failure = None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["no output"])[-1]
-        except subprocess.TimeoutExpired:
-            failure = f"torchrun over {timeout:g} s"
+        # torchrun starts each worker in a session of its own: killing torchrun alone would leave them running, so
+        # past the timeout it gets SIGTERM, which it passes on to its workers before exiting
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+            try:
+                _, stderr = process.communicate(timeout=timeout)
+                failure = None if process.returncode == 0 else (stderr.strip().splitlines() or ["no output"])[-1]
+            except subprocess.TimeoutExpired:
+                failure = f"torchrun over {timeout:g} s"
+                process.terminate()
+                try:
+                    process.communicate(timeout=DDP_STOP_TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.communicate()
         ranks = [torch.load(tmp / f"rank{r}.pt") if (tmp / f"rank{r}.pt").exists() else {} for r in range(DDP_RANKS)]
         table = {}
         for family in families:
