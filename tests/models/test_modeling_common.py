@@ -374,22 +374,34 @@ def test_loading_in_bfloat16(cases, model_class, head, tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------- device map
+def whole_modules(model) -> dict:
+    """Name -> module of everything `device_map="auto"` must keep on one device: the repeated layers, and every
+    module below the model that holds parameters of its own besides submodules (its forward combines them with its
+    submodules' outputs, or a tied parameter lives in it)."""
+    whole = repeated_layers(model)
+    for name, module in model.named_modules():
+        if name and any(True for _ in module.parameters(recurse=False)) and any(True for _ in module.children()):
+            whole[name] = module
+    return whole
+
+
 @pytest.mark.parametrize(("cases", "model_class", "head"), CLASSES)
 def test_device_map_never_splits_a_layer(cases, model_class, head):
     from transformers.integrations.accelerate import infer_auto_device_map
 
     model = build(cases, model_class)
-    layers = repeated_layers(model)
-    assert layers, f"{model_class.__name__} has no repeated layers"
+    assert repeated_layers(model), f"{model_class.__name__} has no repeated layers"
+    whole = whole_modules(model)
     no_split = model._no_split_modules
     assert no_split, f"{model_class.__name__} has repeated layers but no `_no_split_modules`"
-    missing = {type(layer).__name__ for layer in layers.values()} - set(no_split)
-    assert not missing, f"layers of {sorted(missing)} may be split between devices"
+    missing = {type(module).__name__ for module in whole.values()} - set(no_split)
+    assert not missing, f"modules of {sorted(missing)} may be split between devices"
     total = sum(p.numel() * p.element_size() for p in model.parameters())
-    for share in range(2, 20):  # device 0 holds 2/20 .. 19/20 of the model, device 1 and the CPU the rest
-        device_map = infer_auto_device_map(model, max_memory={0: total * share // 20, 1: total, "cpu": 4 * total},
+    for share in range(1, 40):  # devices 0 and 1 hold 1/40 .. 39/40 of the model each, device 2 and the CPU the rest
+        device_map = infer_auto_device_map(model, max_memory={0: total * share // 40, 1: total * share // 40,
+                                                              2: total, "cpu": 4 * total},
                                            no_split_module_classes=no_split)
-        for name in layers:
+        for name in whole:
             devices = {device for key, device in device_map.items()
                        if key == "" or key == name or key.startswith(name + ".") or name.startswith(key + ".")}
             assert len(devices) == 1, (share, name, devices)

@@ -867,8 +867,9 @@ class ReadTwiceBertPreTrainedModel(BertPreTrainedModel):
     _supports_flash_attn = False
     _supports_flex_attn = False
     # `device_map="auto"` places whole BERT layers (BERT₁'s and BERT₂'s): a layer's attention, feed-forward and the
-    # residuals across them on one device
-    _no_split_modules = ["BertLayer"]
+    # residuals across them on one device; and the whole MemoryAttention, whose own parameters (M₀, ω, W_o, b_o) meet
+    # its LayerNorm's input in one residual
+    _no_split_modules = ["BertLayer", "ReadTwiceMemoryAttention"]
     # `output_attentions=True`: the weights of BERT₁'s and BERT₂'s self-attention, recorded by transformers' output
     # hooks (`capture_outputs`) over the layers the output covers ([`ReadTwiceBertModel._read`], and
     # [`ReadTwiceBertModel._encode_first_read`] for `encode_documents`); hidden states are the model's own (H³ sits
@@ -1592,7 +1593,7 @@ class ReadTwiceBertForMaskedLM(ReadTwiceBertPreTrainedModel):
     accepts_loss_kwargs = False
     # `device_map="auto"` keeps the MLM head whole: its decoder's bias is the head's own `bias` (tied), which
     # transformers' tied-parameter sizing (`infer_auto_device_map`) cannot place once the head is split
-    _no_split_modules = ["BertLayer", "BertLMPredictionHead"]
+    _no_split_modules = ["BertLayer", "ReadTwiceMemoryAttention", "BertLMPredictionHead"]
 
     def __init__(self, config: ReadTwiceBertConfig):
         super().__init__(config)
