@@ -29,6 +29,9 @@ from hf_readonce.representations import registered_families
 GENERATING_HEADS = {"AutoModelForCausalLM", "AutoModelForSeq2SeqLM"}
 # Config entries that name where and with what a config was saved, not what it is.
 PROVENANCE_KEYS = {"_name_or_path", "transformers_version"}
+# A `*hidden_states` output field -> the output field its last tensor is (where the class returns that field).
+LAST_HIDDEN_STATE = {"hidden_states": "last_hidden_state", "decoder_hidden_states": "last_hidden_state",
+                     "encoder_hidden_states": "encoder_last_hidden_state"}
 # (check, class name) -> why the class differs from the check on purpose.
 INTENDED_DIFFERENCES = {
     ("test_tied_weights_after_loading[untied]", "LongDocBartModel"): "LongDocBartModel: the encoder and the decoder "
@@ -173,6 +176,28 @@ def test_what_a_base_checkpoint_lacks_is_initialized(cases, model_class, head, t
             assert torch.equal(value, direct[name]), f"{name} is not what `_init_weights` gives"
 
 
+# The config fields that scale the random initialization of `_init_weights` (BERT, GPT-2, Llama: `initializer_range`;
+# BART: `init_std`).
+INITIALIZER_STD_FIELDS = ("initializer_range", "init_std")
+
+
+@pytest.mark.parametrize(("cases", "model_class", "head"), CLASSES)
+def test_every_parameter_is_initialized_from_the_config(cases, model_class, head):
+    """Every parameter is set by `_init_weights`, not left as torch made it: with the config's initialization std at
+    1e-10, each is either below 1e-6 everywhere (drawn with that std) or the same whatever the seed (a fixed value:
+    zeros, ones, an identity), as transformers' `_config_zero_init` check."""
+    config = cases.common_config(model_class.config_class.model_type)
+    fields = [field for field in INITIALIZER_STD_FIELDS if hasattr(config, field)]
+    assert fields, f"{type(config).__name__} has none of {INITIALIZER_STD_FIELDS}"
+    for field in fields:
+        setattr(config, field, 1e-10)
+    first, second = (dict(build(cases, model_class, seed, config).named_parameters()) for seed in (0, 1))
+    for name, value in first.items():
+        fixed = torch.equal(value, second[name])
+        assert fixed or value.abs().max() < 1e-6, \
+            f"{name} is not initialized from the config (std {value.float().std().item():.3g})"
+
+
 # ----------------------------------------------------------------------------------------------- attention
 def _implementations_agree(cases, model_class, implementations, folder):
     build(cases, model_class).save_pretrained(folder)
@@ -228,8 +253,13 @@ def test_hidden_states_and_attentions(cases, model_class, head):
             else:
                 assert value.dim() == 4 and value.shape[1] == config.num_attention_heads, (field, value.shape)
                 sums = value.sum(-1)
-                assert ((sums - 1).abs() < 1e-4).logical_or(sums == 0).all(), f"{field}: rows are not softmaxed"
+                assert ((sums - 1).abs() < 1e-4).all(), f"{field}: rows are not softmaxed"
         assert len({value.shape[0] for value in values}) == 1, field
+        for index, (before, after) in enumerate(zip(values, values[1:])):  # each layer's own, none recorded twice
+            assert before.shape != after.shape or not torch.equal(before, after), f"{field}[{index}] repeated"
+        last = LAST_HIDDEN_STATE.get(field)
+        if last is not None and getattr(output, last, None) is not None:  # the last layer's output, as returned
+            assert torch.equal(values[-1], getattr(output, last)), f"{field}[-1] is not {last}"
     as_tuple = run(model, cases, output_hidden_states=True, output_attentions=True, return_dict=False)
     assert isinstance(as_tuple, tuple)
     assert_same_outputs(as_tuple, output.to_tuple())
@@ -333,15 +363,22 @@ def test_resize_token_embeddings(cases, model_class, head, change):
 @pytest.mark.parametrize(("cases", "model_class", "head"), CLASSES)
 def test_tied_weights_after_loading(cases, model_class, head, tie, tmp_path):
     """With `tie_word_embeddings=True` every `_tied_weights_keys` entry is one parameter after loading and is saved
-    once; with `False` the two are separate parameters, both saved and loaded."""
-    if not model_class._tied_weights_keys:
-        pytest.skip(f"{model_class.__name__} ties no weights")
+    once, and output embeddings (an LM head) are the input embeddings; with `False` the two are separate parameters,
+    both saved and loaded."""
     config = cases.common_config(model_class.config_class.model_type)
     config.tie_word_embeddings = tie
-    build(cases, model_class, config=config).save_pretrained(tmp_path)
+    model = build(cases, model_class, config=config)
+    if not model_class._tied_weights_keys:
+        assert model.get_output_embeddings() is None, \
+            f"{model_class.__name__} has output embeddings but no `_tied_weights_keys` to tie them with"
+        pytest.skip(f"{model_class.__name__} ties no weights")
+    model.save_pretrained(tmp_path)
     saved = load_file(tmp_path / "model.safetensors")
     loaded = model_class.from_pretrained(tmp_path)
     assert loaded.config.tie_word_embeddings is tie
+    output_embeddings = loaded.get_output_embeddings()
+    if output_embeddings is not None:
+        assert (output_embeddings.weight is loaded.get_input_embeddings().weight) is tie
     for target, source in model_class._tied_weights_keys.items():
         if tie:
             assert not (target in saved and source in saved), f"{target} is saved a second time as {source}"
