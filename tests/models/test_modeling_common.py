@@ -217,7 +217,7 @@ def test_attention_implementations_agree(cases, model_class, head, tmp_path):
     for implementation, flag in (("sdpa", "_supports_sdpa"), ("flex_attention", "_supports_flex_attn"),
                                  ("flash_attention_2", "_supports_flash_attn")):
         if not getattr(model_class, flag):
-            with pytest.raises(ValueError):
+            with pytest.raises(ValueError, match=rf"{model_class.__name__} does not support"):  # transformers' own
                 model_class.from_pretrained(tmp_path, attn_implementation=implementation)
 
 
