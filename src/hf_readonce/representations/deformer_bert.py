@@ -348,7 +348,8 @@ class DeformerBertAdapter(AdapterBase):
         (question,) = tokenize_questions(self.tokenizer, [self.probe_question], 64)
         rows = read.last_hidden_state.shape[0]
         questions = torch.tensor([question] * rows, device=self.model.device)
-        out = self.model(input_ids=questions, attention_mask=torch.ones_like(questions), passage_states=read)
+        out = self.model(input_ids=questions, attention_mask=torch.ones_like(questions), passage_states=read,
+                         return_dict=True)  # the output's fields, whatever `config.return_dict` says
         mask = torch.cat([torch.ones_like(questions), read.attention_mask.to(questions.device)], dim=1)
         width = out.start_logits.shape[1]
         return torch.cat([masked_log_softmax(out.start_logits, mask[:, :width]),

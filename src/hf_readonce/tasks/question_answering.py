@@ -262,7 +262,7 @@ def predict_pairs(model, features, windows, batch_size: int = 32, pad_token_id: 
         pairs = [pair_inputs(features[i]["question_ids"], windows[features[i]["passage_index"]][features[i]["window_index"]]) for i in batch]
         inputs = {key: pad_batch([p[key] for p in pairs], pad_token_id if key == "input_ids" else 0).to(device)
                   for key in ("input_ids", "token_type_ids", "attention_mask")}
-        result = model(**inputs)
+        result = model(**inputs, return_dict=True)  # the output's fields, whatever `config.return_dict` says
         start, end = result.start_logits.float().cpu().numpy(), result.end_logits.float().cpu().numpy()
         for row, i in enumerate(batch):
             q = len(features[i]["question_ids"])
@@ -297,7 +297,7 @@ def predict_cached(model, features, cache, batch_size: int = 32, pad_token_id: i
         q_ids = pad_batch(questions, pad_token_id).to(device)
         q_mask = pad_batch([[1] * len(q) for q in questions]).to(device)
         passage_states = DeformerPassageOutput(last_hidden_state=hidden.to(device), attention_mask=mask, **meta)
-        result = model(input_ids=q_ids, attention_mask=q_mask, passage_states=passage_states)
+        result = model(input_ids=q_ids, attention_mask=q_mask, passage_states=passage_states, return_dict=True)
         start, end = result.start_logits.float().cpu().numpy(), result.end_logits.float().cpu().numpy()
         offset = q_ids.shape[1]
         for row, s in enumerate(states):

@@ -4,6 +4,7 @@ tests/hub/test_pipeline_deformer.py and tests/hub/test_pipeline_store.py."""
 
 import logging
 
+import numpy as np
 import pytest
 import torch
 
@@ -166,3 +167,38 @@ def test_answering_computes_no_per_layer_outputs_the_config_asks_for(tokenizer):
                          and attentions is None and hidden_states is None
                          for switches, attentions, hidden_states in calls)
     assert got == expected
+
+
+def test_every_answering_path_reads_the_output_whatever_config_return_dict_says(tokenizer, tmp_path):
+    """A user's `config.return_dict=False` (or `torchscript=True`) makes the model return tuples; the pipeline, the
+    store's answering, `predict_pairs` / `predict_cached` and the adapter's `output_log_probs` ask for the output's
+    fields and give what they give with the default."""
+    from hf_readonce.tasks.question_answering import build_features, encode_windows, predict_cached, predict_pairs
+
+    def answers(return_dict):
+        model = tiny_model()
+        model.config.max_passage_length, model.config.doc_stride = WINDOWS["max_passage_len"], WINDOWS["doc_stride"]
+        model.config.return_dict = return_dict
+        with torch.no_grad():
+            assert isinstance(model(**tokenizer("Who?", CONTEXTS[0], return_tensors="pt")), tuple) is not return_dict
+        pipe = DeformerQuestionAnsweringPipeline(model=model, tokenizer=tokenizer)
+        piped = pipe(question="Who wrote Emma?", context=CONTEXTS[0], max_passage_len=WINDOWS["max_passage_len"],
+                     doc_stride=WINDOWS["doc_stride"])
+        adapter = DeformerBertAdapter(model, tokenizer)
+        store = RepresentationStore(tmp_path / f"store_{return_dict}")
+        fill_store(adapter, store, CONTEXTS)
+        rows = [{"id": "0", "question": "Who wrote Emma?", "context": CONTEXTS[0]}]
+        stored = answer_from_store(model, tokenizer, store, rows)
+        features, windows, _ = build_features(rows, tokenizer, max_question_length=16, max_passage_length=40,
+                                              doc_stride=10)
+        pairs = predict_pairs(model, features, windows)
+        cached = predict_cached(model, features, encode_windows(model, windows))
+        log_probs = adapter.output_log_probs(adapter.encode([CONTEXTS[0]])[0])
+        return piped, stored, pairs, cached, log_probs
+
+    expected, got = answers(True), answers(False)
+    assert got[:2] == expected[:2]
+    for got_logits, expected_logits in zip(got[2] + got[3], expected[2] + expected[3], strict=True):
+        for a, b in zip(got_logits, expected_logits, strict=True):
+            assert np.array_equal(a, b)
+    torch.testing.assert_close(got[4], expected[4], atol=0, rtol=0)

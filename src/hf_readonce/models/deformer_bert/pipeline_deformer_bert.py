@@ -1006,9 +1006,10 @@ class DeformerQuestionAnsweringPipeline(_TokenizerPipeline):
             passage_states = {"last_hidden_state": hidden, "attention_mask": passage_mask, **meta}
             q_ids = self._pad(questions, pad).to(device)
             q_mask = self._pad([[1] * len(q) for q in questions]).to(device)
-            # the logits only: no attention weights or per-layer states, whatever the config's switches ask for
+            # the logits only: no attention weights or per-layer states, whatever the config's switches ask for;
+            # the output's fields whatever `config.return_dict` says
             out = model(input_ids=q_ids, attention_mask=q_mask, passage_states=passage_states,
-                        output_attentions=False, output_hidden_states=False)
+                        output_attentions=False, output_hidden_states=False, return_dict=True)
             start, end, offset = out.start_logits.float().cpu(), out.end_logits.float().cpu(), q_ids.shape[1]
             for i, (q, w) in enumerate(chunk):
                 n = len(windows[w])
