@@ -1065,3 +1065,29 @@ def test_block_ids_are_refused_under_flash_attention(implementation, bare):
         with pytest.raises(ValueError, match=rf"`block_ids` needs the 4-D block mask, which flash attention cannot "
                                              rf"read .*attn_implementation='{implementation}'.*\"sdpa\""):
             target(input_ids=ids, block_ids=blocks)
+
+
+def test_block_ids_are_refused_under_an_attention_registered_with_the_flash_mask():
+    """An attention registered with flash attention's mask (as transformers registers a Hub flash kernel, whatever its
+    name) reads a padding mask only: `block_ids` are refused under it, as under `flash_attention_2`, instead of its
+    taking the 4-D block mask for padding."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, flash_attention_mask
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    name = "my-org/varlen-kernel"
+
+    def padding_only(module, query, key, value, attention_mask, **kwargs):  # a kernel that reads no 4-D mask
+        return ALL_ATTENTION_FUNCTIONS["sdpa"](module, query, key, value, None, **kwargs)
+
+    AttentionInterface.register(name, padding_only)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(name, flash_attention_mask)
+    try:
+        model = tiny()
+        ids = torch.randint(0, TINY["vocab_size"], (1, 8))
+        blocks = torch.tensor([[0, 0, 0, 1, 1, 1, 2, 2]])
+        model.config._attn_implementation = name
+        with torch.no_grad(), pytest.raises(ValueError, match=rf"flash attention cannot read .*'{name}'"):
+            model(input_ids=ids, block_ids=blocks)
+    finally:
+        del AttentionInterface._global_mapping[name], ALL_MASK_ATTENTION_FUNCTIONS._global_mapping[name]

@@ -39,6 +39,7 @@ import transformers
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation import GenerationConfig
 from transformers.generation.stopping_criteria import StoppingCriteria
+from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, flash_attention_mask
 from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 from transformers.models.llama.modeling_llama import (
@@ -1149,10 +1150,12 @@ def _block_attention_inputs(block_ids, input_ids, inputs_embeds, attention_mask,
     Raises:
         ValueError: a non-empty `past_key_values`, `block_ids` of another shape than the input's `(batch_size,
             seq_length)`, an `attention_mask` that is not the 2-D padding mask, a `config` that runs flash attention
-            (it reads a padding mask only, not the block mask); as [`block_attention_mask`].
+            (it reads a padding mask only, not the block mask: an implementation named `*flash*`, or one registered
+            with flash attention's mask, as transformers registers the flash kernels of the Hub); as
+            [`block_attention_mask`].
     """
     implementation = str(getattr(config, "_attn_implementation", None) or "")
-    if "flash" in implementation:
+    if "flash" in implementation or ALL_MASK_ATTENTION_FUNCTIONS.get(implementation) is flash_attention_mask:
         raise ValueError(f"`block_ids` needs the 4-D block mask, which flash attention cannot read (it takes a padding "
                          f"mask only); the model runs "
                          f"attn_implementation={implementation!r}: load it with attn_implementation=\"sdpa\" (or "
