@@ -32,8 +32,18 @@ PROVENANCE_KEYS = {"_name_or_path", "transformers_version"}
 # A `*hidden_states` output field -> the output field its last tensor is (where the class returns that field).
 LAST_HIDDEN_STATE = {"hidden_states": "last_hidden_state", "decoder_hidden_states": "last_hidden_state",
                      "encoder_hidden_states": "encoder_last_hidden_state"}
-# (check, class name) -> why the class differs from the check on purpose.
+# (check, class name) -> why the class differs from the check: on purpose, or as the transformers class whose
+# `forward` it runs.
 INTENDED_DIFFERENCES = {
+    ("test_config_return_dict_false_gives_the_tuple", "BlockAttentionLlamaForCausalLM"): "LlamaForCausalLM's own "
+    "forward reads its `LlamaModel`'s output as a dataclass: with `config.return_dict=False` transformers' "
+    "LlamaForCausalLM fails the same way (`return_dict=False` as an argument returns the tuple)",
+    ("test_config_return_dict_false_gives_the_tuple", "LongDocBartModel"): "BartModel's own forward reads its "
+    "encoder's output as a dataclass: with `config.return_dict=False` transformers' BartModel fails the same way "
+    "(`return_dict=False` as an argument returns the tuple)",
+    ("test_config_return_dict_false_gives_the_tuple", "LongDocBartForConditionalGeneration"): "BartModel's own "
+    "forward reads its encoder's output as a dataclass: with `config.return_dict=False` transformers' "
+    "BartForConditionalGeneration fails the same way (`return_dict=False` as an argument returns the tuple)",
     ("test_tied_weights_after_loading[untied]", "LongDocBartModel"): "LongDocBartModel: the encoder and the decoder "
     "read the one `shared` embedding module (assigned, not tied), whatever `tie_word_embeddings` says; the flag "
     "unties the LM head only",
@@ -263,6 +273,18 @@ def test_hidden_states_and_attentions(cases, model_class, head):
     as_tuple = run(model, cases, output_hidden_states=True, output_attentions=True, return_dict=False)
     assert isinstance(as_tuple, tuple)
     assert_same_outputs(as_tuple, output.to_tuple())
+
+
+@pytest.mark.parametrize(("cases", "model_class", "head"), CLASSES)
+def test_config_return_dict_false_gives_the_tuple(cases, model_class, head):
+    """`config.return_dict=False` (as `torchscript=True` sets it) makes `forward` return the tuple of the output it
+    returns by default, as `return_dict=False` does: the heads ask their base model for its dataclass."""
+    model = build(cases, model_class)
+    expected = run(model, cases)
+    model.config.return_dict = False
+    output = run(model, cases)
+    assert isinstance(output, tuple), type(output)
+    assert_same_outputs(output, expected.to_tuple())
 
 
 # ----------------------------------------------------------------------------------------------- training

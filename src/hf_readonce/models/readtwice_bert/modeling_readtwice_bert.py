@@ -1541,6 +1541,7 @@ class ReadTwiceBertForQuestionAnswering(ReadTwiceBertPreTrainedModel):
             question_document_ids=question_document_ids,
             document_states=document_states,
             output_hidden_states=output_hidden_states,
+            return_dict=True,  # the output's fields, whatever `config.return_dict` says
             **kwargs,
         )
         logits = self.qa_outputs(self.qa_activation(self.qa_ffn(outputs.last_hidden_state)))
@@ -1661,6 +1662,7 @@ class ReadTwiceBertForMaskedLM(ReadTwiceBertPreTrainedModel):
             segment_positions=segment_positions,
             entity_spans=entity_spans,
             output_hidden_states=output_hidden_states,
+            return_dict=True,  # the output's fields, whatever `config.return_dict` says
             **kwargs,
         )
         logits = self.cls(outputs.last_hidden_state)
