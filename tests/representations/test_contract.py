@@ -168,3 +168,41 @@ def test_documents_cut_are_counted_from_the_stored_token_counts(model_type, toke
     tokenized.clear()
     assert stored_documents_cut(fresh, other, fingerprint, stored_settings, hashes) == 1
     assert sorted(tokenized) == sorted(DOCUMENTS)
+
+
+@pytest.mark.parametrize("model_type", sorted(registered_adapters()))
+def test_config_return_dict_false_changes_nothing_stored_or_recomputed(model_type, tokenizer, tmp_path):
+    """A user's `config.return_dict=False` (or `torchscript=True`) makes the models return tuples; the adapter asks
+    for the output's fields, so it stores the same representations and recomputes the same output log-probs
+    (`verify --recompute`) as with the default. Where the transformers class a family builds on reads its own
+    submodule's output as a dataclass (BART's and Llama's forward do), the output side fails inside transformers
+    exactly as that class does, and only the stored side is compared."""
+    import traceback
+    from pathlib import Path
+
+    def run(return_dict):
+        model, settings, _ = HARNESSES[model_type](tokenizer)
+        model.config.return_dict = return_dict
+        adapter = get_adapter(model, tokenizer, **settings)
+        store = RepresentationStore(tmp_path / f"store_{return_dict}")
+        fill_store(adapter, store, DOCUMENTS, store_dtype="float32")
+        stored = store.get_many(adapter.fingerprint(), adapter.settings(), [content_hash(d) for d in DOCUMENTS])
+        encoded = adapter.encode([DOCUMENTS[0]])[0]
+        with torch.no_grad():
+            try:
+                log_probs = adapter.output_log_probs(encoded)
+            except AttributeError as error:
+                inside = Path(traceback.extract_tb(error.__traceback__)[-1].filename)
+                if "transformers" not in inside.parts or return_dict:
+                    raise
+                log_probs = "transformers"
+        return stored, log_probs
+
+    (stored, log_probs), (stored_false, log_probs_false) = run(True), run(False)
+    assert len(stored) == len(stored_false) == len(DOCUMENTS)
+    for a, b in zip(stored, stored_false, strict=True):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert torch.equal(a[key], b[key]), key
+    if log_probs_false != "transformers" and log_probs is not None:
+        torch.testing.assert_close(log_probs_false, log_probs, atol=0, rtol=0)

@@ -230,3 +230,32 @@ def test_the_recorded_question_length_reads_the_first_reads_stored_before(tokeni
     captured = capsys.readouterr()
     assert f"max_question_length {limit};" in captured.out
     assert f"note: {cut} of the {len(examples)} question(s) held more than the {limit} tokens" in captured.err
+
+
+def test_config_return_dict_false_gives_the_same_answers(tokenizer, tmp_path):
+    """A user's `config.return_dict=False` (or `torchscript=True`) makes the model return tuples; the store's answers,
+    the pipeline (with and without the question in the first read) and `predict_readtwice_qa` ask for the output's
+    fields and give what they give with the default."""
+    from hf_readonce.tasks.readtwice_qa import ReadTwiceQACollator, predict_readtwice_qa, prepare_readtwice_qa_features
+
+    def answers(return_dict):
+        got, models = [], {}
+        for question_in_first_read in (False, True):
+            model = models[question_in_first_read] = tiny_readtwice(question_in_first_read=question_in_first_read)
+            model.config.return_dict = return_dict
+            pipe = ReadTwiceQuestionAnsweringPipeline(model=model, tokenizer=tokenizer, max_question_len=MAX_QUESTION_LEN)
+            got.append([pipe(question=q, context=DOCUMENT, max_answer_len=15)["answer"] for q in QUESTIONS])
+        store = RepresentationStore(tmp_path / f"store_{return_dict}")
+        fill_store(ReadTwiceBertAdapter(models[False], tokenizer), store, [DOCUMENT, OTHER], store_dtype="float32")
+        got.append(answer_from_readtwice_store(models[False], tokenizer, store, _examples(),
+                                               max_question_length=MAX_QUESTION_LEN, max_answer_length=15))
+        features = prepare_readtwice_qa_features(tokenizer, _examples()[:2], 24, 6, question_in_first_read=True)
+        got.append(predict_readtwice_qa(models[True], features,
+                                        ReadTwiceQACollator(tokenizer.pad_token_id, with_labels=False)))
+        return got
+
+    expected, got = answers(True), answers(False)
+    assert got[:3] == expected[:3] and any(expected[2].values())
+    assert len(got[3]) == len(expected[3]) > 0
+    for (start, end, group), (start_0, end_0, group_0) in zip(got[3], expected[3], strict=True):
+        assert (start == start_0).all() and (end == end_0).all() and group == group_0

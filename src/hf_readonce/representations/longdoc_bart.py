@@ -154,7 +154,8 @@ class LongDocBartAdapter(AdapterBase):
             for start in range(0, len(texts), self.batch_size):
                 batch = self._tokenize(texts[start : start + self.batch_size], new_call=start == 0)
                 batch = batch.to(self.model.device)
-                states = encoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+                states = encoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                                 return_dict=True).last_hidden_state
                 for row in range(states.shape[0]):
                     present = batch.attention_mask[row].bool()
                     out.append({"hidden_states": states[row][present].float().cpu(),

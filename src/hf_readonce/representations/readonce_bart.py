@@ -136,7 +136,7 @@ class ReadOnceBartAdapter(AdapterBase):
         start = next((t for t in (config.decoder_start_token_id, config.bos_token_id) if t is not None), 0)
         out = self.model(question.input_ids, attention_mask=question.attention_mask, document_representations=read,
                          document_attention_mask=read.attention_mask,
-                         decoder_input_ids=torch.tensor([[start]], device=self.model.device))
+                         decoder_input_ids=torch.tensor([[start]], device=self.model.device), return_dict=True)
         return out.logits[:, -1].float().log_softmax(-1)
 
     def read(self, stored: Sequence[Mapping[str, torch.Tensor]], *, device=None,

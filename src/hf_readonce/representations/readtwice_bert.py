@@ -284,7 +284,7 @@ class ReadTwiceBertAdapter(AdapterBase):
         out = self.model(document_states=read, question_input_ids=question.input_ids,
                          question_attention_mask=question.attention_mask,
                          question_token_type_ids=torch.zeros_like(question.input_ids),
-                         question_document_ids=torch.zeros(1, dtype=torch.long, device=device))
+                         question_document_ids=torch.zeros(1, dtype=torch.long, device=device), return_dict=True)
         return torch.cat([masked_log_softmax(out.start_logits, out.attention_mask),
                           masked_log_softmax(out.end_logits, out.attention_mask)])
 

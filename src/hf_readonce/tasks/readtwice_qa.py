@@ -341,7 +341,7 @@ def predict_readtwice_qa(model, features: Sequence[ReadTwiceQAFeature], collator
         chunk = features[begin : begin + batch_size]
         batch = {k: v.to(device) for k, v in collator(chunk).items()
                  if k not in ("start_positions", "end_positions")}
-        out = model(**batch)
+        out = model(**batch, return_dict=True)
         start, end = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
         groups = out.group_ids.cpu().numpy()
         question_length = int(out.question_length or 0)

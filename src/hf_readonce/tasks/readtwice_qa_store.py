@@ -157,7 +157,8 @@ def answer_from_readtwice_store(model, tokenizer, store: RepresentationStore, ex
                 mask = pad_batch([[1] * len(questions[i]) for _, i in batch], 0).to(device)
                 out = model(document_states=read, question_input_ids=ids, question_attention_mask=mask,
                             question_token_type_ids=torch.zeros_like(ids),
-                            question_document_ids=torch.tensor([local for local, _ in batch], device=device))
+                            question_document_ids=torch.tensor([local for local, _ in batch], device=device),
+                            return_dict=True)
                 start, end = out.start_logits.float().cpu(), out.end_logits.float().cpu()
                 shift = int(out.question_length or 0)
                 best: dict[int, tuple[float, str]] = {}

@@ -831,7 +831,8 @@ class ReadTwiceQuestionAnsweringPipeline(_TokenizerPipeline):
                                                                                         ).to(device),
                             question_token_type_ids=torch.zeros_like(q_ids),
                             question_document_ids=torch.zeros(len(chunk), dtype=torch.long, device=device),
-                            document_states=states, output_attentions=False, output_hidden_states=False)
+                            document_states=states, output_attentions=False, output_hidden_states=False,
+                            return_dict=True)
                 start, end = out.start_logits.float().cpu(), out.end_logits.float().cpu()
                 shift = int(out.question_length)
                 per_question = [[None] * len(lengths) for _ in chunk]
@@ -845,7 +846,8 @@ class ReadTwiceQuestionAnsweringPipeline(_TokenizerPipeline):
             for begin in range(0, len(documents), model_batch_size):
                 chunk = documents[begin : begin + model_batch_size]
                 # the logits only: no attention weights or per-layer states, whatever the config's switches ask for
-                out = model(**self._segment_batch(chunk, device), output_attentions=False, output_hidden_states=False)
+                out = model(**self._segment_batch(chunk, device), output_attentions=False, output_hidden_states=False,
+                            return_dict=True)
                 start, end = out.start_logits.float().cpu(), out.end_logits.float().cpu()
                 groups, segment_index = out.group_ids.tolist(), out.segment_index.tolist()
                 per_question = [[] for _ in chunk]
