@@ -7,6 +7,7 @@ import os
 
 import pytest
 import torch
+from safetensors.torch import save_file
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM, BartConfig, BartForConditionalGeneration
 
 from hf_readonce import LongDocBartConfig, LongDocBartForConditionalGeneration, LongDocBartModel
@@ -517,6 +518,104 @@ def test_plain_bart_checkpoint_loads_unchanged(tmp_path, encoder_attention_type)
     with torch.no_grad():  # radius 20 / identity convolutions: BART's function (the conv init survived loading)
         torch.testing.assert_close(model(input_ids=ids, attention_mask=mask).logits,
                                    reference(input_ids=ids, attention_mask=mask).logits, atol=1e-5, rtol=0)
+
+
+def untied_bart(seed=0):
+    """A BART with `tie_word_embeddings=False` whose four token tables (`shared`, the encoder's, the decoder's, the LM
+    head) all differ."""
+    reference = bart(seed=seed, tie_word_embeddings=False)
+    with torch.no_grad():
+        for table in (reference.model.shared, reference.model.encoder.embed_tokens,
+                      reference.model.decoder.embed_tokens, reference.lm_head):
+            table.weight.normal_()
+    return reference
+
+
+@pytest.mark.parametrize("model_class", [LongDocBartModel, LongDocBartForConditionalGeneration])
+def test_untied_bart_checkpoint_loads_as_bart(tmp_path, model_class):
+    """`tie_word_embeddings=False` means what it means in BART: `shared`, the encoder's and the decoder's token tables
+    are three parameters (and the LM head a fourth), each loaded from an untied BART checkpoint; full attention then
+    computes BART's outputs (the encoder and decoder read `shared` whatever the flag said, 3.7 off BART's)."""
+    reference = untied_bart()
+    (reference.model if model_class is LongDocBartModel else reference).save_pretrained(tmp_path)
+    model, info = model_class.from_pretrained(tmp_path, encoder_attention_type="full", output_loading_info=True)
+    model.eval()
+    assert not any(info.values()), info
+    base = getattr(model, "model", model)
+    assert model.config.tie_word_embeddings is False
+    for part in ("encoder", "decoder"):
+        table = getattr(base, part).embed_tokens.weight
+        assert table is not base.shared.weight
+        assert torch.equal(table, getattr(reference.model, part).embed_tokens.weight), part
+    ids, mask = padded_batch(20)
+    dec = tokens(2, 5, seed=3)
+    with torch.no_grad():
+        if model_class is LongDocBartModel:
+            got = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec).last_hidden_state
+            expected = reference.model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec).last_hidden_state
+        else:
+            got = model(input_ids=ids, attention_mask=mask, decoder_input_ids=dec).logits
+            expected = reference(input_ids=ids, attention_mask=mask, decoder_input_ids=dec).logits
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_a_checkpoint_with_one_token_table_loads_with_encoder_and_decoder_reading_it(tmp_path, tie):
+    """A LongDoc checkpoint that holds one token table, `model.shared`, which its encoder and decoder read: tied (as
+    every converted checkpoint; the LM head is that table too) or with `tie_word_embeddings=False` and an LM head of
+    its own. It loads with nothing missing, the encoder and decoder reading that table, and computes what it
+    computed: BART's outputs with full attention."""
+    reference = bart(tie_word_embeddings=tie)
+    with torch.no_grad():
+        for table in (reference.model.encoder.embed_tokens, reference.model.decoder.embed_tokens):
+            table.weight.copy_(reference.model.shared.weight)  # BART reading one table
+        if not tie:
+            reference.lm_head.weight.normal_()
+    state = {key: tensor.contiguous() for key, tensor in reference.state_dict().items()
+             if not key.endswith(".embed_tokens.weight") and not (tie and key == "lm_head.weight")}
+    assert {key for key in state if "shared" in key or "lm_head" in key} == (
+        {"model.shared.weight"} | (set() if tie else {"lm_head.weight"}))
+    LongDocBartConfig(**TINY, encoder_attention_type="full", tie_word_embeddings=tie).save_pretrained(tmp_path)
+    save_file(state, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    model, info = LongDocBartForConditionalGeneration.from_pretrained(tmp_path, output_loading_info=True)
+    model.eval()
+    assert not any(info.values()), info
+    base = model.model
+    assert (base.encoder.embed_tokens.weight is base.shared.weight) is tie
+    for part in ("encoder", "decoder"):
+        assert torch.equal(getattr(base, part).embed_tokens.weight, base.shared.weight), part
+    ids, mask = padded_batch(20)
+    with torch.no_grad():
+        torch.testing.assert_close(model(input_ids=ids, attention_mask=mask).logits,
+                                   reference(input_ids=ids, attention_mask=mask).logits, atol=1e-5, rtol=0)
+
+
+def test_resize_token_embeddings_keeps_untied_tables_separate_and_their_rows(tmp_path):
+    """With `tie_word_embeddings=False` each token table (`shared`, the encoder's, the decoder's, the LM head) is
+    resized and keeps its own rows (BART's `set_input_embeddings` would give the encoder and decoder `shared`), and
+    the resized checkpoint loads again with the same outputs."""
+    model = longdoc(encoder_attention_type="full", tie_word_embeddings=False)
+    with torch.no_grad():
+        for table in (model.model.shared, model.model.encoder.embed_tokens, model.model.decoder.embed_tokens):
+            table.weight.normal_()
+    tables = {"shared": lambda m: m.model.shared, "encoder": lambda m: m.model.encoder.embed_tokens,
+              "decoder": lambda m: m.model.decoder.embed_tokens, "lm_head": lambda m: m.lm_head}
+    old = {name: get(model).weight.detach().clone() for name, get in tables.items()}
+    model.resize_token_embeddings(103)
+    weights = {name: get(model).weight for name, get in tables.items()}
+    assert len({id(weight) for weight in weights.values()}) == 4
+    for name, weight in weights.items():
+        assert weight.shape == (103, 32), name
+        assert torch.equal(weight[:99], old[name]), name
+    assert model.config.vocab_size == 103 and model.final_logits_bias.shape == (1, 103)
+    ids = torch.cat([tokens(1, 10), torch.tensor([[102]])], dim=1)  # an added token
+    with torch.no_grad():
+        expected = model(input_ids=ids, decoder_input_ids=torch.tensor([[2, 102]])).logits
+    model.save_pretrained(tmp_path)
+    again = LongDocBartForConditionalGeneration.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(again(input_ids=ids, decoder_input_ids=torch.tensor([[2, 102]])).logits, expected,
+                                   atol=0, rtol=0)
 
 
 def test_remote_code_loads_where_hf_readonce_is_absent(tmp_path):

@@ -5,9 +5,15 @@ import math
 
 import pytest
 import torch
+from safetensors.torch import save_file
 from transformers import BartConfig, BartForConditionalGeneration
 
-from hf_readonce import ReadOnceBartConfig, ReadOnceBartForConditionalGeneration, ReadOnceDocumentEncoderOutput
+from hf_readonce import (
+    ReadOnceBartConfig,
+    ReadOnceBartForConditionalGeneration,
+    ReadOnceBartModel,
+    ReadOnceDocumentEncoderOutput,
+)
 from tests.conftest import refuses_unread_keyword, run_without_hf_readonce
 
 TINY = dict(vocab_size=99, d_model=32, encoder_layers=4, decoder_layers=2, encoder_attention_heads=4,
@@ -945,6 +951,112 @@ def test_resize_token_embeddings_resizes_the_document_encoder_and_the_checkpoint
     again = ReadOnceBartForConditionalGeneration.from_pretrained(tmp_path).eval()
     with torch.no_grad():
         torch.testing.assert_close(again(q, document_input_ids=doc, decoder_input_ids=tokens(1, 3)).logits, expected)
+
+
+def untied_bart(seed=0):
+    """A BART with `tie_word_embeddings=False` whose four token tables (`shared`, the encoder's, the decoder's, the LM
+    head) all differ."""
+    torch.manual_seed(seed)
+    reference = BartForConditionalGeneration(BartConfig(**TINY, tie_word_embeddings=False)).eval()
+    with torch.no_grad():
+        for table in (reference.model.shared, reference.model.encoder.embed_tokens,
+                      reference.model.decoder.embed_tokens, reference.lm_head):
+            table.weight.normal_()
+    return reference
+
+
+@pytest.mark.parametrize("fusion", ["append", "attention"])
+@pytest.mark.parametrize("bare", [False, True])
+def test_untied_bart_checkpoint_loads_as_bart(tmp_path, fusion, bare):
+    """`tie_word_embeddings=False` means what it means in BART: `shared`, the encoder's and the decoder's token tables
+    are three parameters (the LM head a fourth), each loaded from an untied BART checkpoint, whatever the fusion;
+    without representations the model then computes BART's outputs, and the document encoder starts from BART's
+    encoder, its token table included."""
+    reference = untied_bart()
+    (reference.model if bare else reference).save_pretrained(tmp_path)
+    model_class = ReadOnceBartModel if bare else ReadOnceBartForConditionalGeneration
+    model, info = model_class.from_pretrained(tmp_path, compression_ratio=4, fusion=fusion, output_loading_info=True)
+    model.eval()
+    assert all(key.startswith("document_encoder.aggregation") for key in info["missing_keys"]), info
+    assert not info["unexpected_keys"] and not info["mismatched_keys"]
+    base = model if bare else model.model
+    assert model.config.tie_word_embeddings is False
+    for part in ("encoder", "decoder"):
+        table = getattr(base, part).embed_tokens.weight
+        assert table is not base.shared.weight
+        assert torch.equal(table, getattr(reference.model, part).embed_tokens.weight), part
+    q, dec = tokens(2, 7), tokens(2, 5, seed=2)
+    with torch.no_grad():
+        if bare:
+            torch.testing.assert_close(model(q, decoder_input_ids=dec).last_hidden_state,
+                                       reference.model(q, decoder_input_ids=dec).last_hidden_state, atol=1e-5, rtol=0)
+        else:
+            torch.testing.assert_close(model(q, decoder_input_ids=dec).logits,
+                                       reference(q, decoder_input_ids=dec).logits, atol=1e-5, rtol=0)
+            torch.testing.assert_close(model.document_encoder.encoder(input_ids=q).last_hidden_state,
+                                       reference.model.encoder(input_ids=q).last_hidden_state, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_a_checkpoint_with_one_token_table_loads_with_encoder_and_decoder_reading_it(tmp_path, tie):
+    """A ReadOnce checkpoint that holds one token table of BART, `model.shared`, which its encoder and decoder read
+    (and the document encoder's own): tied (as every converted checkpoint) or with `tie_word_embeddings=False` and an
+    LM head of its own. It loads with nothing missing, and computes what it computed."""
+    torch.manual_seed(0)
+    reference = BartForConditionalGeneration(BartConfig(**TINY, tie_word_embeddings=tie)).eval()
+    with torch.no_grad():
+        for table in (reference.model.encoder.embed_tokens, reference.model.decoder.embed_tokens):
+            table.weight.copy_(reference.model.shared.weight)  # BART reading one table
+        if not tie:
+            reference.lm_head.weight.normal_()
+    state = {key: tensor.contiguous() for key, tensor in reference.state_dict().items()
+             if not key.endswith(".embed_tokens.weight") and not (tie and key == "lm_head.weight")}
+    state.update({f"document_encoder.encoder.{key}": tensor.clone()
+                  for key, tensor in reference.model.encoder.state_dict().items()})
+    ReadOnceBartConfig(**TINY, compression_ratio=4, aggregation="mean", tie_word_embeddings=tie).save_pretrained(
+        tmp_path)
+    save_file(state, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    model, info = ReadOnceBartForConditionalGeneration.from_pretrained(tmp_path, output_loading_info=True)
+    model.eval()
+    assert not any(info.values()), info
+    assert (model.model.encoder.embed_tokens.weight is model.model.shared.weight) is tie
+    for part in ("encoder", "decoder"):
+        assert torch.equal(getattr(model.model, part).embed_tokens.weight, model.model.shared.weight), part
+    q, dec, doc = tokens(2, 7), tokens(2, 5, seed=2), tokens(2, 16, seed=3)
+    with torch.no_grad():
+        torch.testing.assert_close(model(q, decoder_input_ids=dec).logits, reference(q, decoder_input_ids=dec).logits,
+                                   atol=1e-5, rtol=0)
+        states = reference.model.encoder(input_ids=doc).last_hidden_state  # mean of windows of 4: the representations
+        torch.testing.assert_close(model.encode_documents(doc).representations,
+                                   states.view(2, 4, 4, -1).mean(2), atol=1e-5, rtol=0)
+
+
+def test_resize_token_embeddings_keeps_untied_tables_separate_and_their_rows(tmp_path):
+    """With `tie_word_embeddings=False` each token table (`shared`, the encoder's, the decoder's, the LM head, the
+    document encoder's) is resized and keeps its own rows (BART's `set_input_embeddings` would give the encoder and
+    decoder `shared`), and the resized checkpoint loads again with the same outputs."""
+    model = tiny(tie_word_embeddings=False, fusion="attention")
+    with torch.no_grad():
+        for table in (model.model.shared, model.model.encoder.embed_tokens, model.model.decoder.embed_tokens):
+            table.weight.normal_()
+    tables = {"shared": lambda m: m.model.shared, "encoder": lambda m: m.model.encoder.embed_tokens,
+              "decoder": lambda m: m.model.decoder.embed_tokens, "lm_head": lambda m: m.lm_head,
+              "document": lambda m: m.document_encoder.encoder.embed_tokens}
+    old = {name: get(model).weight.detach().clone() for name, get in tables.items()}
+    model.resize_token_embeddings(103)
+    weights = {name: get(model).weight for name, get in tables.items()}
+    assert len({id(weight) for weight in weights.values()}) == 5
+    for name, weight in weights.items():
+        assert weight.shape == (103, 32), name
+        assert torch.equal(weight[:99], old[name]), name
+    q, doc = torch.cat([tokens(1, 5), torch.tensor([[102]])], dim=1), tokens(1, 12)  # an added token
+    with torch.no_grad():
+        expected = model(q, document_input_ids=doc, decoder_input_ids=torch.tensor([[2, 102]])).logits
+    model.save_pretrained(tmp_path)
+    again = ReadOnceBartForConditionalGeneration.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(again(q, document_input_ids=doc, decoder_input_ids=torch.tensor([[2, 102]])).logits,
+                                   expected, atol=0, rtol=0)
 
 
 def eager(model):

@@ -670,6 +670,47 @@ class LongDocBartPreTrainedModel(BartPreTrainedModel):
             self.config.auto_map = auto_map
         return super().save_pretrained(save_directory, *args, **kwargs)
 
+    # Copied from hf_readonce.models.readonce_bart.modeling_readonce_bart.ReadOnceBartPreTrainedModel.tie_weights
+    def tie_weights(self, missing_keys: set[str] | None = None, recompute_mapping: bool = True):
+        r"""[`~transformers.PreTrainedModel.tie_weights`]: with `tie_word_embeddings=True`, one token table
+        (`shared`, the encoder's and decoder's `embed_tokens`, the LM head). With `False` the encoder's and the
+        decoder's tables are parameters of their own, as in `BartModel`, loaded from the checkpoint's
+        `encoder.embed_tokens` / `decoder.embed_tokens`; called by `from_pretrained` with `missing_keys` (the keys the
+        checkpoint lacks), it gives a part whose table the checkpoint lacks `shared`'s weights, where the checkpoint
+        holds `shared` (a checkpoint with one table, read by encoder and decoder), instead of random rows
+        ([`_read_shared_where_missing`], which takes the filled keys out of `missing_keys`).
+
+        Args:
+            missing_keys (`set[str]`, *optional*), recompute_mapping (`bool`, defaults to `True`): as in transformers.
+        """
+        super().tie_weights(missing_keys=missing_keys, recompute_mapping=recompute_mapping)
+        if missing_keys is not None:
+            _read_shared_where_missing(self, missing_keys)
+
+    # Copied from hf_readonce.models.readonce_bart.modeling_readonce_bart.ReadOnceBartPreTrainedModel.resize_token_embeddings
+    def resize_token_embeddings(self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None,
+                                mean_resizing: bool = True) -> nn.Embedding:
+        r"""[`~transformers.PreTrainedModel.resize_token_embeddings`] (BART's `final_logits_bias` with it). With
+        `tie_word_embeddings=False` the encoder's and the decoder's own token tables ([`_separate_token_tables`]) are
+        resized too, each keeping its rows, and stay separate: BART's `set_input_embeddings`, which the resize calls,
+        would give both the resized `shared` table in their place.
+
+        Args:
+            new_num_tokens (`int`, *optional*), pad_to_multiple_of (`int`, *optional*), mean_resizing (`bool`,
+                defaults to `True`): as in transformers (the added rows of each separate table are drawn from its
+                own rows' mean and covariance, or as at initialization with `mean_resizing=False`).
+
+        Returns:
+            `torch.nn.Embedding`: the input embeddings (`shared`), `(vocab_size, d_model)` after the resize.
+        """
+        tables = _separate_token_tables(self)
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        bart = getattr(self, "model", self)
+        for part, table in tables.items():
+            getattr(bart, part).embed_tokens = self._get_resized_embeddings(table, embeddings.num_embeddings,
+                                                                            mean_resizing=mean_resizing)
+        return embeddings
+
     def _init_weights(self, module):
         super()._init_weights(module)
         # On the (de)convolutions themselves, not on `LongDocConvolution`: transformers skips, for remote code, a
@@ -921,6 +962,50 @@ def _check_decoder_batch(decoder_input_ids, decoder_inputs_embeds, encoder_hidde
                          "input row.")
 
 
+# Copied from hf_readonce.models.readonce_bart.modeling_readonce_bart._separate_token_tables
+def _separate_token_tables(model) -> dict:
+    """The token tables of their own that the encoder and the decoder of `model`'s BART (`model.model` of a
+    conditional generation model, else `model` itself) read instead of `shared`: with `tie_word_embeddings=False`, as
+    in `BartModel`, where `shared`, the encoder's `embed_tokens` and the decoder's `embed_tokens` are three parameters
+    (each `(vocab_size, d_model)`).
+
+    Returns:
+        `dict`: `"encoder"` / `"decoder"` -> its `embed_tokens` module, for each part whose table is not `shared`'s
+        weight; `{}` for a tied model (one table) and for a model without a BART (a document encoder, an encoder).
+    """
+    bart = getattr(model, "model", model)
+    if not isinstance(bart, BartModel):
+        return {}
+    return {part: getattr(bart, part).embed_tokens for part in ("encoder", "decoder")
+            if getattr(bart, part).embed_tokens.weight is not bart.shared.weight}
+
+
+# Copied from hf_readonce.models.readonce_bart.modeling_readonce_bart._read_shared_where_missing
+def _read_shared_where_missing(model, missing_keys: set) -> None:
+    """During `from_pretrained` (from [`tie_weights`], after transformers initialized the keys the checkpoint
+    lacks): each separate encoder / decoder token table of `model` ([`_separate_token_tables`],
+    `tie_word_embeddings=False`) that the checkpoint lacks, while it holds `shared`, is given `shared`'s weights
+    (`(vocab_size, d_model)`) instead of the random rows drawn for it, and its key is taken out of `missing_keys`
+    (in place). Such a checkpoint holds one table, which its encoder and decoder both read; BART's untied checkpoints
+    hold all three and load as they are.
+
+    Args:
+        model: the model being loaded (a conditional generation model, or a bare `BartModel`-based one; anything
+            else is left alone).
+        missing_keys (`set[str]`): the loading info's missing keys, named from `model`.
+    """
+    bart = getattr(model, "model", model)
+    prefix = "" if bart is model else "model."
+    if not isinstance(bart, BartModel) or f"{prefix}shared.weight" in missing_keys:
+        return
+    for part, table in _separate_token_tables(model).items():
+        key = f"{prefix}{part}.embed_tokens.weight"
+        if key in missing_keys and table.weight.shape == bart.shared.weight.shape:
+            with torch.no_grad():
+                table.weight.copy_(bart.shared.weight)
+            missing_keys.discard(key)
+
+
 def _padding_mask_4d(attention_mask: torch.Tensor | None, batch: int, length: int,
                      device: torch.device) -> torch.Tensor:
     """A `(batch, 1, 1, length)` bool padding mask: transformers' mask helpers return a 4D mask as it is, so neither
@@ -1118,14 +1203,20 @@ class LongDocBartModel(LongDocBartPreTrainedModel, BartModel):
     that a keyword argument it does not take raises a `TypeError` naming it ([`_keyword_arguments_hook`]) where
     BART's `**kwargs` would swallow it, and one it takes but does not read (`position_ids`, `is_causal`,
     `num_items_in_batch`: no loss here, ...) a `ValueError`, as do `input_ids` / `decoder_input_ids` that are not 2-D
-    (`decoder_inputs_embeds` not 3-D) or hold an empty batch or text ([`_check_forward_batches`])."""
+    (`decoder_inputs_embeds` not 3-D) or hold an empty batch or text ([`_check_forward_batches`]).
+
+    Token tables as in `BartModel`: with `config.tie_word_embeddings=True` (the default, and what the converters
+    write) the encoder and the decoder read the one `shared` table, `(vocab_size, d_model)`; with `False`, `shared`,
+    the encoder's and the decoder's `embed_tokens` are three parameters, each loaded from its checkpoint key (a
+    checkpoint holding only `shared` gives it to both, [`LongDocBartPreTrainedModel.tie_weights`])."""
 
     def __init__(self, config: LongDocBartConfig):
         BartModel.__init__(self, config)
         self.encoder = LongDocBartEncoder(config)
         self.decoder = LongDocBartDecoder(config)
-        self.encoder.embed_tokens = self.shared
-        self.decoder.embed_tokens = self.shared
+        if config.tie_word_embeddings:  # one embedding for both; untied, each keeps its own, as in `BartModel`
+            self.encoder.embed_tokens = self.shared
+            self.decoder.embed_tokens = self.shared
         self.post_init()
         self.register_forward_pre_hook(_keyword_arguments_hook, with_kwargs=True)
 

@@ -436,6 +436,48 @@ def _check_decoder_batch(decoder_input_ids, decoder_inputs_embeds, encoder_hidde
                          "input row.")
 
 
+def _separate_token_tables(model) -> dict:
+    """The token tables of their own that the encoder and the decoder of `model`'s BART (`model.model` of a
+    conditional generation model, else `model` itself) read instead of `shared`: with `tie_word_embeddings=False`, as
+    in `BartModel`, where `shared`, the encoder's `embed_tokens` and the decoder's `embed_tokens` are three parameters
+    (each `(vocab_size, d_model)`).
+
+    Returns:
+        `dict`: `"encoder"` / `"decoder"` -> its `embed_tokens` module, for each part whose table is not `shared`'s
+        weight; `{}` for a tied model (one table) and for a model without a BART (a document encoder, an encoder).
+    """
+    bart = getattr(model, "model", model)
+    if not isinstance(bart, BartModel):
+        return {}
+    return {part: getattr(bart, part).embed_tokens for part in ("encoder", "decoder")
+            if getattr(bart, part).embed_tokens.weight is not bart.shared.weight}
+
+
+def _read_shared_where_missing(model, missing_keys: set) -> None:
+    """During `from_pretrained` (from [`tie_weights`], after transformers initialized the keys the checkpoint
+    lacks): each separate encoder / decoder token table of `model` ([`_separate_token_tables`],
+    `tie_word_embeddings=False`) that the checkpoint lacks, while it holds `shared`, is given `shared`'s weights
+    (`(vocab_size, d_model)`) instead of the random rows drawn for it, and its key is taken out of `missing_keys`
+    (in place). Such a checkpoint holds one table, which its encoder and decoder both read; BART's untied checkpoints
+    hold all three and load as they are.
+
+    Args:
+        model: the model being loaded (a conditional generation model, or a bare `BartModel`-based one; anything
+            else is left alone).
+        missing_keys (`set[str]`): the loading info's missing keys, named from `model`.
+    """
+    bart = getattr(model, "model", model)
+    prefix = "" if bart is model else "model."
+    if not isinstance(bart, BartModel) or f"{prefix}shared.weight" in missing_keys:
+        return
+    for part, table in _separate_token_tables(model).items():
+        key = f"{prefix}{part}.embed_tokens.weight"
+        if key in missing_keys and table.weight.shape == bart.shared.weight.shape:
+            with torch.no_grad():
+                table.weight.copy_(bart.shared.weight)
+            missing_keys.discard(key)
+
+
 # How ReadOnce reads a second text, for [`_check_no_token_types`]'s message.
 _READONCE_SECOND_TEXT = ("Tokenize the question or task text alone and pass the document apart (`document_input_ids=` "
                          "or `document_representations=`).")
@@ -932,6 +974,45 @@ class ReadOnceBartPreTrainedModel(BartPreTrainedModel):
             self.config.auto_map = auto_map
         return super().save_pretrained(save_directory, *args, **kwargs)
 
+    def tie_weights(self, missing_keys: set[str] | None = None, recompute_mapping: bool = True):
+        r"""[`~transformers.PreTrainedModel.tie_weights`]: with `tie_word_embeddings=True`, one token table
+        (`shared`, the encoder's and decoder's `embed_tokens`, the LM head). With `False` the encoder's and the
+        decoder's tables are parameters of their own, as in `BartModel`, loaded from the checkpoint's
+        `encoder.embed_tokens` / `decoder.embed_tokens`; called by `from_pretrained` with `missing_keys` (the keys the
+        checkpoint lacks), it gives a part whose table the checkpoint lacks `shared`'s weights, where the checkpoint
+        holds `shared` (a checkpoint with one table, read by encoder and decoder), instead of random rows
+        ([`_read_shared_where_missing`], which takes the filled keys out of `missing_keys`).
+
+        Args:
+            missing_keys (`set[str]`, *optional*), recompute_mapping (`bool`, defaults to `True`): as in transformers.
+        """
+        super().tie_weights(missing_keys=missing_keys, recompute_mapping=recompute_mapping)
+        if missing_keys is not None:
+            _read_shared_where_missing(self, missing_keys)
+
+    def resize_token_embeddings(self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None,
+                                mean_resizing: bool = True) -> nn.Embedding:
+        r"""[`~transformers.PreTrainedModel.resize_token_embeddings`] (BART's `final_logits_bias` with it). With
+        `tie_word_embeddings=False` the encoder's and the decoder's own token tables ([`_separate_token_tables`]) are
+        resized too, each keeping its rows, and stay separate: BART's `set_input_embeddings`, which the resize calls,
+        would give both the resized `shared` table in their place.
+
+        Args:
+            new_num_tokens (`int`, *optional*), pad_to_multiple_of (`int`, *optional*), mean_resizing (`bool`,
+                defaults to `True`): as in transformers (the added rows of each separate table are drawn from its
+                own rows' mean and covariance, or as at initialization with `mean_resizing=False`).
+
+        Returns:
+            `torch.nn.Embedding`: the input embeddings (`shared`), `(vocab_size, d_model)` after the resize.
+        """
+        tables = _separate_token_tables(self)
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        bart = getattr(self, "model", self)
+        for part, table in tables.items():
+            getattr(bart, part).embed_tokens = self._get_resized_embeddings(table, embeddings.num_embeddings,
+                                                                            mean_resizing=mean_resizing)
+        return embeddings
+
     def initialize_representation_attention(self) -> None:
         r"""With `fusion="attention"`, copy every fused layer's self-attention weights into its `representation_attn`
         (App. A.1). Called at construction, by `from_pretrained` when a checkpoint lacks those weights, and by
@@ -1302,6 +1383,12 @@ class ReadOnceBartModel(ReadOnceBartPreTrainedModel, BartModel):
     as `document_representations`, e.g. from the full model's `encode_documents` or a store). Its outputs are the
     full model's `model` outputs. A plain BART checkpoint loads too (with `fusion="attention"`, the representation
     attention starts as a copy of the self-attention, as in the full model).
+
+    Token tables as in `BartModel`, whatever the fusion: with `config.tie_word_embeddings=True` (the default, and
+    what the converter writes) the encoder and the decoder read the one `shared` table, `(vocab_size, d_model)`; with
+    `False`, `shared`, the encoder's and the decoder's `embed_tokens` are three parameters, each loaded from its
+    checkpoint key (a checkpoint holding only `shared` gives it to both, [`ReadOnceBartPreTrainedModel.tie_weights`]).
+    The document encoder of [`ReadOnceBartForConditionalGeneration`] has its own table either way.
     """
 
     # a ReadOnce checkpoint (of the full model) also holds what this model leaves out
@@ -1311,9 +1398,10 @@ class ReadOnceBartModel(ReadOnceBartPreTrainedModel, BartModel):
     def __init__(self, config: ReadOnceBartConfig):
         super().__init__(config)
         self.encoder = ReadOnceBartEncoder(config)
-        self.encoder.embed_tokens = self.shared
         if config.fusion == "attention":
             self.decoder = ReadOnceBartDecoder(config)
+        if config.tie_word_embeddings:  # one table for all; untied, each keeps its own, as in `BartModel`
+            self.encoder.embed_tokens = self.shared
             self.decoder.embed_tokens = self.shared
         self._honour_layer_norm_eps()
         self.post_init()
