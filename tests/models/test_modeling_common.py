@@ -44,12 +44,6 @@ INTENDED_DIFFERENCES = {
     ("test_config_return_dict_false_gives_the_tuple", "LongDocBartForConditionalGeneration"): "BartModel's own "
     "forward reads its encoder's output as a dataclass: with `config.return_dict=False` transformers' "
     "BartForConditionalGeneration fails the same way (`return_dict=False` as an argument returns the tuple)",
-    ("test_tied_weights_after_loading[untied]", "LongDocBartModel"): "LongDocBartModel: the encoder and the decoder "
-    "read the one `shared` embedding module (assigned, not tied), whatever `tie_word_embeddings` says; the flag "
-    "unties the LM head only",
-    ("test_tied_weights_after_loading[untied]", "ReadOnceBartModel"): "ReadOnceBartModel: the encoder and the decoder "
-    "read the one `shared` embedding module (assigned, not tied), whatever `tie_word_embeddings` says; the flag "
-    "unties the LM head only",
 }
 
 
