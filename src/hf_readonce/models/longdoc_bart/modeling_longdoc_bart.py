@@ -1495,12 +1495,12 @@ class LongDocBartForConditionalGeneration(LongDocBartPreTrainedModel, BartForCon
 
     def representation_fingerprint(self) -> str:
         """SHA-256 hex of what the encoder's outputs depend on: the encoder's weights (`model.encoder.*`, the
-        shared token embeddings included), every config field that can change them (all of `config.to_dict()`
-        except the metadata in `_FINGERPRINT_IGNORED_FIELDS` and the `decoder_*` fields: `encoder_attention_type`,
-        `neighborhood_radius`, `conv_kernel_size`, `conv_stride`, dimensions, activation, ...), the transformers
-        major version and the compute dtype (the dtype of each encoder weight that is not float32,
-        [`_compute_dtype_tag`]: float32 weights hash as they did before dtypes were keyed, so a float16 checkpoint
-        computing in float32 and in float16 has two fingerprints). The key under which stored encoder outputs (read
+        token table it reads included: `shared`, or its own with `tie_word_embeddings=False`), every config field
+        that can change them (all of `config.to_dict()` except the metadata in `_FINGERPRINT_IGNORED_FIELDS` and the
+        `decoder_*` fields: `encoder_attention_type`, `neighborhood_radius`, `conv_kernel_size`, `conv_stride`,
+        dimensions, activation, ...), the transformers major version and the compute dtype (the dtype of each
+        encoder weight that is not float32, [`_compute_dtype_tag`]: float32 weights hash as they did before dtypes
+        were keyed, so a float16 checkpoint computing in float32 and in float16 has two fingerprints). The key under which stored encoder outputs (read
         once, §2.3's encoder run once per document) are found again; the decoder and LM head are not hashed, so
         fine-tuning only the decoder keeps the key.
 
