@@ -590,6 +590,28 @@ def test_a_checkpoint_with_one_token_table_loads_with_encoder_and_decoder_readin
                                    reference(input_ids=ids, attention_mask=mask).logits, atol=1e-5, rtol=0)
 
 
+def test_a_checkpoint_with_one_token_table_and_shared_offloaded_to_disk_is_refused_clearly(tmp_path):
+    """Untied, a checkpoint holding only `model.shared` gives its table to the encoder and the decoder while loading;
+    with `device_map` offloading `shared` to disk that table cannot be read then: a `ValueError` says so and how to
+    load it (not torch's "Cannot copy out of meta tensor"), and with `tie_word_embeddings=True` it loads, the encoder and
+    the decoder reading `shared`."""
+    reference = bart(tie_word_embeddings=False)
+    with torch.no_grad():  # one table, the LM head's too (transformers 5.6 cannot compare two tables on disk)
+        for table in (reference.model.encoder.embed_tokens, reference.model.decoder.embed_tokens, reference.lm_head):
+            table.weight.copy_(reference.model.shared.weight)
+    state = {key: tensor.contiguous() for key, tensor in reference.state_dict().items()
+             if key == "model.shared.weight" or not key.endswith((".embed_tokens.weight", "lm_head.weight"))}
+    LongDocBartConfig(**TINY, encoder_attention_type="full", tie_word_embeddings=False).save_pretrained(tmp_path)
+    save_file(state, tmp_path / "model.safetensors", metadata={"format": "pt"})
+    offload = dict(device_map="auto", max_memory={"cpu": "30KB"}, offload_folder=str(tmp_path / "offload"))
+    with pytest.raises(ValueError, match=r"offloaded `shared` to disk.*`tie_word_embeddings=True`"):
+        LongDocBartForConditionalGeneration.from_pretrained(tmp_path, **offload)
+    model = LongDocBartForConditionalGeneration.from_pretrained(tmp_path, tie_word_embeddings=True, **offload).eval()
+    assert model.model.shared.weight.device.type == "meta"  # on disk
+    assert model.model.encoder.embed_tokens is model.model.shared
+    assert model.model.decoder.embed_tokens is model.model.shared
+
+
 def test_resize_token_embeddings_keeps_untied_tables_separate_and_their_rows(tmp_path):
     """With `tie_word_embeddings=False` each token table (`shared`, the encoder's, the decoder's, the LM head) is
     resized and keeps its own rows (BART's `set_input_embeddings` would give the encoder and decoder `shared`), and

@@ -465,6 +465,10 @@ def _read_shared_where_missing(model, missing_keys: set) -> None:
         model: the model being loaded (a conditional generation model, or a bare `BartModel`-based one; anything
             else is left alone).
         missing_keys (`set[str]`): the loading info's missing keys, named from `model`.
+
+    Raises:
+        ValueError: if a table is to be given `shared`'s weights while `shared` has none here (on the meta device:
+            offloaded to disk by a `device_map`), naming the ways to load such a checkpoint.
     """
     bart = getattr(model, "model", model)
     prefix = "" if bart is model else "model."
@@ -473,6 +477,14 @@ def _read_shared_where_missing(model, missing_keys: set) -> None:
     for part, table in _separate_token_tables(model).items():
         key = f"{prefix}{part}.embed_tokens.weight"
         if key in missing_keys and table.weight.shape == bart.shared.weight.shape:
+            if bart.shared.weight.device.type == "meta":
+                raise ValueError(
+                    f"This checkpoint holds one token table, `{prefix}shared.weight`, and no `{key}`; with "
+                    "`tie_word_embeddings=False` the table is copied into the model's own, but `device_map` offloaded "
+                    "`shared` to disk, where it cannot be read while loading. Load it with a `device_map` that keeps "
+                    f"the token tables (`{prefix}shared`, `{prefix}encoder.embed_tokens`, "
+                    f"`{prefix}decoder.embed_tokens`) in memory, or with `tie_word_embeddings=True` (the encoder and "
+                    "the decoder then read `shared`, as the checkpoint does).")
             with torch.no_grad():
                 table.weight.copy_(bart.shared.weight)
             missing_keys.discard(key)
@@ -985,6 +997,9 @@ class ReadOnceBartPreTrainedModel(BartPreTrainedModel):
 
         Args:
             missing_keys (`set[str]`, *optional*), recompute_mapping (`bool`, defaults to `True`): as in transformers.
+
+        Raises:
+            ValueError: for such a checkpoint loaded with `shared` offloaded to disk ([`_read_shared_where_missing`]).
         """
         super().tie_weights(missing_keys=missing_keys, recompute_mapping=recompute_mapping)
         if missing_keys is not None:
