@@ -1054,7 +1054,27 @@ def test_a_checkpoint_with_one_token_table_and_shared_offloaded_to_disk_is_refus
     model = ReadOnceBartForConditionalGeneration.from_pretrained(tmp_path, tie_word_embeddings=True, **offload).eval()
     assert model.model.shared.weight.device.type == "meta"  # on disk
     assert model.model.encoder.embed_tokens is model.model.shared
-    assert model.model.decoder.embed_tokens is model.model.shared
+    assert model.model.decoder.embed_tokens.weight is model.model.shared.weight
+
+
+@pytest.mark.parametrize("fusion", ["append", "attention"])
+def test_tied_token_modules_and_the_lora_adapters_on_embed_tokens_they_give(fusion):
+    """Tied (the default): with `fusion="append"` the decoder is BART's and keeps its own `embed_tokens` module,
+    whose weight transformers ties to `shared`'s; with `"attention"` [`ReadOnceBartDecoder`] reads the `shared` module
+    itself, as the encoder does. So `target_modules=["embed_tokens"]` adapts the modules it adapts in a saved LoRA
+    adapter (the decoder's and the document encoder's, or the document encoder's), which therefore loads as it was."""
+    from peft import LoraConfig, get_peft_model
+
+    model = tiny(fusion=fusion)
+    base = model.model
+    assert base.encoder.embed_tokens is base.shared
+    assert (base.decoder.embed_tokens is base.shared) is (fusion == "attention")
+    assert base.decoder.embed_tokens.weight is base.shared.weight and model.lm_head.weight is base.shared.weight
+    lora = get_peft_model(model, LoraConfig(r=4, target_modules=["embed_tokens"]))
+    adapted = {name.removeprefix("base_model.model.") for name, module in lora.named_modules()
+               if hasattr(module, "lora_embedding_A")}
+    assert adapted == {"document_encoder.encoder.embed_tokens"} | (
+        set() if fusion == "attention" else {"model.decoder.embed_tokens"})
 
 
 def test_resize_token_embeddings_keeps_untied_tables_separate_and_their_rows(tmp_path):

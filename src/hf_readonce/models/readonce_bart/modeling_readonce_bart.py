@@ -1417,7 +1417,8 @@ class ReadOnceBartModel(ReadOnceBartPreTrainedModel, BartModel):
             self.decoder = ReadOnceBartDecoder(config)
         if config.tie_word_embeddings:  # one table for all; untied, each keeps its own, as in `BartModel`
             self.encoder.embed_tokens = self.shared
-            self.decoder.embed_tokens = self.shared
+            if config.fusion == "attention":  # BART's own decoder: its `embed_tokens` module, tied to `shared`
+                self.decoder.embed_tokens = self.shared
         self._honour_layer_norm_eps()
         self.post_init()
         self.initialize_representation_attention()
