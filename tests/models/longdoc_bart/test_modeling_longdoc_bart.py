@@ -17,6 +17,7 @@ from hf_readonce.models.longdoc_bart.modeling_longdoc_bart import (
     neighborhood_attention_forward,
 )
 from tests.conftest import refuses_unread_keyword, run_without_hf_readonce
+from tests.models.bart_checks import one_token_table_state
 
 # init_std 0.2 (BART's default is 0.02) so that attention changes the outputs enough for the comparisons to bite
 TINY = dict(vocab_size=99, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
@@ -566,13 +567,7 @@ def test_a_checkpoint_with_one_token_table_loads_with_encoder_and_decoder_readin
     its own. It loads with nothing missing, the encoder and decoder reading that table, and computes what it
     computed: BART's outputs with full attention."""
     reference = bart(tie_word_embeddings=tie)
-    with torch.no_grad():
-        for table in (reference.model.encoder.embed_tokens, reference.model.decoder.embed_tokens):
-            table.weight.copy_(reference.model.shared.weight)  # BART reading one table
-        if not tie:
-            reference.lm_head.weight.normal_()
-    state = {key: tensor.contiguous() for key, tensor in reference.state_dict().items()
-             if not key.endswith(".embed_tokens.weight") and not (tie and key == "lm_head.weight")}
+    state = one_token_table_state(reference, tie)  # BART reading one table
     assert {key for key in state if "shared" in key or "lm_head" in key} == (
         {"model.shared.weight"} | (set() if tie else {"lm_head.weight"}))
     LongDocBartConfig(**TINY, encoder_attention_type="full", tie_word_embeddings=tie).save_pretrained(tmp_path)
@@ -596,11 +591,8 @@ def test_a_checkpoint_with_one_token_table_and_shared_offloaded_to_disk_is_refus
     load it (not torch's "Cannot copy out of meta tensor"), and with `tie_word_embeddings=True` it loads, the encoder and
     the decoder reading `shared`."""
     reference = bart(tie_word_embeddings=False)
-    with torch.no_grad():  # one table, the LM head's too (transformers 5.6 cannot compare two tables on disk)
-        for table in (reference.model.encoder.embed_tokens, reference.model.decoder.embed_tokens, reference.lm_head):
-            table.weight.copy_(reference.model.shared.weight)
-    state = {key: tensor.contiguous() for key, tensor in reference.state_dict().items()
-             if key == "model.shared.weight" or not key.endswith((".embed_tokens.weight", "lm_head.weight"))}
+    # one table, the LM head's too (transformers 5.6 cannot compare two tables on disk)
+    state = one_token_table_state(reference, tie=False, lm_head_too=True)
     LongDocBartConfig(**TINY, encoder_attention_type="full", tie_word_embeddings=False).save_pretrained(tmp_path)
     save_file(state, tmp_path / "model.safetensors", metadata={"format": "pt"})
     offload = dict(device_map="auto", max_memory={"cpu": "30KB"}, offload_folder=str(tmp_path / "offload"))

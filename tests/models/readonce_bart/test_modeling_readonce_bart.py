@@ -15,6 +15,7 @@ from hf_readonce import (
     ReadOnceDocumentEncoderOutput,
 )
 from tests.conftest import refuses_unread_keyword, run_without_hf_readonce
+from tests.models.bart_checks import one_token_table_state
 
 TINY = dict(vocab_size=99, d_model=32, encoder_layers=4, decoder_layers=2, encoder_attention_heads=4,
             decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=64,
@@ -1004,13 +1005,7 @@ def test_a_checkpoint_with_one_token_table_loads_with_encoder_and_decoder_readin
     LM head of its own. It loads with nothing missing, and computes what it computed."""
     torch.manual_seed(0)
     reference = BartForConditionalGeneration(BartConfig(**TINY, tie_word_embeddings=tie)).eval()
-    with torch.no_grad():
-        for table in (reference.model.encoder.embed_tokens, reference.model.decoder.embed_tokens):
-            table.weight.copy_(reference.model.shared.weight)  # BART reading one table
-        if not tie:
-            reference.lm_head.weight.normal_()
-    state = {key: tensor.contiguous() for key, tensor in reference.state_dict().items()
-             if not key.endswith(".embed_tokens.weight") and not (tie and key == "lm_head.weight")}
+    state = one_token_table_state(reference, tie)  # BART reading one table
     state.update({f"document_encoder.encoder.{key}": tensor.clone()
                   for key, tensor in reference.model.encoder.state_dict().items()})
     ReadOnceBartConfig(**TINY, compression_ratio=4, aggregation="mean", tie_word_embeddings=tie).save_pretrained(
@@ -1038,11 +1033,8 @@ def test_a_checkpoint_with_one_token_table_and_shared_offloaded_to_disk_is_refus
     the decoder reading `shared`."""
     torch.manual_seed(0)
     reference = BartForConditionalGeneration(BartConfig(**TINY, tie_word_embeddings=False)).eval()
-    with torch.no_grad():  # one table, the LM head's too (transformers 5.6 cannot compare two tables on disk)
-        for table in (reference.model.encoder.embed_tokens, reference.model.decoder.embed_tokens, reference.lm_head):
-            table.weight.copy_(reference.model.shared.weight)
-    state = {key: tensor.contiguous() for key, tensor in reference.state_dict().items()
-             if key == "model.shared.weight" or not key.endswith((".embed_tokens.weight", "lm_head.weight"))}
+    # one table, the LM head's too (transformers 5.6 cannot compare two tables on disk)
+    state = one_token_table_state(reference, tie=False, lm_head_too=True)
     state.update({f"document_encoder.encoder.{key}": tensor.clone()
                   for key, tensor in reference.model.encoder.state_dict().items()})
     ReadOnceBartConfig(**TINY, compression_ratio=4, aggregation="mean", tie_word_embeddings=False).save_pretrained(
