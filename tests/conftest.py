@@ -108,21 +108,28 @@ def write_jsonl(path, rows):
 # ------------------------------------------------------------------------------------------- real SmolLM2-135M weights
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """A test of the real SmolLM2 weights (one that uses the `smollm2` fixture, or is marked `smollm2`) runs on one
-    torch thread, the setup and teardown of its fixtures included; the previous count is restored afterwards.
+    """Every test leaves the torch thread count and `$OMP_NUM_THREADS` as it found them, and a test of the real
+    SmolLM2 weights (one that uses the `smollm2` fixture, or is marked `smollm2`) runs on one torch thread, the setup
+    and teardown of its fixtures included.
 
-    On a 2-core machine that other processes also load, two OpenMP threads spin-wait for each other at every parallel
-    region: the 135M-parameter forwards of these tests ran several times slower than on one thread. The tiny models
-    of the rest of the suite keep the default.
+    A benchmark's `main(["--threads", "1"])` run in-process sets both for the rest of its process (what a script
+    wants); without the restore every later test of the session ran on one thread. On a 2-core machine that other
+    processes also load, two OpenMP threads spin-wait for each other at every parallel region: the 135M-parameter
+    forwards of the SmolLM2 tests ran several times slower than on one thread. The tiny models of the rest of the
+    suite keep the default.
     """
-    if item.get_closest_marker("smollm2") is None and "smollm2" not in getattr(item, "fixturenames", ()):
-        return (yield)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    threads, omp = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+    single = item.get_closest_marker("smollm2") is not None or "smollm2" in getattr(item, "fixturenames", ())
+    if single:
+        torch.set_num_threads(1)
     try:
         return (yield)
     finally:
         torch.set_num_threads(threads)
+        if omp is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = omp
 
 
 @contextlib.contextmanager
