@@ -782,9 +782,9 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
         # one of them (e.g. in two swapped shard files) is salvaged from wherever its bytes are intact
         damaged = {c.shard: store._shards[c.shard] for c in report.corruptions
                    if not c.shard.startswith("index/") and c.shard in store._shards}
+        damaged_stems = {Path(shard).stem for shard in damaged}  # a set: one look-up per corruption, not a walk
         for corruption in report.corruptions:  # (a damaged shard's own manifest is retired with it, below)
-            if corruption.shard.startswith("index/") and not any(
-                    Path(shard).stem == Path(corruption.shard).stem for shard in damaged):
+            if corruption.shard.startswith("index/") and Path(corruption.shard).stem not in damaged_stems:
                 _retire(store, corruption.shard, quarantine, moved)
         for shard in damaged:
             store._forget_shard(shard)

@@ -76,7 +76,7 @@ from .keys import (
     space_key,
 )
 from .maintenance import VerifyReport, prune_store, repair_store, store_info, verify_store
-from .manifest import check_manifest, is_store_file, path_problem, strict_json_problem
+from .manifest import check_manifest, expected_shard_path, is_store_file, path_problem, strict_json_problem
 from .shards import (
     _LAYOUT,
     _STORABLE,
@@ -746,24 +746,27 @@ class RepresentationStore:
         Every manifest is checked against its schema ([`check_manifest`]) before it is used; one that fails is
         recorded as corrupted (see `verify`) and never followed.
 
+        `index/` is listed on every refresh (one `os.listdir`, its names compared as a set), and only the manifests
+        not loaded yet are read.
+
         Returns:
             `int`: number of newly loaded manifests.
         """
         index_dir = self.path / "index"
         try:  # a linked or non-folder index/ is never followed (`verify` names it, `repair` replaces it)
-            names = [] if path_problem(self.path, "index", folder=True) is not None else sorted(
-                p.name for p in index_dir.iterdir() if p.suffix == ".json" and not p.name.startswith("."))
+            if path_problem(self.path, "index", folder=True) is not None:
+                names = set()
+            else:
+                names = {name for name in os.listdir(index_dir) if name.endswith(".json") and not name.startswith(".")}
         except (FileNotFoundError, NotADirectoryError):
-            names = []
+            names = set()
         # a store whose index lists nothing may still hold shards (its manifests lost) or an earlier repair's
         # quarantine/: as much a store holding documents as one whose index lists them
         self._held_documents = self._held_documents or bool(names) or _holds_stored_data(self.path)
-        if self._manifests_loaded - set(names):
+        if not self._manifests_loaded <= names:
             self._reset_index()
         new = 0
-        for name in names:
-            if name in self._manifests_loaded:
-                continue
+        for name in sorted(names - self._manifests_loaded):  # in name order, as the first listing loads them all
             self._manifests_loaded.add(name)
             problem = path_problem(self.path, f"index/{name}")
             if problem is not None:  # a FIFO would block the read forever; a link could lead outside the store
@@ -814,9 +817,10 @@ class RepresentationStore:
         dropped with the shard."""
         self._manifests_loaded.discard(name)
         self._bad_manifests.pop(name, None)
-        stem = name.removesuffix(".json")
-        for shard in [shard for shard in self._shards if Path(shard).stem == stem]:
-            self._forget_shard(shard)
+        # the one shard a manifest of that name may name, in the folder of its space (`check_manifest`): looked up,
+        # not searched for among every shard of the index (once per manifest a repair retires)
+        for space in list(self._spaces):
+            self._forget_shard(expected_shard_path(space, name))
 
     def _forget_shard(self, shard: str) -> None:
         """Drop one shard from the in-memory index (`repair`); a document it shadowed in another loaded shard (a
@@ -834,6 +838,8 @@ class RepresentationStore:
                 spaces = self._by_hash.get(doc_hash, set())
                 spaces.discard(manifest["space"])
         self._handles.pop(shard, None)
+        if not lost or not self._duplicates:  # no other shard holds any document twice: none was shadowed
+            return
         for other_shard, other in self._shards.items():
             for doc_hash, doc in other["documents"].items():
                 key = (other["space"], doc_hash)
