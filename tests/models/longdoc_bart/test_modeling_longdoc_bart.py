@@ -801,7 +801,7 @@ def test_representation_fingerprint_changes_with_encoder_config_fields(field, va
 @pytest.mark.parametrize("field, value", [("encoder_attention_type", "sparse"), ("neighborhood_radius", -1),
                                           ("conv_stride", 9)])
 def test_from_pretrained_keyword_fields_are_validated_too(tmp_path, field, value):
-    # from_pretrained sets keyword fields on the loaded config after its __init__; the encoder checks them again
+    # the model's from_pretrained builds its config with the keyword fields, whose __init__ checks them
     longdoc(neighborhood_radius=3).save_pretrained(tmp_path)
     loaded = LongDocBartForConditionalGeneration.from_pretrained(tmp_path, neighborhood_radius=5)
     assert loaded.config.neighborhood_radius == 5

@@ -3,7 +3,9 @@
 """LongDoc BART configuration: BART with neighborhood and convolutional attention for long-document summarization
 (Kosaraju, Ang and Nabulsi, "Faster Transformers for Document Summarization", CS224N report)."""
 
-from transformers import BartConfig
+import inspect
+
+from transformers import BartConfig, PretrainedConfig
 
 ENCODER_ATTENTION_TYPES = ("full", "neighborhood", "convolutional", "convolutional_per_head",
                            "neighborhood_convolutional")
@@ -12,6 +14,18 @@ DECODER_ATTENTION_TYPES = ("full", "neighborhood")
 
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+# Copied from hf_readonce.models.readtwice_bert.configuration_readtwice_bert._pop_init_fields
+def _pop_init_fields(config_class, kwargs: dict) -> dict:
+    """Remove from `kwargs` and return the keyword arguments that are fields of `config_class` or of the transformers
+    config it extends (the arguments of their `__init__`; not `PreTrainedConfig`'s own, which transformers handles):
+    what a config's `from_dict` builds the config with, so that `__init__` validates them together and derives its
+    defaults from them, instead of transformers setting them unchecked after `__init__`."""
+    own = {name for klass in config_class.__mro__[:config_class.__mro__.index(PretrainedConfig)]
+           if "__init__" in vars(klass) for name in inspect.signature(klass.__init__).parameters}
+    own -= {"self", "args", "kwargs", *inspect.signature(PretrainedConfig.__init__).parameters}
+    return {key: kwargs.pop(key) for key in list(kwargs) if key in own}
 
 
 class LongDocBartConfig(BartConfig):
@@ -113,10 +127,25 @@ class LongDocBartConfig(BartConfig):
         """
         return getattr(self, "max_document_length", None) or getattr(self, "max_position_embeddings", None)
 
+    # Copied from hf_readonce.models.readtwice_bert.configuration_readtwice_bert.ReadTwiceBertConfig.from_dict
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """As [`~transformers.PreTrainedConfig.from_dict`], but the keyword arguments that are fields of this class or of
+        the transformers config it extends (the arguments of their `__init__`, as `from_pretrained(checkpoint,
+        field=value)` passes them; not `PreTrainedConfig`'s own, which transformers handles) build the config with the
+        saved values instead of being set on it afterwards (what transformers does with the others): they are
+        validated together as in `__init__` (a `ValueError` naming the field; `num_hidden_layers=8,
+        num_second_read_layers=6` is checked against the 8 given), and the defaults `__init__` derives from them
+        follow them where the checkpoint does not record those (e.g. ReadTwice's `segment_overlap` from
+        `segment_length`, DeFormer's `num_decomposed_layers` from `num_hidden_layers`)."""
+        given = _pop_init_fields(cls, kwargs)
+        return super().from_dict({**config_dict, **given}, **kwargs)
+
     def validate_longdoc_settings(self) -> None:
-        r"""Check the LongDoc fields (see the class docstring). Called by `__init__` and again by the LongDoc encoder
-        and decoder when they are built: `from_pretrained(..., neighborhood_radius=-1)` sets keyword arguments on
-        the loaded config after `__init__`, so only the second check sees them.
+        r"""Check the LongDoc fields (see the class docstring). Called by `__init__` (also through `from_pretrained`
+        and `from_dict`, which build the config with the fields they are given) and again by the LongDoc encoder and
+        decoder when they are built, for a field assigned on a config after its construction
+        (`config.neighborhood_radius = -1`).
 
         Raises:
             ValueError: naming the field, as the class docstring says.

@@ -1052,12 +1052,12 @@ class LongDocBartEncoder(LongDocBartPreTrainedModel, BartEncoder):
 
     Raises:
         ValueError: naming the field, if the config's LongDoc fields are invalid
-            ([`LongDocBartConfig.validate_longdoc_settings`], checked again here for fields that `from_pretrained`
-            set after the config's `__init__`).
+            ([`LongDocBartConfig.validate_longdoc_settings`], checked again here for fields assigned on the config
+            after its construction).
     """
 
     def __init__(self, config: LongDocBartConfig):
-        config.validate_longdoc_settings()  # again: from_pretrained(..., field=value) bypasses the config's __init__
+        config.validate_longdoc_settings()  # again: a field assigned after construction was never checked
         BartEncoder.__init__(self, config)
         self.layers = nn.ModuleList(LongDocBartEncoderLayer(config, layer_idx=i) for i in range(config.encoder_layers))
         self.post_init()
@@ -1142,7 +1142,7 @@ class LongDocBartDecoder(LongDocBartPreTrainedModel, BartDecoder):
     """
 
     def __init__(self, config: LongDocBartConfig):
-        config.validate_longdoc_settings()  # again: from_pretrained(..., field=value) bypasses the config's __init__
+        config.validate_longdoc_settings()  # again: a field assigned after construction was never checked
         BartDecoder.__init__(self, config)
         self.layers = nn.ModuleList(LongDocBartDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers))
         self.post_init()
