@@ -8,6 +8,9 @@ This file travels with saved checkpoints (`trust_remote_code=True`): it imports 
 library.
 """
 
+import inspect
+
+from transformers import PretrainedConfig
 from transformers.activations import ACT2FN
 
 DEFAULT_WINDOW_SIZE = 300
@@ -21,6 +24,18 @@ BACKBONE_OF_MODEL_TYPE = {"gpt2": "gpt2", "recurrent_gpt2": "gpt2", "llama": "ll
 # ----------------------------------------------------------------------------------------------------- config
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+# Copied from hf_readonce.models.readtwice_bert.configuration_readtwice_bert._pop_init_fields
+def _pop_init_fields(config_class, kwargs: dict) -> dict:
+    """Remove from `kwargs` and return the keyword arguments that are fields of `config_class` or of the transformers
+    config it extends (the arguments of their `__init__`; not `PreTrainedConfig`'s own, which transformers handles):
+    what a config's `from_dict` builds the config with, so that `__init__` validates them together and derives its
+    defaults from them, instead of transformers setting them unchecked after `__init__`."""
+    own = {name for klass in config_class.__mro__[:config_class.__mro__.index(PretrainedConfig)]
+           if "__init__" in vars(klass) for name in inspect.signature(klass.__init__).parameters}
+    own -= {"self", "args", "kwargs", *inspect.signature(PretrainedConfig.__init__).parameters}
+    return {key: kwargs.pop(key) for key in list(kwargs) if key in own}
 
 
 def set_recurrence_config(
@@ -79,7 +94,7 @@ def set_recurrence_config(
     recurrence_hidden_sizes = list(recurrence_hidden_sizes)
     if not all(_is_int(size) and size > 0 for size in recurrence_hidden_sizes):
         raise ValueError(f"`recurrence_hidden_sizes` must hold positive ints, got {recurrence_hidden_sizes!r}.")
-    if recurrence_activation not in ACT2FN:
+    if not isinstance(recurrence_activation, str) or recurrence_activation not in ACT2FN:
         raise ValueError(
             f"`recurrence_activation`={recurrence_activation!r} is not a transformers activation "
             f"(one of {sorted(ACT2FN)})."
@@ -138,9 +153,16 @@ class RecurrenceConfigMixin:
         r"""`PreTrainedConfig.from_dict` (what `from_pretrained` calls with a checkpoint's `config.json` or GGUF
         metadata), refusing a checkpoint of the other backbone family.
 
+        The keyword arguments that are fields of this class or of the transformers config it extends (the arguments
+        of their `__init__`, as `from_pretrained(checkpoint, window_overlap=30)` passes them; not
+        `PreTrainedConfig`'s own, which transformers handles) build the config with the saved values instead of being
+        set on it afterwards (what transformers does with the others): they are validated together as in `__init__`
+        ([`set_recurrence_config`]; `n_positions=128, window_size=128` is checked against the 128 given), and
+        `window_size`, where the checkpoint does not record it, follows a given position table size.
+
         Raises:
             ValueError: `config_dict["model_type"]` is a GPT-2 type for a Llama config or the reverse, naming the
-                class that reads it.
+                class that reads it; or a field given or saved is invalid ([`set_recurrence_config`]), naming it.
         """
         model_type = config_dict.get("model_type") if isinstance(config_dict, dict) else None
         backbone = BACKBONE_OF_MODEL_TYPE.get(model_type)
@@ -151,7 +173,8 @@ class RecurrenceConfigMixin:
                 f"{cls.__name__} cannot read a checkpoint of model_type {model_type!r} (a {backbone} model, whose "
                 f"fields and weights it does not have): load it with {right}."
             )
-        return super().from_dict(config_dict, **kwargs)
+        given = _pop_init_fields(cls, kwargs)
+        return super().from_dict({**config_dict, **given}, **kwargs)
 
 
 __all__ = ["RecurrenceConfigMixin", "set_recurrence_config"]

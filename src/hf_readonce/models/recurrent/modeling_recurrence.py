@@ -849,8 +849,8 @@ class RecurrentCausalLMMixin:
                 f"(model_type {getattr(config, 'model_type', None)!r}); a plain model converts with "
                 "`to_recurrent(model, ...)`."
             )
-        # `from_pretrained(path, window_overlap=..., recurrence_layer=...)` sets fields after the config validated
-        # them: validate again at load, before layer L is looked up (a ValueError naming the field, not an IndexError)
+        # a field assigned on the config after its construction (`config.recurrence_layer = 9`) was never validated:
+        # validate again at load, before layer L is looked up (a ValueError naming the field, not an IndexError)
         set_recurrence_config(
             config, max_positions=getattr(config, config.max_positions_attribute),
             num_layers=getattr(config, config.num_layers_attribute), window_size=config.window_size,
