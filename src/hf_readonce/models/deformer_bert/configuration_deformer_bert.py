@@ -62,9 +62,10 @@ class DeformerBertConfig(BertConfig):
     Raises:
         ValueError: if `num_decomposed_layers` is not an integer in `[0, num_hidden_layers]`, if
             `passage_position_offset` is negative or leaves no room in `max_position_embeddings`, if the temperature
-            is not positive, if a loss weight is negative, if the temperature, a loss weight or the threshold is not a
-            number, if `allow_no_answer` is not None, True or False (a string such as "no" would read as True), or if
-            a recorded window setting is out of range (`max_question_length >= 3`, `max_passage_length >= 2`,
+            is not positive, if a loss weight is negative, if the temperature or a loss weight is not a finite number
+            or the threshold is not a number (NaN; `+inf`, never answer empty, is accepted), if `allow_no_answer` is
+            not None, True or False (a string such as "no" would read as True), or if a recorded window setting is out of range (`3 <= max_question_length <= max_position_embeddings`,
+            `2 <= max_passage_length <= max_position_embeddings - passage_position_offset`,
             `0 <= doc_stride < max_passage_length - 1`).
 
     Example:
@@ -128,6 +129,10 @@ class DeformerBertConfig(BertConfig):
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
                 raise ValueError(f"`{name}` must be a number, got {value!r}.")
+            # the threshold may be infinite (+inf: never answer empty, what the calibration may tune); a loss is not
+            # (at T = inf the KD loss is T^2 * 0 = NaN, an infinite weight makes the loss inf)
+            if name != "null_score_diff_threshold" and value in (float("inf"), float("-inf")):
+                raise ValueError(f"`{name}` must be a finite number, got {value!r}.")
         if not distillation_temperature > 0:
             raise ValueError(f"`distillation_temperature` must be > 0, got {distillation_temperature}.")
         for name, value in (("kd_loss_weight", kd_loss_weight), ("lrs_loss_weight", lrs_loss_weight)):
@@ -144,6 +149,14 @@ class DeformerBertConfig(BertConfig):
                                  ("max_passage_length", max_passage_length, 2), ("doc_stride", doc_stride, 0)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
                 raise ValueError(f"`{name}` must be None or an int >= {low}, got {value!r}.")
+        if max_question_length is not None and max_question_length > self.max_position_embeddings:
+            raise ValueError(f"`max_question_length` must be <= max_position_embeddings={self.max_position_embeddings} "
+                             f"(a question is read at positions 0, 1, ...), got {max_question_length}.")
+        room = self.max_position_embeddings - passage_position_offset
+        if max_passage_length is not None and max_passage_length > room:
+            raise ValueError(f"`max_passage_length` must be <= max_position_embeddings - passage_position_offset = "
+                             f"{room} (a passage window is read at positions passage_position_offset, ...), got "
+                             f"{max_passage_length}.")
         if max_passage_length is not None and doc_stride is not None and doc_stride >= max_passage_length - 1:
             raise ValueError(f"`doc_stride` must be < max_passage_length - 1 = {max_passage_length - 1} (windows hold "
                              f"max_passage_length - 1 tokens and [SEP]), got {doc_stride}.")
