@@ -89,3 +89,42 @@ def test_the_recorded_question_length_is_a_checked_field(tmp_path):
             ReadTwiceBertConfig(**TINY, max_question_length=bad)
         with pytest.raises(ValueError, match="`max_question_length`"):
             ReadTwiceBertConfig.from_pretrained(tmp_path / "bert", max_question_length=bad)
+
+
+def test_a_question_length_beyond_the_positions_or_an_infinite_loss_weight_is_refused(tmp_path):
+    """A recorded question length the position table cannot hold (the default of `hf-readonce answer` and of the
+    pipeline) and an infinite coreference loss weight (an inf loss) were accepted; each is refused naming it, by
+    `__init__`, `from_dict` and `from_pretrained`; the longest question that fits is accepted."""
+    from functools import partial
+
+    import pytest
+
+    BertConfig(**TINY, max_position_embeddings=64).save_pretrained(tmp_path)
+    for field, value, message in (("max_question_length", 65, "`max_question_length` must be <= "
+                                                               "max_position_embeddings=64"),
+                                  ("coref_loss_weight", float("inf"), "`coref_loss_weight` must be a finite float")):
+        bert = BertConfig(**TINY, max_position_embeddings=64).to_dict()
+        for build in (partial(ReadTwiceBertConfig, **{**TINY, "max_position_embeddings": 64, field: value}),
+                      partial(ReadTwiceBertConfig.from_dict, {**bert, field: value}),
+                      partial(ReadTwiceBertConfig.from_pretrained, tmp_path, **{field: value})):
+            with pytest.raises(ValueError, match=message):
+                build()
+    assert ReadTwiceBertConfig.from_pretrained(tmp_path, max_question_length=64).max_question_length == 64
+
+
+def test_every_field_survives_the_round_trips(tmp_path):
+    names = ("memory_type", "span_length", "num_second_read_layers", "max_relative_segment_distance", "memory_top_k",
+             "single_segment", "segment_length", "segment_overlap", "question_in_first_read", "memory_output_init",
+             "coref_loss_weight", "max_question_length")
+    for fields in ({}, dict(memory_type="entity", span_length=8, num_second_read_layers=4,
+                            max_relative_segment_distance=0, memory_top_k=3, single_segment=True, segment_length=32,
+                            segment_overlap=0, question_in_first_read=False, memory_output_init="zero",
+                            coref_loss_weight=0, max_question_length=20)):
+        config = ReadTwiceBertConfig(**TINY, **fields)
+        config.save_pretrained(tmp_path)
+        (tmp_path / "diff.json").write_text(config.to_json_string(use_diff=True))
+        expected = {name: getattr(config, name) for name in names}
+        for loaded in (ReadTwiceBertConfig.from_dict(config.to_dict()), ReadTwiceBertConfig.from_pretrained(tmp_path),
+                       ReadTwiceBertConfig.from_json_file(tmp_path / "diff.json")):
+            got = {name: getattr(loaded, name) for name in names}
+            assert got == expected and [type(v) for v in got.values()] == [type(v) for v in expected.values()]
