@@ -2,9 +2,11 @@
 the position table are refused when the config is built (by `__init__`, `from_dict` and
 `from_pretrained(path, field=value)`), and every field survives the round trips."""
 
+import re
+
 import pytest
 import torch
-from transformers import BartConfig
+from transformers import AutoConfig, BartConfig
 
 from hf_readonce.models.readonce_bart.configuration_readonce_bart import ReadOnceBartConfig
 
@@ -55,3 +57,15 @@ def test_every_field_survives_the_round_trips(tmp_path, fields):
                    ReadOnceBartConfig.from_json_file(tmp_path / "diff.json")):
         got = {name: getattr(loaded, name) for name in names}
         assert got == expected and [type(v) for v in got.values()] == [type(v) for v in expected.values()]
+
+
+def test_a_bart_attribute_name_given_to_from_pretrained_is_checked_with_the_fields(tmp_path):
+    """`num_hidden_layers` names BART's `encoder_layers` (its `attribute_map`): given to `from_pretrained` or
+    `AutoConfig`, it is checked against the recorded append layer as `encoder_layers=` is (it was set after the
+    config was built, unchecked), and a valid one gives the same config as `encoder_layers=`."""
+    ReadOnceBartConfig(**TINY, append_layer=3).save_pretrained(tmp_path)
+    for load in (ReadOnceBartConfig.from_pretrained, AutoConfig.from_pretrained):
+        with pytest.raises(ValueError, match=re.escape("`append_layer` must be an int in [0, encoder_layers=2]")):
+            load(tmp_path, num_hidden_layers=2)
+    config = ReadOnceBartConfig.from_pretrained(tmp_path, num_hidden_layers=3)
+    assert config.to_dict() == ReadOnceBartConfig.from_pretrained(tmp_path, encoder_layers=3).to_dict()

@@ -94,3 +94,21 @@ def test_every_field_survives_the_round_trips(tmp_path, family, fields):
                    config_class.from_json_file(tmp_path / "diff.json")):
         got = {name: getattr(loaded, name) for name in names}
         assert got == expected and [type(v) for v in got.values()] == [type(v) for v in expected.values()]
+
+
+@pytest.mark.parametrize("alias, value, message", [
+    ("max_position_embeddings", 16, "`window_size`=32 exceeds the model's 16 position embeddings"),
+    ("num_hidden_layers", 2, "`recurrence_layer` \\(L, 1-based\\) must be an int in \\[1, num_layers=2\\], got 3"),
+])
+def test_a_gpt2_attribute_name_given_to_from_pretrained_is_checked_with_the_fields(tmp_path, alias, value, message):
+    """GPT-2 names `n_positions` and `n_layer` `max_position_embeddings` and `num_hidden_layers` too (its
+    `attribute_map`): given to `from_pretrained` or `AutoConfig` they are checked with the recorded recurrence fields
+    as `n_positions=` / `n_layer=` are (they were set after the config was built, unchecked), and a plain GPT-2
+    config's window follows the table given so."""
+    RecurrentGPT2Config(**GPT2_TINY, recurrence_layer=3).save_pretrained(tmp_path / "recurrent")
+    for load in (RecurrentGPT2Config.from_pretrained, AutoConfig.from_pretrained):
+        with pytest.raises(ValueError, match=message):
+            load(tmp_path / "recurrent", **{alias: value})
+    GPT2Config(**GPT2_TINY).save_pretrained(tmp_path / "plain")
+    config = RecurrentGPT2Config.from_pretrained(tmp_path / "plain", max_position_embeddings=16)
+    assert (config.n_positions, config.window_size) == (16, 16)

@@ -18,12 +18,15 @@ def _is_int(value) -> bool:
 # Copied from hf_readonce.models.readtwice_bert.configuration_readtwice_bert._pop_init_fields
 def _pop_init_fields(config_class, kwargs: dict) -> dict:
     """Remove from `kwargs` and return the keyword arguments that are fields of `config_class` or of the transformers
-    config it extends (the arguments of their `__init__`; not `PreTrainedConfig`'s own, which transformers handles):
-    what a config's `from_dict` builds the config with, so that `__init__` validates them together and derives its
-    defaults from them, instead of transformers setting them unchecked after `__init__`."""
+    config it extends (the arguments of their `__init__`, and the names its `attribute_map` gives them, such as
+    GPT-2's `max_position_embeddings` for `n_positions`, which `__init__` also takes; not `PreTrainedConfig`'s own,
+    which transformers handles): what a config's `from_dict` builds the config with, so that `__init__` validates
+    them together and derives its defaults from them, instead of transformers setting them unchecked after
+    `__init__`."""
     own = {name for klass in config_class.__mro__[:config_class.__mro__.index(PretrainedConfig)]
            if "__init__" in vars(klass) for name in inspect.signature(klass.__init__).parameters}
     own -= {"self", "args", "kwargs", *inspect.signature(PretrainedConfig.__init__).parameters}
+    own |= {alias for alias, name in getattr(config_class, "attribute_map", {}).items() if name in own}
     return {key: kwargs.pop(key) for key in list(kwargs) if key in own}
 
 
