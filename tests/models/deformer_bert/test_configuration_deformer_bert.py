@@ -2,6 +2,8 @@
 the config is built (by `__init__`, `from_dict` and `from_pretrained(path, field=value)`), the tuned `+inf`
 threshold is kept, and every field survives the round trips."""
 
+import json
+import re
 
 import pytest
 from transformers import BertConfig
@@ -77,3 +79,14 @@ def test_every_field_survives_the_round_trips(tmp_path, fields):
                    DeformerBertConfig.from_json_file(tmp_path / "diff.json")):
         got = {name: getattr(loaded, name) for name in names}
         assert got == expected and [type(v) for v in got.values()] == [type(v) for v in expected.values()]
+
+
+@pytest.mark.parametrize("name, longest", [("max_question_length", 64), ("max_passage_length", 64)])
+def test_a_checkpoint_recording_a_length_beyond_the_positions_says_how_to_load_it(tmp_path, name, longest):
+    """A config.json written before the bound (by hand) fails to load: the message names the keyword argument that
+    loads it, and that argument does."""
+    config = DeformerBertConfig(**TINY).to_dict()
+    (tmp_path / "config.json").write_text(json.dumps({**config, name: 100}))
+    with pytest.raises(ValueError, match=re.escape(f"`from_pretrained(checkpoint, {name}={longest})`")):
+        DeformerBertConfig.from_pretrained(tmp_path)
+    assert getattr(DeformerBertConfig.from_pretrained(tmp_path, **{name: longest}), name) == longest

@@ -2,6 +2,7 @@
 the position table are refused when the config is built (by `__init__`, `from_dict` and
 `from_pretrained(path, field=value)`), and every field survives the round trips."""
 
+import json
 import re
 
 import pytest
@@ -57,6 +58,14 @@ def test_every_field_survives_the_round_trips(tmp_path, fields):
                    ReadOnceBartConfig.from_json_file(tmp_path / "diff.json")):
         got = {name: getattr(loaded, name) for name in names}
         assert got == expected and [type(v) for v in got.values()] == [type(v) for v in expected.values()]
+
+
+def test_a_checkpoint_recording_a_question_length_beyond_the_positions_says_how_to_load_it(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({**ReadOnceBartConfig(**TINY).to_dict(),
+                                                      "max_question_length": 100}))
+    with pytest.raises(ValueError, match=re.escape("`from_pretrained(checkpoint, max_question_length=64)`")):
+        ReadOnceBartConfig.from_pretrained(tmp_path)
+    assert ReadOnceBartConfig.from_pretrained(tmp_path, max_question_length=64).max_question_length == 64
 
 
 def test_a_bart_attribute_name_given_to_from_pretrained_is_checked_with_the_fields(tmp_path):

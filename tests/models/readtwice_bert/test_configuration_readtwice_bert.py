@@ -128,3 +128,16 @@ def test_every_field_survives_the_round_trips(tmp_path):
                        ReadTwiceBertConfig.from_json_file(tmp_path / "diff.json")):
             got = {name: getattr(loaded, name) for name in names}
             assert got == expected and [type(v) for v in got.values()] == [type(v) for v in expected.values()]
+
+
+def test_a_checkpoint_recording_a_question_length_beyond_the_positions_says_how_to_load_it(tmp_path):
+    import json
+    import re
+
+    import pytest
+
+    config = ReadTwiceBertConfig(**TINY, max_position_embeddings=64).to_dict()
+    (tmp_path / "config.json").write_text(json.dumps({**config, "max_question_length": 100}))
+    with pytest.raises(ValueError, match=re.escape("`from_pretrained(checkpoint, max_question_length=64)`")):
+        ReadTwiceBertConfig.from_pretrained(tmp_path)
+    assert ReadTwiceBertConfig.from_pretrained(tmp_path, max_question_length=64).max_question_length == 64

@@ -145,8 +145,10 @@ class ReadOnceBartConfig(BartConfig):
         if max_question_length is not None and (not _is_int(max_question_length) or max_question_length < 1):
             raise ValueError(f"`max_question_length` must be None or a positive int, got {max_question_length!r}.")
         if max_question_length is not None and max_question_length > self.max_position_embeddings:
-            raise ValueError(f"`max_question_length` must be <= max_position_embeddings={self.max_position_embeddings} "
-                             f"(the question model reads a question at positions 0, 1, ...), got {max_question_length}.")
+            longest = self.max_position_embeddings
+            raise ValueError(f"`max_question_length` must be <= max_position_embeddings={longest} (the question model "
+                             f"reads a question at positions 0, 1, ...), got {max_question_length} (a checkpoint "
+                             f"recording it loads with `from_pretrained(checkpoint, max_question_length={longest})`).")
         self.max_question_length = max_question_length
         # a NaN or infinite epsilon makes every LayerNorm output NaN
         if isinstance(layer_norm_eps, bool) or not isinstance(layer_norm_eps, (int, float)) or not (

@@ -177,8 +177,10 @@ class ReadTwiceBertConfig(BertConfig):
         if max_question_length is not None and (not _is_int(max_question_length) or max_question_length < 3):
             raise ValueError(f"`max_question_length` must be None or an int >= 3, got {max_question_length!r}.")
         if max_question_length is not None and max_question_length > self.max_position_embeddings:
-            raise ValueError(f"`max_question_length` must be <= max_position_embeddings={self.max_position_embeddings} "
-                             f"(a question is read within the model's positions), got {max_question_length}.")
+            longest = self.max_position_embeddings
+            raise ValueError(f"`max_question_length` must be <= max_position_embeddings={longest} (a question is read "
+                             f"within the model's positions), got {max_question_length} (a checkpoint recording it "
+                             f"loads with `from_pretrained(checkpoint, max_question_length={longest})`).")
         self.memory_type = memory_type
         self.span_length = span_length
         self.num_second_read_layers = num_second_read_layers
