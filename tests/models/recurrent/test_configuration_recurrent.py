@@ -3,6 +3,7 @@
 carries), and every field survives the round trips."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -94,6 +95,25 @@ def test_every_field_survives_the_round_trips(tmp_path, family, fields):
                    config_class.from_json_file(tmp_path / "diff.json")):
         got = {name: getattr(loaded, name) for name in names}
         assert got == expected and [type(v) for v in got.values()] == [type(v) for v in expected.values()]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_recorded_window_beyond_a_smaller_table_given_says_to_give_a_window(tmp_path, family):
+    """A saved config records its window (the default, the position table size here): a smaller table given to
+    `from_pretrained` is refused naming the recorded window and saying to give one with it, which loads."""
+    config_class, _, tiny = FAMILIES[family]
+    config_class(**tiny).save_pretrained(tmp_path)
+    positions = config_class.max_positions_attribute
+    for load in (config_class.from_pretrained, AutoConfig.from_pretrained):
+        with pytest.raises(ValueError, match=re.escape(
+                "`window_size`=32 exceeds the model's 16 position embeddings (positions restart in every window, so "
+                "a window must fit in the position table). The config read records window_size=32: give a "
+                f"`window_size` that fits with the position table size (`from_pretrained(checkpoint, {positions}=..., "
+                "window_size=...)`).")):
+            load(tmp_path, **{positions: 16})
+        assert load(tmp_path, **{positions: 16}, window_size=16).window_size == 16
+    with pytest.raises(ValueError, match="`window_size`=33 exceeds the model's 32 position embeddings[^:]*$"):
+        config_class.from_pretrained(tmp_path, window_size=33)  # the window given: no word of a recorded one
 
 
 @pytest.mark.parametrize("alias, value, message", [

@@ -165,7 +165,8 @@ class RecurrenceConfigMixin:
 
         Raises:
             ValueError: `config_dict["model_type"]` is a GPT-2 type for a Llama config or the reverse, naming the
-                class that reads it; or a field given or saved is invalid ([`set_recurrence_config`]), naming it.
+                class that reads it; or a field given or saved is invalid ([`set_recurrence_config`]), naming it (a
+                recorded `window_size` that exceeds a smaller position table given says to give a `window_size`).
         """
         model_type = config_dict.get("model_type") if isinstance(config_dict, dict) else None
         backbone = BACKBONE_OF_MODEL_TYPE.get(model_type)
@@ -177,7 +178,19 @@ class RecurrenceConfigMixin:
                 f"fields and weights it does not have): load it with {right}."
             )
         given = _pop_init_fields(cls, kwargs)
-        return super().from_dict({**config_dict, **given}, **kwargs)
+        try:
+            return super().from_dict({**config_dict, **given}, **kwargs)
+        except ValueError as error:
+            saved = config_dict.get("window_size") if isinstance(config_dict, dict) else None
+            # the recorded window no longer fits the position table given with it: say where it comes from
+            if type(error) is not ValueError or not str(error).startswith("`window_size`=") or saved is None or (
+                "window_size" in given
+            ):
+                raise
+            positions = cls.max_positions_attribute
+            raise ValueError(f"{error} The config read records window_size={saved}: give a `window_size` that fits "
+                             f"with the position table size (`from_pretrained(checkpoint, {positions}=..., "
+                             f"window_size=...)`).") from None
 
 
 __all__ = ["RecurrenceConfigMixin", "set_recurrence_config"]
