@@ -1,9 +1,7 @@
-"""DeformerBertConfig: numbers that are not finite and recorded lengths beyond the position table are refused when
-the config is built (by `__init__`, `from_dict` and `from_pretrained(path, field=value)`), the tuned `+inf`
-threshold is kept, and every field survives the round trips."""
+"""DeformerBertConfig: numbers that are not finite are refused when the config is built (by `__init__`, `from_dict`
+and `from_pretrained(path, field=value)`), the tuned `+inf` threshold and recorded lengths are kept, and every field
+survives the round trips."""
 
-import json
-import re
 
 import pytest
 from transformers import BertConfig
@@ -39,29 +37,6 @@ def test_the_never_answer_empty_threshold_is_kept():
         DeformerBertConfig(**TINY, null_score_diff_threshold=float("nan"))
 
 
-@pytest.mark.parametrize("fields, message, longest", [
-    (dict(max_question_length=65), "`max_question_length` must be <= max_position_embeddings=64", 64),
-    (dict(max_passage_length=65), "`max_passage_length` must be <= max_position_embeddings - passage_position_offset"
-                                  " = 64", 64),
-    (dict(max_passage_length=35, passage_position_offset=30), "= 34 .*got 35", 34),
-])
-def test_a_recorded_length_beyond_the_positions_is_refused(tmp_path, fields, message, longest):
-    """A recorded length is the default of `hf-readonce answer` / `encode`: one the position table cannot hold was
-    accepted, and a long question then failed inside the embeddings. The longest that fits is accepted."""
-    for build in builds(tmp_path, fields):
-        with pytest.raises(ValueError, match=message):
-            build()
-    name = next(name for name in fields if name.startswith("max_"))
-    for build in builds(tmp_path, {**fields, name: longest}):
-        assert getattr(build(), name) == longest
-
-
-def test_a_base_field_given_with_the_recorded_length_is_checked_against_it(tmp_path):
-    DeformerBertConfig(**TINY, max_question_length=64).save_pretrained(tmp_path)
-    with pytest.raises(ValueError, match="`max_question_length` must be <= max_position_embeddings=32"):
-        DeformerBertConfig.from_pretrained(tmp_path, max_position_embeddings=32)
-
-
 @pytest.mark.parametrize("fields", [{}, dict(num_decomposed_layers=0, passage_position_offset=5,
                                              distillation_temperature=3, kd_loss_weight=0, lrs_loss_weight=2.5,
                                              max_question_length=20, max_passage_length=40, doc_stride=10,
@@ -81,12 +56,11 @@ def test_every_field_survives_the_round_trips(tmp_path, fields):
         assert got == expected and [type(v) for v in got.values()] == [type(v) for v in expected.values()]
 
 
-@pytest.mark.parametrize("name, longest", [("max_question_length", 64), ("max_passage_length", 64)])
-def test_a_checkpoint_recording_a_length_beyond_the_positions_says_how_to_load_it(tmp_path, name, longest):
-    """A config.json written before the bound (by hand) fails to load: the message names the keyword argument that
-    loads it, and that argument does."""
-    config = DeformerBertConfig(**TINY).to_dict()
-    (tmp_path / "config.json").write_text(json.dumps({**config, name: 100}))
-    with pytest.raises(ValueError, match=re.escape(f"`from_pretrained(checkpoint, {name}={longest})`")):
-        DeformerBertConfig.from_pretrained(tmp_path)
-    assert getattr(DeformerBertConfig.from_pretrained(tmp_path, **{name: longest}), name) == longest
+@pytest.mark.parametrize("name", ["max_question_length", "max_passage_length"])
+def test_a_recorded_length_beyond_the_positions_still_loads(tmp_path, name):
+    """A recorded length is a default of the tools that read the checkpoint (the pipeline, the store adapter,
+    `hf-readonce answer` / `encode`), each of which refuses one the position table cannot hold when it uses it, naming
+    it, and takes another (tests/test_cli_messages.py): the config is not the place that refuses it, or the CLI could
+    not load such a checkpoint to read it with `--max-passage-length`."""
+    for build in builds(tmp_path, {name: 100}):
+        assert getattr(build(), name) == 100

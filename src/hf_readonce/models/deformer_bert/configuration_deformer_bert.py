@@ -68,10 +68,10 @@ class DeformerBertConfig(BertConfig):
             is not positive, if a loss weight is negative, if the temperature or a loss weight is not a finite number
             or the threshold is not a number (NaN; an infinite threshold is accepted, `+inf` never answers empty), if
             `allow_no_answer` is not None, True or False (a string such as "no" would read as True), or if a recorded
-            window setting is out of range (`3 <= max_question_length <= max_position_embeddings`,
-            `2 <= max_passage_length <= max_position_embeddings - passage_position_offset`,
-            `0 <= doc_stride < max_passage_length - 1`; a checkpoint recording a longer question or passage length
-            loads with `from_pretrained(checkpoint, max_question_length=..., max_passage_length=...)`).
+            window setting is out of range (`max_question_length >= 3`, `max_passage_length >= 2`,
+            `0 <= doc_stride < max_passage_length - 1`; the lengths are defaults of the tools that read the
+            checkpoint, not bounded by the position table here: the pipeline and the store adapter refuse a length
+            the table cannot hold when they use it, naming it).
 
     Example:
 
@@ -154,17 +154,6 @@ class DeformerBertConfig(BertConfig):
                                  ("max_passage_length", max_passage_length, 2), ("doc_stride", doc_stride, 0)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < low):
                 raise ValueError(f"`{name}` must be None or an int >= {low}, got {value!r}.")
-        if max_question_length is not None and max_question_length > self.max_position_embeddings:
-            longest = self.max_position_embeddings
-            raise ValueError(f"`max_question_length` must be <= max_position_embeddings={longest} (a question is read "
-                             f"at positions 0, 1, ...), got {max_question_length} (a checkpoint recording it loads "
-                             f"with `from_pretrained(checkpoint, max_question_length={longest})`).")
-        room = self.max_position_embeddings - passage_position_offset
-        if max_passage_length is not None and max_passage_length > room:
-            raise ValueError(f"`max_passage_length` must be <= max_position_embeddings - passage_position_offset = "
-                             f"{room} (a passage window is read at positions passage_position_offset, ...), got "
-                             f"{max_passage_length} (a checkpoint recording it loads with "
-                             f"`from_pretrained(checkpoint, max_passage_length={room})`).")
         if max_passage_length is not None and doc_stride is not None and doc_stride >= max_passage_length - 1:
             raise ValueError(f"`doc_stride` must be < max_passage_length - 1 = {max_passage_length - 1} (windows hold "
                              f"max_passage_length - 1 tokens and [SEP]), got {doc_stride}.")

@@ -95,8 +95,7 @@ class ReadOnceBartConfig(BartConfig):
 
     Raises:
         ValueError: if k or w is not a positive int, `max_document_length` or `max_question_length` is not None or a
-            positive int, `max_question_length > max_position_embeddings`, `layer_norm_eps` is not a finite positive
-            number, `w < k`, the aggregation or fusion is unknown, L is not in
+            positive int, `layer_norm_eps` is not a finite positive number, `w < k`, the aggregation or fusion is unknown, L is not in
             `[0, encoder_layers]` (`[1, encoder_layers]` in the 0.1.x `"before"` convention), the convention is
             unknown, the chunk length is not in `[1, max_position_embeddings]`, or the chunk overlap is
             not in `[0, chunk_length)` or is not a multiple of k (chunks must start on a window boundary).
@@ -144,11 +143,6 @@ class ReadOnceBartConfig(BartConfig):
         self.max_document_length = max_document_length
         if max_question_length is not None and (not _is_int(max_question_length) or max_question_length < 1):
             raise ValueError(f"`max_question_length` must be None or a positive int, got {max_question_length!r}.")
-        if max_question_length is not None and max_question_length > self.max_position_embeddings:
-            longest = self.max_position_embeddings
-            raise ValueError(f"`max_question_length` must be <= max_position_embeddings={longest} (the question model "
-                             f"reads a question at positions 0, 1, ...), got {max_question_length} (a checkpoint "
-                             f"recording it loads with `from_pretrained(checkpoint, max_question_length={longest})`).")
         self.max_question_length = max_question_length
         # a NaN or infinite epsilon makes every LayerNorm output NaN
         if isinstance(layer_norm_eps, bool) or not isinstance(layer_norm_eps, (int, float)) or not (

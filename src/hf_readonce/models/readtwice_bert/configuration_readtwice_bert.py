@@ -95,8 +95,8 @@ class ReadTwiceBertConfig(BertConfig):
             integer field has the wrong type or range (`span_length >= 1`, `1 <= num_second_read_layers <=
             num_hidden_layers`, `max_relative_segment_distance >= 0`, `memory_top_k >= 1` or `None`,
             `2 <= segment_length <= max_position_embeddings`, `0 <= segment_overlap < segment_length`,
-            `3 <= max_question_length <= max_position_embeddings` or `None`), if a boolean field is not a `bool`, or
-            if `coref_loss_weight` is negative or not finite.
+            `max_question_length >= 3` or `None`), if a boolean field is not a `bool`, or if `coref_loss_weight` is
+            negative or not finite.
 
     Example:
 
@@ -176,11 +176,6 @@ class ReadTwiceBertConfig(BertConfig):
             raise ValueError(f"`coref_loss_weight` must be a finite float >= 0, got {coref_loss_weight!r}.")
         if max_question_length is not None and (not _is_int(max_question_length) or max_question_length < 3):
             raise ValueError(f"`max_question_length` must be None or an int >= 3, got {max_question_length!r}.")
-        if max_question_length is not None and max_question_length > self.max_position_embeddings:
-            longest = self.max_position_embeddings
-            raise ValueError(f"`max_question_length` must be <= max_position_embeddings={longest} (a question is read "
-                             f"within the model's positions), got {max_question_length} (a checkpoint recording it "
-                             f"loads with `from_pretrained(checkpoint, max_question_length={longest})`).")
         self.memory_type = memory_type
         self.span_length = span_length
         self.num_second_read_layers = num_second_read_layers
