@@ -95,10 +95,10 @@ class ReadOnceBartConfig(BartConfig):
 
     Raises:
         ValueError: if k or w is not a positive int, `max_document_length` or `max_question_length` is not None or a
-            positive int, `layer_norm_eps` is not a finite positive number, `w < k`, the aggregation or fusion is unknown, L is not in
-            `[0, encoder_layers]` (`[1, encoder_layers]` in the 0.1.x `"before"` convention), the convention is
-            unknown, the chunk length is not in `[1, max_position_embeddings]`, or the chunk overlap is
-            not in `[0, chunk_length)` or is not a multiple of k (chunks must start on a window boundary).
+            positive int, `layer_norm_eps` is not a finite positive number, `w < k`, the aggregation or fusion is
+            unknown, L is not in `[0, encoder_layers]` (`[1, encoder_layers]` in the 0.1.x `"before"` convention),
+            the convention is unknown, the chunk length is not in `[1, max_position_embeddings]`, or the chunk
+            overlap is not in `[0, chunk_length)` or is not a multiple of k (chunks must start on a window boundary).
 
     Example:
 
