@@ -26,6 +26,11 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+class _WindowBeyondPositionsError(ValueError):
+    """The `ValueError` of [`set_recurrence_config`] for a `window_size` larger than the position table, which
+    `from_dict` completes with where the window comes from."""
+
+
 # Copied from hf_readonce.models.readtwice_bert.configuration_readtwice_bert._pop_init_fields
 def _pop_init_fields(config_class, kwargs: dict) -> dict:
     """Remove from `kwargs` and return the keyword arguments that are fields of `config_class` or of the transformers
@@ -77,7 +82,7 @@ def set_recurrence_config(
     if not _is_int(window_size) or window_size < 1:
         raise ValueError(f"`window_size` must be a positive int, got {window_size!r}.")
     if window_size > max_positions:
-        raise ValueError(
+        raise _WindowBeyondPositionsError(
             f"`window_size`={window_size} exceeds the model's {max_positions} position embeddings "
             "(positions restart in every window, so a window must fit in the position table)."
         )
@@ -183,9 +188,7 @@ class RecurrenceConfigMixin:
         except ValueError as error:
             saved = config_dict.get("window_size") if isinstance(config_dict, dict) else None
             # the recorded window no longer fits the position table given with it: say where it comes from
-            if type(error) is not ValueError or not str(error).startswith("`window_size`=") or saved is None or (
-                "window_size" in given
-            ):
+            if type(error) is not _WindowBeyondPositionsError or saved is None or "window_size" in given:
                 raise
             positions = cls.max_positions_attribute
             raise ValueError(f"{error} The config read records window_size={saved}: give a `window_size` that fits "
