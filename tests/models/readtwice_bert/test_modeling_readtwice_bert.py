@@ -397,6 +397,31 @@ def test_memories_cross_segments_but_not_documents_or_ss(memory_type):
         torch.testing.assert_close(a[3:], b[3:], atol=0, rtol=0)  # another document of the batch: untouched
 
 
+@pytest.mark.parametrize("memory_type", ["cls", "sts", "entity"])
+def test_a_row_of_padding_only_gives_no_memory(memory_type):
+    """A segment row of padding only (a batch padded to a number of segments per document) changes nothing: the
+    real segments of its document and of the others get what they get without it, and it adds no memory."""
+    ids, mask = segments(5), torch.ones(5, 12, dtype=torch.long)
+    mask[4, -5:] = 0
+    extra = {"entity_spans": SPANS} if memory_type == "entity" else {}
+    model = tiny_qa(memory_type=memory_type)
+    with torch.no_grad():
+        model.bert.memory_attention.relative_segment_scores.normal_()
+        alone = model(ids, attention_mask=mask, document_ids=DOCS, **extra)
+        padded_extra = {"entity_spans": torch.cat([SPANS, torch.full((1, 2, 2), -1)])} if extra else {}
+        padded_mask = torch.cat([mask, torch.zeros(1, 12, dtype=torch.long)])
+        memories = model.bert(ids, attention_mask=mask, document_ids=DOCS, **extra).memory_values.shape[0]
+        for document in (0, 1):  # the row of padding beside the segments of either document
+            inputs = dict(input_ids=torch.cat([ids, segments(1, seed=7)]), attention_mask=padded_mask,
+                          document_ids=torch.cat([DOCS, torch.tensor([document])]), **padded_extra)
+            assert model.bert(**inputs).memory_values.shape[0] == memories
+            padded = model(**inputs)
+            real = mask.bool()
+            for name in ("start_logits", "end_logits"):
+                torch.testing.assert_close(getattr(padded, name)[:5][real], getattr(alone, name)[real],
+                                           atol=1e-6, rtol=0)
+
+
 def test_entity_memory_is_identity_outside_mentions():
     model = tiny_qa(memory_type="entity")
     out = model.bert(segments(5), document_ids=DOCS, entity_spans=SPANS)

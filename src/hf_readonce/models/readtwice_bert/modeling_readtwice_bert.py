@@ -626,7 +626,7 @@ class ReadTwiceMemoryExtractor(nn.Module):
     r"""
     ExtractMemories + Gather (§2.1). From BERT₁'s states H¹ `(num_segments, segment_length, hidden_size)`:
 
-    - `"cls"`: one memory per segment, `H¹[i, 0]`.
+    - `"cls"`: one memory per segment that holds a real token, `H¹[i, 0]`.
     - `"sts"`: one memory per consecutive `span_length`-token span (spans start at 0, L, 2L, ... and stop at the last
       real token): `W [H¹[i, first]; H¹[i, last]]` with a learned `W` of shape `(hidden_size, 2 hidden_size)`.
     - `"entity"`: one memory per mention span of `entity_spans`, encoded like STS (same kind of projection).
@@ -667,7 +667,9 @@ class ReadTwiceMemoryExtractor(nn.Module):
         num_segments, length, _ = hidden_states.shape
         device = hidden_states.device
         if self.memory_type == "cls":
-            return hidden_states[:, 0], torch.arange(num_segments, device=device), None
+            # a row of padding only (a batch padded to a number of segments) is no segment: it gives no memory
+            segment_index = attention_mask.bool().any(dim=1).nonzero().squeeze(-1).to(device)
+            return hidden_states[segment_index, 0], segment_index, None
         if self.memory_type == "sts":
             lengths = attention_mask.sum(dim=1)
             starts = torch.arange(0, length, self.span_length, device=device)
