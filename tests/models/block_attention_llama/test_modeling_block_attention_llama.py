@@ -470,6 +470,45 @@ def test_block_mask_with_left_padding_and_both_attention_implementations():
             torch.testing.assert_close(composed.logits, blocked.logits[:, -4:], atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("path", ["block_ids", "plain", "document_caches"])
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_loss_of_a_padded_batch_scores_what_each_row_scores_alone(path, side):
+    """With labels, padding scores nothing: the loss of a padded batch (labels -100 on padding, and with the token
+    ids on padding) is the mean over the targets of its rows each alone, left padding included (a left-padded
+    row's first token is predicted by no padding position), with `block_ids`, without, and after
+    `document_caches`."""
+    model = tiny()
+    rows = [ids(n, seed) for n, seed in ((9, 1), (4, 2), (13, 3))]
+    width = max(r.shape[1] for r in rows)
+    sequence, mask = torch.zeros(len(rows), width, dtype=torch.long), torch.zeros(len(rows), width, dtype=torch.long)
+    block_ids = torch.full((len(rows), width), -1)
+    for i, r in enumerate(rows):
+        n = r.shape[1]
+        columns = slice(width - n, width) if side == "left" else slice(0, n)
+        sequence[i, columns], mask[i, columns] = r[0], 1
+        block_ids[i, columns] = torch.tensor([0] * (n // 2) + [-1] * (n - n // 2))
+    extra, extra_alone = {}, [{} for _ in rows]
+    if path == "block_ids":
+        extra = {"block_ids": block_ids}
+        extra_alone = [{"block_ids": block_ids[i][mask[i].bool()][None]} for i in range(len(rows))]
+    elif path == "document_caches":
+        with torch.no_grad():
+            documents = [[model.encode_documents(ids(n, 10 + i))] for i, n in enumerate((6, 3, 5))]
+        extra = {"document_caches": documents}
+        extra_alone = [{"document_caches": d} for d in documents]
+    with torch.no_grad():
+        alone = [model(r, labels=r, **kw).loss for r, kw in zip(rows, extra_alone, strict=True)]
+        targets = torch.tensor([r.shape[1] - 1 for r in rows], dtype=torch.float32)
+        expected = (torch.stack(alone) * targets).sum() / targets.sum()
+        for labels in (sequence.masked_fill(mask == 0, -100), sequence):  # -100 on padding, or the padding's ids
+            got = model(sequence, attention_mask=mask, labels=labels, **extra).loss
+            torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+        # without padding the loss is Llama's
+        full = sequence[2:]
+        torch.testing.assert_close(model(full, attention_mask=mask[2:], labels=full).loss,
+                                   plain(model)(full, labels=full).loss, atol=1e-5, rtol=0)
+
+
 def test_block_attention_mask_values():
     block_ids = torch.tensor([[0, 0, 1, 1, -1, -1]])
     mask = block_attention_mask(block_ids, torch.tensor([[0, 1, 1, 1, 1, 1]]))

@@ -1133,6 +1133,41 @@ def block_attention_mask(block_ids: torch.Tensor, attention_mask: torch.Tensor |
     return mask.masked_fill(~allowed, torch.finfo(dtype).min)[:, None]
 
 
+# Copied from hf_readonce.models.recurrent.modeling_recurrence.IGNORE_INDEX
+IGNORE_INDEX = -100
+
+
+# Copied from hf_readonce.models.recurrent.modeling_recurrence._targets_of_real_tokens
+def _targets_of_real_tokens(labels: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """`(batch, T)` targets of a padded batch: at each real column (`real`, bool `(batch, T)`) the label of the next
+    real column of its row (a hole of padding skipped), `-100` after the row's last real token and at padding."""
+    batch_size, length = labels.shape
+    columns = torch.arange(length, device=labels.device).expand(batch_size, length)
+    own = torch.where(real, columns, torch.full_like(columns, length))  # each real column's index, else past the end
+    after = torch.cat([own[:, 1:], own.new_full((batch_size, 1), length)], dim=1)
+    following = after.flip(1).cummin(dim=1).values.flip(1)  # the first real column after each column
+    padded = torch.cat([labels, labels.new_full((batch_size, 1), IGNORE_INDEX)], dim=1)
+    return padded.gather(1, following).masked_fill(~real, IGNORE_INDEX)
+
+
+def _labels_of_real_tokens(labels: torch.LongTensor | None, attention_mask) -> torch.LongTensor | None:
+    """`labels` `(batch_size, seq_length)` rewritten so that Llama's loss (position t predicts `labels[:, t + 1]`)
+    scores what each row scores alone: a real token predicts the next real token's label, a padding position
+    nothing, so a left-padded row's first token is predicted by nothing and a label on padding counts nowhere.
+    `attention_mask`: the 2-D padding mask of the input, `(batch_size, seq_length)` or with the cached columns
+    first, `(batch_size, past_length + seq_length)`. `labels` unchanged when there is no padding (or no 2-D mask)."""
+    if labels is None or not torch.is_tensor(attention_mask) or attention_mask.ndim != 2:
+        return labels
+    length = labels.shape[1]
+    if attention_mask.shape[1] < length:
+        return labels
+    real = attention_mask[:, -length:].to(labels.device) != 0
+    if bool(real.all()):
+        return labels
+    targets = _targets_of_real_tokens(labels.long(), real)  # column t: the target that position t predicts
+    return torch.cat([targets.new_full((labels.shape[0], 1), IGNORE_INDEX), targets[:, :-1]], dim=1)
+
+
 def _positions_from_mask(attention_mask: torch.Tensor) -> torch.LongTensor:
     """Position ids of real tokens counted from the first real one (0 at padding), as `generate` makes them."""
     positions = attention_mask.long().cumsum(-1) - 1
@@ -1570,8 +1605,15 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
                 is added here.
             position_ids (`torch.LongTensor` of shape `(batch_size, seq_length)`, *optional*): default: counted from
                 the first real token (with `block_ids` or `document_caches`), else Llama's default.
-            past_key_values (`Cache`, *optional*), inputs_embeds, labels, use_cache, logits_to_keep: as in
+            past_key_values (`Cache`, *optional*), inputs_embeds, use_cache, logits_to_keep: as in
                 `LlamaForCausalLM`.
+            labels (`torch.LongTensor` of shape `(batch_size, seq_length)`, *optional*): as in `LlamaForCausalLM`
+                (shifted inside: position t predicts `labels[:, t + 1]`; `-100` ignored), and with a 2-D
+                `attention_mask` that has padding, a real token predicts the next real token's label and a padding
+                position nothing, as for each row alone: a left-padded row's first token is predicted by nothing (by
+                the prefix neither, with `document_caches`), and a label on padding counts nowhere. With `Trainer`,
+                whose `num_items_in_batch` counts `labels[:, 1:] != -100` and is the loss's denominator, give
+                padding the label -100 and pad on the right, so that its count is the targets scored here.
             block_ids (`torch.LongTensor` of shape `(batch_size, seq_length)`, *optional*): the Block-Attention
                 training mask ([`block_attention_mask`]): tokens of document block `b >= 0` attend causally within
                 block `b` only; tokens of block `-1` (question, answer) attend to everything before them. Positions
@@ -1616,6 +1658,8 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
                                  "inputs_embeds": inputs_embeds, "block_ids": block_ids})
         _refuse_unread_keywords(self, kwargs, _block_attention_unread_keywords(self.config, block_ids, document_caches,
                                                                                paged))
+        if not paged:  # each row scores what it scores alone: no target of or from padding (see `labels`)
+            labels = _labels_of_real_tokens(labels, attention_mask)
         if block_ids is not None:
             if document_caches is not None:
                 raise ValueError("Pass `block_ids` (training mask over full sequences) or `document_caches`, not both.")
