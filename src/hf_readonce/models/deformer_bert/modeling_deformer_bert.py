@@ -957,7 +957,9 @@ class DeformerBertForQuestionAnswering(DeformerBertPreTrainedModel):
     kd_mse_beta = 1`, `kd_temperature = 2`):
     `loss = L_span + kd_loss_weight * L_kd + lrs_loss_weight * L_lrs`, where
 
-    - L_span is BERT's start/end cross-entropy, averaged over start and end;
+    - L_span is BERT's start/end cross-entropy, averaged over start and end, over every position of the padded
+      batch as BERT's and the authors' (`get_cross_entropy_loss` over `max_seq_length`) compute it: padding's
+      logits take part in the softmax, so an example's L_span depends on how far its batch pads it;
     - L_kd = T^2 * KL(P_full^T || P_DeFormer^T), averaged over start and end, at temperature
       T = `distillation_temperature`: the teacher's distribution is the reference, as in the authors' code
       (`kl_div_loss`: sum teacher * (log teacher - log student)) and in Hinton et al.; the slides write the arguments
