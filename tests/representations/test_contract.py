@@ -61,6 +61,26 @@ def test_store_round_trip_gives_the_models_own_outputs(model_type, tokenizer, tm
 
 
 @pytest.mark.parametrize("model_type", sorted(registered_adapters()))
+def test_a_documents_stored_tensors_do_not_depend_on_its_batch_companions(model_type, tokenizer):
+    """`fill_store` groups documents of similar length into one model call, so which documents share a call must
+    not show in what is stored: each document encoded alone and beside longer and shorter ones (one model call for
+    all) gives tensors of the same names and shapes, integer tensors equal, floating ones within the fp32 tolerance
+    of the recompute check (1e-5). Padding a batch needs must not reach a document's stored tensors."""
+    model, settings, _ = HARNESSES[model_type](tokenizer)
+    adapter = get_adapter(model, tokenizer, **settings, batch_size=len(DOCUMENTS))
+    together = adapter.encode(DOCUMENTS)
+    for text, batched in zip(DOCUMENTS, together, strict=True):
+        (alone,) = adapter.encode([text])
+        assert alone.keys() == batched.keys()
+        for name, value in alone.items():
+            assert value.shape == batched[name].shape and value.dtype == batched[name].dtype, name
+            if value.is_floating_point():
+                assert torch.allclose(value, batched[name], rtol=0, atol=1e-5), name
+            else:
+                assert torch.equal(value, batched[name]), name
+
+
+@pytest.mark.parametrize("model_type", sorted(registered_adapters()))
 def test_reading_nothing_is_refused_naming_stored(model_type, tokenizer):
     """`adapter.read([])` is a `ValueError` naming `stored`, the argument given, in every family (DeFormer's,
     ReadOnce's and LongDoc's said "`rows` is empty", the name inside their padding helper)."""

@@ -39,7 +39,8 @@ class ReadTwiceBertAdapter(AdapterBase):
     - `first_read_hidden_state` `(S, T, hidden_size)` floating; `attention_mask` `(S, T)` int32;
     - `input_ids` `(S, T)` int32; `offsets` `(S, T, 2)` int32 character spans, `(-1, -1)` for special tokens/padding;
     - `memory_values` `(M, hidden_size)` floating; `memory_segment_index` `(M,)` int32 (segment of each memory);
-    - `entity_token_mask` `(S, T)` int32 and `entity_spans` `(S, max_mentions, 2)` int32 for `memory_type="entity"`.
+    - `entity_token_mask` `(S, T)` int32 and `entity_spans` `(S, max_mentions, 2)` int32 for `memory_type="entity"`
+      (`max_mentions`: the most mentions of one of the document's segments, at least 1; `(-1, -1)` pads).
 
     Segment length, overlap and memory type come from the model's config (they are part of the settings); the
     mention finder of entity memories is the adapter's one setting of its own (`--mentions` on the command line).
@@ -242,7 +243,11 @@ class ReadTwiceBertAdapter(AdapterBase):
             }
             if entity_spans is not None:
                 tensors["entity_token_mask"] = states.entity_token_mask[first:last, :length].cpu().to(torch.int32)
-                tensors["entity_spans"] = entity_spans[first:last].to(torch.int32)
+                # the batch pads the spans (-1) to the most mentions of any of its segments: kept to this document's
+                # own most (at least 1), so what is stored does not depend on the documents it was encoded with
+                spans = entity_spans[first:last]
+                width = max(1, int((spans[..., 0] >= 0).sum(dim=1).max()))
+                tensors["entity_spans"] = spans[:, :width].to(torch.int32)
             result.append(tensors)
         return result
 
@@ -262,9 +267,9 @@ class ReadTwiceBertAdapter(AdapterBase):
         return fresh
 
     def comparable(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """`entity_spans` are padded (-1) to the most mentions of a segment in the batch a document was encoded in:
-        compared without that padding (shape `(S, max_mentions, 2)` cut to the document's own most mentions per
-        segment, at least 1); the other tensors as they are."""
+        """`entity_spans` compared without padding columns beyond the document's own most mentions per segment (shape
+        `(S, max_mentions, 2)` cut to them, at least 1, as [`encode`] writes them; a store may also hold spans padded
+        (-1) to the most mentions of the batch a document was encoded in); the other tensors as they are."""
         out = dict(tensors)
         spans = out.get("entity_spans")
         if spans is not None and spans.ndim == 3:
