@@ -4,6 +4,7 @@ into a store."""
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
 import time
@@ -16,6 +17,10 @@ from ..store.keys import check_bool
 from ..store.shards import DEFAULT_SHARD_SIZE_BYTES, resolve_dtype
 from ..store.store import check_store_argument
 from .base import DocumentError, check_positive_ints, current_fingerprint, documents_cut_each_of
+
+# batches of documents read ahead and sorted by length when `fill_store` groups them (`group_by_length`), as the
+# `mega_batch_mult` of transformers' `LengthGroupedSampler`
+LENGTH_GROUPED_BATCHES = 50
 
 
 @dataclass
@@ -51,7 +56,8 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, stor
                shard_size_bytes: int = DEFAULT_SHARD_SIZE_BYTES, documents_per_batch: int | None = None,
                rank: int = 0, num_processes: int = 1, progress: bool = False, total: int | None = None,
                on_batch: Callable[[EncodeStats], None] | None = None,
-               fingerprint: str | None = None, model_name: str | None = None) -> EncodeStats:
+               fingerprint: str | None = None, model_name: str | None = None,
+               group_by_length: bool = True) -> EncodeStats:
     """Encode the documents not yet stored and write them into `store`, in shards.
 
     Documents already stored for the adapter's (fingerprint, settings) are skipped without model work, so re-running
@@ -84,6 +90,14 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, stor
             keeps it as an opaque string). Defaults to the adapter's model's `config.name_or_path` (the folder or Hub
             id it was loaded from, a folder given relative to the working directory by its absolute path; nothing
             is recorded when that is empty, as for a model built from a config).
+        group_by_length (`bool`, defaults to `True`): documents of similar length share an adapter call, so that
+            less of each call is padding (transformers' `group_by_length`): the documents to encode are read
+            [`LENGTH_GROUPED_BATCHES`] (50) batches ahead, sorted by their number of characters (a proxy of their
+            tokens that costs no second tokenization), longest first, and cut into batches of
+            `documents_per_batch`. At most that many texts are held in memory; the documents, their keys,
+            metadata and counts are those of a run in input order, and each document's tensors are the same within
+            floating-point rounding (an adapter's output for a document does not depend on its batch companions).
+            No effect with one document per batch; `False` keeps the input order.
 
     Returns:
         [`EncodeStats`].
@@ -97,14 +111,18 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, stor
 
     An empty (or whitespace-only) document, and one the adapter cannot encode (a [`DocumentError`]: e.g. a text of
     only control or zero-width characters, which no token is left of), is set aside in `EncodeStats.rejected`, named
-    by its id; the others are stored. Whatever stops the run (an error, Ctrl-C), the documents already computed are
-    committed before it propagates, so a re-run does no model work for them.
+    by its id (`EncodeStats.rejected` lists them in input order); the others are stored. Whatever stops the run (an
+    error, Ctrl-C), the documents already computed are committed before it propagates, so a re-run does no model work
+    for them; documents read ahead (`group_by_length`) and not yet encoded are left to the re-run, except that bad
+    input (a row that is no document, an error of the `documents` iterable) is raised once the full batches read
+    before it are encoded and committed, as in input order.
 
     Raises:
         ReadOnlyStoreError: before any model work if the store cannot be written.
         TypeError: `documents` is a single str (it would be read as one document per character) or bytes, or a
             mapping such as `{id: text}` (its keys would be read as the documents: pass `.items()`); a document that
-            is not a string (naming it); `rank`, `num_processes` or `documents_per_batch` not an int; `store` not a
+            is not a string (naming it); `rank`, `num_processes` or `documents_per_batch` not an int, or
+            `group_by_length` not a bool; `store` not a
             [`RepresentationStore`], `adapter` not an adapter (e.g. the model itself); a `model_name` that is not a
             str; an `on_batch` that is not callable (before any model work); a `dtype=` keyword (the storage dtype is
             `store_dtype`, [`~hf_readonce.dtypes.takes_store_dtype`]).
@@ -129,6 +147,7 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, stor
                         optional=("documents_per_batch",))
     if not 0 <= rank < num_processes:
         raise ValueError(f"`rank` must be in [0, num_processes={num_processes}), got {rank}.")
+    check_bool(group_by_length, "group_by_length")
     check_store_argument(store)
     resolve_dtype(store_dtype, "store_dtype")
     if on_batch is not None and not callable(on_batch):
@@ -144,6 +163,8 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, stor
         raise _not_this_models(fingerprint, current)
     fingerprint = current
     per_batch = documents_per_batch or getattr(adapter, "batch_size", 32)
+    # documents read before the first of them is encoded: several batches to sort by length, else one
+    look_ahead = per_batch * LENGTH_GROUPED_BATCHES if group_by_length and per_batch > 1 else per_batch
     stats = EncodeStats()
     start = time.perf_counter()
     if model_name is None:  # what the model was loaded from, if anything
@@ -167,22 +188,48 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, stor
 
     # the flags recorded with each document; None for an adapter that overrides `documents_cut` alone (its own count)
     cut_each = documents_cut_each_of(adapter)
-    pending: list[tuple[str, str, str]] = []
+    # the documents read and not yet encoded (hash, id, text, input position), and those of the adapter call under way
+    ahead: list[tuple[str, str, str, int]] = []
+    pending: list[tuple[str, str, str, int]] = []
+    rejected_at: list[int] = []  # the input position of each of `stats.rejected`, which are kept in input order
     bar = tqdm(total=total, desc="encode", unit="doc", disable=not progress, dynamic_ncols=True)
 
+    def reject(position: int, doc_id: str, reason: str):
+        at = bisect.bisect_right(rejected_at, position)
+        rejected_at.insert(at, position)
+        stats.rejected.insert(at, (doc_id, reason))
+
+    def run_ahead():  # the documents read ahead, longest first (`group_by_length`), one adapter call per batch
+        if look_ahead > per_batch and len(ahead) > 1:
+            ahead.sort(key=lambda entry: -len(entry[2]))  # stable: input order among equals
+        while ahead:
+            pending[:] = ahead[:per_batch]
+            del ahead[:per_batch]
+            full = len(pending) == per_batch
+            run_batch()
+            if full:  # after each full batch (a last, shorter one is told by the final report)
+                report()
+
     def run_batch():
+        size = len(pending)
+        try:
+            encode_batch()  # empties `pending` once it is stored
+        finally:  # the documents this batch is done with, encoded or set aside
+            bar.update(size - len(pending))
+
+    def encode_batch():
         while pending:
             try:
-                encoded = adapter.encode([text for _, _, text in pending])
+                encoded = adapter.encode([text for _, _, text, _ in pending])
                 break
             except DocumentError as error:  # set that one document aside, encode the rest of the batch
                 if not 0 <= error.index < len(pending):
                     raise
-                _, doc_id, _ = pending.pop(error.index)
-                stats.rejected.append((doc_id, error.reason))
+                _, doc_id, _, position = pending.pop(error.index)
+                reject(position, doc_id, error.reason)
         else:
             return
-        texts = [text for _, _, text in pending]
+        texts = [text for _, _, text, _ in pending]
         cut = [None] * len(pending)  # per document: whether it was cut to `max_document_length` (None: not told)
         if getattr(adapter, "max_document_length", None) is not None and cut_each is not None:
             cut = [bool(flag) for flag in cut_each(texts)]
@@ -192,7 +239,7 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, stor
             stats.truncated += sum(cut)
         elif callable(getattr(adapter, "documents_cut", None)):
             stats.truncated += adapter.documents_cut(texts)
-        for (doc_hash, doc_id, _), tensors, was_cut in zip(pending, encoded, cut):
+        for (doc_hash, doc_id, _, _), tensors, was_cut in zip(pending, encoded, cut):
             tokens = adapter.num_tokens(tensors)
             # recorded before `add`, which may commit the document's shard and then deliver a Ctrl-C held meanwhile
             tokens_of[doc_hash] = tokens
@@ -207,7 +254,7 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, stor
             count_committed_tokens()
             on_batch(stats)
 
-    try:
+    def to_encode():  # the documents to encode (hash, id, text, input position), counting the others
         for item in documents:
             if isinstance(item, tuple) and len(item) != 2:
                 raise ValueError(f"document {stats.seen}: a tuple must be (id, text), got {len(item)} items.")
@@ -215,30 +262,43 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, stor
             if not isinstance(text, str):
                 raise TypeError(f"document {doc_id if doc_id is not None else stats.seen} is of "
                                 f"type {type(text).__name__}, not a string.")
+            position = stats.seen
+            stats.seen += 1
             if not text.strip():
-                stats.seen += 1
-                stats.rejected.append((doc_id if doc_id is not None else f"document {stats.seen - 1}",
-                                       "the text is empty"))
+                reject(position, doc_id if doc_id is not None else f"document {position}", "the text is empty")
                 continue
             doc_hash = content_hash(text)
-            stats.seen += 1
             if doc_hash in seen:
                 stats.duplicates += 1
                 continue
             seen.add(doc_hash)
-            bar.update(1)  # distinct documents, as in the summary line
             if num_processes > 1 and rank_of(doc_hash, num_processes) != rank:
+                bar.update(1)  # distinct documents, as in the summary line (those encoded: once their batch is)
                 stats.other_rank += 1
                 continue
             if store.has(space, doc_hash):
+                bar.update(1)
                 stats.already_stored += 1
                 continue
-            pending.append((doc_hash, doc_id if doc_id is not None else doc_hash[:16], text))
-            if len(pending) >= per_batch:
-                run_batch()
-                report()
-        if pending:
-            run_batch()
+            yield doc_hash, doc_id if doc_id is not None else doc_hash[:16], text, position
+
+    try:
+        entries = to_encode()
+        while True:
+            try:
+                entry = next(entries)
+            except StopIteration:
+                break
+            except Exception:
+                # bad input (a row, the file): the full batches read before it are encoded, as a run that reads no
+                # further ahead than one batch would have, before the error propagates
+                del ahead[len(ahead) - len(ahead) % per_batch:]
+                run_ahead()
+                raise
+            ahead.append(entry)
+            if len(ahead) >= look_ahead:
+                run_ahead()
+        run_ahead()
         writer.flush()
         report()
     except BaseException:
@@ -508,5 +568,5 @@ def make_encode_function(adapter, store: RepresentationStore, text_column: str =
     return StoreEncodeFunction(adapter, store, text_column=text_column, id_column=id_column, store_dtype=store_dtype)
 
 
-__all__ = ["EncodeStats", "StoreEncodeFunction", "ensure_stored", "fill_store", "make_encode_function",
-           "stored_documents_cut"]
+__all__ = ["LENGTH_GROUPED_BATCHES", "EncodeStats", "StoreEncodeFunction", "ensure_stored", "fill_store",
+           "make_encode_function", "stored_documents_cut"]
