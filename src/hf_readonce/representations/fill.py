@@ -74,7 +74,8 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, stor
         shard_size_bytes (`int`, defaults to 64 MiB): bytes buffered before a shard is committed.
         documents_per_batch (`int`, *optional*): documents per adapter call (defaults to the adapter's batch size).
         rank, num_processes (`int`): this process's share of the corpus.
-        progress (`bool`): tqdm bar on stderr, counting distinct documents. total (`int`, *optional*): expected
+        progress (`bool`): tqdm bar on stderr, counting distinct documents (one to encode once its batch is
+            done). total (`int`, *optional*): expected
             number of distinct documents for it.
         on_batch (`callable`, *optional*): called with the running stats after each encoded batch and once at the
             end, also when an error or Ctrl-C stops the run (after what was computed is committed) (`encoded`:
@@ -92,9 +93,9 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, stor
             is recorded when that is empty, as for a model built from a config).
         group_by_length (`bool`, defaults to `True`): documents of similar length share an adapter call, so that
             less of each call is padding (transformers' `group_by_length`): the documents to encode are read
-            [`LENGTH_GROUPED_BATCHES`] (50) batches ahead, sorted by their number of characters (a proxy of their
+            `LENGTH_GROUPED_BATCHES` (50) batches ahead, sorted by their number of characters (a proxy of their
             tokens that costs no second tokenization), longest first, and cut into batches of
-            `documents_per_batch`. At most that many texts are held in memory; the documents, their keys,
+            `documents_per_batch`. At most 50 × `documents_per_batch` texts are held; the documents, their keys,
             metadata and counts are those of a run in input order, and each document's tensors are the same within
             floating-point rounding (an adapter's output for a document does not depend on its batch companions).
             No effect with one document per batch; `False` keeps the input order.
