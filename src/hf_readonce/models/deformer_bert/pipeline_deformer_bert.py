@@ -134,8 +134,10 @@ def tokenizer_fingerprint(tokenizer) -> str:
         serialized.pop("truncation", None)
         serialized.pop("padding", None)
         digest = hashlib.sha256(json.dumps(serialized, sort_keys=True).encode()).hexdigest()
-        while len(_TOKENIZER_FINGERPRINTS) >= 8:  # the oldest first (insertion order)
-            _TOKENIZER_FINGERPRINTS.pop(next(iter(_TOKENIZER_FINGERPRINTS)), None)
+        # the oldest first (insertion order), from one copy of the keys: another thread may add or drop one
+        # meanwhile (an iterator over the cache itself would then raise)
+        for oldest in list(_TOKENIZER_FINGERPRINTS)[: max(len(_TOKENIZER_FINGERPRINTS) - 7, 0)]:
+            _TOKENIZER_FINGERPRINTS.pop(oldest, None)
         _TOKENIZER_FINGERPRINTS[key] = digest
     return digest
 
