@@ -116,7 +116,9 @@ def model_names(store) -> dict[str, list[str]]:
     the order they were first written (what `info` lists as `model_names`; a space's
     [`RepresentationSpace.model_name`] is that of one of its shards only)."""
     named: dict[str, list] = {}  # per space: (when written, model name) of each shard that records one
-    for manifest in store._shards.values():
+    with store._index_lock:
+        manifests = list(store._shards.values())
+    for manifest in manifests:
         if manifest.get("model_name"):
             when = manifest.get("created")
             when = when if isinstance(when, (int, float)) and not isinstance(when, bool) else math.inf
@@ -139,15 +141,19 @@ def store_info(store) -> dict:
             not there.
     """
     _check_still_there(store, "describe")
-    store.refresh()
+    with store._index_lock:  # one state of the index, whatever other threads sharing the store do meanwhile
+        store.refresh()
+        spaces, manifests, entries = dict(store._spaces), list(store._shards.values()), list(store._entries)
+        duplicates, bad_manifests, names_by_space = store._duplicates, sorted(store._bad_manifests), model_names(store)
+        orphans = orphan_shards(store)
     per_space = {}
-    for key, space in store._spaces.items():
+    for key, space in spaces.items():
         per_space[key] = {"fingerprint": space.fingerprint, "settings": space.settings,
                           "model_type": space.model_type, "model_names": [], "documents": 0, "shards": 0, "bytes": 0,
                           "dtypes": [], "first_written": None, "last_written": None}
-    for space, names in model_names(store).items():
+    for space, names in names_by_space.items():
         per_space[space]["model_names"] = names
-    for manifest in store._shards.values():
+    for manifest in manifests:
         s = per_space[manifest["space"]]
         s["shards"] += 1
         s["bytes"] += int(manifest.get("file_size", 0))
@@ -157,7 +163,7 @@ def store_info(store) -> dict:
             s["last_written"] = created if s["last_written"] is None else max(s["last_written"], created)
         if manifest.get("dtype") not in s["dtypes"]:
             s["dtypes"].append(manifest.get("dtype"))
-    for space, _ in store._entries:
+    for space, _ in entries:
         per_space[space]["documents"] += 1
     total = quarantined = quarantined_files = 0
     quarantine = os.path.join(store.path, "quarantine")
@@ -171,11 +177,10 @@ def store_info(store) -> dict:
                 if in_quarantine:
                     quarantined += size
                     quarantined_files += 1
-    return {"path": str(store.path), "format_version": FORMAT_VERSION, "documents": len(store._entries),
-            "shards": len(store._shards), "bytes_on_disk": total, "quarantine_bytes": quarantined,
+    return {"path": str(store.path), "format_version": FORMAT_VERSION, "documents": len(entries),
+            "shards": len(manifests), "bytes_on_disk": total, "quarantine_bytes": quarantined,
             "quarantine_files": quarantined_files, "spaces": per_space,
-            "duplicates": store._duplicates, "orphans": orphan_shards(store),
-            "bad_manifests": sorted(store._bad_manifests)}
+            "duplicates": duplicates, "orphans": orphans, "bad_manifests": bad_manifests}
 
 
 def _shard_files(store) -> list[str]:
@@ -209,8 +214,9 @@ def orphan_shards(store, space: str | None = None) -> list[str]:
     """Shard files (`shards/*/*.safetensors`, relative to the store) that no loaded manifest lists, sorted: a listing
     of the shard folders against the index, no file is opened. With `space` (a space key), only those in the folder
     the store writes that space's shards into (`shards/<key[:24]>/`; what a shard holds is only known from its header,
-    [`read_orphan`])."""
-    known = set(store._shards)
+    [`read_orphan`]). A shard a thread of this process is committing (its manifest not written yet) is none."""
+    with store._index_lock:
+        known = set(store._shards) | store._committing
     folder = None if space is None else f"shards/{space[:24]}/"
     return [f for f in _shard_files(store) if f not in known and (folder is None or f.startswith(folder))]
 
@@ -507,13 +513,17 @@ def verify_store(store, progress: bool = False) -> VerifyReport:
     for rel, problem in layout_problems(store):
         report.corruptions.append(_layout_corruption(rel, problem))
     files = _shard_files(store)  # listed before the index is read: a shard committed meanwhile has its manifest
-    store.refresh()
-    for name, reason in sorted(store._bad_manifests.items()):
+    with store._index_lock:  # one state of the index (another thread of this process may commit or refresh)
+        store.refresh()
+        bad_manifests, shards = sorted(store._bad_manifests.items()), sorted(store._shards.items())
+        served = {shard: sum(1 for h in manifest["documents"]
+                             if getattr(store._entries.get((manifest["space"], h)), "shard", None) == shard)
+                  for shard, manifest in shards}
+    for name, reason in bad_manifests:
         report.corruptions.append(Corruption(f"index/{name}", reason, []))
-    for shard, manifest in tqdm(sorted(store._shards.items()), desc="verify", unit="shard", disable=not progress):
+    for shard, manifest in tqdm(shards, desc="verify", unit="shard", disable=not progress):
         report.shards_checked += 1
-        report.documents_checked += sum(1 for h in manifest["documents"]
-                                        if getattr(store._entries.get((manifest["space"], h)), "shard", None) == shard)
+        report.documents_checked += served[shard]
         corruption = _check_shard(store, shard, manifest)
         ambiguous = _ambiguous_manifest(store, shard)
         if ambiguous is not None and corruption is not None and corruption.shard == ambiguous.shard:
@@ -522,7 +532,14 @@ def verify_store(store, progress: bool = False) -> VerifyReport:
             report.corruptions.append(ambiguous)
         if corruption is not None:
             report.corruptions.append(corruption)
-    report.orphans = [f for f in files if f not in store._shards]
+    # a shard being committed when the files were listed (by a thread of this process, or by another process) is
+    # indexed by now: only what is still unindexed, and still there, is an orphan
+    indexed = dict(shards)
+    report.orphans = [f for f in files if f not in indexed]
+    if report.orphans:
+        store.refresh()
+        unindexed = set(orphan_shards(store))
+        report.orphans = [f for f in report.orphans if f in unindexed]
     report.leftovers = tmp_leftovers(store)
     for orphan in report.orphans:
         try:
@@ -589,10 +606,10 @@ def _check_shard(store, shard: str, manifest: dict) -> Corruption | None:
         reason = "file checksum mismatch"
     else:
         reason = f"file size {size} bytes, expected {manifest.get('file_size')} (truncated or extended)"
-    store._handles.pop(shard, None)
+    store._drop_handle(shard)
     layout = _lazy_layout(entries) if header is None else None  # a garbled header: the ranges rebuilt
     bad = [entry for entry in entries if _tensors_intact(store, entry, layout) is None]
-    store._handles.pop(shard, None)
+    store._drop_handle(shard)
     if header is None and not intact:
         reason += f"; its header is unreadable ({header_error})"
     elif header is not None:
@@ -641,10 +658,11 @@ def _retire(store, rel: str, quarantine: Path, moved: list) -> None:
         return
     target = quarantine / rel
     target.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(source, target)
-    moved.append(rel)
-    if rel.startswith("index/"):  # the in-memory index follows, so a refresh does not reload it all
-        store._forget_manifest(rel.removeprefix("index/"))
+    with store._index_lock:  # moved and forgotten at once: a refresh in another thread never sees only the move
+        os.replace(source, target)
+        moved.append(rel)
+        if rel.startswith("index/"):  # the in-memory index follows, so a refresh does not reload it all
+            store._forget_manifest(rel.removeprefix("index/"))
 
 
 def _retire_layout(store, rel: str, quarantine: Path, moved: list) -> None:
@@ -764,108 +782,113 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
         problem = quarantine_problem(store.path)  # again under the lock, before anything moves
         if problem is not None:
             raise _quarantine_refusal(store.path, problem)
-        known = dict(store._spaces)  # the spaces as the index listed them, to name a space a repair empties
+        with store._index_lock:
+            known = dict(store._spaces)  # the spaces as the index listed them, to name a space a repair empties
         quarantine = _quarantine_folder(store.path)
         salvaged, moved, candidates = [], [], set()
         layout = layout_problems(store)
         for rel, _ in layout:
             _retire_layout(store, rel, quarantine, moved)
         store.check_writable()  # makes index/, shards/ and tmp/ anew where they were moved away
-        store._reset_index()
-        store.refresh()
+        store._reload()
         if report is None:
             report = verify_store(store)
             # what was moved away above is no longer there to verify: named as verify named it before
             report.corruptions[:0] = [_layout_corruption(rel, problem) for rel, problem in layout if rel in moved]
+        with store._index_lock:  # the index is in flux until the end: other threads using the store wait for it
+            return _salvage(store, report, quarantine, known, salvaged, moved, candidates)
 
-        # shards whose file differs from their manifest: forget them all first, so that a document indexed only by
-        # one of them (e.g. in two swapped shard files) is salvaged from wherever its bytes are intact
-        damaged = {c.shard: store._shards[c.shard] for c in report.corruptions
-                   if not c.shard.startswith("index/") and c.shard in store._shards}
-        damaged_stems = {Path(shard).stem for shard in damaged}  # a set: one look-up per corruption, not a walk
-        for corruption in report.corruptions:  # (a damaged shard's own manifest is retired with it, below)
-            if corruption.shard.startswith("index/") and Path(corruption.shard).stem not in damaged_stems:
-                _retire(store, corruption.shard, quarantine, moved)
-        for shard in damaged:
-            store._forget_shard(shard)
-        for shard, manifest in damaged.items():
-            space = RepresentationSpace(manifest["space"], manifest["fingerprint"], manifest["settings"],
-                                        manifest.get("model_type"), manifest.get("model_name"))
-            keep, vouched = [], set()  # vouched: tensor keys of the shard whose manifest record passed
-            layout = _lazy_layout(_manifest_entries(manifest, shard))  # used only if the shard's header is garbled
-            for entry in _manifest_entries(manifest, shard):
-                candidates.add((space.key, entry.content_hash))
-                if (space.key, entry.content_hash) in store._entries:
-                    continue  # stored intact elsewhere (e.g. by a repair killed before it retired this shard)
-                tensors = _tensors_intact(store, entry, layout)
-                if tensors is not None:
-                    keep.append((entry.content_hash, tensors, dict(entry.meta)))
-                    vouched.update(spec["key"] for spec in entry.tensors.values())
-            if keep:
-                salvaged += store.commit_shard(space, _storage_dtype(keep, manifest["dtype"]), keep)
-            try:
-                header_space, header_dtype, header_entries = read_orphan(store, shard)
-            except ValueError:
-                header_entries = []
-            keep = []
-            for entry in _unindexed(store, header_entries):
-                if any(spec["key"] in vouched for spec in entry.tensors.values()):
-                    continue  # the manifest's record of these tensors passed: a conflicting header record is damage
-                tensors = _tensors_intact(store, entry)
-                if tensors is not None:
-                    keep.append((entry.content_hash, tensors, dict(entry.meta)))
-            if keep:
-                salvaged += store.commit_shard(header_space, _storage_dtype(keep, header_dtype), keep)
-            store._handles.pop(shard, None)
-            _retire(store, f"index/{Path(shard).stem}.json", quarantine, moved)
-            _retire(store, shard, quarantine, moved)
 
-        store._reset_index()
-        store.refresh()
-        for orphan in orphan_shards(store):
-            try:
-                space, dtype, entries = read_orphan(store, orphan)
-            except ValueError:
-                _retire(store, orphan, quarantine, moved)
-                continue
-            keep, unindexed = [], _unindexed(store, entries)
-            for entry in unindexed:
-                candidates.add((entry.space, entry.content_hash))
-                tensors = _tensors_intact(store, entry)
-                if tensors is not None:
-                    keep.append((entry.content_hash, tensors, dict(entry.meta)))
-            store._handles.pop(orphan, None)
-            if keep and len(keep) == len(unindexed) == len(entries) and _indexable_in_place(store, orphan, space):
-                # an intact shard that only lost its manifest: indexed where it lies (no copy, no second disk)
-                salvaged += store.index_shard(orphan, space, dtype, entries)
-                continue
-            if keep:
-                salvaged += store.commit_shard(space, _storage_dtype(keep, dtype), keep)
+def _salvage(store, report: VerifyReport, quarantine: Path, known: dict, salvaged: list, moved: list,
+             candidates: set) -> dict:
+    """The part of [`repair_store`] that acts on `report`: salvages, re-indexes and retires (see there), under the
+    store's write lock and its index lock; returns what [`repair_store`] returns."""
+    # shards whose file differs from their manifest: forget them all first, so that a document indexed only by
+    # one of them (e.g. in two swapped shard files) is salvaged from wherever its bytes are intact
+    damaged = {c.shard: store._shards[c.shard] for c in report.corruptions
+               if not c.shard.startswith("index/") and c.shard in store._shards}
+    damaged_stems = {Path(shard).stem for shard in damaged}  # a set: one look-up per corruption, not a walk
+    for corruption in report.corruptions:  # (a damaged shard's own manifest is retired with it, below)
+        if corruption.shard.startswith("index/") and Path(corruption.shard).stem not in damaged_stems:
+            _retire(store, corruption.shard, quarantine, moved)
+    for shard in damaged:
+        store._forget_shard(shard)
+    for shard, manifest in damaged.items():
+        space = RepresentationSpace(manifest["space"], manifest["fingerprint"], manifest["settings"],
+                                    manifest.get("model_type"), manifest.get("model_name"))
+        keep, vouched = [], set()  # vouched: tensor keys of the shard whose manifest record passed
+        layout = _lazy_layout(_manifest_entries(manifest, shard))  # used only if the shard's header is garbled
+        for entry in _manifest_entries(manifest, shard):
+            candidates.add((space.key, entry.content_hash))
+            if (space.key, entry.content_hash) in store._entries:
+                continue  # stored intact elsewhere (e.g. by a repair killed before it retired this shard)
+            tensors = _tensors_intact(store, entry, layout)
+            if tensors is not None:
+                keep.append((entry.content_hash, tensors, dict(entry.meta)))
+                vouched.update(spec["key"] for spec in entry.tensors.values())
+        if keep:
+            salvaged += store.commit_shard(space, _storage_dtype(keep, manifest["dtype"]), keep)
+        try:
+            header_space, header_dtype, header_entries = read_orphan(store, shard)
+        except ValueError:
+            header_entries = []
+        keep = []
+        for entry in _unindexed(store, header_entries):
+            if any(spec["key"] in vouched for spec in entry.tensors.values()):
+                continue  # the manifest's record of these tensors passed: a conflicting header record is damage
+            tensors = _tensors_intact(store, entry)
+            if tensors is not None:
+                keep.append((entry.content_hash, tensors, dict(entry.meta)))
+        if keep:
+            salvaged += store.commit_shard(header_space, _storage_dtype(keep, header_dtype), keep)
+        store._drop_handle(shard)
+        _retire(store, f"index/{Path(shard).stem}.json", quarantine, moved)
+        _retire(store, shard, quarantine, moved)
+
+    store._reload()
+    for orphan in orphan_shards(store):
+        try:
+            space, dtype, entries = read_orphan(store, orphan)
+        except ValueError:
             _retire(store, orphan, quarantine, moved)
-        for corruption in report.corruptions:  # documents of links, FIFOs, missing shards: nothing to read them from
-            if not corruption.shard.startswith("index/"):  # (a damaged manifest's records are rebuilt, not lost)
-                candidates.update((e.space, e.content_hash) for e in corruption.documents)
-        if "tmp" not in moved:  # (a tmp/ made just now: empty)
-            # leftovers of tmp/ (a write killed midway, or what someone put there): set aside, never deleted. The
-            # store's own temporary files modified in the last minutes are left alone: writes into tmp/ wait for the
-            # lock held here, but a writability probe of another process (`check_writable`) does not
-            for stale in tmp_leftovers(store):
-                with contextlib.suppress(OSError):
-                    (quarantine / "tmp").mkdir(parents=True, exist_ok=True)
-                    os.replace(store.path / stale, quarantine / stale)  # a link as a link, a folder whole
-                    moved.append(stale)
-        _remove_empty_shard_folders(store)
-        store._reset_index()
-        store.refresh()
-        lost = sorted(key for key in candidates if key not in store._entries)
-        dropped = sorted({h for _, h in lost})
-        by_space: dict[str, list[str]] = {}
-        for space, doc_hash in lost:
-            by_space.setdefault(space, []).append(doc_hash)
-        known.update(store._spaces)
-        spaces = {key: known[key] for key in by_space if key in known}
-        return {"salvaged": salvaged, "dropped": dropped, "dropped_by_space": by_space, "dropped_spaces": spaces,
-                "quarantined": moved, "quarantine_folder": str(quarantine) if moved else None, "report": report}
+            continue
+        keep, unindexed = [], _unindexed(store, entries)
+        for entry in unindexed:
+            candidates.add((entry.space, entry.content_hash))
+            tensors = _tensors_intact(store, entry)
+            if tensors is not None:
+                keep.append((entry.content_hash, tensors, dict(entry.meta)))
+        store._drop_handle(orphan)
+        if keep and len(keep) == len(unindexed) == len(entries) and _indexable_in_place(store, orphan, space):
+            # an intact shard that only lost its manifest: indexed where it lies (no copy, no second disk)
+            salvaged += store.index_shard(orphan, space, dtype, entries)
+            continue
+        if keep:
+            salvaged += store.commit_shard(space, _storage_dtype(keep, dtype), keep)
+        _retire(store, orphan, quarantine, moved)
+    for corruption in report.corruptions:  # documents of links, FIFOs, missing shards: nothing to read them from
+        if not corruption.shard.startswith("index/"):  # (a damaged manifest's records are rebuilt, not lost)
+            candidates.update((e.space, e.content_hash) for e in corruption.documents)
+    if "tmp" not in moved:  # (a tmp/ made just now: empty)
+        # leftovers of tmp/ (a write killed midway, or what someone put there): set aside, never deleted. The
+        # store's own temporary files modified in the last minutes are left alone: writes into tmp/ wait for the
+        # lock held here, but a writability probe of another process (`check_writable`) does not
+        for stale in tmp_leftovers(store):
+            with contextlib.suppress(OSError):
+                (quarantine / "tmp").mkdir(parents=True, exist_ok=True)
+                os.replace(store.path / stale, quarantine / stale)  # a link as a link, a folder whole
+                moved.append(stale)
+    _remove_empty_shard_folders(store)
+    store._reload()
+    lost = sorted(key for key in candidates if key not in store._entries)
+    dropped = sorted({h for _, h in lost})
+    by_space: dict[str, list[str]] = {}
+    for space, doc_hash in lost:
+        by_space.setdefault(space, []).append(doc_hash)
+    known.update(store._spaces)
+    spaces = {key: known[key] for key in by_space if key in known}
+    return {"salvaged": salvaged, "dropped": dropped, "dropped_by_space": by_space, "dropped_spaces": spaces,
+            "quarantined": moved, "quarantine_folder": str(quarantine) if moved else None, "report": report}
 
 
 def resolve_spaces(store, spaces, also: Iterable[str] = ()) -> list[str]:
@@ -952,9 +975,10 @@ def prune_store(store, spaces=(), *, quarantine: bool = False, dry_run: bool = F
     # the lock of the store at the path now, as `repair` takes it: a store moved or removed since it was opened (by
     # hand, or empty by the command that created it) is said to no longer exist; prune deletes, it never creates one
     lock = contextlib.nullcontext() if dry_run else store._write_lock(layout=False, recreate=False)
-    with lock:
-        store._reset_index()
-        store.refresh()
+    # the index lock inside the write lock: other threads using the store wait for the prune, and never read the
+    # index of the spaces being deleted half rebuilt
+    with lock, store._index_lock:
+        store._reload()
         orphans = {}  # orphan shard -> the space its own header names (repair would index it again)
         for orphan in orphan_shards(store):
             try:
@@ -998,8 +1022,7 @@ def prune_store(store, spaces=(), *, quarantine: bool = False, dry_run: bool = F
                 folder.unlink()  # the link only: its target is never touched
             elif quarantine and folder.is_dir():
                 shutil.rmtree(folder)  # removes links inside it as links
-            store._reset_index()
-            store.refresh()
+            store._reload()
         return {"spaces": keys, "documents": documents, "shards": shards, "shard_files": files, "skipped": skipped,
                 "documents_left": documents_left, "skipped_spaces": skipped_spaces, "bytes": size,
                 "quarantine_bytes": quarantine_bytes, "dry_run": bool(dry_run)}

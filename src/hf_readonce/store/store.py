@@ -343,6 +343,10 @@ class RepresentationStore:
         lock_timeout (`float`, defaults to 600): seconds to wait for the write lock before `TimeoutError` (after 5 s
             of waiting, a `logging` warning says which store's lock it waits for); negative or `math.inf`: no limit.
 
+    One object may be shared by the threads of a process: reads, listings, `refresh`, `info`, `verify`, writes and
+    `repair` / `prune` run side by side, each seeing the in-memory index as it was before or after another thread's
+    change, never part of it (`repair` and `prune` hold it while they run: reads of the same object wait for them).
+
     Raises:
         ValueError: if `path` is a file, is a non-empty directory that is not a store, or holds a store of an
             unknown format version; if `lock_timeout` is not a number (or NaN).
@@ -368,6 +372,10 @@ class RepresentationStore:
         for name, value in (("create", create), ("readonly", readonly), ("verify_reads", verify_reads)):
             check_bool(value, name)
         self.path = Path(path).expanduser().absolute()
+        # the in-memory index (loaded manifests, entries, spaces, shard handles) is shared by every thread using this
+        # object: each read or change of it holds this lock, never while waiting for the write lock (see `refresh`)
+        self._index_lock = threading.RLock()
+        self._committing: set[str] = set()  # shards this process is writing, their manifest not yet loaded
         self.readonly = readonly
         self.verify_reads = verify_reads
         if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float)) or math.isnan(lock_timeout):
@@ -732,10 +740,11 @@ class RepresentationStore:
         hold it only while committing a shard, `repair` while it runs. A writer that has waited 5 s for another
         process's lock says so once (a `logging` warning of `hf_readonce.store.store`, on stderr by default),
         then waits up to `lock_timeout` seconds in all before `filelock.Timeout` (a `TimeoutError`)."""
-        if self._lock is None:
-            self._lock = _StoreLock(FileLock(str(self.path / ".lock"), timeout=self.lock_timeout), self.path,
-                                    self.lock_timeout)
-        return self._lock
+        with self._index_lock:  # one lock object for every thread (filelock keeps each thread's hold apart)
+            if self._lock is None:
+                self._lock = _StoreLock(FileLock(str(self.path / ".lock"), timeout=self.lock_timeout), self.path,
+                                        self.lock_timeout)
+            return self._lock
 
     # ----------------------------------------------------------------- index
     def refresh(self) -> int:
@@ -749,48 +758,62 @@ class RepresentationStore:
         `index/` is listed on every refresh (one `os.listdir`, its names compared as a set), and only the manifests
         not loaded yet are read.
 
+        Safe to call from several threads sharing this object, beside reads, writes, `verify` and `repair` in other
+        threads: a refresh runs whole under the object's index lock, so another thread sees the index as it was
+        before it or after it, never a manifest half loaded nor an index emptied for a reload.
+
         Returns:
             `int`: number of newly loaded manifests.
         """
-        index_dir = self.path / "index"
-        try:  # a linked or non-folder index/ is never followed (`verify` names it, `repair` replaces it)
-            if path_problem(self.path, "index", folder=True) is not None:
+        with self._index_lock:  # one refresh at a time: a manifest is marked loaded only with its entries
+            index_dir = self.path / "index"
+            try:  # a linked or non-folder index/ is never followed (`verify` names it, `repair` replaces it)
+                if path_problem(self.path, "index", folder=True) is not None:
+                    names = set()
+                else:
+                    names = {name for name in os.listdir(index_dir) if name.endswith(".json") and not name.startswith(".")}
+            except (FileNotFoundError, NotADirectoryError):
                 names = set()
-            else:
-                names = {name for name in os.listdir(index_dir) if name.endswith(".json") and not name.startswith(".")}
-        except (FileNotFoundError, NotADirectoryError):
-            names = set()
-        # a store whose index lists nothing may still hold shards (its manifests lost) or an earlier repair's
-        # quarantine/: as much a store holding documents as one whose index lists them
-        self._held_documents = self._held_documents or bool(names) or _holds_stored_data(self.path)
-        if not self._manifests_loaded <= names:
-            self._reset_index()
-        new = 0
-        for name in sorted(names - self._manifests_loaded):  # in name order, as the first listing loads them all
-            self._manifests_loaded.add(name)
-            problem = path_problem(self.path, f"index/{name}")
-            if problem is not None:  # a FIFO would block the read forever; a link could lead outside the store
-                self._bad_manifests[name] = f"the manifest {problem}"
-                continue
-            try:
-                manifest = json.loads((index_dir / name).read_bytes().decode("utf-8"))
-                self._load_manifest(manifest, name)
-                self._bad_manifests.pop(name, None)
-            except CorruptedManifestError as error:
-                self._bad_manifests[name] = str(error).split(": ", 1)[-1]
-                continue
-            except (OSError, ValueError, RecursionError) as error:  # not UTF-8 / not JSON / unreadable file
-                self._bad_manifests[name] = f"unreadable manifest ({printable(error)})"
-                continue
-            new += 1
-        return new
+            # a store whose index lists nothing may still hold shards (its manifests lost) or an earlier repair's
+            # quarantine/: as much a store holding documents as one whose index lists them
+            self._held_documents = self._held_documents or bool(names) or _holds_stored_data(self.path)
+            if not self._manifests_loaded <= names:
+                self._reset_index()
+            new = 0
+            for name in sorted(names - self._manifests_loaded):  # in name order, as the first listing loads them all
+                self._manifests_loaded.add(name)
+                problem = path_problem(self.path, f"index/{name}")
+                if problem is not None:  # a FIFO would block the read forever; a link could lead outside the store
+                    self._bad_manifests[name] = f"the manifest {problem}"
+                    continue
+                try:
+                    manifest = json.loads((index_dir / name).read_bytes().decode("utf-8"))
+                    self._load_manifest(manifest, name)
+                    self._bad_manifests.pop(name, None)
+                except CorruptedManifestError as error:
+                    self._bad_manifests[name] = str(error).split(": ", 1)[-1]
+                    continue
+                except (OSError, ValueError, RecursionError) as error:  # not UTF-8 / not JSON / unreadable file
+                    self._bad_manifests[name] = f"unreadable manifest ({printable(error)})"
+                    continue
+                new += 1
+            return new
 
     def _reset_index(self) -> None:
-        self._manifests_loaded = set()
-        self._entries, self._spaces, self._by_hash, self._shards = {}, {}, {}, {}
-        self._duplicates = 0
-        self._bad_manifests = {}
-        self._handles.clear()
+        """Empty the in-memory index (the next [`refresh`] reads every manifest); see [`_reload`]."""
+        with self._index_lock:
+            self._manifests_loaded = set()
+            self._entries, self._spaces, self._by_hash, self._shards = {}, {}, {}, {}
+            self._duplicates = 0
+            self._bad_manifests = {}
+            self._handles.clear()
+
+    def _reload(self) -> None:
+        """Read the whole index again (`repair` and `prune`, after moving or deleting files), in one hold of the index
+        lock: a thread reading meanwhile waits, and never finds the index empty."""
+        with self._index_lock:
+            self._reset_index()
+            self.refresh()
 
     def _load_manifest(self, manifest: dict, name: str) -> None:
         check_manifest(manifest, name)
@@ -815,51 +838,58 @@ class RepresentationStore:
         would take the move for another process's and reload the whole index from disk, bringing back the entries of
         the damaged shards `repair` had set aside: their intact documents would then count as stored and be
         dropped with the shard."""
-        self._manifests_loaded.discard(name)
-        self._bad_manifests.pop(name, None)
-        # the one shard a manifest of that name may name, in the folder of its space (`check_manifest`): looked up,
-        # not searched for among every shard of the index (once per manifest a repair retires)
-        for space in list(self._spaces):
-            self._forget_shard(expected_shard_path(space, name))
+        with self._index_lock:
+            self._manifests_loaded.discard(name)
+            self._bad_manifests.pop(name, None)
+            # the one shard a manifest of that name may name, in the folder of its space (`check_manifest`): looked
+            # up, not searched for among every shard of the index (once per manifest a repair retires)
+            for space in list(self._spaces):
+                self._forget_shard(expected_shard_path(space, name))
 
     def _forget_shard(self, shard: str) -> None:
         """Drop one shard from the in-memory index (`repair`); a document it shadowed in another loaded shard (a
         duplicate, e.g. left by a killed repair) is served from there again."""
-        manifest = self._shards.pop(shard, None)
-        if manifest is None:
-            return
-        lost = set()
-        for doc_hash in manifest["documents"]:
-            key = (manifest["space"], doc_hash)
-            entry = self._entries.get(key)
-            if entry is not None and entry.shard == shard:
-                del self._entries[key]
-                lost.add(key)
-                spaces = self._by_hash.get(doc_hash, set())
-                spaces.discard(manifest["space"])
-        self._handles.pop(shard, None)
-        if not lost or not self._duplicates:  # no other shard holds any document twice: none was shadowed
-            return
-        for other_shard, other in self._shards.items():
-            for doc_hash, doc in other["documents"].items():
-                key = (other["space"], doc_hash)
-                if key in lost and key not in self._entries:
-                    self._entries[key] = DocumentEntry(other["space"], doc_hash, other_shard, doc["tensors"],
-                                                       doc["sha256"], doc.get("meta") or {}, doc.get("xxh3_128", ""))
-                    self._by_hash.setdefault(doc_hash, set()).add(other["space"])
-                    self._duplicates -= 1
+        with self._index_lock:
+            manifest = self._shards.pop(shard, None)
+            if manifest is None:
+                return
+            lost = set()
+            for doc_hash in manifest["documents"]:
+                key = (manifest["space"], doc_hash)
+                entry = self._entries.get(key)
+                if entry is not None and entry.shard == shard:
+                    del self._entries[key]
+                    lost.add(key)
+                    spaces = self._by_hash.get(doc_hash, set())
+                    spaces.discard(manifest["space"])
+            self._handles.pop(shard, None)
+            if not lost or not self._duplicates:  # no other shard holds any document twice: none was shadowed
+                return
+            for other_shard, other in self._shards.items():
+                for doc_hash, doc in other["documents"].items():
+                    key = (other["space"], doc_hash)
+                    if key in lost and key not in self._entries:
+                        self._entries[key] = DocumentEntry(other["space"], doc_hash, other_shard, doc["tensors"],
+                                                           doc["sha256"], doc.get("meta") or {}, doc.get("xxh3_128", ""))
+                        self._by_hash.setdefault(doc_hash, set()).add(other["space"])
+                        self._duplicates -= 1
 
     def spaces(self) -> list[RepresentationSpace]:
         """Every representation space that has at least one committed shard."""
-        return list(self._spaces.values())
+        with self._index_lock:
+            return list(self._spaces.values())
 
     def __len__(self) -> int:
-        return len(self._entries)
+        with self._index_lock:
+            return len(self._entries)
 
     def entries(self, fingerprint: str | None = None, settings: Mapping | None = None) -> Iterator[DocumentEntry]:
-        """Iterate over stored documents, all of them or those of one (fingerprint, settings) space."""
+        """Iterate over stored documents, all of them or those of one (fingerprint, settings) space: the index as it
+        was when iteration started (a shard committed meanwhile, by any thread, is not listed)."""
         wanted = space_key(fingerprint, settings) if fingerprint is not None else None
-        for (space, _), entry in list(self._entries.items()):
+        with self._index_lock:
+            listed = list(self._entries.items())
+        for (space, _), entry in listed:
             if wanted is None or space == wanted:
                 yield entry
 
@@ -870,10 +900,11 @@ class RepresentationStore:
             TypeError / ValueError: a `document_hash` that is not a [`content_hash`].
         """
         key = (space_key(fingerprint, settings), check_document_hash(document_hash))
-        if key in self._entries:
-            return True
-        self.refresh()
-        return key in self._entries
+        with self._index_lock:
+            if key in self._entries:
+                return True
+            self.refresh()
+            return key in self._entries
 
     def missing(self, fingerprint: str, settings: Mapping, document_hashes: Iterable[str]) -> list[str]:
         """The hashes among `document_hashes` (order kept, duplicates dropped) not stored for this space.
@@ -883,13 +914,14 @@ class RepresentationStore:
                 [`content_hash`].
         """
         document_hashes = check_document_hashes(document_hashes)
-        self.refresh()
         space = space_key(fingerprint, settings)
         seen, out = set(), []
-        for doc_hash in document_hashes:
-            if doc_hash not in seen and (space, doc_hash) not in self._entries:
-                out.append(doc_hash)
-            seen.add(doc_hash)
+        with self._index_lock:
+            self.refresh()
+            for doc_hash in document_hashes:
+                if doc_hash not in seen and (space, doc_hash) not in self._entries:
+                    out.append(doc_hash)
+                seen.add(doc_hash)
         return out
 
     def entry(self, fingerprint: str, settings: Mapping, document_hash: str) -> DocumentEntry:
@@ -903,11 +935,13 @@ class RepresentationStore:
         """
         space = space_key(fingerprint, settings)
         key = (space, check_document_hash(document_hash))
-        if key not in self._entries:
-            self.refresh()
-        if key in self._entries:
-            return self._entries[key]
-        others = [self._spaces[s] for s in sorted(self._by_hash.get(document_hash, ())) if s in self._spaces]
+        with self._index_lock:
+            if key not in self._entries:
+                self.refresh()
+            found = self._entries.get(key)
+            if found is not None:
+                return found
+            others = [self._spaces[s] for s in sorted(self._by_hash.get(document_hash, ())) if s in self._spaces]
         requested = f"fingerprint {fingerprint[:16]}... settings {canonical_settings(settings)}"
         if others:
             stored = "; ".join(s.describe() for s in others)
@@ -922,10 +956,11 @@ class RepresentationStore:
     def _handle(self, shard: str):
         """`(safe_open handle, document hashes in the shard's header in commit order, header space)` of a shard,
         memory-mapped, cached (64 most recent)."""
-        cached = self._handles.get(shard)
-        if cached is not None:
-            self._handles.move_to_end(shard)
-            return cached
+        with self._index_lock:
+            cached = self._handles.get(shard)
+            if cached is not None:
+                self._handles.move_to_end(shard)
+                return cached
         if not is_store_file(shard) or not shard.startswith("shards/"):  # manifests are checked; never follow others
             raise ValueError(f"shard path {printable(shard)!r} is not inside the store's shards/ folder")
         problem = path_problem(self.path, shard)  # never open a FIFO, a device or a link (out of the store)
@@ -938,10 +973,16 @@ class RepresentationStore:
         except (KeyError, ValueError, TypeError, RecursionError):
             order = None
         cached = (handle, order, metadata.get("space"))
-        self._handles[shard] = cached
-        while len(self._handles) > 64:
-            self._handles.popitem(last=False)
+        with self._index_lock:
+            self._handles[shard] = cached
+            while len(self._handles) > 64:
+                self._handles.popitem(last=False)
         return cached
+
+    def _drop_handle(self, shard: str) -> None:
+        """Forget the cached handle of `shard` ([`_handle`]), if any."""
+        with self._index_lock:
+            self._handles.pop(shard, None)
 
     def _read(self, entry: DocumentEntry, verify: bool | str, check_order: bool = True) -> dict[str, torch.Tensor]:
         # verify: False, True (the read checksum) or "strong" (SHA-256 too: verify and repair). `check_order=False`
@@ -951,12 +992,13 @@ class RepresentationStore:
             handle, order, header_space = self._handle(entry.shard)
             tensors = {name: handle.get_tensor(spec["key"]) for name, spec in entry.tensors.items()}
         except Exception as error:  # safetensors raises its own error type for truncated/garbled files
-            self._handles.pop(entry.shard, None)
+            self._drop_handle(entry.shard)
             manifest = self.path / "index" / f"{Path(entry.shard).stem}.json"
             if (path_problem(self.path, entry.shard) or "").startswith("is missing") and not (manifest.exists()
                                                                            or manifest.is_symlink()):
-                self.refresh()  # a repair may have rewritten the document into another shard: read it from there
-                moved = self._entries.get((entry.space, entry.content_hash))
+                with self._index_lock:  # a repair may have rewritten the document into another shard: read it there
+                    self.refresh()
+                    moved = self._entries.get((entry.space, entry.content_hash))
                 if moved is not None and moved.shard != entry.shard:
                     return self._read(moved, verify, check_order)
                 raise MissingRepresentationError(  # shard and manifest both gone: deleted, not damaged
@@ -1003,7 +1045,8 @@ class RepresentationStore:
     @property
     def loaded_manifests(self) -> list[str]:
         """Names of the index files loaded so far, sorted (they change whenever a shard is committed)."""
-        return sorted(self._manifests_loaded)
+        with self._index_lock:
+            return sorted(self._manifests_loaded)
 
     def get(self, fingerprint: str, settings: Mapping, document_hash: str, *, device=None,
             verify: bool | None = None) -> dict[str, torch.Tensor]:
@@ -1094,7 +1137,8 @@ class RepresentationStore:
     def has(self, space: str, document_hash: str) -> bool:
         """Whether `document_hash` is in the loaded index for the space key `space` (no refresh; see [`contains`]
         for a lookup by fingerprint and settings that refreshes)."""
-        return (space, document_hash) in self._entries
+        with self._index_lock:
+            return (space, document_hash) in self._entries
 
     def commit_shard(self, space: RepresentationSpace, dtype: torch.dtype,
                      documents: list[tuple[str, dict, dict]], *, on_commit=None) -> list[str]:
@@ -1116,8 +1160,13 @@ class RepresentationStore:
             ReadOnlyStoreError: if the store cannot be written.
         """
         with self._write_lock():
-            self.refresh()
-            todo = [(h, t, m) for h, t, m in documents if (space.key, h) not in self._entries]
+            with self._index_lock:
+                self.refresh()
+                todo, seen = [], set()
+                for doc_hash, doc_tensors, meta in documents:  # a hash given twice is written once, as first given
+                    if (space.key, doc_hash) not in self._entries and doc_hash not in seen:
+                        todo.append((doc_hash, doc_tensors, meta))
+                        seen.add(doc_hash)
             if not todo:
                 return []
             shard_id = f"{time.time_ns():020d}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -1148,19 +1197,25 @@ class RepresentationStore:
             shard_path.parent.mkdir(parents=True, exist_ok=True)
             digest = hashlib.sha256(data).hexdigest()
             committed = [h for h, _, _ in todo]
-            with _interrupts_held():  # the shard and its manifest together: Ctrl-C / SIGTERM never splits them
-                _atomic_write(shard_path, data, self.path / "tmp")
-                try:
-                    self._write_manifest(shard_rel, space, _dtype_name(dtype), len(data), digest, docs)
-                except BaseException:
-                    # no manifest names the shard (e.g. the disk filled up between the two): nobody can read it,
-                    # so it goes rather than stay an orphan that `verify` reports and that takes space
-                    if not (self.path / "index" / f"{Path(shard_rel).stem}.json").exists():
-                        with contextlib.suppress(OSError):
-                            shard_path.unlink()
-                    raise
-                if on_commit is not None:
-                    on_commit(committed)
+            with self._index_lock:  # a `verify` in another thread takes it for no orphan until its manifest is loaded
+                self._committing.add(shard_rel)
+            try:
+                with _interrupts_held():  # the shard and its manifest together: Ctrl-C / SIGTERM never splits them
+                    _atomic_write(shard_path, data, self.path / "tmp")
+                    try:
+                        self._write_manifest(shard_rel, space, _dtype_name(dtype), len(data), digest, docs)
+                    except BaseException:
+                        # no manifest names the shard (e.g. the disk filled up between the two): nobody can read it,
+                        # so it goes rather than stay an orphan that `verify` reports and that takes space
+                        if not (self.path / "index" / f"{Path(shard_rel).stem}.json").exists():
+                            with contextlib.suppress(OSError):
+                                shard_path.unlink()
+                        raise
+                    if on_commit is not None:
+                        on_commit(committed)
+            finally:
+                with self._index_lock:
+                    self._committing.discard(shard_rel)
             return committed
 
     def _write_manifest(self, shard_rel: str, space: RepresentationSpace, dtype: str, file_size: int,
@@ -1176,9 +1231,12 @@ class RepresentationStore:
         check_manifest(manifest, name)  # never write one that the next refresh would refuse
         _atomic_write(self.path / "index" / name, json.dumps(manifest, separators=(",", ":")).encode(),
                       self.path / "tmp")
-        self._manifests_loaded.add(name)
-        self._held_documents = True
-        self._load_manifest(manifest, name)
+        with self._index_lock:  # marked loaded together with its entries (a `refresh` in another thread waits)
+            self._held_documents = True
+            self._committing.discard(shard_rel)
+            if name not in self._manifests_loaded:  # else a refresh of another thread has read it since it was written
+                self._manifests_loaded.add(name)
+                self._load_manifest(manifest, name)
 
     def index_shard(self, shard_rel: str, space: RepresentationSpace, dtype: str, entries: list) -> list[str]:
         """Write the manifest of a shard file already in the store whose index was lost (`repair`): the manifest
@@ -1251,7 +1309,8 @@ class RepresentationStore:
         return prune_store(self, spaces, quarantine=quarantine, dry_run=dry_run)
 
     def __repr__(self) -> str:
-        return f"RepresentationStore({str(self.path)!r}, documents={len(self._entries)}, spaces={len(self._spaces)})"
+        with self._index_lock:
+            return f"RepresentationStore({str(self.path)!r}, documents={len(self._entries)}, spaces={len(self._spaces)})"
 
 
 def _utf8_name(name: str | None) -> str | None:
