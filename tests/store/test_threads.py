@@ -156,6 +156,24 @@ def test_a_document_given_twice_to_one_commit_is_stored_once_and_reads(tmp_path)
     assert store.verify().ok
 
 
+def test_one_writer_shared_by_threads_stores_each_document_once(tmp_path, racy):
+    store = RepresentationStore(tmp_path / "s")
+    barrier = threading.Barrier(4)
+    with store.writer(FP, SETTINGS, dtype="fp32", shard_size_bytes=40) as writer:
+
+        def add_all():
+            barrier.wait()
+            for i, h in enumerate(HASHES):
+                writer.add(h, value(i))
+
+        run_threads(*[add_all] * 4)
+    assert sorted(writer.committed) == sorted(HASHES)
+    assert len(writer.committed) + len(writer.skipped) == 4 * len(HASHES)
+    assert store.verify().ok
+    for i, h in enumerate(HASHES):
+        assert torch.equal(store.get(FP, SETTINGS, h)["x"], value(i)["x"])
+
+
 def test_readers_listings_info_verify_and_repair_beside_a_writer(tmp_path, racy):
     store = RepresentationStore(tmp_path / "s")
     with store.writer(FP, SETTINGS, dtype="fp32", shard_size_bytes=1) as writer:  # a shard per document

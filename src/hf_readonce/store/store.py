@@ -1349,6 +1349,9 @@ class StoreWriter:
     Attributes:
         committed (`list[str]`): hashes written by this writer; skipped (`list[str]`): already stored, not rewritten.
 
+    Several threads may share one writer: `add`, `flush` and `discard` run one at a time, and a document added by
+    two threads is stored once (committed by one, skipped by the other).
+
     Raises:
         ReadOnlyStoreError: at creation, if the store cannot be written.
         TypeError / ValueError: bad arguments (see each method); a `model_type` or `model_name` that is not a str.
@@ -1372,6 +1375,7 @@ class StoreWriter:
         self.space = RepresentationSpace(space_key(fingerprint, settings), fingerprint, settings, model_type,
                                          _utf8_name(model_name) or None)
         store.check_writable()
+        self._lock = threading.RLock()  # `add`, `flush` and `discard` from several threads: one at a time
         self._buffer: list[tuple[str, dict, dict]] = []
         self._buffered_hashes: set[str] = set()
         self._buffered_bytes = 0
@@ -1440,38 +1444,41 @@ class StoreWriter:
         if problem is not None:  # e.g. {1: ..., "1": ...}: JSON keys are strings, so both become "1"
             raise TypeError(f"`meta` must be JSON-serializable as one unambiguous object: as JSON, {problem}.")
         meta = json.loads(written)  # as every reader gets it back (int keys as str, tuples as lists)
-        if document_hash in self._buffered_hashes or self.store.has(self.space.key, document_hash):
-            self.skipped.append(document_hash)
-            return False
-        prepared = self._prepare(tensors)
-        self._buffer.append((document_hash, prepared, meta))
-        self._buffered_hashes.add(document_hash)
-        self._buffered_bytes += sum(t.numel() * t.element_size() for t in prepared.values())
-        if self._buffered_bytes >= self.shard_size_bytes:
-            self.flush()
-        return True
+        with self._lock:
+            if document_hash in self._buffered_hashes or self.store.has(self.space.key, document_hash):
+                self.skipped.append(document_hash)
+                return False
+            prepared = self._prepare(tensors)
+            self._buffer.append((document_hash, prepared, meta))
+            self._buffered_hashes.add(document_hash)
+            self._buffered_bytes += sum(t.numel() * t.element_size() for t in prepared.values())
+            if self._buffered_bytes >= self.shard_size_bytes:
+                self.flush()
+            return True
 
     def flush(self) -> list[str]:
         """Commit the buffered documents as one shard (documents stored meanwhile by another process are dropped
         from it). Returns the committed hashes."""
-        if not self._buffer:
-            return []
-        buffer, self._buffer = self._buffer, []
-        self._buffered_hashes, self._buffered_bytes = set(), 0
+        with self._lock:
+            if not self._buffer:
+                return []
+            buffer, self._buffer = self._buffer, []
+            self._buffered_hashes, self._buffered_bytes = set(), 0
 
-        def record(committed: list[str]) -> None:  # before an interrupt held during the commit is delivered
-            self.committed += committed
-            done = set(committed)
-            self.skipped += [h for h, _, _ in buffer if h not in done]
+            def record(committed: list[str]) -> None:  # before an interrupt held during the commit is delivered
+                self.committed += committed
+                done = set(committed)
+                self.skipped += [h for h, _, _ in buffer if h not in done]
 
-        committed = self.store.commit_shard(self.space, self.dtype, buffer, on_commit=record)
-        if not committed:  # nothing written (all stored meanwhile): `record` was not called
-            record(committed)
-        return committed
+            committed = self.store.commit_shard(self.space, self.dtype, buffer, on_commit=record)
+            if not committed:  # nothing written (all stored meanwhile): `record` was not called
+                record(committed)
+            return committed
 
     def discard(self) -> None:
         """Drop what is buffered and not yet committed."""
-        self._buffer, self._buffered_hashes, self._buffered_bytes = [], set(), 0
+        with self._lock:
+            self._buffer, self._buffered_hashes, self._buffered_bytes = [], set(), 0
 
     def __enter__(self) -> StoreWriter:
         return self
