@@ -509,6 +509,25 @@ def test_loss_of_a_padded_batch_scores_what_each_row_scores_alone(path, side):
                                    plain(model)(full, labels=full).loss, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("padded", [False, True])
+def test_labels_of_another_shape_than_the_input_are_refused_naming_them(padded):
+    """`labels` must be `(batch_size, seq_length)`, that of `input_ids`: a 1-D, 3-D or another batch's labels are a
+    ValueError naming `labels`, with or without padding in `attention_mask` (not an error from inside the loss, nor a
+    loss over broadcast labels)."""
+    model = tiny()
+    sequence = ids(8, 1, batch=3)
+    mask = torch.ones_like(sequence)
+    if padded:
+        mask[0, :3] = 0
+    with torch.no_grad():
+        for labels in (sequence[0], sequence[:2], sequence[..., None], sequence[:, :6]):
+            with pytest.raises(ValueError, match="`labels` must have the shape"):
+                model(sequence, attention_mask=mask, labels=labels)
+        with pytest.raises(ValueError, match="`labels` must have the shape"):
+            model(inputs_embeds=model.get_input_embeddings()(sequence), attention_mask=mask, labels=sequence[:2])
+        assert torch.isfinite(model(sequence, attention_mask=mask, labels=sequence).loss)
+
+
 def test_block_attention_mask_values():
     block_ids = torch.tensor([[0, 0, 1, 1, -1, -1]])
     mask = block_attention_mask(block_ids, torch.tensor([[0, 1, 1, 1, 1, 1]]))

@@ -1150,6 +1150,18 @@ def _targets_of_real_tokens(labels: torch.Tensor, real: torch.Tensor) -> torch.T
     return padded.gather(1, following).masked_fill(~real, IGNORE_INDEX)
 
 
+def _check_labels_shape(labels: torch.LongTensor | None, reference: torch.Tensor | None) -> None:
+    """Raise a `ValueError` naming `labels` unless it is `None` or of shape `(batch_size, seq_length)`, that of
+    `reference` (`input_ids` `(batch_size, seq_length)`, or `inputs_embeds` `(batch_size, seq_length, hidden_size)`;
+    nothing is checked when both are `None`): another shape would be shifted and scored against the wrong positions,
+    or fail inside the loss without saying which argument."""
+    if labels is None or reference is None:
+        return
+    if tuple(labels.shape) != tuple(reference.shape[:2]):
+        raise ValueError(f"`labels` must have the shape (batch_size, seq_length) of the input, "
+                         f"{tuple(reference.shape[:2])}, got {tuple(labels.shape)}.")
+
+
 def _labels_of_real_tokens(labels: torch.LongTensor | None, attention_mask) -> torch.LongTensor | None:
     """`labels` `(batch_size, seq_length)` rewritten so that Llama's loss (position t predicts `labels[:, t + 1]`)
     scores what each row scores alone: a real token predicts the next real token's label, a padding position
@@ -1633,8 +1645,10 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
             includes the composed prefix (none with `document_caches` and `use_cache=False`).
 
         Raises:
-            ValueError: `block_ids` of another shape than `input_ids`, with a non-empty cache, under flash
-                attention (which cannot read the block mask) or with `document_caches`; `document_caches` with `past_key_values`; caches of another model (fingerprint);
+            ValueError: `labels` of another shape than `(batch_size, seq_length)` of the input; `block_ids` of
+                another shape than `input_ids`, with a non-empty cache, under flash attention (which cannot read the
+                block mask) or with `document_caches`; `document_caches` with `past_key_values`; caches of another
+                model (fingerprint);
                 a token id of `input_ids` outside `[0, vocab_size)` (as [`BlockAttentionLlamaModel.forward`]); an
                 empty question with `document_caches`;
                 both `past_key_values` and `cache`; a keyword of `TransformersKwargs` nothing would read
@@ -1659,6 +1673,7 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
         _refuse_unread_keywords(self, kwargs, _block_attention_unread_keywords(self.config, block_ids, document_caches,
                                                                                paged))
         if not paged:  # each row scores what it scores alone: no target of or from padding (see `labels`)
+            _check_labels_shape(labels, input_ids if input_ids is not None else inputs_embeds)
             labels = _labels_of_real_tokens(labels, attention_mask)
         if block_ids is not None:
             if document_caches is not None:
