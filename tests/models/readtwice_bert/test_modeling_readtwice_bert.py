@@ -422,6 +422,30 @@ def test_a_row_of_padding_only_gives_no_memory(memory_type):
                                            atol=1e-6, rtol=0)
 
 
+@pytest.mark.parametrize("question_in_first_read", [True, False])
+def test_an_entity_span_on_padding_is_refused_naming_it(question_in_first_read):
+    """A mention whose start or end is a padding column (a row of padding only, or past a segment's last real token)
+    would make a memory of padding states that every real segment of its document reads: a ValueError naming
+    `entity_spans`, from the forward and from `encode_documents`; spans on real tokens are read as before."""
+    model = tiny_qa(memory_type="entity", question_in_first_read=question_in_first_read)
+    ids, mask = segments(5), torch.ones(5, 12, dtype=torch.long)
+    mask[4, -5:] = 0
+    question = {} if question_in_first_read else {"question_input_ids": segments(2, 5, seed=3),
+                                                  "question_document_ids": torch.tensor([0, 1])}
+    with torch.no_grad():
+        model(ids, attention_mask=mask, document_ids=DOCS, entity_spans=SPANS, **question)
+        for row, span in ((4, [6, 8]), (4, [7, 7]), (1, [10, 11])):
+            spans = SPANS.clone()
+            spans[row, 1] = torch.tensor(span)
+            row_mask = mask.clone()
+            if row == 1:
+                row_mask[1, 10:] = 0
+            with pytest.raises(ValueError, match="`entity_spans` holds 1 span.s. on padding"):
+                model(ids, attention_mask=row_mask, document_ids=DOCS, entity_spans=spans, **question)
+            with pytest.raises(ValueError, match="`entity_spans` holds 1 span.s. on padding"):
+                model.bert.encode_documents(ids, row_mask, document_ids=DOCS, entity_spans=spans)
+
+
 def test_entity_memory_is_identity_outside_mentions():
     model = tiny_qa(memory_type="entity")
     out = model.bert(segments(5), document_ids=DOCS, entity_spans=SPANS)

@@ -662,7 +662,8 @@ class ReadTwiceMemoryExtractor(nn.Module):
             memory_mention_index (num_memories,) or None)`.
 
         Raises:
-            ValueError: `memory_type="entity"` without `entity_spans`, or spans that are malformed or out of range.
+            ValueError: `memory_type="entity"` without `entity_spans`, or spans that are malformed, out of range or
+                on padding.
         """
         num_segments, length, _ = hidden_states.shape
         device = hidden_states.device
@@ -678,7 +679,7 @@ class ReadTwiceMemoryExtractor(nn.Module):
             starts = starts[None, :].expand_as(ends)
             mention_index = None
         else:
-            spans = check_entity_spans(entity_spans, num_segments, length)
+            spans = check_entity_spans(entity_spans, num_segments, length, attention_mask)
             starts, ends = spans[..., 0], spans[..., 1]
             valid = starts >= 0
             mention_index = valid.flatten().nonzero().squeeze(-1)
@@ -689,15 +690,22 @@ class ReadTwiceMemoryExtractor(nn.Module):
         return values, segment_index, mention_index
 
 
-def check_entity_spans(entity_spans, num_segments: int, segment_length: int) -> torch.LongTensor:
+def check_entity_spans(entity_spans, num_segments: int, segment_length: int,
+                       attention_mask: torch.Tensor | None = None) -> torch.LongTensor:
     """Validate `entity_spans` (`(num_segments, max_mentions, 2)`, inclusive token indices, `-1` padding).
+
+    Args:
+        entity_spans: the spans to check. num_segments (`int`), segment_length (`int`): the segments' shape.
+        attention_mask (`torch.Tensor` of shape `(num_segments, segment_length)`, *optional*): when given, a span
+            must start and end on real tokens (a mention on padding would make a memory of padding states).
 
     Returns:
         The spans as a `torch.LongTensor`.
 
     Raises:
         ValueError: if `entity_spans` is missing (memory_type="entity" has no fallback), has the wrong shape, or a
-            non-padding span has `start > end`, a negative index, or an index `>= segment_length`.
+            non-padding span has `start > end`, a negative index, or an index `>= segment_length`, or (with
+            `attention_mask`) starts or ends on padding.
         TypeError: if `entity_spans` does not hold integers.
     """
     _check_integer_tensors(entity_spans=entity_spans)
@@ -719,6 +727,15 @@ def check_entity_spans(entity_spans, num_segments: int, segment_length: int) -> 
             f"`entity_spans` holds {int(bad.sum())} span(s) with end < start or end >= segment_length "
             f"({segment_length}); pad with (-1, -1)."
         )
+    if attention_mask is not None:
+        padding = ~attention_mask.to(spans.device).bool()
+        on_padding = real & (padding.gather(1, spans[..., 0].clamp(min=0)) | padding.gather(1, spans[..., 1].clamp(min=0)))
+        if bool(on_padding.any()):
+            raise ValueError(
+                f"`entity_spans` holds {int(on_padding.sum())} span(s) on padding (`attention_mask` 0 at their start "
+                f"or end, in segment(s) {sorted(set(on_padding.nonzero()[:, 0].tolist()))}): a mention is made of "
+                "real tokens; pad with (-1, -1)."
+            )
     return spans
 
 
@@ -1122,7 +1139,7 @@ class ReadTwiceBertModel(ReadTwiceBertPreTrainedModel):
         values, segment_index, mention_index = self.memory_extractor(hidden, attention_mask, entity_spans)
         entity_token_mask = None
         if self.config.memory_type == "entity":
-            spans = check_entity_spans(entity_spans, hidden.shape[0], hidden.shape[1]).to(hidden.device)
+            spans = check_entity_spans(entity_spans, hidden.shape[0], hidden.shape[1], attention_mask).to(hidden.device)
             positions = torch.arange(hidden.shape[1], device=hidden.device)
             inside = (positions[None, None, :] >= spans[..., 0:1]) & (positions[None, None, :] <= spans[..., 1:2])
             entity_token_mask = (inside & (spans[..., 0:1] >= 0)).any(dim=1) & attention_mask.bool()
