@@ -1053,6 +1053,31 @@ def test_trainer_step_with_block_ids(tmp_path):
     assert not torch.equal(before, model.model.layers[0].self_attn.q_proj.weight)
 
 
+def test_trainer_step_over_right_padded_batches_is_the_step_of_the_mean_over_their_targets(tmp_path):
+    """Right padding labelled -100 (`DocumentQACollator`'s batches): `Trainer`'s `num_items_in_batch`
+    (`labels[:, 1:] != -100`) is the number of targets the model scores, so one SGD step over two accumulated batches
+    of 2 rows is the step of the loss's mean over the 4 rows' targets (read in one forward)."""
+    from transformers import Trainer, TrainingArguments
+
+    from hf_readonce.tasks.document_cache_qa import DocumentQACollator
+
+    rows = [{"input_ids": ids(n, seed)[0].tolist()} for seed, n in enumerate((5, 9, 7, 3))]
+    rows = [{**r, "labels": r["input_ids"]} for r in rows]
+    batch = DocumentQACollator(pad_token_id=0)(rows)
+    assert bool((batch["labels"][batch["attention_mask"] == 0] == -100).all())
+    reference = tiny().train()
+    reference(**batch).loss.backward()
+    expected = [p.detach() - p.grad for p in reference.parameters()]
+    model = tiny().train()
+    args = TrainingArguments(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=2,
+                             gradient_accumulation_steps=2, optim="sgd", learning_rate=1.0, max_grad_norm=0.0,
+                             weight_decay=0.0, lr_scheduler_type="constant", use_cpu=True, report_to="none",
+                             save_strategy="no", dataloader_drop_last=False)
+    Trainer(model=model, args=args, train_dataset=rows, data_collator=DocumentQACollator(pad_token_id=0)).train()
+    for trained, wanted in zip(model.parameters(), expected, strict=True):
+        torch.testing.assert_close(trained.detach(), wanted, atol=1e-6, rtol=0)
+
+
 def test_compose_batch_refuses_bad_counts_by_name():
     model = tiny()
     with torch.no_grad():
