@@ -103,3 +103,35 @@ def test_grouping_reads_a_bounded_look_ahead_and_each_rank_its_share(tokenizer, 
     assert first_call == [1]
     with pytest.raises(TypeError, match="`group_by_length` must be a bool"):
         fill_store(adapter, RepresentationStore(tmp_path / "s"), texts, group_by_length="no")
+
+
+def test_long_documents_are_read_ahead_by_characters_not_fifty_batches(tokenizer, tmp_path, monkeypatch):
+    """Reading ahead stops at the first batch boundary past `LENGTH_GROUPED_CHARACTERS`, so the texts held do not
+    grow with the documents' size times 50 batches (books); the documents stored and the adapter calls are those of
+    input order."""
+    from tests.conftest import tiny_model
+
+    monkeypatch.setattr(fill_module, "LENGTH_GROUPED_CHARACTERS", 250, raising=False)
+    adapter = get_adapter(tiny_model(), tokenizer, max_passage_length=32, doc_stride=8)
+    texts = [f"Chapter {i}. " + "The mill on the river Ash turned. " * (1 + i % 3) for i in range(12)]
+    # each batch of 2 holds fewer than 250 characters, each 2 batches 250 or more
+    assert all(len(a) + len(b) < 250 <= len(a) + len(b) + len(c) + len(d)
+               for a, b, c, d in zip(texts[::4], texts[1::4], texts[2::4], texts[3::4], strict=True))
+    read, first_call, calls = [], [], []
+
+    def streamed():
+        for text in texts:
+            read.append(text)
+            yield text
+
+    encode = adapter.encode
+
+    def recording(batch):
+        first_call.append(len(read)) if not first_call else None
+        calls.append(len(batch))
+        return encode(batch)
+
+    adapter.encode = recording
+    stats = fill_store(adapter, RepresentationStore(tmp_path / "s"), streamed(), documents_per_batch=2)
+    assert first_call == [4] and calls == [2] * 6  # 2 whole batches read ahead, not 50
+    assert stats.encoded == len(texts) and sorted(stats.encoded_hashes) == sorted(content_hash(t) for t in texts)

@@ -21,6 +21,9 @@ from .base import DocumentError, check_positive_ints, current_fingerprint, docum
 # batches of documents read ahead and sorted by length when `fill_store` groups them (`group_by_length`), as the
 # `mega_batch_mult` of transformers' `LengthGroupedSampler`
 LENGTH_GROUPED_BATCHES = 50
+# characters of the documents read ahead past which reading ahead stops at the next batch boundary, however few
+# batches that is: long documents (books) are not held 50 batches at a time
+LENGTH_GROUPED_CHARACTERS = 2 ** 24
 
 
 @dataclass
@@ -93,12 +96,15 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, stor
             is recorded when that is empty, as for a model built from a config).
         group_by_length (`bool`, defaults to `True`): documents of similar length share an adapter call, so that
             less of each call is padding (transformers' `group_by_length`): the documents to encode are read
-            `LENGTH_GROUPED_BATCHES` (50) batches ahead, sorted by their number of characters (a proxy of their
-            tokens that costs no second tokenization), longest first, and cut into batches of
-            `documents_per_batch`. At most 50 × `documents_per_batch` texts are held; the documents, their keys,
-            metadata and counts are those of a run in input order, and each document's tensors are the same within
-            floating-point rounding (an adapter's output for a document does not depend on its batch companions).
-            No effect with one document per batch; `False` keeps the input order.
+            `LENGTH_GROUPED_BATCHES` (50) batches ahead, or fewer whole batches once they hold
+            `LENGTH_GROUPED_CHARACTERS` (2^24, about 16.8 million) characters, sorted by their number of characters
+            (a proxy of their tokens that costs no second tokenization), longest first, and cut into batches of
+            `documents_per_batch`. At most 50 × `documents_per_batch` texts are held, and fewer than 2^24 characters
+            besides the last batch read; the documents, their keys, metadata and counts are those of a run in input
+            order, and each document's tensors are the same within floating-point rounding (an adapter's output for
+            a document does not depend on its batch companions). The first batch is encoded once the look-ahead is
+            read: `False` (input order, one batch read at a time) suits documents that arrive slowly, e.g. from a
+            pipe. No effect with one document per batch.
 
     Returns:
         [`EncodeStats`].
@@ -192,6 +198,7 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, stor
     # the documents read and not yet encoded (hash, id, text, input position), and those of the adapter call under way
     ahead: list[tuple[str, str, str, int]] = []
     pending: list[tuple[str, str, str, int]] = []
+    held = [0]  # characters of the texts of `ahead`
     rejected_at: list[int] = []  # the input position of each of `stats.rejected`, which are kept in input order
     bar = tqdm(total=total, desc="encode", unit="doc", disable=not progress, dynamic_ncols=True)
 
@@ -203,6 +210,7 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, stor
     def run_ahead():  # the documents read ahead, longest first (`group_by_length`), one adapter call per batch
         if look_ahead > per_batch and len(ahead) > 1:
             ahead.sort(key=lambda entry: -len(entry[2]))  # stable: input order among equals
+        held[0] = 0
         while ahead:
             pending[:] = ahead[:per_batch]
             del ahead[:per_batch]
@@ -297,7 +305,9 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, stor
                 run_ahead()
                 raise
             ahead.append(entry)
-            if len(ahead) >= look_ahead:
+            held[0] += len(entry[2])
+            # whole batches only, so the batches and reports are as many as in input order
+            if len(ahead) >= look_ahead or (len(ahead) % per_batch == 0 and held[0] >= LENGTH_GROUPED_CHARACTERS):
                 run_ahead()
         run_ahead()
         writer.flush()
@@ -569,5 +579,5 @@ def make_encode_function(adapter, store: RepresentationStore, text_column: str =
     return StoreEncodeFunction(adapter, store, text_column=text_column, id_column=id_column, store_dtype=store_dtype)
 
 
-__all__ = ["LENGTH_GROUPED_BATCHES", "EncodeStats", "StoreEncodeFunction", "ensure_stored", "fill_store",
-           "make_encode_function", "stored_documents_cut"]
+__all__ = ["LENGTH_GROUPED_BATCHES", "LENGTH_GROUPED_CHARACTERS", "EncodeStats", "StoreEncodeFunction",
+           "ensure_stored", "fill_store", "make_encode_function", "stored_documents_cut"]
