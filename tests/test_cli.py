@@ -224,6 +224,32 @@ def test_cli_encode_readonce_representations(tmp_path, tokenizer, qa_rows, capsy
                                                    content_hash(text))["representations"].shape == (8, 32)
 
 
+def test_encode_groups_documents_by_length_unless_told_to_keep_the_input_order(tmp_path, checkpoint, monkeypatch):
+    """`encode` encodes the documents read ahead longest first (`fill_store`'s `group_by_length`); with
+    `--no-group-by-length` in input order, one batch read at a time. Both store the same documents."""
+    import hf_readonce.representations as representations
+
+    texts = [f"Passage {i}: " + "the mill on the river Ash " * (1 + (i * 5) % 7) for i in range(8)]
+    docs = write_jsonl(tmp_path / "docs.jsonl", [{"id": f"p{i}", "context": t} for i, t in enumerate(texts)])
+    fill_store, calls = representations.fill_store, []
+
+    def recording(adapter, store, documents, **kwargs):
+        encode = adapter.encode
+        adapter.encode = lambda batch: (calls.append([len(t) for t in batch]), encode(batch))[1]
+        return fill_store(adapter, store, documents, **kwargs)
+
+    monkeypatch.setattr(representations, "fill_store", recording)
+    common = ["--no-progress", "--batch-size", "2", "--max-passage-length", "64", "--doc-stride", "16"]
+    for store, option, order in (("grouped", [], sorted(map(len, texts), reverse=True)),
+                                 ("plain", ["--no-group-by-length"], [len(t) for t in texts])):
+        calls.clear()
+        assert cli_main(["encode", str(checkpoint), "--documents", str(docs), "--store", str(tmp_path / store),
+                         *common, *option]) == 0
+        assert [length for call in calls for length in call] == order and len(calls) == 4, option
+    stored = [sorted(e.content_hash for e in RepresentationStore(tmp_path / s).entries()) for s in ("grouped", "plain")]
+    assert stored[0] == stored[1] == sorted(map(content_hash, texts))
+
+
 def test_option_names_per_family():
     from hf_readonce.cli import build_parser
 

@@ -5,7 +5,8 @@ Subcommands:
 - `encode MODEL --documents FILE.jsonl --store DIR`: store the representation of every document not stored yet
   (re-running does no model work for stored documents; `--repair` first drops what `verify` finds corrupted, then
   recomputes it). Under `accelerate launch --num_processes N -m hf_readonce.cli encode ...` each process encodes
-  its share of the documents (by content hash) into the same store.
+  its share of the documents (by content hash) into the same store. Documents read ahead are encoded longest first
+  (`fill_store`'s `group_by_length`); `--no-group-by-length` keeps the input order.
 - `answer MODEL --store DIR --questions FILE.jsonl --output preds.jsonl`: answer from stored passage states; prints
   EM/F1 beside the trivial baselines when the questions carry gold answers. Extractive families extract spans with
   the answering function their spec declares (`FamilySpec.answer_function`), and so do generative ones: a causal LM
@@ -1056,7 +1057,8 @@ def cmd_encode(args) -> int:
         stats = fill_store(adapter, store, doc_iter, store_dtype=store_dtype,
                            shard_size_bytes=int(args.shard_size_mb * 1024 * 1024),
                            rank=rank, num_processes=world, progress=main_process and not args.no_progress,
-                           total=total, on_batch=committed, model_name=model_name)
+                           total=total, on_batch=committed, model_name=model_name,
+                           group_by_length=args.group_by_length)
     except (ValueError, TypeError, ReadOnlyStoreError) as error:
         raise CommandError(str(error)) from None
     except OSError as error:  # e.g. disk full: committed shards are kept, nothing half-written is left
@@ -2831,6 +2833,12 @@ def build_parser(family_options: bool = False) -> _Parser:
     encode.add_argument("--repair", action="store_true",
                         help="verify first; drop corrupted documents (quarantining their shards) and recompute them")
     encode.add_argument("--strict", action="store_true", help="exit 1 if any input line was set aside")
+    encode.add_argument("--group-by-length", action=argparse.BooleanOptionalAction, default=True,
+                        help="read up to 50 batches of documents ahead (fewer once they hold 2^24 characters) and "
+                             "encode them longest first, so a batch holds less padding; the same documents and "
+                             "states are stored (default). --no-group-by-length encodes in input order, reading one "
+                             "batch at a time: for documents that arrive slowly, e.g. through a pipe (Ctrl-C leaves "
+                             "the documents read ahead and not yet encoded to a re-run)")
     if family_options:
         _family_options(encode, "encode")
     encode.set_defaults(func=cmd_encode)

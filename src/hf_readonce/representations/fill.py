@@ -334,7 +334,8 @@ class StoreEncodeFunction:
     `num_tokens` (tokens stored for it).
 
     Each call commits its own shard, so choose `map`'s `batch_size` so that a batch holds enough documents (the
-    default 1000 is fine). Identical texts are encoded once.
+    default 1000 is fine). Identical texts are encoded once. Within a call the rows are encoded longest first
+    ([`fill_store`]'s `group_by_length`); what is returned follows the rows' order.
 
     Args:
         adapter: a store adapter. store ([`RepresentationStore`]).
