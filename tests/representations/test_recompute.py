@@ -110,3 +110,18 @@ def test_a_model_the_adapter_refuses_reports_its_own_spaces_only(tokenizer, tmp_
     store.put(current_fingerprint(dynamic), adapter.settings(), content_hash(DOCUMENTS[0]), tensors, dtype="float32")
     (report,) = recompute_store(store, dynamic, tokenizer, 1)
     assert report.fingerprint == current_fingerprint(dynamic) and "rope_type 'dynamic'" in report.skipped
+
+
+def test_readtwice_entity_spans_padded_to_their_batch_still_recompute(tokenizer):
+    """ReadTwice documents stored with `entity_spans` padded (-1) beyond their own most mentions, as a batch padded
+    them before the adapter cut them to the document's own width, recompute to themselves from their tokens and
+    from their text (no tensor named as mismatched)."""
+    model, settings, _ = HARNESSES["readtwice_bert"](tokenizer)
+    adapter = get_adapter(model, tokenizer, **settings)
+    for text, tensors in zip(DOCUMENTS, adapter.encode(DOCUMENTS), strict=True):
+        spans = tensors["entity_spans"]
+        padded = {**tensors, "entity_spans": torch.nn.functional.pad(spans, (0, 0, 0, 3), value=-1)}
+        assert torch.equal(adapter.comparable(padded)["entity_spans"], spans)
+        for given in (text, None):
+            check = adapter.check_recompute(padded, given)
+            assert check.ok and not check.mismatched and check.max_abs_diff < 1e-5, check
