@@ -100,11 +100,12 @@ def fill_store(adapter, store: RepresentationStore, documents: Iterable, *, stor
             `LENGTH_GROUPED_CHARACTERS` (2^24, about 16.8 million) characters, sorted by their number of characters
             (a proxy of their tokens that costs no second tokenization), longest first, and cut into batches of
             `documents_per_batch`. At most 50 × `documents_per_batch` texts are held, and fewer than 2^24 characters
-            besides the last batch read; the documents, their keys, metadata and counts are those of a run in input
-            order, and each document's tensors are the same within floating-point rounding (an adapter's output for
-            a document does not depend on its batch companions). The first batch is encoded once the look-ahead is
-            read: `False` (input order, one batch read at a time) suits documents that arrive slowly, e.g. from a
-            pipe. No effect with one document per batch.
+            besides the last batch read; the documents, their keys, metadata and final counts are those of a run in
+            input order (`on_batch` is called as often, its running `tokens` those of the documents encoded so far,
+            longest first), and each document's tensors are the same within floating-point rounding (an adapter's
+            output for a document does not depend on its batch companions). The first batch is encoded once the
+            look-ahead is read: `False` (input order, one batch read at a time) suits documents that arrive slowly,
+            e.g. from a pipe. No effect with one document per batch.
 
     Returns:
         [`EncodeStats`].
