@@ -14,6 +14,10 @@ import functools
 import hashlib
 import json
 import math
+import sys
+import threading
+import types
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -67,6 +71,48 @@ class RepresentationAdapter(Protocol):
         Its tensors are the documents' right-padded to the longest and stacked: first dimension `len(stored)`, or
         one row per window (DeFormer) or segment (ReadTwice) of every document; each adapter's `read` gives the
         shapes."""
+
+
+# the re-entrant lock of each tokenizer backend ([`tokenizer_lock`]), dropped with it; the registry is one object of
+# the process, kept on a module registered in `sys.modules`, so that every copy of this code (each pipeline file
+# carries one, and a pipeline loaded from the Hub is a module of its own) takes the same lock for a tokenizer
+_TOKENIZER_LOCKS: weakref.WeakKeyDictionary = vars(sys.modules.setdefault(
+    "_hf_readonce_tokenizer_locks", types.ModuleType("_hf_readonce_tokenizer_locks"))).setdefault(
+    "locks", weakref.WeakKeyDictionary())
+
+
+def tokenizer_lock(tokenizer):
+    """The re-entrant lock that serialises calls of `tokenizer`; every tokenizer call of hf-readonce (adapters,
+    tasks, pipelines) is made holding it, across the whole call and never across model work:
+    `with tokenizer_lock(tokenizer): batch = tokenizer(texts, truncation=True, max_length=n)`.
+
+    A fast tokenizer keeps its truncation and padding settings on its Rust backend between calls: a call sets them,
+    then encodes with the GIL released, so two threads calling one tokenizer with different `truncation`,
+    `max_length` or `padding` can each encode with the other's settings (a document silently cut short). Calls made
+    holding this lock never mix settings. There is one lock per backend (`tokenizer.backend_tokenizer`, which a
+    shallow copy shares; a tokenizer without one is its own key), in a weak-keyed registry that every copy of this
+    function in the process shares (each pipeline file carries one) and that lets the lock go with the tokenizer; an
+    object that cannot be weakly referenced shares one lock with the other objects of its class. Decoding uses no
+    per-call state and is not serialised. A tokenizer call made without the lock (a user's own, in another thread) is
+    not covered: hold the lock around it, or give that thread its own `copy.deepcopy(tokenizer)`.
+
+    Args:
+        tokenizer: any tokenizer object (a transformers fast or slow tokenizer, or one of another kind).
+
+    Returns:
+        the lock (a `threading.RLock`), the same object on every call with this tokenizer: re-entrant, so a helper
+        called while it is held takes it again without blocking. Nothing is raised.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    key = tokenizer if backend is None else backend
+    try:
+        lock = _TOKENIZER_LOCKS.get(key)
+    except TypeError:  # cannot be weakly referenced (or hashed): one lock for the objects of its class
+        key = type(key)
+        lock = _TOKENIZER_LOCKS.get(key)
+    if lock is None:  # an atomic insert: two threads asking at once get the same lock
+        lock = _TOKENIZER_LOCKS.setdefault(key, threading.RLock())
+    return lock
 
 
 # the fingerprints of the last tokenizer serializations seen (a few entries, keyed by `_tokenizer_cache_key`, which
@@ -504,8 +550,9 @@ class RecomputeCheck:
 def texts_cut(tokenizer, texts: Sequence[str], max_length: int, *, add_special_tokens: bool = True) -> int:
     """How many of `texts` hold more than `max_length` tokens, i.e. are cut by
     `tokenizer(texts, truncation=True, max_length=max_length, add_special_tokens=add_special_tokens)`. Tokenized
-    without truncation, 256 texts at a time (a large set is not held as token lists at once); the tokenizer's warning
-    about sequences longer than the model's maximum is not shown (those lengths are what is asked for).
+    without truncation, 256 texts at a time (a large set is not held as token lists at once), each call holding
+    [`tokenizer_lock`]; the tokenizer's warning about sequences longer than the model's maximum is not shown (those
+    lengths are what is asked for).
 
     Args:
         tokenizer: a transformers tokenizer.
@@ -529,8 +576,9 @@ def _texts_cut_each(tokenizer, texts: Sequence[str], max_length: int, *, add_spe
         tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
     cut = []
     for start in range(0, len(texts), 256):
-        lengths = tokenizer(texts[start : start + 256], add_special_tokens=add_special_tokens,
-                            return_length=True)["length"]
+        with tokenizer_lock(tokenizer):
+            lengths = tokenizer(texts[start : start + 256], add_special_tokens=add_special_tokens,
+                                return_length=True)["length"]
         cut += [length > max_length for length in lengths]
     return cut
 
@@ -731,8 +779,9 @@ class AdapterBase:
         tokenization of documents in `encode`, noting which of `texts` it cut (a fast tokenizer keeps the tokens past
         `max_length` in the `overflowing` list of a truncated encoding) so that [`documents_cut`] need not tokenize
         them again. `new_call=False` adds to the notes of the same `encode` call (a batch tokenized in parts); the
-        notes of an earlier call are dropped."""
-        batch = self.tokenizer(texts, truncation=True, max_length=self.max_document_length, **kwargs)
+        notes of an earlier call are dropped. The call holds [`tokenizer_lock`]."""
+        with tokenizer_lock(self.tokenizer):
+            batch = self.tokenizer(texts, truncation=True, max_length=self.max_document_length, **kwargs)
         key = (self.max_document_length, kwargs.get("add_special_tokens", True), id(self.tokenizer))
         held_key, noted = self.__dict__.get("_documents_cut_noted", (None, {}))
         if new_call or held_key != key:

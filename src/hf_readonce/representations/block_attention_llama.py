@@ -16,7 +16,7 @@ from ..models.block_attention_llama.modeling_block_attention_llama import (
     _check_rope,
     rope_setting,
 )
-from .base import AdapterBase, DocumentError, check_positive_ints, scoped_tokenizer_fingerprint
+from .base import AdapterBase, DocumentError, check_positive_ints, scoped_tokenizer_fingerprint, tokenizer_lock
 from .registry import CardText, register_family
 
 
@@ -186,7 +186,8 @@ class BlockAttentionLlamaAdapter(AdapterBase):
         """Log-probabilities `(1, vocab_size)` of the next token after one document's cache followed by the probe
         prompt (`probe_prompt`, tokenized without special tokens)."""
         read = self.read([tensors], device=self.model.device)
-        probe = self.tokenizer(self.probe_prompt, add_special_tokens=False)["input_ids"]
+        with tokenizer_lock(self.tokenizer):
+            probe = self.tokenizer(self.probe_prompt, add_special_tokens=False)["input_ids"]
         probe = torch.tensor([probe], device=self.model.device)
         return self.model(probe, document_caches=read).logits[:, -1].float().log_softmax(-1)
 

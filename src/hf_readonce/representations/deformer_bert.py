@@ -23,6 +23,7 @@ from .base import (
     pad_batch,
     pad_rows,
     scoped_tokenizer_fingerprint,
+    tokenizer_lock,
 )
 from .registry import CardText, register_family
 
@@ -54,7 +55,8 @@ def tokenize_questions(tokenizer, questions: Sequence[str], max_question_length:
     for i, question in enumerate(questions):
         if not isinstance(question, str) or not question.strip():
             raise ValueError(f"question {i} is empty or not a string.")
-    encoded = tokenizer(list(questions), truncation=True, max_length=max_question_length)
+    with tokenizer_lock(tokenizer):
+        encoded = tokenizer(list(questions), truncation=True, max_length=max_question_length)
     return [list(ids) for ids in encoded["input_ids"]]
 
 
@@ -91,7 +93,8 @@ def split_passages(
     # specified maximum" warning does not apply: mark it as already shown (transformers' own switch for it).
     if hasattr(tokenizer, "deprecation_warnings"):
         tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
-    encoded = tokenizer(list(passages), add_special_tokens=False, return_offsets_mapping=True)
+    with tokenizer_lock(tokenizer):
+        encoded = tokenizer(list(passages), add_special_tokens=False, return_offsets_mapping=True)
     result = []
     for index, (ids, offsets) in enumerate(zip(encoded["input_ids"], encoded["offset_mapping"])):
         window_ids, window_offsets = passage_windows(ids, offsets, max_passage_length, doc_stride,

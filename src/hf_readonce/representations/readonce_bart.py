@@ -16,7 +16,7 @@ from ..models.readonce_bart.pipeline_readonce_bart import (
     ReadOnceSummarizationPipeline,
     ReadOnceText2TextGenerationPipeline,
 )
-from .base import AdapterBase, check_positive_ints, pad_rows, scoped_tokenizer_fingerprint
+from .base import AdapterBase, check_positive_ints, pad_rows, scoped_tokenizer_fingerprint, tokenizer_lock
 from .registry import CardText, register_family
 
 
@@ -131,7 +131,9 @@ class ReadOnceBartAdapter(AdapterBase):
         """Log-probabilities `(1, vocab_size)` of the decoder's first token for the probe question read with one
         document's representations (decoder started at `decoder_start_token_id`)."""
         read = self.read([tensors], device=self.model.device, dtype=self.model.dtype)
-        question = self.tokenizer([self.probe_question], return_tensors="pt").to(self.model.device)
+        with tokenizer_lock(self.tokenizer):
+            question = self.tokenizer([self.probe_question], return_tensors="pt")
+        question = question.to(self.model.device)
         config = self.model.config
         start = next((t for t in (config.decoder_start_token_id, config.bos_token_id) if t is not None), 0)
         out = self.model(question.input_ids, attention_mask=question.attention_mask, document_representations=read,
@@ -192,8 +194,9 @@ class ReadOnceBartAdapter(AdapterBase):
         for i, text in enumerate(prompts):
             if not text.strip():
                 raise ValueError(f"prompt {i} is empty: give the text read with each document (default \"summary\").")
-        batch = self.tokenizer(list(prompts), truncation=True, max_length=self.max_prompt_length, padding=True,
-                               padding_side="right", return_tensors="pt")  # right: positions count from column 0
+        with tokenizer_lock(self.tokenizer):  # right padding: positions count from column 0
+            batch = self.tokenizer(list(prompts), truncation=True, max_length=self.max_prompt_length, padding=True,
+                                   padding_side="right", return_tensors="pt")
         device = read.representations.device
         return {"input_ids": batch.input_ids.to(device), "attention_mask": batch.attention_mask.to(device),
                 "document_representations": read}

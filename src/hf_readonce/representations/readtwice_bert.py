@@ -26,7 +26,7 @@ from ..models.readtwice_bert.pipeline_readtwice_bert import (
     check_overflow_windows,
     entity_spans_for_segment,
 )
-from .base import AdapterBase, masked_log_softmax, scoped_tokenizer_fingerprint
+from .base import AdapterBase, masked_log_softmax, scoped_tokenizer_fingerprint, tokenizer_lock
 from .registry import CardText, register_family
 
 
@@ -187,8 +187,10 @@ class ReadTwiceBertAdapter(AdapterBase):
 
     def _encode_batch(self, texts):
         config = self.model.config
-        enc = self.tokenizer(texts, truncation=True, max_length=config.segment_length, stride=config.segment_overlap,
-                             return_overflowing_tokens=True, return_offsets_mapping=True)
+        with tokenizer_lock(self.tokenizer):
+            enc = self.tokenizer(texts, truncation=True, max_length=config.segment_length,
+                                 stride=config.segment_overlap, return_overflowing_tokens=True,
+                                 return_offsets_mapping=True)
         check_overflow_windows(self.tokenizer, enc, texts, 0)
         owner = list(enc["overflow_to_sample_mapping"])
         num, width = len(owner), max(len(ids) for ids in enc["input_ids"])
@@ -285,7 +287,9 @@ class ReadTwiceBertAdapter(AdapterBase):
             return None
         device = self.model.device
         read = self.read([tensors], device=device, dtype=self.model.dtype)
-        question = self.tokenizer([self.probe_question], return_tensors="pt").to(device)
+        with tokenizer_lock(self.tokenizer):
+            question = self.tokenizer([self.probe_question], return_tensors="pt")
+        question = question.to(device)
         out = self.model(document_states=read, question_input_ids=question.input_ids,
                          question_attention_mask=question.attention_mask,
                          question_token_type_ids=torch.zeros_like(question.input_ids),
