@@ -25,6 +25,10 @@ import inspect
 import itertools
 import json
 import math
+import sys
+import threading
+import types
+import weakref
 import zlib
 from collections.abc import Iterable, Mapping
 
@@ -140,6 +144,50 @@ def tokenizer_fingerprint(tokenizer) -> str:
             _TOKENIZER_FINGERPRINTS.pop(oldest, None)
         _TOKENIZER_FINGERPRINTS[key] = digest
     return digest
+
+
+# Copied from hf_readonce.representations.base._TOKENIZER_LOCKS
+# the re-entrant lock of each tokenizer backend ([`tokenizer_lock`]), dropped with it; the registry is one object of
+# the process, kept on a module registered in `sys.modules`, so that every copy of this code (each pipeline file
+# carries one, and a pipeline loaded from the Hub is a module of its own) takes the same lock for a tokenizer
+_TOKENIZER_LOCKS: weakref.WeakKeyDictionary = vars(sys.modules.setdefault(
+    "_hf_readonce_tokenizer_locks", types.ModuleType("_hf_readonce_tokenizer_locks"))).setdefault(
+    "locks", weakref.WeakKeyDictionary())
+
+
+# Copied from hf_readonce.representations.base.tokenizer_lock
+def tokenizer_lock(tokenizer):
+    """The re-entrant lock that serialises calls of `tokenizer`; every tokenizer call of hf-readonce (adapters,
+    tasks, pipelines) is made holding it, across the whole call and never across model work:
+    `with tokenizer_lock(tokenizer): batch = tokenizer(texts, truncation=True, max_length=n)`.
+
+    A fast tokenizer keeps its truncation and padding settings on its Rust backend between calls: a call sets them,
+    then encodes with the GIL released, so two threads calling one tokenizer with different `truncation`,
+    `max_length` or `padding` can each encode with the other's settings (a document silently cut short). Calls made
+    holding this lock never mix settings. There is one lock per backend (`tokenizer.backend_tokenizer`, which a
+    shallow copy shares; a tokenizer without one is its own key), in a weak-keyed registry that every copy of this
+    function in the process shares (each pipeline file carries one) and that lets the lock go with the tokenizer; an
+    object that cannot be weakly referenced shares one lock with the other objects of its class. Decoding uses no
+    per-call state and is not serialised. A tokenizer call made without the lock (a user's own, in another thread) is
+    not covered: hold the lock around it, or give that thread its own `copy.deepcopy(tokenizer)`.
+
+    Args:
+        tokenizer: any tokenizer object (a transformers fast or slow tokenizer, or one of another kind).
+
+    Returns:
+        the lock (a `threading.RLock`), the same object on every call with this tokenizer: re-entrant, so a helper
+        called while it is held takes it again without blocking. Nothing is raised.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    key = tokenizer if backend is None else backend
+    try:
+        lock = _TOKENIZER_LOCKS.get(key)
+    except TypeError:  # cannot be weakly referenced (or hashed): one lock for the objects of its class
+        key = type(key)
+        lock = _TOKENIZER_LOCKS.get(key)
+    if lock is None:  # an atomic insert: two threads asking at once get the same lock
+        lock = _TOKENIZER_LOCKS.setdefault(key, threading.RLock())
+    return lock
 
 
 _INT_VIEWS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -910,12 +958,14 @@ class DeformerQuestionAnsweringPipeline(_TokenizerPipeline):
         tokenizer = self.tokenizer
         if hasattr(tokenizer, "deprecation_warnings"):  # whole contexts are tokenized on purpose (windowed below)
             tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
-        encoded = tokenizer(group["context"], add_special_tokens=False, return_offsets_mapping=True)
+        with tokenizer_lock(tokenizer):
+            encoded = tokenizer(group["context"], add_special_tokens=False, return_offsets_mapping=True)
         ids, offsets = list(encoded["input_ids"]), [tuple(o) for o in encoded["offset_mapping"]]
         if not ids:
             raise ValueError(_no_token_message(group))
         window_ids, window_offsets = passage_windows(ids, offsets, max_passage_len, doc_stride, tokenizer.sep_token_id)
-        questions = tokenizer(group["questions"], truncation=True, max_length=max_question_len)
+        with tokenizer_lock(tokenizer):
+            questions = tokenizer(group["questions"], truncation=True, max_length=max_question_len)
         return {"context": group["context"], "window_ids": window_ids, "window_offsets": window_offsets,
                 "question_ids": [list(q) for q in questions["input_ids"]], "questions_cut": _questions_cut(questions),
                 "max_question_len": max_question_len,

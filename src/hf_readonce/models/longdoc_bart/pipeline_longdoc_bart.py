@@ -17,6 +17,10 @@ from __future__ import annotations
 import copy
 import inspect
 import itertools
+import sys
+import threading
+import types
+import weakref
 from collections.abc import Iterable, Mapping
 
 import torch
@@ -49,6 +53,50 @@ def resolve_compute_dtype(requested, device, checkpoint_dtype):
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ValueError(f"compute dtype must be 'auto', 'float32', 'bfloat16' or 'float16', got {requested!r}.")
     return dtype
+
+
+# Copied from hf_readonce.representations.base._TOKENIZER_LOCKS
+# the re-entrant lock of each tokenizer backend ([`tokenizer_lock`]), dropped with it; the registry is one object of
+# the process, kept on a module registered in `sys.modules`, so that every copy of this code (each pipeline file
+# carries one, and a pipeline loaded from the Hub is a module of its own) takes the same lock for a tokenizer
+_TOKENIZER_LOCKS: weakref.WeakKeyDictionary = vars(sys.modules.setdefault(
+    "_hf_readonce_tokenizer_locks", types.ModuleType("_hf_readonce_tokenizer_locks"))).setdefault(
+    "locks", weakref.WeakKeyDictionary())
+
+
+# Copied from hf_readonce.representations.base.tokenizer_lock
+def tokenizer_lock(tokenizer):
+    """The re-entrant lock that serialises calls of `tokenizer`; every tokenizer call of hf-readonce (adapters,
+    tasks, pipelines) is made holding it, across the whole call and never across model work:
+    `with tokenizer_lock(tokenizer): batch = tokenizer(texts, truncation=True, max_length=n)`.
+
+    A fast tokenizer keeps its truncation and padding settings on its Rust backend between calls: a call sets them,
+    then encodes with the GIL released, so two threads calling one tokenizer with different `truncation`,
+    `max_length` or `padding` can each encode with the other's settings (a document silently cut short). Calls made
+    holding this lock never mix settings. There is one lock per backend (`tokenizer.backend_tokenizer`, which a
+    shallow copy shares; a tokenizer without one is its own key), in a weak-keyed registry that every copy of this
+    function in the process shares (each pipeline file carries one) and that lets the lock go with the tokenizer; an
+    object that cannot be weakly referenced shares one lock with the other objects of its class. Decoding uses no
+    per-call state and is not serialised. A tokenizer call made without the lock (a user's own, in another thread) is
+    not covered: hold the lock around it, or give that thread its own `copy.deepcopy(tokenizer)`.
+
+    Args:
+        tokenizer: any tokenizer object (a transformers fast or slow tokenizer, or one of another kind).
+
+    Returns:
+        the lock (a `threading.RLock`), the same object on every call with this tokenizer: re-entrant, so a helper
+        called while it is held takes it again without blocking. Nothing is raised.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    key = tokenizer if backend is None else backend
+    try:
+        lock = _TOKENIZER_LOCKS.get(key)
+    except TypeError:  # cannot be weakly referenced (or hashed): one lock for the objects of its class
+        key = type(key)
+        lock = _TOKENIZER_LOCKS.get(key)
+    if lock is None:  # an atomic insert: two threads asking at once get the same lock
+        lock = _TOKENIZER_LOCKS.setdefault(key, threading.RLock())
+    return lock
 
 
 # Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._PIPELINE_SPELLINGS
@@ -593,8 +641,10 @@ class LongDocSummarizationPipeline(_TokenizerPipeline):
             self.tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
         # right padding whatever `tokenizer.padding_side` says: BART's learned positions count from the first column,
         # so a left-padded document would be read at shifted positions and differ from the same document alone
-        docs = self.tokenizer(group["documents"], truncation=max_document_len is not None,
-                              max_length=max_document_len, padding=True, padding_side="right", return_tensors="pt")
+        with tokenizer_lock(self.tokenizer):
+            docs = self.tokenizer(group["documents"], truncation=max_document_len is not None,
+                                  max_length=max_document_len, padding=True, padding_side="right",
+                                  return_tensors="pt")
         if max_document_len is not None:
             _note_documents_cut(docs, max_document_len, "max_document_len",
                                 getattr(self.model.config, "max_position_embeddings", None))

@@ -20,6 +20,10 @@ import inspect
 import itertools
 import math
 import re
+import sys
+import threading
+import types
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 
 import torch
@@ -91,6 +95,50 @@ def resolve_compute_dtype(requested, device, checkpoint_dtype):
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ValueError(f"compute dtype must be 'auto', 'float32', 'bfloat16' or 'float16', got {requested!r}.")
     return dtype
+
+
+# Copied from hf_readonce.representations.base._TOKENIZER_LOCKS
+# the re-entrant lock of each tokenizer backend ([`tokenizer_lock`]), dropped with it; the registry is one object of
+# the process, kept on a module registered in `sys.modules`, so that every copy of this code (each pipeline file
+# carries one, and a pipeline loaded from the Hub is a module of its own) takes the same lock for a tokenizer
+_TOKENIZER_LOCKS: weakref.WeakKeyDictionary = vars(sys.modules.setdefault(
+    "_hf_readonce_tokenizer_locks", types.ModuleType("_hf_readonce_tokenizer_locks"))).setdefault(
+    "locks", weakref.WeakKeyDictionary())
+
+
+# Copied from hf_readonce.representations.base.tokenizer_lock
+def tokenizer_lock(tokenizer):
+    """The re-entrant lock that serialises calls of `tokenizer`; every tokenizer call of hf-readonce (adapters,
+    tasks, pipelines) is made holding it, across the whole call and never across model work:
+    `with tokenizer_lock(tokenizer): batch = tokenizer(texts, truncation=True, max_length=n)`.
+
+    A fast tokenizer keeps its truncation and padding settings on its Rust backend between calls: a call sets them,
+    then encodes with the GIL released, so two threads calling one tokenizer with different `truncation`,
+    `max_length` or `padding` can each encode with the other's settings (a document silently cut short). Calls made
+    holding this lock never mix settings. There is one lock per backend (`tokenizer.backend_tokenizer`, which a
+    shallow copy shares; a tokenizer without one is its own key), in a weak-keyed registry that every copy of this
+    function in the process shares (each pipeline file carries one) and that lets the lock go with the tokenizer; an
+    object that cannot be weakly referenced shares one lock with the other objects of its class. Decoding uses no
+    per-call state and is not serialised. A tokenizer call made without the lock (a user's own, in another thread) is
+    not covered: hold the lock around it, or give that thread its own `copy.deepcopy(tokenizer)`.
+
+    Args:
+        tokenizer: any tokenizer object (a transformers fast or slow tokenizer, or one of another kind).
+
+    Returns:
+        the lock (a `threading.RLock`), the same object on every call with this tokenizer: re-entrant, so a helper
+        called while it is held takes it again without blocking. Nothing is raised.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    key = tokenizer if backend is None else backend
+    try:
+        lock = _TOKENIZER_LOCKS.get(key)
+    except TypeError:  # cannot be weakly referenced (or hashed): one lock for the objects of its class
+        key = type(key)
+        lock = _TOKENIZER_LOCKS.get(key)
+    if lock is None:  # an atomic insert: two threads asking at once get the same lock
+        lock = _TOKENIZER_LOCKS.setdefault(key, threading.RLock())
+    return lock
 
 
 # Copied from hf_readonce.models.deformer_bert.pipeline_deformer_bert._PIPELINE_SPELLINGS
@@ -310,7 +358,8 @@ def check_overflow_windows(tokenizer, encoded, texts: Sequence[str], sequence_id
         ends = [end for (start, end), s in zip(encoded["offset_mapping"][window], encoded.sequence_ids(window))
                 if s == sequence_id]
         covered[owner] = max([covered[owner], *ends])
-    whole = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    with tokenizer_lock(tokenizer):
+        whole = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
     for index, (text_offsets, reached) in enumerate(zip(whole, covered)):
         last = max((end for _, end in text_offsets), default=0)
         if reached < last:
@@ -748,12 +797,14 @@ class ReadTwiceQuestionAnsweringPipeline(_TokenizerPipeline):
             return document
 
         if read_once:
-            encoded = tokenizer(context, truncation=True, max_length=length, stride=overlap,
-                                return_overflowing_tokens=True, return_offsets_mapping=True)
+            with tokenizer_lock(tokenizer):
+                encoded = tokenizer(context, truncation=True, max_length=length, stride=overlap,
+                                    return_overflowing_tokens=True, return_offsets_mapping=True)
             check_overflow_windows(tokenizer, encoded, [context], 0)
             document = segments(encoded, 0)
-            questions = tokenizer([q.strip() for q in group["questions"]], truncation=True,
-                                  max_length=max_question_len)
+            with tokenizer_lock(tokenizer):
+                questions = tokenizer([q.strip() for q in group["questions"]], truncation=True,
+                                      max_length=max_question_len)
             document["question_ids"] = [list(q) for q in questions["input_ids"]]
             documents, cut, limit = [document], _questions_cut(questions), int(config.max_position_embeddings)
         else:
@@ -763,8 +814,9 @@ class ReadTwiceQuestionAnsweringPipeline(_TokenizerPipeline):
                 question = question.strip()
                 # the first max_question_len tokens, cut from the question's own text at the last one's end (case
                 # kept, so mentions line up with the tokens; `hf_readonce.tasks.readtwice_qa.truncate_question`)
-                encoded = tokenizer(question, truncation=True, max_length=max_question_len, add_special_tokens=False,
-                                    return_offsets_mapping=True)
+                with tokenizer_lock(tokenizer):
+                    encoded = tokenizer(question, truncation=True, max_length=max_question_len,
+                                        add_special_tokens=False, return_offsets_mapping=True)
                 part, cut = encoded["input_ids"], cut + _questions_cut(encoded)
                 if len(part) >= max_question_len:
                     question = question[: encoded["offset_mapping"][-1][1]]
@@ -772,8 +824,9 @@ class ReadTwiceQuestionAnsweringPipeline(_TokenizerPipeline):
                     raise ValueError(f"segment_length={length} leaves no more than segment_overlap={overlap} "
                                      f"document tokens after a {len(part)}-token question: pass a smaller "
                                      "`max_question_len`.")
-                encoded = tokenizer(question, context, truncation="only_second", max_length=length, stride=overlap,
-                                    return_overflowing_tokens=True, return_offsets_mapping=True)
+                with tokenizer_lock(tokenizer):
+                    encoded = tokenizer(question, context, truncation="only_second", max_length=length,
+                                        stride=overlap, return_overflowing_tokens=True, return_offsets_mapping=True)
                 check_overflow_windows(tokenizer, encoded, [context], 1)
                 documents.append(segments(encoded, 1, mention_fn(question) if entity else ()))
         if not any(o is not None for segment in documents[0]["offsets"] for o in segment):
