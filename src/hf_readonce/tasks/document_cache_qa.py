@@ -31,7 +31,12 @@ from ..models.block_attention_llama.modeling_block_attention_llama import (
     check_context_length,
     check_recompute_ratio,
 )
-from ..representations.base import current_fingerprint, digests_weights_once, one_tokenizer_fingerprint
+from ..representations.base import (
+    current_fingerprint,
+    digests_weights_once,
+    one_tokenizer_fingerprint,
+    tokenizer_lock,
+)
 from ..representations.block_attention_llama import BlockAttentionLlamaAdapter
 from ..representations.fill import (
     check_store_arguments,
@@ -92,13 +97,16 @@ def question_ids(tokenizer, question: str) -> list[int]:
     Raises:
         ValueError: an empty or non-string question (as [`question_prompt`]).
     """
-    return list(tokenizer(question_prompt(question), add_special_tokens=False)["input_ids"])
+    prompt = question_prompt(question)
+    with tokenizer_lock(tokenizer):
+        return list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
 
 
 def answer_ids(tokenizer, answer: str) -> list[int]:
     """Token ids of the target answer: `" " + answer` (no special tokens), then the EOS token when the tokenizer has
     one."""
-    ids = list(tokenizer(" " + answer.strip(), add_special_tokens=False)["input_ids"])
+    with tokenizer_lock(tokenizer):
+        ids = list(tokenizer(" " + answer.strip(), add_special_tokens=False)["input_ids"])
     return ids + ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])
 
 
@@ -387,8 +395,9 @@ def prompt_ids(tokenizer, passages: Sequence[str], question: str, max_document_l
     """
     ids, blocks = [], []
     for b, passage in enumerate(passages):
-        tokens = tokenizer(passage, truncation=True, max_length=max_document_length,
-                           add_special_tokens=add_special_tokens)["input_ids"]
+        with tokenizer_lock(tokenizer):
+            tokens = tokenizer(passage, truncation=True, max_length=max_document_length,
+                               add_special_tokens=add_special_tokens)["input_ids"]
         ids += tokens
         blocks += [b] * len(tokens)
     tail = question_ids(tokenizer, question)
@@ -472,8 +481,9 @@ def answer_kept(tokenizer, example: dict, max_document_length: int, add_special_
     if not texts or not starts:
         return False
     end = starts[0] + len(texts[0])
-    encoded = tokenizer(example["context"], truncation=True, max_length=max_document_length,
-                        add_special_tokens=add_special_tokens, return_offsets_mapping=True)
+    with tokenizer_lock(tokenizer):
+        encoded = tokenizer(example["context"], truncation=True, max_length=max_document_length,
+                            add_special_tokens=add_special_tokens, return_offsets_mapping=True)
     ends = [b for _, b in encoded["offset_mapping"] if b > 0]
     return bool(ends) and end <= max(ends)
 

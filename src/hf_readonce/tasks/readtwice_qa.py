@@ -32,6 +32,7 @@ from ..models.readtwice_bert.pipeline_readtwice_bert import (
     entity_spans_for_segment,
     segment_span_candidates,
 )
+from ..representations.base import tokenizer_lock
 from ..representations.readtwice_bert import capitalized_mentions
 from .jsonl import field_problem
 from .question_answering import answer_problem
@@ -102,8 +103,9 @@ def truncate_question(tokenizer, question: str, max_question_length: int) -> tup
     Returns:
         `(ids, text)`: the ids, and `question` itself when it has fewer than `max_question_length` tokens.
     """
-    encoded = tokenizer(question, truncation=True, max_length=max_question_length, add_special_tokens=False,
-                        return_offsets_mapping=True)
+    with tokenizer_lock(tokenizer):
+        encoded = tokenizer(question, truncation=True, max_length=max_question_length, add_special_tokens=False,
+                            return_offsets_mapping=True)
     ids = list(encoded["input_ids"])
     if len(ids) >= max_question_length:
         question = question[: encoded["offset_mapping"][-1][1]]
@@ -169,12 +171,15 @@ def prepare_readtwice_qa_features(
                     f"segment_length={segment_length} leaves no more than segment_overlap={segment_overlap} context "
                     f"tokens after a {len(question_part)}-token question: lower the overlap or max_question_length."
                 )
-            encoded = tokenizer(question, context, truncation="only_second", max_length=segment_length,
-                                stride=segment_overlap, return_overflowing_tokens=True, return_offsets_mapping=True)
+            with tokenizer_lock(tokenizer):
+                encoded = tokenizer(question, context, truncation="only_second", max_length=segment_length,
+                                    stride=segment_overlap, return_overflowing_tokens=True,
+                                    return_offsets_mapping=True)
         else:
-            question_ids = list(tokenizer(question, truncation=True, max_length=max_question_length)["input_ids"])
-            encoded = tokenizer(context, truncation=True, max_length=segment_length, stride=segment_overlap,
-                                return_overflowing_tokens=True, return_offsets_mapping=True)
+            with tokenizer_lock(tokenizer):
+                question_ids = list(tokenizer(question, truncation=True, max_length=max_question_length)["input_ids"])
+                encoded = tokenizer(context, truncation=True, max_length=segment_length, stride=segment_overlap,
+                                    return_overflowing_tokens=True, return_offsets_mapping=True)
         check_overflow_windows(tokenizer, encoded, [context], 1 if question_in_first_read else 0)
         answers = example.get("answers") or {}
         starts, texts = answers.get("answer_start"), answers.get("text")

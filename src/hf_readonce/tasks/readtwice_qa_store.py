@@ -11,7 +11,13 @@ import torch
 
 from ..dtypes import takes_store_dtype
 from ..models.readtwice_bert.pipeline_readtwice_bert import segment_span_candidates
-from ..representations.base import check_positive_ints, current_fingerprint, digests_weights_once, pad_batch
+from ..representations.base import (
+    check_positive_ints,
+    current_fingerprint,
+    digests_weights_once,
+    pad_batch,
+    tokenizer_lock,
+)
 from ..representations.fill import check_store_arguments, ensure_stored
 from ..representations.readtwice_bert import MENTION_FUNCTIONS, ReadTwiceBertAdapter
 from ..store import RepresentationStore
@@ -122,8 +128,9 @@ def answer_from_readtwice_store(model, tokenizer, store: RepresentationStore, ex
                                                    fingerprint=fingerprint)
     hashes = [by_text[t] for t in texts]
     texts_read = [e["question"].strip() for e in examples]
-    questions = [list(ids) for ids in
-                 tokenizer(texts_read, truncation=True, max_length=max_question_length)["input_ids"]]
+    with tokenizer_lock(tokenizer):
+        questions = [list(ids) for ids in
+                     tokenizer(texts_read, truncation=True, max_length=max_question_length)["input_ids"]]
     if counts is not None:
         counts.update(questions=len(examples),
                       questions_cut=adapter.questions_cut(texts_read, max_question_length, token_ids=questions))

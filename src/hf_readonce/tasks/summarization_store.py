@@ -8,7 +8,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from ..dtypes import takes_store_dtype
-from ..representations.base import current_fingerprint_if_any, digests_weights_once, one_tokenizer_fingerprint
+from ..representations.base import (
+    current_fingerprint_if_any,
+    digests_weights_once,
+    one_tokenizer_fingerprint,
+    tokenizer_lock,
+)
 from ..representations.fill import (
     check_store_arguments,
     ensure_stored,
@@ -185,7 +190,10 @@ def summarize_from_store(model, tokenizer, store: RepresentationStore, documents
     prompt_length_of = getattr(adapter_class, "prompt_length_of", None)
     limit = (prompt_length_of(model.config) if prompt_length_of is not None
              else getattr(adapter_class, "max_prompt_length", None))
-    length = None if prompt is None or limit is None else len(tokenizer(prompt)["input_ids"])
+    length = None
+    if prompt is not None and limit is not None:
+        with tokenizer_lock(tokenizer):
+            length = len(tokenizer(prompt)["input_ids"])
     if length is not None and length > limit:
         raise ValueError(f"`prompt` holds {length} tokens; this {adapter_class.model_type} model reads at most "
                          f"{limit} with each document (it would be cut): pass a shorter one.")
