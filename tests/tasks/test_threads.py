@@ -1,7 +1,7 @@
 """Task calls from several threads on one model and one store (a server's thread pool), beside a thread encoding
-what the store lacks: each call answers as it does alone. Each thread has its own tokenizer (a fast tokenizer keeps
-its truncation and padding on the object between calls, so one must not be called from two threads at once); the
-model and the store are shared."""
+what the store lacks: each call answers as it does alone, whether the threads share one tokenizer or each has its
+own (a fast tokenizer keeps its truncation and padding on the object between calls; hf-readonce's tokenizer calls
+hold the tokenizer's lock); the model and the store are shared."""
 
 import copy
 import sys
@@ -10,10 +10,12 @@ import threading
 import pytest
 
 from hf_readonce.representations import DeformerBertAdapter, fill_store, get_adapter
-from hf_readonce.store import RepresentationStore
+from hf_readonce.store import RepresentationStore, content_hash
 from hf_readonce.tasks.question_answering_store import answer_from_store
+from hf_readonce.tasks.readtwice_qa import truncate_question
 from hf_readonce.tasks.summarization_store import summarize_from_store
 from tests.conftest import tiny_model
+from tests.representations.test_tokenizer_lock import QUESTION, SENTENCE, race
 from tests.tasks.test_summarization_store import DOCUMENTS, longdoc
 
 ROWS = [{"id": f"q{i}", "question": "Who approved the budget on Tuesday?", "context": text}
@@ -66,3 +68,21 @@ def test_answers_and_summaries_from_threads_beside_an_encoding_thread(tokenizer,
         raise errors[0]
     assert results == [True] * 12
     assert store.verify().ok and len(store) == 2 * len(DOCUMENTS) + 3
+
+
+def test_documents_stored_whole_while_a_task_tokenizes_with_the_same_tokenizer(tokenizer, tmp_path):
+    """A thread filling the store (each document read whole, in windows) and a request thread cutting questions to
+    4 tokens (`truncate_question`, ReadTwice's question reading) share one tokenizer: every document is stored with
+    all its tokens, under its full text's hash, and every question is cut to 4 tokens."""
+    adapter = DeformerBertAdapter(tiny_model(), tokenizer, max_passage_length=100, doc_stride=16)
+    documents = [f"Report {i}: " + SENTENCE * 6 for i in range(60)]
+    whole = {content_hash(text): sum(len(window.input_ids) for window in windows)
+             for text, windows in zip(documents, adapter.windows(documents), strict=True)}
+    assert min(whole.values()) > 80
+    store = RepresentationStore(tmp_path / "store")
+
+    _, failures = race(1, lambda _: fill_store(adapter, store, documents, documents_per_batch=1),
+                       lambda: len(truncate_question(tokenizer, QUESTION, 4)[0]) == 4)
+    stored = {entry.content_hash: entry.tensors["input_ids"]["shape"][0] for entry in store.entries()}
+    assert stored == whole
+    assert failures == 0

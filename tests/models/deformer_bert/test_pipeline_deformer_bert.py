@@ -15,6 +15,7 @@ from hf_readonce.tasks.question_answering import recorded_answer_settings
 from hf_readonce.tasks.question_answering_store import answer_from_store
 from tests.conftest import tiny_model
 from tests.hub.test_pipeline_deformer import CONTEXTS, WINDOWS
+from tests.representations.test_tokenizer_lock import QUESTION, SENTENCE, race
 
 LONG_QUESTION = "Who wrote the novel about youthful hubris that was published in December 1815 in London?"
 LOGGER = "hf_readonce.models.deformer_bert.pipeline_deformer_bert"
@@ -202,3 +203,26 @@ def test_every_answering_path_reads_the_output_whatever_config_return_dict_says(
         for a, b in zip(got_logits, expected_logits, strict=True):
             assert np.array_equal(a, b)
     torch.testing.assert_close(got[4], expected[4], atol=0, rtol=0)
+
+
+def test_pipeline_and_adapter_threads_share_one_tokenizer(tokenizer):
+    """The pipeline (its own copy of the tokenizer lock, as it travels to the Hub) answering in one thread with
+    questions cut to 4 tokens, an adapter encoding whole documents in another, one tokenizer: neither reads with the
+    other's truncation."""
+    model = tiny_model()
+    pipe = DeformerQuestionAnsweringPipeline(model=model, tokenizer=tokenizer)
+    adapter = DeformerBertAdapter(model, tokenizer, max_passage_length=100, doc_stride=16)
+    documents = [f"Report {i}: " + SENTENCE * 6 for i in range(60)]
+    whole = [sum(len(window.input_ids) for window in windows) for windows in adapter.windows(documents)]
+    assert min(whole) > 80
+    group = {"context": "The council approved it.", "questions": [QUESTION, QUESTION]}
+    expected = pipe.preprocess(group, max_question_len=4, max_passage_len=24, doc_stride=8)
+    assert [len(ids) for ids in expected["question_ids"]] == [4, 4]
+
+    def ask():
+        got = pipe.preprocess(group, max_question_len=4, max_passage_len=24, doc_stride=8)
+        return got["question_ids"] == expected["question_ids"] and got["window_ids"] == expected["window_ids"]
+
+    results, failures = race(len(documents), lambda i: adapter.num_tokens(adapter.encode([documents[i]])[0]), ask)
+    assert results == whole
+    assert failures == 0
