@@ -237,3 +237,103 @@ def test_a_refresh_of_another_thread_between_a_manifest_and_its_loading_counts_n
     store.put(FP, SETTINGS, HASHES[0], value(0))
     assert store.info()["duplicates"] == 0 and len(store) == 1
     assert torch.equal(store.get(FP, SETTINGS, HASHES[0])["x"], value(0)["x"])
+
+
+# ------------------------------------------------------------------------------------------ processes and copies
+def _forked(target, *args):
+    """Run `target(*args)` in a child made by `fork`; returns what it put on the queue, or "hung" where the child has
+    not finished within 60 s (killed then)."""
+    import multiprocessing
+    import queue as queue_module
+
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    child = context.Process(target=target, args=(results, *args))
+    child.start()
+    try:
+        return results.get(timeout=60)
+    except queue_module.Empty:
+        return "hung"
+    finally:
+        child.join(timeout=5)
+        if child.is_alive():
+            child.kill()
+            child.join()
+
+
+def _child_reads_and_writes(results, store):
+    try:
+        found = store.contains(FP, SETTINGS, HASHES[0])
+        store.put(FP, SETTINGS, HASHES[1], value(1))
+        results.put((found, torch.equal(store.get(FP, SETTINGS, HASHES[1])["x"], value(1)["x"])))
+    except BaseException as error:  # noqa: BLE001 - handed to the parent
+        results.put(f"{type(error).__name__}: {error}")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork start method only")
+def test_a_child_forked_while_another_thread_holds_the_index_reads_and_writes(tmp_path, monkeypatch):
+    # a DataLoader or multiprocessing worker started by fork while a thread of the parent is inside a refresh: the
+    # index lock that thread holds would be held in the child for good (the thread does not exist there)
+    store = RepresentationStore(tmp_path / "s")
+    store.put(FP, SETTINGS, HASHES[0], value(0))
+    inside, go = threading.Event(), threading.Event()
+    listdir = os.listdir
+    refresher = threading.Thread(target=store.refresh)
+
+    def listing(path):
+        if threading.current_thread() is refresher:
+            inside.set()
+            go.wait(timeout=60)
+        return listdir(path)
+
+    monkeypatch.setattr(os, "listdir", listing)
+    refresher.start()
+    try:
+        assert inside.wait(timeout=10)
+        got = _forked(_child_reads_and_writes, store)
+    finally:
+        go.set()
+        refresher.join()
+    assert got == (True, True)
+    assert store.contains(FP, SETTINGS, HASHES[1]) and store.verify().ok
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork start method only")
+def test_a_child_forked_after_a_write_writes_through_the_inherited_store(tmp_path):
+    # the parent's write lock (a filelock, made on its first write) is refused by filelock in a child of a fork
+    store = RepresentationStore(tmp_path / "s")
+    store.put(FP, SETTINGS, HASHES[0], value(0))
+    assert _forked(_child_reads_and_writes, store) == (True, True)
+    assert store.contains(FP, SETTINGS, HASHES[1]) and store.verify().ok
+    store.put(FP, SETTINGS, HASHES[2], value(2))  # the parent's own lock still works
+    assert len(store) == 3
+
+
+def test_a_store_that_wrote_and_read_pickles_and_deepcopies(tmp_path):
+    # `Dataset.map(..., num_proc=...)` and `copy.deepcopy` copy a store; its locks and open shards are its own
+    import copy
+    import pickle
+
+    store = RepresentationStore(tmp_path / "s")
+    store.put(FP, SETTINGS, HASHES[0], value(0))
+    store.get(FP, SETTINGS, HASHES[0])  # an open shard handle in its cache
+    for duplicate in (pickle.loads(pickle.dumps(store)), copy.deepcopy(store)):
+        assert duplicate.path == store.path and len(duplicate) == 1
+        assert torch.equal(duplicate.get(FP, SETTINGS, HASHES[0])["x"], value(0)["x"])
+        duplicate.put(FP, SETTINGS, content_hash(f"copy {id(duplicate)}"), value(7))
+        assert duplicate.verify().ok
+    assert len(store) == 1  # the copies' indexes are their own
+    store.refresh()
+    assert len(store) == 3 and store.verify().ok
+
+
+def test_datasets_fingerprints_a_store_that_wrote_as_one_opened_on_the_same_documents(tmp_path):
+    # `Dataset.map(make_encode_function(adapter, store))` hashes the function and the store it holds (`datasets`
+    # pickles them): a store that has written and read hashes, and as a store just opened on the same folder
+    fingerprint = pytest.importorskip("datasets.fingerprint")
+    store = RepresentationStore(tmp_path / "s")
+    store.put(FP, SETTINGS, HASHES[0], value(0))
+    store.get(FP, SETTINGS, HASHES[0])
+    assert fingerprint.Hasher.hash(store) == fingerprint.Hasher.hash(RepresentationStore(tmp_path / "s"))
+    store.put(FP, SETTINGS, HASHES[1], value(1))
+    assert fingerprint.Hasher.hash(store) != fingerprint.Hasher.hash(RepresentationStore(tmp_path / "t"))

@@ -45,6 +45,7 @@ import stat
 import threading
 import time
 import uuid
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -287,6 +288,53 @@ def _probe(folder: Path) -> None:
         os.close(descriptor)
 
 
+# every store and writer of this process, for the `fork` hooks below (weakly: they do not keep one alive), under
+# `_FORK_GUARD`, which a fork holds from before to after it (so that two threads forking at once take turns)
+_FORKED_LOCKS: weakref.WeakSet = weakref.WeakSet()
+_FORK_GUARD = threading.Lock()
+_FORK_TAKEN: list = []  # what `_before_fork` took for the fork under way
+
+
+def _register_for_fork(item) -> None:
+    """Have the `fork` hooks give `item` (a store or writer) new locks in a child process."""
+    with _FORK_GUARD:
+        _FORKED_LOCKS.add(item)
+
+
+def _before_fork() -> None:
+    """Before `os.fork` (a `multiprocessing` or DataLoader worker started by fork): take, without waiting, the lock of
+    every store and writer of this process, so that the child gets an index no thread was changing; one whose lock
+    another thread holds (a refresh, a repair, a commit) is not waited for: a store's index is read anew by the child
+    ([`RepresentationStore._after_fork`])."""
+    _FORK_GUARD.acquire()
+    _FORK_TAKEN[:] = [item for item in list(_FORKED_LOCKS) if item._fork_lock().acquire(blocking=False)]
+
+
+def _after_fork_in_parent() -> None:
+    """Release what [`_before_fork`] took."""
+    for item in _FORK_TAKEN:
+        item._fork_lock().release()
+    _FORK_TAKEN.clear()
+    _FORK_GUARD.release()
+
+
+def _after_fork_in_child() -> None:
+    """In the child of `os.fork`: new locks for every store and writer inherited from the parent (a lock held by
+    another thread of the parent at the fork would stay held here for good: that thread does not exist in the
+    child; filelock refuses a write lock inherited across fork)."""
+    global _FORK_GUARD
+    taken = {id(item) for item in _FORK_TAKEN}
+    for item in list(_FORKED_LOCKS):
+        item._after_fork(id(item) in taken)
+    _FORK_TAKEN.clear()
+    _FORK_GUARD = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)
+
+
 _RECREATE_ATTEMPTS = 5  # how often a writer creates anew a store removed again and again under it before giving up
 
 
@@ -376,6 +424,7 @@ class RepresentationStore:
         # object: each read or change of it holds this lock, never while waiting for the write lock (see `refresh`)
         self._index_lock = threading.RLock()
         self._committing: set[str] = set()  # shards this process is writing, their manifest not yet loaded
+        _register_for_fork(self)
         self.readonly = readonly
         self.verify_reads = verify_reads
         if isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float)) or math.isnan(lock_timeout):
@@ -412,6 +461,46 @@ class RepresentationStore:
         self._bad_manifests: dict[str, str] = {}
         self._handles: OrderedDict[str, Any] = OrderedDict()
         self.refresh()
+
+    # ----------------------------------------------------------------- processes
+    def __getstate__(self) -> dict:
+        """What `pickle` and `copy.deepcopy` keep of the store (`Dataset.map(..., num_proc=...)` sends a
+        [`~hf_readonce.representations.StoreEncodeFunction`] and the store it holds to its workers; `datasets`
+        fingerprints a map function by pickling it): its settings and its in-memory index as one thread sees it
+        between changes, without the locks and open shard files, which belong to this process (the copy makes its
+        own)."""
+        with self._index_lock:
+            state = dict(self.__dict__)
+            state["_manifests_loaded"] = set(self._manifests_loaded)
+            state["_entries"], state["_spaces"] = dict(self._entries), dict(self._spaces)
+            state["_by_hash"] = {doc_hash: set(spaces) for doc_hash, spaces in self._by_hash.items()}
+            state["_shards"], state["_bad_manifests"] = dict(self._shards), dict(self._bad_manifests)
+        for name in ("_index_lock", "_committing"):
+            state.pop(name, None)
+        state["_lock"], state["_handles"] = None, OrderedDict()
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        """Rebuild a store from [`__getstate__`], with locks of its own."""
+        self.__dict__.update(state)
+        self._index_lock = threading.RLock()
+        self._committing = set()
+        _register_for_fork(self)
+
+    def _fork_lock(self) -> threading.RLock:
+        """The lock the `fork` hooks take before a fork (the index lock)."""
+        return self._index_lock
+
+    def _after_fork(self, held: bool) -> None:
+        """In the child of `os.fork` ([`_after_fork_in_child`]): a new index lock; a new write lock on the next write
+        (a `FileLock` opens its own descriptor of `.lock`, so that the child's commits wait for the parent's and the
+        parent's for the child's); nothing being committed. `held`: whether the index lock was taken before the
+        fork; if not, another thread may have been changing the index, which is then read anew."""
+        self._index_lock = threading.RLock()
+        self._lock = None
+        self._committing = set()
+        if not held:
+            self._reset_index()
 
     # ----------------------------------------------------------------- creation
     def _open_or_create(self, create: bool, readonly: bool) -> None:
@@ -1376,11 +1465,20 @@ class StoreWriter:
                                          _utf8_name(model_name) or None)
         store.check_writable()
         self._lock = threading.RLock()  # `add`, `flush` and `discard` from several threads: one at a time
+        _register_for_fork(self)
         self._buffer: list[tuple[str, dict, dict]] = []
         self._buffered_hashes: set[str] = set()
         self._buffered_bytes = 0
         self.committed: list[str] = []
         self.skipped: list[str] = []
+
+    def _fork_lock(self) -> threading.RLock:
+        """The lock the `fork` hooks take before a fork."""
+        return self._lock
+
+    def _after_fork(self, held: bool) -> None:
+        """In the child of `os.fork`: a new lock (one another thread held at the fork would stay held for good)."""
+        self._lock = threading.RLock()
 
     def _prepare(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         if not isinstance(tensors, Mapping) or not tensors:
