@@ -337,3 +337,23 @@ def test_datasets_fingerprints_a_store_that_wrote_as_one_opened_on_the_same_docu
     assert fingerprint.Hasher.hash(store) == fingerprint.Hasher.hash(RepresentationStore(tmp_path / "s"))
     store.put(FP, SETTINGS, HASHES[1], value(1))
     assert fingerprint.Hasher.hash(store) != fingerprint.Hasher.hash(RepresentationStore(tmp_path / "t"))
+
+
+def _child_puts(results, store):
+    try:
+        store.put(FP, SETTINGS, HASHES[1], value(1))
+        results.put("written")
+    except BaseException as error:  # noqa: BLE001 - handed to the parent
+        results.put(type(error).__name__)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork start method only")
+def test_a_forked_childs_commit_waits_for_the_parents_write_lock(tmp_path):
+    store = RepresentationStore(tmp_path / "s")
+    store.put(FP, SETTINGS, HASHES[0], value(0))
+    store.lock_timeout = 0.2  # the child's write lock is made anew, with this timeout
+    with store.lock():
+        assert _forked(_child_puts, store) == "Timeout"
+    assert not store.contains(FP, SETTINGS, HASHES[1])
+    assert _forked(_child_puts, store) == "written"
+    assert store.contains(FP, SETTINGS, HASHES[1])

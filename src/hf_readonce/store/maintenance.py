@@ -532,8 +532,9 @@ def verify_store(store, progress: bool = False) -> VerifyReport:
             report.corruptions.append(ambiguous)
         if corruption is not None:
             report.corruptions.append(corruption)
-    # a shard being committed when the files were listed (by a thread of this process, or by another process) is
-    # indexed by now: only what is still unindexed, and still there, is an orphan
+    # a shard being committed when the files were listed is looked at once more: indexed by now, or still being
+    # committed by a thread of this process, it is none. (One another process has written and not yet indexed at
+    # this second look is named: nothing tells it from a writer that died between the two.)
     indexed = dict(shards)
     report.orphans = [f for f in files if f not in indexed]
     if report.orphans:
