@@ -1,6 +1,7 @@
 """BlockAttentionLlamaForCausalLM (Block-Attention, TurboRAG): per-document KV caches, composition by re-rotating
 keys, generate() from composed caches, the block training mask; on tiny random Llama configs in fp32."""
 
+import functools
 import json
 
 import pytest
@@ -1054,9 +1055,11 @@ def test_trainer_step_with_block_ids(tmp_path):
 
 
 def test_trainer_step_over_right_padded_batches_is_the_step_of_the_mean_over_their_targets(tmp_path):
-    """Right padding labelled -100 (`DocumentQACollator`'s batches): `Trainer`'s `num_items_in_batch`
-    (`labels[:, 1:] != -100`) is the number of targets the model scores, so one SGD step over two accumulated batches
-    of 2 rows is the step of the loss's mean over the 4 rows' targets (read in one forward)."""
+    """Right padding labelled -100 (`DocumentQACollator`'s batches): the model sums the targets it scores and divides
+    by `Trainer`'s `num_items_in_batch`, so one SGD step over two accumulated batches of 2 rows is the step of the
+    loss's mean over the 4 rows' targets (read in one forward), scaled by targets / `num_items_in_batch`: 1 where
+    Trainer counts `labels[:, 1:] != -100` (transformers 5.24), 20 / 24 where it counts `labels != -100` (5.6: one
+    more per row, as for `LlamaForCausalLM`)."""
     from transformers import Trainer, TrainingArguments
 
     from hf_readonce.tasks.document_cache_qa import DocumentQACollator
@@ -1068,14 +1071,27 @@ def test_trainer_step_over_right_padded_batches_is_the_step_of_the_mean_over_the
     reference = tiny().train()
     reference(**batch).loss.backward()
     expected = [p.detach() - p.grad for p in reference.parameters()]
+    targets = int((batch["labels"][:, 1:] != -100).sum())
     model = tiny().train()
+    counts = []  # the num_items_in_batch Trainer passes with each micro-batch
+    forward = model.forward
+
+    @functools.wraps(forward)  # Trainer reads the signature: the columns it keeps, that it takes loss kwargs
+    def counting_forward(*args, **kwargs):
+        counts.append(int(kwargs["num_items_in_batch"]))
+        return forward(*args, **kwargs)
+
+    model.forward = counting_forward
     args = TrainingArguments(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=2,
                              gradient_accumulation_steps=2, optim="sgd", learning_rate=1.0, max_grad_norm=0.0,
                              weight_decay=0.0, lr_scheduler_type="constant", use_cpu=True, report_to="none",
                              save_strategy="no", dataloader_drop_last=False)
     Trainer(model=model, args=args, train_dataset=rows, data_collator=DocumentQACollator(pad_token_id=0)).train()
-    for trained, wanted in zip(model.parameters(), expected, strict=True):
-        torch.testing.assert_close(trained.detach(), wanted, atol=1e-6, rtol=0)
+    assert len(counts) == 2 and counts[0] == counts[1] and counts[0] in (targets, targets + len(rows)), counts
+    scale = targets / counts[0]
+    for trained, wanted, start in zip(model.parameters(), expected, reference.parameters(), strict=True):
+        torch.testing.assert_close(trained.detach(), start.detach() - (start.detach() - wanted) * scale, atol=1e-6,
+                                   rtol=0)
 
 
 def test_compose_batch_refuses_bad_counts_by_name():

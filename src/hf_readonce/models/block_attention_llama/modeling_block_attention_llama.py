@@ -1624,7 +1624,8 @@ class BlockAttentionLlamaForCausalLM(BlockAttentionLlamaPreTrainedModel, LlamaFo
                 `attention_mask` that has padding, a real token predicts the next real token's label and a padding
                 position nothing, as for each row alone: a left-padded row's first token is predicted by nothing (by
                 the prefix neither, with `document_caches`), and a label on padding counts nowhere. With `Trainer`,
-                whose `num_items_in_batch` counts `labels[:, 1:] != -100` and is the loss's denominator, give
+                whose `num_items_in_batch` counts `labels[:, 1:] != -100` (transformers 5.24; 5.6 counts
+                `labels != -100`, one more per row, as for `LlamaForCausalLM`) and is the loss's denominator, give
                 padding the label -100 and pad on the right, so that its count is the targets scored here.
             block_ids (`torch.LongTensor` of shape `(batch_size, seq_length)`, *optional*): the Block-Attention
                 training mask ([`block_attention_mask`]): tokens of document block `b >= 0` attend causally within

@@ -978,6 +978,7 @@ class RecurrentCausalLMMixin:
                 `attention_mask`, a real token predicts the next real token's label and a padding position
                 nothing, as for each row alone). Each target is counted once across windows: overlap tokens are
                 context only (§4.2). With `Trainer`, whose `num_items_in_batch` counts `labels[:, 1:] != -100`
+                (transformers 5.24; 5.6 counts `labels != -100`, one more per row, as for `LlamaForCausalLM`)
                 and is the loss's denominator, give padding the label -100 and pad on the right (a left-padded
                 row's first token is predicted by nothing), so that its count is the targets scored here.
             past_key_values ([`RecurrentCache`], *optional*): continue a stream (what `generate()` passes).
