@@ -100,3 +100,53 @@ def test_a_given_window_the_model_cannot_read_is_named_before_the_stride_it_woul
     with pytest.raises(ValueError, match=r"with a stride of 64 tokens, .*of at most 0\.$"):  # the smallest window
         answer_from_store(tiny_model(), tokenizer, store, rows, encode_missing=True, max_passage_length=2)
     assert len(store) == 0
+
+
+WORDS = "the quick brown fox jumps over a lazy dog near river".split()
+ANIMALS = ["fox", "dog", "cat", "cow", "pig", "owl", "bee", "ant"]
+
+
+def _alternating_rows(tokenizer):
+    """8 rows, each with its own passage, long (18 words) and short (4 words) in turn; questions of one length."""
+    rows = []
+    for i, animal in enumerate(ANIMALS):
+        words = WORDS[i % len(WORDS):] + WORDS[: i % len(WORDS)]
+        context = " ".join((words * 2)[:18] if i % 2 == 0 else words[:3] + [animal])
+        rows.append({"id": f"q{i}", "question": f"what did the {animal} do?", "context": context})
+    assert len({len(tokenizer(r["question"]).input_ids) for r in rows}) == 1
+    return rows
+
+
+def _padding_per_call(model, monkeypatch):
+    """Per model call: `(padded question tokens, padded passage rows)`, read from the masks the call gets."""
+    calls = []
+    forward = model.forward
+
+    def counting(*args, **kwargs):
+        questions, passages = kwargs["attention_mask"], kwargs["passage_states"].attention_mask
+        calls.append((int((questions == 0).sum()), int((passages == 0).sum())))
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", counting)
+    return calls
+
+
+def test_features_of_similar_length_share_a_batch_and_answers_keep_the_input_order(tokenizer, tmp_path,
+                                                                                   monkeypatch):
+    """Passages long and short in turn, two features per batch: in input order every batch pads a short passage's
+    states to a long one's; grouped by length (the default), no batch pads anything, and the answers are those of
+    the input order, keyed in example order."""
+    model = tiny_model()
+    model.config.max_passage_length, model.config.doc_stride = 32, 8
+    rows = _alternating_rows(tokenizer)
+    store = RepresentationStore(tmp_path / "store")
+    fill_store(DeformerBertAdapter(model, tokenizer), store, [r["context"] for r in rows], store_dtype="float32")
+    calls = _padding_per_call(model, monkeypatch)
+    in_order = answer_from_store(model, tokenizer, store, rows, batch_size=2, group_by_length=False)
+    assert all(passages > 0 for _, passages in calls)  # a long and a short passage in each batch
+    calls.clear()
+    grouped = answer_from_store(model, tokenizer, store, rows, batch_size=2)
+    assert len(calls) == len(rows) // 2 and calls == [(0, 0)] * len(calls)
+    assert list(grouped) == [r["id"] for r in rows] and grouped == in_order and any(grouped.values())
+    with pytest.raises(TypeError, match="`group_by_length` must be a bool, got str 'no'"):
+        answer_from_store(model, tokenizer, store, rows, group_by_length="no")

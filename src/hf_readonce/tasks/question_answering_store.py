@@ -21,7 +21,9 @@ from ..representations.fill import (
 )
 from ..representations.spaces import default_settings, find_space
 from ..store import MissingRepresentationError, RepresentationMismatchError, RepresentationStore
+from ..store.keys import check_bool
 from ..store.maintenance import unindexed_note
+from .batching import length_grouped_order
 from .question_answering import (
     PassageWindowCache,
     check_decoding_arguments,
@@ -158,7 +160,8 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
                       max_answer_length: int = 30, allow_no_answer: bool | None = None,
                       null_score_diff_threshold: float | None = None, passages_per_chunk: int = 64,
                       encode_missing: bool = False, store_dtype: str = "float16", progress: bool = False,
-                      settings_used: dict | None = None, counts: dict | None = None) -> dict[str, str]:
+                      settings_used: dict | None = None, counts: dict | None = None,
+                      group_by_length: bool = True) -> dict[str, str]:
     """Answer extractive questions with a DeFormer model from passage states stored in `store`: only the questions
     and the upper layers run; the passage windows, offsets and lower-layer states come from the store.
 
@@ -178,6 +181,12 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
         batch_size, n_best_size, max_answer_length: as in
             [`hf_readonce.tasks.question_answering.postprocess_qa_predictions`].
         passages_per_chunk (`int`, defaults to 64): passages whose states are held in memory at once.
+        group_by_length (`bool`, defaults to `True`): the features (question, window) of each chunk of passages run
+            sorted by window length, then question tokens, longest first, so that a batch pads its questions and
+            passage states less (as `fill_store`'s `group_by_length`; at most `LENGTH_GROUPED_BATCHES` (50) batches
+            sorted together); the answers are those of the input order (each feature's logits do not depend on its
+            batch companions, within floating-point rounding) and come back in example order. `False`: the features
+            run in example order.
         encode_missing (`bool`, defaults to `False`): encode and store passages that are missing instead of raising.
         store_dtype (`str`, defaults to `"float16"`): storage dtype of what `encode_missing` stores (fp32, fp16,
             bf16); the model computes in its own dtype.
@@ -198,9 +207,10 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
             a count < 1 (`batch_size`, `passages_per_chunk`, `max_question_length`, `n_best_size`,
             `max_answer_length`).
         TypeError: an argument of the wrong type (named); a `model` that is not a DeFormer; a `dtype=` keyword (the
-            storage dtype is `store_dtype`).
+            storage dtype is `store_dtype`); a `group_by_length` that is not a bool.
     """
     check_store_arguments(model, store, store_dtype)
+    check_bool(group_by_length, "group_by_length")
     examples = check_question_rows(examples)
     recorded = recorded_answer_settings(model.config, max_question_length, allow_no_answer, null_score_diff_threshold)
     max_question_length, allow_no_answer = recorded["max_question_length"], recorded["allow_no_answer"]
@@ -270,7 +280,13 @@ def answer_from_store(model, tokenizer, store: RepresentationStore, examples: Se
                     features.append({"example_index": len(chunk_examples), "passage_index": local,
                                      "window_index": w, "question_ids": questions[i]})
                 chunk_examples.append({**examples[i], "id": str(examples[i].get("id", i))})
-        logits = predict_cached(model, features, cache, batch_size=batch_size, pad_token_id=pad)
+        # the features longest first (stored window rows, then question tokens), their logits put back in place
+        order = length_grouped_order([(cache[(f["passage_index"], f["window_index"])].shape[0],
+                                       len(f["question_ids"])) for f in features], batch_size, group_by_length)
+        logits = [None] * len(features)
+        for i, row in zip(order, predict_cached(model, [features[i] for i in order], cache, batch_size=batch_size,
+                                                pad_token_id=pad), strict=True):
+            logits[i] = row
         predictions.update(postprocess_qa_predictions(chunk_examples, features, windows, logits,
                                                       n_best_size=n_best_size, max_answer_length=max_answer_length,
                                                       allow_no_answer=allow_no_answer,
