@@ -259,3 +259,47 @@ def test_config_return_dict_false_gives_the_same_answers(tokenizer, tmp_path):
     assert len(got[3]) == len(expected[3]) > 0
     for (start, end, group), (start_0, end_0, group_0) in zip(got[3], expected[3], strict=True):
         assert (start == start_0).all() and (end == end_0).all() and group == group_0
+
+
+def _padding_per_call(model, monkeypatch):
+    """Per model call: `(padded question tokens, padded segment tokens)` of the (question, segment) rows it runs,
+    read from the masks the call gets."""
+    calls = []
+    forward = model.forward
+
+    def counting(*args, **kwargs):
+        questions, documents = kwargs["question_attention_mask"], kwargs["document_states"]
+        rows = kwargs["question_document_ids"][:, None] == documents.document_ids[None, :]
+        question_of_row, segment_of_row = rows.nonzero(as_tuple=True)
+        calls.append((int((questions[question_of_row] == 0).sum()),
+                      int((documents.attention_mask[segment_of_row] == 0).sum())))
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", counting)
+    return calls
+
+
+def test_questions_of_similar_length_share_a_batch_and_answers_keep_the_input_order(tokenizer, tmp_path,
+                                                                                    monkeypatch):
+    """Documents long, short, long (one segment each, the long ones of one length), a question each, two per batch:
+    in input order the first batch pads the short document's segment to the long one's; grouped by length (the
+    default), no batch pads anything (a call reads its own documents only), and the answers are those of the
+    input order, keyed in example order."""
+    words = "the quick brown fox jumps over a lazy dog near the river bank".split()
+    contexts = [" ".join(words[:12]), "rain is expected today", " ".join(words[1:13])]
+    rows = [{"id": f"q{i}", "question": f"what did the {animal} do?", "context": context}
+            for i, (animal, context) in enumerate(zip(["fox", "dog", "cat"], contexts))]
+    lengths = [len(tokenizer(c).input_ids) for c in contexts]
+    assert lengths[0] == lengths[2] > lengths[1] and max(lengths) <= 24  # one segment each
+    model = tiny_readtwice()
+    store = RepresentationStore(tmp_path / "store")
+    fill_store(ReadTwiceBertAdapter(model, tokenizer), store, contexts, store_dtype="float32")
+    calls = _padding_per_call(model, monkeypatch)
+    in_order = answer_from_readtwice_store(model, tokenizer, store, rows, batch_size=2, group_by_length=False)
+    assert calls[0][1] > 0  # the short document's segment padded to the long one's
+    calls.clear()
+    grouped = answer_from_readtwice_store(model, tokenizer, store, rows, batch_size=2)
+    assert calls == [(0, 0), (0, 0)]
+    assert list(grouped) == [r["id"] for r in rows] and grouped == in_order
+    with pytest.raises(TypeError, match="`group_by_length` must be a bool, got int 1"):
+        answer_from_readtwice_store(model, tokenizer, store, rows, group_by_length=1)

@@ -21,6 +21,8 @@ from ..representations.base import (
 from ..representations.fill import check_store_arguments, ensure_stored
 from ..representations.readtwice_bert import MENTION_FUNCTIONS, ReadTwiceBertAdapter
 from ..store import RepresentationStore
+from ..store.keys import check_bool
+from .batching import batches_of, length_grouped_order
 from .question_answering import (
     check_decoding_arguments,
     check_question_rows,
@@ -62,7 +64,8 @@ def answer_from_readtwice_store(model, tokenizer, store: RepresentationStore, ex
                                 max_answer_length: int = 30, documents_per_chunk: int = 16,
                                 encode_missing: bool = False, store_dtype: str = "float16", mention_fn=None,
                                 mentions: str | None = None, progress: bool = False,
-                                settings_used: dict | None = None, counts: dict | None = None) -> dict[str, str]:
+                                settings_used: dict | None = None, counts: dict | None = None,
+                                group_by_length: bool = True) -> dict[str, str]:
     """Answer extractive questions with a read-once ReadTwice model from the first reads stored in `store`: only the
     questions and the second read run. Each row pairs a question with a segment of its document; the answer is the
     best span over all segments (App. C.1: "the most confident prediction amongst all the segments"), found by the
@@ -81,7 +84,15 @@ def answer_from_readtwice_store(model, tokenizer, store: RepresentationStore, ex
             documents).
         n_best_size (`int`, defaults to 20), max_answer_length (`int`, defaults to 30): the span search (start and end
             candidates per segment; longest answer in tokens).
-        documents_per_chunk (`int`, defaults to 16): documents whose first reads are held in memory at once.
+        documents_per_chunk (`int`, defaults to 16): documents whose first reads are held in memory at once. A
+            model call reads the first reads of its questions' documents only, their segments padded to the
+            longest of them.
+        group_by_length (`bool`, defaults to `True`): the questions of each chunk of documents run sorted by their
+            document's stored segment width, then its segments, then question tokens, longest first, so that a
+            batch pads its questions and segments less (as `fill_store`'s `group_by_length`; at most
+            `LENGTH_GROUPED_BATCHES` (50) batches sorted together); the answers are those of the input order (a
+            question's logits do not depend on its batch companions, within floating-point rounding) and come back
+            in example order. `False`: the questions run in example order.
         encode_missing (`bool`, defaults to `False`): encode and store documents that are missing instead of raising.
         store_dtype (`str`, defaults to `"float16"`): storage dtype of what `encode_missing` stores (fp32, fp16,
             bf16); the model computes in its own dtype.
@@ -107,9 +118,11 @@ def answer_from_readtwice_store(model, tokenizer, store: RepresentationStore, ex
             an example without a non-empty `question`/`context`; two examples with one id; a count < 1; entity
             memories without a mention function.
         TypeError: `examples` is not a list of dicts; an argument of the wrong type (named); a `model` that is not
-            a ReadTwice model; a `dtype=` keyword (the storage dtype is `store_dtype`).
+            a ReadTwice model; a `dtype=` keyword (the storage dtype is `store_dtype`); a `group_by_length` that is
+            not a bool.
     """
     check_store_arguments(model, store, store_dtype)
+    check_bool(group_by_length, "group_by_length")
     examples = check_question_rows(examples)
     max_question_length = recorded_answer_settings(model.config, max_question_length)["max_question_length"]
     check_positive_ints({"batch_size": batch_size, "documents_per_chunk": documents_per_chunk,
@@ -147,24 +160,31 @@ def answer_from_readtwice_store(model, tokenizer, store: RepresentationStore, ex
         for chunk_start in range(0, len(texts), documents_per_chunk):
             chunk = list(range(chunk_start, min(chunk_start + documents_per_chunk, len(texts))))
             stored = store.get_many(fingerprint, settings, [hashes[c] for c in chunk])
-            read = adapter.read(stored, device=device, dtype=model.dtype)
-            first_segment, offsets = [], []  # per local document: its first row in `read`, per segment its offsets
-            row = 0
+            offsets = []  # per local document, per segment its offsets
             for tensors in stored:
-                first_segment.append(row)
                 lengths = tensors["attention_mask"].sum(dim=1).tolist()
                 spans = tensors["offsets"].tolist()
                 offsets.append([[tuple(o) if o[0] >= 0 else None for o in spans[s][:n]]
                                 for s, n in enumerate(lengths)])
-                row += len(lengths)
             pending = [(local, i) for local, c in enumerate(chunk) for i in by_context[c]]
-            for begin in range(0, len(pending), batch_size):
-                batch = pending[begin : begin + batch_size]
+            # longest first: the document's stored segment width, its segments, the question's tokens
+            order = length_grouped_order([(*stored[local]["attention_mask"].shape[::-1], len(questions[i]))
+                                          for local, i in pending], batch_size, group_by_length)
+            for rows in batches_of(order, batch_size):
+                batch = [pending[r] for r in rows]
+                # the first reads of this batch's documents only: segments padded to the longest of them
+                documents = list(dict.fromkeys(local for local, _ in batch))
+                read = adapter.read([stored[local] for local in documents], device=device, dtype=model.dtype)
+                first_segment, row = {}, 0  # per local document: its first row in `read`
+                for local in documents:
+                    first_segment[local] = row
+                    row += stored[local]["attention_mask"].shape[0]
                 ids = pad_batch([questions[i] for _, i in batch], pad).to(device)
                 mask = pad_batch([[1] * len(questions[i]) for _, i in batch], 0).to(device)
+                document_ids = [documents.index(local) for local, _ in batch]
                 out = model(document_states=read, question_input_ids=ids, question_attention_mask=mask,
                             question_token_type_ids=torch.zeros_like(ids),
-                            question_document_ids=torch.tensor([local for local, _ in batch], device=device),
+                            question_document_ids=torch.tensor(document_ids, device=device),
                             return_dict=True)
                 start, end = out.start_logits.float().cpu(), out.end_logits.float().cpu()
                 shift = int(out.question_length or 0)
