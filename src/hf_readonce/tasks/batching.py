@@ -1,10 +1,11 @@
-"""The order in which the store-reading tasks (`answer`, `summarize`) run their rows: rows of similar length share a
-model call, within a bounded look-ahead, as [`~hf_readonce.representations.fill.fill_store`] groups the documents it
-encodes (`group_by_length`); the tasks give their results back in input order."""
+"""The order in which the extractive store readers (`answer_from_store`, `answer_from_readtwice_store`) run their
+rows: rows of similar length share a model call, within a bounded look-ahead, as
+[`~hf_readonce.representations.fill.fill_store`] groups the documents it encodes (`group_by_length`); the readers give
+their results back in input order."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 
 from ..representations.fill import LENGTH_GROUPED_BATCHES
 
@@ -43,27 +44,4 @@ def batches_of(order: Sequence[int], batch_size: int) -> Iterator[list[int]]:
         yield list(order[start : start + batch_size])
 
 
-def stored_lengths(store, fingerprint: str, settings: Mapping, hashes: Mapping[str, str]) -> dict[str, int] | None:
-    """The tokens stored for each document: the `num_tokens` that [`fill_store`] records with it (the tokens its
-    adapter read), looked up in the store's index (no tensor is read).
-
-    Args:
-        store ([`RepresentationStore`]), fingerprint (`str`), settings (`Mapping`): the space read.
-        hashes (`Mapping[str, str]`): key (e.g. the text) -> [`content_hash`] of a stored document.
-
-    Returns:
-        `dict[str, int]` (key -> tokens), or `None` when a document has no count recorded (stored by other means).
-
-    Raises:
-        MissingRepresentationError / RepresentationMismatchError: a document not stored in this space.
-    """
-    out = {}
-    for key, document_hash in hashes.items():
-        tokens = store.entry(fingerprint, settings, document_hash).meta.get("num_tokens")
-        if isinstance(tokens, bool) or not isinstance(tokens, int):
-            return None
-        out[key] = tokens
-    return out
-
-
-__all__ = ["batches_of", "length_grouped_order", "stored_lengths"]
+__all__ = ["batches_of", "length_grouped_order"]
