@@ -3,12 +3,17 @@ questions it cuts. The answers themselves, the store, loading and remote code ar
 tests/hub/test_pipeline_deformer.py and tests/hub/test_pipeline_store.py."""
 
 import logging
+from collections import Counter
 
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
-from hf_readonce.models.deformer_bert.pipeline_deformer_bert import DeformerQuestionAnsweringPipeline
+from hf_readonce.models.deformer_bert.pipeline_deformer_bert import (
+    DeformerQuestionAnsweringPipeline,
+    window_span_candidates,
+)
 from hf_readonce.representations import DeformerBertAdapter, fill_store
 from hf_readonce.store import RepresentationStore
 from hf_readonce.tasks.question_answering import recorded_answer_settings
@@ -226,3 +231,61 @@ def test_pipeline_and_adapter_threads_share_one_tokenizer(tokenizer):
     results, failures = race(len(documents), lambda i: adapter.num_tokens(adapter.encode([documents[i]])[0]), ask)
     assert results == whole
     assert failures == 0
+
+
+class AtenOps(TorchDispatchMode):
+    """Counts the aten ops run inside the mode, by name (`aten._local_scalar_dense.default` is one value read back
+    to Python, e.g. `float(t[i])`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops[str(func)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def tied_logits(length, seed):
+    """`(start, end)` logits of one window with many ties (halves in [-3, 3))."""
+    generator = torch.Generator().manual_seed(seed)
+    return tuple(torch.randint(-6, 6, (length,), generator=generator).float() / 2 for _ in range(2))
+
+
+def spelled_out_span_search(start_logits, end_logits, offsets, n_best_size, max_answer_len):
+    """The window span search written out: the `n_best_size` best starts and ends (ties in position order), every
+    valid pair of passage tokens scored with its two logits read one at a time."""
+    k = min(n_best_size, len(start_logits))
+    starts = sorted(range(len(start_logits)), key=lambda i: -float(start_logits[i]))[:k]
+    ends = sorted(range(len(end_logits)), key=lambda i: -float(end_logits[i]))[:k]
+    return [(float(start_logits[s]) + float(end_logits[e]), offsets[s][0], offsets[e][1]) for s in starts
+            for e in ends if offsets[s] is not None and offsets[e] is not None and s <= e < s + max_answer_len]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_window_span_candidates_are_the_spelled_out_search(dtype):
+    """Candidates, scores (exactly) and their order are those of the search written out, ties included, in every
+    logit dtype, with positions that are not passage tokens (`None` offsets) left out."""
+    length = 40
+    offsets = [None] + [(3 * i, 3 * i + 2) for i in range(length - 2)] + [None]
+    for seed in range(4):
+        start, end = (logits.to(dtype) for logits in tied_logits(length, seed))
+        for n_best_size, max_answer_len in ((20, 30), (5, 3), (60, 1)):
+            got = window_span_candidates(start, end, offsets, n_best_size, max_answer_len)
+            assert got == spelled_out_span_search(start, end, offsets, n_best_size, max_answer_len)
+            assert got and all(type(score) is float for score, _, _ in got)
+
+
+def test_window_span_candidates_read_each_logit_tensor_once():
+    """The search reads the logits back to Python once per window, not once per scored pair: the tensor ops it runs
+    do not grow with `n_best_size` (400 pairs at 20), and none reads a single value."""
+    start, end = tied_logits(64, seed=0)
+    offsets = [(i, i + 1) for i in range(64)]
+    counted = []
+    for n_best_size in (2, 20):
+        with AtenOps() as ops:
+            candidates = window_span_candidates(start, end, offsets, n_best_size, 64)
+        counted.append(ops.ops)
+    assert len(candidates) > 100
+    assert counted[0] == counted[1]
+    assert counted[1]["aten._local_scalar_dense.default"] == 0

@@ -7,12 +7,16 @@ import logging
 import pytest
 import torch
 
-from hf_readonce.models.readtwice_bert.pipeline_readtwice_bert import ReadTwiceQuestionAnsweringPipeline
+from hf_readonce.models.readtwice_bert.pipeline_readtwice_bert import (
+    ReadTwiceQuestionAnsweringPipeline,
+    segment_span_candidates,
+)
 from hf_readonce.store import RepresentationStore
 from hf_readonce.tasks.question_answering import recorded_answer_settings
 from hf_readonce.tasks.readtwice_qa_store import answer_from_readtwice_store
 from tests.hub.test_pipeline_deformer import CONTEXTS
 from tests.hub.test_pipeline_readtwice import DOCUMENT, tiny_readtwice
+from tests.models.deformer_bert.test_pipeline_deformer_bert import AtenOps, tied_logits
 
 QUESTION = "Who was handsome, clever and rich?"
 LONG_QUESTION = "Who wrote the novel about youthful hubris that was published in December 1815 in London?"
@@ -154,3 +158,45 @@ def test_answering_computes_no_per_layer_outputs_the_config_asks_for(tokenizer, 
     assert calls and all(switches == {"output_attentions": False, "output_hidden_states": False}
                          and outputs == [None, None, None] for switches, *outputs in calls)
     assert got == expected
+
+
+def spelled_out_segment_search(start_logits, end_logits, offsets, n_best_size, max_answer_len):
+    """The segment span search written out: among the context tokens (non-`None` offsets), the `n_best_size` best
+    starts and ends (ties in position order), every valid pair scored with its two logits read one at a time."""
+    real = [i for i, o in enumerate(offsets) if o is not None]
+    k = min(n_best_size, len(real))
+    starts = sorted(real, key=lambda i: -float(start_logits[i]))[:k]
+    ends = sorted(real, key=lambda i: -float(end_logits[i]))[:k]
+    return [(float(start_logits[s]) + float(end_logits[e]), offsets[s][0], offsets[e][1]) for s in starts
+            for e in ends if s <= e < s + max_answer_len]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_segment_span_candidates_are_the_spelled_out_search(dtype):
+    """Candidates, scores (exactly) and their order are those of the search written out, ties included, in every
+    logit dtype; positions that are not context tokens (`None` offsets: question, `[CLS]`, `[SEP]`) are never
+    candidates, and a segment without context tokens has none."""
+    length = 40
+    offsets = [None] * 5 + [(3 * i, 3 * i + 2) for i in range(length - 6)] + [None]
+    for seed in range(4):
+        start, end = (logits.to(dtype) for logits in tied_logits(length, seed))
+        for n_best_size, max_answer_len in ((20, 30), (5, 3), (60, 1)):
+            got = segment_span_candidates(start, end, offsets, n_best_size, max_answer_len)
+            assert got == spelled_out_segment_search(start, end, offsets, n_best_size, max_answer_len)
+            assert got and all(type(score) is float for score, _, _ in got)
+    assert segment_span_candidates(start, end, [None] * length, 20, 30) == []
+
+
+def test_segment_span_candidates_read_each_logit_tensor_once():
+    """The search reads the logits back to Python once per segment, not once per scored pair: the tensor ops it
+    runs do not grow with `n_best_size` (400 pairs at 20), and none reads a single value."""
+    start, end = tied_logits(64, seed=0)
+    offsets = [(i, i + 1) for i in range(64)]
+    counted = []
+    for n_best_size in (2, 20):
+        with AtenOps() as ops:
+            candidates = segment_span_candidates(start, end, offsets, n_best_size, 64)
+        counted.append(ops.ops)
+    assert len(candidates) > 100
+    assert counted[0] == counted[1]
+    assert counted[1]["aten._local_scalar_dense.default"] == 0

@@ -457,12 +457,14 @@ def window_span_candidates(start_logits: torch.Tensor, end_logits: torch.Tensor,
         offsets (`list`): per window token, its `(start, end)` character span or `None`.
 
     Returns:
-        `list[tuple[float, int, int]]`: `(score, char start, char end)` in search order.
+        `list[tuple[float, int, int]]`: `(score, char start, char end)` in search order; each score is the sum of
+        the two logits as Python floats (each logit tensor is read once, into a list).
     """
     k = min(n_best_size, start_logits.shape[0])
     starts = torch.sort(start_logits, descending=True, stable=True).indices[:k].tolist()
     ends = torch.sort(end_logits, descending=True, stable=True).indices[:k].tolist()
-    return [(float(start_logits[s]) + float(end_logits[e]), offsets[s][0], offsets[e][1]) for s in starts
+    start_values, end_values = start_logits.tolist(), end_logits.tolist()
+    return [(start_values[s] + end_values[e], offsets[s][0], offsets[e][1]) for s in starts
             for e in ends if offsets[s] is not None and offsets[e] is not None and s <= e < s + max_answer_len]
 
 

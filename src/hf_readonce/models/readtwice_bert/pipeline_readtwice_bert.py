@@ -407,7 +407,8 @@ def segment_span_candidates(start_logits, end_logits, offsets, n_best_size: int,
 
     Returns:
         `list[tuple[float, int, int]]`: `(score, char start, char end)` in search order (empty without context
-        tokens).
+        tokens); each score is the sum of the two logits as Python floats (each logit tensor is read once, into a
+        list).
     """
     real = [i for i, o in enumerate(offsets) if o is not None]
     if not real:
@@ -415,7 +416,8 @@ def segment_span_candidates(start_logits, end_logits, offsets, n_best_size: int,
     index, k = torch.tensor(real), min(n_best_size, len(real))
     starts = index[torch.sort(start_logits[index], descending=True, stable=True).indices[:k]].tolist()
     ends = index[torch.sort(end_logits[index], descending=True, stable=True).indices[:k]].tolist()
-    return [(float(start_logits[s]) + float(end_logits[e]), offsets[s][0], offsets[e][1]) for s in starts
+    start_values, end_values = start_logits.tolist(), end_logits.tolist()
+    return [(start_values[s] + end_values[e], offsets[s][0], offsets[e][1]) for s in starts
             for e in ends if s <= e < s + max_answer_len]
 
 
