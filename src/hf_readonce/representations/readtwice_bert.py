@@ -323,19 +323,25 @@ class ReadTwiceBertAdapter(AdapterBase):
             raise ValueError("nothing to read: `stored` is empty.")
         dtype = dtype or stored[0]["first_read_hidden_state"].dtype
         width = max(int(t["attention_mask"].shape[1]) for t in stored)
+        total = sum(int(t["attention_mask"].shape[0]) for t in stored)
         hidden = self.model.config.hidden_size
-        states, masks, doc_ids, positions, entity = [], [], [], [], []
-        values, mem_doc, mem_pos, mem_seg = [], [], [], []
+        # the padded outputs are allocated once and each document's rows copied (and cast) into them: the states,
+        # the largest tensors, are copied once
+        states = torch.zeros((total, width, stored[0]["first_read_hidden_state"].shape[-1]), dtype=dtype,
+                             device=device)
+        masks = torch.zeros((total, width), dtype=torch.long, device=device)
+        entity = (torch.zeros((total, width), dtype=torch.bool, device=device)
+                  if any("entity_token_mask" in t for t in stored) else None)
+        doc_ids, positions, values, mem_doc, mem_pos, mem_seg = [], [], [], [], [], []
         offset = 0
         for d, t in enumerate(stored):
             s, length = t["attention_mask"].shape
-            pad = width - length
-            states.append(torch.nn.functional.pad(t["first_read_hidden_state"].to(dtype), (0, 0, 0, pad)))
-            masks.append(torch.nn.functional.pad(t["attention_mask"].long(), (0, pad)))
+            states[offset : offset + s, :length] = t["first_read_hidden_state"]
+            masks[offset : offset + s, :length] = t["attention_mask"]
             doc_ids.append(torch.full((s,), d, dtype=torch.long))
             positions.append(torch.arange(s))
             if "entity_token_mask" in t:
-                entity.append(torch.nn.functional.pad(t["entity_token_mask"].bool(), (0, pad)))
+                entity[offset : offset + s, :length] = t["entity_token_mask"]
             seg = t["memory_segment_index"].long()
             values.append(t["memory_values"].to(dtype).reshape(-1, hidden))
             mem_doc.append(torch.full_like(seg, d))
@@ -343,11 +349,11 @@ class ReadTwiceBertAdapter(AdapterBase):
             mem_seg.append(seg + offset)
             offset += s
         return ReadTwiceDocumentOutput(
-            first_read_hidden_state=torch.cat(states).to(device),
-            attention_mask=torch.cat(masks).to(device),
+            first_read_hidden_state=states,
+            attention_mask=masks,
             document_ids=torch.cat(doc_ids).to(device),
             segment_positions=torch.cat(positions).to(device),
-            entity_token_mask=torch.cat(entity).to(device) if entity else None,
+            entity_token_mask=entity,
             memory_values=torch.cat(values).to(device),
             memory_document_ids=torch.cat(mem_doc).to(device),
             memory_segment_positions=torch.cat(mem_pos).to(device),
