@@ -2122,7 +2122,8 @@ def _info_model(args) -> int:
     status = EXIT_PROBLEMS if store is not None and not matching else EXIT_OK
     # index files that cannot be read list no space, and the shards they listed are orphans: said as `info --store`
     # says them (a space of this model may be among them)
-    damage = {name: summary[name] for name in ("bad_manifests", "orphans")} if store is not None else {}
+    damage = ({name: summary[name] for name in ("bad_manifests", "orphans", "orphans_note")} if store is not None
+              else {})
     encode = None
     if store is not None:
         words = ["hf-readonce", "encode", args.model, "--documents", "FILE.jsonl", "--store", str(store.path)]
@@ -2174,6 +2175,8 @@ def _info_model(args) -> int:
         if damage["orphans"]:
             print(f"orphan shard files (no index file lists them: an interrupted write or a lost or unreadable "
                   f"index): {len(damage['orphans'])}")
+            if damage["orphans_note"]:
+                print(f"note: {printable(damage['orphans_note'])}")
         print(f"note: the store is damaged; `hf-readonce verify --store {where}` names what, and `{encode} --repair` "
               "re-indexes its intact shards (and encodes what is missing)")
     if matching:
@@ -2273,6 +2276,8 @@ def cmd_info(args) -> int:
         print(f"orphan shard files (no manifest lists them: an interrupted write or a lost index; `verify` says which, "
               f"and `encode --repair` re-indexes intact ones and moves the others to quarantine/): "
               f"{len(info['orphans'])}")
+        if info.get("orphans_note"):
+            print(f"note: {printable(info['orphans_note'])}")
     if info["bad_manifests"]:
         print(f"unreadable index files: {', '.join(info['bad_manifests'])} (run verify)")
     return EXIT_OK
@@ -2307,7 +2312,7 @@ def cmd_verify(args) -> int:
     except StoreNotFoundError as error:  # moved or removed since it was opened
         raise CommandError(str(error)) from None
     recomputed, status = [], EXIT_OK if report.ok else EXIT_PROBLEMS
-    duplicates = _store_info(store)["duplicates"]  # documents listed by two index files: harmless, said
+    duplicates = report.duplicates  # documents listed by two index files: harmless, said
     if args.recompute is not None:
         recomputed, recompute_status = _recompute(args, store, {e.content_hash for e in report.corrupted_documents})
         status = max(status, recompute_status)
@@ -2317,7 +2322,8 @@ def cmd_verify(args) -> int:
             "corruptions": [{"shard": c.shard, "reason": c.reason,
                              "documents": [{"content_hash": e.content_hash, "id": e.meta.get("id")}
                                            for e in c.documents]} for c in report.corruptions],
-            "orphans": report.orphans, "duplicates": duplicates, "leftovers": report.leftovers,
+            "orphans": report.orphans, "orphans_note": report.orphans_note, "duplicates": duplicates,
+            "leftovers": report.leftovers,
             "quarantine_problem": report.quarantine_problem}
         if args.recompute is not None:
             result["recompute"] = [r.as_dict() for r in recomputed]
@@ -2331,6 +2337,8 @@ def cmd_verify(args) -> int:
                 print(f"orphan shard (no index entry; its documents are stored elsewhere: harmless, but it takes "
                       f"disk space; `encode --repair` moves it to quarantine/): "
                       f"{printable(orphan)}")
+        if report.orphans_note and any(orphan not in lost for orphan in report.orphans):  # (a corruption says it)
+            print(f"note: {printable(report.orphans_note)}")
         if report.leftovers:
             names = _listed([printable(rel) for rel in report.leftovers], 10)
             then = " once quarantine/ is a folder again" if report.quarantine_problem else ""

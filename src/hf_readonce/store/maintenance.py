@@ -82,7 +82,13 @@ class VerifyReport:
     Attributes:
         shards_checked, documents_checked (`int`), corruptions (`list[Corruption]`), orphans (`list[str]`): shard
         files that no manifest references (left by a crash before commit, or whose manifest was lost). An orphan
-        holding documents the index lacks is also a corruption; `repair` re-indexes it and moves it away.
+        holding documents the index lacks is also a corruption; `repair` re-indexes it and moves it away. A shard
+        another process is committing (written, its manifest not yet) is none: see [`confirmed_orphans`].
+        orphans_note (`str` or `None`): `None` when every orphan listed is one for sure; else why one may still be
+        a shard another process is committing (its write lock held past [`ORPHAN_LOCK_WAIT`], or not to be taken:
+        e.g. a store this user cannot write), also said in each orphan's corruption: verify again once it is done.
+        duplicates (`int`): documents listed by two index files (harmless: reads use the first; as `info` counts
+        them).
         leftovers (`list[str]`): what lies in `tmp/` (a write killed midway, or a file or folder put there; not the
         store's own temporary files of the last five minutes, unless their writer has provably ended: see
         [`tmp_leftovers`]): harmless, never read; `repair` moves it to `quarantine/`.
@@ -95,6 +101,8 @@ class VerifyReport:
     documents_checked: int = 0
     corruptions: list = field(default_factory=list)
     orphans: list = field(default_factory=list)
+    orphans_note: str | None = None
+    duplicates: int = 0
     leftovers: list = field(default_factory=list)
     quarantine_problem: str | None = None
 
@@ -133,7 +141,9 @@ def store_info(store) -> dict:
     they were first written; `[]` where none is recorded: shards written without one, or by earlier releases),
     dtypes, documents, bytes and `first_written` / `last_written` (Unix times of its first and last committed shard,
     `None` if unrecorded); `duplicates` (entries shadowed by an identical
-    key, harmless), `orphans` (shard files without a manifest) and `bad_manifests`.
+    key, harmless), `orphans` (shard files without a manifest; a shard another process is committing is none, see
+    [`confirmed_orphans`]: this may wait up to [`ORPHAN_LOCK_WAIT`] seconds for the store's write lock), `orphans_note`
+    (`None`, or why an orphan listed may still be a shard another process is committing) and `bad_manifests`.
 
     Raises:
         StoreNotFoundError: if no store is at the store's path any more (its folder removed or moved since the store
@@ -141,11 +151,17 @@ def store_info(store) -> dict:
             not there.
     """
     _check_still_there(store, "describe")
+    store.refresh()
+    # a shard another process is committing is none: looked at again (under the store's write lock, never waited for
+    # under the index lock) before the summary is taken, so that it counts such a shard's documents
+    orphans, orphans_note = confirmed_orphans(store, orphan_shards(store))
     with store._index_lock:  # one state of the index, whatever other threads sharing the store do meanwhile
         store.refresh()
         spaces, manifests, entries = dict(store._spaces), list(store._shards.values()), list(store._entries)
         duplicates, bad_manifests, names_by_space = store._duplicates, sorted(store._bad_manifests), model_names(store)
-        orphans = orphan_shards(store)
+        unindexed = set(orphan_shards(store))  # (one repaired or pruned meanwhile is gone)
+        orphans = [orphan for orphan in orphans if orphan in unindexed]
+    orphans_note = orphans_note if orphans else None
     per_space = {}
     for key, space in spaces.items():
         per_space[key] = {"fingerprint": space.fingerprint, "settings": space.settings,
@@ -165,6 +181,16 @@ def store_info(store) -> dict:
             s["dtypes"].append(manifest.get("dtype"))
     for space, _ in entries:
         per_space[space]["documents"] += 1
+    total, quarantined, quarantined_files = _disk_usage(store)
+    return {"path": str(store.path), "format_version": FORMAT_VERSION, "documents": len(entries),
+            "shards": len(manifests), "bytes_on_disk": total, "quarantine_bytes": quarantined,
+            "quarantine_files": quarantined_files, "spaces": per_space,
+            "duplicates": duplicates, "orphans": orphans, "orphans_note": orphans_note, "bad_manifests": bad_manifests}
+
+
+def _disk_usage(store) -> tuple[int, int, int]:
+    """`(bytes, quarantine bytes, quarantine files)`: the size of the regular files under the store's folder (never
+    through a linked folder), and of those under `quarantine/`, and how many these are."""
     total = quarantined = quarantined_files = 0
     quarantine = os.path.join(store.path, "quarantine")
     for folder, _, files in os.walk(store.path):  # never into a linked folder
@@ -177,10 +203,7 @@ def store_info(store) -> dict:
                 if in_quarantine:
                     quarantined += size
                     quarantined_files += 1
-    return {"path": str(store.path), "format_version": FORMAT_VERSION, "documents": len(entries),
-            "shards": len(manifests), "bytes_on_disk": total, "quarantine_bytes": quarantined,
-            "quarantine_files": quarantined_files, "spaces": per_space,
-            "duplicates": duplicates, "orphans": orphans, "bad_manifests": bad_manifests}
+    return total, quarantined, quarantined_files
 
 
 def _shard_files(store) -> list[str]:
@@ -219,6 +242,93 @@ def orphan_shards(store, space: str | None = None) -> list[str]:
         known = set(store._shards) | store._committing
     folder = None if space is None else f"shards/{space[:24]}/"
     return [f for f in _shard_files(store) if f not in known and (folder is None or f.startswith(folder))]
+
+
+ORPHAN_LOCK_WAIT = 30.0
+"""How long (seconds) `verify` and `info` wait at most for the store's write lock when shard files stay listed by no
+manifest after the index is read again ([`confirmed_orphans`]); less where the store's `lock_timeout` is less. A
+writer holds the lock for one shard commit at a time (a shard and its manifest written and synced), `repair` and
+`prune` for their whole run, which may take longer: past the wait the orphans are named with a note saying that
+another process held the lock, and verifying again once it is done tells."""
+
+
+def confirmed_orphans(store, candidates: list[str]) -> tuple[list[str], str | None]:
+    """Which of `candidates` (shard paths relative to the store that no manifest listed when they were looked at)
+    are orphans for sure, and not shards being committed: the index is read again (a shard committed meanwhile
+    has its manifest by now; one a thread of this process is committing is none), and where some are still listed
+    by no manifest, once more while this process holds the store's write lock, which a process committing a shard
+    holds from before it writes the shard until its manifest is written (taken and released at once; re-entrant:
+    inside `repair`, which holds it, there is no wait). The lock is waited for up to [`ORPHAN_LOCK_WAIT`] seconds
+    (less where the store's `lock_timeout` is less; after 5 s a `logging` warning says which store's lock is waited
+    for). Where the store has no `.lock`, no process holds its lock (every writer makes it before its first commit)
+    and nothing is waited for. Nothing is ever written or created: a `.lock` is only opened where one is (one made
+    meanwhile by taking it, where it was removed just before, is removed again), and a store opened `readonly=True`
+    is looked at as any other (taking the lock writes nothing).
+
+    Args:
+        store ([`RepresentationStore`]): the store.
+        candidates (`list[str]`): shard paths, e.g. [`orphan_shards`] of the store.
+
+    Returns:
+        `tuple[list[str], str | None]`: the candidates still listed by no manifest and still there (order kept), and
+        `None` when that is sure, or a note saying why one may still be a shard another process is committing: its
+        write lock held by another process past the wait, or not to be taken (a `.lock` this process cannot open,
+        e.g. on a store it may only read, or one that is not a regular file).
+    """
+    store.refresh()
+    unindexed = set(orphan_shards(store))
+    candidates = [f for f in candidates if f in unindexed]
+    if not candidates:
+        return [], None
+    note = None
+    lock_file = store.path / ".lock"
+    try:
+        found = os.lstat(lock_file)
+    except FileNotFoundError:
+        found = None  # no writer holds the lock: each makes `.lock` before it writes a shard
+    except OSError as error:
+        found, note = None, f"the store's write lock {printable(lock_file)} cannot be looked at ({error.strerror})"
+    if found is not None and not stat.S_ISREG(found.st_mode):
+        note = f"the store's write lock {printable(lock_file)} is not a regular file"
+    elif found is not None:
+        wait = ORPHAN_LOCK_WAIT if store.lock_timeout < 0 else min(ORPHAN_LOCK_WAIT, store.lock_timeout)
+        try:
+            taken = store._acquire_unless_gone(timeout=wait)
+        except Timeout:
+            taken, note = None, (f"another process held the store's write lock for the {wait:g} s this process "
+                                 "waited for it (an `encode`, `repair` or `prune` running)")
+        except OSError as error:
+            taken, note = None, (f"the store's write lock {printable(lock_file)} cannot be taken "
+                                 f"({error.strerror or error})")
+        if taken is not None:
+            lock, made = taken
+            try:
+                store.refresh()
+                unindexed = set(orphan_shards(store))
+                return [f for f in candidates if f in unindexed], None
+            finally:
+                _release_lock_taken(store, lock, made)
+        if note is None:  # the store's folder moved or removed meanwhile
+            note = "the store's folder was moved or removed while its write lock was waited for"
+    store.refresh()
+    unindexed = set(orphan_shards(store))
+    still = [f for f in candidates if f in unindexed]
+    if note is not None:
+        note += (": a shard listed as an orphan may be one another process is committing; run verify again once no "
+                 "`encode`, `repair` or `prune` runs on the store")
+    return still, note if still else None
+
+
+def _release_lock_taken(store, lock, made: tuple[bool, bool]) -> None:
+    """Release the write lock taken by [`confirmed_orphans`], first removing what taking it made (a `.lock`
+    removed just before, made anew by filelock) where this is the outermost hold: a read-only pass leaves nothing."""
+    from .store import _remove_lock_file_made
+
+    try:
+        if getattr(lock._inner, "lock_counter", 1) == 1:
+            _remove_lock_file_made(lock._inner, store.path, made)
+    finally:
+        lock.release()
 
 
 LIVE_TMP_SECONDS = 300
@@ -493,7 +603,12 @@ def verify_store(store, progress: bool = False) -> VerifyReport:
       lists no document (`repair` keeps them all);
     - orphan shards (no manifest lists them): one whose header lists documents the index lacks is a corruption too
       (the index lost them; `repair` re-indexes them from the shard); one whose documents are all stored elsewhere
-      is harmless and only listed.
+      is harmless and only listed. A shard being committed is none: the index is read again after the files are
+      listed, and where shards are still unlisted, once more under the store's write lock, waited for up to
+      [`ORPHAN_LOCK_WAIT`] seconds (another process's commit holds it until the shard's manifest is written; see
+      [`confirmed_orphans`]). Where the lock stays held by another process, or cannot be taken (a store this user
+      may only read), the orphans are named all the same, each corruption's reason and `orphans_note` saying that
+      one may be a shard being committed.
 
     Args:
         progress (`bool`, defaults to `False`): show a tqdm bar over shards.
@@ -533,28 +648,29 @@ def verify_store(store, progress: bool = False) -> VerifyReport:
         if corruption is not None:
             report.corruptions.append(corruption)
     # a shard being committed when the files were listed is looked at once more: indexed by now, or still being
-    # committed by a thread of this process, it is none. (One another process has written and not yet indexed at
-    # this second look is named: nothing tells it from a writer that died between the two.)
+    # committed by a thread of this process, it is none; one still unindexed then is looked at once more under the
+    # store's write lock, which another process committing it holds until its manifest is written
     indexed = dict(shards)
     report.orphans = [f for f in files if f not in indexed]
-    if report.orphans:
-        store.refresh()
-        unindexed = set(orphan_shards(store))
-        report.orphans = [f for f in report.orphans if f in unindexed]
+    if report.orphans:  # (outside the index lock: never held while the write lock is waited for)
+        report.orphans, report.orphans_note = confirmed_orphans(store, report.orphans)
+    with store._index_lock:
+        report.duplicates = store._duplicates
     report.leftovers = tmp_leftovers(store)
+    doubt = f"; {report.orphans_note}" if report.orphans_note else ""
     for orphan in report.orphans:
         try:
             _, _, entries = read_orphan(store, orphan)
         except ValueError as error:
             report.corruptions.append(Corruption(orphan, f"orphan shard (no manifest lists it): {error}; its "
-                                                         "documents, if any, are not in the index", []))
+                                                         f"documents, if any, are not in the index{doubt}", []))
             continue
         lost = _unindexed(store, entries)
         if lost:
             report.corruptions.append(Corruption(
                 orphan, f"orphan shard: no manifest lists it and {len(lost)} of its {len(entries)} document(s) are "
-                        "stored nowhere else (index lost or damaged; `encode --repair` re-indexes them from the shard)",
-                lost))
+                        "stored nowhere else (index lost or damaged; `encode --repair` re-indexes them from the shard)"
+                        + doubt, lost))
     return report
 
 
@@ -1005,7 +1121,7 @@ def prune_store(store, spaces=(), *, quarantine: bool = False, dry_run: bool = F
             with contextlib.suppress(OSError):
                 size += os.lstat(store.path / shard).st_size
         files = sum(1 for shard in shards if (store.path / shard).exists() or (store.path / shard).is_symlink())
-        quarantine_bytes = store_info(store)["quarantine_bytes"] if quarantine else 0
+        quarantine_bytes = _disk_usage(store)[1] if quarantine else 0
         if not dry_run:
             for shard in shards:  # the shard first: a kill here leaves an index entry, which a rerun deletes
                 path = _own_file(store, shard)
@@ -1268,6 +1384,6 @@ def bytes_per_1000_tokens(store, fingerprint: str, settings: Mapping,
     return size / tokens * 1000 if tokens else math.nan
 
 
-__all__ = ["Corruption", "VerifyReport", "bytes_per_1000_tokens", "layout_problems", "model_names", "orphan_shards",
-           "prune_store", "quarantine_problem", "read_orphan", "remove_empty_store", "repair_store", "resolve_spaces",
-           "restore_store_marker", "store_info", "verify_store"]
+__all__ = ["ORPHAN_LOCK_WAIT", "Corruption", "VerifyReport", "bytes_per_1000_tokens", "confirmed_orphans",
+           "layout_problems", "model_names", "orphan_shards", "prune_store", "quarantine_problem", "read_orphan",
+           "remove_empty_store", "repair_store", "resolve_spaces", "restore_store_marker", "store_info", "verify_store"]

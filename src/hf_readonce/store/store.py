@@ -6,7 +6,8 @@ reader or a crash never sees half a file):
 ```
 STORE/
   store.json                      # {"format": "hf-readonce-representation-store", "format_version": 1}
-  .lock                           # filelock, held only while a writer commits a shard or `repair` runs
+  .lock                           # filelock, held while a writer commits a shard or `repair` / `prune` runs
+                                  # (and for a moment by `verify` / `info` where a shard is listed by no manifest)
   shards/<space>/<shard>.safetensors   # the tensors of many documents (safetensors: no code is ever loaded)
   index/<shard>.json              # manifest of one shard: the commit point; the index is the union of manifests
   quarantine/<time>/...           # shards and manifests retired by `repair` (never deleted)
@@ -390,6 +391,8 @@ class RepresentationStore:
             0.17 ms per MB on one core; SHA-256 for documents written by earlier releases, about 0.9 ms per MB).
         lock_timeout (`float`, defaults to 600): seconds to wait for the write lock before `TimeoutError` (after 5 s
             of waiting, a `logging` warning says which store's lock it waits for); negative or `math.inf`: no limit.
+            `verify` and `info` wait at most the smaller of it and
+            [`hf_readonce.store.maintenance.ORPHAN_LOCK_WAIT`] (30 s).
 
     One object may be shared by the threads of a process: reads, listings, `refresh`, `info`, `verify`, writes and
     `repair` / `prune` run side by side, each seeing the in-memory index as it was before or after another thread's
@@ -787,8 +790,9 @@ class RepresentationStore:
         return ReadOnlyStoreError(f"store {self.path} was removed again each of the {_RECREATE_ATTEMPTS} times this "
                                   "process created it anew to write into it; nothing is written.")
 
-    def _acquire_unless_gone(self) -> tuple[_StoreLock, tuple[bool, bool]] | None:
-        """Take the write lock ([`lock`]) and return it with what taking it made, from a look just before and just
+    def _acquire_unless_gone(self, timeout: float | None = None) -> tuple[_StoreLock, tuple[bool, bool]] | None:
+        """Take the write lock ([`lock`], waiting up to `timeout` seconds, by default the store's `lock_timeout`,
+        before `filelock.Timeout`) and return it with what taking it made, from a look just before and just
         after ([`_FolderLook`]): whether the store's folder was made meanwhile where nothing was (filelock makes the
         lock file's folder), and whether its `.lock` was (so that [`_release_unused`] removes them where the caller
         writes nothing); `None` where the store's folder is gone by the time a try opens the lock file (filelock makes the
@@ -801,7 +805,7 @@ class RepresentationStore:
         with _FolderLook(self.path) as before:
             lock_there = os.path.lexists(self.path / ".lock")
             try:
-                lock.acquire()
+                lock.acquire(timeout)
             except (FileNotFoundError, FileExistsError):  # the caller looks again and creates the store anew, or
                 return None  # refuses (a file at the path), a few times at most
             replaced = before.replaced()
@@ -826,7 +830,9 @@ class RepresentationStore:
 
     def lock(self) -> _StoreLock:
         """The store's write lock (`filelock.FileLock` on `STORE/.lock`, re-entrant within this object); writers
-        hold it only while committing a shard, `repair` while it runs. A writer that has waited 5 s for another
+        hold it only while committing a shard, `repair` and `prune` while they run; `verify` and `info` take it for
+        a moment where a shard file is listed by no manifest (one being committed is none:
+        [`hf_readonce.store.maintenance.confirmed_orphans`]). A writer that has waited 5 s for another
         process's lock says so once (a `logging` warning of `hf_readonce.store.store`, on stderr by default),
         then waits up to `lock_timeout` seconds in all before `filelock.Timeout` (a `TimeoutError`)."""
         with self._index_lock:  # one lock object for every thread (filelock keeps each thread's hold apart)

@@ -1,0 +1,237 @@
+"""`verify` and `info` beside another process committing a shard: the shard is written before its manifest, both
+under the store's write lock, so a shard no manifest lists after a second look is looked at once more under that
+lock (waited for up to `ORPHAN_LOCK_WAIT` seconds) before it is called an orphan. Past the wait, or where the lock
+cannot be taken (a store this user may only read), orphans are named as before, with a note saying that one may be a
+shard being committed; nothing is ever written or created in the store, and `verify` inside `repair` (which holds
+the lock) does not wait."""
+
+import errno
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from hf_readonce.store import RepresentationStore, content_hash, maintenance
+from hf_readonce.store.store import _StoreLock
+from tests.store.test_campaign import FP, SETTINGS, run_cli
+
+# an `encode` of another process paused inside its commit, between the shard file and its manifest (under the
+# store's write lock): it says "written" there, and goes on once the file `sys.argv[2]` exists (60 s at most)
+_PAUSED_WRITER = """
+import pathlib, sys, time
+import torch
+from hf_readonce.store import RepresentationStore, content_hash
+
+store = RepresentationStore(sys.argv[1])
+go = pathlib.Path(sys.argv[2])
+write_manifest = store._write_manifest
+
+def paused(*args, **kwargs):
+    print("written", flush=True)
+    deadline = time.monotonic() + 60
+    while not go.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return write_manifest(*args, **kwargs)
+
+store._write_manifest = paused
+store.put(sys.argv[3], {"k": 2, "representation": "campaign/v1"}, content_hash("in flight"), {"x": torch.ones(3)})
+print("committed", flush=True)
+"""
+
+
+def _files(path):
+    """Every path under the store's folder, with its size (a file made or changed shows)."""
+    return sorted((str(p.relative_to(path)), p.lstat().st_size) for p in path.rglob("*"))
+
+
+def _store(tmp_path):
+    path = tmp_path / "s"
+    RepresentationStore(path).put(FP, SETTINGS, content_hash("stored"), {"x": torch.zeros(3)})
+    return path
+
+
+def _paused_writer(path, go):
+    """Start [`_PAUSED_WRITER`] on the store `path` and wait until its shard is written, its manifest not yet:
+    returns the process and the shard's path relative to the store."""
+    writer = subprocess.Popen([sys.executable, "-c", _PAUSED_WRITER, str(path), str(go), FP],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = writer.stdout.readline()
+    if line != "written\n":
+        writer.kill()
+        pytest.fail(f"the writer did not reach its commit: {writer.communicate()[1]}")
+    known = {json.loads(m.read_text())["shard"] for m in (path / "index").glob("*.json")}
+    (shard,) = [str(p.relative_to(path)) for p in (path / "shards").rglob("*.safetensors")
+                if str(p.relative_to(path)) not in known]
+    return writer, shard
+
+
+def _orphan_store(tmp_path):
+    """A store holding one orphan shard (its manifest deleted: a lost index), its document stored nowhere else."""
+    path = _store(tmp_path)
+    (manifest,) = (path / "index").glob("*.json")
+    shard = json.loads(manifest.read_text())["shard"]
+    manifest.unlink()
+    return path, shard
+
+
+@pytest.mark.parametrize("look", ["verify", "info", "cli verify", "cli info"])
+def test_a_shard_another_process_is_committing_is_no_orphan_once_its_manifest_lands(tmp_path, monkeypatch, capsys,
+                                                                                    look):
+    """The writer goes on only once `verify` / `info` asks for the store's write lock, the shard still without its
+    manifest: it waits for the lock, which the writer releases once the manifest is written, and reports the store
+    sound (no orphan, no corruption, exit 0)."""
+    path, go = _store(tmp_path), tmp_path / "go"
+    writer, shard = _paused_writer(path, go)
+    asked = []
+    real_acquire = _StoreLock.acquire
+
+    def acquire(self, timeout=None):
+        asked.append(os.path.exists(path / "index" / f"{os.path.basename(shard)[:-12]}.json"))
+        go.touch()  # the writer writes its manifest and releases the lock: meanwhile this process waits for it
+        return real_acquire(self, timeout)
+
+    monkeypatch.setattr(_StoreLock, "acquire", acquire)
+    try:
+        if look == "verify":
+            report = RepresentationStore(path, readonly=True, create=False).verify()
+            assert report.ok and report.orphans == [] and report.orphans_note is None, \
+                [c.describe() for c in report.corruptions]
+        elif look == "info":
+            info = RepresentationStore(path, readonly=True, create=False).info()
+            assert info["orphans"] == [] and info["orphans_note"] is None and info["documents"] == 2
+        elif look == "cli verify":
+            status, out, err = run_cli(capsys, "verify", "--store", path, "--no-progress")
+            assert status == 0 and "CORRUPTED" not in out and "orphan" not in out + err, out + err
+        else:
+            status, out, err = run_cli(capsys, "info", "--store", path)
+            assert status == 0 and "orphan" not in out + err, out + err
+    finally:
+        go.touch()
+        out, err = writer.communicate(timeout=120)
+    assert asked == [False]  # asked once, while the shard had no manifest yet
+    assert writer.returncode == 0 and out == "committed\n", err
+    assert RepresentationStore(path).verify().ok
+
+
+def test_an_orphan_is_named_with_a_note_while_another_process_holds_the_lock_past_the_wait(tmp_path, monkeypatch,
+                                                                                          capsys):
+    """A writer that holds the lock longer than `ORPHAN_LOCK_WAIT` (here 0.3 s; a `repair` runs under it whole):
+    the shard is named as an orphan, as before, and its reason, `orphans_note`, `info` and the CLI say that another
+    process held the lock, so that it may be a shard being committed. Once that process is gone (killed before its
+    manifest), the orphan is named without the note."""
+    monkeypatch.setattr(maintenance, "ORPHAN_LOCK_WAIT", 0.3)
+    path, go = _store(tmp_path), tmp_path / "go"
+    writer, shard = _paused_writer(path, go)
+    try:
+        report = RepresentationStore(path, readonly=True, create=False).verify()
+        info = RepresentationStore(path, readonly=True, create=False).info()
+        status, out, _ = run_cli(capsys, "verify", "--store", path, "--no-progress")
+        assert RepresentationStore(path, lock_timeout=0).verify().orphans_note.startswith(
+            "another process held the store's write lock for the 0 s")  # the store's own shorter timeout
+    finally:
+        writer.kill()
+        writer.communicate(timeout=60)
+    assert not report.ok and report.orphans == [shard]
+    assert report.orphans_note.startswith("another process held the store's write lock for the 0.3 s this process "
+                                          "waited for it"), report.orphans_note
+    (corruption,) = report.corruptions
+    assert corruption.shard == shard and corruption.reason.endswith(report.orphans_note), corruption.reason
+    assert "stored nowhere else" in corruption.reason
+    assert info["orphans"] == [shard] and info["orphans_note"] == report.orphans_note
+    assert status == 1 and f"CORRUPTED {shard}" in out and "another process held the store's write lock" in out
+    assert not go.exists()
+    # the writer killed between its shard and its manifest: an orphan for sure, and said so without a doubt
+    report = RepresentationStore(path, readonly=True, create=False).verify()
+    assert report.orphans == [shard] and report.orphans_note is None
+    assert "another process" not in report.corruptions[0].reason
+
+
+def test_verify_of_a_store_without_a_lock_file_makes_none_and_names_its_orphan(tmp_path):
+    """No `.lock` (a store copied without dot files): no process holds its lock, nothing is waited for, and none is
+    made; the orphan is one for sure."""
+    path, shard = _orphan_store(tmp_path)
+    (path / ".lock").unlink()
+    before = _files(path)
+    report = RepresentationStore(path, readonly=True, create=False).verify()
+    info = RepresentationStore(path, readonly=True, create=False).info()
+    assert report.orphans == [shard] and report.orphans_note is None and not report.ok
+    assert info["orphans"] == [shard] and info["orphans_note"] is None
+    assert _files(path) == before and not os.path.lexists(path / ".lock")
+
+
+def test_a_lock_file_removed_just_before_verify_takes_the_lock_is_not_left_made(tmp_path, monkeypatch):
+    """`.lock` removed between verify's look at it and its lock (filelock then makes it anew): the one made is
+    removed again, so a read-only pass leaves the store as it found it."""
+    path, shard = _orphan_store(tmp_path)
+    store = RepresentationStore(path, readonly=True, create=False)
+    real, calls = store._acquire_unless_gone, []
+
+    def acquire_unless_gone(*args, **kwargs):
+        calls.append(True)
+        (path / ".lock").unlink()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "_acquire_unless_gone", acquire_unless_gone)
+    report = store.verify()
+    assert calls == [True] and report.orphans == [shard] and report.orphans_note is None
+    assert not os.path.lexists(path / ".lock")
+
+
+def test_verify_of_a_store_whose_lock_cannot_be_taken_names_its_orphans_with_a_note(tmp_path, monkeypatch):
+    """A `.lock` this process cannot open (a store of another user, which it may only read): the orphan is named as
+    before, its reason saying that a writer may be committing it; no exception, nothing written."""
+    path, shard = _orphan_store(tmp_path)
+
+    def refused(self, timeout=None):
+        raise PermissionError(errno.EACCES, "Permission denied", str(path / ".lock"))
+
+    monkeypatch.setattr(_StoreLock, "acquire", refused)
+    before = _files(path)
+    report = RepresentationStore(path, readonly=True, create=False).verify()
+    assert report.orphans == [shard] and not report.ok
+    assert report.orphans_note.startswith(f"the store's write lock {path / '.lock'} cannot be taken (Permission "
+                                          "denied): a shard listed as an orphan may be one another process is "
+                                          "committing"), report.orphans_note
+    assert report.corruptions[0].reason.endswith(report.orphans_note)
+    assert _files(path) == before
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root may write whatever the modes say")
+@pytest.mark.parametrize("lock_file", [True, False])
+def test_verify_of_a_read_only_store_names_its_orphans_and_writes_nothing(tmp_path, lock_file):
+    """A store whose files and folders are read-only (a `.lock` that cannot be opened for writing, or none): no
+    exception, no file made, the orphan named (with the note where `.lock` is there but cannot be taken)."""
+    path, shard = _orphan_store(tmp_path)
+    if not lock_file:
+        (path / ".lock").unlink()
+    modes = {}
+    for item in [path, *path.rglob("*")]:
+        modes[item] = item.stat().st_mode
+        item.chmod(stat.S_IMODE(modes[item]) & ~0o222)
+    try:
+        before = _files(path)
+        report = RepresentationStore(path, readonly=True, create=False).verify()
+        assert _files(path) == before
+    finally:
+        for item, mode in modes.items():
+            item.chmod(stat.S_IMODE(mode))
+    assert report.orphans == [shard] and not report.ok
+    if lock_file:
+        assert "cannot be taken" in report.orphans_note and report.corruptions[0].reason.endswith(report.orphans_note)
+    else:
+        assert report.orphans_note is None
+
+
+def test_verify_inside_repair_takes_the_lock_repair_holds_without_waiting(tmp_path, monkeypatch):
+    """`repair` without a report runs `verify` under the write lock it holds: the lock is taken again at once (it is
+    re-entrant), the orphan is one for sure and is re-indexed."""
+    monkeypatch.setattr(maintenance, "ORPHAN_LOCK_WAIT", 0.2)
+    path, shard = _orphan_store(tmp_path)
+    store = RepresentationStore(path)
+    result = store.repair()
+    assert result["report"].orphans == [shard] and result["report"].orphans_note is None
+    assert result["salvaged"] == [content_hash("stored")] and store.verify().ok
