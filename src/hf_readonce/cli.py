@@ -853,16 +853,19 @@ def _access_refused(error: PermissionError, paths: dict) -> str:
     return f"{reason}: {error.filename}; run the command as a user who may read (and, where it writes, write) it."
 
 
-def _store_info(store) -> dict:
-    """`store.info()`, a store moved or removed since the command opened it said as one error line.
+def _store_info(store, orphans: bool = True) -> dict:
+    """`store.info()`, a store moved or removed since the command opened it said as one error line. `orphans=False`
+    (a caller that prints no orphan: the summary line after `encode` and `prune`) waits for no other process's
+    commit (`store_info(confirm_orphans=False)`).
 
     Raises:
         CommandError: no store is at the store's path any more (`StoreNotFoundError`).
     """
     from .store import StoreNotFoundError
+    from .store.maintenance import store_info
 
     try:
-        return store.info()
+        return store.info() if orphans else store_info(store, confirm_orphans=False)
     except StoreNotFoundError as error:
         raise CommandError(str(error)) from None
 
@@ -1096,7 +1099,7 @@ def cmd_encode(args) -> int:
                 _remove_empty_store(store_path, created[-1])  # while empty, under its lock: another job may use it)
                 return status
         store.refresh()
-        info = _store_info(store)
+        info = _store_info(store, orphans=False)
         print(f"store {store.path}: {info['documents']} document(s), {info['shards']} shard(s), "
               f"{_human_bytes(info['bytes_on_disk'])}", flush=True)
         from .store.shards import resolve_dtype
@@ -2420,7 +2423,7 @@ def cmd_prune(args) -> int:
     if args.quarantine:
         print(f"{verb} quarantine/: {_human_bytes(result['quarantine_bytes'])}")
     if not args.dry_run:
-        info = _store_info(store)
+        info = _store_info(store, orphans=False)
         print(f"store {store.path}: {info['documents']} document(s), {info['shards']} shard(s), "
               f"{_human_bytes(info['bytes_on_disk'])}")
     return status

@@ -235,3 +235,38 @@ def test_verify_inside_repair_takes_the_lock_repair_holds_without_waiting(tmp_pa
     result = store.repair()
     assert result["report"].orphans == [shard] and result["report"].orphans_note is None
     assert result["salvaged"] == [content_hash("stored")] and store.verify().ok
+
+
+def test_verify_recompute_looks_for_in_flight_shards_once_and_encode_and_prune_summaries_never(
+        tmp_path, checkpoint, qa_rows, capsys, monkeypatch):
+    """Only what names orphans looks at them under the write lock (and may wait for it): `verify --recompute` once
+    (its recompute reads the spaces' dtypes only), the summary line after `encode` and `prune` never."""
+    from hf_readonce.cli import main as cli_main
+    from tests.conftest import write_jsonl
+
+    looks = []
+    real = maintenance.confirmed_orphans
+
+    def counted(store, candidates):
+        looks.append(list(candidates))
+        return real(store, candidates)
+
+    monkeypatch.setattr(maintenance, "confirmed_orphans", counted)
+    store = tmp_path / "store"
+    docs = write_jsonl(tmp_path / "docs.jsonl", [{"id": r["id"], "document": r["context"]} for r in qa_rows[:2]])
+    encode = ["encode", str(checkpoint), "--documents", str(docs), "--store", str(store), "--dtype", "fp32",
+              "--max-passage-length", "64", "--doc-stride", "8", "--no-progress"]
+    assert cli_main(encode) == 0
+    (manifest,) = (store / "index").glob("*.json")
+    shard = json.loads(manifest.read_text())["shard"]
+    manifest.unlink()  # an orphan, and its documents to encode again
+    assert cli_main(encode) == 0 and looks == []
+    assert f"store {store}: 2 document(s), 1 shard(s)" in capsys.readouterr().out
+    assert cli_main(["verify", "--store", str(store), "--no-progress", "--recompute", "1", "--model",
+                     str(checkpoint), "--documents", str(docs)]) == 0
+    assert looks == [[shard]]  # verify's look; its orphan's documents are stored again: no corruption
+    assert "recomputed from" in capsys.readouterr().out
+    key = next(iter(RepresentationStore(store, readonly=True).info()["spaces"]))
+    looks.clear()
+    assert cli_main(["prune", "--store", str(store), "--space", key[:16]]) == 0
+    assert looks == [] and f"store {store}: 0 document(s), 0 shard(s)" in capsys.readouterr().out

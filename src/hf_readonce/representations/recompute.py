@@ -9,6 +9,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from ..store import RepresentationStore, canonical_settings
+from ..store.maintenance import store_info
 from .base import current_fingerprint, one_tokenizer_fingerprint
 from .registry import get_adapter_class
 
@@ -107,7 +108,8 @@ def recompute_store(store: RepresentationStore, model, tokenizer, num_documents:
     adapter_class = get_adapter_class(model.config.model_type)
     texts = texts or {}
     store.refresh()
-    dtypes = {key: space["dtypes"] for key, space in store.info()["spaces"].items()}
+    # (the spaces' dtypes only: no wait for another process's commit, which `verify` has waited for)
+    dtypes = {key: space["dtypes"] for key, space in store_info(store, confirm_orphans=False)["spaces"].items()}
     reports, own = [], None  # own: the model's fingerprint, once its weights are digested (once per call)
     # each space's adapter records the tokenizer's fingerprint: the tokenizer is serialized once
     with one_tokenizer_fingerprint(tokenizer):

@@ -134,7 +134,7 @@ def model_names(store) -> dict[str, list[str]]:
     return {space: list(dict.fromkeys(name for _, name in sorted(names))) for space, names in named.items()}
 
 
-def store_info(store) -> dict:
+def store_info(store, *, confirm_orphans: bool = True) -> dict:
     """Summary: documents, shards, bytes on disk (`quarantine_bytes` / `quarantine_files` of them under
     `quarantine/`, where `repair` moved damaged files: kept for inspection, never read, safe to delete), and per space
     its fingerprint, settings, model type, `model_names` (the distinct model names its shards record, in the order
@@ -145,22 +145,34 @@ def store_info(store) -> dict:
     [`confirmed_orphans`]: this may wait up to [`ORPHAN_LOCK_WAIT`] seconds for the store's write lock), `orphans_note`
     (`None`, or why an orphan listed may still be a shard another process is committing) and `bad_manifests`.
 
+    Args:
+        store ([`RepresentationStore`]): the store.
+        confirm_orphans (`bool`, defaults to `True`): `False` waits for nothing: `orphans` are then the shard files
+            no manifest lists at one look (a shard another process is committing may be among them) and
+            `orphans_note` is `None` (for a caller that shows no orphan: the summary line of `encode` and `prune`).
+
     Raises:
         StoreNotFoundError: if no store is at the store's path any more (its folder removed or moved since the store
             was opened, or a folder without `store.json` there now): an empty summary would describe a store that is
             not there.
     """
+    check_bool(confirm_orphans, "confirm_orphans")
     _check_still_there(store, "describe")
-    store.refresh()
-    # a shard another process is committing is none: looked at again (under the store's write lock, never waited for
-    # under the index lock) before the summary is taken, so that it counts such a shard's documents
-    orphans, orphans_note = confirmed_orphans(store, orphan_shards(store))
+    orphans, orphans_note = None, None
+    if confirm_orphans:
+        store.refresh()
+        # a shard another process is committing is none: looked at again (waiting for the store's write lock, never
+        # under the index lock) before the summary is taken, so that it counts such a shard's documents
+        orphans, orphans_note = confirmed_orphans(store, orphan_shards(store))
     with store._index_lock:  # one state of the index, whatever other threads sharing the store do meanwhile
         store.refresh()
         spaces, manifests, entries = dict(store._spaces), list(store._shards.values()), list(store._entries)
         duplicates, bad_manifests, names_by_space = store._duplicates, sorted(store._bad_manifests), model_names(store)
-        unindexed = set(orphan_shards(store))  # (one repaired or pruned meanwhile is gone)
-        orphans = [orphan for orphan in orphans if orphan in unindexed]
+        if orphans is None:
+            orphans = orphan_shards(store)
+        elif orphans:
+            unindexed = set(orphan_shards(store))  # (one repaired or pruned meanwhile is gone)
+            orphans = [orphan for orphan in orphans if orphan in unindexed]
     orphans_note = orphans_note if orphans else None
     per_space = {}
     for key, space in spaces.items():
