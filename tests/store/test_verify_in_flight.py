@@ -1,16 +1,19 @@
 """`verify` and `info` beside another process committing a shard: the shard is written before its manifest, both
 under the store's write lock, so a shard no manifest lists after a second look is looked at once more under that
-lock (waited for up to `ORPHAN_LOCK_WAIT` seconds) before it is called an orphan. Past the wait, or where the lock
-cannot be taken (a store this user may only read), orphans are named as before, with a note saying that one may be a
-shard being committed; nothing is ever written or created in the store, and `verify` inside `repair` (which holds
-the lock) does not wait."""
+lock (waited for up to `ORPHAN_LOCK_WAIT` seconds, with a shared lock of `.lock` opened read-only: also on a store
+this user may only read) before it is called an orphan. Past the wait, or where the lock cannot be waited for (a
+`.lock` this user cannot read), orphans are named as before, with a note saying that one may be a shard being
+committed; nothing is ever written or created in the store, and `verify` inside `repair` (which holds the lock) does
+not wait."""
 
 import errno
+import fcntl
 import json
 import os
 import stat
 import subprocess
 import sys
+import types
 
 import pytest
 import torch
@@ -78,23 +81,51 @@ def _orphan_store(tmp_path):
     return path, shard
 
 
-@pytest.mark.parametrize("look", ["verify", "info", "cli verify", "cli info"])
+def _flock_shim(flock):
+    """What `maintenance` uses of `fcntl`, with `flock` in place of `fcntl.flock` (filelock keeps the real one)."""
+    return types.SimpleNamespace(LOCK_SH=fcntl.LOCK_SH, LOCK_NB=fcntl.LOCK_NB, flock=flock)
+
+
+@pytest.mark.parametrize(("look", "lock"), [("verify", "flock"), ("info", "flock"), ("cli verify", "flock"),
+                                            ("cli info", "flock"), ("verify", "not writable"),
+                                            ("verify", "no flock")])
 def test_a_shard_another_process_is_committing_is_no_orphan_once_its_manifest_lands(tmp_path, monkeypatch, capsys,
-                                                                                    look):
+                                                                                    look, lock):
     """The writer goes on only once `verify` / `info` asks for the store's write lock, the shard still without its
     manifest: it waits for the lock, which the writer releases once the manifest is written, and reports the store
-    sound (no orphan, no corruption, exit 0)."""
+    sound (no orphan, no corruption, exit 0). Also where this user may not open `.lock` for writing (a store of
+    another user: the shared lock needs reading only), and without `fcntl.flock` (Windows: the write lock is
+    taken)."""
     path, go = _store(tmp_path), tmp_path / "go"
     writer, shard = _paused_writer(path, go)
     asked = []
-    real_acquire = _StoreLock.acquire
 
-    def acquire(self, timeout=None):
+    def ask():
         asked.append(os.path.exists(path / "index" / f"{os.path.basename(shard)[:-12]}.json"))
         go.touch()  # the writer writes its manifest and releases the lock: meanwhile this process waits for it
-        return real_acquire(self, timeout)
 
-    monkeypatch.setattr(_StoreLock, "acquire", acquire)
+    if lock == "no flock":
+        real_acquire = _StoreLock.acquire
+
+        def acquire(self, timeout=None):
+            ask()
+            return real_acquire(self, timeout)
+
+        monkeypatch.setattr(_StoreLock, "acquire", acquire)
+        monkeypatch.setattr(maintenance, "fcntl", None)
+    else:
+        if lock == "not writable":  # (as root, a `.lock` of mode 0444 would open for writing all the same)
+            def refused(self, timeout=None):
+                raise PermissionError(errno.EACCES, "Permission denied", str(path / ".lock"))
+
+            monkeypatch.setattr(_StoreLock, "acquire", refused)
+
+        def flock(fd, operation):
+            if not asked:
+                ask()
+            return fcntl.flock(fd, operation)
+
+        monkeypatch.setattr(maintenance, "fcntl", _flock_shim(flock))
     try:
         if look == "verify":
             report = RepresentationStore(path, readonly=True, create=False).verify()
@@ -114,6 +145,7 @@ def test_a_shard_another_process_is_committing_is_no_orphan_once_its_manifest_la
         out, err = writer.communicate(timeout=120)
     assert asked == [False]  # asked once, while the shard had no manifest yet
     assert writer.returncode == 0 and out == "committed\n", err
+    monkeypatch.undo()
     assert RepresentationStore(path).verify().ok
 
 
@@ -164,8 +196,9 @@ def test_verify_of_a_store_without_a_lock_file_makes_none_and_names_its_orphan(t
 
 
 def test_a_lock_file_removed_just_before_verify_takes_the_lock_is_not_left_made(tmp_path, monkeypatch):
-    """`.lock` removed between verify's look at it and its lock (filelock then makes it anew): the one made is
-    removed again, so a read-only pass leaves the store as it found it."""
+    """Without `fcntl.flock` (Windows), `.lock` removed between verify's look at it and its lock (filelock then makes
+    it anew): the one made is removed again, so a read-only pass leaves the store as it found it."""
+    monkeypatch.setattr(maintenance, "fcntl", None)
     path, shard = _orphan_store(tmp_path)
     store = RepresentationStore(path, readonly=True, create=False)
     real, calls = store._acquire_unless_gone, []
@@ -181,37 +214,73 @@ def test_a_lock_file_removed_just_before_verify_takes_the_lock_is_not_left_made(
     assert not os.path.lexists(path / ".lock")
 
 
-def test_verify_of_a_store_whose_lock_cannot_be_taken_names_its_orphans_with_a_note(tmp_path, monkeypatch):
-    """A `.lock` this process cannot open (a store of another user, which it may only read): the orphan is named as
-    before, its reason saying that a writer may be committing it; no exception, nothing written."""
+@pytest.mark.parametrize("lock", ["flock", "no flock"])
+def test_verify_of_a_store_whose_lock_cannot_be_waited_for_names_its_orphans_with_a_note(tmp_path, monkeypatch,
+                                                                                        lock):
+    """A lock that cannot be waited for (`flock` refused: e.g. a file system without locks; without `flock`, a
+    `.lock` this process cannot open for writing): the orphan is named as before, its reason saying that a writer may
+    be committing it; no exception, nothing written."""
     path, shard = _orphan_store(tmp_path)
 
-    def refused(self, timeout=None):
+    def refused(*args, **kwargs):
+        if lock == "flock":
+            raise OSError(errno.ENOLCK, "No locks available")
         raise PermissionError(errno.EACCES, "Permission denied", str(path / ".lock"))
 
-    monkeypatch.setattr(_StoreLock, "acquire", refused)
+    if lock == "flock":
+        monkeypatch.setattr(maintenance, "fcntl", _flock_shim(refused))
+        said = "cannot be waited for (No locks available)"
+    else:
+        monkeypatch.setattr(maintenance, "fcntl", None)
+        monkeypatch.setattr(_StoreLock, "acquire", refused)
+        said = "cannot be taken (Permission denied)"
     before = _files(path)
     report = RepresentationStore(path, readonly=True, create=False).verify()
     assert report.orphans == [shard] and not report.ok
-    assert report.orphans_note.startswith(f"the store's write lock {path / '.lock'} cannot be taken (Permission "
-                                          "denied): a shard listed as an orphan may be one another process is "
-                                          "committing"), report.orphans_note
+    assert report.orphans_note.startswith(f"the store's write lock {path / '.lock'} {said}: a shard listed as an "
+                                          "orphan may be one another process is committing"), report.orphans_note
     assert report.corruptions[0].reason.endswith(report.orphans_note)
     assert _files(path) == before
 
 
-@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root may write whatever the modes say")
-@pytest.mark.parametrize("lock_file", [True, False])
-def test_verify_of_a_read_only_store_names_its_orphans_and_writes_nothing(tmp_path, lock_file):
-    """A store whose files and folders are read-only (a `.lock` that cannot be opened for writing, or none): no
-    exception, no file made, the orphan named (with the note where `.lock` is there but cannot be taken)."""
+def test_verify_waits_on_the_lock_file_at_the_path_where_it_is_replaced_meanwhile(tmp_path, monkeypatch):
+    """`.lock` removed and made anew (a writer holding the new one) while verify opened the old one: the shared lock
+    of the old file guards nothing, so verify waits on the one at the path (here past the wait: the note)."""
+    monkeypatch.setattr(maintenance, "ORPHAN_LOCK_WAIT", 0.3)
     path, shard = _orphan_store(tmp_path)
-    if not lock_file:
+    holders = []
+
+    def flock(fd, operation):
+        if not holders:
+            (path / ".lock").unlink()
+            holders.append(RepresentationStore(path).lock())
+            holders[0].acquire()  # (makes `.lock` anew)
+        return fcntl.flock(fd, operation)
+
+    monkeypatch.setattr(maintenance, "fcntl", _flock_shim(flock))
+    try:
+        report = RepresentationStore(path, readonly=True, create=False).verify()
+    finally:
+        holders[0].release()
+    assert report.orphans == [shard]
+    assert report.orphans_note.startswith("another process held the store's write lock for the 0.3 s"), \
+        report.orphans_note
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root may write whatever the modes say")
+@pytest.mark.parametrize("lock_file", ["readable", "unreadable", "none"])
+def test_verify_of_a_read_only_store_names_its_orphans_and_writes_nothing(tmp_path, lock_file):
+    """A store whose files and folders are read-only (a `.lock` that cannot be opened for writing, one that cannot
+    be read either, or none): no exception, no file made, the orphan named, for sure where `.lock` can be read
+    (its shared lock is taken) or is not there, with the note where it cannot be read."""
+    path, shard = _orphan_store(tmp_path)
+    if lock_file == "none":
         (path / ".lock").unlink()
     modes = {}
     for item in [path, *path.rglob("*")]:
         modes[item] = item.stat().st_mode
-        item.chmod(stat.S_IMODE(modes[item]) & ~0o222)
+        item.chmod(stat.S_IMODE(modes[item]) & ~(0o666 if item.name == ".lock" and lock_file == "unreadable" else
+                                                  0o222))
     try:
         before = _files(path)
         report = RepresentationStore(path, readonly=True, create=False).verify()
@@ -220,8 +289,9 @@ def test_verify_of_a_read_only_store_names_its_orphans_and_writes_nothing(tmp_pa
         for item, mode in modes.items():
             item.chmod(stat.S_IMODE(mode))
     assert report.orphans == [shard] and not report.ok
-    if lock_file:
-        assert "cannot be taken" in report.orphans_note and report.corruptions[0].reason.endswith(report.orphans_note)
+    if lock_file == "unreadable":
+        assert "cannot be opened (Permission denied)" in report.orphans_note
+        assert report.corruptions[0].reason.endswith(report.orphans_note)
     else:
         assert report.orphans_note is None
 

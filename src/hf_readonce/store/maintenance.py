@@ -9,6 +9,7 @@ functions."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import json
 import logging
@@ -48,6 +49,11 @@ from .shards import (
     resolve_dtype,
 )
 
+try:  # `verify` and `info` wait for a writer's commit with a shared lock of their own (not on Windows)
+    import fcntl
+except ImportError:
+    fcntl = None
+
 logger = logging.getLogger(__name__)
 
 
@@ -85,8 +91,9 @@ class VerifyReport:
         holding documents the index lacks is also a corruption; `repair` re-indexes it and moves it away. A shard
         another process is committing (written, its manifest not yet) is none: see [`confirmed_orphans`].
         orphans_note (`str` or `None`): `None` when every orphan listed is one for sure; else why one may still be
-        a shard another process is committing (its write lock held past [`ORPHAN_LOCK_WAIT`], or not to be taken:
-        e.g. a store this user cannot write), also said in each orphan's corruption: verify again once it is done.
+        a shard another process is committing (its write lock held past [`ORPHAN_LOCK_WAIT`], or not to be waited
+        for: e.g. a `.lock` this user cannot read), also said in each orphan's corruption: verify again once it is
+        done.
         duplicates (`int`): documents listed by two index files (harmless: reads use the first; as `info` counts
         them).
         leftovers (`list[str]`): what lies in `tmp/` (a write killed midway, or a file or folder put there; not the
@@ -268,14 +275,16 @@ def confirmed_orphans(store, candidates: list[str]) -> tuple[list[str], str | No
     """Which of `candidates` (shard paths relative to the store that no manifest listed when they were looked at)
     are orphans for sure, and not shards being committed: the index is read again (a shard committed meanwhile
     has its manifest by now; one a thread of this process is committing is none), and where some are still listed
-    by no manifest, once more while this process holds the store's write lock, which a process committing a shard
-    holds from before it writes the shard until its manifest is written (taken and released at once; re-entrant:
-    inside `repair`, which holds it, there is no wait). The lock is waited for up to [`ORPHAN_LOCK_WAIT`] seconds
-    (less where the store's `lock_timeout` is less; after 5 s a `logging` warning says which store's lock is waited
-    for). Where the store has no `.lock`, no process holds its lock (every writer makes it before its first commit)
-    and nothing is waited for. Nothing is ever written or created: a `.lock` is only opened where one is (one made
-    meanwhile by taking it, where it was removed just before, is removed again), and a store opened `readonly=True`
-    is looked at as any other (taking the lock writes nothing).
+    by no manifest, once more after no process holds the store's write lock, which a process committing a shard
+    holds from before it writes the shard until its manifest is written. That is waited for up to
+    [`ORPHAN_LOCK_WAIT`] seconds (less where the store's `lock_timeout` is less; after 5 s a `logging` warning says
+    which store's lock is waited for) with a shared `flock` of `STORE/.lock` opened read-only, taken and released at
+    once: nothing is ever written, created or truncated (a store opened `readonly=True`, or one of another user that
+    this user may only read, is looked at as any other), a `.lock` that is a link is never followed, nor one that
+    is a FIFO read. Called by a thread that holds the write lock (inside `repair`), no other process commits: nothing
+    is waited for. Where the store has no `.lock`, no process holds its lock (every writer makes it before it writes
+    a shard) and nothing is waited for. Without `fcntl.flock` (Windows) the write lock itself is taken (a `.lock`
+    made by taking it, where it was removed just before, is removed again).
 
     Args:
         store ([`RepresentationStore`]): the store.
@@ -283,45 +292,32 @@ def confirmed_orphans(store, candidates: list[str]) -> tuple[list[str], str | No
 
     Returns:
         `tuple[list[str], str | None]`: the candidates still listed by no manifest and still there (order kept), and
-        `None` when that is sure, or a note saying why one may still be a shard another process is committing: its
-        write lock held by another process past the wait, or not to be taken (a `.lock` this process cannot open,
-        e.g. on a store it may only read, or one that is not a regular file).
+        `None` when that is sure, or a note saying why one may still be a shard another process is committing: the
+        write lock held by another process past the wait, or not to be waited for (a `.lock` this process cannot
+        read, or one that is not a regular file).
     """
+    if not candidates:
+        return [], None
     store.refresh()
     unindexed = set(orphan_shards(store))
     candidates = [f for f in candidates if f in unindexed]
     if not candidates:
         return [], None
-    note = None
+    held = store._lock
+    if held is not None and held.is_locked:  # this thread holds the write lock: no other process commits now
+        return candidates, None
     lock_file = store.path / ".lock"
+    wait = ORPHAN_LOCK_WAIT if store.lock_timeout < 0 else min(ORPHAN_LOCK_WAIT, store.lock_timeout)
     try:
         found = os.lstat(lock_file)
     except FileNotFoundError:
-        found = None  # no writer holds the lock: each makes `.lock` before it writes a shard
+        found, note = None, None  # no writer holds the lock: each makes `.lock` before it writes a shard
     except OSError as error:
         found, note = None, f"the store's write lock {printable(lock_file)} cannot be looked at ({error.strerror})"
     if found is not None and not stat.S_ISREG(found.st_mode):
         note = f"the store's write lock {printable(lock_file)} is not a regular file"
     elif found is not None:
-        wait = ORPHAN_LOCK_WAIT if store.lock_timeout < 0 else min(ORPHAN_LOCK_WAIT, store.lock_timeout)
-        try:
-            taken = store._acquire_unless_gone(timeout=wait)
-        except Timeout:
-            taken, note = None, (f"another process held the store's write lock for the {wait:g} s this process "
-                                 "waited for it (an `encode`, `repair` or `prune` running)")
-        except OSError as error:
-            taken, note = None, (f"the store's write lock {printable(lock_file)} cannot be taken "
-                                 f"({error.strerror or error})")
-        if taken is not None:
-            lock, made = taken
-            try:
-                store.refresh()
-                unindexed = set(orphan_shards(store))
-                return [f for f in candidates if f in unindexed], None
-            finally:
-                _release_lock_taken(store, lock, made)
-        if note is None:  # the store's folder moved or removed meanwhile
-            note = "the store's folder was moved or removed while its write lock was waited for"
+        note = _wait_for_writers(store, wait) if fcntl is not None else _wait_by_taking_the_lock(store, wait)
     store.refresh()
     unindexed = set(orphan_shards(store))
     still = [f for f in candidates if f in unindexed]
@@ -329,6 +325,75 @@ def confirmed_orphans(store, candidates: list[str]) -> tuple[list[str], str | No
         note += (": a shard listed as an orphan may be one another process is committing; run verify again once no "
                  "`encode`, `repair` or `prune` runs on the store")
     return still, note if still else None
+
+
+def _held_too_long(wait: float) -> str:
+    """The note of [`confirmed_orphans`] where the write lock stayed held for the whole wait."""
+    return (f"another process held the store's write lock for the {wait:g} s this process waited for it (an "
+            "`encode`, `repair` or `prune` running)")
+
+
+def _wait_for_writers(store, wait: float) -> str | None:
+    """Wait up to `wait` seconds until no process holds the store's write lock ([`confirmed_orphans`]): a shared
+    `flock` of `STORE/.lock` opened read-only (`O_NOFOLLOW`, `O_NONBLOCK`: a link is not followed, a FIFO does not
+    block), conflicting with a writer's exclusive one, released at once. `None` once it is taken on the `.lock` at
+    the path, or where none is there; else why it was not (held past the wait, or not to be opened or locked)."""
+    from .store import _StoreLock
+
+    lock_file = store.path / ".lock"
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    start = time.monotonic()
+    noticed = False
+    while True:  # again where `.lock` was replaced while waited for (writers lock the one at the path)
+        try:
+            fd = os.open(lock_file, flags)
+        except FileNotFoundError:
+            return None  # removed meanwhile: no writer holds it
+        except OSError as error:
+            return f"the store's write lock {printable(lock_file)} cannot be opened ({error.strerror or error})"
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return f"the store's write lock {printable(lock_file)} is not a regular file"
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    break
+                except OSError as error:
+                    if error.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
+                        return (f"the store's write lock {printable(lock_file)} cannot be waited for "
+                                f"({error.strerror or error})")
+                waited = time.monotonic() - start
+                if waited >= wait:
+                    return _held_too_long(wait)
+                if not noticed and waited >= _StoreLock.notice_after:
+                    noticed = True
+                    logger.warning("hf-readonce: waiting for the write lock of store %s (%s), held by another process "
+                                   "(an `encode`, a `repair` or a `prune`), to tell a shard it commits from an "
+                                   "orphan; giving up after %s s in all.", store.path, lock_file, f"{wait:g}")
+                time.sleep(min(0.05, wait - waited))
+            try:
+                same = os.path.samestat(os.fstat(fd), os.lstat(lock_file))
+            except OSError:
+                same = False
+            if same:
+                return None
+        finally:
+            os.close(fd)  # (releases the shared lock)
+
+
+def _wait_by_taking_the_lock(store, wait: float) -> str | None:
+    """[`_wait_for_writers`] where there is no `fcntl.flock` (Windows): the write lock itself is taken (up to `wait`
+    seconds) and released at once, first removing a `.lock` taking it made ([`_release_lock_taken`])."""
+    try:
+        taken = store._acquire_unless_gone(timeout=wait)
+    except Timeout:
+        return _held_too_long(wait)
+    except OSError as error:
+        return f"the store's write lock {printable(store.path / '.lock')} cannot be taken ({error.strerror or error})"
+    if taken is None:
+        return "the store's folder was moved or removed while its write lock was waited for"
+    _release_lock_taken(store, *taken)
+    return None
 
 
 def _release_lock_taken(store, lock, made: tuple[bool, bool]) -> None:
@@ -618,9 +683,9 @@ def verify_store(store, progress: bool = False) -> VerifyReport:
       is harmless and only listed. A shard being committed is none: the index is read again after the files are
       listed, and where shards are still unlisted, once more under the store's write lock, waited for up to
       [`ORPHAN_LOCK_WAIT`] seconds (another process's commit holds it until the shard's manifest is written; see
-      [`confirmed_orphans`]). Where the lock stays held by another process, or cannot be taken (a store this user
-      may only read), the orphans are named all the same, each corruption's reason and `orphans_note` saying that
-      one may be a shard being committed.
+      [`confirmed_orphans`]; nothing is written, also where this user may only read the store). Where the lock stays
+      held by another process, or cannot be waited for (a `.lock` this user cannot read), the orphans are named all
+      the same, each corruption's reason and `orphans_note` saying that one may be a shard being committed.
 
     Args:
         progress (`bool`, defaults to `False`): show a tqdm bar over shards.

@@ -7,7 +7,7 @@ reader or a crash never sees half a file):
 STORE/
   store.json                      # {"format": "hf-readonce-representation-store", "format_version": 1}
   .lock                           # filelock, held while a writer commits a shard or `repair` / `prune` runs
-                                  # (and for a moment by `verify` / `info` where a shard is listed by no manifest)
+                                  # (`verify` / `info` wait for it, read-only, where a shard is listed by no manifest)
   shards/<space>/<shard>.safetensors   # the tensors of many documents (safetensors: no code is ever loaded)
   index/<shard>.json              # manifest of one shard: the commit point; the index is the union of manifests
   quarantine/<time>/...           # shards and manifests retired by `repair` (never deleted)
@@ -830,11 +830,12 @@ class RepresentationStore:
 
     def lock(self) -> _StoreLock:
         """The store's write lock (`filelock.FileLock` on `STORE/.lock`, re-entrant within this object); writers
-        hold it only while committing a shard, `repair` and `prune` while they run; `verify` and `info` take it for
-        a moment where a shard file is listed by no manifest (one being committed is none:
-        [`hf_readonce.store.maintenance.confirmed_orphans`]). A writer that has waited 5 s for another
-        process's lock says so once (a `logging` warning of `hf_readonce.store.store`, on stderr by default),
-        then waits up to `lock_timeout` seconds in all before `filelock.Timeout` (a `TimeoutError`)."""
+        hold it only while committing a shard, `repair` and `prune` while they run; `verify` and `info` wait until
+        no process holds it (with a shared lock of `.lock`, opened read-only) where a shard file is listed by no
+        manifest (one being committed is none: [`hf_readonce.store.maintenance.confirmed_orphans`]). A writer that
+        has waited 5 s for another process's lock says so once (a `logging` warning of `hf_readonce.store.store`, on
+        stderr by default), then waits up to `lock_timeout` seconds in all before `filelock.Timeout` (a
+        `TimeoutError`)."""
         with self._index_lock:  # one lock object for every thread (filelock keeps each thread's hold apart)
             if self._lock is None:
                 self._lock = _StoreLock(FileLock(str(self.path / ".lock"), timeout=self.lock_timeout), self.path,
