@@ -340,3 +340,22 @@ def test_verify_recompute_looks_for_in_flight_shards_once_and_encode_and_prune_s
     looks.clear()
     assert cli_main(["prune", "--store", str(store), "--space", key[:16]]) == 0
     assert looks == [] and f"store {store}: 0 document(s), 0 shard(s)" in capsys.readouterr().out
+
+
+def test_store_info_without_confirming_lists_orphans_at_one_look_and_refuses_a_non_bool(tmp_path, monkeypatch):
+    """`store_info(confirm_orphans=False)` (the summary lines of `encode` and `prune`) names the orphans as one look
+    finds them, waiting for no lock (here held by another process's stand-in for good); a string is refused."""
+    monkeypatch.setattr(maintenance, "ORPHAN_LOCK_WAIT", 0.2)
+    path, shard = _orphan_store(tmp_path)
+    store = RepresentationStore(path, readonly=True, create=False)
+    holder = RepresentationStore(path).lock()
+    holder.acquire()
+    try:
+        quick = maintenance.store_info(store, confirm_orphans=False)
+        waited = store.info()
+    finally:
+        holder.release()
+    assert quick["orphans"] == [shard] and quick["orphans_note"] is None
+    assert waited["orphans"] == [shard] and waited["orphans_note"].startswith("another process held")
+    with pytest.raises(TypeError, match="`confirm_orphans` must be a bool"):
+        maintenance.store_info(store, confirm_orphans="no")

@@ -162,6 +162,7 @@ def store_info(store, *, confirm_orphans: bool = True) -> dict:
         StoreNotFoundError: if no store is at the store's path any more (its folder removed or moved since the store
             was opened, or a folder without `store.json` there now): an empty summary would describe a store that is
             not there.
+        TypeError: a `confirm_orphans` that is not a bool.
     """
     check_bool(confirm_orphans, "confirm_orphans")
     _check_still_there(store, "describe")
