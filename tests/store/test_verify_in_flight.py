@@ -9,10 +9,10 @@ not wait."""
 import errno
 import fcntl
 import json
+import multiprocessing
 import os
 import stat
-import subprocess
-import sys
+import time
 import types
 
 import pytest
@@ -22,28 +22,24 @@ from hf_readonce.store import RepresentationStore, content_hash, maintenance
 from hf_readonce.store.store import _StoreLock
 from tests.store.test_campaign import FP, SETTINGS, run_cli
 
+
 # an `encode` of another process paused inside its commit, between the shard file and its manifest (under the
-# store's write lock): it says "written" there, and goes on once the file `sys.argv[2]` exists (60 s at most)
-_PAUSED_WRITER = """
-import pathlib, sys, time
-import torch
-from hf_readonce.store import RepresentationStore, content_hash
+# store's write lock): it sets `written` there, and goes on once the file `go` exists (60 s at most). Forked, so
+# that it starts at once (a fresh interpreter would import torch again: seconds on a loaded machine)
+def _write_paused(path, go, written, committed):
+    store = RepresentationStore(path)
+    write_manifest = store._write_manifest
 
-store = RepresentationStore(sys.argv[1])
-go = pathlib.Path(sys.argv[2])
-write_manifest = store._write_manifest
+    def paused(*args, **kwargs):
+        written.set()
+        deadline = time.monotonic() + 60
+        while not os.path.exists(go) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return write_manifest(*args, **kwargs)
 
-def paused(*args, **kwargs):
-    print("written", flush=True)
-    deadline = time.monotonic() + 60
-    while not go.exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return write_manifest(*args, **kwargs)
-
-store._write_manifest = paused
-store.put(sys.argv[3], {"k": 2, "representation": "campaign/v1"}, content_hash("in flight"), {"x": torch.ones(3)})
-print("committed", flush=True)
-"""
+    store._write_manifest = paused
+    store.put(FP, {"k": 2, "representation": "campaign/v1"}, content_hash("in flight"), {"x": torch.ones(3)})
+    committed.set()
 
 
 def _files(path):
@@ -58,18 +54,21 @@ def _store(tmp_path):
 
 
 def _paused_writer(path, go):
-    """Start [`_PAUSED_WRITER`] on the store `path` and wait until its shard is written, its manifest not yet:
-    returns the process and the shard's path relative to the store."""
-    writer = subprocess.Popen([sys.executable, "-c", _PAUSED_WRITER, str(path), str(go), FP],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    line = writer.stdout.readline()
-    if line != "written\n":
+    """Start [`_write_paused`] on the store `path` in a forked process and wait until its shard is written, its
+    manifest not yet: returns the process, the event it sets once committed, and the shard's path relative to the
+    store."""
+    context = multiprocessing.get_context("fork")
+    written, committed = context.Event(), context.Event()
+    writer = context.Process(target=_write_paused, args=(str(path), str(go), written, committed))
+    writer.start()
+    if not written.wait(60):
         writer.kill()
-        pytest.fail(f"the writer did not reach its commit: {writer.communicate()[1]}")
+        writer.join(10)
+        pytest.fail(f"the writer did not reach its commit (exit code {writer.exitcode})")
     known = {json.loads(m.read_text())["shard"] for m in (path / "index").glob("*.json")}
     (shard,) = [str(p.relative_to(path)) for p in (path / "shards").rglob("*.safetensors")
                 if str(p.relative_to(path)) not in known]
-    return writer, shard
+    return writer, committed, shard
 
 
 def _orphan_store(tmp_path):
@@ -97,7 +96,7 @@ def test_a_shard_another_process_is_committing_is_no_orphan_once_its_manifest_la
     another user: the shared lock needs reading only), and without `fcntl.flock` (Windows: the write lock is
     taken)."""
     path, go = _store(tmp_path), tmp_path / "go"
-    writer, shard = _paused_writer(path, go)
+    writer, committed, shard = _paused_writer(path, go)
     asked = []
 
     def ask():
@@ -142,9 +141,9 @@ def test_a_shard_another_process_is_committing_is_no_orphan_once_its_manifest_la
             assert status == 0 and "orphan" not in out + err, out + err
     finally:
         go.touch()
-        out, err = writer.communicate(timeout=120)
+        writer.join(120)
     assert asked == [False]  # asked once, while the shard had no manifest yet
-    assert writer.returncode == 0 and out == "committed\n", err
+    assert writer.exitcode == 0 and committed.is_set(), writer.exitcode
     monkeypatch.undo()
     assert RepresentationStore(path).verify().ok
 
@@ -157,7 +156,7 @@ def test_an_orphan_is_named_with_a_note_while_another_process_holds_the_lock_pas
     manifest), the orphan is named without the note."""
     monkeypatch.setattr(maintenance, "ORPHAN_LOCK_WAIT", 0.3)
     path, go = _store(tmp_path), tmp_path / "go"
-    writer, shard = _paused_writer(path, go)
+    writer, committed, shard = _paused_writer(path, go)
     try:
         report = RepresentationStore(path, readonly=True, create=False).verify()
         info = RepresentationStore(path, readonly=True, create=False).info()
@@ -166,7 +165,7 @@ def test_an_orphan_is_named_with_a_note_while_another_process_holds_the_lock_pas
             "another process held the store's write lock for the 0 s")  # the store's own shorter timeout
     finally:
         writer.kill()
-        writer.communicate(timeout=60)
+        writer.join(60)
     assert not report.ok and report.orphans == [shard]
     assert report.orphans_note.startswith("another process held the store's write lock for the 0.3 s this process "
                                           "waited for it"), report.orphans_note
