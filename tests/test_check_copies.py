@@ -102,3 +102,22 @@ def test_strip_copies_leaves_the_sources(tree, tmp_path):
     assert "_config_fingerprint(config, config_class)" not in stripped.read_text()
     source = tmp_path / "stripped" / "hf_readonce" / "models" / "deformer_bert" / "modeling_deformer_bert.py"
     assert "def _config_fingerprint(config, config_class)" in source.read_text()
+
+
+def test_the_copies_of_examples_are_checked_too(tmp_path):
+    """The family package of `examples/new-family/` holds copies of the fingerprint policy: the default run checks
+    them against `src/` (as `--src SRC --also PACKAGE` checks another package's), and an edited one fails."""
+    module = load()
+    assert module.check(REPO_ROOT / "src", also=[REPO_ROOT / "examples"]) == ([], [])
+    copies = [c for path in (REPO_ROOT / "examples").rglob("*.py") for c in module.find_copies(path)]
+    assert {"_config_fingerprint", "_weights_fingerprint"} <= {c.source.rsplit(".", 1)[-1] for c in copies}
+    package = tmp_path / "new-family"
+    shutil.copytree(REPO_ROOT / "examples" / "new-family", package, ignore=shutil.ignore_patterns("__pycache__"))
+    path = package / "mean_qa_family" / "models" / "mean_qa" / "modeling_mean_qa.py"
+    path.write_text(path.read_text().replace('"classifier_dropout", ', ""))
+    result = run("--src", REPO_ROOT / "src", "--also", package)
+    assert result.returncode == 1 and "modeling_mean_qa.py" in result.stderr and "_FINGERPRINT_IGNORED_FIELDS" in \
+        result.stderr, result.stderr
+    in_src = sum(len(module.find_copies(path)) for path in (REPO_ROOT / "src").rglob("*.py"))
+    default = run()
+    assert default.returncode == 0 and default.stdout.startswith(f"{in_src + len(copies)} copies checked"), default

@@ -9,8 +9,10 @@ included), with the comment lines between the marker and the statement; the sour
 comment lines right above it (a section rule, `# -----`, is not part of a block). Files under `models/<family>/` travel alone to the Hub (`trust_remote_code=True`), so
 they cannot import a shared module: one file holds the canonical code and the others hold checked copies.
 
-    python utils/check_copies.py            # exit 1 naming every copy that differs from its source
+    python utils/check_copies.py            # exit 1 naming every copy that differs from its source (the copies of
+                                            # src/ and of examples/, e.g. the family package examples/new-family/)
     python utils/check_copies.py --fix      # rewrite those copies from their sources
+    python utils/check_copies.py --src DIR --also PKG   # the copies of DIR and of PKG, sources from DIR
     python utils/check_copies.py --strip-copies DIR   # write src/ to DIR without the checked copies (to measure
                                                       # the duplication that is left, e.g. with a duplicate finder)
 
@@ -163,15 +165,16 @@ def expected_lines(copy: Copy, src: Path) -> list[str]:
     return [copy.indent + line if line.strip() else line for line in text.splitlines(keepends=True)]
 
 
-def check(src: Path, fix: bool = False) -> tuple[list[str], list[str]]:
-    """Check every marked copy under `src` (rewriting differing ones with `fix`).
+def check(src: Path, fix: bool = False, also=()) -> tuple[list[str], list[str]]:
+    """Check every marked copy under `src` and under each folder of `also` (rewriting differing ones with `fix`), the
+    sources always read from `src`.
 
     Returns:
         `(differing, errors)`: one line per copy that differs from its source (rewritten with `fix`), and one per
         marker that cannot be checked (an unknown source, no statement after it, a bad rename).
     """
     problems, errors = [], []
-    for path in sorted(src.rglob("*.py")):
+    for path in [path for tree in (src, *also) for path in sorted(Path(tree).rglob("*.py"))]:
         try:
             copies = find_copies(path)
         except CopyError as error:
@@ -218,11 +221,17 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--fix", action="store_true", help="rewrite every copy that differs from its source")
-    parser.add_argument("--src", type=Path, default=ROOT / "src", help="the source tree (default: src/)")
+    parser.add_argument("--src", type=Path, default=None, help="the source tree (default: src/)")
+    parser.add_argument("--also", type=Path, action="append", default=None, metavar="DIR",
+                        help="a further tree whose copies are checked against --src (repeatable; default: examples/ "
+                             "when --src is not given, none otherwise)")
     parser.add_argument("--strip-copies", type=Path, default=None, metavar="DIR",
                         help="write the source tree to DIR without the checked copies and stop")
     args = parser.parse_args(argv)
-    problems, errors = check(args.src, fix=args.fix and args.strip_copies is None)
+    if args.also is None:
+        args.also = [ROOT / "examples"] if args.src is None else []
+    args.src = args.src or ROOT / "src"
+    problems, errors = check(args.src, fix=args.fix and args.strip_copies is None, also=args.also)
     for line in errors + problems:
         print(line, file=sys.stderr)
     if errors or (problems and not args.fix):
@@ -232,7 +241,7 @@ def main(argv=None) -> int:
     if args.strip_copies is not None:
         print(f"{strip_copies(args.src, args.strip_copies)} checked copies left out of {args.strip_copies}")
         return 0
-    total = sum(len(find_copies(path)) for path in args.src.rglob("*.py"))
+    total = sum(len(find_copies(path)) for tree in (args.src, *args.also) for path in tree.rglob("*.py"))
     print(f"{total} copies checked" + (f", {len(problems)} rewritten" if problems else ", all equal their sources"))
     return 0
 
