@@ -609,6 +609,35 @@ def test_a_config_without_model_type_says_what_to_add(tmp_path, checkpoint, qa_r
     assert not (tmp_path / "new").exists() and not (tmp_path / "p.jsonl").exists()
 
 
+@pytest.mark.parametrize("command", ["encode", "answer", "summarize", "verify", "publish"])
+def test_a_checkpoint_of_a_family_not_installed_asks_nothing(tmp_path, checkpoint, qa_rows, capsys, monkeypatch,
+                                                             command):
+    """A folder that carries its own model code (`auto_map`) for a model type no installed family registers: the
+    command never runs that code nor asks whether to (transformers' "Do you wish to run the custom code? [y/N]",
+    which waited on the terminal), and its one line says how a family of another package is installed."""
+    import json
+
+    folder = tmp_path / "other-family"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "someone_elses_family",
+                                                    "auto_map": {"AutoConfig": "configuration_other.OtherConfig"}}))
+    (folder / "configuration_other.py").write_text(
+        "from transformers import PretrainedConfig\n\n\nclass OtherConfig(PretrainedConfig):\n"
+        "    model_type = 'someone_elses_family'\n")
+    asked = []
+    monkeypatch.setattr("builtins.input", lambda prompt="": asked.append(prompt) or "n")
+    if command == "publish":
+        argv = ["publish", str(folder), "--repo-id", "someone/other", "--local-dir", str(tmp_path / "out")]
+    else:
+        argv = _loading_command(command, str(folder), tmp_path, checkpoint, qa_rows, capsys)
+    assert cli_main([*argv, "--no-progress"]) == 2
+    captured = capsys.readouterr()
+    line = _one_line(captured.err)
+    assert not asked and "custom code" not in captured.out + captured.err, (asked, captured)
+    assert "'someone_elses_family'" in line and "`hf_readonce.families` entry point" in line, line
+    assert not (tmp_path / "new").exists() and not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("command", ["encode", "answer", "summarize", "verify"])
 def test_a_config_field_of_the_wrong_type_is_the_checkpoints_error(tmp_path, checkpoint, qa_rows, capsys, command):
     """A config.json field of the wrong type (`"hidden_size": "x"`) makes transformers' config raise huggingface_hub's

@@ -559,8 +559,8 @@ def _config_error(name_or_path: str, error: Exception) -> str:
     """The one-line reason `AutoConfig.from_pretrained(name_or_path)` failed, in the words of this package: a local
     folder whose config.json records no `model_type` says so and what to add (transformers' own line gives no way
     out); one whose config.json starts with a UTF-8 byte order mark (transformers reads it as an invalid JSON file)
-    says so; one whose `model_type` no installed family or transformers architecture knows points to `hf-readonce info`;
-    a name that is neither a folder nor a shipped checkpoint and that the Hub could not provide names the shipped
+    says so; one whose `model_type` no installed family or transformers architecture knows points to `hf-readonce info`
+    (and, where the folder carries its model's code, to installing the package that registers its family); a name that is neither a folder nor a shipped checkpoint and that the Hub could not provide names the shipped
     checkpoints (the closest first) instead of transformers' advice to check the internet connection."""
     import difflib
 
@@ -574,7 +574,8 @@ def _config_error(name_or_path: str, error: Exception) -> str:
             if raw.startswith(codecs.BOM_UTF8):  # transformers reads config.json as UTF-8 without a mark
                 return (f"cannot load model {name_or_path!r}: {config_file} starts with a UTF-8 byte order mark, "
                         "which transformers does not read: save it as UTF-8 without a byte order mark.")
-            model_type = json.loads(raw.decode("utf-8")).get("model_type")
+            saved = json.loads(raw.decode("utf-8"))
+            model_type = saved.get("model_type")
         except (OSError, ValueError, AttributeError):
             return f"cannot load model {name_or_path!r}: {config_file} is not a JSON object ({_one_line(error)})."
         from transformers import CONFIG_MAPPING
@@ -587,9 +588,14 @@ def _config_error(name_or_path: str, error: Exception) -> str:
                     f"{', '.join(types)}), or save the checkpoint again with `save_pretrained`, which records it.")
         if model_type not in CONFIG_MAPPING:
             families = ", ".join(t for s in registered_families().values() for t in s.model_types)
+            auto_map = saved.get("auto_map")
+            carries_code = isinstance(auto_map, dict) and "AutoConfig" in auto_map
             return (f"cannot load model {name_or_path!r}: its model_type {model_type!r} is neither a transformers "
                     f"architecture nor an hf-readonce family (installed families: {families}; `hf-readonce info` "
-                    "lists what each can do).")
+                    "lists what each can do)"
+                    + ("; the folder carries its model's code, which hf-readonce does not run: install the package "
+                       "that registers its family (an `hf_readonce.families` entry point)" if carries_code else "")
+                    + ".")
         return f"cannot load model {name_or_path!r}: {_one_line(error)}"
     if Path(name_or_path).exists():
         return f"cannot load model {name_or_path!r}: {_one_line(error)}"
@@ -623,7 +629,8 @@ def load_qa_model(name_or_path: str, num_decomposed_layers: int | None = None, d
     register_models()  # the console script defers it (fast --help/info/verify); loading a model needs it
 
     try:
-        config = AutoConfig.from_pretrained(name_or_path)
+        # never the custom code a folder carries (nor transformers' prompt to run it): a family is an installed one
+        config = AutoConfig.from_pretrained(name_or_path, trust_remote_code=False)
     except (OSError, ValueError, StrictDataclassError) as error:  # the last: a config.json field of the wrong type
         raise CommandError(_config_error(name_or_path, error)) from None
     try:
@@ -695,7 +702,7 @@ def _family_of(name_or_path: str):
 
     register_models()
     try:
-        return family_of(AutoConfig.from_pretrained(name_or_path).model_type)
+        return family_of(AutoConfig.from_pretrained(name_or_path, trust_remote_code=False).model_type)
     except (OSError, ValueError, TypeError, StrictDataclassError):  # the last: a config.json field of the wrong type
         return None
 
@@ -2607,7 +2614,7 @@ def _publish_settings(args, model_dir) -> dict | None:
 
     register_models()
     try:
-        model_type = AutoConfig.from_pretrained(model_dir).model_type
+        model_type = AutoConfig.from_pretrained(model_dir, trust_remote_code=False).model_type
     except (OSError, ValueError, StrictDataclassError):
         return settings  # publish() says what is wrong with the folder
     if model_type not in registered_adapters() and any(model_type in adapter.checkpoint_model_types

@@ -154,6 +154,34 @@ def representation_format_for(model, tokenizer, *, store_dtype: str = "float16",
     }
 
 
+def _saved_model_type(model_dir: Path):
+    """The `model_type` recorded in `model_dir/config.json`, or None where it cannot be read."""
+    try:
+        return json.loads((model_dir / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _check_code_travels(model) -> None:
+    """Raise unless `save_pretrained` writes `model`'s code files and `auto_map` (its config class and its own class
+    called `register_for_auto_class`), which a published checkpoint needs to load with `trust_remote_code=True`.
+
+    Raises:
+        ValueError: naming the classes that did not, and the lines that make them do it.
+    """
+    classes = (type(model.config), type(model))
+    lacking = [cls for cls in classes if getattr(cls, "_auto_class", None) is None]
+    if lacking:
+        from ..representations import family_of
+
+        head = family_of(model.config.model_type).auto_class
+        lines = [f"{cls.__name__}.register_for_auto_class({'' if cls is classes[0] else repr(head)})" for cls in lacking]
+        raise ValueError(f"{', '.join(cls.__name__ for cls in lacking)} never called `register_for_auto_class`, so "
+                         "`save_pretrained` writes neither their code files nor `auto_map` and the published "
+                         "checkpoint would not load with `trust_remote_code=True`: end the family's modeling file with "
+                         f"{'; '.join(f'`{line}`' for line in lines)}.")
+
+
 def _load(model_dir: Path):
     import transformers
     from huggingface_hub.errors import StrictDataclassError
@@ -164,9 +192,19 @@ def _load(model_dir: Path):
     from ..weights import load_quietly
 
     register_models()
+    known = sorted(t for s in registered_families().values() for t in s.model_types)
     try:
-        config = AutoConfig.from_pretrained(model_dir)
+        # never the custom code a folder carries (nor transformers' prompt to run it): a family is an installed one
+        config = AutoConfig.from_pretrained(model_dir, trust_remote_code=False)
     except (OSError, ValueError, StrictDataclassError) as error:  # the last: a field of the wrong type
+        from transformers import CONFIG_MAPPING
+
+        saved_type = _saved_model_type(model_dir)
+        if isinstance(saved_type, str) and saved_type and saved_type not in CONFIG_MAPPING:
+            raise ValueError(f"`model_dir` {str(model_dir)!r} holds a {saved_type!r} model, which no installed "
+                             f"hf-readonce family registers; publish takes hf-readonce models: {known} (a family of "
+                             "another package is registered by installing that package: its `hf_readonce.families` "
+                             "entry point).") from None
         raise ValueError(f"`model_dir` {str(model_dir)!r} is not a loadable checkpoint: "
                          f"{' '.join(str(error).split())}") from None
     spec = next((s for s in registered_families().values() if config.model_type in s.model_types), None)
@@ -178,7 +216,6 @@ def _load(model_dir: Path):
                     loaders.setdefault(t, []).append(s.model_types[0])
         hint = (f" (load a {config.model_type} checkpoint as a {' or '.join(sorted(loaders[config.model_type]))} "
                 "model and save it first)" if config.model_type in loaders else "")
-        known = sorted(t for s in registered_families().values() for t in s.model_types)
         raise ValueError(f"`model_dir` {str(model_dir)!r} holds a {config.model_type!r} model; publish takes "
                          f"hf-readonce models: {known}{hint}.")
     try:
@@ -319,7 +356,8 @@ def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, s
 
     Raises:
         ValueError: a bad `repo_id`, a `model_dir` that is not an hf-readonce checkpoint or lacks its weights or a
-            tokenizer, a non-empty `local_dir` (or, with `store`, a non-empty `<local_dir>-representations/`), a store without this model's representations (`RepresentationMismatchError`, a
+            tokenizer, a model whose config or model class never called `register_for_auto_class` (its code would
+            not travel), a non-empty `local_dir` (or, with `store`, a non-empty `<local_dir>-representations/`), a store without this model's representations (`RepresentationMismatchError`, a
             `ValueError`, naming what differs), a `metrics` path that is a directory.
         TypeError: arguments of the wrong type (naming them); a `dtype=` keyword (the storage dtype is
             `store_dtype`).
@@ -358,6 +396,7 @@ def publish(model_dir, repo_id: str, *, local_dir=None, private: bool = False, s
             store, create=False, readonly=True)
 
     model, tokenizer = _load(model_dir)
+    _check_code_travels(model)
     format_model = _model_computing_like(store_obj, model, model_dir) if store_obj is not None else model
     representation_format = representation_format_for(format_model, tokenizer,
                                                       store_dtype=store_dtype or "float16",
