@@ -22,6 +22,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+# the suite tests hf-readonce's own families: the families other installed packages declare as entry points (such as
+# examples/new-family once installed) are not loaded, here nor in the processes the tests start
+# (tests/test_family_package.py loads them on purpose)
+os.environ["HF_READONCE_NO_ENTRY_POINTS"] = "1"
+
 REPO_ROOT = Path(__file__).resolve().parent
 DATA_DIR = Path(os.environ.get("HF_READONCE_DATA", REPO_ROOT.parent / "shared" / "data"))
 EXAMPLE_FILES = ["README.md", "docs/*.md", "docs/**/*.md"]

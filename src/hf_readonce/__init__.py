@@ -8,6 +8,10 @@ checkpoints also carry `auto_map` and the modeling files, so they load with `tru
 hf-readonce is not installed. Every family's configs, models and output classes are re-exported here (as the
 registry lists them).
 
+The families of other installed packages, declared as `hf_readonce.families` entry points, are imported with
+them (after this package's own); the names of a family registered after this package was imported are re-exported
+too, on first access.
+
 Only the models and their adapters are imported here. [`RepresentationStore`] and the names a family re-exports
 lazily (e.g. `DeformerDistillationTrainer`) are imported on first access, so `import hf_readonce` pulls in no
 `Trainer`, store or `datasets`.
@@ -81,6 +85,14 @@ def __getattr__(name):
         if name in globals():
             return globals()[name]
         return __getattr__(name)
+    if _registered and not name.startswith("_"):  # a family registered since (its module was being imported then)
+        from .representations import registered_families
+
+        for spec in registered_families().values():
+            exported = spec.exported()
+            if name in exported:
+                _MODEL_NAMES[name] = globals()[name] = exported[name]
+                return exported[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -1,0 +1,204 @@
+"""A model family of its own package (`examples/new-family/`, the example of docs/contributing.md): installed with its
+`hf_readonce.families` entry point, it is registered by `import hf_readonce` and by every `hf-readonce` command in a
+fresh process, and served like the package's own families (Auto classes, re-exported names, `info`, `encode`,
+`answer`, `verify --recompute`, `publish`, its pipeline from the published folder where hf-readonce cannot be
+imported). A broken entry point names itself (and `HF_READONCE_NO_ENTRY_POINTS=1` loads none); a family registered
+after `import hf_readonce` is re-exported; a family whose classes never called `register_for_auto_class` is refused
+by `publish` (its code would not travel)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.conftest import REPO_ROOT, run_without_hf_readonce
+
+EXAMPLE = REPO_ROOT / "examples" / "new-family"
+
+
+def install(tmp_path, entry_points: dict | None = None):
+    """A copy of the example package under `tmp_path/site`, with the dist-info `pip install` writes for it: its
+    name, version and the entry points its pyproject.toml declares (or `entry_points`, group -> {name: value})."""
+    tomllib = pytest.importorskip("tomllib", reason="tomllib (Python 3.11+) reads the example's pyproject.toml")
+    project = tomllib.loads((EXAMPLE / "pyproject.toml").read_text())["project"]
+    site = tmp_path / "site"
+    shutil.copytree(EXAMPLE, site, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    points = project["entry-points"] if entry_points is None else entry_points
+    dist_info = site / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\n"
+                                        f"Version: {project['version']}\n")
+    (dist_info / "entry_points.txt").write_text("".join(
+        f"[{group}]\n" + "".join(f"{name} = {value}\n" for name, value in names.items()) + "\n"
+        for group, names in points.items()))
+    return site
+
+
+def run(tmp_path, site, script: str, *args, module: bool = False, **env_vars) -> subprocess.CompletedProcess:
+    """`python -c script args` (`python -m script args` with `module`) with hf-readonce's `src/` and `site` on the
+    path, offline, the family entry points loaded (and `env_vars` set)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT / "src"), str(site)]), HF_HUB_OFFLINE="1",
+               HF_MODULES_CACHE=str(tmp_path / "modules"), TOKENIZERS_PARALLELISM="false")
+    env.pop("HF_READONCE_NO_ENTRY_POINTS", None)  # the suite's conftest.py sets it for every other test
+    env.update(env_vars)
+    argv = ["-m", script] if module else ["-c", textwrap.dedent(script)]
+    return subprocess.run([sys.executable, *argv, *map(str, args)], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600, stdin=subprocess.DEVNULL)
+
+
+SERVED = '''
+import contextlib, io, json, sys
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoTokenizer
+
+import hf_readonce
+from hf_readonce.cli import main as cli
+from hf_readonce.hub import publish
+from hf_readonce.representations import registered_families
+from hf_readonce.weights import minilm_path
+
+root = Path(sys.argv[1])
+result = {"families": list(registered_families()), "exported": hasattr(hf_readonce, "MeanQaBertForQuestionAnswering")
+          and hasattr(hf_readonce, "MeanQaPassageOutput"), "module": registered_families()["mean_qa"].module}
+tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+torch.manual_seed(0)
+config = AutoConfig.for_model("mean_qa_bert", vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                              num_attention_heads=4, intermediate_size=37, max_passage_length=48)
+model = AutoModelForQuestionAnswering.from_config(config).eval()
+result["auto_model"] = type(model).__name__
+model.save_pretrained(root / "checkpoint")
+tokenizer.save_pretrained(root / "checkpoint")
+result["files"] = publish(root / "checkpoint", "someone/mean-qa", local_dir=root / "published").files
+
+def command(*argv):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        status = cli([*map(str, argv), "--no-progress"])
+    return status, out.getvalue()
+
+status, listing = command("info", "--json")
+result["info"] = (status, next(row for row in json.loads(listing) if row["family"] == "mean_qa"))
+result["encode"] = command("encode", root / "published", "--documents", root / "passages.jsonl", "--store",
+                           root / "store", "--store-dtype", "fp32")[0]
+result["answer"] = command("answer", root / "published", "--store", root / "store", "--questions",
+                           root / "questions.jsonl", "--output", root / "predictions.jsonl")[0]
+result["verify"] = command("verify", "--store", root / "store", "--recompute", "2", "--model", root / "published")
+json.dump(result, open(root / "result.json", "w"))
+'''
+
+PIPELINE = '''
+import json, sys
+from transformers import pipeline
+
+qa = pipeline("question-answering", model=sys.argv[1] + "/published", trust_remote_code=True)
+rows = [json.loads(line) for line in open(sys.argv[1] + "/questions.jsonl")]
+print(json.dumps({row["id"]: qa(question=row["question"], context=row["context"], max_answer_len=30)["answer"]
+                  for row in rows}))
+'''
+
+
+def test_an_installed_family_package_is_registered_and_served(tmp_path):
+    site = install(tmp_path)
+    passages = ["Emma is a novel by Jane Austen, published in December 1815.",
+                "Persuasion was published in 1817, after the death of its author."]
+    questions = [{"id": "q1", "question": "Who wrote Emma?", "context": passages[0],
+                  "answers": {"text": ["Jane Austen"], "answer_start": [19]}},
+                 {"id": "q2", "question": "When was Persuasion published?", "context": passages[1],
+                  "answers": {"text": ["1817"], "answer_start": [28]}}]
+    (tmp_path / "passages.jsonl").write_text("".join(json.dumps({"context": p}) + "\n" for p in passages))
+    (tmp_path / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions))
+    done = run(tmp_path, site, SERVED, tmp_path)
+    assert done.returncode == 0, done.stderr[-4000:]
+    result = json.loads((tmp_path / "result.json").read_text())
+
+    # registered by `import hf_readonce` alone, after the package's own families, and re-exported
+    assert result["families"][-1] == "mean_qa" and "deformer_bert" in result["families"]
+    assert result["module"] == "mean_qa_family.family" and result["exported"]
+    assert result["auto_model"] == "MeanQaBertForQuestionAnswering"
+    assert {"configuration_mean_qa.py", "modeling_mean_qa.py", "pipeline_mean_qa.py", "representation_format.json",
+            "README.md"} <= set(result["files"])
+    status, info = result["info"]
+    assert status == 0 and info["answer"] == "extractive" and info["encode"], info
+    assert info["pipelines"] == {"question-answering": "MeanQaQuestionAnsweringPipeline"}
+    assert result["encode"] == 0 and result["answer"] == 0
+    status, report = result["verify"]
+    assert status == 0 and "2 of 2 document(s) recomputed from stored tokens" in report, report
+    predictions = {row["id"]: row["prediction_text"]
+                   for row in map(json.loads, (tmp_path / "predictions.jsonl").read_text().splitlines())}
+    assert set(predictions) == {"q1", "q2"}
+
+    # the published folder's own pipeline, where hf-readonce cannot be imported, answers as `answer` did
+    loaded = run_without_hf_readonce(PIPELINE.replace("sys.argv[1]", repr(str(tmp_path))), cwd=tmp_path)
+    assert loaded.returncode == 0, loaded.stderr[-4000:]
+    assert json.loads(loaded.stdout.splitlines()[-1]) == predictions
+
+
+def test_a_broken_family_entry_point_names_itself(tmp_path):
+    site = install(tmp_path, {"hf_readonce.families": {"broken": "no_such_module_of_mean_qa"}})
+    imported = run(tmp_path, site, "import hf_readonce")
+    assert imported.returncode == 1
+    last = imported.stderr.strip().splitlines()[-1]
+    assert last.startswith("ImportError: the hf-readonce family entry point 'broken' (no_such_module_of_mean_qa) of "
+                           "the package mean-qa-family 0.1.0 cannot be loaded: ModuleNotFoundError"), last
+    assert "fix or uninstall that package; HF_READONCE_NO_ENTRY_POINTS=1 loads no family of another package" in last
+    command = run(tmp_path, site, "hf_readonce.cli", "info", module=True)
+    assert command.returncode == 2 and command.stderr.startswith("hf-readonce info: error: the hf-readonce family "
+                                                                 "entry point 'broken'"), command.stderr
+    assert command.stderr.count("\n") == 1 and "Traceback" not in command.stderr
+    # the way out the message names: no family of another package is loaded
+    skipped = run(tmp_path, site, "import hf_readonce.representations as r; print(sorted(r.registered_families()))",
+                  HF_READONCE_NO_ENTRY_POINTS="1")
+    assert skipped.returncode == 0 and "'deformer_bert'" in skipped.stdout, skipped.stderr[-3000:]
+
+
+LATE = '''
+import sys
+from pathlib import Path
+
+import mean_qa_family.family  # registered by importing its module, before hf_readonce (no entry point installed)
+import hf_readonce
+from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoTokenizer
+
+from hf_readonce.hub import publish
+from hf_readonce.weights import minilm_path
+
+print("exported:", getattr(hf_readonce, "MeanQaBertModel", None) is mean_qa_family.family.MeanQaBertModel)
+root = Path(sys.argv[1])
+tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+config = AutoConfig.for_model("mean_qa_bert", vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                              num_attention_heads=4, intermediate_size=37)
+AutoModelForQuestionAnswering.from_config(config).save_pretrained(root / "checkpoint")
+tokenizer.save_pretrained(root / "checkpoint")
+try:
+    publish(root / "checkpoint", "someone/mean-qa", local_dir=root / "published")
+except ValueError as error:
+    print("refused:", error)
+print("written:", (root / "published").exists())
+'''
+
+
+def test_a_family_registered_late_is_exported_and_publish_needs_its_code(tmp_path):
+    """Without the entry point: the family registered by importing its module first is re-exported by hf_readonce
+    all the same. Its modeling file without the `register_for_auto_class` lines: `save_pretrained` writes no code and
+    no `auto_map`, so `publish` refuses it, naming the lines to add, and writes nothing."""
+    site = install(tmp_path, {})
+    modeling = site / "mean_qa_family" / "models" / "mean_qa" / "modeling_mean_qa.py"
+    text = modeling.read_text()
+    assert text.count(".register_for_auto_class(") == 3
+    modeling.write_text("\n".join(line for line in text.splitlines() if ".register_for_auto_class(" not in line))
+    done = run(tmp_path, site, LATE, tmp_path)
+    assert done.returncode == 0, done.stderr[-4000:]
+    lines = dict(line.split(": ", 1) for line in done.stdout.splitlines() if line.split(": ")[0] in
+                 ("exported", "refused", "written"))
+    assert lines["exported"] == "True" and lines["written"] == "False", done.stdout
+    message = lines.get("refused", "")
+    assert message.startswith("MeanQaBertConfig, MeanQaBertForQuestionAnswering never called "
+                              "`register_for_auto_class`"), message
+    assert ("`MeanQaBertConfig.register_for_auto_class()`; `MeanQaBertForQuestionAnswering.register_for_auto_class("
+            "'AutoModelForQuestionAnswering')`") in message
