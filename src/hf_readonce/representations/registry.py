@@ -6,6 +6,9 @@ registry instead of naming them: transformers' Auto registration (`hf_readonce.r
 
 A family is one folder `hf_readonce/models/<name>/` (what travels to the Hub with a checkpoint) and one file
 `hf_readonce/representations/<name>.py` (its adapter and its [`FamilySpec`]); nothing else has to change to add one.
+A family of another installed package keeps both in that package and names the module that calls
+[`register_family`] as an entry point of the group `hf_readonce.families`, which `import hf_readonce` loads
+(`hf_readonce.representations.ENTRY_POINT_GROUP`).
 
 The CLI, [`fill_store`] and the tasks find adapters here by `config.model_type` ([`get_adapter_class`],
 [`get_adapter`]).
@@ -65,7 +68,8 @@ class FamilySpec:
     r"""One model family, as [`register_family`] stores it (read-only).
 
     Attributes:
-        name (`str`): the family's folder, `hf_readonce/models/<name>/`.
+        name (`str`): the family's name, an identifier: its folder `hf_readonce/models/<name>/` (or `models/<name>/`
+            of the package that registers it).
         configs (`tuple[type, ...]`): its config classes, one per model type (`config_class.model_type`).
         auto_models (`Mapping[str, tuple[type, ...]]`): transformers Auto class name (e.g. `"AutoModelForCausalLM"`)
             -> the model classes registered with it (at most one per model type).
@@ -82,7 +86,8 @@ class FamilySpec:
             import its adapter): `function(model, tokenizer, store, examples, **options) -> {id: answer}`. The CLI
             always passes, extractive, `max_question_length`, `batch_size`, `n_best_size`, `max_answer_length`,
             `encode_missing`, `progress`; generative, `batch_size`, `max_new_tokens`, `encode_missing`, `progress`,
-            `timings`; and only where the signature takes them: extractive, the no-answer decision; generative,
+            `timings`; and only where the signature takes them: extractive, the no-answer decision
+            (`allow_no_answer` and `null_score_diff_threshold`, both, where it takes `allow_no_answer`); generative,
             `recompute_ratio`; both, `store_dtype`
             (the storage dtype of `--encode-missing`, given with `--store-dtype`; a function without it is refused
             that option), the family's
@@ -168,9 +173,9 @@ def register_family(*, name: str, configs: Sequence[type], auto_models: Mapping[
                     adapter: type | None = None, answer: str | None = None, answer_function: str | None = None,
                     summarize: bool = False,
                     exports: Sequence = (), lazy_exports: Mapping[str, str] | None = None) -> FamilySpec:
-    r"""Declare a model family (call it on the last line of `hf_readonce/representations/<name>.py`), check it and
-    register its configs and model classes with transformers' Auto classes (`AutoConfig.register`,
-    `AutoModel*.register`).
+    r"""Declare a model family (call it on the last line of `hf_readonce/representations/<name>.py`, or of the module
+    another package names as its `hf_readonce.families` entry point), check it and register its configs and model
+    classes with transformers' Auto classes (`AutoConfig.register`, `AutoModel*.register`).
 
     Example:
 
@@ -182,7 +187,7 @@ def register_family(*, name: str, configs: Sequence[type], auto_models: Mapping[
     ```
 
     Args:
-        name (`str`): the family's folder under `hf_readonce/models/`.
+        name (`str`): the family's name, an identifier (its folder under `models/`).
         configs (`Sequence[type]`): its `PretrainedConfig` subclasses, one per model type.
         auto_models (`Mapping[str, type | Sequence[type]]`): Auto class name -> model class(es); each model class's
             `config_class` must be one of `configs`, and a class that called `register_for_auto_class` must be
@@ -219,8 +224,7 @@ def register_family(*, name: str, configs: Sequence[type], auto_models: Mapping[
     caller = inspect.currentframe().f_back
     module = caller.f_globals.get("__name__", "") if caller is not None else ""
     if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
-        raise ValueError(f"family {name!r}: `name` must be the family's folder name under hf_readonce/models/ (an "
-                         "identifier).")
+        raise ValueError(f"family {name!r}: `name` must be an identifier (the family's folder name under models/).")
     known = _FAMILIES.get(name)
     if known is not None and known.module != module:
         _fail(name, "name", f"is already registered by {known.module}.")
