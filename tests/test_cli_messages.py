@@ -638,6 +638,40 @@ def test_a_checkpoint_of_a_family_not_installed_asks_nothing(tmp_path, checkpoin
     assert not (tmp_path / "new").exists() and not (tmp_path / "out").exists()
 
 
+def test_a_hub_checkpoint_of_a_family_not_installed_asks_nothing(tmp_path, capsys, monkeypatch):
+    """A Hub checkpoint (here from the cache, offline) that carries its own model code for a model type no installed
+    family registers: one line that says so and how a family of another package is installed, naming the family entry
+    points that failed to load in this process; never "no such folder ... the Hub could not provide it", nor
+    transformers' advice to pass `trust_remote_code=True` (which no command takes), nor its prompt."""
+    import json
+
+    from huggingface_hub import constants
+
+    from hf_readonce.representations import registry
+
+    snapshot = tmp_path / "hub" / "models--someone--other" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (snapshot.parent.parent / "refs").mkdir()
+    (snapshot.parent.parent / "refs" / "main").write_text("abc")
+    (snapshot / "config.json").write_text(json.dumps({"model_type": "someone_elses_family",
+                                                      "auto_map": {"AutoConfig": "configuration_other.OtherConfig"}}))
+    (snapshot / "configuration_other.py").write_text(
+        "from transformers import PretrainedConfig\n\n\nclass OtherConfig(PretrainedConfig):\n"
+        "    model_type = 'someone_elses_family'\n")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setitem(registry._ENTRY_POINT_FAILURES, "other", "other_family.family of the package other-family "
+                                                                 "1.0: ImportError: broken")
+    asked = []
+    monkeypatch.setattr("builtins.input", lambda prompt="": asked.append(prompt) or "n")
+    assert cli_main(["info", "someone/other"]) == 2
+    captured = capsys.readouterr()
+    line = _one_line(captured.err)
+    assert not asked and "trust_remote_code" not in line and "no such folder" not in line, (asked, line)
+    assert "carries its model's code" in line and "`hf_readonce.families` entry point" in line, line
+    assert "'other' (other_family.family of the package other-family 1.0: ImportError: broken)" in line, line
+
+
 @pytest.mark.parametrize("command", ["encode", "answer", "summarize", "verify"])
 def test_a_config_field_of_the_wrong_type_is_the_checkpoints_error(tmp_path, checkpoint, qa_rows, capsys, command):
     """A config.json field of the wrong type (`"hidden_size": "x"`) makes transformers' config raise huggingface_hub's

@@ -2,9 +2,10 @@
 `hf_readonce.families` entry point, it is registered by `import hf_readonce` and by every `hf-readonce` command in a
 fresh process, and served like the package's own families (Auto classes, re-exported names, `info`, `encode`,
 `answer`, `verify --recompute`, `publish`, its pipeline from the published folder where hf-readonce cannot be
-imported). A broken entry point names itself (and `HF_READONCE_NO_ENTRY_POINTS=1` loads none); a family registered
-after `import hf_readonce` is re-exported; a family whose classes never called `register_for_auto_class` is refused
-by `publish` (its code would not travel)."""
+imported). A broken entry point is warned about, naming itself, and left out (`HF_READONCE_NO_ENTRY_POINTS=1` loads
+none); a family module imports any name of hf-readonce; a family registered after `import hf_readonce` is
+re-exported; a family whose classes never called `register_for_auto_class` is refused by `publish` (its code would
+not travel)."""
 
 import json
 import os
@@ -139,22 +140,114 @@ def test_an_installed_family_package_is_registered_and_served(tmp_path):
     assert json.loads(loaded.stdout.splitlines()[-1]) == predictions
 
 
-def test_a_broken_family_entry_point_names_itself(tmp_path):
-    site = install(tmp_path, {"hf_readonce.families": {"broken": "no_such_module_of_mean_qa"}})
-    imported = run(tmp_path, site, "import hf_readonce")
-    assert imported.returncode == 1
-    last = imported.stderr.strip().splitlines()[-1]
-    assert last.startswith("ImportError: the hf-readonce family entry point 'broken' (no_such_module_of_mean_qa) of "
-                           "the package mean-qa-family 0.1.0 cannot be loaded: ModuleNotFoundError"), last
-    assert "fix or uninstall that package; HF_READONCE_NO_ENTRY_POINTS=1 loads no family of another package" in last
-    command = run(tmp_path, site, "hf_readonce.cli", "info", module=True)
-    assert command.returncode == 2 and command.stderr.startswith("hf-readonce info: error: the hf-readonce family "
-                                                                 "entry point 'broken'"), command.stderr
-    assert command.stderr.count("\n") == 1 and "Traceback" not in command.stderr
-    # the way out the message names: no family of another package is loaded
-    skipped = run(tmp_path, site, "import hf_readonce.representations as r; print(sorted(r.registered_families()))",
-                  HF_READONCE_NO_ENTRY_POINTS="1")
-    assert skipped.returncode == 0 and "'deformer_bert'" in skipped.stdout, skipped.stderr[-3000:]
+BROKEN = """
+import json
+import warnings
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import hf_readonce
+from hf_readonce.representations import FamilyEntryPointWarning, family_entry_point_failures, registered_families
+
+print("warned:", json.dumps([str(w.message) for w in caught if issubclass(w.category, FamilyEntryPointWarning)]))
+print("failures:", json.dumps(family_entry_point_failures()))
+print("families:", json.dumps(sorted(registered_families())))
+print("deformer:", hf_readonce.DeformerBertConfig.__module__)
+"""
+
+
+def lines_of(done) -> dict:
+    """`{label: value}` of the `label: value` lines a script printed."""
+    return dict(line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
+
+
+def test_a_broken_family_entry_point_is_warned_about_and_left_out(tmp_path):
+    """An installed package whose family module fails to import: `import hf_readonce` still works, with hf-readonce's
+    own families and the other packages' ones; a `FamilyEntryPointWarning` names the entry point, its package and the
+    error, and `family_entry_point_failures()` lists it (the error line of a checkpoint no family knows names it:
+    tests/test_cli_messages.py). A command says it in one line (`hf-readonce: warning: ...`) and goes on.
+    `HF_READONCE_NO_ENTRY_POINTS=1` loads no entry point, and so warns of none."""
+    site = install(tmp_path, {"hf_readonce.families": {"broken": "no_such_module_of_mean_qa",
+                                                       "mean_qa": "mean_qa_family.family"}})
+    done = run(tmp_path, site, BROKEN)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = lines_of(done)
+    warned = json.loads(lines["warned"])
+    assert len(warned) == 1 and warned[0].startswith(
+        "the hf-readonce family entry point 'broken' (no_such_module_of_mean_qa) of the package mean-qa-family 0.1.0 "
+        "was not loaded: ModuleNotFoundError: No module named 'no_such_module_of_mean_qa'"), warned
+    assert "fix or uninstall that package, or set HF_READONCE_NO_ENTRY_POINTS=1" in warned[0]
+    assert list(json.loads(lines["failures"])) == ["broken"]
+    families = json.loads(lines["families"])
+    assert "deformer_bert" in families and "mean_qa" in families, families  # the others load all the same
+    assert lines["deformer"].startswith("hf_readonce.models.deformer_bert"), lines
+
+    listing = run(tmp_path, site, "hf_readonce.cli", "info", module=True)
+    assert listing.returncode == 0 and "family mean_qa:" in listing.stdout, listing.stderr[-3000:]
+    assert listing.stderr.startswith("hf-readonce: warning: the hf-readonce family entry point 'broken' "), \
+        listing.stderr
+    assert listing.stderr.count("\n") == 1 and "Traceback" not in listing.stderr, listing.stderr
+
+    # the way out the warning names: no family of another package is loaded (nor warned about)
+    skipped = run(tmp_path, site, BROKEN, HF_READONCE_NO_ENTRY_POINTS="1")
+    assert skipped.returncode == 0, skipped.stderr[-3000:]
+    lines = lines_of(skipped)
+    assert json.loads(lines["warned"]) == [] and json.loads(lines["failures"]) == {}
+    assert "deformer_bert" in json.loads(lines["families"]) and "mean_qa" not in json.loads(lines["families"])
+
+
+# a family module that imports names of hf-readonce that exist only once its packages are fully imported: a lazy name
+# of `hf_readonce.representations`, a family name and a lazy name of `hf_readonce`
+IMPORTING = """
+import hf_readonce
+from hf_readonce import DeformerBertConfig, RepresentationStore
+from hf_readonce.representations import fill_store
+
+import mean_qa_family.family  # registers the family
+
+IMPORTED = (DeformerBertConfig, RepresentationStore, fill_store, hf_readonce.DeformerBertModel)
+"""
+
+# a family whose config class is named as hf-readonce's DeFormer config is
+SHADOWING = """
+from transformers import BertConfig, BertModel
+
+from hf_readonce.representations import CardText, register_family
+
+
+class DeformerBertConfig(BertConfig):
+    model_type = "shadowing_bert"
+
+
+class ShadowingBertModel(BertModel):
+    config_class = DeformerBertConfig
+
+
+register_family(name="shadowing", configs=(DeformerBertConfig,), auto_models={"AutoModel": ShadowingBertModel},
+                auto_class="AutoModel", cards={"shadowing_bert": CardText(
+                    tag="shadowing", title="Shadowing", paper="none", paragraphs=("none",),
+                    pipeline_tag="feature-extraction", usage="none")})
+"""
+
+
+def test_a_family_module_may_import_any_name_of_hf_readonce(tmp_path):
+    """The entry point modules are imported once `hf_readonce` and `hf_readonce.representations` are complete, so a
+    family module imports their names, lazy ones included, as any module does (not "cannot import name ... from
+    partially initialized module"). A family whose class would replace a name `hf_readonce` re-exports for another
+    family (`hf_readonce.DeformerBertConfig`) is refused, naming both, and the name stays the DeFormer config."""
+    site = install(tmp_path, {"hf_readonce.families": {"importing": "mean_qa_importing",
+                                                       "shadowing": "mean_qa_shadowing"}})
+    (site / "mean_qa_importing.py").write_text(IMPORTING)
+    (site / "mean_qa_shadowing.py").write_text(SHADOWING)
+    done = run(tmp_path, site, BROKEN)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = lines_of(done)
+    assert "mean_qa" in json.loads(lines["families"]) and "shadowing" not in json.loads(lines["families"]), lines
+    assert list(json.loads(lines["failures"])) == ["shadowing"], lines["failures"]
+    warned = json.loads(lines["warned"])
+    assert len(warned) == 1 and "ValueError: family 'shadowing': its classes or exports named ['DeformerBertConfig'] "\
+        "are other objects than family 'deformer_bert''s" in warned[0], warned
+    assert lines["deformer"].startswith("hf_readonce.models.deformer_bert"), lines
 
 
 LATE = '''
@@ -169,6 +262,16 @@ from hf_readonce.hub import publish
 from hf_readonce.weights import minilm_path
 
 print("exported:", getattr(hf_readonce, "MeanQaBertModel", None) is mean_qa_family.family.MeanQaBertModel)
+print("listed:", "MeanQaBertModel" in hf_readonce.__all__ and "MeanQaBertModel" in dir(hf_readonce))
+names = {}
+exec("from hf_readonce import *", names)
+print("star:", names.get("MeanQaPassageOutput") is mean_qa_family.family.MeanQaPassageOutput)
+print("adapter:", hf_readonce.representations.MeanQaAdapter is mean_qa_family.family.MeanQaAdapter
+      and "MeanQaAdapter" in hf_readonce.representations.__all__)
+try:
+    hf_readonce.MeanQaNoSuchName
+except AttributeError as error:
+    print("unknown:", error)
 root = Path(sys.argv[1])
 tokenizer = AutoTokenizer.from_pretrained(minilm_path())
 config = AutoConfig.for_model("mean_qa_bert", vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
@@ -194,9 +297,11 @@ def test_a_family_registered_late_is_exported_and_publish_needs_its_code(tmp_pat
     modeling.write_text("\n".join(line for line in text.splitlines() if ".register_for_auto_class(" not in line))
     done = run(tmp_path, site, LATE, tmp_path)
     assert done.returncode == 0, done.stderr[-4000:]
-    lines = dict(line.split(": ", 1) for line in done.stdout.splitlines() if line.split(": ")[0] in
-                 ("exported", "refused", "written"))
+    lines = lines_of(done)
     assert lines["exported"] == "True" and lines["written"] == "False", done.stdout
+    # and listed as the package's own families' names are (`dir`, `__all__`, `import *`), its adapter too
+    assert lines["listed"] == lines["star"] == lines["adapter"] == "True", done.stdout
+    assert lines["unknown"] == "module 'hf_readonce' has no attribute 'MeanQaNoSuchName'", done.stdout
     message = lines.get("refused", "")
     assert message.startswith("MeanQaBertConfig, MeanQaBertForQuestionAnswering never called "
                               "`register_for_auto_class`"), message

@@ -8,9 +8,10 @@ checkpoints also carry `auto_map` and the modeling files, so they load with `tru
 hf-readonce is not installed. Every family's configs, models and output classes are re-exported here (as the
 registry lists them).
 
-The families of other installed packages, declared as `hf_readonce.families` entry points, are imported with
-them (after this package's own); the names of a family registered after this package was imported are re-exported
-too, on first access.
+The families of other installed packages, declared as `hf_readonce.families` entry points, are imported next, once
+this package's own names are set ([`~hf_readonce.representations.load_family_entry_points`]; one that fails is
+warned about and left out, never stopping the import), and re-exported too; so is a family registered later (its
+module imported by hand).
 
 Only the models and their adapters are imported here. [`RepresentationStore`] and the names a family re-exports
 lazily (e.g. `DeformerDistillationTrainer`) are imported on first access, so `import hf_readonce` pulls in no
@@ -40,20 +41,35 @@ _registered = False
 
 def register_models() -> None:
     """Import every model family (`hf_readonce.representations`, whose family files call `register_family`), which
-    registers it with transformers' Auto classes, and re-export the families' names here (idempotent). Runs on
+    registers it with transformers' Auto classes, then the families of other installed packages (their
+    `hf_readonce.families` entry points), and re-export the families' names here (idempotent). Runs on
     `import hf_readonce`, except in the `hf-readonce` console script, which calls it only for commands that load a
     model."""
-    global _registered, __all__
+    global _registered
     if _registered:
         return
+    from .representations import load_family_entry_points
+    from .representations.registry import _on_register
+
+    _export_families()
+    _registered = True  # before the entry points: their modules may import any name of this package
+    _on_register.append(_export_families)  # a family registered from now on is re-exported at once
+    load_family_entry_points()
+
+
+def _export_families(*_) -> None:
+    """Re-export every registered family's names here (and its lazy names) and list them in `__all__`; a name this
+    package already binds to another object keeps it (`register_family` refuses a family that would clash)."""
+    global __all__
     from .representations import registered_families
 
     for spec in registered_families().values():
-        _MODEL_NAMES.update(spec.exported())
-        _LAZY.update(spec.lazy_exports)
-    globals().update(_MODEL_NAMES)
+        for name, value in spec.exported().items():
+            if globals().get(name, value) is value:
+                _MODEL_NAMES[name] = globals()[name] = value
+        for name, module in spec.lazy_exports.items():
+            _LAZY.setdefault(name, module)
     __all__ = sorted([*_MODEL_NAMES, *_LAZY, "__version__", "register_models"])
-    _registered = True
 
 
 def _is_console_script() -> bool:
@@ -69,10 +85,6 @@ def _is_console_script() -> bool:
     return module == "hf_readonce.cli" or (module.startswith("-") and module.endswith("mhf_readonce.cli"))
 
 
-if not _is_console_script():
-    register_models()
-
-
 def __getattr__(name):
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
@@ -85,17 +97,14 @@ def __getattr__(name):
         if name in globals():
             return globals()[name]
         return __getattr__(name)
-    if _registered and not name.startswith("_"):  # a family registered since (its module was being imported then)
-        from .representations import registered_families
-
-        for spec in registered_families().values():
-            exported = spec.exported()
-            if name in exported:
-                _MODEL_NAMES[name] = globals()[name] = exported[name]
-                return exported[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__():
     register_models()
     return sorted(set(globals()) | set(_LAZY))
+
+
+# last: a family module of another package (an entry point) imported from here finds every name above
+if not _is_console_script():
+    register_models()

@@ -71,6 +71,7 @@ import shlex
 import signal
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from .arguments import OneLineArgumentParser as _Parser
@@ -555,13 +556,27 @@ def _hub_unreachable(timeout: float = 3.0) -> str | None:
         return f"{host}:{port}: {error.strerror or type(error).__name__}"
 
 
+def _failed_entry_points() -> str:
+    """`"; ..."` naming the `hf_readonce.families` entry points that failed to load in this process, and why (the
+    family of a checkpoint that no installed family knows may be theirs), or `""` when none did."""
+    from .representations import family_entry_point_failures
+
+    failed = family_entry_point_failures()
+    if not failed:
+        return ""
+    return ("; these family entry points failed to load: "
+            + "; ".join(f"{name!r} ({reason})" for name, reason in failed.items()))
+
+
 def _config_error(name_or_path: str, error: Exception) -> str:
     """The one-line reason `AutoConfig.from_pretrained(name_or_path)` failed, in the words of this package: a local
     folder whose config.json records no `model_type` says so and what to add (transformers' own line gives no way
     out); one whose config.json starts with a UTF-8 byte order mark (transformers reads it as an invalid JSON file)
     says so; one whose `model_type` no installed family or transformers architecture knows points to `hf-readonce info`
-    (and, where the folder carries its model's code, to installing the package that registers its family); a name that is neither a folder nor a shipped checkpoint and that the Hub could not provide names the shipped
-    checkpoints (the closest first) instead of transformers' advice to check the internet connection."""
+    (and, where the folder carries its model's code, to installing the package that registers its family; a Hub
+    checkpoint that carries its code too), naming the family entry points that failed to load; a name that is
+    neither a folder nor a shipped checkpoint and that the Hub could not provide names the shipped checkpoints (the
+    closest first) instead of transformers' advice to check the internet connection."""
     import difflib
 
     from .representations import registered_families
@@ -595,10 +610,15 @@ def _config_error(name_or_path: str, error: Exception) -> str:
                     "lists what each can do)"
                     + ("; the folder carries its model's code, which hf-readonce does not run: install the package "
                        "that registers its family (an `hf_readonce.families` entry point)" if carries_code else "")
-                    + ".")
+                    + f"{_failed_entry_points()}.")
         return f"cannot load model {name_or_path!r}: {_one_line(error)}"
     if Path(name_or_path).exists():
         return f"cannot load model {name_or_path!r}: {_one_line(error)}"
+    if "trust_remote_code" in str(error):  # a Hub checkpoint whose model type only its own code (`auto_map`) defines
+        return (f"cannot load model {name_or_path!r}: its model type is neither a transformers architecture nor an "
+                "hf-readonce family, and the checkpoint carries its model's code, which hf-readonce does not run: "
+                f"install the package that registers its family (an `hf_readonce.families` entry point)"
+                f"{_failed_entry_points()}.")
     close = difflib.get_close_matches(name_or_path, list(SHIPPED_NAMES), n=1)
     guess = f"did you mean {close[0]!r}? " if close else ""
     return (f"cannot load model {name_or_path!r}: no such folder, not a shipped checkpoint ({guess}shipped: "
@@ -1931,10 +1951,11 @@ def _loading_quietly():
     """A block in which loading a checkpoint prints nothing: transformers' log below ERROR (a load report, notes on
     the config or the generation config) and Python warnings are silenced, and both are put back as they were on
     leaving it. Errors still raise. For `info MODEL`, a report: only its own lines are printed, on stdout."""
-    import warnings
-
     from transformers.utils import logging as hf_logging
 
+    from . import register_models
+
+    register_models()  # first, outside the silence: a family of another package that fails to load is warned about
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
@@ -3102,6 +3123,27 @@ def _family_options(parser: argparse.ArgumentParser, command: str) -> None:
                                     default=None, help=f"{adapter_class.model_type}: {text}{said}")
 
 
+def _family_warnings_in_one_line():
+    """Show each [`~hf_readonce.representations.FamilyEntryPointWarning`] (a family of another installed package
+    that did not load) as one line, `hf-readonce: warning: ...`, instead of Python's two, which name a line of
+    hf-readonce's code; every other warning as before.
+
+    Returns:
+        the `warnings.showwarning` it replaced (to put back).
+    """
+    previous = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        registry = sys.modules.get("hf_readonce.representations.registry")  # (no import: loaded by the warning)
+        if registry is not None and issubclass(category, registry.FamilyEntryPointWarning):
+            print(f"hf-readonce: warning: {message}", file=sys.stderr if file is None else file)
+        else:
+            previous(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    return previous
+
+
 def main(argv=None) -> int:
     """Entry point of the `hf-readonce` console script and of `python -m hf_readonce.cli`.
 
@@ -3111,6 +3153,15 @@ def main(argv=None) -> int:
     Returns:
         `int`: the exit status (0 success, 1 problems found, 2 errors; see the module docstring).
     """
+    previous = _family_warnings_in_one_line()
+    try:
+        return _main(argv)
+    finally:
+        warnings.showwarning = previous
+
+
+def _main(argv) -> int:
+    """[`main`], its family warnings shown in one line."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args, typed, paths = None, {}, {}
     if argv and argv[0] == "demo":

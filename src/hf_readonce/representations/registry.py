@@ -135,9 +135,7 @@ class FamilySpec:
     def exported(self) -> dict[str, object]:
         """Name -> object of everything `hf_readonce` re-exports for this family (configs, model classes, pipeline
         classes, `exports`)."""
-        objects = [*self.configs, *(cls for classes in self.auto_models.values() for cls in classes),
-                   *self.pipelines.values(), *self.exports]
-        return {obj.__name__: obj for obj in objects}
+        return _exported_objects(self.configs, self.auto_models, self.pipelines, self.exports)
 
     @property
     def checkpoint_model_types(self) -> tuple[str, ...]:
@@ -148,8 +146,33 @@ class FamilySpec:
         return tuple(dict.fromkeys((*self.model_types, *self.adapter.checkpoint_model_types)))
 
 
+class FamilyEntryPointWarning(UserWarning):
+    """Warned once per process for each `hf_readonce.families` entry point of an installed package whose module fails
+    to import or whose family [`register_family`] refuses: hf-readonce and the other families load without it (a
+    checkpoint of its family is then unknown, and the commands say why), and [`family_entry_point_failures`] lists
+    it."""
+
+
+# entry point name -> why it failed (the process's failures of `hf_readonce.representations.load_family_entry_points`)
+_ENTRY_POINT_FAILURES: dict[str, str] = {}
+
+
+def family_entry_point_failures() -> dict[str, str]:
+    """A copy of the `hf_readonce.families` entry points that failed in this process: entry point name -> one line
+    naming its module, its package and the error (what [`FamilyEntryPointWarning`] said); empty when all loaded."""
+    return dict(_ENTRY_POINT_FAILURES)
+
+
+def _exported_objects(configs, auto_models: Mapping, pipelines: Mapping, exports) -> dict[str, object]:
+    """Name -> object of a family's configs, model classes, pipeline classes and `exports` ([`FamilySpec.exported`])."""
+    objects = [*configs, *(cls for classes in auto_models.values() for cls in classes), *pipelines.values(), *exports]
+    return {obj.__name__: obj for obj in objects}
+
+
 _FAMILIES: dict[str, FamilySpec] = {}
 _ADAPTERS: dict[str, type] = {}
+# called with each FamilySpec registered from then on (`hf_readonce.register_models` re-exports its names at once)
+_on_register: list = []
 
 
 def _fail(name, field_name: str, message: str):
@@ -214,7 +237,9 @@ def register_family(*, name: str, configs: Sequence[type], auto_models: Mapping[
             family's, an adapter for a model type the family does not have, a model type without card text, an
             unknown Auto class or answer kind, an answering family without `answer_function` (or one that is not
             `"module:name"`), `summarize` that is not a bool or lacks an adapter with
-            `generation_inputs`, or a family name already registered by another module.
+            `generation_inputs`, a family name already registered by another module, or a name `hf_readonce` would
+            re-export (a config, model or pipeline class, `exports`, `lazy_exports`) that another family exports as
+            another object.
     """
     import transformers
     from transformers import PretrainedConfig, PreTrainedModel
@@ -325,6 +350,21 @@ def register_family(*, name: str, configs: Sequence[type], auto_models: Mapping[
         if obj is None or not hasattr(obj, "__name__"):
             _fail(name, f"exports[{i}]", f"is missing or has no __name__: {obj!r}.")
 
+    # what `hf_readonce` re-exports: a name another family exports as another object would replace that family's
+    # name there (`hf_readonce.DeformerBertConfig` becoming another package's class)
+    mine = {**_exported_objects(configs, heads, pipelines, exports),
+            **{key: ("lazy", value) for key, value in dict(lazy_exports or {}).items()}}
+    for other in _FAMILIES.values():
+        if other.name == name:
+            continue
+        theirs = {**other.exported(), **{key: ("lazy", value) for key, value in other.lazy_exports.items()}}
+        clash = sorted(key for key in mine.keys() & theirs.keys() if mine[key] is not theirs[key]
+                       and not (isinstance(mine[key], tuple) and mine[key] == theirs[key]))
+        if clash:
+            raise ValueError(f"family {name!r}: its classes or exports named {clash} are other objects than family "
+                             f"{other.name!r}'s of those names (`hf_readonce` re-exports every family's names): "
+                             "rename them.")
+
     spec = FamilySpec(name=name, configs=configs, auto_models=MappingProxyType(heads), auto_class=auto_class,
                       cards=MappingProxyType(dict(cards)), pipelines=MappingProxyType(pipelines), adapter=adapter,
                       answer=answer, answer_function=answer_function, summarize=summarize, exports=exports, lazy_exports=MappingProxyType(dict(lazy_exports or {})),
@@ -337,6 +377,8 @@ def register_family(*, name: str, configs: Sequence[type], auto_models: Mapping[
     _FAMILIES[name] = spec
     if adapter is not None:
         _ADAPTERS[adapter.model_type] = adapter
+    for callback in _on_register:
+        callback(spec)
     return spec
 
 
