@@ -307,3 +307,31 @@ def test_a_family_registered_late_is_exported_and_publish_needs_its_code(tmp_pat
                               "`register_for_auto_class`"), message
     assert ("`MeanQaBertConfig.register_for_auto_class()`; `MeanQaBertForQuestionAnswering.register_for_auto_class("
             "'AutoModelForQuestionAnswering')`") in message
+
+
+def test_the_example_model_refuses_passages_it_did_not_read(monkeypatch):
+    """The example's QA model reads passage states it computed (a store's, or `encode_passages`') as it reads the
+    passages themselves, and refuses, naming the argument, states of another model (a silent wrong answer
+    otherwise), passages that are not one per question and an object that is no `MeanQaPassageOutput`."""
+    import torch
+
+    monkeypatch.syspath_prepend(str(EXAMPLE))  # the modeling file alone: nothing is registered
+    from mean_qa_family.models.mean_qa.configuration_mean_qa import MeanQaBertConfig
+    from mean_qa_family.models.mean_qa.modeling_mean_qa import MeanQaBertForQuestionAnswering
+
+    config = MeanQaBertConfig(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                              intermediate_size=37, max_position_embeddings=64)
+    torch.manual_seed(0)
+    model, other = MeanQaBertForQuestionAnswering(config).eval(), MeanQaBertForQuestionAnswering(config).eval()
+    questions, passages = torch.randint(5, 99, (2, 6)), torch.randint(5, 99, (2, 11))
+    with torch.no_grad():
+        read = model(input_ids=questions, passage_input_ids=passages)
+        stored = model(input_ids=questions, passage_states=model.encode_passages(passages))
+        torch.testing.assert_close(stored.start_logits, read.start_logits)
+        torch.testing.assert_close(stored.end_logits, read.end_logits)
+        with pytest.raises(ValueError, match="computed by another model"):
+            model(input_ids=questions, passage_states=other.encode_passages(passages))
+        with pytest.raises(ValueError, match=r"`passage_states.passage_states` must be of shape \(3, "):
+            model(input_ids=torch.randint(5, 99, (3, 6)), passage_states=model.encode_passages(passages))
+        with pytest.raises(TypeError, match="`passage_states` must be the MeanQaPassageOutput"):
+            model(input_ids=questions, passage_states=model.encode_passages(passages).passage_states)

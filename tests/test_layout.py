@@ -26,9 +26,13 @@ def imports(path):
 
 
 def test_models_import_only_torch_transformers_stdlib_and_siblings():
+    """The files of `models/<family>/`, here and in the family packages of `examples/`, travel alone to the Hub."""
     families = [p for p in (PACKAGE / "models").iterdir() if p.is_dir() and p.name != "__pycache__"]
     assert {p.name for p in families} >= {"deformer_bert", "readonce_bart", "recurrent"}
     assert not list((PACKAGE / "models").glob("*.py")), "models/ holds family folders only"
+    examples = [p for p in REPO_ROOT.glob("examples/*/*/models/*") if p.is_dir() and p.name != "__pycache__"]
+    assert {p.name for p in examples} >= {"mean_qa"}
+    families += examples
     for family in families:
         for path in family.glob("*.py"):
             assert path.name.startswith(("configuration_", "modeling_", "convert_", "pipeline_")), path

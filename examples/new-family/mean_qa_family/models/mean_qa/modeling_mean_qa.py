@@ -208,6 +208,34 @@ class MeanQaBertForQuestionAnswering(BertPreTrainedModel):
         """[`MeanQaBertModel.encode_passages`]."""
         return self.bert.encode_passages(input_ids, attention_mask)
 
+    def check_passage_states(self, passage_states: MeanQaPassageOutput, num_questions: int) -> None:
+        """Raise unless `passage_states` are this model's passage states, one passage per question.
+
+        Raises:
+            TypeError: `passage_states` that is not a [`MeanQaPassageOutput`].
+            ValueError: states that are not `(num_questions, passage_len, hidden_size)`, a mask of another shape, or
+                a `model_fingerprint` that is not this model's (states another model computed).
+        """
+        if not isinstance(passage_states, MeanQaPassageOutput):
+            raise TypeError("`passage_states` must be the MeanQaPassageOutput of `encode_passages` (or a store's), "
+                            f"got {type(passage_states).__name__}.")
+        states, mask = passage_states.passage_states, passage_states.passage_attention_mask
+        expected = (num_questions, "passage_len", self.config.hidden_size)
+        if not torch.is_tensor(states) or states.dim() != 3 or states.shape[0] != num_questions or \
+                states.shape[2] != self.config.hidden_size:
+            got = tuple(states.shape) if torch.is_tensor(states) else type(states).__name__
+            raise ValueError(f"`passage_states.passage_states` must be of shape {expected} (one passage per "
+                             f"question), got {got}.")
+        if not torch.is_tensor(mask) or tuple(mask.shape) != tuple(states.shape[:2]):
+            got = tuple(mask.shape) if torch.is_tensor(mask) else type(mask).__name__
+            raise ValueError(f"`passage_states.passage_attention_mask` must be of shape {tuple(states.shape[:2])}, "
+                             f"got {got}.")
+        fingerprint = passage_states.model_fingerprint
+        if fingerprint is not None and fingerprint != self.representation_fingerprint():
+            raise ValueError(f"`passage_states` were computed by another model (fingerprint {fingerprint[:12]}...) "
+                             f"than this one ({self.representation_fingerprint()[:12]}...): encode the passages "
+                             "with this model.")
+
     def forward(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None,
                 passage_input_ids: torch.LongTensor | None = None, passage_attention_mask: torch.Tensor | None = None,
                 passage_states: MeanQaPassageOutput | None = None, start_positions: torch.LongTensor | None = None,
@@ -229,12 +257,15 @@ class MeanQaBertForQuestionAnswering(BertPreTrainedModel):
             at the dtype's lowest value.
 
         Raises:
-            ValueError: neither or both of `passage_input_ids` and `passage_states`.
+            ValueError: neither or both of `passage_input_ids` and `passage_states`; passages that are not one per
+                question; `passage_states` of another model ([`check_passage_states`]).
+            TypeError: `passage_states` that is not a [`MeanQaPassageOutput`].
         """
         if (passage_input_ids is None) == (passage_states is None):
             raise ValueError("give exactly one of `passage_input_ids` and `passage_states`.")
         if passage_states is None:
             passage_states = self.encode_passages(passage_input_ids, passage_attention_mask)
+        self.check_passage_states(passage_states, input_ids.shape[0])
         states, mask = passage_states.passage_states, passage_states.passage_attention_mask
         question = self.bert.encode_questions(input_ids, attention_mask)[:, None].to(states.dtype)
         low = torch.finfo(states.dtype).min
