@@ -166,7 +166,7 @@ def test_a_broken_family_entry_point_is_warned_about_and_left_out(tmp_path):
     own families and the other packages' ones; a `FamilyEntryPointWarning` names the entry point, its package and the
     error, and `family_entry_point_failures()` lists it (the error line of a checkpoint no family knows names it:
     tests/test_cli_messages.py). A command says it in one line (`hf-readonce: warning: ...`) and goes on.
-    `HF_READONCE_NO_ENTRY_POINTS=1` loads no entry point, and so warns of none."""
+    `HF_READONCE_NO_ENTRY_POINTS` (any value but "" and "0") loads no entry point, and so warns of none."""
     site = install(tmp_path, {"hf_readonce.families": {"broken": "no_such_module_of_mean_qa",
                                                        "mean_qa": "mean_qa_family.family"}})
     done = run(tmp_path, site, BROKEN)
@@ -188,8 +188,9 @@ def test_a_broken_family_entry_point_is_warned_about_and_left_out(tmp_path):
         listing.stderr
     assert listing.stderr.count("\n") == 1 and "Traceback" not in listing.stderr, listing.stderr
 
-    # the way out the warning names: no family of another package is loaded (nor warned about)
-    skipped = run(tmp_path, site, BROKEN, HF_READONCE_NO_ENTRY_POINTS="1")
+    # the way out the warning names: no family of another package is loaded (nor warned about); as for
+    # HF_READONCE_TRACEBACK, any value but "" and "0" sets it
+    skipped = run(tmp_path, site, BROKEN, HF_READONCE_NO_ENTRY_POINTS="true")
     assert skipped.returncode == 0, skipped.stderr[-3000:]
     lines = lines_of(skipped)
     assert json.loads(lines["warned"]) == [] and json.loads(lines["failures"]) == {}
