@@ -339,9 +339,8 @@ def _wait_for_writers(store, wait: float) -> str | None:
     `flock` of `STORE/.lock` opened read-only (`O_NOFOLLOW`, `O_NONBLOCK`: a link is not followed, a FIFO does not
     block), conflicting with a writer's exclusive one, released at once. `None` once it is taken on the `.lock` at
     the path, or where none is there; else why it was not (held past the wait, or not to be opened or locked)."""
-    from .store import _StoreLock
-
     lock_file = store.path / ".lock"
+    notice_after = store.lock().notice_after  # (the lock object only: nothing is opened)
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     start = time.monotonic()
     noticed = False
@@ -366,7 +365,7 @@ def _wait_for_writers(store, wait: float) -> str | None:
                 waited = time.monotonic() - start
                 if waited >= wait:
                     return _held_too_long(wait)
-                if not noticed and waited >= _StoreLock.notice_after:
+                if not noticed and waited >= notice_after:
                     noticed = True
                     logger.warning("hf-readonce: waiting for the write lock of store %s (%s), held by another process "
                                    "(an `encode`, a `repair` or a `prune`), to tell a shard it commits from an "
@@ -384,7 +383,7 @@ def _wait_for_writers(store, wait: float) -> str | None:
 
 def _wait_by_taking_the_lock(store, wait: float) -> str | None:
     """[`_wait_for_writers`] where there is no `fcntl.flock` (Windows): the write lock itself is taken (up to `wait`
-    seconds) and released at once, first removing a `.lock` taking it made ([`_release_lock_taken`])."""
+    seconds) and released at once, first removing a `.lock` taking it made (`RepresentationStore._release_looked`)."""
     try:
         taken = store._acquire_unless_gone(timeout=wait)
     except Timeout:
@@ -393,20 +392,8 @@ def _wait_by_taking_the_lock(store, wait: float) -> str | None:
         return f"the store's write lock {printable(store.path / '.lock')} cannot be taken ({error.strerror or error})"
     if taken is None:
         return "the store's folder was moved or removed while its write lock was waited for"
-    _release_lock_taken(store, *taken)
+    store._release_looked(*taken)
     return None
-
-
-def _release_lock_taken(store, lock, made: tuple[bool, bool]) -> None:
-    """Release the write lock taken by [`confirmed_orphans`], first removing what taking it made (a `.lock`
-    removed just before, made anew by filelock) where this is the outermost hold: a read-only pass leaves nothing."""
-    from .store import _remove_lock_file_made
-
-    try:
-        if getattr(lock._inner, "lock_counter", 1) == 1:
-            _remove_lock_file_made(lock._inner, store.path, made)
-    finally:
-        lock.release()
 
 
 LIVE_TMP_SECONDS = 300

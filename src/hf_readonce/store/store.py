@@ -828,6 +828,17 @@ class RepresentationStore:
         finally:
             lock.release()
 
+    def _release_looked(self, lock: _StoreLock, made: tuple[bool, bool]) -> None:
+        """Release the write lock `lock`, taken by [`_acquire_unless_gone`] only to wait for another process's
+        commit (`verify` and `info` where there is no `flock`: nothing is written under it), first removing, where
+        it is the outermost hold, what taking it made ([`_remove_lock_file_made`]: a `.lock` removed just before and
+        made anew by filelock), so that a look leaves nothing."""
+        try:
+            if getattr(lock._inner, "lock_counter", 1) == 1:
+                _remove_lock_file_made(lock._inner, self.path, made)
+        finally:
+            lock.release()
+
     def lock(self) -> _StoreLock:
         """The store's write lock (`filelock.FileLock` on `STORE/.lock`, re-entrant within this object); writers
         hold it only while committing a shard, `repair` and `prune` while they run; `verify` and `info` wait until
