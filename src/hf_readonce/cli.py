@@ -556,18 +556,6 @@ def _hub_unreachable(timeout: float = 3.0) -> str | None:
         return f"{host}:{port}: {error.strerror or type(error).__name__}"
 
 
-def _failed_entry_points() -> str:
-    """`"; ..."` naming the `hf_readonce.families` entry points that failed to load in this process, and why (the
-    family of a checkpoint that no installed family knows may be theirs), or `""` when none did."""
-    from .representations import family_entry_point_failures
-
-    failed = family_entry_point_failures()
-    if not failed:
-        return ""
-    return ("; these family entry points failed to load: "
-            + "; ".join(f"{name!r} ({reason})" for name, reason in failed.items()))
-
-
 def _config_error(name_or_path: str, error: Exception) -> str:
     """The one-line reason `AutoConfig.from_pretrained(name_or_path)` failed, in the words of this package: a local
     folder whose config.json records no `model_type` says so and what to add (transformers' own line gives no way
@@ -580,6 +568,7 @@ def _config_error(name_or_path: str, error: Exception) -> str:
     import difflib
 
     from .representations import registered_families
+    from .representations.registry import entry_point_failures_note
     from .weights import SHIPPED_NAMES
 
     config_file = Path(name_or_path) / "config.json"
@@ -610,7 +599,7 @@ def _config_error(name_or_path: str, error: Exception) -> str:
                     "lists what each can do)"
                     + ("; the folder carries its model's code, which hf-readonce does not run: install the package "
                        "that registers its family (an `hf_readonce.families` entry point)" if carries_code else "")
-                    + f"{_failed_entry_points()}.")
+                    + f"{entry_point_failures_note()}.")
         return f"cannot load model {name_or_path!r}: {_one_line(error)}"
     if Path(name_or_path).exists():
         return f"cannot load model {name_or_path!r}: {_one_line(error)}"
@@ -618,7 +607,7 @@ def _config_error(name_or_path: str, error: Exception) -> str:
         return (f"cannot load model {name_or_path!r}: its model type is neither a transformers architecture nor an "
                 "hf-readonce family, and the checkpoint carries its model's code, which hf-readonce does not run: "
                 f"install the package that registers its family (an `hf_readonce.families` entry point)"
-                f"{_failed_entry_points()}.")
+                f"{entry_point_failures_note()}.")
     close = difflib.get_close_matches(name_or_path, list(SHIPPED_NAMES), n=1)
     guess = f"did you mean {close[0]!r}? " if close else ""
     return (f"cannot load model {name_or_path!r}: no such folder, not a shipped checkpoint ({guess}shipped: "

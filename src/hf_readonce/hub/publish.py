@@ -199,12 +199,11 @@ def _load(model_dir: Path):
     except (OSError, ValueError, StrictDataclassError) as error:  # the last: a field of the wrong type
         from transformers import CONFIG_MAPPING
 
-        from ..representations import family_entry_point_failures
+        from ..representations.registry import entry_point_failures_note
 
         saved_type = _saved_model_type(model_dir)
         if isinstance(saved_type, str) and saved_type and saved_type not in CONFIG_MAPPING:
-            failed = "".join(f"; the family entry point {name!r} failed to load ({reason})"
-                             for name, reason in family_entry_point_failures().items())
+            failed = entry_point_failures_note()
             raise ValueError(f"`model_dir` {str(model_dir)!r} holds a {saved_type!r} model, which no installed "
                              f"hf-readonce family registers; publish takes hf-readonce models: {known} (a family of "
                              "another package is registered by installing that package: its `hf_readonce.families` "

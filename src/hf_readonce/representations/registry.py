@@ -163,6 +163,17 @@ def family_entry_point_failures() -> dict[str, str]:
     return dict(_ENTRY_POINT_FAILURES)
 
 
+
+def entry_point_failures_note() -> str:
+    """`"; these family entry points failed to load: 'name' (reason); ..."`, naming the `hf_readonce.families` entry
+    points that failed in this process ([`family_entry_point_failures`]), to end an error line about a model type no
+    installed family knows (it may be theirs); `""` when none failed."""
+    failed = family_entry_point_failures()
+    if not failed:
+        return ""
+    return "; these family entry points failed to load: " + "; ".join(f"{name!r} ({reason})"
+                                                                     for name, reason in failed.items())
+
 def _exported_objects(configs, auto_models: Mapping, pipelines: Mapping, exports) -> dict[str, object]:
     """Name -> object of a family's configs, model classes, pipeline classes and `exports` ([`FamilySpec.exported`])."""
     objects = [*configs, *(cls for classes in auto_models.values() for cls in classes), *pipelines.values(), *exports]
