@@ -118,6 +118,39 @@ def test_the_copies_of_examples_are_checked_too(tmp_path):
     result = run("--src", REPO_ROOT / "src", "--also", package)
     assert result.returncode == 1 and "modeling_mean_qa.py" in result.stderr and "_FINGERPRINT_IGNORED_FIELDS" in \
         result.stderr, result.stderr
-    in_src = sum(len(module.find_copies(path)) for path in (REPO_ROOT / "src").rglob("*.py"))
+    in_src = sum(len(module.find_copies(path)) for path in module.python_files(REPO_ROOT / "src"))
+    in_examples = sum(len(module.find_copies(path)) for path in module.python_files(REPO_ROOT / "examples"))
     default = run()
-    assert default.returncode == 0 and default.stdout.startswith(f"{in_src + len(copies)} copies checked"), default
+    assert default.returncode == 0 and default.stdout.startswith(f"{in_src + in_examples} copies checked"), default
+
+
+def test_build_outputs_and_hidden_folders_are_left_out(tmp_path):
+    """What building or installing a family package writes beside its code (`build/lib/` of a non-editable
+    `pip install`, `dist/`, `*.egg-info/`, a virtual environment's `site-packages/`, hidden folders such as `.venv/`)
+    holds stale copies of its files: they are neither checked, nor counted, nor rewritten by `--fix`. The folders are
+    counted from the tree, so a package that itself lies in a hidden folder is checked."""
+    module = load()
+    package = tmp_path / ".work" / "new-family"
+    shutil.copytree(REPO_ROOT / "examples" / "new-family", package,
+                    ignore=shutil.ignore_patterns("__pycache__", "build", "dist", "*.egg-info", ".*"))
+    modeling = package / "mean_qa_family" / "models" / "mean_qa" / "modeling_mean_qa.py"
+    own = sum(len(module.find_copies(path)) for path in package.rglob("*.py"))
+    assert own >= 2
+    stale = modeling.read_text().replace('"classifier_dropout", ', "")
+    outputs = ["build/lib/mean_qa_family/models/mean_qa", "dist", "mean_qa_family.egg-info",
+               ".venv/lib/python3.11/site-packages/mean_qa_family/models/mean_qa",
+               "venv/lib/python3.11/site-packages/mean_qa_family/models/mean_qa", ".tox/py311/src"]
+    for folder in outputs:
+        (package / folder).mkdir(parents=True)
+        (package / folder / "modeling_mean_qa.py").write_text(stale)
+    assert module.check(REPO_ROOT / "src", also=[package]) == ([], [])
+    in_src = sum(len(module.find_copies(path)) for path in module.python_files(REPO_ROOT / "src"))
+    result = run("--src", REPO_ROOT / "src", "--also", package)
+    assert result.returncode == 0 and result.stdout.startswith(f"{in_src + own} copies checked"), result
+    fixed = run("--src", REPO_ROOT / "src", "--also", package, "--fix")
+    assert fixed.returncode == 0 and "rewritten" not in fixed.stdout, fixed
+    assert all((package / folder / "modeling_mean_qa.py").read_text() == stale for folder in outputs)
+    modeling.write_text(stale)  # the package's own copy is checked, though the package lies in `.work/`
+    result = run("--src", REPO_ROOT / "src", "--also", package)
+    assert result.returncode == 1 and result.stderr.count("differs from its source") == 1, result.stderr
+    assert str(modeling) in result.stderr

@@ -10,7 +10,9 @@ comment lines right above it (a section rule, `# -----`, is not part of a block)
 they cannot import a shared module: one file holds the canonical code and the others hold checked copies.
 
     python utils/check_copies.py            # exit 1 naming every copy that differs from its source (the copies of
-                                            # src/ and of examples/, e.g. the family package examples/new-family/)
+                                            # src/ and of examples/, e.g. the family package examples/new-family/;
+                                            # not those of build/, dist/, *.egg-info/, site-packages/ nor of a
+                                            # hidden folder such as .venv/, which a build or an install writes)
     python utils/check_copies.py --fix      # rewrite those copies from their sources
     python utils/check_copies.py --src DIR --also PKG   # the copies of DIR and of PKG, sources from DIR
     python utils/check_copies.py --strip-copies DIR   # write src/ to DIR without the checked copies (to measure
@@ -33,6 +35,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "hf_readonce"
 # a section rule (`# ----- models`) above a copy or its source belongs to the file, not to the block
 SECTION = re.compile(r"^\s*#\s*-{3,}")
+# folders of a tree that hold no code of its own: what building or installing a package writes (a non-editable
+# `pip install`, `python -m build`), virtual environments and other hidden folders; their `.py` files are copies of the
+# tree's own or of other packages', never checked nor rewritten
+BUILD_OUTPUTS = ("build", "dist", "site-packages", "__pycache__")
 MARKER = re.compile(r"^(?P<indent>\s*)# Copied from (?P<source>hf_readonce(?:\.\w+)+)(?:\s+with\s+(?P<renames>.+))?\s*$")
 
 
@@ -51,6 +57,19 @@ class Copy:
 
 class CopyError(Exception):
     """A marker that cannot be checked (unknown source, no statement after it, a bad rename)."""
+
+
+def python_files(tree: Path) -> list[Path]:
+    """The `.py` files of `tree` that are its own code, sorted: none under a build output (`build/`, `dist/`,
+    `*.egg-info/`, `site-packages/`, `__pycache__/`) nor under a hidden folder (`.venv/`, `.tox/`, ...), these folders
+    counted from `tree` (a tree may itself lie inside one)."""
+    tree = Path(tree)
+
+    def own(path: Path) -> bool:
+        folders = path.relative_to(tree).parts[:-1]
+        return not any(name in BUILD_OUTPUTS or name.endswith(".egg-info") or name.startswith(".") for name in folders)
+
+    return sorted(path for path in tree.rglob("*.py") if own(path))
 
 
 def _block_comment(line: str) -> bool:
@@ -167,14 +186,14 @@ def expected_lines(copy: Copy, src: Path) -> list[str]:
 
 def check(src: Path, fix: bool = False, also=()) -> tuple[list[str], list[str]]:
     """Check every marked copy under `src` and under each folder of `also` (rewriting differing ones with `fix`), the
-    sources always read from `src`.
+    sources always read from `src`. Build outputs and hidden folders are left out ([`python_files`]).
 
     Returns:
         `(differing, errors)`: one line per copy that differs from its source (rewritten with `fix`), and one per
         marker that cannot be checked (an unknown source, no statement after it, a bad rename).
     """
     problems, errors = [], []
-    for path in [path for tree in (src, *also) for path in sorted(Path(tree).rglob("*.py"))]:
+    for path in [path for tree in (src, *also) for path in python_files(tree)]:
         try:
             copies = find_copies(path)
         except CopyError as error:
@@ -204,7 +223,7 @@ def strip_copies(src: Path, out: Path) -> int:
         shutil.rmtree(out)
     shutil.copytree(src, out, ignore=shutil.ignore_patterns("__pycache__"))
     count = 0
-    for path in sorted(out.rglob("*.py")):
+    for path in python_files(out):
         copies = find_copies(path)
         if not copies:
             continue
@@ -241,7 +260,7 @@ def main(argv=None) -> int:
     if args.strip_copies is not None:
         print(f"{strip_copies(args.src, args.strip_copies)} checked copies left out of {args.strip_copies}")
         return 0
-    total = sum(len(find_copies(path)) for tree in (args.src, *args.also) for path in tree.rglob("*.py"))
+    total = sum(len(find_copies(path)) for tree in (args.src, *args.also) for path in python_files(tree))
     print(f"{total} copies checked" + (f", {len(problems)} rewritten" if problems else ", all equal their sources"))
     return 0
 
