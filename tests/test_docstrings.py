@@ -1,12 +1,16 @@
-"""Every public class and function of the package has a docstring, and one that raises `ValueError`/`TypeError`
-itself says so (the project's rule: shapes, defaults and the errors raised are in the docstring). Public: a name
-without a leading underscore, at module level or inside a public class. The shipped checkpoint copies under
-`checkpoints/` are generated and left out."""
+"""Every public class and function of the package, and of the family package of `examples/new-family/` (the model
+family docs/contributing.md shows), has a docstring, and one that raises `ValueError`/`TypeError` itself says so (the
+project's rule: shapes, defaults and the errors raised are in the docstring). Public: a name without a leading
+underscore, at module level or inside a public class. The shipped checkpoint copies under `checkpoints/` are
+generated and left out."""
 
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "src" / "hf_readonce"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = REPO_ROOT / "src" / "hf_readonce"
+# the packages walked: hf-readonce and the example family package (its pipeline hooks and adapter included)
+PACKAGES = (PACKAGE, REPO_ROOT / "examples" / "new-family" / "mean_qa_family")
 
 
 def _public_definitions():
@@ -15,13 +19,14 @@ def _public_definitions():
     def walk(body, path, prefix):
         for node in body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
-                yield f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {prefix}{node.name}", node
+                yield f"{path.relative_to(REPO_ROOT)}:{node.lineno} {prefix}{node.name}", node
                 if isinstance(node, ast.ClassDef):
                     yield from walk(node.body, path, f"{prefix}{node.name}.")
 
-    for path in sorted(PACKAGE.rglob("*.py")):
-        if "checkpoints" not in path.relative_to(PACKAGE).parts:
-            yield from walk(ast.parse(path.read_text()).body, path, "")
+    for package in PACKAGES:
+        for path in sorted(package.rglob("*.py")):
+            if "checkpoints" not in path.relative_to(package).parts:
+                yield from walk(ast.parse(path.read_text()).body, path, "")
 
 
 def _raised_here(node) -> set:
@@ -49,6 +54,9 @@ def test_a_public_function_that_raises_says_so():
 
 
 def test_the_walk_sees_the_package():
-    """The two checks above read something: the public API's main classes are among the definitions walked."""
+    """The two checks above read something: the public API's main classes are among the definitions walked, and the
+    example family's adapter, model, answering function and pipeline hooks."""
     names = {where.split(" ")[1] for where, _ in _public_definitions()}
     assert {"RepresentationStore", "DeformerBertForQuestionAnswering", "main"} <= names
+    assert {"MeanQaAdapter.read", "MeanQaBertForQuestionAnswering.forward", "answer_from_store",
+            "MeanQaQuestionAnsweringPipeline.preprocess", "MeanQaQuestionAnsweringPipeline.postprocess"} <= names

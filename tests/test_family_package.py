@@ -336,3 +336,45 @@ def test_the_example_model_refuses_passages_it_did_not_read(monkeypatch):
             model(input_ids=torch.randint(5, 99, (3, 6)), passage_states=model.encode_passages(passages))
         with pytest.raises(TypeError, match="`passage_states` must be the MeanQaPassageOutput"):
             model(input_ids=questions, passage_states=model.encode_passages(passages).passage_states)
+
+
+def test_the_example_pipeline_refuses_settings_it_would_not_apply(monkeypatch):
+    """The example's pipeline takes `max_answer_len` and `max_passage_len` only, checked by name: a setting out of
+    range or of another type, or an argument it does not take (`max_answer_length`, `top_k`), is refused naming it,
+    at the call and at construction, instead of answering with another setting. Without a passage length, it reads
+    at most the model's positions of a long context."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from hf_readonce.weights import minilm_path
+
+    monkeypatch.syspath_prepend(str(EXAMPLE))  # the files a published checkpoint carries: nothing is registered
+    from mean_qa_family.models.mean_qa.configuration_mean_qa import MeanQaBertConfig
+    from mean_qa_family.models.mean_qa.modeling_mean_qa import MeanQaBertForQuestionAnswering
+    from mean_qa_family.models.mean_qa.pipeline_mean_qa import MeanQaQuestionAnsweringPipeline
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    config = MeanQaBertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                              num_attention_heads=4, intermediate_size=37, max_position_embeddings=64)
+    torch.manual_seed(0)
+    qa = MeanQaQuestionAnsweringPipeline(model=MeanQaBertForQuestionAnswering(config).eval(), tokenizer=tokenizer)
+    context = "Emma is a novel by Jane Austen, published in December 1815. " * 8  # over 64 tokens
+    assert len(tokenizer(context)["input_ids"]) > 64
+    answer = qa(question="Who wrote Emma?", context=context)
+    assert answer == qa(question="Who wrote Emma?", context=context, max_passage_len=64)
+    assert answer["answer"] == context[answer["start"]:answer["end"]]
+    refused = [({"max_passage_len": 0}, ValueError, "`max_passage_len` must be >= 3, got 0"),
+               ({"max_passage_len": 65}, ValueError, "`max_passage_len` must be at most the model's "
+                                                     "max_position_embeddings=64, got 65"),
+               ({"max_answer_len": 0}, ValueError, "`max_answer_len` must be >= 1, got 0"),
+               ({"max_answer_len": 2.5}, TypeError, "`max_answer_len` must be an int"),
+               ({"max_answer_length": 1}, TypeError, r"unexpected argument\(s\) \['max_answer_length'\]"),
+               ({"top_k": 3}, TypeError, r"unexpected argument\(s\) \['top_k'\]")]
+    for settings, error, message in refused:
+        with pytest.raises(error, match=message):
+            qa(question="Who wrote Emma?", context=context, **settings)
+    with pytest.raises(ValueError, match="`max_answer_len` must be >= 1, got 0"):
+        MeanQaQuestionAnsweringPipeline(model=qa.model, tokenizer=tokenizer, max_answer_len=0)
+    short = MeanQaQuestionAnsweringPipeline(model=qa.model, tokenizer=tokenizer, max_answer_len=1)
+    assert len(tokenizer(short(question="Who wrote Emma?", context=context)["answer"],
+                         add_special_tokens=False)["input_ids"]) == 1

@@ -54,8 +54,15 @@ class MeanQaAdapter(AdapterBase):
 
     @classmethod
     def load_model(cls, name_or_path, **overrides):
-        """A [`MeanQaBertForQuestionAnswering`] from a `mean_qa_bert` checkpoint (`overrides`: `from_pretrained`
-        arguments)."""
+        """A [`MeanQaBertForQuestionAnswering`] from a `mean_qa_bert` checkpoint.
+
+        Args:
+            name_or_path (`str` or `os.PathLike`): a local folder or a Hub repository id.
+            **overrides: [`~transformers.PreTrainedModel.from_pretrained`] arguments (e.g. `dtype`).
+
+        Raises:
+            OSError: no checkpoint there (as `from_pretrained` raises it).
+        """
         return MeanQaBertForQuestionAnswering.from_pretrained(name_or_path, **overrides)
 
     def fingerprint(self) -> str:
@@ -102,13 +109,36 @@ class MeanQaAdapter(AdapterBase):
                 for states, row, offsets in zip(self._states(ids), ids, batch["offset_mapping"], strict=True)]
 
     def recompute_from_stored(self, stored: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """One passage's tensors computed again from its stored token ids (what `verify --recompute` compares)."""
+        """One passage's tensors computed again from its stored token ids (what `verify --recompute` compares).
+
+        Args:
+            stored (`Mapping[str, torch.Tensor]`): one passage's stored tensors (see the class docstring); `input_ids`
+                of shape `(n,)` is read.
+
+        Returns:
+            `dict[str, torch.Tensor]`: `hidden_states` of shape `(n, hidden_size)` recomputed, `input_ids` and
+            `offsets` as stored.
+        """
         return {"hidden_states": self._states([stored["input_ids"]])[0], "input_ids": stored["input_ids"],
                 "offsets": stored["offsets"]}
 
     def read(self, stored: Sequence[Mapping[str, torch.Tensor]], *, device=None, dtype=None) -> MeanQaPassageOutput:
-        """Stored passages -> the model's `passage_states` input: states `(len(stored), longest, hidden_size)`
-        right-padded, mask `(len(stored), longest)`, and the fingerprint."""
+        """Stored passages -> the model's `passage_states` input.
+
+        Args:
+            stored (`Sequence[Mapping[str, torch.Tensor]]`): stored passages, each with `hidden_states` of shape
+                `(n_i, hidden_size)`.
+            device (`torch.device` or `str`, *optional*), dtype (`torch.dtype`, *optional*): where and as what the
+                states are returned; as stored by default.
+
+        Returns:
+            [`MeanQaPassageOutput`]: `passage_states` of shape `(len(stored), longest, hidden_size)` right-padded
+            with zeros, `passage_attention_mask` of shape `(len(stored), longest)` (1 for real tokens) and this
+            adapter's fingerprint.
+
+        Raises:
+            ValueError: `stored` is empty.
+        """
         states, mask = pad_rows([tensors["hidden_states"] for tensors in stored], device=device, dtype=dtype)
         return MeanQaPassageOutput(passage_states=states, passage_attention_mask=mask,
                                    model_fingerprint=self.fingerprint())

@@ -125,6 +125,8 @@ class MeanQaBertModel(BertModel):
 
     Args:
         config ([`MeanQaBertConfig`]).
+        add_pooling_layer (`bool`, defaults to `False`): taken for [`~transformers.BertModel`]'s signature; the
+            model never has a pooler (its pooled output is never read).
     """
 
     config_class = MeanQaBertConfig
@@ -204,8 +206,22 @@ class MeanQaBertForQuestionAnswering(BertPreTrainedModel):
         """The encoder's [`MeanQaBertModel.representation_fingerprint`] (the QA heads never touch stored states)."""
         return self.bert.representation_fingerprint()
 
-    def encode_passages(self, input_ids, attention_mask=None) -> MeanQaPassageOutput:
-        """[`MeanQaBertModel.encode_passages`]."""
+    def encode_passages(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None
+                        ) -> MeanQaPassageOutput:
+        """Read passages alone with the encoder ([`MeanQaBertModel.encode_passages`]).
+
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch, passage_len)`): `[CLS] passage [SEP]`, right-padded.
+            attention_mask (`torch.Tensor` of shape `(batch, passage_len)`, *optional*): 1 for real tokens; all ones
+                by default.
+
+        Returns:
+            [`MeanQaPassageOutput`]: states of shape `(batch, passage_len, hidden_size)`, their mask and this model's
+            fingerprint.
+
+        Raises:
+            TypeError: `input_ids` that is not an integer tensor.
+        """
         return self.bert.encode_passages(input_ids, attention_mask)
 
     def check_passage_states(self, passage_states: MeanQaPassageOutput, num_questions: int) -> None:
