@@ -1,11 +1,14 @@
 """A model family of its own package (`examples/new-family/`, the example of docs/contributing.md): installed with its
 `hf_readonce.families` entry point, it is registered by `import hf_readonce` and by every `hf-readonce` command in a
 fresh process, and served like the package's own families (Auto classes, re-exported names, `info`, `encode`,
-`answer`, `verify --recompute`, `publish`, its pipeline from the published folder where hf-readonce cannot be
-imported). A broken entry point is warned about, naming itself, and left out (`HF_READONCE_NO_ENTRY_POINTS=1` loads
-none); a family module imports any name of hf-readonce; a family registered after `import hf_readonce` is
-re-exported; a family whose classes never called `register_for_auto_class` is refused by `publish` (its code would
-not travel)."""
+`answer`, `verify --recompute`, `publish`; the published folder's pipeline and Auto classes where neither hf-readonce
+nor the family package can be imported). A broken entry point is warned about, naming itself, and left out
+(`HF_READONCE_NO_ENTRY_POINTS=1` loads none); a family module imports any name of hf-readonce; a family registered
+after `import hf_readonce` is re-exported; a family whose classes never called `register_for_auto_class` is refused by
+`publish` (its code would not travel); the example's model and pipeline refuse input they would answer wrongly.
+
+Each fresh interpreter costs seconds (torch and transformers are imported again), so the module-scoped fixtures run
+each process once and the tests read what it printed: five processes for the seven tests."""
 
 import json
 import os
@@ -13,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import types
 
 import pytest
 
@@ -76,6 +80,12 @@ result["auto_model"] = type(model).__name__
 model.save_pretrained(root / "checkpoint")
 tokenizer.save_pretrained(root / "checkpoint")
 result["files"] = publish(root / "checkpoint", "someone/mean-qa", local_dir=root / "published").files
+# what the published folder must reproduce where the family package is not installed
+question, passage = tokenizer(["Who wrote Emma?"], return_tensors="pt"), tokenizer([PASSAGE], return_tensors="pt")
+with torch.no_grad():
+    result["start_logits"] = model(input_ids=question["input_ids"], passage_input_ids=passage["input_ids"]
+                                   ).start_logits[0].tolist()
+result["fingerprint"] = model.representation_fingerprint()
 
 def command(*argv):
     out = io.StringIO()
@@ -93,31 +103,36 @@ result["verify"] = command("verify", "--store", root / "store", "--recompute", "
 json.dump(result, open(root / "result.json", "w"))
 '''
 
-PIPELINE = '''
-import json, sys
-from transformers import pipeline
-
-qa = pipeline("question-answering", model=sys.argv[1] + "/published", trust_remote_code=True)
-rows = [json.loads(line) for line in open(sys.argv[1] + "/questions.jsonl")]
-print(json.dumps({row["id"]: qa(question=row["question"], context=row["context"], max_answer_len=30)["answer"]
-                  for row in rows}))
-'''
+PASSAGES = ["Emma is a novel by Jane Austen, published in December 1815.",
+            "Persuasion was published in 1817, after the death of its author."]
+QUESTIONS = [{"id": "q1", "question": "Who wrote Emma?", "context": PASSAGES[0],
+              "answers": {"text": ["Jane Austen"], "answer_start": [19]}},
+             {"id": "q2", "question": "When was Persuasion published?", "context": PASSAGES[1],
+              "answers": {"text": ["1817"], "answer_start": [28]}}]
 
 
-def test_an_installed_family_package_is_registered_and_served(tmp_path):
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """`(folder, result)`: the example installed, a tiny random checkpoint of its family saved and published to
+    `folder/published`, its passages encoded, its questions answered (`folder/predictions.jsonl`) and the store
+    verified, all in one fresh process ([`SERVED`]; what it found in `folder/result.json`)."""
+    tmp_path = tmp_path_factory.mktemp("served")
     site = install(tmp_path)
-    passages = ["Emma is a novel by Jane Austen, published in December 1815.",
-                "Persuasion was published in 1817, after the death of its author."]
-    questions = [{"id": "q1", "question": "Who wrote Emma?", "context": passages[0],
-                  "answers": {"text": ["Jane Austen"], "answer_start": [19]}},
-                 {"id": "q2", "question": "When was Persuasion published?", "context": passages[1],
-                  "answers": {"text": ["1817"], "answer_start": [28]}}]
-    (tmp_path / "passages.jsonl").write_text("".join(json.dumps({"context": p}) + "\n" for p in passages))
-    (tmp_path / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in questions))
-    done = run(tmp_path, site, SERVED, tmp_path)
+    (tmp_path / "passages.jsonl").write_text("".join(json.dumps({"context": p}) + "\n" for p in PASSAGES))
+    (tmp_path / "questions.jsonl").write_text("".join(json.dumps(q) + "\n" for q in QUESTIONS))
+    done = run(tmp_path, site, SERVED.replace("PASSAGE]", f"{PASSAGES[0]!r}]"), tmp_path)
     assert done.returncode == 0, done.stderr[-4000:]
-    result = json.loads((tmp_path / "result.json").read_text())
+    return tmp_path, json.loads((tmp_path / "result.json").read_text())
 
+
+def predictions_of(folder) -> dict:
+    """`{id: prediction_text}` of what `hf-readonce answer` wrote to `folder/predictions.jsonl`."""
+    return {row["id"]: row["prediction_text"]
+            for row in map(json.loads, (folder / "predictions.jsonl").read_text().splitlines())}
+
+
+def test_an_installed_family_package_is_registered_and_served(served):
+    tmp_path, result = served
     # registered by `import hf_readonce` alone, after the package's own families, and re-exported
     assert result["families"][-1] == "mean_qa" and "deformer_bert" in result["families"]
     assert result["module"] == "mean_qa_family.family" and result["exported"]
@@ -130,14 +145,85 @@ def test_an_installed_family_package_is_registered_and_served(tmp_path):
     assert result["encode"] == 0 and result["answer"] == 0
     status, report = result["verify"]
     assert status == 0 and "2 of 2 document(s) recomputed from stored tokens" in report, report
-    predictions = {row["id"]: row["prediction_text"]
-                   for row in map(json.loads, (tmp_path / "predictions.jsonl").read_text().splitlines())}
-    assert set(predictions) == {"q1", "q2"}
+    assert set(predictions_of(tmp_path)) == {"q1", "q2"}
 
-    # the published folder's own pipeline, where hf-readonce cannot be imported, answers as `answer` did
-    loaded = run_without_hf_readonce(PIPELINE.replace("sys.argv[1]", repr(str(tmp_path))), cwd=tmp_path)
+
+# run where neither hf_readonce nor the family package can be imported (`run_without_hf_readonce` blocks the first,
+# this the second): what the published card's "Use" section promises
+REMOTE = """
+import importlib.abc, json, re, sys
+from pathlib import Path
+
+
+class _BlockFamily(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "mean_qa_family":
+            raise ImportError("mean_qa_family is blocked in this process")
+
+
+sys.meta_path.insert(0, _BlockFamily())
+import torch
+from transformers import AutoConfig, AutoModel, AutoModelForQuestionAnswering, AutoTokenizer
+
+root = Path(ROOT)
+folder = str(root / "published")
+importable = {}
+for name in ("hf_readonce", "mean_qa_family"):
+    try:
+        __import__(name)
+        importable[name] = True
+    except ImportError:
+        importable[name] = False
+
+# the card's own snippet, the repository id replaced by the folder
+card = (root / "published" / "README.md").read_text()
+snippet = re.search(r"```python\\n(.*?)```", card, re.S).group(1)
+scope = {}
+exec(snippet.replace('"someone/mean-qa"', repr(folder)), scope)
+qa = scope["qa"]
+answers = {row["id"]: qa(question=row["question"], context=row["context"], max_answer_len=30)["answer"]
+           for row in map(json.loads, open(root / "questions.jsonl"))}
+
+config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+encoder = AutoModel.from_pretrained(folder, trust_remote_code=True)
+model = AutoModelForQuestionAnswering.from_pretrained(folder, trust_remote_code=True).eval()
+tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)  # as the cards load it
+question, passage = tokenizer(["Who wrote Emma?"], return_tensors="pt"), tokenizer([PASSAGE], return_tensors="pt")
+with torch.no_grad():
+    start_logits = model(input_ids=question["input_ids"], passage_input_ids=passage["input_ids"]).start_logits[0]
+print(json.dumps({
+    "importable": importable, "answers": answers, "start_logits": start_logits.tolist(),
+    "fingerprints": [model.representation_fingerprint(), encoder.representation_fingerprint()],
+    "classes": {name: f"{type(obj).__module__}.{type(obj).__name__}" for name, obj in
+                {"config": config, "encoder": encoder, "model": model, "pipeline": qa}.items()},
+    "loaded": sorted(name for name in sys.modules if name.split(".")[0] in ("hf_readonce", "mean_qa_family")),
+}))
+"""
+
+
+def test_the_published_folder_loads_without_hf_readonce_and_the_family_package(served, monkeypatch):
+    """The published folder of a family of another package carries the family's code: where neither hf_readonce
+    nor that package can be imported, the card's snippet (`pipeline(..., trust_remote_code=True)`) answers as
+    `hf-readonce answer` did from the store, and the Auto classes of its `auto_map` load the config, the encoder and
+    the QA model from the folder's own files, with the weights (the same logits) and the representation fingerprint
+    (the store's key) of the model that was published."""
+    tmp_path, result = served
+    monkeypatch.setenv("HF_MODULES_CACHE", str(tmp_path / "remote_modules"))  # a fresh copy of the folder's code
+    script = REMOTE.replace("ROOT", repr(str(tmp_path))).replace("[PASSAGE]", f"[{PASSAGES[0]!r}]")
+    loaded = run_without_hf_readonce(script, cwd=tmp_path)
     assert loaded.returncode == 0, loaded.stderr[-4000:]
-    assert json.loads(loaded.stdout.splitlines()[-1]) == predictions
+    assert "custom code" not in loaded.stdout + loaded.stderr, loaded.stdout + loaded.stderr  # no prompt
+    remote = json.loads(loaded.stdout.splitlines()[-1])
+    assert remote["importable"] == {"hf_readonce": False, "mean_qa_family": False} and remote["loaded"] == []
+    assert remote["answers"] == predictions_of(tmp_path)
+    classes = remote["classes"]
+    assert {name: path.rsplit(".", 1)[-1] for name, path in classes.items()} == {
+        "config": "MeanQaBertConfig", "encoder": "MeanQaBertModel", "model": "MeanQaBertForQuestionAnswering",
+        "pipeline": "MeanQaQuestionAnsweringPipeline"}
+    assert all(path.startswith("transformers_modules.") for path in classes.values()), classes
+    torch = pytest.importorskip("torch")
+    torch.testing.assert_close(torch.tensor(remote["start_logits"]), torch.tensor(result["start_logits"]))
+    assert remote["fingerprints"] == [result["fingerprint"]] * 2
 
 
 BROKEN = """
@@ -159,42 +245,6 @@ print("deformer:", hf_readonce.DeformerBertConfig.__module__)
 def lines_of(done) -> dict:
     """`{label: value}` of the `label: value` lines a script printed."""
     return dict(line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
-
-
-def test_a_broken_family_entry_point_is_warned_about_and_left_out(tmp_path):
-    """An installed package whose family module fails to import: `import hf_readonce` still works, with hf-readonce's
-    own families and the other packages' ones; a `FamilyEntryPointWarning` names the entry point, its package and the
-    error, and `family_entry_point_failures()` lists it (the error line of a checkpoint no family knows names it:
-    tests/test_cli_messages.py). A command says it in one line (`hf-readonce: warning: ...`) and goes on.
-    `HF_READONCE_NO_ENTRY_POINTS` (any value but "" and "0") loads no entry point, and so warns of none."""
-    site = install(tmp_path, {"hf_readonce.families": {"broken": "no_such_module_of_mean_qa",
-                                                       "mean_qa": "mean_qa_family.family"}})
-    done = run(tmp_path, site, BROKEN)
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = lines_of(done)
-    warned = json.loads(lines["warned"])
-    assert len(warned) == 1 and warned[0].startswith(
-        "the hf-readonce family entry point 'broken' (no_such_module_of_mean_qa) of the package mean-qa-family 0.1.0 "
-        "was not loaded: ModuleNotFoundError: No module named 'no_such_module_of_mean_qa'"), warned
-    assert "fix or uninstall that package, or set HF_READONCE_NO_ENTRY_POINTS=1" in warned[0]
-    assert list(json.loads(lines["failures"])) == ["broken"]
-    families = json.loads(lines["families"])
-    assert "deformer_bert" in families and "mean_qa" in families, families  # the others load all the same
-    assert lines["deformer"].startswith("hf_readonce.models.deformer_bert"), lines
-
-    listing = run(tmp_path, site, "hf_readonce.cli", "info", module=True)
-    assert listing.returncode == 0 and "family mean_qa:" in listing.stdout, listing.stderr[-3000:]
-    assert listing.stderr.startswith("hf-readonce: warning: the hf-readonce family entry point 'broken' "), \
-        listing.stderr
-    assert listing.stderr.count("\n") == 1 and "Traceback" not in listing.stderr, listing.stderr
-
-    # the way out the warning names: no family of another package is loaded (nor warned about); as for
-    # HF_READONCE_TRACEBACK, any value but "" and "0" sets it
-    skipped = run(tmp_path, site, BROKEN, HF_READONCE_NO_ENTRY_POINTS="true")
-    assert skipped.returncode == 0, skipped.stderr[-3000:]
-    lines = lines_of(skipped)
-    assert json.loads(lines["warned"]) == [] and json.loads(lines["failures"]) == {}
-    assert "deformer_bert" in json.loads(lines["families"]) and "mean_qa" not in json.loads(lines["families"])
 
 
 # a family module that imports names of hf-readonce that exist only once its packages are fully imported: a lazy name
@@ -230,38 +280,25 @@ register_family(name="shadowing", configs=(DeformerBertConfig,), auto_models={"A
                     pipeline_tag="feature-extraction", usage="none")})
 """
 
-
-def test_a_family_module_may_import_any_name_of_hf_readonce(tmp_path):
-    """The entry point modules are imported once `hf_readonce` and `hf_readonce.representations` are complete, so a
-    family module imports their names, lazy ones included, as any module does (not "cannot import name ... from
-    partially initialized module"). A family whose class would replace a name `hf_readonce` re-exports for another
-    family (`hf_readonce.DeformerBertConfig`) is refused, naming both, and the name stays the DeFormer config."""
-    site = install(tmp_path, {"hf_readonce.families": {"importing": "mean_qa_importing",
-                                                       "shadowing": "mean_qa_shadowing"}})
-    (site / "mean_qa_importing.py").write_text(IMPORTING)
-    (site / "mean_qa_shadowing.py").write_text(SHADOWING)
-    done = run(tmp_path, site, BROKEN)
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = lines_of(done)
-    assert "mean_qa" in json.loads(lines["families"]) and "shadowing" not in json.loads(lines["families"]), lines
-    assert list(json.loads(lines["failures"])) == ["shadowing"], lines["failures"]
-    warned = json.loads(lines["warned"])
-    assert len(warned) == 1 and "ValueError: family 'shadowing': its classes or exports named ['DeformerBertConfig'] "\
-        "are other objects than family 'deformer_bert''s" in warned[0], warned
-    assert lines["deformer"].startswith("hf_readonce.models.deformer_bert"), lines
-
-
 LATE = '''
+import json
 import sys
+import warnings
 from pathlib import Path
 
-import mean_qa_family.family  # registered by importing its module, before hf_readonce (no entry point installed)
-import hf_readonce
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    import mean_qa_family.family  # registered by importing its module, before hf_readonce (no entry point loaded)
+    import hf_readonce
 from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoTokenizer
 
 from hf_readonce.hub import publish
+from hf_readonce.representations import FamilyEntryPointWarning, family_entry_point_failures
 from hf_readonce.weights import minilm_path
 
+print("warned:", json.dumps([str(w.message) for w in caught if issubclass(w.category, FamilyEntryPointWarning)]))
+print("failures:", json.dumps(family_entry_point_failures()))
+print("entry point modules:", json.dumps(sorted({"mean_qa_importing", "mean_qa_shadowing"} & set(sys.modules))))
 print("exported:", getattr(hf_readonce, "MeanQaBertModel", None) is mean_qa_family.family.MeanQaBertModel)
 print("listed:", "MeanQaBertModel" in hf_readonce.__all__ and "MeanQaBertModel" in dir(hf_readonce))
 names = {}
@@ -287,16 +324,86 @@ print("written:", (root / "published").exists())
 '''
 
 
-def test_a_family_registered_late_is_exported_and_publish_needs_its_code(tmp_path):
-    """Without the entry point: the family registered by importing its module first is re-exported by hf_readonce
-    all the same. Its modeling file without the `register_for_auto_class` lines: `save_pretrained` writes no code and
-    no `auto_map`, so `publish` refuses it, naming the lines to add, and writes nothing."""
-    site = install(tmp_path, {})
+@pytest.fixture(scope="module")
+def entry_points(tmp_path_factory):
+    """The processes the entry point tests read, each run once: the example installed with four entry points
+    (`broken`, a module that does not exist; `mean_qa`, the example's own; `importing`, [`IMPORTING`]; and
+    `shadowing`, [`SHADOWING`]), its modeling file without the `register_for_auto_class` lines (registering a family
+    needs none of them; `publish` does). `loaded`: [`BROKEN`]; `listing`: `python -m hf_readonce.cli info`;
+    `skipped`: [`LATE`] with `HF_READONCE_NO_ENTRY_POINTS=true` (no entry point loaded, the family registered by
+    importing its module)."""
+    tmp_path = tmp_path_factory.mktemp("entry_points")
+    site = install(tmp_path, {"hf_readonce.families": {"broken": "no_such_module_of_mean_qa",
+                                                       "mean_qa": "mean_qa_family.family",
+                                                       "importing": "mean_qa_importing",
+                                                       "shadowing": "mean_qa_shadowing"}})
+    (site / "mean_qa_importing.py").write_text(IMPORTING)
+    (site / "mean_qa_shadowing.py").write_text(SHADOWING)
     modeling = site / "mean_qa_family" / "models" / "mean_qa" / "modeling_mean_qa.py"
     text = modeling.read_text()
     assert text.count(".register_for_auto_class(") == 3
     modeling.write_text("\n".join(line for line in text.splitlines() if ".register_for_auto_class(" not in line))
-    done = run(tmp_path, site, LATE, tmp_path)
+    return types.SimpleNamespace(
+        loaded=run(tmp_path, site, BROKEN), listing=run(tmp_path, site, "hf_readonce.cli", "info", module=True),
+        # as for HF_READONCE_TRACEBACK, any value but "" and "0" sets it
+        skipped=run(tmp_path, site, LATE, tmp_path, HF_READONCE_NO_ENTRY_POINTS="true"))
+
+
+def test_a_broken_family_entry_point_is_warned_about_and_left_out(entry_points):
+    """An installed package whose family module fails to import: `import hf_readonce` still works, with hf-readonce's
+    own families and the other packages' ones; a `FamilyEntryPointWarning` names the entry point, its package and the
+    error, and `family_entry_point_failures()` lists it (the error line of a checkpoint no family knows names it:
+    tests/test_cli_messages.py). A command says it in one line (`hf-readonce: warning: ...`) and goes on.
+    `HF_READONCE_NO_ENTRY_POINTS` (any value but "" and "0") loads no entry point, and so warns of none."""
+    done = entry_points.loaded
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = lines_of(done)
+    warned = [line for line in json.loads(lines["warned"]) if "'broken'" in line]
+    assert len(warned) == 1 and warned[0].startswith(
+        "the hf-readonce family entry point 'broken' (no_such_module_of_mean_qa) of the package mean-qa-family 0.1.0 "
+        "was not loaded: ModuleNotFoundError: No module named 'no_such_module_of_mean_qa'"), warned
+    assert "fix or uninstall that package, or set HF_READONCE_NO_ENTRY_POINTS=1" in warned[0]
+    assert sorted(json.loads(lines["failures"])) == ["broken", "shadowing"]  # shadowing: the test below
+    families = json.loads(lines["families"])
+    assert "deformer_bert" in families and "mean_qa" in families, families  # the others load all the same
+    assert lines["deformer"].startswith("hf_readonce.models.deformer_bert"), lines
+
+    listing = entry_points.listing
+    assert listing.returncode == 0 and "family mean_qa:" in listing.stdout, listing.stderr[-3000:]
+    said = listing.stderr.splitlines()
+    assert len(said) == 2 and listing.stderr.endswith("\n") and "Traceback" not in listing.stderr, listing.stderr
+    assert all(line.startswith("hf-readonce: warning: the hf-readonce family entry point '") for line in said), said
+    assert {line.split("'")[1] for line in said} == {"broken", "shadowing"}, said  # one line each
+
+    # the way out the warning names: no family of another package is loaded (nor warned about)
+    skipped = entry_points.skipped
+    assert skipped.returncode == 0, skipped.stderr[-3000:]
+    lines = lines_of(skipped)
+    assert json.loads(lines["warned"]) == [] and json.loads(lines["failures"]) == {}
+    assert json.loads(lines["entry point modules"]) == [], lines
+
+
+def test_a_family_module_may_import_any_name_of_hf_readonce(entry_points):
+    """The entry point modules are imported once `hf_readonce` and `hf_readonce.representations` are complete, so a
+    family module imports their names, lazy ones included, as any module does (not "cannot import name ... from
+    partially initialized module"). A family whose class would replace a name `hf_readonce` re-exports for another
+    family (`hf_readonce.DeformerBertConfig`) is refused, naming both, and the name stays the DeFormer config."""
+    done = entry_points.loaded
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = lines_of(done)
+    assert "mean_qa" in json.loads(lines["families"]) and "shadowing" not in json.loads(lines["families"]), lines
+    assert "importing" not in json.loads(lines["failures"]), lines["failures"]
+    warned = [line for line in json.loads(lines["warned"]) if "'shadowing'" in line]
+    assert len(warned) == 1 and "ValueError: family 'shadowing': its classes or exports named ['DeformerBertConfig'] "\
+        "are other objects than family 'deformer_bert''s" in warned[0], warned
+    assert lines["deformer"].startswith("hf_readonce.models.deformer_bert"), lines
+
+
+def test_a_family_registered_late_is_exported_and_publish_needs_its_code(entry_points, tmp_path):
+    """Without its entry point: the family registered by importing its module first is re-exported by hf_readonce
+    all the same. Its modeling file without the `register_for_auto_class` lines: `save_pretrained` writes no code and
+    no `auto_map`, so `publish` refuses it, naming the lines to add, and writes nothing."""
+    done = entry_points.skipped
     assert done.returncode == 0, done.stderr[-4000:]
     lines = lines_of(done)
     assert lines["exported"] == "True" and lines["written"] == "False", done.stdout
