@@ -154,3 +154,45 @@ def test_build_outputs_and_hidden_folders_are_left_out(tmp_path):
     result = run("--src", REPO_ROOT / "src", "--also", package)
     assert result.returncode == 1 and result.stderr.count("differs from its source") == 1, result.stderr
     assert str(modeling) in result.stderr
+
+
+def test_a_package_named_build_or_dist_is_checked(tmp_path):
+    """Only what a build writes is left out: a `build/` or `dist/` folder that is a package (an `__init__.py`), or
+    that lies elsewhere than beside the project's pyproject.toml, is code of the tree, and its stale copy fails the
+    check (a silent "all equal" otherwise), run on the project or on its package alone."""
+    module = load()
+    src = tmp_path / "src"
+    (src / "hf_readonce").mkdir(parents=True)
+    (src / "hf_readonce" / "a.py").write_text("def make_foo(x):\n    return Foo(x)\n")
+    stale = "# Copied from hf_readonce.a.make_foo\ndef make_foo(x):\n    return Foo(x + 1)\n"
+    project = tmp_path / "project"
+    package = project / "family_pkg"
+    folders = [project / "build", package / "dist", package / "build", package / "models" / "dist"]
+    for folder in folders:
+        folder.mkdir(parents=True)
+        (folder / "copy.py").write_text(stale)
+    (project / "pyproject.toml").write_text('[project]\nname = "family-pkg"\n')
+    for folder in folders[1:3]:
+        (folder / "__init__.py").write_text("")
+    stale_copies = {str(folder / "copy.py") for folder in folders[1:]}  # `build/` beside pyproject.toml: an output
+    for tree in (project, package):
+        differing, errors = module.check(src, also=[tree])
+        assert errors == [] and {line.split(":")[0] for line in differing} == stale_copies, differing
+    (project / "build" / "__init__.py").write_text("")  # a package named `build` beside pyproject.toml: code
+    differing, _ = module.check(src, also=[project])
+    assert {line.split(":")[0] for line in differing} == stale_copies | {str(project / "build" / "copy.py")}
+
+
+def test_strip_copies_writes_the_tree_without_its_build_outputs(tree, tmp_path):
+    """`--strip-copies` reads the files `check` reads: a hidden folder or a `site-packages/` of the tree (stale
+    copies of its code) is not written, and the copies stripped are those checked."""
+    module = load()
+    source = tree / "hf_readonce" / "models" / "readonce_bart" / "modeling_readonce_bart.py"
+    for folder in (".venv/lib/python3.11/site-packages/hf_readonce", "venv/lib/python3.11/site-packages/x"):
+        (tree / folder).mkdir(parents=True)
+        shutil.copy(source, tree / folder / "modeling_readonce_bart.py")
+    count = module.strip_copies(tree, tmp_path / "stripped")
+    assert count == sum(len(module.find_copies(path)) for path in module.python_files(tree)) > 0
+    assert not (tmp_path / "stripped" / ".venv").exists()
+    assert not (tmp_path / "stripped" / "venv" / "lib" / "python3.11" / "site-packages").exists()
+    assert (tmp_path / "stripped" / "hf_readonce" / "models" / "readonce_bart" / "modeling_readonce_bart.py").is_file()

@@ -11,8 +11,8 @@ they cannot import a shared module: one file holds the canonical code and the ot
 
     python utils/check_copies.py            # exit 1 naming every copy that differs from its source (the copies of
                                             # src/ and of examples/, e.g. the family package examples/new-family/;
-                                            # not those of build/, dist/, *.egg-info/, site-packages/ nor of a
-                                            # hidden folder such as .venv/, which a build or an install writes)
+                                            # not those a build or an install writes: build/ and dist/ beside a
+                                            # pyproject.toml, *.egg-info/, site-packages/, hidden folders (.venv/))
     python utils/check_copies.py --fix      # rewrite those copies from their sources
     python utils/check_copies.py --src DIR --also PKG   # the copies of DIR and of PKG, sources from DIR
     python utils/check_copies.py --strip-copies DIR   # write src/ to DIR without the checked copies (to measure
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
 import re
 import shutil
 import sys
@@ -35,10 +36,13 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "hf_readonce"
 # a section rule (`# ----- models`) above a copy or its source belongs to the file, not to the block
 SECTION = re.compile(r"^\s*#\s*-{3,}")
-# folders of a tree that hold no code of its own: what building or installing a package writes (a non-editable
-# `pip install`, `python -m build`), virtual environments and other hidden folders; their `.py` files are copies of the
-# tree's own or of other packages', never checked nor rewritten
-BUILD_OUTPUTS = ("build", "dist", "site-packages", "__pycache__")
+# folders of a tree that hold no code of its own, never checked nor rewritten: what building or installing a package
+# writes (`build/` and `dist/` beside the project's pyproject.toml, setup.py or setup.cfg, where a non-editable
+# `pip install` or `python -m build` writes them; `*.egg-info/`), virtual environments (`site-packages/`) and hidden
+# folders (`.venv/`, `.tox/`); their `.py` files are stale copies of the tree's own or other packages' code. A `build`
+# or `dist` folder that is a package (an `__init__.py`) or lies elsewhere is code and is checked.
+BUILD_OUTPUTS = ("build", "dist")
+PROJECT_FILES = ("pyproject.toml", "setup.py", "setup.cfg")
 MARKER = re.compile(r"^(?P<indent>\s*)# Copied from (?P<source>hf_readonce(?:\.\w+)+)(?:\s+with\s+(?P<renames>.+))?\s*$")
 
 
@@ -59,17 +63,26 @@ class CopyError(Exception):
     """A marker that cannot be checked (unknown source, no statement after it, a bad rename)."""
 
 
+def is_build_output(folder: Path) -> bool:
+    """Whether `folder` (below a tree's root) holds no code of the tree: a hidden folder, `__pycache__/`,
+    `site-packages/`, `*.egg-info/`, or `build/`/`dist/` beside a `pyproject.toml`, `setup.py` or `setup.cfg` that is
+    no package (no `__init__.py`)."""
+    name = folder.name
+    if name.startswith(".") or name in ("__pycache__", "site-packages") or name.endswith(".egg-info"):
+        return True
+    return (name in BUILD_OUTPUTS and not (folder / "__init__.py").exists()
+            and any((folder.parent / project).is_file() for project in PROJECT_FILES))
+
+
 def python_files(tree: Path) -> list[Path]:
-    """The `.py` files of `tree` that are its own code, sorted: none under a build output (`build/`, `dist/`,
-    `*.egg-info/`, `site-packages/`, `__pycache__/`) nor under a hidden folder (`.venv/`, `.tox/`, ...), these folders
-    counted from `tree` (a tree may itself lie inside one)."""
+    """The `.py` files of `tree` that are its own code, sorted: none under a build output or a hidden folder
+    ([`is_build_output`]), these folders counted from `tree` (a tree may itself lie inside one) and not walked."""
     tree = Path(tree)
-
-    def own(path: Path) -> bool:
-        folders = path.relative_to(tree).parts[:-1]
-        return not any(name in BUILD_OUTPUTS or name.endswith(".egg-info") or name.startswith(".") for name in folders)
-
-    return sorted(path for path in tree.rglob("*.py") if own(path))
+    found = []
+    for folder, names, files in os.walk(tree):
+        names[:] = [name for name in names if not is_build_output(Path(folder) / name)]
+        found += [Path(folder) / name for name in files if name.endswith(".py")]
+    return sorted(found)
 
 
 def _block_comment(line: str) -> bool:
@@ -218,10 +231,13 @@ def check(src: Path, fix: bool = False, also=()) -> tuple[list[str], list[str]]:
 
 
 def strip_copies(src: Path, out: Path) -> int:
-    """Write `src` to `out` with every checked copy (marker and block) replaced by blank lines; returns how many."""
+    """Write `src` to `out` with every checked copy (marker and block) replaced by blank lines; returns how many (as
+    many as `check` reads). Build outputs and hidden folders ([`is_build_output`]) are not written: `out` holds the
+    tree's own files only."""
     if out.exists():
         shutil.rmtree(out)
-    shutil.copytree(src, out, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(src, out, ignore=lambda folder, names: [
+        name for name in names if Path(folder, name).is_dir() and is_build_output(Path(folder, name))])
     count = 0
     for path in python_files(out):
         copies = find_copies(path)
