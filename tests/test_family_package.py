@@ -454,7 +454,7 @@ def test_the_example_pipeline_refuses_settings_it_would_not_apply(monkeypatch):
     """The example's pipeline takes `max_answer_len` and `max_passage_len` only, checked by name: a setting out of
     range or of another type, or an argument it does not take (`max_answer_length`, `top_k`), is refused naming it,
     at the call and at construction, instead of answering with another setting. Without a passage length, it reads
-    at most the model's positions of a long context."""
+    at most the model's positions of a long context, and refuses a checkpoint's recorded length beyond them."""
     import torch
     from transformers import AutoTokenizer
 
@@ -490,3 +490,13 @@ def test_the_example_pipeline_refuses_settings_it_would_not_apply(monkeypatch):
     short = MeanQaQuestionAnsweringPipeline(model=qa.model, tokenizer=tokenizer, max_answer_len=1)
     assert len(tokenizer(short(question="Who wrote Emma?", context=context)["answer"],
                          add_special_tokens=False)["input_ids"]) == 1
+    # a checkpoint recording a passage length beyond its positions: refused by name, unless the call gives one
+    recorded = MeanQaBertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
+                                num_attention_heads=4, intermediate_size=37, max_position_embeddings=64,
+                                max_passage_length=100)
+    long = MeanQaQuestionAnsweringPipeline(model=MeanQaBertForQuestionAnswering(recorded).eval(), tokenizer=tokenizer)
+    with pytest.raises(ValueError, match=r"the checkpoint's `max_passage_length`=100 is beyond the model's "
+                                         r"max_position_embeddings=64: pass `max_passage_len` \(3 to 64\)"):
+        long(question="Who wrote Emma?", context=context)
+    given = long(question="Who wrote Emma?", context=context, max_passage_len=64)
+    assert given["answer"] == context[given["start"]:given["end"]]

@@ -65,8 +65,9 @@ class MeanQaQuestionAnsweringPipeline(Pipeline):
     Raises:
         TypeError: a `question` or `context` that is not one str, an argument the pipeline does not take (named,
             e.g. `max_answer_length` for `max_answer_len`), or a setting that is not an int.
-        ValueError: a setting out of its range, or a context without a token that can answer (empty, or only
-            characters the tokenizer drops).
+        ValueError: a setting out of its range (a checkpoint's `max_passage_length` beyond the model's positions
+            included, when no `max_passage_len` is given), or a context without a token that can answer (empty, or
+            only characters the tokenizer drops).
     """
 
     _load_processor = False
@@ -125,12 +126,20 @@ class MeanQaQuestionAnsweringPipeline(Pipeline):
             `(1, passage_len)`) of `[CLS] context [SEP]`, cut to `max_passage_len`; `offsets` (`torch.LongTensor` of
             shape `(passage_len, 2)`), each passage token's character span in `context`, `(0, 0)` for `[CLS]` and
             `[SEP]`; and `context` itself.
+
+        Raises:
+            ValueError: no `max_passage_len` and a checkpoint's `max_passage_length` beyond the model's
+                `max_position_embeddings`.
         """
         config = self.model.config
         length = max_passage_len
         if length is None:
             length = (getattr(config, "max_passage_length", None)
                       or min(DEFAULT_MAX_PASSAGE_LEN, config.max_position_embeddings))
+            if length > config.max_position_embeddings:
+                raise ValueError(f"the checkpoint's `max_passage_length`={length} is beyond the model's "
+                                 f"max_position_embeddings={config.max_position_embeddings}: pass `max_passage_len` "
+                                 f"(3 to {config.max_position_embeddings}).")
         passage = self.tokenizer(inputs["context"], truncation=True, max_length=length, return_offsets_mapping=True,
                                  return_tensors="pt")
         question = self.tokenizer(inputs["question"], return_tensors="pt")
