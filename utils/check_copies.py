@@ -145,9 +145,8 @@ def source_block(source: str, src: Path) -> tuple[list[str], str]:
             break
     else:
         raise CopyError(f"no module of {source!r} under {src}.")
-    text = path.read_text()
-    lines = text.splitlines(keepends=True)
-    body, node = ast.parse(text).body, None
+    lines, tree = _parsed(path)
+    body, node = tree.body, None
     for name in parts[split:]:
         node = _find(body, name)
         if node is None:
@@ -161,6 +160,20 @@ def source_block(source: str, src: Path) -> tuple[list[str], str]:
     return [line[indent:] if line.strip() else line.lstrip(" \t") for line in block], str(path)
 
 
+_PARSED: dict = {}
+
+
+def _parsed(path: Path) -> tuple[list[str], ast.Module]:
+    """The lines and syntax tree of a source file, parsed once per content: most sources hold the blocks of several
+    copies (the cache is keyed by the file's size and modification time, so a file `--fix` rewrote is read again)."""
+    st = path.stat()
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    if key not in _PARSED:
+        text = path.read_text()
+        _PARSED[key] = (text.splitlines(keepends=True), ast.parse(text))
+    return _PARSED[key]
+
+
 def find_copies(path: Path) -> list[Copy]:
     """The marked copies of one file.
 
@@ -168,6 +181,8 @@ def find_copies(path: Path) -> list[Copy]:
         CopyError: a marker followed by no statement at its indentation.
     """
     text = path.read_text()
+    if "Copied from" not in text:  # most files: nothing to parse
+        return []
     lines = text.splitlines(keepends=True)
     statements = list(_statements(ast.parse(text)))
     copies = []
