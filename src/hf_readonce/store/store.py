@@ -54,7 +54,6 @@ from typing import Any
 
 import torch
 from filelock import FileLock, Timeout
-from safetensors import safe_open
 from safetensors.torch import save as safetensors_save
 
 from .errors import (
@@ -85,6 +84,7 @@ from .shards import (
     DEFAULT_SHARD_SIZE_BYTES,
     FORMAT_NAME,
     FORMAT_VERSION,
+    MappedShard,
     _atomic_write,
     _being_created,
     _checksums_match,
@@ -1061,7 +1061,7 @@ class RepresentationStore:
 
     # ----------------------------------------------------------------- reads
     def _handle(self, shard: str):
-        """`(safe_open handle, document hashes in the shard's header in commit order, header space)` of a shard,
+        """`(MappedShard, document hashes in the shard's header in commit order, header space)` of a shard,
         memory-mapped, cached (64 most recent)."""
         with self._index_lock:
             cached = self._handles.get(shard)
@@ -1073,8 +1073,8 @@ class RepresentationStore:
         problem = path_problem(self.path, shard)  # never open a FIFO, a device or a link (out of the store)
         if problem is not None:
             raise ValueError(f"the shard file {problem}")
-        handle = safe_open(str(self.path / shard), framework="pt")  # memory-mapped
-        metadata = handle.metadata() or {}
+        handle = MappedShard(str(self.path / shard))  # memory-mapped
+        metadata = handle.metadata
         try:
             order = list(json.loads(metadata["documents"]))
         except (KeyError, ValueError, TypeError, RecursionError):
