@@ -103,3 +103,18 @@ def test_a_read_tensor_outlives_its_store(tmp_path):
     del store
     gc.collect()
     assert torch.equal(kept, read) and kept.dtype == torch.float16
+
+
+def test_mapped_shard_refuses_only_the_tensor_no_store_writes(tmp_path):
+    """A tensor of a dtype no store writes (float8) is refused by name, with its header record; the shard's other
+    tensors read as before."""
+    from safetensors.torch import save_file
+
+    from hf_readonce.store.shards import MappedShard
+
+    path = str(tmp_path / "shard.safetensors")
+    save_file({"kept": torch.arange(4.0), "odd": torch.zeros(2, dtype=torch.float8_e4m3fn)}, path)
+    mapped = MappedShard(path)
+    assert torch.equal(mapped.get_tensor("kept"), torch.arange(4.0))
+    with pytest.raises(ValueError, match="tensor 'odd' of the shard has a dtype, shape or byte range no store writes"):
+        mapped.get_tensor("odd")

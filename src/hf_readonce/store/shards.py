@@ -19,6 +19,8 @@ import torch
 import xxhash
 from safetensors import safe_open
 
+from .keys import printable
+
 FORMAT_NAME = "hf-readonce-representation-store"
 FORMAT_VERSION = 1
 DEFAULT_SHARD_SIZE_BYTES = 64 * 1024 * 1024
@@ -282,7 +284,22 @@ class MappedShard:
             raise ValueError("its safetensors header is not a JSON object")
         metadata = header.pop("__metadata__", None)
         self.metadata = dict(metadata) if isinstance(metadata, dict) else {}
-        self._data, self._start, self._tensors = data, 8 + length, header
+        # per tensor only what a read needs, `(dtype, shape, begin, end)` with absolute byte offsets, or the
+        # header's own record where a read must refuse it: a parsed header is several Python objects per tensor,
+        # and a store keeps 64 shards open
+        start, self._tensors = 8 + length, {}
+        for key, info in header.items():
+            try:
+                dtype = _SAFETENSORS_DTYPES[info["dtype"]]
+                shape = tuple(int(n) for n in info["shape"])
+                begin, end = (start + int(n) for n in info["data_offsets"])
+                layout = (dtype, shape, begin, end)
+                if not start <= begin <= end <= size or end - begin != math.prod(shape) * dtype.itemsize:
+                    layout = info
+            except (KeyError, TypeError, ValueError):
+                layout = info
+            self._tensors[key] = layout
+        self._data = data
 
     def get_tensor(self, key: str) -> torch.Tensor:
         """The tensor `key` of the shard, of the dtype and shape its header gives: a view of the map (a copy where
@@ -294,19 +311,13 @@ class MappedShard:
         """
         if self._fallback is not None:
             return self._fallback.get_tensor(key)
-        info = self._tensors.get(key)
-        if not isinstance(info, dict):
-            raise KeyError(f"the shard holds no tensor {key!r}")
-        dtype = _SAFETENSORS_DTYPES.get(info.get("dtype"))
-        try:
-            shape = [int(n) for n in info["shape"]]
-            begin, end = (self._start + int(n) for n in info["data_offsets"])
-        except (KeyError, TypeError, ValueError):
-            shape, begin, end = None, 0, -1
-        if dtype is None or shape is None or not self._start <= begin <= end <= self._data.numel() \
-                or end - begin != math.prod(shape) * dtype.itemsize:
-            raise ValueError(f"tensor {key!r} of the shard has a dtype, shape or byte range no store writes "
-                             f"({info.get('dtype')!r}, {info.get('shape')!r}, {info.get('data_offsets')!r})")
+        layout = self._tensors.get(key)
+        if layout is None:
+            raise KeyError(f"the shard holds no tensor {printable(key)!r}")
+        if not isinstance(layout, tuple):
+            raise ValueError(f"tensor {printable(key)!r} of the shard has a dtype, shape or byte range no store "
+                             f"writes ({printable(layout)[:200]})")
+        dtype, shape, begin, end = layout
         raw = self._data[begin:end]
         try:
             return raw.view(dtype).reshape(shape)
