@@ -6,20 +6,15 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import math
 import os
 import re
 import stat
-import sys
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
 import torch
 import xxhash
-from safetensors import safe_open
-
-from .keys import printable
 
 FORMAT_NAME = "hf-readonce-representation-store"
 FORMAT_VERSION = 1
@@ -236,93 +231,6 @@ def _checksums_match(entry, tensors: Mapping[str, torch.Tensor], strong: bool) -
     if strong or not entry.xxh3_128:
         return tensors_checksum(tensors) == entry.sha256
     return True
-
-
-# the safetensors dtype codes of the dtypes a store holds (`_STORABLE`)
-_SAFETENSORS_DTYPES = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "I64": torch.int64,
-    "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool,
-}
-
-
-class MappedShard:
-    """A shard file (safetensors) memory-mapped once, its tensors read as views of that one map.
-
-    The file is checked as safetensors checks it (`safe_open`: header size, JSON, dtypes, every tensor's byte range
-    laid end to end up to the end of the file), then mapped whole with torch's private, copy-on-write mapping
-    (`torch.UntypedStorage.from_file(path, shared=False)`): no file descriptor stays open, the map is released with
-    the last tensor read from it and this object, and each read slices the map. safetensors' own
-    `safe_open(..., framework="pt").get_tensor` keeps two Python integers (the byte range it slices) alive for good
-    on every call (safetensors 0.8.0), which a process reading stored documents for days accumulates without bound;
-    a read here keeps nothing beyond the tensor it returns.
-
-    Args:
-        path (`str`): the shard file (the caller has checked that it is a regular file of the store).
-
-    Attributes:
-        metadata (`dict[str, str]`): the header's `__metadata__` (empty when it has none).
-
-    Raises:
-        ValueError: a header that is cut short or is not a JSON object (also where safetensors' own check of the
-            file raises its error type, which any caller treats as an unreadable shard); OSError: the file cannot
-            be read.
-    """
-
-    def __init__(self, path: str):
-        with safe_open(path, framework="numpy"):  # the layout checked by safetensors itself, nothing read
-            pass
-        self._fallback = safe_open(path, framework="pt") if sys.byteorder != "little" else None  # it byteswaps
-        size = os.stat(path).st_size
-        data = torch.empty(0, dtype=torch.uint8)
-        if size:
-            data.set_(torch.UntypedStorage.from_file(path, shared=False, nbytes=size))
-        length = int.from_bytes(data[:8].numpy().tobytes(), "little") if size >= 8 else -1
-        if not 0 < length <= size - 8:
-            raise ValueError(f"its safetensors header is cut short ({size} bytes, header of {length} bytes)")
-        header = json.loads(data[8 : 8 + length].numpy().tobytes())
-        if not isinstance(header, dict):
-            raise ValueError("its safetensors header is not a JSON object")
-        metadata = header.pop("__metadata__", None)
-        self.metadata = dict(metadata) if isinstance(metadata, dict) else {}
-        # per tensor only what a read needs, `(dtype, shape, begin, end)` with absolute byte offsets, or the
-        # header's own record where a read must refuse it: a parsed header is several Python objects per tensor,
-        # and a store keeps 64 shards open
-        start, self._tensors = 8 + length, {}
-        for key, info in header.items():
-            try:
-                dtype = _SAFETENSORS_DTYPES[info["dtype"]]
-                shape = tuple(int(n) for n in info["shape"])
-                begin, end = (start + int(n) for n in info["data_offsets"])
-                layout = (dtype, shape, begin, end)
-                if not start <= begin <= end <= size or end - begin != math.prod(shape) * dtype.itemsize:
-                    layout = info
-            except (KeyError, TypeError, ValueError):
-                layout = info
-            self._tensors[key] = layout
-        self._data = data
-
-    def get_tensor(self, key: str) -> torch.Tensor:
-        """The tensor `key` of the shard, of the dtype and shape its header gives: a view of the map (a copy where
-        its bytes do not start at a multiple of the dtype's size).
-
-        Raises:
-            KeyError: the shard holds no tensor `key`. ValueError: the header's dtype is not one a store holds, or
-                its shape and byte range disagree or lie outside the file.
-        """
-        if self._fallback is not None:
-            return self._fallback.get_tensor(key)
-        layout = self._tensors.get(key)
-        if layout is None:
-            raise KeyError(f"the shard holds no tensor {printable(key)!r}")
-        if not isinstance(layout, tuple):
-            raise ValueError(f"tensor {printable(key)!r} of the shard has a dtype, shape or byte range no store "
-                             f"writes ({printable(layout)[:200]})")
-        dtype, shape, begin, end = layout
-        raw = self._data[begin:end]
-        try:
-            return raw.view(dtype).reshape(shape)
-        except RuntimeError:  # bytes at an offset that is not a multiple of the dtype's size: an aligned copy
-            return raw.clone().view(dtype).reshape(shape)
 
 
 _LAYOUT = ("shards", "index", "tmp")

@@ -54,6 +54,7 @@ from typing import Any
 
 import torch
 from filelock import FileLock, Timeout
+from safetensors import safe_open
 from safetensors.torch import save as safetensors_save
 
 from .errors import (
@@ -84,7 +85,6 @@ from .shards import (
     DEFAULT_SHARD_SIZE_BYTES,
     FORMAT_NAME,
     FORMAT_VERSION,
-    MappedShard,
     _atomic_write,
     _being_created,
     _checksums_match,
@@ -1061,8 +1061,14 @@ class RepresentationStore:
 
     # ----------------------------------------------------------------- reads
     def _handle(self, shard: str):
-        """`(MappedShard, document hashes in the shard's header in commit order, header space)` of a shard,
-        memory-mapped, cached (64 most recent)."""
+        """`(safe_open handle, document hashes in the shard's header in commit order, header space)` of a shard,
+        cached (64 most recent, each holding its file open).
+
+        The handle reads each tensor with `pread` into memory of its own (safetensors' `backend="pread"`), not as a
+        view of a memory map: a tensor read is the caller's to change (through a view of a cached map, a caller's
+        in-place change would reach every later read of the document), a shard cut short while open is an error of the
+        read instead of a SIGBUS that ends the process, and a read keeps nothing alive once its tensors are
+        dropped (the memory-mapped `get_tensor` of safetensors 0.8 keeps two Python integers per tensor read)."""
         with self._index_lock:
             cached = self._handles.get(shard)
             if cached is not None:
@@ -1073,8 +1079,8 @@ class RepresentationStore:
         problem = path_problem(self.path, shard)  # never open a FIFO, a device or a link (out of the store)
         if problem is not None:
             raise ValueError(f"the shard file {problem}")
-        handle = MappedShard(str(self.path / shard))  # memory-mapped
-        metadata = handle.metadata
+        handle = safe_open(str(self.path / shard), framework="pt", backend="pread")
+        metadata = handle.metadata() or {}
         try:
             order = list(json.loads(metadata["documents"]))
         except (KeyError, ValueError, TypeError, RecursionError):
@@ -1157,7 +1163,7 @@ class RepresentationStore:
 
     def get(self, fingerprint: str, settings: Mapping, document_hash: str, *, device=None,
             verify: bool | None = None) -> dict[str, torch.Tensor]:
-        """Read one document's tensors (memory-mapped file, checksum checked unless disabled).
+        """Read one document's tensors (a copy of its bytes in the shard, checksum checked unless disabled).
 
         Args:
             fingerprint, settings: the representation space asked for.
