@@ -8,7 +8,7 @@ prompt vs from the passages' stored caches, composed in front of the question. E
      the store does by default), composed (keys re-rotated to their positions) and only the question prompt is
      prefilled. The store is read twice per question: cold (every file of the store fsynced, then dropped from the
      OS page cache with `posix_fadvise(POSIX_FADV_DONTNEED)` just before the call, so the read comes from storage;
-     the store is opened afresh for each read, so no memory map of an earlier read keeps pages resident) and warm
+     the store is opened afresh for each read, so nothing of an earlier read is reused) and warm
      (the same read again, pages cached). The read alone (open + get + `adapter.read`) is also timed, cold and warm,
      and reported as a share of the composed TTFT of the same round. Both paths generate exactly `--max_new_tokens`
      tokens (greedy, EOS suppressed), so total times compare the same work. Also reported: how often the two give
@@ -193,8 +193,8 @@ def bounds(config, passage_tokens: int, question_tokens: int, new_tokens: int) -
 def question_calls(model, adapter, folder: Path, question: dict, passage_tokens: int, max_new_tokens: int,
                    common: dict, verify_reads: bool, outputs: dict) -> dict:
     """The timed calls of one question, in round order (see `run`). Each store read opens the store afresh
-    (`RepresentationStore(folder)`: index loaded, shards memory-mapped on first use), so that no memory map of an
-    earlier call keeps the shard pages resident: the cold calls then read from storage after `drop_page_cache`."""
+    (`RepresentationStore(folder)`: index loaded, shards opened on first use), so that nothing of an earlier call
+    is reused: the cold calls then read from storage after `drop_page_cache`."""
     tokenizer = adapter.tokenizer
     fingerprint, settings = adapter.fingerprint(), adapter.settings()
     prompt, _ = prompt_ids(tokenizer, question["contexts"], question["question"], passage_tokens)
@@ -267,7 +267,7 @@ def run(model, tokenizer, questions: list[dict], *, passage_tokens: int = 250, m
             fill_store(adapter, store, texts, store_dtype=dtype)
             sizes[dtype] = bytes_per_1000_tokens(store, fingerprint, settings)
             del store
-        gc.collect()  # no memory map of the fill stays open
+        gc.collect()  # no shard of the fill stays open
         shards = folder / store_dtype
         eos = tokenizer.eos_token_id
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (eos if eos is not None else 0)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """RepresentationStore benchmark: everything measured side by side in one run, on real Disfl-QA passages.
 
-1. Loading a batch of stored DeFormer passage states (memory-mapped safetensors, checksums checked) vs recomputing
+1. Loading a batch of stored DeFormer passage states (safetensors shards, checksums checked) vs recomputing
    them with the model (tokenize, window, layers 1..k), at MiniLM (k=4) and bert-base (k=9) sizes, random weights:
    loads warm (shards in the page cache), cold (every store file fsynced and dropped from the page cache with
    `posix_fadvise(POSIX_FADV_DONTNEED)` just before) and warm without checksums, round robin with the recompute
@@ -75,7 +75,7 @@ def passages(limit: int | None = None) -> list[str]:
 def part_load_vs_recompute(tokenizer, batch_size: int, repeats: int, results: harness.Results) -> None:
     """Recompute a batch of passages vs load it from the store, round robin: warm (page cache holding the shards),
     cold (every store file fsynced and dropped from the page cache just before, `harness.drop_page_cache`), and
-    warm without checksums. Each load opens the store afresh (index read, shards memory-mapped on first use)."""
+    warm without checksums. Each load opens the store afresh (index read, shards opened on first use)."""
     texts = passages(batch_size)
     hashes = [content_hash(t) for t in texts]
     for size in SIZES:
@@ -90,7 +90,7 @@ def part_load_vs_recompute(tokenizer, batch_size: int, repeats: int, results: ha
             gc.collect()
 
             def load(verify=True, fingerprint=fingerprint, settings=settings):
-                fresh = RepresentationStore(tmp, readonly=True)  # cold index, memory-mapped reads
+                fresh = RepresentationStore(tmp, readonly=True)  # cold index, shards opened anew
                 tensors = fresh.get_many(fingerprint, settings, hashes, verify=verify)
                 states = [t["hidden_states"].float() for t in tensors]  # what the model consumes
                 torch.nn.utils.rnn.pad_sequence(states, batch_first=True)
@@ -99,7 +99,7 @@ def part_load_vs_recompute(tokenizer, batch_size: int, repeats: int, results: ha
 
             def before(name, tmp=tmp, resident=resident):
                 if name.endswith("cold"):
-                    gc.collect()  # no memory map of an earlier load keeps pages resident
+                    gc.collect()  # the shards an earlier load opened are closed
                     if not harness.drop_page_cache([tmp]):
                         raise RuntimeError("os.posix_fadvise is missing: cold reads cannot be measured here.")
                     resident.append(harness.cached_fraction([tmp]))

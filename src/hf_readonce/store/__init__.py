@@ -1,6 +1,6 @@
 """Read once, reuse everywhere: a persistent store of precomputed document representations.
 
-[`RepresentationStore`] keeps named tensors per document in safetensors shards (memory-mapped reads, checksums,
+[`RepresentationStore`] keeps named tensors per document in safetensors shards (reads into memory of their own, checksums,
 atomic commits, file locking), keyed by `(model fingerprint, settings, content hash)`. The store knows no model: it
 imports nothing from the rest of hf-readonce. Filling it from a model is [`hf_readonce.representations`]'s job
 ([`fill_store`], one adapter per model family); answering questions from it is
