@@ -83,7 +83,7 @@ def test_open_shards_are_bounded_and_closed_with_the_store(tmp_path):
 
 def test_a_tensor_read_is_the_callers_to_change(tmp_path):
     """Changing a tensor a read returned (in place, as a caller scaling its states does) changes neither the file
-    nor any later read of the document, checked or not (through a view of the cached map it reached every later read:
+    nor any later read of the document, checked or not (through a view of a cached memory map it would reach every later read:
     another document's values without checksums, a false corruption with them)."""
     store, hashes = _filled(tmp_path / "store")
     expected = _document(3)["hidden_states"].half()
@@ -148,7 +148,7 @@ for verify in (False, True):
 
 def test_a_shard_cut_short_while_open_is_an_error_not_a_crash(tmp_path):
     """A shard file cut short by another program while the store holds it open makes the read raise
-    `CorruptedShardError`; the process lives on (a read through a memory map of the file ended it with SIGBUS)."""
+    `CorruptedShardError`; the process lives on (a read through a memory map of the file ends it with SIGBUS)."""
     source = str(Path(hf_readonce.__file__).parents[1])
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))}
     result = subprocess.run([sys.executable, "-c", textwrap.dedent(CUT_SHORT), str(tmp_path / "store")],
