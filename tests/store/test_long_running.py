@@ -83,8 +83,8 @@ def test_open_shards_are_bounded_and_closed_with_the_store(tmp_path):
 
 def test_a_tensor_read_is_the_callers_to_change(tmp_path):
     """Changing a tensor a read returned (in place, as a caller scaling its states does) changes neither the file
-    nor any later read of the document, checked or not (through a view of a cached memory map it would reach every later read:
-    another document's values without checksums, a false corruption with them)."""
+    nor any later read of the document, checked or not (through a view of a cached memory map the change would reach
+    every later read: the changed values without checksums, a false corruption with them)."""
     store, hashes = _filled(tmp_path / "store")
     expected = _document(3)["hidden_states"].half()
     read = store.get(FP, SETTINGS, hashes[3])
