@@ -6,12 +6,14 @@ this user may only read) before it is called an orphan. Past the wait, or where 
 committed; nothing is ever written or created in the store, and `verify` inside `repair` (which holds the lock) does
 not wait."""
 
+import collections
 import errno
 import fcntl
 import json
 import multiprocessing
 import os
 import stat
+import threading
 import time
 import types
 
@@ -162,23 +164,23 @@ def test_an_orphan_is_named_with_a_note_while_another_process_holds_the_lock_pas
         info = RepresentationStore(path, readonly=True, create=False).info()
         status, out, _ = run_cli(capsys, "verify", "--store", path, "--no-progress")
         assert RepresentationStore(path, lock_timeout=0).verify().orphans_note.startswith(
-            "another process held the store's write lock for the 0 s")  # the store's own shorter timeout
+            "another writer held the store's write lock for the 0 s")  # the store's own shorter timeout
     finally:
         writer.kill()
         writer.join(60)
     assert not report.ok and report.orphans == [shard]
-    assert report.orphans_note.startswith("another process held the store's write lock for the 0.3 s this process "
+    assert report.orphans_note.startswith("another writer held the store's write lock for the 0.3 s this process "
                                           "waited for it"), report.orphans_note
     (corruption,) = report.corruptions
     assert corruption.shard == shard and corruption.reason.endswith(report.orphans_note), corruption.reason
     assert "stored nowhere else" in corruption.reason
     assert info["orphans"] == [shard] and info["orphans_note"] == report.orphans_note
-    assert status == 1 and f"CORRUPTED {shard}" in out and "another process held the store's write lock" in out
+    assert status == 1 and f"CORRUPTED {shard}" in out and "another writer held the store's write lock" in out
     assert not go.exists()
     # the writer killed between its shard and its manifest: an orphan for sure, and said so without a doubt
     report = RepresentationStore(path, readonly=True, create=False).verify()
     assert report.orphans == [shard] and report.orphans_note is None
-    assert "another process" not in report.corruptions[0].reason
+    assert "another writer" not in report.corruptions[0].reason
 
 
 def test_verify_of_a_store_without_a_lock_file_makes_none_and_names_its_orphan(tmp_path):
@@ -236,8 +238,10 @@ def test_verify_of_a_store_whose_lock_cannot_be_waited_for_names_its_orphans_wit
     before = _files(path)
     report = RepresentationStore(path, readonly=True, create=False).verify()
     assert report.orphans == [shard] and not report.ok
-    assert report.orphans_note.startswith(f"the store's write lock {path / '.lock'} {said}: a shard listed as an "
-                                          "orphan may be one another process is committing"), report.orphans_note
+    assert report.orphans_note.startswith(f"the store's write lock {path / '.lock'} {said}, so this process cannot "
+                                          "wait for a writer's commit: a shard listed as an orphan may be one "
+                                          "another writer is committing; verifying again gives this note again"), \
+        report.orphans_note
     assert report.corruptions[0].reason.endswith(report.orphans_note)
     assert _files(path) == before
 
@@ -262,7 +266,7 @@ def test_verify_waits_on_the_lock_file_at_the_path_where_it_is_replaced_meanwhil
     finally:
         holders[0].release()
     assert report.orphans == [shard]
-    assert report.orphans_note.startswith("another process held the store's write lock for the 0.3 s"), \
+    assert report.orphans_note.startswith("another writer held the store's write lock for the 0.3 s"), \
         report.orphans_note
 
 
@@ -355,6 +359,142 @@ def test_store_info_without_confirming_lists_orphans_at_one_look_and_refuses_a_n
     finally:
         holder.release()
     assert quick["orphans"] == [shard] and quick["orphans_note"] is None
-    assert waited["orphans"] == [shard] and waited["orphans_note"].startswith("another process held")
+    assert waited["orphans"] == [shard] and waited["orphans_note"].startswith("another writer held")
     with pytest.raises(TypeError, match="`confirm_orphans` must be a bool"):
         maintenance.store_info(store, confirm_orphans="no")
+
+
+def _paused_thread_writer(path):
+    """A thread of this process writing into the store `path` through a store object of its own, paused between its
+    shard file and its manifest (under the store's write lock) until the returned event is set: returns the thread
+    and that event."""
+    store = RepresentationStore(path)
+    written, go = threading.Event(), threading.Event()
+    write_manifest = store._write_manifest
+
+    def paused(*args, **kwargs):
+        written.set()
+        go.wait(60)
+        return write_manifest(*args, **kwargs)
+
+    store._write_manifest = paused
+    thread = threading.Thread(target=store.put, args=(FP, SETTINGS, content_hash("in flight"), {"x": torch.ones(3)}))
+    thread.start()
+    if not written.wait(60):
+        go.set()
+        pytest.fail("the writer thread did not reach its commit")
+    return thread, go
+
+
+@pytest.mark.parametrize("look", ["verify", "info"])
+def test_a_shard_another_store_object_of_this_process_is_committing_is_waited_for(tmp_path, monkeypatch, look):
+    """Two store objects of one folder in one process, a thread committing through one: `verify` / `info` of the
+    other waits for that commit on the shared lock (each object opens `.lock` anew, so their locks conflict) and
+    reports the store sound, the shard's documents counted."""
+    path = _store(tmp_path)
+    thread, go = _paused_thread_writer(path)
+    asked = []
+
+    def flock(fd, operation):
+        if not asked:
+            asked.append(True)
+            go.set()  # the writer goes on only once the lock is asked for
+        return fcntl.flock(fd, operation)
+
+    monkeypatch.setattr(maintenance, "fcntl", _flock_shim(flock))
+    other = RepresentationStore(path, readonly=True, create=False)
+    try:
+        if look == "verify":
+            report = other.verify()
+            assert report.ok and report.orphans == [] and report.orphans_note is None
+        else:
+            info = other.info()
+            assert info["orphans"] == [] and info["orphans_note"] is None and info["documents"] == 2
+    finally:
+        go.set()
+        thread.join(60)
+    assert asked == [True]
+
+
+def test_a_write_lock_held_past_the_wait_through_another_store_object_of_this_process_is_said_so(tmp_path,
+                                                                                                 monkeypatch):
+    """The lock held past the wait by a thread writing through another store object of this very process: the note
+    says that a writer held it (another process's, or one of this process through another store object), never that
+    it was another process."""
+    monkeypatch.setattr(maintenance, "ORPHAN_LOCK_WAIT", 0.3)
+    path = _store(tmp_path)
+    thread, go = _paused_thread_writer(path)
+    try:
+        report = RepresentationStore(path, readonly=True, create=False).verify()
+    finally:
+        go.set()
+        thread.join(60)
+    assert len(report.orphans) == 1 and not report.ok
+    assert report.orphans_note.startswith("another writer held the store's write lock for the 0.3 s"), \
+        report.orphans_note
+    assert "through another `RepresentationStore` object of this process" in report.orphans_note
+    assert "another process held" not in report.orphans_note
+    assert RepresentationStore(path, readonly=True, create=False).verify().ok  # committed once let go
+
+
+def test_the_note_of_a_lock_file_this_user_cannot_read_says_what_to_do_and_goes_once_it_can_be_read(
+        tmp_path, monkeypatch, capsys):
+    """`.lock` that this process may not open (a store of another user, its `.lock` not readable: refused here,
+    since root opens any file): the note says that verifying again gives it again, who can verify instead, and
+    that the orphans are orphans where no writer runs. Once `.lock` can be read, `verify` and `info` name the
+    orphan with no note (nothing is kept from the earlier look)."""
+    path, shard = _orphan_store(tmp_path)
+    lock_file = str(path / ".lock")
+    real_open = os.open
+
+    def refusing(file, flags, *args, **kwargs):
+        if os.fspath(file) == lock_file:
+            raise PermissionError(errno.EACCES, "Permission denied", lock_file)
+        return real_open(file, flags, *args, **kwargs)
+
+    store = RepresentationStore(path, readonly=True, create=False)
+    monkeypatch.setattr(os, "open", refusing)
+    report, info = store.verify(), store.info()
+    status, out, _ = run_cli(capsys, "info", "--store", path)
+    monkeypatch.undo()
+    note = report.orphans_note
+    assert note.startswith(f"the store's write lock {lock_file} cannot be opened (Permission denied), so this "
+                           "process cannot wait for a writer's commit"), note
+    assert f"verifying again gives this note again: verify as a user who may read {lock_file}" in note
+    assert note.endswith("while no `encode`, `repair` or `prune` runs on the store, the orphans listed are orphans")
+    assert "run verify again once" not in note  # (it would give the note again)
+    assert info["orphans"] == [shard] and info["orphans_note"] == note
+    assert status == 0 and f"note: {note}" in out
+    again, info = store.verify(), store.info()
+    assert again.orphans == [shard] and again.orphans_note is None
+    assert info["orphans"] == [shard] and info["orphans_note"] is None
+
+
+@pytest.mark.parametrize("orphan", [False, True])
+def test_info_lists_the_shard_files_and_reads_the_index_once_per_look(tmp_path, monkeypatch, orphan):
+    """`info` lists the shard folders once and reads the index once, after the listing (a shard whose manifest is
+    written in between is indexed); only where a shard file is listed by no manifest, once more each after waiting
+    for the store's write lock (free here)."""
+    if orphan:
+        path, shard = _orphan_store(tmp_path)
+    else:
+        path, shard = _store(tmp_path), None
+    store = RepresentationStore(path, readonly=True, create=False)
+    calls = collections.Counter()
+    shard_files, refresh = maintenance._shard_files, RepresentationStore.refresh
+
+    def listing(*args):
+        calls["listings"] += 1
+        return shard_files(*args)
+
+    def reading(*args):
+        calls["index reads"] += 1
+        return refresh(*args)
+
+    monkeypatch.setattr(maintenance, "_shard_files", listing)
+    monkeypatch.setattr(RepresentationStore, "refresh", reading)
+    info = store.info()
+    looks = 2 if orphan else 1
+    assert calls == {"listings": looks, "index reads": looks}
+    assert info["orphans"] == ([shard] if orphan else []) and info["orphans_note"] is None
+    assert info["documents"] == (0 if orphan else 1)

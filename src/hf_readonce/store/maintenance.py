@@ -89,11 +89,13 @@ class VerifyReport:
         shards_checked, documents_checked (`int`), corruptions (`list[Corruption]`), orphans (`list[str]`): shard
         files that no manifest references (left by a crash before commit, or whose manifest was lost). An orphan
         holding documents the index lacks is also a corruption; `repair` re-indexes it and moves it away. A shard
-        another process is committing (written, its manifest not yet) is none: see [`confirmed_orphans`].
+        another writer is committing (written, its manifest not yet: another process, or a thread of this one,
+        through this store object or another) is none: see [`confirmed_orphans`].
         orphans_note (`str` or `None`): `None` when every orphan listed is one for sure; else why one may still be
-        a shard another process is committing (its write lock held past [`ORPHAN_LOCK_WAIT`], or not to be waited
-        for: e.g. a `.lock` this user cannot read), also said in each orphan's corruption: verify again once it is
-        done.
+        a shard another writer is committing, and what to do, also said in each orphan's corruption: the write lock
+        held past [`ORPHAN_LOCK_WAIT`] (verify again once that writer is done), or a lock that cannot be waited for
+        (e.g. a `.lock` this user cannot read: the note names who can verify instead, and stays on every verify
+        until then).
         duplicates (`int`): documents listed by two index files (harmless: reads use the first; as `info` counts
         them).
         leftovers (`list[str]`): what lies in `tmp/` (a write killed midway, or a file or folder put there; not the
@@ -148,14 +150,16 @@ def store_info(store, *, confirm_orphans: bool = True) -> dict:
     they were first written; `[]` where none is recorded: shards written without one, or by earlier releases),
     dtypes, documents, bytes and `first_written` / `last_written` (Unix times of its first and last committed shard,
     `None` if unrecorded); `duplicates` (entries shadowed by an identical
-    key, harmless), `orphans` (shard files without a manifest; a shard another process is committing is none, see
-    [`confirmed_orphans`]: this may wait up to [`ORPHAN_LOCK_WAIT`] seconds for the store's write lock), `orphans_note`
-    (`None`, or why an orphan listed may still be a shard another process is committing) and `bad_manifests`.
+    key, harmless), `orphans` (shard files without a manifest; a shard another writer is committing is none, see
+    [`confirmed_orphans`]: where shard files are listed by no manifest, this may wait up to [`ORPHAN_LOCK_WAIT`]
+    seconds for the store's write lock), `orphans_note` (`None`, or why an orphan listed may still be a shard
+    another writer is committing, and what to do) and `bad_manifests`. The shard files are listed once and the
+    index read once after them; only where some are listed by no manifest are both done once more, after the wait.
 
     Args:
         store ([`RepresentationStore`]): the store.
         confirm_orphans (`bool`, defaults to `True`): `False` waits for nothing: `orphans` are then the shard files
-            no manifest lists at one look (a shard another process is committing may be among them) and
+            no manifest lists at one look (a shard another writer is committing may be among them) and
             `orphans_note` is `None` (for a caller that shows no orphan: the summary line of `encode` and `prune`).
 
     Raises:
@@ -166,20 +170,15 @@ def store_info(store, *, confirm_orphans: bool = True) -> dict:
     """
     check_bool(confirm_orphans, "confirm_orphans")
     _check_still_there(store, "describe")
-    orphans, orphans_note = None, None
-    if confirm_orphans:
-        store.refresh()
-        # a shard another process is committing is none: looked at again (waiting for the store's write lock, never
-        # under the index lock) before the summary is taken, so that it counts such a shard's documents
-        orphans, orphans_note = confirmed_orphans(store, orphan_shards(store))
-    with store._index_lock:  # one state of the index, whatever other threads sharing the store do meanwhile
-        store.refresh()
-        spaces, manifests, entries = dict(store._spaces), list(store._shards.values()), list(store._entries)
-        duplicates, bad_manifests, names_by_space = store._duplicates, sorted(store._bad_manifests), model_names(store)
-        if orphans is None:
-            orphans = orphan_shards(store)
-        elif orphans:
-            unindexed = set(orphan_shards(store))  # (one repaired or pruned meanwhile is gone)
+    (spaces, manifests, entries, duplicates, bad_manifests, names_by_space), orphans = _summary_look(store)
+    orphans_note = None
+    if orphans and confirm_orphans:
+        # a shard another writer is committing is none: once no other writer holds the store's write lock (waited
+        # for never under the index lock), the summary is taken again, so that it counts such a shard's documents
+        look_again, orphans_note = _wait_for_commits(store)
+        if look_again:
+            (spaces, manifests, entries, duplicates, bad_manifests, names_by_space), unindexed = _summary_look(store)
+            unindexed = set(unindexed)  # (one repaired or pruned meanwhile is gone)
             orphans = [orphan for orphan in orphans if orphan in unindexed]
     orphans_note = orphans_note if orphans else None
     per_space = {}
@@ -206,6 +205,21 @@ def store_info(store, *, confirm_orphans: bool = True) -> dict:
             "shards": len(manifests), "bytes_on_disk": total, "quarantine_bytes": quarantined,
             "quarantine_files": quarantined_files, "spaces": per_space,
             "duplicates": duplicates, "orphans": orphans, "orphans_note": orphans_note, "bad_manifests": bad_manifests}
+
+
+def _summary_look(store) -> tuple[tuple, list[str]]:
+    """One look for [`store_info`]: the shard files are listed, then the index is read (a shard whose manifest is
+    written in between is indexed) and copied under the index lock, as one state of it whatever other threads sharing
+    the store do meanwhile. Returns `((spaces, manifests, entries, duplicates, bad manifests, model names), unindexed)`
+    where `unindexed` are the listed shard files no loaded manifest lists and no thread of this process is
+    committing, sorted."""
+    files = _shard_files(store)
+    with store._index_lock:
+        store.refresh()
+        summary = (dict(store._spaces), list(store._shards.values()), list(store._entries), store._duplicates,
+                   sorted(store._bad_manifests), model_names(store))
+        unindexed = [f for f in files if f not in store._shards and f not in store._committing]
+    return summary, unindexed
 
 
 def _disk_usage(store) -> tuple[int, int, int]:
@@ -269,22 +283,26 @@ ORPHAN_LOCK_WAIT = 30.0
 manifest after the index is read again ([`confirmed_orphans`]); less where the store's `lock_timeout` is less. A
 writer holds the lock for one shard commit at a time (a shard and its manifest written and synced), `repair` and
 `prune` for their whole run, which may take longer: past the wait the orphans are named with a note saying that
-another process held the lock, and verifying again once it is done tells."""
+another writer held the lock, and verifying again once it is done tells."""
 
 
 def confirmed_orphans(store, candidates: list[str]) -> tuple[list[str], str | None]:
     """Which of `candidates` (shard paths relative to the store that no manifest listed when they were looked at)
     are orphans for sure, and not shards being committed: the index is read again (a shard committed meanwhile
-    has its manifest by now; one a thread of this process is committing is none), and where some are still listed
-    by no manifest, once more after no process holds the store's write lock, which a process committing a shard
-    holds from before it writes the shard until its manifest is written. That is waited for up to
+    has its manifest by now; one a thread of this process is committing through this store object is none), and
+    where some are still listed by no manifest, once more after no other writer holds the store's write lock, which
+    a writer committing a shard holds from before it writes the shard until its manifest is written: another
+    process, or another thread of this one writing through another [`RepresentationStore`] object of the same
+    folder (each object opens `.lock` anew, so its lock conflicts with the shared one waited with; where it stays
+    held past the wait, the note says so as for another process's). That is waited for up to
     [`ORPHAN_LOCK_WAIT`] seconds (less where the store's `lock_timeout` is less; after 5 s a `logging` warning says
     which store's lock is waited for) with a shared `flock` of `STORE/.lock` opened read-only, taken and released at
     once: nothing is ever written, created or truncated (a store opened `readonly=True`, or one of another user that
     this user may only read, is looked at as any other), a `.lock` that is a link is never followed, nor one that
-    is a FIFO read. Called by a thread that holds the write lock (inside `repair`), no other process commits: nothing
-    is waited for. Where the store has no `.lock`, no process holds its lock (every writer makes it before it writes
-    a shard) and nothing is waited for. Without `fcntl.flock` (Windows) the write lock itself is taken (a `.lock`
+    is a FIFO read. Called by a thread that holds the write lock through this store object (inside `repair`), no
+    other writer commits: nothing is waited for. Where the store has no `.lock`, no writer holds its lock (every
+    writer makes it before it writes a shard) and nothing is waited for; where nothing was waited for, the index is
+    not read a third time. Without `fcntl.flock` (Windows) the write lock itself is taken (a `.lock`
     made by taking it, where it was removed just before, is removed again).
 
     Args:
@@ -293,9 +311,12 @@ def confirmed_orphans(store, candidates: list[str]) -> tuple[list[str], str | No
 
     Returns:
         `tuple[list[str], str | None]`: the candidates still listed by no manifest and still there (order kept), and
-        `None` when that is sure, or a note saying why one may still be a shard another process is committing: the
-        write lock held by another process past the wait, or not to be waited for (a `.lock` this process cannot
-        read, or one that is not a regular file).
+        `None` when that is sure, or a note saying why one may still be a shard another writer is committing, and
+        what to do: the write lock held by another writer past the wait (verify again once it is done), or not to be
+        waited for (a `.lock` this process cannot read: verify as a user who can; one that is not a regular file:
+        move it away while no writer runs; a file system without `flock`). Such a note comes again on every look
+        until that is done, and says that where no `encode`, `repair` or `prune` runs, the orphans listed are
+        orphans.
     """
     if not candidates:
         return [], None
@@ -304,41 +325,66 @@ def confirmed_orphans(store, candidates: list[str]) -> tuple[list[str], str | No
     candidates = [f for f in candidates if f in unindexed]
     if not candidates:
         return [], None
+    look_again, note = _wait_for_commits(store)
+    if look_again:
+        store.refresh()
+        unindexed = set(orphan_shards(store))
+        candidates = [f for f in candidates if f in unindexed]
+    return candidates, note if candidates else None
+
+
+def _wait_for_commits(store) -> tuple[bool, str | None]:
+    """Wait until no other writer holds the store's write lock, as [`confirmed_orphans`] says (never under the index
+    lock). Returns `(look_again, note)`: `look_again` is True where a writer may have committed while this was looked
+    at (the index is then to be read again, and the shard files listed again); `note` is `None` when every shard
+    listed by no manifest after that is an orphan for sure, else the `orphans_note` saying why one may be a shard
+    being committed, and what to do."""
     held = store._lock
-    if held is not None and held.is_locked:  # this thread holds the write lock: no other process commits now
-        return candidates, None
+    if held is not None and held.is_locked:  # this thread holds the write lock: no other writer commits now
+        return False, None
     lock_file = store.path / ".lock"
     wait = ORPHAN_LOCK_WAIT if store.lock_timeout < 0 else min(ORPHAN_LOCK_WAIT, store.lock_timeout)
     try:
         found = os.lstat(lock_file)
     except FileNotFoundError:
-        found, note = None, None  # no writer holds the lock: each makes `.lock` before it writes a shard
+        return False, None  # no writer holds the lock: each makes `.lock` before it writes a shard
     except OSError as error:
-        found, note = None, f"the store's write lock {printable(lock_file)} cannot be looked at ({error.strerror})"
-    if found is not None and not stat.S_ISREG(found.st_mode):
-        note = f"the store's write lock {printable(lock_file)} is not a regular file"
-    elif found is not None:
-        note = _wait_for_writers(store, wait) if fcntl is not None else _wait_by_taking_the_lock(store, wait)
-    store.refresh()
-    unindexed = set(orphan_shards(store))
-    still = [f for f in candidates if f in unindexed]
-    if note is not None:
-        note += (": a shard listed as an orphan may be one another process is committing; run verify again once no "
-                 "`encode`, `repair` or `prune` runs on the store")
-    return still, note if still else None
+        return False, _cannot_wait(f"the store's write lock {printable(lock_file)} cannot be looked at "
+                                   f"({error.strerror or error})", _AS_A_READER.format(printable(lock_file)))
+    if not stat.S_ISREG(found.st_mode):
+        return False, _cannot_wait(f"the store's write lock {printable(lock_file)} is not a regular file",
+                                   f"move {printable(lock_file)} away while no `encode`, `repair` or `prune` runs on "
+                                   "the store (a writer makes a new one)")
+    return True, _wait_for_writers(store, wait) if fcntl is not None else _wait_by_taking_the_lock(store, wait)
+
+
+_MAY_BE_COMMITTING = "a shard listed as an orphan may be one another writer is committing"
+_AS_A_READER = "verify as a user who may read {} (e.g. the store's owner)"
+_UNTIL_DONE = "run verify again once no `encode`, `repair` or `prune` runs on the store"
+
+
+def _cannot_wait(cause: str, remedy: str) -> str:
+    """The note of [`confirmed_orphans`] where the store's write lock cannot be waited for at all: verifying again
+    gives it again, so it says what makes it go (`remedy`), and that the orphans are orphans where no writer runs."""
+    return (f"{cause}, so this process cannot wait for a writer's commit: {_MAY_BE_COMMITTING}; verifying again "
+            f"gives this note again: {remedy}; while no `encode`, `repair` or `prune` runs on the store, the orphans "
+            "listed are orphans")
 
 
 def _held_too_long(wait: float) -> str:
     """The note of [`confirmed_orphans`] where the write lock stayed held for the whole wait."""
-    return (f"another process held the store's write lock for the {wait:g} s this process waited for it (an "
-            "`encode`, `repair` or `prune` running)")
+    return (f"another writer held the store's write lock for the {wait:g} s this process waited for it (an `encode`, "
+            "`repair` or `prune` of another process, or a write through another `RepresentationStore` object of "
+            f"this process): {_MAY_BE_COMMITTING}; {_UNTIL_DONE}")
 
 
 def _wait_for_writers(store, wait: float) -> str | None:
-    """Wait up to `wait` seconds until no process holds the store's write lock ([`confirmed_orphans`]): a shared
+    """Wait up to `wait` seconds until no writer holds the store's write lock ([`confirmed_orphans`]): a shared
     `flock` of `STORE/.lock` opened read-only (`O_NOFOLLOW`, `O_NONBLOCK`: a link is not followed, a FIFO does not
-    block), conflicting with a writer's exclusive one, released at once. `None` once it is taken on the `.lock` at
-    the path, or where none is there; else why it was not (held past the wait, or not to be opened or locked)."""
+    block), conflicting with a writer's exclusive one (another process's, or one taken through another
+    `RepresentationStore` object of this process: each opens `.lock` anew), released at once. `None` once it is
+    taken on the `.lock` at the path, or where none is there; else the note saying why it was not (held past the
+    wait, or not to be opened or locked) and what to do."""
     lock_file = store.path / ".lock"
     notice_after = store.lock().notice_after  # (the lock object only: nothing is opened)
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -350,25 +396,30 @@ def _wait_for_writers(store, wait: float) -> str | None:
         except FileNotFoundError:
             return None  # removed meanwhile: no writer holds it
         except OSError as error:
-            return f"the store's write lock {printable(lock_file)} cannot be opened ({error.strerror or error})"
+            return _cannot_wait(f"the store's write lock {printable(lock_file)} cannot be opened "
+                                f"({error.strerror or error})", _AS_A_READER.format(printable(lock_file)))
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return f"the store's write lock {printable(lock_file)} is not a regular file"
+                return _cannot_wait(f"the store's write lock {printable(lock_file)} is not a regular file",
+                                    f"move {printable(lock_file)} away while no `encode`, `repair` or `prune` runs "
+                                    "on the store (a writer makes a new one)")
             while True:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
                     break
                 except OSError as error:
                     if error.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
-                        return (f"the store's write lock {printable(lock_file)} cannot be waited for "
-                                f"({error.strerror or error})")
+                        return _cannot_wait(f"the store's write lock {printable(lock_file)} cannot be waited for "
+                                            f"({error.strerror or error})", "this file system offers no shared "
+                                            "`flock` to wait with")
                 waited = time.monotonic() - start
                 if waited >= wait:
                     return _held_too_long(wait)
                 if not noticed and waited >= notice_after:
                     noticed = True
-                    logger.warning("hf-readonce: waiting for the write lock of store %s (%s), held by another process "
-                                   "(an `encode`, a `repair` or a `prune`), to tell a shard it commits from an "
+                    logger.warning("hf-readonce: waiting for the write lock of store %s (%s), held by another writer "
+                                   "(an `encode`, a `repair` or a `prune` of another process, or a write through "
+                                   "another store object of this process), to tell a shard it commits from an "
                                    "orphan; giving up after %s s in all.", store.path, lock_file, f"{wait:g}")
                 time.sleep(min(0.05, wait - waited))
             try:
@@ -389,9 +440,12 @@ def _wait_by_taking_the_lock(store, wait: float) -> str | None:
     except Timeout:
         return _held_too_long(wait)
     except OSError as error:
-        return f"the store's write lock {printable(store.path / '.lock')} cannot be taken ({error.strerror or error})"
+        lock_file = printable(store.path / ".lock")
+        return _cannot_wait(f"the store's write lock {lock_file} cannot be taken ({error.strerror or error})",
+                            f"verify as a user who may write {lock_file} (e.g. the store's owner)")
     if taken is None:
-        return "the store's folder was moved or removed while its write lock was waited for"
+        return (f"the store's folder was moved or removed while its write lock was waited for: {_MAY_BE_COMMITTING}; "
+                f"{_UNTIL_DONE}")
     store._release_looked(*taken)
     return None
 
@@ -670,10 +724,11 @@ def verify_store(store, progress: bool = False) -> VerifyReport:
       (the index lost them; `repair` re-indexes them from the shard); one whose documents are all stored elsewhere
       is harmless and only listed. A shard being committed is none: the index is read again after the files are
       listed, and where shards are still unlisted, once more under the store's write lock, waited for up to
-      [`ORPHAN_LOCK_WAIT`] seconds (another process's commit holds it until the shard's manifest is written; see
-      [`confirmed_orphans`]; nothing is written, also where this user may only read the store). Where the lock stays
-      held by another process, or cannot be waited for (a `.lock` this user cannot read), the orphans are named all
-      the same, each corruption's reason and `orphans_note` saying that one may be a shard being committed.
+      [`ORPHAN_LOCK_WAIT`] seconds (another writer's commit holds it until the shard's manifest is written: another
+      process's, or one through another store object of this process; see [`confirmed_orphans`]; nothing is
+      written, also where this user may only read the store). Where the lock stays held by another writer, or
+      cannot be waited for (a `.lock` this user cannot read), the orphans are named all the same, each corruption's
+      reason and `orphans_note` saying that one may be a shard being committed, and what to do.
 
     Args:
         progress (`bool`, defaults to `False`): show a tqdm bar over shards.
@@ -714,7 +769,7 @@ def verify_store(store, progress: bool = False) -> VerifyReport:
             report.corruptions.append(corruption)
     # a shard being committed when the files were listed is looked at once more: indexed by now, or still being
     # committed by a thread of this process, it is none; one still unindexed then is looked at once more under the
-    # store's write lock, which another process committing it holds until its manifest is written
+    # store's write lock, which another writer committing it holds until its manifest is written
     indexed = dict(shards)
     report.orphans = [f for f in files if f not in indexed]
     if report.orphans:  # (outside the index lock: never held while the write lock is waited for)

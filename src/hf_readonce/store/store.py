@@ -361,8 +361,9 @@ class _StoreLock:
         except Timeout:
             if 0 <= timeout <= first:
                 raise
-        logger.warning("hf-readonce: waiting for the write lock of store %s (%s), held by another process "
-                       "(an `encode`, a `repair` or a `prune`); giving up after %s s in all.", self._path,
+        logger.warning("hf-readonce: waiting for the write lock of store %s (%s), held by another writer "
+                       "(an `encode`, a `repair` or a `prune` of another process, or a write through another store "
+                       "object of this process); giving up after %s s in all.", self._path,
                        self._path / ".lock", f"{timeout:g}" if timeout >= 0 else "no limit")
         return self._inner.acquire(timeout=timeout - first if timeout >= 0 else -1)
 
@@ -842,9 +843,10 @@ class RepresentationStore:
     def lock(self) -> _StoreLock:
         """The store's write lock (`filelock.FileLock` on `STORE/.lock`, re-entrant within this object); writers
         hold it only while committing a shard, `repair` and `prune` while they run; `verify` and `info` wait until
-        no process holds it (with a shared lock of `.lock`, opened read-only) where a shard file is listed by no
+        no other writer holds it (another process, or another store object of this folder in this process: each
+        opens `.lock` anew; with a shared lock of `.lock`, opened read-only) where a shard file is listed by no
         manifest (one being committed is none: [`hf_readonce.store.maintenance.confirmed_orphans`]). A writer that
-        has waited 5 s for another process's lock says so once (a `logging` warning of `hf_readonce.store.store`, on
+        has waited 5 s for another writer's lock says so once (a `logging` warning of `hf_readonce.store.store`, on
         stderr by default), then waits up to `lock_timeout` seconds in all before `filelock.Timeout` (a
         `TimeoutError`)."""
         with self._index_lock:  # one lock object for every thread (filelock keeps each thread's hold apart)
