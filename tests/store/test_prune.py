@@ -3,6 +3,7 @@ spaces named (and `quarantine/` when asked), never another space, a link's targe
 
 import json
 import os
+import threading
 
 import pytest
 import torch
@@ -326,3 +327,41 @@ def test_cli_prune_of_a_store_moved_away_meanwhile_is_one_line_without_a_permiss
     assert len(err.strip().splitlines()) == 1 and "no longer exists" in err and "nothing is deleted" in err, err
     assert "owner" not in err and "create=True" not in err and "unexpected" not in err, err
     assert not path.exists()
+
+
+def test_a_thread_sharing_the_store_reads_while_a_prune_deletes_shards_one_step_at_a_time(two_spaces, monkeypatch):
+    """A prune holds the store's index lock for each shard it deletes (shard, manifest and index entries at once),
+    not for the whole deletion: a thread reading the same store object, started while the first shard is deleted,
+    is done before the prune goes on to remove the emptied folders, and every document it finds listed has its
+    shard file."""
+    from hf_readonce.store import maintenance
+
+    path, store = two_spaces
+    kept = store.get(NEW, SETTINGS, "1" * 64)["hidden_states"].clone()
+    real_unlink, real_remove = type(path).unlink, maintenance._remove_empty_shard_folders
+    done, seen = threading.Event(), []
+
+    def read():
+        seen.append(torch.equal(store.get(NEW, SETTINGS, "1" * 64)["hidden_states"], kept))
+        seen.append(all((path / entry.shard).is_file() for entry in store.entries()))
+        done.set()
+
+    reader = threading.Thread(target=read)
+
+    def unlink(self, *args, **kwargs):
+        if not reader.is_alive() and not done.is_set() and self.suffix == ".safetensors":
+            reader.start()  # while the first shard is being deleted
+        return real_unlink(self, *args, **kwargs)
+
+    finished_first = []
+
+    def remove_empty_shard_folders(store_):
+        finished_first.append(done.wait(10))  # every shard deleted, the folders next
+        return real_remove(store_)
+
+    monkeypatch.setattr(type(path), "unlink", unlink)
+    monkeypatch.setattr(maintenance, "_remove_empty_shard_folders", remove_empty_shard_folders)
+    result = store.prune(space_key(OLD, SETTINGS))
+    reader.join(60)
+    assert result["documents"] == 3 and finished_first == [True] and seen == [True, True]
+    assert [s.key for s in store.spaces()] == [space_key(NEW, SETTINGS)] and len(store) == 1 and store.verify().ok

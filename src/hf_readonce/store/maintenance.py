@@ -989,7 +989,10 @@ def repair_store(store, report: VerifyReport | None = None) -> dict:
     (`.tmp-*`) modified in the last five minutes are left where they are (a writability probe of an `encode`
     starting beside it, made without the lock, may be one), for a later repair, except those whose name shows that
     their writer, a process of this machine and PID namespace, no longer runs (a killed `encode`'s: moved at once;
-    [`tmp_leftovers`]). A `quarantine` that is a link, file, FIFO or device is refused before
+    [`tmp_leftovers`]). Threads sharing the store object wait for the whole salvage (from the damaged shards to the
+    re-indexed orphans and the index read again: the store's index lock is held throughout, since the damaged
+    shards' documents are dropped from the index before they are salvaged); on a store of many damaged or orphan
+    shards, that is seconds. A `quarantine` that is a link, file, FIFO or device is refused before
     anything is moved (a link would carry the store's files outside it).
 
     Args:
@@ -1175,7 +1178,10 @@ def prune_store(store, spaces=(), *, quarantine: bool = False, dry_run: bool = F
     reader that loaded the index before then finds the pruned documents missing. Each shard is deleted before its
     manifest: a prune killed midway leaves index entries whose shard is missing (`verify` names them), and pruning
     again the spaces `info` still lists finishes it. A shard in a folder linked outside the store is neither
-    followed nor deleted, and its manifest is kept (listed in `skipped`).
+    followed nor deleted, and its manifest is kept (listed in `skipped`). Threads sharing the store object wait for
+    the index lock while the index is read at the start and the end (as long as opening the store takes) and while
+    each shard is deleted with its manifest ([`_delete_shard`]), not for the whole prune; they find a shard's
+    documents listed with their shard file, or not at all.
 
     Args:
         spaces (`str` or list of `str`, defaults to none): space keys, as [`resolve_spaces`] reads them.
@@ -1212,30 +1218,30 @@ def prune_store(store, spaces=(), *, quarantine: bool = False, dry_run: bool = F
     # the lock of the store at the path now, as `repair` takes it: a store moved or removed since it was opened (by
     # hand, or empty by the command that created it) is said to no longer exist; prune deletes, it never creates one
     lock = contextlib.nullcontext() if dry_run else store._write_lock(layout=False, recreate=False)
-    # the index lock inside the write lock: other threads using the store wait for the prune, and never read the
-    # index of the spaces being deleted half rebuilt
-    with lock, store._index_lock:
-        store._reload()
-        orphans = {}  # orphan shard -> the space its own header names (repair would index it again)
-        for orphan in orphan_shards(store):
-            try:
-                space = read_orphan(store, orphan)[0]
-            except ValueError:
-                continue
-            orphans[orphan] = getattr(space, "key", space)
-        keys = resolve_spaces(store, spaces, also=orphans.values())
-        if not keys and not quarantine:
-            raise ValueError("nothing to prune: name at least one space (`spaces`) or pass `quarantine=True`.")
-        # orphans first: a prune killed after them still lists the space, so running it again finishes it
-        shards = sorted(o for o, key in orphans.items() if key in keys)
-        shards += sorted(shard for shard, manifest in store._shards.items() if manifest["space"] in keys)
-        skipped = [shard for shard in shards if _own_file(store, shard) is None
-                   and ((store.path / shard).exists() or (store.path / shard).is_symlink())]
-        shards = [shard for shard in shards if shard not in skipped]
-        documents = sum(1 for entry in store._entries.values() if entry.space in keys and entry.shard not in skipped)
-        documents_left = sum(1 for entry in store._entries.values() if entry.shard in skipped)
-        owner = {**orphans, **{shard: manifest["space"] for shard, manifest in store._shards.items()}}
-        skipped_spaces = sorted({owner[shard] for shard in skipped})
+    with lock:
+        with store._index_lock:  # one state of the index for what is to be deleted (never a reload half done)
+            store._reload()
+            orphans = {}  # orphan shard -> the space its own header names (repair would index it again)
+            for orphan in orphan_shards(store):
+                try:
+                    space = read_orphan(store, orphan)[0]
+                except ValueError:
+                    continue
+                orphans[orphan] = getattr(space, "key", space)
+            keys = resolve_spaces(store, spaces, also=orphans.values())
+            if not keys and not quarantine:
+                raise ValueError("nothing to prune: name at least one space (`spaces`) or pass `quarantine=True`.")
+            # orphans first: a prune killed after them still lists the space, so running it again finishes it
+            shards = sorted(o for o, key in orphans.items() if key in keys)
+            shards += sorted(shard for shard, manifest in store._shards.items() if manifest["space"] in keys)
+            skipped = [shard for shard in shards if _own_file(store, shard) is None
+                       and ((store.path / shard).exists() or (store.path / shard).is_symlink())]
+            shards = [shard for shard in shards if shard not in skipped]
+            documents = sum(1 for entry in store._entries.values()
+                            if entry.space in keys and entry.shard not in skipped)
+            documents_left = sum(1 for entry in store._entries.values() if entry.shard in skipped)
+            owner = {**orphans, **{shard: manifest["space"] for shard, manifest in store._shards.items()}}
+            skipped_spaces = sorted({owner[shard] for shard in skipped})
         size = 0
         for shard in shards:
             with contextlib.suppress(OSError):
@@ -1244,15 +1250,7 @@ def prune_store(store, spaces=(), *, quarantine: bool = False, dry_run: bool = F
         quarantine_bytes = _disk_usage(store)[1] if quarantine else 0
         if not dry_run:
             for shard in shards:  # the shard first: a kill here leaves an index entry, which a rerun deletes
-                path = _own_file(store, shard)
-                if path is not None:
-                    path.unlink()
-                manifest_name = f"{Path(shard).stem}.json"
-                # its manifest: a loaded one, or one `verify` calls unreadable (an orphan's garbled manifest)
-                if shard in store._shards or manifest_name in store._bad_manifests:
-                    manifest = _own_file(store, f"index/{manifest_name}")
-                    if manifest is not None:
-                        manifest.unlink()
+                _delete_shard(store, shard)
             _remove_empty_shard_folders(store)
             folder = store.path / "quarantine"
             if quarantine and folder.is_symlink():
@@ -1263,6 +1261,25 @@ def prune_store(store, spaces=(), *, quarantine: bool = False, dry_run: bool = F
         return {"spaces": keys, "documents": documents, "shards": shards, "shard_files": files, "skipped": skipped,
                 "documents_left": documents_left, "skipped_spaces": skipped_spaces, "bytes": size,
                 "quarantine_bytes": quarantine_bytes, "dry_run": bool(dry_run)}
+
+
+def _delete_shard(store, shard: str) -> None:
+    """One step of [`prune_store`], under the store's write lock: delete the shard file `shard` (relative to the
+    store; a link as a link), then its manifest where the index loaded one or found it unreadable, and drop both from
+    the in-memory index, all in one hold of the index lock: a thread sharing the store finds the shard's documents
+    listed with their shard file there, or not at all (a read of one it looked up before then raises
+    `MissingRepresentationError`), and waits at most for this one step, never for the whole prune."""
+    manifest_name = f"{Path(shard).stem}.json"
+    with store._index_lock:
+        path = _own_file(store, shard)
+        if path is not None:
+            path.unlink()
+        # its manifest: a loaded one, or one `verify` calls unreadable (an orphan's garbled manifest)
+        if shard in store._shards or manifest_name in store._bad_manifests:
+            manifest = _own_file(store, f"index/{manifest_name}")
+            if manifest is not None:
+                manifest.unlink()
+            store._forget_manifest(manifest_name)  # (so that the next refresh reloads nothing)
 
 
 def restore_store_marker(path) -> bool:

@@ -397,7 +397,9 @@ class RepresentationStore:
 
     One object may be shared by the threads of a process: reads, listings, `refresh`, `info`, `verify`, writes and
     `repair` / `prune` run side by side, each seeing the in-memory index as it was before or after another thread's
-    change, never part of it (`repair` and `prune` hold it while they run: reads of the same object wait for them).
+    change, never part of it. `repair` holds the index while it salvages and re-indexes (reads of the same object
+    wait for it); `prune` while it reads the index at its start and end (as long as opening the store takes) and
+    while it deletes each shard, not in between.
 
     Raises:
         ValueError: if `path` is a file, is a non-empty directory that is not a store, or holds a store of an
