@@ -365,3 +365,120 @@ def test_a_thread_sharing_the_store_reads_while_a_prune_deletes_shards_one_step_
     reader.join(60)
     assert result["documents"] == 3 and finished_first == [True] and seen == [True, True]
     assert [s.key for s in store.spaces()] == [space_key(NEW, SETTINGS)] and len(store) == 1 and store.verify().ok
+
+
+@pytest.mark.parametrize("when", ["before its check", "while its file is read"])
+def test_verify_in_a_thread_names_no_shard_a_prune_of_the_same_store_object_deletes_meanwhile(two_spaces,
+                                                                                              monkeypatch, when):
+    """`verify` reads the index, then checks each shard it lists without the index lock; a prune in another thread
+    of the same store object deletes two of them meanwhile (before the first one's check, or once its bytes were
+    hashed and its header is still to be read): neither is named missing or corrupted (nor raises), and the report
+    counts only the shard still stored."""
+    from hf_readonce.store import maintenance
+
+    path, store = two_spaces
+    old_key = space_key(OLD, SETTINGS)
+    old_shards = {shard for shard, manifest in store._shards.items() if manifest["space"] == old_key}
+    pruned = []
+
+    def prune_now():
+        thread = threading.Thread(target=lambda: pruned.append(store.prune(old_key)))
+        thread.start()
+        thread.join(60)
+
+    if when == "before its check":
+        real_check = maintenance._check_shard
+
+        def check_shard(store_, shard, manifest):
+            if shard in old_shards and not pruned:
+                prune_now()
+            return real_check(store_, shard, manifest)
+
+        monkeypatch.setattr(maintenance, "_check_shard", check_shard)
+    else:
+        real_hash = maintenance._file_sha256
+
+        def file_sha256(file):
+            digest = real_hash(file)
+            if str(file.relative_to(path)) in old_shards and not pruned:
+                prune_now()
+            return digest
+
+        monkeypatch.setattr(maintenance, "_file_sha256", file_sha256)
+    report = store.verify()
+    assert [result["documents"] for result in pruned] == [3]
+    assert report.ok and report.corruptions == [] and report.orphans == []
+    assert report.shards_checked == 1 and report.documents_checked == 1
+
+
+def _paused_prune(path, monkeypatch):
+    """A prune of `OLD` through a store object of its own in a thread, paused once it has deleted its first shard
+    file, before that shard's manifest (under the store's write lock), until the returned event `go` is set; returns
+    the thread, `go` and the deleted shard's path relative to the store."""
+    from hf_readonce.store import maintenance
+
+    pruner = RepresentationStore(path)
+    deleted, go, first = threading.Event(), threading.Event(), []
+    real_own_file = maintenance._own_file
+
+    def own_file(store_, rel):
+        if store_ is pruner and rel.startswith("index/") and not deleted.is_set():
+            first.append(next(s for s in pruner._shards if f"index/{os.path.basename(s)[:-12]}.json" == rel))
+            deleted.set()
+            go.wait(60)
+        return real_own_file(store_, rel)
+
+    monkeypatch.setattr(maintenance, "_own_file", own_file)
+    thread = threading.Thread(target=pruner.prune, args=(space_key(OLD, SETTINGS),))
+    thread.start()
+    if not deleted.wait(60):
+        go.set()
+        pytest.fail("the prune did not reach its first manifest")
+    assert not (path / first[0]).exists() and (path / "index" / f"{os.path.basename(first[0])[:-12]}.json").exists()
+    return thread, go, first[0]
+
+
+def _going_on_when_waited_for(monkeypatch, go, asked):
+    """Let the paused prune go on once the store's write lock is waited for (`asked` records it)."""
+    import fcntl
+    import types
+
+    from hf_readonce.store import maintenance
+
+    def flock(fd, operation):
+        asked.append(operation)
+        go.set()
+        return fcntl.flock(fd, operation)
+
+    monkeypatch.setattr(maintenance, "fcntl", types.SimpleNamespace(LOCK_SH=fcntl.LOCK_SH, LOCK_NB=fcntl.LOCK_NB,
+                                                                    flock=flock))
+
+
+@pytest.mark.parametrize("look", ["verify"])
+def test_a_shard_another_writer_prunes_between_its_file_and_its_manifest_is_no_corruption(two_spaces, monkeypatch,
+                                                                                          look):
+    """Another writer's prune (here another store object's, in a thread) has deleted a shard file and not yet its
+    manifest: `verify` and `get` of another store object find the file missing and its manifest listed, wait for
+    the write lock the prune holds, and then find neither: `verify` names no corruption, `get` of a document of it
+    raises `MissingRepresentationError` (a pruned document), never `CorruptedShardError`."""
+    from hf_readonce.store import MissingRepresentationError
+
+    path, _ = two_spaces
+    thread, go, shard = _paused_prune(path, monkeypatch)
+    asked = []
+    try:
+        reader = RepresentationStore(path, readonly=True, create=False)
+        docs = list(reader._shards[shard]["documents"])  # its manifest read: the shard listed, its file gone
+        _going_on_when_waited_for(monkeypatch, go, asked)
+        if look == "verify":
+            report = reader.verify()
+            # the other two shards were checked (intact) before the wait: counted; the pruned one is not
+            assert report.ok and report.corruptions == [] and report.orphans == [], report.corruptions
+            assert report.shards_checked == 2 and report.documents_checked == 4 - len(docs)
+        else:
+            with pytest.raises(MissingRepresentationError, match="no longer in store"):
+                reader.get(OLD, SETTINGS, docs[0])
+    finally:
+        go.set()
+        thread.join(60)
+    assert asked and not thread.is_alive()

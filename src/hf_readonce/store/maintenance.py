@@ -25,7 +25,7 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from .errors import CorruptedShardError, ReadOnlyStoreError, StoreNotFoundError
+from .errors import CorruptedShardError, MissingRepresentationError, ReadOnlyStoreError, StoreNotFoundError
 from .keys import DocumentEntry, RepresentationSpace, check_bool, printable
 from .manifest import (
     is_store_file,
@@ -756,17 +756,29 @@ def verify_store(store, progress: bool = False) -> VerifyReport:
                   for shard, manifest in shards}
     for name, reason in bad_manifests:
         report.corruptions.append(Corruption(f"index/{name}", reason, []))
+    found = {}  # shard -> the corruptions found of it and its manifest, looked at again below
     for shard, manifest in tqdm(shards, desc="verify", unit="shard", disable=not progress):
-        report.shards_checked += 1
-        report.documents_checked += served[shard]
-        corruption = _check_shard(store, shard, manifest)
+        try:
+            corruption = _check_shard(store, shard, manifest)
+        except (FileNotFoundError, MissingRepresentationError):  # deleted while it was read: looked at below
+            corruption = Corruption(shard, "shard file is missing (deleted while it was read)",
+                                    _manifest_entries(manifest, shard))
         ambiguous = _ambiguous_manifest(store, shard)
         if ambiguous is not None and corruption is not None and corruption.shard == ambiguous.shard:
             corruption.reason = f"{ambiguous.reason}; {corruption.reason}"
         elif ambiguous is not None:
-            report.corruptions.append(ambiguous)
+            found[shard] = [ambiguous]
         if corruption is not None:
-            report.corruptions.append(corruption)
+            found.setdefault(shard, []).append(corruption)
+    # a shard deleted (`prune`) or moved away (`repair`) with its manifest by another thread or process while it was
+    # checked is no corruption of the store: only those its manifest still lists are named
+    gone = _unlisted_meanwhile(store, {shard: manifest for shard, manifest in shards if shard in found})
+    for shard, _ in shards:
+        if shard in gone:
+            continue
+        report.shards_checked += 1
+        report.documents_checked += served[shard]
+        report.corruptions += found.get(shard, [])
     # a shard being committed when the files were listed is looked at once more: indexed by now, or still being
     # committed by a thread of this process, it is none; one still unindexed then is looked at once more under the
     # store's write lock, which another writer committing it holds until its manifest is written
@@ -778,10 +790,13 @@ def verify_store(store, progress: bool = False) -> VerifyReport:
         report.duplicates = store._duplicates
     report.leftovers = tmp_leftovers(store)
     doubt = f"; {report.orphans_note}" if report.orphans_note else ""
-    for orphan in report.orphans:
+    for orphan in list(report.orphans):
         try:
             _, _, entries = read_orphan(store, orphan)
         except ValueError as error:
+            if not os.path.lexists(store.path / orphan):  # deleted since it was listed (a `prune` of its space)
+                report.orphans.remove(orphan)
+                continue
             report.corruptions.append(Corruption(orphan, f"orphan shard (no manifest lists it): {error}; its "
                                                          f"documents, if any, are not in the index{doubt}", []))
             continue
@@ -792,6 +807,30 @@ def verify_store(store, progress: bool = False) -> VerifyReport:
                         "stored nowhere else (index lost or damaged; `encode --repair` re-indexes them from the shard)"
                         + doubt, lost))
     return report
+
+
+def _unlisted_meanwhile(store, checked: dict[str, dict]) -> set[str]:
+    """Which of the shards `checked` (shard -> the manifest [`verify_store`] checked it against, found corrupted,
+    missing or unreadable) that manifest no longer lists: deleted by a `prune` or moved away by a `repair` (another
+    thread's, through this store object or another, or another process's) since the index was read. The index is read
+    again under the index lock (a thread sharing this store object deletes a shard and its manifest in one hold of
+    it); where a shard still listed has no file any more, once more after no other writer holds the store's write
+    lock (another writer's `prune` deletes each shard before its manifest, under that lock), waited for as
+    [`confirmed_orphans`] waits (up to [`ORPHAN_LOCK_WAIT`] seconds; a shard still listed then is named missing)."""
+    if not checked:
+        return set()
+
+    def unlisted() -> set[str]:
+        with store._index_lock:
+            store.refresh()
+            return {shard for shard, manifest in checked.items() if store._shards.get(shard) != manifest}
+
+    gone = unlisted()
+    if any(not os.path.lexists(store.path / shard) for shard in checked if shard not in gone):
+        look_again, _ = _wait_for_commits(store)
+        if look_again:
+            gone = unlisted()
+    return gone
 
 
 def _ambiguous_manifest(store, shard: str) -> Corruption | None:
