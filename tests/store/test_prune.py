@@ -454,7 +454,7 @@ def _going_on_when_waited_for(monkeypatch, go, asked):
                                                                     flock=flock))
 
 
-@pytest.mark.parametrize("look", ["verify"])
+@pytest.mark.parametrize("look", ["verify", "get"])
 def test_a_shard_another_writer_prunes_between_its_file_and_its_manifest_is_no_corruption(two_spaces, monkeypatch,
                                                                                           look):
     """Another writer's prune (here another store object's, in a thread) has deleted a shard file and not yet its

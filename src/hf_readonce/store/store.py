@@ -77,7 +77,7 @@ from .keys import (
     printable,
     space_key,
 )
-from .maintenance import VerifyReport, prune_store, repair_store, store_info, verify_store
+from .maintenance import VerifyReport, _wait_for_commits, prune_store, repair_store, store_info, verify_store
 from .manifest import check_manifest, expected_shard_path, is_store_file, path_problem, strict_json_problem
 from .shards import (
     _LAYOUT,
@@ -1110,9 +1110,7 @@ class RepresentationStore:
             tensors = {name: handle.get_tensor(spec["key"]) for name, spec in entry.tensors.items()}
         except Exception as error:  # safetensors raises its own error type for truncated/garbled files
             self._drop_handle(entry.shard)
-            manifest = self.path / "index" / f"{Path(entry.shard).stem}.json"
-            if (path_problem(self.path, entry.shard) or "").startswith("is missing") and not (manifest.exists()
-                                                                           or manifest.is_symlink()):
+            if (path_problem(self.path, entry.shard) or "").startswith("is missing") and self._manifest_gone(entry):
                 with self._index_lock:  # a repair may have rewritten the document into another shard: read it there
                     self.refresh()
                     moved = self._entries.get((entry.space, entry.content_hash))
@@ -1148,6 +1146,19 @@ class RepresentationStore:
                 "the shard is corrupted; run `hf-readonce verify` and `encode --repair`.", entry.shard,
                 [entry.content_hash])
         return tensors
+
+    def _manifest_gone(self, entry: DocumentEntry) -> bool:
+        """Whether the manifest of `entry`'s shard, whose file is missing, is gone too (deleted or moved away: a
+        `prune` or `repair`, not damage). Looked at under the index lock (a thread sharing this object deletes or
+        moves a shard with its manifest in one hold of it); where it is still there, once more after no other writer
+        holds the store's write lock (another writer deletes a shard before its manifest, under that lock; waited
+        for as `verify` waits: [`hf_readonce.store.maintenance.confirmed_orphans`]; not at all by a thread that holds
+        it)."""
+        manifest = self.path / "index" / f"{Path(entry.shard).stem}.json"
+        with self._index_lock:
+            if not (manifest.exists() or manifest.is_symlink()):
+                return True
+        return _wait_for_commits(self)[0] and not (manifest.exists() or manifest.is_symlink())
 
     def read_entry(self, entry: DocumentEntry, verify: bool = True) -> dict[str, torch.Tensor]:
         """Read the tensors of one [`DocumentEntry`] (as listed by [`entries`]), checking its checksum when
