@@ -482,3 +482,47 @@ def test_a_shard_another_writer_prunes_between_its_file_and_its_manifest_is_no_c
         go.set()
         thread.join(60)
     assert asked and not thread.is_alive()
+
+
+def test_info_in_a_thread_waits_for_no_prune_of_the_same_store_object_that_deleted_a_listed_shard(two_spaces,
+                                                                                                 monkeypatch):
+    """`info` lists the shard files, then reads the index; a prune in another thread of the same store object
+    deletes a shard and its manifest in between: the shard is neither an orphan nor a reason to wait for the write
+    lock the prune holds (it would wait for the whole prune), and `info` counts what is stored at its look."""
+    from hf_readonce.store import maintenance
+
+    path, store = two_spaces
+    real_listing, real_delete = maintenance._shard_files, maintenance._delete_shard
+    paused, go, asked, pruned = threading.Event(), threading.Event(), [], []
+    deleted = []
+
+    def delete_shard(store_, shard):
+        if deleted:  # the second shard: paused before it, the first one deleted with its manifest
+            paused.set()
+            go.wait(60)
+        deleted.append(shard)
+        return real_delete(store_, shard)
+
+    pruner = threading.Thread(target=lambda: pruned.append(store.prune(space_key(OLD, SETTINGS))))
+
+    def listing(store_):
+        files = real_listing(store_)
+        if not pruner.is_alive() and not pruned:
+            pruner.start()
+            if not paused.wait(60):
+                go.set()
+                pytest.fail("the prune did not reach its second shard")
+        return files
+
+    documents = {shard: len(manifest["documents"]) for shard, manifest in store._shards.items()}
+    monkeypatch.setattr(maintenance, "_delete_shard", delete_shard)
+    monkeypatch.setattr(maintenance, "_shard_files", listing)
+    _going_on_when_waited_for(monkeypatch, go, asked)
+    try:
+        info = store.info()
+    finally:
+        go.set()
+        pruner.join(60)
+    assert asked == [] and [result["documents"] for result in pruned] == [3]
+    assert info["orphans"] == [] and info["orphans_note"] is None
+    assert info["shards"] == 2 and info["documents"] == 4 - documents[deleted[0]]

@@ -212,14 +212,15 @@ def _summary_look(store) -> tuple[tuple, list[str]]:
     written in between is indexed) and copied under the index lock, as one state of it whatever other threads sharing
     the store do meanwhile. Returns `((spaces, manifests, entries, duplicates, bad manifests, model names), unindexed)`
     where `unindexed` are the listed shard files no loaded manifest lists and no thread of this process is
-    committing, sorted."""
+    committing, and still there (one a `prune` deleted with its manifest after the listing is none: nothing to wait
+    for), sorted."""
     files = _shard_files(store)
     with store._index_lock:
         store.refresh()
         summary = (dict(store._spaces), list(store._shards.values()), list(store._entries), store._duplicates,
                    sorted(store._bad_manifests), model_names(store))
         unindexed = [f for f in files if f not in store._shards and f not in store._committing]
-    return summary, unindexed
+    return summary, [f for f in unindexed if os.path.lexists(store.path / f)]
 
 
 def _disk_usage(store) -> tuple[int, int, int]:
