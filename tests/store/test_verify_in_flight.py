@@ -498,3 +498,19 @@ def test_info_lists_the_shard_files_and_reads_the_index_once_per_look(tmp_path, 
     assert calls == {"listings": looks, "index reads": looks}
     assert info["orphans"] == ([shard] if orphan else []) and info["orphans_note"] is None
     assert info["documents"] == (0 if orphan else 1)
+
+
+def test_an_orphan_deleted_once_it_was_confirmed_is_not_named(tmp_path, monkeypatch):
+    """An orphan shard confirmed as one and then deleted before `verify` reads its header (a prune of its space in
+    another thread or process): it is no orphan and no corruption of the store, which is sound."""
+    path, shard = _orphan_store(tmp_path)
+    real = maintenance.confirmed_orphans
+
+    def confirmed_then_deleted(store, candidates):
+        found = real(store, candidates)
+        (path / shard).unlink()
+        return found
+
+    monkeypatch.setattr(maintenance, "confirmed_orphans", confirmed_then_deleted)
+    report = RepresentationStore(path, readonly=True, create=False).verify()
+    assert report.ok and report.orphans == [] and report.corruptions == [], report.corruptions
