@@ -514,3 +514,32 @@ def test_an_orphan_deleted_once_it_was_confirmed_is_not_named(tmp_path, monkeypa
     monkeypatch.setattr(maintenance, "confirmed_orphans", confirmed_then_deleted)
     report = RepresentationStore(path, readonly=True, create=False).verify()
     assert report.ok and report.orphans == [] and report.corruptions == [], report.corruptions
+
+
+@pytest.mark.parametrize("look", ["verify", "info"])
+def test_a_thread_holding_the_write_lock_through_another_store_object_does_not_wait_for_itself(tmp_path, monkeypatch,
+                                                                                               look):
+    """A thread holding the store's write lock through one store object, looking through another object of the same
+    folder: no other writer can commit meanwhile, so it does not wait for its own lock and names the orphan for
+    sure; another thread looking meanwhile still waits for it (and, past the wait, says so)."""
+    monkeypatch.setattr(maintenance, "ORPHAN_LOCK_WAIT", 0.3)
+    path, shard = _orphan_store(tmp_path)
+    holder = RepresentationStore(path)
+    other = RepresentationStore(path, readonly=True, create=False)
+
+    def looked():
+        if look == "verify":
+            report = other.verify()
+            return report.orphans, report.orphans_note
+        info = other.info()
+        return info["orphans"], info["orphans_note"]
+
+    elsewhere = []
+    with holder.lock():
+        own = looked()
+        thread = threading.Thread(target=lambda: elsewhere.append(looked()))
+        thread.start()
+        thread.join(60)
+    assert own == ([shard], None)
+    ((orphans, note),) = elsewhere
+    assert orphans == [shard] and note.startswith("another writer held the store's write lock for the 0.3 s"), note

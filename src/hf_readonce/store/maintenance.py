@@ -300,8 +300,8 @@ def confirmed_orphans(store, candidates: list[str]) -> tuple[list[str], str | No
     which store's lock is waited for) with a shared `flock` of `STORE/.lock` opened read-only, taken and released at
     once: nothing is ever written, created or truncated (a store opened `readonly=True`, or one of another user that
     this user may only read, is looked at as any other), a `.lock` that is a link is never followed, nor one that
-    is a FIFO read. Called by a thread that holds the write lock through this store object (inside `repair`), no
-    other writer commits: nothing is waited for. Where the store has no `.lock`, no writer holds its lock (every
+    is a FIFO read. Called by a thread that holds the write lock, through this store object (inside `repair`) or
+    another one of this process on the same `.lock`, no other writer commits: nothing is waited for. Where the store has no `.lock`, no writer holds its lock (every
     writer makes it before it writes a shard) and nothing is waited for; where nothing was waited for, the index is
     not read a third time. Without `fcntl.flock` (Windows) the write lock itself is taken (a `.lock`
     made by taking it, where it was removed just before, is removed again).
@@ -336,7 +336,9 @@ def confirmed_orphans(store, candidates: list[str]) -> tuple[list[str], str | No
 
 def _wait_for_commits(store) -> tuple[bool, str | None]:
     """Wait until no other writer holds the store's write lock, as [`confirmed_orphans`] says (never under the index
-    lock). Returns `(look_again, note)`: `look_again` is True where a writer may have committed while this was looked
+    lock; not at all by a thread that holds it, through this store object or another one of this process on the same
+    `.lock`). Also used where a shard file is found missing while its manifest is still listed (`verify`, and a read
+    of one of its documents): another writer's `prune` deletes the shard before its manifest. Returns `(look_again, note)`: `look_again` is True where a writer may have committed while this was looked
     at (the index is then to be read again, and the shard files listed again); `note` is `None` when every shard
     listed by no manifest after that is an orphan for sure, else the `orphans_note` saying why one may be a shard
     being committed, and what to do."""
@@ -356,6 +358,10 @@ def _wait_for_commits(store) -> tuple[bool, str | None]:
         return False, _cannot_wait(f"the store's write lock {printable(lock_file)} is not a regular file",
                                    f"move {printable(lock_file)} away while no `encode`, `repair` or `prune` runs on "
                                    "the store (a writer makes a new one)")
+    from .store import _lock_file_held_here
+
+    if _lock_file_held_here(found):  # held by this thread through another store object: no other writer commits
+        return False, None
     return True, _wait_for_writers(store, wait) if fcntl is not None else _wait_by_taking_the_lock(store, wait)
 
 

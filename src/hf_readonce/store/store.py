@@ -154,6 +154,25 @@ def _lock_descriptor(lock: FileLock) -> int | None:
     return fd if isinstance(fd, int) and not isinstance(fd, bool) else None
 
 
+def _lock_file_held_here(found: os.stat_result) -> bool:
+    """Whether the calling thread holds the write lock of a store on the lock file `found` (`os.lstat` of a store's
+    `.lock`) through any [`RepresentationStore`] object of this process (each opens `.lock` anew: two objects of one
+    folder are two locks of one file). Such a thread waiting for that file's lock would wait for itself."""
+    with _FORK_GUARD:  # (the stores of this process, weakly held: see below)
+        items = [item for item in _FORKED_LOCKS if isinstance(item, RepresentationStore)]
+    for item in items:
+        lock = getattr(item, "_lock", None)  # (None until the object has made it)
+        if lock is None or not lock.is_locked:  # (filelock keeps each thread's hold apart: this thread's)
+            continue
+        fd = _lock_descriptor(lock._inner)
+        try:
+            if fd is not None and os.path.samestat(os.fstat(fd), found):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 class _FolderLook:
     """One look at the store folder `path` that a later look compares with ([`_FolderLook.replaced`]): the folder is
     held open (`O_PATH` where there is one), so that its inode cannot be taken by a folder made at the path after it
@@ -846,7 +865,8 @@ class RepresentationStore:
         """The store's write lock (`filelock.FileLock` on `STORE/.lock`, re-entrant within this object); writers
         hold it only while committing a shard, `repair` and `prune` while they run; `verify` and `info` wait until
         no other writer holds it (another process, or another store object of this folder in this process: each
-        opens `.lock` anew; with a shared lock of `.lock`, opened read-only) where a shard file is listed by no
+        opens `.lock` anew; with a shared lock of `.lock`, opened read-only; never a thread that holds it itself,
+        through any store object of this process) where a shard file is listed by no
         manifest (one being committed is none: [`hf_readonce.store.maintenance.confirmed_orphans`]). A writer that
         has waited 5 s for another writer's lock says so once (a `logging` warning of `hf_readonce.store.store`, on
         stderr by default), then waits up to `lock_timeout` seconds in all before `filelock.Timeout` (a
@@ -1192,7 +1212,11 @@ class RepresentationStore:
             write time.
 
         Raises:
-            RepresentationMismatchError, MissingRepresentationError: see [`entry`].
+            RepresentationMismatchError, MissingRepresentationError: see [`entry`]; `MissingRepresentationError` also
+                where the document's shard and manifest were deleted (a `prune` of its space) while it was read.
+                Where the shard file is gone and its manifest is still there, that is told once no other writer
+                holds the store's write lock (another writer's `prune` deletes the shard first), waited for up to
+                [`hf_readonce.store.maintenance.ORPHAN_LOCK_WAIT`] seconds as `verify` waits.
             CorruptedShardError: if the shard is unreadable or the document's checksum does not match.
             TypeError: a `verify` that is neither a bool nor None.
         """
