@@ -313,18 +313,19 @@ def test_verify_inside_repair_takes_the_lock_repair_holds_without_waiting(tmp_pa
 def test_verify_recompute_looks_for_in_flight_shards_once_and_encode_and_prune_summaries_never(
         tmp_path, checkpoint, qa_rows, capsys, monkeypatch):
     """Only what names orphans looks at them under the write lock (and may wait for it): `verify --recompute` once
-    (its recompute reads the spaces' dtypes only), the summary line after `encode` and `prune` never."""
+    (its recompute reads the spaces' dtypes only), the summary line after `encode` and `prune` never, though the
+    store holds an orphan then (every wait, of `verify` and of `info`, goes through `_wait_for_commits`)."""
     from hf_readonce.cli import main as cli_main
     from tests.conftest import write_jsonl
 
     looks = []
-    real = maintenance.confirmed_orphans
+    real = maintenance._wait_for_commits
 
-    def counted(store, candidates):
-        looks.append(list(candidates))
-        return real(store, candidates)
+    def counted(store):
+        looks.append(maintenance.orphan_shards(store))  # the orphans when the lock is asked for
+        return real(store)
 
-    monkeypatch.setattr(maintenance, "confirmed_orphans", counted)
+    monkeypatch.setattr(maintenance, "_wait_for_commits", counted)
     store = tmp_path / "store"
     docs = write_jsonl(tmp_path / "docs.jsonl", [{"id": r["id"], "document": r["context"]} for r in qa_rows[:2]])
     encode = ["encode", str(checkpoint), "--documents", str(docs), "--store", str(store), "--dtype", "fp32",
@@ -340,9 +341,13 @@ def test_verify_recompute_looks_for_in_flight_shards_once_and_encode_and_prune_s
     assert looks == [[shard]]  # verify's look; its orphan's documents are stored again: no corruption
     assert "recomputed from" in capsys.readouterr().out
     key = next(iter(RepresentationStore(store, readonly=True).info()["spaces"]))
+    junk = store / "shards" / "other" / "junk.safetensors"  # an orphan no prune deletes (no shard header)
+    junk.parent.mkdir()
+    junk.write_bytes(b"not a shard")
     looks.clear()
     assert cli_main(["prune", "--store", str(store), "--space", key[:16]]) == 0
     assert looks == [] and f"store {store}: 0 document(s), 0 shard(s)" in capsys.readouterr().out
+    assert maintenance.orphan_shards(RepresentationStore(store, readonly=True)) == ["shards/other/junk.safetensors"]
 
 
 def test_store_info_without_confirming_lists_orphans_at_one_look_and_refuses_a_non_bool(tmp_path, monkeypatch):
