@@ -1,6 +1,8 @@
 """The store at the scale of many shards: counts of the work its index does per repair step (never timings), on
 stores of a few hundred shards."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -86,3 +88,34 @@ def test_forgetting_a_shard_brings_back_the_copy_it_shadowed(tmp_path):
     store._forget_manifest(first)
     assert store.entry(FP, SETTINGS, content_hash("a")).shard.endswith(f"{copy}.safetensors")
     assert torch.equal(store.get(FP, SETTINGS, content_hash("a"))["x"], torch.ones(2))
+
+
+def test_forgetting_manifests_walks_no_other_shard_while_another_space_holds_a_duplicate(many_shards, tmp_path,
+                                                                                          monkeypatch):
+    # a prune forgets each shard it deletes: a duplicate of another space (a shard and manifest copied there) is no
+    # reason to walk every shard of the index per shard forgotten (a walk each: quadratic in the shards pruned)
+    import json
+    import shutil
+
+    path = tmp_path / "store"
+    shutil.copytree(many_shards, path)
+    other = RepresentationStore(path)
+    other.put("e" * 64, SETTINGS, content_hash("kept"), {"x": torch.ones(2)})
+    kept = f"{Path(other.entry('e' * 64, SETTINGS, content_hash('kept')).shard).stem}.json"
+    manifest = json.loads((path / "index" / kept).read_text())
+    shard = path / manifest["shard"]
+    copy = "00000000000000000000-copy"  # listed first: it serves the document, the original shadowed
+    (shard.parent / f"{copy}.safetensors").write_bytes(shard.read_bytes())
+    (path / "index" / f"{copy}.json").write_text(json.dumps({**manifest, "shard": manifest["shard"].replace(
+        shard.stem, copy)}))
+    store = RepresentationStore(path)
+    assert store._duplicates == 1
+    names = [name for name in store.loaded_manifests if name not in (kept, f"{copy}.json")][:50]
+    monkeypatch.setattr(_CountingDict, "walks", 0)
+    store._shards = _CountingDict(store._shards)
+    for name in names:
+        store._forget_manifest(name)
+    assert _CountingDict.walks == 0
+    assert len(store) == SHARDS + 1 - 50
+    store._forget_manifest(f"{copy}.json")  # the copy that serves it: the original serves it again
+    assert store.entry("e" * 64, SETTINGS, content_hash("kept")).shard == manifest["shard"]

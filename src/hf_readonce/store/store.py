@@ -483,6 +483,7 @@ class RepresentationStore:
         self._by_hash: dict[str, set[str]] = {}
         self._shards: dict[str, dict] = {}
         self._duplicates = 0
+        self._shadowed: set[RepresentationKey] = set()  # keys a loaded shard holds beside the one that serves them
         self._bad_manifests: dict[str, str] = {}
         self._handles: OrderedDict[str, Any] = OrderedDict()
         self.refresh()
@@ -500,6 +501,7 @@ class RepresentationStore:
             state["_entries"], state["_spaces"] = dict(self._entries), dict(self._spaces)
             state["_by_hash"] = {doc_hash: set(spaces) for doc_hash, spaces in self._by_hash.items()}
             state["_shards"], state["_bad_manifests"] = dict(self._shards), dict(self._bad_manifests)
+            state["_shadowed"] = set(self._shadowed)
         for name in ("_index_lock", "_committing"):
             state.pop(name, None)
         state["_lock"], state["_handles"] = None, OrderedDict()
@@ -936,6 +938,7 @@ class RepresentationStore:
             self._manifests_loaded = set()
             self._entries, self._spaces, self._by_hash, self._shards = {}, {}, {}, {}
             self._duplicates = 0
+            self._shadowed = set()
             self._bad_manifests = {}
             self._handles.clear()
 
@@ -957,6 +960,7 @@ class RepresentationStore:
             key = (space.key, doc_hash)
             if key in self._entries:
                 self._duplicates += 1
+                self._shadowed.add(key)
                 continue
             self._entries[key] = DocumentEntry(space.key, doc_hash, shard, doc["tensors"], doc["sha256"],
                                                doc.get("meta") or {}, doc.get("xxh3_128", ""))
@@ -978,8 +982,10 @@ class RepresentationStore:
                 self._forget_shard(expected_shard_path(space, name))
 
     def _forget_shard(self, shard: str) -> None:
-        """Drop one shard from the in-memory index (`repair`); a document it shadowed in another loaded shard (a
-        duplicate, e.g. left by a killed repair) is served from there again."""
+        """Drop one shard from the in-memory index (`repair`, and `prune` for each shard it deletes); a document it
+        shadowed in another loaded shard (a duplicate, e.g. left by a killed repair) is served from there again. The
+        other shards are walked only where a document the shard served is held by another one too (a duplicate of
+        another document, or of another space, costs no walk)."""
         with self._index_lock:
             manifest = self._shards.pop(shard, None)
             if manifest is None:
@@ -994,7 +1000,7 @@ class RepresentationStore:
                     spaces = self._by_hash.get(doc_hash, set())
                     spaces.discard(manifest["space"])
             self._handles.pop(shard, None)
-            if not lost or not self._duplicates:  # no other shard holds any document twice: none was shadowed
+            if not lost & self._shadowed:  # no other loaded shard holds a document it served: none was shadowed
                 return
             for other_shard, other in self._shards.items():
                 for doc_hash, doc in other["documents"].items():
