@@ -343,7 +343,8 @@ def test_a_thread_sharing_the_store_reads_while_a_prune_deletes_shards_one_step_
 
     def read():
         seen.append(torch.equal(store.get(NEW, SETTINGS, "1" * 64)["hidden_states"], kept))
-        seen.append(all((path / entry.shard).is_file() for entry in store.entries()))
+        with store._index_lock:  # (one state of the index: the prune goes on meanwhile)
+            seen.append(all((path / entry.shard).is_file() for entry in store.entries()))
         done.set()
 
     reader = threading.Thread(target=read)
