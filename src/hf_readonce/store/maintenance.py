@@ -427,7 +427,8 @@ def _wait_for_writers(store, wait: float) -> str | None:
                     logger.warning("hf-readonce: waiting for the write lock of store %s (%s), held by another writer "
                                    "(an `encode`, a `repair` or a `prune` of another process, or a write through "
                                    "another store object of this process), to tell a shard it commits from an "
-                                   "orphan; giving up after %s s in all.", store.path, lock_file, f"{wait:g}")
+                                   "orphan, or one it deletes from a missing one; giving up after %s s in all.",
+                                   store.path, lock_file, f"{wait:g}")
                 time.sleep(min(0.05, wait - waited))
             try:
                 same = os.path.samestat(os.fstat(fd), os.lstat(lock_file))
