@@ -361,8 +361,7 @@ _RECREATE_ATTEMPTS = 5  # how often a writer creates anew a store removed again 
 class _StoreLock:
     """The store's write lock: a `filelock.FileLock` (re-entrant) that says once, as a `logging` warning, when it
     waits for another writer (another process, or another store object of this process) for more than
-    `notice_after` seconds, instead of waiting in silence for up to
-    `timeout` seconds. Used as `with store.lock(): ...`; `is_locked`, `acquire` and `release` are the FileLock's."""
+    `notice_after` seconds, instead of waiting in silence for up to `timeout` seconds. Used as `with store.lock(): ...`; `is_locked`, `acquire` and `release` are the FileLock's."""
 
     notice_after = 5.0
 
