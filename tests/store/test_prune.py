@@ -527,3 +527,41 @@ def test_info_in_a_thread_waits_for_no_prune_of_the_same_store_object_that_delet
     assert asked == [] and [result["documents"] for result in pruned] == [3]
     assert info["orphans"] == [] and info["orphans_note"] is None
     assert info["shards"] == 2 and info["documents"] == 4 - documents[deleted[0]]
+
+
+@pytest.mark.parametrize("when", ["before it is looked at", "while it is read"])
+def test_a_manifest_another_writers_prune_deletes_between_the_index_listing_and_its_read_is_none(two_spaces,
+                                                                                               monkeypatch, when):
+    """`verify` of a store object reads the index anew: it lists `index/`, then reads each manifest it has not
+    loaded yet; another writer's prune deletes one of those (its shard, then it) in between: the manifest is no
+    missing or unreadable one, and the store is sound."""
+    from pathlib import Path
+
+    path, store = two_spaces
+    reader = RepresentationStore(path, readonly=True, create=False)
+    store.put(OLD, SETTINGS, "4" * 64, {"hidden_states": torch.randn(3, 4)})  # a manifest the reader has not read
+    (manifest,) = [m for m in (path / "index").glob("*.json") if m.name not in reader.loaded_manifests]
+    shard = path / json.loads(manifest.read_text())["shard"]
+    real_listdir, real_read = os.listdir, Path.read_bytes
+
+    def pruned():
+        shard.unlink()
+        manifest.unlink()
+
+    def listdir(folder):
+        names = real_listdir(folder)
+        if when == "before it is looked at" and os.fspath(folder) == str(path / "index") and manifest.exists():
+            pruned()
+        return names
+
+    def read_bytes(self):
+        if when == "while it is read" and self == manifest and manifest.exists():
+            pruned()
+        return real_read(self)
+
+    monkeypatch.setattr(os, "listdir", listdir)
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    report = reader.verify()
+    monkeypatch.undo()
+    assert not manifest.exists() and report.ok and report.corruptions == [], report.corruptions
+    assert manifest.name not in reader.loaded_manifests and not reader.contains(OLD, SETTINGS, "4" * 64)

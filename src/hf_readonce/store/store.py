@@ -886,7 +886,8 @@ class RepresentationStore:
         long-lived reader follows a repair instead of reading a retired shard.
 
         Every manifest is checked against its schema ([`check_manifest`]) before it is used; one that fails is
-        recorded as corrupted (see `verify`) and never followed.
+        recorded as corrupted (see `verify`) and never followed. One listed and gone when it is read (deleted by
+        another writer's `prune` meanwhile) is not there, as if it had not been listed.
 
         `index/` is listed on every refresh (one `os.listdir`, its names compared as a set), and only the manifests
         not loaded yet are read.
@@ -916,6 +917,9 @@ class RepresentationStore:
             for name in sorted(names - self._manifests_loaded):  # in name order, as the first listing loads them all
                 self._manifests_loaded.add(name)
                 problem = path_problem(self.path, f"index/{name}")
+                if problem is not None and problem.startswith("is missing"):
+                    self._manifests_loaded.discard(name)  # deleted since the listing (another writer's prune): none
+                    continue
                 if problem is not None:  # a FIFO would block the read forever; a link could lead outside the store
                     self._bad_manifests[name] = f"the manifest {problem}"
                     continue
@@ -923,6 +927,9 @@ class RepresentationStore:
                     manifest = json.loads((index_dir / name).read_bytes().decode("utf-8"))
                     self._load_manifest(manifest, name)
                     self._bad_manifests.pop(name, None)
+                except FileNotFoundError:
+                    self._manifests_loaded.discard(name)  # (as above)
+                    continue
                 except CorruptedManifestError as error:
                     self._bad_manifests[name] = str(error).split(": ", 1)[-1]
                     continue
