@@ -706,7 +706,24 @@ def block_attention() -> list[str]:
                    f"{shown['disfl_qa']['full@fp16']}; Quoref bf16 {shown['quoref']['full@bf16']}, fp16 "
                    f"{shown['quoref']['full@fp16']}")
     figures.append(f"agreement EM / F1 {shown['disfl_qa']['r=0.15']} (Disfl-QA) and {shown['quoref']['r=0.15']} (Quoref)")
-    return figures + _selection_rules() + _recompute_prose()
+    return figures + _selection_rules() + _recompute_prose() + _store_reader_pair()
+
+
+def _store_reader_pair() -> list[str]:
+    """The two readers' run of `bench_kv_cache.py`, one after the other (`benchmarks/results/store_reader/`)."""
+    old, new = ({x["name"]: x for x in load(f"store_reader/{name}.json")["measurements"]}
+                for name in ("mmap_reader", "pread_reader"))
+    ms = lambda x: f(1000 * x, 1)  # noqa: E731
+    percent = lambda x: f(100 * x, 1)  # noqa: E731
+    return [f"warm read {ms(old['read warm']['median'])} → {ms(new['read warm']['median'])} ms and its share of the "
+            f"composed TTFT {percent(old['read share of composed ttft (warm)']['median'])}% → "
+            f"{percent(new['read share of composed ttft (warm)']['median'])}% (cold "
+            f"{percent(old['read share of composed ttft (cold)']['median'])}% → "
+            f"{percent(new['read share of composed ttft (cold)']['median'])}%); TTFT speed-up warm "
+            f"{f(old['ttft speed-up (warm store read)']['median'])}x → "
+            f"{f(new['ttft speed-up (warm store read)']['median'])}x, cold "
+            f"{f(old['ttft speed-up (cold store read)']['median'])}x → "
+            f"{f(new['ttft speed-up (cold store read)']['median'])}x"]
 
 
 def _agreement(rows: list[dict], answer) -> dict:
