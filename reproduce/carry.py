@@ -8,8 +8,9 @@ machine lacks and cannot fetch.
 The folder holds
 
 - `wheels/`: the Python packages missing on the machine's image, downloaded here with
-  `pip download --no-deps --only-binary=:all: --python-version 3.12 datasets dill multiprocess tokenizers` (pinned to
-  the versions installed here where they are; the image's tokenizers 0.23.2 is refused), plus `gguf` for recurrent
+  `pip download --no-deps --only-binary=:all: --python-version 3.12 datasets dill multiprocess tokenizers safetensors`
+  (pinned to the versions installed here where they are; the image's tokenizers 0.23.2 is refused, and the store
+  reads through safetensors' `pread` reader, new in 0.8, which an image may predate), plus `gguf` for recurrent
   Table 2;
 - `data.tar.gz`: the `../shared/data` folders the chosen tables read (`data/<folder>/...`);
 - `weights/`: `minilm-qa-reference/model.safetensors` (the DeFormer teacher, checked against
@@ -40,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common  # noqa: E402
 
 LEASE_BYTES = 64 * 1024 * 1024
-BASE_WHEELS = ["datasets", "dill", "multiprocess", "tokenizers"]  # absent from the GPU image, or (tokenizers 0.23.2) a refused version
+BASE_WHEELS = ["datasets", "dill", "multiprocess", "tokenizers", "safetensors"]  # absent from the GPU image, or too old
 NEEDS = {
     "deformer": {"data": ["disfl_qa", "quoref"], "weights": ["minilm-qa-reference"], "wheels": []},
     "longdoc_xsum": {"data": ["xsum"], "weights": ["all-MiniLM-L6-v2"], "wheels": []},
