@@ -358,9 +358,7 @@ def _wait_for_commits(store) -> tuple[bool, str | None]:
         return False, _cannot_wait(f"the store's write lock {printable(lock_file)} is not a regular file",
                                    f"move {printable(lock_file)} away while no `encode`, `repair` or `prune` runs on "
                                    "the store (a writer makes a new one)")
-    from .store import _lock_file_held_here
-
-    if _lock_file_held_here(found):  # held by this thread through another store object: no other writer commits
+    if store._lock_file_held_here(found):  # held by this thread through another store object: no other writer commits
         return False, None
     return True, _wait_for_writers(store, wait) if fcntl is not None else _wait_by_taking_the_lock(store, wait)
 

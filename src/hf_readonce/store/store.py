@@ -863,6 +863,12 @@ class RepresentationStore:
         finally:
             lock.release()
 
+    @staticmethod
+    def _lock_file_held_here(found: os.stat_result) -> bool:
+        """[`_lock_file_held_here`], reached through a store object by `store.maintenance` (which imports nothing of
+        this module)."""
+        return _lock_file_held_here(found)
+
     def lock(self) -> _StoreLock:
         """The store's write lock (`filelock.FileLock` on `STORE/.lock`, re-entrant within this object); writers
         hold it only while committing a shard, `repair` and `prune` while they run; `verify` and `info` wait until
