@@ -154,25 +154,6 @@ def _lock_descriptor(lock: FileLock) -> int | None:
     return fd if isinstance(fd, int) and not isinstance(fd, bool) else None
 
 
-def _lock_file_held_here(found: os.stat_result) -> bool:
-    """Whether the calling thread holds the write lock of a store on the lock file `found` (`os.lstat` of a store's
-    `.lock`) through any [`RepresentationStore`] object of this process (each opens `.lock` anew: two objects of one
-    folder are two locks of one file). Such a thread waiting for that file's lock would wait for itself."""
-    with _FORK_GUARD:  # (the stores of this process, weakly held: see below)
-        items = [item for item in _FORKED_LOCKS if isinstance(item, RepresentationStore)]
-    for item in items:
-        lock = getattr(item, "_lock", None)  # (None until the object has made it)
-        if lock is None or not lock.is_locked:  # (filelock keeps each thread's hold apart: this thread's)
-            continue
-        fd = _lock_descriptor(lock._inner)
-        try:
-            if fd is not None and os.path.samestat(os.fstat(fd), found):
-                return True
-        except OSError:
-            continue
-    return False
-
-
 class _FolderLook:
     """One look at the store folder `path` that a later look compares with ([`_FolderLook.replaced`]): the folder is
     held open (`O_PATH` where there is one), so that its inode cannot be taken by a folder made at the path after it
@@ -865,9 +846,24 @@ class RepresentationStore:
 
     @staticmethod
     def _lock_file_held_here(found: os.stat_result) -> bool:
-        """[`_lock_file_held_here`], reached through a store object by `store.maintenance` (which imports nothing of
-        this module)."""
-        return _lock_file_held_here(found)
+        """Whether the calling thread holds the write lock of a store on the lock file `found` (`os.lstat` of a
+        store's `.lock`) through any [`RepresentationStore`] object of this process (each opens `.lock` anew: two
+        objects of one folder are two locks of one file). Such a thread waiting for that file's lock would wait for
+        itself. A method, so that `store.maintenance`, which imports nothing of this module, reaches it through a
+        store."""
+        with _FORK_GUARD:  # (the stores of this process, weakly held: `_FORKED_LOCKS`)
+            items = [item for item in _FORKED_LOCKS if isinstance(item, RepresentationStore)]
+        for item in items:
+            lock = getattr(item, "_lock", None)  # (None until the object has made it)
+            if lock is None or not lock.is_locked:  # (filelock keeps each thread's hold apart: this thread's)
+                continue
+            fd = _lock_descriptor(lock._inner)
+            try:
+                if fd is not None and os.path.samestat(os.fstat(fd), found):
+                    return True
+            except OSError:
+                continue
+        return False
 
     def lock(self) -> _StoreLock:
         """The store's write lock (`filelock.FileLock` on `STORE/.lock`, re-entrant within this object); writers
@@ -1195,9 +1191,9 @@ class RepresentationStore:
         it)."""
         manifest = self.path / "index" / f"{Path(entry.shard).stem}.json"
         with self._index_lock:
-            if not (manifest.exists() or manifest.is_symlink()):
+            if not os.path.lexists(manifest):
                 return True
-        return _wait_for_commits(self)[0] and not (manifest.exists() or manifest.is_symlink())
+        return _wait_for_commits(self)[0] and not os.path.lexists(manifest)
 
     def read_entry(self, entry: DocumentEntry, verify: bool = True) -> dict[str, torch.Tensor]:
         """Read the tensors of one [`DocumentEntry`] (as listed by [`entries`]), checking its checksum when
